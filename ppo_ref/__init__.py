@@ -1,0 +1,8 @@
+"""ppo_ref: a NumPy + numba reference implementation of PPO.
+
+Read it as an executable specification, run it for known-good numbers, and point its tests and
+golden vectors at other implementations. See README.md for the vocabulary and the equations.
+"""
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]
