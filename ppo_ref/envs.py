@@ -1,0 +1,184 @@
+"""Small environments that need memory, registered with gymnasium when ``ppo_ref`` is imported.
+
+``ppo_ref/CartPoleNoVel-v1``
+    CartPole-v1 with the two velocity entries of the observation (cart velocity, index 1; pole
+    angular velocity, index 3) set to zero. The observation keeps its shape (4,) and its
+    ``observation_space``, exactly as rl-baselines3-zoo's ``MaskVelocityWrapper`` (whose
+    ``CartPoleNoVel-v1`` is the benchmark sb3-contrib's RecurrentPPO is tuned on). Dynamics,
+    reward (+1 per step), termination and the 500-step time limit are CartPole-v1's. A policy
+    must infer the velocities from successive positions, i.e. it needs memory.
+
+``ppo_ref/MemoryCue-v0``
+    A one-bit memory task (a T-maze without the maze; Bakker, "Reinforcement Learning with Long
+    Short-Term Memory", NIPS 2001). See :class:`MemoryCueEnv`.
+
+Both ids are registered on import of this module (which ``import ppo_ref`` does); registering is
+skipped when the id already exists, so re-importing or reloading never fails::
+
+    import gymnasium as gym
+    import ppo_ref                                   # registers the ids
+    env = gym.make("ppo_ref/MemoryCue-v0", blank_steps=4)
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+__all__ = ["MaskVelocityWrapper", "MemoryCueEnv", "make_cartpole_no_vel",
+           "CARTPOLE_NO_VEL_ID", "MEMORY_CUE_ID"]
+
+CARTPOLE_NO_VEL_ID = "ppo_ref/CartPoleNoVel-v1"
+MEMORY_CUE_ID = "ppo_ref/MemoryCue-v0"
+
+
+class MaskVelocityWrapper(gym.ObservationWrapper):
+    """Zero the velocity entries of a CartPole observation; keep its shape and space.
+
+    ``obs_out = obs`` with ``obs_out[1] = 0`` (cart velocity) and ``obs_out[3] = 0`` (pole
+    angular velocity). ``observation_space`` is the wrapped env's, unchanged (a zero lies inside
+    CartPole's velocity bounds), as in rl-baselines3-zoo's ``MaskVelocityWrapper``.
+
+    Args:
+        env: an env whose observations are float arrays of shape (4,) in CartPole's layout
+            ``[x, x_dot, theta, theta_dot]``.
+        velocity_indices: entries to zero (default ``(1, 3)``).
+
+    Raises:
+        ValueError: the observation space is not a Box of rank 1 or an index is out of range.
+    """
+
+    def __init__(self, env: gym.Env, velocity_indices=(1, 3)):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, spaces.Box) or len(space.shape) != 1:
+            raise ValueError(f"env.observation_space must be a rank-1 Box, got {space}")
+        idx = np.asarray(velocity_indices, dtype=np.int64)
+        if idx.ndim != 1 or idx.size == 0 or idx.min() < 0 or idx.max() >= space.shape[0]:
+            raise ValueError(f"velocity_indices must be indices into an observation of shape "
+                             f"{space.shape}, got {velocity_indices!r}")
+        self._velocity_indices = idx
+
+    def observation(self, observation):
+        """Return a copy of ``observation`` with the velocity entries set to 0 (same dtype)."""
+        masked = np.array(observation, copy=True)
+        masked[self._velocity_indices] = 0
+        return masked
+
+
+def make_cartpole_no_vel(**kwargs) -> gym.Env:
+    """Entry point of ``ppo_ref/CartPoleNoVel-v1``: ``MaskVelocityWrapper(CartPoleEnv(**kwargs))``.
+
+    The 500-step time limit is added by ``gym.make`` (``max_episode_steps=500`` at registration),
+    outside the mask, as for CartPole-v1. ``kwargs`` go to ``CartPoleEnv`` (e.g. ``render_mode``).
+    """
+    return MaskVelocityWrapper(CartPoleEnv(**kwargs))
+
+
+class MemoryCueEnv(gym.Env):
+    """Remember a cue for ``blank_steps`` steps, then answer it.
+
+    Episode layout with k = ``blank_steps`` (t counts steps, the observation at t is seen before
+    the action at t):
+
+    ====================  ==================  =======================  ===================
+    t                     observation         action                   reward
+    ====================  ==================  =======================  ===================
+    0                     ``[cue, 0]``        ignored                  0
+    1 .. k                ``[0, 0]``          ignored                  0
+    k + 1 (last)          ``[0, 1]``          the answer               +1 right, -1 wrong
+    ====================  ==================  =======================  ===================
+
+    * ``cue`` is -1.0 or +1.0 with probability 1/2 each, drawn at reset from the env's
+      ``np_random`` (so ``reset(seed=s)`` fixes it).
+    * Observation: float32 array of shape (2,): ``[cue channel, answer flag]``. The flag is 1
+      only on the answer step, so the agent always knows *when* to answer but, after step 0,
+      never *what*: the task is solvable only by remembering the cue (for every k >= 0: with
+      k = 0 the answer comes one step after the cue).
+    * Actions: ``Discrete(2)``; action 0 means cue -1, action 1 means cue +1.
+    * Design choice: during steps 0 .. k the action has no effect and the reward is 0 (so a
+      policy is scored only on its answer; random actions there are harmless).
+    * The answer step ends the episode with ``terminated=True`` (episode length k + 2); the env
+      never truncates. ``info["correct"]`` (bool) is set on the answer step, ``info["cue"]``
+      on every step.
+
+    Return per episode: +1 or -1, so the fraction of correct answers is ``(mean return + 1) / 2``.
+    A memoryless policy sees the same ``[0, 1]`` on every answer step whatever the cue, so its
+    expected correct fraction is exactly 1/2.
+
+    Args:
+        blank_steps: k >= 0, the number of blank steps between the cue and the answer.
+        render_mode: only ``None`` (no rendering).
+
+    Raises:
+        ValueError: ``blank_steps`` is not a non-negative integer, or ``render_mode`` is not None.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, blank_steps: int = 8, render_mode: Optional[str] = None):
+        if isinstance(blank_steps, (bool, np.bool_)) or not isinstance(blank_steps, (int, np.integer)) \
+                or blank_steps < 0:
+            raise ValueError(f"blank_steps must be an integer >= 0, got {blank_steps!r}")
+        if render_mode is not None:
+            raise ValueError(f"render_mode must be None (MemoryCue has no rendering), got {render_mode!r}")
+        self.blank_steps = int(blank_steps)
+        self.render_mode = render_mode
+        self.observation_space = spaces.Box(low=np.array([-1.0, 0.0], dtype=np.float32),
+                                            high=np.array([1.0, 1.0], dtype=np.float32),
+                                            dtype=np.float32)
+        self.action_space = spaces.Discrete(2)
+        self._cue = 0.0
+        self._t = 0
+        self._needs_reset = True
+
+    def _observation(self) -> np.ndarray:
+        cue = self._cue if self._t == 0 else 0.0
+        flag = 1.0 if self._t == self.answer_step else 0.0
+        return np.array([cue, flag], dtype=np.float32)
+
+    @property
+    def answer_step(self) -> int:
+        """Index t of the step whose action is the answer: ``blank_steps + 1``."""
+        return self.blank_steps + 1
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        """Draw a new cue from ``np_random`` and return ``([cue, flag], {"cue": cue})``."""
+        super().reset(seed=seed)
+        self._cue = 1.0 if int(self.np_random.integers(2)) == 1 else -1.0
+        self._t = 0
+        self._needs_reset = False
+        return self._observation(), {"cue": self._cue}
+
+    def step(self, action):
+        """Advance one step; see the class docstring for observation, reward and termination."""
+        if self._needs_reset:
+            raise RuntimeError("MemoryCueEnv.step called before reset() or after the episode ended")
+        if not self.action_space.contains(action):
+            raise ValueError(f"action must be 0 or 1, got {action!r}")
+        info = {"cue": self._cue}
+        if self._t == self.answer_step:
+            correct = (int(action) == 1) == (self._cue > 0)
+            info["correct"] = bool(correct)
+            self._needs_reset = True
+            self._t += 1
+            # The episode is over: the returned observation is never acted on; keep it blank.
+            return np.zeros(2, dtype=np.float32), (1.0 if correct else -1.0), True, False, info
+        self._t += 1
+        return self._observation(), 0.0, False, False, info
+
+
+def _register() -> None:
+    """Register the ``ppo_ref/`` ids with gymnasium unless they are registered already."""
+    if CARTPOLE_NO_VEL_ID not in gym.registry:
+        gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
+                     max_episode_steps=500, reward_threshold=475.0)
+    if MEMORY_CUE_ID not in gym.registry:
+        gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv", reward_threshold=0.9,
+                     kwargs={"blank_steps": 8})
+
+
+_register()
