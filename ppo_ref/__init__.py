@@ -5,4 +5,6 @@ golden vectors at other implementations. See README.md for the vocabulary and th
 """
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+from ppo_ref.kernels import VTraceReturns, episode_starts, gae, vtrace
+
+__all__ = ["__version__", "episode_starts", "gae", "vtrace", "VTraceReturns"]

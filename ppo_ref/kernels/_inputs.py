@@ -1,0 +1,102 @@
+"""Shared validation of the GAE and V-trace inputs (private).
+
+Both kernels take the same trajectory arrays (time-major ``[T]`` or ``[T, N]``), the same flags
+and the same bootstrap values; this module turns what the caller passed into C-contiguous
+``[T, N]`` arrays of one float dtype and bool flags, or raises ``ValueError`` naming the argument.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+
+from ppo_ref._checks import (as_flag_array, as_float_array, check_choice, check_same_shape,
+                             result_dtype)
+from ppo_ref.kernels.masks import TRUNCATION_MODES
+
+FINAL_VALUES_REQUIRED = "final_values is required: truncated has True entries"
+
+
+class TrajectoryInputs(NamedTuple):
+    """Validated inputs, all 2-D ``[T, N]`` (``last_values``: ``[N]``), C-contiguous."""
+
+    dtype: np.dtype
+    one_env: bool               # the caller passed [T] arrays: squeeze the results back
+    arrays: dict                # name -> [T, N] float array of ``dtype``
+    terminated: np.ndarray      # [T, N] bool
+    truncated: np.ndarray       # [T, N] bool
+    last_values: np.ndarray     # [N] of ``dtype``
+    final_values: np.ndarray    # [T, N] of ``dtype`` (``values`` when not given: never read)
+    truncation_mode: int
+    bootstrap_terminal_last_row: bool
+
+
+def _counts_for_dtype(raw) -> bool:
+    """Whether ``raw`` takes part in the float32/float64 decision (SPEC §2).
+
+    Python scalars never count; arrays and NumPy scalars count when their dtype is floating.
+    """
+    if isinstance(raw, (bool, int, float)):
+        return False
+    return np.issubdtype(np.asarray(raw).dtype, np.floating)
+
+
+def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
+                       final_values: Optional[object], truncation: str,
+                       bootstrap_terminal_last_row) -> TrajectoryInputs:
+    """Validate and convert; ``float_inputs`` maps names to ``[T]``/``[T, N]`` arrays.
+
+    The reference shape is that of ``float_inputs["rewards"]``.
+    """
+    check_choice(truncation, "truncation", tuple(TRUNCATION_MODES))
+    if not isinstance(bootstrap_terminal_last_row, (bool, np.bool_)):
+        raise ValueError("bootstrap_terminal_last_row must be a bool, got "
+                         f"{bootstrap_terminal_last_row!r}")
+
+    converted = {name: as_float_array(x, name, ndim=(1, 2)) for name, x in float_inputs.items()}
+    shape = converted["rewards"].shape
+    for name, arr in converted.items():
+        check_same_shape(arr, name, shape, "rewards")
+    term = as_flag_array(terminated, "terminated", ndim=(1, 2))
+    check_same_shape(term, "terminated", shape, "rewards")
+    trunc = as_flag_array(truncated, "truncated", ndim=(1, 2))
+    check_same_shape(trunc, "truncated", shape, "rewards")
+
+    last = as_float_array(last_values, "last_values")
+    if last.shape != shape[1:]:
+        kind = "a scalar" if len(shape) == 1 else f"shape {shape[1:]} (one per env)"
+        raise ValueError(f"last_values must be {kind} for rewards of shape {shape}, "
+                         f"got shape {last.shape}")
+    final = None
+    if final_values is not None:
+        final = as_float_array(final_values, "final_values", ndim=(1, 2))
+        check_same_shape(final, "final_values", shape, "rewards")
+    elif truncation == "bootstrap" and np.any(trunc & ~term):
+        raise ValueError(FINAL_VALUES_REQUIRED)
+
+    raws = list(float_inputs.values()) + [last_values, final_values]
+    convs = list(converted.values()) + [last, final]
+    dtype = result_dtype(*[c for r, c in zip(raws, convs) if r is not None and _counts_for_dtype(r)])
+
+    one_env = len(shape) == 1
+    two_d = (shape[0], 1) if one_env else shape
+
+    def fit(a):
+        return np.ascontiguousarray(a.reshape(two_d), dtype=dtype)
+
+    arrays = {name: fit(a) for name, a in converted.items()}
+    return TrajectoryInputs(
+        dtype=dtype, one_env=one_env, arrays=arrays,
+        terminated=np.ascontiguousarray(term.reshape(two_d)),
+        truncated=np.ascontiguousarray(trunc.reshape(two_d)),
+        last_values=np.ascontiguousarray(last.reshape(two_d[1:]), dtype=dtype),
+        final_values=arrays["values"] if final is None else fit(final),
+        truncation_mode=TRUNCATION_MODES[truncation],
+        bootstrap_terminal_last_row=bool(bootstrap_terminal_last_row))
+
+
+def finish(inputs: TrajectoryInputs, *outputs: np.ndarray):
+    """Reshape ``[T, 1]`` results back to ``[T]`` when the caller passed one env."""
+    if inputs.one_env:
+        return tuple(o.reshape(o.shape[0]) for o in outputs)
+    return outputs

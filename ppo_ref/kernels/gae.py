@@ -1,0 +1,118 @@
+"""Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438).
+
+A numba kernel that runs backward over time (all envs of a row side by side, so memory is read
+in order), behind a wrapper that validates every argument (SPEC §2).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ppo_ref._checks import check_unit_interval
+from ppo_ref._numba import njit
+from ppo_ref.kernels._inputs import finish, prepare_trajectory
+from ppo_ref.kernels.masks import _transition_flags
+
+__all__ = ["gae"]
+
+
+@njit
+def _gae_kernel(rewards, values, terminated, truncated, last_values, final_values,
+                gamma, gamma_lambda, truncation_mode, bootstrap_terminal_last_row,
+                advantages, returns):
+    """Backward GAE recursion over ``[T, N]`` arrays; writes ``advantages`` and ``returns``.
+
+    Scalars ``gamma`` and ``gamma_lambda`` (= gamma * gae_lambda) have the arrays' dtype, and
+    no float literal appears below, so a float32 specialisation computes in float32.
+    """
+    n_steps, n_envs = rewards.shape
+    for t in range(n_steps - 1, -1, -1):
+        last_row = t == n_steps - 1
+        for n in range(n_envs):
+            terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
+                                                           truncation_mode)
+            if terminal and not (last_row and bootstrap_terminal_last_row):
+                delta = rewards[t, n] - values[t, n]               # next_value = 0
+            else:
+                if from_final:
+                    next_value = final_values[t, n]
+                elif last_row:
+                    next_value = last_values[n]
+                else:
+                    next_value = values[t + 1, n]
+                delta = rewards[t, n] + gamma * next_value - values[t, n]
+            if done or last_row:
+                adv = delta                                        # trace cut (or A[T] = 0)
+            else:
+                adv = delta + gamma_lambda * advantages[t + 1, n]
+            advantages[t, n] = adv
+            returns[t, n] = adv + values[t, n]
+
+
+def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,
+        gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
+    r"""Generalized Advantage Estimation: advantages and lambda-returns.
+
+    Per env, backward over ``t = T-1 .. 0``::
+
+        next_value[t] = 0                 if terminated[t]
+                      = final_values[t]   elif truncated[t]
+                      = values[t+1]       elif t < T-1
+                      = last_values       otherwise
+        delta[t] = rewards[t] + gamma * next_value[t] - values[t]
+        A[t]     = delta[t] + gamma * gae_lambda * (1 - done[t]) * A[t+1]     (A[T] = 0)
+        returns[t] = A[t] + values[t]
+
+    with ``done = terminated or truncated``. Unrolled, ``A[t]`` is Schulman et al. (2016)
+    eq. (16), :math:`\sum_l (\gamma\lambda)^l \delta_{t+l}`, summed up to the end of the episode
+    (or of the rollout). ``returns`` are the TD(lambda) returns used as the value target.
+
+    Args:
+        rewards: ``[T, N]`` (or ``[T]`` for one env) float32/float64, reward of the action at t.
+        values: same shape, ``V(obs[t])`` recorded at collection.
+        terminated: same shape, bool or 0/1: a true terminal state was reached (no bootstrap).
+        truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``);
+            termination wins when both are set.
+        last_values: ``[N]`` (scalar for ``[T]`` input): ``V(obs[T])``, after the last step.
+        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, read only where step t truncated
+            without terminating (put 0 elsewhere; every entry must be finite). Required when
+            such a step exists (and ``truncation="bootstrap"``).
+        gamma: discount in [0, 1] (per step).
+        gae_lambda: GAE lambda in [0, 1] (0: one-step TD, 1: Monte Carlo with bootstrap).
+        truncation: convention option (keyword-only). ``"bootstrap"`` (SPEC, SB3),
+            ``"terminate"`` (CleanRL: truncation treated as termination, no bootstrap) or
+            ``"ignore"`` (thrust-rl 0.4: the truncated flag is not read; the next row's value
+            is bootstrapped and the trace runs on).
+        bootstrap_terminal_last_row: convention option (keyword-only). ``True`` reproduces
+            thrust-rl 0.4, where a terminal transition on the last row still bootstraps
+            ``last_values``. Default ``False`` (SPEC).
+
+    Returns:
+        ``(advantages, returns)``, each with the shape of ``rewards``; float32 when every float
+        array given is float32 (Python scalars do not count), float64 otherwise. Same units as
+        ``rewards``. Empty arrays when T = 0.
+
+    Raises:
+        ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
+            ``rewards``, a non-finite entry, a flag not bool/0/1, ``gamma``/``gae_lambda``
+            outside [0, 1], an unknown option, or a missing ``final_values`` ("final_values is
+            required: truncated has True entries").
+
+    Source: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
+    Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (16); truncation
+    bootstrap as in Stable-Baselines3 (Pardo et al. 2018, "Time Limits in Reinforcement
+    Learning", arXiv:1712.00378).
+    """
+    gamma = check_unit_interval(gamma, "gamma")
+    gae_lambda = check_unit_interval(gae_lambda, "gae_lambda")
+    inputs = prepare_trajectory({"rewards": rewards, "values": values}, terminated, truncated,
+                                last_values, final_values, truncation, bootstrap_terminal_last_row)
+    r, v = inputs.arrays["rewards"], inputs.arrays["values"]
+    advantages = np.empty(r.shape, dtype=inputs.dtype)
+    returns = np.empty(r.shape, dtype=inputs.dtype)
+    if r.shape[0] > 0:
+        scalar = inputs.dtype.type
+        _gae_kernel(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
+                    inputs.final_values, scalar(gamma), scalar(gamma * gae_lambda),
+                    inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
+                    advantages, returns)
+    return finish(inputs, advantages, returns)

@@ -1,0 +1,139 @@
+"""V-trace off-policy value targets and policy-gradient advantages.
+
+Espeholt et al. 2018, "IMPALA" (arXiv:1802.01561), with the trace-cutting ``lambda_`` of rlax.
+A numba kernel runs backward over time (all envs of a row side by side) behind a validating
+wrapper (SPEC §2).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ppo_ref._checks import check_positive, check_unit_interval
+from ppo_ref._numba import njit
+from ppo_ref.kernels._inputs import finish, prepare_trajectory
+from ppo_ref.kernels.masks import _transition_flags
+
+__all__ = ["vtrace", "VTraceReturns"]
+
+
+class VTraceReturns(NamedTuple):
+    """Result of :func:`vtrace`; both fields have the shape and dtype of ``rewards``.
+
+    ``vs``: the V-trace value targets ``v_s`` (regress ``values`` towards them).
+    ``pg_advantages``: ``min(pg_rho_bar, ratio) * (q_s - values[s])`` for the policy gradient.
+    """
+
+    vs: np.ndarray
+    pg_advantages: np.ndarray
+
+
+@njit
+def _vtrace_kernel(behaviour_log_probs, target_log_probs, rewards, values, terminated,
+                   truncated, last_values, final_values, gamma, rho_bar, c_bar, pg_rho_bar,
+                   lambda_, one_minus_lambda, truncation_mode, bootstrap_terminal_last_row,
+                   vs, pg_advantages):
+    """Backward V-trace recursion over ``[T, N]`` arrays; writes ``vs`` and ``pg_advantages``.
+
+    Every scalar has the arrays' dtype and no float literal appears below, so a float32
+    specialisation computes in float32.
+    """
+    n_steps, n_envs = rewards.shape
+    for t in range(n_steps - 1, -1, -1):
+        last_row = t == n_steps - 1
+        for n in range(n_envs):
+            terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
+                                                           truncation_mode)
+            ratio = np.exp(target_log_probs[t, n] - behaviour_log_probs[t, n])
+            value = values[t, n]
+            if terminal and not (last_row and bootstrap_terminal_last_row):
+                target = rewards[t, n]                               # next_value = 0
+            else:
+                if from_final:
+                    next_value = final_values[t, n]
+                elif last_row:
+                    next_value = last_values[n]
+                else:
+                    next_value = values[t + 1, n]
+                target = rewards[t, n] + gamma * next_value
+            # vs[t] = values[t] + rho * delta[t] + gamma * c * (vs[t+1] - values[t+1])
+            v_s = value + min(rho_bar, ratio) * (target - value)
+            if done or last_row:
+                q = target                                           # X[t] = next_value[t]
+            else:
+                c = lambda_ * min(c_bar, ratio)
+                v_s = v_s + gamma * c * (vs[t + 1, n] - values[t + 1, n])
+                q = rewards[t, n] + gamma * (lambda_ * vs[t + 1, n]
+                                             + one_minus_lambda * values[t + 1, n])
+            vs[t, n] = v_s
+            pg_advantages[t, n] = min(pg_rho_bar, ratio) * (q - value)
+
+
+def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,
+           last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0, pg_rho_bar=None,
+           lambda_=1.0, truncation="bootstrap", bootstrap_terminal_last_row=False) -> VTraceReturns:
+    r"""V-trace targets ``vs`` and policy-gradient advantages (IMPALA, with rlax's lambda).
+
+    With ``ratio[t] = exp(target_log_probs[t] - behaviour_log_probs[t])``,
+    ``rho[t] = min(rho_bar, ratio[t])`` and ``c[t] = lambda_ * min(c_bar, ratio[t])``, per env,
+    backward over ``t = T-1 .. 0`` (``next_value`` and ``done`` exactly as in :func:`gae`)::
+
+        vs[t] = values[t] + rho[t] * (rewards[t] + gamma * next_value[t] - values[t])
+                + gamma * (1 - done[t]) * c[t] * (vs[t+1] - values[t+1])     (0 at t = T-1)
+        q[t]  = rewards[t] + gamma * X[t]
+                X[t] = 0                                      if terminated[t]
+                     = next_value[t]                          elif done[t] or t = T-1
+                     = lambda_ * vs[t+1] + (1 - lambda_) * values[t+1]   otherwise
+        pg_advantages[t] = min(pg_rho_bar, ratio[t]) * (q[t] - values[t])
+
+    Unrolled, ``vs`` is IMPALA eq. (1): :math:`v_s = V(x_s) + \sum_{t \ge s} \gamma^{t-s}
+    (\prod_{i=s}^{t-1} c_i)\, \rho_t \delta_t V`, summed to the end of the episode (or rollout).
+    On-policy (ratio 1, bars >= 1, ``lambda_ = 1``) ``vs`` equals the GAE returns and
+    ``pg_advantages`` the GAE advantages with ``gae_lambda = 1``.
+
+    Args:
+        behaviour_log_probs: ``[T, N]`` (or ``[T]``) float32/float64, log mu(a_t|x_t) of the
+            policy that acted (nats).
+        target_log_probs: same shape, log pi(a_t|x_t) under the policy being learned (nats).
+        rewards, values, terminated, truncated, last_values, final_values: as in :func:`gae`.
+        gamma: discount in [0, 1].
+        rho_bar: truncation of the importance weight in the TD term, > 0 (IMPALA rho-bar).
+        c_bar: truncation of the trace coefficients, > 0 (IMPALA c-bar).
+        pg_rho_bar: truncation of the policy-gradient weight, > 0; None means ``rho_bar``.
+        lambda_: trace mixing in [0, 1] (rlax ``lambda_``; 1 = the IMPALA paper).
+        truncation, bootstrap_terminal_last_row: convention options, as in :func:`gae`.
+
+    Returns:
+        :class:`VTraceReturns` ``(vs, pg_advantages)``, each with the shape of ``rewards``;
+        float32 when every float array given is float32, float64 otherwise. Empty when T = 0.
+
+    Raises:
+        ValueError: naming the argument, as in :func:`gae`; also ``rho_bar``, ``c_bar``,
+            ``pg_rho_bar`` not > 0 and ``lambda_`` outside [0, 1].
+
+    Source: Espeholt et al., "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
+    Actor-Learner Architectures", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
+    ``lambda_`` as in DeepMind's rlax ``vtrace_td_error_and_advantage``.
+    """
+    gamma = check_unit_interval(gamma, "gamma")
+    rho_bar = check_positive(rho_bar, "rho_bar")
+    c_bar = check_positive(c_bar, "c_bar")
+    pg_rho_bar = rho_bar if pg_rho_bar is None else check_positive(pg_rho_bar, "pg_rho_bar")
+    lambda_ = check_unit_interval(lambda_, "lambda_")
+    inputs = prepare_trajectory(
+        {"behaviour_log_probs": behaviour_log_probs, "target_log_probs": target_log_probs,
+         "rewards": rewards, "values": values},
+        terminated, truncated, last_values, final_values, truncation, bootstrap_terminal_last_row)
+    a = inputs.arrays
+    vs = np.empty(a["rewards"].shape, dtype=inputs.dtype)
+    pg_advantages = np.empty(a["rewards"].shape, dtype=inputs.dtype)
+    if vs.shape[0] > 0:
+        scalar = inputs.dtype.type
+        _vtrace_kernel(a["behaviour_log_probs"], a["target_log_probs"], a["rewards"],
+                       a["values"], inputs.terminated, inputs.truncated, inputs.last_values,
+                       inputs.final_values, scalar(gamma), scalar(rho_bar), scalar(c_bar),
+                       scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_),
+                       inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
+                       vs, pg_advantages)
+    return VTraceReturns(*finish(inputs, vs, pg_advantages))
