@@ -1,0 +1,306 @@
+"""Optimizer pieces: Adam (torch convention), global-norm gradient clipping, schedules.
+
+Parameters, gradients and Adam moments are dicts ``{name: float ndarray}`` with identical keys
+(the layout of ``ppo_ref.nn``). Every function here is pure: it returns new dicts and new arrays
+and never writes into its inputs, so a caller can keep the previous parameters for a comparison
+or a rollback.
+
+Sources: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (arXiv:1412.6980),
+Algorithm 1, with the placement of ``eps`` used by ``torch.optim.Adam`` (added to
+``sqrt(v_hat)``, i.e. *after* the bias correction of the second moment); Pascanu, Mikolov &
+Bengio, "On the difficulty of training recurrent neural networks" (arXiv:1211.5063) for clipping
+by the global norm, in the convention of ``torch.nn.utils.clip_grad_norm_`` (scale
+``max_norm / (norm + 1e-6)``, applied only when below 1). Schedules follow Stable-Baselines3's
+``progress_remaining`` (1 at the start of training, 0 at the end).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Mapping, Tuple
+
+import numpy as np
+
+from ppo_ref._checks import (check_choice, check_nonnegative, check_positive,
+                             check_real_scalar, check_unit_interval)
+
+__all__ = [
+    "adam_init",
+    "adam_update",
+    "adam_state_to_arrays",
+    "adam_state_from_arrays",
+    "clip_by_global_norm",
+    "global_norm",
+    "linear_schedule",
+    "scheduled_value",
+    "CLIP_NORM_EPS",
+]
+
+#: Added to the global norm before dividing (torch ``clip_grad_norm_`` uses the same 1e-6).
+CLIP_NORM_EPS = 1e-6
+
+Arrays = Dict[str, np.ndarray]
+
+
+def _check_param_dict(params, name: str) -> None:
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{name} must be a dict of float arrays, got {type(params).__name__}")
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name} keys must be strings, got {key!r}")
+        arr = np.asarray(value)
+        if arr.dtype not in (np.float32, np.float64):
+            raise ValueError(f"{name}[{key!r}] must be a float32 or float64 array, got dtype {arr.dtype}")
+
+
+def _check_same_keys(a: Mapping, a_name: str, b: Mapping, b_name: str) -> None:
+    missing = [k for k in a if k not in b]
+    extra = [k for k in b if k not in a]
+    if missing:
+        raise ValueError(f"{b_name} is missing key(s) {missing} present in {a_name}")
+    if extra:
+        raise ValueError(f"{b_name} has extra key(s) {extra} not present in {a_name}")
+
+
+def adam_init(params: Mapping[str, np.ndarray]) -> dict:
+    """Fresh Adam state for ``params``: step count 0 and zero moments.
+
+    Args:
+        params: ``{name: float32/float64 ndarray}``.
+
+    Returns:
+        ``{"t": 0, "m": {name: zeros_like(p)}, "v": {name: zeros_like(p)}}`` where ``t`` is the
+        number of updates taken so far (a Python int), ``m`` the first-moment (mean) estimates and
+        ``v`` the second-moment (uncentered variance) estimates, each with the dtype and shape of
+        its parameter.
+
+    Raises:
+        ValueError: ``params`` is not a dict of float arrays.
+    """
+    _check_param_dict(params, "params")
+    return {
+        "t": 0,
+        "m": {k: np.zeros_like(np.asarray(p)) for k, p in params.items()},
+        "v": {k: np.zeros_like(np.asarray(p)) for k, p in params.items()},
+    }
+
+
+def _check_adam_state(state, params: Mapping) -> int:
+    if not isinstance(state, Mapping) or not {"t", "m", "v"} <= set(state):
+        raise ValueError("state must be an Adam state from adam_init (keys 't', 'm', 'v')")
+    t = state["t"]
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or t < 0:
+        raise ValueError(f"state['t'] must be a non-negative int, got {t!r}")
+    for moment in ("m", "v"):
+        _check_same_keys(params, "params", state[moment], f"state['{moment}']")
+        for k, p in params.items():
+            if np.shape(state[moment][k]) != np.shape(p):
+                raise ValueError(f"state['{moment}'][{k!r}] has shape {np.shape(state[moment][k])}, "
+                                 f"params[{k!r}] has shape {np.shape(p)}")
+    return int(t)
+
+
+def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict,
+                *, lr: float, betas: Tuple[float, float] = (0.9, 0.999),
+                eps: float = 1e-5) -> Tuple[Arrays, dict]:
+    """One Adam step, exactly the update of ``torch.optim.Adam`` (no weight decay, no amsgrad).
+
+    With ``t`` the new step count (1 on the first call) and, per parameter array,
+
+        m_t   = beta1 * m_{t-1} + (1 - beta1) * g
+        v_t   = beta2 * v_{t-1} + (1 - beta2) * g**2
+        theta = theta - (lr / (1 - beta1**t)) * m_t / (sqrt(v_t) / sqrt(1 - beta2**t) + eps)
+
+    i.e. bias-corrected moments with ``eps`` added *after* ``sqrt(v_hat)`` (Kingma & Ba 2014,
+    Algorithm 1; torch's placement of ``eps``). Torch updates ``m`` with ``lerp`` (``m + (1 -
+    beta1) (g - m)``), which equals the first line up to rounding (~1 ulp).
+
+    Args:
+        params: ``{name: float ndarray}``, the current parameters.
+        grads: ``{name: float ndarray}`` with exactly the keys and shapes of ``params``: the
+            gradient of the loss to *minimize*. Must be finite.
+        state: Adam state from :func:`adam_init` or a previous call (never modified).
+        lr: learning rate (step size), >= 0.
+        betas: ``(beta1, beta2)``, each in [0, 1).
+        eps: added to the denominator, >= 0. PPO implementations use 1e-5 (SB3, CleanRL), not
+            torch's 1e-8 default.
+
+    Returns:
+        ``(new_params, new_state)``: new dicts of new arrays (each in its parameter's dtype);
+        ``new_state["t"] == state["t"] + 1``.
+
+    Raises:
+        ValueError: key sets differ (the message names the missing or extra key), a shape differs,
+            a gradient is not finite, or ``lr``/``betas``/``eps`` are out of range.
+    """
+    _check_param_dict(params, "params")
+    _check_param_dict(grads, "grads")
+    _check_same_keys(params, "params", grads, "grads")
+    t_prev = _check_adam_state(state, params)
+    lr = check_nonnegative(lr, "lr")
+    eps = check_nonnegative(eps, "eps")
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    beta1 = check_real_scalar(betas[0], "betas[0]")
+    beta2 = check_real_scalar(betas[1], "betas[1]")
+    for b, name in ((beta1, "betas[0]"), (beta2, "betas[1]")):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {b}")
+    for k, p in params.items():
+        g = np.asarray(grads[k])
+        if g.shape != np.shape(p):
+            raise ValueError(f"grads[{k!r}] has shape {g.shape}, params[{k!r}] has shape {np.shape(p)}")
+        if not np.isfinite(g).all():
+            raise ValueError(f"grads[{k!r}] must be finite (clip_by_global_norm reports this as "
+                             "FloatingPointError before the step)")
+
+    t = t_prev + 1
+    bias_correction1 = 1.0 - beta1 ** t
+    bias_correction2 = 1.0 - beta2 ** t
+    step_size = lr / bias_correction1
+    bias_correction2_sqrt = bias_correction2 ** 0.5
+
+    new_params: Arrays = {}
+    new_m: Arrays = {}
+    new_v: Arrays = {}
+    for k, p in params.items():
+        p = np.asarray(p)
+        g = np.asarray(grads[k], dtype=p.dtype)
+        m = beta1 * state["m"][k] + (1.0 - beta1) * g
+        v = beta2 * state["v"][k] + (1.0 - beta2) * g * g
+        denom = np.sqrt(v) / bias_correction2_sqrt + eps
+        new_params[k] = (p - step_size * m / denom).astype(p.dtype, copy=False)
+        new_m[k] = m.astype(p.dtype, copy=False)
+        new_v[k] = v.astype(p.dtype, copy=False)
+    return new_params, {"t": t, "m": new_m, "v": new_v}
+
+
+def adam_state_to_arrays(state: dict) -> Arrays:
+    """Flatten an Adam state into ``{str: ndarray}`` for an npz checkpoint (no pickling).
+
+    Layout: ``"t"`` -> 0-d int64 array; ``"m." + name`` and ``"v." + name`` -> the moment arrays
+    (copies). Parameter names may themselves contain dots; only the first dot is a separator.
+    Inverse: :func:`adam_state_from_arrays`.
+    """
+    if not isinstance(state, Mapping) or not {"t", "m", "v"} <= set(state):
+        raise ValueError("state must be an Adam state from adam_init (keys 't', 'm', 'v')")
+    _check_same_keys(state["m"], "state['m']", state["v"], "state['v']")
+    out: Arrays = {"t": np.asarray(int(state["t"]), dtype=np.int64)}
+    for k in state["m"]:
+        out["m." + k] = np.array(state["m"][k], copy=True)
+        out["v." + k] = np.array(state["v"][k], copy=True)
+    return out
+
+
+def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
+    """Rebuild an Adam state from :func:`adam_state_to_arrays` output (bit exact).
+
+    Raises:
+        ValueError: ``"t"`` missing or not a non-negative integer, a key without the ``m.``/``v.``
+            prefix, or a moment present in ``m`` but not in ``v`` (or vice versa).
+    """
+    if not isinstance(arrays, Mapping) or "t" not in arrays:
+        raise ValueError("arrays must be a dict holding 't' and 'm.<name>'/'v.<name>' entries")
+    t_arr = np.asarray(arrays["t"])
+    if t_arr.shape != () or not np.issubdtype(t_arr.dtype, np.integer) or int(t_arr) < 0:
+        raise ValueError(f"arrays['t'] must be a non-negative integer scalar, got {t_arr!r}")
+    m: Arrays = {}
+    v: Arrays = {}
+    for key, value in arrays.items():
+        if key == "t":
+            continue
+        prefix, _, name = key.partition(".")
+        if prefix not in ("m", "v") or not name:
+            raise ValueError(f"arrays has unexpected key {key!r} (expected 't', 'm.<name>', 'v.<name>')")
+        (m if prefix == "m" else v)[name] = np.array(value, copy=True)
+    _check_same_keys(m, "first moments (m.*)", v, "second moments (v.*)")
+    return {"t": int(t_arr), "m": m, "v": v}
+
+
+def global_norm(grads: Mapping[str, np.ndarray]) -> float:
+    """``sqrt(sum_k sum_i grads[k][i]**2)``: the L2 norm of all gradients as one vector.
+
+    Computed as the norm of the per-array norms (as torch does), in float64. May be inf or nan.
+    """
+    _check_param_dict(grads, "grads")
+    norms = [np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()) for g in grads.values()]
+    return float(np.linalg.norm(np.asarray(norms, dtype=np.float64))) if norms else 0.0
+
+
+def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tuple[Arrays, float]:
+    """Rescale gradients so that their global L2 norm is at most (about) ``max_norm``.
+
+        norm  = sqrt(sum over every array and entry of g**2)
+        scale = max_norm / (norm + 1e-6)
+        g'    = g * scale   if scale < 1   else   g
+
+    (torch ``clip_grad_norm_`` convention; SB3 and CleanRL call it with ``max_grad_norm``.)
+
+    Args:
+        grads: ``{name: float ndarray}``.
+        max_norm: > 0.
+
+    Returns:
+        ``(clipped_grads, norm)``: a new dict of new arrays (input dtypes kept) and the global
+        norm *before* clipping, a Python float.
+
+    Raises:
+        FloatingPointError: the norm is inf or nan; the message names the parameters whose
+            gradient holds a non-finite value (or, if every entry is finite but the sum of
+            squares overflowed, the arrays with the largest norms). Nothing is returned or
+            modified, so the caller can skip the step.
+        ValueError: ``max_norm`` <= 0 or ``grads`` is not a dict of float arrays.
+    """
+    _check_param_dict(grads, "grads")
+    max_norm = check_positive(max_norm, "max_norm")
+    per_array = {k: float(np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()))
+                 for k, g in grads.items()}
+    norm = float(np.linalg.norm(np.fromiter(per_array.values(), dtype=np.float64,
+                                            count=len(per_array)))) if per_array else 0.0
+    if not math.isfinite(norm):
+        bad = [k for k, g in grads.items() if not np.isfinite(np.asarray(g)).all()]
+        if bad:
+            raise FloatingPointError(
+                f"gradient norm is {norm}: non-finite gradient values in {bad}")
+        largest = sorted(per_array, key=lambda k: -per_array[k])[:3]
+        raise FloatingPointError(
+            f"gradient norm is {norm}: the sum of squares overflowed; largest arrays {largest}")
+    scale = max_norm / (norm + CLIP_NORM_EPS)
+    if scale < 1.0:
+        out = {k: (np.asarray(g) * scale).astype(np.asarray(g).dtype, copy=False)
+               for k, g in grads.items()}
+    else:
+        out = {k: np.array(g, copy=True) for k, g in grads.items()}
+    return out, norm
+
+
+def linear_schedule(initial: float, progress_remaining: float) -> float:
+    """``initial * progress_remaining``: linear annealing from ``initial`` to 0.
+
+    ``progress_remaining`` is Stable-Baselines3's convention: ``1 - steps_done / total_steps``,
+    1.0 at the start of training and 0.0 at the end (rl-baselines3-zoo ``lin_<value>``). Which
+    step count is used (before or after the current rollout) is the trainer's choice, see
+    ``PPOConfig.schedule_progress``.
+
+    Raises:
+        ValueError: ``initial`` negative or not finite, ``progress_remaining`` outside [0, 1].
+    """
+    initial = check_nonnegative(initial, "initial")
+    progress_remaining = check_unit_interval(progress_remaining, "progress_remaining")
+    return initial * progress_remaining
+
+
+def scheduled_value(schedule: str, initial: float, progress_remaining: float) -> float:
+    """A hyperparameter's value under ``schedule`` ("constant" or "linear") at this progress.
+
+    "constant" returns ``initial``; "linear" returns :func:`linear_schedule`. The trainers call
+    this for ``learning_rate`` (``PPOConfig.lr_schedule``) and ``clip_range``
+    (``PPOConfig.clip_range_schedule``).
+
+    Raises:
+        ValueError: unknown ``schedule``, or the arguments of :func:`linear_schedule` are invalid.
+    """
+    check_choice(schedule, "schedule", ("constant", "linear"))
+    if schedule == "constant":
+        check_unit_interval(progress_remaining, "progress_remaining")
+        return check_nonnegative(initial, "initial")
+    return linear_schedule(initial, progress_remaining)
