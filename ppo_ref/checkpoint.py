@@ -1,0 +1,234 @@
+"""Checkpoint files: named NumPy arrays plus a JSON metadata record, in one ``.npz``.
+
+Format (version 1)
+------------------
+A checkpoint is an uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` members):
+
+* one member per array of the trainer state (parameters ``params/<key>``, Adam moments
+  ``adam/m/<key>``, ``adam/v/<key>``, ...); float64 arrays are stored bit-exactly;
+* the member ``__metadata__``: a ``uint8`` array holding UTF-8 JSON (format version, the
+  config, counters, generator states, environment state). No member is a pickled object and
+  every load uses ``allow_pickle=False``, so loading a checkpoint never executes code.
+
+Writes are atomic: the archive goes to a temporary file in the destination directory, is
+flushed and ``fsync``-ed, then ``os.replace``-d over the destination. A crash mid-write leaves
+the previous checkpoint intact. A corrupt or truncated file raises :class:`CheckpointError`
+(a ``ValueError``) naming the file; zip CRC-32 checksums catch flipped bits.
+
+Generators (``np.random.Generator``) are saved through their ``bit_generator.state`` dict,
+which is JSON-safe (Python ints of any size), never by pickling.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from typing import Any, Dict, Mapping, Tuple
+
+import numpy as np
+
+FORMAT_VERSION = 1
+METADATA_KEY = "__metadata__"
+
+__all__ = [
+    "CheckpointError", "FORMAT_VERSION", "arrays_to_bytes", "arrays_from_bytes",
+    "save_checkpoint", "load_checkpoint", "json_to_array", "array_to_json",
+    "generator_state", "generator_from_state", "set_generator_state", "to_jsonable", "from_jsonable",
+]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file (or byte string) is missing, corrupt, truncated or of the wrong format."""
+
+
+def _check_arrays(arrays: Mapping[str, np.ndarray], name: str = "arrays") -> Dict[str, np.ndarray]:
+    if not isinstance(arrays, Mapping):
+        raise ValueError(f"{name} must be a mapping from str to ndarray, got {type(arrays).__name__}")
+    out = {}
+    for key, value in arrays.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{name} keys must be non-empty strings, got {key!r}")
+        arr = np.asarray(value)
+        if arr.dtype.hasobject:
+            raise ValueError(f"{name}[{key!r}] has dtype object; only plain numeric/bool/str arrays "
+                             "are stored (no pickling)")
+        out[key] = arr
+    return out
+
+
+def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """Serialize a dict of arrays to ``.npz`` bytes (in memory, uncompressed, no pickle).
+
+    ``arrays``: mapping ``str -> ndarray`` of any numeric, bool or fixed-width string dtype.
+    Returns bytes that :func:`arrays_from_bytes` turns back into bit-identical arrays (same
+    dtype, shape and values). Raises ``ValueError`` for non-string keys or object arrays.
+    """
+    checked = _check_arrays(arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **checked)
+    return buf.getvalue()
+
+
+def arrays_from_bytes(data: bytes, *, source: str = "<bytes>") -> Dict[str, np.ndarray]:
+    """Inverse of :func:`arrays_to_bytes`; loads with ``allow_pickle=False``.
+
+    Every member is read eagerly (so zip CRC-32 checks run). Raises :class:`CheckpointError`
+    naming ``source`` when the bytes are not a valid, complete archive.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"data must be bytes, got {type(data).__name__}")
+    try:
+        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except CheckpointError:
+        raise
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile) as exc:
+        raise CheckpointError(f"{source} is not a valid checkpoint archive (corrupt or truncated): "
+                              f"{type(exc).__name__}: {exc}") from None
+
+
+def json_to_array(obj: Any) -> np.ndarray:
+    """Encode a JSON-serializable object as a ``uint8`` array (UTF-8 JSON text)."""
+    text = json.dumps(obj, sort_keys=True, allow_nan=True)
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
+    """Decode :func:`json_to_array` output; raises :class:`CheckpointError` on bad content."""
+    a = np.asarray(arr)
+    if a.dtype != np.uint8 or a.ndim != 1:
+        raise CheckpointError(f"{name} must be a 1-d uint8 array of JSON text, got {a.dtype} {a.shape}")
+    try:
+        return json.loads(a.tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{name} is not valid JSON: {exc}") from None
+
+
+def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> str:
+    """Atomically write ``arrays`` and JSON ``metadata`` to ``path`` (an ``.npz`` file).
+
+    The metadata dict is stored as the member ``__metadata__`` (UTF-8 JSON in a uint8 array)
+    together with ``"format_version"``. The file appears at ``path`` only once complete
+    (temporary file in the same directory, ``fsync``, ``os.replace``, directory ``fsync``).
+    Returns the path written. Raises ``ValueError`` for bad arrays or non-JSON metadata.
+    """
+    checked = _check_arrays(arrays)
+    if METADATA_KEY in checked:
+        raise ValueError(f"arrays must not contain the reserved key {METADATA_KEY!r}")
+    if not isinstance(metadata, Mapping):
+        raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}")
+    meta = dict(metadata)
+    meta["format_version"] = FORMAT_VERSION
+    try:
+        checked[METADATA_KEY] = json_to_array(meta)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"metadata must be JSON-serializable: {exc}") from None
+    payload = arrays_to_bytes(checked)
+
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # make the rename itself durable (not supported on every platform)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+    return path
+
+
+def load_checkpoint(path) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+    """Read a file written by :func:`save_checkpoint`: returns ``(arrays, metadata)``.
+
+    Raises :class:`CheckpointError` (a ``ValueError``) when the file is missing, is not a
+    complete archive (truncated, corrupt: CRC mismatch), lacks the metadata member, or has an
+    unknown format version. Never unpickles.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint {path!r} does not exist")
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if not data:
+        raise CheckpointError(f"checkpoint {path!r} is empty (truncated)")
+    arrays = arrays_from_bytes(data, source=f"checkpoint {path!r}")
+    if METADATA_KEY not in arrays:
+        raise CheckpointError(f"checkpoint {path!r} has no {METADATA_KEY!r} member")
+    metadata = array_to_json(arrays.pop(METADATA_KEY), name=f"checkpoint {path!r} metadata")
+    if not isinstance(metadata, dict):
+        raise CheckpointError(f"checkpoint {path!r} metadata must be a JSON object")
+    version = metadata.get("format_version")
+    if version != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {path!r} has format_version {version!r}; "
+                              f"this ppo_ref reads version {FORMAT_VERSION}")
+    return arrays, metadata
+
+
+# -- generators -------------------------------------------------------------------------------
+
+def generator_state(rng: np.random.Generator) -> Dict[str, Any]:
+    """The JSON-safe state of a ``np.random.Generator`` (its ``bit_generator.state`` dict)."""
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy Generator, got {type(rng).__name__}")
+    return to_jsonable(rng.bit_generator.state)
+
+
+def to_jsonable(obj):
+    if isinstance(obj, dict):
+        return {k: to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return {"__ndarray__": obj.tolist(), "dtype": str(obj.dtype)}
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    return obj
+
+
+def from_jsonable(obj):
+    if isinstance(obj, dict):
+        if "__ndarray__" in obj:
+            return np.asarray(obj["__ndarray__"], dtype=obj["dtype"])
+        return {k: from_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [from_jsonable(v) for v in obj]
+    return obj
+
+
+def set_generator_state(rng: np.random.Generator, state: Mapping[str, Any]) -> None:
+    """Restore a state from :func:`generator_state` into ``rng`` (same bit generator type)."""
+    want = state.get("bit_generator") if isinstance(state, Mapping) else None
+    have = type(rng.bit_generator).__name__
+    if want != have:
+        raise CheckpointError(f"generator state is for bit generator {want!r}, not {have!r}")
+    rng.bit_generator.state = from_jsonable(dict(state))
+
+
+def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:
+    """A new ``np.random.Generator`` positioned at ``state`` (from :func:`generator_state`)."""
+    name = state.get("bit_generator") if isinstance(state, Mapping) else None
+    bit_cls = getattr(np.random, str(name), None)
+    if bit_cls is None or not isinstance(bit_cls, type) or not issubclass(bit_cls, np.random.BitGenerator):
+        raise CheckpointError(f"unknown bit generator {name!r} in generator state")
+    rng = np.random.Generator(bit_cls())
+    set_generator_state(rng, state)
+    return rng
