@@ -1,0 +1,419 @@
+"""Action distributions of the PPO policy head, with the backward pass of log-prob and entropy.
+
+Categorical over ``A`` actions, parameterised by unnormalised ``logits [..., A]``:
+
+    log pi(a) = z_a - logsumexp(z)                      (computed as log_softmax, below)
+    H         = -sum_a pi(a) log pi(a)
+    d log pi(a) / d z_k = [k = a] - pi(k)
+    d H / d z_k         = -pi(k) (log pi(k) + H)
+
+Action masking: a logit of ``-inf`` marks an invalid action. Its probability is exactly 0, its
+log-probability ``-inf``, it contributes 0 to the entropy and gets gradient 0, and it is never
+sampled or chosen as the mode (the convention of MaskablePPO in sb3-contrib, which sets masked
+logits to a huge negative number; ``-inf`` is the exact version). A row whose actions are all
+masked has no distribution and raises ``ValueError``, as do NaN and ``+inf`` logits.
+
+Diagonal Gaussian over ``A`` action dimensions, with a state-independent ``log_std [A]``
+(SB3 ``DiagGaussianDistribution``, CleanRL ``ppo_continuous_action.py``), ``sigma = exp(log_std)``
+and ``u = (a - mean) / sigma``:
+
+    log pi(a) = sum_j [ -u_j^2 / 2 - log_std_j - log(2 pi) / 2 ]
+    H         = sum_j [ log_std_j + (1 + log(2 pi)) / 2 ]            (independent of the state)
+    d log pi / d mean_j    = u_j / sigma_j
+    d log pi / d log_std_j = u_j^2 - 1
+    d H / d log_std_j      = 1
+
+Log-probs and entropies are summed over action dimensions. The policy samples the raw action
+(stored in the buffer, used for log-probs); clipping to the action space happens only on the
+way to the env (SPEC §3), outside this module.
+
+dtype: results are float32 when every float array given is float32, float64 otherwise
+(:func:`ppo_ref._checks.result_dtype`); integer inputs count as float64.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence, Tuple, Union
+
+import numpy as np
+
+from ppo_ref._checks import as_float_array, check_same_shape, result_dtype
+
+__all__ = [
+    "log_softmax", "categorical_entropy", "categorical_log_prob", "categorical_log_prob_backward",
+    "categorical_entropy_backward", "categorical_sample", "categorical_mode",
+    "gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
+    "gaussian_entropy_backward", "gaussian_sample",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+# --------------------------------------------------------------------------------------------
+# categorical
+
+def _as_logits(logits, dtype=None) -> np.ndarray:
+    z = as_float_array(logits, "logits", allow_nonfinite=True)
+    if z.ndim == 0:
+        raise ValueError("logits must have at least 1 dimension [..., n_actions], got a scalar")
+    if z.shape[-1] == 0:
+        raise ValueError(f"logits must have at least one action (last dimension), got shape {z.shape}")
+    if dtype is not None and z.dtype != dtype:
+        z = z.astype(dtype)
+    return z
+
+
+def _row_max(z: np.ndarray) -> np.ndarray:
+    """Row maxima ``[..., 1]``; ``ValueError`` for a NaN, a ``+inf`` or an all-masked row.
+
+    ``max`` propagates NaN, is ``+inf`` iff the row holds ``+inf`` and is ``-inf`` iff every
+    entry is ``-inf``, so one check on the maxima covers all three cases.
+    """
+    m = z.max(axis=-1, keepdims=True)
+    if not np.isfinite(m).all():
+        bad = tuple(int(i) for i in np.argwhere(~np.isfinite(m[..., 0]))[0]) if z.ndim > 1 else ()
+        row = z[bad]
+        if np.isnan(row).any():
+            raise ValueError(f"logits must not contain NaN: found in row {bad}")
+        if (row == np.inf).any():
+            raise ValueError(f"logits must not contain +inf: found in row {bad}")
+        raise ValueError(f"logits row {bad} has every action masked (-inf): no valid action")
+    return m
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    """log_softmax of validated logits, in ``z``'s dtype (a fresh array)."""
+    out = z - _row_max(z)  # max entry 0, masked entries -inf
+    lse = np.log(np.exp(out).sum(axis=-1, keepdims=True))  # in [0, log A]
+    out -= lse
+    return out
+
+
+def _finite_log_probs(logp: np.ndarray) -> np.ndarray:
+    """``logp`` with ``-inf`` (masked) entries replaced by 0, so ``p * logp`` is 0 there, not NaN."""
+    masked = logp == -np.inf
+    if masked.any():
+        return np.where(masked, 0.0, logp).astype(logp.dtype, copy=False)
+    return logp
+
+
+def log_softmax(logits) -> np.ndarray:
+    """Numerically stable ``log softmax`` over the last axis.
+
+    ``m = max_a z_a``; ``s = z - m``; ``log pi = s - log(sum_a exp(s_a))``, computed in the input
+    dtype. The shift makes the largest ``exp`` exactly 1 and the sum lie in ``[1, A]``, so there is
+    no overflow and no underflow to ``log 0`` (e.g. ``[1000, 1001, 1002]`` gives the same as
+    ``[0, 1, 2]`` exactly, and float32 rows holding ``-1e10`` stay finite). ``-inf`` logits
+    (masked actions) give ``-inf``.
+
+    Args:
+        logits: ``[..., A]`` real array (float32 kept, float64, ints cast to float64); ``-inf``
+            allowed, NaN and ``+inf`` not.
+
+    Returns:
+        log-probabilities, same shape and dtype as ``logits`` (after the int cast).
+
+    Raises:
+        ValueError: NaN or ``+inf`` logits, a row with every action ``-inf``, a scalar or an
+            empty last axis.
+    """
+    return _log_softmax(_as_logits(logits))
+
+
+def categorical_entropy(logits) -> np.ndarray:
+    """Entropy ``H = -sum_a pi(a) log pi(a)`` of each row; masked actions contribute 0.
+
+    Args:
+        logits: ``[..., A]``, as :func:`log_softmax`.
+
+    Returns:
+        ``[...]`` entropies in nats, in ``[0, log(#unmasked)]``, dtype of ``logits``.
+
+    Raises:
+        ValueError: as :func:`log_softmax`.
+    """
+    logp = _finite_log_probs(log_softmax(logits))
+    p = np.exp(logp)
+    p *= logp
+    return -p.sum(axis=-1)
+
+
+def _as_actions(actions, batch_shape: Tuple[int, ...], n_actions: int) -> np.ndarray:
+    """Integer actions ``[...]`` in ``[0, n_actions)`` (integral floats accepted) as intp."""
+    a = np.asarray(actions)
+    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
+                                   or np.issubdtype(a.dtype, np.floating)):
+        raise ValueError(f"actions must be integers, got dtype {a.dtype}")
+    if np.issubdtype(a.dtype, np.floating):
+        if a.size and not (np.isfinite(a).all() and (a == np.round(a)).all()):
+            raise ValueError("actions must hold integer values; got non-integral floats")
+    check_same_shape(a, "actions", batch_shape, "logits[..., 0]")
+    if a.size and (a.min() < 0 or a.max() >= n_actions):
+        bad = a[(a < 0) | (a >= n_actions)].flat[0]
+        raise ValueError(f"actions must be in [0, {n_actions}), got {bad}")
+    return a.astype(np.intp, copy=False)
+
+
+def categorical_log_prob(logits, actions) -> np.ndarray:
+    """``log pi(actions)``: the entry of :func:`log_softmax` at each row's action.
+
+    Args:
+        logits: ``[..., A]``, as :func:`log_softmax`.
+        actions: integer array ``[...]`` with values in ``[0, A)`` (integral floats accepted).
+
+    Returns:
+        ``[...]`` log-probabilities (``-inf`` for a masked action), dtype of ``logits``.
+
+    Raises:
+        ValueError: as :func:`log_softmax`; ``actions`` of the wrong shape, non-integral or out
+            of range.
+    """
+    z = _as_logits(logits)
+    a = _as_actions(actions, z.shape[:-1], z.shape[-1])
+    logp = _log_softmax(z)
+    return np.take_along_axis(logp, a[..., None], axis=-1)[..., 0]
+
+
+def categorical_log_prob_backward(logits, actions, d_log_probs) -> np.ndarray:
+    """Gradient w.r.t. the logits: ``d_logits[..., k] = d_log_probs * ([k = a] - pi(k))``.
+
+    Masked actions get exactly 0 (``pi(k) = 0``) unless they are the action taken.
+
+    Args:
+        logits: ``[..., A]``; actions: ``[...]`` as :func:`categorical_log_prob`.
+        d_log_probs: ``[...]`` upstream gradient ``dL/dlog_prob``, finite.
+
+    Returns:
+        ``d_logits [..., A]``, dtype per the module rule.
+
+    Raises:
+        ValueError: as :func:`categorical_log_prob`; ``d_log_probs`` of the wrong shape or
+            non-finite.
+    """
+    z = _as_logits(logits)
+    d = as_float_array(d_log_probs, "d_log_probs")
+    check_same_shape(d, "d_log_probs", z.shape[:-1], "logits[..., 0]")
+    a = _as_actions(actions, z.shape[:-1], z.shape[-1])
+    dt = result_dtype(z, d)
+    z = z.astype(dt, copy=False)
+    d = d.astype(dt, copy=False)
+    g = np.exp(_log_softmax(z))  # pi
+    g *= -d[..., None]
+    flat = g.reshape(-1, z.shape[-1])  # a view of the fresh array g
+    flat[np.arange(flat.shape[0]), a.reshape(-1)] += d.reshape(-1)
+    return g
+
+
+def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
+    """Gradient of the entropy w.r.t. the logits: ``d_logits = -d_entropy * pi * (log pi + H)``.
+
+    Masked actions get exactly 0.
+
+    Args:
+        logits: ``[..., A]``, as :func:`log_softmax`.
+        d_entropy: ``[...]`` upstream gradient ``dL/dH``, finite.
+
+    Returns:
+        ``d_logits [..., A]``, dtype per the module rule.
+
+    Raises:
+        ValueError: as :func:`log_softmax`; ``d_entropy`` of the wrong shape or non-finite.
+    """
+    z = _as_logits(logits)
+    d = as_float_array(d_entropy, "d_entropy")
+    check_same_shape(d, "d_entropy", z.shape[:-1], "logits[..., 0]")
+    dt = result_dtype(z, d)
+    logp = _finite_log_probs(_log_softmax(z.astype(dt, copy=False)))
+    d = d.astype(dt, copy=False)
+    p = np.exp(logp)
+    h = -(p * logp).sum(axis=-1, keepdims=True)
+    g = logp + h
+    g *= p
+    g *= -d[..., None]
+    return g
+
+
+def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
+    """Draw one action per row by inverse-CDF sampling.
+
+    With ``pi = softmax(logits)`` (float64), ``C_k = sum_{j<=k} pi_j`` and one uniform draw
+    ``u ~ U[0, 1)`` per row (``rng.random``, C order over rows), the action is the first ``k``
+    with ``C_k > u * C_{A-1}``. A masked action (``pi_k = 0``) has ``C_k = C_{k-1}`` and can
+    never be that first index, so it is never drawn. (If rounding ever makes ``u * C_{A-1}``
+    reach the total, the last unmasked action is returned.) The same generator state gives
+    the same actions.
+
+    Args:
+        rng: ``np.random.Generator`` (the only source of randomness).
+        logits: ``[..., A]``, as :func:`log_softmax`.
+
+    Returns:
+        int64 ndarray ``[...]`` of actions in ``[0, A)`` (0-d for a single ``[A]`` row).
+
+    Raises:
+        ValueError: as :func:`log_softmax`, or ``rng`` not a Generator.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    z = _as_logits(logits, np.float64)
+    p = np.exp(_log_softmax(z))
+    cdf = np.cumsum(p, axis=-1)
+    u = rng.random(z.shape[:-1] + (1,))
+    u *= cdf[..., -1:]
+    actions = np.count_nonzero(cdf <= u, axis=-1).astype(np.int64)
+    overflow = actions == z.shape[-1]
+    if overflow.any():
+        last_valid = z.shape[-1] - 1 - np.argmax(p[..., ::-1] > 0.0, axis=-1)
+        actions = np.where(overflow, last_valid, actions)
+    return actions
+
+
+def categorical_mode(logits) -> np.ndarray:
+    """The most probable action of each row, ``argmax_a logits[..., a]`` (first on ties).
+
+    Returns int64 ``[...]``; masked actions are never chosen. Raises ``ValueError`` as
+    :func:`log_softmax`.
+    """
+    z = _as_logits(logits)
+    _row_max(z)
+    return np.argmax(z, axis=-1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# diagonal Gaussian
+
+def _as_mean_log_std(mean, log_std):
+    mu = as_float_array(mean, "mean")
+    if mu.ndim == 0:
+        raise ValueError("mean must have at least 1 dimension [..., action_dim], got a scalar")
+    ls = as_float_array(log_std, "log_std", ndim=(1,))
+    if ls.shape != mu.shape[-1:]:
+        raise ValueError(f"log_std must have shape {mu.shape[-1:]} (state-independent, one per "
+                         f"action dimension), got {ls.shape}")
+    return mu, ls
+
+
+def gaussian_log_prob(mean, log_std, actions) -> np.ndarray:
+    """``log N(actions; mean, diag(exp(log_std))^2)`` summed over the action dimensions.
+
+    ``sum_j [ -((a_j - mean_j) / sigma_j)^2 / 2 - log_std_j - log(2 pi) / 2 ]``,
+    ``sigma = exp(log_std)``.
+
+    Args:
+        mean: ``[..., A]`` finite. log_std: ``[A]`` finite. actions: ``[..., A]`` finite
+            (the raw, unclipped sample).
+
+    Returns:
+        ``[...]`` log-densities (nats), dtype per the module rule.
+
+    Raises:
+        ValueError: non-finite input or mismatched shapes.
+    """
+    mu, ls = _as_mean_log_std(mean, log_std)
+    a = as_float_array(actions, "actions")
+    check_same_shape(a, "actions", mu.shape, "mean")
+    dt = result_dtype(mu, ls, a)
+    ls = ls.astype(dt, copy=False)
+    u = (a.astype(dt, copy=False) - mu.astype(dt, copy=False)) * np.exp(-ls)
+    u *= u
+    return -0.5 * u.sum(axis=-1) - (ls.sum() + dt.type(0.5 * _LOG_2PI * ls.shape[0]))
+
+
+def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs
+                               ) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradients of :func:`gaussian_log_prob` w.r.t. ``mean`` and ``log_std``.
+
+    With ``u = (a - mean) / sigma`` and upstream ``g = d_log_probs``:
+    ``d_mean = g * u / sigma`` ``[..., A]`` and ``d_log_std = sum_batch g * (u^2 - 1)`` ``[A]``
+    (``log_std`` is shared by every row, so its gradient sums over the batch).
+
+    Args:
+        mean, log_std, actions: as :func:`gaussian_log_prob`.
+        d_log_probs: ``[...]`` finite.
+
+    Returns:
+        ``(d_mean [..., A], d_log_std [A])``.
+
+    Raises:
+        ValueError: as :func:`gaussian_log_prob`; ``d_log_probs`` of the wrong shape.
+    """
+    mu, ls = _as_mean_log_std(mean, log_std)
+    a = as_float_array(actions, "actions")
+    check_same_shape(a, "actions", mu.shape, "mean")
+    d = as_float_array(d_log_probs, "d_log_probs")
+    check_same_shape(d, "d_log_probs", mu.shape[:-1], "mean[..., 0]")
+    dt = result_dtype(mu, ls, a, d)
+    inv_sigma = np.exp(-ls.astype(dt, copy=False))
+    u = (a.astype(dt, copy=False) - mu.astype(dt, copy=False)) * inv_sigma
+    g = d.astype(dt, copy=False)[..., None]
+    d_mean = g * u * inv_sigma
+    u *= u
+    u -= 1.0
+    u *= g
+    d_log_std = u.reshape(-1, u.shape[-1]).sum(axis=0)
+    return d_mean, d_log_std
+
+
+def _as_batch_shape(batch_shape) -> Tuple[int, ...]:
+    if isinstance(batch_shape, (int, np.integer)) and not isinstance(batch_shape, (bool, np.bool_)):
+        shape = (int(batch_shape),)
+    else:
+        try:
+            shape = tuple(int(s) for s in batch_shape)
+        except (TypeError, ValueError):
+            raise ValueError(f"batch_shape must be an int or a tuple of ints, got {batch_shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"batch_shape must be non-negative, got {shape}")
+    return shape
+
+
+def gaussian_entropy(log_std, batch_shape: Union[int, Sequence[int]]) -> np.ndarray:
+    """Entropy ``sum_j [log_std_j + (1 + log(2 pi)) / 2]``, the same for every row.
+
+    Args:
+        log_std: ``[A]`` finite.
+        batch_shape: the leading shape of the result (int or tuple; ``()`` gives a 0-d array).
+
+    Returns:
+        ``[*batch_shape]`` entropies (nats), dtype of ``log_std``.
+
+    Raises:
+        ValueError: non-finite or non-1-D ``log_std``, bad ``batch_shape``.
+    """
+    ls = as_float_array(log_std, "log_std", ndim=(1,))
+    shape = _as_batch_shape(batch_shape)
+    h = ls.sum() + ls.dtype.type(0.5 * (1.0 + _LOG_2PI) * ls.shape[0])
+    return np.full(shape, h, dtype=ls.dtype)
+
+
+def gaussian_entropy_backward(log_std, d_entropy) -> np.ndarray:
+    """Gradient of :func:`gaussian_entropy` w.r.t. ``log_std``: ``sum(d_entropy)`` in every entry.
+
+    Args:
+        log_std: ``[A]`` finite. d_entropy: any shape (the ``batch_shape``), finite.
+
+    Returns:
+        ``d_log_std [A]``.
+    """
+    ls = as_float_array(log_std, "log_std", ndim=(1,))
+    d = as_float_array(d_entropy, "d_entropy")
+    dt = result_dtype(ls, d)
+    return np.full(ls.shape, d.astype(dt, copy=False).sum(), dtype=dt)
+
+
+def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
+    """``mean + exp(log_std) * eps`` with ``eps ~ N(0, I)`` drawn from ``rng`` (float64, C order).
+
+    Returns the raw (unclipped) sample ``[..., A]``, dtype per the module rule.
+
+    Raises:
+        ValueError: ``rng`` not a Generator, as :func:`gaussian_log_prob` otherwise.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    mu, ls = _as_mean_log_std(mean, log_std)
+    dt = result_dtype(mu, ls)
+    eps = rng.standard_normal(mu.shape)
+    eps *= np.exp(ls.astype(np.float64))
+    eps += mu
+    return eps.astype(dt, copy=False)
