@@ -290,10 +290,11 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8) -> np.nda
     if adv.size <= 1:
         return adv.copy()
     a64 = adv.astype(np.float64, copy=False)
-    mean = np.mean(a64)
-    std = np.std(a64, ddof=int(ddof))
-    out = (a64 - mean) / (std + eps)
-    if not np.isfinite(out).all():
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.mean(a64)
+        std = np.std(a64, ddof=int(ddof))
+        out = (a64 - mean) / (std + eps)
+    if not (np.isfinite(mean) and np.isfinite(std) and np.isfinite(out).all()):
         raise ValueError("advantages are too large to normalize: their variance overflows float64")
     return out.astype(adv.dtype, copy=False)
 

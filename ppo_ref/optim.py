@@ -216,14 +216,23 @@ def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
     return {"t": int(t_arr), "m": m, "v": v}
 
 
+def _array_norms(grads: Mapping[str, np.ndarray]) -> Tuple[Dict[str, float], float]:
+    """Per-array L2 norms and the global norm (the norm of the per-array norms, as torch)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        per_array = {k: float(np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()))
+                     for k, g in grads.items()}
+        norm = float(np.linalg.norm(np.fromiter(per_array.values(), dtype=np.float64,
+                                                count=len(per_array)))) if per_array else 0.0
+    return per_array, norm
+
+
 def global_norm(grads: Mapping[str, np.ndarray]) -> float:
     """``sqrt(sum_k sum_i grads[k][i]**2)``: the L2 norm of all gradients as one vector.
 
     Computed as the norm of the per-array norms (as torch does), in float64. May be inf or nan.
     """
     _check_param_dict(grads, "grads")
-    norms = [np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()) for g in grads.values()]
-    return float(np.linalg.norm(np.asarray(norms, dtype=np.float64))) if norms else 0.0
+    return _array_norms(grads)[1]
 
 
 def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tuple[Arrays, float]:
@@ -252,10 +261,7 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tup
     """
     _check_param_dict(grads, "grads")
     max_norm = check_positive(max_norm, "max_norm")
-    per_array = {k: float(np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()))
-                 for k, g in grads.items()}
-    norm = float(np.linalg.norm(np.fromiter(per_array.values(), dtype=np.float64,
-                                            count=len(per_array)))) if per_array else 0.0
+    per_array, norm = _array_norms(grads)
     if not math.isfinite(norm):
         bad = [k for k, g in grads.items() if not np.isfinite(np.asarray(g)).all()]
         if bad:
