@@ -1,0 +1,388 @@
+"""A single-layer LSTM with episode resets, forward and backward (BPTT) by hand.
+
+The cell is ``torch.nn.LSTM``'s (Hochreiter & Schmidhuber 1997, with the forget gate of Gers,
+Schmidhuber & Cummins 2000), with the reset convention of recurrent PPO (sb3-contrib
+``RecurrentPPO``, CleanRL ``ppo_atari_lstm``): before step ``t`` the carried state is multiplied
+by ``keep[t] = 1 - episode_starts[t]``, so an episode that starts at ``t`` starts from the zero
+state. Per environment ``n`` and step ``t = 0 .. T-1``::
+
+    h~[t] = keep[t] * h[t-1]        c~[t] = keep[t] * c[t-1]        (h[-1] = h0, c[-1] = c0)
+    z[t]  = x[t] @ w_ih.T + h~[t] @ w_hh.T + b                      [4H], blocks (i, f, g, o)
+    i = sigmoid(z_i)   f = sigmoid(z_f)   g = tanh(z_g)   o = sigmoid(z_o)
+    c[t]  = f * c~[t] + i * g
+    h[t]  = o * tanh(c[t])
+
+``b`` is torch's ``b_ih + b_hh`` (one bias; the sum is all the forward pass sees). The returned
+``h_seq[t] = h[t]`` and ``(h_T, c_T) = (h[T-1], c[T-1])`` are *unmasked*: the next call's
+``episode_starts[0]`` decides whether that state is carried on.
+
+Backpropagation through time, given ``dh_seq[t] = dL/dh[t]`` (the direct gradient of the
+outputs) and ``dh_T, dc_T`` (gradient arriving from a later segment, for truncated BPTT);
+``dh~[T] = dh_T``, ``dc~[T] = dc_T``, ``keep[T] = 1``; for ``t = T-1 .. 0``::
+
+    dh    = dh_seq[t] + keep[t+1] * dh~[t+1]            total gradient of h[t]
+    dc    = keep[t+1] * dc~[t+1] + dh * o * (1 - tanh(c[t])^2)
+    dz_i  = dc * g * i * (1 - i)          dz_f = dc * c~[t] * f * (1 - f)
+    dz_g  = dc * i * (1 - g^2)            dz_o = dh * tanh(c[t]) * o * (1 - o)
+    dh~[t] = dz[t] @ w_hh                 dc~[t] = dc * f
+    dh0 = keep[0] * dh~[0]                dc0 = keep[0] * dc~[0]
+
+and, summed over every step and environment (one matrix product each, after the loop)::
+
+    dw_ih = sum_t dz[t].T @ x[t]     dw_hh = sum_t dz[t].T @ h~[t]     db = sum_t,n dz[t]
+    dx[t] = dz[t] @ w_ih
+
+The factor ``keep`` is where the gradient stops: a state cut by a reset receives exactly 0.
+
+Numerics. All work is float64 (float32, integer or bool inputs are cast on entry). The sigmoid is
+evaluated as ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, an exact identity that never overflows
+(``1 / (1 + exp(-z))`` overflows ``exp`` for ``z < -709``); it agrees with torch's sigmoid to a
+few units in the last place. Per step the work is one BLAS product ``h~ @ w_hh.T``, two NumPy
+``tanh`` calls (vectorised, SIMD) and two small numba kernels for the remaining elementwise
+arithmetic; the input projection ``x @ w_ih.T`` for all steps and the weight gradients are one
+BLAS product each.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
+from ppo_ref._numba import njit
+from ppo_ref.nn.init import orthogonal
+
+__all__ = ["LSTMCache", "lstm_init", "lstm_forward", "lstm_backward", "lstm_step"]
+
+Params = Dict[str, np.ndarray]
+PARAM_KEYS = ("w_ih", "w_hh", "b")
+
+
+class LSTMCache(NamedTuple):
+    """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
+
+    Attributes:
+        x: ``[T, N, D]`` the inputs.
+        keep: ``[T + 1, N]`` ``1 - episode_starts`` for steps ``0..T-1``, and ``keep[T] = 1``
+            (the gradients ``dh_T, dc_T`` enter unmasked).
+        h_prev: ``[T, N, H]`` ``h~[t] = keep[t] * h[t-1]``, the state the cell read at step t.
+        c_prev: ``[T, N, H]`` ``c~[t] = keep[t] * c[t-1]``.
+        gates: ``[T, N, 4H]`` activations ``(i, f, g, o)`` (after sigmoid/tanh), torch order.
+        tanh_c: ``[T, N, H]`` ``tanh(c[t])``.
+    """
+    x: np.ndarray
+    keep: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+
+
+# --------------------------------------------------------------------------------------------
+# Elementwise kernels (one step, all environments). Transcendentals are left to NumPy's SIMD
+# tanh, which is ~6x faster here than numba's scalar libm calls; these kernels fuse the rest.
+# --------------------------------------------------------------------------------------------
+
+@njit
+def _cell_update(tanh_half, c_prev, gates, c_new):
+    """gates = (i, f, g, o) from ``tanh_half = tanh(z * half)``; c_new = f * c~ + i * g."""
+    n_env, hidden = c_prev.shape
+    for n in range(n_env):
+        for j in range(hidden):
+            gi = 0.5 + 0.5 * tanh_half[n, j]
+            gf = 0.5 + 0.5 * tanh_half[n, hidden + j]
+            gg = tanh_half[n, 2 * hidden + j]
+            go = 0.5 + 0.5 * tanh_half[n, 3 * hidden + j]
+            gates[n, j] = gi
+            gates[n, hidden + j] = gf
+            gates[n, 2 * hidden + j] = gg
+            gates[n, 3 * hidden + j] = go
+            c_new[n, j] = gf * c_prev[n, j] + gi * gg
+
+
+@njit
+def _cell_output(gates, tanh_c, c_new, keep_next, h_out, h_prev_next, c_prev_next):
+    """h = o * tanh(c); the next step's carried state h~, c~ = keep_next * (h, c)."""
+    n_env, hidden = tanh_c.shape
+    for n in range(n_env):
+        k = keep_next[n]
+        for j in range(hidden):
+            h = gates[n, 3 * hidden + j] * tanh_c[n, j]
+            h_out[n, j] = h
+            h_prev_next[n, j] = k * h
+            c_prev_next[n, j] = k * c_new[n, j]
+
+
+@njit
+def _cell_backward(dh_out, dh_rec, dc_rec, keep_next, gates, tanh_c, c_prev, dz, dc_prev):
+    """One BPTT step (see the module docstring). ``dc_prev`` may alias ``dc_rec``."""
+    n_env, hidden = tanh_c.shape
+    for n in range(n_env):
+        k = keep_next[n]
+        for j in range(hidden):
+            gi = gates[n, j]
+            gf = gates[n, hidden + j]
+            gg = gates[n, 2 * hidden + j]
+            go = gates[n, 3 * hidden + j]
+            tc = tanh_c[n, j]
+            dh = dh_out[n, j] + k * dh_rec[n, j]
+            dc = k * dc_rec[n, j] + dh * go * (1.0 - tc * tc)
+            dz[n, j] = dc * gg * gi * (1.0 - gi)
+            dz[n, hidden + j] = dc * c_prev[n, j] * gf * (1.0 - gf)
+            dz[n, 2 * hidden + j] = dc * gi * (1.0 - gg * gg)
+            dz[n, 3 * hidden + j] = dh * tc * go * (1.0 - go)
+            dc_prev[n, j] = dc * gf
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+def _check_params(params: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return float64 ``(w_ih, w_hh, b)``; raise ``ValueError`` naming the bad entry."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a dict with keys {list(PARAM_KEYS)}, "
+                         f"got {type(params).__name__}")
+    missing = [k for k in PARAM_KEYS if k not in params]
+    if missing:
+        raise ValueError(f"params is missing {missing} (needs {list(PARAM_KEYS)})")
+    w_ih = as_float_array(params["w_ih"], "params['w_ih']", ndim=(2,)).astype(np.float64, copy=False)
+    w_hh = as_float_array(params["w_hh"], "params['w_hh']", ndim=(2,)).astype(np.float64, copy=False)
+    b = as_float_array(params["b"], "params['b']", ndim=(1,)).astype(np.float64, copy=False)
+    four_h, hidden = w_hh.shape
+    if hidden < 1 or four_h != 4 * hidden:
+        raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
+    if w_ih.shape[0] != four_h or w_ih.shape[1] < 1:
+        raise ValueError(f"params['w_ih'] must have shape [4H, D] = [{four_h}, D] with D >= 1 "
+                         f"(4H from params['w_hh']), got {w_ih.shape}")
+    check_same_shape(b, "params['b']", (four_h,), "[4H]")
+    return w_ih, w_hh, b
+
+
+def _check_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
+    a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
+    check_same_shape(a, name, (n_env, hidden), "[N, H]")
+    return a
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Params:
+    """Parameters of an LSTM with ``input_size`` inputs and ``hidden_size`` units.
+
+    ``w_ih`` ``[4H, D]`` and ``w_hh`` ``[4H, H]`` are each one orthogonal matrix with gain 1
+    (:func:`ppo_ref.nn.init.orthogonal`, drawn in that order from ``rng``) and ``b`` ``[4H]`` is
+    zero: CleanRL ``ppo_atari_lstm`` (``orthogonal_(weight, 1.0)``, ``constant_(bias, 0)``),
+    the convention pinned by SPEC section 3. Gate blocks are ordered (i, f, g, o) as torch's.
+
+    Args:
+        rng: ``np.random.Generator``; the only source of randomness.
+        input_size: D >= 1.
+        hidden_size: H >= 1.
+
+    Returns:
+        ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}``, float64.
+
+    Raises:
+        ValueError: ``rng`` is not a Generator or a size is not a positive integer.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    for value, name in ((input_size, "input_size"), (hidden_size, "hidden_size")):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    d, h = int(input_size), int(hidden_size)
+    return {
+        "w_ih": orthogonal(rng, (4 * h, d), gain=1.0),
+        "w_hh": orthogonal(rng, (4 * h, h), gain=1.0),
+        "b": np.zeros(4 * h),
+    }
+
+
+def _run(w_ih, w_hh, b, x, h0, c0, keep):
+    """The forward recursion on validated float64 arrays; returns (h_seq, c_T, cache)."""
+    n_steps, n_env, _ = x.shape
+    hidden = w_hh.shape[1]
+    # The sigmoid gates use sigmoid(z) = (1 + tanh(z / 2)) / 2, so their rows of the weights and
+    # bias are halved up front: multiplying by 1/2 is exact in binary floating point (barring
+    # underflow), so the products and sums below are exactly z / 2 for (i, f, o) and z for g.
+    half = np.full(4 * hidden, 0.5)
+    half[2 * hidden:3 * hidden] = 1.0
+    # Input projection for every step at once: zx[t] = (x[t] @ w_ih.T + b) * half.
+    zx = np.matmul(x.reshape(n_steps * n_env, -1), (w_ih * half[:, None]).T)
+    zx += b * half
+    zx = zx.reshape(n_steps, n_env, 4 * hidden)
+    w_hh_t = np.ascontiguousarray(w_hh.T * half)  # [H, 4H]: the fast layout for h~ @ w_hh.T
+    # h_prev[t], c_prev[t] = the carried state read at step t; row T holds (h_T, c_T) unmasked.
+    h_prev = np.empty((n_steps + 1, n_env, hidden))
+    c_prev = np.empty((n_steps + 1, n_env, hidden))
+    np.multiply(h0, keep[0, :, None], out=h_prev[0])
+    np.multiply(c0, keep[0, :, None], out=c_prev[0])
+    gates = np.empty((n_steps, n_env, 4 * hidden))
+    tanh_c = np.empty((n_steps, n_env, hidden))
+    h_seq = np.empty((n_steps, n_env, hidden))
+    zh = np.empty((n_env, 4 * hidden))
+    c_new = np.empty((n_env, hidden))
+    for t in range(n_steps):
+        np.matmul(h_prev[t], w_hh_t, out=zh)
+        zh += zx[t]                      # z[t] (halved in the sigmoid blocks)
+        np.tanh(zh, out=zh)
+        _cell_update(zh, c_prev[t], gates[t], c_new)
+        np.tanh(c_new, out=tanh_c[t])
+        _cell_output(gates[t], tanh_c[t], c_new, keep[t + 1], h_seq[t], h_prev[t + 1],
+                     c_prev[t + 1])
+    cache = LSTMCache(x=x, keep=keep, h_prev=h_prev[:n_steps], c_prev=c_prev[:n_steps],
+                      gates=gates, tanh_c=tanh_c)
+    return h_seq, c_prev[n_steps].copy(), cache
+
+
+def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
+    """``keep[t] = 1 - episode_starts[t]`` with a row of ones appended: float64 ``[T + 1, N]``.
+
+    ``shape`` is the expected shape of ``episode_starts``: ``(T, N)``, or ``(N,)`` for one step.
+    """
+    starts = as_flag_array(episode_starts, "episode_starts", ndim=(len(shape),))
+    check_same_shape(starts, "episode_starts", shape, shape_name)
+    n_env = shape[-1]
+    starts = starts.reshape(-1, n_env)
+    keep = np.ones((starts.shape[0] + 1, n_env))
+    keep[:-1] -= starts
+    return keep
+
+
+def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
+    """Run the LSTM over a time-major sequence, resetting the state at episode starts.
+
+    Equations: the module docstring (torch.nn.LSTM cell, state multiplied by
+    ``1 - episode_starts[t]`` before step t).
+
+    Args:
+        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (torch gate order i, f, g, o;
+            ``b`` is torch's ``b_ih + b_hh``).
+        x: ``[T, N, D]`` inputs, T >= 1 steps of N >= 1 environments.
+        h0: ``[N, H]`` hidden state carried into step 0.
+        c0: ``[N, H]`` cell state carried into step 0.
+        episode_starts: ``[T, N]`` bool or 0/1 numbers; True at t = the first step of an
+            episode (the carried state is zeroed before that step).
+
+    Returns:
+        ``(h_seq, (h_T, c_T), cache)``: ``h_seq`` ``[T, N, H]`` the hidden state after every
+        step; ``h_T = h_seq[T-1]`` and ``c_T`` ``[N, H]`` the final state (unmasked, to carry
+        into the next segment); ``cache`` an :class:`LSTMCache` for :func:`lstm_backward`.
+        All float64; ``h_T`` and ``c_T`` are fresh arrays.
+
+    Raises:
+        ValueError: naming the argument, for a missing/misshapen parameter, wrong ranks or
+            shapes (``x``, ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other
+            than 0/1, or T = 0 / N = 0.
+    """
+    w_ih, w_hh, b = _check_params(params)
+    hidden, d_in = w_hh.shape[1], w_ih.shape[1]
+    x = as_float_array(x, "x", ndim=(3,)).astype(np.float64, copy=False)
+    n_steps, n_env, d_x = x.shape
+    if n_steps < 1 or n_env < 1:
+        raise ValueError(f"x must be [T, N, D] with T >= 1 and N >= 1, got shape {x.shape}")
+    if d_x != d_in:
+        raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
+                         f"{list(w_ih.shape)}), got shape {x.shape}")
+    h0 = _check_state(h0, "h0", n_env, hidden)
+    c0 = _check_state(c0, "c0", n_env, hidden)
+    keep = _keep_mask(episode_starts, (n_steps, n_env), "[T, N]")
+    h_seq, c_last, cache = _run(w_ih, w_hh, b, x, h0, c0, keep)
+    return h_seq, (h_seq[n_steps - 1].copy(), c_last), cache
+
+
+def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
+    """One LSTM step for acting: ``(h, c) <- cell(x, keep * h, keep * c)``, no cache.
+
+    Same equations and code path as :func:`lstm_forward` with T = 1 (``keep = 1 -
+    episode_starts``), so stepping a sequence one step at a time gives the same states.
+
+    Args:
+        params: as :func:`lstm_forward`.
+        x: ``[N, D]`` inputs of the current step.
+        h: ``[N, H]`` carried hidden state.
+        c: ``[N, H]`` carried cell state.
+        episode_starts: ``[N]`` bool or 0/1; True where this step starts a new episode.
+
+    Returns:
+        ``(h_new, c_new)``, float64 ``[N, H]`` each (fresh arrays; inputs are not modified).
+
+    Raises:
+        ValueError: naming the argument (``x``, ``h``, ``c``, ``episode_starts``, ``params``).
+    """
+    w_ih, w_hh, b = _check_params(params)
+    hidden, d_in = w_hh.shape[1], w_ih.shape[1]
+    x = as_float_array(x, "x", ndim=(2,)).astype(np.float64, copy=False)
+    n_env, d_x = x.shape
+    if n_env < 1:
+        raise ValueError(f"x must be [N, D] with N >= 1, got shape {x.shape}")
+    if d_x != d_in:
+        raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
+                         f"{list(w_ih.shape)}), got shape {x.shape}")
+    h = _check_state(h, "h", n_env, hidden)
+    c = _check_state(c, "c", n_env, hidden)
+    keep = _keep_mask(episode_starts, (n_env,), "[N]")
+    h_seq, c_new, _ = _run(w_ih, w_hh, b, x[None], h, c, keep)
+    return h_seq[0], c_new
+
+
+def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
+                  dh_T=None, dc_T=None):
+    """Backpropagation through time for :func:`lstm_forward` (equations: module docstring).
+
+    Args:
+        params: the parameters the forward pass used.
+        cache: the :class:`LSTMCache` returned by :func:`lstm_forward`.
+        dh_seq: ``[T, N, H]`` gradient of the loss w.r.t. ``h_seq``.
+        dh_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``h_T`` arriving from
+            outside ``h_seq`` (e.g. from the next truncated-BPTT segment). It adds to
+            ``dh_seq[T-1]``, since ``h_T`` is ``h_seq[T-1]``.
+        dc_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``c_T``.
+
+    Returns:
+        ``(dx, grads, (dh0, dc0))``: ``dx`` ``[T, N, D]``; ``grads`` a dict with the keys and
+        shapes of ``params``; ``dh0``, ``dc0`` ``[N, H]`` (exactly 0 for environments whose
+        ``episode_starts[0]`` is True). All float64, fresh arrays; nothing is mutated.
+
+    Raises:
+        ValueError: naming the argument, for a cache that is not an :class:`LSTMCache`,
+            parameters that do not match the cache, or a misshapen / non-finite gradient.
+    """
+    w_ih, w_hh, b = _check_params(params)
+    if not isinstance(cache, LSTMCache):
+        raise ValueError(f"cache must be the LSTMCache returned by lstm_forward, "
+                         f"got {type(cache).__name__}")
+    n_steps, n_env, d_in = cache.x.shape
+    hidden = cache.tanh_c.shape[2]
+    if w_hh.shape[1] != hidden or w_ih.shape[1] != d_in:
+        raise ValueError(f"params do not match cache: params['w_ih'] {w_ih.shape}, "
+                         f"params['w_hh'] {w_hh.shape}; cache has D = {d_in}, H = {hidden}")
+    dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
+    check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
+    dh_rec = np.zeros((n_env, hidden)) if dh_T is None else \
+        _check_state(dh_T, "dh_T", n_env, hidden).copy()
+    dc_rec = np.zeros((n_env, hidden)) if dc_T is None else \
+        _check_state(dc_T, "dc_T", n_env, hidden).copy()
+
+    keep = cache.keep
+    dz = np.empty((n_steps, n_env, 4 * hidden))
+    for t in range(n_steps - 1, -1, -1):
+        # dc_rec is overwritten in place with dc~[t]; dh_rec with dh~[t] by the matmul.
+        _cell_backward(dh_seq[t], dh_rec, dc_rec, keep[t + 1], cache.gates[t], cache.tanh_c[t],
+                       cache.c_prev[t], dz[t], dc_rec)
+        np.matmul(dz[t], w_hh, out=dh_rec)
+    dh0 = dh_rec * keep[0, :, None]
+    dc0 = dc_rec * keep[0, :, None]
+
+    dz_flat = dz.reshape(n_steps * n_env, 4 * hidden)
+    grads = {
+        "w_ih": dz_flat.T @ cache.x.reshape(n_steps * n_env, d_in),
+        "w_hh": dz_flat.T @ cache.h_prev.reshape(n_steps * n_env, hidden),
+        "b": dz_flat.sum(axis=0),
+    }
+    dx = (dz_flat @ w_ih).reshape(n_steps, n_env, d_in)
+    return dx, grads, (dh0, dc0)
