@@ -132,9 +132,9 @@ def categorical_entropy(logits) -> np.ndarray:
     Raises:
         ValueError: as :func:`log_softmax`.
     """
-    logp = _finite_log_probs(log_softmax(logits))
-    p = np.exp(logp)
-    p *= logp
+    logp = log_softmax(logits)
+    p = np.exp(logp)  # exactly 0 where masked
+    p *= _finite_log_probs(logp)
     return -p.sum(axis=-1)
 
 
@@ -223,9 +223,10 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
     d = as_float_array(d_entropy, "d_entropy")
     check_same_shape(d, "d_entropy", z.shape[:-1], "logits[..., 0]")
     dt = result_dtype(z, d)
-    logp = _finite_log_probs(_log_softmax(z.astype(dt, copy=False)))
+    logp = _log_softmax(z.astype(dt, copy=False))
+    p = np.exp(logp)  # exactly 0 where masked
+    logp = _finite_log_probs(logp)
     d = d.astype(dt, copy=False)
-    p = np.exp(logp)
     h = -(p * logp).sum(axis=-1, keepdims=True)
     g = logp + h
     g *= p
