@@ -12,7 +12,7 @@ import numpy as np
 
 from ppo_ref._checks import (as_flag_array, as_float_array, check_choice, check_same_shape,
                              result_dtype)
-from ppo_ref.kernels.masks import TRUNCATION_MODES
+from ppo_ref.kernels._kernels import TRUNCATION_MODES
 
 FINAL_VALUES_REQUIRED = "final_values is required: truncated has True entries"
 

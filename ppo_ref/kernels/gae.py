@@ -8,44 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from ppo_ref._checks import check_unit_interval
-from ppo_ref._numba import njit
 from ppo_ref.kernels._inputs import finish, prepare_trajectory
-from ppo_ref.kernels.masks import _transition_flags
+from ppo_ref.kernels._kernels import _gae_kernel
 
 __all__ = ["gae"]
-
-
-@njit
-def _gae_kernel(rewards, values, terminated, truncated, last_values, final_values,
-                gamma, gamma_lambda, truncation_mode, bootstrap_terminal_last_row,
-                advantages, returns):
-    """Backward GAE recursion over ``[T, N]`` arrays; writes ``advantages`` and ``returns``.
-
-    Scalars ``gamma`` and ``gamma_lambda`` (= gamma * gae_lambda) have the arrays' dtype, and
-    no float literal appears below, so a float32 specialisation computes in float32.
-    """
-    n_steps, n_envs = rewards.shape
-    for t in range(n_steps - 1, -1, -1):
-        last_row = t == n_steps - 1
-        for n in range(n_envs):
-            terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
-                                                           truncation_mode)
-            if terminal and not (last_row and bootstrap_terminal_last_row):
-                delta = rewards[t, n] - values[t, n]               # next_value = 0
-            else:
-                if from_final:
-                    next_value = final_values[t, n]
-                elif last_row:
-                    next_value = last_values[n]
-                else:
-                    next_value = values[t + 1, n]
-                delta = rewards[t, n] + gamma * next_value - values[t, n]
-            if done or last_row:
-                adv = delta                                        # trace cut (or A[T] = 0)
-            else:
-                adv = delta + gamma_lambda * advantages[t + 1, n]
-            advantages[t, n] = adv
-            returns[t, n] = adv + values[t, n]
 
 
 def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,

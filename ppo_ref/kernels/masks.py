@@ -25,7 +25,7 @@ implementations can be reproduced exactly:
 "ignore"       flag ignored: bootstrap the next row, trace runs on  thrust-rl 0.4
 =============  ==================================================  ==========================
 
-:func:`_transition_flags` is the one place where this rule is written; the GAE and V-trace
+``_kernels._transition_flags`` is the one place where this rule is written; the GAE and V-trace
 kernels call it for every step.
 """
 from __future__ import annotations
@@ -35,44 +35,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import as_flag_array, check_choice
-from ppo_ref._numba import njit
+from ppo_ref.kernels._kernels import TRUNCATION_MODES, _transition_masks_kernel
 
 __all__ = ["episode_starts", "transition_masks", "TransitionMasks", "TRUNCATION_MODES"]
-
-# Integer codes of the ``truncation`` option, as passed to the numba kernels.
-TRUNCATION_MODES = {"bootstrap": 0, "terminate": 1, "ignore": 2}
-
-
-@njit
-def _transition_flags(terminated, truncated, truncation_mode):
-    """Flags of one step: ``(terminal, bootstrap_final, done)``, all bool.
-
-    ``terminal``: the next value is 0 (no bootstrap). ``bootstrap_final``: the next value is
-    ``final_values[t]``. ``done``: the lambda-trace is cut after this step. Neither of the first
-    two set: the next value is ``values[t+1]`` (or ``last_values`` on the last row).
-    ``truncation_mode`` is a code of :data:`TRUNCATION_MODES`.
-    """
-    if truncation_mode == 0:  # "bootstrap" (SPEC): termination wins over truncation
-        return terminated, truncated and not terminated, terminated or truncated
-    if truncation_mode == 1:  # "terminate" (CleanRL): truncation is a termination
-        return terminated or truncated, False, terminated or truncated
-    return terminated, False, terminated  # "ignore" (thrust-rl): truncated is not read
-
-
-@njit
-def _transition_masks_kernel(terminated, truncated, truncation_mode,
-                             terminal, bootstrap_final, done):
-    flat_term = terminated.ravel()
-    flat_trunc = truncated.ravel()
-    out_term = terminal.ravel()
-    out_final = bootstrap_final.ravel()
-    out_done = done.ravel()
-    for i in range(flat_term.size):
-        a, b, c = _transition_flags(flat_term[i], flat_trunc[i], truncation_mode)
-        out_term[i] = a
-        out_final[i] = b
-        out_done[i] = c
-
 
 class TransitionMasks(NamedTuple):
     """Per-step masks derived from ``terminated``/``truncated`` (all bool, same shape).

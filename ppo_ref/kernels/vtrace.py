@@ -11,9 +11,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import check_positive, check_unit_interval
-from ppo_ref._numba import njit
 from ppo_ref.kernels._inputs import finish, prepare_trajectory
-from ppo_ref.kernels.masks import _transition_flags
+from ppo_ref.kernels._kernels import _vtrace_kernel
 
 __all__ = ["vtrace", "VTraceReturns"]
 
@@ -27,47 +26,6 @@ class VTraceReturns(NamedTuple):
 
     vs: np.ndarray
     pg_advantages: np.ndarray
-
-
-@njit
-def _vtrace_kernel(behaviour_log_probs, target_log_probs, rewards, values, terminated,
-                   truncated, last_values, final_values, gamma, rho_bar, c_bar, pg_rho_bar,
-                   lambda_, one_minus_lambda, truncation_mode, bootstrap_terminal_last_row,
-                   vs, pg_advantages):
-    """Backward V-trace recursion over ``[T, N]`` arrays; writes ``vs`` and ``pg_advantages``.
-
-    Every scalar has the arrays' dtype and no float literal appears below, so a float32
-    specialisation computes in float32.
-    """
-    n_steps, n_envs = rewards.shape
-    for t in range(n_steps - 1, -1, -1):
-        last_row = t == n_steps - 1
-        for n in range(n_envs):
-            terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
-                                                           truncation_mode)
-            ratio = np.exp(target_log_probs[t, n] - behaviour_log_probs[t, n])
-            value = values[t, n]
-            if terminal and not (last_row and bootstrap_terminal_last_row):
-                target = rewards[t, n]                               # next_value = 0
-            else:
-                if from_final:
-                    next_value = final_values[t, n]
-                elif last_row:
-                    next_value = last_values[n]
-                else:
-                    next_value = values[t + 1, n]
-                target = rewards[t, n] + gamma * next_value
-            # vs[t] = values[t] + rho * delta[t] + gamma * c * (vs[t+1] - values[t+1])
-            v_s = value + min(rho_bar, ratio) * (target - value)
-            if done or last_row:
-                q = target                                           # X[t] = next_value[t]
-            else:
-                c = lambda_ * min(c_bar, ratio)
-                v_s = v_s + gamma * c * (vs[t + 1, n] - values[t + 1, n])
-                q = rewards[t, n] + gamma * (lambda_ * vs[t + 1, n]
-                                             + one_minus_lambda * values[t + 1, n])
-            vs[t, n] = v_s
-            pg_advantages[t, n] = min(pg_rho_bar, ratio) * (q - value)
 
 
 def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,

@@ -1,0 +1,188 @@
+"""Slow, obviously-correct versions of the kernels, written in the papers' notation.
+
+These are the ground truth the fast kernels are tested against. They deliberately do NOT
+reproduce the backward recursions of ``ppo_ref.kernels``: GAE is the explicit discounted sum of
+TD errors up to the end of the episode (Schulman et al. 2016, eq. 16) and V-trace is IMPALA's
+double sum with products of trace coefficients (Espeholt et al. 2018, eq. 1). Everything runs in
+Python floats (float64), one env at a time, in O(T^2).
+
+Conventions (SPEC §1 and the ``truncation`` / ``bootstrap_terminal_last_row`` options):
+
+* "the transition at t ends the episode" (done) when it terminated or truncated; under
+  ``truncation="ignore"`` only when it terminated.
+* the state it leads to is worth 0 when it terminated (or truncated under "terminate"),
+  ``final_values[t]`` when it truncated (under "bootstrap"), else ``values[t+1]``, or
+  ``last_values`` after the last row. With ``bootstrap_terminal_last_row`` a terminal last row
+  is worth ``last_values`` too (thrust-rl).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _columns(*arrays):
+    """Yield the per-env 1-D columns of [T] or [T, N] arrays (None passes through)."""
+    ref = np.asarray(arrays[0])
+    if ref.ndim == 1:
+        yield None, [None if a is None else np.asarray(a) for a in arrays]
+        return
+    for n in range(ref.shape[1]):
+        yield n, [None if a is None else np.asarray(a)[..., n] for a in arrays]
+
+
+def _episode_structure(terminated, truncated, truncation):
+    """Per step: (episode ends after t, value of the next state is zero, next state is final)."""
+    T = len(terminated)
+    ends, worth_zero, is_final = [], [], []
+    for t in range(T):
+        term, trunc = bool(terminated[t]), bool(truncated[t])
+        if truncation == "bootstrap":
+            ends.append(term or trunc)
+            worth_zero.append(term)
+            is_final.append(trunc and not term)
+        elif truncation == "terminate":
+            ends.append(term or trunc)
+            worth_zero.append(term or trunc)
+            is_final.append(False)
+        elif truncation == "ignore":
+            ends.append(term)
+            worth_zero.append(term)
+            is_final.append(False)
+        else:
+            raise ValueError(truncation)
+    return ends, worth_zero, is_final
+
+
+def _bootstrap_values(values, last_values, final_values, worth_zero, is_final,
+                      bootstrap_terminal_last_row):
+    """V(x_{t+1}) as the target sees it, for every t (the state transition t leads to)."""
+    T = len(values)
+    out = []
+    for t in range(T):
+        last = t == T - 1
+        if worth_zero[t] and not (last and bootstrap_terminal_last_row):
+            out.append(0.0)
+        elif is_final[t]:
+            out.append(float(final_values[t]))
+        elif last:
+            out.append(float(last_values))
+        else:
+            out.append(float(values[t + 1]))
+    return out
+
+
+def _episode_end(ends, t):
+    """Index of the last step of the episode containing t (within the rollout)."""
+    k = t
+    while k < len(ends) - 1 and not ends[k]:
+        k += 1
+    return k
+
+
+def gae_oracle(rewards, values, terminated, truncated, last_values, final_values=None, *,
+               gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
+    """GAE as Schulman et al. (2016) eq. (16), truncated at the episode end:
+
+    A_t = sum_{l=0}^{k-t} (gamma * lambda)^l * delta_{t+l},
+    delta_t = r_t + gamma * V(x_{t+1}) - V(x_t),    k = last step of t's episode in the rollout.
+
+    Returns float64 (advantages, returns = advantages + values).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    adv = np.zeros(rewards.shape)
+    for n, (r, v, term, trunc, fv) in _columns(rewards, values, terminated, truncated,
+                                               final_values):
+        lv = np.asarray(last_values, dtype=np.float64) if n is None else np.asarray(last_values)[n]
+        ends, zero, final = _episode_structure(term, trunc, truncation)
+        v_next = _bootstrap_values(v, lv, fv, zero, final, bootstrap_terminal_last_row)
+        T = len(r)
+        delta = [float(r[t]) + gamma * v_next[t] - float(v[t]) for t in range(T)]
+        col = np.zeros(T)
+        for t in range(T):
+            k = _episode_end(ends, t)
+            col[t] = sum((gamma * gae_lambda) ** l * delta[t + l] for l in range(k - t + 1))
+        if n is None:
+            adv[:] = col
+        else:
+            adv[:, n] = col
+    return adv, adv + np.asarray(values, dtype=np.float64)
+
+
+def vtrace_oracle(behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,
+                  last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0,
+                  pg_rho_bar=None, lambda_=1.0, truncation="bootstrap",
+                  bootstrap_terminal_last_row=False):
+    """V-trace as IMPALA eq. (1), the n-step target running to the episode end:
+
+    v_s = V(x_s) + sum_{t=s}^{k} gamma^{t-s} (prod_{i=s}^{t-1} c_i) rho_t delta_t V,
+    delta_t V = r_t + gamma V(x_{t+1}) - V(x_t),  rho_t = min(rho_bar, pi/mu),
+    c_i = lambda_ * min(c_bar, pi/mu)  (rlax's lambda),  k = last step of s's episode.
+
+    pg advantage (IMPALA section 4.2, rlax's lambda): min(pg_rho_bar, pi/mu) * (q_s - V(x_s)),
+    q_s = r_s + gamma * X_s where X_s = 0 after a terminal, V(x_{s+1}) as bootstrapped when the
+    episode (or the rollout) ends at s, else lambda_ * v_{s+1} + (1 - lambda_) * V(x_{s+1}).
+
+    Returns float64 (vs, pg_advantages).
+    """
+    if pg_rho_bar is None:
+        pg_rho_bar = rho_bar
+    rewards = np.asarray(rewards, dtype=np.float64)
+    vs_all = np.zeros(rewards.shape)
+    pg_all = np.zeros(rewards.shape)
+    for n, (mu, pi, r, v, term, trunc, fv) in _columns(
+            behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,
+            final_values):
+        lv = np.asarray(last_values, dtype=np.float64) if n is None else np.asarray(last_values)[n]
+        ends, zero, final = _episode_structure(term, trunc, truncation)
+        v_next = _bootstrap_values(v, lv, fv, zero, final, bootstrap_terminal_last_row)
+        T = len(r)
+        ratio = [float(np.exp(float(pi[t]) - float(mu[t]))) for t in range(T)]
+        rho = [min(rho_bar, x) for x in ratio]
+        c = [lambda_ * min(c_bar, x) for x in ratio]
+        delta = [rho[t] * (float(r[t]) + gamma * v_next[t] - float(v[t])) for t in range(T)]
+        vs = np.zeros(T)
+        for s in range(T):
+            k = _episode_end(ends, s)
+            total = 0.0
+            for t in range(s, k + 1):
+                trace = 1.0
+                for i in range(s, t):
+                    trace *= c[i]
+                total += gamma ** (t - s) * trace * delta[t]
+            vs[s] = float(v[s]) + total
+        pg = np.zeros(T)
+        for s in range(T):
+            if ends[s] or s == T - 1:
+                x = v_next[s]  # 0 after a terminal, else the bootstrap value
+            else:
+                x = lambda_ * vs[s + 1] + (1.0 - lambda_) * float(v[s + 1])
+            q = float(r[s]) + gamma * x
+            pg[s] = min(pg_rho_bar, ratio[s]) * (q - float(v[s]))
+        if n is None:
+            vs_all[:], pg_all[:] = vs, pg
+        else:
+            vs_all[:, n], pg_all[:, n] = vs, pg
+    return vs_all, pg_all
+
+
+def episode_starts_oracle(terminated, truncated, initial):
+    """Reset mask by labelling episodes: a row starts an episode iff its episode label differs
+    from the previous row's (the label is the number of episode ends seen before the row), and
+    row 0 starts one iff the previous rollout's last step ended one (``initial``)."""
+    terminated = np.asarray(terminated)
+    out = np.zeros(terminated.shape, dtype=bool)
+    for n, (term, trunc) in _columns(terminated, truncated):
+        T = len(term)
+        label = []
+        seen = 0
+        for t in range(T):
+            label.append(seen)
+            if bool(term[t]) or bool(trunc[t]):
+                seen += 1
+        first = bool(np.asarray(initial)) if n is None else bool(np.asarray(initial)[n])
+        col = [first if t == 0 else label[t] != label[t - 1] for t in range(T)]
+        if n is None:
+            out[:] = col
+        else:
+            out[:, n] = col
+    return out
