@@ -1,0 +1,473 @@
+"""``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults.
+
+One frozen dataclass holds the hyperparameters (SB3 names and defaults, SPEC §5), the network
+and environment options, and the *convention knobs*: the places where well-known
+implementations make different choices. ``PPOConfig()`` is the SPEC behaviour
+(``PPOConfig.preset("reference")``); ``PPOConfig.preset(name)`` reproduces the conventions of
+Stable-Baselines3 ("sb3"), CleanRL ("cleanrl") or thrust-rl 0.4 ("thrust"), following the
+conventions table of DESIGN.md §4. Presets change convention fields only, never
+hyperparameters (learning rate, sizes, coefficients), so ``preset("sb3", **hp)`` and
+``preset("cleanrl", **hp)`` run the same experiment under two implementations' conventions.
+
+Every field carries a one-line help string (``PPOConfig.field_help()``) for the CLI's
+``--set field=value`` options, parsed by :func:`parse_overrides`. Invalid values raise
+``ValueError`` naming the field at construction, in ``replace`` and in ``from_dict``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+from ppo_ref.optim import scheduled_value
+
+__all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS"]
+
+
+def _f(default, help: str, choices: Optional[Tuple] = None):
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = tuple(choices)
+    return field(default=default, metadata=meta)
+
+
+_SCHEDULES = ("constant", "linear")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """Settings of a PPO run (feedforward, recurrent and actor-learner trainers).
+
+    Hyperparameters keep Stable-Baselines3's names and defaults (SPEC §5). Units: rewards and
+    values are in the environment's reward units; ``n_steps`` counts steps per environment;
+    ``batch_size`` counts rows (one row = one env step) of the ``n_steps * n_envs`` rollout.
+    Schedules use SB3's ``progress_remaining = 1 - steps_done / total_timesteps``.
+
+    Raises:
+        ValueError: at construction (and in ``replace``/``from_dict``) for any invalid field; the
+            message starts with the field's name.
+    """
+
+    # --- Stable-Baselines3 hyperparameters (SPEC §5) -------------------------------------------
+    learning_rate: float = _f(3e-4, "Adam step size; the initial value when lr_schedule='linear'")
+    n_steps: int = _f(2048, "env steps collected per environment per rollout (T)")
+    batch_size: int = _f(64, "minibatch size in rows (env steps); at most n_steps * n_envs")
+    n_epochs: int = _f(10, "passes over the rollout per update")
+    gamma: float = _f(0.99, "discount factor in [0, 1]")
+    gae_lambda: float = _f(0.95, "GAE lambda in [0, 1] (bias-variance trade-off of advantages)")
+    clip_range: float = _f(0.2, "PPO ratio clip eps > 0; initial value when clip_range_schedule='linear'")
+    clip_range_vf: Optional[float] = _f(
+        None, "value clip c > 0 around the rollout's values (None: no value clipping)")
+    normalize_advantage: bool = _f(True, "standardize advantages (see advantage_norm_scope/_ddof)")
+    ent_coef: float = _f(0.0, "entropy bonus coefficient >= 0")
+    vf_coef: float = _f(0.5, "value loss coefficient >= 0")
+    max_grad_norm: float = _f(0.5, "clip the global gradient L2 norm to this value (> 0)")
+    target_kl: Optional[float] = _f(
+        None, "KL early-stop threshold > 0 (None: never stop early); rule: kl_stop_rule")
+    adam_eps: float = _f(1e-5, "Adam epsilon > 0, added after sqrt(v_hat) (torch convention)")
+
+    # --- run, schedules, network ---------------------------------------------------------------
+    n_envs: int = _f(1, "parallel environments (N)")
+    lr_schedule: str = _f("constant", "learning-rate schedule", _SCHEDULES)
+    clip_range_schedule: str = _f("constant", "clip_range schedule", _SCHEDULES)
+    schedule_progress: str = _f(
+        "after_rollout",
+        "schedule progress counts steps after the rollout (SB3) or before it (CleanRL)",
+        ("after_rollout", "before_rollout"))
+    net_arch: Tuple[int, ...] = _f((64, 64), "hidden layer sizes of each MLP tower, e.g. 64,64")
+    activation: str = _f("tanh", "hidden-layer activation", ("tanh", "relu"))
+    shared_trunk: bool = _f(False, "share the hidden layers between policy and value heads")
+    policy_head_gain: float = _f(0.01, "orthogonal-init gain of the policy output layer (>= 0)")
+    value_head_gain: float = _f(1.0, "orthogonal-init gain of the value output layer (>= 0)")
+    log_std_init: float = _f(0.0, "initial log standard deviation of Gaussian policies")
+    lstm_hidden_size: int = _f(64, "LSTM hidden size H (recurrent policy)")
+    lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")
+    normalize_observations: bool = _f(False, "running mean/std observation normalization")
+    normalize_rewards: bool = _f(False, "running return-std reward scaling")
+
+    # --- convention knobs (DESIGN.md §4) -------------------------------------------------------
+    truncation: str = _f(
+        "bootstrap",
+        "truncated steps: bootstrap V(final_obs) (SPEC), treat as terminal (CleanRL), or "
+        "ignore the flag (thrust-rl)",
+        ("bootstrap", "terminate", "ignore"))
+    bootstrap_terminal_last_row: bool = _f(
+        False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl)")
+    value_loss_mode: str = _f(
+        "max", "clipped value loss: max of both squared errors, or SB3's clipped MSE",
+        ("max", "sb3"))
+    value_loss_scale: float = _f(
+        1.0, "factor on the value loss before vf_coef (CleanRL's 0.5 * MSE: 0.5), >= 0")
+    advantage_norm_scope: str = _f(
+        "minibatch", "normalize advantages per minibatch or once over the whole batch",
+        ("minibatch", "batch"))
+    advantage_norm_ddof: int = _f(1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)",
+                                  (0, 1))
+    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3 or k1", ("k3", "k1"))
+    kl_stop_rule: str = _f(
+        "sb3",
+        "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, 1x), "
+        "thrust (after the step, end the current epoch only)",
+        ("sb3", "cleanrl", "thrust"))
+
+    # ------------------------------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        hints = _type_hints()
+        for f in dataclasses.fields(self):
+            value = _coerce(f.name, getattr(self, f.name), hints[f.name])
+            object.__setattr__(self, f.name, value)
+            choices = f.metadata.get("choices")
+            if choices is not None and value not in choices:
+                raise ValueError(f"{f.name} must be one of {list(choices)}, got {value!r}")
+
+        for name in ("n_steps", "batch_size", "n_epochs", "n_envs", "lstm_hidden_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        for name in ("learning_rate", "clip_range", "max_grad_norm", "adam_eps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("ent_coef", "vf_coef", "value_loss_scale", "policy_head_gain",
+                     "value_head_gain"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("gamma", "gae_lambda"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        for name in ("clip_range_vf", "target_kl"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 or None, got {value}")
+        for i, width in enumerate(self.net_arch):
+            if width <= 0:
+                raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")
+        rows = self.n_steps * self.n_envs
+        if self.batch_size > rows:
+            raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "
+                             f"({self.n_steps} * {self.n_envs} = {rows})")
+
+    # --- construction helpers -----------------------------------------------------------------
+    def replace(self, **changes: Any) -> "PPOConfig":
+        """A copy with ``changes`` applied and validated (``ValueError`` for unknown fields)."""
+        _check_known(changes)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-safe ``{field: value}`` (tuples become lists); inverse of :meth:`from_dict`."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "PPOConfig":
+        """Build from :meth:`to_dict` output (or a parsed ``config.json``).
+
+        Missing fields take their defaults; unknown keys raise ``ValueError`` naming them.
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"from_dict expects a dict, got {type(d).__name__}")
+        _check_known(d)
+        return cls(**d)
+
+    def to_json(self) -> str:
+        """``to_dict()`` as indented JSON text (sorted in field order)."""
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def field_help(cls) -> Dict[str, str]:
+        """``{field: "help text (default ...; choices ...)"}`` in declaration order, for the CLI."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            text = f"{f.metadata['help']} (default {_format(f.default)}"
+            if "choices" in f.metadata:
+                text += "; one of " + ", ".join(str(c) for c in f.metadata["choices"])
+            out[f.name] = text + ")"
+        return out
+
+    # --- schedules -----------------------------------------------------------------------------
+    def learning_rate_at(self, progress_remaining: float) -> float:
+        """Learning rate at ``progress_remaining`` (1 at the start, 0 at the end) under
+        ``lr_schedule``: ``learning_rate`` or ``learning_rate * progress_remaining``."""
+        return scheduled_value(self.lr_schedule, self.learning_rate, progress_remaining)
+
+    def clip_range_at(self, progress_remaining: float) -> float:
+        """Clip range at ``progress_remaining`` under ``clip_range_schedule`` (as
+        :meth:`learning_rate_at`). ``clip_range_vf`` is never scheduled."""
+        return scheduled_value(self.clip_range_schedule, self.clip_range, progress_remaining)
+
+    # --- presets -------------------------------------------------------------------------------
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
+        """The conventions of one implementation, with ``overrides`` applied on top.
+
+        Every preset sets all of :data:`CONVENTION_FIELDS`; every other field keeps its default
+        unless overridden. Field by field (DESIGN.md §4):
+
+        ``"reference"``: this SPEC, identical to ``PPOConfig()``.
+            truncation="bootstrap" (bootstrap V(final_obs), cut the trace);
+            bootstrap_terminal_last_row=False; value_loss_mode="max", value_loss_scale=1.0,
+            clip_range_vf=None (no 0.5, clipping off, the max form when switched on);
+            advantage_norm_scope="minibatch", advantage_norm_ddof=1 (size-1 unchanged);
+            kl_estimator="k3", kl_stop_rule="sb3" (1.5 x target_kl, checked before the step,
+            stops every remaining epoch); lr_schedule="constant",
+            clip_range_schedule="constant", schedule_progress="after_rollout";
+            value_head_gain=1.0.
+
+        ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO defaults.
+            truncation="bootstrap" (SB3 folds gamma * V(final_obs) into the reward: the same
+            numbers); bootstrap_terminal_last_row=False; value_loss_mode="sb3" (MSE of the
+            clipped prediction when clip_range_vf is set), value_loss_scale=1.0
+            (``F.mse_loss``, no 0.5), clip_range_vf=None; advantage_norm_scope="minibatch",
+            advantage_norm_ddof=1; kl_estimator="k3", kl_stop_rule="sb3";
+            lr_schedule="constant", clip_range_schedule="constant" (SB3's default constant
+            schedules), schedule_progress="after_rollout" (``progress_remaining`` updated after
+            ``collect_rollouts``); value_head_gain=1.0. (sb3-contrib's LSTM default size is
+            256: pass ``lstm_hidden_size=256`` to match it.)
+
+        ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``.
+            truncation="terminate" (``next_done = terminations | truncations``);
+            bootstrap_terminal_last_row=False; value_loss_mode="max" with value_loss_scale=0.5
+            (``0.5 * max(unclipped, clipped)``) and clip_range_vf = clip_range (``clip_vloss``
+            uses ``clip_coef``; follows an overridden ``clip_range`` unless ``clip_range_vf``
+            is overridden too); advantage_norm_scope="minibatch", advantage_norm_ddof=1;
+            kl_estimator="k3", kl_stop_rule="cleanrl" (after each epoch, 1 x target_kl, using
+            the last minibatch's estimate); lr_schedule="linear" (``anneal_lr=True``),
+            clip_range_schedule="constant", schedule_progress="before_rollout"
+            (``frac = 1 - (iteration - 1) / num_iterations``); value_head_gain=1.0.
+
+        ``"thrust"``: thrust-rl 0.4.
+            truncation="ignore" (the truncated flag is dropped: the next row's value is
+            bootstrapped and the trace runs on); bootstrap_terminal_last_row=True;
+            value_loss_mode="max", value_loss_scale=1.0, clip_range_vf=0.2;
+            advantage_norm_scope="batch", advantage_norm_ddof=0 (its feedforward trainer; its
+            recurrent trainer normalizes per minibatch with ddof 0: override the scope);
+            kl_estimator="k1", kl_stop_rule="thrust" (checked after the step, ends only the
+            current epoch); lr_schedule="constant", clip_range_schedule="constant" (no schedule
+            built in), schedule_progress="after_rollout" (unused); value_head_gain=0.01.
+
+        Raises:
+            ValueError: unknown preset name or field, or an invalid resulting config.
+        """
+        if name not in PRESETS:
+            raise ValueError(f"preset name must be one of {list(PRESETS)}, got {name!r}")
+        _check_known(overrides)
+        values = dict(PRESETS[name])
+        if values.get("clip_range_vf") is _SAME_AS_CLIP_RANGE:
+            values["clip_range_vf"] = overrides.get("clip_range", _default("clip_range"))
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def zoo_cartpole(cls, **overrides: Any) -> "PPOConfig":
+        """rl-baselines3-zoo's CartPole-v1 PPO settings on the reference conventions.
+
+        n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
+        learning_rate=1e-3 and clip_range=0.2 both linearly annealed (zoo ``lin_1e-3``,
+        ``lin_0.2``), ent_coef=0.0; ``overrides`` applied on top.
+        """
+        _check_known(overrides)
+        values = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                      gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+                      clip_range_schedule="linear", ent_coef=0.0)
+        values.update(overrides)
+        return cls(**values)
+
+
+# ----------------------------------------------------------------------------------------------
+# presets
+# ----------------------------------------------------------------------------------------------
+
+class _SameAsClipRange:
+    def __repr__(self) -> str:
+        return "<clip_range>"
+
+
+_SAME_AS_CLIP_RANGE = _SameAsClipRange()
+
+#: Fields that differ between implementations; every preset sets all of them.
+CONVENTION_FIELDS = (
+    "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
+    "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator",
+    "kl_stop_rule", "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
+)
+
+#: ``{preset name: {convention field: value}}`` (documented in :meth:`PPOConfig.preset`).
+PRESETS: Dict[str, Dict[str, Any]] = {
+    "reference": dict(
+        truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
+        value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
+        advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
+        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0),
+    "sb3": dict(
+        truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="sb3",
+        value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
+        advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
+        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0),
+    "cleanrl": dict(
+        truncation="terminate", bootstrap_terminal_last_row=False, value_loss_mode="max",
+        value_loss_scale=0.5, clip_range_vf=_SAME_AS_CLIP_RANGE,
+        advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
+        kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
+        schedule_progress="before_rollout", value_head_gain=1.0),
+    "thrust": dict(
+        truncation="ignore", bootstrap_terminal_last_row=True, value_loss_mode="max",
+        value_loss_scale=1.0, clip_range_vf=0.2, advantage_norm_scope="batch",
+        advantage_norm_ddof=0, kl_estimator="k1", kl_stop_rule="thrust", lr_schedule="constant",
+        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=0.01),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# field types: coercion at construction, parsing of CLI strings
+# ----------------------------------------------------------------------------------------------
+
+_HINTS: Optional[Dict[str, Any]] = None
+
+
+def _type_hints() -> Dict[str, Any]:
+    global _HINTS
+    if _HINTS is None:
+        _HINTS = typing.get_type_hints(PPOConfig)
+    return _HINTS
+
+
+def _kind(hint) -> str:
+    """'float', 'int', 'bool', 'str', 'optional_float' or 'int_tuple'."""
+    if hint == Optional[float]:
+        return "optional_float"
+    if hint == Tuple[int, ...]:
+        return "int_tuple"
+    return hint.__name__
+
+
+def _default(name: str):
+    return PPOConfig.__dataclass_fields__[name].default
+
+
+def _check_known(names: Iterable[str]) -> None:
+    known = PPOConfig.__dataclass_fields__
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise ValueError(f"unknown PPOConfig field {name!r}{hint}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) or (
+        hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iu")
+
+
+def _coerce(name: str, value, hint):
+    """Check a field's Python type and normalize it (numpy scalars -> Python, list -> tuple)."""
+    kind = _kind(hint)
+    if kind == "optional_float":
+        return None if value is None else _coerce(name, value, float)
+    if kind == "bool":
+        if type(value).__name__ in ("bool", "bool_"):
+            return bool(value)
+        raise ValueError(f"{name} must be a bool, got {value!r}")
+    if kind == "int":
+        if _is_int(value):
+            return int(value)
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if kind == "float":
+        if isinstance(value, bool) or not (isinstance(value, (int, float)) or (
+                hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0
+                and value.dtype.kind in "iuf")):
+            raise ValueError(f"{name} must be a real number, got {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {value}")
+        return value
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"{name} must be a string, got {value!r}")
+        return value
+    if kind == "int_tuple":
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise ValueError(f"{name} must be a sequence of integers, got {value!r}")
+        items = tuple(value)
+        for i, item in enumerate(items):
+            if not _is_int(item):
+                raise ValueError(f"{name}[{i}] must be an integer, got {item!r}")
+        return tuple(int(item) for item in items)
+    raise AssertionError(f"unhandled field type {hint!r} for {name}")  # pragma: no cover
+
+
+def _format(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "()"
+    return str(value)
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _parse_value(name: str, text: str):
+    kind = _kind(_type_hints()[name])
+    raw = text.strip()
+    if kind == "optional_float" and raw.lower() in ("none", "null"):
+        return None
+    if kind in ("float", "optional_float"):
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"{name}: cannot parse {text!r} as a number") from None
+    if kind == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"{name}: cannot parse {text!r} as an integer") from None
+    if kind == "bool":
+        if raw.lower() in _TRUE:
+            return True
+        if raw.lower() in _FALSE:
+            return False
+        raise ValueError(f"{name}: cannot parse {text!r} as a bool (true/false, 1/0, yes/no)")
+    if kind == "int_tuple":
+        inner = raw.strip("[]()").strip()
+        if inner == "":
+            return ()
+        try:
+            return tuple(int(part) for part in inner.split(",") if part.strip() != "")
+        except ValueError:
+            raise ValueError(f"{name}: cannot parse {text!r} as integers like 64,64") from None
+    return raw  # str: choices are checked by PPOConfig
+
+
+def parse_overrides(items: Iterable[str]) -> Dict[str, Any]:
+    """Parse CLI ``field=value`` strings into typed values for ``PPOConfig.replace``.
+
+    Types come from the field annotations: numbers (``gamma=0.98``, ``n_steps=32``), bools
+    (``true``/``false``, ``1``/``0``, ``yes``/``no``), ``none``/``null`` for optional numbers
+    (``target_kl=none``), comma-separated integers for ``net_arch`` (``64,64``, ``[64, 64]``,
+    ``()`` for none), plain text for choice fields (validated by ``PPOConfig``).
+
+    Returns:
+        ``{field: value}`` in the order given.
+
+    Raises:
+        ValueError: an item without ``=``, an unknown field (with a suggestion), a field given
+            twice, or a value that does not parse as the field's type; the message names the
+            field or the item.
+    """
+    if isinstance(items, str):
+        raise ValueError("items must be a list of 'field=value' strings, not a single string")
+    out: Dict[str, Any] = {}
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"expected 'field=value', got {item!r}")
+        name, _, text = item.partition("=")
+        name = name.strip()
+        _check_known([name])
+        if name in out:
+            raise ValueError(f"{name} is given more than once")
+        out[name] = _parse_value(name, text)
+    return out
