@@ -1,0 +1,280 @@
+"""Policies: the MLP actor-critic of :mod:`ppo_ref.nn.actor_critic` plus a distribution head.
+
+A *head* turns the network's ``policy_out`` into a distribution over actions; it is written
+once here and reused by the recurrent policy:
+
+* :class:`CategoricalHead` (``gymnasium.spaces.Discrete``): ``policy_out`` are logits
+  ``[B, n]``; actions are int64 ``[B]``.
+* :class:`GaussianHead` (``gymnasium.spaces.Box`` actions): ``policy_out`` is the mean
+  ``[B, A]``; a state-independent parameter ``log_std [A]`` (key ``"log_std"``, initialised to
+  ``PPOConfig.log_std_init``) gives the diagonal standard deviation. The buffer stores the raw
+  sample; the environment receives ``clip(sample, low, high)`` (SB3's convention; the
+  log-probability is that of the raw, unclipped sample).
+
+Each head offers ``sample``, ``mode``, ``log_prob``, ``entropy`` and ``backward`` (the
+gradient of ``sum_i d_log_probs[i] * log_prob[i] + d_entropy[i] * entropy[i]`` with respect to
+``policy_out`` and the head's own parameters), delegating the math to
+:mod:`ppo_ref.nn.distributions`.
+
+Parameters are one flat dict of float64 arrays: the network keys (``pi.*``, ``vf.*``,
+``trunk.*``) plus the head's keys (``log_std`` for the Gaussian). Policies hold no parameters;
+every method takes ``params`` explicitly, so a trainer, a learner and an actor can share one
+policy object.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, NamedTuple, Tuple
+
+import numpy as np
+
+from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward, value_forward
+from ppo_ref.nn.actor_critic import actor_critic_init
+from ppo_ref.nn.distributions import (
+    categorical_entropy, categorical_entropy_backward, categorical_log_prob,
+    categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
+    gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
+)
+
+__all__ = ["CategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
+           "PolicyEval"]
+
+Params = Dict[str, np.ndarray]
+
+
+def observation_dim(observation_space) -> int:
+    """Flat size of a ``gymnasium.spaces.Box`` observation space (``prod(shape)``).
+
+    Observations are flattened to ``[N, obs_dim]`` float64. Raises ``ValueError`` for any
+    other space (Discrete, Dict, Tuple, ...), naming it.
+    """
+    from gymnasium import spaces
+    if not isinstance(observation_space, spaces.Box):
+        raise ValueError(f"observation_space must be a gymnasium Box (flattened to a vector); "
+                         f"got {observation_space!r}. Wrap the env (e.g. FlattenObservation, "
+                         f"a one-hot wrapper) to get a Box.")
+    return int(np.prod(observation_space.shape, dtype=np.int64))
+
+
+class CategoricalHead:
+    """Categorical distribution over ``n`` discrete actions; ``policy_out`` = logits ``[B, n]``."""
+
+    kind = "categorical"
+
+    def __init__(self, n_actions: int):
+        if int(n_actions) < 1:
+            raise ValueError(f"n_actions must be >= 1, got {n_actions}")
+        self.n_actions = int(n_actions)
+        self.out_dim = self.n_actions
+        self.action_shape: Tuple[int, ...] = ()
+        self.action_dtype = np.dtype(np.int64)
+
+    def init_params(self) -> Params:
+        """The head's own parameters: none."""
+        return {}
+
+    def sample(self, rng, policy_out, params) -> np.ndarray:
+        """int64 actions ``[B]`` drawn from ``softmax(policy_out)`` with ``rng``."""
+        return categorical_sample(rng, policy_out)
+
+    def mode(self, policy_out, params) -> np.ndarray:
+        """The most probable action per row, int64 ``[B]``."""
+        return categorical_mode(policy_out)
+
+    def log_prob(self, policy_out, params, actions) -> np.ndarray:
+        """``log softmax(policy_out)[actions]``, ``[B]`` float64."""
+        return categorical_log_prob(policy_out, actions)
+
+    def entropy(self, policy_out, params) -> np.ndarray:
+        """``-sum_k p_k log p_k`` per row, ``[B]``."""
+        return categorical_entropy(policy_out)
+
+    def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
+        """``(d_policy_out [B, n], {})`` for upstream gradients ``d_log_probs``, ``d_entropy``
+        (either may be ``None`` for zero)."""
+        d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
+        if d_log_probs is not None:
+            d_out += categorical_log_prob_backward(policy_out, actions, d_log_probs)
+        if d_entropy is not None:
+            d_out += categorical_entropy_backward(policy_out, d_entropy)
+        return d_out, {}
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        """The action array the environment receives (unchanged for Discrete)."""
+        return actions
+
+
+class GaussianHead:
+    """Diagonal Gaussian with a state-independent ``log_std`` parameter; ``policy_out`` = mean.
+
+    ``low``/``high`` are the Box bounds used to clip what the environment receives.
+    """
+
+    kind = "gaussian"
+
+    def __init__(self, action_dim: int, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0):
+        self.action_dim = int(action_dim)
+        self.out_dim = self.action_dim
+        self.action_shape = (self.action_dim,)
+        self.action_dtype = np.dtype(np.float64)
+        self.low = np.asarray(low, dtype=np.float64).reshape(-1)
+        self.high = np.asarray(high, dtype=np.float64).reshape(-1)
+        self.log_std_init = float(log_std_init)
+
+    def init_params(self) -> Params:
+        """``{"log_std": full(action_dim, log_std_init)}``."""
+        return {"log_std": np.full(self.action_dim, self.log_std_init, dtype=np.float64)}
+
+    def sample(self, rng, policy_out, params) -> np.ndarray:
+        """Raw (unclipped) sample ``mean + exp(log_std) * eps``, float64 ``[B, A]``."""
+        return gaussian_sample(rng, policy_out, params["log_std"])
+
+    def mode(self, policy_out, params) -> np.ndarray:
+        """The mean, float64 ``[B, A]`` (unclipped)."""
+        return np.array(policy_out, dtype=np.float64, copy=True)
+
+    def log_prob(self, policy_out, params, actions) -> np.ndarray:
+        """Log-density of the raw actions, summed over action dims, ``[B]``."""
+        return gaussian_log_prob(policy_out, params["log_std"], actions)
+
+    def entropy(self, policy_out, params) -> np.ndarray:
+        """``sum_j (log_std_j + 0.5 log(2 pi e))`` broadcast to ``[B]``."""
+        return gaussian_entropy(params["log_std"], np.shape(policy_out)[:-1])
+
+    def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
+        """``(d_mean [B, A], {"log_std": d_log_std [A]})``."""
+        log_std = params["log_std"]
+        d_mean = np.zeros(np.shape(policy_out), dtype=np.float64)
+        d_log_std = np.zeros_like(log_std, dtype=np.float64)
+        if d_log_probs is not None:
+            dm, dls = gaussian_log_prob_backward(policy_out, log_std, actions, d_log_probs)
+            d_mean += dm
+            d_log_std += dls
+        if d_entropy is not None:
+            d_log_std += gaussian_entropy_backward(log_std, d_entropy)
+        return d_mean, {"log_std": d_log_std}
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        """``clip(actions, low, high)``: what the environment receives (the buffer keeps the raw sample)."""
+        return np.clip(actions, self.low, self.high)
+
+
+def make_head(action_space, config) -> Any:
+    """The head for a gymnasium action space: Discrete -> categorical, 1-d Box -> Gaussian.
+
+    Raises ``ValueError`` for other spaces (MultiDiscrete, Dict, multi-dimensional Box, ...).
+    """
+    from gymnasium import spaces
+    if isinstance(action_space, spaces.Discrete):
+        if int(action_space.start) != 0:
+            raise ValueError(f"action_space Discrete must start at 0, got start={action_space.start}")
+        return CategoricalHead(int(action_space.n))
+    if isinstance(action_space, spaces.Box):
+        if len(action_space.shape) != 1:
+            raise ValueError(f"action_space Box must be 1-d, got shape {action_space.shape}")
+        return GaussianHead(action_space.shape[0], action_space.low, action_space.high,
+                            getattr(config, "log_std_init", 0.0))
+    raise ValueError(f"action_space must be gymnasium Discrete or 1-d Box, got {action_space!r}")
+
+
+class PolicyEval(NamedTuple):
+    """Result of :meth:`MLPPolicy.evaluate`: per-row ``log_probs``, ``entropy``, ``values`` ``[B]``
+    (float64) and the ``cache`` :meth:`MLPPolicy.backward` needs."""
+    log_probs: np.ndarray
+    entropy: np.ndarray
+    values: np.ndarray
+    cache: Any
+
+
+class MLPPolicy:
+    """Feedforward actor-critic policy: :func:`actor_critic_forward` + a distribution head.
+
+    Args:
+        observation_space: a gymnasium Box (flattened).
+        action_space: gymnasium Discrete or 1-d Box.
+        config: a :class:`~ppo_ref.config.PPOConfig` (``net_arch``, ``activation``,
+            ``shared_trunk``, ``policy_head_gain``, ``value_head_gain``, ``log_std_init``).
+
+    Raises:
+        ValueError: unsupported observation or action space.
+    """
+
+    def __init__(self, observation_space, action_space, config):
+        self.obs_dim = observation_dim(observation_space)
+        self.obs_shape = tuple(observation_space.shape)
+        self.head = make_head(action_space, config)
+        self.activation = config.activation
+        self.shared_trunk = bool(config.shared_trunk)
+        self.config = config
+        self._head_keys = tuple(self.head.init_params())
+
+    # -- parameters ---------------------------------------------------------------------------
+    def init_params(self, rng: np.random.Generator) -> Params:
+        """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params."""
+        c = self.config
+        params = actor_critic_init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
+                                   activation=c.activation, shared_trunk=self.shared_trunk,
+                                   policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
+        params.update(self.head.init_params())
+        return params
+
+    def _net(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        if not self._head_keys:
+            return params
+        return {k: v for k, v in params.items() if k not in self._head_keys}
+
+    def flatten_obs(self, obs) -> np.ndarray:
+        """``[B, *obs_shape]`` -> float64 ``[B, obs_dim]`` (shape checked by the network)."""
+        obs = np.asarray(obs, dtype=np.float64)
+        return obs.reshape(obs.shape[0], -1) if obs.ndim != 2 else obs
+
+    # -- acting -------------------------------------------------------------------------------
+    def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sample actions for a batch of observations ``[B, ...]``.
+
+        Returns ``(actions, values, log_probs)``: actions int64 ``[B]`` or raw float64
+        ``[B, A]``; ``values = V(obs)`` ``[B]``; ``log_probs`` of the sampled actions ``[B]``.
+        """
+        out, values, _ = actor_critic_forward(self._net(params), self.flatten_obs(obs),
+                                              self.activation, self.shared_trunk)
+        actions = self.head.sample(rng, out, params)
+        return actions, values, self.head.log_prob(out, params, actions)
+
+    def predict(self, params, obs, rng=None, deterministic: bool = False) -> np.ndarray:
+        """Actions for ``obs`` ``[B, ...]`` as the environment receives them (Gaussian: clipped).
+
+        ``deterministic=True`` takes the mode (argmax / mean); otherwise ``rng`` is required.
+        """
+        out, _, _ = actor_critic_forward(self._net(params), self.flatten_obs(obs),
+                                         self.activation, self.shared_trunk)
+        if deterministic:
+            actions = self.head.mode(out, params)
+        else:
+            if rng is None:
+                raise ValueError("rng is required when deterministic=False")
+            actions = self.head.sample(rng, out, params)
+        return self.head.to_env(actions)
+
+    def values(self, params, obs) -> np.ndarray:
+        """``V(obs)`` ``[B]`` float64 (value tower only; for bootstrapping)."""
+        return value_forward(self._net(params), self.flatten_obs(obs), self.activation,
+                             self.shared_trunk)
+
+    # -- training -----------------------------------------------------------------------------
+    def evaluate(self, params, obs, actions) -> PolicyEval:
+        """Log-probs of given ``actions``, entropies and values under ``params``, plus a cache."""
+        out, values, cache = actor_critic_forward(self._net(params), self.flatten_obs(obs),
+                                                  self.activation, self.shared_trunk)
+        log_probs = self.head.log_prob(out, params, actions)
+        entropy = self.head.entropy(out, params)
+        return PolicyEval(log_probs, entropy, values, (out, actions, cache))
+
+    def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> Params:
+        """Gradients (same keys as ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
+        entropy + d_values * values)`` for the rows of the :meth:`evaluate` call that made
+        ``cache``."""
+        out, actions, net_cache = cache
+        d_out, head_grads = self.head.backward(out, params, actions, d_log_probs, d_entropy)
+        grads = actor_critic_backward(self._net(params), net_cache, d_out,
+                                      np.asarray(d_values, dtype=np.float64))
+        grads.update(head_grads)
+        return grads

@@ -1,0 +1,561 @@
+"""Rollout collection from gymnasium vector environments (same-step autoreset).
+
+Data layout (SPEC §1): every array is time-major ``[T, N, ...]`` with ``T = n_steps`` and
+``N`` parallel environments. For the action taken at step ``t``:
+
+* ``observations[t]`` is what the policy saw (normalized when observation normalization is on),
+* ``rewards[t]``, ``terminated[t]``, ``truncated[t]`` are what ``env.step`` returned,
+* ``values[t] = V(observations[t])``, ``log_probs[t] = log pi(actions[t] | observations[t])``,
+* ``episode_starts[t]`` is True when ``observations[t]`` is the first of an episode
+  (``done[t-1]``; row 0 carries the previous rollout's last flags, True after the first reset),
+* ``final_values[t] = V(final_obs[t])`` where step ``t`` truncated and did not terminate
+  (``final_obs`` from ``info["final_obs"]``, the real last observation before the reset), else 0,
+* ``last_values = V(observation after the last step)``.
+
+Vector envs run with ``autoreset_mode=AutoresetMode.SAME_STEP``: a finished sub-env is reset
+inside the step that finished it, the step returns the reset observation and puts the real last
+one in ``info["final_obs"]``. There are therefore no phantom rows (the NEXT_STEP mode's
+"reset step" with reward 0 and an ignored action) to filter.
+
+Normalization (options of :class:`RolloutCollector`):
+
+* observations: ``(obs - mean) / sqrt(var + 1e-8)`` with running statistics (gymnasium's
+  ``RunningMeanStd``) updated with every batch of observations the env returns (resets
+  included, final observations excluded: the convention of gymnasium's and SB3's wrappers).
+  gymnasium 1.4's vector ``NormalizeObservation`` refuses SAME_STEP envs, so the same formula
+  is applied here; ``final_obs`` is normalized with the same statistics before ``V`` reads it.
+* rewards: gymnasium's vector ``NormalizeReward`` wrapper (divides by the running std of the
+  discounted return). Episode returns for logging are always the raw rewards.
+
+Both sets of statistics are part of :meth:`RolloutCollector.state` and can be frozen
+(``update_statistics = False``) for evaluation.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, List, Optional, Tuple
+
+import gymnasium as gym
+import gymnasium.vector
+import numpy as np
+
+from ppo_ref.checkpoint import generator_state, set_generator_state
+
+__all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
+           "single_env_state", "restore_single_env_state"]
+
+OBS_NORM_EPS = 1e-8
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One rollout of ``T`` steps from ``N`` envs (time-major, see the module docstring).
+
+    Attributes:
+        observations: float64 ``[T, N, obs_dim]`` (flattened; normalized if that option is on).
+        actions: int64 ``[T, N]`` (Discrete) or float64 ``[T, N, A]`` (Box: raw, unclipped sample).
+        rewards: float64 ``[T, N]`` (normalized if that option is on).
+        terminated, truncated, episode_starts: bool ``[T, N]``.
+        values, log_probs: float64 ``[T, N]``.
+        final_values: float64 ``[T, N]``, ``V(final_obs)`` on truncated-not-terminated steps and
+            0 elsewhere; ``None`` when no step truncated.
+        last_values: float64 ``[N]``.
+        episode_returns, episode_lengths: raw return and length of every episode that finished
+            in this rollout (in order of completion); ``episode_envs`` the env index of each.
+    """
+    observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    episode_starts: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    final_values: Optional[np.ndarray]
+    last_values: np.ndarray
+    episode_returns: List[float] = dataclasses.field(default_factory=list)
+    episode_lengths: List[int] = dataclasses.field(default_factory=list)
+    episode_envs: List[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.rewards.shape[0])
+
+    @property
+    def n_envs(self) -> int:
+        return int(self.rewards.shape[1])
+
+
+class EnvStepError(RuntimeError):
+    """An environment returned a non-finite or wrongly shaped observation (or a non-finite reward).
+
+    Attributes: ``env_index`` (the sub-env, -1 when the vector env could not say),
+    ``vector_step`` (how many vector steps the collector had completed before the failing one:
+    the failing step is number ``vector_step`` counting from 0; single-env steps =
+    ``vector_step * n_envs``) and ``rollout_step`` (row t of the rollout being collected).
+    """
+
+    def __init__(self, message: str, env_index: int, vector_step: int, rollout_step: int):
+        super().__init__(message)
+        self.env_index = env_index
+        self.vector_step = vector_step
+        self.rollout_step = rollout_step
+
+
+# -- vector env construction ------------------------------------------------------------------
+
+class StateAccessWrapper(gym.Wrapper):
+    """Pass-through wrapper giving AsyncVectorEnv sub-envs state capture through ``call``:
+    ``ppo_ref_get_state()`` returns :func:`single_env_state` of the wrapped env;
+    ``set_attr("ppo_ref_pending_state", states)`` then ``call("ppo_ref_apply_state")``
+    restores one state per sub-env."""
+
+    ppo_ref_pending_state = None
+
+    def ppo_ref_get_state(self):
+        return single_env_state(self.env)
+
+    def ppo_ref_apply_state(self):
+        restore_single_env_state(self.env, self.ppo_ref_pending_state)
+        self.ppo_ref_pending_state = None
+        return True
+
+
+def _make_single(env_id: str, env_kwargs: Optional[dict], for_async: bool):
+    def thunk():
+        env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
+        return StateAccessWrapper(env) if for_async else env
+    return thunk
+
+
+def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
+                    env_kwargs: Optional[dict] = None):
+    """A gymnasium vector env of ``n_envs`` copies of ``env_id`` in SAME_STEP autoreset mode.
+
+    ``vectorization``: ``"sync"`` (``SyncVectorEnv``, one process; ``copy=False``: the
+    collector copies observations itself) or ``"async"`` (``AsyncVectorEnv``, one subprocess
+    per env). Sub-envs are made with ``gym.make(env_id, disable_env_checker=True)`` (the
+    passive checker only warns and costs time on every step).
+    """
+    from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
+    if vectorization not in ("sync", "async"):
+        raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+    if int(n_envs) < 1:
+        raise ValueError(f"n_envs must be >= 1, got {n_envs}")
+    gym.spec(env_id)  # raises a clear error for unknown ids before any process starts
+    fns = [_make_single(env_id, env_kwargs, vectorization == "async") for _ in range(int(n_envs))]
+    if vectorization == "sync":
+        return SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
+    return AsyncVectorEnv(fns, copy=True, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def check_vector_env(env) -> None:
+    """Raise ``ValueError`` unless ``env`` is a gymnasium VectorEnv in SAME_STEP autoreset mode."""
+    from gymnasium.vector import AutoresetMode, VectorEnv
+    if not isinstance(env, VectorEnv):
+        raise ValueError(f"env must be a gymnasium id or a gymnasium.vector.VectorEnv, got {type(env).__name__}")
+    mode = env.metadata.get("autoreset_mode")
+    if mode != AutoresetMode.SAME_STEP:
+        raise ValueError(f"env must use autoreset_mode=AutoresetMode.SAME_STEP (final_obs in info), "
+                         f"got {mode!r}; NEXT_STEP would insert phantom reset rows")
+
+
+# -- per-sub-env state (exact resume) ---------------------------------------------------------
+
+_SKIP_ATTRS = frozenset({"env", "_env", "spec", "_cached_spec", "metadata", "_metadata",
+                         "render_mode", "_action_space", "_observation_space", "action_space",
+                         "observation_space", "_saved_kwargs", "_ezpickle_args",
+                         "_ezpickle_kwargs"})
+
+
+def _encode_value(value):
+    """JSON form of a plain attribute value, or raise TypeError when it cannot be saved."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.random.Generator):
+        return {"__generator__": generator_state(value)}
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return {"__scalar__": value.item(), "dtype": str(value.dtype)}
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode_value(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode_value(v) for v in value]
+    raise TypeError(type(value).__name__)
+
+
+def _decode_value(obj, current):
+    if isinstance(obj, dict):
+        if "__generator__" in obj:
+            if not isinstance(current, np.random.Generator):
+                current = np.random.default_rng()
+            set_generator_state(current, obj["__generator__"])
+            return current
+        if "__scalar__" in obj:
+            return np.dtype(obj["dtype"]).type(obj["__scalar__"])
+        if "__ndarray__" in obj:
+            return np.asarray(obj["__ndarray__"], dtype=obj["dtype"])
+        if "__tuple__" in obj:
+            return tuple(_decode_value(v, None) for v in obj["__tuple__"])
+    if isinstance(obj, list):
+        return [_decode_value(v, None) for v in obj]
+    return obj
+
+
+def _layers(env) -> list:
+    layers = [env]
+    while hasattr(layers[-1], "env") and layers[-1] is not getattr(layers[-1], "unwrapped", None):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def single_env_state(env) -> Dict[str, Any]:
+    """A JSON-safe snapshot of one (wrapped) gymnasium env's plain attributes.
+
+    Walks the wrapper chain down to ``env.unwrapped`` and records, per layer, every instance
+    attribute that is ``None``, a bool/int/float/str, a numeric NumPy scalar or array, a tuple
+    or list of those, or an ``np.random.Generator`` (its bit-generator state). This covers the
+    whole dynamic state of the classic-control envs (``state``, ``steps_beyond_terminated``,
+    ``last_u``, the env's ``np_random``) and of the standard wrappers (``TimeLimit._elapsed_steps``,
+    ``OrderEnforcing._has_reset``). Attributes of other types (simulator handles such as MuJoCo's
+    ``MjData`` or Box2D worlds, renderers) cannot be captured: their ``layer.name`` are listed
+    under ``"unsupported"`` so the caller can warn that a resume will not be exact.
+    """
+    from gymnasium import Space
+    layers_out = []
+    unsupported = []
+    for layer in _layers(env):
+        attrs = {}
+        for name, value in vars(layer).items():
+            if name in _SKIP_ATTRS or isinstance(value, Space) or callable(value) and not isinstance(value, np.random.Generator):
+                continue
+            try:
+                attrs[name] = _encode_value(value)
+            except TypeError:
+                if name in ("screen", "clock", "viewer", "window", "renderer"):
+                    continue  # rendering handles: not dynamics state
+                unsupported.append(f"{type(layer).__name__}.{name}")
+        layers_out.append({"class": type(layer).__name__, "attrs": attrs})
+    return {"layers": layers_out, "unsupported": unsupported}
+
+
+def restore_single_env_state(env, state: Dict[str, Any]) -> None:
+    """Write a :func:`single_env_state` snapshot back into ``env`` (same wrapper chain).
+
+    Raises ``ValueError`` when the wrapper chain differs from the one that was saved.
+    """
+    layers = _layers(env)
+    saved = state["layers"]
+    if [type(l).__name__ for l in layers] != [s["class"] for s in saved]:
+        raise ValueError("env state was saved for wrapper chain "
+                         f"{[s['class'] for s in saved]}, this env has {[type(l).__name__ for l in layers]}")
+    for layer, entry in zip(layers, saved):
+        for name, obj in entry["attrs"].items():
+            setattr(layer, name, _decode_value(obj, getattr(layer, name, None)))
+
+
+# -- the collector ----------------------------------------------------------------------------
+
+class RolloutCollector:
+    """Steps a vector env with a policy and fills :class:`Rollout` buffers.
+
+    Args:
+        env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (see
+            :func:`make_vector_env`).
+        policy: an object with ``act(params, obs, rng) -> (actions, values, log_probs)``,
+            ``values(params, obs)``, ``head.to_env(actions)``, ``head.action_shape``,
+            ``head.action_dtype``, ``obs_dim``, ``obs_shape`` (e.g. :class:`~ppo_ref.policies.MLPPolicy`).
+        n_steps: T, steps per env per rollout.
+        normalize_observations, normalize_rewards: options (module docstring).
+        gamma: discount of the reward normalizer's return estimate.
+
+    Carried state between rollouts: the current observations, ``episode_starts`` flags, the
+    per-env running episode return/length, and the normalization statistics; all of it is in
+    :meth:`state` / :meth:`load_state` together with every sub-env's own state.
+    """
+
+    def __init__(self, env, policy, n_steps: int, *, normalize_observations: bool = False,
+                 normalize_rewards: bool = False, gamma: float = 0.99):
+        from gymnasium.wrappers.utils import RunningMeanStd
+        check_vector_env(env)
+        self.base_env = env
+        self.policy = policy
+        self.n_steps = int(n_steps)
+        self.n_envs = int(env.num_envs)
+        self.obs_rms = RunningMeanStd(shape=(policy.obs_dim,)) if normalize_observations else None
+        self.update_statistics = True
+        if normalize_rewards:
+            from gymnasium.wrappers.vector import NormalizeReward
+            self._tap = _RawRewardTap(env)
+            self.env = NormalizeReward(self._tap, gamma=float(gamma))
+            self.reward_normalizer = self.env
+        else:
+            self._tap = None
+            self.env = env
+            self.reward_normalizer = None
+        self.obs: Optional[np.ndarray] = None
+        self.episode_starts = np.ones(self.n_envs, dtype=bool)
+        self.episode_return = np.zeros(self.n_envs, dtype=np.float64)
+        self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
+        self.vector_steps = 0
+
+    # -- observations -------------------------------------------------------------------------
+    def _obs_array(self, raw, *, vector_step: int, rollout_step: int) -> np.ndarray:
+        """Check and flatten a batch of raw observations; update/normalize with the statistics."""
+        expected = (self.n_envs,) + tuple(self.policy.obs_shape)
+        try:
+            obs = np.asarray(raw, dtype=np.float64)
+        except (ValueError, TypeError) as exc:
+            raise EnvStepError(f"the vector env returned observations that are not a numeric array "
+                               f"at vector step {vector_step} (rollout step {rollout_step}): {exc}",
+                               -1, vector_step, rollout_step) from None
+        if obs.shape != expected:
+            raise EnvStepError(f"the vector env returned observations of shape {obs.shape}, expected "
+                               f"{expected}, at vector step {vector_step} (rollout step {rollout_step})",
+                               -1, vector_step, rollout_step)
+        obs = obs.reshape(self.n_envs, -1)
+        finite = np.isfinite(obs).all(axis=1)
+        if not finite.all():
+            i = int(np.argmin(finite))
+            raise EnvStepError(f"env {i} returned a non-finite observation {obs[i].tolist()} at vector "
+                               f"step {vector_step} (rollout step {rollout_step})", i, vector_step,
+                               rollout_step)
+        if self.obs_rms is not None:
+            if self.update_statistics:
+                self.obs_rms.update(obs)
+            obs = self.normalize_obs(obs)
+        return obs
+
+    def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        """``(obs - mean) / sqrt(var + 1e-8)`` with the current statistics (identity when off).
+
+        ``obs``: float64 ``[B, obs_dim]`` (flattened raw observations)."""
+        if self.obs_rms is None:
+            return obs
+        return (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + OBS_NORM_EPS)
+
+    def _locate_bad_sub_env(self, exc, vector_step, rollout_step):
+        """When the vector env itself fails to stack observations, find which sub-env was wrong."""
+        expected = tuple(self.policy.obs_shape)
+        sub_obs = getattr(self.base_env, "_env_obs", None)
+        if sub_obs is not None:
+            for i, o in enumerate(sub_obs):
+                a = np.asarray(o)
+                if a.shape != expected:
+                    return EnvStepError(f"env {i} returned an observation of shape {a.shape}, expected "
+                                        f"{expected}, at vector step {vector_step} (rollout step "
+                                        f"{rollout_step})", i, vector_step, rollout_step)
+        return EnvStepError(f"the vector env failed at vector step {vector_step} (rollout step "
+                            f"{rollout_step}): {type(exc).__name__}: {exc}", -1, vector_step,
+                            rollout_step)
+
+    # -- episode control ----------------------------------------------------------------------
+    def reset(self, seeds) -> np.ndarray:
+        """Reset every sub-env with its seed (list of N ints); starts new episodes everywhere."""
+        raw, _ = self.env.reset(seed=[int(s) for s in seeds])
+        self.obs = self._obs_array(raw, vector_step=self.vector_steps, rollout_step=-1)
+        self.episode_starts[:] = True
+        self.episode_return[:] = 0.0
+        self.episode_length[:] = 0
+        return self.obs
+
+    def collect(self, params, rng: np.random.Generator) -> Rollout:
+        """Run ``n_steps`` vector steps with ``policy.act(params, obs, rng)``; return the Rollout.
+
+        Raises:
+            EnvStepError: a sub-env returned a non-finite or wrongly shaped observation, or a
+                non-finite reward; the message names the env index and the vector step.
+            RuntimeError: :meth:`reset` was never called.
+        """
+        if self.obs is None:
+            raise RuntimeError("call reset(seeds) before collect()")
+        T, N = self.n_steps, self.n_envs
+        policy = self.policy
+        head = policy.head
+        obs_buf = np.empty((T, N, policy.obs_dim), dtype=np.float64)
+        act_buf = np.empty((T, N) + tuple(head.action_shape), dtype=head.action_dtype)
+        rew_buf = np.empty((T, N), dtype=np.float64)
+        term_buf = np.empty((T, N), dtype=bool)
+        trunc_buf = np.empty((T, N), dtype=bool)
+        start_buf = np.empty((T, N), dtype=bool)
+        val_buf = np.empty((T, N), dtype=np.float64)
+        logp_buf = np.empty((T, N), dtype=np.float64)
+        final_values = None
+        ep_returns: List[float] = []
+        ep_lengths: List[int] = []
+        ep_envs: List[int] = []
+        env = self.env
+        tap = self._tap
+        obs = self.obs
+        starts = self.episode_starts
+        for t in range(T):
+            obs_buf[t] = obs
+            start_buf[t] = starts
+            actions, values, log_probs = policy.act(params, obs, rng)
+            act_buf[t] = actions
+            val_buf[t] = values
+            logp_buf[t] = log_probs
+            step = self.vector_steps
+            try:
+                raw_obs, rewards, terminated, truncated, info = env.step(head.to_env(actions))
+            except (ValueError, TypeError) as exc:
+                raise self._locate_bad_sub_env(exc, step, t) from exc
+            self.vector_steps += 1
+            rewards = np.asarray(rewards, dtype=np.float64)
+            raw_rewards = rewards if tap is None else tap.last_rewards
+            if not np.isfinite(raw_rewards).all():
+                i = int(np.argmin(np.isfinite(raw_rewards)))
+                raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
+                                   f"step {step} (rollout step {t})", i, step, t)
+            obs = self._obs_array(raw_obs, vector_step=step, rollout_step=t)
+            rew_buf[t] = rewards
+            term_buf[t] = terminated
+            trunc_buf[t] = truncated
+            self.episode_return += raw_rewards
+            self.episode_length += 1
+            starts = np.logical_or(terminated, truncated)
+            if starts.any():
+                bootstrap = np.logical_and(truncated, np.logical_not(terminated))
+                if bootstrap.any():
+                    if final_values is None:
+                        final_values = np.zeros((T, N), dtype=np.float64)
+                    idx = np.flatnonzero(bootstrap)
+                    final_obs = self._final_obs(info, idx, step, t)
+                    final_values[t, idx] = policy.values(params, final_obs)
+                for i in np.flatnonzero(starts):
+                    ep_returns.append(float(self.episode_return[i]))
+                    ep_lengths.append(int(self.episode_length[i]))
+                    ep_envs.append(int(i))
+                self.episode_return[starts] = 0.0
+                self.episode_length[starts] = 0
+        self.obs = obs
+        self.episode_starts = starts.copy()
+        last_values = policy.values(params, obs)
+        return Rollout(obs_buf, act_buf, rew_buf, term_buf, trunc_buf, start_buf, val_buf,
+                       logp_buf, final_values, last_values, ep_returns, ep_lengths, ep_envs)
+
+    def _final_obs(self, info, idx, vector_step, rollout_step) -> np.ndarray:
+        """Stack, check and normalize ``info["final_obs"][idx]`` (frozen statistics)."""
+        try:
+            items = info["final_obs"]
+        except KeyError:
+            raise EnvStepError("info has no 'final_obs' on a truncated step: the vector env is not "
+                               "in SAME_STEP autoreset mode", int(idx[0]), vector_step,
+                               rollout_step) from None
+        expected = tuple(self.policy.obs_shape)
+        rows = []
+        for i in idx:
+            a = np.asarray(items[i], dtype=np.float64)
+            if a.shape != expected:
+                raise EnvStepError(f"env {int(i)} returned a final observation of shape {a.shape}, "
+                                   f"expected {expected}, at vector step {vector_step} (rollout step "
+                                   f"{rollout_step})", int(i), vector_step, rollout_step)
+            if not np.isfinite(a).all():
+                raise EnvStepError(f"env {int(i)} returned a non-finite final observation "
+                                   f"{a.ravel().tolist()} at vector step {vector_step} (rollout step "
+                                   f"{rollout_step})", int(i), vector_step, rollout_step)
+            rows.append(a.reshape(-1))
+        return self.normalize_obs(np.stack(rows))
+
+    # -- state for checkpoints ----------------------------------------------------------------
+    def sub_envs_state(self) -> List[Dict[str, Any]]:
+        """Per-sub-env snapshots (:func:`single_env_state`); Sync and Async vector envs."""
+        base = self.base_env
+        if hasattr(base, "envs"):
+            return [single_env_state(e) for e in base.envs]
+        try:
+            return list(base.call("ppo_ref_get_state"))
+        except Exception as exc:  # a user-made AsyncVectorEnv without the state wrapper
+            return [{"layers": [], "unsupported": [f"vector env state: {type(exc).__name__}: {exc}"]}
+                    for _ in range(self.n_envs)]
+
+    def restore_sub_envs(self, states: List[Dict[str, Any]]) -> None:
+        base = self.base_env
+        if len(states) != self.n_envs:
+            raise ValueError(f"saved env state has {len(states)} sub-envs, this env has {self.n_envs}")
+        if hasattr(base, "envs"):
+            for e, s in zip(base.envs, states):
+                restore_single_env_state(e, s)
+        else:
+            try:
+                base.set_attr("ppo_ref_pending_state", list(states))
+                base.call("ppo_ref_apply_state")
+            except Exception as exc:
+                raise ValueError(f"cannot restore the sub-env states of this vector env: {exc}") from exc
+
+    def state(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+        """``(arrays, json)`` capturing everything the next :meth:`collect` depends on.
+
+        Arrays: ``obs``, ``episode_starts``, ``episode_return``, ``episode_length``, and the
+        normalization statistics (``obs_rms.mean/var/count``, ``ret_rms.mean/var/count``,
+        ``ret_accumulated``, ``ret_prev_dones``). JSON: ``vector_steps``, ``sub_envs`` (per
+        sub-env snapshots) and ``unsupported`` (attributes that could not be captured: when
+        non-empty a resume is not bit-exact).
+        """
+        if self.obs is None:
+            raise RuntimeError("collector has no state before reset()")
+        arrays = {"obs": self.obs.copy(), "episode_starts": self.episode_starts.copy(),
+                  "episode_return": self.episode_return.copy(),
+                  "episode_length": self.episode_length.copy()}
+        if self.obs_rms is not None:
+            arrays["obs_rms.mean"] = np.array(self.obs_rms.mean, dtype=np.float64)
+            arrays["obs_rms.var"] = np.array(self.obs_rms.var, dtype=np.float64)
+            arrays["obs_rms.count"] = np.array(self.obs_rms.count, dtype=np.float64)
+        if self.reward_normalizer is not None:
+            rn = self.reward_normalizer
+            arrays["ret_rms.mean"] = np.array(rn.return_rms.mean)
+            arrays["ret_rms.var"] = np.array(rn.return_rms.var)
+            arrays["ret_rms.count"] = np.array(rn.return_rms.count, dtype=np.float64)
+            arrays["ret_accumulated"] = np.array(rn.accumulated_reward)
+            arrays["ret_prev_dones"] = np.array(rn._prev_dones)
+        subs = self.sub_envs_state()
+        unsupported = sorted({u for s in subs for u in s.get("unsupported", [])})
+        meta = {"vector_steps": int(self.vector_steps), "sub_envs": subs,
+                "unsupported": unsupported}
+        return arrays, meta
+
+    def load_state(self, arrays: Dict[str, np.ndarray], meta: Dict[str, Any]) -> None:
+        """Inverse of :meth:`state` (the env must have been built the same way)."""
+        obs = np.array(arrays["obs"], dtype=np.float64)
+        if obs.shape != (self.n_envs, self.policy.obs_dim):
+            raise ValueError(f"saved observations have shape {obs.shape}, expected "
+                             f"{(self.n_envs, self.policy.obs_dim)}")
+        if self.obs_rms is not None:
+            if "obs_rms.mean" not in arrays:
+                raise ValueError("checkpoint has no observation-normalization statistics")
+            self.obs_rms.mean = np.array(arrays["obs_rms.mean"])
+            self.obs_rms.var = np.array(arrays["obs_rms.var"])
+            self.obs_rms.count = float(arrays["obs_rms.count"])
+        if self.reward_normalizer is not None:
+            if "ret_rms.mean" not in arrays:
+                raise ValueError("checkpoint has no reward-normalization statistics")
+            rn = self.reward_normalizer
+            rn.return_rms.mean = np.array(arrays["ret_rms.mean"])
+            rn.return_rms.var = np.array(arrays["ret_rms.var"])
+            rn.return_rms.count = float(arrays["ret_rms.count"])
+            rn.accumulated_reward = np.array(arrays["ret_accumulated"])
+            rn._prev_dones = np.array(arrays["ret_prev_dones"])
+        self.restore_sub_envs(meta["sub_envs"])
+        self.obs = obs
+        self.episode_starts = np.array(arrays["episode_starts"], dtype=bool)
+        self.episode_return = np.array(arrays["episode_return"], dtype=np.float64)
+        self.episode_length = np.array(arrays["episode_length"], dtype=np.int64)
+        self.vector_steps = int(meta["vector_steps"])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class _RawRewardTap(gym.vector.VectorWrapper):
+    """Pass-through vector wrapper that remembers the raw rewards of the last step, so episode
+    returns are logged before reward normalization."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.last_rewards = np.zeros(env.num_envs, dtype=np.float64)
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        self.last_rewards = np.asarray(rewards, dtype=np.float64)
+        return obs, rewards, terminated, truncated, info
