@@ -36,8 +36,8 @@ def _counts_for_dtype(raw) -> bool:
 
     Python scalars never count; arrays and NumPy scalars count when their dtype is floating.
     """
-    if isinstance(raw, (bool, int, float)):
-        return False
+    if isinstance(raw, (bool, int, float)) and not isinstance(raw, np.generic):
+        return False  # (np.float64 subclasses float, but it is a NumPy scalar: it counts)
     return np.issubdtype(np.asarray(raw).dtype, np.floating)
 
 

@@ -1,0 +1,217 @@
+"""gae / vtrace: argument validation, dtypes (float32 really in float32), T = 0, numba cache."""
+import os
+import subprocess
+import sys
+
+import numba
+import numpy as np
+import pytest
+
+from ppo_ref import gae, vtrace
+from ppo_ref.kernels._kernels import _gae_kernel, _vtrace_kernel
+
+T, N = 3, 2
+
+
+def base_gae():
+    rng = np.random.default_rng(0)
+    return dict(rewards=rng.normal(size=(T, N)), values=rng.normal(size=(T, N)),
+                terminated=np.array([[0, 1], [0, 0], [0, 0]], bool),
+                truncated=np.array([[0, 0], [1, 0], [0, 0]], bool),
+                last_values=rng.normal(size=N), final_values=rng.normal(size=(T, N)),
+                gamma=0.99, gae_lambda=0.95)
+
+
+def base_vtrace():
+    kw = base_gae()
+    del kw["gae_lambda"]
+    rng = np.random.default_rng(1)
+    kw.update(behaviour_log_probs=rng.normal(size=(T, N)) - 1,
+              target_log_probs=rng.normal(size=(T, N)) - 1,
+              rho_bar=1.0, c_bar=1.0, pg_rho_bar=1.0, lambda_=0.9)
+    return kw
+
+
+def bad_entry(x, value):
+    x = np.array(x, dtype=np.result_type(np.asarray(x).dtype, type(value)))
+    x.flat[-1] = value
+    return x
+
+
+SEQUENCES = ["rewards", "values", "final_values"]
+LOG_PROBS = ["behaviour_log_probs", "target_log_probs"]
+FLAGS = ["terminated", "truncated"]
+
+
+def array_failures(name, flag=False):
+    """(case id, function making the bad value from the good one) for an array argument."""
+    cases = [
+        ("rank3", lambda x: np.zeros((T, N, 2))),
+        ("rank0", lambda x: np.float64(0.0)),
+        ("short", lambda x: np.asarray(x)[:-1]),
+        ("narrow", lambda x: np.asarray(x)[:, :1]),
+    ]
+    if flag:
+        cases += [("two", lambda x: bad_entry(np.asarray(x, np.int64), 2)),
+                  ("half", lambda x: bad_entry(np.asarray(x, np.float64), 0.5)),
+                  ("nan", lambda x: bad_entry(np.asarray(x, np.float64), np.nan)),
+                  ("strings", lambda x: np.full(np.shape(x), "a"))]
+    else:
+        cases += [("nan", lambda x: bad_entry(x, np.nan)),
+                  ("inf", lambda x: bad_entry(x, np.inf)),
+                  ("-inf", lambda x: bad_entry(x, -np.inf)),
+                  ("complex", lambda x: np.asarray(x) + 1j),
+                  ("strings", lambda x: np.full(np.shape(x), "a"))]
+    return [(f"{name}-{cid}", name, f) for cid, f in cases]
+
+
+LAST_VALUES_FAILURES = [
+    ("last_values-scalar", "last_values", lambda x: 1.0),
+    ("last_values-long", "last_values", lambda x: np.zeros(N + 1)),
+    ("last_values-2d", "last_values", lambda x: np.zeros((1, N))),
+    ("last_values-nan", "last_values", lambda x: bad_entry(x, np.nan)),
+    ("last_values-strings", "last_values", lambda x: np.array(["a"] * N)),
+]
+
+
+def scalar_failures(name, bad_values):
+    return [(f"{name}={v!r}", name, (lambda v: lambda x: v)(v)) for v in bad_values]
+
+
+UNIT = [-0.1, 1.01, np.nan, np.inf, "a", None, True, np.array([0.5, 0.5])]
+POSITIVE = [0.0, -1.0, np.nan, np.inf, "a", True, np.array([1.0, 1.0])]
+OPTIONS = (scalar_failures("truncation", ["cut", None, 0])
+           + scalar_failures("bootstrap_terminal_last_row", [1, "yes", None]))
+
+GAE_FAILURES = (sum((array_failures(n) for n in SEQUENCES), [])
+                + sum((array_failures(n, flag=True) for n in FLAGS), [])
+                + LAST_VALUES_FAILURES
+                + scalar_failures("gamma", UNIT) + scalar_failures("gae_lambda", UNIT) + OPTIONS)
+VTRACE_FAILURES = (sum((array_failures(n) for n in SEQUENCES + LOG_PROBS), [])
+                   + sum((array_failures(n, flag=True) for n in FLAGS), [])
+                   + LAST_VALUES_FAILURES
+                   + scalar_failures("gamma", UNIT) + scalar_failures("lambda_", UNIT)
+                   + scalar_failures("rho_bar", POSITIVE) + scalar_failures("c_bar", POSITIVE)
+                   + scalar_failures("pg_rho_bar", POSITIVE)  # (None is valid: it means rho_bar)
+                   + scalar_failures("rho_bar", [None]) + scalar_failures("c_bar", [None]) + OPTIONS)
+
+
+def _expected_name(name, case_id):
+    # A shorter or narrower `rewards` is detected as the other arrays disagreeing with it.
+    if name == "rewards" and case_id.endswith(("short", "narrow")):
+        return "(values|behaviour_log_probs)"
+    return name
+
+
+@pytest.mark.parametrize("case_id, name, make_bad", GAE_FAILURES, ids=[c[0] for c in GAE_FAILURES])
+def test_gae_errors_name_the_argument(case_id, name, make_bad):
+    kw = base_gae()
+    kw[name] = make_bad(kw.get(name))
+    with pytest.raises(ValueError, match=f"^{_expected_name(name, case_id)}"):
+        gae(**kw)
+
+
+@pytest.mark.parametrize("case_id, name, make_bad", VTRACE_FAILURES,
+                         ids=[c[0] for c in VTRACE_FAILURES])
+def test_vtrace_errors_name_the_argument(case_id, name, make_bad):
+    kw = base_vtrace()
+    kw[name] = make_bad(kw.get(name))
+    with pytest.raises(ValueError, match=f"^{_expected_name(name, case_id)}"):
+        vtrace(**kw)
+
+
+@pytest.mark.parametrize("fn, base", [(gae, base_gae), (vtrace, base_vtrace)])
+def test_final_values_required_only_when_truncation_bootstraps(fn, base):
+    kw = base()
+    kw["final_values"] = None
+    with pytest.raises(ValueError, match="^final_values is required: truncated has True entries$"):
+        fn(**kw)
+    fn(**kw, truncation="terminate")  # not read under the other conventions
+    fn(**kw, truncation="ignore")
+    kw["truncated"] = kw["terminated"]  # truncated only where also terminated: never read
+    fn(**kw)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 4)])
+def test_empty_rollout(shape):
+    z = np.zeros(shape, np.float32)
+    last = np.float32(0) if len(shape) == 1 else np.zeros(shape[1:], np.float32)
+    adv, ret = gae(z, z, z, z, last, gamma=0.9, gae_lambda=0.9)
+    vs, pg = vtrace(z, z, z, z, z, z, last, gamma=0.9)
+    for out in (adv, ret, vs, pg):
+        assert out.shape == shape and out.dtype == np.float32
+
+
+# --- dtypes ---------------------------------------------------------------------------------
+
+def _cast(kw, dtype):
+    return {k: (v.astype(dtype) if isinstance(v, np.ndarray) and v.dtype.kind == "f" else v)
+            for k, v in kw.items()}
+
+
+@pytest.mark.parametrize("fn, base", [(gae, base_gae), (vtrace, base_vtrace)])
+def test_float32_in_float32_out_close_to_float64(fn, base):
+    kw64 = base()
+    out64 = fn(**kw64)
+    out32 = fn(**_cast(kw64, np.float32))
+    for a32, a64 in zip(out32, out64):
+        assert a64.dtype == np.float64 and a32.dtype == np.float32
+        np.testing.assert_allclose(a32, a64, rtol=1e-5, atol=1e-5)
+
+
+def test_result_dtype_rule():
+    kw = _cast(base_gae(), np.float32)
+    assert gae(**kw)[0].dtype == np.float32
+    assert gae(**{**kw, "last_values": kw["last_values"].astype(np.float64)})[0].dtype == np.float64
+    assert gae(**{**kw, "final_values": kw["final_values"].astype(np.float64)})[0].dtype == np.float64
+    # integer rewards, 0/1 float64 flags and Python scalars do not count
+    flags64 = {"terminated": kw["terminated"].astype(np.float64),
+               "truncated": kw["truncated"].astype(np.float64)}
+    assert gae(**{**kw, **flags64, "rewards": np.ones((T, N), np.int64)})[0].dtype == np.float32
+    one = {k: (v[:, 0] if np.ndim(v) == 2 else v) for k, v in kw.items()}
+    assert gae(**{**one, "last_values": 0.5})[0].dtype == np.float32
+    assert gae(**{**one, "last_values": np.float64(0.5)})[0].dtype == np.float64
+    lists = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in kw.items()}
+    assert gae(**lists)[0].dtype == np.float64
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="needs the compiler")
+@pytest.mark.parametrize("kernel, fn, base", [(_gae_kernel, gae, base_gae),
+                                              (_vtrace_kernel, vtrace, base_vtrace)])
+def test_float32_specialisation_computes_in_float32(kernel, fn, base):
+    """Separate float32 and float64 machine code, and no float64 value inside the float32 one."""
+    kw = base()
+    fn(**kw)
+    fn(**_cast(kw, np.float32))
+    assert {sig[0].dtype for sig in kernel.signatures} >= {numba.float32, numba.float64}
+    # The cached dispatcher holds no type annotations: type a fresh, uncached copy.
+    fresh = numba.njit(kernel.py_func)
+    fresh.compile(next(sig for sig in kernel.signatures if sig[0].dtype == numba.float32))
+    (cres,) = fresh.overloads.values()
+    wide = {var: str(ty) for var, ty in cres.type_annotation.typemap.items() if "float64" in str(ty)}
+    assert not wide, f"float64 values in the float32 kernel: {wide}"
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="needs the compiler")
+def test_second_process_loads_kernels_from_cache():
+    kw = base_vtrace()
+    vtrace(**kw)
+    vtrace(**_cast(kw, np.float32))
+    kw = base_gae()
+    gae(**kw)
+    gae(**_cast(kw, np.float32))  # this process has compiled (or loaded) and cached all four
+    script = (
+        "import numpy as np\n"
+        "from ppo_ref import gae, vtrace\n"
+        "from ppo_ref.kernels._kernels import _gae_kernel, _vtrace_kernel\n"
+        "for d in (np.float32, np.float64):\n"
+        "    z = np.zeros((4, 2), d)\n"
+        "    gae(z, z, z, z, z[0], gamma=0.9, gae_lambda=0.9)\n"
+        "    vtrace(z, z, z, z, z, z, z[0], gamma=0.9)\n"
+        "for k in (_gae_kernel, _vtrace_kernel):\n"
+        "    print(sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values()))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    hits_gae, misses_gae, hits_vt, misses_vt = map(int, out)
+    assert (misses_gae, misses_vt) == (0, 0)
+    assert hits_gae == 2 and hits_vt == 2
