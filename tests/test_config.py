@@ -1,0 +1,246 @@
+"""PPOConfig: SPEC §5 defaults, validation naming the field, presets vs DESIGN.md §4, round trips."""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from ppo_ref.config import CONVENTION_FIELDS, PPOConfig, parse_overrides
+
+# SPEC §5 (SB3 names and defaults) and the extra fields of the team brief, typed out here
+# independently of ppo_ref/config.py.
+SPEC_DEFAULTS = dict(
+    learning_rate=3e-4, n_steps=2048, batch_size=64, n_epochs=10, gamma=0.99, gae_lambda=0.95,
+    clip_range=0.2, clip_range_vf=None, normalize_advantage=True, ent_coef=0.0, vf_coef=0.5,
+    max_grad_norm=0.5, target_kl=None, adam_eps=1e-5,
+)
+EXTRA_DEFAULTS = dict(
+    n_envs=1, lr_schedule="constant", clip_range_schedule="constant",
+    schedule_progress="after_rollout", net_arch=(64, 64), activation="tanh", shared_trunk=False,
+    policy_head_gain=0.01, value_head_gain=1.0, log_std_init=0.0, lstm_hidden_size=64,
+    lstm_shared=False, normalize_observations=False, normalize_rewards=False,
+    truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
+    value_loss_scale=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+    kl_estimator="k3", kl_stop_rule="sb3",
+)
+
+# DESIGN.md §4, column by column, as convention-field values.
+DESIGN_TABLE = {
+    # this spec: bootstrap + cut; no bootstrap on last-row terminal; no 0.5, clip off, max form;
+    # per minibatch ddof 1; k3 1.5x before step stop all; linear option (off); gain 1.0
+    "reference": dict(truncation="bootstrap", bootstrap_terminal_last_row=False,
+                      value_loss_mode="max", value_loss_scale=1.0, clip_range_vf=None,
+                      advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
+                      kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
+                      schedule_progress="after_rollout", value_head_gain=1.0),
+    # SB3: same truncation; MSE of clipped prediction; same norm; same KL; progress after rollout
+    "sb3": dict(truncation="bootstrap", bootstrap_terminal_last_row=False,
+                value_loss_mode="sb3", value_loss_scale=1.0, clip_range_vf=None,
+                advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
+                kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
+                schedule_progress="after_rollout", value_head_gain=1.0),
+    # CleanRL: truncation terminal; 0.5 * max form, clip on with clip_range; per minibatch ddof 1;
+    # k3 after each epoch 1x; annealed before rollout; gain 1.0
+    "cleanrl": dict(truncation="terminate", bootstrap_terminal_last_row=False,
+                    value_loss_mode="max", value_loss_scale=0.5, clip_range_vf=0.2,
+                    advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
+                    kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
+                    schedule_progress="before_rollout", value_head_gain=1.0),
+    # thrust-rl 0.4: truncation ignored; last-row terminal bootstraps; max form, no 0.5, clip 0.2;
+    # ff whole batch ddof 0; k1 after step, current epoch; no schedule; gain 0.01
+    "thrust": dict(truncation="ignore", bootstrap_terminal_last_row=True,
+                   value_loss_mode="max", value_loss_scale=1.0, clip_range_vf=0.2,
+                   advantage_norm_scope="batch", advantage_norm_ddof=0, kl_estimator="k1",
+                   kl_stop_rule="thrust", lr_schedule="constant", clip_range_schedule="constant",
+                   schedule_progress="after_rollout", value_head_gain=0.01),
+}
+
+
+def test_defaults_equal_spec_and_brief():
+    config = PPOConfig()
+    names = [f.name for f in dataclasses.fields(PPOConfig)]
+    assert set(names) == set(SPEC_DEFAULTS) | set(EXTRA_DEFAULTS)  # exactly these fields
+    for name, value in {**SPEC_DEFAULTS, **EXTRA_DEFAULTS}.items():
+        got = getattr(config, name)
+        assert got == value and type(got) is type(value), name
+
+
+def test_every_field_has_a_help_string():
+    helps = PPOConfig.field_help()
+    assert list(helps) == [f.name for f in dataclasses.fields(PPOConfig)]
+    for name, text in helps.items():
+        assert len(text) > 20 and "\n" not in text, name
+    assert "one of tanh, relu" in helps["activation"]
+    assert "default 2048" in helps["n_steps"]
+
+
+def test_frozen():
+    config = PPOConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.gamma = 0.5
+    assert hash(config) == hash(PPOConfig())
+
+
+@pytest.mark.parametrize("name, value", [
+    ("learning_rate", 0.0), ("learning_rate", -1e-3), ("learning_rate", float("nan")),
+    ("learning_rate", "3e-4"),
+    ("n_steps", 0), ("n_steps", -5), ("n_steps", 2.0), ("n_steps", True),
+    ("batch_size", 0), ("batch_size", 4096), ("n_epochs", 0), ("n_envs", 0),
+    ("lstm_hidden_size", 0),
+    ("gamma", 1.01), ("gamma", -0.1), ("gae_lambda", 1.5), ("gae_lambda", -1e-9),
+    ("clip_range", 0.0), ("clip_range_vf", 0.0), ("clip_range_vf", -0.2),
+    ("ent_coef", -0.01), ("vf_coef", -0.5), ("value_loss_scale", -1.0),
+    ("policy_head_gain", -0.01), ("value_head_gain", -1.0),
+    ("max_grad_norm", 0.0), ("target_kl", 0.0), ("target_kl", -0.01), ("adam_eps", 0.0),
+    ("log_std_init", float("inf")),
+    ("normalize_advantage", 1), ("shared_trunk", "yes"), ("lstm_shared", None),
+    ("normalize_observations", 0), ("normalize_rewards", 1.0),
+    ("bootstrap_terminal_last_row", "true"),
+    ("net_arch", (64, 0)), ("net_arch", (64, -1)), ("net_arch", "64,64"), ("net_arch", (64.0,)),
+    ("activation", "gelu"), ("lr_schedule", "cosine"), ("clip_range_schedule", "exp"),
+    ("schedule_progress", "during"), ("truncation", "drop"), ("value_loss_mode", "huber"),
+    ("advantage_norm_scope", "epoch"), ("advantage_norm_ddof", 2), ("kl_estimator", "k2"),
+    ("kl_stop_rule", "spinningup"),
+])
+def test_every_validation_names_the_field(name, value):
+    with pytest.raises(ValueError, match=rf"^{name}"):
+        PPOConfig(**{name: value})
+
+
+def test_batch_size_bound_uses_all_envs():
+    PPOConfig(n_steps=32, n_envs=8, batch_size=256)  # 32 * 8 = 256 rows: allowed
+    with pytest.raises(ValueError, match=r"^batch_size \(257\).*32 \* 8 = 256"):
+        PPOConfig(n_steps=32, n_envs=8, batch_size=257)
+
+
+def test_boundary_values_are_accepted():
+    config = PPOConfig(gamma=1.0, gae_lambda=0.0, ent_coef=0.0, vf_coef=0.0, net_arch=(),
+                       policy_head_gain=0.0, batch_size=2048, advantage_norm_ddof=0)
+    assert config.net_arch == () and config.gamma == 1.0
+
+
+def test_numpy_scalars_and_lists_are_normalized():
+    config = PPOConfig(n_steps=np.int64(128), gamma=np.float32(0.5), net_arch=[32, np.int32(16)],
+                       normalize_advantage=np.bool_(False), learning_rate=1)
+    assert type(config.n_steps) is int and type(config.gamma) is float
+    assert config.net_arch == (32, 16) and all(type(w) is int for w in config.net_arch)
+    assert config.normalize_advantage is False and type(config.learning_rate) is float
+    json.dumps(config.to_dict())  # JSON-safe after normalization
+
+
+def test_replace_validates_and_rejects_unknown_fields():
+    config = PPOConfig()
+    changed = config.replace(gamma=0.9, net_arch=[32])
+    assert changed.gamma == 0.9 and changed.net_arch == (32,) and config.gamma == 0.99
+    with pytest.raises(ValueError, match="^gamma"):
+        config.replace(gamma=2.0)
+    with pytest.raises(ValueError, match="unknown PPOConfig field 'gama'.*'gamma'"):
+        config.replace(gama=0.9)
+
+
+@pytest.mark.parametrize("name", ["reference", "sb3", "cleanrl", "thrust"])
+def test_to_dict_from_dict_round_trip_through_json(name):
+    config = PPOConfig.preset(name, net_arch=(32, 16), target_kl=0.02)
+    text = json.dumps(config.to_dict())
+    back = PPOConfig.from_dict(json.loads(text))
+    assert back == config
+    assert isinstance(back.net_arch, tuple)
+    assert json.loads(config.to_json()) == config.to_dict()
+
+
+def test_from_dict_partial_and_unknown():
+    assert PPOConfig.from_dict({"gamma": 0.9}) == PPOConfig(gamma=0.9)
+    with pytest.raises(ValueError, match="unknown PPOConfig field 'foo'"):
+        PPOConfig.from_dict({"foo": 1})
+    with pytest.raises(ValueError, match="dict"):
+        PPOConfig.from_dict([("gamma", 0.9)])
+
+
+@pytest.mark.parametrize("name", list(DESIGN_TABLE))
+def test_presets_match_design_table_field_by_field(name):
+    config = PPOConfig.preset(name)
+    expected = DESIGN_TABLE[name]
+    assert set(expected) == set(CONVENTION_FIELDS)
+    for field_name, value in expected.items():
+        assert getattr(config, field_name) == value, f"{name}.{field_name}"
+    # presets change conventions only: every other field keeps its default
+    default = PPOConfig()
+    for f in dataclasses.fields(PPOConfig):
+        if f.name not in CONVENTION_FIELDS:
+            assert getattr(config, f.name) == getattr(default, f.name), f"{name}.{f.name}"
+
+
+def test_reference_preset_is_the_default():
+    assert PPOConfig.preset("reference") == PPOConfig()
+
+
+def test_preset_overrides():
+    config = PPOConfig.preset("thrust", n_steps=128, advantage_norm_scope="minibatch")
+    assert config.n_steps == 128 and config.advantage_norm_scope == "minibatch"
+    assert config.kl_estimator == "k1"
+    # CleanRL ties the value clip to clip_range (clip_vloss uses clip_coef) ...
+    assert PPOConfig.preset("cleanrl", clip_range=0.1).clip_range_vf == 0.1
+    # ... unless the value clip is overridden explicitly
+    assert PPOConfig.preset("cleanrl", clip_range=0.1, clip_range_vf=None).clip_range_vf is None
+    with pytest.raises(ValueError, match="preset name.*'spinningup'"):
+        PPOConfig.preset("spinningup")
+    with pytest.raises(ValueError, match="unknown PPOConfig field 'lr'"):
+        PPOConfig.preset("sb3", lr=1e-3)
+    with pytest.raises(ValueError, match="^gamma"):
+        PPOConfig.preset("sb3", gamma=-1.0)
+
+
+def test_zoo_cartpole():
+    config = PPOConfig.zoo_cartpole()
+    expected = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                    gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+                    clip_range_schedule="linear", ent_coef=0.0)
+    for name, value in expected.items():
+        assert getattr(config, name) == value, name
+    assert config.replace(**{k: getattr(PPOConfig(), k) for k in expected}) == PPOConfig()
+    assert PPOConfig.zoo_cartpole(n_envs=4, batch_size=128).n_envs == 4
+
+
+def test_schedules():
+    config = PPOConfig.zoo_cartpole()
+    assert config.learning_rate_at(1.0) == 1e-3
+    assert config.learning_rate_at(0.5) == 5e-4
+    assert config.clip_range_at(0.25) == 0.05
+    constant = PPOConfig()
+    assert constant.learning_rate_at(0.1) == 3e-4 and constant.clip_range_at(0.1) == 0.2
+    with pytest.raises(ValueError, match="progress_remaining"):
+        config.learning_rate_at(1.5)
+
+
+# ----------------------------------------------------------------------------------------------
+# parse_overrides
+# ----------------------------------------------------------------------------------------------
+
+def test_parse_overrides_types():
+    parsed = parse_overrides([
+        "gamma=0.98", "n_steps=128", "target_kl=none", "clip_range_vf=0.1", "shared_trunk=true",
+        "normalize_advantage=0", "net_arch=[128, 64]", "activation=relu", "learning_rate=1e-3",
+        "kl_stop_rule = thrust"])
+    assert parsed == dict(gamma=0.98, n_steps=128, target_kl=None, clip_range_vf=0.1,
+                          shared_trunk=True, normalize_advantage=False, net_arch=(128, 64),
+                          activation="relu", learning_rate=1e-3, kl_stop_rule="thrust")
+    assert type(parsed["n_steps"]) is int and type(parsed["gamma"]) is float
+    assert parse_overrides(["net_arch=64,64"])["net_arch"] == (64, 64)
+    assert parse_overrides(["net_arch=()"])["net_arch"] == ()
+    assert PPOConfig().replace(**parsed).net_arch == (128, 64)
+
+
+@pytest.mark.parametrize("items, match", [
+    (["gama=0.9"], "unknown PPOConfig field 'gama'.*did you mean 'gamma'"),
+    (["gamma"], "expected 'field=value', got 'gamma'"),
+    (["gamma=0.9", "gamma=0.8"], "^gamma is given more than once"),
+    (["gamma=high"], "^gamma: cannot parse 'high'"),
+    (["n_steps=2.5"], "^n_steps: cannot parse '2.5' as an integer"),
+    (["shared_trunk=maybe"], "^shared_trunk: cannot parse 'maybe'"),
+    (["net_arch=64,x"], "^net_arch: cannot parse"),
+    (["target_kl=off"], "^target_kl: cannot parse"),
+    ("gamma=0.9", "list"),
+])
+def test_parse_overrides_errors(items, match):
+    with pytest.raises(ValueError, match=match):
+        parse_overrides(items)
