@@ -1,0 +1,701 @@
+"""Golden vectors: ppo_ref's numbers as JSON, and a checker for another implementation's outputs.
+
+``write_vectors(out_dir)`` writes one JSON file per case (plus ``index.json``): the inputs, the
+settings (including the convention preset and every convention option that matters), and the
+outputs ppo_ref computes from exactly those inputs. Another implementation (Rust, JAX, PyTorch,
+...) reads each case, runs its own code on ``inputs`` with ``settings``, and writes a results
+file; ``check_results(vectors_dir, results_file)`` compares it case by case and returns one row
+per case with the largest error. The command line is ``ppo-ref vectors --out DIR`` and
+``ppo-ref check DIR --results FILE`` (exit status 1 when a case fails or is missing).
+
+File format (``FORMAT = "ppo_ref.vectors/1"``), one case per file ``<name>.json``::
+
+    {"format": "ppo_ref.vectors/1", "name": "gae_reference", "kind": "gae",
+     "function": "ppo_ref.gae", "preset": "reference", "description": "...",
+     "inputs":   {"rewards": [[...], ...], "terminated": [[true, false], ...], ...},
+     "settings": {"gamma": 0.99, "gae_lambda": 0.95, "truncation": "bootstrap", ...},
+     "expected": {"advantages": [[...]], "returns": [[...]]},
+     "tolerance": {"atol": 1e-10, "rtol": 1e-9}}
+
+* Arrays are nested JSON lists, row-major, time-major ``[T, N, ...]`` as in SPEC §1; bool
+  arrays are lists of ``true``/``false``; integer arrays (actions) are JSON integers; floats are
+  float64 written with Python's shortest round-trip repr. IEEE specials are the strings
+  ``"inf"``, ``"-inf"``, ``"nan"`` (JSON has no literal for them).
+* A dict of arrays (network parameters, gradients) is a JSON object of arrays; a sequence of
+  such dicts (Adam's gradient per step) is an object keyed ``"1"``, ``"2"``, ...
+* Scalars are JSON numbers. ``None`` is ``null``.
+
+Results file (``RESULTS_FORMAT = "ppo_ref.results/1"``)::
+
+    {"format": "ppo_ref.results/1", "implementation": "my-ppo 0.3",
+     "cases": {"gae_reference": {"outputs": {"advantages": [[...]], "returns": [[...]]}}, ...}}
+
+``outputs`` uses exactly the names, nesting and shapes of ``expected``. An output passes when
+every element satisfies ``|got - expected| <= atol + rtol * |expected|`` (infinities must match
+exactly); a case passes when all its expected outputs pass.
+
+The cases cover (SPEC section in brackets): episode starts [1]; GAE in the reference, CleanRL and
+thrust-rl conventions [2]; V-trace with truncation, lambda and bars [2]; log-softmax, entropy,
+log-probs with masked actions and their gradients [3]; each loss with its gradient [4]; Adam steps
+and global-norm clipping [3]; the LSTM forward with resets and its gradients [3]; one full PPO
+minibatch update of a tiny MLP actor-critic (reference and CleanRL presets) [4, 5].
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import numpy as np
+
+__all__ = ["FORMAT", "RESULTS_FORMAT", "write_vectors", "load_case", "load_cases",
+           "compute_outputs", "reference_results", "check_results", "format_table",
+           "encode", "decode", "dumps"]
+
+FORMAT = "ppo_ref.vectors/1"
+RESULTS_FORMAT = "ppo_ref.results/1"
+DEFAULT_TOLERANCE = {"atol": 1e-10, "rtol": 1e-9}
+SEED = 20261129
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON encoding
+# ----------------------------------------------------------------------------------------------
+
+def _encode_float(x: float):
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return float(x)
+
+
+def encode(value):
+    """Python/NumPy value -> JSON-safe value (see the module docstring for the rules)."""
+    if isinstance(value, Mapping):
+        return {str(k): encode(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not (value and isinstance(value[0], (int, float, bool, np.generic))):
+        return [encode(v) for v in value]
+    if isinstance(value, (np.ndarray, list, tuple, np.generic)):
+        arr = np.asarray(value)
+        if arr.dtype == np.bool_:
+            return arr.tolist()
+        if np.issubdtype(arr.dtype, np.integer):
+            return arr.astype(np.int64).tolist()
+        if np.issubdtype(arr.dtype, np.floating):
+            flat = [_encode_float(float(x)) for x in arr.astype(np.float64).ravel()]
+            if arr.ndim == 0:
+                return flat[0]
+            return np.array(flat, dtype=object).reshape(arr.shape).tolist()
+        raise ValueError(f"cannot encode array of dtype {arr.dtype}")
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return _encode_float(value)
+    raise ValueError(f"cannot encode {type(value).__name__}")
+
+
+_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+
+
+def _is_numeric_leaf(x) -> bool:
+    return isinstance(x, (int, float, bool)) or (isinstance(x, str) and x in _SPECIAL)
+
+
+def _leaves(x):
+    while isinstance(x, list) and x:
+        x = x[0]
+    return x
+
+
+def decode(value):
+    """JSON value -> NumPy: lists become arrays (bool, int64 or float64 by their leaves),
+    objects become dicts, special-float strings become floats."""
+    if isinstance(value, dict):
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        leaf = _leaves(value)
+        if isinstance(leaf, list):       # empty innermost list
+            return np.asarray(value, dtype=np.float64)
+        if isinstance(leaf, bool):
+            return np.asarray(value, dtype=np.bool_)
+        if isinstance(leaf, int) and not _has_float(value):
+            return np.asarray(value, dtype=np.int64)
+        return np.asarray(_floats(value), dtype=np.float64)
+    if isinstance(value, str) and value in _SPECIAL:
+        return _SPECIAL[value]
+    return value
+
+
+def _has_float(value) -> bool:
+    if isinstance(value, list):
+        return any(_has_float(v) for v in value)
+    return isinstance(value, float) or isinstance(value, str)
+
+
+def _floats(value):
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    if isinstance(value, str):
+        if value not in _SPECIAL:
+            raise ValueError(f"unexpected string {value!r} in a numeric array")
+        return _SPECIAL[value]
+    return float(value)
+
+
+# ----------------------------------------------------------------------------------------------
+# The reference computation of every kind of case (inputs, settings -> outputs)
+# ----------------------------------------------------------------------------------------------
+
+def _episode_starts(inputs, settings):
+    from ppo_ref.kernels import episode_starts
+    return {"episode_starts": episode_starts(inputs["terminated"], inputs["truncated"],
+                                             inputs["initial"])}
+
+
+def _kernel_options(settings):
+    return {"truncation": settings["truncation"],
+            "bootstrap_terminal_last_row": settings["bootstrap_terminal_last_row"]}
+
+
+def _gae(inputs, settings):
+    from ppo_ref.kernels import gae
+    adv, ret = gae(inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
+                   inputs["last_values"], inputs.get("final_values"), gamma=settings["gamma"],
+                   gae_lambda=settings["gae_lambda"], **_kernel_options(settings))
+    return {"advantages": adv, "returns": ret}
+
+
+def _vtrace(inputs, settings):
+    from ppo_ref.kernels import vtrace
+    out = vtrace(inputs["behaviour_log_probs"], inputs["target_log_probs"], inputs["rewards"],
+                 inputs["values"], inputs["terminated"], inputs["truncated"],
+                 inputs["last_values"], inputs.get("final_values"), gamma=settings["gamma"],
+                 rho_bar=settings["rho_bar"], c_bar=settings["c_bar"],
+                 pg_rho_bar=settings["pg_rho_bar"], lambda_=settings["lambda_"],
+                 **_kernel_options(settings))
+    return {"vs": out.vs, "pg_advantages": out.pg_advantages}
+
+
+def _categorical(inputs, settings):
+    from ppo_ref.nn import distributions as d
+    logits, actions = inputs["logits"], inputs["actions"]
+    return {
+        "log_softmax": d.log_softmax(logits),
+        "entropy": d.categorical_entropy(logits),
+        "log_probs": d.categorical_log_prob(logits, actions),
+        "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
+                                                                   inputs["d_log_probs"]),
+        "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"]),
+    }
+
+
+def _policy_loss(inputs, settings):
+    from ppo_ref.losses import policy_loss
+    loss, grad, info = policy_loss(inputs["new_log_probs"], inputs["old_log_probs"],
+                                   inputs["advantages"], settings["clip_range"])
+    return {"loss": loss, "d_new_log_probs": grad, "clip_fraction": info["clip_fraction"],
+            "approx_kl": info["approx_kl"]}
+
+
+def _value_loss(inputs, settings):
+    from ppo_ref.losses import value_loss
+    loss, grad = value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
+                            settings["clip_range_vf"], mode=settings["mode"])
+    return {"loss": loss, "d_values": grad}
+
+
+def _entropy_loss(inputs, settings):
+    from ppo_ref.losses import entropy_loss
+    loss, grad = entropy_loss(inputs["entropy"])
+    return {"loss": loss, "d_entropy": grad}
+
+
+def _normalize_advantages(inputs, settings):
+    from ppo_ref.losses import normalize_advantages
+    return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"])}
+
+
+def _approx_kl(inputs, settings):
+    from ppo_ref.losses import approx_kl
+    return {"approx_kl": approx_kl(inputs["old_log_probs"], inputs["new_log_probs"],
+                                   estimator=settings["estimator"])}
+
+
+def _adam(inputs, settings):
+    from ppo_ref.optim import adam_init, adam_update
+    params = dict(inputs["params"])
+    state = adam_init(params)
+    out = {}
+    for step in sorted(inputs["grads"], key=int):
+        params, state = adam_update(params, inputs["grads"][step], state, lr=settings["lr"],
+                                    betas=tuple(settings["betas"]), eps=settings["eps"])
+        out[step] = dict(params)
+    return {"params_after_step": out}
+
+
+def _clip(inputs, settings):
+    from ppo_ref.optim import clip_by_global_norm
+    grads, norm = clip_by_global_norm(inputs["grads"], settings["max_norm"])
+    return {"grads": dict(grads), "norm": norm}
+
+
+def _lstm(inputs, settings):
+    from ppo_ref.nn.lstm import lstm_backward, lstm_forward
+    h_seq, (h_T, c_T), cache = lstm_forward(inputs["params"], inputs["x"], inputs["h0"],
+                                            inputs["c0"], inputs["episode_starts"])
+    dx, grads, (dh0, dc0) = lstm_backward(inputs["params"], cache, inputs["dh_seq"],
+                                          inputs["dh_T"], inputs["dc_T"])
+    return {"h_seq": h_seq, "h_T": h_T, "c_T": c_T, "dx": dx, "grads": dict(grads),
+            "dh0": dh0, "dc0": dc0}
+
+
+def _ppo_minibatch_update(inputs, settings):
+    """One PPO minibatch step through the trainer's own recipe (``ppo_ref.update.run_epochs``
+    with one epoch of one minibatch, ``ppo_ref.policies.MLPPolicy``)."""
+    from gymnasium import spaces
+
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.optim import adam_init
+    from ppo_ref.policies import MLPPolicy
+    from ppo_ref.update import Minibatch, run_epochs
+
+    config = PPOConfig.from_dict(settings["config"])
+    obs = inputs["observations"]
+    policy = MLPPolicy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
+                       spaces.Discrete(settings["n_actions"]), config)
+    params = dict(inputs["params"])
+    seen = {}
+
+    def evaluate(p, data):
+        ev = policy.evaluate(p, *data)
+        seen.setdefault("log_probs", ev.log_probs)
+        seen.setdefault("entropy", ev.entropy)
+        seen.setdefault("values", ev.values)
+        return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+    def backward(p, cache, d_log_probs, d_entropy, d_values):
+        grads = policy.backward(p, cache, d_log_probs, d_entropy, d_values)
+        seen.setdefault("grads", dict(grads))
+        return grads
+
+    mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
+                   inputs["old_values"], (obs, inputs["actions"]))
+    new_params, _, stats = run_epochs(params, adam_init(params), config=config,
+                                      lr=settings["learning_rate"],
+                                      clip_range=settings["clip_range"],
+                                      minibatches=lambda epoch: [mb], evaluate=evaluate,
+                                      backward=backward)
+    return {"new_log_probs": seen["log_probs"], "entropy": seen["entropy"],
+            "values": seen["values"], "loss": stats["loss"], "policy_loss": stats["policy_loss"],
+            "value_loss": stats["value_loss"], "mean_entropy": stats["entropy"],
+            "approx_kl": stats["approx_kl"], "clip_fraction": stats["clip_fraction"],
+            "grads": seen["grads"], "grad_norm": stats["grad_norm"],
+            "params_after": dict(new_params)}
+
+
+_KINDS: Dict[str, Callable] = {
+    "episode_starts": _episode_starts,
+    "gae": _gae,
+    "vtrace": _vtrace,
+    "categorical": _categorical,
+    "policy_loss": _policy_loss,
+    "value_loss": _value_loss,
+    "entropy_loss": _entropy_loss,
+    "normalize_advantages": _normalize_advantages,
+    "approx_kl": _approx_kl,
+    "adam": _adam,
+    "clip_by_global_norm": _clip,
+    "lstm": _lstm,
+    "ppo_minibatch_update": _ppo_minibatch_update,
+}
+
+_FUNCTIONS = {
+    "episode_starts": "ppo_ref.episode_starts",
+    "gae": "ppo_ref.gae",
+    "vtrace": "ppo_ref.vtrace",
+    "categorical": "ppo_ref.nn.distributions (log_softmax, categorical_entropy, "
+                   "categorical_log_prob and their backward)",
+    "policy_loss": "ppo_ref.losses.policy_loss",
+    "value_loss": "ppo_ref.losses.value_loss",
+    "entropy_loss": "ppo_ref.losses.entropy_loss",
+    "normalize_advantages": "ppo_ref.losses.normalize_advantages",
+    "approx_kl": "ppo_ref.losses.approx_kl",
+    "adam": "ppo_ref.optim.adam_init + adam_update (one call per step)",
+    "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
+    "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
+    "ppo_minibatch_update": "ppo_ref.update.run_epochs (1 epoch, 1 minibatch) with "
+                            "ppo_ref.policies.MLPPolicy",
+}
+
+
+def compute_outputs(case: Mapping) -> Dict[str, Any]:
+    """ppo_ref's outputs for a decoded case (``inputs`` and ``settings`` as NumPy values)."""
+    kind = case["kind"]
+    if kind not in _KINDS:
+        raise ValueError(f"case kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    return _KINDS[kind](case["inputs"], case["settings"])
+
+
+# ----------------------------------------------------------------------------------------------
+# The cases
+# ----------------------------------------------------------------------------------------------
+
+def _flags(rng, shape, p):
+    return rng.random(shape) < p
+
+
+def _case(name, kind, preset, description, inputs, settings, tolerance=None):
+    return {"format": FORMAT, "name": name, "kind": kind, "function": _FUNCTIONS[kind],
+            "preset": preset, "description": description, "inputs": inputs,
+            "settings": settings, "tolerance": dict(tolerance or DEFAULT_TOLERANCE)}
+
+
+def _rollout(rng, T, N):
+    terminated = _flags(rng, (T, N), 0.15)
+    truncated = _flags(rng, (T, N), 0.15)
+    terminated[-1, 0] = True           # a terminal on the last row (thrust-rl differs there)
+    truncated[T // 2, -1] = True       # a truncation mid-rollout
+    terminated[T // 2, -1] = False
+    return {"rewards": rng.normal(size=(T, N)).round(6), "values": rng.normal(size=(T, N)).round(6),
+            "terminated": terminated, "truncated": truncated,
+            "last_values": rng.normal(size=N).round(6),
+            "final_values": np.where(truncated, rng.normal(size=(T, N)).round(6), 0.0)}
+
+
+_CONVENTIONS = {
+    "reference": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
+    "sb3": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
+    "cleanrl": {"truncation": "terminate", "bootstrap_terminal_last_row": False},
+    "thrust": {"truncation": "ignore", "bootstrap_terminal_last_row": True},
+}
+
+
+def _build_cases(rng: np.random.Generator) -> List[dict]:
+    cases = []
+    T, N = 8, 3
+    term, trunc = _flags(rng, (T, N), 0.2), _flags(rng, (T, N), 0.2)
+    cases.append(_case(
+        "episode_starts", "episode_starts", "reference",
+        "episode_starts[t] = terminated[t-1] or truncated[t-1]; [0] = initial",
+        {"terminated": term, "truncated": trunc, "initial": np.array([True, False, True])}, {}))
+
+    roll = _rollout(rng, T, N)
+    for preset, desc in (("reference", "SPEC: bootstrap V(final_obs) on truncation, cut the trace"),
+                         ("cleanrl", "CleanRL: truncation treated as termination"),
+                         ("thrust", "thrust-rl: truncated ignored; terminal last row bootstraps")):
+        cases.append(_case(f"gae_{preset}", "gae", preset, desc, roll,
+                           {"gamma": 0.99, "gae_lambda": 0.95, **_CONVENTIONS[preset]}))
+    single = _rollout(rng, 6, 1)
+    single = {k: (v[:, 0] if np.ndim(v) == 2 else v[0]) for k, v in single.items()}
+    cases.append(_case("gae_single_env", "gae", "reference",
+                       "one env as [T] arrays with a scalar last_values", single,
+                       {"gamma": 0.9, "gae_lambda": 0.8, **_CONVENTIONS["reference"]}))
+
+    vt = dict(roll)
+    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
+    vt["target_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
+    cases.append(_case("vtrace_reference", "vtrace", "reference",
+                       "IMPALA V-trace with truncation bootstrap, lambda_ 0.9, distinct bars", vt,
+                       {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.5,
+                        "lambda_": 0.9, **_CONVENTIONS["reference"]}))
+    cases.append(_case("vtrace_thrust", "vtrace", "thrust",
+                       "thrust-rl conventions (no lambda, pg weight = rho)", vt,
+                       {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 1.0, "pg_rho_bar": None,
+                        "lambda_": 1.0, **_CONVENTIONS["thrust"]}))
+
+    logits = (rng.normal(size=(5, 4)) * 3.0).round(6)
+    logits[1, 2] = -np.inf                     # a masked action
+    actions = np.array([0, 3, 1, 2, 3])
+    cases.append(_case(
+        "categorical", "categorical", "reference",
+        "log-softmax (max-shifted), entropy, log-probs and both gradients; row 1 has a masked "
+        "action (-inf logit)",
+        {"logits": logits, "actions": actions, "d_log_probs": rng.normal(size=5).round(6),
+         "d_entropy": rng.normal(size=5).round(6)}, {}))
+
+    B = 10
+    old = (-rng.exponential(1.0, B)).round(6)
+    new = (old + rng.normal(scale=0.3, size=B)).round(6)
+    adv = rng.normal(size=B).round(6)
+    cases.append(_case("policy_loss", "policy_loss", "reference",
+                       "clipped surrogate; some ratios outside [0.8, 1.2]",
+                       {"new_log_probs": new, "old_log_probs": old, "advantages": adv},
+                       {"clip_range": 0.2}))
+    values = rng.normal(size=B).round(6)
+    old_values = (values + rng.normal(scale=0.4, size=B)).round(6)
+    returns = rng.normal(size=B).round(6)
+    vinputs = {"values": values, "old_values": old_values, "returns": returns}
+    for suffix, clip, mode, preset in (("unclipped", None, "max", "reference"),
+                                       ("clipped_max", 0.2, "max", "cleanrl"),
+                                       ("clipped_sb3", 0.2, "sb3", "sb3")):
+        cases.append(_case(f"value_loss_{suffix}", "value_loss", preset,
+                           "value loss without the 0.5 factor (scale with vf_coef)", vinputs,
+                           {"clip_range_vf": clip, "mode": mode}))
+    cases.append(_case("entropy_loss", "entropy_loss", "reference", "-mean(entropy)",
+                       {"entropy": rng.uniform(0.1, 1.4, B).round(6)}, {}))
+    for ddof in (1, 0):
+        cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages",
+                           "reference" if ddof else "thrust",
+                           "(A - mean) / (std(ddof) + 1e-8)", {"advantages": adv}, {"ddof": ddof}))
+    for est in ("k3", "k1"):
+        cases.append(_case(f"approx_kl_{est}", "approx_kl", "reference" if est == "k3" else "thrust",
+                           "KL(old || new) estimator", {"old_log_probs": old, "new_log_probs": new},
+                           {"estimator": est}))
+
+    params = {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
+    grads = {str(s): {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
+             for s in (1, 2, 3)}
+    cases.append(_case("adam", "adam", "reference",
+                       "three torch.optim.Adam steps from a fresh state (bias correction, eps "
+                       "after sqrt(v_hat))", {"params": params, "grads": grads},
+                       {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-5}))
+    for suffix, max_norm in (("active", 0.5), ("inactive", 100.0)):
+        cases.append(_case(f"clip_by_global_norm_{suffix}", "clip_by_global_norm", "reference",
+                           "one L2 norm over all arrays; scale max_norm/(norm+1e-6) only if < 1",
+                           {"grads": grads["1"]}, {"max_norm": max_norm}))
+
+    T, N, D, H = 5, 2, 3, 4
+    lstm_params = {"w_ih": (rng.normal(size=(4 * H, D)) * 0.5).round(6),
+                   "w_hh": (rng.normal(size=(4 * H, H)) * 0.5).round(6),
+                   "b": (rng.normal(size=4 * H) * 0.1).round(6)}
+    starts = np.zeros((T, N), dtype=bool)
+    starts[0, 1] = True
+    starts[3, 0] = True
+    cases.append(_case(
+        "lstm_resets", "lstm", "reference",
+        "torch gate order (i, f, g, o), b = b_ih + b_hh; state zeroed where episode_starts; "
+        "BPTT with dh_seq, dh_T, dc_T",
+        {"params": lstm_params, "x": rng.normal(size=(T, N, D)).round(6),
+         "h0": rng.normal(size=(N, H)).round(6), "c0": rng.normal(size=(N, H)).round(6),
+         "episode_starts": starts, "dh_seq": rng.normal(size=(T, N, H)).round(6),
+         "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)},
+        {}))
+
+    cases.extend(_ppo_cases(rng))
+    return cases
+
+
+def _ppo_cases(rng) -> List[dict]:
+    """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.nn.actor_critic import actor_critic_init
+
+    B, obs_dim, n_actions = 6, 3, 2
+    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
+    params = {k: v.round(6) for k, v in params.items()}
+    inputs = {"params": params, "observations": rng.normal(size=(B, obs_dim)).round(6),
+              "actions": rng.integers(0, n_actions, B),
+              "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
+              "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
+              "old_values": rng.normal(size=B).round(6)}
+    out = []
+    for preset in ("reference", "cleanrl"):
+        config = PPOConfig.preset(preset, n_steps=B, batch_size=B, n_epochs=1, net_arch=(4,),
+                                  ent_coef=0.01, learning_rate=0.01)
+        out.append(_case(
+            f"ppo_minibatch_update_{preset}", "ppo_minibatch_update", preset,
+            "one PPO minibatch step: evaluate, loss (per-minibatch advantage normalization), "
+            "backward, global-norm clip, one Adam step from a fresh state; params: pi.w0 [4,3], "
+            "pi.b0, pi.w1 [2,4], pi.b1, vf.w0, vf.b0, vf.w1 [1,4], vf.b1 (y = x @ w.T + b, tanh)",
+            inputs, {"config": config.to_dict(), "n_actions": n_actions,
+                     "learning_rate": 0.01, "clip_range": config.clip_range}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing, loading, checking
+# ----------------------------------------------------------------------------------------------
+
+def write_vectors(out_dir: str, *, seed: int = SEED) -> List[str]:
+    """Write every case to ``out_dir/<name>.json`` and ``out_dir/index.json``.
+
+    Inputs are generated from ``np.random.default_rng(seed)`` (rounded to 6 decimals so they
+    read well); expected outputs are computed by ppo_ref from the *decoded* JSON inputs, so a
+    reader of the file gets exactly the numbers ppo_ref computes from what it reads.
+
+    Returns:
+        the case names, in order.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    cases = _build_cases(np.random.default_rng(seed))
+    names = []
+    index = []
+    for case in cases:
+        encoded = {k: encode(v) if k in ("inputs", "settings") else v for k, v in case.items()}
+        decoded = {**encoded, "inputs": decode(encoded["inputs"]),
+                   "settings": _decode_settings(encoded["settings"])}
+        encoded["expected"] = encode(compute_outputs(decoded))
+        path = os.path.join(out_dir, f"{case['name']}.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(dumps(encoded) + "\n")
+        names.append(case["name"])
+        index.append({"name": case["name"], "kind": case["kind"], "preset": case["preset"],
+                      "file": f"{case['name']}.json"})
+    with open(os.path.join(out_dir, "index.json"), "w", encoding="utf-8") as fh:
+        json.dump({"format": FORMAT, "seed": seed, "cases": index}, fh, indent=1)
+        fh.write("\n")
+    return names
+
+
+def dumps(doc: Mapping, indent: int = 1) -> str:
+    """JSON text of a case or results document: objects one key per line, each array on one
+    line (readable diffs, no NaN/inf literals)."""
+    def render(value, level):
+        if isinstance(value, dict) and value:
+            pad = " " * (indent * (level + 1))
+            items = [f"{pad}{json.dumps(k)}: {render(v, level + 1)}" for k, v in value.items()]
+            return "{\n" + ",\n".join(items) + "\n" + " " * (indent * level) + "}"
+        return json.dumps(value, allow_nan=False)
+    return render(doc, 0)
+
+
+def _decode_settings(settings: Mapping) -> dict:
+    """Settings are scalars, strings, lists of scalars and a config dict: keep lists as lists
+    (e.g. ``betas``) and only turn the special-float strings into floats."""
+    out = {}
+    for k, v in settings.items():
+        if isinstance(v, str) and v in _SPECIAL:
+            out[k] = _SPECIAL[v]
+        else:
+            out[k] = v
+    return out
+
+
+def load_case(path: str) -> dict:
+    """Read one case file; ``inputs`` and ``expected`` decoded to NumPy (settings as JSON)."""
+    with open(path, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    if raw.get("format") != FORMAT:
+        raise ValueError(f"{path}: format must be {FORMAT!r}, got {raw.get('format')!r}")
+    raw["inputs"] = decode(raw["inputs"])
+    raw["settings"] = _decode_settings(raw["settings"])
+    raw["expected"] = decode(raw["expected"])
+    return raw
+
+
+def load_cases(vectors_dir: str) -> List[dict]:
+    """All cases listed in ``vectors_dir/index.json``, in order."""
+    index_path = os.path.join(vectors_dir, "index.json")
+    if not os.path.exists(index_path):
+        raise ValueError(f"vectors_dir has no index.json: {vectors_dir!r} (write it with "
+                         "`ppo-ref vectors --out DIR`)")
+    with open(index_path, encoding="utf-8") as fh:
+        index = json.load(fh)
+    return [load_case(os.path.join(vectors_dir, entry["file"])) for entry in index["cases"]]
+
+
+def reference_results(vectors_dir: str, implementation: str = "ppo_ref") -> dict:
+    """Run ppo_ref on every case's inputs and return a results document (the format another
+    implementation writes). Used for the round-trip test and as an example of the layout."""
+    import ppo_ref
+    cases = {}
+    for case in load_cases(vectors_dir):
+        cases[case["name"]] = {"outputs": encode(compute_outputs(case))}
+    return {"format": RESULTS_FORMAT, "implementation": f"{implementation} {ppo_ref.__version__}",
+            "cases": cases}
+
+
+def _flatten(value, prefix="") -> Dict[str, Any]:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}{k}/"))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _compare(got, expected, atol: float, rtol: float):
+    """``(max_abs_err, ok, detail)`` for one output."""
+    exp = np.asarray(expected, dtype=np.float64)
+    try:
+        g = np.asarray(got, dtype=np.float64)
+    except (TypeError, ValueError):
+        return math.inf, False, "not numeric"
+    if g.shape != exp.shape:
+        return math.inf, False, f"shape {g.shape} != expected {exp.shape}"
+    if exp.size == 0:
+        return 0.0, True, ""
+    inf_e = np.isinf(exp)
+    nan_e = np.isnan(exp)
+    if np.any(g[inf_e] != exp[inf_e]) or np.any(~np.isnan(g[nan_e])):
+        return math.inf, False, "special values (inf/nan) differ"
+    fin = ~(inf_e | nan_e)
+    if np.any(~np.isfinite(g[fin])):
+        return math.inf, False, "non-finite where expected is finite"
+    err = np.abs(g[fin] - exp[fin])
+    ok = bool(np.all(err <= atol + rtol * np.abs(exp[fin])))
+    return (float(err.max()) if err.size else 0.0), ok, ""
+
+
+def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] = None,
+                  rtol: Optional[float] = None, allow_missing: bool = False) -> List[dict]:
+    """Compare another implementation's outputs with the vectors.
+
+    Args:
+        vectors_dir: directory written by :func:`write_vectors`.
+        results_file: JSON in the results format (module docstring).
+        atol, rtol: override every case's tolerance (e.g. for a float32 implementation).
+        allow_missing: a case absent from the results is ``SKIP`` instead of ``MISSING``.
+
+    Returns:
+        one dict per case, in index order: ``case``, ``kind``, ``preset``, ``status``
+        (``PASS``/``FAIL``/``MISSING``/``SKIP``), ``max_err`` (largest absolute error over the
+        case's outputs; ``inf`` for a shape or special-value mismatch, ``nan`` if missing),
+        ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``.
+    """
+    with open(results_file, encoding="utf-8") as fh:
+        results = json.load(fh)
+    if results.get("format") != RESULTS_FORMAT:
+        raise ValueError(f"results_file format must be {RESULTS_FORMAT!r}, "
+                         f"got {results.get('format')!r}")
+    got_cases = results.get("cases", {})
+    rows = []
+    for case in load_cases(vectors_dir):
+        tol = case.get("tolerance", DEFAULT_TOLERANCE)
+        a = tol["atol"] if atol is None else atol
+        r = tol["rtol"] if rtol is None else rtol
+        row = {"case": case["name"], "kind": case["kind"], "preset": case["preset"],
+               "atol": a, "rtol": r, "max_err": math.nan, "worst": "", "detail": ""}
+        if case["name"] not in got_cases:
+            row["status"] = "SKIP" if allow_missing else "MISSING"
+            rows.append(row)
+            continue
+        got = _flatten(decode(got_cases[case["name"]].get("outputs", {})))
+        expected = _flatten(case["expected"])
+        worst, worst_key, ok, details = 0.0, "", True, []
+        for key, exp in expected.items():
+            if key not in got:
+                ok = False
+                details.append(f"missing output {key}")
+                worst, worst_key = math.inf, key
+                continue
+            err, good, detail = _compare(got[key], exp, a, r)
+            if not good:
+                ok = False
+                details.append(f"{key}: {detail}" if detail else f"{key} out of tolerance")
+            if err > worst or not worst_key:
+                worst, worst_key = err, key
+        row.update(status="PASS" if ok else "FAIL", max_err=worst, worst=worst_key,
+                   detail="; ".join(details))
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: List[dict]) -> str:
+    """The check rows as a fixed-width text table (one line per case, then a summary)."""
+    w = max([len(r["case"]) for r in rows] + [4])
+    lines = [f"{'case':<{w}}  {'kind':<22} {'preset':<9} {'status':<7} {'max |err|':>10}  "
+             f"{'atol':>7} {'rtol':>7}  worst output / detail"]
+    for r in rows:
+        err = "" if math.isnan(r["max_err"]) else f"{r['max_err']:.3e}"
+        extra = r["worst"] + (f" ({r['detail']})" if r["detail"] else "")
+        lines.append(f"{r['case']:<{w}}  {r['kind']:<22} {r['preset']:<9} {r['status']:<7} "
+                     f"{err:>10}  {r['atol']:>7.0e} {r['rtol']:>7.0e}  {extra}")
+    n_bad = sum(r["status"] in ("FAIL", "MISSING") for r in rows)
+    lines.append(f"{len(rows) - n_bad}/{len(rows)} cases ok"
+                 + (f", {n_bad} failed or missing" if n_bad else ""))
+    return "\n".join(lines)
