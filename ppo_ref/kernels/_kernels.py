@@ -12,7 +12,6 @@ in one file, any edit invalidates them together.
 No float literal appears in the arithmetic: every scalar is passed in with the arrays' dtype,
 so the float32 specialisation computes in float32.
 """
-import numpy as np
 
 from ppo_ref._numba import njit
 
@@ -85,11 +84,13 @@ def _gae_kernel(rewards, values, terminated, truncated, last_values, final_value
 
 
 @njit
-def _vtrace_kernel(behaviour_log_probs, target_log_probs, rewards, values, terminated,
-                   truncated, last_values, final_values, gamma, rho_bar, c_bar, pg_rho_bar,
-                   lambda_, one_minus_lambda, truncation_mode, bootstrap_terminal_last_row,
-                   vs, pg_advantages):
+def _vtrace_kernel(ratios, rewards, values, terminated, truncated, last_values, final_values,
+                   gamma, rho_bar, c_bar, pg_rho_bar, lambda_, one_minus_lambda, truncation_mode,
+                   bootstrap_terminal_last_row, vs, pg_advantages):
     """Backward V-trace recursion over ``[T, N]`` arrays; writes ``vs`` and ``pg_advantages``.
+
+    ``ratios`` are the importance weights pi/mu = exp(target - behaviour log-probs), computed
+    by the caller in one vectorised pass (may hold inf; the bars clip it).
 
     Every scalar has the arrays' dtype and no float literal appears below, so a float32
     specialisation computes in float32.
@@ -100,7 +101,7 @@ def _vtrace_kernel(behaviour_log_probs, target_log_probs, rewards, values, termi
         for n in range(n_envs):
             terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
                                                            truncation_mode)
-            ratio = np.exp(target_log_probs[t, n] - behaviour_log_probs[t, n])
+            ratio = ratios[t, n]
             value = values[t, n]
             if terminal and not (last_row and bootstrap_terminal_last_row):
                 target = rewards[t, n]                               # next_value = 0
