@@ -26,10 +26,12 @@ detail 9); KL estimators k1 and k3 from J. Schulman, "Approximating KL divergenc
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._numba import njit
 from ppo_ref._checks import (as_float_array, check_choice, check_positive, check_same_shape,
                              result_dtype)
 
@@ -53,12 +55,113 @@ def _nonempty(arr: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} must not be empty (a mean over zero elements is undefined)")
 
 
-def _k3(log_ratio: np.ndarray) -> float:
-    # exp(r) - 1 - r, written with expm1 so that small r keeps its precision; >= 0 exactly in
-    # exact arithmetic, and the maximum guards the last ulp of rounding.
-    with np.errstate(over="ignore"):
-        terms = np.maximum(np.expm1(log_ratio) - log_ratio, 0.0)
-    return float(np.mean(terms))
+# ----------------------------------------------------------------------------------------------
+# compiled kernels: flat contiguous arrays in, sums out (float64 accumulators). The public
+# wrappers below validate, reshape and divide by n. The equations are in the wrappers' docstrings;
+# tests/test_losses.py checks every kernel against the same equations written with NumPy.
+# ----------------------------------------------------------------------------------------------
+
+@njit
+def _k3_term(log_ratio):
+    # exp(r) - 1 - r, with expm1 so that small r keeps its precision; >= 0 in exact arithmetic
+    # and the max guards the last ulp of rounding. inf when exp(r) overflows.
+    return max(math.expm1(log_ratio) - log_ratio, 0.0)
+
+
+@njit
+def _policy_loss_kernel(new, old, adv, clip_range, d_new):
+    """Returns (sum of surrogate terms, count of |ratio-1| > eps, sum of k3 terms, index of the
+    first overflowing ratio or -1); writes d loss / d new into d_new."""
+    n = new.size
+    low = 1.0 - clip_range
+    high = 1.0 + clip_range
+    surrogate_sum = 0.0
+    n_clipped = 0
+    k3_sum = 0.0
+    bad = -1
+    for i in range(n):
+        log_ratio = float(new[i]) - float(old[i])
+        ratio = math.exp(log_ratio)
+        if bad < 0 and not math.isfinite(ratio):
+            bad = i
+        a = float(adv[i])
+        clipped_ratio = min(max(ratio, low), high)
+        surrogate_sum += min(ratio * a, clipped_ratio * a)
+        if (a > 0.0 and ratio > high) or (a < 0.0 and ratio < low):
+            d_new[i] = 0.0
+        else:
+            d_new[i] = -a * ratio / n
+        if abs(ratio - 1.0) > clip_range:
+            n_clipped += 1
+        k3_sum += _k3_term(log_ratio)
+    return surrogate_sum, n_clipped, k3_sum, bad
+
+
+@njit
+def _value_loss_kernel(values, old_values, returns, clip_range_vf, clip_on, sb3_mode, d_values):
+    """Returns the sum of the per-element value losses; writes d loss / d values."""
+    n = values.size
+    total = 0.0
+    for i in range(n):
+        v = float(values[i])
+        err = v - float(returns[i])
+        if not clip_on:
+            total += err * err
+            d_values[i] = 2.0 * err / n
+            continue
+        old = float(old_values[i])
+        delta = v - old
+        inside = abs(delta) <= clip_range_vf
+        err_clip = old + min(max(delta, -clip_range_vf), clip_range_vf) - float(returns[i])
+        sq_clip = err_clip * err_clip
+        if sb3_mode:
+            total += sq_clip
+            d_values[i] = 2.0 * err_clip / n if inside else 0.0
+        else:
+            sq = err * err
+            total += max(sq, sq_clip)
+            if inside or sq > sq_clip:
+                weight = 1.0
+            elif sq == sq_clip:
+                weight = 0.5
+            else:
+                weight = 0.0
+            d_values[i] = weight * 2.0 * err / n
+    return total
+
+
+@njit
+def _approx_kl_kernel(old, new, use_k3):
+    total = 0.0
+    for i in range(old.size):
+        log_ratio = float(new[i]) - float(old[i])
+        total += _k3_term(log_ratio) if use_k3 else -log_ratio
+    return total / old.size
+
+
+@njit
+def _normalize_kernel(adv, ddof, eps, out):
+    """Writes (A - mean) / (std + eps) into out; returns False if a statistic overflowed."""
+    n = adv.size
+    total = 0.0
+    for i in range(n):
+        total += float(adv[i])
+    mean = total / n
+    ss = 0.0
+    for i in range(n):
+        dev = float(adv[i]) - mean
+        ss += dev * dev
+    std = math.sqrt(ss / (n - ddof))
+    if not (math.isfinite(mean) and math.isfinite(std)):
+        return False
+    denom = std + eps
+    for i in range(n):
+        out[i] = (float(adv[i]) - mean) / denom
+    return True
+
+
+def _flat(arr: np.ndarray, dtype) -> np.ndarray:
+    return np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
 
 
 def policy_loss(new_log_probs, old_log_probs, advantages,
@@ -105,28 +208,18 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
     _nonempty(new, "new_log_probs")
     eps = check_positive(clip_range, "clip_range")
     dtype = result_dtype(new, old, adv)
-    new, old, adv = new.astype(dtype, copy=False), old.astype(dtype, copy=False), adv.astype(dtype, copy=False)
 
-    log_ratio = new - old
-    with np.errstate(over="ignore"):
-        ratio = np.exp(log_ratio)
-    if not np.isfinite(ratio).all():
-        i = tuple(int(j) for j in np.argwhere(~np.isfinite(ratio))[0])
-        raise ValueError(f"new_log_probs - old_log_probs = {log_ratio[i]} at index {i} overflows "
-                         "exp(): the policy moved too far from the one that collected the data")
-    low, high = 1.0 - eps, 1.0 + eps
-    clipped_ratio = np.clip(ratio, low, high)
-    surrogate = np.minimum(ratio * adv, clipped_ratio * adv)
+    d_new = np.empty(new.size, dtype=dtype)
+    surrogate_sum, n_clipped, k3_sum, bad = _policy_loss_kernel(
+        _flat(new, dtype), _flat(old, dtype), _flat(adv, dtype), eps, d_new)
+    if bad >= 0:
+        i = tuple(int(j) for j in np.unravel_index(bad, new.shape))
+        raise ValueError(f"new_log_probs - old_log_probs = {float(new[i]) - float(old[i])} at index "
+                         f"{i} overflows exp(): the policy moved too far from the one that "
+                         "collected the data")
     n = new.size
-    loss = -float(np.mean(surrogate))
-
-    clip_active = ((adv > 0) & (ratio > high)) | ((adv < 0) & (ratio < low))
-    d_new = np.where(clip_active, 0.0, -adv * ratio / n).astype(dtype, copy=False)
-    info = {
-        "clip_fraction": float(np.mean(np.abs(ratio - 1.0) > eps)),
-        "approx_kl": _k3(log_ratio),
-    }
-    return loss, d_new, info
+    info = {"clip_fraction": n_clipped / n, "approx_kl": k3_sum / n}
+    return -surrogate_sum / n, d_new.reshape(new.shape), info
 
 
 def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = None,
@@ -171,39 +264,21 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
     ret = as_float_array(returns, "returns")
     check_same_shape(ret, "returns", v.shape, "values")
     _nonempty(v, "values")
-    if clip_range_vf is None:
-        old = None if old_values is None else as_float_array(old_values, "old_values")
-        if old is not None:
-            check_same_shape(old, "old_values", v.shape, "values")
-        dtype = result_dtype(v, ret, old)
-        v, ret = v.astype(dtype, copy=False), ret.astype(dtype, copy=False)
-        diff = v - ret
-        return float(np.mean(diff * diff)), (2.0 * diff / v.size).astype(dtype, copy=False)
-
-    c = check_positive(clip_range_vf, "clip_range_vf")
+    clip_on = clip_range_vf is not None
+    c = check_positive(clip_range_vf, "clip_range_vf") if clip_on else 0.0
     if old_values is None:
-        raise ValueError("old_values is required when clip_range_vf is set")
-    old = as_float_array(old_values, "old_values")
-    check_same_shape(old, "old_values", v.shape, "values")
-    dtype = result_dtype(v, old, ret)
-    v, old, ret = (a.astype(dtype, copy=False) for a in (v, old, ret))
-    n = v.size
-
-    delta = v - old
-    inside = np.abs(delta) <= c
-    v_clip = old + np.clip(delta, -c, c)
-    err_clip = v_clip - ret
-    if mode == "sb3":
-        loss = float(np.mean(err_clip * err_clip))
-        d_v = np.where(inside, 2.0 * err_clip / n, 0.0)
-        return loss, d_v.astype(dtype, copy=False)
-
-    err = v - ret
-    sq, sq_clip = err * err, err_clip * err_clip
-    loss = float(np.mean(np.maximum(sq, sq_clip)))
-    weight = np.where(inside | (sq > sq_clip), 1.0, np.where(sq == sq_clip, 0.5, 0.0))
-    d_v = weight * 2.0 * err / n
-    return loss, d_v.astype(dtype, copy=False)
+        if clip_on:
+            raise ValueError("old_values is required when clip_range_vf is set")
+        old = None
+    else:
+        old = as_float_array(old_values, "old_values")
+        check_same_shape(old, "old_values", v.shape, "values")
+    dtype = result_dtype(v, ret, old)
+    flat_v = _flat(v, dtype)
+    flat_old = flat_v if old is None else _flat(old, dtype)  # unused when clipping is off
+    d_v = np.empty(v.size, dtype=dtype)
+    total = _value_loss_kernel(flat_v, flat_old, _flat(ret, dtype), c, clip_on, mode == "sb3", d_v)
+    return total / v.size, d_v.reshape(v.shape)
 
 
 def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
@@ -256,10 +331,7 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
     check_same_shape(new, "new_log_probs", old.shape, "old_log_probs")
     _nonempty(old, "old_log_probs")
     dtype = result_dtype(old, new)
-    log_ratio = new.astype(dtype, copy=False) - old.astype(dtype, copy=False)
-    if estimator == "k3":
-        return _k3(log_ratio)
-    return float(np.mean(-log_ratio))
+    return float(_approx_kl_kernel(_flat(old, dtype), _flat(new, dtype), estimator == "k3"))
 
 
 def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8) -> np.ndarray:
@@ -289,14 +361,10 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8) -> np.nda
     eps = check_positive(eps, "eps")
     if adv.size <= 1:
         return adv.copy()
-    a64 = adv.astype(np.float64, copy=False)
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = np.mean(a64)
-        std = np.std(a64, ddof=int(ddof))
-        out = (a64 - mean) / (std + eps)
-    if not (np.isfinite(mean) and np.isfinite(std) and np.isfinite(out).all()):
+    out = np.empty(adv.size, dtype=adv.dtype)
+    if not _normalize_kernel(_flat(adv, adv.dtype), int(ddof), eps, out):
         raise ValueError("advantages are too large to normalize: their variance overflows float64")
-    return out.astype(adv.dtype, copy=False)
+    return out.reshape(adv.shape)
 
 
 def explained_variance(y_pred, y_true) -> float:

@@ -16,10 +16,12 @@ by the global norm, in the convention of ``torch.nn.utils.clip_grad_norm_`` (sca
 from __future__ import annotations
 
 import math
-from typing import Dict, Mapping, Tuple
+from collections.abc import Mapping
+from typing import Dict, Tuple
 
 import numpy as np
 
+from ppo_ref._numba import njit
 from ppo_ref._checks import (check_choice, check_nonnegative, check_positive,
                              check_real_scalar, check_unit_interval)
 
@@ -47,9 +49,9 @@ def _check_param_dict(params, name: str) -> None:
     for key, value in params.items():
         if not isinstance(key, str):
             raise ValueError(f"{name} keys must be strings, got {key!r}")
-        arr = np.asarray(value)
-        if arr.dtype not in (np.float32, np.float64):
-            raise ValueError(f"{name}[{key!r}] must be a float32 or float64 array, got dtype {arr.dtype}")
+        dtype = value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
+        if dtype != np.float64 and dtype != np.float32:
+            raise ValueError(f"{name}[{key!r}] must be a float32 or float64 array, got dtype {dtype}")
 
 
 def _check_same_keys(a: Mapping, a_name: str, b: Mapping, b_name: str) -> None:
@@ -91,12 +93,33 @@ def _check_adam_state(state, params: Mapping) -> int:
     if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"state['t'] must be a non-negative int, got {t!r}")
     for moment in ("m", "v"):
-        _check_same_keys(params, "params", state[moment], f"state['{moment}']")
+        moments = state[moment]
+        if moments.keys() != params.keys():
+            _check_same_keys(params, "params", moments, f"state['{moment}']")
         for k, p in params.items():
-            if np.shape(state[moment][k]) != np.shape(p):
-                raise ValueError(f"state['{moment}'][{k!r}] has shape {np.shape(state[moment][k])}, "
+            if np.shape(moments[k]) != np.shape(p):
+                raise ValueError(f"state['{moment}'][{k!r}] has shape {np.shape(moments[k])}, "
                                  f"params[{k!r}] has shape {np.shape(p)}")
     return int(t)
+
+
+@njit
+def _adam_kernel(param, grad, m, v, beta1, beta2, step_size, bias_correction2_sqrt, eps,
+                 param_out, m_out, v_out):
+    """One Adam step over flat arrays (operation order of torch's single-tensor Adam);
+    returns False if a gradient entry is not finite."""
+    finite = True
+    for i in range(param.size):
+        g = grad[i]
+        if not math.isfinite(g):
+            finite = False
+        m_i = beta1 * m[i] + (1.0 - beta1) * g
+        v_i = beta2 * v[i] + (1.0 - beta2) * g * g
+        denom = math.sqrt(v_i) / bias_correction2_sqrt + eps
+        param_out[i] = param[i] - step_size * m_i / denom
+        m_out[i] = m_i
+        v_out[i] = v_i
+    return finite
 
 
 def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict,
@@ -134,7 +157,8 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
     """
     _check_param_dict(params, "params")
     _check_param_dict(grads, "grads")
-    _check_same_keys(params, "params", grads, "grads")
+    if grads.keys() != params.keys():
+        _check_same_keys(params, "params", grads, "grads")
     t_prev = _check_adam_state(state, params)
     lr = check_nonnegative(lr, "lr")
     eps = check_nonnegative(eps, "eps")
@@ -146,12 +170,9 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
         if not 0.0 <= b < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {b}")
     for k, p in params.items():
-        g = np.asarray(grads[k])
-        if g.shape != np.shape(p):
-            raise ValueError(f"grads[{k!r}] has shape {g.shape}, params[{k!r}] has shape {np.shape(p)}")
-        if not np.isfinite(g).all():
-            raise ValueError(f"grads[{k!r}] must be finite (clip_by_global_norm reports this as "
-                             "FloatingPointError before the step)")
+        if np.shape(grads[k]) != np.shape(p):
+            raise ValueError(f"grads[{k!r}] has shape {np.shape(grads[k])}, params[{k!r}] has "
+                             f"shape {np.shape(p)}")
 
     t = t_prev + 1
     bias_correction1 = 1.0 - beta1 ** t
@@ -162,15 +183,19 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
     new_params: Arrays = {}
     new_m: Arrays = {}
     new_v: Arrays = {}
+    not_finite = []
     for k, p in params.items():
         p = np.asarray(p)
-        g = np.asarray(grads[k], dtype=p.dtype)
-        m = beta1 * state["m"][k] + (1.0 - beta1) * g
-        v = beta2 * state["v"][k] + (1.0 - beta2) * g * g
-        denom = np.sqrt(v) / bias_correction2_sqrt + eps
-        new_params[k] = (p - step_size * m / denom).astype(p.dtype, copy=False)
-        new_m[k] = m.astype(p.dtype, copy=False)
-        new_v[k] = v.astype(p.dtype, copy=False)
+        dtype, shape = p.dtype, p.shape
+        flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+                for a in (p, grads[k], state["m"][k], state["v"][k])]
+        outs = [np.empty(p.size, dtype=dtype) for _ in range(3)]
+        if not _adam_kernel(*flat, beta1, beta2, step_size, bias_correction2_sqrt, eps, *outs):
+            not_finite.append(k)
+        new_params[k], new_m[k], new_v[k] = (o.reshape(shape) for o in outs)
+    if not_finite:
+        raise ValueError(f"grads{not_finite} must be finite (clip_by_global_norm reports this as "
+                         "FloatingPointError before the step)")
     return new_params, {"t": t, "m": new_m, "v": new_v}
 
 
@@ -216,14 +241,25 @@ def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
     return {"t": int(t_arr), "m": m, "v": v}
 
 
+@njit
+def _sum_of_squares(x):
+    total = 0.0
+    for i in range(x.size):
+        total += float(x[i]) * float(x[i])
+    return total
+
+
 def _array_norms(grads: Mapping[str, np.ndarray]) -> Tuple[Dict[str, float], float]:
-    """Per-array L2 norms and the global norm (the norm of the per-array norms, as torch)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        per_array = {k: float(np.linalg.norm(np.asarray(g, dtype=np.float64).ravel()))
-                     for k, g in grads.items()}
-        norm = float(np.linalg.norm(np.fromiter(per_array.values(), dtype=np.float64,
-                                                count=len(per_array)))) if per_array else 0.0
-    return per_array, norm
+    """Per-array L2 norms and the global norm (the norm of the per-array norms, as torch),
+    accumulated in float64; inf or nan propagate."""
+    per_array = {}
+    for k, g in grads.items():
+        g = np.asarray(g)
+        per_array[k] = math.sqrt(_sum_of_squares(np.ascontiguousarray(g).reshape(-1)))
+    total = 0.0
+    for value in per_array.values():
+        total += value * value
+    return per_array, math.sqrt(total)
 
 
 def global_norm(grads: Mapping[str, np.ndarray]) -> float:

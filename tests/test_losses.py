@@ -370,3 +370,56 @@ def test_normalize_bad_inputs():
         normalize_advantages([1.0, 2.0], eps=0.0)
     with pytest.raises(ValueError, match="too large"):
         normalize_advantages([1e300, -1e300, 1e300])
+
+
+# ----------------------------------------------------------------------------------------------
+# compiled kernels against the SPEC §4 equations written with NumPy (slow, obvious oracles)
+# ----------------------------------------------------------------------------------------------
+
+def _oracle_policy_loss(new, old, adv, eps):
+    ratio = np.exp(new - old)
+    loss = -np.mean(np.minimum(ratio * adv, np.clip(ratio, 1 - eps, 1 + eps) * adv))
+    clipped = ((adv > 0) & (ratio > 1 + eps)) | ((adv < 0) & (ratio < 1 - eps))
+    d_new = np.where(clipped, 0.0, -adv * ratio / new.size)
+    return loss, d_new, np.mean(np.abs(ratio - 1) > eps), np.mean(ratio - 1 - (new - old))
+
+
+def _oracle_value_loss(v, old, ret, c, mode):
+    n = v.size
+    if c is None:
+        return np.mean((v - ret) ** 2), 2 * (v - ret) / n
+    inside = np.abs(v - old) <= c
+    v_clip = old + np.clip(v - old, -c, c)
+    if mode == "sb3":
+        return np.mean((v_clip - ret) ** 2), np.where(inside, 2 * (v_clip - ret) / n, 0.0)
+    sq, sq_clip = (v - ret) ** 2, (v_clip - ret) ** 2
+    weight = np.where(inside | (sq > sq_clip), 1.0, np.where(sq == sq_clip, 0.5, 0.0))
+    return np.mean(np.maximum(sq, sq_clip)), weight * 2 * (v - ret) / n
+
+
+@given(seeds, shapes, st.sampled_from([0.05, 0.2]), st.sampled_from([None, 0.1, 0.5]),
+       st.sampled_from(["max", "sb3"]))
+@settings(max_examples=30)
+def test_kernels_match_numpy_oracles(seed, shape, eps, clip_vf, mode):
+    r = np.random.default_rng(seed)
+    old = r.normal(size=shape)
+    new = old + r.normal(size=shape) * 0.3
+    adv = r.normal(size=shape)
+    loss, d_new, info = policy_loss(new, old, adv, eps)
+    o_loss, o_d, o_frac, o_kl = _oracle_policy_loss(new, old, adv, eps)
+    assert loss == pytest.approx(o_loss, rel=1e-12, abs=1e-15)
+    np.testing.assert_allclose(d_new, o_d, rtol=1e-13, atol=1e-16)
+    assert info["clip_fraction"] == o_frac
+    assert info["approx_kl"] == pytest.approx(o_kl, rel=1e-9, abs=1e-15)
+    assert approx_kl(old, new, "k1") == pytest.approx(np.mean(old - new), rel=1e-12, abs=1e-15)
+
+    v = r.normal(size=shape)
+    ret = r.normal(size=shape)
+    loss, d_v = value_loss(v, old, ret, clip_vf, mode=mode)
+    o_loss, o_d = _oracle_value_loss(v, old, ret, clip_vf, mode)
+    assert loss == pytest.approx(o_loss, rel=1e-12)
+    np.testing.assert_allclose(d_v, o_d, rtol=1e-13, atol=1e-16)
+
+    if adv.size > 1:
+        np.testing.assert_allclose(normalize_advantages(adv),
+                                   (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8), rtol=1e-10, atol=1e-12)

@@ -260,3 +260,24 @@ def test_scheduled_value():
         scheduled_value("cosine", 0.2, 0.5)
     with pytest.raises(ValueError, match="progress_remaining"):
         scheduled_value("constant", 0.2, -0.1)
+
+
+def test_adam_kernel_bit_equal_to_numpy_formula(rng):
+    # torch's single-tensor Adam written with NumPy in the same operation order
+    params = {"w": rng.normal(size=(5, 3)), "b": rng.normal(size=3)}
+    state = adam_init(params)
+    lr, (b1, b2), eps = 3e-3, (0.9, 0.999), 1e-5
+    expected = {k: v.copy() for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v2 = {k: np.zeros_like(v) for k, v in params.items()}
+    for t in range(1, 4):
+        grads = {k: rng.normal(size=p.shape) for k, p in params.items()}
+        params, state = adam_update(params, grads, state, lr=lr)
+        for k in expected:
+            m[k] = b1 * m[k] + (1 - b1) * grads[k]
+            v2[k] = b2 * v2[k] + (1 - b2) * grads[k] * grads[k]
+            denom = np.sqrt(v2[k]) / (1 - b2 ** t) ** 0.5 + eps
+            expected[k] = expected[k] - (lr / (1 - b1 ** t)) * m[k] / denom
+            np.testing.assert_array_equal(params[k], expected[k])
+            np.testing.assert_array_equal(state["m"][k], m[k])
+            np.testing.assert_array_equal(state["v"][k], v2[k])
