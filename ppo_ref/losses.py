@@ -61,29 +61,35 @@ def _nonempty(arr: np.ndarray, name: str) -> None:
 # tests/test_losses.py checks every kernel against the same equations written with NumPy.
 # ----------------------------------------------------------------------------------------------
 
+# exp(r) is finite for r <= 709.78; past this bound a ratio is treated as overflowing (the same
+# test in compiled and in pure-Python mode, where math.exp raises instead of returning inf).
+_MAX_LOG_RATIO = 709.0
+
+
 @njit
 def _k3_term(log_ratio):
     # exp(r) - 1 - r, with expm1 so that small r keeps its precision; >= 0 in exact arithmetic
     # and the max guards the last ulp of rounding. inf when exp(r) overflows.
+    if log_ratio > _MAX_LOG_RATIO:
+        return math.inf
     return max(math.expm1(log_ratio) - log_ratio, 0.0)
 
 
 @njit
 def _policy_loss_kernel(new, old, adv, clip_range, d_new):
     """Returns (sum of surrogate terms, count of |ratio-1| > eps, sum of k3 terms, index of the
-    first overflowing ratio or -1); writes d loss / d new into d_new."""
+    first overflowing ratio or -1 (the sums are then meaningless)); writes d loss / d new."""
     n = new.size
     low = 1.0 - clip_range
     high = 1.0 + clip_range
     surrogate_sum = 0.0
     n_clipped = 0
     k3_sum = 0.0
-    bad = -1
     for i in range(n):
         log_ratio = float(new[i]) - float(old[i])
+        if log_ratio > _MAX_LOG_RATIO:
+            return 0.0, 0, 0.0, i
         ratio = math.exp(log_ratio)
-        if bad < 0 and not math.isfinite(ratio):
-            bad = i
         a = float(adv[i])
         clipped_ratio = min(max(ratio, low), high)
         surrogate_sum += min(ratio * a, clipped_ratio * a)
@@ -94,7 +100,7 @@ def _policy_loss_kernel(new, old, adv, clip_range, d_new):
         if abs(ratio - 1.0) > clip_range:
             n_clipped += 1
         k3_sum += _k3_term(log_ratio)
-    return surrogate_sum, n_clipped, k3_sum, bad
+    return surrogate_sum, n_clipped, k3_sum, -1
 
 
 @njit
