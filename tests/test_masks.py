@@ -47,6 +47,9 @@ def test_episode_starts_golden():
     truncated = [[0, 1], [0, 0], [0, 1], [1, 0]]  # the last row's flags affect the NEXT rollout
     got = episode_starts(terminated, truncated, [True, False])
     np.testing.assert_array_equal(got, [[True, False], [False, True], [True, False], [False, True]])
+    # a scalar carry applies to every env (e.g. True at the very first reset)
+    np.testing.assert_array_equal(episode_starts(np.zeros((2, 3)), np.zeros((2, 3)), True),
+                                  [[True] * 3, [False] * 3])
     assert episode_starts(np.zeros(0, bool), np.zeros(0, bool), True).shape == (0,)
     assert episode_starts(np.zeros((0, 3)), np.zeros((0, 3)), np.ones(3)).shape == (0, 3)
 
@@ -56,7 +59,6 @@ def test_episode_starts_golden():
     (dict(terminated=[0, 1], truncated=[0.5, 0], initial=False), "truncated"),
     (dict(terminated=[0, 1], truncated=[0, 0], initial=3), "initial"),
     (dict(terminated=[0, 1], truncated=[0, 0, 0], initial=False), "truncated"),
-    (dict(terminated=[[0, 1]], truncated=[[0, 0]], initial=False), "initial"),
     (dict(terminated=[[0, 1]], truncated=[[0, 0]], initial=[1, 0, 1]), "initial"),
     (dict(terminated=np.zeros((2, 2, 2)), truncated=np.zeros((2, 2, 2)), initial=np.zeros((2, 2))),
      "terminated"),

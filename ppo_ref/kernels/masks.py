@@ -89,8 +89,8 @@ def episode_starts(terminated, truncated, initial) -> np.ndarray:
     Args:
         terminated: ``[T]`` or ``[T, N]`` bool (or 0/1 numbers), time-major.
         truncated: same shape as ``terminated``.
-        initial: bool (or 0/1) of shape ``terminated.shape[1:]``: a scalar for ``[T]`` input,
-            ``[N]`` for ``[T, N]`` input.
+        initial: bool (or 0/1), the carry into row 0: a scalar for ``[T]`` input; ``[N]``
+            (one per env) or a scalar (the same for every env) for ``[T, N]`` input.
 
     Returns:
         bool ndarray with the shape of ``terminated`` (empty when T = 0).
@@ -106,9 +106,9 @@ def episode_starts(terminated, truncated, initial) -> np.ndarray:
     if trunc.shape != term.shape:
         raise ValueError(f"truncated must have the shape of terminated {term.shape}, got {trunc.shape}")
     init = as_flag_array(initial, "initial")
-    if init.shape != term.shape[1:]:
-        raise ValueError(f"initial must have shape {term.shape[1:]} (terminated.shape[1:]), "
-                         f"got {init.shape}")
+    if init.shape not in ((), term.shape[1:]):
+        raise ValueError(f"initial must be a scalar or have shape {term.shape[1:]} "
+                         f"(terminated.shape[1:]), got {init.shape}")
     out = np.empty(term.shape, dtype=np.bool_)
     if term.shape[0] == 0:
         return out
