@@ -116,7 +116,8 @@ def _done_rows(traj, truncation):
 def test_split_invariance(traj, gamma, lam, bar, truncation):
     """A batch holding several episodes equals each episode computed on its own."""
     traj = {k: (v[:, 0] if np.ndim(v) == 2 else v) for k, v in traj.items()}  # one env
-    traj["last_values"] = traj["last_values"][0] if np.ndim(traj["last_values"]) else traj["last_values"]
+    if np.ndim(traj["last_values"]):
+        traj["last_values"] = traj["last_values"][0]
     T = len(traj["rewards"])
     done = _done_rows(traj, truncation)
     gae_kw = dict(gamma=gamma, gae_lambda=lam, truncation=truncation)
@@ -156,8 +157,9 @@ def test_gamma_zero_gives_one_step_advantage(traj, lam, bar, opts):
                    - traj["behaviour_log_probs"].astype(np.float64))
     rho = np.minimum(bar, ratio)
     tol = tolerance(r.dtype)
-    np.testing.assert_allclose(vs, v + rho * (r - v), rtol=tol["rtol"], atol=tol["atol"] * max(1, bar))
-    np.testing.assert_allclose(pg, rho * (r - v), rtol=tol["rtol"], atol=tol["atol"] * max(1, bar))
+    atol = tol["atol"] * max(1, bar)
+    np.testing.assert_allclose(vs, v + rho * (r - v), rtol=tol["rtol"], atol=atol)
+    np.testing.assert_allclose(pg, rho * (r - v), rtol=tol["rtol"], atol=atol)
 
 
 @given(trajectories(), unit, unit)
@@ -167,7 +169,8 @@ def test_sb3_reward_folding_equals_truncation_bootstrap(traj, gamma, lam):
     term = np.asarray(traj["terminated"]).astype(bool)
     trunc = np.asarray(traj["truncated"]).astype(bool)
     r = traj["rewards"]
-    folded = np.where(trunc & ~term, r + r.dtype.type(gamma) * traj["final_values"], r).astype(r.dtype)
+    bootstrap = r + r.dtype.type(gamma) * traj["final_values"]
+    folded = np.where(trunc & ~term, bootstrap, r).astype(r.dtype)
     no_flags = np.zeros_like(trunc)
     adv, ret = gae(*gae_args(traj), gamma=gamma, gae_lambda=lam)
     adv_sb3, ret_sb3 = gae(folded, traj["values"], term | trunc, no_flags, traj["last_values"],

@@ -93,7 +93,8 @@ VTRACE_FAILURES = (sum((array_failures(n) for n in SEQUENCES + LOG_PROBS), [])
                    + scalar_failures("gamma", UNIT) + scalar_failures("lambda_", UNIT)
                    + scalar_failures("rho_bar", POSITIVE) + scalar_failures("c_bar", POSITIVE)
                    + scalar_failures("pg_rho_bar", POSITIVE)  # (None is valid: it means rho_bar)
-                   + scalar_failures("rho_bar", [None]) + scalar_failures("c_bar", [None]) + OPTIONS)
+                   + scalar_failures("rho_bar", [None]) + scalar_failures("c_bar", [None])
+                   + OPTIONS)
 
 
 def _expected_name(name, case_id):
@@ -163,7 +164,8 @@ def test_result_dtype_rule():
     kw = _cast(base_gae(), np.float32)
     assert gae(**kw)[0].dtype == np.float32
     assert gae(**{**kw, "last_values": kw["last_values"].astype(np.float64)})[0].dtype == np.float64
-    assert gae(**{**kw, "final_values": kw["final_values"].astype(np.float64)})[0].dtype == np.float64
+    final64 = kw["final_values"].astype(np.float64)
+    assert gae(**{**kw, "final_values": final64})[0].dtype == np.float64
     # integer rewards, 0/1 float64 flags and Python scalars do not count
     flags64 = {"terminated": kw["terminated"].astype(np.float64),
                "truncated": kw["truncated"].astype(np.float64)}
@@ -188,7 +190,8 @@ def test_float32_specialisation_computes_in_float32(kernel, fn, base):
     fresh = numba.njit(kernel.py_func)
     fresh.compile(next(sig for sig in kernel.signatures if sig[0].dtype == numba.float32))
     (cres,) = fresh.overloads.values()
-    wide = {var: str(ty) for var, ty in cres.type_annotation.typemap.items() if "float64" in str(ty)}
+    wide = {var: str(ty) for var, ty in cres.type_annotation.typemap.items()
+            if "float64" in str(ty)}
     assert not wide, f"float64 values in the float32 kernel: {wide}"
 
 

@@ -14,7 +14,8 @@ def flag_patterns(draw):
     T = draw(st.integers(0, 40))
     shape = (T,) if draw(st.booleans()) else (T, draw(st.integers(1, 6)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    p_term, p_trunc = draw(st.sampled_from([0.0, 0.1, 0.4, 1.0])), draw(st.sampled_from([0.0, 0.1, 0.4]))
+    p_term = draw(st.sampled_from([0.0, 0.1, 0.4, 1.0]))
+    p_trunc = draw(st.sampled_from([0.0, 0.1, 0.4]))
     terminated = rng.random(shape) < p_term
     truncated = rng.random(shape) < p_trunc
     initial = rng.random(shape[1:]) < 0.5

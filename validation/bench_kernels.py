@@ -87,8 +87,8 @@ def bare_kernels(data):
 
     def run_vtrace():  # includes the vectorised exp for the ratios, as in the wrapper
         ratios = np.exp(a["target_log_probs"] - a["behaviour_log_probs"])
-        _vtrace_kernel(ratios, a["rewards"], a["values"], *common, s(GAMMA), s(1.0), s(1.0), s(1.0), s(LAMBDA),
-                       s(1.0 - LAMBDA), 0, False, out1, out2)
+        _vtrace_kernel(ratios, a["rewards"], a["values"], *common, s(GAMMA), s(1.0), s(1.0),
+                       s(1.0), s(LAMBDA), s(1.0 - LAMBDA), 0, False, out1, out2)
     return run_gae, run_vtrace
 
 
@@ -152,7 +152,8 @@ def main(argv=None):
 
     sb3_secs = next((s for n, d, s in rows if n.startswith("SB3")), None)
     print(f"T = {T}, N = {N}: {elements} elements; best of {args.repeats} runs")
-    header = f"{'what':44s} {'dtype':8s} {'time [ms]':>10s} {'Melem/s':>9s} {'vs SB3':>8s} {'vs copy':>8s}"
+    header = (f"{'what':44s} {'dtype':8s} {'time [ms]':>10s} {'Melem/s':>9s} {'vs SB3':>8s} "
+              f"{'vs copy':>8s}")
     print(header)
     print("-" * len(header))
     for what, dtype_name, secs in rows:

@@ -76,7 +76,8 @@ def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
 
     raws = list(float_inputs.values()) + [last_values, final_values]
     convs = list(converted.values()) + [last, final]
-    dtype = result_dtype(*[c for r, c in zip(raws, convs) if r is not None and _counts_for_dtype(r)])
+    dtype = result_dtype(*[c for r, c in zip(raws, convs)
+                           if r is not None and _counts_for_dtype(r)])
 
     one_env = len(shape) == 1
     two_d = (shape[0], 1) if one_env else shape

@@ -71,7 +71,8 @@ def transition_masks(terminated, truncated, truncation: str = "bootstrap") -> Tr
     term = np.ascontiguousarray(as_flag_array(terminated, "terminated"))
     trunc = np.ascontiguousarray(as_flag_array(truncated, "truncated"))
     if trunc.shape != term.shape:
-        raise ValueError(f"truncated must have the shape of terminated {term.shape}, got {trunc.shape}")
+        raise ValueError(f"truncated must have the shape of terminated {term.shape}, "
+                         f"got {trunc.shape}")
     out = TransitionMasks(np.empty(term.shape, np.bool_), np.empty(term.shape, np.bool_),
                           np.empty(term.shape, np.bool_))
     _transition_masks_kernel(term, trunc, TRUNCATION_MODES[truncation], *out)
@@ -104,7 +105,8 @@ def episode_starts(terminated, truncated, initial) -> np.ndarray:
     term = as_flag_array(terminated, "terminated", ndim=(1, 2))
     trunc = as_flag_array(truncated, "truncated", ndim=(1, 2))
     if trunc.shape != term.shape:
-        raise ValueError(f"truncated must have the shape of terminated {term.shape}, got {trunc.shape}")
+        raise ValueError(f"truncated must have the shape of terminated {term.shape}, "
+                         f"got {trunc.shape}")
     init = as_flag_array(initial, "initial")
     if init.shape not in ((), term.shape[1:]):
         raise ValueError(f"initial must be a scalar or have shape {term.shape[1:]} "

@@ -88,14 +88,14 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
     pg_advantages = np.empty(a["rewards"].shape, dtype=inputs.dtype)
     if vs.shape[0] > 0:
         scalar = inputs.dtype.type
-        # ratio = pi/mu in one vectorised NumPy pass (several times faster than a scalar exp
-        # per element in the loop); a huge ratio may overflow to inf, which the bars clip.
+        # ratio = pi/mu in one vectorised NumPy pass (faster than a scalar exp per element in
+        # the loop); a huge ratio may overflow to inf, which the bars clip.
         ratios = np.subtract(a["target_log_probs"], a["behaviour_log_probs"])
         with np.errstate(over="ignore"):
             np.exp(ratios, out=ratios)
-        _vtrace_kernel(ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated, inputs.last_values,
-                       inputs.final_values, scalar(gamma), scalar(rho_bar), scalar(c_bar),
-                       scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_),
+        _vtrace_kernel(ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated,
+                       inputs.last_values, inputs.final_values, scalar(gamma), scalar(rho_bar),
+                       scalar(c_bar), scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_),
                        inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
                        vs, pg_advantages)
     return VTraceReturns(*finish(inputs, vs, pg_advantages))
