@@ -175,7 +175,7 @@ class PPOConfig:
         return cls(**d)
 
     def to_json(self) -> str:
-        """``to_dict()`` as indented JSON text (sorted in field order)."""
+        """``to_dict()`` as indented JSON text, fields in declaration order."""
         return json.dumps(self.to_dict(), indent=2)
 
     @classmethod
