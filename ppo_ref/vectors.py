@@ -51,7 +51,7 @@ import numpy as np
 
 __all__ = ["FORMAT", "RESULTS_FORMAT", "write_vectors", "load_case", "load_cases",
            "compute_outputs", "reference_results", "check_results", "format_table",
-           "encode", "decode", "dumps"]
+           "encode", "decode", "dumps", "add_cli_commands", "cli_vectors", "cli_check", "main"]
 
 FORMAT = "ppo_ref.vectors/1"
 RESULTS_FORMAT = "ppo_ref.results/1"
@@ -699,3 +699,59 @@ def format_table(rows: List[dict]) -> str:
     lines.append(f"{len(rows) - n_bad}/{len(rows)} cases ok"
                  + (f", {n_bad} failed or missing" if n_bad else ""))
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line: `ppo-ref vectors --out DIR` and `ppo-ref check DIR --results FILE`
+# ----------------------------------------------------------------------------------------------
+
+def cli_vectors(args) -> int:
+    """``ppo-ref vectors --out DIR``: write the cases; print one line per case."""
+    names = write_vectors(args.out, seed=args.seed)
+    print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
+    for name in names:
+        print(f"  {name}")
+    return 0
+
+
+def cli_check(args) -> int:
+    """``ppo-ref check DIR --results FILE``: print the table; 1 if a case fails or is missing."""
+    rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
+                         allow_missing=args.allow_missing)
+    print(format_table(rows))
+    return 1 if any(r["status"] in ("FAIL", "MISSING") for r in rows) else 0
+
+
+def add_cli_commands(subparsers) -> None:
+    """Register the ``vectors`` and ``check`` subcommands on an argparse subparsers object;
+    each sets ``func`` to a handler ``func(args) -> exit status``."""
+    p = subparsers.add_parser("vectors", help="write golden JSON test vectors",
+                              description="Write golden vectors (inputs, settings, expected "
+                                          "outputs, convention preset) as JSON, one file per case.")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
+    p.set_defaults(func=cli_vectors)
+    c = subparsers.add_parser("check", help="compare another implementation's outputs with "
+                                            "golden vectors",
+                              description="Compare a results JSON (format ppo_ref.results/1) "
+                                          "with the vectors; exit status 1 on any failure.")
+    c.add_argument("vectors_dir", help="directory written by `ppo-ref vectors`")
+    c.add_argument("--results", required=True, help="results JSON of the implementation")
+    c.add_argument("--atol", type=float, default=None, help="override every case's atol")
+    c.add_argument("--rtol", type=float, default=None, help="override every case's rtol")
+    c.add_argument("--allow-missing", action="store_true",
+                   help="report cases absent from the results as SKIP instead of failing")
+    c.set_defaults(func=cli_check)
+
+
+def main(argv=None) -> int:
+    """``python -m ppo_ref.vectors {vectors,check} ...`` (the same as the ppo-ref subcommands)."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m ppo_ref.vectors")
+    add_cli_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

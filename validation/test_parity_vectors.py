@@ -105,3 +105,18 @@ def test_tolerance_override_for_float32_implementations(vec_dir, own_results, tm
 def test_bad_results_format_rejected(vec_dir, tmp_path):
     with pytest.raises(ValueError, match="results_file format"):
         vectors.check_results(str(vec_dir), _write(tmp_path / "r.json", {"cases": {}}))
+
+
+def test_cli_vectors_and_check_exit_codes(tmp_path, capsys):
+    main = vectors.main
+    out = tmp_path / "vec"
+    assert main(["vectors", "--out", str(out)]) == 0
+    res = vectors.reference_results(str(out))
+    good = _write(tmp_path / "good.json", res)
+    assert main(["check", str(out), "--results", good]) == 0
+    bad = copy.deepcopy(res)
+    bad["cases"]["approx_kl_k1"]["outputs"]["approx_kl"] += 0.5
+    code = main(["check", str(out), "--results", _write(tmp_path / "bad.json", bad)])
+    text = capsys.readouterr().out
+    assert code == 1
+    assert [line.split()[0] for line in text.splitlines() if " FAIL " in line] == ["approx_kl_k1"]
