@@ -1,0 +1,1226 @@
+"""Asynchronous actor-learner PPO (SPEC §6): actors, the learner loop, messages, reports.
+
+The Python counterpart of thrust-rl's ``learner_loop`` / ``actor_thread``. Data flow::
+
+    actor k (own env, own policy copy, own RNG)            learner (a PPOTrainer)
+      obs -> act with params of version v -> env.step
+      Experience(agent_id=k, ..., policy_version=v) ----->  FIFO[k]
+                                                             when every FIFO holds n_steps:
+                                                               buffer [n_steps, num_actors]
+                                                               (column = agent_id)
+                                                               -> gae or vtrace -> train_on
+      newest PolicyBroadcast(v', payload) <---------------- every broadcast_every updates
+
+* **Budget (the only flow control).** Version ``v`` is broadcast after ``v * broadcast_every``
+  updates, each of which consumed ``n_steps`` rows from every actor, so holding version ``v``
+  proves that ``v * broadcast_every * n_steps`` of this actor's steps were consumed. An actor
+  produces its step ``s`` (1-based) only when ``s - v * broadcast_every * n_steps <=
+  max_lead_steps``; otherwise it flushes what it has and waits for a newer broadcast. The learner
+  needs ``broadcast_every * n_steps`` further rows from every actor before it can broadcast
+  again, so a lead below that would deadlock and is rejected.
+* **Policy lag** of a consumed experience: the learner's current version minus the version the
+  actor acted with. With ``max_lead_steps = n_steps`` and ``broadcast_every = 1`` (lockstep) it
+  is 0 for every experience and the run is on-policy PPO with ``num_actors`` envs.
+* **Nothing is dropped.** Experiences beyond the ``n_steps`` an update takes stay in their FIFO
+  for the next update, in the order each actor sent them.
+* **Failures never hang.** The learner polls its actors while it waits: an actor that raised
+  reports its exception text; one that died without a word is found by its liveness; no
+  experience for ``starvation_timeout`` seconds is a :class:`StarvationError`. In every case the
+  learner shuts down all actors (terminating processes that do not exit in time) before it
+  raises.
+
+Backends: ``"process"`` (``multiprocessing`` with the spawn start method; one process per actor;
+messages pickled over ``multiprocessing`` queues, the policy itself only ever as the bit-exact
+npz bytes of :func:`ppo_ref.checkpoint.arrays_to_bytes`) or ``"thread"`` (threads and
+``queue.Queue``; the same messages, the same payload bytes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import multiprocessing
+import queue as queue_module
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ppo_ref._checks import check_choice, check_positive, check_unit_interval
+from ppo_ref.config import PPOConfig
+
+__all__ = [
+    "AsyncActorLearnerConfig",
+    "Experience",
+    "ExperienceBatch",
+    "PolicyBroadcast",
+    "Shutdown",
+    "ActorFinished",
+    "ActorFailed",
+    "ActorStats",
+    "ActorGroup",
+    "ActorLearnerError",
+    "StarvationError",
+    "ActorDiedError",
+    "UpdateInfo",
+    "LearnerReport",
+    "run_actor",
+    "start_actors",
+    "make_learner",
+    "learner_loop",
+    "train_async",
+]
+
+BACKENDS = ("thread", "process")
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------------------------
+
+def _check_int(value, name: str, minimum: int) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class AsyncActorLearnerConfig:
+    """Settings of the asynchronous actor-learner loop (SPEC §6). Validated at construction.
+
+    The learner's PPO update (epochs, minibatch size, learning rate, clip range, losses, network)
+    comes from ``ppo``; its ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda`` are replaced by
+    the fields of this class (see :meth:`learner_ppo_config`), which are the single source for
+    the buffer shape and the discount.
+    """
+
+    num_actors: int = 4
+    """Number of actors, each with its own env; the buffer has one column per actor."""
+    n_steps: int = 256
+    """Rows taken from every actor per update; the buffer is [n_steps, num_actors]."""
+    total_timesteps: int = 200_000
+    """Env steps to consume; updates = max(1, total_timesteps // (n_steps * num_actors))."""
+    broadcast_every: int = 1
+    """A new policy version is sent to all actors after every this many updates."""
+    max_lead_steps: int = 0
+    """How far (env steps) an actor may run ahead of what the learner provably consumed;
+    0 means 2 * broadcast_every * n_steps; below broadcast_every * n_steps it would deadlock."""
+    gamma: float = 0.99
+    """Discount factor in [0, 1]."""
+    gae_lambda: float = 0.95
+    """GAE lambda in [0, 1] (ignored with use_vtrace)."""
+    use_vtrace: bool = False
+    """Advantages and value targets by V-trace against the learner's current policy."""
+    rho_bar: float = 1.0
+    """V-trace truncation of the importance weight (> 0)."""
+    c_bar: float = 1.0
+    """V-trace truncation of the trace coefficients (> 0)."""
+    seed: int = 0
+    """Learner seed; actor k seeds its RNG and env with seed + 1 + k."""
+    starvation_timeout: float = 60.0
+    """Seconds without any experience before the learner raises StarvationError."""
+    backend: str = "process"
+    """"process" (multiprocessing, spawn) or "thread"."""
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    """PPO settings of the learner's update."""
+
+    def __post_init__(self):
+        _check_int(self.num_actors, "num_actors", 1)
+        _check_int(self.n_steps, "n_steps", 1)
+        _check_int(self.total_timesteps, "total_timesteps", 1)
+        _check_int(self.broadcast_every, "broadcast_every", 1)
+        _check_int(self.max_lead_steps, "max_lead_steps", 0)
+        check_unit_interval(self.gamma, "gamma")
+        check_unit_interval(self.gae_lambda, "gae_lambda")
+        if not isinstance(self.use_vtrace, (bool, np.bool_)):
+            raise ValueError(f"use_vtrace must be a bool, got {self.use_vtrace!r}")
+        check_positive(self.rho_bar, "rho_bar")
+        check_positive(self.c_bar, "c_bar")
+        _check_int(self.seed, "seed", 0)
+        check_positive(self.starvation_timeout, "starvation_timeout")
+        check_choice(self.backend, "backend", BACKENDS)
+        if not isinstance(self.ppo, PPOConfig):
+            raise ValueError(f"ppo must be a PPOConfig, got {type(self.ppo).__name__}")
+        minimum_lead = self.broadcast_every * self.n_steps
+        if self.max_lead_steps != 0 and self.max_lead_steps < minimum_lead:
+            raise ValueError(
+                f"max_lead_steps must be 0 (= 2 * broadcast_every * n_steps) or >= "
+                f"broadcast_every * n_steps = {minimum_lead}, got {self.max_lead_steps}: the "
+                f"learner needs that many rows from every actor between two broadcasts, so a "
+                f"smaller lead deadlocks")
+        for name in ("normalize_observations", "normalize_rewards"):
+            if getattr(self.ppo, name, False):
+                raise ValueError(f"ppo.{name} is not supported by the actor-learner loop "
+                                 f"(actors would each hold different running statistics)")
+        try:
+            self.learner_ppo_config()
+        except ValueError as exc:
+            raise ValueError(f"ppo: {exc} (with n_steps={self.n_steps}, "
+                             f"n_envs=num_actors={self.num_actors})") from None
+
+    @property
+    def lead_limit(self) -> int:
+        """``max_lead_steps`` with 0 resolved to ``2 * broadcast_every * n_steps``."""
+        return self.max_lead_steps or 2 * self.broadcast_every * self.n_steps
+
+    @property
+    def num_updates(self) -> int:
+        """``max(1, total_timesteps // (n_steps * num_actors))``."""
+        return max(1, self.total_timesteps // (self.n_steps * self.num_actors))
+
+    @property
+    def steps_per_broadcast(self) -> int:
+        """Rows of each actor consumed between two broadcasts: ``broadcast_every * n_steps``."""
+        return self.broadcast_every * self.n_steps
+
+    def learner_ppo_config(self) -> PPOConfig:
+        """``ppo`` with ``n_steps``, ``n_envs = num_actors``, ``gamma`` and ``gae_lambda`` set
+        from this config: the configuration of the learner's :class:`~ppo_ref.ppo.PPOTrainer`."""
+        return self.ppo.replace(n_steps=self.n_steps, n_envs=self.num_actors,
+                                gamma=self.gamma, gae_lambda=self.gae_lambda)
+
+    def replace(self, **changes) -> "AsyncActorLearnerConfig":
+        """A copy with ``changes`` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        """JSON-safe dict (``ppo`` as ``PPOConfig.to_dict()``)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "ppo"}
+        d["ppo"] = self.ppo.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "AsyncActorLearnerConfig":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        d = dict(d)
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown AsyncActorLearnerConfig fields: {unknown}")
+        if "ppo" in d and not isinstance(d["ppo"], PPOConfig):
+            d["ppo"] = PPOConfig.from_dict(d["ppo"])
+        return cls(**d)
+
+
+# --------------------------------------------------------------------------------------------
+# Messages
+# --------------------------------------------------------------------------------------------
+
+class Experience(NamedTuple):
+    """One env step of one actor, as sent to the learner (SPEC §6).
+
+    ``observation`` ``[*obs_shape]`` float64: the observation the action was chosen from;
+    ``action``: int64 scalar (discrete) or ``[A]`` float64 raw Gaussian sample (the env got the
+    clipped one); ``reward`` float; ``next_observation``: the real observation after the step
+    (the final one when the episode ended, before any reset); ``terminated`` / ``truncated``:
+    as returned by ``env.step``; ``value`` = V(observation) and ``log_prob`` = log mu(action |
+    observation) (nats) under the parameters of ``policy_version``, the ones that acted.
+    """
+
+    agent_id: int
+    observation: np.ndarray
+    action: Any
+    reward: float
+    next_observation: np.ndarray
+    terminated: bool
+    truncated: bool
+    value: float
+    log_prob: float
+    policy_version: int
+
+
+class ExperienceBatch(NamedTuple):
+    """Consecutive experiences of ONE actor in one message (the fields of :class:`Experience`
+    stacked along a leading axis of length k, in the order the steps were taken).
+
+    Sending k steps per queue message instead of one is only a transport optimisation: the
+    learner unpacks it into exactly the k experiences, same order, same content.
+    """
+
+    agent_id: int
+    observations: np.ndarray        # [k, *obs_shape] float64
+    actions: np.ndarray             # [k] int64 or [k, A] float64
+    rewards: np.ndarray             # [k] float64
+    next_observations: np.ndarray   # [k, *obs_shape] float64
+    terminated: np.ndarray          # [k] bool
+    truncated: np.ndarray           # [k] bool
+    values: np.ndarray              # [k] float64
+    log_probs: np.ndarray           # [k] float64
+    policy_versions: np.ndarray     # [k] int64
+
+    def __len__(self) -> int:  # noqa: D105  (number of steps, not of tuple fields)
+        return int(self.rewards.shape[0])
+
+    @classmethod
+    def from_experiences(cls, experiences: Sequence[Experience]) -> "ExperienceBatch":
+        """Stack experiences of a single actor (raises ``ValueError`` on mixed agent ids)."""
+        if not experiences:
+            raise ValueError("experiences must not be empty")
+        agent_id = experiences[0].agent_id
+        if any(e.agent_id != agent_id for e in experiences):
+            raise ValueError("experiences must all have the same agent_id")
+        return cls(
+            agent_id,
+            np.asarray([e.observation for e in experiences]),
+            np.asarray([e.action for e in experiences]),
+            np.asarray([e.reward for e in experiences]),
+            np.asarray([e.next_observation for e in experiences]),
+            np.asarray([e.terminated for e in experiences]),
+            np.asarray([e.truncated for e in experiences]),
+            np.asarray([e.value for e in experiences]),
+            np.asarray([e.log_prob for e in experiences]),
+            np.asarray([e.policy_version for e in experiences]),
+        )
+
+    def experiences(self) -> List[Experience]:
+        """The individual :class:`Experience` tuples, in order."""
+        return [Experience(self.agent_id, self.observations[i], self.actions[i],
+                           float(self.rewards[i]), self.next_observations[i],
+                           bool(self.terminated[i]), bool(self.truncated[i]),
+                           float(self.values[i]), float(self.log_probs[i]),
+                           int(self.policy_versions[i]))
+                for i in range(len(self))]
+
+
+class PolicyBroadcast(NamedTuple):
+    """Learner -> actor: policy parameters of ``version`` (0 = initial parameters).
+
+    ``payload`` is :func:`ppo_ref.checkpoint.arrays_to_bytes` of the parameter dict: npz bytes,
+    no pickle, a bit-exact round trip through :func:`~ppo_ref.checkpoint.arrays_from_bytes`.
+    """
+
+    version: int
+    payload: bytes
+
+
+class Shutdown(NamedTuple):
+    """Learner -> actor: stop now and report :class:`ActorStats`."""
+
+    reason: str = "learner finished"
+
+
+class ActorStats(NamedTuple):
+    """What an actor did: steps sent, episodes finished, broadcasts taken, last version used."""
+
+    agent_id: int
+    steps_sent: int
+    episodes: int
+    broadcasts_received: int
+    last_policy_version: int
+
+
+class ActorFinished(NamedTuple):
+    """Actor -> learner: the actor stopped normally (after a Shutdown or with the learner gone)."""
+
+    agent_id: int
+    stats: ActorStats
+
+
+class ActorFailed(NamedTuple):
+    """Actor -> learner: the actor raised; ``error`` is ``"Type: message"``."""
+
+    agent_id: int
+    error: str
+    traceback: str
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+class ActorLearnerError(RuntimeError):
+    """Base class of the actor-learner loop's errors."""
+
+
+class StarvationError(ActorLearnerError):
+    """No experience reached the learner for ``starvation_timeout`` seconds."""
+
+
+class ActorDiedError(ActorLearnerError):
+    """An actor raised, exited or was killed while the learner still needed it.
+
+    ``agent_id`` is the actor's id and ``reason`` its exception text (or exit code).
+    """
+
+    def __init__(self, agent_id: int, reason: str, actor_traceback: str = ""):
+        self.agent_id = agent_id
+        self.reason = reason
+        self.actor_traceback = actor_traceback
+        msg = f"actor {agent_id} died: {reason}"
+        if actor_traceback:
+            msg += f"\n--- actor {agent_id} traceback ---\n{actor_traceback.rstrip()}"
+        super().__init__(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# Actors
+# --------------------------------------------------------------------------------------------
+
+#: Seconds an idle actor or learner waits on a queue before it re-checks liveness.
+POLL_SECONDS = 0.1
+
+
+def _make_env(env):
+    """A gymnasium env from an id string or a zero-argument factory (picklable for processes)."""
+    if isinstance(env, str):
+        import gymnasium as gym
+        return gym.make(env, disable_env_checker=True)
+    if callable(env):
+        return env()
+    raise ValueError(f"env must be a gymnasium id string or a zero-argument callable, got {env!r}")
+
+
+def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
+              send: Callable[[Any], None], receive: Callable[[float], Optional[Any]],
+              learner_gone: Callable[[], bool], *, chunk_size: int = 32) -> ActorStats:
+    """One actor: act in its own env with the newest broadcast policy and send experiences.
+
+    Loop, per env step:
+
+    1. take every pending message (non-blocking); the newest :class:`PolicyBroadcast` replaces
+       the parameters; :class:`Shutdown` ends the actor;
+    2. while it holds no policy yet, or producing one more step would put it more than
+       ``config.lead_limit`` steps ahead of ``version * broadcast_every * n_steps`` (the rows the
+       learner provably consumed), flush the unsent steps and wait for a newer broadcast;
+    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``),
+       recording ``value`` and ``log_prob`` under the parameters that acted, step the env,
+       queue the :class:`Experience`; reset the env when the episode ended;
+    4. send the queued steps as one :class:`ExperienceBatch` every ``chunk_size`` steps.
+
+    Args:
+        agent_id: this actor's column in the learner's buffer, in ``[0, num_actors)``.
+        env: gymnasium id or zero-argument env factory; the env is reset with
+            ``seed = config.seed + 1 + agent_id``.
+        config: the loop's configuration (network settings from ``config.ppo``).
+        send: puts one message on the learner's queue.
+        receive: ``receive(timeout_seconds)`` -> the next learner message or ``None`` (0 means
+            do not wait).
+        learner_gone: returns True once the learner can no longer read (then the actor stops).
+        chunk_size: steps per :class:`ExperienceBatch` message (>= 1).
+
+    Returns:
+        :class:`ActorStats`.
+    """
+    from ppo_ref.checkpoint import arrays_from_bytes
+
+    chunk_size = _check_int(chunk_size, "chunk_size", 1)
+    actor_seed = config.seed + 1 + agent_id
+    rng = np.random.default_rng(actor_seed)
+    env_obj = _make_env(env)
+    try:
+        policy = _ActorPolicy(env_obj, config.ppo)
+        obs, _ = env_obj.reset(seed=actor_seed)
+        obs = policy.observation(obs)
+        params = None
+        version = -1
+        broadcasts = steps = episodes = 0
+        budget = config.steps_per_broadcast
+        lead = config.lead_limit
+        pending: List[Experience] = []
+
+        def flush():
+            if pending:
+                send(ExperienceBatch.from_experiences(pending))
+                pending.clear()
+
+        def stats() -> ActorStats:
+            return ActorStats(agent_id, steps, episodes, broadcasts, version)
+
+        newest: Optional[PolicyBroadcast] = None
+        while True:
+            # 1. newest pending broadcast; 2. wait while over budget or without a policy.
+            waiting = False
+            while True:
+                msg = receive(POLL_SECONDS if waiting else 0.0)
+                if msg is None:
+                    if newest is not None:
+                        params = arrays_from_bytes(newest.payload, source="PolicyBroadcast")
+                        version = newest.version
+                        newest = None
+                    if params is not None and steps - version * budget < lead:
+                        break
+                    if not waiting:
+                        flush()
+                        waiting = True
+                    elif learner_gone():
+                        flush()
+                        return stats()
+                    continue
+                if isinstance(msg, Shutdown):
+                    flush()
+                    return stats()
+                if isinstance(msg, PolicyBroadcast):
+                    broadcasts += 1
+                    if msg.version > max(version, -1 if newest is None else newest.version):
+                        newest = msg
+                    continue
+                raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
+                                        f"{type(msg).__name__}")
+            # 3. act and step.
+            action, env_action, log_prob, value = policy.act(params, obs, rng)
+            next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
+            next_obs = policy.observation(next_obs)
+            pending.append(Experience(agent_id, obs, action, float(reward), next_obs,
+                                      bool(terminated), bool(truncated), value, log_prob,
+                                      version))
+            steps += 1
+            if terminated or truncated:
+                episodes += 1
+                obs, _ = env_obj.reset()
+                obs = policy.observation(obs)
+            else:
+                obs = next_obs
+            # 4. send in chunks.
+            if len(pending) >= chunk_size:
+                flush()
+    finally:
+        env_obj.close()
+
+
+def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, chunk_size):
+    """Run ``actor_fn`` and always tell the learner how it ended (finished or failed)."""
+    try:
+        stats = actor_fn(agent_id, env, config, send, receive, learner_gone,
+                         chunk_size=chunk_size)
+    except BaseException as exc:  # noqa: BLE001  (the learner must hear about everything)
+        try:
+            send(ActorFailed(agent_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        except Exception:  # noqa: BLE001  (the queue is gone: the liveness check reports it)
+            pass
+        return
+    send(ActorFinished(agent_id, stats))
+
+
+def _process_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
+                        chunk_size):
+    """Entry point of an actor process (spawn start method: everything here is picklable)."""
+    import signal
+
+    # Ctrl-C belongs to the learner, which shuts the actors down itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+
+    def learner_gone() -> bool:
+        return parent is not None and not parent.is_alive()
+
+    def receive(timeout: float):
+        try:
+            if timeout > 0:
+                return broadcast_queue.get(timeout=timeout)
+            return broadcast_queue.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    _report_actor(actor_fn, agent_id, env, config, experience_queue.put, receive, learner_gone,
+                  chunk_size)
+    if learner_gone():
+        # Nobody reads the queue any more: do not block at exit flushing it.
+        experience_queue.cancel_join_thread()
+
+
+def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
+                       chunk_size, stop_event):
+    """Entry point of an actor thread."""
+    main_thread = threading.main_thread()
+
+    def learner_gone() -> bool:
+        return stop_event.is_set() or not main_thread.is_alive()
+
+    def receive(timeout: float):
+        try:
+            if timeout > 0:
+                return broadcast_queue.get(timeout=timeout)
+            return broadcast_queue.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    _report_actor(actor_fn, agent_id, env, config, experience_queue.put, receive, learner_gone,
+                  chunk_size)
+
+
+class ActorGroup:
+    """Handles of running actors (threads or processes) and the queues between them and the
+    learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
+
+    ``get(timeout)`` reads the learner's queue (``None`` on timeout); ``send(agent_id, msg)``
+    and ``broadcast(msg)`` write to actors; ``is_alive(agent_id)`` and ``exit_description``
+    report liveness; :meth:`shutdown` stops and joins everything (idempotent) and returns the
+    last message each actor sent about itself (:class:`ActorFinished` or :class:`ActorFailed`).
+    """
+
+    def __init__(self, backend: str, workers: list, experience_queue, broadcast_queues: list,
+                 stop_event: Optional[threading.Event] = None):
+        self.backend = backend
+        self.workers = workers
+        self.experience_queue = experience_queue
+        self.broadcast_queues = broadcast_queues
+        self._stop_event = stop_event
+        self._closed = False
+        self.final_messages: Dict[int, Any] = {}
+
+    @property
+    def num_actors(self) -> int:
+        return len(self.workers)
+
+    def get(self, timeout: float):
+        """Next message for the learner, or ``None`` after ``timeout`` seconds (0: no wait)."""
+        try:
+            if timeout > 0:
+                return self.experience_queue.get(timeout=timeout)
+            return self.experience_queue.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    def send(self, agent_id: int, message) -> None:
+        self.broadcast_queues[agent_id].put(message)
+
+    def broadcast(self, message) -> None:
+        """Send ``message`` to every actor that is still alive."""
+        for agent_id in range(self.num_actors):
+            if self.is_alive(agent_id):
+                self.send(agent_id, message)
+
+    def is_alive(self, agent_id: int) -> bool:
+        return self.workers[agent_id].is_alive()
+
+    def exit_description(self, agent_id: int) -> str:
+        worker = self.workers[agent_id]
+        if self.backend == "process":
+            return f"process {worker.pid} exited with code {worker.exitcode}"
+        return f"thread {worker.name} ended"
+
+    def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
+        """Send :class:`Shutdown` to all, drain the learner queue while they exit, terminate
+        (processes) whatever is still running after ``timeout`` seconds, join, close."""
+        if self._closed:
+            return self.final_messages
+        self._closed = True
+        for agent_id in range(self.num_actors):
+            try:
+                self.send(agent_id, Shutdown())
+            except Exception:  # noqa: BLE001  (a closed queue: the actor is gone anyway)
+                pass
+        deadline = time.monotonic() + timeout
+        while any(w.is_alive() for w in self.workers) and time.monotonic() < deadline:
+            self._keep_final(self.get(0.02))
+        if self._stop_event is not None:
+            self._stop_event.set()
+        if self.backend == "process":
+            for worker in self.workers:
+                if worker.is_alive():
+                    worker.terminate()
+                    worker.join(1.0)
+                if worker.is_alive():
+                    worker.kill()
+                worker.join(1.0)
+        else:
+            for worker in self.workers:
+                worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        while True:
+            msg = self.get(0.0)
+            if msg is None:
+                break
+            self._keep_final(msg)
+        if self.backend == "process":
+            for q in self.broadcast_queues:
+                q.cancel_join_thread()
+                q.close()
+            self.experience_queue.cancel_join_thread()
+            self.experience_queue.close()
+        return self.final_messages
+
+    def _keep_final(self, msg) -> None:
+        if isinstance(msg, (ActorFinished, ActorFailed)):
+            self.final_messages[msg.agent_id] = msg
+
+
+def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
+                 chunk_size: int = 32, start_method: str = "spawn") -> ActorGroup:
+    """Start ``config.num_actors`` actors on ``config.backend`` and return their handles.
+
+    Each actor runs ``actor_fn(agent_id, env, config, send, receive, learner_gone,
+    chunk_size=...)`` (default :func:`run_actor`); it waits for the learner's version-0
+    broadcast before its first step. With the process backend ``env`` and ``actor_fn`` must be
+    picklable (a gymnasium id, a module-level factory or ``functools.partial``).
+
+    Args:
+        config: the loop's configuration.
+        env: gymnasium id string or zero-argument env factory.
+        actor_fn: the actor body (tests substitute misbehaving actors).
+        chunk_size: experiences per message.
+        start_method: ``multiprocessing`` start method for the process backend ("spawn" or
+            "forkserver"; fork is refused: it would copy the learner's threads and locks).
+
+    Returns:
+        :class:`ActorGroup`; stop it with :meth:`ActorGroup.shutdown` (``learner_loop`` does).
+    """
+    _check_int(chunk_size, "chunk_size", 1)
+    check_choice(start_method, "start_method", ("spawn", "forkserver"))
+    if config.backend == "process":
+        ctx = multiprocessing.get_context(start_method)
+        experience_queue = ctx.Queue()
+        broadcast_queues = [ctx.Queue() for _ in range(config.num_actors)]
+        workers = [ctx.Process(target=_process_actor_main, name=f"ppo_ref-actor-{i}",
+                               args=(actor_fn, i, env, config, experience_queue,
+                                     broadcast_queues[i], chunk_size), daemon=True)
+                   for i in range(config.num_actors)]
+        stop_event = None
+    else:
+        experience_queue = queue_module.Queue()
+        broadcast_queues = [queue_module.Queue() for _ in range(config.num_actors)]
+        stop_event = threading.Event()
+        workers = [threading.Thread(target=_thread_actor_main, name=f"ppo_ref-actor-{i}",
+                                    args=(actor_fn, i, env, config, experience_queue,
+                                          broadcast_queues[i], chunk_size, stop_event),
+                                    daemon=True)
+                   for i in range(config.num_actors)]
+    group = ActorGroup(config.backend, workers, experience_queue, broadcast_queues, stop_event)
+    try:
+        with _single_threaded_blas_for_children(config.backend == "process"):
+            for worker in workers:
+                worker.start()
+    except BaseException:
+        group.shutdown(timeout=1.0)
+        raise
+    return group
+
+
+#: Environment variables that cap BLAS/OpenMP thread pools; actor processes get 1 (a forward
+#: pass on one observation gains nothing from threads, and N actors x M BLAS threads on a few
+#: cores slow everything down). Values the user already set are kept.
+_BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+class _single_threaded_blas_for_children:
+    """Context manager: while active, ``os.environ`` asks new (spawned) processes for
+    single-threaded BLAS; the parent's own, already loaded BLAS is unaffected."""
+
+    def __init__(self, active: bool):
+        self.active = active
+        self.added: List[str] = []
+
+    def __enter__(self):
+        import os
+        if self.active:
+            for name in _BLAS_THREAD_VARIABLES:
+                if name not in os.environ:
+                    os.environ[name] = "1"
+                    self.added.append(name)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+        for name in self.added:
+            os.environ.pop(name, None)
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Learner
+# --------------------------------------------------------------------------------------------
+
+class ExperienceError(ActorLearnerError, ValueError):
+    """An experience that cannot be placed in the buffer (bad agent_id, shape, values, order)."""
+
+
+class UpdateInfo(NamedTuple):
+    """What :func:`learner_loop` passes to its callback after every update.
+
+    ``rollout`` is the ``[n_steps, num_actors]`` buffer the update trained on (column =
+    agent_id), ``advantages``/``returns`` what it trained with, ``policy_versions`` ``[n_steps,
+    num_actors]`` the version each row was acted with, ``version`` the learner's version while
+    the buffer was consumed (lag = ``version - policy_versions``), ``stats`` the trainer's
+    update statistics; ``episode_returns``/``episode_lengths`` the episodes completed in this
+    buffer (consumption order: row by row, columns in agent order).
+    """
+
+    update: int
+    env_steps: int
+    episodes: int
+    version: int
+    policy_lag_mean: float
+    policy_lag_max: int
+    stats: dict
+    episode_returns: List[float]
+    episode_lengths: List[int]
+    rollout: Any
+    advantages: np.ndarray
+    returns: np.ndarray
+    policy_versions: np.ndarray
+    wall_seconds: float
+
+
+@dataclass
+class LearnerReport:
+    """Summary of a :func:`learner_loop` run.
+
+    ``broadcasts`` counts every policy broadcast round including the initial version 0, so
+    ``broadcasts = last_version + 1``. ``policy_lag_mean``/``policy_lag_max`` have one entry per
+    update (version - experience.policy_version over the buffer). ``actor_stats`` holds each
+    actor's :class:`ActorStats` (None for an actor that did not report).
+    """
+
+    updates: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    broadcasts: int = 0
+    last_version: int = 0
+    episode_returns: List[float] = field(default_factory=list)
+    episode_lengths: List[int] = field(default_factory=list)
+    final_stats: dict = field(default_factory=dict)
+    policy_lag_mean: List[float] = field(default_factory=list)
+    policy_lag_max: List[int] = field(default_factory=list)
+    actor_stats: List[Optional[ActorStats]] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+    @property
+    def steps_per_second(self) -> float:
+        """Env steps consumed per wall-clock second."""
+        return self.env_steps / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+
+class _ActorFifo:
+    """FIFO of one actor's experiences, stored as the chunks they arrived in."""
+
+    __slots__ = ("agent_id", "chunks", "offset", "count")
+
+    def __init__(self, agent_id: int):
+        self.agent_id = agent_id
+        self.chunks: deque = deque()
+        self.offset = 0          # rows of chunks[0] already taken
+        self.count = 0           # rows available
+
+    def push(self, batch: ExperienceBatch) -> None:
+        if len(batch):
+            self.chunks.append(batch)
+            self.count += len(batch)
+
+    def take(self, n: int) -> ExperienceBatch:
+        """Remove and return the oldest ``n`` rows (requires ``count >= n``)."""
+        parts = []
+        need = n
+        while need:
+            head = self.chunks[0]
+            available = len(head) - self.offset
+            k = min(need, available)
+            parts.append(tuple(f[self.offset:self.offset + k] for f in head[1:]))
+            need -= k
+            if k == available:
+                self.chunks.popleft()
+                self.offset = 0
+            else:
+                self.offset += k
+        self.count -= n
+        fields = [np.concatenate(cols) if len(parts) > 1 else cols[0] for cols in zip(*parts)]
+        return ExperienceBatch(self.agent_id, *fields)
+
+
+def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: tuple,
+                            action_shape: tuple, discrete: bool, version: int) -> ExperienceBatch:
+    """Validate and normalise a message from an actor; raise :class:`ExperienceError` naming
+    the field."""
+    agent_id = batch.agent_id
+    if isinstance(agent_id, (bool, np.bool_)) or not isinstance(agent_id, (int, np.integer)):
+        raise ExperienceError(f"Experience.agent_id must be an integer, got {agent_id!r}")
+    if not 0 <= agent_id < num_actors:
+        raise ExperienceError(f"Experience.agent_id must be in [0, {num_actors}), got {agent_id}")
+    agent_id = int(agent_id)
+    k = len(batch)
+    who = f"(agent {agent_id})"
+
+    def floats(value, name, shape):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ExperienceError(f"Experience.{name} must be real numbers of shape "
+                                  f"{shape[1:]} {who}") from None
+        if arr.shape != shape:
+            raise ExperienceError(f"Experience.{name} must have shape {shape[1:]}, got "
+                                  f"{arr.shape[1:]} {who}")
+        if not np.isfinite(arr).all():
+            raise ExperienceError(f"Experience.{name} must be finite {who}")
+        return arr
+
+    def flags(value, name):
+        arr = np.asarray(value)
+        if arr.shape != (k,) or arr.dtype != np.bool_:
+            raise ExperienceError(f"Experience.{name} must be a bool per step {who}")
+        return arr
+
+    observations = floats(batch.observations, "observation", (k,) + obs_shape)
+    next_observations = floats(batch.next_observations, "next_observation", (k,) + obs_shape)
+    actions = np.asarray(batch.actions)
+    if actions.shape != (k,) + action_shape:
+        raise ExperienceError(f"Experience.action must have shape {action_shape}, got "
+                              f"{actions.shape[1:]} {who}")
+    if discrete:
+        if not np.issubdtype(actions.dtype, np.integer):
+            raise ExperienceError(f"Experience.action must be an integer {who}")
+        actions = actions.astype(np.int64, copy=False)
+    else:
+        actions = floats(actions, "action", (k,) + action_shape)
+    rewards = floats(batch.rewards, "reward", (k,))
+    values = floats(batch.values, "value", (k,))
+    log_probs = floats(batch.log_probs, "log_prob", (k,))
+    versions = np.asarray(batch.policy_versions)
+    if versions.shape != (k,) or not np.issubdtype(versions.dtype, np.integer):
+        raise ExperienceError(f"Experience.policy_version must be an integer per step {who}")
+    if k and (versions.min() < 0 or versions.max() > version):
+        raise ExperienceError(f"Experience.policy_version must be in [0, {version}] (versions "
+                              f"broadcast so far), got {versions.min()}..{versions.max()} {who}")
+    return ExperienceBatch(agent_id, observations, actions, rewards, next_observations,
+                           flags(batch.terminated, "terminated"),
+                           flags(batch.truncated, "truncated"), values, log_probs,
+                           versions.astype(np.int64, copy=False))
+
+
+class _ActorPolicy:
+    """An actor's view of :class:`ppo_ref.policies.MLPPolicy`: one observation at a time."""
+
+    def __init__(self, env, ppo_config: PPOConfig):
+        from ppo_ref.policies import MLPPolicy
+        self.policy = MLPPolicy(env.observation_space, env.action_space, ppo_config)
+
+    @staticmethod
+    def observation(obs) -> np.ndarray:
+        """A float64 copy (envs may reuse and mutate their observation buffer)."""
+        return np.array(obs, dtype=np.float64, copy=True)
+
+    def act(self, params, obs: np.ndarray, rng: np.random.Generator):
+        """``(action, env_action, log_prob, value)`` for one observation."""
+        actions, values, log_probs = self.policy.act(params, obs[None], rng)
+        return (actions[0], self.policy.head.to_env(actions)[0], float(log_probs[0]),
+                float(values[0]))
+
+
+#: Seconds between liveness checks of the actors while the learner waits or reads.
+LIVENESS_SECONDS = 0.5
+#: Seconds the learner keeps reading after finding a dead actor, for its exception text.
+DEATH_NOTICE_SECONDS = 1.0
+
+
+class _Learner:
+    """State of one :func:`learner_loop` run (FIFOs, carries, counters)."""
+
+    def __init__(self, config: AsyncActorLearnerConfig, trainer, group: ActorGroup, callback):
+        self.config = config
+        self.trainer = trainer
+        self.group = group
+        self.callback = callback
+        policy = trainer.policy
+        self.policy = policy
+        self.obs_shape = tuple(policy.obs_shape)
+        self.action_shape = tuple(policy.head.action_shape)
+        self.discrete = policy.head.kind == "categorical"
+        n = config.num_actors
+        self.fifos = [_ActorFifo(i) for i in range(n)]
+        self.version = 0
+        self.report = LearnerReport()
+        self.episode_start_carry = np.ones(n, dtype=bool)      # the first step starts an episode
+        self.last_next_obs: Optional[np.ndarray] = None       # [N, *obs_shape] of the last row
+        self.running_return = np.zeros(n, dtype=np.float64)
+        self.running_length = np.zeros(n, dtype=np.int64)
+        self.t0 = time.monotonic()
+
+    # -- messages -----------------------------------------------------------------------------
+    def handle(self, msg) -> bool:
+        """Process one message; True when it carried experience."""
+        if isinstance(msg, Experience):
+            msg = ExperienceBatch.from_experiences([msg])
+        if isinstance(msg, ExperienceBatch):
+            batch = _check_experience_batch(msg, self.config.num_actors, self.obs_shape,
+                                            self.action_shape, self.discrete, self.version)
+            self.fifos[batch.agent_id].push(batch)
+            return True
+        if isinstance(msg, ActorFailed):
+            raise ActorDiedError(msg.agent_id, msg.error, msg.traceback)
+        if isinstance(msg, ActorFinished):
+            raise ActorDiedError(msg.agent_id, f"stopped before the learner finished "
+                                               f"({msg.stats})")
+        raise ActorLearnerError(f"learner received an unexpected message {type(msg).__name__}")
+
+    def check_actors(self) -> None:
+        """Raise :class:`ActorDiedError` for an actor that is no longer running."""
+        for agent_id in range(self.config.num_actors):
+            if self.group.is_alive(agent_id):
+                continue
+            # Its last words may still be in the queue behind experiences: read on briefly.
+            deadline = time.monotonic() + DEATH_NOTICE_SECONDS
+            while time.monotonic() < deadline:
+                msg = self.group.get(0.05)
+                if msg is not None:
+                    self.handle(msg)   # raises on the ActorFailed / ActorFinished notice
+            raise ActorDiedError(agent_id, f"{self.group.exit_description(agent_id)} without "
+                                           f"reporting an exception")
+
+    def fill(self) -> None:
+        """Read messages until every FIFO holds ``n_steps`` experiences."""
+        n_steps = self.config.n_steps
+        timeout = self.config.starvation_timeout
+        last_experience = time.monotonic()
+        next_check = last_experience + LIVENESS_SECONDS
+        while min(f.count for f in self.fifos) < n_steps:
+            msg = self.group.get(POLL_SECONDS)
+            now = time.monotonic()
+            if msg is not None and self.handle(msg):
+                last_experience = now
+            if now >= next_check:
+                self.check_actors()
+                next_check = now + LIVENESS_SECONDS
+            if now - last_experience > timeout:
+                counts = [f.count for f in self.fifos]
+                raise StarvationError(
+                    f"no experience for {timeout:g} s (starvation_timeout); update "
+                    f"{self.report.updates + 1} needs {n_steps} per actor, FIFO counts {counts}")
+
+    # -- one update ---------------------------------------------------------------------------
+    def take_buffer(self) -> ExperienceBatch:
+        """The next ``[n_steps, num_actors]`` buffer (fields stacked along axis 1)."""
+        cols = [fifo.take(self.config.n_steps) for fifo in self.fifos]
+        return ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*cols))[1:]))
+
+    def check_continuity(self, buf: ExperienceBatch, done: np.ndarray) -> None:
+        """Each row's observation must be the previous row's next_observation unless an episode
+        ended in between: catches reordered, dropped or duplicated experiences."""
+        obs, nxt = buf.observations, buf.next_observations
+        axes = tuple(range(2, obs.ndim))
+        mismatch = np.zeros(done.shape, dtype=bool)
+        mismatch[1:] = ~done[:-1] & np.any(obs[1:] != nxt[:-1], axis=axes)
+        if self.last_next_obs is not None:
+            mismatch[0] = ~self.episode_start_carry & np.any(
+                obs[0] != self.last_next_obs, axis=tuple(range(1, obs.ndim - 1)))
+        if mismatch.any():
+            t, n = (int(i) for i in np.argwhere(mismatch)[0])
+            raise ExperienceError(
+                f"Experience.observation of agent {n} at buffer row {t} is not the "
+                f"next_observation of its previous step although no episode ended: experiences "
+                f"were reordered, dropped or duplicated")
+
+    def update(self) -> UpdateInfo:
+        from ppo_ref.kernels import episode_starts as make_episode_starts
+
+        config = self.config
+        trainer = self.trainer
+        buf = self.take_buffer()
+        terminated, truncated = buf.terminated, buf.truncated
+        done = terminated | truncated
+        self.check_continuity(buf, done)
+        starts = make_episode_starts(terminated, truncated, self.episode_start_carry)
+        self.episode_start_carry = done[-1].copy()
+        self.last_next_obs = buf.next_observations[-1]
+
+        params = trainer.params
+        n_steps, n = buf.rewards.shape
+        # Bootstrap values under the learner's current parameters.
+        last_values = self.policy.values(params, buf.next_observations[-1])
+        last_values = np.where(terminated[-1], 0.0, last_values)
+        cut = truncated & ~terminated
+        final_values = None
+        if cut.any():
+            final_values = np.zeros((n_steps, n), dtype=np.float64)
+            final_values[cut] = self.policy.values(params, buf.next_observations[cut])
+
+        if config.use_vtrace:
+            flat_obs = buf.observations.reshape((n_steps * n,) + self.obs_shape)
+            flat_actions = buf.actions.reshape((n_steps * n,) + self.action_shape)
+            target = self.policy.evaluate(params, flat_obs, flat_actions)
+            target_log_probs = target.log_probs.reshape(n_steps, n)
+            learner_values = target.values.reshape(n_steps, n)
+        rollout = _make_rollout(buf, starts, final_values, last_values)
+        if config.use_vtrace:
+            from ppo_ref.kernels import vtrace
+            ppo = trainer.config
+            vt = vtrace(buf.log_probs, target_log_probs, buf.rewards, learner_values,
+                        terminated, truncated, last_values, final_values, gamma=config.gamma,
+                        rho_bar=config.rho_bar, c_bar=config.c_bar,
+                        truncation=ppo.truncation,
+                        bootstrap_terminal_last_row=ppo.bootstrap_terminal_last_row)
+            advantages, returns = vt.pg_advantages, vt.vs
+        else:
+            advantages, returns = trainer.compute_advantages(rollout)
+
+        lags = self.version - buf.policy_versions
+        returns_done, lengths_done, columns_done = self.count_episodes(buf.rewards, done)
+        rollout.episode_returns, rollout.episode_lengths = returns_done, lengths_done
+        rollout.episode_envs = columns_done
+        # The trainer's counters advance as in PPOTrainer.learn (they drive the schedules).
+        from ppo_ref.ppo import progress_remaining
+        if trainer.config.schedule_progress == "before_rollout":
+            trainer.progress_remaining = progress_remaining(trainer.num_timesteps,
+                                                            trainer.total_timesteps)
+        trainer.num_timesteps += n_steps * n
+        if trainer.config.schedule_progress != "before_rollout":
+            trainer.progress_remaining = progress_remaining(trainer.num_timesteps,
+                                                            trainer.total_timesteps)
+        trainer.n_episodes += len(returns_done)
+        trainer.recent_returns.extend(returns_done)
+        trainer.last_episodes = list(zip(columns_done, returns_done, lengths_done))
+        stats = trainer.train_on(rollout, advantages, returns)
+        trainer.n_updates += 1
+
+        r = self.report
+        r.updates += 1
+        r.env_steps += n_steps * n
+        r.episode_returns.extend(returns_done)
+        r.episode_lengths.extend(lengths_done)
+        r.episodes += len(returns_done)
+        r.final_stats = dict(stats)
+        r.policy_lag_mean.append(float(lags.mean()))
+        r.policy_lag_max.append(int(lags.max()))
+        info = UpdateInfo(r.updates, r.env_steps, r.episodes, self.version,
+                          r.policy_lag_mean[-1], r.policy_lag_max[-1], dict(stats),
+                          returns_done, lengths_done, rollout, advantages, returns,
+                          buf.policy_versions, time.monotonic() - self.t0)
+        if r.updates % config.broadcast_every == 0:
+            self.broadcast()
+        return info
+
+    def count_episodes(self, rewards: np.ndarray, done: np.ndarray):
+        """Returns, lengths and columns of the episodes completed in this buffer, row by row
+        (columns in agent order within a row)."""
+        returns_done: List[float] = []
+        lengths_done: List[int] = []
+        columns_done: List[int] = []
+        # Cumulative rewards per column; an episode ending at (t, n) collects the rewards since
+        # the previous end in column n (plus what was carried in from earlier buffers).
+        cums = np.cumsum(rewards, axis=0)
+        last_end = np.full(rewards.shape[1], -1)
+        for t, n in np.argwhere(done):
+            prev = cums[last_end[n], n] if last_end[n] >= 0 else 0.0
+            carried = self.running_return[n] if last_end[n] < 0 else 0.0
+            carried_len = self.running_length[n] if last_end[n] < 0 else 0
+            returns_done.append(float(carried + cums[t, n] - prev))
+            lengths_done.append(int(carried_len + t - last_end[n]))
+            columns_done.append(int(n))
+            last_end[n] = t
+        for n in range(rewards.shape[1]):
+            if last_end[n] >= 0:
+                self.running_return[n] = cums[-1, n] - cums[last_end[n], n]
+                self.running_length[n] = rewards.shape[0] - 1 - last_end[n]
+            else:
+                self.running_return[n] += cums[-1, n]
+                self.running_length[n] += rewards.shape[0]
+        return returns_done, lengths_done, columns_done
+
+    def broadcast(self) -> None:
+        from ppo_ref.checkpoint import arrays_to_bytes
+
+        if self.report.broadcasts:
+            self.version += 1
+        payload = arrays_to_bytes(self.trainer.params)
+        self.group.broadcast(PolicyBroadcast(self.version, payload))
+        self.report.broadcasts += 1
+        self.report.last_version = self.version
+
+    def run(self) -> LearnerReport:
+        self.trainer.total_timesteps = self.config.total_timesteps
+        self.broadcast()                      # version 0: the actors' initial parameters
+        for _ in range(self.config.num_updates):
+            self.fill()
+            info = self.update()
+            if self.callback is not None:
+                self.callback(info)
+        self.report.wall_seconds = time.monotonic() - self.t0
+        return self.report
+
+
+def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
+                 callback: Optional[Callable[[UpdateInfo], None]] = None,
+                 shutdown_timeout: float = 10.0, chunk_size: int = 32):
+    """Run the learner of SPEC §6 until ``config.num_updates`` PPO updates are done.
+
+    1. Broadcast version 0 (the trainer's current parameters) to every actor.
+    2. Read messages into one FIFO per actor until every FIFO holds ``n_steps`` experiences
+       (validating each: ``agent_id`` in ``[0, num_actors)``, shapes, finiteness, versions).
+    3. Take the oldest ``n_steps`` of each FIFO into a ``[n_steps, num_actors]`` buffer
+       (column = ``agent_id``; later experiences stay queued). ``episode_starts`` continue from
+       the previous buffer (all True at first); each row must continue the previous row's
+       ``next_observation`` unless an episode ended (a check against reordering or loss).
+    4. Bootstrap with the learner's current values: ``last_values[n] = V(next_observation of
+       column n's last row)`` (0 if it terminated) and ``final_values[t, n] =
+       V(next_observation[t, n])`` where step t truncated without terminating (SPEC §1).
+    5. Advantages: ``trainer.compute_advantages`` (GAE with the recorded behaviour values), or
+       with ``use_vtrace`` the :func:`ppo_ref.kernels.vtrace` targets against the learner's
+       current policy: target log-probs and values recomputed by the learner (IMPALA);
+       ``advantages = pg_advantages``, ``returns = vs``.
+    6. One PPO update, ``trainer.train_on(rollout, advantages, returns)``; the rollout carries
+       the behaviour ``log_probs`` (the PPO ratio is pi_learner / mu_actor) and the recorded
+       ``values`` (old values for value clipping and explained variance).
+    7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
+    8. At the end (or on any error): :class:`Shutdown` to every actor, join (processes that do
+       not exit within ``shutdown_timeout`` seconds are terminated), then return or re-raise.
+
+    Args:
+        config: :class:`AsyncActorLearnerConfig`.
+        trainer: a :class:`~ppo_ref.ppo.PPOTrainer` whose ``config`` holds the learner's PPO
+            settings (see :func:`make_learner`); its parameters are updated in place.
+        actors: an :class:`ActorGroup` from :func:`start_actors` (the loop shuts it down), or a
+            gymnasium id / zero-argument env factory, from which the loop starts
+            ``config.num_actors`` actors itself with ``chunk_size``.
+        callback: called with an :class:`UpdateInfo` after every update.
+        shutdown_timeout: seconds to wait for actors to exit before terminating them.
+
+    Returns:
+        ``(trainer, LearnerReport)``.
+
+    Raises:
+        StarvationError: no experience for ``config.starvation_timeout`` seconds.
+        ActorDiedError: an actor raised or exited (its id, exception text and traceback).
+        ExperienceError: (a ``ValueError``) an experience with a bad field, named.
+        ValueError: ``actors`` of the wrong size.
+    """
+    group = actors if isinstance(actors, ActorGroup) else start_actors(config, actors,
+                                                                       chunk_size=chunk_size)
+    try:
+        if group.num_actors != config.num_actors:
+            raise ValueError(f"actors has {group.num_actors} actors, config.num_actors is "
+                             f"{config.num_actors}")
+        learner = _Learner(config, trainer, group, callback)
+        report = learner.run()
+    except BaseException:
+        group.shutdown(shutdown_timeout)
+        raise
+    finals = group.shutdown(shutdown_timeout)
+    report.actor_stats = [finals[i].stats if isinstance(finals.get(i), ActorFinished) else None
+                          for i in range(config.num_actors)]
+    return trainer, report
+
+
+def make_learner(config: AsyncActorLearnerConfig, env):
+    """The learner's :class:`~ppo_ref.ppo.PPOTrainer` for ``env`` (gymnasium id or factory):
+    ``config.learner_ppo_config()``, seed ``config.seed``."""
+    from ppo_ref.ppo import PPOTrainer
+    if not isinstance(env, str):
+        # The trainer wants a vector env (it only reads its spaces here: the actors act).
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+        env = SyncVectorEnv([env] * config.num_actors, autoreset_mode=AutoresetMode.SAME_STEP)
+    return PPOTrainer(env, config.learner_ppo_config(), seed=config.seed)
+
+
+def train_async(env, config: AsyncActorLearnerConfig = AsyncActorLearnerConfig(), *,
+                callback: Optional[Callable[[UpdateInfo], None]] = None, trainer=None,
+                chunk_size: int = 32):
+    """Train with the actor-learner loop: :func:`make_learner` (unless ``trainer`` is given),
+    :func:`start_actors`, :func:`learner_loop`. Returns ``(trainer, LearnerReport)``."""
+    if trainer is None:
+        trainer = make_learner(config, env)
+    group = start_actors(config, env, chunk_size=chunk_size)
+    return learner_loop(config, trainer, group, callback=callback)
+
+
+def _make_rollout(buf: ExperienceBatch, episode_starts: np.ndarray,
+                  final_values: Optional[np.ndarray], last_values: np.ndarray):
+    """The learner's buffer as a :class:`ppo_ref.rollout.Rollout` (observations flattened to
+    ``[T, N, obs_dim]``; behaviour values and log-probs as recorded by the actors)."""
+    from ppo_ref.rollout import Rollout
+    n_steps, n = buf.rewards.shape
+    return Rollout(observations=buf.observations.reshape(n_steps, n, -1),
+                   actions=buf.actions, rewards=buf.rewards, terminated=buf.terminated,
+                   truncated=buf.truncated, episode_starts=episode_starts, values=buf.values,
+                   log_probs=buf.log_probs, final_values=final_values,
+                   last_values=np.asarray(last_values, dtype=np.float64))
