@@ -186,13 +186,19 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
     not_finite = []
     for k, p in params.items():
         p = np.asarray(p)
-        dtype, shape = p.dtype, p.shape
-        flat = [np.ascontiguousarray(a, dtype=dtype).reshape(-1)
-                for a in (p, grads[k], state["m"][k], state["v"][k])]
-        outs = [np.empty(p.size, dtype=dtype) for _ in range(3)]
-        if not _adam_kernel(*flat, beta1, beta2, step_size, bias_correction2_sqrt, eps, *outs):
+        dtype = p.dtype
+        g, m, v = np.asarray(grads[k]), np.asarray(state["m"][k]), np.asarray(state["v"][k])
+        if g.dtype != dtype:
+            g = g.astype(dtype)
+        if m.dtype != dtype or v.dtype != dtype:
+            m, v = m.astype(dtype), v.astype(dtype)
+        # one buffer for the three results; its rows are disjoint, contiguous arrays
+        out = np.empty((3,) + p.shape, dtype=dtype)
+        flat_out = out.reshape(3, -1)
+        if not _adam_kernel(p.ravel(), g.ravel(), m.ravel(), v.ravel(), beta1, beta2, step_size,
+                            bias_correction2_sqrt, eps, flat_out[0], flat_out[1], flat_out[2]):
             not_finite.append(k)
-        new_params[k], new_m[k], new_v[k] = (o.reshape(shape) for o in outs)
+        new_params[k], new_m[k], new_v[k] = out[0], out[1], out[2]
     if not_finite:
         raise ValueError(f"grads{not_finite} must be finite (clip_by_global_norm reports this as "
                          "FloatingPointError before the step)")
@@ -252,10 +258,7 @@ def _sum_of_squares(x):
 def _array_norms(grads: Mapping[str, np.ndarray]) -> Tuple[Dict[str, float], float]:
     """Per-array L2 norms and the global norm (the norm of the per-array norms, as torch),
     accumulated in float64; inf or nan propagate."""
-    per_array = {}
-    for k, g in grads.items():
-        g = np.asarray(g)
-        per_array[k] = math.sqrt(_sum_of_squares(np.ascontiguousarray(g).reshape(-1)))
+    per_array = {k: math.sqrt(_sum_of_squares(np.asarray(g).ravel())) for k, g in grads.items()}
     total = 0.0
     for value in per_array.values():
         total += value * value
@@ -307,9 +310,8 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tup
         raise FloatingPointError(
             f"gradient norm is {norm}: the sum of squares overflowed; largest arrays {largest}")
     scale = max_norm / (norm + CLIP_NORM_EPS)
-    if scale < 1.0:
-        out = {k: (np.asarray(g) * scale).astype(np.asarray(g).dtype, copy=False)
-               for k, g in grads.items()}
+    if scale < 1.0:  # a Python float scale keeps float32 arrays float32
+        out = {k: np.asarray(g) * scale for k, g in grads.items()}
     else:
         out = {k: np.array(g, copy=True) for k, g in grads.items()}
     return out, norm
