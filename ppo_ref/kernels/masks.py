@@ -17,13 +17,9 @@ either flag).
 The convention option ``truncation`` selects how ``truncated`` is read, so that other
 implementations can be reproduced exactly:
 
-=============  ==================================================  ==========================
-``truncation``  meaning                                              used by
-=============  ==================================================  ==========================
-"bootstrap"    bootstrap ``final_values[t]``, cut the trace         this SPEC, SB3, sb3-contrib
-"terminate"    treat as terminated: no bootstrap, cut the trace     CleanRL
-"ignore"       flag ignored: bootstrap the next row, trace runs on  thrust-rl 0.4
-=============  ==================================================  ==========================
+* ``"bootstrap"`` (SPEC, SB3, sb3-contrib): bootstrap ``final_values[t]``, cut the trace.
+* ``"terminate"`` (CleanRL): treated as terminated: no bootstrap, cut the trace.
+* ``"ignore"`` (thrust-rl 0.4): the flag is not read: bootstrap the next row, the trace runs on.
 
 ``_kernels._transition_flags`` is the one place where this rule is written; the GAE and V-trace
 kernels call it for every step.
@@ -38,6 +34,7 @@ from ppo_ref._checks import as_flag_array, check_choice
 from ppo_ref.kernels._kernels import TRUNCATION_MODES, _transition_masks_kernel
 
 __all__ = ["episode_starts", "transition_masks", "TransitionMasks", "TRUNCATION_MODES"]
+
 
 class TransitionMasks(NamedTuple):
     """Per-step masks derived from ``terminated``/``truncated`` (all bool, same shape).
