@@ -37,7 +37,9 @@ from typing import Sequence, Tuple, Union
 
 import numpy as np
 
-from ppo_ref._checks import as_float_array, check_same_shape, result_dtype
+from ppo_ref._checks import as_float_array as _as_float_array_checked
+from ppo_ref._checks import check_same_shape
+from ppo_ref._checks import result_dtype as _result_dtype_checked
 
 __all__ = [
     "log_softmax", "categorical_entropy", "categorical_log_prob", "categorical_log_prob_backward",
@@ -47,6 +49,27 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+# These functions run several times per PPO minibatch on small arrays, where Python-level
+# argument checks cost as much as the arithmetic. The two helpers below take a fast path for
+# the common case (a float32/float64 ndarray) and defer to ppo_ref._checks otherwise, with
+# the same results and the same errors.
+
+def as_float_array(x, name, *, ndim=None, allow_nonfinite=False):
+    """:func:`ppo_ref._checks.as_float_array`, fast for float32/float64 ndarrays."""
+    if type(x) is np.ndarray and (x.dtype == _F64 or x.dtype == _F32) and (
+            ndim is None or x.ndim in ndim) and (allow_nonfinite or np.isfinite(x).all()):
+        return x
+    return _as_float_array_checked(x, name, ndim=ndim, allow_nonfinite=allow_nonfinite)
+
+
+def result_dtype(*arrays):
+    """:func:`ppo_ref._checks.result_dtype`, fast when every array is float64."""
+    if all(a.dtype == _F64 for a in arrays):
+        return _F64
+    return _result_dtype_checked(*arrays)
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,10 +193,10 @@ def categorical_entropy(logits) -> np.ndarray:
 def _as_actions(actions, batch_shape: Tuple[int, ...], n_actions: int) -> np.ndarray:
     """Integer actions ``[...]`` in ``[0, n_actions)`` (integral floats accepted) as intp."""
     a = np.asarray(actions)
-    if a.dtype == np.bool_ or not (np.issubdtype(a.dtype, np.integer)
-                                   or np.issubdtype(a.dtype, np.floating)):
+    kind = a.dtype.kind  # "i"/"u" integers, "f" floats, "b" bool, ...
+    if kind not in "iuf":
         raise ValueError(f"actions must be integers, got dtype {a.dtype}")
-    if np.issubdtype(a.dtype, np.floating):
+    if kind == "f":
         if a.size and not (np.isfinite(a).all() and (a == np.round(a)).all()):
             raise ValueError("actions must hold integer values; got non-integral floats")
     check_same_shape(a, "actions", batch_shape, "logits[..., 0]")
