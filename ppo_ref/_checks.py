@@ -88,6 +88,8 @@ def check_real_scalar(value, name: str) -> float:
     """Return ``value`` as a Python float; raise ``ValueError`` unless it is a finite real number."""
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a real number, got bool {value!r}")
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"{name} must be a real number, got the string {value!r}")
     try:
         v = float(value)
     except (TypeError, ValueError):
