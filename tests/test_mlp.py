@@ -293,3 +293,23 @@ def test_mlp_validation_errors_name_the_argument(rng):
         mlp_backward(p, cache, np.full((5, 2), np.inf))
     with pytest.raises(ValueError, match="cache"):
         mlp_backward(p, (1, 2), np.zeros((5, 2)))
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_mlp_backward_is_the_matrix_chain_rule(rng, activation):
+    """One hidden layer, written out: the same operations, so the same bits."""
+    p = mlp_init(rng, 3, [5], 2)
+    p["b0"] = rng.standard_normal(5)
+    x = rng.standard_normal((6, 3))
+    dy = rng.standard_normal((6, 2))
+    a = x @ p["w0"].T + p["b0"]
+    h = np.tanh(a) if activation == "tanh" else np.maximum(a, 0.0)
+    dh = dy @ p["w1"]
+    da = dh * (1.0 - h * h) if activation == "tanh" else dh * (a > 0.0)
+    _, cache = mlp_forward(p, x, activation)
+    dx, grads = mlp_backward(p, cache, dy)
+    np.testing.assert_array_equal(grads["w1"], dy.T @ h)
+    np.testing.assert_array_equal(grads["b1"], dy.sum(axis=0))
+    np.testing.assert_array_equal(grads["w0"], da.T @ x)
+    np.testing.assert_array_equal(grads["b0"], da.sum(axis=0))
+    np.testing.assert_array_equal(dx, da @ p["w0"])

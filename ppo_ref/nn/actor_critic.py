@@ -28,8 +28,8 @@ import numpy as np
 
 from ppo_ref._checks import check_choice, check_real_scalar
 from ppo_ref.nn.mlp import (
-    ACTIVATIONS, MLPCache, Params, _as_grad, _as_input, _check_dim, _check_params_mapping,
-    _mlp_backward_2d, _mlp_forward_2d, _mlp_layers, mlp_init,
+    ACTIVATIONS, MLPCache, Params, _activation_grad_inplace, _as_grad, _as_input, _check_dim,
+    _check_params_mapping, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers, mlp_init,
 )
 
 __all__ = ["ActorCriticCache", "actor_critic_init", "actor_critic_forward",
@@ -269,13 +269,7 @@ def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCa
     if shared and trunk is not None:
         dz = dz_pi
         dz += dz_v  # dz_pi is a fresh array
-        z = cache.trunk_out
-        if activation == "relu":
-            dz *= z > 0.0
-        else:
-            t = z * z
-            np.subtract(1.0, t, out=t)
-            dz *= t
+        _activation_grad_inplace(dz, cache.trunk_out, activation)
         _mlp_backward_2d(trunk, cache.trunk.layer_inputs, dz, activation, "trunk.", grads,
                          need_dx=False)
     return {k: grads[k] for k in params}

@@ -28,6 +28,7 @@ from typing import Dict, List, Mapping, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from ppo_ref._checks import as_float_array, check_choice, check_real_scalar
+from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
 
 __all__ = [
@@ -170,6 +171,26 @@ def _mlp_layers(params: Mapping, prefix: str = "") -> List[Tuple[np.ndarray, np.
 # --------------------------------------------------------------------------------------------
 # private unchecked kernels (2-D float64 arrays), shared with ppo_ref.nn.actor_critic
 
+@njit
+def _tanh_grad_inplace(dh, h):
+    """``dh *= 1 - h * h`` elementwise (2-D), one pass instead of NumPy's three.
+
+    Same operations in the same order as ``dh * (1.0 - h * h)`` (no fastmath), so the same bits.
+    """
+    rows, cols = dh.shape
+    for i in range(rows):
+        for j in range(cols):
+            dh[i, j] *= 1.0 - h[i, j] * h[i, j]
+
+
+def _activation_grad_inplace(dh: np.ndarray, h: np.ndarray, activation: str) -> None:
+    """``dh *= act'(a)`` given the activation output ``h``; ``dh`` must be a fresh array."""
+    if activation == "relu":
+        dh *= h > 0.0
+    else:
+        _tanh_grad_inplace(dh, h)
+
+
 def _mlp_forward_2d(layers, x2: np.ndarray, activation: str):
     """Forward through ``layers`` on a 2-D float64 batch; returns ``(y, layer_inputs)``."""
     inputs = [x2]
@@ -195,7 +216,6 @@ def _mlp_backward_2d(layers, layer_inputs, dy2: np.ndarray, activation: str, pre
 
     ``dy2`` is never modified (only freshly computed arrays are updated in place).
     """
-    relu = activation == "relu"
     d = dy2
     for i in range(len(layers) - 1, -1, -1):
         w, _ = layers[i]
@@ -206,12 +226,7 @@ def _mlp_backward_2d(layers, layer_inputs, dy2: np.ndarray, activation: str, pre
             return None
         dh = d @ w  # a fresh array: safe to update in place
         if i > 0:
-            if relu:
-                dh *= h > 0.0
-            else:
-                t = h * h
-                np.subtract(1.0, t, out=t)
-                dh *= t
+            _activation_grad_inplace(dh, h, activation)
         d = dh
     return d
 
