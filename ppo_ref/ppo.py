@@ -1,0 +1,446 @@
+"""The feedforward PPO trainer: rollout -> gae -> minibatch epochs -> clip -> Adam.
+
+``PPOTrainer`` composes the pieces and re-derives nothing::
+
+    rollout   = collector.collect(params, action_rng)            # ppo_ref.rollout
+    adv, ret  = gae(rollout..., truncation=..., ...)             # ppo_ref.kernels
+    params    = run_epochs(params, adam_state, minibatches, ...) # ppo_ref.update (losses, optim)
+
+One update per rollout. Learning rate and clip range follow ``config.lr_schedule`` /
+``config.clip_range_schedule`` with SB3's ``progress_remaining = 1 - steps / total_timesteps``
+measured after the rollout (``schedule_progress="after_rollout"``, SB3) or before it
+(``"before_rollout"``, CleanRL).
+
+Randomness: one ``np.random.SeedSequence(seed)`` spawns independent streams for parameter
+init, env seeds (one per sub-env, used at the first reset), action sampling and minibatch
+permutations. The same seed gives bit-identical runs.
+
+Checkpoints (:meth:`PPOTrainer.save` / :meth:`PPOTrainer.load`) hold the parameters, Adam
+state, the three generators, the normalization statistics, counters, the config and the
+environment state at a rollout boundary (current observations, ``episode_starts``, per-env
+episode accumulators and every sub-env's own state: see :func:`ppo_ref.rollout.single_env_state`),
+so stopping and resuming continues the run exactly (bit-identical parameters) for envs whose
+state is plain attributes (all classic-control envs).
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ppo_ref.checkpoint import (array_to_json, generator_state, json_to_array, load_checkpoint,
+                                save_checkpoint, set_generator_state)
+from ppo_ref.config import PPOConfig
+from ppo_ref.kernels import gae
+from ppo_ref.losses import explained_variance
+from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
+from ppo_ref.policies import MLPPolicy
+from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
+                             make_vector_env)
+from ppo_ref.update import Minibatch, batch_advantages, run_epochs, shuffled_minibatch_indices
+
+__all__ = ["PPOTrainer", "EnvStepError", "progress_remaining", "limit_blas_threads",
+           "RECENT_EPISODES"]
+
+RECENT_EPISODES = 100  # how many finished-episode returns the trainer remembers (and saves)
+
+Callback = Callable[["PPOTrainer", Dict[str, float]], Optional[bool]]
+
+
+_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads_64_",
+                 "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
+                 "openblas_set_num_threads", "MKL_Set_Num_Threads")
+
+
+def limit_blas_threads(n_threads: int = 1) -> bool:
+    """Set the thread count of the BLAS library NumPy loaded (OpenBLAS or MKL), via ctypes.
+
+    PPO's matrices are tiny (``[256, 64] @ [64, 64]``): a multi-threaded BLAS spends more on
+    waking threads than on arithmetic, and on a shared 2-core machine it is ~10x slower than one
+    thread. The trainers call this with 1 (``blas_threads=1``). Returns True if a BLAS thread
+    setter was found and called (the same as ``OPENBLAS_NUM_THREADS=1`` before start-up, but
+    effective after NumPy is imported).
+    """
+    import ctypes
+    import glob
+    import os
+    candidates = []
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                path = line.rsplit(" ", 1)[-1].strip()
+                name = os.path.basename(path).lower()
+                if ("openblas" in name or "mkl_rt" in name) and path not in candidates:
+                    candidates.append(path)
+    except OSError:
+        pass
+    np_libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    candidates += [p for p in glob.glob(os.path.join(np_libs, "*openblas*")) if p not in candidates]
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _BLAS_SETTERS:
+            setter = getattr(lib, name, None)
+            if setter is not None:
+                setter(ctypes.c_int(int(n_threads)))
+                return True
+    return False
+
+
+def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
+    """SB3's ``1 - num_timesteps / total_timesteps``, clipped to [0, 1]."""
+    if total_timesteps <= 0:
+        return 0.0
+    return float(min(1.0, max(0.0, 1.0 - num_timesteps / total_timesteps)))
+
+
+class PPOTrainer:
+    """Feedforward PPO on a gymnasium vector environment.
+
+    Args:
+        env: a gymnasium id (``"CartPole-v1"``; ``config.n_envs`` copies are made) or a
+            gymnasium ``VectorEnv`` in SAME_STEP autoreset mode with ``config.n_envs`` envs.
+        config: :class:`~ppo_ref.config.PPOConfig` (default ``PPOConfig()``).
+        seed: the run's seed (int >= 0).
+        vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
+        env_kwargs: extra keyword arguments of ``gym.make``.
+        blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1:
+            tiny matrices are fastest single-threaded; this affects the whole process).
+
+    Attributes: ``params`` (dict of float64 arrays), ``adam_state``, ``num_timesteps``
+    (single-env steps collected), ``n_updates`` (PPO updates done), ``n_episodes``
+    (episodes finished), ``total_timesteps`` (the schedule horizon of :meth:`learn`),
+    ``recent_returns`` (returns of the last 100 episodes), ``last_episodes`` (the episodes that
+    finished in the last rollout: tuples ``(env_index, return, length)``).
+
+    Raises:
+        ValueError: bad config/seed, unsupported spaces, a vector env not in SAME_STEP mode or
+            with a number of envs different from ``config.n_envs``.
+    """
+
+    policy_kind = "mlp"
+
+    def __init__(self, env, config: Optional[PPOConfig] = None, *, seed: int = 0,
+                 vectorization: str = "sync", env_kwargs: Optional[dict] = None,
+                 blas_threads: Optional[int] = 1):
+        if blas_threads is not None:
+            limit_blas_threads(blas_threads)
+        self.config = config if config is not None else PPOConfig()
+        if not isinstance(self.config, PPOConfig):
+            raise ValueError(f"config must be a PPOConfig, got {type(self.config).__name__}")
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+        self.seed = int(seed)
+        self.vectorization = vectorization
+        self.env_kwargs = dict(env_kwargs or {})
+        if isinstance(env, str):
+            self.env_id: Optional[str] = env
+            vec_env = make_vector_env(env, self.config.n_envs, vectorization=vectorization,
+                                      env_kwargs=self.env_kwargs)
+        else:
+            check_vector_env(env)
+            if env.num_envs != self.config.n_envs:
+                raise ValueError(f"env has {env.num_envs} sub-envs but config.n_envs is "
+                                 f"{self.config.n_envs}")
+            spec = getattr(env, "spec", None)
+            self.env_id = getattr(spec, "id", None)
+            vec_env = env
+        self.env = vec_env
+        init_seq, env_seq, action_seq, minibatch_seq, predict_seq = \
+            np.random.SeedSequence(self.seed).spawn(5)
+        self.policy = MLPPolicy(vec_env.single_observation_space, vec_env.single_action_space,
+                                self.config)
+        self.params = self.policy.init_params(np.random.default_rng(init_seq))
+        self.adam_state = adam_init(self.params)
+        self.action_rng = np.random.default_rng(action_seq)
+        self.minibatch_rng = np.random.default_rng(minibatch_seq)
+        self.predict_rng = np.random.default_rng(predict_seq)
+        self.env_seeds = [int(s) for s in env_seq.generate_state(self.config.n_envs, dtype=np.uint32)]
+        self.collector = RolloutCollector(
+            vec_env, self.policy, self.config.n_steps,
+            normalize_observations=self.config.normalize_observations,
+            normalize_rewards=self.config.normalize_rewards, gamma=self.config.gamma)
+        self.collector.reset(self.env_seeds)
+        self.num_timesteps = 0
+        self.n_updates = 0
+        self.n_episodes = 0
+        self.total_timesteps = 0
+        self.progress_remaining = 1.0
+        self.recent_returns: deque = deque(maxlen=RECENT_EPISODES)
+        self.last_episodes: List[Tuple[int, float, int]] = []
+
+    # -- the three steps of an update ---------------------------------------------------------
+    def collect_rollout(self) -> Rollout:
+        """Collect ``config.n_steps`` steps from every env with the current parameters.
+
+        Advances ``num_timesteps`` by ``n_steps * n_envs`` and records finished episodes.
+        Raises :class:`~ppo_ref.rollout.EnvStepError` on a NaN or wrongly shaped observation.
+        """
+        rollout = self.collector.collect(self.params, self.action_rng)
+        self.num_timesteps += rollout.n_steps * rollout.n_envs
+        self.last_episodes = list(zip(rollout.episode_envs, rollout.episode_returns,
+                                      rollout.episode_lengths))
+        self.n_episodes += len(rollout.episode_returns)
+        self.recent_returns.extend(rollout.episode_returns)
+        return rollout
+
+    def compute_advantages(self, rollout: Rollout) -> Tuple[np.ndarray, np.ndarray]:
+        """``gae`` on the rollout with ``config.gamma``, ``gae_lambda``, ``truncation`` and
+        ``bootstrap_terminal_last_row``. Returns ``(advantages, returns)``, float64 ``[T, N]``."""
+        c = self.config
+        return gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
+                   rollout.last_values, rollout.final_values, gamma=c.gamma,
+                   gae_lambda=c.gae_lambda, truncation=c.truncation,
+                   bootstrap_terminal_last_row=c.bootstrap_terminal_last_row)
+
+    def current_learning_rate(self) -> float:
+        """Learning rate at the current ``progress_remaining``."""
+        return self.config.learning_rate_at(self.progress_remaining)
+
+    def current_clip_range(self) -> float:
+        """Clip range at the current ``progress_remaining``."""
+        return self.config.clip_range_at(self.progress_remaining)
+
+    def train_on(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray) -> Dict[str, float]:
+        """The epochs of one PPO update on a rollout (``update.run_epochs``).
+
+        The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
+        in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks. Updates
+        ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
+        :func:`ppo_ref.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
+        population variances).
+        """
+        c = self.config
+        T, N = rollout.rewards.shape
+        B = T * N
+        obs = rollout.observations.reshape(B, -1)
+        actions = rollout.actions.reshape((B,) + rollout.actions.shape[2:])
+        old_log_probs = rollout.log_probs.reshape(B)
+        old_values = rollout.values.reshape(B)
+        adv = batch_advantages(np.asarray(advantages, dtype=np.float64).reshape(B), c)
+        ret = np.asarray(returns, dtype=np.float64).reshape(B)
+        rng = self.minibatch_rng
+
+        def minibatches(epoch: int):
+            for idx in shuffled_minibatch_indices(rng, B, c.batch_size):
+                yield Minibatch(old_log_probs[idx], adv[idx], ret[idx], old_values[idx],
+                                (obs[idx], actions[idx]))
+
+        policy = self.policy
+
+        def evaluate(params, data):
+            ev = policy.evaluate(params, data[0], data[1])
+            return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+        self.params, self.adam_state, stats = run_epochs(
+            self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
+            clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
+            backward=policy.backward)
+        stats["explained_variance"] = explained_variance(old_values, ret)
+        return stats
+
+    def update(self, rollout: Rollout) -> Dict[str, float]:
+        """``compute_advantages`` then ``train_on``: one full PPO update; returns its stats."""
+        advantages, returns = self.compute_advantages(rollout)
+        return self.train_on(rollout, advantages, returns)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def learn(self, total_timesteps: int, callback: Optional[Callback] = None) -> "PPOTrainer":
+        """Train until ``num_timesteps >= total_timesteps`` (an absolute target, also the horizon
+        of the linear schedules, so a resumed run anneals exactly as an uninterrupted one).
+
+        After every update ``callback(trainer, stats)`` is called at a rollout boundary (the
+        state a checkpoint captures); returning ``False`` stops training there. ``stats`` holds
+        the update's losses and diagnostics (see :func:`ppo_ref.update.run_epochs`) plus
+        ``timesteps``, ``updates``, ``episodes``, ``explained_variance``, ``fps`` (env steps
+        per second of this iteration, rollout + update) and ``time_rollout``/``time_update``
+        (seconds).
+
+        Raises:
+            EnvStepError: from the collection (the trainer keeps its last boundary state only if
+                the caller saved it, e.g. from the callback).
+        """
+        total = int(total_timesteps)
+        if total < 0:
+            raise ValueError(f"total_timesteps must be >= 0, got {total_timesteps}")
+        self.total_timesteps = total
+        before = self.config.schedule_progress == "before_rollout"
+        while self.num_timesteps < total:
+            t0 = time.perf_counter()
+            if before:
+                self.progress_remaining = progress_remaining(self.num_timesteps, total)
+            rollout = self.collect_rollout()
+            if not before:
+                self.progress_remaining = progress_remaining(self.num_timesteps, total)
+            t1 = time.perf_counter()
+            stats = self.update(rollout)
+            t2 = time.perf_counter()
+            self.n_updates += 1
+            stats.update({
+                "timesteps": float(self.num_timesteps), "updates": float(self.n_updates),
+                "episodes": float(self.n_episodes), "progress_remaining": self.progress_remaining,
+                "fps": rollout.n_steps * rollout.n_envs / max(t2 - t0, 1e-12),
+                "time_rollout": t1 - t0, "time_update": t2 - t1,
+            })
+            if callback is not None and callback(self, stats) is False:
+                break
+        return self
+
+    # -- acting -------------------------------------------------------------------------------
+    def predict(self, obs, deterministic: bool = False) -> np.ndarray:
+        """Actions for raw observations (``[obs_shape]`` or ``[B, *obs_shape]``), as the env
+        receives them (Gaussian: clipped). Observation normalization, when on, uses the frozen
+        training statistics. Sampling uses the trainer's ``predict_rng`` (not the training
+        streams, so predicting never changes a training run)."""
+        obs = np.asarray(obs, dtype=np.float64)
+        single = obs.shape == tuple(self.policy.obs_shape)
+        batch = obs.reshape(1 if single else obs.shape[0], -1)
+        batch = self.collector.normalize_obs(batch)
+        actions = self.policy.predict(self.params, batch, self.predict_rng, deterministic)
+        return actions[0] if single else actions
+
+    def evaluate(self, n_episodes: int = 10, *, deterministic: bool = True, seed: int = 0,
+                 env_id: Optional[str] = None) -> List[float]:
+        """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
+        with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen)."""
+        import gymnasium as gym
+        env_id = env_id or self.env_id
+        if env_id is None:
+            raise ValueError("env_id is required: the trainer was built from a vector env without an id")
+        env = gym.make(env_id, **self.env_kwargs)
+        returns = []
+        try:
+            for i in range(int(n_episodes)):
+                obs, _ = env.reset(seed=int(seed) + i)
+                total, done = 0.0, False
+                while not done:
+                    obs, reward, terminated, truncated, _ = env.step(self.predict(obs, deterministic))
+                    total += float(reward)
+                    done = terminated or truncated
+                returns.append(total)
+        finally:
+            env.close()
+        return returns
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """Everything needed to continue this run exactly, as ``{name: ndarray}``.
+
+        ``params/<key>``, ``adam/<key>`` (:func:`ppo_ref.optim.adam_state_to_arrays`),
+        ``collector/<key>`` (observations, episode_starts, episode accumulators, normalization
+        statistics), ``recent_returns``, and ``state_json`` (uint8 JSON: counters, generator
+        states, sub-env states, config). Call it at a rollout boundary (e.g. from the
+        :meth:`learn` callback).
+        """
+        arrays: Dict[str, np.ndarray] = {}
+        for k, v in self.params.items():
+            arrays["params/" + k] = np.array(v, copy=True)
+        for k, v in adam_state_to_arrays(self.adam_state).items():
+            arrays["adam/" + k] = v
+        coll_arrays, coll_meta = self.collector.state()
+        for k, v in coll_arrays.items():
+            arrays["collector/" + k] = v
+        arrays["recent_returns"] = np.asarray(list(self.recent_returns), dtype=np.float64)
+        state = {
+            "trainer": type(self).__name__,
+            "num_timesteps": self.num_timesteps, "n_updates": self.n_updates,
+            "n_episodes": self.n_episodes, "total_timesteps": self.total_timesteps,
+            "progress_remaining": self.progress_remaining,
+            "action_rng": generator_state(self.action_rng),
+            "minibatch_rng": generator_state(self.minibatch_rng),
+            "predict_rng": generator_state(self.predict_rng),
+            "collector": coll_meta, "config": self.config.to_dict(), "seed": self.seed,
+            "env_id": self.env_id, "env_seeds": self.env_seeds,
+        }
+        arrays["state_json"] = json_to_array(state)
+        return arrays
+
+    def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
+        number of envs). Raises ``ValueError`` on a mismatch (parameter keys or shapes, number
+        of envs, missing entries)."""
+        if "state_json" not in arrays:
+            raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
+        state = array_to_json(arrays["state_json"], name="state_json")
+        params = {k[len("params/"):]: np.array(v) for k, v in arrays.items() if k.startswith("params/")}
+        if set(params) != set(self.params):
+            raise ValueError(f"saved parameter keys {sorted(params)} differ from this policy's "
+                             f"{sorted(self.params)}")
+        for k, v in params.items():
+            if v.shape != self.params[k].shape:
+                raise ValueError(f"saved parameter {k!r} has shape {v.shape}, expected {self.params[k].shape}")
+        adam_arrays = {k[len("adam/"):]: v for k, v in arrays.items() if k.startswith("adam/")}
+        coll_arrays = {k[len("collector/"):]: v for k, v in arrays.items() if k.startswith("collector/")}
+        self.collector.load_state(coll_arrays, state["collector"])
+        self.params = params
+        self.adam_state = adam_state_from_arrays(adam_arrays)
+        set_generator_state(self.action_rng, state["action_rng"])
+        set_generator_state(self.minibatch_rng, state["minibatch_rng"])
+        set_generator_state(self.predict_rng, state["predict_rng"])
+        self.num_timesteps = int(state["num_timesteps"])
+        self.n_updates = int(state["n_updates"])
+        self.n_episodes = int(state["n_episodes"])
+        self.total_timesteps = int(state["total_timesteps"])
+        self.progress_remaining = float(state["progress_remaining"])
+        self.recent_returns = deque((float(x) for x in arrays.get("recent_returns", [])),
+                                    maxlen=RECENT_EPISODES)
+        self.last_episodes = []
+        self.env_seeds = list(state.get("env_seeds", self.env_seeds))
+
+    def checkpoint_metadata(self, arrays: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, Any]:
+        """The JSON metadata stored with a :meth:`state_arrays` snapshot (read by :meth:`load`):
+        trainer class, policy kind, env id, seed, vectorization, config, counters of the
+        snapshot, and ``exact_resume_limits`` (env attributes that could not be captured; empty
+        means the resume is exact)."""
+        if arrays is None:
+            arrays = self.state_arrays()
+        state = array_to_json(arrays["state_json"], name="state_json")
+        return {
+            "trainer": type(self).__name__, "policy": self.policy_kind, "env_id": self.env_id,
+            "seed": self.seed, "vectorization": self.vectorization, "env_kwargs": self.env_kwargs,
+            "config": self.config.to_dict(), "num_timesteps": state["num_timesteps"],
+            "n_updates": state["n_updates"], "n_episodes": state["n_episodes"],
+            "total_timesteps": state["total_timesteps"],
+            "exact_resume_limits": state["collector"]["unsupported"],
+        }
+
+    def save(self, path, arrays: Optional[Dict[str, np.ndarray]] = None,
+             metadata: Optional[Dict[str, Any]] = None) -> str:
+        """Atomically write a checkpoint (``.npz``). ``arrays``/``metadata`` default to the
+        current :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken
+        earlier to save that state instead (the last good state after an env error)."""
+        if arrays is None:
+            arrays = self.state_arrays()
+        if metadata is None:
+            metadata = self.checkpoint_metadata(arrays)
+        return save_checkpoint(path, arrays, metadata)
+
+    @classmethod
+    def load(cls, path, env=None, **kwargs) -> "PPOTrainer":
+        """A trainer restored from a checkpoint written by :meth:`save`.
+
+        ``env``: a vector env to use instead of re-making ``env_id`` (required when the
+        checkpoint was made from a user-built vector env). Raises
+        :class:`~ppo_ref.checkpoint.CheckpointError` on a corrupt/truncated file.
+        """
+        arrays, meta = load_checkpoint(path)
+        if meta.get("trainer") != cls.__name__:
+            raise ValueError(f"checkpoint {path!r} holds a {meta.get('trainer')!r}, not a {cls.__name__}")
+        config = PPOConfig.from_dict(meta["config"])
+        if env is None:
+            if meta.get("env_id") is None:
+                raise ValueError("the checkpoint has no env id: pass env=")
+            env = meta["env_id"]
+        trainer = cls(env, config, seed=int(meta["seed"]),
+                      vectorization=kwargs.pop("vectorization", meta.get("vectorization", "sync")),
+                      env_kwargs=meta.get("env_kwargs") or None, **kwargs)
+        trainer.load_state_arrays(arrays)
+        return trainer
+
+    def close(self) -> None:
+        """Close the vector env."""
+        self.collector.close()
