@@ -1,0 +1,241 @@
+"""Run directories: config, per-update metrics, per-episode log, progress lines, checkpoints.
+
+A run directory holds::
+
+    config.json     what was run: trainer, policy, env id, seed, total_timesteps, the PPOConfig
+    metrics.csv     one row per PPO update (deterministic columns only: the same seed gives a
+                    bit-identical file); floats written with repr() (round-trip exact)
+    timing.csv      one row per update: fps, rollout and update seconds, wall clock (varies)
+    episodes.csv    one row per finished episode: episode, env, return, length, timesteps, update
+    checkpoint.npz  the latest checkpoint (:mod:`ppo_ref.checkpoint`), written atomically
+
+:class:`RunLogger` is trainer-agnostic: it works with any trainer exposing ``num_timesteps``,
+``n_updates``, ``n_episodes``, ``total_timesteps``, ``recent_returns``, ``last_episodes``
+(``(env, return, length)`` tuples of the last update), ``state_arrays()`` and
+``save(path, arrays)`` (e.g. :class:`ppo_ref.ppo.PPOTrainer`, the recurrent trainer, the
+actor-learner's learner). Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, TextIO
+
+import numpy as np
+
+__all__ = ["RunLogger", "METRIC_COLUMNS", "TIMING_COLUMNS", "EPISODE_COLUMNS",
+           "default_run_dir", "mean_last", "read_csv"]
+
+METRIC_COLUMNS = (
+    "update", "timesteps", "episodes", "ep_return_mean20", "policy_loss", "value_loss",
+    "entropy", "loss", "approx_kl", "clip_fraction", "explained_variance", "grad_norm",
+    "learning_rate", "clip_range", "n_epochs_run", "n_gradient_steps", "kl_stopped",
+    "first_max_abs_log_ratio", "progress_remaining",
+)
+TIMING_COLUMNS = ("update", "timesteps", "fps", "time_rollout", "time_update", "wall_time")
+EPISODE_COLUMNS = ("episode", "env", "return", "length", "timesteps", "update")
+
+
+def default_run_dir(env_id: str, policy: str, seed: int, root: str = "runs") -> str:
+    """``runs/<env>-<policy>-seed<S>-<YYYYmmdd-HHMMSS>`` (``/`` in env ids becomes ``_``)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    safe = str(env_id).replace("/", "_").replace(":", "_")
+    return os.path.join(root, f"{safe}-{policy}-seed{seed}-{stamp}")
+
+
+def mean_last(values, n: int = 20) -> float:
+    """Mean of the last ``n`` values (nan when there are none)."""
+    vals = list(values)[-n:]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
+def _fmt(value) -> str:
+    if isinstance(value, (float, np.floating)):
+        return repr(float(value))
+    return str(value)
+
+
+def read_csv(path: str) -> Dict[str, np.ndarray]:
+    """Columns of a run-directory CSV as float64 arrays (``{}`` when the file is empty)."""
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    if not rows:
+        return {}
+    return {k: np.array([float(r[k]) if r[k] not in ("", "None") else np.nan for r in rows])
+            for k in rows[0]}
+
+
+def _truncate_csv(path: str, column: str, limit: float) -> None:
+    """Keep only the rows whose ``column`` <= ``limit`` (rows written after the checkpoint a run
+    resumes from would otherwise appear twice)."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as fh:
+        reader = csv.reader(fh)
+        rows = list(reader)
+    if not rows:
+        return
+    header, body = rows[0], rows[1:]
+    idx = header.index(column)
+    kept = [r for r in body if r and float(r[idx]) <= limit]
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(kept)
+
+
+class RunLogger:
+    """Writes a run directory and prints progress; its :meth:`callback` drives it.
+
+    Args:
+        run_dir: directory (created).
+        run_info: JSON-safe dict written to ``config.json`` (on resume: kept, with a
+            ``resumed_at`` list appended).
+        resume_from: the trainer state being resumed (``n_updates``, ``num_timesteps``) or None;
+            CSV rows after it are dropped so the files continue exactly.
+        progress_every: seconds between progress lines (a line is also printed at the end).
+        checkpoint_every: seconds between periodic checkpoint writes (the in-memory snapshot of
+            the last rollout boundary is refreshed after every update regardless).
+        stream: where progress lines go (default stdout); ``quiet=True`` silences them.
+
+    Stopping: :meth:`request_stop` (e.g. from a SIGINT handler) makes the next callback return
+    False, so the trainer stops at a rollout boundary and the final checkpoint is exact.
+    """
+
+    def __init__(self, run_dir: str, run_info: Dict[str, Any], *, resume_from: Optional[Dict[str, int]] = None,
+                 progress_every: float = 2.0, checkpoint_every: float = 60.0,
+                 stream: Optional[TextIO] = None, quiet: bool = False):
+        self.run_dir = run_dir
+        os.makedirs(run_dir, exist_ok=True)
+        self.config_path = os.path.join(run_dir, "config.json")
+        self.metrics_path = os.path.join(run_dir, "metrics.csv")
+        self.timing_path = os.path.join(run_dir, "timing.csv")
+        self.episodes_path = os.path.join(run_dir, "episodes.csv")
+        self.checkpoint_path = os.path.join(run_dir, "checkpoint.npz")
+        self.progress_every = float(progress_every)
+        self.checkpoint_every = float(checkpoint_every)
+        self.stream = stream if stream is not None else sys.stdout
+        self.quiet = quiet
+        self.stop_requested = False
+        self.snapshot: Optional[Dict[str, np.ndarray]] = None
+        self.snapshot_timesteps = -1
+        if resume_from is None:
+            info = dict(run_info)
+            for p in (self.metrics_path, self.timing_path, self.episodes_path):
+                if os.path.exists(p):
+                    os.remove(p)
+        else:
+            info = {}
+            if os.path.exists(self.config_path):
+                with open(self.config_path) as fh:
+                    info = json.load(fh)
+            info.setdefault("resumed_at", []).append(int(resume_from["num_timesteps"]))
+            for k, v in run_info.items():
+                info.setdefault(k, v)
+            _truncate_csv(self.metrics_path, "update", resume_from["n_updates"])
+            _truncate_csv(self.timing_path, "update", resume_from["n_updates"])
+            _truncate_csv(self.episodes_path, "update", resume_from["n_updates"])
+        with open(self.config_path, "w") as fh:
+            json.dump(info, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        self._metrics = self._open(self.metrics_path, METRIC_COLUMNS)
+        self._timing = self._open(self.timing_path, TIMING_COLUMNS)
+        self._episodes = self._open(self.episodes_path, EPISODE_COLUMNS)
+        now = time.perf_counter()
+        self._start = now
+        self._last_progress = now
+        self._last_checkpoint = now
+        self._start_timesteps: Optional[int] = None
+
+    @staticmethod
+    def _open(path: str, columns) -> "csv.writer":
+        new = not os.path.exists(path) or os.path.getsize(path) == 0
+        fh = open(path, "a", newline="")
+        w = csv.writer(fh)
+        if new:
+            w.writerow(columns)
+            fh.flush()
+        return (fh, w)
+
+    def begin(self, trainer) -> None:
+        """Start the clocks (call right before ``learn``; fps/ETA count steps from here)."""
+        now = time.perf_counter()
+        self._start = self._last_progress = self._last_checkpoint = now
+        self._start_timesteps = int(trainer.num_timesteps)
+
+    def request_stop(self) -> None:
+        """Stop at the next rollout boundary (the callback returns False)."""
+        self.stop_requested = True
+
+    # -- the callback ---------------------------------------------------------------------------
+    def callback(self, trainer, stats: Dict[str, float]) -> bool:
+        """Log one update; refresh the last-good snapshot; print/checkpoint when due."""
+        if self._start_timesteps is None:
+            self._start_timesteps = 0
+        update = int(trainer.n_updates)
+        row = dict(stats)
+        row["update"] = update
+        row["timesteps"] = int(trainer.num_timesteps)
+        row["episodes"] = int(trainer.n_episodes)
+        row["ep_return_mean20"] = mean_last(trainer.recent_returns, 20)
+        self._metrics[1].writerow([_fmt(row.get(c, float("nan"))) for c in METRIC_COLUMNS])
+        now = time.perf_counter()
+        timing = {"update": update, "timesteps": int(trainer.num_timesteps),
+                  "fps": stats.get("fps", float("nan")), "time_rollout": stats.get("time_rollout", float("nan")),
+                  "time_update": stats.get("time_update", float("nan")), "wall_time": now - self._start}
+        self._timing[1].writerow([_fmt(timing[c]) for c in TIMING_COLUMNS])
+        first = int(trainer.n_episodes) - len(trainer.last_episodes)
+        for j, (env_index, ret, length) in enumerate(trainer.last_episodes):
+            self._episodes[1].writerow([first + j, int(env_index), _fmt(float(ret)), int(length),
+                                        int(trainer.num_timesteps), update])
+        self.snapshot = trainer.state_arrays()
+        self.snapshot_timesteps = int(trainer.num_timesteps)
+        done = trainer.num_timesteps >= trainer.total_timesteps
+        if done or now - self._last_progress >= self.progress_every:
+            self.progress(trainer, stats)
+            self._last_progress = now
+        if now - self._last_checkpoint >= self.checkpoint_every:
+            self.save(trainer)
+            self._last_checkpoint = now
+        return not self.stop_requested
+
+    def progress(self, trainer, stats: Optional[Dict[str, float]] = None) -> None:
+        """Print ``steps, episodes, mean return of the last 20 episodes, fps, ETA``."""
+        if self.quiet:
+            return
+        elapsed = time.perf_counter() - self._start
+        done_here = int(trainer.num_timesteps) - int(self._start_timesteps or 0)
+        fps = done_here / elapsed if elapsed > 0 else float("nan")
+        left = max(int(trainer.total_timesteps) - int(trainer.num_timesteps), 0)
+        eta = left / fps if fps and fps > 0 else float("nan")
+        ret = mean_last(trainer.recent_returns, 20)
+        width = len(str(int(trainer.total_timesteps)))
+        line = (f"steps {int(trainer.num_timesteps):>{width}}/{int(trainer.total_timesteps)} | "
+                f"updates {int(trainer.n_updates)} | episodes {int(trainer.n_episodes)} | "
+                f"return(last 20) {ret:8.2f} | fps {fps:7.0f} | elapsed {elapsed:6.1f}s | "
+                f"ETA {eta:6.1f}s")
+        print(line, file=self.stream, flush=True)
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def flush(self) -> None:
+        for fh, _ in (self._metrics, self._timing, self._episodes):
+            fh.flush()
+
+    def save(self, trainer, arrays: Optional[Dict[str, np.ndarray]] = None) -> str:
+        """Write ``checkpoint.npz`` (the given snapshot, or the trainer's current state)."""
+        self.flush()
+        return trainer.save(self.checkpoint_path, arrays)
+
+    def save_last_good(self, trainer) -> Optional[str]:
+        """Write the snapshot of the last completed rollout boundary (after an error or an
+        interrupt mid-rollout). Returns the path, or None when no update completed."""
+        if self.snapshot is None:
+            return None
+        return self.save(trainer, self.snapshot)
+
+    def close(self) -> None:
+        for fh, _ in (self._metrics, self._timing, self._episodes):
+            fh.close()
