@@ -37,14 +37,17 @@ The factor ``keep`` is where the gradient stops: a state cut by a reset receives
 Numerics. All work is float64 (float32, integer or bool inputs are cast on entry). The sigmoid is
 evaluated as ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, an exact identity that never overflows
 (``1 / (1 + exp(-z))`` overflows ``exp`` for ``z < -709``); it agrees with torch's sigmoid to a
-few units in the last place. Per step the work is one BLAS product ``h~ @ w_hh.T``, two NumPy
-``tanh`` calls (vectorised, SIMD) and two small numba kernels for the remaining elementwise
-arithmetic; the input projection ``x @ w_ih.T`` for all steps and the weight gradients are one
-BLAS product each.
+few units in the last place. To evaluate it, the (i, f, o) rows of ``w_ih``, ``w_hh`` and ``b``
+are multiplied by 1/2 before the products, which is exact in binary floating point (barring
+underflow), so one ``tanh`` call covers all four gates. Per step the work is one BLAS product
+``h~ @ w_hh.T``, two NumPy ``tanh`` calls (vectorised, SIMD) and two small numba kernels for
+the remaining elementwise arithmetic; backward, one numba kernel and one BLAS product
+``dz[t] @ w_hh`` per step. The input projection ``x @ w_ih.T`` for all steps and the weight
+gradients are one BLAS product each.
 """
 from __future__ import annotations
 
-from typing import Dict, Mapping, NamedTuple, Optional, Tuple
+from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
@@ -62,7 +65,8 @@ class LSTMCache(NamedTuple):
     """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
 
     Attributes:
-        x: ``[T, N, D]`` the inputs.
+        x: ``[T, N, D]`` the inputs (the caller's array itself when it was float64: not copied,
+            so it must not be modified between the forward and the backward pass).
         keep: ``[T + 1, N]`` ``1 - episode_starts`` for steps ``0..T-1``, and ``keep[T] = 1``
             (the gradients ``dh_T, dc_T`` enter unmasked).
         h_prev: ``[T, N, H]`` ``h~[t] = keep[t] * h[t-1]``, the state the cell read at step t.
@@ -84,19 +88,16 @@ class LSTMCache(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 @njit
-def _cell_update(tanh_half, c_prev, gates, c_new):
-    """gates = (i, f, g, o) from ``tanh_half = tanh(z * half)``; c_new = f * c~ + i * g."""
+def _cell_update(gates, c_prev, c_new):
+    """In place, ``gates`` = tanh(z * half) becomes (i, f, g, o); c_new = f * c~ + i * g."""
     n_env, hidden = c_prev.shape
     for n in range(n_env):
+        for j in range(2 * hidden):  # i, f: sigmoid(z) = 0.5 + 0.5 * tanh(z / 2)
+            gates[n, j] = 0.5 + 0.5 * gates[n, j]
+        for j in range(3 * hidden, 4 * hidden):  # o; the g block is already tanh(z_g)
+            gates[n, j] = 0.5 + 0.5 * gates[n, j]
         for j in range(hidden):
-            gi = 0.5 + 0.5 * tanh_half[n, j]
-            gf = 0.5 + 0.5 * tanh_half[n, hidden + j]
-            gg = tanh_half[n, 2 * hidden + j]
-            go = 0.5 + 0.5 * tanh_half[n, 3 * hidden + j]
-            gates[n, j] = gi
-            gates[n, hidden + j] = gf
-            gates[n, 2 * hidden + j] = gg
-            gates[n, 3 * hidden + j] = go
+            gi, gf, gg = gates[n, j], gates[n, hidden + j], gates[n, 2 * hidden + j]
             c_new[n, j] = gf * c_prev[n, j] + gi * gg
 
 
@@ -146,9 +147,9 @@ def _check_params(params: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndar
     missing = [k for k in PARAM_KEYS if k not in params]
     if missing:
         raise ValueError(f"params is missing {missing} (needs {list(PARAM_KEYS)})")
-    w_ih = as_float_array(params["w_ih"], "params['w_ih']", ndim=(2,)).astype(np.float64, copy=False)
-    w_hh = as_float_array(params["w_hh"], "params['w_hh']", ndim=(2,)).astype(np.float64, copy=False)
-    b = as_float_array(params["b"], "params['b']", ndim=(1,)).astype(np.float64, copy=False)
+    w_ih, w_hh, b = (
+        as_float_array(params[k], f"params['{k}']", ndim=(nd,)).astype(np.float64, copy=False)
+        for k, nd in (("w_ih", 2), ("w_hh", 2), ("b", 1)))
     four_h, hidden = w_hh.shape
     if hidden < 1 or four_h != 4 * hidden:
         raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
@@ -227,10 +228,10 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
     zh = np.empty((n_env, 4 * hidden))
     c_new = np.empty((n_env, hidden))
     for t in range(n_steps):
-        np.matmul(h_prev[t], w_hh_t, out=zh)
+        np.dot(h_prev[t], w_hh_t, out=zh)
         zh += zx[t]                      # z[t] (halved in the sigmoid blocks)
-        np.tanh(zh, out=zh)
-        _cell_update(zh, c_prev[t], gates[t], c_new)
+        np.tanh(zh, out=gates[t])
+        _cell_update(gates[t], c_prev[t], c_new)
         np.tanh(c_new, out=tanh_c[t])
         _cell_output(gates[t], tanh_c[t], c_new, keep[t + 1], h_seq[t], h_prev[t + 1],
                      c_prev[t + 1])
@@ -374,7 +375,7 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
         # dc_rec is overwritten in place with dc~[t]; dh_rec with dh~[t] by the matmul.
         _cell_backward(dh_seq[t], dh_rec, dc_rec, keep[t + 1], cache.gates[t], cache.tanh_c[t],
                        cache.c_prev[t], dz[t], dc_rec)
-        np.matmul(dz[t], w_hh, out=dh_rec)
+        np.dot(dz[t], w_hh, out=dh_rec)
     dh0 = dh_rec * keep[0, :, None]
     dc0 = dc_rec * keep[0, :, None]
 
