@@ -151,11 +151,11 @@ def plot(results: dict, path: str) -> None:
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4), squeeze=False)
     for ax, (task, impls) in zip(axes[0], results.items()):
         for name, runs in impls.items():
-            grid_end = min(r["steps"][-1] for r in runs if r["steps"]) if all(
-                r["steps"] for r in runs) else 0
-            if grid_end == 0:
+            if not all(r["steps"] for r in runs):
                 continue
-            grid = np.linspace(0, grid_end, 100)
+            # common range of all seeds (no extrapolation before the first recorded update)
+            grid = np.linspace(max(r["steps"][0] for r in runs),
+                               min(r["steps"][-1] for r in runs), 100)
             curves = np.array([np.interp(grid, r["steps"], r["returns"]) for r in runs])
             line, = ax.plot(grid, curves.mean(axis=0), label=f"{name} ({len(runs)} seeds)")
             ax.fill_between(grid, curves.min(axis=0), curves.max(axis=0),
