@@ -1,0 +1,361 @@
+"""The recurrent (LSTM) PPO trainer: whole-env minibatches replayed through the LSTM.
+
+``RecurrentPPOTrainer`` is :class:`ppo_ref.ppo.PPOTrainer` with the LSTM policy of
+:mod:`ppo_ref.recurrent_policies`; everything that is not about memory is inherited unchanged
+(rollout collection and its checks, GAE, schedules, the update recipe of
+:mod:`ppo_ref.update`, checkpoints, the ``learn`` loop). What memory changes (SPEC §5):
+
+Collection
+    Each env's LSTM state ``(h, c)`` is carried from step to step and from one rollout to the
+    next (never zeroed at a rollout boundary). Before every step the state of an env is
+    multiplied by ``1 - episode_starts[t]`` (the LSTM's own reset rule, the same code path as
+    training), with ``episode_starts[t] = terminated[t-1] or truncated[t-1]`` and True after
+    the first reset. The state *before step 0* of every rollout is stored with it
+    (:attr:`RecurrentRollout.initial_lstm_states`). Bootstrap values are read without
+    advancing the state: ``last_values = V(obs_T | state_T, episode_starts_T)`` and, for a
+    truncated step, ``final_values[t] = V(final_obs[t] | state after step t)`` (no reset: the
+    final observation continues the episode that was cut), as sb3-contrib does.
+
+Update
+    Minibatches are sets of whole envs: each epoch draws a permutation of the ``N`` envs from
+    ``minibatch_rng`` and cuts it into ``N / envs_per_minibatch`` groups, with
+    ``envs_per_minibatch = max(1, batch_size // n_steps)`` (so ``batch_size`` keeps its meaning
+    of rows per minibatch: ``envs_per_minibatch * n_steps``). Each group is replayed over all
+    ``T`` steps from its stored start state with the stored ``episode_starts``; the loss of
+    :func:`ppo_ref.update.minibatch_loss` (advantages normalized per minibatch over its
+    ``T * n`` entries) is backpropagated through the whole rollout (BPTT over T steps, cut only
+    at episode starts). CleanRL's ``ppo_atari_lstm.py`` and thrust-rl's ``RecurrentPPOTrainer``
+    use the same whole-env scheme; thrust-rl starts every rollout from the zero state, here the
+    carried state is replayed (so the first minibatch reproduces the behaviour log-probs
+    exactly: ratio 1). sb3-contrib instead cuts sequences at episode starts, pads them and
+    stores per-step states.
+
+Exactness note: the replayed log-probs equal the stored ones bit for bit when the arithmetic is
+the same: it is when ``envs_per_minibatch >= 2`` or ``n_envs == 1``. With one env per minibatch
+and several envs acting, the recurrent product ``h @ w_hh.T`` has one row in training and N in
+acting; NumPy then calls BLAS gemv instead of gemm, whose rounding differs in the last bit.
+
+Checkpoints add the carried LSTM states (``lstm/h``, ``lstm/c``) to PPOTrainer's snapshot, so a
+resumed run continues exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional
+
+import gymnasium as gym
+import numpy as np
+
+from ppo_ref.losses import explained_variance
+from ppo_ref.optim import adam_init
+from ppo_ref.ppo import PPOTrainer
+from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
+from ppo_ref.rollout import Rollout, RolloutCollector
+from ppo_ref.update import Minibatch, batch_advantages, run_epochs
+
+__all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env_minibatches"]
+
+
+@dataclasses.dataclass
+class RecurrentRollout(Rollout):
+    """A :class:`~ppo_ref.rollout.Rollout` plus the LSTM state every env had before step 0.
+
+    Attributes:
+        initial_lstm_states: :class:`~ppo_ref.recurrent_policies.LSTMStates` ``[L, N, H]``.
+    """
+    initial_lstm_states: Optional[LSTMStates] = None
+
+
+def envs_per_minibatch(n_envs: int, n_steps: int, batch_size: int) -> int:
+    """Envs per recurrent minibatch: ``max(1, batch_size // n_steps)``.
+
+    A minibatch is ``envs_per_minibatch`` whole env-sequences of ``n_steps`` rows. A
+    ``batch_size`` smaller than ``n_steps`` gives one env per minibatch (a sequence cannot be
+    split); a remainder of ``batch_size / n_steps`` is dropped.
+
+    Raises:
+        ValueError: ``n_envs`` is not a multiple of it (every minibatch must hold the same
+            number of envs), with the numbers and valid choices in the message.
+    """
+    per = max(1, int(batch_size) // int(n_steps))
+    if int(n_envs) % per != 0:
+        ok = [d * int(n_steps) for d in range(1, int(n_envs) + 1) if int(n_envs) % d == 0]
+        raise ValueError(
+            f"n_envs ({n_envs}) must be divisible by the envs per minibatch "
+            f"(batch_size // n_steps = {batch_size} // {n_steps} = {per}): recurrent minibatches "
+            f"are sets of whole envs. Choose batch_size in {ok} or change n_envs.")
+    return per
+
+
+def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -> List[np.ndarray]:
+    """One epoch's env groups: ``rng.permutation(n_envs)`` cut into chunks of ``per_minibatch``.
+
+    Every env appears in exactly one group; ``n_envs`` must be a multiple of ``per_minibatch``.
+    """
+    if per_minibatch < 1 or n_envs % per_minibatch != 0:
+        raise ValueError(f"per_minibatch ({per_minibatch}) must be >= 1 and divide n_envs ({n_envs})")
+    perm = rng.permutation(n_envs)
+    return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
+
+
+class _EpisodeStartTap(gym.vector.VectorWrapper):
+    """Pass-through vector wrapper that tells the recurrent actor where episodes start.
+
+    ``episode_starts`` (bool ``[N]``): True after :meth:`reset`, then ``terminated or
+    truncated`` of the last step, i.e. exactly the flag of the observation the env just
+    returned. ``pending_final``: the envs that truncated without terminating in the last step
+    (their ``final_obs`` value is requested next), or ``None``.
+    """
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.episode_starts = np.ones(env.num_envs, dtype=bool)
+        self.pending_final: Optional[np.ndarray] = None
+
+    def reset(self, *, seed=None, options=None):
+        out = self.env.reset(seed=seed, options=options)
+        self.episode_starts = np.ones(self.num_envs, dtype=bool)
+        self.pending_final = None
+        return out
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, info = self.env.step(actions)
+        terminated = np.asarray(terminated, dtype=bool)
+        truncated = np.asarray(truncated, dtype=bool)
+        self.episode_starts = terminated | truncated
+        bootstrap = truncated & ~terminated
+        self.pending_final = np.flatnonzero(bootstrap) if bootstrap.any() else None
+        return obs, rewards, terminated, truncated, info
+
+    # the collector reads these from the vector env it was given (state capture, error reports)
+    @property
+    def envs(self):
+        return self.env.envs
+
+    @property
+    def _env_obs(self):
+        return self.env._env_obs
+
+
+class _RecurrentActor:
+    """The recurrent policy seen through :class:`~ppo_ref.rollout.RolloutCollector`'s policy
+    interface (``act(params, obs, rng)``, ``values(params, obs)``), with the LSTM state carried
+    here and the reset flags read from the :class:`_EpisodeStartTap`.
+
+    ``values`` serves the two bootstrap requests the collector makes (its documented order):
+    right after a step in which envs ``idx`` truncated, ``V(final_obs[idx])`` from those envs'
+    states after the step, no reset; after the last step, ``V(obs_T)`` from the carried state
+    with the current ``episode_starts``. Neither advances the state.
+    """
+
+    def __init__(self, policy: RecurrentPolicy, tap: _EpisodeStartTap, n_envs: int):
+        self.policy = policy
+        self.tap = tap
+        self.state = policy.initial_state(n_envs)
+        self.obs_dim = policy.obs_dim
+        self.obs_shape = policy.obs_shape
+        self.head = policy.head
+
+    def act(self, params, obs, rng):
+        actions, values, log_probs, self.state = self.policy.act(
+            params, obs, self.state, self.tap.episode_starts, rng)
+        return actions, values, log_probs
+
+    def values(self, params, obs):
+        obs = np.asarray(obs)
+        idx = self.tap.pending_final
+        if idx is not None:
+            self.tap.pending_final = None
+            if obs.shape[0] != idx.size:
+                raise RuntimeError(f"expected final observations of envs {idx.tolist()}, got "
+                                   f"{obs.shape[0]} rows")
+            return self.policy.values(params, obs, self.state.select(idx),
+                                      np.zeros(idx.size, dtype=bool))
+        if obs.shape[0] != self.state.h.shape[1]:
+            raise RuntimeError(f"expected the observations of all {self.state.h.shape[1]} envs, "
+                               f"got {obs.shape[0]} rows")
+        return self.policy.values(params, obs, self.state, self.tap.episode_starts)
+
+
+class RecurrentPPOTrainer(PPOTrainer):
+    """PPO with an LSTM actor-critic (module docstring). Same constructor and methods as
+    :class:`~ppo_ref.ppo.PPOTrainer`; the policy follows ``config.lstm_hidden_size``,
+    ``config.lstm_shared``, ``config.net_arch`` (towers after the LSTM) and ``config.activation``.
+
+    Extra attributes: ``lstm_states`` (the carried :class:`LSTMStates`, ``[L, N, H]``),
+    ``envs_per_minibatch``.
+
+    Raises:
+        ValueError: everything PPOTrainer raises, and ``n_envs`` not divisible by
+            ``max(1, batch_size // n_steps)`` (see :func:`envs_per_minibatch`).
+    """
+
+    policy_kind = "lstm"
+
+    def __init__(self, env, config=None, *, seed: int = 0, **kwargs):
+        if config is not None and hasattr(config, "n_envs"):
+            envs_per_minibatch(config.n_envs, config.n_steps, config.batch_size)  # fail early
+        super().__init__(env, config, seed=seed, **kwargs)  # vectorization, env_kwargs, ...
+        c = self.config
+        self.envs_per_minibatch = envs_per_minibatch(c.n_envs, c.n_steps, c.batch_size)
+        # Swap PPOTrainer's MLP policy for the LSTM policy. Its parameters are drawn from the
+        # same stream PPOTrainer uses for initialisation (the first of the five SeedSequence
+        # children), so a seed means the same thing for both trainers.
+        init_seq = np.random.SeedSequence(self.seed).spawn(5)[0]
+        self.policy = RecurrentPolicy(self.env.single_observation_space,
+                                      self.env.single_action_space, c)
+        self.params = self.policy.init_params(np.random.default_rng(init_seq))
+        self.adam_state = adam_init(self.params)
+        # A collector of the same kind, reading episode starts through the tap and acting
+        # through the stateful adapter; the first reset with the same seeds replaces the one
+        # PPOTrainer made (resetting with a seed fully re-seeds each sub-env).
+        self._tap = _EpisodeStartTap(self.env)
+        self._actor = _RecurrentActor(self.policy, self._tap, c.n_envs)
+        self.collector = RolloutCollector(
+            self._tap, self._actor, c.n_steps, normalize_observations=c.normalize_observations,
+            normalize_rewards=c.normalize_rewards, gamma=c.gamma)
+        self.collector.reset(self.env_seeds)
+
+    # -- state carried across rollouts ----------------------------------------------------------
+    @property
+    def lstm_states(self) -> LSTMStates:
+        """The carried LSTM states ``[L, N, H]`` (those the next rollout starts from)."""
+        return self._actor.state
+
+    # -- the three steps of an update -------------------------------------------------------------
+    def collect_rollout(self) -> RecurrentRollout:
+        """PPOTrainer's collection with the LSTM state carried; returns a
+        :class:`RecurrentRollout` holding the state every env had before step 0."""
+        start = self._actor.state.copy()
+        rollout = super().collect_rollout()
+        fields = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(Rollout)}
+        return RecurrentRollout(**fields, initial_lstm_states=start)
+
+    def train_on(self, rollout: RecurrentRollout, advantages: np.ndarray,
+                 returns: np.ndarray) -> Dict[str, float]:
+        """The epochs of one PPO update on whole-env minibatches (module docstring).
+
+        Updates ``params`` and ``adam_state`` and returns the stats of
+        :func:`ppo_ref.update.run_epochs` plus ``explained_variance``.
+
+        Raises:
+            ValueError: the rollout carries no ``initial_lstm_states``.
+        """
+        c = self.config
+        start = getattr(rollout, "initial_lstm_states", None)
+        if start is None:
+            raise ValueError("rollout has no initial_lstm_states: collect it with "
+                             "RecurrentPPOTrainer.collect_rollout")
+        T, N = rollout.rewards.shape
+        adv = batch_advantages(np.asarray(advantages, dtype=np.float64), c)
+        ret = np.asarray(returns, dtype=np.float64)
+        rng = self.minibatch_rng
+        per = self.envs_per_minibatch
+
+        def minibatches(epoch: int):
+            for envs in env_minibatches(rng, N, per):
+                yield Minibatch(rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
+                                rollout.values[:, envs],
+                                (rollout.observations[:, envs], rollout.actions[:, envs],
+                                 start.select(envs), rollout.episode_starts[:, envs]))
+
+        policy = self.policy
+
+        def evaluate(params, data):
+            ev = policy.evaluate(params, *data)
+            return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+        self.params, self.adam_state, stats = run_epochs(
+            self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
+            clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
+            backward=policy.backward)
+        stats["explained_variance"] = explained_variance(rollout.values.ravel(), ret.ravel())
+        return stats
+
+    # -- acting -----------------------------------------------------------------------------------
+    def initial_state(self, n_envs: int = 1) -> LSTMStates:
+        """Zero LSTM states for acting in ``n_envs`` envs with :meth:`predict`."""
+        return self.policy.initial_state(n_envs)
+
+    def predict(self, obs, deterministic: bool = False, state: Optional[LSTMStates] = None,
+                episode_starts=None):
+        """Actions for raw observations, carrying the memory explicitly (as sb3-contrib's
+        ``RecurrentPPO.predict``).
+
+        Args:
+            obs: ``[obs_shape]`` (one env) or ``[B, *obs_shape]``.
+            deterministic: take the mode instead of sampling (``predict_rng``).
+            state: the :class:`LSTMStates` returned by the previous call, or ``None`` (zeros).
+            episode_starts: bool ``[B]`` (or a bool for one env): True where ``obs`` starts an
+                episode; ``None`` means True for every env when ``state`` is None, else False.
+
+        Returns:
+            ``(actions, new_state)``: actions as the env receives them (Gaussian: clipped);
+            unlike :meth:`PPOTrainer.predict`, the new state is returned too: pass it back.
+        """
+        obs = np.asarray(obs, dtype=np.float64)
+        single = obs.shape == tuple(self.policy.obs_shape)
+        batch = obs.reshape(1 if single else obs.shape[0], -1)
+        batch = self.collector.normalize_obs(batch)
+        n = batch.shape[0]
+        if state is None:
+            state = self.policy.initial_state(n)
+            default_start = True
+        else:
+            default_start = False
+        if episode_starts is None:
+            starts = np.full(n, default_start)
+        else:
+            starts = np.asarray(episode_starts, dtype=bool).reshape(n)
+        actions, new_state = self.policy.predict(self.params, batch, state, starts,
+                                                 self.predict_rng, deterministic)
+        return (actions[0] if single else actions), new_state
+
+    def evaluate(self, n_episodes: int = 10, *, deterministic: bool = True, seed: int = 0,
+                 env_id: Optional[str] = None) -> List[float]:
+        """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
+        with ``seed + i`` for episode i), acting with :meth:`predict` and a memory reset at
+        every episode start (normalization frozen)."""
+        env_id = env_id or self.env_id
+        if env_id is None:
+            raise ValueError("env_id is required: the trainer was built from a vector env without an id")
+        env = gym.make(env_id, **self.env_kwargs)
+        returns = []
+        try:
+            for i in range(int(n_episodes)):
+                obs, _ = env.reset(seed=int(seed) + i)
+                state, first = None, True
+                total, done = 0.0, False
+                while not done:
+                    action, state = self.predict(obs, deterministic, state, episode_starts=first)
+                    first = False
+                    obs, reward, terminated, truncated, _ = env.step(action)
+                    total += float(reward)
+                    done = terminated or truncated
+                returns.append(total)
+        finally:
+            env.close()
+        return returns
+
+    # -- checkpoints ------------------------------------------------------------------------------
+    def state_arrays(self) -> Dict[str, np.ndarray]:
+        """PPOTrainer's snapshot plus the carried LSTM states ``lstm/h`` and ``lstm/c``."""
+        arrays = super().state_arrays()
+        arrays["lstm/h"] = self._actor.state.h.copy()
+        arrays["lstm/c"] = self._actor.state.c.copy()
+        return arrays
+
+    def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+        """Inverse of :meth:`state_arrays`; raises ``ValueError`` when the LSTM states are
+        missing or have the wrong shape."""
+        if "lstm/h" not in arrays or "lstm/c" not in arrays:
+            raise ValueError("arrays has no 'lstm/h' / 'lstm/c' entries: not a RecurrentPPOTrainer state")
+        h = np.array(arrays["lstm/h"], dtype=np.float64)
+        c = np.array(arrays["lstm/c"], dtype=np.float64)
+        want = self._actor.state.h.shape
+        if h.shape != want or c.shape != want:
+            raise ValueError(f"saved LSTM states have shapes {h.shape}, {c.shape}; expected {want}")
+        super().load_state_arrays(arrays)
+        self._actor.state = LSTMStates(h, c)
+        self._tap.episode_starts = self.collector.episode_starts.copy()
+        self._tap.pending_final = None

@@ -1,0 +1,274 @@
+"""Tests of the recurrent PPO trainer (ppo_ref.recurrent_ppo): ratio = 1 on the first minibatch
+across episode boundaries and rollout boundaries, the env partition of minibatches, the state
+carried by collection, gradients of the whole trainer loss, and exact resume."""
+import gymnasium as gym
+import numpy as np
+import pytest
+from gradcheck import check_gradients
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from ppo_ref.config import PPOConfig
+from ppo_ref.recurrent_policies import LSTMStates, recurrent_actor_critic_step
+from ppo_ref.recurrent_ppo import (RecurrentPPOTrainer, RecurrentRollout, env_minibatches,
+                                   envs_per_minibatch)
+from ppo_ref.update import minibatch_loss
+
+
+class RandomWalkEnv(gym.Env):
+    """Tiny continuous-action env: 3-d observation, Box(2) actions, reward -|a - obs[:2]|^2,
+    terminates with probability 0.15 per step (from np_random); a TimeLimit adds truncations."""
+
+    def __init__(self):
+        self.observation_space = spaces.Box(-5.0, 5.0, (3,), np.float64)
+        self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float64)
+        self._x = np.zeros(3)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self._x = self.np_random.normal(size=3)
+        return self._x.copy(), {}
+
+    def step(self, action):
+        reward = -float(np.sum((np.asarray(action) - self._x[:2]) ** 2))
+        self._x = np.clip(0.8 * self._x + 0.3 * self.np_random.normal(size=3), -5, 5)
+        return self._x.copy(), reward, bool(self.np_random.random() < 0.15), False, {}
+
+
+def box_vector_env(n_envs, max_steps=6):
+    fns = [lambda: gym.wrappers.TimeLimit(RandomWalkEnv(), max_episode_steps=max_steps)
+           for _ in range(n_envs)]
+    return SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def small_config(**kw):
+    base = dict(n_envs=4, n_steps=7, batch_size=14, n_epochs=2, learning_rate=3e-3,
+                lstm_hidden_size=8, net_arch=(6,), ent_coef=0.01, gamma=0.9, gae_lambda=0.9)
+    base.update(kw)
+    return PPOConfig(**base)
+
+
+def make_trainer(kind, lstm_shared=False, **kw):
+    config = small_config(lstm_shared=lstm_shared, **kw)
+    if kind == "discrete":
+        # CartPole without velocities, cut at 12 steps: truncations (bootstrapped through the
+        # LSTM state) and terminations both occur, across 7-step rollouts
+        return RecurrentPPOTrainer("ppo_ref/CartPoleNoVel-v1", config, seed=3,
+                                   env_kwargs={"max_episode_steps": 12})
+    return RecurrentPPOTrainer(box_vector_env(config.n_envs), config, seed=3)
+
+
+# ---------------------------------------------------------------- minibatch partition
+
+def test_envs_per_minibatch_and_divisibility_error():
+    assert envs_per_minibatch(8, 32, 256) == 8
+    assert envs_per_minibatch(8, 32, 64) == 2
+    assert envs_per_minibatch(8, 32, 16) == 1      # batch smaller than a sequence: one env
+    assert envs_per_minibatch(6, 32, 100) == 3     # remainder of batch_size / n_steps dropped
+    with pytest.raises(ValueError, match="n_envs .6. must be divisible"):
+        envs_per_minibatch(6, 8, 32)
+    with pytest.raises(ValueError, match="batch_size"):
+        RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", PPOConfig(n_envs=6, n_steps=8, batch_size=32))
+
+
+def test_env_minibatches_cover_every_env_once():
+    rng = np.random.default_rng(0)
+    for n_envs, per in ((8, 2), (6, 3), (5, 5), (4, 1)):
+        groups = env_minibatches(rng, n_envs, per)
+        assert len(groups) == n_envs // per and all(len(g) == per for g in groups)
+        assert sorted(np.concatenate(groups).tolist()) == list(range(n_envs))
+
+
+def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
+    trainer = make_trainer("discrete", n_envs=6, batch_size=14, n_epochs=3)  # 2 envs / minibatch
+    rollout = trainer.collect_rollout()
+    seen = []
+    original = trainer.policy.evaluate
+
+    def recording_evaluate(params, obs, actions, state, episode_starts):
+        assert obs.shape[:2] == (7, 2)   # all T steps of 2 envs
+        cols = [int(np.flatnonzero([np.array_equal(obs[:, j], rollout.observations[:, e])
+                                    for e in range(6)])[0]) for j in range(obs.shape[1])]
+        for j, e in enumerate(cols):
+            np.testing.assert_array_equal(state.h[:, j], rollout.initial_lstm_states.h[:, e])
+            np.testing.assert_array_equal(episode_starts[:, j], rollout.episode_starts[:, e])
+        seen.append(cols)
+        return original(params, obs, actions, state, episode_starts)
+
+    trainer.policy.evaluate = recording_evaluate
+    stats = trainer.update(rollout)
+    assert stats["n_epochs_run"] == 3 and len(seen) == 9
+    for epoch in range(3):
+        assert sorted(sum(seen[3 * epoch:3 * epoch + 3], [])) == list(range(6))
+
+
+# ---------------------------------------------------------------- collection and ratio = 1
+
+@pytest.mark.parametrize("kind,lstm_shared", [("discrete", False), ("discrete", True),
+                                              ("box", False)])
+def test_first_minibatch_ratio_is_exactly_one_across_boundaries(kind, lstm_shared):
+    trainer = make_trainer(kind, lstm_shared)
+    seen = dict(ended_mid_rollout=False, started_mid_episode=False, truncated=False,
+                terminated=False)
+    for i in range(6):
+        rollout = trainer.collect_rollout()
+        assert isinstance(rollout, RecurrentRollout)
+        stats = trainer.update(rollout)
+        # the first minibatch of every update recomputes the stored log-probs bit for bit
+        assert stats["first_max_abs_log_ratio"] == 0.0
+        seen["ended_mid_rollout"] |= bool(rollout.episode_starts[1:].any())
+        seen["started_mid_episode"] |= bool((~rollout.episode_starts[0]).any()) and i > 0
+        seen["truncated"] |= bool((rollout.truncated & ~rollout.terminated).any())
+        seen["terminated"] |= bool(rollout.terminated.any())
+    # the situations the test is about actually occurred
+    assert all(seen.values()), seen
+    assert np.abs(rollout.initial_lstm_states.h).max() > 0, "start state was zero"
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_replay_of_every_env_reproduces_collected_log_probs_and_values(kind):
+    trainer = make_trainer(kind)
+    trainer.update(trainer.collect_rollout())          # non-trivial parameters and carried state
+    rollout = trainer.collect_rollout()
+    start = rollout.initial_lstm_states
+    for envs in (np.array([0, 1]), np.array([3, 2]), np.arange(4)):
+        ev = trainer.policy.evaluate(trainer.params, rollout.observations[:, envs],
+                                     rollout.actions[:, envs], start.select(envs),
+                                     rollout.episode_starts[:, envs])
+        np.testing.assert_array_equal(ev.log_probs, rollout.log_probs[:, envs])
+        np.testing.assert_allclose(ev.values, rollout.values[:, envs], rtol=1e-12, atol=1e-14)
+
+
+class FinalObsRecorder(gym.vector.VectorWrapper):
+    """Pass-through vector wrapper recording info["final_obs"] of every step."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.final_obs = []
+
+    def step(self, actions):
+        out = self.env.step(actions)
+        self.final_obs.append(out[4].get("final_obs"))
+        return out
+
+    @property
+    def envs(self):
+        return self.env.envs
+
+
+def test_collection_carries_state_and_bootstraps_from_it():
+    """The stored start state of rollout k+1 is the state after rollout k; last_values and
+    final_values are the critic's values from the carried state, without advancing it; a
+    truncated step's final observation continues the cut episode's memory (no reset)."""
+    venv = FinalObsRecorder(box_vector_env(4, max_steps=3))
+    trainer = RecurrentPPOTrainer(venv, small_config(), seed=5)
+    policy, params = trainer.policy, trainer.params
+    r1 = trainer.collect_rollout()
+    after = trainer.lstm_states.copy()
+    # step-by-step replay from the stored start state reproduces the carried state
+    states = []
+    s = r1.initial_lstm_states
+    for t in range(r1.n_steps):
+        _, _, s = recurrent_actor_critic_step(policy._net(params), r1.observations[t], s,
+                                              r1.episode_starts[t], policy.activation,
+                                              policy.lstm_shared)
+        states.append(s)
+    np.testing.assert_array_equal(s.h, after.h)
+    np.testing.assert_array_equal(s.c, after.c)
+    expect_last = policy.values(params, trainer.collector.obs, after,
+                                trainer.collector.episode_starts)
+    np.testing.assert_array_equal(r1.last_values, expect_last)
+    trunc = r1.truncated & ~r1.terminated
+    assert trunc.any() and r1.final_values is not None
+    assert np.all(r1.final_values[~trunc] == 0.0)
+    for t, e in zip(*np.nonzero(trunc)):
+        final_obs = np.asarray(venv.final_obs[-r1.n_steps + t][e], dtype=np.float64)[None]
+        expected = policy.values(params, final_obs, states[t].select([e]), [False])
+        np.testing.assert_allclose(r1.final_values[t, e], expected[0], rtol=1e-12, atol=1e-14)
+        reset = policy.values(params, final_obs, states[t].select([e]), [True])
+        assert r1.final_values[t, e] != reset[0]   # the memory was used
+    r2 = trainer.collect_rollout()
+    np.testing.assert_array_equal(r2.initial_lstm_states.h, after.h)
+    np.testing.assert_array_equal(r2.episode_starts[0], r1.terminated[-1] | r1.truncated[-1])
+
+
+# ---------------------------------------------------------------- gradients of the whole loss
+
+@pytest.mark.parametrize("kind,lstm_shared", [("discrete", False), ("discrete", True),
+                                              ("box", False)])
+def test_gradient_of_trainer_loss_matches_central_differences(kind, lstm_shared):
+    """d(minibatch PPO loss)/d(params) through heads, towers and BPTT, on a tiny batch, with
+    the policy moved away from the behaviour policy so ratios differ from 1 (float64)."""
+    trainer = make_trainer(kind, lstm_shared, ent_coef=0.05, policy_head_gain=1.0)
+    trainer.collect_rollout()
+    rollout = trainer.collect_rollout()        # starts mid-episode from a non-zero state
+    advantages, returns = trainer.compute_advantages(rollout)
+    envs = np.array([2, 0])
+    data = (rollout.observations[:, envs], rollout.actions[:, envs],
+            rollout.initial_lstm_states.select(envs), rollout.episode_starts[:, envs])
+    noise = np.random.default_rng(7)
+    params = {k: v + 0.5 * noise.normal(size=v.shape) for k, v in trainer.params.items()}
+    policy = trainer.policy
+    # clip ranges at the median deviation: both branches of each clipped term are exercised
+    ev = policy.evaluate(params, *data)
+    clip_range = float(np.median(np.abs(np.exp(ev.log_probs - rollout.log_probs[:, envs]) - 1)))
+    config = trainer.config.replace(clip_range_vf=float(np.median(
+        np.abs(ev.values - rollout.values[:, envs]))))
+
+    def loss_of(p):
+        ev = policy.evaluate(p, *data)
+        return ev, minibatch_loss(ev.log_probs, ev.entropy, ev.values, rollout.log_probs[:, envs],
+                                  advantages[:, envs], returns[:, envs], rollout.values[:, envs],
+                                  config=config, clip_range=clip_range)
+
+    ev, out = loss_of(params)
+    assert 0.3 < out.clip_fraction < 0.7
+    grads = policy.backward(params, ev.cache, out.d_log_probs, out.d_entropy, out.d_values)
+    assert list(grads) == list(params)
+    # eps 1e-4: the loss sums O(100) terms of O(1), so with eps 1e-6 round-off (~1e-9) would
+    # dominate gradients of ~1e-6; the truncation error O(eps^2) is far below tol here.
+    check_gradients(lambda: loss_of(params)[1].loss, params, grads, eps=1e-4, tol=1e-5,
+                    floor=1e-8, max_coords=30)
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def test_resume_is_exact(tmp_path):
+    config = small_config(n_steps=8, batch_size=16)
+    straight = RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", config, seed=1,
+                                   env_kwargs={"blank_steps": 3})
+    straight.learn(4 * 32)
+    first = RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", config, seed=1,
+                                env_kwargs={"blank_steps": 3})
+    first.learn(2 * 32)
+    first.total_timesteps = 4 * 32  # schedules are constant here; keep the horizon identical
+    path = first.save(tmp_path / "ckpt.npz")
+    resumed = RecurrentPPOTrainer.load(path)
+    assert isinstance(resumed, RecurrentPPOTrainer)
+    np.testing.assert_array_equal(resumed.lstm_states.h, first.lstm_states.h)
+    resumed.learn(4 * 32)
+    assert set(resumed.params) == set(straight.params)
+    for k in straight.params:
+        np.testing.assert_array_equal(resumed.params[k], straight.params[k])
+    np.testing.assert_array_equal(resumed.lstm_states.c, straight.lstm_states.c)
+
+
+def test_load_state_rejects_missing_lstm_state():
+    trainer = make_trainer("discrete")
+    arrays = trainer.state_arrays()
+    del arrays["lstm/h"]
+    with pytest.raises(ValueError, match="lstm/h"):
+        trainer.load_state_arrays(arrays)
+
+
+def test_predict_carries_memory_explicitly():
+    trainer = RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", small_config(n_steps=8, batch_size=16),
+                                  seed=0)
+    obs = np.array([[1.0, 0.0], [-1.0, 0.0]])
+    actions, state = trainer.predict(obs, deterministic=True)
+    assert actions.shape == (2,) and isinstance(state, LSTMStates)
+    assert state.h.shape == (2, 2, 8) and np.abs(state.h).max() > 0
+    _, state2 = trainer.predict(np.zeros((2, 2)), True, state, episode_starts=[False, True])
+    fresh = trainer.predict(np.zeros((2, 2)), True)[1]
+    np.testing.assert_array_equal(state2.h[:, 1], fresh.h[:, 1])   # env 1 was reset
+    assert not np.array_equal(state2.h[:, 0], fresh.h[:, 0])       # env 0 remembers its cue

@@ -1,0 +1,142 @@
+"""ppo_ref's LSTM PPO against sb3-contrib's RecurrentPPO on ppo_ref/CartPoleNoVel-v1, one run.
+
+Both learners get rl-baselines3-zoo's ``ppo_lstm`` settings for CartPoleNoVel-v1: 8 envs,
+n_steps 32, batch 256 (sb3-contrib: 256 rows = all 8 env-sequences; ppo_ref: 8 envs per
+env-minibatch, i.e. one minibatch of whole envs), n_epochs 20, gamma 0.98, gae_lambda 0.8,
+learning rate 1e-3 and clip range 0.2 both linearly annealed, ent_coef 0, LSTM of 64 units with
+a separate critic LSTM, towers ``pi=[64], vf=[64]`` with ReLU, observations normalized by a
+running mean/std (zoo ``normalize: {norm_obs: True, norm_reward: False}``), 100k steps.
+Differences that remain: sb3-contrib's zoo run uses torch's default init (``ortho_init=False``),
+ppo_ref orthogonal init (SPEC §3); sb3-contrib splits sequences at episode starts and pads
+them, ppo_ref replays each env's whole rollout from its stored start state (SPEC §5); the
+numerical results are the same algorithm, not the same numbers.
+
+Printed per learner: wall seconds (training only, after a warm-up that compiles numba kernels
+for ppo_ref), env steps per second, mean return of the last 20 training episodes, and a
+deterministic evaluation (20 episodes, frozen observation statistics, seed 0). Torch is
+limited to one thread and OpenBLAS (NumPy) to one thread (``OPENBLAS_NUM_THREADS=1`` unless
+already set).
+
+Usage::
+
+    python validation/bench_vs_sb3_recurrent.py [--steps 100000] [--sb3-steps N] [--seed 0]
+
+``--sb3-steps`` trains sb3-contrib for fewer steps when its full run is too slow; its steps/s is
+then measured on that shorter run (and said so in the output).
+"""
+from __future__ import annotations
+
+import os
+
+# one BLAS thread, as torch gets one thread: read by OpenBLAS when NumPy loads it
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import ppo_ref  # noqa: F401  (registers ppo_ref/CartPoleNoVel-v1)
+
+ENV_ID = "ppo_ref/CartPoleNoVel-v1"
+ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
+           learning_rate=1e-3, clip_range=0.2, ent_coef=0.0, lstm_hidden_size=64)
+EVAL_EPISODES = 20
+
+
+def run_sb3(total_steps: int, seed: int) -> dict:
+    import torch
+    from sb3_contrib import RecurrentPPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+    torch.set_num_threads(1)
+    venv = VecNormalize(make_vec_env(ENV_ID, n_envs=ZOO["n_envs"], seed=seed,
+                                     vec_env_cls=DummyVecEnv), norm_obs=True, norm_reward=False)
+    lin = lambda v: (lambda progress_remaining: progress_remaining * v)  # noqa: E731
+    model = RecurrentPPO(
+        "MlpLstmPolicy", venv, n_steps=ZOO["n_steps"], batch_size=ZOO["batch_size"],
+        n_epochs=ZOO["n_epochs"], gamma=ZOO["gamma"], gae_lambda=ZOO["gae_lambda"],
+        learning_rate=lin(ZOO["learning_rate"]), clip_range=lin(ZOO["clip_range"]),
+        ent_coef=ZOO["ent_coef"], seed=seed, device="cpu",
+        policy_kwargs=dict(ortho_init=False, activation_fn=torch.nn.ReLU,
+                           lstm_hidden_size=ZOO["lstm_hidden_size"], enable_critic_lstm=True,
+                           net_arch=dict(pi=[64], vf=[64])))
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=total_steps)
+    wall = time.perf_counter() - t0
+    returns = [ep["r"] for ep in model.ep_info_buffer][-20:]
+    eval_env = VecNormalize(make_vec_env(ENV_ID, n_envs=1, seed=seed + 1000,
+                                         vec_env_cls=DummyVecEnv), norm_obs=True, norm_reward=False)
+    eval_env.obs_rms = venv.obs_rms
+    eval_env.training = False
+    mean_eval, std_eval = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES,
+                                          deterministic=True)
+    return dict(steps=model.num_timesteps, wall=wall, fps=model.num_timesteps / wall,
+                final=float(np.mean(returns)), eval_mean=float(mean_eval), eval_std=float(std_eval))
+
+
+def ppo_ref_config():
+    from ppo_ref.config import PPOConfig
+    return PPOConfig.zoo_cartpole().replace(
+        lstm_hidden_size=ZOO["lstm_hidden_size"], lstm_shared=False, net_arch=(64,),
+        activation="relu", normalize_observations=True)
+
+
+def run_ppo_ref(total_steps: int, seed: int) -> dict:
+    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+
+    config = ppo_ref_config()
+    # warm-up: compile (or load cached) numba kernels outside the timed run
+    RecurrentPPOTrainer(ENV_ID, config, seed=seed + 12345).learn(2 * 8 * 32)
+    trainer = RecurrentPPOTrainer(ENV_ID, config, seed=seed)
+    t0 = time.perf_counter()
+    trainer.learn(total_steps)
+    wall = time.perf_counter() - t0
+    returns = list(trainer.recent_returns)[-20:]
+    eval_returns = trainer.evaluate(EVAL_EPISODES, deterministic=True, seed=seed + 1000)
+    return dict(steps=trainer.num_timesteps, wall=wall, fps=trainer.num_timesteps / wall,
+                final=float(np.mean(returns)), eval_mean=float(np.mean(eval_returns)),
+                eval_std=float(np.std(eval_returns)))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--sb3-steps", type=int, default=None,
+                    help="train sb3-contrib for this many steps instead (speed extrapolated)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-sb3", action="store_true")
+    args = ap.parse_args(argv)
+
+    rows = []
+    ours = run_ppo_ref(args.steps, args.seed)
+    rows.append(("ppo_ref LSTM", ours))
+    print(f"ppo_ref done: {ours}", flush=True)
+    if not args.skip_sb3:
+        sb3_steps = args.sb3_steps or args.steps
+        theirs = run_sb3(sb3_steps, args.seed)
+        rows.append(("sb3-contrib RecurrentPPO", theirs))
+        print(f"sb3-contrib done: {theirs}", flush=True)
+
+    print()
+    print(f"{ENV_ID}, zoo ppo_lstm settings, seed {args.seed}, torch threads 1")
+    print(f"| learner | env steps | wall s | steps/s | final return (last 20) | "
+          f"deterministic eval ({EVAL_EPISODES} ep) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        print(f"| {name} | {r['steps']} | {r['wall']:.1f} | {r['fps']:.0f} | {r['final']:.1f} | "
+              f"{r['eval_mean']:.1f} +- {r['eval_std']:.1f} |")
+    if len(rows) == 2:
+        ratio = ours["fps"] / theirs["fps"]
+        note = "" if theirs["steps"] >= ours["steps"] else \
+            f" (sb3-contrib steps/s measured on a {theirs['steps']}-step run)"
+        print(f"\nspeed ratio ppo_ref / sb3-contrib: {ratio:.1f}x{note}")
+        print(f"targets: ratio >= 10: {'PASS' if ratio >= 10 else 'FAIL'}; ppo_ref eval >= 450: "
+              f"{'PASS' if ours['eval_mean'] >= 450 else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
