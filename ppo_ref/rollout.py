@@ -431,6 +431,15 @@ class RolloutCollector:
                 self.episode_length[starts] = 0
         self.obs = obs
         self.episode_starts = starts.copy()
+        # Record values and behaviour log-probs from ONE forward pass over all T*N rows (the
+        # parameters did not change during the rollout, so these are the same quantities as at
+        # acting time). BLAS sums a row differently for small batches (N rows per step) than
+        # for large ones; the training minibatches are large, so computing the stored values
+        # with a large batch too makes the first minibatch's ratio exactly 1 (not 1 +- 1 ulp).
+        flat = policy.evaluate(params, obs_buf.reshape(T * N, -1),
+                               act_buf.reshape((T * N,) + tuple(head.action_shape)))
+        logp_buf = flat.log_probs.reshape(T, N)
+        val_buf = flat.values.reshape(T, N)
         last_values = policy.values(params, obs)
         return Rollout(obs_buf, act_buf, rew_buf, term_buf, trunc_buf, start_buf, val_buf,
                        logp_buf, final_values, last_values, ep_returns, ep_lengths, ep_envs)

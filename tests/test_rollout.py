@@ -1,0 +1,173 @@
+"""Rollout collection: layout, episode_starts carry, truncation bootstrap, env errors, spaces."""
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from ppo_ref.config import PPOConfig
+from ppo_ref.policies import MLPPolicy
+from ppo_ref.ppo import PPOTrainer
+from ppo_ref.rollout import (EnvStepError, RolloutCollector, make_vector_env, single_env_state,
+                             restore_single_env_state)
+from test_rollout_helpers import (ActionRecorder, CounterEnv, register_faulty,
+                                  same_step_vector_env)
+
+
+def _counter_collector(n_envs=2, n_steps=7, limit=3, terminate=False):
+    env = same_step_vector_env([lambda: CounterEnv(limit, terminate) for _ in range(n_envs)])
+    cfg = PPOConfig(n_envs=n_envs, n_steps=n_steps, batch_size=n_steps * n_envs)
+    policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg)
+    params = policy.init_params(np.random.default_rng(0))
+    # a value head that reads the counter, so V(final_obs) differs from V(reset obs)
+    params["vf.w2"] = params["vf.w2"] + 1.0
+    col = RolloutCollector(env, policy, n_steps)
+    col.reset(list(range(n_envs)))
+    return col, policy, params
+
+
+def test_layout_and_dtypes():
+    col, policy, params = _counter_collector()
+    r = col.collect(params, np.random.default_rng(1))
+    T, N = 7, 2
+    assert r.observations.shape == (T, N, 2) and r.observations.dtype == np.float64
+    assert r.actions.shape == (T, N) and r.actions.dtype == np.int64
+    for name in ("rewards", "values", "log_probs"):
+        assert getattr(r, name).shape == (T, N) and getattr(r, name).dtype == np.float64
+    for name in ("terminated", "truncated", "episode_starts"):
+        assert getattr(r, name).dtype == np.bool_
+    assert r.last_values.shape == (N,)
+    np.testing.assert_array_equal(r.values, policy.values(params, r.observations.reshape(T * N, 2)).reshape(T, N))
+
+
+def test_no_phantom_rows_and_episode_starts_carry():
+    col, policy, params = _counter_collector(n_steps=7, limit=3)
+    rng = np.random.default_rng(1)
+    r1 = col.collect(params, rng)
+    r2 = col.collect(params, rng)
+    obs = np.concatenate([r1.observations, r2.observations])[:, :, 0]
+    # every row is a real decision: counter 0,1,2,0,1,2,... and reward 1 (no reset-only rows)
+    np.testing.assert_array_equal(obs[:, 0], np.arange(14) % 3)
+    assert np.all(r1.rewards == 1.0) and np.all(r2.rewards == 1.0)
+    starts = np.concatenate([r1.episode_starts, r2.episode_starts])
+    done = np.concatenate([r1.truncated | r1.terminated, r2.truncated | r2.terminated])
+    assert starts[0].all()
+    np.testing.assert_array_equal(starts[1:], done[:-1])  # includes the carry across rollouts
+    assert r2.episode_starts[0, 0] == (r1.truncated[-1, 0] or r1.terminated[-1, 0])
+    assert r1.episode_lengths == [3, 3, 3, 3] and r1.episode_returns == [3.0] * 4
+
+
+def test_truncation_bootstraps_value_of_final_obs():
+    col, policy, params = _counter_collector(n_steps=7, limit=3)
+    r = col.collect(params, np.random.default_rng(1))
+    assert r.final_values is not None
+    v_final = policy.values(params, np.array([[3.0, 1.0]]))[0]
+    v_reset = policy.values(params, np.array([[0.0, 1.0]]))[0]
+    assert v_final != v_reset
+    for t, n in zip(*np.nonzero(r.truncated)):  # (BLAS rounding differs with the batch size)
+        assert r.final_values[t, n] == pytest.approx(v_final, rel=1e-12, abs=1e-12)
+    assert np.all(r.final_values[~r.truncated] == 0.0)
+    # terminated steps need no final value
+    col_t, _, params_t = _counter_collector(n_steps=7, limit=3, terminate=True)
+    rt = col_t.collect(params_t, np.random.default_rng(1))
+    assert rt.terminated.any() and rt.final_values is None
+
+
+def test_next_step_autoreset_env_is_rejected():
+    env = SyncVectorEnv([lambda: CounterEnv() for _ in range(2)],
+                        autoreset_mode=AutoresetMode.NEXT_STEP)
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        PPOTrainer(env, PPOConfig(n_envs=2, n_steps=4, batch_size=8))
+
+
+def test_unsupported_spaces_raise():
+    with pytest.raises(ValueError, match="observation_space must be a gymnasium Box"):
+        PPOTrainer("FrozenLake-v1", PPOConfig(n_envs=1, n_steps=4, batch_size=4))
+    cfg = PPOConfig(n_envs=1, n_steps=4, batch_size=4)
+    with pytest.raises(ValueError, match="action_space"):
+        MLPPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiDiscrete([2, 3]), cfg)
+
+
+@pytest.mark.parametrize("fault, pattern", [("nan", "non-finite observation"),
+                                            ("shape", "shape")])
+def test_env_fault_names_env_index_and_step(fault, pattern):
+    env_id = register_faulty()
+    cfg = PPOConfig.zoo_cartpole(n_envs=4, batch_size=128)
+    probe = PPOTrainer(env_id, cfg, seed=0, env_kwargs={"fault": fault})
+    seeds = probe.env_seeds
+    probe.close()
+    trainer = PPOTrainer(env_id, cfg, seed=0,
+                         env_kwargs={"fault": fault, "at": 40, "bad_seed": seeds[2]})
+    with pytest.raises(EnvStepError, match=pattern) as info:
+        trainer.learn(10_000)
+    err = info.value
+    # the faulty sub-env's 40th step is vector step 39 (the reset is not a step)
+    assert err.env_index == 2 and err.vector_step == 39 and err.rollout_step == 39 - 32
+    assert "env 2" in str(err) and "vector step 39" in str(err)
+    assert trainer.num_timesteps == 32 * 4  # one complete rollout before the fault
+
+
+def test_box_actions_env_gets_clipped_buffer_keeps_raw():
+    recorders = []
+
+    def make():
+        e = ActionRecorder(gym.make("Pendulum-v1"))
+        recorders.append(e)
+        return e
+    env = same_step_vector_env([make, make])
+    cfg = PPOConfig(n_envs=2, n_steps=16, batch_size=32, log_std_init=1.5)
+    trainer = PPOTrainer(env, cfg, seed=0)
+    r = trainer.collect_rollout()
+    assert r.actions.shape == (16, 2, 1) and r.actions.dtype == np.float64
+    assert np.abs(r.actions).max() > 2.0  # raw samples outside [-2, 2]
+    for n, rec in enumerate(recorders):
+        got = np.array(rec.received)
+        np.testing.assert_array_equal(got, np.clip(r.actions[:, n], -2.0, 2.0))
+    # log-probs are those of the raw samples
+    flat_obs = r.observations.reshape(32, -1)
+    ev = trainer.policy.evaluate(trainer.params, flat_obs, r.actions.reshape(32, 1))
+    np.testing.assert_allclose(ev.log_probs, r.log_probs.reshape(32), rtol=0, atol=1e-12)
+
+
+def test_reward_normalization_logs_raw_returns_and_obs_stats_freeze():
+    cfg = PPOConfig(n_envs=2, n_steps=300, batch_size=600, normalize_observations=True,
+                    normalize_rewards=True, gamma=0.9)
+    trainer = PPOTrainer("Pendulum-v1", cfg, seed=0)
+    r = trainer.collect_rollout()
+    # Pendulum episodes are 200 steps with rewards in [-16.3, 0]: raw returns are large
+    assert len(r.episode_returns) == 2 and all(-3300 < x < -100 for x in r.episode_returns)
+    assert np.abs(r.rewards).max() < 16.0 and np.abs(r.rewards.sum(axis=0)).max() < 0.5 * abs(min(r.episode_returns))
+    mean = trainer.collector.obs_rms.mean.copy()
+    trainer.evaluate(1, deterministic=True)
+    np.testing.assert_array_equal(trainer.collector.obs_rms.mean, mean)  # frozen during eval
+
+
+def test_single_env_state_roundtrip_continues_identically():
+    a = gym.make("CartPole-v1")
+    a.reset(seed=5)
+    for _ in range(7):
+        a.step(1)
+    state = single_env_state(a)
+    assert state["unsupported"] == []
+    b = gym.make("CartPole-v1")
+    b.reset(seed=99)
+    restore_single_env_state(b, state)
+    for k in range(600):
+        ra = a.step(k % 2)
+        rb = b.step(k % 2)
+        np.testing.assert_array_equal(ra[0], rb[0])
+        assert ra[1:4] == rb[1:4]
+        if ra[2] or ra[3]:
+            np.testing.assert_array_equal(a.reset()[0], b.reset()[0])
+
+
+def test_async_vector_env_collects_and_snapshots():
+    env = make_vector_env("CartPole-v1", 2, vectorization="async")
+    try:
+        cfg = PPOConfig(n_envs=2, n_steps=8, batch_size=16)
+        trainer = PPOTrainer(env, cfg, seed=0)
+        trainer.collect_rollout()
+        arrays, meta = trainer.collector.state()
+        assert len(meta["sub_envs"]) == 2 and meta["unsupported"] == []
+        trainer.collector.load_state(arrays, meta)
+    finally:
+        env.close()
