@@ -22,7 +22,12 @@ How the two are made to see the same thing:
 
 Scenarios: (a) SB3 defaults (no value clipping, no target_kl); (b) ``clip_range_vf=0.1`` (SB3's
 clipped-prediction value loss = ppo_ref ``value_loss_mode="sb3"``) and a small ``target_kl``
-so the KL early stop fires mid-update (compares where it stopped).
+so the KL early stop fires mid-update (compares where it stopped); (c) end to end through the
+trainer: ``PPOTrainer.update`` on a 2-env ``Rollout`` with terminations and truncations (its GAE
+and ``train_on``) against SB3's ``RolloutBuffer.compute_returns_and_advantage`` (truncations
+folded into the rewards) followed by ``PPO.train()``; the trainer's ``minibatch_rng`` is
+replaced by an object whose ``permutation`` returns SB3's permutations mapped from SB3's
+env-major rows to the trainer's time-major rows.
 
 Run: ``python validation/parity_sb3_update.py`` (needs torch and stable_baselines3).
 """
@@ -171,6 +176,80 @@ SCENARIOS = {
 }
 
 
+class _InjectedPermutations:
+    """Stands in for ``PPOTrainer.minibatch_rng``: ``permutation(n)`` returns the given
+    permutations in order (the trainer shuffles only through ``rng.permutation``)."""
+
+    def __init__(self, perms):
+        self._perms = iter(perms)
+
+    def permutation(self, n):
+        perm = next(self._perms)
+        assert len(perm) == n
+        return perm
+
+
+def run_trainer_scenario(seed: int = 0) -> list:
+    """End to end from a Rollout: ``PPOTrainer.update`` (GAE with truncations + train_on) vs
+    SB3's ``compute_returns_and_advantage`` (rewards folded) + ``PPO.train()``, 2 envs.
+
+    SB3 flattens env-major (row ``n * T + t``), the trainer time-major (row ``t * N + n``): the
+    trainer receives SB3's permutations with every row index mapped accordingly.
+    """
+    from parity_gae_sb3 import sb3_gae
+    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.rollout import Rollout
+
+    rng = np.random.default_rng(seed + 100)
+    T, N = 16, 2
+    config = PPOConfig.preset("sb3", n_envs=N, n_steps=T, batch_size=8, n_epochs=3,
+                              learning_rate=3e-3, ent_coef=0.01, net_arch=(64, 64))
+    model = sb3_model(config, seed)
+    params = params_from_torch(model.policy)
+    venv = gym.vector.SyncVectorEnv([_BoxEnv for _ in range(N)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    trainer = PPOTrainer(venv, config, seed=seed)
+    trainer.params = dict(params)
+    trainer.adam_state = adam_init(params)
+    policy = trainer.policy
+    obs = rng.normal(size=(T, N, OBS_DIM))
+    actions = rng.integers(0, N_ACTIONS, (T, N))
+    ev = policy.evaluate(params, obs.reshape(T * N, OBS_DIM), actions.reshape(-1))
+    values, log_probs = ev.values.reshape(T, N), ev.log_probs.reshape(T, N)
+    terminated = rng.random((T, N)) < 0.1
+    truncated = rng.random((T, N)) < 0.25
+    fold = truncated & ~terminated
+    final_values = np.where(fold, policy.values(params, rng.normal(size=(T * N, OBS_DIM)))
+                            .reshape(T, N), 0.0)
+    last_values = policy.values(params, rng.normal(size=(N, OBS_DIM)))
+    initial = np.ones(N, dtype=bool)
+    from ppo_ref import episode_starts
+    rollout = Rollout(observations=obs, actions=actions, rewards=rng.normal(size=(T, N)),
+                      terminated=terminated, truncated=truncated,
+                      episode_starts=episode_starts(terminated, truncated, initial),
+                      values=values, log_probs=log_probs, final_values=final_values,
+                      last_values=last_values)
+    perms_sb3 = permutations(rng, T * N, config.n_epochs)
+    to_time_major = lambda i: (i % T) * N + i // T  # noqa: E731  SB3 row -> trainer row
+    trainer.minibatch_rng = _InjectedPermutations([to_time_major(p) for p in perms_sb3])
+    stats = trainer.update(rollout)
+
+    x = dict(rewards=rollout.rewards, values=values, terminated=terminated, truncated=truncated,
+             last_values=last_values, final_values=final_values, initial=initial)
+    adv, ret = sb3_gae(x, config.gamma, config.gae_lambda, float64=True)
+    env_major = lambda a: np.ascontiguousarray(np.swapaxes(a, 0, 1)).reshape(  # noqa: E731
+        (T * N,) + a.shape[2:])
+    batch = {"observations": env_major(obs), "actions": env_major(actions),
+             "old_log_probs": env_major(log_probs), "old_values": env_major(values),
+             "advantages": env_major(adv), "returns": env_major(ret)}
+    run_sb3(model, batch, perms_sb3, config.batch_size)
+    err = max_param_diff(trainer.params, model.policy)
+    return [Row("SB3 compute_returns_and_advantage + train() vs PPOTrainer.update", "all parameters",
+                err, 1e-6, err <= 1e-6,
+                f"2 envs, {int(fold.sum())} truncations folded, env-major/time-major rows "
+                f"mapped; {int(stats['n_gradient_steps'])} steps")]
+
+
 def run(seed: int = 0) -> list:
     rows = []
     for name, extra in SCENARIOS.items():
@@ -204,7 +283,7 @@ def run(seed: int = 0) -> list:
                             diff, 1e-6, diff > 1e-6,
                             "differs: SB3 regresses the clipped prediction, the max form "
                             "takes the larger of clipped and unclipped errors"))
-    return rows
+    return rows + run_trainer_scenario(seed)
 
 
 def main() -> list:
