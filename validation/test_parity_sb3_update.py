@@ -12,4 +12,4 @@ def test_full_update_matches_sb3_train():
     failed = [r for r in rows if not r.passed]
     assert not failed, failed
     params_rows = [r for r in rows if r.quantity == "all parameters"]
-    assert len(params_rows) == 2 and all(r.max_err <= 1e-6 for r in params_rows)
+    assert len(params_rows) == 3 and all(r.max_err <= 1e-6 for r in params_rows)
