@@ -321,6 +321,12 @@ register_subcommand("train", "train a policy (default: CartPole-v1, zoo settings
                     _configure_train, cmd_train)
 register_subcommand("eval", "evaluate a run's checkpoint", _configure_eval, cmd_eval)
 register_subcommand("plot", "write DIR/learning_curve.png", _configure_plot, cmd_plot)
+register_subcommand("vectors", "write golden JSON test vectors (ppo_ref.vectors)",
+                    lambda p: _import("ppo_ref.vectors:configure_vectors")(p),
+                    lambda args: _import("ppo_ref.vectors:cli_vectors")(args))
+register_subcommand("check", "check another implementation's outputs against golden vectors",
+                    lambda p: _import("ppo_ref.vectors:configure_check")(p),
+                    lambda args: _import("ppo_ref.vectors:cli_check")(args))
 
 
 def build_parser() -> argparse.ArgumentParser:

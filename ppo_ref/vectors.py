@@ -51,7 +51,8 @@ import numpy as np
 
 __all__ = ["FORMAT", "RESULTS_FORMAT", "write_vectors", "load_case", "load_cases",
            "compute_outputs", "reference_results", "check_results", "format_table",
-           "encode", "decode", "dumps", "add_cli_commands", "cli_vectors", "cli_check", "main"]
+           "encode", "decode", "dumps", "add_cli_commands", "configure_vectors",
+           "configure_check", "cli_vectors", "cli_check", "main"]
 
 FORMAT = "ppo_ref.vectors/1"
 RESULTS_FORMAT = "ppo_ref.results/1"
@@ -722,25 +723,34 @@ def cli_check(args) -> int:
     return 1 if any(r["status"] in ("FAIL", "MISSING") for r in rows) else 0
 
 
-def add_cli_commands(subparsers) -> None:
-    """Register the ``vectors`` and ``check`` subcommands on an argparse subparsers object;
-    each sets ``func`` to a handler ``func(args) -> exit status``."""
-    p = subparsers.add_parser("vectors", help="write golden JSON test vectors",
-                              description="Write golden vectors (inputs, settings, expected "
-                                          "outputs, convention preset) as JSON, one file per case.")
+def configure_vectors(p) -> None:
+    """Arguments of ``ppo-ref vectors`` on an argparse parser."""
+    p.description = ("Write golden vectors (inputs, settings, expected outputs, convention preset) "
+                     "as JSON, one file per case, plus index.json. Format: validation/README.md.")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
-    p.set_defaults(func=cli_vectors)
-    c = subparsers.add_parser("check", help="compare another implementation's outputs with "
-                                            "golden vectors",
-                              description="Compare a results JSON (format ppo_ref.results/1) "
-                                          "with the vectors; exit status 1 on any failure.")
-    c.add_argument("vectors_dir", help="directory written by `ppo-ref vectors`")
-    c.add_argument("--results", required=True, help="results JSON of the implementation")
-    c.add_argument("--atol", type=float, default=None, help="override every case's atol")
-    c.add_argument("--rtol", type=float, default=None, help="override every case's rtol")
-    c.add_argument("--allow-missing", action="store_true",
+
+
+def configure_check(p) -> None:
+    """Arguments of ``ppo-ref check`` on an argparse parser."""
+    p.description = ("Compare a results JSON (format ppo_ref.results/1) with golden vectors; "
+                     "prints a pass/fail table with the largest error per case; exit status 1 "
+                     "when a case fails or is missing.")
+    p.add_argument("vectors_dir", help="directory written by `ppo-ref vectors`")
+    p.add_argument("--results", required=True, help="results JSON of the implementation")
+    p.add_argument("--atol", type=float, default=None, help="override every case's atol")
+    p.add_argument("--rtol", type=float, default=None, help="override every case's rtol")
+    p.add_argument("--allow-missing", action="store_true",
                    help="report cases absent from the results as SKIP instead of failing")
+
+
+def add_cli_commands(subparsers) -> None:
+    """Register ``vectors`` and ``check`` on an argparse subparsers object (for a standalone
+    parser; ``ppo_ref.cli`` registers the same functions); each sets ``func``."""
+    configure_vectors(p := subparsers.add_parser("vectors", help="write golden JSON test vectors"))
+    p.set_defaults(func=cli_vectors)
+    configure_check(c := subparsers.add_parser(
+        "check", help="compare another implementation's outputs with golden vectors"))
     c.set_defaults(func=cli_check)
 
 
