@@ -11,8 +11,11 @@ Collection
     multiplied by ``1 - episode_starts[t]`` (the LSTM's own reset rule, the same code path as
     training), with ``episode_starts[t] = terminated[t-1] or truncated[t-1]`` and True after
     the first reset. The state *before step 0* of every rollout is stored with it
-    (:attr:`RecurrentRollout.initial_lstm_states`). Bootstrap values are read without
-    advancing the state: ``last_values = V(obs_T | state_T, episode_starts_T)`` and, for a
+    (:attr:`RecurrentRollout.initial_lstm_states`). The stored ``log_probs`` and ``values``
+    are those of one replay of the whole ``[T, N]`` rollout from that state with the recorded
+    ``episode_starts`` (the same quantities as at acting time, computed with the batched
+    arithmetic the training minibatches use; see the exactness note). Bootstrap values are
+    read without advancing the state: ``last_values = V(obs_T | state_T, episode_starts_T)`` and, for a
     truncated step, ``final_values[t] = V(final_obs[t] | state after step t)`` (no reset: the
     final observation continues the episode that was cut), as sb3-contrib does.
 
@@ -30,10 +33,14 @@ Update
     exactly: ratio 1). sb3-contrib instead cuts sequences at episode starts, pads them and
     stores per-step states.
 
-Exactness note: the replayed log-probs equal the stored ones bit for bit when the arithmetic is
-the same: it is when ``envs_per_minibatch >= 2`` or ``n_envs == 1``. With one env per minibatch
-and several envs acting, the recurrent product ``h @ w_hh.T`` has one row in training and N in
-acting; NumPy then calls BLAS gemv instead of gemm, whose rounding differs in the last bit.
+Exactness note: BLAS rounds a row of a matrix product differently depending on how many rows
+the product has (acting evaluates the towers on N rows, training on ``T * n``), so acting-time
+log-probs can differ from replayed ones in the last bit. Storing the replayed values (as
+:class:`~ppo_ref.rollout.RolloutCollector` does for the MLP) makes the first minibatch's
+log-probs equal the stored ones bit for bit (tested at the benchmark's sizes) whenever
+``envs_per_minibatch >= 2`` or ``n_envs == 1``. With one env per minibatch and several envs,
+the recurrent product ``h @ w_hh.T`` has one row in training and N in the replay; NumPy then
+calls BLAS gemv instead of gemm and the ratio is 1 only to ~1e-16.
 
 Checkpoints add the carried LSTM states (``lstm/h``, ``lstm/c``) to PPOTrainer's snapshot, so a
 resumed run continues exactly.
@@ -49,6 +56,7 @@ import numpy as np
 from ppo_ref.losses import explained_variance
 from ppo_ref.optim import adam_init
 from ppo_ref.ppo import PPOTrainer
+from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
 from ppo_ref.rollout import Rollout, RolloutCollector
 from ppo_ref.update import Minibatch, batch_advantages, run_epochs
@@ -145,21 +153,53 @@ class _RecurrentActor:
     ``values`` serves the two bootstrap requests the collector makes (its documented order):
     right after a step in which envs ``idx`` truncated, ``V(final_obs[idx])`` from those envs'
     states after the step, no reset; after the last step, ``V(obs_T)`` from the carried state
-    with the current ``episode_starts``. Neither advances the state.
+    with the current ``episode_starts``. Neither advances the state. ``evaluate`` replays the
+    rollout just collected (the collector's recomputation of the stored log-probs/values).
     """
 
     def __init__(self, policy: RecurrentPolicy, tap: _EpisodeStartTap, n_envs: int):
         self.policy = policy
         self.tap = tap
         self.state = policy.initial_state(n_envs)
+        self.rollout_start = self.state.copy()
+        self.rollout_starts: List[np.ndarray] = []
+        self.replayed = False
         self.obs_dim = policy.obs_dim
         self.obs_shape = policy.obs_shape
         self.head = policy.head
 
+    def begin_rollout(self) -> LSTMStates:
+        """Remember (and return a copy of) the state before step 0 of the next rollout."""
+        self.rollout_start = self.state.copy()
+        self.rollout_starts = []
+        self.replayed = False
+        return self.rollout_start.copy()
+
     def act(self, params, obs, rng):
+        starts = self.tap.episode_starts.copy()
+        self.rollout_starts.append(starts)
         actions, values, log_probs, self.state = self.policy.act(
-            params, obs, self.state, self.tap.episode_starts, rng)
+            params, obs, self.state, starts, rng)
         return actions, values, log_probs
+
+    def evaluate(self, params, obs, actions):
+        """Log-probs, entropies and values of the rollout just collected, recomputed by one
+        replay of all ``[T, N]`` steps from the rollout's start state (what the training
+        minibatches recompute, with the same batched arithmetic, so their first ratio is
+        exactly 1). ``obs``/``actions`` are the rollout's rows flattened time-major
+        (row ``t * N + n``); results are flattened the same way."""
+        T = len(self.rollout_starts)
+        n = self.state.h.shape[1]
+        obs = np.asarray(obs)
+        if T == 0 or obs.shape[0] != T * n:
+            raise RuntimeError(f"evaluate expects the {T} x {n} rows of the rollout just "
+                               f"collected, got {obs.shape[0]}")
+        ev = self.policy.evaluate(params, obs.reshape((T, n) + obs.shape[1:]),
+                                  np.asarray(actions).reshape((T, n) + self.head.action_shape),
+                                  self.rollout_start, np.stack(self.rollout_starts))
+        self.replayed = True
+        return PolicyEval(ev.log_probs.reshape(-1), ev.entropy.reshape(-1),
+                          ev.values.reshape(-1), None)
 
     def values(self, params, obs):
         obs = np.asarray(obs)
@@ -225,9 +265,17 @@ class RecurrentPPOTrainer(PPOTrainer):
     # -- the three steps of an update -------------------------------------------------------------
     def collect_rollout(self) -> RecurrentRollout:
         """PPOTrainer's collection with the LSTM state carried; returns a
-        :class:`RecurrentRollout` holding the state every env had before step 0."""
-        start = self._actor.state.copy()
+        :class:`RecurrentRollout` holding the state every env had before step 0, with
+        ``log_probs`` and ``values`` from one replay of the rollout (module docstring)."""
+        start = self._actor.begin_rollout()
         rollout = super().collect_rollout()
+        if not self._actor.replayed:
+            # a collector that keeps the acting-time values: recompute them by the replay
+            T, N = rollout.rewards.shape
+            ev = self._actor.evaluate(self.params, rollout.observations.reshape(T * N, -1),
+                                      rollout.actions.reshape((T * N,) + rollout.actions.shape[2:]))
+            rollout.log_probs = ev.log_probs.reshape(T, N)
+            rollout.values = ev.values.reshape(T, N)
         fields = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(Rollout)}
         return RecurrentRollout(**fields, initial_lstm_states=start)
 

@@ -50,12 +50,13 @@ def small_config(**kw):
 
 def make_trainer(kind, lstm_shared=False, **kw):
     config = small_config(lstm_shared=lstm_shared, **kw)
+    n_envs = config.n_envs
     if kind == "discrete":
         # CartPole without velocities, cut at 12 steps: truncations (bootstrapped through the
         # LSTM state) and terminations both occur, across 7-step rollouts
         return RecurrentPPOTrainer("ppo_ref/CartPoleNoVel-v1", config, seed=3,
                                    env_kwargs={"max_episode_steps": 12})
-    return RecurrentPPOTrainer(box_vector_env(config.n_envs), config, seed=3)
+    return RecurrentPPOTrainer(box_vector_env(n_envs), config, seed=3)
 
 
 # ---------------------------------------------------------------- minibatch partition
@@ -104,10 +105,14 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
 
 # ---------------------------------------------------------------- collection and ratio = 1
 
-@pytest.mark.parametrize("kind,lstm_shared", [("discrete", False), ("discrete", True),
-                                              ("box", False)])
-def test_first_minibatch_ratio_is_exactly_one_across_boundaries(kind, lstm_shared):
-    trainer = make_trainer(kind, lstm_shared)
+@pytest.mark.parametrize("kind,lstm_shared,sizes", [
+    ("discrete", False, {}), ("discrete", True, {}), ("box", False, {}),
+    # benchmark-sized network (LSTM 64, tower [64], relu), 2 and 4 envs per minibatch
+    ("discrete", False, dict(lstm_hidden_size=64, net_arch=(64,), activation="relu")),
+    ("discrete", True, dict(lstm_hidden_size=64, net_arch=(64,), n_envs=8, batch_size=28)),
+])
+def test_first_minibatch_ratio_is_exactly_one_across_boundaries(kind, lstm_shared, sizes):
+    trainer = make_trainer(kind, lstm_shared, **sizes)
     seen = dict(ended_mid_rollout=False, started_mid_episode=False, truncated=False,
                 terminated=False)
     for i in range(6):
@@ -136,7 +141,7 @@ def test_replay_of_every_env_reproduces_collected_log_probs_and_values(kind):
                                      rollout.actions[:, envs], start.select(envs),
                                      rollout.episode_starts[:, envs])
         np.testing.assert_array_equal(ev.log_probs, rollout.log_probs[:, envs])
-        np.testing.assert_allclose(ev.values, rollout.values[:, envs], rtol=1e-12, atol=1e-14)
+        np.testing.assert_array_equal(ev.values, rollout.values[:, envs])
 
 
 class FinalObsRecorder(gym.vector.VectorWrapper):
@@ -272,3 +277,27 @@ def test_predict_carries_memory_explicitly():
     fresh = trainer.predict(np.zeros((2, 2)), True)[1]
     np.testing.assert_array_equal(state2.h[:, 1], fresh.h[:, 1])   # env 1 was reset
     assert not np.array_equal(state2.h[:, 0], fresh.h[:, 0])       # env 0 remembers its cue
+
+
+def test_stored_log_probs_come_from_the_replay_even_if_the_collector_does_not_replay():
+    """A collector that keeps acting-time values (no call to the actor's evaluate) still yields
+    replayed log-probs/values: the trainer recomputes them."""
+    trainer = make_trainer("discrete", lstm_hidden_size=64, net_arch=(64,))
+    reference = trainer.collect_rollout()
+    real_collect = trainer.collector.collect
+
+    def acting_time_collect(params, rng):
+        rollout = real_collect(params, rng)
+        trainer._actor.replayed = False
+        rollout.log_probs = np.full_like(rollout.log_probs, np.nan)
+        rollout.values = np.full_like(rollout.values, np.nan)
+        return rollout
+
+    trainer.collector.collect = acting_time_collect
+    rollout = trainer.collect_rollout()
+    assert rollout.initial_lstm_states.h.shape == reference.initial_lstm_states.h.shape
+    ev = trainer.policy.evaluate(trainer.params, rollout.observations, rollout.actions,
+                                 rollout.initial_lstm_states, rollout.episode_starts)
+    np.testing.assert_array_equal(rollout.log_probs, ev.log_probs)
+    np.testing.assert_array_equal(rollout.values, ev.values)
+    assert trainer.update(rollout)["first_max_abs_log_ratio"] == 0.0
