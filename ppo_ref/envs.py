@@ -120,11 +120,12 @@ class MemoryCueEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, blank_steps: int = 8, render_mode: Optional[str] = None):
-        if isinstance(blank_steps, (bool, np.bool_)) or not isinstance(blank_steps, (int, np.integer)) \
-                or blank_steps < 0:
+        if isinstance(blank_steps, (bool, np.bool_)) \
+                or not isinstance(blank_steps, (int, np.integer)) or blank_steps < 0:
             raise ValueError(f"blank_steps must be an integer >= 0, got {blank_steps!r}")
         if render_mode is not None:
-            raise ValueError(f"render_mode must be None (MemoryCue has no rendering), got {render_mode!r}")
+            raise ValueError(f"render_mode must be None (MemoryCue has no rendering), "
+                             f"got {render_mode!r}")
         self.blank_steps = int(blank_steps)
         self.render_mode = render_mode
         self.observation_space = spaces.Box(low=np.array([-1.0, 0.0], dtype=np.float32),
@@ -177,8 +178,8 @@ def _register() -> None:
         gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
                      max_episode_steps=500, reward_threshold=475.0)
     if MEMORY_CUE_ID not in gym.registry:
-        gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv", reward_threshold=0.9,
-                     kwargs={"blank_steps": 8})
+        gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
+                     reward_threshold=0.9, kwargs={"blank_steps": 8})
 
 
 _register()

@@ -15,9 +15,9 @@ Collection
     are those of one replay of the whole ``[T, N]`` rollout from that state with the recorded
     ``episode_starts`` (the same quantities as at acting time, computed with the batched
     arithmetic the training minibatches use; see the exactness note). Bootstrap values are
-    read without advancing the state: ``last_values = V(obs_T | state_T, episode_starts_T)`` and, for a
-    truncated step, ``final_values[t] = V(final_obs[t] | state after step t)`` (no reset: the
-    final observation continues the episode that was cut), as sb3-contrib does.
+    read without advancing the state: ``last_values = V(obs_T | state_T, episode_starts_T)``
+    and, for a truncated step, ``final_values[t] = V(final_obs[t] | state after step t)`` (no
+    reset: the final observation continues the episode that was cut), as sb3-contrib does.
 
 Update
     Minibatches are sets of whole envs: each epoch draws a permutation of the ``N`` envs from
@@ -101,7 +101,8 @@ def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -
     Every env appears in exactly one group; ``n_envs`` must be a multiple of ``per_minibatch``.
     """
     if per_minibatch < 1 or n_envs % per_minibatch != 0:
-        raise ValueError(f"per_minibatch ({per_minibatch}) must be >= 1 and divide n_envs ({n_envs})")
+        raise ValueError(f"per_minibatch ({per_minibatch}) must be >= 1 and divide "
+                         f"n_envs ({n_envs})")
     perm = rng.permutation(n_envs)
     return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
 
@@ -366,7 +367,8 @@ class RecurrentPPOTrainer(PPOTrainer):
         every episode start (normalization frozen)."""
         env_id = env_id or self.env_id
         if env_id is None:
-            raise ValueError("env_id is required: the trainer was built from a vector env without an id")
+            raise ValueError("env_id is required: the trainer was built from a vector env "
+                             "without an id")
         env = gym.make(env_id, **self.env_kwargs)
         returns = []
         try:
@@ -397,7 +399,8 @@ class RecurrentPPOTrainer(PPOTrainer):
         """Inverse of :meth:`state_arrays`; raises ``ValueError`` when the LSTM states are
         missing or have the wrong shape."""
         if "lstm/h" not in arrays or "lstm/c" not in arrays:
-            raise ValueError("arrays has no 'lstm/h' / 'lstm/c' entries: not a RecurrentPPOTrainer state")
+            raise ValueError("arrays has no 'lstm/h' / 'lstm/c' entries: not a "
+                             "RecurrentPPOTrainer state")
         h = np.array(arrays["lstm/h"], dtype=np.float64)
         c = np.array(arrays["lstm/c"], dtype=np.float64)
         want = self._actor.state.h.shape

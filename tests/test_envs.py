@@ -67,7 +67,8 @@ def test_cartpole_no_vel_time_limit_is_500():
     # Balance by hand with the *true* state (read from the unwrapped env) to reach the limit.
     for t in range(500):
         x, x_dot, theta, theta_dot = env.unwrapped.state
-        _, _, terminated, truncated, _ = env.step(int(theta + 0.5 * theta_dot + 0.01 * x + 0.1 * x_dot > 0))
+        push_right = theta + 0.5 * theta_dot + 0.01 * x + 0.1 * x_dot > 0
+        _, _, terminated, truncated, _ = env.step(int(push_right))
         if terminated or truncated:
             break
     assert (t, terminated, truncated) == (499, False, True)
