@@ -1,0 +1,50 @@
+"""Actor-learner loop on the process backend (multiprocessing, spawn): failures and learning.
+
+Each test starts fresh actor processes (each imports numpy, numba, gymnasium), so they are few.
+"""
+import functools
+import multiprocessing
+import time
+
+import numpy as np
+import pytest
+
+from ppo_ref.actor_learner import ActorDiedError, AsyncActorLearnerConfig, learner_loop, make_learner
+from ppo_ref.config import PPOConfig
+
+from test_actor_learner import LEARN_PPO, crashing_env
+
+
+def process_config(**changes):
+    base = dict(num_actors=2, n_steps=32, total_timesteps=20 * 64, backend="process",
+                ppo=PPOConfig(n_epochs=1, batch_size=64), starvation_timeout=60.0)
+    base.update(changes)
+    return AsyncActorLearnerConfig(**base)
+
+
+@pytest.mark.parametrize("how, text", [
+    ("raise", "RuntimeError: env exploded"),               # the actor's exception, reported
+    ("exit", "exited with code 3 without reporting"),      # silent death, found by liveness
+])
+def test_dead_actor_process_is_reported_and_nothing_is_left_running(how, text):
+    config = process_config()
+    env = functools.partial(crashing_env, crash_seed=config.seed + 1 + 1, after=50, how=how)
+    trainer = make_learner(config, "CartPole-v1")
+    t0 = time.monotonic()
+    with pytest.raises(ActorDiedError, match=text) as excinfo:
+        learner_loop(config, trainer, env)
+    assert excinfo.value.agent_id == 1
+    assert time.monotonic() - t0 < 60.0                     # no hang (spawn start-up included)
+    assert multiprocessing.active_children() == []          # no orphaned actor process
+
+
+@pytest.mark.slow
+def test_process_backend_learns_cartpole():
+    config = AsyncActorLearnerConfig(num_actors=2, n_steps=128, total_timesteps=40_000,
+                                     gamma=0.98, gae_lambda=0.8, backend="process", ppo=LEARN_PPO)
+    trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"), "CartPole-v1")
+    assert report.env_steps <= 50_000
+    assert np.mean(report.episode_returns[-30:]) >= 150
+    assert all(s is not None and s.steps_sent >= report.env_steps // 2
+               for s in report.actor_stats)
+    assert multiprocessing.active_children() == []
