@@ -190,7 +190,7 @@ def child(threads: str, repeats: int) -> None:
                 fused, stepped = torch_lstm_cases(torch, lstm_data, dtype)
                 cells.append(("lstm", "torch nn.LSTM fused (no resets)", name, fused))
                 cells.append(("lstm", "torch step loop (resets, sb3-contrib)", name, stepped))
-    medians = run_cells(cells, repeats)
+    medians = run_cells(cells, repeats, warmup=10 if threads == "1" else 3)
     info = {"numpy": np.__version__, "torch": None if torch is None else torch.__version__,
             "torch_threads": None if torch is None else torch.get_num_threads(),
             "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
