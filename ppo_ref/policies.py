@@ -228,6 +228,34 @@ class MLPPolicy:
         return obs.reshape(obs.shape[0], -1) if obs.ndim != 2 else obs
 
     # -- acting -------------------------------------------------------------------------------
+    def policy_out_fn(self, params):
+        """A fast ``obs [B, obs_dim] float64 -> policy_out [B, P]`` for acting with fixed params.
+
+        The parameters are checked once here (:func:`ppo_ref.nn.actor_critic._structure`) and
+        each call then runs only the policy tower (with a shared trunk: trunk + policy head)
+        through the network's own unchecked forward, skipping per-call validation and the value
+        tower (the rollout records values from one batched pass at its end). Same arithmetic as
+        :func:`actor_critic_forward`. ``obs`` must already be a finite float64 2-D array.
+        """
+        from ppo_ref.nn.actor_critic import _structure
+        from ppo_ref.nn.mlp import _mlp_forward_2d
+        trunk, pi, _ = _structure(self._net(params), self.shared_trunk)
+        activation = self.activation
+        if trunk is None:
+            def forward(obs):
+                return _mlp_forward_2d(pi, obs, activation)[0]
+            return forward
+        relu = activation == "relu"
+
+        def forward_shared(obs):
+            z = _mlp_forward_2d(trunk, obs, activation)[0]
+            if relu:
+                np.maximum(z, 0.0, out=z)
+            else:
+                np.tanh(z, out=z)
+            return _mlp_forward_2d(pi, z, activation)[0]
+        return forward_shared
+
     def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for a batch of observations ``[B, ...]``.
 

@@ -299,6 +299,7 @@ class RolloutCollector:
         self.episode_return = np.zeros(self.n_envs, dtype=np.float64)
         self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
         self.vector_steps = 0
+        self.use_fast_sync = True  # False: always go through env.step (same results, slower)
 
     # -- observations -------------------------------------------------------------------------
     def _obs_array(self, raw, *, vector_step: int, rollout_step: int) -> np.ndarray:
@@ -379,28 +380,33 @@ class RolloutCollector:
         term_buf = np.empty((T, N), dtype=bool)
         trunc_buf = np.empty((T, N), dtype=bool)
         start_buf = np.empty((T, N), dtype=bool)
-        val_buf = np.empty((T, N), dtype=np.float64)
-        logp_buf = np.empty((T, N), dtype=np.float64)
         final_values = None
         ep_returns: List[float] = []
         ep_lengths: List[int] = []
         ep_envs: List[int] = []
         env = self.env
         tap = self._tap
+        fast = self._fast_sync_envs()
+        forward = policy.policy_out_fn(params)
+        discrete = head.kind == "categorical"
         obs = self.obs
         starts = self.episode_starts
         for t in range(T):
             obs_buf[t] = obs
             start_buf[t] = starts
-            actions, values, log_probs = policy.act(params, obs, rng)
+            actions = head.sample(rng, forward(obs), params)
             act_buf[t] = actions
-            val_buf[t] = values
-            logp_buf[t] = log_probs
             step = self.vector_steps
-            try:
-                raw_obs, rewards, terminated, truncated, info = env.step(head.to_env(actions))
-            except (ValueError, TypeError) as exc:
-                raise self._locate_bad_sub_env(exc, step, t) from exc
+            env_actions = head.to_env(actions)
+            if fast is not None:
+                raw_obs, rewards, terminated, truncated, final_obs = self._step_sync(
+                    fast, env_actions.tolist() if discrete else env_actions, step, t)
+                info = {"final_obs": final_obs}
+            else:
+                try:
+                    raw_obs, rewards, terminated, truncated, info = env.step(env_actions)
+                except (ValueError, TypeError) as exc:
+                    raise self._locate_bad_sub_env(exc, step, t) from exc
             self.vector_steps += 1
             rewards = np.asarray(rewards, dtype=np.float64)
             raw_rewards = rewards if tap is None else tap.last_rewards
@@ -443,6 +449,49 @@ class RolloutCollector:
         last_values = policy.values(params, obs)
         return Rollout(obs_buf, act_buf, rew_buf, term_buf, trunc_buf, start_buf, val_buf,
                        logp_buf, final_values, last_values, ep_returns, ep_lengths, ep_envs)
+
+    def _fast_sync_envs(self):
+        """The sub-env list when the collector may step them directly (see :meth:`_step_sync`)."""
+        from gymnasium.vector import SyncVectorEnv
+        if self.use_fast_sync and self._tap is None and type(self.base_env) is SyncVectorEnv:
+            return self.base_env.envs
+        return None
+
+    def _step_sync(self, envs, actions, vector_step, rollout_step):
+        """One SAME_STEP vector step over the sub-envs of a plain ``SyncVectorEnv``.
+
+        The same calls, in the same order, as ``SyncVectorEnv.step`` in SAME_STEP mode
+        (``env.step(action)``; if it terminated or truncated, keep the observation as the final
+        one and ``env.reset()``), so results are identical; it skips the vector env's per-step
+        action iteration, info-dict merging, batch concatenation and copies. Discrete actions
+        are passed as Python ints (the cheapest type for ``Discrete.contains``).
+        Returns ``(observations [list], rewards, terminated, truncated, final_obs {i: obs})``.
+        """
+        n = len(envs)
+        observations = [None] * n
+        rewards = np.empty(n, dtype=np.float64)
+        terminated = np.empty(n, dtype=bool)
+        truncated = np.empty(n, dtype=bool)
+        final_obs = {}
+        expected = tuple(self.policy.obs_shape)
+        for i in range(n):
+            o, r, term, trunc, _ = envs[i].step(actions[i])
+            if np.shape(o) != expected:
+                raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
+                                   f"{expected}, at vector step {vector_step} (rollout step "
+                                   f"{rollout_step})", i, vector_step, rollout_step)
+            rewards[i] = r
+            terminated[i] = term
+            truncated[i] = trunc
+            if term or trunc:
+                final_obs[i] = o
+                o, _ = envs[i].reset()
+                if np.shape(o) != expected:
+                    raise EnvStepError(f"env {i} returned a reset observation of shape {np.shape(o)}, "
+                                       f"expected {expected}, at vector step {vector_step} (rollout "
+                                       f"step {rollout_step})", i, vector_step, rollout_step)
+            observations[i] = o
+        return observations, rewards, terminated, truncated, final_obs
 
     def _final_obs(self, info, idx, vector_step, rollout_step) -> np.ndarray:
         """Stack, check and normalize ``info["final_obs"][idx]`` (frozen statistics)."""

@@ -171,3 +171,25 @@ def test_async_vector_env_collects_and_snapshots():
         trainer.collector.load_state(arrays, meta)
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_direct_sync_stepping_equals_vector_env_step(env_id):
+    """The collector's direct stepping of SyncVectorEnv sub-envs gives the same rollouts as
+    SyncVectorEnv.step (same calls in the same order)."""
+    cfg = PPOConfig(n_envs=3, n_steps=300, batch_size=900)
+    runs = []
+    for fast in (True, False):
+        tr = PPOTrainer(env_id, cfg, seed=0)
+        tr.collector.use_fast_sync = fast
+        rs = [tr.collect_rollout() for _ in range(2)]
+        runs.append(rs)
+    for a, b in zip(*runs):
+        for name in ("observations", "actions", "rewards", "terminated", "truncated",
+                     "episode_starts", "values", "log_probs", "last_values"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+        assert (a.final_values is None) == (b.final_values is None)
+        if a.final_values is not None:
+            np.testing.assert_array_equal(a.final_values, b.final_values)
+        assert a.episode_returns == b.episode_returns
+    assert any(r.truncated.any() or r.terminated.any() for r in runs[0])

@@ -1,0 +1,122 @@
+"""Speed and result of ppo_ref vs Stable-Baselines3 PPO on CartPole-v1 with the rl-zoo settings.
+
+Both train 100k steps with 8 envs, n_steps 32, batch_size 256, n_epochs 20, gamma 0.98,
+gae_lambda 0.8, learning rate 1e-3 and clip range 0.2 linearly annealed, ent_coef 0, seed 0,
+on one CPU thread each (``torch.set_num_threads(1)``; ppo_ref limits BLAS to one thread).
+Printed per implementation: wall seconds, env steps per second, mean return of the last 20
+training episodes, deterministic evaluation return (10 episodes), and the speed ratio.
+ppo_ref is also run once in a fresh subprocess with an empty ``NUMBA_CACHE_DIR``: the
+"first run" time includes importing and compiling every numba kernel.
+
+Usage::
+
+    python validation/bench_vs_sb3.py [--timesteps 100000] [--skip-first-run] [--skip-sb3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
+           learning_rate=1e-3, clip_range=0.2, ent_coef=0.0)
+
+
+def run_ppo_ref(timesteps: int, seed: int = 0):
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.ppo import PPOTrainer
+    trainer = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(), seed=seed)
+    t0 = time.perf_counter()
+    trainer.learn(timesteps)
+    wall = time.perf_counter() - t0
+    last20 = float(np.mean(list(trainer.recent_returns)[-20:]))
+    eval_returns = trainer.evaluate(10, deterministic=True, seed=1000)
+    trainer.close()
+    return {"wall_s": wall, "steps_per_s": trainer.num_timesteps / wall, "last20": last20,
+            "eval": float(np.mean(eval_returns)), "steps": trainer.num_timesteps}
+
+
+def run_sb3(timesteps: int, seed: int = 0):
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    torch.set_num_threads(1)
+
+    def linear(initial):
+        return lambda progress_remaining: initial * progress_remaining
+    env = make_vec_env("CartPole-v1", n_envs=ZOO["n_envs"], seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=ZOO["n_steps"], batch_size=ZOO["batch_size"],
+                n_epochs=ZOO["n_epochs"], gamma=ZOO["gamma"], gae_lambda=ZOO["gae_lambda"],
+                learning_rate=linear(ZOO["learning_rate"]), clip_range=linear(ZOO["clip_range"]),
+                ent_coef=ZOO["ent_coef"], seed=seed, device="cpu", verbose=0)
+    t0 = time.perf_counter()
+    model.learn(timesteps)
+    wall = time.perf_counter() - t0
+    last20 = float(np.mean([ep["r"] for ep in list(model.ep_info_buffer)[-20:]]))
+    import gymnasium as gym
+    eval_env = gym.make("CartPole-v1")
+    eval_env.reset(seed=1000)
+    mean_eval, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
+    env.close()
+    return {"wall_s": wall, "steps_per_s": model.num_timesteps / wall, "last20": last20,
+            "eval": float(mean_eval), "steps": model.num_timesteps}
+
+
+FIRST_RUN_CODE = """
+import time
+t0 = time.perf_counter()
+from ppo_ref.config import PPOConfig
+from ppo_ref.ppo import PPOTrainer
+t_import = time.perf_counter() - t0
+tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(), seed=0)
+tr.learn({timesteps})
+print(t_import, time.perf_counter() - t0)
+"""
+
+
+def first_run_time(timesteps: int):
+    with tempfile.TemporaryDirectory() as cache:
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        t0 = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", FIRST_RUN_CODE.format(timesteps=timesteps)],
+                             env=env, capture_output=True, text=True, check=True)
+        process_wall = time.perf_counter() - t0
+    t_import, t_total = (float(x) for x in out.stdout.split())
+    return {"process_wall_s": process_wall, "import_s": t_import, "import_and_train_s": t_total}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--timesteps", type=int, default=100_000)
+    p.add_argument("--skip-first-run", action="store_true")
+    p.add_argument("--skip-sb3", action="store_true")
+    args = p.parse_args(argv)
+    rows = {}
+    if not args.skip_first_run:
+        first = first_run_time(args.timesteps)
+        print(f"ppo_ref first run (empty NUMBA_CACHE_DIR, fresh process): "
+              f"{first['process_wall_s']:.1f} s wall for the process "
+              f"(imports {first['import_s']:.1f} s, imports + compile + train "
+              f"{first['import_and_train_s']:.1f} s)", flush=True)
+    rows["ppo_ref"] = run_ppo_ref(args.timesteps)
+    if not args.skip_sb3:
+        rows["sb3"] = run_sb3(args.timesteps)
+    print()
+    print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, one thread")
+    print(f"{'':10s} {'wall s':>8s} {'steps/s':>9s} {'last-20 return':>15s} {'det. eval (10)':>15s}")
+    for name, r in rows.items():
+        print(f"{name:10s} {r['wall_s']:8.1f} {r['steps_per_s']:9.0f} {r['last20']:15.1f} {r['eval']:15.1f}")
+    if "sb3" in rows:
+        ratio = rows["ppo_ref"]["steps_per_s"] / rows["sb3"]["steps_per_s"]
+        print(f"speed ratio ppo_ref / sb3: {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
