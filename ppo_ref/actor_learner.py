@@ -762,7 +762,8 @@ class LearnerReport:
     ``broadcasts`` counts every policy broadcast round including the initial version 0, so
     ``broadcasts = last_version + 1``. ``policy_lag_mean``/``policy_lag_max`` have one entry per
     update (version - experience.policy_version over the buffer). ``actor_stats`` holds each
-    actor's :class:`ActorStats` (None for an actor that did not report).
+    actor's :class:`ActorStats` (None for an actor that did not report). ``stopped_early``: the
+    callback returned False before ``config.num_updates`` updates.
     """
 
     updates: int = 0
@@ -777,6 +778,7 @@ class LearnerReport:
     policy_lag_max: List[int] = field(default_factory=list)
     actor_stats: List[Optional[ActorStats]] = field(default_factory=list)
     wall_seconds: float = 0.0
+    stopped_early: bool = False
 
     @property
     def steps_per_second(self) -> float:
@@ -1123,8 +1125,9 @@ class _Learner:
         for _ in range(self.config.num_updates):
             self.fill()
             info = self.update()
-            if self.callback is not None:
-                self.callback(info)
+            if self.callback is not None and self.callback(info) is False:
+                self.report.stopped_early = True
+                break
         self.report.wall_seconds = time.monotonic() - self.t0
         return self.report
 
@@ -1162,7 +1165,8 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
         actors: an :class:`ActorGroup` from :func:`start_actors` (the loop shuts it down), or a
             gymnasium id / zero-argument env factory, from which the loop starts
             ``config.num_actors`` actors itself with ``chunk_size``.
-        callback: called with an :class:`UpdateInfo` after every update.
+        callback: called with an :class:`UpdateInfo` after every update; returning ``False``
+            stops the loop after that update (then the usual shutdown).
         shutdown_timeout: seconds to wait for actors to exit before terminating them.
 
     Returns:
@@ -1224,3 +1228,132 @@ def _make_rollout(buf: ExperienceBatch, episode_starts: np.ndarray,
                    truncated=buf.truncated, episode_starts=episode_starts, values=buf.values,
                    log_probs=buf.log_probs, final_values=final_values,
                    last_values=np.asarray(last_values, dtype=np.float64))
+
+
+# --------------------------------------------------------------------------------------------
+# Command line: ppo-ref train --async
+# --------------------------------------------------------------------------------------------
+
+def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: int,
+                          use_vtrace: bool = False, broadcast_every: int = 1, seed: int = 0,
+                          backend: str = "process") -> AsyncActorLearnerConfig:
+    """The actor-learner configuration the CLI derives from a synchronous ``PPOConfig``.
+
+    Each update consumes as many rows as one synchronous update (``ppo.n_steps * ppo.n_envs``),
+    split over the actors: ``n_steps = max(1, ppo.n_steps * ppo.n_envs // num_actors)``;
+    ``gamma`` and ``gae_lambda`` are the PPOConfig's. So ``ppo-ref train --async`` on
+    CartPole-v1 (zoo settings: 8 envs x 32 steps) with 4 actors takes 64 steps per actor per
+    update, the same 256-row batch.
+    """
+    num_actors = _check_int(num_actors, "num_actors", 1)
+    n_steps = max(1, ppo.n_steps * ppo.n_envs // num_actors)
+    return AsyncActorLearnerConfig(num_actors=num_actors, n_steps=n_steps,
+                                   total_timesteps=int(total_timesteps),
+                                   broadcast_every=int(broadcast_every), gamma=ppo.gamma,
+                                   gae_lambda=ppo.gae_lambda, use_vtrace=bool(use_vtrace),
+                                   seed=int(seed), backend=backend, ppo=ppo)
+
+
+def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
+    """``ppo-ref train --async``: the actor-learner loop with the CLI's run directory.
+
+    Uses ``args.env``, ``args.total_timesteps``, ``args.num_actors``, ``args.vtrace``,
+    ``args.broadcast_every``, ``args.seed``, ``args.progress_every``,
+    ``args.checkpoint_every``, ``args.quiet`` (and ``args.backend`` when present, default
+    "process"). Writes ``config.json`` (with the actor-learner settings), ``metrics.csv``,
+    ``timing.csv``, ``episodes.csv`` (``env`` = agent id) and ``checkpoint.npz`` (a
+    :class:`~ppo_ref.ppo.PPOTrainer` checkpoint: ``ppo-ref eval`` works on it) through
+    :class:`ppo_ref.runlog.RunLogger`; the progress line adds the policy lag. First Ctrl-C:
+    stop after the current update, checkpoint, exit 130. An actor failure or starvation:
+    checkpoint of the last completed update, exit 3.
+    """
+    import json
+    import sys
+
+    from ppo_ref.cli import DEFAULT_ENV, DEFAULT_TIMESTEPS, _SigintStopper
+    from ppo_ref.runlog import RunLogger
+
+    env_id = args.env or DEFAULT_ENV
+    total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
+    config = async_config_from_ppo(ppo, num_actors=args.num_actors, total_timesteps=total,
+                                   use_vtrace=args.vtrace, broadcast_every=args.broadcast_every,
+                                   seed=args.seed, backend=getattr(args, "backend", "process"))
+    trainer = make_learner(config, env_id)
+    run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",
+                "env_id": env_id, "seed": args.seed, "total_timesteps": total,
+                "actor_learner": config.to_dict(), "config": trainer.config.to_dict(),
+                "argv": sys.argv[1:]}
+    logger = _AsyncRunLogger(run_dir, json.loads(json.dumps(run_info)),
+                             progress_every=args.progress_every,
+                             checkpoint_every=args.checkpoint_every, quiet=args.quiet)
+    print(f"ppo-ref: training mlp on {env_id} with {config.num_actors} {config.backend} actors "
+          f"({config.n_steps} steps each per update, "
+          f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
+          f"{config.broadcast_every}) for {total} steps (seed {args.seed}) -> {run_dir}")
+
+    def on_update(info: UpdateInfo):
+        stats = dict(info.stats)
+        stats.update({"fps": info.env_steps / max(info.wall_seconds, 1e-12),
+                      "progress_remaining": trainer.progress_remaining})
+        logger.lag = (info.policy_lag_mean, info.policy_lag_max)
+        return logger.callback(trainer, stats)
+
+    logger.begin(trainer)
+    try:
+        with _SigintStopper(logger):
+            _, report = learner_loop(config, trainer, env_id, callback=on_update)
+    except ActorLearnerError as exc:
+        path = logger.save_last_good(trainer)
+        where = f"saved the last good checkpoint to {path}" if path else "nothing saved"
+        print(f"ppo-ref: actor-learner error: {exc}\nppo-ref: {where}", file=sys.stderr)
+        logger.close()
+        return 3
+    except KeyboardInterrupt:
+        path = logger.save_last_good(trainer)
+        print(f"\nppo-ref: interrupted; checkpoint of the last completed update: {path}",
+              file=sys.stderr)
+        logger.close()
+        return 130
+    finally:
+        trainer.close()
+    logger.save(trainer)
+    if report.stopped_early:
+        print(f"ppo-ref: stopped at {trainer.num_timesteps} steps", file=sys.stderr)
+        logger.close()
+        return 130
+    logger.progress(trainer)
+    lags = report.policy_lag_mean
+    print(f"ppo-ref: {report.updates} updates, {report.env_steps} env steps in "
+          f"{report.wall_seconds:.1f}s ({report.steps_per_second:.0f} steps/s), policy lag mean "
+          f"{(sum(lags) / len(lags)) if lags else float('nan'):.2f} max "
+          f"{max(report.policy_lag_max, default=0)}, {report.broadcasts} broadcasts")
+    logger.close()
+    return 0
+
+
+def _async_run_logger_class():
+    from ppo_ref.runlog import RunLogger
+
+    class AsyncRunLogger(RunLogger):
+        """RunLogger whose progress line also shows the policy lag of the last update."""
+
+        lag = (float("nan"), 0)
+
+        def progress(self, trainer, stats=None) -> None:
+            if self.quiet:
+                return
+            import io
+            buffer = io.StringIO()
+            stream, self.stream = self.stream, buffer
+            try:
+                super().progress(trainer, stats)
+            finally:
+                self.stream = stream
+            print(f"{buffer.getvalue().rstrip()} | lag mean {self.lag[0]:.2f} max {self.lag[1]}",
+                  file=self.stream, flush=True)
+
+    return AsyncRunLogger
+
+
+def _AsyncRunLogger(*args, **kwargs):
+    return _async_run_logger_class()(*args, **kwargs)

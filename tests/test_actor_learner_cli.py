@@ -1,0 +1,33 @@
+"""``ppo-ref train --async``: run directory, checkpoint, progress line with the policy lag."""
+import json
+import multiprocessing
+import os
+
+from ppo_ref.cli import main
+from ppo_ref.runlog import read_csv
+
+
+def test_train_async_writes_the_run_directory(tmp_path, capsys):
+    run_dir = str(tmp_path / "run")
+    code = main(["train", "--async", "--num-actors", "2", "--vtrace", "--broadcast-every", "2",
+                 "--total-timesteps", "1024", "--set", "n_epochs=2", "--run-dir", run_dir,
+                 "--progress-every", "0"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "lag mean" in out and "2 process actors" in out
+    info = json.load(open(os.path.join(run_dir, "config.json")))
+    assert info["mode"] == "async"
+    al = info["actor_learner"]
+    assert (al["num_actors"], al["use_vtrace"], al["broadcast_every"]) == (2, True, 2)
+    assert al["n_steps"] == 32 * 8 // 2                  # zoo batch of 256 rows, split over actors
+    metrics = read_csv(os.path.join(run_dir, "metrics.csv"))
+    assert list(metrics["update"]) == [1.0, 2.0, 3.0, 4.0]
+    assert list(metrics["timesteps"]) == [256.0, 512.0, 768.0, 1024.0]
+    episodes = read_csv(os.path.join(run_dir, "episodes.csv"))
+    assert set(episodes["env"]) <= {0.0, 1.0}
+    from ppo_ref.ppo import PPOTrainer
+    trainer = PPOTrainer.load(os.path.join(run_dir, "checkpoint.npz"))
+    assert trainer.num_timesteps == 1024 and trainer.n_updates == 4
+    trainer.close()
+    assert main(["eval", run_dir, "--episodes", "2"]) == 0
+    assert multiprocessing.active_children() == []
