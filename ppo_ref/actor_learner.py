@@ -383,14 +383,17 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
     Loop, per env step:
 
     1. take every pending message (non-blocking); the newest :class:`PolicyBroadcast` replaces
-       the parameters; :class:`Shutdown` ends the actor;
+       the parameters (after the steps taken with the old ones are sent); :class:`Shutdown`
+       ends the actor;
     2. while it holds no policy yet, or producing one more step would put it more than
        ``config.lead_limit`` steps ahead of ``version * broadcast_every * n_steps`` (the rows the
-       learner provably consumed), flush the unsent steps and wait for a newer broadcast;
-    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``),
-       recording ``value`` and ``log_prob`` under the parameters that acted, step the env,
-       queue the :class:`Experience`; reset the env when the episode ended;
-    4. send the queued steps as one :class:`ExperienceBatch` every ``chunk_size`` steps.
+       learner provably consumed), send the unsent steps and wait for a newer broadcast;
+    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``)
+       and record its log-prob under the parameters that acted; step the env; reset it when the
+       episode ended;
+    4. every ``chunk_size`` steps (and before waiting or switching parameters) send the unsent
+       steps as one :class:`ExperienceBatch`; their ``values`` are computed then, in one batched
+       pass with the same parameters that chose the actions.
 
     Args:
         agent_id: this actor's column in the learner's buffer, in ``[0, num_actors)``.
@@ -416,17 +419,26 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         policy = _ActorPolicy(env_obj, config.ppo)
         obs, _ = env_obj.reset(seed=actor_seed)
         obs = policy.observation(obs)
-        params = None
         version = -1
         broadcasts = steps = episodes = 0
         budget = config.steps_per_broadcast
         lead = config.lead_limit
-        pending: List[Experience] = []
+        # Unsent steps, one list per ExperienceBatch field (all acted with `version`).
+        columns: Tuple[list, ...] = ([], [], [], [], [], [], [])
 
         def flush():
-            if pending:
-                send(ExperienceBatch.from_experiences(pending))
-                pending.clear()
+            if columns[0]:
+                observations = np.array(columns[0])
+                values = policy.values(observations)
+                k = len(columns[0])
+                send(ExperienceBatch(agent_id, observations, np.array(columns[1]),
+                                     np.array(columns[2], dtype=np.float64), np.array(columns[3]),
+                                     np.array(columns[4], dtype=bool),
+                                     np.array(columns[5], dtype=bool), values,
+                                     np.array(columns[6], dtype=np.float64),
+                                     np.full(k, version, dtype=np.int64)))
+                for column in columns:
+                    column.clear()
 
         def stats() -> ActorStats:
             return ActorStats(agent_id, steps, episodes, broadcasts, version)
@@ -439,10 +451,12 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                 msg = receive(POLL_SECONDS if waiting else 0.0)
                 if msg is None:
                     if newest is not None:
-                        params = arrays_from_bytes(newest.payload, source="PolicyBroadcast")
+                        flush()                     # steps of the old version go first
+                        policy.set_params(arrays_from_bytes(newest.payload,
+                                                            source="PolicyBroadcast"))
                         version = newest.version
                         newest = None
-                    if params is not None and steps - version * budget < lead:
+                    if version >= 0 and steps - version * budget < lead:
                         break
                     if not waiting:
                         flush()
@@ -462,12 +476,12 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                 raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
                                         f"{type(msg).__name__}")
             # 3. act and step.
-            action, env_action, log_prob, value = policy.act(params, obs, rng)
+            action, env_action, log_prob = policy.act(obs, rng)
             next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
             next_obs = policy.observation(next_obs)
-            pending.append(Experience(agent_id, obs, action, float(reward), next_obs,
-                                      bool(terminated), bool(truncated), value, log_prob,
-                                      version))
+            for column, value in zip(columns, (obs, action, float(reward), next_obs,
+                                               bool(terminated), bool(truncated), log_prob)):
+                column.append(value)
             steps += 1
             if terminated or truncated:
                 episodes += 1
@@ -476,7 +490,7 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
             else:
                 obs = next_obs
             # 4. send in chunks.
-            if len(pending) >= chunk_size:
+            if len(columns[0]) >= chunk_size:
                 flush()
     finally:
         env_obj.close()
@@ -882,22 +896,36 @@ def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: 
 
 
 class _ActorPolicy:
-    """An actor's view of :class:`ppo_ref.policies.MLPPolicy`: one observation at a time."""
+    """An actor's view of :class:`ppo_ref.policies.MLPPolicy`: one observation at a time,
+    parameters fixed between broadcasts (checked once, by ``MLPPolicy.policy_out_fn``)."""
 
     def __init__(self, env, ppo_config: PPOConfig):
         from ppo_ref.policies import MLPPolicy
         self.policy = MLPPolicy(env.observation_space, env.action_space, ppo_config)
+        self.params = None
+        self._policy_out = None
 
-    @staticmethod
-    def observation(obs) -> np.ndarray:
+    def set_params(self, params) -> None:
+        self.params = params
+        self._policy_out = self.policy.policy_out_fn(params)
+
+    def observation(self, obs) -> np.ndarray:
         """A float64 copy (envs may reuse and mutate their observation buffer)."""
         return np.array(obs, dtype=np.float64, copy=True)
 
-    def act(self, params, obs: np.ndarray, rng: np.random.Generator):
-        """``(action, env_action, log_prob, value)`` for one observation."""
-        actions, values, log_probs = self.policy.act(params, obs[None], rng)
-        return (actions[0], self.policy.head.to_env(actions)[0], float(log_probs[0]),
-                float(values[0]))
+    def act(self, obs: np.ndarray, rng: np.random.Generator):
+        """``(action, env_action, log_prob)`` for one observation: the action as stored (int64
+        or the raw Gaussian sample), as the env receives it (clipped), and its log-probability
+        (nats) under the current parameters."""
+        head = self.policy.head
+        out = self._policy_out(obs.reshape(1, -1))
+        actions = head.sample(rng, out, self.params)
+        log_prob = head.log_prob(out, self.params, actions)
+        return actions[0], head.to_env(actions)[0], float(log_prob[0])
+
+    def values(self, observations: np.ndarray) -> np.ndarray:
+        """``V(observations)`` ``[k]`` under the current parameters."""
+        return self.policy.values(self.params, observations.reshape(len(observations), -1))
 
 
 #: Seconds between liveness checks of the actors while the learner waits or reads.

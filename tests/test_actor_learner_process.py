@@ -48,3 +48,22 @@ def test_process_backend_learns_cartpole():
     assert all(s is not None and s.steps_sent >= report.env_steps // 2
                for s in report.actor_stats)
     assert multiprocessing.active_children() == []
+
+
+def test_lockstep_runs_are_identical_on_both_backends():
+    # Lockstep: each actor's steps and the version it acts with are fixed by the seeds alone,
+    # not by timing, so thread and process runs must end with bit-identical parameters.
+    results = []
+    for backend in ("thread", "process"):
+        config = process_config(backend=backend, max_lead_steps=32, total_timesteps=5 * 64,
+                                seed=3)
+        trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"),
+                                       "CartPole-v1")
+        assert report.policy_lag_max == [0] * 5
+        results.append((trainer.params, report.episode_returns))
+    (p_thread, r_thread), (p_process, r_process) = results
+    assert r_thread == r_process
+    assert p_thread.keys() == p_process.keys()
+    for key in p_thread:
+        np.testing.assert_array_equal(p_thread[key], p_process[key])
+    assert multiprocessing.active_children() == []
