@@ -243,25 +243,28 @@ def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray],
 
 def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state: LSTMStates,
                                 episode_starts, activation: str = "tanh",
-                                lstm_shared: bool = False):
+                                lstm_shared: bool = False, *, with_values: bool = True):
     """One acting step for N envs: ``lstm_step`` each LSTM, then the towers.
 
-    Computes exactly what :func:`recurrent_actor_critic_forward` computes at one time step
-    (same reset rule), without a cache.
+    Computes what :func:`recurrent_actor_critic_forward` computes at one time step (same
+    reset rule), without a cache. Every LSTM is stepped (the critic's state is carried too).
 
     Args:
         obs: ``[N, D]``; state: :class:`LSTMStates` ``[L, N, H]`` before this step;
         episode_starts: ``[N]`` bool or 0/1 (True: reset that env's state first).
+        with_values: False skips the value tower (``values`` is then ``None``).
 
     Returns:
-        ``(policy_out [N, P], values [N], new_state)``, float64.
+        ``(policy_out [N, P], values [N] or None, new_state)``, float64.
     """
     _check_lstm_shared(params, lstm_shared)
     names = lstm_names(lstm_shared)
     new_h, new_c = _step_lstms(params, names, obs, state, episode_starts)
     policy_out, _ = mlp_forward(_sub(params, "pi"), new_h[0], activation)
-    values, _ = mlp_forward(_sub(params, "vf"), new_h[-1], activation)
-    return policy_out, values[:, 0], LSTMStates(np.stack(new_h), np.stack(new_c))
+    values = None
+    if with_values:
+        values = mlp_forward(_sub(params, "vf"), new_h[-1], activation)[0][:, 0]
+    return policy_out, values, LSTMStates(np.stack(new_h), np.stack(new_c))
 
 
 def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state: LSTMStates,
@@ -371,15 +374,21 @@ class RecurrentPolicy:
         actions = self.head.sample(rng, out, params)
         return actions, values, self.head.log_prob(out, params, actions), new_state
 
+    def policy_out_step(self, params, obs, state: LSTMStates, episode_starts):
+        """``(policy_out [N, P], new_state)``: one step of every LSTM and the policy tower only
+        (what acting needs when values and log-probs are recomputed later by a replay)."""
+        out, _, new_state = recurrent_actor_critic_step(
+            self._net(params), self.flatten_obs(obs), state, episode_starts, self.activation,
+            self.lstm_shared, with_values=False)
+        return out, new_state
+
     def predict(self, params, obs, state: LSTMStates, episode_starts, rng=None,
                 deterministic: bool = False):
         """``(env_actions, new_state)``: actions as the env receives them (Gaussian: clipped).
 
         ``deterministic=True`` takes the mode (argmax / mean); otherwise ``rng`` is required.
         """
-        out, _, new_state = recurrent_actor_critic_step(
-            self._net(params), self.flatten_obs(obs), state, episode_starts, self.activation,
-            self.lstm_shared)
+        out, new_state = self.policy_out_step(params, obs, state, episode_starts)
         if deterministic:
             actions = self.head.mode(out, params)
         else:

@@ -148,8 +148,9 @@ class _EpisodeStartTap(gym.vector.VectorWrapper):
 
 class _RecurrentActor:
     """The recurrent policy seen through :class:`~ppo_ref.rollout.RolloutCollector`'s policy
-    interface (``act(params, obs, rng)``, ``values(params, obs)``), with the LSTM state carried
-    here and the reset flags read from the :class:`_EpisodeStartTap`.
+    interface (``policy_out_fn(params)``, ``values(params, obs)``, ``evaluate(params, obs,
+    actions)``, ``head``, ``obs_dim``, ``obs_shape``), with the LSTM state carried here and the
+    reset flags read from the :class:`_EpisodeStartTap`.
 
     ``values`` serves the two bootstrap requests the collector makes (its documented order):
     right after a step in which envs ``idx`` truncated, ``V(final_obs[idx])`` from those envs'
@@ -176,12 +177,17 @@ class _RecurrentActor:
         self.replayed = False
         return self.rollout_start.copy()
 
-    def act(self, params, obs, rng):
-        starts = self.tap.episode_starts.copy()
-        self.rollout_starts.append(starts)
-        actions, values, log_probs, self.state = self.policy.act(
-            params, obs, self.state, starts, rng)
-        return actions, values, log_probs
+    def policy_out_fn(self, params):
+        """``forward(obs [N, obs_dim]) -> policy_out [N, P]`` for one rollout: each call steps
+        the carried state (reset where the tap says an episode starts) and records the flags."""
+        policy = self.policy
+
+        def forward(obs):
+            starts = self.tap.episode_starts.copy()
+            self.rollout_starts.append(starts)
+            out, self.state = policy.policy_out_step(params, obs, self.state, starts)
+            return out
+        return forward
 
     def evaluate(self, params, obs, actions):
         """Log-probs, entropies and values of the rollout just collected, recomputed by one
