@@ -88,51 +88,54 @@ class LSTMCache(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 @njit
-def _cell_update(gates, c_prev, c_new):
-    """In place, ``gates`` = tanh(z * half) becomes (i, f, g, o); c_new = f * c~ + i * g."""
-    n_env, hidden = c_prev.shape
+def _cell_update(t, gates, c_prev, c_new):
+    """Step t, in place: ``gates[t]`` = tanh(z * half) becomes (i, f, g, o);
+    ``c_new = f * c~[t] + i * g``."""
+    n_env, hidden = c_new.shape
     for n in range(n_env):
         for j in range(2 * hidden):  # i, f: sigmoid(z) = 0.5 + 0.5 * tanh(z / 2)
-            gates[n, j] = 0.5 + 0.5 * gates[n, j]
+            gates[t, n, j] = 0.5 + 0.5 * gates[t, n, j]
         for j in range(3 * hidden, 4 * hidden):  # o; the g block is already tanh(z_g)
-            gates[n, j] = 0.5 + 0.5 * gates[n, j]
+            gates[t, n, j] = 0.5 + 0.5 * gates[t, n, j]
         for j in range(hidden):
-            gi, gf, gg = gates[n, j], gates[n, hidden + j], gates[n, 2 * hidden + j]
-            c_new[n, j] = gf * c_prev[n, j] + gi * gg
+            gi, gf, gg = gates[t, n, j], gates[t, n, hidden + j], gates[t, n, 2 * hidden + j]
+            c_new[n, j] = gf * c_prev[t, n, j] + gi * gg
 
 
 @njit
-def _cell_output(gates, tanh_c, c_new, keep_next, h_out, h_prev_next, c_prev_next):
-    """h = o * tanh(c); the next step's carried state h~, c~ = keep_next * (h, c)."""
-    n_env, hidden = tanh_c.shape
+def _cell_output(t, gates, tanh_c, c_new, keep, h_seq, h_prev, c_prev):
+    """Step t: ``h[t] = o * tanh(c[t])``; the next carried state ``(h~, c~)[t+1] =
+    keep[t+1] * (h[t], c[t])`` (``keep[T] = 1``, so row T holds the unmasked final state)."""
+    n_env, hidden = c_new.shape
     for n in range(n_env):
-        k = keep_next[n]
+        k = keep[t + 1, n]
         for j in range(hidden):
-            h = gates[n, 3 * hidden + j] * tanh_c[n, j]
-            h_out[n, j] = h
-            h_prev_next[n, j] = k * h
-            c_prev_next[n, j] = k * c_new[n, j]
+            h = gates[t, n, 3 * hidden + j] * tanh_c[t, n, j]
+            h_seq[t, n, j] = h
+            h_prev[t + 1, n, j] = k * h
+            c_prev[t + 1, n, j] = k * c_new[n, j]
 
 
 @njit
-def _cell_backward(dh_out, dh_rec, dc_rec, keep_next, gates, tanh_c, c_prev, dz, dc_prev):
-    """One BPTT step (see the module docstring). ``dc_prev`` may alias ``dc_rec``."""
-    n_env, hidden = tanh_c.shape
+def _cell_backward(t, dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, dz):
+    """BPTT step t (module docstring): reads ``dh~[t+1]`` from ``dh_rec`` and ``dc~[t+1]`` from
+    ``dc_rec``, writes ``dz[t]`` and overwrites ``dc_rec`` with ``dc~[t]``."""
+    n_env, hidden = dh_rec.shape
     for n in range(n_env):
-        k = keep_next[n]
+        k = keep[t + 1, n]
         for j in range(hidden):
-            gi = gates[n, j]
-            gf = gates[n, hidden + j]
-            gg = gates[n, 2 * hidden + j]
-            go = gates[n, 3 * hidden + j]
-            tc = tanh_c[n, j]
-            dh = dh_out[n, j] + k * dh_rec[n, j]
+            gi = gates[t, n, j]
+            gf = gates[t, n, hidden + j]
+            gg = gates[t, n, 2 * hidden + j]
+            go = gates[t, n, 3 * hidden + j]
+            tc = tanh_c[t, n, j]
+            dh = dh_seq[t, n, j] + k * dh_rec[n, j]
             dc = k * dc_rec[n, j] + dh * go * (1.0 - tc * tc)
-            dz[n, j] = dc * gg * gi * (1.0 - gi)
-            dz[n, hidden + j] = dc * c_prev[n, j] * gf * (1.0 - gf)
-            dz[n, 2 * hidden + j] = dc * gi * (1.0 - gg * gg)
-            dz[n, 3 * hidden + j] = dh * tc * go * (1.0 - go)
-            dc_prev[n, j] = dc * gf
+            dz[t, n, j] = dc * gg * gi * (1.0 - gi)
+            dz[t, n, hidden + j] = dc * c_prev[t, n, j] * gf * (1.0 - gf)
+            dz[t, n, 2 * hidden + j] = dc * gi * (1.0 - gg * gg)
+            dz[t, n, 3 * hidden + j] = dh * tc * go * (1.0 - go)
+            dc_rec[n, j] = dc * gf
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,10 +268,9 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
         np.dot(h_prev[t], w_hh_t, out=zh)
         zh += zx[t]                      # z[t] (halved in the sigmoid blocks)
         np.tanh(zh, out=gates[t])
-        _cell_update(gates[t], c_prev[t], c_new)
+        _cell_update(t, gates, c_prev, c_new)
         np.tanh(c_new, out=tanh_c[t])
-        _cell_output(gates[t], tanh_c[t], c_new, keep[t + 1], h_seq[t], h_prev[t + 1],
-                     c_prev[t + 1])
+        _cell_output(t, gates, tanh_c, c_new, keep, h_seq, h_prev, c_prev)
     cache = LSTMCache(x=x, keep=keep, h_prev=h_prev[:n_steps], c_prev=c_prev[:n_steps],
                       gates=gates, tanh_c=tanh_c)
     return h_seq, c_prev[n_steps].copy(), cache
@@ -403,12 +405,11 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
     dc_rec = np.zeros((n_env, hidden)) if dc_T is None else \
         _check_state(dc_T, "dc_T", n_env, hidden).copy()
 
-    keep = cache.keep
+    keep, gates, tanh_c, c_prev = cache.keep, cache.gates, cache.tanh_c, cache.c_prev
     dz = np.empty((n_steps, n_env, 4 * hidden))
     for t in range(n_steps - 1, -1, -1):
-        # dc_rec is overwritten in place with dc~[t]; dh_rec with dh~[t] by the matmul.
-        _cell_backward(dh_seq[t], dh_rec, dc_rec, keep[t + 1], cache.gates[t], cache.tanh_c[t],
-                       cache.c_prev[t], dz[t], dc_rec)
+        # dc_rec is overwritten in place with dc~[t]; dh_rec with dh~[t] by the product.
+        _cell_backward(t, dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, dz)
         np.dot(dz[t], w_hh, out=dh_rec)
     dh0 = dh_rec * keep[0, :, None]
     dc0 = dc_rec * keep[0, :, None]
