@@ -65,6 +65,7 @@ __all__ = [
     "ActorLearnerError",
     "StarvationError",
     "ActorDiedError",
+    "ExperienceError",
     "UpdateInfo",
     "LearnerReport",
     "run_actor",
@@ -72,6 +73,8 @@ __all__ = [
     "make_learner",
     "learner_loop",
     "train_async",
+    "async_config_from_ppo",
+    "cli_train",
 ]
 
 BACKENDS = ("thread", "process")
@@ -777,7 +780,9 @@ class LearnerReport:
     ``broadcasts = last_version + 1``. ``policy_lag_mean``/``policy_lag_max`` have one entry per
     update (version - experience.policy_version over the buffer). ``actor_stats`` holds each
     actor's :class:`ActorStats` (None for an actor that did not report). ``stopped_early``: the
-    callback returned False before ``config.num_updates`` updates.
+    callback returned False before ``config.num_updates`` updates. ``actor_errors``: actors
+    that failed after the learner already held every experience it needed (id -> exception
+    text); such a failure cannot stop the run, so it is reported here.
     """
 
     updates: int = 0
@@ -793,6 +798,7 @@ class LearnerReport:
     actor_stats: List[Optional[ActorStats]] = field(default_factory=list)
     wall_seconds: float = 0.0
     stopped_early: bool = False
+    actor_errors: Dict[int, str] = field(default_factory=dict)
 
     @property
     def steps_per_second(self) -> float:
@@ -1055,20 +1061,18 @@ class _Learner:
             final_values = np.zeros((n_steps, n), dtype=np.float64)
             final_values[cut] = self.policy.values(params, buf.next_observations[cut])
 
+        rollout = _make_rollout(buf, starts, final_values, last_values)
         if config.use_vtrace:
+            # IMPALA: target log-probs and values from the learner's current parameters.
+            from ppo_ref.kernels import vtrace
             flat_obs = buf.observations.reshape((n_steps * n,) + self.obs_shape)
             flat_actions = buf.actions.reshape((n_steps * n,) + self.action_shape)
             target = self.policy.evaluate(params, flat_obs, flat_actions)
-            target_log_probs = target.log_probs.reshape(n_steps, n)
-            learner_values = target.values.reshape(n_steps, n)
-        rollout = _make_rollout(buf, starts, final_values, last_values)
-        if config.use_vtrace:
-            from ppo_ref.kernels import vtrace
             ppo = trainer.config
-            vt = vtrace(buf.log_probs, target_log_probs, buf.rewards, learner_values,
-                        terminated, truncated, last_values, final_values, gamma=config.gamma,
-                        rho_bar=config.rho_bar, c_bar=config.c_bar,
-                        truncation=ppo.truncation,
+            vt = vtrace(buf.log_probs, target.log_probs.reshape(n_steps, n), buf.rewards,
+                        target.values.reshape(n_steps, n), terminated, truncated, last_values,
+                        final_values, gamma=config.gamma, rho_bar=config.rho_bar,
+                        c_bar=config.c_bar, truncation=ppo.truncation,
                         bootstrap_terminal_last_row=ppo.bootstrap_terminal_last_row)
             advantages, returns = vt.pg_advantages, vt.vs
         else:
@@ -1212,6 +1216,11 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
         if group.num_actors != config.num_actors:
             raise ValueError(f"actors has {group.num_actors} actors, config.num_actors is "
                              f"{config.num_actors}")
+        for name in ("gamma", "gae_lambda"):
+            if getattr(trainer.config, name) != getattr(config, name):
+                raise ValueError(f"trainer.config.{name} ({getattr(trainer.config, name)}) "
+                                 f"differs from config.{name} ({getattr(config, name)}): build "
+                                 f"the trainer with make_learner(config, env)")
         learner = _Learner(config, trainer, group, callback)
         report = learner.run()
     except BaseException:
@@ -1220,6 +1229,7 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
     finals = group.shutdown(shutdown_timeout)
     report.actor_stats = [finals[i].stats if isinstance(finals.get(i), ActorFinished) else None
                           for i in range(config.num_actors)]
+    report.actor_errors = {i: m.error for i, m in finals.items() if isinstance(m, ActorFailed)}
     return trainer, report
 
 

@@ -391,3 +391,11 @@ def test_thread_backend_learns_cartpole():
     assert report.env_steps <= 50_000
     assert np.mean(report.episode_returns[-30:]) >= 150
     assert max(report.policy_lag_max) >= 1          # the default lead really ran ahead
+
+
+def test_trainer_with_a_different_discount_is_rejected():
+    config = small_config()
+    other = make_learner(config.replace(gamma=0.5), "CartPole-v1")
+    with pytest.raises(ValueError, match="trainer.config.gamma"):
+        learner_loop(config, other, "CartPole-v1")
+    assert no_actor_threads_left()
