@@ -218,3 +218,55 @@ def test_second_process_loads_kernels_from_cache():
     hits_gae, misses_gae, hits_vt, misses_vt = map(int, out)
     assert (misses_gae, misses_vt) == (0, 0)
     assert hits_gae == 2 and hits_vt == 2
+
+
+# --- finiteness, checked inside the kernels (no extra pass over memory) --------------------
+
+@pytest.mark.parametrize("fn, base", [(gae, base_gae), (vtrace, base_vtrace)])
+@pytest.mark.parametrize("name", ["rewards", "values", "final_values"])
+def test_non_finite_entry_inside_the_arrays_is_named_with_its_index(fn, base, name):
+    kw = base()
+    kw[name] = np.array(kw[name])
+    kw[name][1, 0] = np.nan  # read by the kernel mid-loop (row 1 of 3), not at the edges
+    with pytest.raises(ValueError, match=rf"^{name} must be finite: found nan at index \(1, 0\)$"):
+        fn(**kw)
+
+
+@pytest.mark.parametrize("dtype, big", [(np.float64, 1e308), (np.float32, 3e38)])
+def test_overflowing_results_raise_instead_of_returning_inf(dtype, big):
+    """Finite inputs whose results do not fit in the dtype: a ValueError, never inf or nan."""
+    r, v = np.full(3, big, dtype), np.full(3, -big, dtype)  # r - v overflows
+    z = np.zeros(3, bool)
+    with pytest.raises(ValueError, match=f"^advantages overflow {np.dtype(dtype).name}"):
+        gae(r, v, z, z, dtype(0), gamma=0.9, gae_lambda=0.9)
+    with pytest.raises(ValueError, match=f"^vs overflow {np.dtype(dtype).name}"):
+        vtrace(np.zeros(3, dtype), np.zeros(3, dtype), r, v, z, z, dtype(0), gamma=0.9)
+
+
+def test_huge_finite_results_are_returned():
+    # reward 1e308 on a terminal step: A = 1e308 - 0 and the return 1e308 fit in float64 (the
+    # kernel's in-loop check sums reward + return, overflows, and the wrapper clears the alarm)
+    adv, ret = gae([1e308], [0.0], [1], [0], 0.0, gamma=0.9, gae_lambda=0.9)
+    assert adv[0] == 1e308 and ret[0] == 1e308
+    vs, pg = vtrace([0.0], [0.0], [1e308], [0.0], [1], [0], 0.0, gamma=0.9)
+    assert vs[0] == 1e308 and pg[0] == 1e308
+
+
+def test_python_float_last_values_overflowing_float32_is_named():
+    # A Python float does not count for the dtype: 1e300 is cast to float32, where it is inf.
+    f, z = np.zeros(3, np.float32), np.zeros(3, bool)
+    with pytest.raises(ValueError, match="^last_values must be finite in float32"):
+        gae(f, f, z, z, 1e300, gamma=0.9, gae_lambda=0.9)
+    with pytest.raises(ValueError, match="^last_values must be finite in float32"):
+        vtrace(f, f, f, f, z, z, 1e300, gamma=0.9)
+
+
+def test_log_probs_whose_difference_overflows_are_clipped_not_rejected():
+    # finite log-probs: exp(1e308 - (-1e308)) = exp(inf) = inf, clipped by the bars exactly like
+    # the overflow exp(1000) = inf
+    args = ([1.0, 1.0], [0.0, 0.5], [0, 0], [0, 0], 2.0)
+    huge = vtrace([-1e308, 0.0], [1e308, 0.0], *args, gamma=0.5)
+    large = vtrace([0.0, 0.0], [1000.0, 0.0], *args, gamma=0.5)
+    np.testing.assert_array_equal(huge.vs, large.vs)
+    np.testing.assert_array_equal(huge.pg_advantages, large.pg_advantages)
+    assert np.isfinite(huge.vs).all() and np.isfinite(huge.pg_advantages).all()

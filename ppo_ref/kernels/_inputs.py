@@ -3,6 +3,10 @@
 Both kernels take the same trajectory arrays (time-major ``[T]`` or ``[T, N]``), the same flags
 and the same bootstrap values; this module turns what the caller passed into C-contiguous
 ``[T, N]`` arrays of one float dtype and bool flags, or raises ``ValueError`` naming the argument.
+
+Finiteness of the ``[T, N]`` float arrays is the one check not made here: the kernels fold it
+into their loop (a separate pass would cost as much memory traffic as the kernel itself) and
+return a flag; on False the wrapper calls :func:`explain_not_finite`, which names the argument.
 """
 from __future__ import annotations
 
@@ -22,7 +26,8 @@ class TrajectoryInputs(NamedTuple):
 
     dtype: np.dtype
     one_env: bool               # the caller passed [T] arrays: squeeze the results back
-    arrays: dict                # name -> [T, N] float array of ``dtype``
+    arrays: dict                # name -> [T, N] float array of ``dtype`` (finiteness unchecked)
+    given: dict                 # name -> the [T]/[T, N] float argument as the caller passed it
     terminated: np.ndarray      # [T, N] bool
     truncated: np.ndarray       # [T, N] bool
     last_values: np.ndarray     # [N] of ``dtype``
@@ -53,7 +58,8 @@ def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
         raise ValueError("bootstrap_terminal_last_row must be a bool, got "
                          f"{bootstrap_terminal_last_row!r}")
 
-    converted = {name: as_float_array(x, name, ndim=(1, 2)) for name, x in float_inputs.items()}
+    converted = {name: as_float_array(x, name, ndim=(1, 2), allow_nonfinite=True)
+                 for name, x in float_inputs.items()}
     shape = converted["rewards"].shape
     for name, arr in converted.items():
         check_same_shape(arr, name, shape, "rewards")
@@ -69,7 +75,7 @@ def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
                          f"got shape {last.shape}")
     final = None
     if final_values is not None:
-        final = as_float_array(final_values, "final_values", ndim=(1, 2))
+        final = as_float_array(final_values, "final_values", ndim=(1, 2), allow_nonfinite=True)
         check_same_shape(final, "final_values", shape, "rewards")
     elif truncation == "bootstrap" and np.any(trunc & ~term):
         raise ValueError(FINAL_VALUES_REQUIRED)
@@ -86,14 +92,39 @@ def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
         return np.ascontiguousarray(a.reshape(two_d), dtype=dtype)
 
     arrays = {name: fit(a) for name, a in converted.items()}
+    with np.errstate(over="ignore"):  # only a Python float can overflow on this cast
+        last_fit = np.ascontiguousarray(last.reshape(two_d[1:]), dtype=dtype)
+    if not np.isfinite(last_fit).all():
+        raise ValueError(f"last_values must be finite in {dtype}: got {last_values!r}")
+    given = dict(float_inputs, last_values=last_values)
+    if final_values is not None:
+        given["final_values"] = final_values
     return TrajectoryInputs(
-        dtype=dtype, one_env=one_env, arrays=arrays,
+        dtype=dtype, one_env=one_env, arrays=arrays, given=given,
         terminated=np.ascontiguousarray(term.reshape(two_d)),
         truncated=np.ascontiguousarray(trunc.reshape(two_d)),
-        last_values=np.ascontiguousarray(last.reshape(two_d[1:]), dtype=dtype),
+        last_values=last_fit,
         final_values=arrays["values"] if final is None else fit(final),
         truncation_mode=TRUNCATION_MODES[truncation],
         bootstrap_terminal_last_row=bool(bootstrap_terminal_last_row))
+
+
+def explain_not_finite(inputs: TrajectoryInputs, names, results: dict) -> None:
+    """Called when a kernel's finiteness flag is False (slow path, never taken on good input).
+
+    Raises ``ValueError`` naming the first of ``names`` (arguments the kernel read) that holds
+    inf or nan, with its index; otherwise, if one of ``results`` (name -> array) is not finite,
+    a ``ValueError`` saying that finite inputs overflowed the dtype. Returns when everything is
+    finite (the kernel's check can give a false alarm on huge finite numbers).
+    """
+    for name in names:
+        if name in inputs.given:
+            as_float_array(inputs.given[name], name)  # raises, naming the argument
+    for name, result in results.items():
+        if not np.isfinite(result).all():
+            given = ", ".join(n for n in ("rewards", "values", "final_values", "last_values")
+                              if n in inputs.given)
+            raise ValueError(f"{name} overflow {inputs.dtype}: {given} are too large in magnitude")
 
 
 def finish(inputs: TrajectoryInputs, *outputs: np.ndarray):

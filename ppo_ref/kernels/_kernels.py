@@ -13,6 +13,8 @@ No float literal appears in the arithmetic: every scalar is passed in with the a
 so the float32 specialisation computes in float32.
 """
 
+import math
+
 from ppo_ref._numba import njit
 
 # Integer codes of the ``truncation`` option (see masks.py), as passed to the kernels.
@@ -33,6 +35,18 @@ def _transition_flags(terminated, truncated, truncation_mode):
     if truncation_mode == 1:  # "terminate" (CleanRL): truncation is a termination
         return terminated or truncated, False, terminated or truncated
     return terminated, False, terminated  # "ignore" (thrust-rl): truncated is not read
+
+
+@njit
+def _finite_sum(a, b, c):
+    """Whether ``a + b + c`` is finite: True when all three are finite, False when one is inf or
+    nan (they propagate through the sum). A sum of finite numbers that overflows also gives
+    False: the wrapper then re-checks the arrays one by one and finds nothing wrong with them.
+
+    The kernels fold their finiteness check into the loop this way, on values they load anyway,
+    instead of the wrapper spending a separate pass over memory on every input.
+    """
+    return math.isfinite(a + b + c)
 
 
 @njit
@@ -58,29 +72,37 @@ def _gae_kernel(rewards, values, terminated, truncated, last_values, final_value
 
     Scalars ``gamma`` and ``gamma_lambda`` (= gamma * gae_lambda) have the arrays' dtype, and
     no float literal appears below, so a float32 specialisation computes in float32.
+
+    Returns ``all_finite``: whether every entry of ``rewards``, ``values``, ``final_values`` and
+    of the results is finite (see :func:`_finite_sum`).
     """
     n_steps, n_envs = rewards.shape
+    all_finite = True
     for t in range(n_steps - 1, -1, -1):
         last_row = t == n_steps - 1
         for n in range(n_envs):
             terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
                                                            truncation_mode)
+            reward, value, final_value = rewards[t, n], values[t, n], final_values[t, n]
             if terminal and not (last_row and bootstrap_terminal_last_row):
-                delta = rewards[t, n] - values[t, n]               # next_value = 0
+                delta = reward - value                             # next_value = 0
             else:
                 if from_final:
-                    next_value = final_values[t, n]
+                    next_value = final_value
                 elif last_row:
                     next_value = last_values[n]
                 else:
                     next_value = values[t + 1, n]
-                delta = rewards[t, n] + gamma * next_value - values[t, n]
+                delta = reward + gamma * next_value - value
             if done or last_row:
                 adv = delta                                        # trace cut (or A[T] = 0)
             else:
                 adv = delta + gamma_lambda * advantages[t + 1, n]
+            ret = adv + value
             advantages[t, n] = adv
-            returns[t, n] = adv + values[t, n]
+            returns[t, n] = ret
+            all_finite &= _finite_sum(reward, final_value, ret)  # (ret = adv + value)
+    return all_finite
 
 
 @njit
@@ -94,25 +116,29 @@ def _vtrace_kernel(ratios, rewards, values, terminated, truncated, last_values, 
 
     Every scalar has the arrays' dtype and no float literal appears below, so a float32
     specialisation computes in float32.
+
+    Returns ``all_finite``: whether every entry of ``rewards``, ``values``, ``final_values`` and
+    of the results is finite (see :func:`_finite_sum`; the caller checks the log-probs).
     """
     n_steps, n_envs = rewards.shape
+    all_finite = True
     for t in range(n_steps - 1, -1, -1):
         last_row = t == n_steps - 1
         for n in range(n_envs):
             terminal, from_final, done = _transition_flags(terminated[t, n], truncated[t, n],
                                                            truncation_mode)
             ratio = ratios[t, n]
-            value = values[t, n]
+            reward, value, final_value = rewards[t, n], values[t, n], final_values[t, n]
             if terminal and not (last_row and bootstrap_terminal_last_row):
-                target = rewards[t, n]                               # next_value = 0
+                target = reward                                      # next_value = 0
             else:
                 if from_final:
-                    next_value = final_values[t, n]
+                    next_value = final_value
                 elif last_row:
                     next_value = last_values[n]
                 else:
                     next_value = values[t + 1, n]
-                target = rewards[t, n] + gamma * next_value
+                target = reward + gamma * next_value
             # vs[t] = values[t] + rho * delta[t] + gamma * c * (vs[t+1] - values[t+1])
             v_s = value + min(rho_bar, ratio) * (target - value)
             if done or last_row:
@@ -120,7 +146,20 @@ def _vtrace_kernel(ratios, rewards, values, terminated, truncated, last_values, 
             else:
                 c = lambda_ * min(c_bar, ratio)
                 v_s = v_s + gamma * c * (vs[t + 1, n] - values[t + 1, n])
-                q = rewards[t, n] + gamma * (lambda_ * vs[t + 1, n]
-                                             + one_minus_lambda * values[t + 1, n])
+                q = reward + gamma * (lambda_ * vs[t + 1, n] + one_minus_lambda * values[t + 1, n])
+            pg_advantage = min(pg_rho_bar, ratio) * (q - value)
             vs[t, n] = v_s
-            pg_advantages[t, n] = min(pg_rho_bar, ratio) * (q - value)
+            pg_advantages[t, n] = pg_advantage
+            all_finite &= _finite_sum(reward, final_value, v_s + pg_advantage)  # (v_s has value)
+    return all_finite
+
+
+@njit
+def _log_ratios(target_log_probs, behaviour_log_probs, out):
+    """``out = target_log_probs - behaviour_log_probs`` over flat arrays; returns whether every
+    difference is finite (so both inputs are). One vectorised pass, no temporary."""
+    all_finite = True
+    for i in range(out.size):
+        out[i] = target_log_probs[i] - behaviour_log_probs[i]
+        all_finite &= math.isfinite(out[i])
+    return all_finite

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppo_ref._checks import check_unit_interval
-from ppo_ref.kernels._inputs import finish, prepare_trajectory
+from ppo_ref.kernels._inputs import explain_not_finite, finish, prepare_trajectory
 from ppo_ref.kernels._kernels import _gae_kernel
 
 __all__ = ["gae"]
@@ -59,9 +59,10 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
 
     Raises:
         ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
-            ``rewards``, a non-finite entry, a flag not bool/0/1, ``gamma``/``gae_lambda``
-            outside [0, 1], an unknown option, or a missing ``final_values`` ("final_values is
-            required: truncated has True entries").
+            ``rewards``, a non-finite entry (with its index), a flag not bool/0/1,
+            ``gamma``/``gae_lambda`` outside [0, 1], an unknown option, or a missing
+            ``final_values`` ("final_values is required: truncated has True entries"); also
+            finite inputs so large that a result overflows the dtype (never inf or nan out).
 
     Source: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
     Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (16); truncation
@@ -77,8 +78,11 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
     returns = np.empty(r.shape, dtype=inputs.dtype)
     if r.shape[0] > 0:
         scalar = inputs.dtype.type
-        _gae_kernel(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
-                    inputs.final_values, scalar(gamma), scalar(gamma * gae_lambda),
-                    inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
-                    advantages, returns)
+        all_finite = _gae_kernel(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
+                                 inputs.final_values, scalar(gamma), scalar(gamma * gae_lambda),
+                                 inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
+                                 advantages, returns)
+        if not all_finite:
+            explain_not_finite(inputs, ("rewards", "values", "final_values"),
+                               {"advantages": advantages, "returns": returns})
     return finish(inputs, advantages, returns)

@@ -11,8 +11,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import check_positive, check_unit_interval
-from ppo_ref.kernels._inputs import finish, prepare_trajectory
-from ppo_ref.kernels._kernels import _vtrace_kernel
+from ppo_ref.kernels._inputs import explain_not_finite, finish, prepare_trajectory
+from ppo_ref.kernels._kernels import _log_ratios, _vtrace_kernel
 
 __all__ = ["vtrace", "VTraceReturns"]
 
@@ -68,7 +68,8 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
 
     Raises:
         ValueError: naming the argument, as in :func:`gae`; also ``rho_bar``, ``c_bar``,
-            ``pg_rho_bar`` not > 0 and ``lambda_`` outside [0, 1].
+            ``pg_rho_bar`` not > 0 and ``lambda_`` outside [0, 1]. (Finite log-probs whose
+            difference overflows give a ratio of inf or 0, clipped by the bars as usual.)
 
     Source: Espeholt et al., "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
     Actor-Learner Architectures", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
@@ -88,14 +89,21 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
     pg_advantages = np.empty(a["rewards"].shape, dtype=inputs.dtype)
     if vs.shape[0] > 0:
         scalar = inputs.dtype.type
-        # ratio = pi/mu in one vectorised NumPy pass (faster than a scalar exp per element in
-        # the loop); a huge ratio may overflow to inf, which the bars clip.
-        ratios = np.subtract(a["target_log_probs"], a["behaviour_log_probs"])
+        # ratio = pi/mu in vectorised passes (faster than a scalar exp per element in the
+        # loop); a huge ratio may overflow to inf, which the bars clip.
+        ratios = np.empty_like(vs)
+        if not _log_ratios(a["target_log_probs"].reshape(-1), a["behaviour_log_probs"].reshape(-1),
+                           ratios.reshape(-1)):
+            # (finite log-probs whose difference overflowed give a ratio of inf or 0, as below)
+            explain_not_finite(inputs, ("behaviour_log_probs", "target_log_probs"), {})
         with np.errstate(over="ignore"):
             np.exp(ratios, out=ratios)
-        _vtrace_kernel(ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated,
-                       inputs.last_values, inputs.final_values, scalar(gamma), scalar(rho_bar),
-                       scalar(c_bar), scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_),
-                       inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
-                       vs, pg_advantages)
+        all_finite = _vtrace_kernel(
+            ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated,
+            inputs.last_values, inputs.final_values, scalar(gamma), scalar(rho_bar), scalar(c_bar),
+            scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_), inputs.truncation_mode,
+            inputs.bootstrap_terminal_last_row, vs, pg_advantages)
+        if not all_finite:
+            explain_not_finite(inputs, ("rewards", "values", "final_values"),
+                               {"vs": vs, "pg_advantages": pg_advantages})
     return VTraceReturns(*finish(inputs, vs, pg_advantages))
