@@ -136,10 +136,16 @@ class _EpisodeStartTap(gym.vector.VectorWrapper):
         self.pending_final = np.flatnonzero(bootstrap) if bootstrap.any() else None
         return obs, rewards, terminated, truncated, info
 
-    # the collector reads these from the vector env it was given (state capture, error reports)
+    # the collector uses these of the vector env it was given (state capture, error reports)
     @property
     def envs(self):
         return self.env.envs
+
+    def call(self, name, *args, **kwargs):
+        return self.env.call(name, *args, **kwargs)
+
+    def set_attr(self, name, values):
+        return self.env.set_attr(name, values)
 
     @property
     def _env_obs(self):

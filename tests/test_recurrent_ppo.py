@@ -301,3 +301,21 @@ def test_stored_log_probs_come_from_the_replay_even_if_the_collector_does_not_re
     np.testing.assert_array_equal(rollout.log_probs, ev.log_probs)
     np.testing.assert_array_equal(rollout.values, ev.values)
     assert trainer.update(rollout)["first_max_abs_log_ratio"] == 0.0
+
+
+def test_async_vector_env_gives_the_same_run_and_full_state_capture():
+    from ppo_ref.checkpoint import array_to_json
+    config = small_config(n_envs=2, batch_size=14, n_epochs=1)
+    runs = []
+    for vectorization in ("async", "sync"):
+        trainer = RecurrentPPOTrainer("ppo_ref/CartPoleNoVel-v1", config, seed=0,
+                                      vectorization=vectorization)
+        try:
+            trainer.learn(4 * 14)
+            state = array_to_json(trainer.state_arrays()["state_json"])
+            assert state["collector"]["unsupported"] == []
+            runs.append(trainer.params)
+        finally:
+            trainer.close()
+    for key in runs[0]:
+        np.testing.assert_array_equal(runs[0][key], runs[1][key])
