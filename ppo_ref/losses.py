@@ -56,9 +56,11 @@ def _nonempty(arr: np.ndarray, name: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-# compiled kernels: flat contiguous arrays in, sums out (float64 accumulators). The public
-# wrappers below validate, reshape and divide by n. The equations are in the wrappers' docstrings;
-# tests/test_losses.py checks every kernel against the same equations written with NumPy.
+# compiled kernels: flat contiguous arrays in, sums out. Every element is widened with
+# np.float64() and all arithmetic is float64, for float32 inputs too (numba's float() would keep
+# a float32 as float32). The public wrappers below validate, reshape and divide by n. The
+# equations are in the wrappers' docstrings; tests/test_losses.py checks every kernel against
+# the same equations written with NumPy.
 # ----------------------------------------------------------------------------------------------
 
 # exp(r) is finite for r <= 709.78; past this bound a ratio is treated as overflowing (the same
@@ -78,7 +80,8 @@ def _k3_term(log_ratio):
 @njit
 def _policy_loss_kernel(new, old, adv, clip_range, d_new):
     """Returns (sum of surrogate terms, count of |ratio-1| > eps, sum of k3 terms, index of the
-    first overflowing ratio or -1 (the sums are then meaningless)); writes d loss / d new."""
+    first overflowing ratio or gradient, or -1 (the sums are then meaningless)); writes
+    d loss / d new (in d_new's dtype)."""
     n = new.size
     low = 1.0 - clip_range
     high = 1.0 + clip_range
@@ -86,17 +89,19 @@ def _policy_loss_kernel(new, old, adv, clip_range, d_new):
     n_clipped = 0
     k3_sum = 0.0
     for i in range(n):
-        log_ratio = float(new[i]) - float(old[i])
+        log_ratio = np.float64(new[i]) - np.float64(old[i])
         if log_ratio > _MAX_LOG_RATIO:
             return 0.0, 0, 0.0, i
         ratio = math.exp(log_ratio)
-        a = float(adv[i])
+        a = np.float64(adv[i])
         clipped_ratio = min(max(ratio, low), high)
         surrogate_sum += min(ratio * a, clipped_ratio * a)
         if (a > 0.0 and ratio > high) or (a < 0.0 and ratio < low):
             d_new[i] = 0.0
         else:
             d_new[i] = -a * ratio / n
+            if not math.isfinite(d_new[i]):  # ratio * A overflows d_new's dtype (float32 first)
+                return 0.0, 0, 0.0, i
         if abs(ratio - 1.0) > clip_range:
             n_clipped += 1
         k3_sum += _k3_term(log_ratio)
@@ -109,16 +114,16 @@ def _value_loss_kernel(values, old_values, returns, clip_range_vf, clip_on, sb3_
     n = values.size
     total = 0.0
     for i in range(n):
-        v = float(values[i])
-        err = v - float(returns[i])
+        v = np.float64(values[i])
+        err = v - np.float64(returns[i])
         if not clip_on:
             total += err * err
             d_values[i] = 2.0 * err / n
             continue
-        old = float(old_values[i])
+        old = np.float64(old_values[i])
         delta = v - old
         inside = abs(delta) <= clip_range_vf
-        err_clip = old + min(max(delta, -clip_range_vf), clip_range_vf) - float(returns[i])
+        err_clip = old + min(max(delta, -clip_range_vf), clip_range_vf) - np.float64(returns[i])
         sq_clip = err_clip * err_clip
         if sb3_mode:
             total += sq_clip
@@ -140,7 +145,7 @@ def _value_loss_kernel(values, old_values, returns, clip_range_vf, clip_on, sb3_
 def _approx_kl_kernel(old, new, use_k3):
     total = 0.0
     for i in range(old.size):
-        log_ratio = float(new[i]) - float(old[i])
+        log_ratio = np.float64(new[i]) - np.float64(old[i])
         total += _k3_term(log_ratio) if use_k3 else -log_ratio
     return total / old.size
 
@@ -151,18 +156,18 @@ def _normalize_kernel(adv, ddof, eps, out):
     n = adv.size
     total = 0.0
     for i in range(n):
-        total += float(adv[i])
+        total += np.float64(adv[i])
     mean = total / n
     ss = 0.0
     for i in range(n):
-        dev = float(adv[i]) - mean
+        dev = np.float64(adv[i]) - mean
         ss += dev * dev
     std = math.sqrt(ss / (n - ddof))
     if not (math.isfinite(mean) and math.isfinite(std)):
         return False
     denom = std + eps
     for i in range(n):
-        out[i] = (float(adv[i]) - mean) / denom
+        out[i] = (np.float64(adv[i]) - mean) / denom
     return True
 
 
@@ -204,7 +209,9 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
 
     Raises:
         ValueError: shapes differ, an input is empty or not finite, ``clip_range`` <= 0, or
-            ``new_log_probs - old_log_probs`` is so large that ``exp`` overflows.
+            ``new_log_probs - old_log_probs`` is so large that ``exp`` overflows float64 or an
+            active gradient ``-A * ratio / n`` overflows the result dtype (float32: a log-ratio
+            above about 88).
     """
     new = as_float_array(new_log_probs, "new_log_probs")
     old = as_float_array(old_log_probs, "old_log_probs")
@@ -221,8 +228,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
     if bad >= 0:
         i = tuple(int(j) for j in np.unravel_index(bad, new.shape))
         raise ValueError(f"new_log_probs - old_log_probs = {float(new[i]) - float(old[i])} at index "
-                         f"{i} overflows exp(): the policy moved too far from the one that "
-                         "collected the data")
+                         f"{i}: the ratio exp(new - old) (times the advantage) overflows "
+                         f"{dtype}; the policy moved too far from the one that collected the data")
     n = new.size
     info = {"clip_fraction": n_clipped / n, "approx_kl": k3_sum / n}
     return -surrogate_sum / n, d_new.reshape(new.shape), info

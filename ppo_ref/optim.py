@@ -94,6 +94,9 @@ def _check_adam_state(state, params: Mapping) -> int:
         raise ValueError(f"state['t'] must be a non-negative int, got {t!r}")
     for moment in ("m", "v"):
         moments = state[moment]
+        if not isinstance(moments, Mapping):
+            raise ValueError(f"state['{moment}'] must be a dict of arrays keyed like params, got "
+                             f"{type(moments).__name__}")
         if moments.keys() != params.keys():
             _check_same_keys(params, "params", moments, f"state['{moment}']")
         for k, p in params.items():
@@ -106,20 +109,25 @@ def _check_adam_state(state, params: Mapping) -> int:
 @njit
 def _adam_kernel(param, grad, m, v, beta1, beta2, step_size, bias_correction2_sqrt, eps,
                  param_out, m_out, v_out):
-    """One Adam step over flat arrays (operation order of torch's single-tensor Adam);
-    returns False if a gradient entry is not finite."""
-    finite = True
+    """One Adam step over flat arrays (operation order of torch's single-tensor Adam).
+
+    Returns ``(grad_finite, result_finite)``: whether every gradient entry, and every new
+    parameter and moment, is finite (a non-finite result from finite gradients means the
+    parameters or moments given were not finite)."""
+    grad_finite = True
+    result_finite = True
     for i in range(param.size):
         g = grad[i]
-        if not math.isfinite(g):
-            finite = False
         m_i = beta1 * m[i] + (1.0 - beta1) * g
         v_i = beta2 * v[i] + (1.0 - beta2) * g * g
         denom = math.sqrt(v_i) / bias_correction2_sqrt + eps
         param_out[i] = param[i] - step_size * m_i / denom
         m_out[i] = m_i
         v_out[i] = v_i
-    return finite
+        grad_finite &= math.isfinite(g)
+        result_finite &= (math.isfinite(param_out[i]) & math.isfinite(m_out[i])
+                          & math.isfinite(v_out[i]))
+    return grad_finite, result_finite
 
 
 def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict,
@@ -153,7 +161,8 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
 
     Raises:
         ValueError: key sets differ (the message names the missing or extra key), a shape differs,
-            a gradient is not finite, or ``lr``/``betas``/``eps`` are out of range.
+            a gradient is not finite, a parameter or moment is not finite (or the step
+            overflows), or ``lr``/``betas``/``eps`` are out of range.
     """
     _check_param_dict(params, "params")
     _check_param_dict(grads, "grads")
@@ -195,9 +204,15 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
         # one buffer for the three results; its rows are disjoint, contiguous arrays
         out = np.empty((3,) + p.shape, dtype=dtype)
         flat_out = out.reshape(3, -1)
-        if not _adam_kernel(p.ravel(), g.ravel(), m.ravel(), v.ravel(), beta1, beta2, step_size,
-                            bias_correction2_sqrt, eps, flat_out[0], flat_out[1], flat_out[2]):
+        grad_finite, result_finite = _adam_kernel(
+            p.ravel(), g.ravel(), m.ravel(), v.ravel(), beta1, beta2, step_size,
+            bias_correction2_sqrt, eps, flat_out[0], flat_out[1], flat_out[2])
+        if not grad_finite:
             not_finite.append(k)
+        elif not result_finite:
+            raise ValueError(f"params[{k!r}] and state['m'/'v'][{k!r}] must be finite: the step "
+                             "gives inf or nan (the parameters or moments given already hold them, "
+                             "or the step overflowed)")
         new_params[k], new_m[k], new_v[k] = out[0], out[1], out[2]
     if not_finite:
         raise ValueError(f"grads{not_finite} must be finite (clip_by_global_norm reports this as "
@@ -214,6 +229,10 @@ def adam_state_to_arrays(state: dict) -> Arrays:
     """
     if not isinstance(state, Mapping) or not {"t", "m", "v"} <= set(state):
         raise ValueError("state must be an Adam state from adam_init (keys 't', 'm', 'v')")
+    for moment in ("m", "v"):
+        if not isinstance(state[moment], Mapping):
+            raise ValueError(f"state['{moment}'] must be a dict of arrays, got "
+                             f"{type(state[moment]).__name__}")
     _check_same_keys(state["m"], "state['m']", state["v"], "state['v']")
     out: Arrays = {"t": np.asarray(int(state["t"]), dtype=np.int64)}
     for k in state["m"]:
@@ -251,7 +270,8 @@ def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
 def _sum_of_squares(x):
     total = 0.0
     for i in range(x.size):
-        total += float(x[i]) * float(x[i])
+        value = np.float64(x[i])  # (numba's float() would keep a float32 as float32)
+        total += value * value
     return total
 
 

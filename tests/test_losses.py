@@ -429,3 +429,37 @@ def test_kernels_match_numpy_oracles(seed, shape, eps, clip_vf, mode):
     if adv.size > 1:
         np.testing.assert_allclose(normalize_advantages(adv),
                                    (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8), rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------------
+# float32 inputs: the kernels widen every element to float64 (numba's float() would not)
+# ----------------------------------------------------------------------------------------------
+
+def test_float32_inputs_give_the_float64_results_of_the_same_numbers():
+    r = np.random.default_rng(7)
+    new, old, adv, v, old_v, ret = (r.normal(size=64).astype(np.float32) for _ in range(6))
+    up = [x.astype(np.float64) for x in (new, old, adv, v, old_v, ret)]
+    loss32, d32, info32 = policy_loss(new, old, adv, 0.2)
+    loss64, d64, info64 = policy_loss(up[0], up[1], up[2], 0.2)
+    assert loss32 == loss64 and info32 == info64
+    np.testing.assert_array_equal(d32, d64.astype(np.float32))
+    for mode in ("max", "sb3"):
+        loss32, d32 = value_loss(v, old_v, ret, 0.5, mode=mode)
+        loss64, d64 = value_loss(up[3], up[4], up[5], 0.5, mode=mode)
+        assert loss32 == loss64
+        np.testing.assert_array_equal(d32, d64.astype(np.float32))
+    for estimator in ("k3", "k1"):
+        assert approx_kl(old, new, estimator) == approx_kl(up[1], up[0], estimator)
+    np.testing.assert_array_equal(normalize_advantages(adv),
+                                  normalize_advantages(up[2]).astype(np.float32))
+
+
+def test_policy_loss_float32_large_log_ratio_is_never_nan():
+    f = np.float32
+    new, old = np.array([100.0], f), np.zeros(1, f)  # ratio e^100 ~ 2.7e43 > float32 max
+    loss, d_new, _ = policy_loss(new, old, np.zeros(1, f), 0.2)  # A = 0: nothing to gain
+    assert loss == 0.0 and d_new[0] == 0.0
+    loss, d_new, _ = policy_loss(new, old, np.ones(1, f), 0.2)  # A > 0: clipped, gradient 0
+    assert loss == pytest.approx(-1.2) and d_new[0] == 0.0
+    with pytest.raises(ValueError, match="^new_log_probs - old_log_probs.*overflows float32"):
+        policy_loss(new, old, -np.ones(1, f), 0.2)  # A < 0: gradient e^100 / n overflows float32

@@ -281,3 +281,30 @@ def test_adam_kernel_bit_equal_to_numpy_formula(rng):
             np.testing.assert_array_equal(params[k], expected[k])
             np.testing.assert_array_equal(state["m"][k], m[k])
             np.testing.assert_array_equal(state["v"][k], v2[k])
+
+
+def test_global_norm_of_float32_gradients_accumulates_in_float64():
+    # 3e38 fits float32, its square does not: the norm must still be the finite sqrt(3) * 3e38
+    grads = {"w": np.full(3, 3e38, dtype=np.float32)}
+    expected = math.sqrt(3.0) * float(np.float32(3e38))
+    assert global_norm(grads) == pytest.approx(expected, rel=1e-12)
+    out, norm = clip_by_global_norm(grads, 1.0)
+    assert norm == pytest.approx(expected, rel=1e-12)
+    np.testing.assert_allclose(out["w"], 1.0 / math.sqrt(3.0), rtol=1e-6)
+
+
+def test_adam_non_finite_params_or_moments_raise_naming_them():
+    params = {"a": np.array([0.0, np.nan])}
+    match = r"^params\['a'\] and state\['m'/'v'\]\['a'\] must be finite"
+    with pytest.raises(ValueError, match=match):
+        adam_update(params, {"a": np.ones(2)}, adam_init(params), lr=0.1)
+    params = {"a": np.zeros(2)}
+    state = adam_init(params)
+    state["v"]["a"][1] = np.inf
+    with pytest.raises(ValueError, match=r"^params\['a'\] and state"):
+        adam_update(params, {"a": np.ones(2)}, state, lr=0.1)
+    with pytest.raises(ValueError, match=r"^state\['m'\] must be a dict"):
+        bad_state = {"t": 0, "m": [np.zeros(2)], "v": {"a": np.zeros(2)}}
+        adam_update(params, {"a": np.ones(2)}, bad_state, lr=0.1)
+    with pytest.raises(ValueError, match=r"^state\['v'\] must be a dict"):
+        adam_state_to_arrays({"t": 0, "m": {}, "v": []})
