@@ -95,7 +95,8 @@ def batch_advantages(advantages: np.ndarray, config) -> np.ndarray:
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
-                   old_values, *, config, clip_range: float) -> MinibatchLoss:
+                   old_values, *, config, clip_range: float,
+                   with_log_ratio: bool = True) -> MinibatchLoss:
     """The PPO loss of one minibatch and its gradients w.r.t. the policy's outputs.
 
     Args:
@@ -107,6 +108,8 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
             ``advantage_norm_ddof``, ``vf_coef``, ``value_loss_scale``, ``value_loss_mode``,
             ``clip_range_vf``, ``ent_coef``, ``kl_estimator``).
         clip_range: the current (possibly annealed) clip range, >= 0.
+        with_log_ratio: compute ``max_abs_log_ratio`` (nan when False; the epoch loop asks for
+            it on the first minibatch only).
 
     Returns:
         :class:`MinibatchLoss`: total ``loss`` and its parts (``entropy`` is the mean entropy),
@@ -126,19 +129,25 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     v_loss, d_v = value_loss(values, old_values, returns, config.clip_range_vf,
                              mode=config.value_loss_mode)
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
-    e_loss, d_e = entropy_loss(entropy)
     ent_coef = float(config.ent_coef)
+    if ent_coef != 0.0:
+        e_loss, d_e = entropy_loss(entropy)
+    else:  # the entropy term is absent from the loss; its value is still reported
+        e_loss, d_e = -float(np.mean(entropy)), None
     total = p_loss + v_scale * v_loss + ent_coef * e_loss
     if config.kl_estimator == "k3":
         kl = info["approx_kl"]
     else:
         kl = approx_kl(old_log_probs, new_log_probs, config.kl_estimator)
-    log_ratio = np.asarray(new_log_probs) - np.asarray(old_log_probs)
+    if with_log_ratio:
+        max_abs_log_ratio = float(np.max(np.abs(np.asarray(new_log_probs) - np.asarray(old_log_probs))))
+    else:
+        max_abs_log_ratio = math.nan
     return MinibatchLoss(
         loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
         entropy=-float(e_loss), approx_kl=float(kl), clip_fraction=float(info["clip_fraction"]),
-        max_abs_log_ratio=float(np.max(np.abs(log_ratio))),
-        d_log_probs=d_log_probs, d_entropy=(d_e * ent_coef) if ent_coef != 0.0 else None,
+        max_abs_log_ratio=max_abs_log_ratio,
+        d_log_probs=d_log_probs, d_entropy=(d_e * ent_coef) if d_e is not None else None,
         d_values=d_v * v_scale)
 
 
@@ -203,7 +212,8 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
         for mb in minibatches(epoch):
             new_log_probs, entropy, values, cache = evaluate(params, mb.data)
             out = minibatch_loss(new_log_probs, entropy, values, mb.old_log_probs, mb.advantages,
-                                 mb.returns, mb.old_values, config=config, clip_range=clip_range)
+                                 mb.returns, mb.old_values, config=config, clip_range=clip_range,
+                                 with_log_ratio=n_evaluated == 0)
             if n_evaluated == 0:
                 first_log_ratio = out.max_abs_log_ratio
             n_evaluated += 1

@@ -60,7 +60,8 @@ def run_sb3(timesteps: int, seed: int = 0):
     wall = time.perf_counter() - t0
     last20 = float(np.mean([ep["r"] for ep in list(model.ep_info_buffer)[-20:]]))
     import gymnasium as gym
-    eval_env = gym.make("CartPole-v1")
+    from stable_baselines3.common.monitor import Monitor
+    eval_env = Monitor(gym.make("CartPole-v1"))
     eval_env.reset(seed=1000)
     mean_eval, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
     env.close()
