@@ -150,3 +150,28 @@ def test_python_dash_m_entry_point():
     assert out.returncode == 0
     for name in ("train", "eval", "plot"):
         assert name in out.stdout
+
+
+def test_ctrl_c_saves_a_checkpoint_at_a_rollout_boundary(tmp_path):
+    import signal
+    import time
+    run_dir = str(tmp_path / "sigint")
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--total-timesteps", "1000000",
+                             "--run-dir", run_dir, "--quiet", "--checkpoint-every", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = os.path.join(run_dir, "metrics.csv")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if os.path.exists(metrics) and os.path.getsize(metrics) > 0:
+            with open(metrics) as fh:
+                if sum(1 for _ in fh) >= 3:
+                    break
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "resume with" in err
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
+    rows = read_csv(metrics)
+    assert meta["num_timesteps"] == rows["timesteps"][-1] and meta["num_timesteps"] % 256 == 0
+    assert meta["num_timesteps"] < 1_000_000
