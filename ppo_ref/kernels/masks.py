@@ -63,6 +63,9 @@ def transition_masks(terminated, truncated, truncation: str = "bootstrap") -> Tr
     Raises:
         ValueError: naming the argument, for non-0/1 flags, mismatched shapes or an unknown
             ``truncation``.
+
+    Source: SPEC §1 (termination wins; the lambda-trace is cut at every done); the other
+    conventions as in DESIGN.md §4 (CleanRL ``ppo.py``, thrust-rl 0.4).
     """
     check_choice(truncation, "truncation", tuple(TRUNCATION_MODES))
     term = np.ascontiguousarray(as_flag_array(terminated, "terminated"))

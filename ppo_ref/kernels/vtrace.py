@@ -63,8 +63,9 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
         truncation, bootstrap_terminal_last_row: convention options, as in :func:`gae`.
 
     Returns:
-        :class:`VTraceReturns` ``(vs, pg_advantages)``, each with the shape of ``rewards``;
-        float32 when every float array given is float32, float64 otherwise. Empty when T = 0.
+        :class:`VTraceReturns` ``(vs, pg_advantages)``, each with the shape of ``rewards`` and
+        in the units of ``rewards``; float32 when every float array given is float32, float64
+        otherwise. Empty when T = 0.
 
     Raises:
         ValueError: naming the argument, as in :func:`gae`; also ``rho_bar``, ``c_bar``,
