@@ -17,6 +17,11 @@ inside the step that finished it, the step returns the reset observation and put
 one in ``info["final_obs"]``. There are therefore no phantom rows (the NEXT_STEP mode's
 "reset step" with reward 0 and an ignored action) to filter.
 
+Speed: with a plain ``SyncVectorEnv`` (no vector wrappers) the collector steps the sub-envs
+itself with exactly the calls ``SyncVectorEnv.step`` makes in SAME_STEP mode (tested to give
+identical rollouts), and acts through the policy tower only; values and behaviour log-probs
+are recorded from one batched forward pass at the end of the rollout.
+
 Normalization (options of :class:`RolloutCollector`):
 
 * observations: ``(obs - mean) / sqrt(var + 1e-8)`` with running statistics (gymnasium's
