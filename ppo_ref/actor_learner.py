@@ -513,9 +513,14 @@ def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, 
     send(ActorFinished(agent_id, stats))
 
 
-def _process_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
+def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broadcast_queue,
                         chunk_size):
-    """Entry point of an actor process (spawn start method: everything here is picklable)."""
+    """Entry point of an actor process (spawn start method: everything here is picklable).
+
+    Experiences go through this actor's own pipe (``experience_writer.send``: no feeder thread,
+    no lock shared with other actors, so an actor that dies mid-write harms nobody else and the
+    learner sees end-of-file); a learner that is gone makes ``send`` raise, which ends the actor.
+    """
     import signal
 
     # Ctrl-C belongs to the learner, which shuts the actors down itself.
@@ -533,11 +538,11 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_queue, broad
         except queue_module.Empty:
             return None
 
-    _report_actor(actor_fn, agent_id, env, config, experience_queue.put, receive, learner_gone,
-                  chunk_size)
-    if learner_gone():
-        # Nobody reads the queue any more: do not block at exit flushing it.
-        experience_queue.cancel_join_thread()
+    try:
+        _report_actor(actor_fn, agent_id, env, config, experience_writer.send, receive,
+                      learner_gone, chunk_size)
+    finally:
+        experience_writer.close()
 
 
 def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
@@ -561,23 +566,30 @@ def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadc
 
 
 class ActorGroup:
-    """Handles of running actors (threads or processes) and the queues between them and the
+    """Handles of running actors (threads or processes) and the channels between them and the
     learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
 
-    ``get(timeout)`` reads the learner's queue (``None`` on timeout); ``send(agent_id, msg)``
-    and ``broadcast(msg)`` write to actors; ``is_alive(agent_id)`` and ``exit_description``
-    report liveness; :meth:`shutdown` stops and joins everything (idempotent) and returns the
-    last message each actor sent about itself (:class:`ActorFinished` or :class:`ActorFailed`).
+    Actor -> learner: one ``queue.Queue`` shared by the actor threads, or one pipe per actor
+    process (``experience_channels``: the learner's read ends). Learner -> actor: one queue per
+    actor (``broadcast_queues``).
+
+    ``get(timeout)`` returns the next message for the learner (``None`` on timeout);
+    ``send(agent_id, msg)`` and ``broadcast(msg)`` write to actors; ``is_alive(agent_id)`` and
+    ``exit_description`` report liveness; :meth:`shutdown` stops and joins everything
+    (idempotent) and returns the last message each actor sent about itself
+    (:class:`ActorFinished` or :class:`ActorFailed`).
     """
 
-    def __init__(self, backend: str, workers: list, experience_queue, broadcast_queues: list,
+    def __init__(self, backend: str, workers: list, experience_channels, broadcast_queues: list,
                  stop_event: Optional[threading.Event] = None):
         self.backend = backend
         self.workers = workers
-        self.experience_queue = experience_queue
+        self.experience_channels = experience_channels
         self.broadcast_queues = broadcast_queues
         self._stop_event = stop_event
         self._closed = False
+        self._received: deque = deque()
+        self._next_reader = 0
         self.final_messages: Dict[int, Any] = {}
 
     @property
@@ -586,12 +598,41 @@ class ActorGroup:
 
     def get(self, timeout: float):
         """Next message for the learner, or ``None`` after ``timeout`` seconds (0: no wait)."""
-        try:
+        if self.backend == "thread":
+            try:
+                if timeout > 0:
+                    return self.experience_channels.get(timeout=timeout)
+                return self.experience_channels.get_nowait()
+            except queue_module.Empty:
+                return None
+        if not self._received:
+            self._read_pipes(timeout)
+        return self._received.popleft() if self._received else None
+
+    def _read_pipes(self, timeout: float) -> None:
+        """One message from every ready pipe, starting from a rotating position (fairness)."""
+        from multiprocessing.connection import wait
+        open_readers = [c for c in self.experience_channels if not c.closed]
+        if not open_readers:
             if timeout > 0:
-                return self.experience_queue.get(timeout=timeout)
-            return self.experience_queue.get_nowait()
-        except queue_module.Empty:
-            return None
+                time.sleep(timeout)
+            return
+        ready = wait(open_readers, timeout)
+        if not ready:
+            return
+        order = sorted(ready, key=lambda c: (self.experience_channels.index(c)
+                                             - self._next_reader) % self.num_actors)
+        self._next_reader = (self._next_reader + 1) % self.num_actors
+        for conn in order:
+            try:
+                self._received.append(conn.recv())
+            except (EOFError, OSError):
+                conn.close()          # the actor closed its end or died: liveness reports it
+
+    def channel_finished(self, agent_id: int) -> bool:
+        """True when everything the actor sent has been read (process backend: its pipe
+        reached end-of-file). Always False for threads (one shared queue)."""
+        return self.backend == "process" and self.experience_channels[agent_id].closed
 
     def send(self, agent_id: int, message) -> None:
         self.broadcast_queues[agent_id].put(message)
@@ -612,8 +653,8 @@ class ActorGroup:
         return f"thread {worker.name} ended"
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
-        """Send :class:`Shutdown` to all, drain the learner queue while they exit, terminate
-        (processes) whatever is still running after ``timeout`` seconds, join, close."""
+        """Send :class:`Shutdown` to all, keep reading while they exit, terminate (processes)
+        whatever still runs after ``timeout`` seconds, join, close the channels."""
         if self._closed:
             return self.final_messages
         self._closed = True
@@ -627,8 +668,9 @@ class ActorGroup:
             self._keep_final(self.get(0.02))
         if self._stop_event is not None:
             self._stop_event.set()
+        started = [w for w in self.workers if w.ident is not None]
         if self.backend == "process":
-            for worker in self.workers:
+            for worker in started:
                 if worker.is_alive():
                     worker.terminate()
                     worker.join(1.0)
@@ -636,7 +678,8 @@ class ActorGroup:
                     worker.kill()
                 worker.join(1.0)
         else:
-            for worker in self.workers:
+            # A thread cannot be killed: one stuck inside env.step stays behind as a daemon.
+            for worker in started:
                 worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
         while True:
             msg = self.get(0.0)
@@ -645,10 +688,10 @@ class ActorGroup:
             self._keep_final(msg)
         if self.backend == "process":
             for q in self.broadcast_queues:
-                q.cancel_join_thread()
+                q.cancel_join_thread()      # an actor that died cannot drain its queue
                 q.close()
-            self.experience_queue.cancel_join_thread()
-            self.experience_queue.close()
+            for conn in self.experience_channels:
+                conn.close()
         return self.final_messages
 
     def _keep_final(self, msg) -> None:
@@ -680,23 +723,26 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
     if config.backend == "process":
         ctx = multiprocessing.get_context(start_method)
-        experience_queue = ctx.Queue()
+        pipes = [ctx.Pipe(duplex=False) for _ in range(config.num_actors)]
+        experience_channels = [reader for reader, _ in pipes]
         broadcast_queues = [ctx.Queue() for _ in range(config.num_actors)]
         workers = [ctx.Process(target=_process_actor_main, name=f"ppo_ref-actor-{i}",
-                               args=(actor_fn, i, env, config, experience_queue,
+                               args=(actor_fn, i, env, config, pipes[i][1],
                                      broadcast_queues[i], chunk_size), daemon=True)
                    for i in range(config.num_actors)]
         stop_event = None
     else:
-        experience_queue = queue_module.Queue()
+        pipes = []
+        experience_channels = queue_module.Queue()
         broadcast_queues = [queue_module.Queue() for _ in range(config.num_actors)]
         stop_event = threading.Event()
         workers = [threading.Thread(target=_thread_actor_main, name=f"ppo_ref-actor-{i}",
-                                    args=(actor_fn, i, env, config, experience_queue,
+                                    args=(actor_fn, i, env, config, experience_channels,
                                           broadcast_queues[i], chunk_size, stop_event),
                                     daemon=True)
                    for i in range(config.num_actors)]
-    group = ActorGroup(config.backend, workers, experience_queue, broadcast_queues, stop_event)
+    group = ActorGroup(config.backend, workers, experience_channels, broadcast_queues,
+                       stop_event)
     try:
         with _single_threaded_blas_for_children(config.backend == "process"):
             for worker in workers:
@@ -704,6 +750,11 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     except BaseException:
         group.shutdown(timeout=1.0)
         raise
+    finally:
+        # The children hold the write ends now; closing ours lets a dead actor's pipe report
+        # end-of-file instead of staying open forever.
+        for _, writer in pipes:
+            writer.close()
     return group
 
 
@@ -987,10 +1038,15 @@ class _Learner:
                 continue
             # Its last words may still be in the queue behind experiences: read on briefly.
             deadline = time.monotonic() + DEATH_NOTICE_SECONDS
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and not self.group.channel_finished(agent_id):
                 msg = self.group.get(0.05)
                 if msg is not None:
                     self.handle(msg)   # raises on the ActorFailed / ActorFinished notice
+            while True:                # what was read before end-of-file was seen
+                msg = self.group.get(0.0)
+                if msg is None:
+                    break
+                self.handle(msg)
             raise ActorDiedError(agent_id, f"{self.group.exit_description(agent_id)} without "
                                            f"reporting an exception")
 

@@ -77,9 +77,10 @@ class CrashingEnv(gym.Wrapper):
     """CartPole that raises (or exits the process) at its ``after``-th step, but only in the
     actor whose reset seed is ``crash_seed``."""
 
-    def __init__(self, crash_seed, after, how):
+    def __init__(self, crash_seed, after, how, stamp_path=None):
         super().__init__(gym.make("CartPole-v1"))
         self.crash_seed, self.after, self.how = crash_seed, after, how
+        self.stamp_path = stamp_path            # the crash's wall-clock time is written here
         self.armed = False
         self.steps = 0
 
@@ -91,6 +92,9 @@ class CrashingEnv(gym.Wrapper):
     def step(self, action):
         self.steps += 1
         if self.armed and self.steps == self.after:
+            if self.stamp_path is not None:
+                with open(self.stamp_path, "w") as fh:
+                    fh.write(repr(time.time()))
             if self.how == "exit":
                 import os
                 os._exit(3)
@@ -98,8 +102,8 @@ class CrashingEnv(gym.Wrapper):
         return self.env.step(action)
 
 
-def crashing_env(crash_seed, after, how):
-    return CrashingEnv(crash_seed, after, how)
+def crashing_env(crash_seed, after, how, stamp_path=None):
+    return CrashingEnv(crash_seed, after, how, stamp_path)
 
 
 def silent_actor(agent_id, env, config, send, receive, learner_gone, *, chunk_size):
@@ -114,6 +118,15 @@ def wrong_id_actor(agent_id, env, config, send, receive, learner_gone, *, chunk_
     """Sends one experience with an agent_id outside [0, num_actors), then waits."""
     obs = np.zeros(4)
     send(Experience(config.num_actors + agent_id, obs, 0, 1.0, obs, False, False, 0.0, -0.69, 0))
+    return silent_actor(agent_id, env, config, send, receive, learner_gone,
+                        chunk_size=chunk_size)
+
+
+def gap_actor(agent_id, env, config, send, receive, learner_gone, *, chunk_size):
+    """Sends consecutive CartPole-shaped steps with one step missing (step 5 of 40)."""
+    steps = [Experience(agent_id, np.full(4, float(i)), 0, 1.0, np.full(4, float(i + 1)), False,
+                        False, 0.0, -0.69, 0) for i in range(config.n_steps + 1) if i != 5]
+    send(ExperienceBatch.from_experiences(steps))
     return silent_actor(agent_id, env, config, send, receive, learner_gone,
                         chunk_size=chunk_size)
 
@@ -342,16 +355,26 @@ def test_wrong_observation_shape_raises_naming_the_field():
     assert no_actor_threads_left()
 
 
-def test_dead_thread_actor_is_reported_with_its_id_and_exception():
-    config = small_config(total_timesteps=10 * 64)
-    env = functools.partial(crashing_env, crash_seed=config.seed + 1 + 1, after=40, how="raise")
+def test_a_missing_step_is_detected():
+    config = small_config()
     trainer = make_learner(config, "CartPole-v1")
-    t0 = time.monotonic()
+    group = start_actors(config, "CartPole-v1", actor_fn=gap_actor)
+    with pytest.raises(ExperienceError, match="row 5 is not the next_observation"):
+        learner_loop(config, trainer, group)
+    assert no_actor_threads_left()
+
+
+def test_dead_thread_actor_is_reported_with_its_id_and_exception(tmp_path):
+    config = small_config(total_timesteps=10 * 64)
+    stamp = str(tmp_path / "crash_time")
+    env = functools.partial(crashing_env, crash_seed=config.seed + 1 + 1, after=40, how="raise",
+                            stamp_path=stamp)
+    trainer = make_learner(config, "CartPole-v1")
     with pytest.raises(ActorDiedError, match="RuntimeError: env exploded") as excinfo:
         learner_loop(config, trainer, env)
+    assert time.time() - float(open(stamp).read()) < 2.0     # detected, others shut down
     assert excinfo.value.agent_id == 1
     assert "env exploded" in excinfo.value.actor_traceback
-    assert time.monotonic() - t0 < 10.0
     assert no_actor_threads_left()
 
 

@@ -26,15 +26,18 @@ def process_config(**changes):
     ("raise", "RuntimeError: env exploded"),               # the actor's exception, reported
     ("exit", "exited with code 3 without reporting"),      # silent death, found by liveness
 ])
-def test_dead_actor_process_is_reported_and_nothing_is_left_running(how, text):
+def test_dead_actor_process_is_reported_and_nothing_is_left_running(how, text, tmp_path):
     config = process_config()
-    env = functools.partial(crashing_env, crash_seed=config.seed + 1 + 1, after=50, how=how)
+    stamp = str(tmp_path / "crash_time")
+    env = functools.partial(crashing_env, crash_seed=config.seed + 1 + 1, after=50, how=how,
+                            stamp_path=stamp)
     trainer = make_learner(config, "CartPole-v1")
-    t0 = time.monotonic()
     with pytest.raises(ActorDiedError, match=text) as excinfo:
         learner_loop(config, trainer, env)
+    # Detected and every other actor shut down within ~2 s of the crash (wall clock of the
+    # crash written by the dying actor).
+    assert time.time() - float(open(stamp).read()) < 3.0
     assert excinfo.value.agent_id == 1
-    assert time.monotonic() - t0 < 60.0                     # no hang (spawn start-up included)
     assert multiprocessing.active_children() == []          # no orphaned actor process
 
 
