@@ -182,8 +182,6 @@ def run_training(trainer, logger, total_timesteps: int) -> int:
         code = 130
         print(f"ppo-ref: stopped at {trainer.num_timesteps} steps; resume with "
               f"ppo-ref train --resume {logger.run_dir}", file=sys.stderr)
-    else:
-        logger.progress(trainer)
     logger.close()
     return code
 
