@@ -1208,7 +1208,11 @@ class _Learner:
         self.report.last_version = self.version
 
     def run(self) -> LearnerReport:
-        self.trainer.total_timesteps = self.config.total_timesteps
+        # The schedules' horizon: the steps this run will consume (SB3's progress_remaining
+        # then reaches 0 on the last update, as in PPOTrainer.learn when total is a multiple).
+        c = self.config
+        self.trainer.total_timesteps = (self.trainer.num_timesteps
+                                        + c.num_updates * c.n_steps * c.num_actors)
         self.broadcast()                      # version 0: the actors' initial parameters
         for _ in range(self.config.num_updates):
             self.fill()
@@ -1241,7 +1245,11 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
        ``advantages = pg_advantages``, ``returns = vs``.
     6. One PPO update, ``trainer.train_on(rollout, advantages, returns)``; the rollout carries
        the behaviour ``log_probs`` (the PPO ratio is pi_learner / mu_actor) and the recorded
-       ``values`` (old values for value clipping and explained variance).
+       ``values`` (old values for value clipping and explained variance). The trainer's
+       counters advance as in ``PPOTrainer.learn`` (``num_timesteps``, ``n_updates``,
+       ``n_episodes``, ``recent_returns``, ``progress_remaining``), with the schedule horizon
+       ``total_timesteps`` = the steps this run consumes, ``num_updates * n_steps *
+       num_actors``.
     7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
     8. At the end (or on any error): :class:`Shutdown` to every actor, join (processes that do
        not exit within ``shutdown_timeout`` seconds are terminated), then return or re-raise.
@@ -1415,7 +1423,6 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
         print(f"ppo-ref: stopped at {trainer.num_timesteps} steps", file=sys.stderr)
         logger.close()
         return 130
-    logger.progress(trainer)
     lags = report.policy_lag_mean
     print(f"ppo-ref: {report.updates} updates, {report.env_steps} env steps in "
           f"{report.wall_seconds:.1f}s ({report.steps_per_second:.0f} steps/s), policy lag mean "
