@@ -111,17 +111,20 @@ def _adam_kernel(param, grad, m, v, beta1, beta2, step_size, bias_correction2_sq
                  param_out, m_out, v_out):
     """One Adam step over flat arrays (operation order of torch's single-tensor Adam).
 
+    Arithmetic is float64 for float32 arrays too (each load widened with np.float64(), the
+    results rounded once on store), so compiled and pure-Python runs agree bit for bit.
+
     Returns ``(grad_finite, result_finite)``: whether every gradient entry, and every new
     parameter and moment, is finite (a non-finite result from finite gradients means the
     parameters or moments given were not finite)."""
     grad_finite = True
     result_finite = True
     for i in range(param.size):
-        g = grad[i]
-        m_i = beta1 * m[i] + (1.0 - beta1) * g
-        v_i = beta2 * v[i] + (1.0 - beta2) * g * g
+        g = np.float64(grad[i])
+        m_i = beta1 * np.float64(m[i]) + (1.0 - beta1) * g
+        v_i = beta2 * np.float64(v[i]) + (1.0 - beta2) * g * g
         denom = math.sqrt(v_i) / bias_correction2_sqrt + eps
-        param_out[i] = param[i] - step_size * m_i / denom
+        param_out[i] = np.float64(param[i]) - step_size * m_i / denom
         m_out[i] = m_i
         v_out[i] = v_i
         grad_finite &= math.isfinite(g)
@@ -143,7 +146,9 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
 
     i.e. bias-corrected moments with ``eps`` added *after* ``sqrt(v_hat)`` (Kingma & Ba 2014,
     Algorithm 1; torch's placement of ``eps``). Torch updates ``m`` with ``lerp`` (``m + (1 -
-    beta1) (g - m)``), which equals the first line up to rounding (~1 ulp).
+    beta1) (g - m)``), which equals the first line up to rounding (~1 ulp). float32 parameters
+    are updated in float64 arithmetic and rounded once to float32 (torch computes in float32:
+    differences of about one float32 ulp).
 
     Args:
         params: ``{name: float ndarray}``, the current parameters.

@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.losses import (approx_kl, entropy_loss, explained_variance, normalize_advantages,
-                            policy_loss, value_loss)
+from ppo_ref.losses import (_approx_kl_kernel, _normalize_kernel, _policy_loss_kernel,
+                            _value_loss_kernel, approx_kl, entropy_loss, explained_variance,
+                            normalize_advantages, policy_loss, value_loss)
 
 seeds = st.integers(0, 2**31 - 1)
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=2).map(tuple)
@@ -463,3 +464,29 @@ def test_policy_loss_float32_large_log_ratio_is_never_nan():
     assert loss == pytest.approx(-1.2) and d_new[0] == 0.0
     with pytest.raises(ValueError, match="^new_log_probs - old_log_probs.*overflows float32"):
         policy_loss(new, old, -np.ones(1, f), 0.2)  # A < 0: gradient e^100 / n overflows float32
+
+
+@pytest.mark.skipif(not hasattr(_policy_loss_kernel, "py_func"), reason="NUMBA_DISABLE_JIT=1")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_loss_kernels_equal_python(dtype):
+    """Each loss kernel gives the same numbers compiled and as plain Python (.py_func), in both
+    dtypes (the compiled float32 specialisation must not compute in float32)."""
+    r = np.random.default_rng(3)
+    new, old, adv, v, old_v, ret = (r.normal(size=40).astype(dtype) for _ in range(6))
+    new[0] = old[0] + 60.0  # a large ratio: e^60 overflows nothing in float64
+    outs = []
+    for kernel in (_policy_loss_kernel, _policy_loss_kernel.py_func):
+        d_new = np.empty(40, dtype)
+        outs.append((kernel(new, old, adv, 0.2, d_new), d_new))
+    assert outs[0][0] == outs[1][0]
+    np.testing.assert_array_equal(outs[0][1], outs[1][1])
+    for clip_on, sb3 in ((False, False), (True, False), (True, True)):
+        d_c, d_p = np.empty(40, dtype), np.empty(40, dtype)
+        assert (_value_loss_kernel(v, old_v, ret, 0.3, clip_on, sb3, d_c)
+                == _value_loss_kernel.py_func(v, old_v, ret, 0.3, clip_on, sb3, d_p))
+        np.testing.assert_array_equal(d_c, d_p)
+    for use_k3 in (True, False):
+        assert _approx_kl_kernel(old, new, use_k3) == _approx_kl_kernel.py_func(old, new, use_k3)
+    out_c, out_p = np.empty(40, dtype), np.empty(40, dtype)
+    assert _normalize_kernel(adv, 1, 1e-8, out_c) and _normalize_kernel.py_func(adv, 1, 1e-8, out_p)
+    np.testing.assert_array_equal(out_c, out_p)

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppo_ref.optim import (adam_init, adam_state_from_arrays, adam_state_to_arrays, adam_update,
-                           clip_by_global_norm, global_norm, linear_schedule, scheduled_value)
+from ppo_ref.optim import (_adam_kernel, _sum_of_squares, adam_init, adam_state_from_arrays,
+                           adam_state_to_arrays, adam_update, clip_by_global_norm, global_norm,
+                           linear_schedule, scheduled_value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,3 +309,18 @@ def test_adam_non_finite_params_or_moments_raise_naming_them():
         adam_update(params, {"a": np.ones(2)}, bad_state, lr=0.1)
     with pytest.raises(ValueError, match=r"^state\['v'\] must be a dict"):
         adam_state_to_arrays({"t": 0, "m": {}, "v": []})
+
+
+@pytest.mark.skipif(not hasattr(_adam_kernel, "py_func"), reason="NUMBA_DISABLE_JIT=1")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compiled_optim_kernels_equal_python(dtype):
+    r = np.random.default_rng(5)
+    p, g, m = (r.normal(size=30).astype(dtype) for _ in range(3))
+    v = (r.normal(size=30) ** 2).astype(dtype)
+    g[0] = 1e20  # its square overflows float32: must be accumulated in float64
+    assert _sum_of_squares(g) == _sum_of_squares.py_func(g)
+    args = (p, g, m, v, 0.9, 0.999, 1e-3 / 0.19, math.sqrt(0.001999), 1e-5)
+    outs = [np.empty((3, 30), dtype) for _ in range(2)]
+    flags = [kernel(*args, *out) for kernel, out in zip((_adam_kernel, _adam_kernel.py_func), outs)]
+    assert tuple(flags[0]) == tuple(flags[1])
+    np.testing.assert_array_equal(outs[0], outs[1])
