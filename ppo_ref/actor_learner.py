@@ -569,9 +569,10 @@ class ActorGroup:
     """Handles of running actors (threads or processes) and the channels between them and the
     learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
 
-    Actor -> learner: one ``queue.Queue`` shared by the actor threads, or one pipe per actor
-    process (``experience_channels``: the learner's read ends). Learner -> actor: one queue per
-    actor (``broadcast_queues``).
+    Actor -> learner: actor threads put on one ``queue.Queue`` (the inbox); actor processes
+    each write their own pipe, which a reader thread of the learner process drains into the
+    inbox as messages arrive, so a pipe never fills up (and never blocks its actor) while the
+    learner is busy training. Learner -> actor: one queue per actor (``broadcast_queues``).
 
     ``get(timeout)`` returns the next message for the learner (``None`` on timeout);
     ``send(agent_id, msg)`` and ``broadcast(msg)`` write to actors; ``is_alive(agent_id)`` and
@@ -580,17 +581,24 @@ class ActorGroup:
     (:class:`ActorFinished` or :class:`ActorFailed`).
     """
 
-    def __init__(self, backend: str, workers: list, experience_channels, broadcast_queues: list,
-                 stop_event: Optional[threading.Event] = None):
+    def __init__(self, backend: str, workers: list, inbox: "queue_module.Queue",
+                 broadcast_queues: list, stop_event: Optional[threading.Event] = None,
+                 readers: Sequence = ()):
         self.backend = backend
         self.workers = workers
-        self.experience_channels = experience_channels
+        self.inbox = inbox
         self.broadcast_queues = broadcast_queues
+        self.readers = list(readers)
         self._stop_event = stop_event
         self._closed = False
-        self._received: deque = deque()
-        self._next_reader = 0
+        self._reader_done = [False] * len(self.readers)
+        self._pump_stop = threading.Event()
+        self._pump: Optional[threading.Thread] = None
         self.final_messages: Dict[int, Any] = {}
+        if self.readers:
+            self._pump = threading.Thread(target=self._read_pipes, name="ppo_ref-learner-inbox",
+                                          daemon=True)
+            self._pump.start()
 
     @property
     def num_actors(self) -> int:
@@ -598,41 +606,33 @@ class ActorGroup:
 
     def get(self, timeout: float):
         """Next message for the learner, or ``None`` after ``timeout`` seconds (0: no wait)."""
-        if self.backend == "thread":
-            try:
-                if timeout > 0:
-                    return self.experience_channels.get(timeout=timeout)
-                return self.experience_channels.get_nowait()
-            except queue_module.Empty:
-                return None
-        if not self._received:
-            self._read_pipes(timeout)
-        return self._received.popleft() if self._received else None
-
-    def _read_pipes(self, timeout: float) -> None:
-        """One message from every ready pipe, starting from a rotating position (fairness)."""
-        from multiprocessing.connection import wait
-        open_readers = [c for c in self.experience_channels if not c.closed]
-        if not open_readers:
+        try:
             if timeout > 0:
-                time.sleep(timeout)
-            return
-        ready = wait(open_readers, timeout)
-        if not ready:
-            return
-        order = sorted(ready, key=lambda c: (self.experience_channels.index(c)
-                                             - self._next_reader) % self.num_actors)
-        self._next_reader = (self._next_reader + 1) % self.num_actors
-        for conn in order:
-            try:
-                self._received.append(conn.recv())
-            except (EOFError, OSError):
-                conn.close()          # the actor closed its end or died: liveness reports it
+                return self.inbox.get(timeout=timeout)
+            return self.inbox.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    def _read_pipes(self) -> None:
+        """Reader thread (process backend): move every message from the actors' pipes to the
+        inbox, in arrival order per actor, until every pipe reached end-of-file or shutdown."""
+        from multiprocessing.connection import wait
+        index = {id(conn): i for i, conn in enumerate(self.readers)}
+        while not self._pump_stop.is_set():
+            open_readers = [c for i, c in enumerate(self.readers) if not self._reader_done[i]]
+            if not open_readers:
+                return
+            for conn in wait(open_readers, POLL_SECONDS):
+                i = index[id(conn)]
+                try:
+                    self.inbox.put(conn.recv())
+                except (EOFError, OSError):
+                    self._reader_done[i] = True     # the actor closed its end or died
 
     def channel_finished(self, agent_id: int) -> bool:
-        """True when everything the actor sent has been read (process backend: its pipe
+        """True when everything the actor sent is in the inbox (process backend: its pipe
         reached end-of-file). Always False for threads (one shared queue)."""
-        return self.backend == "process" and self.experience_channels[agent_id].closed
+        return bool(self.readers) and self._reader_done[agent_id]
 
     def send(self, agent_id: int, message) -> None:
         self.broadcast_queues[agent_id].put(message)
@@ -686,11 +686,19 @@ class ActorGroup:
             if msg is None:
                 break
             self._keep_final(msg)
+        if self._pump is not None:
+            self._pump_stop.set()
+            self._pump.join(2.0)
+        while True:
+            msg = self.get(0.0)
+            if msg is None:
+                break
+            self._keep_final(msg)
         if self.backend == "process":
             for q in self.broadcast_queues:
                 q.cancel_join_thread()      # an actor that died cannot drain its queue
                 q.close()
-            for conn in self.experience_channels:
+            for conn in self.readers:
                 conn.close()
         return self.final_messages
 
@@ -721,10 +729,10 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     """
     _check_int(chunk_size, "chunk_size", 1)
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
+    inbox: queue_module.Queue = queue_module.Queue()
     if config.backend == "process":
         ctx = multiprocessing.get_context(start_method)
         pipes = [ctx.Pipe(duplex=False) for _ in range(config.num_actors)]
-        experience_channels = [reader for reader, _ in pipes]
         broadcast_queues = [ctx.Queue() for _ in range(config.num_actors)]
         workers = [ctx.Process(target=_process_actor_main, name=f"ppo_ref-actor-{i}",
                                args=(actor_fn, i, env, config, pipes[i][1],
@@ -733,16 +741,15 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
         stop_event = None
     else:
         pipes = []
-        experience_channels = queue_module.Queue()
         broadcast_queues = [queue_module.Queue() for _ in range(config.num_actors)]
         stop_event = threading.Event()
         workers = [threading.Thread(target=_thread_actor_main, name=f"ppo_ref-actor-{i}",
-                                    args=(actor_fn, i, env, config, experience_channels,
+                                    args=(actor_fn, i, env, config, inbox,
                                           broadcast_queues[i], chunk_size, stop_event),
                                     daemon=True)
                    for i in range(config.num_actors)]
-    group = ActorGroup(config.backend, workers, experience_channels, broadcast_queues,
-                       stop_event)
+    group = ActorGroup(config.backend, workers, inbox, broadcast_queues, stop_event,
+                       readers=[reader for reader, _ in pipes])
     try:
         with _single_threaded_blas_for_children(config.backend == "process"):
             for worker in workers:
