@@ -240,15 +240,22 @@ def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Pa
     }
 
 
+def _sigmoid_half(hidden: int) -> np.ndarray:
+    """``[4H]`` scale: 1/2 on the (i, f, o) blocks, 1 on g. ``tanh(half * z)`` then gives
+    ``2 * sigmoid(z) - 1`` on (i, f, o) (``sigmoid(z) = (1 + tanh(z / 2)) / 2``) and ``tanh(z)``
+    on g; multiplying by 1/2 is exact in binary floating point (barring underflow)."""
+    half = np.full(4 * hidden, 0.5)
+    half[2 * hidden:3 * hidden] = 1.0
+    return half
+
+
 def _run(w_ih, w_hh, b, x, h0, c0, keep):
     """The forward recursion on validated float64 arrays; returns (h_seq, c_T, cache)."""
     n_steps, n_env, _ = x.shape
     hidden = w_hh.shape[1]
-    # The sigmoid gates use sigmoid(z) = (1 + tanh(z / 2)) / 2, so their rows of the weights and
-    # bias are halved up front: multiplying by 1/2 is exact in binary floating point (barring
-    # underflow), so the products and sums below are exactly z / 2 for (i, f, o) and z for g.
-    half = np.full(4 * hidden, 0.5)
-    half[2 * hidden:3 * hidden] = 1.0
+    # The rows of the weights and bias of the sigmoid gates are halved up front (exact), so the
+    # products and sums below are exactly z / 2 for (i, f, o) and z for g.
+    half = _sigmoid_half(hidden)
     # Input projection for every step at once: zx[t] = (x[t] @ w_ih.T + b) * half.
     zx = _matmul_blocked(x.reshape(n_steps * n_env, -1), (w_ih * half[:, None]).T)
     zx += b * half
@@ -335,8 +342,9 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
 def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     """One LSTM step for acting: ``(h, c) <- cell(x, keep * h, keep * c)``, no cache.
 
-    Same equations and code path as :func:`lstm_forward` with T = 1 (``keep = 1 -
-    episode_starts``), so stepping a sequence one step at a time gives the same states.
+    Same equations and gate kernel as :func:`lstm_forward` with T = 1 (``keep = 1 -
+    episode_starts``), so stepping a sequence one step at a time gives the same states (to
+    rounding: the products may be blocked differently by BLAS).
 
     Args:
         params: as :func:`lstm_forward`.
@@ -362,9 +370,20 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
                          f"{list(w_ih.shape)}), got shape {x.shape}")
     h = _check_state(h, "h", n_env, hidden)
     c = _check_state(c, "c", n_env, hidden)
-    keep = _keep_mask(episode_starts, (n_env,), "[N]")
-    h_seq, c_new, _ = _run(w_ih, w_hh, b, x[None], h, c, keep)
-    return h_seq[0], c_new
+    keep = _keep_mask(episode_starts, (n_env,), "[N]")[0, :, None]
+    # The forward recursion for one step without the sequence buffers (acting is called once
+    # per environment step, so the set-up of _run would dominate): same operations, and the
+    # same gate kernel, in the order zx = x @ w_ih.T + b, z = zx + h~ @ w_hh.T.
+    half = _sigmoid_half(hidden)
+    gates = np.dot(x, w_ih.T)
+    gates += b
+    gates += np.dot(h * keep, w_hh.T)
+    gates *= half
+    np.tanh(gates, out=gates)
+    c_new = np.empty((n_env, hidden))
+    _cell_update(0, gates[None], (c * keep)[None], c_new)
+    h_new = gates[:, 3 * hidden:] * np.tanh(c_new)
+    return h_new, c_new
 
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
