@@ -29,10 +29,11 @@ The Python counterpart of thrust-rl's ``learner_loop`` / ``actor_thread``. Data 
   learner shuts down all actors (terminating processes that do not exit in time) before it
   raises.
 
-Backends: ``"process"`` (``multiprocessing`` with the spawn start method; one process per actor;
-messages pickled over ``multiprocessing`` queues, the policy itself only ever as the bit-exact
-npz bytes of :func:`ppo_ref.checkpoint.arrays_to_bytes`) or ``"thread"`` (threads and
-``queue.Queue``; the same messages, the same payload bytes).
+Backends: ``"process"`` (``multiprocessing`` with the spawn start method; one process per actor
+with its own pipe to the learner, drained by a reader thread of the learner process, and a
+``multiprocessing`` queue back; messages are pickled, the policy itself only ever travels as the
+bit-exact npz bytes of :func:`ppo_ref.checkpoint.arrays_to_bytes`) or ``"thread"`` (threads and
+``queue.Queue``; the same messages, the same payload bytes; the GIL serialises the Python work).
 """
 from __future__ import annotations
 
