@@ -38,7 +38,6 @@ bit-exact npz bytes of :func:`ppo_ref.checkpoint.arrays_to_bytes`) or ``"thread"
 from __future__ import annotations
 
 import dataclasses
-import math
 import multiprocessing
 import queue as queue_module
 import threading
@@ -46,7 +45,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -1381,7 +1380,6 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     import sys
 
     from ppo_ref.cli import DEFAULT_ENV, DEFAULT_TIMESTEPS, _SigintStopper
-    from ppo_ref.runlog import RunLogger
 
     env_id = args.env or DEFAULT_ENV
     total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
@@ -1393,9 +1391,9 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
                 "env_id": env_id, "seed": args.seed, "total_timesteps": total,
                 "actor_learner": config.to_dict(), "config": trainer.config.to_dict(),
                 "argv": sys.argv[1:]}
-    logger = _AsyncRunLogger(run_dir, json.loads(json.dumps(run_info)),
-                             progress_every=args.progress_every,
-                             checkpoint_every=args.checkpoint_every, quiet=args.quiet)
+    logger = _async_run_logger(run_dir, json.loads(json.dumps(run_info)),
+                               progress_every=args.progress_every,
+                               checkpoint_every=args.checkpoint_every, quiet=args.quiet)
     print(f"ppo-ref: training mlp on {env_id} with {config.num_actors} {config.backend} actors "
           f"({config.n_steps} steps each per update, "
           f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
@@ -1408,39 +1406,39 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
         logger.lag = (info.policy_lag_mean, info.policy_lag_max)
         return logger.callback(trainer, stats)
 
-    logger.begin(trainer)
     try:
-        with _SigintStopper(logger):
-            _, report = learner_loop(config, trainer, env_id, callback=on_update)
-    except ActorLearnerError as exc:
-        path = logger.save_last_good(trainer)
-        where = f"saved the last good checkpoint to {path}" if path else "nothing saved"
-        print(f"ppo-ref: actor-learner error: {exc}\nppo-ref: {where}", file=sys.stderr)
-        logger.close()
-        return 3
-    except KeyboardInterrupt:
-        path = logger.save_last_good(trainer)
-        print(f"\nppo-ref: interrupted; checkpoint of the last completed update: {path}",
-              file=sys.stderr)
-        logger.close()
-        return 130
+        logger.begin(trainer)
+        try:
+            with _SigintStopper(logger):
+                _, report = learner_loop(config, trainer, env_id, callback=on_update)
+        except ActorLearnerError as exc:
+            path = logger.save_last_good(trainer)
+            where = f"saved the last good checkpoint to {path}" if path else "nothing saved"
+            print(f"ppo-ref: actor-learner error: {exc}\nppo-ref: {where}", file=sys.stderr)
+            return 3
+        except KeyboardInterrupt:
+            path = logger.save_last_good(trainer)
+            print(f"\nppo-ref: interrupted; checkpoint of the last completed update: {path}",
+                  file=sys.stderr)
+            return 130
+        logger.save(trainer)
+        if report.stopped_early:
+            print(f"ppo-ref: stopped at {trainer.num_timesteps} steps", file=sys.stderr)
+            return 130
+        lags = report.policy_lag_mean
+        print(f"ppo-ref: {report.updates} updates, {report.env_steps} env steps in "
+              f"{report.wall_seconds:.1f}s ({report.steps_per_second:.0f} steps/s), policy lag "
+              f"mean {(sum(lags) / len(lags)) if lags else float('nan'):.2f} max "
+              f"{max(report.policy_lag_max, default=0)}, {report.broadcasts} broadcasts")
+        return 0
     finally:
-        trainer.close()
-    logger.save(trainer)
-    if report.stopped_early:
-        print(f"ppo-ref: stopped at {trainer.num_timesteps} steps", file=sys.stderr)
         logger.close()
-        return 130
-    lags = report.policy_lag_mean
-    print(f"ppo-ref: {report.updates} updates, {report.env_steps} env steps in "
-          f"{report.wall_seconds:.1f}s ({report.steps_per_second:.0f} steps/s), policy lag mean "
-          f"{(sum(lags) / len(lags)) if lags else float('nan'):.2f} max "
-          f"{max(report.policy_lag_max, default=0)}, {report.broadcasts} broadcasts")
-    logger.close()
-    return 0
+        trainer.close()
 
 
-def _async_run_logger_class():
+def _async_run_logger(*args, **kwargs):
+    """A :class:`ppo_ref.runlog.RunLogger` whose progress line ends with the policy lag of the
+    last update (``logger.lag = (mean, max)``, set by the caller before each callback)."""
     from ppo_ref.runlog import RunLogger
 
     class AsyncRunLogger(RunLogger):
@@ -1461,8 +1459,4 @@ def _async_run_logger_class():
             print(f"{buffer.getvalue().rstrip()} | lag mean {self.lag[0]:.2f} max {self.lag[1]}",
                   file=self.stream, flush=True)
 
-    return AsyncRunLogger
-
-
-def _AsyncRunLogger(*args, **kwargs):
-    return _async_run_logger_class()(*args, **kwargs)
+    return AsyncRunLogger(*args, **kwargs)

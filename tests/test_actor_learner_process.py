@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from ppo_ref.actor_learner import ActorDiedError, AsyncActorLearnerConfig, learner_loop, make_learner
+from ppo_ref.actor_learner import (ActorDiedError, AsyncActorLearnerConfig, learner_loop,
+                                   make_learner)
 from ppo_ref.config import PPOConfig
 
 from test_actor_learner import LEARN_PPO, crashing_env
