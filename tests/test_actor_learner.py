@@ -423,3 +423,20 @@ def test_trainer_with_a_different_discount_is_rejected():
     with pytest.raises(ValueError, match="trainer.config.gamma"):
         learner_loop(config, other, "CartPole-v1")
     assert no_actor_threads_left()
+
+
+def test_continuous_actions_with_vtrace_and_time_limit_truncation():
+    # Pendulum: Gaussian head (raw samples stored, clipped ones sent to the env) and a
+    # 200-step time limit, so the second buffer bootstraps a truncation from final_values.
+    config = small_config(n_steps=128, total_timesteps=2 * 128 * 2, use_vtrace=True,
+                          rho_bar=2.0, ppo=PPOConfig(n_epochs=2, batch_size=64))
+    infos = []
+    trainer, report = learner_loop(config, make_learner(config, "Pendulum-v1"), "Pendulum-v1",
+                                   callback=infos.append)
+    assert report.updates == 2 and report.episodes == 2          # one truncation per actor
+    last = infos[-1].rollout
+    assert last.actions.shape == (128, 2, 1) and last.actions.dtype == np.float64
+    assert last.truncated.sum() == 2 and not last.terminated.any()
+    assert last.final_values is not None and np.count_nonzero(last.final_values) == 2
+    assert np.all(np.isfinite(infos[-1].advantages))
+    assert all(np.isfinite(v) for v in report.final_stats.values())
