@@ -139,15 +139,18 @@ def _cell_backward(t, dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, dz):
 
 
 # --------------------------------------------------------------------------------------------
-# Large products in blocks. OpenBLAS runs a product on several threads once it exceeds a size
-# threshold; on a shared machine those threads spin-wait for busy cores, and the one product
-# [256, 256] x [256, 64] of this module's benchmark took 24 ms at the median instead of 0.09 ms
-# (2-core VM under load, OpenBLAS 0.3.31). Products of at most 2^20 multiply-adds stay on one
-# thread and, measured on the same machine when idle, cost the same in total. Only the order in
-# which the sums of the weight gradients are accumulated differs from the single product.
+# Large products in blocks. OpenBLAS runs a product on several threads above a size threshold
+# (on this project's 2-core VM, OpenBLAS 0.3.31: from about 1e6 multiply-adds; up to 7.9e5 it
+# took the same time with and without OPENBLAS_NUM_THREADS=1). When the cores are
+# oversubscribed, its threads wait for each other: in a round-robin timing under heavy load the
+# weight-gradient product [256, 256] x [256, 64] took 15 ms at the median as one product and
+# 0.2 ms as single-threaded blocks. Blocks of at most 2^19 multiply-adds therefore stay on one
+# thread. The price when the threads do not stall (same machine, moderate load): that product
+# took 0.19 ms instead of 0.17 ms (1 thread) or 0.11 ms (2 threads), medians. Only the order of
+# the sums of the weight gradients differs.
 # --------------------------------------------------------------------------------------------
 
-_BLOCK_MACS = 1 << 20
+_BLOCK_MACS = 1 << 19
 
 
 def _block_rows(n_cols_in: int, n_cols_out: int) -> int:
