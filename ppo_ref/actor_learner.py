@@ -391,12 +391,12 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
     2. while it holds no policy yet, or producing one more step would put it more than
        ``config.lead_limit`` steps ahead of ``version * broadcast_every * n_steps`` (the rows the
        learner provably consumed), send the unsent steps and wait for a newer broadcast;
-    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``)
-       and record its log-prob under the parameters that acted; step the env; reset it when the
-       episode ended;
+    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``);
+       step the env; reset it when the episode ended;
     4. every ``chunk_size`` steps (and before waiting or switching parameters) send the unsent
-       steps as one :class:`ExperienceBatch`; their ``values`` are computed then, in one batched
-       pass with the same parameters that chose the actions.
+       steps as one :class:`ExperienceBatch`; their ``log_probs`` and ``values`` are computed
+       then, in one batched pass with the parameters that chose the actions (the same
+       quantities as at acting time, up to BLAS rounding; as the synchronous collector does).
 
     Args:
         agent_id: this actor's column in the learner's buffer, in ``[0, num_actors)``.
@@ -426,19 +426,20 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         broadcasts = steps = episodes = 0
         budget = config.steps_per_broadcast
         lead = config.lead_limit
-        # Unsent steps, one list per ExperienceBatch field (all acted with `version`).
-        columns: Tuple[list, ...] = ([], [], [], [], [], [], [])
+        # Unsent steps, one list per field (all acted with `version`): observation, action,
+        # reward, next_observation, terminated, truncated.
+        columns: Tuple[list, ...] = ([], [], [], [], [], [])
 
         def flush():
             if columns[0]:
                 observations = np.array(columns[0])
-                values = policy.values(observations)
+                actions = np.array(columns[1])
+                log_probs, values = policy.evaluate(observations, actions)
                 k = len(columns[0])
-                send(ExperienceBatch(agent_id, observations, np.array(columns[1]),
+                send(ExperienceBatch(agent_id, observations, actions,
                                      np.array(columns[2], dtype=np.float64), np.array(columns[3]),
                                      np.array(columns[4], dtype=bool),
-                                     np.array(columns[5], dtype=bool), values,
-                                     np.array(columns[6], dtype=np.float64),
+                                     np.array(columns[5], dtype=bool), values, log_probs,
                                      np.full(k, version, dtype=np.int64)))
                 for column in columns:
                     column.clear()
@@ -479,11 +480,11 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                 raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
                                         f"{type(msg).__name__}")
             # 3. act and step.
-            action, env_action, log_prob = policy.act(obs, rng)
+            action, env_action = policy.act(obs, rng)
             next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
             next_obs = policy.observation(next_obs)
             for column, value in zip(columns, (obs, action, float(reward), next_obs,
-                                               bool(terminated), bool(truncated), log_prob)):
+                                               bool(terminated), bool(truncated))):
                 column.append(value)
             steps += 1
             if terminated or truncated:
@@ -978,18 +979,17 @@ class _ActorPolicy:
         return np.array(obs, dtype=np.float64, copy=True)
 
     def act(self, obs: np.ndarray, rng: np.random.Generator):
-        """``(action, env_action, log_prob)`` for one observation: the action as stored (int64
-        or the raw Gaussian sample), as the env receives it (clipped), and its log-probability
-        (nats) under the current parameters."""
+        """``(action, env_action)`` for one observation: the action as stored (int64 or the raw
+        Gaussian sample) and as the env receives it (clipped); policy tower only."""
         head = self.policy.head
-        out = self._policy_out(obs.reshape(1, -1))
-        actions = head.sample(rng, out, self.params)
-        log_prob = head.log_prob(out, self.params, actions)
-        return actions[0], head.to_env(actions)[0], float(log_prob[0])
+        actions = head.sample(rng, self._policy_out(obs.reshape(1, -1)), self.params)
+        return actions[0], head.to_env(actions)[0]
 
-    def values(self, observations: np.ndarray) -> np.ndarray:
-        """``V(observations)`` ``[k]`` under the current parameters."""
-        return self.policy.values(self.params, observations.reshape(len(observations), -1))
+    def evaluate(self, observations: np.ndarray, actions: np.ndarray):
+        """``(log_probs [k], values [k])`` of taken actions under the current parameters."""
+        ev = self.policy.evaluate(self.params, observations.reshape(len(observations), -1),
+                                  actions)
+        return ev.log_probs, ev.values
 
 
 #: Seconds between liveness checks of the actors while the learner waits or reads.
