@@ -650,7 +650,12 @@ class ActorGroup:
     def exit_description(self, agent_id: int) -> str:
         worker = self.workers[agent_id]
         if self.backend == "process":
-            return f"process {worker.pid} exited with code {worker.exitcode}"
+            text = f"process {worker.pid} exited with code {worker.exitcode}"
+            if worker.exitcode == 1:
+                text += (" (code 1 before the actor could report anything: usually its imports "
+                         "or the unpickling of its arguments failed; its traceback went to "
+                         "stderr)")
+            return text
         return f"thread {worker.name} ended"
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
