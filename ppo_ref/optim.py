@@ -22,6 +22,7 @@ from typing import Dict, Tuple
 import numpy as np
 
 from ppo_ref._numba import njit
+from ppo_ref.flat import FlatArrays, is_flat, same_layout
 from ppo_ref._checks import (check_choice, check_nonnegative, check_positive,
                              check_real_scalar, check_unit_interval)
 
@@ -79,6 +80,11 @@ def adam_init(params: Mapping[str, np.ndarray]) -> dict:
         ValueError: ``params`` is not a dict of float arrays.
     """
     _check_param_dict(params, "params")
+    if is_flat(params):  # moments in the same one-buffer layout (fused update)
+        m, v = params.empty_like(), params.empty_like()
+        m.flat[:] = 0.0
+        v.flat[:] = 0.0
+        return {"t": 0, "m": m, "v": v}
     return {
         "t": 0,
         "m": {k: np.zeros_like(np.asarray(p)) for k, p in params.items()},
@@ -169,11 +175,20 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
             a gradient is not finite, a parameter or moment is not finite (or the step
             overflows), or ``lr``/``betas``/``eps`` are out of range.
     """
-    _check_param_dict(params, "params")
-    _check_param_dict(grads, "grads")
-    if grads.keys() != params.keys():
-        _check_same_keys(params, "params", grads, "grads")
-    t_prev = _check_adam_state(state, params)
+    flat = (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()
+            and same_layout(params, grads, state["m"], state["v"])
+            and params.flat.dtype in (np.float64, np.float32))
+    if flat:  # one layout and dtype: keys and shapes agree by construction
+        t_prev = state["t"]
+        if isinstance(t_prev, (bool, np.bool_)) or not isinstance(t_prev, (int, np.integer)) \
+                or t_prev < 0:
+            raise ValueError(f"state['t'] must be a non-negative int, got {t_prev!r}")
+    else:
+        _check_param_dict(params, "params")
+        _check_param_dict(grads, "grads")
+        if grads.keys() != params.keys():
+            _check_same_keys(params, "params", grads, "grads")
+        t_prev = _check_adam_state(state, params)
     lr = check_nonnegative(lr, "lr")
     eps = check_nonnegative(eps, "eps")
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
@@ -183,16 +198,31 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
     for b, name in ((beta1, "betas[0]"), (beta2, "betas[1]")):
         if not 0.0 <= b < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {b}")
-    for k, p in params.items():
-        if np.shape(grads[k]) != np.shape(p):
-            raise ValueError(f"grads[{k!r}] has shape {np.shape(grads[k])}, params[{k!r}] has "
-                             f"shape {np.shape(p)}")
+    if not flat:
+        for k, p in params.items():
+            if np.shape(grads[k]) != np.shape(p):
+                raise ValueError(f"grads[{k!r}] has shape {np.shape(grads[k])}, params[{k!r}] "
+                                 f"has shape {np.shape(p)}")
 
-    t = t_prev + 1
+    t = int(t_prev) + 1
     bias_correction1 = 1.0 - beta1 ** t
     bias_correction2 = 1.0 - beta2 ** t
     step_size = lr / bias_correction1
     bias_correction2_sqrt = bias_correction2 ** 0.5
+
+    if flat:
+        # One buffer each (ppo_ref.flat): one kernel call over every parameter; element-wise
+        # the same arithmetic as the per-array loop below, so the same bits.
+        out = np.empty((3, params.layout.size), dtype=params.flat.dtype)
+        grad_finite, result_finite = _adam_kernel(
+            params.flat, grads.flat, state["m"].flat, state["v"].flat, beta1, beta2, step_size,
+            bias_correction2_sqrt, eps, out[0], out[1], out[2])
+        if grad_finite and result_finite:
+            layout = params.layout
+            return (FlatArrays.from_buffer(out[0], layout),
+                    {"t": t, "m": FlatArrays.from_buffer(out[1], layout),
+                     "v": FlatArrays.from_buffer(out[2], layout)})
+        # otherwise the per-array loop below names the offending arrays
 
     new_params: Arrays = {}
     new_m: Arrays = {}
@@ -280,10 +310,42 @@ def _sum_of_squares(x):
     return total
 
 
+@njit
+def _segment_sums_of_squares(x, starts, stops, out):
+    """``out[j] = sum(x[starts[j]:stops[j]] ** 2)``, each accumulated as :func:`_sum_of_squares`."""
+    for j in range(starts.size):
+        total = 0.0
+        for i in range(starts[j], stops[j]):
+            value = np.float64(x[i])
+            total += value * value
+        out[j] = total
+
+
+_SEGMENTS: Dict = {}
+
+
+def _layout_segments(layout):
+    """``(starts, stops)`` int64 arrays of a FlatLayout's entries in key order (cached)."""
+    seg = _SEGMENTS.get(layout)
+    if seg is None:
+        starts = np.array([o for _, o, _ in layout.entries], dtype=np.int64)
+        sizes = np.array([int(np.prod(s, dtype=np.int64)) for _, _, s in layout.entries],
+                         dtype=np.int64)
+        seg = _SEGMENTS[layout] = (starts, starts + sizes)
+    return seg
+
+
 def _array_norms(grads: Mapping[str, np.ndarray]) -> Tuple[Dict[str, float], float]:
     """Per-array L2 norms and the global norm (the norm of the per-array norms, as torch),
     accumulated in float64; inf or nan propagate."""
-    per_array = {k: math.sqrt(_sum_of_squares(np.asarray(g).ravel())) for k, g in grads.items()}
+    if is_flat(grads):  # one kernel call over the buffer, same sums in the same order
+        starts, stops = _layout_segments(grads.layout)
+        sums = np.empty(starts.size, dtype=np.float64)
+        _segment_sums_of_squares(grads.flat, starts, stops, sums)
+        per_array = {k: math.sqrt(ss) for k, ss in zip(grads, sums.tolist())}
+    else:
+        per_array = {k: math.sqrt(_sum_of_squares(np.asarray(g).ravel()))
+                     for k, g in grads.items()}
     total = 0.0
     for value in per_array.values():
         total += value * value
@@ -335,6 +397,9 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tup
         raise FloatingPointError(
             f"gradient norm is {norm}: the sum of squares overflowed; largest arrays {largest}")
     scale = max_norm / (norm + CLIP_NORM_EPS)
+    if is_flat(grads):  # one buffer: one multiply (or copy), same layout
+        return FlatArrays.from_buffer(grads.flat * scale if scale < 1.0 else grads.flat.copy(),
+                                      grads.layout), norm
     if scale < 1.0:  # a Python float scale keeps float32 arrays float32
         out = {k: np.asarray(g) * scale for k, g in grads.items()}
     else:

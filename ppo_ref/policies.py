@@ -27,10 +27,12 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
+from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward, value_forward
-from ppo_ref.nn.actor_critic import actor_critic_init
+from ppo_ref.nn.actor_critic import (actor_critic_init, fused_backward, fused_forward,
+                                     fused_layout)
 from ppo_ref.nn.distributions import (
-    categorical_entropy, categorical_entropy_backward, categorical_log_prob,
+    _categorical_backward_kernel, _categorical_eval_kernel, categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
     gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
 )
@@ -185,6 +187,27 @@ class PolicyEval(NamedTuple):
     cache: Any
 
 
+class _FusedPolicyCache(NamedTuple):
+    """Cache of the fast path of :meth:`MLPPolicy.evaluate`: ``policy_out``, ``actions``, the
+    network's :class:`~ppo_ref.nn.actor_critic.FusedCache`, and (categorical head) the
+    probabilities and entropies for the backward (``None`` otherwise)."""
+    out: np.ndarray
+    actions: np.ndarray
+    net_cache: Any
+    probs: Any
+    entropy: Any
+
+
+def _finite_grad(d, name: str, n: int) -> np.ndarray:
+    """An upstream per-row gradient as float64 ``[n]``; ``ValueError`` naming it otherwise."""
+    arr = np.asarray(d, dtype=np.float64)
+    if arr.shape != (n,):
+        raise ValueError(f"{name} must have shape {(n,)}, got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} must be finite")
+    return arr
+
+
 class MLPPolicy:
     """Feedforward actor-critic policy: :func:`actor_critic_forward` + a distribution head.
 
@@ -206,16 +229,47 @@ class MLPPolicy:
         self.shared_trunk = bool(config.shared_trunk)
         self.config = config
         self._head_keys = tuple(self.head.init_params())
+        self._fused_checked = None  # the last FlatLayout verified for the fused path
 
     # -- parameters ---------------------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> Params:
-        """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params."""
+        """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params,
+        as a :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
         c = self.config
         params = actor_critic_init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
                                    activation=c.activation, shared_trunk=self.shared_trunk,
                                    policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
         params.update(self.head.init_params())
-        return params
+        return self.as_flat(params)
+
+    def flat_layout(self, params: Mapping[str, np.ndarray]) -> FlatLayout:
+        """The one-buffer layout of this policy's parameters: :func:`fused_layout` (the two
+        towers' first layers side by side) when it applies, else the keys in order."""
+        layout = None if self.shared_trunk else fused_layout(params)
+        if layout is None:
+            layout = FlatLayout.in_order([(k, np.shape(v)) for k, v in params.items()])
+        return layout
+
+    def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
+        """A copy of a parameter-shaped dict (parameters, gradients, Adam moments) as a
+        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout`, float64: the layout the
+        fast paths of :meth:`evaluate`/:meth:`backward` and of :mod:`ppo_ref.optim` read.
+        Values and key order are unchanged."""
+        return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
+
+    def _fused(self, params) -> bool:
+        """Whether ``params`` can take the fused path (intact FlatArrays in the fused layout)."""
+        if not is_flat(params) or self.shared_trunk or params.flat.dtype != np.float64:
+            return False
+        layout = params.layout
+        if layout is self._fused_checked:
+            return True
+        ok = layout == fused_layout(params)
+        if ok:  # parse and check the towers once per layout (widths chain, keys complete)
+            from ppo_ref.nn.actor_critic import _structure
+            _structure(self._net(params), False)
+            self._fused_checked = layout
+        return ok
 
     def _net(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         if not self._head_keys:
@@ -289,7 +343,37 @@ class MLPPolicy:
 
     # -- training -----------------------------------------------------------------------------
     def evaluate(self, params, obs, actions) -> PolicyEval:
-        """Log-probs of given ``actions``, entropies and values under ``params``, plus a cache."""
+        """Log-probs of given ``actions``, entropies and values under ``params``, plus a cache.
+
+        Fast path (same equations, fewer and larger array operations): ``params`` an intact
+        :class:`~ppo_ref.flat.FlatArrays` in the fused layout (:meth:`init_params` makes one),
+        ``obs`` a finite float64 ``[B, obs_dim]`` array and, for a categorical head, int64
+        actions in range: both towers' first layers in one product
+        (:func:`~ppo_ref.nn.actor_critic.fused_forward`) and one compiled pass for the
+        log-probabilities, entropies and probabilities. Anything else takes the checked path.
+        """
+        if self._fused(params):
+            x = self.flatten_obs(obs)
+            if (x.ndim == 2 and x.shape[1] == self.obs_dim and x.flags.c_contiguous
+                    and np.isfinite(x).all()):
+                out, values, net_cache = fused_forward(params, x, self.activation)
+                if self.head.kind == "categorical":
+                    a = actions
+                    if (isinstance(a, np.ndarray) and a.dtype == np.int64
+                            and a.shape == (x.shape[0],) and a.size
+                            and 0 <= a.min() and a.max() < self.head.n_actions):
+                        n = x.shape[0]
+                        log_probs = np.empty(n)
+                        entropy = np.empty(n)
+                        probs = np.empty_like(out)
+                        if _categorical_eval_kernel(out, a, log_probs, entropy, probs):
+                            return PolicyEval(log_probs, entropy, values, _FusedPolicyCache(
+                                out, a, net_cache, probs, entropy))
+                else:
+                    log_probs = self.head.log_prob(out, params, actions)
+                    entropy = self.head.entropy(out, params)
+                    return PolicyEval(log_probs, entropy, values, _FusedPolicyCache(
+                        out, actions, net_cache, None, None))
         out, values, cache = actor_critic_forward(self._net(params), self.flatten_obs(obs),
                                                   self.activation, self.shared_trunk)
         log_probs = self.head.log_prob(out, params, actions)
@@ -299,7 +383,28 @@ class MLPPolicy:
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> Params:
         """Gradients (same keys as ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
         entropy + d_values * values)`` for the rows of the :meth:`evaluate` call that made
-        ``cache``."""
+        ``cache``. After the fast path of :meth:`evaluate` the gradients are a
+        :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params``."""
+        if isinstance(cache, _FusedPolicyCache):
+            if not self._fused(params):
+                raise ValueError("cache was made by the fast path of evaluate; params must be "
+                                 "the FlatArrays given to it")
+            out, actions, net_cache, probs, entropy = cache
+            n = out.shape[0]
+            d_lp = _finite_grad(d_log_probs, "d_log_probs", n)
+            d_v = _finite_grad(d_values, "d_values", n)
+            if probs is not None:
+                d_out = np.empty_like(out)
+                use_ent = d_entropy is not None
+                d_ent = _finite_grad(d_entropy, "d_entropy", n) if use_ent else d_lp
+                _categorical_backward_kernel(probs, actions, entropy, d_lp, d_ent, use_ent, d_out)
+                head_grads = {}
+            else:
+                d_out, head_grads = self.head.backward(out, params, actions, d_lp, d_entropy)
+            grads = fused_backward(params, net_cache, d_out, d_v)
+            for k, g in head_grads.items():
+                grads[k][...] = g
+            return grads
         out, actions, net_cache = cache
         d_out, head_grads = self.head.backward(out, params, actions, d_log_probs, d_entropy)
         grads = actor_critic_backward(self._net(params), net_cache, d_out,

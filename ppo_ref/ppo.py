@@ -49,46 +49,27 @@ RECENT_EPISODES = 100  # how many finished-episode returns the trainer remembers
 Callback = Callable[["PPOTrainer", Dict[str, float]], Optional[bool]]
 
 
-_BLAS_SETTERS = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads_64_",
-                 "scipy_openblas_set_num_threads", "openblas_set_num_threads64_",
-                 "openblas_set_num_threads", "MKL_Set_Num_Threads")
-
-
 def limit_blas_threads(n_threads: int = 1) -> bool:
-    """Set the thread count of the BLAS library NumPy loaded (OpenBLAS or MKL), via ctypes.
+    """Limit the BLAS library NumPy uses (OpenBLAS, MKL, BLIS) to ``n_threads`` threads, for
+    the whole process, from now on (``threadpoolctl.threadpool_limits(n_threads,
+    user_api="blas")``; the same as ``OPENBLAS_NUM_THREADS=1`` before start-up, but effective
+    after NumPy is imported).
 
     PPO's matrices are tiny (``[256, 64] @ [64, 64]``): a multi-threaded BLAS spends more on
     waking threads than on arithmetic, and on a shared 2-core machine it is ~10x slower than one
-    thread. The trainers call this with 1 (``blas_threads=1``). Returns True if a BLAS thread
-    setter was found and called (the same as ``OPENBLAS_NUM_THREADS=1`` before start-up, but
-    effective after NumPy is imported).
+    thread. :class:`PPOTrainer` calls this with its ``blas_threads`` argument (default 1) when it
+    is built, so the limit holds for collection and updates alike, including when a caller
+    drives ``collect_rollout``/``train_on`` itself (the actor-learner). It is not undone when
+    the trainer is closed; use ``threadpoolctl.threadpool_limits`` as a context manager around
+    a run (and ``blas_threads=None``) to scope it instead. Returns True if a BLAS thread pool
+    was found and limited.
     """
-    import ctypes
-    import glob
-    import os
-    candidates = []
-    try:
-        with open("/proc/self/maps") as fh:
-            for line in fh:
-                path = line.rsplit(" ", 1)[-1].strip()
-                name = os.path.basename(path).lower()
-                if ("openblas" in name or "mkl_rt" in name) and path not in candidates:
-                    candidates.append(path)
-    except OSError:
-        pass
-    np_libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
-    candidates += [p for p in glob.glob(os.path.join(np_libs, "*openblas*")) if p not in candidates]
-    for path in candidates:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in _BLAS_SETTERS:
-            setter = getattr(lib, name, None)
-            if setter is not None:
-                setter(ctypes.c_int(int(n_threads)))
-                return True
-    return False
+    from threadpoolctl import threadpool_limits
+    n = int(n_threads)
+    if n < 1:
+        raise ValueError(f"n_threads must be >= 1, got {n_threads}")
+    limiter = threadpool_limits(limits=n, user_api="blas")
+    return limiter.get_original_num_threads().get("blas") is not None
 
 
 def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
@@ -376,8 +357,16 @@ class PPOTrainer:
         adam_arrays = {k[len("adam/"):]: v for k, v in arrays.items() if k.startswith("adam/")}
         coll_arrays = {k[len("collector/"):]: v for k, v in arrays.items() if k.startswith("collector/")}
         self.collector.load_state(coll_arrays, state["collector"])
+        params = {k: params[k] for k in self.params}  # this policy's key order
+        adam_state = adam_state_from_arrays(adam_arrays)
+        as_flat = getattr(self.policy, "as_flat", None)
+        if as_flat is not None:  # the one-buffer layout of init_params (fast paths; same values)
+            params = as_flat(params)
+            if set(adam_state["m"]) == set(params) and set(adam_state["v"]) == set(params):
+                for moment in ("m", "v"):
+                    adam_state[moment] = as_flat({k: adam_state[moment][k] for k in params})
         self.params = params
-        self.adam_state = adam_state_from_arrays(adam_arrays)
+        self.adam_state = adam_state
         set_generator_state(self.action_rng, state["action_rng"])
         set_generator_state(self.minibatch_rng, state["minibatch_rng"])
         set_generator_state(self.predict_rng, state["predict_rng"])

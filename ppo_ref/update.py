@@ -36,7 +36,9 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 
 import numpy as np
 
-from ppo_ref.losses import approx_kl, entropy_loss, normalize_advantages, policy_loss, value_loss
+from ppo_ref._numba import njit
+from ppo_ref.losses import (_normalize_kernel, _policy_loss_kernel, _value_loss_kernel, approx_kl,
+                            entropy_loss, normalize_advantages, policy_loss, value_loss)
 from ppo_ref.optim import adam_update, clip_by_global_norm
 
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
@@ -121,6 +123,10 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     Raises:
         ValueError: from :mod:`ppo_ref.losses` (shape mismatch, non-finite input, overflow).
     """
+    fast = _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages,
+                                returns, old_values, config, clip_range, with_log_ratio)
+    if fast is not None:
+        return fast
     adv = np.asarray(advantages, dtype=np.float64)
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
         adv = normalize_advantages(adv, ddof=config.advantage_norm_ddof)
@@ -149,6 +155,84 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         max_abs_log_ratio=max_abs_log_ratio,
         d_log_probs=d_log_probs, d_entropy=(d_e * ent_coef) if d_e is not None else None,
         d_values=d_v * v_scale)
+
+
+@njit
+def _all_finite(a, b, c, d, e, f, g):
+    """True if every entry of the seven 1-D arrays is finite."""
+    for arr in (a, b, c, d, e, f, g):
+        for i in range(arr.size):
+            if not math.isfinite(arr[i]):
+                return False
+    return True
+
+
+def _is_vec(a, n: int) -> bool:
+    return (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (n,)
+            and a.flags.c_contiguous)
+
+
+def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
+                         old_values, config, clip_range, with_log_ratio):
+    """:func:`minibatch_loss` for the common case (1-D contiguous float64 inputs of one length
+    n >= 2, all finite, nothing overflowing), by calling the compiled kernels of
+    :mod:`ppo_ref.losses` directly: the same kernels and arithmetic as the public loss
+    functions, without their per-call argument checks. Returns ``None`` when the case does
+    not apply; :func:`minibatch_loss` then takes the checked path (which also produces the
+    errors)."""
+    n = np.shape(new_log_probs)[0] if np.ndim(new_log_probs) == 1 else -1
+    if n < 2 or not all(_is_vec(a, n) for a in (new_log_probs, entropy, values, old_log_probs,
+                                                   advantages, returns, old_values)):
+        return None
+    if not _all_finite(new_log_probs, entropy, values, old_log_probs, advantages, returns,
+                       old_values):
+        return None
+    adv = advantages
+    if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
+        ddof = config.advantage_norm_ddof
+        if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):
+            return None
+        adv = np.empty(n)
+        if not _normalize_kernel(advantages, int(ddof), 1e-8, adv):
+            return None
+    clip = effective_clip_range(float(clip_range))
+    if not clip > 0.0:
+        return None
+    d_log_probs = np.empty(n)
+    surrogate_sum, n_clipped, k3_sum, bad = _policy_loss_kernel(new_log_probs, old_log_probs,
+                                                                adv, clip, d_log_probs)
+    if bad >= 0:
+        return None
+    mode = config.value_loss_mode
+    if mode not in ("max", "sb3"):
+        return None
+    c_vf = config.clip_range_vf
+    clip_on = c_vf is not None
+    if clip_on and not (math.isfinite(c_vf) and c_vf > 0):
+        return None
+    d_v = np.empty(n)
+    v_sum = _value_loss_kernel(values, old_values, returns, float(c_vf) if clip_on else 0.0,
+                               clip_on, mode == "sb3", d_v)
+    p_loss = -surrogate_sum / n
+    v_loss = v_sum / n
+    v_scale = float(config.vf_coef) * float(config.value_loss_scale)
+    ent_coef = float(config.ent_coef)
+    e_loss = -float(np.mean(entropy))
+    total = p_loss + v_scale * v_loss + ent_coef * e_loss
+    if config.kl_estimator == "k3":
+        kl = k3_sum / n
+    else:
+        kl = approx_kl(old_log_probs, new_log_probs, config.kl_estimator)
+    if not all(math.isfinite(x) for x in (total, kl)):
+        return None
+    max_abs_log_ratio = (float(np.max(np.abs(new_log_probs - old_log_probs)))
+                         if with_log_ratio else math.nan)
+    d_v *= v_scale
+    return MinibatchLoss(
+        loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
+        entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_clipped / n,
+        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs,
+        d_entropy=np.full(n, -1.0 / n) * ent_coef if ent_coef != 0.0 else None, d_values=d_v)
 
 
 def shuffled_minibatch_indices(rng: np.random.Generator, n_rows: int, batch_size: int) -> List[np.ndarray]:

@@ -27,6 +27,7 @@ from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
 import numpy as np
 
 from ppo_ref._checks import check_choice, check_real_scalar
+from ppo_ref._numba import njit
 from ppo_ref.nn.mlp import (
     ACTIVATIONS, MLPCache, Params, _activation_grad_inplace, _as_grad, _as_input, _check_dim,
     _check_params_mapping, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers, mlp_init,
@@ -273,3 +274,178 @@ def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCa
         _mlp_backward_2d(trunk, cache.trunk.layer_inputs, dz, activation, "trunk.", grads,
                          need_dx=False)
     return {k: grads[k] for k in params}
+
+
+# --------------------------------------------------------------------------------------------
+# one-buffer fast path (separate towers): both towers' first layers as one matrix product
+
+def fused_layout(params: Mapping[str, np.ndarray]):
+    """The :class:`~ppo_ref.flat.FlatLayout` the fused path reads, for separate-tower params.
+
+    Keys keep the order of ``params``; in the buffer ``pi.w0`` is followed by ``vf.w0`` and
+    ``pi.b0`` by ``vf.b0``, so the first layers of both towers are one ``[2H, obs_dim]`` matrix
+    and one ``[2H]`` bias; every other key follows in key order. Returns ``None`` when the
+    fused path does not apply (shared trunk, no hidden layer, or first layers of different
+    shapes).
+    """
+    from ppo_ref.flat import FlatLayout
+    keys = list(params)
+    need = ("pi.w0", "vf.w0", "pi.b0", "vf.b0", "pi.w1", "vf.w1")
+    if any(k not in params for k in need) or any(k.startswith("trunk.") for k in keys):
+        return None
+    if np.shape(params["pi.w0"]) != np.shape(params["vf.w0"]):
+        return None
+    depth = {p: sum(1 for k in keys if k.startswith(p + "w")) for p in ("pi.", "vf.")}
+    if depth["pi."] != depth["vf."]:
+        return None
+    head = ["pi.w0", "vf.w0", "pi.b0", "vf.b0"]
+    order = head + [k for k in keys if k not in head]
+    return FlatLayout.in_order([(k, np.shape(v)) for k, v in params.items()], order)
+
+
+class FusedCache(NamedTuple):
+    """Cache of :func:`fused_forward`: the input ``x [B, D]``, the activated first layer of
+    both towers ``h0 [B, 2H]`` (``[:, :H]`` policy, ``[:, H:]`` value) and each tower's
+    :func:`~ppo_ref.nn.mlp._mlp_forward_2d` inputs of layers 1..L."""
+    x: np.ndarray
+    h0: np.ndarray
+    pi_inputs: Tuple[np.ndarray, ...]
+    vf_inputs: Tuple[np.ndarray, ...]
+    activation: str
+
+
+_FUSED_INFO = {}
+
+
+def _fused_info(layout):
+    """Per layout: offsets/shapes of the fused first layer and each tower's later layers."""
+    info = _FUSED_INFO.get(layout)
+    if info is None:
+        shapes = {k: s for k, _, s in layout.entries}
+        offsets = {k: o for k, o, _ in layout.entries}
+        h, d = shapes["pi.w0"]
+        towers = {}
+        for prefix in ("pi.", "vf."):
+            i = 1
+            names = []
+            while f"{prefix}w{i}" in shapes:
+                names.append((f"{prefix}w{i}", f"{prefix}b{i}"))
+                i += 1
+            towers[prefix] = names
+        info = _FUSED_INFO[layout] = (offsets["pi.w0"], offsets["pi.b0"], h, d, towers)
+    return info
+
+
+def fused_forward(params, x: np.ndarray, activation: str):
+    """:func:`actor_critic_forward` for params in the :func:`fused_layout` (an intact
+    :class:`~ppo_ref.flat.FlatArrays`), on a finite float64 ``x [B, D]``, without argument
+    checks. Same equations; the first layer of both towers is one product
+    ``x @ [w0_pi; w0_vf].T``. Returns ``(policy_out [B, P], values [B], FusedCache)``."""
+    o_w, o_b, h, d, towers = _fused_info(params.layout)
+    flat = params.flat
+    a = x @ flat[o_w:o_w + 2 * h * d].reshape(2 * h, d).T
+    a += flat[o_b:o_b + 2 * h]
+    if activation == "relu":
+        np.maximum(a, 0.0, out=a)
+    else:
+        np.tanh(a, out=a)
+    pi = [(params[w], params[b]) for w, b in towers["pi."]]
+    vf = [(params[w], params[b]) for w, b in towers["vf."]]
+    out, pi_in = _mlp_forward_2d(pi, a[:, :h], activation)
+    v, vf_in = _mlp_forward_2d(vf, a[:, h:], activation)
+    return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation)
+
+
+@njit
+def _backprop_hidden(dh, h, relu, db):
+    """In place ``dh *= act'(a)`` (``1 - h^2`` for tanh, ``[h > 0]`` for relu, from the
+    activation output ``h``) and ``db = sum over rows of the result``: the pre-activation
+    gradient of a hidden layer and its bias gradient in one pass over ``[B, H]``."""
+    rows, cols = dh.shape
+    for j in range(cols):
+        db[j] = 0.0
+    for i in range(rows):
+        for j in range(cols):
+            if relu:
+                g = dh[i, j] if h[i, j] > 0.0 else 0.0
+            else:
+                g = dh[i, j] * (1.0 - h[i, j] * h[i, j])
+            dh[i, j] = g
+            db[j] += g
+
+
+@njit
+def _backprop_narrow(dy, w, h, relu, dh, db):
+    """``dh = (dy @ w) * act'(a)`` and ``db = column sums of dh`` for a narrow ``dy [B, K]``
+    (a head: K = P or 1), ``w [K, H]``, activation output ``h [B, H]`` (contiguous; ``dh``
+    may be a column block of a wider array). The product is summed over k in order."""
+    rows, k_dim = dy.shape
+    cols = w.shape[1]
+    for j in range(cols):
+        db[j] = 0.0
+    for i in range(rows):
+        d = dy[i, 0]
+        for j in range(cols):
+            dh[i, j] = d * w[0, j]
+        for k in range(1, k_dim):
+            d = dy[i, k]
+            for j in range(cols):
+                dh[i, j] += d * w[k, j]
+        for j in range(cols):
+            if relu:
+                g = dh[i, j] if h[i, j] > 0.0 else 0.0
+            else:
+                g = dh[i, j] * (1.0 - h[i, j] * h[i, j])
+            dh[i, j] = g
+            db[j] += g
+
+
+def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values: np.ndarray):
+    """:func:`actor_critic_backward` of :func:`fused_forward`, without argument checks:
+    gradients as a new :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (the
+    head keys of the policy, if any, are left for the caller to fill). ``d_policy_out [B, P]``
+    and ``d_values [B]`` float64.
+
+    Same equations as :func:`ppo_ref.nn.mlp.mlp_backward` per tower (``dW = d.T @ h``,
+    ``db = sum d``, ``dh = d @ W`` then the activation derivative); the activation derivative
+    and the bias sum of a hidden layer are one compiled pass, and for the heads (a few output
+    columns) the product ``d @ W`` joins that pass too. The first layers of both towers share
+    one ``[B, 2H]`` gradient, one ``dW0 = d0.T @ x`` and one bias sum.
+    """
+    o_w, o_b, h, d, towers = _fused_info(params.layout)
+    grads = params.empty_like()
+    relu = cache.activation == "relu"
+    batch = cache.x.shape[0]
+    d0 = np.empty((batch, 2 * h))
+    gflat = grads.flat
+    for prefix, inputs, dy, cols in (("pi.", cache.pi_inputs, d_policy_out, slice(0, h)),
+                                     ("vf.", cache.vf_inputs, d_values.reshape(-1, 1),
+                                      slice(h, 2 * h))):
+        names = towers[prefix]
+        last = len(names) - 1
+        wkey, bkey = names[last]
+        np.matmul(dy.T, inputs[last], out=grads[wkey])
+        np.sum(dy, axis=0, out=grads[bkey])
+        # the head's d @ W with the activation derivative of the layer below (narrow K)
+        if last > 0:
+            dcur = np.empty((batch, inputs[last].shape[1]))
+            _backprop_narrow(dy, params[wkey], inputs[last], relu, dcur, grads[names[last - 1][1]])
+        else:
+            dcur = d0[:, cols]
+            _backprop_narrow(dy, params[wkey], cache.h0[:, cols], relu, dcur,
+                             gflat[o_b + cols.start:o_b + cols.stop])
+            continue
+        for i in range(last - 1, -1, -1):
+            wkey, bkey = names[i]
+            hin = inputs[i]
+            np.matmul(dcur.T, hin, out=grads[wkey])
+            if i > 0:
+                dh = dcur @ params[wkey]
+                _backprop_hidden(dh, hin, relu, grads[names[i - 1][1]])
+                dcur = dh
+            else:
+                np.matmul(dcur, params[wkey], out=d0[:, cols])
+    if len(towers["pi."]) > 1:  # d0 holds d @ W1 of both towers: activation derivative + bias
+        _backprop_hidden(d0, cache.h0, relu, gflat[o_b:o_b + 2 * h])
+    np.matmul(d0.T, cache.x, out=gflat[o_w:o_w + 2 * h * d].reshape(2 * h, d))
+    return grads

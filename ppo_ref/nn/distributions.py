@@ -40,6 +40,7 @@ import numpy as np
 from ppo_ref._checks import as_float_array as _as_float_array_checked
 from ppo_ref._checks import check_same_shape
 from ppo_ref._checks import result_dtype as _result_dtype_checked
+from ppo_ref._numba import njit
 
 __all__ = [
     "log_softmax", "categorical_entropy", "categorical_log_prob", "categorical_log_prob_backward",
@@ -471,3 +472,55 @@ def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
     eps *= np.exp(ls.astype(np.float64))
     eps += mu
     return eps.astype(dt, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# fused categorical kernels for the trainers' hot loop (finite logits only; unchecked)
+
+@njit
+def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
+    """Per row ``i`` of finite ``logits [B, A]``: ``log_probs[i] = log_softmax(logits)[i,
+    actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
+    :func:`_categorical_backward_kernel`). Same steps as :func:`log_softmax` (shift by the row
+    max, subtract the log of the sum of exponentials, left to right). Returns False (and
+    stops) at a non-finite logit; the caller then takes the checked path."""
+    rows, n = logits.shape
+    for i in range(rows):
+        m = logits[i, 0]
+        for k in range(n):
+            z = logits[i, k]
+            if not math.isfinite(z):
+                return False
+            if z > m:
+                m = z
+        s = 0.0
+        for k in range(n):
+            s += math.exp(logits[i, k] - m)
+        lse = math.log(s)
+        h = 0.0
+        for k in range(n):
+            lp = (logits[i, k] - m) - lse
+            p = math.exp(lp)
+            probs[i, k] = p
+            h -= p * lp
+        log_probs[i] = (logits[i, actions[i]] - m) - lse
+        entropy[i] = h
+    return True
+
+
+@njit
+def _categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy, use_entropy,
+                                 d_logits):
+    """``d_logits = d_log_probs * (onehot(actions) - pi) - d_entropy * pi * (log pi + H)``
+    (the sum of :func:`categorical_log_prob_backward` and :func:`categorical_entropy_backward`)
+    from the ``probs``/``entropy`` of :func:`_categorical_eval_kernel`."""
+    rows, n = probs.shape
+    for i in range(rows):
+        d = d_log_probs[i]
+        for k in range(n):
+            p = probs[i, k]
+            g = -p * d
+            if use_entropy and p > 0.0:
+                g -= d_entropy[i] * p * (math.log(p) + entropy[i])
+            d_logits[i, k] = g
+        d_logits[i, actions[i]] += d

@@ -1,0 +1,134 @@
+"""The one-buffer fast path of the MLP policy (ppo_ref.flat, nn.actor_critic.fused_*,
+MLPPolicy.evaluate/backward): gradients against central differences, agreement with the
+checked per-array path, and the fall-backs."""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from gradcheck import check_gradients
+from ppo_ref.config import PPOConfig
+from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat, same_layout
+from ppo_ref.nn.actor_critic import fused_layout
+from ppo_ref.policies import MLPPolicy, _FusedPolicyCache
+
+
+def make_policy(rng, *, activation="tanh", net_arch=(16, 16), continuous=False, n_actions=3):
+    obs_space = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float64)
+    act_space = (gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float64) if continuous
+                 else gym.spaces.Discrete(n_actions))
+    config = PPOConfig(activation=activation, net_arch=net_arch, policy_head_gain=1.0)
+    policy = MLPPolicy(obs_space, act_space, config)
+    params = policy.init_params(rng)
+    for v in params.values():  # non-zero biases and log_std: every term of the gradient matters
+        v[...] += 0.3 * rng.standard_normal(v.shape)
+    return policy, params
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("net_arch", [(16, 16), (8,), (8, 6, 4)])
+def test_fused_policy_gradient_matches_central_differences(rng, continuous, activation, net_arch):
+    policy, params = make_policy(rng, activation=activation, net_arch=net_arch,
+                                 continuous=continuous)
+    assert is_flat(params) and params.layout == fused_layout(params)
+    obs = rng.standard_normal((11, 5))
+    actions = (rng.standard_normal((11, 2)) if continuous else rng.integers(0, 3, 11))
+    w_lp, w_h, returns = rng.standard_normal(11), rng.standard_normal(11), rng.standard_normal(11)
+
+    def loss_and_grads():
+        ev = policy.evaluate(params, obs, actions)
+        loss = (np.sum(w_lp * ev.log_probs) + np.sum(w_h * ev.entropy)
+                + np.sum((ev.values - returns) ** 2))
+        return loss, ev, policy.backward(params, ev.cache, w_lp, w_h, 2.0 * (ev.values - returns))
+
+    _, ev, grads = loss_and_grads()
+    assert isinstance(ev.cache, _FusedPolicyCache)
+    assert is_flat(grads) and grads.layout == params.layout
+    check_gradients(lambda: loss_and_grads()[0], dict(params), dict(grads), rng=rng)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_fused_path_agrees_with_checked_path(rng, continuous, activation):
+    policy, params = make_policy(rng, activation=activation, continuous=continuous)
+    obs = rng.standard_normal((64, 5))
+    actions = (rng.standard_normal((64, 2)) if continuous else rng.integers(0, 3, 64))
+    d_lp, d_h, d_v = rng.standard_normal(64), rng.standard_normal(64), rng.standard_normal(64)
+    fast = policy.evaluate(params, obs, actions)
+    plain = dict(params)  # an ordinary dict: the checked per-array path
+    slow = policy.evaluate(plain, obs, actions)
+    assert isinstance(fast.cache, _FusedPolicyCache) and not isinstance(slow.cache, _FusedPolicyCache)
+    for a, b in zip(fast[:3], slow[:3]):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+    g_fast = policy.backward(params, fast.cache, d_lp, d_h, d_v)
+    g_slow = policy.backward(plain, slow.cache, d_lp, d_h, d_v)
+    assert list(g_fast) == list(g_slow) == list(params)
+    for k in params:
+        np.testing.assert_allclose(g_fast[k], g_slow[k], rtol=1e-11, atol=1e-12, err_msg=k)
+
+
+def test_fast_path_is_deterministic_and_row_order_free(rng):
+    """The stored behaviour log-probs/values come from one batch, the minibatches from row
+    subsets of it: per-row results must not depend on the other rows."""
+    policy, params = make_policy(rng, net_arch=(64, 64), n_actions=2)
+    obs = rng.standard_normal((256, 5))
+    actions = rng.integers(0, 2, 256)
+    full = policy.evaluate(params, obs, actions)
+    perm = rng.permutation(256)
+    for idx in (perm, perm[:64], perm[100:228]):
+        part = policy.evaluate(params, obs[idx], actions[idx])
+        assert np.array_equal(part.log_probs, full.log_probs[idx])
+        assert np.array_equal(part.values, full.values[idx])
+
+
+def test_fallbacks_and_errors(rng):
+    policy, params = make_policy(rng)
+    obs = rng.standard_normal((4, 5))
+    actions = rng.integers(0, 3, 4)
+    # out-of-range actions and non-finite observations go to the checked path (its errors)
+    with pytest.raises(ValueError, match="actions"):
+        policy.evaluate(params, obs, np.array([0, 1, 2, 3]))
+    bad = obs.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="obs"):
+        policy.evaluate(params, bad, actions)
+    ev = policy.evaluate(params, obs, actions)
+    with pytest.raises(ValueError, match="d_values"):
+        policy.backward(params, ev.cache, np.ones(4), None, np.array([1.0, np.inf, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="d_log_probs"):
+        policy.backward(params, ev.cache, np.ones(3), None, np.ones(4))
+    # replacing an entry turns the FlatArrays into an ordinary dict for the fast paths
+    params2 = policy.as_flat(params)
+    params2["pi.b0"] = params2["pi.b0"].copy()
+    assert not is_flat(params2)
+    assert not isinstance(policy.evaluate(params2, obs, actions).cache, _FusedPolicyCache)
+
+
+def test_shared_trunk_uses_the_checked_path_with_a_flat_buffer(rng):
+    obs_space = gym.spaces.Box(-1.0, 1.0, (3,), dtype=np.float64)
+    policy = MLPPolicy(obs_space, gym.spaces.Discrete(2), PPOConfig(shared_trunk=True))
+    params = policy.init_params(rng)
+    assert is_flat(params) and fused_layout(params) is None
+    ev = policy.evaluate(params, rng.standard_normal((5, 3)), rng.integers(0, 2, 5))
+    assert not isinstance(ev.cache, _FusedPolicyCache)
+    grads = policy.backward(params, ev.cache, np.ones(5), None, np.ones(5))
+    assert list(grads) == list(params)
+
+
+def test_flat_arrays_layout(rng):
+    arrays = {"a": rng.standard_normal((2, 3)), "b": rng.standard_normal(4), "c": np.zeros((1,))}
+    layout = FlatLayout.in_order([(k, v.shape) for k, v in arrays.items()], ["b", "c", "a"])
+    flat = flatten_arrays(arrays, layout)
+    assert list(flat) == ["a", "b", "c"] and flat.flat.shape == (11,)
+    assert np.array_equal(flat.flat[:4], arrays["b"]) and np.array_equal(flat.flat[5:], arrays["a"].ravel())
+    for k in arrays:
+        assert np.array_equal(flat[k], arrays[k]) and np.shares_memory(flat[k], flat.flat)
+    other = flat.empty_like()
+    assert same_layout(flat, other) and not same_layout(flat, flatten_arrays(arrays))
+    assert isinstance(flat, dict) and type(dict(flat)) is dict
+    with pytest.raises(ValueError, match="tile"):
+        FlatLayout([("a", 0, (2,)), ("b", 1, (2,))], 3)
+    with pytest.raises(ValueError, match="shape"):
+        flatten_arrays({"a": np.zeros(3), "b": np.zeros(4), "c": np.zeros(1)}, layout)
+    with pytest.raises(ValueError, match="contiguous"):
+        FlatArrays.from_buffer(np.zeros(22)[::2], layout)

@@ -1,0 +1,65 @@
+"""adam_update / clip_by_global_norm on one-buffer parameter dicts (ppo_ref.flat): the fused
+paths give exactly the bits of the per-array paths and stay pure."""
+import numpy as np
+import pytest
+
+from ppo_ref.flat import flatten_arrays, is_flat
+from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm, global_norm
+
+
+def arrays(rng, scale=1.0):
+    return {"w0": scale * rng.standard_normal((7, 3)), "b0": scale * rng.standard_normal(7),
+            "w1": scale * rng.standard_normal((2, 7)), "b1": scale * rng.standard_normal(2)}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_flat_adam_equals_per_array_adam_bit_for_bit(rng, dtype):
+    p_dict = {k: v.astype(dtype) for k, v in arrays(rng).items()}
+    p_flat = flatten_arrays(p_dict)
+    s_dict, s_flat = adam_init(p_dict), adam_init(p_flat)
+    assert is_flat(s_flat["m"]) and is_flat(s_flat["v"])
+    for step in range(5):
+        g = {k: v.astype(dtype) for k, v in arrays(rng).items()}
+        g_flat = flatten_arrays(g)
+        before = p_flat.flat.copy()
+        p_dict, s_dict = adam_update(p_dict, g, s_dict, lr=1e-2, eps=1e-5)
+        new_flat, s_flat = adam_update(p_flat, g_flat, s_flat, lr=1e-2, eps=1e-5)
+        assert np.array_equal(p_flat.flat, before)  # pure: the inputs are untouched
+        p_flat = new_flat
+        assert is_flat(p_flat) and s_flat["t"] == s_dict["t"] == step + 1
+        for k in p_dict:
+            assert p_flat[k].dtype == dtype
+            assert np.array_equal(p_flat[k], p_dict[k])
+            assert np.array_equal(s_flat["m"][k], s_dict["m"][k])
+            assert np.array_equal(s_flat["v"][k], s_dict["v"][k])
+
+
+def test_flat_adam_errors_name_the_arrays(rng):
+    p = flatten_arrays(arrays(rng))
+    g = flatten_arrays(arrays(rng))
+    g["w1"][0, 1] = np.nan
+    state = adam_init(p)
+    with pytest.raises(ValueError, match=r"grads\['w1'\]"):
+        adam_update(p, g, state, lr=1e-3)
+    with pytest.raises(ValueError, match="state\\['t'\\]"):
+        adam_update(p, flatten_arrays(arrays(rng)), {"t": -1, "m": state["m"], "v": state["v"]},
+                    lr=1e-3)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 10.0])
+def test_flat_clip_equals_per_array_clip(rng, scale):
+    g = arrays(rng, scale)
+    g_flat = flatten_arrays(g)
+    clipped, norm = clip_by_global_norm(g, 0.5)
+    clipped_flat, norm_flat = clip_by_global_norm(g_flat, 0.5)
+    assert norm == norm_flat == global_norm(g_flat) == global_norm(g)
+    assert is_flat(clipped_flat) and not np.shares_memory(clipped_flat.flat, g_flat.flat)
+    for k in g:
+        assert np.array_equal(clipped_flat[k], clipped[k])
+
+
+def test_flat_clip_non_finite_names_arrays(rng):
+    g = flatten_arrays(arrays(rng))
+    g["b0"][3] = np.inf
+    with pytest.raises(FloatingPointError, match="b0"):
+        clip_by_global_norm(g, 0.5)
