@@ -524,8 +524,12 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
     """
     import signal
 
+    from ppo_ref.ppo import limit_blas_threads
+
     # Ctrl-C belongs to the learner, which shuts the actors down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One observation per forward pass: BLAS threads would only compete for the cores.
+    limit_blas_threads(1)
     parent = multiprocessing.parent_process()
 
     def learner_gone() -> bool:
@@ -757,9 +761,8 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     group = ActorGroup(config.backend, workers, inbox, broadcast_queues, stop_event,
                        readers=[reader for reader, _ in pipes])
     try:
-        with _single_threaded_blas_for_children(config.backend == "process"):
-            for worker in workers:
-                worker.start()
+        for worker in workers:
+            worker.start()
     except BaseException:
         group.shutdown(timeout=1.0)
         raise
@@ -769,36 +772,6 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
         for _, writer in pipes:
             writer.close()
     return group
-
-
-#: Environment variables that cap BLAS/OpenMP thread pools; actor processes get 1 (a forward
-#: pass on one observation gains nothing from threads, and N actors x M BLAS threads on a few
-#: cores slow everything down). Values the user already set are kept.
-_BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-
-
-class _single_threaded_blas_for_children:
-    """Context manager: while active, ``os.environ`` asks new (spawned) processes for
-    single-threaded BLAS; the parent's own, already loaded BLAS is unaffected."""
-
-    def __init__(self, active: bool):
-        self.active = active
-        self.added: List[str] = []
-
-    def __enter__(self):
-        import os
-        if self.active:
-            for name in _BLAS_THREAD_VARIABLES:
-                if name not in os.environ:
-                    os.environ[name] = "1"
-                    self.added.append(name)
-        return self
-
-    def __exit__(self, *exc):
-        import os
-        for name in self.added:
-            os.environ.pop(name, None)
-        return False
 
 
 # --------------------------------------------------------------------------------------------
@@ -976,8 +949,9 @@ class _ActorPolicy:
         self._policy_out = None
 
     def set_params(self, params) -> None:
-        self.params = params
-        self._policy_out = self.policy.policy_out_fn(params)
+        """Install broadcast parameters (in the policy's one-buffer layout, its fast path)."""
+        self.params = self.policy.as_flat(params)
+        self._policy_out = self.policy.policy_out_fn(self.params)
 
     def observation(self, obs) -> np.ndarray:
         """A float64 copy (envs may reuse and mutate their observation buffer)."""

@@ -234,8 +234,9 @@ def test_lockstep_gives_zero_policy_lag_and_ratio_one():
         assert np.all(info.policy_versions == info.version)          # every experience: lag 0
         assert info.version == info.update - 1
         # The learner recomputes the behaviour log-probs: ratio 1 in the first minibatch, to
-        # float64 rounding (an actor evaluates one observation, the learner a minibatch: BLAS
-        # may sum a hidden unit's products in another order; measured 1.1e-16).
+        # float64 rounding (actors evaluate their chunk of steps, the learner a minibatch of
+        # another size: BLAS may sum a hidden unit's products in another order; measured here:
+        # exactly 0, and 1.1e-16 with an earlier per-observation path).
         assert info.stats["first_max_abs_log_ratio"] <= 1e-12
     assert report.policy_lag_mean == [0.0] * 4 and report.policy_lag_max == [0] * 4
     for stats in report.actor_stats:
