@@ -31,6 +31,7 @@ import numpy as np
 
 FORMAT_VERSION = 1
 METADATA_KEY = "__metadata__"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
 
 __all__ = [
     "CheckpointError", "FORMAT_VERSION", "arrays_to_bytes", "arrays_from_bytes",
@@ -79,8 +80,14 @@ def arrays_from_bytes(data: bytes, *, source: str = "<bytes>") -> Dict[str, np.n
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if not data.startswith(_ZIP_MAGIC):
+        # np.load would take any non-zip, non-.npy bytes for pickled data, or return a bare
+        # array for a .npy file: neither is an archive this module wrote
+        raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
+                              "corrupt or a foreign file)")
     try:
-        with np.load(io.BytesIO(bytes(data)), allow_pickle=False) as npz:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
     except CheckpointError:
         raise
@@ -170,7 +177,8 @@ def load_checkpoint(path) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         raise CheckpointError(f"checkpoint {path!r} is empty (truncated)")
     arrays = arrays_from_bytes(data, source=f"checkpoint {path!r}")
     if METADATA_KEY not in arrays:
-        raise CheckpointError(f"checkpoint {path!r} has no {METADATA_KEY!r} member")
+        raise CheckpointError(f"checkpoint {path!r} is not a ppo_ref checkpoint (an .npz archive "
+                              f"without the {METADATA_KEY!r} member: a foreign file)")
     metadata = array_to_json(arrays.pop(METADATA_KEY), name=f"checkpoint {path!r} metadata")
     if not isinstance(metadata, dict):
         raise CheckpointError(f"checkpoint {path!r} metadata must be a JSON object")

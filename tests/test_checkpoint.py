@@ -159,3 +159,22 @@ def test_checkpoint_contents(tmp_path):
     for key in ("params/pi.w0", "adam/t", "adam/m.pi.w0", "collector/obs",
                 "collector/episode_starts", "collector/episode_return", "state_json"):
         assert key in arrays
+
+
+def test_foreign_or_random_files_are_not_ppo_ref_checkpoints(tmp_path):
+    import zipfile
+    from ppo_ref.checkpoint import CheckpointError, load_checkpoint
+    random_bytes = tmp_path / "random.npz"
+    random_bytes.write_bytes(np.random.default_rng(1).bytes(5000))
+    npy = tmp_path / "array.npz"
+    with open(npy, "wb") as fh:
+        np.save(fh, np.arange(3.0))
+    foreign_zip = tmp_path / "foreign.npz"
+    with zipfile.ZipFile(foreign_zip, "w") as zf:
+        zf.writestr("readme.txt", "hello")
+    plain_npz = tmp_path / "plain.npz"
+    np.savez(plain_npz, x=np.arange(3))
+    for path in (random_bytes, npy, foreign_zip, plain_npz):
+        with pytest.raises(CheckpointError, match="not a ppo_ref checkpoint") as info:
+            load_checkpoint(path)
+        assert str(path) in str(info.value) and "pickle" not in str(info.value)
