@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
@@ -566,10 +567,21 @@ def _decode_settings(settings: Mapping) -> dict:
     return out
 
 
+def _read_json(path: str, what: str):
+    """Parsed JSON of ``path``; ``ValueError`` naming the file (``what`` says which file) when it
+    is not JSON. ``OSError`` (missing, unreadable) propagates unchanged."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            return json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{what} {path} is not valid JSON ({exc})") from None
+
+
 def load_case(path: str) -> dict:
     """Read one case file; ``inputs`` and ``expected`` decoded to NumPy (settings as JSON)."""
-    with open(path, encoding="utf-8") as fh:
-        raw = json.load(fh)
+    raw = _read_json(path, "case file")
+    if not isinstance(raw, dict):
+        raise ValueError(f"case file {path} must hold a JSON object")
     if raw.get("format") != FORMAT:
         raise ValueError(f"{path}: format must be {FORMAT!r}, got {raw.get('format')!r}")
     raw["inputs"] = decode(raw["inputs"])
@@ -584,9 +596,12 @@ def load_cases(vectors_dir: str) -> List[dict]:
     if not os.path.exists(index_path):
         raise ValueError(f"vectors_dir has no index.json: {vectors_dir!r} (write it with "
                          "`ppo-ref vectors --out DIR`)")
-    with open(index_path, encoding="utf-8") as fh:
-        index = json.load(fh)
-    return [load_case(os.path.join(vectors_dir, entry["file"])) for entry in index["cases"]]
+    index = _read_json(index_path, "vectors index")
+    try:
+        files = [entry["file"] for entry in index["cases"]]
+    except (KeyError, TypeError):
+        raise ValueError(f"vectors index {index_path} must hold {{'cases': [{{'file': ...}}, ...]}}") from None
+    return [load_case(os.path.join(vectors_dir, name)) for name in files]
 
 
 def reference_results(vectors_dir: str, implementation: str = "ppo_ref") -> dict:
@@ -648,12 +663,17 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         case's outputs; ``inf`` for a shape or special-value mismatch, ``nan`` if missing),
         ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``.
     """
-    with open(results_file, encoding="utf-8") as fh:
-        results = json.load(fh)
+    results = _read_json(results_file, "results file")
+    if not isinstance(results, dict):
+        raise ValueError(f"results file {results_file} must hold a JSON object")
     if results.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"results_file format must be {RESULTS_FORMAT!r}, "
+        raise ValueError(f"results file {results_file}: format must be {RESULTS_FORMAT!r}, "
                          f"got {results.get('format')!r}")
     got_cases = results.get("cases", {})
+    if not isinstance(got_cases, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("outputs", {}), dict) for v in got_cases.values()):
+        raise ValueError(f"results file {results_file}: 'cases' must map case names to "
+                         "{'outputs': {...}}")
     rows = []
     for case in load_cases(vectors_dir):
         tol = case.get("tolerance", DEFAULT_TOLERANCE)
@@ -706,9 +726,20 @@ def format_table(rows: List[dict]) -> str:
 # Command line: `ppo-ref vectors --out DIR` and `ppo-ref check DIR --results FILE`
 # ----------------------------------------------------------------------------------------------
 
+def _cli_error(command: str, message: str) -> int:
+    print(f"ppo-ref {command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
 def cli_vectors(args) -> int:
-    """``ppo-ref vectors --out DIR``: write the cases; print one line per case."""
-    names = write_vectors(args.out, seed=args.seed)
+    """``ppo-ref vectors --out DIR``: write the cases; print one line per case. A directory
+    that cannot be written is one line on stderr and exit status 2."""
+    if args.seed < 0:
+        return _cli_error("vectors", f"--seed must be >= 0, got {args.seed}")
+    try:
+        names = write_vectors(args.out, seed=args.seed)
+    except OSError as exc:
+        return _cli_error("vectors", f"cannot write {args.out}: {exc.strerror or exc}")
     print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
     for name in names:
         print(f"  {name}")
@@ -716,9 +747,18 @@ def cli_vectors(args) -> int:
 
 
 def cli_check(args) -> int:
-    """``ppo-ref check DIR --results FILE``: print the table; 1 if a case fails or is missing."""
-    rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
-                         allow_missing=args.allow_missing)
+    """``ppo-ref check DIR --results FILE``: print the table; 1 if a case fails or is missing;
+    2 (one line on stderr) when the vectors or the results file cannot be read."""
+    if not os.path.isdir(args.vectors_dir):
+        return _cli_error("check", f"vectors directory {args.vectors_dir} does not exist (write "
+                                   "one with `ppo-ref vectors --out DIR`)")
+    try:
+        rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
+                             allow_missing=args.allow_missing)
+    except OSError as exc:
+        return _cli_error("check", f"cannot read {exc.filename or args.results}: {exc.strerror or exc}")
+    except ValueError as exc:
+        return _cli_error("check", str(exc))
     print(format_table(rows))
     return 1 if any(r["status"] in ("FAIL", "MISSING") for r in rows) else 0
 
