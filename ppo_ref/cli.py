@@ -17,6 +17,7 @@ so ``ppo_ref.recurrent_ppo`` and ``ppo_ref.actor_learner`` are imported only whe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -24,8 +25,9 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ["main", "build_parser", "SUBCOMMANDS", "TRAINERS", "ASYNC_ENTRY",
-           "register_subcommand", "trainer_class", "build_config"]
+__all__ = ["main", "build_parser", "SUBCOMMANDS", "TRAINERS", "ASYNC_ENTRY", "UsageError",
+           "user_input", "register_subcommand", "trainer_class", "build_config", "make_unique_dir",
+           "preset_names"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -43,6 +45,32 @@ ASYNC_ENTRY = "ppo_ref.actor_learner:cli_train"
 
 # subcommand name -> (configure_parser(subparser), run(args) -> int)
 SUBCOMMANDS: Dict[str, Any] = {}
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for (flags, files, environment ids). :func:`main`
+    prints it as one line ``ppo-ref <command>: error: <message>`` and exits with status 2."""
+
+
+@contextlib.contextmanager
+def user_input(what: str = ""):
+    """Around an operation on user input (reading or writing the user's files, parsing flags,
+    building a config): ``OSError``/``ValueError`` become :class:`UsageError` (prefixed with
+    ``what``). Only wrap such operations, so a genuine bug elsewhere keeps its traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if what:
+            detail = exc.strerror or str(exc)
+            raise UsageError(f"{what}: {detail}") from None
+        where = f": {exc.filename}" if exc.filename else ""
+        raise UsageError(f"{exc.strerror or exc}{where}") from None
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}" if what else str(exc)) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
 
 
 def register_subcommand(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],
@@ -74,7 +102,60 @@ def _trainer_class_by_name(name: str):
     for target in TRAINERS.values():
         if target.endswith(":" + name):
             return _import(target)
-    raise SystemExit(f"ppo-ref: the checkpoint holds an unknown trainer {name!r}")
+    raise UsageError(f"the checkpoint holds an unknown trainer {name!r}")
+
+
+def _policy_of_trainer(name: Optional[str]) -> Optional[str]:
+    for policy, target in TRAINERS.items():
+        if name and target.endswith(":" + name):
+            return policy
+    return None
+
+
+def preset_names() -> List[str]:
+    """Every name ``--preset`` accepts: ``zoo``, ``default`` and the PPOConfig presets."""
+    from ppo_ref.config import PRESETS
+    return ["zoo", "default", *PRESETS]
+
+
+def _resolve_preset(preset: Optional[str], env_id: str) -> str:
+    if preset is None:
+        return "zoo" if env_id == DEFAULT_ENV else "default"
+    return preset
+
+
+def make_unique_dir(base: str) -> str:
+    """Create and return ``base``, or ``base-2``, ``base-3``, ... (the first that does not exist).
+
+    Each candidate is created with ``os.makedirs(exist_ok=False)``, so two processes racing for
+    the same name (two runs started in the same second) get different directories.
+    """
+    candidate, n = base, 1
+    while True:
+        try:
+            os.makedirs(candidate, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = f"{base}-{n}"
+
+
+def _probe_env(env_id: str) -> None:
+    """Make (and close) ``env_id`` once so a missing, deprecated or uninstalled env is reported
+    as one line before anything is created (gymnasium's own error text is kept)."""
+    import warnings
+
+    import gymnasium
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            env = gymnasium.make(env_id)
+        except (gymnasium.error.Error, ImportError) as exc:
+            # gymnasium warns before raising (e.g. "Taxi-v3 is out of date"): the error says it
+            raise UsageError(f"cannot make env {env_id!r}: {_one_line(exc)}") from None
+        env.close()
+    for w in caught:  # the env works: pass its warnings on
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_envs: Optional[int]):
@@ -87,6 +168,8 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
         changes["n_envs"] = int(n_envs)
     if preset is None:
         preset = "zoo" if env_id == DEFAULT_ENV else "default"
+    if preset not in preset_names():
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(preset_names())}")
     if preset == "zoo":
         return PPOConfig.zoo_cartpole(**changes)
     if preset == "default":
@@ -103,7 +186,7 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
                    help=f"train until this many env steps (default {DEFAULT_TIMESTEPS}; "
                         "with --resume: the checkpoint's target)")
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (overrides the config)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="seed of the run (default 0)")
     p.add_argument("--run-dir", default=None,
                    help="output directory (default runs/<env>-<policy>-seed<S>-<timestamp>)")
     p.add_argument("--preset", default=None,
@@ -112,8 +195,9 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a PPOConfig field (repeatable), e.g. --set n_epochs=10")
     p.add_argument("--resume", default=None, metavar="DIR",
-                   help="continue the run in DIR from its checkpoint.npz (exactly)")
-    p.add_argument("--vectorization", default="sync", choices=["sync", "async"],
+                   help="continue the run in DIR from its checkpoint.npz (exactly), with its saved "
+                        "settings; only --total-timesteps may change (to extend the run)")
+    p.add_argument("--vectorization", default=None, choices=["sync", "async"],
                    help="gymnasium SyncVectorEnv (default) or AsyncVectorEnv")
     p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
                    help="write checkpoint.npz at least this often (and at the end)")
@@ -122,9 +206,10 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("asynchronous actor-learner (--async)")
     g.add_argument("--async", dest="use_async", action="store_true",
                    help="train with the actor-learner loop (ppo_ref.actor_learner)")
-    g.add_argument("--num-actors", type=int, default=4)
+    g.add_argument("--num-actors", type=int, default=None, help="actor processes (default 4)")
     g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
-    g.add_argument("--broadcast-every", type=int, default=1, help="updates between policy broadcasts")
+    g.add_argument("--broadcast-every", type=int, default=None,
+                   help="updates between policy broadcasts (default 1)")
 
 
 class _SigintStopper:
@@ -186,56 +271,237 @@ def run_training(trainer, logger, total_timesteps: int) -> int:
     return code
 
 
-def cmd_train(args: argparse.Namespace) -> int:
+def _check_train_flags(args: argparse.Namespace) -> None:
+    """Reject out-of-range values and flag combinations that would be ignored silently."""
+    if args.total_timesteps is not None and args.total_timesteps < 1:
+        raise UsageError(f"--total-timesteps must be >= 1, got {args.total_timesteps}")
+    for flag, value in (("--checkpoint-every", args.checkpoint_every),
+                        ("--progress-every", args.progress_every)):
+        if not value >= 0:  # also rejects nan
+            raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
+    if args.n_envs is not None and args.n_envs < 1:
+        raise UsageError(f"--n-envs must be >= 1, got {args.n_envs}")
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.preset is not None and args.preset not in preset_names():
+        raise UsageError(f"unknown --preset {args.preset!r}; choose from {', '.join(preset_names())}")
+    async_only = [flag for flag, value in (("--num-actors", args.num_actors),
+                                           ("--vtrace", args.vtrace or None),
+                                           ("--broadcast-every", args.broadcast_every))
+                  if value is not None]
+    if args.resume and args.use_async:
+        raise UsageError("--async cannot be combined with --resume: --resume continues the run "
+                         "with the trainer it was started with")
+    if not args.use_async:
+        if async_only:
+            raise UsageError(f"{', '.join(async_only)} only appl{'ies' if len(async_only) == 1 else 'y'} "
+                             "to the actor-learner: add --async (or drop the flag)")
+        return
+    if args.policy == "lstm":
+        raise UsageError("--async --policy lstm is not supported: the actor-learner trains the MLP "
+                         "policy only (drop --async to train the LSTM policy)")
+    if args.vectorization is not None:
+        raise UsageError("--vectorization does not apply with --async (each actor process steps "
+                         "its own envs)")
+    for flag, value in (("--num-actors", args.num_actors), ("--broadcast-every", args.broadcast_every)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+
+
+def _check_fresh_run_dir(run_dir: str) -> None:
+    """``--run-dir`` must not hold a run already (it would be overwritten)."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
+    for name in ("checkpoint.npz", "metrics.csv"):
+        if os.path.exists(os.path.join(run_dir, name)):
+            raise UsageError(f"{run_dir} already holds a run ({name}): continue it with "
+                             f"--resume {run_dir}, or choose another --run-dir")
+
+
+def _rollout_note(config, start: int, total: int) -> None:
+    """Training stops at the first rollout boundary at or past ``total``: say so when that
+    overshoots the target."""
+    batch = int(config.n_steps) * int(config.n_envs)
+    rollouts = -(-(total - start) // batch)
+    if start + rollouts * batch != total:
+        print(f"ppo-ref: note: training runs whole rollouts of n_steps*n_envs = "
+              f"{config.n_steps}*{config.n_envs} = {batch} steps: {rollouts} rollout"
+              f"{'s' if rollouts != 1 else ''} to reach --total-timesteps {total}, "
+              f"{start + rollouts * batch} steps in all", file=sys.stderr)
+
+
+def _read_run_info(run_dir: str) -> Dict[str, Any]:
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path):
+        return {}
+    with user_input(f"cannot read {path}"):
+        with open(path, encoding="utf-8") as fh:
+            info = json.load(fh)
+    return info if isinstance(info, dict) else {}
+
+
+def _saved_preset(info: Dict[str, Any], env_id: str) -> Optional[str]:
+    """The preset name a run was started with: recorded in config.json (``preset``), else read
+    from its recorded command line; None when neither says."""
+    if isinstance(info.get("preset"), str):
+        return info["preset"]
+    argv = info.get("argv")
+    if not isinstance(argv, list) or "train" not in argv:
+        return None
+    preset = None
+    for i, item in enumerate(argv):
+        if item == "--preset" and i + 1 < len(argv):
+            preset = argv[i + 1]
+        elif isinstance(item, str) and item.startswith("--preset="):
+            preset = item.split("=", 1)[1]
+    return _resolve_preset(preset, env_id)
+
+
+def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, Any],
+                        info: Dict[str, Any]) -> None:
+    """Flags given with ``--resume`` must agree with the saved run (they cannot change it)."""
+    from ppo_ref.config import PPOConfig, parse_overrides
+
+    def conflict(flag: str, saved: str):
+        raise UsageError(f"{flag} conflicts with the run being resumed ({saved}); --resume {run_dir} "
+                         "continues with its saved settings (only --total-timesteps may change)")
+    env_id = meta.get("env_id")
+    if args.env is not None and args.env != env_id:
+        conflict(f"--env {args.env}", f"env {env_id}")
+    policy = meta.get("policy") or _policy_of_trainer(meta.get("trainer"))
+    if args.policy is not None and args.policy != policy:
+        conflict(f"--policy {args.policy}", f"policy {policy}")
+    if args.seed is not None and args.seed != meta.get("seed"):
+        conflict(f"--seed {args.seed}", f"seed {meta.get('seed')}")
+    vectorization = meta.get("vectorization", "sync")
+    if args.vectorization is not None and args.vectorization != vectorization:
+        conflict(f"--vectorization {args.vectorization}", f"vectorization {vectorization}")
+    if args.run_dir is not None and os.path.realpath(args.run_dir) != os.path.realpath(run_dir):
+        conflict(f"--run-dir {args.run_dir}", f"its directory is {run_dir}")
+    with user_input(f"checkpoint of {run_dir}: bad config"):
+        saved = PPOConfig.from_dict(meta.get("config", {}))
+    if args.n_envs is not None and args.n_envs != saved.n_envs:
+        conflict(f"--n-envs {args.n_envs}", f"n_envs {saved.n_envs}")
+    if args.preset is not None:
+        preset = _saved_preset(info, env_id)
+        if preset is None:
+            conflict(f"--preset {args.preset}", "its preset is not recorded")
+        if args.preset != preset:
+            conflict(f"--preset {args.preset}", f"preset {preset}")
+    for item in args.overrides or []:
+        with user_input(f"--set {item}"):
+            changes = parse_overrides([item])
+            changed = saved.replace(**changes)
+        for field in changes:
+            if getattr(changed, field) != getattr(saved, field):
+                conflict(f"--set {item}", f"{field}={getattr(saved, field)!r}")
+
+
+def _train_resume(args: argparse.Namespace):
+    """``(trainer, run_dir, run_info, resume_from, total)`` for ``--resume``, or an exit code."""
     from ppo_ref.checkpoint import load_checkpoint
-    from ppo_ref.runlog import RunLogger, default_run_dir
-    if args.resume:
-        run_dir = args.resume
-        path = os.path.join(run_dir, "checkpoint.npz")
+    run_dir = args.resume
+    path = os.path.join(run_dir, "checkpoint.npz")
+    if not os.path.isfile(path):
+        raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
+    with user_input(f"--resume {run_dir}"):
         _, meta = load_checkpoint(path)
-        cls = _trainer_class_by_name(meta.get("trainer", ""))
+    info = _read_run_info(run_dir)
+    if info.get("mode") == "async":
+        raise UsageError(f"--resume {run_dir}: resuming an --async (actor-learner) run is not "
+                         "supported (ppo-ref eval works on its checkpoint)")
+    _check_resume_flags(args, run_dir, meta, info)
+    done = int(meta.get("num_timesteps", 0))
+    total = args.total_timesteps if args.total_timesteps is not None else int(meta["total_timesteps"])
+    if done >= total:
+        print(f"ppo-ref: {run_dir} has already reached its target ({done} steps >= {total}); to "
+              f"train further, extend it: ppo-ref train --resume {run_dir} --total-timesteps N "
+              f"(N > {done})")
+        return 0
+    cls = _trainer_class_by_name(meta.get("trainer", ""))
+    if meta.get("env_id") is not None:
+        _probe_env(meta["env_id"])
+    with user_input(f"--resume {run_dir}"):
         trainer = cls.load(path)
-        total = args.total_timesteps if args.total_timesteps is not None else int(meta["total_timesteps"])
-        if meta.get("exact_resume_limits"):
-            print(f"ppo-ref: warning: env state not fully restorable ({meta['exact_resume_limits']}); "
-                  "the resumed run is not bit-identical to an uninterrupted one", file=sys.stderr)
-        run_info = {"trainer": meta.get("trainer"), "env_id": meta.get("env_id")}
-        resume_from = {"n_updates": trainer.n_updates, "num_timesteps": trainer.num_timesteps}
-        print(f"ppo-ref: resuming {run_dir} at {trainer.num_timesteps} steps, target {total}")
-    else:
-        env_id = args.env or DEFAULT_ENV
-        policy = args.policy or "mlp"
+    if meta.get("exact_resume_limits"):
+        print(f"ppo-ref: warning: env state not fully restorable ({meta['exact_resume_limits']}); "
+              "the resumed run is not bit-identical to an uninterrupted one", file=sys.stderr)
+    run_info = {"trainer": meta.get("trainer"), "env_id": meta.get("env_id")}
+    resume_from = {"n_updates": trainer.n_updates, "num_timesteps": trainer.num_timesteps}
+    print(f"ppo-ref: resuming {run_dir} at {trainer.num_timesteps} steps, target {total}")
+    _rollout_note(trainer.config, trainer.num_timesteps, total)
+    return trainer, run_dir, run_info, resume_from, total
+
+
+def _train_new(args: argparse.Namespace):
+    """``(trainer, run_dir, run_info, None, total)`` for a new run, or the --async exit code."""
+    from ppo_ref.runlog import default_run_dir
+    env_id = args.env or DEFAULT_ENV
+    policy = args.policy or "mlp"
+    seed = 0 if args.seed is None else args.seed
+    total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
+    with user_input():
         config = build_config(env_id, args.preset, args.overrides, args.n_envs)
-        total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
-        run_dir = args.run_dir or default_run_dir(env_id, "async" if args.use_async else policy, args.seed)
-        if args.use_async:
-            entry = _import(ASYNC_ENTRY)
-            return int(entry(args, config, run_dir))
-        cls = trainer_class(policy)
-        kwargs = {"seed": args.seed}
-        if args.vectorization != "sync":
-            kwargs["vectorization"] = args.vectorization
+    if args.run_dir is not None:
+        _check_fresh_run_dir(args.run_dir)
+    _probe_env(env_id)
+    if args.use_async:
+        args.seed = seed
+        args.num_actors = 4 if args.num_actors is None else args.num_actors
+        args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
+        entry = _import(ASYNC_ENTRY)
+        run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, "async", seed))
+        return int(entry(args, config, run_dir))
+    cls = trainer_class(policy)
+    vectorization = args.vectorization or "sync"
+    kwargs = {"seed": seed}
+    if vectorization != "sync":
+        kwargs["vectorization"] = vectorization
+    with user_input(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
         trainer = cls(env_id, config, **kwargs)
-        run_info = {"trainer": type(trainer).__name__, "policy": policy, "env_id": env_id,
-                    "seed": args.seed, "total_timesteps": total, "vectorization": args.vectorization,
-                    "config": config.to_dict(), "argv": sys.argv[1:]}
-        resume_from = None
-        print(f"ppo-ref: training {policy} on {env_id} for {total} steps (seed {args.seed}) -> {run_dir}")
-    logger = RunLogger(run_dir, run_info, resume_from=resume_from, progress_every=args.progress_every,
-                       checkpoint_every=args.checkpoint_every, quiet=args.quiet)
     try:
+        with user_input("cannot create the run directory"):
+            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, policy, seed))
+    except BaseException:
+        _close(trainer)
+        raise
+    run_info = {"trainer": type(trainer).__name__, "policy": policy, "env_id": env_id,
+                "seed": seed, "total_timesteps": total, "vectorization": vectorization,
+                "preset": _resolve_preset(args.preset, env_id), "config": config.to_dict(),
+                "argv": sys.argv[1:]}
+    print(f"ppo-ref: training {policy} on {env_id} for {total} steps (seed {seed}) -> {run_dir}")
+    _rollout_note(config, 0, total)
+    return trainer, run_dir, run_info, None, total
+
+
+def _close(trainer) -> None:
+    close = getattr(trainer, "close", None)
+    if close is not None:
+        close()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ppo_ref.runlog import RunLogger
+    _check_train_flags(args)
+    started = _train_resume(args) if args.resume else _train_new(args)
+    if isinstance(started, int):
+        return started
+    trainer, run_dir, run_info, resume_from, total = started
+    try:
+        with user_input(f"cannot write the run directory {run_dir}"):
+            logger = RunLogger(run_dir, run_info, resume_from=resume_from,
+                               progress_every=args.progress_every,
+                               checkpoint_every=args.checkpoint_every, quiet=args.quiet)
         return run_training(trainer, logger, total)
     finally:
-        close = getattr(trainer, "close", None)
-        if close is not None:
-            close()
+        _close(trainer)
 
 
 # -- eval -------------------------------------------------------------------------------------
 
 def _configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="DIR", help="a run directory (or a checkpoint .npz)")
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--episodes", type=int, default=10, help="number of episodes (>= 1)")
     p.add_argument("--deterministic", action="store_true", help="act with the mode (argmax / mean)")
     p.add_argument("--seed", type=int, default=10_000, help="episode i is reset with seed + i")
 
@@ -247,10 +513,16 @@ def _checkpoint_path(path: str) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
     from ppo_ref.checkpoint import load_checkpoint
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     path = _checkpoint_path(args.run_dir)
-    _, meta = load_checkpoint(path)
+    with user_input():
+        _, meta = load_checkpoint(path)
     cls = _trainer_class_by_name(meta.get("trainer", ""))
-    trainer = cls.load(path)
+    if meta.get("env_id") is not None:
+        _probe_env(meta["env_id"])
+    with user_input(f"cannot load {path}"):
+        trainer = cls.load(path)
     try:
         returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)
     finally:
@@ -274,17 +546,27 @@ def cmd_plot(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("ppo-ref plot needs matplotlib: pip install 'ppo_ref[plot]'", file=sys.stderr)
-        return 2
+        raise UsageError("needs matplotlib: pip install 'ppo_ref[plot]'") from None
     import numpy as np
     from ppo_ref.runlog import read_csv
     episodes_path = os.path.join(args.run_dir, "episodes.csv")
     metrics_path = os.path.join(args.run_dir, "metrics.csv")
     if not os.path.exists(episodes_path) or not os.path.exists(metrics_path):
-        print(f"ppo-ref plot: {args.run_dir} has no episodes.csv / metrics.csv", file=sys.stderr)
-        return 2
-    ep = read_csv(episodes_path)
-    mx = read_csv(metrics_path)
+        raise UsageError(f"{args.run_dir} has no episodes.csv / metrics.csv")
+    columns = {}
+    for path, needed in ((episodes_path, ("timesteps", "return")),
+                         (metrics_path, ("timesteps", "approx_kl", "clip_fraction",
+                                         "explained_variance", "entropy"))):
+        with user_input(f"cannot read {path}"):
+            try:
+                table = read_csv(path)
+            except (KeyError, TypeError):  # short or ragged rows
+                raise ValueError("malformed CSV") from None
+        if table and any(name not in table for name in needed):
+            raise UsageError(f"cannot read {path}: missing columns "
+                             f"{[name for name in needed if name not in table]}")
+        columns[path] = table
+    ep, mx = columns[episodes_path], columns[metrics_path]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     ax = axes[0]
     if ep:
@@ -309,8 +591,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
     fig.suptitle(title)
     fig.tight_layout()
     out = args.output or os.path.join(args.run_dir, "learning_curve.png")
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        with user_input(f"cannot write {out}"):
+            fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
     print(f"wrote {out}")
     return 0
 
@@ -328,7 +613,9 @@ register_subcommand("check", "check another implementation's outputs against gol
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from ppo_ref import __version__
     parser = argparse.ArgumentParser(prog="ppo-ref", description="ppo_ref: PPO in NumPy + numba")
+    parser.add_argument("--version", action="version", version=f"ppo-ref {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, configure, _) in SUBCOMMANDS.items():
         configure(sub.add_parser(name, help=help_text, description=help_text))
@@ -338,15 +625,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``ppo-ref`` and ``python -m ppo_ref``; returns the exit code.
 
-    No subcommand means ``train`` with its defaults.
+    No subcommand means ``train`` with its defaults. A :class:`UsageError` (bad flags, unusable
+    files or env ids, corrupt checkpoints: see :func:`user_input`) is printed as one line
+    ``ppo-ref <command>: error: <message>`` with exit status 2; other exceptions are bugs and
+    keep their traceback.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["train"] + argv
     args = build_parser().parse_args(argv)
     _, _, run = SUBCOMMANDS[args.command]
     try:
         return int(run(args))
-    except ValueError as exc:  # bad --set values, corrupt checkpoints, ...
-        print(f"ppo-ref {args.command}: error: {exc}", file=sys.stderr)
+    except UsageError as exc:
+        print(f"ppo-ref {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2

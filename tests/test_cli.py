@@ -190,3 +190,280 @@ def test_ctrl_c_saves_a_checkpoint_at_a_rollout_boundary(tmp_path):
     rows = read_csv(metrics)
     assert meta["num_timesteps"] == rows["timesteps"][-1] and meta["num_timesteps"] % 256 == 0
     assert meta["num_timesteps"] < 1_000_000
+
+
+# -- problems reported by a fresh user (README in a clean venv) ---------------------------------
+
+def _one_line_error(capsys, cmd):
+    """The captured stderr is exactly one line ``ppo-ref <cmd>: ...``; returns it."""
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"ppo-ref {cmd}: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _files(run_dir):
+    return {name: open(os.path.join(run_dir, name), "rb").read() for name in sorted(os.listdir(run_dir))}
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """A finished 512-step CartPole run (zoo preset, n_epochs=2)."""
+    run_dir = str(tmp_path_factory.mktemp("saved") / "run")
+    assert cli.main(["train", "--total-timesteps", "512", "--run-dir", run_dir, "--quiet",
+                     "--set", "n_epochs=2"]) == 0
+    return run_dir
+
+
+@pytest.mark.parametrize("existing", ["checkpoint.npz", "metrics.csv"])
+def test_train_refuses_a_run_dir_that_holds_a_run(saved_run, tmp_path, capsys, existing):
+    run_dir = str(tmp_path / "r")
+    os.makedirs(run_dir)
+    with open(os.path.join(saved_run, existing), "rb") as src, open(os.path.join(run_dir, existing), "wb") as dst:
+        dst.write(src.read())
+    before = _files(run_dir)
+    capsys.readouterr()
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", run_dir, "--quiet"]) == 2
+    line = _one_line_error(capsys, "train")
+    assert run_dir in line and f"--resume {run_dir}" in line and "--run-dir" in line
+    assert _files(run_dir) == before  # nothing overwritten
+
+
+def test_train_into_an_existing_empty_dir_is_fine(tmp_path):
+    run_dir = tmp_path / "empty"
+    run_dir.mkdir()
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 0
+    assert (run_dir / "checkpoint.npz").exists()
+
+
+def test_default_run_dirs_started_in_the_same_second_do_not_collide(tmp_path, monkeypatch):
+    import ppo_ref.runlog as runlog
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(runlog.time, "strftime", lambda fmt, *a: "20260101-000000")
+    for _ in range(3):
+        assert cli.main(["train", "--total-timesteps", "256", "--quiet", "--seed", "1"]) == 0
+    base = "CartPole-v1-mlp-seed1-20260101-000000"
+    assert sorted(os.listdir(tmp_path / "runs")) == [base, base + "-2", base + "-3"]
+    for name in (base, base + "-2", base + "-3"):
+        _, meta = load_checkpoint(tmp_path / "runs" / name / "checkpoint.npz")
+        assert meta["num_timesteps"] == 256
+
+
+def test_unique_dir_is_created_atomically(tmp_path):
+    base = str(tmp_path / "x")
+    made = [cli.make_unique_dir(base) for _ in range(3)]
+    assert made == [base, base + "-2", base + "-3"] and all(os.path.isdir(d) for d in made)
+
+
+def _fake_env_error(kind):
+    import gymnasium
+    env_id = f"PpoRefCliTest{kind}-v0"
+
+    def entry(**kwargs):
+        if kind == "Dependency":
+            raise gymnasium.error.DependencyNotInstalled("Box2D is not installed, pip install box2d")
+        raise ImportError("No module named 'not_a_real_physics_engine'")
+    if env_id not in gymnasium.registry:
+        gymnasium.register(env_id, entry_point=entry)
+    return env_id
+
+
+@pytest.mark.parametrize("env_id, message", [
+    ("NoSuchEnv-v0", "doesn't exist"),
+    ("ALE/Pong-v5", "Namespace ALE not found"),
+    ("Taxi-v3", "deprecated"),
+    ("Dependency", "Box2D is not installed"),
+    ("Import", "not_a_real_physics_engine"),
+])
+@pytest.mark.parametrize("mode", [[], ["--policy", "lstm"], ["--async"]])
+def test_env_problems_are_one_line_errors(tmp_path, capsys, env_id, message, mode):
+    if env_id == "ALE/Pong-v5":
+        try:
+            import ale_py  # noqa: F401
+            pytest.skip("ale_py is installed: ALE/Pong-v5 exists")
+        except ImportError:
+            pass
+    if env_id in ("Dependency", "Import"):
+        env_id = _fake_env_error(env_id)
+    run_dir = tmp_path / "r"
+    assert cli.main(["train", "--env", env_id, "--run-dir", str(run_dir), "--quiet", *mode]) == 2
+    line = _one_line_error(capsys, "train")
+    assert env_id in line and message in line
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--vtrace"], ["--vtrace", "--async"]),
+    (["--num-actors", "2"], ["--num-actors", "--async"]),
+    (["--broadcast-every", "3"], ["--broadcast-every", "--async"]),
+    (["--async", "--policy", "lstm"], ["--async", "lstm", "not supported"]),
+    (["--async", "--num-actors", "0"], ["--num-actors"]),
+    (["--total-timesteps", "-5"], ["--total-timesteps"]),
+    (["--total-timesteps", "0"], ["--total-timesteps"]),
+    (["--checkpoint-every", "-1"], ["--checkpoint-every"]),
+    (["--progress-every", "-1"], ["--progress-every"]),
+    (["--n-envs", "0"], ["--n-envs"]),
+    (["--preset", "nope"], ["nope", "zoo", "default", "reference", "sb3", "cleanrl", "thrust"]),
+])
+def test_bad_train_flags_are_rejected_before_a_run_dir_exists(tmp_path, capsys, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "r"
+    assert cli.main(["train", "--run-dir", str(run_dir), "--quiet", *argv]) == 2
+    line = _one_line_error(capsys, "train")
+    for word in words:
+        assert word in line
+    assert not run_dir.exists() and not (tmp_path / "runs").exists()
+    assert cli.main(["train", "--quiet", *argv]) == 2  # default run dir: not created either
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--env", "Acrobot-v1"], "--env"),
+    (["--policy", "lstm"], "--policy"),
+    (["--seed", "3"], "--seed"),
+    (["--n-envs", "4"], "--n-envs"),
+    (["--preset", "cleanrl"], "--preset"),
+    (["--set", "n_epochs=5"], "--set n_epochs=5"),
+    (["--set", "n_epochs=2", "--set", "gamma=0.9"], "--set gamma=0.9"),
+    (["--vectorization", "async"], "--vectorization"),
+    (["--async"], "--async"),
+    (["--run-dir", "elsewhere"], "--run-dir"),
+])
+def test_resume_rejects_flags_that_differ_from_the_saved_run(saved_run, capsys, argv, flag):
+    before = _files(saved_run)
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", saved_run, "--total-timesteps", "1024", "--quiet", *argv]) == 2
+    line = _one_line_error(capsys, "train")
+    assert flag in line and "--resume" in line
+    assert _files(saved_run) == before
+
+
+def test_resume_accepts_flags_equal_to_the_saved_run(saved_run, tmp_path, capsys):
+    import shutil
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(saved_run, run_dir)
+    assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "768", "--quiet",
+                     "--env", "CartPole-v1", "--policy", "mlp", "--seed", "0", "--n-envs", "8",
+                     "--preset", "zoo", "--set", "n_epochs=2", "--run-dir", run_dir]) == 0
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
+    assert meta["num_timesteps"] == 768
+
+
+def test_resume_of_a_finished_run_says_how_to_extend_it(saved_run, capsys):
+    before = _files(saved_run)
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", saved_run, "--quiet"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "already reached" in text and "512" in text and "--total-timesteps" in text
+    assert _files(saved_run) == before
+
+
+def test_resume_refuses_an_async_run(saved_run, tmp_path, capsys):
+    import json
+    import shutil
+    run_dir = str(tmp_path / "async_run")
+    shutil.copytree(saved_run, run_dir)
+    path = os.path.join(run_dir, "config.json")
+    info = json.load(open(path))
+    info["mode"] = "async"
+    json.dump(info, open(path, "w"))
+    assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "1024", "--quiet"]) == 2
+    assert "--async" in _one_line_error(capsys, "train")
+
+
+def test_resume_of_a_dir_without_checkpoint(tmp_path, capsys):
+    assert cli.main(["train", "--resume", str(tmp_path / "none"), "--quiet"]) == 2
+    assert "checkpoint" in _one_line_error(capsys, "train")
+
+
+def test_partial_rollout_target_prints_a_note(tmp_path, capsys):
+    run_dir = str(tmp_path / "r")
+    assert cli.main(["train", "--total-timesteps", "10", "--run-dir", run_dir, "--quiet"]) == 0
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "whole rollouts" in text and "256" in text
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
+    assert meta["num_timesteps"] == 256
+
+
+@pytest.mark.parametrize("episodes", ["0", "-1"])
+def test_eval_rejects_fewer_than_one_episode(saved_run, capsys, episodes):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cli.main(["eval", saved_run, "--episodes", episodes]) == 2
+    assert "--episodes" in _one_line_error(capsys, "eval")
+
+
+def test_version(capsys):
+    import ppo_ref
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert ppo_ref.__version__ in capsys.readouterr().out
+
+
+def test_foreign_checkpoint_is_named_as_such(tmp_path, capsys):
+    path = tmp_path / "checkpoint.npz"
+    path.write_bytes(np.random.default_rng(0).bytes(4096))
+    assert cli.main(["eval", str(path)]) == 2
+    line = _one_line_error(capsys, "eval")
+    assert "not a ppo_ref checkpoint" in line and "pickle" not in line
+
+
+@pytest.mark.skipif(not _have_matplotlib(), reason="plot needs matplotlib")
+def test_plot_to_an_unwritable_path(saved_run, tmp_path, capsys):
+    out = str(tmp_path / "no_such_dir" / "x.png")
+    assert cli.main(["plot", saved_run, "--output", out]) == 2
+    assert out in _one_line_error(capsys, "plot")
+
+
+def test_plot_of_a_corrupt_csv(saved_run, tmp_path, capsys):
+    import shutil
+    run_dir = str(tmp_path / "c")
+    shutil.copytree(saved_run, run_dir)
+    with open(os.path.join(run_dir, "metrics.csv"), "a") as fh:
+        fh.write("garbage,row\n")
+    code = cli.main(["plot", run_dir])
+    if _have_matplotlib():
+        assert code == 2
+        assert "metrics.csv" in _one_line_error(capsys, "plot")
+
+
+def test_vectors_to_an_unwritable_dir(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    assert cli.main(["vectors", "--out", str(blocker / "sub")]) == 2
+    assert str(blocker / "sub") in _one_line_error(capsys, "vectors")
+    if os.path.isdir("/proc/self"):
+        assert cli.main(["vectors", "--out", "/proc/nope"]) == 2
+        assert "/proc/nope" in _one_line_error(capsys, "vectors")
+
+
+@pytest.fixture(scope="module")
+def vectors_dir(tmp_path_factory):
+    from ppo_ref.vectors import write_vectors
+    out = str(tmp_path_factory.mktemp("vectors"))
+    write_vectors(out)
+    return out
+
+
+def test_check_file_errors_are_one_line(vectors_dir, tmp_path, capsys):
+    missing = str(tmp_path / "nonexistent.json")
+    assert cli.main(["check", vectors_dir, "--results", missing]) == 2
+    assert missing in _one_line_error(capsys, "check")
+    not_json = tmp_path / "results.json"
+    not_json.write_text("this is not JSON {")
+    assert cli.main(["check", vectors_dir, "--results", str(not_json)]) == 2
+    assert str(not_json) in _one_line_error(capsys, "check")
+    wrong_shape = tmp_path / "list.json"
+    wrong_shape.write_text('{"format": "ppo_ref.results/1", "cases": [1, 2]}')
+    assert cli.main(["check", vectors_dir, "--results", str(wrong_shape)]) == 2
+    assert str(wrong_shape) in _one_line_error(capsys, "check")
+    no_dir = str(tmp_path / "no_vectors")
+    assert cli.main(["check", no_dir, "--results", str(not_json)]) == 2
+    line = _one_line_error(capsys, "check")
+    assert no_dir in line and "vectors" in line
