@@ -667,8 +667,8 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
     if not isinstance(results, dict):
         raise ValueError(f"results file {results_file} must hold a JSON object")
     if results.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"results file {results_file}: format must be {RESULTS_FORMAT!r}, "
-                         f"got {results.get('format')!r}")
+        raise ValueError(f"results_file format must be {RESULTS_FORMAT!r}, "
+                         f"got {results.get('format')!r} in {results_file}")
     got_cases = results.get("cases", {})
     if not isinstance(got_cases, dict) or not all(
             isinstance(v, dict) and isinstance(v.get("outputs", {}), dict) for v in got_cases.values()):

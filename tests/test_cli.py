@@ -467,3 +467,23 @@ def test_check_file_errors_are_one_line(vectors_dir, tmp_path, capsys):
     assert cli.main(["check", no_dir, "--results", str(not_json)]) == 2
     line = _one_line_error(capsys, "check")
     assert no_dir in line and "vectors" in line
+
+
+def test_internal_errors_keep_their_traceback(tmp_path, monkeypatch):
+    """Only user-input operations become one-line errors: a ValueError raised while training
+    (a bug, not a bad flag) propagates."""
+    from ppo_ref.ppo import PPOTrainer
+
+    def broken_learn(self, total_timesteps, callback=None):
+        raise ValueError("internal bug inside learn")
+    monkeypatch.setattr(PPOTrainer, "learn", broken_learn)
+    with pytest.raises(ValueError, match="internal bug"):
+        cli.main(["train", "--total-timesteps", "256", "--run-dir", str(tmp_path / "r"), "--quiet"])
+
+
+def test_check_with_a_results_file_of_the_wrong_format(vectors_dir, tmp_path, capsys):
+    path = tmp_path / "r.json"
+    path.write_text('{"format": "something/else", "cases": {}}')
+    assert cli.main(["check", vectors_dir, "--results", str(path)]) == 2
+    line = _one_line_error(capsys, "check")
+    assert str(path) in line and "ppo_ref.results/1" in line
