@@ -9,9 +9,15 @@ Subcommands (each a small ``cmd_<name>(args) -> int`` function registered in
                   [--async --num-actors N --vtrace --broadcast-every K]
     ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S]
     ppo-ref plot DIR [--output PATH]
+    ppo-ref vectors --out DIR | ppo-ref check DIR --results FILE | ppo-ref --version
 
 ``ppo-ref train`` with no arguments trains CartPole-v1 with ``PPOConfig.zoo_cartpole()`` for
-100k steps. Trainers are looked up lazily in :data:`TRAINERS` (policy kind -> "module:Class")
+100k steps into a new ``runs/<env>-<policy>-seed<S>-<timestamp>[-2, -3, ...]``. A ``--run-dir``
+that already holds a run is refused (continue it with ``--resume``); ``--resume DIR`` keeps the
+saved settings, so ``--env/--policy/--seed/--n-envs/--preset/--set`` that differ from them are
+refused (``--total-timesteps`` extends the run). Training runs whole rollouts of
+``n_steps * n_envs`` steps. Mistakes in user input (flags, files, env ids) are reported as one
+line ``ppo-ref <command>: error: ...`` with exit status 2. Trainers are looked up lazily in :data:`TRAINERS` (policy kind -> "module:Class")
 so ``ppo_ref.recurrent_ppo`` and ``ppo_ref.actor_learner`` are imported only when used.
 """
 from __future__ import annotations
