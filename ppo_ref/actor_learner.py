@@ -1358,13 +1358,22 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     import json
     import sys
 
-    from ppo_ref.cli import DEFAULT_ENV, DEFAULT_TIMESTEPS, _SigintStopper
+    import os
+
+    from ppo_ref.cli import DEFAULT_ENV, DEFAULT_TIMESTEPS, UsageError, _SigintStopper, user_input
 
     env_id = args.env or DEFAULT_ENV
     total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
-    config = async_config_from_ppo(ppo, num_actors=args.num_actors, total_timesteps=total,
-                                   use_vtrace=args.vtrace, broadcast_every=args.broadcast_every,
-                                   seed=args.seed, backend=getattr(args, "backend", "process"))
+    try:
+        with user_input("--async"):
+            config = async_config_from_ppo(
+                ppo, num_actors=args.num_actors, total_timesteps=total, use_vtrace=args.vtrace,
+                broadcast_every=args.broadcast_every, seed=args.seed,
+                backend=getattr(args, "backend", "process"))
+    except UsageError:
+        if os.path.isdir(run_dir) and not os.listdir(run_dir):
+            os.rmdir(run_dir)           # nothing was written: leave no empty run directory
+        raise
     trainer = make_learner(config, env_id)
     run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",
                 "env_id": env_id, "seed": args.seed, "total_timesteps": total,

@@ -31,3 +31,14 @@ def test_train_async_writes_the_run_directory(tmp_path, capsys):
     trainer.close()
     assert main(["eval", run_dir, "--episodes", "2"]) == 0
     assert multiprocessing.active_children() == []
+
+
+def test_train_async_with_an_impossible_batch_is_a_one_line_error(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    # zoo: batch_size 256 = 32 steps x 8 envs; 3 actors x (256 // 3 = 85) steps = 255 rows
+    code = main(["train", "--async", "--num-actors", "3", "--run-dir", str(run_dir),
+                 "--quiet"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--async" in err[0] and "batch_size" in err[0]
+    assert not run_dir.exists()
