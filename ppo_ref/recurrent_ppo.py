@@ -239,8 +239,9 @@ class RecurrentPPOTrainer(PPOTrainer):
     ``envs_per_minibatch``.
 
     Raises:
-        ValueError: everything PPOTrainer raises, and ``n_envs`` not divisible by
-            ``max(1, batch_size // n_steps)`` (see :func:`envs_per_minibatch`).
+        ValueError: everything PPOTrainer raises, ``n_envs`` not divisible by
+            ``max(1, batch_size // n_steps)`` (see :func:`envs_per_minibatch`), and
+            ``compute_dtype`` other than float64 (the LSTM path computes in float64 only).
     """
 
     policy_kind = "lstm"
@@ -248,6 +249,10 @@ class RecurrentPPOTrainer(PPOTrainer):
     def __init__(self, env, config=None, *, seed: int = 0, **kwargs):
         if config is not None and hasattr(config, "n_envs"):
             envs_per_minibatch(config.n_envs, config.n_steps, config.batch_size)  # fail early
+            if getattr(config, "compute_dtype", "float64") != "float64":
+                raise ValueError(f"compute_dtype must be 'float64' for the LSTM policy (float32 "
+                                 f"passes exist only for the MLP policy), got "
+                                 f"{config.compute_dtype!r}")
         super().__init__(env, config, seed=seed, **kwargs)  # vectorization, env_kwargs, ...
         c = self.config
         self.envs_per_minibatch = envs_per_minibatch(c.n_envs, c.n_steps, c.batch_size)

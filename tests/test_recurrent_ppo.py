@@ -72,6 +72,11 @@ def test_envs_per_minibatch_and_divisibility_error():
         RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", PPOConfig(n_envs=6, n_steps=8, batch_size=32))
 
 
+def test_float32_compute_is_refused_not_ignored():
+    with pytest.raises(ValueError, match="compute_dtype"):
+        RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", small_config(compute_dtype="float32"))
+
+
 def test_env_minibatches_cover_every_env_once():
     rng = np.random.default_rng(0)
     for n_envs, per in ((8, 2), (6, 3), (5, 5), (4, 1)):
