@@ -88,6 +88,11 @@ class PPOConfig:
     lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")
     normalize_observations: bool = _f(False, "running mean/std observation normalization")
     normalize_rewards: bool = _f(False, "running return-std reward scaling")
+    compute_dtype: str = _f(
+        "float64",
+        "arithmetic of the MLP policy's training/acting passes: float64 (reference) or float32 "
+        "(as torch; parameters, Adam and losses stay float64)",
+        ("float64", "float32"))
 
     # --- convention knobs (DESIGN.md §4) -------------------------------------------------------
     truncation: str = _f(

@@ -170,6 +170,11 @@ def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray
         ``(new_params, new_state)``: new dicts of new arrays (each in its parameter's dtype);
         ``new_state["t"] == state["t"] + 1``.
 
+    One-buffer fast path: when ``params``, ``grads`` and both moments are intact
+    :class:`~ppo_ref.flat.FlatArrays` of one layout and dtype (``adam_init`` of a FlatArrays
+    gives such moments), the step is one kernel call over the whole buffer and the results are
+    new FlatArrays of that layout. Same arithmetic per element, so the same bits.
+
     Raises:
         ValueError: key sets differ (the message names the missing or extra key), a shape differs,
             a gradient is not finite, a parameter or moment is not finite (or the step
@@ -376,7 +381,9 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tup
 
     Returns:
         ``(clipped_grads, norm)``: a new dict of new arrays (input dtypes kept) and the global
-        norm *before* clipping, a Python float.
+        norm *before* clipping, a Python float. For an intact :class:`~ppo_ref.flat.FlatArrays`
+        the per-array sums of squares are one kernel call (same sums, same order) and the
+        result is a new FlatArrays of the same layout.
 
     Raises:
         FloatingPointError: the norm is inf or nan; the message names the parameters whose

@@ -20,6 +20,15 @@ Parameters are one flat dict of float64 arrays: the network keys (``pi.*``, ``vf
 ``trunk.*``) plus the head's keys (``log_std`` for the Gaussian). Policies hold no parameters;
 every method takes ``params`` explicitly, so a trainer, a learner and an actor can share one
 policy object.
+
+Speed: :meth:`MLPPolicy.init_params` returns the dict as a :class:`~ppo_ref.flat.FlatArrays`
+(views into one buffer, the two towers' first layers side by side). With such parameters
+:meth:`MLPPolicy.evaluate`/:meth:`MLPPolicy.backward` take a fused path (one product for both
+first layers, compiled passes for the head and the activation derivatives, gradients written
+into one new buffer) and :mod:`ppo_ref.optim` updates the whole buffer at once. Any other
+dict takes the checked per-array path; both give the same results up to rounding (tested).
+``config.compute_dtype="float32"`` runs the fused passes (and acting) in float32 as torch does;
+parameters, gradients as returned, losses and Adam stay float64.
 """
 from __future__ import annotations
 
@@ -230,6 +239,7 @@ class MLPPolicy:
         self.config = config
         self._head_keys = tuple(self.head.init_params())
         self._fused_checked = None  # the last FlatLayout verified for the fused path
+        self.compute_dtype = np.dtype(getattr(config, "compute_dtype", "float64"))
 
     # -- parameters ---------------------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> Params:
@@ -296,6 +306,16 @@ class MLPPolicy:
         trunk, pi, _ = _structure(self._net(params), self.shared_trunk)
         activation = self.activation
         if trunk is None:
+            if self.compute_dtype != np.float64 and self._fused(params):
+                # the arithmetic of the fused training pass (float32), so the behaviour policy
+                # is the one whose log-probabilities the rollout records
+                dt = self.compute_dtype
+                pi32 = [(w.astype(dt), b.astype(dt)) for w, b in pi]
+
+                def forward32(obs):
+                    return _mlp_forward_2d(pi32, obs.astype(dt), activation)[0]
+                return forward32
+
             def forward(obs):
                 return _mlp_forward_2d(pi, obs, activation)[0]
             return forward
@@ -356,7 +376,9 @@ class MLPPolicy:
             x = self.flatten_obs(obs)
             if (x.ndim == 2 and x.shape[1] == self.obs_dim and x.flags.c_contiguous
                     and np.isfinite(x).all()):
-                out, values, net_cache = fused_forward(params, x, self.activation)
+                out, values, net_cache = fused_forward(params, x, self.activation,
+                                                       self.compute_dtype)
+                values = values.astype(np.float64, copy=False)
                 if self.head.kind == "categorical":
                     a = actions
                     if (isinstance(a, np.ndarray) and a.dtype == np.int64
@@ -365,7 +387,7 @@ class MLPPolicy:
                         n = x.shape[0]
                         log_probs = np.empty(n)
                         entropy = np.empty(n)
-                        probs = np.empty_like(out)
+                        probs = np.empty(out.shape)
                         if _categorical_eval_kernel(out, a, log_probs, entropy, probs):
                             return PolicyEval(log_probs, entropy, values, _FusedPolicyCache(
                                 out, a, net_cache, probs, entropy))

@@ -92,7 +92,9 @@ class PPOTrainer:
         blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1:
             tiny matrices are fastest single-threaded; this affects the whole process).
 
-    Attributes: ``params`` (dict of float64 arrays), ``adam_state``, ``num_timesteps``
+    Attributes: ``params`` (dict of float64 arrays; from an MLP policy a
+    :class:`~ppo_ref.flat.FlatArrays`, the one-buffer layout its fast paths read, which
+    :meth:`load_state_arrays` restores too), ``adam_state``, ``num_timesteps``
     (single-env steps collected), ``n_updates`` (PPO updates done), ``n_episodes``
     (episodes finished), ``total_timesteps`` (the schedule horizon of :meth:`learn`),
     ``recent_returns`` (returns of the last 100 episodes), ``last_episodes`` (the episodes that

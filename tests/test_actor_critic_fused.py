@@ -132,3 +132,31 @@ def test_flat_arrays_layout(rng):
         flatten_arrays({"a": np.zeros(3), "b": np.zeros(4), "c": np.zeros(1)}, layout)
     with pytest.raises(ValueError, match="contiguous"):
         FlatArrays.from_buffer(np.zeros(22)[::2], layout)
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_float32_compute_agrees_with_float64_and_keeps_float64_interfaces(rng, continuous):
+    policy64, params = make_policy(rng, continuous=continuous)
+    obs_space, act_space = (gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float64),
+                            gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float64) if continuous
+                            else gym.spaces.Discrete(3))
+    policy32 = MLPPolicy(obs_space, act_space,
+                         PPOConfig(net_arch=(16, 16), policy_head_gain=1.0, compute_dtype="float32"))
+    obs = rng.standard_normal((64, 5))
+    actions = (rng.standard_normal((64, 2)) if continuous else rng.integers(0, 3, 64))
+    d_lp, d_h, d_v = rng.standard_normal(64), rng.standard_normal(64), rng.standard_normal(64)
+    e64, e32 = policy64.evaluate(params, obs, actions), policy32.evaluate(params, obs, actions)
+    for a, b in zip(e32[:3], e64[:3]):
+        assert a.dtype == np.float64
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    g64 = policy64.backward(params, e64.cache, d_lp, d_h, d_v)
+    g32 = policy32.backward(params, e32.cache, d_lp, d_h, d_v)
+    assert is_flat(g32) and g32.flat.dtype == np.float64 and g32.layout == params.layout
+    scale = max(np.abs(g64[k]).max() for k in g64)
+    for k in g64:
+        np.testing.assert_allclose(g32[k], g64[k], rtol=0, atol=1e-4 * scale, err_msg=k)
+    # per-row results do not depend on the other rows (ratio exactly 1 on the first minibatch)
+    idx = rng.permutation(64)[:40]
+    part = policy32.evaluate(params, obs[idx], actions[idx])
+    assert np.array_equal(part.log_probs, e32.log_probs[idx])
+    assert np.array_equal(part.values, e32.values[idx])

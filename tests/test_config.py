@@ -22,6 +22,7 @@ EXTRA_DEFAULTS = dict(
     truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
     value_loss_scale=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
     kl_estimator="k3", kl_stop_rule="sb3",
+    compute_dtype="float64",  # PERF: float32 network passes as an option; float64 the default
 )
 
 # DESIGN.md §4, column by column, as convention-field values.

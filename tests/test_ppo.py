@@ -145,8 +145,9 @@ def test_trainer_epochs_visit_each_rollout_row_exactly_once():
 
 # -- ratio 1, schedules, determinism ------------------------------------------------------------
 
-def test_first_minibatch_of_each_update_has_ratio_exactly_one():
-    cfg = PPOConfig.zoo_cartpole(n_epochs=2)
+@pytest.mark.parametrize("compute_dtype", ["float64", "float32"])
+def test_first_minibatch_of_each_update_has_ratio_exactly_one(compute_dtype):
+    cfg = PPOConfig.zoo_cartpole(n_epochs=2, compute_dtype=compute_dtype)
     tr = PPOTrainer("CartPole-v1", cfg, seed=1)
     ratios = []
     tr.learn(256 * 6, lambda t, s: ratios.append(s["first_max_abs_log_ratio"]))

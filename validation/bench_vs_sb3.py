@@ -3,14 +3,20 @@
 Both train 100k steps with 8 envs, n_steps 32, batch_size 256, n_epochs 20, gamma 0.98,
 gae_lambda 0.8, learning rate 1e-3 and clip range 0.2 linearly annealed, ent_coef 0, seed 0,
 on one CPU thread each (``torch.set_num_threads(1)``; ppo_ref limits BLAS to one thread).
-Printed per implementation: wall seconds, env steps per second, mean return of the last 20
-training episodes, deterministic evaluation return (10 episodes), and the speed ratio.
-ppo_ref is also run once in a fresh subprocess with an empty ``NUMBA_CACHE_DIR``: the
-"first run" time includes importing and compiling every numba kernel.
+Printed per implementation: the arithmetic (ppo_ref's ``PPOConfig.compute_dtype``; SB3 is
+torch float32), wall seconds, env steps per second, mean return of the last 20 training
+episodes, deterministic evaluation return (10 episodes), and the speed ratio to SB3.
+
+ppo_ref runs once per ``--dtypes`` entry: ``float64`` is the trainer's default (the reference
+arithmetic), ``float32`` computes the network passes in float32 as torch does (parameters,
+Adam, losses and advantages stay float64). ppo_ref is also run once in a fresh subprocess with
+an empty ``NUMBA_CACHE_DIR`` (with the last of ``--dtypes``): the "first run" time includes
+importing and compiling every numba kernel.
 
 Usage::
 
-    python validation/bench_vs_sb3.py [--timesteps 100000] [--skip-first-run] [--skip-sb3]
+    python validation/bench_vs_sb3.py [--timesteps 100000] [--dtypes float64,float32]
+                                      [--skip-first-run] [--skip-sb3]
 """
 from __future__ import annotations
 
@@ -27,10 +33,11 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
            learning_rate=1e-3, clip_range=0.2, ent_coef=0.0)
 
 
-def run_ppo_ref(timesteps: int, seed: int = 0):
+def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64"):
     from ppo_ref.config import PPOConfig
     from ppo_ref.ppo import PPOTrainer
-    trainer = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(), seed=seed)
+    config = PPOConfig.zoo_cartpole(compute_dtype=compute_dtype)
+    trainer = PPOTrainer("CartPole-v1", config, seed=seed)
     t0 = time.perf_counter()
     trainer.learn(timesteps)
     wall = time.perf_counter() - t0
@@ -75,17 +82,18 @@ t0 = time.perf_counter()
 from ppo_ref.config import PPOConfig
 from ppo_ref.ppo import PPOTrainer
 t_import = time.perf_counter() - t0
-tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(), seed=0)
+tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(compute_dtype="{dtype}"), seed=0)
 tr.learn({timesteps})
 print(t_import, time.perf_counter() - t0)
 """
 
 
-def first_run_time(timesteps: int):
+def first_run_time(timesteps: int, dtype: str):
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache)
         t0 = time.perf_counter()
-        out = subprocess.run([sys.executable, "-c", FIRST_RUN_CODE.format(timesteps=timesteps)],
+        code = FIRST_RUN_CODE.format(timesteps=timesteps, dtype=dtype)
+        out = subprocess.run([sys.executable, "-c", code],
                              env=env, capture_output=True, text=True, check=True)
         process_wall = time.perf_counter() - t0
     t_import, t_total = (float(x) for x in out.stdout.split())
@@ -95,27 +103,32 @@ def first_run_time(timesteps: int):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--timesteps", type=int, default=100_000)
+    p.add_argument("--dtypes", default="float64,float32",
+                   help="comma-separated PPOConfig.compute_dtype values to run ppo_ref with")
     p.add_argument("--skip-first-run", action="store_true")
     p.add_argument("--skip-sb3", action="store_true")
     args = p.parse_args(argv)
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     rows = {}
     if not args.skip_first_run:
-        first = first_run_time(args.timesteps)
-        print(f"ppo_ref first run (empty NUMBA_CACHE_DIR, fresh process): "
+        first = first_run_time(args.timesteps, dtypes[-1])
+        print(f"ppo_ref first run ({dtypes[-1]}, empty NUMBA_CACHE_DIR, fresh process): "
               f"{first['process_wall_s']:.1f} s wall for the process "
               f"(imports {first['import_s']:.1f} s, imports + compile + train "
               f"{first['import_and_train_s']:.1f} s)", flush=True)
-    rows["ppo_ref"] = run_ppo_ref(args.timesteps)
+    for dtype in dtypes:
+        rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype)
     if not args.skip_sb3:
-        rows["sb3"] = run_sb3(args.timesteps)
+        rows[("sb3", "float32")] = run_sb3(args.timesteps)
     print()
     print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, one thread")
-    print(f"{'':10s} {'wall s':>8s} {'steps/s':>9s} {'last-20 return':>15s} {'det. eval (10)':>15s}")
-    for name, r in rows.items():
-        print(f"{name:10s} {r['wall_s']:8.1f} {r['steps_per_s']:9.0f} {r['last20']:15.1f} {r['eval']:15.1f}")
-    if "sb3" in rows:
-        ratio = rows["ppo_ref"]["steps_per_s"] / rows["sb3"]["steps_per_s"]
-        print(f"speed ratio ppo_ref / sb3: {ratio:.2f}x")
+    print(f"{'':10s} {'dtype':>8s} {'wall s':>8s} {'steps/s':>9s} {'last-20 return':>15s} "
+          f"{'det. eval (10)':>15s} {'vs sb3':>7s}")
+    sb3 = rows.get(("sb3", "float32"))
+    for (name, dtype), r in rows.items():
+        ratio = f"{r['steps_per_s'] / sb3['steps_per_s']:6.2f}x" if sb3 else ""
+        print(f"{name:10s} {dtype:>8s} {r['wall_s']:8.1f} {r['steps_per_s']:9.0f} "
+              f"{r['last20']:15.1f} {r['eval']:15.1f} {ratio:>7s}")
     return 0
 
 

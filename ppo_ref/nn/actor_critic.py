@@ -22,12 +22,13 @@ everything), keys ``"pi.w0", "pi.b0", ...``, ``"vf.w0", ...`` and with a shared 
 from __future__ import annotations
 
 import math
-from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ppo_ref._checks import check_choice, check_real_scalar
 from ppo_ref._numba import njit
+from ppo_ref.flat import FlatArrays
 from ppo_ref.nn.mlp import (
     ACTIVATIONS, MLPCache, Params, _activation_grad_inplace, _as_grad, _as_input, _check_dim,
     _check_params_mapping, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers, mlp_init,
@@ -306,12 +307,15 @@ def fused_layout(params: Mapping[str, np.ndarray]):
 class FusedCache(NamedTuple):
     """Cache of :func:`fused_forward`: the input ``x [B, D]``, the activated first layer of
     both towers ``h0 [B, 2H]`` (``[:, :H]`` policy, ``[:, H:]`` value) and each tower's
-    :func:`~ppo_ref.nn.mlp._mlp_forward_2d` inputs of layers 1..L."""
+    :func:`~ppo_ref.nn.mlp._mlp_forward_2d` inputs of layers 1..L, all in the compute dtype;
+    ``compute_params``: the parameters the pass used (``params`` itself in float64, a float32
+    copy in float32)."""
     x: np.ndarray
     h0: np.ndarray
     pi_inputs: Tuple[np.ndarray, ...]
     vf_inputs: Tuple[np.ndarray, ...]
     activation: str
+    compute_params: Any
 
 
 _FUSED_INFO = {}
@@ -336,12 +340,20 @@ def _fused_info(layout):
     return info
 
 
-def fused_forward(params, x: np.ndarray, activation: str):
+def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
     """:func:`actor_critic_forward` for params in the :func:`fused_layout` (an intact
     :class:`~ppo_ref.flat.FlatArrays`), on a finite float64 ``x [B, D]``, without argument
     checks. Same equations; the first layer of both towers is one product
-    ``x @ [w0_pi; w0_vf].T``. Returns ``(policy_out [B, P], values [B], FusedCache)``."""
+    ``x @ [w0_pi; w0_vf].T``. Returns ``(policy_out [B, P], values [B], FusedCache)``.
+
+    ``dtype``: the arithmetic. ``np.float64`` (default) uses ``params`` as they are;
+    ``np.float32`` rounds the parameters and ``x`` to float32 once and computes in float32
+    (as torch's default), returning float32 outputs.
+    """
     o_w, o_b, h, d, towers = _fused_info(params.layout)
+    if np.dtype(dtype) != params.flat.dtype:
+        params = FlatArrays.from_buffer(params.flat.astype(dtype), params.layout)
+        x = x.astype(dtype)
     flat = params.flat
     a = x @ flat[o_w:o_w + 2 * h * d].reshape(2 * h, d).T
     a += flat[o_b:o_b + 2 * h]
@@ -353,7 +365,7 @@ def fused_forward(params, x: np.ndarray, activation: str):
     vf = [(params[w], params[b]) for w, b in towers["vf."]]
     out, pi_in = _mlp_forward_2d(pi, a[:, :h], activation)
     v, vf_in = _mlp_forward_2d(vf, a[:, h:], activation)
-    return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation)
+    return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation, params)
 
 
 @njit
@@ -413,10 +425,14 @@ def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values
     one ``[B, 2H]`` gradient, one ``dW0 = d0.T @ x`` and one bias sum.
     """
     o_w, o_b, h, d, towers = _fused_info(params.layout)
+    params = cache.compute_params
+    dtype = params.flat.dtype
+    d_policy_out = d_policy_out.astype(dtype, copy=False)
+    d_values = d_values.astype(dtype, copy=False)
     grads = params.empty_like()
     relu = cache.activation == "relu"
     batch = cache.x.shape[0]
-    d0 = np.empty((batch, 2 * h))
+    d0 = np.empty((batch, 2 * h), dtype=dtype)
     gflat = grads.flat
     for prefix, inputs, dy, cols in (("pi.", cache.pi_inputs, d_policy_out, slice(0, h)),
                                      ("vf.", cache.vf_inputs, d_values.reshape(-1, 1),
@@ -428,7 +444,7 @@ def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values
         np.sum(dy, axis=0, out=grads[bkey])
         # the head's d @ W with the activation derivative of the layer below (narrow K)
         if last > 0:
-            dcur = np.empty((batch, inputs[last].shape[1]))
+            dcur = np.empty((batch, inputs[last].shape[1]), dtype=dtype)
             _backprop_narrow(dy, params[wkey], inputs[last], relu, dcur, grads[names[last - 1][1]])
         else:
             dcur = d0[:, cols]
@@ -448,4 +464,6 @@ def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values
     if len(towers["pi."]) > 1:  # d0 holds d @ W1 of both towers: activation derivative + bias
         _backprop_hidden(d0, cache.h0, relu, gflat[o_b:o_b + 2 * h])
     np.matmul(d0.T, cache.x, out=gflat[o_w:o_w + 2 * h * d].reshape(2 * h, d))
+    if dtype != np.float64:  # gradients of float64 parameters are float64
+        grads = FlatArrays.from_buffer(gflat.astype(np.float64), grads.layout)
     return grads

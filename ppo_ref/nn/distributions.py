@@ -311,16 +311,45 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     z = _as_logits(logits, np.float64)
-    p = np.exp(_log_softmax(z))
-    cdf = np.cumsum(p, axis=-1)
+    _row_max(z)  # NaN, +inf and all-masked rows raise here
     u = rng.random(z.shape[:-1] + (1,))
-    u *= cdf[..., -1:]
-    actions = np.count_nonzero(cdf <= u, axis=-1).astype(np.int64)
-    overflow = actions == z.shape[-1]
-    if overflow.any():
-        last_valid = z.shape[-1] - 1 - np.argmax(p[..., ::-1] > 0.0, axis=-1)
-        actions = np.where(overflow, last_valid, actions)
-    return actions
+    z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]))
+    actions = np.empty(z2.shape[0], dtype=np.int64)
+    _categorical_sample_kernel(z2, u.reshape(-1), actions)
+    return actions.reshape(z.shape[:-1])
+
+
+@njit
+def _categorical_sample_kernel(z, u, actions):
+    """Inverse-CDF draws for validated logits ``z [R, A]`` (finite row maxima) and uniforms
+    ``u [R]``: ``pi = exp(log_softmax(z))`` (shift by the row max, subtract the log of the sum
+    of exponentials taken left to right), ``C_k`` the running sums left to right, action = the
+    number of ``C_k <= u * C_{A-1}``, or the last action with ``pi > 0`` if that count is A."""
+    rows, n = z.shape
+    for i in range(rows):
+        m = z[i, 0]
+        for k in range(1, n):
+            if z[i, k] > m:
+                m = z[i, k]
+        s = 0.0
+        for k in range(n):
+            s += math.exp(z[i, k] - m)
+        lse = math.log(s)
+        total = 0.0
+        for k in range(n):
+            total += math.exp((z[i, k] - m) - lse)
+        threshold = u[i] * total
+        c = 0.0
+        count = 0
+        last_valid = 0
+        for k in range(n):
+            p = math.exp((z[i, k] - m) - lse)
+            c += p
+            if c <= threshold:
+                count += 1
+            if p > 0.0:
+                last_valid = k
+        actions[i] = count if count < n else last_valid
 
 
 def categorical_mode(logits) -> np.ndarray:
