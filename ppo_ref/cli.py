@@ -194,7 +194,8 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-envs", type=int, default=None, help="parallel envs (overrides the config)")
     p.add_argument("--seed", type=int, default=None, help="seed of the run (default 0)")
     p.add_argument("--run-dir", default=None,
-                   help="output directory (default runs/<env>-<policy>-seed<S>-<timestamp>)")
+                   help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
+                        "<timestamp>, with -2, -3, ... appended if taken)")
     p.add_argument("--preset", default=None,
                    help="config base: zoo (CartPole-v1 default), default (SB3 defaults), "
                         "reference, sb3, cleanrl, thrust")
