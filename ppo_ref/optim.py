@@ -32,6 +32,7 @@ __all__ = [
     "adam_state_to_arrays",
     "adam_state_from_arrays",
     "clip_by_global_norm",
+    "clipped_adam_step",
     "global_norm",
     "linear_schedule",
     "scheduled_value",
@@ -137,6 +138,76 @@ def _adam_kernel(param, grad, m, v, beta1, beta2, step_size, bias_correction2_sq
         result_finite &= (math.isfinite(param_out[i]) & math.isfinite(m_out[i])
                           & math.isfinite(v_out[i]))
     return grad_finite, result_finite
+
+
+@njit
+def _clipped_adam_kernel(param, grad, scale, m, v, beta1, beta2, step_size,
+                         bias_correction2_sqrt, eps, param_out, m_out, v_out):
+    """:func:`_adam_kernel` on the gradient ``grad * scale`` (float64 arrays; ``scale`` <= 1
+    or exactly 1.0): the element-wise product :func:`clip_by_global_norm` computes, then the
+    same Adam arithmetic, in one pass. Returns whether every result is finite."""
+    result_finite = True
+    for i in range(param.size):
+        g = grad[i] * scale if scale < 1.0 else grad[i]
+        m_i = beta1 * m[i] + (1.0 - beta1) * g
+        v_i = beta2 * v[i] + (1.0 - beta2) * g * g
+        denom = math.sqrt(v_i) / bias_correction2_sqrt + eps
+        param_out[i] = param[i] - step_size * m_i / denom
+        m_out[i] = m_i
+        v_out[i] = v_i
+        result_finite &= (math.isfinite(param_out[i]) & math.isfinite(m_out[i])
+                          & math.isfinite(v_out[i]))
+    return result_finite
+
+
+def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
+                      betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-5):
+    """``clip_by_global_norm(grads, max_norm)`` then ``adam_update(params, clipped, state, lr=lr,
+    betas=betas, eps=eps)`` in two kernel passes over one-buffer float64 dicts
+    (:class:`~ppo_ref.flat.FlatArrays` of one layout): the same arithmetic, so the same bits,
+    without materialising the clipped gradients.
+
+    Returns ``(new_params, new_state, norm)`` (``norm`` before clipping), or ``None`` when the
+    arguments are not such dicts (call the two functions instead). Raises as they do
+    (``FloatingPointError`` for a non-finite norm, ``ValueError`` for bad arguments or a
+    non-finite step).
+    """
+    if not (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()
+            and same_layout(params, grads, state["m"], state["v"])
+            and params.flat.dtype == np.float64):
+        return None
+    max_norm = check_positive(max_norm, "max_norm")
+    per_array, norm = _array_norms(grads)
+    if not math.isfinite(norm):
+        clip_by_global_norm(grads, max_norm)  # raises, naming the arrays
+    scale = max_norm / (norm + CLIP_NORM_EPS)
+    t_prev = state["t"]
+    if isinstance(t_prev, (bool, np.bool_)) or not isinstance(t_prev, (int, np.integer)) \
+            or t_prev < 0:
+        raise ValueError(f"state['t'] must be a non-negative int, got {t_prev!r}")
+    lr = check_nonnegative(lr, "lr")
+    eps = check_nonnegative(eps, "eps")
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    beta1 = check_real_scalar(betas[0], "betas[0]")
+    beta2 = check_real_scalar(betas[1], "betas[1]")
+    for b, name in ((beta1, "betas[0]"), (beta2, "betas[1]")):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {b}")
+    t = int(t_prev) + 1
+    step_size = lr / (1.0 - beta1 ** t)
+    bias_correction2_sqrt = (1.0 - beta2 ** t) ** 0.5
+    layout = params.layout
+    p_out, m_out, v_out = (np.empty(layout.size) for _ in range(3))
+    if not _clipped_adam_kernel(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
+                                state["m"].flat, state["v"].flat, beta1, beta2, step_size,
+                                bias_correction2_sqrt, eps, p_out, m_out, v_out):
+        clipped, _ = clip_by_global_norm(grads, max_norm)
+        adam_update(params, clipped, state, lr=lr, betas=betas, eps=eps)  # raises, naming it
+        raise ValueError("the Adam step gives inf or nan")  # (not reached)
+    return (FlatArrays.from_buffer(p_out, layout),
+            {"t": t, "m": FlatArrays.from_buffer(m_out, layout),
+             "v": FlatArrays.from_buffer(v_out, layout)}, norm)
 
 
 def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict,

@@ -381,9 +381,8 @@ class MLPPolicy:
                 values = values.astype(np.float64, copy=False)
                 if self.head.kind == "categorical":
                     a = actions
-                    if (isinstance(a, np.ndarray) and a.dtype == np.int64
-                            and a.shape == (x.shape[0],) and a.size
-                            and 0 <= a.min() and a.max() < self.head.n_actions):
+                    if (type(a) is np.ndarray and a.dtype == np.int64
+                            and a.shape == (x.shape[0],) and a.size):  # range: in the kernel
                         n = x.shape[0]
                         log_probs = np.empty(n)
                         entropy = np.empty(n)

@@ -481,7 +481,7 @@ class RolloutCollector:
         expected = tuple(self.policy.obs_shape)
         for i in range(n):
             o, r, term, trunc, _ = envs[i].step(actions[i])
-            if np.shape(o) != expected:
+            if (o.shape if type(o) is np.ndarray else np.shape(o)) != expected:
                 raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
                                    f"{expected}, at vector step {vector_step} (rollout step "
                                    f"{rollout_step})", i, vector_step, rollout_step)

@@ -39,7 +39,7 @@ import numpy as np
 from ppo_ref._numba import njit
 from ppo_ref.losses import (_normalize_kernel, _policy_loss_kernel, _value_loss_kernel, approx_kl,
                             entropy_loss, normalize_advantages, policy_loss, value_loss)
-from ppo_ref.optim import adam_update, clip_by_global_norm
+from ppo_ref.optim import adam_update, clip_by_global_norm, clipped_adam_step
 
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
            "shuffled_minibatch_indices", "run_epochs", "effective_clip_range", "KL_STOP_RULES"]
@@ -309,9 +309,14 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
                 kl_stopped = True
                 break
             grads = backward(params, cache, out.d_log_probs, out.d_entropy, out.d_values)
-            grads, norm = clip_by_global_norm(grads, config.max_grad_norm)
-            params, adam_state = adam_update(params, grads, adam_state, lr=lr,
-                                             eps=config.adam_eps)
+            step = clipped_adam_step(params, grads, adam_state, max_norm=config.max_grad_norm,
+                                     lr=lr, eps=config.adam_eps)
+            if step is not None:  # one-buffer dicts: the two calls below in two passes
+                params, adam_state, norm = step
+            else:
+                grads, norm = clip_by_global_norm(grads, config.max_grad_norm)
+                params, adam_state = adam_update(params, grads, adam_state, lr=lr,
+                                                 eps=config.adam_eps)
             grad_norm_sum += norm
             n_steps += 1
             if target_kl is not None and rule == "thrust" and out.approx_kl > target_kl:

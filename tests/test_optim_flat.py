@@ -63,3 +63,26 @@ def test_flat_clip_non_finite_names_arrays(rng):
     g["b0"][3] = np.inf
     with pytest.raises(FloatingPointError, match="b0"):
         clip_by_global_norm(g, 0.5)
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 10.0])
+def test_clipped_adam_step_equals_clip_then_adam(rng, scale):
+    from ppo_ref.optim import clipped_adam_step
+    p = flatten_arrays(arrays(rng))
+    state = adam_init(p)
+    ref_p, ref_state = p, state
+    for _ in range(3):
+        g = flatten_arrays(arrays(rng, scale))
+        clipped, ref_norm = clip_by_global_norm(g, 0.5)
+        ref_p, ref_state = adam_update(ref_p, clipped, ref_state, lr=1e-2)
+        p, state, norm = clipped_adam_step(p, g, state, max_norm=0.5, lr=1e-2)
+        assert norm == ref_norm and state["t"] == ref_state["t"] and is_flat(p)
+        for k in p:
+            assert np.array_equal(p[k], ref_p[k])
+            assert np.array_equal(state["m"][k], ref_state["m"][k])
+            assert np.array_equal(state["v"][k], ref_state["v"][k])
+    assert clipped_adam_step(dict(p), g, state, max_norm=0.5, lr=1e-2) is None
+    g = flatten_arrays(arrays(rng))
+    g["w0"][1, 1] = np.nan
+    with pytest.raises(FloatingPointError, match="w0"):
+        clipped_adam_step(p, g, state, max_norm=0.5, lr=1e-2)

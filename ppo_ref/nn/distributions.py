@@ -512,9 +512,12 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
     actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
     :func:`_categorical_backward_kernel`). Same steps as :func:`log_softmax` (shift by the row
     max, subtract the log of the sum of exponentials, left to right). Returns False (and
-    stops) at a non-finite logit; the caller then takes the checked path."""
+    stops) at a non-finite logit or an action outside [0, A); the caller then takes the
+    checked path."""
     rows, n = logits.shape
     for i in range(rows):
+        if actions[i] < 0 or actions[i] >= n:
+            return False
         m = logits[i, 0]
         for k in range(n):
             z = logits[i, k]
