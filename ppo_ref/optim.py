@@ -177,7 +177,8 @@ def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
             and params.flat.dtype == np.float64):
         return None
     max_norm = check_positive(max_norm, "max_norm")
-    per_array, norm = _array_norms(grads)
+    starts, stops = _layout_segments(grads.layout)
+    norm = _segmented_global_norm(grads.flat, starts, stops)
     if not math.isfinite(norm):
         clip_by_global_norm(grads, max_norm)  # raises, naming the arrays
     scale = max_norm / (norm + CLIP_NORM_EPS)
@@ -395,6 +396,22 @@ def _segment_sums_of_squares(x, starts, stops, out):
             value = np.float64(x[i])
             total += value * value
         out[j] = total
+
+
+@njit
+def _segmented_global_norm(x, starts, stops):
+    """The global norm exactly as :func:`_array_norms` computes it for a one-buffer dict: per
+    segment the sum of squares (as :func:`_sum_of_squares`), its square root, and the square
+    root of the sum of those roots squared, segments in key order."""
+    total = 0.0
+    for j in range(starts.size):
+        ss = 0.0
+        for i in range(starts[j], stops[j]):
+            value = np.float64(x[i])
+            ss += value * value
+        norm_j = math.sqrt(ss)
+        total += norm_j * norm_j
+    return math.sqrt(total)
 
 
 _SEGMENTS: Dict = {}

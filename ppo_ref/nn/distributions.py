@@ -310,13 +310,35 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    z = _as_logits(logits, np.float64)
-    _row_max(z)  # NaN, +inf and all-masked rows raise here
+    if (type(logits) is np.ndarray and logits.ndim == 2 and logits.shape[1] > 0
+            and logits.dtype in (np.float64, np.float32) and _rows_valid(logits)):
+        z = logits.astype(np.float64, copy=False)  # the common case, checked in one pass
+    else:
+        z = _as_logits(logits, np.float64)
+        _row_max(z)  # NaN, +inf and all-masked rows raise here
     u = rng.random(z.shape[:-1] + (1,))
     z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]))
     actions = np.empty(z2.shape[0], dtype=np.int64)
     _categorical_sample_kernel(z2, u.reshape(-1), actions)
     return actions.reshape(z.shape[:-1])
+
+
+@njit
+def _rows_valid(z):
+    """True if no entry is NaN or +inf and every row has a finite maximum (not all -inf):
+    the rows :func:`_row_max` accepts."""
+    rows, n = z.shape
+    for i in range(rows):
+        m = -math.inf
+        for k in range(n):
+            v = z[i, k]
+            if math.isnan(v) or v == math.inf:
+                return False
+            if v > m:
+                m = v
+        if m == -math.inf:
+            return False
+    return True
 
 
 @njit
