@@ -33,6 +33,7 @@ from typing import Mapping, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
+from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.lstm import lstm_backward, lstm_forward, lstm_init, lstm_step
 from ppo_ref.nn.mlp import MLPCache, mlp_backward, mlp_forward
@@ -328,14 +329,23 @@ class RecurrentPolicy:
 
     # -- parameters and state -----------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> Params:
-        """Fresh parameters: :func:`recurrent_actor_critic_init` + the head's (``log_std``)."""
+        """Fresh parameters: :func:`recurrent_actor_critic_init` + the head's (``log_std``),
+        as a :class:`~ppo_ref.flat.FlatArrays` (:meth:`as_flat`)."""
         c = self.config
         params = recurrent_actor_critic_init(
             rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
             lstm_shared=self.lstm_shared, net_arch=tuple(c.net_arch), activation=c.activation,
             policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
         params.update(self.head.init_params())
-        return params
+        return self.as_flat(params)
+
+    def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
+        """``arrays`` (same keys as the parameters) copied into one float64 buffer, keys in
+        their order (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays). With parameters
+        and gradients in one layout, Adam and the global-norm clip of :mod:`ppo_ref.optim` run
+        one fused pass over the buffer (same bits as the per-array path)."""
+        layout = FlatLayout.in_order([(k, np.shape(v)) for k, v in arrays.items()])
+        return flatten_arrays(arrays, layout, dtype=np.float64)
 
     def initial_state(self, n_envs: int) -> LSTMStates:
         """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
@@ -443,4 +453,6 @@ class RecurrentPolicy:
             self._net(params), net_cache, d_out.reshape(T, n, -1),
             np.asarray(d_values, dtype=np.float64))
         grads.update(head_grads)
+        if is_flat(params):  # gradients in the parameters' buffer layout (fused Adam and clip)
+            return flatten_arrays({k: grads[k] for k in params}, params.layout, dtype=np.float64)
         return {k: grads[k] for k in params}
