@@ -33,14 +33,16 @@ Update
     exactly: ratio 1). sb3-contrib instead cuts sequences at episode starts, pads them and
     stores per-step states.
 
-Exactness note: BLAS rounds a row of a matrix product differently depending on how many rows
-the product has (acting evaluates the towers on N rows, training on ``T * n``), so acting-time
-log-probs can differ from replayed ones in the last bit. Storing the replayed values (as
+Exactness note: the LSTM kernels compute every env's rows with the same arithmetic whichever
+envs share the call (:mod:`ppo_ref.nn.lstm`), but BLAS may round a row of the towers' matrix
+products differently depending on how many rows the product has (acting evaluates the towers on
+N rows, the replay on ``T * N``, a minibatch on ``T * n``), so acting-time log-probs can differ
+from replayed ones in the last bit. Storing the replayed values (as
 :class:`~ppo_ref.rollout.RolloutCollector` does for the MLP) makes the first minibatch's
 log-probs equal the stored ones bit for bit (tested at the benchmark's sizes) whenever
-``envs_per_minibatch >= 2`` or ``n_envs == 1``. With one env per minibatch and several envs,
-the recurrent product ``h @ w_hh.T`` has one row in training and N in the replay; NumPy then
-calls BLAS gemv instead of gemm and the ratio is 1 only to ~1e-16.
+``envs_per_minibatch >= 2`` or ``n_envs == 1``. With one env per minibatch and several envs the
+towers' products have only T rows; there the ratio was observed to be 1 only to ~1e-16 (towers
+of width 64; exactly 1 with the tests' small towers).
 
 Checkpoints add the carried LSTM states (``lstm/h``, ``lstm/c``) to PPOTrainer's snapshot, so a
 resumed run continues exactly.
