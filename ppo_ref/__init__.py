@@ -2,10 +2,22 @@
 
 Read it as an executable specification, run it for known-good numbers, and point its tests and
 golden vectors at other implementations. See README.md for the vocabulary and the equations.
+
+The advantage kernels (SPEC §2) and the trainers are re-exported here; the layers, losses and
+optimizer live in their modules (``ppo_ref.nn.*``, ``ppo_ref.losses``, ``ppo_ref.optim``).
 """
 __version__ = "0.1.0"
 
 from ppo_ref.kernels import VTraceReturns, episode_starts, gae, vtrace
 from ppo_ref import envs as _envs  # registers the ppo_ref/ gymnasium ids
+from ppo_ref.config import PPOConfig
+from ppo_ref.ppo import PPOTrainer
+from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+from ppo_ref.actor_learner import AsyncActorLearnerConfig, LearnerReport, learner_loop
 
-__all__ = ["__version__", "episode_starts", "gae", "vtrace", "VTraceReturns"]
+__all__ = [
+    "__version__",
+    "episode_starts", "gae", "vtrace", "VTraceReturns",
+    "PPOConfig", "PPOTrainer", "RecurrentPPOTrainer",
+    "AsyncActorLearnerConfig", "LearnerReport", "learner_loop",
+]
