@@ -23,6 +23,7 @@ functions, which then take their general per-array path. Writing *into* a view
 """
 from __future__ import annotations
 
+import operator
 from typing import Iterable, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -32,9 +33,10 @@ __all__ = ["FlatLayout", "FlatArrays", "flatten_arrays", "is_flat", "same_layout
 
 class FlatLayout:
     """Where each key lives in a flat buffer: ``entries = ((key, offset, shape), ...)`` in the
-    dict's key order, ``size`` the buffer length. Immutable; compared by value."""
+    dict's key order, ``size`` the buffer length, ``keys`` the keys in that order. Immutable;
+    compared by value."""
 
-    __slots__ = ("entries", "size", "_key", "slices")
+    __slots__ = ("entries", "size", "_key", "slices", "keys")
 
     def __init__(self, entries: Sequence[Tuple[str, int, Tuple[int, ...]]], size: int):
         self.entries = tuple((str(k), int(o), tuple(int(s) for s in shape))
@@ -52,6 +54,7 @@ class FlatLayout:
         self._key = (self.entries, self.size)
         self.slices = tuple((k, o, o + int(np.prod(shape, dtype=np.int64)), shape)
                             for k, o, shape in self.entries)
+        self.keys = tuple(k for k, _, _ in self.entries)
 
     @classmethod
     def in_order(cls, shapes: Iterable[Tuple[str, Tuple[int, ...]]],
@@ -103,15 +106,11 @@ class FlatArrays(dict):
             raise ValueError(f"flat must be a contiguous 1-D array of length {layout.size}, "
                              f"got shape {flat.shape}")
         self = cls()
-        views = []
-        setitem = dict.__setitem__
-        for k, o, stop, shape in layout.slices:
-            v = flat[o:stop].reshape(shape)
-            setitem(self, k, v)
-            views.append(v)
+        views = tuple([flat[o:stop].reshape(shape) for _, o, stop, shape in layout.slices])
+        dict.update(self, zip(layout.keys, views))
         self.flat = flat
         self.layout = layout
-        self._views = tuple(views)
+        self._views = views
         return self
 
     def intact(self) -> bool:
@@ -119,10 +118,7 @@ class FlatArrays(dict):
         views = self._views
         if len(self) != len(views):
             return False
-        for a, b in zip(self.values(), views):
-            if a is not b:
-                return False
-        return True
+        return all(map(operator.is_, self.values(), views))
 
     def empty_like(self) -> "FlatArrays":
         """A new ``FlatArrays`` of the same layout and dtype (uninitialised values)."""

@@ -176,25 +176,34 @@ def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
             and same_layout(params, grads, state["m"], state["v"])
             and params.flat.dtype == np.float64):
         return None
-    max_norm = check_positive(max_norm, "max_norm")
+    # the checks of the two functions; plain finite Python floats in range pass without the
+    # general helpers (the same values: those helpers return float(value))
+    if not (type(max_norm) is float and 0.0 < max_norm < math.inf):
+        max_norm = check_positive(max_norm, "max_norm")
     starts, stops = _layout_segments(grads.layout)
     norm = _segmented_global_norm(grads.flat, starts, stops)
     if not math.isfinite(norm):
         clip_by_global_norm(grads, max_norm)  # raises, naming the arrays
     scale = max_norm / (norm + CLIP_NORM_EPS)
     t_prev = state["t"]
-    if isinstance(t_prev, (bool, np.bool_)) or not isinstance(t_prev, (int, np.integer)) \
+    if type(t_prev) is not int and (isinstance(t_prev, (bool, np.bool_))
+                                     or not isinstance(t_prev, (int, np.integer))) \
             or t_prev < 0:
         raise ValueError(f"state['t'] must be a non-negative int, got {t_prev!r}")
-    lr = check_nonnegative(lr, "lr")
-    eps = check_nonnegative(eps, "eps")
+    if not (type(lr) is float and 0.0 <= lr < math.inf):
+        lr = check_nonnegative(lr, "lr")
+    if not (type(eps) is float and 0.0 <= eps < math.inf):
+        eps = check_nonnegative(eps, "eps")
     if not isinstance(betas, (tuple, list)) or len(betas) != 2:
         raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-    beta1 = check_real_scalar(betas[0], "betas[0]")
-    beta2 = check_real_scalar(betas[1], "betas[1]")
-    for b, name in ((beta1, "betas[0]"), (beta2, "betas[1]")):
-        if not 0.0 <= b < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {b}")
+    beta1, beta2 = betas
+    if not (type(beta1) is float and type(beta2) is float and 0.0 <= beta1 < 1.0
+            and 0.0 <= beta2 < 1.0):
+        beta1 = check_real_scalar(beta1, "betas[0]")
+        beta2 = check_real_scalar(beta2, "betas[1]")
+        for b, name in ((beta1, "betas[0]"), (beta2, "betas[1]")):
+            if not 0.0 <= b < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {b}")
     t = int(t_prev) + 1
     step_size = lr / (1.0 - beta1 ** t)
     bias_correction2_sqrt = (1.0 - beta2 ** t) ** 0.5

@@ -180,9 +180,12 @@ def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantag
     functions, without their per-call argument checks. Returns ``None`` when the case does
     not apply; :func:`minibatch_loss` then takes the checked path (which also produces the
     errors)."""
-    n = np.shape(new_log_probs)[0] if np.ndim(new_log_probs) == 1 else -1
-    if n < 2 or not all(_is_vec(a, n) for a in (new_log_probs, entropy, values, old_log_probs,
-                                                   advantages, returns, old_values)):
+    if type(new_log_probs) is not np.ndarray or new_log_probs.ndim != 1:
+        return None
+    n = new_log_probs.shape[0]
+    if n < 2 or not (_is_vec(new_log_probs, n) and _is_vec(entropy, n) and _is_vec(values, n)
+                     and _is_vec(old_log_probs, n) and _is_vec(advantages, n)
+                     and _is_vec(returns, n) and _is_vec(old_values, n)):
         return None
     if not _all_finite(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                        old_values):

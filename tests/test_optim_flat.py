@@ -86,3 +86,35 @@ def test_clipped_adam_step_equals_clip_then_adam(rng, scale):
     g["w0"][1, 1] = np.nan
     with pytest.raises(FloatingPointError, match="w0"):
         clipped_adam_step(p, g, state, max_norm=0.5, lr=1e-2)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"max_norm": 0.0}, "max_norm"), ({"max_norm": float("nan")}, "max_norm"),
+    ({"max_norm": float("inf")}, "max_norm"), ({"lr": -1e-3}, "lr"),
+    ({"lr": float("inf")}, "lr"), ({"lr": True}, "lr"), ({"eps": float("nan")}, "eps"),
+    ({"betas": (0.9, 1.0)}, r"betas\[1\]"), ({"betas": (-0.1, 0.999)}, r"betas\[0\]"),
+    ({"betas": (0.9, "x")}, r"betas\[1\]"), ({"betas": (0.9,)}, "betas"),
+])
+def test_clipped_adam_step_checks_scalars(rng, kwargs, match):
+    from ppo_ref.optim import clipped_adam_step
+    p = flatten_arrays(arrays(rng))
+    g = flatten_arrays(arrays(rng))
+    args = {"max_norm": 0.5, "lr": 1e-2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        clipped_adam_step(p, g, adam_init(p), **args)
+    for bad_t in (True, -1, 1.0):
+        with pytest.raises(ValueError, match="state"):
+            clipped_adam_step(p, g, {**adam_init(p), "t": bad_t}, max_norm=0.5, lr=1e-2)
+
+
+def test_clipped_adam_step_numpy_scalars_same_bits(rng):
+    """numpy scalar arguments take the general checks and give the bits of Python floats."""
+    from ppo_ref.optim import clipped_adam_step
+    p = flatten_arrays(arrays(rng))
+    g = flatten_arrays(arrays(rng, 3.0))
+    a = clipped_adam_step(p, g, adam_init(p), max_norm=0.5, lr=1e-2, eps=1e-5)
+    b = clipped_adam_step(p, g, {**adam_init(p), "t": np.int64(0)}, max_norm=np.float64(0.5),
+                          lr=np.float64(1e-2), eps=np.float64(1e-5),
+                          betas=(np.float64(0.9), 0.999))
+    assert a[2] == b[2]
+    assert np.array_equal(a[0].flat, b[0].flat) and np.array_equal(a[1]["v"].flat, b[1]["v"].flat)
