@@ -36,7 +36,7 @@ class FlatLayout:
     dict's key order, ``size`` the buffer length, ``keys`` the keys in that order. Immutable;
     compared by value."""
 
-    __slots__ = ("entries", "size", "_key", "slices", "keys")
+    __slots__ = ("entries", "size", "_key", "slices", "keys", "_views_spec")
 
     def __init__(self, entries: Sequence[Tuple[str, int, Tuple[int, ...]]], size: int):
         self.entries = tuple((str(k), int(o), tuple(int(s) for s in shape))
@@ -54,6 +54,9 @@ class FlatLayout:
         self._key = (self.entries, self.size)
         self.slices = tuple((k, o, o + int(np.prod(shape, dtype=np.int64)), shape)
                             for k, o, shape in self.entries)
+        # (start, stop, shape or None): None where the slice already has the shape (1-D)
+        self._views_spec = tuple((o, stop, None if len(shape) == 1 else shape)
+                                 for _, o, stop, shape in self.slices)
         self.keys = tuple(k for k, _, _ in self.entries)
 
     @classmethod
@@ -106,7 +109,8 @@ class FlatArrays(dict):
             raise ValueError(f"flat must be a contiguous 1-D array of length {layout.size}, "
                              f"got shape {flat.shape}")
         self = cls()
-        views = tuple([flat[o:stop].reshape(shape) for _, o, stop, shape in layout.slices])
+        views = tuple([flat[o:stop] if shape is None else flat[o:stop].reshape(shape)
+                       for o, stop, shape in layout._views_spec])
         dict.update(self, zip(layout.keys, views))
         self.flat = flat
         self.layout = layout

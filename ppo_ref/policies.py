@@ -32,10 +32,12 @@ parameters, gradients as returned, losses and Adam stay float64.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
+from ppo_ref._numba import njit
 from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward, value_forward
 from ppo_ref.nn.actor_critic import (actor_critic_init, fused_backward, fused_forward,
@@ -207,12 +209,22 @@ class _FusedPolicyCache(NamedTuple):
     entropy: Any
 
 
+@njit
+def _all_finite_1d(a) -> bool:
+    """True if every entry of the 1-D float array ``a`` is finite (stops at the first that is
+    not)."""
+    for i in range(a.size):
+        if not math.isfinite(a[i]):
+            return False
+    return True
+
+
 def _finite_grad(d, name: str, n: int) -> np.ndarray:
     """An upstream per-row gradient as float64 ``[n]``; ``ValueError`` naming it otherwise."""
     arr = np.asarray(d, dtype=np.float64)
     if arr.shape != (n,):
         raise ValueError(f"{name} must have shape {(n,)}, got {arr.shape}")
-    if not np.isfinite(arr).all():
+    if not _all_finite_1d(arr):
         raise ValueError(f"{name} must be finite")
     return arr
 
@@ -375,7 +387,7 @@ class MLPPolicy:
         if self._fused(params):
             x = self.flatten_obs(obs)
             if (x.ndim == 2 and x.shape[1] == self.obs_dim and x.flags.c_contiguous
-                    and np.isfinite(x).all()):
+                    and _all_finite_1d(x.reshape(-1))):
                 out, values, net_cache = fused_forward(params, x, self.activation,
                                                        self.compute_dtype)
                 values = values.astype(np.float64, copy=False)

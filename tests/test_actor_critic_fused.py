@@ -160,3 +160,18 @@ def test_float32_compute_agrees_with_float64_and_keeps_float64_interfaces(rng, c
     part = policy32.evaluate(params, obs[idx], actions[idx])
     assert np.array_equal(part.log_probs, e32.log_probs[idx])
     assert np.array_equal(part.values, e32.values[idx])
+
+
+def test_flat_arrays_views_of_every_rank(rng):
+    """0-d, 1-d and 2-d entries are views of the buffer with their own shapes."""
+    arrays = {"s": np.array(2.5), "v": rng.standard_normal(3), "m": rng.standard_normal((2, 2))}
+    flat = flatten_arrays(arrays, FlatLayout.in_order([(k, v.shape) for k, v in arrays.items()],
+                                                      ["m", "s", "v"]))
+    assert flat.flat.tolist() == arrays["m"].ravel().tolist() + [2.5] + arrays["v"].tolist()
+    again = FlatArrays.from_buffer(flat.flat, flat.layout)
+    assert list(again) == ["s", "v", "m"] and is_flat(again)
+    for k, v in arrays.items():
+        assert again[k].shape == v.shape and np.array_equal(again[k], v)
+        assert np.shares_memory(again[k], flat.flat)
+    again["v"][0] = 7.0
+    assert flat["v"][0] == 7.0

@@ -441,7 +441,7 @@ def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values
         last = len(names) - 1
         wkey, bkey = names[last]
         np.matmul(dy.T, inputs[last], out=grads[wkey])
-        np.sum(dy, axis=0, out=grads[bkey])
+        np.add.reduce(dy, axis=0, out=grads[bkey])  # np.sum's reduction, called directly
         # the head's d @ W with the activation derivative of the layer below (narrow K)
         if last > 0:
             dcur = np.empty((batch, inputs[last].shape[1]), dtype=dtype)
