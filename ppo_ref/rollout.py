@@ -45,6 +45,7 @@ import gymnasium.vector
 import numpy as np
 
 from ppo_ref.checkpoint import generator_state, set_generator_state
+from ppo_ref.policies import _all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
            "single_env_state", "restore_single_env_state"]
@@ -321,8 +322,8 @@ class RolloutCollector:
                                f"{expected}, at vector step {vector_step} (rollout step {rollout_step})",
                                -1, vector_step, rollout_step)
         obs = obs.reshape(self.n_envs, -1)
-        finite = np.isfinite(obs).all(axis=1)
-        if not finite.all():
+        if not _all_finite_1d(obs.reshape(-1)):  # one compiled pass; the row only on failure
+            finite = np.isfinite(obs).all(axis=1)
             i = int(np.argmin(finite))
             raise EnvStepError(f"env {i} returned a non-finite observation {obs[i].tolist()} at vector "
                                f"step {vector_step} (rollout step {rollout_step})", i, vector_step,
@@ -415,7 +416,8 @@ class RolloutCollector:
             self.vector_steps += 1
             rewards = np.asarray(rewards, dtype=np.float64)
             raw_rewards = rewards if tap is None else tap.last_rewards
-            if not np.isfinite(raw_rewards).all():
+            if not (_all_finite_1d(rewards.reshape(-1)) if tap is None
+                    else np.isfinite(raw_rewards).all()):
                 i = int(np.argmin(np.isfinite(raw_rewards)))
                 raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
                                    f"step {step} (rollout step {t})", i, step, t)

@@ -88,6 +88,7 @@ def test_unsupported_spaces_raise():
 
 
 @pytest.mark.parametrize("fault, pattern", [("nan", "non-finite observation"),
+                                            ("reward", "non-finite reward inf"),
                                             ("shape", "shape")])
 def test_env_fault_names_env_index_and_step(fault, pattern):
     env_id = register_faulty()

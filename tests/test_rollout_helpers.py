@@ -58,6 +58,8 @@ class FaultyEnv(gym.Wrapper):
             if self.fault == "nan":
                 obs = obs.copy()
                 obs[2] = np.nan
+            elif self.fault == "reward":
+                reward = float("inf")
             else:
                 obs = np.zeros(3, dtype=obs.dtype)
         return obs, reward, terminated, truncated, info
