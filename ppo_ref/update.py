@@ -220,7 +220,7 @@ def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantag
     v_loss = v_sum / n
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
     ent_coef = float(config.ent_coef)
-    e_loss = -float(np.mean(entropy))
+    e_loss = -(float(np.add.reduce(entropy)) / n)  # np.mean's sum and division, called directly
     total = p_loss + v_scale * v_loss + ent_coef * e_loss
     if config.kl_estimator == "k3":
         kl = k3_sum / n

@@ -22,8 +22,9 @@ def inputs(rng, n=64):
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("clip_range", [0.2, 0.0])
-def test_fast_loss_equals_checked_loss(rng, monkeypatch, config, clip_range):
-    args = inputs(rng)
+@pytest.mark.parametrize("n", [64, 1000])  # 1000: numpy's pairwise sums use several blocks
+def test_fast_loss_equals_checked_loss(rng, monkeypatch, config, clip_range, n):
+    args = inputs(rng, n)
     fast = update._fast_minibatch_loss(*args, config, clip_range, True)
     assert fast is not None
     monkeypatch.setattr(update, "_fast_minibatch_loss", lambda *a: None)
