@@ -658,7 +658,9 @@ class ActorGroup:
             if worker.exitcode == 1:
                 text += (" (code 1 before the actor could report anything: usually its imports "
                          "or the unpickling of its arguments failed; its traceback went to "
-                         "stderr)")
+                         "stderr. The process backend starts actors with 'spawn', which "
+                         "re-imports the main script: a script must start the learner under "
+                         "`if __name__ == \"__main__\":`)")
             return text
         return f"thread {worker.name} ended"
 

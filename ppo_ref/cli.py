@@ -319,10 +319,18 @@ def _check_fresh_run_dir(run_dir: str) -> None:
     """``--run-dir`` must not hold a run already (it would be overwritten)."""
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
-    for name in ("checkpoint.npz", "metrics.csv"):
-        if os.path.exists(os.path.join(run_dir, name)):
-            raise UsageError(f"{run_dir} already holds a run ({name}): continue it with "
-                             f"--resume {run_dir}, or choose another --run-dir")
+    # A run stopped before its first update leaves config.json and header-only CSVs but no
+    # checkpoint: nothing to resume and nothing to lose, so such a directory may be reused.
+    if os.path.exists(os.path.join(run_dir, "checkpoint.npz")):
+        raise UsageError(f"{run_dir} already holds a run (checkpoint.npz): continue it with "
+                         f"--resume {run_dir}, or choose another --run-dir")
+    metrics = os.path.join(run_dir, "metrics.csv")
+    if os.path.exists(metrics):
+        with open(metrics, "rb") as fh:
+            has_rows = sum(1 for line in fh if line.strip()) > 1
+        if has_rows:
+            raise UsageError(f"{run_dir} already holds a run (metrics.csv has updates): continue "
+                             f"it with --resume {run_dir}, or choose another --run-dir")
 
 
 def _rollout_note(config, start: int, total: int) -> None:
@@ -553,7 +561,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("needs matplotlib: pip install 'ppo_ref[plot]'") from None
+        raise UsageError("needs matplotlib: install the plot extra (pip install -e '.[plot]' in a "
+                         "checkout, or pip install matplotlib)") from None
     import numpy as np
     from ppo_ref.runlog import read_csv
     episodes_path = os.path.join(args.run_dir, "episodes.csv")

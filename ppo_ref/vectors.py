@@ -663,6 +663,9 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         case's outputs; ``inf`` for a shape or special-value mismatch, ``nan`` if missing),
         ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``.
     """
+    for name, tol in (("atol", atol), ("rtol", rtol)):
+        if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"{name} must be a finite number >= 0, got {tol!r}")
     results = _read_json(results_file, "results file")
     if not isinstance(results, dict):
         raise ValueError(f"results file {results_file} must hold a JSON object")

@@ -231,6 +231,20 @@ def test_train_refuses_a_run_dir_that_holds_a_run(saved_run, tmp_path, capsys, e
     assert _files(run_dir) == before  # nothing overwritten
 
 
+def test_a_run_dir_stopped_before_its_first_update_can_be_reused(saved_run, tmp_path):
+    # Ctrl-C before the first update leaves config.json and header-only CSVs, no checkpoint:
+    # nothing to resume, so training into that directory again must be allowed.
+    run_dir = tmp_path / "stopped_early"
+    run_dir.mkdir()
+    for name in ("config.json", "metrics.csv", "episodes.csv"):
+        with open(os.path.join(saved_run, name), "rb") as src:
+            head = src.read() if name == "config.json" else src.readline()
+        (run_dir / name).write_bytes(head)
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 0
+    assert (run_dir / "checkpoint.npz").exists()
+    assert len((run_dir / "metrics.csv").read_text().strip().splitlines()) == 2  # header + 1 update
+
+
 def test_train_into_an_existing_empty_dir_is_fine(tmp_path):
     run_dir = tmp_path / "empty"
     run_dir.mkdir()
@@ -449,6 +463,14 @@ def vectors_dir(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("vectors"))
     write_vectors(out)
     return out
+
+
+@pytest.mark.parametrize("flag", ["--atol", "--rtol"])
+def test_check_rejects_a_negative_tolerance(vectors_dir, tmp_path, capsys, flag):
+    results = tmp_path / "results.json"
+    results.write_text('{"format": "ppo_ref.results/1", "cases": {}}')
+    assert cli.main(["check", vectors_dir, "--results", str(results), flag, "-1"]) == 2
+    assert flag[2:] in _one_line_error(capsys, "check")
 
 
 def test_check_file_errors_are_one_line(vectors_dir, tmp_path, capsys):
