@@ -397,36 +397,47 @@ class RolloutCollector:
         discrete = head.kind == "categorical"
         obs = self.obs
         starts = self.episode_starts
+        episode_return = self.episode_return  # updated in place below
+        episode_length = self.episode_length
+        sample = head.sample
+        to_env = head.to_env
+        step_sync = self._step_sync
+        obs_array = self._obs_array
+        expected = tuple(policy.obs_shape)
         for t in range(T):
             obs_buf[t] = obs
             start_buf[t] = starts
-            actions = head.sample(rng, forward(obs), params)
+            actions = sample(rng, forward(obs), params)
             act_buf[t] = actions
             step = self.vector_steps
-            env_actions = head.to_env(actions)
+            env_actions = to_env(actions)
             if fast is not None:
-                raw_obs, rewards, terminated, truncated, final_obs = self._step_sync(
-                    fast, env_actions.tolist() if discrete else env_actions, step, t)
+                # rewards and flags go straight into this step's buffer rows
+                rewards, terminated, truncated = rew_buf[t], term_buf[t], trunc_buf[t]
+                raw_obs, final_obs = step_sync(fast, env_actions.tolist() if discrete else env_actions,
+                                               step, t, rewards, terminated, truncated, expected)
                 info = {"final_obs": final_obs}
             else:
                 try:
                     raw_obs, rewards, terminated, truncated, info = env.step(env_actions)
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
-            self.vector_steps += 1
-            rewards = np.asarray(rewards, dtype=np.float64)
+            self.vector_steps = step + 1
+            if fast is None:
+                rewards = np.asarray(rewards, dtype=np.float64)
             raw_rewards = rewards if tap is None else tap.last_rewards
             if not (_all_finite_1d(rewards.reshape(-1)) if tap is None
                     else np.isfinite(raw_rewards).all()):
                 i = int(np.argmin(np.isfinite(raw_rewards)))
                 raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
                                    f"step {step} (rollout step {t})", i, step, t)
-            obs = self._obs_array(raw_obs, vector_step=step, rollout_step=t)
-            rew_buf[t] = rewards
-            term_buf[t] = terminated
-            trunc_buf[t] = truncated
-            self.episode_return += raw_rewards
-            self.episode_length += 1
+            obs = obs_array(raw_obs, vector_step=step, rollout_step=t)
+            if fast is None:
+                rew_buf[t] = rewards
+                term_buf[t] = terminated
+                trunc_buf[t] = truncated
+            episode_return += raw_rewards
+            episode_length += 1
             starts = np.logical_or(terminated, truncated)
             if starts.any():
                 bootstrap = np.logical_and(truncated, np.logical_not(terminated))
@@ -437,11 +448,11 @@ class RolloutCollector:
                     final_obs = self._final_obs(info, idx, step, t)
                     final_values[t, idx] = policy.values(params, final_obs)
                 for i in np.flatnonzero(starts):
-                    ep_returns.append(float(self.episode_return[i]))
-                    ep_lengths.append(int(self.episode_length[i]))
+                    ep_returns.append(float(episode_return[i]))
+                    ep_lengths.append(int(episode_length[i]))
                     ep_envs.append(int(i))
-                self.episode_return[starts] = 0.0
-                self.episode_length[starts] = 0
+                episode_return[starts] = 0.0
+                episode_length[starts] = 0
         self.obs = obs
         self.episode_starts = starts.copy()
         # Record values and behaviour log-probs from ONE forward pass over all T*N rows (the
@@ -464,7 +475,8 @@ class RolloutCollector:
             return self.base_env.envs
         return None
 
-    def _step_sync(self, envs, actions, vector_step, rollout_step):
+    def _step_sync(self, envs, actions, vector_step, rollout_step, rewards, terminated, truncated,
+                   expected):
         """One SAME_STEP vector step over the sub-envs of a plain ``SyncVectorEnv``.
 
         The same calls, in the same order, as ``SyncVectorEnv.step`` in SAME_STEP mode
@@ -472,17 +484,15 @@ class RolloutCollector:
         one and ``env.reset()``), so results are identical; it skips the vector env's per-step
         action iteration, info-dict merging, batch concatenation and copies. Discrete actions
         are passed as Python ints (the cheapest type for ``Discrete.contains``).
-        Returns ``(observations [list], rewards, terminated, truncated, final_obs {i: obs})``.
+        Writes each env's reward and flags into ``rewards`` (float64 ``[N]``), ``terminated``,
+        ``truncated`` (bool ``[N]``); ``expected`` is the observation shape (a tuple).
+        Returns ``(observations [list], final_obs {i: obs})``.
         """
-        n = len(envs)
-        observations = [None] * n
-        rewards = np.empty(n, dtype=np.float64)
-        terminated = np.empty(n, dtype=bool)
-        truncated = np.empty(n, dtype=bool)
+        observations = [None] * len(envs)
         final_obs = {}
-        expected = tuple(self.policy.obs_shape)
-        for i in range(n):
-            o, r, term, trunc, _ = envs[i].step(actions[i])
+        i = 0
+        for env in envs:
+            o, r, term, trunc, _ = env.step(actions[i])
             if (o.shape if type(o) is np.ndarray else np.shape(o)) != expected:
                 raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
                                    f"{expected}, at vector step {vector_step} (rollout step "
@@ -492,13 +502,14 @@ class RolloutCollector:
             truncated[i] = trunc
             if term or trunc:
                 final_obs[i] = o
-                o, _ = envs[i].reset()
+                o, _ = env.reset()
                 if np.shape(o) != expected:
                     raise EnvStepError(f"env {i} returned a reset observation of shape {np.shape(o)}, "
                                        f"expected {expected}, at vector step {vector_step} (rollout "
                                        f"step {rollout_step})", i, vector_step, rollout_step)
             observations[i] = o
-        return observations, rewards, terminated, truncated, final_obs
+            i += 1
+        return observations, final_obs
 
     def _final_obs(self, info, idx, vector_step, rollout_step) -> np.ndarray:
         """Stack, check and normalize ``info["final_obs"][idx]`` (frozen statistics)."""
