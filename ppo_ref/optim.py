@@ -161,11 +161,18 @@ def _clipped_adam_kernel(param, grad, scale, m, v, beta1, beta2, step_size,
 
 
 def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
-                      betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-5):
+                      betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-5, out=None):
     """``clip_by_global_norm(grads, max_norm)`` then ``adam_update(params, clipped, state, lr=lr,
     betas=betas, eps=eps)`` in two kernel passes over one-buffer float64 dicts
     (:class:`~ppo_ref.flat.FlatArrays` of one layout): the same arithmetic, so the same bits,
     without materialising the clipped gradients.
+
+    ``out``: optional ``(params_out, m_out, v_out)``, intact float64 ``FlatArrays`` of the same
+    layout, each buffer owning its memory, distinct, and not ``params``, ``grads``,
+    ``state["m"]``, ``state["v"]`` nor the base of any of them:
+    the results are written into them and they are returned (``new_state`` is a new dict
+    holding ``m_out``, ``v_out``), sparing three buffers and their views per step (a loop of
+    steps can alternate between two sets). Anything else raises ``ValueError``.
 
     Returns ``(new_params, new_state, norm)`` (``norm`` before clipping), or ``None`` when the
     arguments are not such dicts (call the two functions instead). Raises as they do
@@ -208,16 +215,43 @@ def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
     step_size = lr / (1.0 - beta1 ** t)
     bias_correction2_sqrt = (1.0 - beta2 ** t) ** 0.5
     layout = params.layout
-    p_out, m_out, v_out = (np.empty(layout.size) for _ in range(3))
+    if out is None:
+        p_out, m_out, v_out = (np.empty(layout.size) for _ in range(3))
+    else:
+        targets = _check_step_out(out, params, grads, state)
+        p_out, m_out, v_out = (a.flat for a in targets)
     if not _clipped_adam_kernel(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
                                 state["m"].flat, state["v"].flat, beta1, beta2, step_size,
                                 bias_correction2_sqrt, eps, p_out, m_out, v_out):
         clipped, _ = clip_by_global_norm(grads, max_norm)
         adam_update(params, clipped, state, lr=lr, betas=betas, eps=eps)  # raises, naming it
         raise ValueError("the Adam step gives inf or nan")  # (not reached)
+    if out is not None:
+        return targets[0], {"t": t, "m": targets[1], "v": targets[2]}, norm
     return (FlatArrays.from_buffer(p_out, layout),
             {"t": t, "m": FlatArrays.from_buffer(m_out, layout),
              "v": FlatArrays.from_buffer(v_out, layout)}, norm)
+
+
+def _check_step_out(out, params, grads, state):
+    """``out`` of :func:`clipped_adam_step` as a checked triple (see there)."""
+    if not (isinstance(out, (tuple, list)) and len(out) == 3):
+        raise ValueError("out must be a triple (params_out, m_out, v_out) of FlatArrays")
+    if not same_layout(params, *out):
+        raise ValueError("out must hold intact FlatArrays in the layout and dtype of params")
+    inputs = (params.flat, grads.flat, state["m"].flat, state["v"].flat)
+    buffers = [a.flat for a in out]
+    # a buffer that owns its memory overlaps another array only if that array is it or a
+    # view of it (numpy's base is the owner); distinct owners never overlap
+    for i, b in enumerate(buffers):
+        if b.base is not None:
+            raise ValueError("out buffers must own their memory (not be views)")
+        for x in inputs:
+            if x is b or x.base is b:
+                raise ValueError("out buffers must not overlap the inputs")
+        if any(b is y for y in buffers[:i]):
+            raise ValueError("out buffers must be distinct")
+    return tuple(out)
 
 
 def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict,

@@ -118,3 +118,42 @@ def test_clipped_adam_step_numpy_scalars_same_bits(rng):
                           betas=(np.float64(0.9), 0.999))
     assert a[2] == b[2]
     assert np.array_equal(a[0].flat, b[0].flat) and np.array_equal(a[1]["v"].flat, b[1]["v"].flat)
+
+
+def test_clipped_adam_step_out_same_bits_and_checks(rng):
+    """``out=`` writes the same bits into the given buffers (alternating two sets over steps,
+    as run_epochs does) and leaves the inputs untouched; overlapping targets are refused."""
+    from ppo_ref.optim import clipped_adam_step
+    p0 = flatten_arrays(arrays(rng))
+    sets = [tuple(p0.empty_like() for _ in range(3)) for _ in range(2)]
+    p_ref, s_ref = p0, adam_init(p0)
+    p, s = p0, adam_init(p0)
+    p0_bits = p0.flat.copy()
+    for step in range(4):
+        g = flatten_arrays(arrays(rng, 3.0))
+        p_ref, s_ref, n_ref = clipped_adam_step(p_ref, g, s_ref, max_norm=0.5, lr=1e-2)
+        out = sets[step % 2]
+        p, s, n = clipped_adam_step(p, g, s, max_norm=0.5, lr=1e-2, out=out)
+        assert p is out[0] and s["m"] is out[1] and s["v"] is out[2] and is_flat(p)
+        assert n == n_ref and s["t"] == s_ref["t"] == step + 1
+        assert np.array_equal(p.flat, p_ref.flat)
+        assert np.array_equal(s["m"].flat, s_ref["m"].flat)
+        assert np.array_equal(s["v"].flat, s_ref["v"].flat)
+    assert np.array_equal(p0.flat, p0_bits)
+    g = flatten_arrays(arrays(rng))
+    state = adam_init(p0)
+    fresh = tuple(p0.empty_like() for _ in range(3))
+    bad_outs = [
+        (p0, fresh[1], fresh[2]),  # the params themselves
+        (fresh[0], state["m"], fresh[2]),  # a moment buffer
+        (fresh[0], fresh[0], fresh[2]),  # one buffer twice
+        (fresh[0], fresh[1]),  # not a triple
+        (dict(fresh[0]), fresh[1], fresh[2]),  # not a FlatArrays
+    ]
+    from ppo_ref.flat import FlatArrays
+    view_owner = np.empty(2 * p0.flat.size)
+    bad_outs.append((FlatArrays.from_buffer(view_owner[:p0.flat.size], p0.layout),
+                     fresh[1], fresh[2]))  # a view
+    for bad in bad_outs:
+        with pytest.raises(ValueError, match="out"):
+            clipped_adam_step(p0, g, state, max_norm=0.5, lr=1e-2, out=bad)

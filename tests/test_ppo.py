@@ -246,3 +246,39 @@ def test_pendulum_continuous_actions_smoke():
     assert all(math.isfinite(s["policy_loss"]) and math.isfinite(s["value_loss"]) for s in stats)
     first, last = np.mean(returns[:12]), np.mean(returns[-12:])
     assert last > first + 150, (first, last)
+
+
+def test_run_epochs_one_buffer_params_recycled_buffers_same_trajectory():
+    """With one-buffer params run_epochs writes each Adam step into its own earlier results (two
+    alternating sets): the same parameters at every step as the per-array path, and the
+    caller's params and state are not written."""
+    from ppo_ref.flat import flatten_arrays
+    from ppo_ref.optim import adam_init
+    cfg = PPOConfig(n_steps=B, batch_size=MB, n_epochs=3)
+    results = []
+    for flat in (False, True):
+        params, evaluate, backward, make_mb, _ = _synthetic()
+        seen = []
+
+        def recording(p, idx, evaluate=evaluate, seen=seen):
+            seen.append((p["s"][0], p["v"][0], p))  # values now; the dict kept alive
+            return evaluate(p, idx)
+        if flat:  # params and gradients in one buffer each: run_epochs' clipped_adam_step path
+            params = flatten_arrays(params)
+            backward = (lambda p, idx, *d, backward=backward:
+                        flatten_arrays(backward(p, idx, *d), p.layout))
+        state = adam_init(params)
+        before = {k: v.copy() for k, v in params.items()}
+        m_before = {k: v.copy() for k, v in state["m"].items()}
+        out_params, out_state, stats = run_epochs(
+            params, state, config=cfg, lr=0.05, clip_range=0.2,
+            minibatches=make_mb(np.random.default_rng(1)), evaluate=recording, backward=backward)
+        for k in before:
+            assert np.array_equal(params[k], before[k]) and np.array_equal(state["m"][k], m_before[k])
+        results.append((seen, dict(out_params), dict(out_state["v"]), stats))
+    (seen_d, p_d, v_d, st_d), (seen_f, p_f, v_f, st_f) = results
+    assert [s[:2] for s in seen_d] == [s[:2] for s in seen_f] and len(seen_f) == 12
+    assert len({id(s[2]) for s in seen_f[1:]}) == 2  # recycled: two alternating dicts
+    for k in p_d:
+        assert np.array_equal(p_d[k], p_f[k]) and np.array_equal(v_d[k], v_f[k])
+    assert st_d == st_f
