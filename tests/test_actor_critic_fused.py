@@ -175,3 +175,38 @@ def test_flat_arrays_views_of_every_rank(rng):
         assert np.shares_memory(again[k], flat.flat)
     again["v"][0] = 7.0
     assert flat["v"][0] == 7.0
+
+
+@pytest.mark.parametrize("continuous", [False, True])
+def test_float32_backward_results_independent_of_later_calls(rng, continuous):
+    """The float32 gradients are computed in a reused per-thread buffer: each returned dict is
+    its own float64 buffer, unchanged by later calls (other inputs, other thread) and equal
+    to the same call repeated."""
+    import threading
+    obs_space = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float64)
+    act_space = (gym.spaces.Box(-1.0, 1.0, (2,), dtype=np.float64) if continuous
+                 else gym.spaces.Discrete(3))
+    policy = MLPPolicy(obs_space, act_space,
+                       PPOConfig(net_arch=(16, 16), policy_head_gain=1.0, compute_dtype="float32"))
+    params = policy.as_flat(policy.init_params(rng))
+    calls = []
+    for _ in range(2):
+        obs = rng.standard_normal((32, 5))
+        actions = rng.standard_normal((32, 2)) if continuous else rng.integers(0, 3, 32)
+        d = [rng.standard_normal(32) for _ in range(3)]
+        calls.append((obs, actions, d))
+
+    def grads_of(call):
+        obs, actions, d = call
+        return policy.backward(params, policy.evaluate(params, obs, actions).cache, *d)
+    first = grads_of(calls[0])
+    kept = first.flat.copy()
+    second = grads_of(calls[1])
+    other = {}
+    worker = threading.Thread(target=lambda: other.setdefault("g", grads_of(calls[1])))
+    worker.start()
+    worker.join()
+    assert not np.shares_memory(first.flat, second.flat) and is_flat(first) and is_flat(second)
+    assert np.array_equal(first.flat, kept) and not np.array_equal(first.flat, second.flat)
+    assert np.array_equal(grads_of(calls[0]).flat, kept)
+    assert np.array_equal(other["g"].flat, second.flat)

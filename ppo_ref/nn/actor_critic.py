@@ -22,6 +22,7 @@ everything), keys ``"pi.w0", "pi.b0", ...``, ``"vf.w0", ...`` and with a shared 
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -412,6 +413,19 @@ def _backprop_narrow(dy, w, h, relu, dh, db):
             db[j] += g
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch_grads(layout, dtype) -> FlatArrays:
+    """This thread's reusable ``FlatArrays`` of ``layout`` and ``dtype`` (uninitialised): the
+    float32 gradients of :func:`fused_backward`, which are copied out (widened to float64)
+    before it returns, so one buffer per thread serves every call."""
+    held = getattr(_SCRATCH, "grads", None)
+    if held is None or held.layout is not layout or held.flat.dtype != dtype:
+        held = _SCRATCH.grads = FlatArrays.from_buffer(np.empty(layout.size, dtype=dtype), layout)
+    return held
+
+
 def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values: np.ndarray):
     """:func:`actor_critic_backward` of :func:`fused_forward`, without argument checks:
     gradients as a new :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (the
@@ -429,7 +443,8 @@ def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values
     dtype = params.flat.dtype
     d_policy_out = d_policy_out.astype(dtype, copy=False)
     d_values = d_values.astype(dtype, copy=False)
-    grads = params.empty_like()
+    # float32: gradients in this thread's scratch buffer, widened into a new float64 one below
+    grads = params.empty_like() if dtype == np.float64 else _scratch_grads(params.layout, dtype)
     relu = cache.activation == "relu"
     batch = cache.x.shape[0]
     d0 = np.empty((batch, 2 * h), dtype=dtype)
