@@ -289,8 +289,12 @@ class PPOTrainer:
     def evaluate(self, n_episodes: int = 10, *, deterministic: bool = True, seed: int = 0,
                  env_id: Optional[str] = None) -> List[float]:
         """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
-        with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen)."""
+        with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen; a
+        recurrent policy resets its memory at each episode start). Raises ``ValueError`` if
+        ``n_episodes < 1``."""
         import gymnasium as gym
+        if int(n_episodes) < 1:
+            raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
         env_id = env_id or self.env_id
         if env_id is None:
             raise ValueError("env_id is required: the trainer was built from a vector env without an id")
@@ -299,15 +303,21 @@ class PPOTrainer:
         try:
             for i in range(int(n_episodes)):
                 obs, _ = env.reset(seed=int(seed) + i)
+                act = self._episode_actor(deterministic)
                 total, done = 0.0, False
                 while not done:
-                    obs, reward, terminated, truncated, _ = env.step(self.predict(obs, deterministic))
+                    obs, reward, terminated, truncated, _ = env.step(act(obs))
                     total += float(reward)
                     done = terminated or truncated
                 returns.append(total)
         finally:
             env.close()
         return returns
+
+    def _episode_actor(self, deterministic: bool) -> Callable[[np.ndarray], np.ndarray]:
+        """``act(obs) -> action`` for one evaluation episode (a stateless policy: :meth:`predict`;
+        the recurrent trainer returns a closure that carries its memory through the episode)."""
+        return lambda obs: self.predict(obs, deterministic)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_arrays(self) -> Dict[str, np.ndarray]:

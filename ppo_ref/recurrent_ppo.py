@@ -379,32 +379,18 @@ class RecurrentPPOTrainer(PPOTrainer):
                                                  self.predict_rng, deterministic)
         return (actions[0] if single else actions), new_state
 
-    def evaluate(self, n_episodes: int = 10, *, deterministic: bool = True, seed: int = 0,
-                 env_id: Optional[str] = None) -> List[float]:
-        """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
-        with ``seed + i`` for episode i), acting with :meth:`predict` and a memory reset at
-        every episode start (normalization frozen)."""
-        env_id = env_id or self.env_id
-        if env_id is None:
-            raise ValueError("env_id is required: the trainer was built from a vector env "
-                             "without an id")
-        env = gym.make(env_id, **self.env_kwargs)
-        returns = []
-        try:
-            for i in range(int(n_episodes)):
-                obs, _ = env.reset(seed=int(seed) + i)
-                state, first = None, True
-                total, done = 0.0, False
-                while not done:
-                    action, state = self.predict(obs, deterministic, state, episode_starts=first)
-                    first = False
-                    obs, reward, terminated, truncated, _ = env.step(action)
-                    total += float(reward)
-                    done = terminated or truncated
-                returns.append(total)
-        finally:
-            env.close()
-        return returns
+    def _episode_actor(self, deterministic: bool):
+        """``act(obs)`` for one evaluation episode of :meth:`PPOTrainer.evaluate`: the memory
+        starts from a reset (``episode_starts`` True on the first observation) and is carried
+        through the episode."""
+        state, first = None, True
+
+        def act(obs):
+            nonlocal state, first
+            action, state = self.predict(obs, deterministic, state, episode_starts=first)
+            first = False
+            return action
+        return act
 
     # -- checkpoints ------------------------------------------------------------------------------
     def state_arrays(self) -> Dict[str, np.ndarray]:

@@ -282,3 +282,12 @@ def test_run_epochs_one_buffer_params_recycled_buffers_same_trajectory():
     for k in p_d:
         assert np.array_equal(p_d[k], p_f[k]) and np.array_equal(v_d[k], v_f[k])
     assert st_d == st_f
+
+
+def test_evaluate_rejects_fewer_than_one_episode():
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.ppo import PPOTrainer
+    trainer = PPOTrainer("CartPole-v1", PPOConfig(n_envs=1, n_steps=64, batch_size=64), seed=0)
+    with pytest.raises(ValueError, match="n_episodes"):
+        trainer.evaluate(0)
+    assert len(trainer.evaluate(2)) == 2
