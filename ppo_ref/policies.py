@@ -48,7 +48,7 @@ from ppo_ref.nn.distributions import (
     gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
 )
 
-__all__ = ["CategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
+__all__ = ["PolicyBase", "CategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
 
 Params = Dict[str, np.ndarray]
@@ -229,7 +229,25 @@ def _finite_grad(d, name: str, n: int) -> np.ndarray:
     return arr
 
 
-class MLPPolicy:
+class PolicyBase:
+    """What every policy shares: the flattened observation shape, the distribution head of
+    :func:`make_head` for the action space, and the config. :class:`MLPPolicy` and
+    :class:`ppo_ref.recurrent_policies.RecurrentPolicy` build on it.
+
+    Raises:
+        ValueError: unsupported observation or action space.
+    """
+
+    def __init__(self, observation_space, action_space, config):
+        self.obs_dim = observation_dim(observation_space)
+        self.obs_shape = tuple(observation_space.shape)
+        self.head = make_head(action_space, config)
+        self.activation = config.activation
+        self.config = config
+        self._head_keys = tuple(self.head.init_params())
+
+
+class MLPPolicy(PolicyBase):
     """Feedforward actor-critic policy: :func:`actor_critic_forward` + a distribution head.
 
     Args:
@@ -243,13 +261,8 @@ class MLPPolicy:
     """
 
     def __init__(self, observation_space, action_space, config):
-        self.obs_dim = observation_dim(observation_space)
-        self.obs_shape = tuple(observation_space.shape)
-        self.head = make_head(action_space, config)
-        self.activation = config.activation
+        super().__init__(observation_space, action_space, config)
         self.shared_trunk = bool(config.shared_trunk)
-        self.config = config
-        self._head_keys = tuple(self.head.init_params())
         self._fused_checked = None  # the last FlatLayout verified for the fused path
         self.compute_dtype = np.dtype(getattr(config, "compute_dtype", "float64"))
 

@@ -37,7 +37,7 @@ from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.lstm import lstm_backward, lstm_forward, lstm_init, lstm_step
 from ppo_ref.nn.mlp import MLPCache, mlp_backward, mlp_forward
-from ppo_ref.policies import PolicyEval, make_head, observation_dim
+from ppo_ref.policies import PolicyBase, PolicyEval
 
 __all__ = ["LSTMStates", "RecurrentActorCriticCache", "recurrent_actor_critic_init",
            "initial_lstm_states", "lstm_names", "recurrent_actor_critic_forward",
@@ -297,7 +297,7 @@ def _step_lstms(params, names, obs, state: LSTMStates, episode_starts):
     return new_h, new_c
 
 
-class RecurrentPolicy:
+class RecurrentPolicy(PolicyBase):
     """LSTM actor-critic policy: the network above + a distribution head of :mod:`ppo_ref.policies`.
 
     The recurrent counterpart of :class:`ppo_ref.policies.MLPPolicy`, with the same head
@@ -318,14 +318,9 @@ class RecurrentPolicy:
     """
 
     def __init__(self, observation_space, action_space, config):
-        self.obs_dim = observation_dim(observation_space)
-        self.obs_shape = tuple(observation_space.shape)
-        self.head = make_head(action_space, config)
-        self.activation = config.activation
+        super().__init__(observation_space, action_space, config)
         self.lstm_shared = bool(config.lstm_shared)
         self.hidden_size = int(config.lstm_hidden_size)
-        self.config = config
-        self._head_keys = tuple(self.head.init_params())
 
     # -- parameters and state -----------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> Params:
