@@ -514,6 +514,20 @@ def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, 
     send(ActorFinished(agent_id, stats))
 
 
+def _queue_receiver(broadcast_queue):
+    """``receive(timeout)`` for an actor: the next message of its broadcast queue, waiting up to
+    ``timeout`` seconds (not at all for 0), or None. Works for ``queue.Queue`` and
+    ``multiprocessing.Queue`` alike."""
+    def receive(timeout: float):
+        try:
+            if timeout > 0:
+                return broadcast_queue.get(timeout=timeout)
+            return broadcast_queue.get_nowait()
+        except queue_module.Empty:
+            return None
+    return receive
+
+
 def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broadcast_queue,
                         chunk_size):
     """Entry point of an actor process (spawn start method: everything here is picklable).
@@ -535,17 +549,9 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
     def learner_gone() -> bool:
         return parent is not None and not parent.is_alive()
 
-    def receive(timeout: float):
-        try:
-            if timeout > 0:
-                return broadcast_queue.get(timeout=timeout)
-            return broadcast_queue.get_nowait()
-        except queue_module.Empty:
-            return None
-
     try:
-        _report_actor(actor_fn, agent_id, env, config, experience_writer.send, receive,
-                      learner_gone, chunk_size)
+        _report_actor(actor_fn, agent_id, env, config, experience_writer.send,
+                      _queue_receiver(broadcast_queue), learner_gone, chunk_size)
     finally:
         experience_writer.close()
 
@@ -558,16 +564,8 @@ def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadc
     def learner_gone() -> bool:
         return stop_event.is_set() or not main_thread.is_alive()
 
-    def receive(timeout: float):
-        try:
-            if timeout > 0:
-                return broadcast_queue.get(timeout=timeout)
-            return broadcast_queue.get_nowait()
-        except queue_module.Empty:
-            return None
-
-    _report_actor(actor_fn, agent_id, env, config, experience_queue.put, receive, learner_gone,
-                  chunk_size)
+    _report_actor(actor_fn, agent_id, env, config, experience_queue.put,
+                  _queue_receiver(broadcast_queue), learner_gone, chunk_size)
 
 
 class ActorGroup:
