@@ -36,7 +36,7 @@ class FlatLayout:
     dict's key order, ``size`` the buffer length, ``keys`` the keys in that order. Immutable;
     compared by value."""
 
-    __slots__ = ("entries", "size", "_key", "slices", "keys", "_views_spec")
+    __slots__ = ("entries", "size", "_key", "_hash", "slices", "keys", "_views_spec")
 
     def __init__(self, entries: Sequence[Tuple[str, int, Tuple[int, ...]]], size: int):
         self.entries = tuple((str(k), int(o), tuple(int(s) for s in shape))
@@ -52,6 +52,7 @@ class FlatLayout:
         if (covered != 1).any():
             raise ValueError("layout entries must tile the buffer exactly once")
         self._key = (self.entries, self.size)
+        self._hash = hash(self._key)  # computed once: layouts key per-layout caches
         self.slices = tuple((k, o, o + int(np.prod(shape, dtype=np.int64)), shape)
                             for k, o, shape in self.entries)
         # (start, stop, shape or None): None where the slice already has the shape (1-D)
@@ -86,7 +87,10 @@ class FlatLayout:
         return self is other or (isinstance(other, FlatLayout) and self._key == other._key)
 
     def __hash__(self) -> int:
-        return hash(self._key)
+        return self._hash
+
+    def __reduce__(self):  # rebuilt on unpickling: the string hash differs between processes
+        return (FlatLayout, (self.entries, self.size))
 
     def __repr__(self) -> str:
         return f"FlatLayout({list(self.entries)}, size={self.size})"

@@ -140,24 +140,37 @@ def _adam_kernel(param, grad, m, v, beta1, beta2, step_size, bias_correction2_sq
     return grad_finite, result_finite
 
 
+#: The largest finite float64: ``abs(x) <= _FLOAT64_MAX`` is False exactly for inf and nan.
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
+
+
 @njit
 def _clipped_adam_kernel(param, grad, scale, m, v, beta1, beta2, step_size,
                          bias_correction2_sqrt, eps, param_out, m_out, v_out):
-    """:func:`_adam_kernel` on the gradient ``grad * scale`` (float64 arrays; ``scale`` <= 1
-    or exactly 1.0): the element-wise product :func:`clip_by_global_norm` computes, then the
-    same Adam arithmetic, in one pass. Returns whether every result is finite."""
-    result_finite = True
-    for i in range(param.size):
-        g = grad[i] * scale if scale < 1.0 else grad[i]
+    """:func:`_adam_kernel` on the gradient ``grad * scale`` (float64 arrays; ``scale`` < 1, or
+    exactly 1.0 when there is no clipping: ``g * 1.0`` is ``g`` bit for bit): the element-wise
+    product :func:`clip_by_global_norm` computes, then the same Adam arithmetic, in one pass.
+    Returns whether every result is finite.
+
+    Written so LLVM vectorizes it (about 2x faster than the scalar loop, same bits): the
+    divisions are ``np.true_divide`` (IEEE division; numba's ``/`` on floats adds a
+    ZeroDivisionError branch that blocks vectorization, and no denominator here can be 0 for
+    a finite step: ``sqrt(v) / c2 + eps`` with ``c2 > 0``), and finiteness is counted with
+    comparisons (an integer sum) instead of a boolean ``&=`` chain."""
+    n_finite = 0
+    n = param.size
+    for i in range(n):
+        g = grad[i] * scale
         m_i = beta1 * m[i] + (1.0 - beta1) * g
         v_i = beta2 * v[i] + (1.0 - beta2) * g * g
-        denom = math.sqrt(v_i) / bias_correction2_sqrt + eps
-        param_out[i] = param[i] - step_size * m_i / denom
+        denom = np.true_divide(math.sqrt(v_i), bias_correction2_sqrt) + eps
+        p_i = param[i] - np.true_divide(step_size * m_i, denom)
+        param_out[i] = p_i
         m_out[i] = m_i
         v_out[i] = v_i
-        result_finite &= (math.isfinite(param_out[i]) & math.isfinite(m_out[i])
-                          & math.isfinite(v_out[i]))
-    return result_finite
+        n_finite += ((abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX)
+                     & (abs(v_i) <= _FLOAT64_MAX))
+    return n_finite == n
 
 
 def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,

@@ -157,3 +157,39 @@ def test_clipped_adam_step_out_same_bits_and_checks(rng):
     for bad in bad_outs:
         with pytest.raises(ValueError, match="out"):
             clipped_adam_step(p0, g, state, max_norm=0.5, lr=1e-2, out=bad)
+
+
+def test_clipped_adam_kernel_compiled_equals_python_and_flags_non_finite(rng):
+    """The vectorized clipped-Adam kernel: same bits as its interpreted version and as
+    clip_by_global_norm + adam_update (the loop above), and its finiteness count catches a
+    non-finite parameter, moment or result at any position (vector body and remainder)."""
+    import math
+    from ppo_ref.optim import _clipped_adam_kernel
+    n = 1037  # not a multiple of any vector width
+    p, g, m = (rng.standard_normal(n) for _ in range(3))
+    v = rng.standard_normal(n) ** 2
+    args = (0.9, 0.999, 1e-3 / 0.19, math.sqrt(0.001999), 1e-5)
+    for scale in (0.37, 1.0):
+        outs = [np.empty((3, n)) for _ in range(2)]
+        kernels = [_clipped_adam_kernel] + ([_clipped_adam_kernel.py_func]
+                                            if hasattr(_clipped_adam_kernel, "py_func") else [])
+        flags = [k(p, g, scale, m, v, *args, *o) for k, o in zip(kernels, outs)]
+        assert all(flags)
+        if len(kernels) == 2:
+            np.testing.assert_array_equal(outs[0], outs[1])
+        # element-wise the formula of adam_update on the product g * scale
+        m_ref = 0.9 * m + (1.0 - 0.9) * (g * scale)
+        v_ref = 0.999 * v + (1.0 - 0.999) * (g * scale) * (g * scale)
+        p_ref = p - args[2] * m_ref / (np.sqrt(v_ref) / args[3] + args[4])
+        np.testing.assert_array_equal(outs[0], np.stack([p_ref, m_ref, v_ref]))
+    out = np.empty((3, n))
+    for name, arr in (("p", p), ("m", m), ("v", v)):
+        for pos in (0, 5, n - 1):
+            for bad in (np.inf, -np.inf, np.nan):
+                a = arr.copy()
+                a[pos] = bad
+                call = {"p": (a, g, 1.0, m, v), "m": (p, g, 1.0, a, v), "v": (p, g, 1.0, m, a)}[name]
+                with np.errstate(invalid="ignore"):
+                    assert not _clipped_adam_kernel(*call, *args, *out), (name, pos, bad)
+    big = np.full(n, 1e300)  # finite inputs whose step overflows
+    assert not _clipped_adam_kernel(p, big, 1.0, m, v, *args, *out)

@@ -307,38 +307,72 @@ def fused_layout(params: Mapping[str, np.ndarray]):
 
 class FusedCache(NamedTuple):
     """Cache of :func:`fused_forward`: the input ``x [B, D]``, the activated first layer of
-    both towers ``h0 [B, 2H]`` (``[:, :H]`` policy, ``[:, H:]`` value) and each tower's
-    :func:`~ppo_ref.nn.mlp._mlp_forward_2d` inputs of layers 1..L, all in the compute dtype;
-    ``compute_params``: the parameters the pass used (``params`` itself in float64, a float32
-    copy in float32)."""
+    both towers ``h0 [B, 2H]`` (``[:, :H]`` policy, ``[:, H:]`` value) and each tower's inputs
+    of layers 1..L, all in the compute dtype; ``pi_layers``/``vf_layers``: each tower's
+    ``(W, b)`` of layers 1..L as the pass used them (views of ``params`` in float64, of a
+    float32 copy in float32)."""
     x: np.ndarray
     h0: np.ndarray
     pi_inputs: Tuple[np.ndarray, ...]
     vf_inputs: Tuple[np.ndarray, ...]
     activation: str
-    compute_params: Any
+    pi_layers: Tuple[Tuple[np.ndarray, np.ndarray], ...]
+    vf_layers: Tuple[Tuple[np.ndarray, np.ndarray], ...]
 
 
 _FUSED_INFO = {}
 
 
 def _fused_info(layout):
-    """Per layout: offsets/shapes of the fused first layer and each tower's later layers."""
+    """Per layout: ``(o_w, o_b, h, d, towers)``: offsets of the fused first-layer matrix and
+    bias, hidden width, input width, and per prefix ``"pi."``/``"vf."`` the ``(w_key, b_key,
+    w_start, w_stop, w_shape, b_start, b_stop)`` of layers 1..L."""
     info = _FUSED_INFO.get(layout)
     if info is None:
         shapes = {k: s for k, _, s in layout.entries}
-        offsets = {k: o for k, o, _ in layout.entries}
+        spans = {k: (start, stop) for k, start, stop, _ in layout.slices}
         h, d = shapes["pi.w0"]
         towers = {}
         for prefix in ("pi.", "vf."):
             i = 1
             names = []
             while f"{prefix}w{i}" in shapes:
-                names.append((f"{prefix}w{i}", f"{prefix}b{i}"))
+                wk, bk = f"{prefix}w{i}", f"{prefix}b{i}"
+                names.append((wk, bk) + spans[wk] + (shapes[wk],) + spans[bk])
                 i += 1
-            towers[prefix] = names
-        info = _FUSED_INFO[layout] = (offsets["pi.w0"], offsets["pi.b0"], h, d, towers)
+            towers[prefix] = tuple(names)
+        info = _FUSED_INFO[layout] = (spans["pi.w0"][0], spans["pi.b0"][0], h, d, towers)
     return info
+
+
+@njit
+def _add_bias(a, b):
+    """In place ``a[i, j] += b[j]``: the broadcast ``a += b`` of a layer's bias (the same
+    single rounded addition per entry), in one compiled pass instead of numpy's per-row
+    inner loops."""
+    rows, cols = a.shape
+    for i in range(rows):
+        for j in range(cols):
+            a[i, j] += b[j]
+
+
+def _tower_forward(layers, h_in: np.ndarray, relu: bool):
+    """Layers 1..L of one tower on the activated first layer ``h_in``: ``a = h @ W.T + b``,
+    activated except on the last layer. Returns ``(y, inputs of layers 1..L)``."""
+    inputs = [h_in]
+    h = h_in
+    last = len(layers) - 1
+    for i, (w, b) in enumerate(layers):
+        a = h @ w.T
+        _add_bias(a, b)
+        if i < last:
+            if relu:
+                np.maximum(a, 0.0, out=a)
+            else:
+                np.tanh(a, out=a)
+            inputs.append(a)
+        h = a
+    return h, tuple(inputs)
 
 
 def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
@@ -349,24 +383,32 @@ def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
 
     ``dtype``: the arithmetic. ``np.float64`` (default) uses ``params`` as they are;
     ``np.float32`` rounds the parameters and ``x`` to float32 once and computes in float32
-    (as torch's default), returning float32 outputs.
+    (as torch's default), returning float32 outputs. Products are numpy's (BLAS), activations
+    ``np.tanh``/``np.maximum``, bias additions one compiled pass per layer (the same single
+    addition per entry as ``a += b``).
     """
     o_w, o_b, h, d, towers = _fused_info(params.layout)
-    if np.dtype(dtype) != params.flat.dtype:
-        params = FlatArrays.from_buffer(params.flat.astype(dtype), params.layout)
-        x = x.astype(dtype)
     flat = params.flat
+    if np.dtype(dtype) != flat.dtype:
+        flat = flat.astype(dtype)
+        x = x.astype(dtype)
+        tower_layers = [tuple((flat[ws:we].reshape(shape), flat[bs:be])
+                              for _, _, ws, we, shape, bs, be in towers[p])
+                        for p in ("pi.", "vf.")]
+    else:
+        tower_layers = [tuple((params[wk], params[bk]) for wk, bk, *_ in towers[p])
+                        for p in ("pi.", "vf.")]
     a = x @ flat[o_w:o_w + 2 * h * d].reshape(2 * h, d).T
-    a += flat[o_b:o_b + 2 * h]
-    if activation == "relu":
+    _add_bias(a, flat[o_b:o_b + 2 * h])
+    relu = activation == "relu"
+    if relu:
         np.maximum(a, 0.0, out=a)
     else:
         np.tanh(a, out=a)
-    pi = [(params[w], params[b]) for w, b in towers["pi."]]
-    vf = [(params[w], params[b]) for w, b in towers["vf."]]
-    out, pi_in = _mlp_forward_2d(pi, a[:, :h], activation)
-    v, vf_in = _mlp_forward_2d(vf, a[:, h:], activation)
-    return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation, params)
+    pi, vf = tower_layers
+    out, pi_in = _tower_forward(pi, a[:, :h], relu)
+    v, vf_in = _tower_forward(vf, a[:, h:], relu)
+    return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation, pi, vf)
 
 
 @njit
@@ -388,22 +430,32 @@ def _backprop_hidden(dh, h, relu, db):
 
 
 @njit
-def _backprop_narrow(dy, w, h, relu, dh, db):
-    """``dh = (dy @ w) * act'(a)`` and ``db = column sums of dh`` for a narrow ``dy [B, K]``
-    (a head: K = P or 1), ``w [K, H]``, activation output ``h [B, H]`` (contiguous; ``dh``
-    may be a column block of a wider array). The product is summed over k in order."""
+def _backprop_head(dy, w, h, relu, dh, db, dw, dw_b):
+    """The whole backward of a narrow head layer ``y = h @ w.T + b`` (``dy [B, K]``, K = P or
+    1; ``w [K, H]``; activation output ``h [B, H]`` of the layer below) in one pass over the
+    rows: ``dw = dy.T @ h`` and ``dw_b = column sums of dy`` (both summed over rows in order),
+    and for the layer below ``dh = (dy @ w) * act'(a)`` (summed over k in order) and
+    ``db = column sums of dh``. ``dh`` may be a column block of a wider array."""
     rows, k_dim = dy.shape
     cols = w.shape[1]
     for j in range(cols):
         db[j] = 0.0
+    for k in range(k_dim):
+        dw_b[k] = 0.0
+        for j in range(cols):
+            dw[k, j] = 0.0
     for i in range(rows):
         d = dy[i, 0]
+        dw_b[0] += d
         for j in range(cols):
             dh[i, j] = d * w[0, j]
+            dw[0, j] += d * h[i, j]
         for k in range(1, k_dim):
             d = dy[i, k]
+            dw_b[k] += d
             for j in range(cols):
                 dh[i, j] += d * w[k, j]
+                dw[k, j] += d * h[i, j]
         for j in range(cols):
             if relu:
                 g = dh[i, j] if h[i, j] > 0.0 else 0.0
@@ -433,49 +485,46 @@ def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values
     and ``d_values [B]`` float64.
 
     Same equations as :func:`ppo_ref.nn.mlp.mlp_backward` per tower (``dW = d.T @ h``,
-    ``db = sum d``, ``dh = d @ W`` then the activation derivative); the activation derivative
-    and the bias sum of a hidden layer are one compiled pass, and for the heads (a few output
-    columns) the product ``d @ W`` joins that pass too. The first layers of both towers share
-    one ``[B, 2H]`` gradient, one ``dW0 = d0.T @ x`` and one bias sum.
+    ``db = sum d``, ``dh = d @ W`` then the activation derivative). Each head (a few output
+    columns) is one compiled pass (:func:`_backprop_head`: its weight and bias gradients and
+    the gradient into the layer below); a hidden layer's activation derivative and bias sum are
+    one compiled pass; the wide products are numpy's (BLAS). The first layers of both towers
+    share one ``[B, 2H]`` gradient, one ``dW0 = d0.T @ x`` and one bias sum.
     """
     o_w, o_b, h, d, towers = _fused_info(params.layout)
-    params = cache.compute_params
-    dtype = params.flat.dtype
+    dtype = cache.x.dtype
     d_policy_out = d_policy_out.astype(dtype, copy=False)
     d_values = d_values.astype(dtype, copy=False)
     # float32: gradients in this thread's scratch buffer, widened into a new float64 one below
     grads = params.empty_like() if dtype == np.float64 else _scratch_grads(params.layout, dtype)
+    gflat = grads.flat
     relu = cache.activation == "relu"
     batch = cache.x.shape[0]
     d0 = np.empty((batch, 2 * h), dtype=dtype)
-    gflat = grads.flat
-    for prefix, inputs, dy, cols in (("pi.", cache.pi_inputs, d_policy_out, slice(0, h)),
-                                     ("vf.", cache.vf_inputs, d_values.reshape(-1, 1),
-                                      slice(h, 2 * h))):
-        names = towers[prefix]
+    for names, layers, inputs, dy, c0 in (
+            (towers["pi."], cache.pi_layers, cache.pi_inputs, d_policy_out, 0),
+            (towers["vf."], cache.vf_layers, cache.vf_inputs, d_values.reshape(-1, 1), h)):
         last = len(names) - 1
-        wkey, bkey = names[last]
-        np.matmul(dy.T, inputs[last], out=grads[wkey])
-        np.add.reduce(dy, axis=0, out=grads[bkey])  # np.sum's reduction, called directly
-        # the head's d @ W with the activation derivative of the layer below (narrow K)
+        wkey, bkey = names[last][:2]
         if last > 0:
             dcur = np.empty((batch, inputs[last].shape[1]), dtype=dtype)
-            _backprop_narrow(dy, params[wkey], inputs[last], relu, dcur, grads[names[last - 1][1]])
-        else:
-            dcur = d0[:, cols]
-            _backprop_narrow(dy, params[wkey], cache.h0[:, cols], relu, dcur,
-                             gflat[o_b + cols.start:o_b + cols.stop])
-            continue
+            db = grads[names[last - 1][1]]
+            h_below = inputs[last]
+        else:  # the head sits on the fused first layer
+            dcur = d0[:, c0:c0 + h]
+            db = gflat[o_b + c0:o_b + c0 + h]
+            h_below = cache.h0[:, c0:c0 + h]
+        _backprop_head(dy, layers[last][0], h_below, relu, dcur, db, grads[wkey], grads[bkey])
         for i in range(last - 1, -1, -1):
-            wkey, bkey = names[i]
+            wkey = names[i][0]
             hin = inputs[i]
             np.matmul(dcur.T, hin, out=grads[wkey])
             if i > 0:
-                dh = dcur @ params[wkey]
+                dh = dcur @ layers[i][0]
                 _backprop_hidden(dh, hin, relu, grads[names[i - 1][1]])
                 dcur = dh
             else:
-                np.matmul(dcur, params[wkey], out=d0[:, cols])
+                np.matmul(dcur, layers[i][0], out=d0[:, c0:c0 + h])
     if len(towers["pi."]) > 1:  # d0 holds d @ W1 of both towers: activation derivative + bias
         _backprop_hidden(d0, cache.h0, relu, gflat[o_b:o_b + 2 * h])
     np.matmul(d0.T, cache.x, out=gflat[o_w:o_w + 2 * h * d].reshape(2 * h, d))
