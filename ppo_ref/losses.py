@@ -171,6 +171,36 @@ def _normalize_kernel(adv, ddof, eps, out):
     return True
 
 
+@njit
+def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, normalize, ddof,
+                           clip_range, clip_range_vf, clip_on, sb3_mode, adv_out, d_new,
+                           d_values):
+    """The kernels of one PPO minibatch loss in one call, for 1-D float64 arrays of one length
+    n: checks that every input is finite, normalizes the advantages into ``adv_out``
+    (:func:`_normalize_kernel`, eps 1e-8) when ``normalize``, then :func:`_policy_loss_kernel`
+    and :func:`_value_loss_kernel` exactly as the public wrappers call them.
+
+    Returns ``(status, surrogate_sum, n_clipped, k3_sum, value_sum)``; ``status`` 0 when
+    everything is finite, else 1 (a non-finite input), 2 (a normalization statistic
+    overflowed) or 3 (a ratio or gradient overflowed): the sums are then meaningless and the
+    caller takes the checked path, which raises the errors."""
+    for arr in (new, entropy, values, old, adv, returns, old_values):
+        for i in range(arr.size):
+            if not math.isfinite(arr[i]):
+                return 1, 0.0, 0, 0.0, 0.0
+    a = adv
+    if normalize:
+        if not _normalize_kernel(adv, ddof, 1e-8, adv_out):
+            return 2, 0.0, 0, 0.0, 0.0
+        a = adv_out
+    surrogate_sum, n_clipped, k3_sum, bad = _policy_loss_kernel(new, old, a, clip_range, d_new)
+    if bad >= 0:
+        return 3, 0.0, 0, 0.0, 0.0
+    v_sum = _value_loss_kernel(values, old_values, returns, clip_range_vf, clip_on, sb3_mode,
+                               d_values)
+    return 0, surrogate_sum, n_clipped, k3_sum, v_sum
+
+
 def _flat(arr: np.ndarray, dtype) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=dtype).reshape(-1)
 

@@ -37,8 +37,8 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.losses import (_normalize_kernel, _policy_loss_kernel, _value_loss_kernel, approx_kl,
-                            entropy_loss, normalize_advantages, policy_loss, value_loss)
+from ppo_ref.losses import (_minibatch_loss_kernel, approx_kl, entropy_loss, normalize_advantages,
+                            policy_loss, value_loss)
 from ppo_ref.optim import adam_update, clip_by_global_norm, clipped_adam_step
 
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
@@ -157,54 +157,31 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         d_values=d_v * v_scale)
 
 
-@njit
-def _all_finite(a, b, c, d, e, f, g):
-    """True if every entry of the seven 1-D arrays is finite."""
-    for arr in (a, b, c, d, e, f, g):
-        for i in range(arr.size):
-            if not math.isfinite(arr[i]):
-                return False
-    return True
-
-
-def _is_vec(a, n: int) -> bool:
-    return (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (n,)
-            and a.flags.c_contiguous)
-
-
 def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                          old_values, config, clip_range, with_log_ratio):
-    """:func:`minibatch_loss` for the common case (1-D contiguous float64 inputs of one length
-    n >= 2, all finite, nothing overflowing), by calling the compiled kernels of
-    :mod:`ppo_ref.losses` directly: the same kernels and arithmetic as the public loss
-    functions, without their per-call argument checks. Returns ``None`` when the case does
-    not apply; :func:`minibatch_loss` then takes the checked path (which also produces the
-    errors)."""
-    if type(new_log_probs) is not np.ndarray or new_log_probs.ndim != 1:
+    """:func:`minibatch_loss` for the common case (C-contiguous float64 arrays of one shape
+    with n >= 2 entries, all finite, nothing overflowing), through one call of the compiled
+    kernels of :mod:`ppo_ref.losses` (``_minibatch_loss_kernel``: the same kernels and
+    arithmetic as the public loss functions, on the arrays in C order) without their per-call
+    argument checks. Returns ``None`` when the case does not apply; :func:`minibatch_loss` then
+    takes the checked path (which also produces the errors)."""
+    if type(new_log_probs) is not np.ndarray:
         return None
-    n = new_log_probs.shape[0]
-    if n < 2 or not (_is_vec(new_log_probs, n) and _is_vec(entropy, n) and _is_vec(values, n)
-                     and _is_vec(old_log_probs, n) and _is_vec(advantages, n)
-                     and _is_vec(returns, n) and _is_vec(old_values, n)):
+    shape = new_log_probs.shape
+    n = new_log_probs.size
+    if n < 2:
         return None
-    if not _all_finite(new_log_probs, entropy, values, old_log_probs, advantages, returns,
-                       old_values):
-        return None
-    adv = advantages
-    if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        ddof = config.advantage_norm_ddof
-        if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):
+    arrays = (new_log_probs, entropy, values, old_log_probs, advantages, returns, old_values)
+    for a in arrays:
+        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == shape
+                and a.flags.c_contiguous):
             return None
-        adv = np.empty(n)
-        if not _normalize_kernel(advantages, int(ddof), 1e-8, adv):
-            return None
+    normalize = config.normalize_advantage and config.advantage_norm_scope == "minibatch"
+    ddof = config.advantage_norm_ddof
+    if normalize and (isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1)):
+        return None
     clip = effective_clip_range(float(clip_range))
     if not clip > 0.0:
-        return None
-    d_log_probs = np.empty(n)
-    surrogate_sum, n_clipped, k3_sum, bad = _policy_loss_kernel(new_log_probs, old_log_probs,
-                                                                adv, clip, d_log_probs)
-    if bad >= 0:
         return None
     mode = config.value_loss_mode
     if mode not in ("max", "sb3"):
@@ -213,29 +190,37 @@ def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantag
     clip_on = c_vf is not None
     if clip_on and not (math.isfinite(c_vf) and c_vf > 0):
         return None
-    d_v = np.empty(n)
-    v_sum = _value_loss_kernel(values, old_values, returns, float(c_vf) if clip_on else 0.0,
-                               clip_on, mode == "sb3", d_v)
+    out = np.empty((3, n))  # rows: d_log_probs, d_values, normalized advantages
+    if len(shape) != 1:
+        arrays = tuple(a.reshape(-1) for a in arrays)
+    status, surrogate_sum, n_clipped, k3_sum, v_sum = _minibatch_loss_kernel(
+        *arrays, normalize, int(ddof) if normalize else 0, clip,
+        float(c_vf) if clip_on else 0.0, clip_on, mode == "sb3", out[2], out[0], out[1])
+    if status != 0:
+        return None
     p_loss = -surrogate_sum / n
     v_loss = v_sum / n
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
     ent_coef = float(config.ent_coef)
-    e_loss = -(float(np.add.reduce(entropy)) / n)  # np.mean's sum and division, called directly
+    e_loss = -(float(np.add.reduce(arrays[1])) / n)  # np.mean's sum and division, called directly
     total = p_loss + v_scale * v_loss + ent_coef * e_loss
     if config.kl_estimator == "k3":
         kl = k3_sum / n
     else:
         kl = approx_kl(old_log_probs, new_log_probs, config.kl_estimator)
-    if not all(math.isfinite(x) for x in (total, kl)):
+    if not (math.isfinite(total) and math.isfinite(kl)):
         return None
     max_abs_log_ratio = (float(np.max(np.abs(new_log_probs - old_log_probs)))
                          if with_log_ratio else math.nan)
+    d_log_probs, d_v = out[0], out[1]
     d_v *= v_scale
+    if len(shape) != 1:
+        d_log_probs, d_v = d_log_probs.reshape(shape), d_v.reshape(shape)
     return MinibatchLoss(
         loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
         entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_clipped / n,
         max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs,
-        d_entropy=np.full(n, -1.0 / n) * ent_coef if ent_coef != 0.0 else None, d_values=d_v)
+        d_entropy=np.full(shape, -1.0 / n) * ent_coef if ent_coef != 0.0 else None, d_values=d_v)
 
 
 def shuffled_minibatch_indices(rng: np.random.Generator, n_rows: int, batch_size: int) -> List[np.ndarray]:

@@ -52,3 +52,27 @@ def test_fast_loss_declines_what_it_does_not_handle(rng):
     assert update._fast_minibatch_loss(*far, config, 0.2, True) is None
     with pytest.raises(ValueError, match="overflows"):
         update.minibatch_loss(*far, config=config, clip_range=0.2)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("shape", [(16, 8), (40, 32)])  # the recurrent trainer's [T, n] minibatches
+def test_fast_loss_equals_checked_loss_for_2d_minibatches(rng, monkeypatch, config, shape):
+    args = [a.reshape(shape) for a in inputs(rng, int(np.prod(shape)))]
+    fast = update._fast_minibatch_loss(*args, config, 0.2, True)
+    assert fast is not None
+    monkeypatch.setattr(update, "_fast_minibatch_loss", lambda *a: None)
+    slow = update.minibatch_loss(*args, config=config, clip_range=0.2)
+    for name in slow._fields:
+        a, b = getattr(fast, name), getattr(slow, name)
+        if b is None:
+            assert a is None, name
+        else:
+            assert np.shape(a) == np.shape(b) and np.array_equal(a, b), name
+
+
+def test_fast_loss_declines_mixed_shapes_and_layouts(rng):
+    config = PPOConfig()
+    args = [a.reshape(8, 8) for a in inputs(rng)]
+    assert update._fast_minibatch_loss(*args[:6], args[6].reshape(64), config, 0.2, True) is None
+    assert update._fast_minibatch_loss(*args[:6], np.asfortranarray(args[6].T).T.copy(order="F"),
+                                       config, 0.2, True) is None
