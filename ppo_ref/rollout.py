@@ -44,6 +44,7 @@ import gymnasium as gym
 import gymnasium.vector
 import numpy as np
 
+from ppo_ref._numba import njit
 from ppo_ref.checkpoint import generator_state, set_generator_state
 from ppo_ref.policies import _all_finite_1d
 
@@ -404,9 +405,11 @@ class RolloutCollector:
         step_sync = self._step_sync
         obs_array = self._obs_array
         expected = tuple(policy.obs_shape)
+        # rewards as logged (before reward normalization): the reward buffer itself without it
+        raw_rew_buf = rew_buf if tap is None else np.empty((T, N), dtype=np.float64)
+        start_buf[0] = starts
         for t in range(T):
             obs_buf[t] = obs
-            start_buf[t] = starts
             actions = sample(rng, forward(obs), params)
             act_buf[t] = actions
             step = self.vector_steps
@@ -417,42 +420,53 @@ class RolloutCollector:
                 raw_obs, final_obs = step_sync(fast, env_actions.tolist() if discrete else env_actions,
                                                step, t, rewards, terminated, truncated, expected)
                 info = {"final_obs": final_obs}
+                any_done = bool(final_obs)  # holds exactly the envs that terminated or truncated
             else:
                 try:
                     raw_obs, rewards, terminated, truncated, info = env.step(env_actions)
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
-            self.vector_steps = step + 1
-            if fast is None:
                 rewards = np.asarray(rewards, dtype=np.float64)
-            raw_rewards = rewards if tap is None else tap.last_rewards
-            if not (_all_finite_1d(rewards.reshape(-1)) if tap is None
-                    else np.isfinite(raw_rewards).all()):
+                rew_buf[t] = rewards
+                term_buf[t] = terminated
+                trunc_buf[t] = truncated
+                any_done = bool(np.logical_or(terminated, truncated).any())
+            self.vector_steps = step + 1
+            if tap is None:
+                raw_rewards = rewards
+                finite = _all_finite_1d(rewards if fast is not None else rewards.reshape(-1))
+            else:
+                raw_rewards = raw_rew_buf[t] = tap.last_rewards
+                finite = bool(np.isfinite(raw_rewards).all())
+            if not finite:
                 i = int(np.argmin(np.isfinite(raw_rewards)))
                 raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
                                    f"step {step} (rollout step {t})", i, step, t)
             obs = obs_array(raw_obs, vector_step=step, rollout_step=t)
-            if fast is None:
-                rew_buf[t] = rewards
-                term_buf[t] = terminated
-                trunc_buf[t] = truncated
-            episode_return += raw_rewards
-            episode_length += 1
-            starts = np.logical_or(terminated, truncated)
-            if starts.any():
-                bootstrap = np.logical_and(truncated, np.logical_not(terminated))
+            if any_done:
+                bootstrap = np.logical_and(trunc_buf[t], np.logical_not(term_buf[t]))
                 if bootstrap.any():
                     if final_values is None:
                         final_values = np.zeros((T, N), dtype=np.float64)
                     idx = np.flatnonzero(bootstrap)
                     final_obs = self._final_obs(info, idx, step, t)
                     final_values[t, idx] = policy.values(params, final_obs)
-                for i in np.flatnonzero(starts):
-                    ep_returns.append(float(episode_return[i]))
-                    ep_lengths.append(int(episode_length[i]))
-                    ep_envs.append(int(i))
-                episode_return[starts] = 0.0
-                episode_length[starts] = 0
+        # episode bookkeeping of the whole rollout in one compiled pass: per env, in step order,
+        # the running return += reward and length += 1, recorded and reset where an episode
+        # ended (the same additions in the same order as step by step)
+        done = np.logical_or(term_buf, trunc_buf)
+        n_ended = int(np.count_nonzero(done))
+        ended_returns = np.empty(n_ended, dtype=np.float64)
+        ended_lengths = np.empty(n_ended, dtype=np.int64)
+        ended_envs = np.empty(n_ended, dtype=np.int64)
+        _episode_bookkeeping(raw_rew_buf, done, episode_return, episode_length, ended_returns,
+                             ended_lengths, ended_envs)
+        ep_returns.extend(ended_returns.tolist())
+        ep_lengths.extend(ended_lengths.tolist())
+        ep_envs.extend(ended_envs.tolist())
+        if T > 1:
+            start_buf[1:] = done[:-1]
+        starts = done[T - 1]
         self.obs = obs
         self.episode_starts = starts.copy()
         # Record values and behaviour log-probs from ONE forward pass over all T*N rows (the
@@ -621,6 +635,29 @@ class RolloutCollector:
 
     def close(self) -> None:
         self.env.close()
+
+
+@njit
+def _episode_bookkeeping(rewards, done, episode_return, episode_length, ended_returns,
+                         ended_lengths, ended_envs):
+    """Running episode returns and lengths over a rollout's ``[T, N]`` rewards and ``done``
+    flags (terminated or truncated), in step order: per step and env ``return += reward``,
+    ``length += 1``; where ``done``, the pair is appended to ``ended_*`` (with the env index,
+    step-major then env order) and reset to 0. ``episode_return``/``episode_length`` ``[N]``
+    carry over between rollouts (updated in place)."""
+    T, N = rewards.shape
+    k = 0
+    for t in range(T):
+        for i in range(N):
+            episode_return[i] += rewards[t, i]
+            episode_length[i] += 1
+            if done[t, i]:
+                ended_returns[k] = episode_return[i]
+                ended_lengths[k] = episode_length[i]
+                ended_envs[k] = i
+                k += 1
+                episode_return[i] = 0.0
+                episode_length[i] = 0
 
 
 class _RawRewardTap(gym.vector.VectorWrapper):

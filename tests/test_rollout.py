@@ -194,3 +194,30 @@ def test_direct_sync_stepping_equals_vector_env_step(env_id):
             np.testing.assert_array_equal(a.final_values, b.final_values)
         assert a.episode_returns == b.episode_returns
     assert any(r.truncated.any() or r.terminated.any() for r in runs[0])
+
+
+def test_episode_bookkeeping_equals_step_by_step_numpy():
+    """The collector's one-pass episode bookkeeping gives the running returns/lengths, the
+    ended episodes (step-major, then env order) and the carried state of the step-by-step
+    numpy updates it replaced, bit for bit."""
+    from ppo_ref.rollout import _episode_bookkeeping
+    r = np.random.default_rng(3)
+    T, N = 37, 5
+    ret_a, len_a = r.standard_normal(N), r.integers(0, 9, N).astype(np.int64)
+    ret_b, len_b = ret_a.copy(), len_a.copy()
+    for _ in range(3):  # state carried across rollouts
+        rewards = r.standard_normal((T, N)) * 10.0 ** r.integers(-3, 4, (T, N))
+        done = r.random((T, N)) < 0.15
+        want = []
+        for t in range(T):
+            ret_b += rewards[t]
+            len_b += 1
+            for i in np.flatnonzero(done[t]):
+                want.append((float(ret_b[i]), int(len_b[i]), int(i)))
+            ret_b[done[t]] = 0.0
+            len_b[done[t]] = 0
+        n = int(done.sum())
+        out = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
+        _episode_bookkeeping(rewards, done, ret_a, len_a, *out)
+        assert list(zip(out[0].tolist(), out[1].tolist(), out[2].tolist())) == want
+        assert np.array_equal(ret_a, ret_b) and np.array_equal(len_a, len_b)
