@@ -363,3 +363,34 @@ def test_gaussian_argument_errors(rng):
         gaussian_entropy(np.zeros(2), (-1,))
     with pytest.raises(ValueError, match="rng"):
         gaussian_sample(None, mean, np.zeros(2))
+
+
+@given(batch=st.integers(1, 20), n_actions=st.integers(1, 6), seed=st.integers(0, 2**31))
+@settings(max_examples=25)
+def test_sample_fast_path_equals_checked_path(batch, n_actions, seed):
+    """C-contiguous 2-D float64/float32 logits take the one-kernel path (rows validated inside,
+    float32 widened entry by entry); the same values as a 3-D or Fortran-ordered array take the
+    checked path (astype, _row_max, the same kernel): the same draws from the same generator
+    state."""
+    rng = np.random.default_rng(seed)
+    z = random_masked_logits(rng, batch, n_actions, 0.4)
+    for dtype in (np.float64, np.float32):
+        zc = z.astype(dtype)
+        a = categorical_sample(np.random.default_rng(seed + 1), zc)
+        b = categorical_sample(np.random.default_rng(seed + 1), zc[None])  # 3-D: checked path
+        np.testing.assert_array_equal(a, b[0])
+        if zc.shape[0] > 1 and zc.shape[1] > 1:
+            c = categorical_sample(np.random.default_rng(seed + 1), np.asfortranarray(zc))
+            np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, "all_masked"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sample_fast_path_rejects_bad_rows_like_the_checked_path(bad, dtype):
+    z = np.zeros((3, 4), dtype=dtype)
+    if bad == "all_masked":
+        z[2] = NEG_INF
+    else:
+        z[1, 2] = bad
+    with pytest.raises(ValueError):
+        categorical_sample(np.random.default_rng(0), z)

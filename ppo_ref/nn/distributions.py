@@ -311,11 +311,15 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     if (type(logits) is np.ndarray and logits.ndim == 2 and logits.shape[1] > 0
-            and logits.dtype in (np.float64, np.float32) and _rows_valid(logits)):
-        z = logits.astype(np.float64, copy=False)  # the common case, checked in one pass
-    else:
-        z = _as_logits(logits, np.float64)
-        _row_max(z)  # NaN, +inf and all-masked rows raise here
+            and logits.dtype in (np.float64, np.float32) and logits.flags.c_contiguous):
+        # the common case: the kernel validates each row (as _row_max) before drawing from it
+        u = rng.random(logits.shape[0])
+        actions = np.empty(logits.shape[0], dtype=np.int64)
+        if _categorical_sample_kernel(logits, u, actions):
+            return actions
+        # a NaN, +inf or all-masked row: the checked path below raises, naming it
+    z = _as_logits(logits, np.float64)
+    _row_max(z)  # NaN, +inf and all-masked rows raise here
     u = rng.random(z.shape[:-1] + (1,))
     z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]))
     actions = np.empty(z2.shape[0], dtype=np.int64)
@@ -324,54 +328,46 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
 
 
 @njit
-def _rows_valid(z):
-    """True if no entry is NaN or +inf and every row has a finite maximum (not all -inf):
-    the rows :func:`_row_max` accepts."""
+def _categorical_sample_kernel(z, u, actions):
+    """Inverse-CDF draws for logits ``z [R, A]`` (float64, or float32 widened entry by entry:
+    the arithmetic of ``z.astype(np.float64)``) and uniforms ``u [R]``: ``pi =
+    exp(log_softmax(z))`` (shift by the row max, subtract the log of the sum of exponentials
+    taken left to right), ``C_k`` the running sums left to right, action = the number of
+    ``C_k <= u * C_{A-1}``, or the last action with ``pi > 0`` if that count is A.
+
+    Returns False, at the first row holding a NaN or +inf or no finite maximum (all -inf),
+    before drawing from it (the rows :func:`_row_max` rejects); True otherwise."""
     rows, n = z.shape
     for i in range(rows):
         m = -math.inf
         for k in range(n):
-            v = z[i, k]
+            v = np.float64(z[i, k])
             if math.isnan(v) or v == math.inf:
                 return False
             if v > m:
                 m = v
         if m == -math.inf:
             return False
-    return True
-
-
-@njit
-def _categorical_sample_kernel(z, u, actions):
-    """Inverse-CDF draws for validated logits ``z [R, A]`` (finite row maxima) and uniforms
-    ``u [R]``: ``pi = exp(log_softmax(z))`` (shift by the row max, subtract the log of the sum
-    of exponentials taken left to right), ``C_k`` the running sums left to right, action = the
-    number of ``C_k <= u * C_{A-1}``, or the last action with ``pi > 0`` if that count is A."""
-    rows, n = z.shape
-    for i in range(rows):
-        m = z[i, 0]
-        for k in range(1, n):
-            if z[i, k] > m:
-                m = z[i, k]
         s = 0.0
         for k in range(n):
-            s += math.exp(z[i, k] - m)
+            s += math.exp(np.float64(z[i, k]) - m)
         lse = math.log(s)
         total = 0.0
         for k in range(n):
-            total += math.exp((z[i, k] - m) - lse)
+            total += math.exp((np.float64(z[i, k]) - m) - lse)
         threshold = u[i] * total
         c = 0.0
         count = 0
         last_valid = 0
         for k in range(n):
-            p = math.exp((z[i, k] - m) - lse)
+            p = math.exp((np.float64(z[i, k]) - m) - lse)
             c += p
             if c <= threshold:
                 count += 1
             if p > 0.0:
                 last_valid = k
         actions[i] = count if count < n else last_valid
+    return True
 
 
 def categorical_mode(logits) -> np.ndarray:
