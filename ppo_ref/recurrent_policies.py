@@ -35,8 +35,11 @@ import numpy as np
 from ppo_ref._checks import as_flag_array
 from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_init
-from ppo_ref.nn.lstm import lstm_backward, lstm_forward, lstm_init, lstm_step
-from ppo_ref.nn.mlp import MLPCache, mlp_backward, mlp_forward
+from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
+                             _linear_rows, _step_stack, lstm_backward, lstm_forward, lstm_init,
+                             lstm_step)
+from ppo_ref.nn.mlp import MLPCache, _mlp_backward_2d, _mlp_layers, mlp_backward, mlp_forward
 from ppo_ref.policies import PolicyBase, PolicyEval
 
 __all__ = ["LSTMStates", "RecurrentActorCriticCache", "recurrent_actor_critic_init",
@@ -297,6 +300,84 @@ def _step_lstms(params, names, obs, state: LSTMStates, episode_starts):
     return new_h, new_c
 
 
+class _FastSpec(NamedTuple):
+    """What the fast path of :class:`RecurrentPolicy` reads from a parameter layout it has
+    checked once: the layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop,
+    stacked shape)`` of ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and the towers'
+    ``(w key, b key)`` pairs in layer order."""
+    layout: FlatLayout
+    n_lstm: int
+    hidden: int
+    lstm_slices: Tuple[Tuple[int, int, Tuple[int, ...]], ...]
+    pi_keys: Tuple[Tuple[str, str], ...]
+    vf_keys: Tuple[Tuple[str, str], ...]
+
+
+class _FastCache(NamedTuple):
+    """Cache of the fast path of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``,
+    the parameter buffer in the compute dtype and its views, the inputs and the stacked LSTM arrays of :func:`ppo_ref.nn.lstm._forward_stacked`, the
+    towers' layer inputs, ``policy_out [T * n, P]``, the flat actions, and (categorical head)
+    the probabilities and entropies (``None`` otherwise)."""
+    spec: _FastSpec
+    shape: Tuple[int, int]
+    flat: np.ndarray
+    arrays: Mapping[str, np.ndarray]
+    x: np.ndarray
+    keep: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+    pi_inputs: Tuple[np.ndarray, ...]
+    vf_inputs: Tuple[np.ndarray, ...]
+    policy_out: np.ndarray
+    actions: np.ndarray
+    probs: object
+    entropy: object
+
+
+def _row_grad(d, name: str, shape: Tuple[int, int]) -> np.ndarray:
+    """An upstream gradient over the ``[T, n]`` rows as a finite contiguous float64 ``[T * n]``;
+    ``ValueError`` naming it otherwise."""
+    arr = np.asarray(d, dtype=np.float64)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {shape} (the rows of evaluate), got {arr.shape}")
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if not _all_finite(flat):
+        raise ValueError(f"{name} must be finite")
+    return flat
+
+
+def _transposed(arrays, keys, copy: bool = False):
+    """``[(w.T as a C-contiguous copy, b)]`` for the layers ``keys`` of a tower (``copy``:
+    copy the biases too)."""
+    return [(np.ascontiguousarray(arrays[w].T), arrays[b].copy() if copy else arrays[b])
+            for w, b in keys]
+
+
+def _tower_forward(layers_t, x: np.ndarray, activation: str):
+    """A tower (MLP) forward on the fast path: the layers, activations and layer inputs of
+    :func:`ppo_ref.nn.mlp._mlp_forward_2d`, with each product ``h @ w.T + b`` computed row by
+    row (:func:`ppo_ref.nn.lstm._linear_rows`), so every row's result is independent of the
+    other rows. ``layers_t``: ``[(w.T [in, out] C-contiguous, b [out])]`` (:func:`_transposed`).
+    Returns ``(y, layer_inputs)`` as ``_mlp_forward_2d`` does (its backward reads them)."""
+    inputs = [x]
+    h = x
+    last = len(layers_t) - 1
+    relu = activation == "relu"
+    for i, (w_t, b) in enumerate(layers_t):
+        a = np.empty((h.shape[0], w_t.shape[1]), h.dtype)
+        _linear_rows(h, w_t, b, a)
+        if i < last:
+            if relu:
+                np.maximum(a, 0.0, out=a)
+            else:
+                np.tanh(a, out=a)
+            inputs.append(a)
+        h = a
+    return h, tuple(inputs)
+
+
 class RecurrentPolicy(PolicyBase):
     """LSTM actor-critic policy: the network above + a distribution head of :mod:`ppo_ref.policies`.
 
@@ -311,7 +392,10 @@ class RecurrentPolicy(PolicyBase):
         observation_space: a gymnasium Box (flattened to ``obs_dim``).
         action_space: gymnasium Discrete or 1-d Box.
         config: a PPOConfig (``lstm_hidden_size``, ``lstm_shared``, ``net_arch``,
-            ``activation``, ``policy_head_gain``, ``value_head_gain``, ``log_std_init``).
+            ``activation``, ``policy_head_gain``, ``value_head_gain``, ``log_std_init``,
+            ``compute_dtype``: ``"float32"`` runs the fast path's passes (acting, evaluate,
+            backward) in float32 as torch does; parameters and returned gradients stay
+            float64; the checked path is float64 always).
 
     Raises:
         ValueError: unsupported observation or action space.
@@ -321,6 +405,8 @@ class RecurrentPolicy(PolicyBase):
         super().__init__(observation_space, action_space, config)
         self.lstm_shared = bool(config.lstm_shared)
         self.hidden_size = int(config.lstm_hidden_size)
+        self._spec = None  # the last _FastSpec built (checked once per layout)
+        self.compute_dtype = np.dtype(getattr(config, "compute_dtype", "float64"))
 
     # -- parameters and state -----------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> Params:
@@ -334,13 +420,87 @@ class RecurrentPolicy(PolicyBase):
         params.update(self.head.init_params())
         return self.as_flat(params)
 
+    def flat_layout(self, arrays: Mapping[str, np.ndarray]) -> FlatLayout:
+        """The one-buffer layout of this policy's parameters: the keys in their order, stored
+        with the same parameter of every LSTM side by side (``lstm_pi.w_ih``, ``lstm_vf.w_ih``,
+        ``lstm_pi.w_hh``, ``lstm_vf.w_hh``, ``lstm_pi.b``, ``lstm_vf.b``; or the shared
+        LSTM's three), then the other keys in order. Each LSTM parameter of the actor and the
+        critic is then one ``[L, ...]`` view of the buffer, which the fast path runs both LSTMs
+        on. Dicts without those keys are stored in key order."""
+        shapes = [(k, np.shape(v)) for k, v in arrays.items()]
+        lstm_keys = [f"{name}.{k}" for k in ("w_ih", "w_hh", "b")
+                     for name in lstm_names(self.lstm_shared)]
+        if not all(k in arrays for k in lstm_keys):
+            return FlatLayout.in_order(shapes)
+        first = set(lstm_keys)
+        return FlatLayout.in_order(shapes, lstm_keys + [k for k, _ in shapes if k not in first])
+
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
-        """``arrays`` (same keys as the parameters) copied into one float64 buffer, keys in
-        their order (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays). With parameters
-        and gradients in one layout, Adam and the global-norm clip of :mod:`ppo_ref.optim` run
-        one fused pass over the buffer (same bits as the per-array path)."""
-        layout = FlatLayout.in_order([(k, np.shape(v)) for k, v in arrays.items()])
-        return flatten_arrays(arrays, layout, dtype=np.float64)
+        """``arrays`` (same keys as the parameters) copied into one float64 buffer in
+        :meth:`flat_layout` (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays, same key
+        order and values). With parameters and gradients in one layout, Adam and the
+        global-norm clip of :mod:`ppo_ref.optim` run one fused pass over the buffer (same bits
+        as the per-array path), and :meth:`evaluate`/:meth:`backward` take their fast path."""
+        return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
+
+    # -- fast path ----------------------------------------------------------------------------
+    def _fast_spec(self, params):
+        """The :class:`_FastSpec` of ``params`` when they can take the fast path (an intact
+        float64 :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` whose arrays form this
+        policy's network), else ``None``. The structure is checked once per layout."""
+        if not is_flat(params) or params.flat.dtype != np.float64:
+            return None
+        spec = self._spec
+        if spec is not None and params.layout is spec.layout:
+            return spec
+        spec = self._make_spec(params)
+        if spec is not None:
+            self._spec = spec
+        return spec
+
+    def _make_spec(self, params: FlatArrays):
+        if params.layout != self.flat_layout(params):
+            return None
+        names = lstm_names(self.lstm_shared)
+        try:
+            _check_lstm_shared(params, self.lstm_shared)
+            shapes = {tuple(a.shape for a in _check_params(_sub(params, name))) for name in names}
+            pi = _mlp_layers(params, "pi.")
+            vf = _mlp_layers(params, "vf.")
+        except ValueError:
+            return None
+        if len(shapes) != 1:
+            return None
+        (w_ih_shape, w_hh_shape, _), = shapes
+        hidden = w_hh_shape[1]
+        n_pi, n_vf = len(pi), len(vf)
+        pi_keys = tuple((f"pi.w{i}", f"pi.b{i}") for i in range(n_pi))
+        vf_keys = tuple((f"vf.w{i}", f"vf.b{i}") for i in range(n_vf))
+        keys = {f"{name}.{k}" for name in names for k in ("w_ih", "w_hh", "b")}
+        keys |= {k for pair in pi_keys + vf_keys for k in pair} | set(self._head_keys)
+        if (w_ih_shape[1] != self.obs_dim or pi[0][0].shape[1] != hidden
+                or vf[0][0].shape[1] != hidden or pi[-1][0].shape[0] != self.head.out_dim
+                or vf[-1][0].shape[0] != 1 or set(params) != keys
+                or any(np.shape(params[k]) != np.shape(v)
+                       for k, v in self.head.init_params().items())):
+            return None
+        layout = params.layout
+        n_lstm = len(names)
+        slices = []
+        for k, shape in (("w_ih", w_ih_shape), ("w_hh", w_hh_shape), ("b", (4 * hidden,))):
+            start = layout.offset(f"{names[0]}.{k}")
+            size = n_lstm * int(np.prod(shape))
+            slices.append((start, start + size, (n_lstm,) + tuple(shape)))
+        return _FastSpec(layout, n_lstm, hidden, tuple(slices), pi_keys, vf_keys)
+
+    @staticmethod
+    def _stacked(spec: _FastSpec, flat: np.ndarray):
+        """``(w_ih [L, 4H, D], w_hh [L, 4H, H], b [L, 4H])`` views of a buffer in ``spec``'s layout."""
+        return tuple(flat[start:stop].reshape(shape) for start, stop, shape in spec.lstm_slices)
+
+    @staticmethod
+    def _layers(params, keys):
+        return [(params[w], params[b]) for w, b in keys]
 
     def initial_state(self, n_envs: int) -> LSTMStates:
         """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
@@ -424,7 +584,21 @@ class RecurrentPolicy(PolicyBase):
         Returns:
             :class:`ppo_ref.policies.PolicyEval` with ``log_probs``, ``entropy``, ``values``
             of shape ``[T, n]`` (float64) and the cache :meth:`backward` needs.
+
+        Fast path (same equations; the LSTM outputs and the towers bit for bit, the categorical
+        head by one compiled pass, equal to rounding): ``params`` from :meth:`init_params` /
+        :meth:`as_flat` (finite), ``obs`` a finite float64 array, ``actions`` int64
+        ``[T, n]`` in range (categorical) or an array of the action shape (Gaussian),
+        ``state`` finite C-contiguous float64, ``episode_starts`` a bool ``[T, n]`` array:
+        both LSTMs in one compiled call on stacked views of the parameter buffer, the
+        arguments checked once per call instead of once per layer. Anything else takes the
+        checked path (which also raises the errors).
         """
+        spec = self._fast_spec(params)
+        if spec is not None:
+            ev = self._fast_evaluate(spec, params, obs, actions, state, episode_starts)
+            if ev is not None:
+                return ev
         x = self.flatten_obs(obs, lead=2)
         T, n = x.shape[:2]
         out, values, _, net_cache = recurrent_actor_critic_forward(
@@ -438,7 +612,11 @@ class RecurrentPolicy(PolicyBase):
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> Params:
         """Gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
         entropy + d_values * values)`` over the ``[T, n]`` rows of the :meth:`evaluate` call
-        that made ``cache``, through the heads, the towers and the LSTM(s) over all T steps."""
+        that made ``cache``, through the heads, the towers and the LSTM(s) over all T steps.
+        After the fast path of :meth:`evaluate` the gradients are a
+        :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (one new buffer)."""
+        if isinstance(cache, _FastCache):
+            return self._fast_backward(params, cache, d_log_probs, d_entropy, d_values)
         flat_out, flat_actions, net_cache = cache
         T, n = np.shape(d_values)
         d_out, head_grads = self.head.backward(
@@ -451,3 +629,187 @@ class RecurrentPolicy(PolicyBase):
         if is_flat(params):  # gradients in the parameters' buffer layout (fused Adam and clip)
             return flatten_arrays({k: grads[k] for k in params}, params.layout, dtype=np.float64)
         return {k: grads[k] for k in params}
+
+    def _compute_arrays(self, spec: _FastSpec, params):
+        """``(flat, arrays)``: the parameter buffer in the compute dtype and its dict of views
+        (the caller's own buffer for float64; one cast copy for float32)."""
+        if self.compute_dtype == np.float64:
+            return params.flat, params
+        flat = params.flat.astype(self.compute_dtype)
+        return flat, FlatArrays.from_buffer(flat, spec.layout)
+
+    def _fast_evaluate(self, spec: _FastSpec, params, obs, actions, state, episode_starts):
+        """:meth:`evaluate` on the fast path, or ``None`` when an argument is not of the
+        accepted kind (the checked path then runs)."""
+        if (type(obs) is not np.ndarray or obs.dtype != np.float64 or obs.ndim < 3
+                or obs.shape[2:] != self.obs_shape):
+            return None
+        T, n = obs.shape[:2]
+        rows = T * n
+        if rows < 1:
+            return None
+        x = np.ascontiguousarray(obs).reshape(T, n, self.obs_dim)
+        starts = episode_starts
+        if type(starts) is not np.ndarray or starts.dtype != np.bool_ or starts.shape != (T, n):
+            return None
+        if not isinstance(state, LSTMStates):
+            return None
+        h0, c0 = state.h, state.c
+        want = (spec.n_lstm, n, spec.hidden)
+        for a in (h0, c0):
+            if (type(a) is not np.ndarray or a.dtype != np.float64 or a.shape != want
+                    or not a.flags.c_contiguous):
+                return None
+        head = self.head
+        categorical = head.kind == "categorical"
+        if categorical:
+            if (type(actions) is not np.ndarray or actions.dtype != np.int64
+                    or actions.shape != (T, n)):
+                return None
+            flat_actions = np.ascontiguousarray(actions).reshape(rows)
+        else:
+            flat_actions = np.asarray(actions)
+            if flat_actions.shape != (T, n) + head.action_shape:
+                return None
+            flat_actions = flat_actions.reshape((rows,) + head.action_shape)
+        if not (_all_finite(params.flat) and _all_finite(x) and _all_finite(h0)
+                and _all_finite(c0)):
+            return None
+        dt = self.compute_dtype
+        flat, arrays = self._compute_arrays(spec, params)
+        if dt != np.float64:
+            x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
+        keep = np.ones((T + 1, n), dt)
+        keep[:-1] -= starts
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
+        hidden = spec.hidden
+        act = self.activation
+        out, pi_inputs = _tower_forward(_transposed(arrays, spec.pi_keys),
+                                        h_seq[0].reshape(rows, hidden), act)
+        values, vf_inputs = _tower_forward(_transposed(arrays, spec.vf_keys),
+                                           h_seq[-1].reshape(rows, hidden), act)
+        if categorical:
+            log_probs = np.empty(rows)
+            entropy = np.empty(rows)
+            probs = np.empty(out.shape)
+            if not _categorical_eval_kernel(out, flat_actions, log_probs, entropy, probs):
+                return None
+            cached_entropy = entropy
+        else:
+            log_probs = head.log_prob(out, params, flat_actions)
+            entropy = np.asarray(head.entropy(out, params), dtype=np.float64)
+            probs = cached_entropy = None
+        cache = _FastCache(spec, (T, n), flat, arrays, x, keep, h_prev, c_prev, gates, tanh_c,
+                           pi_inputs, vf_inputs, out, flat_actions, probs, cached_entropy)
+        return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
+                          values[:, 0].astype(np.float64).reshape(T, n), cache)
+
+    def _fast_backward(self, params, cache: _FastCache, d_log_probs, d_entropy, d_values):
+        """:meth:`backward` for a cache of :meth:`_fast_evaluate`: gradients in one new float64
+        buffer (float32 compute: computed in float32, then widened)."""
+        spec = self._fast_spec(params)
+        if spec is not cache.spec:
+            raise ValueError("cache was made by the fast path of evaluate; params must be "
+                             "FlatArrays in the layout of the params given to it")
+        T, n = cache.shape
+        rows = T * n
+        d_lp = _row_grad(d_log_probs, "d_log_probs", cache.shape)
+        d_v = _row_grad(d_values, "d_values", cache.shape)
+        d_ent = None if d_entropy is None else _row_grad(d_entropy, "d_entropy", cache.shape)
+        dt = self.compute_dtype
+        out = cache.policy_out
+        if cache.probs is not None:
+            d_out = np.empty_like(out)
+            _categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
+                                         d_lp if d_ent is None else d_ent, d_ent is not None,
+                                         d_out)
+            head_grads = {}
+        else:
+            d_out, head_grads = self.head.backward(out, params, cache.actions, d_lp, d_ent)
+            d_out = d_out.astype(dt, copy=False)
+        act = self.activation
+        arrays = cache.arrays
+        tower_grads: Params = {}
+        dh_pi = _mlp_backward_2d(self._layers(arrays, spec.pi_keys), cache.pi_inputs, d_out,
+                                 act, "pi.", tower_grads, need_dx=True)
+        dh_vf = _mlp_backward_2d(self._layers(arrays, spec.vf_keys), cache.vf_inputs,
+                                 d_v.reshape(rows, 1).astype(dt, copy=False), act, "vf.",
+                                 tower_grads, need_dx=True)
+        hidden = spec.hidden
+        if spec.n_lstm == 1:
+            dh_pi += dh_vf
+            dh_seq = dh_pi.reshape(1, T, n, hidden)
+        else:
+            dh_seq = np.empty((2, T, n, hidden), dt)
+            dh_seq[0] = dh_pi.reshape(T, n, hidden)
+            dh_seq[1] = dh_vf.reshape(T, n, hidden)
+        layout = spec.layout
+        grads = FlatArrays.from_buffer(np.empty(layout.size, dt), layout)
+        _, w_hh, _ = self._stacked(spec, cache.flat)
+        g_w_ih, g_w_hh, g_b = self._stacked(spec, grads.flat)
+        _backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
+                          cache.keep, dh_seq, g_w_ih, g_w_hh, g_b)
+        for k, g in tower_grads.items():
+            grads[k][...] = g
+        for k, g in head_grads.items():
+            grads[k][...] = g
+        if dt != np.float64:
+            grads = FlatArrays.from_buffer(grads.flat.astype(np.float64), layout)
+        return grads
+
+    def acting_step_fn(self, params):
+        """``step(obs, state, episode_starts) -> (policy_out, new_state)``: :meth:`policy_out_step`
+        for many steps with fixed ``params`` (one rollout).
+
+        With parameters that take the fast path of :meth:`evaluate`, the parameters are checked
+        and the weights transposed (and cast to the compute dtype) once, here; each step is one
+        compiled call for both LSTMs (:func:`ppo_ref.nn.lstm._step_stack`, the arithmetic of
+        ``lstm_step``) and the row-independent policy tower of the fast :meth:`evaluate`, so an
+        env's policy outputs are bit for bit those the replay of its rollout computes. (In
+        float32 the state is carried as float64 arrays holding float32 values.) A step whose
+        ``obs`` (finite float64 ``[N, obs_dim]``), ``state`` (finite C-contiguous float64) or
+        ``episode_starts`` (bool ``[N]``) is of another kind, and any other ``params``, go
+        through :meth:`policy_out_step` itself.
+        """
+        spec = self._fast_spec(params)
+        if spec is None or not _all_finite(params.flat):
+            return lambda obs, state, starts: self.policy_out_step(params, obs, state, starts)
+        dt = self.compute_dtype
+        flat, arrays = self._compute_arrays(spec, params)
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        w_ih_t = np.ascontiguousarray(w_ih.transpose(0, 2, 1))
+        w_hh_t = np.ascontiguousarray(w_hh.transpose(0, 2, 1))
+        b = b.copy()
+        pi_layers = _transposed(arrays, spec.pi_keys, copy=True)
+        want_lstm, hidden, obs_dim = spec.n_lstm, spec.hidden, self.obs_dim
+        act = self.activation
+        wide = dt == np.float64
+
+        def step(obs, state, episode_starts):
+            if (type(obs) is np.ndarray and obs.dtype == np.float64 and obs.ndim == 2
+                    and obs.shape[1] == obs_dim and obs.flags.c_contiguous
+                    and isinstance(state, LSTMStates) and type(episode_starts) is np.ndarray
+                    and episode_starts.dtype == np.bool_):
+                n = obs.shape[0]
+                h, c = state.h, state.c
+                want = (want_lstm, n, hidden)
+                if (n >= 1 and episode_starts.shape == (n,)
+                        and type(h) is np.ndarray and h.dtype == np.float64
+                        and h.shape == want and h.flags.c_contiguous
+                        and type(c) is np.ndarray and c.dtype == np.float64
+                        and c.shape == want and c.flags.c_contiguous
+                        and _all_finite(obs) and _all_finite(h) and _all_finite(c)):
+                    if not wide:
+                        obs, h, c = obs.astype(dt), h.astype(dt), c.astype(dt)
+                    keep = np.ones((2, n), dt)
+                    keep[0] -= episode_starts
+                    h_new = np.empty(want, dt)
+                    c_new = np.empty(want, dt)
+                    _step_stack(obs, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+                    out = _tower_forward(pi_layers, h_new[0], act)[0]
+                    if not wide:
+                        h_new, c_new = h_new.astype(np.float64), c_new.astype(np.float64)
+                    return out, LSTMStates(h_new, c_new)
+            return self.policy_out_step(params, obs, state, episode_starts)
+        return step

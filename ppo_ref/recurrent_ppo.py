@@ -33,16 +33,21 @@ Update
     exactly: ratio 1). sb3-contrib instead cuts sequences at episode starts, pads them and
     stores per-step states.
 
-Exactness note: the LSTM kernels compute every env's rows with the same arithmetic whichever
-envs share the call (:mod:`ppo_ref.nn.lstm`), but BLAS may round a row of the towers' matrix
-products differently depending on how many rows the product has (acting evaluates the towers on
-N rows, the replay on ``T * N``, a minibatch on ``T * n``), so acting-time log-probs can differ
-from replayed ones in the last bit. Storing the replayed values (as
-:class:`~ppo_ref.rollout.RolloutCollector` does for the MLP) makes the first minibatch's
-log-probs equal the stored ones bit for bit (tested at the benchmark's sizes) whenever
-``envs_per_minibatch >= 2`` or ``n_envs == 1``. With one env per minibatch and several envs the
-towers' products have only T rows; there the ratio was observed to be 1 only to ~1e-16 (towers
-of width 64; exactly 1 with the tests' small towers).
+Exactness note: on the policy's fast path (the one-buffer parameters the trainer holds) every
+quantity of an env is computed with arithmetic that does not depend on which other envs share
+the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers (row-wise fused multiply-add
+chains instead of BLAS products, whose rounding can depend on the number of rows) and the
+compiled categorical head. Acting (N rows per step), the replay of the rollout (``T * N``
+rows) and a minibatch of any ``n`` envs therefore give the same bits, and the first minibatch
+of every update reproduces the stored log-probs exactly (ratio 1), whatever
+``envs_per_minibatch`` is (tested). The stored values are still those of the replay, as
+:class:`~ppo_ref.rollout.RolloutCollector` does for the MLP.
+
+Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
+minibatch loss of :mod:`ppo_ref.update`; acting checks the parameters once per rollout
+(:meth:`RecurrentPolicy.acting_step_fn`). ``config.compute_dtype = "float32"`` runs the LSTMs,
+towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
+parameters, gradients, Adam, losses and advantages stay float64.
 
 Checkpoints add the carried LSTM states (``lstm/h``, ``lstm/c``) to PPOTrainer's snapshot, so a
 resumed run continues exactly.
@@ -187,13 +192,15 @@ class _RecurrentActor:
 
     def policy_out_fn(self, params):
         """``forward(obs [N, obs_dim]) -> policy_out [N, P]`` for one rollout: each call steps
-        the carried state (reset where the tap says an episode starts) and records the flags."""
-        policy = self.policy
+        the carried state (reset where the tap says an episode starts) and records the flags.
+        Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked once per
+        rollout; the same bits as ``policy_out_step``)."""
+        step = self.policy.acting_step_fn(params)
 
         def forward(obs):
             starts = self.tap.episode_starts.copy()
             self.rollout_starts.append(starts)
-            out, self.state = policy.policy_out_step(params, obs, self.state, starts)
+            out, self.state = step(obs, self.state, starts)
             return out
         return forward
 
@@ -241,9 +248,8 @@ class RecurrentPPOTrainer(PPOTrainer):
     ``envs_per_minibatch``.
 
     Raises:
-        ValueError: everything PPOTrainer raises, ``n_envs`` not divisible by
-            ``max(1, batch_size // n_steps)`` (see :func:`envs_per_minibatch`), and
-            ``compute_dtype`` other than float64 (the LSTM path computes in float64 only).
+        ValueError: everything PPOTrainer raises, and ``n_envs`` not divisible by
+            ``max(1, batch_size // n_steps)`` (see :func:`envs_per_minibatch`).
     """
 
     policy_kind = "lstm"
@@ -251,10 +257,6 @@ class RecurrentPPOTrainer(PPOTrainer):
     def __init__(self, env, config=None, *, seed: int = 0, **kwargs):
         if config is not None and hasattr(config, "n_envs"):
             envs_per_minibatch(config.n_envs, config.n_steps, config.batch_size)  # fail early
-            if getattr(config, "compute_dtype", "float64") != "float64":
-                raise ValueError(f"compute_dtype must be 'float64' for the LSTM policy (float32 "
-                                 f"passes exist only for the MLP policy), got "
-                                 f"{config.compute_dtype!r}")
         super().__init__(env, config, seed=seed, **kwargs)  # vectorization, env_kwargs, ...
         c = self.config
         self.envs_per_minibatch = envs_per_minibatch(c.n_envs, c.n_steps, c.batch_size)
@@ -320,10 +322,13 @@ class RecurrentPPOTrainer(PPOTrainer):
         rng = self.minibatch_rng
         per = self.envs_per_minibatch
 
+        # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
+        # rows are what the compiled minibatch loss of ppo_ref.update takes.
         def minibatches(epoch: int):
             for envs in env_minibatches(rng, N, per):
-                yield Minibatch(rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
-                                rollout.values[:, envs],
+                yield Minibatch(rollout.log_probs[:, envs].reshape(-1),
+                                adv[:, envs].reshape(-1), ret[:, envs].reshape(-1),
+                                rollout.values[:, envs].reshape(-1),
                                 (rollout.observations[:, envs], rollout.actions[:, envs],
                                  start.select(envs), rollout.episode_starts[:, envs]))
 
@@ -331,12 +336,19 @@ class RecurrentPPOTrainer(PPOTrainer):
 
         def evaluate(params, data):
             ev = policy.evaluate(params, *data)
-            return ev.log_probs, ev.entropy, ev.values, ev.cache
+            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
+                    (ev.cache, ev.values.shape))
+
+        def backward(params, cache, d_log_probs, d_entropy, d_values):
+            net_cache, shape = cache
+            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
+                                   None if d_entropy is None else d_entropy.reshape(shape),
+                                   d_values.reshape(shape))
 
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
             clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
-            backward=policy.backward)
+            backward=backward)
         stats["explained_variance"] = explained_variance(rollout.values.ravel(), ret.ravel())
         return stats
 

@@ -72,9 +72,14 @@ def test_envs_per_minibatch_and_divisibility_error():
         RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", PPOConfig(n_envs=6, n_steps=8, batch_size=32))
 
 
-def test_float32_compute_is_refused_not_ignored():
-    with pytest.raises(ValueError, match="compute_dtype"):
-        RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", small_config(compute_dtype="float32"))
+def test_float32_compute_reaches_the_policy_not_ignored():
+    """compute_dtype="float32" runs the policy's passes in float32 (tests/test_recurrent_fast.py
+    checks them against float64); parameters and Adam stay float64."""
+    trainer = RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", small_config(compute_dtype="float32"))
+    assert trainer.policy.compute_dtype == np.float32
+    rollout = trainer.collect_rollout()
+    assert trainer.update(rollout)["first_max_abs_log_ratio"] == 0.0
+    assert trainer.params.flat.dtype == np.float64
 
 
 def test_env_minibatches_cover_every_env_once():

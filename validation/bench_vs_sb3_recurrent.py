@@ -11,15 +11,22 @@ ppo_ref orthogonal init (SPEC §3); sb3-contrib splits sequences at episode star
 them, ppo_ref replays each env's whole rollout from its stored start state (SPEC §5); the
 numerical results are the same algorithm, not the same numbers.
 
-Printed per learner: wall seconds (training only, after a warm-up that compiles numba kernels
-for ppo_ref), env steps per second, mean return of the last 20 training episodes, and a
-deterministic evaluation (20 episodes, frozen observation statistics, seed 0). Torch is
-limited to one thread and OpenBLAS (NumPy) to one thread (``OPENBLAS_NUM_THREADS=1`` unless
-already set).
+ppo_ref runs once per ``--dtypes`` entry (default ``float64,float32``): ``float64`` is the
+trainer's default and the reference arithmetic; ``float32`` (``PPOConfig.compute_dtype``) runs
+the LSTMs, towers and heads in float32 as torch does (parameters, Adam, losses and advantages
+stay float64).
+
+Printed per learner (and dtype): wall seconds (training only, after a warm-up that compiles
+numba kernels for ppo_ref), env steps per second, mean return of the last 20 training episodes,
+and a deterministic evaluation (20 episodes, frozen observation statistics, seed 0); then the
+speed ratio of each ppo_ref dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per
+dtype. Torch is limited to one thread and OpenBLAS (NumPy) to one thread
+(``OPENBLAS_NUM_THREADS=1`` unless already set).
 
 Usage::
 
     python validation/bench_vs_sb3_recurrent.py [--steps 100000] [--sb3-steps N] [--seed 0]
+                                                [--dtypes float64,float32] [--skip-sb3]
 
 ``--sb3-steps`` trains sb3-contrib for fewer steps when its full run is too slow; its steps/s is
 then measured on that shorter run (and said so in the output).
@@ -77,17 +84,17 @@ def run_sb3(total_steps: int, seed: int) -> dict:
                 final=float(np.mean(returns)), eval_mean=float(mean_eval), eval_std=float(std_eval))
 
 
-def ppo_ref_config():
+def ppo_ref_config(compute_dtype: str = "float64"):
     from ppo_ref.config import PPOConfig
     return PPOConfig.zoo_cartpole().replace(
         lstm_hidden_size=ZOO["lstm_hidden_size"], lstm_shared=False, net_arch=(64,),
-        activation="relu", normalize_observations=True)
+        activation="relu", normalize_observations=True, compute_dtype=compute_dtype)
 
 
-def run_ppo_ref(total_steps: int, seed: int) -> dict:
+def run_ppo_ref(total_steps: int, seed: int, compute_dtype: str = "float64") -> dict:
     from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
 
-    config = ppo_ref_config()
+    config = ppo_ref_config(compute_dtype)
     # warm-up: compile (or load cached) numba kernels outside the timed run
     RecurrentPPOTrainer(ENV_ID, config, seed=seed + 12345).learn(2 * 8 * 32)
     trainer = RecurrentPPOTrainer(ENV_ID, config, seed=seed)
@@ -107,34 +114,42 @@ def main(argv=None) -> int:
     ap.add_argument("--sb3-steps", type=int, default=None,
                     help="train sb3-contrib for this many steps instead (speed extrapolated)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dtypes", default="float64,float32",
+                    help="comma-separated PPOConfig.compute_dtype values to run ppo_ref with")
     ap.add_argument("--skip-sb3", action="store_true")
     args = ap.parse_args(argv)
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
 
-    rows = []
-    ours = run_ppo_ref(args.steps, args.seed)
-    rows.append(("ppo_ref LSTM", ours))
-    print(f"ppo_ref done: {ours}", flush=True)
+    ours = {}
+    for dtype in dtypes:
+        ours[dtype] = run_ppo_ref(args.steps, args.seed, dtype)
+        print(f"ppo_ref {dtype} done: {ours[dtype]}", flush=True)
+    theirs = None
     if not args.skip_sb3:
         sb3_steps = args.sb3_steps or args.steps
         theirs = run_sb3(sb3_steps, args.seed)
-        rows.append(("sb3-contrib RecurrentPPO", theirs))
         print(f"sb3-contrib done: {theirs}", flush=True)
 
+    rows = [("ppo_ref LSTM", dtype, r) for dtype, r in ours.items()]
+    if theirs is not None:
+        rows.append(("sb3-contrib RecurrentPPO", "float32 (torch)", theirs))
     print()
     print(f"{ENV_ID}, zoo ppo_lstm settings, seed {args.seed}, torch threads 1")
-    print(f"| learner | env steps | wall s | steps/s | final return (last 20) | "
+    print(f"| learner | dtype | env steps | wall s | steps/s | final return (last 20) | "
           f"deterministic eval ({EVAL_EPISODES} ep) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for name, r in rows:
-        print(f"| {name} | {r['steps']} | {r['wall']:.1f} | {r['fps']:.0f} | {r['final']:.1f} | "
-              f"{r['eval_mean']:.1f} +- {r['eval_std']:.1f} |")
-    if len(rows) == 2:
-        ratio = ours["fps"] / theirs["fps"]
-        note = "" if theirs["steps"] >= ours["steps"] else \
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for name, dtype, r in rows:
+        print(f"| {name} | {dtype} | {r['steps']} | {r['wall']:.1f} | {r['fps']:.0f} | "
+              f"{r['final']:.1f} | {r['eval_mean']:.1f} +- {r['eval_std']:.1f} |")
+    if theirs is not None:
+        note = "" if theirs["steps"] >= args.steps else \
             f" (sb3-contrib steps/s measured on a {theirs['steps']}-step run)"
-        print(f"\nspeed ratio ppo_ref / sb3-contrib: {ratio:.1f}x{note}")
-        print(f"targets: ratio >= 10: {'PASS' if ratio >= 10 else 'FAIL'}; ppo_ref eval >= 450: "
-              f"{'PASS' if ours['eval_mean'] >= 450 else 'FAIL'}")
+        print()
+        for dtype, r in ours.items():
+            ratio = r["fps"] / theirs["fps"]
+            print(f"speed ratio ppo_ref {dtype} / sb3-contrib: {ratio:.1f}x{note}; targets: "
+                  f"ratio >= 10: {'PASS' if ratio >= 10 else 'FAIL'}, eval >= 450: "
+                  f"{'PASS' if r['eval_mean'] >= 450 else 'FAIL'}")
     return 0
 
 
