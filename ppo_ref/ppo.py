@@ -39,7 +39,8 @@ from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_array
 from ppo_ref.policies import MLPPolicy
 from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
-from ppo_ref.update import Minibatch, batch_advantages, run_epochs, shuffled_minibatch_indices
+from ppo_ref.update import (Minibatch, _epoch_permutations, batch_advantages, run_epochs,
+                            shuffled_minibatch_indices)
 
 __all__ = ["PPOTrainer", "EnvStepError", "progress_remaining", "limit_blas_threads",
            "RECENT_EPISODES"]
@@ -192,7 +193,9 @@ class PPOTrainer:
         """The epochs of one PPO update on a rollout (``update.run_epochs``).
 
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
-        in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks. Updates
+        in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks (without a
+        ``target_kl`` all epochs' permutations are drawn at once, the same draws, and each
+        array is gathered once per update). Updates
         ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
         :func:`ppo_ref.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
         population variances).
@@ -207,11 +210,28 @@ class PPOTrainer:
         adv = batch_advantages(np.asarray(advantages, dtype=np.float64).reshape(B), c)
         ret = np.asarray(returns, dtype=np.float64).reshape(B)
         rng = self.minibatch_rng
+        bs = c.batch_size
+        # Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
+        # draws as one permutation per epoch) and gather each array once for all epochs; the
+        # minibatches are then contiguous slices of the gathered arrays (the same values).
+        gathered = None
 
         def minibatches(epoch: int):
-            for idx in shuffled_minibatch_indices(rng, B, c.batch_size):
-                yield Minibatch(old_log_probs[idx], adv[idx], ret[idx], old_values[idx],
-                                (obs[idx], actions[idx]))
+            nonlocal gathered
+            if c.target_kl is not None:
+                for idx in shuffled_minibatch_indices(rng, B, bs):
+                    yield Minibatch(old_log_probs[idx], adv[idx], ret[idx], old_values[idx],
+                                    (obs[idx], actions[idx]))
+                return
+            if gathered is None:
+                perms = _epoch_permutations(rng, B, int(c.n_epochs))
+                gathered = tuple(a[perms] for a in (old_log_probs, adv, ret, old_values, obs,
+                                                    actions))
+            g_lp, g_adv, g_ret, g_v, g_obs, g_act = gathered
+            for i in range(0, B, bs):
+                j = i + bs
+                yield Minibatch(g_lp[epoch, i:j], g_adv[epoch, i:j], g_ret[epoch, i:j],
+                                g_v[epoch, i:j], (g_obs[epoch, i:j], g_act[epoch, i:j]))
 
         policy = self.policy
 

@@ -233,6 +233,24 @@ def shuffled_minibatch_indices(rng: np.random.Generator, n_rows: int, batch_size
     return [perm[i:i + batch_size] for i in range(0, n_rows, batch_size)]
 
 
+def _epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> np.ndarray:
+    """The permutations of ``n_epochs`` successive :func:`shuffled_minibatch_indices` calls,
+    drawn at once: ``[n_epochs, n_rows]`` int64 in C order, row ``e`` the permutation of epoch
+    ``e``.
+
+    ``rng.permuted`` (in place) of ``n_epochs`` rows of ``arange(n_rows)`` along axis 1 shuffles the rows
+    one after the other with the draws of ``rng.permutation``, so the rows and the generator
+    state afterwards are exactly those of ``n_epochs`` successive ``rng.permutation(n_rows)``
+    calls (a test checks this). For a caller that knows every epoch will run (no KL early
+    stop): one call and one gather per array per update instead of one per epoch.
+    """
+    if n_rows < 1 or n_epochs < 1:
+        raise ValueError(f"n_rows and n_epochs must be >= 1, got {n_rows}, {n_epochs}")
+    perms = np.tile(np.arange(n_rows), (n_epochs, 1))  # C order: rows gather into rows
+    rng.permuted(perms, axis=1, out=perms)
+    return perms
+
+
 EvaluateFn = Callable[[Dict[str, np.ndarray], Any], Tuple[np.ndarray, np.ndarray, np.ndarray, Any]]
 BackwardFn = Callable[[Dict[str, np.ndarray], Any, np.ndarray, Optional[np.ndarray], np.ndarray],
                       Dict[str, np.ndarray]]

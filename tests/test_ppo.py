@@ -291,3 +291,48 @@ def test_evaluate_rejects_fewer_than_one_episode():
     with pytest.raises(ValueError, match="n_episodes"):
         trainer.evaluate(0)
     assert len(trainer.evaluate(2)) == 2
+
+
+@pytest.mark.parametrize("n_rows,n_epochs", [(256, 20), (37, 3), (1, 2)])
+def test_epoch_permutations_equal_successive_permutations(n_rows, n_epochs):
+    from ppo_ref.update import _epoch_permutations
+    r1, r2 = np.random.default_rng(11), np.random.default_rng(11)
+    want = np.stack([r1.permutation(n_rows) for _ in range(n_epochs)])
+    got = _epoch_permutations(r2, n_rows, n_epochs)
+    assert np.array_equal(got, want) and got.dtype == want.dtype and got.flags.c_contiguous
+    assert r1.bit_generator.state == r2.bit_generator.state
+
+
+@pytest.mark.parametrize("batch_size", [32, 12])  # one and several (uneven) minibatches per epoch
+def test_train_on_all_epochs_gather_equals_per_epoch_path(batch_size, monkeypatch):
+    """Without a KL stop, train_on draws every epoch's permutation at once and gathers once;
+    with a target_kl that never fires it takes the per-epoch path: same parameters, Adam
+    state, stats and generator state, bit for bit. Both give the loss its fast path
+    (contiguous minibatch arrays)."""
+    from ppo_ref import update
+    fast = update._fast_minibatch_loss
+    declined = []
+
+    def recording(*args):
+        out = fast(*args)
+        declined.append(out is None)
+        return out
+    monkeypatch.setattr(update, "_fast_minibatch_loss", recording)
+    results = []
+    for target_kl in (None, 1e9):
+        cfg = PPOConfig(n_envs=2, n_steps=16, batch_size=batch_size, n_epochs=3,
+                        target_kl=target_kl)
+        tr = PPOTrainer("CartPole-v1", cfg, seed=3)
+        rollout = tr.collect_rollout()
+        adv, ret = tr.compute_advantages(rollout)
+        stats = tr.train_on(rollout, adv, ret)
+        results.append((tr.params.flat.copy(), tr.adam_state["m"].flat.copy(),
+                        tr.adam_state["v"].flat.copy(), stats,
+                        tr.minibatch_rng.bit_generator.state))
+        tr.close()
+    (p1, m1, v1, s1, g1), (p2, m2, v2, s2, g2) = results
+    assert np.array_equal(p1, p2) and np.array_equal(m1, m2) and np.array_equal(v1, v2)
+    assert s1["n_gradient_steps"] == 3 * -(-32 // batch_size) and g1 == g2
+    for k in s1:
+        assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
+    assert declined and not any(declined)
