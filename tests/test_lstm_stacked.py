@@ -1,0 +1,116 @@
+"""The stacked LSTM helpers of ppo_ref.nn.lstm (the recurrent policy's fast path) against the
+public, checked functions, and the float32 kernels."""
+import numpy as np
+import pytest
+from numba import njit
+
+from ppo_ref.nn import lstm as lstm_mod
+from ppo_ref.nn.lstm import (_backward_stacked, _forward_stacked, _step_stack, _tanh_f32,
+                             lstm_backward, lstm_forward, lstm_init, lstm_step)
+
+
+def problem(rng, T=5, N=6, D=3, H=8, L=2):
+    params = [lstm_init(rng, D, H) for _ in range(L)]
+    for p in params:
+        p["b"] = 0.5 * rng.standard_normal(4 * H)
+    x = rng.standard_normal((T, N, D))
+    h0 = 0.8 * rng.standard_normal((L, N, H))
+    c0 = rng.standard_normal((L, N, H))
+    starts = rng.random((T, N)) < 0.3
+    keep = np.ones((T + 1, N))
+    keep[:-1] -= starts
+    stack = {k: np.stack([p[k] for p in params]) for k in ("w_ih", "w_hh", "b")}
+    return params, stack, x, h0, c0, starts, keep
+
+
+def test_stacked_forward_backward_and_step_equal_the_public_functions_bitwise(rng):
+    """Sizes with a 4-row block plus a remainder row and several 8-lane vectors per row."""
+    params, st, x, h0, c0, starts, keep = problem(rng, N=5, H=16)
+    h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(st["w_ih"], st["w_hh"], st["b"], x,
+                                                            h0, c0, keep)
+    dh = rng.standard_normal(h_seq.shape)
+    g = [np.empty_like(st[k]) for k in ("w_ih", "w_hh", "b")]
+    _backward_stacked(st["w_hh"], x, h_prev, c_prev, gates, tanh_c, keep, dh, *g)
+    T = x.shape[0]
+    for l, p in enumerate(params):
+        ref_h, (h_T, c_T), cache = lstm_forward(p, x, h0[l], c0[l], starts)
+        np.testing.assert_array_equal(h_seq[l], ref_h)
+        np.testing.assert_array_equal(h_prev[l, :T], cache.h_prev)
+        np.testing.assert_array_equal(c_prev[l, T], c_T)
+        np.testing.assert_array_equal(gates[l], cache.gates)
+        _, grads, _ = lstm_backward(p, cache, dh[l])
+        for k, gk in zip(("w_ih", "w_hh", "b"), g):
+            np.testing.assert_array_equal(gk[l], grads[k])
+        h_new = np.empty((2,) + h0.shape[1:])
+        c_new = np.empty_like(h_new)
+        keep1 = np.stack([keep[0], np.ones_like(keep[0])])
+        _step_stack(x[0], np.ascontiguousarray(st["w_ih"].transpose(0, 2, 1)),
+                    np.ascontiguousarray(st["w_hh"].transpose(0, 2, 1)), st["b"], keep1, h0, c0,
+                    h_new, c_new)
+        h1, c1 = lstm_step(p, x[0], h0[l], c0[l], starts[0])
+        np.testing.assert_array_equal(h_new[l], h1)
+        np.testing.assert_array_equal(c_new[l], c1)
+
+
+def test_wide_kernels_match_interpreted_at_vector_sizes(rng, monkeypatch):
+    """The 512-bit vectorized kernels against their plain-Python versions, bit for bit, at sizes
+    where the vector loops and the 4-row blocks run (the interpreted FMA is exact rational
+    arithmetic, so this checks that vectorization changed no operation)."""
+    p, x, h0, c0 = lstm_init(rng, 3, 8), rng.standard_normal((3, 5, 3)), \
+        rng.standard_normal((5, 8)), rng.standard_normal((5, 8))
+    p["b"] = rng.standard_normal(32)
+    starts = np.array([[1, 0, 0, 1, 0], [0, 0, 1, 0, 0], [0, 1, 0, 0, 0]], dtype=bool)
+    dh = rng.standard_normal((3, 5, 8))
+
+    def run():
+        h_seq, (h_T, c_T), cache = lstm_forward(p, x, h0, c0, starts)
+        dx, grads, (dh0, dc0) = lstm_backward(p, cache, dh)
+        return [h_seq, c_T, dx, dh0, dc0, *grads.values()]
+
+    compiled = run()
+    for name in ("_tanh", "_tanh_any", "_add_products", "_activate_gates", "_cell_output",
+                 "_forward_kernel", "_backward_kernel"):
+        kernel = getattr(lstm_mod, name)
+        monkeypatch.setattr(lstm_mod, name, getattr(kernel, "py_func", kernel))
+    for a, b in zip(compiled, run()):
+        np.testing.assert_array_equal(a, b)
+
+
+@njit
+def _tanh_f32_array(x, out):
+    for i in range(x.size):
+        out[i] = _tanh_f32(x[i])
+
+
+def test_float32_tanh_is_accurate_bounded_and_odd(rng):
+    x = (rng.standard_normal(400_000) * np.exp(rng.uniform(-18, 3.5, 400_000))).astype(np.float32)
+    x = np.concatenate([x, np.float32([0.55, -0.55, 10, -10, 20, 1e30, -np.inf, np.inf])])
+    out = np.empty_like(x)
+    _tanh_f32_array(x, out)
+    ref = np.tanh(x.astype(np.float64)).astype(np.float32)
+    ulps = np.abs(out.view(np.int32).astype(np.int64) - ref.view(np.int32).astype(np.int64))
+    assert ulps[ref != 0].max() <= 4          # measured: 2
+    assert np.all(np.abs(out) <= 1) and out[-1] == 1 and out[-2] == -1
+    neg = np.empty_like(x)
+    _tanh_f32_array(-x, neg)
+    np.testing.assert_array_equal(neg, -out)
+
+
+@pytest.mark.parametrize("L", [1, 2])
+def test_float32_stacked_passes_are_close_to_float64(rng, L):
+    params, st, x, h0, c0, starts, keep = problem(rng, T=12, N=8, D=4, H=64, L=L)
+    f32 = {k: v.astype(np.float32) for k, v in st.items()}
+    out64 = _forward_stacked(st["w_ih"], st["w_hh"], st["b"], x, h0, c0, keep)
+    out32 = _forward_stacked(f32["w_ih"], f32["w_hh"], f32["b"], x.astype(np.float32),
+                             h0.astype(np.float32), c0.astype(np.float32),
+                             keep.astype(np.float32))
+    assert all(a.dtype == np.float32 for a in out32)
+    np.testing.assert_allclose(out32[0], out64[0], rtol=0, atol=2e-5)
+    dh = rng.standard_normal(out64[0].shape)
+    g64 = [np.empty_like(st[k]) for k in ("w_ih", "w_hh", "b")]
+    g32 = [np.empty_like(f32[k]) for k in ("w_ih", "w_hh", "b")]
+    _backward_stacked(st["w_hh"], x, *out64[1:], keep, dh, *g64)
+    _backward_stacked(f32["w_hh"], x.astype(np.float32), *out32[1:], keep.astype(np.float32),
+                      dh.astype(np.float32), *g32)
+    for a, b in zip(g32, g64):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(1.0, np.abs(b).max()))
