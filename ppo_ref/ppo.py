@@ -214,11 +214,13 @@ class PPOTrainer:
         # Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
         # draws as one permutation per epoch) and gather each array once for all epochs; the
         # minibatches are then contiguous slices of the gathered arrays (the same values).
+        # Anything but a numpy Generator (a test harness injecting permutations) is only asked
+        # for rng.permutation, once per epoch.
         gathered = None
 
         def minibatches(epoch: int):
             nonlocal gathered
-            if c.target_kl is not None:
+            if c.target_kl is not None or type(rng) is not np.random.Generator:
                 for idx in shuffled_minibatch_indices(rng, B, bs):
                     yield Minibatch(old_log_probs[idx], adv[idx], ret[idx], old_values[idx],
                                     (obs[idx], actions[idx]))
