@@ -192,9 +192,8 @@ def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
     (``FloatingPointError`` for a non-finite norm, ``ValueError`` for bad arguments or a
     non-finite step).
     """
-    if not (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()
-            and same_layout(params, grads, state["m"], state["v"])
-            and params.flat.dtype == np.float64):
+    if not (isinstance(state, Mapping) and "t" in state and "m" in state and "v" in state
+            and _flat64_group((params, grads, state["m"], state["v"]))):
         return None
     # the checks of the two functions; plain finite Python floats in range pass without the
     # general helpers (the same values: those helpers return float(value))
@@ -246,11 +245,27 @@ def clipped_adam_step(params, grads, state, *, max_norm: float, lr: float,
              "v": FlatArrays.from_buffer(v_out, layout)}, norm)
 
 
+def _flat64_group(arrays) -> bool:
+    """``same_layout(*arrays)`` with float64 buffers: every entry an intact
+    :class:`~ppo_ref.flat.FlatArrays` of the first one's layout, all float64 (one pass; a
+    layout that is the same object needs no comparison)."""
+    first = arrays[0]
+    if type(first) is not FlatArrays:
+        return False
+    layout = first.layout
+    for a in arrays:
+        if not (type(a) is FlatArrays and (a.layout is layout or a.layout == layout)
+                and a.flat.dtype == np.float64 and a.intact()):
+            return False
+    return True
+
+
 def _check_step_out(out, params, grads, state):
-    """``out`` of :func:`clipped_adam_step` as a checked triple (see there)."""
+    """``out`` of :func:`clipped_adam_step` as a checked triple (see there); ``params`` has
+    been checked (an intact float64 FlatArrays)."""
     if not (isinstance(out, (tuple, list)) and len(out) == 3):
         raise ValueError("out must be a triple (params_out, m_out, v_out) of FlatArrays")
-    if not same_layout(params, *out):
+    if not _flat64_group((params,) + tuple(out)):
         raise ValueError("out must hold intact FlatArrays in the layout and dtype of params")
     inputs = (params.flat, grads.flat, state["m"].flat, state["v"].flat)
     buffers = [a.flat for a in out]
