@@ -210,3 +210,39 @@ def test_float32_backward_results_independent_of_later_calls(rng, continuous):
     assert np.array_equal(first.flat, kept) and not np.array_equal(first.flat, second.flat)
     assert np.array_equal(grads_of(calls[0]).flat, kept)
     assert np.array_equal(other["g"].flat, second.flat)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("k_dim", [1, 3])
+def test_head_backward_and_bias_kernels_against_numpy(rng, dtype, relu, k_dim):
+    """The compiled pieces of the fused pass against their numpy formulas: ``_add_bias`` is
+    ``a += b`` bit for bit; ``_backprop_head`` gives ``dw = dy.T @ h``, ``dw_b = sum dy``,
+    ``dh = (dy @ w) * act'(h)`` and ``db = sum dh`` (row sums in order instead of BLAS's
+    blocking: equal to a few ulps of the sums' magnitude), into a column block of a wider
+    array as the fused backward uses it."""
+    from ppo_ref.nn.actor_critic import _add_bias, _backprop_head
+    a = rng.standard_normal((37, 11)).astype(dtype)
+    b = rng.standard_normal(11).astype(dtype)
+    want = a.copy()
+    want += b
+    _add_bias(a, b)
+    assert np.array_equal(a, want)
+    B, H = 53, 9
+    dy = rng.standard_normal((B, k_dim)).astype(dtype)
+    w = rng.standard_normal((k_dim, H)).astype(dtype)
+    h = (np.maximum(rng.standard_normal((B, H)), 0.0) if relu
+         else np.tanh(rng.standard_normal((B, H)))).astype(dtype)
+    wide = np.zeros((B, 2 * H), dtype=dtype)
+    dh = wide[:, H:]
+    db, dw, dw_b = np.empty(H, dtype), np.empty((k_dim, H), dtype), np.empty(k_dim, dtype)
+    _backprop_head(dy, w, h, relu, dh, db, dw, dw_b)
+    x64 = [v.astype(np.float64) for v in (dy, w, h)]
+    deriv = (x64[2] > 0.0) if relu else 1.0 - x64[2] ** 2
+    dh_ref = (x64[0] @ x64[1]) * deriv
+    tol = dict(rtol=0, atol=(1e-5 if dtype == np.float32 else 1e-12) * B)
+    np.testing.assert_allclose(dw, x64[0].T @ x64[2], **tol)
+    np.testing.assert_allclose(dw_b, x64[0].sum(axis=0), **tol)
+    np.testing.assert_allclose(dh, dh_ref, **tol)
+    np.testing.assert_allclose(db, dh_ref.sum(axis=0), **tol)
+    assert not wide[:, :H].any()  # only the block was written
