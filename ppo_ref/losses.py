@@ -173,12 +173,14 @@ def _normalize_kernel(adv, ddof, eps, out):
 
 @njit
 def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, normalize, ddof,
-                           clip_range, clip_range_vf, clip_on, sb3_mode, adv_out, d_new,
+                           clip_range, clip_range_vf, clip_on, sb3_mode, v_scale, adv_out, d_new,
                            d_values):
     """The kernels of one PPO minibatch loss in one call, for 1-D float64 arrays of one length
     n: checks that every input is finite, normalizes the advantages into ``adv_out``
     (:func:`_normalize_kernel`, eps 1e-8) when ``normalize``, then :func:`_policy_loss_kernel`
-    and :func:`_value_loss_kernel` exactly as the public wrappers call them.
+    and :func:`_value_loss_kernel` exactly as the public wrappers call them; ``d_values`` is
+    then multiplied by ``v_scale`` (the value-loss weight: one rounded product per entry, as
+    numpy's ``d_values *= v_scale``).
 
     Returns ``(status, surrogate_sum, n_clipped, k3_sum, value_sum)``; ``status`` 0 when
     everything is finite, else 1 (a non-finite input), 2 (a normalization statistic
@@ -198,6 +200,8 @@ def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, 
         return 3, 0.0, 0, 0.0, 0.0
     v_sum = _value_loss_kernel(values, old_values, returns, clip_range_vf, clip_on, sb3_mode,
                                d_values)
+    for i in range(d_values.size):
+        d_values[i] *= v_scale
     return 0, surrogate_sum, n_clipped, k3_sum, v_sum
 
 

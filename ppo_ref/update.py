@@ -190,17 +190,17 @@ def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantag
     clip_on = c_vf is not None
     if clip_on and not (math.isfinite(c_vf) and c_vf > 0):
         return None
-    out = np.empty((3, n))  # rows: d_log_probs, d_values, normalized advantages
+    out = np.empty((3, n))  # rows: d_log_probs, d_values (scaled), normalized advantages
     if len(shape) != 1:
         arrays = tuple(a.reshape(-1) for a in arrays)
+    v_scale = float(config.vf_coef) * float(config.value_loss_scale)
     status, surrogate_sum, n_clipped, k3_sum, v_sum = _minibatch_loss_kernel(
         *arrays, normalize, int(ddof) if normalize else 0, clip,
-        float(c_vf) if clip_on else 0.0, clip_on, mode == "sb3", out[2], out[0], out[1])
+        float(c_vf) if clip_on else 0.0, clip_on, mode == "sb3", v_scale, out[2], out[0], out[1])
     if status != 0:
         return None
     p_loss = -surrogate_sum / n
     v_loss = v_sum / n
-    v_scale = float(config.vf_coef) * float(config.value_loss_scale)
     ent_coef = float(config.ent_coef)
     e_loss = -(float(np.add.reduce(arrays[1])) / n)  # np.mean's sum and division, called directly
     total = p_loss + v_scale * v_loss + ent_coef * e_loss
@@ -213,7 +213,6 @@ def _fast_minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantag
     max_abs_log_ratio = (float(np.max(np.abs(new_log_probs - old_log_probs)))
                          if with_log_ratio else math.nan)
     d_log_probs, d_v = out[0], out[1]
-    d_v *= v_scale
     if len(shape) != 1:
         d_log_probs, d_v = d_log_probs.reshape(shape), d_v.reshape(shape)
     return MinibatchLoss(
