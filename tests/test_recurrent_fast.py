@@ -161,6 +161,11 @@ def test_acting_steps_are_the_replay_bit_for_bit(rng, shared):
         np.testing.assert_array_equal(sub.log_probs, replay.log_probs[:, envs])
         np.testing.assert_array_equal(sub.values, replay.values[:, envs])
     # unusual step inputs fall back to policy_out_step
+    plain_step = policy.acting_step_fn(dict(params))      # plain dict: policy_out_step itself
+    out_p, s_p = plain_step(obs[0], state, starts[0])
+    out_c, s_c = policy.policy_out_step(dict(params), obs[0], state, starts[0])
+    np.testing.assert_array_equal(out_p, out_c)
+    np.testing.assert_array_equal(s_p.c, s_c.c)
     obs32 = obs[0].astype(np.float32)
     out, s2 = step(obs32, state, starts[0])
     out_c, s2_c = policy.policy_out_step(params, obs32, state, starts[0])
