@@ -9,7 +9,6 @@ path calls BLAS (``x @ w.T``, then ``+ b``), and the fast categorical head uses 
 errors, ~1e-16 relative, amplified at most by the network's condition (small here).
 float32 against float64: float32 rounding (~6e-8 relative) through 8 to 32 recurrent steps.
 """
-import gymnasium as gym
 import numpy as np
 import pytest
 from gradcheck import check_gradients
@@ -135,12 +134,12 @@ def test_fast_path_hands_unusual_inputs_to_the_checked_path(rng):
                         ref.values)
 
 
-@pytest.mark.parametrize("shared", [False, True])
-def test_acting_steps_are_the_replay_bit_for_bit(rng, shared):
+@pytest.mark.parametrize("shared,act", [(False, "relu"), (True, "tanh")])
+def test_acting_steps_are_the_replay_bit_for_bit(rng, shared, act):
     """Stepping with acting_step_fn gives the LSTM states of policy_out_step bit for bit, and
     policy outputs equal bit for bit to the fast replay of the whole sequence (the towers are
     row-wise, so the number of rows does not matter), for any subset of envs."""
-    policy = make_policy(lstm_shared=shared, activation="relu")
+    policy = make_policy(lstm_shared=shared, activation=act)
     params = perturbed_params(rng, policy)
     obs, actions, state, starts = make_data(rng, policy, T=7, n=6)
     step = policy.acting_step_fn(params)
@@ -200,6 +199,23 @@ def test_layout_stacks_the_lstms_and_keeps_keys(rng):
 
 
 # ---------------------------------------------------------------------------- float32 compute
+
+def test_float32_gaussian_head_is_close_to_float64(rng):
+    p64 = make_policy(BOX, lstm_shared=True)
+    p32 = make_policy(BOX, lstm_shared=True, compute_dtype="float32")
+    params = perturbed_params(rng, p64)
+    data = make_data(rng, p64, T=8, n=4)
+    e64, e32 = p64.evaluate(params, *data), p32.evaluate(params, *data)
+    assert isinstance(e32.cache, _FastCache) and e32.cache.x.dtype == np.float32
+    for name in ("log_probs", "entropy", "values"):
+        np.testing.assert_allclose(getattr(e32, name), getattr(e64, name), rtol=1e-4,
+                                   atol=1e-5, err_msg=name)
+    w = [rng.normal(size=data[3].shape) for _ in range(3)]
+    g64, g32 = p64.backward(params, e64.cache, *w), p32.backward(params, e32.cache, *w)
+    for k in params:
+        scale = max(1.0, float(np.max(np.abs(g64[k]))))
+        np.testing.assert_allclose(g32[k], g64[k], rtol=0, atol=2e-4 * scale, err_msg=k)
+
 
 def test_float32_compute_is_close_to_float64(rng):
     p64 = make_policy(activation="relu")
