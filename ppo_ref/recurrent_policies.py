@@ -25,6 +25,18 @@ Parameters: one flat dict of float64 arrays. Keys: ``lstm.w_ih, lstm.w_hh, lstm.
 
 Recurrent state: :class:`LSTMStates` ``(h, c)``, each ``[L, N, H]`` float64 with ``L = 1``
 (shared) or ``L = 2`` (index 0 actor, index 1 critic), N = number of envs.
+
+Speed: :meth:`RecurrentPolicy.init_params` returns the parameters as one buffer
+(:class:`~ppo_ref.flat.FlatArrays`) with the same parameter of every LSTM side by side
+(:meth:`RecurrentPolicy.flat_layout`). With such parameters :meth:`RecurrentPolicy.evaluate`,
+:meth:`RecurrentPolicy.backward` and :meth:`RecurrentPolicy.acting_step_fn` take a fast path:
+both LSTMs in one compiled call on stacked ``[L, ...]`` views (the kernels of
+:mod:`ppo_ref.nn.lstm`, same bits), the towers' forward products row by row (so an env's
+outputs never depend on the other rows of the call: acting, the rollout replay and any
+minibatch agree bit for bit), the categorical head in one compiled pass, and the arguments
+checked once per call (the structure once per layout). ``config.compute_dtype="float32"``
+runs that path in float32. Anything else takes the checked functions of this module, which
+also raise the errors; both paths agree to rounding (tested).
 """
 from __future__ import annotations
 
