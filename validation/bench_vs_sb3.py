@@ -13,10 +13,15 @@ Adam, losses and advantages stay float64). ppo_ref is also run once in a fresh s
 an empty ``NUMBA_CACHE_DIR`` (with the last of ``--dtypes``): the "first run" time includes
 importing and compiling every numba kernel.
 
+``--repeats N`` (default 1) runs the whole set N times, alternating the implementations (all
+of them once, then all again, ...), and prints each run's steps per second and ratio, then a
+table of the medians (wall seconds, steps per second, ratio of the median steps per second):
+on a shared machine a single pair of runs can be off by +-10% in either direction.
+
 Usage::
 
     python validation/bench_vs_sb3.py [--timesteps 100000] [--dtypes float64,float32]
-                                      [--skip-first-run] [--skip-sb3]
+                                      [--skip-first-run] [--skip-sb3] [--repeats 1]
 """
 from __future__ import annotations
 
@@ -107,21 +112,42 @@ def main(argv=None) -> int:
                    help="comma-separated PPOConfig.compute_dtype values to run ppo_ref with")
     p.add_argument("--skip-first-run", action="store_true")
     p.add_argument("--skip-sb3", action="store_true")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every implementation this many times (alternating); print medians")
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
-    rows = {}
+    runs = []  # one {(name, dtype): result} per repeat
     if not args.skip_first_run:
         first = first_run_time(args.timesteps, dtypes[-1])
         print(f"ppo_ref first run ({dtypes[-1]}, empty NUMBA_CACHE_DIR, fresh process): "
               f"{first['process_wall_s']:.1f} s wall for the process "
               f"(imports {first['import_s']:.1f} s, imports + compile + train "
               f"{first['import_and_train_s']:.1f} s)", flush=True)
-    for dtype in dtypes:
-        rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype)
-    if not args.skip_sb3:
-        rows[("sb3", "float32")] = run_sb3(args.timesteps)
+    for repeat in range(args.repeats):
+        rows = {}
+        for dtype in dtypes:
+            rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype)
+        if not args.skip_sb3:
+            rows[("sb3", "float32")] = run_sb3(args.timesteps)
+        runs.append(rows)
+        if args.repeats > 1:
+            sb3 = rows.get(("sb3", "float32"))
+            print(f"run {repeat + 1}: " + ", ".join(
+                f"{name} {dtype} {r['steps_per_s']:.0f} steps/s"
+                + (f" ({r['steps_per_s'] / sb3['steps_per_s']:.2f}x)" if sb3 else "")
+                for (name, dtype), r in rows.items()), flush=True)
+    rows = runs[0]
+    if args.repeats > 1:  # medians over the repeats; the returns are those of every run (same seed)
+        rows = {key: {"wall_s": float(np.median([run[key]["wall_s"] for run in runs])),
+                      "steps_per_s": float(np.median([run[key]["steps_per_s"] for run in runs])),
+                      "last20": float(np.median([run[key]["last20"] for run in runs])),
+                      "eval": float(np.median([run[key]["eval"] for run in runs]))}
+                for key in runs[0]}
     print()
-    print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, one thread")
+    print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, one thread"
+          + (f", medians of {args.repeats} alternated runs" if args.repeats > 1 else ""))
     print(f"{'':10s} {'dtype':>8s} {'wall s':>8s} {'steps/s':>9s} {'last-20 return':>15s} "
           f"{'det. eval (10)':>15s} {'vs sb3':>7s}")
     sb3 = rows.get(("sb3", "float32"))
