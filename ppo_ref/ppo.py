@@ -136,8 +136,8 @@ class PPOTrainer:
         self.env = vec_env
         init_seq, env_seq, action_seq, minibatch_seq, predict_seq = \
             np.random.SeedSequence(self.seed).spawn(5)
-        self.policy = MLPPolicy(vec_env.single_observation_space, vec_env.single_action_space,
-                                self.config)
+        self.policy = self._make_policy(vec_env.single_observation_space,
+                                        vec_env.single_action_space)
         self.params = self.policy.init_params(np.random.default_rng(init_seq))
         self.adam_state = adam_init(self.params)
         self.action_rng = np.random.default_rng(action_seq)
@@ -145,7 +145,7 @@ class PPOTrainer:
         self.predict_rng = np.random.default_rng(predict_seq)
         self.env_seeds = [int(s) for s in env_seq.generate_state(self.config.n_envs, dtype=np.uint32)]
         self.collector = RolloutCollector(
-            vec_env, self.policy, self.config.n_steps,
+            vec_env, self._acting_policy(), self.config.n_steps,
             normalize_observations=self.config.normalize_observations,
             normalize_rewards=self.config.normalize_rewards, gamma=self.config.gamma)
         self.collector.reset(self.env_seeds)
@@ -156,6 +156,19 @@ class PPOTrainer:
         self.progress_remaining = 1.0
         self.recent_returns: deque = deque(maxlen=RECENT_EPISODES)
         self.last_episodes: List[Tuple[int, float, int]] = []
+
+    # -- what a subclass replaces --------------------------------------------------------------
+    def _make_policy(self, observation_space, action_space):
+        """The policy this trainer trains (:class:`~ppo_ref.policies.MLPPolicy`; the recurrent
+        trainer returns its LSTM policy). Called once by the constructor, before the parameters
+        are drawn (by ``policy.init_params``)."""
+        return MLPPolicy(observation_space, action_space, self.config)
+
+    def _acting_policy(self):
+        """What the rollout collector acts with (the interface of
+        :class:`~ppo_ref.rollout.RolloutCollector`): the policy itself here; the recurrent
+        trainer returns an actor carrying the LSTM state. Called once by the constructor."""
+        return self.policy
 
     # -- the three steps of an update ---------------------------------------------------------
     def collect_rollout(self) -> Rollout:

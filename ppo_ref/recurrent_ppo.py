@@ -57,15 +57,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional
 
-import gymnasium as gym
 import numpy as np
 
 from ppo_ref.losses import explained_variance
-from ppo_ref.optim import adam_init
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
-from ppo_ref.rollout import Rollout, RolloutCollector
+from ppo_ref.rollout import Rollout
 from ppo_ref.update import Minibatch, batch_advantages, run_epochs
 
 __all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env_minibatches"]
@@ -114,67 +112,23 @@ def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -
     return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
 
 
-class _EpisodeStartTap(gym.vector.VectorWrapper):
-    """Pass-through vector wrapper that tells the recurrent actor where episodes start.
-
-    ``episode_starts`` (bool ``[N]``): True after :meth:`reset`, then ``terminated or
-    truncated`` of the last step, i.e. exactly the flag of the observation the env just
-    returned. ``pending_final``: the envs that truncated without terminating in the last step
-    (their ``final_obs`` value is requested next), or ``None``.
-    """
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.episode_starts = np.ones(env.num_envs, dtype=bool)
-        self.pending_final: Optional[np.ndarray] = None
-
-    def reset(self, *, seed=None, options=None):
-        out = self.env.reset(seed=seed, options=options)
-        self.episode_starts = np.ones(self.num_envs, dtype=bool)
-        self.pending_final = None
-        return out
-
-    def step(self, actions):
-        obs, rewards, terminated, truncated, info = self.env.step(actions)
-        terminated = np.asarray(terminated, dtype=bool)
-        truncated = np.asarray(truncated, dtype=bool)
-        self.episode_starts = terminated | truncated
-        bootstrap = truncated & ~terminated
-        self.pending_final = np.flatnonzero(bootstrap) if bootstrap.any() else None
-        return obs, rewards, terminated, truncated, info
-
-    # the collector uses these of the vector env it was given (state capture, error reports)
-    @property
-    def envs(self):
-        return self.env.envs
-
-    def call(self, name, *args, **kwargs):
-        return self.env.call(name, *args, **kwargs)
-
-    def set_attr(self, name, values):
-        return self.env.set_attr(name, values)
-
-    @property
-    def _env_obs(self):
-        return self.env._env_obs
-
-
 class _RecurrentActor:
     """The recurrent policy seen through :class:`~ppo_ref.rollout.RolloutCollector`'s policy
-    interface (``policy_out_fn(params)``, ``values(params, obs)``, ``evaluate(params, obs,
-    actions)``, ``head``, ``obs_dim``, ``obs_shape``), with the LSTM state carried here and the
-    reset flags read from the :class:`_EpisodeStartTap`.
+    interface for policies with memory (``takes_episode_starts``: the collector hands over the
+    episode-start flags of every observation), with the LSTM state carried here.
 
-    ``values`` serves the two bootstrap requests the collector makes (its documented order):
-    right after a step in which envs ``idx`` truncated, ``V(final_obs[idx])`` from those envs'
-    states after the step, no reset; after the last step, ``V(obs_T)`` from the carried state
-    with the current ``episode_starts``. Neither advances the state. ``evaluate`` replays the
-    rollout just collected (the collector's recomputation of the stored log-probs/values).
+    ``values`` serves the two bootstrap requests the collector makes: right after a step in
+    which envs ``env_indices`` truncated, ``V(final_obs)`` from those envs' states after the
+    step, no reset (the final observation continues the cut episode); after the last step,
+    ``V(obs_T)`` from the carried state with ``episode_starts``. Neither advances the state.
+    ``evaluate`` replays the rollout just collected (the collector's recomputation of the
+    stored log-probs/values).
     """
 
-    def __init__(self, policy: RecurrentPolicy, tap: _EpisodeStartTap, n_envs: int):
+    takes_episode_starts = True
+
+    def __init__(self, policy: RecurrentPolicy, n_envs: int):
         self.policy = policy
-        self.tap = tap
         self.state = policy.initial_state(n_envs)
         self.rollout_start = self.state.copy()
         self.rollout_starts: List[np.ndarray] = []
@@ -191,14 +145,14 @@ class _RecurrentActor:
         return self.rollout_start.copy()
 
     def policy_out_fn(self, params):
-        """``forward(obs [N, obs_dim]) -> policy_out [N, P]`` for one rollout: each call steps
-        the carried state (reset where the tap says an episode starts) and records the flags.
-        Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked once per
-        rollout; the same bits as ``policy_out_step``)."""
+        """``forward(obs [N, obs_dim], episode_starts [N]) -> policy_out [N, P]`` for one
+        rollout: each call steps the carried state (reset where an episode starts) and records
+        the flags. Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked
+        once per rollout; the same bits as ``policy_out_step``)."""
         step = self.policy.acting_step_fn(params)
 
-        def forward(obs):
-            starts = self.tap.episode_starts.copy()
+        def forward(obs, episode_starts):
+            starts = np.array(episode_starts, dtype=bool)
             self.rollout_starts.append(starts)
             out, self.state = step(obs, self.state, starts)
             return out
@@ -207,9 +161,9 @@ class _RecurrentActor:
     def evaluate(self, params, obs, actions):
         """Log-probs, entropies and values of the rollout just collected, recomputed by one
         replay of all ``[T, N]`` steps from the rollout's start state (what the training
-        minibatches recompute, with the same batched arithmetic, so their first ratio is
-        exactly 1). ``obs``/``actions`` are the rollout's rows flattened time-major
-        (row ``t * N + n``); results are flattened the same way."""
+        minibatches recompute, with the same arithmetic, so their first ratio is exactly 1).
+        ``obs``/``actions`` are the rollout's rows flattened time-major (row ``t * N + n``);
+        results are flattened the same way."""
         T = len(self.rollout_starts)
         n = self.state.h.shape[1]
         obs = np.asarray(obs)
@@ -223,20 +177,20 @@ class _RecurrentActor:
         return PolicyEval(ev.log_probs.reshape(-1), ev.entropy.reshape(-1),
                           ev.values.reshape(-1), None)
 
-    def values(self, params, obs):
+    def values(self, params, obs, *, env_indices=None, episode_starts=None):
         obs = np.asarray(obs)
-        idx = self.tap.pending_final
-        if idx is not None:
-            self.tap.pending_final = None
+        n = self.state.h.shape[1]
+        if env_indices is not None:
+            idx = np.asarray(env_indices)
             if obs.shape[0] != idx.size:
                 raise RuntimeError(f"expected final observations of envs {idx.tolist()}, got "
                                    f"{obs.shape[0]} rows")
             return self.policy.values(params, obs, self.state.select(idx),
                                       np.zeros(idx.size, dtype=bool))
-        if obs.shape[0] != self.state.h.shape[1]:
-            raise RuntimeError(f"expected the observations of all {self.state.h.shape[1]} envs, "
-                               f"got {obs.shape[0]} rows")
-        return self.policy.values(params, obs, self.state, self.tap.episode_starts)
+        if obs.shape[0] != n or episode_starts is None:
+            raise RuntimeError(f"expected the observations of all {n} envs and their "
+                               f"episode_starts, got {obs.shape[0]} rows")
+        return self.policy.values(params, obs, self.state, np.asarray(episode_starts, dtype=bool))
 
 
 class RecurrentPPOTrainer(PPOTrainer):
@@ -260,23 +214,16 @@ class RecurrentPPOTrainer(PPOTrainer):
         super().__init__(env, config, seed=seed, **kwargs)  # vectorization, env_kwargs, ...
         c = self.config
         self.envs_per_minibatch = envs_per_minibatch(c.n_envs, c.n_steps, c.batch_size)
-        # Swap PPOTrainer's MLP policy for the LSTM policy. Its parameters are drawn from the
-        # same stream PPOTrainer uses for initialisation (the first of the five SeedSequence
-        # children), so a seed means the same thing for both trainers.
-        init_seq = np.random.SeedSequence(self.seed).spawn(5)[0]
-        self.policy = RecurrentPolicy(self.env.single_observation_space,
-                                      self.env.single_action_space, c)
-        self.params = self.policy.init_params(np.random.default_rng(init_seq))
-        self.adam_state = adam_init(self.params)
-        # A collector of the same kind, reading episode starts through the tap and acting
-        # through the stateful adapter; the first reset with the same seeds replaces the one
-        # PPOTrainer made (resetting with a seed fully re-seeds each sub-env).
-        self._tap = _EpisodeStartTap(self.env)
-        self._actor = _RecurrentActor(self.policy, self._tap, c.n_envs)
-        self.collector = RolloutCollector(
-            self._tap, self._actor, c.n_steps, normalize_observations=c.normalize_observations,
-            normalize_rewards=c.normalize_rewards, gamma=c.gamma)
-        self.collector.reset(self.env_seeds)
+
+    def _make_policy(self, observation_space, action_space) -> RecurrentPolicy:
+        """The LSTM policy (PPOTrainer's hook; its parameters are drawn from the same stream,
+        the first of the five SeedSequence children, so a seed means the same for both)."""
+        return RecurrentPolicy(observation_space, action_space, self.config)
+
+    def _acting_policy(self) -> "_RecurrentActor":
+        """The collector acts through an actor carrying each env's LSTM state."""
+        self._actor = _RecurrentActor(self.policy, self.config.n_envs)
+        return self._actor
 
     # -- state carried across rollouts ----------------------------------------------------------
     @property
@@ -425,5 +372,3 @@ class RecurrentPPOTrainer(PPOTrainer):
             raise ValueError(f"saved LSTM states have shapes {h.shape}, {c.shape}; expected {want}")
         super().load_state_arrays(arrays)
         self._actor.state = LSTMStates(h, c)
-        self._tap.episode_starts = self.collector.episode_starts.copy()
-        self._tap.pending_final = None

@@ -270,9 +270,17 @@ class RolloutCollector:
     Args:
         env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (see
             :func:`make_vector_env`).
-        policy: an object with ``act(params, obs, rng) -> (actions, values, log_probs)``,
-            ``values(params, obs)``, ``head.to_env(actions)``, ``head.action_shape``,
-            ``head.action_dtype``, ``obs_dim``, ``obs_shape`` (e.g. :class:`~ppo_ref.policies.MLPPolicy`).
+        policy: what acts, e.g. :class:`~ppo_ref.policies.MLPPolicy`: ``policy_out_fn(params)
+            -> forward`` (``forward(obs [N, obs_dim]) -> policy_out``, parameters fixed for the
+            rollout), ``head`` (``sample``, ``to_env``, ``kind``, ``action_shape``,
+            ``action_dtype``), ``values(params, obs)``, ``evaluate(params, obs, actions)``,
+            ``obs_dim``, ``obs_shape``. A policy with memory sets ``takes_episode_starts = True``
+            and then receives the flags of what it is given: ``forward(obs, episode_starts)``
+            (bool ``[N]``: True where ``obs`` is an episode's first observation) once per
+            vector step, ``values(params, final_obs, env_indices=idx)`` for the final
+            observations of the envs ``idx`` that truncated in the step just taken (they
+            continue those envs' episodes), and ``values(params, obs, episode_starts=flags)``
+            for the observations after the last step.
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards: options (module docstring).
         gamma: discount of the reward normalizer's return estimate.
@@ -395,6 +403,7 @@ class RolloutCollector:
         tap = self._tap
         fast = self._fast_sync_envs()
         forward = policy.policy_out_fn(params)
+        with_starts = bool(getattr(policy, "takes_episode_starts", False))
         discrete = head.kind == "categorical"
         obs = self.obs
         starts = self.episode_starts
@@ -410,7 +419,13 @@ class RolloutCollector:
         start_buf[0] = starts
         for t in range(T):
             obs_buf[t] = obs
-            actions = sample(rng, forward(obs), params)
+            if with_starts:  # the flags of obs: the last step's ends (the carried ones at t = 0)
+                if t > 0:
+                    np.logical_or(term_buf[t - 1], trunc_buf[t - 1], out=start_buf[t])
+                policy_out = forward(obs, start_buf[t])
+            else:
+                policy_out = forward(obs)
+            actions = sample(rng, policy_out, params)
             act_buf[t] = actions
             step = self.vector_steps
             env_actions = to_env(actions)
@@ -450,7 +465,8 @@ class RolloutCollector:
                         final_values = np.zeros((T, N), dtype=np.float64)
                     idx = np.flatnonzero(bootstrap)
                     final_obs = self._final_obs(info, idx, step, t)
-                    final_values[t, idx] = policy.values(params, final_obs)
+                    final_values[t, idx] = (policy.values(params, final_obs, env_indices=idx)
+                                            if with_starts else policy.values(params, final_obs))
         # episode bookkeeping of the whole rollout in one compiled pass: per env, in step order,
         # the running return += reward and length += 1, recorded and reset where an episode
         # ended (the same additions in the same order as step by step)
@@ -478,7 +494,8 @@ class RolloutCollector:
                                act_buf.reshape((T * N,) + tuple(head.action_shape)))
         logp_buf = flat.log_probs.reshape(T, N)
         val_buf = flat.values.reshape(T, N)
-        last_values = policy.values(params, obs)
+        last_values = (policy.values(params, obs, episode_starts=starts) if with_starts
+                       else policy.values(params, obs))
         return Rollout(obs_buf, act_buf, rew_buf, term_buf, trunc_buf, start_buf, val_buf,
                        logp_buf, final_values, last_values, ep_returns, ep_lengths, ep_envs)
 
