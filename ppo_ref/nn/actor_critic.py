@@ -356,23 +356,12 @@ def _add_bias(a, b):
             a[i, j] += b[j]
 
 
-def _tower_forward(layers, h_in: np.ndarray, relu: bool):
-    """Layers 1..L of one tower on the activated first layer ``h_in``: ``a = h @ W.T + b``,
-    activated except on the last layer. Returns ``(y, inputs of layers 1..L)``."""
-    inputs = [h_in]
-    h = h_in
-    last = len(layers) - 1
-    for i, (w, b) in enumerate(layers):
-        a = h @ w.T
-        _add_bias(a, b)
-        if i < last:
-            if relu:
-                np.maximum(a, 0.0, out=a)
-            else:
-                np.tanh(a, out=a)
-            inputs.append(a)
-        h = a
-    return h, tuple(inputs)
+def _affine_compiled_bias(h: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``h @ w.T + b``: the BLAS product, then the bias by :func:`_add_bias` (same bits as
+    numpy's broadcast addition)."""
+    a = h @ w.T
+    _add_bias(a, b)
+    return a
 
 
 def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
@@ -406,8 +395,8 @@ def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
     else:
         np.tanh(a, out=a)
     pi, vf = tower_layers
-    out, pi_in = _tower_forward(pi, a[:, :h], relu)
-    v, vf_in = _tower_forward(vf, a[:, h:], relu)
+    out, pi_in = _mlp_forward_2d(pi, a[:, :h], activation, _affine_compiled_bias)
+    v, vf_in = _mlp_forward_2d(vf, a[:, h:], activation, _affine_compiled_bias)
     return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation, pi, vf)
 
 

@@ -191,15 +191,25 @@ def _activation_grad_inplace(dh: np.ndarray, h: np.ndarray, activation: str) -> 
         _tanh_grad_inplace(dh, h)
 
 
-def _mlp_forward_2d(layers, x2: np.ndarray, activation: str):
-    """Forward through ``layers`` on a 2-D float64 batch; returns ``(y, layer_inputs)``."""
+def _affine(h: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``h @ w.T + b`` as a new array (one BLAS product, then the broadcast bias addition)."""
+    a = h @ w.T
+    a += b
+    return a
+
+
+def _mlp_forward_2d(layers, x2: np.ndarray, activation: str, affine=_affine):
+    """Forward through ``layers`` on a 2-D batch; returns ``(y, layer_inputs)``.
+
+    ``affine(h, w, b) -> a`` computes each layer's ``h @ w.T + b`` as a new array (default
+    :func:`_affine`); the fast paths pass their own (compiled bias addition, row-wise sums)
+    and keep this one loop of layers and activations."""
     inputs = [x2]
     h = x2
     last = len(layers) - 1
     relu = activation == "relu"
     for i, (w, b) in enumerate(layers):
-        a = h @ w.T
-        a += b
+        a = affine(h, w, b)
         if i < last:
             if relu:
                 np.maximum(a, 0.0, out=a)
