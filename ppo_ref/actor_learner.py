@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
 import queue as queue_module
 import threading
 import time
@@ -107,7 +108,8 @@ class AsyncActorLearnerConfig:
     n_steps: int = 256
     """Rows taken from every actor per update; the buffer is [n_steps, num_actors]."""
     total_timesteps: int = 200_000
-    """Env steps to consume; updates = max(1, total_timesteps // (n_steps * num_actors))."""
+    """Env steps to consume at least: whole updates, ceil(total_timesteps / (n_steps * num_actors))
+    of them (as the synchronous trainer runs whole rollouts)."""
     broadcast_every: int = 1
     """A new policy version is sent to all actors after every this many updates."""
     max_lead_steps: int = 0
@@ -173,8 +175,10 @@ class AsyncActorLearnerConfig:
 
     @property
     def num_updates(self) -> int:
-        """``max(1, total_timesteps // (n_steps * num_actors))``."""
-        return max(1, self.total_timesteps // (self.n_steps * self.num_actors))
+        """``ceil(total_timesteps / (n_steps * num_actors))``: whole updates, at least
+        ``total_timesteps`` env steps (as :meth:`ppo_ref.ppo.PPOTrainer.learn`)."""
+        rows = self.n_steps * self.num_actors
+        return max(1, -(-self.total_timesteps // rows))
 
     @property
     def steps_per_broadcast(self) -> int:
@@ -1322,19 +1326,41 @@ def _make_rollout(buf: ExperienceBatch, episode_starts: np.ndarray,
 # Command line: ppo-ref train --async
 # --------------------------------------------------------------------------------------------
 
+MAX_PROCESS_ACTORS_PER_CPU = 16
+"""Most actor processes per CPU core :func:`async_config_from_ppo` accepts (a guard against
+exhausting memory; each process holds its own interpreter, numpy, numba and env)."""
+
+
 def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: int,
                           use_vtrace: bool = False, broadcast_every: int = 1, seed: int = 0,
                           backend: str = "process") -> AsyncActorLearnerConfig:
     """The actor-learner configuration the CLI derives from a synchronous ``PPOConfig``.
 
     Each update consumes as many rows as one synchronous update (``ppo.n_steps * ppo.n_envs``),
-    split over the actors: ``n_steps = max(1, ppo.n_steps * ppo.n_envs // num_actors)``;
+    split evenly over the actors: ``n_steps = ppo.n_steps * ppo.n_envs // num_actors``;
     ``gamma`` and ``gae_lambda`` are the PPOConfig's. So ``ppo-ref train --async`` on
     CartPole-v1 (zoo settings: 8 envs x 32 steps) with 4 actors takes 64 steps per actor per
     update, the same 256-row batch.
+
+    Raises:
+        ValueError: ``num_actors`` < 1, or not a divisor of ``ppo.n_steps * ppo.n_envs`` (the
+            batch would change size), or, with the process backend, more than
+            :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core (every actor is a Python process
+            holding numpy, numba and its env: hundreds of them exhaust memory).
     """
     num_actors = _check_int(num_actors, "num_actors", 1)
-    n_steps = max(1, ppo.n_steps * ppo.n_envs // num_actors)
+    rows = ppo.n_steps * ppo.n_envs
+    if rows % num_actors:
+        valid = [k for k in range(1, rows + 1) if rows % k == 0]
+        raise ValueError(f"num_actors ({num_actors}) must divide the rows of one update "
+                         f"(n_steps * n_envs = {rows}), so every actor contributes the same "
+                         f"number of steps: one of {valid}")
+    cpus = os.cpu_count() or 1
+    if backend == "process" and num_actors > MAX_PROCESS_ACTORS_PER_CPU * cpus:
+        raise ValueError(f"num_actors ({num_actors}) is more than {MAX_PROCESS_ACTORS_PER_CPU} "
+                         f"actor processes per CPU core ({cpus} cores here); use fewer actors "
+                         f"or the thread backend")
+    n_steps = rows // num_actors
     return AsyncActorLearnerConfig(num_actors=num_actors, n_steps=n_steps,
                                    total_timesteps=int(total_timesteps),
                                    broadcast_every=int(broadcast_every), gamma=ppo.gamma,
@@ -1358,9 +1384,8 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     import json
     import sys
 
-    import os
-
-    from ppo_ref.cli import DEFAULT_ENV, DEFAULT_TIMESTEPS, UsageError, _SigintStopper, user_input
+    from ppo_ref.cli import (DEFAULT_ENV, DEFAULT_TIMESTEPS, UsageError, _rollout_note,
+                             _SigintStopper, user_input)
 
     env_id = args.env or DEFAULT_ENV
     total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
@@ -1386,6 +1411,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
           f"({config.n_steps} steps each per update, "
           f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
           f"{config.broadcast_every}) for {total} steps (seed {args.seed}) -> {run_dir}")
+    _rollout_note(trainer.config, 0, total)  # an update takes n_steps * num_actors rows
 
     def on_update(info: UpdateInfo):
         stats = dict(info.stats)

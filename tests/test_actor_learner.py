@@ -150,8 +150,10 @@ def test_config_defaults_and_derived_values():
     assert (c.gamma, c.gae_lambda, c.use_vtrace) == (0.99, 0.95, False)
     assert (c.rho_bar, c.c_bar) == (1.0, 1.0)
     assert (c.seed, c.starvation_timeout, c.backend) == (0, 60.0, "process")
-    assert c.num_updates == 200_000 // (256 * 4)
+    # whole updates reaching at least total_timesteps (200_000 / 1024 = 195.3 -> 196)
+    assert c.num_updates == 196 and 195 * 1024 < 200_000 <= 196 * 1024
     assert AsyncActorLearnerConfig(total_timesteps=10).num_updates == 1
+    assert AsyncActorLearnerConfig(total_timesteps=2 * 1024).num_updates == 2
     lp = c.learner_ppo_config()
     assert (lp.n_steps, lp.n_envs, lp.gamma, lp.gae_lambda) == (256, 4, 0.99, 0.95)
     c2 = AsyncActorLearnerConfig(broadcast_every=3, n_steps=20, max_lead_steps=60)

@@ -33,12 +33,33 @@ def test_train_async_writes_the_run_directory(tmp_path, capsys):
     assert multiprocessing.active_children() == []
 
 
-def test_train_async_with_an_impossible_batch_is_a_one_line_error(tmp_path, capsys):
+def test_train_async_with_an_uneven_split_is_a_one_line_error(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    # zoo: batch_size 256 = 32 steps x 8 envs; 3 actors x (256 // 3 = 85) steps = 255 rows
-    code = main(["train", "--async", "--num-actors", "3", "--run-dir", str(run_dir),
-                 "--quiet"])
-    assert code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--async" in err[0] and "batch_size" in err[0]
-    assert not run_dir.exists()
+    # zoo: 256 rows per update = 32 steps x 8 envs; 3 actors cannot share them evenly, also
+    # not with a batch_size that would fit 3 x 85 = 255 rows
+    for extra in ([], ["--set", "batch_size=85"]):
+        code = main(["train", "--async", "--num-actors", "3", "--run-dir", str(run_dir),
+                     "--quiet"] + extra)
+        assert code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "num_actors (3) must divide" in err[0] and "256" in err[0]
+        assert "[1, 2, 4, 8, 16, 32, 64, 128, 256]" in err[0]
+        assert not run_dir.exists()
+
+
+def test_async_config_from_ppo_splits_the_batch_and_refuses_too_many_processes():
+    from ppo_ref.actor_learner import MAX_PROCESS_ACTORS_PER_CPU, async_config_from_ppo
+    from ppo_ref.config import PPOConfig
+    import pytest
+    ppo = PPOConfig.zoo_cartpole()
+    c = async_config_from_ppo(ppo, num_actors=4, total_timesteps=1000)
+    assert (c.n_steps, c.num_actors) == (64, 4)
+    assert c.num_updates == 4                  # 1000 steps -> ceil(1000 / 256) whole updates
+    cpus = os.cpu_count() or 1
+    too_many = MAX_PROCESS_ACTORS_PER_CPU * cpus * 2  # divides the 8 * too_many rows of big
+    big = ppo.replace(n_steps=too_many, batch_size=too_many)
+    with pytest.raises(ValueError, match="actor processes per CPU core"):
+        async_config_from_ppo(big, num_actors=too_many, total_timesteps=10_000)
+    threads = async_config_from_ppo(big, num_actors=too_many, total_timesteps=10_000,
+                                    backend="thread")
+    assert threads.n_steps == 8
