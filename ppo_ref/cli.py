@@ -628,9 +628,18 @@ register_subcommand("check", "check another implementation's outputs against gol
                     lambda args: _import("ppo_ref.vectors:cli_check")(args))
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (``<prog>: error: <message> (see <prog> --help)``,
+    exit status 2) instead of the usage block followed by the message; subcommand parsers are
+    of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ppo_ref import __version__
-    parser = argparse.ArgumentParser(prog="ppo-ref", description="ppo_ref: PPO in NumPy + numba")
+    parser = _OneLineParser(prog="ppo-ref", description="ppo_ref: PPO in NumPy + numba")
     parser.add_argument("--version", action="version", version=f"ppo-ref {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, configure, _) in SUBCOMMANDS.items():

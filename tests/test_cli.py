@@ -148,8 +148,13 @@ def test_bad_inputs_give_exit_code_2(tmp_path, capsys):
     assert "gamma" in capsys.readouterr().err
     assert cli.main(["train", "--set", "nonsense", "--run-dir", str(tmp_path / "y")]) == 2
     assert "expected 'field=value'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # argparse: unknown option
-        cli.main(["train", "--no-such-option"])
+    for argv in (["train", "--no-such-option"], ["train", "--total-timesteps", "1e5"],
+                 ["train", "--policy", "gru"], ["no-such-command"]):
+        with pytest.raises(SystemExit) as info:  # argparse's errors, on one line
+            cli.main(argv)
+        assert info.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "error:" in err[0] and "--help" in err[0], err
 
 
 def test_config_choice_for_env():
