@@ -1403,7 +1403,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",
                 "env_id": env_id, "seed": args.seed, "total_timesteps": total,
                 "actor_learner": config.to_dict(), "config": trainer.config.to_dict(),
-                "argv": sys.argv[1:]}
+                "argv": getattr(args, "argv", sys.argv[1:])}
     logger = _async_run_logger(run_dir, json.loads(json.dumps(run_info)),
                                progress_every=args.progress_every,
                                checkpoint_every=args.checkpoint_every, quiet=args.quiet)

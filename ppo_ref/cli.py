@@ -441,9 +441,21 @@ def _train_resume(args: argparse.Namespace):
     if meta.get("exact_resume_limits"):
         print(f"ppo-ref: warning: env state not fully restorable ({meta['exact_resume_limits']}); "
               "the resumed run is not bit-identical to an uninterrupted one", file=sys.stderr)
-    run_info = {"trainer": meta.get("trainer"), "env_id": meta.get("env_id")}
+    run_info = {"trainer": meta.get("trainer"), "env_id": meta.get("env_id"),
+                "total_timesteps": total, "argv": args.argv}
     resume_from = {"n_updates": trainer.n_updates, "num_timesteps": trainer.num_timesteps}
     print(f"ppo-ref: resuming {run_dir} at {trainer.num_timesteps} steps, target {total}")
+    saved_total = int(meta["total_timesteps"])
+    annealed = [name for name, kind in (("learning rate", trainer.config.lr_schedule),
+                                        ("clip range", trainer.config.clip_range_schedule))
+                if kind != "constant"]
+    if total != saved_total and annealed:
+        print(f"ppo-ref: note: the target changed from {saved_total} to {total} steps; the "
+              f"{' and '.join(annealed)} schedule{'s' if len(annealed) > 1 else ''} now "
+              f"anneal{'' if len(annealed) > 1 else 's'} over the new horizon (progress = 1 - "
+              f"steps / {total}), so {'they restart' if len(annealed) > 1 else 'it restarts'} "
+              f"from {'their' if len(annealed) > 1 else 'its'} value at {trainer.num_timesteps} "
+              f"of {total} steps", file=sys.stderr)
     _rollout_note(trainer.config, trainer.num_timesteps, total)
     return trainer, run_dir, run_info, resume_from, total
 
@@ -483,7 +495,7 @@ def _train_new(args: argparse.Namespace):
     run_info = {"trainer": type(trainer).__name__, "policy": policy, "env_id": env_id,
                 "seed": seed, "total_timesteps": total, "vectorization": vectorization,
                 "preset": _resolve_preset(args.preset, env_id), "config": config.to_dict(),
-                "argv": sys.argv[1:]}
+                "argv": args.argv}
     print(f"ppo-ref: training {policy} on {env_id} for {total} steps (seed {seed}) -> {run_dir}")
     _rollout_note(config, 0, total)
     return trainer, run_dir, run_info, None, total
@@ -659,6 +671,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["train"] + argv
     args = build_parser().parse_args(argv)
+    args.argv = argv  # the command line as given (recorded in config.json)
     _, _, run = SUBCOMMANDS[args.command]
     try:
         return int(run(args))

@@ -37,6 +37,8 @@ METRIC_COLUMNS = (
 )
 TIMING_COLUMNS = ("update", "timesteps", "fps", "time_rollout", "time_update", "wall_time")
 EPISODE_COLUMNS = ("episode", "env", "return", "length", "timesteps", "update")
+# metric columns that are counts or 0/1 flags: written as integers
+_INTEGER_METRICS = frozenset({"n_epochs_run", "n_gradient_steps", "kl_stopped"})
 
 
 def default_run_dir(env_id: str, policy: str, seed: int, root: str = "runs") -> str:
@@ -133,7 +135,14 @@ class RunLogger:
                 with open(self.config_path) as fh:
                     info = json.load(fh)
             info.setdefault("resumed_at", []).append(int(resume_from["num_timesteps"]))
-            for k, v in run_info.items():
+            # the first run's description stays; each resume adds its command line, and the
+            # target is the current one (a resume may extend it)
+            resume_info = dict(run_info)
+            if "argv" in resume_info:
+                info.setdefault("resume_argv", []).append(resume_info.pop("argv"))
+            if "total_timesteps" in resume_info:
+                info["total_timesteps"] = resume_info.pop("total_timesteps")
+            for k, v in resume_info.items():
                 info.setdefault(k, v)
             _truncate_csv(self.metrics_path, "update", resume_from["n_updates"])
             _truncate_csv(self.timing_path, "update", resume_from["n_updates"])
@@ -149,6 +158,10 @@ class RunLogger:
         self._last_progress = now
         self._last_checkpoint = now
         self._start_timesteps: Optional[int] = None
+        # (clock, timesteps) at the end of this process's first update: the rate behind fps and
+        # ETA is measured from there, so the first update's numba compilation (or cache load)
+        # does not inflate the ETA of the whole run
+        self._rate_mark: Optional[tuple] = None
 
     @staticmethod
     def _open(path: str, columns) -> "csv.writer":
@@ -165,6 +178,7 @@ class RunLogger:
         now = time.perf_counter()
         self._start = self._last_progress = self._last_checkpoint = now
         self._start_timesteps = int(trainer.num_timesteps)
+        self._rate_mark = None
 
     def request_stop(self) -> None:
         """Stop at the next rollout boundary (the callback returns False)."""
@@ -181,6 +195,10 @@ class RunLogger:
         row["timesteps"] = int(trainer.num_timesteps)
         row["episodes"] = int(trainer.n_episodes)
         row["ep_return_mean20"] = mean_last(trainer.recent_returns, 20)
+        for key in _INTEGER_METRICS & row.keys():
+            value = row[key]
+            if isinstance(value, (int, float, np.integer, np.floating)) and float(value).is_integer():
+                row[key] = int(value)
         self._metrics[1].writerow([_fmt(row.get(c, float("nan"))) for c in METRIC_COLUMNS])
         now = time.perf_counter()
         timing = {"update": update, "timesteps": int(trainer.num_timesteps),
@@ -197,26 +215,43 @@ class RunLogger:
         if done or now - self._last_progress >= self.progress_every:
             self.progress(trainer, stats)
             self._last_progress = now
+        if self._rate_mark is None:
+            self._rate_mark = (time.perf_counter(), int(trainer.num_timesteps))
         if now - self._last_checkpoint >= self.checkpoint_every:
             self.save(trainer)
             self._last_checkpoint = now
         return not self.stop_requested
 
     def progress(self, trainer, stats: Optional[Dict[str, float]] = None) -> None:
-        """Print ``steps, episodes, mean return of the last 20 episodes, fps, ETA``."""
+        """Print ``steps, episodes, mean return of the last 20 episodes, fps, ETA``.
+
+        fps and ETA use the rate since the end of this process's first update (which includes
+        compiling or loading the numba kernels); before that, fps is the rate so far and the
+        ETA is shown as ``-``."""
         if self.quiet:
             return
-        elapsed = time.perf_counter() - self._start
-        done_here = int(trainer.num_timesteps) - int(self._start_timesteps or 0)
-        fps = done_here / elapsed if elapsed > 0 else float("nan")
-        left = max(int(trainer.total_timesteps) - int(trainer.num_timesteps), 0)
-        eta = left / fps if fps and fps > 0 else float("nan")
+        now = time.perf_counter()
+        elapsed = now - self._start
+        steps = int(trainer.num_timesteps)
+        mark = self._rate_mark
+        if mark is not None and steps > mark[1] and now > mark[0]:
+            fps = (steps - mark[1]) / (now - mark[0])
+        else:
+            done_here = steps - int(self._start_timesteps or 0)
+            fps = done_here / elapsed if elapsed > 0 else float("nan")
+        left = max(int(trainer.total_timesteps) - steps, 0)
+        if left == 0:
+            eta_text = f"{0.0:6.1f}s"
+        elif mark is not None and fps > 0:
+            eta_text = f"{left / fps:6.1f}s"
+        else:
+            eta_text = f"{'-':>7}"
         ret = mean_last(trainer.recent_returns, 20)
         width = len(str(int(trainer.total_timesteps)))
-        line = (f"steps {int(trainer.num_timesteps):>{width}}/{int(trainer.total_timesteps)} | "
+        line = (f"steps {steps:>{width}}/{int(trainer.total_timesteps)} | "
                 f"updates {int(trainer.n_updates)} | episodes {int(trainer.n_episodes)} | "
                 f"return(last 20) {ret:8.2f} | fps {fps:7.0f} | elapsed {elapsed:6.1f}s | "
-                f"ETA {eta:6.1f}s")
+                f"ETA {eta_text}")
         print(line, file=self.stream, flush=True)
 
     # -- checkpoints ----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The ppo-ref command line: run-dir files, determinism, resume, eval, plot, errors."""
 import builtins
+import json
 import os
 import subprocess
 import sys
@@ -368,6 +369,49 @@ def test_resume_accepts_flags_equal_to_the_saved_run(saved_run, tmp_path, capsys
                      "--preset", "zoo", "--set", "n_epochs=2", "--run-dir", run_dir]) == 0
     _, meta = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
     assert meta["num_timesteps"] == 768
+
+
+def test_extending_a_run_records_the_new_target_and_notes_the_schedules(saved_run, tmp_path,
+                                                                        capsys):
+    import shutil
+    run_dir = str(tmp_path / "copy")
+    shutil.copytree(saved_run, run_dir)
+    info = json.load(open(os.path.join(run_dir, "config.json")))
+    assert info["total_timesteps"] == 512 and info["config"]["lr_schedule"] == "linear"
+    capsys.readouterr()
+    assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "768", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "target changed from 512 to 768" in err and "learning rate and clip range" in err
+    info = json.load(open(os.path.join(run_dir, "config.json")))
+    assert info["total_timesteps"] == 768 and info["resumed_at"] == [512]
+    assert info["resume_argv"][-1][-3:] == ["--total-timesteps", "768", "--quiet"]
+    import csv
+    with open(os.path.join(run_dir, "metrics.csv"), newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3                    # counts and flags are written as integers
+    assert [(r["n_epochs_run"], r["n_gradient_steps"], r["kl_stopped"]) for r in rows] == \
+        [("2", "2", "0")] * 3
+
+
+def test_progress_eta_starts_after_the_first_update(tmp_path):
+    import io
+    from collections import deque
+    from types import SimpleNamespace
+    from ppo_ref.runlog import RunLogger
+    stream = io.StringIO()
+    logger = RunLogger(str(tmp_path / "run"), {"env_id": "X"}, progress_every=0.0, stream=stream)
+    trainer = SimpleNamespace(n_updates=0, num_timesteps=0, n_episodes=0, total_timesteps=1024,
+                              recent_returns=deque([1.0]), last_episodes=[],
+                              state_arrays=lambda: {})
+    logger.begin(trainer)
+    for update in (1, 2, 3):
+        trainer.n_updates, trainer.num_timesteps = update, 256 * update
+        logger.callback(trainer, {})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3
+    assert lines[0].endswith("ETA       -")       # first update: compile time, no estimate
+    assert lines[1].rstrip().endswith("s") and "ETA       -" not in lines[1]
+    logger.close()
 
 
 def test_resume_of_a_finished_run_says_how_to_extend_it(saved_run, capsys):
