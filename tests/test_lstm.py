@@ -157,7 +157,7 @@ def test_compiled_kernels_match_interpreted(rng, monkeypatch):
         return [h_seq, c_T, dx, dh0, dc0, *grads.values()]
 
     compiled = run()
-    for name in ("_tanh", "_add_products", "_activate_gates", "_cell_output",
+    for name in ("_tanh", "_add_products", "_add_products_loops", "_activate_gates", "_cell_output",
                  "_forward_kernel", "_backward_kernel"):
         kernel = getattr(lstm_mod, name)
         monkeypatch.setattr(lstm_mod, name, getattr(kernel, "py_func", kernel))
@@ -559,3 +559,67 @@ def test_blocked_products_equal_single_products(rng, monkeypatch):
         monkeypatch.setattr(lstm_mod, "_BLOCK_MACS", block_macs)
         for a, b in zip(single, run()):
             np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------------------------
+# The products kernel: register blocks of 8 rows x 16 columns, leftover rows and columns
+# ---------------------------------------------------------------------------------------------
+
+def _products_oracle(out, a, w_t):
+    """``out[n, j]`` plus its terms one at a time in the order k = 0, 1, ..., each added by a
+    correctly rounded fused multiply-add (exact rational arithmetic, then one rounding)."""
+    res = out.astype(np.float64).copy()
+    for n in range(a.shape[0]):
+        for j in range(w_t.shape[1]):
+            o = res[n, j]
+            for k in range(a.shape[1]):
+                o = lstm_mod._fma(float(a[n, k]), float(w_t[k, j]), o)
+            res[n, j] = o
+    return res
+
+
+@pytest.mark.parametrize("shape", [(8, 64, 32), (19, 7, 37), (16, 3, 16), (8, 5, 2), (5, 9, 40)])
+def test_add_products_blocks_match_the_fma_chain_oracle_and_the_interpreted_loops(
+        rng, monkeypatch, shape):
+    """Every element of ``_add_products`` is the chain of FMAs in k order whichever code path
+    computes it (8 x 16 register blocks, the columns right of them, the rows below them):
+    bitwise equal to an exact-arithmetic oracle and to the interpreted kernels; each row is
+    independent of the other rows of the call (a subset of rows gives the same bits)."""
+    n_rows, n_k, n_j = shape
+    a = rng.standard_normal((n_rows, n_k))
+    w_t = rng.standard_normal((n_k, n_j))
+    out0 = rng.standard_normal((n_rows, n_j))
+    compiled = out0.copy()
+    lstm_mod._add_products(compiled, a, w_t)
+    np.testing.assert_array_equal(compiled, _products_oracle(out0, a, w_t))
+    rows = np.arange(1, n_rows, 2)
+    sub = out0[rows].copy()
+    lstm_mod._add_products(sub, np.ascontiguousarray(a[rows]), w_t)
+    np.testing.assert_array_equal(sub, compiled[rows])
+    # a non-contiguous operand takes the scalar form of the block (same bits)
+    wide_a = np.zeros((n_rows, 2 * n_k))
+    wide_a[:, ::2] = a
+    strided = out0.copy()
+    lstm_mod._add_products(strided, wide_a[:, ::2], w_t)
+    np.testing.assert_array_equal(strided, compiled)
+    monkeypatch.setattr(lstm_mod, "_add_products_loops", lstm_mod._add_products_loops.py_func)
+    interpreted = out0.copy()
+    lstm_mod._add_products.py_func(interpreted, a, w_t)
+    np.testing.assert_array_equal(interpreted, compiled)
+
+
+def test_add_products_blocks_float32(rng):
+    """float32 operands: the vector blocks compute float32 FMA chains in k order, the same
+    bits as the scalar float32 loops (a non-contiguous copy of ``a`` takes those)."""
+    a = rng.standard_normal((16, 24)).astype(np.float32)
+    w_t = rng.standard_normal((24, 48)).astype(np.float32)
+    out0 = rng.standard_normal((16, 48)).astype(np.float32)
+    fast = out0.copy()
+    lstm_mod._add_products(fast, a, w_t)
+    wide_a = np.zeros((16, 48), np.float32)
+    wide_a[:, ::2] = a
+    slow = out0.copy()
+    lstm_mod._add_products(slow, wide_a[:, ::2], w_t)
+    np.testing.assert_array_equal(fast, slow)
+    ref = _products_oracle(out0, a, w_t)  # float64 chain: float32 agrees to float32 rounding
+    np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-4 * np.abs(ref).max())

@@ -68,7 +68,7 @@ def test_wide_kernels_match_interpreted_at_vector_sizes(rng, monkeypatch):
         return [h_seq, c_T, dx, dh0, dc0, *grads.values()]
 
     compiled = run()
-    for name in ("_tanh", "_tanh_any", "_add_products", "_activate_gates", "_cell_output",
+    for name in ("_tanh", "_tanh_any", "_add_products", "_add_products_loops", "_activate_gates", "_cell_output",
                  "_forward_kernel", "_backward_kernel"):
         kernel = getattr(lstm_mod, name)
         monkeypatch.setattr(lstm_mod, name, getattr(kernel, "py_func", kernel))
