@@ -24,6 +24,7 @@ import io
 import json
 import os
 import tempfile
+import threading
 import zipfile
 from typing import Any, Dict, Mapping, Tuple
 
@@ -72,6 +73,13 @@ def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
+# np.load parses each member's header with ast.literal_eval; on CPython 3.11/3.12 building an
+# AST is not thread-safe ("SystemError: AST constructor recursion depth mismatch" when threads
+# parse at the same time: CPython gh-106905, fixed in 3.13), which the actor-learner's thread
+# backend triggered (actors decoding broadcasts concurrently). One lock serializes the decoding.
+_NPZ_LOCK = threading.Lock()
+
+
 def arrays_from_bytes(data: bytes, *, source: str = "<bytes>") -> Dict[str, np.ndarray]:
     """Inverse of :func:`arrays_to_bytes`; loads with ``allow_pickle=False``.
 
@@ -87,7 +95,7 @@ def arrays_from_bytes(data: bytes, *, source: str = "<bytes>") -> Dict[str, np.n
         raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
                               "corrupt or a foreign file)")
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        with _NPZ_LOCK, np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
     except CheckpointError:
         raise

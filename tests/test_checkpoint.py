@@ -178,3 +178,29 @@ def test_foreign_or_random_files_are_not_ppo_ref_checkpoints(tmp_path):
         with pytest.raises(CheckpointError, match="not a ppo_ref checkpoint") as info:
             load_checkpoint(path)
         assert str(path) in str(info.value) and "pickle" not in str(info.value)
+
+
+def test_arrays_from_bytes_decodes_under_the_lock(monkeypatch):
+    """The thread backend's actors decode broadcasts concurrently; np.load's header parsing
+    (ast) is not thread-safe on CPython 3.11/3.12 (gh-106905: a rare SystemError "AST
+    constructor recursion depth mismatch", seen once in CI), so decoding holds one lock. The
+    race itself cannot be provoked on demand; this checks that np.load runs under the lock and
+    that the lock is released afterwards, also after an error."""
+    import ppo_ref.checkpoint as ck
+    real_load = np.load
+    seen = []
+
+    def checking_load(*args, **kwargs):
+        seen.append(ck._NPZ_LOCK.locked())
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(ck.np, "load", checking_load)
+    arrays = {"w": np.arange(6.0).reshape(2, 3)}
+    out = arrays_from_bytes(arrays_to_bytes(arrays))
+    assert np.array_equal(out["w"], arrays["w"]) and seen == [True]
+    assert not ck._NPZ_LOCK.locked()
+    broken = bytearray(arrays_to_bytes(arrays))
+    broken[-30:] = b"\0" * 30
+    with pytest.raises(CheckpointError):
+        arrays_from_bytes(bytes(broken))
+    assert not ck._NPZ_LOCK.locked()
