@@ -51,7 +51,8 @@ from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_
 from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
                              _linear_rows, _step_stack, lstm_backward, lstm_forward, lstm_init,
                              lstm_step)
-from ppo_ref.nn.mlp import MLPCache, _mlp_backward_2d, _mlp_layers, mlp_backward, mlp_forward
+from ppo_ref.nn.mlp import (MLPCache, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers,
+                            mlp_backward, mlp_forward)
 from ppo_ref.policies import PolicyBase, PolicyEval
 
 __all__ = ["LSTMStates", "RecurrentActorCriticCache", "recurrent_actor_critic_init",
@@ -367,27 +368,20 @@ def _transposed(arrays, keys, copy: bool = False):
             for w, b in keys]
 
 
+def _affine_rows(h: np.ndarray, w_t: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``h @ w_t + b`` computed row by row (:func:`ppo_ref.nn.lstm._linear_rows`), so every
+    row's result is independent of the other rows. ``w_t``: the weight transposed,
+    ``[in, out]`` C-contiguous (:func:`_transposed`)."""
+    a = np.empty((h.shape[0], w_t.shape[1]), h.dtype)
+    _linear_rows(h, w_t, b, a)
+    return a
+
+
 def _tower_forward(layers_t, x: np.ndarray, activation: str):
-    """A tower (MLP) forward on the fast path: the layers, activations and layer inputs of
-    :func:`ppo_ref.nn.mlp._mlp_forward_2d`, with each product ``h @ w.T + b`` computed row by
-    row (:func:`ppo_ref.nn.lstm._linear_rows`), so every row's result is independent of the
-    other rows. ``layers_t``: ``[(w.T [in, out] C-contiguous, b [out])]`` (:func:`_transposed`).
-    Returns ``(y, layer_inputs)`` as ``_mlp_forward_2d`` does (its backward reads them)."""
-    inputs = [x]
-    h = x
-    last = len(layers_t) - 1
-    relu = activation == "relu"
-    for i, (w_t, b) in enumerate(layers_t):
-        a = np.empty((h.shape[0], w_t.shape[1]), h.dtype)
-        _linear_rows(h, w_t, b, a)
-        if i < last:
-            if relu:
-                np.maximum(a, 0.0, out=a)
-            else:
-                np.tanh(a, out=a)
-            inputs.append(a)
-        h = a
-    return h, tuple(inputs)
+    """A tower (MLP) forward on the fast path: :func:`ppo_ref.nn.mlp._mlp_forward_2d` (its
+    layers, activations and layer inputs, which its backward reads) with the row-wise
+    products of :func:`_affine_rows`. ``layers_t``: ``[(w.T [in, out], b [out])]``."""
+    return _mlp_forward_2d(layers_t, x, activation, _affine_rows)
 
 
 class RecurrentPolicy(PolicyBase):
