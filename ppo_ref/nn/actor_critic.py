@@ -401,21 +401,27 @@ def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
 
 
 @njit
+def _act_grad_row(dh, h, relu, db, i):
+    """Row ``i``: ``dh[i] *= act'(a[i])`` (``1 - h^2`` for tanh, ``[h > 0]`` for relu, from the
+    activation output ``h``) and ``db += dh[i]`` (the bias gradient's running column sums)."""
+    for j in range(dh.shape[1]):
+        if relu:
+            g = dh[i, j] if h[i, j] > 0.0 else 0.0
+        else:
+            g = dh[i, j] * (1.0 - h[i, j] * h[i, j])
+        dh[i, j] = g
+        db[j] += g
+
+
+@njit
 def _backprop_hidden(dh, h, relu, db):
-    """In place ``dh *= act'(a)`` (``1 - h^2`` for tanh, ``[h > 0]`` for relu, from the
-    activation output ``h``) and ``db = sum over rows of the result``: the pre-activation
-    gradient of a hidden layer and its bias gradient in one pass over ``[B, H]``."""
-    rows, cols = dh.shape
-    for j in range(cols):
+    """In place ``dh *= act'(a)`` and ``db = sum over rows of the result``
+    (:func:`_act_grad_row` row by row): the pre-activation gradient of a hidden layer and its
+    bias gradient in one pass over ``[B, H]``."""
+    for j in range(dh.shape[1]):
         db[j] = 0.0
-    for i in range(rows):
-        for j in range(cols):
-            if relu:
-                g = dh[i, j] if h[i, j] > 0.0 else 0.0
-            else:
-                g = dh[i, j] * (1.0 - h[i, j] * h[i, j])
-            dh[i, j] = g
-            db[j] += g
+    for i in range(dh.shape[0]):
+        _act_grad_row(dh, h, relu, db, i)
 
 
 @njit
@@ -445,13 +451,7 @@ def _backprop_head(dy, w, h, relu, dh, db, dw, dw_b):
             for j in range(cols):
                 dh[i, j] += d * w[k, j]
                 dw[k, j] += d * h[i, j]
-        for j in range(cols):
-            if relu:
-                g = dh[i, j] if h[i, j] > 0.0 else 0.0
-            else:
-                g = dh[i, j] * (1.0 - h[i, j] * h[i, j])
-            dh[i, j] = g
-            db[j] += g
+        _act_grad_row(dh, h, relu, db, i)
 
 
 _SCRATCH = threading.local()
