@@ -121,19 +121,26 @@ def _pow2(k):
     return math.ldexp(1.0, int(k))
 
 
-@intrinsic
-def _pow2_bits(typingctx, k):
-    """Compiled :func:`_pow2`: the float64 whose exponent field is ``k + 1023`` (an integer
-    shift and a bit cast, which LLVM vectorizes; ``math.ldexp`` is a scalar library call)."""
-    sig = types.float64(types.float64)
+def _exponent_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits):
+    """An intrinsic ``k -> 2.0 ** k`` for an integer-valued ``k`` of type ``nb_float``: the
+    float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
+    a bit cast, which LLVM vectorizes; ``math.ldexp`` is a scalar library call)."""
+    def exponent_bits(typingctx, k):
+        sig = nb_float(nb_float)
 
-    def codegen(context, builder, signature, args):
-        i64 = llvm_ir.IntType(64)
-        k_int = builder.fptosi(args[0], i64)
-        bits = builder.shl(builder.add(k_int, llvm_ir.Constant(i64, 1023)),
-                           llvm_ir.Constant(i64, 52))
-        return builder.bitcast(bits, llvm_ir.DoubleType())
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            int_type = llvm_ir.IntType(int_bits)
+            k_int = builder.fptosi(args[0], int_type)
+            bits = builder.shl(builder.add(k_int, llvm_ir.Constant(int_type, bias)),
+                               llvm_ir.Constant(int_type, mantissa_bits))
+            return builder.bitcast(bits, ll_float)
+        return sig, codegen
+    exponent_bits.__name__ = exponent_bits.__qualname__ = name
+    return intrinsic(exponent_bits)
+
+
+# Compiled :func:`_pow2`: the float64 whose exponent field is ``k + 1023``.
+_pow2_bits = _exponent_intrinsic("_pow2_bits", types.float64, llvm_ir.DoubleType(), 64, 1023, 52)
 
 
 @overload(_pow2)
@@ -266,18 +273,9 @@ def _pow2_f32(k):
     return np.float32(math.ldexp(1.0, int(k)))
 
 
-@intrinsic
-def _pow2_f32_bits(typingctx, k):
-    """Compiled :func:`_pow2_f32`: the float32 whose exponent field is ``k + 127``."""
-    sig = types.float32(types.float32)
-
-    def codegen(context, builder, signature, args):
-        i32 = llvm_ir.IntType(32)
-        k_int = builder.fptosi(args[0], i32)
-        bits = builder.shl(builder.add(k_int, llvm_ir.Constant(i32, 127)),
-                           llvm_ir.Constant(i32, 23))
-        return builder.bitcast(bits, llvm_ir.FloatType())
-    return sig, codegen
+# Compiled :func:`_pow2_f32`: the float32 whose exponent field is ``k + 127``.
+_pow2_f32_bits = _exponent_intrinsic("_pow2_f32_bits", types.float32, llvm_ir.FloatType(), 32,
+                                     127, 23)
 
 
 @overload(_pow2_f32)
