@@ -131,7 +131,6 @@ class _RecurrentActor:
         self.policy = policy
         self.state = policy.initial_state(n_envs)
         self.rollout_start = self.state.copy()
-        self.rollout_starts: List[np.ndarray] = []
         self.replayed = False
         self.obs_dim = policy.obs_dim
         self.obs_shape = policy.obs_shape
@@ -140,39 +139,38 @@ class _RecurrentActor:
     def begin_rollout(self) -> LSTMStates:
         """Remember (and return a copy of) the state before step 0 of the next rollout."""
         self.rollout_start = self.state.copy()
-        self.rollout_starts = []
         self.replayed = False
         return self.rollout_start.copy()
 
     def policy_out_fn(self, params):
         """``forward(obs [N, obs_dim], episode_starts [N]) -> policy_out [N, P]`` for one
-        rollout: each call steps the carried state (reset where an episode starts) and records
-        the flags. Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked
+        rollout: each call steps the carried state (reset where an episode starts). Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked
         once per rollout; the same bits as ``policy_out_step``)."""
         step = self.policy.acting_step_fn(params)
 
         def forward(obs, episode_starts):
-            starts = np.array(episode_starts, dtype=bool)
-            self.rollout_starts.append(starts)
-            out, self.state = step(obs, self.state, starts)
+            out, self.state = step(obs, self.state, episode_starts)
             return out
         return forward
 
-    def evaluate(self, params, obs, actions):
+    def evaluate(self, params, obs, actions, *, episode_starts):
         """Log-probs, entropies and values of the rollout just collected, recomputed by one
-        replay of all ``[T, N]`` steps from the rollout's start state (what the training
-        minibatches recompute, with the same arithmetic, so their first ratio is exactly 1).
-        ``obs``/``actions`` are the rollout's rows flattened time-major (row ``t * N + n``);
-        results are flattened the same way."""
-        T = len(self.rollout_starts)
+        replay of all ``[T, N]`` steps from the rollout's start state with its
+        ``episode_starts`` (bool ``[T, N]``; what the training minibatches recompute, with the
+        same arithmetic, so their first ratio is exactly 1). ``obs``/``actions`` are the
+        rollout's rows flattened time-major (row ``t * N + n``); results are flattened the
+        same way."""
+        starts = np.asarray(episode_starts, dtype=bool)
         n = self.state.h.shape[1]
         obs = np.asarray(obs)
-        if T == 0 or obs.shape[0] != T * n:
-            raise RuntimeError(f"evaluate expects the {T} x {n} rows of the rollout just "
-                               f"collected, got {obs.shape[0]}")
+        if starts.ndim != 2 or starts.shape[1] != n or obs.shape[0] != starts.size:
+            raise RuntimeError(f"evaluate expects the T x {n} rows of the rollout just "
+                               f"collected and their [T, {n}] episode_starts, got "
+                               f"{obs.shape[0]} rows and flags of shape {starts.shape}")
+        T = starts.shape[0]
         ev = self.policy.evaluate(params, obs.reshape((T, n) + obs.shape[1:]),
                                   np.asarray(actions).reshape((T, n) + self.head.action_shape),
-                                  self.rollout_start, np.stack(self.rollout_starts))
+                                  self.rollout_start, starts)
         self.replayed = True
         return PolicyEval(ev.log_probs.reshape(-1), ev.entropy.reshape(-1),
                           ev.values.reshape(-1), None)
@@ -242,7 +240,8 @@ class RecurrentPPOTrainer(PPOTrainer):
             # a collector that keeps the acting-time values: recompute them by the replay
             T, N = rollout.rewards.shape
             ev = self._actor.evaluate(self.params, rollout.observations.reshape(T * N, -1),
-                                      rollout.actions.reshape((T * N,) + rollout.actions.shape[2:]))
+                                      rollout.actions.reshape((T * N,) + rollout.actions.shape[2:]),
+                                      episode_starts=rollout.episode_starts)
             rollout.log_probs = ev.log_probs.reshape(T, N)
             rollout.values = ev.values.reshape(T, N)
         fields = {f.name: getattr(rollout, f.name) for f in dataclasses.fields(Rollout)}

@@ -279,8 +279,9 @@ class RolloutCollector:
             (bool ``[N]``: True where ``obs`` is an episode's first observation) once per
             vector step, ``values(params, final_obs, env_indices=idx)`` for the final
             observations of the envs ``idx`` that truncated in the step just taken (they
-            continue those envs' episodes), and ``values(params, obs, episode_starts=flags)``
-            for the observations after the last step.
+            continue those envs' episodes), ``values(params, obs, episode_starts=flags)``
+            for the observations after the last step, and ``evaluate(params, obs, actions,
+            episode_starts=flags [T, N])`` for the rollout's rows.
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards: options (module docstring).
         gamma: discount of the reward normalizer's return estimate.
@@ -480,7 +481,7 @@ class RolloutCollector:
         ep_returns.extend(ended_returns.tolist())
         ep_lengths.extend(ended_lengths.tolist())
         ep_envs.extend(ended_envs.tolist())
-        if T > 1:
+        if T > 1 and not with_starts:  # (with_starts: filled step by step above)
             start_buf[1:] = done[:-1]
         starts = done[T - 1]
         self.obs = obs
@@ -490,8 +491,10 @@ class RolloutCollector:
         # acting time). BLAS sums a row differently for small batches (N rows per step) than
         # for large ones; the training minibatches are large, so computing the stored values
         # with a large batch too makes the first minibatch's ratio exactly 1 (not 1 +- 1 ulp).
-        flat = policy.evaluate(params, obs_buf.reshape(T * N, -1),
-                               act_buf.reshape((T * N,) + tuple(head.action_shape)))
+        flat_obs = obs_buf.reshape(T * N, -1)
+        flat_actions = act_buf.reshape((T * N,) + tuple(head.action_shape))
+        flat = (policy.evaluate(params, flat_obs, flat_actions, episode_starts=start_buf)
+                if with_starts else policy.evaluate(params, flat_obs, flat_actions))
         logp_buf = flat.log_probs.reshape(T, N)
         val_buf = flat.values.reshape(T, N)
         last_values = (policy.values(params, obs, episode_starts=starts) if with_starts
