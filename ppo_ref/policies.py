@@ -219,14 +219,18 @@ def _all_finite_1d(a) -> bool:
     return True
 
 
-def _finite_grad(d, name: str, n: int) -> np.ndarray:
-    """An upstream per-row gradient as float64 ``[n]``; ``ValueError`` naming it otherwise."""
+def _finite_grad(d, name: str, shape) -> np.ndarray:
+    """An upstream per-row gradient of ``shape`` (the rows of ``evaluate``: ``(B,)``, or
+    ``(T, n)`` for the recurrent policy) as a finite, C-contiguous float64 1-D array of its
+    entries in row order; ``ValueError`` naming it otherwise."""
     arr = np.asarray(d, dtype=np.float64)
-    if arr.shape != (n,):
-        raise ValueError(f"{name} must have shape {(n,)}, got {arr.shape}")
-    if not _all_finite_1d(arr):
+    if arr.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} (the rows of evaluate), got "
+                         f"{arr.shape}")
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    if not _all_finite_1d(flat):
         raise ValueError(f"{name} must be finite")
-    return arr
+    return flat
 
 
 class PolicyBase:
@@ -437,12 +441,12 @@ class MLPPolicy(PolicyBase):
                                  "the FlatArrays given to it")
             out, actions, net_cache, probs, entropy = cache
             n = out.shape[0]
-            d_lp = _finite_grad(d_log_probs, "d_log_probs", n)
-            d_v = _finite_grad(d_values, "d_values", n)
+            d_lp = _finite_grad(d_log_probs, "d_log_probs", (n,))
+            d_v = _finite_grad(d_values, "d_values", (n,))
             if probs is not None:
                 d_out = np.empty_like(out)
                 use_ent = d_entropy is not None
-                d_ent = _finite_grad(d_entropy, "d_entropy", n) if use_ent else d_lp
+                d_ent = _finite_grad(d_entropy, "d_entropy", (n,)) if use_ent else d_lp
                 _categorical_backward_kernel(probs, actions, entropy, d_lp, d_ent, use_ent, d_out)
                 head_grads = {}
             else:

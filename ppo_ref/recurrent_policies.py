@@ -53,7 +53,7 @@ from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _for
                              lstm_step)
 from ppo_ref.nn.mlp import (MLPCache, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers,
                             mlp_backward, mlp_forward)
-from ppo_ref.policies import PolicyBase, PolicyEval
+from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
 
 __all__ = ["LSTMStates", "RecurrentActorCriticCache", "recurrent_actor_critic_init",
            "initial_lstm_states", "lstm_names", "recurrent_actor_critic_forward",
@@ -347,18 +347,6 @@ class _FastCache(NamedTuple):
     actions: np.ndarray
     probs: object
     entropy: object
-
-
-def _row_grad(d, name: str, shape: Tuple[int, int]) -> np.ndarray:
-    """An upstream gradient over the ``[T, n]`` rows as a finite contiguous float64 ``[T * n]``;
-    ``ValueError`` naming it otherwise."""
-    arr = np.asarray(d, dtype=np.float64)
-    if arr.shape != shape:
-        raise ValueError(f"{name} must have shape {shape} (the rows of evaluate), got {arr.shape}")
-    flat = np.ascontiguousarray(arr).reshape(-1)
-    if not _all_finite(flat):
-        raise ValueError(f"{name} must be finite")
-    return flat
 
 
 def _transposed(arrays, keys, copy: bool = False):
@@ -720,9 +708,9 @@ class RecurrentPolicy(PolicyBase):
                              "FlatArrays in the layout of the params given to it")
         T, n = cache.shape
         rows = T * n
-        d_lp = _row_grad(d_log_probs, "d_log_probs", cache.shape)
-        d_v = _row_grad(d_values, "d_values", cache.shape)
-        d_ent = None if d_entropy is None else _row_grad(d_entropy, "d_entropy", cache.shape)
+        d_lp = _finite_grad(d_log_probs, "d_log_probs", cache.shape)
+        d_v = _finite_grad(d_values, "d_values", cache.shape)
+        d_ent = None if d_entropy is None else _finite_grad(d_entropy, "d_entropy", cache.shape)
         dt = self.compute_dtype
         out = cache.policy_out
         if cache.probs is not None:
