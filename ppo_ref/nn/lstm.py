@@ -416,15 +416,7 @@ def _add_block_compiled(out, a, w_t, n, j0):
             and out.dtype in (types.float32, types.float64) \
             and a.dtype == out.dtype and w_t.dtype == out.dtype:
         return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
-
-    def scalar(out, a, w_t, n, j0):  # other layouts or dtypes: the loops as written
-        for m in range(n, n + _BLOCK_ROWS):
-            for j in range(j0, j0 + _BLOCK_COLS):
-                o = out[m, j]
-                for k in range(a.shape[1]):
-                    o = _fma(a[m, k], w_t[k, j], o)
-                out[m, j] = o
-    return scalar
+    return _add_block  # other layouts or dtypes: the loops as written, compiled
 
 
 @njit
