@@ -1411,7 +1411,8 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
           f"({config.n_steps} steps each per update, "
           f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
           f"{config.broadcast_every}) for {total} steps (seed {args.seed}) -> {run_dir}")
-    _rollout_note(trainer.config, 0, total)  # an update takes n_steps * num_actors rows
+    # the learner's config has n_envs = num_actors and the per-actor n_steps of an update
+    _rollout_note(trainer.config, 0, total, unit="update", factors="num_actors*n_steps")
 
     def on_update(info: UpdateInfo):
         stats = dict(info.stats)

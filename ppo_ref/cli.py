@@ -333,16 +333,19 @@ def _check_fresh_run_dir(run_dir: str) -> None:
                              f"it with --resume {run_dir}, or choose another --run-dir")
 
 
-def _rollout_note(config, start: int, total: int) -> None:
-    """Training stops at the first rollout boundary at or past ``total``: say so when that
-    overshoots the target."""
+def _rollout_note(config, start: int, total: int, *, unit: str = "rollout",
+                  factors: str = "n_steps*n_envs") -> None:
+    """Training stops at the first rollout (``unit``) boundary at or past ``total``: say so
+    when that overshoots the target. A unit is ``config.n_steps * config.n_envs`` steps, named
+    ``factors`` in the message (the actor-learner: ``num_actors*n_steps`` per update)."""
     batch = int(config.n_steps) * int(config.n_envs)
-    rollouts = -(-(total - start) // batch)
-    if start + rollouts * batch != total:
-        print(f"ppo-ref: note: training runs whole rollouts of n_steps*n_envs = "
-              f"{config.n_steps}*{config.n_envs} = {batch} steps: {rollouts} rollout"
-              f"{'s' if rollouts != 1 else ''} to reach --total-timesteps {total}, "
-              f"{start + rollouts * batch} steps in all", file=sys.stderr)
+    count = -(-(total - start) // batch)
+    if start + count * batch != total:
+        sizes = f"{config.n_steps}*{config.n_envs}" if factors == "n_steps*n_envs" \
+            else f"{config.n_envs}*{config.n_steps}"
+        print(f"ppo-ref: note: training runs whole {unit}s of {factors} = {sizes} = {batch} "
+              f"steps: {count} {unit}{'s' if count != 1 else ''} to reach --total-timesteps "
+              f"{total}, {start + count * batch} steps in all", file=sys.stderr)
 
 
 def _read_run_info(run_dir: str) -> Dict[str, Any]:
