@@ -38,6 +38,7 @@ Both sets of statistics are part of :meth:`RolloutCollector.state` and can be fr
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
@@ -340,6 +341,9 @@ class RolloutCollector:
                                rollout_step)
         if self.obs_rms is not None:
             if self.update_statistics:
+                normalized = _update_and_normalize(self.obs_rms, obs)
+                if normalized is not None:
+                    return normalized
                 self.obs_rms.update(obs)
             obs = self.normalize_obs(obs)
         return obs
@@ -655,6 +659,66 @@ class RolloutCollector:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:
+    """``rms.update(obs)`` then :meth:`RolloutCollector.normalize_obs` in one compiled call
+    (:func:`_obs_statistics_kernel`, the same arithmetic in the same order, so the same bits:
+    tested against gymnasium's ``RunningMeanStd``), or ``None`` (nothing done) outside the
+    case it covers: ``obs`` a C-contiguous float64 ``[N, d]`` with ``d >= 2``, ``rms.mean`` and
+    ``rms.var`` C-contiguous float64 ``[d]``, ``rms.count`` a Python float. (With ``d = 1``
+    numpy sums the contiguous column pairwise, in another order than row by row.)
+    Sets ``rms.mean``, ``rms.var`` (new arrays) and ``rms.count`` as ``update`` does."""
+    mean, var, count = rms.mean, rms.var, rms.count
+    if not (type(obs) is np.ndarray and obs.ndim == 2 and obs.dtype == np.float64
+            and obs.flags.c_contiguous and obs.shape[1] >= 2 and type(count) is float):
+        return None
+    d = obs.shape[1]
+    for a in (mean, var):
+        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (d,)
+                and a.flags.c_contiguous):
+            return None
+    tot_count = count + obs.shape[0]
+    new_mean = np.empty(d)
+    new_var = np.empty(d)
+    out = np.empty_like(obs)
+    _obs_statistics_kernel(obs, mean, var, count, tot_count, OBS_NORM_EPS, new_mean, new_var, out)
+    rms.mean, rms.var, rms.count = new_mean, new_var, tot_count
+    return out
+
+
+@njit
+def _obs_statistics_kernel(obs, mean, var, count, tot_count, eps, new_mean, new_var, out):
+    """gymnasium's ``RunningMeanStd.update(obs)`` (parallel-variance merge, Chan et al.) and
+    ``(obs - mean') / sqrt(var' + eps)`` with the new statistics, per column ``j`` of the
+    float64 ``obs [N, d]``, in numpy's operation order for ``d >= 2`` (sums over rows
+    from row 0 on, row by row)::
+
+        bm = sum_i obs[i, j] / N;  bv = sum_i (obs[i, j] - bm)**2 / N;  delta = bm - mean[j]
+        mean'[j] = mean[j] + delta * N / tot_count
+        var'[j]  = (var[j] * count + bv * N + delta**2 * count * N / tot_count) / tot_count
+
+    with ``tot_count = count + N``; writes ``new_mean``, ``new_var`` ``[d]`` and ``out [N, d]``."""
+    N, d = obs.shape
+    n = np.float64(N)
+    for j in range(d):
+        s = obs[0, j]
+        for i in range(1, N):
+            s += obs[i, j]
+        batch_mean = np.true_divide(s, n)
+        dev = obs[0, j] - batch_mean
+        ss = dev * dev
+        for i in range(1, N):
+            dev = obs[i, j] - batch_mean
+            ss += dev * dev
+        batch_var = np.true_divide(ss, n)
+        delta = batch_mean - mean[j]
+        new_mean[j] = mean[j] + np.true_divide(delta * n, tot_count)
+        m2 = var[j] * count + batch_var * n + np.true_divide(delta * delta * count * n, tot_count)
+        new_var[j] = np.true_divide(m2, tot_count)
+        sd = math.sqrt(new_var[j] + eps)
+        for i in range(N):
+            out[i, j] = np.true_divide(obs[i, j] - new_mean[j], sd)
 
 
 @njit

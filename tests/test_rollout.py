@@ -221,3 +221,35 @@ def test_episode_bookkeeping_equals_step_by_step_numpy():
         _episode_bookkeeping(rewards, done, ret_a, len_a, *out)
         assert list(zip(out[0].tolist(), out[1].tolist(), out[2].tolist())) == want
         assert np.array_equal(ret_a, ret_b) and np.array_equal(len_a, len_b)
+
+
+def test_observation_statistics_kernel_equals_gymnasium_running_mean_std():
+    """The collector's compiled update-and-normalize of the observation statistics gives
+    gymnasium's ``RunningMeanStd.update`` followed by ``normalize_obs``, bit for bit (mean, var,
+    count and the normalized batch, over successive batches), and declines (``None``, nothing
+    changed) where numpy's sums take another order (one column) or the types differ."""
+    from gymnasium.wrappers.utils import RunningMeanStd
+    from ppo_ref.rollout import OBS_NORM_EPS, _update_and_normalize
+    r = np.random.default_rng(11)
+    for n in (1, 2, 7, 8, 9, 33, 256):
+        for d in (2, 3, 4, 11):
+            fast, ref = RunningMeanStd(shape=(d,)), RunningMeanStd(shape=(d,))
+            scale = 10.0 ** r.integers(-3, 4, d)
+            for _ in range(4):
+                x = r.standard_normal((n, d)) * scale + r.standard_normal(d) * scale * 5
+                x[:, r.integers(0, d)] = 0.0  # a zeroed column (CartPoleNoVel's velocities)
+                got = _update_and_normalize(fast, x)
+                ref.update(x)
+                want = (x - ref.mean) / np.sqrt(ref.var + OBS_NORM_EPS)
+                assert np.array_equal(got, want), (n, d)
+                assert np.array_equal(fast.mean, ref.mean) and np.array_equal(fast.var, ref.var)
+                assert type(fast.count) is float and fast.count == ref.count
+    rms = RunningMeanStd(shape=(1,))
+    assert _update_and_normalize(rms, r.standard_normal((16, 1))) is None
+    rms = RunningMeanStd(shape=(3,))
+    rms.count = np.float64(rms.count)
+    assert _update_and_normalize(rms, r.standard_normal((16, 3))) is None
+    assert np.array_equal(rms.mean, np.zeros(3)) and rms.count == 1e-4
+    rms.count = 1e-4
+    assert _update_and_normalize(rms, r.standard_normal((16, 3)).astype(np.float32)) is None
+    assert _update_and_normalize(rms, np.asfortranarray(r.standard_normal((16, 3)))) is None
