@@ -27,7 +27,8 @@ outputs) and ``dh_T, dc_T`` (gradient arriving from a later segment, for truncat
     dh~[t] = dz[t] @ w_hh                 dc~[t] = dc * f
     dh0 = keep[0] * dh~[0]                dc0 = keep[0] * dc~[0]
 
-and, summed over every step and environment (one matrix product each, after the loop)::
+and, summed over every step and environment (after the loop, each sum over the rows
+``m = t N + n`` in increasing order, one FMA per product term)::
 
     dw_ih = sum_t dz[t].T @ x[t]     dw_hh = sum_t dz[t].T @ h~[t]     db = sum_t,n dz[t]
     dx[t] = dz[t] @ w_ih
@@ -48,7 +49,8 @@ is BPTT (:func:`_backward_kernel`); their small products are loops of fused mult
 index order (:func:`_add_products`), so an environment's results do not depend on the other
 environments in the call, and ``lstm_step`` (the same kernel with T = 1) reproduces
 ``lstm_forward`` bit for bit. The weight gradients and ``dx``, one product each over all
-steps, are BLAS products after the loop. Results agree with ``torch.nn.LSTM`` (float64) and
+steps after the loop, are the same FMA chains (:func:`_weight_grads`), not BLAS products: their
+summation order is the documented one on every machine. Results agree with ``torch.nn.LSTM`` (float64) and
 with the plain oracle of the tests to rounding.
 """
 from __future__ import annotations
@@ -643,57 +645,61 @@ def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
 
 
 @njit
-def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, dz):
-    """:func:`_backward_kernel` for L LSTMs from zero final-state gradients: ``dh_seq
-    [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of :func:`_forward_stack`,
-    ``w_hh [L, 4H, H]``; writes ``dz [L, T, N, 4H]``."""
+def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
+    """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
+    cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
+    dtype; overwrites ``g_w_ih [4H, D]``, ``g_w_hh [4H, H]``, ``g_b [4H]``::
+
+        g_w_ih[j, d] = sum_m dz[m, j] x[m, d]    g_w_hh[j, k] = sum_m dz[m, j] h~[m, k]
+        g_b[j] = sum_m dz[m, j]                  (m = t N + n over the T N rows)
+
+    Every sum runs over the rows in the order m = 0, 1, ..., T N - 1, a product weight term
+    added by one FMA (:func:`_add_products` on ``[x | h~]^T [D + H, T N]`` and ``dz``), a bias
+    term by one addition: the summation order is this documented one whatever the machine or
+    BLAS (a BLAS product orders its sums by its own kernels), and the products run in
+    vector registers."""
+    _wide()
+    n_steps, n_env, four_h = dz.shape
+    d_in = x.shape[2]
+    hidden = h_prev.shape[2]
+    rows = n_steps * n_env
+    dz_rows = dz.reshape(rows, four_h)
+    inputs_t = np.empty((d_in + hidden, rows), dz.dtype)  # [x | h~]^T: row m of the inputs is column m
+    for t in range(n_steps):
+        for n in range(n_env):
+            m = t * n_env + n
+            for d in range(d_in):
+                inputs_t[d, m] = x[t, n, d]
+            for k in range(hidden):
+                inputs_t[d_in + k, m] = h_prev[t, n, k]
+    out = np.zeros((d_in + hidden, four_h), dz.dtype)
+    _add_products(out, inputs_t, dz_rows)
+    for j in range(four_h):
+        for d in range(d_in):
+            g_w_ih[j, d] = out[d, j]
+        for k in range(hidden):
+            g_w_hh[j, k] = out[d_in + k, j]
+        g_b[j] = 0.0
+    for m in range(rows):
+        for j in range(four_h):
+            g_b[j] += dz_rows[m, j]
+
+
+@njit
+def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
+                    g_b):
+    """:func:`_backward_kernel` then :func:`_weight_grads` for L LSTMs from zero final-state
+    gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
+    :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
+    [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
+    [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``."""
     n_lstm, _, n_env, hidden = dh_seq.shape
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         _backward_kernel(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
                          w_hh[l], dz[l])
-
-
-# --------------------------------------------------------------------------------------------
-# Large products in blocks. OpenBLAS runs a product on several threads above a size threshold
-# (on this project's 2-core VM, OpenBLAS 0.3.31: from about 1e6 multiply-adds; up to 7.9e5 it
-# took the same time with and without OPENBLAS_NUM_THREADS=1). When the cores are
-# oversubscribed, its threads wait for each other: in a round-robin timing under heavy load the
-# weight-gradient product [256, 256] x [256, 64] took 15 ms at the median as one product and
-# 0.2 ms as single-threaded blocks. Blocks of at most 2^19 multiply-adds therefore stay on one
-# thread. The price when the threads do not stall (same machine, moderate load): that product
-# took 0.19 ms instead of 0.17 ms (1 thread) or 0.11 ms (2 threads), medians. Only the order of
-# the sums of the weight gradients differs.
-# --------------------------------------------------------------------------------------------
-
-_BLOCK_MACS = 1 << 19
-
-
-def _block_rows(n_cols_in: int, n_cols_out: int) -> int:
-    return max(1, _BLOCK_MACS // max(1, n_cols_in * n_cols_out))
-
-
-def _matmul_blocked(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` for 2-D ``a [M, K]``, ``b [K, P]``, computed in blocks of rows of ``a``."""
-    out = np.empty((a.shape[0], b.shape[1]))
-    rows = _block_rows(a.shape[1], b.shape[1])
-    for start in range(0, a.shape[0], rows):
-        np.dot(a[start:start + rows], b, out=out[start:start + rows])
-    return out
-
-
-def _outer_sum_blocked(a: np.ndarray, b: np.ndarray, out=None) -> np.ndarray:
-    """``a.T @ b = sum_m a[m]^T b[m]`` for ``a [M, P]``, ``b [M, Q]``, summed over row blocks
-    (into ``out`` ``[P, Q]`` when given: the same products)."""
-    rows = _block_rows(a.shape[1], b.shape[1])
-    if out is None:
-        out = a[:rows].T @ b[:rows]
-    else:
-        np.matmul(a[:rows].T, b[:rows], out=out)
-    for start in range(rows, a.shape[0], rows):
-        out += a[start:start + rows].T @ b[start:start + rows]
-    return out
+        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l])
 
 
 # --------------------------------------------------------------------------------------------
@@ -820,15 +826,9 @@ def _backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_
     with the products and sums of :func:`lstm_backward` (same bits); ``dx`` and the
     initial-state gradients are not computed."""
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
-    rows = n_steps * n_env
     dz = np.empty((n_lstm, n_steps, n_env, 4 * hidden), dh_seq.dtype)
-    _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, dz)
-    x_flat = x.reshape(rows, x.shape[2])
-    for l in range(n_lstm):
-        dz_flat = dz[l].reshape(rows, 4 * hidden)
-        _outer_sum_blocked(dz_flat, x_flat, out=g_w_ih[l])
-        _outer_sum_blocked(dz_flat, h_prev[l, :n_steps].reshape(rows, hidden), out=g_w_hh[l])
-        np.add.reduce(dz_flat, axis=0, out=g_b[l])
+    _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
+                    g_b)
 
 
 def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
@@ -970,11 +970,9 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
     dh0 = dh_rec * keep[0, :, None]
     dc0 = dc_rec * keep[0, :, None]
 
-    dz_flat = dz.reshape(n_steps * n_env, 4 * hidden)
-    grads = {
-        "w_ih": _outer_sum_blocked(dz_flat, cache.x.reshape(n_steps * n_env, d_in)),
-        "w_hh": _outer_sum_blocked(dz_flat, cache.h_prev.reshape(n_steps * n_env, hidden)),
-        "b": dz_flat.sum(axis=0),
-    }
-    dx = _matmul_blocked(dz_flat, w_ih).reshape(n_steps, n_env, d_in)
+    grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
+    _weight_grads(dz, cache.x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"])
+    dx = np.zeros((n_steps, n_env, d_in))
+    _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
+                  w_ih)
     return dx, grads, (dh0, dc0)
