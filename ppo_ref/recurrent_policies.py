@@ -31,10 +31,13 @@ Speed: :meth:`RecurrentPolicy.init_params` returns the parameters as one buffer
 (:meth:`RecurrentPolicy.flat_layout`). With such parameters :meth:`RecurrentPolicy.evaluate`,
 :meth:`RecurrentPolicy.backward` and :meth:`RecurrentPolicy.acting_step_fn` take a fast path:
 both LSTMs in one compiled call on stacked ``[L, ...]`` views (the kernels of
-:mod:`ppo_ref.nn.lstm`, same bits), the towers' forward products row by row (so an env's
-outputs never depend on the other rows of the call: acting, the rollout replay and any
-minibatch agree bit for bit), the categorical head in one compiled pass, and the arguments
-checked once per call (the structure once per layout). ``config.compute_dtype="float32"``
+:mod:`ppo_ref.nn.lstm`, same bits), each tower forward and backward in one compiled call on
+the parameter and gradient buffers (:func:`ppo_ref.nn.mlp._mlp_forward_flat` /
+:func:`~ppo_ref.nn.mlp._mlp_backward_flat`: fused multiply-add chains in a documented order,
+independent of BLAS; the forward row by row, so an env's outputs never depend on the other
+rows of the call: acting, the rollout replay and any minibatch agree bit for bit), the
+categorical head in one compiled pass, and the arguments checked once per call (the structure
+once per layout). ``config.compute_dtype="float32"``
 runs that path in float32. Anything else takes the checked functions of this module, which
 also raise the errors; both paths agree to rounding (tested).
 """
@@ -49,9 +52,8 @@ from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
-                             _linear_rows, _step_stack, lstm_backward, lstm_forward, lstm_init,
-                             lstm_step)
-from ppo_ref.nn.mlp import (MLPCache, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers,
+                             _step_stack, lstm_backward, lstm_forward, lstm_init, lstm_step)
+from ppo_ref.nn.mlp import (MLPCache, _mlp_backward_flat, _mlp_forward_flat, _mlp_layers,
                             mlp_backward, mlp_forward)
 from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
 
@@ -316,60 +318,60 @@ def _step_lstms(params, names, obs, state: LSTMStates, episode_starts):
 class _FastSpec(NamedTuple):
     """What the fast path of :class:`RecurrentPolicy` reads from a parameter layout it has
     checked once: the layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop,
-    stacked shape)`` of ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and the towers'
-    ``(w key, b key)`` pairs in layer order."""
+    stacked shape)`` of ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and per tower
+    the layer table of :func:`ppo_ref.nn.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets
+    of ``w_i`` and ``b_i`` in the buffer, ``out_i``, ``in_i``) and the sum of its layers'
+    output widths (the per-row size of its outputs buffer)."""
     layout: FlatLayout
     n_lstm: int
     hidden: int
     lstm_slices: Tuple[Tuple[int, int, Tuple[int, ...]], ...]
-    pi_keys: Tuple[Tuple[str, str], ...]
-    vf_keys: Tuple[Tuple[str, str], ...]
+    pi_table: np.ndarray
+    vf_table: np.ndarray
+    pi_width: int
+    vf_width: int
 
 
 class _FastCache(NamedTuple):
     """Cache of the fast path of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``,
-    the parameter buffer in the compute dtype and its views, the inputs and the stacked LSTM arrays of :func:`ppo_ref.nn.lstm._forward_stacked`, the
-    towers' layer inputs, ``policy_out [T * n, P]``, the flat actions, and (categorical head)
-    the probabilities and entropies (``None`` otherwise)."""
+    the parameter buffer in the compute dtype, the inputs and the stacked LSTM arrays of
+    :func:`ppo_ref.nn.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
+    towers' outputs buffers of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, ``policy_out
+    [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
+    head) the probabilities and entropies (``None`` otherwise)."""
     spec: _FastSpec
     shape: Tuple[int, int]
     flat: np.ndarray
-    arrays: Mapping[str, np.ndarray]
     x: np.ndarray
     keep: np.ndarray
+    h_seq: np.ndarray
     h_prev: np.ndarray
     c_prev: np.ndarray
     gates: np.ndarray
     tanh_c: np.ndarray
-    pi_inputs: Tuple[np.ndarray, ...]
-    vf_inputs: Tuple[np.ndarray, ...]
+    pi_acts: np.ndarray
+    vf_acts: np.ndarray
     policy_out: np.ndarray
     actions: np.ndarray
     probs: object
     entropy: object
 
 
-def _transposed(arrays, keys, copy: bool = False):
-    """``[(w.T as a C-contiguous copy, b)]`` for the layers ``keys`` of a tower (``copy``:
-    copy the biases too)."""
-    return [(np.ascontiguousarray(arrays[w].T), arrays[b].copy() if copy else arrays[b])
-            for w, b in keys]
+def _tower_table(layout: FlatLayout, layers, prefix: str):
+    """The layer table ``[(w offset, b offset, out, in)]`` (int64 ``[layers, 4]``) of the
+    tower ``prefix`` (``"pi."``, ``"vf."``) whose ``(w, b)`` arrays are ``layers``."""
+    return np.array([(layout.offset(f"{prefix}w{i}"), layout.offset(f"{prefix}b{i}"))
+                     + tuple(w.shape) for i, (w, _) in enumerate(layers)], dtype=np.int64)
 
 
-def _affine_rows(h: np.ndarray, w_t: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``h @ w_t + b`` computed row by row (:func:`ppo_ref.nn.lstm._linear_rows`), so every
-    row's result is independent of the other rows. ``w_t``: the weight transposed,
-    ``[in, out]`` C-contiguous (:func:`_transposed`)."""
-    a = np.empty((h.shape[0], w_t.shape[1]), h.dtype)
-    _linear_rows(h, w_t, b, a)
-    return a
-
-
-def _tower_forward(layers_t, x: np.ndarray, activation: str):
-    """A tower (MLP) forward on the fast path: :func:`ppo_ref.nn.mlp._mlp_forward_2d` (its
-    layers, activations and layer inputs, which its backward reads) with the row-wise
-    products of :func:`_affine_rows`. ``layers_t``: ``[(w.T [in, out], b [out])]``."""
-    return _mlp_forward_2d(layers_t, x, activation, _affine_rows)
+def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
+                   relu: bool) -> np.ndarray:
+    """A tower forward on the fast path: the outputs buffer ``[rows * width]`` of
+    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its last ``rows * out`` entries are the tower
+    output ``[rows, out]``, row-major)."""
+    acts = np.empty(x.shape[0] * width, flat.dtype)
+    _mlp_forward_flat(x, flat, table, relu, acts)
+    return acts
 
 
 class RecurrentPolicy(PolicyBase):
@@ -467,11 +469,9 @@ class RecurrentPolicy(PolicyBase):
             return None
         (w_ih_shape, w_hh_shape, _), = shapes
         hidden = w_hh_shape[1]
-        n_pi, n_vf = len(pi), len(vf)
-        pi_keys = tuple((f"pi.w{i}", f"pi.b{i}") for i in range(n_pi))
-        vf_keys = tuple((f"vf.w{i}", f"vf.b{i}") for i in range(n_vf))
         keys = {f"{name}.{k}" for name in names for k in ("w_ih", "w_hh", "b")}
-        keys |= {k for pair in pi_keys + vf_keys for k in pair} | set(self._head_keys)
+        keys |= {f"{tower}.{k}{i}" for tower, layers in (("pi", pi), ("vf", vf))
+                 for i in range(len(layers)) for k in ("w", "b")} | set(self._head_keys)
         if (w_ih_shape[1] != self.obs_dim or pi[0][0].shape[1] != hidden
                 or vf[0][0].shape[1] != hidden or pi[-1][0].shape[0] != self.head.out_dim
                 or vf[-1][0].shape[0] != 1 or set(params) != keys
@@ -485,16 +485,14 @@ class RecurrentPolicy(PolicyBase):
             start = layout.offset(f"{names[0]}.{k}")
             size = n_lstm * int(np.prod(shape))
             slices.append((start, start + size, (n_lstm,) + tuple(shape)))
-        return _FastSpec(layout, n_lstm, hidden, tuple(slices), pi_keys, vf_keys)
+        return _FastSpec(layout, n_lstm, hidden, tuple(slices), _tower_table(layout, pi, "pi."),
+                         _tower_table(layout, vf, "vf."), sum(w.shape[0] for w, _ in pi),
+                         sum(w.shape[0] for w, _ in vf))
 
     @staticmethod
     def _stacked(spec: _FastSpec, flat: np.ndarray):
         """``(w_ih [L, 4H, D], w_hh [L, 4H, H], b [L, 4H])`` views of a buffer in ``spec``'s layout."""
         return tuple(flat[start:stop].reshape(shape) for start, stop, shape in spec.lstm_slices)
-
-    @staticmethod
-    def _layers(params, keys):
-        return [(params[w], params[b]) for w, b in keys]
 
     def initial_state(self, n_envs: int) -> LSTMStates:
         """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
@@ -579,13 +577,15 @@ class RecurrentPolicy(PolicyBase):
             :class:`ppo_ref.policies.PolicyEval` with ``log_probs``, ``entropy``, ``values``
             of shape ``[T, n]`` (float64) and the cache :meth:`backward` needs.
 
-        Fast path (same equations; the LSTM outputs and the towers bit for bit, the categorical
-        head by one compiled pass, equal to rounding): ``params`` from :meth:`init_params` /
-        :meth:`as_flat` (finite), ``obs`` a finite float64 array, ``actions`` int64
-        ``[T, n]`` in range (categorical) or an array of the action shape (Gaussian),
-        ``state`` finite C-contiguous float64, ``episode_starts`` a bool ``[T, n]`` array:
-        both LSTMs in one compiled call on stacked views of the parameter buffer, the
-        arguments checked once per call instead of once per layer. Anything else takes the
+        Fast path (same equations; the LSTM outputs bit for bit, the towers as fused
+        multiply-add chains in the order of :func:`ppo_ref.nn.mlp._mlp_forward_flat` and the
+        categorical head by one compiled pass, equal to rounding): ``params`` from
+        :meth:`init_params` / :meth:`as_flat` (finite), ``obs`` a finite float64 array,
+        ``actions`` int64 ``[T, n]`` in range (categorical) or an array of the action shape
+        (Gaussian), ``state`` finite C-contiguous float64, ``episode_starts`` a bool ``[T, n]``
+        array: both LSTMs in one compiled call on stacked views of the parameter buffer, each
+        tower in one compiled call, the arguments checked once per call instead of once per
+        layer. Anything else takes the
         checked path (which also raises the errors).
         """
         spec = self._fast_spec(params)
@@ -624,13 +624,12 @@ class RecurrentPolicy(PolicyBase):
             return flatten_arrays({k: grads[k] for k in params}, params.layout, dtype=np.float64)
         return {k: grads[k] for k in params}
 
-    def _compute_arrays(self, spec: _FastSpec, params):
-        """``(flat, arrays)``: the parameter buffer in the compute dtype and its dict of views
-        (the caller's own buffer for float64; one cast copy for float32)."""
+    def _compute_flat(self, params) -> np.ndarray:
+        """The parameter buffer in the compute dtype (the caller's own buffer for float64; one
+        cast copy for float32)."""
         if self.compute_dtype == np.float64:
-            return params.flat, params
-        flat = params.flat.astype(self.compute_dtype)
-        return flat, FlatArrays.from_buffer(flat, spec.layout)
+            return params.flat
+        return params.flat.astype(self.compute_dtype)
 
     def _fast_evaluate(self, spec: _FastSpec, params, obs, actions, state, episode_starts):
         """:meth:`evaluate` on the fast path, or ``None`` when an argument is not of the
@@ -670,7 +669,7 @@ class RecurrentPolicy(PolicyBase):
                 and _all_finite(c0)):
             return None
         dt = self.compute_dtype
-        flat, arrays = self._compute_arrays(spec, params)
+        flat = self._compute_flat(params)
         if dt != np.float64:
             x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
         keep = np.ones((T + 1, n), dt)
@@ -678,11 +677,14 @@ class RecurrentPolicy(PolicyBase):
         w_ih, w_hh, b = self._stacked(spec, flat)
         h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
         hidden = spec.hidden
-        act = self.activation
-        out, pi_inputs = _tower_forward(_transposed(arrays, spec.pi_keys),
-                                        h_seq[0].reshape(rows, hidden), act)
-        values, vf_inputs = _tower_forward(_transposed(arrays, spec.vf_keys),
-                                           h_seq[-1].reshape(rows, hidden), act)
+        relu = self.activation == "relu"
+        pi_acts = _tower_forward(h_seq[0].reshape(rows, hidden), flat, spec.pi_table,
+                                 spec.pi_width, relu)
+        vf_acts = _tower_forward(h_seq[-1].reshape(rows, hidden), flat, spec.vf_table,
+                                 spec.vf_width, relu)
+        n_out = head.out_dim
+        out = pi_acts[rows * (spec.pi_width - n_out):].reshape(rows, n_out)
+        values = vf_acts[rows * (spec.vf_width - 1):]
         if categorical:
             log_probs = np.empty(rows)
             entropy = np.empty(rows)
@@ -694,10 +696,10 @@ class RecurrentPolicy(PolicyBase):
             log_probs = head.log_prob(out, params, flat_actions)
             entropy = np.asarray(head.entropy(out, params), dtype=np.float64)
             probs = cached_entropy = None
-        cache = _FastCache(spec, (T, n), flat, arrays, x, keep, h_prev, c_prev, gates, tanh_c,
-                           pi_inputs, vf_inputs, out, flat_actions, probs, cached_entropy)
+        cache = _FastCache(spec, (T, n), flat, x, keep, h_seq, h_prev, c_prev, gates, tanh_c,
+                           pi_acts, vf_acts, out, flat_actions, probs, cached_entropy)
         return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
-                          values[:, 0].astype(np.float64).reshape(T, n), cache)
+                          values.astype(np.float64).reshape(T, n), cache)
 
     def _fast_backward(self, params, cache: _FastCache, d_log_probs, d_entropy, d_values):
         """:meth:`backward` for a cache of :meth:`_fast_evaluate`: gradients in one new float64
@@ -721,35 +723,30 @@ class RecurrentPolicy(PolicyBase):
             head_grads = {}
         else:
             d_out, head_grads = self.head.backward(out, params, cache.actions, d_lp, d_ent)
-            d_out = d_out.astype(dt, copy=False)
-        act = self.activation
-        arrays = cache.arrays
-        tower_grads: Params = {}
-        dh_pi = _mlp_backward_2d(self._layers(arrays, spec.pi_keys), cache.pi_inputs, d_out,
-                                 act, "pi.", tower_grads, need_dx=True)
-        dh_vf = _mlp_backward_2d(self._layers(arrays, spec.vf_keys), cache.vf_inputs,
-                                 d_v.reshape(rows, 1).astype(dt, copy=False), act, "vf.",
-                                 tower_grads, need_dx=True)
+            d_out = np.ascontiguousarray(d_out, dtype=dt)
+        relu = self.activation == "relu"
         hidden = spec.hidden
-        if spec.n_lstm == 1:
-            dh_pi += dh_vf
-            dh_seq = dh_pi.reshape(1, T, n, hidden)
-        else:
-            dh_seq = np.empty((2, T, n, hidden), dt)
-            dh_seq[0] = dh_pi.reshape(T, n, hidden)
-            dh_seq[1] = dh_vf.reshape(T, n, hidden)
         layout = spec.layout
-        grads = FlatArrays.from_buffer(np.empty(layout.size, dt), layout)
-        _, w_hh, _ = self._stacked(spec, cache.flat)
-        g_w_ih, g_w_hh, g_b = self._stacked(spec, grads.flat)
+        flat = cache.flat
+        g_flat = np.empty(layout.size, dt)
+        # the towers write their weight gradients into g_flat and add dL/dh into dh_seq (a
+        # shared LSTM: the value tower's terms continue the policy tower's sums)
+        dh_seq = np.zeros((spec.n_lstm, T, n, hidden), dt)
+        h_seq = cache.h_seq
+        _mlp_backward_flat(h_seq[0].reshape(rows, hidden), cache.pi_acts, flat, spec.pi_table,
+                           relu, d_out, g_flat, dh_seq[0].reshape(rows, hidden))
+        _mlp_backward_flat(h_seq[-1].reshape(rows, hidden), cache.vf_acts, flat, spec.vf_table,
+                           relu, np.ascontiguousarray(d_v.reshape(rows, 1), dtype=dt), g_flat,
+                           dh_seq[-1].reshape(rows, hidden))
+        _, w_hh, _ = self._stacked(spec, flat)
+        g_w_ih, g_w_hh, g_b = self._stacked(spec, g_flat)
         _backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
                           cache.keep, dh_seq, g_w_ih, g_w_hh, g_b)
-        for k, g in tower_grads.items():
-            grads[k][...] = g
+        if dt != np.float64:
+            g_flat = g_flat.astype(np.float64)
+        grads = FlatArrays.from_buffer(g_flat, layout)
         for k, g in head_grads.items():
             grads[k][...] = g
-        if dt != np.float64:
-            grads = FlatArrays.from_buffer(grads.flat.astype(np.float64), layout)
         return grads
 
     def acting_step_fn(self, params):
@@ -770,14 +767,13 @@ class RecurrentPolicy(PolicyBase):
         if spec is None or not _all_finite(params.flat):
             return lambda obs, state, starts: self.policy_out_step(params, obs, state, starts)
         dt = self.compute_dtype
-        flat, arrays = self._compute_arrays(spec, params)
+        flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
         w_ih, w_hh, b = self._stacked(spec, flat)
         w_ih_t = np.ascontiguousarray(w_ih.transpose(0, 2, 1))
         w_hh_t = np.ascontiguousarray(w_hh.transpose(0, 2, 1))
-        b = b.copy()
-        pi_layers = _transposed(arrays, spec.pi_keys, copy=True)
+        pi_table, pi_width, n_out = spec.pi_table, spec.pi_width, self.head.out_dim
         want_lstm, hidden, obs_dim = spec.n_lstm, spec.hidden, self.obs_dim
-        act = self.activation
+        relu = self.activation == "relu"
         wide = dt == np.float64
 
         def step(obs, state, episode_starts):
@@ -801,7 +797,8 @@ class RecurrentPolicy(PolicyBase):
                     h_new = np.empty(want, dt)
                     c_new = np.empty(want, dt)
                     _step_stack(obs, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
-                    out = _tower_forward(pi_layers, h_new[0], act)[0]
+                    acts = _tower_forward(h_new[0], flat, pi_table, pi_width, relu)
+                    out = acts[n * (pi_width - n_out):].reshape(n, n_out)
                     if not wide:
                         h_new, c_new = h_new.astype(np.float64), c_new.astype(np.float64)
                     return out, LSTMStates(h_new, c_new)

@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from gradcheck import check_gradients
 from ppo_ref.nn.init import orthogonal
+import ppo_ref.nn.lstm as lstm_mod
 from ppo_ref.nn.mlp import (
-    ActivationCache, LinearCache, MLPCache, linear_backward, linear_forward, linear_init,
+    ActivationCache, LinearCache, MLPCache, _mlp_backward_2d, _mlp_backward_flat,
+    _mlp_forward_2d, _mlp_forward_flat, linear_backward, linear_forward, linear_init,
     mlp_backward, mlp_forward, mlp_init, relu_backward, relu_forward, tanh_backward, tanh_forward,
 )
 
@@ -313,3 +315,135 @@ def test_mlp_backward_is_the_matrix_chain_rule(rng, activation):
     np.testing.assert_array_equal(grads["w0"], da.T @ x)
     np.testing.assert_array_equal(grads["b0"], da.sum(axis=0))
     np.testing.assert_array_equal(dx, da @ p["w0"])
+
+
+# --------------------------------------------------------------------------------------------
+# compiled MLP on a flat parameter buffer (the recurrent policy's towers)
+
+def _flat_mlp(rng, sizes, dtype, gap=3):
+    """Random layers ``sizes[0] -> ... -> sizes[-1]`` stored in one buffer (weights and biases
+    in an order unlike the layer order, with unused entries in between) and the layer table."""
+    table, off = [], gap
+    for i in reversed(range(len(sizes) - 1)):
+        n_out, n_in = sizes[i + 1], sizes[i]
+        table.append((off + n_out + gap, off, n_out, n_in))   # bias first, then the weight
+        off += n_out + gap + n_out * n_in + gap
+    flat = rng.standard_normal(off).astype(dtype)
+    return flat, np.array(table[::-1], dtype=np.int64)
+
+
+def _layers_of(flat, table):
+    return [(flat[w:w + o * n].reshape(o, n), flat[b:b + o]) for w, b, o, n in table]
+
+
+FLAT_SIZES = [[5, 3], [13, 19, 2], [7, 37, 21, 1]]   # 1, 2, 3 layers; widths not multiples of 16
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("sizes", FLAT_SIZES)
+def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
+    """``_mlp_forward_flat`` / ``_mlp_backward_flat`` against the float64 checked functions
+    (``_mlp_forward_2d`` / ``_mlp_backward_2d``: BLAS products, NumPy's tanh) on 37 rows.
+
+    Tolerances, relative to each array's largest entry: float64 1e-12 (the two compute each
+    entry as a sum of at most 37 products in different orders, each within ~37 units of
+    rounding (1.1e-16) of the sums of |terms|, and tanh within 3 ulp: ~1e-14 at most for these
+    O(1) random weights); float32 2e-5 (the same with float32's 6e-8 unit). The kernels write
+    the gradients only at the table's entries and ADD dL/dx to ``dx``."""
+    flat, table = _flat_mlp(rng, sizes, dtype)
+    rows = 37
+    x = rng.standard_normal((rows, sizes[0])).astype(dtype)
+    acts = np.empty(rows * sum(sizes[1:]), dtype)
+    _mlp_forward_flat(x, flat, table, activation == "relu", acts)
+    layers = [(w.astype(np.float64), b.astype(np.float64)) for w, b in _layers_of(flat, table)]
+    y_ref, inputs = _mlp_forward_2d(layers, x.astype(np.float64), activation)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+
+    def close(got, want, name):
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max(),
+                                   err_msg=name)
+
+    start = 0
+    for i, (w, b, n_out, n_in) in enumerate(table):   # every layer's output, in order
+        block = acts[start:start + rows * n_out].reshape(rows, n_out)
+        close(block, inputs[i + 1] if i + 1 < len(table) else y_ref, f"layer {i} output")
+        start += rows * n_out
+    dy = rng.standard_normal(y_ref.shape).astype(dtype)
+    dy_copy = dy.copy()
+    grads = np.full(flat.shape, np.nan, dtype)
+    dx0 = rng.standard_normal(x.shape).astype(dtype)
+    dx = dx0.copy()
+    _mlp_backward_flat(x, acts, flat, table, activation == "relu", dy, grads, dx)
+    g_ref = {}
+    dx_ref = _mlp_backward_2d(layers, inputs, dy.astype(np.float64), activation, "", g_ref,
+                              need_dx=True)
+    np.testing.assert_array_equal(dy, dy_copy)
+    written = np.zeros(flat.shape, bool)
+    for i, (w, b, n_out, n_in) in enumerate(table):
+        close(grads[w:w + n_out * n_in].reshape(n_out, n_in), g_ref[f"w{i}"], f"w{i}")
+        close(grads[b:b + n_out], g_ref[f"b{i}"], f"b{i}")
+        written[w:w + n_out * n_in] = written[b:b + n_out] = True
+    assert np.isnan(grads[~written]).all()
+    close(dx - dx0, dx_ref, "dx")
+
+
+def _fma_chain(start, a, b):
+    """``fma(a[K-1], b[K-1], ... fma(a[0], b[0], start))``, each step rounded once (exact
+    rational arithmetic: :func:`ppo_ref.nn.lstm._fma` interpreted)."""
+    o = float(start)
+    for u, v in zip(a, b):
+        o = lstm_mod._fma(float(u), float(v), o)
+    return o
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
+    """float64: every entry is the sum written in mlp.py's section comment, computed here one
+    term at a time in exact arithmetic with one rounding per FMA: forward chains over the
+    inputs from the bias; weight gradients over the rows in order from 0; bias gradients
+    added row by row; dL/dh over the outputs, times the derivative; dL/dx continuing from the
+    given ``dx``. Hidden tanh is :func:`ppo_ref.nn.lstm._tanh` (interpreted, same bits).
+    Rows and widths cover the register blocks (8 x 16) and their leftovers. Also: a subset
+    of rows gives its rows' outputs bit for bit (row independence)."""
+    sizes, rows = [17, 18, 3], 19
+    flat, table = _flat_mlp(rng, sizes, np.float64)
+    relu = activation == "relu"
+    x = rng.standard_normal((rows, sizes[0]))
+    acts = np.empty(rows * sum(sizes[1:]))
+    _mlp_forward_flat(x, flat, table, relu, acts)
+    (w0, b0), (w1, b1) = _layers_of(flat, table)
+    a0 = np.array([[_fma_chain(b0[j], x[n], w0[j]) for j in range(18)] for n in range(rows)])
+    h = np.maximum(a0, 0.0) if relu else np.vectorize(lstm_mod._tanh.py_func)(a0)
+    y = np.array([[_fma_chain(b1[j], h[n], w1[j]) for j in range(3)] for n in range(rows)])
+    np.testing.assert_array_equal(acts[:rows * 18].reshape(rows, 18), h)
+    np.testing.assert_array_equal(acts[rows * 18:].reshape(rows, 3), y)
+    sub_rows = [4, 0, 11, 17, 18]
+    sub = np.empty(len(sub_rows) * 21)
+    _mlp_forward_flat(np.ascontiguousarray(x[sub_rows]), flat, table, relu, sub)
+    np.testing.assert_array_equal(sub[len(sub_rows) * 18:].reshape(-1, 3), y[sub_rows])
+
+    dy = rng.standard_normal((rows, 3))
+    dx = rng.standard_normal(x.shape)
+    dx_start = dx.copy()
+    grads = np.zeros(flat.shape)
+    _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx)
+    (gw0, gb0), (gw1, gb1) = _layers_of(grads, table)
+    np.testing.assert_array_equal(
+        gw1, [[_fma_chain(0.0, dy[:, j], h[:, k]) for k in range(18)] for j in range(3)])
+    bias = np.zeros(3)
+    for n in range(rows):
+        bias = bias + dy[n]
+    np.testing.assert_array_equal(gb1, bias)
+    dh = np.array([[_fma_chain(0.0, dy[n], w1[:, k]) for k in range(18)] for n in range(rows)])
+    da = dh * (h > 0.0) if relu else dh * (1.0 - h * h)
+    np.testing.assert_array_equal(
+        gw0, [[_fma_chain(0.0, da[:, j], x[:, k]) for k in range(17)] for j in range(18)])
+    bias = np.zeros(18)
+    for n in range(rows):
+        bias = bias + da[n]
+    np.testing.assert_array_equal(gb0, bias)
+    np.testing.assert_array_equal(
+        dx, [[_fma_chain(dx_start[n, k], da[n], w0[:, k]) for k in range(17)]
+             for n in range(rows)])

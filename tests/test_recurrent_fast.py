@@ -3,8 +3,10 @@ row-wise towers, compiled categorical head, parameters checked once per layout) 
 checked path (plain dict parameters), and its float32 variant (``compute_dtype="float32"``).
 
 Tolerances: the LSTM arithmetic of both paths is the same (bit for bit, tested below), but the
-fast towers compute ``b + x @ w.T`` as row-wise fused multiply-add chains where the checked
-path calls BLAS (``x @ w.T``, then ``+ b``), and the fast categorical head uses the compiled
+fast towers compute their products (forward ``b + x @ w.T``, backward ``d.T @ h`` and
+``d @ w``) as fused multiply-add chains in a documented order (ppo_ref/nn/mlp.py, tested bit for
+bit in tests/test_mlp.py) where the checked path calls BLAS, hidden tanh is the project's own
+(within 3 ulp of NumPy's), and the fast categorical head uses the compiled
 ``exp``/``log`` where the checked one uses NumPy's: each output differs by a few rounding
 errors, ~1e-16 relative, amplified at most by the network's condition (small here).
 float32 against float64: float32 rounding (~6e-8 relative) through 8 to 32 recurrent steps.
@@ -72,13 +74,36 @@ def test_fast_evaluate_and_backward_match_the_checked_path(rng, space, shared, a
     for l, name in enumerate(names):
         sub = {k.split(".", 1)[1]: v for k, v in params.items() if k.startswith(name + ".")}
         h_seq, (h_T, c_T), _ = lstm_forward(sub, data[0], data[2].h[l], data[2].c[l], data[3])
-        tower_input = (fast.cache.pi_inputs if l == 0 else fast.cache.vf_inputs)[0]
-        np.testing.assert_array_equal(tower_input, h_seq.reshape(T * n, -1))
+        np.testing.assert_array_equal(fast.cache.h_seq[l], h_seq)      # the towers' input
         np.testing.assert_array_equal(fast.cache.c_prev[l, T], c_T)
     w = [rng.normal(size=(T, n)) for _ in range(3)]
     g_fast = policy.backward(params, fast.cache, *w)
     g_checked = policy.backward(dict(params), checked.cache, *w)
     assert is_flat(g_fast) and g_fast.layout == params.layout and list(g_fast) == list(params)
+    for k in params:
+        scale = max(1.0, float(np.max(np.abs(g_checked[k]))))
+        np.testing.assert_allclose(g_fast[k], g_checked[k], rtol=0, atol=1e-11 * scale,
+                                   err_msg=k)
+
+
+@pytest.mark.parametrize("net_arch,shared,act", [((), False, "relu"), ((8, 5), True, "tanh"),
+                                                  ((8, 5), False, "relu")])
+def test_fast_towers_of_any_depth_match_the_checked_path(rng, net_arch, shared, act):
+    """Towers of 1 and 3 layers (linear heads on the LSTM; two hidden layers) on the compiled
+    tower kernels: outputs and every gradient as the checked path (tolerances of the test
+    above), including the shared LSTM's summed dL/dh from both towers."""
+    policy = make_policy(BOX, lstm_shared=shared, activation=act, net_arch=net_arch)
+    params = perturbed_params(rng, policy)
+    data = make_data(rng, policy)
+    fast = policy.evaluate(params, *data)
+    checked = policy.evaluate(dict(params), *data)
+    assert isinstance(fast.cache, _FastCache)
+    for name in ("log_probs", "entropy", "values"):
+        np.testing.assert_allclose(getattr(fast, name), getattr(checked, name),
+                                   rtol=1e-12, atol=1e-13, err_msg=name)
+    w = [rng.normal(size=data[3].shape) for _ in range(3)]
+    g_fast = policy.backward(params, fast.cache, *w)
+    g_checked = policy.backward(dict(params), checked.cache, *w)
     for k in params:
         scale = max(1.0, float(np.max(np.abs(g_checked[k]))))
         np.testing.assert_allclose(g_fast[k], g_checked[k], rtol=0, atol=1e-11 * scale,

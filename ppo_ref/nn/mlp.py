@@ -30,6 +30,7 @@ import numpy as np
 from ppo_ref._checks import as_float_array, check_choice, check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
+from ppo_ref.nn.lstm import _add_products, _linear_rows, _tanh_any, _wide
 
 __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
@@ -239,6 +240,174 @@ def _mlp_backward_2d(layers, layer_inputs, dy2: np.ndarray, activation: str, pre
             _activation_grad_inplace(dh, h, activation)
         d = dh
     return d
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled MLP on a flat parameter buffer (the recurrent policy's towers on its fast path)
+#
+# An MLP whose layers live in one 1-D buffer ``flat`` (float64 or float32), described by a
+# layer table ``table`` int64 ``[L, 4]``: row i = ``(w offset, b offset, out_i, in_i)``, so
+# ``w_i = flat[w_off : w_off + out_i * in_i].reshape(out_i, in_i)`` (torch layout) and
+# ``b_i = flat[b_off : b_off + out_i]``. The gradients go into a buffer of the same layout (the
+# same table). The outputs of all layers of a batch of M rows are kept in one 1-D buffer
+# ``acts`` of ``M * sum_i out_i`` entries: layer i's block ``[M, out_i]`` (post-activation for
+# the hidden layers, the linear output for the last) follows layer i-1's.
+#
+# Summation order (documented, BLAS-independent, so the results are the same on every machine
+# with IEEE 754 fused multiply-add, whatever BLAS is installed): every product is a chain of
+# FMAs by :func:`ppo_ref.nn.lstm._add_products`,
+#
+#     forward     a[n, j]     = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
+#                               (k = 0 .. in-1: a row never depends on another row)
+#     backward    gw[j, k]    = fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))
+#                               (rows n = 0 .. M-1 in order)
+#                 gb[j]       = (((0 + d[0, j]) + d[1, j]) + ...) + d[M-1, j]
+#                 dh[n, k]    = fma(d[n, out-1], w[out-1, k], ... fma(d[n, 0], w[0, k], 0))
+#                               (j = 0 .. out-1), then times act'(.) for a hidden layer;
+#                 dx[n, k]   += the same chain for layer 0, continuing from dx's entry.
+#
+# Activations: relu ``max(a, 0)`` (derivative ``[h > 0]``, 0 at 0 as torch) or tanh by the
+# project's own :func:`ppo_ref.nn.lstm._tanh_any` (derivative ``1 - h^2``), in the dtype of the
+# buffers. The kernels call ``_add_products``, ``_linear_rows`` and ``_tanh_any`` of
+# :mod:`ppo_ref.nn.lstm` (one product primitive for the whole project); numba's on-disk cache
+# does not see edits to those: after changing them, delete the ``*.nbi``/``*.nbc`` files of
+# ``ppo_ref/nn/__pycache__``.
+# --------------------------------------------------------------------------------------------
+
+_ZERO_F32 = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
+_ONE_F32 = np.float32(1.0)
+
+
+@njit
+def _activate_inplace(a, relu):
+    """``a <- relu(a)`` (``a > 0 ? a : 0``) or ``a <- tanh(a)`` (:func:`_tanh_any`), 2-D."""
+    _wide()
+    rows, cols = a.shape
+    if relu:
+        for n in range(rows):
+            for j in range(cols):
+                v = a[n, j]
+                a[n, j] = v if v > _ZERO_F32 else _ZERO_F32
+    else:
+        for n in range(rows):
+            for j in range(cols):
+                a[n, j] = _tanh_any(a[n, j])
+
+
+@njit
+def _activation_grad_transposed(d, h, relu, d_t):
+    """``d <- d * act'(h)`` (``h`` the activation's output: relu ``[h > 0]``, tanh ``1 - h^2``)
+    and ``d_t <- d.T`` (:func:`_transpose_into`), 2-D ``d, h [M, W]``, ``d_t [W, M]``.
+    The products are those of :func:`_activation_grad_inplace` (same bits)."""
+    _wide()
+    rows, cols = d.shape
+    if relu:
+        for n in range(rows):
+            for j in range(cols):
+                d[n, j] = d[n, j] if h[n, j] > _ZERO_F32 else _ZERO_F32
+    else:
+        for n in range(rows):
+            for j in range(cols):
+                d[n, j] *= _ONE_F32 - h[n, j] * h[n, j]
+    _transpose_into(d, d_t)
+
+
+@njit
+def _transpose_into(a, a_t):
+    """``a_t[j, n] = a[n, j]`` (2-D), in tiles of 16 x 16 so both sides stay in cache lines."""
+    rows, cols = a.shape
+    for n0 in range(0, rows, 16):
+        n1 = min(n0 + 16, rows)
+        for j0 in range(0, cols, 16):
+            j1 = min(j0 + 16, cols)
+            for j in range(j0, j1):
+                for n in range(n0, n1):
+                    a_t[j, n] = a[n, j]
+
+
+@njit
+def _mlp_forward_flat(x, flat, table, relu, acts):
+    """Compiled MLP forward on a flat parameter buffer (section comment above).
+
+    Args:
+        x: ``[M, in_0]`` C-contiguous, the dtype of ``flat`` (float64 or float32).
+        flat: 1-D parameter buffer; table: int64 ``[L, 4]`` layer table.
+        relu: True for relu hidden layers, False for tanh.
+        acts: 1-D ``[M * sum_i out_i]``, written: every layer's output (the last block is
+            ``y [M, out_L]``).
+
+    ``a_i = b_i + h_i @ w_i.T`` by :func:`ppo_ref.nn.lstm._linear_rows` (FMA chains in input
+    order, row by row: a row's outputs never depend on the other rows of the call), ``h_{i+1} =
+    act(a_i)`` for i < L-1. Each weight is transposed into a scratch ``[in, out]`` first.
+    Unchecked: the caller guarantees shapes, contiguity and one dtype.
+    """
+    rows = x.shape[0]
+    n_layers = table.shape[0]
+    h = x
+    start = 0
+    for i in range(n_layers):
+        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        w_t = np.empty((n_in, n_out), flat.dtype)
+        _transpose_into(flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), w_t)
+        a = acts[start:start + rows * n_out].reshape(rows, n_out)
+        _linear_rows(h, w_t, flat[b_off:b_off + n_out], a)
+        if i < n_layers - 1:
+            _activate_inplace(a, relu)
+        h = a
+        start += rows * n_out
+
+
+@njit
+def _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
+    """Compiled MLP backward on a flat parameter buffer (section comment above).
+
+    Args:
+        x, acts, flat, table, relu: as given to (and written by) :func:`_mlp_forward_flat`.
+        dy: ``[M, out_L]`` C-contiguous, ``dL/dy``; not modified.
+        grads: 1-D buffer of the layout of ``flat``: ``dL/dw_i``, ``dL/db_i`` are written at the
+            table's offsets (other entries untouched).
+        dx: ``[M, in_0]``: ``dL/dx`` is ADDED to it (zero it first for ``dL/dx`` alone; two
+            towers on the same input accumulate into one array).
+
+    ``dw_i = d_i.T @ h_i``, ``db_i = sum_n d_i[n]``, ``d_{i-1} = (d_i @ w_i) * act'(h_i)``
+    with ``d_L = dy``, in the summation order of the section comment (gw by
+    ``_add_products(gw, d_i.T, h_i)``, rows in order). All arrays one dtype; unchecked.
+    """
+    rows = x.shape[0]
+    n_layers = table.shape[0]
+    end = 0
+    for i in range(n_layers):
+        end += rows * table[i, 2]
+    d = dy
+    d_t = np.empty((dy.shape[1], rows), dy.dtype)
+    _transpose_into(dy, d_t)
+    for i in range(n_layers - 1, -1, -1):
+        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        end -= rows * n_out          # now the start of layer i's block = the end of its input's
+        h = x if i == 0 else acts[end - rows * n_in:end].reshape(rows, n_in)
+        w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        gw[:, :] = 0.0
+        _add_products(gw, d_t, h)
+        _column_sums(d, grads[b_off:b_off + n_out])
+        if i == 0:
+            _add_products(dx, d, w)
+        else:
+            d_prev = np.zeros((rows, n_in), dy.dtype)
+            _add_products(d_prev, d, w)
+            d_t = np.empty((n_in, rows), dy.dtype)
+            _activation_grad_transposed(d_prev, h, relu, d_t)
+            d = d_prev
+
+
+@njit
+def _column_sums(d, out):
+    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
+    _wide()
+    out[:] = 0.0
+    for n in range(d.shape[0]):
+        for j in range(d.shape[1]):
+            out[j] += d[n, j]
 
 
 # --------------------------------------------------------------------------------------------
