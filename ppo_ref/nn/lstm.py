@@ -664,14 +664,19 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
     hidden = h_prev.shape[2]
     rows = n_steps * n_env
     dz_rows = dz.reshape(rows, four_h)
-    inputs_t = np.empty((d_in + hidden, rows), dz.dtype)  # [x | h~]^T: row m of the inputs is column m
-    for t in range(n_steps):
-        for n in range(n_env):
-            m = t * n_env + n
-            for d in range(d_in):
-                inputs_t[d, m] = x[t, n, d]
-            for k in range(hidden):
-                inputs_t[d_in + k, m] = h_prev[t, n, k]
+    x_rows = x.reshape(rows, d_in)
+    h_rows = h_prev[:n_steps].reshape(rows, hidden)
+    # [x | h~]^T: row m of the inputs is column m (transposed 8 rows at a time: the 8 values
+    # of a column are one contiguous store, the rows read stay in cache)
+    inputs_t = np.empty((d_in + hidden, rows), dz.dtype)
+    for m0 in range(0, rows, 8):
+        m1 = min(m0 + 8, rows)
+        for d in range(d_in):
+            for m in range(m0, m1):
+                inputs_t[d, m] = x_rows[m, d]
+        for k in range(hidden):
+            for m in range(m0, m1):
+                inputs_t[d_in + k, m] = h_rows[m, k]
     out = np.zeros((d_in + hidden, four_h), dz.dtype)
     _add_products(out, inputs_t, dz_rows)
     for j in range(four_h):
@@ -693,6 +698,7 @@ def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``."""
+    _wide()
     n_lstm, _, n_env, hidden = dh_seq.shape
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
@@ -971,7 +977,8 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
     dc0 = dc_rec * keep[0, :, None]
 
     grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
-    _weight_grads(dz, cache.x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"])
+    _weight_grads(dz, np.ascontiguousarray(cache.x), cache.h_prev, grads["w_ih"], grads["w_hh"],
+                  grads["b"])
     dx = np.zeros((n_steps, n_env, d_in))
     _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
                   w_ih)
