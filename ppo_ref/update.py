@@ -39,7 +39,8 @@ import numpy as np
 from ppo_ref._numba import njit
 from ppo_ref.losses import (_minibatch_loss_kernel, approx_kl, entropy_loss, normalize_advantages,
                             policy_loss, value_loss)
-from ppo_ref.optim import adam_update, clip_by_global_norm, clipped_adam_step
+from ppo_ref.optim import (_clipped_adam_step_in_place, adam_update, clip_by_global_norm,
+                           clipped_adam_step)
 
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
            "shuffled_minibatch_indices", "run_epochs", "effective_clip_range", "KL_STOP_RULES"]
@@ -270,11 +271,11 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
         evaluate: ``evaluate(params, data) -> (new_log_probs, entropy, values, cache)``.
         backward: ``backward(params, cache, d_log_probs, d_entropy, d_values) -> grads``
             (``d_entropy`` may be ``None``: zero).
-        With one-buffer dicts (:class:`~ppo_ref.flat.FlatArrays`) the parameters and moments
-        made by this loop are recycled: step k+2 writes into the buffers of step k's results
-        (``clipped_adam_step(..., out=)``), so ``evaluate``/``backward`` must not keep the
-        ``params`` they get beyond their step (the caller's own ``params`` and ``adam_state``
-        are never written).
+        With one-buffer dicts (:class:`~ppo_ref.flat.FlatArrays`) the first step writes new
+        buffers and every later step updates this loop's own parameters and moments in place
+        (``optim._clipped_adam_step_in_place``: the same bits, fewer buffers through the
+        caches), so ``evaluate``/``backward`` must not keep the ``params`` they get beyond
+        their step (the caller's own ``params`` and ``adam_state`` are never written).
 
     Returns:
         ``(params, adam_state, stats)``; ``stats`` holds the means over the evaluated
@@ -300,8 +301,7 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
     epochs_run = 0
     kl_stopped = False
     first_log_ratio = math.nan
-    own = False  # params/adam_state were made by this loop's clipped_adam_step
-    spare = None  # (params, m, v) FlatArrays of this loop no longer referenced by it
+    own = False  # params/adam_state buffers were made by this loop's clipped_adam_step
     for epoch in range(int(config.n_epochs)):
         last_kl = None
         evaluated_this_epoch = False
@@ -321,16 +321,22 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
                 kl_stopped = True
                 break
             grads = backward(params, cache, out.d_log_probs, out.d_entropy, out.d_values)
-            step = clipped_adam_step(params, grads, adam_state, max_norm=config.max_grad_norm,
-                                     lr=lr, eps=config.adam_eps, out=spare)
-            if step is not None:  # one-buffer dicts: the two calls below in two passes
-                # this loop's own previous results are free again: the next step writes there
-                # (two alternating sets; the caller's params and state are never written)
-                spare = (params, adam_state["m"], adam_state["v"]) if own else None
+            # one-buffer dicts: the two calls below in two passes, into new buffers on the
+            # first step, then into this loop's own buffers (the caller's params and state
+            # are never written)
+            step = None
+            if own:
+                step = _clipped_adam_step_in_place(params, grads, adam_state,
+                                                   max_norm=config.max_grad_norm, lr=lr,
+                                                   eps=config.adam_eps)
+            if step is None:
+                step = clipped_adam_step(params, grads, adam_state,
+                                         max_norm=config.max_grad_norm, lr=lr,
+                                         eps=config.adam_eps)
+            if step is not None:
                 own = True
                 params, adam_state, norm = step
             else:
-                spare = None
                 own = False
                 grads, norm = clip_by_global_norm(grads, config.max_grad_norm)
                 params, adam_state = adam_update(params, grads, adam_state, lr=lr,

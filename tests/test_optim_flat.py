@@ -159,6 +159,50 @@ def test_clipped_adam_step_out_same_bits_and_checks(rng):
             clipped_adam_step(p0, g, state, max_norm=0.5, lr=1e-2, out=bad)
 
 
+def test_clipped_adam_step_in_place_same_bits_and_refusals(rng):
+    """The in-place step (run_epochs from its second step on) gives the bits of
+    clipped_adam_step, writing into the given params and moments; it declines (None, nothing
+    written) when a buffer is shared or a view, checks its arguments before writing, and names
+    the array whose step is not finite."""
+    from ppo_ref.flat import FlatArrays
+    from ppo_ref.optim import _clipped_adam_step_in_place, clipped_adam_step
+    p0 = flatten_arrays(arrays(rng))
+    p_ref, s_ref = p0, adam_init(p0)
+    p, s = clipped_adam_step(p0, flatten_arrays(arrays(rng, 0.0)), adam_init(p0), max_norm=0.5,
+                             lr=0.0)[:2]  # own buffers (lr 0: the values of p0)
+    s = {**s, "t": 0}
+    assert np.array_equal(p.flat, p0.flat)
+    buffers = (p.flat, s["m"].flat, s["v"].flat)
+    for step in range(4):
+        g = flatten_arrays(arrays(rng, 3.0 if step % 2 else 0.01))  # clipped, then not
+        p_ref, s_ref, n_ref = clipped_adam_step(p_ref, g, s_ref, max_norm=0.5, lr=1e-2)
+        p_new, s, n = _clipped_adam_step_in_place(p, g, s, max_norm=0.5, lr=1e-2)
+        assert p_new is p and p.flat is buffers[0]
+        assert s["m"].flat is buffers[1] and s["v"].flat is buffers[2]
+        assert n == n_ref and s["t"] == s_ref["t"] == step + 1
+        for a, b in ((p, p_ref), (s["m"], s_ref["m"]), (s["v"], s_ref["v"])):
+            assert np.array_equal(a.flat, b.flat)
+    g = flatten_arrays(arrays(rng))
+    before = [b.copy() for b in buffers]
+    view = FlatArrays.from_buffer(np.empty(2 * p.flat.size)[:p.flat.size], p.layout)
+    declined = [(p, p, s), (p, g, {**s, "m": p}), (view, g, s),
+                (p, FlatArrays.from_buffer(p.flat[:], p.layout), s), (dict(p), g, s)]
+    for args in declined:
+        assert _clipped_adam_step_in_place(*args, max_norm=0.5, lr=1e-2) is None
+    for kwargs in ({"max_norm": 0.0, "lr": 1e-2}, {"max_norm": 0.5, "lr": -1.0},
+                   {"max_norm": 0.5, "lr": 1e-2, "betas": (0.9, 1.0)}):
+        with pytest.raises(ValueError):
+            _clipped_adam_step_in_place(p, g, s, **kwargs)
+    g_bad = flatten_arrays(arrays(rng))
+    g_bad["b1"][0] = np.inf
+    with pytest.raises(FloatingPointError, match="b1"):
+        _clipped_adam_step_in_place(p, g_bad, s, max_norm=0.5, lr=1e-2)
+    assert all(np.array_equal(a, b) for a, b in zip(buffers, before))  # nothing written
+    s["v"]["w1"][1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"params\['w1'\]"):
+        _clipped_adam_step_in_place(p, g, s, max_norm=0.5, lr=1e-2)
+
+
 def test_clipped_adam_kernel_compiled_equals_python_and_flags_non_finite(rng):
     """The vectorized clipped-Adam kernel: same bits as its interpreted version and as
     clip_by_global_norm + adam_update (the loop above), and its finiteness count catches a

@@ -248,10 +248,10 @@ def test_pendulum_continuous_actions_smoke():
     assert last > first + 150, (first, last)
 
 
-def test_run_epochs_one_buffer_params_recycled_buffers_same_trajectory():
-    """With one-buffer params run_epochs writes each Adam step into its own earlier results (two
-    alternating sets): the same parameters at every step as the per-array path, and the
-    caller's params and state are not written."""
+def test_run_epochs_one_buffer_params_updated_in_place_same_trajectory():
+    """With one-buffer params run_epochs writes the first Adam step into new buffers and every
+    later step into those same buffers (in place): the same parameters at every step as the
+    per-array path, and the caller's params and state are not written."""
     from ppo_ref.flat import flatten_arrays
     from ppo_ref.optim import adam_init
     cfg = PPOConfig(n_steps=B, batch_size=MB, n_epochs=3)
@@ -278,7 +278,8 @@ def test_run_epochs_one_buffer_params_recycled_buffers_same_trajectory():
         results.append((seen, dict(out_params), dict(out_state["v"]), stats))
     (seen_d, p_d, v_d, st_d), (seen_f, p_f, v_f, st_f) = results
     assert [s[:2] for s in seen_d] == [s[:2] for s in seen_f] and len(seen_f) == 12
-    assert len({id(s[2]) for s in seen_f[1:]}) == 2  # recycled: two alternating dicts
+    assert len({id(s[2]) for s in seen_f[1:]}) == 1  # the loop's own dict, updated in place
+    assert seen_f[0][2] is not seen_f[1][2]  # (the first step reads the caller's params)
     for k in p_d:
         assert np.array_equal(p_d[k], p_f[k]) and np.array_equal(v_d[k], v_f[k])
     assert st_d == st_f
