@@ -64,7 +64,7 @@ from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
 from ppo_ref.rollout import Rollout
-from ppo_ref.update import Minibatch, batch_advantages, run_epochs
+from ppo_ref.update import Minibatch, _epoch_permutations, batch_advantages, run_epochs
 
 __all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env_minibatches"]
 
@@ -110,6 +110,29 @@ def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -
                          f"n_envs ({n_envs})")
     perm = rng.permutation(n_envs)
     return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
+
+
+def _gather_epochs(perms: np.ndarray, per: int, rollout: "RecurrentRollout",
+                   advantages: np.ndarray, returns: np.ndarray):
+    """Every epoch's minibatches of :meth:`RecurrentPPOTrainer.train_on` gathered at once.
+
+    ``perms``: int64 ``[E, N]``, epoch ``e``'s env permutation in row ``e``, cut into
+    ``M = N // per`` groups of ``per`` envs. Returns ``(log_probs, advantages, returns,
+    values, observations, actions, h, c, episode_starts)``: the ``[T, N, ...]`` arrays as
+    ``[E, M, T, per, ...]`` and the rollout's initial LSTM states ``[L, N, H]`` as
+    ``[E, M, L, per, H]``, block ``[e, m]`` equal to indexing axis 1 by the envs
+    ``perms[e, m*per:(m+1)*per]`` (one broadcast gather per array; C-contiguous blocks)."""
+    E, N = perms.shape
+    groups = perms.reshape(E, N // per, 1, per)
+    T = rollout.rewards.shape[0]
+    steps = np.arange(T).reshape(1, 1, T, 1)
+    start = rollout.initial_lstm_states
+    layers = np.arange(start.h.shape[0]).reshape(1, 1, -1, 1)
+    return tuple([a[steps, groups] for a in (rollout.log_probs, advantages, returns,
+                                             rollout.values, rollout.observations,
+                                             rollout.actions)]
+                 + [start.h[layers, groups], start.c[layers, groups],
+                    rollout.episode_starts[steps, groups]])
 
 
 class _RecurrentActor:
@@ -270,13 +293,32 @@ class RecurrentPPOTrainer(PPOTrainer):
 
         # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
         # rows are what the compiled minibatch loss of ppo_ref.update takes.
+        # Without a KL stop every epoch runs: all epochs' env permutations are drawn at once
+        # (the same draws as one rng.permutation per epoch, see update._epoch_permutations)
+        # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each
+        # block C-contiguous and holding exactly the values (and order) of that minibatch's
+        # per-epoch gather; anything but a numpy Generator is asked for one permutation per
+        # epoch.
+        gathered = None
+
         def minibatches(epoch: int):
-            for envs in env_minibatches(rng, N, per):
-                yield Minibatch(rollout.log_probs[:, envs].reshape(-1),
-                                adv[:, envs].reshape(-1), ret[:, envs].reshape(-1),
-                                rollout.values[:, envs].reshape(-1),
-                                (rollout.observations[:, envs], rollout.actions[:, envs],
-                                 start.select(envs), rollout.episode_starts[:, envs]))
+            nonlocal gathered
+            if c.target_kl is not None or type(rng) is not np.random.Generator:
+                for envs in env_minibatches(rng, N, per):
+                    yield Minibatch(rollout.log_probs[:, envs].reshape(-1),
+                                    adv[:, envs].reshape(-1), ret[:, envs].reshape(-1),
+                                    rollout.values[:, envs].reshape(-1),
+                                    (rollout.observations[:, envs], rollout.actions[:, envs],
+                                     start.select(envs), rollout.episode_starts[:, envs]))
+                return
+            if gathered is None:
+                gathered = _gather_epochs(_epoch_permutations(rng, N, int(c.n_epochs)), per,
+                                          rollout, adv, ret)
+            lp, a, r, v, obs, act, h, cs, starts = (g[epoch] for g in gathered)
+            for j in range(N // per):
+                yield Minibatch(lp[j].reshape(-1), a[j].reshape(-1), r[j].reshape(-1),
+                                v[j].reshape(-1),
+                                (obs[j], act[j], LSTMStates(h[j], cs[j]), starts[j]))
 
         policy = self.policy
 

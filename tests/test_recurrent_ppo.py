@@ -113,6 +113,60 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
         assert sorted(sum(seen[3 * epoch:3 * epoch + 3], [])) == list(range(6))
 
 
+@pytest.mark.parametrize("kind,n_envs,batch_size", [
+    ("discrete", 4, 28), ("discrete", 6, 14), ("box", 4, 7)])  # 1, 3 and 4 minibatches/epoch
+def test_train_on_all_epochs_gather_equals_per_epoch_path(kind, n_envs, batch_size, monkeypatch):
+    """Without a KL stop, train_on draws every epoch's env permutation at once and gathers each
+    array once per update (C-contiguous blocks); with a target_kl that never fires it takes the
+    per-epoch path: same parameters, Adam state, stats, LSTM states and generator state, bit
+    for bit. Both give the loss its fast path."""
+    from ppo_ref import update
+    from ppo_ref.recurrent_ppo import _gather_epochs
+    fast = update._fast_minibatch_loss
+    declined = []
+
+    def recording(*args):
+        out = fast(*args)
+        declined.append(out is None)
+        return out
+    monkeypatch.setattr(update, "_fast_minibatch_loss", recording)
+    results = []
+    for target_kl in (None, 1e9):
+        trainer = make_trainer(kind, n_envs=n_envs, batch_size=batch_size, n_epochs=3,
+                               target_kl=target_kl)
+        for _ in range(2):
+            rollout = trainer.collect_rollout()
+            adv, ret = trainer.compute_advantages(rollout)
+            stats = trainer.train_on(rollout, adv, ret)
+        results.append((trainer.params.flat.copy(), trainer.adam_state["m"].flat.copy(),
+                        trainer.adam_state["v"].flat.copy(), stats,
+                        trainer.minibatch_rng.bit_generator.state,
+                        trainer.lstm_states.h.copy()))
+    (p1, m1, v1, s1, g1, h1), (p2, m2, v2, s2, g2, h2) = results
+    assert np.array_equal(p1, p2) and np.array_equal(m1, m2) and np.array_equal(v1, v2)
+    assert np.array_equal(h1, h2) and g1 == g2
+    assert s1["n_gradient_steps"] == 3 * (n_envs // max(1, batch_size // 7))
+    for k in s1:
+        assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
+    assert declined and not any(declined)
+    # the blocks are the per-epoch gathers of the same envs
+    r = np.random.default_rng(5)
+    perms = np.stack([r.permutation(n_envs) for _ in range(3)])
+    per = max(1, batch_size // 7)
+    blocks = _gather_epochs(perms, per, rollout, adv, ret)
+    start = rollout.initial_lstm_states
+    for e in range(3):
+        for j in range(n_envs // per):
+            envs = perms[e, j * per:(j + 1) * per]
+            want = (rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
+                    rollout.values[:, envs], rollout.observations[:, envs],
+                    rollout.actions[:, envs], start.h[:, envs], start.c[:, envs],
+                    rollout.episode_starts[:, envs])
+            for got, w in zip(blocks, want):
+                assert got[e, j].flags.c_contiguous and got[e, j].dtype == w.dtype
+                assert np.array_equal(got[e, j], w)
+
+
 # ---------------------------------------------------------------- collection and ratio = 1
 
 @pytest.mark.parametrize("kind,lstm_shared,sizes", [
