@@ -64,6 +64,7 @@ from llvmlite import ir as llvm_ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
+from ppo_ref import _workspace as workspace
 from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
 from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
@@ -645,7 +646,7 @@ def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
 
 
 @njit
-def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
+def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
     """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
     cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
     dtype; overwrites ``g_w_ih [4H, D]``, ``g_w_hh [4H, H]``, ``g_b [4H]``::
@@ -657,7 +658,7 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
     added by one FMA (:func:`_add_products` on ``[x | h~]^T [D + H, T N]`` and ``dz``), a bias
     term by one addition: the summation order is this documented one whatever the machine or
     BLAS (a BLAS product orders its sums by its own kernels), and the products run in
-    vector registers."""
+    vector registers. Scratch: ``inputs_t [D + H, T N]``, ``out [D + H, 4H]`` (any contents)."""
     _wide()
     n_steps, n_env, four_h = dz.shape
     d_in = x.shape[2]
@@ -668,7 +669,6 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
     h_rows = h_prev[:n_steps].reshape(rows, hidden)
     # [x | h~]^T: row m of the inputs is column m (transposed 8 rows at a time: the 8 values
     # of a column are one contiguous store, the rows read stay in cache)
-    inputs_t = np.empty((d_in + hidden, rows), dz.dtype)
     for m0 in range(0, rows, 8):
         m1 = min(m0 + 8, rows)
         for d in range(d_in):
@@ -677,7 +677,7 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
         for k in range(hidden):
             for m in range(m0, m1):
                 inputs_t[d_in + k, m] = h_rows[m, k]
-    out = np.zeros((d_in + hidden, four_h), dz.dtype)
+    out[:, :] = 0.0
     _add_products(out, inputs_t, dz_rows)
     for j in range(four_h):
         for d in range(d_in):
@@ -692,12 +692,13 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b):
 
 @njit
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b):
+                    g_b, inputs_t, products):
     """:func:`_backward_kernel` then :func:`_weight_grads` for L LSTMs from zero final-state
     gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
-    [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``."""
+    [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
+    ``inputs_t``, ``products``)."""
     _wide()
     n_lstm, _, n_env, hidden = dh_seq.shape
     for l in range(n_lstm):
@@ -705,7 +706,7 @@ def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         _backward_kernel(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
                          w_hh[l], dz[l])
-        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l])
+        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], inputs_t, products)
 
 
 # --------------------------------------------------------------------------------------------
@@ -813,14 +814,18 @@ def _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
     hidden = four_h // 4
     n_steps, n_env, _ = x.shape
     dtype = x.dtype
-    h_prev = np.empty((n_lstm, n_steps + 1, n_env, hidden), dtype)
-    c_prev = np.empty((n_lstm, n_steps + 1, n_env, hidden), dtype)
-    gates = np.empty((n_lstm, n_steps, n_env, four_h), dtype)
-    tanh_c = np.empty((n_lstm, n_steps, n_env, hidden), dtype)
-    h_seq = np.empty((n_lstm, n_steps, n_env, hidden), dtype)
-    _forward_stack(x, np.ascontiguousarray(w_ih.transpose(0, 2, 1)),
-                   np.ascontiguousarray(w_hh.transpose(0, 2, 1)), np.ascontiguousarray(b), keep,
-                   h0, c0, h_prev, c_prev, gates, tanh_c, h_seq)
+    # the arrays come from the reuse pools of ppo_ref._workspace (never one still held)
+    h_prev = workspace.empty("lstm.h_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
+    c_prev = workspace.empty("lstm.c_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
+    gates = workspace.empty("lstm.gates", (n_lstm, n_steps, n_env, four_h), dtype)
+    tanh_c = workspace.empty("lstm.tanh_c", (n_lstm, n_steps, n_env, hidden), dtype)
+    h_seq = workspace.empty("lstm.h_seq", (n_lstm, n_steps, n_env, hidden), dtype)
+    w_ih_t = workspace.empty("lstm.w_ih_t", (n_lstm, w_ih.shape[2], four_h), dtype)
+    w_hh_t = workspace.empty("lstm.w_hh_t", (n_lstm, hidden, four_h), dtype)
+    np.copyto(w_ih_t, w_ih.transpose(0, 2, 1))
+    np.copyto(w_hh_t, w_hh.transpose(0, 2, 1))
+    _forward_stack(x, w_ih_t, w_hh_t, np.ascontiguousarray(b), keep, h0, c0, h_prev, c_prev,
+                   gates, tanh_c, h_seq)
     return h_seq, h_prev, c_prev, gates, tanh_c
 
 
@@ -832,9 +837,13 @@ def _backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_
     with the products and sums of :func:`lstm_backward` (same bits); ``dx`` and the
     initial-state gradients are not computed."""
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
-    dz = np.empty((n_lstm, n_steps, n_env, 4 * hidden), dh_seq.dtype)
+    dtype = dh_seq.dtype
+    n_in = x.shape[2] + hidden
+    dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, 4 * hidden), dtype)
+    inputs_t = workspace.empty("lstm.inputs_t", (n_in, n_steps * n_env), dtype)
+    products = workspace.empty("lstm.products", (n_in, 4 * hidden), dtype)
     _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b)
+                    g_b, inputs_t, products)
 
 
 def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
@@ -978,7 +987,8 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
 
     grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
     _weight_grads(dz, np.ascontiguousarray(cache.x), cache.h_prev, grads["w_ih"], grads["w_hh"],
-                  grads["b"])
+                  grads["b"], np.empty((d_in + hidden, n_steps * n_env)),
+                  np.empty((d_in + hidden, 4 * hidden)))
     dx = np.zeros((n_steps, n_env, d_in))
     _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
                   w_ih)
