@@ -145,31 +145,65 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 @njit
+def _clipped_adam_element(param, grad, scale, m, v, beta1, beta2, step_size,
+                          bias_correction2_sqrt, eps):
+    """One entry of :func:`_clipped_adam_kernel`: ``(param', m', v', finite)`` for the
+    gradient ``grad * scale``, ``finite`` 1 when all three results are finite, else 0 (LLVM
+    inlines it into both kernel loops)."""
+    g = grad * scale
+    m_i = beta1 * m + (1.0 - beta1) * g
+    v_i = beta2 * v + (1.0 - beta2) * g * g
+    denom = np.true_divide(math.sqrt(v_i), bias_correction2_sqrt) + eps
+    p_i = param - np.true_divide(step_size * m_i, denom)
+    finite = ((abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX)
+              & (abs(v_i) <= _FLOAT64_MAX))
+    return p_i, m_i, v_i, finite
+
+
+@njit
 def _clipped_adam_kernel(param, grad, scale, m, v, beta1, beta2, step_size,
                          bias_correction2_sqrt, eps, param_out, m_out, v_out):
     """:func:`_adam_kernel` on the gradient ``grad * scale`` (float64 arrays; ``scale`` < 1, or
     exactly 1.0 when there is no clipping: ``g * 1.0`` is ``g`` bit for bit): the element-wise
-    product :func:`clip_by_global_norm` computes, then the same Adam arithmetic, in one pass.
-    Returns whether every result is finite.
+    product :func:`clip_by_global_norm` computes, then the same Adam arithmetic
+    (:func:`_clipped_adam_element`), in one pass. Returns whether every result is finite.
 
     Written so LLVM vectorizes it (about 2x faster than the scalar loop, same bits): the
     divisions are ``np.true_divide`` (IEEE division; numba's ``/`` on floats adds a
     ZeroDivisionError branch that blocks vectorization, and no denominator here can be 0 for
     a finite step: ``sqrt(v) / c2 + eps`` with ``c2 > 0``), and finiteness is counted with
-    comparisons (an integer sum) instead of a boolean ``&=`` chain."""
+    comparisons (an integer sum) instead of a boolean ``&=`` chain. The outputs must not
+    overlap the inputs (LLVM checks at run time and takes its scalar loop if they do: use
+    :func:`_clipped_adam_kernel_in_place` for an in-place step)."""
     n_finite = 0
     n = param.size
     for i in range(n):
-        g = grad[i] * scale
-        m_i = beta1 * m[i] + (1.0 - beta1) * g
-        v_i = beta2 * v[i] + (1.0 - beta2) * g * g
-        denom = np.true_divide(math.sqrt(v_i), bias_correction2_sqrt) + eps
-        p_i = param[i] - np.true_divide(step_size * m_i, denom)
+        p_i, m_i, v_i, finite = _clipped_adam_element(
+            param[i], grad[i], scale, m[i], v[i], beta1, beta2, step_size,
+            bias_correction2_sqrt, eps)
         param_out[i] = p_i
         m_out[i] = m_i
         v_out[i] = v_i
-        n_finite += ((abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX)
-                     & (abs(v_i) <= _FLOAT64_MAX))
+        n_finite += finite
+    return n_finite == n
+
+
+@njit
+def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
+                                  bias_correction2_sqrt, eps):
+    """:func:`_clipped_adam_kernel` writing the results into ``param``, ``m`` and ``v``
+    themselves (each entry read before it is written; ``grad`` must not overlap them), the same
+    arithmetic (:func:`_clipped_adam_element`) and bits, vectorized as that kernel."""
+    n_finite = 0
+    n = param.size
+    for i in range(n):
+        p_i, m_i, v_i, finite = _clipped_adam_element(
+            param[i], grad[i], scale, m[i], v[i], beta1, beta2, step_size,
+            bias_correction2_sqrt, eps)
+        param[i] = p_i
+        m[i] = m_i
+        v[i] = v_i
+        n_finite += finite
     return n_finite == n
 
 
@@ -268,9 +302,15 @@ def _flat_clipped_adam_step(params, grads, state, max_norm, lr, betas, eps, out,
     else:
         targets = _check_step_out(out, params, grads, state)
         p_out, m_out, v_out = (a.flat for a in targets)
-    if not _clipped_adam_kernel(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
-                                state["m"].flat, state["v"].flat, beta1, beta2, step_size,
-                                bias_correction2_sqrt, eps, p_out, m_out, v_out):
+    if in_place:
+        ok = _clipped_adam_kernel_in_place(p_out, grads.flat, scale if scale < 1.0 else 1.0,
+                                           m_out, v_out, beta1, beta2, step_size,
+                                           bias_correction2_sqrt, eps)
+    else:
+        ok = _clipped_adam_kernel(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
+                                  state["m"].flat, state["v"].flat, beta1, beta2, step_size,
+                                  bias_correction2_sqrt, eps, p_out, m_out, v_out)
+    if not ok:
         if in_place:  # the inputs are overwritten: name the array from the results
             bad = ~(np.isfinite(p_out) & np.isfinite(m_out) & np.isfinite(v_out))
             key = _key_at(layout, int(np.argmax(bad)))

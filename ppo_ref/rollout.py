@@ -409,7 +409,6 @@ class RolloutCollector:
         fast = self._fast_sync_envs()
         forward = policy.policy_out_fn(params)
         with_starts = bool(getattr(policy, "takes_episode_starts", False))
-        discrete = head.kind == "categorical"
         obs = self.obs
         starts = self.episode_starts
         episode_return = self.episode_return  # updated in place below
@@ -437,8 +436,8 @@ class RolloutCollector:
             if fast is not None:
                 # rewards and flags go straight into this step's buffer rows
                 rewards, terminated, truncated = rew_buf[t], term_buf[t], trunc_buf[t]
-                raw_obs, final_obs = step_sync(fast, env_actions.tolist() if discrete else env_actions,
-                                               step, t, rewards, terminated, truncated, expected)
+                raw_obs, final_obs = step_sync(fast, env_actions, step, t, rewards, terminated,
+                                               truncated, expected)
                 info = {"final_obs": final_obs}
                 any_done = bool(final_obs)  # holds exactly the envs that terminated or truncated
             else:
@@ -520,8 +519,10 @@ class RolloutCollector:
         The same calls, in the same order, as ``SyncVectorEnv.step`` in SAME_STEP mode
         (``env.step(action)``; if it terminated or truncated, keep the observation as the final
         one and ``env.reset()``), so results are identical; it skips the vector env's per-step
-        action iteration, info-dict merging, batch concatenation and copies. Discrete actions
-        are passed as Python ints (the cheapest type for ``Discrete.contains``).
+        action iteration, info-dict merging, batch concatenation and copies. Each sub-env gets
+        ``actions[i]`` of the action array, as ``SyncVectorEnv`` passes it (a numpy integer
+        scalar for Discrete: gymnasium's ``Discrete.contains`` checks it faster than a Python
+        int; a row for Box).
         Writes each env's reward and flags into ``rewards`` (float64 ``[N]``), ``terminated``,
         ``truncated`` (bool ``[N]``); ``expected`` is the observation shape (a tuple).
         Returns ``(observations [list], final_obs {i: obs})``.

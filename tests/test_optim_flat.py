@@ -237,3 +237,33 @@ def test_clipped_adam_kernel_compiled_equals_python_and_flags_non_finite(rng):
                     assert not _clipped_adam_kernel(*call, *args, *out), (name, pos, bad)
     big = np.full(n, 1e300)  # finite inputs whose step overflows
     assert not _clipped_adam_kernel(p, big, 1.0, m, v, *args, *out)
+
+
+def test_clipped_adam_kernel_in_place_equals_out_of_place_kernel(rng):
+    """The in-place kernel writes exactly the out-of-place kernel's results into its inputs
+    (compiled and interpreted) and flags the same non-finite cases."""
+    import math
+    from ppo_ref.optim import _clipped_adam_kernel, _clipped_adam_kernel_in_place
+    n = 1037
+    p, g, m = (rng.standard_normal(n) for _ in range(3))
+    v = rng.standard_normal(n) ** 2
+    args = (0.9, 0.999, 1e-3 / 0.19, math.sqrt(0.001999), 1e-5)
+    kernels = [_clipped_adam_kernel_in_place] + (
+        [_clipped_adam_kernel_in_place.py_func]
+        if hasattr(_clipped_adam_kernel_in_place, "py_func") else [])
+    for scale in (0.37, 1.0):
+        out = np.empty((3, n))
+        assert _clipped_adam_kernel(p, g, scale, m, v, *args, *out)
+        for kernel in kernels:
+            pm, mm, vm = p.copy(), m.copy(), v.copy()
+            assert kernel(pm, g, scale, mm, vm, *args)
+            np.testing.assert_array_equal(np.stack([pm, mm, vm]), out)
+    for which in range(3):
+        for pos in (0, 5, n - 1):
+            arrays = [p.copy(), m.copy(), v.copy()]
+            arrays[which][pos] = np.nan
+            with np.errstate(invalid="ignore"):
+                assert not _clipped_adam_kernel_in_place(arrays[0], g, 1.0, arrays[1],
+                                                         arrays[2], *args)
+    assert not _clipped_adam_kernel_in_place(p.copy(), np.full(n, 1e300), 1.0, m.copy(),
+                                             v.copy(), *args)
