@@ -314,15 +314,24 @@ def _activation_grad_transposed(d, h, relu, d_t):
 
 @njit
 def _transpose_into(a, a_t):
-    """``a_t[j, n] = a[n, j]`` (2-D), in tiles of 16 x 16 so both sides stay in cache lines."""
+    """``a_t[j, n] = a[n, j]`` (2-D): in tiles of 8 x 8 (a 64 x 256 float64 transpose: ~6 us,
+    ~11 us for NumPy's copy; larger arrays are bound by the cache traffic of the strided side:
+    an 8 x 8 tile of vector shuffles was no faster), the leftover rows and columns one by one."""
+    _wide()
     rows, cols = a.shape
-    for n0 in range(0, rows, 16):
-        n1 = min(n0 + 16, rows)
-        for j0 in range(0, cols, 16):
-            j1 = min(j0 + 16, cols)
-            for j in range(j0, j1):
-                for n in range(n0, n1):
+    r8 = rows - rows % 8
+    c8 = cols - cols % 8
+    for n0 in range(0, r8, 8):
+        for j0 in range(0, c8, 8):
+            for j in range(j0, j0 + 8):
+                for n in range(n0, n0 + 8):
                     a_t[j, n] = a[n, j]
+        for j in range(c8, cols):
+            for n in range(n0, n0 + 8):
+                a_t[j, n] = a[n, j]
+    for n in range(r8, rows):
+        for j in range(cols):
+            a_t[j, n] = a[n, j]
 
 
 @njit
