@@ -311,14 +311,16 @@ class RecurrentPPOTrainer(PPOTrainer):
                                     (rollout.observations[:, envs], rollout.actions[:, envs],
                                      start.select(envs), rollout.episode_starts[:, envs]))
                 return
-            if gathered is None:
-                gathered = _gather_epochs(_epoch_permutations(rng, N, int(c.n_epochs)), per,
-                                          rollout, adv, ret)
-            lp, a, r, v, obs, act, h, cs, starts = (g[epoch] for g in gathered)
-            for j in range(N // per):
-                yield Minibatch(lp[j].reshape(-1), a[j].reshape(-1), r[j].reshape(-1),
-                                v[j].reshape(-1),
-                                (obs[j], act[j], LSTMStates(h[j], cs[j]), starts[j]))
+            if gathered is None:  # every epoch's minibatches, made in one go
+                lp, a, r, v, obs, act, h, cs, starts = _gather_epochs(
+                    _epoch_permutations(rng, N, int(c.n_epochs)), per, rollout, adv, ret)
+                M = N // per
+                gathered = [[Minibatch(lp[e, j].reshape(-1), a[e, j].reshape(-1),
+                                       r[e, j].reshape(-1), v[e, j].reshape(-1),
+                                       (obs[e, j], act[e, j], LSTMStates(h[e, j], cs[e, j]),
+                                        starts[e, j]))
+                             for j in range(M)] for e in range(int(c.n_epochs))]
+            yield from gathered[epoch]
 
         policy = self.policy
 
