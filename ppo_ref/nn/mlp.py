@@ -298,7 +298,8 @@ def _activate_inplace(a, relu):
 def _activation_grad_transposed(d, h, relu, d_t):
     """``d <- d * act'(h)`` (``h`` the activation's output: relu ``[h > 0]``, tanh ``1 - h^2``)
     and ``d_t <- d.T`` (:func:`_transpose_into`), 2-D ``d, h [M, W]``, ``d_t [W, M]``.
-    The products are those of :func:`_activation_grad_inplace` (same bits)."""
+    tanh: the operations of :func:`_activation_grad_inplace` (same bits); relu: ``d`` where
+    ``h > 0``, else +0 (a product ``d * 0.0`` could give -0; no sum downstream differs)."""
     _wide()
     rows, cols = d.shape
     if relu:
