@@ -77,7 +77,9 @@ class LSTMStates(NamedTuple):
     c: np.ndarray
 
     def select(self, envs) -> "LSTMStates":
-        """The states of the envs ``envs`` (an index array into N): ``[L, len(envs), H]`` copies."""
+        """The states of the envs ``envs`` (an index array into N): ``[L, len(envs), H]`` copies.
+        (``h[:, envs]`` is already a new array, but not C-contiguous, which the fast path
+        requires: ``.copy()`` makes it so.)"""
         return LSTMStates(self.h[:, envs].copy(), self.c[:, envs].copy())
 
     def copy(self) -> "LSTMStates":
@@ -357,6 +359,24 @@ class _FastCache(NamedTuple):
     entropy: object
 
 
+def _step_inputs_ok(obs, state, starts, n_lstm: int, hidden: int, obs_dim: int) -> bool:
+    """Whether one acting step's arguments are of the kinds the fast path takes: ``obs`` a
+    finite C-contiguous float64 ``[N, obs_dim]`` (N >= 1), ``state`` :class:`LSTMStates` of
+    finite C-contiguous float64 ``[n_lstm, N, hidden]`` arrays, ``starts`` a bool ``[N]``
+    array."""
+    if not (type(obs) is np.ndarray and obs.dtype == np.float64 and obs.ndim == 2
+            and obs.shape[1] == obs_dim and obs.flags.c_contiguous and obs.shape[0] >= 1
+            and isinstance(state, LSTMStates) and type(starts) is np.ndarray
+            and starts.dtype == np.bool_ and starts.shape == (obs.shape[0],)):
+        return False
+    want = (n_lstm, obs.shape[0], hidden)
+    for a in (state.h, state.c):
+        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == want
+                and a.flags.c_contiguous):
+            return False
+    return _all_finite(obs) and _all_finite(state.h) and _all_finite(state.c)
+
+
 def _tower_table(layout: FlatLayout, layers, prefix: str):
     """The layer table ``[(w offset, b offset, out, in)]`` (int64 ``[layers, 4]``) of the
     tower ``prefix`` (``"pi."``, ``"vf."``) whose ``(w, b)`` arrays are ``layers``."""
@@ -524,10 +544,28 @@ class RecurrentPolicy(PolicyBase):
         Returns:
             ``(actions, values, log_probs, new_state)``: raw actions (int64 ``[N]`` or float64
             ``[N, A]``), ``values`` ``[N]``, ``log_probs`` ``[N]``, the new state.
+
+        Fast path (as :meth:`values`): every LSTM's step by the stacked kernel and both towers
+        on the parameter buffer, in the compute dtype (outputs, values and states returned as
+        float64).
         """
-        out, values, new_state = recurrent_actor_critic_step(
-            self._net(params), self.flatten_obs(obs), state, episode_starts, self.activation,
-            self.lstm_shared)
+        fast = self._fast_step(params, obs, state, episode_starts, critic_only=False)
+        if fast is not None:
+            spec, flat, h_new, c_new = fast
+            n = obs.shape[0]
+            relu = self.activation == "relu"
+            pi_acts = _tower_forward(h_new[0], flat, spec.pi_table, spec.pi_width, relu)
+            vf_acts = _tower_forward(h_new[-1], flat, spec.vf_table, spec.vf_width, relu)
+            n_out = self.head.out_dim
+            out = pi_acts[n * (spec.pi_width - n_out):].reshape(n, n_out).astype(
+                np.float64, copy=False)
+            values = vf_acts[n * (spec.vf_width - 1):].astype(np.float64)
+            new_state = LSTMStates(h_new.astype(np.float64, copy=False),
+                                   c_new.astype(np.float64, copy=False))
+        else:
+            out, values, new_state = recurrent_actor_critic_step(
+                self._net(params), self.flatten_obs(obs), state, episode_starts,
+                self.activation, self.lstm_shared)
         actions = self.head.sample(rng, out, params)
         return actions, values, self.head.log_prob(out, params, actions), new_state
 
@@ -560,9 +598,49 @@ class RecurrentPolicy(PolicyBase):
         For bootstrapping: ``last_values`` (the next rollout will step the same observation
         again from the same state) and ``final_values`` (the state before the reset, with
         ``episode_starts`` all False).
+
+        Fast path (parameters of :meth:`evaluate`'s fast path and step arguments of
+        :meth:`acting_step_fn`'s): the critic LSTM's step by the stacked kernel and the value
+        tower on the parameter buffer, in the compute dtype: the bits the fast
+        :meth:`evaluate` gives these rows (and :meth:`act` these values).
         """
+        fast = self._fast_step(params, obs, state, episode_starts, critic_only=True)
+        if fast is not None:
+            spec, flat, h_new, _ = fast
+            vf_acts = _tower_forward(h_new[0], flat, spec.vf_table, spec.vf_width,
+                                     self.activation == "relu")
+            return vf_acts[obs.shape[0] * (spec.vf_width - 1):].astype(np.float64)
         return recurrent_value_step(self._net(params), self.flatten_obs(obs), state,
                                     episode_starts, self.activation, self.lstm_shared)
+
+    def _fast_step(self, params, obs, state, episode_starts, critic_only: bool):
+        """One LSTM step on the fast path for :meth:`act` / :meth:`values`: ``(spec, flat,
+        h_new, c_new)`` with the parameter buffer and the new states ``[L', N, H]`` in the
+        compute dtype (every LSTM, or only the critic's with ``critic_only``), by
+        :func:`ppo_ref.nn.lstm._step_stack` (``lstm_step``'s bits); ``None`` unless ``params``
+        take :meth:`evaluate`'s fast path and the step arguments :meth:`acting_step_fn`'s
+        (:func:`_step_inputs_ok`)."""
+        spec = self._fast_spec(params)
+        if (spec is None or not _step_inputs_ok(obs, state, episode_starts, spec.n_lstm,
+                                                spec.hidden, self.obs_dim)
+                or not _all_finite(params.flat)):
+            return None
+        first = spec.n_lstm - 1 if critic_only else 0
+        dt = self.compute_dtype
+        flat = self._compute_flat(params)
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        w_ih_t = np.ascontiguousarray(w_ih[first:].transpose(0, 2, 1))
+        w_hh_t = np.ascontiguousarray(w_hh[first:].transpose(0, 2, 1))
+        x, h, c = obs, state.h[first:], state.c[first:]
+        if dt != np.float64:
+            x, h, c = x.astype(dt), h.astype(dt), c.astype(dt)
+        n = obs.shape[0]
+        keep = np.ones((2, n), dt)
+        keep[0] -= episode_starts
+        h_new = np.empty(h.shape, dt)
+        c_new = np.empty(c.shape, dt)
+        _step_stack(x, w_ih_t, w_hh_t, b[first:], keep, h, c, h_new, c_new)
+        return spec, flat, h_new, c_new
 
     # -- training -----------------------------------------------------------------------------
     def evaluate(self, params, obs, actions, state: LSTMStates, episode_starts):
@@ -777,30 +855,20 @@ class RecurrentPolicy(PolicyBase):
         wide = dt == np.float64
 
         def step(obs, state, episode_starts):
-            if (type(obs) is np.ndarray and obs.dtype == np.float64 and obs.ndim == 2
-                    and obs.shape[1] == obs_dim and obs.flags.c_contiguous
-                    and isinstance(state, LSTMStates) and type(episode_starts) is np.ndarray
-                    and episode_starts.dtype == np.bool_):
+            if _step_inputs_ok(obs, state, episode_starts, want_lstm, hidden, obs_dim):
                 n = obs.shape[0]
                 h, c = state.h, state.c
-                want = (want_lstm, n, hidden)
-                if (n >= 1 and episode_starts.shape == (n,)
-                        and type(h) is np.ndarray and h.dtype == np.float64
-                        and h.shape == want and h.flags.c_contiguous
-                        and type(c) is np.ndarray and c.dtype == np.float64
-                        and c.shape == want and c.flags.c_contiguous
-                        and _all_finite(obs) and _all_finite(h) and _all_finite(c)):
-                    if not wide:
-                        obs, h, c = obs.astype(dt), h.astype(dt), c.astype(dt)
-                    keep = np.ones((2, n), dt)
-                    keep[0] -= episode_starts
-                    h_new = np.empty(want, dt)
-                    c_new = np.empty(want, dt)
-                    _step_stack(obs, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
-                    acts = _tower_forward(h_new[0], flat, pi_table, pi_width, relu)
-                    out = acts[n * (pi_width - n_out):].reshape(n, n_out)
-                    if not wide:
-                        h_new, c_new = h_new.astype(np.float64), c_new.astype(np.float64)
-                    return out, LSTMStates(h_new, c_new)
+                if not wide:
+                    obs, h, c = obs.astype(dt), h.astype(dt), c.astype(dt)
+                keep = np.ones((2, n), dt)
+                keep[0] -= episode_starts
+                h_new = np.empty(h.shape, dt)
+                c_new = np.empty(c.shape, dt)
+                _step_stack(obs, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+                acts = _tower_forward(h_new[0], flat, pi_table, pi_width, relu)
+                out = acts[n * (pi_width - n_out):].reshape(n, n_out)
+                if not wide:
+                    h_new, c_new = h_new.astype(np.float64), c_new.astype(np.float64)
+                return out, LSTMStates(h_new, c_new)
             return self.policy_out_step(params, obs, state, episode_starts)
         return step

@@ -197,6 +197,42 @@ def test_acting_steps_are_the_replay_bit_for_bit(rng, shared, act):
     np.testing.assert_array_equal(s2.h, s2_c.h)
 
 
+@pytest.mark.parametrize("shared,dtype", [(False, "float64"), (True, "float64"),
+                                          (False, "float32")])
+def test_values_and_act_are_the_fast_replay_bit_for_bit(rng, shared, dtype):
+    """values() and act() on the fast path: the critic's (every LSTM's) step by the stacked
+    kernel and the towers on the parameter buffer, so values equal the fast replay's values of
+    a one-step sequence bit for bit (and act's values equal values()); the states equal
+    lstm_step's (policy_out_step) bit for bit; float64 results within the tower tolerance of
+    the checked path. Unusual step arguments take the checked path (same numbers to rounding)."""
+    policy = make_policy(lstm_shared=shared, activation="relu", compute_dtype=dtype)
+    params = perturbed_params(rng, policy)
+    obs, actions, state, starts = make_data(rng, policy, T=1, n=5)
+    replay = policy.evaluate(params, obs, actions, state, starts)
+    assert isinstance(replay.cache, _FastCache)
+    v = policy.values(params, obs[0], state, starts[0])
+    assert v.dtype == np.float64 and v.shape == (5,)
+    np.testing.assert_array_equal(v, replay.values[0])
+    a, v_act, lp, s_act = policy.act(params, obs[0], state, starts[0], np.random.default_rng(0))
+    np.testing.assert_array_equal(v_act, v)
+    _, s_out = policy.policy_out_step(params, obs[0], state, starts[0])
+    if dtype == "float64":
+        np.testing.assert_array_equal(s_act.h, s_out.h)
+        np.testing.assert_array_equal(s_act.c, s_out.c)
+        checked = policy.values(dict(params), obs[0], state, starts[0])     # checked path
+        np.testing.assert_allclose(v, checked, rtol=1e-12, atol=1e-13)
+        a_c, v_c, lp_c, _ = policy.act(dict(params), obs[0], state, starts[0],
+                                       np.random.default_rng(0))
+        np.testing.assert_array_equal(a, a_c)
+        np.testing.assert_allclose(lp, lp_c, rtol=1e-12, atol=1e-13)
+    else:
+        np.testing.assert_allclose(s_act.h, s_out.h, rtol=0, atol=1e-5)
+    # a list of flags: the checked path
+    listed = policy.values(params, obs[0], state, list(starts[0]))
+    np.testing.assert_allclose(listed, v, rtol=1e-12 if dtype == "float64" else 1e-4,
+                               atol=1e-13 if dtype == "float64" else 1e-5)
+
+
 def test_linear_rows_is_row_independent_and_a_dense_layer(rng):
     x = rng.normal(size=(11, 13))
     w = rng.normal(size=(9, 13))
