@@ -47,6 +47,7 @@ from typing import Mapping, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
+from ppo_ref import _workspace as workspace
 from ppo_ref._checks import as_flag_array
 from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_init
@@ -806,10 +807,11 @@ class RecurrentPolicy(PolicyBase):
         hidden = spec.hidden
         layout = spec.layout
         flat = cache.flat
-        g_flat = np.empty(layout.size, dt)
+        g_flat = workspace.empty("policy.grads", (layout.size,), dt)
         # the towers write their weight gradients into g_flat and add dL/dh into dh_seq (a
         # shared LSTM: the value tower's terms continue the policy tower's sums)
-        dh_seq = np.zeros((spec.n_lstm, T, n, hidden), dt)
+        dh_seq = workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, hidden), dt)
+        dh_seq[...] = 0.0
         h_seq = cache.h_seq
         _mlp_backward_flat(h_seq[0].reshape(rows, hidden), cache.pi_acts, flat, spec.pi_table,
                            relu, d_out, g_flat, dh_seq[0].reshape(rows, hidden))
