@@ -44,7 +44,10 @@ of every update reproduces the stored log-probs exactly (ratio 1), whatever
 :class:`~ppo_ref.rollout.RolloutCollector` does for the MLP.
 
 Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
-minibatch loss of :mod:`ppo_ref.update`; acting checks the parameters once per rollout
+minibatch loss of :mod:`ppo_ref.update`; without a ``target_kl`` it draws every epoch's env
+permutation at once (the same draws) and gathers each array once per update into
+C-contiguous per-minibatch blocks (the same values in the same order as per-epoch gathers,
+so the same bits; tested); acting checks the parameters once per rollout
 (:meth:`RecurrentPolicy.acting_step_fn`). ``config.compute_dtype = "float32"`` runs the LSTMs,
 towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
 parameters, gradients, Adam, losses and advantages stay float64.
