@@ -30,7 +30,7 @@ import numpy as np
 from ppo_ref._checks import as_float_array, check_choice, check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
-from ppo_ref.nn.lstm import _add_products, _linear_rows, _tanh_any, _wide
+from ppo_ref.nn.lstm import _add_products, _linear_rows, _tanh_any, _transpose_into, _wide
 
 __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
@@ -311,28 +311,6 @@ def _activation_grad_transposed(d, h, relu, d_t):
             for j in range(cols):
                 d[n, j] *= _ONE_F32 - h[n, j] * h[n, j]
     _transpose_into(d, d_t)
-
-
-@njit
-def _transpose_into(a, a_t):
-    """``a_t[j, n] = a[n, j]`` (2-D): in tiles of 8 x 8 (a 64 x 256 float64 transpose: ~6 us,
-    ~11 us for NumPy's copy; larger arrays are bound by the cache traffic of the strided side:
-    an 8 x 8 tile of vector shuffles was no faster), the leftover rows and columns one by one."""
-    _wide()
-    rows, cols = a.shape
-    r8 = rows - rows % 8
-    c8 = cols - cols % 8
-    for n0 in range(0, r8, 8):
-        for j0 in range(0, c8, 8):
-            for j in range(j0, j0 + 8):
-                for n in range(n0, n0 + 8):
-                    a_t[j, n] = a[n, j]
-        for j in range(c8, cols):
-            for n in range(n0, n0 + 8):
-                a_t[j, n] = a[n, j]
-    for n in range(r8, rows):
-        for j in range(cols):
-            a_t[j, n] = a[n, j]
 
 
 @njit
