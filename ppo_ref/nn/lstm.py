@@ -597,6 +597,16 @@ def _transpose_into(a, a_t):
 
 
 @njit
+def _column_sums(d, out):
+    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
+    _wide()
+    out[:] = 0.0
+    for n in range(d.shape[0]):
+        for j in range(d.shape[1]):
+            out[j] += d[n, j]
+
+
+@njit
 def _linear_rows(x, w_t, b, out):
     """``out = b + x @ w_t`` row by row (a dense layer ``x @ w.T + b`` with ``w_t = w.T``
     ``[K, J]``): ``out[n, j] = fma(x[n, K-1], w_t[K-1, j], ... fma(x[n, 0], w_t[0, j], b[j]))``,
@@ -706,11 +716,7 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
     _add_products(out, inputs_t, dz_rows)
     _transpose_into(out[:d_in], g_w_ih)
     _transpose_into(out[d_in:], g_w_hh)
-    for j in range(four_h):
-        g_b[j] = 0.0
-    for m in range(rows):
-        for j in range(four_h):
-            g_b[j] += dz_rows[m, j]
+    _column_sums(dz_rows, g_b)
 
 
 @njit

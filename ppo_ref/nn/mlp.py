@@ -30,7 +30,8 @@ import numpy as np
 from ppo_ref._checks import as_float_array, check_choice, check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
-from ppo_ref.nn.lstm import _add_products, _linear_rows, _tanh_any, _transpose_into, _wide
+from ppo_ref.nn.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
+                             _transpose_into, _wide)
 
 __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
@@ -386,16 +387,6 @@ def _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
             d_t = np.empty((n_in, rows), dy.dtype)
             _activation_grad_transposed(d_prev, h, relu, d_t)
             d = d_prev
-
-
-@njit
-def _column_sums(d, out):
-    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
-    _wide()
-    out[:] = 0.0
-    for n in range(d.shape[0]):
-        for j in range(d.shape[1]):
-            out[j] += d[n, j]
 
 
 # --------------------------------------------------------------------------------------------
