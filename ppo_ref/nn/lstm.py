@@ -50,8 +50,8 @@ index order (:func:`_add_products`), so an environment's results do not depend o
 environments in the call, and ``lstm_step`` (the same kernel with T = 1) reproduces
 ``lstm_forward`` bit for bit. The weight gradients and ``dx``, one product each over all
 steps after the loop, are the same FMA chains (:func:`_weight_grads`), not BLAS products: their
-summation order is the documented one on every machine. Results agree with ``torch.nn.LSTM`` (float64) and
-with the plain oracle of the tests to rounding.
+summation order is the documented one on every machine. Results agree with
+``torch.nn.LSTM`` (float64) and with the plain oracle of the tests to rounding.
 """
 from __future__ import annotations
 
