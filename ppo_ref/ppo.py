@@ -73,6 +73,24 @@ def limit_blas_threads(n_threads: int = 1) -> bool:
     return limiter.get_original_num_threads().get("blas") is not None
 
 
+# the largest total_timesteps learn accepts: every step count up to it is exact in float64 (the
+# schedules divide by it), and it is far beyond any run (2**53 steps at 10**6 steps/s: 285 years)
+MAX_TOTAL_TIMESTEPS = 2 ** 53
+
+
+def _check_total_timesteps(value) -> int:
+    """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]``, or ``ValueError`` naming
+    ``total_timesteps``: ``int`` and NumPy integers only (a bool, a float such as ``1e5`` or
+    ``nan``, or a string is refused rather than converted)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"total_timesteps must be an integer, got {value!r} "
+                         f"({type(value).__name__})")
+    total = int(value)
+    if not 0 <= total <= MAX_TOTAL_TIMESTEPS:
+        raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
+    return total
+
+
 def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
     """SB3's ``1 - num_timesteps / total_timesteps``, clipped to [0, 1]."""
     if total_timesteps <= 0:
@@ -279,12 +297,12 @@ class PPOTrainer:
         (seconds).
 
         Raises:
+            ValueError: ``total_timesteps`` not an integer (``int`` or NumPy integer; not a
+                bool, float or string) in ``[0, 2**53]``.
             EnvStepError: from the collection (the trainer keeps its last boundary state only if
                 the caller saved it, e.g. from the callback).
         """
-        total = int(total_timesteps)
-        if total < 0:
-            raise ValueError(f"total_timesteps must be >= 0, got {total_timesteps}")
+        total = _check_total_timesteps(total_timesteps)
         self.total_timesteps = total
         before = self.config.schedule_progress == "before_rollout"
         while self.num_timesteps < total:

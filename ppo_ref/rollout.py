@@ -38,6 +38,7 @@ Both sets of statistics are part of :meth:`RolloutCollector.state` and can be fr
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -150,11 +151,27 @@ def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
         raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
     if int(n_envs) < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
-    gym.spec(env_id)  # raises a clear error for unknown ids before any process starts
+    _check_env_id(env_id)  # a clear error for unknown ids before any process starts
     fns = [_make_single(env_id, env_kwargs, vectorization == "async") for _ in range(int(n_envs))]
     if vectorization == "sync":
         return SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
     return AsyncVectorEnv(fns, copy=True, autoreset_mode=AutoresetMode.SAME_STEP)
+
+
+def _check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` naming ``env_id`` unless gymnasium knows it. gymnasium's
+    ``"module:EnvId"`` form (as ``gym.make`` takes it) imports ``module`` first, which
+    registers the id."""
+    if not isinstance(env_id, str):
+        raise ValueError(f"env must be a gymnasium id or a gymnasium.vector.VectorEnv, "
+                         f"got {type(env_id).__name__}")
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except (gym.error.Error, ImportError) as exc:
+        raise ValueError(f"env {env_id!r} is not a gymnasium id that can be made: {exc}") from None
 
 
 def check_vector_env(env) -> None:

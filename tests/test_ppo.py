@@ -337,3 +337,30 @@ def test_train_on_all_epochs_gather_equals_per_epoch_path(batch_size, monkeypatc
     for k in s1:
         assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
     assert declined and not any(declined)
+
+
+@pytest.mark.parametrize("bad", ["100", 1.5, 1e5, True, float("nan"), -1, 2 ** 53 + 1, None])
+def test_learn_refuses_a_total_timesteps_that_is_not_an_integer_in_range(bad):
+    trainer = PPOTrainer("CartPole-v1", PPOConfig(n_envs=2, n_steps=16, batch_size=32), seed=0)
+    with pytest.raises(ValueError, match="^total_timesteps"):
+        trainer.learn(bad)
+    assert trainer.num_timesteps == 0
+    trainer.learn(np.int64(32))
+    assert trainer.num_timesteps == 32
+
+
+def test_unknown_env_id_and_module_form_give_value_errors(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="NoSuchEnv-v0"):
+        PPOTrainer("NoSuchEnv-v0", PPOConfig(n_envs=2, n_steps=16, batch_size=32))
+    with pytest.raises(ValueError, match="no_such_module_xyz"):
+        PPOTrainer("no_such_module_xyz:Env-v0", PPOConfig(n_envs=2, n_steps=16, batch_size=32))
+    # gymnasium's "module:EnvId" form: the module registers the id when imported
+    (tmp_path / "ppo_ref_test_userenv.py").write_text(
+        "import gymnasium as gym\n"
+        "gym.register('PpoRefUserCartPole-v0', entry_point="
+        "'gymnasium.envs.classic_control:CartPoleEnv', max_episode_steps=50)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    trainer = PPOTrainer("ppo_ref_test_userenv:PpoRefUserCartPole-v0",
+                         PPOConfig(n_envs=2, n_steps=16, batch_size=32), seed=0)
+    trainer.learn(32)
+    assert trainer.num_timesteps == 32
