@@ -23,8 +23,9 @@ speed drifts by tens of percent over minutes, and sb3-contrib's run takes minute
 ppo_ref run before it can land in another phase; ``--no-bracket`` skips the second run), env
 steps per second, mean return of the last 20 training episodes, and a deterministic evaluation
 (20 episodes, frozen observation statistics, seed 0); then the speed ratio of each ppo_ref
-dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per dtype. Torch is limited to one thread and OpenBLAS (NumPy) to one thread
-(``OPENBLAS_NUM_THREADS=1`` unless already set).
+dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per dtype. Torch is limited
+to one thread and OpenBLAS (NumPy) to one thread (``OPENBLAS_NUM_THREADS=1`` unless already
+set).
 
 Usage::
 
