@@ -305,20 +305,12 @@ def test_epoch_permutations_equal_successive_permutations(n_rows, n_epochs):
 
 
 @pytest.mark.parametrize("batch_size", [32, 12])  # one and several (uneven) minibatches per epoch
-def test_train_on_all_epochs_gather_equals_per_epoch_path(batch_size, monkeypatch):
+def test_train_on_all_epochs_gather_equals_per_epoch_path(batch_size, fast_loss_declines):
     """Without a KL stop, train_on draws every epoch's permutation at once and gathers once;
     with a target_kl that never fires it takes the per-epoch path: same parameters, Adam
     state, stats and generator state, bit for bit. Both give the loss its fast path
     (contiguous minibatch arrays)."""
-    from ppo_ref import update
-    fast = update._fast_minibatch_loss
-    declined = []
-
-    def recording(*args):
-        out = fast(*args)
-        declined.append(out is None)
-        return out
-    monkeypatch.setattr(update, "_fast_minibatch_loss", recording)
+    declined = fast_loss_declines
     results = []
     for target_kl in (None, 1e9):
         cfg = PPOConfig(n_envs=2, n_steps=16, batch_size=batch_size, n_epochs=3,

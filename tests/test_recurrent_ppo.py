@@ -115,21 +115,14 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
 
 @pytest.mark.parametrize("kind,n_envs,batch_size", [
     ("discrete", 4, 28), ("discrete", 6, 14), ("box", 4, 7)])  # 1, 3 and 4 minibatches/epoch
-def test_train_on_all_epochs_gather_equals_per_epoch_path(kind, n_envs, batch_size, monkeypatch):
+def test_train_on_all_epochs_gather_equals_per_epoch_path(kind, n_envs, batch_size,
+                                                           fast_loss_declines):
     """Without a KL stop, train_on draws every epoch's env permutation at once and gathers each
     array once per update (C-contiguous blocks); with a target_kl that never fires it takes the
     per-epoch path: same parameters, Adam state, stats, LSTM states and generator state, bit
     for bit. Both give the loss its fast path."""
-    from ppo_ref import update
     from ppo_ref.recurrent_ppo import _gather_epochs
-    fast = update._fast_minibatch_loss
-    declined = []
-
-    def recording(*args):
-        out = fast(*args)
-        declined.append(out is None)
-        return out
-    monkeypatch.setattr(update, "_fast_minibatch_loss", recording)
+    declined = fast_loss_declines
     results = []
     for target_kl in (None, 1e9):
         trainer = make_trainer(kind, n_envs=n_envs, batch_size=batch_size, n_epochs=3,
