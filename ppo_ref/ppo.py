@@ -39,7 +39,8 @@ from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_array
 from ppo_ref.policies import MLPPolicy
 from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
-from ppo_ref.update import (Minibatch, _epoch_permutations, batch_advantages, run_epochs,
+from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
+                            batch_advantages, run_epochs,
                             shuffled_minibatch_indices)
 
 __all__ = ["PPOTrainer", "EnvStepError", "progress_remaining", "limit_blas_threads",
@@ -246,12 +247,15 @@ class PPOTrainer:
         # draws as one permutation per epoch) and gather each array once for all epochs; the
         # minibatches are then contiguous slices of the gathered arrays (the same values).
         # Anything but a numpy Generator (a test harness injecting permutations) is only asked
-        # for rng.permutation, once per epoch.
+        # for rng.permutation, once per epoch; so are rollouts too large to copy n_epochs times
+        # (update._gather_all_epochs).
         gathered = None
+        all_at_once = _gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
+                                                  actions))
 
         def minibatches(epoch: int):
             nonlocal gathered
-            if c.target_kl is not None or type(rng) is not np.random.Generator:
+            if not all_at_once:
                 for idx in shuffled_minibatch_indices(rng, B, bs):
                     yield Minibatch(old_log_probs[idx], adv[idx], ret[idx], old_values[idx],
                                     (obs[idx], actions[idx]))

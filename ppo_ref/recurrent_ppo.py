@@ -67,7 +67,8 @@ from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
 from ppo_ref.rollout import Rollout
-from ppo_ref.update import Minibatch, _epoch_permutations, batch_advantages, run_epochs
+from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
+                            batch_advantages, run_epochs)
 
 __all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env_minibatches"]
 
@@ -301,12 +302,15 @@ class RecurrentPPOTrainer(PPOTrainer):
         # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each
         # block C-contiguous and holding exactly the values (and order) of that minibatch's
         # per-epoch gather; anything but a numpy Generator is asked for one permutation per
-        # epoch.
+        # epoch, and so are rollouts too large to copy n_epochs times (_gather_all_epochs).
         gathered = None
+        all_at_once = _gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
+                                                  rollout.observations, rollout.actions,
+                                                  rollout.episode_starts))
 
         def minibatches(epoch: int):
             nonlocal gathered
-            if c.target_kl is not None or type(rng) is not np.random.Generator:
+            if not all_at_once:
                 for envs in env_minibatches(rng, N, per):
                     yield Minibatch(rollout.log_probs[:, envs].reshape(-1),
                                     adv[:, envs].reshape(-1), ret[:, envs].reshape(-1),

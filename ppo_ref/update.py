@@ -233,6 +233,21 @@ def shuffled_minibatch_indices(rng: np.random.Generator, n_rows: int, batch_size
     return [perm[i:i + batch_size] for i in range(0, n_rows, batch_size)]
 
 
+# Gathering every epoch's minibatches at once holds n_epochs copies of the rollout's arrays;
+# above this many bytes the trainers gather epoch by epoch instead (the same values and bits).
+GATHER_ALL_EPOCHS_MAX_BYTES = 64 * 2 ** 20
+
+
+def _gather_all_epochs(config, rng, arrays) -> bool:
+    """Whether a trainer draws and gathers every epoch's minibatches at once
+    (:func:`_epoch_permutations`): no KL stop (so every epoch runs), ``rng`` a NumPy
+    ``Generator`` (a test harness injecting permutations is asked once per epoch), and
+    ``n_epochs`` copies of ``arrays`` within :data:`GATHER_ALL_EPOCHS_MAX_BYTES`."""
+    return (config.target_kl is None and type(rng) is np.random.Generator
+            and int(config.n_epochs) * sum(int(np.asarray(a).nbytes) for a in arrays)
+            <= GATHER_ALL_EPOCHS_MAX_BYTES)
+
+
 def _epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> np.ndarray:
     """The permutations of ``n_epochs`` successive :func:`shuffled_minibatch_indices` calls,
     drawn at once: ``[n_epochs, n_rows]`` int64 in C order, row ``e`` the permutation of epoch

@@ -356,3 +356,44 @@ def test_unknown_env_id_and_module_form_give_value_errors(tmp_path, monkeypatch)
                          PPOConfig(n_envs=2, n_steps=16, batch_size=32), seed=0)
     trainer.learn(32)
     assert trainer.num_timesteps == 32
+
+
+def test_a_rollout_too_large_to_gather_for_all_epochs_is_gathered_per_epoch(monkeypatch):
+    """Above update.GATHER_ALL_EPOCHS_MAX_BYTES (here 0) the trainers gather epoch by epoch
+    (a rollout copied n_epochs times could exhaust memory): the same draws, the same bits."""
+    from ppo_ref import ppo, recurrent_ppo, update
+    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+    calls = []
+
+    def spy(module):
+        real = module._epoch_permutations
+
+        def counted(*args):
+            calls.append(module.__name__)
+            return real(*args)
+        monkeypatch.setattr(module, "_epoch_permutations", counted)
+    spy(ppo)
+    spy(recurrent_ppo)
+
+    def run(cls, cfg):
+        tr = cls("CartPole-v1", cfg, seed=5)
+        tr.learn(cfg.n_steps * cfg.n_envs * 2)
+        out = (tr.params.flat.copy(), tr.adam_state["m"].flat.copy(),
+               tr.minibatch_rng.bit_generator.state)
+        tr.close()
+        return out
+    configs = [(PPOTrainer, PPOConfig(n_envs=2, n_steps=16, batch_size=12, n_epochs=3)),
+               (RecurrentPPOTrainer, PPOConfig(n_envs=4, n_steps=8, batch_size=16, n_epochs=3,
+                                               lstm_hidden_size=8, net_arch=(8,)))]
+    cap = update.GATHER_ALL_EPOCHS_MAX_BYTES
+    for cls, cfg in configs:
+        calls.clear()
+        together = run(cls, cfg)
+        assert len(calls) == 2  # one draw of all epochs per update
+        calls.clear()
+        monkeypatch.setattr(update, "GATHER_ALL_EPOCHS_MAX_BYTES", 0)
+        per_epoch = run(cls, cfg)
+        monkeypatch.setattr(update, "GATHER_ALL_EPOCHS_MAX_BYTES", cap)
+        assert calls == []
+        assert np.array_equal(together[0], per_epoch[0]), cls.__name__
+        assert np.array_equal(together[1], per_epoch[1]) and together[2] == per_epoch[2]
