@@ -53,7 +53,8 @@ from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
-                             _step_stack, lstm_backward, lstm_forward, lstm_init, lstm_step)
+                             _keep_rows, _step_stacked, lstm_backward, lstm_forward, lstm_init,
+                             lstm_step)
 from ppo_ref.nn.mlp import (MLPCache, _mlp_backward_flat, _mlp_forward_flat, _mlp_layers,
                             mlp_backward, mlp_forward)
 from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
@@ -386,13 +387,15 @@ def _tower_table(layout: FlatLayout, layers, prefix: str):
 
 
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
-                   relu: bool) -> np.ndarray:
-    """A tower forward on the fast path: the outputs buffer ``[rows * width]`` of
-    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its last ``rows * out`` entries are the tower
-    output ``[rows, out]``, row-major)."""
-    acts = np.empty(x.shape[0] * width, flat.dtype)
+                   relu: bool):
+    """A tower forward on the fast path: ``(acts, y)``, the outputs buffer ``[rows * width]``
+    of :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its backward reads it) and the tower output
+    ``y [rows, out]``, a view of its last ``rows * out`` entries."""
+    rows = x.shape[0]
+    acts = np.empty(rows * width, flat.dtype)
     _mlp_forward_flat(x, flat, table, relu, acts)
-    return acts
+    n_out = int(table[-1, 2])
+    return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
 
 
 class RecurrentPolicy(PolicyBase):
@@ -553,14 +556,11 @@ class RecurrentPolicy(PolicyBase):
         fast = self._fast_step(params, obs, state, episode_starts, critic_only=False)
         if fast is not None:
             spec, flat, h_new, c_new = fast
-            n = obs.shape[0]
             relu = self.activation == "relu"
-            pi_acts = _tower_forward(h_new[0], flat, spec.pi_table, spec.pi_width, relu)
-            vf_acts = _tower_forward(h_new[-1], flat, spec.vf_table, spec.vf_width, relu)
-            n_out = self.head.out_dim
-            out = pi_acts[n * (spec.pi_width - n_out):].reshape(n, n_out).astype(
-                np.float64, copy=False)
-            values = vf_acts[n * (spec.vf_width - 1):].astype(np.float64)
+            out = _tower_forward(h_new[0], flat, spec.pi_table, spec.pi_width, relu)[1]
+            out = out.astype(np.float64, copy=False)
+            values = _tower_forward(h_new[-1], flat, spec.vf_table, spec.vf_width,
+                                    relu)[1][:, 0].astype(np.float64)
             new_state = LSTMStates(h_new.astype(np.float64, copy=False),
                                    c_new.astype(np.float64, copy=False))
         else:
@@ -608,9 +608,9 @@ class RecurrentPolicy(PolicyBase):
         fast = self._fast_step(params, obs, state, episode_starts, critic_only=True)
         if fast is not None:
             spec, flat, h_new, _ = fast
-            vf_acts = _tower_forward(h_new[0], flat, spec.vf_table, spec.vf_width,
-                                     self.activation == "relu")
-            return vf_acts[obs.shape[0] * (spec.vf_width - 1):].astype(np.float64)
+            values = _tower_forward(h_new[0], flat, spec.vf_table, spec.vf_width,
+                                    self.activation == "relu")[1]
+            return values[:, 0].astype(np.float64)
         return recurrent_value_step(self._net(params), self.flatten_obs(obs), state,
                                     episode_starts, self.activation, self.lstm_shared)
 
@@ -629,19 +629,19 @@ class RecurrentPolicy(PolicyBase):
         first = spec.n_lstm - 1 if critic_only else 0
         dt = self.compute_dtype
         flat = self._compute_flat(params)
-        w_ih, w_hh, b = self._stacked(spec, flat)
-        w_ih_t = np.ascontiguousarray(w_ih[first:].transpose(0, 2, 1))
-        w_hh_t = np.ascontiguousarray(w_hh[first:].transpose(0, 2, 1))
         x, h, c = obs, state.h[first:], state.c[first:]
         if dt != np.float64:
             x, h, c = x.astype(dt), h.astype(dt), c.astype(dt)
-        n = obs.shape[0]
-        keep = np.ones((2, n), dt)
-        keep[0] -= episode_starts
-        h_new = np.empty(h.shape, dt)
-        c_new = np.empty(c.shape, dt)
-        _step_stack(x, w_ih_t, w_hh_t, b[first:], keep, h, c, h_new, c_new)
+        h_new, c_new = _step_stacked(*self._step_weights(spec, flat, first), x, h, c,
+                                     episode_starts)
         return spec, flat, h_new, c_new
+
+    def _step_weights(self, spec: _FastSpec, flat: np.ndarray, first: int = 0):
+        """``(w_ih_t [L', D, 4H], w_hh_t [L', H, 4H], b [L', 4H])``: the stacked LSTM weights
+        of ``flat`` from LSTM ``first`` on, transposed (C-contiguous copies) for stepping."""
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        return (np.ascontiguousarray(w_ih[first:].transpose(0, 2, 1)),
+                np.ascontiguousarray(w_hh[first:].transpose(0, 2, 1)), b[first:])
 
     # -- training -----------------------------------------------------------------------------
     def evaluate(self, params, obs, actions, state: LSTMStates, episode_starts):
@@ -751,19 +751,15 @@ class RecurrentPolicy(PolicyBase):
         flat = self._compute_flat(params)
         if dt != np.float64:
             x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
-        keep = np.ones((T + 1, n), dt)
-        keep[:-1] -= starts
+        keep = _keep_rows(starts, dt)
         w_ih, w_hh, b = self._stacked(spec, flat)
         h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
         hidden = spec.hidden
         relu = self.activation == "relu"
-        pi_acts = _tower_forward(h_seq[0].reshape(rows, hidden), flat, spec.pi_table,
-                                 spec.pi_width, relu)
-        vf_acts = _tower_forward(h_seq[-1].reshape(rows, hidden), flat, spec.vf_table,
-                                 spec.vf_width, relu)
-        n_out = head.out_dim
-        out = pi_acts[rows * (spec.pi_width - n_out):].reshape(rows, n_out)
-        values = vf_acts[rows * (spec.vf_width - 1):]
+        pi_acts, out = _tower_forward(h_seq[0].reshape(rows, hidden), flat, spec.pi_table,
+                                      spec.pi_width, relu)
+        vf_acts, values = _tower_forward(h_seq[-1].reshape(rows, hidden), flat, spec.vf_table,
+                                         spec.vf_width, relu)
         if categorical:
             log_probs = np.empty(rows)
             entropy = np.empty(rows)
@@ -848,27 +844,19 @@ class RecurrentPolicy(PolicyBase):
             return lambda obs, state, starts: self.policy_out_step(params, obs, state, starts)
         dt = self.compute_dtype
         flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
-        w_ih, w_hh, b = self._stacked(spec, flat)
-        w_ih_t = np.ascontiguousarray(w_ih.transpose(0, 2, 1))
-        w_hh_t = np.ascontiguousarray(w_hh.transpose(0, 2, 1))
-        pi_table, pi_width, n_out = spec.pi_table, spec.pi_width, self.head.out_dim
+        weights = self._step_weights(spec, flat)
+        pi_table, pi_width = spec.pi_table, spec.pi_width
         want_lstm, hidden, obs_dim = spec.n_lstm, spec.hidden, self.obs_dim
         relu = self.activation == "relu"
         wide = dt == np.float64
 
         def step(obs, state, episode_starts):
             if _step_inputs_ok(obs, state, episode_starts, want_lstm, hidden, obs_dim):
-                n = obs.shape[0]
                 h, c = state.h, state.c
                 if not wide:
                     obs, h, c = obs.astype(dt), h.astype(dt), c.astype(dt)
-                keep = np.ones((2, n), dt)
-                keep[0] -= episode_starts
-                h_new = np.empty(h.shape, dt)
-                c_new = np.empty(c.shape, dt)
-                _step_stack(obs, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
-                acts = _tower_forward(h_new[0], flat, pi_table, pi_width, relu)
-                out = acts[n * (pi_width - n_out):].reshape(n, n_out)
+                h_new, c_new = _step_stacked(*weights, obs, h, c, episode_starts)
+                out = _tower_forward(h_new[0], flat, pi_table, pi_width, relu)[1]
                 if not wide:
                     h_new, c_new = h_new.astype(np.float64), c_new.astype(np.float64)
                 return out, LSTMStates(h_new, c_new)

@@ -881,10 +881,27 @@ def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.nd
     starts = as_flag_array(episode_starts, "episode_starts", ndim=(len(shape),))
     check_same_shape(starts, "episode_starts", shape, shape_name)
     n_env = shape[-1]
-    starts = starts.reshape(-1, n_env)
-    keep = np.ones((starts.shape[0] + 1, n_env))
+    return _keep_rows(starts.reshape(-1, n_env), np.float64)
+
+
+def _keep_rows(starts: np.ndarray, dtype) -> np.ndarray:
+    """``keep`` of :func:`_keep_mask` from checked flags ``starts [T, N]`` (bool or 0/1), no
+    checks: ``1 - starts[t]`` for ``t < T`` and a row of ones, ``[T + 1, N]`` in ``dtype``."""
+    keep = np.ones((starts.shape[0] + 1, starts.shape[1]), dtype)
     keep[:-1] -= starts
     return keep
+
+
+def _step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
+    """Unchecked one step of L LSTMs for acting, in the dtype of ``x [N, D]``: ``w_ih_t
+    [L, D, 4H]``, ``w_hh_t [L, H, 4H]`` (transposed weights), ``b [L, 4H]``, states ``h, c
+    [L, N, H]``, bool ``starts [N]``; returns the new ``(h, c)`` (:func:`_step_stack`, the
+    arithmetic of ``lstm_step``)."""
+    keep = _keep_rows(starts.reshape(1, -1), x.dtype)
+    h_new = np.empty(h.shape, x.dtype)
+    c_new = np.empty(c.shape, x.dtype)
+    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+    return h_new, c_new
 
 
 def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
