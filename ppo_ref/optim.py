@@ -338,18 +338,8 @@ def _key_at(layout, index: int) -> str:
 
 
 def _flat64_group(arrays) -> bool:
-    """``same_layout(*arrays)`` with float64 buffers: every entry an intact
-    :class:`~ppo_ref.flat.FlatArrays` of the first one's layout, all float64 (one pass; a
-    layout that is the same object needs no comparison)."""
-    first = arrays[0]
-    if type(first) is not FlatArrays:
-        return False
-    layout = first.layout
-    for a in arrays:
-        if not (type(a) is FlatArrays and (a.layout is layout or a.layout == layout)
-                and a.flat.dtype == np.float64 and a.intact()):
-            return False
-    return True
+    """:func:`ppo_ref.flat.same_layout` of ``arrays`` with float64 buffers."""
+    return same_layout(*arrays) and arrays[0].flat.dtype == np.float64
 
 
 def _check_step_out(out, params, grads, state):

@@ -687,7 +687,9 @@ class RecurrentPolicy(PolicyBase):
         entropy + d_values * values)`` over the ``[T, n]`` rows of the :meth:`evaluate` call
         that made ``cache``, through the heads, the towers and the LSTM(s) over all T steps.
         After the fast path of :meth:`evaluate` the gradients are a
-        :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (one new buffer)."""
+        :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (float64 compute: a
+        buffer of the reuse pools of :mod:`ppo_ref._workspace`, handed out again once the
+        caller drops it; float32: a new widened buffer)."""
         if isinstance(cache, _FastCache):
             return self._fast_backward(params, cache, d_log_probs, d_entropy, d_values)
         flat_out, flat_actions, net_cache = cache
@@ -777,8 +779,9 @@ class RecurrentPolicy(PolicyBase):
                           values.astype(np.float64).reshape(T, n), cache)
 
     def _fast_backward(self, params, cache: _FastCache, d_log_probs, d_entropy, d_values):
-        """:meth:`backward` for a cache of :meth:`_fast_evaluate`: gradients in one new float64
-        buffer (float32 compute: computed in float32, then widened)."""
+        """:meth:`backward` for a cache of :meth:`_fast_evaluate`: gradients in one float64
+        buffer (a pooled one, see :meth:`backward`; float32 compute: computed in float32, then
+        widened into a new one)."""
         spec = self._fast_spec(params)
         if spec is not cache.spec:
             raise ValueError("cache was made by the fast path of evaluate; params must be "

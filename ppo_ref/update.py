@@ -36,7 +36,6 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 
 import numpy as np
 
-from ppo_ref._numba import njit
 from ppo_ref.losses import (_minibatch_loss_kernel, approx_kl, entropy_loss, normalize_advantages,
                             policy_loss, value_loss)
 from ppo_ref.optim import (_clipped_adam_step_in_place, adam_update, clip_by_global_norm,

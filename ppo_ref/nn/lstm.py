@@ -538,9 +538,7 @@ def _forward_kernel(x, w_ih_t, w_hh_t, b, keep, h_prev, c_prev, gates, tanh_c, h
     n_steps, n_env, _ = x.shape
     for t in range(n_steps):
         z = gates[t]
-        for n in range(n_env):
-            z[n, :] = b
-        _add_products(z, x[t], w_ih_t)
+        _linear_rows(x[t], w_ih_t, b, z)
         _add_products(z, h_prev[t], w_hh_t)
         _activate_gates(z)
         _cell_output(t, z, keep, c_prev, h_prev, tanh_c, h_seq)
@@ -702,15 +700,16 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
     added by one FMA (:func:`_add_products` on ``[x | h~]^T [D + H, T N]`` and ``dz``), a bias
     term by one addition: the summation order is this documented one whatever the machine or
     BLAS (a BLAS product orders its sums by its own kernels), and the products run in
-    vector registers. Scratch: ``inputs_t [D + H, T N]``, ``out [D + H, 4H]`` (any contents)."""
+    vector registers. ``inputs_t [D + H, T N]``: rows ``0..D-1`` must hold ``x^T`` (the caller
+    transposes ``x`` once for every LSTM reading it, :func:`_transpose_into`); the other rows
+    and ``out [D + H, 4H]`` are scratch."""
     _wide()
     n_steps, n_env, four_h = dz.shape
     d_in = x.shape[2]
     hidden = h_prev.shape[2]
     rows = n_steps * n_env
     dz_rows = dz.reshape(rows, four_h)
-    # [x | h~]^T: row m of the inputs is column m
-    _transpose_into(x.reshape(rows, d_in), inputs_t[:d_in])
+    # [x | h~]^T: row m of the inputs is column m (the x rows filled by the caller)
     _transpose_into(h_prev[:n_steps].reshape(rows, hidden), inputs_t[d_in:])
     out[:, :] = 0.0
     _add_products(out, inputs_t, dz_rows)
@@ -729,7 +728,8 @@ def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
     ``inputs_t``, ``products``)."""
     _wide()
-    n_lstm, _, n_env, hidden = dh_seq.shape
+    n_lstm, n_steps, n_env, hidden = dh_seq.shape
+    _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), inputs_t[:x.shape[2]])
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
@@ -1030,8 +1030,10 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
     dc0 = dc_rec * keep[0, :, None]
 
     grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
-    _weight_grads(dz, np.ascontiguousarray(cache.x), cache.h_prev, grads["w_ih"], grads["w_hh"],
-                  grads["b"], np.empty((d_in + hidden, n_steps * n_env)),
+    x = np.ascontiguousarray(cache.x)
+    inputs_t = np.empty((d_in + hidden, n_steps * n_env))
+    _transpose_into(x.reshape(n_steps * n_env, d_in), inputs_t[:d_in])
+    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], inputs_t,
                   np.empty((d_in + hidden, 4 * hidden)))
     dx = np.zeros((n_steps, n_env, d_in))
     _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
