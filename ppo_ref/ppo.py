@@ -253,22 +253,22 @@ class PPOTrainer:
         all_at_once = _gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
                                                   actions))
 
+        def blocks(perms):
+            """The minibatches of the epochs whose row permutations are the rows of perms."""
+            g_lp, g_adv, g_ret, g_v, g_obs, g_act = (
+                a[perms] for a in (old_log_probs, adv, ret, old_values, obs, actions))
+            return [[Minibatch(g_lp[e, i:i + bs], g_adv[e, i:i + bs], g_ret[e, i:i + bs],
+                               g_v[e, i:i + bs], (g_obs[e, i:i + bs], g_act[e, i:i + bs]))
+                     for i in range(0, B, bs)] for e in range(perms.shape[0])]
+
         def minibatches(epoch: int):
             nonlocal gathered
-            if not all_at_once:
-                for idx in shuffled_minibatch_indices(rng, B, bs):
-                    yield Minibatch(old_log_probs[idx], adv[idx], ret[idx], old_values[idx],
-                                    (obs[idx], actions[idx]))
+            if not all_at_once:  # this epoch's permutation alone
+                yield from blocks(np.concatenate(shuffled_minibatch_indices(rng, B, bs))[None])[0]
                 return
             if gathered is None:
-                perms = _epoch_permutations(rng, B, int(c.n_epochs))
-                gathered = tuple(a[perms] for a in (old_log_probs, adv, ret, old_values, obs,
-                                                    actions))
-            g_lp, g_adv, g_ret, g_v, g_obs, g_act = gathered
-            for i in range(0, B, bs):
-                j = i + bs
-                yield Minibatch(g_lp[epoch, i:j], g_adv[epoch, i:j], g_ret[epoch, i:j],
-                                g_v[epoch, i:j], (g_obs[epoch, i:j], g_act[epoch, i:j]))
+                gathered = blocks(_epoch_permutations(rng, B, int(c.n_epochs)))
+            yield from gathered[epoch]
 
         policy = self.policy
 

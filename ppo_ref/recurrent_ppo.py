@@ -300,33 +300,30 @@ class RecurrentPPOTrainer(PPOTrainer):
         # Without a KL stop every epoch runs: all epochs' env permutations are drawn at once
         # (the same draws as one rng.permutation per epoch, see update._epoch_permutations)
         # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each
-        # block C-contiguous and holding exactly the values (and order) of that minibatch's
-        # per-epoch gather; anything but a numpy Generator is asked for one permutation per
-        # epoch, and so are rollouts too large to copy n_epochs times (_gather_all_epochs).
+        # block C-contiguous; anything but a numpy Generator is asked for one permutation per
+        # epoch (env_minibatches), and so are rollouts too large to copy n_epochs times
+        # (_gather_all_epochs): those gather one epoch at a time, the same way.
         gathered = None
         all_at_once = _gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
                                                   rollout.observations, rollout.actions,
                                                   rollout.episode_starts))
 
+        def blocks(perms):
+            """The minibatches of the epochs whose env permutations are the rows of perms."""
+            lp, a, r, v, obs, act, h, cs, starts = _gather_epochs(perms, per, rollout, adv, ret)
+            return [[Minibatch(lp[e, j].reshape(-1), a[e, j].reshape(-1), r[e, j].reshape(-1),
+                               v[e, j].reshape(-1),
+                               (obs[e, j], act[e, j], LSTMStates(h[e, j], cs[e, j]),
+                                starts[e, j]))
+                     for j in range(N // per)] for e in range(perms.shape[0])]
+
         def minibatches(epoch: int):
             nonlocal gathered
-            if not all_at_once:
-                for envs in env_minibatches(rng, N, per):
-                    yield Minibatch(rollout.log_probs[:, envs].reshape(-1),
-                                    adv[:, envs].reshape(-1), ret[:, envs].reshape(-1),
-                                    rollout.values[:, envs].reshape(-1),
-                                    (rollout.observations[:, envs], rollout.actions[:, envs],
-                                     start.select(envs), rollout.episode_starts[:, envs]))
+            if not all_at_once:  # this epoch's permutation alone
+                yield from blocks(np.concatenate(env_minibatches(rng, N, per))[None])[0]
                 return
             if gathered is None:  # every epoch's minibatches, made in one go
-                lp, a, r, v, obs, act, h, cs, starts = _gather_epochs(
-                    _epoch_permutations(rng, N, int(c.n_epochs)), per, rollout, adv, ret)
-                M = N // per
-                gathered = [[Minibatch(lp[e, j].reshape(-1), a[e, j].reshape(-1),
-                                       r[e, j].reshape(-1), v[e, j].reshape(-1),
-                                       (obs[e, j], act[e, j], LSTMStates(h[e, j], cs[e, j]),
-                                        starts[e, j]))
-                             for j in range(M)] for e in range(int(c.n_epochs))]
+                gathered = blocks(_epoch_permutations(rng, N, int(c.n_epochs)))
             yield from gathered[epoch]
 
         policy = self.policy
