@@ -164,7 +164,8 @@ def _probe_env(env_id: str) -> None:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_envs: Optional[int]):
+def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_envs: Optional[int],
+                 backend: Optional[str] = None):
     """The PPOConfig for ``train``: ``zoo_cartpole()`` for CartPole-v1 (or ``--preset zoo``),
     ``PPOConfig.preset(name)`` for a named preset, ``PPOConfig()`` otherwise; then ``--n-envs``
     and every ``--set field=value`` (typed by :func:`ppo_ref.config.parse_overrides`)."""
@@ -172,6 +173,8 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
     changes = parse_overrides(overrides or [])
     if n_envs is not None:
         changes["n_envs"] = int(n_envs)
+    if backend is not None:
+        changes["backend"] = backend
     if preset is None:
         preset = "zoo" if env_id == DEFAULT_ENV else "default"
     if preset not in preset_names():
@@ -204,6 +207,9 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", default=None, metavar="DIR",
                    help="continue the run in DIR from its checkpoint.npz (exactly), with its saved "
                         "settings; only --total-timesteps may change (to extend the run)")
+    p.add_argument("--backend", default=None, choices=["fast", "spec"],
+                   help="fast (default: the compiled tier) or spec (the readable NumPy tier of "
+                        "ppo_ref/spec/, slower, float64); same as --set backend=...")
     p.add_argument("--vectorization", default=None, choices=["sync", "async"],
                    help="gymnasium SyncVectorEnv (default) or AsyncVectorEnv")
     p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
@@ -400,6 +406,8 @@ def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, 
         saved = PPOConfig.from_dict(meta.get("config", {}))
     if args.n_envs is not None and args.n_envs != saved.n_envs:
         conflict(f"--n-envs {args.n_envs}", f"n_envs {saved.n_envs}")
+    if args.backend is not None and args.backend != saved.backend:
+        conflict(f"--backend {args.backend}", f"backend {saved.backend}")
     if args.preset is not None:
         preset = _saved_preset(info, env_id)
         if preset is None:
@@ -471,7 +479,7 @@ def _train_new(args: argparse.Namespace):
     seed = 0 if args.seed is None else args.seed
     total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
     with user_input():
-        config = build_config(env_id, args.preset, args.overrides, args.n_envs)
+        config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     if args.run_dir is not None:
         _check_fresh_run_dir(args.run_dir)
     _probe_env(env_id)

@@ -93,6 +93,11 @@ class PPOConfig:
         "arithmetic of the MLP policy's training/acting passes: float64 (reference) or float32 "
         "(as torch; parameters, Adam and losses stay float64)",
         ("float64", "float32"))
+    backend: str = _f(
+        "fast",
+        "which tier runs the computation: fast (compiled, declared equal to the readable tier "
+        "and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
+        ("fast", "spec"))
 
     # --- convention knobs (DESIGN.md §4) -------------------------------------------------------
     truncation: str = _f(
@@ -149,6 +154,9 @@ class PPOConfig:
         for i, width in enumerate(self.net_arch):
             if width <= 0:
                 raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")
+        if self.backend == "spec" and self.compute_dtype != "float64":
+            raise ValueError(f"compute_dtype must be 'float64' with backend='spec' (the readable "
+                             f"tier computes in float64), got {self.compute_dtype!r}")
         rows = self.n_steps * self.n_envs
         if self.batch_size > rows:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "

@@ -23,6 +23,7 @@ EXTRA_DEFAULTS = dict(
     value_loss_scale=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
     kl_estimator="k3", kl_stop_rule="sb3",
     compute_dtype="float64",  # PERF: float32 network passes as an option; float64 the default
+    backend="fast",  # the compiled tier by default; "spec" runs the readable tier
 )
 
 # DESIGN.md §4, column by column, as convention-field values.
@@ -245,3 +246,12 @@ def test_parse_overrides_types():
 def test_parse_overrides_errors(items, match):
     with pytest.raises(ValueError, match=match):
         parse_overrides(items)
+
+
+def test_backend_is_explicit_and_spec_requires_float64():
+    assert PPOConfig().backend == "fast"
+    assert PPOConfig(backend="spec").backend == "spec"
+    with pytest.raises(ValueError, match="^backend"):
+        PPOConfig(backend="numba")
+    with pytest.raises(ValueError, match="compute_dtype must be 'float64' with backend='spec'"):
+        PPOConfig(backend="spec", compute_dtype="float32")
