@@ -461,3 +461,115 @@ class MLPPolicy(PolicyBase):
                                       np.asarray(d_values, dtype=np.float64))
         grads.update(head_grads)
         return grads
+
+
+class SpecMLPPolicy(PolicyBase):
+    """The feedforward policy of the readable tier (``PPOConfig.backend = "spec"``).
+
+    The actor-critic of :mod:`ppo_ref.spec.networks` (plain NumPy, float64) plus the head of
+    :func:`make_head` (the distributions of :mod:`ppo_ref.spec.distributions`). Parameters are a
+    plain dict with the same keys, shapes and initial values as :class:`MLPPolicy`'s (the same
+    draws from the same generator), so a checkpoint of either backend loads into the other.
+    :class:`MLPPolicy` is declared equal to this class within the tolerance stated in
+    ``tests/test_tiers.py``.
+
+    Every method computes exactly what its :class:`MLPPolicy` namesake documents: ``act``,
+    ``predict``, ``values``, ``evaluate``, ``backward``, ``policy_out_fn`` (the collector's
+    acting forward).
+
+    Raises:
+        ValueError: unsupported observation or action space; ``config.compute_dtype`` other
+            than float64 (the readable tier computes in float64).
+    """
+
+    def __init__(self, observation_space, action_space, config):
+        super().__init__(observation_space, action_space, config)
+        if np.dtype(config.compute_dtype) != np.float64:
+            raise ValueError(f"compute_dtype must be 'float64' for the spec backend, got "
+                             f"{config.compute_dtype!r}")
+        self.shared_trunk = bool(config.shared_trunk)
+
+    def init_params(self, rng: np.random.Generator) -> Params:
+        """Fresh parameters (:func:`ppo_ref.spec.networks.actor_critic_init` + the head's)."""
+        from ppo_ref.spec import networks
+        c = self.config
+        params = networks.actor_critic_init(
+            rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
+            activation=c.activation, shared_trunk=self.shared_trunk,
+            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
+        params.update(self.head.init_params())
+        return params
+
+    def as_flat(self, arrays: Mapping[str, np.ndarray]) -> Params:
+        """A float64 copy of a parameter-shaped dict, as a plain dict (this tier has no
+        one-buffer layout; the name matches :meth:`MLPPolicy.as_flat`)."""
+        return {k: np.array(v, dtype=np.float64) for k, v in arrays.items()}
+
+    def _net(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        return {k: v for k, v in params.items() if k not in self._head_keys}
+
+    def flatten_obs(self, obs) -> np.ndarray:
+        """``[B, *obs_shape]`` -> float64 ``[B, obs_dim]``."""
+        obs = np.asarray(obs, dtype=np.float64)
+        return obs.reshape(obs.shape[0], -1) if obs.ndim != 2 else obs
+
+    def _forward(self, params, obs):
+        from ppo_ref.spec import networks
+        return networks.actor_critic_forward(self._net(params), self.flatten_obs(obs),
+                                             self.activation, self.shared_trunk)
+
+    def policy_out_fn(self, params):
+        """``forward(obs [B, obs_dim]) -> policy_out [B, P]`` with ``params`` fixed."""
+        def forward(obs):
+            return self._forward(params, obs)[0]
+        return forward
+
+    def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(actions, values, log_probs)`` for ``obs [B, ...]``, actions sampled with ``rng``."""
+        out, values, _ = self._forward(params, obs)
+        actions = self.head.sample(rng, out, params)
+        return actions, values, self.head.log_prob(out, params, actions)
+
+    def predict(self, params, obs, rng=None, deterministic: bool = False) -> np.ndarray:
+        """Actions as the environment receives them (mode when ``deterministic``)."""
+        out, _, _ = self._forward(params, obs)
+        if deterministic:
+            actions = self.head.mode(out, params)
+        else:
+            if rng is None:
+                raise ValueError("rng is required when deterministic=False")
+            actions = self.head.sample(rng, out, params)
+        return self.head.to_env(actions)
+
+    def values(self, params, obs) -> np.ndarray:
+        """``V(obs)`` ``[B]`` float64."""
+        from ppo_ref.spec import networks
+        return networks.value_forward(self._net(params), self.flatten_obs(obs), self.activation,
+                                      self.shared_trunk)
+
+    def evaluate(self, params, obs, actions) -> PolicyEval:
+        """Log-probs of ``actions``, entropies and values under ``params``, plus the cache."""
+        out, values, cache = self._forward(params, obs)
+        log_probs = self.head.log_prob(out, params, actions)
+        entropy = self.head.entropy(out, params)
+        return PolicyEval(log_probs, entropy, values, (out, actions, cache))
+
+    def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> Params:
+        """Gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
+        entropy + d_values * values)`` over the rows of the :meth:`evaluate` that made
+        ``cache``."""
+        from ppo_ref.spec import networks
+        out, actions, net_cache = cache
+        d_out, head_grads = self.head.backward(out, params, actions, d_log_probs, d_entropy)
+        grads = networks.actor_critic_backward(self._net(params), net_cache, d_out,
+                                               np.asarray(d_values, dtype=np.float64))
+        grads.update(head_grads)
+        return {k: grads[k] for k in params}
+
+
+def make_mlp_policy(observation_space, action_space, config):
+    """The feedforward policy of ``config.backend``: :class:`SpecMLPPolicy` for ``"spec"``,
+    :class:`MLPPolicy` for ``"fast"``."""
+    if config.backend == "spec":
+        return SpecMLPPolicy(observation_space, action_space, config)
+    return MLPPolicy(observation_space, action_space, config)
