@@ -133,6 +133,16 @@ def _hidden_size(parts: Dict[str, Params], names: Tuple[str, ...]) -> int:
     return widths.pop()
 
 
+def _policy_out_dim(pi: Params) -> int:
+    """P, the output width of the policy tower ``pi.w0 .. pi.w{L-1}``: rows of its last weight."""
+    last = f"w{sum(1 for k in pi if k.startswith('w')) - 1}"
+    w = np.asarray(pi.get(last))
+    if w.ndim != 2:
+        raise ValueError(f"params['pi.{last}'] must be the policy tower's last weight [P, in], "
+                         f"got {None if last not in pi else w.shape}")
+    return w.shape[0]
+
+
 def _check_obs(obs, ndim: int, parts: Dict[str, Params], names) -> np.ndarray:
     obs = as_float_array(obs, "obs", ndim=(ndim,)).astype(np.float64, copy=False)
     w_ih = as_float_array(parts[names[0]].get("w_ih"), f"params['{names[0]}.w_ih']", ndim=(2,))
@@ -287,6 +297,11 @@ def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray],
                          f"recurrent_actor_critic_forward, got {type(cache).__name__}")
     names, parts = _split(params, cache.lstm_shared)
     n_steps, n_env = cache.lstm[0].x.shape[:2]
+    n_out = (_policy_out_dim(parts["pi"]),)
+    d_policy_out = as_float_array(d_policy_out, "d_policy_out", ndim=(3,)).astype(np.float64,
+                                                                                 copy=False)
+    check_same_shape(d_policy_out, "d_policy_out", (n_steps, n_env) + n_out,
+                     "policy_out [T, N, P]")
     d_values = as_float_array(d_values, "d_values", ndim=(2,)).astype(np.float64, copy=False)
     check_same_shape(d_values, "d_values", (n_steps, n_env), "values [T, N]")
     dh_pi, pi_grads = mlp_backward(parts["pi"], cache.pi, d_policy_out)
