@@ -8,7 +8,6 @@ tier (ppo_ref.nn.lstm, ppo_ref.recurrent_policies and RecurrentPolicy) to rtol 1
 validation.
 """
 import ast
-import inspect
 
 import gymnasium as gym
 import numpy as np

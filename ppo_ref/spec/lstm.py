@@ -71,7 +71,7 @@ class LSTMStepCache(NamedTuple):
     """What :func:`step_backward` reads; written by :func:`step_forward`. All float64.
 
     Attributes:
-        x: ``[N, D]`` the step's inputs.
+        x: ``[N, D]`` the step's inputs (the caller's float64 array itself, not a copy).
         keep: ``[N]`` ``1 - episode_starts``.
         h_prev: ``[N, H]`` ``h~ = keep * h``, the hidden state the cell read.
         c_prev: ``[N, H]`` ``c~ = keep * c``.
@@ -90,7 +90,8 @@ class LSTMCache(NamedTuple):
     """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
 
     Attributes:
-        x: ``[T, N, D]`` the inputs.
+        x: ``[T, N, D]`` the inputs (the caller's array itself when it was float64: it must not
+            be modified between the forward and the backward pass).
         keep: ``[T + 1, N]``: ``1 - episode_starts[t]`` for ``t < T`` and ``keep[T] = 1`` (the
             final-state gradients ``dh_T, dc_T`` enter unmasked).
         h_prev: ``[T, N, H]`` ``h~[t]``; c_prev: ``[T, N, H]`` ``c~[t]``.
@@ -363,7 +364,11 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
         h, c, step_cache = _step(w_ih, w_hh, b, x[t], h, c, keep[t])
         h_seq[t] = h
         steps.append(step_cache)
-    cache = LSTMCache(x, keep, *(np.stack(field) for field in list(zip(*steps))[2:]))
+    cache = LSTMCache(x=x, keep=keep,
+                      h_prev=np.stack([s.h_prev for s in steps]),
+                      c_prev=np.stack([s.c_prev for s in steps]),
+                      gates=np.stack([s.gates for s in steps]),
+                      tanh_c=np.stack([s.tanh_c for s in steps]))
     return h_seq, (h.copy(), c.copy()), cache
 
 
