@@ -186,3 +186,123 @@ def episode_starts_oracle(terminated, truncated, initial):
         else:
             out[:, n] = col
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# LSTM (torch.nn.LSTM cell, gate order i, f, g, o; the carried state is zeroed before a step
+# that starts an episode). The forward pass runs one environment and one step at a time with
+# sigmoid(z) = 1 / (1 + exp(-z)). The gradient is NOT backpropagation through time: it is
+# forward-mode accumulation of the Jacobian of the state w.r.t. every input, differentiating
+# each forward equation as written (product rule, chain rule for one step), carried forward in
+# time; the loss's gradient is then the dot product of the output gradients with those
+# Jacobians.
+# ---------------------------------------------------------------------------------------------
+
+def _logistic(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def lstm_forward_oracle(params, x, h0, c0, episode_starts):
+    """``(h_seq [T, N, H], (h_T, c_T))`` of the LSTM over ``x [T, N, D]`` from ``h0, c0``."""
+    w_ih, w_hh, b = (np.asarray(params[k], dtype=np.float64) for k in ("w_ih", "w_hh", "b"))
+    x = np.asarray(x, dtype=np.float64)
+    n_steps, n_env, _ = x.shape
+    hidden = w_hh.shape[1]
+    h_seq = np.zeros((n_steps, n_env, hidden))
+    h_last = np.zeros((n_env, hidden))
+    c_last = np.zeros((n_env, hidden))
+    for n in range(n_env):
+        h = np.array(h0[n], dtype=np.float64)
+        c = np.array(c0[n], dtype=np.float64)
+        for t in range(n_steps):
+            if episode_starts[t][n]:
+                h = np.zeros(hidden)
+                c = np.zeros(hidden)
+            z = w_ih @ x[t, n] + w_hh @ h + b
+            i = _logistic(z[:hidden])
+            f = _logistic(z[hidden:2 * hidden])
+            g = np.tanh(z[2 * hidden:3 * hidden])
+            o = _logistic(z[3 * hidden:])
+            c = f * c + i * g
+            h = o * np.tanh(c)
+            h_seq[t, n] = h
+        h_last[n], c_last[n] = h, c
+    return h_seq, (h_last, c_last)
+
+
+def lstm_gradient_oracle(params, x, h0, c0, episode_starts, dh_seq, dh_T=None, dc_T=None):
+    """Gradients of ``L = sum_t <dh_seq[t], h[t]> + <dh_T, h_T> + <dc_T, c_T>`` by forward-mode
+    Jacobian accumulation, one environment at a time.
+
+    For environment n, theta = (w_ih, w_hh, b, x[:, n], h0[n], c0[n]) flattened (P numbers) and
+    ``J_h[t] = dh[t]/dtheta``, ``J_c[t] = dc[t]/dtheta`` (``[H, P]``) start as the selectors of
+    ``h0[n]``, ``c0[n]`` in theta; a reset sets the carried Jacobians to 0 (the carried state is
+    the constant 0). One step differentiates ``z = w_ih x + w_hh h + b`` entry by entry
+    (``dz_j / dw_ih[j, d] = x_d``, ``dz_j / dw_hh[j, k] = h_k``, ``dz_j / db_j = 1``,
+    ``dz / dx[t] = w_ih``, plus ``w_hh J_h`` through the carried state), then the gates (``sigma'
+    = s (1 - s)``, ``tanh' = 1 - tanh^2``), ``c = f c + i g`` by the product rule and
+    ``h = o tanh(c)``. ``dL/dtheta = sum_t dh_seq[t, n] J_h[t] + dh_T[n] J_h[T-1] +
+    dc_T[n] J_c[T-1]``. Returns ``(dx, grads, (dh0, dc0))`` shaped as the inputs.
+    """
+    w_ih, w_hh, b = (np.asarray(params[k], dtype=np.float64) for k in ("w_ih", "w_hh", "b"))
+    x = np.asarray(x, dtype=np.float64)
+    n_steps, n_env, d_in = x.shape
+    hidden = w_hh.shape[1]
+    four_h = 4 * hidden
+    zeros = np.zeros((n_env, hidden))
+    dh_T = zeros if dh_T is None else np.asarray(dh_T, dtype=np.float64)
+    dc_T = zeros if dc_T is None else np.asarray(dc_T, dtype=np.float64)
+    # offsets of the blocks of theta
+    sizes = [("w_ih", four_h * d_in), ("w_hh", four_h * hidden), ("b", four_h),
+             ("x", n_steps * d_in), ("h0", hidden), ("c0", hidden)]
+    offset = {}
+    total = 0
+    for name, size in sizes:
+        offset[name] = (total, total + size)
+        total += size
+    eye_4h = np.eye(four_h)
+    grads = {"w_ih": np.zeros_like(w_ih), "w_hh": np.zeros_like(w_hh), "b": np.zeros_like(b)}
+    dx = np.zeros_like(x)
+    dh0 = np.zeros((n_env, hidden))
+    dc0 = np.zeros((n_env, hidden))
+    for n in range(n_env):
+        h = np.array(h0[n], dtype=np.float64)
+        c = np.array(c0[n], dtype=np.float64)
+        j_h = np.zeros((hidden, total))
+        j_c = np.zeros((hidden, total))
+        j_h[:, slice(*offset["h0"])] = np.eye(hidden)
+        j_c[:, slice(*offset["c0"])] = np.eye(hidden)
+        grad = np.zeros(total)
+        for t in range(n_steps):
+            if episode_starts[t][n]:
+                h, c = np.zeros(hidden), np.zeros(hidden)
+                j_h, j_c = np.zeros((hidden, total)), np.zeros((hidden, total))
+            z = w_ih @ x[t, n] + w_hh @ h + b
+            j_z = w_hh @ j_h                                        # through the carried h
+            j_z[:, slice(*offset["w_ih"])] += np.kron(eye_4h, x[t, n][None, :])
+            j_z[:, slice(*offset["w_hh"])] += np.kron(eye_4h, h[None, :])
+            j_z[:, slice(*offset["b"])] += eye_4h
+            lo = offset["x"][0] + t * d_in
+            j_z[:, lo:lo + d_in] += w_ih
+            i = _logistic(z[:hidden])
+            f = _logistic(z[hidden:2 * hidden])
+            g = np.tanh(z[2 * hidden:3 * hidden])
+            o = _logistic(z[3 * hidden:])
+            j_i = (i * (1.0 - i))[:, None] * j_z[:hidden]
+            j_f = (f * (1.0 - f))[:, None] * j_z[hidden:2 * hidden]
+            j_g = (1.0 - g * g)[:, None] * j_z[2 * hidden:3 * hidden]
+            j_o = (o * (1.0 - o))[:, None] * j_z[3 * hidden:]
+            j_c = f[:, None] * j_c + c[:, None] * j_f + g[:, None] * j_i + i[:, None] * j_g
+            c = f * c + i * g
+            tanh_c = np.tanh(c)
+            j_h = tanh_c[:, None] * j_o + (o * (1.0 - tanh_c * tanh_c))[:, None] * j_c
+            h = o * tanh_c
+            grad += dh_seq[t, n] @ j_h
+        grad += dh_T[n] @ j_h + dc_T[n] @ j_c
+        grads["w_ih"] += grad[slice(*offset["w_ih"])].reshape(four_h, d_in)
+        grads["w_hh"] += grad[slice(*offset["w_hh"])].reshape(four_h, hidden)
+        grads["b"] += grad[slice(*offset["b"])]
+        dx[:, n] = grad[slice(*offset["x"])].reshape(n_steps, d_in)
+        dh0[n] = grad[slice(*offset["h0"])]
+        dc0[n] = grad[slice(*offset["c0"])]
+    return dx, grads, (dh0, dc0)

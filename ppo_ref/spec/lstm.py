@@ -1,0 +1,414 @@
+"""The LSTM with episode resets, readable: one step forward, the loop over steps, and BPTT.
+
+The cell is the long short-term memory of Hochreiter & Schmidhuber (1997, "Long short-term
+memory", Neural Computation 9(8)) with the forget gate of Gers, Schmidhuber & Cummins (2000),
+in the parametrisation of ``torch.nn.LSTM``: the four gate blocks of ``w_ih [4H, D]``,
+``w_hh [4H, H]`` and ``b [4H]`` are stacked in the order (i, f, g, o), and ``b`` is torch's
+``b_ih + b_hh`` (the only sum the cell sees). Episodes are cut as in recurrent PPO (sb3-contrib
+``RecurrentPPO``, CleanRL ``ppo_atari_lstm``): before step ``t`` the carried state is multiplied
+by ``keep[t] = 1 - episode_starts[t]``, so an episode starting at ``t`` starts from the zero
+state, and no gradient crosses the cut.
+
+Forward, step ``t``, for N environments at once (rows); :func:`step_forward` is these lines::
+
+    h~[t] = keep[t] * h[t-1]                      (h[-1] = h0)
+    c~[t] = keep[t] * c[t-1]                      (c[-1] = c0)
+    z[t]  = x[t] @ w_ih.T + h~[t] @ w_hh.T + b    [N, 4H], blocks (z_i, z_f, z_g, z_o)
+    i = sigma(z_i)
+    f = sigma(z_f)
+    g = tanh(z_g)
+    o = sigma(z_o)
+    c[t] = f * c~[t] + i * g
+    h[t] = o * tanh(c[t])
+
+with ``sigma(z) = 1 / (1 + exp(-z))``, evaluated as ``(1 + tanh(z / 2)) / 2`` (the same number;
+this form never overflows). :func:`lstm_forward` runs the step for ``t = 0 .. T-1`` and returns
+``h_seq[t] = h[t]`` and the final state ``(h[T-1], c[T-1])`` unmasked (the next call's
+``episode_starts[0]`` decides whether it is carried on).
+
+Backpropagation through time (Werbos 1990), given ``dh_seq[t] = dL/dh[t]`` and the gradients
+``dh_T, dc_T`` of the final state (zero when not given: from a later segment in truncated BPTT),
+with ``keep[T] = 1``, ``dh_next = dh_T``, ``dc_next = dc_T``; for ``t = T-1 .. 0``
+(:func:`lstm_backward` is these lines)::
+
+    dh   = dh_seq[t] + keep[t+1] * dh_next                 total gradient of h[t]
+    dc   = keep[t+1] * dc_next + dh * o * (1 - tanh(c[t])^2)    total gradient of c[t]
+    dz_i = dc * g * i * (1 - i)
+    dz_f = dc * c~[t] * f * (1 - f)
+    dz_g = dc * i * (1 - g^2)
+    dz_o = dh * tanh(c[t]) * o * (1 - o)
+    dh_next = dz[t] @ w_hh                                 gradient of h~[t]
+    dc_next = dc * f                                       gradient of c~[t]
+
+then ``dh0 = keep[0] * dh_next``, ``dc0 = keep[0] * dc_next``, and over all steps::
+
+    dw_ih = sum_t dz[t].T @ x[t]     dw_hh = sum_t dz[t].T @ h~[t]     db = sum_t sum_n dz[t, n]
+    dx[t] = dz[t] @ w_ih
+
+A state cut by a reset (``keep = 0``) receives exactly zero gradient.
+
+Plain NumPy, float64 throughout (float32, integer or bool inputs are cast on entry); products by
+``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.nn.lstm`` to
+rounding, not bit for bit.
+"""
+from __future__ import annotations
+
+from typing import Dict, Mapping, NamedTuple, Tuple
+
+import numpy as np
+
+from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
+from ppo_ref.nn.init import orthogonal
+
+__all__ = ["LSTMStepCache", "LSTMCache", "lstm_init", "step_forward", "step_backward",
+           "lstm_forward", "lstm_backward", "lstm_step"]
+
+Params = Dict[str, np.ndarray]
+PARAM_KEYS = ("w_ih", "w_hh", "b")
+
+
+class LSTMStepCache(NamedTuple):
+    """What :func:`step_backward` reads; written by :func:`step_forward`. All float64.
+
+    Attributes:
+        x: ``[N, D]`` the step's inputs (the caller's float64 array itself, not a copy).
+        keep: ``[N]`` ``1 - episode_starts``.
+        h_prev: ``[N, H]`` ``h~ = keep * h``, the hidden state the cell read.
+        c_prev: ``[N, H]`` ``c~ = keep * c``.
+        gates: ``[N, 4H]`` the activations ``(i, f, g, o)``.
+        tanh_c: ``[N, H]`` ``tanh(c_new)``.
+    """
+    x: np.ndarray
+    keep: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+
+
+class LSTMCache(NamedTuple):
+    """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
+
+    Attributes:
+        x: ``[T, N, D]`` the inputs (the caller's array itself when it was float64: it must not
+            be modified between the forward and the backward pass).
+        keep: ``[T + 1, N]``: ``1 - episode_starts[t]`` for ``t < T`` and ``keep[T] = 1`` (the
+            final-state gradients ``dh_T, dc_T`` enter unmasked).
+        h_prev: ``[T, N, H]`` ``h~[t]``; c_prev: ``[T, N, H]`` ``c~[t]``.
+        gates: ``[T, N, 4H]`` ``(i, f, g, o)`` at every step; tanh_c: ``[T, N, H]``.
+    """
+    x: np.ndarray
+    keep: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    """``1 / (1 + exp(-z))``, as ``(1 + tanh(z / 2)) / 2`` (equal; finite for every finite z)."""
+    return 0.5 * (1.0 + np.tanh(0.5 * z))
+
+
+# --------------------------------------------------------------------------------------------
+# The equations (unchecked: the public functions below check their arguments first)
+# --------------------------------------------------------------------------------------------
+
+def _step(w_ih, w_hh, b, x, h, c, keep):
+    """One step of the cell from the carried ``(h, c)`` and ``keep [N]``: the forward equations
+    of the module docstring, one line each. Returns ``(h_new, c_new, LSTMStepCache)``."""
+    hidden = w_hh.shape[1]
+    h_prev = keep[:, None] * h
+    c_prev = keep[:, None] * c
+    z = x @ w_ih.T + h_prev @ w_hh.T + b
+    i = _sigmoid(z[:, 0 * hidden:1 * hidden])
+    f = _sigmoid(z[:, 1 * hidden:2 * hidden])
+    g = np.tanh(z[:, 2 * hidden:3 * hidden])
+    o = _sigmoid(z[:, 3 * hidden:4 * hidden])
+    c_new = f * c_prev + i * g
+    tanh_c = np.tanh(c_new)
+    h_new = o * tanh_c
+    gates = np.concatenate([i, f, g, o], axis=1)
+    return h_new, c_new, LSTMStepCache(x, keep, h_prev, c_prev, gates, tanh_c)
+
+
+def _bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
+    """Backpropagation through time over ``cache``: the backward equations of the module
+    docstring, one line each. Returns ``(dx, grads, (dh0, dc0))``."""
+    n_steps, n_env, _ = cache.x.shape
+    hidden = w_hh.shape[1]
+    keep = cache.keep[:, :, None]                      # [T + 1, N, 1], broadcasts over H
+    dz = np.empty((n_steps, n_env, 4 * hidden))
+    dh_next, dc_next = dh_T, dc_T
+    for t in reversed(range(n_steps)):
+        gates = cache.gates[t]
+        i = gates[:, 0 * hidden:1 * hidden]
+        f = gates[:, 1 * hidden:2 * hidden]
+        g = gates[:, 2 * hidden:3 * hidden]
+        o = gates[:, 3 * hidden:4 * hidden]
+        tanh_c, c_prev = cache.tanh_c[t], cache.c_prev[t]
+        dh = dh_seq[t] + keep[t + 1] * dh_next
+        dc = keep[t + 1] * dc_next + dh * o * (1.0 - tanh_c ** 2)
+        dz[t, :, 0 * hidden:1 * hidden] = dc * g * i * (1.0 - i)
+        dz[t, :, 1 * hidden:2 * hidden] = dc * c_prev * f * (1.0 - f)
+        dz[t, :, 2 * hidden:3 * hidden] = dc * i * (1.0 - g ** 2)
+        dz[t, :, 3 * hidden:4 * hidden] = dh * tanh_c * o * (1.0 - o)
+        dh_next = dz[t] @ w_hh
+        dc_next = dc * f
+    dh0 = keep[0] * dh_next
+    dc0 = keep[0] * dc_next
+    grads = {
+        "w_ih": np.einsum("tnj,tnd->jd", dz, cache.x),
+        "w_hh": np.einsum("tnj,tnk->jk", dz, cache.h_prev),
+        "b": np.einsum("tnj->j", dz),
+    }
+    dx = dz @ w_ih
+    return dx, grads, (dh0, dc0)
+
+
+# --------------------------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------------------------
+
+def _check_params(params) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64 ``(w_ih, w_hh, b)`` of ``params``; ``ValueError`` naming the bad entry."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a dict with keys {list(PARAM_KEYS)}, "
+                         f"got {type(params).__name__}")
+    missing = [k for k in PARAM_KEYS if k not in params]
+    if missing:
+        raise ValueError(f"params is missing {missing} (needs {list(PARAM_KEYS)})")
+    w_ih, w_hh, b = (
+        as_float_array(params[k], f"params['{k}']", ndim=(nd,)).astype(np.float64, copy=False)
+        for k, nd in (("w_ih", 2), ("w_hh", 2), ("b", 1)))
+    four_h, hidden = w_hh.shape
+    if hidden < 1 or four_h != 4 * hidden:
+        raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
+    if w_ih.shape[0] != four_h or w_ih.shape[1] < 1:
+        raise ValueError(f"params['w_ih'] must have shape [4H, D] = [{four_h}, D] with D >= 1 "
+                         f"(4H from params['w_hh']), got {w_ih.shape}")
+    check_same_shape(b, "params['b']", (four_h,), "[4H]")
+    return w_ih, w_hh, b
+
+
+def _check_input(x, name: str, ndim: int, w_ih: np.ndarray) -> np.ndarray:
+    """``x`` as float64 of rank ``ndim`` whose last dimension is D, with every other >= 1."""
+    x = as_float_array(x, name, ndim=(ndim,)).astype(np.float64, copy=False)
+    lead = "[T, N, D]" if ndim == 3 else "[N, D]"
+    if min(x.shape[:-1]) < 1:
+        raise ValueError(f"{name} must be {lead} with no empty leading dimension, got shape "
+                         f"{x.shape}")
+    if x.shape[-1] != w_ih.shape[1]:
+        raise ValueError(f"{name} must have {w_ih.shape[1]} features (params['w_ih'] is "
+                         f"[4H, D] = {list(w_ih.shape)}), got shape {x.shape}")
+    return x
+
+
+def _check_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
+    a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
+    check_same_shape(a, name, (n_env, hidden), "[N, H]")
+    return a
+
+
+def _check_starts(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
+    starts = as_flag_array(episode_starts, "episode_starts", ndim=(len(shape),))
+    check_same_shape(starts, "episode_starts", shape, shape_name)
+    return starts
+
+
+def _check_cache(cache, cls, w_ih: np.ndarray, w_hh: np.ndarray, producer: str):
+    if not isinstance(cache, cls):
+        raise ValueError(f"cache must be the {cls.__name__} returned by {producer}, "
+                         f"got {type(cache).__name__}")
+    d_in, hidden = cache.x.shape[-1], cache.tanh_c.shape[-1]
+    if w_ih.shape[1] != d_in or w_hh.shape[1] != hidden:
+        raise ValueError(f"params do not match cache: params['w_ih'] {w_ih.shape}, "
+                         f"params['w_hh'] {w_hh.shape}; cache has D = {d_in}, H = {hidden}")
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Params:
+    """Parameters of an LSTM with ``input_size`` inputs and ``hidden_size`` units.
+
+    ``w_ih [4H, D]`` then ``w_hh [4H, H]``, each drawn from ``rng`` as one orthogonal matrix
+    with gain 1 (``ppo_ref.nn.init.orthogonal``: ``torch.nn.init.orthogonal_``), and a zero
+    ``b [4H]``: CleanRL ``ppo_atari_lstm`` (``orthogonal_(weight, 1.0)``, ``constant_(bias,
+    0)``). Gate blocks in the order (i, f, g, o).
+
+    Args:
+        rng: ``np.random.Generator``, the only source of randomness.
+        input_size: D >= 1.
+        hidden_size: H >= 1.
+
+    Returns:
+        ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}``, float64.
+
+    Raises:
+        ValueError: ``rng`` is not a Generator, or a size is not a positive integer.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    for value, name in ((input_size, "input_size"), (hidden_size, "hidden_size")):
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    d, h = int(input_size), int(hidden_size)
+    return {"w_ih": orthogonal(rng, (4 * h, d), gain=1.0),
+            "w_hh": orthogonal(rng, (4 * h, h), gain=1.0),
+            "b": np.zeros(4 * h)}
+
+
+def step_forward(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
+    """One LSTM step with the reset applied inside: ``(h, c) <- cell(x, keep * h, keep * c)``.
+
+    Equations: the forward lines of the module docstring, ``keep = 1 - episode_starts``.
+
+    Args:
+        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (gate order i, f, g, o).
+        x: ``[N, D]`` the step's inputs.
+        h: ``[N, H]`` the carried hidden state.
+        c: ``[N, H]`` the carried cell state.
+        episode_starts: ``[N]`` bool or 0/1 numbers; True where this step starts an episode.
+
+    Returns:
+        ``(h_new, c_new, cache)``: float64 ``[N, H]`` each and an :class:`LSTMStepCache` for
+        :func:`step_backward`. Inputs are not modified.
+
+    Raises:
+        ValueError: naming the argument: malformed ``params``, wrong ranks or shapes, non-finite
+            values, flags other than 0/1, N = 0.
+    """
+    w_ih, w_hh, b = _check_params(params)
+    x = _check_input(x, "x", 2, w_ih)
+    n_env, hidden = x.shape[0], w_hh.shape[1]
+    h = _check_state(h, "h", n_env, hidden)
+    c = _check_state(c, "c", n_env, hidden)
+    keep = 1.0 - _check_starts(episode_starts, (n_env,), "[N]")
+    return _step(w_ih, w_hh, b, x, h, c, keep)
+
+
+def step_backward(params: Mapping[str, np.ndarray], cache: LSTMStepCache, dh_new, dc_new):
+    """Gradients of one :func:`step_forward` given ``dh_new = dL/dh_new``, ``dc_new = dL/dc_new``.
+
+    The backward lines of the module docstring for one step (:func:`lstm_backward` with T = 1,
+    ``dh_T = dh_new``, ``dc_T = dc_new``): ``dh`` and ``dc`` are the gradients of the *carried*
+    state ``h, c`` given to the step, i.e. ``keep * (dz @ w_hh)`` and ``keep * dc * f``, exactly 0
+    where the step started an episode.
+
+    Args:
+        params: the parameters the forward step used.
+        cache: the :class:`LSTMStepCache` it returned.
+        dh_new, dc_new: ``[N, H]`` each.
+
+    Returns:
+        ``(dx [N, D], grads, dh [N, H], dc [N, H])``; ``grads`` has the keys and shapes of
+        ``params``. All float64, fresh arrays.
+
+    Raises:
+        ValueError: naming the argument: a cache that is not an :class:`LSTMStepCache` or does
+            not match ``params``, misshapen or non-finite gradients.
+    """
+    w_ih, w_hh, _ = _check_params(params)
+    _check_cache(cache, LSTMStepCache, w_ih, w_hh, "step_forward")
+    n_env, hidden = cache.tanh_c.shape
+    dh_new = _check_state(dh_new, "dh_new", n_env, hidden)
+    dc_new = _check_state(dc_new, "dc_new", n_env, hidden)
+    sequence = LSTMCache(cache.x[None], np.stack([cache.keep, np.ones(n_env)]),
+                         cache.h_prev[None], cache.c_prev[None], cache.gates[None],
+                         cache.tanh_c[None])
+    dx, grads, (dh, dc) = _bptt(w_ih, w_hh, sequence, np.zeros((1, n_env, hidden)),
+                                dh_new, dc_new)
+    return dx[0], grads, dh, dc
+
+
+def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
+    """Run the LSTM over a time-major sequence, resetting the state at episode starts.
+
+    ``h[t], c[t] = step(x[t], h[t-1], c[t-1], episode_starts[t])`` for ``t = 0 .. T-1``
+    (:func:`step_forward`; equations in the module docstring), from ``h[-1] = h0``,
+    ``c[-1] = c0``.
+
+    Args:
+        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (torch gate order i, f, g, o;
+            ``b`` is torch's ``b_ih + b_hh``).
+        x: ``[T, N, D]`` inputs, T >= 1 steps of N >= 1 environments.
+        h0: ``[N, H]`` hidden state carried into step 0.
+        c0: ``[N, H]`` cell state carried into step 0.
+        episode_starts: ``[T, N]`` bool or 0/1 numbers; True at the first step of an episode
+            (the carried state is zeroed before that step).
+
+    Returns:
+        ``(h_seq, (h_T, c_T), cache)``: ``h_seq [T, N, H]`` the hidden state after every step;
+        ``h_T = h_seq[T-1]`` and ``c_T`` ``[N, H]`` the final state, unmasked (fresh arrays);
+        ``cache`` an :class:`LSTMCache` for :func:`lstm_backward`. All float64.
+
+    Raises:
+        ValueError: naming the argument: malformed ``params``, wrong ranks or shapes (``x``,
+            ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other than 0/1,
+            T = 0 or N = 0.
+    """
+    w_ih, w_hh, b = _check_params(params)
+    x = _check_input(x, "x", 3, w_ih)
+    n_steps, n_env, _ = x.shape
+    hidden = w_hh.shape[1]
+    h = _check_state(h0, "h0", n_env, hidden)
+    c = _check_state(c0, "c0", n_env, hidden)
+    keep = np.ones((n_steps + 1, n_env))
+    keep[:n_steps] -= _check_starts(episode_starts, (n_steps, n_env), "[T, N]")
+    h_seq = np.empty((n_steps, n_env, hidden))
+    steps = []
+    for t in range(n_steps):
+        h, c, step_cache = _step(w_ih, w_hh, b, x[t], h, c, keep[t])
+        h_seq[t] = h
+        steps.append(step_cache)
+    cache = LSTMCache(x=x, keep=keep,
+                      h_prev=np.stack([s.h_prev for s in steps]),
+                      c_prev=np.stack([s.c_prev for s in steps]),
+                      gates=np.stack([s.gates for s in steps]),
+                      tanh_c=np.stack([s.tanh_c for s in steps]))
+    return h_seq, (h.copy(), c.copy()), cache
+
+
+def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
+                  dh_T=None, dc_T=None):
+    """Backpropagation through time for :func:`lstm_forward` (equations: module docstring).
+
+    Args:
+        params: the parameters the forward pass used.
+        cache: the :class:`LSTMCache` it returned.
+        dh_seq: ``[T, N, H]`` gradient of the loss w.r.t. ``h_seq``.
+        dh_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``h_T`` from outside
+            ``h_seq`` (e.g. the next truncated-BPTT segment); it adds to ``dh_seq[T-1]``.
+        dc_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``c_T``.
+
+    Returns:
+        ``(dx, grads, (dh0, dc0))``: ``dx [T, N, D]``; ``grads`` a dict with the keys and shapes
+        of ``params``; ``dh0, dc0 [N, H]`` (exactly 0 for environments whose
+        ``episode_starts[0]`` is True). All float64, fresh arrays; nothing is mutated.
+
+    Raises:
+        ValueError: naming the argument: a cache that is not an :class:`LSTMCache` or does not
+            match ``params``, misshapen or non-finite gradients.
+    """
+    w_ih, w_hh, _ = _check_params(params)
+    _check_cache(cache, LSTMCache, w_ih, w_hh, "lstm_forward")
+    n_steps, n_env, hidden = cache.tanh_c.shape
+    dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
+    check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
+    dh_T = np.zeros((n_env, hidden)) if dh_T is None else _check_state(dh_T, "dh_T", n_env, hidden)
+    dc_T = np.zeros((n_env, hidden)) if dc_T is None else _check_state(dc_T, "dc_T", n_env, hidden)
+    return _bptt(w_ih, w_hh, cache, dh_seq, dh_T, dc_T)
+
+
+def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
+    """One LSTM step for acting, without a cache: :func:`step_forward`'s ``(h_new, c_new)``.
+
+    Args and errors: as :func:`step_forward` (``x [N, D]``, ``h, c [N, H]``,
+    ``episode_starts [N]``). Returns float64 ``(h_new, c_new)`` ``[N, H]`` each, fresh arrays;
+    stepping a sequence with it gives :func:`lstm_forward`'s states exactly (the same step).
+    """
+    h_new, c_new, _ = step_forward(params, x, h, c, episode_starts)
+    return h_new, c_new
