@@ -947,8 +947,8 @@ class _ActorPolicy:
     parameters fixed between broadcasts (checked once, by ``MLPPolicy.policy_out_fn``)."""
 
     def __init__(self, env, ppo_config: PPOConfig):
-        from ppo_ref.policies import MLPPolicy
-        self.policy = MLPPolicy(env.observation_space, env.action_space, ppo_config)
+        from ppo_ref.policies import make_mlp_policy
+        self.policy = make_mlp_policy(env.observation_space, env.action_space, ppo_config)
         self.params = None
         self._policy_out = None
 

@@ -36,7 +36,7 @@ from ppo_ref.config import PPOConfig
 from ppo_ref.kernels import gae
 from ppo_ref.losses import explained_variance
 from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
-from ppo_ref.policies import MLPPolicy
+from ppo_ref.policies import make_mlp_policy
 from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
 from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
@@ -178,10 +178,10 @@ class PPOTrainer:
 
     # -- what a subclass replaces --------------------------------------------------------------
     def _make_policy(self, observation_space, action_space):
-        """The policy this trainer trains (:class:`~ppo_ref.policies.MLPPolicy`; the recurrent
-        trainer returns its LSTM policy). Called once by the constructor, before the parameters
-        are drawn (by ``policy.init_params``)."""
-        return MLPPolicy(observation_space, action_space, self.config)
+        """The policy this trainer trains (:func:`~ppo_ref.policies.make_mlp_policy`: the tier of
+        ``config.backend``; the recurrent trainer returns its LSTM policy). Called once by the
+        constructor, before the parameters are drawn (by ``policy.init_params``)."""
+        return make_mlp_policy(observation_space, action_space, self.config)
 
     def _acting_policy(self):
         """What the rollout collector acts with (the interface of

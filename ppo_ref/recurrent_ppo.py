@@ -65,7 +65,7 @@ import numpy as np
 from ppo_ref.losses import explained_variance
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
-from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
+from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
 from ppo_ref.rollout import Rollout
 from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
                             batch_advantages, run_epochs)
@@ -243,7 +243,7 @@ class RecurrentPPOTrainer(PPOTrainer):
     def _make_policy(self, observation_space, action_space) -> RecurrentPolicy:
         """The LSTM policy (PPOTrainer's hook; its parameters are drawn from the same stream,
         the first of the five SeedSequence children, so a seed means the same for both)."""
-        return RecurrentPolicy(observation_space, action_space, self.config)
+        return make_recurrent_policy(observation_space, action_space, self.config)
 
     def _acting_policy(self) -> "_RecurrentActor":
         """The collector acts through an actor carrying each env's LSTM state."""
