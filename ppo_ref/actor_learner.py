@@ -993,7 +993,7 @@ class _Learner:
         self.policy = policy
         self.obs_shape = tuple(policy.obs_shape)
         self.action_shape = tuple(policy.head.action_shape)
-        self.discrete = policy.head.kind == "categorical"
+        self.discrete = policy.head.action_dtype.kind == "i"  # categorical heads: int actions
         n = config.num_actors
         self.fifos = [_ActorFifo(i) for i in range(n)]
         self.version = 0

@@ -649,6 +649,9 @@ register_subcommand("vectors", "write golden JSON test vectors (ppo_ref.vectors)
 register_subcommand("check", "check another implementation's outputs against golden vectors",
                     lambda p: _import("ppo_ref.vectors:configure_check")(p),
                     lambda args: _import("ppo_ref.vectors:cli_check")(args))
+register_subcommand("details", "print the PPO implementation details table (ppo_ref.details)",
+                    lambda p: _import("ppo_ref.details:configure_details")(p),
+                    lambda args: _import("ppo_ref.details:cli_details")(args))
 
 
 class _OneLineParser(argparse.ArgumentParser):

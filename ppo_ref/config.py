@@ -88,6 +88,12 @@ class PPOConfig:
     lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")
     normalize_observations: bool = _f(False, "running mean/std observation normalization")
     normalize_rewards: bool = _f(False, "running return-std reward scaling")
+    clip_observations: Optional[float] = _f(
+        None, "clip normalized observations to [-c, c], c > 0 (needs normalize_observations; "
+              "None: no clipping; SB3 VecNormalize and CleanRL continuous use 10)")
+    clip_rewards: Optional[float] = _f(
+        None, "clip normalized rewards to [-c, c], c > 0 (needs normalize_rewards; None: no "
+              "clipping; SB3 VecNormalize and CleanRL continuous use 10)")
     compute_dtype: str = _f(
         "float64",
         "arithmetic of the MLP policy's training/acting passes: float64 (reference) or float32 "
@@ -147,10 +153,15 @@ class PPOConfig:
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("clip_range_vf", "target_kl"):
+        for name in ("clip_range_vf", "target_kl", "clip_observations", "clip_rewards"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 or None, got {value}")
+        for name, flag in _CLIP_NEEDS.items():
+            if getattr(self, name) is not None and not getattr(self, flag):
+                raise ValueError(f"{name} clips the normalized values: it needs {flag}=True "
+                                 f"(or {name}=None), got {name}={getattr(self, name)} with "
+                                 f"{flag}=False")
         for i, width in enumerate(self.net_arch):
             if width <= 0:
                 raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")
@@ -229,7 +240,7 @@ class PPOConfig:
             kl_estimator="k3", kl_stop_rule="sb3" (1.5 x target_kl, checked before the step,
             stops every remaining epoch); lr_schedule="constant",
             clip_range_schedule="constant", schedule_progress="after_rollout";
-            value_head_gain=1.0.
+            value_head_gain=1.0; clip_observations=None, clip_rewards=None.
 
         ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO defaults.
             truncation="bootstrap" (SB3 folds gamma * V(final_obs) into the reward: the same
@@ -239,7 +250,9 @@ class PPOConfig:
             advantage_norm_ddof=1; kl_estimator="k3", kl_stop_rule="sb3";
             lr_schedule="constant", clip_range_schedule="constant" (SB3's default constant
             schedules), schedule_progress="after_rollout" (``progress_remaining`` updated after
-            ``collect_rollouts``); value_head_gain=1.0. (sb3-contrib's LSTM default size is
+            ``collect_rollouts``); value_head_gain=1.0; clip_observations=10.0 and
+            clip_rewards=10.0 when the corresponding normalization is switched on
+            (``VecNormalize``'s ``clip_obs``/``clip_reward`` defaults), None otherwise. (sb3-contrib's LSTM default size is
             256: pass ``lstm_hidden_size=256`` to match it.)
 
         ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``.
@@ -251,7 +264,10 @@ class PPOConfig:
             kl_estimator="k3", kl_stop_rule="cleanrl" (after each epoch, 1 x target_kl, using
             the last minibatch's estimate); lr_schedule="linear" (``anneal_lr=True``),
             clip_range_schedule="constant", schedule_progress="before_rollout"
-            (``frac = 1 - (iteration - 1) / num_iterations``); value_head_gain=1.0.
+            (``frac = 1 - (iteration - 1) / num_iterations``); value_head_gain=1.0;
+            clip_observations=10.0 and clip_rewards=10.0 when the corresponding normalization is
+            switched on (``ppo_continuous_action.py`` clips to [-10, 10] after its normalize
+            wrappers), None otherwise.
 
         ``"thrust"``: thrust-rl 0.4.
             truncation="ignore" (the truncated flag is dropped: the next row's value is
@@ -261,7 +277,9 @@ class PPOConfig:
             recurrent trainer normalizes per minibatch with ddof 0: override the scope);
             kl_estimator="k1", kl_stop_rule="thrust" (checked after the step, ends only the
             current epoch); lr_schedule="constant", clip_range_schedule="constant" (no schedule
-            built in), schedule_progress="after_rollout" (unused); value_head_gain=0.01.
+            built in), schedule_progress="after_rollout" (unused); value_head_gain=0.01;
+            clip_observations=None, clip_rewards=None (no clipping in the conventions mapped
+            for it).
 
         Raises:
             ValueError: unknown preset name or field, or an invalid resulting config.
@@ -272,6 +290,9 @@ class PPOConfig:
         values = dict(PRESETS[name])
         if values.get("clip_range_vf") is _SAME_AS_CLIP_RANGE:
             values["clip_range_vf"] = overrides.get("clip_range", _default("clip_range"))
+        for clip_name, flag in _CLIP_NEEDS.items():
+            if values.get(clip_name) is _TEN_WITH_NORMALIZATION:
+                values[clip_name] = 10.0 if overrides.get(flag, _default(flag)) else None
         values.update(overrides)
         return cls(**values)
 
@@ -302,11 +323,27 @@ class _SameAsClipRange:
 
 _SAME_AS_CLIP_RANGE = _SameAsClipRange()
 
+
+class _TenWithNormalization:
+    def __repr__(self) -> str:
+        return "<10.0 when normalized, else None>"
+
+
+#: Preset value of clip_observations / clip_rewards for libraries whose normalizer clips at 10
+#: (SB3 ``VecNormalize(clip_obs=10.0, clip_reward=10.0)``, CleanRL ``ppo_continuous_action.py``
+#: ``np.clip(obs, -10, 10)`` / ``np.clip(reward, -10, 10)`` after its normalize wrappers): 10.0
+#: when the run normalizes that quantity, None when it does not (there is nothing to clip).
+_TEN_WITH_NORMALIZATION = _TenWithNormalization()
+
+#: Each clipping field and the normalization it applies after.
+_CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
+
 #: Fields that differ between implementations; every preset sets all of them.
 CONVENTION_FIELDS = (
     "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
     "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator",
     "kl_stop_rule", "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
+    "clip_observations", "clip_rewards",
 )
 
 #: ``{preset name: {convention field: value}}`` (documented in :meth:`PPOConfig.preset`).
@@ -315,23 +352,27 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
         value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
         advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
-        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0),
+        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
+        clip_observations=None, clip_rewards=None),
     "sb3": dict(
         truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="sb3",
         value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
         advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
-        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0),
+        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
+        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION),
     "cleanrl": dict(
         truncation="terminate", bootstrap_terminal_last_row=False, value_loss_mode="max",
         value_loss_scale=0.5, clip_range_vf=_SAME_AS_CLIP_RANGE,
         advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
         kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
-        schedule_progress="before_rollout", value_head_gain=1.0),
+        schedule_progress="before_rollout", value_head_gain=1.0,
+        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION),
     "thrust": dict(
         truncation="ignore", bootstrap_terminal_last_row=True, value_loss_mode="max",
         value_loss_scale=1.0, clip_range_vf=0.2, advantage_norm_scope="batch",
         advantage_norm_ddof=0, kl_estimator="k1", kl_stop_rule="thrust", lr_schedule="constant",
-        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=0.01),
+        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=0.01,
+        clip_observations=None, clip_rewards=None),
 }
 
 

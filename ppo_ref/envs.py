@@ -1,4 +1,5 @@
-"""Small environments that need memory, registered with gymnasium when ``ppo_ref`` is imported.
+"""Small environments (two that need memory, one with MultiDiscrete actions), registered with
+gymnasium when ``ppo_ref`` is imported.
 
 ``ppo_ref/CartPoleNoVel-v1``
     CartPole-v1 with the two velocity entries of the observation (cart velocity, index 1; pole
@@ -12,7 +13,11 @@
     A one-bit memory task (a T-maze without the maze; Bakker, "Reinforcement Learning with Long
     Short-Term Memory", NIPS 2001). See :class:`MemoryCueEnv`.
 
-Both ids are registered on import of this module (which ``import ppo_ref`` does); registering is
+``ppo_ref/MultiChoice-v0``
+    A MultiDiscrete task an MLP solves: every step shows two independent cues and each action
+    component is rewarded for matching its cue. See :class:`MultiChoiceEnv`.
+
+All three ids are registered on import of this module (which ``import ppo_ref`` does); registering is
 skipped when the id already exists, so re-importing or reloading never fails::
 
     import gymnasium as gym
@@ -28,11 +33,12 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-__all__ = ["MaskVelocityWrapper", "MemoryCueEnv", "make_cartpole_no_vel",
-           "CARTPOLE_NO_VEL_ID", "MEMORY_CUE_ID"]
+__all__ = ["MaskVelocityWrapper", "MemoryCueEnv", "MultiChoiceEnv", "make_cartpole_no_vel",
+           "CARTPOLE_NO_VEL_ID", "MEMORY_CUE_ID", "MULTI_CHOICE_ID"]
 
 CARTPOLE_NO_VEL_ID = "ppo_ref/CartPoleNoVel-v1"
 MEMORY_CUE_ID = "ppo_ref/MemoryCue-v0"
+MULTI_CHOICE_ID = "ppo_ref/MultiChoice-v0"
 
 
 class MaskVelocityWrapper(gym.ObservationWrapper):
@@ -172,6 +178,96 @@ class MemoryCueEnv(gym.Env):
         return self._observation(), 0.0, False, False, info
 
 
+class MultiChoiceEnv(gym.Env):
+    """Two independent cues per step, one action component for each: a MultiDiscrete test bed.
+
+    * Each step draws cue ``c_k`` uniformly from ``{0, ..., nvec[k] - 1}`` for every component
+      ``k`` (from the env's ``np_random``, so ``reset(seed=s)`` fixes the sequence).
+    * Observation: float32 ``[sum(nvec)]``, the one-hot codes of the cues concatenated
+      (component 0's ``nvec[0]`` entries first).
+    * Actions: ``MultiDiscrete(nvec)``; the reward of a step is the number of components whose
+      action equals its cue (``sum_k [a_k = c_k]``, in ``{0, ..., K}``): each component is
+      rewarded on its own, so the components can be learned independently.
+    * An episode has ``episode_length`` steps; the last one terminates it (the task ends there
+      by definition; the env never truncates). ``info["correct"]`` (bool ``[K]``) says which
+      components were right, ``info["cues"]`` gives the cues the action was judged against.
+
+    Return per episode: ``episode_length * K`` for a perfect policy; a uniformly random policy
+    expects ``episode_length * sum_k 1 / nvec[k]`` (``16 * (1/3 + 1/4) = 9.33`` for the
+    defaults against 32). The observation alone determines the best action, so a
+    feedforward policy can be perfect.
+
+    Args:
+        nvec: the number of choices of each component (integers >= 2; default ``(3, 4)``).
+        episode_length: steps per episode, >= 1 (default 16).
+        render_mode: only ``None``.
+
+    Raises:
+        ValueError: ``nvec`` not a non-empty sequence of integers >= 2, ``episode_length`` not
+            an integer >= 1, or ``render_mode`` not None.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, nvec=(3, 4), episode_length: int = 16, render_mode: Optional[str] = None):
+        try:
+            items = [n for n in nvec]
+        except TypeError:
+            raise ValueError(f"nvec must be a sequence of integers >= 2, got {nvec!r}") from None
+        if not items or any(isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))
+                            or n < 2 for n in items):
+            raise ValueError(f"nvec must be a non-empty sequence of integers >= 2, got {nvec!r}")
+        if isinstance(episode_length, (bool, np.bool_)) \
+                or not isinstance(episode_length, (int, np.integer)) or episode_length < 1:
+            raise ValueError(f"episode_length must be an integer >= 1, got {episode_length!r}")
+        if render_mode is not None:
+            raise ValueError(f"render_mode must be None (MultiChoice has no rendering), "
+                             f"got {render_mode!r}")
+        self.nvec = np.array([int(n) for n in items], dtype=np.int64)
+        self.episode_length = int(episode_length)
+        self.render_mode = render_mode
+        size = int(self.nvec.sum())
+        self.observation_space = spaces.Box(low=0.0, high=1.0, shape=(size,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete(self.nvec)
+        self._offsets = np.concatenate([[0], np.cumsum(self.nvec)[:-1]])
+        self._cues = np.zeros(self.nvec.size, dtype=np.int64)
+        self._t = 0
+        self._needs_reset = True
+
+    def _draw(self) -> np.ndarray:
+        self._cues = np.array([int(self.np_random.integers(n)) for n in self.nvec],
+                              dtype=np.int64)
+        obs = np.zeros(int(self.nvec.sum()), dtype=np.float32)
+        obs[self._offsets + self._cues] = 1.0
+        return obs
+
+    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+        """Start an episode: draw the first cues; returns ``(observation, {"cues": cues})``."""
+        super().reset(seed=seed)
+        self._t = 0
+        self._needs_reset = False
+        obs = self._draw()
+        return obs, {"cues": self._cues.copy()}
+
+    def step(self, action):
+        """Score ``action`` against the current cues, then draw the next ones (class docstring)."""
+        if self._needs_reset:
+            raise RuntimeError("MultiChoiceEnv.step called before reset() or after the episode "
+                               "ended")
+        a = np.asarray(action)
+        if a.shape != self.nvec.shape or not self.action_space.contains(a.astype(np.int64)):
+            raise ValueError(f"action must be {self.nvec.size} integers with action[k] in "
+                             f"[0, {self.nvec.tolist()}[k]), got {action!r}")
+        correct = a.astype(np.int64) == self._cues
+        info = {"correct": correct, "cues": self._cues.copy()}
+        reward = float(np.count_nonzero(correct))
+        self._t += 1
+        terminated = self._t == self.episode_length
+        if terminated:
+            self._needs_reset = True
+        return self._draw(), reward, terminated, False, info
+
+
 def _register() -> None:
     """Register the ``ppo_ref/`` ids with gymnasium unless they are registered already."""
     if CARTPOLE_NO_VEL_ID not in gym.registry:
@@ -180,6 +276,9 @@ def _register() -> None:
     if MEMORY_CUE_ID not in gym.registry:
         gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
                      reward_threshold=0.9, kwargs={"blank_steps": 8})
+    if MULTI_CHOICE_ID not in gym.registry:
+        gym.register(id=MULTI_CHOICE_ID, entry_point="ppo_ref.envs:MultiChoiceEnv",
+                     kwargs={"nvec": (3, 4), "episode_length": 16})
 
 
 _register()

@@ -5,6 +5,9 @@ once here and reused by the recurrent policy:
 
 * :class:`CategoricalHead` (``gymnasium.spaces.Discrete``): ``policy_out`` are logits
   ``[B, n]``; actions are int64 ``[B]``.
+* :class:`MultiCategoricalHead` (``gymnasium.spaces.MultiDiscrete``): ``policy_out`` are the
+  concatenated logits ``[B, sum(nvec)]`` of independent categoricals; actions are int64
+  ``[B, K]``; log-prob and entropy are sums over the components.
 * :class:`GaussianHead` (``gymnasium.spaces.Box`` actions): ``policy_out`` is the mean
   ``[B, A]``; a state-independent parameter ``log_std [A]`` (key ``"log_std"``, initialised to
   ``PPOConfig.log_std_init``) gives the diagonal standard deviation. The buffer stores the raw
@@ -47,8 +50,12 @@ from ppo_ref.nn.distributions import (
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
     gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
 )
+from ppo_ref.nn.distributions import (
+    multi_categorical_entropy, multi_categorical_entropy_backward, multi_categorical_log_prob,
+    multi_categorical_log_prob_backward, multi_categorical_mode, multi_categorical_sample,
+)
 
-__all__ = ["PolicyBase", "CategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
+__all__ = ["PolicyBase", "CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
 
 Params = Dict[str, np.ndarray]
@@ -116,6 +123,64 @@ class CategoricalHead:
         return actions
 
 
+class MultiCategoricalHead:
+    """Independent categoricals for ``gymnasium.spaces.MultiDiscrete(nvec)`` actions.
+
+    ``policy_out`` are the logits ``[B, sum(nvec)]``, component ``k`` reading the consecutive
+    slice of ``nvec[k]`` logits after those of components ``0 .. k-1``; actions are int64
+    ``[B, K]``. ``log_prob`` and ``entropy`` are sums over the components (the distribution is
+    their product: SB3 ``MultiCategoricalDistribution``, CleanRL ``ppo_multidiscrete.py``;
+    the MultiDiscrete detail of Huang et al. 2022). The math is the compiled
+    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions`.
+    """
+
+    kind = "multi_categorical"
+
+    def __init__(self, nvec):
+        v = np.asarray(nvec)
+        if v.ndim != 1 or v.size == 0 or v.dtype.kind not in "iu" or (v < 1).any():
+            raise ValueError(f"nvec must be a non-empty 1-D array of integers >= 1, got {nvec!r}")
+        self.nvec = v.astype(np.int64)
+        self.out_dim = int(self.nvec.sum())
+        self.action_shape: Tuple[int, ...] = (int(self.nvec.size),)
+        self.action_dtype = np.dtype(np.int64)
+
+    def init_params(self) -> Params:
+        """The head's own parameters: none."""
+        return {}
+
+    def sample(self, rng, policy_out, params) -> np.ndarray:
+        """int64 actions ``[B, K]``, one independent draw per component with ``rng``."""
+        return multi_categorical_sample(rng, policy_out, self.nvec)
+
+    def mode(self, policy_out, params) -> np.ndarray:
+        """Each component's most probable choice, int64 ``[B, K]``."""
+        return multi_categorical_mode(policy_out, self.nvec)
+
+    def log_prob(self, policy_out, params, actions) -> np.ndarray:
+        """``sum_k log softmax(slice_k)[actions[:, k]]``, ``[B]`` float64."""
+        return multi_categorical_log_prob(policy_out, self.nvec, actions)
+
+    def entropy(self, policy_out, params) -> np.ndarray:
+        """``sum_k H_k`` per row, ``[B]`` float64."""
+        return multi_categorical_entropy(policy_out, self.nvec)
+
+    def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
+        """``(d_policy_out [B, sum(nvec)], {})`` for upstream gradients ``d_log_probs``,
+        ``d_entropy`` (either may be ``None`` for zero)."""
+        d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
+        if d_log_probs is not None:
+            d_out += multi_categorical_log_prob_backward(policy_out, self.nvec, actions,
+                                                         d_log_probs)
+        if d_entropy is not None:
+            d_out += multi_categorical_entropy_backward(policy_out, self.nvec, d_entropy)
+        return d_out, {}
+
+    def to_env(self, actions: np.ndarray) -> np.ndarray:
+        """The action array the environment receives (unchanged for MultiDiscrete)."""
+        return actions
+
+
 class GaussianHead:
     """Diagonal Gaussian with a state-independent ``log_std`` parameter; ``policy_out`` = mean.
 
@@ -172,11 +237,21 @@ class GaussianHead:
 
 
 def make_head(action_space, config) -> Any:
-    """The head for a gymnasium action space: Discrete -> categorical, 1-d Box -> Gaussian.
+    """The head for a gymnasium action space: Discrete -> categorical, 1-d MultiDiscrete ->
+    independent categoricals, 1-d Box -> Gaussian.
 
-    Raises ``ValueError`` for other spaces (MultiDiscrete, Dict, multi-dimensional Box, ...).
+    Raises ``ValueError`` for other spaces (Dict, MultiBinary, multi-dimensional Box or
+    MultiDiscrete, a nonzero start, ...).
     """
     from gymnasium import spaces
+    if isinstance(action_space, spaces.MultiDiscrete):
+        if len(action_space.shape) != 1:
+            raise ValueError(f"action_space MultiDiscrete must be 1-d, got shape "
+                             f"{action_space.shape}")
+        if np.any(action_space.start != 0):
+            raise ValueError(f"action_space MultiDiscrete must start at 0, got start="
+                             f"{action_space.start.tolist()}")
+        return MultiCategoricalHead(action_space.nvec)
     if isinstance(action_space, spaces.Discrete):
         if int(action_space.start) != 0:
             raise ValueError(f"action_space Discrete must start at 0, got start={action_space.start}")
@@ -186,7 +261,8 @@ def make_head(action_space, config) -> Any:
             raise ValueError(f"action_space Box must be 1-d, got shape {action_space.shape}")
         return GaussianHead(action_space.shape[0], action_space.low, action_space.high,
                             getattr(config, "log_std_init", 0.0))
-    raise ValueError(f"action_space must be gymnasium Discrete or 1-d Box, got {action_space!r}")
+    raise ValueError(f"action_space must be gymnasium Discrete, 1-d MultiDiscrete or 1-d Box, "
+                     f"got {action_space!r}")
 
 
 class PolicyEval(NamedTuple):

@@ -166,7 +166,9 @@ class PPOTrainer:
         self.collector = RolloutCollector(
             vec_env, self._acting_policy(), self.config.n_steps,
             normalize_observations=self.config.normalize_observations,
-            normalize_rewards=self.config.normalize_rewards, gamma=self.config.gamma)
+            normalize_rewards=self.config.normalize_rewards, gamma=self.config.gamma,
+            clip_observations=self.config.clip_observations,
+            clip_rewards=self.config.clip_rewards)
         self.collector.reset(self.env_seeds)
         self.num_timesteps = 0
         self.n_updates = 0

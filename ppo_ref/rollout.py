@@ -31,6 +31,13 @@ Normalization (options of :class:`RolloutCollector`):
   is applied here; ``final_obs`` is normalized with the same statistics before ``V`` reads it.
 * rewards: gymnasium's vector ``NormalizeReward`` wrapper (divides by the running std of the
   discounted return). Episode returns for logging are always the raw rewards.
+* clipping (``clip_observations`` / ``clip_rewards`` = c, each only together with its
+  normalization): the normalized value is clipped to ``[-c, c]`` and the clipped value is what
+  the policy sees and the buffer stores ("observation clipping" and "reward clipping" of
+  Huang et al., "The 37 Implementation Details of PPO", ICLR blog track 2022; SB3's
+  ``VecNormalize(clip_obs=10.0, clip_reward=10.0)``). The running statistics are updated with
+  the raw, unclipped values before normalizing, as ``VecNormalize`` does, so clipping never
+  changes them; ``final_obs`` is clipped the same way before ``V`` reads it.
 
 Both sets of statistics are part of :meth:`RolloutCollector.state` and can be frozen
 (``update_statistics = False``) for evaluation.
@@ -303,6 +310,11 @@ class RolloutCollector:
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards: options (module docstring).
         gamma: discount of the reward normalizer's return estimate.
+        clip_observations, clip_rewards: ``c > 0`` clips the normalized observations / rewards
+            to ``[-c, c]`` (module docstring); ``None``: no clipping.
+
+    Raises:
+        ValueError: a clip that is not a finite number > 0, or given without its normalization.
 
     Carried state between rollouts: the current observations, ``episode_starts`` flags, the
     per-env running episode return/length, and the normalization statistics; all of it is in
@@ -310,8 +322,13 @@ class RolloutCollector:
     """
 
     def __init__(self, env, policy, n_steps: int, *, normalize_observations: bool = False,
-                 normalize_rewards: bool = False, gamma: float = 0.99):
+                 normalize_rewards: bool = False, gamma: float = 0.99,
+                 clip_observations: Optional[float] = None, clip_rewards: Optional[float] = None):
         from gymnasium.wrappers.utils import RunningMeanStd
+        self.clip_observations = _check_clip(clip_observations, "clip_observations",
+                                             normalize_observations, "normalize_observations")
+        self.clip_rewards = _check_clip(clip_rewards, "clip_rewards", normalize_rewards,
+                                        "normalize_rewards")
         check_vector_env(env)
         self.base_env = env
         self.policy = policy
@@ -360,18 +377,26 @@ class RolloutCollector:
             if self.update_statistics:
                 normalized = _update_and_normalize(self.obs_rms, obs)
                 if normalized is not None:
-                    return normalized
-                self.obs_rms.update(obs)
+                    return self._clip_obs(normalized)
+                self.obs_rms.update(obs)  # the raw, unclipped observations
             obs = self.normalize_obs(obs)
         return obs
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
-        """``(obs - mean) / sqrt(var + 1e-8)`` with the current statistics (identity when off).
+        """``(obs - mean) / sqrt(var + 1e-8)`` with the current statistics, then clipped to
+        ``[-clip_observations, clip_observations]`` when that is set (identity when off).
 
         ``obs``: float64 ``[B, obs_dim]`` (flattened raw observations)."""
         if self.obs_rms is None:
             return obs
-        return (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + OBS_NORM_EPS)
+        return self._clip_obs((obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + OBS_NORM_EPS))
+
+    def _clip_obs(self, normalized: np.ndarray) -> np.ndarray:
+        """``clip(normalized, -c, c)`` in place for ``c = clip_observations`` (unchanged if None)."""
+        c = self.clip_observations
+        if c is not None:
+            np.clip(normalized, -c, c, out=normalized)
+        return normalized
 
     def _locate_bad_sub_env(self, exc, vector_step, rollout_step):
         """When the vector env itself fails to stack observations, find which sub-env was wrong."""
@@ -501,6 +526,8 @@ class RolloutCollector:
         ep_returns.extend(ended_returns.tolist())
         ep_lengths.extend(ended_lengths.tolist())
         ep_envs.extend(ended_envs.tolist())
+        if self.clip_rewards is not None:  # the normalized rewards (the logged ones are raw)
+            np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
         if T > 1 and not with_starts:  # (with_starts: filled step by step above)
             start_buf[1:] = done[:-1]
         starts = done[T - 1]
@@ -677,6 +704,22 @@ class RolloutCollector:
 
     def close(self) -> None:
         self.env.close()
+
+
+def _check_clip(value, name: str, normalized: bool, flag: str) -> Optional[float]:
+    """A clip bound as a float (``None`` kept); ``ValueError`` naming ``name`` unless it is a
+    finite number > 0 and ``normalized`` (its normalization ``flag`` is on)."""
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
+                                                                      np.floating)):
+        raise ValueError(f"{name} must be a number > 0 or None, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0 or None, got {value}")
+    if not normalized:
+        raise ValueError(f"{name} clips the normalized values: it needs {flag}=True")
+    return value
 
 
 def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:

@@ -22,6 +22,7 @@ EXTRA_DEFAULTS = dict(
     truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
     value_loss_scale=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
     kl_estimator="k3", kl_stop_rule="sb3",
+    clip_observations=None, clip_rewards=None,
     compute_dtype="float64",  # PERF: float32 network passes as an option; float64 the default
     backend="fast",  # the compiled tier by default; "spec" runs the readable tier
 )
@@ -34,28 +35,37 @@ DESIGN_TABLE = {
                       value_loss_mode="max", value_loss_scale=1.0, clip_range_vf=None,
                       advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                       kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
-                      schedule_progress="after_rollout", value_head_gain=1.0),
+                      schedule_progress="after_rollout", value_head_gain=1.0,
+                      clip_observations=None, clip_rewards=None),
     # SB3: same truncation; MSE of clipped prediction; same norm; same KL; progress after rollout
     "sb3": dict(truncation="bootstrap", bootstrap_terminal_last_row=False,
                 value_loss_mode="sb3", value_loss_scale=1.0, clip_range_vf=None,
                 advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                 kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
-                schedule_progress="after_rollout", value_head_gain=1.0),
+                schedule_progress="after_rollout", value_head_gain=1.0,
+                      clip_observations=None, clip_rewards=None),
     # CleanRL: truncation terminal; 0.5 * max form, clip on with clip_range; per minibatch ddof 1;
     # k3 after each epoch 1x; annealed before rollout; gain 1.0
     "cleanrl": dict(truncation="terminate", bootstrap_terminal_last_row=False,
                     value_loss_mode="max", value_loss_scale=0.5, clip_range_vf=0.2,
                     advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                     kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
-                    schedule_progress="before_rollout", value_head_gain=1.0),
+                    schedule_progress="before_rollout", value_head_gain=1.0,
+                      clip_observations=None, clip_rewards=None),
     # thrust-rl 0.4: truncation ignored; last-row terminal bootstraps; max form, no 0.5, clip 0.2;
     # ff whole batch ddof 0; k1 after step, current epoch; no schedule; gain 0.01
     "thrust": dict(truncation="ignore", bootstrap_terminal_last_row=True,
                    value_loss_mode="max", value_loss_scale=1.0, clip_range_vf=0.2,
                    advantage_norm_scope="batch", advantage_norm_ddof=0, kl_estimator="k1",
                    kl_stop_rule="thrust", lr_schedule="constant", clip_range_schedule="constant",
-                   schedule_progress="after_rollout", value_head_gain=0.01),
+                   schedule_progress="after_rollout", value_head_gain=0.01,
+                      clip_observations=None, clip_rewards=None),
 }
+
+# Without normalization there is nothing to clip: every preset leaves both clips off (above);
+# with it, SB3 (VecNormalize clip_obs=10.0, clip_reward=10.0) and CleanRL
+# (ppo_continuous_action.py: np.clip(..., -10, 10) after its normalize wrappers) clip at 10.
+CLIP_WITH_NORMALIZATION = {"reference": None, "sb3": 10.0, "cleanrl": 10.0, "thrust": None}
 
 
 def test_defaults_equal_spec_and_brief():
@@ -255,3 +265,36 @@ def test_backend_is_explicit_and_spec_requires_float64():
         PPOConfig(backend="numba")
     with pytest.raises(ValueError, match="compute_dtype must be 'float64' with backend='spec'"):
         PPOConfig(backend="spec", compute_dtype="float32")
+
+
+@pytest.mark.parametrize("name", list(CLIP_WITH_NORMALIZATION))
+def test_preset_clips_follow_normalization(name):
+    expected = CLIP_WITH_NORMALIZATION[name]
+    both = PPOConfig.preset(name, normalize_observations=True, normalize_rewards=True)
+    assert both.clip_observations == expected and both.clip_rewards == expected
+    obs_only = PPOConfig.preset(name, normalize_observations=True)
+    assert obs_only.clip_observations == expected and obs_only.clip_rewards is None
+    rew_only = PPOConfig.preset(name, normalize_rewards=True)
+    assert rew_only.clip_observations is None and rew_only.clip_rewards == expected
+    # an explicit value wins over the preset's
+    own = PPOConfig.preset(name, normalize_observations=True, clip_observations=5.0,
+                           normalize_rewards=True, clip_rewards=None)
+    assert own.clip_observations == 5.0 and own.clip_rewards is None
+
+
+@pytest.mark.parametrize("name,flag", [("clip_observations", "normalize_observations"),
+                                       ("clip_rewards", "normalize_rewards")])
+def test_clip_fields_validated(name, flag):
+    assert getattr(PPOConfig(**{flag: True, name: 3}), name) == 3.0
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=f"^{name} must be > 0 or None"):
+            PPOConfig(**{flag: True, name: bad})
+    with pytest.raises(ValueError, match=f"^{name} must be a real number"):
+        PPOConfig(**{flag: True, name: "ten"})
+    with pytest.raises(ValueError, match=f"^{name} must be finite"):
+        PPOConfig(**{flag: True, name: float("inf")})
+    # clipping acts on the normalized values: without the normalization it is an error
+    with pytest.raises(ValueError, match=f"^{name} clips the normalized values: it needs {flag}"):
+        PPOConfig(**{name: 10.0})
+    assert parse_overrides([f"{name}=none"]) == {name: None}
+    assert parse_overrides([f"{name}=10"]) == {name: 10.0}

@@ -84,7 +84,7 @@ def test_unsupported_spaces_raise():
         PPOTrainer("FrozenLake-v1", PPOConfig(n_envs=1, n_steps=4, batch_size=4))
     cfg = PPOConfig(n_envs=1, n_steps=4, batch_size=4)
     with pytest.raises(ValueError, match="action_space"):
-        MLPPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiDiscrete([2, 3]), cfg)
+        MLPPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiBinary(3), cfg)
 
 
 @pytest.mark.parametrize("fault, pattern", [("nan", "non-finite observation"),
@@ -253,3 +253,81 @@ def test_observation_statistics_kernel_equals_gymnasium_running_mean_std():
     rms.count = 1e-4
     assert _update_and_normalize(rms, r.standard_normal((16, 3)).astype(np.float32)) is None
     assert _update_and_normalize(rms, np.asfortranarray(r.standard_normal((16, 3)))) is None
+
+
+def _clip_pair(clip):
+    """Two Pendulum trainers, identical but for clip_observations/clip_rewards = ``clip`` on the
+    second. policy_head_gain=0 makes the Gaussian mean exactly 0 whatever the observation, so
+    both draw the same actions from the same generator and see the same raw trajectory."""
+    base = dict(n_envs=2, n_steps=300, batch_size=600, normalize_observations=True,
+                normalize_rewards=True, gamma=0.9, policy_head_gain=0.0)
+    plain = PPOTrainer("Pendulum-v1", PPOConfig(**base), seed=4)
+    clipped = PPOTrainer("Pendulum-v1", PPOConfig(**base, clip_observations=clip,
+                                                  clip_rewards=clip), seed=4)
+    return plain, clipped
+
+
+def test_clipping_stores_clipped_values_and_keeps_statistics_raw():
+    clip = 0.5
+    plain, clipped = _clip_pair(clip)
+    for _ in range(2):
+        a = plain.collect_rollout()
+        b = clipped.collect_rollout()
+        np.testing.assert_array_equal(b.actions, a.actions)  # the same trajectory
+        # the buffer stores clip(normalized): exactly the unclipped run's values, clipped
+        np.testing.assert_array_equal(b.observations, np.clip(a.observations, -clip, clip))
+        np.testing.assert_array_equal(b.rewards, np.clip(a.rewards, -clip, clip))
+        assert (np.abs(a.observations) > clip).any() and (np.abs(a.rewards) > clip).any()
+        assert np.abs(b.observations).max() <= clip and np.abs(b.rewards).max() <= clip
+        # episode returns are logged from the raw rewards
+        assert b.episode_returns == a.episode_returns and len(a.episode_returns) >= 2
+    # statistics were updated with the raw, unclipped values: identical in both runs
+    for name in ("mean", "var", "count"):
+        np.testing.assert_array_equal(getattr(clipped.collector.obs_rms, name),
+                                      getattr(plain.collector.obs_rms, name))
+        np.testing.assert_array_equal(
+            getattr(clipped.collector.reward_normalizer.return_rms, name),
+            getattr(plain.collector.reward_normalizer.return_rms, name))
+    # observations normalized later (final_obs, predict) go through the same clip
+    raw = np.array([[100.0, -100.0, 0.0]])
+    np.testing.assert_array_equal(clipped.collector.normalize_obs(raw),
+                                  np.clip(plain.collector.normalize_obs(raw), -clip, clip))
+
+
+def test_clipping_resume_is_exact(tmp_path):
+    cfg = PPOConfig(n_envs=2, n_steps=128, batch_size=64, n_epochs=2, normalize_observations=True,
+                    normalize_rewards=True, clip_observations=1.0, clip_rewards=0.5)
+    full = PPOTrainer("Pendulum-v1", cfg, seed=3)
+    full.learn(1024)
+    part = PPOTrainer("Pendulum-v1", cfg, seed=3)
+    part.learn(1024, lambda t, s: t.num_timesteps < 512)
+    path = tmp_path / "ckpt.npz"
+    part.save(path)
+    resumed = PPOTrainer.load(path)
+    assert resumed.config.clip_observations == 1.0 and resumed.config.clip_rewards == 0.5
+    assert resumed.collector.clip_observations == 1.0 and resumed.collector.clip_rewards == 0.5
+    for name in ("mean", "var", "count"):
+        np.testing.assert_array_equal(getattr(resumed.collector.obs_rms, name),
+                                      getattr(part.collector.obs_rms, name))
+    resumed.learn(1024)
+    for k in full.params:
+        np.testing.assert_array_equal(resumed.params[k], full.params[k])
+    for name in ("mean", "var", "count"):
+        np.testing.assert_array_equal(getattr(resumed.collector.obs_rms, name),
+                                      getattr(full.collector.obs_rms, name))
+        np.testing.assert_array_equal(
+            getattr(resumed.collector.reward_normalizer.return_rms, name),
+            getattr(full.collector.reward_normalizer.return_rms, name))
+
+
+def test_collector_clip_arguments_are_checked():
+    env = make_vector_env("Pendulum-v1", 1)
+    cfg = PPOConfig(n_envs=1, n_steps=4, batch_size=4)
+    policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg)
+    with pytest.raises(ValueError, match="^clip_observations must be a finite number > 0"):
+        RolloutCollector(env, policy, 4, normalize_observations=True, clip_observations=0.0)
+    with pytest.raises(ValueError, match="^clip_rewards must be a number"):
+        RolloutCollector(env, policy, 4, normalize_rewards=True, clip_rewards="10")
+    with pytest.raises(ValueError, match="^clip_rewards clips the normalized values"):
+        RolloutCollector(env, policy, 4, clip_rewards=10.0)
+    env.close()

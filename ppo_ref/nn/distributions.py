@@ -27,6 +27,11 @@ Log-probs and entropies are summed over action dimensions. The policy samples th
 (stored in the buffer, used for log-probs); clipping to the action space happens only on the
 way to the env (SPEC §3), outside this module.
 
+MultiDiscrete (``multi_categorical_*``): ``K`` independent categoricals over consecutive slices
+of the logits, ``nvec[k]`` logits for component ``k``; log-prob and entropy are the sums of the
+components' (the distribution is their product), and each component's slice gets its own
+categorical gradient. These always compute and return float64.
+
 dtype: results are float32 when every float array given is float32, float64 otherwise
 (:func:`ppo_ref._checks.result_dtype`); integer inputs count as float64.
 """
@@ -47,6 +52,9 @@ __all__ = [
     "categorical_entropy_backward", "categorical_sample", "categorical_mode",
     "gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
     "gaussian_entropy_backward", "gaussian_sample",
+    "multi_categorical_log_prob", "multi_categorical_entropy",
+    "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+    "multi_categorical_sample", "multi_categorical_mode",
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -574,3 +582,266 @@ def _categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy
                 g -= d_entropy[i] * p * (math.log(p) + entropy[i])
             d_logits[i, k] = g
         d_logits[i, actions[i]] += d
+
+
+# --------------------------------------------------------------------------------------------
+# MultiDiscrete: a product of independent categoricals over consecutive logit slices
+
+def _as_nvec(nvec, n_logits: int) -> np.ndarray:
+    """``nvec`` as int64 offsets ``[K + 1]`` (``offsets[k]`` = first logit of component k);
+    ``ValueError`` unless it is a non-empty 1-D sequence of integers >= 1 summing to
+    ``n_logits``."""
+    v = np.asarray(nvec)
+    if v.ndim != 1 or v.size == 0 or v.dtype.kind not in "iu":
+        raise ValueError(f"nvec must be a non-empty 1-D array of integers (the number of choices "
+                         f"of each component), got {nvec!r}")
+    if (v < 1).any():
+        raise ValueError(f"nvec entries must be >= 1, got {v.tolist()}")
+    if int(v.sum()) != n_logits:
+        raise ValueError(f"logits must have sum(nvec) = {int(v.sum())} entries in the last "
+                         f"dimension (nvec={v.tolist()}), got {n_logits}")
+    offsets = np.zeros(v.size + 1, dtype=np.int64)
+    np.cumsum(v, out=offsets[1:])
+    return offsets
+
+
+def _multi_inputs(logits, nvec):
+    """Validated ``(z [R, A] float64 C-contiguous, offsets [K + 1], batch_shape)``.
+
+    Each component's slice is checked as :func:`log_softmax` checks a row (NaN, ``+inf``,
+    every choice masked raise ``ValueError``, naming the component)."""
+    z = _as_logits(logits)
+    offsets = _as_nvec(nvec, z.shape[-1])
+    batch_shape = z.shape[:-1]
+    z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]), dtype=np.float64)
+    for k in range(offsets.size - 1):
+        try:
+            _row_max(z2[:, offsets[k]:offsets[k + 1]])
+        except ValueError as exc:
+            raise ValueError(f"component {k} of the MultiDiscrete logits: {exc}") from None
+    return z2, offsets, batch_shape
+
+
+def _multi_actions(actions, batch_shape, offsets) -> np.ndarray:
+    """Integer actions ``[..., K]`` with ``actions[..., k]`` in ``[0, nvec[k])`` as int64
+    ``[R, K]``; ``ValueError`` naming the component otherwise."""
+    K = offsets.size - 1
+    a = np.asarray(actions)
+    expected = tuple(batch_shape) + (K,)
+    if a.shape != expected:
+        raise ValueError(f"actions must have shape {expected} (batch shape of logits, then one "
+                         f"entry per component), got {a.shape}")
+    a2 = a.reshape(-1, K)
+    out = np.empty(a2.shape, dtype=np.int64)
+    for k in range(K):
+        try:
+            out[:, k] = _as_actions(a2[:, k], (a2.shape[0],), int(offsets[k + 1] - offsets[k]))
+        except ValueError as exc:
+            raise ValueError(f"component {k}: {exc}") from None
+    return out
+
+
+@njit
+def _multi_categorical_eval_kernel(z, offsets, actions, log_probs, entropy, probs, comp_entropy):
+    """Per row ``i`` of validated logits ``z [R, A]`` (float64; each component's slice has a
+    finite maximum, ``-inf`` marks a masked choice) and component ``k`` with slice
+    ``offsets[k]:offsets[k+1]``: ``log pi_k = (z - max) - log(sum exp(z - max))`` (sums left
+    to right), ``probs = exp(log pi_k)``, ``comp_entropy[i, k] = -sum_j p_j log pi_kj`` over
+    ``p_j > 0``; ``log_probs[i] = sum_k log pi_k[actions[i, k]]`` and ``entropy[i] = sum_k
+    comp_entropy[i, k]``, summed over k in order."""
+    rows = z.shape[0]
+    K = offsets.size - 1
+    for i in range(rows):
+        lp_sum = 0.0
+        h_sum = 0.0
+        for k in range(K):
+            lo = offsets[k]
+            hi = offsets[k + 1]
+            m = -math.inf
+            for j in range(lo, hi):
+                if z[i, j] > m:
+                    m = z[i, j]
+            s = 0.0
+            for j in range(lo, hi):
+                s += math.exp(z[i, j] - m)
+            lse = math.log(s)
+            h = 0.0
+            for j in range(lo, hi):
+                lp = (z[i, j] - m) - lse
+                p = math.exp(lp)
+                probs[i, j] = p
+                if p > 0.0:
+                    h -= p * lp
+            comp_entropy[i, k] = h
+            h_sum += h
+            lp_sum += (z[i, lo + actions[i, k]] - m) - lse
+        log_probs[i] = lp_sum
+        entropy[i] = h_sum
+
+
+@njit
+def _multi_categorical_backward_kernel(probs, offsets, actions, comp_entropy, d_log_probs,
+                                       d_entropy, d_logits):
+    """Per component slice of row ``i``: ``d_logits_j = d_log_probs[i] * ([j = a_k] - p_j)
+    - d_entropy[i] * p_j * (log p_j + H_k)`` (0 where ``p_j = 0``), from the ``probs`` and
+    ``comp_entropy`` of :func:`_multi_categorical_eval_kernel`; ``d_log_probs``/``d_entropy``
+    ``[R]`` (zeros for a term that is absent)."""
+    rows = probs.shape[0]
+    K = offsets.size - 1
+    for i in range(rows):
+        d = d_log_probs[i]
+        de = d_entropy[i]
+        for k in range(K):
+            h = comp_entropy[i, k]
+            for j in range(offsets[k], offsets[k + 1]):
+                p = probs[i, j]
+                g = -p * d
+                if p > 0.0:
+                    g -= de * p * (math.log(p) + h)
+                d_logits[i, j] = g
+            d_logits[i, offsets[k] + actions[i, k]] += d
+
+
+def _multi_eval(z2, offsets, a2):
+    R = z2.shape[0]
+    log_probs = np.empty(R)
+    entropy = np.empty(R)
+    probs = np.empty(z2.shape)
+    comp_entropy = np.empty((R, offsets.size - 1))
+    _multi_categorical_eval_kernel(z2, offsets, a2, log_probs, entropy, probs, comp_entropy)
+    return log_probs, entropy, probs, comp_entropy
+
+
+def multi_categorical_log_prob(logits, nvec, actions) -> np.ndarray:
+    """Log-probability of MultiDiscrete actions under independent categoricals.
+
+    The logits of component ``k`` are the slice ``logits[..., o_k : o_k + nvec[k]]`` with
+    ``o_k = nvec[0] + ... + nvec[k-1]``; ``log pi(a) = sum_k log softmax(slice_k)[a_k]`` (the
+    product of the components' probabilities; SB3 ``MultiCategoricalDistribution``, CleanRL
+    ``ppo_multidiscrete.py``; Huang et al. 2022, MultiDiscrete detail). Compiled; equals
+    ``sum_k categorical_log_prob(slice_k, actions[..., k])`` (and
+    ``ppo_ref.spec.distributions.multi_categorical_log_prob``) within rtol 1e-12: the same
+    per-component steps, the components summed in order.
+
+    Args:
+        logits: ``[..., sum(nvec)]`` real (float32 widened exactly to float64); ``-inf`` marks a
+            masked choice, NaN and ``+inf`` are refused.
+        nvec: ``[K]`` integers >= 1, the number of choices of each component.
+        actions: integers ``[..., K]`` with ``actions[..., k]`` in ``[0, nvec[k])``.
+
+    Returns:
+        float64 ``[...]`` log-probabilities (nats; ``-inf`` if a chosen choice is masked).
+
+    Raises:
+        ValueError: bad ``nvec`` or ``logits`` size, NaN/``+inf`` logits or a component with
+            every choice masked, ``actions`` of the wrong shape, non-integral or out of range
+            (naming the component).
+    """
+    z2, offsets, batch_shape = _multi_inputs(logits, nvec)
+    a2 = _multi_actions(actions, batch_shape, offsets)
+    return _multi_eval(z2, offsets, a2)[0].reshape(batch_shape)
+
+
+def multi_categorical_entropy(logits, nvec) -> np.ndarray:
+    """Entropy of the product distribution: ``H = sum_k H(softmax(slice_k))`` (independent
+    components; slices as :func:`multi_categorical_log_prob`). Compiled; equals the sum of
+    :func:`categorical_entropy` over the slices within rtol 1e-12.
+
+    Returns float64 ``[...]`` (nats). Raises ``ValueError`` as
+    :func:`multi_categorical_log_prob`.
+    """
+    z2, offsets, batch_shape = _multi_inputs(logits, nvec)
+    a2 = np.zeros((z2.shape[0], offsets.size - 1), dtype=np.int64)
+    return _multi_eval(z2, offsets, a2)[1].reshape(batch_shape)
+
+
+def _multi_backward(logits, nvec, actions, d_log_probs, d_entropy):
+    z2, offsets, batch_shape = _multi_inputs(logits, nvec)
+    R = z2.shape[0]
+    if actions is None:
+        a2 = np.zeros((R, offsets.size - 1), dtype=np.int64)
+    else:
+        a2 = _multi_actions(actions, batch_shape, offsets)
+    zeros = np.zeros(R)
+    d_lp = zeros
+    d_ent = zeros
+    if d_log_probs is not None:
+        d = as_float_array(d_log_probs, "d_log_probs")
+        check_same_shape(d, "d_log_probs", batch_shape, "logits[..., 0]")
+        d_lp = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
+    if d_entropy is not None:
+        d = as_float_array(d_entropy, "d_entropy")
+        check_same_shape(d, "d_entropy", batch_shape, "logits[..., 0]")
+        d_ent = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
+    _, _, probs, comp_entropy = _multi_eval(z2, offsets, a2)
+    d_logits = np.empty(z2.shape)
+    _multi_categorical_backward_kernel(probs, offsets, a2, comp_entropy, d_lp, d_ent, d_logits)
+    return d_logits.reshape(tuple(batch_shape) + (z2.shape[1],))
+
+
+def multi_categorical_log_prob_backward(logits, nvec, actions, d_log_probs) -> np.ndarray:
+    """Gradient of :func:`multi_categorical_log_prob` w.r.t. the logits: in the slice of
+    component ``k``, ``d_logits_j = d_log_probs * ([j = a_k] - pi_k(j))`` (each component's
+    categorical gradient; the sum over components touches each slice once). Compiled; equals
+    :func:`categorical_log_prob_backward` per slice within rtol 1e-12.
+
+    Args:
+        logits, nvec, actions: as :func:`multi_categorical_log_prob`.
+        d_log_probs: ``[...]`` finite upstream gradient.
+
+    Returns:
+        float64 ``d_logits [..., sum(nvec)]``.
+
+    Raises:
+        ValueError: as :func:`multi_categorical_log_prob`; ``d_log_probs`` of the wrong shape
+            or non-finite.
+    """
+    return _multi_backward(logits, nvec, actions, d_log_probs, None)
+
+
+def multi_categorical_entropy_backward(logits, nvec, d_entropy) -> np.ndarray:
+    """Gradient of :func:`multi_categorical_entropy` w.r.t. the logits: in the slice of
+    component ``k``, ``d_logits_j = -d_entropy * pi_k(j) * (log pi_k(j) + H_k)`` (0 for a
+    masked choice). Compiled; equals :func:`categorical_entropy_backward` per slice within
+    rtol 1e-12.
+
+    Returns float64 ``d_logits [..., sum(nvec)]``. Raises ``ValueError`` as
+    :func:`multi_categorical_log_prob`, or for ``d_entropy`` of the wrong shape or non-finite.
+    """
+    return _multi_backward(logits, nvec, None, None, d_entropy)
+
+
+def multi_categorical_sample(rng: np.random.Generator, logits, nvec) -> np.ndarray:
+    """One independent draw per component: component ``k``'s actions are
+    ``categorical_sample(rng, slice_k)`` for ``k = 0, 1, ...`` in order, so the generator gives
+    one uniform per row for component 0 (rows in C order), then one per row for component 1,
+    and so on (inverse-CDF sampling of :func:`categorical_sample`; masked choices are never
+    drawn).
+
+    Returns:
+        int64 ``[..., K]`` actions, ``actions[..., k]`` in ``[0, nvec[k])``.
+
+    Raises:
+        ValueError: ``rng`` not a Generator, as :func:`multi_categorical_log_prob` otherwise.
+    """
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    z2, offsets, batch_shape = _multi_inputs(logits, nvec)
+    K = offsets.size - 1
+    actions = np.empty((z2.shape[0], K), dtype=np.int64)
+    for k in range(K):
+        actions[:, k] = categorical_sample(
+            rng, np.ascontiguousarray(z2[:, offsets[k]:offsets[k + 1]]))
+    return actions.reshape(tuple(batch_shape) + (K,))
+
+
+def multi_categorical_mode(logits, nvec) -> np.ndarray:
+    """The most probable action of each component (argmax of its slice, first on ties): the
+    mode of the product distribution. Returns int64 ``[..., K]``; raises ``ValueError`` as
+    :func:`multi_categorical_log_prob`."""
+    z2, offsets, batch_shape = _multi_inputs(logits, nvec)
+    K = offsets.size - 1
+    actions = np.empty((z2.shape[0], K), dtype=np.int64)
+    for k in range(K):
+        actions[:, k] = np.argmax(z2[:, offsets[k]:offsets[k + 1]], axis=-1)
+    return actions.reshape(tuple(batch_shape) + (K,))
