@@ -1,24 +1,106 @@
-"""Numba options, in one place.
+"""Numba options and the compiled-code cache, in one place.
 
-Every compiled kernel in ``ppo_ref`` is decorated with :data:`njit` from this module, so the
-options below apply uniformly:
+Every compiled kernel in ``ppo_ref`` is made by :func:`njit` (``@njit``, or ``njit(f)`` of a
+plain function from any module) with :data:`NJIT_OPTIONS`: ``nogil=True`` (the thread backend
+can overlap kernel work with Python work) and ``fastmath=False`` (no reassociated float sums, so
+results match the oracles and ``.py_func`` bit for bit where the operation order is the same).
+``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python.
 
-* ``cache=True``: compiled machine code is written next to the source (``__pycache__``) and
-  reused by later processes, so the compile cost is paid once per machine, not per run.
-* ``nogil=True``: kernels release the GIL, so the thread backend of the actor-learner loop can
-  overlap kernel work with Python work.
-* ``fastmath=False`` (numba's default, stated here on purpose): a reference implementation must
-  not let the compiler reassociate floating-point sums; results must match the oracles and the
-  uncompiled ``.py_func`` to the last bit where the operation order is the same.
-
-Setting the environment variable ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python
-(the tests use this to check that the compiled and interpreted versions agree).
+Cache guarantee: compiled machine code is reused by a later process only if the function's own
+file and every ``.py`` file under ``ppo_ref/`` are byte for byte what they were when it was
+compiled (:func:`package_sources_hash`). A kernel embeds the compiled functions it calls and the
+globals it reads, from whichever file, so any edit to any package source (whatever its size or
+modification time) makes every cached kernel recompile, and stale code is never run. Entries
+live in ``NUMBA_CACHE_DIR`` if set, else in ``__pycache__`` beside the function's file, else in
+numba's user-wide cache directory; with none writable each process compiles afresh (no error).
+Other packages' numba functions are untouched.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
+import os
+
 import numba
+from numba.core import caching, config
+from numba.core.dispatcher import Dispatcher
+from numba.misc.appdirs import AppDirs
 
-NJIT_OPTIONS = {"cache": True, "nogil": True, "fastmath": False}
+NJIT_OPTIONS = {"nogil": True, "fastmath": False}
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
-njit = numba.njit(**NJIT_OPTIONS)
-"""Decorator: ``@njit`` compiles a function with :data:`NJIT_OPTIONS`."""
+
+@functools.cache
+def package_sources_hash() -> str:
+    """SHA-256 over the relative path and the bytes of every ``.py`` file under ``ppo_ref/``
+    (computed once per process)."""
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(PACKAGE_DIR):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                content = f.read()
+            relative = os.path.relpath(path, PACKAGE_DIR).replace(os.sep, "/")
+            digest.update(relative.encode() + b"\0" + hashlib.sha256(content).digest())
+    return digest.hexdigest()
+
+
+class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+    """Numba cache locator whose freshness stamp is (the function's own file, every package
+    source): an entry written before any edit to the package is never loaded."""
+
+    def __init__(self, py_func, py_file, cache_path):
+        self._py_file, self._cache_path = py_file, cache_path
+        self._lineno = py_func.__code__.co_firstlineno
+
+    def get_cache_path(self):
+        return self._cache_path
+
+    def get_source_stamp(self):
+        return super().get_source_stamp(), package_sources_hash()
+
+    @classmethod
+    def from_function(cls, py_func, py_file):
+        if not os.path.isfile(py_file):
+            return None
+        subpath = cls.get_suitable_cache_subpath(py_file)
+        user_wide = AppDirs(appname="numba", appauthor=False).user_cache_dir
+        candidates = [os.path.join(config.CACHE_DIR, subpath)] if config.CACHE_DIR else []
+        candidates += [os.path.join(os.path.dirname(py_file), "__pycache__"),
+                       os.path.join(user_wide, subpath)]
+        for path in candidates:
+            locator = cls(py_func, py_file, path)
+            try:
+                locator.ensure_cache_path()
+            except OSError:
+                continue
+            return locator
+        return None
+
+
+class _PackageCacheImpl(caching.CompileResultCacheImpl):
+    _locator_classes = [PackageCacheLocator]
+
+
+class PackageFunctionCache(caching.FunctionCache):
+    """numba's per-function cache with :class:`PackageCacheLocator` as its only locator."""
+    _impl_class = _PackageCacheImpl
+
+
+def _package_cache(py_func) -> caching._Cache:
+    try:
+        cache = PackageFunctionCache(py_func)
+    except RuntimeError:  # no writable cache directory
+        return caching.NullCache()
+    # NUMBA_CACHE_LOCATOR_CLASSES may impose a locator without the package stamp: no cache then.
+    return cache if isinstance(cache._impl.locator, PackageCacheLocator) else caching.NullCache()
+
+
+def njit(py_func):
+    """Compile ``py_func`` (a function from any module) with :data:`NJIT_OPTIONS` and the
+    package-keyed cache; under ``NUMBA_DISABLE_JIT=1`` return ``py_func`` itself."""
+    dispatcher = numba.njit(**NJIT_OPTIONS)(py_func)
+    if isinstance(dispatcher, Dispatcher):
+        dispatcher._cache = _package_cache(dispatcher.py_func)
+    return dispatcher
