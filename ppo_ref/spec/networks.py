@@ -147,8 +147,9 @@ def _towers(params: Mapping[str, np.ndarray], shared_trunk: bool
                          f"{params[f'vf.w{n_vf - 1}'].shape[0]}")
     if shared_trunk:
         if depth["pi."] != 1 or depth["vf."] != 1:
-            raise ValueError("shared_trunk=True expects one-layer heads pi.w0/vf.w0 on a "
-                             f"'trunk.' MLP, got {depth['pi.']} pi and {depth['vf.']} vf layers")
+            raise ValueError("params do not match shared_trunk=True, which expects one-layer "
+                             "heads pi.w0/vf.w0 on a 'trunk.' MLP: got "
+                             f"{depth['pi.']} pi and {depth['vf.']} vf layers")
         if "trunk." in depth:
             z_dim = params[f"trunk.w{depth['trunk.'] - 1}"].shape[0]
         else:
