@@ -46,7 +46,7 @@ from typing import List, Sequence, Tuple, Union
 import numpy as np
 
 from ppo_ref._checks import (as_float_array, as_index_array, as_shape, check_generator,
-                             check_logits, check_positive_int, check_same_shape)
+                             check_last_dim, check_logits, check_positive_int, check_same_shape)
 
 __all__ = [
     "log_softmax", "categorical_log_prob", "categorical_entropy",
@@ -202,8 +202,9 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
     """
     z = _as_logits(logits)
     d = _as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
-    log_pi = _zero_where_masked(_log_softmax(z))  # pi * log_pi is then 0 where masked
-    pi = np.exp(_log_softmax(z))
+    log_pi = _log_softmax(z)
+    pi = np.exp(log_pi)  # exactly 0 where masked
+    log_pi = _zero_where_masked(log_pi)  # so pi * log_pi and the result are 0 there
     entropy = -np.sum(pi * log_pi, axis=-1, keepdims=True)
     return -d[..., None] * pi * (log_pi + entropy)
 
@@ -270,9 +271,7 @@ def _components(logits, nvec) -> Tuple[np.ndarray, Tuple[int, ...], List[slice]]
     """Checked ``(z, nvec, slices)``: ``z[..., slices[j]]`` are component ``j``'s logits."""
     sizes = _as_nvec(nvec)
     z = _as_float64(logits, "logits", allow_nonfinite=True)
-    if z.ndim == 0 or z.shape[-1] != sum(sizes):
-        raise ValueError(f"logits must have last dimension sum(nvec) = {sum(sizes)}, got shape "
-                         f"{z.shape}")
+    check_last_dim(z, "logits", sum(sizes))  # sum(nvec)
     slices = []
     start = 0
     for n in sizes:

@@ -368,14 +368,14 @@ def mlp_forward(params: Mapping[str, np.ndarray], x, activation: str = "tanh"
     h = _as_float64(x, "x")
     check_last_dim(h, "x", params["w0"].shape[1])
     linear_caches, hidden_caches = [], []
-    for i in range(depth):
+    for i in range(depth - 1):
         a, linear_cache = linear_forward(_mlp_layer(params, i), h)
-        linear_caches.append(linear_cache)
-        if i == depth - 1:
-            return a, MLPCache(tuple(linear_caches), tuple(hidden_caches), activation)
         h, hidden_cache = act_forward(a)
+        linear_caches.append(linear_cache)
         hidden_caches.append(hidden_cache)
-    raise AssertionError("unreachable: depth >= 1")
+    y, linear_cache = linear_forward(_mlp_layer(params, depth - 1), h)
+    linear_caches.append(linear_cache)
+    return y, MLPCache(tuple(linear_caches), tuple(hidden_caches), activation)
 
 
 def mlp_backward(params: Mapping[str, np.ndarray], cache: MLPCache, dy

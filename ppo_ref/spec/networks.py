@@ -279,9 +279,9 @@ def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCa
     if (trunk is None) != (cache.trunk is None):
         raise ValueError("cache does not match params (trunk present in only one of them)")
     batch = cache.pi.linear[0].x.shape[0]
+    policy_out_dim = pi[f"w{len(pi) // 2 - 1}"].shape[0]  # pi holds w0, b0, ..., wL, bL
     d_pi = as_float_array(d_policy_out, "d_policy_out").astype(np.float64, copy=False)
-    check_same_shape(d_pi, "d_policy_out", (batch, pi[f"w{len(pi) // 2 - 1}"].shape[0]),
-                     "policy_out")
+    check_same_shape(d_pi, "d_policy_out", (batch, policy_out_dim), "policy_out")
     d_v = as_float_array(d_values, "d_values").astype(np.float64, copy=False)
     check_same_shape(d_v, "d_values", (batch,), "values")
     dz_pi, pi_grads = mlp_backward(pi, cache.pi, d_pi)
