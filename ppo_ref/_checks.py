@@ -8,7 +8,7 @@ surfaces as a numba typing error, a silent NaN or a wrong answer.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -129,3 +129,116 @@ def check_choice(value, name: str, choices: Sequence) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# generators, dimensions, shapes, indices, parameters and logits
+
+def check_generator(rng, name: str = "rng") -> np.random.Generator:
+    """Return ``rng``; raise ``ValueError`` unless it is a ``numpy.random.Generator``."""
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"{name} must be a numpy.random.Generator, got {type(rng).__name__}")
+    return rng
+
+
+def check_positive_int(value, name: str) -> int:
+    """Return ``value`` as int; raise ``ValueError`` unless it is an int (not bool) ``> 0``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value}")
+    return int(value)
+
+
+def as_shape(value, name: str) -> Tuple[int, ...]:
+    """An int or a sequence of ints as a tuple of non-negative ints (an array shape).
+
+    Raises ``ValueError`` naming ``name`` for anything else or a negative entry.
+    """
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        shape = (int(value),)
+    else:
+        try:
+            shape = tuple(int(s) for s in value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an int or a tuple of ints, got {value!r}") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{name} must be non-negative, got {shape}")
+    return shape
+
+
+def check_last_dim(arr: np.ndarray, name: str, size: int) -> None:
+    """Raise ``ValueError`` unless ``arr`` has at least one dimension and ``arr.shape[-1] == size``."""
+    if arr.ndim == 0:
+        raise ValueError(f"{name} must have at least 1 dimension [..., {size}], got a scalar")
+    if arr.shape[-1] != size:
+        raise ValueError(f"{name} must have last dimension {size}, got shape {arr.shape}")
+
+
+def as_index_array(x, name: str, shape: tuple, ref_name: str,
+                   upper: Union[int, Sequence[int]]) -> np.ndarray:
+    """Integer indices of exactly ``shape`` with ``0 <= x < upper``, as int64.
+
+    Integer arrays and integral floats are accepted; bool, non-integral or non-finite values,
+    another shape (that of ``ref_name``) or an index out of range raise ``ValueError`` naming
+    ``name``. ``upper`` is one bound for every entry, or a 1-D sequence of bounds, one per
+    position along the last axis (MultiDiscrete ``nvec``).
+    """
+    a = np.asarray(x)
+    kind = a.dtype.kind  # "i"/"u" integers, "f" floats, "b" bool, ...
+    if kind not in "iuf":
+        raise ValueError(f"{name} must be integers, got dtype {a.dtype}")
+    if kind == "f" and a.size and not (np.isfinite(a).all() and (a == np.round(a)).all()):
+        raise ValueError(f"{name} must hold integer values; got non-integral floats")
+    check_same_shape(a, name, shape, ref_name)
+    bound = np.asarray(upper)
+    bad = (a < 0) | (a >= bound)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        limit = int(bound) if bound.ndim == 0 else int(bound[where[-1]])
+        raise ValueError(f"{name} must be in [0, {limit}), got {a[where]} at index {where}")
+    return a.astype(np.int64)
+
+
+def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None) -> np.ndarray:
+    """``params[key]``, checked to be a float64 ndarray of ``shape`` (``None`` entries: any size).
+
+    Raises ``ValueError`` if ``params`` is not a mapping, the key is missing, or the value is
+    not a float64 array of that rank and those sizes.
+    """
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a dict of arrays, got {type(params).__name__}")
+    if key not in params:
+        raise ValueError(f"params is missing key {key!r}")
+    v = params[key]
+    ok = isinstance(v, np.ndarray) and v.dtype == np.float64
+    if ok and shape is not None:
+        ok = v.ndim == len(shape) and all(s is None or s == d for s, d in zip(shape, v.shape))
+    if not ok:
+        want = "" if shape is None else " of shape [" + ", ".join(
+            "*" if s is None else str(s) for s in shape) + "]"
+        got = f"{v.dtype} array of shape {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
+        raise ValueError(f"params[{key!r}] must be a float64 array{want}, got {got}")
+    return v
+
+
+def check_logits(z: np.ndarray, name: str = "logits") -> None:
+    """Raise ``ValueError`` unless ``z [..., A]`` defines a categorical distribution per row.
+
+    ``z`` must have at least one dimension and one action; ``-inf`` entries (masked actions)
+    are allowed, NaN and ``+inf`` are not, and every row needs at least one entry ``> -inf``.
+    """
+    if z.ndim == 0:
+        raise ValueError(f"{name} must have at least 1 dimension [..., n_actions], got a scalar")
+    if z.shape[-1] == 0:
+        raise ValueError(f"{name} must have at least one action (last dimension), got shape {z.shape}")
+    if np.isnan(z).any():
+        raise ValueError(f"{name} must not contain NaN: found at index "
+                         f"{tuple(int(i) for i in np.argwhere(np.isnan(z))[0])}")
+    if (z == np.inf).any():
+        raise ValueError(f"{name} must not contain +inf: found at index "
+                         f"{tuple(int(i) for i in np.argwhere(z == np.inf)[0])}")
+    all_masked = np.all(z == -np.inf, axis=-1)
+    if all_masked.any():
+        row = tuple(int(i) for i in np.argwhere(all_masked)[0]) if z.ndim > 1 else ()
+        raise ValueError(f"{name} row {row} has every action masked (-inf): no valid action")

@@ -1,75 +1,11 @@
 """Parameter initialisation: orthogonal matrices with a gain.
 
-PPO implementations (OpenAI baselines, Stable-Baselines3, CleanRL) initialise every weight
-matrix orthogonally and every bias to zero, with gain sqrt(2) for hidden layers, 0.01 for the
-policy head and 1.0 for the value head (Huang et al. 2022, "The 37 Implementation Details of
-PPO", detail 2). Here that is :func:`orthogonal`; the gains are chosen by the callers
-(:mod:`ppo_ref.nn.mlp`, :mod:`ppo_ref.nn.actor_critic`, :mod:`ppo_ref.nn.lstm`).
+:func:`orthogonal` is defined once, in the readable tier (:func:`ppo_ref.spec.layers.orthogonal`,
+Saxe et al. 2014, torch's ``orthogonal_`` procedure); this module re-exports it. The gains
+(sqrt(2) hidden, 0.01 policy head, 1.0 value head; Huang et al. 2022, "The 37 Implementation
+Details of PPO", detail 2) are chosen by the callers (:mod:`ppo_ref.nn.mlp`,
+:mod:`ppo_ref.nn.actor_critic`, :mod:`ppo_ref.nn.lstm`).
 """
-from __future__ import annotations
-
-import math
-from typing import Sequence
-
-import numpy as np
-
-from ppo_ref._checks import check_real_scalar
+from ppo_ref.spec.layers import orthogonal
 
 __all__ = ["orthogonal"]
-
-
-def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0) -> np.ndarray:
-    """A random (semi-)orthogonal matrix scaled by ``gain``, as ``torch.nn.init.orthogonal_``.
-
-    Saxe, McClelland & Ganguli 2014, "Exact solutions to the nonlinear dynamics of learning in
-    deep linear neural networks" (arXiv:1312.6120). The procedure is torch's:
-
-    1. ``rows = shape[0]``, ``cols = prod(shape[1:])``; draw ``A ~ N(0, 1)^{rows x cols}``
-       from ``rng``;
-    2. if ``rows < cols`` transpose ``A`` (so the QR below is of a tall matrix);
-    3. ``Q, R = qr(A)`` (reduced), then ``Q <- Q * sign(diag(R))`` column-wise, which makes
-       the result Haar-distributed (Mezzadri 2007, arXiv:math-ph/0609050);
-    4. transpose back if step 2 transposed; return ``gain * Q`` reshaped to ``shape``.
-
-    The result ``W`` (flattened to ``[rows, cols]``) satisfies ``W W^T = gain^2 I_rows`` when
-    ``rows <= cols`` (wide, e.g. a policy head ``[out, in]`` with ``out < in``) and
-    ``W^T W = gain^2 I_cols`` when ``rows >= cols`` (tall). A zero diagonal entry of ``R``
-    (probability zero) keeps sign +1 here, where torch's ``sign`` would zero the column.
-    The values differ from torch's for the same seed (different generators); the
-    distribution is the same.
-
-    Args:
-        rng: the ``np.random.Generator`` all randomness is drawn from (``rows * cols`` standard
-            normal draws, in C order).
-        shape: at least two positive dimensions, torch layout ``[out, in, ...]``.
-        gain: multiplicative scale (a finite real number; 0 gives a zero matrix).
-
-    Returns:
-        float64 ndarray of ``shape``.
-
-    Raises:
-        ValueError: ``rng`` is not a Generator, ``shape`` has fewer than two dimensions or a
-            non-positive dimension, or ``gain`` is not a finite real number.
-    """
-    if not isinstance(rng, np.random.Generator):
-        raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    try:
-        dims = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise ValueError(f"shape must be a sequence of ints, got {shape!r}") from None
-    if len(dims) < 2:
-        raise ValueError(f"shape must have at least 2 dimensions (torch semantics), got {dims}")
-    if any(d <= 0 for d in dims):
-        raise ValueError(f"shape must have positive dimensions, got {dims}")
-    g = check_real_scalar(gain, "gain")
-    rows, cols = dims[0], math.prod(dims[1:])
-    a = rng.standard_normal((rows, cols))
-    wide = rows < cols
-    if wide:
-        a = a.T
-    q, r = np.linalg.qr(a)  # reduced: q is [max, min] with orthonormal columns
-    signs = np.where(np.diagonal(r) < 0.0, -1.0, 1.0)
-    q *= signs  # column j times sign(R_jj)
-    if wide:
-        q = q.T
-    return np.ascontiguousarray(g * q).reshape(dims)

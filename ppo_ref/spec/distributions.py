@@ -1,0 +1,504 @@
+"""Action distributions of the PPO policy head: log-probabilities, entropies, their gradients,
+sampling and modes, in float64.
+
+Categorical over ``A`` actions, parameterised by unnormalised logits ``z [..., A]``
+(``torch.distributions.Categorical(logits=z)``)::
+
+    log pi(a) = z_a - log sum_k exp(z_k)                 (computed as log_softmax, below)
+    H         = -sum_k pi(k) log pi(k)
+    d log pi(a) / d z_k = [k = a] - pi(k)
+    d H / d z_k         = -pi(k) (log pi(k) + H)
+
+Action masks: a logit of ``-inf`` marks an invalid action. Its probability is exactly 0, its
+log-probability ``-inf``, it contributes 0 to the entropy (``0 log 0 = 0``) and gets gradient 0
+(unless it is the action whose log-probability is differentiated), and it is never sampled or
+chosen as the mode. This is the exact form of MaskablePPO (sb3-contrib), which sets masked
+logits to a large negative number. A row whose actions are all masked has no distribution and
+raises ``ValueError``, as do NaN and ``+inf`` logits.
+
+MultiDiscrete (``gymnasium.spaces.MultiDiscrete(nvec)``): independent categoricals over
+consecutive slices of the logits ``[..., sum(nvec)]``, component ``j`` reading
+``z[..., o_j : o_j + nvec[j]]`` with ``o_j = nvec[0] + ... + nvec[j-1]``; actions are
+``[..., len(nvec)]``. The log-probability and the entropy are the sums of the components'
+(SB3 ``MultiCategoricalDistribution``).
+
+Diagonal Gaussian over ``A`` action dimensions with a state-independent ``log_std [A]``
+(SB3 ``DiagGaussianDistribution``, CleanRL ``ppo_continuous_action.py``), ``sigma =
+exp(log_std)`` and ``u = (a - mean) / sigma``::
+
+    log pi(a) = -1/2 sum_j u_j^2 - sum_j log_std_j - A/2 log(2 pi)
+    H         = sum_j log_std_j + A/2 (1 + log(2 pi))          (the same for every state)
+    d log pi / d mean_j    = u_j / sigma_j
+    d log pi / d log_std_j = u_j^2 - 1
+    d H / d log_std_j      = 1
+
+Log-probabilities and entropies are in nats and summed over the action dimensions. The
+Gaussian action is the raw, unclipped sample (clipping to the action space happens on the way
+to the environment, outside this module).
+
+Every input is cast to float64 and every float result is float64; actions are int64.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Sequence, Tuple, Union
+
+import numpy as np
+
+from ppo_ref._checks import (as_float_array, as_index_array, as_shape, check_generator,
+                             check_last_dim, check_logits, check_positive_int, check_same_shape)
+
+__all__ = [
+    "log_softmax", "categorical_log_prob", "categorical_entropy",
+    "categorical_log_prob_backward", "categorical_entropy_backward", "categorical_sample",
+    "categorical_mode",
+    "multi_categorical_log_prob", "multi_categorical_entropy",
+    "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+    "multi_categorical_sample", "multi_categorical_mode",
+    "gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
+    "gaussian_entropy_backward", "gaussian_sample",
+]
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def _as_float64(x, name: str, allow_nonfinite: bool = False) -> np.ndarray:
+    return as_float_array(x, name, allow_nonfinite=allow_nonfinite).astype(np.float64, copy=False)
+
+
+def _as_logits(logits) -> np.ndarray:
+    """``logits`` as float64 ``[..., A]``, checked by :func:`ppo_ref._checks.check_logits`."""
+    z = _as_float64(logits, "logits", allow_nonfinite=True)
+    check_logits(z, "logits")
+    return z
+
+
+def _as_upstream(d, name: str, shape: tuple, ref_name: str) -> np.ndarray:
+    """An upstream gradient: finite float64 of exactly ``shape``."""
+    d = _as_float64(d, name)
+    check_same_shape(d, name, shape, ref_name)
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# categorical
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    """log_softmax of checked float64 logits (see :func:`log_softmax`)."""
+    m = np.max(z, axis=-1, keepdims=True)
+    s = z - m
+    return s - np.log(np.sum(np.exp(s), axis=-1, keepdims=True))
+
+
+def log_softmax(logits) -> np.ndarray:
+    """Numerically stable log-softmax over the last axis:
+
+        m = max_k z_k
+        s = z - m
+        log pi = s - log sum_k exp(s_k)
+
+    The shift makes the largest ``exp`` exactly 1 and the sum lie in ``[1, A]``: no overflow,
+    no ``log 0`` (``[1000, 1001, 1002]`` gives exactly what ``[0, 1, 2]`` gives). A masked
+    logit (``-inf``) gives ``-inf``.
+
+    Args:
+        logits: ``[..., A]`` real array; ``-inf`` allowed, NaN and ``+inf`` not.
+
+    Returns:
+        float64 log-probabilities of the shape of ``logits``.
+
+    Raises:
+        ValueError: NaN or ``+inf`` logits, a row with every action ``-inf``, a scalar or an
+            empty last axis.
+    """
+    return _log_softmax(_as_logits(logits))
+
+
+def _zero_where_masked(log_pi: np.ndarray) -> np.ndarray:
+    """``log pi`` with the ``-inf`` entries (masked actions) replaced by 0, so that
+    ``pi * log pi = 0 * 0 = 0`` there (the convention ``0 log 0 = 0``)."""
+    return np.where(log_pi == -np.inf, 0.0, log_pi)
+
+
+def categorical_log_prob(logits, actions) -> np.ndarray:
+    """``log pi(a) = log_softmax(z)[..., a]`` for each row's action ``a``.
+
+    Args:
+        logits: ``[..., A]``, as :func:`log_softmax`.
+        actions: integers ``[...]`` in ``[0, A)`` (integral floats accepted).
+
+    Returns:
+        float64 ``[...]`` (``-inf`` for a masked action).
+
+    Raises:
+        ValueError: as :func:`log_softmax`; ``actions`` of the wrong shape, non-integral or
+            out of range.
+    """
+    z = _as_logits(logits)
+    a = as_index_array(actions, "actions", z.shape[:-1], "logits[..., 0]", z.shape[-1])
+    log_pi = _log_softmax(z)
+    return np.take_along_axis(log_pi, a[..., None], axis=-1)[..., 0]
+
+
+def categorical_entropy(logits) -> np.ndarray:
+    """``H = -sum_k pi(k) log pi(k)`` of each row; masked actions contribute 0.
+
+    Args:
+        logits: ``[..., A]``, as :func:`log_softmax`.
+
+    Returns:
+        float64 ``[...]`` in ``[0, log(number of unmasked actions)]``.
+
+    Raises:
+        ValueError: as :func:`log_softmax`.
+    """
+    log_pi = _log_softmax(_as_logits(logits))
+    pi = np.exp(log_pi)  # exactly 0 where masked
+    return -np.sum(pi * _zero_where_masked(log_pi), axis=-1)
+
+
+def categorical_log_prob_backward(logits, actions, d_log_probs) -> np.ndarray:
+    """Gradient w.r.t. the logits of ``sum d_log_probs * log pi(actions)``:
+
+        d_logits[..., k] = d_log_probs * ([k = a] - pi(k))
+
+    A masked action gets exactly 0 (``pi(k) = 0``) unless it is the action ``a``.
+
+    Args:
+        logits: ``[..., A]``; actions: ``[...]``, as :func:`categorical_log_prob`.
+        d_log_probs: ``[...]`` finite upstream gradient ``dL/dlog_prob``.
+
+    Returns:
+        float64 ``d_logits [..., A]``.
+
+    Raises:
+        ValueError: as :func:`categorical_log_prob`; ``d_log_probs`` of the wrong shape or
+            non-finite.
+    """
+    z = _as_logits(logits)
+    d = _as_upstream(d_log_probs, "d_log_probs", z.shape[:-1], "logits[..., 0]")
+    a = as_index_array(actions, "actions", z.shape[:-1], "logits[..., 0]", z.shape[-1])
+    pi = np.exp(_log_softmax(z))
+    one_hot = np.arange(z.shape[-1]) == a[..., None]
+    return d[..., None] * one_hot - d[..., None] * pi
+
+
+def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
+    """Gradient w.r.t. the logits of ``sum d_entropy * H``:
+
+        d_logits[..., k] = -d_entropy * pi(k) * (log pi(k) + H)
+
+    Masked actions get exactly 0.
+
+    Args:
+        logits: ``[..., A]``, as :func:`log_softmax`.
+        d_entropy: ``[...]`` finite upstream gradient ``dL/dH``.
+
+    Returns:
+        float64 ``d_logits [..., A]``.
+
+    Raises:
+        ValueError: as :func:`log_softmax`; ``d_entropy`` of the wrong shape or non-finite.
+    """
+    z = _as_logits(logits)
+    d = _as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
+    log_pi = _log_softmax(z)
+    pi = np.exp(log_pi)  # exactly 0 where masked
+    log_pi = _zero_where_masked(log_pi)  # so pi * log_pi and the result are 0 there
+    entropy = -np.sum(pi * log_pi, axis=-1, keepdims=True)
+    return -d[..., None] * pi * (log_pi + entropy)
+
+
+def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
+    """One action per row by inverse-CDF sampling.
+
+        pi = exp(log_softmax(z))
+        C_k = pi_0 + ... + pi_k                       (running sum, left to right)
+        u ~ U[0, 1)                                   (one rng.random() draw per row, C order)
+        a = #{k : C_k <= u * C_{A-1}}                 (the first k with C_k > u * C_{A-1})
+
+    A masked action (``pi_k = 0``) has ``C_k = C_{k-1}`` and so is never that first ``k``. If
+    rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (count ``A``), the last unmasked action is
+    returned. The logits are checked before anything is drawn; then exactly one uniform per row
+    is drawn, so the same generator state gives the same actions.
+
+    Args:
+        rng: ``np.random.Generator``, the only source of randomness.
+        logits: ``[..., A]``, as :func:`log_softmax`.
+
+    Returns:
+        int64 ``[...]`` of actions in ``[0, A)`` (0-d for a single ``[A]`` row).
+
+    Raises:
+        ValueError: ``rng`` not a Generator, or as :func:`log_softmax`.
+    """
+    check_generator(rng)
+    z = _as_logits(logits)
+    n_actions = z.shape[-1]
+    u = rng.random(z.shape[:-1])
+    pi = np.exp(_log_softmax(z))
+    cdf = np.cumsum(pi, axis=-1)
+    threshold = u * cdf[..., -1]
+    count = np.sum(cdf <= threshold[..., None], axis=-1)
+    last_unmasked = n_actions - 1 - np.argmax(pi[..., ::-1] > 0.0, axis=-1)
+    return np.where(count < n_actions, count, last_unmasked).astype(np.int64)
+
+
+def categorical_mode(logits) -> np.ndarray:
+    """The most probable action of each row, ``argmax_k z_k`` (the first on ties).
+
+    Masked actions are never chosen. Returns int64 ``[...]``. Raises ``ValueError`` as
+    :func:`log_softmax`.
+    """
+    z = _as_logits(logits)
+    return np.argmax(z, axis=-1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# MultiDiscrete: independent categoricals over consecutive slices of the logits
+
+def _as_nvec(nvec) -> Tuple[int, ...]:
+    try:
+        sizes = [n for n in nvec]
+    except TypeError:
+        raise ValueError(f"nvec must be a sequence of positive ints, got {nvec!r}") from None
+    if not sizes:
+        raise ValueError("nvec must have at least one component, got an empty sequence")
+    return tuple(check_positive_int(n, "nvec entries") for n in sizes)
+
+
+def _components(logits, nvec) -> Tuple[np.ndarray, Tuple[int, ...], List[slice]]:
+    """Checked ``(z, nvec, slices)``: ``z[..., slices[j]]`` are component ``j``'s logits."""
+    sizes = _as_nvec(nvec)
+    z = _as_float64(logits, "logits", allow_nonfinite=True)
+    check_last_dim(z, "logits", sum(sizes))  # sum(nvec)
+    slices = []
+    start = 0
+    for n in sizes:
+        slices.append(slice(start, start + n))
+        start += n
+    for j, s in enumerate(slices):
+        check_logits(z[..., s], f"logits of component {j}")
+    return z, sizes, slices
+
+
+def _multi_actions(actions, z: np.ndarray, sizes: Tuple[int, ...]) -> np.ndarray:
+    return as_index_array(actions, "actions", z.shape[:-1] + (len(sizes),),
+                          "[..., len(nvec)]", sizes)
+
+
+def multi_categorical_log_prob(logits, actions, nvec: Sequence[int]) -> np.ndarray:
+    """``log pi(a) = sum_j log pi_j(a_j)``, ``pi_j = softmax(z[..., o_j : o_j + nvec[j]])``.
+
+    Args:
+        logits: ``[..., sum(nvec)]``; each component's slice as :func:`log_softmax` (masks
+            allowed, at least one unmasked action per component and row).
+        actions: integers ``[..., len(nvec)]`` with ``actions[..., j]`` in ``[0, nvec[j])``.
+        nvec: the number of actions of each component (positive ints).
+
+    Returns:
+        float64 ``[...]`` (``-inf`` if any component's action is masked).
+
+    Raises:
+        ValueError: bad ``nvec``, ``logits`` whose last dimension is not ``sum(nvec)`` or with
+            a bad component (as :func:`log_softmax`), bad ``actions``.
+    """
+    z, sizes, slices = _components(logits, nvec)
+    a = _multi_actions(actions, z, sizes)
+    total = np.zeros(z.shape[:-1])
+    for j, s in enumerate(slices):
+        total = total + categorical_log_prob(z[..., s], a[..., j])
+    return total
+
+
+def multi_categorical_entropy(logits, nvec: Sequence[int]) -> np.ndarray:
+    """``H = sum_j H_j`` (the components are independent). float64 ``[...]``.
+
+    Raises ``ValueError`` as :func:`multi_categorical_log_prob`.
+    """
+    z, _, slices = _components(logits, nvec)
+    total = np.zeros(z.shape[:-1])
+    for s in slices:
+        total = total + categorical_entropy(z[..., s])
+    return total
+
+
+def multi_categorical_log_prob_backward(logits, actions, nvec: Sequence[int],
+                                        d_log_probs) -> np.ndarray:
+    """Gradient w.r.t. the logits of ``sum d_log_probs * log pi(actions)``: on component ``j``'s
+    slice, :func:`categorical_log_prob_backward` of that component with the same upstream
+    ``d_log_probs`` (``d log pi / d log pi_j = 1``).
+
+    Args:
+        logits, actions, nvec: as :func:`multi_categorical_log_prob`.
+        d_log_probs: ``[...]`` finite.
+
+    Returns:
+        float64 ``d_logits [..., sum(nvec)]``.
+
+    Raises:
+        ValueError: as :func:`multi_categorical_log_prob`; ``d_log_probs`` of the wrong shape
+            or non-finite.
+    """
+    z, sizes, slices = _components(logits, nvec)
+    a = _multi_actions(actions, z, sizes)
+    d = _as_upstream(d_log_probs, "d_log_probs", z.shape[:-1], "logits[..., 0]")
+    return np.concatenate([categorical_log_prob_backward(z[..., s], a[..., j], d)
+                           for j, s in enumerate(slices)], axis=-1)
+
+
+def multi_categorical_entropy_backward(logits, nvec: Sequence[int], d_entropy) -> np.ndarray:
+    """Gradient w.r.t. the logits of ``sum d_entropy * H``: on component ``j``'s slice,
+    :func:`categorical_entropy_backward` of that component with the same ``d_entropy``.
+
+    Returns float64 ``d_logits [..., sum(nvec)]``. Raises ``ValueError`` as
+    :func:`multi_categorical_log_prob_backward` (naming ``d_entropy``).
+    """
+    z, _, slices = _components(logits, nvec)
+    d = _as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
+    return np.concatenate([categorical_entropy_backward(z[..., s], d) for s in slices], axis=-1)
+
+
+def multi_categorical_sample(rng: np.random.Generator, logits, nvec: Sequence[int]) -> np.ndarray:
+    """One action per component and row: ``a_j = categorical_sample(rng, z[..., slice_j])``
+    for ``j = 0, 1, ...`` in order, so the draws are one uniform per row for component 0,
+    then one per row for component 1, ... (SB3's ``MultiCategoricalDistribution.sample``
+    order). Everything is checked before anything is drawn.
+
+    Returns int64 ``[..., len(nvec)]``. Raises ``ValueError`` for ``rng`` not a Generator or
+    as :func:`multi_categorical_log_prob`.
+    """
+    check_generator(rng)
+    z, _, slices = _components(logits, nvec)
+    return np.stack([categorical_sample(rng, z[..., s]) for s in slices], axis=-1)
+
+
+def multi_categorical_mode(logits, nvec: Sequence[int]) -> np.ndarray:
+    """``a_j = argmax z[..., slice_j]`` per component (first on ties); int64 ``[..., len(nvec)]``.
+
+    Raises ``ValueError`` as :func:`multi_categorical_log_prob`.
+    """
+    z, _, slices = _components(logits, nvec)
+    return np.stack([categorical_mode(z[..., s]) for s in slices], axis=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# diagonal Gaussian
+
+def _as_mean_log_std(mean, log_std) -> Tuple[np.ndarray, np.ndarray]:
+    mu = _as_float64(mean, "mean")
+    if mu.ndim == 0:
+        raise ValueError("mean must have at least 1 dimension [..., action_dim], got a scalar")
+    ls = _as_float64(log_std, "log_std")
+    check_same_shape(ls, "log_std", mu.shape[-1:], "mean's last axis (state-independent, "
+                     "one per action dimension)")
+    return mu, ls
+
+
+def gaussian_log_prob(mean, log_std, actions) -> np.ndarray:
+    """``log N(a; mean, diag(sigma^2))`` summed over the action dimensions:
+
+        sigma = exp(log_std)
+        u = (a - mean) / sigma
+        log pi(a) = -1/2 sum_j u_j^2 - (sum_j log_std_j + A/2 log(2 pi))
+
+    Args:
+        mean: ``[..., A]`` finite. log_std: ``[A]`` finite. actions: ``[..., A]`` finite (the
+            raw, unclipped sample).
+
+    Returns:
+        float64 ``[...]`` log-densities (nats).
+
+    Raises:
+        ValueError: non-finite input or mismatched shapes.
+    """
+    mu, ls = _as_mean_log_std(mean, log_std)
+    a = _as_float64(actions, "actions")
+    check_same_shape(a, "actions", mu.shape, "mean")
+    sigma = np.exp(ls)
+    u = (a - mu) / sigma
+    return -0.5 * np.sum(u * u, axis=-1) - (np.sum(ls) + 0.5 * LOG_2PI * ls.shape[0])
+
+
+def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs
+                               ) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradients of ``sum g * gaussian_log_prob`` w.r.t. ``mean`` and ``log_std``, ``g =
+    d_log_probs``:
+
+        d_mean = g * u / sigma                          [..., A]
+        d_log_std = sum_batch g * (u^2 - 1)             [A]  (log_std is shared by every row)
+
+    Args:
+        mean, log_std, actions: as :func:`gaussian_log_prob`.
+        d_log_probs: ``[...]`` finite.
+
+    Returns:
+        ``(d_mean [..., A], d_log_std [A])``, float64.
+
+    Raises:
+        ValueError: as :func:`gaussian_log_prob`; ``d_log_probs`` of the wrong shape or
+            non-finite.
+    """
+    mu, ls = _as_mean_log_std(mean, log_std)
+    a = _as_float64(actions, "actions")
+    check_same_shape(a, "actions", mu.shape, "mean")
+    g = _as_upstream(d_log_probs, "d_log_probs", mu.shape[:-1], "mean[..., 0]")[..., None]
+    sigma = np.exp(ls)
+    u = (a - mu) / sigma
+    d_mean = g * u / sigma
+    d_log_std = np.sum((g * (u * u - 1.0)).reshape(-1, ls.shape[0]), axis=0)
+    return d_mean, d_log_std
+
+
+def gaussian_entropy(log_std, batch_shape: Union[int, Sequence[int]]) -> np.ndarray:
+    """``H = sum_j log_std_j + A/2 (1 + log(2 pi))``, the same for every row.
+
+    Args:
+        log_std: ``[A]`` finite.
+        batch_shape: the leading shape of the result (int or tuple; ``()`` gives a 0-d array).
+
+    Returns:
+        float64 ``[*batch_shape]`` (nats).
+
+    Raises:
+        ValueError: non-finite or non-1-D ``log_std``, bad ``batch_shape``.
+    """
+    ls = as_float_array(log_std, "log_std", ndim=(1,)).astype(np.float64, copy=False)
+    shape = as_shape(batch_shape, "batch_shape")
+    entropy = np.sum(ls) + 0.5 * (1.0 + LOG_2PI) * ls.shape[0]
+    return np.full(shape, entropy)
+
+
+def gaussian_entropy_backward(log_std, d_entropy) -> np.ndarray:
+    """Gradient of ``sum d_entropy * H`` w.r.t. ``log_std``: ``d_log_std_j = sum d_entropy``.
+
+    Args:
+        log_std: ``[A]`` finite. d_entropy: any shape (the ``batch_shape``), finite.
+
+    Returns:
+        float64 ``d_log_std [A]``.
+
+    Raises:
+        ValueError: non-finite or non-1-D ``log_std``, non-finite ``d_entropy``.
+    """
+    ls = as_float_array(log_std, "log_std", ndim=(1,))
+    d = _as_float64(d_entropy, "d_entropy")
+    return np.full(ls.shape, np.sum(d))
+
+
+def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
+    """The raw (unclipped) sample ``a = mean + exp(log_std) * eps``, ``eps ~ N(0, I)``.
+
+    ``eps`` is ``rng.standard_normal(mean.shape)`` (C order), drawn after the arguments are
+    checked.
+
+    Returns:
+        float64 ``[..., A]``.
+
+    Raises:
+        ValueError: ``rng`` not a Generator, or as :func:`gaussian_log_prob`.
+    """
+    check_generator(rng)
+    mu, ls = _as_mean_log_std(mean, log_std)
+    eps = rng.standard_normal(mu.shape)
+    return mu + np.exp(ls) * eps

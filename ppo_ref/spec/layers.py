@@ -1,0 +1,418 @@
+"""Orthogonal initialisation, the linear layer, tanh/relu and the multilayer perceptron.
+
+Conventions:
+
+* Weights are in torch layout ``w: [out, in]`` and a linear layer computes ``y = x @ w.T + b``
+  (``torch.nn.Linear``), so weights copy to and from torch unchanged.
+* ``params`` and ``grads`` are ``dict[str, float64 ndarray]`` with identical keys and shapes;
+  a linear layer is ``{"w", "b"}``, an MLP ``{"w0", "b0", ..., "wL", "bL"}``.
+* Every layer is a pair ``*_forward(params, x) -> (y, cache)`` and
+  ``*_backward(params, cache, dy) -> (dx, grads)`` (activations have no parameters:
+  ``*_forward(x)`` and ``*_backward(cache, dy) -> dx``). Caches are NamedTuples holding what the
+  backward reads; a backward never mutates ``params``, ``cache`` or ``dy``.
+* Everything is float64; float32, integer and bool inputs are cast on entry.
+* Inputs ``x`` are ``[..., in]``: any leading batch shape is carried through to ``y`` and ``dx``.
+
+Backward of ``y = x @ w.T + b`` for an upstream gradient ``dy = dL/dy``, with the leading
+dimensions flattened into one batch dimension::
+
+    dL/dx = dy @ w          dL/dw = dy.T @ x          dL/db = sum_batch dy
+
+and of the activations, written with their output ``h``: ``h = tanh(a)``:
+``dL/da = dL/dh * (1 - h^2)``; ``h = relu(a) = max(a, 0)``: ``dL/da = dL/dh * [h > 0]``
+(derivative 0 at ``a = 0``, as torch).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
+
+import numpy as np
+
+from ppo_ref._checks import (as_float_array, check_choice, check_generator, check_last_dim,
+                             check_positive_int, check_real_scalar, check_same_shape, get_param)
+
+__all__ = [
+    "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
+    "orthogonal", "linear_init", "linear_forward", "linear_backward",
+    "tanh_forward", "tanh_backward", "relu_forward", "relu_backward",
+    "mlp_init", "mlp_forward", "mlp_backward",
+]
+
+ACTIVATIONS = ("tanh", "relu")
+"""Hidden-layer activations understood by :func:`mlp_forward`."""
+
+Params = Dict[str, np.ndarray]
+
+
+class LinearCache(NamedTuple):
+    """What :func:`linear_backward` reads: the layer input ``x`` (float64 ``[..., in]``)."""
+    x: np.ndarray
+
+
+class ActivationCache(NamedTuple):
+    """What an activation backward reads: its output ``y`` (float64, any shape).
+
+    ``tanh'(a) = 1 - y^2`` and ``relu'(a) = [y > 0]`` are both functions of the output alone.
+    """
+    y: np.ndarray
+
+
+class MLPCache(NamedTuple):
+    """What :func:`mlp_backward` reads.
+
+    Attributes:
+        linear: one :class:`LinearCache` per layer ``0..L`` (the input of each linear layer).
+        hidden: one :class:`ActivationCache` per hidden layer ``0..L-1`` (its activated output).
+        activation: ``"tanh"`` or ``"relu"``.
+    """
+    linear: Tuple[LinearCache, ...]
+    hidden: Tuple[ActivationCache, ...]
+    activation: str
+
+
+def _as_float64(x, name: str) -> np.ndarray:
+    """``x`` as a finite float64 array (checked by :func:`ppo_ref._checks.as_float_array`)."""
+    return as_float_array(x, name).astype(np.float64, copy=False)
+
+
+# --------------------------------------------------------------------------------------------
+# initialisation
+
+def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0) -> np.ndarray:
+    """A random (semi-)orthogonal matrix scaled by ``gain``, as ``torch.nn.init.orthogonal_``.
+
+    Saxe, McClelland & Ganguli 2014, "Exact solutions to the nonlinear dynamics of learning in
+    deep linear neural networks" (arXiv:1312.6120). The procedure is torch's:
+
+    1. ``rows = shape[0]``, ``cols = prod(shape[1:])``; draw ``A ~ N(0, 1)^{rows x cols}``
+       from ``rng``;
+    2. if ``rows < cols`` transpose ``A`` (so the QR below is of a tall matrix);
+    3. ``Q, R = qr(A)`` (reduced), then ``Q <- Q * sign(diag(R))`` column-wise, which makes
+       the result Haar-distributed (Mezzadri 2007, arXiv:math-ph/0609050);
+    4. transpose back if step 2 transposed; return ``gain * Q`` reshaped to ``shape``.
+
+    The result ``W`` (flattened to ``[rows, cols]``) satisfies ``W W^T = gain^2 I_rows`` when
+    ``rows <= cols`` (wide, e.g. a policy head ``[out, in]`` with ``out < in``) and
+    ``W^T W = gain^2 I_cols`` when ``rows >= cols`` (tall). A zero diagonal entry of ``R``
+    (probability zero) keeps sign +1 here, where torch's ``sign`` would zero the column.
+    The values differ from torch's for the same seed (different generators); the
+    distribution is the same.
+
+    PPO implementations (OpenAI baselines, Stable-Baselines3, CleanRL) initialise every weight
+    matrix this way with gain sqrt(2) for hidden layers, 0.01 for the policy head and 1.0 for
+    the value head, and every bias to zero (Huang et al. 2022, "The 37 Implementation Details
+    of PPO", detail 2); the gains are chosen by the callers.
+
+    Args:
+        rng: the ``np.random.Generator`` all randomness is drawn from (``rows * cols`` standard
+            normal draws, in C order).
+        shape: at least two positive dimensions, torch layout ``[out, in, ...]``.
+        gain: multiplicative scale (a finite real number; 0 gives a zero matrix).
+
+    Returns:
+        float64 ndarray of ``shape``.
+
+    Raises:
+        ValueError: ``rng`` is not a Generator, ``shape`` has fewer than two dimensions or a
+            non-positive dimension, or ``gain`` is not a finite real number.
+    """
+    check_generator(rng)
+    try:
+        dims = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be a sequence of ints, got {shape!r}") from None
+    if len(dims) < 2:
+        raise ValueError(f"shape must have at least 2 dimensions (torch semantics), got {dims}")
+    if any(d <= 0 for d in dims):
+        raise ValueError(f"shape must have positive dimensions, got {dims}")
+    g = check_real_scalar(gain, "gain")
+    rows, cols = dims[0], math.prod(dims[1:])
+    a = rng.standard_normal((rows, cols))
+    wide = rows < cols
+    if wide:
+        a = a.T
+    q, r = np.linalg.qr(a)  # reduced: q is [max, min] with orthonormal columns
+    signs = np.where(np.diagonal(r) < 0.0, -1.0, 1.0)
+    q = q * signs  # column j times sign(R_jj)
+    if wide:
+        q = q.T
+    return np.ascontiguousarray(g * q).reshape(dims)
+
+
+# --------------------------------------------------------------------------------------------
+# linear layer
+
+def linear_init(rng: np.random.Generator, in_dim: int, out_dim: int, gain: float) -> Params:
+    """A linear layer ``{"w": [out_dim, in_dim], "b": [out_dim]}``: orthogonal ``w``, zero ``b``.
+
+    ``w = orthogonal(rng, (out_dim, in_dim), gain)``, ``b = 0`` (CleanRL's ``layer_init``,
+    SB3's ``ActorCriticPolicy.init_weights``). Both arrays float64.
+
+    Raises:
+        ValueError: a dimension is not a positive int, or ``gain`` is not finite.
+    """
+    in_dim = check_positive_int(in_dim, "in_dim")
+    out_dim = check_positive_int(out_dim, "out_dim")
+    gain = check_real_scalar(gain, "gain")
+    return {"w": orthogonal(rng, (out_dim, in_dim), gain), "b": np.zeros(out_dim)}
+
+
+def _linear_params(params: Mapping, wkey: str = "w", bkey: str = "b") -> Tuple[np.ndarray, np.ndarray]:
+    """``(params[wkey] [out, in], params[bkey] [out])``, checked float64."""
+    w = get_param(params, wkey, (None, None))
+    b = get_param(params, bkey, (w.shape[0],))
+    return w, b
+
+
+def linear_forward(params: Mapping[str, np.ndarray], x) -> Tuple[np.ndarray, LinearCache]:
+    """``y = x @ w.T + b`` (``torch.nn.Linear``).
+
+    Args:
+        params: ``{"w": float64 [out, in], "b": float64 [out]}``.
+        x: ``[..., in]`` finite real array (cast to float64).
+
+    Returns:
+        ``(y, cache)``: ``y`` float64 ``[..., out]``; ``cache`` a :class:`LinearCache`.
+
+    Raises:
+        ValueError: bad params, wrong last dimension or non-finite ``x``.
+    """
+    w, b = _linear_params(params)
+    x = _as_float64(x, "x")
+    check_last_dim(x, "x", w.shape[1])
+    y = x @ w.T + b
+    return y, LinearCache(x)
+
+
+def linear_backward(params: Mapping[str, np.ndarray], cache: LinearCache, dy
+                    ) -> Tuple[np.ndarray, Params]:
+    """Gradients of ``y = x @ w.T + b``: ``dx = dy @ w``, ``dw = dy.T @ x``, ``db = sum dy``.
+
+    Args:
+        params: as given to :func:`linear_forward`.
+        cache: the :class:`LinearCache` it returned.
+        dy: ``dL/dy``, finite, shape ``[..., out]`` (the forward output's shape).
+
+    Returns:
+        ``(dx [..., in], {"w": [out, in], "b": [out]})``, all float64.
+
+    Raises:
+        ValueError: bad params, a cache that is not a :class:`LinearCache`, a ``dy`` of the
+            wrong shape or non-finite.
+    """
+    w, _ = _linear_params(params)
+    if not isinstance(cache, LinearCache):
+        raise ValueError(f"cache must be a LinearCache, got {type(cache).__name__}")
+    x = cache.x
+    dy = _as_float64(dy, "dy")
+    check_same_shape(dy, "dy", x.shape[:-1] + (w.shape[0],), "the forward output")
+    dy_rows = dy.reshape(-1, w.shape[0])  # [M, out], M = prod(batch shape)
+    x_rows = x.reshape(-1, w.shape[1])  # [M, in]
+    dw = dy_rows.T @ x_rows
+    db = dy_rows.sum(axis=0)
+    dx = dy @ w
+    return dx, {"w": dw, "b": db}
+
+
+# --------------------------------------------------------------------------------------------
+# activations (no parameters: backward returns dx only)
+
+def tanh_forward(x) -> Tuple[np.ndarray, ActivationCache]:
+    """``y = tanh(x)`` elementwise; ``x`` any shape, finite (cast to float64). Returns ``(y, cache)``."""
+    x = _as_float64(x, "x")
+    y = np.tanh(x)
+    return y, ActivationCache(y)
+
+
+def _check_activation_cache(cache) -> None:
+    if not isinstance(cache, ActivationCache):
+        raise ValueError(f"cache must be an ActivationCache, got {type(cache).__name__}")
+
+
+def tanh_backward(cache: ActivationCache, dy) -> np.ndarray:
+    """``dx = dy * (1 - y^2)`` with ``y = tanh(x)`` from the cache; ``dy`` has ``y``'s shape.
+
+    Raises ``ValueError`` for a bad cache or a ``dy`` of another shape or non-finite.
+    """
+    _check_activation_cache(cache)
+    y = cache.y
+    dy = _as_float64(dy, "dy")
+    check_same_shape(dy, "dy", y.shape, "the forward output")
+    return dy * (1.0 - y * y)
+
+
+def relu_forward(x) -> Tuple[np.ndarray, ActivationCache]:
+    """``y = max(x, 0)`` elementwise; ``x`` any shape, finite (cast to float64). Returns ``(y, cache)``."""
+    x = _as_float64(x, "x")
+    y = np.maximum(x, 0.0)
+    return y, ActivationCache(y)
+
+
+def relu_backward(cache: ActivationCache, dy) -> np.ndarray:
+    """``dx = dy * [x > 0]`` (0 at ``x = 0``, torch's choice), read as ``[y > 0]``.
+
+    Raises ``ValueError`` for a bad cache or a ``dy`` of another shape or non-finite.
+    """
+    _check_activation_cache(cache)
+    y = cache.y
+    dy = _as_float64(dy, "dy")
+    check_same_shape(dy, "dy", y.shape, "the forward output")
+    return dy * (y > 0.0)
+
+
+_ACTIVATION_FUNCTIONS = {
+    "tanh": (tanh_forward, tanh_backward),
+    "relu": (relu_forward, relu_backward),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# MLP
+
+def mlp_init(rng: np.random.Generator, in_dim: int, hidden_sizes: Sequence[int], out_dim: int, *,
+             hidden_gain: float = math.sqrt(2.0), out_gain: float = 1.0) -> Params:
+    """Parameters of an MLP ``in_dim -> hidden_sizes... -> out_dim``.
+
+    Keys ``w0, b0, ..., wL, bL`` (in that order) with ``L = len(hidden_sizes)``; ``w_i`` is
+    ``[out_i, in_i]`` (torch layout), ``orthogonal(rng, (out_i, in_i), gain_i)`` with
+    ``gain_i = hidden_gain`` for the hidden layers and ``out_gain`` for the output layer; biases
+    are zero (SB3 ``ActorCriticPolicy``, CleanRL ``layer_init``; Huang et al. 2022, detail 2).
+    Weights are drawn from ``rng`` in layer order ``w0, w1, ...``. ``hidden_sizes`` may be empty
+    (a single linear layer).
+
+    Returns:
+        dict of float64 arrays.
+
+    Raises:
+        ValueError: non-positive or non-int sizes, or non-finite gains.
+    """
+    in_dim = check_positive_int(in_dim, "in_dim")
+    out_dim = check_positive_int(out_dim, "out_dim")
+    try:
+        hidden = [check_positive_int(h, "hidden_sizes entries") for h in hidden_sizes]
+    except TypeError:
+        raise ValueError(f"hidden_sizes must be a sequence of ints, got {hidden_sizes!r}") from None
+    hidden_gain = check_real_scalar(hidden_gain, "hidden_gain")
+    out_gain = check_real_scalar(out_gain, "out_gain")
+    sizes = [in_dim] + hidden + [out_dim]
+    n_layers = len(sizes) - 1
+    params: Params = {}
+    for i in range(n_layers):
+        gain = out_gain if i == n_layers - 1 else hidden_gain
+        params[f"w{i}"] = orthogonal(rng, (sizes[i + 1], sizes[i]), gain)
+        params[f"b{i}"] = np.zeros(sizes[i + 1])
+    return params
+
+
+def _mlp_depth(params: Mapping, prefix: str = "") -> int:
+    """The number of layers of the MLP stored under ``prefix + "w0", prefix + "b0", ...``.
+
+    Checks every layer (float64 ``w [out, in]``, ``b [out]``) and that widths chain
+    (``w_i.shape[1] == w_{i-1}.shape[0]``). Keys outside the MLP are not looked at.
+
+    Raises:
+        ValueError: not a mapping, no layer ``w0``, a missing or malformed array, or widths
+            that do not chain.
+    """
+    get_param(params, prefix + "w0", (None, None))  # a mapping with at least one layer
+    depth = 0
+    while prefix + f"w{depth}" in params:
+        w, _ = _linear_params(params, prefix + f"w{depth}", prefix + f"b{depth}")
+        if depth > 0 and w.shape[1] != params[prefix + f"w{depth - 1}"].shape[0]:
+            raise ValueError(f"params[{prefix + f'w{depth}'!r}] has input width {w.shape[1]}, "
+                             f"expected {params[prefix + f'w{depth - 1}'].shape[0]} (the previous "
+                             f"layer's output width)")
+        depth += 1
+    return depth
+
+
+def _mlp_layer(params: Mapping, i: int, prefix: str = "") -> Params:
+    """Layer ``i`` of an MLP as linear-layer params ``{"w", "b"}`` (the same arrays, not copies)."""
+    return {"w": params[prefix + f"w{i}"], "b": params[prefix + f"b{i}"]}
+
+
+def _check_mlp_keys(params: Mapping, depth: int) -> None:
+    """Raise ``ValueError`` unless ``params`` holds exactly ``w0, b0, ..., w{depth-1}, b{depth-1}``."""
+    expected = {f"{k}{i}" for i in range(depth) for k in ("w", "b")}
+    if set(params) != expected:
+        extra = sorted(set(params) - expected)
+        raise ValueError(f"params must have exactly the keys w0, b0, ..., w{depth - 1}, "
+                         f"b{depth - 1}; unexpected: {extra}")
+
+
+def mlp_forward(params: Mapping[str, np.ndarray], x, activation: str = "tanh"
+                ) -> Tuple[np.ndarray, MLPCache]:
+    """MLP forward, hidden layers activated, output layer linear:
+
+        h_0 = x
+        h_{i+1} = act(h_i @ w_i.T + b_i)        for i = 0 .. L-1
+        y = h_L @ w_L.T + b_L
+
+    Args:
+        params: from :func:`mlp_init` (exactly the keys ``w0, b0, ..., wL, bL``, float64).
+        x: ``[..., in]`` finite real array (cast to float64).
+        activation: ``"tanh"`` (default, SB3/CleanRL PPO) or ``"relu"`` for the hidden layers.
+
+    Returns:
+        ``(y, cache)``: ``y`` float64 ``[..., out]``; ``cache`` an :class:`MLPCache`.
+
+    Raises:
+        ValueError: unknown activation, malformed params (missing/extra keys, widths that do
+            not chain), wrong last dimension or non-finite ``x``.
+    """
+    check_choice(activation, "activation", ACTIVATIONS)
+    depth = _mlp_depth(params)
+    _check_mlp_keys(params, depth)
+    act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
+    h = _as_float64(x, "x")
+    check_last_dim(h, "x", params["w0"].shape[1])
+    linear_caches, hidden_caches = [], []
+    for i in range(depth - 1):
+        a, linear_cache = linear_forward(_mlp_layer(params, i), h)
+        h, hidden_cache = act_forward(a)
+        linear_caches.append(linear_cache)
+        hidden_caches.append(hidden_cache)
+    y, linear_cache = linear_forward(_mlp_layer(params, depth - 1), h)
+    linear_caches.append(linear_cache)
+    return y, MLPCache(tuple(linear_caches), tuple(hidden_caches), activation)
+
+
+def mlp_backward(params: Mapping[str, np.ndarray], cache: MLPCache, dy
+                 ) -> Tuple[np.ndarray, Params]:
+    """MLP backward: the chain rule through each linear layer and activation, last layer first.
+
+        g_L = dy                                        (dL/d of layer L's result)
+        dh_i, grads_i = linear_backward(layer_i, g_i)   for i = L .. 0 (dh_i = dL/dh_i)
+        g_{i-1} = dh_i * act'(a_{i-1})                   for i = L .. 1 (h_i = act(a_{i-1}))
+        dx = dh_0
+
+    Args:
+        params: as given to :func:`mlp_forward`.
+        cache: the :class:`MLPCache` it returned.
+        dy: ``dL/dy``, finite, with the shape of the forward output ``[..., out]``.
+
+    Returns:
+        ``(dx [..., in], grads)``: ``grads`` has the keys (and key order) of ``params``; all
+        float64.
+
+    Raises:
+        ValueError: malformed params, a cache that is not an :class:`MLPCache` or does not match
+            ``params``, or a ``dy`` of the wrong shape or non-finite.
+    """
+    depth = _mlp_depth(params)
+    _check_mlp_keys(params, depth)
+    if not isinstance(cache, MLPCache):
+        raise ValueError(f"cache must be an MLPCache, got {type(cache).__name__}")
+    if len(cache.linear) != depth or len(cache.hidden) != depth - 1:
+        raise ValueError(f"cache holds {len(cache.linear)} layers but params has {depth}")
+    _, act_backward = _ACTIVATION_FUNCTIONS[cache.activation]
+    grads: Params = {}
+    d = dy
+    for i in reversed(range(depth)):
+        d, layer_grads = linear_backward(_mlp_layer(params, i), cache.linear[i], d)
+        grads[f"w{i}"] = layer_grads["w"]
+        grads[f"b{i}"] = layer_grads["b"]
+        if i > 0:
+            d = act_backward(cache.hidden[i - 1], d)
+    return d, {k: grads[k] for k in params}
