@@ -159,7 +159,7 @@ class MultiCategoricalHead:
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """``sum_k log softmax(slice_k)[actions[:, k]]``, ``[B]`` float64."""
-        return multi_categorical_log_prob(policy_out, self.nvec, actions)
+        return multi_categorical_log_prob(policy_out, actions, self.nvec)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``sum_k H_k`` per row, ``[B]`` float64."""
@@ -170,7 +170,7 @@ class MultiCategoricalHead:
         ``d_entropy`` (either may be ``None`` for zero)."""
         d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
         if d_log_probs is not None:
-            d_out += multi_categorical_log_prob_backward(policy_out, self.nvec, actions,
+            d_out += multi_categorical_log_prob_backward(policy_out, actions, self.nvec,
                                                          d_log_probs)
         if d_entropy is not None:
             d_out += multi_categorical_entropy_backward(policy_out, self.nvec, d_entropy)

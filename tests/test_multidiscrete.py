@@ -49,14 +49,14 @@ def test_sum_over_components_of_the_categorical_functions(batch, masked):
                            for k, s in enumerate(parts)], axis=-1)
     g_ent = np.concatenate([categorical_entropy_backward(logits[..., s], d) for s in parts],
                            axis=-1)
-    np.testing.assert_allclose(multi_categorical_log_prob(logits, NVEC, actions), lp, rtol=RTOL)
+    np.testing.assert_allclose(multi_categorical_log_prob(logits, actions, NVEC), lp, rtol=RTOL)
     np.testing.assert_allclose(multi_categorical_entropy(logits, NVEC), ent, rtol=RTOL)
-    np.testing.assert_allclose(multi_categorical_log_prob_backward(logits, NVEC, actions, d),
+    np.testing.assert_allclose(multi_categorical_log_prob_backward(logits, actions, NVEC, d),
                                g_lp, rtol=RTOL, atol=1e-15)
     np.testing.assert_allclose(multi_categorical_entropy_backward(logits, NVEC, d), g_ent,
                                rtol=RTOL, atol=1e-15)
     # a one-choice component is certain: log-prob 0, entropy 0, gradient 0
-    assert (multi_categorical_log_prob_backward(logits, NVEC, actions, d)[..., 3] == 0).all()
+    assert (multi_categorical_log_prob_backward(logits, actions, NVEC, d)[..., 3] == 0).all()
 
 
 def test_equals_the_readable_tier():
@@ -66,12 +66,12 @@ def test_equals_the_readable_tier():
     rng = np.random.default_rng(2)
     logits, actions = _case(rng, (6,), masked=True)
     d = rng.normal(size=6)
-    np.testing.assert_allclose(multi_categorical_log_prob(logits, NVEC, actions),
-                               spec.multi_categorical_log_prob(logits, NVEC, actions), rtol=RTOL)
+    np.testing.assert_allclose(multi_categorical_log_prob(logits, actions, NVEC),
+                               spec.multi_categorical_log_prob(logits, actions, NVEC), rtol=RTOL)
     np.testing.assert_allclose(multi_categorical_entropy(logits, NVEC),
                                spec.multi_categorical_entropy(logits, NVEC), rtol=RTOL)
-    np.testing.assert_allclose(multi_categorical_log_prob_backward(logits, NVEC, actions, d),
-                               spec.multi_categorical_log_prob_backward(logits, NVEC, actions, d),
+    np.testing.assert_allclose(multi_categorical_log_prob_backward(logits, actions, NVEC, d),
+                               spec.multi_categorical_log_prob_backward(logits, actions, NVEC, d),
                                rtol=RTOL, atol=1e-15)
     np.testing.assert_allclose(multi_categorical_entropy_backward(logits, NVEC, d),
                                spec.multi_categorical_entropy_backward(logits, NVEC, d),
@@ -87,10 +87,10 @@ def test_gradients_match_central_differences():
     w_lp, w_ent = rng.normal(size=4), rng.normal(size=4)
 
     def f():
-        return float(np.sum(w_lp * multi_categorical_log_prob(logits, NVEC, actions))
+        return float(np.sum(w_lp * multi_categorical_log_prob(logits, actions, NVEC))
                      + np.sum(w_ent * multi_categorical_entropy(logits, NVEC)))
 
-    grad = (multi_categorical_log_prob_backward(logits, NVEC, actions, w_lp)
+    grad = (multi_categorical_log_prob_backward(logits, actions, NVEC, w_lp)
             + multi_categorical_entropy_backward(logits, NVEC, w_ent))
     check_gradients(f, {"logits": logits}, {"logits": grad})
 
@@ -104,7 +104,7 @@ def test_sampling_is_per_component_inverse_cdf_and_mode_is_argmax():
                          for s in _slices(NVEC)], axis=-1)
     np.testing.assert_array_equal(got, expected)
     assert got.dtype == np.int64 and got.shape == (7, 3)
-    assert np.isfinite(multi_categorical_log_prob(logits, NVEC, got)).all()  # never masked
+    assert np.isfinite(multi_categorical_log_prob(logits, got, NVEC)).all()  # never masked
     mode = multi_categorical_mode(logits, NVEC)
     for k, s in enumerate(_slices(NVEC)):
         np.testing.assert_array_equal(mode[:, k], np.argmax(logits[:, s], axis=-1))
@@ -121,17 +121,17 @@ def test_bad_inputs_raise_naming_the_argument():
     logits = np.zeros((2, 8))
     good = np.zeros((2, 3), dtype=np.int64)
     with pytest.raises(ValueError, match="sum\\(nvec\\) = 7"):
-        multi_categorical_log_prob(logits, [3, 4], good[:, :2])
+        multi_categorical_log_prob(logits, good[:, :2], [3, 4])
     with pytest.raises(ValueError, match="nvec entries must be >= 1"):
         multi_categorical_entropy(logits, [3, 0, 5])
     with pytest.raises(ValueError, match="nvec must be"):
         multi_categorical_entropy(logits, [[8]])
     with pytest.raises(ValueError, match="actions must have shape \\(2, 3\\)"):
-        multi_categorical_log_prob(logits, NVEC, good[:, :2])
+        multi_categorical_log_prob(logits, good[:, :2], NVEC)
     bad = good.copy()
     bad[1, 2] = 4
     with pytest.raises(ValueError, match="component 2: actions must be in \\[0, 4\\)"):
-        multi_categorical_log_prob(logits, NVEC, bad)
+        multi_categorical_log_prob(logits, bad, NVEC)
     masked = logits.copy()
     masked[0, 4:] = -np.inf
     with pytest.raises(ValueError, match="component 2 .*every action masked"):
@@ -141,7 +141,7 @@ def test_bad_inputs_raise_naming_the_argument():
     with pytest.raises(ValueError, match="component 0 .*NaN"):
         multi_categorical_sample(np.random.default_rng(0), nan, NVEC)
     with pytest.raises(ValueError, match="d_log_probs"):
-        multi_categorical_log_prob_backward(logits, NVEC, good, np.ones(3))
+        multi_categorical_log_prob_backward(logits, good, NVEC, np.ones(3))
     with pytest.raises(ValueError, match="action_space MultiDiscrete must start at 0"):
         make_head(gym.spaces.MultiDiscrete([2, 3], start=[1, 0]), PPOConfig())
     with pytest.raises(ValueError, match="action_space MultiDiscrete must be 1-d"):

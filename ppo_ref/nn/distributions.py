@@ -712,7 +712,7 @@ def _multi_eval(z2, offsets, a2):
     return log_probs, entropy, probs, comp_entropy
 
 
-def multi_categorical_log_prob(logits, nvec, actions) -> np.ndarray:
+def multi_categorical_log_prob(logits, actions, nvec) -> np.ndarray:
     """Log-probability of MultiDiscrete actions under independent categoricals.
 
     The logits of component ``k`` are the slice ``logits[..., o_k : o_k + nvec[k]]`` with
@@ -779,14 +779,14 @@ def _multi_backward(logits, nvec, actions, d_log_probs, d_entropy):
     return d_logits.reshape(tuple(batch_shape) + (z2.shape[1],))
 
 
-def multi_categorical_log_prob_backward(logits, nvec, actions, d_log_probs) -> np.ndarray:
+def multi_categorical_log_prob_backward(logits, actions, nvec, d_log_probs) -> np.ndarray:
     """Gradient of :func:`multi_categorical_log_prob` w.r.t. the logits: in the slice of
     component ``k``, ``d_logits_j = d_log_probs * ([j = a_k] - pi_k(j))`` (each component's
     categorical gradient; the sum over components touches each slice once). Compiled; equals
     :func:`categorical_log_prob_backward` per slice within rtol 1e-12.
 
     Args:
-        logits, nvec, actions: as :func:`multi_categorical_log_prob`.
+        logits, actions, nvec: as :func:`multi_categorical_log_prob`.
         d_log_probs: ``[...]`` finite upstream gradient.
 
     Returns:

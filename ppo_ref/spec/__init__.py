@@ -13,5 +13,7 @@ never mutates its inputs. Randomness comes only from an explicit ``np.random.Gen
 
 Modules: :mod:`ppo_ref.spec.layers` (orthogonal init, linear, tanh, relu, MLP),
 :mod:`ppo_ref.spec.distributions` (categorical with action masks, MultiDiscrete, diagonal
-Gaussian), :mod:`ppo_ref.spec.networks` (the MLP actor-critic).
+Gaussian), :mod:`ppo_ref.spec.networks` (the MLP actor-critic), :mod:`ppo_ref.spec.lstm` (the LSTM with
+episode resets: step pairs, sequence forward, BPTT), :mod:`ppo_ref.spec.recurrent_networks` (the
+LSTM actor-critic).
 """

@@ -58,7 +58,7 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
-from ppo_ref.nn.init import orthogonal
+from ppo_ref.spec.layers import orthogonal
 
 __all__ = ["LSTMStepCache", "LSTMCache", "lstm_init", "step_forward", "step_backward",
            "lstm_forward", "lstm_backward", "lstm_step"]

@@ -34,8 +34,8 @@ from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
 import numpy as np
 
 from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
-from ppo_ref.nn.actor_critic import actor_critic_init
-from ppo_ref.nn.mlp import MLPCache, mlp_backward, mlp_forward
+from ppo_ref.spec.networks import actor_critic_init
+from ppo_ref.spec.layers import MLPCache, mlp_backward, mlp_forward
 from ppo_ref.spec.lstm import LSTMCache, lstm_backward, lstm_forward, lstm_init, lstm_step
 
 __all__ = ["LSTMStates", "RecurrentActorCriticCache", "lstm_names",
