@@ -68,7 +68,7 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     if n == 0 or arrays[1].size == 0:
         raise ValueError("new_log_probs and entropy must not be empty (a mean over zero "
                          "elements is undefined)")
-    clip = check_positive(effective_clip_range(float(clip_range)), "clip_range")
+    clip = effective_clip_range(clip_range)
     check_choice(config.value_loss_mode, "mode", VALUE_LOSS_MODES)
     check_choice(config.kl_estimator, "estimator", ("k3", "k1"))
     c_vf = config.clip_range_vf

@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterable, List, NamedTuple, Optional, Tu
 
 import numpy as np
 
+from ppo_ref._checks import check_nonnegative
 from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages, policy_loss,
                                  value_loss)
 from ppo_ref.spec.optim import adam_update, clip_by_global_norm
@@ -58,7 +59,9 @@ _TINY_CLIP = float(np.finfo(np.float64).tiny)
 
 
 def effective_clip_range(clip_range: float) -> float:
-    """``clip_range`` itself, or the smallest positive float64 when it is 0 (same clipping)."""
+    """``clip_range`` itself (a float), or the smallest positive float64 when it is 0 (the same
+    clipping). Raises ``ValueError`` unless ``clip_range`` is a finite number >= 0."""
+    clip_range = check_nonnegative(clip_range, "clip_range")
     return clip_range if clip_range > 0.0 else _TINY_CLIP
 
 
@@ -134,16 +137,14 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
         adv = normalize_advantages(adv, ddof=config.advantage_norm_ddof)
     p_loss, d_log_probs, info = policy_loss(new_log_probs, old_log_probs, adv,
-                                            effective_clip_range(float(clip_range)))
+                                            effective_clip_range(clip_range))
     v_loss, d_values = value_loss(values, old_values, returns, config.clip_range_vf,
                                   mode=config.value_loss_mode)
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
     ent_coef = float(config.ent_coef)
-    if ent_coef != 0.0:
-        e_loss, d_entropy = entropy_loss(entropy)
-        d_entropy = d_entropy * ent_coef
-    else:  # the entropy term is absent from the loss; its value is still reported
-        e_loss, d_entropy = -float(np.mean(entropy)), None
+    e_loss, d_entropy = entropy_loss(entropy)
+    # with ent_coef 0 the entropy term is absent from the loss (its value is still reported)
+    d_entropy = d_entropy * ent_coef if ent_coef != 0.0 else None
     total = p_loss + v_scale * v_loss + ent_coef * e_loss
     if config.kl_estimator == "k3":
         kl = info["approx_kl"]
