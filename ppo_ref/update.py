@@ -85,6 +85,7 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     if status == 1:  # name the argument as the spec does (its order of checks)
         for j in (0, 3, 4, 2, 5, 6, 1):
             as_float_array(arrays[j], names[j])
+        raise ValueError(f"{names[index]} must be finite")  # (not reached: raised above)
     if status != 0:
         raise ratio_overflow_error(arrays[0], arrays[3], index, np.float64)
     ent_coef = float(config.ent_coef)
