@@ -536,6 +536,8 @@ class MLPPolicy(PolicyBase):
         grads = actor_critic_backward(self._net(params), net_cache, d_out,
                                       np.asarray(d_values, dtype=np.float64))
         grads.update(head_grads)
+        if is_flat(params):  # gradients in the parameters' buffer layout (the fast update's step)
+            return flatten_arrays({k: grads[k] for k in params}, params.layout, dtype=np.float64)
         return grads
 
 

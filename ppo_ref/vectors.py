@@ -256,14 +256,14 @@ def _lstm(inputs, settings):
 
 
 def _ppo_minibatch_update(inputs, settings):
-    """One PPO minibatch step through the trainer's own recipe (``ppo_ref.update.run_epochs``
-    with one epoch of one minibatch, ``ppo_ref.policies.MLPPolicy``)."""
+    """One PPO minibatch step through the readable update (``ppo_ref.spec.update.run_epochs``
+    on plain dicts, with one epoch of one minibatch, ``ppo_ref.policies.MLPPolicy``)."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
     from ppo_ref.optim import adam_init
     from ppo_ref.policies import MLPPolicy
-    from ppo_ref.update import Minibatch, run_epochs
+    from ppo_ref.spec.update import Minibatch, run_epochs
 
     config = PPOConfig.from_dict(settings["config"])
     obs = inputs["observations"]
@@ -329,7 +329,7 @@ _FUNCTIONS = {
     "adam": "ppo_ref.optim.adam_init + adam_update (one call per step)",
     "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
     "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
-    "ppo_minibatch_update": "ppo_ref.update.run_epochs (1 epoch, 1 minibatch) with "
+    "ppo_minibatch_update": "ppo_ref.spec.update.run_epochs (1 epoch, 1 minibatch) with "
                             "ppo_ref.policies.MLPPolicy",
 }
 
