@@ -39,6 +39,7 @@ from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_array
 from ppo_ref.policies import make_mlp_policy
 from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
+from ppo_ref.spec import update as spec_update
 from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
                             batch_advantages, run_epochs,
                             shuffled_minibatch_indices)
@@ -213,7 +214,8 @@ class PPOTrainer:
         return gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
                    rollout.last_values, rollout.final_values, gamma=c.gamma,
                    gae_lambda=c.gae_lambda, truncation=c.truncation,
-                   bootstrap_terminal_last_row=c.bootstrap_terminal_last_row)
+                   bootstrap_terminal_last_row=c.bootstrap_terminal_last_row,
+                   backend=c.backend)
 
     def current_learning_rate(self) -> float:
         """Learning rate at the current ``progress_remaining``."""
@@ -224,7 +226,8 @@ class PPOTrainer:
         return self.config.clip_range_at(self.progress_remaining)
 
     def train_on(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray) -> Dict[str, float]:
-        """The epochs of one PPO update on a rollout (``update.run_epochs``).
+        """The epochs of one PPO update on a rollout (``run_epochs`` of the ``config.backend``
+        tier: :func:`ppo_ref.spec.update.run_epochs` or the compiled :func:`ppo_ref.update.run_epochs`).
 
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
         in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks (without a
@@ -245,7 +248,25 @@ class PPOTrainer:
         ret = np.asarray(returns, dtype=np.float64).reshape(B)
         rng = self.minibatch_rng
         bs = c.batch_size
-        # Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
+        policy = self.policy
+
+        def evaluate(params, data):
+            ev = policy.evaluate(params, data[0], data[1])
+            return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+        if c.backend == "spec":  # the readable tier: one permutation per epoch, plain dicts
+            def row_minibatches(epoch: int):
+                for rows in spec_update.row_minibatches(rng, B, bs):
+                    yield Minibatch(old_log_probs[rows], adv[rows], ret[rows], old_values[rows],
+                                    (obs[rows], actions[rows]))
+
+            self.params, self.adam_state, stats = spec_update.run_epochs(
+                self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
+                clip_range=self.current_clip_range(), minibatches=row_minibatches,
+                evaluate=evaluate, backward=policy.backward)
+            stats["explained_variance"] = explained_variance(old_values, ret)
+            return stats
+        # The fast tier. Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
         # draws as one permutation per epoch) and gather each array once for all epochs; the
         # minibatches are then contiguous slices of the gathered arrays (the same values).
         # Anything but a numpy Generator (a test harness injecting permutations) is only asked
@@ -271,12 +292,6 @@ class PPOTrainer:
             if gathered is None:
                 gathered = blocks(_epoch_permutations(rng, B, int(c.n_epochs)))
             yield from gathered[epoch]
-
-        policy = self.policy
-
-        def evaluate(params, data):
-            ev = policy.evaluate(params, data[0], data[1])
-            return ev.log_probs, ev.entropy, ev.values, ev.cache
 
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),

@@ -67,6 +67,8 @@ from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
 from ppo_ref.rollout import Rollout
+from ppo_ref.spec import update as spec_update
+from ppo_ref.spec.update import env_minibatches
 from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
                             batch_advantages, run_epochs)
 
@@ -102,18 +104,6 @@ def envs_per_minibatch(n_envs: int, n_steps: int, batch_size: int) -> int:
             f"(batch_size // n_steps = {batch_size} // {n_steps} = {per}): recurrent minibatches "
             f"are sets of whole envs. Choose batch_size in {ok} or change n_envs.")
     return per
-
-
-def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -> List[np.ndarray]:
-    """One epoch's env groups: ``rng.permutation(n_envs)`` cut into chunks of ``per_minibatch``.
-
-    Every env appears in exactly one group; ``n_envs`` must be a multiple of ``per_minibatch``.
-    """
-    if per_minibatch < 1 or n_envs % per_minibatch != 0:
-        raise ValueError(f"per_minibatch ({per_minibatch}) must be >= 1 and divide "
-                         f"n_envs ({n_envs})")
-    perm = rng.permutation(n_envs)
-    return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
 
 
 def _gather_epochs(perms: np.ndarray, per: int, rollout: "RecurrentRollout",
@@ -294,6 +284,37 @@ class RecurrentPPOTrainer(PPOTrainer):
         ret = np.asarray(returns, dtype=np.float64)
         rng = self.minibatch_rng
         per = self.envs_per_minibatch
+        policy = self.policy
+
+        def evaluate(params, data):
+            ev = policy.evaluate(params, *data)
+            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
+                    (ev.cache, ev.values.shape))
+
+        def backward(params, cache, d_log_probs, d_entropy, d_values):
+            net_cache, shape = cache
+            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
+                                   None if d_entropy is None else d_entropy.reshape(shape),
+                                   d_values.reshape(shape))
+
+        if c.backend == "spec":
+            # The readable tier: each epoch permutes the envs and cuts them into groups; each
+            # group is replayed over all T steps from its stored start state, with its stored
+            # episode starts; the loss sees the group's [T, n] rows flattened (row t * n + j).
+            def env_groups(epoch: int):
+                for envs in env_minibatches(rng, N, per):
+                    rows = (rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
+                            rollout.values[:, envs])
+                    yield Minibatch(*(a.reshape(-1) for a in rows),
+                                    (rollout.observations[:, envs], rollout.actions[:, envs],
+                                     start.select(envs), rollout.episode_starts[:, envs]))
+
+            self.params, self.adam_state, stats = spec_update.run_epochs(
+                self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
+                clip_range=self.current_clip_range(), minibatches=env_groups,
+                evaluate=evaluate, backward=backward)
+            stats["explained_variance"] = explained_variance(rollout.values.ravel(), ret.ravel())
+            return stats
 
         # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
         # rows are what the compiled minibatch loss of ppo_ref.update takes.
@@ -325,19 +346,6 @@ class RecurrentPPOTrainer(PPOTrainer):
             if gathered is None:  # every epoch's minibatches, made in one go
                 gathered = blocks(_epoch_permutations(rng, N, int(c.n_epochs)))
             yield from gathered[epoch]
-
-        policy = self.policy
-
-        def evaluate(params, data):
-            ev = policy.evaluate(params, *data)
-            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
-                    (ev.cache, ev.values.shape))
-
-        def backward(params, cache, d_log_probs, d_entropy, d_values):
-            net_cache, shape = cache
-            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
-                                   None if d_entropy is None else d_entropy.reshape(shape),
-                                   d_values.reshape(shape))
 
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
