@@ -60,28 +60,34 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _complete_rows(path: str) -> List[List[str]]:
+def _complete_rows(path: str, drop_malformed: bool = True) -> List[List[str]]:
     """The rows of a run-directory CSV that were written completely: a last line without its
-    line end (cut short by a full disk or a crash) is dropped, as are lines holding NUL bytes
-    (left by a crash on some file systems) and rows whose number of fields differs from the
-    header's. The header is the first row; ``[]`` when not even the header is complete."""
+    line end (cut short by a full disk or a crash) is dropped; with ``drop_malformed`` also
+    lines holding NUL bytes (left by a crash on some file systems) and rows whose number of
+    fields differs from the header's. The header is the first row; ``[]`` when not even the
+    header is complete."""
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
         text = fh.read()
-    lines = [line + "\n" for line in text.split("\n")[:-1] if "\x00" not in line]
+    lines = [line + "\n" for line in text.split("\n")[:-1]
+             if not (drop_malformed and "\x00" in line)]
     rows = [row for row in csv.reader(lines)]
-    if not rows:
-        return []
+    if not rows or not drop_malformed:
+        return rows
     header = rows[0]
     return [header] + [row for row in rows[1:] if len(row) == len(header)]
 
 
 def read_csv(path: str) -> Dict[str, np.ndarray]:
     """Columns of a run-directory CSV as float64 arrays (``{}`` when the file is empty).
-    Only complete rows are read (a partial last row is ignored: see :func:`_truncate_csv`)."""
-    rows = _complete_rows(path)
+    A last row without its line end (cut short by a full disk or a crash) is ignored; a
+    malformed complete row raises ``ValueError``."""
+    rows = _complete_rows(path, drop_malformed=False)
     if len(rows) < 2:
         return {}
     header, body = rows[0], rows[1:]
+    for i, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise ValueError(f"line {i} has {len(row)} fields, the header {len(header)}")
     return {k: np.array([float(r[j]) if r[j] not in ("", "None") else np.nan for r in body])
             for j, k in enumerate(header)}
 
