@@ -75,6 +75,20 @@ def user_input(what: str = ""):
         raise UsageError(f"{what}: {exc}" if what else str(exc)) from None
 
 
+@contextlib.contextmanager
+def _building(what: str):
+    """Around building a trainer (which makes and resets the envs) or loading one: what
+    :func:`user_input` converts, and any other exception too (an env raising in ``reset``),
+    become one :class:`UsageError` line ``<what>: <Type>: <message>``."""
+    try:
+        with user_input(what):
+            yield
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- an env's own failure, reported in one line
+        raise UsageError(f"{what}: {type(exc).__name__}: {_one_line(exc)}") from None
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -543,7 +557,7 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
     cls = _trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
         _probe_env(meta["env_id"])
-    with user_input(f"--resume {run_dir}"):
+    with _building(f"--resume {run_dir}"):
         trainer = cls.load(path, allow_import=args.allow_import)
     if meta.get("exact_resume_limits"):
         print(f"ppo-ref: warning: env state not fully restorable ({meta['exact_resume_limits']}); "
@@ -589,7 +603,7 @@ def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any])
     kwargs = {"seed": seed}
     if vectorization != "sync":
         kwargs["vectorization"] = vectorization
-    with user_input(f"cannot train {policy} on {env_id}"):
+    with _building(f"cannot train {policy} on {env_id}"):
         trainer = trainer_class(policy)(env_id, config, **kwargs)
     run_info = {key: info[key] for key in ("trainer", "policy", "env_id", "seed", "vectorization",
                                            "preset", "config", "argv") if key in info}
@@ -630,7 +644,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     kwargs = {"seed": seed}
     if vectorization != "sync":
         kwargs["vectorization"] = vectorization
-    with user_input(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
+    with _building(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
         trainer = cls(env_id, config, **kwargs)
     try:
         with user_input("cannot create the run directory"):
@@ -710,7 +724,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cls = _trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
         _probe_env(meta["env_id"])
-    with user_input(f"cannot load {path}"):
+    with _building(f"cannot load {path}"):
         trainer = cls.load(path, allow_import=args.allow_import)
     try:
         returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)

@@ -705,10 +705,16 @@ def _register_raising():
             super().__init__(gym.make("CartPole-v1", disable_env_checker=True))
             self.at, self.what, self.steps = at, what, 0
 
+        def reset(self, **kwargs):
+            self.resets = getattr(self, "resets", 0) + 1
+            if self.what == "reset" and self.resets == self.at:
+                raise RuntimeError("reset failed: simulator exploded")
+            return self.env.reset(**kwargs)
+
         def step(self, action):
             self.steps += 1
             obs, reward, terminated, truncated, info = self.env.step(action)
-            if self.steps == self.at:
+            if self.steps == self.at and self.what != "reset":
                 if self.what == "raise":
                     raise RuntimeError("simulator exploded")
                 reward = np.array([1.0, 2.0])
@@ -719,15 +725,48 @@ def _register_raising():
     return env_id
 
 
-@pytest.mark.parametrize("what", ["raise", "array_reward"])
-def test_an_env_raising_in_step_saves_the_last_good_state(tmp_path, capsys, what):
+def _raising_trainer(**env_kwargs):
     from ppo_ref.ppo import PPOTrainer
-    env_id = _register_raising()
 
     class Raising(PPOTrainer):
         def __init__(self, env, config=None, **kw):
-            kw.setdefault("env_kwargs", {"at": 100, "what": what})
+            kw.setdefault("env_kwargs", env_kwargs)
             super().__init__(env, config, **kw)
+    return Raising
+
+
+@pytest.mark.parametrize("at, words", [(1, ["cannot train", "RuntimeError", "reset failed"]),
+                                       (10, ["last good checkpoint", "reset failed"])])
+def test_an_env_raising_in_reset_is_one_line(tmp_path, capsys, at, words):
+    """At the first reset (while the trainer is built): exit 2, no run directory; at a later
+    reset (an autoreset while training): exit 3 with the last good checkpoint."""
+    import ppo_ref.ppo as ppo_module
+    env_id = _register_raising()
+    ppo_module.RaisingForTest = _raising_trainer(at=at, what="reset")
+    cli.TRAINERS["raising_test"] = "ppo_ref.ppo:RaisingForTest"
+    run_dir = tmp_path / "r"
+    try:
+        capsys.readouterr()
+        code = cli.main(["train", "--env", env_id, "--policy", "raising_test", "--preset", "zoo",
+                         "--total-timesteps", "8192", "--run-dir", str(run_dir), "--quiet"])
+    finally:
+        del cli.TRAINERS["raising_test"]
+        del ppo_module.RaisingForTest
+    line = _one_line_error(capsys, "train")
+    for word in words:
+        assert word in line
+    if at == 1:
+        assert code == 2 and not run_dir.exists()
+    else:
+        assert code == 3
+        _, meta = load_checkpoint(run_dir / "checkpoint.npz")
+        assert meta["n_updates"] >= 1
+
+
+@pytest.mark.parametrize("what", ["raise", "array_reward"])
+def test_an_env_raising_in_step_saves_the_last_good_state(tmp_path, capsys, what):
+    env_id = _register_raising()
+    Raising = _raising_trainer(at=100, what=what)
     import ppo_ref.ppo as ppo_module
     ppo_module.RaisingForTest = Raising
     cli.TRAINERS["raising_test"] = "ppo_ref.ppo:RaisingForTest"
