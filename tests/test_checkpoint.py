@@ -490,3 +490,23 @@ def test_load_does_not_import_the_env_module_without_consent(small_run, tmp_path
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("change, words", [
+    (_set("lstm/h", lambda a: a[:, :1]), ["lstm/h"]),
+    (_set("lstm/c", lambda a: a * np.inf), ["lstm/c", "finite"]),
+    (_set("collector/episode_return", np.zeros(1)), ["collector/episode_return", "(1,)"]),
+])
+def test_recurrent_trainer_load_vets_every_array(tmp_path, change, words):
+    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+    cfg = PPOConfig(n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
+    tr = RecurrentPPOTrainer("CartPole-v1", cfg, seed=0)
+    tr.learn(32)
+    src = tr.save(tmp_path / "lstm.npz")
+    tr.close()
+    path = _rewrite(src, tmp_path / "crafted.npz", change)
+    with pytest.raises(CheckpointError) as info:
+        RecurrentPPOTrainer.load(path)
+    for word in words:
+        assert word in str(info.value)
+    RecurrentPPOTrainer.load(src).close()
