@@ -382,9 +382,10 @@ def run_dir_lock(run_dir: str):
     ``fcntl.flock`` on ``<run_dir>/.lock`` (which holds the writer's pid) for the whole block.
     Raises :class:`UsageError` at once, touching nothing else in ``run_dir``, when another
     process (or another open of the lock in this one) holds it. The lock file is removed on
-    exit; a writer that opened the file just before its removal notices (different inode) and
+    exit (and the directory too if this call created it and it is empty); a writer that opened the file just before its removal notices (different inode) and
     locks the new file instead, so two writers never both hold the directory."""
     import fcntl
+    created = not os.path.isdir(run_dir)
     with user_input(f"cannot lock the run directory {run_dir}"):
         os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, LOCK_FILE)
@@ -422,6 +423,11 @@ def run_dir_lock(run_dir: str):
         except OSError:
             pass
         os.close(fd)
+        if created:  # made here and nothing written (the run was refused): leave no trace
+            try:
+                os.rmdir(run_dir)
+            except OSError:
+                pass
 
 
 def _check_fresh_run_dir(run_dir: str) -> None:
