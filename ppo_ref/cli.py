@@ -7,7 +7,7 @@ Subcommands (each a small ``cmd_<name>(args) -> int`` function registered in
                   [--run-dir DIR] [--preset NAME] [--set field=value ...] [--resume DIR]
                   [--vectorization sync|async]
                   [--async --num-actors N --vtrace --broadcast-every K]
-    ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S]
+    ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S] [--allow-import]
     ppo-ref plot DIR [--output PATH]
     ppo-ref vectors --out DIR | ppo-ref check DIR --results FILE | ppo-ref --version
 
@@ -15,7 +15,11 @@ Subcommands (each a small ``cmd_<name>(args) -> int`` function registered in
 100k steps into a new ``runs/<env>-<policy>-seed<S>-<timestamp>[-2, -3, ...]``. A ``--run-dir``
 that already holds a run is refused (continue it with ``--resume``); ``--resume DIR`` keeps the
 saved settings, so ``--env/--policy/--seed/--n-envs/--preset/--set`` that differ from them are
-refused (``--total-timesteps`` extends the run). Training runs whole rollouts of
+refused (``--total-timesteps`` extends the run); a directory without a checkpoint is restarted
+from scratch with its saved settings. One process writes a run directory at a time
+(:func:`run_dir_lock`). Any exception while training saves the last good checkpoint and exits
+3 with one line (:func:`run_training`). A checkpoint's ``module:EnvId`` env id is imported only
+with ``--allow-import``. Training runs whole rollouts of
 ``n_steps * n_envs`` steps. Mistakes in user input (flags, files, env ids) are reported as one
 line ``ppo-ref <command>: error: ...`` with exit status 2. Trainers are looked up lazily in :data:`TRAINERS` (policy kind -> "module:Class")
 so ``ppo_ref.recurrent_ppo`` and ``ppo_ref.actor_learner`` are imported only when used.
