@@ -12,8 +12,14 @@ A checkpoint is an uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` member
 
 Writes are atomic: the archive goes to a temporary file in the destination directory, is
 flushed and ``fsync``-ed, then ``os.replace``-d over the destination. A crash mid-write leaves
-the previous checkpoint intact. A corrupt or truncated file raises :class:`CheckpointError`
-(a ``ValueError``) naming the file; zip CRC-32 checksums catch flipped bits.
+the previous checkpoint intact.
+
+Reads vet every member before parsing it: stored uncompressed, at most
+:data:`MAX_MEMBER_BYTES` by its zip header (checked before it is read), read whole so its
+CRC-32 is verified, and a ``.npy`` header that describes exactly the bytes that follow with a
+plain dtype. A missing, corrupt, truncated or crafted file raises :class:`CheckpointError` (a
+``ValueError``, one line naming the file), whatever zipfile or the header parser would raise.
+Whether the arrays fit a trainer is the trainer's check (``PPOTrainer.load``).
 
 Generators (``np.random.Generator``) are saved through their ``bit_generator.state`` dict,
 which is JSON-safe (Python ints of any size), never by pickling.

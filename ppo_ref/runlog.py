@@ -156,7 +156,8 @@ class RunLogger:
         self.snapshot_timesteps = -1
         if resume_from is None:
             info = dict(run_info)
-            for p in (self.metrics_path, self.timing_path, self.episodes_path):
+            for p in (self.metrics_path, self.timing_path, self.episodes_path,
+                      os.path.join(run_dir, "error.log")):  # a failed earlier attempt's
                 if os.path.exists(p):
                     os.remove(p)
         else:

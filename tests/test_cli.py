@@ -854,3 +854,29 @@ def test_read_csv_ignores_a_partial_last_row(tmp_path):
     path = tmp_path / "m.csv"
     path.write_text("update,timesteps\r\n1,256\r\n2,51")
     assert list(read_csv(str(path))["timesteps"]) == [256.0]
+
+
+def test_advantages_overflowing_end_the_run_with_one_line(tmp_path, capsys):
+    """Rewards of 1e300 make the advantages' variance overflow inside the first update: exit 3,
+    one line, and the directory can be reused (no update completed, nothing to keep)."""
+    import gymnasium as gym
+
+    class Huge(gym.Wrapper):
+        def __init__(self):
+            super().__init__(gym.make("CartPole-v1", disable_env_checker=True))
+
+        def step(self, action):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            return obs, 1e300, terminated, truncated, info
+    env_id = "ppo_ref_test/HugeReward-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=Huge)
+    run_dir = str(tmp_path / "r")
+    capsys.readouterr()
+    assert cli.main(["train", "--env", env_id, "--preset", "zoo", "--total-timesteps", "512",
+                     "--run-dir", run_dir, "--quiet"]) == 3
+    line = _one_line_error(capsys, "train")
+    assert "training failed" in line and "no update had completed" in line
+    assert os.path.exists(os.path.join(run_dir, "error.log"))
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", run_dir, "--quiet"]) == 0
+    assert not os.path.exists(os.path.join(run_dir, "error.log"))  # the failed attempt's, gone
