@@ -415,15 +415,10 @@ class RecurrentPPOTrainer(PPOTrainer):
         return arrays
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
-        """Inverse of :meth:`state_arrays`; raises ``ValueError`` when the LSTM states are
-        missing or have the wrong shape."""
-        if "lstm/h" not in arrays or "lstm/c" not in arrays:
-            raise ValueError("arrays has no 'lstm/h' / 'lstm/c' entries: not a "
-                             "RecurrentPPOTrainer state")
+        """Inverse of :meth:`state_arrays`; raises ``ValueError`` when an entry is missing or
+        does not fit (the LSTM states are vetted with the rest: ``float64 [layers, n_envs,
+        hidden]``, finite; see :meth:`PPOTrainer.load_state_arrays`)."""
+        super().load_state_arrays(arrays)
         h = np.array(arrays["lstm/h"], dtype=np.float64)
         c = np.array(arrays["lstm/c"], dtype=np.float64)
-        want = self._actor.state.h.shape
-        if h.shape != want or c.shape != want:
-            raise ValueError(f"saved LSTM states have shapes {h.shape}, {c.shape}; expected {want}")
-        super().load_state_arrays(arrays)
         self._actor.state = LSTMStates(h, c)
