@@ -201,11 +201,13 @@ class PolicyEval(NamedTuple):
 
 
 class _MLPCache(NamedTuple):
-    """Cache of :meth:`MLPPolicy.evaluate`: the :class:`~ppo_ref.nn.actor_critic.FlatNet` and
+    """Cache of :meth:`MLPPolicy.evaluate`: the parameters' layout, its
+    :class:`~ppo_ref.nn.actor_critic.FlatNet` and
     the parameter buffer the pass used (compute dtype), the network's
     :class:`~ppo_ref.nn.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
     and (categorical head) the probabilities and entropies for the backward (``None``
     otherwise)."""
+    layout: FlatLayout
     net: FlatNet
     flat: np.ndarray
     net_cache: FlatCache
@@ -502,7 +504,7 @@ class MLPPolicy(PolicyBase):
         flat = self._compute_flat(params)
         out, values, net_cache = flat_forward(net, flat, x, self._relu)
         log_probs, entropy, probs = self._head_eval(out, params, a, True)
-        cache = _MLPCache(net, flat, net_cache, out, a, probs,
+        cache = _MLPCache(params.layout, net, flat, net_cache, out, a, probs,
                           entropy if probs is not None else None)
         return PolicyEval(log_probs, entropy, values.astype(np.float64, copy=False), cache)
 
@@ -523,8 +525,9 @@ class MLPPolicy(PolicyBase):
         if not isinstance(cache, _MLPCache):
             raise ValueError(f"cache must be the cache of MLPPolicy.evaluate, got "
                              f"{type(cache).__name__}")
-        net = self._check_params(params)
-        if net is not cache.net:
+        self._check_params(params)
+        net = cache.net
+        if params.layout is not cache.layout and params.layout != cache.layout:
             raise ValueError("params must be in the layout of the params given to evaluate "
                              "(cache was made with another)")
         out = cache.out
