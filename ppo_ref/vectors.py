@@ -269,7 +269,7 @@ def _ppo_minibatch_update(inputs, settings):
     obs = inputs["observations"]
     policy = MLPPolicy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
                        spaces.Discrete(settings["n_actions"]), config)
-    params = dict(inputs["params"])
+    params = policy.as_flat(inputs["params"])  # the policy's one-buffer parameters
     seen = {}
 
     def evaluate(p, data):
