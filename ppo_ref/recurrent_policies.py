@@ -184,12 +184,13 @@ class RecurrentPolicy(PolicyBase):
     distribution head of :mod:`ppo_ref.policies`, on one parameter buffer.
 
     Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
-    same results, same errors for bad arguments). Equal to it within ``rtol = 1e-12`` in
-    float64 (log-probs, entropies, values, LSTM states and gradients, for the network sizes
-    of this project; the LSTM arithmetic is the same, the towers and the categorical head
-    round in another order), and within ``rtol = 1e-4`` (plus ``atol = 1e-5``, gradients
-    ``2e-4`` of their largest entry) with ``compute_dtype="float32"``: float32 rounding
-    through the recurrence. Within this class everything agrees bit for bit: one step of
+    same results; the samples of the same ``rng`` draws), within a stated tolerance. float64:
+    log-probs, entropies, values and LSTM states within ``rtol = 1e-12`` (``atol = 1e-13``),
+    each gradient array within ``1e-12`` of its largest entry (the LSTM recurrence is the
+    same arithmetic; the towers and the categorical head round in another order).
+    ``compute_dtype="float32"``: ``rtol = 1e-4`` (``atol = 1e-5``), gradients within
+    ``2e-4`` of each array's largest entry (float32 rounding through the recurrence).
+    Within this class everything agrees bit for bit: one step of
     :meth:`act`, :meth:`policy_out_step`, :meth:`predict`, :meth:`values` and
     :meth:`acting_step_fn` gives an env the LSTM states, policy outputs, values and (act)
     log-probs that :meth:`evaluate` computes for it when it replays the whole sequence, with
