@@ -65,6 +65,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ppo_ref._checks import as_flag_array
 from ppo_ref.losses import explained_variance
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
@@ -365,12 +366,17 @@ class RecurrentPPOTrainer(PPOTrainer):
             obs: ``[obs_shape]`` (one env) or ``[B, *obs_shape]``.
             deterministic: take the mode instead of sampling (``predict_rng``).
             state: the :class:`LSTMStates` returned by the previous call, or ``None`` (zeros).
-            episode_starts: bool ``[B]`` (or a bool for one env): True where ``obs`` starts an
-                episode; ``None`` means True for every env when ``state`` is None, else False.
+            episode_starts: bools or 0/1 numbers ``[B]`` (or one for one env): True where
+                ``obs`` starts an episode; ``None`` means True for every env when ``state`` is
+                None, else False.
 
         Returns:
             ``(actions, new_state)``: actions as the env receives them (Gaussian: clipped);
             unlike :meth:`PPOTrainer.predict`, the new state is returned too: pass it back.
+
+        Raises:
+            ValueError: naming the argument: ``episode_starts`` not 0/1 or not one per env;
+                ``obs`` or ``state`` as the policy's ``predict`` raises.
         """
         obs = np.asarray(obs, dtype=np.float64)
         single = obs.shape == tuple(self.policy.obs_shape)
@@ -385,7 +391,11 @@ class RecurrentPPOTrainer(PPOTrainer):
         if episode_starts is None:
             starts = np.full(n, default_start)
         else:
-            starts = np.asarray(episode_starts, dtype=bool).reshape(n)
+            starts = as_flag_array(episode_starts, "episode_starts", ndim=(0, 1))
+            if starts.size != n:
+                raise ValueError(f"episode_starts must hold one flag per env ({n}), got shape "
+                                 f"{starts.shape}")
+            starts = starts.reshape(n)
         actions, new_state = self.policy.predict(self.params, batch, state, starts,
                                                  self.predict_rng, deterministic)
         return (actions[0] if single else actions), new_state

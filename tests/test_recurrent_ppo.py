@@ -337,6 +337,12 @@ def test_predict_carries_memory_explicitly():
     fresh = trainer.predict(np.zeros((2, 2)), True)[1]
     np.testing.assert_array_equal(state2.h[:, 1], fresh.h[:, 1])   # env 1 was reset
     assert not np.array_equal(state2.h[:, 0], fresh.h[:, 0])       # env 0 remembers its cue
+    with pytest.raises(ValueError, match="episode_starts"):
+        trainer.predict(np.zeros((2, 2)), True, state, episode_starts=[0, 2])
+    with pytest.raises(ValueError, match="episode_starts"):
+        trainer.predict(np.zeros((2, 2)), True, state, episode_starts=[True])
+    with pytest.raises(ValueError, match="state.h"):
+        trainer.predict(np.zeros((3, 2)), True, state)
 
 
 def test_stored_log_probs_come_from_the_replay_even_if_the_collector_does_not_replay():
