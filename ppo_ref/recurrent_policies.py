@@ -184,7 +184,7 @@ class RecurrentPolicy(PolicyBase):
     distribution head of :mod:`ppo_ref.policies`, on one parameter buffer.
 
     Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
-    same results; the samples of the same ``rng`` draws), within a stated tolerance. float64:
+    same results, actions sampled with the same ``rng`` draws), within a stated tolerance. float64:
     log-probs, entropies, values and LSTM states within ``rtol = 1e-12`` (``atol = 1e-13``),
     each gradient array within ``1e-12`` of its largest entry (the LSTM recurrence is the
     same arithmetic; the towers and the categorical head round in another order).
