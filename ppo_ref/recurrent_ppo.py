@@ -1,9 +1,11 @@
 """The recurrent (LSTM) PPO trainer: whole-env minibatches replayed through the LSTM.
 
-``RecurrentPPOTrainer`` is :class:`ppo_ref.ppo.PPOTrainer` with the LSTM policy of
-:mod:`ppo_ref.recurrent_policies`; everything that is not about memory is inherited unchanged
-(rollout collection and its checks, GAE, schedules, the update recipe of
-:mod:`ppo_ref.update`, checkpoints, the ``learn`` loop). What memory changes (SPEC §5):
+``RecurrentPPOTrainer`` is :class:`ppo_ref.ppo.PPOTrainer` with an LSTM policy of
+:mod:`ppo_ref.recurrent_policies` (:func:`~ppo_ref.recurrent_policies.make_recurrent_policy`:
+the compiled ``RecurrentPolicy`` for ``config.backend = "fast"``, the readable
+``SpecRecurrentPolicy`` for ``"spec"``); everything that is not about memory is inherited
+unchanged (rollout collection and its checks, GAE, schedules, the update recipe of
+:mod:`ppo_ref.update`, checkpoints, the ``learn`` loop). What memory changes:
 
 Collection
     Each env's LSTM state ``(h, c)`` is carried from step to step and from one rollout to the
@@ -33,22 +35,23 @@ Update
     exactly: ratio 1). sb3-contrib instead cuts sequences at episode starts, pads them and
     stores per-step states.
 
-Exactness note: on the policy's fast path (the one-buffer parameters the trainer holds) every
-quantity of an env is computed with arithmetic that does not depend on which other envs share
-the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers (row-wise fused multiply-add
-chains instead of BLAS products, whose rounding can depend on the number of rows) and the
-compiled categorical head. Acting (N rows per step), the replay of the rollout (``T * N``
-rows) and a minibatch of any ``n`` envs therefore give the same bits, and the first minibatch
-of every update reproduces the stored log-probs exactly (ratio 1), whatever
-``envs_per_minibatch`` is (tested). The stored values are still those of the replay, as
-:class:`~ppo_ref.rollout.RolloutCollector` does for the MLP.
+Exactness note: with the compiled ``RecurrentPolicy`` (whose parameters are the one buffer
+the trainer holds) every quantity of an env is computed with arithmetic that does not depend
+on which other envs share the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers
+(row-wise fused multiply-add chains instead of BLAS products, whose rounding can depend on the
+number of rows) and the compiled categorical head. Acting (N rows per step), the replay of the
+rollout (``T * N`` rows) and a minibatch of any ``n`` envs therefore give the same bits, and
+the first minibatch of every update reproduces the stored log-probs exactly (ratio 1),
+whatever ``envs_per_minibatch`` is (tested). The stored values are still those of the replay,
+as :class:`~ppo_ref.rollout.RolloutCollector` does for the MLP. (``SpecRecurrentPolicy``
+computes with NumPy products: its first ratio is 1 to rounding.)
 
 Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
 minibatch loss of :mod:`ppo_ref.update`; without a ``target_kl`` it draws every epoch's env
 permutation at once (the same draws) and gathers each array once per update into
 C-contiguous per-minibatch blocks (the same values in the same order as per-epoch gathers,
 so the same bits; tested); acting checks the parameters once per rollout
-(:meth:`RecurrentPolicy.acting_step_fn`). ``config.compute_dtype = "float32"`` runs the LSTMs,
+(``acting_step_fn`` of the policy). ``config.compute_dtype = "float32"`` runs the LSTMs,
 towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
 parameters, gradients, Adam, losses and advantages stay float64.
 
@@ -62,6 +65,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ppo_ref._checks import as_flag_array
 from ppo_ref.losses import explained_variance
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
@@ -161,8 +165,9 @@ class _RecurrentActor:
 
     def policy_out_fn(self, params):
         """``forward(obs [N, obs_dim], episode_starts [N]) -> policy_out [N, P]`` for one
-        rollout: each call steps the carried state (reset where an episode starts). Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked
-        once per rollout; the same bits as ``policy_out_step``)."""
+        rollout: each call steps the carried state (reset where an episode starts). Steps go
+        through the policy's ``acting_step_fn`` (parameters checked once per rollout; the same
+        bits as ``policy_out_step``)."""
         step = self.policy.acting_step_fn(params)
 
         def forward(obs, episode_starts):
@@ -230,9 +235,10 @@ class RecurrentPPOTrainer(PPOTrainer):
         c = self.config
         self.envs_per_minibatch = envs_per_minibatch(c.n_envs, c.n_steps, c.batch_size)
 
-    def _make_policy(self, observation_space, action_space) -> RecurrentPolicy:
-        """The LSTM policy (PPOTrainer's hook; its parameters are drawn from the same stream,
-        the first of the five SeedSequence children, so a seed means the same for both)."""
+    def _make_policy(self, observation_space, action_space):
+        """The LSTM policy of ``config.backend`` (PPOTrainer's hook; its parameters are drawn
+        from the same stream, the first of the five SeedSequence children, so a seed means the
+        same for both trainers and both backends)."""
         return make_recurrent_policy(observation_space, action_space, self.config)
 
     def _acting_policy(self) -> "_RecurrentActor":
@@ -368,12 +374,17 @@ class RecurrentPPOTrainer(PPOTrainer):
             obs: ``[obs_shape]`` (one env) or ``[B, *obs_shape]``.
             deterministic: take the mode instead of sampling (``predict_rng``).
             state: the :class:`LSTMStates` returned by the previous call, or ``None`` (zeros).
-            episode_starts: bool ``[B]`` (or a bool for one env): True where ``obs`` starts an
-                episode; ``None`` means True for every env when ``state`` is None, else False.
+            episode_starts: bools or 0/1 numbers ``[B]`` (or one for one env): True where
+                ``obs`` starts an episode; ``None`` means True for every env when ``state`` is
+                None, else False.
 
         Returns:
             ``(actions, new_state)``: actions as the env receives them (Gaussian: clipped);
             unlike :meth:`PPOTrainer.predict`, the new state is returned too: pass it back.
+
+        Raises:
+            ValueError: naming the argument: ``episode_starts`` not 0/1 or not one per env;
+                ``obs`` or ``state`` as the policy's ``predict`` raises.
         """
         obs = np.asarray(obs, dtype=np.float64)
         single = obs.shape == tuple(self.policy.obs_shape)
@@ -388,7 +399,11 @@ class RecurrentPPOTrainer(PPOTrainer):
         if episode_starts is None:
             starts = np.full(n, default_start)
         else:
-            starts = np.asarray(episode_starts, dtype=bool).reshape(n)
+            starts = as_flag_array(episode_starts, "episode_starts", ndim=(0, 1))
+            if starts.size != n:
+                raise ValueError(f"episode_starts must hold one flag per env ({n}), got shape "
+                                 f"{starts.shape}")
+            starts = starts.reshape(n)
         actions, new_state = self.policy.predict(self.params, batch, state, starts,
                                                  self.predict_rng, deterministic)
         return (actions[0] if single else actions), new_state
