@@ -58,11 +58,11 @@ def test_forward_is_lstm_then_towers(rng, lstm_shared):
 @pytest.mark.parametrize("lstm_shared", [False, True])
 def test_stepping_equals_whole_sequence_and_env_subsets(rng, lstm_shared):
     """Acting step by step, and replaying any subset of envs from their stored start state,
-    give the LSTM states of one whole-sequence forward pass bit for bit (the LSTM kernels sum
-    each row in a fixed order), and its policy outputs and values to rounding: these checked
-    functions run the towers through NumPy's matrix products, whose rounding of a row can
-    depend on the number of rows and on the BLAS kernel for the CPU. (The fast path's
-    bit-for-bit replay is tested in test_recurrent_fast.py.)"""
+    give the outputs of one whole-sequence forward pass: stepping bit for bit for the LSTM
+    states (the sequence forward is a loop of the same step), everything else to rounding:
+    these readable functions use NumPy's matrix products, whose rounding of a row can depend
+    on the number of rows and on the BLAS kernel for the CPU. (The fast path's bit-for-bit
+    replay of any env subset is tested in test_recurrent_fast.py.)"""
     params, obs, starts, state = _setup(rng, lstm_shared, T=9, N=6, H=16, net_arch=(8, 8))
     policy_out, values, final_state, _ = recurrent_actor_critic_forward(
         params, obs, state, starts, "tanh", lstm_shared)
@@ -78,8 +78,8 @@ def test_stepping_equals_whole_sequence_and_env_subsets(rng, lstm_shared):
     for envs in (np.array([5, 0]), np.array([1, 2, 4]), np.array([3])):
         p_sub, v_sub, s_sub, _ = recurrent_actor_critic_forward(
             params, obs[:, envs], state.select(envs), starts[:, envs], "tanh", lstm_shared)
-        np.testing.assert_array_equal(s_sub.h, final_state.h[:, envs])
-        np.testing.assert_array_equal(s_sub.c, final_state.c[:, envs])
+        np.testing.assert_allclose(s_sub.h, final_state.h[:, envs], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(s_sub.c, final_state.c[:, envs], rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(p_sub, policy_out[:, envs], rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(v_sub, values[:, envs], rtol=1e-13, atol=1e-15)
 
