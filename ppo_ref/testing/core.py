@@ -162,8 +162,9 @@ def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[
 # ----------------------------------------------------------------------------------------------
 
 def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int, skip,
-            exclude=frozenset(), fixed=None) -> Optional[Tuple[dict, dict]]:
-    """Run hypothesis; ``(example, fields)`` of the shrunk first difference, or None."""
+            exclude=frozenset(), fixed=None, shrink: bool = True) -> Optional[Tuple[dict, dict]]:
+    """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one
+    when ``shrink``), or None."""
     hyp = require_hypothesis()
     q = get_quantity(quantity)
     strategy = q.strategy(dtype, frozenset(exclude), fixed)
@@ -171,7 +172,9 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
 
     @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
                   print_blob=False, suppress_health_check=list(hyp.HealthCheck),
-                  report_multiple_bugs=False)
+                  report_multiple_bugs=False,
+                  phases=tuple(hyp.Phase) if shrink else (hyp.Phase.explicit,
+                                                          hyp.Phase.generate))
     @hyp.given(strategy)
     def prop(ex):
         fields = _run_one(fn, quantity, layout, ex, options, skip)
@@ -274,12 +277,11 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
         return None
     ex, fields = found
     relevant = {o.name: options[o.name] for o in options_for(quantity)}
-    convention_text = (convention if isinstance(convention, str) else "") + " " + \
-        describe(quantity, relevant)
+    convention_text = describe(quantity, relevant)
     alternatives = [] if fields.get("raised") is not None else _alternatives(
         fn, quantity, lay, ex, options, skip)
     props = _properties(quantity, ex)
-    message = _message(quantity, fn, fields, ex, convention_text.strip(), alternatives, props,
+    message = _message(quantity, fn, fields, ex, convention_text, alternatives, props,
                        lay)
     raise Mismatch(message, quantity=quantity, example=ex, convention=relevant,
                    alternatives=alternatives, properties=props,
@@ -393,7 +395,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     Tries every combination of the options of :data:`ppo_ref.testing.options.OPTIONS` that
     affect ``quantity`` (a full check each, ``max_examples`` examples, default 60). If none
     agrees on every example, it re-runs each combination with the example strategy told to
-    exclude one named input property at a time (only the properties its minimal
+    exclude one named input property at a time (most specific first; only the properties its
     counterexample has) and reports "matches X except on inputs with <property>"; otherwise
     "no known convention matches" with the minimal counterexample against the reference.
 
@@ -412,7 +414,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     base = resolve_convention("reference")
     for combo in combinations(quantity):
         found = _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                        skip=skip, fixed=fixed)
+                        skip=skip, fixed=fixed, shrink=False)
         if found is None:
             matches.append(combo)
         else:
@@ -421,14 +423,17 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
                 precision_only.append(combo)
     except_on: List[Tuple[dict, str]] = []
     counterexample = None
-    if not matches:
-        for combo, (ex, _) in failures:
-            for prop in _properties(quantity, ex):
-                if _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                           skip=skip, exclude={prop}, fixed=fixed) is None:
-                    except_on.append((combo, prop))
-                    break
-        if not except_on and not precision_only:
+    if not matches and not precision_only:
+        # the most specific property first; within it, the conventions in table order
+        for prop in q.properties:
+            for combo, (ex, _) in failures:
+                if prop.holds(ex) and _search(
+                        fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
+                        skip=skip, exclude={prop.name}, fixed=fixed, shrink=False) is None:
+                    except_on.append((combo, prop.name))
+            if except_on:
+                break
+        if not except_on:
             try:
                 check(fn, quantity, layout=lay, convention="reference", dtype=dtype,
                       max_examples=n, skip=skip, fixed=fixed)
