@@ -242,3 +242,53 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
     if all_masked.any():
         row = tuple(int(i) for i in np.argwhere(all_masked)[0]) if z.ndim > 1 else ()
         raise ValueError(f"{name} row {row} has every action masked (-inf): no valid action")
+
+
+# -- parameter dicts and optimizer arguments (ppo_ref.spec.optim and the fused step of
+#    ppo_ref.optim check their arguments with these, once) ----------------------------------
+
+def check_param_dict(params, name: str) -> None:
+    """Raise ``ValueError`` unless ``params`` is a mapping of string keys to float32/float64
+    arrays."""
+    from collections.abc import Mapping
+    if not isinstance(params, Mapping):
+        raise ValueError(f"{name} must be a dict of float arrays, got {type(params).__name__}")
+    for key, value in params.items():
+        if not isinstance(key, str):
+            raise ValueError(f"{name} keys must be strings, got {key!r}")
+        dtype = value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
+        if dtype != np.float64 and dtype != np.float32:
+            raise ValueError(f"{name}[{key!r}] must be a float32 or float64 array, got dtype {dtype}")
+
+
+def check_same_keys(a, a_name: str, b, b_name: str) -> None:
+    """Raise ``ValueError`` naming the missing or extra keys unless ``b`` has the keys of ``a``."""
+    missing = [k for k in a if k not in b]
+    extra = [k for k in b if k not in a]
+    if missing:
+        raise ValueError(f"{b_name} is missing key(s) {missing} present in {a_name}")
+    if extra:
+        raise ValueError(f"{b_name} has extra key(s) {extra} not present in {a_name}")
+
+
+def check_step_count(t) -> int:
+    """Return the Adam step count ``state["t"]`` as int; ``ValueError`` unless a non-negative
+    integer (not a bool)."""
+    if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or t < 0:
+        raise ValueError(f"state['t'] must be a non-negative int, got {t!r}")
+    return int(t)
+
+
+def check_adam_hyperparameters(lr, betas, eps):
+    """Return ``(lr, beta1, beta2, eps)`` as floats; ``ValueError`` naming the argument unless
+    ``lr >= 0``, ``betas`` a pair in [0, 1) and ``eps >= 0`` (all finite)."""
+    lr = check_nonnegative(lr, "lr")
+    eps = check_nonnegative(eps, "eps")
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise ValueError(f"betas must be a pair (beta1, beta2), got {betas!r}")
+    beta1 = check_real_scalar(betas[0], "betas[0]")
+    beta2 = check_real_scalar(betas[1], "betas[1]")
+    for b, name in ((beta1, "betas[0]"), (beta2, "betas[1]")):
+        if not 0.0 <= b < 1.0:
+            raise ValueError(f"{name} must be in [0, 1), got {b}")
+    return lr, beta1, beta2, eps

@@ -12,8 +12,14 @@ A checkpoint is an uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` member
 
 Writes are atomic: the archive goes to a temporary file in the destination directory, is
 flushed and ``fsync``-ed, then ``os.replace``-d over the destination. A crash mid-write leaves
-the previous checkpoint intact. A corrupt or truncated file raises :class:`CheckpointError`
-(a ``ValueError``) naming the file; zip CRC-32 checksums catch flipped bits.
+the previous checkpoint intact.
+
+Reads vet every member before parsing it: stored uncompressed, at most
+:data:`MAX_MEMBER_BYTES` by its zip header (checked before it is read), read whole so its
+CRC-32 is verified, and a ``.npy`` header that describes exactly the bytes that follow with a
+plain dtype. A missing, corrupt, truncated or crafted file raises :class:`CheckpointError` (a
+``ValueError``, one line naming the file), whatever zipfile or the header parser would raise.
+Whether the arrays fit a trainer is the trainer's check (``PPOTrainer.load``).
 
 Generators (``np.random.Generator``) are saved through their ``bit_generator.state`` dict,
 which is JSON-safe (Python ints of any size), never by pickling.
@@ -23,10 +29,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import struct
+import sys
 import tempfile
 import threading
+import tokenize
 import zipfile
-from typing import Any, Dict, Mapping, Tuple
+import zlib
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -35,7 +45,7 @@ METADATA_KEY = "__metadata__"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
 
 __all__ = [
-    "CheckpointError", "FORMAT_VERSION", "arrays_to_bytes", "arrays_from_bytes",
+    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes", "arrays_from_bytes",
     "save_checkpoint", "load_checkpoint", "json_to_array", "array_to_json",
     "generator_state", "generator_from_state", "set_generator_state", "to_jsonable", "from_jsonable",
 ]
@@ -73,35 +83,116 @@ def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buf.getvalue()
 
 
-# np.load parses each member's header with ast.literal_eval; on CPython 3.11/3.12 building an
-# AST is not thread-safe ("SystemError: AST constructor recursion depth mismatch" when threads
+# np.lib.format parses each member's header with ast.literal_eval; on CPython 3.11/3.12 building
+# an AST is not thread-safe ("SystemError: AST constructor recursion depth mismatch" when threads
 # parse at the same time: CPython gh-106905, fixed in 3.13), which the actor-learner's thread
 # backend triggered (actors decoding broadcasts concurrently). One lock serializes the decoding.
 _NPZ_LOCK = threading.Lock()
 
+# The largest member (decompressed, in bytes) a load reads unless the caller states another cap:
+# 1 GiB, far above any ppo_ref trainer state (parameters, Adam moments, collector buffers of a
+# few MB) and small enough that a crafted archive cannot make every load allocate gigabytes.
+MAX_MEMBER_BYTES = 2 ** 30
 
-def arrays_from_bytes(data: bytes, *, source: str = "<bytes>") -> Dict[str, np.ndarray]:
-    """Inverse of :func:`arrays_to_bytes`; loads with ``allow_pickle=False``.
+# Dtype kinds a member may hold: bool, integers, floats, complex, fixed-width bytes and text.
+_MEMBER_KINDS = "biufcSU"
 
-    Every member is read eagerly (so zip CRC-32 checks run). Raises :class:`CheckpointError`
-    naming ``source`` when the bytes are not a valid, complete archive.
+# Everything a damaged or crafted archive can make zipfile, the .npy header parser (ast,
+# tokenize) or the array constructor raise: each becomes one CheckpointError line.
+_DECODE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
+                  KeyError, IndexError, TypeError, NotImplementedError, RuntimeError,
+                  RecursionError, MemoryError, OverflowError, SyntaxError, tokenize.TokenError,
+                  UnicodeDecodeError, struct.error, zlib.error)
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
+                 max_member_bytes: int) -> np.ndarray:
+    """One member: checked from its zip header (stored, size within the cap), read whole (which
+    verifies its CRC-32), then parsed as exactly one ``.npy`` array with nothing left over."""
+    name = info.filename
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise CheckpointError(f"{source}: member {name!r} is compressed (method "
+                              f"{info.compress_type}); ppo_ref writes members stored, uncompressed")
+    if info.file_size != info.compress_size:
+        raise CheckpointError(f"{source}: member {name!r} is stored but its header gives "
+                              f"{info.file_size} bytes uncompressed, {info.compress_size} stored")
+    if info.file_size > max_member_bytes:
+        raise CheckpointError(f"{source}: member {name!r} holds {info.file_size} bytes, more than "
+                              f"the limit of {max_member_bytes} bytes per member")
+    payload = zf.read(name)  # raises BadZipFile on a CRC-32 mismatch
+    if len(payload) != info.file_size:
+        raise CheckpointError(f"{source}: member {name!r} has {len(payload)} bytes, its header "
+                              f"says {info.file_size}")
+    stream = io.BytesIO(payload)
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise CheckpointError(f"{source}: member {name!r} has .npy format version {version}")
+    if dtype.kind not in _MEMBER_KINDS or dtype.hasobject or dtype.fields is not None \
+            or dtype.subdtype is not None:
+        raise CheckpointError(f"{source}: member {name!r} has dtype {dtype}; ppo_ref stores plain "
+                              "bool, numeric and fixed-width string arrays only")
+    count = 1
+    for n in shape:
+        count *= int(n)
+    body = len(payload) - stream.tell()
+    if count * dtype.itemsize != body:
+        raise CheckpointError(f"{source}: member {name!r} header says shape {shape} of {dtype} "
+                              f"({count * dtype.itemsize} bytes) but holds {body} data bytes")
+    flat = np.frombuffer(payload, dtype=dtype, count=count, offset=stream.tell())
+    return flat.reshape(shape, order="F" if fortran_order else "C").copy(order="K")
+
+
+def arrays_from_bytes(data: bytes, *, source: str = "<bytes>",
+                      max_member_bytes: Optional[int] = None) -> Dict[str, np.ndarray]:
+    """Inverse of :func:`arrays_to_bytes`; never unpickles.
+
+    Every member is vetted before it is parsed: it must be stored uncompressed with at most
+    ``max_member_bytes`` bytes (default :data:`MAX_MEMBER_BYTES`; read from the zip header, so
+    an oversized member is never read), its CRC-32 must match (the whole member is read through
+    ``zipfile``, which checks it), and its ``.npy`` header must describe exactly the data bytes
+    that follow (a header claiming fewer elements would otherwise load a truncated array).
+    Member names are unique and end in ``.npy``. Raises :class:`CheckpointError` (one line
+    naming ``source``) for any violation or any other damage.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
     data = bytes(data)
+    cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
     if not data.startswith(_ZIP_MAGIC):
         # np.load would take any non-zip, non-.npy bytes for pickled data, or return a bare
         # array for a .npy file: neither is an archive this module wrote
         raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
                               "corrupt or a foreign file)")
+    return _read_archive(io.BytesIO(data), source, cap)
+
+
+def _read_archive(fileobj, source: str, cap: int) -> Dict[str, np.ndarray]:
     try:
-        with _NPZ_LOCK, np.load(io.BytesIO(data), allow_pickle=False) as npz:
-            return {key: npz[key] for key in npz.files}
+        with _NPZ_LOCK, zipfile.ZipFile(fileobj) as zf:
+            infos = zf.infolist()
+            names = [info.filename for info in infos]
+            if len(set(names)) != len(names):
+                raise CheckpointError(f"{source}: the archive lists a member twice (crafted or corrupt)")
+            out = {}
+            for info in infos:
+                if not info.filename.endswith(".npy"):
+                    raise CheckpointError(f"{source} is not a ppo_ref checkpoint (member "
+                                          f"{info.filename!r} is not a .npy array)")
+                out[info.filename[:-len(".npy")]] = _read_member(zf, info, source, cap)
+            return out
     except CheckpointError:
         raise
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError, zipfile.LargeZipFile) as exc:
+    except _DECODE_ERRORS as exc:
         raise CheckpointError(f"{source} is not a valid checkpoint archive (corrupt or truncated): "
-                              f"{type(exc).__name__}: {exc}") from None
+                              f"{type(exc).__name__}: {_one_line(exc)[:300]}") from None
 
 
 def json_to_array(obj: Any) -> np.ndarray:
@@ -117,8 +208,11 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
         raise CheckpointError(f"{name} must be a 1-d uint8 array of JSON text, got {a.dtype} {a.shape}")
     try:
         return json.loads(a.tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{name} is not valid JSON: {exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as exc:
+        # ValueError covers JSONDecodeError and integers beyond Python's digit limit;
+        # RecursionError: nesting deeper than the parser's stack
+        raise CheckpointError(f"{name} is not valid JSON: {type(exc).__name__}: "
+                              f"{_one_line(exc)[:200]}") from None
 
 
 def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> str:
@@ -169,21 +263,34 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
     return path
 
 
-def load_checkpoint(path) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
+def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
+                    ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
     """Read a file written by :func:`save_checkpoint`: returns ``(arrays, metadata)``.
 
-    Raises :class:`CheckpointError` (a ``ValueError``) when the file is missing, is not a
-    complete archive (truncated, corrupt: CRC mismatch), lacks the metadata member, or has an
-    unknown format version. Never unpickles.
+    Every member is vetted before it is parsed (see :func:`arrays_from_bytes`: stored, at most
+    ``max_member_bytes`` bytes, default :data:`MAX_MEMBER_BYTES`, CRC-32 checked, header
+    consistent with its data). The file is read member by member, never whole. Raises
+    :class:`CheckpointError` (a ``ValueError``, one line naming the file) when the file is
+    missing, is not a complete archive (truncated, corrupt, crafted), lacks the metadata
+    member, or has an unknown format version. Never unpickles.
     """
     path = os.fspath(path)
+    source = f"checkpoint {path!r}"
+    cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
     if not os.path.isfile(path):
         raise CheckpointError(f"checkpoint {path!r} does not exist")
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if not data:
-        raise CheckpointError(f"checkpoint {path!r} is empty (truncated)")
-    arrays = arrays_from_bytes(data, source=f"checkpoint {path!r}")
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+            if not magic:
+                raise CheckpointError(f"checkpoint {path!r} is empty (truncated)")
+            if magic not in _ZIP_MAGIC:
+                raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz "
+                                      "archive: corrupt or a foreign file)")
+            fh.seek(0)
+            arrays = _read_archive(fh, source, cap)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {source}: {exc.strerror or exc}") from None
     if METADATA_KEY not in arrays:
         raise CheckpointError(f"checkpoint {path!r} is not a ppo_ref checkpoint (an .npz archive "
                               f"without the {METADATA_KEY!r} member: a foreign file)")
@@ -195,6 +302,20 @@ def load_checkpoint(path) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         raise CheckpointError(f"checkpoint {path!r} has format_version {version!r}; "
                               f"this ppo_ref reads version {FORMAT_VERSION}")
     return arrays, metadata
+
+
+def check_env_import(env_id, allow_import: bool, source: str) -> None:
+    """Refuse (``CheckpointError``) an ``env_id`` of gymnasium's ``"module:EnvId"`` form whose
+    module is not imported yet, unless ``allow_import``: making that env would import (run) the
+    module, and a checkpoint is data, so loading one runs no code without the caller's consent."""
+    if not isinstance(env_id, str) or ":" not in env_id:
+        return
+    module = env_id.rpartition(":")[0]
+    if module and module not in sys.modules and not allow_import:
+        raise CheckpointError(f"{source} names env {env_id!r}, which would import (run) the Python "
+                              f"module {module!r}; loading a checkpoint imports no code without "
+                              "consent: pass allow_import=True (ppo-ref: --allow-import) if you "
+                              "trust it")
 
 
 # -- generators -------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ Subcommands (each a small ``cmd_<name>(args) -> int`` function registered in
                   [--run-dir DIR] [--preset NAME] [--set field=value ...] [--resume DIR]
                   [--vectorization sync|async]
                   [--async --num-actors N --vtrace --broadcast-every K]
-    ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S]
+    ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S] [--allow-import]
     ppo-ref plot DIR [--output PATH]
     ppo-ref vectors --out DIR | ppo-ref check DIR --results FILE | ppo-ref --version
     ppo-ref diff TRACE_A TRACE_B [--rtol R --atol A]
@@ -16,7 +16,11 @@ Subcommands (each a small ``cmd_<name>(args) -> int`` function registered in
 100k steps into a new ``runs/<env>-<policy>-seed<S>-<timestamp>[-2, -3, ...]``. A ``--run-dir``
 that already holds a run is refused (continue it with ``--resume``); ``--resume DIR`` keeps the
 saved settings, so ``--env/--policy/--seed/--n-envs/--preset/--set`` that differ from them are
-refused (``--total-timesteps`` extends the run). Training runs whole rollouts of
+refused (``--total-timesteps`` extends the run); a directory without a checkpoint is restarted
+from scratch with its saved settings. One process writes a run directory at a time
+(:func:`run_dir_lock`). Any exception while training saves the last good checkpoint and exits
+3 with one line (:func:`run_training`). A checkpoint's ``module:EnvId`` env id is imported only
+with ``--allow-import``. Training runs whole rollouts of
 ``n_steps * n_envs`` steps. Mistakes in user input (flags, files, env ids) are reported as one
 line ``ppo-ref <command>: error: ...`` with exit status 2. Trainers are looked up lazily in :data:`TRAINERS` (policy kind -> "module:Class")
 so ``ppo_ref.recurrent_ppo`` and ``ppo_ref.actor_learner`` are imported only when used.
@@ -34,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS", "TRAINERS", "ASYNC_ENTRY", "UsageError",
            "user_input", "register_subcommand", "trainer_class", "build_config", "make_unique_dir",
-           "preset_names"]
+           "preset_names", "run_dir_lock", "run_training"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -74,6 +78,20 @@ def user_input(what: str = ""):
         raise UsageError(f"{exc.strerror or exc}{where}") from None
     except ValueError as exc:
         raise UsageError(f"{what}: {exc}" if what else str(exc)) from None
+
+
+@contextlib.contextmanager
+def _building(what: str):
+    """Around building a trainer (which makes and resets the envs) or loading one: what
+    :func:`user_input` converts, and any other exception too (an env raising in ``reset``),
+    become one :class:`UsageError` line ``<what>: <Type>: <message>``."""
+    try:
+        with user_input(what):
+            yield
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- an env's own failure, reported in one line
+        raise UsageError(f"{what}: {type(exc).__name__}: {_one_line(exc)}") from None
 
 
 def _one_line(text: str) -> str:
@@ -213,6 +231,9 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
                         "ppo_ref/spec/, slower, float64); same as --set backend=...")
     p.add_argument("--vectorization", default=None, choices=["sync", "async"],
                    help="gymnasium SyncVectorEnv (default) or AsyncVectorEnv")
+    p.add_argument("--allow-import", action="store_true",
+                   help="with --resume: let the saved env id of the form module:EnvId import "
+                        "(run) its Python module; without it such a run is refused")
     p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
                    help="write checkpoint.npz at least this often (and at the end)")
     p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS")
@@ -255,34 +276,71 @@ class _SigintStopper:
 
 
 def run_training(trainer, logger, total_timesteps: int) -> int:
-    """Drive ``trainer.learn`` with ``logger``: checkpoints at the end, on Ctrl-C and on env
-    errors (the last good rollout boundary). Returns the exit code (0, 130 interrupted, 3 env
-    error). Reusable by the recurrent and actor-learner entry points."""
-    from ppo_ref.rollout import EnvStepError
+    """Drive ``trainer.learn`` with ``logger``: the checkpoint is written at the end, on Ctrl-C
+    and on any exception raised while training (an env raising in ``step``/``reset``, an env
+    error, a non-finite update, a bug): then the last good state (the snapshot of the last
+    completed update, whose counters and CSV rows agree) is saved, one line is printed and the
+    traceback goes to ``<run_dir>/error.log``. Returns the exit code (0; 130 interrupted; 3
+    training failed). Reusable by the recurrent and actor-learner entry points."""
     logger.begin(trainer)
     code = 0
     try:
         with _SigintStopper(logger):
             trainer.learn(total_timesteps, callback=logger.callback)
-    except EnvStepError as exc:
-        path = logger.save_last_good(trainer)
-        where = f"saved the last good checkpoint to {path}" if path else "no update had completed: nothing saved"
-        print(f"ppo-ref: environment error: {exc}\nppo-ref: {where}", file=sys.stderr)
-        logger.close()
-        return 3
+        logger.save(trainer)
     except KeyboardInterrupt:
-        path = logger.save_last_good(trainer)
-        print(f"\nppo-ref: interrupted; checkpoint of the last completed update: {path}",
-              file=sys.stderr)
+        path, note = _save_last_good(logger, trainer)
+        print(f"\nppo-ref: interrupted; {note}", file=sys.stderr)
         logger.close()
         return 130
-    logger.save(trainer)
+    except Exception as exc:  # noqa: BLE001 -- every failure keeps the finished work
+        return _training_failed(trainer, logger, exc)
     if logger.stop_requested:
         code = 130
         print(f"ppo-ref: stopped at {trainer.num_timesteps} steps; resume with "
               f"ppo-ref train --resume {logger.run_dir}", file=sys.stderr)
     logger.close()
     return code
+
+
+def _save_last_good(logger, trainer):
+    """Save the last good snapshot: ``(path or None, one-line note of what was kept)``."""
+    run_dir = logger.run_dir
+    try:
+        path = logger.save_last_good(trainer)
+    except Exception as exc:  # noqa: BLE001 -- e.g. the disk is full
+        return None, (f"could not save the last good state ({type(exc).__name__}: "
+                      f"{_one_line(exc)}); the previous checkpoint, if any, is unchanged")
+    if path is not None:
+        return path, (f"saved the last good checkpoint ({logger.snapshot_timesteps} steps) to "
+                      f"{path}; continue with ppo-ref train --resume {run_dir}")
+    if os.path.exists(logger.checkpoint_path):
+        return None, (f"no update completed in this process: the checkpoint {logger.checkpoint_path} "
+                      f"is unchanged; continue with ppo-ref train --resume {run_dir}")
+    return None, (f"no update had completed: nothing saved; start it again with ppo-ref train "
+                  f"--resume {run_dir} (from scratch, same settings) or reuse --run-dir {run_dir}")
+
+
+def _training_failed(trainer, logger, exc: BaseException) -> int:
+    """The one-line report of a training failure after saving the last good state; exit 3."""
+    import traceback
+    from ppo_ref.rollout import EnvStepError
+    log_note = ""
+    try:
+        with open(os.path.join(logger.run_dir, "error.log"), "a", encoding="utf-8") as fh:
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        log_note = f" (traceback in {os.path.join(logger.run_dir, 'error.log')})"
+    except OSError:
+        pass
+    _, note = _save_last_good(logger, trainer)
+    what = (f"environment error: {_one_line(exc)}" if isinstance(exc, EnvStepError)
+            else f"training failed: {type(exc).__name__}: {_one_line(exc)}")
+    print(f"ppo-ref train: error: {what}; {note}{log_note}", file=sys.stderr)
+    try:
+        logger.close()
+    except OSError:
+        pass
+    return 3
 
 
 def _check_train_flags(args: argparse.Namespace) -> None:
@@ -303,6 +361,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                                            ("--vtrace", args.vtrace or None),
                                            ("--broadcast-every", args.broadcast_every))
                   if value is not None]
+    if args.allow_import and not args.resume:
+        raise UsageError("--allow-import only applies with --resume (an --env module:EnvId you "
+                         "type yourself is imported without it)")
     if args.resume and args.use_async:
         raise UsageError("--async cannot be combined with --resume: --resume continues the run "
                          "with the trainer it was started with")
@@ -322,6 +383,64 @@ def _check_train_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be >= 1, got {value}")
 
 
+LOCK_FILE = ".lock"
+_HELD_LOCKS: set = set()  # lock files this process holds (real paths)
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: str):
+    """Hold the run directory ``run_dir`` (created if needed) for one writer: an exclusive
+    ``fcntl.flock`` on ``<run_dir>/.lock`` (which holds the writer's pid) for the whole block.
+    Raises :class:`UsageError` at once, touching nothing else in ``run_dir``, when another
+    process (or another open of the lock in this one) holds it. The lock file is removed on
+    exit (and the directory too if this call created it and it is empty); a writer that opened the file just before its removal notices (different inode) and
+    locks the new file instead, so two writers never both hold the directory."""
+    import fcntl
+    created = not os.path.isdir(run_dir)
+    with user_input(f"cannot lock the run directory {run_dir}"):
+        os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, LOCK_FILE)
+    while True:
+        with user_input(f"cannot lock the run directory {run_dir}"):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            os.close(fd)
+            raise UsageError(f"{run_dir} is in use by another ppo-ref process (pid {holder}): one "
+                             "process writes a run directory at a time; wait for it to end or "
+                             "stop it first") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file between our open and our lock: retry
+    key = os.path.realpath(path)
+    _HELD_LOCKS.add(key)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        yield path
+    finally:
+        _HELD_LOCKS.discard(key)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)
+        if created:  # made here and nothing written (the run was refused): leave no trace
+            try:
+                os.rmdir(run_dir)
+            except OSError:
+                pass
+
+
 def _check_fresh_run_dir(run_dir: str) -> None:
     """``--run-dir`` must not hold a run already (it would be overwritten)."""
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
@@ -336,8 +455,9 @@ def _check_fresh_run_dir(run_dir: str) -> None:
         with open(metrics, "rb") as fh:
             has_rows = sum(1 for line in fh if line.strip()) > 1
         if has_rows:
-            raise UsageError(f"{run_dir} already holds a run (metrics.csv has updates): continue "
-                             f"it with --resume {run_dir}, or choose another --run-dir")
+            raise UsageError(f"{run_dir} already holds a run (metrics.csv has updates but there "
+                             f"is no checkpoint): restart it from scratch with --resume {run_dir}, "
+                             "or choose another --run-dir")
 
 
 def _rollout_note(config, start: int, total: int, *, unit: str = "rollout",
@@ -424,19 +544,27 @@ def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, 
                 conflict(f"--set {item}", f"{field}={getattr(saved, field)!r}")
 
 
-def _train_resume(args: argparse.Namespace):
-    """``(trainer, run_dir, run_info, resume_from, total)`` for ``--resume``, or an exit code."""
-    from ppo_ref.checkpoint import load_checkpoint
+def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
+    """``(trainer, run_dir, run_info, resume_from, total)`` for ``--resume``, or an exit code.
+    The run directory is locked (on ``hold``) before anything in it is read or written. A
+    directory with a ``config.json`` but no checkpoint (a run that failed or was killed before
+    its first checkpoint) is restarted from scratch with its saved settings."""
+    from ppo_ref.checkpoint import check_env_import, load_checkpoint
     run_dir = args.resume
     path = os.path.join(run_dir, "checkpoint.npz")
-    if not os.path.isfile(path):
+    if not os.path.isdir(run_dir) or not (os.path.isfile(path) or
+                                          os.path.isfile(os.path.join(run_dir, "config.json"))):
         raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
-    with user_input(f"--resume {run_dir}"):
-        _, meta = load_checkpoint(path)
+    hold.enter_context(run_dir_lock(run_dir))
     info = _read_run_info(run_dir)
     if info.get("mode") == "async":
         raise UsageError(f"--resume {run_dir}: resuming an --async (actor-learner) run is not "
                          "supported (ppo-ref eval works on its checkpoint)")
+    if not os.path.isfile(path):
+        return _train_restart(args, run_dir, info)
+    with user_input(f"--resume {run_dir}"):
+        _, meta = load_checkpoint(path)
+        check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
     _check_resume_flags(args, run_dir, meta, info)
     done = int(meta.get("num_timesteps", 0))
     total = args.total_timesteps if args.total_timesteps is not None else int(meta["total_timesteps"])
@@ -448,8 +576,8 @@ def _train_resume(args: argparse.Namespace):
     cls = _trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
         _probe_env(meta["env_id"])
-    with user_input(f"--resume {run_dir}"):
-        trainer = cls.load(path)
+    with _building(f"--resume {run_dir}"):
+        trainer = cls.load(path, allow_import=args.allow_import)
     if meta.get("exact_resume_limits"):
         print(f"ppo-ref: warning: env state not fully restorable ({meta['exact_resume_limits']}); "
               "the resumed run is not bit-identical to an uninterrupted one", file=sys.stderr)
@@ -472,8 +600,43 @@ def _train_resume(args: argparse.Namespace):
     return trainer, run_dir, run_info, resume_from, total
 
 
-def _train_new(args: argparse.Namespace):
-    """``(trainer, run_dir, run_info, None, total)`` for a new run, or the --async exit code."""
+def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any]):
+    """``--resume DIR`` of a run without a checkpoint: the run again from step 0 with the
+    settings its ``config.json`` records (its CSV rows are dropped: nothing was saved)."""
+    from ppo_ref.checkpoint import check_env_import
+    from ppo_ref.config import PPOConfig
+    needed = ("env_id", "policy", "seed", "config", "total_timesteps")
+    if not all(key in info for key in needed) or info.get("policy") not in TRAINERS:
+        raise UsageError(f"--resume {run_dir}: no checkpoint.npz there and its config.json does "
+                         "not record the run's settings (nothing to resume)")
+    env_id, policy, seed = info["env_id"], info["policy"], info["seed"]
+    with user_input(f"--resume {run_dir}: config.json"):
+        check_env_import(env_id, args.allow_import, f"{os.path.join(run_dir, 'config.json')!r}")
+        config = PPOConfig.from_dict(info["config"])
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"bad seed {seed!r}")
+    _check_resume_flags(args, run_dir, info, info)
+    total = args.total_timesteps if args.total_timesteps is not None else int(info["total_timesteps"])
+    _probe_env(env_id)
+    vectorization = info.get("vectorization", "sync")
+    kwargs = {"seed": seed}
+    if vectorization != "sync":
+        kwargs["vectorization"] = vectorization
+    with _building(f"cannot train {policy} on {env_id}"):
+        trainer = trainer_class(policy)(env_id, config, **kwargs)
+    run_info = {key: info[key] for key in ("trainer", "policy", "env_id", "seed", "vectorization",
+                                           "preset", "config", "argv") if key in info}
+    run_info.update(total_timesteps=total, restart_argv=[args.argv])
+    print(f"ppo-ref: {run_dir} has no checkpoint (no update was saved): starting its run from "
+          f"scratch with its saved settings ({policy} on {env_id}, seed {seed}) for {total} steps")
+    _rollout_note(config, 0, total)
+    return trainer, run_dir, run_info, None, total
+
+
+def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
+    """``(trainer, run_dir, run_info, None, total)`` for a new run, or the --async exit code.
+    The run directory is locked (on ``hold``) as it is created and checked again under the
+    lock (another process may have started a run there meanwhile)."""
     from ppo_ref.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
     policy = args.policy or "mlp"
@@ -482,6 +645,8 @@ def _train_new(args: argparse.Namespace):
     with user_input():
         config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     if args.run_dir is not None:
+        if os.path.isdir(args.run_dir):  # lock it now: a busy directory is reported as such
+            hold.enter_context(run_dir_lock(args.run_dir))
         _check_fresh_run_dir(args.run_dir)
     _probe_env(env_id)
     if args.use_async:
@@ -489,18 +654,21 @@ def _train_new(args: argparse.Namespace):
         args.num_actors = 4 if args.num_actors is None else args.num_actors
         args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
         entry = _import(ASYNC_ENTRY)
-        run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, "async", seed))
+        with user_input("cannot create the run directory"):
+            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, "async", seed))
+        _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
         return int(entry(args, config, run_dir))
     cls = trainer_class(policy)
     vectorization = args.vectorization or "sync"
     kwargs = {"seed": seed}
     if vectorization != "sync":
         kwargs["vectorization"] = vectorization
-    with user_input(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
+    with _building(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
         trainer = cls(env_id, config, **kwargs)
     try:
         with user_input("cannot create the run directory"):
             run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, policy, seed))
+        _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
     except BaseException:
         _close(trainer)
         raise
@@ -513,6 +681,16 @@ def _train_new(args: argparse.Namespace):
     return trainer, run_dir, run_info, None, total
 
 
+def _lock_new_run_dir(run_dir: str, given: bool, hold: contextlib.ExitStack) -> None:
+    """Lock a new run's directory (unless already held) and, for a ``--run-dir`` the user gave,
+    check again under the lock that it holds no run."""
+    held = os.path.realpath(os.path.join(run_dir, LOCK_FILE))
+    if held not in _HELD_LOCKS:
+        hold.enter_context(run_dir_lock(run_dir))
+    if given:
+        _check_fresh_run_dir(run_dir)
+
+
 def _close(trainer) -> None:
     close = getattr(trainer, "close", None)
     if close is not None:
@@ -522,18 +700,19 @@ def _close(trainer) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     from ppo_ref.runlog import RunLogger
     _check_train_flags(args)
-    started = _train_resume(args) if args.resume else _train_new(args)
-    if isinstance(started, int):
-        return started
-    trainer, run_dir, run_info, resume_from, total = started
-    try:
-        with user_input(f"cannot write the run directory {run_dir}"):
-            logger = RunLogger(run_dir, run_info, resume_from=resume_from,
-                               progress_every=args.progress_every,
-                               checkpoint_every=args.checkpoint_every, quiet=args.quiet)
-        return run_training(trainer, logger, total)
-    finally:
-        _close(trainer)
+    with contextlib.ExitStack() as hold:  # the run directory's lock, held for the whole run
+        started = _train_resume(args, hold) if args.resume else _train_new(args, hold)
+        if isinstance(started, int):
+            return started
+        trainer, run_dir, run_info, resume_from, total = started
+        try:
+            with user_input(f"cannot write the run directory {run_dir}"):
+                logger = RunLogger(run_dir, run_info, resume_from=resume_from,
+                                   progress_every=args.progress_every,
+                                   checkpoint_every=args.checkpoint_every, quiet=args.quiet)
+            return run_training(trainer, logger, total)
+        finally:
+            _close(trainer)
 
 
 # -- eval -------------------------------------------------------------------------------------
@@ -543,6 +722,9 @@ def _configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--episodes", type=int, default=10, help="number of episodes (>= 1)")
     p.add_argument("--deterministic", action="store_true", help="act with the mode (argmax / mean)")
     p.add_argument("--seed", type=int, default=10_000, help="episode i is reset with seed + i")
+    p.add_argument("--allow-import", action="store_true",
+                   help="let a checkpoint's env id of the form module:EnvId import (run) its "
+                        "Python module; without it such a checkpoint is refused")
 
 
 def _checkpoint_path(path: str) -> str:
@@ -551,17 +733,18 @@ def _checkpoint_path(path: str) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
-    from ppo_ref.checkpoint import load_checkpoint
+    from ppo_ref.checkpoint import check_env_import, load_checkpoint
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     path = _checkpoint_path(args.run_dir)
     with user_input():
         _, meta = load_checkpoint(path)
+        check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
     cls = _trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
         _probe_env(meta["env_id"])
-    with user_input(f"cannot load {path}"):
-        trainer = cls.load(path)
+    with _building(f"cannot load {path}"):
+        trainer = cls.load(path, allow_import=args.allow_import)
     try:
         returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)
     finally:

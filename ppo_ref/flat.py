@@ -5,10 +5,9 @@ dicts. A :class:`FlatArrays` *is* such a dict (a ``dict`` subclass: every functi
 a dict takes it), whose values are views into one 1-D buffer ``flat``. Functions that see one
 can work on the whole buffer in a single pass instead of one pass per array:
 
-* :func:`ppo_ref.optim.adam_update` runs one fused Adam kernel over ``flat`` (same
-  element-wise arithmetic, so the same bits as the per-array loop);
-* :func:`ppo_ref.optim.clip_by_global_norm` computes the per-array sums of squares in one
-  kernel call (same order, same bits) and scales ``flat`` once;
+* the fast update's step (:func:`ppo_ref.optim.clipped_adam_step`) computes the global norm
+  and runs one fused, in-place clipped-Adam kernel over ``flat`` (the spec's Adam element
+  arithmetic, see :mod:`ppo_ref.spec.optim`);
 * the MLP policy (:mod:`ppo_ref.policies`) lays the two towers' first layers side by side, so
   ``pi.w0`` and ``vf.w0`` form one ``[2H, obs_dim]`` matrix and the first layer of both towers
   is one matrix product; its backward writes gradients straight into a new buffer.
@@ -17,8 +16,9 @@ The *layout* (:class:`FlatLayout`) lists, in the dict's key order, each key's of
 in the buffer; offsets need not follow key order (that is how adjacent first layers are made).
 Two ``FlatArrays`` are compatible when their layouts are equal. The fast paths check that the
 dict still holds exactly the views it was built with (:meth:`FlatArrays.intact`): replacing an
-entry (``d[k] = other``) silently turns a ``FlatArrays`` back into an ordinary dict for these
-functions, which then take their general per-array path. Writing *into* a view
+entry (``d[k] = other``) turns a ``FlatArrays`` back into an ordinary dict for these
+functions (the fast update then raises ``ValueError``; the policies take their general
+per-array path). Writing *into* a view
 (``d[k][...] = x``) writes the buffer, as for any view.
 """
 from __future__ import annotations

@@ -24,14 +24,15 @@ Parameters are one flat dict of float64 arrays: the network keys (``pi.*``, ``vf
 every method takes ``params`` explicitly, so a trainer, a learner and an actor can share one
 policy object.
 
-Speed: :meth:`MLPPolicy.init_params` returns the dict as a :class:`~ppo_ref.flat.FlatArrays`
-(views into one buffer, the two towers' first layers side by side). With such parameters
-:meth:`MLPPolicy.evaluate`/:meth:`MLPPolicy.backward` take a fused path (one product for both
-first layers, compiled passes for the head and the activation derivatives, gradients written
-into one new buffer) and :mod:`ppo_ref.optim` updates the whole buffer at once. Any other
-dict takes the checked per-array path; both give the same results up to rounding (tested).
-``config.compute_dtype="float32"`` runs the fused passes (and acting) in float32 as torch does;
-parameters, gradients as returned, losses and Adam stay float64.
+Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
+:class:`~ppo_ref.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
+views into one float64 buffer, which :mod:`ppo_ref.optim` updates at once), and every pass
+(acting, values, evaluate, backward) runs the compiled towers of
+:func:`ppo_ref.nn.actor_critic.flat_forward` / :func:`~ppo_ref.nn.actor_critic.flat_backward`:
+fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
+other rows of the call nor on BLAS or the machine (the rollout's stored log-probabilities and
+every minibatch's agree bit for bit). ``config.compute_dtype="float32"`` runs those passes in
+float32 as torch does; parameters, gradients as returned, losses and Adam stay float64.
 """
 from __future__ import annotations
 
@@ -42,9 +43,10 @@ import numpy as np
 
 from ppo_ref._numba import njit
 from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward, value_forward
-from ppo_ref.nn.actor_critic import (actor_critic_init, fused_backward, fused_forward,
-                                     fused_layout)
+from ppo_ref.nn.lstm import _all_finite
+from ppo_ref import _workspace as workspace
+from ppo_ref.nn.actor_critic import (FlatCache, FlatNet, actor_critic_init, flat_backward,
+                                     flat_forward, flat_net)
 from ppo_ref.nn.distributions import (
     _categorical_backward_kernel, _categorical_eval_kernel, categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
@@ -274,13 +276,19 @@ class PolicyEval(NamedTuple):
     cache: Any
 
 
-class _FusedPolicyCache(NamedTuple):
-    """Cache of the fast path of :meth:`MLPPolicy.evaluate`: ``policy_out``, ``actions``, the
-    network's :class:`~ppo_ref.nn.actor_critic.FusedCache`, and (categorical head) the
-    probabilities and entropies for the backward (``None`` otherwise)."""
+class _MLPCache(NamedTuple):
+    """Cache of :meth:`MLPPolicy.evaluate`: the parameters' layout, its
+    :class:`~ppo_ref.nn.actor_critic.FlatNet` and
+    the parameter buffer the pass used (compute dtype), the network's
+    :class:`~ppo_ref.nn.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
+    and (categorical head) the probabilities and entropies for the backward (``None``
+    otherwise)."""
+    layout: FlatLayout
+    net: FlatNet
+    flat: np.ndarray
+    net_cache: FlatCache
     out: np.ndarray
     actions: np.ndarray
-    net_cache: Any
     probs: Any
     entropy: Any
 
@@ -328,13 +336,30 @@ class PolicyBase:
 
 
 class MLPPolicy(PolicyBase):
-    """Feedforward actor-critic policy: :func:`actor_critic_forward` + a distribution head.
+    """Feedforward actor-critic policy (compiled tier): the network of
+    :mod:`ppo_ref.nn.actor_critic` + a distribution head.
+
+    Every method runs the network by :func:`ppo_ref.nn.actor_critic.flat_forward` /
+    :func:`~ppo_ref.nn.actor_critic.flat_backward` on the parameter buffer: equal to
+    ``ppo_ref.spec.networks.actor_critic_forward`` within rtol 1e-12 and
+    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each
+    gradient array's largest entry) in float64 (the same math as
+    :func:`~ppo_ref.nn.actor_critic.actor_critic_forward`/``backward``); in a summation order
+    fixed by the code, so per-row results are the same bits whatever the batch, BLAS or
+    machine. With ``config.compute_dtype="float32"`` the network runs in float32 (parameters
+    and observations rounded to float32 once per call).
+
+    ``params`` must be a :class:`~ppo_ref.flat.FlatArrays` holding exactly this policy's
+    arrays (:meth:`init_params`, or :meth:`as_flat` of a parameter dict); every method checks
+    its arguments once per call and raises ``ValueError`` naming the argument (a plain dict
+    is refused: convert it with :meth:`as_flat`).
 
     Args:
         observation_space: a gymnasium Box (flattened).
         action_space: gymnasium Discrete or 1-d Box.
         config: a :class:`~ppo_ref.config.PPOConfig` (``net_arch``, ``activation``,
-            ``shared_trunk``, ``policy_head_gain``, ``value_head_gain``, ``log_std_init``).
+            ``shared_trunk``, ``policy_head_gain``, ``value_head_gain``, ``log_std_init``,
+            ``compute_dtype``).
 
     Raises:
         ValueError: unsupported observation or action space.
@@ -343,11 +368,12 @@ class MLPPolicy(PolicyBase):
     def __init__(self, observation_space, action_space, config):
         super().__init__(observation_space, action_space, config)
         self.shared_trunk = bool(config.shared_trunk)
-        self._fused_checked = None  # the last FlatLayout verified for the fused path
         self.compute_dtype = np.dtype(getattr(config, "compute_dtype", "float64"))
+        self._relu = self.activation == "relu"
+        self._checked = None  # (layout, FlatNet) of the last parameters checked
 
     # -- parameters ---------------------------------------------------------------------------
-    def init_params(self, rng: np.random.Generator) -> Params:
+    def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params,
         as a :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
         c = self.config
@@ -358,184 +384,255 @@ class MLPPolicy(PolicyBase):
         return self.as_flat(params)
 
     def flat_layout(self, params: Mapping[str, np.ndarray]) -> FlatLayout:
-        """The one-buffer layout of this policy's parameters: :func:`fused_layout` (the two
-        towers' first layers side by side) when it applies, else the keys in order."""
-        layout = None if self.shared_trunk else fused_layout(params)
-        if layout is None:
-            layout = FlatLayout.in_order([(k, np.shape(v)) for k, v in params.items()])
-        return layout
+        """The one-buffer layout of this policy's parameters: the keys in their order."""
+        return FlatLayout.in_order([(k, np.shape(v)) for k, v in params.items()])
 
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """A copy of a parameter-shaped dict (parameters, gradients, Adam moments) as a
-        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout`, float64: the layout the
-        fast paths of :meth:`evaluate`/:meth:`backward` and of :mod:`ppo_ref.optim` read.
-        Values and key order are unchanged."""
+        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
+        of this policy and the one-buffer path of :mod:`ppo_ref.optim` read. Values and key
+        order are unchanged."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
-
-    def _fused(self, params) -> bool:
-        """Whether ``params`` can take the fused path (intact FlatArrays in the fused layout)."""
-        if not is_flat(params) or self.shared_trunk or params.flat.dtype != np.float64:
-            return False
-        layout = params.layout
-        if layout is self._fused_checked:
-            return True
-        ok = layout == fused_layout(params)
-        if ok:  # parse and check the towers once per layout (widths chain, keys complete)
-            from ppo_ref.nn.actor_critic import _structure
-            _structure(self._net(params), False)
-            self._fused_checked = layout
-        return ok
 
     def _net(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         if not self._head_keys:
             return params
         return {k: v for k, v in params.items() if k not in self._head_keys}
 
-    def flatten_obs(self, obs) -> np.ndarray:
-        """``[B, *obs_shape]`` -> float64 ``[B, obs_dim]`` (shape checked by the network)."""
-        obs = np.asarray(obs, dtype=np.float64)
-        return obs.reshape(obs.shape[0], -1) if obs.ndim != 2 else obs
+    def _check_params(self, params) -> FlatNet:
+        """The :class:`~ppo_ref.nn.actor_critic.FlatNet` of ``params`` (structure checked once
+        per layout), after checking that they are an intact float64 FlatArrays of this
+        policy's arrays with finite entries; ``ValueError`` naming ``params`` otherwise."""
+        if type(params) is FlatArrays and not params.intact():
+            raise ValueError("params is a FlatArrays whose entries are no longer all views of "
+                             "its buffer (an entry was replaced or removed); update entries in "
+                             "place (params[k][...] = v) or rebuild with policy.as_flat(params)")
+        if not is_flat(params):
+            raise ValueError(f"params must be a FlatArrays (one float64 buffer) as "
+                             f"MLPPolicy.init_params returns, got {type(params).__name__}; "
+                             f"convert a parameter dict with policy.as_flat(params)")
+        if params.flat.dtype != np.float64:
+            raise ValueError(f"params must be float64, got {params.flat.dtype}")
+        checked = self._checked
+        if checked is None or (params.layout is not checked[0] and params.layout != checked[0]):
+            net = flat_net(self._net(params), params.layout, self.shared_trunk)
+            if net.obs_dim != self.obs_dim:
+                raise ValueError(f"params take observations of size {net.obs_dim}, the "
+                                 f"observation space has {self.obs_dim}")
+            if net.policy_out_dim != self.head.out_dim:
+                raise ValueError(f"params give {net.policy_out_dim} policy outputs, the action "
+                                 f"space needs {self.head.out_dim}")
+            for k, v in self.head.init_params().items():
+                if k not in params or np.shape(params[k]) != v.shape:
+                    raise ValueError(f"params[{k!r}] must have shape {v.shape}")
+            checked = self._checked = (params.layout, net)
+        if not _all_finite(params.flat):
+            bad = next(k for k, v in params.items() if not np.isfinite(v).all())
+            raise ValueError(f"params[{bad!r}] must be finite")
+        return checked[1]
+
+    def _compute_flat(self, params: FlatArrays) -> np.ndarray:
+        """The parameter buffer in the compute dtype (the caller's own for float64)."""
+        if self.compute_dtype == np.float64:
+            return params.flat
+        return params.flat.astype(self.compute_dtype)
+
+    def _check_obs(self, obs) -> np.ndarray:
+        """``obs`` ``[B, *obs_shape]`` or ``[B, obs_dim]`` (B >= 1), finite, as a C-contiguous
+        ``[B, obs_dim]`` array in the compute dtype; ``ValueError`` naming ``obs`` otherwise."""
+        try:
+            x = np.asarray(obs, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"obs must be a real array, got {type(obs).__name__}") from None
+        if x.ndim == len(self.obs_shape) + 1 and x.shape[1:] == self.obs_shape:
+            x = x.reshape(x.shape[0], self.obs_dim)
+        elif not (x.ndim == 2 and x.shape[1] == self.obs_dim):
+            raise ValueError(f"obs must have shape [B, *{self.obs_shape}] or [B, {self.obs_dim}], "
+                             f"got {x.shape}")
+        if x.shape[0] < 1:
+            raise ValueError("obs must have at least one row")
+        x = np.ascontiguousarray(x)
+        if not _all_finite(x):
+            raise ValueError(f"obs must be finite; row {int(np.argmin(np.isfinite(x).all(axis=1)))} "
+                             f"is not")
+        if self.compute_dtype != np.float64:
+            x = x.astype(self.compute_dtype)
+        return x
+
+    def _check_actions(self, actions, rows: int) -> np.ndarray:
+        """Categorical: ``actions`` an integer array ``[rows]`` in ``[0, n)``, as int64;
+        Gaussian: a finite real array ``[rows, A]``, as float64. ``ValueError`` otherwise."""
+        head = self.head
+        a = np.asarray(actions)
+        want = (rows,) + head.action_shape
+        if a.shape != want:
+            raise ValueError(f"actions must have shape {want} (one per row of obs), got {a.shape}")
+        if head.kind == "categorical":
+            if not np.issubdtype(a.dtype, np.integer):
+                raise ValueError(f"actions must be integers, got dtype {a.dtype}")
+            a = np.ascontiguousarray(a, dtype=np.int64)
+            if a.min() < 0 or a.max() >= head.n_actions:
+                raise ValueError(f"actions must be in [0, {head.n_actions}), got values in "
+                                 f"[{a.min()}, {a.max()}]")
+            return a
+        try:
+            a = np.ascontiguousarray(a, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"actions must be real, got dtype {a.dtype}") from None
+        if not _all_finite(a):
+            raise ValueError("actions must be finite")
+        return a
+
+    def _head_eval(self, out, params, actions, with_entropy: bool):
+        """``(log_probs [B], entropy [B] or None, probs or None)`` of ``actions`` under the
+        head on ``policy_out = out``: the categorical head by one compiled pass
+        (:func:`~ppo_ref.nn.distributions._categorical_eval_kernel`, whose probabilities and
+        entropies the backward reads), the Gaussian by its own methods."""
+        if self.head.kind == "categorical":
+            n = out.shape[0]
+            log_probs, entropy, probs = np.empty(n), np.empty(n), np.empty(out.shape)
+            if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
+                raise ValueError("params give non-finite logits for obs (overflow)")
+            return log_probs, entropy, probs
+        log_probs = self.head.log_prob(out, params, actions)
+        entropy = self.head.entropy(out, params) if with_entropy else None
+        return log_probs, entropy, None
 
     # -- acting -------------------------------------------------------------------------------
     def policy_out_fn(self, params):
-        """A fast ``obs [B, obs_dim] float64 -> policy_out [B, P]`` for acting with fixed params.
+        """``forward(obs) -> policy_out [B, P]`` for acting with fixed parameters (one rollout).
 
-        The parameters are checked once here (:func:`ppo_ref.nn.actor_critic._structure`) and
-        each call then runs only the policy tower (with a shared trunk: trunk + policy head)
-        through the network's own unchecked forward, skipping per-call validation and the value
-        tower (the rollout records values from one batched pass at its end). Same arithmetic as
-        :func:`actor_critic_forward`. ``obs`` must already be a finite float64 2-D array.
+        ``params`` are checked and copied (cast to the compute dtype) once here; each call
+        checks ``obs`` (as :meth:`evaluate`) and runs the policy tower (with a shared trunk:
+        trunk + policy head) only, with the arithmetic of :meth:`evaluate`, so a row's output
+        is bit for bit the one :meth:`evaluate` computes for it. ``policy_out`` is in the
+        compute dtype.
         """
-        from ppo_ref.nn.actor_critic import _structure
-        from ppo_ref.nn.mlp import _mlp_forward_2d
-        trunk, pi, _ = _structure(self._net(params), self.shared_trunk)
-        activation = self.activation
-        if trunk is None:
-            if self.compute_dtype != np.float64 and self._fused(params):
-                # the arithmetic of the fused training pass (float32), so the behaviour policy
-                # is the one whose log-probabilities the rollout records
-                dt = self.compute_dtype
-                pi32 = [(w.astype(dt), b.astype(dt)) for w, b in pi]
+        net = self._check_params(params)
+        flat = np.array(self._compute_flat(params), copy=True)
+        relu = self._relu
+        check_obs = self._check_obs
 
-                def forward32(obs):
-                    return _mlp_forward_2d(pi32, obs.astype(dt), activation)[0]
-                return forward32
-
-            def forward(obs):
-                return _mlp_forward_2d(pi, obs, activation)[0]
-            return forward
-        relu = activation == "relu"
-
-        def forward_shared(obs):
-            z = _mlp_forward_2d(trunk, obs, activation)[0]
-            if relu:
-                np.maximum(z, 0.0, out=z)
-            else:
-                np.tanh(z, out=z)
-            return _mlp_forward_2d(pi, z, activation)[0]
-        return forward_shared
+        def forward(obs):
+            return flat_forward(net, flat, check_obs(obs), relu, value=False)[0]
+        return forward
 
     def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for a batch of observations ``[B, ...]``.
 
         Returns ``(actions, values, log_probs)``: actions int64 ``[B]`` or raw float64
-        ``[B, A]``; ``values = V(obs)`` ``[B]``; ``log_probs`` of the sampled actions ``[B]``.
+        ``[B, A]``; ``values = V(obs)`` ``[B]``; ``log_probs`` of the sampled actions ``[B]``
+        (float64): per row the bits :meth:`evaluate` gives.
+
+        Raises:
+            ValueError: bad ``params`` or ``obs`` (see :meth:`evaluate`).
         """
-        out, values, _ = actor_critic_forward(self._net(params), self.flatten_obs(obs),
-                                              self.activation, self.shared_trunk)
+        net = self._check_params(params)
+        out, values, _ = flat_forward(net, self._compute_flat(params), self._check_obs(obs),
+                                      self._relu)
         actions = self.head.sample(rng, out, params)
-        return actions, values, self.head.log_prob(out, params, actions)
+        log_probs = self._head_eval(out, params, actions, False)[0]
+        return actions, values.astype(np.float64), log_probs
 
     def predict(self, params, obs, rng=None, deterministic: bool = False) -> np.ndarray:
         """Actions for ``obs`` ``[B, ...]`` as the environment receives them (Gaussian: clipped).
 
         ``deterministic=True`` takes the mode (argmax / mean); otherwise ``rng`` is required.
         """
-        out, _, _ = actor_critic_forward(self._net(params), self.flatten_obs(obs),
-                                         self.activation, self.shared_trunk)
+        if not deterministic and rng is None:
+            raise ValueError("rng is required when deterministic=False")
+        out = self.policy_out_fn(params)(obs)
         if deterministic:
             actions = self.head.mode(out, params)
         else:
-            if rng is None:
-                raise ValueError("rng is required when deterministic=False")
             actions = self.head.sample(rng, out, params)
         return self.head.to_env(actions)
 
     def values(self, params, obs) -> np.ndarray:
-        """``V(obs)`` ``[B]`` float64 (value tower only; for bootstrapping)."""
-        return value_forward(self._net(params), self.flatten_obs(obs), self.activation,
-                             self.shared_trunk)
+        """``V(obs)`` ``[B]`` float64 (value tower only; for bootstrapping): per row the bits
+        :meth:`evaluate` gives."""
+        net = self._check_params(params)
+        values = flat_forward(net, self._compute_flat(params), self._check_obs(obs),
+                              self._relu, policy=False)[1]
+        return values.astype(np.float64)
 
     # -- training -----------------------------------------------------------------------------
     def evaluate(self, params, obs, actions) -> PolicyEval:
         """Log-probs of given ``actions``, entropies and values under ``params``, plus a cache.
 
-        Fast path (same equations, fewer and larger array operations): ``params`` an intact
-        :class:`~ppo_ref.flat.FlatArrays` in the fused layout (:meth:`init_params` makes one),
-        ``obs`` a finite float64 ``[B, obs_dim]`` array and, for a categorical head, int64
-        actions in range: both towers' first layers in one product
-        (:func:`~ppo_ref.nn.actor_critic.fused_forward`) and one compiled pass for the
-        log-probabilities, entropies and probabilities. Anything else takes the checked path.
-        """
-        if self._fused(params):
-            x = self.flatten_obs(obs)
-            if (x.ndim == 2 and x.shape[1] == self.obs_dim and x.flags.c_contiguous
-                    and _all_finite_1d(x.reshape(-1))):
-                out, values, net_cache = fused_forward(params, x, self.activation,
-                                                       self.compute_dtype)
-                values = values.astype(np.float64, copy=False)
-                if self.head.kind == "categorical":
-                    a = actions
-                    if (type(a) is np.ndarray and a.dtype == np.int64
-                            and a.shape == (x.shape[0],) and a.size):  # range: in the kernel
-                        n = x.shape[0]
-                        log_probs = np.empty(n)
-                        entropy = np.empty(n)
-                        probs = np.empty(out.shape)
-                        if _categorical_eval_kernel(out, a, log_probs, entropy, probs):
-                            return PolicyEval(log_probs, entropy, values, _FusedPolicyCache(
-                                out, a, net_cache, probs, entropy))
-                else:
-                    log_probs = self.head.log_prob(out, params, actions)
-                    entropy = self.head.entropy(out, params)
-                    return PolicyEval(log_probs, entropy, values, _FusedPolicyCache(
-                        out, actions, net_cache, None, None))
-        out, values, cache = actor_critic_forward(self._net(params), self.flatten_obs(obs),
-                                                  self.activation, self.shared_trunk)
-        log_probs = self.head.log_prob(out, params, actions)
-        entropy = self.head.entropy(out, params)
-        return PolicyEval(log_probs, entropy, values, (out, actions, cache))
+        Args:
+            params: this policy's FlatArrays (:meth:`init_params` / :meth:`as_flat`), finite.
+            obs: ``[B, *obs_shape]`` or ``[B, obs_dim]`` real, finite, B >= 1.
+            actions: categorical: integers ``[B]`` in ``[0, n)``; Gaussian: finite reals
+                ``[B, A]`` (raw samples).
 
-    def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> Params:
-        """Gradients (same keys as ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
-        entropy + d_values * values)`` for the rows of the :meth:`evaluate` call that made
-        ``cache``. After the fast path of :meth:`evaluate` the gradients are a
-        :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params``."""
-        if isinstance(cache, _FusedPolicyCache):
-            if not self._fused(params):
-                raise ValueError("cache was made by the fast path of evaluate; params must be "
-                                 "the FlatArrays given to it")
-            out, actions, net_cache, probs, entropy = cache
-            n = out.shape[0]
-            d_lp = _finite_grad(d_log_probs, "d_log_probs", (n,))
-            d_v = _finite_grad(d_values, "d_values", (n,))
-            if probs is not None:
-                d_out = np.empty_like(out)
-                use_ent = d_entropy is not None
-                d_ent = _finite_grad(d_entropy, "d_entropy", (n,)) if use_ent else d_lp
-                _categorical_backward_kernel(probs, actions, entropy, d_lp, d_ent, use_ent, d_out)
-                head_grads = {}
-            else:
-                d_out, head_grads = self.head.backward(out, params, actions, d_lp, d_entropy)
-            grads = fused_backward(params, net_cache, d_out, d_v)
-            for k, g in head_grads.items():
-                grads[k][...] = g
-            return grads
-        out, actions, net_cache = cache
-        d_out, head_grads = self.head.backward(out, params, actions, d_log_probs, d_entropy)
-        grads = actor_critic_backward(self._net(params), net_cache, d_out,
-                                      np.asarray(d_values, dtype=np.float64))
-        grads.update(head_grads)
+        Returns:
+            :class:`PolicyEval`: ``log_probs``, ``entropy``, ``values`` float64 ``[B]`` (per
+            row independent of the other rows, bit for bit) and the cache of :meth:`backward`.
+
+        Raises:
+            ValueError: an argument of the wrong kind, shape or range (named), or parameters
+                that overflow the logits.
+        """
+        net = self._check_params(params)
+        x = self._check_obs(obs)
+        a = self._check_actions(actions, x.shape[0])
+        flat = self._compute_flat(params)
+        out, values, net_cache = flat_forward(net, flat, x, self._relu)
+        log_probs, entropy, probs = self._head_eval(out, params, a, True)
+        cache = _MLPCache(params.layout, net, flat, net_cache, out, a, probs,
+                          entropy if probs is not None else None)
+        return PolicyEval(log_probs, entropy, values.astype(np.float64, copy=False), cache)
+
+    def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
+        """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *
+        values)`` for the rows of the :meth:`evaluate` call that made ``cache``, as a new
+        float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (same keys).
+
+        Args:
+            params: the parameters given to :meth:`evaluate` (unchanged since).
+            cache: its :class:`PolicyEval` ``cache``.
+            d_log_probs, d_values: finite ``[B]``; d_entropy: finite ``[B]`` or ``None`` (0).
+
+        Raises:
+            ValueError: a cache not made by :meth:`evaluate` of this policy with parameters of
+                this layout, or upstream gradients of the wrong shape or non-finite (named).
+        """
+        if not isinstance(cache, _MLPCache):
+            raise ValueError(f"cache must be the cache of MLPPolicy.evaluate, got "
+                             f"{type(cache).__name__}")
+        self._check_params(params)
+        net = cache.net
+        if params.layout is not cache.layout and params.layout != cache.layout:
+            raise ValueError("params must be in the layout of the params given to evaluate "
+                             "(cache was made with another)")
+        out = cache.out
+        n = out.shape[0]
+        d_lp = _finite_grad(d_log_probs, "d_log_probs", (n,))
+        d_v = _finite_grad(d_values, "d_values", (n,))
+        d_ent = None if d_entropy is None else _finite_grad(d_entropy, "d_entropy", (n,))
+        flat = cache.flat
+        dt = flat.dtype
+        if cache.probs is not None:
+            d_out = np.empty_like(out)
+            _categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
+                                         d_lp if d_ent is None else d_ent, d_ent is not None,
+                                         d_out)
+            head_grads = {}
+        else:
+            d_out, head_grads = self.head.backward(out, params, cache.actions, d_lp, d_ent)
+            d_out = np.ascontiguousarray(d_out, dtype=dt)
+        layout = params.layout
+        if dt == np.float64:
+            g = np.empty(layout.size)
+        else:  # float32 gradients in a reused buffer, widened into a new float64 one
+            g = workspace.empty("mlp_policy.grads", (layout.size,), dt)
+        flat_backward(net, flat, cache.net_cache, d_out, d_v.astype(dt, copy=False), self._relu, g)
+        if dt != np.float64:
+            g = g.astype(np.float64)
+        grads = FlatArrays.from_buffer(g, layout)
+        for k, v in head_grads.items():
+            grads[k][...] = v
         return grads
 
 

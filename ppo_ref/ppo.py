@@ -30,8 +30,9 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ppo_ref.checkpoint import (array_to_json, generator_state, json_to_array, load_checkpoint,
-                                save_checkpoint, set_generator_state)
+from ppo_ref.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
+                                json_to_array, load_checkpoint, save_checkpoint,
+                                set_generator_state)
 from ppo_ref.config import PPOConfig
 from ppo_ref.kernels import gae
 from ppo_ref.losses import explained_variance
@@ -39,6 +40,7 @@ from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_array
 from ppo_ref.policies import make_mlp_policy
 from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
+from ppo_ref.spec import update as spec_update
 from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
                             batch_advantages, run_epochs,
                             shuffled_minibatch_indices)
@@ -90,6 +92,66 @@ def _check_total_timesteps(value) -> int:
     if not 0 <= total <= MAX_TOTAL_TIMESTEPS:
         raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
     return total
+
+
+# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
+# +-inf); every other float array of a state must be finite.
+_NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
+# arrays of variances (>= 0) and sample counts (> 0) of the state
+_NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var", "collector/episode_length")
+_POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
+# what a crafted state record can make the restore raise besides ValueError
+_RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
+                   RecursionError, MemoryError, NotImplementedError)
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _check_counter(state: Dict[str, Any], key: str) -> int:
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"state_json[{key!r}] must be a non-negative integer, got {value!r}")
+    return value
+
+
+def vet_state_arrays(expected: Dict[str, np.ndarray], arrays: Dict[str, np.ndarray]) -> None:
+    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the state whose
+    fresh counterpart is ``expected`` (:meth:`PPOTrainer.state_arrays` of a trainer built with
+    the same settings): the same names; every array with the dtype and shape of its counterpart
+    (``recent_returns``: 1-d float64 of at most ``RECENT_EPISODES``; ``state_json``: 1-d uint8);
+    parameters, Adam moments, LSTM states, observations and normalization statistics finite;
+    second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the episode
+    accumulators and ``recent_returns`` free of NaN."""
+    missing = sorted(set(expected) - set(arrays))
+    extra = sorted(set(arrays) - set(expected))
+    if missing:
+        raise ValueError(f"entries {missing} are missing")
+    if extra:
+        raise ValueError(f"entries {extra} are not part of this trainer's state")
+    for key, want in expected.items():
+        got = arrays[key]
+        if key == "recent_returns":
+            ok = got.dtype == np.float64 and got.ndim == 1 and got.shape[0] <= RECENT_EPISODES
+            want_text = f"float64 (n,) with n <= {RECENT_EPISODES}"
+        elif key == "state_json":
+            ok = got.dtype == np.uint8 and got.ndim == 1
+            want_text = "uint8 (n,)"
+        else:
+            ok = got.dtype == want.dtype and got.shape == want.shape
+            want_text = f"{want.dtype} {want.shape}"
+        if not ok:
+            raise ValueError(f"entry {key!r} is {got.dtype} {got.shape}, expected {want_text}")
+        if got.dtype.kind == "f":
+            bad = np.isnan(got) if key in _NAN_FREE_ONLY else ~np.isfinite(got)
+            if bad.any():
+                raise ValueError(f"entry {key!r} holds {int(bad.sum())} non-finite value(s)")
+        if key.startswith(_NON_NEGATIVE) and (got < 0).any():
+            raise ValueError(f"entry {key!r} holds negative values (a variance, second moment "
+                             "or length is >= 0)")
+        if key.startswith(_POSITIVE) and not (got > 0).all():
+            raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
 
 
 def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
@@ -213,7 +275,8 @@ class PPOTrainer:
         return gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
                    rollout.last_values, rollout.final_values, gamma=c.gamma,
                    gae_lambda=c.gae_lambda, truncation=c.truncation,
-                   bootstrap_terminal_last_row=c.bootstrap_terminal_last_row)
+                   bootstrap_terminal_last_row=c.bootstrap_terminal_last_row,
+                   backend=c.backend)
 
     def current_learning_rate(self) -> float:
         """Learning rate at the current ``progress_remaining``."""
@@ -224,7 +287,8 @@ class PPOTrainer:
         return self.config.clip_range_at(self.progress_remaining)
 
     def train_on(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray) -> Dict[str, float]:
-        """The epochs of one PPO update on a rollout (``update.run_epochs``).
+        """The epochs of one PPO update on a rollout (``run_epochs`` of the ``config.backend``
+        tier: :func:`ppo_ref.spec.update.run_epochs` or the compiled :func:`ppo_ref.update.run_epochs`).
 
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
         in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks (without a
@@ -245,7 +309,25 @@ class PPOTrainer:
         ret = np.asarray(returns, dtype=np.float64).reshape(B)
         rng = self.minibatch_rng
         bs = c.batch_size
-        # Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
+        policy = self.policy
+
+        def evaluate(params, data):
+            ev = policy.evaluate(params, data[0], data[1])
+            return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+        if c.backend == "spec":  # the readable tier: one permutation per epoch, plain dicts
+            def row_minibatches(epoch: int):
+                for rows in spec_update.row_minibatches(rng, B, bs):
+                    yield Minibatch(old_log_probs[rows], adv[rows], ret[rows], old_values[rows],
+                                    (obs[rows], actions[rows]))
+
+            self.params, self.adam_state, stats = spec_update.run_epochs(
+                self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
+                clip_range=self.current_clip_range(), minibatches=row_minibatches,
+                evaluate=evaluate, backward=policy.backward)
+            stats["explained_variance"] = explained_variance(old_values, ret)
+            return stats
+        # The fast tier. Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
         # draws as one permutation per epoch) and gather each array once for all epochs; the
         # minibatches are then contiguous slices of the gathered arrays (the same values).
         # Anything but a numpy Generator (a test harness injecting permutations) is only asked
@@ -271,12 +353,6 @@ class PPOTrainer:
             if gathered is None:
                 gathered = blocks(_epoch_permutations(rng, B, int(c.n_epochs)))
             yield from gathered[epoch]
-
-        policy = self.policy
-
-        def evaluate(params, data):
-            ev = policy.evaluate(params, data[0], data[1])
-            return ev.log_probs, ev.entropy, ev.values, ev.cache
 
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
@@ -413,18 +489,29 @@ class PPOTrainer:
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
-        number of envs). Raises ``ValueError`` on a mismatch (parameter keys or shapes, number
-        of envs, missing entries)."""
+        number of envs).
+
+        The snapshot is vetted first against this trainer's own :meth:`state_arrays` (see
+        :func:`vet_state_arrays`: names, dtypes, shapes, finite values, non-negative second
+        moments) and its JSON record (non-negative integer counters, ``progress_remaining`` in [0, 1], generator states, sub-env
+        states that set only attributes the envs have). Raises ``ValueError`` on any mismatch;
+        a failure may leave this trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
+        arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        vet_state_arrays(self.state_arrays(), arrays)
         state = array_to_json(arrays["state_json"], name="state_json")
+        if not isinstance(state, dict) or not isinstance(state.get("collector"), dict):
+            raise ValueError("state_json is not a PPOTrainer state record")
+        counters = {key: _check_counter(state, key) for key in
+                    ("num_timesteps", "n_updates", "n_episodes", "total_timesteps")}
+        _check_counter(state["collector"], "vector_steps")
+        progress = state.get("progress_remaining")
+        if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
+                or not 0.0 <= progress <= 1.0:
+            raise ValueError(f"state_json['progress_remaining'] must be a number in [0, 1], "
+                             f"got {progress!r}")
         params = {k[len("params/"):]: np.array(v) for k, v in arrays.items() if k.startswith("params/")}
-        if set(params) != set(self.params):
-            raise ValueError(f"saved parameter keys {sorted(params)} differ from this policy's "
-                             f"{sorted(self.params)}")
-        for k, v in params.items():
-            if v.shape != self.params[k].shape:
-                raise ValueError(f"saved parameter {k!r} has shape {v.shape}, expected {self.params[k].shape}")
         adam_arrays = {k[len("adam/"):]: v for k, v in arrays.items() if k.startswith("adam/")}
         coll_arrays = {k[len("collector/"):]: v for k, v in arrays.items() if k.startswith("collector/")}
         self.collector.load_state(coll_arrays, state["collector"])
@@ -441,10 +528,10 @@ class PPOTrainer:
         set_generator_state(self.action_rng, state["action_rng"])
         set_generator_state(self.minibatch_rng, state["minibatch_rng"])
         set_generator_state(self.predict_rng, state["predict_rng"])
-        self.num_timesteps = int(state["num_timesteps"])
-        self.n_updates = int(state["n_updates"])
-        self.n_episodes = int(state["n_episodes"])
-        self.total_timesteps = int(state["total_timesteps"])
+        self.num_timesteps = counters["num_timesteps"]
+        self.n_updates = counters["n_updates"]
+        self.n_episodes = counters["n_episodes"]
+        self.total_timesteps = counters["total_timesteps"]
         self.progress_remaining = float(state["progress_remaining"])
         self.recent_returns = deque((float(x) for x in arrays.get("recent_returns", [])),
                                     maxlen=RECENT_EPISODES)
@@ -480,25 +567,57 @@ class PPOTrainer:
         return save_checkpoint(path, arrays, metadata)
 
     @classmethod
-    def load(cls, path, env=None, **kwargs) -> "PPOTrainer":
+    def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":
         """A trainer restored from a checkpoint written by :meth:`save`.
 
         ``env``: a vector env to use instead of re-making ``env_id`` (required when the
-        checkpoint was made from a user-built vector env). Raises
-        :class:`~ppo_ref.checkpoint.CheckpointError` on a corrupt/truncated file.
+        checkpoint was made from a user-built vector env). ``allow_import``: a checkpoint whose
+        ``env_id`` has gymnasium's ``"module:EnvId"`` form names a Python module that making
+        the env imports (runs); it is imported only with ``allow_import=True`` (or when already
+        imported). Every array is compared with this trainer's own state (names, shapes, dtypes,
+        finite values: :meth:`load_state_arrays`).
+
+        Raises :class:`~ppo_ref.checkpoint.CheckpointError` (one line naming ``path``) on a
+        missing, corrupt, truncated or crafted file, a state that does not fit the trainer its
+        settings build, or an env module import without consent.
         """
         arrays, meta = load_checkpoint(path)
+        where = f"checkpoint {str(path)!r}"
         if meta.get("trainer") != cls.__name__:
-            raise ValueError(f"checkpoint {path!r} holds a {meta.get('trainer')!r}, not a {cls.__name__}")
-        config = PPOConfig.from_dict(meta["config"])
+            raise CheckpointError(f"{where} holds a {meta.get('trainer')!r}, not a {cls.__name__}")
+        try:
+            config = PPOConfig.from_dict(meta["config"])
+            seed = meta["seed"]
+            if isinstance(seed, bool) or not isinstance(seed, int):
+                raise ValueError(f"seed must be an integer, got {seed!r}")
+            env_kwargs = meta.get("env_kwargs") or None
+            if env_kwargs is not None and not isinstance(env_kwargs, dict):
+                raise ValueError(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
+        except _RESTORE_ERRORS as exc:
+            raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
+                                  f"{_one_line(exc)[:300]}") from None
         if env is None:
             if meta.get("env_id") is None:
-                raise ValueError("the checkpoint has no env id: pass env=")
+                raise CheckpointError(f"{where} has no env id: pass env=")
             env = meta["env_id"]
-        trainer = cls(env, config, seed=int(meta["seed"]),
+            if not isinstance(env, str):
+                raise CheckpointError(f"{where} has env id {env!r}, not a string")
+            check_env_import(env, allow_import, where)
+        trainer = cls(env, config, seed=seed,
                       vectorization=kwargs.pop("vectorization", meta.get("vectorization", "sync")),
-                      env_kwargs=meta.get("env_kwargs") or None, **kwargs)
-        trainer.load_state_arrays(arrays)
+                      env_kwargs=env_kwargs, **kwargs)
+        try:
+            trainer.load_state_arrays(arrays)
+            for key in ("num_timesteps", "n_updates", "n_episodes", "total_timesteps"):
+                if meta.get(key) != getattr(trainer, key):
+                    raise ValueError(f"metadata {key}={meta.get(key)!r} differs from the "
+                                     f"state's {getattr(trainer, key)!r}")
+        except BaseException as exc:
+            trainer.close()
+            if isinstance(exc, _RESTORE_ERRORS):
+                raise CheckpointError(f"{where} does not hold a valid {cls.__name__} state: "
+                                      f"{type(exc).__name__}: {_one_line(exc)[:300]}") from None
+            raise
         return trainer
 
     def close(self) -> None:

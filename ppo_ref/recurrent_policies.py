@@ -1,4 +1,4 @@
-"""The LSTM actor-critic: observations -> LSTM -> MLP towers -> policy output and value.
+"""The LSTM actor-critic policies: observations -> LSTM -> MLP towers -> distribution head.
 
 Architecture (sb3-contrib ``RecurrentActorCriticPolicy`` layout; CleanRL / thrust-rl share one
 LSTM)::
@@ -9,37 +9,44 @@ LSTM)::
     lstm_shared=True (CleanRL ``ppo_atari_lstm.py``, thrust-rl)
         obs_t -> LSTM(H) -> h_t -> MLP_pi -> policy_out_t ;  h_t -> MLP_vf -> value_t
 
-``MLP_pi`` / ``MLP_vf`` are the towers of :func:`ppo_ref.nn.actor_critic.actor_critic_init`
-built on input width H (hidden layers ``net_arch`` with ``activation``, linear output; gains
-sqrt(2) hidden, ``policy_gain`` / ``value_gain`` heads); ``net_arch=()`` gives linear heads
-directly on the LSTM output. The LSTM is :mod:`ppo_ref.nn.lstm` (gate order i, f, g, o as
-``torch.nn.LSTM``; orthogonal weights, zero bias). Before step t every LSTM multiplies its
-carried state by ``1 - episode_starts[t]`` (SPEC §3), so an episode never sees its
+``MLP_pi`` / ``MLP_vf`` are towers on input width H (hidden layers ``net_arch`` with
+``activation``, linear output; gains sqrt(2) hidden, ``policy_gain`` / ``value_gain`` heads);
+``net_arch=()`` gives linear heads directly on the LSTM output. The LSTM uses the gate order
+i, f, g, o of ``torch.nn.LSTM`` (orthogonal weights, zero bias). Before step t every LSTM
+multiplies its carried state by ``1 - episode_starts[t]``, so an episode never sees its
 predecessor's memory, in acting and in training alike, and no gradient crosses the boundary.
-
 ``policy_out`` is read by the distribution heads of :mod:`ppo_ref.policies` (categorical logits
-or the Gaussian mean); this module is only the network.
+or the Gaussian mean).
 
-Parameters: one flat dict of float64 arrays. Keys: ``lstm.w_ih, lstm.w_hh, lstm.b`` (shared) or
-``lstm_pi.*`` and ``lstm_vf.*`` (separate), then ``pi.w0, pi.b0, ...`` and ``vf.w0, ...``.
+The network itself -- :func:`recurrent_actor_critic_init`, :func:`recurrent_actor_critic_forward`,
+:func:`recurrent_actor_critic_backward`, :func:`recurrent_actor_critic_step`,
+:func:`recurrent_value_step`, :class:`LSTMStates` -- is defined once, readably, in
+:mod:`ppo_ref.spec.recurrent_networks` and re-exported here.
 
-Recurrent state: :class:`LSTMStates` ``(h, c)``, each ``[L, N, H]`` float64 with ``L = 1``
-(shared) or ``L = 2`` (index 0 actor, index 1 critic), N = number of envs.
+Parameter keys: ``lstm.w_ih, lstm.w_hh, lstm.b`` (shared) or ``lstm_pi.*`` and ``lstm_vf.*``
+(separate), then ``pi.w0, pi.b0, ...`` and ``vf.w0, ...``, then the head's (``log_std`` for a
+Gaussian). Recurrent state: :class:`LSTMStates` ``(h, c)``, each ``[L, N, H]`` float64 with
+``L = 1`` (shared) or ``L = 2`` (index 0 actor, index 1 critic), N = number of envs.
 
-Speed: :meth:`RecurrentPolicy.init_params` returns the parameters as one buffer
-(:class:`~ppo_ref.flat.FlatArrays`) with the same parameter of every LSTM side by side
-(:meth:`RecurrentPolicy.flat_layout`). With such parameters :meth:`RecurrentPolicy.evaluate`,
-:meth:`RecurrentPolicy.backward` and :meth:`RecurrentPolicy.acting_step_fn` take a fast path:
-both LSTMs in one compiled call on stacked ``[L, ...]`` views (the kernels of
-:mod:`ppo_ref.nn.lstm`, same bits), each tower forward and backward in one compiled call on
-the parameter and gradient buffers (:func:`ppo_ref.nn.mlp._mlp_forward_flat` /
-:func:`~ppo_ref.nn.mlp._mlp_backward_flat`: fused multiply-add chains in a documented order,
-independent of BLAS; the forward row by row, so an env's outputs never depend on the other
-rows of the call: acting, the rollout replay and any minibatch agree bit for bit), the
-categorical head in one compiled pass, and the arguments checked once per call (the structure
-once per layout). ``config.compute_dtype="float32"``
-runs that path in float32. Anything else takes the checked functions of this module, which
-also raise the errors; both paths agree to rounding (tested).
+Two policies compute this, with the same methods, initial parameters (the same draws) and
+results:
+
+:class:`SpecRecurrentPolicy` (the readable tier)
+    Plain dict parameters, float64; every method is a call of the spec network functions
+    followed by the head. It defines what the policy computes.
+:class:`RecurrentPolicy` (the compiled tier)
+    Parameters in one float64 buffer (:class:`~ppo_ref.flat.FlatArrays` in
+    :meth:`RecurrentPolicy.flat_layout`, as :meth:`RecurrentPolicy.init_params` and
+    :meth:`RecurrentPolicy.as_flat` give), and nothing else. Both LSTMs run in one compiled
+    call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.nn.lstm`),
+    each tower in one compiled call whose rows never depend on each other (fused multiply-add
+    chains of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, independent of BLAS), the categorical
+    head in one compiled pass. So acting one step of N envs, the replay of a ``[T, N]``
+    rollout and any minibatch of its envs give the same bits, in float64 and in float32
+    (``config.compute_dtype``). It equals :class:`SpecRecurrentPolicy` within the tolerance
+    its docstring states.
+
+:func:`make_recurrent_policy` picks one by ``config.backend`` (``"spec"`` or ``"fast"``).
 """
 from __future__ import annotations
 
@@ -48,7 +55,8 @@ from typing import Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref import _workspace as workspace
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
+from ppo_ref._checks import as_flag_array
+from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
                              _keep_rows, _step_stacked)
@@ -87,12 +95,12 @@ def _check_lstm_shared(params: Mapping, lstm_shared: bool) -> None:
 
 
 class _FastSpec(NamedTuple):
-    """What the fast path of :class:`RecurrentPolicy` reads from a parameter layout it has
-    checked once: the layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop,
-    stacked shape)`` of ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and per tower
-    the layer table of :func:`ppo_ref.nn.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets
-    of ``w_i`` and ``b_i`` in the buffer, ``out_i``, ``in_i``) and the sum of its layers'
-    output widths (the per-row size of its outputs buffer)."""
+    """What :class:`RecurrentPolicy` reads from a parameter layout it has checked once: the
+    layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop, stacked shape)`` of
+    ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and per tower the layer table of
+    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
+    ``b_i`` in the buffer, ``out_i``, ``in_i``) and the sum of its layers' output widths (the
+    per-row size of its outputs buffer)."""
     layout: FlatLayout
     n_lstm: int
     hidden: int
@@ -104,8 +112,8 @@ class _FastSpec(NamedTuple):
 
 
 class _FastCache(NamedTuple):
-    """Cache of the fast path of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``,
-    the parameter buffer in the compute dtype, the inputs and the stacked LSTM arrays of
+    """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
+    buffer in the compute dtype, the inputs and the stacked LSTM arrays of
     :func:`ppo_ref.nn.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
     towers' outputs buffers of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, ``policy_out
     [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
@@ -128,22 +136,28 @@ class _FastCache(NamedTuple):
     entropy: object
 
 
-def _step_inputs_ok(obs, state, starts, n_lstm: int, hidden: int, obs_dim: int) -> bool:
-    """Whether one acting step's arguments are of the kinds the fast path takes: ``obs`` a
-    finite C-contiguous float64 ``[N, obs_dim]`` (N >= 1), ``state`` :class:`LSTMStates` of
-    finite C-contiguous float64 ``[n_lstm, N, hidden]`` arrays, ``starts`` a bool ``[N]``
-    array."""
-    if not (type(obs) is np.ndarray and obs.dtype == np.float64 and obs.ndim == 2
-            and obs.shape[1] == obs_dim and obs.flags.c_contiguous and obs.shape[0] >= 1
-            and isinstance(state, LSTMStates) and type(starts) is np.ndarray
-            and starts.dtype == np.bool_ and starts.shape == (obs.shape[0],)):
-        return False
-    want = (n_lstm, obs.shape[0], hidden)
-    for a in (state.h, state.c):
-        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == want
-                and a.flags.c_contiguous):
-            return False
-    return _all_finite(obs) and _all_finite(state.h) and _all_finite(state.c)
+def _real_array(x, name: str) -> np.ndarray:
+    """``x`` as an ndarray of bools, integers or real floats; ``ValueError`` naming ``name``
+    otherwise."""
+    try:
+        arr = np.asarray(x)
+    except Exception as exc:  # ragged lists and the like
+        raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} must hold real numbers, got dtype {arr.dtype}")
+    return arr
+
+
+def _float64_input(x, name: str, shape: Tuple[int, ...], what: str) -> np.ndarray:
+    """``x`` (bools, integers or real floats) as a finite C-contiguous float64 array of
+    ``shape`` (described by ``what``); ``ValueError`` naming ``name`` otherwise."""
+    arr = _real_array(x, name)
+    if arr.shape != shape:
+        raise ValueError(f"{name} must have shape {what} = {shape}, got {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float64)
+    if not _all_finite(arr):
+        raise ValueError(f"{name} must be finite")
+    return arr
 
 
 def _tower_table(layout: FlatLayout, layers, prefix: str):
@@ -155,8 +169,8 @@ def _tower_table(layout: FlatLayout, layers, prefix: str):
 
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
                    relu: bool):
-    """A tower forward on the fast path: ``(acts, y)``, the outputs buffer ``[rows * width]``
-    of :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its backward reads it) and the tower output
+    """A tower forward: ``(acts, y)``, the outputs buffer ``[rows * width]`` of
+    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its backward reads it) and the tower output
     ``y [rows, out]``, a view of its last ``rows * out`` entries."""
     rows = x.shape[0]
     acts = np.empty(rows * width, flat.dtype)
@@ -166,26 +180,51 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
 
 
 class RecurrentPolicy(PolicyBase):
-    """LSTM actor-critic policy: the network above + a distribution head of :mod:`ppo_ref.policies`.
+    """LSTM actor-critic policy, compiled tier: the network of the module docstring + a
+    distribution head of :mod:`ppo_ref.policies`, on one parameter buffer.
 
-    The recurrent counterpart of :class:`ppo_ref.policies.MLPPolicy`, with the same head
-    objects (:func:`ppo_ref.policies.make_head`: categorical for Discrete, diagonal Gaussian
-    with a state-independent ``log_std`` for 1-d Box) and the same conventions (the buffer keeps
-    the raw sample, the env gets ``head.to_env(actions)``). Every method takes ``params``
-    explicitly and every acting method takes and returns the :class:`LSTMStates`, so the policy
-    object itself is stateless.
+    Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
+    same results, actions sampled with the same ``rng`` draws), within a stated tolerance. float64:
+    log-probs, entropies, values and LSTM states within ``rtol = 1e-12`` (``atol = 1e-13``),
+    each gradient array within ``1e-12`` of its largest entry (the LSTM recurrence is the
+    same arithmetic; the towers and the categorical head round in another order).
+    ``compute_dtype="float32"``: ``rtol = 1e-4`` (``atol = 1e-5``), gradients within
+    ``2e-4`` of each array's largest entry (float32 rounding through the recurrence).
+    Within this class everything agrees bit for bit: one step of
+    :meth:`act`, :meth:`policy_out_step`, :meth:`predict`, :meth:`values` and
+    :meth:`acting_step_fn` gives an env the LSTM states, policy outputs, values and (act)
+    log-probs that :meth:`evaluate` computes for it when it replays the whole sequence, with
+    any other envs in the call.
+
+    The head is the one of :class:`ppo_ref.policies.MLPPolicy` (:func:`ppo_ref.policies.make_head`:
+    categorical for Discrete, diagonal Gaussian with a state-independent ``log_std`` for 1-d
+    Box); the buffer keeps the raw sample, the env gets ``head.to_env(actions)``. Every method
+    takes ``params`` explicitly and every acting method takes and returns the
+    :class:`LSTMStates`, so the policy object itself is stateless.
+
+    Arguments, every method (each converted and checked once per call):
+
+    - ``params``: the :class:`~ppo_ref.flat.FlatArrays` of :meth:`init_params` /
+      :meth:`as_flat` (float64, in :meth:`flat_layout`, entries still views of its buffer),
+      finite. A plain dict is refused (convert it with :meth:`as_flat`, or use
+      :class:`SpecRecurrentPolicy`, which takes plain dicts).
+    - ``obs``: real numbers ``[N, *obs_shape]`` or ``[N, obs_dim]`` (one step), ``[T, n, ...]``
+      likewise (a sequence), finite; read as C-contiguous float64.
+    - ``state``: a pair ``(h, c)`` (:class:`LSTMStates`) of finite real ``[L, N, H]`` arrays,
+      read as C-contiguous float64.
+    - ``episode_starts``: bools or 0/1 numbers, ``[N]`` (one step) or ``[T, n]``.
 
     Args:
         observation_space: a gymnasium Box (flattened to ``obs_dim``).
         action_space: gymnasium Discrete or 1-d Box.
         config: a PPOConfig (``lstm_hidden_size``, ``lstm_shared``, ``net_arch``,
             ``activation``, ``policy_head_gain``, ``value_head_gain``, ``log_std_init``,
-            ``compute_dtype``: ``"float32"`` runs the fast path's passes (acting, evaluate,
-            backward) in float32 as torch does; parameters and returned gradients stay
-            float64; the checked path is float64 always).
+            ``compute_dtype``: ``"float32"`` runs the network and the categorical head in
+            float32 as torch does; parameters, states, results and gradients stay float64).
 
     Raises:
-        ValueError: unsupported observation or action space.
+        ValueError: unsupported observation or action space; in the methods, an argument
+            that is not of the kind above, naming it.
     """
 
     def __init__(self, observation_space, action_space, config):
@@ -196,9 +235,10 @@ class RecurrentPolicy(PolicyBase):
         self.compute_dtype = np.dtype(getattr(config, "compute_dtype", "float64"))
 
     # -- parameters and state -----------------------------------------------------------------
-    def init_params(self, rng: np.random.Generator) -> Params:
+    def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`recurrent_actor_critic_init` + the head's (``log_std``),
-        as a :class:`~ppo_ref.flat.FlatArrays` (:meth:`as_flat`)."""
+        as a :class:`~ppo_ref.flat.FlatArrays` (:meth:`as_flat`); the draws of
+        :meth:`SpecRecurrentPolicy.init_params`, so the same values."""
         c = self.config
         params = recurrent_actor_critic_init(
             rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
@@ -212,8 +252,8 @@ class RecurrentPolicy(PolicyBase):
         with the same parameter of every LSTM side by side (``lstm_pi.w_ih``, ``lstm_vf.w_ih``,
         ``lstm_pi.w_hh``, ``lstm_vf.w_hh``, ``lstm_pi.b``, ``lstm_vf.b``; or the shared
         LSTM's three), then the other keys in order. Each LSTM parameter of the actor and the
-        critic is then one ``[L, ...]`` view of the buffer, which the fast path runs both LSTMs
-        on. Dicts without those keys are stored in key order."""
+        critic is then one ``[L, ...]`` view of the buffer. Dicts without those keys are
+        stored in key order (and refused by the other methods)."""
         shapes = [(k, np.shape(v)) for k, v in arrays.items()]
         lstm_keys = [f"{name}.{k}" for k in ("w_ih", "w_hh", "b")
                      for name in lstm_names(self.lstm_shared)]
@@ -223,53 +263,94 @@ class RecurrentPolicy(PolicyBase):
         return FlatLayout.in_order(shapes, lstm_keys + [k for k, _ in shapes if k not in first])
 
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
-        """``arrays`` (same keys as the parameters) copied into one float64 buffer in
-        :meth:`flat_layout` (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays, same key
-        order and values). With parameters and gradients in one layout, Adam and the
-        global-norm clip of :mod:`ppo_ref.optim` run one fused pass over the buffer (same bits
-        as the per-array path), and :meth:`evaluate`/:meth:`backward` take their fast path."""
+        """``arrays`` (same keys as the parameters, e.g. a plain dict of
+        :class:`SpecRecurrentPolicy`) copied into one float64 buffer in :meth:`flat_layout`
+        (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays, same key order and values):
+        the parameters this class takes. With parameters and gradients in one layout, Adam and
+        the global-norm clip of :mod:`ppo_ref.optim` run one fused pass over the buffer."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 
-    # -- fast path ----------------------------------------------------------------------------
-    def _fast_spec(self, params):
-        """The :class:`_FastSpec` of ``params`` when they can take the fast path (an intact
-        float64 :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` whose arrays form this
-        policy's network), else ``None``. The structure is checked once per layout."""
-        if not is_flat(params) or params.flat.dtype != np.float64:
-            return None
+    def initial_state(self, n_envs: int) -> LSTMStates:
+        """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
+        shape = (len(lstm_names(self.lstm_shared)), int(n_envs), self.hidden_size)
+        return LSTMStates(np.zeros(shape), np.zeros(shape))
+
+    # -- argument checks ------------------------------------------------------------------------
+    def _checked_spec(self, params) -> _FastSpec:
+        """The :class:`_FastSpec` of ``params``, which must be finite float64
+        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` forming this policy's network
+        (the structure is checked once per layout, the values every call); ``ValueError``
+        naming ``params`` otherwise."""
+        if type(params) is not FlatArrays:
+            if isinstance(params, Mapping):
+                raise ValueError(
+                    f"params must be the one-buffer parameters of RecurrentPolicy (the FlatArrays "
+                    f"that init_params and as_flat return), got a plain {type(params).__name__}: "
+                    f"convert it with policy.as_flat(params), or use SpecRecurrentPolicy, which "
+                    f"takes plain dicts")
+            raise ValueError(f"params must be the FlatArrays of RecurrentPolicy.init_params / "
+                             f"as_flat, got {type(params).__name__}")
+        if not params.intact():
+            raise ValueError("params: entries of this FlatArrays were replaced or removed (they "
+                             "are no longer views of its buffer); rebuild it with as_flat")
+        if params.flat.dtype != np.float64:
+            raise ValueError(f"params must hold float64 (as_flat), got {params.flat.dtype}")
         spec = self._spec
-        if spec is not None and params.layout is spec.layout:
-            return spec
-        spec = self._make_spec(params)
-        if spec is not None:
-            self._spec = spec
+        if spec is None or params.layout != spec.layout:
+            spec = self._spec = self._make_spec(params)
+        if not _all_finite(params.flat):
+            bad = next(k for k, v in params.items() if not np.isfinite(v).all())
+            raise ValueError(f"params['{bad}'] must be finite")
         return spec
 
-    def _make_spec(self, params: FlatArrays):
-        if params.layout != self.flat_layout(params):
-            return None
+    def _make_spec(self, params: FlatArrays) -> _FastSpec:
+        """The :class:`_FastSpec` of a float64 ``params`` (``ValueError`` naming ``params``
+        when it is not this policy's network in :meth:`flat_layout`)."""
         names = lstm_names(self.lstm_shared)
         try:
             _check_lstm_shared(params, self.lstm_shared)
-            shapes = {tuple(a.shape for a in _check_params(_sub(params, name))) for name in names}
+            shapes = set()
+            for name in names:
+                try:
+                    shapes.add(tuple(a.shape for a in _check_params(_sub(params, name))))
+                except ValueError as exc:
+                    raise ValueError(f"'{name}.*': {exc}") from None
             pi = _mlp_layers(params, "pi.")
             vf = _mlp_layers(params, "vf.")
-        except ValueError:
-            return None
+        except ValueError as exc:
+            raise ValueError(f"params are not this policy's network: {exc}") from None
         if len(shapes) != 1:
-            return None
+            raise ValueError(f"params: the LSTMs {list(names)} must have the same shapes, got "
+                             f"{sorted(shapes)}")
         (w_ih_shape, w_hh_shape, _), = shapes
         hidden = w_hh_shape[1]
         keys = {f"{name}.{k}" for name in names for k in ("w_ih", "w_hh", "b")}
         keys |= {f"{tower}.{k}{i}" for tower, layers in (("pi", pi), ("vf", vf))
                  for i in range(len(layers)) for k in ("w", "b")} | set(self._head_keys)
-        if (w_ih_shape[1] != self.obs_dim or pi[0][0].shape[1] != hidden
-                or vf[0][0].shape[1] != hidden or pi[-1][0].shape[0] != self.head.out_dim
-                or vf[-1][0].shape[0] != 1 or set(params) != keys
-                or any(np.shape(params[k]) != np.shape(v)
-                       for k, v in self.head.init_params().items())):
-            return None
+        problems = []
+        if w_ih_shape[1] != self.obs_dim:
+            problems.append(f"the LSTM input width is {w_ih_shape[1]}, obs_dim is "
+                            f"{self.obs_dim}")
+        if pi[0][0].shape[1] != hidden or vf[0][0].shape[1] != hidden:
+            problems.append(f"the towers' input widths are {pi[0][0].shape[1]} and "
+                            f"{vf[0][0].shape[1]}, the LSTM width is {hidden}")
+        if pi[-1][0].shape[0] != self.head.out_dim:
+            problems.append(f"the policy tower has {pi[-1][0].shape[0]} outputs, the head "
+                            f"reads {self.head.out_dim}")
+        if vf[-1][0].shape[0] != 1:
+            problems.append(f"the value tower has {vf[-1][0].shape[0]} outputs, not 1")
+        if set(params) != keys:
+            problems.append(f"keys {sorted(set(params) ^ keys)} are extra or missing")
+        for k, v in self.head.init_params().items():
+            if k in params and np.shape(params[k]) != np.shape(v):
+                problems.append(f"params['{k}'] has shape {np.shape(params[k])}, expected "
+                                f"{np.shape(v)}")
+        if problems:
+            raise ValueError("params are not this policy's network: " + "; ".join(problems))
         layout = params.layout
+        if layout != self.flat_layout(params):
+            raise ValueError("params are FlatArrays in another layout than this policy's "
+                             "flat_layout: convert them with policy.as_flat(params)")
         n_lstm = len(names)
         slices = []
         for k, shape in (("w_ih", w_ih_shape), ("w_hh", w_hh_shape), ("b", (4 * hidden,))):
@@ -280,128 +361,84 @@ class RecurrentPolicy(PolicyBase):
                          _tower_table(layout, vf, "vf."), sum(w.shape[0] for w, _ in pi),
                          sum(w.shape[0] for w, _ in vf))
 
+    def _obs_input(self, obs, lead: int) -> np.ndarray:
+        """``obs`` ``[*lead_dims, *obs_shape]`` or ``[*lead_dims, obs_dim]`` (``lead`` = 1 for
+        one step, 2 for a sequence; every lead dim >= 1) as finite C-contiguous float64
+        ``[*lead_dims, obs_dim]``; ``ValueError`` naming ``obs`` otherwise."""
+        arr = _real_array(obs, "obs")
+        dims = arr.shape[:lead]
+        if (arr.ndim <= lead or arr.shape[lead:] not in (self.obs_shape, (self.obs_dim,))
+                or 0 in dims):
+            lead_names = "[N, " if lead == 1 else "[T, n, "
+            raise ValueError(f"obs must have shape {lead_names}*{list(self.obs_shape)}] or "
+                             f"{lead_names}{self.obs_dim}] with non-empty leading dimensions, "
+                             f"got {arr.shape}")
+        x = np.ascontiguousarray(arr, dtype=np.float64).reshape(dims + (self.obs_dim,))
+        if not _all_finite(x):
+            raise ValueError("obs must be finite")
+        return x
+
+    @staticmethod
+    def _state_input(spec: _FastSpec, state, n_env: int) -> Tuple[np.ndarray, np.ndarray]:
+        """``state`` as finite C-contiguous float64 ``(h, c)``, each ``[L, n_env, H]``;
+        ``ValueError`` naming ``state`` otherwise."""
+        try:
+            h, c = state
+        except (TypeError, ValueError):
+            raise ValueError(f"state must be a pair (h, c) (LSTMStates), got "
+                             f"{type(state).__name__}") from None
+        want = (spec.n_lstm, n_env, spec.hidden)
+        return (_float64_input(h, "state.h", want, "[L, N, H]"),
+                _float64_input(c, "state.c", want, "[L, N, H]"))
+
+    @staticmethod
+    def _flags_input(episode_starts, shape: Tuple[int, ...]) -> np.ndarray:
+        """``episode_starts`` (bools or 0/1 numbers) as a bool array of ``shape``."""
+        starts = as_flag_array(episode_starts, "episode_starts", ndim=(len(shape),))
+        if starts.shape != shape:
+            raise ValueError(f"episode_starts must have shape {shape} (the leading dimensions "
+                             f"of obs), got {starts.shape}")
+        return starts
+
+    def _step_inputs(self, spec: _FastSpec, obs, state, episode_starts):
+        """One step's ``(x [N, D], h, c [L, N, H], starts [N])``, converted and checked, with
+        ``x``, ``h``, ``c`` in the compute dtype."""
+        x = self._obs_input(obs, 1)
+        n = x.shape[0]
+        h, c = self._state_input(spec, state, n)
+        starts = self._flags_input(episode_starts, (n,))
+        dt = self.compute_dtype
+        if dt != np.float64:
+            x, h, c = x.astype(dt), h.astype(dt), c.astype(dt)
+        return x, h, c, starts
+
+    def _actions_input(self, actions, shape: Tuple[int, int]) -> np.ndarray:
+        """``actions`` of a ``[T, n]`` sequence as the flat C-contiguous array the head reads:
+        int64 ``[T * n]`` in ``[0, n_actions)`` (categorical; integral floats accepted) or
+        finite float64 ``[T * n, A]`` (Gaussian); ``ValueError`` naming ``actions``."""
+        rows = shape[0] * shape[1]
+        head = self.head
+        if head.kind != "categorical":
+            want = tuple(shape) + head.action_shape
+            return _float64_input(actions, "actions", want, "[T, n, A]").reshape(
+                (rows,) + head.action_shape)
+        a = _real_array(actions, "actions")
+        if a.dtype.kind == "b":
+            raise ValueError("actions must be integers, got dtype bool")
+        if a.shape != tuple(shape):
+            raise ValueError(f"actions must have shape [T, n] = {tuple(shape)}, got {a.shape}")
+        if a.dtype.kind == "f" and not (np.isfinite(a).all() and (a == np.round(a)).all()):
+            raise ValueError("actions must hold integer values; got non-integral floats")
+        if a.min() < 0 or a.max() >= head.n_actions:
+            bad = a[(a < 0) | (a >= head.n_actions)].flat[0]
+            raise ValueError(f"actions must be in [0, {head.n_actions}), got {bad}")
+        return np.ascontiguousarray(a, dtype=np.int64).reshape(rows)
+
+    # -- the compiled pieces --------------------------------------------------------------------
     @staticmethod
     def _stacked(spec: _FastSpec, flat: np.ndarray):
         """``(w_ih [L, 4H, D], w_hh [L, 4H, H], b [L, 4H])`` views of a buffer in ``spec``'s layout."""
         return tuple(flat[start:stop].reshape(shape) for start, stop, shape in spec.lstm_slices)
-
-    def initial_state(self, n_envs: int) -> LSTMStates:
-        """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
-        shape = (len(lstm_names(self.lstm_shared)), int(n_envs), self.hidden_size)
-        return LSTMStates(np.zeros(shape), np.zeros(shape))
-
-    def _net(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-        if not self._head_keys:
-            return params
-        return {k: v for k, v in params.items() if k not in self._head_keys}
-
-    def flatten_obs(self, obs, lead: int = 1) -> np.ndarray:
-        """``[*lead_dims, *obs_shape]`` -> float64 ``[*lead_dims, obs_dim]`` (``lead`` = 1 for
-        one step ``[N, ...]``, 2 for a sequence ``[T, N, ...]``)."""
-        obs = np.asarray(obs, dtype=np.float64)
-        if obs.ndim < lead:
-            raise ValueError(f"obs must have at least {lead} leading dimensions, got {obs.shape}")
-        return obs.reshape(obs.shape[:lead] + (-1,))
-
-    # -- acting -------------------------------------------------------------------------------
-    def act(self, params, obs, state: LSTMStates, episode_starts, rng):
-        """One acting step for N envs: sample actions and advance the LSTM state.
-
-        Args:
-            obs: ``[N, ...]``; state: the :class:`LSTMStates` before this step;
-            episode_starts: ``[N]`` (True: this step starts an episode; its state is reset);
-            rng: the sampling generator.
-
-        Returns:
-            ``(actions, values, log_probs, new_state)``: raw actions (int64 ``[N]`` or float64
-            ``[N, A]``), ``values`` ``[N]``, ``log_probs`` ``[N]``, the new state.
-
-        Fast path (as :meth:`values`): every LSTM's step by the stacked kernel and both towers
-        on the parameter buffer, in the compute dtype (outputs, values and states returned as
-        float64).
-        """
-        fast = self._fast_step(params, obs, state, episode_starts, critic_only=False)
-        if fast is not None:
-            spec, flat, h_new, c_new = fast
-            relu = self.activation == "relu"
-            out = _tower_forward(h_new[0], flat, spec.pi_table, spec.pi_width, relu)[1]
-            out = out.astype(np.float64, copy=False)
-            values = _tower_forward(h_new[-1], flat, spec.vf_table, spec.vf_width,
-                                    relu)[1][:, 0].astype(np.float64)
-            new_state = LSTMStates(h_new.astype(np.float64, copy=False),
-                                   c_new.astype(np.float64, copy=False))
-        else:
-            out, values, new_state = recurrent_actor_critic_step(
-                self._net(params), self.flatten_obs(obs), state, episode_starts,
-                self.activation, self.lstm_shared)
-        actions = self.head.sample(rng, out, params)
-        return actions, values, self.head.log_prob(out, params, actions), new_state
-
-    def policy_out_step(self, params, obs, state: LSTMStates, episode_starts):
-        """``(policy_out [N, P], new_state)``: one step of every LSTM and the policy tower only
-        (what acting needs when values and log-probs are recomputed later by a replay)."""
-        out, _, new_state = recurrent_actor_critic_step(
-            self._net(params), self.flatten_obs(obs), state, episode_starts, self.activation,
-            self.lstm_shared, with_values=False)
-        return out, new_state
-
-    def predict(self, params, obs, state: LSTMStates, episode_starts, rng=None,
-                deterministic: bool = False):
-        """``(env_actions, new_state)``: actions as the env receives them (Gaussian: clipped).
-
-        ``deterministic=True`` takes the mode (argmax / mean); otherwise ``rng`` is required.
-        """
-        out, new_state = self.policy_out_step(params, obs, state, episode_starts)
-        if deterministic:
-            actions = self.head.mode(out, params)
-        else:
-            if rng is None:
-                raise ValueError("rng is required when deterministic=False")
-            actions = self.head.sample(rng, out, params)
-        return self.head.to_env(actions), new_state
-
-    def values(self, params, obs, state: LSTMStates, episode_starts) -> np.ndarray:
-        """``V(obs | state)`` ``[N]`` after one (critic) LSTM step; ``state`` is not advanced.
-
-        For bootstrapping: ``last_values`` (the next rollout will step the same observation
-        again from the same state) and ``final_values`` (the state before the reset, with
-        ``episode_starts`` all False).
-
-        Fast path (parameters of :meth:`evaluate`'s fast path and step arguments of
-        :meth:`acting_step_fn`'s): the critic LSTM's step by the stacked kernel and the value
-        tower on the parameter buffer, in the compute dtype: the bits the fast
-        :meth:`evaluate` gives these rows (and :meth:`act` these values).
-        """
-        fast = self._fast_step(params, obs, state, episode_starts, critic_only=True)
-        if fast is not None:
-            spec, flat, h_new, _ = fast
-            values = _tower_forward(h_new[0], flat, spec.vf_table, spec.vf_width,
-                                    self.activation == "relu")[1]
-            return values[:, 0].astype(np.float64)
-        return recurrent_value_step(self._net(params), self.flatten_obs(obs), state,
-                                    episode_starts, self.activation, self.lstm_shared)
-
-    def _fast_step(self, params, obs, state, episode_starts, critic_only: bool):
-        """One LSTM step on the fast path for :meth:`act` / :meth:`values`: ``(spec, flat,
-        h_new, c_new)`` with the parameter buffer and the new states ``[L', N, H]`` in the
-        compute dtype (every LSTM, or only the critic's with ``critic_only``), by
-        :func:`ppo_ref.nn.lstm._step_stack` (``lstm_step``'s bits); ``None`` unless ``params``
-        take :meth:`evaluate`'s fast path and the step arguments :meth:`acting_step_fn`'s
-        (:func:`_step_inputs_ok`)."""
-        spec = self._fast_spec(params)
-        if (spec is None or not _step_inputs_ok(obs, state, episode_starts, spec.n_lstm,
-                                                spec.hidden, self.obs_dim)
-                or not _all_finite(params.flat)):
-            return None
-        first = spec.n_lstm - 1 if critic_only else 0
-        dt = self.compute_dtype
-        flat = self._compute_flat(params)
-        x, h, c = obs, state.h[first:], state.c[first:]
-        if dt != np.float64:
-            x, h, c = x.astype(dt), h.astype(dt), c.astype(dt)
-        h_new, c_new = _step_stacked(*self._step_weights(spec, flat, first), x, h, c,
-                                     episode_starts)
-        return spec, flat, h_new, c_new
 
     def _step_weights(self, spec: _FastSpec, flat: np.ndarray, first: int = 0):
         """``(w_ih_t [L', D, 4H], w_hh_t [L', H, 4H], b [L', 4H])``: the stacked LSTM weights
@@ -410,112 +447,178 @@ class RecurrentPolicy(PolicyBase):
         return (np.ascontiguousarray(w_ih[first:].transpose(0, 2, 1)),
                 np.ascontiguousarray(w_hh[first:].transpose(0, 2, 1)), b[first:])
 
-    # -- training -----------------------------------------------------------------------------
-    def evaluate(self, params, obs, actions, state: LSTMStates, episode_starts):
-        """Replay whole sequences: log-probs of ``actions``, entropies and values, plus a cache.
-
-        Args:
-            obs: ``[T, n, ...]``; actions: ``[T, n]`` int or ``[T, n, A]`` raw samples;
-            state: :class:`LSTMStates` ``[L, n, H]`` at step 0 (the stored rollout-start
-            state); episode_starts: ``[T, n]``.
-
-        Returns:
-            :class:`ppo_ref.policies.PolicyEval` with ``log_probs``, ``entropy``, ``values``
-            of shape ``[T, n]`` (float64) and the cache :meth:`backward` needs.
-
-        Fast path (same equations; the LSTM outputs bit for bit, the towers as fused
-        multiply-add chains in the order of :func:`ppo_ref.nn.mlp._mlp_forward_flat` and the
-        categorical head by one compiled pass, equal to rounding): ``params`` from
-        :meth:`init_params` / :meth:`as_flat` (finite), ``obs`` a finite float64 array,
-        ``actions`` int64 ``[T, n]`` in range (categorical) or an array of the action shape
-        (Gaussian), ``state`` finite C-contiguous float64, ``episode_starts`` a bool ``[T, n]``
-        array: both LSTMs in one compiled call on stacked views of the parameter buffer, each
-        tower in one compiled call, the arguments checked once per call instead of once per
-        layer. Anything else takes the
-        checked path (which also raises the errors).
-        """
-        spec = self._fast_spec(params)
-        if spec is not None:
-            ev = self._fast_evaluate(spec, params, obs, actions, state, episode_starts)
-            if ev is not None:
-                return ev
-        x = self.flatten_obs(obs, lead=2)
-        T, n = x.shape[:2]
-        out, values, _, net_cache = recurrent_actor_critic_forward(
-            self._net(params), x, state, episode_starts, self.activation, self.lstm_shared)
-        flat_out = out.reshape(T * n, -1)
-        flat_actions = np.asarray(actions).reshape((T * n,) + self.head.action_shape)
-        log_probs = self.head.log_prob(flat_out, params, flat_actions).reshape(T, n)
-        entropy = np.asarray(self.head.entropy(flat_out, params)).reshape(T, n)
-        return PolicyEval(log_probs, entropy, values, (flat_out, flat_actions, net_cache))
-
-    def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> Params:
-        """Gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
-        entropy + d_values * values)`` over the ``[T, n]`` rows of the :meth:`evaluate` call
-        that made ``cache``, through the heads, the towers and the LSTM(s) over all T steps.
-        After the fast path of :meth:`evaluate` the gradients are a
-        :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (float64 compute: a
-        buffer of the reuse pools of :mod:`ppo_ref._workspace`, handed out again once the
-        caller drops it; float32: a new widened buffer)."""
-        if isinstance(cache, _FastCache):
-            return self._fast_backward(params, cache, d_log_probs, d_entropy, d_values)
-        flat_out, flat_actions, net_cache = cache
-        T, n = np.shape(d_values)
-        d_out, head_grads = self.head.backward(
-            flat_out, params, flat_actions, np.reshape(d_log_probs, -1),
-            None if d_entropy is None else np.reshape(d_entropy, -1))
-        grads = recurrent_actor_critic_backward(
-            self._net(params), net_cache, d_out.reshape(T, n, -1),
-            np.asarray(d_values, dtype=np.float64))
-        grads.update(head_grads)
-        if is_flat(params):  # gradients in the parameters' buffer layout (fused Adam and clip)
-            return flatten_arrays({k: grads[k] for k in params}, params.layout, dtype=np.float64)
-        return {k: grads[k] for k in params}
-
-    def _compute_flat(self, params) -> np.ndarray:
+    def _compute_flat(self, params: FlatArrays) -> np.ndarray:
         """The parameter buffer in the compute dtype (the caller's own buffer for float64; one
         cast copy for float32)."""
         if self.compute_dtype == np.float64:
             return params.flat
         return params.flat.astype(self.compute_dtype)
 
-    def _fast_evaluate(self, spec: _FastSpec, params, obs, actions, state, episode_starts):
-        """:meth:`evaluate` on the fast path, or ``None`` when an argument is not of the
-        accepted kind (the checked path then runs)."""
-        if (type(obs) is not np.ndarray or obs.dtype != np.float64 or obs.ndim < 3
-                or obs.shape[2:] != self.obs_shape):
-            return None
-        T, n = obs.shape[:2]
-        rows = T * n
-        if rows < 1:
-            return None
-        x = np.ascontiguousarray(obs).reshape(T, n, self.obs_dim)
-        starts = episode_starts
-        if type(starts) is not np.ndarray or starts.dtype != np.bool_ or starts.shape != (T, n):
-            return None
-        if not isinstance(state, LSTMStates):
-            return None
-        h0, c0 = state.h, state.c
-        want = (spec.n_lstm, n, spec.hidden)
-        for a in (h0, c0):
-            if (type(a) is not np.ndarray or a.dtype != np.float64 or a.shape != want
-                    or not a.flags.c_contiguous):
-                return None
-        head = self.head
-        categorical = head.kind == "categorical"
-        if categorical:
-            if (type(actions) is not np.ndarray or actions.dtype != np.int64
-                    or actions.shape != (T, n)):
-                return None
-            flat_actions = np.ascontiguousarray(actions).reshape(rows)
+    def _tower(self, spec: _FastSpec, flat: np.ndarray, h: np.ndarray, value: bool):
+        """The policy (``value`` False) or value tower of ``flat`` on rows ``h [rows, H]``:
+        ``(acts, y)`` of :func:`_tower_forward`."""
+        table, width = (spec.vf_table, spec.vf_width) if value else (spec.pi_table,
+                                                                     spec.pi_width)
+        return _tower_forward(h, flat, table, width, self.activation == "relu")
+
+    def _head_eval(self, out: np.ndarray, params, actions: np.ndarray):
+        """``(log_probs [B], entropy [B], probs)`` of the head at ``out [B, P]`` (compute
+        dtype) for flat ``actions``: categorical by the compiled pass
+        :func:`ppo_ref.nn.distributions._categorical_eval_kernel` (``probs [B, P]`` kept for
+        the backward), Gaussian by the head's functions (``probs`` None). Row by row, so a row
+        gets the same bits in any call. ``ValueError`` when the network's logits are not
+        finite (parameters too large for these inputs)."""
+        rows = out.shape[0]
+        if self.head.kind == "categorical":
+            log_probs, entropy = np.empty(rows), np.empty(rows)
+            probs = np.empty(out.shape)
+            if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
+                raise ValueError("params give non-finite logits for these inputs (the "
+                                 "parameters are too large)")
+            return log_probs, entropy, probs
+        log_probs = np.asarray(self.head.log_prob(out, params, actions), dtype=np.float64)
+        entropy = np.asarray(self.head.entropy(out, params), dtype=np.float64)
+        return log_probs, entropy, None
+
+    def _step(self, params, obs, state, episode_starts, first: int = 0):
+        """One checked step of the LSTMs from ``first`` on: ``(spec, flat, h_new, c_new)``,
+        the parameter buffer and the new states ``[L - first, N, H]`` in the compute dtype
+        (:func:`ppo_ref.nn.lstm._step_stacked`: the arithmetic of the replay's LSTM kernel)."""
+        spec = self._checked_spec(params)
+        x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
+        flat = self._compute_flat(params)
+        h_new, c_new = _step_stacked(*self._step_weights(spec, flat, first), x, h[first:],
+                                     c[first:], starts)
+        return spec, flat, h_new, c_new
+
+    # -- acting -------------------------------------------------------------------------------
+    def act(self, params, obs, state: LSTMStates, episode_starts, rng):
+        """One acting step for N envs: sample actions and advance the LSTM state.
+
+        ``policy_out, new_state = policy_out_step(...)``; ``actions ~ head(policy_out)``
+        drawn with ``rng`` (the draws of :meth:`SpecRecurrentPolicy.act`); ``values`` the
+        value tower on the critic LSTM's new hidden state; ``log_probs`` of the actions.
+
+        Args:
+            params, obs ``[N, ...]``, state ``[L, N, H]`` (before this step), episode_starts
+            ``[N]``: as the class docstring; rng: a ``np.random.Generator``.
+
+        Returns:
+            ``(actions, values, log_probs, new_state)``: raw actions (int64 ``[N]`` or float64
+            ``[N, A]``), float64 ``values [N]`` and ``log_probs [N]`` (the bits
+            :meth:`evaluate` gives these rows), the new :class:`LSTMStates` (float64).
+
+        Raises:
+            ValueError: naming the argument (class docstring).
+        """
+        spec, flat, h_new, c_new = self._step(params, obs, state, episode_starts)
+        out_c = self._tower(spec, flat, h_new[0], value=False)[1]
+        values = self._tower(spec, flat, h_new[-1], value=True)[1][:, 0].astype(np.float64)
+        actions = self.head.sample(rng, out_c.astype(np.float64, copy=False), params)
+        log_probs = self._head_eval(out_c, params, actions)[0]
+        return actions, values, log_probs, LSTMStates(h_new.astype(np.float64, copy=False),
+                                                      c_new.astype(np.float64, copy=False))
+
+    def policy_out_step(self, params, obs, state: LSTMStates, episode_starts):
+        """``(policy_out [N, P], new_state)``: one step of every LSTM and the policy tower only
+        (what acting needs when values and log-probs are recomputed later by a replay).
+
+        The policy outputs (float64) are the bits :meth:`evaluate` gives these rows (in
+        float32 compute: float32 values); arguments and errors as :meth:`act`.
+        """
+        spec, flat, h_new, c_new = self._step(params, obs, state, episode_starts)
+        out = self._tower(spec, flat, h_new[0], value=False)[1]
+        return out.astype(np.float64, copy=False), LSTMStates(
+            h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
+
+    def acting_step_fn(self, params):
+        """``step(obs, state, episode_starts) -> (policy_out, new_state)``: :meth:`policy_out_step`
+        for many steps with fixed ``params`` (one rollout), the same bits.
+
+        ``params`` are checked and copied, and the weights transposed (and cast to the compute
+        dtype), once, here; each step converts and checks its arguments (as
+        :meth:`policy_out_step`) and is one compiled call for both LSTMs and one for the
+        policy tower. (In float32 the state is carried as float64 arrays holding float32
+        values.)
+
+        Raises:
+            ValueError: ``params`` here, the step's arguments at each step, naming them.
+        """
+        spec = self._checked_spec(params)
+        flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
+        weights = self._step_weights(spec, flat)
+
+        def step(obs, state, episode_starts):
+            x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
+            h_new, c_new = _step_stacked(*weights, x, h, c, starts)
+            out = self._tower(spec, flat, h_new[0], value=False)[1]
+            return out.astype(np.float64, copy=False), LSTMStates(
+                h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
+        return step
+
+    def predict(self, params, obs, state: LSTMStates, episode_starts, rng=None,
+                deterministic: bool = False):
+        """``(env_actions, new_state)``: actions as the env receives them (Gaussian: clipped).
+
+        ``deterministic=True`` takes the mode (argmax / mean) of :meth:`policy_out_step`'s
+        outputs; otherwise they are sampled with ``rng`` (required; the draws of :meth:`act`).
+
+        Raises:
+            ValueError: no ``rng`` with ``deterministic=False``; the arguments as :meth:`act`.
+        """
+        if not deterministic and rng is None:
+            raise ValueError("rng is required when deterministic=False")
+        out, new_state = self.policy_out_step(params, obs, state, episode_starts)
+        if deterministic:
+            actions = self.head.mode(out, params)
         else:
-            flat_actions = np.asarray(actions)
-            if flat_actions.shape != (T, n) + head.action_shape:
-                return None
-            flat_actions = flat_actions.reshape((rows,) + head.action_shape)
-        if not (_all_finite(params.flat) and _all_finite(x) and _all_finite(h0)
-                and _all_finite(c0)):
-            return None
+            actions = self.head.sample(rng, out, params)
+        return self.head.to_env(actions), new_state
+
+    def values(self, params, obs, state: LSTMStates, episode_starts) -> np.ndarray:
+        """``V(obs | state)`` float64 ``[N]`` after one step of the critic's LSTM; ``state`` is
+        not advanced. The bits :meth:`evaluate` (and :meth:`act`) give these rows.
+
+        For bootstrapping: ``last_values`` (the next rollout will step the same observation
+        again from the same state) and ``final_values`` (the state before the reset, with
+        ``episode_starts`` all False). Arguments and errors as :meth:`act`.
+        """
+        spec, flat, h_new, _ = self._step(params, obs, state, episode_starts,
+                                          first=len(lstm_names(self.lstm_shared)) - 1)
+        return self._tower(spec, flat, h_new[0], value=True)[1][:, 0].astype(np.float64)
+
+    # -- training -----------------------------------------------------------------------------
+    def evaluate(self, params, obs, actions, state: LSTMStates, episode_starts):
+        """Replay whole sequences: log-probs of ``actions``, entropies and values, plus a cache.
+
+        ``policy_out, values = network(obs | state, episode_starts)`` over all T steps (as
+        :func:`recurrent_actor_critic_forward`), then ``log_probs = log pi(actions |
+        policy_out)`` and ``entropy = H[pi(. | policy_out)]`` of the head.
+
+        Args:
+            params: as the class docstring.
+            obs: ``[T, n, *obs_shape]`` or ``[T, n, obs_dim]``.
+            actions: ``[T, n]`` integers in ``[0, n_actions)`` (integral floats accepted) or
+                ``[T, n, A]`` finite raw samples.
+            state: :class:`LSTMStates` ``[L, n, H]`` before step 0 (the stored rollout-start
+                state).
+            episode_starts: ``[T, n]`` bools or 0/1 numbers.
+
+        Returns:
+            :class:`ppo_ref.policies.PolicyEval` with float64 ``log_probs``, ``entropy``,
+            ``values`` ``[T, n]`` and the cache :meth:`backward` needs.
+
+        Raises:
+            ValueError: naming the argument (class docstring; ``actions`` of the wrong shape,
+                kind or range); non-finite logits from these ``params``.
+        """
+        spec = self._checked_spec(params)
+        x = self._obs_input(obs, 2)
+        T, n = x.shape[:2]
+        rows = T * n
+        h0, c0 = self._state_input(spec, state, n)
+        starts = self._flags_input(episode_starts, (T, n))
+        flat_actions = self._actions_input(actions, (T, n))
         dt = self.compute_dtype
         flat = self._compute_flat(params)
         if dt != np.float64:
@@ -524,35 +627,45 @@ class RecurrentPolicy(PolicyBase):
         w_ih, w_hh, b = self._stacked(spec, flat)
         h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
         hidden = spec.hidden
-        relu = self.activation == "relu"
-        pi_acts, out = _tower_forward(h_seq[0].reshape(rows, hidden), flat, spec.pi_table,
-                                      spec.pi_width, relu)
-        vf_acts, values = _tower_forward(h_seq[-1].reshape(rows, hidden), flat, spec.vf_table,
-                                         spec.vf_width, relu)
-        if categorical:
-            log_probs = np.empty(rows)
-            entropy = np.empty(rows)
-            probs = np.empty(out.shape)
-            if not _categorical_eval_kernel(out, flat_actions, log_probs, entropy, probs):
-                return None
-            cached_entropy = entropy
-        else:
-            log_probs = head.log_prob(out, params, flat_actions)
-            entropy = np.asarray(head.entropy(out, params), dtype=np.float64)
-            probs = cached_entropy = None
+        pi_acts, out = self._tower(spec, flat, h_seq[0].reshape(rows, hidden), value=False)
+        vf_acts, values = self._tower(spec, flat, h_seq[-1].reshape(rows, hidden), value=True)
+        log_probs, entropy, probs = self._head_eval(out, params, flat_actions)
         cache = _FastCache(spec, (T, n), flat, x, keep, h_seq, h_prev, c_prev, gates, tanh_c,
-                           pi_acts, vf_acts, out, flat_actions, probs, cached_entropy)
+                           pi_acts, vf_acts, out, flat_actions, probs,
+                           None if probs is None else entropy)
         return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
                           values.astype(np.float64).reshape(T, n), cache)
 
-    def _fast_backward(self, params, cache: _FastCache, d_log_probs, d_entropy, d_values):
-        """:meth:`backward` for a cache of :meth:`_fast_evaluate`: gradients in one float64
-        buffer (a pooled one, see :meth:`backward`; float32 compute: computed in float32, then
-        widened into a new one)."""
-        spec = self._fast_spec(params)
-        if spec is not cache.spec:
-            raise ValueError("cache was made by the fast path of evaluate; params must be "
-                             "FlatArrays in the layout of the params given to it")
+    def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
+        """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *
+        values)`` over the ``[T, n]`` rows of the :meth:`evaluate` call that made ``cache``,
+        w.r.t. every parameter, through the head, the towers and the LSTM(s) over all T steps
+        (BPTT, cut only at episode starts).
+
+        Args:
+            params: the parameters given to that :meth:`evaluate` (same layout).
+            cache: its ``PolicyEval.cache``.
+            d_log_probs, d_values: finite ``[T, n]``; d_entropy: finite ``[T, n]`` or None.
+
+        Returns:
+            float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (float64
+            compute: a buffer of the reuse pools of :mod:`ppo_ref._workspace`, handed out
+            again once the caller drops it; float32: computed in float32, then widened into a
+            new buffer).
+
+        Raises:
+            ValueError: naming the argument: ``cache`` not made by :meth:`evaluate` of this
+                layout, ``params`` as the class docstring, gradients of the wrong shape or not
+                finite.
+        """
+        if not isinstance(cache, _FastCache):
+            raise ValueError(f"cache must be the cache of RecurrentPolicy.evaluate, got "
+                             f"{type(cache).__name__}")
+        spec = self._checked_spec(params)
+        if spec.layout != cache.spec.layout:
+            raise ValueError("params must be in the layout of the params given to the "
+                             "evaluate call that made cache")
+        spec = cache.spec
         T, n = cache.shape
         rows = T * n
         d_lp = _finite_grad(d_log_probs, "d_log_probs", cache.shape)
@@ -595,44 +708,6 @@ class RecurrentPolicy(PolicyBase):
             grads[k][...] = g
         return grads
 
-    def acting_step_fn(self, params):
-        """``step(obs, state, episode_starts) -> (policy_out, new_state)``: :meth:`policy_out_step`
-        for many steps with fixed ``params`` (one rollout).
-
-        With parameters that take the fast path of :meth:`evaluate`, the parameters are checked
-        and the weights transposed (and cast to the compute dtype) once, here; each step is one
-        compiled call for both LSTMs (:func:`ppo_ref.nn.lstm._step_stack`, the arithmetic of
-        ``lstm_step``) and the row-independent policy tower of the fast :meth:`evaluate`, so an
-        env's policy outputs are bit for bit those the replay of its rollout computes. (In
-        float32 the state is carried as float64 arrays holding float32 values.) A step whose
-        ``obs`` (finite float64 ``[N, obs_dim]``), ``state`` (finite C-contiguous float64) or
-        ``episode_starts`` (bool ``[N]``) is of another kind, and any other ``params``, go
-        through :meth:`policy_out_step` itself.
-        """
-        spec = self._fast_spec(params)
-        if spec is None or not _all_finite(params.flat):
-            return lambda obs, state, starts: self.policy_out_step(params, obs, state, starts)
-        dt = self.compute_dtype
-        flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
-        weights = self._step_weights(spec, flat)
-        pi_table, pi_width = spec.pi_table, spec.pi_width
-        want_lstm, hidden, obs_dim = spec.n_lstm, spec.hidden, self.obs_dim
-        relu = self.activation == "relu"
-        wide = dt == np.float64
-
-        def step(obs, state, episode_starts):
-            if _step_inputs_ok(obs, state, episode_starts, want_lstm, hidden, obs_dim):
-                h, c = state.h, state.c
-                if not wide:
-                    obs, h, c = obs.astype(dt), h.astype(dt), c.astype(dt)
-                h_new, c_new = _step_stacked(*weights, obs, h, c, episode_starts)
-                out = _tower_forward(h_new[0], flat, pi_table, pi_width, relu)[1]
-                if not wide:
-                    h_new, c_new = h_new.astype(np.float64), c_new.astype(np.float64)
-                return out, LSTMStates(h_new, c_new)
-            return self.policy_out_step(params, obs, state, episode_starts)
-        return step
-
 
 class SpecRecurrentPolicy(PolicyBase):
     """The recurrent policy of the readable tier (``PPOConfig.backend = "spec"``).
@@ -642,8 +717,7 @@ class SpecRecurrentPolicy(PolicyBase):
     :func:`ppo_ref.policies.make_head`. Parameters are a plain dict with the keys, shapes and
     initial values of :class:`RecurrentPolicy`'s (the same draws), so checkpoints move between
     the backends; every method computes what its :class:`RecurrentPolicy` namesake documents.
-    :class:`RecurrentPolicy` is declared equal to this class within the tolerance stated in
-    ``tests/test_tiers.py``.
+    :class:`RecurrentPolicy` equals this class within the tolerance its docstring states.
 
     Raises:
         ValueError: unsupported spaces; ``config.compute_dtype`` other than float64.

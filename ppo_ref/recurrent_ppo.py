@@ -1,9 +1,11 @@
 """The recurrent (LSTM) PPO trainer: whole-env minibatches replayed through the LSTM.
 
-``RecurrentPPOTrainer`` is :class:`ppo_ref.ppo.PPOTrainer` with the LSTM policy of
-:mod:`ppo_ref.recurrent_policies`; everything that is not about memory is inherited unchanged
-(rollout collection and its checks, GAE, schedules, the update recipe of
-:mod:`ppo_ref.update`, checkpoints, the ``learn`` loop). What memory changes (SPEC §5):
+``RecurrentPPOTrainer`` is :class:`ppo_ref.ppo.PPOTrainer` with an LSTM policy of
+:mod:`ppo_ref.recurrent_policies` (:func:`~ppo_ref.recurrent_policies.make_recurrent_policy`:
+the compiled ``RecurrentPolicy`` for ``config.backend = "fast"``, the readable
+``SpecRecurrentPolicy`` for ``"spec"``); everything that is not about memory is inherited
+unchanged (rollout collection and its checks, GAE, schedules, the update recipe of
+:mod:`ppo_ref.update`, checkpoints, the ``learn`` loop). What memory changes:
 
 Collection
     Each env's LSTM state ``(h, c)`` is carried from step to step and from one rollout to the
@@ -33,22 +35,23 @@ Update
     exactly: ratio 1). sb3-contrib instead cuts sequences at episode starts, pads them and
     stores per-step states.
 
-Exactness note: on the policy's fast path (the one-buffer parameters the trainer holds) every
-quantity of an env is computed with arithmetic that does not depend on which other envs share
-the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers (row-wise fused multiply-add
-chains instead of BLAS products, whose rounding can depend on the number of rows) and the
-compiled categorical head. Acting (N rows per step), the replay of the rollout (``T * N``
-rows) and a minibatch of any ``n`` envs therefore give the same bits, and the first minibatch
-of every update reproduces the stored log-probs exactly (ratio 1), whatever
-``envs_per_minibatch`` is (tested). The stored values are still those of the replay, as
-:class:`~ppo_ref.rollout.RolloutCollector` does for the MLP.
+Exactness note: with the compiled ``RecurrentPolicy`` (whose parameters are the one buffer
+the trainer holds) every quantity of an env is computed with arithmetic that does not depend
+on which other envs share the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers
+(row-wise fused multiply-add chains instead of BLAS products, whose rounding can depend on the
+number of rows) and the compiled categorical head. Acting (N rows per step), the replay of the
+rollout (``T * N`` rows) and a minibatch of any ``n`` envs therefore give the same bits, and
+the first minibatch of every update reproduces the stored log-probs exactly (ratio 1),
+whatever ``envs_per_minibatch`` is (tested). The stored values are still those of the replay,
+as :class:`~ppo_ref.rollout.RolloutCollector` does for the MLP. (``SpecRecurrentPolicy``
+computes with NumPy products: its first ratio is 1 to rounding.)
 
 Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
 minibatch loss of :mod:`ppo_ref.update`; without a ``target_kl`` it draws every epoch's env
 permutation at once (the same draws) and gathers each array once per update into
 C-contiguous per-minibatch blocks (the same values in the same order as per-epoch gathers,
 so the same bits; tested); acting checks the parameters once per rollout
-(:meth:`RecurrentPolicy.acting_step_fn`). ``config.compute_dtype = "float32"`` runs the LSTMs,
+(``acting_step_fn`` of the policy). ``config.compute_dtype = "float32"`` runs the LSTMs,
 towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
 parameters, gradients, Adam, losses and advantages stay float64.
 
@@ -62,11 +65,14 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from ppo_ref._checks import as_flag_array
 from ppo_ref.losses import explained_variance
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
 from ppo_ref.rollout import Rollout
+from ppo_ref.spec import update as spec_update
+from ppo_ref.spec.update import env_minibatches
 from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
                             batch_advantages, run_epochs)
 
@@ -102,18 +108,6 @@ def envs_per_minibatch(n_envs: int, n_steps: int, batch_size: int) -> int:
             f"(batch_size // n_steps = {batch_size} // {n_steps} = {per}): recurrent minibatches "
             f"are sets of whole envs. Choose batch_size in {ok} or change n_envs.")
     return per
-
-
-def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -> List[np.ndarray]:
-    """One epoch's env groups: ``rng.permutation(n_envs)`` cut into chunks of ``per_minibatch``.
-
-    Every env appears in exactly one group; ``n_envs`` must be a multiple of ``per_minibatch``.
-    """
-    if per_minibatch < 1 or n_envs % per_minibatch != 0:
-        raise ValueError(f"per_minibatch ({per_minibatch}) must be >= 1 and divide "
-                         f"n_envs ({n_envs})")
-    perm = rng.permutation(n_envs)
-    return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
 
 
 def _gather_epochs(perms: np.ndarray, per: int, rollout: "RecurrentRollout",
@@ -171,8 +165,9 @@ class _RecurrentActor:
 
     def policy_out_fn(self, params):
         """``forward(obs [N, obs_dim], episode_starts [N]) -> policy_out [N, P]`` for one
-        rollout: each call steps the carried state (reset where an episode starts). Steps go through :meth:`RecurrentPolicy.acting_step_fn` (parameters checked
-        once per rollout; the same bits as ``policy_out_step``)."""
+        rollout: each call steps the carried state (reset where an episode starts). Steps go
+        through the policy's ``acting_step_fn`` (parameters checked once per rollout; the same
+        bits as ``policy_out_step``)."""
         step = self.policy.acting_step_fn(params)
 
         def forward(obs, episode_starts):
@@ -240,9 +235,10 @@ class RecurrentPPOTrainer(PPOTrainer):
         c = self.config
         self.envs_per_minibatch = envs_per_minibatch(c.n_envs, c.n_steps, c.batch_size)
 
-    def _make_policy(self, observation_space, action_space) -> RecurrentPolicy:
-        """The LSTM policy (PPOTrainer's hook; its parameters are drawn from the same stream,
-        the first of the five SeedSequence children, so a seed means the same for both)."""
+    def _make_policy(self, observation_space, action_space):
+        """The LSTM policy of ``config.backend`` (PPOTrainer's hook; its parameters are drawn
+        from the same stream, the first of the five SeedSequence children, so a seed means the
+        same for both trainers and both backends)."""
         return make_recurrent_policy(observation_space, action_space, self.config)
 
     def _acting_policy(self) -> "_RecurrentActor":
@@ -294,6 +290,37 @@ class RecurrentPPOTrainer(PPOTrainer):
         ret = np.asarray(returns, dtype=np.float64)
         rng = self.minibatch_rng
         per = self.envs_per_minibatch
+        policy = self.policy
+
+        def evaluate(params, data):
+            ev = policy.evaluate(params, *data)
+            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
+                    (ev.cache, ev.values.shape))
+
+        def backward(params, cache, d_log_probs, d_entropy, d_values):
+            net_cache, shape = cache
+            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
+                                   None if d_entropy is None else d_entropy.reshape(shape),
+                                   d_values.reshape(shape))
+
+        if c.backend == "spec":
+            # The readable tier: each epoch permutes the envs and cuts them into groups; each
+            # group is replayed over all T steps from its stored start state, with its stored
+            # episode starts; the loss sees the group's [T, n] rows flattened (row t * n + j).
+            def env_groups(epoch: int):
+                for envs in env_minibatches(rng, N, per):
+                    rows = (rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
+                            rollout.values[:, envs])
+                    yield Minibatch(*(a.reshape(-1) for a in rows),
+                                    (rollout.observations[:, envs], rollout.actions[:, envs],
+                                     start.select(envs), rollout.episode_starts[:, envs]))
+
+            self.params, self.adam_state, stats = spec_update.run_epochs(
+                self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
+                clip_range=self.current_clip_range(), minibatches=env_groups,
+                evaluate=evaluate, backward=backward)
+            stats["explained_variance"] = explained_variance(rollout.values.ravel(), ret.ravel())
+            return stats
 
         # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
         # rows are what the compiled minibatch loss of ppo_ref.update takes.
@@ -326,19 +353,6 @@ class RecurrentPPOTrainer(PPOTrainer):
                 gathered = blocks(_epoch_permutations(rng, N, int(c.n_epochs)))
             yield from gathered[epoch]
 
-        policy = self.policy
-
-        def evaluate(params, data):
-            ev = policy.evaluate(params, *data)
-            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
-                    (ev.cache, ev.values.shape))
-
-        def backward(params, cache, d_log_probs, d_entropy, d_values):
-            net_cache, shape = cache
-            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
-                                   None if d_entropy is None else d_entropy.reshape(shape),
-                                   d_values.reshape(shape))
-
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
             clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
@@ -360,12 +374,17 @@ class RecurrentPPOTrainer(PPOTrainer):
             obs: ``[obs_shape]`` (one env) or ``[B, *obs_shape]``.
             deterministic: take the mode instead of sampling (``predict_rng``).
             state: the :class:`LSTMStates` returned by the previous call, or ``None`` (zeros).
-            episode_starts: bool ``[B]`` (or a bool for one env): True where ``obs`` starts an
-                episode; ``None`` means True for every env when ``state`` is None, else False.
+            episode_starts: bools or 0/1 numbers ``[B]`` (or one for one env): True where
+                ``obs`` starts an episode; ``None`` means True for every env when ``state`` is
+                None, else False.
 
         Returns:
             ``(actions, new_state)``: actions as the env receives them (Gaussian: clipped);
             unlike :meth:`PPOTrainer.predict`, the new state is returned too: pass it back.
+
+        Raises:
+            ValueError: naming the argument: ``episode_starts`` not 0/1 or not one per env;
+                ``obs`` or ``state`` as the policy's ``predict`` raises.
         """
         obs = np.asarray(obs, dtype=np.float64)
         single = obs.shape == tuple(self.policy.obs_shape)
@@ -380,7 +399,11 @@ class RecurrentPPOTrainer(PPOTrainer):
         if episode_starts is None:
             starts = np.full(n, default_start)
         else:
-            starts = np.asarray(episode_starts, dtype=bool).reshape(n)
+            starts = as_flag_array(episode_starts, "episode_starts", ndim=(0, 1))
+            if starts.size != n:
+                raise ValueError(f"episode_starts must hold one flag per env ({n}), got shape "
+                                 f"{starts.shape}")
+            starts = starts.reshape(n)
         actions, new_state = self.policy.predict(self.params, batch, state, starts,
                                                  self.predict_rng, deterministic)
         return (actions[0] if single else actions), new_state
@@ -407,15 +430,10 @@ class RecurrentPPOTrainer(PPOTrainer):
         return arrays
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
-        """Inverse of :meth:`state_arrays`; raises ``ValueError`` when the LSTM states are
-        missing or have the wrong shape."""
-        if "lstm/h" not in arrays or "lstm/c" not in arrays:
-            raise ValueError("arrays has no 'lstm/h' / 'lstm/c' entries: not a "
-                             "RecurrentPPOTrainer state")
+        """Inverse of :meth:`state_arrays`; raises ``ValueError`` when an entry is missing or
+        does not fit (the LSTM states are vetted with the rest: ``float64 [layers, n_envs,
+        hidden]``, finite; see :meth:`PPOTrainer.load_state_arrays`)."""
+        super().load_state_arrays(arrays)
         h = np.array(arrays["lstm/h"], dtype=np.float64)
         c = np.array(arrays["lstm/c"], dtype=np.float64)
-        want = self._actor.state.h.shape
-        if h.shape != want or c.shape != want:
-            raise ValueError(f"saved LSTM states have shapes {h.shape}, {c.shape}; expected {want}")
-        super().load_state_arrays(arrays)
         self._actor.state = LSTMStates(h, c)

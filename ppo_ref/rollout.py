@@ -200,6 +200,15 @@ _SKIP_ATTRS = frozenset({"env", "_env", "spec", "_cached_spec", "metadata", "_me
                          "_ezpickle_kwargs"})
 
 
+_MISSING = object()
+
+
+def _is_skipped_value(value) -> bool:
+    """Attribute values never saved nor restored: spaces and callables (a Generator is state)."""
+    from gymnasium import Space
+    return isinstance(value, Space) or callable(value) and not isinstance(value, np.random.Generator)
+
+
 def _encode_value(value):
     """JSON form of a plain attribute value, or raise TypeError when it cannot be saved."""
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -218,18 +227,25 @@ def _encode_value(value):
 
 
 def _decode_value(obj, current):
+    """Inverse of :func:`_encode_value`; raises ``ValueError`` for a form it never writes (an
+    array or scalar dtype other than bool/int/uint/float, a malformed entry)."""
     if isinstance(obj, dict):
         if "__generator__" in obj:
             if not isinstance(current, np.random.Generator):
                 current = np.random.default_rng()
             set_generator_state(current, obj["__generator__"])
             return current
-        if "__scalar__" in obj:
-            return np.dtype(obj["dtype"]).type(obj["__scalar__"])
-        if "__ndarray__" in obj:
-            return np.asarray(obj["__ndarray__"], dtype=obj["dtype"])
+        if "__scalar__" in obj or "__ndarray__" in obj:
+            dtype = np.dtype(obj.get("dtype"))
+            if dtype.kind not in "biuf":
+                raise ValueError(f"saved env value has dtype {dtype}; only bool, integer and "
+                                 "float values are restored")
+            if "__scalar__" in obj:
+                return dtype.type(obj["__scalar__"])
+            return np.asarray(obj["__ndarray__"], dtype=dtype)
         if "__tuple__" in obj:
             return tuple(_decode_value(v, None) for v in obj["__tuple__"])
+        raise ValueError(f"saved env value {sorted(obj)!r} is not a form ppo_ref writes")
     if isinstance(obj, list):
         return [_decode_value(v, None) for v in obj]
     return obj
@@ -254,13 +270,12 @@ def single_env_state(env) -> Dict[str, Any]:
     ``MjData`` or Box2D worlds, renderers) cannot be captured: their ``layer.name`` are listed
     under ``"unsupported"`` so the caller can warn that a resume will not be exact.
     """
-    from gymnasium import Space
     layers_out = []
     unsupported = []
     for layer in _layers(env):
         attrs = {}
         for name, value in vars(layer).items():
-            if name in _SKIP_ATTRS or isinstance(value, Space) or callable(value) and not isinstance(value, np.random.Generator):
+            if name in _SKIP_ATTRS or _is_skipped_value(value):
                 continue
             try:
                 attrs[name] = _encode_value(value)
@@ -275,7 +290,10 @@ def single_env_state(env) -> Dict[str, Any]:
 def restore_single_env_state(env, state: Dict[str, Any]) -> None:
     """Write a :func:`single_env_state` snapshot back into ``env`` (same wrapper chain).
 
-    Raises ``ValueError`` when the wrapper chain differs from the one that was saved.
+    Only attributes the env already has as plain instance attributes are set (never a new
+    attribute, a method, a space, the wrapped env or the spec). Raises ``ValueError`` when the
+    wrapper chain differs from the one that was saved, or the snapshot names any other
+    attribute or holds a value form :func:`single_env_state` never writes.
     """
     layers = _layers(env)
     saved = state["layers"]
@@ -283,8 +301,15 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
         raise ValueError("env state was saved for wrapper chain "
                          f"{[s['class'] for s in saved]}, this env has {[type(l).__name__ for l in layers]}")
     for layer, entry in zip(layers, saved):
+        present = vars(layer)
         for name, obj in entry["attrs"].items():
-            setattr(layer, name, _decode_value(obj, getattr(layer, name, None)))
+            # only plain attributes the env already has: a saved state never adds attributes,
+            # shadows a method or replaces a space, the wrapped env or the spec
+            current = present.get(name, _MISSING)
+            if current is _MISSING or name in _SKIP_ATTRS or _is_skipped_value(current):
+                raise ValueError(f"saved env state sets {type(layer).__name__}.{name}, which is "
+                                 "not a plain attribute this env has")
+            setattr(layer, name, _decode_value(obj, current))
 
 
 # -- the collector ----------------------------------------------------------------------------

@@ -60,29 +60,59 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _complete_rows(path: str, drop_malformed: bool = True) -> List[List[str]]:
+    """The rows of a run-directory CSV that were written completely: a last line without its
+    line end (cut short by a full disk or a crash) is dropped; with ``drop_malformed`` also
+    lines holding NUL bytes (left by a crash on some file systems) and rows whose number of
+    fields differs from the header's. The header is the first row; ``[]`` when not even the
+    header is complete."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    lines = [line + "\n" for line in text.split("\n")[:-1]
+             if not (drop_malformed and "\x00" in line)]
+    rows = [row for row in csv.reader(lines)]
+    if not rows or not drop_malformed:
+        return rows
+    header = rows[0]
+    return [header] + [row for row in rows[1:] if len(row) == len(header)]
+
+
 def read_csv(path: str) -> Dict[str, np.ndarray]:
-    """Columns of a run-directory CSV as float64 arrays (``{}`` when the file is empty)."""
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    if not rows:
+    """Columns of a run-directory CSV as float64 arrays (``{}`` when the file is empty).
+    A last row without its line end (cut short by a full disk or a crash) is ignored; a
+    malformed complete row raises ``ValueError``."""
+    rows = _complete_rows(path, drop_malformed=False)
+    if len(rows) < 2:
         return {}
-    return {k: np.array([float(r[k]) if r[k] not in ("", "None") else np.nan for r in rows])
-            for k in rows[0]}
+    header, body = rows[0], rows[1:]
+    for i, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise ValueError(f"line {i} has {len(row)} fields, the header {len(header)}")
+    return {k: np.array([float(r[j]) if r[j] not in ("", "None") else np.nan for r in body])
+            for j, k in enumerate(header)}
 
 
 def _truncate_csv(path: str, column: str, limit: float) -> None:
-    """Keep only the rows whose ``column`` <= ``limit`` (rows written after the checkpoint a run
-    resumes from would otherwise appear twice)."""
+    """Keep only the complete rows whose ``column`` is a number <= ``limit`` (rows written after
+    the checkpoint a run resumes from would otherwise appear twice; a row cut short by a full
+    disk or a crash, or otherwise unreadable, is dropped, never kept as a garbage row). A file
+    without even a complete header is removed (the logger writes a new one)."""
     if not os.path.exists(path):
         return
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        rows = list(reader)
-    if not rows:
+    rows = _complete_rows(path)
+    if not rows or column not in rows[0]:
+        os.remove(path)
         return
     header, body = rows[0], rows[1:]
     idx = header.index(column)
-    kept = [r for r in body if r and float(r[idx]) <= limit]
+    kept = []
+    for row in body:
+        try:
+            value = float(row[idx])
+        except ValueError:
+            continue
+        if value <= limit:
+            kept.append(row)
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(header)
@@ -126,7 +156,8 @@ class RunLogger:
         self.snapshot_timesteps = -1
         if resume_from is None:
             info = dict(run_info)
-            for p in (self.metrics_path, self.timing_path, self.episodes_path):
+            for p in (self.metrics_path, self.timing_path, self.episodes_path,
+                      os.path.join(run_dir, "error.log")):  # a failed earlier attempt's
                 if os.path.exists(p):
                     os.remove(p)
         else:

@@ -256,20 +256,20 @@ def _lstm(inputs, settings):
 
 
 def _ppo_minibatch_update(inputs, settings):
-    """One PPO minibatch step through the trainer's own recipe (``ppo_ref.update.run_epochs``
-    with one epoch of one minibatch, ``ppo_ref.policies.MLPPolicy``)."""
+    """One PPO minibatch step through the readable update (``ppo_ref.spec.update.run_epochs``
+    on plain dicts, with one epoch of one minibatch, ``ppo_ref.policies.MLPPolicy``)."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
     from ppo_ref.optim import adam_init
     from ppo_ref.policies import MLPPolicy
-    from ppo_ref.update import Minibatch, run_epochs
+    from ppo_ref.spec.update import Minibatch, run_epochs
 
     config = PPOConfig.from_dict(settings["config"])
     obs = inputs["observations"]
     policy = MLPPolicy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
                        spaces.Discrete(settings["n_actions"]), config)
-    params = dict(inputs["params"])
+    params = policy.as_flat(inputs["params"])  # the policy's one-buffer parameters
     seen = {}
 
     def evaluate(p, data):
@@ -329,7 +329,7 @@ _FUNCTIONS = {
     "adam": "ppo_ref.optim.adam_init + adam_update (one call per step)",
     "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
     "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
-    "ppo_minibatch_update": "ppo_ref.update.run_epochs (1 epoch, 1 minibatch) with "
+    "ppo_minibatch_update": "ppo_ref.spec.update.run_epochs (1 epoch, 1 minibatch) with "
                             "ppo_ref.policies.MLPPolicy",
 }
 

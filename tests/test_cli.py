@@ -33,7 +33,7 @@ def test_train_writes_run_dir(tmp_path):
     code, run_dir = _train(tmp_path, "a")
     assert code == 0
     assert sorted(os.listdir(run_dir)) == ["checkpoint.npz", "config.json", "episodes.csv",
-                                           "metrics.csv", "timing.csv"]
+                                           "metrics.csv", "timing.csv"]  # the lock file is gone
     metrics = read_csv(os.path.join(run_dir, "metrics.csv"))
     assert tuple(metrics) == METRIC_COLUMNS
     np.testing.assert_array_equal(metrics["update"], np.arange(1, 9))
@@ -540,16 +540,21 @@ def test_check_file_errors_are_one_line(vectors_dir, tmp_path, capsys):
     assert no_dir in line and "vectors" in line
 
 
-def test_internal_errors_keep_their_traceback(tmp_path, monkeypatch):
-    """Only user-input operations become one-line errors: a ValueError raised while training
-    (a bug, not a bad flag) propagates."""
+def test_an_error_inside_training_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys):
+    """Any exception raised while training (a bug included) ends the run with one line and exit
+    status 3, never a traceback on the terminal; the traceback goes to DIR/error.log."""
     from ppo_ref.ppo import PPOTrainer
 
     def broken_learn(self, total_timesteps, callback=None):
         raise ValueError("internal bug inside learn")
     monkeypatch.setattr(PPOTrainer, "learn", broken_learn)
-    with pytest.raises(ValueError, match="internal bug"):
-        cli.main(["train", "--total-timesteps", "256", "--run-dir", str(tmp_path / "r"), "--quiet"])
+    run_dir = tmp_path / "r"
+    capsys.readouterr()
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 3
+    line = _one_line_error(capsys, "train")
+    assert "ValueError: internal bug inside learn" in line and "error.log" in line
+    assert "internal bug inside learn" in (run_dir / "error.log").read_text()
+    assert "Traceback" in (run_dir / "error.log").read_text()
 
 
 def test_check_with_a_results_file_of_the_wrong_format(vectors_dir, tmp_path, capsys):
@@ -558,3 +563,320 @@ def test_check_with_a_results_file_of_the_wrong_format(vectors_dir, tmp_path, ca
     assert cli.main(["check", vectors_dir, "--results", str(path)]) == 2
     line = _one_line_error(capsys, "check")
     assert str(path) in line and "ppo_ref.results/1" in line
+
+
+# -- loading never imports code without consent ------------------------------------------------------
+
+def test_eval_and_resume_import_an_env_module_only_with_allow_import(saved_run, tmp_path, capsys):
+    from ppo_ref.checkpoint import save_checkpoint
+    name = "ppo_ref_cli_untrusted_env"
+    marker = tmp_path / "imported"
+    (tmp_path / f"{name}.py").write_text(
+        "import gymnasium, pathlib\n"
+        f"pathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "gymnasium.register('PpoRefCliUntrusted-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
+        " max_episode_steps=500)\n")
+    run_dir = tmp_path / "downloaded"
+    run_dir.mkdir()
+    arrays, meta = load_checkpoint(os.path.join(saved_run, "checkpoint.npz"))
+    meta.pop("format_version")
+    meta["env_id"] = f"{name}:PpoRefCliUntrusted-v0"
+    meta["total_timesteps"] = 512
+    save_checkpoint(run_dir / "checkpoint.npz", arrays, meta)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        capsys.readouterr()
+        for argv in (["eval", str(run_dir), "--episodes", "1"],
+                     ["train", "--resume", str(run_dir), "--total-timesteps", "768", "--quiet"]):
+            assert cli.main(argv) == 2
+            line = _one_line_error(capsys, argv[0])
+            assert name in line and "--allow-import" in line
+            assert not marker.exists() and name not in sys.modules
+        assert cli.main(["eval", str(run_dir), "--episodes", "1", "--allow-import"]) == 0
+        assert marker.exists()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+
+
+# -- one writer per run directory -----------------------------------------------------------------
+
+def _wait_for(predicate, proc, seconds=120):
+    import time
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_a_second_writer_of_a_training_run_dir_is_refused(tmp_path):
+    """While one process trains into DIR, a second ``train --run-dir DIR`` or ``--resume DIR``
+    is refused with one line and touches nothing in DIR."""
+    import signal
+    run_dir = str(tmp_path / "busy")
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    first = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--total-timesteps", "10000000",
+                              "--run-dir", run_dir, "--quiet", "--checkpoint-every", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_for(lambda: os.path.exists(os.path.join(run_dir, "checkpoint.npz")), first)
+        config_before = open(os.path.join(run_dir, "config.json"), "rb").read()
+        for argv in (["--run-dir", run_dir, "--total-timesteps", "1024"],
+                     ["--resume", run_dir, "--total-timesteps", "20000000"]):
+            second = subprocess.run([sys.executable, "-m", "ppo_ref", "train", "--quiet", *argv],
+                                    capture_output=True, text=True, env=env, timeout=120)
+            assert second.returncode == 2, second.stderr
+            lines = second.stderr.strip().splitlines()
+            assert len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
+            assert run_dir in lines[0] and "in use by another ppo-ref process" in lines[0]
+            assert str(first.pid) in lines[0]
+            assert open(os.path.join(run_dir, "config.json"), "rb").read() == config_before
+            assert first.poll() is None
+        metrics = open(os.path.join(run_dir, "metrics.csv")).read().splitlines()
+        assert metrics[0].startswith("update,") and len(metrics) > 1
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=120)
+    assert first.returncode == 130
+    assert not os.path.exists(os.path.join(run_dir, ".lock"))  # released and removed at exit
+    done = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))[1]["num_timesteps"]
+    assert cli.main(["train", "--resume", run_dir, "--total-timesteps", str(done + 256), "--quiet"]) == 0
+
+
+def test_the_run_dir_lock_is_exclusive_within_a_process_too(tmp_path):
+    with cli.run_dir_lock(str(tmp_path / "d")):
+        with pytest.raises(cli.UsageError, match="in use"):
+            with cli.run_dir_lock(str(tmp_path / "d")):
+                pass
+    with cli.run_dir_lock(str(tmp_path / "d")):  # released
+        pass
+
+
+# -- a failure never loses finished work ------------------------------------------------------------
+
+def _fail_update(monkeypatch, at, exc):
+    """Make the ``at``-th PPOTrainer.update of this process raise ``exc`` (once)."""
+    from ppo_ref.ppo import PPOTrainer
+    real = PPOTrainer.update
+    calls = []
+
+    def failing(self, rollout):
+        calls.append(1)
+        if len(calls) == at:
+            self.n_updates += 1  # a half-done update: the counters must come from the snapshot
+            raise exc
+        return real(self, rollout)
+    monkeypatch.setattr(PPOTrainer, "update", failing)
+    return real
+
+
+@pytest.mark.parametrize("exc", [FloatingPointError("overflow in the gradient norm"),
+                                 ValueError("advantages overflowed to inf"),
+                                 MemoryError()])
+def test_a_failed_update_saves_the_last_good_state_and_resumes_exactly(tmp_path, monkeypatch,
+                                                                       capsys, exc):
+    _, full = _train(tmp_path, "full")
+    real = _fail_update(monkeypatch, 3, exc)
+    capsys.readouterr()
+    code, part = _train(tmp_path, "part")
+    assert code == 3
+    line = _one_line_error(capsys, "train")
+    assert type(exc).__name__ in line and "512 steps" in line and f"--resume {part}" in line
+    _, meta = load_checkpoint(os.path.join(part, "checkpoint.npz"))
+    assert (meta["num_timesteps"], meta["n_updates"]) == (512, 2)
+    episodes = read_csv(os.path.join(part, "episodes.csv"))
+    assert len(episodes["episode"]) == meta["n_episodes"]
+    assert list(read_csv(os.path.join(part, "metrics.csv"))["update"]) == [1, 2]
+    from ppo_ref.ppo import PPOTrainer
+    monkeypatch.setattr(PPOTrainer, "update", real)
+    assert cli.main(["train", "--resume", part, "--quiet"]) == 0
+    for name in ("metrics.csv", "episodes.csv"):
+        assert open(os.path.join(full, name), "rb").read() == open(os.path.join(part, name), "rb").read()
+
+
+def _register_raising():
+    import gymnasium as gym
+
+    class Raising(gym.Wrapper):
+        """CartPole whose ``at``-th step raises RuntimeError or returns an array reward."""
+
+        def __init__(self, at=100, what="raise"):
+            super().__init__(gym.make("CartPole-v1", disable_env_checker=True))
+            self.at, self.what, self.steps = at, what, 0
+
+        def reset(self, **kwargs):
+            self.resets = getattr(self, "resets", 0) + 1
+            if self.what == "reset" and self.resets == self.at:
+                raise RuntimeError("reset failed: simulator exploded")
+            return self.env.reset(**kwargs)
+
+        def step(self, action):
+            self.steps += 1
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            if self.steps == self.at and self.what != "reset":
+                if self.what == "raise":
+                    raise RuntimeError("simulator exploded")
+                reward = np.array([1.0, 2.0])
+            return obs, reward, terminated, truncated, info
+    env_id = "ppo_ref_test/Raising-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=Raising)
+    return env_id
+
+
+def _raising_trainer(**env_kwargs):
+    from ppo_ref.ppo import PPOTrainer
+
+    class Raising(PPOTrainer):
+        def __init__(self, env, config=None, **kw):
+            kw.setdefault("env_kwargs", env_kwargs)
+            super().__init__(env, config, **kw)
+    return Raising
+
+
+@pytest.mark.parametrize("at, words", [(1, ["cannot train", "RuntimeError", "reset failed"]),
+                                       (10, ["last good checkpoint", "reset failed"])])
+def test_an_env_raising_in_reset_is_one_line(tmp_path, capsys, at, words):
+    """At the first reset (while the trainer is built): exit 2, no run directory; at a later
+    reset (an autoreset while training): exit 3 with the last good checkpoint."""
+    import ppo_ref.ppo as ppo_module
+    env_id = _register_raising()
+    ppo_module.RaisingForTest = _raising_trainer(at=at, what="reset")
+    cli.TRAINERS["raising_test"] = "ppo_ref.ppo:RaisingForTest"
+    run_dir = tmp_path / "r"
+    try:
+        capsys.readouterr()
+        code = cli.main(["train", "--env", env_id, "--policy", "raising_test", "--preset", "zoo",
+                         "--total-timesteps", "8192", "--run-dir", str(run_dir), "--quiet"])
+    finally:
+        del cli.TRAINERS["raising_test"]
+        del ppo_module.RaisingForTest
+    line = _one_line_error(capsys, "train")
+    for word in words:
+        assert word in line
+    if at == 1:
+        assert code == 2 and not run_dir.exists()
+    else:
+        assert code == 3
+        _, meta = load_checkpoint(run_dir / "checkpoint.npz")
+        assert meta["n_updates"] >= 1
+
+
+@pytest.mark.parametrize("what", ["raise", "array_reward"])
+def test_an_env_raising_in_step_saves_the_last_good_state(tmp_path, capsys, what):
+    env_id = _register_raising()
+    Raising = _raising_trainer(at=100, what=what)
+    import ppo_ref.ppo as ppo_module
+    ppo_module.RaisingForTest = Raising
+    cli.TRAINERS["raising_test"] = "ppo_ref.ppo:RaisingForTest"
+    run_dir = str(tmp_path / "r")
+    try:
+        capsys.readouterr()
+        code = cli.main(["train", "--env", env_id, "--policy", "raising_test", "--preset", "zoo",
+                         "--total-timesteps", "4096", "--run-dir", run_dir, "--quiet"])
+    finally:
+        del cli.TRAINERS["raising_test"]
+        del ppo_module.RaisingForTest
+    assert code == 3
+    line = _one_line_error(capsys, "train")
+    assert "last good checkpoint" in line
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
+    assert meta["num_timesteps"] == 3 * 256  # vector step 100 is in the 4th rollout of 32 steps
+
+
+def test_a_run_that_failed_before_its_first_update_can_be_reused_or_restarted(tmp_path, monkeypatch,
+                                                                             capsys):
+    real = _fail_update(monkeypatch, 1, FloatingPointError("invalid value in the loss"))
+    run_dir = str(tmp_path / "r")
+    capsys.readouterr()
+    assert cli.main(["train", "--total-timesteps", "512", "--run-dir", run_dir, "--quiet",
+                     "--seed", "3"]) == 3
+    line = _one_line_error(capsys, "train")
+    assert "no update had completed" in line and f"--resume {run_dir}" in line
+    assert not os.path.exists(os.path.join(run_dir, "checkpoint.npz"))
+    from ppo_ref.ppo import PPOTrainer
+    monkeypatch.setattr(PPOTrainer, "update", real)
+    # --resume restarts it from scratch with its saved settings, saying so
+    assert cli.main(["train", "--resume", run_dir, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "no checkpoint" in out and "from scratch" in out
+    _, meta = load_checkpoint(os.path.join(run_dir, "checkpoint.npz"))
+    assert meta["num_timesteps"] == 512 and meta["seed"] == 3
+    # and after the same failure, --run-dir again reuses the directory
+    other = str(tmp_path / "o")
+    _fail_update(monkeypatch, 1, FloatingPointError("x"))
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", other, "--quiet"]) == 3
+    monkeypatch.setattr(PPOTrainer, "update", real)
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", other, "--quiet"]) == 0
+
+
+def test_metrics_rows_without_a_checkpoint_can_be_restarted_with_resume(saved_run, tmp_path):
+    """A run killed before its first checkpoint leaves metrics rows and no checkpoint: --resume
+    restarts it from scratch (the rows are dropped), instead of a dead end."""
+    run_dir = tmp_path / "killed"
+    run_dir.mkdir()
+    for name in ("config.json", "metrics.csv", "episodes.csv"):
+        (run_dir / name).write_bytes(open(os.path.join(saved_run, name), "rb").read())
+    assert cli.main(["train", "--resume", str(run_dir), "--quiet"]) == 0
+    for name in ("metrics.csv", "episodes.csv"):
+        assert open(os.path.join(saved_run, name), "rb").read() == (run_dir / name).read_bytes()
+
+
+@pytest.mark.parametrize("name, partial", [
+    ("metrics.csv", "2,512,5,22.4,-0.01"),       # a row cut short (update 2 <= the checkpoint's)
+    ("metrics.csv", "\x00\x00\x00"),             # a crash that left zeros
+    ("episodes.csv", "99,3,12.0,12,1024,"),      # the update column cut off
+    ("episodes.csv", "99,3,12.0,12,1024,4"),     # complete-looking but no line end
+])
+def test_a_partial_last_csv_row_does_not_break_resume_nor_survive(tmp_path, monkeypatch, name, partial):
+    _, full = _train(tmp_path, "full")
+    original = RunLogger.callback
+
+    def stop_at_1024(self, trainer, stats):
+        keep_going = original(self, trainer, stats)
+        if trainer.num_timesteps >= 1024:
+            self.request_stop()
+            return False
+        return keep_going
+    monkeypatch.setattr(RunLogger, "callback", stop_at_1024)
+    code, part = _train(tmp_path, "part")
+    assert code == 130
+    monkeypatch.setattr(RunLogger, "callback", original)
+    with open(os.path.join(part, name), "a", newline="") as fh:
+        fh.write(partial)  # ENOSPC or a crash mid-row: no line end
+    assert cli.main(["train", "--resume", part, "--quiet"]) == 0
+    for csv_name in ("metrics.csv", "episodes.csv"):
+        assert open(os.path.join(full, csv_name), "rb").read() == open(os.path.join(part, csv_name), "rb").read()
+
+
+def test_read_csv_ignores_a_partial_last_row(tmp_path):
+    path = tmp_path / "m.csv"
+    path.write_text("update,timesteps\r\n1,256\r\n2,51")
+    assert list(read_csv(str(path))["timesteps"]) == [256.0]
+
+
+def test_advantages_overflowing_end_the_run_with_one_line(tmp_path, capsys):
+    """Rewards of 1e300 make the advantages' variance overflow inside the first update: exit 3,
+    one line, and the directory can be reused (no update completed, nothing to keep)."""
+    import gymnasium as gym
+
+    class Huge(gym.Wrapper):
+        def __init__(self):
+            super().__init__(gym.make("CartPole-v1", disable_env_checker=True))
+
+        def step(self, action):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            return obs, 1e300, terminated, truncated, info
+    env_id = "ppo_ref_test/HugeReward-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=Huge)
+    run_dir = str(tmp_path / "r")
+    capsys.readouterr()
+    assert cli.main(["train", "--env", env_id, "--preset", "zoo", "--total-timesteps", "512",
+                     "--run-dir", run_dir, "--quiet"]) == 3
+    line = _one_line_error(capsys, "train")
+    assert "training failed" in line and "no update had completed" in line
+    assert os.path.exists(os.path.join(run_dir, "error.log"))
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", run_dir, "--quiet"]) == 0
+    assert not os.path.exists(os.path.join(run_dir, "error.log"))  # the failed attempt's, gone

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from oracles import gae_oracle, vtrace_oracle
 from ppo_ref import gae, vtrace
 from ppo_ref.kernels._inputs import prepare_trajectory
-from ppo_ref.kernels._kernels import _gae_kernel, _vtrace_kernel
+from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion
 
 TRUNCATIONS = ["bootstrap", "terminate", "ignore"]
 
@@ -186,11 +186,12 @@ def test_sb3_reward_folding_equals_truncation_bootstrap(traj, gamma, lam):
     np.testing.assert_allclose(pg_sb3, pg, **tol)
 
 
-@pytest.mark.skipif(not hasattr(_gae_kernel, "py_func"), reason="NUMBA_DISABLE_JIT=1")
+@pytest.mark.skipif(not hasattr(gae_recursion, "py_func"), reason="NUMBA_DISABLE_JIT=1")
 @settings(max_examples=15)
 @given(trajectories(max_T=12), unit, unit, bars, options)
-def test_compiled_kernels_equal_python(traj, gamma, lam, bar, opts):
-    """The compiled kernels give the same bits as their uncompiled Python (.py_func)."""
+def test_compiled_loops_equal_spec_loops(traj, gamma, lam, bar, opts):
+    """The compiled loops (njit of the spec functions) give the bits of the spec functions
+    themselves, run as plain Python (.py_func is the spec function)."""
     inputs = prepare_trajectory({"rewards": traj["rewards"], "values": traj["values"]},
                                 traj["terminated"], traj["truncated"], traj["last_values"],
                                 traj["final_values"], opts["truncation"],
@@ -200,8 +201,8 @@ def test_compiled_kernels_equal_python(traj, gamma, lam, bar, opts):
     out = [np.empty_like(inputs.arrays["rewards"]) for _ in range(4)]
     args = (inputs.arrays["rewards"], inputs.arrays["values"], *common, s(gamma), s(gamma * lam),
             inputs.truncation_mode, inputs.bootstrap_terminal_last_row)
-    _gae_kernel(*args, out[0], out[1])
-    _gae_kernel.py_func(*args, out[2], out[3])
+    gae_recursion(*args, out[0], out[1])
+    gae_recursion.py_func(*args, out[2], out[3])
     np.testing.assert_array_equal(out[0], out[2])
     np.testing.assert_array_equal(out[1], out[3])
 
@@ -212,8 +213,8 @@ def test_compiled_kernels_equal_python(traj, gamma, lam, bar, opts):
     args = (ratios, inputs.arrays["rewards"], inputs.arrays["values"], *common, s(gamma), s(bar),
             s(bar), s(bar), s(lam), s(1.0 - lam), inputs.truncation_mode,
             inputs.bootstrap_terminal_last_row)
-    _vtrace_kernel(*args, out[0], out[1])
-    _vtrace_kernel.py_func(*args, out[2], out[3])
+    vtrace_recursion(*args, out[0], out[1])
+    vtrace_recursion.py_func(*args, out[2], out[3])
     np.testing.assert_array_equal(out[0], out[2])
     np.testing.assert_array_equal(out[1], out[3])
 
@@ -248,3 +249,54 @@ def test_time_limited_chain_value_reaches_geometric_sum_only_with_bootstrap(trun
     else:
         assert v == pytest.approx(wrong_value, rel=1e-9)
         assert v < 0.7 * true_value
+
+
+# --- the two backends of the public wrappers ------------------------------------------------
+
+def test_compiled_loops_are_the_spec_functions():
+    """The compiled tier compiles the spec loops themselves: no second copy."""
+    from ppo_ref.kernels import _kernels
+    from ppo_ref.spec import advantages, masks
+    if not hasattr(gae_recursion, "py_func"):
+        pytest.skip("NUMBA_DISABLE_JIT=1")
+    assert _kernels.gae_recursion.py_func is advantages.gae_recursion
+    assert _kernels.vtrace_recursion.py_func is advantages.vtrace_recursion
+    assert _kernels.log_ratios.py_func is advantages.log_ratios
+    assert _kernels.transition_masks_loop.py_func is masks.transition_masks_loop
+    assert _kernels.episode_starts_loop.py_func is masks.episode_starts_loop
+
+
+@settings(max_examples=15)
+@given(trajectories(max_T=12), unit, unit, bars, options)
+def test_spec_backend_equals_fast_backend_and_oracle(traj, gamma, lam, bar, opts):
+    """backend="spec" (the loops interpreted) and "fast" (compiled) give the same bits, and
+    both the slow oracle's values."""
+    from ppo_ref import episode_starts
+    from ppo_ref.kernels import transition_masks
+    fast = gae(*gae_args(traj), gamma=gamma, gae_lambda=lam, **opts)
+    spec = gae(*gae_args(traj), gamma=gamma, gae_lambda=lam, **opts, backend="spec")
+    for f, s in zip(fast, spec):
+        assert f.dtype == s.dtype
+        np.testing.assert_array_equal(f, s)
+    kw = dict(gamma=gamma, rho_bar=bar, c_bar=bar, lambda_=lam, **opts)
+    fast = vtrace(*vtrace_args(traj), **kw)
+    spec = vtrace(*vtrace_args(traj), **kw, backend="spec")
+    for f, s in zip(fast, spec):
+        np.testing.assert_array_equal(f, s)
+    term, trunc = traj["terminated"], traj["truncated"]
+    initial = np.ones(np.shape(term)[1:], bool)
+    np.testing.assert_array_equal(episode_starts(term, trunc, initial),
+                                  episode_starts(term, trunc, initial, backend="spec"))
+    for f, s in zip(transition_masks(term, trunc, opts["truncation"]),
+                    transition_masks(term, trunc, opts["truncation"], backend="spec")):
+        np.testing.assert_array_equal(f, s)
+
+
+def test_backend_is_checked():
+    z = np.zeros(3)
+    for call in (lambda b: gae(z, z, z, z, 0.0, gamma=0.9, gae_lambda=0.9, backend=b),
+                 lambda b: vtrace(z, z, z, z, z, z, 0.0, gamma=0.9, backend=b)):
+        with pytest.raises(ValueError, match="^backend must be one of"):
+            call("numba")
+        with pytest.raises(ValueError, match="^backend must be one of"):
+            call(None)

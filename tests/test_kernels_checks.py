@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ppo_ref import gae, vtrace
-from ppo_ref.kernels._kernels import _gae_kernel, _vtrace_kernel
+from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion
 
 T, N = 3, 2
 
@@ -178,8 +178,8 @@ def test_result_dtype_rule():
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="needs the compiler")
-@pytest.mark.parametrize("kernel, fn, base", [(_gae_kernel, gae, base_gae),
-                                              (_vtrace_kernel, vtrace, base_vtrace)])
+@pytest.mark.parametrize("kernel, fn, base", [(gae_recursion, gae, base_gae),
+                                              (vtrace_recursion, vtrace, base_vtrace)])
 def test_float32_specialisation_computes_in_float32(kernel, fn, base):
     """Separate float32 and float64 machine code, and no float64 value inside the float32 one."""
     kw = base()
@@ -206,12 +206,12 @@ def test_second_process_loads_kernels_from_cache():
     script = (
         "import numpy as np\n"
         "from ppo_ref import gae, vtrace\n"
-        "from ppo_ref.kernels._kernels import _gae_kernel, _vtrace_kernel\n"
+        "from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion\n"
         "for d in (np.float32, np.float64):\n"
         "    z = np.zeros((4, 2), d)\n"
         "    gae(z, z, z, z, z[0], gamma=0.9, gae_lambda=0.9)\n"
         "    vtrace(z, z, z, z, z, z, z[0], gamma=0.9)\n"
-        "for k in (_gae_kernel, _vtrace_kernel):\n"
+        "for k in (gae_recursion, vtrace_recursion):\n"
         "    print(sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values()))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()

@@ -7,8 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.losses import (_approx_kl_kernel, _normalize_kernel, _policy_loss_kernel,
-                            _value_loss_kernel, approx_kl, entropy_loss, explained_variance,
+from ppo_ref.losses import (_minibatch_loss_kernel, approx_kl, entropy_loss, explained_variance,
                             normalize_advantages, policy_loss, value_loss)
 
 seeds = st.integers(0, 2**31 - 1)
@@ -380,7 +379,7 @@ def test_normalize_bad_inputs():
 
 
 # ----------------------------------------------------------------------------------------------
-# compiled kernels against the SPEC §4 equations written with NumPy (slow, obvious oracles)
+# the loss functions against their equations written with NumPy (slow, obvious oracles)
 # ----------------------------------------------------------------------------------------------
 
 def _oracle_policy_loss(new, old, adv, eps):
@@ -433,7 +432,7 @@ def test_kernels_match_numpy_oracles(seed, shape, eps, clip_vf, mode):
 
 
 # ----------------------------------------------------------------------------------------------
-# float32 inputs: the kernels widen every element to float64 (numba's float() would not)
+# float32 inputs: every element is widened to float64
 # ----------------------------------------------------------------------------------------------
 
 def test_float32_inputs_give_the_float64_results_of_the_same_numbers():
@@ -466,27 +465,54 @@ def test_policy_loss_float32_large_log_ratio_is_never_nan():
         policy_loss(new, old, -np.ones(1, f), 0.2)  # A < 0: gradient e^100 / n overflows float32
 
 
-@pytest.mark.skipif(not hasattr(_policy_loss_kernel, "py_func"), reason="NUMBA_DISABLE_JIT=1")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_compiled_loss_kernels_equal_python(dtype):
-    """Each loss kernel gives the same numbers compiled and as plain Python (.py_func), in both
-    dtypes (the compiled float32 specialisation must not compute in float32)."""
+def test_public_losses_are_the_spec_functions():
+    from ppo_ref import losses
+    from ppo_ref.spec import losses as spec
+    for name in losses.__all__:
+        assert getattr(losses, name) is getattr(spec, name)
+
+
+def _kernel_call(kernel, arrays, clip_vf, mode, v_scale):
+    n = arrays[0].size
+    d_new, d_v = np.empty(n), np.empty(n)
+    out = kernel(*arrays, 0.2, 0.0 if clip_vf is None else clip_vf, clip_vf is not None,
+                 mode == "sb3", v_scale, d_new, d_v)
+    return out, d_new, d_v
+
+
+@pytest.mark.parametrize("clip_vf, mode", [(None, "max"), (0.3, "max"), (0.3, "sb3")])
+def test_compiled_minibatch_kernel_equals_spec_losses_bit_for_bit(clip_vf, mode):
+    """The compiled minibatch kernel (and its interpreted py_func) gives the sums and gradients
+    of the spec's policy_loss, approx_kl (k3, k1) and value_loss, bit for bit."""
     r = np.random.default_rng(3)
-    new, old, adv, v, old_v, ret = (r.normal(size=40).astype(dtype) for _ in range(6))
+    new, ent, v, old, adv, ret, old_v = (r.normal(size=40) for _ in range(7))
     new[0] = old[0] + 60.0  # a large ratio: e^60 overflows nothing in float64
-    outs = []
-    for kernel in (_policy_loss_kernel, _policy_loss_kernel.py_func):
-        d_new = np.empty(40, dtype)
-        outs.append((kernel(new, old, adv, 0.2, d_new), d_new))
-    assert outs[0][0] == outs[1][0]
-    np.testing.assert_array_equal(outs[0][1], outs[1][1])
-    for clip_on, sb3 in ((False, False), (True, False), (True, True)):
-        d_c, d_p = np.empty(40, dtype), np.empty(40, dtype)
-        assert (_value_loss_kernel(v, old_v, ret, 0.3, clip_on, sb3, d_c)
-                == _value_loss_kernel.py_func(v, old_v, ret, 0.3, clip_on, sb3, d_p))
-        np.testing.assert_array_equal(d_c, d_p)
-    for use_k3 in (True, False):
-        assert _approx_kl_kernel(old, new, use_k3) == _approx_kl_kernel.py_func(old, new, use_k3)
-    out_c, out_p = np.empty(40, dtype), np.empty(40, dtype)
-    assert _normalize_kernel(adv, 1, 1e-8, out_c) and _normalize_kernel.py_func(adv, 1, 1e-8, out_p)
-    np.testing.assert_array_equal(out_c, out_p)
+    old_v[1:5] = v[1:5] + np.array([0.3, -0.3, 1.0, -1.0])  # at and past the clip boundary
+    arrays = (new, ent, v, old, adv, ret, old_v)
+    kernels = [_minibatch_loss_kernel] + ([_minibatch_loss_kernel.py_func]
+                                          if hasattr(_minibatch_loss_kernel, "py_func") else [])
+    p_loss, d_new_ref, info = policy_loss(new, old, adv, 0.2)
+    v_loss, d_v_ref = value_loss(v, old_v, ret, clip_vf, mode=mode)
+    for kernel in kernels:
+        (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum), d_new, d_v = \
+            _kernel_call(kernel, arrays, clip_vf, mode, 0.25)
+        assert (status, index) == (0, -1)
+        assert -surrogate_sum / 40 == p_loss
+        assert n_outside / 40 == info["clip_fraction"]
+        assert k3_sum / 40 == info["approx_kl"] == approx_kl(old, new, "k3")
+        assert k1_sum / 40 == approx_kl(old, new, "k1")
+        assert v_sum / 40 == v_loss
+        np.testing.assert_array_equal(d_new, d_new_ref)
+        np.testing.assert_array_equal(d_v, d_v_ref * 0.25)
+
+
+def test_compiled_minibatch_kernel_reports_bad_input():
+    r = np.random.default_rng(4)
+    arrays = [r.normal(size=8) for _ in range(7)]
+    for j in range(7):
+        bad = [a.copy() for a in arrays]
+        bad[j][3] = np.inf
+        assert _kernel_call(_minibatch_loss_kernel, bad, None, "max", 1.0)[0][:2] == (1, j)
+    far = [a.copy() for a in arrays]
+    far[0][5] = far[3][5] + 800.0
+    assert _kernel_call(_minibatch_loss_kernel, far, None, "max", 1.0)[0][:2] == (2, 5)

@@ -447,3 +447,7 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
     np.testing.assert_array_equal(
         dx, [[_fma_chain(dx_start[n, k], da[n], w0[:, k]) for k in range(17)]
              for n in range(rows)])
+    # dx=None: the same parameter gradients, no input gradient formed
+    grads_none = np.zeros(flat.shape)
+    _mlp_backward_flat(x, acts, flat, table, relu, dy, grads_none, None)
+    np.testing.assert_array_equal(grads_none, grads)

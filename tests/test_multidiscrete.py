@@ -13,7 +13,7 @@ from ppo_ref.nn.distributions import (
     categorical_log_prob_backward, categorical_sample, multi_categorical_entropy,
     multi_categorical_entropy_backward, multi_categorical_log_prob,
     multi_categorical_log_prob_backward, multi_categorical_mode, multi_categorical_sample)
-from ppo_ref.policies import MLPPolicy, MultiCategoricalHead, make_head
+from ppo_ref.policies import MLPPolicy, MultiCategoricalHead, make_head, make_mlp_policy
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.recurrent_policies import RecurrentPolicy
 
@@ -157,13 +157,12 @@ def _policy_inputs(rng, policy, rows):
 @pytest.mark.parametrize("flat", [True, False])
 def test_mlp_policy_gradients(flat):
     env = MultiChoiceEnv(nvec=(3, 2, 4))
-    policy = MLPPolicy(env.observation_space, env.action_space,
-                       PPOConfig(net_arch=(5,), policy_head_gain=1.0))
+    config = PPOConfig(net_arch=(5,), policy_head_gain=1.0,
+                       backend="fast" if flat else "spec")
+    policy = make_mlp_policy(env.observation_space, env.action_space, config)
     assert isinstance(policy.head, MultiCategoricalHead) and policy.head.out_dim == 9
     rng = np.random.default_rng(8)
-    params = policy.init_params(rng)
-    if not flat:  # the checked per-array path
-        params = {k: np.array(v) for k, v in params.items()}
+    params = policy.init_params(rng)  # fast: one FlatArrays buffer; spec: a plain dict
     obs, actions = _policy_inputs(rng, policy, 6)
     w_lp, w_ent, w_v = rng.normal(size=(3, 6))
 

@@ -6,9 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppo_ref.optim import (_adam_kernel, _sum_of_squares, adam_init, adam_state_from_arrays,
-                           adam_state_to_arrays, adam_update, clip_by_global_norm, global_norm,
-                           linear_schedule, scheduled_value)
+from ppo_ref.optim import (adam_init, adam_state_from_arrays, adam_state_to_arrays, adam_update,
+                           clip_by_global_norm, global_norm, linear_schedule, scheduled_value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,16 +310,33 @@ def test_adam_non_finite_params_or_moments_raise_naming_them():
         adam_state_to_arrays({"t": 0, "m": {}, "v": []})
 
 
-@pytest.mark.skipif(not hasattr(_adam_kernel, "py_func"), reason="NUMBA_DISABLE_JIT=1")
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_compiled_optim_kernels_equal_python(dtype):
-    r = np.random.default_rng(5)
-    p, g, m = (r.normal(size=30).astype(dtype) for _ in range(3))
-    v = (r.normal(size=30) ** 2).astype(dtype)
-    g[0] = 1e20  # its square overflows float32: must be accumulated in float64
-    assert _sum_of_squares(g) == _sum_of_squares.py_func(g)
-    args = (p, g, m, v, 0.9, 0.999, 1e-3 / 0.19, math.sqrt(0.001999), 1e-5)
-    outs = [np.empty((3, 30), dtype) for _ in range(2)]
-    flags = [kernel(*args, *out) for kernel, out in zip((_adam_kernel, _adam_kernel.py_func), outs)]
-    assert tuple(flags[0]) == tuple(flags[1])
-    np.testing.assert_array_equal(outs[0], outs[1])
+def test_public_optim_names_are_the_spec_functions():
+    from ppo_ref import optim
+    from ppo_ref.spec import optim as spec
+    for name in ("adam_init", "adam_update", "clip_by_global_norm", "global_norm",
+                 "linear_schedule", "scheduled_value", "CLIP_NORM_EPS"):
+        assert getattr(optim, name) is getattr(spec, name)
+
+
+def test_adam_update_takes_and_returns_plain_dicts(rng):
+    """The spec adam_update has one path: a one-buffer dict in, plain dicts of new arrays out
+    (the same values)."""
+    from ppo_ref.flat import flatten_arrays
+    params = {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}
+    grads = {k: rng.normal(size=v.shape) for k, v in params.items()}
+    a, sa = adam_update(params, grads, adam_init(params), lr=0.01)
+    flat = flatten_arrays(params)
+    b, sb = adam_update(flat, flatten_arrays(grads), adam_init(flat), lr=0.01)
+    assert type(b) is dict and type(sb["m"]) is dict
+    for k in params:
+        np.testing.assert_array_equal(a[k], b[k])
+        assert not np.shares_memory(b[k], flat.flat)
+
+
+def test_adam_float32_params_with_float64_grads_round_the_grads_first():
+    params = {"w": np.ones(2, dtype=np.float32)}
+    g64 = {"w": np.array([0.1, 1.0 / 3.0])}
+    g32 = {"w": g64["w"].astype(np.float32)}
+    a = adam_update(params, g64, adam_init(params), lr=0.1)[0]
+    b = adam_update(params, g32, adam_init(params), lr=0.1)[0]
+    np.testing.assert_array_equal(a["w"], b["w"])

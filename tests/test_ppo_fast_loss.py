@@ -1,10 +1,11 @@
-"""update.minibatch_loss: the direct-kernel path gives exactly the results of the checked
-path through the public loss functions, and falls back to it (and its errors) otherwise."""
+"""update.minibatch_loss (one call of the compiled kernel) gives exactly the results of
+spec.update.minibatch_loss, raises its errors, and converts its inputs explicitly."""
 import numpy as np
 import pytest
 
 from ppo_ref import update
 from ppo_ref.config import PPOConfig
+from ppo_ref.spec import update as spec
 
 CONFIGS = [
     PPOConfig.zoo_cartpole(),
@@ -14,65 +15,80 @@ CONFIGS = [
 ]
 
 
-def inputs(rng, n=64):
+def inputs(rng, n=64, shape=None):
     args = [rng.standard_normal(n) for _ in range(7)]
     args[0] = args[3] + 0.3 * rng.standard_normal(n)  # new log-probs near the old ones
-    return args
+    return [a.reshape(shape) for a in args] if shape else args
+
+
+def assert_same(fast, slow):
+    for name in slow._fields:
+        a, b = getattr(fast, name), getattr(slow, name)
+        if b is None:
+            assert a is None, name
+        elif isinstance(b, float) and np.isnan(b):
+            assert np.isnan(a), name
+        else:
+            assert np.array_equal(a, b), name
+            assert np.shape(a) == np.shape(b), name
 
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("clip_range", [0.2, 0.0])
-@pytest.mark.parametrize("n", [64, 1000])  # 1000: numpy's pairwise sums use several blocks
-def test_fast_loss_equals_checked_loss(rng, monkeypatch, config, clip_range, n):
+@pytest.mark.parametrize("n", [1, 64, 1000])  # 1000: numpy's pairwise sums use several blocks
+@pytest.mark.parametrize("with_log_ratio", [True, False])
+def test_fast_loss_equals_spec_loss_bit_for_bit(rng, config, clip_range, n, with_log_ratio):
     args = inputs(rng, n)
-    fast = update._fast_minibatch_loss(*args, config, clip_range, True)
-    assert fast is not None
-    monkeypatch.setattr(update, "_fast_minibatch_loss", lambda *a: None)
-    slow = update.minibatch_loss(*args, config=config, clip_range=clip_range)
-    for name in slow._fields:
-        a, b = getattr(fast, name), getattr(slow, name)
-        if b is None:
-            assert a is None, name
-        else:
-            assert np.array_equal(a, b), name
-
-
-def test_fast_loss_declines_what_it_does_not_handle(rng):
-    config = PPOConfig()
-    args = inputs(rng)
-    assert update._fast_minibatch_loss(*[a.astype(np.float32) for a in args], config, 0.2, True) is None
-    assert update._fast_minibatch_loss(*[a[:1] for a in args], config, 0.2, True) is None
-    bad = [a.copy() for a in args]
-    bad[0][5] = np.nan
-    assert update._fast_minibatch_loss(*bad, config, 0.2, True) is None
-    with pytest.raises(ValueError, match="new_log_probs"):
-        update.minibatch_loss(*bad, config=config, clip_range=0.2)
-    far = [a.copy() for a in args]
-    far[0][2] = far[3][2] + 800.0  # exp overflows: the checked path names it
-    assert update._fast_minibatch_loss(*far, config, 0.2, True) is None
-    with pytest.raises(ValueError, match="overflows"):
-        update.minibatch_loss(*far, config=config, clip_range=0.2)
+    kw = dict(config=config, clip_range=clip_range, with_log_ratio=with_log_ratio)
+    assert_same(update.minibatch_loss(*args, **kw), spec.minibatch_loss(*args, **kw))
 
 
 @pytest.mark.parametrize("config", CONFIGS)
-@pytest.mark.parametrize("shape", [(16, 8), (40, 32)])  # the recurrent trainer's [T, n] minibatches
-def test_fast_loss_equals_checked_loss_for_2d_minibatches(rng, monkeypatch, config, shape):
-    args = [a.reshape(shape) for a in inputs(rng, int(np.prod(shape)))]
-    fast = update._fast_minibatch_loss(*args, config, 0.2, True)
-    assert fast is not None
-    monkeypatch.setattr(update, "_fast_minibatch_loss", lambda *a: None)
-    slow = update.minibatch_loss(*args, config=config, clip_range=0.2)
-    for name in slow._fields:
-        a, b = getattr(fast, name), getattr(slow, name)
-        if b is None:
-            assert a is None, name
-        else:
-            assert np.shape(a) == np.shape(b) and np.array_equal(a, b), name
+@pytest.mark.parametrize("shape", [(8, 8), (4, 16)])
+def test_fast_loss_equals_spec_loss_for_2d_minibatches(rng, config, shape):
+    args = inputs(rng, 64, shape)
+    kw = dict(config=config, clip_range=0.2)
+    assert_same(update.minibatch_loss(*args, **kw), spec.minibatch_loss(*args, **kw))
 
 
-def test_fast_loss_declines_mixed_shapes_and_layouts(rng):
+def test_fast_loss_converts_its_inputs_explicitly(rng):
+    """float32, Fortran-ordered or strided inputs are converted to C-contiguous float64: the
+    results of the same numbers given as float64."""
+    config = CONFIGS[1]
+    args = inputs(rng, 64, (8, 8))
+    want = update.minibatch_loss(*args, config=config, clip_range=0.2)
+    fortran = [np.asfortranarray(a) for a in args]
+    assert_same(update.minibatch_loss(*fortran, config=config, clip_range=0.2), want)
+    strided = [np.repeat(a, 2, axis=1)[:, ::2] for a in args]
+    assert_same(update.minibatch_loss(*strided, config=config, clip_range=0.2), want)
+    f32 = [a.astype(np.float32) for a in args]
+    up = [a.astype(np.float64) for a in f32]
+    assert_same(update.minibatch_loss(*f32, config=config, clip_range=0.2),
+                update.minibatch_loss(*up, config=config, clip_range=0.2))
+
+
+def test_fast_loss_raises_the_spec_errors(rng):
     config = PPOConfig()
-    args = [a.reshape(8, 8) for a in inputs(rng)]
-    assert update._fast_minibatch_loss(*args[:6], args[6].reshape(64), config, 0.2, True) is None
-    assert update._fast_minibatch_loss(*args[:6], np.asfortranarray(args[6].T).T.copy(order="F"),
-                                       config, 0.2, True) is None
+    args = inputs(rng)
+    names = ["new_log_probs", "entropy", "values", "old_log_probs", "advantages", "returns",
+             "old_values"]
+    for j, name in enumerate(names):
+        bad = [a.copy() for a in args]
+        bad[j][7] = np.nan
+        with pytest.raises(ValueError, match=f"^{name} must be finite") as fast:
+            update.minibatch_loss(*bad, config=config, clip_range=0.2)
+        with pytest.raises(ValueError) as slow:
+            spec.minibatch_loss(*bad, config=config, clip_range=0.2)
+        assert str(fast.value) == str(slow.value)
+    far = [a.copy() for a in args]
+    far[0][3] = far[3][3] + 800.0  # exp overflows float64
+    with pytest.raises(ValueError, match="^new_log_probs - old_log_probs.*index \\(3,\\)"):
+        update.minibatch_loss(*far, config=config, clip_range=0.2)
+    with pytest.raises(ValueError, match="^new_log_probs - old_log_probs.*index \\(3,\\)"):
+        spec.minibatch_loss(*far, config=config, clip_range=0.2)
+    with pytest.raises(ValueError, match="^old_values must have the shape"):
+        update.minibatch_loss(*args[:6], args[6][:10], config=config, clip_range=0.2)
+    with pytest.raises(ValueError, match="^clip_range"):
+        update.minibatch_loss(*args, config=config, clip_range=-0.1)
+    with pytest.raises(ValueError, match="must not be empty"):
+        update.minibatch_loss(*[a[:0] for a in args], config=config, clip_range=0.2)

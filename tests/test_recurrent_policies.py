@@ -58,9 +58,11 @@ def test_forward_is_lstm_then_towers(rng, lstm_shared):
 @pytest.mark.parametrize("lstm_shared", [False, True])
 def test_stepping_equals_whole_sequence_and_env_subsets(rng, lstm_shared):
     """Acting step by step, and replaying any subset of envs from their stored start state,
-    give bit-identical policy outputs to one whole-sequence forward pass (what ratio = 1 rests
-    on). Values are compared to 1 ulp-ish: the value tower's last layer has one output column,
-    for which NumPy calls BLAS gemv, whose rounding depends on the number of rows."""
+    give the outputs of one whole-sequence forward pass: stepping bit for bit for the LSTM
+    states (the sequence forward is a loop of the same step), everything else to rounding:
+    these readable functions use NumPy's matrix products, whose rounding of a row can depend
+    on the number of rows and on the BLAS kernel for the CPU. (The fast path's bit-for-bit
+    replay of any env subset is tested in test_recurrent_fast.py.)"""
     params, obs, starts, state = _setup(rng, lstm_shared, T=9, N=6, H=16, net_arch=(8, 8))
     policy_out, values, final_state, _ = recurrent_actor_critic_forward(
         params, obs, state, starts, "tanh", lstm_shared)
@@ -68,20 +70,17 @@ def test_stepping_equals_whole_sequence_and_env_subsets(rng, lstm_shared):
     for t in range(obs.shape[0]):
         v_only = recurrent_value_step(params, obs[t], s, starts[t], "tanh", lstm_shared)
         p_t, v_t, s = recurrent_actor_critic_step(params, obs[t], s, starts[t], "tanh", lstm_shared)
-        np.testing.assert_array_equal(p_t, policy_out[t])
+        np.testing.assert_allclose(p_t, policy_out[t], rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(v_t, values[t], rtol=1e-13, atol=1e-15)
         np.testing.assert_array_equal(v_only, v_t)
     np.testing.assert_array_equal(s.h, final_state.h)
     np.testing.assert_array_equal(s.c, final_state.c)
     for envs in (np.array([5, 0]), np.array([1, 2, 4]), np.array([3])):
-        p_sub, v_sub, _, _ = recurrent_actor_critic_forward(
+        p_sub, v_sub, s_sub, _ = recurrent_actor_critic_forward(
             params, obs[:, envs], state.select(envs), starts[:, envs], "tanh", lstm_shared)
-        if len(envs) > 1:
-            np.testing.assert_array_equal(p_sub, policy_out[:, envs])
-        else:
-            # one env: the recurrent product h @ w_hh.T has one row and NumPy calls BLAS gemv
-            # instead of gemm, which rounds differently (documented in RecurrentPPOTrainer).
-            np.testing.assert_allclose(p_sub, policy_out[:, envs], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(s_sub.h, final_state.h[:, envs], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(s_sub.c, final_state.c[:, envs], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(p_sub, policy_out[:, envs], rtol=1e-13, atol=1e-15)
         np.testing.assert_allclose(v_sub, values[:, envs], rtol=1e-13, atol=1e-15)
 
 
@@ -132,15 +131,25 @@ def test_errors_name_the_argument(rng):
         recurrent_actor_critic_step(params, obs[0], state, np.full(4, 2))
 
 
-def test_recurrent_policy_acting_methods_agree(rng):
-    """act / policy_out_step / predict / values of RecurrentPolicy step the same state, and
-    act's log-probs and values are those evaluate computes for a one-step sequence."""
+@pytest.mark.parametrize("kind", ["fast", "spec"])
+def test_recurrent_policy_acting_methods_agree(rng, kind):
+    """act / policy_out_step / predict / values of both recurrent policies step the same state,
+    and act's log-probs and values are those evaluate computes for a one-step sequence: bit for
+    bit for RecurrentPolicy (row-wise compiled arithmetic), to rounding for SpecRecurrentPolicy
+    (NumPy products, whose BLAS rounding may depend on the number of rows)."""
     import gymnasium as gym
     from ppo_ref.config import PPOConfig
-    from ppo_ref.recurrent_policies import RecurrentPolicy
+    from ppo_ref.recurrent_policies import make_recurrent_policy
     env = gym.make("ppo_ref/MemoryCue-v0")
-    policy = RecurrentPolicy(env.observation_space, env.action_space,
-                             PPOConfig(lstm_hidden_size=6, net_arch=(5,), policy_head_gain=1.0))
+    policy = make_recurrent_policy(env.observation_space, env.action_space,
+                                   PPOConfig(lstm_hidden_size=6, net_arch=(5,),
+                                             policy_head_gain=1.0, backend=kind))
+    if kind == "fast":
+        def same(a, b):
+            np.testing.assert_array_equal(a, b)
+    else:
+        def same(a, b):
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
     params = policy.init_params(rng)
     obs = rng.normal(size=(3, 2))
     starts = np.array([True, False, False])
@@ -148,14 +157,16 @@ def test_recurrent_policy_acting_methods_agree(rng):
     actions, values, log_probs, s_act = policy.act(params, obs, state, starts,
                                                    np.random.default_rng(1))
     out, s_out = policy.policy_out_step(params, obs, state, starts)
-    np.testing.assert_allclose(s_act.h, s_out.h, rtol=1e-12, atol=1e-13)  # fast vs spec tier
-    np.testing.assert_allclose(s_act.c, s_out.c, rtol=1e-12, atol=1e-13)  # fast vs spec tier
+    np.testing.assert_array_equal(s_act.h, s_out.h)
+    np.testing.assert_array_equal(s_act.c, s_out.c)
     ev = policy.evaluate(params, obs[None], actions[None], state, starts[None])
-    np.testing.assert_allclose(ev.log_probs[0], log_probs, rtol=1e-13, atol=1e-15)
-    np.testing.assert_allclose(ev.values[0], values, rtol=1e-13, atol=1e-15)
+    same(ev.log_probs[0], log_probs)
+    same(ev.values[0], values)
     np.testing.assert_array_equal(policy.values(params, obs, state, starts), values)
     greedy, s_pred = policy.predict(params, obs, state, starts, deterministic=True)
     np.testing.assert_array_equal(greedy, np.argmax(out, axis=1))
     np.testing.assert_array_equal(s_pred.h, s_out.h)
+    sampled, _ = policy.predict(params, obs, state, starts, np.random.default_rng(1))
+    np.testing.assert_array_equal(sampled, actions)
     with pytest.raises(ValueError, match="rng"):
         policy.predict(params, obs, state, starts)

@@ -19,7 +19,7 @@ def _counter_collector(n_envs=2, n_steps=7, limit=3, terminate=False):
     policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg)
     params = policy.init_params(np.random.default_rng(0))
     # a value head that reads the counter, so V(final_obs) differs from V(reset obs)
-    params["vf.w2"] = params["vf.w2"] + 1.0
+    params["vf.w2"][...] += 1.0  # in place: params stay one buffer
     col = RolloutCollector(env, policy, n_steps)
     col.reset(list(range(n_envs)))
     return col, policy, params

@@ -549,16 +549,23 @@ def _policy(action_space, lstm_shared):
 @pytest.mark.parametrize("flat_params", [True, False])
 def test_recurrent_policy_evaluate_backward_values_act_equal_the_spec(rng, lstm_shared, space,
                                                                       flat_params):
-    """RecurrentPolicy's replay (evaluate/backward, on its fast path with its parameter buffer
-    and on its checked path with a plain dict) and its acting (act/values) compute the spec
-    network followed by the policy's distribution head, to rtol 1e-10."""
+    """RecurrentPolicy's replay (evaluate/backward, with its parameter buffer) and its acting
+    (act/values) compute the spec network followed by the policy's distribution head, to rtol
+    1e-10; with a plain dict it refuses the parameters and SpecRecurrentPolicy takes them."""
     from ppo_ref.recurrent_policies import LSTMStates as PolicyStates
+    from ppo_ref.recurrent_policies import SpecRecurrentPolicy
     action_space = gym.spaces.Discrete(4) if space == "discrete" else \
         gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     policy = _policy(action_space, lstm_shared)
     params = policy.init_params(rng)
     if not flat_params:
         params = {k: np.array(v) for k, v in params.items()}
+        with pytest.raises(ValueError, match="as_flat"):
+            policy.evaluate(params, np.zeros((1, 1, 3)),
+                            np.zeros((1, 1) + policy.head.action_shape, np.int64),
+                            policy.initial_state(1), np.ones((1, 1), bool))
+        policy = SpecRecurrentPolicy(gym.spaces.Box(-1.0, 1.0, (3,), np.float32), action_space,
+                                     policy.config)
     head_keys = set(policy.head.init_params())
     net = {k: np.asarray(v) for k, v in params.items() if k not in head_keys}
     T, N, L = 5, 3, 1 if lstm_shared else 2

@@ -23,7 +23,7 @@ import numpy as np
 
 from ppo_ref import gae, vtrace
 from ppo_ref.kernels._inputs import prepare_trajectory
-from ppo_ref.kernels._kernels import _gae_kernel, _vtrace_kernel
+from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion
 
 T, N = 2048, 64
 GAMMA, LAMBDA = 0.99, 0.95
@@ -82,12 +82,12 @@ def bare_kernels(data):
     common = (inp.terminated, inp.truncated, inp.last_values, inp.final_values)
 
     def run_gae():
-        _gae_kernel(a["rewards"], a["values"], *common, s(GAMMA), s(GAMMA * LAMBDA),
+        gae_recursion(a["rewards"], a["values"], *common, s(GAMMA), s(GAMMA * LAMBDA),
                     0, False, out1, out2)
 
     def run_vtrace():  # includes the vectorised exp for the ratios, as in the wrapper
         ratios = np.exp(a["target_log_probs"] - a["behaviour_log_probs"])
-        _vtrace_kernel(ratios, a["rewards"], a["values"], *common, s(GAMMA), s(1.0), s(1.0),
+        vtrace_recursion(ratios, a["rewards"], a["values"], *common, s(GAMMA), s(1.0), s(1.0),
                        s(1.0), s(LAMBDA), s(1.0 - LAMBDA), 0, False, out1, out2)
     return run_gae, run_vtrace
 

@@ -136,9 +136,9 @@ def run_case(net_arch, shared_lstm: bool, seed: int = 0):
     from sb3_contrib.common.recurrent.type_aliases import RNNStates
     rng = np.random.default_rng(seed)
     policy_c = contrib_policy(net_arch, shared_lstm, seed)
-    params = params_from_contrib(policy_c, net_arch, shared_lstm)
     config = PPOConfig(net_arch=tuple(net_arch), lstm_hidden_size=HIDDEN, lstm_shared=shared_lstm)
     ours = RecurrentPolicy(OBS_SPACE, ACT_SPACE, config)
+    params = ours.as_flat(params_from_contrib(policy_c, net_arch, shared_lstm))
     assert set(ours.init_params(np.random.default_rng(0))) == set(params), "key mismatch"
     obs, actions, starts, h0, c0, w = sequence_data(rng)
     n_lstm = 1 if shared_lstm else 2

@@ -14,7 +14,7 @@ How the two are made to see the same thing:
   would cast Box observations to float32; for flat Box observations it is otherwise a no-op).
 * **Minibatch order.** SB3 draws ``np.random.permutation`` inside ``RolloutBuffer.get``; here
   ``get`` is replaced by a generator that yields the minibatches of a permutation list fixed in
-  advance (one per epoch), and ppo_ref's ``ppo_ref.update.run_epochs`` receives the same index
+  advance (one per epoch), and ppo_ref's ``ppo_ref.spec.update.run_epochs`` receives the same index
   sets through its ``minibatches(epoch)`` callback. Rows are SB3's flattened (env-major) rows.
 * **Data.** Observations and actions are random; ``old_log_probs`` and ``old_values`` are the
   initial policy's own (so the first minibatch has ratio 1, SPEC §5); advantages and returns
@@ -43,7 +43,7 @@ from parity_common import Row, print_table
 from ppo_ref.config import PPOConfig
 from ppo_ref.optim import adam_init
 from ppo_ref.policies import MLPPolicy
-from ppo_ref.update import Minibatch, run_epochs
+from ppo_ref.spec.update import Minibatch, run_epochs
 
 OBS_DIM, N_ACTIONS = 4, 3
 
@@ -209,7 +209,7 @@ def run_trainer_scenario(seed: int = 0) -> list:
     venv = gym.vector.SyncVectorEnv([_BoxEnv for _ in range(N)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     trainer = PPOTrainer(venv, config, seed=seed)
-    trainer.params = dict(params)
+    trainer.params = trainer.policy.as_flat(params)  # the one-buffer layout the fast update takes
     trainer.adam_state = adam_init(params)
     policy = trainer.policy
     obs = rng.normal(size=(T, N, OBS_DIM))

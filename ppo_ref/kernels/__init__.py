@@ -1,11 +1,12 @@
-"""Advantage kernels and episode-boundary masks (SPEC §2).
+"""Advantages and episode-boundary masks: the validating public wrappers.
 
 * :func:`episode_starts`: the reset mask, ``episode_starts[t] = done[t-1]``.
 * :func:`gae`: Generalized Advantage Estimation -> ``(advantages, returns)``.
 * :func:`vtrace`: V-trace -> :class:`VTraceReturns` ``(vs, pg_advantages)``.
 
-Each is a validating Python wrapper around a private ``@njit`` kernel that takes only arrays
-and scalars and runs backward over time.
+Each validates its arguments and runs a loop of :mod:`ppo_ref.spec.advantages` or
+:mod:`ppo_ref.spec.masks`, compiled (``backend="fast"``, the default) or as plain Python
+(``backend="spec"``): one definition, the same bits.
 """
 from ppo_ref.kernels.gae import gae
 from ppo_ref.kernels.masks import TransitionMasks, episode_starts, transition_masks

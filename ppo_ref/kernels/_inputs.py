@@ -4,7 +4,7 @@ Both kernels take the same trajectory arrays (time-major ``[T]`` or ``[T, N]``),
 and the same bootstrap values; this module turns what the caller passed into C-contiguous
 ``[T, N]`` arrays of one float dtype and bool flags, or raises ``ValueError`` naming the argument.
 
-Finiteness of the ``[T, N]`` float arrays is the one check not made here: the kernels fold it
+Finiteness of the ``[T, N]`` float arrays is the one check not made here: the loops fold it
 into their loop (a separate pass would cost as much memory traffic as the kernel itself) and
 return a flag; on False the wrapper calls :func:`explain_not_finite`, which names the argument.
 """
@@ -16,9 +16,21 @@ import numpy as np
 
 from ppo_ref._checks import (as_flag_array, as_float_array, check_choice, check_same_shape,
                              result_dtype)
-from ppo_ref.kernels._kernels import TRUNCATION_MODES
+from ppo_ref.spec.masks import TRUNCATION_MODES
 
 FINAL_VALUES_REQUIRED = "final_values is required: truncated has True entries"
+
+BACKENDS = ("fast", "spec")
+
+
+def check_backend(backend, compiled):
+    """The function a wrapper runs for ``backend``: ``compiled`` (an ``njit`` of a spec loop)
+    for ``"fast"``, the spec loop itself (its ``py_func``) for ``"spec"``. Raises
+    ``ValueError`` for any other ``backend``."""
+    check_choice(backend, "backend", BACKENDS)
+    if backend == "fast":
+        return compiled
+    return getattr(compiled, "py_func", compiled)  # (NUMBA_DISABLE_JIT=1: already the function)
 
 
 class TrajectoryInputs(NamedTuple):
@@ -37,7 +49,7 @@ class TrajectoryInputs(NamedTuple):
 
 
 def _counts_for_dtype(raw) -> bool:
-    """Whether ``raw`` takes part in the float32/float64 decision (SPEC §2).
+    """Whether ``raw`` takes part in the float32/float64 decision.
 
     Python scalars never count; arrays and NumPy scalars count when their dtype is floating.
     """

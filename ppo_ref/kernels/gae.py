@@ -1,21 +1,21 @@
 """Generalized Advantage Estimation (Schulman et al. 2016, arXiv:1506.02438).
 
-A numba kernel that runs backward over time (all envs of a row side by side, so memory is read
-in order), behind a wrapper that validates every argument (SPEC §2).
+The recursion is :func:`ppo_ref.spec.advantages.gae_recursion`; this wrapper validates every
+argument and runs it compiled (``backend="fast"``) or as plain Python (``backend="spec"``).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ppo_ref._checks import check_unit_interval
-from ppo_ref.kernels._inputs import explain_not_finite, finish, prepare_trajectory
-from ppo_ref.kernels._kernels import _gae_kernel
+from ppo_ref.kernels import _kernels
+from ppo_ref.kernels._inputs import check_backend, explain_not_finite, finish, prepare_trajectory
 
 __all__ = ["gae"]
 
 
 def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,
-        gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
+        gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False, backend="fast"):
     r"""Generalized Advantage Estimation: advantages and lambda-returns.
 
     Per env, backward over ``t = T-1 .. 0``::
@@ -44,13 +44,16 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
             such a step exists (and ``truncation="bootstrap"``).
         gamma: discount in [0, 1] (per step).
         gae_lambda: GAE lambda in [0, 1] (0: one-step TD, 1: Monte Carlo with bootstrap).
-        truncation: convention option (keyword-only). ``"bootstrap"`` (SPEC, SB3),
+        truncation: convention option (keyword-only). ``"bootstrap"`` (SB3, the default),
             ``"terminate"`` (CleanRL: truncation treated as termination, no bootstrap) or
             ``"ignore"`` (thrust-rl 0.4: the truncated flag is not read; the next row's value
             is bootstrapped and the trace runs on).
         bootstrap_terminal_last_row: convention option (keyword-only). ``True`` reproduces
             thrust-rl 0.4, where a terminal transition on the last row still bootstraps
-            ``last_values``. Default ``False`` (SPEC).
+            ``last_values``. Default ``False``.
+        backend: ``"fast"`` (default): the compiled recursion; ``"spec"``: the same function,
+            :func:`ppo_ref.spec.advantages.gae_recursion`, run as plain Python (slow; a reader
+            can step through it). Both give the same bits.
 
     Returns:
         ``(advantages, returns)``, each with the shape of ``rewards``; float32 when every float
@@ -60,7 +63,7 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
     Raises:
         ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
             ``rewards``, a non-finite entry (with its index), a flag not bool/0/1,
-            ``gamma``/``gae_lambda`` outside [0, 1], an unknown option, or a missing
+            ``gamma``/``gae_lambda`` outside [0, 1], an unknown option or ``backend``, or a missing
             ``final_values`` ("final_values is required: truncated has True entries"); also
             finite inputs so large that a result overflows the dtype (never inf or nan out).
 
@@ -69,6 +72,7 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
     bootstrap as in Stable-Baselines3 (Pardo et al. 2018, "Time Limits in Reinforcement
     Learning", arXiv:1712.00378).
     """
+    recursion = check_backend(backend, _kernels.gae_recursion)
     gamma = check_unit_interval(gamma, "gamma")
     gae_lambda = check_unit_interval(gae_lambda, "gae_lambda")
     inputs = prepare_trajectory({"rewards": rewards, "values": values}, terminated, truncated,
@@ -78,10 +82,10 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
     returns = np.empty(r.shape, dtype=inputs.dtype)
     if r.shape[0] > 0:
         scalar = inputs.dtype.type
-        all_finite = _gae_kernel(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
-                                 inputs.final_values, scalar(gamma), scalar(gamma * gae_lambda),
-                                 inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
-                                 advantages, returns)
+        all_finite = recursion(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
+                                inputs.final_values, scalar(gamma), scalar(gamma * gae_lambda),
+                                inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
+                                advantages, returns)
         if not all_finite:
             explain_not_finite(inputs, ("rewards", "values", "final_values"),
                                {"advantages": advantages, "returns": returns})

@@ -1,28 +1,13 @@
 """Episode-boundary masks: ``episode_starts`` and the per-step transition flags.
 
-Vocabulary (SPEC §1). For the transition taken at step ``t``:
-
-* ``terminated[t]``: a true terminal state was reached; nothing is bootstrapped.
-* ``truncated[t]``: the episode was cut (time limit); bootstrap from ``V(final_obs[t])``.
-  When both flags are set on one step, termination wins.
-* ``done[t] = terminated[t] or truncated[t]`` (an internal word, never a public argument name):
-  the next row belongs to another episode, so the lambda-trace is cut.
-* ``episode_starts[t] = done[t-1]`` for ``t >= 1``; ``episode_starts[0]`` is the carry from the
-  previous rollout.
+The vocabulary (terminated, truncated, done, episode_starts), the ``truncation`` conventions and
+the loops that compute the masks are in :mod:`ppo_ref.spec.masks`; the functions here validate
+their arguments and run those loops compiled (``backend="fast"``) or as plain Python
+(``backend="spec"``), with the same results.
 
 Two masks, deliberately distinct: the **bootstrap mask** is ``terminated`` alone (truncation
 keeps the bootstrap, from the right state) and the **reset mask** is ``episode_starts`` (from
 either flag).
-
-The convention option ``truncation`` selects how ``truncated`` is read, so that other
-implementations can be reproduced exactly:
-
-* ``"bootstrap"`` (SPEC, SB3, sb3-contrib): bootstrap ``final_values[t]``, cut the trace.
-* ``"terminate"`` (CleanRL): treated as terminated: no bootstrap, cut the trace.
-* ``"ignore"`` (thrust-rl 0.4): the flag is not read: bootstrap the next row, the trace runs on.
-
-``_kernels._transition_flags`` is the one place where this rule is written; the GAE and V-trace
-kernels call it for every step.
 """
 from __future__ import annotations
 
@@ -31,7 +16,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import as_flag_array, check_choice
-from ppo_ref.kernels._kernels import TRUNCATION_MODES, _transition_masks_kernel
+from ppo_ref.kernels import _kernels
+from ppo_ref.kernels._inputs import check_backend
+from ppo_ref.spec.masks import TRUNCATION_MODES
 
 __all__ = ["episode_starts", "transition_masks", "TransitionMasks", "TRUNCATION_MODES"]
 
@@ -48,38 +35,44 @@ class TransitionMasks(NamedTuple):
     done: np.ndarray
 
 
-def transition_masks(terminated, truncated, truncation: str = "bootstrap") -> TransitionMasks:
+def transition_masks(terminated, truncated, truncation: str = "bootstrap", *,
+                     backend: str = "fast") -> TransitionMasks:
     """The bootstrap masks and the ``done`` (trace-cut) mask of every step.
 
     Args:
         terminated: ``[T]`` or ``[T, N]`` bool (or 0/1 numbers).
         truncated: same shape as ``terminated``.
-        truncation: ``"bootstrap"`` (SPEC), ``"terminate"`` (CleanRL) or ``"ignore"``
-            (thrust-rl); see the module docstring.
+        truncation: ``"bootstrap"`` (SB3, the default), ``"terminate"`` (CleanRL) or
+            ``"ignore"`` (thrust-rl); see :mod:`ppo_ref.spec.masks`.
+        backend: ``"fast"`` (compiled) or ``"spec"``
+            (:func:`ppo_ref.spec.masks.transition_masks_loop` run as plain Python).
 
     Returns:
         :class:`TransitionMasks` of bool arrays with the shape of ``terminated``.
 
     Raises:
         ValueError: naming the argument, for non-0/1 flags, mismatched shapes or an unknown
-            ``truncation``.
+            ``truncation`` or ``backend``.
 
-    Source: SPEC §1 (termination wins; the lambda-trace is cut at every done); the other
-    conventions as in DESIGN.md §4 (CleanRL ``ppo.py``, thrust-rl 0.4).
+    Source: termination wins and the lambda-trace is cut at every done (Stable-Baselines3);
+    the other conventions as CleanRL ``ppo.py`` and thrust-rl 0.4.
     """
+    loop = check_backend(backend, _kernels.transition_masks_loop)
     check_choice(truncation, "truncation", tuple(TRUNCATION_MODES))
     term = np.ascontiguousarray(as_flag_array(terminated, "terminated"))
     trunc = np.ascontiguousarray(as_flag_array(truncated, "truncated"))
     if trunc.shape != term.shape:
         raise ValueError(f"truncated must have the shape of terminated {term.shape}, "
                          f"got {trunc.shape}")
+    two_d = (term.size, 1)  # the flags are element-wise: any shape, as one column
     out = TransitionMasks(np.empty(term.shape, np.bool_), np.empty(term.shape, np.bool_),
                           np.empty(term.shape, np.bool_))
-    _transition_masks_kernel(term, trunc, TRUNCATION_MODES[truncation], *out)
+    loop(term.reshape(two_d), trunc.reshape(two_d), TRUNCATION_MODES[truncation],
+         *(o.reshape(two_d) for o in out))
     return out
 
 
-def episode_starts(terminated, truncated, initial) -> np.ndarray:
+def episode_starts(terminated, truncated, initial, *, backend: str = "fast") -> np.ndarray:
     """Reset mask: ``episode_starts[t] = done[t-1]``, ``episode_starts[0] = initial``.
 
     ``done[t] = terminated[t] or truncated[t]``: row ``t`` is the first step of a new episode
@@ -92,16 +85,19 @@ def episode_starts(terminated, truncated, initial) -> np.ndarray:
         truncated: same shape as ``terminated``.
         initial: bool (or 0/1), the carry into row 0: a scalar for ``[T]`` input; ``[N]``
             (one per env) or a scalar (the same for every env) for ``[T, N]`` input.
+        backend: ``"fast"`` (compiled) or ``"spec"``
+            (:func:`ppo_ref.spec.masks.episode_starts_loop` run as plain Python).
 
     Returns:
         bool ndarray with the shape of ``terminated`` (empty when T = 0).
 
     Raises:
         ValueError: naming the argument, when a flag is not bool/0/1, a rank is not 1 or 2, or
-            shapes disagree.
+            shapes disagree, or ``backend`` is unknown.
 
-    Source: SPEC §1; Stable-Baselines3 ``RolloutBuffer.episode_starts``.
+    Source: Stable-Baselines3 ``RolloutBuffer.episode_starts``.
     """
+    loop = check_backend(backend, _kernels.episode_starts_loop)
     term = as_flag_array(terminated, "terminated", ndim=(1, 2))
     trunc = as_flag_array(truncated, "truncated", ndim=(1, 2))
     if trunc.shape != term.shape:
@@ -114,6 +110,8 @@ def episode_starts(terminated, truncated, initial) -> np.ndarray:
     out = np.empty(term.shape, dtype=np.bool_)
     if term.shape[0] == 0:
         return out
-    out[0] = init
-    np.logical_or(term[:-1], trunc[:-1], out=out[1:])
+    two_d = term.shape if term.ndim == 2 else (term.shape[0], 1)  # the loop takes [T, N]
+    carry = np.ascontiguousarray(np.broadcast_to(init, two_d[1:]))
+    loop(np.ascontiguousarray(term).reshape(two_d), np.ascontiguousarray(trunc).reshape(two_d),
+         carry, out.reshape(two_d))
     return out

@@ -1,8 +1,8 @@
 """V-trace off-policy value targets and policy-gradient advantages.
 
 Espeholt et al. 2018, "IMPALA" (arXiv:1802.01561), with the trace-cutting ``lambda_`` of rlax.
-A numba kernel runs backward over time (all envs of a row side by side) behind a validating
-wrapper (SPEC §2).
+The recursion is :func:`ppo_ref.spec.advantages.vtrace_recursion`; this wrapper validates every
+argument and runs it compiled (``backend="fast"``) or as plain Python (``backend="spec"``).
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import check_positive, check_unit_interval
-from ppo_ref.kernels._inputs import explain_not_finite, finish, prepare_trajectory
-from ppo_ref.kernels._kernels import _log_ratios, _vtrace_kernel
+from ppo_ref.kernels import _kernels
+from ppo_ref.kernels._inputs import check_backend, explain_not_finite, finish, prepare_trajectory
 
 __all__ = ["vtrace", "VTraceReturns"]
 
@@ -30,7 +30,8 @@ class VTraceReturns(NamedTuple):
 
 def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,
            last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0, pg_rho_bar=None,
-           lambda_=1.0, truncation="bootstrap", bootstrap_terminal_last_row=False) -> VTraceReturns:
+           lambda_=1.0, truncation="bootstrap", bootstrap_terminal_last_row=False,
+           backend="fast") -> VTraceReturns:
     r"""V-trace targets ``vs`` and policy-gradient advantages (IMPALA, with rlax's lambda).
 
     With ``ratio[t] = exp(target_log_probs[t] - behaviour_log_probs[t])``,
@@ -61,6 +62,8 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
         pg_rho_bar: truncation of the policy-gradient weight, > 0; None means ``rho_bar``.
         lambda_: trace mixing in [0, 1] (rlax ``lambda_``; 1 = the IMPALA paper).
         truncation, bootstrap_terminal_last_row: convention options, as in :func:`gae`.
+        backend: ``"fast"`` (default, compiled) or ``"spec"``
+            (:func:`ppo_ref.spec.advantages.vtrace_recursion` run as plain Python); same bits.
 
     Returns:
         :class:`VTraceReturns` ``(vs, pg_advantages)``, each with the shape of ``rewards`` and
@@ -76,6 +79,8 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
     Actor-Learner Architectures", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
     ``lambda_`` as in DeepMind's rlax ``vtrace_td_error_and_advantage``.
     """
+    recursion = check_backend(backend, _kernels.vtrace_recursion)
+    ratio_loop = check_backend(backend, _kernels.log_ratios)
     gamma = check_unit_interval(gamma, "gamma")
     rho_bar = check_positive(rho_bar, "rho_bar")
     c_bar = check_positive(c_bar, "c_bar")
@@ -93,13 +98,13 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
         # ratio = pi/mu in vectorised passes (faster than a scalar exp per element in the
         # loop); a huge ratio may overflow to inf, which the bars clip.
         ratios = np.empty_like(vs)
-        if not _log_ratios(a["target_log_probs"].reshape(-1), a["behaviour_log_probs"].reshape(-1),
-                           ratios.reshape(-1)):
+        if not ratio_loop(a["target_log_probs"].reshape(-1), a["behaviour_log_probs"].reshape(-1),
+                          ratios.reshape(-1)):
             # (finite log-probs whose difference overflowed give a ratio of inf or 0, as below)
             explain_not_finite(inputs, ("behaviour_log_probs", "target_log_probs"), {})
         with np.errstate(over="ignore"):
             np.exp(ratios, out=ratios)
-        all_finite = _vtrace_kernel(
+        all_finite = recursion(
             ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated,
             inputs.last_values, inputs.final_values, scalar(gamma), scalar(rho_bar), scalar(c_bar),
             scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_), inputs.truncation_mode,

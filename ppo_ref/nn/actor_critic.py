@@ -22,17 +22,15 @@ everything), keys ``"pi.w0", "pi.b0", ...``, ``"vf.w0", ...`` and with a shared 
 from __future__ import annotations
 
 import math
-import threading
-from typing import Any, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Mapping, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from ppo_ref._checks import check_choice, check_real_scalar
-from ppo_ref._numba import njit
-from ppo_ref.flat import FlatArrays
 from ppo_ref.nn.mlp import (
-    ACTIVATIONS, MLPCache, Params, _activation_grad_inplace, _as_grad, _as_input, _check_dim,
-    _check_params_mapping, _mlp_backward_2d, _mlp_forward_2d, _mlp_layers, mlp_init,
+    ACTIVATIONS, MLPCache, Params, _activate_inplace, _activation_grad, _activation_grad_inplace,
+    _as_grad, _as_input, _check_dim, _check_params_mapping, _mlp_backward_2d, _mlp_backward_flat,
+    _mlp_forward_2d, _mlp_forward_flat, _mlp_layers, mlp_init,
 )
 
 __all__ = ["ActorCriticCache", "actor_critic_init", "actor_critic_forward",
@@ -279,244 +277,124 @@ def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCa
 
 
 # --------------------------------------------------------------------------------------------
-# one-buffer fast path (separate towers): both towers' first layers as one matrix product
+# Compiled actor-critic on a flat parameter buffer (the fast tier of MLPPolicy)
+#
+# Each tower (and the shared trunk) is an MLP of :func:`ppo_ref.nn.mlp._mlp_forward_flat` /
+# :func:`~ppo_ref.nn.mlp._mlp_backward_flat` described by a layer table into the parameter
+# buffer: every product is a chain of fused multiply-adds in the order documented in
+# :mod:`ppo_ref.nn.mlp` (forward over the inputs k = 0, 1, ..., row by row; weight gradients
+# over the rows in order), tanh is the project's own :func:`ppo_ref.nn.lstm._tanh_any`. So a
+# row's outputs never depend on the other rows of the call (acting on N rows, the rollout's
+# T N rows and any minibatch agree bit for bit), and no result depends on BLAS or on the
+# machine (IEEE 754 arithmetic with a correctly rounded fma). The shared trunk's last layer is
+# activated (:func:`~ppo_ref.nn.mlp._activate_inplace`) and the heads' input gradients are
+# summed into one array (the value head's chain continues the policy head's) before its
+# activation derivative.
 
-def fused_layout(params: Mapping[str, np.ndarray]):
-    """The :class:`~ppo_ref.flat.FlatLayout` the fused path reads, for separate-tower params.
-
-    Keys keep the order of ``params``; in the buffer ``pi.w0`` is followed by ``vf.w0`` and
-    ``pi.b0`` by ``vf.b0``, so the first layers of both towers are one ``[2H, obs_dim]`` matrix
-    and one ``[2H]`` bias; every other key follows in key order. Returns ``None`` when the
-    fused path does not apply (shared trunk, no hidden layer, or first layers of different
-    shapes).
-    """
-    from ppo_ref.flat import FlatLayout
-    keys = list(params)
-    need = ("pi.w0", "vf.w0", "pi.b0", "vf.b0", "pi.w1", "vf.w1")
-    if any(k not in params for k in need) or any(k.startswith("trunk.") for k in keys):
-        return None
-    if np.shape(params["pi.w0"]) != np.shape(params["vf.w0"]):
-        return None
-    depth = {p: sum(1 for k in keys if k.startswith(p + "w")) for p in ("pi.", "vf.")}
-    if depth["pi."] != depth["vf."]:
-        return None
-    head = ["pi.w0", "vf.w0", "pi.b0", "vf.b0"]
-    order = head + [k for k in keys if k not in head]
-    return FlatLayout.in_order([(k, np.shape(v)) for k, v in params.items()], order)
+class FlatNet(NamedTuple):
+    """The layer tables of an actor-critic whose parameters live in one buffer (checked once per
+    layout by :func:`flat_net`): ``trunk`` (``None`` with separate towers or a shared trunk of
+    ``net_arch=()``), ``pi``, ``vf``: int64 ``[layers, 4]`` tables of
+    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (``w`` offset, ``b`` offset, ``out``, ``in``);
+    ``*_width``: the sum of each one's output widths (its per-row outputs buffer);
+    ``obs_dim``, ``policy_out_dim``."""
+    trunk: Optional[np.ndarray]
+    pi: np.ndarray
+    vf: np.ndarray
+    trunk_width: int
+    pi_width: int
+    vf_width: int
+    obs_dim: int
+    policy_out_dim: int
 
 
-class FusedCache(NamedTuple):
-    """Cache of :func:`fused_forward`: the input ``x [B, D]``, the activated first layer of
-    both towers ``h0 [B, 2H]`` (``[:, :H]`` policy, ``[:, H:]`` value) and each tower's inputs
-    of layers 1..L, all in the compute dtype; ``pi_layers``/``vf_layers``: each tower's
-    ``(W, b)`` of layers 1..L as the pass used them (views of ``params`` in float64, of a
-    float32 copy in float32)."""
+def _table(layout, layers, prefix: str) -> np.ndarray:
+    return np.array([(layout.offset(f"{prefix}w{i}"), layout.offset(f"{prefix}b{i}"))
+                     + tuple(w.shape) for i, (w, _) in enumerate(layers)], dtype=np.int64)
+
+
+def flat_net(params: Mapping[str, np.ndarray], layout, shared_trunk: bool) -> FlatNet:
+    """Check the network's arrays ``params`` (exactly the network's keys, as
+    :func:`actor_critic_forward` checks them) and return their :class:`FlatNet` in ``layout``
+    (the :class:`~ppo_ref.flat.FlatLayout` of the buffer they are views of). Raises
+    ``ValueError`` as :func:`actor_critic_forward` does."""
+    trunk, pi, vf = _structure(params, bool(shared_trunk))
+    width = lambda layers: sum(int(w.shape[0]) for w, _ in layers)  # noqa: E731
+    return FlatNet(None if trunk is None else _table(layout, trunk, "trunk."),
+                   _table(layout, pi, "pi."), _table(layout, vf, "vf."),
+                   0 if trunk is None else width(trunk), width(pi), width(vf),
+                   int(_obs_dim(trunk, pi)), int(pi[-1][0].shape[0]))
+
+
+class FlatCache(NamedTuple):
+    """What :func:`flat_backward` reads: the input ``x [B, D]``, the trunk's outputs buffer (or
+    ``None``), the heads' input ``z`` (``x`` with separate towers), the policy and value towers'
+    outputs buffers (of :func:`ppo_ref.nn.mlp._mlp_forward_flat`), all in the compute dtype."""
     x: np.ndarray
-    h0: np.ndarray
-    pi_inputs: Tuple[np.ndarray, ...]
-    vf_inputs: Tuple[np.ndarray, ...]
-    activation: str
-    pi_layers: Tuple[Tuple[np.ndarray, np.ndarray], ...]
-    vf_layers: Tuple[Tuple[np.ndarray, np.ndarray], ...]
+    trunk_acts: Optional[np.ndarray]
+    z: np.ndarray
+    pi_acts: Optional[np.ndarray]
+    vf_acts: Optional[np.ndarray]
 
 
-_FUSED_INFO = {}
+def _tower(x, flat, table, width, relu):
+    """``(acts, y)``: the outputs buffer of :func:`_mlp_forward_flat` on ``x`` and its last
+    block, the tower output ``y [rows, out]``."""
+    rows = x.shape[0]
+    acts = np.empty(rows * width, flat.dtype)
+    _mlp_forward_flat(x, flat, table, relu, acts)
+    n_out = int(table[-1, 2])
+    return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
 
 
-def _fused_info(layout):
-    """Per layout: ``(o_w, o_b, h, d, towers)``: offsets of the fused first-layer matrix and
-    bias, hidden width, input width, and per prefix ``"pi."``/``"vf."`` the ``(w_key, b_key,
-    w_start, w_stop, w_shape, b_start, b_stop)`` of layers 1..L."""
-    info = _FUSED_INFO.get(layout)
-    if info is None:
-        shapes = {k: s for k, _, s in layout.entries}
-        spans = {k: (start, stop) for k, start, stop, _ in layout.slices}
-        h, d = shapes["pi.w0"]
-        towers = {}
-        for prefix in ("pi.", "vf."):
-            i = 1
-            names = []
-            while f"{prefix}w{i}" in shapes:
-                wk, bk = f"{prefix}w{i}", f"{prefix}b{i}"
-                names.append((wk, bk) + spans[wk] + (shapes[wk],) + spans[bk])
-                i += 1
-            towers[prefix] = tuple(names)
-        info = _FUSED_INFO[layout] = (spans["pi.w0"][0], spans["pi.b0"][0], h, d, towers)
-    return info
+def flat_forward(net: FlatNet, flat: np.ndarray, x: np.ndarray, relu: bool,
+                 policy: bool = True, value: bool = True):
+    """:func:`actor_critic_forward` on the parameter buffer ``flat`` (float64 or float32) in the
+    layout of ``net``, for ``x [B, D]`` C-contiguous of the dtype of ``flat``; unchecked.
 
-
-@njit
-def _add_bias(a, b):
-    """In place ``a[i, j] += b[j]``: the broadcast ``a += b`` of a layer's bias (the same
-    single rounded addition per entry), in one compiled pass instead of numpy's per-row
-    inner loops."""
-    rows, cols = a.shape
-    for i in range(rows):
-        for j in range(cols):
-            a[i, j] += b[j]
-
-
-def _affine_compiled_bias(h: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``h @ w.T + b``: the BLAS product, then the bias by :func:`_add_bias` (same bits as
-    numpy's broadcast addition)."""
-    a = h @ w.T
-    _add_bias(a, b)
-    return a
-
-
-def fused_forward(params, x: np.ndarray, activation: str, dtype=np.float64):
-    """:func:`actor_critic_forward` for params in the :func:`fused_layout` (an intact
-    :class:`~ppo_ref.flat.FlatArrays`), on a finite float64 ``x [B, D]``, without argument
-    checks. Same equations; the first layer of both towers is one product
-    ``x @ [w0_pi; w0_vf].T``. Returns ``(policy_out [B, P], values [B], FusedCache)``.
-
-    ``dtype``: the arithmetic. ``np.float64`` (default) uses ``params`` as they are;
-    ``np.float32`` rounds the parameters and ``x`` to float32 once and computes in float32
-    (as torch's default), returning float32 outputs. Products are numpy's (BLAS), activations
-    ``np.tanh``/``np.maximum``, bias additions one compiled pass per layer (the same single
-    addition per entry as ``a += b``).
+    Returns ``(policy_out [B, P] or None, values [B] or None, FlatCache)`` in the dtype of
+    ``flat`` (``policy``/``value`` False skip that tower). Same equations; the summation order is
+    the fixed one of the section comment, so per row the results do not depend on the batch or
+    the machine. Equal to :func:`actor_critic_forward` (and to
+    ``ppo_ref.spec.networks.actor_critic_forward``, the same math) within rtol 1e-12 in
+    float64.
     """
-    o_w, o_b, h, d, towers = _fused_info(params.layout)
-    flat = params.flat
-    if np.dtype(dtype) != flat.dtype:
-        flat = flat.astype(dtype)
-        x = x.astype(dtype)
-        tower_layers = [tuple((flat[ws:we].reshape(shape), flat[bs:be])
-                              for _, _, ws, we, shape, bs, be in towers[p])
-                        for p in ("pi.", "vf.")]
-    else:
-        tower_layers = [tuple((params[wk], params[bk]) for wk, bk, *_ in towers[p])
-                        for p in ("pi.", "vf.")]
-    a = x @ flat[o_w:o_w + 2 * h * d].reshape(2 * h, d).T
-    _add_bias(a, flat[o_b:o_b + 2 * h])
-    relu = activation == "relu"
-    if relu:
-        np.maximum(a, 0.0, out=a)
-    else:
-        np.tanh(a, out=a)
-    pi, vf = tower_layers
-    out, pi_in = _mlp_forward_2d(pi, a[:, :h], activation, _affine_compiled_bias)
-    v, vf_in = _mlp_forward_2d(vf, a[:, h:], activation, _affine_compiled_bias)
-    return out, v[:, 0], FusedCache(x, a, pi_in, vf_in, activation, pi, vf)
+    trunk_acts = None
+    z = x
+    if net.trunk is not None:
+        trunk_acts, z = _tower(x, flat, net.trunk, net.trunk_width, relu)
+        _activate_inplace(z, relu)
+    out = values = pi_acts = vf_acts = None
+    if policy:
+        pi_acts, out = _tower(z, flat, net.pi, net.pi_width, relu)
+    if value:
+        vf_acts, v = _tower(z, flat, net.vf, net.vf_width, relu)
+        values = v[:, 0]
+    return out, values, FlatCache(x, trunk_acts, z, pi_acts, vf_acts)
 
 
-@njit
-def _act_grad_row(dh, h, relu, db, i):
-    """Row ``i``: ``dh[i] *= act'(a[i])`` (``1 - h^2`` for tanh, ``[h > 0]`` for relu, from the
-    activation output ``h``) and ``db += dh[i]`` (the bias gradient's running column sums)."""
-    for j in range(dh.shape[1]):
-        if relu:
-            g = dh[i, j] if h[i, j] > 0.0 else 0.0
-        else:
-            g = dh[i, j] * (1.0 - h[i, j] * h[i, j])
-        dh[i, j] = g
-        db[j] += g
+def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out: np.ndarray,
+                  d_values: np.ndarray, relu: bool, grads: np.ndarray) -> None:
+    """:func:`actor_critic_backward` of :func:`flat_forward` (both towers run): writes every
+    network gradient into ``grads`` (1-D, the layout and dtype of ``flat``; other entries
+    untouched). ``d_policy_out [B, P]``, ``d_values [B]`` C-contiguous of the dtype of
+    ``flat``; unchecked. No gradient with respect to ``x`` is formed.
 
-
-@njit
-def _backprop_hidden(dh, h, relu, db):
-    """In place ``dh *= act'(a)`` and ``db = sum over rows of the result``
-    (:func:`_act_grad_row` row by row): the pre-activation gradient of a hidden layer and its
-    bias gradient in one pass over ``[B, H]``."""
-    for j in range(dh.shape[1]):
-        db[j] = 0.0
-    for i in range(dh.shape[0]):
-        _act_grad_row(dh, h, relu, db, i)
-
-
-@njit
-def _backprop_head(dy, w, h, relu, dh, db, dw, dw_b):
-    """The whole backward of a narrow head layer ``y = h @ w.T + b`` (``dy [B, K]``, K = P or
-    1; ``w [K, H]``; activation output ``h [B, H]`` of the layer below) in one pass over the
-    rows: ``dw = dy.T @ h`` and ``dw_b = column sums of dy`` (both summed over rows in order),
-    and for the layer below ``dh = (dy @ w) * act'(a)`` (summed over k in order) and
-    ``db = column sums of dh``. ``dh`` may be a column block of a wider array."""
-    rows, k_dim = dy.shape
-    cols = w.shape[1]
-    for j in range(cols):
-        db[j] = 0.0
-    for k in range(k_dim):
-        dw_b[k] = 0.0
-        for j in range(cols):
-            dw[k, j] = 0.0
-    for i in range(rows):
-        d = dy[i, 0]
-        dw_b[0] += d
-        for j in range(cols):
-            dh[i, j] = d * w[0, j]
-            dw[0, j] += d * h[i, j]
-        for k in range(1, k_dim):
-            d = dy[i, k]
-            dw_b[k] += d
-            for j in range(cols):
-                dh[i, j] += d * w[k, j]
-                dw[k, j] += d * h[i, j]
-        _act_grad_row(dh, h, relu, db, i)
-
-
-_SCRATCH = threading.local()
-
-
-def _scratch_grads(layout, dtype) -> FlatArrays:
-    """This thread's reusable ``FlatArrays`` of ``layout`` and ``dtype`` (uninitialised): the
-    float32 gradients of :func:`fused_backward`, which are copied out (widened to float64)
-    before it returns, so one buffer per thread serves every call."""
-    held = getattr(_SCRATCH, "grads", None)
-    if held is None or held.layout is not layout or held.flat.dtype != dtype:
-        held = _SCRATCH.grads = FlatArrays.from_buffer(np.empty(layout.size, dtype=dtype), layout)
-    return held
-
-
-def fused_backward(params, cache: FusedCache, d_policy_out: np.ndarray, d_values: np.ndarray):
-    """:func:`actor_critic_backward` of :func:`fused_forward`, without argument checks:
-    gradients as a new :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (the
-    head keys of the policy, if any, are left for the caller to fill). ``d_policy_out [B, P]``
-    and ``d_values [B]`` float64.
-
-    Same equations as :func:`ppo_ref.nn.mlp.mlp_backward` per tower (``dW = d.T @ h``,
-    ``db = sum d``, ``dh = d @ W`` then the activation derivative). Each head (a few output
-    columns) is one compiled pass (:func:`_backprop_head`: its weight and bias gradients and
-    the gradient into the layer below); a hidden layer's activation derivative and bias sum are
-    one compiled pass; the wide products are numpy's (BLAS). The first layers of both towers
-    share one ``[B, 2H]`` gradient, one ``dW0 = d0.T @ x`` and one bias sum.
+    Summation order: that of :func:`ppo_ref.nn.mlp._mlp_backward_flat` per tower (rows in
+    order); with a shared trunk ``dz = d_pi @ w_pi`` then the value head's terms added on
+    (``dz += d_v @ w_vf``, one FMA chain), times the trunk's activation derivative. Equal to
+    :func:`actor_critic_backward` (and ``ppo_ref.spec.networks.actor_critic_backward``) within
+    rtol 1e-10 in float64 (relative to each gradient array's largest entry).
     """
-    o_w, o_b, h, d, towers = _fused_info(params.layout)
-    dtype = cache.x.dtype
-    d_policy_out = d_policy_out.astype(dtype, copy=False)
-    d_values = d_values.astype(dtype, copy=False)
-    # float32: gradients in this thread's scratch buffer, widened into a new float64 one below
-    grads = params.empty_like() if dtype == np.float64 else _scratch_grads(params.layout, dtype)
-    gflat = grads.flat
-    relu = cache.activation == "relu"
-    batch = cache.x.shape[0]
-    d0 = np.empty((batch, 2 * h), dtype=dtype)
-    for names, layers, inputs, dy, c0 in (
-            (towers["pi."], cache.pi_layers, cache.pi_inputs, d_policy_out, 0),
-            (towers["vf."], cache.vf_layers, cache.vf_inputs, d_values.reshape(-1, 1), h)):
-        last = len(names) - 1
-        wkey, bkey = names[last][:2]
-        if last > 0:
-            dcur = np.empty((batch, inputs[last].shape[1]), dtype=dtype)
-            db = grads[names[last - 1][1]]
-            h_below = inputs[last]
-        else:  # the head sits on the fused first layer
-            dcur = d0[:, c0:c0 + h]
-            db = gflat[o_b + c0:o_b + c0 + h]
-            h_below = cache.h0[:, c0:c0 + h]
-        _backprop_head(dy, layers[last][0], h_below, relu, dcur, db, grads[wkey], grads[bkey])
-        for i in range(last - 1, -1, -1):
-            wkey = names[i][0]
-            hin = inputs[i]
-            np.matmul(dcur.T, hin, out=grads[wkey])
-            if i > 0:
-                dh = dcur @ layers[i][0]
-                _backprop_hidden(dh, hin, relu, grads[names[i - 1][1]])
-                dcur = dh
-            else:
-                np.matmul(dcur, layers[i][0], out=d0[:, c0:c0 + h])
-    if len(towers["pi."]) > 1:  # d0 holds d @ W1 of both towers: activation derivative + bias
-        _backprop_hidden(d0, cache.h0, relu, gflat[o_b:o_b + 2 * h])
-    np.matmul(d0.T, cache.x, out=gflat[o_w:o_w + 2 * h * d].reshape(2 * h, d))
-    if dtype != np.float64:  # gradients of float64 parameters are float64
-        grads = FlatArrays.from_buffer(gflat.astype(np.float64), grads.layout)
-    return grads
+    x = cache.x
+    dv = d_values.reshape(-1, 1)
+    if net.trunk is None:
+        _mlp_backward_flat(x, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, None)
+        _mlp_backward_flat(x, cache.vf_acts, flat, net.vf, relu, dv, grads, None)
+        return
+    z = cache.z
+    dz = np.zeros(z.shape, flat.dtype)
+    _mlp_backward_flat(z, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, dz)
+    _mlp_backward_flat(z, cache.vf_acts, flat, net.vf, relu, dv, grads, dz)
+    _activation_grad(dz, z, relu)
+    _mlp_backward_flat(x, cache.trunk_acts, flat, net.trunk, relu, dz, grads, None)

@@ -296,11 +296,11 @@ def _activate_inplace(a, relu):
 
 
 @njit
-def _activation_grad_transposed(d, h, relu, d_t):
-    """``d <- d * act'(h)`` (``h`` the activation's output: relu ``[h > 0]``, tanh ``1 - h^2``)
-    and ``d_t <- d.T`` (:func:`_transpose_into`), 2-D ``d, h [M, W]``, ``d_t [W, M]``.
-    tanh: the operations of :func:`_activation_grad_inplace` (same bits); relu: ``d`` where
-    ``h > 0``, else +0 (a product ``d * 0.0`` could give -0; no sum downstream differs)."""
+def _activation_grad(d, h, relu):
+    """``d <- d * act'(h)`` (``h`` the activation's output: relu ``[h > 0]``, tanh ``1 - h^2``),
+    2-D ``d, h [M, W]``. tanh: the operations of :func:`_activation_grad_inplace` (same bits);
+    relu: ``d`` where ``h > 0``, else +0 (a product ``d * 0.0`` could give -0; no sum
+    downstream differs)."""
     _wide()
     rows, cols = d.shape
     if relu:
@@ -311,6 +311,13 @@ def _activation_grad_transposed(d, h, relu, d_t):
         for n in range(rows):
             for j in range(cols):
                 d[n, j] *= _ONE_F32 - h[n, j] * h[n, j]
+
+
+@njit
+def _activation_grad_transposed(d, h, relu, d_t):
+    """:func:`_activation_grad` on ``d`` then ``d_t <- d.T`` (:func:`_transpose_into`),
+    ``d_t [W, M]``."""
+    _activation_grad(d, h, relu)
     _transpose_into(d, d_t)
 
 
@@ -356,7 +363,8 @@ def _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
         grads: 1-D buffer of the layout of ``flat``: ``dL/dw_i``, ``dL/db_i`` are written at the
             table's offsets (other entries untouched).
         dx: ``[M, in_0]``: ``dL/dx`` is ADDED to it (zero it first for ``dL/dx`` alone; two
-            towers on the same input accumulate into one array).
+            towers on the same input accumulate into one array); ``None``: not computed (the
+            input is data, e.g. observations).
 
     ``dw_i = d_i.T @ h_i``, ``db_i = sum_n d_i[n]``, ``d_{i-1} = (d_i @ w_i) * act'(h_i)``
     with ``d_L = dy``, in the summation order of the section comment (gw by
@@ -380,7 +388,8 @@ def _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
         _add_products(gw, d_t, h)
         _column_sums(d, grads[b_off:b_off + n_out])
         if i == 0:
-            _add_products(dx, d, w)
+            if dx is not None:
+                _add_products(dx, d, w)
         else:
             d_prev = np.zeros((rows, n_in), dy.dtype)
             _add_products(d_prev, d, w)

@@ -79,6 +79,57 @@ def _as_float64(x, name: str) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # initialisation
 
+def householder_qr(a: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Reduced QR of a tall matrix by Householder reflections: ``a = Q R``.
+
+    Golub & Van Loan, "Matrix Computations" (4th ed.), Algorithm 5.2.1, with LAPACK's sign
+    choice. For column ``k = 0 .. n-1`` of the partly reduced ``R`` (initially ``a``)::
+
+        x      = R[k:, k]
+        alpha  = -sign(x_0) * ||x||                  (sign(0) taken as +)
+        v      = x - alpha * e_1                      the reflector I - 2 v v^T / (v^T v)
+        R[k:, j] <- R[k:, j] - (2 v.R[k:, j] / v.v) v     for every column j > k
+        R_kk   = alpha
+
+    then ``Q`` = the reflections applied to ``I[:, :n]`` in reverse order. Every inner product
+    is ``math.fsum`` of the elementwise products (a correctly rounded sum), so the result does
+    not depend on a summation order, a vector width or a BLAS library: the same bits on every
+    IEEE 754 machine.
+
+    Args:
+        a: float64 ``[m, n]`` with ``m >= n`` (not modified).
+
+    Returns:
+        ``(q, r_diag)``: ``q`` float64 ``[m, n]`` with orthonormal columns and ``r_diag``
+        ``[n]``, the diagonal of ``R`` (0 where a column is already zero below the diagonal).
+    """
+    m, n = a.shape
+    r = np.array(a, dtype=np.float64)
+    reflectors = []
+    r_diag = np.zeros(n)
+    for k in range(n):
+        x = r[k:, k]
+        norm = math.sqrt(math.fsum(x * x))
+        alpha = -norm if x[0] >= 0.0 else norm
+        v = x.copy()
+        v[0] -= alpha
+        vv = math.fsum(v * v)
+        reflectors.append((v, vv))
+        if vv == 0.0:  # x = 0 (probability zero): no reflection
+            continue
+        r_diag[k] = alpha
+        for j in range(k + 1, n):
+            r[k:, j] -= (2.0 * math.fsum(v * r[k:, j]) / vv) * v
+    q = np.eye(m, n)
+    for k in reversed(range(n)):
+        v, vv = reflectors[k]
+        if vv == 0.0:
+            continue
+        for j in range(n):
+            q[k:, j] -= (2.0 * math.fsum(v * q[k:, j]) / vv) * v
+    return q, r_diag
+
+
 def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0) -> np.ndarray:
     """A random (semi-)orthogonal matrix scaled by ``gain``, as ``torch.nn.init.orthogonal_``.
 
@@ -97,7 +148,9 @@ def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0
     ``W^T W = gain^2 I_cols`` when ``rows >= cols`` (tall). A zero diagonal entry of ``R``
     (probability zero) keeps sign +1 here, where torch's ``sign`` would zero the column.
     The values differ from torch's for the same seed (different generators); the
-    distribution is the same.
+    distribution is the same. The QR is :func:`householder_qr` (not LAPACK's, whose rounding
+    depends on the BLAS kernel chosen for the CPU), so a seed gives the same bits on every
+    machine.
 
     PPO implementations (OpenAI baselines, Stable-Baselines3, CleanRL) initialise every weight
     matrix this way with gain sqrt(2) for hidden layers, 0.01 for the policy head and 1.0 for
@@ -132,8 +185,8 @@ def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0
     wide = rows < cols
     if wide:
         a = a.T
-    q, r = np.linalg.qr(a)  # reduced: q is [max, min] with orthonormal columns
-    signs = np.where(np.diagonal(r) < 0.0, -1.0, 1.0)
+    q, r_diag = householder_qr(a)  # reduced: q is [max, min] with orthonormal columns
+    signs = np.where(r_diag < 0.0, -1.0, 1.0)
     q = q * signs  # column j times sign(R_jj)
     if wide:
         q = q.T

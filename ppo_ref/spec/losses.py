@@ -1,0 +1,416 @@
+"""PPO losses, each returned together with its gradient (the readable tier).
+
+Every loss here is a *mean* over the n elements of a minibatch, and every gradient is
+d(loss)/d(input) of that mean-reduced loss (so it carries the 1/n factor). The caller scales and
+sums them into the total PPO objective (Schulman et al. 2017, eq. 9, negated to be minimized)::
+
+    loss = policy_loss + vf_coef * value_loss_scale * value_loss + ent_coef * entropy_loss
+
+with ``entropy_loss = -mean(entropy)``, and hands the gradients to the networks' backward.
+
+The arithmetic of one element is written once, in the scalar functions
+:func:`clipped_surrogate_element`, :func:`value_element` and :func:`k3_element`; the losses below
+apply them element by element in a loop and sum in element order, and the compiled minibatch
+loss of the fast update (``ppo_ref.losses._minibatch_loss_kernel``) compiles and calls the same
+functions (so both tiers give the same bits). They are written in the subset of Python that
+numba compiles, in float64.
+
+Non-differentiable points (the "kinks" of clip and min/max) follow the subgradient that
+``torch`` autograd picks for the usual torch formulation of the same loss (SB3, CleanRL), so
+gradients match those implementations exactly, including at the boundaries:
+
+* ``clamp(x, lo, hi)`` passes the gradient where ``lo <= x <= hi`` (boundaries *inclusive*).
+* ``minimum(a, b)`` / ``maximum(a, b)`` send the gradient to the selected operand and split it
+  half/half when ``a == b``.
+
+Sources: Schulman et al., "Proximal Policy Optimization Algorithms" (arXiv:1707.06347), eq. (7)
+for the clipped surrogate and eq. (9) for the combined objective; value clipping from OpenAI
+baselines ``ppo2`` (Huang et al., "The 37 Implementation Details of PPO", ICLR blog track 2022,
+detail 9); KL estimators k1 and k3 from J. Schulman, "Approximating KL divergence" (2020).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+from ppo_ref._checks import (as_float_array, check_choice, check_positive, check_same_shape,
+                             result_dtype)
+
+__all__ = [
+    "policy_loss",
+    "value_loss",
+    "entropy_loss",
+    "approx_kl",
+    "normalize_advantages",
+    "explained_variance",
+    "clipped_surrogate_element",
+    "value_element",
+    "k3_element",
+    "VALUE_LOSS_MODES",
+    "KL_ESTIMATORS",
+    "MAX_LOG_RATIO",
+]
+
+VALUE_LOSS_MODES = ("max", "sb3")
+KL_ESTIMATORS = ("k3", "k1")
+
+#: ``exp(r)`` is finite for ``r <= 709.78``; past this bound a ratio counts as overflowing
+#: (``math.exp`` raises there in plain Python, compiled code would return inf).
+MAX_LOG_RATIO = 709.0
+
+
+# ----------------------------------------------------------------------------------------------
+# the arithmetic of one element (float64 scalars in, float64 scalars out)
+# ----------------------------------------------------------------------------------------------
+
+def k3_element(log_ratio):
+    """``exp(r) - 1 - r`` for the log-ratio ``r = log pi_new - log pi_old`` (k3 estimator term).
+
+    Computed with ``expm1`` so that a small ``r`` keeps its precision; >= 0 in exact arithmetic,
+    and the ``max`` guards the last ulp of rounding. ``inf`` when ``exp(r)`` overflows.
+    """
+    if log_ratio > MAX_LOG_RATIO:
+        return math.inf
+    return max(math.expm1(log_ratio) - log_ratio, 0.0)
+
+
+def clipped_surrogate_element(log_ratio, advantage, clip_range):
+    """One term of the clipped surrogate objective (PPO eq. 7) and its derivative.
+
+    With ``ratio = exp(log_ratio)`` (requires ``log_ratio <= MAX_LOG_RATIO``) and eps =
+    ``clip_range``::
+
+        surrogate = min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)
+        d surrogate / d log_ratio = A * ratio    where the unclipped term is active
+                                  = 0            where the clipped term is (A > 0 and
+                                                 ratio > 1 + eps, or A < 0 and ratio < 1 - eps)
+
+    At ``ratio == 1 +- eps`` the derivative is the unclipped one (torch's clamp passes the
+    gradient at its bounds). Returns ``(surrogate, d_surrogate, outside)``, ``outside`` True
+    when ``|ratio - 1| > eps`` (counted by the clip fraction).
+    """
+    ratio = math.exp(log_ratio)
+    low = 1.0 - clip_range
+    high = 1.0 + clip_range
+    clipped_ratio = min(max(ratio, low), high)
+    surrogate = min(ratio * advantage, clipped_ratio * advantage)
+    if (advantage > 0.0 and ratio > high) or (advantage < 0.0 and ratio < low):
+        d_surrogate = 0.0
+    else:
+        d_surrogate = advantage * ratio
+    return surrogate, d_surrogate, abs(ratio - 1.0) > clip_range
+
+
+def value_element(value, old_value, target, clip_range_vf, clip_on, sb3_mode):
+    """One term of the value loss (no 0.5 factor) and its derivative w.r.t. ``value``.
+
+    Without clipping: ``(V - R)^2`` and ``2 (V - R)``. With clipping, c = ``clip_range_vf`` and
+    ``V_clip = V_old + clip(V - V_old, -c, c)``:
+
+    * ``sb3_mode`` False ("max"): ``max((V - R)^2, (V_clip - R)^2)``; derivative ``2 (V - R)``
+      where ``|V - V_old| <= c`` (boundary inclusive) or the unclipped term is strictly larger,
+      0 where the clipped term is strictly larger, ``(V - R)`` (half: torch's tie rule for max)
+      where clipping is active and both terms are equal.
+    * ``sb3_mode`` True ("sb3"): ``(V_clip - R)^2``; derivative ``2 (V_clip - R)`` where
+      ``|V - V_old| <= c``, else 0.
+
+    Returns ``(term, d_term)``.
+    """
+    err = value - target
+    if not clip_on:
+        return err * err, 2.0 * err
+    delta = value - old_value
+    inside = abs(delta) <= clip_range_vf
+    err_clip = old_value + min(max(delta, -clip_range_vf), clip_range_vf) - target
+    sq_clip = err_clip * err_clip
+    if sb3_mode:
+        return sq_clip, (2.0 * err_clip if inside else 0.0)
+    sq = err * err
+    if inside or sq > sq_clip:
+        weight = 1.0
+    elif sq == sq_clip:
+        weight = 0.5
+    else:
+        weight = 0.0
+    return max(sq, sq_clip), weight * 2.0 * err
+
+
+# ----------------------------------------------------------------------------------------------
+# the losses
+# ----------------------------------------------------------------------------------------------
+
+def _nonempty(arr: np.ndarray, name: str) -> None:
+    if arr.size == 0:
+        raise ValueError(f"{name} must not be empty (a mean over zero elements is undefined)")
+
+
+def _elements(arr: np.ndarray) -> list:
+    """The entries of ``arr`` in C order as Python floats (float64)."""
+    return np.asarray(arr, dtype=np.float64).ravel().tolist()
+
+
+def ratio_overflow_error(new_log_probs, old_log_probs, flat_index: int, dtype) -> ValueError:
+    """The error for a ratio (or an active gradient ``-A * ratio / n``) that overflows
+    ``dtype`` at ``flat_index`` of arrays shaped like ``new_log_probs``."""
+    new = np.asarray(new_log_probs)
+    i = tuple(int(j) for j in np.unravel_index(flat_index, new.shape))
+    diff = float(new[i]) - float(np.asarray(old_log_probs)[i])
+    return ValueError(f"new_log_probs - old_log_probs = {diff} at index {i}: the ratio "
+                      f"exp(new - old) (times the advantage) overflows {np.dtype(dtype)}; the "
+                      "policy moved too far from the one that collected the data")
+
+
+def policy_loss(new_log_probs, old_log_probs, advantages,
+                clip_range: float) -> Tuple[float, np.ndarray, Dict[str, float]]:
+    """PPO clipped surrogate loss and its gradient with respect to ``new_log_probs``.
+
+    With ``ratio = exp(new_log_probs - old_log_probs)`` and eps = ``clip_range``::
+
+        loss = -mean( min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) )
+
+    (Schulman et al. 2017, eq. 7, negated to be minimized.) Gradient, per element i of n::
+
+        d loss / d new_log_probs[i] = -A[i] * ratio[i] / n   if the unclipped term is active
+                                    = 0                      otherwise
+
+    where the clipped term is the active one (zero gradient) exactly when
+    ``A > 0 and ratio > 1 + eps`` or ``A < 0 and ratio < 1 - eps``. Kinks: at
+    ``ratio == 1 +- eps`` the gradient is the unclipped one (torch: clamp passes the gradient at
+    its bounds, and min of two equal values splits it half/half between two equal
+    gradients); at ``A == 0`` it is 0 either way. Per element: :func:`clipped_surrogate_element`.
+
+    Args:
+        new_log_probs: log pi_theta(a|s) of the current parameters, float array of any shape
+            [...] (nats).
+        old_log_probs: log pi_old(a|s) recorded at collection, same shape.
+        advantages: advantage estimates (usually normalized), same shape.
+        clip_range: eps > 0 (0.2 in the paper, SB3 and CleanRL).
+
+    Returns:
+        ``(loss, d_new_log_probs, info)``: ``loss`` a Python float; ``d_new_log_probs`` an array
+        of the input shape in float32 if every input is float32, else float64 (computed in
+        float64 either way); ``info`` a dict with ``clip_fraction = mean(|ratio - 1| >
+        clip_range)`` and ``approx_kl``, the k3 estimate ``mean(exp(r) - 1 - r)`` with
+        ``r = new - old`` (see :func:`approx_kl`).
+
+    Raises:
+        ValueError: shapes differ, an input is empty or not finite, ``clip_range`` <= 0, or
+            ``new_log_probs - old_log_probs`` is so large that ``exp`` overflows float64 or an
+            active gradient ``-A * ratio / n`` overflows the result dtype (float32: a log-ratio
+            above about 88).
+    """
+    new = as_float_array(new_log_probs, "new_log_probs")
+    old = as_float_array(old_log_probs, "old_log_probs")
+    adv = as_float_array(advantages, "advantages")
+    check_same_shape(old, "old_log_probs", new.shape, "new_log_probs")
+    check_same_shape(adv, "advantages", new.shape, "new_log_probs")
+    _nonempty(new, "new_log_probs")
+    eps = check_positive(clip_range, "clip_range")
+    dtype = result_dtype(new, old, adv)
+
+    n = new.size
+    d_new = np.empty(n, dtype=np.float64)
+    surrogate_sum = 0.0
+    n_outside = 0
+    k3_sum = 0.0
+    for i, (new_i, old_i, a) in enumerate(zip(_elements(new), _elements(old), _elements(adv))):
+        log_ratio = new_i - old_i
+        if log_ratio > MAX_LOG_RATIO:
+            raise ratio_overflow_error(new, old, i, dtype)
+        surrogate, d_surrogate, outside = clipped_surrogate_element(log_ratio, a, eps)
+        surrogate_sum += surrogate
+        d_new[i] = -d_surrogate / n
+        n_outside += outside
+        k3_sum += k3_element(log_ratio)
+    with np.errstate(over="ignore"):
+        d_new = d_new.astype(dtype)
+    if not np.isfinite(d_new).all():
+        raise ratio_overflow_error(new, old, int(np.argmin(np.isfinite(d_new))), dtype)
+    info = {"clip_fraction": n_outside / n, "approx_kl": k3_sum / n}
+    return -surrogate_sum / n, d_new.reshape(new.shape), info
+
+
+def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = None,
+               mode: str = "max") -> Tuple[float, np.ndarray]:
+    """Value-function loss (no 0.5 factor) and its gradient with respect to ``values``.
+
+    Without clipping (``clip_range_vf is None``)::
+
+        loss = mean((V - R)^2),      d loss / d V[i] = 2 (V[i] - R[i]) / n
+
+    With clipping, c = ``clip_range_vf`` and ``V_clip = V_old + clip(V - V_old, -c, c)``:
+
+    * ``mode="max"`` (OpenAI baselines ppo2, CleanRL, thrust-rl; a pessimistic bound):
+      ``loss = mean(max((V - R)^2, (V_clip - R)^2))``. Gradient: ``2 (V - R) / n`` where
+      ``|V - V_old| <= c`` (the two terms coincide; boundary inclusive) or where the unclipped
+      term is strictly larger; ``0`` where the clipped (constant) term is strictly larger; and
+      ``(V - R) / n`` (half, torch's tie rule for max) where clipping is active and the two
+      terms are exactly equal.
+    * ``mode="sb3"`` (Stable-Baselines3): ``loss = mean((V_clip - R)^2)``. Gradient:
+      ``2 (V_clip - R) / n`` where ``|V - V_old| <= c`` (boundary inclusive), else 0.
+
+    Per element: :func:`value_element`. Scale by ``vf_coef`` (and ``value_loss_scale`` = 0.5 to
+    reproduce CleanRL) in the caller.
+
+    Args:
+        values: V_theta(s) of the current parameters, float array of any shape [...].
+        old_values: V(s) recorded at collection, same shape. May be ``None`` when
+            ``clip_range_vf`` is ``None`` (it is not used then).
+        returns: value targets R (lambda-returns), same shape.
+        clip_range_vf: c > 0, or ``None`` for no clipping. Units of the value function.
+        mode: ``"max"`` or ``"sb3"`` (checked even when clipping is off).
+
+    Returns:
+        ``(loss, d_values)``: a Python float and an array shaped like ``values`` (float32 if
+        every input is float32, else float64; computed in float64).
+
+    Raises:
+        ValueError: shapes differ, an input is empty or not finite, ``clip_range_vf`` <= 0,
+            ``old_values`` is None while clipping is on, or ``mode`` is unknown.
+    """
+    check_choice(mode, "mode", VALUE_LOSS_MODES)
+    v = as_float_array(values, "values")
+    ret = as_float_array(returns, "returns")
+    check_same_shape(ret, "returns", v.shape, "values")
+    _nonempty(v, "values")
+    clip_on = clip_range_vf is not None
+    c = check_positive(clip_range_vf, "clip_range_vf") if clip_on else 0.0
+    if old_values is None:
+        if clip_on:
+            raise ValueError("old_values is required when clip_range_vf is set")
+        old = v  # not read when clipping is off
+    else:
+        old = as_float_array(old_values, "old_values")
+        check_same_shape(old, "old_values", v.shape, "values")
+    dtype = result_dtype(v, ret, None if old_values is None else old)
+
+    n = v.size
+    d_v = np.empty(n, dtype=np.float64)
+    total = 0.0
+    for i, (v_i, old_i, r_i) in enumerate(zip(_elements(v), _elements(old), _elements(ret))):
+        term, d_term = value_element(v_i, old_i, r_i, c, clip_on, mode == "sb3")
+        total += term
+        d_v[i] = d_term / n
+    return total / n, d_v.astype(dtype).reshape(v.shape)
+
+
+def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
+    """Entropy bonus as a loss: ``-mean(entropy)``, and its gradient ``-1/n`` per element.
+
+    Multiply by ``ent_coef`` in the total loss (SB3 and CleanRL: ``- ent_coef * mean(H)``).
+
+    Args:
+        entropy: per-sample policy entropy in nats, float array of any shape [...].
+
+    Returns:
+        ``(loss, d_entropy)``: a Python float and an array shaped like ``entropy`` (its dtype).
+
+    Raises:
+        ValueError: ``entropy`` empty or not finite.
+    """
+    h = as_float_array(entropy, "entropy")
+    _nonempty(h, "entropy")
+    return -float(np.mean(h)), np.full(h.shape, -1.0 / h.size, dtype=h.dtype)
+
+
+def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
+    """Sample estimate of KL(pi_old || pi_new) from log-probs of actions drawn from pi_old.
+
+    With ``r = new_log_probs - old_log_probs`` (the log of the importance ratio):
+
+    * ``"k3"``: ``mean(exp(r) - 1 - r)`` (:func:`k3_element`): unbiased and never negative
+      (each term is >= 0); SB3 and CleanRL. Computed with ``expm1`` for precision at small r.
+    * ``"k1"``: ``mean(old - new) = mean(-r)``: unbiased, higher variance, can be negative;
+      thrust-rl.
+
+    Note the argument order (old first), unlike :func:`policy_loss`.
+
+    Args:
+        old_log_probs: log pi_old(a|s), float array [...] (nats).
+        new_log_probs: log pi_new(a|s), same shape.
+        estimator: ``"k3"`` or ``"k1"``.
+
+    Returns:
+        The estimate in nats, a Python float (``inf`` if some ``r`` overflows ``exp`` under k3),
+        computed in float64, summed in element order.
+
+    Raises:
+        ValueError: shapes differ, an input is empty or not finite, unknown ``estimator``.
+
+    Source: J. Schulman, "Approximating KL divergence" (2020), estimators k1 and k3.
+    """
+    check_choice(estimator, "estimator", KL_ESTIMATORS)
+    old = as_float_array(old_log_probs, "old_log_probs")
+    new = as_float_array(new_log_probs, "new_log_probs")
+    check_same_shape(new, "new_log_probs", old.shape, "old_log_probs")
+    _nonempty(old, "old_log_probs")
+    total = 0.0
+    for old_i, new_i in zip(_elements(old), _elements(new)):
+        log_ratio = new_i - old_i
+        total += k3_element(log_ratio) if estimator == "k3" else -log_ratio
+    return total / old.size
+
+
+def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8) -> np.ndarray:
+    """Standardize advantages: ``(A - mean(A)) / (std(A, ddof) + eps)``.
+
+    SB3 and CleanRL normalize each minibatch with ``ddof=1`` (torch's unbiased ``std``);
+    thrust-rl the whole batch with ``ddof=0``. An array of one element is returned unchanged
+    (as SB3 does; its std is undefined with ddof 1), whatever ``ddof``. A constant array maps to
+    (near) zeros, never NaN. Statistics are computed in float64 (``np.mean``, ``np.std``); the
+    result has the input's dtype (float32 stays float32).
+
+    Args:
+        advantages: float array of any shape [...] (statistics over all elements).
+        ddof: delta degrees of freedom of the standard deviation, 0 or 1.
+        eps: > 0, added to the standard deviation.
+
+    Returns:
+        A new array shaped like ``advantages`` (an empty input gives an empty copy).
+
+    Raises:
+        ValueError: ``advantages`` not finite, ``ddof`` not 0 or 1, ``eps`` <= 0, or the values
+            are so large (> ~1e150) that their variance overflows.
+    """
+    adv = as_float_array(advantages, "advantages")
+    if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    eps = check_positive(eps, "eps")
+    if adv.size <= 1:
+        return adv.copy()
+    a = adv.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.mean(a)
+        std = np.std(a, ddof=int(ddof))
+    if not (math.isfinite(mean) and math.isfinite(std)):
+        raise ValueError("advantages are too large to normalize: their variance overflows float64")
+    return ((a - mean) / (std + eps)).astype(adv.dtype)
+
+
+def explained_variance(y_pred, y_true) -> float:
+    """``1 - Var[y_true - y_pred] / Var[y_true]`` with population variances (ddof 0).
+
+    1 is a perfect prediction, 0 no better than predicting the mean, negative worse. Returns
+    ``nan`` when ``Var[y_true] == 0`` (undefined), as SB3's ``explained_variance``. The trainers
+    report it with ``y_pred`` = rollout values and ``y_true`` = returns.
+
+    Args:
+        y_pred: predictions, float array [...].
+        y_true: targets, same shape.
+
+    Returns:
+        A Python float (computed in float64).
+
+    Raises:
+        ValueError: shapes differ, an input is empty or not finite.
+    """
+    pred = as_float_array(y_pred, "y_pred")
+    true = as_float_array(y_true, "y_true")
+    check_same_shape(true, "y_true", pred.shape, "y_pred")
+    _nonempty(pred, "y_pred")
+    var_y = float(np.var(true.astype(np.float64)))
+    if var_y == 0.0:
+        return float("nan")
+    return 1.0 - float(np.var(true.astype(np.float64) - pred.astype(np.float64))) / var_y
