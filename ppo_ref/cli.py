@@ -10,6 +10,7 @@ Subcommands (each a small ``cmd_<name>(args) -> int`` function registered in
     ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S] [--allow-import]
     ppo-ref plot DIR [--output PATH]
     ppo-ref vectors --out DIR | ppo-ref check DIR --results FILE | ppo-ref --version
+    ppo-ref diff TRACE_A TRACE_B [--rtol R --atol A]
 
 ``ppo-ref train`` with no arguments trains CartPole-v1 with ``PPOConfig.zoo_cartpole()`` for
 100k steps into a new ``runs/<env>-<policy>-seed<S>-<timestamp>[-2, -3, ...]``. A ``--run-dir``
@@ -832,6 +833,10 @@ register_subcommand("vectors", "write golden JSON test vectors (ppo_ref.vectors)
 register_subcommand("check", "check another implementation's outputs against golden vectors",
                     lambda p: _import("ppo_ref.vectors:configure_check")(p),
                     lambda args: _import("ppo_ref.vectors:cli_check")(args))
+register_subcommand("diff", "name the first quantity where two PPO update traces part "
+                    "(ppo_ref.testing.trace)",
+                    lambda p: _import("ppo_ref.testing.trace:configure_diff")(p),
+                    lambda args: _import("ppo_ref.testing.trace:cli_diff")(args))
 register_subcommand("details", "print the PPO implementation details table (ppo_ref.details)",
                     lambda p: _import("ppo_ref.details:configure_details")(p),
                     lambda args: _import("ppo_ref.details:cli_details")(args))

@@ -1,0 +1,135 @@
+"""The convention options ``ppo_ref.testing`` knows, in one table.
+
+Each :class:`Option` names a choice that implementations make differently, the values it can
+take, the value of the reference convention, and the quantities (``"gae"``, ``"vtrace"``,
+``"policy_loss"``, ``"value_loss"``, ``"normalize_advantages"``) whose reference result
+depends on it. Everything else in the package reads this table: :func:`resolve_convention`
+turns a preset name or a dict into option values, :func:`combinations` enumerates the
+conventions :func:`ppo_ref.testing.identify` tries, and the reference computations of
+:mod:`ppo_ref.testing.quantities` receive the resolved options as a dict.
+
+A new option is added by appending a row to :data:`OPTIONS` and reading it in the reference
+computation of each quantity it affects; presets name it by its :class:`ppo_ref.PPOConfig`
+field (``Option.name`` is that field's name).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
+
+__all__ = ["Option", "OPTIONS", "QUANTITIES", "options_for", "resolve_convention",
+           "combinations", "describe", "preset_names_matching"]
+
+QUANTITIES = ("gae", "vtrace", "policy_loss", "value_loss", "normalize_advantages")
+
+
+class Option(NamedTuple):
+    """One convention option.
+
+    Attributes:
+        name: the :class:`ppo_ref.PPOConfig` field (and the key of a convention dict).
+        values: every value it can take, the reference value first.
+        quantities: the quantities whose reference result depends on it.
+        help: one line: what the option changes and who uses each value.
+    """
+    name: str
+    values: Tuple[Any, ...]
+    quantities: Tuple[str, ...]
+    help: str
+
+    @property
+    def reference(self):
+        return self.values[0]
+
+
+#: The options, one row each (reference value first).
+OPTIONS: Tuple[Option, ...] = (
+    Option("truncation", ("bootstrap", "terminate", "ignore"), ("gae", "vtrace"),
+           "truncated steps bootstrap V(final_obs) and cut the trace (SB3), count as terminal "
+           "(CleanRL, PureJaxRL), or the flag is ignored (thrust-rl 0.4)"),
+    Option("bootstrap_terminal_last_row", (False, True), ("gae", "vtrace"),
+           "a terminal on the last rollout row still bootstraps last_values (thrust-rl 0.4)"),
+    Option("value_loss_mode", ("max", "sb3"), ("value_loss",),
+           "with clip_range_vf: max of the two squared errors (baselines, CleanRL) or the "
+           "clipped prediction's squared error (SB3)"),
+    Option("value_loss_scale", (1.0, 0.5), ("value_loss",),
+           "factor on the value loss and its gradient (CleanRL, rlax: 0.5)"),
+    Option("advantage_norm_ddof", (1, 0), ("normalize_advantages",),
+           "ddof of the advantage standard deviation (torch std: 1; numpy/jnp std: 0)"),
+    Option("kl_estimator", ("k3", "k1"), ("policy_loss",),
+           "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL) "
+           "or k1 = mean(old - new) (thrust-rl, torchrl)"),
+)
+
+_BY_NAME = {o.name: o for o in OPTIONS}
+
+
+def options_for(quantity: str) -> Tuple[Option, ...]:
+    """The options whose value changes the reference result of ``quantity``."""
+    if quantity not in QUANTITIES:
+        raise ValueError(f"quantity must be one of {list(QUANTITIES)}, got {quantity!r}")
+    return tuple(o for o in OPTIONS if quantity in o.quantities)
+
+
+def _presets() -> Dict[str, Dict[str, Any]]:
+    from ppo_ref.config import PRESETS
+    return PRESETS
+
+
+def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """``{option name: value}`` for every option of :data:`OPTIONS`.
+
+    ``convention`` is a preset name of :meth:`ppo_ref.PPOConfig.preset` (its convention fields
+    that appear in the table) or a dict of option values; options a dict leaves out keep
+    their reference value.
+
+    Raises:
+        ValueError: an unknown preset, an unknown option name or a value not in its row.
+    """
+    out = {o.name: o.reference for o in OPTIONS}
+    if isinstance(convention, str):
+        presets = _presets()
+        if convention not in presets:
+            raise ValueError(f"convention must be a preset name {sorted(presets)} or a dict of "
+                             f"options, got {convention!r}")
+        given = {k: v for k, v in presets[convention].items() if k in _BY_NAME}
+    elif isinstance(convention, Mapping):
+        given = dict(convention)
+    else:
+        raise ValueError(f"convention must be a preset name or a dict of options, got "
+                         f"{type(convention).__name__}")
+    for name, value in given.items():
+        if name not in _BY_NAME:
+            raise ValueError(f"convention has an unknown option {name!r}; options: "
+                             f"{[o.name for o in OPTIONS]}")
+        if value not in _BY_NAME[name].values:
+            raise ValueError(f"convention option {name} must be one of "
+                             f"{list(_BY_NAME[name].values)}, got {value!r}")
+        out[name] = value
+    return out
+
+
+def combinations(quantity: str) -> Iterator[Dict[str, Any]]:
+    """Every combination of the options of ``quantity`` (reference values first), as dicts."""
+    opts = options_for(quantity)
+    for values in itertools.product(*(o.values for o in opts)):
+        yield dict(zip((o.name for o in opts), values))
+
+
+def preset_names_matching(quantity: str, options: Mapping[str, Any]) -> List[str]:
+    """The presets whose options for ``quantity`` equal ``options``."""
+    names = []
+    for name in _presets():
+        resolved = resolve_convention(name)
+        if all(resolved[o.name] == options.get(o.name, o.reference) for o in options_for(quantity)):
+            names.append(name)
+    return names
+
+
+def describe(quantity: str, options: Mapping[str, Any]) -> str:
+    """``"cleanrl (truncation='terminate', bootstrap_terminal_last_row=False)"``: the options of
+    ``quantity`` and the presets that share them."""
+    text = ", ".join(f"{o.name}={options.get(o.name, o.reference)!r}"
+                     for o in options_for(quantity))
+    presets = preset_names_matching(quantity, options)
+    return f"{'/'.join(presets)} ({text})" if presets else f"({text})"

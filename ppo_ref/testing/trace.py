@@ -1,0 +1,292 @@
+"""``trace_update``: every intermediate of one PPO minibatch update, and the diff of two traces.
+
+The update is the trainer's (``ppo_ref.update``) written out step by step on a tiny fixed
+network (observation dim 3, one hidden layer of 4 tanh units per tower, 2 actions; rollout
+``T = 3`` steps of ``N = 2`` envs with a step that is both terminated and truncated, one
+truncated step and one terminal step; the six rows form one minibatch), in data-flow order:
+
+    advantages, returns           GAE of the rollout (the convention's truncation options)
+    normalized_advantages         (A - mean) / (std(ddof) + 1e-8) when normalize_advantage
+    logits, values                actor_critic_forward(params, observations)
+    new_log_probs, entropy        categorical log-prob of the actions, entropy
+    ratios                        exp(new_log_probs - old_log_probs)
+    clip_mask                     |ratio - 1| > clip_range (1.0 where clipped, as float)
+    policy_loss, clip_fraction, approx_kl   (approx_kl with the convention's estimator)
+    value_loss                    value_loss_scale * value_loss(values, old_values, returns)
+    entropy_loss                  -mean(entropy)
+    loss                          policy_loss + vf_coef * value_loss + ent_coef * entropy_loss
+    d_log_probs, d_values, d_entropy   gradients of ``loss`` w.r.t. those outputs
+    d_logits                      through the categorical log-prob and entropy
+    grads                         {parameter name: gradient}
+    grad_norm, clip_scale         global L2 norm before clipping; min(1, max/(norm + 1e-6))
+    clipped_grads
+    adam_m, adam_v                Adam moments after the step (fresh state, t = 1)
+    params_after                  the new parameters
+
+The file uses the golden-vector codec (:mod:`ppo_ref.vectors`: nested lists, float64 shortest
+repr, dicts of arrays as objects) with ``"format": "ppo_ref.trace/1"``, the ``settings``
+(the PPOConfig as a dict), the ``inputs`` and the ``trace`` (an object whose key order is the
+data-flow order above). Another implementation writes the same file from the same inputs;
+``ppo-ref diff A B`` (:func:`diff_traces`) reports the first quantity where they part.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+__all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
+           "diff_traces", "format_diff", "configure_diff", "cli_diff"]
+
+TRACE_FORMAT = "ppo_ref.trace/1"
+TRACE_ORDER = ("advantages", "returns", "normalized_advantages", "logits", "values",
+               "new_log_probs", "entropy", "ratios", "clip_mask", "policy_loss",
+               "clip_fraction", "approx_kl", "value_loss", "entropy_loss", "loss",
+               "d_log_probs", "d_values", "d_entropy", "d_logits", "grads", "grad_norm",
+               "clip_scale", "clipped_grads", "adam_m", "adam_v", "params_after")
+
+
+def trace_inputs(seed: int = 0) -> Dict[str, Any]:
+    """The fixed inputs of the traced update (numbers rounded to 6 decimals)."""
+    from ppo_ref.spec.networks import actor_critic_init
+    rng = np.random.default_rng(seed)
+    T, N, obs_dim, n_actions = 3, 2, 3, 2
+    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
+    params = {k: v.round(6) for k, v in params.items()}
+    terminated = np.array([[True, False], [False, False], [False, True]])
+    truncated = np.array([[True, False], [False, True], [False, False]])
+    return {
+        "params": params,
+        "observations": rng.normal(size=(T * N, obs_dim)).round(6),
+        "actions": rng.integers(0, n_actions, T * N),
+        "old_log_probs": (-rng.uniform(0.4, 1.0, T * N)).round(6),
+        "rewards": rng.normal(size=(T, N)).round(6),
+        "old_values": rng.normal(size=(T, N)).round(6),
+        "terminated": terminated, "truncated": truncated,
+        "last_values": rng.normal(size=N).round(6),
+        "final_values": rng.normal(size=(T, N)).round(6),
+    }
+
+
+def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed: int = 0,
+                 learning_rate: float = 0.01, inputs: Optional[Mapping[str, Any]] = None,
+                 **config_overrides: Any) -> Dict[str, Any]:
+    """Every intermediate of one PPO minibatch update (see the module docstring).
+
+    Args:
+        path: write the trace there as JSON (``"ppo_ref.trace/1"``) when given.
+        preset: the convention preset of ``PPOConfig.preset``.
+        seed: seed of :func:`trace_inputs` (ignored when ``inputs`` is given).
+        learning_rate: Adam step size of the update.
+        inputs: the inputs (as :func:`trace_inputs` returns them), e.g. read from a trace file.
+        **config_overrides: PPOConfig fields (``ent_coef=0.01``, ``clip_range_vf=0.2``, ...).
+            ``n_steps``, ``n_envs`` and ``batch_size`` are fixed by the inputs.
+
+    Returns:
+        The document: ``{"format", "preset", "settings", "inputs", "trace"}`` with NumPy
+        arrays (the file holds the same numbers in the vectors' JSON encoding).
+
+    Raises:
+        ValueError: an unknown preset or config field, or inputs of the wrong shapes.
+    """
+    from ppo_ref import gae
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.losses import (approx_kl, entropy_loss, normalize_advantages, policy_loss,
+                                value_loss)
+    from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm
+    from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
+                                            categorical_log_prob,
+                                            categorical_log_prob_backward)
+    from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward
+
+    inp = dict(trace_inputs(seed) if inputs is None else inputs)
+    T, N = np.shape(inp["rewards"])
+    overrides = dict(ent_coef=0.01, learning_rate=learning_rate)
+    overrides.update(config_overrides)
+    overrides.update(n_steps=T, n_envs=N, batch_size=T * N, n_epochs=1, net_arch=(4,))
+    config = PPOConfig.preset(preset, **overrides)
+    tr: Dict[str, Any] = {}
+
+    adv, ret = gae(inp["rewards"], inp["old_values"], inp["terminated"], inp["truncated"],
+                   inp["last_values"], inp["final_values"], gamma=config.gamma,
+                   gae_lambda=config.gae_lambda, truncation=config.truncation,
+                   bootstrap_terminal_last_row=config.bootstrap_terminal_last_row)
+    tr["advantages"], tr["returns"] = adv, ret
+    # the minibatch is the whole rollout, rows in time-major order (row = t * N + n)
+    adv_rows, ret_rows = adv.reshape(-1), ret.reshape(-1)
+    old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
+    norm = (normalize_advantages(adv_rows, ddof=config.advantage_norm_ddof)
+            if config.normalize_advantage else adv_rows.copy())
+    tr["normalized_advantages"] = norm
+
+    params = {k: np.asarray(v, np.float64) for k, v in inp["params"].items()}
+    logits, values, cache = actor_critic_forward(params, inp["observations"])
+    tr["logits"], tr["values"] = logits, values
+    actions = np.asarray(inp["actions"])
+    new_lp = categorical_log_prob(logits, actions)
+    entropy = categorical_entropy(logits)
+    tr["new_log_probs"], tr["entropy"] = new_lp, entropy
+    old_lp = np.asarray(inp["old_log_probs"], np.float64)
+    ratios = np.exp(new_lp - old_lp)
+    tr["ratios"] = ratios
+    clip_range = config.clip_range
+    tr["clip_mask"] = (np.abs(ratios - 1.0) > clip_range).astype(np.float64)
+
+    p_loss, d_lp, info = policy_loss(new_lp, old_lp, norm, clip_range)
+    tr["policy_loss"], tr["clip_fraction"] = p_loss, info["clip_fraction"]
+    tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
+                       else approx_kl(old_lp, new_lp, config.kl_estimator))
+    v_loss, d_v = value_loss(values, old_values, ret_rows, config.clip_range_vf,
+                             mode=config.value_loss_mode)
+    tr["value_loss"] = config.value_loss_scale * v_loss
+    e_loss, d_e = entropy_loss(entropy)
+    tr["entropy_loss"] = e_loss
+    tr["loss"] = p_loss + config.vf_coef * tr["value_loss"] + config.ent_coef * e_loss
+    tr["d_log_probs"] = d_lp
+    tr["d_values"] = d_v * (config.vf_coef * config.value_loss_scale)
+    tr["d_entropy"] = d_e * config.ent_coef
+    d_logits = (categorical_log_prob_backward(logits, actions, tr["d_log_probs"])
+                + categorical_entropy_backward(logits, tr["d_entropy"]))
+    tr["d_logits"] = d_logits
+    grads = actor_critic_backward(params, cache, d_logits, tr["d_values"])
+    tr["grads"] = dict(grads)
+    clipped, norm_value = clip_by_global_norm(grads, config.max_grad_norm)
+    tr["grad_norm"] = norm_value
+    tr["clip_scale"] = min(1.0, config.max_grad_norm / (norm_value + 1e-6))
+    tr["clipped_grads"] = dict(clipped)
+    new_params, state = adam_update(params, clipped, adam_init(params), lr=config.learning_rate,
+                                    eps=config.adam_eps)
+    tr["adam_m"], tr["adam_v"] = dict(state["m"]), dict(state["v"])
+    tr["params_after"] = dict(new_params)
+    doc = {"format": TRACE_FORMAT, "preset": preset, "settings": config.to_dict(),
+           "inputs": inp, "trace": {k: tr[k] for k in TRACE_ORDER}}
+    if path is not None:
+        from ppo_ref.vectors import dumps, encode
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(dumps({k: encode(v) if k in ("inputs", "trace") else v
+                            for k, v in doc.items()}) + "\n")
+    return doc
+
+
+def load_trace(path: str) -> Dict[str, Any]:
+    """Read a trace file; ``inputs`` and ``trace`` decoded to NumPy (key order kept).
+
+    Raises:
+        ValueError: not JSON, or not a ``"ppo_ref.trace/1"`` document with a ``trace`` object.
+        OSError: the file cannot be read.
+    """
+    from ppo_ref.vectors import decode
+    with open(path, encoding="utf-8") as fh:
+        try:
+            raw = json.load(fh)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"trace file {path} is not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != TRACE_FORMAT or not isinstance(
+            raw.get("trace"), dict):
+        raise ValueError(f"trace file {path} must be a {TRACE_FORMAT!r} document with a "
+                         "'trace' object")
+    raw["trace"] = {k: decode(v) for k, v in raw["trace"].items()}
+    if "inputs" in raw:
+        raw["inputs"] = decode(raw["inputs"])
+    return raw
+
+
+def _leaves(name: str, value) -> List[Tuple[str, Any]]:
+    if isinstance(value, Mapping):
+        out = []
+        for k in value:
+            out.extend(_leaves(f"{name}/{k}", value[k]))
+        return out
+    return [(name, value)]
+
+
+def diff_traces(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: float = 1e-9,
+                atol: float = 1e-12) -> List[Dict[str, Any]]:
+    """Compare two traces quantity by quantity in ``a``'s (data-flow) order.
+
+    ``a`` and ``b`` are trace documents (:func:`trace_update` / :func:`load_trace`) or their
+    ``trace`` dicts. An element agrees when ``|a - b| <= atol + rtol * |a|``; a dict-valued
+    quantity (``grads``, ...) is compared per parameter (``grads/pi.w0``).
+
+    Returns:
+        One row per differing or missing quantity, first in data-flow order first:
+        ``{"quantity", "index", "a", "b", "abs_diff", "detail"}``; empty when the traces agree.
+    """
+    ta = a.get("trace", a) if isinstance(a, Mapping) else a
+    tb = b.get("trace", b) if isinstance(b, Mapping) else b
+    rows = []
+    flat_b = dict(kv for k in tb for kv in _leaves(k, tb[k]))
+    for key in ta:
+        for name, va in _leaves(key, ta[key]):
+            if name not in flat_b:
+                rows.append({"quantity": name, "index": None, "a": None, "b": None,
+                             "abs_diff": math.inf, "detail": "missing in B"})
+                continue
+            xa = np.asarray(va, dtype=np.float64)
+            xb = np.asarray(flat_b[name], dtype=np.float64)
+            if xa.shape != xb.shape:
+                rows.append({"quantity": name, "index": None, "a": None, "b": None,
+                             "abs_diff": math.inf, "detail": f"shape {xa.shape} vs {xb.shape}"})
+                continue
+            with np.errstate(invalid="ignore"):
+                gap = np.abs(xa - xb)
+                bad = ~(gap <= atol + rtol * np.abs(xa)) & ~((xa == xb) | (np.isnan(xa) &
+                                                                          np.isnan(xb)))
+            if np.any(bad):
+                idx = tuple(int(i) for i in np.argwhere(bad)[0]) if xa.ndim else ()
+                rows.append({"quantity": name, "index": idx, "a": float(xa[idx]),
+                             "b": float(xb[idx]), "abs_diff": float(gap[idx]), "detail": ""})
+    return rows
+
+
+def format_diff(rows: List[Dict[str, Any]], n_quantities: int) -> str:
+    """Text of :func:`diff_traces` rows: the first quantity where the traces part, then the
+    quantities downstream that differ too."""
+    if not rows:
+        return f"traces agree ({n_quantities} quantities)"
+    first = rows[0]
+    if first["index"] is None:
+        lines = [f"first difference: {first['quantity']} ({first['detail']})"]
+    else:
+        lines = [f"first difference: {first['quantity']}{list(first['index'])}: "
+                 f"A = {first['a']!r}, B = {first['b']!r} (|diff| {first['abs_diff']:.3g})"]
+    if len(rows) > 1:
+        lines.append("also differ downstream: " + ", ".join(r["quantity"] for r in rows[1:]))
+    return "\n".join(lines)
+
+
+def configure_diff(p) -> None:
+    """Arguments of ``ppo-ref diff`` on an argparse parser."""
+    p.description = ("Compare two PPO update traces (format ppo_ref.trace/1, written by "
+                     "ppo_ref.testing.trace_update or by another implementation from the same "
+                     "inputs) and name the first quantity, in data-flow order, where they part. "
+                     "Exit status 1 when they differ.")
+    p.add_argument("a", help="trace JSON A (its key order is the data-flow order)")
+    p.add_argument("b", help="trace JSON B")
+    p.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance (default 1e-9)")
+    p.add_argument("--atol", type=float, default=1e-12, help="absolute tolerance (default 1e-12)")
+
+
+def cli_diff(args) -> int:
+    """``ppo-ref diff A B``: 0 when the traces agree, 1 when they differ, 2 on unreadable input."""
+    for name, tol in (("--rtol", args.rtol), ("--atol", args.atol)):
+        if not (math.isfinite(tol) and tol >= 0):
+            print(f"ppo-ref diff: error: {name} must be a finite number >= 0, got {tol}",
+                  file=sys.stderr)
+            return 2
+    try:
+        a, b = load_trace(args.a), load_trace(args.b)
+    except OSError as exc:
+        print(f"ppo-ref diff: error: cannot read {exc.filename}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"ppo-ref diff: error: {exc}", file=sys.stderr)
+        return 2
+    rows = diff_traces(a, b, rtol=args.rtol, atol=args.atol)
+    n = sum(len(_leaves(k, v)) for k, v in a["trace"].items())
+    print(format_diff(rows, n))
+    return 1 if rows else 0
