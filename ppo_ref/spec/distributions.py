@@ -51,7 +51,7 @@ from ppo_ref._checks import (as_float_array, as_index_array, as_shape, check_gen
 __all__ = [
     "log_softmax", "categorical_log_prob", "categorical_entropy",
     "categorical_log_prob_backward", "categorical_entropy_backward", "categorical_sample",
-    "categorical_mode",
+    "categorical_mode", "inverse_cdf_actions",
     "multi_categorical_log_prob", "multi_categorical_entropy",
     "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
     "multi_categorical_sample", "multi_categorical_mode",
@@ -209,39 +209,62 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
     return -d[..., None] * pi * (log_pi + entropy)
 
 
-def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
-    """One action per row by inverse-CDF sampling.
+def inverse_cdf_actions(log_pi, u, actions):
+    """The inverse-CDF action of each row, written once (the compiled tier compiles this very
+    loop). For rows of log-probabilities ``log_pi [R, A]`` (float64) and uniforms ``u [R]`` in
+    ``[0, 1)``, writes into ``actions [R]`` (int64)::
 
-        pi = exp(log_softmax(z))
-        C_k = pi_0 + ... + pi_k                       (running sum, left to right)
-        u ~ U[0, 1)                                   (one rng.random() draw per row, C order)
-        a = #{k : C_k <= u * C_{A-1}}                 (the first k with C_k > u * C_{A-1})
+        pi_k = exp(log_pi_k)
+        C_k  = pi_0 + ... + pi_k                      (running sum, left to right)
+        a    = #{k : C_k <= u * C_{A-1}}              (the first k with C_k > u * C_{A-1})
 
     A masked action (``pi_k = 0``) has ``C_k = C_{k-1}`` and so is never that first ``k``. If
-    rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (count ``A``), the last unmasked action is
-    returned. The logits are checked before anything is drawn; then exactly one uniform per row
-    is drawn, so the same generator state gives the same actions.
+    rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (a count of ``A``), the last action with
+    ``pi_k > 0`` is written instead.
+    """
+    rows, n = log_pi.shape
+    for i in range(rows):
+        total = 0.0
+        for k in range(n):
+            total += math.exp(log_pi[i, k])
+        threshold = u[i] * total
+        cdf = 0.0
+        count = 0
+        last_valid = 0
+        for k in range(n):
+            p = math.exp(log_pi[i, k])
+            cdf += p
+            if cdf <= threshold:
+                count += 1
+            if p > 0.0:
+                last_valid = k
+        actions[i] = count if count < n else last_valid
+
+
+def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
+    """One action per row by inverse-CDF sampling: ``log pi = log_softmax(z)``, one uniform
+    ``u ~ U[0, 1)`` per row (``rng.random``, C order over rows), then
+    :func:`inverse_cdf_actions`. The logits are checked before anything is drawn, so the same
+    generator state gives the same actions and a refused call draws nothing.
 
     Args:
         rng: ``np.random.Generator``, the only source of randomness.
         logits: ``[..., A]``, as :func:`log_softmax`.
 
     Returns:
-        int64 ``[...]`` of actions in ``[0, A)`` (0-d for a single ``[A]`` row).
+        int64 ``[...]`` of actions in ``[0, A)`` (0-d for a single ``[A]`` row); a masked
+        action is never drawn.
 
     Raises:
         ValueError: ``rng`` not a Generator, or as :func:`log_softmax`.
     """
     check_generator(rng)
     z = _as_logits(logits)
-    n_actions = z.shape[-1]
     u = rng.random(z.shape[:-1])
-    pi = np.exp(_log_softmax(z))
-    cdf = np.cumsum(pi, axis=-1)
-    threshold = u * cdf[..., -1]
-    count = np.sum(cdf <= threshold[..., None], axis=-1)
-    last_unmasked = n_actions - 1 - np.argmax(pi[..., ::-1] > 0.0, axis=-1)
-    return np.where(count < n_actions, count, last_unmasked).astype(np.int64)
+    log_pi = _log_softmax(z).reshape(-1, z.shape[-1])
+    actions = np.empty(log_pi.shape[0], dtype=np.int64)
+    inverse_cdf_actions(log_pi, u.reshape(-1), actions)
+    return actions.reshape(z.shape[:-1])
 
 
 def categorical_mode(logits) -> np.ndarray:
