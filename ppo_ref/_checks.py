@@ -31,14 +31,17 @@ def as_float_array(x, name: str, *, ndim: Optional[Sequence[int]] = None,
                    allow_nonfinite: bool = False) -> np.ndarray:
     """Convert ``x`` to a float32/float64 ndarray, checking rank and finiteness.
 
-    Integer and bool inputs become float64; float16 becomes float32; complex, object and string
-    inputs are rejected. ``ndim`` is the set of accepted ranks (``None``: any).
+    Integer and bool inputs become float64; float16 becomes float32; floats stored in the
+    non-native byte order (e.g. big-endian ``>f8`` read from a file) are converted to native
+    order; complex, object and string inputs are rejected. ``ndim`` is the set of accepted ranks (``None``: any).
     Raises ``ValueError`` naming ``name``.
     """
     try:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
         raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:  # big-endian data from a file
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.integer):
         arr = arr.astype(np.float64)
     elif arr.dtype == np.float16:
@@ -129,3 +132,14 @@ def check_choice(value, name: str, choices: Sequence) -> None:
     """Raise ``ValueError`` unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def check_count(value, name: str, minimum: int) -> int:
+    """Return ``value`` as a Python int; raise ``ValueError`` naming ``name`` unless it is an
+    integer (Python or NumPy; not a bool, float or string) with ``value >= minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v

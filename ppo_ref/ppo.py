@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._checks import as_float_array, check_count
 from ppo_ref.checkpoint import (array_to_json, generator_state, json_to_array, load_checkpoint,
                                 save_checkpoint, set_generator_state)
 from ppo_ref.config import PPOConfig
@@ -336,22 +337,31 @@ class PPOTrainer:
         receives them (Gaussian: clipped). Observation normalization, when on, uses the frozen
         training statistics. Sampling uses the trainer's ``predict_rng`` (not the training
         streams, so predicting never changes a training run)."""
-        obs = np.asarray(obs, dtype=np.float64)
-        single = obs.shape == tuple(self.policy.obs_shape)
-        batch = obs.reshape(1 if single else obs.shape[0], -1)
-        batch = self.collector.normalize_obs(batch)
+        batch, single = self._obs_batch(obs)
         actions = self.policy.predict(self.params, batch, self.predict_rng, deterministic)
         return actions[0] if single else actions
+
+    def _obs_batch(self, obs) -> Tuple[np.ndarray, bool]:
+        """``(batch, single)``: ``batch`` the normalized float64 ``[B, obs_dim]`` for :meth:`predict`: ``obs`` is one
+        observation of the env's shape or a batch ``[B, *obs_shape]``. Raises ``ValueError``
+        naming ``obs`` for ``None``, strings, non-finite values or another shape."""
+        arr = as_float_array(obs, "obs")
+        shape = tuple(self.policy.obs_shape)
+        single = arr.shape == shape
+        if not single and not (arr.ndim == len(shape) + 1 and arr.shape[1:] == shape):
+            raise ValueError(f"obs must have shape {shape} (one observation) or (B, *{shape}) "
+                             f"(a batch), got {arr.shape}")
+        batch = arr.astype(np.float64, copy=False).reshape(1 if single else arr.shape[0], -1)
+        return self.collector.normalize_obs(batch), single
 
     def evaluate(self, n_episodes: int = 10, *, deterministic: bool = True, seed: int = 0,
                  env_id: Optional[str] = None) -> List[float]:
         """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
         with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen; a
         recurrent policy resets its memory at each episode start). Raises ``ValueError`` if
-        ``n_episodes < 1``."""
+        ``n_episodes`` is not an integer >= 1 (a float, bool or string)."""
         import gymnasium as gym
-        if int(n_episodes) < 1:
-            raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+        n_episodes = check_count(n_episodes, "n_episodes", 1)
         env_id = env_id or self.env_id
         if env_id is None:
             raise ValueError("env_id is required: the trainer was built from a vector env without an id")

@@ -367,10 +367,7 @@ class RecurrentPPOTrainer(PPOTrainer):
             ``(actions, new_state)``: actions as the env receives them (Gaussian: clipped);
             unlike :meth:`PPOTrainer.predict`, the new state is returned too: pass it back.
         """
-        obs = np.asarray(obs, dtype=np.float64)
-        single = obs.shape == tuple(self.policy.obs_shape)
-        batch = obs.reshape(1 if single else obs.shape[0], -1)
-        batch = self.collector.normalize_obs(batch)
+        batch, single = self._obs_batch(obs)
         n = batch.shape[0]
         if state is None:
             state = self.policy.initial_state(n)
