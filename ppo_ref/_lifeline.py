@@ -3,51 +3,37 @@
 :func:`exit_with_parent` is called first thing in a process started by ``multiprocessing``
 (an actor of :mod:`ppo_ref.actor_learner`, a sub-env worker of gymnasium's
 ``AsyncVectorEnv``). Once the parent is gone (killed with SIGKILL, so it could not shut its
-children down) the child ends too, even while it is blocked inside ``env.step``:
+children down) the child ends too, even while it is blocked inside ``env.step``: a daemon
+watchdog thread compares ``os.getppid()`` with the parent's pid every ``poll_seconds`` and
+calls ``os._exit`` when they differ (the child was re-parented). The thread runs while the main
+thread sleeps, waits on I/O or runs NumPy code that releases the GIL; an env holding the GIL in
+a compiled loop delays it until the loop returns.
 
-* on Linux the kernel sends it SIGKILL when the parent dies (``prctl(PR_SET_PDEATHSIG)``);
-* everywhere, a daemon watchdog thread compares ``os.getppid()`` with the parent's pid every
-  ``poll_seconds`` and calls ``os._exit`` when they differ (the child was re-parented).
-  The thread runs while the main thread sleeps or waits on I/O; only an env that holds the GIL
-  in a compiled loop can delay it, which the kernel signal covers on Linux.
+(Linux's ``prctl(PR_SET_PDEATHSIG)`` is not used: it fires when the *thread* that started the
+child ends, so a trainer created in a short-lived thread would lose its workers.)
 """
 from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
-import sys
 import threading
 import time
 
 __all__ = ["exit_with_parent"]
 
-_PR_SET_PDEATHSIG = 1
-_started = False
-
-
-def _set_parent_death_signal() -> None:
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    except (OSError, AttributeError):  # no libc.prctl: the watchdog thread remains
-        pass
+_watching_pid = None  # the pid of the process whose watchdog runs (a fork copies the variable)
 
 
 def exit_with_parent(poll_seconds: float = 0.5, exit_code: int = 70) -> None:
     """Make this process end (``os._exit(exit_code)``) when the process that started it dies.
     A no-op in a process not started by ``multiprocessing`` and when already called."""
-    global _started
+    global _watching_pid
     parent = multiprocessing.parent_process()
-    if parent is None or _started:
+    if parent is None or _watching_pid == os.getpid():
         return
-    _started = True
+    _watching_pid = os.getpid()
     parent_pid = parent.pid
-    _set_parent_death_signal()
-    if os.getppid() != parent_pid:  # died before the signal was armed
+    if os.getppid() != parent_pid:  # the parent died before we got here
         os._exit(exit_code)
 
     def watch():

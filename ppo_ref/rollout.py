@@ -134,6 +134,9 @@ class StateAccessWrapper(gym.Wrapper):
 
 def _make_single(env_id: str, env_kwargs: Optional[dict], for_async: bool):
     def thunk():
+        if for_async:  # runs in the AsyncVectorEnv worker: never outlive the trainer
+            from ppo_ref._lifeline import exit_with_parent
+            exit_with_parent()
         env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
         return StateAccessWrapper(env) if for_async else env
     return thunk
@@ -145,7 +148,8 @@ def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
 
     ``vectorization``: ``"sync"`` (``SyncVectorEnv``, one process; ``copy=False``: the
     collector copies observations itself) or ``"async"`` (``AsyncVectorEnv``, one subprocess
-    per env). Sub-envs are made with ``gym.make(env_id, disable_env_checker=True)`` (the
+    per env; each worker ends when the trainer's process dies, even inside a hung
+    ``env.step``: :func:`ppo_ref._lifeline.exit_with_parent`). Sub-envs are made with ``gym.make(env_id, disable_env_checker=True)`` (the
     passive checker only warns and costs time on every step).
     """
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
