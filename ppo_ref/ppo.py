@@ -24,6 +24,8 @@ state is plain attributes (all classic-control envs).
 """
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -98,6 +100,21 @@ def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
     if total_timesteps <= 0:
         return 0.0
     return float(min(1.0, max(0.0, 1.0 - num_timesteps / total_timesteps)))
+
+
+def _umask() -> int:
+    """The process's file creation mask: from ``/proc/self/status`` where Linux gives it,
+    otherwise read by setting it and restoring it at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class PPOTrainer:
@@ -480,12 +497,30 @@ class PPOTrainer:
              metadata: Optional[Dict[str, Any]] = None) -> str:
         """Atomically write a checkpoint (``.npz``). ``arrays``/``metadata`` default to the
         current :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken
-        earlier to save that state instead (the last good state after an env error)."""
+        earlier to save that state instead (the last good state after an env error).
+
+        Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, a
+        device node, a FIFO: never replaced). A replaced checkpoint keeps its permissions; a
+        new one gets those of the run's other files (``0o666`` minus the umask)."""
+        target = os.fspath(path)
+        try:
+            mode = os.stat(target).st_mode  # follows a symlink to what would be replaced
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            raise ValueError(f"path {target!r} cannot be inspected: {exc.strerror or exc}") from None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise ValueError(f"path {target!r} exists and is not a regular file (a directory, "
+                             f"device, FIFO or socket): refusing to replace it")
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
             metadata = self.checkpoint_metadata(arrays)
-        return save_checkpoint(path, arrays, metadata)
+        written = save_checkpoint(target, arrays, metadata)
+        # an existing checkpoint keeps its mode; a new one gets the mode every other file the
+        # process creates gets (0o666 minus the umask), not the temporary file's 0o600
+        os.chmod(written, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        return written
 
     @classmethod
     def load(cls, path, env=None, **kwargs) -> "PPOTrainer":
