@@ -56,3 +56,27 @@ def test_predict_refuses_missing_or_malformed_observations(trainer, obs):
 def test_predict_still_takes_one_observation_and_a_batch(trainer):
     assert np.shape(trainer.predict(np.zeros(4), deterministic=True)) == ()
     assert trainer.predict(np.zeros((3, 4)), deterministic=True).shape == (3,)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("which", ["linear_forward", "linear_backward", "mlp_forward",
+                                   "mlp_backward"])
+def test_public_layers_refuse_non_finite_parameters(which, bad):
+    from ppo_ref.nn import mlp
+    rng = np.random.default_rng(0)
+    x = np.ones((2, 3))
+    if which.startswith("linear"):
+        params = mlp.linear_init(rng, 3, 2, 1.0)
+        y, cache = mlp.linear_forward(params, x)
+        params["w"][1, 2] = bad
+        key = "w"
+    else:
+        params = mlp.mlp_init(rng, 3, [4], 2)
+        y, cache = mlp.mlp_forward(params, x)
+        params["b0"][1] = bad
+        key = "b0"
+    with pytest.raises(ValueError, match=f"params\\['{key}'\\] must be finite"):
+        if which.endswith("forward"):
+            getattr(mlp, which)(params, x)
+        else:
+            getattr(mlp, which)(params, cache, np.ones_like(y))
