@@ -87,8 +87,19 @@ def check_same_shape(arr: np.ndarray, name: str, shape: tuple, ref_name: str) ->
         raise ValueError(f"{name} must have the shape of {ref_name} {tuple(shape)}, got {arr.shape}")
 
 
+def _one_line_repr(value, limit: int = 80) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (arrays print over many)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def check_real_scalar(value, name: str) -> float:
     """Return ``value`` as a Python float; raise ``ValueError`` unless it is a finite real number."""
+    if isinstance(value, (list, tuple, np.ndarray)) and not (isinstance(value, np.ndarray)
+                                                             and value.ndim == 0):
+        raise ValueError(f"{name} must be a real number, got {type(value).__name__} of length "
+                         f"{len(value)}" if not isinstance(value, np.ndarray) else
+                         f"{name} must be a real number, got an array of shape {value.shape}")
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a real number, got bool {value!r}")
     if isinstance(value, (str, bytes)):
@@ -96,7 +107,7 @@ def check_real_scalar(value, name: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+        raise ValueError(f"{name} must be a real number, got {_one_line_repr(value)}") from None
     if np.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
     if not math.isfinite(v):

@@ -80,3 +80,11 @@ def test_public_layers_refuse_non_finite_parameters(which, bad):
             getattr(mlp, which)(params, x)
         else:
             getattr(mlp, which)(params, cache, np.ones_like(y))
+
+
+@pytest.mark.parametrize("value", [np.zeros((3, 2)), [1.0, 2.0], np.full((40, 40), 1e308)])
+def test_scalar_checks_name_non_scalars_on_one_line(value):
+    from ppo_ref._checks import check_real_scalar
+    with pytest.raises(ValueError) as info:
+        check_real_scalar(value, "gain")
+    assert "\n" not in str(info.value) and str(info.value).startswith("gain must be a real number")
