@@ -88,3 +88,10 @@ def test_scalar_checks_name_non_scalars_on_one_line(value):
     with pytest.raises(ValueError) as info:
         check_real_scalar(value, "gain")
     assert "\n" not in str(info.value) and str(info.value).startswith("gain must be a real number")
+
+
+@pytest.mark.parametrize("field", ["gamma", "n_steps", "normalize_observations", "clip_range"])
+def test_config_errors_for_arrays_are_one_line(field):
+    with pytest.raises(ValueError) as info:
+        PPOConfig(**{field: np.full((30, 30), 0.5)})
+    assert "\n" not in str(info.value) and str(info.value).startswith(field)
