@@ -149,7 +149,8 @@ def check_count(value, name: str, minimum: int) -> int:
     """Return ``value`` as a Python int; raise ``ValueError`` naming ``name`` unless it is an
     integer (Python or NumPy; not a bool, float or string) with ``value >= minimum``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__} "
+                         f"{_one_line_repr(value)}")
     v = int(value)
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")

@@ -8,10 +8,12 @@ from ppo_ref.nn.init import orthogonal
 from ppo_ref.ppo import PPOTrainer
 
 
-@pytest.mark.parametrize("value", [1.5, True, "3", None, np.float64(2.0), 2 ** 70 * 1.0])
+@pytest.mark.parametrize("value", [1.5, True, "3", None, np.float64(2.0), 2 ** 70 * 1.0,
+                                   np.ones((20, 20))])
 def test_check_count_refuses_non_integers(value):
-    with pytest.raises(ValueError, match="n_things"):
+    with pytest.raises(ValueError, match="n_things") as info:
         check_count(value, "n_things", 1)
+    assert "\n" not in str(info.value)
 
 
 def test_check_count_accepts_integers_and_enforces_the_minimum():
