@@ -31,14 +31,17 @@ def as_float_array(x, name: str, *, ndim: Optional[Sequence[int]] = None,
                    allow_nonfinite: bool = False) -> np.ndarray:
     """Convert ``x`` to a float32/float64 ndarray, checking rank and finiteness.
 
-    Integer and bool inputs become float64; float16 becomes float32; complex, object and string
-    inputs are rejected. ``ndim`` is the set of accepted ranks (``None``: any).
+    Integer and bool inputs become float64; float16 becomes float32; floats stored in the
+    non-native byte order (e.g. big-endian ``>f8`` read from a file) are converted to native
+    order; complex, object and string inputs are rejected. ``ndim`` is the set of accepted ranks (``None``: any).
     Raises ``ValueError`` naming ``name``.
     """
     try:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
         raise ValueError(f"{name} could not be converted to an array: {exc}") from None
+    if arr.dtype.kind == "f" and not arr.dtype.isnative:  # big-endian data from a file
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     if arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.integer):
         arr = arr.astype(np.float64)
     elif arr.dtype == np.float16:
@@ -84,8 +87,19 @@ def check_same_shape(arr: np.ndarray, name: str, shape: tuple, ref_name: str) ->
         raise ValueError(f"{name} must have the shape of {ref_name} {tuple(shape)}, got {arr.shape}")
 
 
+def _one_line_repr(value, limit: int = 80) -> str:
+    """``repr(value)`` on one line, cut to ``limit`` characters (arrays print over many)."""
+    text = " ".join(repr(value).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def check_real_scalar(value, name: str) -> float:
     """Return ``value`` as a Python float; raise ``ValueError`` unless it is a finite real number."""
+    if isinstance(value, (list, tuple, np.ndarray)) and not (isinstance(value, np.ndarray)
+                                                             and value.ndim == 0):
+        raise ValueError(f"{name} must be a real number, got {type(value).__name__} of length "
+                         f"{len(value)}" if not isinstance(value, np.ndarray) else
+                         f"{name} must be a real number, got an array of shape {value.shape}")
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a real number, got bool {value!r}")
     if isinstance(value, (str, bytes)):
@@ -93,7 +107,7 @@ def check_real_scalar(value, name: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+        raise ValueError(f"{name} must be a real number, got {_one_line_repr(value)}") from None
     if np.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
     if not math.isfinite(v):
@@ -292,3 +306,15 @@ def check_adam_hyperparameters(lr, betas, eps):
         if not 0.0 <= b < 1.0:
             raise ValueError(f"{name} must be in [0, 1), got {b}")
     return lr, beta1, beta2, eps
+
+
+def check_count(value, name: str, minimum: int) -> int:
+    """Return ``value`` as a Python int; raise ``ValueError`` naming ``name`` unless it is an
+    integer (Python or NumPy; not a bool, float or string) with ``value >= minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {type(value).__name__} "
+                         f"{_one_line_repr(value)}")
+    v = int(value)
+    if v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {v}")
+    return v

@@ -129,6 +129,12 @@ class AsyncActorLearnerConfig:
     """Learner seed; actor k seeds its RNG and env with seed + 1 + k."""
     starvation_timeout: float = 60.0
     """Seconds without any experience before the learner raises StarvationError."""
+    env_step_timeout: float = 60.0
+    """Seconds an actor the learner is waiting for may send nothing before the learner raises
+    StarvationError naming that actor (its env is hung inside env.step or env.reset, or is
+    slower than env_step_timeout / chunk_size seconds per step). The clock starts when the
+    learner begins to wait for the actor's rows (after its last broadcast), so time the actor
+    spent legitimately waiting for a policy never counts."""
     backend: str = "process"
     """"process" (multiprocessing, spawn) or "thread"."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -148,6 +154,7 @@ class AsyncActorLearnerConfig:
         check_positive(self.c_bar, "c_bar")
         _check_int(self.seed, "seed", 0)
         check_positive(self.starvation_timeout, "starvation_timeout")
+        check_positive(self.env_step_timeout, "env_step_timeout")
         check_choice(self.backend, "backend", BACKENDS)
         if not isinstance(self.ppo, PPOConfig):
             raise ValueError(f"ppo must be a PPOConfig, got {type(self.ppo).__name__}")
@@ -544,6 +551,11 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
 
     from ppo_ref.ppo import limit_blas_threads
 
+    from ppo_ref._lifeline import exit_with_parent
+
+    # A learner killed without shutting its actors down takes them with it, even while an
+    # actor is blocked inside env.step.
+    exit_with_parent()
     # Ctrl-C belongs to the learner, which shuts the actors down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # One observation per forward pass: BLAS threads would only compete for the cores.
@@ -684,13 +696,15 @@ class ActorGroup:
             self._stop_event.set()
         started = [w for w in self.workers if w.ident is not None]
         if self.backend == "process":
+            # all at once: the time to stop N stuck actors does not grow with N
             for worker in started:
                 if worker.is_alive():
                     worker.terminate()
-                    worker.join(1.0)
+            _join_all(started, 1.0)
+            for worker in started:
                 if worker.is_alive():
                     worker.kill()
-                worker.join(1.0)
+            _join_all(started, 1.0)
         else:
             # A thread cannot be killed: one stuck inside env.step stays behind as a daemon.
             for worker in started:
@@ -719,6 +733,13 @@ class ActorGroup:
     def _keep_final(self, msg) -> None:
         if isinstance(msg, (ActorFinished, ActorFailed)):
             self.final_messages[msg.agent_id] = msg
+
+
+def _join_all(processes, timeout: float) -> None:
+    """Join every process, waiting at most ``timeout`` seconds in total."""
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
 
 
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
@@ -979,6 +1000,14 @@ class _ActorPolicy:
 LIVENESS_SECONDS = 0.5
 #: Seconds the learner keeps reading after finding a dead actor, for its exception text.
 DEATH_NOTICE_SECONDS = 1.0
+#: Seconds actors get to exit by themselves after a failure before they are terminated.
+ERROR_SHUTDOWN_SECONDS = 0.25
+#: The promise these constants keep: an actor that dies (even by SIGKILL) while the learner
+#: waits for experience is reported as ActorDiedError within this many seconds, whatever the
+#: number of actors: found by the next liveness check (LIVENESS_SECONDS), its last words read
+#: until its pipe reaches end-of-file (immediate for a killed process), then the others stopped
+#: (ERROR_SHUTDOWN_SECONDS plus a terminate that does not wait actor by actor).
+ACTOR_DEATH_SECONDS = 2.0
 
 
 class _Learner:
@@ -1040,20 +1069,37 @@ class _Learner:
             raise ActorDiedError(agent_id, f"{self.group.exit_description(agent_id)} without "
                                            f"reporting an exception")
 
+    def check_hung(self, heard: List[float], now: float) -> None:
+        """Raise :class:`StarvationError` for an actor whose rows the learner needs and which
+        sent nothing for ``config.env_step_timeout`` seconds."""
+        limit = self.config.env_step_timeout
+        for agent_id, fifo in enumerate(self.fifos):
+            if fifo.count < self.config.n_steps and now - heard[agent_id] > limit:
+                raise StarvationError(
+                    f"actor {agent_id} sent nothing for {now - heard[agent_id]:.1f} s "
+                    f"(env_step_timeout {limit:g} s) while the learner waited for its rows "
+                    f"({fifo.count} of {self.config.n_steps}): its env is presumably hung inside "
+                    f"env.step or env.reset")
+
     def fill(self) -> None:
         """Read messages until every FIFO holds ``n_steps`` experiences."""
         n_steps = self.config.n_steps
         timeout = self.config.starvation_timeout
         last_experience = time.monotonic()
         next_check = last_experience + LIVENESS_SECONDS
+        # per actor: when it last sent experience, or when this wait began if later (before it,
+        # the actor may have been waiting for the broadcast that preceded this call)
+        heard = [last_experience] * len(self.fifos)
         while min(f.count for f in self.fifos) < n_steps:
             msg = self.group.get(POLL_SECONDS)
             now = time.monotonic()
             if msg is not None and self.handle(msg):
                 last_experience = now
+                heard[msg.agent_id] = now
             if now >= next_check:
                 self.check_actors()
                 next_check = now + LIVENESS_SECONDS
+                self.check_hung(heard, now)
             if now - last_experience > timeout:
                 counts = [f.count for f in self.fifos]
                 raise StarvationError(
@@ -1278,7 +1324,9 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
         learner = _Learner(config, trainer, group, callback)
         report = learner.run()
     except BaseException:
-        group.shutdown(shutdown_timeout)
+        # the run failed: its actors get a short grace period, then are terminated, so the
+        # error reaches the caller within ACTOR_DEATH_SECONDS of the failure at any actor count
+        group.shutdown(min(shutdown_timeout, ERROR_SHUTDOWN_SECONDS))
         raise
     finals = group.shutdown(shutdown_timeout)
     report.actor_stats = [finals[i].stats if isinstance(finals.get(i), ActorFinished) else None
@@ -1373,7 +1421,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
 
     Uses ``args.env``, ``args.total_timesteps``, ``args.num_actors``, ``args.vtrace``,
     ``args.broadcast_every``, ``args.seed``, ``args.progress_every``,
-    ``args.checkpoint_every``, ``args.quiet`` (and ``args.backend`` when present, default
+    ``args.checkpoint_every``, ``args.quiet`` (and ``args.actor_backend`` when present, default
     "process"). Writes ``config.json`` (with the actor-learner settings), ``metrics.csv``,
     ``timing.csv``, ``episodes.csv`` (``env`` = agent id) and ``checkpoint.npz`` (a
     :class:`~ppo_ref.ppo.PPOTrainer` checkpoint: ``ppo-ref eval`` works on it) through
@@ -1394,7 +1442,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
             config = async_config_from_ppo(
                 ppo, num_actors=args.num_actors, total_timesteps=total, use_vtrace=args.vtrace,
                 broadcast_every=args.broadcast_every, seed=args.seed,
-                backend=getattr(args, "backend", "process"))
+                backend=getattr(args, "actor_backend", "process"))
     except UsageError:
         if os.path.isdir(run_dir) and not os.listdir(run_dir):
             os.rmdir(run_dir)           # nothing was written: leave no empty run directory

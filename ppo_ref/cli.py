@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import json
 import os
@@ -42,6 +43,15 @@ __all__ = ["main", "build_parser", "SUBCOMMANDS", "TRAINERS", "ASYNC_ENTRY", "Us
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
+# Stated upper bounds of the counts the command line accepts (refused before anything is
+# created): step counters are exact in float64 up to 2**53; each env is a Python object stepped
+# in turn (sync) or a process (async), and each actor a process, so more than these would run
+# for minutes per rollout on one machine; seeds are 63-bit (episode i of eval uses seed + i).
+MAX_TOTAL_TIMESTEPS = 2 ** 53
+MAX_N_ENVS = 4096
+MAX_NUM_ACTORS = 256
+MAX_SEED = 2 ** 63 - 1
+MAX_EPISODES = 10 ** 6
 
 # policy kind -> "module:attribute" of a trainer class with the PPOTrainer interface
 # (constructor (env_id, config, *, seed, ...), learn(total, callback), save/load, evaluate).
@@ -211,10 +221,12 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, help=f"gymnasium id (default {DEFAULT_ENV})")
     p.add_argument("--policy", default=None, choices=sorted(TRAINERS), help="mlp (default) or lstm")
     p.add_argument("--total-timesteps", type=int, default=None,
-                   help=f"train until this many env steps (default {DEFAULT_TIMESTEPS}; "
-                        "with --resume: the checkpoint's target)")
-    p.add_argument("--n-envs", type=int, default=None, help="parallel envs (overrides the config)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the run (default 0)")
+                   help=f"train until this many env steps, at most 2**53 (default "
+                        f"{DEFAULT_TIMESTEPS}; with --resume: the checkpoint's target)")
+    p.add_argument("--n-envs", type=int, default=None,
+                   help=f"parallel envs, at most {MAX_N_ENVS} (overrides the config)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the run, 0 to 2**63 - 1 "
+                                                          "(default 0)")
     p.add_argument("--run-dir", default=None,
                    help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
                         "<timestamp>, with -2, -3, ... appended if taken)")
@@ -241,7 +253,7 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("asynchronous actor-learner (--async)")
     g.add_argument("--async", dest="use_async", action="store_true",
                    help="train with the actor-learner loop (ppo_ref.actor_learner)")
-    g.add_argument("--num-actors", type=int, default=None, help="actor processes (default 4)")
+    g.add_argument("--num-actors", type=int, default=None, help=f"actor processes, at most {MAX_NUM_ACTORS} (default 4)")
     g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
     g.add_argument("--broadcast-every", type=int, default=None,
                    help="updates between policy broadcasts (default 1)")
@@ -345,16 +357,18 @@ def _training_failed(trainer, logger, exc: BaseException) -> int:
 
 def _check_train_flags(args: argparse.Namespace) -> None:
     """Reject out-of-range values and flag combinations that would be ignored silently."""
-    if args.total_timesteps is not None and args.total_timesteps < 1:
-        raise UsageError(f"--total-timesteps must be >= 1, got {args.total_timesteps}")
+    if args.total_timesteps is not None and not 1 <= args.total_timesteps <= MAX_TOTAL_TIMESTEPS:
+        raise UsageError(f"--total-timesteps must be in [1, 2**53], got {args.total_timesteps}")
     for flag, value in (("--checkpoint-every", args.checkpoint_every),
                         ("--progress-every", args.progress_every)):
         if not value >= 0:  # also rejects nan
             raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
-    if args.n_envs is not None and args.n_envs < 1:
-        raise UsageError(f"--n-envs must be >= 1, got {args.n_envs}")
-    if args.seed is not None and args.seed < 0:
-        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.n_envs is not None and not 1 <= args.n_envs <= MAX_N_ENVS:
+        raise UsageError(f"--n-envs must be in [1, {MAX_N_ENVS}], got {args.n_envs}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
+    if args.num_actors is not None and args.num_actors > MAX_NUM_ACTORS:
+        raise UsageError(f"--num-actors must be in [1, {MAX_NUM_ACTORS}], got {args.num_actors}")
     if args.preset is not None and args.preset not in preset_names():
         raise UsageError(f"unknown --preset {args.preset!r}; choose from {', '.join(preset_names())}")
     async_only = [flag for flag, value in (("--num-actors", args.num_actors),
@@ -479,9 +493,9 @@ def _read_run_info(run_dir: str) -> Dict[str, Any]:
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         return {}
+    from ppo_ref.vectors import read_json_file
     with user_input(f"cannot read {path}"):
-        with open(path, encoding="utf-8") as fh:
-            info = json.load(fh)
+        info = read_json_file(path, "run file")
     return info if isinstance(info, dict) else {}
 
 
@@ -719,9 +733,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="DIR", help="a run directory (or a checkpoint .npz)")
-    p.add_argument("--episodes", type=int, default=10, help="number of episodes (>= 1)")
+    p.add_argument("--episodes", type=int, default=10,
+                   help=f"number of episodes (1 to {MAX_EPISODES})")
     p.add_argument("--deterministic", action="store_true", help="act with the mode (argmax / mean)")
-    p.add_argument("--seed", type=int, default=10_000, help="episode i is reset with seed + i")
+    p.add_argument("--seed", type=int, default=10_000,
+                   help="episode i is reset with seed + i (seed >= 0)")
     p.add_argument("--allow-import", action="store_true",
                    help="let a checkpoint's env id of the form module:EnvId import (run) its "
                         "Python module; without it such a checkpoint is refused")
@@ -734,8 +750,11 @@ def _checkpoint_path(path: str) -> str:
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
     from ppo_ref.checkpoint import check_env_import, load_checkpoint
-    if args.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise UsageError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
+    if not 0 <= args.seed <= MAX_SEED - args.episodes:
+        raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
+                         f"seed + i), got {args.seed}")
     path = _checkpoint_path(args.run_dir)
     with user_input():
         _, meta = load_checkpoint(path)
@@ -747,6 +766,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         trainer = cls.load(path, allow_import=args.allow_import)
     try:
         returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)
+    except KeyboardInterrupt:
+        print("ppo-ref eval: interrupted (Ctrl-C); no result", file=sys.stderr)
+        return 130
     finally:
         trainer.close()
     mode = "deterministic" if args.deterministic else "stochastic"
@@ -842,6 +864,11 @@ register_subcommand("details", "print the PPO implementation details table (ppo_
                     lambda args: _import("ppo_ref.details:cli_details")(args))
 
 
+# the file system ran out of room: a condition of the machine, reported as one line (exit 1)
+_FULL_ERRNOS = frozenset(e for e in (getattr(errno, "ENOSPC", None), getattr(errno, "EDQUOT", None),
+                                     getattr(errno, "EFBIG", None)) if e is not None)
+
+
 class _OneLineParser(argparse.ArgumentParser):
     """argparse with its errors on one line (``<prog>: error: <message> (see <prog> --help)``,
     exit status 2) instead of the usage block followed by the message; subcommand parsers are
@@ -866,8 +893,9 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     No subcommand means ``train`` with its defaults. A :class:`UsageError` (bad flags, unusable
     files or env ids, corrupt checkpoints: see :func:`user_input`) is printed as one line
-    ``ppo-ref <command>: error: <message>`` with exit status 2; other exceptions are bugs and
-    keep their traceback.
+    ``ppo-ref <command>: error: <message>`` with exit status 2; a full disk (``ENOSPC``,
+    ``EDQUOT``, ``EFBIG`` while writing) as one line with exit status 1; other exceptions are
+    bugs and keep their traceback.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
@@ -880,3 +908,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except UsageError as exc:
         print(f"ppo-ref {args.command}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in _FULL_ERRNOS:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"ppo-ref {args.command}: error:{where}: {exc.strerror or exc} (free some space "
+              f"and run the command again)", file=sys.stderr)
+        return 1

@@ -24,12 +24,15 @@ state is plain attributes (all classic-control envs).
 """
 from __future__ import annotations
 
+import os
+import stat
 import time
 from collections import deque
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._checks import as_float_array, check_count
 from ppo_ref.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
                                 json_to_array, load_checkpoint, save_checkpoint,
                                 set_generator_state)
@@ -159,6 +162,21 @@ def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
     if total_timesteps <= 0:
         return 0.0
     return float(min(1.0, max(0.0, 1.0 - num_timesteps / total_timesteps)))
+
+
+def _umask() -> int:
+    """The process's file creation mask: from ``/proc/self/status`` where Linux gives it,
+    otherwise read by setting it and restoring it at once."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class PPOTrainer:
@@ -414,22 +432,31 @@ class PPOTrainer:
         receives them (Gaussian: clipped). Observation normalization, when on, uses the frozen
         training statistics. Sampling uses the trainer's ``predict_rng`` (not the training
         streams, so predicting never changes a training run)."""
-        obs = np.asarray(obs, dtype=np.float64)
-        single = obs.shape == tuple(self.policy.obs_shape)
-        batch = obs.reshape(1 if single else obs.shape[0], -1)
-        batch = self.collector.normalize_obs(batch)
+        batch, single = self._obs_batch(obs)
         actions = self.policy.predict(self.params, batch, self.predict_rng, deterministic)
         return actions[0] if single else actions
+
+    def _obs_batch(self, obs) -> Tuple[np.ndarray, bool]:
+        """``(batch, single)``: ``batch`` the normalized float64 ``[B, obs_dim]`` for :meth:`predict`: ``obs`` is one
+        observation of the env's shape or a batch ``[B, *obs_shape]``. Raises ``ValueError``
+        naming ``obs`` for ``None``, strings, non-finite values or another shape."""
+        arr = as_float_array(obs, "obs")
+        shape = tuple(self.policy.obs_shape)
+        single = arr.shape == shape
+        if not single and not (arr.ndim == len(shape) + 1 and arr.shape[1:] == shape):
+            raise ValueError(f"obs must have shape {shape} (one observation) or (B, *{shape}) "
+                             f"(a batch), got {arr.shape}")
+        batch = arr.astype(np.float64, copy=False).reshape(1 if single else arr.shape[0], -1)
+        return self.collector.normalize_obs(batch), single
 
     def evaluate(self, n_episodes: int = 10, *, deterministic: bool = True, seed: int = 0,
                  env_id: Optional[str] = None) -> List[float]:
         """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
         with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen; a
         recurrent policy resets its memory at each episode start). Raises ``ValueError`` if
-        ``n_episodes < 1``."""
+        ``n_episodes`` is not an integer >= 1 (a float, bool or string)."""
         import gymnasium as gym
-        if int(n_episodes) < 1:
-            raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
+        n_episodes = check_count(n_episodes, "n_episodes", 1)
         env_id = env_id or self.env_id
         if env_id is None:
             raise ValueError("env_id is required: the trainer was built from a vector env without an id")
@@ -559,12 +586,30 @@ class PPOTrainer:
              metadata: Optional[Dict[str, Any]] = None) -> str:
         """Atomically write a checkpoint (``.npz``). ``arrays``/``metadata`` default to the
         current :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken
-        earlier to save that state instead (the last good state after an env error)."""
+        earlier to save that state instead (the last good state after an env error).
+
+        Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, a
+        device node, a FIFO: never replaced). A replaced checkpoint keeps its permissions; a
+        new one gets those of the run's other files (``0o666`` minus the umask)."""
+        target = os.fspath(path)
+        try:
+            mode = os.stat(target).st_mode  # follows a symlink to what would be replaced
+        except FileNotFoundError:
+            mode = None
+        except OSError as exc:
+            raise ValueError(f"path {target!r} cannot be inspected: {exc.strerror or exc}") from None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise ValueError(f"path {target!r} exists and is not a regular file (a directory, "
+                             f"device, FIFO or socket): refusing to replace it")
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
             metadata = self.checkpoint_metadata(arrays)
-        return save_checkpoint(path, arrays, metadata)
+        written = save_checkpoint(target, arrays, metadata)
+        # an existing checkpoint keeps its mode; a new one gets the mode every other file the
+        # process creates gets (0o666 minus the umask), not the temporary file's 0o600
+        os.chmod(written, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
+        return written
 
     @classmethod
     def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":

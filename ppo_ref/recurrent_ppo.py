@@ -386,10 +386,7 @@ class RecurrentPPOTrainer(PPOTrainer):
             ValueError: naming the argument: ``episode_starts`` not 0/1 or not one per env;
                 ``obs`` or ``state`` as the policy's ``predict`` raises.
         """
-        obs = np.asarray(obs, dtype=np.float64)
-        single = obs.shape == tuple(self.policy.obs_shape)
-        batch = obs.reshape(1 if single else obs.shape[0], -1)
-        batch = self.collector.normalize_obs(batch)
+        batch, single = self._obs_batch(obs)
         n = batch.shape[0]
         if state is None:
             state = self.policy.initial_state(n)

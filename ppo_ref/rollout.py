@@ -103,7 +103,9 @@ class Rollout:
 
 
 class EnvStepError(RuntimeError):
-    """An environment returned a non-finite or wrongly shaped observation (or a non-finite reward).
+    """An environment returned a non-finite or wrongly shaped observation, a non-finite reward,
+    an output that is not real numbers (complex, strings, objects; flags that are not bools or
+    0/1), or observations too large for the normalizer's running variance (above ~1.3e154).
 
     Attributes: ``env_index`` (the sub-env, -1 when the vector env could not say),
     ``vector_step`` (how many vector steps the collector had completed before the failing one:
@@ -139,6 +141,9 @@ class StateAccessWrapper(gym.Wrapper):
 
 def _make_single(env_id: str, env_kwargs: Optional[dict], for_async: bool):
     def thunk():
+        if for_async:  # runs in the AsyncVectorEnv worker: never outlive the trainer
+            from ppo_ref._lifeline import exit_with_parent
+            exit_with_parent()
         env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
         return StateAccessWrapper(env) if for_async else env
     return thunk
@@ -150,7 +155,8 @@ def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
 
     ``vectorization``: ``"sync"`` (``SyncVectorEnv``, one process; ``copy=False``: the
     collector copies observations itself) or ``"async"`` (``AsyncVectorEnv``, one subprocess
-    per env). Sub-envs are made with ``gym.make(env_id, disable_env_checker=True)`` (the
+    per env; each worker ends when the trainer's process dies, even inside a hung
+    ``env.step``: :func:`ppo_ref._lifeline.exit_with_parent`). Sub-envs are made with ``gym.make(env_id, disable_env_checker=True)`` (the
     passive checker only warns and costs time on every step).
     """
     from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
@@ -382,11 +388,15 @@ class RolloutCollector:
         """Check and flatten a batch of raw observations; update/normalize with the statistics."""
         expected = (self.n_envs,) + tuple(self.policy.obs_shape)
         try:
-            obs = np.asarray(raw, dtype=np.float64)
+            obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
             raise EnvStepError(f"the vector env returned observations that are not a numeric array "
                                f"at vector step {vector_step} (rollout step {rollout_step}): {exc}",
                                -1, vector_step, rollout_step) from None
+        if obs.dtype.kind not in _REAL_KINDS:  # complex, strings, objects: never converted
+            raise _bad_kind(raw if isinstance(raw, (list, tuple)) else obs, "observation",
+                            vector_step, rollout_step)
+        obs = obs.astype(np.float64, copy=False)
         if obs.shape != expected:
             raise EnvStepError(f"the vector env returned observations of shape {obs.shape}, expected "
                                f"{expected}, at vector step {vector_step} (rollout step {rollout_step})",
@@ -399,12 +409,25 @@ class RolloutCollector:
                                f"step {vector_step} (rollout step {rollout_step})", i, vector_step,
                                rollout_step)
         if self.obs_rms is not None:
+            rms = self.obs_rms
             if self.update_statistics:
-                normalized = _update_and_normalize(self.obs_rms, obs)
+                before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
+                normalized = _update_and_normalize(rms, obs)
+                if normalized is None:
+                    rms.update(obs)
+                if not (_all_finite_1d(rms.var.reshape(-1)) and _all_finite_1d(rms.mean.reshape(-1))):
+                    rms.mean, rms.var, rms.count = before
+                    raise _statistics_overflow(obs, vector_step, rollout_step)
                 if normalized is not None:
                     return self._clip_obs(normalized)
-                self.obs_rms.update(obs)  # the raw, unclipped observations
+                return self.normalize_obs(obs)
             obs = self.normalize_obs(obs)
+            if not _all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
+                i = int(np.argmin(np.isfinite(obs).all(axis=1)))
+                raise EnvStepError(f"env {i} returned an observation whose normalized value "
+                                   f"overflows float64 with the frozen normalizer statistics at "
+                                   f"vector step {vector_step} (rollout step {rollout_step})",
+                                   i, vector_step, rollout_step)
         return obs
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
@@ -452,8 +475,11 @@ class RolloutCollector:
         """Run ``n_steps`` vector steps with ``policy.act(params, obs, rng)``; return the Rollout.
 
         Raises:
-            EnvStepError: a sub-env returned a non-finite or wrongly shaped observation, or a
-                non-finite reward; the message names the env index and the vector step.
+            EnvStepError: a sub-env returned a non-finite or wrongly shaped observation, a
+                non-finite reward, an output that is not real numbers (a complex or string
+                observation, a string reward, ``terminated="no"``), or an observation that
+                overflows the normalizer statistics; the message names the env index and the
+                vector step. Outputs are never converted from such types.
             RuntimeError: :meth:`reset` was never called.
         """
         if self.obs is None:
@@ -512,7 +538,7 @@ class RolloutCollector:
                     raw_obs, rewards, terminated, truncated, info = env.step(env_actions)
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
-                rewards = np.asarray(rewards, dtype=np.float64)
+                rewards = _checked_step_arrays(rewards, terminated, truncated, N, step, t)
                 rew_buf[t] = rewards
                 term_buf[t] = terminated
                 trunc_buf[t] = truncated
@@ -605,6 +631,13 @@ class RolloutCollector:
                 raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
                                    f"{expected}, at vector step {vector_step} (rollout step "
                                    f"{rollout_step})", i, vector_step, rollout_step)
+            # the common types pass on one set lookup; anything else is checked in full
+            if type(r) not in _REAL_SCALAR_TYPES:
+                _check_env_scalar(r, "reward", i, vector_step, rollout_step)
+            if type(term) not in _FLAG_TYPES:
+                _check_env_scalar(term, "terminated", i, vector_step, rollout_step)
+            if type(trunc) not in _FLAG_TYPES:
+                _check_env_scalar(trunc, "truncated", i, vector_step, rollout_step)
             rewards[i] = r
             terminated[i] = term
             truncated[i] = trunc
@@ -630,7 +663,12 @@ class RolloutCollector:
         expected = tuple(self.policy.obs_shape)
         rows = []
         for i in idx:
-            a = np.asarray(items[i], dtype=np.float64)
+            a = np.asarray(items[i])
+            if a.dtype.kind not in _REAL_KINDS:
+                raise EnvStepError(f"env {int(i)} returned a final observation of dtype {a.dtype} "
+                                   f"(not real numbers) at vector step {vector_step} (rollout step "
+                                   f"{rollout_step})", int(i), vector_step, rollout_step)
+            a = a.astype(np.float64, copy=False)
             if a.shape != expected:
                 raise EnvStepError(f"env {int(i)} returned a final observation of shape {a.shape}, "
                                    f"expected {expected}, at vector step {vector_step} (rollout step "
@@ -745,6 +783,86 @@ def _check_clip(value, name: str, normalized: bool, flag: str) -> Optional[float
     if not normalized:
         raise ValueError(f"{name} clips the normalized values: it needs {flag}=True")
     return value
+
+
+# Env outputs are read as numbers only when they are numbers: bool, signed or unsigned
+# integer, or real float (dtype kinds). Complex values, strings ("1.5", "no") and objects are
+# refused rather than converted (numpy would drop an imaginary part, parse a string, or take
+# any non-empty string as True).
+_REAL_KINDS = frozenset("biuf")
+_REAL_SCALAR_TYPES = frozenset({float, int, bool, np.float64, np.float32, np.int64, np.int32,
+                                np.bool_})
+_FLAG_TYPES = frozenset({bool, np.bool_})
+
+
+def _env_value_text(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_env_scalar(value, what: str, i: int, vector_step: int, rollout_step: int) -> None:
+    """Raise :class:`EnvStepError` unless ``value`` (one sub-env's reward, or its terminated /
+    truncated flag) is a real number (a flag: a bool, or an integer 0 or 1)."""
+    flag = what != "reward"
+    try:
+        a = np.asarray(value)
+    except Exception:  # noqa: BLE001  (an object numpy cannot even look at)
+        a = np.asarray(None)
+    kinds = "biu" if flag else _REAL_KINDS
+    ok = a.ndim == 0 and a.dtype.kind in kinds and (not flag or a.dtype.kind == "b" or a in (0, 1))
+    if not ok:
+        want = "a bool" if flag else "a real number"
+        raise EnvStepError(f"env {i} returned {what} {_env_value_text(value)} of type "
+                           f"{type(value).__name__} at vector step {vector_step} (rollout step "
+                           f"{rollout_step}); expected {want}", i, vector_step, rollout_step)
+
+
+def _bad_kind(items, what: str, vector_step: int, rollout_step: int) -> "EnvStepError":
+    """The error for a batch of env outputs (an array of a non-real dtype, or the list of the
+    sub-envs' outputs): names the first sub-env whose entry is not real numbers (env 0 when the
+    whole array has one bad dtype)."""
+    i, dtype = 0, getattr(items, "dtype", None)
+    sequence = isinstance(items, (list, tuple)) or getattr(items, "ndim", 0) >= 1
+    for k in range(len(items) if sequence else 0):
+        entry = np.asarray(items[k])
+        if entry.dtype.kind not in _REAL_KINDS and (entry.dtype.kind != "c" or np.any(entry.imag)):
+            i, dtype = k, entry.dtype
+            break
+    return EnvStepError(f"env {i} returned {what} values of dtype {dtype} (not real numbers) "
+                        f"at vector step {vector_step} (rollout step {rollout_step})", i,
+                        vector_step, rollout_step)
+
+
+def _checked_step_arrays(rewards, terminated, truncated, n_envs: int, vector_step: int,
+                         rollout_step: int) -> np.ndarray:
+    """Check the reward and flag arrays a vector env's ``step`` returned (dtype kinds and shape
+    ``[n_envs]``, no per-element work when they are fine); return the rewards as float64."""
+    for what, value, kinds in (("reward", rewards, _REAL_KINDS), ("terminated", terminated, "b"),
+                               ("truncated", truncated, "b")):
+        arr = np.asarray(value)
+        if arr.dtype.kind not in kinds:
+            raise _bad_kind(arr, what, vector_step, rollout_step) if what == "reward" else \
+                EnvStepError(f"the vector env returned {what} flags of dtype {arr.dtype} (expected "
+                             f"bool) at vector step {vector_step} (rollout step {rollout_step})",
+                             -1, vector_step, rollout_step)
+        if arr.shape != (n_envs,):
+            raise EnvStepError(f"the vector env returned {what} of shape {arr.shape}, expected "
+                               f"({n_envs},), at vector step {vector_step} (rollout step "
+                               f"{rollout_step})", -1, vector_step, rollout_step)
+    return np.asarray(rewards, dtype=np.float64)
+
+
+def _statistics_overflow(obs: np.ndarray, vector_step: int, rollout_step: int) -> "EnvStepError":
+    """The error for observations whose squares overflow the normalizer's running variance
+    (components above about 1.3e154): names the env holding the largest such component."""
+    j = int(np.argmax(np.abs(obs).max(axis=0)))
+    i = int(np.argmax(np.abs(obs[:, j])))
+    return EnvStepError(f"env {i} returned an observation with component {j} = {obs[i, j]:.3g} at "
+                        f"vector step {vector_step} (rollout step {rollout_step}): the observation "
+                        f"normalizer's running variance overflows float64 (components above "
+                        f"about 1.3e154 cannot be normalized; every normalized observation would "
+                        f"be 0); scale the observations or turn normalize_observations off", i,
+                        vector_step, rollout_step)
 
 
 def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:

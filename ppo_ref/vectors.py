@@ -53,7 +53,16 @@ import numpy as np
 __all__ = ["FORMAT", "RESULTS_FORMAT", "write_vectors", "load_case", "load_cases",
            "compute_outputs", "reference_results", "check_results", "format_table",
            "encode", "decode", "dumps", "add_cli_commands", "configure_vectors",
-           "configure_check", "cli_vectors", "cli_check", "main"]
+           "configure_check", "cli_vectors", "cli_check", "main", "read_json_file",
+           "MAX_JSON_BYTES"]
+
+#: The largest JSON file (case, index, results, run config) that is read: larger files, and
+#: endless ones such as a device, are refused after reading at most this many bytes + 1.
+MAX_JSON_BYTES = 64 * 2 ** 20
+#: The deepest nesting of lists/objects accepted in such a file (cases need fewer than 10).
+MAX_JSON_DEPTH = 64
+#: JSON integers must have at most this many digits (every count and integer array fits).
+MAX_JSON_INT_DIGITS = 19
 
 FORMAT = "ppo_ref.vectors/1"
 RESULTS_FORMAT = "ppo_ref.results/1"
@@ -567,26 +576,84 @@ def _decode_settings(settings: Mapping) -> dict:
     return out
 
 
+def _bounded_int(text: str) -> int:
+    digits = text.lstrip("-")
+    if len(digits) > MAX_JSON_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits)} digits (at most {MAX_JSON_INT_DIGITS})")
+    return int(text)
+
+
+def _json_depth_ok(value) -> bool:
+    """True when lists/objects nest at most :data:`MAX_JSON_DEPTH` deep (iterative walk)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > MAX_JSON_DEPTH:
+                return False
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return True
+
+
+def read_json_file(path: str, what: str, max_bytes: int = MAX_JSON_BYTES):
+    """Parsed JSON of the file ``path``, read with bounds: at most ``max_bytes`` bytes (an
+    endless file such as ``/dev/zero`` is refused after ``max_bytes + 1``), UTF-8, nesting at
+    most :data:`MAX_JSON_DEPTH` deep, integers of at most :data:`MAX_JSON_INT_DIGITS` digits.
+    Raises ``ValueError`` naming the file (``what`` says which file) for anything else;
+    ``OSError`` (missing, unreadable) propagates unchanged."""
+    with open(path, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"{what} {path} is larger than the limit of {max_bytes} bytes")
+    try:
+        value = json.loads(data.decode("utf-8"), parse_int=_bounded_int)
+    except RecursionError:
+        raise ValueError(f"{what} {path} nests deeper than {MAX_JSON_DEPTH} levels") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{what} {path} is not valid JSON ({exc})") from None
+    except ValueError as exc:  # _bounded_int
+        raise ValueError(f"{what} {path} holds {exc}") from None
+    if not _json_depth_ok(value):
+        raise ValueError(f"{what} {path} nests deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
 def _read_json(path: str, what: str):
-    """Parsed JSON of ``path``; ``ValueError`` naming the file (``what`` says which file) when it
-    is not JSON. ``OSError`` (missing, unreadable) propagates unchanged."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            return json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{what} {path} is not valid JSON ({exc})") from None
+    """:func:`read_json_file` (kept for the callers in this module)."""
+    return read_json_file(path, what)
+
+
+def _check_case_fields(raw, path: str) -> None:
+    """``ValueError`` naming the case file unless it holds the fields a case needs, of the
+    right JSON types (so a damaged file is one clear line, not a ``KeyError``)."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"case file {path} must hold a JSON object")
+    if raw.get("format") != FORMAT:
+        raise ValueError(f"{path}: format must be {FORMAT!r}, got {raw.get('format')!r}")
+    for key, kind in (("name", str), ("kind", str), ("preset", str), ("inputs", dict),
+                      ("settings", dict), ("expected", dict)):
+        if not isinstance(raw.get(key), kind):
+            raise ValueError(f"case file {path}: {key!r} must be a JSON "
+                             f"{'string' if kind is str else 'object'}, got "
+                             f"{type(raw.get(key)).__name__}")
+    tol = raw.get("tolerance", DEFAULT_TOLERANCE)
+    if not (isinstance(tol, dict) and set(tol) == {"atol", "rtol"} and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            for v in tol.values())):
+        raise ValueError(f"case file {path}: 'tolerance' must be {{'atol': number >= 0, "
+                         f"'rtol': number >= 0}}, got {tol!r}")
 
 
 def load_case(path: str) -> dict:
     """Read one case file; ``inputs`` and ``expected`` decoded to NumPy (settings as JSON)."""
     raw = _read_json(path, "case file")
-    if not isinstance(raw, dict):
-        raise ValueError(f"case file {path} must hold a JSON object")
-    if raw.get("format") != FORMAT:
-        raise ValueError(f"{path}: format must be {FORMAT!r}, got {raw.get('format')!r}")
-    raw["inputs"] = decode(raw["inputs"])
-    raw["settings"] = _decode_settings(raw["settings"])
-    raw["expected"] = decode(raw["expected"])
+    _check_case_fields(raw, path)
+    try:
+        raw["inputs"] = decode(raw["inputs"])
+        raw["settings"] = _decode_settings(raw["settings"])
+        raw["expected"] = decode(raw["expected"])
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ValueError(f"case file {path}: {exc}") from None
     return raw
 
 
@@ -601,7 +668,18 @@ def load_cases(vectors_dir: str) -> List[dict]:
         files = [entry["file"] for entry in index["cases"]]
     except (KeyError, TypeError):
         raise ValueError(f"vectors index {index_path} must hold {{'cases': [{{'file': ...}}, ...]}}") from None
-    return [load_case(os.path.join(vectors_dir, name)) for name in files]
+    root = os.path.realpath(vectors_dir)
+    paths = []
+    for name in files:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"vectors index {index_path}: a case file name must be a non-empty "
+                             f"string, got {name!r}")
+        path = os.path.realpath(os.path.join(root, name))
+        if os.path.isabs(name) or os.path.commonpath([root, path]) != root:
+            raise ValueError(f"vectors index {index_path}: case file {name!r} leaves the vectors "
+                             f"directory (names must be relative paths inside it)")
+        paths.append(path)
+    return [load_case(path) for path in paths]
 
 
 def reference_results(vectors_dir: str, implementation: str = "ppo_ref") -> dict:
@@ -628,8 +706,11 @@ def _compare(got, expected, atol: float, rtol: float):
     """``(max_abs_err, ok, detail)`` for one output."""
     exp = np.asarray(expected, dtype=np.float64)
     try:
-        g = np.asarray(got, dtype=np.float64)
-    except (TypeError, ValueError):
+        g = np.asarray(got)
+        if g.dtype.kind not in "biuf":  # strings ("1.5") and objects are not numbers
+            return math.inf, False, "not numeric"
+        g = g.astype(np.float64)
+    except (TypeError, ValueError, OverflowError):
         return math.inf, False, "not numeric"
     if g.shape != exp.shape:
         return math.inf, False, f"shape {g.shape} != expected {exp.shape}"
@@ -659,7 +740,10 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
 
     Returns:
         one dict per case, in index order: ``case``, ``kind``, ``preset``, ``status``
-        (``PASS``/``FAIL``/``MISSING``/``SKIP``), ``max_err`` (largest absolute error over the
+        (``PASS``/``FAIL``/``MISSING``/``SKIP``; ``UNKNOWN`` rows, after the index's, for case
+        names in the results that the vectors do not have; outputs or keys the case does not
+        expect, and strings where numbers belong, make it ``FAIL``), ``max_err`` (largest
+        absolute error over the
         case's outputs; ``inf`` for a shape or special-value mismatch, ``nan`` if missing),
         ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``.
     """
@@ -688,9 +772,23 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
             row["status"] = "SKIP" if allow_missing else "MISSING"
             rows.append(row)
             continue
-        got = _flatten(decode(got_cases[case["name"]].get("outputs", {})))
+        raw_outputs = got_cases[case["name"]].get("outputs", {})
+        extra_keys = sorted(set(got_cases[case["name"]]) - {"outputs"})
         expected = _flatten(case["expected"])
+        try:
+            got = _flatten(decode(raw_outputs))
+        except (ValueError, TypeError, OverflowError) as exc:
+            row.update(status="FAIL", max_err=math.inf, worst="",
+                       detail=f"outputs not numeric: {exc}")
+            rows.append(row)
+            continue
         worst, worst_key, ok, details = 0.0, "", True, []
+        unexpected = sorted(set(got) - set(expected))
+        if unexpected or extra_keys:
+            ok = False
+            details.append("unexpected " + ", ".join(
+                ([f"outputs {unexpected}"] if unexpected else [])
+                + ([f"keys {extra_keys}"] if extra_keys else [])))
         for key, exp in expected.items():
             if key not in got:
                 ok = False
@@ -706,6 +804,12 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         row.update(status="PASS" if ok else "FAIL", max_err=worst, worst=worst_key,
                    detail="; ".join(details))
         rows.append(row)
+    known = {row["case"] for row in rows}
+    for name in got_cases:
+        if name not in known:
+            rows.append({"case": str(name), "kind": "", "preset": "", "status": "UNKNOWN",
+                         "atol": math.nan, "rtol": math.nan, "max_err": math.nan, "worst": "",
+                         "detail": "not a case of these vectors"})
     return rows
 
 
@@ -717,11 +821,15 @@ def format_table(rows: List[dict]) -> str:
     for r in rows:
         err = "" if math.isnan(r["max_err"]) else f"{r['max_err']:.3e}"
         extra = r["worst"] + (f" ({r['detail']})" if r["detail"] else "")
+        tols = "" if math.isnan(r["atol"]) else f"{r['atol']:>7.0e} {r['rtol']:>7.0e}"
         lines.append(f"{r['case']:<{w}}  {r['kind']:<22} {r['preset']:<9} {r['status']:<7} "
-                     f"{err:>10}  {r['atol']:>7.0e} {r['rtol']:>7.0e}  {extra}")
-    n_bad = sum(r["status"] in ("FAIL", "MISSING") for r in rows)
-    lines.append(f"{len(rows) - n_bad}/{len(rows)} cases ok"
-                 + (f", {n_bad} failed or missing" if n_bad else ""))
+                     f"{err:>10}  {tols:>15}  {extra}")
+    counts = {status: sum(r["status"] == status for r in rows)
+              for status in ("PASS", "FAIL", "MISSING", "SKIP", "UNKNOWN")}
+    words = (("PASS", "passed"), ("FAIL", "failed"), ("MISSING", "missing"), ("SKIP", "skipped"),
+             ("UNKNOWN", "unknown"))
+    lines.append(", ".join(f"{counts[k]} {word}" for k, word in words
+                           if counts[k] or k == "PASS"))
     return "\n".join(lines)
 
 
@@ -763,7 +871,7 @@ def cli_check(args) -> int:
     except ValueError as exc:
         return _cli_error("check", str(exc))
     print(format_table(rows))
-    return 1 if any(r["status"] in ("FAIL", "MISSING") for r in rows) else 0
+    return 1 if any(r["status"] in ("FAIL", "MISSING", "UNKNOWN") for r in rows) else 0
 
 
 def configure_vectors(p) -> None:

@@ -126,6 +126,14 @@ def _check_params_mapping(params, name: str = "params") -> None:
         raise ValueError(f"{name} must be a dict of arrays, got {type(params).__name__}")
 
 
+def _check_finite_params(params: Mapping, keys) -> None:
+    """``ValueError`` naming the first of ``keys`` whose array holds a NaN or an infinity (the
+    public layer functions refuse such parameters instead of propagating them)."""
+    for key in keys:
+        if not np.isfinite(params[key]).all():
+            raise ValueError(f"params[{key!r}] must be finite: it holds NaN or inf")
+
+
 def _layer(params: Mapping, wkey: str, bkey: str, in_dim: int = -1) -> Tuple[np.ndarray, np.ndarray]:
     """Fetch and check one linear layer ``(w [out, in], b [out])`` (float64)."""
     try:
@@ -427,10 +435,12 @@ def linear_forward(params: Mapping[str, np.ndarray], x) -> Tuple[np.ndarray, Lin
         ``(y, cache)``: ``y`` float64 ``[..., out]``; ``cache`` a :class:`LinearCache`.
 
     Raises:
-        ValueError: bad params, wrong last dimension or non-finite ``x``.
+        ValueError: bad params (also NaN or inf in ``w``/``b``), wrong last dimension or
+            non-finite ``x``.
     """
     _check_params_mapping(params)
     w, b = _layer(params, "w", "b")
+    _check_finite_params(params, ("w", "b"))
     x = _as_input(x, "x", w.shape[1])
     y = x @ w.T
     y += b
@@ -450,10 +460,11 @@ def linear_backward(params: Mapping[str, np.ndarray], cache: LinearCache, dy
         ``(dx [..., in], {"w": [out, in], "b": [out]})``, all float64.
 
     Raises:
-        ValueError: bad params or a ``dy`` of the wrong shape.
+        ValueError: bad params (also NaN or inf in them) or a ``dy`` of the wrong shape.
     """
     _check_params_mapping(params)
     w, _ = _layer(params, "w", "b")
+    _check_finite_params(params, ("w", "b"))
     if not isinstance(cache, LinearCache):
         raise ValueError(f"cache must be a LinearCache, got {type(cache).__name__}")
     x = cache.x
@@ -558,12 +569,13 @@ def mlp_forward(params: Mapping[str, np.ndarray], x, activation: str = "tanh"
 
     Raises:
         ValueError: unknown activation, malformed params (missing/extra keys, widths that do
-            not chain), wrong last dimension or non-finite ``x``.
+            not chain, NaN or inf entries), wrong last dimension or non-finite ``x``.
     """
     check_choice(activation, "activation", ACTIVATIONS)
     _check_params_mapping(params)
     layers = _mlp_layers(params)
     _check_mlp_keys(params, len(layers))
+    _check_finite_params(params, params.keys())
     x = _as_input(x, "x", layers[0][0].shape[1])
     batch_shape = x.shape[:-1]
     y, inputs = _mlp_forward_2d(layers, x.reshape(-1, x.shape[-1]), activation)
@@ -583,13 +595,15 @@ def mlp_backward(params: Mapping[str, np.ndarray], cache: MLPCache, dy
         ``(dx [..., in], grads)``: ``grads`` has the keys of ``params``; all float64.
 
     Raises:
-        ValueError: malformed params/cache or a ``dy`` of the wrong shape.
+        ValueError: malformed params/cache (also NaN or inf in params) or a ``dy`` of the wrong
+            shape.
     """
     _check_params_mapping(params)
     if not isinstance(cache, MLPCache):
         raise ValueError(f"cache must be an MLPCache, got {type(cache).__name__}")
     layers = _mlp_layers(params)
     _check_mlp_keys(params, len(layers))
+    _check_finite_params(params, params.keys())
     if len(cache.layer_inputs) != len(layers):
         raise ValueError(f"cache holds {len(cache.layer_inputs)} layers but params has {len(layers)}")
     out_dim = layers[-1][0].shape[0]

@@ -29,8 +29,9 @@ from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import (as_float_array, check_choice, check_generator, check_last_dim,
-                             check_positive_int, check_real_scalar, check_same_shape, get_param)
+from ppo_ref._checks import (as_float_array, check_choice, check_count, check_generator,
+                             check_last_dim, check_positive_int, check_real_scalar,
+                             check_same_shape, get_param)
 
 __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
@@ -168,17 +169,16 @@ def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0
 
     Raises:
         ValueError: ``rng`` is not a Generator, ``shape`` has fewer than two dimensions or a
-            non-positive dimension, or ``gain`` is not a finite real number.
+            dimension that is not an integer >= 1 (a float, bool or string), or ``gain`` is not
+            a finite real number.
     """
     check_generator(rng)
-    try:
-        dims = tuple(int(d) for d in shape)
-    except (TypeError, ValueError):
-        raise ValueError(f"shape must be a sequence of ints, got {shape!r}") from None
-    if len(dims) < 2:
-        raise ValueError(f"shape must have at least 2 dimensions (torch semantics), got {dims}")
-    if any(d <= 0 for d in dims):
-        raise ValueError(f"shape must have positive dimensions, got {dims}")
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
+        raise ValueError(f"shape must be a sequence of ints, got {shape!r}")
+    if len(shape) < 2:
+        raise ValueError(f"shape must have at least 2 dimensions (torch semantics), got "
+                         f"{tuple(shape)}")
+    dims = tuple(check_count(d, f"shape[{k}]", 1) for k, d in enumerate(shape))
     g = check_real_scalar(gain, "gain")
     rows, cols = dims[0], math.prod(dims[1:])
     a = rng.standard_normal((rows, cols))

@@ -1,0 +1,55 @@
+"""Killing a trainer that uses --vectorization async (gymnasium AsyncVectorEnv) leaves no worker."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from test_actor_learner_liveness import _alive
+
+
+def _children(pid):
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out += [int(p) for p in fh.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def test_killed_trainer_takes_its_async_env_workers_with_it():
+    # the sub-envs block inside env.step (as a hung env would) when the trainer is killed
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import gymnasium as gym
+        from ppo_ref.config import PPOConfig
+        from ppo_ref.ppo import PPOTrainer
+        gym.register("ppo_ref_test/Hanging-v0",
+                     entry_point="test_actor_learner_liveness_helpers:hanging_env")
+        if __name__ == "__main__":
+            t = PPOTrainer("ppo_ref_test/Hanging-v0", PPOConfig(n_envs=2, n_steps=64,
+                           batch_size=128), seed=0, vectorization="async")
+            print("ready", flush=True)
+            t.learn(10 ** 8)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(0.5)
+        workers = [p for p in _children(proc.pid) if _alive(p)]
+        assert len(workers) >= 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        deadline = time.monotonic() + 5.0
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in alive if _alive(p)]
+            time.sleep(0.1)
+        assert alive == [], f"async env workers {alive} outlived the killed trainer"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

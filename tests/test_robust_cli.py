@@ -1,0 +1,240 @@
+"""One-line, bounded handling of hostile CLI input and JSON files (train, eval, check)."""
+import errno
+import json
+import os
+import stat
+
+import numpy as np
+import pytest
+
+from ppo_ref import cli
+from ppo_ref.config import PPOConfig
+from ppo_ref.ppo import PPOTrainer
+
+
+def _one_line_error(capsys, cmd):
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"ppo-ref {cmd}: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# -- train ------------------------------------------------------------------------------------
+
+def test_total_timesteps_above_2_53_is_refused_before_the_run_dir_exists(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--run-dir", str(run_dir), "--total-timesteps", str(2 ** 53 + 1),
+                     "--quiet"]) == 2
+    assert "--total-timesteps" in _one_line_error(capsys, "train")
+    assert not run_dir.exists()
+
+
+@pytest.mark.parametrize("flag, value", [("--n-envs", 10 ** 5), ("--seed", 2 ** 64),
+                                         ("--num-actors", 10 ** 4)])
+def test_counts_above_their_stated_bound_are_refused(tmp_path, capsys, flag, value):
+    extra = ["--async"] if flag == "--num-actors" else []
+    assert cli.main(["train", "--run-dir", str(tmp_path / "r"), flag, str(value), *extra]) == 2
+    assert flag in _one_line_error(capsys, "train")
+    assert not (tmp_path / "r").exists()
+
+
+def test_disk_full_during_a_save_is_one_line(tmp_path, capsys, monkeypatch):
+    import ppo_ref.ppo as ppo_module
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "checkpoint.npz"))
+    monkeypatch.setattr(ppo_module, "save_checkpoint", full)
+    code = cli.main(["train", "--run-dir", str(tmp_path / "r"), "--total-timesteps", "256",
+                     "--quiet"])
+    assert code == 3  # a failure while training (the final save is part of it): exit 3
+    assert "No space left on device" in _one_line_error(capsys, "train")
+
+
+# -- eval -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("runs") / "r")
+    assert cli.main(["train", "--run-dir", d, "--total-timesteps", "256", "--quiet"]) == 0
+    return d
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2 ** 64)])
+def test_eval_seed_out_of_range_is_one_line(run_dir, capsys, seed):
+    assert cli.main(["eval", run_dir, "--episodes", "1", "--seed", seed]) == 2
+    assert "--seed" in _one_line_error(capsys, "eval")
+
+
+def test_ctrl_c_during_eval_is_one_line(run_dir, capsys, monkeypatch):
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(PPOTrainer, "evaluate", interrupted)
+    assert cli.main(["eval", run_dir, "--episodes", "1"]) == 130
+    assert "interrupted" in _one_line_error(capsys, "eval")
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  '{"a": ' * 500 + "1" + "}" * 500,
+                                  '{"total_timesteps": ' + "9" * 5000 + "}",
+                                  '{"seed": ' + "9" * 400 + "}"])
+def test_resume_with_hostile_config_json_is_one_line(run_dir, tmp_path, capsys, text):
+    import shutil
+    copy = str(tmp_path / "copy")
+    shutil.copytree(run_dir, copy)
+    with open(os.path.join(copy, "config.json"), "w") as fh:
+        fh.write(text)
+    assert cli.main(["train", "--resume", copy, "--total-timesteps", "512", "--quiet"]) == 2
+    assert "config.json" in _one_line_error(capsys, "train")
+
+
+# -- save -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def trainer():
+    t = PPOTrainer("CartPole-v1", PPOConfig(n_envs=1, n_steps=16, batch_size=16), seed=0)
+    yield t
+    t.close()
+
+
+def test_save_refuses_to_replace_a_fifo(trainer, tmp_path):
+    fifo = tmp_path / "checkpoint.npz"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file"):
+        trainer.save(str(fifo))
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_save_refuses_a_symlink_to_a_device(trainer, tmp_path):
+    link = tmp_path / "checkpoint.npz"
+    os.symlink("/dev/null", link)
+    with pytest.raises(ValueError, match="not a regular file"):
+        trainer.save(str(link))
+
+
+def test_save_gives_the_permissions_of_other_run_files(trainer, tmp_path):
+    other = tmp_path / "metrics.csv"
+    other.write_text("x\n")  # created with the umask, as the run's CSV files are
+    path = tmp_path / "checkpoint.npz"
+    trainer.save(str(path))
+    assert stat.S_IMODE(os.stat(path).st_mode) == stat.S_IMODE(os.stat(other).st_mode)
+    os.chmod(path, 0o640)  # an existing checkpoint keeps the mode its owner gave it
+    trainer.save(str(path))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o640
+
+
+# -- check ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def vectors_dir(tmp_path_factory):
+    from ppo_ref.vectors import write_vectors
+    out = str(tmp_path_factory.mktemp("vectors"))
+    write_vectors(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(vectors_dir):
+    from ppo_ref.vectors import reference_results
+    return reference_results(vectors_dir)
+
+
+def _write(tmp_path, doc, name="results.json"):
+    path = tmp_path / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return str(path)
+
+
+def test_allow_missing_counts_passed_and_skipped(vectors_dir, reference, tmp_path, capsys):
+    some = dict(reference, cases=dict(list(reference["cases"].items())[:3]))
+    n = len(reference["cases"])
+    assert cli.main(["check", vectors_dir, "--results", _write(tmp_path, some),
+                     "--allow-missing"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == f"3 passed, {n - 3} skipped"
+
+
+def test_unknown_cases_and_extra_outputs_are_reported(vectors_dir, reference, tmp_path, capsys):
+    doc = json.loads(json.dumps(reference))
+    doc["cases"]["no_such_case"] = {"outputs": {"x": [1.0]}}
+    first = next(iter(doc["cases"]))
+    doc["cases"][first]["outputs"]["surprise"] = [1.0]
+    assert cli.main(["check", vectors_dir, "--results", _write(tmp_path, doc)]) == 1
+    out = capsys.readouterr().out
+    assert "no_such_case" in out and "UNKNOWN" in out
+    assert "surprise" in out
+
+
+def test_string_numbers_are_refused(vectors_dir, reference, tmp_path, capsys):
+    doc = json.loads(json.dumps(reference))
+    # the first case with a float array output; its numbers become strings ("0.5")
+    first, key = next((name, k) for name, c in doc["cases"].items()
+                      for k, v in c["outputs"].items()
+                      if isinstance(v, list) and "." in json.dumps(v))
+    outputs = doc["cases"][first]["outputs"]
+    outputs[key] = json.loads(json.dumps(outputs[key]), parse_float=str)
+    assert cli.main(["check", vectors_dir, "--results", _write(tmp_path, doc)]) == 1
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(first))
+    assert "FAIL" in row and "not numeric" in row
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
+                                  '{"format": "ppo_ref.results/1", "cases": ' + "[" * 500
+                                  + "]" * 500 + "}",
+                                  '{"format": "ppo_ref.results/1", "cases": {"a": {"outputs": '
+                                  '{"x": [' + "9" * 400 + "]}}}}",
+                                  '{"format": 1' + "0" * 5000 + "}"])
+def test_hostile_results_json_is_one_line(vectors_dir, tmp_path, capsys, text):
+    assert cli.main(["check", vectors_dir, "--results", _write(tmp_path, text)]) == 2
+    _one_line_error(capsys, "check")
+
+
+def test_endless_results_file_is_refused_with_a_stated_limit(vectors_dir, capsys):
+    from ppo_ref.vectors import MAX_JSON_BYTES
+    assert cli.main(["check", vectors_dir, "--results", "/dev/zero"]) == 2
+    assert f"{MAX_JSON_BYTES}" in _one_line_error(capsys, "check")
+
+
+def _copy_vectors(vectors_dir, tmp_path):
+    import shutil
+    out = str(tmp_path / "vec")
+    shutil.copytree(vectors_dir, out)
+    return out
+
+
+@pytest.mark.parametrize("name", ["../outside.json", "/etc/passwd", "sub/../../x.json"])
+def test_index_paths_leaving_the_vectors_dir_are_refused(vectors_dir, reference, tmp_path,
+                                                         capsys, name):
+    vec = _copy_vectors(vectors_dir, tmp_path)
+    index_path = os.path.join(vec, "index.json")
+    index = json.load(open(index_path))
+    index["cases"][0]["file"] = name
+    json.dump(index, open(index_path, "w"))
+    assert cli.main(["check", vec, "--results", _write(tmp_path, reference)]) == 2
+    assert "leaves the vectors directory" in _one_line_error(capsys, "check")
+
+
+@pytest.mark.parametrize("damage", ["no_inputs", "inputs_list", "no_expected", "name_number",
+                                    "not_object", "tolerance_string"])
+def test_malformed_case_files_are_one_line(vectors_dir, reference, tmp_path, capsys, damage):
+    vec = _copy_vectors(vectors_dir, tmp_path)
+    index = json.load(open(os.path.join(vec, "index.json")))
+    path = os.path.join(vec, index["cases"][0]["file"])
+    case = json.load(open(path))
+    if damage == "no_inputs":
+        del case["inputs"]
+    elif damage == "inputs_list":
+        case["inputs"] = [1, 2]
+    elif damage == "no_expected":
+        del case["expected"]
+    elif damage == "name_number":
+        case["name"] = 7
+    elif damage == "tolerance_string":
+        case["tolerance"] = {"atol": "1e-3", "rtol": 0}
+    else:
+        case = [case]
+    json.dump(case, open(path, "w"))
+    assert cli.main(["check", vec, "--results", _write(tmp_path, reference)]) == 2
+    assert os.path.basename(path) in _one_line_error(capsys, "check")
