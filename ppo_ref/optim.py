@@ -2,7 +2,7 @@
 Adam state, and the fused clipped-Adam step of the fast update.
 
 :func:`clipped_adam_step` is ``clip_by_global_norm`` then ``adam_update`` for parameters held in
-one float64 buffer (:class:`~ppo_ref.flat.FlatArrays`, what the fast policies give), written
+one float64 buffer (:class:`~ppo_ref.fast.flat.FlatArrays`, what the fast policies give), written
 into that buffer and the moments' buffers in place: one pass for the norm, one for the step.
 Per element it computes the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled and
 called by the kernel) on ``g * scale``, the product ``clip_by_global_norm`` computes, so the
@@ -23,7 +23,7 @@ from numba.extending import register_jitable
 from ppo_ref._checks import (check_adam_hyperparameters, check_positive, check_same_keys,
                              check_step_count)
 from ppo_ref._numba import NJIT_OPTIONS, njit
-from ppo_ref.flat import FlatArrays, same_layout
+from ppo_ref.fast.flat import FlatArrays, same_layout
 from ppo_ref.spec import optim as _spec
 from ppo_ref.spec.optim import (CLIP_NORM_EPS, adam_element, adam_init, adam_step_scalars,
                                 adam_update, clip_by_global_norm, global_norm, linear_schedule,
@@ -158,11 +158,11 @@ def _key_at(layout, index: int) -> str:
 
 def check_flat_step_arguments(params, grads, m, v) -> None:
     """Raise ``ValueError`` unless ``params``, ``grads``, ``m`` and ``v`` are intact float64
-    :class:`~ppo_ref.flat.FlatArrays` of one layout, and the buffers written in place
+    :class:`~ppo_ref.fast.flat.FlatArrays` of one layout, and the buffers written in place
     (``params``, ``m``, ``v``) are distinct and not ``grads``' buffer."""
     if not (same_layout(params, grads, m, v) and params.flat.dtype == np.float64):
         raise ValueError("clipped_adam_step takes params, grads and the Adam moments as intact "
-                         "float64 FlatArrays of one layout (ppo_ref.flat); for plain dicts call "
+                         "float64 FlatArrays of one layout (ppo_ref.fast.flat); for plain dicts call "
                          "clip_by_global_norm then adam_update")
     bases = [a.flat if a.flat.base is None else a.flat.base for a in (params, m, v, grads)]
     if len({id(b) for b in bases}) != 4:
@@ -204,7 +204,7 @@ def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max
     is not (``tests/test_optim_flat.py``).
 
     Args:
-        params, grads: intact float64 :class:`~ppo_ref.flat.FlatArrays` of one layout.
+        params, grads: intact float64 :class:`~ppo_ref.fast.flat.FlatArrays` of one layout.
         state: ``{"t": int, "m": FlatArrays, "v": FlatArrays}`` in that layout; ``params``,
             ``m`` and ``v`` have distinct buffers, none shared with ``grads``.
         max_norm, lr, betas, eps: as :func:`~ppo_ref.spec.optim.clip_by_global_norm` and

@@ -25,7 +25,7 @@ every method takes ``params`` explicitly, so a trainer, a learner and an actor c
 policy object.
 
 Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
-:class:`~ppo_ref.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
+:class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
 views into one float64 buffer, which :mod:`ppo_ref.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
 :func:`ppo_ref.nn.actor_critic.flat_forward` / :func:`~ppo_ref.nn.actor_critic.flat_backward`:
@@ -42,9 +42,9 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.nn.lstm import _all_finite
-from ppo_ref import _workspace as workspace
+from ppo_ref.fast import workspace
 from ppo_ref.nn.actor_critic import (FlatCache, FlatNet, actor_critic_init, flat_backward,
                                      flat_forward, flat_net)
 from ppo_ref.nn.distributions import (
@@ -349,7 +349,7 @@ class MLPPolicy(PolicyBase):
     machine. With ``config.compute_dtype="float32"`` the network runs in float32 (parameters
     and observations rounded to float32 once per call).
 
-    ``params`` must be a :class:`~ppo_ref.flat.FlatArrays` holding exactly this policy's
+    ``params`` must be a :class:`~ppo_ref.fast.flat.FlatArrays` holding exactly this policy's
     arrays (:meth:`init_params`, or :meth:`as_flat` of a parameter dict); every method checks
     its arguments once per call and raises ``ValueError`` naming the argument (a plain dict
     is refused: convert it with :meth:`as_flat`).
@@ -375,7 +375,7 @@ class MLPPolicy(PolicyBase):
     # -- parameters ---------------------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params,
-        as a :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
+        as a :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
         c = self.config
         params = actor_critic_init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
                                    activation=c.activation, shared_trunk=self.shared_trunk,
@@ -389,7 +389,7 @@ class MLPPolicy(PolicyBase):
 
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """A copy of a parameter-shaped dict (parameters, gradients, Adam moments) as a
-        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
+        :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
         of this policy and the one-buffer path of :mod:`ppo_ref.optim` read. Values and key
         order are unchanged."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
@@ -587,7 +587,7 @@ class MLPPolicy(PolicyBase):
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
         """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *
         values)`` for the rows of the :meth:`evaluate` call that made ``cache``, as a new
-        float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (same keys).
+        float64 :class:`~ppo_ref.fast.flat.FlatArrays` in the layout of ``params`` (same keys).
 
         Args:
             params: the parameters given to :meth:`evaluate` (unchanged since).

@@ -175,7 +175,7 @@ class PPOTrainer:
             tiny matrices are fastest single-threaded; this affects the whole process).
 
     Attributes: ``params`` (dict of float64 arrays; from an MLP policy a
-    :class:`~ppo_ref.flat.FlatArrays`, the one-buffer layout its fast paths read, which
+    :class:`~ppo_ref.fast.flat.FlatArrays`, the one-buffer layout its fast paths read, which
     :meth:`load_state_arrays` restores too), ``adam_state``, ``num_timesteps``
     (single-env steps collected), ``n_updates`` (PPO updates done), ``n_episodes``
     (episodes finished), ``total_timesteps`` (the schedule horizon of :meth:`learn`),

@@ -35,7 +35,7 @@ results:
     Plain dict parameters, float64; every method is a call of the spec network functions
     followed by the head. It defines what the policy computes.
 :class:`RecurrentPolicy` (the compiled tier)
-    Parameters in one float64 buffer (:class:`~ppo_ref.flat.FlatArrays` in
+    Parameters in one float64 buffer (:class:`~ppo_ref.fast.flat.FlatArrays` in
     :meth:`RecurrentPolicy.flat_layout`, as :meth:`RecurrentPolicy.init_params` and
     :meth:`RecurrentPolicy.as_flat` give), and nothing else. Both LSTMs run in one compiled
     call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.nn.lstm`),
@@ -54,9 +54,9 @@ from typing import Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref import _workspace as workspace
+from ppo_ref.fast import workspace
 from ppo_ref._checks import as_flag_array
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
                              _keep_rows, _step_stacked)
@@ -204,7 +204,7 @@ class RecurrentPolicy(PolicyBase):
 
     Arguments, every method (each converted and checked once per call):
 
-    - ``params``: the :class:`~ppo_ref.flat.FlatArrays` of :meth:`init_params` /
+    - ``params``: the :class:`~ppo_ref.fast.flat.FlatArrays` of :meth:`init_params` /
       :meth:`as_flat` (float64, in :meth:`flat_layout`, entries still views of its buffer),
       finite. A plain dict is refused (convert it with :meth:`as_flat`, or use
       :class:`SpecRecurrentPolicy`, which takes plain dicts).
@@ -237,7 +237,7 @@ class RecurrentPolicy(PolicyBase):
     # -- parameters and state -----------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`recurrent_actor_critic_init` + the head's (``log_std``),
-        as a :class:`~ppo_ref.flat.FlatArrays` (:meth:`as_flat`); the draws of
+        as a :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`as_flat`); the draws of
         :meth:`SpecRecurrentPolicy.init_params`, so the same values."""
         c = self.config
         params = recurrent_actor_critic_init(
@@ -265,7 +265,7 @@ class RecurrentPolicy(PolicyBase):
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """``arrays`` (same keys as the parameters, e.g. a plain dict of
         :class:`SpecRecurrentPolicy`) copied into one float64 buffer in :meth:`flat_layout`
-        (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays, same key order and values):
+        (:class:`~ppo_ref.fast.flat.FlatArrays`: still a dict of arrays, same key order and values):
         the parameters this class takes. With parameters and gradients in one layout, Adam and
         the global-norm clip of :mod:`ppo_ref.optim` run one fused pass over the buffer."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
@@ -278,7 +278,7 @@ class RecurrentPolicy(PolicyBase):
     # -- argument checks ------------------------------------------------------------------------
     def _checked_spec(self, params) -> _FastSpec:
         """The :class:`_FastSpec` of ``params``, which must be finite float64
-        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` forming this policy's network
+        :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout` forming this policy's network
         (the structure is checked once per layout, the values every call); ``ValueError``
         naming ``params`` otherwise."""
         if type(params) is not FlatArrays:
@@ -648,8 +648,8 @@ class RecurrentPolicy(PolicyBase):
             d_log_probs, d_values: finite ``[T, n]``; d_entropy: finite ``[T, n]`` or None.
 
         Returns:
-            float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (float64
-            compute: a buffer of the reuse pools of :mod:`ppo_ref._workspace`, handed out
+            float64 :class:`~ppo_ref.fast.flat.FlatArrays` in the layout of ``params`` (float64
+            compute: a buffer of the reuse pools of :mod:`ppo_ref.fast.workspace`, handed out
             again once the caller drops it; float32: computed in float32, then widened into a
             new buffer).
 

@@ -3,7 +3,7 @@ loss and the fused in-place clipped-Adam step, on one-buffer parameters.
 
 What the trainers call (``ppo_ref.ppo``, ``ppo_ref.recurrent_ppo``, the actor-learner's
 learner): :func:`run_epochs`, on parameters held as a float64
-:class:`~ppo_ref.flat.FlatArrays` (what the fast policies' ``init_params`` give). For plain
+:class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies' ``init_params`` give). For plain
 dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for them).
 
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
@@ -27,7 +27,7 @@ import numpy as np
 
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
-from ppo_ref.flat import FlatArrays, flatten_arrays, is_flat
+from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.losses import _minibatch_loss_kernel
 from ppo_ref.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import VALUE_LOSS_MODES, normalize_advantages, ratio_overflow_error
@@ -148,7 +148,7 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     within about 1e-10 relative (``tests/test_spec_update.py``), and exactly when no step clips.
 
     Args:
-        params: an intact float64 :class:`~ppo_ref.flat.FlatArrays` (what the fast policies
+        params: an intact float64 :class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies
             give); never modified.
         adam_state: ``{"t", "m", "v"}`` with moments keyed and shaped like ``params`` (plain
             dicts or FlatArrays: they are copied into ``params``' layout); never modified.
@@ -170,7 +170,7 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     """
     if not (is_flat(params) and params.flat.dtype == np.float64):
         raise ValueError("ppo_ref.update.run_epochs takes params as an intact float64 FlatArrays "
-                         f"(ppo_ref.flat; what the fast policies give), got {type(params).__name__}"
+                         f"(ppo_ref.fast.flat; what the fast policies give), got {type(params).__name__}"
                          "; for plain dicts use ppo_ref.spec.update.run_epochs")
     if not (isinstance(adam_state, dict) and {"t", "m", "v"} <= adam_state.keys()):
         raise ValueError("adam_state must be an Adam state from adam_init (keys 't', 'm', 'v')")

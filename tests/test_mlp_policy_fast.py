@@ -11,7 +11,7 @@ import pytest
 
 from gradcheck import check_gradients
 from ppo_ref.config import PPOConfig
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat, same_layout
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat, same_layout
 from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward
 from ppo_ref.policies import MLPPolicy
 

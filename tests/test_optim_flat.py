@@ -1,12 +1,12 @@
 """The fused in-place clipped-Adam step of the fast update (ppo_ref.optim.clipped_adam_step) on
-one-buffer parameter dicts (ppo_ref.flat), against the spec's clip_by_global_norm + adam_update
+one-buffer parameter dicts (ppo_ref.fast.flat), against the spec's clip_by_global_norm + adam_update
 on plain dicts."""
 import math
 
 import numpy as np
 import pytest
 
-from ppo_ref.flat import FlatArrays, flatten_arrays
+from ppo_ref.fast.flat import FlatArrays, flatten_arrays
 from ppo_ref.optim import (_clipped_adam_kernel_in_place, adam_init, adam_update,
                            clip_by_global_norm, clipped_adam_step, global_norm)
 from ppo_ref.spec.optim import adam_element

@@ -255,7 +255,7 @@ def test_run_epochs_one_buffer_params_updated_in_place_same_trajectory():
     run_epochs on plain dicts (one-entry arrays: the global norms are summed alike, so the bits
     agree), and the caller's params and state are not written."""
     from ppo_ref import update
-    from ppo_ref.flat import flatten_arrays
+    from ppo_ref.fast.flat import flatten_arrays
     from ppo_ref.optim import adam_init
     cfg = PPOConfig(n_steps=B, batch_size=MB, n_epochs=3)
     results = []

@@ -18,7 +18,7 @@ from gradcheck import check_gradients
 from gymnasium import spaces
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.flat import FlatArrays, flatten_arrays, is_flat
+from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.nn.lstm import _linear_rows, lstm_forward
 from ppo_ref.recurrent_policies import (LSTMStates, RecurrentPolicy, SpecRecurrentPolicy,
                                         _FastCache, recurrent_actor_critic_step)

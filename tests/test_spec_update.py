@@ -8,7 +8,7 @@ import pytest
 from gradcheck import check_gradients
 from ppo_ref import update
 from ppo_ref.config import PPOConfig
-from ppo_ref.flat import flatten_arrays
+from ppo_ref.fast.flat import flatten_arrays
 from ppo_ref.spec import update as spec
 from ppo_ref.spec.optim import adam_init
 

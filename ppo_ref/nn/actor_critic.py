@@ -316,7 +316,7 @@ def _table(layout, layers, prefix: str) -> np.ndarray:
 def flat_net(params: Mapping[str, np.ndarray], layout, shared_trunk: bool) -> FlatNet:
     """Check the network's arrays ``params`` (exactly the network's keys, as
     :func:`actor_critic_forward` checks them) and return their :class:`FlatNet` in ``layout``
-    (the :class:`~ppo_ref.flat.FlatLayout` of the buffer they are views of). Raises
+    (the :class:`~ppo_ref.fast.flat.FlatLayout` of the buffer they are views of). Raises
     ``ValueError`` as :func:`actor_critic_forward` does."""
     trunk, pi, vf = _structure(params, bool(shared_trunk))
     width = lambda layers: sum(int(w.shape[0]) for w, _ in layers)  # noqa: E731

@@ -64,7 +64,7 @@ from llvmlite import ir as llvm_ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
-from ppo_ref import _workspace as workspace
+from ppo_ref.fast import workspace
 from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
 from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
@@ -843,7 +843,7 @@ def _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
     hidden = four_h // 4
     n_steps, n_env, _ = x.shape
     dtype = x.dtype
-    # the arrays come from the reuse pools of ppo_ref._workspace (never one still held)
+    # the arrays come from the reuse pools of ppo_ref.fast.workspace (never one still held)
     h_prev = workspace.empty("lstm.h_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
     c_prev = workspace.empty("lstm.c_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
     gates = workspace.empty("lstm.gates", (n_lstm, n_steps, n_env, four_h), dtype)

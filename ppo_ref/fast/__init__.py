@@ -1,0 +1,1 @@
+"""The compiled tier (placeholder docstring, completed below)."""
