@@ -9,7 +9,7 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
   float64 input of one shape (``tests/test_spec_update.py``): the per-minibatch normalization is
   the spec's ``normalize_advantages``, then one call of the compiled
-  ``ppo_ref.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
+  ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic.
@@ -28,7 +28,7 @@ import numpy as np
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.losses import _minibatch_loss_kernel
+from ppo_ref.fast.losses import _minibatch_loss_kernel
 from ppo_ref.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import VALUE_LOSS_MODES, normalize_advantages, ratio_overflow_error
 from ppo_ref.spec.update import (KL_STOP_RULES, BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
@@ -43,7 +43,7 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
                    old_values, *, config, clip_range: float,
                    with_log_ratio: bool = True) -> MinibatchLoss:
     """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through one call of the compiled
-    ``ppo_ref.losses._minibatch_loss_kernel``.
+    ``ppo_ref.fast.losses._minibatch_loss_kernel``.
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
