@@ -11,7 +11,7 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
   the spec's ``normalize_advantages``, then one call of the compiled
   ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
-  the global gradient norm (see ``ppo_ref.optim.clipped_adam_step``): the same loop
+  the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic.
 
 The other names (``Minibatch``, ``MinibatchLoss``, ``batch_advantages``,
@@ -29,7 +29,7 @@ from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_c
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.fast.losses import _minibatch_loss_kernel
-from ppo_ref.optim import _clipped_adam_step, check_flat_step_arguments
+from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import VALUE_LOSS_MODES, normalize_advantages, ratio_overflow_error
 from ppo_ref.spec.update import (KL_STOP_RULES, BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
                                  batch_advantages, effective_clip_range, epoch_loop)
@@ -143,7 +143,7 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
                evaluate: EvaluateFn, backward: BackwardFn) -> Tuple[FlatArrays, dict, Dict[str, float]]:
     """:func:`ppo_ref.spec.update.run_epochs` for one-buffer parameters: the same loop
     (:func:`ppo_ref.spec.update.epoch_loop`) with :func:`minibatch_loss` (the spec's bits) and
-    the fused in-place step ``ppo_ref.optim.clipped_adam_step`` (the spec's element arithmetic;
+    the fused in-place step ``ppo_ref.fast.optim.clipped_adam_step`` (the spec's element arithmetic;
     the global norm summed in sequence). Over a few epochs the results agree with the spec's
     within about 1e-10 relative (``tests/test_spec_update.py``), and exactly when no step clips.
 
