@@ -1,4 +1,4 @@
-"""The fast PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the compiled minibatch
+"""The compiled tier of the PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the compiled minibatch
 loss and the fused in-place clipped-Adam step, on one-buffer parameters.
 
 What the trainers call (``ppo_ref.ppo``, ``ppo_ref.recurrent_ppo``, the actor-learner's
@@ -14,9 +14,9 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic.
 
-The other names (``Minibatch``, ``MinibatchLoss``, ``batch_advantages``,
-``shuffled_minibatch_indices`` = :func:`ppo_ref.spec.update.row_minibatches`,
-``effective_clip_range``, ``KL_STOP_RULES``) are those of :mod:`ppo_ref.spec.update`.
+The types and helpers they share (``Minibatch``, ``MinibatchLoss``, ``batch_advantages``,
+``row_minibatches``, ``effective_clip_range``, ``KL_STOP_RULES``) are those of
+:mod:`ppo_ref.spec.update`; import them from there.
 """
 from __future__ import annotations
 
@@ -31,12 +31,9 @@ from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.fast.losses import _minibatch_loss_kernel
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import VALUE_LOSS_MODES, normalize_advantages, ratio_overflow_error
-from ppo_ref.spec.update import (KL_STOP_RULES, BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
-                                 batch_advantages, effective_clip_range, epoch_loop)
-from ppo_ref.spec.update import row_minibatches as shuffled_minibatch_indices
-
-__all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
-           "shuffled_minibatch_indices", "run_epochs", "effective_clip_range", "KL_STOP_RULES"]
+from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
+                                 effective_clip_range, epoch_loop)
+__all__ = ["minibatch_loss", "run_epochs"]
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
@@ -169,7 +166,7 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
         FloatingPointError: a non-finite gradient norm (nothing of that step is applied).
     """
     if not (is_flat(params) and params.flat.dtype == np.float64):
-        raise ValueError("ppo_ref.update.run_epochs takes params as an intact float64 FlatArrays "
+        raise ValueError("ppo_ref.fast.update.run_epochs takes params as an intact float64 FlatArrays "
                          f"(ppo_ref.fast.flat; what the fast policies give), got {type(params).__name__}"
                          "; for plain dicts use ppo_ref.spec.update.run_epochs")
     if not (isinstance(adam_state, dict) and {"t", "m", "v"} <= adam_state.keys()):
