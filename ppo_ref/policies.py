@@ -43,7 +43,7 @@ import numpy as np
 
 from ppo_ref._numba import njit
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.nn.lstm import _all_finite
+from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.fast import workspace
 from ppo_ref.nn.actor_critic import (FlatCache, FlatNet, actor_critic_init, flat_backward,
                                      flat_forward, flat_net)

@@ -38,7 +38,7 @@ results:
     Parameters in one float64 buffer (:class:`~ppo_ref.fast.flat.FlatArrays` in
     :meth:`RecurrentPolicy.flat_layout`, as :meth:`RecurrentPolicy.init_params` and
     :meth:`RecurrentPolicy.as_flat` give), and nothing else. Both LSTMs run in one compiled
-    call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.nn.lstm`),
+    call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.fast.lstm`),
     each tower in one compiled call whose rows never depend on each other (fused multiply-add
     chains of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, independent of BLAS), the categorical
     head in one compiled pass. So acting one step of N envs, the replay of a ``[T, N]``
@@ -58,8 +58,8 @@ from ppo_ref.fast import workspace
 from ppo_ref._checks import as_flag_array
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
-from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
-                             _keep_rows, _step_stacked)
+from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
+                              _keep_rows, _step_stacked)
 from ppo_ref.nn.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
 from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
@@ -114,7 +114,7 @@ class _FastSpec(NamedTuple):
 class _FastCache(NamedTuple):
     """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
     buffer in the compute dtype, the inputs and the stacked LSTM arrays of
-    :func:`ppo_ref.nn.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
+    :func:`ppo_ref.fast.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
     towers' outputs buffers of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, ``policy_out
     [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
     head) the probabilities and entropies (``None`` otherwise)."""
@@ -483,7 +483,7 @@ class RecurrentPolicy(PolicyBase):
     def _step(self, params, obs, state, episode_starts, first: int = 0):
         """One checked step of the LSTMs from ``first`` on: ``(spec, flat, h_new, c_new)``,
         the parameter buffer and the new states ``[L - first, N, H]`` in the compute dtype
-        (:func:`ppo_ref.nn.lstm._step_stacked`: the arithmetic of the replay's LSTM kernel)."""
+        (:func:`ppo_ref.fast.lstm._step_stacked`: the arithmetic of the replay's LSTM kernel)."""
         spec = self._checked_spec(params)
         x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
         flat = self._compute_flat(params)

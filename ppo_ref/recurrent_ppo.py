@@ -37,7 +37,7 @@ Update
 
 Exactness note: with the compiled ``RecurrentPolicy`` (whose parameters are the one buffer
 the trainer holds) every quantity of an env is computed with arithmetic that does not depend
-on which other envs share the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers
+on which other envs share the call: the LSTM kernels (:mod:`ppo_ref.fast.lstm`), the towers
 (row-wise fused multiply-add chains instead of BLAS products, whose rounding can depend on the
 number of rows) and the compiled categorical head. Acting (N rows per step), the replay of the
 rollout (``T * N`` rows) and a minibatch of any ``n`` envs therefore give the same bits, and

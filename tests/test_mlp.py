@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from gradcheck import check_gradients
 from ppo_ref.nn.init import orthogonal
-import ppo_ref.nn.lstm as lstm_mod
+import ppo_ref.fast.lstm as lstm_mod
 from ppo_ref.nn.mlp import (
     ActivationCache, LinearCache, MLPCache, _mlp_backward_2d, _mlp_backward_flat,
     _mlp_forward_2d, _mlp_forward_flat, linear_backward, linear_forward, linear_init,
@@ -391,7 +391,7 @@ def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
 
 def _fma_chain(start, a, b):
     """``fma(a[K-1], b[K-1], ... fma(a[0], b[0], start))``, each step rounded once (exact
-    rational arithmetic: :func:`ppo_ref.nn.lstm._fma` interpreted)."""
+    rational arithmetic: :func:`ppo_ref.fast.lstm._fma` interpreted)."""
     o = float(start)
     for u, v in zip(a, b):
         o = lstm_mod._fma(float(u), float(v), o)
@@ -404,7 +404,7 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
     term at a time in exact arithmetic with one rounding per FMA: forward chains over the
     inputs from the bias; weight gradients over the rows in order from 0; bias gradients
     added row by row; dL/dh over the outputs, times the derivative; dL/dx continuing from the
-    given ``dx``. Hidden tanh is :func:`ppo_ref.nn.lstm._tanh` (interpreted, same bits).
+    given ``dx``. Hidden tanh is :func:`ppo_ref.fast.lstm._tanh` (interpreted, same bits).
     Rows and widths cover the register blocks (8 x 16) and their leftovers. Also: a subset
     of rows gives its rows' outputs bit for bit (row independence)."""
     sizes, rows = [17, 18, 3], 19

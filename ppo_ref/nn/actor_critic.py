@@ -283,7 +283,7 @@ def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCa
 # :func:`~ppo_ref.nn.mlp._mlp_backward_flat` described by a layer table into the parameter
 # buffer: every product is a chain of fused multiply-adds in the order documented in
 # :mod:`ppo_ref.nn.mlp` (forward over the inputs k = 0, 1, ..., row by row; weight gradients
-# over the rows in order), tanh is the project's own :func:`ppo_ref.nn.lstm._tanh_any`. So a
+# over the rows in order), tanh is the project's own :func:`ppo_ref.fast.lstm._tanh_any`. So a
 # row's outputs never depend on the other rows of the call (acting on N rows, the rollout's
 # T N rows and any minibatch agree bit for bit), and no result depends on BLAS or on the
 # machine (IEEE 754 arithmetic with a correctly rounded fma). The shared trunk's last layer is

@@ -30,8 +30,8 @@ import numpy as np
 from ppo_ref._checks import as_float_array, check_choice, check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.nn.init import orthogonal
-from ppo_ref.nn.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
-                             _transpose_into, _wide)
+from ppo_ref.fast.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
+                              _transpose_into, _wide)
 
 __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
@@ -256,7 +256,7 @@ def _mlp_backward_2d(layers, layer_inputs, dy2: np.ndarray, activation: str, pre
 #
 # Summation order (documented, BLAS-independent, so the results are the same on every machine
 # with IEEE 754 fused multiply-add, whatever BLAS is installed): every product is a chain of
-# FMAs by :func:`ppo_ref.nn.lstm._add_products`,
+# FMAs by :func:`ppo_ref.fast.lstm._add_products`,
 #
 #     forward     a[n, j]     = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
 #                               (k = 0 .. in-1: a row never depends on another row)
@@ -268,7 +268,7 @@ def _mlp_backward_2d(layers, layer_inputs, dy2: np.ndarray, activation: str, pre
 #                 dx[n, k]   += the same chain for layer 0, continuing from dx's entry.
 #
 # Activations: relu ``max(a, 0)`` (derivative ``[h > 0]``, 0 at 0 as torch) or tanh by the
-# project's own :func:`ppo_ref.nn.lstm._tanh_any` (derivative ``1 - h^2``), in the dtype of the
+# project's own :func:`ppo_ref.fast.lstm._tanh_any` (derivative ``1 - h^2``), in the dtype of the
 # buffers. The kernels call ``_add_products``, ``_linear_rows`` and ``_tanh_any`` of
 # :mod:`ppo_ref.nn.lstm` (one product primitive for the whole project); numba's on-disk cache
 # does not see edits to those: after changing them, delete the ``*.nbi``/``*.nbc`` files of
@@ -332,7 +332,7 @@ def _mlp_forward_flat(x, flat, table, relu, acts):
         acts: 1-D ``[M * sum_i out_i]``, written: every layer's output (the last block is
             ``y [M, out_L]``).
 
-    ``a_i = b_i + h_i @ w_i.T`` by :func:`ppo_ref.nn.lstm._linear_rows` (FMA chains in input
+    ``a_i = b_i + h_i @ w_i.T`` by :func:`ppo_ref.fast.lstm._linear_rows` (FMA chains in input
     order, row by row: a row's outputs never depend on the other rows of the call), ``h_{i+1} =
     act(a_i)`` for i < L-1. Each weight is transposed into a scratch ``[in, out]`` first.
     Unchecked: the caller guarantees shapes, contiguity and one dtype.
