@@ -1,4 +1,5 @@
-"""Policies: the MLP actor-critic of :mod:`ppo_ref.nn.actor_critic` plus a distribution head.
+"""Policies: the MLP actor-critic (:mod:`ppo_ref.spec.networks`; compiled:
+:mod:`ppo_ref.fast.actor_critic`) plus a distribution head.
 
 A *head* turns the network's ``policy_out`` into a distribution over actions; it is written
 once here and reused by the recurrent policy:
@@ -28,7 +29,7 @@ Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
 :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
 views into one float64 buffer, which :mod:`ppo_ref.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
-:func:`ppo_ref.nn.actor_critic.flat_forward` / :func:`~ppo_ref.nn.actor_critic.flat_backward`:
+:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`:
 fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
 other rows of the call nor on BLAS or the machine (the rollout's stored log-probabilities and
 every minibatch's agree bit for bit). ``config.compute_dtype="float32"`` runs those passes in
@@ -45,8 +46,8 @@ from ppo_ref._numba import njit
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.fast import workspace
-from ppo_ref.nn.actor_critic import (FlatCache, FlatNet, actor_critic_init, flat_backward,
-                                     flat_forward, flat_net)
+from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
+from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.distributions import (
     _categorical_backward_kernel, _categorical_eval_kernel, categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
@@ -278,9 +279,9 @@ class PolicyEval(NamedTuple):
 
 class _MLPCache(NamedTuple):
     """Cache of :meth:`MLPPolicy.evaluate`: the parameters' layout, its
-    :class:`~ppo_ref.nn.actor_critic.FlatNet` and
+    :class:`~ppo_ref.fast.actor_critic.FlatNet` and
     the parameter buffer the pass used (compute dtype), the network's
-    :class:`~ppo_ref.nn.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
+    :class:`~ppo_ref.fast.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
     and (categorical head) the probabilities and entropies for the backward (``None``
     otherwise)."""
     layout: FlatLayout
@@ -337,17 +338,15 @@ class PolicyBase:
 
 class MLPPolicy(PolicyBase):
     """Feedforward actor-critic policy (compiled tier): the network of
-    :mod:`ppo_ref.nn.actor_critic` + a distribution head.
+    :mod:`ppo_ref.fast.actor_critic` + a distribution head.
 
-    Every method runs the network by :func:`ppo_ref.nn.actor_critic.flat_forward` /
-    :func:`~ppo_ref.nn.actor_critic.flat_backward` on the parameter buffer: equal to
+    Every method runs the network by :func:`ppo_ref.fast.actor_critic.flat_forward` /
+    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer: equal to
     ``ppo_ref.spec.networks.actor_critic_forward`` within rtol 1e-12 and
-    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each
-    gradient array's largest entry) in float64 (the same math as
-    :func:`~ppo_ref.nn.actor_critic.actor_critic_forward`/``backward``); in a summation order
-    fixed by the code, so per-row results are the same bits whatever the batch, BLAS or
-    machine. With ``config.compute_dtype="float32"`` the network runs in float32 (parameters
-    and observations rounded to float32 once per call).
+    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each gradient
+    array's largest entry) in float64; in a summation order fixed by the code, so per-row results
+    are the same bits whatever the batch, BLAS or machine. With ``config.compute_dtype="float32"``
+    the network runs in float32 (parameters and observations rounded to float32 once per call).
 
     ``params`` must be a :class:`~ppo_ref.fast.flat.FlatArrays` holding exactly this policy's
     arrays (:meth:`init_params`, or :meth:`as_flat` of a parameter dict); every method checks
@@ -400,7 +399,7 @@ class MLPPolicy(PolicyBase):
         return {k: v for k, v in params.items() if k not in self._head_keys}
 
     def _check_params(self, params) -> FlatNet:
-        """The :class:`~ppo_ref.nn.actor_critic.FlatNet` of ``params`` (structure checked once
+        """The :class:`~ppo_ref.fast.actor_critic.FlatNet` of ``params`` (structure checked once
         per layout), after checking that they are an intact float64 FlatArrays of this
         policy's arrays with finite entries; ``ValueError`` naming ``params`` otherwise."""
         if type(params) is FlatArrays and not params.intact():

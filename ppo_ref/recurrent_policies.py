@@ -40,7 +40,7 @@ results:
     :meth:`RecurrentPolicy.as_flat` give), and nothing else. Both LSTMs run in one compiled
     call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.fast.lstm`),
     each tower in one compiled call whose rows never depend on each other (fused multiply-add
-    chains of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, independent of BLAS), the categorical
+    chains of :func:`ppo_ref.fast.mlp._mlp_forward_flat`, independent of BLAS), the categorical
     head in one compiled pass. So acting one step of N envs, the replay of a ``[T, N]``
     rollout and any minibatch of its envs give the same bits, in float64 and in float32
     (``config.compute_dtype``). It equals :class:`SpecRecurrentPolicy` within the tolerance
@@ -60,7 +60,7 @@ from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
                               _keep_rows, _step_stacked)
-from ppo_ref.nn.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
+from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
 from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
@@ -98,7 +98,7 @@ class _FastSpec(NamedTuple):
     """What :class:`RecurrentPolicy` reads from a parameter layout it has checked once: the
     layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop, stacked shape)`` of
     ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and per tower the layer table of
-    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
+    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
     ``b_i`` in the buffer, ``out_i``, ``in_i``) and the sum of its layers' output widths (the
     per-row size of its outputs buffer)."""
     layout: FlatLayout
@@ -115,7 +115,7 @@ class _FastCache(NamedTuple):
     """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
     buffer in the compute dtype, the inputs and the stacked LSTM arrays of
     :func:`ppo_ref.fast.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
-    towers' outputs buffers of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, ``policy_out
+    towers' outputs buffers of :func:`ppo_ref.fast.mlp._mlp_forward_flat`, ``policy_out
     [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
     head) the probabilities and entropies (``None`` otherwise)."""
     spec: _FastSpec
@@ -170,7 +170,7 @@ def _tower_table(layout: FlatLayout, layers, prefix: str):
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
                    relu: bool):
     """A tower forward: ``(acts, y)``, the outputs buffer ``[rows * width]`` of
-    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its backward reads it) and the tower output
+    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (its backward reads it) and the tower output
     ``y [rows, out]``, a view of its last ``rows * out`` entries."""
     rows = x.shape[0]
     acts = np.empty(rows * width, flat.dtype)

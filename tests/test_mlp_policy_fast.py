@@ -1,5 +1,5 @@
 """The compiled tier of the MLP policy (MLPPolicy on its parameter buffer,
-ppo_ref.nn.actor_critic.flat_forward/flat_backward): agreement with the readable
+ppo_ref.fast.actor_critic.flat_forward/flat_backward): agreement with the readable
 actor_critic_forward/backward within the rtol its docstrings state, gradients against central
 differences, acting methods against evaluate bit for bit, float32 compute, argument errors,
 and the FlatArrays container it reads."""

@@ -1,5 +1,5 @@
-"""The compiled tier of the PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the compiled minibatch
-loss and the fused in-place clipped-Adam step, on one-buffer parameters.
+"""The compiled tier of the PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the
+compiled minibatch loss and the fused in-place clipped-Adam step, on one-buffer parameters.
 
 What the trainers call (``ppo_ref.ppo``, ``ppo_ref.recurrent_ppo``, the actor-learner's
 learner): :func:`run_epochs`, on parameters held as a float64
