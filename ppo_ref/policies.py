@@ -43,17 +43,16 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.fast import workspace
 from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
+from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
+from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.distributions import (
-    _categorical_backward_kernel, _categorical_eval_kernel, categorical_entropy, categorical_entropy_backward, categorical_log_prob,
+    categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
     gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
-)
-from ppo_ref.nn.distributions import (
     multi_categorical_entropy, multi_categorical_entropy_backward, multi_categorical_log_prob,
     multi_categorical_log_prob_backward, multi_categorical_mode, multi_categorical_sample,
 )
@@ -485,7 +484,7 @@ class MLPPolicy(PolicyBase):
     def _head_eval(self, out, params, actions, with_entropy: bool):
         """``(log_probs [B], entropy [B] or None, probs or None)`` of ``actions`` under the
         head on ``policy_out = out``: the categorical head by one compiled pass
-        (:func:`~ppo_ref.nn.distributions._categorical_eval_kernel`, whose probabilities and
+        (:func:`~ppo_ref.fast.distributions._categorical_eval_kernel`, whose probabilities and
         entropies the backward reads), the Gaussian by its own methods."""
         if self.head.kind == "categorical":
             n = out.shape[0]

@@ -54,10 +54,10 @@ from typing import Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref.fast import workspace
 from ppo_ref._checks import as_flag_array
+from ppo_ref.fast import workspace
+from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
-from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
                               _keep_rows, _step_stacked)
 from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
@@ -464,7 +464,7 @@ class RecurrentPolicy(PolicyBase):
     def _head_eval(self, out: np.ndarray, params, actions: np.ndarray):
         """``(log_probs [B], entropy [B], probs)`` of the head at ``out [B, P]`` (compute
         dtype) for flat ``actions``: categorical by the compiled pass
-        :func:`ppo_ref.nn.distributions._categorical_eval_kernel` (``probs [B, P]`` kept for
+        :func:`ppo_ref.fast.distributions._categorical_eval_kernel` (``probs [B, P]`` kept for
         the backward), Gaussian by the head's functions (``probs`` None). Row by row, so a row
         gets the same bits in any call. ``ValueError`` when the network's logits are not
         finite (parameters too large for these inputs)."""
