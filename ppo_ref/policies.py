@@ -18,7 +18,9 @@ once here and reused by the recurrent policy:
 Each head offers ``sample``, ``mode``, ``log_prob``, ``entropy`` and ``backward`` (the
 gradient of ``sum_i d_log_probs[i] * log_prob[i] + d_entropy[i] * entropy[i]`` with respect to
 ``policy_out`` and the head's own parameters), delegating the math to
-:mod:`ppo_ref.nn.distributions`.
+:mod:`ppo_ref.nn.distributions` (= :mod:`ppo_ref.spec.distributions`). The fast policies run
+the categorical head's log-prob, entropy and backward by the compiled kernels of
+:mod:`ppo_ref.fast.distributions` instead.
 
 Parameters are one flat dict of float64 arrays: the network keys (``pi.*``, ``vf.*``,
 ``trunk.*``) plus the head's keys (``log_std`` for the Gaussian). Policies hold no parameters;
@@ -27,7 +29,7 @@ policy object.
 
 Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
 :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
-views into one float64 buffer, which :mod:`ppo_ref.optim` updates at once), and every pass
+views into one float64 buffer, which :mod:`ppo_ref.fast.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
 :func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`:
 fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
@@ -132,8 +134,8 @@ class MultiCategoricalHead:
     slice of ``nvec[k]`` logits after those of components ``0 .. k-1``; actions are int64
     ``[B, K]``. ``log_prob`` and ``entropy`` are sums over the components (the distribution is
     their product: SB3 ``MultiCategoricalDistribution``, CleanRL ``ppo_multidiscrete.py``;
-    the MultiDiscrete detail of Huang et al. 2022). The math is the compiled
-    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions`.
+    the MultiDiscrete detail of Huang et al. 2022). The math is the
+    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions` (the readable tier's).
     """
 
     kind = "multi_categorical"
@@ -388,7 +390,7 @@ class MLPPolicy(PolicyBase):
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """A copy of a parameter-shaped dict (parameters, gradients, Adam moments) as a
         :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
-        of this policy and the one-buffer path of :mod:`ppo_ref.optim` read. Values and key
+        of this policy and the one-buffer path of :mod:`ppo_ref.fast.optim` read. Values and key
         order are unchanged."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 

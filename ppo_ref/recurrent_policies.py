@@ -267,7 +267,7 @@ class RecurrentPolicy(PolicyBase):
         :class:`SpecRecurrentPolicy`) copied into one float64 buffer in :meth:`flat_layout`
         (:class:`~ppo_ref.fast.flat.FlatArrays`: still a dict of arrays, same key order and values):
         the parameters this class takes. With parameters and gradients in one layout, Adam and
-        the global-norm clip of :mod:`ppo_ref.optim` run one fused pass over the buffer."""
+        the global-norm clip of :mod:`ppo_ref.fast.optim` run one fused pass over the buffer."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 
     def initial_state(self, n_envs: int) -> LSTMStates:

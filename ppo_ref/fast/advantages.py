@@ -26,9 +26,8 @@ from numba.extending import register_jitable
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import advantages as _spec_advantages
 from ppo_ref.spec import masks as _spec_masks
-from ppo_ref.spec.masks import TRUNCATION_MODES
 
-__all__ = ["TRUNCATION_MODES", "gae_recursion", "vtrace_recursion", "log_ratios",
+__all__ = ["gae_recursion", "vtrace_recursion", "log_ratios",
            "transition_masks_loop", "episode_starts_loop"]
 
 # the helpers, usable from compiled code (the spec functions themselves are returned unchanged)
