@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import errno
 import importlib
-import json
 import os
 import signal
 import sys
