@@ -83,10 +83,10 @@ def main(argv=None) -> int:
         with contextlib.redirect_stdout(io.StringIO()):
             last20, mean, std, wall, steps = train_and_evaluate(env_id, budget, args.seed,
                                                                 args.eval_episodes)
-        published = "n/a" if entry.published is None else f"{entry.published:.2f}"
+        published = entry.published_source if entry.published is None \
+            else f"{entry.published:.2f} ({entry.published_source})"
         print(f"| {env_id} | {entry.policy} | {entry.source} | {steps} ({entry.n_timesteps}) | "
-              f"{last20:.2f} | {mean:.2f} +- {std:.2f} | {wall:.1f} | {published} "
-              f"({entry.published_source}) |", flush=True)
+              f"{last20:.2f} | {mean:.2f} +- {std:.2f} | {wall:.1f} | {published} |", flush=True)
     return 0
 
 
