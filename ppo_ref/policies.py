@@ -1,4 +1,5 @@
-"""Policies: the MLP actor-critic of :mod:`ppo_ref.nn.actor_critic` plus a distribution head.
+"""Policies: the MLP actor-critic (:mod:`ppo_ref.spec.networks`; compiled:
+:mod:`ppo_ref.fast.actor_critic`) plus a distribution head.
 
 A *head* turns the network's ``policy_out`` into a distribution over actions; it is written
 once here and reused by the recurrent policy:
@@ -17,7 +18,9 @@ once here and reused by the recurrent policy:
 Each head offers ``sample``, ``mode``, ``log_prob``, ``entropy`` and ``backward`` (the
 gradient of ``sum_i d_log_probs[i] * log_prob[i] + d_entropy[i] * entropy[i]`` with respect to
 ``policy_out`` and the head's own parameters), delegating the math to
-:mod:`ppo_ref.nn.distributions`.
+:mod:`ppo_ref.nn.distributions` (= :mod:`ppo_ref.spec.distributions`). The fast policies run
+the categorical head's log-prob, entropy and backward by the compiled kernels of
+:mod:`ppo_ref.fast.distributions` instead.
 
 Parameters are one flat dict of float64 arrays: the network keys (``pi.*``, ``vf.*``,
 ``trunk.*``) plus the head's keys (``log_std`` for the Gaussian). Policies hold no parameters;
@@ -25,10 +28,10 @@ every method takes ``params`` explicitly, so a trainer, a learner and an actor c
 policy object.
 
 Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
-:class:`~ppo_ref.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
-views into one float64 buffer, which :mod:`ppo_ref.optim` updates at once), and every pass
+:class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
+views into one float64 buffer, which :mod:`ppo_ref.fast.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
-:func:`ppo_ref.nn.actor_critic.flat_forward` / :func:`~ppo_ref.nn.actor_critic.flat_backward`:
+:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`:
 fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
 other rows of the call nor on BLAS or the machine (the rollout's stored log-probabilities and
 every minibatch's agree bit for bit). ``config.compute_dtype="float32"`` runs those passes in
@@ -42,20 +45,14 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.nn.lstm import _all_finite
-from ppo_ref import _workspace as workspace
-from ppo_ref.nn.actor_critic import (FlatCache, FlatNet, actor_critic_init, flat_backward,
-                                     flat_forward, flat_net)
-from ppo_ref.nn.distributions import (
-    _categorical_backward_kernel, _categorical_eval_kernel, categorical_entropy, categorical_entropy_backward, categorical_log_prob,
-    categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
-    gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
-)
-from ppo_ref.nn.distributions import (
-    multi_categorical_entropy, multi_categorical_entropy_backward, multi_categorical_log_prob,
-    multi_categorical_log_prob_backward, multi_categorical_mode, multi_categorical_sample,
-)
+from ppo_ref.fast import workspace
+from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
+from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
+from ppo_ref.fast.lstm import _all_finite
+from ppo_ref.nn.actor_critic import actor_critic_init
+from ppo_ref.fast import distributions as fast_distributions
+from ppo_ref.spec import distributions as spec_distributions
 
 __all__ = ["PolicyBase", "CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
@@ -82,7 +79,8 @@ class CategoricalHead:
 
     kind = "categorical"
 
-    def __init__(self, n_actions: int):
+    def __init__(self, n_actions: int, dist=spec_distributions):
+        self.dist = dist
         if int(n_actions) < 1:
             raise ValueError(f"n_actions must be >= 1, got {n_actions}")
         self.n_actions = int(n_actions)
@@ -96,28 +94,28 @@ class CategoricalHead:
 
     def sample(self, rng, policy_out, params) -> np.ndarray:
         """int64 actions ``[B]`` drawn from ``softmax(policy_out)`` with ``rng``."""
-        return categorical_sample(rng, policy_out)
+        return self.dist.categorical_sample(rng, policy_out)
 
     def mode(self, policy_out, params) -> np.ndarray:
         """The most probable action per row, int64 ``[B]``."""
-        return categorical_mode(policy_out)
+        return self.dist.categorical_mode(policy_out)
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """``log softmax(policy_out)[actions]``, ``[B]`` float64."""
-        return categorical_log_prob(policy_out, actions)
+        return self.dist.categorical_log_prob(policy_out, actions)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``-sum_k p_k log p_k`` per row, ``[B]``."""
-        return categorical_entropy(policy_out)
+        return self.dist.categorical_entropy(policy_out)
 
     def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
         """``(d_policy_out [B, n], {})`` for upstream gradients ``d_log_probs``, ``d_entropy``
         (either may be ``None`` for zero)."""
         d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
         if d_log_probs is not None:
-            d_out += categorical_log_prob_backward(policy_out, actions, d_log_probs)
+            d_out += self.dist.categorical_log_prob_backward(policy_out, actions, d_log_probs)
         if d_entropy is not None:
-            d_out += categorical_entropy_backward(policy_out, d_entropy)
+            d_out += self.dist.categorical_entropy_backward(policy_out, d_entropy)
         return d_out, {}
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -132,13 +130,14 @@ class MultiCategoricalHead:
     slice of ``nvec[k]`` logits after those of components ``0 .. k-1``; actions are int64
     ``[B, K]``. ``log_prob`` and ``entropy`` are sums over the components (the distribution is
     their product: SB3 ``MultiCategoricalDistribution``, CleanRL ``ppo_multidiscrete.py``;
-    the MultiDiscrete detail of Huang et al. 2022). The math is the compiled
-    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions`.
+    the MultiDiscrete detail of Huang et al. 2022). The math is the
+    ``multi_categorical_*`` of the head's ``dist`` (see :func:`make_head`).
     """
 
     kind = "multi_categorical"
 
-    def __init__(self, nvec):
+    def __init__(self, nvec, dist=spec_distributions):
+        self.dist = dist
         v = np.asarray(nvec)
         if v.ndim != 1 or v.size == 0 or v.dtype.kind not in "iu" or (v < 1).any():
             raise ValueError(f"nvec must be a non-empty 1-D array of integers >= 1, got {nvec!r}")
@@ -153,29 +152,29 @@ class MultiCategoricalHead:
 
     def sample(self, rng, policy_out, params) -> np.ndarray:
         """int64 actions ``[B, K]``, one independent draw per component with ``rng``."""
-        return multi_categorical_sample(rng, policy_out, self.nvec)
+        return self.dist.multi_categorical_sample(rng, policy_out, self.nvec)
 
     def mode(self, policy_out, params) -> np.ndarray:
         """Each component's most probable choice, int64 ``[B, K]``."""
-        return multi_categorical_mode(policy_out, self.nvec)
+        return self.dist.multi_categorical_mode(policy_out, self.nvec)
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """``sum_k log softmax(slice_k)[actions[:, k]]``, ``[B]`` float64."""
-        return multi_categorical_log_prob(policy_out, actions, self.nvec)
+        return self.dist.multi_categorical_log_prob(policy_out, actions, self.nvec)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``sum_k H_k`` per row, ``[B]`` float64."""
-        return multi_categorical_entropy(policy_out, self.nvec)
+        return self.dist.multi_categorical_entropy(policy_out, self.nvec)
 
     def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
         """``(d_policy_out [B, sum(nvec)], {})`` for upstream gradients ``d_log_probs``,
         ``d_entropy`` (either may be ``None`` for zero)."""
         d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
         if d_log_probs is not None:
-            d_out += multi_categorical_log_prob_backward(policy_out, actions, self.nvec,
+            d_out += self.dist.multi_categorical_log_prob_backward(policy_out, actions, self.nvec,
                                                          d_log_probs)
         if d_entropy is not None:
-            d_out += multi_categorical_entropy_backward(policy_out, self.nvec, d_entropy)
+            d_out += self.dist.multi_categorical_entropy_backward(policy_out, self.nvec, d_entropy)
         return d_out, {}
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -191,7 +190,9 @@ class GaussianHead:
 
     kind = "gaussian"
 
-    def __init__(self, action_dim: int, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0):
+    def __init__(self, action_dim: int, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0,
+                 dist=spec_distributions):
+        self.dist = dist
         self.action_dim = int(action_dim)
         self.out_dim = self.action_dim
         self.action_shape = (self.action_dim,)
@@ -206,7 +207,7 @@ class GaussianHead:
 
     def sample(self, rng, policy_out, params) -> np.ndarray:
         """Raw (unclipped) sample ``mean + exp(log_std) * eps``, float64 ``[B, A]``."""
-        return gaussian_sample(rng, policy_out, params["log_std"])
+        return self.dist.gaussian_sample(rng, policy_out, params["log_std"])
 
     def mode(self, policy_out, params) -> np.ndarray:
         """The mean, float64 ``[B, A]`` (unclipped)."""
@@ -214,11 +215,11 @@ class GaussianHead:
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """Log-density of the raw actions, summed over action dims, ``[B]``."""
-        return gaussian_log_prob(policy_out, params["log_std"], actions)
+        return self.dist.gaussian_log_prob(policy_out, params["log_std"], actions)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``sum_j (log_std_j + 0.5 log(2 pi e))`` broadcast to ``[B]``."""
-        return gaussian_entropy(params["log_std"], np.shape(policy_out)[:-1])
+        return self.dist.gaussian_entropy(params["log_std"], np.shape(policy_out)[:-1])
 
     def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
         """``(d_mean [B, A], {"log_std": d_log_std [A]})``."""
@@ -226,11 +227,11 @@ class GaussianHead:
         d_mean = np.zeros(np.shape(policy_out), dtype=np.float64)
         d_log_std = np.zeros_like(log_std, dtype=np.float64)
         if d_log_probs is not None:
-            dm, dls = gaussian_log_prob_backward(policy_out, log_std, actions, d_log_probs)
+            dm, dls = self.dist.gaussian_log_prob_backward(policy_out, log_std, actions, d_log_probs)
             d_mean += dm
             d_log_std += dls
         if d_entropy is not None:
-            d_log_std += gaussian_entropy_backward(log_std, d_entropy)
+            d_log_std += self.dist.gaussian_entropy_backward(log_std, d_entropy)
         return d_mean, {"log_std": d_log_std}
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -238,14 +239,36 @@ class GaussianHead:
         return np.clip(actions, self.low, self.high)
 
 
+class FastDistributions:
+    """The distribution functions the heads of the fast tier call: the compiled twins of
+    :mod:`ppo_ref.fast.distributions` for categorical sampling and the MultiDiscrete
+    log-probabilities, entropies and their gradients; every other function is the readable
+    tier's own (:mod:`ppo_ref.spec.distributions`: the Gaussian and the categorical mode are
+    cheap NumPy, and the fast policies evaluate the categorical head by their own kernels)."""
+    categorical_sample = staticmethod(fast_distributions.categorical_sample)
+    multi_categorical_log_prob = staticmethod(fast_distributions.multi_categorical_log_prob)
+    multi_categorical_entropy = staticmethod(fast_distributions.multi_categorical_entropy)
+    multi_categorical_log_prob_backward = staticmethod(
+        fast_distributions.multi_categorical_log_prob_backward)
+    multi_categorical_entropy_backward = staticmethod(
+        fast_distributions.multi_categorical_entropy_backward)
+
+    def __getattr__(self, name):
+        return getattr(spec_distributions, name)
+
+
 def make_head(action_space, config) -> Any:
     """The head for a gymnasium action space: Discrete -> categorical, 1-d MultiDiscrete ->
-    independent categoricals, 1-d Box -> Gaussian.
+    independent categoricals, 1-d Box -> Gaussian; its distribution functions are those of
+    ``config.backend``: :mod:`ppo_ref.spec.distributions` for ``"spec"``,
+    :class:`FastDistributions` for ``"fast"`` (the same numbers: the twins are tested against
+    the spec in ``tests/test_tiers.py``).
 
     Raises ``ValueError`` for other spaces (Dict, MultiBinary, multi-dimensional Box or
     MultiDiscrete, a nonzero start, ...).
     """
     from gymnasium import spaces
+    dist = spec_distributions if config.backend == "spec" else FastDistributions()
     if isinstance(action_space, spaces.MultiDiscrete):
         if len(action_space.shape) != 1:
             raise ValueError(f"action_space MultiDiscrete must be 1-d, got shape "
@@ -253,16 +276,16 @@ def make_head(action_space, config) -> Any:
         if np.any(action_space.start != 0):
             raise ValueError(f"action_space MultiDiscrete must start at 0, got start="
                              f"{action_space.start.tolist()}")
-        return MultiCategoricalHead(action_space.nvec)
+        return MultiCategoricalHead(action_space.nvec, dist)
     if isinstance(action_space, spaces.Discrete):
         if int(action_space.start) != 0:
             raise ValueError(f"action_space Discrete must start at 0, got start={action_space.start}")
-        return CategoricalHead(int(action_space.n))
+        return CategoricalHead(int(action_space.n), dist)
     if isinstance(action_space, spaces.Box):
         if len(action_space.shape) != 1:
             raise ValueError(f"action_space Box must be 1-d, got shape {action_space.shape}")
         return GaussianHead(action_space.shape[0], action_space.low, action_space.high,
-                            getattr(config, "log_std_init", 0.0))
+                            getattr(config, "log_std_init", 0.0), dist)
     raise ValueError(f"action_space must be gymnasium Discrete, 1-d MultiDiscrete or 1-d Box, "
                      f"got {action_space!r}")
 
@@ -278,9 +301,9 @@ class PolicyEval(NamedTuple):
 
 class _MLPCache(NamedTuple):
     """Cache of :meth:`MLPPolicy.evaluate`: the parameters' layout, its
-    :class:`~ppo_ref.nn.actor_critic.FlatNet` and
+    :class:`~ppo_ref.fast.actor_critic.FlatNet` and
     the parameter buffer the pass used (compute dtype), the network's
-    :class:`~ppo_ref.nn.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
+    :class:`~ppo_ref.fast.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
     and (categorical head) the probabilities and entropies for the backward (``None``
     otherwise)."""
     layout: FlatLayout
@@ -337,19 +360,17 @@ class PolicyBase:
 
 class MLPPolicy(PolicyBase):
     """Feedforward actor-critic policy (compiled tier): the network of
-    :mod:`ppo_ref.nn.actor_critic` + a distribution head.
+    :mod:`ppo_ref.fast.actor_critic` + a distribution head.
 
-    Every method runs the network by :func:`ppo_ref.nn.actor_critic.flat_forward` /
-    :func:`~ppo_ref.nn.actor_critic.flat_backward` on the parameter buffer: equal to
+    Every method runs the network by :func:`ppo_ref.fast.actor_critic.flat_forward` /
+    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer: equal to
     ``ppo_ref.spec.networks.actor_critic_forward`` within rtol 1e-12 and
-    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each
-    gradient array's largest entry) in float64 (the same math as
-    :func:`~ppo_ref.nn.actor_critic.actor_critic_forward`/``backward``); in a summation order
-    fixed by the code, so per-row results are the same bits whatever the batch, BLAS or
-    machine. With ``config.compute_dtype="float32"`` the network runs in float32 (parameters
-    and observations rounded to float32 once per call).
+    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each gradient
+    array's largest entry) in float64; in a summation order fixed by the code, so per-row results
+    are the same bits whatever the batch, BLAS or machine. With ``config.compute_dtype="float32"``
+    the network runs in float32 (parameters and observations rounded to float32 once per call).
 
-    ``params`` must be a :class:`~ppo_ref.flat.FlatArrays` holding exactly this policy's
+    ``params`` must be a :class:`~ppo_ref.fast.flat.FlatArrays` holding exactly this policy's
     arrays (:meth:`init_params`, or :meth:`as_flat` of a parameter dict); every method checks
     its arguments once per call and raises ``ValueError`` naming the argument (a plain dict
     is refused: convert it with :meth:`as_flat`).
@@ -375,7 +396,7 @@ class MLPPolicy(PolicyBase):
     # -- parameters ---------------------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params,
-        as a :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
+        as a :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
         c = self.config
         params = actor_critic_init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
                                    activation=c.activation, shared_trunk=self.shared_trunk,
@@ -389,8 +410,8 @@ class MLPPolicy(PolicyBase):
 
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """A copy of a parameter-shaped dict (parameters, gradients, Adam moments) as a
-        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
-        of this policy and the one-buffer path of :mod:`ppo_ref.optim` read. Values and key
+        :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
+        of this policy and the one-buffer path of :mod:`ppo_ref.fast.optim` read. Values and key
         order are unchanged."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 
@@ -400,7 +421,7 @@ class MLPPolicy(PolicyBase):
         return {k: v for k, v in params.items() if k not in self._head_keys}
 
     def _check_params(self, params) -> FlatNet:
-        """The :class:`~ppo_ref.nn.actor_critic.FlatNet` of ``params`` (structure checked once
+        """The :class:`~ppo_ref.fast.actor_critic.FlatNet` of ``params`` (structure checked once
         per layout), after checking that they are an intact float64 FlatArrays of this
         policy's arrays with finite entries; ``ValueError`` naming ``params`` otherwise."""
         if type(params) is FlatArrays and not params.intact():
@@ -486,7 +507,7 @@ class MLPPolicy(PolicyBase):
     def _head_eval(self, out, params, actions, with_entropy: bool):
         """``(log_probs [B], entropy [B] or None, probs or None)`` of ``actions`` under the
         head on ``policy_out = out``: the categorical head by one compiled pass
-        (:func:`~ppo_ref.nn.distributions._categorical_eval_kernel`, whose probabilities and
+        (:func:`~ppo_ref.fast.distributions._categorical_eval_kernel`, whose probabilities and
         entropies the backward reads), the Gaussian by its own methods."""
         if self.head.kind == "categorical":
             n = out.shape[0]
@@ -587,7 +608,7 @@ class MLPPolicy(PolicyBase):
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
         """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *
         values)`` for the rows of the :meth:`evaluate` call that made ``cache``, as a new
-        float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (same keys).
+        float64 :class:`~ppo_ref.fast.flat.FlatArrays` in the layout of ``params`` (same keys).
 
         Args:
             params: the parameters given to :meth:`evaluate` (unchanged since).
