@@ -1,0 +1,174 @@
+"""Finite input that overflows float64 is refused with a ValueError naming the argument, in the
+readable tier and in the compiled one alike: never a silent inf or NaN."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from ppo_ref.spec import distributions as D
+from ppo_ref.spec import losses as L
+
+BIG = 1.7e308
+
+
+def _refuses(fn, *names):
+    """``fn()`` raises ValueError whose message names each of ``names``, without a warning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning from NumPy is not an answer
+        with pytest.raises(ValueError) as info:
+            fn()
+    for name in names:
+        assert name in str(info.value), (name, str(info.value))
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# losses
+
+@pytest.mark.parametrize("values, returns, old_values, clip", [
+    ([1e300], [0.0], None, None),                       # (V - R)^2 overflows
+    ([-1e300], [1e300], None, None),
+    ([BIG], [-BIG], None, None),                        # V - R itself overflows
+    ([1e154, 1e154, 1e154], [0.0, 0.0, 0.0], None, None),  # each term finite, the sum not
+    ([1e300], [-1e300], [0.0], 0.2),                    # clipped ("max" mode)
+])
+def test_value_loss_overflow_is_refused(values, returns, old_values, clip):
+    _refuses(lambda: L.value_loss(np.array(values), None if old_values is None
+                                  else np.array(old_values), np.array(returns), clip), "values")
+
+
+def test_value_loss_float32_gradient_overflow_is_refused():
+    v = np.array([3e38], dtype=np.float32)
+    _refuses(lambda: L.value_loss(v, None, np.array([-3e38], dtype=np.float32)), "values")
+
+
+@pytest.mark.parametrize("old, new", [
+    ([-709.0] * 3, [0.0] * 3),        # exp(709) each: the sum overflows
+    ([0.0, 0.0], [800.0, 0.0]),       # exp overflows
+    ([BIG], [-BIG]),                  # new - old overflows
+    ([1e308, 1e308], [0.0, 0.0]),     # each term ~ 1e308, the sum overflows
+])
+@pytest.mark.parametrize("estimator", ["k3", "k1"])
+def test_approx_kl_overflow_is_refused(old, new, estimator):
+    if estimator == "k1" and max(old) < 1e300:  # k1 = mean(old - new) is finite there
+        assert math.isfinite(L.approx_kl(np.array(old), np.array(new), "k1"))
+        return
+    _refuses(lambda: L.approx_kl(np.array(old), np.array(new), estimator), "new_log_probs",
+             "old_log_probs")
+
+
+def test_approx_kl_near_the_bound_is_finite():
+    assert math.isfinite(L.approx_kl(np.zeros(1), np.array([-709.0])))
+    assert math.isfinite(L.approx_kl(np.zeros(1), np.array([709.0])))
+
+
+@pytest.mark.parametrize("new, old, adv", [
+    ([0.0, 0.0], [0.0, 0.0], [BIG, BIG]),        # the surrogate sum overflows
+    ([-BIG], [BIG], [1.0]),                       # the log-ratio overflows (to -inf)
+    ([0.0, 0.0], [1e308, 1e308], [1.0, 1.0]),   # k3 of the info overflows (in the sum)
+])
+def test_policy_loss_overflow_is_refused(new, old, adv):
+    msg = _refuses(lambda: L.policy_loss(np.array(new), np.array(old), np.array(adv), 0.2))
+    assert "advantages" in msg or "new_log_probs" in msg
+
+
+def test_entropy_loss_overflow_is_refused():
+    _refuses(lambda: L.entropy_loss(np.array([-BIG, -BIG])), "entropy")
+
+
+@pytest.mark.parametrize("y_pred, y_true", [
+    ([1e300, -1e300], [-1e300, 1e300]),
+    ([0.0, 0.0], [-1e300, 1e300]),
+    ([BIG, -BIG], [0.0, 1.0]),
+])
+def test_explained_variance_overflow_is_refused(y_pred, y_true):
+    msg = _refuses(lambda: L.explained_variance(np.array(y_pred), np.array(y_true)))
+    assert "y_true" in msg or "y_pred" in msg
+
+
+def test_public_losses_are_the_checked_ones():
+    import ppo_ref.losses as public
+    with pytest.raises(ValueError, match="values"):
+        public.value_loss(np.array([1e300]), None, np.array([0.0]))
+    with pytest.raises(ValueError, match="entropy"):
+        public.entropy_loss(np.array([-BIG, -BIG]))
+
+
+# --------------------------------------------------------------------------------------------
+# distributions
+
+@pytest.mark.parametrize("logits", [[BIG, -BIG], [[0.0, 1.0], [-BIG, BIG]], [1e308, -1e308, 0.0]])
+@pytest.mark.parametrize("fn", ["log_softmax", "categorical_entropy", "categorical_log_prob",
+                                "categorical_sample", "categorical_log_prob_backward",
+                                "categorical_entropy_backward"])
+def test_categorical_logits_whose_shift_overflows_are_refused(logits, fn):
+    z = np.array(logits)
+    batch = z.shape[:-1]
+    a = np.zeros(batch, dtype=np.int64)
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    calls = {
+        "log_softmax": lambda: D.log_softmax(z),
+        "categorical_entropy": lambda: D.categorical_entropy(z),
+        "categorical_log_prob": lambda: D.categorical_log_prob(z, a),
+        "categorical_sample": lambda: D.categorical_sample(rng, z),
+        "categorical_log_prob_backward": lambda: D.categorical_log_prob_backward(
+            z, a, np.ones(batch)),
+        "categorical_entropy_backward": lambda: D.categorical_entropy_backward(z, np.ones(batch)),
+    }
+    _refuses(calls[fn], "logits")
+    assert rng.bit_generator.state == state  # nothing drawn
+
+
+def test_huge_logits_of_one_sign_and_masks_are_still_accepted():
+    np.testing.assert_allclose(D.log_softmax(np.array([-BIG, -BIG])), [-math.log(2)] * 2)
+    np.testing.assert_array_equal(D.log_softmax(np.array([1e308, 0.0])), [0.0, -1e308])
+    out = D.log_softmax(np.array([1e308, -np.inf, 0.0]))
+    assert out[1] == -np.inf and out[0] == 0.0 and out[2] == -1e308
+
+
+def test_multi_categorical_component_whose_shift_overflows_is_refused():
+    z = np.array([0.0, 1.0, BIG, -BIG])
+    _refuses(lambda: D.multi_categorical_log_prob(z, np.array([0, 0]), [2, 2]), "logits")
+
+
+@pytest.mark.parametrize("log_std, mean, actions", [
+    ([-800.0], [[0.0]], [[1.0]]),     # exp(log_std) underflows to 0: a division by zero
+    ([-800.0], [[0.0]], [[0.0]]),     # 0 / 0
+    ([-400.0], [[0.0]], [[1.0]]),     # u = e^400 is finite, u^2 overflows
+    ([0.0], [[-1e308]], [[1e308]]),   # actions - mean overflows
+    ([BIG, BIG], [[0.0, 0.0]], [[0.0, 0.0]]),  # the sum of log_std overflows
+])
+def test_gaussian_log_prob_overflow_is_refused(log_std, mean, actions):
+    ls, mu, a = np.array(log_std), np.array(mean), np.array(actions)
+    msg = _refuses(lambda: D.gaussian_log_prob(mu, ls, a))
+    assert "log_std" in msg or "actions" in msg
+    msg = _refuses(lambda: D.gaussian_log_prob_backward(mu, ls, a, np.ones(1)))
+    assert "log_std" in msg or "actions" in msg
+
+
+def test_gaussian_log_prob_with_extreme_but_representable_scale_is_finite():
+    assert math.isfinite(D.gaussian_log_prob(np.zeros((1, 1)), np.array([-300.0]),
+                                             np.ones((1, 1)))[0])
+    assert math.isfinite(D.gaussian_log_prob(np.zeros((1, 1)), np.array([710.0]),
+                                             np.ones((1, 1)))[0])
+
+
+def test_gaussian_sample_overflow_is_refused_before_drawing():
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    _refuses(lambda: D.gaussian_sample(rng, np.zeros((1, 1)), np.array([710.0])), "log_std")
+    assert rng.bit_generator.state == state
+
+
+def test_gaussian_sample_whose_sum_overflows_is_refused():
+    rng = np.random.default_rng(0)
+    _refuses(lambda: D.gaussian_sample(rng, np.full((4, 1), BIG), np.array([700.0])), "mean")
+
+
+def test_gaussian_entropy_overflow_is_refused():
+    _refuses(lambda: D.gaussian_entropy(np.array([BIG, BIG]), 2), "log_std")
+    _refuses(lambda: D.gaussian_entropy_backward(np.zeros(1), np.array([BIG, BIG])),
+             "d_entropy")
