@@ -240,7 +240,9 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
     """Raise ``ValueError`` unless ``z [..., A]`` defines a categorical distribution per row.
 
     ``z`` must have at least one dimension and one action; ``-inf`` entries (masked actions)
-    are allowed, NaN and ``+inf`` are not, and every row needs at least one entry ``> -inf``.
+    are allowed, NaN and ``+inf`` are not, every row needs at least one entry ``> -inf``, and
+    every finite entry must lie within the float64 range of its row's maximum (``z - max z``
+    finite: the shift of a stable log-softmax).
     """
     if z.ndim == 0:
         raise ValueError(f"{name} must have at least 1 dimension [..., n_actions], got a scalar")
@@ -256,6 +258,14 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
     if all_masked.any():
         row = tuple(int(i) for i in np.argwhere(all_masked)[0]) if z.ndim > 1 else ()
         raise ValueError(f"{name} row {row} has every action masked (-inf): no valid action")
+    with np.errstate(over="ignore"):
+        shifted = z - np.max(z, axis=-1, keepdims=True)  # the shift of log_softmax
+    overflow = np.isinf(shifted) & np.isfinite(z)
+    if overflow.any():
+        where = tuple(int(i) for i in np.argwhere(overflow)[0])
+        raise ValueError(f"{name} spread too far: {name} - max({name}) overflows float64 at "
+                         f"index {where} (value {z[where]}; the finite logits of a row must "
+                         "lie within about 1.8e308 of its maximum)")
 
 
 # -- parameter dicts and optimizer arguments (ppo_ref.spec.optim and the fused step of

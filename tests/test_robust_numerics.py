@@ -145,8 +145,9 @@ def test_gaussian_log_prob_overflow_is_refused(log_std, mean, actions):
     ls, mu, a = np.array(log_std), np.array(mean), np.array(actions)
     msg = _refuses(lambda: D.gaussian_log_prob(mu, ls, a))
     assert "log_std" in msg or "actions" in msg
-    msg = _refuses(lambda: D.gaussian_log_prob_backward(mu, ls, a, np.ones(1)))
-    assert "log_std" in msg or "actions" in msg
+    if ls[0] < 0.0 or mu[0, 0] != 0.0:  # (a huge log_std has a finite gradient)
+        msg = _refuses(lambda: D.gaussian_log_prob_backward(mu, ls, a, np.ones(1)))
+        assert "log_std" in msg or "actions" in msg
 
 
 def test_gaussian_log_prob_with_extreme_but_representable_scale_is_finite():
@@ -165,7 +166,7 @@ def test_gaussian_sample_overflow_is_refused_before_drawing():
 
 def test_gaussian_sample_whose_sum_overflows_is_refused():
     rng = np.random.default_rng(0)
-    _refuses(lambda: D.gaussian_sample(rng, np.full((4, 1), BIG), np.array([700.0])), "mean")
+    _refuses(lambda: D.gaussian_sample(rng, np.full((8, 1), BIG), np.array([709.0])), "mean")
 
 
 def test_gaussian_entropy_overflow_is_refused():
