@@ -473,8 +473,9 @@ class RecurrentPolicy(PolicyBase):
             log_probs, entropy = np.empty(rows), np.empty(rows)
             probs = np.empty(out.shape)
             if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
-                raise ValueError("params give non-finite logits for these inputs (the "
-                                 "parameters are too large)")
+                raise ValueError("params give logits for these inputs that are not finite "
+                                 "or whose spread overflows float64 (logits - max(logits)): "
+                                 "the parameters are too large")
             return log_probs, entropy, probs
         log_probs = np.asarray(self.head.log_prob(out, params, actions), dtype=np.float64)
         entropy = np.asarray(self.head.entropy(out, params), dtype=np.float64)

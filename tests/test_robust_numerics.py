@@ -173,3 +173,99 @@ def test_gaussian_entropy_overflow_is_refused():
     _refuses(lambda: D.gaussian_entropy(np.array([BIG, BIG]), 2), "log_std")
     _refuses(lambda: D.gaussian_entropy_backward(np.zeros(1), np.array([BIG, BIG])),
              "d_entropy")
+
+
+# --------------------------------------------------------------------------------------------
+# the compiled tier refuses the same input with the same error class
+
+def _overflowing_logits_params(policy, dict_params):
+    """The policy's parameters with a policy head giving logits ``[1.7e308, -1.7e308]``."""
+    arrays = {k: np.array(v, dtype=np.float64) for k, v in dict_params.items()}
+    w_key = max(k for k in arrays if k.startswith("pi.w"))
+    b_key = "pi.b" + w_key[len("pi.w"):]
+    arrays[w_key][:] = 0.0
+    arrays[b_key][:] = [BIG, -BIG]
+    return arrays
+
+
+@pytest.mark.parametrize("tier", ["fast", "spec"])
+def test_mlp_policy_overflowing_logits_are_refused_in_both_tiers(tier):
+    import gymnasium as gym
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.policies import MLPPolicy, SpecMLPPolicy
+    cls = MLPPolicy if tier == "fast" else SpecMLPPolicy
+    policy = cls(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2),
+                 PPOConfig(net_arch=(4,)))
+    arrays = _overflowing_logits_params(policy, dict(policy.init_params(
+        np.random.default_rng(0)).items()))
+    params = policy.as_flat(arrays)
+    obs = np.zeros((3, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="logits"):
+            policy.evaluate(params, obs, np.zeros(3, dtype=np.int64))
+
+
+@pytest.mark.parametrize("tier", ["fast", "spec"])
+def test_recurrent_policy_overflowing_logits_are_refused_in_both_tiers(tier):
+    import gymnasium as gym
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.recurrent_policies import RecurrentPolicy, SpecRecurrentPolicy
+    cls = RecurrentPolicy if tier == "fast" else SpecRecurrentPolicy
+    config = PPOConfig(net_arch=(4,), lstm_hidden_size=4)
+    policy = cls(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), config)
+    arrays = _overflowing_logits_params(policy, dict(policy.init_params(
+        np.random.default_rng(0)).items()))
+    params = policy.as_flat(arrays)
+    T, N = 2, 1
+    state = policy.initial_state(N)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="logits"):
+            policy.evaluate(params, np.zeros((T, N, 2)), np.zeros((T, N), dtype=np.int64),
+                            state, np.zeros((T, N), dtype=bool))
+
+
+def _minibatch(n=4, **override):
+    a = dict(new_log_probs=np.zeros(n), entropy=np.ones(n), values=np.zeros(n),
+             old_log_probs=np.zeros(n), advantages=np.ones(n), returns=np.zeros(n),
+             old_values=np.zeros(n))
+    a.update({k: np.asarray(v, dtype=np.float64) for k, v in override.items()})
+    return a
+
+
+@pytest.mark.parametrize("override, cfg", [
+    (dict(values=[1e300] * 4), {}),
+    (dict(values=[1e154] * 4), {}),
+    (dict(values=[1e300] * 4, old_values=[0.0] * 4), dict(clip_range_vf=0.2)),
+    (dict(entropy=[-BIG] * 4), dict(ent_coef=0.01)),
+    (dict(old_log_probs=[1e308] * 4), {}),
+    (dict(old_log_probs=[1e308] * 4), dict(kl_estimator="k1")),
+    (dict(new_log_probs=[-BIG] * 4, old_log_probs=[BIG] * 4), {}),
+    (dict(advantages=[BIG] * 4), dict(normalize_advantage=False)),
+    (dict(values=[1e153] * 4), dict(vf_coef=1e200)),  # every part finite, the total not
+])
+def test_fast_and_spec_minibatch_loss_refuse_the_same_overflow(override, cfg):
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.fast.update import minibatch_loss as fast_loss
+    from ppo_ref.spec.update import minibatch_loss as spec_loss
+    config = PPOConfig(**cfg)
+    args = _minibatch(**override)
+    messages = []
+    for fn in (spec_loss, fast_loss):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(ValueError) as info:
+                fn(**args, config=config, clip_range=0.2)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+
+
+def test_compiled_categorical_kernels_refuse_logits_whose_shift_overflows():
+    from ppo_ref.fast.distributions import _categorical_eval_kernel, _categorical_sample_kernel
+    z = np.array([[0.0, 1.0], [BIG, -BIG]])
+    actions = np.zeros(2, dtype=np.int64)
+    assert not _categorical_eval_kernel(z, actions, np.empty(2), np.empty(2), np.empty(z.shape))
+    assert not _categorical_sample_kernel(z, np.full(2, 0.5), actions.copy())
+    ok = np.array([[0.0, 1.0], [1e308, -np.inf]])  # a mask beside a huge logit is fine
+    assert _categorical_sample_kernel(ok, np.full(2, 0.5), actions)

@@ -46,9 +46,9 @@ def _categorical_sample_kernel(z, u, actions):
     taken left to right), ``C_k`` the running sums left to right, action = the number of
     ``C_k <= u * C_{A-1}``, or the last action with ``pi > 0`` if that count is A.
 
-    Returns False, at the first row holding a NaN or +inf or no finite maximum (all -inf),
-    before drawing from it (the rows :func:`ppo_ref._checks.check_logits` rejects); True
-    otherwise."""
+    Returns False, at the first row holding a NaN or +inf, no finite maximum (all -inf) or
+    a finite logit whose shift ``z - max`` overflows float64, before drawing from it (the rows
+    :func:`ppo_ref._checks.check_logits` rejects); True otherwise."""
     rows, n = z.shape
     for i in range(rows):
         m = -math.inf
@@ -62,7 +62,11 @@ def _categorical_sample_kernel(z, u, actions):
             return False
         s = 0.0
         for k in range(n):
-            s += math.exp(np.float64(z[i, k]) - m)
+            v = np.float64(z[i, k])
+            shifted = v - m
+            if shifted == -math.inf and v != -math.inf:  # the spread overflows float64
+                return False
+            s += math.exp(shifted)
         lse = math.log(s)
         total = 0.0
         for k in range(n):
@@ -88,8 +92,9 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
     actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
     :func:`_categorical_backward_kernel`). Same steps as :func:`ppo_ref.spec.distributions.log_softmax` (shift by the row
     max, subtract the log of the sum of exponentials, left to right). Returns False (and
-    stops) at a non-finite logit or an action outside [0, A); the caller then takes the
-    checked path."""
+    stops) at a non-finite logit, a logit whose shift ``z - max`` overflows float64 (the
+    logits :func:`ppo_ref._checks.check_logits` refuses) or an action outside [0, A); the
+    caller then raises ``ValueError``."""
     rows, n = logits.shape
     for i in range(rows):
         if actions[i] < 0 or actions[i] >= n:
@@ -103,7 +108,10 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
                 m = z
         s = 0.0
         for k in range(n):
-            s += math.exp(logits[i, k] - m)
+            shifted = logits[i, k] - m
+            if shifted == -math.inf:  # finite logits whose spread overflows float64
+                return False
+            s += math.exp(shifted)
         lse = math.log(s)
         h = 0.0
         for k in range(n):

@@ -162,12 +162,19 @@ def ratio_overflow_error(new_log_probs, old_log_probs, flat_index: int, dtype) -
                       "policy moved too far from the one that collected the data")
 
 
-def log_ratio_overflow_error(what: str) -> ValueError:
-    """The error for log-ratios ``new_log_probs - old_log_probs`` whose difference, or whose
-    KL estimate ``what``, overflows float64."""
-    return ValueError(f"new_log_probs - old_log_probs is too large in magnitude: {what} "
-                      "overflows float64; the policy moved too far from the one that collected "
-                      "the data")
+def log_ratio_overflow_error(estimator: str) -> ValueError:
+    """The error for log-ratios ``r = new_log_probs - old_log_probs`` whose difference, or whose
+    sum in the KL ``estimator`` (``"k3"`` or ``"k1"``), overflows float64."""
+    what = "exp(r) - 1 - r" if estimator == "k3" else "-r"
+    return ValueError(f"new_log_probs - old_log_probs is too large in magnitude: r or the sum "
+                      f"of the {estimator} terms {what} overflows float64; the policy moved too "
+                      "far from the one that collected the data")
+
+
+def surrogate_overflow_error() -> ValueError:
+    """The error for a surrogate sum ``sum ratio * advantages`` that overflows float64."""
+    return ValueError("advantages are too large: the sum of the surrogate terms "
+                      "ratio * advantages overflows float64")
 
 
 def value_overflow_error() -> ValueError:
@@ -245,15 +252,14 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
         d_new[i] = -d_surrogate / n
         n_outside += outside
         k3_sum += k3_element(log_ratio)
-    if not math.isfinite(k3_sum):  # a log-ratio below about -1e308, or their sum
-        raise log_ratio_overflow_error("the k3 estimate mean(exp(r) - 1 - r)")
-    if not math.isfinite(surrogate_sum):
-        raise ValueError("advantages are too large: the sum of the surrogate terms "
-                         "ratio * advantages overflows float64")
     with np.errstate(over="ignore"):
         d_new = d_new.astype(dtype)
     if not np.isfinite(d_new).all():
         raise ratio_overflow_error(new, old, int(np.argmin(np.isfinite(d_new))), dtype)
+    if not math.isfinite(k3_sum):  # a log-ratio below about -1e308, or their sum
+        raise log_ratio_overflow_error("k3")
+    if not math.isfinite(surrogate_sum):
+        raise surrogate_overflow_error()
     info = {"clip_fraction": n_outside / n, "approx_kl": k3_sum / n}
     return -surrogate_sum / n, d_new.reshape(new.shape), info
 
@@ -389,9 +395,7 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
         log_ratio = new_i - old_i
         total += k3_element(log_ratio) if estimator == "k3" else -log_ratio
     if not math.isfinite(total):
-        what = ("the k3 estimate mean(exp(r) - 1 - r)" if estimator == "k3"
-                else "the k1 estimate mean(-r)")
-        raise log_ratio_overflow_error(what)
+        raise log_ratio_overflow_error(estimator)
     return total / old.size
 
 
