@@ -215,10 +215,11 @@ def as_index_array(x, name: str, shape: tuple, ref_name: str,
 
 
 def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None) -> np.ndarray:
-    """``params[key]``, checked to be a float64 ndarray of ``shape`` (``None`` entries: any size).
+    """``params[key]``, checked to be a finite float64 ndarray of ``shape`` (``None`` entries:
+    any size).
 
     Raises ``ValueError`` if ``params`` is not a mapping, the key is missing, or the value is
-    not a float64 array of that rank and those sizes.
+    not a float64 array of that rank and those sizes, or holds NaN or inf.
     """
     if not isinstance(params, Mapping):
         raise ValueError(f"params must be a dict of arrays, got {type(params).__name__}")
@@ -233,7 +234,16 @@ def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None)
             "*" if s is None else str(s) for s in shape) + "]"
         got = f"{v.dtype} array of shape {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
         raise ValueError(f"params[{key!r}] must be a float64 array{want}, got {got}")
+    check_finite_param(v, key)
     return v
+
+
+def check_finite_param(value: np.ndarray, key: str) -> None:
+    """Raise ``ValueError`` naming ``params[key]`` and the first bad index unless the float
+    array ``value`` is finite (a NaN or inf parameter would spread through every output)."""
+    if value.size and not np.isfinite(value).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
+        raise ValueError(f"params[{key!r}] must be finite: found {value[where]} at index {where}")
 
 
 def check_logits(z: np.ndarray, name: str = "logits") -> None:

@@ -269,3 +269,124 @@ def test_compiled_categorical_kernels_refuse_logits_whose_shift_overflows():
     assert not _categorical_sample_kernel(z, np.full(2, 0.5), actions.copy())
     ok = np.array([[0.0, 1.0], [1e308, -np.inf]])  # a mask beside a huge logit is fine
     assert _categorical_sample_kernel(ok, np.full(2, 0.5), actions)
+
+
+# --------------------------------------------------------------------------------------------
+# the spec layers and networks refuse NaN or inf parameters, naming the key
+
+def _spoiled(params, key, bad, index=0):
+    out = {k: np.array(v, dtype=np.float64) for k, v in params.items()}
+    out[key].reshape(-1)[index] = bad
+    return out
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("which", ["linear_forward", "linear_backward", "mlp_forward",
+                                   "mlp_backward"])
+def test_spec_layers_refuse_non_finite_parameters(which, bad):
+    from ppo_ref.spec import layers
+    rng = np.random.default_rng(0)
+    x = np.ones((2, 3))
+    if which.startswith("linear"):
+        params = layers.linear_init(rng, 3, 2, 1.0)
+        key = "w"
+    else:
+        params = layers.mlp_init(rng, 3, [4], 2)
+        key = "b0"
+    y, cache = getattr(layers, which.replace("backward", "forward"))(params, x)
+    spoiled = _spoiled(params, key, bad, index=1)
+    with pytest.raises(ValueError, match=rf"params\['{key}'\] must be finite"):
+        if which.endswith("forward"):
+            getattr(layers, which)(spoiled, x)
+        else:
+            getattr(layers, which)(spoiled, cache, np.ones_like(y))
+
+
+@pytest.mark.parametrize("shared_trunk", [False, True])
+@pytest.mark.parametrize("which", ["actor_critic_forward", "value_forward",
+                                   "actor_critic_backward"])
+def test_spec_actor_critic_refuses_non_finite_parameters(which, shared_trunk):
+    from ppo_ref.spec import networks as nets
+    params = nets.actor_critic_init(np.random.default_rng(0), 3, 2, net_arch=(4,),
+                                    shared_trunk=shared_trunk)
+    obs = np.ones((2, 3))
+    key = "vf.w1" if not shared_trunk else "vf.w0"
+    spoiled = _spoiled(params, key, np.nan)
+    with pytest.raises(ValueError, match=rf"params\['{key}'\] must be finite"):
+        if which == "actor_critic_forward":
+            nets.actor_critic_forward(spoiled, obs, shared_trunk=shared_trunk)
+        elif which == "value_forward":
+            nets.value_forward(spoiled, obs, shared_trunk=shared_trunk)
+        else:
+            out, values, cache = nets.actor_critic_forward(params, obs, shared_trunk=shared_trunk)
+            nets.actor_critic_backward(spoiled, cache, np.ones_like(out), np.ones_like(values))
+
+
+@pytest.mark.parametrize("which", ["lstm_forward", "step_forward", "lstm_step"])
+def test_spec_lstm_refuses_non_finite_parameters(which):
+    from ppo_ref.spec import lstm
+    params = lstm.lstm_init(np.random.default_rng(0), 3, 4)
+    spoiled = _spoiled(params, "w_hh", np.inf)
+    h = np.zeros((2, 4))
+    with pytest.raises(ValueError, match=r"params\['w_hh'\] must be finite"):
+        if which == "lstm_forward":
+            lstm.lstm_forward(spoiled, np.ones((5, 2, 3)), h, h, np.zeros((5, 2), bool))
+        else:
+            getattr(lstm, which)(spoiled, np.ones((2, 3)), h, h, np.zeros(2, bool))
+
+
+@pytest.mark.parametrize("key", ["lstm_pi.w_ih", "pi.w0", "vf.b1"])
+def test_spec_recurrent_network_names_the_non_finite_parameter(key):
+    from ppo_ref.spec import recurrent_networks as rn
+    params = rn.recurrent_actor_critic_init(np.random.default_rng(0), 3, 2, hidden_size=4,
+                                            net_arch=(5,))
+    spoiled = _spoiled(params, key, np.inf)
+    state = rn.initial_lstm_states(params, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=rf"params\['{key}'\] must be finite"):
+            rn.recurrent_actor_critic_forward(spoiled, np.ones((3, 2, 3)), state,
+                                              np.zeros((3, 2), bool))
+        with pytest.raises(ValueError, match=rf"params\['{key}'\] must be finite"):
+            rn.recurrent_actor_critic_step(spoiled, np.ones((2, 3)), state, np.zeros(2, bool))
+
+
+# --------------------------------------------------------------------------------------------
+# recurrent functions name the public argument; counts are integers
+
+@pytest.mark.parametrize("n_envs", [1.5, True, "2", 0])
+def test_initial_lstm_states_refuses_non_integer_counts(n_envs):
+    from ppo_ref.spec import recurrent_networks as rn
+    params = rn.recurrent_actor_critic_init(np.random.default_rng(0), 3, 2, hidden_size=4,
+                                            net_arch=(5,))
+    _refuses(lambda: rn.initial_lstm_states(params, n_envs), "n_envs")
+
+
+def _recurrent_policy(tier):
+    import gymnasium as gym
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.recurrent_policies import RecurrentPolicy, SpecRecurrentPolicy
+    cls = RecurrentPolicy if tier == "fast" else SpecRecurrentPolicy
+    return cls(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2),
+               PPOConfig(net_arch=(5,), lstm_hidden_size=4))
+
+
+@pytest.mark.parametrize("tier", ["fast", "spec"])
+@pytest.mark.parametrize("n_envs", [1.5, True, np.float64(2.0), 0])
+def test_recurrent_policy_initial_state_refuses_non_integer_counts(tier, n_envs):
+    policy = _recurrent_policy(tier)
+    _refuses(lambda: policy.initial_state(n_envs), "n_envs")
+
+
+@pytest.mark.parametrize("tier", ["fast", "spec"])
+@pytest.mark.parametrize("bad", ["d_log_probs", "d_entropy", "d_values"])
+def test_recurrent_policy_backward_names_the_gradient_of_the_wrong_shape(tier, bad):
+    policy = _recurrent_policy(tier)
+    params = policy.init_params(np.random.default_rng(0))
+    T, N = 2, 2
+    ev = policy.evaluate(params, np.zeros((T, N, 3)), np.zeros((T, N), dtype=np.int64),
+                         policy.initial_state(N), np.zeros((T, N), bool))
+    grads = {"d_log_probs": np.zeros((T, N)), "d_entropy": np.zeros((T, N)),
+             "d_values": np.zeros((T, N))}
+    grads[bad] = np.zeros((T, N + 1))
+    _refuses(lambda: policy.backward(params, ev.cache, **grads), bad)
