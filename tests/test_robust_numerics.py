@@ -261,14 +261,19 @@ def test_fast_and_spec_minibatch_loss_refuse_the_same_overflow(override, cfg):
     assert messages[0] == messages[1]
 
 
-def test_compiled_categorical_kernels_refuse_logits_whose_shift_overflows():
-    from ppo_ref.fast.distributions import _categorical_eval_kernel, _categorical_sample_kernel
+@pytest.mark.parametrize("tier", ["spec", "fast"])
+def test_categorical_kernels_refuse_logits_whose_shift_overflows(tier):
+    from ppo_ref.fast import distributions as fast
+    inverse_cdf = (fast if tier == "fast" else D).inverse_cdf_actions
     z = np.array([[0.0, 1.0], [BIG, -BIG]])
     actions = np.zeros(2, dtype=np.int64)
-    assert not _categorical_eval_kernel(z, actions, np.empty(2), np.empty(2), np.empty(z.shape))
-    assert not _categorical_sample_kernel(z, np.full(2, 0.5), actions.copy())
+    if tier == "fast":
+        assert not fast._categorical_eval_kernel(z, actions, np.empty(2), np.empty(2),
+                                                 np.empty(z.shape))
+        _refuses(lambda: fast.categorical_sample(np.random.default_rng(0), z), "logits")
+    assert not inverse_cdf(z, np.full(2, 0.5), actions.copy())
     ok = np.array([[0.0, 1.0], [1e308, -np.inf]])  # a mask beside a huge logit is fine
-    assert _categorical_sample_kernel(ok, np.full(2, 0.5), actions)
+    assert inverse_cdf(ok, np.full(2, 0.5), actions)
 
 
 # --------------------------------------------------------------------------------------------
