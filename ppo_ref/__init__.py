@@ -4,7 +4,8 @@ Read it as an executable specification, run it for known-good numbers, and point
 golden vectors at other implementations. See README.md for the vocabulary and the equations.
 
 The advantage kernels (SPEC §2) and the trainers are re-exported here; the layers, losses and
-optimizer live in their modules (``ppo_ref.nn.*``, ``ppo_ref.losses``, ``ppo_ref.optim``).
+optimizer live in their modules (``ppo_ref.nn.*``, ``ppo_ref.losses``, ``ppo_ref.optim``), which
+re-export the readable tier ``ppo_ref.spec``; the compiled tier is ``ppo_ref.fast``.
 """
 __version__ = "0.1.0"
 

@@ -1,33 +1,19 @@
-"""Optimizer: the public names of :mod:`ppo_ref.spec.optim` (re-exported here), the npz form of an
-Adam state, and the fused clipped-Adam step of the fast update.
+"""Optimizer (public names): the readable definitions of :mod:`ppo_ref.spec.optim`, plus the npz
+form of an Adam state (checkpoint helpers, not math).
 
-:func:`clipped_adam_step` is ``clip_by_global_norm`` then ``adam_update`` for parameters held in
-one float64 buffer (:class:`~ppo_ref.flat.FlatArrays`, what the fast policies give), written
-into that buffer and the moments' buffers in place: one pass for the norm, one for the step.
-Per element it computes the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled and
-called by the kernel) on ``g * scale``, the product ``clip_by_global_norm`` computes, so the
-new parameters and moments equal those of the spec functions given the same ``scale``. The
-global norm is summed in sequence, array by array in key order (the spec sums each array with
-NumPy's pairwise sum): the norms agree to about 1e-15 relative, and so may ``scale`` when
-clipping is active.
+The compiled step of the fast update is :func:`ppo_ref.fast.optim.clipped_adam_step`
+(``clip_by_global_norm`` then ``adam_update`` fused on one parameter buffer).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Dict
 
 import numpy as np
-from numba.extending import register_jitable
 
-from ppo_ref._checks import (check_adam_hyperparameters, check_positive, check_same_keys,
-                             check_step_count)
-from ppo_ref._numba import NJIT_OPTIONS, njit
-from ppo_ref.flat import FlatArrays, same_layout
-from ppo_ref.spec import optim as _spec
-from ppo_ref.spec.optim import (CLIP_NORM_EPS, adam_element, adam_init, adam_step_scalars,
-                                adam_update, clip_by_global_norm, global_norm, linear_schedule,
-                                scheduled_value)
+from ppo_ref._checks import check_same_keys
+from ppo_ref.spec.optim import (CLIP_NORM_EPS, adam_init, adam_update, clip_by_global_norm,
+                                global_norm, linear_schedule, scheduled_value)
 
 __all__ = [
     "adam_init",
@@ -35,7 +21,6 @@ __all__ = [
     "adam_state_to_arrays",
     "adam_state_from_arrays",
     "clip_by_global_norm",
-    "clipped_adam_step",
     "global_norm",
     "linear_schedule",
     "scheduled_value",
@@ -44,8 +29,6 @@ __all__ = [
 
 Arrays = Dict[str, np.ndarray]
 
-# the Adam element, usable from compiled code (the spec function is returned unchanged)
-register_jitable(**NJIT_OPTIONS)(_spec.adam_element)
 
 def adam_state_to_arrays(state: dict) -> Arrays:
     """Flatten an Adam state into ``{str: ndarray}`` for an npz checkpoint (no pickling).
@@ -91,141 +74,3 @@ def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
         (m if prefix == "m" else v)[name] = np.array(value, copy=True)
     check_same_keys(m, "first moments (m.*)", v, "second moments (v.*)")
     return {"t": int(t_arr), "m": m, "v": v}
-
-
-@njit
-def _segmented_global_norm(x, starts, stops):
-    """The global norm of a one-buffer dict whose arrays are the segments ``[starts[j],
-    stops[j])`` in key order, as :func:`ppo_ref.spec.optim.global_norm` defines it (the norm of
-    the per-array norms), each sum of squares accumulated in sequence (the spec: NumPy's
-    pairwise sum; equal within about 1e-15 relative)."""
-    total = 0.0
-    for j in range(starts.size):
-        ss = 0.0
-        for i in range(starts[j], stops[j]):
-            value = np.float64(x[i])
-            ss += value * value
-        norm_j = math.sqrt(ss)
-        total += norm_j * norm_j
-    return math.sqrt(total)
-
-
-_SEGMENTS: Dict = {}
-
-
-def _layout_segments(layout):
-    """``(starts, stops)`` int64 arrays of a FlatLayout's entries in key order (cached)."""
-    seg = _SEGMENTS.get(layout)
-    if seg is None:
-        starts = np.array([o for _, o, _ in layout.entries], dtype=np.int64)
-        sizes = np.array([int(np.prod(s, dtype=np.int64)) for _, _, s in layout.entries],
-                         dtype=np.int64)
-        seg = _SEGMENTS[layout] = (starts, starts + sizes)
-    return seg
-
-
-#: The largest finite float64: ``abs(x) <= _FLOAT64_MAX`` is False exactly for inf and nan.
-_FLOAT64_MAX = float(np.finfo(np.float64).max)
-
-
-@njit
-def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
-                                  bias_correction2_sqrt, eps):
-    """Per entry ``(param[i], m[i], v[i]) = adam_element(param[i], grad[i] * scale, m[i], v[i],
-    ...)`` (:func:`ppo_ref.spec.optim.adam_element`), written in place (each entry read before
-    it is written; ``grad`` must not overlap the others). ``scale`` < 1, or exactly 1.0 when
-    there is no clipping (``g * 1.0`` is ``g``). Returns whether every result is finite
-    (counted with comparisons, so that LLVM vectorizes the loop)."""
-    n_finite = 0
-    n = param.size
-    for i in range(n):
-        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
-                                     step_size, bias_correction2_sqrt, eps)
-        param[i] = p_i
-        m[i] = m_i
-        v[i] = v_i
-        n_finite += (abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX) & (abs(v_i) <= _FLOAT64_MAX)
-    return n_finite == n
-
-
-def _key_at(layout, index: int) -> str:
-    """The key of a FlatLayout whose entry holds buffer position ``index``."""
-    for key, start, stop, _ in layout.slices:
-        if start <= index < stop:
-            return key
-    raise IndexError(index)
-
-
-def check_flat_step_arguments(params, grads, m, v) -> None:
-    """Raise ``ValueError`` unless ``params``, ``grads``, ``m`` and ``v`` are intact float64
-    :class:`~ppo_ref.flat.FlatArrays` of one layout, and the buffers written in place
-    (``params``, ``m``, ``v``) are distinct and not ``grads``' buffer."""
-    if not (same_layout(params, grads, m, v) and params.flat.dtype == np.float64):
-        raise ValueError("clipped_adam_step takes params, grads and the Adam moments as intact "
-                         "float64 FlatArrays of one layout (ppo_ref.flat); for plain dicts call "
-                         "clip_by_global_norm then adam_update")
-    bases = [a.flat if a.flat.base is None else a.flat.base for a in (params, m, v, grads)]
-    if len({id(b) for b in bases}) != 4:
-        raise ValueError("clipped_adam_step writes params, state['m'] and state['v'] in place: "
-                         "their buffers must be distinct and not share memory with grads")
-
-
-def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: float,
-                       beta1: float, beta2: float, eps: float):
-    """The body of :func:`clipped_adam_step` on checked arguments; returns ``(t, norm)``."""
-    starts, stops = _layout_segments(grads.layout)
-    norm = _segmented_global_norm(grads.flat, starts, stops)
-    if not math.isfinite(norm):
-        clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
-    scale = max_norm / (norm + CLIP_NORM_EPS)
-    t = t_prev + 1
-    step_size, bias_correction2_sqrt = adam_step_scalars(t, lr, beta1, beta2)
-    if not _clipped_adam_kernel_in_place(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
-                                         m.flat, v.flat, beta1, beta2, step_size,
-                                         bias_correction2_sqrt, eps):
-        bad = ~(np.isfinite(params.flat) & np.isfinite(m.flat) & np.isfinite(v.flat))
-        key = _key_at(params.layout, int(np.argmax(bad)))
-        raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
-                         "step gives inf or nan (the parameters or moments given already "
-                         "hold them, or the step overflowed); they have been overwritten")
-    return t, norm
-
-
-def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max_norm: float,
-                      lr: float, betas=(0.9, 0.999), eps: float = 1e-5):
-    """``clip_by_global_norm(grads, max_norm)`` then ``adam_update(params, clipped, state,
-    lr=lr, betas=betas, eps=eps)``, written **in place** into ``params``, ``state["m"]`` and
-    ``state["v"]`` (the fast update's step, on buffers it owns).
-
-    Equals the spec functions (:mod:`ppo_ref.spec.optim`): per element the same
-    :func:`~ppo_ref.spec.optim.adam_element` on the same product ``g * scale``; the global norm
-    is summed in sequence (the spec: NumPy's pairwise sum per array), so ``norm`` and the
-    results agree within about 1e-15 relative when clipping is active and bit for bit when it
-    is not (``tests/test_optim_flat.py``).
-
-    Args:
-        params, grads: intact float64 :class:`~ppo_ref.flat.FlatArrays` of one layout.
-        state: ``{"t": int, "m": FlatArrays, "v": FlatArrays}`` in that layout; ``params``,
-            ``m`` and ``v`` have distinct buffers, none shared with ``grads``.
-        max_norm, lr, betas, eps: as :func:`~ppo_ref.spec.optim.clip_by_global_norm` and
-            :func:`~ppo_ref.spec.optim.adam_update`.
-
-    Returns:
-        ``(params, new_state, norm)``: ``params`` itself (updated), a new state dict holding
-        the same (updated) moment FlatArrays and ``t + 1``, and the global norm before clipping.
-
-    Raises:
-        ValueError: arguments not as above, hyperparameters out of range, or a step whose
-            results are not finite (only from non-finite parameters or moments, or an overflow;
-            raised after writing them).
-        FloatingPointError: the gradient norm is not finite (nothing is written).
-    """
-    if not (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()):
-        raise ValueError("state must be an Adam state (keys 't', 'm', 'v')")
-    check_flat_step_arguments(params, grads, state["m"], state["v"])
-    t_prev = check_step_count(state["t"])
-    lr, beta1, beta2, eps = check_adam_hyperparameters(lr, betas, eps)
-    max_norm = check_positive(max_norm, "max_norm")
-    t, norm = _clipped_adam_step(params, grads, t_prev, state["m"], state["v"], max_norm, lr,
-                                 beta1, beta2, eps)
-    return params, {"t": t, "m": state["m"], "v": state["v"]}, norm

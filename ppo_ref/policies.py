@@ -1,4 +1,5 @@
-"""Policies: the MLP actor-critic of :mod:`ppo_ref.nn.actor_critic` plus a distribution head.
+"""Policies: the MLP actor-critic (:mod:`ppo_ref.spec.networks`; compiled:
+:mod:`ppo_ref.fast.actor_critic`) plus a distribution head.
 
 A *head* turns the network's ``policy_out`` into a distribution over actions; it is written
 once here and reused by the recurrent policy:
@@ -17,7 +18,9 @@ once here and reused by the recurrent policy:
 Each head offers ``sample``, ``mode``, ``log_prob``, ``entropy`` and ``backward`` (the
 gradient of ``sum_i d_log_probs[i] * log_prob[i] + d_entropy[i] * entropy[i]`` with respect to
 ``policy_out`` and the head's own parameters), delegating the math to
-:mod:`ppo_ref.nn.distributions`.
+:mod:`ppo_ref.nn.distributions` (= :mod:`ppo_ref.spec.distributions`). The fast policies run
+the categorical head's log-prob, entropy and backward by the compiled kernels of
+:mod:`ppo_ref.fast.distributions` instead.
 
 Parameters are one flat dict of float64 arrays: the network keys (``pi.*``, ``vf.*``,
 ``trunk.*``) plus the head's keys (``log_std`` for the Gaussian). Policies hold no parameters;
@@ -25,10 +28,10 @@ every method takes ``params`` explicitly, so a trainer, a learner and an actor c
 policy object.
 
 Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
-:class:`~ppo_ref.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
-views into one float64 buffer, which :mod:`ppo_ref.optim` updates at once), and every pass
+:class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
+views into one float64 buffer, which :mod:`ppo_ref.fast.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
-:func:`ppo_ref.nn.actor_critic.flat_forward` / :func:`~ppo_ref.nn.actor_critic.flat_backward`:
+:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`:
 fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
 other rows of the call nor on BLAS or the machine (the rollout's stored log-probabilities and
 every minibatch's agree bit for bit). ``config.compute_dtype="float32"`` runs those passes in
@@ -42,17 +45,16 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.nn.lstm import _all_finite
-from ppo_ref import _workspace as workspace
-from ppo_ref.nn.actor_critic import (FlatCache, FlatNet, actor_critic_init, flat_backward,
-                                     flat_forward, flat_net)
+from ppo_ref.fast import workspace
+from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
+from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
+from ppo_ref.fast.lstm import _all_finite
+from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.nn.distributions import (
-    _categorical_backward_kernel, _categorical_eval_kernel, categorical_entropy, categorical_entropy_backward, categorical_log_prob,
+    categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
     gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
-)
-from ppo_ref.nn.distributions import (
     multi_categorical_entropy, multi_categorical_entropy_backward, multi_categorical_log_prob,
     multi_categorical_log_prob_backward, multi_categorical_mode, multi_categorical_sample,
 )
@@ -132,8 +134,8 @@ class MultiCategoricalHead:
     slice of ``nvec[k]`` logits after those of components ``0 .. k-1``; actions are int64
     ``[B, K]``. ``log_prob`` and ``entropy`` are sums over the components (the distribution is
     their product: SB3 ``MultiCategoricalDistribution``, CleanRL ``ppo_multidiscrete.py``;
-    the MultiDiscrete detail of Huang et al. 2022). The math is the compiled
-    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions`.
+    the MultiDiscrete detail of Huang et al. 2022). The math is the
+    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions` (the readable tier's).
     """
 
     kind = "multi_categorical"
@@ -278,9 +280,9 @@ class PolicyEval(NamedTuple):
 
 class _MLPCache(NamedTuple):
     """Cache of :meth:`MLPPolicy.evaluate`: the parameters' layout, its
-    :class:`~ppo_ref.nn.actor_critic.FlatNet` and
+    :class:`~ppo_ref.fast.actor_critic.FlatNet` and
     the parameter buffer the pass used (compute dtype), the network's
-    :class:`~ppo_ref.nn.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
+    :class:`~ppo_ref.fast.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
     and (categorical head) the probabilities and entropies for the backward (``None``
     otherwise)."""
     layout: FlatLayout
@@ -337,19 +339,17 @@ class PolicyBase:
 
 class MLPPolicy(PolicyBase):
     """Feedforward actor-critic policy (compiled tier): the network of
-    :mod:`ppo_ref.nn.actor_critic` + a distribution head.
+    :mod:`ppo_ref.fast.actor_critic` + a distribution head.
 
-    Every method runs the network by :func:`ppo_ref.nn.actor_critic.flat_forward` /
-    :func:`~ppo_ref.nn.actor_critic.flat_backward` on the parameter buffer: equal to
+    Every method runs the network by :func:`ppo_ref.fast.actor_critic.flat_forward` /
+    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer: equal to
     ``ppo_ref.spec.networks.actor_critic_forward`` within rtol 1e-12 and
-    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each
-    gradient array's largest entry) in float64 (the same math as
-    :func:`~ppo_ref.nn.actor_critic.actor_critic_forward`/``backward``); in a summation order
-    fixed by the code, so per-row results are the same bits whatever the batch, BLAS or
-    machine. With ``config.compute_dtype="float32"`` the network runs in float32 (parameters
-    and observations rounded to float32 once per call).
+    ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-10 (relative to each gradient
+    array's largest entry) in float64; in a summation order fixed by the code, so per-row results
+    are the same bits whatever the batch, BLAS or machine. With ``config.compute_dtype="float32"``
+    the network runs in float32 (parameters and observations rounded to float32 once per call).
 
-    ``params`` must be a :class:`~ppo_ref.flat.FlatArrays` holding exactly this policy's
+    ``params`` must be a :class:`~ppo_ref.fast.flat.FlatArrays` holding exactly this policy's
     arrays (:meth:`init_params`, or :meth:`as_flat` of a parameter dict); every method checks
     its arguments once per call and raises ``ValueError`` naming the argument (a plain dict
     is refused: convert it with :meth:`as_flat`).
@@ -375,7 +375,7 @@ class MLPPolicy(PolicyBase):
     # -- parameters ---------------------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`actor_critic_init` (orthogonal, zero biases) + head params,
-        as a :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
+        as a :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout` (see :meth:`as_flat`)."""
         c = self.config
         params = actor_critic_init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
                                    activation=c.activation, shared_trunk=self.shared_trunk,
@@ -389,8 +389,8 @@ class MLPPolicy(PolicyBase):
 
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """A copy of a parameter-shaped dict (parameters, gradients, Adam moments) as a
-        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
-        of this policy and the one-buffer path of :mod:`ppo_ref.optim` read. Values and key
+        :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout`, float64: what every method
+        of this policy and the one-buffer path of :mod:`ppo_ref.fast.optim` read. Values and key
         order are unchanged."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 
@@ -400,7 +400,7 @@ class MLPPolicy(PolicyBase):
         return {k: v for k, v in params.items() if k not in self._head_keys}
 
     def _check_params(self, params) -> FlatNet:
-        """The :class:`~ppo_ref.nn.actor_critic.FlatNet` of ``params`` (structure checked once
+        """The :class:`~ppo_ref.fast.actor_critic.FlatNet` of ``params`` (structure checked once
         per layout), after checking that they are an intact float64 FlatArrays of this
         policy's arrays with finite entries; ``ValueError`` naming ``params`` otherwise."""
         if type(params) is FlatArrays and not params.intact():
@@ -486,7 +486,7 @@ class MLPPolicy(PolicyBase):
     def _head_eval(self, out, params, actions, with_entropy: bool):
         """``(log_probs [B], entropy [B] or None, probs or None)`` of ``actions`` under the
         head on ``policy_out = out``: the categorical head by one compiled pass
-        (:func:`~ppo_ref.nn.distributions._categorical_eval_kernel`, whose probabilities and
+        (:func:`~ppo_ref.fast.distributions._categorical_eval_kernel`, whose probabilities and
         entropies the backward reads), the Gaussian by its own methods."""
         if self.head.kind == "categorical":
             n = out.shape[0]
@@ -587,7 +587,7 @@ class MLPPolicy(PolicyBase):
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
         """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *
         values)`` for the rows of the :meth:`evaluate` call that made ``cache``, as a new
-        float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (same keys).
+        float64 :class:`~ppo_ref.fast.flat.FlatArrays` in the layout of ``params`` (same keys).
 
         Args:
             params: the parameters given to :meth:`evaluate` (unchanged since).

@@ -4,7 +4,7 @@
 
     rollout   = collector.collect(params, action_rng)            # ppo_ref.rollout
     adv, ret  = gae(rollout..., truncation=..., ...)             # ppo_ref.kernels
-    params    = run_epochs(params, adam_state, minibatches, ...) # ppo_ref.update (losses, optim)
+    params    = run_epochs(params, adam_state, minibatches, ...) # ppo_ref.fast.update (losses, optim)
 
 One update per rollout. Learning rate and clip range follow ``config.lr_schedule`` /
 ``config.clip_range_schedule`` with SB3's ``progress_remaining = 1 - steps / total_timesteps``
@@ -37,6 +37,7 @@ from ppo_ref.checkpoint import (CheckpointError, array_to_json, check_env_import
                                 json_to_array, load_checkpoint, save_checkpoint,
                                 set_generator_state)
 from ppo_ref.config import PPOConfig
+from ppo_ref.fast.update import _epoch_permutations, _gather_all_epochs, run_epochs
 from ppo_ref.kernels import gae
 from ppo_ref.losses import explained_variance
 from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
@@ -44,9 +45,7 @@ from ppo_ref.policies import make_mlp_policy
 from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
 from ppo_ref.spec import update as spec_update
-from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
-                            batch_advantages, run_epochs,
-                            shuffled_minibatch_indices)
+from ppo_ref.spec.update import Minibatch, batch_advantages
 
 __all__ = ["PPOTrainer", "Iteration", "EnvStepError", "progress_remaining",
            "limit_blas_threads", "RECENT_EPISODES"]
@@ -203,7 +202,7 @@ class PPOTrainer:
             tiny matrices are fastest single-threaded; this affects the whole process).
 
     Attributes: ``params`` (dict of float64 arrays; from an MLP policy a
-    :class:`~ppo_ref.flat.FlatArrays`, the one-buffer layout its fast paths read, which
+    :class:`~ppo_ref.fast.flat.FlatArrays`, the one-buffer layout its fast paths read, which
     :meth:`load_state_arrays` restores too), ``adam_state``, ``num_timesteps``
     (single-env steps collected), ``n_updates`` (PPO updates done), ``n_episodes``
     (episodes finished), ``total_timesteps`` (the schedule horizon of :meth:`learn`),
@@ -345,14 +344,14 @@ class PPOTrainer:
 
     def train_on(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray) -> Dict[str, float]:
         """The epochs of one PPO update on a rollout (``run_epochs`` of the ``config.backend``
-        tier: :func:`ppo_ref.spec.update.run_epochs` or the compiled :func:`ppo_ref.update.run_epochs`).
+        tier: :func:`ppo_ref.spec.update.run_epochs` or the compiled :func:`ppo_ref.fast.update.run_epochs`).
 
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
         in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks (without a
         ``target_kl`` all epochs' permutations are drawn at once, the same draws, and each
         array is gathered once per update). Updates
         ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
-        :func:`ppo_ref.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
+        :func:`ppo_ref.fast.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
         population variances).
         """
         c = self.config
@@ -405,7 +404,7 @@ class PPOTrainer:
         def minibatches(epoch: int):
             nonlocal gathered
             if not all_at_once:  # this epoch's permutation alone
-                yield from blocks(np.concatenate(shuffled_minibatch_indices(rng, B, bs))[None])[0]
+                yield from blocks(np.concatenate(spec_update.row_minibatches(rng, B, bs))[None])[0]
                 return
             if gathered is None:
                 gathered = blocks(_epoch_permutations(rng, B, int(c.n_epochs)))
@@ -430,7 +429,7 @@ class PPOTrainer:
 
         After every update ``callback(trainer, stats)`` is called at a rollout boundary (the
         state a checkpoint captures); returning ``False`` stops training there. ``stats`` holds
-        the update's losses and diagnostics (see :func:`ppo_ref.update.run_epochs`) plus
+        the update's losses and diagnostics (see :func:`ppo_ref.fast.update.run_epochs`) plus
         ``timesteps``, ``updates``, ``episodes``, ``explained_variance``, ``fps`` (env steps
         per second of this iteration, rollout + update) and ``time_rollout``/``time_update``
         (seconds).

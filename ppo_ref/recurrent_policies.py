@@ -35,12 +35,12 @@ results:
     Plain dict parameters, float64; every method is a call of the spec network functions
     followed by the head. It defines what the policy computes.
 :class:`RecurrentPolicy` (the compiled tier)
-    Parameters in one float64 buffer (:class:`~ppo_ref.flat.FlatArrays` in
+    Parameters in one float64 buffer (:class:`~ppo_ref.fast.flat.FlatArrays` in
     :meth:`RecurrentPolicy.flat_layout`, as :meth:`RecurrentPolicy.init_params` and
     :meth:`RecurrentPolicy.as_flat` give), and nothing else. Both LSTMs run in one compiled
-    call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.nn.lstm`),
+    call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.fast.lstm`),
     each tower in one compiled call whose rows never depend on each other (fused multiply-add
-    chains of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, independent of BLAS), the categorical
+    chains of :func:`ppo_ref.fast.mlp._mlp_forward_flat`, independent of BLAS), the categorical
     head in one compiled pass. So acting one step of N envs, the replay of a ``[T, N]``
     rollout and any minibatch of its envs give the same bits, in float64 and in float32
     (``config.compute_dtype``). It equals :class:`SpecRecurrentPolicy` within the tolerance
@@ -54,13 +54,13 @@ from typing import Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref import _workspace as workspace
 from ppo_ref._checks import as_flag_array
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays
-from ppo_ref.nn.distributions import _categorical_backward_kernel, _categorical_eval_kernel
-from ppo_ref.nn.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
-                             _keep_rows, _step_stacked)
-from ppo_ref.nn.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
+from ppo_ref.fast import workspace
+from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
+from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
+                              _keep_rows, _step_stacked)
+from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
 from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
@@ -98,7 +98,7 @@ class _FastSpec(NamedTuple):
     """What :class:`RecurrentPolicy` reads from a parameter layout it has checked once: the
     layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop, stacked shape)`` of
     ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and per tower the layer table of
-    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
+    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
     ``b_i`` in the buffer, ``out_i``, ``in_i``) and the sum of its layers' output widths (the
     per-row size of its outputs buffer)."""
     layout: FlatLayout
@@ -114,8 +114,8 @@ class _FastSpec(NamedTuple):
 class _FastCache(NamedTuple):
     """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
     buffer in the compute dtype, the inputs and the stacked LSTM arrays of
-    :func:`ppo_ref.nn.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
-    towers' outputs buffers of :func:`ppo_ref.nn.mlp._mlp_forward_flat`, ``policy_out
+    :func:`ppo_ref.fast.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
+    towers' outputs buffers of :func:`ppo_ref.fast.mlp._mlp_forward_flat`, ``policy_out
     [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
     head) the probabilities and entropies (``None`` otherwise)."""
     spec: _FastSpec
@@ -170,7 +170,7 @@ def _tower_table(layout: FlatLayout, layers, prefix: str):
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
                    relu: bool):
     """A tower forward: ``(acts, y)``, the outputs buffer ``[rows * width]`` of
-    :func:`ppo_ref.nn.mlp._mlp_forward_flat` (its backward reads it) and the tower output
+    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (its backward reads it) and the tower output
     ``y [rows, out]``, a view of its last ``rows * out`` entries."""
     rows = x.shape[0]
     acts = np.empty(rows * width, flat.dtype)
@@ -204,7 +204,7 @@ class RecurrentPolicy(PolicyBase):
 
     Arguments, every method (each converted and checked once per call):
 
-    - ``params``: the :class:`~ppo_ref.flat.FlatArrays` of :meth:`init_params` /
+    - ``params``: the :class:`~ppo_ref.fast.flat.FlatArrays` of :meth:`init_params` /
       :meth:`as_flat` (float64, in :meth:`flat_layout`, entries still views of its buffer),
       finite. A plain dict is refused (convert it with :meth:`as_flat`, or use
       :class:`SpecRecurrentPolicy`, which takes plain dicts).
@@ -237,7 +237,7 @@ class RecurrentPolicy(PolicyBase):
     # -- parameters and state -----------------------------------------------------------------
     def init_params(self, rng: np.random.Generator) -> FlatArrays:
         """Fresh parameters: :func:`recurrent_actor_critic_init` + the head's (``log_std``),
-        as a :class:`~ppo_ref.flat.FlatArrays` (:meth:`as_flat`); the draws of
+        as a :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`as_flat`); the draws of
         :meth:`SpecRecurrentPolicy.init_params`, so the same values."""
         c = self.config
         params = recurrent_actor_critic_init(
@@ -265,9 +265,9 @@ class RecurrentPolicy(PolicyBase):
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> FlatArrays:
         """``arrays`` (same keys as the parameters, e.g. a plain dict of
         :class:`SpecRecurrentPolicy`) copied into one float64 buffer in :meth:`flat_layout`
-        (:class:`~ppo_ref.flat.FlatArrays`: still a dict of arrays, same key order and values):
+        (:class:`~ppo_ref.fast.flat.FlatArrays`: still a dict of arrays, same key order and values):
         the parameters this class takes. With parameters and gradients in one layout, Adam and
-        the global-norm clip of :mod:`ppo_ref.optim` run one fused pass over the buffer."""
+        the global-norm clip of :mod:`ppo_ref.fast.optim` run one fused pass over the buffer."""
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 
     def initial_state(self, n_envs: int) -> LSTMStates:
@@ -278,7 +278,7 @@ class RecurrentPolicy(PolicyBase):
     # -- argument checks ------------------------------------------------------------------------
     def _checked_spec(self, params) -> _FastSpec:
         """The :class:`_FastSpec` of ``params``, which must be finite float64
-        :class:`~ppo_ref.flat.FlatArrays` in :meth:`flat_layout` forming this policy's network
+        :class:`~ppo_ref.fast.flat.FlatArrays` in :meth:`flat_layout` forming this policy's network
         (the structure is checked once per layout, the values every call); ``ValueError``
         naming ``params`` otherwise."""
         if type(params) is not FlatArrays:
@@ -464,7 +464,7 @@ class RecurrentPolicy(PolicyBase):
     def _head_eval(self, out: np.ndarray, params, actions: np.ndarray):
         """``(log_probs [B], entropy [B], probs)`` of the head at ``out [B, P]`` (compute
         dtype) for flat ``actions``: categorical by the compiled pass
-        :func:`ppo_ref.nn.distributions._categorical_eval_kernel` (``probs [B, P]`` kept for
+        :func:`ppo_ref.fast.distributions._categorical_eval_kernel` (``probs [B, P]`` kept for
         the backward), Gaussian by the head's functions (``probs`` None). Row by row, so a row
         gets the same bits in any call. ``ValueError`` when the network's logits are not
         finite (parameters too large for these inputs)."""
@@ -483,7 +483,7 @@ class RecurrentPolicy(PolicyBase):
     def _step(self, params, obs, state, episode_starts, first: int = 0):
         """One checked step of the LSTMs from ``first`` on: ``(spec, flat, h_new, c_new)``,
         the parameter buffer and the new states ``[L - first, N, H]`` in the compute dtype
-        (:func:`ppo_ref.nn.lstm._step_stacked`: the arithmetic of the replay's LSTM kernel)."""
+        (:func:`ppo_ref.fast.lstm._step_stacked`: the arithmetic of the replay's LSTM kernel)."""
         spec = self._checked_spec(params)
         x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
         flat = self._compute_flat(params)
@@ -648,8 +648,8 @@ class RecurrentPolicy(PolicyBase):
             d_log_probs, d_values: finite ``[T, n]``; d_entropy: finite ``[T, n]`` or None.
 
         Returns:
-            float64 :class:`~ppo_ref.flat.FlatArrays` in the layout of ``params`` (float64
-            compute: a buffer of the reuse pools of :mod:`ppo_ref._workspace`, handed out
+            float64 :class:`~ppo_ref.fast.flat.FlatArrays` in the layout of ``params`` (float64
+            compute: a buffer of the reuse pools of :mod:`ppo_ref.fast.workspace`, handed out
             again once the caller drops it; float32: computed in float32, then widened into a
             new buffer).
 

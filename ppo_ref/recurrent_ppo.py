@@ -5,7 +5,7 @@
 the compiled ``RecurrentPolicy`` for ``config.backend = "fast"``, the readable
 ``SpecRecurrentPolicy`` for ``"spec"``); everything that is not about memory is inherited
 unchanged (rollout collection and its checks, GAE, schedules, the update recipe of
-:mod:`ppo_ref.update`, checkpoints, the ``learn`` loop). What memory changes:
+:mod:`ppo_ref.fast.update`, checkpoints, the ``learn`` loop). What memory changes:
 
 Collection
     Each env's LSTM state ``(h, c)`` is carried from step to step and from one rollout to the
@@ -27,7 +27,7 @@ Update
     ``envs_per_minibatch = max(1, batch_size // n_steps)`` (so ``batch_size`` keeps its meaning
     of rows per minibatch: ``envs_per_minibatch * n_steps``). Each group is replayed over all
     ``T`` steps from its stored start state with the stored ``episode_starts``; the loss of
-    :func:`ppo_ref.update.minibatch_loss` (advantages normalized per minibatch over its
+    :func:`ppo_ref.fast.update.minibatch_loss` (advantages normalized per minibatch over its
     ``T * n`` entries) is backpropagated through the whole rollout (BPTT over T steps, cut only
     at episode starts). CleanRL's ``ppo_atari_lstm.py`` and thrust-rl's ``RecurrentPPOTrainer``
     use the same whole-env scheme; thrust-rl starts every rollout from the zero state, here the
@@ -37,7 +37,7 @@ Update
 
 Exactness note: with the compiled ``RecurrentPolicy`` (whose parameters are the one buffer
 the trainer holds) every quantity of an env is computed with arithmetic that does not depend
-on which other envs share the call: the LSTM kernels (:mod:`ppo_ref.nn.lstm`), the towers
+on which other envs share the call: the LSTM kernels (:mod:`ppo_ref.fast.lstm`), the towers
 (row-wise fused multiply-add chains instead of BLAS products, whose rounding can depend on the
 number of rows) and the compiled categorical head. Acting (N rows per step), the replay of the
 rollout (``T * N`` rows) and a minibatch of any ``n`` envs therefore give the same bits, and
@@ -47,7 +47,7 @@ as :class:`~ppo_ref.rollout.RolloutCollector` does for the MLP. (``SpecRecurrent
 computes with NumPy products: its first ratio is 1 to rounding.)
 
 Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
-minibatch loss of :mod:`ppo_ref.update`; without a ``target_kl`` it draws every epoch's env
+minibatch loss of :mod:`ppo_ref.fast.update`; without a ``target_kl`` it draws every epoch's env
 permutation at once (the same draws) and gathers each array once per update into
 C-contiguous per-minibatch blocks (the same values in the same order as per-epoch gathers,
 so the same bits; tested); acting checks the parameters once per rollout
@@ -66,15 +66,14 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
+from ppo_ref.fast.update import _epoch_permutations, _gather_all_epochs, run_epochs
 from ppo_ref.losses import explained_variance
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.policies import PolicyEval
 from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
 from ppo_ref.rollout import Rollout
 from ppo_ref.spec import update as spec_update
-from ppo_ref.spec.update import env_minibatches
-from ppo_ref.update import (Minibatch, _epoch_permutations, _gather_all_epochs,
-                            batch_advantages, run_epochs)
+from ppo_ref.spec.update import Minibatch, batch_advantages, env_minibatches
 
 __all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env_minibatches"]
 
@@ -275,7 +274,7 @@ class RecurrentPPOTrainer(PPOTrainer):
         """The epochs of one PPO update on whole-env minibatches (module docstring).
 
         Updates ``params`` and ``adam_state`` and returns the stats of
-        :func:`ppo_ref.update.run_epochs` plus ``explained_variance``.
+        :func:`ppo_ref.fast.update.run_epochs` plus ``explained_variance``.
 
         Raises:
             ValueError: the rollout carries no ``initial_lstm_states``.
@@ -323,7 +322,7 @@ class RecurrentPPOTrainer(PPOTrainer):
             return stats
 
         # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
-        # rows are what the compiled minibatch loss of ppo_ref.update takes.
+        # rows are what the compiled minibatch loss of ppo_ref.fast.update takes.
         # Without a KL stop every epoch runs: all epochs' env permutations are drawn at once
         # (the same draws as one rng.permutation per epoch, see update._epoch_permutations)
         # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each

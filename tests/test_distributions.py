@@ -1,4 +1,6 @@
-"""Categorical (with -inf masking) and diagonal Gaussian: values, gradients, sampling, errors."""
+"""Categorical (with -inf masking) and diagonal Gaussian of ppo_ref.nn.distributions (= the
+readable ppo_ref.spec.distributions): values, gradients, sampling, errors; the compiled sampling
+kernel of ppo_ref.fast.distributions against the readable sampler."""
 import copy
 import math
 
@@ -54,14 +56,15 @@ def test_log_softmax_is_exact_for_large_shifted_logits():
 
 
 def test_log_softmax_float32_rows_with_huge_negative_logits():
+    """float32 logits are widened exactly to float64: the float64 result of the same values."""
     z = np.array([[0.0, -1e10, 1.0], [-1e10, -1e10, -1e10]], dtype=np.float32)
     out = log_softmax(z)
-    assert out.dtype == np.float32 and np.isfinite(out).all()
-    lse0 = math.log1p(math.exp(-1.0))  # float64 truth; the row's log-sum-exp after the shift
-    np.testing.assert_allclose(out[0], [-1.0 - lse0, -1e10 - 1.0 - lse0, -lse0], rtol=2e-7)
-    assert out[0, 1] == np.float32(-1e10)  # float32 spacing at 1e10 is 1024: the shift is lost
-    np.testing.assert_allclose(out[1], np.full(3, -math.log(3)), rtol=1e-6)
-    np.testing.assert_allclose(np.exp(out).sum(axis=-1), 1.0, rtol=1e-6)
+    assert out.dtype == np.float64 and np.isfinite(out).all()
+    np.testing.assert_array_equal(out, log_softmax(z.astype(np.float64)))
+    lse0 = math.log1p(math.exp(-1.0))  # the row's log-sum-exp after the shift
+    np.testing.assert_allclose(out[0], [-1.0 - lse0, -1e10 - 1.0 - lse0, -lse0], rtol=1e-15)
+    np.testing.assert_allclose(out[1], np.full(3, -math.log(3)), rtol=1e-15)
+    np.testing.assert_allclose(np.exp(out).sum(axis=-1), 1.0, rtol=1e-15)
 
 
 @given(batch=st.integers(1, 6), n_actions=st.integers(1, 8), seed=st.integers(0, 2**31))
@@ -167,14 +170,18 @@ def test_categorical_backward_does_not_mutate_and_rows_sum_to_zero(rng):
     np.testing.assert_allclose(g2.sum(axis=-1), 0.0, atol=1e-14)
 
 
-def test_categorical_float32_stays_float32(rng):
+def test_categorical_float32_inputs_give_the_float64_results(rng):
     z = rng.standard_normal((3, 4)).astype(np.float32)
     a = np.array([0, 1, 3])
-    assert categorical_log_prob(z, a).dtype == np.float32
-    assert categorical_entropy(z).dtype == np.float32
-    assert categorical_entropy_backward(z, np.ones(3, np.float32)).dtype == np.float32
-    assert categorical_log_prob_backward(z, a, np.ones(3, np.float32)).dtype == np.float32
-    assert categorical_log_prob_backward(z, a, np.ones(3)).dtype == np.float64
+    d = np.ones(3, np.float32)
+    z64 = z.astype(np.float64)
+    for got, want in ((categorical_log_prob(z, a), categorical_log_prob(z64, a)),
+                      (categorical_entropy(z), categorical_entropy(z64)),
+                      (categorical_entropy_backward(z, d), categorical_entropy_backward(z64, d)),
+                      (categorical_log_prob_backward(z, a, d),
+                       categorical_log_prob_backward(z64, a, d))):
+        assert got.dtype == np.float64
+        np.testing.assert_array_equal(got, want)
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,9 +338,9 @@ def test_gaussian_shapes_dtypes_and_no_mutation(rng):
     assert gaussian_entropy(log_std, (2, 3)).shape == (2, 3)
     assert gaussian_entropy(log_std, ()).shape == ()
     f32 = [x.astype(np.float32) for x in (mean, log_std, actions)]
-    assert gaussian_log_prob(*f32).dtype == np.float32
-    assert gaussian_entropy(f32[1], 4).dtype == np.float32
-    assert gaussian_sample(rng, f32[0], f32[1]).dtype == np.float32
+    assert gaussian_log_prob(*f32).dtype == np.float64  # the readable tier computes in float64
+    assert gaussian_entropy(f32[1], 4).dtype == np.float64
+    assert gaussian_sample(rng, f32[0], f32[1]).dtype == np.float64
 
 
 def test_gaussian_sample_statistics_and_reproducibility():
@@ -349,9 +356,9 @@ def test_gaussian_sample_statistics_and_reproducibility():
 
 def test_gaussian_argument_errors(rng):
     mean = np.zeros((3, 2))
-    with pytest.raises(ValueError, match="log_std must have shape"):
+    with pytest.raises(ValueError, match="log_std must have the shape of mean's last axis"):
         gaussian_log_prob(mean, np.zeros(3), mean)
-    with pytest.raises(ValueError, match="log_std must have rank 1"):
+    with pytest.raises(ValueError, match=r"log_std must have the shape .* \(2,\), got \(3, 2\)"):
         gaussian_log_prob(mean, np.zeros((3, 2)), mean)
     with pytest.raises(ValueError, match="actions must have the shape"):
         gaussian_log_prob(mean, np.zeros(2), np.zeros((3, 3)))
@@ -367,26 +374,29 @@ def test_gaussian_argument_errors(rng):
 
 @given(batch=st.integers(1, 20), n_actions=st.integers(1, 6), seed=st.integers(0, 2**31))
 @settings(max_examples=25)
-def test_sample_fast_path_equals_checked_path(batch, n_actions, seed):
-    """C-contiguous 2-D float64/float32 logits take the one-kernel path (rows validated inside,
-    float32 widened entry by entry); the same values as a 3-D or Fortran-ordered array take the
-    checked path (astype, _row_max, the same kernel): the same draws from the same generator
-    state."""
+def test_compiled_sample_kernel_draws_the_readable_tiers_actions(batch, n_actions, seed):
+    """ppo_ref.fast.distributions._categorical_sample_kernel, given the uniforms the readable
+    categorical_sample draws (one rng.random() per row), returns its actions; float32 logits
+    are widened entry by entry (the actions of the float64 values)."""
+    from ppo_ref.fast.distributions import _categorical_sample_kernel
     rng = np.random.default_rng(seed)
     z = random_masked_logits(rng, batch, n_actions, 0.4)
+    want = categorical_sample(np.random.default_rng(seed + 1), z)
     for dtype in (np.float64, np.float32):
-        zc = z.astype(dtype)
-        a = categorical_sample(np.random.default_rng(seed + 1), zc)
-        b = categorical_sample(np.random.default_rng(seed + 1), zc[None])  # 3-D: checked path
-        np.testing.assert_array_equal(a, b[0])
-        if zc.shape[0] > 1 and zc.shape[1] > 1:
-            c = categorical_sample(np.random.default_rng(seed + 1), np.asfortranarray(zc))
-            np.testing.assert_array_equal(a, c)
+        zc = np.ascontiguousarray(z.astype(dtype))
+        u = np.random.default_rng(seed + 1).random(batch)
+        got = np.empty(batch, dtype=np.int64)
+        assert _categorical_sample_kernel(zc, u, got)
+        np.testing.assert_array_equal(
+            got, want if dtype == np.float64 else categorical_sample(
+                np.random.default_rng(seed + 1), zc.astype(np.float64)))
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, "all_masked"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_sample_fast_path_rejects_bad_rows_like_the_checked_path(bad, dtype):
+def test_sample_kernel_and_sampler_reject_bad_rows(bad, dtype):
+    """The kernel returns False at a row the readable sampler rejects (ValueError)."""
+    from ppo_ref.fast.distributions import _categorical_sample_kernel
     z = np.zeros((3, 4), dtype=dtype)
     if bad == "all_masked":
         z[2] = NEG_INF
@@ -394,3 +404,33 @@ def test_sample_fast_path_rejects_bad_rows_like_the_checked_path(bad, dtype):
         z[1, 2] = bad
     with pytest.raises(ValueError):
         categorical_sample(np.random.default_rng(0), z)
+    assert not _categorical_sample_kernel(z, np.full(3, 0.5), np.empty(3, dtype=np.int64))
+
+
+@given(batch=st.integers(1, 12), n_actions=st.integers(1, 7), seed=st.integers(0, 2**31))
+@settings(max_examples=25)
+def test_compiled_eval_and_backward_kernels_equal_the_readable_functions(batch, n_actions,
+                                                                         seed):
+    """The fast policies' categorical kernels (ppo_ref.fast.distributions) against
+    categorical_log_prob / categorical_entropy and the sum of their backwards, rtol 1e-12, on
+    finite logits; the eval kernel refuses a non-finite logit or an action out of range."""
+    from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+    rng = np.random.default_rng(seed)
+    z = 3.0 * rng.standard_normal((batch, n_actions))
+    a = rng.integers(0, n_actions, batch)
+    d_lp, d_h = rng.standard_normal(batch), rng.standard_normal(batch)
+    log_probs, entropy, probs = np.empty(batch), np.empty(batch), np.empty(z.shape)
+    assert _categorical_eval_kernel(z, a, log_probs, entropy, probs)
+    np.testing.assert_allclose(log_probs, categorical_log_prob(z, a), rtol=1e-12)
+    np.testing.assert_allclose(entropy, categorical_entropy(z), rtol=1e-12, atol=1e-15)
+    for use_entropy in (True, False):
+        d_logits = np.empty(z.shape)
+        _categorical_backward_kernel(probs, a, entropy, d_lp, d_h, use_entropy, d_logits)
+        want = categorical_log_prob_backward(z, a, d_lp)
+        if use_entropy:
+            want = want + categorical_entropy_backward(z, d_h)
+        np.testing.assert_allclose(d_logits, want, rtol=1e-12, atol=1e-15)
+    bad = z.copy()
+    bad[-1, 0] = np.inf
+    assert not _categorical_eval_kernel(bad, a, log_probs, entropy, probs)
+    assert not _categorical_eval_kernel(z, np.full(batch, n_actions), log_probs, entropy, probs)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from oracles import gae_oracle, vtrace_oracle
 from ppo_ref import gae, vtrace
 from ppo_ref.kernels._inputs import prepare_trajectory
-from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion
+from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion
 
 TRUNCATIONS = ["bootstrap", "terminate", "ignore"]
 
@@ -255,7 +255,7 @@ def test_time_limited_chain_value_reaches_geometric_sum_only_with_bootstrap(trun
 
 def test_compiled_loops_are_the_spec_functions():
     """The compiled tier compiles the spec loops themselves: no second copy."""
-    from ppo_ref.kernels import _kernels
+    from ppo_ref.fast import advantages as _kernels
     from ppo_ref.spec import advantages, masks
     if not hasattr(gae_recursion, "py_func"):
         pytest.skip("NUMBA_DISABLE_JIT=1")

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from ppo_ref import gae, vtrace
-from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion
+from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion
 
 T, N = 3, 2
 
@@ -206,7 +206,7 @@ def test_second_process_loads_kernels_from_cache():
     script = (
         "import numpy as np\n"
         "from ppo_ref import gae, vtrace\n"
-        "from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion\n"
+        "from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion\n"
         "for d in (np.float32, np.float64):\n"
         "    z = np.zeros((4, 2), d)\n"
         "    gae(z, z, z, z, z[0], gamma=0.9, gae_lambda=0.9)\n"

@@ -1,8 +1,8 @@
-"""Tests of ppo_ref.nn.lstm: forward against a slow oracle in the cell's own notation, every
-gradient against central differences, the reset semantics (a reset equals a fresh sequence, a
-garbage state before a reset is ignored and gets exactly zero gradient), step-by-step equals
-whole-sequence, truncated BPTT composes through dh_T / dc_T, no mutation, argument validation.
-"""
+"""Tests of ppo_ref.fast.lstm (the compiled LSTM): forward against a slow oracle in the cell's own
+notation, every gradient against central differences, the reset semantics (a reset equals a fresh
+sequence, a garbage state before a reset is ignored and gets exactly zero gradient), step-by-step
+equals whole-sequence, truncated BPTT composes through dh_T / dc_T, no mutation, argument
+validation."""
 import re
 import warnings
 
@@ -12,8 +12,9 @@ from hypothesis import given, settings, strategies as st
 
 from gradcheck import check_gradients
 from ppo_ref._numba import njit
-from ppo_ref.nn import lstm as lstm_mod
-from ppo_ref.nn.lstm import LSTMCache, lstm_backward, lstm_forward, lstm_init, lstm_step
+from ppo_ref.fast import lstm as lstm_mod
+from ppo_ref.fast.lstm import LSTMCache, lstm_backward, lstm_forward, lstm_step
+from ppo_ref.spec.lstm import lstm_init
 
 
 # ---------------------------------------------------------------------------------------------

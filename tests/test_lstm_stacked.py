@@ -1,12 +1,13 @@
-"""The stacked LSTM helpers of ppo_ref.nn.lstm (the recurrent policy's fast path) against the
+"""The stacked LSTM helpers of ppo_ref.fast.lstm (the recurrent policy's fast path) against the
 public, checked functions, and the float32 kernels."""
 import numpy as np
 import pytest
 from numba import njit
 
-from ppo_ref.nn import lstm as lstm_mod
-from ppo_ref.nn.lstm import (_backward_stacked, _forward_stacked, _step_stack, _tanh_f32,
-                             lstm_backward, lstm_forward, lstm_init, lstm_step)
+from ppo_ref.fast import lstm as lstm_mod
+from ppo_ref.fast.lstm import (_backward_stacked, _forward_stacked, _step_stack, _tanh_f32,
+                              lstm_backward, lstm_forward, lstm_step)
+from ppo_ref.spec.lstm import lstm_init
 
 
 def problem(rng, T=5, N=6, D=3, H=8, L=2):

@@ -1,4 +1,6 @@
-"""Orthogonal init, linear layer, activations and MLP: values, gradients, validation."""
+"""Orthogonal init, linear layer, activations and MLP (ppo_ref.nn.mlp = the readable
+ppo_ref.spec.layers): values, gradients, validation; the compiled towers of ppo_ref.fast.mlp
+against them and against their documented FMA order."""
 import copy
 import math
 
@@ -9,10 +11,11 @@ from hypothesis import strategies as st
 
 from gradcheck import check_gradients
 from ppo_ref.nn.init import orthogonal
-import ppo_ref.nn.lstm as lstm_mod
+import ppo_ref.fast.lstm as lstm_mod
+from ppo_ref.spec import layers as spec_layers
+from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat
 from ppo_ref.nn.mlp import (
-    ActivationCache, LinearCache, MLPCache, _mlp_backward_2d, _mlp_backward_flat,
-    _mlp_forward_2d, _mlp_forward_flat, linear_backward, linear_forward, linear_init,
+    ActivationCache, LinearCache, MLPCache, linear_backward, linear_forward, linear_init,
     mlp_backward, mlp_forward, mlp_init, relu_backward, relu_forward, tanh_backward, tanh_forward,
 )
 
@@ -289,7 +292,7 @@ def test_mlp_validation_errors_name_the_argument(rng):
     with pytest.raises(ValueError, match="params must be a dict"):
         mlp_forward([1, 2], x)
     _, cache = mlp_forward(p, x)
-    with pytest.raises(ValueError, match=r"dy must have shape \(5, 2\)"):
+    with pytest.raises(ValueError, match=r"dy must have the shape of the forward output \(5, 2\)"):
         mlp_backward(p, cache, np.zeros((5, 3)))
     with pytest.raises(ValueError, match="dy must be finite"):
         mlp_backward(p, cache, np.full((5, 2), np.inf))
@@ -342,9 +345,10 @@ FLAT_SIZES = [[5, 3], [13, 19, 2], [7, 37, 21, 1]]   # 1, 2, 3 layers; widths no
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 @pytest.mark.parametrize("sizes", FLAT_SIZES)
-def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
-    """``_mlp_forward_flat`` / ``_mlp_backward_flat`` against the float64 checked functions
-    (``_mlp_forward_2d`` / ``_mlp_backward_2d``: BLAS products, NumPy's tanh) on 37 rows.
+def test_flat_mlp_kernels_match_the_spec_mlp(rng, dtype, activation, sizes):
+    """``_mlp_forward_flat`` / ``_mlp_backward_flat`` against the readable MLP
+    (:func:`ppo_ref.spec.layers.mlp_forward` / ``mlp_backward``: BLAS products, NumPy's tanh,
+    float64) on 37 rows.
 
     Tolerances, relative to each array's largest entry: float64 1e-12 (the two compute each
     entry as a sum of at most 37 products in different orders, each within ~37 units of
@@ -356,8 +360,11 @@ def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
     x = rng.standard_normal((rows, sizes[0])).astype(dtype)
     acts = np.empty(rows * sum(sizes[1:]), dtype)
     _mlp_forward_flat(x, flat, table, activation == "relu", acts)
-    layers = [(w.astype(np.float64), b.astype(np.float64)) for w, b in _layers_of(flat, table)]
-    y_ref, inputs = _mlp_forward_2d(layers, x.astype(np.float64), activation)
+    params = {}
+    for i, (w, b) in enumerate(_layers_of(flat, table)):
+        params[f"w{i}"], params[f"b{i}"] = w.astype(np.float64), b.astype(np.float64)
+    y_ref, cache = spec_layers.mlp_forward(params, x.astype(np.float64), activation)
+    outputs = [c.y for c in cache.hidden] + [y_ref]
     tol = 1e-12 if dtype == np.float64 else 2e-5
 
     def close(got, want, name):
@@ -368,7 +375,7 @@ def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
     start = 0
     for i, (w, b, n_out, n_in) in enumerate(table):   # every layer's output, in order
         block = acts[start:start + rows * n_out].reshape(rows, n_out)
-        close(block, inputs[i + 1] if i + 1 < len(table) else y_ref, f"layer {i} output")
+        close(block, outputs[i], f"layer {i} output")
         start += rows * n_out
     dy = rng.standard_normal(y_ref.shape).astype(dtype)
     dy_copy = dy.copy()
@@ -376,9 +383,7 @@ def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
     dx0 = rng.standard_normal(x.shape).astype(dtype)
     dx = dx0.copy()
     _mlp_backward_flat(x, acts, flat, table, activation == "relu", dy, grads, dx)
-    g_ref = {}
-    dx_ref = _mlp_backward_2d(layers, inputs, dy.astype(np.float64), activation, "", g_ref,
-                              need_dx=True)
+    dx_ref, g_ref = spec_layers.mlp_backward(params, cache, dy.astype(np.float64))
     np.testing.assert_array_equal(dy, dy_copy)
     written = np.zeros(flat.shape, bool)
     for i, (w, b, n_out, n_in) in enumerate(table):
@@ -391,7 +396,7 @@ def test_flat_mlp_kernels_match_the_checked_mlp(rng, dtype, activation, sizes):
 
 def _fma_chain(start, a, b):
     """``fma(a[K-1], b[K-1], ... fma(a[0], b[0], start))``, each step rounded once (exact
-    rational arithmetic: :func:`ppo_ref.nn.lstm._fma` interpreted)."""
+    rational arithmetic: :func:`ppo_ref.fast.lstm._fma` interpreted)."""
     o = float(start)
     for u, v in zip(a, b):
         o = lstm_mod._fma(float(u), float(v), o)
@@ -404,7 +409,7 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
     term at a time in exact arithmetic with one rounding per FMA: forward chains over the
     inputs from the bias; weight gradients over the rows in order from 0; bias gradients
     added row by row; dL/dh over the outputs, times the derivative; dL/dx continuing from the
-    given ``dx``. Hidden tanh is :func:`ppo_ref.nn.lstm._tanh` (interpreted, same bits).
+    given ``dx``. Hidden tanh is :func:`ppo_ref.fast.lstm._tanh` (interpreted, same bits).
     Rows and widths cover the register blocks (8 x 16) and their leftovers. Also: a subset
     of rows gives its rows' outputs bit for bit (row independence)."""
     sizes, rows = [17, 18, 3], 19

@@ -1,5 +1,5 @@
 """The compiled tier of the MLP policy (MLPPolicy on its parameter buffer,
-ppo_ref.nn.actor_critic.flat_forward/flat_backward): agreement with the readable
+ppo_ref.fast.actor_critic.flat_forward/flat_backward): agreement with the readable
 actor_critic_forward/backward within the rtol its docstrings state, gradients against central
 differences, acting methods against evaluate bit for bit, float32 compute, argument errors,
 and the FlatArrays container it reads."""
@@ -11,7 +11,7 @@ import pytest
 
 from gradcheck import check_gradients
 from ppo_ref.config import PPOConfig
-from ppo_ref.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat, same_layout
+from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat, same_layout
 from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward
 from ppo_ref.policies import MLPPolicy
 

@@ -321,7 +321,7 @@ def test_public_optim_names_are_the_spec_functions():
 def test_adam_update_takes_and_returns_plain_dicts(rng):
     """The spec adam_update has one path: a one-buffer dict in, plain dicts of new arrays out
     (the same values)."""
-    from ppo_ref.flat import flatten_arrays
+    from ppo_ref.fast.flat import flatten_arrays
     params = {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}
     grads = {k: rng.normal(size=v.shape) for k, v in params.items()}
     a, sa = adam_update(params, grads, adam_init(params), lr=0.01)

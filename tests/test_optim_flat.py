@@ -1,14 +1,14 @@
-"""The fused in-place clipped-Adam step of the fast update (ppo_ref.optim.clipped_adam_step) on
-one-buffer parameter dicts (ppo_ref.flat), against the spec's clip_by_global_norm + adam_update
+"""The fused in-place clipped-Adam step of the fast update (ppo_ref.fast.optim.clipped_adam_step) on
+one-buffer parameter dicts (ppo_ref.fast.flat), against the spec's clip_by_global_norm + adam_update
 on plain dicts."""
 import math
 
 import numpy as np
 import pytest
 
-from ppo_ref.flat import FlatArrays, flatten_arrays
-from ppo_ref.optim import (_clipped_adam_kernel_in_place, adam_init, adam_update,
-                           clip_by_global_norm, clipped_adam_step, global_norm)
+from ppo_ref.fast.flat import FlatArrays, flatten_arrays
+from ppo_ref.fast.optim import _clipped_adam_kernel_in_place, clipped_adam_step
+from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm, global_norm
 from ppo_ref.spec.optim import adam_element
 
 
@@ -95,7 +95,7 @@ def test_clipped_adam_step_refuses_what_it_cannot_write_in_place(rng):
 
 
 def test_flat_global_norm_kernel_within_rounding_of_spec(rng):
-    from ppo_ref.optim import _layout_segments, _segmented_global_norm
+    from ppo_ref.fast.optim import _layout_segments, _segmented_global_norm
     for scale in (1e-3, 1.0, 1e3):
         g = flatten_arrays(arrays(rng, scale))
         assert _segmented_global_norm(g.flat, *_layout_segments(g.layout)) == pytest.approx(

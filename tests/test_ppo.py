@@ -8,7 +8,7 @@ from ppo_ref.config import PPOConfig
 from ppo_ref.kernels import gae
 from ppo_ref.ppo import PPOTrainer, progress_remaining
 from ppo_ref.spec.update import Minibatch, minibatch_loss, run_epochs
-from ppo_ref.update import shuffled_minibatch_indices
+from ppo_ref.spec.update import row_minibatches as shuffled_minibatch_indices
 
 
 # -- a synthetic policy for run_epochs: log-probs shift along a fixed direction -------------------
@@ -254,8 +254,8 @@ def test_run_epochs_one_buffer_params_updated_in_place_same_trajectory():
     updates its copies in place at every step: the same parameters at every step as the spec
     run_epochs on plain dicts (one-entry arrays: the global norms are summed alike, so the bits
     agree), and the caller's params and state are not written."""
-    from ppo_ref import update
-    from ppo_ref.flat import flatten_arrays
+    from ppo_ref.fast import update
+    from ppo_ref.fast.flat import flatten_arrays
     from ppo_ref.optim import adam_init
     cfg = PPOConfig(n_steps=B, batch_size=MB, n_epochs=3)
     results = []
@@ -301,7 +301,7 @@ def test_evaluate_rejects_fewer_than_one_episode():
 
 @pytest.mark.parametrize("n_rows,n_epochs", [(256, 20), (37, 3), (1, 2)])
 def test_epoch_permutations_equal_successive_permutations(n_rows, n_epochs):
-    from ppo_ref.update import _epoch_permutations
+    from ppo_ref.fast.update import _epoch_permutations
     r1, r2 = np.random.default_rng(11), np.random.default_rng(11)
     want = np.stack([r1.permutation(n_rows) for _ in range(n_epochs)])
     got = _epoch_permutations(r2, n_rows, n_epochs)
@@ -363,7 +363,8 @@ def test_unknown_env_id_and_module_form_give_value_errors(tmp_path, monkeypatch)
 def test_a_rollout_too_large_to_gather_for_all_epochs_is_gathered_per_epoch(monkeypatch):
     """Above update.GATHER_ALL_EPOCHS_MAX_BYTES (here 0) the trainers gather epoch by epoch
     (a rollout copied n_epochs times could exhaust memory): the same draws, the same bits."""
-    from ppo_ref import ppo, recurrent_ppo, update
+    from ppo_ref import ppo, recurrent_ppo
+    from ppo_ref.fast import update
     from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
     calls = []
 

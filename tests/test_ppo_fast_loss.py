@@ -3,7 +3,7 @@ spec.update.minibatch_loss, raises its errors, and converts its inputs explicitl
 import numpy as np
 import pytest
 
-from ppo_ref import update
+from ppo_ref.fast import update
 from ppo_ref.config import PPOConfig
 from ppo_ref.spec import update as spec
 

@@ -5,7 +5,7 @@ bit), its argument handling, and its float32 variant (``compute_dtype="float32"`
 
 Tolerances (the ones RecurrentPolicy's docstring states): float64 rtol 1e-12, atol 1e-13, each
 gradient array within 1e-12 of its largest entry. The LSTM arithmetic is the same in both tiers
-(its hidden states are compared bit for bit with ppo_ref.nn.lstm below); the fast towers compute
+(its hidden states are compared bit for bit with ppo_ref.fast.lstm below); the fast towers compute
 ``b + x @ w.T`` and the backward products as fused multiply-add chains in a documented order
 (ppo_ref/nn/mlp.py) where the spec calls NumPy/BLAS, and the fast categorical head uses compiled
 ``exp``/``log``: a few roundings per output, ~1e-16 relative, amplified by the network's
@@ -18,8 +18,8 @@ from gradcheck import check_gradients
 from gymnasium import spaces
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.nn.lstm import _linear_rows, lstm_forward
+from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
+from ppo_ref.fast.lstm import _linear_rows, lstm_forward
 from ppo_ref.recurrent_policies import (LSTMStates, RecurrentPolicy, SpecRecurrentPolicy,
                                         _FastCache, recurrent_actor_critic_step)
 
@@ -95,7 +95,7 @@ def test_evaluate_and_backward_equal_the_spec_policy(rng, space, shared, act):
         assert getattr(fast, name).dtype == np.float64
         np.testing.assert_allclose(getattr(fast, name), getattr(ref, name), **F64,
                                    err_msg=name)
-    # the LSTM part is the same arithmetic as ppo_ref.nn.lstm: the hidden states bit for bit
+    # the LSTM part is the same arithmetic as ppo_ref.fast.lstm: the hidden states bit for bit
     names = ["lstm"] if shared else ["lstm_pi", "lstm_vf"]
     T, n = data[3].shape
     for l, name in enumerate(names):

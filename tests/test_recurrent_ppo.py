@@ -12,7 +12,7 @@ from ppo_ref.config import PPOConfig
 from ppo_ref.recurrent_policies import LSTMStates, recurrent_actor_critic_step
 from ppo_ref.recurrent_ppo import (RecurrentPPOTrainer, RecurrentRollout, env_minibatches,
                                    envs_per_minibatch)
-from ppo_ref.update import minibatch_loss
+from ppo_ref.fast.update import minibatch_loss
 
 
 class RandomWalkEnv(gym.Env):

@@ -4,7 +4,7 @@
 Forward against the plain oracle of tests/oracles.py; BPTT against central differences and
 against the oracle's forward-mode (Jacobian accumulation) gradient, a different derivation; the
 step functions against the sequence functions; the reset semantics; equality with the compiled
-tier (ppo_ref.nn.lstm, ppo_ref.recurrent_policies and RecurrentPolicy) to rtol 1e-10; argument
+tier (ppo_ref.fast.lstm, ppo_ref.recurrent_policies and RecurrentPolicy) to rtol 1e-10; argument
 validation.
 """
 import ast
@@ -280,7 +280,7 @@ def test_flag_and_input_dtypes_agree(rng):
 
 
 # ---------------------------------------------------------------------------------------------
-# Equality with the compiled tier (ppo_ref.nn.lstm)
+# Equality with the compiled tier (ppo_ref.fast.lstm)
 # ---------------------------------------------------------------------------------------------
 
 @settings(max_examples=15)
@@ -288,7 +288,7 @@ def test_flag_and_input_dtypes_agree(rng):
        hidden=st.integers(1, 6), reset_prob=st.sampled_from([0.0, 0.3, 1.0]),
        final_grads=st.booleans(), seed=st.integers(0, 2**32 - 1))
 def test_equals_the_compiled_lstm(n_steps, n_env, d_in, hidden, reset_prob, final_grads, seed):
-    from ppo_ref.nn import lstm as fast
+    from ppo_ref.fast import lstm as fast
     rng = np.random.default_rng(seed)
     params, x, h0, c0, starts = make_problem(rng, n_steps, n_env, d_in, hidden,
                                              reset_prob=reset_prob)
@@ -315,15 +315,22 @@ def test_equals_the_compiled_lstm(n_steps, n_env, d_in, hidden, reset_prob, fina
 
 
 @pytest.mark.parametrize("d_in,hidden", [(1, 1), (3, 5), (8, 2)])
-def test_init_draws_as_the_compiled_tier(d_in, hidden):
-    from ppo_ref.nn import lstm as fast
+def test_init_shapes_and_zero_bias(d_in, hidden):
     a = lstm_init(np.random.default_rng(7), d_in, hidden)
-    b = fast.lstm_init(np.random.default_rng(7), d_in, hidden)
-    assert list(a) == list(b)
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k])
+    assert list(a) == ["w_ih", "w_hh", "b"]
     assert a["w_ih"].shape == (4 * hidden, d_in) and a["w_hh"].shape == (4 * hidden, hidden)
     assert not a["b"].any()
+
+
+def test_the_public_lstm_module_is_the_spec():
+    """ppo_ref.nn.lstm re-exports the readable tier; the compiled tier has no lstm_init of its
+    own (one initialisation for both tiers)."""
+    from ppo_ref.fast import lstm as fast
+    from ppo_ref.nn import lstm as public
+    from ppo_ref.spec import lstm as spec
+    for name in public.__all__:
+        assert getattr(public, name) is getattr(spec, name)
+    assert not hasattr(fast, "lstm_init")
 
 
 # ---------------------------------------------------------------------------------------------

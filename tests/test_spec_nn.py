@@ -1,7 +1,8 @@
 """The readable tier's layers, distributions and actor-critic (ppo_ref.spec.layers,
-.distributions, .networks): gradients against central differences, agreement with the
-ppo_ref.nn functions (float64, rtol 1e-12: those may take other BLAS paths, so not bitwise),
-the same sampled actions from the same generator state, masks, and argument errors."""
+.distributions, .networks): gradients against central differences, sampling, masks, argument
+errors, and the public ppo_ref.nn modules being these very functions. (The compiled tier is
+tested against them in test_mlp.py, test_mlp_policy_fast.py, test_distributions.py and
+test_multidiscrete.py.)"""
 import copy
 import math
 
@@ -52,6 +53,15 @@ def random_params(rng, params):
 # --------------------------------------------------------------------------------------------
 # orthogonal init: one definition
 
+@pytest.mark.parametrize("public, spec", [(nn_mlp, sl), (nn_ac, sn), (nn_dist, sd)])
+def test_the_public_nn_modules_are_the_spec(public, spec):
+    """ppo_ref.nn.mlp / .actor_critic / .distributions re-export the readable tier: one
+    definition (the compiled tier lives in ppo_ref.fast)."""
+    assert public.__all__
+    for name in public.__all__:
+        assert getattr(public, name) is getattr(spec, name), name
+
+
 def test_nn_init_reexports_the_spec_orthogonal():
     assert nn_init.orthogonal is sl.orthogonal
 
@@ -66,30 +76,8 @@ def test_orthogonal_rows_or_columns_are_orthonormal_times_gain(shape, gain):
     np.testing.assert_allclose(gram, gain ** 2 * np.eye(gram.shape[0]), atol=1e-12)
 
 
-def test_inits_match_the_nn_tier_exactly():
-    a = sl.mlp_init(np.random.default_rng(5), 6, (8, 4), 3, out_gain=0.01)
-    b = nn_mlp.mlp_init(np.random.default_rng(5), 6, (8, 4), 3, out_gain=0.01)
-    assert list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in a)
-    a = sl.linear_init(np.random.default_rng(5), 6, 2, 0.5)
-    b = nn_mlp.linear_init(np.random.default_rng(5), 6, 2, 0.5)
-    assert list(a) == list(b) and all(np.array_equal(a[k], b[k]) for k in a)
-
-
-@pytest.mark.parametrize("shared_trunk", [False, True])
-@pytest.mark.parametrize("net_arch", [(), (8,), (8, 5)])
-def test_actor_critic_init_matches_the_nn_tier_exactly(shared_trunk, net_arch):
-    kw = dict(net_arch=net_arch, shared_trunk=shared_trunk, policy_gain=0.01, value_gain=1.0)
-    rng_a, rng_b = np.random.default_rng(9), np.random.default_rng(9)
-    a = sn.actor_critic_init(rng_a, 4, 3, **kw)
-    b = nn_ac.actor_critic_init(rng_b, 4, 3, **kw)
-    assert list(a) == list(b)
-    for k in a:
-        np.testing.assert_array_equal(a[k], b[k])
-    assert rng_a.bit_generator.state == rng_b.bit_generator.state  # the same draws consumed
-
-
 # --------------------------------------------------------------------------------------------
-# layers: gradients and agreement with ppo_ref.nn.mlp
+# layers: gradients
 
 def test_linear_gradients(rng):
     params = random_params(rng, sl.linear_init(rng, 4, 3, 1.0))
@@ -129,51 +117,6 @@ def test_mlp_gradients(rng, activation):
     def f():
         return float(np.sum(sl.mlp_forward(params, x, activation)[0] * dy))
     check_gradients(f, {"x": x, **params}, {"x": dx, **grads})
-
-
-def test_layers_match_the_nn_tier(rng):
-    params = random_params(rng, sl.linear_init(rng, 4, 3, 1.0))
-    x = rng.standard_normal((6, 4))
-    dy = rng.standard_normal((6, 3))
-    y, c = sl.linear_forward(params, x)
-    y_nn, c_nn = nn_mlp.linear_forward(params, x)
-    assert_close(y, y_nn)
-    for a, b in zip(sl.linear_backward(params, c, dy), nn_mlp.linear_backward(params, c_nn, dy)):
-        if isinstance(a, dict):
-            assert list(a) == list(b)
-            for k in a:
-                assert_close(a[k], b[k])
-        else:
-            assert_close(a, b)
-    for name in ("tanh", "relu"):
-        z = rng.standard_normal((5, 2))
-        y, c = getattr(sl, f"{name}_forward")(z)
-        y_nn, c_nn = getattr(nn_mlp, f"{name}_forward")(z)
-        assert_close(y, y_nn)
-        assert_close(getattr(sl, f"{name}_backward")(c, dy[:5, :2]),
-                     getattr(nn_mlp, f"{name}_backward")(c_nn, dy[:5, :2]))
-
-
-@settings(max_examples=25)
-@given(batch_shape=st.lists(st.integers(1, 4), min_size=0, max_size=2).map(tuple),
-       sizes=st.lists(st.integers(1, 6), min_size=2, max_size=4),
-       activation=st.sampled_from(["tanh", "relu"]),
-       seed=st.integers(0, 2 ** 32 - 1))
-def test_mlp_matches_the_nn_tier_for_any_shapes(batch_shape, sizes, activation, seed):
-    rng = np.random.default_rng(seed)
-    params = random_params(rng, sl.mlp_init(rng, sizes[0], sizes[1:-1], sizes[-1]))
-    x = rng.standard_normal(batch_shape + (sizes[0],))
-    dy = rng.standard_normal(batch_shape + (sizes[-1],))
-    y, cache = sl.mlp_forward(params, x, activation)
-    y_nn, cache_nn = nn_mlp.mlp_forward(params, x, activation)
-    assert y.shape == y_nn.shape == batch_shape + (sizes[-1],)
-    assert_close(y, y_nn)
-    dx, grads = sl.mlp_backward(params, cache, dy)
-    dx_nn, grads_nn = nn_mlp.mlp_backward(params, cache_nn, dy)
-    assert_close(dx, dx_nn)
-    assert list(grads) == list(grads_nn)
-    for k in grads:
-        assert_close(grads[k], grads_nn[k], atol=1e-14)
 
 
 def test_backwards_do_not_mutate_their_inputs(rng):
@@ -220,27 +163,6 @@ def test_actor_critic_gradients(rng, shared_trunk, net_arch, activation):
         out, values, _ = sn.actor_critic_forward(params, obs, activation, shared_trunk)
         return float(np.sum(out * d_out) + np.sum(values * d_values))
     check_gradients(f, params, grads)
-
-
-@pytest.mark.parametrize("shared_trunk,net_arch", AC_CASES)
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_actor_critic_matches_the_nn_tier(rng, shared_trunk, net_arch, activation):
-    params = random_params(rng, sn.actor_critic_init(rng, 4, 3, net_arch=net_arch,
-                                                     shared_trunk=shared_trunk))
-    obs = rng.standard_normal((9, 4))
-    d_out = rng.standard_normal((9, 3))
-    d_values = rng.standard_normal(9)
-    out, values, cache = sn.actor_critic_forward(params, obs, activation, shared_trunk)
-    out_nn, values_nn, cache_nn = nn_ac.actor_critic_forward(params, obs, activation,
-                                                             shared_trunk)
-    assert_close(out, out_nn)
-    assert_close(values, values_nn)
-    assert_close(sn.value_forward(params, obs, activation, shared_trunk), values_nn)
-    grads = sn.actor_critic_backward(params, cache, d_out, d_values)
-    grads_nn = nn_ac.actor_critic_backward(params, cache_nn, d_out, d_values)
-    assert list(grads) == list(grads_nn)
-    for k in grads:
-        assert_close(grads[k], grads_nn[k], atol=1e-14)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,33 +217,6 @@ def test_categorical_sample_frequencies_follow_the_probabilities():
     assert np.all(np.abs(freq - pi) <= 5.0 * np.sqrt(pi * (1 - pi) / n)), (freq, pi)  # 5 sigma
 
 
-@pytest.mark.parametrize("shape", [(8, 5), (3, 4, 12), (5,), (0, 3)])
-def test_categorical_matches_the_nn_tier(rng, shape):
-    z = masked_logits(rng, shape) if shape[0] else np.zeros(shape)
-    a = valid_actions(rng, z) if z.size else np.zeros(shape[:-1], dtype=np.int64)
-    d = rng.standard_normal(shape[:-1])
-    assert_close(sd.log_softmax(z), nn_dist.log_softmax(z))
-    assert_close(sd.categorical_log_prob(z, a), nn_dist.categorical_log_prob(z, a))
-    assert_close(sd.categorical_entropy(z), nn_dist.categorical_entropy(z), atol=1e-15)
-    assert_close(sd.categorical_log_prob_backward(z, a, d),
-                 nn_dist.categorical_log_prob_backward(z, a, d))
-    assert_close(sd.categorical_entropy_backward(z, d),
-                 nn_dist.categorical_entropy_backward(z, d), atol=1e-15)
-    np.testing.assert_array_equal(sd.categorical_mode(z), nn_dist.categorical_mode(z))
-
-
-@pytest.mark.parametrize("shape", [(64, 4), (64, 12), (3, 4, 6), (7,)])
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_categorical_sample_draws_like_the_nn_tier(shape, seed):
-    z = masked_logits(np.random.default_rng(100 + seed), shape)
-    rng_a, rng_b = np.random.default_rng(seed), np.random.default_rng(seed)
-    a = sd.categorical_sample(rng_a, z)
-    b = nn_dist.categorical_sample(rng_b, z)
-    assert a.dtype == b.dtype == np.int64 and a.shape == b.shape == shape[:-1]
-    np.testing.assert_array_equal(a, b)
-    assert rng_a.bit_generator.state == rng_b.bit_generator.state
-
-
 @settings(max_examples=30)
 @given(n_rows=st.integers(1, 5), n_actions=st.integers(1, 9),
        mask_prob=st.sampled_from([0.0, 0.5, 0.9]), seed=st.integers(0, 2 ** 32 - 1))
@@ -336,7 +231,6 @@ def test_categorical_properties(n_rows, n_actions, mask_prob, seed):
     g_h = sd.categorical_entropy_backward(z, np.ones(n_rows))
     np.testing.assert_allclose(g.sum(axis=-1), 0.0, atol=1e-14)
     np.testing.assert_allclose(g_h.sum(axis=-1), 0.0, atol=1e-14)
-    assert_close(sd.categorical_entropy(z), nn_dist.categorical_entropy(z), atol=1e-15)
 
 
 # --------------------------------------------------------------------------------------------
@@ -358,12 +252,12 @@ def test_multi_categorical_is_the_sum_of_its_components(rng):
     z = multi_logits(rng, 6)
     a = multi_actions(rng, z)
     parts = np.split(z, np.cumsum(NVEC)[:-1], axis=-1)
-    lp = sum(nn_dist.categorical_log_prob(p, a[:, j]) for j, p in enumerate(parts))
-    h = sum(nn_dist.categorical_entropy(p) for p in parts)
+    lp = sum(sd.categorical_log_prob(p, a[:, j]) for j, p in enumerate(parts))
+    h = sum(sd.categorical_entropy(p) for p in parts)
     assert_close(sd.multi_categorical_log_prob(z, a, NVEC), lp)
     assert_close(sd.multi_categorical_entropy(z, NVEC), h, atol=1e-15)
     np.testing.assert_array_equal(sd.multi_categorical_mode(z, NVEC),
-                                  np.stack([nn_dist.categorical_mode(p) for p in parts], -1))
+                                  np.stack([sd.categorical_mode(p) for p in parts], -1))
     # one component: the plain categorical
     assert_close(sd.multi_categorical_log_prob(parts[0], a[:, :1], [3]),
                  sd.categorical_log_prob(parts[0], a[:, 0]))
@@ -389,7 +283,7 @@ def test_multi_categorical_sample_draws_component_by_component(rng):
     parts = np.split(z, np.cumsum(NVEC)[:-1], axis=-1)
     rng_a, rng_b = np.random.default_rng(4), np.random.default_rng(4)
     a = sd.multi_categorical_sample(rng_a, z, NVEC)
-    b = np.stack([nn_dist.categorical_sample(rng_b, p) for p in parts], axis=-1)
+    b = np.stack([sd.categorical_sample(rng_b, p) for p in parts], axis=-1)
     assert a.shape == (30, 3) and a.dtype == np.int64
     np.testing.assert_array_equal(a, b)
     assert rng_a.bit_generator.state == rng_b.bit_generator.state
@@ -434,36 +328,14 @@ def test_gaussian_gradients(rng):
                     {"mean": d_mean, "log_std": d_log_std})
 
 
-def test_gaussian_matches_the_nn_tier(rng):
+def test_gaussian_log_prob_is_the_written_out_density(rng):
     mean = rng.standard_normal((10, 3))
     log_std = 0.3 * rng.standard_normal(3)
     actions = mean + np.exp(log_std) * rng.standard_normal((10, 3))
-    d = rng.standard_normal(10)
-    # a log-density is a sum of O(1) terms: compare relative to their size, not to the sum
-    assert_close(sd.gaussian_log_prob(mean, log_std, actions),
-                 nn_dist.gaussian_log_prob(mean, log_std, actions), atol=1e-13)
-    for a, b in zip(sd.gaussian_log_prob_backward(mean, log_std, actions, d),
-                    nn_dist.gaussian_log_prob_backward(mean, log_std, actions, d)):
-        assert_close(a, b, atol=1e-14)
-    assert_close(sd.gaussian_entropy(log_std, (10,)), nn_dist.gaussian_entropy(log_std, (10,)))
-    assert_close(sd.gaussian_entropy_backward(log_std, d),
-                 nn_dist.gaussian_entropy_backward(log_std, d))
     # against the density written out for one row
     row = [-0.5 * ((actions[0, j] - mean[0, j]) / math.exp(log_std[j])) ** 2 - log_std[j]
            - 0.5 * math.log(2 * math.pi) for j in range(3)]
     assert_close(sd.gaussian_log_prob(mean, log_std, actions)[0], math.fsum(row), atol=1e-14)
-
-
-@pytest.mark.parametrize("shape", [(5, 2), (2, 3, 4), (3,)])
-def test_gaussian_sample_draws_like_the_nn_tier(shape):
-    mean = np.random.default_rng(1).standard_normal(shape)
-    log_std = np.linspace(-1.0, 0.5, shape[-1])
-    rng_a, rng_b = np.random.default_rng(8), np.random.default_rng(8)
-    a = sd.gaussian_sample(rng_a, mean, log_std)
-    b = nn_dist.gaussian_sample(rng_b, mean, log_std)
-    assert a.dtype == np.float64 and a.shape == shape
-    np.testing.assert_array_equal(a, b)  # the same two operations on the same draws
-    assert rng_a.bit_generator.state == rng_b.bit_generator.state
 
 
 # --------------------------------------------------------------------------------------------

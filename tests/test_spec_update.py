@@ -1,4 +1,4 @@
-"""The readable update (ppo_ref.spec.update) and the fast one (ppo_ref.update): gradients of the
+"""The readable update (ppo_ref.spec.update) and the fast one (ppo_ref.fast.update): gradients of the
 spec minibatch loss, fast vs spec run_epochs on a small linear policy, and the minibatch draws."""
 import math
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from gradcheck import check_gradients
-from ppo_ref import update
+from ppo_ref.fast import update
 from ppo_ref.config import PPOConfig
-from ppo_ref.flat import flatten_arrays
+from ppo_ref.fast.flat import flatten_arrays
 from ppo_ref.spec import update as spec
 from ppo_ref.spec.optim import adam_init
 
@@ -169,7 +169,6 @@ def test_row_minibatches_draw_as_the_trainers_do(n_rows, batch_size, n_epochs):
         assert all(len(c) == batch_size for c in chunks[e][:-1])
         assert np.array_equal(np.concatenate(chunks[e]), perms[e])
     assert r1.bit_generator.state == r2.bit_generator.state
-    assert update.shuffled_minibatch_indices is spec.row_minibatches
 
 
 def test_env_minibatches_draw_as_the_recurrent_trainer_does():

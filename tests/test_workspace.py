@@ -1,11 +1,11 @@
-"""The reuse pools of ppo_ref._workspace: an array is handed out again only when nobody holds
+"""The reuse pools of ppo_ref.fast.workspace: an array is handed out again only when nobody holds
 it; and through them, the recurrent fast path never overwrites a cache still held."""
 import threading
 
 import gymnasium as gym
 import numpy as np
 
-from ppo_ref import _workspace as workspace
+from ppo_ref.fast import workspace
 from ppo_ref.config import PPOConfig
 from ppo_ref.recurrent_policies import RecurrentPolicy
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ppo_ref import gae, vtrace
 from ppo_ref.kernels._inputs import prepare_trajectory
-from ppo_ref.kernels._kernels import gae_recursion, vtrace_recursion
+from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion
 
 T, N = 2048, 64
 GAMMA, LAMBDA = 0.99, 0.95

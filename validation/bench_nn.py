@@ -65,7 +65,8 @@ def ppo_ref_mlp_case(rng):
 
 
 def ppo_ref_lstm_case(rng):
-    from ppo_ref.nn.lstm import lstm_backward, lstm_forward, lstm_init
+    from ppo_ref.fast.lstm import lstm_backward, lstm_forward
+    from ppo_ref.spec.lstm import lstm_init
 
     params = lstm_init(rng, D, H)
     x = rng.standard_normal((T, N, D))

@@ -1,4 +1,4 @@
-"""Cross-check of ppo_ref.nn.lstm against torch.nn.LSTM (float64, CPU).
+"""Cross-check of ppo_ref.fast.lstm (the compiled LSTM) against torch.nn.LSTM (float64, CPU).
 
 The weights are copied into a one-layer ``torch.nn.LSTM`` with ``weight_ih_l0 = w_ih``,
 ``weight_hh_l0 = w_hh``, ``bias_ih_l0 = b``, ``bias_hh_l0 = 0`` (torch adds both biases, so its
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ppo_ref.nn.lstm import lstm_backward, lstm_forward, lstm_init, lstm_step
+from ppo_ref.fast.lstm import lstm_backward, lstm_forward, lstm_step
+from ppo_ref.spec.lstm import lstm_init
 
 torch = pytest.importorskip("torch")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ppo_ref._checks import check_unit_interval
-from ppo_ref.kernels import _kernels
+from ppo_ref.fast import advantages as _kernels
 from ppo_ref.kernels._inputs import check_backend, explain_not_finite, finish, prepare_trajectory
 
 __all__ = ["gae"]

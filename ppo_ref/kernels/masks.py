@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import as_flag_array, check_choice
-from ppo_ref.kernels import _kernels
+from ppo_ref.fast import advantages as _kernels
 from ppo_ref.kernels._inputs import check_backend
 from ppo_ref.spec.masks import TRUNCATION_MODES
 

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ppo_ref._checks import check_positive, check_unit_interval
-from ppo_ref.kernels import _kernels
+from ppo_ref.fast import advantages as _kernels
 from ppo_ref.kernels._inputs import check_backend, explain_not_finite, finish, prepare_trajectory
 
 __all__ = ["vtrace", "VTraceReturns"]

@@ -12,7 +12,7 @@ Both take time-major ``[T, N]`` arrays (row ``t``, env ``n``) and run backward o
 and the trace is cut after every ``done[t] = terminated[t] or truncated[t]``.
 
 These functions are written in the subset of Python that numba compiles: the compiled tier
-(``ppo_ref.kernels._kernels``) is ``njit`` of these very functions, and the public,
+(``ppo_ref.fast.advantages``) is ``njit`` of these very functions, and the public,
 validating wrappers ``ppo_ref.gae`` and ``ppo_ref.vtrace`` run either that (``backend="fast"``)
 or the function below as plain Python (``backend="spec"``), with the same bits. No float
 literal appears in the arithmetic: every scalar is passed in with the arrays' dtype, so float32

@@ -11,7 +11,7 @@ with ``entropy_loss = -mean(entropy)``, and hands the gradients to the networks'
 The arithmetic of one element is written once, in the scalar functions
 :func:`clipped_surrogate_element`, :func:`value_element` and :func:`k3_element`; the losses below
 apply them element by element in a loop and sum in element order, and the compiled minibatch
-loss of the fast update (``ppo_ref.losses._minibatch_loss_kernel``) compiles and calls the same
+loss of the fast update (``ppo_ref.fast.losses._minibatch_loss_kernel``) compiles and calls the same
 functions (so both tiers give the same bits). They are written in the subset of Python that
 numba compiles, in float64.
 

@@ -48,7 +48,7 @@ then ``dh0 = keep[0] * dh_next``, ``dc0 = keep[0] * dc_next``, and over all step
 A state cut by a reset (``keep = 0``) receives exactly zero gradient.
 
 Plain NumPy, float64 throughout (float32, integer or bool inputs are cast on entry); products by
-``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.nn.lstm`` to
+``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.fast.lstm`` to
 rounding, not bit for bit.
 """
 from __future__ import annotations

@@ -22,7 +22,7 @@ The convention option ``truncation`` (passed to the loops as a code of
 recursions (:mod:`ppo_ref.spec.advantages`) call it for every step.
 
 Every function here is written in the subset of Python that numba compiles: the compiled tier
-(``ppo_ref.kernels._kernels``) compiles these very functions, and the public, validating
+(``ppo_ref.fast.advantages``) compiles these very functions, and the public, validating
 wrappers (``ppo_ref.episode_starts``, ``ppo_ref.kernels.transition_masks``) run either the
 compiled function (``backend="fast"``) or the function below as plain Python
 (``backend="spec"``).

@@ -248,7 +248,7 @@ def epoch_loop(params, adam_state, *, config, lr: float, clip_range: float, mini
     ``loss`` has the signature and results of :func:`minibatch_loss`; ``step(params, grads,
     adam_state) -> (params, adam_state, norm)`` clips the gradients by their global norm
     (``norm``: before clipping) and takes one Adam step. :func:`run_epochs` passes the spec
-    functions; the fast update (``ppo_ref.update.run_epochs``) passes its compiled ones, so
+    functions; the fast update (``ppo_ref.fast.update.run_epochs``) passes its compiled ones, so
     the epochs, the KL stop rules and the stats are this one loop in both tiers. Arguments
     and results otherwise as :func:`run_epochs`.
     """

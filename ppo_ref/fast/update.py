@@ -1,22 +1,22 @@
-"""The fast PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the compiled minibatch
-loss and the fused in-place clipped-Adam step, on one-buffer parameters.
+"""The compiled tier of the PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the
+compiled minibatch loss and the fused in-place clipped-Adam step, on one-buffer parameters.
 
 What the trainers call (``ppo_ref.ppo``, ``ppo_ref.recurrent_ppo``, the actor-learner's
 learner): :func:`run_epochs`, on parameters held as a float64
-:class:`~ppo_ref.flat.FlatArrays` (what the fast policies' ``init_params`` give). For plain
+:class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies' ``init_params`` give). For plain
 dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for them).
 
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
   float64 input of one shape (``tests/test_spec_update.py``): the per-minibatch normalization is
   the spec's ``normalize_advantages``, then one call of the compiled
-  ``ppo_ref.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
+  ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
-  the global gradient norm (see ``ppo_ref.optim.clipped_adam_step``): the same loop
+  the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic.
 
-The other names (``Minibatch``, ``MinibatchLoss``, ``batch_advantages``,
-``shuffled_minibatch_indices`` = :func:`ppo_ref.spec.update.row_minibatches`,
-``effective_clip_range``, ``KL_STOP_RULES``) are those of :mod:`ppo_ref.spec.update`.
+The types and helpers they share (``Minibatch``, ``MinibatchLoss``, ``batch_advantages``,
+``row_minibatches``, ``effective_clip_range``, ``KL_STOP_RULES``) are those of
+:mod:`ppo_ref.spec.update`; import them from there.
 """
 from __future__ import annotations
 
@@ -27,23 +27,20 @@ import numpy as np
 
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
-from ppo_ref.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.losses import _minibatch_loss_kernel
-from ppo_ref.optim import _clipped_adam_step, check_flat_step_arguments
+from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
+from ppo_ref.fast.losses import _minibatch_loss_kernel
+from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import VALUE_LOSS_MODES, normalize_advantages, ratio_overflow_error
-from ppo_ref.spec.update import (KL_STOP_RULES, BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
-                                 batch_advantages, effective_clip_range, epoch_loop)
-from ppo_ref.spec.update import row_minibatches as shuffled_minibatch_indices
-
-__all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
-           "shuffled_minibatch_indices", "run_epochs", "effective_clip_range", "KL_STOP_RULES"]
+from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
+                                 effective_clip_range, epoch_loop)
+__all__ = ["minibatch_loss", "run_epochs"]
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
                    with_log_ratio: bool = True) -> MinibatchLoss:
     """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through one call of the compiled
-    ``ppo_ref.losses._minibatch_loss_kernel``.
+    ``ppo_ref.fast.losses._minibatch_loss_kernel``.
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
@@ -143,12 +140,12 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
                evaluate: EvaluateFn, backward: BackwardFn) -> Tuple[FlatArrays, dict, Dict[str, float]]:
     """:func:`ppo_ref.spec.update.run_epochs` for one-buffer parameters: the same loop
     (:func:`ppo_ref.spec.update.epoch_loop`) with :func:`minibatch_loss` (the spec's bits) and
-    the fused in-place step ``ppo_ref.optim.clipped_adam_step`` (the spec's element arithmetic;
+    the fused in-place step ``ppo_ref.fast.optim.clipped_adam_step`` (the spec's element arithmetic;
     the global norm summed in sequence). Over a few epochs the results agree with the spec's
     within about 1e-10 relative (``tests/test_spec_update.py``), and exactly when no step clips.
 
     Args:
-        params: an intact float64 :class:`~ppo_ref.flat.FlatArrays` (what the fast policies
+        params: an intact float64 :class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies
             give); never modified.
         adam_state: ``{"t", "m", "v"}`` with moments keyed and shaped like ``params`` (plain
             dicts or FlatArrays: they are copied into ``params``' layout); never modified.
@@ -169,8 +166,8 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
         FloatingPointError: a non-finite gradient norm (nothing of that step is applied).
     """
     if not (is_flat(params) and params.flat.dtype == np.float64):
-        raise ValueError("ppo_ref.update.run_epochs takes params as an intact float64 FlatArrays "
-                         f"(ppo_ref.flat; what the fast policies give), got {type(params).__name__}"
+        raise ValueError("ppo_ref.fast.update.run_epochs takes params as an intact float64 FlatArrays "
+                         f"(ppo_ref.fast.flat; what the fast policies give), got {type(params).__name__}"
                          "; for plain dicts use ppo_ref.spec.update.run_epochs")
     if not (isinstance(adam_state, dict) and {"t", "m", "v"} <= adam_state.keys()):
         raise ValueError("adam_state must be an Adam state from adam_init (keys 't', 'm', 'v')")

@@ -24,6 +24,8 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
+__all__ = ["empty", "MAX_PER_KEY"]
+
 MAX_PER_KEY = 4
 
 _local = threading.local()

@@ -5,7 +5,7 @@ dicts. A :class:`FlatArrays` *is* such a dict (a ``dict`` subclass: every functi
 a dict takes it), whose values are views into one 1-D buffer ``flat``. Functions that see one
 can work on the whole buffer in a single pass instead of one pass per array:
 
-* the fast update's step (:func:`ppo_ref.optim.clipped_adam_step`) computes the global norm
+* the fast update's step (:func:`ppo_ref.fast.optim.clipped_adam_step`) computes the global norm
   and runs one fused, in-place clipped-Adam kernel over ``flat`` (the spec's Adam element
   arithmetic, see :mod:`ppo_ref.spec.optim`);
 * the MLP policy (:mod:`ppo_ref.policies`) lays the two towers' first layers side by side, so

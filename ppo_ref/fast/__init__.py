@@ -1,0 +1,80 @@
+"""The compiled tier: faster versions of the readable tier's computations (:mod:`ppo_ref.spec`).
+
+:mod:`ppo_ref.spec` defines every computation (plain NumPy, float64, the papers' notation).
+This package holds what runs faster: numba kernels through :func:`ppo_ref._numba.njit`,
+parameters in one flat buffer, fused passes, reuse pools. Each function here names, in its
+docstring, the spec function it equals and how: bit for bit, or within a stated rtol.
+
+Modules:
+
+* :mod:`ppo_ref.fast.advantages`: ``njit`` of the spec's mask and advantage loops
+  (:mod:`ppo_ref.spec.masks`, :mod:`ppo_ref.spec.advantages`), bit for bit; the public
+  validating wrappers are :mod:`ppo_ref.kernels`.
+* :mod:`ppo_ref.fast.lstm`: the compiled LSTM (twins of :mod:`ppo_ref.spec.lstm`'s
+  ``lstm_forward``, ``lstm_backward``, ``lstm_step``, rtol 1e-10) and the FMA-chain product,
+  ``tanh`` and finiteness primitives every compiled network here uses.
+* :mod:`ppo_ref.fast.mlp`: MLP towers on a flat parameter buffer (twins of
+  :func:`ppo_ref.spec.layers.mlp_forward` / ``mlp_backward``, rtol 1e-12).
+* :mod:`ppo_ref.fast.actor_critic`: the MLP actor-critic on one buffer (twins of
+  :mod:`ppo_ref.spec.networks`' forward, rtol 1e-12, and backward, rtol 1e-10).
+* :mod:`ppo_ref.fast.distributions`: the categorical kernels of the fast policies and the
+  compiled MultiDiscrete functions (twins of :mod:`ppo_ref.spec.distributions`, rtol 1e-12).
+* :mod:`ppo_ref.fast.losses`: the one-pass minibatch loss kernel (the spec's ``policy_loss``,
+  ``value_loss`` and ``approx_kl``, bit for bit).
+* :mod:`ppo_ref.fast.optim`: the fused in-place clipped-Adam step on one buffer
+  (``clip_by_global_norm`` then ``adam_update`` of :mod:`ppo_ref.spec.optim`; rtol 1e-15 or
+  so when clipping, the norm's summation order aside).
+* :mod:`ppo_ref.fast.update`: the trainers' update (:func:`ppo_ref.spec.update.minibatch_loss`
+  bit for bit; :func:`ppo_ref.spec.update.run_epochs` up to the global norm's summation order).
+* :mod:`ppo_ref.fast.flat`, :mod:`ppo_ref.fast.workspace`: the one-buffer parameter dicts and
+  the reuse pools of large scratch arrays (speed layouts, not math: no spec twin).
+
+The public modules ``ppo_ref.nn.*``, ``ppo_ref.losses`` and ``ppo_ref.optim`` re-export the
+spec; the trainers and the fast policies (:class:`ppo_ref.policies.MLPPolicy`,
+:class:`ppo_ref.recurrent_policies.RecurrentPolicy`) call this package.
+"""
+
+#: Dotted names of every public function of the compiled tier: each public (no leading
+#: underscore) function defined in a ``ppo_ref.fast`` module (its ``__all__``, classes aside),
+#: plus the private compiled kernels that are the direct twins of spec functions. A test table
+#: pairing the tiers covers these; the entries of ``flat``, ``workspace`` and
+#: ``optim.check_flat_step_arguments`` are infrastructure with no spec twin.
+FAST_FUNCTIONS = (
+    # advantages and masks: njit of the spec loops (bit for bit)
+    "ppo_ref.fast.advantages.gae_recursion",
+    "ppo_ref.fast.advantages.vtrace_recursion",
+    "ppo_ref.fast.advantages.log_ratios",
+    "ppo_ref.fast.advantages.transition_masks_loop",
+    "ppo_ref.fast.advantages.episode_starts_loop",
+    # LSTM
+    "ppo_ref.fast.lstm.lstm_forward",
+    "ppo_ref.fast.lstm.lstm_backward",
+    "ppo_ref.fast.lstm.lstm_step",
+    # MLP towers (private kernels, twins of spec.layers.mlp_forward / mlp_backward)
+    "ppo_ref.fast.mlp._mlp_forward_flat",
+    "ppo_ref.fast.mlp._mlp_backward_flat",
+    # actor-critic on one buffer
+    "ppo_ref.fast.actor_critic.flat_net",
+    "ppo_ref.fast.actor_critic.flat_forward",
+    "ppo_ref.fast.actor_critic.flat_backward",
+    # distributions
+    "ppo_ref.fast.distributions._categorical_sample_kernel",
+    "ppo_ref.fast.distributions._categorical_eval_kernel",
+    "ppo_ref.fast.distributions._categorical_backward_kernel",
+    "ppo_ref.fast.distributions.multi_categorical_log_prob",
+    "ppo_ref.fast.distributions.multi_categorical_entropy",
+    "ppo_ref.fast.distributions.multi_categorical_log_prob_backward",
+    "ppo_ref.fast.distributions.multi_categorical_entropy_backward",
+    # losses and update
+    "ppo_ref.fast.losses._minibatch_loss_kernel",
+    "ppo_ref.fast.update.minibatch_loss",
+    "ppo_ref.fast.update.run_epochs",
+    # optimizer
+    "ppo_ref.fast.optim.clipped_adam_step",
+    "ppo_ref.fast.optim.check_flat_step_arguments",
+    # one-buffer parameters and reuse pools (no spec twin)
+    "ppo_ref.fast.flat.flatten_arrays",
+    "ppo_ref.fast.flat.is_flat",
+    "ppo_ref.fast.flat.same_layout",
+    "ppo_ref.fast.workspace.empty",
+)

@@ -1,0 +1,318 @@
+"""The compiled tier of the action distributions: categorical kernels for the fast policies'
+hot loop and the compiled MultiDiscrete (product of categoricals) functions.
+
+Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable definition, which
+:mod:`ppo_ref.nn.distributions` re-exports and the policy heads call):
+
+* :func:`_categorical_sample_kernel` draws the actions of
+  :func:`ppo_ref.spec.distributions.categorical_sample` from the same uniforms (one per row),
+  its cumulative probabilities within rtol 1e-12 of the spec's (the same actions unless a
+  uniform falls within rounding of a boundary);
+* :func:`_categorical_eval_kernel` computes :func:`ppo_ref.spec.distributions.categorical_log_prob`
+  and :func:`~ppo_ref.spec.distributions.categorical_entropy` (finite logits) within rtol 1e-12,
+  and :func:`_categorical_backward_kernel` the sum of
+  :func:`~ppo_ref.spec.distributions.categorical_log_prob_backward` and
+  :func:`~ppo_ref.spec.distributions.categorical_entropy_backward` within rtol 1e-12;
+* :func:`multi_categorical_log_prob`, :func:`multi_categorical_entropy`,
+  :func:`multi_categorical_log_prob_backward` and :func:`multi_categorical_entropy_backward`
+  equal their :mod:`ppo_ref.spec.distributions` namesakes within rtol 1e-12 (atol 1e-15 for the
+  gradients); they check their arguments with the spec's own checks (the same errors).
+
+The MLP and recurrent policies (:mod:`ppo_ref.policies`, :mod:`ppo_ref.recurrent_policies`)
+run :func:`_categorical_eval_kernel` / :func:`_categorical_backward_kernel` for the categorical
+head; the probabilities and entropies of the eval kernel are what the backward kernel reads.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ppo_ref._numba import njit
+from ppo_ref.spec.distributions import _as_upstream, _components, _multi_actions
+
+__all__ = ["multi_categorical_log_prob", "multi_categorical_entropy",
+           "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward"]
+
+
+# --------------------------------------------------------------------------------------------
+# categorical kernels (the policies' hot loop; finite logits, unchecked)
+
+@njit
+def _categorical_sample_kernel(z, u, actions):
+    """Inverse-CDF draws for logits ``z [R, A]`` (float64, or float32 widened entry by entry:
+    the arithmetic of ``z.astype(np.float64)``) and uniforms ``u [R]``: ``pi =
+    exp(log_softmax(z))`` (shift by the row max, subtract the log of the sum of exponentials
+    taken left to right), ``C_k`` the running sums left to right, action = the number of
+    ``C_k <= u * C_{A-1}``, or the last action with ``pi > 0`` if that count is A.
+
+    Returns False, at the first row holding a NaN or +inf or no finite maximum (all -inf),
+    before drawing from it (the rows :func:`ppo_ref._checks.check_logits` rejects); True
+    otherwise."""
+    rows, n = z.shape
+    for i in range(rows):
+        m = -math.inf
+        for k in range(n):
+            v = np.float64(z[i, k])
+            if math.isnan(v) or v == math.inf:
+                return False
+            if v > m:
+                m = v
+        if m == -math.inf:
+            return False
+        s = 0.0
+        for k in range(n):
+            s += math.exp(np.float64(z[i, k]) - m)
+        lse = math.log(s)
+        total = 0.0
+        for k in range(n):
+            total += math.exp((np.float64(z[i, k]) - m) - lse)
+        threshold = u[i] * total
+        c = 0.0
+        count = 0
+        last_valid = 0
+        for k in range(n):
+            p = math.exp((np.float64(z[i, k]) - m) - lse)
+            c += p
+            if c <= threshold:
+                count += 1
+            if p > 0.0:
+                last_valid = k
+        actions[i] = count if count < n else last_valid
+    return True
+
+
+@njit
+def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
+    """Per row ``i`` of finite ``logits [B, A]``: ``log_probs[i] = log_softmax(logits)[i,
+    actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
+    :func:`_categorical_backward_kernel`). Same steps as :func:`ppo_ref.spec.distributions.log_softmax` (shift by the row
+    max, subtract the log of the sum of exponentials, left to right). Returns False (and
+    stops) at a non-finite logit or an action outside [0, A); the caller then takes the
+    checked path."""
+    rows, n = logits.shape
+    for i in range(rows):
+        if actions[i] < 0 or actions[i] >= n:
+            return False
+        m = logits[i, 0]
+        for k in range(n):
+            z = logits[i, k]
+            if not math.isfinite(z):
+                return False
+            if z > m:
+                m = z
+        s = 0.0
+        for k in range(n):
+            s += math.exp(logits[i, k] - m)
+        lse = math.log(s)
+        h = 0.0
+        for k in range(n):
+            lp = (logits[i, k] - m) - lse
+            p = math.exp(lp)
+            probs[i, k] = p
+            h -= p * lp
+        log_probs[i] = (logits[i, actions[i]] - m) - lse
+        entropy[i] = h
+    return True
+
+
+@njit
+def _categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy, use_entropy,
+                                 d_logits):
+    """``d_logits = d_log_probs * (onehot(actions) - pi) - d_entropy * pi * (log pi + H)``
+    (the sum of :func:`ppo_ref.spec.distributions.categorical_log_prob_backward` and
+    :func:`~ppo_ref.spec.distributions.categorical_entropy_backward`)
+    from the ``probs``/``entropy`` of :func:`_categorical_eval_kernel`."""
+    rows, n = probs.shape
+    for i in range(rows):
+        d = d_log_probs[i]
+        for k in range(n):
+            p = probs[i, k]
+            g = -p * d
+            if use_entropy and p > 0.0:
+                g -= d_entropy[i] * p * (math.log(p) + entropy[i])
+            d_logits[i, k] = g
+        d_logits[i, actions[i]] += d
+
+
+# --------------------------------------------------------------------------------------------
+# MultiDiscrete: a product of independent categoricals over consecutive logit slices
+
+def _multi_inputs(logits, nvec):
+    """Checked ``(z [R, A] float64 C-contiguous, offsets [K + 1] int64, batch_shape, sizes)``
+    by :mod:`ppo_ref.spec.distributions`' checks (``offsets[k]`` = the first logit of component
+    ``k``)."""
+    z, sizes, _ = _components(logits, nvec)
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]), dtype=np.float64)
+    return z2, offsets, z.shape[:-1], sizes, z
+
+
+@njit
+def _multi_categorical_eval_kernel(z, offsets, actions, log_probs, entropy, probs, comp_entropy):
+    """Per row ``i`` of validated logits ``z [R, A]`` (float64; each component's slice has a
+    finite maximum, ``-inf`` marks a masked choice) and component ``k`` with slice
+    ``offsets[k]:offsets[k+1]``: ``log pi_k = (z - max) - log(sum exp(z - max))`` (sums left
+    to right), ``probs = exp(log pi_k)``, ``comp_entropy[i, k] = -sum_j p_j log pi_kj`` over
+    ``p_j > 0``; ``log_probs[i] = sum_k log pi_k[actions[i, k]]`` and ``entropy[i] = sum_k
+    comp_entropy[i, k]``, summed over k in order."""
+    rows = z.shape[0]
+    K = offsets.size - 1
+    for i in range(rows):
+        lp_sum = 0.0
+        h_sum = 0.0
+        for k in range(K):
+            lo = offsets[k]
+            hi = offsets[k + 1]
+            m = -math.inf
+            for j in range(lo, hi):
+                if z[i, j] > m:
+                    m = z[i, j]
+            s = 0.0
+            for j in range(lo, hi):
+                s += math.exp(z[i, j] - m)
+            lse = math.log(s)
+            h = 0.0
+            for j in range(lo, hi):
+                lp = (z[i, j] - m) - lse
+                p = math.exp(lp)
+                probs[i, j] = p
+                if p > 0.0:
+                    h -= p * lp
+            comp_entropy[i, k] = h
+            h_sum += h
+            lp_sum += (z[i, lo + actions[i, k]] - m) - lse
+        log_probs[i] = lp_sum
+        entropy[i] = h_sum
+
+
+@njit
+def _multi_categorical_backward_kernel(probs, offsets, actions, comp_entropy, d_log_probs,
+                                       d_entropy, d_logits):
+    """Per component slice of row ``i``: ``d_logits_j = d_log_probs[i] * ([j = a_k] - p_j)
+    - d_entropy[i] * p_j * (log p_j + H_k)`` (0 where ``p_j = 0``), from the ``probs`` and
+    ``comp_entropy`` of :func:`_multi_categorical_eval_kernel`; ``d_log_probs``/``d_entropy``
+    ``[R]`` (zeros for a term that is absent)."""
+    rows = probs.shape[0]
+    K = offsets.size - 1
+    for i in range(rows):
+        d = d_log_probs[i]
+        de = d_entropy[i]
+        for k in range(K):
+            h = comp_entropy[i, k]
+            for j in range(offsets[k], offsets[k + 1]):
+                p = probs[i, j]
+                g = -p * d
+                if p > 0.0:
+                    g -= de * p * (math.log(p) + h)
+                d_logits[i, j] = g
+            d_logits[i, offsets[k] + actions[i, k]] += d
+
+
+def _multi_eval(z2, offsets, a2):
+    R = z2.shape[0]
+    log_probs = np.empty(R)
+    entropy = np.empty(R)
+    probs = np.empty(z2.shape)
+    comp_entropy = np.empty((R, offsets.size - 1))
+    _multi_categorical_eval_kernel(z2, offsets, a2, log_probs, entropy, probs, comp_entropy)
+    return log_probs, entropy, probs, comp_entropy
+
+
+def multi_categorical_log_prob(logits, actions, nvec) -> np.ndarray:
+    """Log-probability of MultiDiscrete actions under independent categoricals.
+
+    The logits of component ``k`` are the slice ``logits[..., o_k : o_k + nvec[k]]`` with
+    ``o_k = nvec[0] + ... + nvec[k-1]``; ``log pi(a) = sum_k log softmax(slice_k)[a_k]`` (the
+    product of the components' probabilities; SB3 ``MultiCategoricalDistribution``, CleanRL
+    ``ppo_multidiscrete.py``; Huang et al. 2022, MultiDiscrete detail). Compiled; equals
+    :func:`ppo_ref.spec.distributions.multi_categorical_log_prob` within rtol 1e-12: the same
+    per-component steps, the components summed in order.
+
+    Args:
+        logits: ``[..., sum(nvec)]`` real (float32 widened exactly to float64); ``-inf`` marks a
+            masked choice, NaN and ``+inf`` are refused.
+        nvec: ``[K]`` integers >= 1, the number of choices of each component.
+        actions: integers ``[..., K]`` with ``actions[..., k]`` in ``[0, nvec[k])``.
+
+    Returns:
+        float64 ``[...]`` log-probabilities (nats; ``-inf`` if a chosen choice is masked).
+
+    Raises:
+        ValueError: bad ``nvec`` or ``logits`` size, NaN/``+inf`` logits or a component with
+            every choice masked, ``actions`` of the wrong shape, non-integral or out of range
+            (naming the component).
+    """
+    z2, offsets, batch_shape, sizes, z = _multi_inputs(logits, nvec)
+    a2 = _multi_actions(actions, z, sizes).reshape(z2.shape[0], len(sizes))
+    return _multi_eval(z2, offsets, a2)[0].reshape(batch_shape)
+
+
+def multi_categorical_entropy(logits, nvec) -> np.ndarray:
+    """Entropy of the product distribution: ``H = sum_k H(softmax(slice_k))`` (independent
+    components; slices as :func:`multi_categorical_log_prob`). Compiled; equals
+    :func:`ppo_ref.spec.distributions.multi_categorical_entropy` within rtol 1e-12.
+
+    Returns float64 ``[...]`` (nats). Raises ``ValueError`` as
+    :func:`multi_categorical_log_prob`.
+    """
+    z2, offsets, batch_shape, _, _ = _multi_inputs(logits, nvec)
+    a2 = np.zeros((z2.shape[0], offsets.size - 1), dtype=np.int64)
+    return _multi_eval(z2, offsets, a2)[1].reshape(batch_shape)
+
+
+def _multi_backward(logits, nvec, actions, d_log_probs, d_entropy):
+    z2, offsets, batch_shape, sizes, z = _multi_inputs(logits, nvec)
+    R = z2.shape[0]
+    if actions is None:
+        a2 = np.zeros((R, offsets.size - 1), dtype=np.int64)
+    else:
+        a2 = _multi_actions(actions, z, sizes).reshape(R, len(sizes))
+    zeros = np.zeros(R)
+    d_lp = zeros
+    d_ent = zeros
+    if d_log_probs is not None:
+        d = _as_upstream(d_log_probs, "d_log_probs", batch_shape, "logits[..., 0]")
+        d_lp = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
+    if d_entropy is not None:
+        d = _as_upstream(d_entropy, "d_entropy", batch_shape, "logits[..., 0]")
+        d_ent = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
+    _, _, probs, comp_entropy = _multi_eval(z2, offsets, a2)
+    d_logits = np.empty(z2.shape)
+    _multi_categorical_backward_kernel(probs, offsets, a2, comp_entropy, d_lp, d_ent, d_logits)
+    return d_logits.reshape(tuple(batch_shape) + (z2.shape[1],))
+
+
+def multi_categorical_log_prob_backward(logits, actions, nvec, d_log_probs) -> np.ndarray:
+    """Gradient of :func:`multi_categorical_log_prob` w.r.t. the logits: in the slice of
+    component ``k``, ``d_logits_j = d_log_probs * ([j = a_k] - pi_k(j))`` (each component's
+    categorical gradient; the sum over components touches each slice once). Compiled; equals
+    :func:`ppo_ref.spec.distributions.multi_categorical_log_prob_backward` within rtol 1e-12
+    (atol 1e-15).
+
+    Args:
+        logits, actions, nvec: as :func:`multi_categorical_log_prob`.
+        d_log_probs: ``[...]`` finite upstream gradient.
+
+    Returns:
+        float64 ``d_logits [..., sum(nvec)]``.
+
+    Raises:
+        ValueError: as :func:`multi_categorical_log_prob`; ``d_log_probs`` of the wrong shape
+            or non-finite.
+    """
+    return _multi_backward(logits, nvec, actions, d_log_probs, None)
+
+
+def multi_categorical_entropy_backward(logits, nvec, d_entropy) -> np.ndarray:
+    """Gradient of :func:`multi_categorical_entropy` w.r.t. the logits: in the slice of
+    component ``k``, ``d_logits_j = -d_entropy * pi_k(j) * (log pi_k(j) + H_k)`` (0 for a
+    masked choice). Compiled; equals
+    :func:`ppo_ref.spec.distributions.multi_categorical_entropy_backward` within rtol 1e-12
+    (atol 1e-15).
+
+    Returns float64 ``d_logits [..., sum(nvec)]``. Raises ``ValueError`` as
+    :func:`multi_categorical_log_prob`, or for ``d_entropy`` of the wrong shape or non-finite.
+    """
+    return _multi_backward(logits, nvec, None, None, d_entropy)

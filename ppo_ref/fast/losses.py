@@ -1,0 +1,75 @@
+"""The compiled tier of the PPO losses: the minibatch loss of the fast update in one pass.
+
+:func:`_minibatch_loss_kernel` compiles and calls the element functions of the spec
+(:func:`~ppo_ref.spec.losses.clipped_surrogate_element`,
+:func:`~ppo_ref.spec.losses.value_element`, :func:`~ppo_ref.spec.losses.k3_element`), summing
+in element order as the spec losses do, so its sums and gradients equal those of
+:func:`ppo_ref.spec.losses.policy_loss`, :func:`ppo_ref.spec.losses.value_loss` and
+:func:`ppo_ref.spec.losses.approx_kl` bit for bit (``tests/test_losses.py``). Its caller is
+:func:`ppo_ref.fast.update.minibatch_loss`; the public losses are :mod:`ppo_ref.losses` (the
+spec's).
+"""
+from __future__ import annotations
+
+import math
+
+from numba.extending import register_jitable
+
+from ppo_ref._numba import NJIT_OPTIONS, njit
+from ppo_ref.spec import losses as _spec
+from ppo_ref.spec.losses import MAX_LOG_RATIO, clipped_surrogate_element, k3_element, value_element
+
+__all__ = []  # no public function: the kernel's one caller is ppo_ref.fast.update
+
+# the element functions, usable from compiled code (the spec functions are returned unchanged)
+for _element in (_spec.k3_element, _spec.clipped_surrogate_element, _spec.value_element):
+    register_jitable(**NJIT_OPTIONS)(_element)
+del _element
+
+
+@njit
+def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, clip_range,
+                           clip_range_vf, clip_on, sb3_mode, v_scale, d_new, d_values):
+    """The sums and gradients of one PPO minibatch loss, for 1-D float64 arrays of one length n.
+
+    Per element, in order: :func:`~ppo_ref.spec.losses.clipped_surrogate_element` of
+    ``new - old`` and ``adv`` (``d_new[i] = -d_surrogate / n``),
+    :func:`~ppo_ref.spec.losses.k3_element`, the k1 term ``-(new - old)`` and
+    :func:`~ppo_ref.spec.losses.value_element` (``d_values[i] = (d_term / n) * v_scale``), each
+    sum accumulated in element order: the arithmetic of the spec's ``policy_loss``,
+    ``approx_kl`` and ``value_loss`` followed by ``d_values * v_scale``, bit for bit.
+
+    Returns ``(status, index, surrogate_sum, n_outside, k3_sum, k1_sum, value_sum)``:
+    ``status`` 0 when all is well; 1 when an input holds inf or nan (``index``: the position of
+    that array in the argument list); 2 when the ratio or its gradient overflows at element
+    ``index``. The sums are meaningless unless ``status`` is 0.
+    """
+    arrays = (new, entropy, values, old, adv, returns, old_values)
+    for j in range(len(arrays)):
+        arr = arrays[j]
+        for i in range(arr.size):
+            if not math.isfinite(arr[i]):
+                return 1, j, 0.0, 0, 0.0, 0.0, 0.0
+    n = new.size
+    surrogate_sum = 0.0
+    n_outside = 0
+    k3_sum = 0.0
+    k1_sum = 0.0
+    value_sum = 0.0
+    for i in range(n):
+        log_ratio = new[i] - old[i]
+        if log_ratio > MAX_LOG_RATIO:
+            return 2, i, 0.0, 0, 0.0, 0.0, 0.0
+        surrogate, d_surrogate, outside = clipped_surrogate_element(log_ratio, adv[i], clip_range)
+        surrogate_sum += surrogate
+        d_new[i] = -d_surrogate / n
+        if not math.isfinite(d_new[i]):
+            return 2, i, 0.0, 0, 0.0, 0.0, 0.0
+        n_outside += outside
+        k3_sum += k3_element(log_ratio)
+        k1_sum += -log_ratio
+        term, d_term = value_element(values[i], old_values[i], returns[i], clip_range_vf, clip_on,
+                                     sb3_mode)
+        value_sum += term
+        d_values[i] = (d_term / n) * v_scale
+    return 0, -1, surrogate_sum, n_outside, k3_sum, k1_sum, value_sum

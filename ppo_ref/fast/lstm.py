@@ -1,0 +1,1024 @@
+"""The compiled tier of the LSTM: a single-layer LSTM with episode resets, forward and backward
+(BPTT) in compiled kernels, and the product, ``tanh`` and FMA primitives every compiled network
+of :mod:`ppo_ref.fast` shares.
+
+Its public functions are the fast twins of :mod:`ppo_ref.spec.lstm` (the readable definition,
+which :mod:`ppo_ref.nn.lstm` re-exports): :func:`lstm_forward`, :func:`lstm_backward` and
+:func:`lstm_step` take and return what their spec namesakes do (parameters from
+:func:`ppo_ref.spec.lstm.lstm_init`) and equal them within rtol 1e-10 (atol 1e-12) in float64
+(``tests/test_spec_lstm.py``). The unchecked stacked helpers (:func:`_forward_stacked`,
+:func:`_backward_stacked`, :func:`_step_stacked`) are the recurrent policy's fast path.
+
+The cell is ``torch.nn.LSTM``'s (Hochreiter & Schmidhuber 1997, with the forget gate of Gers,
+Schmidhuber & Cummins 2000), with the reset convention of recurrent PPO (sb3-contrib
+``RecurrentPPO``, CleanRL ``ppo_atari_lstm``): before step ``t`` the carried state is multiplied
+by ``keep[t] = 1 - episode_starts[t]``, so an episode that starts at ``t`` starts from the zero
+state. Per environment ``n`` and step ``t = 0 .. T-1``::
+
+    h~[t] = keep[t] * h[t-1]        c~[t] = keep[t] * c[t-1]        (h[-1] = h0, c[-1] = c0)
+    z[t]  = x[t] @ w_ih.T + h~[t] @ w_hh.T + b                      [4H], blocks (i, f, g, o)
+    i = sigmoid(z_i)   f = sigmoid(z_f)   g = tanh(z_g)   o = sigmoid(z_o)
+    c[t]  = f * c~[t] + i * g
+    h[t]  = o * tanh(c[t])
+
+``b`` is torch's ``b_ih + b_hh`` (one bias; the sum is all the forward pass sees). The returned
+``h_seq[t] = h[t]`` and ``(h_T, c_T) = (h[T-1], c[T-1])`` are *unmasked*: the next call's
+``episode_starts[0]`` decides whether that state is carried on.
+
+Backpropagation through time, given ``dh_seq[t] = dL/dh[t]`` (the direct gradient of the
+outputs) and ``dh_T, dc_T`` (gradient arriving from a later segment, for truncated BPTT);
+``dh~[T] = dh_T``, ``dc~[T] = dc_T``, ``keep[T] = 1``; for ``t = T-1 .. 0``::
+
+    dh    = dh_seq[t] + keep[t+1] * dh~[t+1]            total gradient of h[t]
+    dc    = keep[t+1] * dc~[t+1] + dh * o * (1 - tanh(c[t])^2)
+    dz_i  = dc * g * i * (1 - i)          dz_f = dc * c~[t] * f * (1 - f)
+    dz_g  = dc * i * (1 - g^2)            dz_o = dh * tanh(c[t]) * o * (1 - o)
+    dh~[t] = dz[t] @ w_hh                 dc~[t] = dc * f
+    dh0 = keep[0] * dh~[0]                dc0 = keep[0] * dc~[0]
+
+and, summed over every step and environment (after the loop, each sum over the rows
+``m = t N + n`` in increasing order, one FMA per product term)::
+
+    dw_ih = sum_t dz[t].T @ x[t]     dw_hh = sum_t dz[t].T @ h~[t]     db = sum_t,n dz[t]
+    dx[t] = dz[t] @ w_ih
+
+The factor ``keep`` is where the gradient stops: a state cut by a reset receives exactly 0.
+
+Numerics. All work of the public functions is float64 (float32, integer or bool inputs are
+cast on entry). The unchecked stacked helpers of the recurrent policy's fast path
+(:func:`_forward_stacked`, :func:`_backward_stacked`, :func:`_step_stack`) run the same
+kernels on float32 arrays when asked (``compute_dtype="float32"``): float32 products and
+FMA chains, ``tanh`` evaluated in float64 and rounded. The sigmoid is
+evaluated as ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, an exact identity that never overflows
+(``1 / (1 + exp(-z))`` overflows ``exp`` for ``z < -709``); ``z / 2`` is exact in binary
+floating point (barring underflow). ``tanh`` is this module's own (:func:`_tanh`, within 3
+units in the last place of NumPy's), made of basic operations so the loops calling it vectorize.
+The forward recursion over all T steps is one compiled call (:func:`_forward_kernel`), and so
+is BPTT (:func:`_backward_kernel`); their small products are loops of fused multiply-adds in
+index order (:func:`_add_products`), so an environment's results do not depend on the other
+environments in the call, and ``lstm_step`` (the same kernel with T = 1) reproduces
+``lstm_forward`` bit for bit. The weight gradients and ``dx``, one product each over all
+steps after the loop, are the same FMA chains (:func:`_weight_grads`), not BLAS products: their
+summation order is the documented one on every machine. Results agree with
+``torch.nn.LSTM`` (float64) and with the plain oracle of the tests to rounding.
+"""
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Dict, Mapping, NamedTuple, Tuple
+
+import numpy as np
+from llvmlite import ir as llvm_ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
+
+from ppo_ref.fast import workspace
+from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
+from ppo_ref._numba import njit
+
+__all__ = ["LSTMCache", "lstm_forward", "lstm_backward", "lstm_step"]
+
+Params = Dict[str, np.ndarray]
+PARAM_KEYS = ("w_ih", "w_hh", "b")
+
+
+class LSTMCache(NamedTuple):
+    """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
+
+    Attributes:
+        x: ``[T, N, D]`` the inputs (the caller's array itself when it was float64: not copied,
+            so it must not be modified between the forward and the backward pass).
+        keep: ``[T + 1, N]`` ``1 - episode_starts`` for steps ``0..T-1``, and ``keep[T] = 1``
+            (the gradients ``dh_T, dc_T`` enter unmasked).
+        h_prev: ``[T, N, H]`` ``h~[t] = keep[t] * h[t-1]``, the state the cell read at step t.
+        c_prev: ``[T, N, H]`` ``c~[t] = keep[t] * c[t-1]``.
+        gates: ``[T, N, 4H]`` activations ``(i, f, g, o)`` (after sigmoid/tanh), torch order.
+        tanh_c: ``[T, N, H]`` ``tanh(c[t])``.
+    """
+    x: np.ndarray
+    keep: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled kernels. One call runs the whole recursion over T steps (forward) or back over them
+# (BPTT); no Python runs per step. The small products are explicit loops, written so that LLVM
+# vectorizes them over the contiguous output index j without reassociating any sum: every
+# output element is the sum of its terms in index order, ``((b + a_0 w_0) + a_1 w_1) + ...``,
+# whatever the number of rows (environments) in the call. An environment's results therefore
+# do not depend on which other environments share the call (the replay of a whole rollout and
+# a training minibatch of some of its envs compute the same bits), nor on whether the sequence
+# is run at once or step by step (lstm_step runs this same kernel with T = 1).
+# --------------------------------------------------------------------------------------------
+
+# Exact constants typed float32: in a float32 kernel they keep the arithmetic in float32 (a
+# Python float literal is float64 in numba and would widen it); in a float64 kernel they are
+# widened exactly, so the float64 arithmetic is the one written with 0.5 and 1.0.
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
+
+_LN2_HI = 6.93147180369123816490e-01   # ln 2 rounded to 32 significant bits: k * _LN2_HI is
+_LN2_LO = 1.90821492927058770002e-10   # exact for |k| < 2^20; _LN2_HI + _LN2_LO = ln 2
+_INV_LN2 = 1.44269504088896338700e+00  # 1 / ln 2
+_ROUND = 6755399441055744.0            # 1.5 * 2^52: (v + _ROUND) - _ROUND = v rounded to integer
+
+
+def _pow2(k):
+    """``2.0 ** k`` for an integer-valued float ``k`` in [-1022, 1023], exactly."""
+    return math.ldexp(1.0, int(k))
+
+
+def _exponent_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits):
+    """An intrinsic ``k -> 2.0 ** k`` for an integer-valued ``k`` of type ``nb_float``: the
+    float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
+    a bit cast, which LLVM vectorizes; ``math.ldexp`` is a scalar library call)."""
+    def exponent_bits(typingctx, k):
+        sig = nb_float(nb_float)
+
+        def codegen(context, builder, signature, args):
+            int_type = llvm_ir.IntType(int_bits)
+            k_int = builder.fptosi(args[0], int_type)
+            bits = builder.shl(builder.add(k_int, llvm_ir.Constant(int_type, bias)),
+                               llvm_ir.Constant(int_type, mantissa_bits))
+            return builder.bitcast(bits, ll_float)
+        return sig, codegen
+    exponent_bits.__name__ = exponent_bits.__qualname__ = name
+    return intrinsic(exponent_bits)
+
+
+# Compiled :func:`_pow2`: the float64 whose exponent field is ``k + 1023``.
+_pow2_bits = _exponent_intrinsic("_pow2_bits", types.float64, llvm_ir.DoubleType(), 64, 1023, 52)
+
+
+@overload(_pow2)
+def _pow2_compiled(k):
+    return lambda k: _pow2_bits(k)
+
+
+def _fma(a, b, c):
+    """``a * b + c`` rounded once (IEEE 754 fusedMultiplyAdd), for finite floats: exact
+    rational arithmetic, then one correctly rounded conversion. The interpreted version of the
+    compiled one below (same bits); only the tests run it."""
+    return float(Fraction(a) * Fraction(b) + Fraction(c))
+
+
+@intrinsic
+def _fma_llvm(typingctx, a, b, c):
+    """Compiled :func:`_fma`: LLVM's ``llvm.fma.f64`` (one vector FMA instruction per lane when
+    the loop is vectorized). An explicit operation, not a compiler contraction: the order of
+    every sum stays as written. Three float32 operands give ``llvm.fma.f32`` (one rounding to
+    float32; the float32 kernels), anything else float64."""
+    if all(t == types.float32 for t in (a, b, c)):
+        sig = types.float32(types.float32, types.float32, types.float32)
+    else:
+        sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+    return sig, codegen
+
+
+@overload(_fma)
+def _fma_compiled(a, b, c):
+    return lambda a, b, c: _fma_llvm(a, b, c)
+
+
+def _wide():
+    """Ask for 512-bit vectors in the compiled kernel that calls it (a no-op when interpreted).
+
+    LLVM tunes its x86 targets that have AVX-512 to vectorize loops 256 bits wide (4 float64
+    lanes), to spare the clock drop some CPUs take on 512-bit instructions. Compiled,
+    :func:`_wide` marks the calling function ``"prefer-vector-width"="512"``, so the loop
+    vectorizer of that kernel uses 512-bit vectors (8 float64 lanes) on such CPUs; elsewhere
+    nothing changes (the attribute only states a preference; the instruction set is still the
+    host's). The vector width never changes results: every vectorized loop here computes each
+    element with the same operations in the same order (no fastmath, no reassociation), and
+    the tests compare the compiled kernels with their interpreted versions bit for bit. On this
+    project's AVX-512 VM the forward recursion ran about 1.25x faster.
+    """
+
+
+@intrinsic
+def _wide_attribute(typingctx):
+    """Compiled :func:`_wide`: adds the function attribute to the function being lowered
+    (``builder.function``, the caller: intrinsics are emitted inline). llvmlite checks
+    attribute names against a list without key-value attributes, so the set's own ``add``
+    is called; the attribute is written verbatim into the IR. Should a later llvmlite store
+    attributes differently, nothing is added (the kernels then vectorize 256 bits wide: the
+    same results, a little slower)."""
+    sig = types.none()
+
+    def codegen(context, builder, signature, args):
+        attributes = builder.function.attributes
+        if isinstance(attributes, set):
+            set.add(attributes, '"prefer-vector-width"="512"')
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@overload(_wide, inline="always")
+def _wide_compiled():
+    return lambda: _wide_attribute()
+
+
+@njit
+def _tanh(x):
+    """tanh(x) from basic IEEE operations only, so that loops calling it vectorize (numba's
+    ``math.tanh`` is a scalar libm call, ~15 ns; this is ~1 ns per element in a loop).
+
+    With ``a = min(|x|, 20)`` (tanh(20) rounds to 1) and ``e(y) = exp(y) - 1`` (expm1)::
+
+        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
+
+    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
+    ``y = k ln2 + r`` with ``k = round(y / ln2)``, ``|r| <= ln2 / 2``, ``k ln2`` subtracted in two
+    parts (Cody & Waite); ``e(r)`` = its Taylor series to ``r^13 / 13!`` (truncation < 2e-17
+    relative); ``e(y) = 2^k e(r) + (2^k - 1)``. Measured against NumPy's ``np.tanh`` on 8e6
+    random arguments of scale 1e-8 .. 30: at most 3 units in the last place apart, and never
+    above 1 in magnitude. NaN is not expected (inputs are checked finite); +-inf give +-1.
+    """
+    a = min(abs(x), 20.0)
+    big = a > 0.55
+    y = 2.0 * a if big else -2.0 * a
+    k = (y * _INV_LN2 + _ROUND) - _ROUND
+    r = (y - k * _LN2_HI) - k * _LN2_LO
+    p = 1.0 / 6227020800.0             # Horner: e(r) = r + r^2 (1/2! + r (1/3! + ... r / 13!))
+    p = _fma(p, r, 1.0 / 479001600.0)
+    p = _fma(p, r, 1.0 / 39916800.0)
+    p = _fma(p, r, 1.0 / 3628800.0)
+    p = _fma(p, r, 1.0 / 362880.0)
+    p = _fma(p, r, 1.0 / 40320.0)
+    p = _fma(p, r, 1.0 / 5040.0)
+    p = _fma(p, r, 1.0 / 720.0)
+    p = _fma(p, r, 1.0 / 120.0)
+    p = _fma(p, r, 1.0 / 24.0)
+    p = _fma(p, r, 1.0 / 6.0)
+    p = _fma(p, r, 0.5)
+    em = _fma(r * r, p, r)
+    s = _pow2(k)
+    e = _fma(s, em, s - 1.0)
+    # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
+    # vectorization; the divisor here is >= 1. One division serves both branches (a vectorized
+    # loop evaluates both sides of a select, and division is its slowest operation).
+    q = np.divide(2.0 if big else -e, e + 2.0)
+    v = 1.0 - q if big else q
+    return v if x >= 0.0 else -v
+
+
+# float32 tanh: the same construction with float32 constants (fdlibm's expf split of ln 2,
+# whose high part has 17 significant bits, so k * _LN2_HI_F32 is exact for |k| < 2^7).
+_F32 = np.float32
+_LN2_HI_F32 = _F32(6.9313812256e-01)
+_LN2_LO_F32 = _F32(9.0580006145e-06)
+_INV_LN2_F32 = _F32(1.4426950216e+00)
+_ROUND_F32 = _F32(12582912.0)          # 1.5 * 2^23
+_EXPM1_F32 = tuple(_F32(1.0 / math.factorial(i)) for i in range(8, 1, -1))  # 1/8! .. 1/2!
+
+
+def _pow2_f32(k):
+    """``2.0 ** k`` as float32 for an integer-valued ``k`` in [-126, 127], exactly."""
+    return np.float32(math.ldexp(1.0, int(k)))
+
+
+# Compiled :func:`_pow2_f32`: the float32 whose exponent field is ``k + 127``.
+_pow2_f32_bits = _exponent_intrinsic("_pow2_f32_bits", types.float32, llvm_ir.FloatType(), 32,
+                                     127, 23)
+
+
+@overload(_pow2_f32)
+def _pow2_f32_compiled(k):
+    return lambda k: _pow2_f32_bits(k)
+
+
+@njit
+def _tanh_f32(x):
+    """:func:`_tanh` in float32 arithmetic for a float32 ``x`` (16 lanes per AVX-512 vector):
+    ``a = min(|x|, 10)`` (tanh(10) rounds to 1 in float32), the same two formulas and range
+    reduction, ``e(r)`` by its Taylor series to ``r^8 / 8!`` (truncation < 2e-8 relative for
+    ``|r| <= ln2 / 2``). Within 4 units in the last place (float32) of ``np.tanh`` evaluated in
+    float64 (tested), never above 1 in magnitude."""
+    a = min(abs(x), _F32(10.0))
+    big = a > _F32(0.55)
+    y = _F32(2.0) * a if big else _F32(-2.0) * a
+    k = (y * _INV_LN2_F32 + _ROUND_F32) - _ROUND_F32
+    r = (y - k * _LN2_HI_F32) - k * _LN2_LO_F32
+    c8, c7, c6, c5, c4, c3, c2 = _EXPM1_F32
+    p = _fma(c8, r, c7)
+    p = _fma(p, r, c6)
+    p = _fma(p, r, c5)
+    p = _fma(p, r, c4)
+    p = _fma(p, r, c3)
+    p = _fma(p, r, c2)
+    em = _fma(r * r, p, r)
+    s = _pow2_f32(k)
+    e = _fma(s, em, s - _ONE)
+    q = np.divide(_F32(2.0) if big else -e, e + _F32(2.0))
+    v = _ONE - q if big else q
+    return v if x >= _F32(0.0) else -v
+
+
+def _tanh_any(x):
+    """``tanh`` in the arithmetic of ``x``: :func:`_tanh_f32` for float32, else :func:`_tanh`."""
+    return _tanh_f32(x) if isinstance(x, np.float32) else _tanh(x)
+
+
+@overload(_tanh_any)
+def _tanh_any_compiled(x):
+    if x == types.float32:
+        return lambda x: _tanh_f32(x)
+    return lambda x: _tanh(x)
+
+
+_BLOCK_ROWS = 8    # rows of a register block of _add_products
+_BLOCK_COLS = 16   # columns of a register block: 2 vectors of 8 float64 (1 of 16 float32)
+
+
+def _add_block(out, a, w_t, n, j0):
+    """``out[n:n+8, j0:j0+16] += a[n:n+8] @ w_t[:, j0:j0+16]``, every element a chain of FMAs
+    in the order k = 0, 1, ..., K-1 starting from its value in ``out`` (the arithmetic of
+    :func:`_add_products`). Interpreted here; compiled, :func:`_add_block_vector` keeps the
+    8 x 16 block in vector registers across the whole k loop."""
+    for m in range(n, n + _BLOCK_ROWS):
+        for j in range(j0, j0 + _BLOCK_COLS):
+            o = out[m, j]
+            for k in range(a.shape[1]):
+                o = _fma(a[m, k], w_t[k, j], o)
+            out[m, j] = o
+
+
+@intrinsic
+def _add_block_vector(typingctx, out, a, w_t, n, j0):
+    """Compiled :func:`_add_block` for C-contiguous float64 (or float32) arrays: the 16 columns
+    of each of the 8 rows are held in vector accumulators (``<8 x double>`` x 2, or
+    ``<16 x float>``) for the whole k loop; per k, the weight row segment is loaded once and
+    each ``a[m, k]`` is broadcast into an ``llvm.fma`` per accumulator. Element for element
+    the same FMA chain as the scalar loops (no reassociation), without a load and store of
+    ``out`` per few terms: the loop runs at the FMA units' rate instead of the store port's.
+    (Accumulators live in stack slots that LLVM promotes to registers.)"""
+    sig = types.none(out, a, w_t, n, j0)
+    is_f32 = out.dtype == types.float32
+
+    def codegen(context, builder, signature, args):
+        out_ty, a_ty, w_ty = signature.args[:3]
+        arrays = [context.make_array(ty)(context, builder, v)
+                  for ty, v in zip((out_ty, a_ty, w_ty), args[:3])]
+        out_arr, a_arr, w_arr = arrays
+        intp = context.get_value_type(types.intp)
+        n_ = context.cast(builder, args[3], signature.args[3], types.intp)
+        j_ = context.cast(builder, args[4], signature.args[4], types.intp)
+        elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
+        lanes = 16 if is_f32 else 8
+        n_vec = _BLOCK_COLS // lanes
+        vec = llvm_ir.VectorType(elem, lanes)
+        vec_ptr = vec.as_pointer()
+        item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
+        fma = cgutils.get_or_insert_function(
+            builder.module, llvm_ir.FunctionType(vec, [vec, vec, vec]),
+            f"llvm.fma.v{lanes}{'f32' if is_f32 else 'f64'}")
+        undef = llvm_ir.Constant(vec, llvm_ir.Undefined)
+        lane0 = llvm_ir.Constant(llvm_ir.IntType(32), 0)
+        splat = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.IntType(32), lanes), [0] * lanes)
+
+        def const(v):
+            return llvm_ir.Constant(intp, v)
+
+        def pointer(arr, ty, i, j):
+            return cgutils.get_item_pointer2(
+                context, builder, arr.data, cgutils.unpack_tuple(builder, arr.shape),
+                cgutils.unpack_tuple(builder, arr.strides), ty.layout, [i, j],
+                wraparound=False)
+
+        slots = []
+        for r in range(_BLOCK_ROWS):
+            for v in range(n_vec):
+                ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
+                                              builder.add(j_, const(lanes * v))), vec_ptr)
+                slot = cgutils.alloca_once(builder, vec)
+                builder.store(builder.load(ptr, align=item), slot)
+                slots.append((slot, ptr))
+        n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
+        with cgutils.for_range(builder, n_k) as loop:
+            k = loop.index
+            w_vecs = [builder.load(builder.bitcast(
+                pointer(w_arr, w_ty, k, builder.add(j_, const(lanes * v))), vec_ptr), align=item)
+                for v in range(n_vec)]
+            for r in range(_BLOCK_ROWS):
+                a_k = builder.load(pointer(a_arr, a_ty, builder.add(n_, const(r)), k))
+                a_vec = builder.shuffle_vector(builder.insert_element(undef, a_k, lane0),
+                                               undef, splat)
+                for v in range(n_vec):
+                    slot = slots[r * n_vec + v][0]
+                    builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
+                                  slot)
+        for slot, ptr in slots:
+            builder.store(builder.load(slot), ptr, align=item)
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@overload(_add_block)
+def _add_block_compiled(out, a, w_t, n, j0):
+    arrays = (out, a, w_t)
+    if all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 2 for t in arrays) \
+            and out.dtype in (types.float32, types.float64) \
+            and a.dtype == out.dtype and w_t.dtype == out.dtype:
+        return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
+    return _add_block  # other layouts or dtypes: the loops as written, compiled
+
+
+@njit
+def _add_products_loops(out, a, w_t, n_lo, n_hi, j_lo):
+    """The rows ``n_lo .. n_hi - 1`` and columns ``j_lo .. J - 1`` of :func:`_add_products`,
+    four k and four rows at a time (each loaded weight serves four rows), the remaining k and
+    rows one at a time; the loop over j vectorizes."""
+    _wide()
+    n_k = a.shape[1]
+    n_j = w_t.shape[1]
+    k4 = n_k - n_k % 4
+    n4 = n_lo + (n_hi - n_lo) // 4 * 4
+    for n in range(n_lo, n4, 4):
+        for k in range(0, k4, 4):
+            a0, a1, a2, a3 = a[n, k], a[n, k + 1], a[n, k + 2], a[n, k + 3]
+            b0, b1, b2, b3 = a[n + 1, k], a[n + 1, k + 1], a[n + 1, k + 2], a[n + 1, k + 3]
+            c0, c1, c2, c3 = a[n + 2, k], a[n + 2, k + 1], a[n + 2, k + 2], a[n + 2, k + 3]
+            d0, d1, d2, d3 = a[n + 3, k], a[n + 3, k + 1], a[n + 3, k + 2], a[n + 3, k + 3]
+            for j in range(j_lo, n_j):
+                w0, w1, w2, w3 = w_t[k, j], w_t[k + 1, j], w_t[k + 2, j], w_t[k + 3, j]
+                out[n, j] = _fma(a3, w3, _fma(a2, w2, _fma(a1, w1, _fma(a0, w0, out[n, j]))))
+                out[n + 1, j] = _fma(b3, w3, _fma(b2, w2, _fma(b1, w1,
+                                                                _fma(b0, w0, out[n + 1, j]))))
+                out[n + 2, j] = _fma(c3, w3, _fma(c2, w2, _fma(c1, w1,
+                                                                _fma(c0, w0, out[n + 2, j]))))
+                out[n + 3, j] = _fma(d3, w3, _fma(d2, w2, _fma(d1, w1,
+                                                                _fma(d0, w0, out[n + 3, j]))))
+        for k in range(k4, n_k):
+            for m in range(n, n + 4):
+                am = a[m, k]
+                for j in range(j_lo, n_j):
+                    out[m, j] = _fma(am, w_t[k, j], out[m, j])
+    for n in range(n4, n_hi):
+        for k in range(0, k4, 4):
+            a0, a1, a2, a3 = a[n, k], a[n, k + 1], a[n, k + 2], a[n, k + 3]
+            for j in range(j_lo, n_j):
+                out[n, j] = _fma(a3, w_t[k + 3, j], _fma(a2, w_t[k + 2, j], _fma(
+                    a1, w_t[k + 1, j], _fma(a0, w_t[k, j], out[n, j]))))
+        for k in range(k4, n_k):
+            a0 = a[n, k]
+            for j in range(j_lo, n_j):
+                out[n, j] = _fma(a0, w_t[k, j], out[n, j])
+
+
+@njit
+def _add_products(out, a, w_t):
+    """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
+    K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
+
+    ``out`` ``[M, J]``, ``a`` ``[M, K]``, ``w_t`` ``[K, J]`` (the weight pre-transposed so j is
+    contiguous). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
+    registers over all k); the columns and rows left over by
+    :func:`_add_products_loops`. The arithmetic of an element is the same chain of FMAs in
+    every case, so a row's result does not depend on the other rows of the call.
+    """
+    n_rows = a.shape[0]
+    n_j = w_t.shape[1]
+    n8 = n_rows - n_rows % _BLOCK_ROWS
+    j16 = n_j - n_j % _BLOCK_COLS
+    if j16 == 0:
+        n8 = 0
+    for n in range(0, n8, _BLOCK_ROWS):
+        for j0 in range(0, j16, _BLOCK_COLS):
+            _add_block(out, a, w_t, n, j0)
+    if n8 > 0 and j16 < n_j:
+        _add_products_loops(out, a, w_t, 0, n8, j16)
+    if n8 < n_rows:
+        _add_products_loops(out, a, w_t, n8, n_rows, 0)
+
+
+@njit
+def _activate_gates(z):
+    """In place on ``z`` ``[N, 4H]``: (i, f, o) blocks ``sigmoid(z) = 0.5 + 0.5 tanh(0.5 z)``
+    (``0.5 z`` is exact), g block ``tanh(z)``. (One call site of :func:`_tanh` per kernel, so
+    LLVM inlines it and vectorizes the loop.)"""
+    _wide()
+    n_env, four_h = z.shape
+    lo, hi = four_h // 2, 3 * four_h // 4
+    for n in range(n_env):
+        for j in range(four_h):
+            is_g = lo <= j < hi
+            v = _tanh_any(z[n, j] if is_g else _HALF * z[n, j])
+            z[n, j] = v if is_g else _HALF + _HALF * v
+
+
+@njit
+def _cell_output(t, z, keep, c_prev, h_prev, tanh_c, h_seq):
+    """Step t from the activations ``z = gates[t]``: ``c = f c~ + i g``, ``h = o tanh(c)``;
+    the next carried state ``(h~, c~)[t+1] = keep[t+1] (h, c)`` (``keep[T] = 1``: row T holds
+    the unmasked final state)."""
+    _wide()
+    n_env, hidden = h_seq.shape[1], h_seq.shape[2]
+    for n in range(n_env):
+        k = keep[t + 1, n]
+        for j in range(hidden):
+            c = z[n, hidden + j] * c_prev[t, n, j] + z[n, j] * z[n, 2 * hidden + j]
+            tanh_c[t, n, j] = _tanh_any(c)
+            h = z[n, 3 * hidden + j] * tanh_c[t, n, j]  # tanh(c) as stored (float32: rounded)
+            h_seq[t, n, j] = h
+            h_prev[t + 1, n, j] = k * h
+            c_prev[t + 1, n, j] = k * c
+
+
+@njit
+def _forward_kernel(x, w_ih_t, w_hh_t, b, keep, h_prev, c_prev, gates, tanh_c, h_seq):
+    """The forward recursion over all T steps (module docstring), in place.
+
+    Inputs: ``x`` ``[T, N, D]``, ``w_ih_t = w_ih.T`` ``[D, 4H]``, ``w_hh_t = w_hh.T``
+    ``[H, 4H]``, ``b`` ``[4H]``, ``keep`` ``[T + 1, N]``, and rows 0 of ``h_prev``/``c_prev``
+    (``[T + 1, N, H]``) holding ``keep[0] * (h0, c0)``. Writes rows 1..T of ``h_prev``/``c_prev``
+    (row T: the unmasked final state), ``gates`` ``[T, N, 4H]`` (i, f, g, o), ``tanh_c``,
+    ``h_seq``. Per step: ``z = (b + sum_d x_d w_ih_t[d]) + sum_k h~_k w_hh_t[k]``, then
+    :func:`_activate_gates` and :func:`_cell_output`.
+    """
+    _wide()
+    n_steps, n_env, _ = x.shape
+    for t in range(n_steps):
+        z = gates[t]
+        _linear_rows(x[t], w_ih_t, b, z)
+        _add_products(z, h_prev[t], w_hh_t)
+        _activate_gates(z)
+        _cell_output(t, z, keep, c_prev, h_prev, tanh_c, h_seq)
+
+
+@njit
+def _backward_kernel(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh, dz):
+    """BPTT over all T steps (module docstring), in place: ``dh_rec``/``dc_rec`` ``[N, H]``
+    enter holding ``dh~[T], dc~[T]`` (``dh_T``, ``dc_T``) and leave holding ``dh~[0], dc~[0]``;
+    writes ``dz`` ``[T, N, 4H]``. ``w_hh`` ``[4H, H]`` as stored (``dh~ = dz @ w_hh`` has the
+    contiguous index innermost already)."""
+    _wide()
+    n_steps, n_env, hidden = dh_seq.shape
+    for t in range(n_steps - 1, -1, -1):
+        for n in range(n_env):
+            k = keep[t + 1, n]
+            for j in range(hidden):
+                gi = gates[t, n, j]
+                gf = gates[t, n, hidden + j]
+                gg = gates[t, n, 2 * hidden + j]
+                go = gates[t, n, 3 * hidden + j]
+                tc = tanh_c[t, n, j]
+                dh = dh_seq[t, n, j] + k * dh_rec[n, j]
+                dc = k * dc_rec[n, j] + dh * go * (_ONE - tc * tc)
+                dz[t, n, j] = dc * gg * gi * (_ONE - gi)
+                dz[t, n, hidden + j] = dc * c_prev[t, n, j] * gf * (_ONE - gf)
+                dz[t, n, 2 * hidden + j] = dc * gi * (_ONE - gg * gg)
+                dz[t, n, 3 * hidden + j] = dh * tc * go * (_ONE - go)
+                dc_rec[n, j] = dc * gf
+        dh_rec[:, :] = 0.0
+        _add_products(dh_rec, dz[t], w_hh)
+
+
+@njit
+def _transpose_into(a, a_t):
+    """``a_t[j, n] = a[n, j]`` (2-D): in tiles of 8 x 8 (a 64 x 256 float64 transpose: ~6 us,
+    ~11 us for NumPy's copy; larger arrays are bound by the cache traffic of the strided side:
+    an 8 x 8 tile of vector shuffles was no faster), the leftover rows and columns one by one."""
+    _wide()
+    rows, cols = a.shape
+    r8 = rows - rows % 8
+    c8 = cols - cols % 8
+    for n0 in range(0, r8, 8):
+        for j0 in range(0, c8, 8):
+            for j in range(j0, j0 + 8):
+                for n in range(n0, n0 + 8):
+                    a_t[j, n] = a[n, j]
+        for j in range(c8, cols):
+            for n in range(n0, n0 + 8):
+                a_t[j, n] = a[n, j]
+    for n in range(r8, rows):
+        for j in range(cols):
+            a_t[j, n] = a[n, j]
+
+
+@njit
+def _column_sums(d, out):
+    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
+    _wide()
+    out[:] = 0.0
+    for n in range(d.shape[0]):
+        for j in range(d.shape[1]):
+            out[j] += d[n, j]
+
+
+@njit
+def _linear_rows(x, w_t, b, out):
+    """``out = b + x @ w_t`` row by row (a dense layer ``x @ w.T + b`` with ``w_t = w.T``
+    ``[K, J]``): ``out[n, j] = fma(x[n, K-1], w_t[K-1, j], ... fma(x[n, 0], w_t[0, j], b[j]))``,
+    the chain of :func:`_add_products`. A row's result does not depend on the other rows of
+    the call (a BLAS product's rounding can depend on the number of rows), which is what lets
+    the recurrent policy's towers replay any subset of envs bit for bit."""
+    _wide()
+    for n in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[n, j] = b[j]
+    _add_products(out, x, w_t)
+
+
+# Several LSTMs reading the same inputs (the actor and critic LSTMs of a policy) in one call:
+# the kernels above, once per LSTM, on stacked weights and outputs with a leading axis L. The
+# arithmetic of each LSTM is that of lstm_forward / lstm_backward / lstm_step, bit for bit.
+
+_FLOAT64_MAX = float(np.finfo(np.float64).max)  # abs(v) <= it is False exactly for inf, nan
+
+
+@njit
+def _all_finite(a):
+    """True if every entry of the C-contiguous float64 array ``a`` is finite (a count of
+    comparisons, which vectorizes, rather than a loop that stops at the first failure)."""
+    _wide()
+    flat = a.reshape(-1)
+    n_finite = 0
+    for i in range(flat.size):
+        n_finite += abs(flat[i]) <= _FLOAT64_MAX
+    return n_finite == flat.size
+
+
+@njit
+def _forward_stack(x, w_ih_t, w_hh_t, b, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
+    """:func:`_forward_kernel` for L LSTMs on the same ``x [T, N, D]`` and ``keep [T + 1, N]``:
+    ``w_ih_t [L, D, 4H]``, ``w_hh_t [L, H, 4H]``, ``b [L, 4H]``, carried states ``h0, c0
+    [L, N, H]`` (multiplied by ``keep[0]`` here, as :func:`_run` does); writes ``h_prev,
+    c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c, h_seq [L, T, N, H]``."""
+    n_lstm, n_env, hidden = h0.shape
+    for l in range(n_lstm):
+        for n in range(n_env):
+            k = keep[0, n]
+            for j in range(hidden):
+                h_prev[l, 0, n, j] = h0[l, n, j] * k
+                c_prev[l, 0, n, j] = c0[l, n, j] * k
+        _forward_kernel(x, w_ih_t[l], w_hh_t[l], b[l], keep, h_prev[l], c_prev[l], gates[l],
+                        tanh_c[l], h_seq[l])
+
+
+@njit
+def _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, w_ih_t, w_hh_t, h_prev, c_prev, gates,
+                     tanh_c, h_seq):
+    """:func:`_forward_stack` from the weights as stored (``w_ih [L, 4H, D]``, ``w_hh
+    [L, 4H, H]``), transposed here into the scratch ``w_ih_t [L, D, 4H]``, ``w_hh_t
+    [L, H, 4H]``."""
+    for l in range(w_ih.shape[0]):
+        _transpose_into(w_ih[l], w_ih_t[l])
+        _transpose_into(w_hh[l], w_hh_t[l])
+    _forward_stack(x, w_ih_t, w_hh_t, b, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq)
+
+
+@njit
+def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
+    """One step of L LSTMs for acting: :func:`_forward_stack` with T = 1 on ``x [N, D]``,
+    ``keep [2, N]`` (``1 - episode_starts``, then ones), ``h, c [L, N, H]``; writes the new
+    states into ``h_new, c_new [L, N, H]`` (what ``lstm_step`` returns, bit for bit)."""
+    n_lstm, n_env, hidden = h.shape
+    x3 = x.reshape(1, n_env, x.shape[1])
+    dtype = h.dtype
+    h_prev = np.empty((n_lstm, 2, n_env, hidden), dtype)
+    c_prev = np.empty((n_lstm, 2, n_env, hidden), dtype)
+    gates = np.empty((n_lstm, 1, n_env, 4 * hidden), dtype)
+    tanh_c = np.empty((n_lstm, 1, n_env, hidden), dtype)
+    h_seq = np.empty((n_lstm, 1, n_env, hidden), dtype)
+    _forward_stack(x3, w_ih_t, w_hh_t, b, keep, h, c, h_prev, c_prev, gates, tanh_c, h_seq)
+    for l in range(n_lstm):
+        for n in range(n_env):
+            for j in range(hidden):
+                h_new[l, n, j] = h_seq[l, 0, n, j]
+                c_new[l, n, j] = c_prev[l, 1, n, j]
+
+
+@njit
+def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
+    """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
+    cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
+    dtype; overwrites ``g_w_ih [4H, D]``, ``g_w_hh [4H, H]``, ``g_b [4H]``::
+
+        g_w_ih[j, d] = sum_m dz[m, j] x[m, d]    g_w_hh[j, k] = sum_m dz[m, j] h~[m, k]
+        g_b[j] = sum_m dz[m, j]                  (m = t N + n over the T N rows)
+
+    Every sum runs over the rows in the order m = 0, 1, ..., T N - 1, a product weight term
+    added by one FMA (:func:`_add_products` on ``[x | h~]^T [D + H, T N]`` and ``dz``), a bias
+    term by one addition: the summation order is this documented one whatever the machine or
+    BLAS (a BLAS product orders its sums by its own kernels), and the products run in
+    vector registers. ``inputs_t [D + H, T N]``: rows ``0..D-1`` must hold ``x^T`` (the caller
+    transposes ``x`` once for every LSTM reading it, :func:`_transpose_into`); the other rows
+    and ``out [D + H, 4H]`` are scratch."""
+    _wide()
+    n_steps, n_env, four_h = dz.shape
+    d_in = x.shape[2]
+    hidden = h_prev.shape[2]
+    rows = n_steps * n_env
+    dz_rows = dz.reshape(rows, four_h)
+    # [x | h~]^T: row m of the inputs is column m (the x rows filled by the caller)
+    _transpose_into(h_prev[:n_steps].reshape(rows, hidden), inputs_t[d_in:])
+    out[:, :] = 0.0
+    _add_products(out, inputs_t, dz_rows)
+    _transpose_into(out[:d_in], g_w_ih)
+    _transpose_into(out[d_in:], g_w_hh)
+    _column_sums(dz_rows, g_b)
+
+
+@njit
+def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
+                    g_b, inputs_t, products):
+    """:func:`_backward_kernel` then :func:`_weight_grads` for L LSTMs from zero final-state
+    gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
+    :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
+    [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
+    [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
+    ``inputs_t``, ``products``)."""
+    _wide()
+    n_lstm, n_steps, n_env, hidden = dh_seq.shape
+    _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), inputs_t[:x.shape[2]])
+    for l in range(n_lstm):
+        dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
+        dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
+        _backward_kernel(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
+                         w_hh[l], dz[l])
+        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], inputs_t, products)
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+def _check_params(params: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return float64 ``(w_ih, w_hh, b)``; raise ``ValueError`` naming the bad entry."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a dict with keys {list(PARAM_KEYS)}, "
+                         f"got {type(params).__name__}")
+    missing = [k for k in PARAM_KEYS if k not in params]
+    if missing:
+        raise ValueError(f"params is missing {missing} (needs {list(PARAM_KEYS)})")
+    w_ih, w_hh, b = (
+        as_float_array(params[k], f"params['{k}']", ndim=(nd,)).astype(np.float64, copy=False)
+        for k, nd in (("w_ih", 2), ("w_hh", 2), ("b", 1)))
+    four_h, hidden = w_hh.shape
+    if hidden < 1 or four_h != 4 * hidden:
+        raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
+    if w_ih.shape[0] != four_h or w_ih.shape[1] < 1:
+        raise ValueError(f"params['w_ih'] must have shape [4H, D] = [{four_h}, D] with D >= 1 "
+                         f"(4H from params['w_hh']), got {w_ih.shape}")
+    check_same_shape(b, "params['b']", (four_h,), "[4H]")
+    return w_ih, w_hh, b
+
+
+def _check_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
+    a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
+    check_same_shape(a, name, (n_env, hidden), "[N, H]")
+    return a
+
+
+# --------------------------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------------------------
+
+def _run(w_ih, w_hh, b, x, h0, c0, keep):
+    """The forward recursion on validated float64 arrays; returns (h_seq, c_T, cache)."""
+    n_steps, n_env, _ = x.shape
+    hidden = w_hh.shape[1]
+    x = np.ascontiguousarray(x)
+    # h_prev[t], c_prev[t] = the carried state read at step t; row T holds (h_T, c_T) unmasked.
+    h_prev = np.empty((n_steps + 1, n_env, hidden))
+    c_prev = np.empty((n_steps + 1, n_env, hidden))
+    np.multiply(h0, keep[0, :, None], out=h_prev[0])
+    np.multiply(c0, keep[0, :, None], out=c_prev[0])
+    gates = np.empty((n_steps, n_env, 4 * hidden))
+    tanh_c = np.empty((n_steps, n_env, hidden))
+    h_seq = np.empty((n_steps, n_env, hidden))
+    _forward_kernel(x, np.ascontiguousarray(w_ih.T), np.ascontiguousarray(w_hh.T),
+                    np.ascontiguousarray(b), keep, h_prev, c_prev, gates, tanh_c, h_seq)
+    cache = LSTMCache(x=x, keep=keep, h_prev=h_prev[:n_steps], c_prev=c_prev[:n_steps],
+                      gates=gates, tanh_c=tanh_c)
+    return h_seq, c_prev[n_steps].copy(), cache
+
+
+def _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
+    """Unchecked forward of L LSTMs over the same inputs, for the fast path of
+    :class:`ppo_ref.recurrent_policies.RecurrentPolicy` (its caller has checked what
+    :func:`lstm_forward` checks): ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``,
+    ``x [T, N, D]`` C-contiguous, ``h0, c0 [L, N, H]`` C-contiguous, ``keep [T + 1, N]`` (as
+    :func:`_keep_mask`), all float64: the arithmetic of :func:`lstm_forward` for each LSTM, bit
+    for bit. All float32 instead: the same kernels in float32 (16 lanes per AVX-512 vector;
+    the products are float32 FMA chains, ``tanh`` is evaluated in float64 and rounded).
+
+    Returns ``(h_seq [L, T, N, H], h_prev [L, T + 1, N, H], c_prev [L, T + 1, N, H],
+    gates [L, T, N, 4H], tanh_c [L, T, N, H])``: per LSTM what :class:`LSTMCache` holds (row
+    ``T`` of ``h_prev``/``c_prev`` is the unmasked final state).
+    """
+    n_lstm, four_h, _ = w_ih.shape
+    hidden = four_h // 4
+    n_steps, n_env, _ = x.shape
+    dtype = x.dtype
+    # the arrays come from the reuse pools of ppo_ref.fast.workspace (never one still held)
+    h_prev = workspace.empty("lstm.h_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
+    c_prev = workspace.empty("lstm.c_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
+    gates = workspace.empty("lstm.gates", (n_lstm, n_steps, n_env, four_h), dtype)
+    tanh_c = workspace.empty("lstm.tanh_c", (n_lstm, n_steps, n_env, hidden), dtype)
+    h_seq = workspace.empty("lstm.h_seq", (n_lstm, n_steps, n_env, hidden), dtype)
+    w_ih_t = workspace.empty("lstm.w_ih_t", (n_lstm, w_ih.shape[2], four_h), dtype)
+    w_hh_t = workspace.empty("lstm.w_hh_t", (n_lstm, hidden, four_h), dtype)
+    _forward_stack_t(x, w_ih, w_hh, np.ascontiguousarray(b), keep, h0, c0, w_ih_t, w_hh_t,
+                     h_prev, c_prev, gates, tanh_c, h_seq)
+    return h_seq, h_prev, c_prev, gates, tanh_c
+
+
+def _backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b):
+    """Unchecked BPTT for :func:`_forward_stacked` (its arrays, ``w_hh [L, 4H, H]`` and
+    ``dh_seq [L, T, N, H]`` C-contiguous, all float64 or all float32; zero gradient on the
+    final states). Writes
+    the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``
+    with the products and sums of :func:`lstm_backward` (same bits); ``dx`` and the
+    initial-state gradients are not computed."""
+    n_lstm, n_steps, n_env, hidden = dh_seq.shape
+    dtype = dh_seq.dtype
+    n_in = x.shape[2] + hidden
+    dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, 4 * hidden), dtype)
+    inputs_t = workspace.empty("lstm.inputs_t", (n_in, n_steps * n_env), dtype)
+    products = workspace.empty("lstm.products", (n_in, 4 * hidden), dtype)
+    _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
+                    g_b, inputs_t, products)
+
+
+def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
+    """``keep[t] = 1 - episode_starts[t]`` with a row of ones appended: float64 ``[T + 1, N]``.
+
+    ``shape`` is the expected shape of ``episode_starts``: ``(T, N)``, or ``(N,)`` for one step.
+    """
+    starts = as_flag_array(episode_starts, "episode_starts", ndim=(len(shape),))
+    check_same_shape(starts, "episode_starts", shape, shape_name)
+    n_env = shape[-1]
+    return _keep_rows(starts.reshape(-1, n_env), np.float64)
+
+
+def _keep_rows(starts: np.ndarray, dtype) -> np.ndarray:
+    """``keep`` of :func:`_keep_mask` from checked flags ``starts [T, N]`` (bool or 0/1), no
+    checks: ``1 - starts[t]`` for ``t < T`` and a row of ones, ``[T + 1, N]`` in ``dtype``."""
+    keep = np.ones((starts.shape[0] + 1, starts.shape[1]), dtype)
+    keep[:-1] -= starts
+    return keep
+
+
+def _step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
+    """Unchecked one step of L LSTMs for acting, in the dtype of ``x [N, D]``: ``w_ih_t
+    [L, D, 4H]``, ``w_hh_t [L, H, 4H]`` (transposed weights), ``b [L, 4H]``, states ``h, c
+    [L, N, H]``, bool ``starts [N]``; returns the new ``(h, c)`` (:func:`_step_stack`, the
+    arithmetic of ``lstm_step``)."""
+    keep = _keep_rows(starts.reshape(1, -1), x.dtype)
+    h_new = np.empty(h.shape, x.dtype)
+    c_new = np.empty(c.shape, x.dtype)
+    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+    return h_new, c_new
+
+
+def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
+    """Run the LSTM over a time-major sequence, resetting the state at episode starts.
+
+    Equals :func:`ppo_ref.spec.lstm.lstm_forward` within rtol 1e-10 (atol 1e-12), float64
+    (compiled recursion; products as FMA chains in input order).
+
+    Equations: the module docstring (torch.nn.LSTM cell, state multiplied by
+    ``1 - episode_starts[t]`` before step t).
+
+    Args:
+        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (torch gate order i, f, g, o;
+            ``b`` is torch's ``b_ih + b_hh``).
+        x: ``[T, N, D]`` inputs, T >= 1 steps of N >= 1 environments.
+        h0: ``[N, H]`` hidden state carried into step 0.
+        c0: ``[N, H]`` cell state carried into step 0.
+        episode_starts: ``[T, N]`` bool or 0/1 numbers; True at t = the first step of an
+            episode (the carried state is zeroed before that step).
+
+    Returns:
+        ``(h_seq, (h_T, c_T), cache)``: ``h_seq`` ``[T, N, H]`` the hidden state after every
+        step; ``h_T = h_seq[T-1]`` and ``c_T`` ``[N, H]`` the final state (unmasked, to carry
+        into the next segment); ``cache`` an :class:`LSTMCache` for :func:`lstm_backward`.
+        All float64; ``h_T`` and ``c_T`` are fresh arrays.
+
+    Raises:
+        ValueError: naming the argument, for a missing/misshapen parameter, wrong ranks or
+            shapes (``x``, ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other
+            than 0/1, or T = 0 / N = 0.
+    """
+    w_ih, w_hh, b = _check_params(params)
+    hidden, d_in = w_hh.shape[1], w_ih.shape[1]
+    x = as_float_array(x, "x", ndim=(3,)).astype(np.float64, copy=False)
+    n_steps, n_env, d_x = x.shape
+    if n_steps < 1 or n_env < 1:
+        raise ValueError(f"x must be [T, N, D] with T >= 1 and N >= 1, got shape {x.shape}")
+    if d_x != d_in:
+        raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
+                         f"{list(w_ih.shape)}), got shape {x.shape}")
+    h0 = _check_state(h0, "h0", n_env, hidden)
+    c0 = _check_state(c0, "c0", n_env, hidden)
+    keep = _keep_mask(episode_starts, (n_steps, n_env), "[T, N]")
+    h_seq, c_last, cache = _run(w_ih, w_hh, b, x, h0, c0, keep)
+    return h_seq, (h_seq[n_steps - 1].copy(), c_last), cache
+
+
+def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
+    """One LSTM step for acting: ``(h, c) <- cell(x, keep * h, keep * c)``, no cache.
+
+    Equals :func:`ppo_ref.spec.lstm.lstm_step` within rtol 1e-10 (atol 1e-12), float64.
+
+    The compiled recursion of :func:`lstm_forward` with T = 1 (``keep = 1 -
+    episode_starts``), so stepping a sequence one step at a time gives the same states, bit for
+    bit, as one :func:`lstm_forward` over it.
+
+    Args:
+        params: as :func:`lstm_forward`.
+        x: ``[N, D]`` inputs of the current step.
+        h: ``[N, H]`` carried hidden state.
+        c: ``[N, H]`` carried cell state.
+        episode_starts: ``[N]`` bool or 0/1; True where this step starts a new episode.
+
+    Returns:
+        ``(h_new, c_new)``, float64 ``[N, H]`` each (fresh arrays; inputs are not modified).
+
+    Raises:
+        ValueError: naming the argument (``x``, ``h``, ``c``, ``episode_starts``, ``params``).
+    """
+    w_ih, w_hh, b = _check_params(params)
+    hidden, d_in = w_hh.shape[1], w_ih.shape[1]
+    x = as_float_array(x, "x", ndim=(2,)).astype(np.float64, copy=False)
+    n_env, d_x = x.shape
+    if n_env < 1:
+        raise ValueError(f"x must be [N, D] with N >= 1, got shape {x.shape}")
+    if d_x != d_in:
+        raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
+                         f"{list(w_ih.shape)}), got shape {x.shape}")
+    h = _check_state(h, "h", n_env, hidden)
+    c = _check_state(c, "c", n_env, hidden)
+    keep = _keep_mask(episode_starts, (n_env,), "[N]")
+    # The sequence kernel with T = 1: the same arithmetic as lstm_forward, bit for bit.
+    h_seq, c_new, _ = _run(w_ih, w_hh, b, x[None], h, c, keep)
+    return h_seq[0], c_new
+
+
+def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
+                  dh_T=None, dc_T=None):
+    """Backpropagation through time for :func:`lstm_forward` (equations: module docstring).
+
+    Equals :func:`ppo_ref.spec.lstm.lstm_backward` within rtol 1e-10 (atol 1e-12), float64,
+    given this module's :class:`LSTMCache` (the spec's cache is another type).
+
+    Args:
+        params: the parameters the forward pass used.
+        cache: the :class:`LSTMCache` returned by :func:`lstm_forward`.
+        dh_seq: ``[T, N, H]`` gradient of the loss w.r.t. ``h_seq``.
+        dh_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``h_T`` arriving from
+            outside ``h_seq`` (e.g. from the next truncated-BPTT segment). It adds to
+            ``dh_seq[T-1]``, since ``h_T`` is ``h_seq[T-1]``.
+        dc_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``c_T``.
+
+    Returns:
+        ``(dx, grads, (dh0, dc0))``: ``dx`` ``[T, N, D]``; ``grads`` a dict with the keys and
+        shapes of ``params``; ``dh0``, ``dc0`` ``[N, H]`` (exactly 0 for environments whose
+        ``episode_starts[0]`` is True). All float64, fresh arrays; nothing is mutated.
+
+    Raises:
+        ValueError: naming the argument, for a cache that is not an :class:`LSTMCache`,
+            parameters that do not match the cache, or a misshapen / non-finite gradient.
+    """
+    w_ih, w_hh, b = _check_params(params)
+    if not isinstance(cache, LSTMCache):
+        raise ValueError(f"cache must be the LSTMCache returned by lstm_forward, "
+                         f"got {type(cache).__name__}")
+    n_steps, n_env, d_in = cache.x.shape
+    hidden = cache.tanh_c.shape[2]
+    if w_hh.shape[1] != hidden or w_ih.shape[1] != d_in:
+        raise ValueError(f"params do not match cache: params['w_ih'] {w_ih.shape}, "
+                         f"params['w_hh'] {w_hh.shape}; cache has D = {d_in}, H = {hidden}")
+    dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
+    check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
+    dh_rec = np.zeros((n_env, hidden)) if dh_T is None else \
+        _check_state(dh_T, "dh_T", n_env, hidden).copy()
+    dc_rec = np.zeros((n_env, hidden)) if dc_T is None else \
+        _check_state(dc_T, "dc_T", n_env, hidden).copy()
+
+    keep, gates, tanh_c, c_prev = cache.keep, cache.gates, cache.tanh_c, cache.c_prev
+    dz = np.empty((n_steps, n_env, 4 * hidden))
+    # dh_rec / dc_rec are overwritten in place, step by step, down to dh~[0] / dc~[0].
+    _backward_kernel(np.ascontiguousarray(dh_seq), dh_rec, dc_rec, keep, gates, tanh_c, c_prev,
+                     np.ascontiguousarray(w_hh), dz)
+    dh0 = dh_rec * keep[0, :, None]
+    dc0 = dc_rec * keep[0, :, None]
+
+    grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
+    x = np.ascontiguousarray(cache.x)
+    inputs_t = np.empty((d_in + hidden, n_steps * n_env))
+    _transpose_into(x.reshape(n_steps * n_env, d_in), inputs_t[:d_in])
+    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], inputs_t,
+                  np.empty((d_in + hidden, 4 * hidden)))
+    dx = np.zeros((n_steps, n_env, d_in))
+    _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
+                  w_ih)
+    return dx, grads, (dh0, dc0)

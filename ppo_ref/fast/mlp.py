@@ -1,0 +1,227 @@
+"""The compiled tier of the MLP: towers whose layers live in one flat parameter buffer.
+
+:func:`_mlp_forward_flat` equals :func:`ppo_ref.spec.layers.mlp_forward` and
+:func:`_mlp_backward_flat` equals :func:`ppo_ref.spec.layers.mlp_backward` (the same
+parameters, read through a layer table) within rtol 1e-12 in float64, relative to each array's
+largest entry (``tests/test_mlp.py``); float32 buffers give the same computation in float32.
+Their summation order is fixed by the code (section comment below), so a row's results do not
+depend on the other rows of the call, on BLAS or on the machine. They are the towers of the
+fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.recurrent_policies`); the
+readable MLP is :mod:`ppo_ref.spec.layers` (re-exported by :mod:`ppo_ref.nn.mlp`).
+
+Layer keys and layout are the spec's: ``prefix + "w{i}"`` ``[out, in]`` (torch layout, ``y =
+x @ w.T + b``) and ``prefix + "b{i}"`` ``[out]``; :func:`_mlp_layers` reads and checks them.
+"""
+from __future__ import annotations
+
+from typing import List, Mapping, Tuple
+
+import numpy as np
+
+from ppo_ref._numba import njit
+from ppo_ref.fast.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
+                              _transpose_into, _wide)
+
+__all__ = []  # no public function: the kernels below are called by the fast policies
+
+
+# --------------------------------------------------------------------------------------------
+# layer lookup (checked once per parameter layout by the callers)
+
+def _layer(params: Mapping, wkey: str, bkey: str, in_dim: int = -1) -> Tuple[np.ndarray, np.ndarray]:
+    """Fetch and check one linear layer ``(w [out, in], b [out])`` (float64)."""
+    try:
+        w = params[wkey]
+        b = params[bkey]
+    except KeyError as exc:
+        raise ValueError(f"params is missing key {exc.args[0]!r}") from None
+    if not (isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype == np.float64):
+        raise ValueError(f"params[{wkey!r}] must be a float64 array [out, in], got "
+                         f"{getattr(w, 'dtype', type(w).__name__)} {getattr(w, 'shape', '')}")
+    if not (isinstance(b, np.ndarray) and b.shape == (w.shape[0],) and b.dtype == np.float64):
+        raise ValueError(f"params[{bkey!r}] must be a float64 array of shape {(w.shape[0],)}, got "
+                         f"{getattr(b, 'dtype', type(b).__name__)} {getattr(b, 'shape', '')}")
+    if in_dim >= 0 and w.shape[1] != in_dim:
+        raise ValueError(f"params[{wkey!r}] has input width {w.shape[1]}, expected {in_dim} "
+                         f"(the previous layer's output width)")
+    return w, b
+
+
+_W = tuple(f"w{i}" for i in range(64))
+_B = tuple(f"b{i}" for i in range(64))
+
+
+def _mlp_layers(params: Mapping, prefix: str = "") -> List[Tuple[np.ndarray, np.ndarray]]:
+    """The layers ``[(w0, b0), ..., (wL, bL)]`` stored under ``prefix + "w{i}"``, chained.
+
+    Raises ``ValueError`` if there is no layer, a key is missing, or widths do not chain.
+    """
+    layers = []
+    in_dim = -1
+    i = 0
+    while True:
+        wkey = prefix + (_W[i] if i < 64 else f"w{i}")
+        if wkey not in params:
+            break
+        w, b = _layer(params, wkey, prefix + (_B[i] if i < 64 else f"b{i}"), in_dim)
+        layers.append((w, b))
+        in_dim = w.shape[0]
+        i += 1
+    if not layers:
+        raise ValueError(f"params has no layer {prefix}w0")
+    return layers
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled MLP on a flat parameter buffer (the fast policies' towers)
+#
+# An MLP whose layers live in one 1-D buffer ``flat`` (float64 or float32), described by a
+# layer table ``table`` int64 ``[L, 4]``: row i = ``(w offset, b offset, out_i, in_i)``, so
+# ``w_i = flat[w_off : w_off + out_i * in_i].reshape(out_i, in_i)`` (torch layout) and
+# ``b_i = flat[b_off : b_off + out_i]``. The gradients go into a buffer of the same layout (the
+# same table). The outputs of all layers of a batch of M rows are kept in one 1-D buffer
+# ``acts`` of ``M * sum_i out_i`` entries: layer i's block ``[M, out_i]`` (post-activation for
+# the hidden layers, the linear output for the last) follows layer i-1's.
+#
+# Summation order (documented, BLAS-independent, so the results are the same on every machine
+# with IEEE 754 fused multiply-add, whatever BLAS is installed): every product is a chain of
+# FMAs by :func:`ppo_ref.fast.lstm._add_products`,
+#
+#     forward     a[n, j]     = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
+#                               (k = 0 .. in-1: a row never depends on another row)
+#     backward    gw[j, k]    = fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))
+#                               (rows n = 0 .. M-1 in order)
+#                 gb[j]       = (((0 + d[0, j]) + d[1, j]) + ...) + d[M-1, j]
+#                 dh[n, k]    = fma(d[n, out-1], w[out-1, k], ... fma(d[n, 0], w[0, k], 0))
+#                               (j = 0 .. out-1), then times act'(.) for a hidden layer;
+#                 dx[n, k]   += the same chain for layer 0, continuing from dx's entry.
+#
+# Activations: relu ``max(a, 0)`` (derivative ``[h > 0]``, 0 at 0 as torch) or tanh by the
+# project's own :func:`ppo_ref.fast.lstm._tanh_any` (derivative ``1 - h^2``), in the dtype of the
+# buffers. The kernels call ``_add_products``, ``_linear_rows`` and ``_tanh_any`` of
+# :mod:`ppo_ref.fast.lstm` (one product primitive for the whole project).
+# --------------------------------------------------------------------------------------------
+
+_ZERO_F32 = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
+_ONE_F32 = np.float32(1.0)
+
+
+@njit
+def _activate_inplace(a, relu):
+    """``a <- relu(a)`` (``a > 0 ? a : 0``) or ``a <- tanh(a)`` (:func:`_tanh_any`), 2-D."""
+    _wide()
+    rows, cols = a.shape
+    if relu:
+        for n in range(rows):
+            for j in range(cols):
+                v = a[n, j]
+                a[n, j] = v if v > _ZERO_F32 else _ZERO_F32
+    else:
+        for n in range(rows):
+            for j in range(cols):
+                a[n, j] = _tanh_any(a[n, j])
+
+
+@njit
+def _activation_grad(d, h, relu):
+    """``d <- d * act'(h)`` (``h`` the activation's output: relu ``[h > 0]``, tanh ``1 - h^2``),
+    2-D ``d, h [M, W]``. tanh: ``d * (1 - h * h)`` in that order; relu: ``d`` where ``h > 0``,
+    else +0 (a product ``d * 0.0`` could give -0; no sum downstream differs)."""
+    _wide()
+    rows, cols = d.shape
+    if relu:
+        for n in range(rows):
+            for j in range(cols):
+                d[n, j] = d[n, j] if h[n, j] > _ZERO_F32 else _ZERO_F32
+    else:
+        for n in range(rows):
+            for j in range(cols):
+                d[n, j] *= _ONE_F32 - h[n, j] * h[n, j]
+
+
+@njit
+def _activation_grad_transposed(d, h, relu, d_t):
+    """:func:`_activation_grad` on ``d`` then ``d_t <- d.T`` (:func:`_transpose_into`),
+    ``d_t [W, M]``."""
+    _activation_grad(d, h, relu)
+    _transpose_into(d, d_t)
+
+
+@njit
+def _mlp_forward_flat(x, flat, table, relu, acts):
+    """Compiled MLP forward on a flat parameter buffer (section comment above): equals
+    :func:`ppo_ref.spec.layers.mlp_forward` within rtol 1e-12 in float64.
+
+    Args:
+        x: ``[M, in_0]`` C-contiguous, the dtype of ``flat`` (float64 or float32).
+        flat: 1-D parameter buffer; table: int64 ``[L, 4]`` layer table.
+        relu: True for relu hidden layers, False for tanh.
+        acts: 1-D ``[M * sum_i out_i]``, written: every layer's output (the last block is
+            ``y [M, out_L]``).
+
+    ``a_i = b_i + h_i @ w_i.T`` by :func:`ppo_ref.fast.lstm._linear_rows` (FMA chains in input
+    order, row by row: a row's outputs never depend on the other rows of the call), ``h_{i+1} =
+    act(a_i)`` for i < L-1. Each weight is transposed into a scratch ``[in, out]`` first.
+    Unchecked: the caller guarantees shapes, contiguity and one dtype.
+    """
+    rows = x.shape[0]
+    n_layers = table.shape[0]
+    h = x
+    start = 0
+    for i in range(n_layers):
+        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        w_t = np.empty((n_in, n_out), flat.dtype)
+        _transpose_into(flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), w_t)
+        a = acts[start:start + rows * n_out].reshape(rows, n_out)
+        _linear_rows(h, w_t, flat[b_off:b_off + n_out], a)
+        if i < n_layers - 1:
+            _activate_inplace(a, relu)
+        h = a
+        start += rows * n_out
+
+
+@njit
+def _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
+    """Compiled MLP backward on a flat parameter buffer (section comment above): equals
+    :func:`ppo_ref.spec.layers.mlp_backward` within rtol 1e-12 in float64 (relative to each
+    array's largest entry).
+
+    Args:
+        x, acts, flat, table, relu: as given to (and written by) :func:`_mlp_forward_flat`.
+        dy: ``[M, out_L]`` C-contiguous, ``dL/dy``; not modified.
+        grads: 1-D buffer of the layout of ``flat``: ``dL/dw_i``, ``dL/db_i`` are written at the
+            table's offsets (other entries untouched).
+        dx: ``[M, in_0]``: ``dL/dx`` is ADDED to it (zero it first for ``dL/dx`` alone; two
+            towers on the same input accumulate into one array); ``None``: not computed (the
+            input is data, e.g. observations).
+
+    ``dw_i = d_i.T @ h_i``, ``db_i = sum_n d_i[n]``, ``d_{i-1} = (d_i @ w_i) * act'(h_i)``
+    with ``d_L = dy``, in the summation order of the section comment (gw by
+    ``_add_products(gw, d_i.T, h_i)``, rows in order). All arrays one dtype; unchecked.
+    """
+    rows = x.shape[0]
+    n_layers = table.shape[0]
+    end = 0
+    for i in range(n_layers):
+        end += rows * table[i, 2]
+    d = dy
+    d_t = np.empty((dy.shape[1], rows), dy.dtype)
+    _transpose_into(dy, d_t)
+    for i in range(n_layers - 1, -1, -1):
+        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        end -= rows * n_out          # now the start of layer i's block = the end of its input's
+        h = x if i == 0 else acts[end - rows * n_in:end].reshape(rows, n_in)
+        w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        gw[:, :] = 0.0
+        _add_products(gw, d_t, h)
+        _column_sums(d, grads[b_off:b_off + n_out])
+        if i == 0:
+            if dx is not None:
+                _add_products(dx, d, w)
+        else:
+            d_prev = np.zeros((rows, n_in), dy.dtype)
+            _add_products(d_prev, d, w)
+            d_t = np.empty((n_in, rows), dy.dtype)
+            _activation_grad_transposed(d_prev, h, relu, d_t)
+            d = d_prev
