@@ -51,13 +51,8 @@ from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorica
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.nn.actor_critic import actor_critic_init
-from ppo_ref.nn.distributions import (
-    categorical_entropy, categorical_entropy_backward, categorical_log_prob,
-    categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
-    gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
-    multi_categorical_entropy, multi_categorical_entropy_backward, multi_categorical_log_prob,
-    multi_categorical_log_prob_backward, multi_categorical_mode, multi_categorical_sample,
-)
+from ppo_ref.fast import distributions as fast_distributions
+from ppo_ref.spec import distributions as spec_distributions
 
 __all__ = ["PolicyBase", "CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
@@ -84,7 +79,8 @@ class CategoricalHead:
 
     kind = "categorical"
 
-    def __init__(self, n_actions: int):
+    def __init__(self, n_actions: int, dist=spec_distributions):
+        self.dist = dist
         if int(n_actions) < 1:
             raise ValueError(f"n_actions must be >= 1, got {n_actions}")
         self.n_actions = int(n_actions)
@@ -98,28 +94,28 @@ class CategoricalHead:
 
     def sample(self, rng, policy_out, params) -> np.ndarray:
         """int64 actions ``[B]`` drawn from ``softmax(policy_out)`` with ``rng``."""
-        return categorical_sample(rng, policy_out)
+        return self.dist.categorical_sample(rng, policy_out)
 
     def mode(self, policy_out, params) -> np.ndarray:
         """The most probable action per row, int64 ``[B]``."""
-        return categorical_mode(policy_out)
+        return self.dist.categorical_mode(policy_out)
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """``log softmax(policy_out)[actions]``, ``[B]`` float64."""
-        return categorical_log_prob(policy_out, actions)
+        return self.dist.categorical_log_prob(policy_out, actions)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``-sum_k p_k log p_k`` per row, ``[B]``."""
-        return categorical_entropy(policy_out)
+        return self.dist.categorical_entropy(policy_out)
 
     def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
         """``(d_policy_out [B, n], {})`` for upstream gradients ``d_log_probs``, ``d_entropy``
         (either may be ``None`` for zero)."""
         d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
         if d_log_probs is not None:
-            d_out += categorical_log_prob_backward(policy_out, actions, d_log_probs)
+            d_out += self.dist.categorical_log_prob_backward(policy_out, actions, d_log_probs)
         if d_entropy is not None:
-            d_out += categorical_entropy_backward(policy_out, d_entropy)
+            d_out += self.dist.categorical_entropy_backward(policy_out, d_entropy)
         return d_out, {}
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -135,12 +131,13 @@ class MultiCategoricalHead:
     ``[B, K]``. ``log_prob`` and ``entropy`` are sums over the components (the distribution is
     their product: SB3 ``MultiCategoricalDistribution``, CleanRL ``ppo_multidiscrete.py``;
     the MultiDiscrete detail of Huang et al. 2022). The math is the
-    ``multi_categorical_*`` of :mod:`ppo_ref.nn.distributions` (the readable tier's).
+    ``multi_categorical_*`` of the head's ``dist`` (see :func:`make_head`).
     """
 
     kind = "multi_categorical"
 
-    def __init__(self, nvec):
+    def __init__(self, nvec, dist=spec_distributions):
+        self.dist = dist
         v = np.asarray(nvec)
         if v.ndim != 1 or v.size == 0 or v.dtype.kind not in "iu" or (v < 1).any():
             raise ValueError(f"nvec must be a non-empty 1-D array of integers >= 1, got {nvec!r}")
@@ -155,29 +152,29 @@ class MultiCategoricalHead:
 
     def sample(self, rng, policy_out, params) -> np.ndarray:
         """int64 actions ``[B, K]``, one independent draw per component with ``rng``."""
-        return multi_categorical_sample(rng, policy_out, self.nvec)
+        return self.dist.multi_categorical_sample(rng, policy_out, self.nvec)
 
     def mode(self, policy_out, params) -> np.ndarray:
         """Each component's most probable choice, int64 ``[B, K]``."""
-        return multi_categorical_mode(policy_out, self.nvec)
+        return self.dist.multi_categorical_mode(policy_out, self.nvec)
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """``sum_k log softmax(slice_k)[actions[:, k]]``, ``[B]`` float64."""
-        return multi_categorical_log_prob(policy_out, actions, self.nvec)
+        return self.dist.multi_categorical_log_prob(policy_out, actions, self.nvec)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``sum_k H_k`` per row, ``[B]`` float64."""
-        return multi_categorical_entropy(policy_out, self.nvec)
+        return self.dist.multi_categorical_entropy(policy_out, self.nvec)
 
     def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
         """``(d_policy_out [B, sum(nvec)], {})`` for upstream gradients ``d_log_probs``,
         ``d_entropy`` (either may be ``None`` for zero)."""
         d_out = np.zeros(np.shape(policy_out), dtype=np.float64)
         if d_log_probs is not None:
-            d_out += multi_categorical_log_prob_backward(policy_out, actions, self.nvec,
+            d_out += self.dist.multi_categorical_log_prob_backward(policy_out, actions, self.nvec,
                                                          d_log_probs)
         if d_entropy is not None:
-            d_out += multi_categorical_entropy_backward(policy_out, self.nvec, d_entropy)
+            d_out += self.dist.multi_categorical_entropy_backward(policy_out, self.nvec, d_entropy)
         return d_out, {}
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -193,7 +190,9 @@ class GaussianHead:
 
     kind = "gaussian"
 
-    def __init__(self, action_dim: int, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0):
+    def __init__(self, action_dim: int, low: np.ndarray, high: np.ndarray, log_std_init: float = 0.0,
+                 dist=spec_distributions):
+        self.dist = dist
         self.action_dim = int(action_dim)
         self.out_dim = self.action_dim
         self.action_shape = (self.action_dim,)
@@ -208,7 +207,7 @@ class GaussianHead:
 
     def sample(self, rng, policy_out, params) -> np.ndarray:
         """Raw (unclipped) sample ``mean + exp(log_std) * eps``, float64 ``[B, A]``."""
-        return gaussian_sample(rng, policy_out, params["log_std"])
+        return self.dist.gaussian_sample(rng, policy_out, params["log_std"])
 
     def mode(self, policy_out, params) -> np.ndarray:
         """The mean, float64 ``[B, A]`` (unclipped)."""
@@ -216,11 +215,11 @@ class GaussianHead:
 
     def log_prob(self, policy_out, params, actions) -> np.ndarray:
         """Log-density of the raw actions, summed over action dims, ``[B]``."""
-        return gaussian_log_prob(policy_out, params["log_std"], actions)
+        return self.dist.gaussian_log_prob(policy_out, params["log_std"], actions)
 
     def entropy(self, policy_out, params) -> np.ndarray:
         """``sum_j (log_std_j + 0.5 log(2 pi e))`` broadcast to ``[B]``."""
-        return gaussian_entropy(params["log_std"], np.shape(policy_out)[:-1])
+        return self.dist.gaussian_entropy(params["log_std"], np.shape(policy_out)[:-1])
 
     def backward(self, policy_out, params, actions, d_log_probs, d_entropy):
         """``(d_mean [B, A], {"log_std": d_log_std [A]})``."""
@@ -228,11 +227,11 @@ class GaussianHead:
         d_mean = np.zeros(np.shape(policy_out), dtype=np.float64)
         d_log_std = np.zeros_like(log_std, dtype=np.float64)
         if d_log_probs is not None:
-            dm, dls = gaussian_log_prob_backward(policy_out, log_std, actions, d_log_probs)
+            dm, dls = self.dist.gaussian_log_prob_backward(policy_out, log_std, actions, d_log_probs)
             d_mean += dm
             d_log_std += dls
         if d_entropy is not None:
-            d_log_std += gaussian_entropy_backward(log_std, d_entropy)
+            d_log_std += self.dist.gaussian_entropy_backward(log_std, d_entropy)
         return d_mean, {"log_std": d_log_std}
 
     def to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -240,14 +239,36 @@ class GaussianHead:
         return np.clip(actions, self.low, self.high)
 
 
+class FastDistributions:
+    """The distribution functions the heads of the fast tier call: the compiled twins of
+    :mod:`ppo_ref.fast.distributions` for categorical sampling and the MultiDiscrete
+    log-probabilities, entropies and their gradients; every other function is the readable
+    tier's own (:mod:`ppo_ref.spec.distributions`: the Gaussian and the categorical mode are
+    cheap NumPy, and the fast policies evaluate the categorical head by their own kernels)."""
+    categorical_sample = staticmethod(fast_distributions.categorical_sample)
+    multi_categorical_log_prob = staticmethod(fast_distributions.multi_categorical_log_prob)
+    multi_categorical_entropy = staticmethod(fast_distributions.multi_categorical_entropy)
+    multi_categorical_log_prob_backward = staticmethod(
+        fast_distributions.multi_categorical_log_prob_backward)
+    multi_categorical_entropy_backward = staticmethod(
+        fast_distributions.multi_categorical_entropy_backward)
+
+    def __getattr__(self, name):
+        return getattr(spec_distributions, name)
+
+
 def make_head(action_space, config) -> Any:
     """The head for a gymnasium action space: Discrete -> categorical, 1-d MultiDiscrete ->
-    independent categoricals, 1-d Box -> Gaussian.
+    independent categoricals, 1-d Box -> Gaussian; its distribution functions are those of
+    ``config.backend``: :mod:`ppo_ref.spec.distributions` for ``"spec"``,
+    :class:`FastDistributions` for ``"fast"`` (the same numbers: the twins are tested against
+    the spec in ``tests/test_tiers.py``).
 
     Raises ``ValueError`` for other spaces (Dict, MultiBinary, multi-dimensional Box or
     MultiDiscrete, a nonzero start, ...).
     """
     from gymnasium import spaces
+    dist = spec_distributions if config.backend == "spec" else FastDistributions()
     if isinstance(action_space, spaces.MultiDiscrete):
         if len(action_space.shape) != 1:
             raise ValueError(f"action_space MultiDiscrete must be 1-d, got shape "
@@ -255,16 +276,16 @@ def make_head(action_space, config) -> Any:
         if np.any(action_space.start != 0):
             raise ValueError(f"action_space MultiDiscrete must start at 0, got start="
                              f"{action_space.start.tolist()}")
-        return MultiCategoricalHead(action_space.nvec)
+        return MultiCategoricalHead(action_space.nvec, dist)
     if isinstance(action_space, spaces.Discrete):
         if int(action_space.start) != 0:
             raise ValueError(f"action_space Discrete must start at 0, got start={action_space.start}")
-        return CategoricalHead(int(action_space.n))
+        return CategoricalHead(int(action_space.n), dist)
     if isinstance(action_space, spaces.Box):
         if len(action_space.shape) != 1:
             raise ValueError(f"action_space Box must be 1-d, got shape {action_space.shape}")
         return GaussianHead(action_space.shape[0], action_space.low, action_space.high,
-                            getattr(config, "log_std_init", 0.0))
+                            getattr(config, "log_std_init", 0.0), dist)
     raise ValueError(f"action_space must be gymnasium Discrete, 1-d MultiDiscrete or 1-d Box, "
                      f"got {action_space!r}")
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
+from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.nn.distributions import (
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
@@ -374,37 +375,43 @@ def test_gaussian_argument_errors(rng):
 
 @given(batch=st.integers(1, 20), n_actions=st.integers(1, 6), seed=st.integers(0, 2**31))
 @settings(max_examples=25)
-def test_compiled_sample_kernel_draws_the_readable_tiers_actions(batch, n_actions, seed):
-    """ppo_ref.fast.distributions._categorical_sample_kernel, given the uniforms the readable
-    categorical_sample draws (one rng.random() per row), returns its actions; float32 logits
-    are widened entry by entry (the actions of the float64 values)."""
-    from ppo_ref.fast.distributions import _categorical_sample_kernel
+def test_compiled_sampler_draws_the_readable_tiers_actions(batch, n_actions, seed):
+    """ppo_ref.fast.distributions.categorical_sample (the spec's loop compiled) draws the
+    actions of the readable categorical_sample from the same generator state, bit for bit, and
+    leaves the generator where the readable one does; float32 logits are widened entry by entry
+    (the actions of the float64 values)."""
+    from ppo_ref.fast import distributions as fast
     rng = np.random.default_rng(seed)
     z = random_masked_logits(rng, batch, n_actions, 0.4)
-    want = categorical_sample(np.random.default_rng(seed + 1), z)
+    spec_rng = np.random.default_rng(seed + 1)
+    want = categorical_sample(spec_rng, z)
     for dtype in (np.float64, np.float32):
         zc = np.ascontiguousarray(z.astype(dtype))
-        u = np.random.default_rng(seed + 1).random(batch)
-        got = np.empty(batch, dtype=np.int64)
-        assert _categorical_sample_kernel(zc, u, got)
+        fast_rng = np.random.default_rng(seed + 1)
+        got = fast.categorical_sample(fast_rng, zc)
         np.testing.assert_array_equal(
             got, want if dtype == np.float64 else categorical_sample(
                 np.random.default_rng(seed + 1), zc.astype(np.float64)))
+        assert fast_rng.random() == np.random.default_rng(seed + 1).random(batch + 1)[-1]
+    assert fast.inverse_cdf_actions.py_func is spec_distributions.inverse_cdf_actions
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, "all_masked"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_sample_kernel_and_sampler_reject_bad_rows(bad, dtype):
-    """The kernel returns False at a row the readable sampler rejects (ValueError)."""
-    from ppo_ref.fast.distributions import _categorical_sample_kernel
+def test_both_samplers_reject_bad_rows(bad, dtype):
+    """A row the readable sampler rejects (ValueError naming the logits) is rejected by the
+    compiled one too, and its loop reports it (False) before writing that row."""
+    from ppo_ref.fast import distributions as fast
     z = np.zeros((3, 4), dtype=dtype)
     if bad == "all_masked":
         z[2] = NEG_INF
     else:
         z[1, 2] = bad
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="logits"):
         categorical_sample(np.random.default_rng(0), z)
-    assert not _categorical_sample_kernel(z, np.full(3, 0.5), np.empty(3, dtype=np.int64))
+    with pytest.raises(ValueError, match="logits"):
+        fast.categorical_sample(np.random.default_rng(0), z)
+    assert not fast.inverse_cdf_actions(z, np.full(3, 0.5), np.empty(3, dtype=np.int64))
 
 
 @given(batch=st.integers(1, 12), n_actions=st.integers(1, 7), seed=st.integers(0, 2**31))

@@ -38,7 +38,7 @@ import gymnasium as gym
 
 import ppo_ref
 from ppo_ref.config import PPOConfig
-from ppo_ref.fast import FAST_FUNCTIONS
+from ppo_ref.fast import FAST_FUNCTIONS, NO_TWIN
 from ppo_ref.fast import distributions as fast_dist
 from ppo_ref.fast import lstm as fast_lstm
 from ppo_ref.fast import optim as fast_optim
@@ -217,10 +217,12 @@ def _epochs(tier):
 
 # -- distributions --------------------------------------------------------------------------------
 
-def _logits_case(rng):
+def _logits_case(rng, masked=True):
+    """Logits ``[B, A]``; with ``masked`` some entries are -inf (action masks: the samplers take
+    them; the evaluation kernels of the fast policies read network outputs, always finite)."""
     B, A = int(rng.integers(1, 12)), int(rng.integers(1, 6))
     logits = rng.normal(size=(B, A)) * float(rng.choice([0.1, 1.0, 20.0]))
-    if A > 1:
+    if masked and A > 1:
         logits[rng.random((B, A)) < 0.2] = -np.inf
         logits[np.all(logits == -np.inf, axis=1), 0] = 0.0
     valid = [np.flatnonzero(row > -np.inf) for row in logits]
@@ -270,17 +272,17 @@ def _multi(module):
         return _arrays(module.multi_categorical_log_prob(z, a, NVEC),
                        module.multi_categorical_entropy(z, NVEC),
                        module.multi_categorical_log_prob_backward(z, a, NVEC, c["d_lp"]),
-                       module.multi_categorical_entropy_backward(z, NVEC, c["d_ent"]),
-                       module.multi_categorical_sample(np.random.default_rng(c["seed"]), z, NVEC),
-                       module.multi_categorical_mode(z, NVEC))
+                       module.multi_categorical_entropy_backward(z, NVEC, c["d_ent"]))
     return run
 
 
 # -- the LSTM -------------------------------------------------------------------------------------
 
 def _lstm_case(rng):
-    T, N, D, H = (int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 4)),
-                  int(rng.integers(1, 5)))
+    # up to 10 envs and 4H up to 24: the compiled products' 8-row x 16-column register blocks
+    # and their leftover rows and columns are all reached
+    T, N, D, H = (int(rng.integers(1, 6)), int(rng.integers(1, 11)), int(rng.integers(1, 4)),
+                  int(rng.integers(1, 7)))
     params = spec_lstm.lstm_init(rng, D, H)
     params["b"] = 0.1 * rng.normal(size=4 * H)
     return dict(params=params, x=rng.normal(size=(T, N, D)), h0=rng.normal(size=(N, H)),
@@ -321,7 +323,7 @@ def _random_actions(rng, policy, rows):
 
 def _mlp_policy_case(rng):
     kind = str(rng.choice(["discrete", "box", "multi"]))
-    config = PPOConfig(net_arch=tuple(int(w) for w in rng.integers(1, 9, size=rng.integers(0, 3))),
+    config = PPOConfig(net_arch=tuple(int(w) for w in rng.integers(1, 21, size=rng.integers(0, 3))),
                        activation=str(rng.choice(["tanh", "relu"])),
                        shared_trunk=bool(rng.random() < 0.4), policy_head_gain=1.0,
                        log_std_init=-0.5)
@@ -330,15 +332,15 @@ def _mlp_policy_case(rng):
     spec = SpecMLPPolicy(*_spaces(kind), config)
     params = spec.init_params(np.random.default_rng(int(rng.integers(0, 2 ** 31))))
     params = {k: v + 0.05 * rng.normal(size=v.shape) for k, v in params.items()}  # biases != 0
-    B = int(rng.integers(1, 10))
+    B = int(rng.integers(1, 20))
     return dict(kind=kind, config=config, params=params, obs=rng.normal(size=(B, 3)),
                 actions=_random_actions(rng, spec, B), d=rng.normal(size=(3, B)),
                 seed=int(rng.integers(0, 2 ** 31)))
 
 
-def _mlp_policy(cls):
+def _mlp_policy(cls, dtype="float64"):
     def run(c):
-        policy = cls(*_spaces(c["kind"]), c["config"])
+        policy = cls(*_spaces(c["kind"]), c["config"].replace(compute_dtype=dtype))
         params = policy.as_flat(c["params"])
         ev = policy.evaluate(params, c["obs"], c["actions"])
         grads = policy.backward(params, ev.cache, *c["d"])
@@ -353,11 +355,11 @@ def _recurrent_case(rng):
     config = PPOConfig(net_arch=tuple(int(w) for w in rng.integers(1, 7, size=rng.integers(0, 2))),
                        activation=str(rng.choice(["tanh", "relu"])),
                        lstm_shared=bool(rng.random() < 0.5), policy_head_gain=1.0,
-                       lstm_hidden_size=int(rng.integers(1, 6)))
+                       lstm_hidden_size=int(rng.integers(1, 7)))
     spec = SpecRecurrentPolicy(*_spaces(kind), config)
     params = spec.init_params(np.random.default_rng(int(rng.integers(0, 2 ** 31))))
     params = {k: v + 0.05 * rng.normal(size=v.shape) for k, v in params.items()}
-    T, n = int(rng.integers(1, 6)), int(rng.integers(1, 4))
+    T, n = int(rng.integers(1, 6)), int(rng.integers(1, 11))
     L, H = (1 if config.lstm_shared else 2), config.lstm_hidden_size
     actions = _random_actions(rng, spec, T * n).reshape((T, n) + spec.head.action_shape)
     return dict(kind=kind, config=config, params=params, obs=rng.normal(size=(T, n, 3)),
@@ -365,9 +367,9 @@ def _recurrent_case(rng):
                 starts=rng.random((T, n)) < 0.3, d=rng.normal(size=(3, T, n)))
 
 
-def _recurrent_policy(cls):
+def _recurrent_policy(cls, dtype="float64"):
     def run(c):
-        policy = cls(*_spaces(c["kind"]), c["config"])
+        policy = cls(*_spaces(c["kind"]), c["config"].replace(compute_dtype=dtype))
         params = policy.as_flat(c["params"])
         state = LSTMStates(*c["state"])
         ev = policy.evaluate(params, c["obs"], c["actions"], state, c["starts"])
@@ -393,7 +395,7 @@ TWINS: Dict[str, Twin] = {
                   "ppo_ref.spec.masks.transition_masks_loop", _trajectory, _masks("fast"),
                   _masks("spec"), BITS),
     "minibatch_loss": Twin((_fast_name("update", "minibatch_loss"),
-                            _fast_name("losses", "minibatch_loss_kernel")),
+                            _fast_name("losses", "_minibatch_loss_kernel")),
                            "ppo_ref.spec.update.minibatch_loss", _loss_case,
                            _loss(fast_update.minibatch_loss), _loss(spec_update.minibatch_loss),
                            BITS),
@@ -404,14 +406,16 @@ TWINS: Dict[str, Twin] = {
                        _epochs_case, _epochs("fast"), _epochs("spec"), Tol(1e-10, 1e-14)),
     "categorical": Twin((_fast_name("distributions", "_categorical_eval_kernel"),
                          _fast_name("distributions", "_categorical_backward_kernel")),
-                        "ppo_ref.spec.distributions.categorical_log_prob", _logits_case,
+                        "ppo_ref.spec.distributions.categorical_log_prob",
+                        lambda rng: _logits_case(rng, masked=False),
                         _categorical_fast, _categorical_spec, Tol(1e-12, 1e-15)),
-    "categorical_sample": Twin((_fast_name("distributions", "categorical_sample"),),
+    "categorical_sample": Twin((_fast_name("distributions", "categorical_sample"),
+                                _fast_name("distributions", "inverse_cdf_actions")),
                                "ppo_ref.spec.distributions.categorical_sample", _logits_case,
                                _sample(fast_dist), _sample(spec_dist), BITS),
     "multi_categorical": Twin(tuple(_fast_name("distributions", f"multi_categorical_{s}")
                                     for s in ("log_prob", "entropy", "log_prob_backward",
-                                              "entropy_backward", "sample", "mode")),
+                                              "entropy_backward")),
                               "ppo_ref.spec.distributions.multi_categorical_log_prob",
                               _multi_case, _multi(fast_dist), _multi(spec_dist), Tol(1e-12, 1e-15)),
     "lstm": Twin(tuple(_fast_name("lstm", n) for n in ("lstm_forward", "lstm_backward",
@@ -424,6 +428,14 @@ TWINS: Dict[str, Twin] = {
                           _fast_name("mlp", "_mlp_backward_flat")),
                        "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
                        _mlp_policy(MLPPolicy), _mlp_policy(SpecMLPPolicy), Tol(1e-11, 1e-14)),
+    "mlp_policy_float32": Twin(("ppo_ref.fast.actor_critic.flat_forward",),
+                               "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
+                               _mlp_policy(MLPPolicy, "float32"), _mlp_policy(SpecMLPPolicy),
+                               Tol(2e-4, 1e-5)),
+    "recurrent_policy_float32": Twin((_fast_name("lstm", "_forward_stacked"),),
+                                     "ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward",
+                                     _recurrent_case, _recurrent_policy(RecurrentPolicy, "float32"),
+                                     _recurrent_policy(SpecRecurrentPolicy), Tol(2e-4, 1e-5)),
     "recurrent_policy": Twin((_fast_name("lstm", "_forward_stacked"),
                               _fast_name("lstm", "_backward_stacked"),
                               _fast_name("lstm", "_step_stacked")),
@@ -462,7 +474,7 @@ def test_twins_agree(name, seed):
 
 def test_every_fast_function_has_a_twin():
     covered = {n for twin in TWINS.values() for n in twin.covers}
-    missing = sorted(set(FAST_FUNCTIONS) - covered)
+    missing = sorted(set(FAST_FUNCTIONS) - set(NO_TWIN) - covered)
     assert not missing, f"fast functions with no row in TWINS: {missing}"
     import importlib
     for name in covered | {t.spec for t in TWINS.values()}:
@@ -472,7 +484,7 @@ def test_every_fast_function_has_a_twin():
 
 # -- compiled == interpreted, derived from the table -------------------------------------------
 
-INTERPRETED_SEEDS = (1, 2)
+INTERPRETED_SEEDS = (1, 2, 3, 4)
 
 
 def _fast_results(seed: int) -> Dict[str, List[np.ndarray]]:
@@ -514,16 +526,16 @@ def test_compiled_equals_interpreted(tmp_path):
 
 TRAINER_CASES = {
     # name: (trainer, env id, config changes, fast compute dtype, parameter tolerance)
-    "mlp-discrete-separate": ("ff", "CartPole-v1", dict(), "float64", 1e-9),
+    "mlp-discrete-separate": ("ff", "CartPole-v1", dict(), "float64", 1e-12),
     "mlp-discrete-shared": ("ff", "CartPole-v1", dict(shared_trunk=True, activation="relu"),
-                            "float64", 1e-9),
-    "mlp-box": ("ff", "Pendulum-v1", dict(normalize_observations=True), "float64", 1e-9),
-    "mlp-discrete-float32": ("ff", "CartPole-v1", dict(), "float32", 1e-3),
-    "lstm-discrete-separate": ("lstm", "ppo_ref/MemoryCue-v0", dict(), "float64", 1e-9),
+                            "float64", 1e-12),
+    "mlp-box": ("ff", "Pendulum-v1", dict(normalize_observations=True), "float64", 1e-12),
+    "mlp-discrete-float32": ("ff", "CartPole-v1", dict(), "float32", 1e-5),
+    "lstm-discrete-separate": ("lstm", "ppo_ref/MemoryCue-v0", dict(), "float64", 1e-12),
     "lstm-discrete-shared": ("lstm", "ppo_ref/MemoryCue-v0", dict(lstm_shared=True),
-                             "float64", 1e-9),
-    "lstm-box": ("lstm", "Pendulum-v1", dict(), "float64", 1e-9),
-    "lstm-float32": ("lstm", "ppo_ref/MemoryCue-v0", dict(), "float32", 1e-3),
+                             "float64", 1e-12),
+    "lstm-box": ("lstm", "Pendulum-v1", dict(), "float64", 1e-12),
+    "lstm-float32": ("lstm", "ppo_ref/MemoryCue-v0", dict(), "float32", 1e-5),
 }
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm",
@@ -549,8 +561,10 @@ def _train(kind, env_id, changes, backend, dtype, updates=3):
 def test_trainers_agree_across_backends(name):
     """Three updates of the same run (same seed) on the spec backend and on the fast backend
     give the same parameters within the row's tolerance (relative to each array's largest
-    entry; float64 fast: 1e-9, float32 fast: 1e-3) and the same metrics; the first minibatch
-    of every update reproduces the behaviour log-probs (ratio 1) on both."""
+    entry; float64 fast: 1e-12, float32 fast: 1e-5; measured: about 3e-15 and 6e-7) and the
+    same metrics within 1000 times that; the first minibatch of every update reproduces the
+    behaviour log-probs (ratio exactly 1 on the fast tier, within 1e-12 on the spec tier,
+    whose NumPy products may round a row differently in a batch of another size)."""
     kind, env_id, changes, dtype, tol = TRAINER_CASES[name]
     spec_params, spec_stats = _train(kind, env_id, changes, "spec", "float64")
     fast_params, fast_stats = _train(kind, env_id, changes, "fast", dtype)
@@ -559,6 +573,6 @@ def test_trainers_agree_across_backends(name):
         _compare([fast_params[k]], [spec_params[k]], Tol(tol, 1e-12), f"{name}: params[{k!r}]")
     for s, f in zip(spec_stats, fast_stats):
         for key in METRICS:
-            assert f[key] == pytest.approx(s[key], rel=max(tol, 1e-7) * 100, abs=1e-6), key
+            assert f[key] == pytest.approx(s[key], rel=tol * 1000, abs=tol), key
         assert f["first_max_abs_log_ratio"] == 0.0
         assert s["first_max_abs_log_ratio"] < 1e-12

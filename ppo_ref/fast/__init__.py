@@ -58,7 +58,8 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.actor_critic.flat_forward",
     "ppo_ref.fast.actor_critic.flat_backward",
     # distributions
-    "ppo_ref.fast.distributions._categorical_sample_kernel",
+    "ppo_ref.fast.distributions.inverse_cdf_actions",
+    "ppo_ref.fast.distributions.categorical_sample",
     "ppo_ref.fast.distributions._categorical_eval_kernel",
     "ppo_ref.fast.distributions._categorical_backward_kernel",
     "ppo_ref.fast.distributions.multi_categorical_log_prob",
@@ -77,4 +78,14 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.flat.is_flat",
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
+)
+
+#: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
+#: the one-buffer parameter dicts, the reuse pools and the fused step's argument check.
+NO_TWIN = (
+    "ppo_ref.fast.flat.flatten_arrays",
+    "ppo_ref.fast.flat.is_flat",
+    "ppo_ref.fast.flat.same_layout",
+    "ppo_ref.fast.workspace.empty",
+    "ppo_ref.fast.optim.check_flat_step_arguments",
 )

@@ -4,10 +4,9 @@ hot loop and the compiled MultiDiscrete (product of categoricals) functions.
 Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable definition, which
 :mod:`ppo_ref.nn.distributions` re-exports and the policy heads call):
 
-* :func:`_categorical_sample_kernel` draws the actions of
-  :func:`ppo_ref.spec.distributions.categorical_sample` from the same uniforms (one per row),
-  its cumulative probabilities within rtol 1e-12 of the spec's (the same actions unless a
-  uniform falls within rounding of a boundary);
+* :data:`inverse_cdf_actions` is the spec's sampling loop compiled, and
+  :func:`categorical_sample` draws the actions of
+  :func:`ppo_ref.spec.distributions.categorical_sample` from the same uniforms, bit for bit;
 * :func:`_categorical_eval_kernel` computes :func:`ppo_ref.spec.distributions.categorical_log_prob`
   and :func:`~ppo_ref.spec.distributions.categorical_entropy` (finite logits) within rtol 1e-12,
   and :func:`_categorical_backward_kernel` the sum of
@@ -28,58 +27,43 @@ import math
 
 import numpy as np
 
+from ppo_ref._checks import check_generator
 from ppo_ref._numba import njit
+from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec.distributions import _as_upstream, _components, _multi_actions
 
-__all__ = ["multi_categorical_log_prob", "multi_categorical_entropy",
+__all__ = ["inverse_cdf_actions", "categorical_sample", "multi_categorical_log_prob", "multi_categorical_entropy",
            "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward"]
 
 
 # --------------------------------------------------------------------------------------------
 # categorical kernels (the policies' hot loop; finite logits, unchecked)
 
-@njit
-def _categorical_sample_kernel(z, u, actions):
-    """Inverse-CDF draws for logits ``z [R, A]`` (float64, or float32 widened entry by entry:
-    the arithmetic of ``z.astype(np.float64)``) and uniforms ``u [R]``: ``pi =
-    exp(log_softmax(z))`` (shift by the row max, subtract the log of the sum of exponentials
-    taken left to right), ``C_k`` the running sums left to right, action = the number of
-    ``C_k <= u * C_{A-1}``, or the last action with ``pi > 0`` if that count is A.
+#: :func:`ppo_ref.spec.distributions.inverse_cdf_actions` compiled (the same function: bit for
+#: bit).
+inverse_cdf_actions = njit(spec_distributions.inverse_cdf_actions)
 
-    Returns False, at the first row holding a NaN or +inf or no finite maximum (all -inf),
-    before drawing from it (the rows :func:`ppo_ref._checks.check_logits` rejects); True
-    otherwise."""
-    rows, n = z.shape
-    for i in range(rows):
-        m = -math.inf
-        for k in range(n):
-            v = np.float64(z[i, k])
-            if math.isnan(v) or v == math.inf:
-                return False
-            if v > m:
-                m = v
-        if m == -math.inf:
-            return False
-        s = 0.0
-        for k in range(n):
-            s += math.exp(np.float64(z[i, k]) - m)
-        lse = math.log(s)
-        total = 0.0
-        for k in range(n):
-            total += math.exp((np.float64(z[i, k]) - m) - lse)
-        threshold = u[i] * total
-        c = 0.0
-        count = 0
-        last_valid = 0
-        for k in range(n):
-            p = math.exp((np.float64(z[i, k]) - m) - lse)
-            c += p
-            if c <= threshold:
-                count += 1
-            if p > 0.0:
-                last_valid = k
-        actions[i] = count if count < n else last_valid
-    return True
+
+def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
+    """:func:`ppo_ref.spec.distributions.categorical_sample`, bit for bit (the same uniforms and
+    the same loop, compiled), for the fast policies' 2-D logits ``[R, A]`` (float64 or
+    float32). The loop checks each row before using it; a refused row raises the spec's
+    ``ValueError`` (naming ``logits``) after the uniforms were drawn.
+
+    Raises:
+        ValueError: ``rng`` not a Generator, logits not a 2-D float array, or as
+            :func:`ppo_ref.spec.distributions.log_softmax`.
+    """
+    check_generator(rng)
+    z = np.ascontiguousarray(logits)
+    if z.ndim != 2 or z.dtype not in (np.float64, np.float32) or z.shape[1] == 0:
+        raise ValueError(f"logits must be a float32/float64 array [R, A] with A >= 1, got "
+                         f"{z.dtype} {z.shape}")
+    u = rng.random(z.shape[0])
+    actions = np.empty(z.shape[0], dtype=np.int64)
+    if not inverse_cdf_actions(z, u, actions):
+        spec_distributions.log_softmax(z)  # raises, naming the refused row
+    return actions
 
 
 @njit
@@ -88,30 +72,31 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
     actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
     :func:`_categorical_backward_kernel`). Same steps as :func:`ppo_ref.spec.distributions.log_softmax` (shift by the row
     max, subtract the log of the sum of exponentials, left to right). Returns False (and
-    stops) at a non-finite logit or an action outside [0, A); the caller then takes the
-    checked path."""
+    stops) at a non-finite logit or an action outside [0, A); the caller then raises. float32
+    logits are widened entry by entry (``np.float64``): the arithmetic is float64's whatever
+    the logits' dtype, compiled and interpreted alike."""
     rows, n = logits.shape
     for i in range(rows):
         if actions[i] < 0 or actions[i] >= n:
             return False
-        m = logits[i, 0]
+        m = np.float64(logits[i, 0])
         for k in range(n):
-            z = logits[i, k]
+            z = np.float64(logits[i, k])
             if not math.isfinite(z):
                 return False
             if z > m:
                 m = z
         s = 0.0
         for k in range(n):
-            s += math.exp(logits[i, k] - m)
+            s += math.exp(np.float64(logits[i, k]) - m)
         lse = math.log(s)
         h = 0.0
         for k in range(n):
-            lp = (logits[i, k] - m) - lse
+            lp = (np.float64(logits[i, k]) - m) - lse
             p = math.exp(lp)
             probs[i, k] = p
             h -= p * lp
-        log_probs[i] = (logits[i, actions[i]] - m) - lse
+        log_probs[i] = (np.float64(logits[i, actions[i]]) - m) - lse
         entropy[i] = h
     return True
 
@@ -122,17 +107,20 @@ def _categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy
     """``d_logits = d_log_probs * (onehot(actions) - pi) - d_entropy * pi * (log pi + H)``
     (the sum of :func:`ppo_ref.spec.distributions.categorical_log_prob_backward` and
     :func:`~ppo_ref.spec.distributions.categorical_entropy_backward`)
-    from the ``probs``/``entropy`` of :func:`_categorical_eval_kernel`."""
+    from the ``probs``/``entropy`` of :func:`_categorical_eval_kernel`, in float64 whatever the
+    arrays' dtype (entries widened by ``np.float64``; the result rounded once on storing)."""
     rows, n = probs.shape
     for i in range(rows):
-        d = d_log_probs[i]
+        d = np.float64(d_log_probs[i])
+        a = actions[i]
         for k in range(n):
-            p = probs[i, k]
+            p = np.float64(probs[i, k])
             g = -p * d
             if use_entropy and p > 0.0:
-                g -= d_entropy[i] * p * (math.log(p) + entropy[i])
+                g -= np.float64(d_entropy[i]) * p * (math.log(p) + np.float64(entropy[i]))
+            if k == a:
+                g += d
             d_logits[i, k] = g
-        d_logits[i, actions[i]] += d
 
 
 # --------------------------------------------------------------------------------------------

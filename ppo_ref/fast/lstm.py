@@ -161,9 +161,33 @@ def _pow2_compiled(k):
 
 def _fma(a, b, c):
     """``a * b + c`` rounded once (IEEE 754 fusedMultiplyAdd), for finite floats: exact
-    rational arithmetic, then one correctly rounded conversion. The interpreted version of the
-    compiled one below (same bits); only the tests run it."""
-    return float(Fraction(a) * Fraction(b) + Fraction(c))
+    rational arithmetic, then one correctly rounded conversion (to float32 when all three are
+    float32, as ``llvm.fma.f32``; else to float64). The interpreted version of the compiled one
+    below (same bits); only the tests run it."""
+    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+    if all(isinstance(v, np.float32) for v in (a, b, c)):
+        return _round_to_float32(exact)
+    return float(exact)
+
+
+def _round_to_float32(q: Fraction) -> np.float32:
+    """The float32 nearest to the rational ``q`` (ties to even; +-inf beyond the largest
+    float32), rounded once: ``np.float32(float(q))`` would round twice."""
+    if q == 0:
+        return np.float32(0.0)
+    sign = -1 if q < 0 else 1
+    q = abs(q)
+    e = q.numerator.bit_length() - q.denominator.bit_length()  # 2**e <= q < 2**(e+2)
+    if Fraction(2) ** e > q:
+        e -= 1
+    e = max(e, -126)                                           # subnormals: a fixed exponent
+    n = round(q / Fraction(2) ** (e - 23))                     # 24-bit significand, half-even
+    if n >= 2 ** 24:
+        n //= 2                                                # exact: n was 2**24
+        e += 1
+    if e > 127:
+        return np.float32(sign * np.inf)
+    return np.float32(sign * math.ldexp(n, e - 23))
 
 
 @intrinsic

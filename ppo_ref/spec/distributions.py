@@ -209,43 +209,63 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
     return -d[..., None] * pi * (log_pi + entropy)
 
 
-def inverse_cdf_actions(log_pi, u, actions):
+def inverse_cdf_actions(z, u, actions):
     """The inverse-CDF action of each row, written once (the compiled tier compiles this very
-    loop). For rows of log-probabilities ``log_pi [R, A]`` (float64) and uniforms ``u [R]`` in
-    ``[0, 1)``, writes into ``actions [R]`` (int64)::
+    loop: :data:`ppo_ref.fast.distributions.inverse_cdf_actions`). For logits ``z [R, A]``
+    (float64, or float32 widened entry by entry) and uniforms ``u [R]`` in ``[0, 1)``, writes
+    into ``actions [R]`` (int64)::
 
-        pi_k = exp(log_pi_k)
-        C_k  = pi_0 + ... + pi_k                      (running sum, left to right)
-        a    = #{k : C_k <= u * C_{A-1}}              (the first k with C_k > u * C_{A-1})
+        m    = max_k z_k
+        lse  = log(exp(z_0 - m) + ... + exp(z_{A-1} - m))       (sum left to right)
+        pi_k = exp((z_k - m) - lse)                             (softmax, as log_softmax)
+        C_k  = pi_0 + ... + pi_k                                (running sum, left to right)
+        a    = #{k : C_k <= u * C_{A-1}}                        (the first k with C_k > u C_{A-1})
 
-    A masked action (``pi_k = 0``) has ``C_k = C_{k-1}`` and so is never that first ``k``. If
-    rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (a count of ``A``), the last action with
-    ``pi_k > 0`` is written instead.
+    A masked action (``z_k = -inf``, ``pi_k = 0``) has ``C_k = C_{k-1}`` and so is never that
+    first ``k``. If rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (a count of ``A``), the last
+    action with ``pi_k > 0`` is written instead.
+
+    Returns False (and stops) at the first row holding a NaN or ``+inf`` or no finite maximum
+    (every action masked), the rows :func:`log_softmax` refuses; True otherwise.
     """
-    rows, n = log_pi.shape
+    rows, n = z.shape
     for i in range(rows):
+        m = -math.inf
+        for k in range(n):
+            v = np.float64(z[i, k])
+            if math.isnan(v) or v == math.inf:
+                return False
+            if v > m:
+                m = v
+        if m == -math.inf:
+            return False
+        s = 0.0
+        for k in range(n):
+            s += math.exp(np.float64(z[i, k]) - m)
+        lse = math.log(s)
         total = 0.0
         for k in range(n):
-            total += math.exp(log_pi[i, k])
+            total += math.exp((np.float64(z[i, k]) - m) - lse)
         threshold = u[i] * total
         cdf = 0.0
         count = 0
         last_valid = 0
         for k in range(n):
-            p = math.exp(log_pi[i, k])
+            p = math.exp((np.float64(z[i, k]) - m) - lse)
             cdf += p
             if cdf <= threshold:
                 count += 1
             if p > 0.0:
                 last_valid = k
         actions[i] = count if count < n else last_valid
+    return True
 
 
 def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
-    """One action per row by inverse-CDF sampling: ``log pi = log_softmax(z)``, one uniform
-    ``u ~ U[0, 1)`` per row (``rng.random``, C order over rows), then
-    :func:`inverse_cdf_actions`. The logits are checked before anything is drawn, so the same
-    generator state gives the same actions and a refused call draws nothing.
+    """One action per row by inverse-CDF sampling: the logits are checked, one uniform
+    ``u ~ U[0, 1)`` is drawn per row (``rng.random``, C order over rows), and
+    :func:`inverse_cdf_actions` turns each row's logits and uniform into its action. A refused
+    call draws nothing; the same generator state gives the same actions.
 
     Args:
         rng: ``np.random.Generator``, the only source of randomness.
@@ -261,9 +281,9 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
     check_generator(rng)
     z = _as_logits(logits)
     u = rng.random(z.shape[:-1])
-    log_pi = _log_softmax(z).reshape(-1, z.shape[-1])
-    actions = np.empty(log_pi.shape[0], dtype=np.int64)
-    inverse_cdf_actions(log_pi, u.reshape(-1), actions)
+    z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]))
+    actions = np.empty(z2.shape[0], dtype=np.int64)
+    inverse_cdf_actions(z2, u.reshape(-1), actions)
     return actions.reshape(z.shape[:-1])
 
 
