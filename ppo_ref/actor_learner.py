@@ -40,6 +40,7 @@ bit-exact npz bytes of :func:`ppo_ref.checkpoint.arrays_to_bytes`) or ``"thread"
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
 import queue as queue_module
@@ -1206,11 +1207,10 @@ class _Learner:
         config = self.config
         trainer = self.trainer
         buf = self.take_buffer()
-        advantages_fn = None
+        advantages_fn = None    # the trainer's GAE
         if config.use_vtrace:
-            def advantages_fn(rollout):
-                return trainer.compute_vtrace_advantages(rollout, rho_bar=config.rho_bar,
-                                                         c_bar=config.c_bar)
+            advantages_fn = functools.partial(trainer.compute_vtrace_advantages,
+                                              rho_bar=config.rho_bar, c_bar=config.c_bar)
         step = trainer.iteration(lambda: self.rollout(buf), advantages_fn)
         rollout, stats = step.rollout, step.stats
         lags = self.version - buf.policy_versions
