@@ -215,10 +215,11 @@ def as_index_array(x, name: str, shape: tuple, ref_name: str,
 
 
 def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None) -> np.ndarray:
-    """``params[key]``, checked to be a float64 ndarray of ``shape`` (``None`` entries: any size).
+    """``params[key]``, checked to be a finite float64 ndarray of ``shape`` (``None`` entries:
+    any size).
 
     Raises ``ValueError`` if ``params`` is not a mapping, the key is missing, or the value is
-    not a float64 array of that rank and those sizes.
+    not a float64 array of that rank and those sizes, or holds NaN or inf.
     """
     if not isinstance(params, Mapping):
         raise ValueError(f"params must be a dict of arrays, got {type(params).__name__}")
@@ -233,14 +234,25 @@ def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None)
             "*" if s is None else str(s) for s in shape) + "]"
         got = f"{v.dtype} array of shape {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
         raise ValueError(f"params[{key!r}] must be a float64 array{want}, got {got}")
+    check_finite_param(v, key)
     return v
+
+
+def check_finite_param(value: np.ndarray, key: str) -> None:
+    """Raise ``ValueError`` naming ``params[key]`` and the first bad index unless the float
+    array ``value`` is finite (a NaN or inf parameter would spread through every output)."""
+    if value.size and not np.isfinite(value).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
+        raise ValueError(f"params[{key!r}] must be finite: found {value[where]} at index {where}")
 
 
 def check_logits(z: np.ndarray, name: str = "logits") -> None:
     """Raise ``ValueError`` unless ``z [..., A]`` defines a categorical distribution per row.
 
     ``z`` must have at least one dimension and one action; ``-inf`` entries (masked actions)
-    are allowed, NaN and ``+inf`` are not, and every row needs at least one entry ``> -inf``.
+    are allowed, NaN and ``+inf`` are not, every row needs at least one entry ``> -inf``, and
+    every finite entry must lie within the float64 range of its row's maximum (``z - max z``
+    finite: the shift of a stable log-softmax).
     """
     if z.ndim == 0:
         raise ValueError(f"{name} must have at least 1 dimension [..., n_actions], got a scalar")
@@ -256,6 +268,14 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
     if all_masked.any():
         row = tuple(int(i) for i in np.argwhere(all_masked)[0]) if z.ndim > 1 else ()
         raise ValueError(f"{name} row {row} has every action masked (-inf): no valid action")
+    with np.errstate(over="ignore"):
+        shifted = z - np.max(z, axis=-1, keepdims=True)  # the shift of log_softmax
+    overflow = np.isinf(shifted) & np.isfinite(z)
+    if overflow.any():
+        where = tuple(int(i) for i in np.argwhere(overflow)[0])
+        raise ValueError(f"{name} spread too far: {name} - max({name}) overflows float64 at "
+                         f"index {where} (value {z[where]}; the finite logits of a row must "
+                         "lie within about 1.8e308 of its maximum)")
 
 
 # -- parameter dicts and optimizer arguments (ppo_ref.spec.optim and the fused step of

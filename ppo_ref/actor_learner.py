@@ -1480,10 +1480,10 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
             print(f"ppo-ref: stopped at {trainer.num_timesteps} steps", file=sys.stderr)
             return 130
         lags = report.policy_lag_mean
-        print(f"ppo-ref: {report.updates} updates, {report.env_steps} env steps in "
-              f"{report.wall_seconds:.1f}s ({report.steps_per_second:.0f} steps/s), policy lag "
-              f"mean {(sum(lags) / len(lags)) if lags else float('nan'):.2f} max "
-              f"{max(report.policy_lag_max, default=0)}, {report.broadcasts} broadcasts")
+        logger.finish(trainer, f"{report.steps_per_second:.0f} steps/s, policy lag mean "
+                               f"{(sum(lags) / len(lags)) if lags else float('nan'):.2f} max "
+                               f"{max(report.policy_lag_max, default=0)}, {report.broadcasts} "
+                               f"broadcasts")
         return 0
     finally:
         logger.close()

@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import errno
 import importlib
-import json
 import os
 import signal
 import sys
@@ -154,9 +153,45 @@ def preset_names() -> List[str]:
 
 
 def _resolve_preset(preset: Optional[str], env_id: str) -> str:
+    """The preset a run records: the one given, else ``zoo`` for an env in the zoo table
+    (:data:`ppo_ref.zoo.ZOO`) and ``default`` for any other."""
     if preset is None:
-        return "zoo" if env_id == DEFAULT_ENV else "default"
+        from ppo_ref.zoo import zoo_entry
+        return "zoo" if zoo_entry(env_id) is not None else "default"
     return preset
+
+
+def default_policy(env_id: str) -> str:
+    """The policy ``train`` uses without ``--policy``: the zoo entry's, else ``mlp``."""
+    from ppo_ref.zoo import zoo_entry
+    entry = zoo_entry(env_id)
+    return entry.policy if entry is not None else "mlp"
+
+
+def default_timesteps(env_id: str, preset: Optional[str]) -> int:
+    """``--total-timesteps`` when not given: the zoo entry's budget when the run uses the zoo
+    settings of ``env_id``, else :data:`DEFAULT_TIMESTEPS`."""
+    from ppo_ref.zoo import zoo_entry
+    entry = zoo_entry(env_id)
+    if entry is not None and _resolve_preset(preset, env_id) == "zoo":
+        return int(entry.n_timesteps)
+    return DEFAULT_TIMESTEPS
+
+
+def zoo_note(env_id: str, preset: Optional[str], policy: str) -> Optional[str]:
+    """The line ``train`` prints at the start of a new run about the zoo settings it uses
+    (None when it uses none)."""
+    from ppo_ref.zoo import zoo_entry
+    if _resolve_preset(preset, env_id) != "zoo":
+        return None
+    entry = zoo_entry(env_id)
+    if entry is None:
+        return (f"ppo-ref: using the zoo settings for {DEFAULT_ENV} (--preset zoo; {env_id} has "
+                f"no zoo entry, see ppo_ref/zoo.py)")
+    tuned = "" if entry.policy == policy else f", tuned for the {entry.policy} policy"
+    changed = f"; differs from it: {entry.deviations}" if entry.deviations else ""
+    return (f"ppo-ref: using the zoo settings for {env_id} ({entry.source}{tuned}{changed}); "
+            f"--set FIELD=VALUE overrides a field, --preset NAME replaces them")
 
 
 def make_unique_dir(base: str) -> str:
@@ -195,21 +230,26 @@ def _probe_env(env_id: str) -> None:
 
 def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_envs: Optional[int],
                  backend: Optional[str] = None):
-    """The PPOConfig for ``train``: ``zoo_cartpole()`` for CartPole-v1 (or ``--preset zoo``),
-    ``PPOConfig.preset(name)`` for a named preset, ``PPOConfig()`` otherwise; then ``--n-envs``
-    and every ``--set field=value`` (typed by :func:`ppo_ref.config.parse_overrides`)."""
+    """The PPOConfig for ``train``: the zoo entry of ``env_id`` (:data:`ppo_ref.zoo.ZOO`; without
+    ``--preset`` and with ``--preset zoo``; an env without an entry gets ``PPOConfig()``, or
+    CartPole-v1's entry ``zoo_cartpole()`` with ``--preset zoo``), ``PPOConfig.preset(name)``
+    for a named preset, ``PPOConfig()`` for ``default``; then ``--n-envs`` and every ``--set
+    field=value`` (typed by :func:`ppo_ref.config.parse_overrides`)."""
     from ppo_ref.config import PPOConfig, parse_overrides
+    from ppo_ref.zoo import zoo_entry
     changes = parse_overrides(overrides or [])
     if n_envs is not None:
         changes["n_envs"] = int(n_envs)
     if backend is not None:
         changes["backend"] = backend
-    if preset is None:
-        preset = "zoo" if env_id == DEFAULT_ENV else "default"
-    if preset not in preset_names():
+    if preset is not None and preset not in preset_names():
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(preset_names())}")
+    preset = _resolve_preset(preset, env_id)
     if preset == "zoo":
-        return PPOConfig.zoo_cartpole(**changes)
+        entry = zoo_entry(env_id)
+        if entry is None:
+            return PPOConfig.zoo_cartpole(**changes)
+        return entry.config(**changes)
     if preset == "default":
         return PPOConfig(**changes)
     return PPOConfig.preset(preset, **changes)
@@ -249,7 +289,13 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
                    help="write checkpoint.npz at least this often (and at the end)")
     p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (the closing summary line is still printed)")
+    p.add_argument("--list-fields", action="store_true",
+                   help="print every --set field with its default and help (and the value the "
+                        "zoo settings of --env give it, when they change it), then exit")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = _train_epilog()
     g = p.add_argument_group("asynchronous actor-learner (--async)")
     g.add_argument("--async", dest="use_async", action="store_true",
                    help="train with the actor-learner loop (ppo_ref.actor_learner)")
@@ -257,6 +303,75 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
     g.add_argument("--broadcast-every", type=int, default=None,
                    help="updates between policy broadcasts (default 1)")
+
+
+def _bundled_env_ids() -> List[str]:
+    """The ``ppo_ref/`` ids registered with gymnasium (by :mod:`ppo_ref.envs` on import)."""
+    import gymnasium
+    import ppo_ref.envs  # noqa: F401 -- registers the ids
+    return sorted(env_id for env_id in gymnasium.registry if env_id.startswith("ppo_ref/"))
+
+
+TRAIN_EXAMPLES = (
+    ("ppo-ref train", "CartPole-v1, its zoo settings, 100k steps"),
+    ("ppo-ref train --env Pendulum-v1", "the zoo settings for Pendulum-v1"),
+    ("ppo-ref train --env ppo_ref/MemoryCue-v0", "a bundled env (LSTM policy)"),
+    ("ppo-ref train --env Acrobot-v1 --set n_epochs=10", "zoo settings, one field changed"),
+    ("ppo-ref train --env Acrobot-v1 --preset cleanrl", "CleanRL's conventions instead"),
+    ("ppo-ref train --list-fields", "every --set field: default, help"),
+    ("ppo-ref train --resume DIR --total-timesteps 200000", "continue and extend a run"),
+    ("ppo-ref train --async --num-actors 4 --vtrace", "the actor-learner, V-trace"),
+    ("ppo-ref train --env mypkg.envs:MyEnv-v0", "your env (import registers it)"),
+)
+
+
+def _train_epilog() -> str:
+    from ppo_ref.zoo import ZOO
+    width = max(len(cmd) for cmd, _ in TRAIN_EXAMPLES)
+    lines = ["examples:"]
+    lines += [f"  {cmd:<{width}}  # {what}" for cmd, what in TRAIN_EXAMPLES]
+    lines += ["", "zoo settings (the default of each env without --preset; table in "
+                  "ppo_ref/zoo.py):"]
+    env_width = max(len(env_id) for env_id in ZOO)
+    for env_id, entry in ZOO.items():
+        lines.append(f"  {env_id:<{env_width}}  {entry.policy:<4}  {entry.n_timesteps:>7} steps  "
+                     f"{entry.source}")
+    lines += ["", "bundled envs (ppo_ref/envs.py, registered by import ppo_ref): "
+              + ", ".join(_bundled_env_ids())]
+    return "\n".join(lines)
+
+
+def _format_value(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "()"
+    return str(value)
+
+
+def list_fields(args: argparse.Namespace, stream=None) -> int:
+    """``train --list-fields``: every PPOConfig field (the ``--set`` names) with its default,
+    its help text and choices, and the value this command's settings (``--env``'s zoo entry,
+    ``--preset``, ``--set``) give it when that differs from the default; returns 0."""
+    import dataclasses
+    from ppo_ref.config import PPOConfig
+    stream = stream if stream is not None else sys.stdout
+    env_id = args.env or DEFAULT_ENV
+    with user_input():
+        chosen = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
+    base = PPOConfig()
+    label = f"--env {env_id}" + (f" --preset {args.preset}" if args.preset else "") + \
+        (" with --set" if args.overrides else "")
+    print(f"PPOConfig fields (ppo-ref train --set FIELD=VALUE); 'default' is PPOConfig()'s, "
+          f"'{label}' the value this command would use where it differs:", file=stream)
+    for f in dataclasses.fields(PPOConfig):
+        default = _format_value(getattr(base, f.name))
+        here = _format_value(getattr(chosen, f.name))
+        used = f"  [{label}: {here}]" if here != default else ""
+        print(f"  {f.name} (default {default}){used}", file=stream)
+        help_text = f.metadata.get("help", "")
+        if "choices" in f.metadata:
+            help_text += "; one of " + ", ".join(str(c) for c in f.metadata["choices"])
+        print(f"      {help_text}", file=stream)
+    return 0
 
 
 class _SigintStopper:
@@ -292,8 +407,9 @@ def run_training(trainer, logger, total_timesteps: int) -> int:
     and on any exception raised while training (an env raising in ``step``/``reset``, an env
     error, a non-finite update, a bug): then the last good state (the snapshot of the last
     completed update, whose counters and CSV rows agree) is saved, one line is printed and the
-    traceback goes to ``<run_dir>/error.log``. Returns the exit code (0; 130 interrupted; 3
-    training failed). Reusable by the recurrent and actor-learner entry points."""
+    traceback goes to ``<run_dir>/error.log``. A run that reaches its target ends with the
+    one-line summary of :meth:`ppo_ref.runlog.RunLogger.finish` (also with ``--quiet``).
+    Returns the exit code (0; 130 interrupted; 3 training failed). Reusable by the recurrent and actor-learner entry points."""
     logger.begin(trainer)
     code = 0
     try:
@@ -311,6 +427,8 @@ def run_training(trainer, logger, total_timesteps: int) -> int:
         code = 130
         print(f"ppo-ref: stopped at {trainer.num_timesteps} steps; resume with "
               f"ppo-ref train --resume {logger.run_dir}", file=sys.stderr)
+    else:
+        logger.finish(trainer)
     logger.close()
     return code
 
@@ -653,9 +771,10 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     lock (another process may have started a run there meanwhile)."""
     from ppo_ref.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
-    policy = args.policy or "mlp"
+    policy = "mlp" if args.use_async else (args.policy or default_policy(env_id))
     seed = 0 if args.seed is None else args.seed
-    total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
+    total = args.total_timesteps if args.total_timesteps is not None \
+        else default_timesteps(env_id, args.preset)
     with user_input():
         config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     if args.run_dir is not None:
@@ -663,8 +782,11 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
             hold.enter_context(run_dir_lock(args.run_dir))
         _check_fresh_run_dir(args.run_dir)
     _probe_env(env_id)
+    note = zoo_note(env_id, args.preset, policy)
+    if note is not None:
+        print(note)
     if args.use_async:
-        args.seed = seed
+        args.seed, args.env, args.total_timesteps = seed, env_id, total
         args.num_actors = 4 if args.num_actors is None else args.num_actors
         args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
         entry = _import(ASYNC_ENTRY)
@@ -713,6 +835,8 @@ def _close(trainer) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from ppo_ref.runlog import RunLogger
+    if args.list_fields:
+        return list_fields(args)
     _check_train_flags(args)
     with contextlib.ExitStack() as hold:  # the run directory's lock, held for the whole run
         started = _train_resume(args, hold) if args.resume else _train_new(args, hold)
@@ -782,6 +906,59 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def _configure_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="DIR")
     p.add_argument("--output", default=None, help="PNG path (default DIR/learning_curve.png)")
+    p.epilog = ("panels: episode returns (and the mean of the last 20); approx_kl and "
+                "clip_fraction; entropy; explained variance on its own panel with its y axis "
+                "fixed to [-1, 1] (it is at most 1 and unbounded below: values under -1, common "
+                "in early updates, are drawn on the lower edge as red triangles and counted)")
+
+
+#: The y range of the explained-variance panel of ``ppo-ref plot``. Explained variance
+#: ``1 - Var[returns - values] / Var[returns]`` is at most 1 and unbounded below (early updates
+#: can give -1e3 and worse): values below the range are drawn on its lower edge as triangles
+#: and counted in the legend, so an outlier never rescales the panel.
+EV_RANGE = (-1.0, 1.0)
+
+
+def learning_curve_figure(plt, episodes, metrics, title: str):
+    """The figure of ``ppo-ref plot``: four panels sharing the x axis (env steps): episode
+    returns with the mean of the last 20; approx_kl and clip_fraction; entropy; explained
+    variance on its own panel, its y axis fixed to :data:`EV_RANGE` (values below are drawn
+    on the lower edge and counted). ``episodes``/``metrics`` are :func:`ppo_ref.runlog.read_csv`
+    columns (``{}`` for an empty file). Returns the matplotlib figure."""
+    import numpy as np
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
+    ax = axes[0]
+    if episodes:
+        ax.plot(episodes["timesteps"], episodes["return"], ".", alpha=0.25, markersize=3,
+                label="episode")
+        r = episodes["return"]
+        rolling = np.array([r[max(0, i - 19):i + 1].mean() for i in range(len(r))])
+        ax.plot(episodes["timesteps"], rolling, label="mean of last 20")
+        ax.legend()
+    ax.set_ylabel("episode return")
+    ax.set_title("learning curve")
+    if metrics:
+        steps = metrics["timesteps"]
+        axes[1].plot(steps, metrics["approx_kl"], label="approx_kl")
+        axes[1].plot(steps, metrics["clip_fraction"], label="clip_fraction")
+        axes[1].legend()
+        axes[2].plot(steps, metrics["entropy"], label="entropy")
+        axes[2].legend()
+        ev = metrics["explained_variance"]
+        low, high = EV_RANGE
+        below = ev < low
+        axes[3].plot(steps, np.clip(ev, low, high), label="explained_variance")
+        if below.any():
+            axes[3].plot(steps[below], np.full(int(below.sum()), low), "v", color="tab:red",
+                         label=f"{int(below.sum())} update(s) below {low:g}")
+        axes[3].legend()
+    axes[3].set_ylim(*EV_RANGE)
+    axes[3].set_title(f"explained variance (axis fixed to [{EV_RANGE[0]:g}, {EV_RANGE[1]:g}])")
+    for a in axes:
+        a.set_xlabel("env steps")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
@@ -792,7 +969,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("needs matplotlib: install the plot extra (pip install -e '.[plot]' in a "
                          "checkout, or pip install matplotlib)") from None
-    import numpy as np
     from ppo_ref.runlog import read_csv
     episodes_path = os.path.join(args.run_dir, "episodes.csv")
     metrics_path = os.path.join(args.run_dir, "metrics.csv")
@@ -812,29 +988,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
                              f"{[name for name in needed if name not in table]}")
         columns[path] = table
     ep, mx = columns[episodes_path], columns[metrics_path]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    ax = axes[0]
-    if ep:
-        ax.plot(ep["timesteps"], ep["return"], ".", alpha=0.25, markersize=3, label="episode")
-        r = ep["return"]
-        rolling = np.array([r[max(0, i - 19):i + 1].mean() for i in range(len(r))])
-        ax.plot(ep["timesteps"], rolling, label="mean of last 20")
-        ax.legend()
-    ax.set_xlabel("env steps")
-    ax.set_ylabel("episode return")
-    ax.set_title("learning curve")
-    if mx:
-        axes[1].plot(mx["timesteps"], mx["approx_kl"], label="approx_kl")
-        axes[1].plot(mx["timesteps"], mx["clip_fraction"], label="clip_fraction")
-        axes[1].set_xlabel("env steps")
-        axes[1].legend()
-        axes[2].plot(mx["timesteps"], mx["explained_variance"], label="explained_variance")
-        axes[2].plot(mx["timesteps"], mx["entropy"], label="entropy")
-        axes[2].set_xlabel("env steps")
-        axes[2].legend()
-    title = os.path.basename(os.path.normpath(args.run_dir))
-    fig.suptitle(title)
-    fig.tight_layout()
+    fig = learning_curve_figure(plt, ep, mx, os.path.basename(os.path.normpath(args.run_dir)))
     out = args.output or os.path.join(args.run_dir, "learning_curve.png")
     try:
         with user_input(f"cannot write {out}"):

@@ -513,7 +513,8 @@ class MLPPolicy(PolicyBase):
             n = out.shape[0]
             log_probs, entropy, probs = np.empty(n), np.empty(n), np.empty(out.shape)
             if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
-                raise ValueError("params give non-finite logits for obs (overflow)")
+                raise ValueError("params give logits for obs that are not finite or whose "
+                                 "spread overflows float64 (logits - max(logits))")
             return log_probs, entropy, probs
         log_probs = self.head.log_prob(out, params, actions)
         entropy = self.head.entropy(out, params) if with_entropy else None

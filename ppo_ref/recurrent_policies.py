@@ -54,7 +54,7 @@ from typing import Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import as_flag_array
+from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_same_shape
 from ppo_ref.fast import workspace
 from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
@@ -271,8 +271,10 @@ class RecurrentPolicy(PolicyBase):
         return flatten_arrays(arrays, self.flat_layout(arrays), dtype=np.float64)
 
     def initial_state(self, n_envs: int) -> LSTMStates:
-        """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
-        shape = (len(lstm_names(self.lstm_shared)), int(n_envs), self.hidden_size)
+        """Zero :class:`LSTMStates` ``[L, n_envs, H]``; ``ValueError`` unless ``n_envs`` is an
+        integer >= 1 (:func:`ppo_ref._checks.check_count`)."""
+        shape = (len(lstm_names(self.lstm_shared)), check_count(n_envs, "n_envs", 1),
+                 self.hidden_size)
         return LSTMStates(np.zeros(shape), np.zeros(shape))
 
     # -- argument checks ------------------------------------------------------------------------
@@ -473,8 +475,9 @@ class RecurrentPolicy(PolicyBase):
             log_probs, entropy = np.empty(rows), np.empty(rows)
             probs = np.empty(out.shape)
             if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
-                raise ValueError("params give non-finite logits for these inputs (the "
-                                 "parameters are too large)")
+                raise ValueError("params give logits for these inputs that are not finite "
+                                 "or whose spread overflows float64 (logits - max(logits)): "
+                                 "the parameters are too large")
             return log_probs, entropy, probs
         log_probs = np.asarray(self.head.log_prob(out, params, actions), dtype=np.float64)
         entropy = np.asarray(self.head.entropy(out, params), dtype=np.float64)
@@ -747,8 +750,10 @@ class SpecRecurrentPolicy(PolicyBase):
         return {k: np.array(v, dtype=np.float64) for k, v in arrays.items()}
 
     def initial_state(self, n_envs: int) -> LSTMStates:
-        """Zero :class:`LSTMStates` ``[L, n_envs, H]``."""
-        shape = (len(lstm_names(self.lstm_shared)), int(n_envs), self.hidden_size)
+        """Zero :class:`LSTMStates` ``[L, n_envs, H]``; ``ValueError`` unless ``n_envs`` is an
+        integer >= 1 (:func:`ppo_ref._checks.check_count`)."""
+        shape = (len(lstm_names(self.lstm_shared)), check_count(n_envs, "n_envs", 1),
+                 self.hidden_size)
         return LSTMStates(np.zeros(shape), np.zeros(shape))
 
     def _net(self, params: Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -814,7 +819,12 @@ class SpecRecurrentPolicy(PolicyBase):
         """Gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
         entropy + d_values * values)`` over the ``[T, n]`` rows, by BPTT over all T steps."""
         flat_out, flat_actions, net_cache = cache
-        T, n = np.shape(d_values)
+        rows = net_cache.lstm[0].x.shape[:2]  # [T, n] of evaluate
+        for name, d in (("d_log_probs", d_log_probs), ("d_entropy", d_entropy),
+                        ("d_values", d_values)):
+            if d is not None:
+                check_same_shape(as_float_array(d, name), name, rows, "the rows of evaluate [T, n]")
+        T, n = rows
         d_out, head_grads = self.head.backward(
             flat_out, params, flat_actions, np.reshape(d_log_probs, -1),
             None if d_entropy is None else np.reshape(d_entropy, -1))

@@ -285,6 +285,23 @@ class RunLogger:
                 f"ETA {eta_text}")
         print(line, file=self.stream, flush=True)
 
+    def closing_line(self, trainer, extra: str = "") -> str:
+        """The one-line summary of a finished run: ``ppo-ref: done: <steps> steps, <updates>
+        updates, <episodes> episodes, return(last 20) <mean>, <wall>s -> <run_dir>``; the
+        return is the mean of the last 20 finished episodes (nan when none finished), the wall
+        time in seconds counts from :meth:`begin` (this process's training only); ``extra``
+        (e.g. the actor-learner's policy lag) is appended after `` | ``."""
+        wall = time.perf_counter() - self._start
+        ret = mean_last(trainer.recent_returns, 20)
+        line = (f"ppo-ref: done: {int(trainer.num_timesteps)} steps, {int(trainer.n_updates)} "
+                f"updates, {int(trainer.n_episodes)} episodes, return(last 20) {ret:.2f}, "
+                f"{wall:.1f}s -> {self.run_dir}")
+        return f"{line} | {extra}" if extra else line
+
+    def finish(self, trainer, extra: str = "") -> None:
+        """Print :meth:`closing_line` to the progress stream (also when ``quiet``)."""
+        print(self.closing_line(trainer, extra), file=self.stream, flush=True)
+
     # -- checkpoints ----------------------------------------------------------------------------
     def flush(self) -> None:
         for fh, _ in (self._metrics, self._timing, self._episodes):

@@ -161,7 +161,7 @@ def test_bad_inputs_give_exit_code_2(tmp_path, capsys):
 def test_config_choice_for_env():
     from ppo_ref.config import PPOConfig
     assert cli.build_config("CartPole-v1", None, [], None) == PPOConfig.zoo_cartpole()
-    assert cli.build_config("Pendulum-v1", None, ["n_steps=64"], 2) == PPOConfig(n_steps=64, n_envs=2)
+    assert cli.build_config("LunarLander-v3", None, ["n_steps=64"], 2) == PPOConfig(n_steps=64, n_envs=2)
     assert cli.build_config("Acrobot-v1", "cleanrl", [], None) == PPOConfig.preset("cleanrl")
 
 

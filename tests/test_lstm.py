@@ -147,25 +147,6 @@ def test_float32_inputs_are_computed_in_float64(rng):
     np.testing.assert_array_equal(c32, c64)
 
 
-def test_compiled_kernels_match_interpreted(rng, monkeypatch):
-    """The numba kernels and their plain-Python versions give bit-identical results."""
-    params, x, h0, c0, starts = make_problem(rng, 5, 3, 2, 4)
-    dh_seq = rng.standard_normal((5, 3, 4))
-
-    def run():
-        h_seq, (h_T, c_T), cache = lstm_forward(params, x, h0, c0, starts)
-        dx, grads, (dh0, dc0) = lstm_backward(params, cache, dh_seq, h_T, c_T)
-        return [h_seq, c_T, dx, dh0, dc0, *grads.values()]
-
-    compiled = run()
-    for name in ("_tanh", "_add_products", "_add_products_loops", "_activate_gates", "_cell_output",
-                 "_forward_kernel", "_backward_kernel"):
-        kernel = getattr(lstm_mod, name)
-        monkeypatch.setattr(lstm_mod, name, getattr(kernel, "py_func", kernel))
-    for a, b in zip(compiled, run()):
-        np.testing.assert_array_equal(a, b)
-
-
 # ---------------------------------------------------------------------------------------------
 # Gradients (central differences, float64)
 # ---------------------------------------------------------------------------------------------

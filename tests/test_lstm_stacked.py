@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ppo_ref.fast import lstm as lstm_mod
 from ppo_ref.fast.lstm import (_backward_stacked, _forward_stacked, _step_stack, _tanh_f32,
                               lstm_backward, lstm_forward, lstm_step)
 from ppo_ref.spec.lstm import lstm_init
@@ -51,30 +50,6 @@ def test_stacked_forward_backward_and_step_equal_the_public_functions_bitwise(rn
         h1, c1 = lstm_step(p, x[0], h0[l], c0[l], starts[0])
         np.testing.assert_array_equal(h_new[l], h1)
         np.testing.assert_array_equal(c_new[l], c1)
-
-
-def test_wide_kernels_match_interpreted_at_vector_sizes(rng, monkeypatch):
-    """The 512-bit vectorized kernels against their plain-Python versions, bit for bit, at sizes
-    where the vector loops and the 4-row blocks run (the interpreted FMA is exact rational
-    arithmetic, so this checks that vectorization changed no operation)."""
-    p, x, h0, c0 = lstm_init(rng, 3, 8), rng.standard_normal((3, 5, 3)), \
-        rng.standard_normal((5, 8)), rng.standard_normal((5, 8))
-    p["b"] = rng.standard_normal(32)
-    starts = np.array([[1, 0, 0, 1, 0], [0, 0, 1, 0, 0], [0, 1, 0, 0, 0]], dtype=bool)
-    dh = rng.standard_normal((3, 5, 8))
-
-    def run():
-        h_seq, (h_T, c_T), cache = lstm_forward(p, x, h0, c0, starts)
-        dx, grads, (dh0, dc0) = lstm_backward(p, cache, dh)
-        return [h_seq, c_T, dx, dh0, dc0, *grads.values()]
-
-    compiled = run()
-    for name in ("_tanh", "_tanh_any", "_add_products", "_add_products_loops", "_activate_gates", "_cell_output",
-                 "_forward_kernel", "_backward_kernel"):
-        kernel = getattr(lstm_mod, name)
-        monkeypatch.setattr(lstm_mod, name, getattr(kernel, "py_func", kernel))
-    for a, b in zip(compiled, run()):
-        np.testing.assert_array_equal(a, b)
 
 
 @njit

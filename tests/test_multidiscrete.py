@@ -15,7 +15,7 @@ from ppo_ref.nn.distributions import (
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_sample, multi_categorical_mode,
     multi_categorical_sample)
-from ppo_ref.policies import MLPPolicy, MultiCategoricalHead, make_head, make_mlp_policy
+from ppo_ref.policies import MultiCategoricalHead, make_head, make_mlp_policy
 from ppo_ref.ppo import PPOTrainer
 from ppo_ref.recurrent_policies import RecurrentPolicy
 

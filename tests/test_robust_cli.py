@@ -4,7 +4,6 @@ import json
 import os
 import stat
 
-import numpy as np
 import pytest
 
 from ppo_ref import cli

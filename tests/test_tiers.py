@@ -23,7 +23,6 @@ give the same parameters and metrics within the stated tolerances
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

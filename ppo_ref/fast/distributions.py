@@ -72,9 +72,10 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
     actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
     :func:`_categorical_backward_kernel`). Same steps as :func:`ppo_ref.spec.distributions.log_softmax` (shift by the row
     max, subtract the log of the sum of exponentials, left to right). Returns False (and
-    stops) at a non-finite logit or an action outside [0, A); the caller then raises. float32
-    logits are widened entry by entry (``np.float64``): the arithmetic is float64's whatever
-    the logits' dtype, compiled and interpreted alike."""
+    stops) at a non-finite logit, a logit whose shift ``z - max`` overflows float64 (the
+    logits :func:`ppo_ref._checks.check_logits` refuses) or an action outside [0, A); the
+    caller then raises. float32 logits are widened entry by entry (``np.float64``): the
+    arithmetic is float64's whatever the logits' dtype, compiled and interpreted alike."""
     rows, n = logits.shape
     for i in range(rows):
         if actions[i] < 0 or actions[i] >= n:
@@ -88,7 +89,10 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
                 m = z
         s = 0.0
         for k in range(n):
-            s += math.exp(np.float64(logits[i, k]) - m)
+            shifted = np.float64(logits[i, k]) - m
+            if shifted == -math.inf:  # finite logits whose spread overflows float64
+                return False
+            s += math.exp(shifted)
         lse = math.log(s)
         h = 0.0
         for k in range(n):

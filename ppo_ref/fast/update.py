@@ -30,9 +30,12 @@ from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_c
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.fast.losses import _minibatch_loss_kernel
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
-from ppo_ref.spec.losses import VALUE_LOSS_MODES, normalize_advantages, ratio_overflow_error
+from ppo_ref.spec.losses import (VALUE_LOSS_MODES, entropy_overflow_error,
+                                 log_ratio_overflow_error, normalize_advantages,
+                                 ratio_overflow_error, surrogate_overflow_error,
+                                 value_overflow_error)
 from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
-                                 effective_clip_range, epoch_loop)
+                                 effective_clip_range, epoch_loop, total_loss_overflow_error)
 __all__ = ["minibatch_loss", "run_epochs"]
 
 
@@ -49,9 +52,11 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
 
     Raises:
         ValueError: naming the argument: shapes that differ, an empty minibatch, an input not
-            finite, a ratio (or its gradient) that overflows float64, ``clip_range`` < 0,
+            finite, a ratio (or its gradient) that overflows float64, a log-ratio, KL,
+            surrogate, value, entropy or total sum that overflows float64, ``clip_range`` < 0,
             unknown ``config.value_loss_mode``/``config.kl_estimator``, ``clip_range_vf`` <= 0;
-            the messages are those of :mod:`ppo_ref.spec.losses`.
+            the messages are those of :mod:`ppo_ref.spec.losses` and
+            :mod:`ppo_ref.spec.update`.
     """
     names = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages", "returns",
              "old_values")
@@ -85,11 +90,26 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         raise ValueError(f"{names[index]} must be finite")  # (not reached: raised above)
     if status != 0:
         raise ratio_overflow_error(arrays[0], arrays[3], index, np.float64)
+    # sums that overflow: refused with the spec's errors, in the spec's order
+    if not math.isfinite(k3_sum):
+        raise log_ratio_overflow_error("k3")
+    if not math.isfinite(surrogate_sum):
+        raise surrogate_overflow_error()
+    if not math.isfinite(v_sum):  # (then every d_term / n is finite too)
+        raise value_overflow_error()
+    with np.errstate(over="ignore"):
+        e_loss = -float(np.mean(arrays[1]))
+    if not math.isfinite(e_loss):
+        raise entropy_overflow_error()
+    if config.kl_estimator == "k1" and not math.isfinite(k1_sum):
+        raise log_ratio_overflow_error("k1")
     ent_coef = float(config.ent_coef)
-    e_loss = -float(np.mean(arrays[1]))
     p_loss = -surrogate_sum / n
     v_loss = v_sum / n
-    total = p_loss + v_scale * v_loss + ent_coef * e_loss
+    with np.errstate(over="ignore", invalid="ignore"):
+        total = p_loss + v_scale * v_loss + ent_coef * e_loss
+    if not (math.isfinite(total) and np.isfinite(out[1]).all()):
+        raise total_loss_overflow_error()
     kl = k3_sum / n if config.kl_estimator == "k3" else k1_sum / n
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
                          else math.nan)

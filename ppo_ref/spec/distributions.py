@@ -108,8 +108,9 @@ def log_softmax(logits) -> np.ndarray:
         float64 log-probabilities of the shape of ``logits``.
 
     Raises:
-        ValueError: NaN or ``+inf`` logits, a row with every action ``-inf``, a scalar or an
-            empty last axis.
+        ValueError: NaN or ``+inf`` logits, a row with every action ``-inf``, a finite logit
+            so far below its row's maximum that ``z - m`` overflows float64 (e.g. ``[1.7e308,
+            -1.7e308]``), a scalar or an empty last axis.
     """
     return _log_softmax(_as_logits(logits))
 
@@ -225,8 +226,9 @@ def inverse_cdf_actions(z, u, actions):
     first ``k``. If rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (a count of ``A``), the last
     action with ``pi_k > 0`` is written instead.
 
-    Returns False (and stops) at the first row holding a NaN or ``+inf`` or no finite maximum
-    (every action masked), the rows :func:`log_softmax` refuses; True otherwise.
+    Returns False (and stops) at the first row holding a NaN or ``+inf``, no finite maximum
+    (every action masked) or a finite logit whose shift ``z_k - m`` overflows float64, the rows
+    :func:`log_softmax` refuses; True otherwise.
     """
     rows, n = z.shape
     for i in range(rows):
@@ -241,7 +243,11 @@ def inverse_cdf_actions(z, u, actions):
             return False
         s = 0.0
         for k in range(n):
-            s += math.exp(np.float64(z[i, k]) - m)
+            v = np.float64(z[i, k])
+            shifted = v - m
+            if shifted == -math.inf and v != -math.inf:  # the spread overflows float64
+                return False
+            s += math.exp(shifted)
         lse = math.log(s)
         total = 0.0
         for k in range(n):
@@ -438,6 +444,36 @@ def _as_mean_log_std(mean, log_std) -> Tuple[np.ndarray, np.ndarray]:
     return mu, ls
 
 
+def _standardized(mu: np.ndarray, ls: np.ndarray, actions) -> Tuple[np.ndarray, np.ndarray]:
+    """``(sigma, u)`` with ``sigma = exp(log_std)`` and ``u = (a - mean) / sigma`` for checked
+    ``mean``/``log_std`` and the raw ``actions``; ``ValueError`` naming ``actions`` if
+    ``a - mean`` overflows float64, naming ``log_std`` if ``u`` or ``u^2`` does (or is 0/0:
+    ``exp(log_std)`` underflows to 0 below about -745)."""
+    a = _as_float64(actions, "actions")
+    check_same_shape(a, "actions", mu.shape, "mean")
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        diff = a - mu
+        sigma = np.exp(ls)
+        u = diff / sigma
+        bad = ~np.isfinite(u * u)
+    if not np.isfinite(diff).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(diff))[0])
+        raise ValueError(f"actions - mean overflows float64 at index {where}")
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"log_std is too small for actions - mean: ((actions - mean) / "
+                         f"exp(log_std))^2 overflows float64 at index {where} (log_std "
+                         f"{ls[where[-1]]})")
+    return sigma, u
+
+
+def _finite_result(x: np.ndarray, what: str) -> np.ndarray:
+    """``x``; ``ValueError`` naming ``what`` unless every entry is finite."""
+    if not np.isfinite(x).all():
+        raise ValueError(f"{what} overflows float64")
+    return x
+
+
 def gaussian_log_prob(mean, log_std, actions) -> np.ndarray:
     """``log N(a; mean, diag(sigma^2))`` summed over the action dimensions:
 
@@ -453,14 +489,16 @@ def gaussian_log_prob(mean, log_std, actions) -> np.ndarray:
         float64 ``[...]`` log-densities (nats).
 
     Raises:
-        ValueError: non-finite input or mismatched shapes.
+        ValueError: non-finite input or mismatched shapes; finite input that overflows float64
+            (naming ``actions`` when ``actions - mean`` does, ``log_std`` when ``u^2`` does,
+            e.g. ``log_std = -800`` where ``exp(log_std)`` underflows to 0, or when the sums
+            do).
     """
     mu, ls = _as_mean_log_std(mean, log_std)
-    a = _as_float64(actions, "actions")
-    check_same_shape(a, "actions", mu.shape, "mean")
-    sigma = np.exp(ls)
-    u = (a - mu) / sigma
-    return -0.5 * np.sum(u * u, axis=-1) - (np.sum(ls) + 0.5 * LOG_2PI * ls.shape[0])
+    sigma, u = _standardized(mu, ls, actions)
+    with np.errstate(over="ignore", invalid="ignore"):
+        log_prob = -0.5 * np.sum(u * u, axis=-1) - (np.sum(ls) + 0.5 * LOG_2PI * ls.shape[0])
+    return _finite_result(log_prob, "log_std or actions - mean is too large: the log-density")
 
 
 def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs
@@ -480,17 +518,17 @@ def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs
 
     Raises:
         ValueError: as :func:`gaussian_log_prob`; ``d_log_probs`` of the wrong shape or
-            non-finite.
+            non-finite; a gradient that overflows float64 (naming ``log_std`` and
+            ``d_log_probs``).
     """
     mu, ls = _as_mean_log_std(mean, log_std)
-    a = _as_float64(actions, "actions")
-    check_same_shape(a, "actions", mu.shape, "mean")
     g = _as_upstream(d_log_probs, "d_log_probs", mu.shape[:-1], "mean[..., 0]")[..., None]
-    sigma = np.exp(ls)
-    u = (a - mu) / sigma
-    d_mean = g * u / sigma
-    d_log_std = np.sum((g * (u * u - 1.0)).reshape(-1, ls.shape[0]), axis=0)
-    return d_mean, d_log_std
+    sigma, u = _standardized(mu, ls, actions)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d_mean = g * u / sigma
+        d_log_std = np.sum((g * (u * u - 1.0)).reshape(-1, ls.shape[0]), axis=0)
+    what = "log_std too small or d_log_probs too large: the gradient"
+    return _finite_result(d_mean, what), _finite_result(d_log_std, what)
 
 
 def gaussian_entropy(log_std, batch_shape: Union[int, Sequence[int]]) -> np.ndarray:
@@ -504,11 +542,14 @@ def gaussian_entropy(log_std, batch_shape: Union[int, Sequence[int]]) -> np.ndar
         float64 ``[*batch_shape]`` (nats).
 
     Raises:
-        ValueError: non-finite or non-1-D ``log_std``, bad ``batch_shape``.
+        ValueError: non-finite or non-1-D ``log_std``, or its sum overflows float64; bad
+            ``batch_shape``.
     """
     ls = as_float_array(log_std, "log_std", ndim=(1,)).astype(np.float64, copy=False)
     shape = as_shape(batch_shape, "batch_shape")
-    entropy = np.sum(ls) + 0.5 * (1.0 + LOG_2PI) * ls.shape[0]
+    with np.errstate(over="ignore"):
+        entropy = np.sum(ls) + 0.5 * (1.0 + LOG_2PI) * ls.shape[0]
+    _finite_result(entropy, "log_std is too large: the entropy sum(log_std) + ...")
     return np.full(shape, entropy)
 
 
@@ -522,11 +563,15 @@ def gaussian_entropy_backward(log_std, d_entropy) -> np.ndarray:
         float64 ``d_log_std [A]``.
 
     Raises:
-        ValueError: non-finite or non-1-D ``log_std``, non-finite ``d_entropy``.
+        ValueError: non-finite or non-1-D ``log_std``, non-finite ``d_entropy`` or one whose
+            sum overflows float64.
     """
     ls = as_float_array(log_std, "log_std", ndim=(1,))
     d = _as_float64(d_entropy, "d_entropy")
-    return np.full(ls.shape, np.sum(d))
+    with np.errstate(over="ignore"):
+        total = np.sum(d)
+    _finite_result(total, "d_entropy is too large: its sum")
+    return np.full(ls.shape, total)
 
 
 def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
@@ -539,9 +584,21 @@ def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
         float64 ``[..., A]``.
 
     Raises:
-        ValueError: ``rng`` not a Generator, or as :func:`gaussian_log_prob`.
+        ValueError: ``rng`` not a Generator; non-finite ``mean`` or ``log_std`` or mismatched
+            shapes; ``exp(log_std)`` overflows float64 (``log_std`` above about 709.78;
+            checked before drawing); the sample overflows float64 (``mean`` or
+            ``exp(log_std)`` near the float64 limit; detected after drawing).
     """
     check_generator(rng)
     mu, ls = _as_mean_log_std(mean, log_std)
+    with np.errstate(over="ignore"):
+        sigma = np.exp(ls)
+    if not np.isfinite(sigma).all():
+        j = int(np.argmin(np.isfinite(sigma)))
+        raise ValueError(f"log_std is too large: exp(log_std) overflows float64 at index {j} "
+                         f"(log_std {ls[j]})")
     eps = rng.standard_normal(mu.shape)
-    return mu + np.exp(ls) * eps
+    with np.errstate(over="ignore", invalid="ignore"):
+        sample = mu + sigma * eps
+    return _finite_result(sample, "mean or log_std is too large: the sample mean + "
+                                  "exp(log_std) * eps")

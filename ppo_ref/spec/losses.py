@@ -162,6 +162,33 @@ def ratio_overflow_error(new_log_probs, old_log_probs, flat_index: int, dtype) -
                       "policy moved too far from the one that collected the data")
 
 
+def log_ratio_overflow_error(estimator: str) -> ValueError:
+    """The error for log-ratios ``r = new_log_probs - old_log_probs`` whose difference, or whose
+    sum in the KL ``estimator`` (``"k3"`` or ``"k1"``), overflows float64."""
+    what = "exp(r) - 1 - r" if estimator == "k3" else "-r"
+    return ValueError(f"new_log_probs - old_log_probs is too large in magnitude: r or the sum "
+                      f"of the {estimator} terms {what} overflows float64; the policy moved too "
+                      "far from the one that collected the data")
+
+
+def surrogate_overflow_error() -> ValueError:
+    """The error for a surrogate sum ``sum ratio * advantages`` that overflows float64."""
+    return ValueError("advantages are too large: the sum of the surrogate terms "
+                      "ratio * advantages overflows float64")
+
+
+def value_overflow_error() -> ValueError:
+    """The error for a value loss (or its gradient) that overflows: ``values`` and ``returns``
+    (or ``old_values``) too far apart."""
+    return ValueError("values are too far from returns (or old_values): the squared error "
+                      "(values - returns)^2, its mean or its gradient overflows float64")
+
+
+def entropy_overflow_error() -> ValueError:
+    """The error for an ``entropy`` whose mean overflows float64."""
+    return ValueError("entropy is too large in magnitude: its mean overflows float64")
+
+
 def policy_loss(new_log_probs, old_log_probs, advantages,
                 clip_range: float) -> Tuple[float, np.ndarray, Dict[str, float]]:
     """PPO clipped surrogate loss and its gradient with respect to ``new_log_probs``.
@@ -199,7 +226,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
         ValueError: shapes differ, an input is empty or not finite, ``clip_range`` <= 0, or
             ``new_log_probs - old_log_probs`` is so large that ``exp`` overflows float64 or an
             active gradient ``-A * ratio / n`` overflows the result dtype (float32: a log-ratio
-            above about 88).
+            above about 88), so negative that the log-ratio or the k3 sum overflows float64,
+            or ``advantages`` so large that the surrogate sum overflows.
     """
     new = as_float_array(new_log_probs, "new_log_probs")
     old = as_float_array(old_log_probs, "old_log_probs")
@@ -228,6 +256,10 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
         d_new = d_new.astype(dtype)
     if not np.isfinite(d_new).all():
         raise ratio_overflow_error(new, old, int(np.argmin(np.isfinite(d_new))), dtype)
+    if not math.isfinite(k3_sum):  # a log-ratio below about -1e308, or their sum
+        raise log_ratio_overflow_error("k3")
+    if not math.isfinite(surrogate_sum):
+        raise surrogate_overflow_error()
     info = {"clip_fraction": n_outside / n, "approx_kl": k3_sum / n}
     return -surrogate_sum / n, d_new.reshape(new.shape), info
 
@@ -268,7 +300,9 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
 
     Raises:
         ValueError: shapes differ, an input is empty or not finite, ``clip_range_vf`` <= 0,
-            ``old_values`` is None while clipping is on, or ``mode`` is unknown.
+            ``old_values`` is None while clipping is on, ``mode`` is unknown, or the values are
+            so far from the returns that the loss or its gradient (in the result dtype)
+            overflows (e.g. ``|values - returns|`` above about 1.3e154 in float64).
     """
     check_choice(mode, "mode", VALUE_LOSS_MODES)
     v = as_float_array(values, "values")
@@ -293,7 +327,11 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
         term, d_term = value_element(v_i, old_i, r_i, c, clip_on, mode == "sb3")
         total += term
         d_v[i] = d_term / n
-    return total / n, d_v.astype(dtype).reshape(v.shape)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d_v = d_v.astype(dtype)
+    if not (math.isfinite(total) and np.isfinite(d_v).all()):
+        raise value_overflow_error()
+    return total / n, d_v.reshape(v.shape)
 
 
 def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
@@ -308,11 +346,15 @@ def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
         ``(loss, d_entropy)``: a Python float and an array shaped like ``entropy`` (its dtype).
 
     Raises:
-        ValueError: ``entropy`` empty or not finite.
+        ValueError: ``entropy`` empty or not finite, or its mean overflows float64.
     """
     h = as_float_array(entropy, "entropy")
     _nonempty(h, "entropy")
-    return -float(np.mean(h)), np.full(h.shape, -1.0 / h.size, dtype=h.dtype)
+    with np.errstate(over="ignore"):
+        mean = float(np.mean(h))
+    if not math.isfinite(mean):
+        raise entropy_overflow_error()
+    return -mean, np.full(h.shape, -1.0 / h.size, dtype=h.dtype)
 
 
 def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
@@ -333,11 +375,13 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
         estimator: ``"k3"`` or ``"k1"``.
 
     Returns:
-        The estimate in nats, a Python float (``inf`` if some ``r`` overflows ``exp`` under k3),
-        computed in float64, summed in element order.
+        The estimate in nats, a finite Python float, computed in float64, summed in element
+        order.
 
     Raises:
-        ValueError: shapes differ, an input is empty or not finite, unknown ``estimator``.
+        ValueError: shapes differ, an input is empty or not finite, unknown ``estimator``, or
+            the log-ratios are so large in magnitude that ``r``, ``exp(r)`` (k3: ``r`` above
+            about 709.78) or the sum overflows float64.
 
     Source: J. Schulman, "Approximating KL divergence" (2020), estimators k1 and k3.
     """
@@ -350,6 +394,8 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
     for old_i, new_i in zip(_elements(old), _elements(new)):
         log_ratio = new_i - old_i
         total += k3_element(log_ratio) if estimator == "k3" else -log_ratio
+    if not math.isfinite(total):
+        raise log_ratio_overflow_error(estimator)
     return total / old.size
 
 
@@ -404,13 +450,21 @@ def explained_variance(y_pred, y_true) -> float:
         A Python float (computed in float64).
 
     Raises:
-        ValueError: shapes differ, an input is empty or not finite.
+        ValueError: shapes differ, an input is empty or not finite, or a variance overflows
+            float64 (values above about 1e154 in magnitude).
     """
     pred = as_float_array(y_pred, "y_pred")
     true = as_float_array(y_true, "y_true")
     check_same_shape(true, "y_true", pred.shape, "y_pred")
     _nonempty(pred, "y_pred")
-    var_y = float(np.var(true.astype(np.float64)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        var_y = float(np.var(true.astype(np.float64)))
+        var_err = float(np.var(true.astype(np.float64) - pred.astype(np.float64)))
+    if not math.isfinite(var_y):
+        raise ValueError("y_true is too large in magnitude: its variance overflows float64")
+    if not math.isfinite(var_err):
+        raise ValueError("y_true - y_pred is too large in magnitude: its variance overflows "
+                         "float64")
     if var_y == 0.0:
         return float("nan")
-    return 1.0 - float(np.var(true.astype(np.float64) - pred.astype(np.float64))) / var_y
+    return 1.0 - var_err / var_y

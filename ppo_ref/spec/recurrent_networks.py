@@ -33,7 +33,8 @@ from typing import Dict, Mapping, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
+from ppo_ref._checks import (as_float_array, as_flag_array, check_count, check_finite_param,
+                             check_same_shape)
 from ppo_ref.spec.networks import actor_critic_init
 from ppo_ref.spec.layers import MLPCache, mlp_backward, mlp_forward
 from ppo_ref.spec.lstm import LSTMCache, lstm_backward, lstm_forward, lstm_init, lstm_step
@@ -92,7 +93,8 @@ def lstm_names(lstm_shared: bool) -> Tuple[str, ...]:
 def _split(params, lstm_shared) -> Tuple[Tuple[str, ...], Dict[str, Params]]:
     """``(names, parts)``: the LSTM prefixes and ``parts[prefix]`` = the sub-dict of every
     prefix (``lstm*``, ``pi``, ``vf``) with the prefix stripped. ``ValueError`` for a
-    ``params`` that is not a dict, keys of the other LSTM layout, or keys of no part."""
+    ``params`` that is not a dict, keys of the other LSTM layout, keys of no part, or a
+    float array holding NaN or inf (named by its full key)."""
     if not isinstance(params, Mapping):
         raise ValueError(f"params must be a dict of arrays, got {type(params).__name__}")
     if not isinstance(lstm_shared, (bool, np.bool_)):
@@ -110,6 +112,8 @@ def _split(params, lstm_shared) -> Tuple[Tuple[str, ...], Dict[str, Params]]:
             parts[prefix][rest] = value
         else:
             unknown.append(key)
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            check_finite_param(value, key)  # named by its full key, not the part's
     if unknown:
         raise ValueError(f"params has keys outside {[p + '.*' for p in parts]}: {unknown}")
     for prefix, part in parts.items():
@@ -209,13 +213,12 @@ def initial_lstm_states(params: Mapping[str, np.ndarray], n_envs: int,
     """All-zero :class:`LSTMStates` ``[L, n_envs, H]`` (the state before the first episode).
 
     Raises:
-        ValueError: ``params`` that do not match ``lstm_shared``, ``n_envs`` not a positive int.
+        ValueError: ``params`` that do not match ``lstm_shared`` or hold NaN or inf,
+            ``n_envs`` not an integer >= 1 (a bool, float or string is refused).
     """
     names, parts = _split(params, lstm_shared)
-    if isinstance(n_envs, (bool, np.bool_)) or not isinstance(n_envs, (int, np.integer)) \
-            or n_envs < 1:
-        raise ValueError(f"n_envs must be a positive integer, got {n_envs!r}")
-    shape = (len(names), int(n_envs), _hidden_size(parts, names))
+    n_envs = check_count(n_envs, "n_envs", 1)
+    shape = (len(names), n_envs, _hidden_size(parts, names))
     return LSTMStates(np.zeros(shape), np.zeros(shape))
 
 

@@ -131,7 +131,7 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
 
     Raises:
         ValueError: from :mod:`ppo_ref.spec.losses` (shape mismatch, non-finite input,
-            overflow).
+            overflow), or the total loss or the scaled ``d_values`` overflows float64.
     """
     adv = np.asarray(advantages, dtype=np.float64)
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
@@ -150,6 +150,10 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         kl = info["approx_kl"]
     else:
         kl = approx_kl(old_log_probs, new_log_probs, config.kl_estimator)
+    with np.errstate(over="ignore", invalid="ignore"):
+        d_values = d_values * v_scale
+    if not (math.isfinite(total) and np.isfinite(d_values).all()):
+        raise total_loss_overflow_error()
     if with_log_ratio:
         max_abs_log_ratio = float(np.max(np.abs(np.asarray(new_log_probs)
                                                 - np.asarray(old_log_probs))))
@@ -159,7 +163,15 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
         entropy=-float(e_loss), approx_kl=float(kl), clip_fraction=float(info["clip_fraction"]),
         max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs, d_entropy=d_entropy,
-        d_values=d_values * v_scale)
+        d_values=d_values)
+
+
+def total_loss_overflow_error() -> ValueError:
+    """The error for a total minibatch loss (or its value gradient) that overflows float64
+    while each of its parts is finite."""
+    return ValueError("the total loss policy_loss + vf_coef * value_loss_scale * value_loss + "
+                      "ent_coef * entropy_loss (or its gradient w.r.t. values) overflows "
+                      "float64: config.vf_coef or config.ent_coef too large for these values")
 
 
 def row_minibatches(rng: np.random.Generator, n_rows: int, batch_size: int) -> List[np.ndarray]:
