@@ -271,15 +271,15 @@ def _lstm(inputs, settings, backend):
 
 def _ppo_minibatch_update(inputs, settings, backend):
     """One PPO minibatch step (one epoch of one minibatch) through the update of ``backend``:
-    the readable policy and update (:class:`ppo_ref.policies.SpecMLPPolicy`,
+    the readable policy and update (:class:`ppo_ref.train.policies.SpecMLPPolicy`,
     :func:`ppo_ref.spec.update.run_epochs`) or the compiled ones
-    (:class:`ppo_ref.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
+    (:class:`ppo_ref.train.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
     from ppo_ref.fast import update as fast_update
     from ppo_ref.optim import adam_init
-    from ppo_ref.policies import make_mlp_policy
+    from ppo_ref.train.policies import make_mlp_policy
     from ppo_ref.spec import update as spec_update
     from ppo_ref.spec.update import Minibatch
 
@@ -349,7 +349,7 @@ _FUNCTIONS = {
     "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
     "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
     "ppo_minibatch_update": "ppo_ref.spec.update.run_epochs (1 epoch, 1 minibatch) with "
-                            "ppo_ref.policies.MLPPolicy",
+                            "ppo_ref.train.policies.MLPPolicy",
 }
 
 

@@ -30,8 +30,8 @@ Modules:
   the reuse pools of large scratch arrays (speed layouts, not math: no spec twin).
 
 The public modules ``ppo_ref.nn.*``, ``ppo_ref.losses`` and ``ppo_ref.optim`` re-export the
-spec; the trainers and the fast policies (:class:`ppo_ref.policies.MLPPolicy`,
-:class:`ppo_ref.recurrent_policies.RecurrentPolicy`) call this package.
+spec; the trainers and the fast policies (:class:`ppo_ref.train.policies.MLPPolicy`,
+:class:`ppo_ref.train.recurrent_policies.RecurrentPolicy`) call this package.
 """
 
 #: Dotted names of every public function of the compiled tier: each public (no leading

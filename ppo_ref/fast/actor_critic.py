@@ -1,5 +1,5 @@
 """The compiled tier of the MLP actor-critic: both towers (or a shared trunk and its heads) on
-one flat parameter buffer, the network of :class:`ppo_ref.policies.MLPPolicy`.
+one flat parameter buffer, the network of :class:`ppo_ref.train.policies.MLPPolicy`.
 
 :func:`flat_forward` equals :func:`ppo_ref.spec.networks.actor_critic_forward` within rtol
 1e-12 and :func:`flat_backward` equals :func:`ppo_ref.spec.networks.actor_critic_backward`

@@ -17,7 +17,7 @@ Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable defini
   equal their :mod:`ppo_ref.spec.distributions` namesakes within rtol 1e-12 (atol 1e-15 for the
   gradients); they check their arguments with the spec's own checks (the same errors).
 
-The MLP and recurrent policies (:mod:`ppo_ref.policies`, :mod:`ppo_ref.recurrent_policies`)
+The MLP and recurrent policies (:mod:`ppo_ref.train.policies`, :mod:`ppo_ref.train.recurrent_policies`)
 run :func:`_categorical_eval_kernel` / :func:`_categorical_backward_kernel` for the categorical
 head; the probabilities and entropies of the eval kernel are what the backward kernel reads.
 """

@@ -801,7 +801,7 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
 
 def _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
     """Unchecked forward of L LSTMs over the same inputs, for the fast path of
-    :class:`ppo_ref.recurrent_policies.RecurrentPolicy` (its caller has checked what
+    :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy` (its caller has checked what
     :func:`lstm_forward` checks): ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``,
     ``x [T, N, D]`` C-contiguous, ``h0, c0 [L, N, H]`` C-contiguous, ``keep [T + 1, N]`` (as
     :func:`_keep_mask`), all float64: the arithmetic of :func:`lstm_forward` for each LSTM, bit

@@ -6,7 +6,7 @@ parameters, read through a layer table) within rtol 1e-12 in float64, relative t
 largest entry (``tests/test_mlp.py``); float32 buffers give the same computation in float32.
 Their summation order is fixed by the code (section comment below), so a row's results do not
 depend on the other rows of the call, on BLAS or on the machine. They are the towers of the
-fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.recurrent_policies`); the
+fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.train.recurrent_policies`); the
 readable MLP is :mod:`ppo_ref.spec.layers` (re-exported by :mod:`ppo_ref.nn.mlp`).
 
 Layer keys and layout are the spec's: ``prefix + "w{i}"`` ``[out, in]`` (torch layout, ``y =

@@ -1,7 +1,7 @@
 """The compiled tier of the PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the
 compiled minibatch loss and the fused in-place clipped-Adam step, on one-buffer parameters.
 
-What the trainers call (``ppo_ref.ppo``, ``ppo_ref.recurrent_ppo``, the actor-learner's
+What the trainers call (``ppo_ref.train.ppo``, ``ppo_ref.train.recurrent_ppo``, the actor-learner's
 learner): :func:`run_epochs`, on parameters held as a float64
 :class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies' ``init_params`` give). For plain
 dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for them).

@@ -178,7 +178,7 @@ def row_minibatches(rng: np.random.Generator, n_rows: int, batch_size: int) -> L
     """One epoch's minibatches of rows: ``rng.permutation(n_rows)`` cut into chunks of
     ``batch_size`` (the last chunk smaller when ``batch_size`` does not divide ``n_rows``, as
     in SB3). Every row appears in exactly one chunk. One call of ``rng.permutation`` per epoch:
-    the draws of the feedforward trainer (``ppo_ref.ppo``), SB3's ``RolloutBuffer.get`` and
+    the draws of the feedforward trainer (``ppo_ref.train.ppo``), SB3's ``RolloutBuffer.get`` and
     CleanRL's ``b_inds`` shuffle."""
     if n_rows < 1 or batch_size < 1:
         raise ValueError(f"n_rows and batch_size must be >= 1, got {n_rows}, {batch_size}")

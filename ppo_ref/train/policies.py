@@ -344,7 +344,7 @@ def _finite_grad(d, name: str, shape) -> np.ndarray:
 class PolicyBase:
     """What every policy shares: the flattened observation shape, the distribution head of
     :func:`make_head` for the action space, and the config. :class:`MLPPolicy` and
-    :class:`ppo_ref.recurrent_policies.RecurrentPolicy` build on it.
+    :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy` build on it.
 
     Raises:
         ValueError: unsupported observation or action space.

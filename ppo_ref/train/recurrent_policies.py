@@ -15,7 +15,7 @@ LSTM)::
 i, f, g, o of ``torch.nn.LSTM`` (orthogonal weights, zero bias). Before step t every LSTM
 multiplies its carried state by ``1 - episode_starts[t]``, so an episode never sees its
 predecessor's memory, in acting and in training alike, and no gradient crosses the boundary.
-``policy_out`` is read by the distribution heads of :mod:`ppo_ref.policies` (categorical logits
+``policy_out`` is read by the distribution heads of :mod:`ppo_ref.train.policies` (categorical logits
 or the Gaussian mean).
 
 The network itself -- :func:`recurrent_actor_critic_init`, :func:`recurrent_actor_critic_forward`,
@@ -62,7 +62,7 @@ from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _forward_stacked, _keep_rows,
                               _step_stacked)
 from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
-from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
+from ppo_ref.train.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
                                              recurrent_actor_critic_backward,
@@ -182,7 +182,7 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
 
 class RecurrentPolicy(PolicyBase):
     """LSTM actor-critic policy, compiled tier: the network of the module docstring + a
-    distribution head of :mod:`ppo_ref.policies`, on one parameter buffer.
+    distribution head of :mod:`ppo_ref.train.policies`, on one parameter buffer.
 
     Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
     same results, actions sampled with the same ``rng`` draws), within a stated tolerance. float64:
@@ -197,7 +197,7 @@ class RecurrentPolicy(PolicyBase):
     log-probs that :meth:`evaluate` computes for it when it replays the whole sequence, with
     any other envs in the call.
 
-    The head is the one of :class:`ppo_ref.policies.MLPPolicy` (:func:`ppo_ref.policies.make_head`:
+    The head is the one of :class:`ppo_ref.train.policies.MLPPolicy` (:func:`ppo_ref.train.policies.make_head`:
     categorical for Discrete, diagonal Gaussian with a state-independent ``log_std`` for 1-d
     Box); the buffer keeps the raw sample, the env gets ``head.to_env(actions)``. Every method
     takes ``params`` explicitly and every acting method takes and returns the
@@ -609,7 +609,7 @@ class RecurrentPolicy(PolicyBase):
             episode_starts: ``[T, n]`` bools or 0/1 numbers.
 
         Returns:
-            :class:`ppo_ref.policies.PolicyEval` with float64 ``log_probs``, ``entropy``,
+            :class:`ppo_ref.train.policies.PolicyEval` with float64 ``log_probs``, ``entropy``,
             ``values`` ``[T, n]`` and the cache :meth:`backward` needs.
 
         Raises:
@@ -718,7 +718,7 @@ class SpecRecurrentPolicy(PolicyBase):
 
     The LSTM actor-critic of :mod:`ppo_ref.spec.recurrent_networks` (the LSTM of
     :mod:`ppo_ref.spec.lstm`, plain NumPy, float64) plus the head of
-    :func:`ppo_ref.policies.make_head`. Parameters are a plain dict with the keys, shapes and
+    :func:`ppo_ref.train.policies.make_head`. Parameters are a plain dict with the keys, shapes and
     initial values of :class:`RecurrentPolicy`'s (the same draws), so checkpoints move between
     the backends; every method computes what its :class:`RecurrentPolicy` namesake documents.
     :class:`RecurrentPolicy` equals this class within the tolerance its docstring states.

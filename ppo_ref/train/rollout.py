@@ -54,8 +54,8 @@ import gymnasium.vector
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.checkpoint import generator_state, set_generator_state
-from ppo_ref.policies import _all_finite_1d
+from ppo_ref.io.checkpoint import generator_state, set_generator_state
+from ppo_ref.train.policies import _all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
            "single_env_state", "restore_single_env_state", "rollout_from_transitions",
@@ -401,7 +401,7 @@ class RolloutCollector:
     Args:
         env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (see
             :func:`make_vector_env`).
-        policy: what acts, e.g. :class:`~ppo_ref.policies.MLPPolicy`: ``policy_out_fn(params)
+        policy: what acts, e.g. :class:`~ppo_ref.train.policies.MLPPolicy`: ``policy_out_fn(params)
             -> forward`` (``forward(obs [N, obs_dim]) -> policy_out``, parameters fixed for the
             rollout), ``head`` (``sample``, ``to_env``, ``kind``, ``action_shape``,
             ``action_dtype``), ``values(params, obs)``, ``evaluate(params, obs, actions)``,
