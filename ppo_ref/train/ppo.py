@@ -372,14 +372,11 @@ class PPOTrainer:
             return ev.log_probs, ev.entropy, ev.values, ev.cache
 
         if c.backend == "spec":  # the readable tier: one permutation per epoch, plain dicts
-            def row_minibatches(epoch: int):
-                for rows in spec_update.row_minibatches(rng, B, bs):
-                    yield Minibatch(old_log_probs[rows], adv[rows], ret[rows], old_values[rows],
-                                    (obs[rows], actions[rows]))
-
             self.params, self.adam_state, stats = spec_update.run_epochs(
                 self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
-                clip_range=self.current_clip_range(), minibatches=row_minibatches,
+                clip_range=self.current_clip_range(),
+                minibatches=spec_update.feedforward_minibatches(
+                    rng, bs, old_log_probs, adv, ret, old_values, obs, actions),
                 evaluate=evaluate, backward=policy.backward)
             stats["explained_variance"] = explained_variance(old_values, ret)
             return stats
