@@ -23,8 +23,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ppo_ref._checks import _one_line_repr
-from ppo_ref.optim import scheduled_value
+from ppo_ref._checks import one_line_repr
+from ppo_ref.spec.optim import scheduled_value
 
 __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS"]
 
@@ -426,23 +426,23 @@ def _coerce(name: str, value, hint):
     if kind == "bool":
         if type(value).__name__ in ("bool", "bool_"):
             return bool(value)
-        raise ValueError(f"{name} must be a bool, got {_one_line_repr(value)}")
+        raise ValueError(f"{name} must be a bool, got {one_line_repr(value)}")
     if kind == "int":
         if _is_int(value):
             return int(value)
-        raise ValueError(f"{name} must be an integer, got {_one_line_repr(value)}")
+        raise ValueError(f"{name} must be an integer, got {one_line_repr(value)}")
     if kind == "float":
         if isinstance(value, bool) or not (isinstance(value, (int, float)) or (
                 hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0
                 and value.dtype.kind in "iuf")):
-            raise ValueError(f"{name} must be a real number, got {_one_line_repr(value)}")
+            raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}")
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value}")
         return value
     if kind == "str":
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {_one_line_repr(value)}")
+            raise ValueError(f"{name} must be a string, got {one_line_repr(value)}")
         return value
     if kind == "int_tuple":
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):

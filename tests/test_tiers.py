@@ -234,9 +234,9 @@ def _categorical_fast(c):
     z = np.ascontiguousarray(c["logits"])
     B = z.shape[0]
     log_probs, entropy, probs = np.empty(B), np.empty(B), np.empty(z.shape)
-    assert fast_dist._categorical_eval_kernel(z, c["actions"], log_probs, entropy, probs)
+    assert fast_dist.categorical_eval_kernel(z, c["actions"], log_probs, entropy, probs)
     d_out = np.empty(z.shape)
-    fast_dist._categorical_backward_kernel(probs, c["actions"], entropy, c["d_lp"], c["d_ent"],
+    fast_dist.categorical_backward_kernel(probs, c["actions"], entropy, c["d_lp"], c["d_ent"],
                                            True, d_out)
     return _arrays(log_probs, entropy, d_out)
 
@@ -403,8 +403,8 @@ TWINS: Dict[str, Twin] = {
                               _adam_spec, Tol(1e-14, 1e-300)),
     "run_epochs": Twin((_fast_name("update", "run_epochs"),), "ppo_ref.spec.update.run_epochs",
                        _epochs_case, _epochs("fast"), _epochs("spec"), Tol(1e-10, 1e-14)),
-    "categorical": Twin((_fast_name("distributions", "_categorical_eval_kernel"),
-                         _fast_name("distributions", "_categorical_backward_kernel")),
+    "categorical": Twin((_fast_name("distributions", "categorical_eval_kernel"),
+                         _fast_name("distributions", "categorical_backward_kernel")),
                         "ppo_ref.spec.distributions.categorical_log_prob",
                         lambda rng: _logits_case(rng, masked=False),
                         _categorical_fast, _categorical_spec, Tol(1e-12, 1e-15)),
@@ -423,21 +423,21 @@ TWINS: Dict[str, Twin] = {
                  Tol(1e-12, 1e-14)),
     "mlp_policy": Twin(tuple(_fast_name("actor_critic", n) for n in ("flat_net", "flat_forward",
                                                                      "flat_backward"))
-                       + (_fast_name("mlp", "_mlp_forward_flat"),
-                          _fast_name("mlp", "_mlp_backward_flat")),
+                       + (_fast_name("mlp", "mlp_forward_flat"),
+                          _fast_name("mlp", "mlp_backward_flat")),
                        "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
                        _mlp_policy(MLPPolicy), _mlp_policy(SpecMLPPolicy), Tol(1e-11, 1e-14)),
     "mlp_policy_float32": Twin(("ppo_ref.fast.actor_critic.flat_forward",),
                                "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
                                _mlp_policy(MLPPolicy, "float32"), _mlp_policy(SpecMLPPolicy),
                                Tol(2e-4, 1e-5)),
-    "recurrent_policy_float32": Twin((_fast_name("lstm", "_forward_stacked"),),
+    "recurrent_policy_float32": Twin((_fast_name("lstm", "forward_stacked"),),
                                      "ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward",
                                      _recurrent_case, _recurrent_policy(RecurrentPolicy, "float32"),
                                      _recurrent_policy(SpecRecurrentPolicy), Tol(2e-4, 1e-5)),
-    "recurrent_policy": Twin((_fast_name("lstm", "_forward_stacked"),
-                              _fast_name("lstm", "_backward_stacked"),
-                              _fast_name("lstm", "_step_stacked")),
+    "recurrent_policy": Twin((_fast_name("lstm", "forward_stacked"),
+                              _fast_name("lstm", "backward_stacked"),
+                              _fast_name("lstm", "step_stacked")),
                              "ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward",
                              _recurrent_case, _recurrent_policy(RecurrentPolicy),
                              _recurrent_policy(SpecRecurrentPolicy), Tol(1e-11, 1e-13)),

@@ -51,8 +51,8 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.lstm.lstm_backward",
     "ppo_ref.fast.lstm.lstm_step",
     # MLP towers (private kernels, twins of spec.layers.mlp_forward / mlp_backward)
-    "ppo_ref.fast.mlp._mlp_forward_flat",
-    "ppo_ref.fast.mlp._mlp_backward_flat",
+    "ppo_ref.fast.mlp.mlp_forward_flat",
+    "ppo_ref.fast.mlp.mlp_backward_flat",
     # actor-critic on one buffer
     "ppo_ref.fast.actor_critic.flat_net",
     "ppo_ref.fast.actor_critic.flat_forward",
@@ -60,8 +60,8 @@ FAST_FUNCTIONS = (
     # distributions
     "ppo_ref.fast.distributions.inverse_cdf_actions",
     "ppo_ref.fast.distributions.categorical_sample",
-    "ppo_ref.fast.distributions._categorical_eval_kernel",
-    "ppo_ref.fast.distributions._categorical_backward_kernel",
+    "ppo_ref.fast.distributions.categorical_eval_kernel",
+    "ppo_ref.fast.distributions.categorical_backward_kernel",
     "ppo_ref.fast.distributions.multi_categorical_log_prob",
     "ppo_ref.fast.distributions.multi_categorical_entropy",
     "ppo_ref.fast.distributions.multi_categorical_log_prob_backward",

@@ -127,9 +127,9 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
 GATHER_ALL_EPOCHS_MAX_BYTES = 64 * 2 ** 20
 
 
-def _gather_all_epochs(config, rng, arrays) -> bool:
+def gather_all_epochs(config, rng, arrays) -> bool:
     """Whether a trainer draws and gathers every epoch's minibatches at once
-    (:func:`_epoch_permutations`): no KL stop (so every epoch runs), ``rng`` a NumPy
+    (:func:`epoch_permutations`): no KL stop (so every epoch runs), ``rng`` a NumPy
     ``Generator`` (a test harness injecting permutations is asked once per epoch), and
     ``n_epochs`` copies of ``arrays`` within :data:`GATHER_ALL_EPOCHS_MAX_BYTES`."""
     return (config.target_kl is None and type(rng) is np.random.Generator
@@ -137,7 +137,7 @@ def _gather_all_epochs(config, rng, arrays) -> bool:
             <= GATHER_ALL_EPOCHS_MAX_BYTES)
 
 
-def _epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> np.ndarray:
+def epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> np.ndarray:
     """The permutations of ``n_epochs`` successive ``rng.permutation(n_rows)`` calls
     (:func:`ppo_ref.spec.update.row_minibatches`, :func:`ppo_ref.spec.update.env_minibatches`),
     drawn at once: ``[n_epochs, n_rows]`` int64 in C order, row ``e`` the permutation of epoch

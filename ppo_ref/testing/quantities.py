@@ -148,7 +148,7 @@ def _draw_trajectory(draw, st, dtype: str, exclude: FrozenSet[str], logprobs: bo
 
 
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref import gae
+    from ppo_ref.kernels import gae
     adv, ret = gae(_f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                    _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
                    gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
@@ -157,7 +157,7 @@ def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref import vtrace
+    from ppo_ref.kernels import vtrace
     vs, pg = vtrace(_f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]),
                     _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                     _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),

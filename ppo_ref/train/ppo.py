@@ -37,7 +37,7 @@ from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_imp
                                 json_to_array, load_checkpoint, save_checkpoint,
                                 set_generator_state)
 from ppo_ref.config import PPOConfig
-from ppo_ref.fast.update import _epoch_permutations, _gather_all_epochs, run_epochs
+from ppo_ref.fast.update import epoch_permutations, gather_all_epochs, run_epochs
 from ppo_ref.kernels import gae
 from ppo_ref.losses import explained_variance
 from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
@@ -385,9 +385,9 @@ class PPOTrainer:
         # minibatches are then contiguous slices of the gathered arrays (the same values).
         # Anything but a numpy Generator (a test harness injecting permutations) is only asked
         # for rng.permutation, once per epoch; so are rollouts too large to copy n_epochs times
-        # (update._gather_all_epochs).
+        # (update.gather_all_epochs).
         gathered = None
-        all_at_once = _gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
+        all_at_once = gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
                                                   actions))
 
         def blocks(perms):
@@ -404,7 +404,7 @@ class PPOTrainer:
                 yield from blocks(np.concatenate(spec_update.row_minibatches(rng, B, bs))[None])[0]
                 return
             if gathered is None:
-                gathered = blocks(_epoch_permutations(rng, B, int(c.n_epochs)))
+                gathered = blocks(epoch_permutations(rng, B, int(c.n_epochs)))
             yield from gathered[epoch]
 
         self.params, self.adam_state, stats = run_epochs(

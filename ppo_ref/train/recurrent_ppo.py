@@ -66,7 +66,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
-from ppo_ref.fast.update import _epoch_permutations, _gather_all_epochs, run_epochs
+from ppo_ref.fast.update import epoch_permutations, gather_all_epochs, run_epochs
 from ppo_ref.losses import explained_variance
 from ppo_ref.train.ppo import PPOTrainer
 from ppo_ref.train.policies import PolicyEval
@@ -316,13 +316,13 @@ class RecurrentPPOTrainer(PPOTrainer):
         # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
         # rows are what the compiled minibatch loss of ppo_ref.fast.update takes.
         # Without a KL stop every epoch runs: all epochs' env permutations are drawn at once
-        # (the same draws as one rng.permutation per epoch, see update._epoch_permutations)
+        # (the same draws as one rng.permutation per epoch, see update.epoch_permutations)
         # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each
         # block C-contiguous; anything but a numpy Generator is asked for one permutation per
         # epoch (env_minibatches), and so are rollouts too large to copy n_epochs times
-        # (_gather_all_epochs): those gather one epoch at a time, the same way.
+        # (gather_all_epochs): those gather one epoch at a time, the same way.
         gathered = None
-        all_at_once = _gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
+        all_at_once = gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
                                                   rollout.observations, rollout.actions,
                                                   rollout.episode_starts))
 
@@ -341,7 +341,7 @@ class RecurrentPPOTrainer(PPOTrainer):
                 yield from blocks(np.concatenate(env_minibatches(rng, N, per))[None])[0]
                 return
             if gathered is None:  # every epoch's minibatches, made in one go
-                gathered = blocks(_epoch_permutations(rng, N, int(c.n_epochs)))
+                gathered = blocks(epoch_permutations(rng, N, int(c.n_epochs)))
             yield from gathered[epoch]
 
         self.params, self.adam_state, stats = run_epochs(
