@@ -1,4 +1,4 @@
-"""Asynchronous actor-learner PPO (SPEC §6): actors, the learner loop, messages, reports.
+"""Asynchronous actor-learner PPO (docs/specification.md §6): actors, the learner loop, messages, reports.
 
 Modules, one job each: :mod:`~ppo_ref.distributed.config` (:class:`AsyncActorLearnerConfig`),
 :mod:`~ppo_ref.distributed.messages` (what actors and the learner send each other, the errors),

@@ -31,7 +31,7 @@ def _check_int(value, name: str, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class AsyncActorLearnerConfig:
-    """Settings of the asynchronous actor-learner loop (SPEC §6). Validated at construction.
+    """Settings of the asynchronous actor-learner loop (docs/specification.md §6). Validated at construction.
 
     The learner's PPO update (epochs, minibatch size, learning rate, clip range, losses, network)
     comes from ``ppo``; its ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda`` are replaced by

@@ -421,7 +421,7 @@ class _Learner:
 def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
                  shutdown_timeout: float = 10.0, chunk_size: int = 32):
-    """Run the learner of SPEC §6 until ``config.num_updates`` PPO updates are done.
+    """Run the learner of docs/specification.md §6 until ``config.num_updates`` PPO updates are done.
 
     1. Broadcast version 0 (the trainer's current parameters) to every actor.
     2. Read messages into one FIFO per actor until every FIFO holds ``n_steps`` experiences

@@ -17,7 +17,7 @@ __all__ = [
 
 
 class Experience(NamedTuple):
-    """One env step of one actor, as sent to the learner (SPEC §6).
+    """One env step of one actor, as sent to the learner (docs/specification.md §6).
 
     ``observation`` ``[*obs_shape]`` float64: the observation the action was chosen from;
     ``action``: int64 scalar (discrete) or ``[A]`` float64 raw Gaussian sample (the env got the
