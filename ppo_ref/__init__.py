@@ -20,7 +20,7 @@ flows (env -> rollout -> advantages -> losses and networks -> optimizer)::
     distributed/     the actor-learner loop: config, messages, actor, transport, learner
     zoo.py           per-env default settings of ``ppo-ref train --env ID``
     details.py       the PPO implementation-details table (data; no imports)
-    vectors/         golden JSON test vectors: write, read, check another implementation
+    vectors.py       golden JSON test vectors: write, read, check another implementation
     testing/         property checks of another implementation (hypothesis)
     cli/             the ``ppo-ref`` command; it calls the library, nothing imports it
 
