@@ -50,7 +50,10 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.lstm.lstm_forward",
     "ppo_ref.fast.lstm.lstm_backward",
     "ppo_ref.fast.lstm.lstm_step",
-    # MLP towers (private kernels, twins of spec.layers.mlp_forward / mlp_backward)
+    "ppo_ref.fast.lstm.forward_stacked",
+    "ppo_ref.fast.lstm.backward_stacked",
+    "ppo_ref.fast.lstm.step_stacked",
+    # MLP towers (twins of spec.layers.mlp_forward / mlp_backward)
     "ppo_ref.fast.mlp.mlp_forward_flat",
     "ppo_ref.fast.mlp.mlp_backward_flat",
     # actor-critic on one buffer
@@ -78,6 +81,13 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.flat.is_flat",
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
+    # helpers the trainers and policies share (no spec twin)
+    "ppo_ref.fast.lstm.keep_rows",
+    "ppo_ref.fast.lstm.all_finite",
+    "ppo_ref.fast.lstm.all_finite_1d",
+    "ppo_ref.fast.mlp.mlp_layers",
+    "ppo_ref.fast.update.epoch_permutations",
+    "ppo_ref.fast.update.gather_all_epochs",
 )
 
 #: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
@@ -88,4 +98,10 @@ NO_TWIN = (
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
     "ppo_ref.fast.optim.check_flat_step_arguments",
+    "ppo_ref.fast.lstm.keep_rows",
+    "ppo_ref.fast.lstm.all_finite",
+    "ppo_ref.fast.lstm.all_finite_1d",
+    "ppo_ref.fast.mlp.mlp_layers",
+    "ppo_ref.fast.update.epoch_permutations",
+    "ppo_ref.fast.update.gather_all_epochs",
 )

@@ -33,7 +33,8 @@ from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec.distributions import as_upstream, multi_components, multi_actions
 
 __all__ = ["inverse_cdf_actions", "categorical_sample", "multi_categorical_log_prob", "multi_categorical_entropy",
-           "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward"]
+           "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+           "categorical_eval_kernel", "categorical_backward_kernel"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ppo_ref._numba import njit
 from ppo_ref.fast.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
                               _transpose_into, _wide)
 
-__all__ = []  # no public function: the kernels below are called by the fast policies
+__all__ = ["mlp_forward_flat", "mlp_backward_flat", "mlp_layers"]  # called by the fast policies
 
 
 # --------------------------------------------------------------------------------------------

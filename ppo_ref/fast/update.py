@@ -36,7 +36,7 @@ from ppo_ref.spec.losses import (VALUE_LOSS_MODES, entropy_overflow_error,
                                  value_overflow_error)
 from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
                                  effective_clip_range, epoch_loop, total_loss_overflow_error)
-__all__ = ["minibatch_loss", "run_epochs"]
+__all__ = ["minibatch_loss", "run_epochs", "epoch_permutations", "gather_all_epochs"]
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
