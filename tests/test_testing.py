@@ -310,8 +310,8 @@ def _thrust_style_gae(rewards, values, terminated, truncated, last_values, final
 def test_identify_names_cleanrl():
     report = identify(_cleanrl_style_gae, "gae", layout="episode_starts", max_examples=30)
     assert report.verdict == "match"
-    assert str(report).startswith("gae: matches cleanrl (truncation='terminate', "
-                                  "bootstrap_terminal_last_row=False)")
+    assert str(report).startswith("gae: matches cleanrl/rlax/sample_factory/purejaxrl "
+                                  "(truncation='terminate', bootstrap_terminal_last_row=False)")
 
 
 def test_identify_names_thrust():
@@ -324,9 +324,9 @@ def test_identify_names_thrust():
 def test_identify_reports_except_on_both_flags():
     report = identify(_loop_gae(_truncation_first), "gae", max_examples=30)
     assert report.verdict == "match_except"
-    assert str(report).startswith("gae: matches reference/sb3 (truncation='bootstrap', "
-                                  "bootstrap_terminal_last_row=False) except on inputs with "
-                                  "steps with both flags")
+    assert str(report).startswith("gae: matches reference/sb3/tianshou/torchrl "
+                                  "(truncation='bootstrap', bootstrap_terminal_last_row=False) "
+                                  "except on inputs with steps with both flags")
 
 
 def test_identify_no_known_convention():
@@ -385,3 +385,37 @@ def test_diff_names_the_first_quantity_in_data_flow_order(tmp_path, capsys):
 def test_diff_of_two_conventions_parts_at_the_advantages():
     rows = diff_traces(trace_update(preset="reference"), trace_update(preset="cleanrl"))
     assert rows[0]["quantity"] == "advantages"  # truncation as terminal changes GAE first
+
+
+# -- the library options in the table -------------------------------------------------------
+
+def _clamped_normalize(eps):
+    def normalize(advantages):
+        a = np.asarray(advantages, np.float64)
+        if a.size <= 1:
+            return a.copy()
+        return (a - a.mean()) / max(float(np.std(a, ddof=1)), eps)
+    return normalize
+
+
+def test_identify_names_the_eps_placement():
+    """A Sample Factory style normalization (clamp_min(std, 1e-7)) is told apart from the
+    reference's std + 1e-8 and from torchrl's 1e-6 clamp."""
+    report = identify(_clamped_normalize(1e-7), "normalize_advantages", max_examples=60)
+    assert report.verdict == "match"
+    assert report.matches[0] == {"advantage_norm_ddof": 1, "advantage_norm_eps": 1e-7,
+                                 "advantage_norm_eps_placement": "clamp"}
+    assert "sample_factory" in str(report)
+
+
+def test_identify_names_the_dual_clip():
+    def dual_clip_loss(new_log_probs, old_log_probs, advantages, clip_range):
+        ratio = np.exp(np.asarray(new_log_probs, np.float64) - old_log_probs)
+        adv = np.asarray(advantages, np.float64)
+        s = np.minimum(ratio * adv, np.clip(ratio, 1 - clip_range, 1 + clip_range) * adv)
+        s = np.where(adv < 0, np.maximum(s, 3.0 * adv), s)
+        return -float(np.mean(s))
+    report = identify(dual_clip_loss, "policy_loss", max_examples=80,
+                      skip=("d_new_log_probs", "clip_fraction", "approx_kl"))
+    assert report.verdict == "match"
+    assert all(m["dual_clip"] == 3.0 for m in report.matches)

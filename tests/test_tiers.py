@@ -86,6 +86,14 @@ def _arrays(*values) -> List[np.ndarray]:
 
 # -- advantages and masks: the fast tier compiles the spec loops ---------------------------------
 
+def _per_step(rng, T, N, choices):
+    """A scalar from ``choices``, or per-step ``[T, N]`` / ``[T]`` arrays drawn from them."""
+    kind = int(rng.integers(0, 3))
+    if kind == 0:
+        return float(rng.choice(choices))
+    return rng.choice(choices, size=(T, N) if kind == 1 else T)
+
+
 def _trajectory(rng):
     T, N = int(rng.integers(1, 9)), int(rng.integers(1, 4))
     terminated = rng.random((T, N)) < 0.2
@@ -94,8 +102,8 @@ def _trajectory(rng):
                 terminated=terminated, truncated=truncated, last_values=rng.normal(size=N),
                 final_values=rng.normal(size=(T, N)), behaviour=rng.normal(size=(T, N)) - 1.0,
                 target=rng.normal(size=(T, N)) - 1.0, initial=rng.random(N) < 0.5,
-                gamma=float(rng.choice([0.0, 0.5, 0.99, 1.0])),
-                lam=float(rng.choice([0.0, 0.9, 1.0])),
+                gamma=_per_step(rng, T, N, [0.0, 0.5, 0.99, 1.0]),
+                lam=_per_step(rng, T, N, [0.0, 0.9, 1.0]),
                 truncation=str(rng.choice(["bootstrap", "terminate", "ignore"])),
                 last_row=bool(rng.random() < 0.3))
 
@@ -138,20 +146,32 @@ def _masks(backend):
 def _loss_case(rng):
     n = int(rng.integers(2, 40))
     old = rng.normal(size=n) - 1.0
+    interval = str(rng.choice(["symmetric", "reciprocal", "asymmetric"]))
     config = PPOConfig(ent_coef=float(rng.choice([0.0, 0.01])),
                        clip_range_vf=None if rng.random() < 0.5 else 0.2,
-                       value_loss_mode=str(rng.choice(["max", "sb3"])),
+                       value_loss_mode=str(rng.choice(["max", "sb3", "huber"])),
+                       huber_delta=float(rng.choice([1.0, 0.3])),
                        normalize_advantage=bool(rng.random() < 0.8),
+                       advantage_norm_eps=float(rng.choice([1e-8, 1e-6, 2.0])),
+                       advantage_norm_eps_placement=str(rng.choice(["add", "clamp"])),
+                       clip_interval="reciprocal" if interval == "reciprocal" else "symmetric",
+                       clip_range_low=0.1 if interval == "asymmetric" else None,
+                       clip_range_high=0.3 if interval == "asymmetric" else None,
+                       dual_clip=None if rng.random() < 0.5 else 1.5,
                        kl_estimator=str(rng.choice(["k3", "k1"])))
+    weights = None if rng.random() < 0.5 else (rng.random(n) < 0.7) * rng.choice([1.0, 0.5], n)
+    if weights is not None:
+        weights[0] = 1.0  # a positive sum
     return dict(new=old + 0.3 * rng.normal(size=n), entropy=rng.uniform(0.1, 1.0, n),
                 values=rng.normal(size=n), old=old, adv=rng.normal(size=n),
-                returns=rng.normal(size=n), old_values=rng.normal(size=n), config=config)
+                returns=rng.normal(size=n), old_values=rng.normal(size=n), config=config,
+                weights=weights)
 
 
 def _loss(fn):
     def run(c):
         out = fn(c["new"], c["entropy"], c["values"], c["old"], c["adv"], c["returns"],
-                 c["old_values"], config=c["config"], clip_range=0.2)
+                 c["old_values"], config=c["config"], clip_range=0.2, weights=c["weights"])
         d_ent = out.d_entropy if out.d_entropy is not None else np.zeros(0)
         return _arrays(out.loss, out.policy_loss, out.value_loss, out.entropy, out.approx_kl,
                        out.clip_fraction, out.max_abs_log_ratio, out.d_log_probs, d_ent,

@@ -292,6 +292,10 @@ def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None):
         adv = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, -1.0, 0.0]),
                                                 _small_floats(st)), min_size=n, max_size=n)))
         clip_range = draw(st.sampled_from([0.2, 0.1, 0.3]))
+        if "a ratio beyond 2 with a negative advantage" not in exclude and draw(st.booleans()):
+            # the last element far out (ratio e^1.5 ~ 4.5, A < 0): where a dual clip acts
+            new[-1] = old[-1] + 1.5
+            adv[-1] = -abs(adv[-1]) - 0.5
         chosen = _pick_dtype(draw, st, dtype)
         if chosen == "float64" and "a ratio exactly at 1 +- clip_range" not in exclude:
             kink = draw(st.sampled_from([None, 0.2, -0.2, 0.1, -0.3]))
@@ -309,7 +313,9 @@ def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None):
 def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     from ppo_ref.losses import approx_kl, policy_loss
     new, old = _f64(ex["new_log_probs"]), _f64(ex["old_log_probs"])
-    loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"])
+    loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
+                                    clip_interval=options["clip_interval"],
+                                    dual_clip=options["dual_clip"])
     kl = info["approx_kl"] if options["kl_estimator"] == "k3" else approx_kl(
         old, new, options["kl_estimator"])
     return {"loss": loss, "d_new_log_probs": d_new, "clip_fraction": info["clip_fraction"],
@@ -321,8 +327,15 @@ def _at_kink(ex) -> bool:
     return bool(np.any(np.abs(r - 1.0) == ex["clip_range"]))
 
 
+def _far_negative(ex) -> bool:
+    r = np.exp(_f64(ex["new_log_probs"]) - _f64(ex["old_log_probs"]))
+    return bool(np.any((r > 2.0) & (_f64(ex["advantages"]) < 0)))
+
+
 _POLICY_PROPERTIES = (
     Property("a ratio exactly at 1 +- clip_range", _at_kink, lambda ex: ex),  # at drawing time
+    Property("a ratio beyond 2 with a negative advantage", _far_negative,
+             lambda ex: ex),  # at drawing time
     Property("zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
              lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
                                                       ex["advantages"]))),
@@ -360,7 +373,7 @@ def _value_strategy(dtype: str, exclude=frozenset(), fixed=None):
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     from ppo_ref.losses import value_loss
     loss, d_v = value_loss(_f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]),
-                           ex["clip_range_vf"], mode=options["value_loss_mode"])
+                           ex["clip_range_vf"], mode=options["value_loss_mode"], huber_delta=1.0)
     scale = float(options["value_loss_scale"])
     return {"loss": scale * loss, "d_values": scale * d_v}
 
@@ -387,8 +400,13 @@ def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None):
     @st.composite
     def examples(draw):
         n = draw(st.integers(1, 12))
-        if draw(st.integers(0, 5)) == 0:
+        kind = draw(st.integers(0, 5))
+        if kind == 0:
             adv = np.full(n, draw(_small_floats(st)))
+        elif kind == 1:  # a spread near the eps values: where the eps and its placement show
+            spread = draw(st.sampled_from([1e-8, 1e-7, 1e-6, 1e-5, 1e-4]))
+            adv = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)),
+                           dtype=np.float64) * spread
         else:
             adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
         ex = _apply_exclusions(_fixed({"advantages": adv}, fixed), _NORMALIZE_PROPERTIES, exclude)
@@ -398,8 +416,9 @@ def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None):
 
 def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     from ppo_ref.losses import normalize_advantages
-    return {"advantages": normalize_advantages(_f64(ex["advantages"]),
-                                               ddof=options["advantage_norm_ddof"])}
+    return {"advantages": normalize_advantages(
+        _f64(ex["advantages"]), ddof=options["advantage_norm_ddof"],
+        eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"])}
 
 
 _NORMALIZE_PROPERTIES = (
