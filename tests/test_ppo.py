@@ -363,20 +363,15 @@ def test_unknown_env_id_and_module_form_give_value_errors(tmp_path, monkeypatch)
 def test_a_rollout_too_large_to_gather_for_all_epochs_is_gathered_per_epoch(monkeypatch):
     """Above update.GATHER_ALL_EPOCHS_MAX_BYTES (here 0) the trainers gather epoch by epoch
     (a rollout copied n_epochs times could exhaust memory): the same draws, the same bits."""
-    from ppo_ref import ppo, recurrent_ppo
     from ppo_ref.fast import update
     from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
     calls = []
+    real = update.epoch_permutations
 
-    def spy(module):
-        real = module.epoch_permutations
-
-        def counted(*args):
-            calls.append(module.__name__)
-            return real(*args)
-        monkeypatch.setattr(module, "epoch_permutations", counted)
-    spy(ppo)
-    spy(recurrent_ppo)
+    def counted(*args):
+        calls.append(args)
+        return real(*args)
+    monkeypatch.setattr(update, "epoch_permutations", counted)
 
     def run(cls, cfg):
         tr = cls("CartPole-v1", cfg, seed=5)

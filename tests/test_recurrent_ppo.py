@@ -120,7 +120,7 @@ def test_train_on_all_epochs_gather_equals_per_epoch_path(kind, n_envs, batch_si
     array once per update (C-contiguous blocks); with a target_kl that never fires it takes the
     per-epoch path: same parameters, Adam state, stats, LSTM states and generator state, bit
     for bit."""
-    from ppo_ref.recurrent_ppo import _gather_epochs
+    from ppo_ref.fast.update import recurrent_minibatches
     results = []
     for target_kl in (None, 1e9):
         trainer = make_trainer(kind, n_envs=n_envs, batch_size=batch_size, n_epochs=3,
@@ -139,22 +139,27 @@ def test_train_on_all_epochs_gather_equals_per_epoch_path(kind, n_envs, batch_si
     assert s1["n_gradient_steps"] == 3 * (n_envs // max(1, batch_size // 7))
     for k in s1:
         assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
-    # the blocks are the per-epoch gathers of the same envs
+    # the all-epochs blocks are the per-epoch gathers of the same envs, each C-contiguous
     r = np.random.default_rng(5)
     perms = np.stack([r.permutation(n_envs) for _ in range(3)])
     per = max(1, batch_size // 7)
-    blocks = _gather_epochs(perms, per, rollout, adv, ret)
     start = rollout.initial_lstm_states
+    minibatches = recurrent_minibatches(np.random.default_rng(5), per, rollout.log_probs, adv,
+                                        ret, rollout.values, rollout.observations,
+                                        rollout.actions, start, rollout.episode_starts,
+                                        n_epochs=3, target_kl=None)
     for e in range(3):
-        for j in range(n_envs // per):
+        for j, mb in enumerate(minibatches(e)):
             envs = perms[e, j * per:(j + 1) * per]
-            want = (rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
-                    rollout.values[:, envs], rollout.observations[:, envs],
-                    rollout.actions[:, envs], start.h[:, envs], start.c[:, envs],
-                    rollout.episode_starts[:, envs])
-            for got, w in zip(blocks, want):
-                assert got[e, j].flags.c_contiguous and got[e, j].dtype == w.dtype
-                assert np.array_equal(got[e, j], w)
+            got = (mb.old_log_probs, mb.advantages, mb.returns, mb.old_values, mb.data[0],
+                   mb.data[1], mb.data[2].h, mb.data[2].c, mb.data[3])
+            want = (rollout.log_probs[:, envs].reshape(-1), adv[:, envs].reshape(-1),
+                    ret[:, envs].reshape(-1), rollout.values[:, envs].reshape(-1),
+                    rollout.observations[:, envs], rollout.actions[:, envs], start.h[:, envs],
+                    start.c[:, envs], rollout.episode_starts[:, envs])
+            for g, w in zip(got, want):
+                assert g.flags.c_contiguous and g.dtype == w.dtype
+                assert np.array_equal(g, w)
 
 
 # ---------------------------------------------------------------- collection and ratio = 1

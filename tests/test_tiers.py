@@ -234,6 +234,47 @@ def _epochs(tier):
     return run
 
 
+# -- the trainers' minibatches: the same rows in the same order, the same Generator state ------
+
+def _minibatch_case(rng, recurrent):
+    T, N = int(rng.integers(1, 7)), int(rng.integers(1, 7))
+    box = bool(rng.random() < 0.5)
+    lead = (T, N) if recurrent else (T * N,)
+    actions = (rng.normal(size=lead + (2,)) if box else rng.integers(0, 4, size=lead))
+    L, H = int(rng.integers(1, 3)), int(rng.integers(1, 4))
+    divisors = [d for d in range(1, N + 1) if N % d == 0]
+    return dict(seed=int(rng.integers(0, 2 ** 31)), n_epochs=int(rng.integers(1, 5)),
+                target_kl=None if rng.random() < 0.5 else 0.02,
+                batch_size=int(rng.integers(1, T * N + 2)), per=int(rng.choice(divisors)),
+                old_log_probs=rng.normal(size=lead), advantages=rng.normal(size=lead),
+                returns=rng.normal(size=lead), old_values=rng.normal(size=lead),
+                observations=rng.normal(size=lead + (3,)), actions=actions,
+                states=LSTMStates(rng.normal(size=(L, N, H)), rng.normal(size=(L, N, H))),
+                episode_starts=rng.random((T, N)) < 0.3)
+
+
+def _minibatches(fn, recurrent, fast):
+    """Every minibatch array of every epoch, then the Generator's state (as text)."""
+    def run(c):
+        rng = np.random.default_rng(c["seed"])
+        arrays = [c[k] for k in ("old_log_probs", "advantages", "returns", "old_values",
+                                 "observations", "actions")]
+        if recurrent:
+            args = (rng, c["per"], *arrays, c["states"], c["episode_starts"])
+        else:
+            args = (rng, c["batch_size"], *arrays)
+        extra = dict(n_epochs=c["n_epochs"], target_kl=c["target_kl"]) if fast else {}
+        minibatches = fn(*args, **extra)
+        out = []
+        for epoch in range(c["n_epochs"]):
+            for mb in minibatches(epoch):
+                out.extend(_arrays(mb.old_log_probs, mb.advantages, mb.returns, mb.old_values,
+                                   tuple(mb.data)))
+                assert mb.weights is None
+        return out + [np.array(repr(rng.bit_generator.state))]
+    return run
+
+
 # -- distributions --------------------------------------------------------------------------------
 
 def _logits_case(rng, masked=True):
@@ -423,6 +464,16 @@ TWINS: Dict[str, Twin] = {
                               _adam_spec, Tol(1e-14, 1e-300)),
     "run_epochs": Twin((_fast_name("update", "run_epochs"),), "ppo_ref.spec.update.run_epochs",
                        _epochs_case, _epochs("fast"), _epochs("spec"), Tol(1e-10, 1e-14)),
+    "feedforward_minibatches": Twin(
+        (_fast_name("update", "feedforward_minibatches"), _fast_name("update", "epoch_permutations")),
+        "ppo_ref.spec.update.feedforward_minibatches", lambda rng: _minibatch_case(rng, False),
+        _minibatches(fast_update.feedforward_minibatches, False, True),
+        _minibatches(spec_update.feedforward_minibatches, False, False), BITS),
+    "recurrent_minibatches": Twin(
+        (_fast_name("update", "recurrent_minibatches"), _fast_name("update", "epoch_permutations")),
+        "ppo_ref.spec.update.recurrent_minibatches", lambda rng: _minibatch_case(rng, True),
+        _minibatches(fast_update.recurrent_minibatches, True, True),
+        _minibatches(spec_update.recurrent_minibatches, True, False), BITS),
     "categorical": Twin((_fast_name("distributions", "categorical_eval_kernel"),
                          _fast_name("distributions", "categorical_backward_kernel")),
                         "ppo_ref.spec.distributions.categorical_log_prob",
@@ -555,6 +606,12 @@ TRAINER_CASES = {
                              "float64", 1e-12),
     "lstm-box": ("lstm", "Pendulum-v1", dict(), "float64", 1e-12),
     "lstm-float32": ("lstm", "ppo_ref/MemoryCue-v0", dict(), "float32", 1e-5),
+    # a KL stop configured (it fires in these runs): the fast minibatches take their per-epoch path
+    "mlp-discrete-target-kl-sb3": ("ff", "CartPole-v1", dict(target_kl=1e-4, kl_stop_rule="sb3"),
+                                   "float64", 1e-12),
+    "lstm-discrete-target-kl-cleanrl": ("lstm", "ppo_ref/MemoryCue-v0",
+                                        dict(target_kl=2e-5, kl_stop_rule="cleanrl"),
+                                        "float64", 1e-12),
 }
 
 METRICS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm",

@@ -177,16 +177,24 @@ SCENARIOS = {
 
 
 class _InjectedPermutations:
-    """Stands in for ``PPOTrainer.minibatch_rng``: ``permutation(n)`` returns the given
-    permutations in order (the trainer shuffles only through ``rng.permutation``)."""
+    """Stands in for ``PPOTrainer.minibatch_rng``, giving the given permutations in order
+    through both ways the minibatch functions draw: ``permutation(n)`` (one epoch) and
+    ``permuted(x, axis=1, out=x)`` (every row of ``x`` shuffled by the next permutation, as
+    ``ppo_ref.fast.update.epoch_permutations`` draws all epochs at once)."""
 
     def __init__(self, perms):
         self._perms = iter(perms)
 
     def permutation(self, n):
-        perm = next(self._perms)
+        perm = np.asarray(next(self._perms))
         assert len(perm) == n
         return perm
+
+    def permuted(self, x, axis, out):
+        assert axis == 1 and out is x and x.ndim == 2
+        for row in x:
+            row[:] = row[self.permutation(len(row))]
+        return x
 
 
 def run_trainer_scenario(seed: int = 0) -> list:

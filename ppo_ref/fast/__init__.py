@@ -25,7 +25,9 @@ Modules:
   (``clip_by_global_norm`` then ``adam_update`` of :mod:`ppo_ref.spec.optim`; rtol 1e-15 or
   so when clipping, the norm's summation order aside).
 * :mod:`ppo_ref.fast.update`: the trainers' update (:func:`ppo_ref.spec.update.minibatch_loss`
-  bit for bit; :func:`ppo_ref.spec.update.run_epochs` up to the global norm's summation order).
+  bit for bit; :func:`ppo_ref.spec.update.run_epochs` up to the global norm's summation order)
+  and their minibatches (:func:`ppo_ref.spec.update.feedforward_minibatches` and
+  ``recurrent_minibatches``, bit for bit, gathered for all epochs at once when no KL stop).
 * :mod:`ppo_ref.fast.flat`, :mod:`ppo_ref.fast.workspace`: the one-buffer parameter dicts and
   the reuse pools of large scratch arrays (speed layouts, not math: no spec twin).
 
@@ -73,6 +75,9 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.losses._minibatch_loss_kernel",
     "ppo_ref.fast.update.minibatch_loss",
     "ppo_ref.fast.update.run_epochs",
+    "ppo_ref.fast.update.feedforward_minibatches",
+    "ppo_ref.fast.update.recurrent_minibatches",
+    "ppo_ref.fast.update.epoch_permutations",
     # optimizer
     "ppo_ref.fast.optim.clipped_adam_step",
     "ppo_ref.fast.optim.check_flat_step_arguments",
@@ -86,8 +91,6 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.lstm.all_finite",
     "ppo_ref.fast.lstm.all_finite_1d",
     "ppo_ref.fast.mlp.mlp_layers",
-    "ppo_ref.fast.update.epoch_permutations",
-    "ppo_ref.fast.update.gather_all_epochs",
 )
 
 #: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
@@ -102,6 +105,4 @@ NO_TWIN = (
     "ppo_ref.fast.lstm.all_finite",
     "ppo_ref.fast.lstm.all_finite_1d",
     "ppo_ref.fast.mlp.mlp_layers",
-    "ppo_ref.fast.update.epoch_permutations",
-    "ppo_ref.fast.update.gather_all_epochs",
 )

@@ -13,15 +13,20 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic.
+* :func:`feedforward_minibatches` and :func:`recurrent_minibatches` equal
+  :func:`ppo_ref.spec.update.feedforward_minibatches` and
+  :func:`ppo_ref.spec.update.recurrent_minibatches` bit for bit (the same minibatch arrays in
+  the same order, the same Generator state afterwards), gathering every epoch at once when no
+  KL stop can end the update early.
 
 The types and helpers they share (``Minibatch``, ``MinibatchLoss``, ``batch_advantages``,
-``row_minibatches``, ``effective_clip_range``, ``KL_STOP_RULES``) are those of
+``row_minibatches``, ``env_minibatches``, ``effective_clip_range``, ``KL_STOP_RULES``) are those of
 :mod:`ppo_ref.spec.update`; import them from there.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Iterable, Tuple
+from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import numpy as np
 
@@ -34,9 +39,12 @@ from ppo_ref.spec.losses import (VALUE_LOSS_MODES, check_dual_clip, clip_bounds,
                                  entropy_overflow_error, log_ratio_overflow_error,
                                  normalize_advantages, ratio_overflow_error,
                                  surrogate_overflow_error, value_overflow_error)
+from ppo_ref.spec.recurrent_networks import LSTMStates
 from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
-                                 effective_clip_range, epoch_loop, total_loss_overflow_error)
-__all__ = ["minibatch_loss", "run_epochs", "epoch_permutations", "gather_all_epochs"]
+                                 effective_clip_range, env_minibatches, epoch_loop,
+                                 row_minibatches, total_loss_overflow_error)
+__all__ = ["minibatch_loss", "run_epochs", "feedforward_minibatches", "recurrent_minibatches",
+           "epoch_permutations"]
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
@@ -156,17 +164,17 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
 
 
 # Gathering every epoch's minibatches at once holds n_epochs copies of the rollout's arrays;
-# above this many bytes the trainers gather epoch by epoch instead (the same values and bits).
+# above this many bytes the minibatch functions gather epoch by epoch instead (the same values
+# and bits).
 GATHER_ALL_EPOCHS_MAX_BYTES = 64 * 2 ** 20
 
 
-def gather_all_epochs(config, rng, arrays) -> bool:
-    """Whether a trainer draws and gathers every epoch's minibatches at once
-    (:func:`epoch_permutations`): no KL stop (so every epoch runs), ``rng`` a NumPy
-    ``Generator`` (a test harness injecting permutations is asked once per epoch), and
-    ``n_epochs`` copies of ``arrays`` within :data:`GATHER_ALL_EPOCHS_MAX_BYTES`."""
-    return (config.target_kl is None and type(rng) is np.random.Generator
-            and int(config.n_epochs) * sum(int(np.asarray(a).nbytes) for a in arrays)
+def _gathers_all_epochs(arrays, n_epochs: int, target_kl) -> bool:
+    """Whether every epoch's minibatches are drawn and gathered at once: no KL stop
+    (``target_kl`` None, so every one of the ``n_epochs`` epochs runs) and ``n_epochs`` copies
+    of ``arrays`` within :data:`GATHER_ALL_EPOCHS_MAX_BYTES`."""
+    return (target_kl is None
+            and int(n_epochs) * sum(int(np.asarray(a).nbytes) for a in arrays)
             <= GATHER_ALL_EPOCHS_MAX_BYTES)
 
 
@@ -178,14 +186,131 @@ def epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> 
 
     ``rng.permuted`` (in place) of ``n_epochs`` rows of ``arange(n_rows)`` along axis 1 shuffles
     the rows one after the other with the draws of ``rng.permutation``, so the rows and the
-    generator state afterwards are exactly those of ``n_epochs`` successive calls (a test
-    checks this). For a caller that knows every epoch will run (no KL early stop).
+    generator state afterwards are exactly those of ``n_epochs`` successive calls
+    (``tests/test_ppo.py``). For a caller that knows every epoch will run (no KL early stop).
     """
     if n_rows < 1 or n_epochs < 1:
         raise ValueError(f"n_rows and n_epochs must be >= 1, got {n_rows}, {n_epochs}")
     perms = np.tile(np.arange(n_rows), (n_epochs, 1))  # C order: rows gather into rows
     rng.permuted(perms, axis=1, out=perms)
     return perms
+
+
+def _check_epochs(n_epochs) -> int:
+    if isinstance(n_epochs, bool) or not isinstance(n_epochs, (int, np.integer)) or n_epochs < 1:
+        raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
+    return int(n_epochs)
+
+
+def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_probs,
+                            advantages, returns, old_values, observations, actions, *,
+                            n_epochs: int, target_kl: Optional[float]):
+    """:func:`ppo_ref.spec.update.feedforward_minibatches`, bit for bit: ``minibatches(epoch)``
+    for :func:`run_epochs` yielding the same :class:`Minibatch` rows in the same order, and
+    leaving ``rng`` in the same state after every epoch has run (the ``feedforward_minibatches``
+    row of ``tests/test_tiers.py``, BITS).
+
+    Args as the spec function (``B = T * N`` rows: ``old_log_probs``, ``advantages``,
+    ``returns``, ``old_values`` ``[B]``, ``observations [B, D]``, ``actions [B, ...]``), plus
+    ``n_epochs`` (``config.n_epochs``) and ``target_kl`` (``config.target_kl``). When
+    ``target_kl`` is None (every epoch runs) and ``n_epochs`` copies of the arrays fit in
+    :data:`GATHER_ALL_EPOCHS_MAX_BYTES`, the first call draws every epoch's permutation at once
+    (:func:`epoch_permutations`: the same draws) and gathers each array once, every minibatch
+    then a C-contiguous slice of the gathered arrays; otherwise each epoch draws its
+    :func:`ppo_ref.spec.update.row_minibatches` and gathers its own rows. ``rng`` needs
+    ``permutation`` and ``permuted`` (a NumPy ``Generator``).
+
+    Raises:
+        ValueError: ``n_epochs`` not an integer >= 1; (when drawing) ``batch_size`` < 1 or no
+            rows.
+    """
+    n_epochs = _check_epochs(n_epochs)
+    arrays = (old_log_probs, advantages, returns, old_values, observations, actions)
+    n_rows = len(old_log_probs)
+    all_at_once = _gathers_all_epochs(arrays, n_epochs, target_kl)
+    gathered = None
+
+    def blocks(perms):
+        """The minibatches of the epochs whose row permutations are the rows of ``perms``."""
+        g_lp, g_adv, g_ret, g_v, g_obs, g_act = (a[perms] for a in arrays)
+        return [[Minibatch(g_lp[e, i:i + batch_size], g_adv[e, i:i + batch_size],
+                           g_ret[e, i:i + batch_size], g_v[e, i:i + batch_size],
+                           (g_obs[e, i:i + batch_size], g_act[e, i:i + batch_size]))
+                 for i in range(0, n_rows, batch_size)] for e in range(perms.shape[0])]
+
+    def per_epoch(epoch: int):
+        nonlocal gathered
+        if not all_at_once:  # this epoch's permutation alone
+            perm = np.concatenate(row_minibatches(rng, n_rows, batch_size))
+            yield from blocks(perm[None])[0]
+            return
+        if gathered is None:
+            if batch_size < 1:
+                raise ValueError(f"n_rows and batch_size must be >= 1, got {n_rows}, "
+                                 f"{batch_size}")
+            gathered = blocks(epoch_permutations(rng, n_rows, n_epochs))
+        yield from gathered[epoch]
+    return per_epoch
+
+
+def recurrent_minibatches(rng: np.random.Generator, envs_per_minibatch: int, old_log_probs,
+                          advantages, returns, old_values, observations, actions,
+                          initial_states, episode_starts, *, n_epochs: int,
+                          target_kl: Optional[float]):
+    """:func:`ppo_ref.spec.update.recurrent_minibatches`, bit for bit: ``minibatches(epoch)``
+    for :func:`run_epochs` yielding the same :class:`Minibatch` arrays (the loss rows of each
+    env group flattened, row ``t * n + j``; ``data = (observations, actions, LSTMStates,
+    episode_starts)`` of the group) in the same order, and leaving ``rng`` in the same state
+    after every epoch has run (the ``recurrent_minibatches`` row of ``tests/test_tiers.py``,
+    BITS).
+
+    Args as the spec function (``[T, N, ...]`` arrays; ``initial_states`` an
+    :class:`~ppo_ref.spec.recurrent_networks.LSTMStates` ``[L, N, H]``), plus ``n_epochs``
+    (``config.n_epochs``) and ``target_kl`` (``config.target_kl``). When ``target_kl`` is None
+    and ``n_epochs`` copies of the arrays fit in :data:`GATHER_ALL_EPOCHS_MAX_BYTES`, the first
+    call draws every epoch's env permutation at once (:func:`epoch_permutations`) and gathers
+    each array once into ``[epoch, group, T, n, ...]`` blocks, each C-contiguous; otherwise
+    each epoch draws its :func:`ppo_ref.spec.update.env_minibatches` and gathers its groups the
+    same way. ``rng`` needs ``permutation`` and ``permuted`` (a NumPy ``Generator``).
+
+    Raises:
+        ValueError: ``n_epochs`` not an integer >= 1; (when drawing) ``envs_per_minibatch``
+            < 1 or not dividing ``N``.
+    """
+    n_epochs = _check_epochs(n_epochs)
+    per = envs_per_minibatch
+    T, N = old_log_probs.shape[:2]
+    arrays = (old_log_probs, advantages, returns, old_values, observations, actions,
+              episode_starts)
+    all_at_once = _gathers_all_epochs(arrays + tuple(initial_states), n_epochs, target_kl)
+    gathered = None
+
+    def blocks(perms):
+        """The minibatches of the epochs whose env permutations are the rows of ``perms``:
+        axis 1 of every ``[T, N, ...]`` array (and of the ``[L, N, H]`` states) indexed by the
+        groups ``perms[e, j*per:(j+1)*per]``, one broadcast gather per array."""
+        E = perms.shape[0]
+        groups = perms.reshape(E, N // per, 1, per)
+        steps = np.arange(T).reshape(1, 1, T, 1)
+        layers = np.arange(initial_states.h.shape[0]).reshape(1, 1, -1, 1)
+        lp, a, r, v, obs, act, starts = (x[steps, groups] for x in arrays)
+        h, c = initial_states.h[layers, groups], initial_states.c[layers, groups]
+        return [[Minibatch(lp[e, j].reshape(-1), a[e, j].reshape(-1), r[e, j].reshape(-1),
+                           v[e, j].reshape(-1),
+                           (obs[e, j], act[e, j], LSTMStates(h[e, j], c[e, j]), starts[e, j]))
+                 for j in range(N // per)] for e in range(E)]
+
+    def per_epoch(epoch: int):
+        nonlocal gathered
+        if not all_at_once:  # this epoch's permutation alone
+            yield from blocks(np.concatenate(env_minibatches(rng, N, per))[None])[0]
+            return
+        if gathered is None:
+            if per < 1 or N % per != 0:
+                raise ValueError(f"per_minibatch ({per}) must be >= 1 and divide n_envs ({N})")
+            gathered = blocks(epoch_permutations(rng, N, n_epochs))
+        yield from gathered[epoch]
+    return per_epoch
 
 
 def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,

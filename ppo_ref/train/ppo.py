@@ -37,7 +37,7 @@ from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_imp
                                 json_to_array, load_checkpoint, save_checkpoint,
                                 set_generator_state)
 from ppo_ref.config import PPOConfig
-from ppo_ref.fast.update import epoch_permutations, gather_all_epochs, run_epochs
+from ppo_ref.fast.update import feedforward_minibatches, run_epochs
 from ppo_ref.kernels import gae
 from ppo_ref.losses import explained_variance
 from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
@@ -45,7 +45,7 @@ from ppo_ref.train.policies import make_mlp_policy
 from ppo_ref.train.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
 from ppo_ref.spec import update as spec_update
-from ppo_ref.spec.update import Minibatch, batch_advantages
+from ppo_ref.spec.update import batch_advantages
 
 __all__ = ["PPOTrainer", "Iteration", "EnvStepError", "progress_remaining",
            "limit_blas_threads", "RECENT_EPISODES"]
@@ -342,9 +342,9 @@ class PPOTrainer:
         tier: :func:`ppo_ref.spec.update.run_epochs` or the compiled :func:`ppo_ref.fast.update.run_epochs`).
 
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
-        in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks (without a
-        ``target_kl`` all epochs' permutations are drawn at once, the same draws, and each
-        array is gathered once per update). Updates
+        in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks
+        (:func:`ppo_ref.spec.update.feedforward_minibatches`, or its bit-equal
+        :func:`ppo_ref.fast.update.feedforward_minibatches` on the fast backend). Updates
         ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
         :func:`ppo_ref.fast.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
         population variances).
@@ -375,33 +375,11 @@ class PPOTrainer:
                 evaluate=evaluate, backward=policy.backward)
             stats["explained_variance"] = explained_variance(old_values, ret)
             return stats
-        # The fast tier. Without a KL stop every epoch runs: draw all epochs' permutations at once (the same
-        # draws as one permutation per epoch) and gather each array once for all epochs; the
-        # minibatches are then contiguous slices of the gathered arrays (the same values).
-        # Anything but a numpy Generator (a test harness injecting permutations) is only asked
-        # for rng.permutation, once per epoch; so are rollouts too large to copy n_epochs times
-        # (update.gather_all_epochs).
-        gathered = None
-        all_at_once = gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
-                                                  actions))
-
-        def blocks(perms):
-            """The minibatches of the epochs whose row permutations are the rows of perms."""
-            g_lp, g_adv, g_ret, g_v, g_obs, g_act = (
-                a[perms] for a in (old_log_probs, adv, ret, old_values, obs, actions))
-            return [[Minibatch(g_lp[e, i:i + bs], g_adv[e, i:i + bs], g_ret[e, i:i + bs],
-                               g_v[e, i:i + bs], (g_obs[e, i:i + bs], g_act[e, i:i + bs]))
-                     for i in range(0, B, bs)] for e in range(perms.shape[0])]
-
-        def minibatches(epoch: int):
-            nonlocal gathered
-            if not all_at_once:  # this epoch's permutation alone
-                yield from blocks(np.concatenate(spec_update.row_minibatches(rng, B, bs))[None])[0]
-                return
-            if gathered is None:
-                gathered = blocks(epoch_permutations(rng, B, int(c.n_epochs)))
-            yield from gathered[epoch]
-
+        # The fast tier: the same minibatches, gathered for all epochs at once when no KL
+        # stop can end the update early (ppo_ref.fast.update.feedforward_minibatches).
+        minibatches = feedforward_minibatches(rng, bs, old_log_probs, adv, ret, old_values, obs,
+                                              actions, n_epochs=c.n_epochs,
+                                              target_kl=c.target_kl)
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
             clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,

@@ -47,10 +47,10 @@ as :class:`~ppo_ref.train.rollout.RolloutCollector` does for the MLP. (``SpecRec
 computes with NumPy products: its first ratio is 1 to rounding.)
 
 Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
-minibatch loss of :mod:`ppo_ref.fast.update`; without a ``target_kl`` it draws every epoch's env
-permutation at once (the same draws) and gathers each array once per update into
-C-contiguous per-minibatch blocks (the same values in the same order as per-epoch gathers,
-so the same bits; tested); acting checks the parameters once per rollout
+minibatch loss of :mod:`ppo_ref.fast.update`; its minibatches are
+:func:`ppo_ref.fast.update.recurrent_minibatches` (bit-equal to the spec's: without a
+``target_kl`` every epoch's env permutation is drawn at once, the same draws, and each array is
+gathered once per update into C-contiguous per-minibatch blocks); acting checks the parameters once per rollout
 (``acting_step_fn`` of the policy). ``config.compute_dtype = "float32"`` runs the LSTMs,
 towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
 parameters, gradients, Adam, losses and advantages stay float64.
@@ -66,14 +66,14 @@ from typing import Dict, Optional
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
-from ppo_ref.fast.update import epoch_permutations, gather_all_epochs, run_epochs
+from ppo_ref.fast.update import recurrent_minibatches, run_epochs
 from ppo_ref.losses import explained_variance
 from ppo_ref.train.ppo import PPOTrainer
 from ppo_ref.train.policies import PolicyEval
 from ppo_ref.train.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
 from ppo_ref.train.rollout import Rollout
 from ppo_ref.spec import update as spec_update
-from ppo_ref.spec.update import Minibatch, batch_advantages, env_minibatches
+from ppo_ref.spec.update import batch_advantages, env_minibatches
 
 __all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env_minibatches"]
 
@@ -107,29 +107,6 @@ def envs_per_minibatch(n_envs: int, n_steps: int, batch_size: int) -> int:
             f"(batch_size // n_steps = {batch_size} // {n_steps} = {per}): recurrent minibatches "
             f"are sets of whole envs. Choose batch_size in {ok} or change n_envs.")
     return per
-
-
-def _gather_epochs(perms: np.ndarray, per: int, rollout: "RecurrentRollout",
-                   advantages: np.ndarray, returns: np.ndarray):
-    """Every epoch's minibatches of :meth:`RecurrentPPOTrainer.train_on` gathered at once.
-
-    ``perms``: int64 ``[E, N]``, epoch ``e``'s env permutation in row ``e``, cut into
-    ``M = N // per`` groups of ``per`` envs. Returns ``(log_probs, advantages, returns,
-    values, observations, actions, h, c, episode_starts)``: the ``[T, N, ...]`` arrays as
-    ``[E, M, T, per, ...]`` and the rollout's initial LSTM states ``[L, N, H]`` as
-    ``[E, M, L, per, H]``, block ``[e, m]`` equal to indexing axis 1 by the envs
-    ``perms[e, m*per:(m+1)*per]`` (one broadcast gather per array; C-contiguous blocks)."""
-    E, N = perms.shape
-    groups = perms.reshape(E, N // per, 1, per)
-    T = rollout.rewards.shape[0]
-    steps = np.arange(T).reshape(1, 1, T, 1)
-    start = rollout.initial_lstm_states
-    layers = np.arange(start.h.shape[0]).reshape(1, 1, -1, 1)
-    return tuple([a[steps, groups] for a in (rollout.log_probs, advantages, returns,
-                                             rollout.values, rollout.observations,
-                                             rollout.actions)]
-                 + [start.h[layers, groups], start.c[layers, groups],
-                    rollout.episode_starts[steps, groups]])
 
 
 class _RecurrentActor:
@@ -313,37 +290,13 @@ class RecurrentPPOTrainer(PPOTrainer):
             stats["explained_variance"] = explained_variance(rollout.values.ravel(), ret.ravel())
             return stats
 
-        # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
-        # rows are what the compiled minibatch loss of ppo_ref.fast.update takes.
-        # Without a KL stop every epoch runs: all epochs' env permutations are drawn at once
-        # (the same draws as one rng.permutation per epoch, see update.epoch_permutations)
-        # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each
-        # block C-contiguous; anything but a numpy Generator is asked for one permutation per
-        # epoch (env_minibatches), and so are rollouts too large to copy n_epochs times
-        # (gather_all_epochs): those gather one epoch at a time, the same way.
-        gathered = None
-        all_at_once = gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
-                                                  rollout.observations, rollout.actions,
-                                                  rollout.episode_starts))
-
-        def blocks(perms):
-            """The minibatches of the epochs whose env permutations are the rows of perms."""
-            lp, a, r, v, obs, act, h, cs, starts = _gather_epochs(perms, per, rollout, adv, ret)
-            return [[Minibatch(lp[e, j].reshape(-1), a[e, j].reshape(-1), r[e, j].reshape(-1),
-                               v[e, j].reshape(-1),
-                               (obs[e, j], act[e, j], LSTMStates(h[e, j], cs[e, j]),
-                                starts[e, j]))
-                     for j in range(N // per)] for e in range(perms.shape[0])]
-
-        def minibatches(epoch: int):
-            nonlocal gathered
-            if not all_at_once:  # this epoch's permutation alone
-                yield from blocks(np.concatenate(env_minibatches(rng, N, per))[None])[0]
-                return
-            if gathered is None:  # every epoch's minibatches, made in one go
-                gathered = blocks(epoch_permutations(rng, N, int(c.n_epochs)))
-            yield from gathered[epoch]
-
+        # The fast tier: the same minibatches (each group's [T, n] loss rows flattened, which
+        # the compiled minibatch loss takes), gathered for all epochs at once when no KL stop
+        # can end the update early (ppo_ref.fast.update.recurrent_minibatches).
+        minibatches = recurrent_minibatches(
+            rng, per, rollout.log_probs, adv, ret, rollout.values, rollout.observations,
+            rollout.actions, start, rollout.episode_starts, n_epochs=c.n_epochs,
+            target_kl=c.target_kl)
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
             clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
