@@ -90,7 +90,7 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.lstm.keep_rows",
     "ppo_ref.fast.lstm.all_finite",
     "ppo_ref.fast.lstm.all_finite_1d",
-    "ppo_ref.fast.mlp.mlp_layers",
+    "ppo_ref.fast.mlp.layer_table",
 )
 
 #: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
@@ -104,5 +104,5 @@ NO_TWIN = (
     "ppo_ref.fast.lstm.keep_rows",
     "ppo_ref.fast.lstm.all_finite",
     "ppo_ref.fast.lstm.all_finite_1d",
-    "ppo_ref.fast.mlp.mlp_layers",
+    "ppo_ref.fast.mlp.layer_table",
 )

@@ -14,58 +14,11 @@ from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
 
-from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, mlp_backward_flat,
-                              mlp_forward_flat, mlp_layers)
+from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, layer_table,
+                              mlp_backward_flat, mlp_forward_flat)
+from ppo_ref.spec.networks import actor_critic_towers
 
 __all__ = ["FlatNet", "FlatCache", "flat_net", "flat_forward", "flat_backward"]
-
-
-def _check_params_mapping(params, name: str = "params") -> None:
-    if not isinstance(params, Mapping):
-        raise ValueError(f"{name} must be a dict of arrays, got {type(params).__name__}")
-
-
-def _structure(params: Mapping, shared_trunk: bool):
-    """Parse and check the towers: returns ``(trunk_layers or None, pi_layers, vf_layers)``."""
-    _check_params_mapping(params)
-    pi = mlp_layers(params, "pi.")
-    vf = mlp_layers(params, "vf.")
-    if vf[-1][0].shape[0] != 1:
-        raise ValueError(f"params['vf.w{len(vf) - 1}'] must have 1 output row, got "
-                         f"{vf[-1][0].shape[0]}")
-    n_keys = 2 * (len(pi) + len(vf))
-    trunk = None
-    if shared_trunk:
-        if len(pi) != 1 or len(vf) != 1:
-            raise ValueError("shared_trunk=True expects one-layer heads pi.w0/vf.w0 on a "
-                             f"'trunk.' MLP, got {len(pi)} pi and {len(vf)} vf layers")
-        if "trunk.w0" in params:
-            trunk = mlp_layers(params, "trunk.")
-            n_keys += 2 * len(trunk)
-            z_dim = trunk[-1][0].shape[0]
-        else:
-            z_dim = None
-        for name, layers in (("pi", pi), ("vf", vf)):
-            w = layers[0][0]
-            want = z_dim if z_dim is not None else pi[0][0].shape[1]
-            if w.shape[1] != want:
-                raise ValueError(f"params['{name}.w0'] has input width {w.shape[1]}, expected "
-                                 f"{want} (the trunk output width)")
-    else:
-        if pi[0][0].shape[1] != vf[0][0].shape[1]:
-            raise ValueError(f"params['pi.w0'] and params['vf.w0'] have different input widths "
-                             f"{pi[0][0].shape[1]} and {vf[0][0].shape[1]}")
-    if len(params) != n_keys:
-        known = ("pi.", "vf.") + (("trunk.",) if shared_trunk else ())
-        extra = sorted(k for k in params if not k.startswith(known))
-        hint = " (a shared trunk? pass shared_trunk=True)" if any(
-            k.startswith("trunk.") for k in extra) else ""
-        raise ValueError(f"params has unexpected keys {extra or sorted(params)}{hint}")
-    return trunk, pi, vf
-
-
-def _obs_dim(trunk, pi) -> int:
-    return (trunk if trunk is not None else pi)[0][0].shape[1]
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,22 +53,23 @@ class FlatNet(NamedTuple):
     policy_out_dim: int
 
 
-def _table(layout, layers, prefix: str) -> np.ndarray:
-    return np.array([(layout.offset(f"{prefix}w{i}"), layout.offset(f"{prefix}b{i}"))
-                     + tuple(w.shape) for i, (w, _) in enumerate(layers)], dtype=np.int64)
-
-
 def flat_net(params: Mapping[str, np.ndarray], layout, shared_trunk: bool) -> FlatNet:
-    """Check the network's arrays ``params`` (exactly the network's keys: float64 layers whose
-    widths chain, a one-output value head, heads on the trunk when ``shared_trunk``) and return
-    their :class:`FlatNet` in ``layout`` (the :class:`~ppo_ref.fast.flat.FlatLayout` of the
-    buffer they are views of). Raises ``ValueError`` naming the bad or missing key."""
-    trunk, pi, vf = _structure(params, bool(shared_trunk))
-    width = lambda layers: sum(int(w.shape[0]) for w, _ in layers)  # noqa: E731
-    return FlatNet(None if trunk is None else _table(layout, trunk, "trunk."),
-                   _table(layout, pi, "pi."), _table(layout, vf, "vf."),
-                   0 if trunk is None else width(trunk), width(pi), width(vf),
-                   int(_obs_dim(trunk, pi)), int(pi[-1][0].shape[0]))
+    """Check the network's arrays ``params`` with the spec's own check
+    (:func:`ppo_ref.spec.networks.actor_critic_towers`: exactly the network's keys, finite
+    float64 layers whose widths chain, a one-output value head, heads on the trunk when
+    ``shared_trunk``) and return their :class:`FlatNet` in ``layout`` (the
+    :class:`~ppo_ref.fast.flat.FlatLayout` of the buffer they are views of). Raises
+    ``ValueError`` naming the bad or missing key."""
+    trunk, pi, vf = actor_critic_towers(params, bool(shared_trunk))
+    tables = {prefix: layer_table(layout, params, prefix, len(tower) // 2)
+              for prefix, tower in (("trunk.", trunk), ("pi.", pi), ("vf.", vf))
+              if tower is not None}
+    width = lambda table: int(table[:, 2].sum())  # noqa: E731
+    first = tables.get("trunk.", tables["pi."])
+    return FlatNet(tables.get("trunk."), tables["pi."], tables["vf."],
+                   width(tables["trunk."]) if trunk is not None else 0,
+                   width(tables["pi."]), width(tables["vf."]), int(first[0, 3]),
+                   int(tables["pi."][-1, 2]))
 
 
 class FlatCache(NamedTuple):

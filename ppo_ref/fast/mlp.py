@@ -10,11 +10,13 @@ fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.train.recurrent_p
 readable MLP is :mod:`ppo_ref.spec.layers` (re-exported by :mod:`ppo_ref.nn.mlp`).
 
 Layer keys and layout are the spec's: ``prefix + "w{i}"`` ``[out, in]`` (torch layout, ``y =
-x @ w.T + b``) and ``prefix + "b{i}"`` ``[out]``; :func:`mlp_layers` reads and checks them.
+x @ w.T + b``) and ``prefix + "b{i}"`` ``[out]``, checked by the spec's
+:func:`ppo_ref.spec.layers.mlp_depth`; :func:`layer_table` turns the checked layers into the
+offsets table the kernels read.
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Tuple
+from typing import Mapping
 
 import numpy as np
 
@@ -22,54 +24,22 @@ from ppo_ref._numba import njit
 from ppo_ref.fast.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
                               _transpose_into, _wide)
 
-__all__ = ["mlp_forward_flat", "mlp_backward_flat", "mlp_layers"]  # called by the fast policies
+__all__ = ["mlp_forward_flat", "mlp_backward_flat", "layer_table"]  # called by the fast policies
 
 
 # --------------------------------------------------------------------------------------------
-# layer lookup (checked once per parameter layout by the callers)
+# layer tables (the parameters are checked by the spec's parsing, once per layout, by the callers)
 
-def _layer(params: Mapping, wkey: str, bkey: str, in_dim: int = -1) -> Tuple[np.ndarray, np.ndarray]:
-    """Fetch and check one linear layer ``(w [out, in], b [out])`` (float64)."""
-    try:
-        w = params[wkey]
-        b = params[bkey]
-    except KeyError as exc:
-        raise ValueError(f"params is missing key {exc.args[0]!r}") from None
-    if not (isinstance(w, np.ndarray) and w.ndim == 2 and w.dtype == np.float64):
-        raise ValueError(f"params[{wkey!r}] must be a float64 array [out, in], got "
-                         f"{getattr(w, 'dtype', type(w).__name__)} {getattr(w, 'shape', '')}")
-    if not (isinstance(b, np.ndarray) and b.shape == (w.shape[0],) and b.dtype == np.float64):
-        raise ValueError(f"params[{bkey!r}] must be a float64 array of shape {(w.shape[0],)}, got "
-                         f"{getattr(b, 'dtype', type(b).__name__)} {getattr(b, 'shape', '')}")
-    if in_dim >= 0 and w.shape[1] != in_dim:
-        raise ValueError(f"params[{wkey!r}] has input width {w.shape[1]}, expected {in_dim} "
-                         f"(the previous layer's output width)")
-    return w, b
-
-
-_W = tuple(f"w{i}" for i in range(64))
-_B = tuple(f"b{i}" for i in range(64))
-
-
-def mlp_layers(params: Mapping, prefix: str = "") -> List[Tuple[np.ndarray, np.ndarray]]:
-    """The layers ``[(w0, b0), ..., (wL, bL)]`` stored under ``prefix + "w{i}"``, chained.
-
-    Raises ``ValueError`` if there is no layer, a key is missing, or widths do not chain.
-    """
-    layers = []
-    in_dim = -1
-    i = 0
-    while True:
-        wkey = prefix + (_W[i] if i < 64 else f"w{i}")
-        if wkey not in params:
-            break
-        w, b = _layer(params, wkey, prefix + (_B[i] if i < 64 else f"b{i}"), in_dim)
-        layers.append((w, b))
-        in_dim = w.shape[0]
-        i += 1
-    if not layers:
-        raise ValueError(f"params has no layer {prefix}w0")
-    return layers
+def layer_table(layout, params: Mapping, prefix: str, depth: int) -> np.ndarray:
+    """The layer table of :func:`mlp_forward_flat` (int64 ``[depth, 4]``, row ``i`` = ``(w
+    offset, b offset, out_i, in_i)``) of the MLP of ``depth`` layers stored in ``params`` under
+    ``prefix + "w{i}"``, ``prefix + "b{i}"``, whose arrays are views of a buffer of ``layout``
+    (a :class:`~ppo_ref.fast.flat.FlatLayout`). Unchecked: ``depth`` comes from the spec's
+    check of those layers (:func:`ppo_ref.spec.layers.mlp_depth`, or
+    :func:`ppo_ref.spec.networks.actor_critic_towers`)."""
+    return np.array([(layout.offset(f"{prefix}w{i}"), layout.offset(f"{prefix}b{i}"))
+                     + tuple(params[f"{prefix}w{i}"].shape) for i in range(depth)],
+                    dtype=np.int64).reshape(depth, 4)
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
     "orthogonal", "linear_init", "linear_forward", "linear_backward",
     "tanh_forward", "tanh_backward", "relu_forward", "relu_backward",
-    "mlp_init", "mlp_forward", "mlp_backward",
+    "mlp_init", "mlp_forward", "mlp_backward", "mlp_depth",
 ]
 
 ACTIVATIONS = ("tanh", "relu")
@@ -358,11 +358,14 @@ def mlp_init(rng: np.random.Generator, in_dim: int, hidden_sizes: Sequence[int],
     return params
 
 
-def _mlp_depth(params: Mapping, prefix: str = "") -> int:
+def mlp_depth(params: Mapping, prefix: str = "") -> int:
     """The number of layers of the MLP stored under ``prefix + "w0", prefix + "b0", ...``.
 
-    Checks every layer (float64 ``w [out, in]``, ``b [out]``) and that widths chain
-    (``w_i.shape[1] == w_{i-1}.shape[0]``). Keys outside the MLP are not looked at.
+    Checks every layer (finite float64 ``w [out, in]``, ``b [out]``) and that widths chain
+    (``w_i.shape[1] == w_{i-1}.shape[0]``). Keys outside the MLP are not looked at. The one
+    check of an MLP's parameters: :func:`mlp_forward`, :func:`mlp_backward`, the networks of
+    :mod:`ppo_ref.spec.networks` and the compiled towers' layer tables
+    (:func:`ppo_ref.fast.mlp.layer_table` callers) all use it.
 
     Raises:
         ValueError: not a mapping, no layer ``w0``, a missing or malformed array, or widths
@@ -415,7 +418,7 @@ def mlp_forward(params: Mapping[str, np.ndarray], x, activation: str = "tanh"
             not chain), wrong last dimension or non-finite ``x``.
     """
     check_choice(activation, "activation", ACTIVATIONS)
-    depth = _mlp_depth(params)
+    depth = mlp_depth(params)
     _check_mlp_keys(params, depth)
     act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
     h = _as_float64(x, "x")
@@ -453,7 +456,7 @@ def mlp_backward(params: Mapping[str, np.ndarray], cache: MLPCache, dy
         ValueError: malformed params, a cache that is not an :class:`MLPCache` or does not match
             ``params``, or a ``dy`` of the wrong shape or non-finite.
     """
-    depth = _mlp_depth(params)
+    depth = mlp_depth(params)
     _check_mlp_keys(params, depth)
     if not isinstance(cache, MLPCache):
         raise ValueError(f"cache must be an MLPCache, got {type(cache).__name__}")

@@ -30,11 +30,11 @@ import numpy as np
 from ppo_ref._checks import (as_float_array, check_choice, check_last_dim, check_positive_int,
                              check_real_scalar, check_same_shape)
 from ppo_ref.spec.layers import (ACTIVATIONS, ActivationCache, MLPCache, Params,
-                                 _ACTIVATION_FUNCTIONS, _mlp_depth, mlp_backward, mlp_forward,
+                                 _ACTIVATION_FUNCTIONS, mlp_depth, mlp_backward, mlp_forward,
                                  mlp_init)
 
 __all__ = ["ActorCriticCache", "actor_critic_init", "actor_critic_forward",
-           "actor_critic_backward", "value_forward"]
+           "actor_critic_backward", "value_forward", "actor_critic_towers"]
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -126,9 +126,12 @@ def _tower(params: Mapping[str, np.ndarray], prefix: str) -> Params:
     return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
 
 
-def _towers(params: Mapping[str, np.ndarray], shared_trunk: bool
+def actor_critic_towers(params: Mapping[str, np.ndarray], shared_trunk: bool
             ) -> Tuple[Optional[Params], Params, Params]:
-    """Check ``params`` and split it into ``(trunk or None, pi, vf)`` MLP dicts.
+    """Check ``params`` and split it into ``(trunk or None, pi, vf)`` MLP dicts
+    (``{"w0", "b0", ...}``, the same arrays). The one check of an actor-critic's parameters:
+    the forward and backward passes here and the compiled tier's
+    :func:`ppo_ref.fast.actor_critic.flat_net` use it.
 
     Raises ``ValueError`` naming the offending key: a tower that is missing, malformed or
     does not chain, a value head with more than one output, with a shared trunk heads that
@@ -140,7 +143,7 @@ def _towers(params: Mapping[str, np.ndarray], shared_trunk: bool
     for prefix in prefixes:
         if prefix == "trunk." and "trunk.w0" not in params:
             continue  # a shared trunk with net_arch=(): the heads read obs
-        depth[prefix] = _mlp_depth(params, prefix)
+        depth[prefix] = mlp_depth(params, prefix)
     n_vf = depth["vf."]
     if params[f"vf.w{n_vf - 1}"].shape[0] != 1:
         raise ValueError(f"params['vf.w{n_vf - 1}'] must have 1 output row, got "
@@ -215,7 +218,7 @@ def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str 
     """
     check_choice(activation, "activation", ACTIVATIONS)
     shared_trunk = bool(shared_trunk)
-    trunk, pi, vf = _towers(params, shared_trunk)
+    trunk, pi, vf = actor_critic_towers(params, shared_trunk)
     z = _as_obs(obs, trunk, pi)
     trunk_cache, trunk_act_cache = None, None
     if trunk is not None:
@@ -236,7 +239,7 @@ def value_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh
     Same arguments and errors as :func:`actor_critic_forward`.
     """
     check_choice(activation, "activation", ACTIVATIONS)
-    trunk, pi, vf = _towers(params, bool(shared_trunk))
+    trunk, pi, vf = actor_critic_towers(params, bool(shared_trunk))
     z = _as_obs(obs, trunk, pi)
     if trunk is not None:
         act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
@@ -275,7 +278,7 @@ def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCa
     """
     if not isinstance(cache, ActorCriticCache):
         raise ValueError(f"cache must be an ActorCriticCache, got {type(cache).__name__}")
-    trunk, pi, vf = _towers(params, cache.shared_trunk)
+    trunk, pi, vf = actor_critic_towers(params, cache.shared_trunk)
     if (trunk is None) != (cache.trunk is None):
         raise ValueError("cache does not match params (trunk present in only one of them)")
     batch = cache.pi.linear[0].x.shape[0]

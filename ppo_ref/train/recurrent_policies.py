@@ -61,7 +61,8 @@ from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, keep_rows,
                               step_stacked)
-from ppo_ref.fast.mlp import mlp_backward_flat, mlp_forward_flat, mlp_layers
+from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
+from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
@@ -159,13 +160,6 @@ def _float64_input(x, name: str, shape: Tuple[int, ...], what: str) -> np.ndarra
     if not all_finite(arr):
         raise ValueError(f"{name} must be finite")
     return arr
-
-
-def _tower_table(layout: FlatLayout, layers, prefix: str):
-    """The layer table ``[(w offset, b offset, out, in)]`` (int64 ``[layers, 4]``) of the
-    tower ``prefix`` (``"pi."``, ``"vf."``) whose ``(w, b)`` arrays are ``layers``."""
-    return np.array([(layout.offset(f"{prefix}w{i}"), layout.offset(f"{prefix}b{i}"))
-                     + tuple(w.shape) for i, (w, _) in enumerate(layers)], dtype=np.int64)
 
 
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
@@ -318,8 +312,7 @@ class RecurrentPolicy(PolicyBase):
                     shapes.add(tuple(a.shape for a in check_lstm_params(_sub(params, name))))
                 except ValueError as exc:
                     raise ValueError(f"'{name}.*': {exc}") from None
-            pi = mlp_layers(params, "pi.")
-            vf = mlp_layers(params, "vf.")
+            pi_depth, vf_depth = mlp_depth(params, "pi."), mlp_depth(params, "vf.")
         except ValueError as exc:
             raise ValueError(f"params are not this policy's network: {exc}") from None
         if len(shapes) != 1:
@@ -328,20 +321,22 @@ class RecurrentPolicy(PolicyBase):
         (w_ih_shape, w_hh_shape, _), = shapes
         hidden = w_hh_shape[1]
         keys = {f"{name}.{k}" for name in names for k in ("w_ih", "w_hh", "b")}
-        keys |= {f"{tower}.{k}{i}" for tower, layers in (("pi", pi), ("vf", vf))
-                 for i in range(len(layers)) for k in ("w", "b")} | set(self._head_keys)
+        keys |= {f"{tower}.{k}{i}" for tower, depth in (("pi", pi_depth), ("vf", vf_depth))
+                 for i in range(depth) for k in ("w", "b")} | set(self._head_keys)
+        pi = [params[f"pi.w{i}"] for i in range(pi_depth)]
+        vf = [params[f"vf.w{i}"] for i in range(vf_depth)]
         problems = []
         if w_ih_shape[1] != self.obs_dim:
             problems.append(f"the LSTM input width is {w_ih_shape[1]}, obs_dim is "
                             f"{self.obs_dim}")
-        if pi[0][0].shape[1] != hidden or vf[0][0].shape[1] != hidden:
-            problems.append(f"the towers' input widths are {pi[0][0].shape[1]} and "
-                            f"{vf[0][0].shape[1]}, the LSTM width is {hidden}")
-        if pi[-1][0].shape[0] != self.head.out_dim:
-            problems.append(f"the policy tower has {pi[-1][0].shape[0]} outputs, the head "
+        if pi[0].shape[1] != hidden or vf[0].shape[1] != hidden:
+            problems.append(f"the towers' input widths are {pi[0].shape[1]} and "
+                            f"{vf[0].shape[1]}, the LSTM width is {hidden}")
+        if pi[-1].shape[0] != self.head.out_dim:
+            problems.append(f"the policy tower has {pi[-1].shape[0]} outputs, the head "
                             f"reads {self.head.out_dim}")
-        if vf[-1][0].shape[0] != 1:
-            problems.append(f"the value tower has {vf[-1][0].shape[0]} outputs, not 1")
+        if vf[-1].shape[0] != 1:
+            problems.append(f"the value tower has {vf[-1].shape[0]} outputs, not 1")
         if set(params) != keys:
             problems.append(f"keys {sorted(set(params) ^ keys)} are extra or missing")
         for k, v in self.head.init_params().items():
@@ -360,9 +355,10 @@ class RecurrentPolicy(PolicyBase):
             start = layout.offset(f"{names[0]}.{k}")
             size = n_lstm * int(np.prod(shape))
             slices.append((start, start + size, (n_lstm,) + tuple(shape)))
-        return _FastSpec(layout, n_lstm, hidden, tuple(slices), _tower_table(layout, pi, "pi."),
-                         _tower_table(layout, vf, "vf."), sum(w.shape[0] for w, _ in pi),
-                         sum(w.shape[0] for w, _ in vf))
+        return _FastSpec(layout, n_lstm, hidden, tuple(slices),
+                         layer_table(layout, params, "pi.", pi_depth),
+                         layer_table(layout, params, "vf.", vf_depth),
+                         sum(w.shape[0] for w in pi), sum(w.shape[0] for w in vf))
 
     def _obs_input(self, obs, lead: int) -> np.ndarray:
         """``obs`` ``[*lead_dims, *obs_shape]`` or ``[*lead_dims, obs_dim]`` (``lead`` = 1 for
