@@ -187,8 +187,17 @@ def _adam_case(rng):
     state["t"] = int(rng.integers(0, 5))
     state["m"] = {k: 0.1 * rng.normal(size=s) for k, s in shapes.items()}
     state["v"] = {k: rng.uniform(0.0, 0.1, size=s) for k, s in shapes.items()}
-    return dict(params=params, grads=grads, state=state,
-                max_norm=float(rng.choice([0.5, 1e6])), lr=3e-4)
+    return dict(params=params, grads=grads, state=state, max_norm=0.5, lr=3e-4)
+
+
+def _adam_case_no_clip(rng):
+    """A step whose gradient norm is far below ``max_norm``: nothing clips."""
+    return dict(_adam_case(rng), max_norm=1e6)
+
+
+def _without_norm(run):
+    """The results of ``run`` but the last (the global norm, summed in another order)."""
+    return lambda c: run(c)[:-1]
 
 
 def _adam_fast(c):
@@ -208,9 +217,9 @@ def _adam_spec(c):
     return _arrays(params, state["m"], state["v"], norm)
 
 
-def _epochs_case(rng):
+def _epochs_case(rng, max_grad_norm=0.3):
     return dict(seed=int(rng.integers(0, 2 ** 31)), target_kl=rng.choice([None, 0.02]),
-                max_grad_norm=float(rng.choice([0.3, 1e6])))
+                max_grad_norm=max_grad_norm)
 
 
 def _epochs(tier):
@@ -230,7 +239,8 @@ def _epochs(tier):
                                       np.random.default_rng(c["seed"])),
                                   evaluate=evaluate, backward=back)
         return _arrays(dict(params), dict(state["m"]), dict(state["v"]),
-                       [stats[k] for k in spec_update.STATS_KEYS])
+                       [stats[k] for k in spec_update.STATS_KEYS if k != "grad_norm"],
+                       stats["grad_norm"])
     return run
 
 
@@ -273,6 +283,41 @@ def _minibatches(fn, recurrent, fast):
                 assert mb.weights is None
         return out + [np.array(repr(rng.bit_generator.state))]
     return run
+
+
+# -- the MLP towers on a flat buffer ----------------------------------------------------------
+
+def _mlp_case(rng):
+    sizes = [int(w) for w in rng.integers(1, 7, size=int(rng.integers(2, 5)))]
+    params = {}
+    for i in range(len(sizes) - 1):
+        params[f"w{i}"] = rng.normal(size=(sizes[i + 1], sizes[i]))
+        params[f"b{i}"] = 0.5 * rng.normal(size=sizes[i + 1])
+    rows = int(rng.integers(1, 12))
+    return dict(params=params, x=rng.normal(size=(rows, sizes[0])),
+                dy=rng.normal(size=(rows, sizes[-1])),
+                activation=str(rng.choice(["tanh", "relu"])))
+
+
+def _mlp_fast(c):
+    from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
+    flat = flatten_arrays(c["params"])
+    table = layer_table(flat.layout, flat, "", len(c["params"]) // 2)
+    relu = c["activation"] == "relu"
+    rows = c["x"].shape[0]
+    acts = np.empty(rows * int(table[:, 2].sum()))
+    mlp_forward_flat(c["x"], flat.flat, table, relu, acts)
+    y = acts[acts.size - rows * int(table[-1, 2]):].reshape(rows, -1)
+    grads, dx = np.zeros(flat.flat.size), np.zeros(c["x"].shape)
+    mlp_backward_flat(c["x"], acts, flat.flat, table, relu, c["dy"], grads, dx)
+    return _arrays(y, dict(type(flat).from_buffer(grads, flat.layout)), dx)
+
+
+def _mlp_spec(c):
+    from ppo_ref.spec.layers import mlp_backward, mlp_forward
+    y, cache = mlp_forward(c["params"], c["x"], c["activation"])
+    dx, grads = mlp_backward(c["params"], cache, c["dy"])
+    return _arrays(y, grads, dx)
 
 
 # -- distributions --------------------------------------------------------------------------------
@@ -462,8 +507,22 @@ TWINS: Dict[str, Twin] = {
     "clipped_adam_step": Twin((_fast_name("optim", "clipped_adam_step"),),
                               "ppo_ref.spec.optim.adam_update", _adam_case, _adam_fast,
                               _adam_spec, Tol(1e-14, 1e-300)),
+    # no step clips: the same bits but for the global norm, whose sum has another order (it is
+    # compared in the rows above)
+    "clipped_adam_step_no_clip": Twin((_fast_name("optim", "clipped_adam_step"),),
+                                      "ppo_ref.spec.optim.adam_update", _adam_case_no_clip,
+                                      _without_norm(_adam_fast), _without_norm(_adam_spec), BITS),
     "run_epochs": Twin((_fast_name("update", "run_epochs"),), "ppo_ref.spec.update.run_epochs",
                        _epochs_case, _epochs("fast"), _epochs("spec"), Tol(1e-10, 1e-14)),
+    "run_epochs_no_clip": Twin((_fast_name("update", "run_epochs"),),
+                               "ppo_ref.spec.update.run_epochs",
+                               lambda rng: _epochs_case(rng, max_grad_norm=1e6),
+                               _without_norm(_epochs("fast")), _without_norm(_epochs("spec")),
+                               BITS),
+    "mlp": Twin((_fast_name("mlp", "mlp_forward_flat"), _fast_name("mlp", "mlp_backward_flat"),
+                 _fast_name("mlp", "layer_table")),
+                "ppo_ref.spec.layers.mlp_forward", _mlp_case, _mlp_fast, _mlp_spec,
+                Tol(1e-12, 1e-14)),
     "feedforward_minibatches": Twin(
         (_fast_name("update", "feedforward_minibatches"), _fast_name("update", "epoch_permutations")),
         "ppo_ref.spec.update.feedforward_minibatches", lambda rng: _minibatch_case(rng, False),

@@ -1,12 +1,14 @@
 """The compiled tier of the MLP actor-critic: both towers (or a shared trunk and its heads) on
 one flat parameter buffer, the network of :class:`ppo_ref.train.policies.MLPPolicy`.
 
-:func:`flat_forward` equals :func:`ppo_ref.spec.networks.actor_critic_forward` within rtol
-1e-12 and :func:`flat_backward` equals :func:`ppo_ref.spec.networks.actor_critic_backward`
-within rtol 1e-10 (relative to each gradient array's largest entry), in float64, on the same
-parameters (the spec's keys ``pi.*``, ``vf.*``, ``trunk.*``, from
-:func:`ppo_ref.spec.networks.actor_critic_init`) read through a :class:`FlatNet` of layer tables
-(``tests/test_mlp_policy_fast.py``). :func:`flat_net` checks the parameters once per layout.
+:func:`flat_forward` equals :func:`ppo_ref.spec.networks.actor_critic_forward` and
+:func:`flat_backward` equals :func:`ppo_ref.spec.networks.actor_critic_backward` in float64
+within rtol 1e-11, atol 1e-14 per result array (``|fast - spec| <= 1e-14 + 1e-11 *
+max|spec|``, through :class:`ppo_ref.train.policies.MLPPolicy`: the ``mlp_policy`` row of
+``tests/test_tiers.py``), and in float32 buffers within rtol 2e-4, atol 1e-5 (the
+``mlp_policy_float32`` row), on the same parameters (the spec's keys ``pi.*``, ``vf.*``,
+``trunk.*``, from :func:`ppo_ref.spec.networks.actor_critic_init`) read through a
+:class:`FlatNet` of layer tables. :func:`flat_net` checks the parameters once per layout.
 """
 from __future__ import annotations
 
@@ -102,8 +104,9 @@ def flat_forward(net: FlatNet, flat: np.ndarray, x: np.ndarray, relu: bool,
     Returns ``(policy_out [B, P] or None, values [B] or None, FlatCache)`` in the dtype of
     ``flat`` (``policy``/``value`` False skip that tower). Same equations; the summation order is
     the fixed one of the section comment, so per row the results do not depend on the batch or
-    the machine. Equal to :func:`ppo_ref.spec.networks.actor_critic_forward` within rtol 1e-12
-    in float64.
+    the machine. Equal to :func:`ppo_ref.spec.networks.actor_critic_forward` within rtol 1e-11,
+    atol 1e-14 per result array in float64 (rtol 2e-4, atol 1e-5 in float32): the
+    ``mlp_policy`` and ``mlp_policy_float32`` rows of ``tests/test_tiers.py``.
     """
     trunk_acts = None
     z = x
@@ -129,8 +132,9 @@ def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out
     Summation order: that of :func:`ppo_ref.fast.mlp.mlp_backward_flat` per tower (rows in
     order); with a shared trunk ``dz = d_pi @ w_pi`` then the value head's terms added on
     (``dz += d_v @ w_vf``, one FMA chain), times the trunk's activation derivative. Equal to
-    :func:`ppo_ref.spec.networks.actor_critic_backward` within rtol 1e-10 in float64 (relative to
-    each gradient array's largest entry).
+    :func:`ppo_ref.spec.networks.actor_critic_backward` within rtol 1e-11, atol 1e-14 in float64,
+    relative to each gradient array's largest entry (the ``mlp_policy`` row of
+    ``tests/test_tiers.py``).
     """
     x = cache.x
     dv = d_values.reshape(-1, 1)

@@ -17,6 +17,10 @@ Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable defini
   equal their :mod:`ppo_ref.spec.distributions` namesakes within rtol 1e-12 (atol 1e-15 for the
   gradients); they check their arguments with the spec's own checks (the same errors).
 
+The tolerances are those ``tests/test_tiers.py`` checks (``|fast - spec| <= atol + rtol *
+max|spec|`` per result array: its ``categorical``, ``categorical_sample`` and
+``multi_categorical`` rows).
+
 The MLP and recurrent policies (:mod:`ppo_ref.train.policies`, :mod:`ppo_ref.train.recurrent_policies`)
 run :func:`categorical_eval_kernel` / :func:`categorical_backward_kernel` for the categorical
 head; the probabilities and entropies of the eval kernel are what the backward kernel reads.

@@ -2,8 +2,9 @@
 
 :func:`mlp_forward_flat` equals :func:`ppo_ref.spec.layers.mlp_forward` and
 :func:`mlp_backward_flat` equals :func:`ppo_ref.spec.layers.mlp_backward` (the same
-parameters, read through a layer table) within rtol 1e-12 in float64, relative to each array's
-largest entry (``tests/test_mlp.py``); float32 buffers give the same computation in float32.
+parameters, read through a layer table) in float64 within rtol 1e-12, atol 1e-14 per result
+array (``|fast - spec| <= 1e-14 + 1e-12 * max|spec|``: the ``mlp`` row of
+``tests/test_tiers.py``, random tables); float32 buffers give the same computation in float32.
 Their summation order is fixed by the code (section comment below), so a row's results do not
 depend on the other rows of the call, on BLAS or on the machine. They are the towers of the
 fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.train.recurrent_policies`); the
@@ -120,7 +121,8 @@ def _activation_grad_transposed(d, h, relu, d_t):
 @njit
 def mlp_forward_flat(x, flat, table, relu, acts):
     """Compiled MLP forward on a flat parameter buffer (section comment above): equals
-    :func:`ppo_ref.spec.layers.mlp_forward` within rtol 1e-12 in float64.
+    :func:`ppo_ref.spec.layers.mlp_forward` in float64 within rtol 1e-12, atol 1e-14 (the
+    ``mlp`` row of ``tests/test_tiers.py``).
 
     Args:
         x: ``[M, in_0]`` C-contiguous, the dtype of ``flat`` (float64 or float32).
@@ -153,8 +155,8 @@ def mlp_forward_flat(x, flat, table, relu, acts):
 @njit
 def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
     """Compiled MLP backward on a flat parameter buffer (section comment above): equals
-    :func:`ppo_ref.spec.layers.mlp_backward` within rtol 1e-12 in float64 (relative to each
-    array's largest entry).
+    :func:`ppo_ref.spec.layers.mlp_backward` in float64 within rtol 1e-12, atol 1e-14, relative
+    to each array's largest entry (the ``mlp`` row of ``tests/test_tiers.py``).
 
     Args:
         x, acts, flat, table, relu: as given to (and written by) :func:`mlp_forward_flat`.

@@ -179,12 +179,13 @@ class RecurrentPolicy(PolicyBase):
     distribution head of :mod:`ppo_ref.train.policies`, on one parameter buffer.
 
     Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
-    same results, actions sampled with the same ``rng`` draws), within a stated tolerance. float64:
-    log-probs, entropies, values and LSTM states within ``rtol = 1e-12`` (``atol = 1e-13``),
-    each gradient array within ``1e-12`` of its largest entry (the LSTM recurrence is the
-    same arithmetic; the towers and the categorical head round in another order).
-    ``compute_dtype="float32"``: ``rtol = 1e-4`` (``atol = 1e-5``), gradients within
-    ``2e-4`` of each array's largest entry (float32 rounding through the recurrence).
+    same results, actions sampled with the same ``rng`` draws), within a stated tolerance,
+    ``|fast - spec| <= atol + rtol * max|spec|`` per result array (log-probs, entropies,
+    values, LSTM states, each gradient array): float64 ``rtol = 1e-11``, ``atol = 1e-13``
+    (the ``recurrent_policy`` row of ``tests/test_tiers.py``; the LSTM recurrence is the same
+    arithmetic, the towers and the categorical head round in another order);
+    ``compute_dtype="float32"``: ``rtol = 2e-4``, ``atol = 1e-5`` (the
+    ``recurrent_policy_float32`` row; float32 rounding through the recurrence).
     Within this class everything agrees bit for bit: one step of
     :meth:`act`, :meth:`policy_out_step`, :meth:`predict`, :meth:`values` and
     :meth:`acting_step_fn` gives an env the LSTM states, policy outputs, values and (act)
