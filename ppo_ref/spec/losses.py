@@ -16,12 +16,22 @@ functions (so both tiers give the same bits). They are written in the subset of 
 numba compiles, in float64.
 
 Non-differentiable points (the "kinks" of clip and min/max) follow the subgradient that
-``torch`` autograd picks for the usual torch formulation of the same loss (SB3, CleanRL), so
-gradients match those implementations exactly, including at the boundaries:
+``torch`` autograd picks for the usual torch formulation of the same loss (SB3, CleanRL), so in
+exact arithmetic the gradients are those implementations' everywhere, the kinks included:
 
 * ``clamp(x, lo, hi)`` passes the gradient where ``lo <= x <= hi`` (boundaries *inclusive*).
 * ``minimum(a, b)`` / ``maximum(a, b)`` send the gradient to the selected operand and split it
   half/half when ``a == b``.
+
+In floating point a tie can also arise from rounding alone, and such ties are resolved as the
+code here is written, which can differ from torch by one rounding-level case: the clipped
+surrogate decides which term is active from the ratio and the interval bounds (clipped, zero
+gradient, exactly when ``A > 0 and ratio > high`` or ``A < 0 and ratio < low``), not from the
+rounded products. Where the ratio lies an ulp or so beyond a bound and ``ratio * A`` and
+``bound * A`` round to the same float64, torch's ``min`` sees equal operands and passes half
+the unclipped gradient; here the element counts as clipped and passes none (and a ratio just
+inside a bound passes all of it). The loss values are the same. The dual clip's ``max`` and the
+clipped value loss's ``max`` compare the computed terms, and split at equality as torch does.
 
 Sources: Schulman et al., "Proximal Policy Optimization Algorithms" (arXiv:1707.06347), eq. (7)
 for the clipped surrogate and eq. (9) for the combined objective; value clipping from OpenAI
