@@ -3,6 +3,7 @@ notation, every gradient against central differences, the reset semantics (a res
 sequence, a garbage state before a reset is ignored and gets exactly zero gradient), step-by-step
 equals whole-sequence, truncated BPTT composes through dh_T / dc_T, no mutation, argument
 validation."""
+import os
 import re
 import warnings
 
@@ -590,30 +591,36 @@ def test_add_products_blocks_match_the_fma_chain_oracle_and_the_interpreted_loop
     sub = out0[rows].copy()
     lstm_mod._add_products(sub, np.ascontiguousarray(a[rows]), w_t)
     np.testing.assert_array_equal(sub, compiled[rows])
-    # a non-contiguous operand takes the scalar form of the block (same bits)
-    wide_a = np.zeros((n_rows, 2 * n_k))
-    wide_a[:, ::2] = a
-    strided = out0.copy()
-    lstm_mod._add_products(strided, wide_a[:, ::2], w_t)
-    np.testing.assert_array_equal(strided, compiled)
     monkeypatch.setattr(lstm_mod, "_add_products_loops", lstm_mod._add_products_loops.py_func)
     interpreted = out0.copy()
     lstm_mod._add_products.py_func(interpreted, a, w_t)
     np.testing.assert_array_equal(interpreted, compiled)
 
 
-def test_add_products_blocks_float32(rng):
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no typing")
+def test_add_products_refuses_operands_that_are_not_c_contiguous():
+    """The compiled product takes C-contiguous operands of one dtype only: a strided operand
+    (or mixed dtypes) is a typing error, not a silently different code path."""
+    from numba.core.errors import TypingError
+    a = np.zeros((8, 6))[:, ::2]
+    with pytest.raises(TypingError, match="C-contiguous"):
+        lstm_mod._add_products(np.zeros((8, 16)), a, np.zeros((3, 16)))
+    with pytest.raises(TypingError, match="C-contiguous"):
+        lstm_mod._add_products(np.zeros((8, 16)), np.zeros((8, 3), np.float32),
+                               np.zeros((3, 16)))
+
+
+def test_add_products_blocks_float32(rng, monkeypatch):
     """float32 operands: the vector blocks compute float32 FMA chains in k order, the same
-    bits as the scalar float32 loops (a non-contiguous copy of ``a`` takes those)."""
+    bits as the interpreted float32 loops."""
     a = rng.standard_normal((16, 24)).astype(np.float32)
     w_t = rng.standard_normal((24, 48)).astype(np.float32)
     out0 = rng.standard_normal((16, 48)).astype(np.float32)
     fast = out0.copy()
     lstm_mod._add_products(fast, a, w_t)
-    wide_a = np.zeros((16, 48), np.float32)
-    wide_a[:, ::2] = a
+    monkeypatch.setattr(lstm_mod, "_add_products_loops", lstm_mod._add_products_loops.py_func)
     slow = out0.copy()
-    lstm_mod._add_products(slow, wide_a[:, ::2], w_t)
+    lstm_mod._add_products.py_func(slow, a, w_t)
     np.testing.assert_array_equal(fast, slow)
     ref = _products_oracle(out0, a, w_t)  # float64 chain: float32 agrees to float32 rounding
     np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-4 * np.abs(ref).max())

@@ -72,6 +72,7 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 from llvmlite import ir as llvm_ir
 from numba.core import cgutils, types
+from numba.core.errors import TypingError as NumbaTypingError
 from numba.extending import intrinsic, overload
 
 from ppo_ref.fast import workspace
@@ -449,12 +450,18 @@ def _add_block_vector(typingctx, out, a, w_t, n, j0):
 
 @overload(_add_block)
 def _add_block_compiled(out, a, w_t, n, j0):
+    """Compiled, :func:`_add_block` is :func:`_add_block_vector`, for 2-D C-contiguous arrays of
+    one dtype, float64 or float32; anything else is refused when the caller is compiled (a
+    ``TypingError``), so no layout or dtype selects another code path: callers pass
+    C-contiguous operands (``np.ascontiguousarray``)."""
     arrays = (out, a, w_t)
-    if all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 2 for t in arrays) \
-            and out.dtype in (types.float32, types.float64) \
-            and a.dtype == out.dtype and w_t.dtype == out.dtype:
-        return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
-    return _add_block  # other layouts or dtypes: the loops as written, compiled
+    if not (all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 2 for t in arrays)
+            and out.dtype in (types.float32, types.float64)
+            and a.dtype == out.dtype and w_t.dtype == out.dtype):
+        raise NumbaTypingError(
+            "_add_products/_add_block take 2-D C-contiguous float64 or float32 arrays of one "
+            f"dtype (out, a, w_t), got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
+    return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
 
 
 @njit
@@ -505,7 +512,8 @@ def _add_products(out, a, w_t):
     K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
 
     ``out`` ``[M, J]``, ``a`` ``[M, K]``, ``w_t`` ``[K, J]`` (the weight pre-transposed so j is
-    contiguous). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
+    contiguous), 2-D C-contiguous arrays of one dtype, float64 or float32 (compiled, other
+    layouts are refused: :func:`_add_block_compiled`). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
     registers over all k); the columns and rows left over by
     :func:`_add_products_loops`. The arithmetic of an element is the same chain of FMAs in
     every case, so a row's result does not depend on the other rows of the call.
