@@ -25,7 +25,7 @@ import numpy as np
 
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import Layout, get_layout
-from ppo_ref.testing.options import (combinations, describe, options_for,
+from ppo_ref.conventions import (combinations, describe, options_for,
                                      resolve_convention)
 from ppo_ref.testing.quantities import get_quantity
 
@@ -354,7 +354,7 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
         fn: the implementation under test, called through ``layout``.
         layout: a layout name ({layouts}) or a :class:`~ppo_ref.testing.layouts.Layout`.
         convention: a preset name of ``PPOConfig.preset`` or a dict of options
-            (:data:`ppo_ref.testing.options.OPTIONS`) the reference uses; options it leaves out
+            (:data:`ppo_ref.conventions.OPTIONS`) the reference uses; options it leaves out
             keep their reference value.
         dtype: ``"float64"``, ``"float32"`` (every float array is float32 and the tolerance is
             float32's) or ``"any"`` (both are drawn).
@@ -460,7 +460,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
              fixed: Optional[Mapping[str, Any]] = None) -> IdentifyReport:
     """Which convention does ``fn`` implement?
 
-    Tries every combination of the options of :data:`ppo_ref.testing.options.OPTIONS` that
+    Tries every combination of the options of :data:`ppo_ref.conventions.OPTIONS` that
     affect ``quantity`` (a search of ``max_examples`` examples each, default 60) with the
     float32 bound as the tolerance, and sorts each into: an exact match (no gap beyond the
     strict float64 tolerance), a match up to float32 rounding (gaps only of float32-rounding
