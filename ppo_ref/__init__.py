@@ -29,8 +29,8 @@ Imports run one way, down this list of ranks (a module imports only from lower r
 subpackage; tests/test_architecture.py enforces it, and that no private name crosses a
 subpackage boundary)::
 
-    cli > testing > vectors, zoo, distributed > train, conventions > io, config, kernels, nn, losses,
-    optim, envs, details > fast > spec > _checks, _numba, _lifeline
+    cli > testing > vectors, zoo, distributed > train, conventions > io, config, kernels,
+    nn, losses, optim, envs, details > fast > spec > _checks, _numba, _lifeline
 
 Module paths from before this layout stay importable as the modules that now hold the code
 (:data:`MOVED_MODULES`): ``ppo_ref.ppo`` is ``ppo_ref.train.ppo``, ``ppo_ref.actor_learner``
