@@ -21,6 +21,7 @@ flows (env -> rollout -> advantages -> losses and networks -> optimizer)::
     zoo.py           per-env default settings of ``ppo-ref train --env ID``
     details.py       the PPO implementation-details table (data; no imports)
     vectors.py       golden JSON test vectors: write, read, check another implementation
+    conventions.py   the table of convention options (presets' fields) testing and vectors read
     testing/         property checks of another implementation (hypothesis)
     cli/             the ``ppo-ref`` command; it calls the library, nothing imports it
 
@@ -28,8 +29,8 @@ Imports run one way, down this list of ranks (a module imports only from lower r
 subpackage; tests/test_architecture.py enforces it, and that no private name crosses a
 subpackage boundary)::
 
-    cli > testing > vectors, zoo, distributed > train > io, config, kernels, nn, losses,
-    optim, envs, details > fast > spec > _checks, _numba, _lifeline
+    cli > testing > vectors, zoo, distributed > train, conventions > io, config, kernels,
+    nn, losses, optim, envs, details > fast > spec > _checks, _numba, _lifeline
 
 Module paths from before this layout stay importable as the modules that now hold the code
 (:data:`MOVED_MODULES`): ``ppo_ref.ppo`` is ``ppo_ref.train.ppo``, ``ppo_ref.actor_learner``

@@ -661,7 +661,7 @@ def _ppo_cases(rng) -> List[dict]:
 # ----------------------------------------------------------------------------------------------
 
 #: For each kind whose result depends on convention options: ``{option name: settings key}``
-#: (the option names of ``ppo_ref.testing.options.OPTIONS``).
+#: (the option names of ``ppo_ref.conventions.OPTIONS``).
 _OPTION_KEYS: Dict[str, Dict[str, str]] = {
     "gae": {"truncation": "truncation",
             "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
@@ -714,9 +714,9 @@ def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
     """The conventions under which ppo_ref's outputs for ``case`` equal ``got`` (flattened
     outputs, decoded) within the tolerance: each a description like ``"cleanrl/rlax
     (truncation='terminate', ...)"``. Tries every combination of the options of
-    ``ppo_ref.testing.options.OPTIONS`` that the case's kind reads (:data:`_OPTION_KEYS`); an
+    ``ppo_ref.conventions.OPTIONS`` that the case's kind reads (:data:`_OPTION_KEYS`); an
     empty list when none passes or the kind has no options."""
-    from ppo_ref.testing.options import QUANTITIES, describe, options_for
+    from ppo_ref.conventions import QUANTITIES, describe, options_for
     import itertools
     keys = _OPTION_KEYS.get(case["kind"])
     if not keys:
@@ -724,7 +724,7 @@ def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
     quantity = case["kind"] if case["kind"] in QUANTITIES else "policy_loss"
     table = [o for o in options_for(quantity) if o.name in keys]
     if case["kind"] == "approx_kl":
-        from ppo_ref.testing.options import OPTIONS
+        from ppo_ref.conventions import OPTIONS
         table = [o for o in OPTIONS if o.name == "kl_estimator"]
     out = []
     for values in itertools.product(*(o.values for o in table)):
