@@ -2,7 +2,7 @@
 batch size, the BLAS kernel or the CPU.
 
 The fast MLP policy sums every product in an order written in the code (fused multiply-add
-chains, row by row: ppo_ref/nn/mlp.py), so
+chains, row by row: ppo_ref/fast/mlp.py), so
 
 * a row's outputs do not depend on the other rows of the call (acting on N rows, the rollout's
   T*N rows and each minibatch give the same bits), hence the first minibatch's ratio is exactly

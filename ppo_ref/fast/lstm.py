@@ -47,13 +47,15 @@ The factor ``keep`` is where the gradient stops: a state cut by a reset receives
 
 Numerics. All work of the public functions is float64 (float32, integer or bool inputs are
 cast on entry). The unchecked stacked helpers of the recurrent policy's fast path
-(:func:`forward_stacked`, :func:`backward_stacked`, :func:`_step_stack`) run the same
+(:func:`forward_stacked`, :func:`backward_stacked`, :func:`step_stacked`) run the same
 kernels on float32 arrays when asked (``compute_dtype="float32"``): float32 products and
-FMA chains, ``tanh`` evaluated in float64 and rounded. The sigmoid is
+FMA chains, and ``tanh`` in float32 arithmetic (:func:`_tanh_f32`). The sigmoid is
 evaluated as ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, an exact identity that never overflows
 (``1 / (1 + exp(-z))`` overflows ``exp`` for ``z < -709``); ``z / 2`` is exact in binary
-floating point (barring underflow). ``tanh`` is this module's own (:func:`_tanh`, within 3
-units in the last place of NumPy's), made of basic operations so the loops calling it vectorize.
+floating point (barring underflow). ``tanh`` is this module's own (:func:`_tanh_any`:
+:func:`_tanh` in float64, within 3 units in the last place of NumPy's, and :func:`_tanh_f32`
+in float32, within 4 float32 units of NumPy's float64 tanh; both tested), made of basic
+operations so the loops calling it vectorize.
 The forward recursion over all T steps is one compiled call (:func:`_forward_kernel`), and so
 is BPTT (:func:`_backward_kernel`); their small products are loops of fused multiply-adds in
 index order (:func:`_add_products`), so an environment's results do not depend on the other

@@ -39,7 +39,7 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
         truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``);
             termination wins when both are set.
         last_values: ``[N]`` (scalar for ``[T]`` input): ``V(obs[T])``, after the last step.
-        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, read only where step t truncated
+        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, used only where step t truncated
             without terminating (put 0 elsewhere; every entry must be finite). Required when
             such a step exists (and ``truncation="bootstrap"``).
         gamma: discount in [0, 1]: a scalar, or one per step: an array shaped like ``rewards``

@@ -51,7 +51,8 @@ def gae_recursion(rewards, values, terminated, truncated, last_values, final_val
     episode or of the rollout.
 
     Args: ``rewards``, ``values``, ``final_values`` ``[T, N]`` float arrays of one dtype
-    (``final_values`` read only where a step bootstraps from it); ``terminated``, ``truncated``
+    (``final_values`` enters the arithmetic only where a step bootstraps from it, but every
+    entry must be finite: the finiteness check reads them all); ``terminated``, ``truncated``
     ``[T, N]`` bool; ``last_values`` ``[N]``; ``gammas`` and ``gamma_lambdas`` (= gamma * lambda,
     rounded once to the arrays' dtype) ``[T, N]`` arrays of the arrays' dtype, the discount and
     the trace decay of step ``t`` (rlax ``discount_t``/``lambda_``); ``truncation_mode`` a code of
@@ -59,7 +60,7 @@ def gae_recursion(rewards, values, terminated, truncated, last_values, final_val
     a terminal step on the last row still bootstraps ``last_values``, as thrust-rl 0.4).
 
     Returns ``all_finite``: whether every entry of ``rewards``, ``values``, ``final_values``
-    read and of the results is finite (see :func:`finite_sum`).
+    and of the results is finite (see :func:`finite_sum`).
     """
     n_steps, n_envs = rewards.shape
     all_finite = True
