@@ -4,9 +4,8 @@ Why: a minibatch step of the recurrent trainer makes a few MB of fresh arrays (t
 activations, ``dz``, gradients). glibc's ``malloc`` serves arrays that large from ``mmap`` or
 from the top of the heap, and gives the memory back to the kernel when they are freed
 (``M_MMAP_THRESHOLD`` / ``M_TRIM_THRESHOLD``); the next step's arrays are then faulted in and
-zeroed page by page again. Measured on this project's VM (recurrent benchmark, float64): about
-5000 minor page faults and 7-9 ms of kernel time per update of about 80 ms. Reusing the arrays
-removes both without touching the process's allocator settings.
+zeroed page by page again. Reusing the arrays avoids those page faults without touching the
+process's allocator settings (the measurements: ``docs/fast_tier_notes.md``).
 
 Safety rule: an array is handed out again only when no reference to it (or to a view of it:
 a view holds its base) exists outside the pool, as counted by ``sys.getrefcount`` (CPython).
