@@ -16,7 +16,8 @@ The public, validating wrappers are :mod:`ppo_ref.kernels` (``masks.py``, ``gae.
 function itself).
 
 The scalar helpers the loops call (:func:`ppo_ref.spec.masks.transition_flags`,
-:func:`ppo_ref.spec.advantages.finite_sum`) are registered with numba's ``register_jitable``:
+:func:`ppo_ref.spec.advantages.finite_sum`, :func:`ppo_ref.spec.advantages.next_value`) are
+registered with numba's ``register_jitable``:
 compiled code calling them gets a compiled version, plain Python keeps calling the function.
 Compiled code is cached by :func:`ppo_ref._numba.njit`, whose cache entries are invalidated by
 any edit of any package source (so an edit of spec/masks.py recompiles these loops too).
@@ -33,6 +34,7 @@ __all__ = ["gae_recursion", "vtrace_recursion", "log_ratios",
 # the helpers, usable from compiled code (the spec functions themselves are returned unchanged)
 register_jitable(**NJIT_OPTIONS)(_spec_masks.transition_flags)
 register_jitable(**NJIT_OPTIONS)(_spec_advantages.finite_sum)
+register_jitable(**NJIT_OPTIONS)(_spec_advantages.next_value)
 
 gae_recursion = njit(_spec_advantages.gae_recursion)
 vtrace_recursion = njit(_spec_advantages.vtrace_recursion)

@@ -38,6 +38,25 @@ def finite_sum(a, b, c):
     return math.isfinite(a + b + c)
 
 
+def next_value(bootstrap_final, last_row, final_value, last_value, following_value):
+    """The value of the state after a step that bootstraps (not terminal): the module
+    docstring's rule without its first case::
+
+        final_value       if bootstrap_final     (final_values[t] = V(final_obs[t]))
+        last_value        elif last_row          (last_values = V(obs[T]))
+        following_value   otherwise              (values[t+1] = V(obs[t+1]))
+
+    All scalars; ``bootstrap_final`` from :func:`ppo_ref.spec.masks.transition_flags`. The
+    loops pass ``values[min(t + 1, T - 1)]`` as ``following_value`` (the last row has no next
+    row; the value passed there is not used). A terminal step's next value is 0: the loops
+    drop the term instead of adding ``gamma * 0``."""
+    if bootstrap_final:
+        return final_value
+    if last_row:
+        return last_value
+    return following_value
+
+
 def gae_recursion(rewards, values, terminated, truncated, last_values, final_values,
                   gammas, gamma_lambdas, truncation_mode, bootstrap_terminal_last_row,
                   advantages, returns):
@@ -74,13 +93,10 @@ def gae_recursion(rewards, values, terminated, truncated, last_values, final_val
             if terminal and not (last_row and bootstrap_terminal_last_row):
                 delta = reward - value                               # next_value = 0
             else:
-                if from_final:
-                    next_value = final_value
-                elif last_row:
-                    next_value = last_values[n]
-                else:
-                    next_value = values[t + 1, n]
-                delta = reward + gamma * next_value - value
+                following = values[min(t + 1, n_steps - 1), n]
+                delta = (reward + gamma * next_value(from_final, last_row, final_value,
+                                                     last_values[n], following)
+                         - value)
             if done or last_row:
                 adv = delta                                          # trace cut (or A[T] = 0)
             else:
@@ -137,18 +153,12 @@ def vtrace_recursion(ratios, rewards, values, terminated, truncated, last_values
             ratio = ratios[t, n]
             reward, value, final_value = rewards[t, n], values[t, n], final_values[t, n]
             gamma = gammas[t, n]
-            # the same next_value as in gae_recursion, written inline (a shared compiled helper
-            # taking the arrays costs a call with array reference counting per element)
             if terminal and not (last_row and bootstrap_terminal_last_row):
                 target = reward                                      # next_value = 0
             else:
-                if from_final:
-                    next_value = final_value
-                elif last_row:
-                    next_value = last_values[n]
-                else:
-                    next_value = values[t + 1, n]
-                target = reward + gamma * next_value
+                following = values[min(t + 1, n_steps - 1), n]
+                target = reward + gamma * next_value(from_final, last_row, final_value,
+                                                     last_values[n], following)
             v_s = value + min(rho_bar, ratio) * (target - value)
             if done or last_row:
                 q = target                                           # X[t] = next_value[t]
