@@ -441,3 +441,23 @@ def test_compiled_eval_and_backward_kernels_equal_the_readable_functions(batch, 
     bad[-1, 0] = np.inf
     assert not categorical_eval_kernel(bad, a, log_probs, entropy, probs)
     assert not categorical_eval_kernel(z, np.full(batch, n_actions), log_probs, entropy, probs)
+
+
+@pytest.mark.parametrize("tier", ["spec", "fast"])
+@pytest.mark.parametrize("bad", ["nan", "+inf", "all masked", "spread overflows"])
+def test_a_refused_sample_draws_nothing(tier, bad):
+    """Both tiers check every row before drawing: refused logits (in any row, here the last)
+    raise and leave the Generator's state as it was, and the next draw is the one it would
+    have been."""
+    from ppo_ref.fast import distributions as fast_distributions
+    sample = (spec_distributions if tier == "spec" else fast_distributions).categorical_sample
+    z = np.zeros((4, 3))
+    z[-1] = {"nan": [0.0, np.nan, 1.0], "+inf": [np.inf, 0.0, 0.0],
+             "all masked": [NEG_INF] * 3, "spread overflows": [1e308, -1e308, 0.0]}[bad]
+    rng = np.random.default_rng(7)
+    before = copy.deepcopy(rng.bit_generator.state)
+    with pytest.raises(ValueError, match="logits"):
+        sample(rng, z)
+    assert rng.bit_generator.state == before
+    np.testing.assert_array_equal(sample(rng, z[:-1]),
+                                  sample(np.random.default_rng(7), z[:-1]))

@@ -30,9 +30,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba.extending import register_jitable
 
 from ppo_ref._checks import check_generator
-from ppo_ref._numba import njit
+from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec.distributions import as_upstream, multi_components, multi_actions
 
@@ -44,16 +45,23 @@ __all__ = ["inverse_cdf_actions", "categorical_sample", "multi_categorical_log_p
 # --------------------------------------------------------------------------------------------
 # categorical kernels (the policies' hot loop; finite logits, unchecked)
 
+# the row check, usable from compiled code (the spec function is returned unchanged)
+register_jitable(**NJIT_OPTIONS)(spec_distributions.logit_row_max)
+
 #: :func:`ppo_ref.spec.distributions.inverse_cdf_actions` compiled (the same function: bit for
 #: bit).
 inverse_cdf_actions = njit(spec_distributions.inverse_cdf_actions)
+
+# :func:`ppo_ref.spec.distributions.logit_rows_valid` compiled: the check pass before drawing
+_logit_rows_valid = njit(spec_distributions.logit_rows_valid)
 
 
 def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
     """:func:`ppo_ref.spec.distributions.categorical_sample`, bit for bit (the same uniforms and
     the same loop, compiled), for the fast policies' 2-D logits ``[R, A]`` (float64 or
-    float32). The loop checks each row before using it; a refused row raises the spec's
-    ``ValueError`` (naming ``logits``) after the uniforms were drawn.
+    float32). A check pass over the rows (:func:`ppo_ref.spec.distributions.logit_rows_valid`,
+    compiled) runs before anything is drawn: a refused call raises the spec's ``ValueError``
+    (naming ``logits``) and leaves ``rng`` untouched, as the spec function does.
 
     Raises:
         ValueError: ``rng`` not a Generator, logits not a 2-D float array, or as
@@ -64,10 +72,12 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
     if z.ndim != 2 or z.dtype not in (np.float64, np.float32) or z.shape[1] == 0:
         raise ValueError(f"logits must be a float32/float64 array [R, A] with A >= 1, got "
                          f"{z.dtype} {z.shape}")
+    if not _logit_rows_valid(z):
+        spec_distributions.log_softmax(z)  # raises, naming the refused row
+        raise AssertionError("log_softmax accepted logits the row check refused")
     u = rng.random(z.shape[0])
     actions = np.empty(z.shape[0], dtype=np.int64)
-    if not inverse_cdf_actions(z, u, actions):
-        spec_distributions.log_softmax(z)  # raises, naming the refused row
+    inverse_cdf_actions(z, u, actions)
     return actions
 
 

@@ -210,6 +210,39 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
     return -d[..., None] * pi * (log_pi + entropy)
 
 
+def logit_row_max(z, i):
+    """The maximum ``m = max_k z[i, k]`` of row ``i`` of the logits ``z [R, A]`` (float64, or
+    float32 widened entry by entry) when :func:`log_softmax` accepts the row, else NaN: the row
+    holds a NaN or ``+inf``, has no finite maximum (every action masked), or has a finite logit
+    whose shift ``z[i, k] - m`` overflows float64. The one row check of the sampling loops
+    (:func:`inverse_cdf_actions`, :func:`logit_rows_valid`)."""
+    n = z.shape[1]
+    m = -math.inf
+    for k in range(n):
+        v = np.float64(z[i, k])
+        if math.isnan(v) or v == math.inf:
+            return math.nan
+        if v > m:
+            m = v
+    if m == -math.inf:
+        return math.nan
+    for k in range(n):
+        v = np.float64(z[i, k])
+        if v - m == -math.inf and v != -math.inf:  # the spread overflows float64
+            return math.nan
+    return m
+
+
+def logit_rows_valid(z):
+    """Whether :func:`log_softmax` accepts every row of the logits ``z [R, A]``
+    (:func:`logit_row_max` of each row is not NaN): the check pass a sampler runs before it
+    draws anything."""
+    for i in range(z.shape[0]):
+        if math.isnan(logit_row_max(z, i)):
+            return False
+    return True
+
+
 def inverse_cdf_actions(z, u, actions):
     """The inverse-CDF action of each row, written once (the compiled tier compiles this very
     loop: :data:`ppo_ref.fast.distributions.inverse_cdf_actions`). For logits ``z [R, A]``
@@ -226,28 +259,17 @@ def inverse_cdf_actions(z, u, actions):
     first ``k``. If rounding makes ``u * C_{A-1}`` reach ``C_{A-1}`` (a count of ``A``), the last
     action with ``pi_k > 0`` is written instead.
 
-    Returns False (and stops) at the first row holding a NaN or ``+inf``, no finite maximum
-    (every action masked) or a finite logit whose shift ``z_k - m`` overflows float64, the rows
-    :func:`log_softmax` refuses; True otherwise.
+    Returns False (and stops) at the first row :func:`log_softmax` refuses
+    (:func:`logit_row_max`); True otherwise.
     """
     rows, n = z.shape
     for i in range(rows):
-        m = -math.inf
-        for k in range(n):
-            v = np.float64(z[i, k])
-            if math.isnan(v) or v == math.inf:
-                return False
-            if v > m:
-                m = v
-        if m == -math.inf:
+        m = logit_row_max(z, i)
+        if math.isnan(m):
             return False
         s = 0.0
         for k in range(n):
-            v = np.float64(z[i, k])
-            shifted = v - m
-            if shifted == -math.inf and v != -math.inf:  # the spread overflows float64
-                return False
-            s += math.exp(shifted)
+            s += math.exp(np.float64(z[i, k]) - m)
         lse = math.log(s)
         total = 0.0
         for k in range(n):
