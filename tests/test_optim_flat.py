@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays
-from ppo_ref.fast.optim import _clipped_adam_kernel_in_place, clipped_adam_step
+from ppo_ref.fast.optim import (_adam_results_finite, _clipped_adam_kernel_in_place,
+                                _first_non_finite_result, clipped_adam_step)
 from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm, global_norm
 from ppo_ref.spec.optim import adam_element
 
@@ -90,8 +91,23 @@ def test_clipped_adam_step_refuses_what_it_cannot_write_in_place(rng):
         clipped_adam_step(p, g_bad, s, max_norm=0.5, lr=1e-2)
     assert all(np.array_equal(a, b) for a, b in zip((p.flat, s["m"].flat, s["v"].flat), before))
     s["v"]["w1"][1, 2] = np.nan
-    with pytest.raises(ValueError, match=r"params\['w1'\]"):
+    kept = [a.copy() for a in (p.flat, s["m"].flat, s["v"].flat)]
+    with pytest.raises(ValueError, match=r"params\['w1'\].*nothing was written"):
         clipped_adam_step(p, g, s, max_norm=0.5, lr=1e-2)
+    # a refused step changes nothing: not the parameters, not the moments
+    for a, b in zip((p.flat, s["m"].flat, s["v"].flat), kept):
+        np.testing.assert_array_equal(a, b)
+    # finite inputs whose step overflows: b1[0] = 1.7e308 moves up by about lr = 1e308
+    s["v"]["w1"][1, 2] = 0.0
+    s["m"]["b1"][0] = s["v"]["b1"][0] = 0.0
+    g_up = flatten_arrays(dict(g))
+    g_up["b1"][0] = -1.0
+    p["b1"][0] = 1.7e308
+    kept = [a.copy() for a in (p.flat, s["m"].flat, s["v"].flat)]
+    with pytest.raises(ValueError, match="must be finite"):
+        clipped_adam_step(p, g_up, {**s, "t": 0}, max_norm=0.5, lr=1e308)
+    for a, b in zip((p.flat, s["m"].flat, s["v"].flat), kept):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_flat_global_norm_kernel_within_rounding_of_spec(rng):
@@ -125,6 +141,9 @@ def test_in_place_kernel_is_the_spec_element_and_flags_non_finite(rng):
                 work = [p.copy(), m.copy(), v.copy()]
                 work[which][pos] = bad
                 with np.errstate(invalid="ignore"):
+                    assert not _adam_results_finite(work[0], g, 1.0, work[1], work[2], *args)
+                    assert _first_non_finite_result(work[0], g, 1.0, work[1], work[2],
+                                                    *args) == pos
                     assert not _clipped_adam_kernel_in_place(work[0], g, 1.0, work[1], work[2],
                                                              *args)
     assert not _clipped_adam_kernel_in_place(p.copy(), np.full(n, 1e300), 1.0, m.copy(),

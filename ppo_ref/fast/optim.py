@@ -71,6 +71,33 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 @njit
+def _adam_results_finite(param, grad, scale, m, v, beta1, beta2, step_size,
+                         bias_correction2_sqrt, eps):
+    """Whether every result of the step :func:`_clipped_adam_kernel_in_place` would write is
+    finite, computed with the same :func:`ppo_ref.spec.optim.adam_element` calls and writing
+    nothing (counted with comparisons, so that LLVM vectorizes the loop)."""
+    n_finite = 0
+    n = param.size
+    for i in range(n):
+        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
+                                     step_size, bias_correction2_sqrt, eps)
+        n_finite += (abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX) & (abs(v_i) <= _FLOAT64_MAX)
+    return n_finite == n
+
+
+@njit
+def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
+                             bias_correction2_sqrt, eps):
+    """The first index whose step results are not all finite (-1 if none); writes nothing."""
+    for i in range(param.size):
+        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
+                                     step_size, bias_correction2_sqrt, eps)
+        if not (math.isfinite(p_i) and math.isfinite(m_i) and math.isfinite(v_i)):
+            return i
+    return -1
+
+
+@njit
 def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
                                   bias_correction2_sqrt, eps):
     """Per entry ``(param[i], m[i], v[i]) = adam_element(param[i], grad[i] * scale, m[i], v[i],
@@ -122,14 +149,14 @@ def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: fl
     scale = max_norm / (norm + CLIP_NORM_EPS)
     t = t_prev + 1
     step_size, bias_correction2_sqrt = adam_step_scalars(t, lr, beta1, beta2)
-    if not _clipped_adam_kernel_in_place(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
-                                         m.flat, v.flat, beta1, beta2, step_size,
-                                         bias_correction2_sqrt, eps):
-        bad = ~(np.isfinite(params.flat) & np.isfinite(m.flat) & np.isfinite(v.flat))
-        key = _key_at(params.layout, int(np.argmax(bad)))
+    args = (params.flat, grads.flat, scale if scale < 1.0 else 1.0, m.flat, v.flat, beta1,
+            beta2, step_size, bias_correction2_sqrt, eps)
+    if not _adam_results_finite(*args):  # checked before anything is written
+        key = _key_at(params.layout, int(_first_non_finite_result(*args)))
         raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
                          "step gives inf or nan (the parameters or moments given already "
-                         "hold them, or the step overflowed); they have been overwritten")
+                         "hold them, or the step overflowed); nothing was written")
+    _clipped_adam_kernel_in_place(*args)
     return t, norm
 
 
@@ -159,8 +186,8 @@ def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max
 
     Raises:
         ValueError: arguments not as above, hyperparameters out of range, or a step whose
-            results are not finite (only from non-finite parameters or moments, or an overflow;
-            raised after writing them).
+            results are not finite (only from non-finite parameters or moments, or an overflow):
+            every result is checked before any is written, so nothing is changed then.
         FloatingPointError: the gradient norm is not finite (nothing is written).
     """
     if not (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()):
