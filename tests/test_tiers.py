@@ -599,6 +599,21 @@ def test_twins_agree(name, seed):
     twin = TWINS[name]
     case = twin.case(np.random.default_rng(seed))
     _compare(twin.run_fast(case), twin.run_spec(case), twin.tol, f"{name} (seed {seed})")
+    _assert_compiled_functions_ran(name, twin)
+
+
+def _assert_compiled_functions_ran(name: str, twin: Twin) -> None:
+    """Each covered function that is a numba dispatcher has a compiled signature once the row
+    ran: the row really exercised it (compiled), rather than naming it."""
+    if os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return  # interpreted: no dispatchers
+    import importlib
+    from numba.core.dispatcher import Dispatcher
+    for dotted in twin.covers:
+        module, attr = dotted.rsplit(".", 1)
+        fn = getattr(importlib.import_module(module), attr)
+        if isinstance(fn, Dispatcher):
+            assert fn.signatures, f"{name}: the row never ran {dotted} (no compiled signature)"
 
 
 def test_every_fast_function_has_a_twin():
