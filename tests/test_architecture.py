@@ -7,9 +7,11 @@ the same rank are independent. The table, highest first (the flow of the package
 
     7  cli                      the ppo-ref command: calls the library, imported by nothing
     6  testing                  property checks of another implementation
-    5  distributed, vectors,    the actor-learner loop (builds on train); golden vectors (use
-       zoo                        the policies); per-env defaults (PPOConfig values)
-    4  train                    rollout collection, policies, the trainers
+    5  distributed, vectors,    the actor-learner loop (builds on train); golden vectors
+       zoo                        (codec, cases, check: use the policies and the convention
+                                  table); per-env defaults (PPOConfig values)
+    4  train, conventions       rollout collection, policies, the trainers; the table of
+                                  convention options (reads the presets of config)
     3  kernels, nn, losses,     public wrappers and facades of the tiers; settings; files; the
        optim, config, io,         bundled envs; the implementation-details table
        envs, details
@@ -41,7 +43,7 @@ RANKS = {
     "fast": 2,
     "kernels": 3, "nn": 3, "losses": 3, "optim": 3, "config": 3, "io": 3, "envs": 3,
     "details": 3,
-    "train": 4,
+    "train": 4, "conventions": 4,
     "distributed": 5, "vectors": 5, "zoo": 5,
     "testing": 6,
     "cli": 7,

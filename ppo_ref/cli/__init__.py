@@ -1003,11 +1003,11 @@ register_subcommand("train", "train a policy (default: CartPole-v1, zoo settings
 register_subcommand("eval", "evaluate a run's checkpoint", _configure_eval, cmd_eval)
 register_subcommand("plot", "write DIR/learning_curve.png", _configure_plot, cmd_plot)
 register_subcommand("vectors", "write golden JSON test vectors (ppo_ref.vectors)",
-                    lambda p: _import("ppo_ref.vectors:configure_vectors")(p),
-                    lambda args: _import("ppo_ref.vectors:cli_vectors")(args))
+                    lambda p: _import("ppo_ref.cli.vectors:configure_vectors")(p),
+                    lambda args: _import("ppo_ref.cli.vectors:cmd_vectors")(args))
 register_subcommand("check", "check another implementation's outputs against golden vectors",
-                    lambda p: _import("ppo_ref.vectors:configure_check")(p),
-                    lambda args: _import("ppo_ref.vectors:cli_check")(args))
+                    lambda p: _import("ppo_ref.cli.vectors:configure_check")(p),
+                    lambda args: _import("ppo_ref.cli.vectors:cmd_check")(args))
 register_subcommand("diff", "name the first quantity where two PPO update traces part "
                     "(ppo_ref.testing.trace)",
                     lambda p: _import("ppo_ref.testing.trace:configure_diff")(p),

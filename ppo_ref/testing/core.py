@@ -23,7 +23,7 @@ import numpy as np
 
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import Layout, get_layout
-from ppo_ref.testing.options import (combinations, describe, options_for,
+from ppo_ref.conventions import (combinations, describe, options_for,
                                      resolve_convention)
 from ppo_ref.testing.quantities import get_quantity
 
@@ -296,7 +296,7 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
         fn: the implementation under test, called through ``layout``.
         layout: a layout name ({layouts}) or a :class:`~ppo_ref.testing.layouts.Layout`.
         convention: a preset name of ``PPOConfig.preset`` or a dict of options
-            (:data:`ppo_ref.testing.options.OPTIONS`) the reference uses; options it leaves out
+            (:data:`ppo_ref.conventions.OPTIONS`) the reference uses; options it leaves out
             keep their reference value.
         dtype: ``"float64"``, ``"float32"`` (every float array is float32 and the tolerance is
             float32's) or ``"any"`` (both are drawn).
@@ -392,7 +392,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
              fixed: Optional[Mapping[str, Any]] = None) -> IdentifyReport:
     """Which convention does ``fn`` implement?
 
-    Tries every combination of the options of :data:`ppo_ref.testing.options.OPTIONS` that
+    Tries every combination of the options of :data:`ppo_ref.conventions.OPTIONS` that
     affect ``quantity`` (a full check each, ``max_examples`` examples, default 60). If none
     agrees on every example, it re-runs each combination with the example strategy told to
     exclude one named input property at a time (most specific first; only the properties its

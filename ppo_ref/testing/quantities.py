@@ -3,7 +3,7 @@ and the named input properties.
 
 An *example* is a dict of the reference function's inputs in its own layout (time-major
 ``[T, N]`` arrays, ``last_values`` ``[N]``) plus its hyperparameters (``gamma``, ...). The
-reference result of an example under a convention (a dict of :mod:`ppo_ref.testing.options`
+reference result of an example under a convention (a dict of :mod:`ppo_ref.conventions`
 values) is a dict ``{output name: float64 array or float}`` in data-flow order, computed by
 ppo_ref in float64 from the example's (possibly float32) numbers.
 

@@ -23,7 +23,7 @@ truncated step and one terminal step; the six rows form one minibatch), in data-
     adam_m, adam_v                Adam moments after the step (fresh state, t = 1)
     params_after                  the new parameters
 
-The file uses the golden-vector codec (:mod:`ppo_ref.vectors`: nested lists, float64 shortest
+The file uses the golden-vector codec (:mod:`ppo_ref.vectors.codec`: nested lists, float64 shortest
 repr, dicts of arrays as objects) with ``"format": "ppo_ref.trace/1"``, the ``settings``
 (the PPOConfig as a dict), the ``inputs`` and the ``trace`` (an object whose key order is the
 data-flow order above). Another implementation writes the same file from the same inputs;
@@ -164,7 +164,7 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     doc = {"format": TRACE_FORMAT, "preset": preset, "settings": config.to_dict(),
            "inputs": inp, "trace": {k: tr[k] for k in TRACE_ORDER}}
     if path is not None:
-        from ppo_ref.vectors import dumps, encode
+        from ppo_ref.vectors.codec import dumps, encode
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(dumps({k: encode(v) if k in ("inputs", "trace") else v
                             for k, v in doc.items()}) + "\n")
@@ -178,7 +178,7 @@ def load_trace(path: str) -> Dict[str, Any]:
         ValueError: not JSON, or not a ``"ppo_ref.trace/1"`` document with a ``trace`` object.
         OSError: the file cannot be read.
     """
-    from ppo_ref.vectors import decode
+    from ppo_ref.vectors.codec import decode
     with open(path, encoding="utf-8") as fh:
         try:
             raw = json.load(fh)

@@ -1,161 +1,34 @@
-"""Golden vectors: ppo_ref's numbers as JSON, and a checker for another implementation's outputs.
+"""The golden-vector cases: their inputs and settings, ppo_ref's outputs for them, and the
+writer.
 
-``write_vectors(out_dir)`` writes one JSON file per case (plus ``index.json``): the inputs, the
+:func:`write_vectors` writes one JSON file per case (plus ``index.json``): the inputs, the
 settings (including the convention preset and every convention option that matters), and the
-outputs ppo_ref computes from exactly those inputs. Another implementation (Rust, JAX, PyTorch,
-...) reads each case, runs its own code on ``inputs`` with ``settings``, and writes a results
-file; ``check_results(vectors_dir, results_file)`` compares it case by case and returns one row
-per case with the largest error. The command line is ``ppo-ref vectors --out DIR`` and
-``ppo-ref check DIR --results FILE`` (exit status 1 when a case fails or is missing).
+outputs ppo_ref computes from exactly those inputs (:func:`compute_outputs`, by the spec or the
+fast tier). :func:`apply_preset` recomputes a case under another implementation's conventions.
 
-File format (``FORMAT = "ppo_ref.vectors/1"``), one case per file ``<name>.json``::
-
-    {"format": "ppo_ref.vectors/1", "name": "gae_reference", "kind": "gae",
-     "function": "ppo_ref.gae", "preset": "reference", "description": "...",
-     "inputs":   {"rewards": [[...], ...], "terminated": [[true, false], ...], ...},
-     "settings": {"gamma": 0.99, "gae_lambda": 0.95, "truncation": "bootstrap", ...},
-     "expected": {"advantages": [[...]], "returns": [[...]]},
-     "tolerance": {"atol": 1e-10, "rtol": 1e-9}}
-
-* Arrays are nested JSON lists, row-major, time-major ``[T, N, ...]`` as in docs/specification.md §1; bool
-  arrays are lists of ``true``/``false``; integer arrays (actions) are JSON integers; floats are
-  float64 written with Python's shortest round-trip repr. IEEE specials are the strings
-  ``"inf"``, ``"-inf"``, ``"nan"`` (JSON has no literal for them).
-* A dict of arrays (network parameters, gradients) is a JSON object of arrays; a sequence of
-  such dicts (Adam's gradient per step) is an object keyed ``"1"``, ``"2"``, ...
-* Scalars are JSON numbers. ``None`` is ``null``.
-
-Results file (``RESULTS_FORMAT = "ppo_ref.results/1"``)::
-
-    {"format": "ppo_ref.results/1", "implementation": "my-ppo 0.3",
-     "cases": {"gae_reference": {"outputs": {"advantages": [[...]], "returns": [[...]]}}, ...}}
-
-``outputs`` uses exactly the names, nesting and shapes of ``expected``. An output passes when
-every element satisfies ``|got - expected| <= atol + rtol * |expected|`` (infinities must match
-exactly); a case passes when all its expected outputs pass.
-
-The cases cover (docs/specification.md section in brackets): episode starts [1]; GAE in the reference, CleanRL and
-thrust-rl conventions [2]; V-trace with truncation, lambda and bars [2]; log-softmax, entropy,
-log-probs with masked actions and their gradients [3]; each loss with its gradient [4]; Adam steps
-and global-norm clipping [3]; the LSTM forward with resets and its gradients [3]; one full PPO
-minibatch update of a tiny MLP actor-critic (reference and CleanRL presets) [4, 5].
+The cases cover (docs/specification.md section in brackets): episode starts [1]; GAE in the
+reference, CleanRL and thrust-rl conventions [2]; V-trace with truncation, lambda and bars [2];
+log-softmax, entropy, log-probs with masked actions and their gradients [3]; each loss with its
+gradient [4]; Adam steps and global-norm clipping [3]; the LSTM forward with resets and its
+gradients [3]; one full PPO minibatch update of a tiny MLP actor-critic (reference and CleanRL
+presets) [4, 5]; edge cases (both flags on one step, gamma 0, lambda 0, a long rollout,
+per-step discounts, exact clip kinks, the library options).
 """
 from __future__ import annotations
 
 import json
-import math
 import os
-import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
-__all__ = ["FORMAT", "RESULTS_FORMAT", "write_vectors", "load_case", "load_cases",
-           "compute_outputs", "reference_results", "check_results", "format_table",
-           "encode", "decode", "dumps", "add_cli_commands", "configure_vectors",
-           "configure_check", "cli_vectors", "cli_check", "main", "read_json_file",
-           "MAX_JSON_BYTES"]
+from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, decode, decode_settings,
+                                   dumps, encode)
 
-#: The largest JSON file (case, index, results, run config) that is read: larger files, and
-#: endless ones such as a device, are refused after reading at most this many bytes + 1.
-MAX_JSON_BYTES = 64 * 2 ** 20
-#: The deepest nesting of lists/objects accepted in such a file (cases need fewer than 10).
-MAX_JSON_DEPTH = 64
-#: JSON integers must have at most this many digits (every count and integer array fits).
-MAX_JSON_INT_DIGITS = 19
+__all__ = ["SEED", "BACKENDS", "KINDS", "OPTION_KEYS", "compute_outputs", "apply_preset",
+           "write_vectors"]
 
-FORMAT = "ppo_ref.vectors/1"
-RESULTS_FORMAT = "ppo_ref.results/1"
-DEFAULT_TOLERANCE = {"atol": 1e-10, "rtol": 1e-9}
 SEED = 20261129
-
-
-# ----------------------------------------------------------------------------------------------
-# JSON encoding
-# ----------------------------------------------------------------------------------------------
-
-def _encode_float(x: float):
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return float(x)
-
-
-def encode(value):
-    """Python/NumPy value -> JSON-safe value (see the module docstring for the rules)."""
-    if isinstance(value, Mapping):
-        return {str(k): encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and not (value and isinstance(value[0], (int, float, bool, np.generic))):
-        return [encode(v) for v in value]
-    if isinstance(value, (np.ndarray, list, tuple, np.generic)):
-        arr = np.asarray(value)
-        if arr.dtype == np.bool_:
-            return arr.tolist()
-        if np.issubdtype(arr.dtype, np.integer):
-            return arr.astype(np.int64).tolist()
-        if np.issubdtype(arr.dtype, np.floating):
-            flat = [_encode_float(float(x)) for x in arr.astype(np.float64).ravel()]
-            if arr.ndim == 0:
-                return flat[0]
-            return np.array(flat, dtype=object).reshape(arr.shape).tolist()
-        raise ValueError(f"cannot encode array of dtype {arr.dtype}")
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return _encode_float(value)
-    raise ValueError(f"cannot encode {type(value).__name__}")
-
-
-_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-
-
-def _is_numeric_leaf(x) -> bool:
-    return isinstance(x, (int, float, bool)) or (isinstance(x, str) and x in _SPECIAL)
-
-
-def _leaves(x):
-    while isinstance(x, list) and x:
-        x = x[0]
-    return x
-
-
-def decode(value):
-    """JSON value -> NumPy: lists become arrays (bool, int64 or float64 by their leaves),
-    objects become dicts, special-float strings become floats."""
-    if isinstance(value, dict):
-        return {k: decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        leaf = _leaves(value)
-        if isinstance(leaf, list):       # empty innermost list
-            return np.asarray(value, dtype=np.float64)
-        if isinstance(leaf, bool):
-            return np.asarray(value, dtype=np.bool_)
-        if isinstance(leaf, int) and not _has_float(value):
-            return np.asarray(value, dtype=np.int64)
-        return np.asarray(_floats(value), dtype=np.float64)
-    if isinstance(value, str) and value in _SPECIAL:
-        return _SPECIAL[value]
-    return value
-
-
-def _has_float(value) -> bool:
-    if isinstance(value, list):
-        return any(_has_float(v) for v in value)
-    return isinstance(value, float) or isinstance(value, str)
-
-
-def _floats(value):
-    if isinstance(value, list):
-        return [_floats(v) for v in value]
-    if isinstance(value, str):
-        if value not in _SPECIAL:
-            raise ValueError(f"unexpected string {value!r} in a numeric array")
-        return _SPECIAL[value]
-    return float(value)
-
 
 # ----------------------------------------------------------------------------------------------
 # The reference computation of every kind of case (inputs, settings -> outputs)
@@ -336,7 +209,8 @@ def _ppo_minibatch_update(inputs, settings, backend):
             "params_after": dict(new_params)}
 
 
-_KINDS: Dict[str, Callable] = {
+#: Case kind -> the function computing its outputs ``(inputs, settings, backend) -> dict``.
+KINDS: Dict[str, Callable] = {
     "episode_starts": _episode_starts,
     "gae": _gae,
     "vtrace": _vtrace,
@@ -381,11 +255,11 @@ def compute_outputs(case: Mapping, backend: str = "fast") -> Dict[str, Any]:
     (:mod:`ppo_ref.spec.lstm` or :mod:`ppo_ref.fast.lstm`) and the minibatch update (the spec
     or the fast policy and update); the other kinds have one definition (the spec's)."""
     kind = case["kind"]
-    if kind not in _KINDS:
-        raise ValueError(f"case kind must be one of {sorted(_KINDS)}, got {kind!r}")
+    if kind not in KINDS:
+        raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    return _KINDS[kind](case["inputs"], case["settings"], backend)
+    return KINDS[kind](case["inputs"], case["settings"], backend)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -657,12 +531,12 @@ def _ppo_cases(rng) -> List[dict]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Conventions of a case: presets, overrides, and the other conventions a FAIL would pass under
+# Conventions of a case: presets and overrides
 # ----------------------------------------------------------------------------------------------
 
 #: For each kind whose result depends on convention options: ``{option name: settings key}``
 #: (the option names of ``ppo_ref.testing.options.OPTIONS``).
-_OPTION_KEYS: Dict[str, Dict[str, str]] = {
+OPTION_KEYS: Dict[str, Dict[str, str]] = {
     "gae": {"truncation": "truncation",
             "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
     "vtrace": {"truncation": "truncation",
@@ -694,7 +568,7 @@ def apply_preset(case: dict, preset: str) -> dict:
         settings["config"] = PPOConfig.preset(preset, **{**keep, "net_arch": tuple(
             keep["net_arch"])}).to_dict()
     else:
-        for option, key in _OPTION_KEYS.get(kind, {}).items():
+        for option, key in OPTION_KEYS.get(kind, {}).items():
             if kind == "value_loss" and option == "value_loss_mode" and (
                     settings.get("clip_range_vf") is None and config.value_loss_mode != "huber"):
                 continue  # without clipping "max" and "sb3" are one loss
@@ -709,62 +583,8 @@ def _override_settings(settings: dict, overrides: Mapping[str, Any]) -> dict:
     return {k: overrides.get(k, v) for k, v in settings.items()}
 
 
-def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
-                            rtol: float) -> List[str]:
-    """The conventions under which ppo_ref's outputs for ``case`` equal ``got`` (flattened
-    outputs, decoded) within the tolerance: each a description like ``"cleanrl/rlax
-    (truncation='terminate', ...)"``. Tries every combination of the options of
-    ``ppo_ref.testing.options.OPTIONS`` that the case's kind reads (:data:`_OPTION_KEYS`); an
-    empty list when none passes or the kind has no options."""
-    from ppo_ref.testing.options import QUANTITIES, describe, options_for
-    import itertools
-    keys = _OPTION_KEYS.get(case["kind"])
-    if not keys:
-        return []
-    quantity = case["kind"] if case["kind"] in QUANTITIES else "policy_loss"
-    table = [o for o in options_for(quantity) if o.name in keys]
-    if case["kind"] == "approx_kl":
-        from ppo_ref.testing.options import OPTIONS
-        table = [o for o in OPTIONS if o.name == "kl_estimator"]
-    out = []
-    for values in itertools.product(*(o.values for o in table)):
-        combo = dict(zip((o.name for o in table), values))
-        settings = dict(case["settings"])
-        for name, value in combo.items():
-            settings[keys[name]] = value
-        if settings == dict(case["settings"]):
-            continue
-        try:
-            expected = _flatten(encode_decode(compute_outputs({**case, "settings": settings})))
-        except ValueError:
-            continue
-        if set(expected) <= set(got) and all(
-                _compare(got[k], v, atol, rtol)[1] for k, v in expected.items()):
-            text = ", ".join(f"{k}={v!r}" for k, v in combo.items())
-            presets = [p for p in _presets_with(case["kind"], combo)]
-            out.append(f"{'/'.join(presets)} ({text})" if presets else f"({text})")
-    return out
-
-
-def _presets_with(kind: str, combo: Mapping[str, Any]) -> List[str]:
-    from ppo_ref.config import PRESETS
-    return [name for name, fields in PRESETS.items()
-            if all(fields.get(k) == v for k, v in combo.items())]
-
-
-def encode_decode(outputs):
-    """Outputs as a results file carries them (encoded to JSON values and decoded back)."""
-    return decode(encode(outputs))
-
-
-#: Tolerance profiles of ``check``: ``float64`` keeps each case's tolerance; ``float32`` is
-#: for an implementation that computes in float32 (or rounds one step to float32): every
-#: case's tolerance is raised to at least this.
-TOLERANCE_PROFILES = {"float64": None, "float32": {"atol": 1e-4, "rtol": 1e-4}}
-
-
 # ----------------------------------------------------------------------------------------------
-# Writing, loading, checking
+# Writing
 # ----------------------------------------------------------------------------------------------
 
 def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
@@ -797,7 +617,7 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
     for case in cases:
         encoded = {k: encode(v) if k in ("inputs", "settings") else v for k, v in case.items()}
         decoded = {**encoded, "inputs": decode(encoded["inputs"]),
-                   "settings": _decode_settings(encoded["settings"])}
+                   "settings": decode_settings(encoded["settings"])}
         encoded["expected"] = encode(compute_outputs(decoded, backend))
         path = os.path.join(out_dir, f"{case['name']}.json")
         with open(path, "w", encoding="utf-8") as fh:
@@ -809,458 +629,3 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
         json.dump({"format": FORMAT, "seed": seed, "cases": index}, fh, indent=1)
         fh.write("\n")
     return names
-
-
-def dumps(doc: Mapping, indent: int = 1) -> str:
-    """JSON text of a case or results document: objects one key per line, each array on one
-    line (readable diffs, no NaN/inf literals)."""
-    def render(value, level):
-        if isinstance(value, dict) and value:
-            pad = " " * (indent * (level + 1))
-            items = [f"{pad}{json.dumps(k)}: {render(v, level + 1)}" for k, v in value.items()]
-            return "{\n" + ",\n".join(items) + "\n" + " " * (indent * level) + "}"
-        return json.dumps(value, allow_nan=False)
-    return render(doc, 0)
-
-
-def _decode_settings(settings: Mapping) -> dict:
-    """Settings are scalars, strings, lists of scalars and a config dict: keep lists as lists
-    (e.g. ``betas``) and only turn the special-float strings into floats."""
-    out = {}
-    for k, v in settings.items():
-        if isinstance(v, str) and v in _SPECIAL:
-            out[k] = _SPECIAL[v]
-        else:
-            out[k] = v
-    return out
-
-
-def _bounded_int(text: str) -> int:
-    digits = text.lstrip("-")
-    if len(digits) > MAX_JSON_INT_DIGITS:
-        raise ValueError(f"an integer of {len(digits)} digits (at most {MAX_JSON_INT_DIGITS})")
-    return int(text)
-
-
-def _json_depth_ok(value) -> bool:
-    """True when lists/objects nest at most :data:`MAX_JSON_DEPTH` deep (iterative walk)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)):
-            if depth > MAX_JSON_DEPTH:
-                return False
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return True
-
-
-def read_json_file(path: str, what: str, max_bytes: int = MAX_JSON_BYTES):
-    """Parsed JSON of the file ``path``, read with bounds: at most ``max_bytes`` bytes (an
-    endless file such as ``/dev/zero`` is refused after ``max_bytes + 1``), UTF-8, nesting at
-    most :data:`MAX_JSON_DEPTH` deep, integers of at most :data:`MAX_JSON_INT_DIGITS` digits.
-    Raises ``ValueError`` naming the file (``what`` says which file) for anything else;
-    ``OSError`` (missing, unreadable) propagates unchanged."""
-    with open(path, "rb") as fh:
-        data = fh.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise ValueError(f"{what} {path} is larger than the limit of {max_bytes} bytes")
-    try:
-        value = json.loads(data.decode("utf-8"), parse_int=_bounded_int)
-    except RecursionError:
-        raise ValueError(f"{what} {path} nests deeper than {MAX_JSON_DEPTH} levels") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{what} {path} is not valid JSON ({exc})") from None
-    except ValueError as exc:  # _bounded_int
-        raise ValueError(f"{what} {path} holds {exc}") from None
-    if not _json_depth_ok(value):
-        raise ValueError(f"{what} {path} nests deeper than {MAX_JSON_DEPTH} levels")
-    return value
-
-
-def _read_json(path: str, what: str):
-    """:func:`read_json_file` (kept for the callers in this module)."""
-    return read_json_file(path, what)
-
-
-def _check_case_fields(raw, path: str) -> None:
-    """``ValueError`` naming the case file unless it holds the fields a case needs, of the
-    right JSON types (so a damaged file is one clear line, not a ``KeyError``)."""
-    if not isinstance(raw, dict):
-        raise ValueError(f"case file {path} must hold a JSON object")
-    if raw.get("format") != FORMAT:
-        raise ValueError(f"{path}: format must be {FORMAT!r}, got {raw.get('format')!r}")
-    for key, kind in (("name", str), ("kind", str), ("preset", str), ("inputs", dict),
-                      ("settings", dict), ("expected", dict)):
-        if not isinstance(raw.get(key), kind):
-            raise ValueError(f"case file {path}: {key!r} must be a JSON "
-                             f"{'string' if kind is str else 'object'}, got "
-                             f"{type(raw.get(key)).__name__}")
-    tol = raw.get("tolerance", DEFAULT_TOLERANCE)
-    if not (isinstance(tol, dict) and set(tol) == {"atol", "rtol"} and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-            for v in tol.values())):
-        raise ValueError(f"case file {path}: 'tolerance' must be {{'atol': number >= 0, "
-                         f"'rtol': number >= 0}}, got {tol!r}")
-
-
-def load_case(path: str) -> dict:
-    """Read one case file; ``inputs`` and ``expected`` decoded to NumPy (settings as JSON)."""
-    raw = _read_json(path, "case file")
-    _check_case_fields(raw, path)
-    try:
-        raw["inputs"] = decode(raw["inputs"])
-        raw["settings"] = _decode_settings(raw["settings"])
-        raw["expected"] = decode(raw["expected"])
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise ValueError(f"case file {path}: {exc}") from None
-    return raw
-
-
-def load_cases(vectors_dir: str) -> List[dict]:
-    """All cases listed in ``vectors_dir/index.json``, in order."""
-    index_path = os.path.join(vectors_dir, "index.json")
-    if not os.path.exists(index_path):
-        raise ValueError(f"vectors_dir has no index.json: {vectors_dir!r} (write it with "
-                         "`ppo-ref vectors --out DIR`)")
-    index = _read_json(index_path, "vectors index")
-    try:
-        files = [entry["file"] for entry in index["cases"]]
-    except (KeyError, TypeError):
-        raise ValueError(f"vectors index {index_path} must hold {{'cases': [{{'file': ...}}, ...]}}") from None
-    root = os.path.realpath(vectors_dir)
-    paths = []
-    for name in files:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"vectors index {index_path}: a case file name must be a non-empty "
-                             f"string, got {name!r}")
-        path = os.path.realpath(os.path.join(root, name))
-        if os.path.isabs(name) or os.path.commonpath([root, path]) != root:
-            raise ValueError(f"vectors index {index_path}: case file {name!r} leaves the vectors "
-                             f"directory (names must be relative paths inside it)")
-        paths.append(path)
-    return [load_case(path) for path in paths]
-
-
-def reference_results(vectors_dir: str, implementation: str = "ppo_ref") -> dict:
-    """Run ppo_ref on every case's inputs and return a results document (the format another
-    implementation writes). Used for the round-trip test and as an example of the layout."""
-    import ppo_ref
-    cases = {}
-    for case in load_cases(vectors_dir):
-        cases[case["name"]] = {"outputs": encode(compute_outputs(case))}
-    return {"format": RESULTS_FORMAT, "implementation": f"{implementation} {ppo_ref.__version__}",
-            "cases": cases}
-
-
-def _flatten(value, prefix="") -> Dict[str, Any]:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}{k}/"))
-        return out
-    return {prefix[:-1]: value}
-
-
-def _compare(got, expected, atol: float, rtol: float):
-    """``(max_abs_err, ok, detail)`` for one output."""
-    exp = np.asarray(expected, dtype=np.float64)
-    try:
-        g = np.asarray(got)
-        if g.dtype.kind not in "biuf":  # strings ("1.5") and objects are not numbers
-            return math.inf, False, "not numeric"
-        g = g.astype(np.float64)
-    except (TypeError, ValueError, OverflowError):
-        return math.inf, False, "not numeric"
-    if g.shape != exp.shape:
-        return math.inf, False, f"shape {g.shape} != expected {exp.shape}"
-    if exp.size == 0:
-        return 0.0, True, ""
-    inf_e = np.isinf(exp)
-    nan_e = np.isnan(exp)
-    if np.any(g[inf_e] != exp[inf_e]) or np.any(~np.isnan(g[nan_e])):
-        return math.inf, False, "special values (inf/nan) differ"
-    fin = ~(inf_e | nan_e)
-    if np.any(~np.isfinite(g[fin])):
-        return math.inf, False, "non-finite where expected is finite"
-    err = np.abs(g[fin] - exp[fin])
-    ok = bool(np.all(err <= atol + rtol * np.abs(exp[fin])))
-    return (float(err.max()) if err.size else 0.0), ok, ""
-
-
-def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] = None,
-                  rtol: Optional[float] = None, allow_missing: bool = False,
-                  profile: str = "float64",
-                  tolerances: Optional[Mapping[str, Mapping[str, float]]] = None,
-                  skip_outputs: Sequence[str] = (), explain: bool = True) -> List[dict]:
-    """Compare another implementation's outputs with the vectors.
-
-    Args:
-        vectors_dir: directory written by :func:`write_vectors`.
-        results_file: JSON in the results format (module docstring).
-        atol, rtol: override every case's tolerance (e.g. for a float32 implementation).
-        allow_missing: a case absent from the results is ``SKIP`` instead of ``MISSING``.
-        profile: ``"float64"`` (each case's own tolerance) or ``"float32"`` (every tolerance
-            raised to at least :data:`TOLERANCE_PROFILES` ``["float32"]``).
-        tolerances: per-case and per-output overrides, ``{"<case>": {"atol": .., "rtol": ..},
-            "<case>/<output>": {...}, "*/<output>": {...}}`` (the most specific wins; over
-            ``atol``/``rtol`` and the profile).
-        skip_outputs: output names (``"clip_fraction"``, or ``"<case>/<output>"``) an
-            implementation does not produce: not compared (the row's detail lists them). A
-            results case may also list its own in ``"skip": [...]``.
-        explain: for a FAIL of a kind with convention options, try the other conventions
-            (:func:`alternative_conventions`) and name those that would pass in ``detail``.
-
-    Returns:
-        one dict per case, in index order: ``case``, ``kind``, ``preset``, ``status``
-        (``PASS``/``FAIL``/``MISSING``/``SKIP``; ``UNKNOWN`` rows, after the index's, for case
-        names in the results that the vectors do not have; outputs or keys the case does not
-        expect, and strings where numbers belong, make it ``FAIL``), ``max_err`` (largest
-        absolute error over the
-        case's outputs; ``inf`` for a shape or special-value mismatch, ``nan`` if missing),
-        ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``, ``alternatives``
-        (list of conventions that would pass, for a FAIL).
-    """
-    if profile not in TOLERANCE_PROFILES:
-        raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
-    tolerances = dict(tolerances or {})
-    for key, tol in tolerances.items():
-        if not (isinstance(tol, Mapping) and set(tol) <= {"atol", "rtol"} and all(
-                isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
-                for v in tol.values())):
-            raise ValueError(f"tolerances[{key!r}] must be {{'atol': number >= 0, 'rtol': "
-                             f"number >= 0}}, got {tol!r}")
-    floor = TOLERANCE_PROFILES[profile]
-    for name, tol in (("atol", atol), ("rtol", rtol)):
-        if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
-            raise ValueError(f"{name} must be a finite number >= 0, got {tol!r}")
-    results = _read_json(results_file, "results file")
-    if not isinstance(results, dict):
-        raise ValueError(f"results file {results_file} must hold a JSON object")
-    if results.get("format") != RESULTS_FORMAT:
-        raise ValueError(f"results_file format must be {RESULTS_FORMAT!r}, "
-                         f"got {results.get('format')!r} in {results_file}")
-    got_cases = results.get("cases", {})
-    if not isinstance(got_cases, dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("outputs", {}), dict) for v in got_cases.values()):
-        raise ValueError(f"results file {results_file}: 'cases' must map case names to "
-                         "{'outputs': {...}}")
-    rows = []
-    for case in load_cases(vectors_dir):
-        tol = case.get("tolerance", DEFAULT_TOLERANCE)
-        a = tol["atol"] if atol is None else atol
-        r = tol["rtol"] if rtol is None else rtol
-        if floor is not None:
-            a, r = max(a, floor["atol"]), max(r, floor["rtol"])
-        a = tolerances.get(case["name"], {}).get("atol", a)
-        r = tolerances.get(case["name"], {}).get("rtol", r)
-
-        def output_tolerance(key, a=a, r=r, name=case["name"]):
-            out_tol = {**tolerances.get(f"*/{key}", {}), **tolerances.get(f"{name}/{key}", {})}
-            return out_tol.get("atol", a), out_tol.get("rtol", r)
-        row = {"case": case["name"], "kind": case["kind"], "preset": case["preset"],
-               "atol": a, "rtol": r, "max_err": math.nan, "worst": "", "detail": "",
-               "alternatives": []}
-        if case["name"] not in got_cases:
-            row["status"] = "SKIP" if allow_missing else "MISSING"
-            rows.append(row)
-            continue
-        raw_outputs = got_cases[case["name"]].get("outputs", {})
-        extra_keys = sorted(set(got_cases[case["name"]]) - {"outputs", "skip"})
-        own_skip = got_cases[case["name"]].get("skip", [])
-        if not (isinstance(own_skip, list) and all(isinstance(x, str) for x in own_skip)):
-            own_skip = []
-            extra_keys.append("skip (must be a list of output names)")
-        expected = _flatten(case["expected"])
-        skipped = sorted(k for k in expected
-                         if k in own_skip or k in skip_outputs
-                         or f"{case['name']}/{k}" in skip_outputs)
-        known_outputs = set(expected)
-        expected = {k: v for k, v in expected.items() if k not in skipped}
-        try:
-            got = _flatten(decode(raw_outputs))
-        except (ValueError, TypeError, OverflowError) as exc:
-            row.update(status="FAIL", max_err=math.inf, worst="",
-                       detail=f"outputs not numeric: {exc}")
-            rows.append(row)
-            continue
-        worst, worst_key, ok, details = 0.0, "", True, []
-        unexpected = sorted(set(got) - known_outputs)
-        if unexpected or extra_keys:
-            ok = False
-            details.append("unexpected " + ", ".join(
-                ([f"outputs {unexpected}"] if unexpected else [])
-                + ([f"keys {extra_keys}"] if extra_keys else [])))
-        for key, exp in expected.items():
-            if key not in got:
-                ok = False
-                details.append(f"missing output {key}")
-                worst, worst_key = math.inf, key
-                continue
-            err, good, detail = _compare(got[key], exp, *output_tolerance(key))
-            if not good:
-                ok = False
-                details.append(f"{key}: {detail}" if detail else f"{key} out of tolerance")
-            if err > worst or not worst_key:
-                worst, worst_key = err, key
-        if skipped:
-            details.append("skipped outputs: " + ", ".join(skipped))
-        if not ok and explain and not unexpected and not extra_keys:
-            try:
-                row["alternatives"] = alternative_conventions(
-                    case, {k: v for k, v in got.items() if k not in skipped}, a, r)
-            except Exception:  # a results file that breaks the explanation still gets its row
-                row["alternatives"] = []
-            if row["alternatives"]:
-                details.append("would pass under " + " | ".join(row["alternatives"]))
-            else:
-                details.append("no other known convention passes")
-        row.update(status="PASS" if ok else "FAIL", max_err=worst, worst=worst_key,
-                   detail="; ".join(details))
-        rows.append(row)
-    known = {row["case"] for row in rows}
-    for name in got_cases:
-        if name not in known:
-            rows.append({"case": str(name), "kind": "", "preset": "", "status": "UNKNOWN",
-                         "atol": math.nan, "rtol": math.nan, "max_err": math.nan, "worst": "",
-                         "detail": "not a case of these vectors"})
-    return rows
-
-
-def format_table(rows: List[dict]) -> str:
-    """The check rows as a fixed-width text table (one line per case, then a summary)."""
-    w = max([len(r["case"]) for r in rows] + [4])
-    lines = [f"{'case':<{w}}  {'kind':<22} {'preset':<9} {'status':<7} {'max |err|':>10}  "
-             f"{'atol':>7} {'rtol':>7}  worst output / detail"]
-    for r in rows:
-        err = "" if math.isnan(r["max_err"]) else f"{r['max_err']:.3e}"
-        extra = r["worst"] + (f" ({r['detail']})" if r["detail"] else "")
-        tols = "" if math.isnan(r["atol"]) else f"{r['atol']:>7.0e} {r['rtol']:>7.0e}"
-        lines.append(f"{r['case']:<{w}}  {r['kind']:<22} {r['preset']:<9} {r['status']:<7} "
-                     f"{err:>10}  {tols:>15}  {extra}")
-    counts = {status: sum(r["status"] == status for r in rows)
-              for status in ("PASS", "FAIL", "MISSING", "SKIP", "UNKNOWN")}
-    words = (("PASS", "passed"), ("FAIL", "failed"), ("MISSING", "missing"), ("SKIP", "skipped"),
-             ("UNKNOWN", "unknown"))
-    lines.append(", ".join(f"{counts[k]} {word}" for k, word in words
-                           if counts[k] or k == "PASS"))
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line: `ppo-ref vectors --out DIR` and `ppo-ref check DIR --results FILE`
-# ----------------------------------------------------------------------------------------------
-
-def _cli_error(command: str, message: str) -> int:
-    print(f"ppo-ref {command}: error: {' '.join(message.split())}", file=sys.stderr)
-    return 2
-
-
-def cli_vectors(args) -> int:
-    """``ppo-ref vectors --out DIR``: write the cases; print one line per case. A directory
-    that cannot be written is one line on stderr and exit status 2."""
-    if args.seed < 0:
-        return _cli_error("vectors", f"--seed must be >= 0, got {args.seed}")
-    try:
-        settings = {}
-        for item in getattr(args, "set", None) or []:
-            key, sep, text = item.partition("=")
-            if not sep:
-                return _cli_error("vectors", f"--set expects key=value, got {item!r}")
-            try:
-                settings[key.strip()] = json.loads(text)
-            except json.JSONDecodeError:
-                settings[key.strip()] = text
-        names = write_vectors(args.out, seed=args.seed, backend=args.backend,
-                              preset=getattr(args, "preset", None), settings=settings)
-    except ValueError as exc:
-        return _cli_error("vectors", str(exc))
-    except OSError as exc:
-        return _cli_error("vectors", f"cannot write {args.out}: {exc.strerror or exc}")
-    print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
-    for name in names:
-        print(f"  {name}")
-    return 0
-
-
-def cli_check(args) -> int:
-    """``ppo-ref check DIR --results FILE``: print the table; 1 if a case fails or is missing;
-    2 (one line on stderr) when the vectors or the results file cannot be read."""
-    if not os.path.isdir(args.vectors_dir):
-        return _cli_error("check", f"vectors directory {args.vectors_dir} does not exist (write "
-                                   "one with `ppo-ref vectors --out DIR`)")
-    try:
-        tolerances = (read_json_file(args.tolerances, "tolerances file")
-                      if getattr(args, "tolerances", None) else None)
-        rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
-                             allow_missing=args.allow_missing,
-                             profile=getattr(args, "profile", "float64"), tolerances=tolerances,
-                             skip_outputs=getattr(args, "skip_output", None) or ())
-    except OSError as exc:
-        return _cli_error("check", f"cannot read {exc.filename or args.results}: {exc.strerror or exc}")
-    except ValueError as exc:
-        return _cli_error("check", str(exc))
-    print(format_table(rows))
-    return 1 if any(r["status"] in ("FAIL", "MISSING", "UNKNOWN") for r in rows) else 0
-
-
-def configure_vectors(p) -> None:
-    """Arguments of ``ppo-ref vectors`` on an argparse parser."""
-    p.description = ("Write golden vectors (inputs, settings, expected outputs, convention preset) "
-                     "as JSON, one file per case, plus index.json. Format: validation/README.md.")
-    p.add_argument("--out", required=True, help="output directory (created if missing)")
-    p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
-    p.add_argument("--backend", default="fast", choices=BACKENDS,
-                   help="the tier that computes the expected outputs: fast (compiled, default) "
-                        "or spec (the readable tier); they agree within the vectors' tolerance")
-    p.add_argument("--preset", default=None,
-                   help="compute every convention-dependent case under this PPOConfig preset's "
-                        "conventions (reference, sb3, cleanrl, thrust, tianshou, torchrl, rlax, "
-                        "skrl, sample_factory, purejaxrl)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                   help="replace a setting in every case that has it (value as JSON, e.g. "
-                        "gamma=0.9, dual_clip=2.0); repeatable")
-
-
-def configure_check(p) -> None:
-    """Arguments of ``ppo-ref check`` on an argparse parser."""
-    p.description = ("Compare a results JSON (format ppo_ref.results/1) with golden vectors; "
-                     "prints a pass/fail table with the largest error per case; exit status 1 "
-                     "when a case fails or is missing.")
-    p.add_argument("vectors_dir", help="directory written by `ppo-ref vectors`")
-    p.add_argument("--results", required=True, help="results JSON of the implementation")
-    p.add_argument("--atol", type=float, default=None, help="override every case's atol")
-    p.add_argument("--rtol", type=float, default=None, help="override every case's rtol")
-    p.add_argument("--allow-missing", action="store_true",
-                   help="report cases absent from the results as SKIP instead of failing")
-    p.add_argument("--profile", default="float64", choices=tuple(TOLERANCE_PROFILES),
-                   help="float32: raise every tolerance to atol=rtol=1e-4 (an implementation "
-                        "computing in float32)")
-    p.add_argument("--tolerances", default=None, metavar="FILE",
-                   help="JSON of per-case / per-output tolerance overrides: {\"case\": "
-                        "{\"atol\": ..}, \"case/output\": {..}, \"*/output\": {..}}")
-    p.add_argument("--skip-output", action="append", metavar="NAME",
-                   help="an output the implementation does not produce (e.g. clip_fraction, "
-                        "or case/output); repeatable")
-
-
-def add_cli_commands(subparsers) -> None:
-    """Register ``vectors`` and ``check`` on an argparse subparsers object (for a standalone
-    parser; ``ppo_ref.cli`` registers the same functions); each sets ``func``."""
-    configure_vectors(p := subparsers.add_parser("vectors", help="write golden JSON test vectors"))
-    p.set_defaults(func=cli_vectors)
-    configure_check(c := subparsers.add_parser(
-        "check", help="compare another implementation's outputs with golden vectors"))
-    c.set_defaults(func=cli_check)
-
-
-def main(argv=None) -> int:
-    """``python -m ppo_ref.vectors {vectors,check} ...`` (the same as the ppo-ref subcommands)."""
-    import argparse
-    parser = argparse.ArgumentParser(prog="python -m ppo_ref.vectors")
-    add_cli_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
