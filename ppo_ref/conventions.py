@@ -1,4 +1,5 @@
-"""The convention options implementations choose differently, in one table.
+"""The convention options ppo_ref can express, in one table (read by :mod:`ppo_ref.testing`
+and by the golden vectors' checker, :mod:`ppo_ref.vectors`).
 
 Each :class:`Option` names a choice that implementations make differently, the values it can
 take, the value of the reference convention, and the quantities (``"gae"``, ``"vtrace"``,

@@ -6,8 +6,9 @@ lambda_coefficient, time_limit_bootstrap)`` takes ``[T, N]`` tensors and returns
 advantages)`` with the advantages normalized over the whole memory (the
 ``normalized_outputs`` layout). By default it reads ``terminated`` only. With
 ``time_limit_bootstrap=True`` it cuts at ``terminated or truncated`` and the agent first adds
-``discount_factor * V(s_t) * truncated`` to the stored rewards (``record_transition``); the
-second adapter does both.
+``discount_factor * V(next_observations) * truncated`` to the stored rewards
+(``PPO.record_transition``; at a truncated step the next observation is the final one, so this
+is ``gamma * final_values``), also on a step that terminated as well; the adapter does both.
 
 Run: ``python validation/crosscheck_skrl.py`` (SKIP when skrl is not installed).
 """
@@ -25,7 +26,7 @@ def main():
                  gae_lambda, time_limit_bootstrap=False):
         r = np.asarray(rewards, np.float64)
         if time_limit_bootstrap:  # as PPO.record_transition does before storing the rewards
-            r = r + gamma * np.asarray(values, np.float64) * truncated
+            r = r + gamma * np.asarray(final_values, np.float64) * truncated
         t = lambda x, d=torch.float64: torch.as_tensor(np.asarray(x), dtype=d)
         returns, advantages = ppo.compute_gae(
             rewards=t(r), terminated=t(terminated, torch.bool),

@@ -17,6 +17,13 @@ truncated without terminating); loss examples put a ratio exactly on ``1 +- clip
 ``V - V_old`` exactly on ``+-clip_range_vf`` (float64 examples only: a float32 ratio has its
 own rounding).
 
+Sizes shrink explicitly. Hypothesis shrinks the contents of a failing example but cannot
+shorten a ``[T, N]`` grid whose size was drawn before its contents (a smaller T reinterprets
+every later draw), so each quantity also lists *reductions*: the same example with one env
+column kept or dropped, or with a window of its rows (its elements, for the losses) kept,
+smallest first. :func:`ppo_ref.testing.check` tries them after hypothesis's shrink and keeps the
+smallest example on which the difference persists.
+
 A :class:`Property` names a feature of an example (``"steps with both flags"``); the strategy
 can be told to exclude it (``exclude=``), which :func:`ppo_ref.testing.identify` uses to report
 "matches X except on inputs with <property>".
@@ -24,7 +31,8 @@ can be told to exclude it (``exclude=``), which :func:`ppo_ref.testing.identify`
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional,
+                    Tuple)
 
 import numpy as np
 
@@ -51,6 +59,8 @@ class Quantity(NamedTuple):
         properties: the named input properties (most specific first).
         length: ``example -> int``, the longest chain of accumulated rounding (T, or the
             number of elements of a mean), which scales the tolerance.
+        reductions: ``example -> iterator of smaller examples`` (fewer envs, rows or
+            elements; smallest first), tried after hypothesis's shrink.
     """
     name: str
     outputs: Tuple[str, ...]
@@ -58,6 +68,7 @@ class Quantity(NamedTuple):
     strategy: Callable[..., Any]
     properties: Tuple[Property, ...]
     length: Callable[[dict], int]
+    reductions: Callable[[dict], Iterator[dict]]
 
 
 def _hypothesis():
@@ -433,6 +444,56 @@ _NORMALIZE_PROPERTIES = (
 )
 
 
+# ----------------------------------------------------------------------------------------------
+# reductions: smaller examples cut out of a failing one
+# ----------------------------------------------------------------------------------------------
+
+_GRID_KEYS = ("behaviour_log_probs", "target_log_probs", "rewards", "values", "terminated",
+              "truncated", "final_values")
+
+
+def _windows(length: int) -> Iterator[slice]:
+    """Windows ``[a, a + L)`` of ``range(length)``, shortest first, ``L < length``; at most 33
+    starts per length (evenly spaced) so a long rollout costs a few hundred calls at most."""
+    sizes = sorted({L for L in (1, 2, 3, 4, 6, 8, 16, length // 4, length // 2,
+                                (3 * length) // 4, length - 1) if 1 <= L < length})
+    for L in sizes:
+        step = max(1, (length - L + 1) // 32)
+        for a in range(0, length - L + 1, step):
+            yield slice(a, a + L)
+
+
+def _trajectory_reductions(ex: dict) -> Iterator[dict]:
+    """One env kept, then one env dropped, then row windows (``last_values`` follows the
+    envs; a window's last row bootstraps ``last_values``)."""
+    T, N = np.asarray(ex["rewards"]).shape
+    keeps = [[n] for n in range(N)] + ([[m for m in range(N) if m != n] for n in range(N)]
+                                      if N > 2 else [])
+    for cols in keeps if N > 1 else []:
+        out = dict(ex)
+        for k in _GRID_KEYS:
+            if k in ex:
+                out[k] = np.asarray(ex[k])[:, cols].copy()
+        out["last_values"] = np.asarray(ex["last_values"])[cols].copy()
+        yield out
+    for rows in _windows(T):
+        out = dict(ex)
+        for k in _GRID_KEYS:
+            if k in ex:
+                out[k] = np.asarray(ex[k])[rows].copy()
+        yield out
+
+
+def _element_reductions(*keys: str):
+    def reductions(ex: dict) -> Iterator[dict]:
+        for part in _windows(int(np.asarray(ex[keys[0]]).size)):
+            out = dict(ex)
+            for k in keys:
+                out[k] = np.asarray(ex[k])[part].copy()
+            yield out
+    return reductions
+
+
 def _rows(ex) -> int:
     return int(np.asarray(ex["rewards"]).shape[0])
 
@@ -443,18 +504,21 @@ def _size(key):
 
 QUANTITY_SPECS: Dict[str, Quantity] = {
     "gae": Quantity("gae", ("advantages", "returns"), _gae_reference, _gae_strategy,
-                    _TRAJ_PROPERTIES, _rows),
+                    _TRAJ_PROPERTIES, _rows, _trajectory_reductions),
     "vtrace": Quantity("vtrace", ("vs", "pg_advantages"), _vtrace_reference, _vtrace_strategy,
-                       _VTRACE_PROPERTIES, _rows),
+                       _VTRACE_PROPERTIES, _rows, _trajectory_reductions),
     "policy_loss": Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction",
                                             "approx_kl"),
                             _policy_reference, _policy_strategy, _POLICY_PROPERTIES,
-                            _size("advantages")),
+                            _size("advantages"),
+                            _element_reductions("new_log_probs", "old_log_probs", "advantages")),
     "value_loss": Quantity("value_loss", ("loss", "d_values"), _value_reference, _value_strategy,
-                           _VALUE_PROPERTIES, _size("values")),
+                           _VALUE_PROPERTIES, _size("values"),
+                           _element_reductions("values", "old_values", "returns")),
     "normalize_advantages": Quantity("normalize_advantages", ("advantages",),
                                      _normalize_reference, _normalize_strategy,
-                                     _NORMALIZE_PROPERTIES, _size("advantages")),
+                                     _NORMALIZE_PROPERTIES, _size("advantages"),
+                                     _element_reductions("advantages")),
 }
 
 
