@@ -431,7 +431,7 @@ def _read_run_info(run_dir: str) -> Dict[str, Any]:
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         return {}
-    from ppo_ref.vectors import read_json_file
+    from ppo_ref.vectors.codec import read_json_file
     with user_input(f"cannot read {path}"):
         info = read_json_file(path, "run file")
     return info if isinstance(info, dict) else {}

@@ -535,7 +535,7 @@ def _ppo_cases(rng) -> List[dict]:
 # ----------------------------------------------------------------------------------------------
 
 #: For each kind whose result depends on convention options: ``{option name: settings key}``
-#: (the option names of ``ppo_ref.testing.options.OPTIONS``).
+#: (the option names of ``ppo_ref.conventions.OPTIONS``).
 OPTION_KEYS: Dict[str, Dict[str, str]] = {
     "gae": {"truncation": "truncation",
             "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
