@@ -17,20 +17,22 @@ flows (env -> rollout -> advantages -> losses and networks -> optimizer)::
     io/              checkpoints (checkpoint.py) and run directories (runlog.py)
     train/           rollout collection, the policies (compositions of spec/ and fast/),
                        PPOTrainer (train/ppo.py) and RecurrentPPOTrainer (train/recurrent_ppo.py)
+    conventions.py   the convention options implementations choose differently (one table)
     distributed/     the actor-learner loop: config, messages, actor, transport, learner
     zoo.py           per-env default settings of ``ppo-ref train --env ID``
     details.py       the PPO implementation-details table (data; no imports)
-    vectors.py       golden JSON test vectors: write, read, check another implementation
-    conventions.py   the table of convention options (presets' fields) testing and vectors read
-    testing/         property checks of another implementation (hypothesis)
-    cli/             the ``ppo-ref`` command; it calls the library, nothing imports it
+    vectors/         golden JSON test vectors: codec.py (the JSON codec), cases.py (the cases
+                       and their outputs, write_vectors), check.py (check another implementation)
+    testing/         property checks of another implementation (hypothesis), update traces
+    cli/             the ``ppo-ref`` command, one module per subcommand (train, eval, plot,
+                       vectors, diff, details; main.py parses); nothing imports it
 
 Imports run one way, down this list of ranks (a module imports only from lower ranks or its own
 subpackage; tests/test_architecture.py enforces it, and that no private name crosses a
 subpackage boundary)::
 
-    cli > testing > vectors, zoo, distributed > train, conventions > io, config, kernels,
-    nn, losses, optim, envs, details > fast > spec > _checks, _numba, _lifeline
+    cli > testing > vectors, zoo, distributed > train, conventions > io, config, kernels, nn,
+    losses, optim, envs, details > fast > spec > _checks, _numba, _lifeline
 
 Module paths from before this layout stay importable as the modules that now hold the code
 (:data:`MOVED_MODULES`): ``ppo_ref.ppo`` is ``ppo_ref.train.ppo``, ``ppo_ref.actor_learner``

@@ -67,13 +67,13 @@ def test_async_config_from_ppo_splits_the_batch_and_refuses_too_many_processes()
 
 def test_overshoot_note_speaks_of_updates_of_the_actors(capsys):
     from ppo_ref.actor_learner import async_config_from_ppo
-    from ppo_ref.cli import _rollout_note
+    from ppo_ref.cli.common import rollout_note
     from ppo_ref.config import PPOConfig
     config = async_config_from_ppo(PPOConfig.zoo_cartpole(), num_actors=2, total_timesteps=5000)
-    _rollout_note(config.learner_ppo_config(), 0, 5000, unit="update",
+    rollout_note(config.learner_ppo_config(), 0, 5000, unit="update",
                   factors="num_actors*n_steps")
     err = capsys.readouterr().err.strip()
     assert err == ("ppo-ref: note: training runs whole updates of num_actors*n_steps = 2*128 = "
                    "256 steps: 20 updates to reach --total-timesteps 5000, 5120 steps in all")
-    _rollout_note(PPOConfig.zoo_cartpole(), 0, 1000)
+    rollout_note(PPOConfig.zoo_cartpole(), 0, 1000)
     assert "whole rollouts of n_steps*n_envs = 32*8 = 256 steps: 4 rollouts" in capsys.readouterr().err

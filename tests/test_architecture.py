@@ -7,8 +7,9 @@ the same rank are independent. The table, highest first (the flow of the package
 
     7  cli                      the ppo-ref command: calls the library, imported by nothing
     6  testing                  property checks of another implementation
-    5  distributed, vectors,    the actor-learner loop (builds on train); golden vectors (use
-       zoo                        the policies); per-env defaults (PPOConfig values)
+    5  distributed, vectors,    the actor-learner loop (builds on train); golden vectors
+       zoo                        (codec, cases, check: use the policies and the convention
+                                  table); per-env defaults (PPOConfig values)
     4  train, conventions       rollout collection, policies, the trainers; the table of
                                   convention options (reads the presets of config)
     3  kernels, nn, losses,     public wrappers and facades of the tiers; settings; files; the

@@ -97,3 +97,14 @@ def test_config_errors_for_arrays_are_one_line(field):
     with pytest.raises(ValueError) as info:
         PPOConfig(**{field: np.full((30, 30), 0.5)})
     assert "\n" not in str(info.value) and str(info.value).startswith(field)
+
+
+def test_evaluate_refuses_a_negative_or_non_integer_seed():
+    """Found by validation/fault_campaign.py: a negative seed reached gymnasium's own error."""
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.train.ppo import PPOTrainer
+    trainer = PPOTrainer("CartPole-v1", PPOConfig(n_steps=8, batch_size=8), seed=0)
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValueError, match="^seed must be"):
+            trainer.evaluate(1, seed=bad)
+    trainer.close()

@@ -326,7 +326,7 @@ def test_collector_clip_arguments_are_checked():
     policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg)
     with pytest.raises(ValueError, match="^clip_observations must be a finite number > 0"):
         RolloutCollector(env, policy, 4, normalize_observations=True, clip_observations=0.0)
-    with pytest.raises(ValueError, match="^clip_rewards must be a number"):
+    with pytest.raises(ValueError, match="^clip_rewards must be a real number"):
         RolloutCollector(env, policy, 4, normalize_rewards=True, clip_rewards="10")
     with pytest.raises(ValueError, match="^clip_rewards clips the normalized values"):
         RolloutCollector(env, policy, 4, clip_rewards=10.0)

@@ -107,12 +107,8 @@ def test_bad_results_format_rejected(vec_dir, tmp_path):
         vectors.check_results(str(vec_dir), _write(tmp_path / "r.json", {"cases": {}}))
 
 
-@pytest.mark.parametrize("entry", ["ppo-ref", "python -m ppo_ref.vectors"])
-def test_cli_vectors_and_check_exit_codes(tmp_path, capsys, entry):
-    if entry == "ppo-ref":
-        from ppo_ref.cli import main
-    else:
-        main = vectors.main
+def test_cli_vectors_and_check_exit_codes(tmp_path, capsys):
+    from ppo_ref.cli import main
     out = tmp_path / "vec"
     assert main(["vectors", "--out", str(out)]) == 0
     res = vectors.reference_results(str(out))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 
+from ppo_ref.cli.common import (DEFAULT_ENV, DEFAULT_TIMESTEPS, SigintStopper, UsageError,
+                                rollout_note, user_input)
 from ppo_ref.config import PPOConfig
 from ppo_ref.distributed import (ActorLearnerError, UpdateInfo, async_config_from_ppo, learner_loop,
                                  make_learner)
@@ -28,8 +30,6 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     import json
     import sys
 
-    from ppo_ref.cli import (DEFAULT_ENV, DEFAULT_TIMESTEPS, UsageError, _rollout_note,
-                             _SigintStopper, user_input)
 
     env_id = args.env or DEFAULT_ENV
     total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
@@ -56,7 +56,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
           f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
           f"{config.broadcast_every}) for {total} steps (seed {args.seed}) -> {run_dir}")
     # the learner's config has n_envs = num_actors and the per-actor n_steps of an update
-    _rollout_note(trainer.config, 0, total, unit="update", factors="num_actors*n_steps")
+    rollout_note(trainer.config, 0, total, unit="update", factors="num_actors*n_steps")
 
     def on_update(info: UpdateInfo):
         stats = dict(info.stats)
@@ -68,7 +68,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     try:
         logger.begin(trainer)
         try:
-            with _SigintStopper(logger):
+            with SigintStopper(logger):
                 _, report = learner_loop(config, trainer, env_id, callback=on_update)
         except ActorLearnerError as exc:
             path = logger.save_last_good(trainer)

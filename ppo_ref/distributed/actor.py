@@ -12,8 +12,9 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._checks import check_count
 from ppo_ref.config import PPOConfig
-from ppo_ref.distributed.config import AsyncActorLearnerConfig, _check_int
+from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorFailed, ActorFinished, ActorLearnerError, ActorStats,
                                           ExperienceBatch, PolicyBroadcast, Shutdown)
 
@@ -71,7 +72,7 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
     """
     from ppo_ref.io.checkpoint import arrays_from_bytes
 
-    chunk_size = _check_int(chunk_size, "chunk_size", 1)
+    chunk_size = check_count(chunk_size, "chunk_size", 1)
     actor_seed = config.seed + 1 + agent_id
     rng = np.random.default_rng(actor_seed)
     env_obj = _make_env(env)

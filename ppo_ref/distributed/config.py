@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ppo_ref._checks import check_choice, check_positive, check_unit_interval
+from ppo_ref._checks import check_choice, check_count, check_positive, check_unit_interval
 from ppo_ref.config import PPOConfig
 
 __all__ = [
@@ -19,14 +19,6 @@ __all__ = [
 
 
 BACKENDS = ("thread", "process")
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -77,18 +69,18 @@ class AsyncActorLearnerConfig:
     """PPO settings of the learner's update."""
 
     def __post_init__(self):
-        _check_int(self.num_actors, "num_actors", 1)
-        _check_int(self.n_steps, "n_steps", 1)
-        _check_int(self.total_timesteps, "total_timesteps", 1)
-        _check_int(self.broadcast_every, "broadcast_every", 1)
-        _check_int(self.max_lead_steps, "max_lead_steps", 0)
+        check_count(self.num_actors, "num_actors", 1)
+        check_count(self.n_steps, "n_steps", 1)
+        check_count(self.total_timesteps, "total_timesteps", 1)
+        check_count(self.broadcast_every, "broadcast_every", 1)
+        check_count(self.max_lead_steps, "max_lead_steps", 0)
         check_unit_interval(self.gamma, "gamma")
         check_unit_interval(self.gae_lambda, "gae_lambda")
         if not isinstance(self.use_vtrace, (bool, np.bool_)):
             raise ValueError(f"use_vtrace must be a bool, got {self.use_vtrace!r}")
         check_positive(self.rho_bar, "rho_bar")
         check_positive(self.c_bar, "c_bar")
-        _check_int(self.seed, "seed", 0)
+        check_count(self.seed, "seed", 0)
         check_positive(self.starvation_timeout, "starvation_timeout")
         check_positive(self.env_step_timeout, "env_step_timeout")
         check_choice(self.backend, "backend", BACKENDS)
@@ -181,7 +173,7 @@ def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: i
             :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core (every actor is a Python process
             holding numpy, numba and its env: hundreds of them exhaust memory).
     """
-    num_actors = _check_int(num_actors, "num_actors", 1)
+    num_actors = check_count(num_actors, "num_actors", 1)
     rows = ppo.n_steps * ppo.n_envs
     if rows % num_actors:
         valid = [k for k in range(1, rows + 1) if rows % k == 0]

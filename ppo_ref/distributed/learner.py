@@ -13,6 +13,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
+from ppo_ref._checks import check_count
 from ppo_ref.distributed.actor import POLL_SECONDS
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFinished,
@@ -127,12 +128,12 @@ def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: 
                             action_shape: tuple, discrete: bool, version: int) -> ExperienceBatch:
     """Validate and normalise a message from an actor; raise :class:`ExperienceError` naming
     the field."""
-    agent_id = batch.agent_id
-    if isinstance(agent_id, (bool, np.bool_)) or not isinstance(agent_id, (int, np.integer)):
-        raise ExperienceError(f"Experience.agent_id must be an integer, got {agent_id!r}")
-    if not 0 <= agent_id < num_actors:
+    try:
+        agent_id = check_count(batch.agent_id, "Experience.agent_id", 0)
+    except ValueError as exc:
+        raise ExperienceError(str(exc)) from None
+    if agent_id >= num_actors:
         raise ExperienceError(f"Experience.agent_id must be in [0, {num_actors}), got {agent_id}")
-    agent_id = int(agent_id)
     k = len(batch)
     who = f"(agent {agent_id})"
 

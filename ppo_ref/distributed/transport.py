@@ -12,7 +12,8 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from ppo_ref._checks import check_choice
 from ppo_ref.distributed.actor import (POLL_SECONDS, _process_actor_main, _thread_actor_main,
                                        run_actor)
-from ppo_ref.distributed.config import AsyncActorLearnerConfig, _check_int
+from ppo_ref._checks import check_count
+from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import ActorFailed, ActorFinished, Shutdown
 
 __all__ = ["ActorGroup", "start_actors"]
@@ -196,7 +197,7 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     Returns:
         :class:`ActorGroup`; stop it with :meth:`ActorGroup.shutdown` (``learner_loop`` does).
     """
-    _check_int(chunk_size, "chunk_size", 1)
+    check_count(chunk_size, "chunk_size", 1)
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
     inbox: queue_module.Queue = queue_module.Queue()
     if config.backend == "process":

@@ -23,7 +23,7 @@ truncated step and one terminal step; the six rows form one minibatch), in data-
     adam_m, adam_v                Adam moments after the step (fresh state, t = 1)
     params_after                  the new parameters
 
-The file uses the golden-vector codec (:mod:`ppo_ref.vectors`: nested lists, float64 shortest
+The file uses the golden-vector codec (:mod:`ppo_ref.vectors.codec`: nested lists, float64 shortest
 repr, dicts of arrays as objects) with ``"format": "ppo_ref.trace/1"``, the ``settings``
 (the PPOConfig as a dict), the ``inputs`` and the ``trace`` (an object whose key order is the
 data-flow order above). Another implementation writes the same file from the same inputs;
@@ -33,13 +33,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
-           "diff_traces", "format_diff", "configure_diff", "cli_diff"]
+           "diff_traces", "format_diff", "quantity_count"]
 
 TRACE_FORMAT = "ppo_ref.trace/1"
 TRACE_ORDER = ("advantages", "returns", "normalized_advantages", "logits", "values",
@@ -164,7 +163,7 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     doc = {"format": TRACE_FORMAT, "preset": preset, "settings": config.to_dict(),
            "inputs": inp, "trace": {k: tr[k] for k in TRACE_ORDER}}
     if path is not None:
-        from ppo_ref.vectors import dumps, encode
+        from ppo_ref.vectors.codec import dumps, encode
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(dumps({k: encode(v) if k in ("inputs", "trace") else v
                             for k, v in doc.items()}) + "\n")
@@ -178,7 +177,7 @@ def load_trace(path: str) -> Dict[str, Any]:
         ValueError: not JSON, or not a ``"ppo_ref.trace/1"`` document with a ``trace`` object.
         OSError: the file cannot be read.
     """
-    from ppo_ref.vectors import decode
+    from ppo_ref.vectors.codec import decode
     with open(path, encoding="utf-8") as fh:
         try:
             raw = json.load(fh)
@@ -201,6 +200,12 @@ def _leaves(name: str, value) -> List[Tuple[str, Any]]:
             out.extend(_leaves(f"{name}/{k}", value[k]))
         return out
     return [(name, value)]
+
+
+def quantity_count(trace: Mapping[str, Any]) -> int:
+    """The number of quantities in the ``trace`` of a loaded trace, each entry of a dict (such
+    as ``grads``) counted on its own: the count :func:`format_diff` reports when traces agree."""
+    return sum(len(_leaves(k, v)) for k, v in trace["trace"].items())
 
 
 def diff_traces(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: float = 1e-9,
@@ -256,37 +261,3 @@ def format_diff(rows: List[Dict[str, Any]], n_quantities: int) -> str:
     if len(rows) > 1:
         lines.append("also differ downstream: " + ", ".join(r["quantity"] for r in rows[1:]))
     return "\n".join(lines)
-
-
-def configure_diff(p) -> None:
-    """Arguments of ``ppo-ref diff`` on an argparse parser."""
-    p.description = ("Compare two PPO update traces (format ppo_ref.trace/1, written by "
-                     "ppo_ref.testing.trace_update or by another implementation from the same "
-                     "inputs) and name the first quantity, in data-flow order, where they part. "
-                     "Exit status 1 when they differ.")
-    p.add_argument("a", help="trace JSON A (its key order is the data-flow order)")
-    p.add_argument("b", help="trace JSON B")
-    p.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance (default 1e-9)")
-    p.add_argument("--atol", type=float, default=1e-12, help="absolute tolerance (default 1e-12)")
-
-
-def cli_diff(args) -> int:
-    """``ppo-ref diff A B``: 0 when the traces agree, 1 when they differ, 2 on unreadable input."""
-    for name, tol in (("--rtol", args.rtol), ("--atol", args.atol)):
-        if not (math.isfinite(tol) and tol >= 0):
-            print(f"ppo-ref diff: error: {name} must be a finite number >= 0, got {tol}",
-                  file=sys.stderr)
-            return 2
-    try:
-        a, b = load_trace(args.a), load_trace(args.b)
-    except OSError as exc:
-        print(f"ppo-ref diff: error: cannot read {exc.filename}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
-    except ValueError as exc:
-        print(f"ppo-ref diff: error: {exc}", file=sys.stderr)
-        return 2
-    rows = diff_traces(a, b, rtol=args.rtol, atol=args.atol)
-    n = sum(len(_leaves(k, v)) for k, v in a["trace"].items())
-    print(format_diff(rows, n))
-    return 1 if rows else 0

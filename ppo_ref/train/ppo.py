@@ -485,9 +485,11 @@ class PPOTrainer:
         """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
         with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen; a
         recurrent policy resets its memory at each episode start). Raises ``ValueError`` if
-        ``n_episodes`` is not an integer >= 1 (a float, bool or string)."""
+        ``n_episodes`` is not an integer >= 1 or ``seed`` not an integer >= 0 (a float, bool or
+        string)."""
         import gymnasium as gym
         n_episodes = check_count(n_episodes, "n_episodes", 1)
+        seed = check_count(seed, "seed", 0)
         env_id = env_id or self.env_id
         if env_id is None:
             raise ValueError("env_id is required: the trainer was built from a vector env without an id")

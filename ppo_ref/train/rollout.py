@@ -53,6 +53,7 @@ import gymnasium as gym
 import gymnasium.vector
 import numpy as np
 
+from ppo_ref._checks import check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.io.checkpoint import generator_state, set_generator_state
 from ppo_ref.fast.lstm import all_finite_1d
@@ -839,11 +840,8 @@ def _check_clip(value, name: str, normalized: bool, flag: str) -> Optional[float
     finite number > 0 and ``normalized`` (its normalization ``flag`` is on)."""
     if value is None:
         return None
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer,
-                                                                      np.floating)):
-        raise ValueError(f"{name} must be a number > 0 or None, got {value!r}")
-    value = float(value)
-    if not (math.isfinite(value) and value > 0):
+    value = check_real_scalar(value, name)
+    if not value > 0:
         raise ValueError(f"{name} must be a finite number > 0 or None, got {value}")
     if not normalized:
         raise ValueError(f"{name} clips the normalized values: it needs {flag}=True")

@@ -1,0 +1,167 @@
+"""What the commands of ``ppo-ref`` share: the one-line user errors, the trainer table, the
+stated bounds of counts, the env probe, the Ctrl-C handler and the rollout note."""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import signal
+import sys
+from typing import Dict, Optional
+
+__all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
+           "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
+           "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
+           "policy_of_trainer", "probe_env", "SigintStopper", "rollout_note"]
+
+DEFAULT_ENV = "CartPole-v1"
+DEFAULT_TIMESTEPS = 100_000
+# Stated upper bounds of the counts the command line accepts (refused before anything is
+# created): step counters are exact in float64 up to 2**53; each env is a Python object stepped
+# in turn (sync) or a process (async), and each actor a process, so more than these would run
+# for minutes per rollout on one machine; seeds are 63-bit (episode i of eval uses seed + i).
+MAX_TOTAL_TIMESTEPS = 2 ** 53
+MAX_N_ENVS = 4096
+MAX_NUM_ACTORS = 256
+MAX_SEED = 2 ** 63 - 1
+MAX_EPISODES = 10 ** 6
+
+# policy kind -> "module:attribute" of a trainer class with the PPOTrainer interface
+# (constructor (env_id, config, *, seed, ...), learn(total, callback), save/load, evaluate).
+TRAINERS: Dict[str, str] = {
+    "mlp": "ppo_ref.train.ppo:PPOTrainer",
+    "lstm": "ppo_ref.train.recurrent_ppo:RecurrentPPOTrainer",
+}
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for (flags, files, environment ids). :func:`main`
+    prints it as one line ``ppo-ref <command>: error: <message>`` and exits with status 2."""
+
+
+@contextlib.contextmanager
+def user_input(what: str = ""):
+    """Around an operation on user input (reading or writing the user's files, parsing flags,
+    building a config): ``OSError``/``ValueError`` become :class:`UsageError` (prefixed with
+    ``what``). Only wrap such operations, so a genuine bug elsewhere keeps its traceback."""
+    try:
+        yield
+    except OSError as exc:
+        if what:
+            detail = exc.strerror or str(exc)
+            raise UsageError(f"{what}: {detail}") from None
+        where = f": {exc.filename}" if exc.filename else ""
+        raise UsageError(f"{exc.strerror or exc}{where}") from None
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}" if what else str(exc)) from None
+
+
+@contextlib.contextmanager
+def building(what: str):
+    """Around building a trainer (which makes and resets the envs) or loading one: what
+    :func:`user_input` converts, and any other exception too (an env raising in ``reset``),
+    become one :class:`UsageError` line ``<what>: <Type>: <message>``."""
+    try:
+        with user_input(what):
+            yield
+    except UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- an env's own failure, reported in one line
+        raise UsageError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from None
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def import_target(target: str):
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"ppo-ref: cannot import {module_name} ({exc})") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise SystemExit(f"ppo-ref: {module_name} has no {attr}") from None
+
+
+def trainer_class(policy: str):
+    """The trainer class for a policy kind (imported on first use)."""
+    if policy not in TRAINERS:
+        raise SystemExit(f"ppo-ref: unknown policy {policy!r}; choose from {sorted(TRAINERS)}")
+    return import_target(TRAINERS[policy])
+
+
+def trainer_class_by_name(name: str):
+    for target in TRAINERS.values():
+        if target.endswith(":" + name):
+            return import_target(target)
+    raise UsageError(f"the checkpoint holds an unknown trainer {name!r}")
+
+
+def policy_of_trainer(name: Optional[str]) -> Optional[str]:
+    for policy, target in TRAINERS.items():
+        if name and target.endswith(":" + name):
+            return policy
+    return None
+
+
+def probe_env(env_id: str) -> None:
+    """Make (and close) ``env_id`` once so a missing, deprecated or uninstalled env is reported
+    as one line before anything is created (gymnasium's own error text is kept)."""
+    import warnings
+
+    import gymnasium
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            env = gymnasium.make(env_id)
+        except (gymnasium.error.Error, ImportError) as exc:
+            # gymnasium warns before raising (e.g. "Taxi-v3 is out of date"): the error says it
+            raise UsageError(f"cannot make env {env_id!r}: {one_line(exc)}") from None
+        env.close()
+    for w in caught:  # the env works: pass its warnings on
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+class SigintStopper:
+    """First Ctrl-C: stop at the next rollout boundary (exact checkpoint). Second: interrupt now
+    (the last boundary's snapshot is saved)."""
+
+    def __init__(self, logger):
+        self.logger = logger
+        self.previous = None
+
+    def __enter__(self):
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not in the main thread
+            self.previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        if self.logger.stop_requested:
+            raise KeyboardInterrupt
+        self.logger.request_stop()
+        print("\nppo-ref: stopping at the end of this update (Ctrl-C again to stop now)",
+              file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+        return False
+
+
+def rollout_note(config, start: int, total: int, *, unit: str = "rollout",
+                  factors: str = "n_steps*n_envs") -> None:
+    """Training stops at the first rollout (``unit``) boundary at or past ``total``: say so
+    when that overshoots the target. A unit is ``config.n_steps * config.n_envs`` steps, named
+    ``factors`` in the message (the actor-learner: ``num_actors*n_steps`` per update)."""
+    batch = int(config.n_steps) * int(config.n_envs)
+    count = -(-(total - start) // batch)
+    if start + count * batch != total:
+        sizes = f"{config.n_steps}*{config.n_envs}" if factors == "n_steps*n_envs" \
+            else f"{config.n_envs}*{config.n_steps}"
+        print(f"ppo-ref: note: training runs whole {unit}s of {factors} = {sizes} = {batch} "
+              f"steps: {count} {unit}{'s' if count != 1 else ''} to reach --total-timesteps "
+              f"{total}, {start + count * batch} steps in all", file=sys.stderr)

@@ -1,0 +1,56 @@
+"""``ppo-ref eval DIR``: episodes of a run's checkpoint, mean return and its spread."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ppo_ref.cli.common import (MAX_EPISODES, MAX_SEED, UsageError, building, probe_env,
+                                trainer_class_by_name, user_input)
+
+__all__ = ["configure_eval", "cmd_eval"]
+
+def configure_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="DIR", help="a run directory (or a checkpoint .npz)")
+    p.add_argument("--episodes", type=int, default=10,
+                   help=f"number of episodes (1 to {MAX_EPISODES})")
+    p.add_argument("--deterministic", action="store_true", help="act with the mode (argmax / mean)")
+    p.add_argument("--seed", type=int, default=10_000,
+                   help="episode i is reset with seed + i (seed >= 0)")
+    p.add_argument("--allow-import", action="store_true",
+                   help="let a checkpoint's env id of the form module:EnvId import (run) its "
+                        "Python module; without it such a checkpoint is refused")
+
+
+def _checkpoint_path(path: str) -> str:
+    return path if path.endswith(".npz") else os.path.join(path, "checkpoint.npz")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import numpy as np
+    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise UsageError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
+    if not 0 <= args.seed <= MAX_SEED - args.episodes:
+        raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
+                         f"seed + i), got {args.seed}")
+    path = _checkpoint_path(args.run_dir)
+    with user_input():
+        _, meta = load_checkpoint(path)
+        check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
+    cls = trainer_class_by_name(meta.get("trainer", ""))
+    if meta.get("env_id") is not None:
+        probe_env(meta["env_id"])
+    with building(f"cannot load {path}"):
+        trainer = cls.load(path, allow_import=args.allow_import)
+    try:
+        returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)
+    except KeyboardInterrupt:
+        print("ppo-ref eval: interrupted (Ctrl-C); no result", file=sys.stderr)
+        return 130
+    finally:
+        trainer.close()
+    mode = "deterministic" if args.deterministic else "stochastic"
+    print(f"{meta.get('env_id')}: {len(returns)} episodes ({mode}) after {meta.get('num_timesteps')} "
+          f"steps: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} (std)")
+    return 0

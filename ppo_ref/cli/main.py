@@ -1,0 +1,94 @@
+"""The ``ppo-ref`` parser and entry point: every subcommand in :data:`SUBCOMMANDS` (each a
+``configure(parser)`` and a ``run(args) -> int`` of its own module of ``ppo_ref.cli``)."""
+from __future__ import annotations
+
+import argparse
+import errno
+import sys
+from typing import Any, Callable, Dict, List, Optional
+
+from ppo_ref.cli.common import UsageError, one_line
+from ppo_ref.cli.details import cmd_details, configure_details
+from ppo_ref.cli.diff import cmd_diff, configure_diff
+from ppo_ref.cli.eval import cmd_eval, configure_eval
+from ppo_ref.cli.plot import cmd_plot, configure_plot
+from ppo_ref.cli.train import cmd_train, configure_train
+from ppo_ref.cli.vectors import cmd_check, cmd_vectors, configure_check, configure_vectors
+
+__all__ = ["SUBCOMMANDS", "register_subcommand", "build_parser", "main"]
+
+#: subcommand name -> ``(help, configure(subparser), run(args) -> int)``
+SUBCOMMANDS: Dict[str, Any] = {}
+
+
+def register_subcommand(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],
+                        run: Callable[[argparse.Namespace], int]) -> None:
+    """Add a subcommand: ``configure`` adds its arguments, ``run(args)`` returns the exit code."""
+    SUBCOMMANDS[name] = (help, configure, run)
+
+
+register_subcommand("train", "train a policy (default: CartPole-v1, zoo settings, 100k steps)",
+                    configure_train, cmd_train)
+register_subcommand("eval", "evaluate a run's checkpoint", configure_eval, cmd_eval)
+register_subcommand("plot", "write DIR/learning_curve.png", configure_plot, cmd_plot)
+register_subcommand("vectors", "write golden JSON test vectors (ppo_ref.vectors)",
+                    configure_vectors, cmd_vectors)
+register_subcommand("check", "check another implementation's outputs against golden vectors",
+                    configure_check, cmd_check)
+register_subcommand("diff", "name the first quantity where two PPO update traces part "
+                    "(ppo_ref.testing.trace)", configure_diff, cmd_diff)
+register_subcommand("details", "print the PPO implementation details table (ppo_ref.details)",
+                    configure_details, cmd_details)
+
+
+# the file system ran out of room: a condition of the machine, reported as one line (exit 1)
+_FULL_ERRNOS = frozenset(e for e in (getattr(errno, "ENOSPC", None), getattr(errno, "EDQUOT", None),
+                                     getattr(errno, "EFBIG", None)) if e is not None)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (``<prog>: error: <message> (see <prog> --help)``,
+    exit status 2) instead of the usage block followed by the message; subcommand parsers are
+    of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ppo_ref import __version__
+    parser = _OneLineParser(prog="ppo-ref", description="ppo_ref: PPO in NumPy + numba")
+    parser.add_argument("--version", action="version", version=f"ppo-ref {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_text, configure, _) in SUBCOMMANDS.items():
+        configure(sub.add_parser(name, help=help_text, description=help_text))
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of ``ppo-ref`` and ``python -m ppo_ref``; returns the exit code.
+
+    No subcommand means ``train`` with its defaults. A :class:`UsageError` (bad flags, unusable
+    files or env ids, corrupt checkpoints: see :func:`user_input`) is printed as one line
+    ``ppo-ref <command>: error: <message>`` with exit status 2; a full disk (``ENOSPC``,
+    ``EDQUOT``, ``EFBIG`` while writing) as one line with exit status 1; other exceptions are
+    bugs and keep their traceback.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        argv = ["train"] + argv
+    args = build_parser().parse_args(argv)
+    args.argv = argv  # the command line as given (recorded in config.json)
+    _, _, run = SUBCOMMANDS[args.command]
+    try:
+        return int(run(args))
+    except UsageError as exc:
+        print(f"ppo-ref {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.errno not in _FULL_ERRNOS:
+            raise
+        where = f" writing {exc.filename}" if exc.filename else ""
+        print(f"ppo-ref {args.command}: error:{where}: {exc.strerror or exc} (free some space "
+              f"and run the command again)", file=sys.stderr)
+        return 1

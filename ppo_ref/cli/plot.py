@@ -1,0 +1,104 @@
+"""``ppo-ref plot DIR``: the learning curves of a run as one PNG."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from ppo_ref.cli.common import UsageError, user_input
+
+__all__ = ["configure_plot", "cmd_plot", "learning_curve_figure", "EV_RANGE"]
+
+def configure_plot(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_dir", metavar="DIR")
+    p.add_argument("--output", default=None, help="PNG path (default DIR/learning_curve.png)")
+    p.epilog = ("panels: episode returns (and the mean of the last 20); approx_kl and "
+                "clip_fraction; entropy; explained variance on its own panel with its y axis "
+                "fixed to [-1, 1] (it is at most 1 and unbounded below: values under -1, common "
+                "in early updates, are drawn on the lower edge as red triangles and counted)")
+
+
+#: The y range of the explained-variance panel of ``ppo-ref plot``. Explained variance
+#: ``1 - Var[returns - values] / Var[returns]`` is at most 1 and unbounded below (early updates
+#: can give -1e3 and worse): values below the range are drawn on its lower edge as triangles
+#: and counted in the legend, so an outlier never rescales the panel.
+EV_RANGE = (-1.0, 1.0)
+
+
+def learning_curve_figure(plt, episodes, metrics, title: str):
+    """The figure of ``ppo-ref plot``: four panels sharing the x axis (env steps): episode
+    returns with the mean of the last 20; approx_kl and clip_fraction; entropy; explained
+    variance on its own panel, its y axis fixed to :data:`EV_RANGE` (values below are drawn
+    on the lower edge and counted). ``episodes``/``metrics`` are :func:`ppo_ref.io.runlog.read_csv`
+    columns (``{}`` for an empty file). Returns the matplotlib figure."""
+    import numpy as np
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4))
+    ax = axes[0]
+    if episodes:
+        ax.plot(episodes["timesteps"], episodes["return"], ".", alpha=0.25, markersize=3,
+                label="episode")
+        r = episodes["return"]
+        rolling = np.array([r[max(0, i - 19):i + 1].mean() for i in range(len(r))])
+        ax.plot(episodes["timesteps"], rolling, label="mean of last 20")
+        ax.legend()
+    ax.set_ylabel("episode return")
+    ax.set_title("learning curve")
+    if metrics:
+        steps = metrics["timesteps"]
+        axes[1].plot(steps, metrics["approx_kl"], label="approx_kl")
+        axes[1].plot(steps, metrics["clip_fraction"], label="clip_fraction")
+        axes[1].legend()
+        axes[2].plot(steps, metrics["entropy"], label="entropy")
+        axes[2].legend()
+        ev = metrics["explained_variance"]
+        low, high = EV_RANGE
+        below = ev < low
+        axes[3].plot(steps, np.clip(ev, low, high), label="explained_variance")
+        if below.any():
+            axes[3].plot(steps[below], np.full(int(below.sum()), low), "v", color="tab:red",
+                         label=f"{int(below.sum())} update(s) below {low:g}")
+        axes[3].legend()
+    axes[3].set_ylim(*EV_RANGE)
+    axes[3].set_title(f"explained variance (axis fixed to [{EV_RANGE[0]:g}, {EV_RANGE[1]:g}])")
+    for a in axes:
+        a.set_xlabel("env steps")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("needs matplotlib: install the plot extra (pip install -e '.[plot]' in a "
+                         "checkout, or pip install matplotlib)") from None
+    from ppo_ref.io.runlog import read_csv
+    episodes_path = os.path.join(args.run_dir, "episodes.csv")
+    metrics_path = os.path.join(args.run_dir, "metrics.csv")
+    if not os.path.exists(episodes_path) or not os.path.exists(metrics_path):
+        raise UsageError(f"{args.run_dir} has no episodes.csv / metrics.csv")
+    columns = {}
+    for path, needed in ((episodes_path, ("timesteps", "return")),
+                         (metrics_path, ("timesteps", "approx_kl", "clip_fraction",
+                                         "explained_variance", "entropy"))):
+        with user_input(f"cannot read {path}"):
+            try:
+                table = read_csv(path)
+            except (KeyError, TypeError):  # short or ragged rows
+                raise ValueError("malformed CSV") from None
+        if table and any(name not in table for name in needed):
+            raise UsageError(f"cannot read {path}: missing columns "
+                             f"{[name for name in needed if name not in table]}")
+        columns[path] = table
+    ep, mx = columns[episodes_path], columns[metrics_path]
+    fig = learning_curve_figure(plt, ep, mx, os.path.basename(os.path.normpath(args.run_dir)))
+    out = args.output or os.path.join(args.run_dir, "learning_curve.png")
+    try:
+        with user_input(f"cannot write {out}"):
+            fig.savefig(out, dpi=100)
+    finally:
+        plt.close(fig)
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,673 @@
+"""``ppo-ref train``: a new run, ``--resume`` of a saved one, ``--list-fields``; the run
+directory's lock and the driver that saves the last good checkpoint on any failure.
+
+``ppo-ref train`` with no arguments trains CartPole-v1 with ``PPOConfig.zoo_cartpole()`` for
+100k steps into a new ``runs/<env>-<policy>-seed<S>-<timestamp>[-2, -3, ...]``. A ``--run-dir``
+that already holds a run is refused (continue it with ``--resume``); ``--resume DIR`` keeps the
+saved settings, so ``--env/--policy/--seed/--n-envs/--preset/--set`` that differ from them are
+refused (``--total-timesteps`` extends the run); a directory without a checkpoint is restarted
+from scratch with its saved settings. One process writes a run directory at a time
+(:func:`run_dir_lock`). Any exception while training saves the last good checkpoint and exits
+3 with one line (:func:`run_training`). A checkpoint's ``module:EnvId`` env id is imported only
+with ``--allow-import``. Training runs whole rollouts of ``n_steps * n_envs`` steps.
+``--async`` runs :func:`ppo_ref.cli.async_train.cli_train`.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+from ppo_ref.cli.common import (DEFAULT_ENV, DEFAULT_TIMESTEPS, MAX_N_ENVS, MAX_NUM_ACTORS,
+                                MAX_SEED, MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper,
+                                UsageError, building, one_line, policy_of_trainer, probe_env,
+                                rollout_note, trainer_class, trainer_class_by_name, user_input)
+
+__all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "default_policy",
+           "default_timesteps", "zoo_note", "make_unique_dir", "list_fields", "run_training",
+           "run_dir_lock", "LOCK_FILE", "TRAIN_EXAMPLES"]
+
+def preset_names() -> List[str]:
+    """Every name ``--preset`` accepts: ``zoo``, ``default`` and the PPOConfig presets."""
+    from ppo_ref.config import PRESETS
+    return ["zoo", "default", *PRESETS]
+
+
+def _resolve_preset(preset: Optional[str], env_id: str) -> str:
+    """The preset a run records: the one given, else ``zoo`` for an env in the zoo table
+    (:data:`ppo_ref.zoo.ZOO`) and ``default`` for any other."""
+    if preset is None:
+        from ppo_ref.zoo import zoo_entry
+        return "zoo" if zoo_entry(env_id) is not None else "default"
+    return preset
+
+
+def default_policy(env_id: str) -> str:
+    """The policy ``train`` uses without ``--policy``: the zoo entry's, else ``mlp``."""
+    from ppo_ref.zoo import zoo_entry
+    entry = zoo_entry(env_id)
+    return entry.policy if entry is not None else "mlp"
+
+
+def default_timesteps(env_id: str, preset: Optional[str]) -> int:
+    """``--total-timesteps`` when not given: the zoo entry's budget when the run uses the zoo
+    settings of ``env_id``, else :data:`DEFAULT_TIMESTEPS`."""
+    from ppo_ref.zoo import zoo_entry
+    entry = zoo_entry(env_id)
+    if entry is not None and _resolve_preset(preset, env_id) == "zoo":
+        return int(entry.n_timesteps)
+    return DEFAULT_TIMESTEPS
+
+
+def zoo_note(env_id: str, preset: Optional[str], policy: str) -> Optional[str]:
+    """The line ``train`` prints at the start of a new run about the zoo settings it uses
+    (None when it uses none)."""
+    from ppo_ref.zoo import zoo_entry
+    if _resolve_preset(preset, env_id) != "zoo":
+        return None
+    entry = zoo_entry(env_id)
+    if entry is None:
+        return (f"ppo-ref: using the zoo settings for {DEFAULT_ENV} (--preset zoo; {env_id} has "
+                f"no zoo entry, see ppo_ref/zoo.py)")
+    tuned = "" if entry.policy == policy else f", tuned for the {entry.policy} policy"
+    changed = f"; differs from it: {entry.deviations}" if entry.deviations else ""
+    return (f"ppo-ref: using the zoo settings for {env_id} ({entry.source}{tuned}{changed}); "
+            f"--set FIELD=VALUE overrides a field, --preset NAME replaces them")
+
+
+def make_unique_dir(base: str) -> str:
+    """Create and return ``base``, or ``base-2``, ``base-3``, ... (the first that does not exist).
+
+    Each candidate is created with ``os.makedirs(exist_ok=False)``, so two processes racing for
+    the same name (two runs started in the same second) get different directories.
+    """
+    candidate, n = base, 1
+    while True:
+        try:
+            os.makedirs(candidate, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = f"{base}-{n}"
+
+
+def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_envs: Optional[int],
+                 backend: Optional[str] = None):
+    """The PPOConfig for ``train``: the zoo entry of ``env_id`` (:data:`ppo_ref.zoo.ZOO`; without
+    ``--preset`` and with ``--preset zoo``; an env without an entry gets ``PPOConfig()``, or
+    CartPole-v1's entry ``zoo_cartpole()`` with ``--preset zoo``), ``PPOConfig.preset(name)``
+    for a named preset, ``PPOConfig()`` for ``default``; then ``--n-envs`` and every ``--set
+    field=value`` (typed by :func:`ppo_ref.config.parse_overrides`)."""
+    from ppo_ref.config import PPOConfig, parse_overrides
+    from ppo_ref.zoo import zoo_entry
+    changes = parse_overrides(overrides or [])
+    if n_envs is not None:
+        changes["n_envs"] = int(n_envs)
+    if backend is not None:
+        changes["backend"] = backend
+    if preset is not None and preset not in preset_names():
+        raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(preset_names())}")
+    preset = _resolve_preset(preset, env_id)
+    if preset == "zoo":
+        entry = zoo_entry(env_id)
+        if entry is None:
+            return PPOConfig.zoo_cartpole(**changes)
+        return entry.config(**changes)
+    if preset == "default":
+        return PPOConfig(**changes)
+    return PPOConfig.preset(preset, **changes)
+
+
+def configure_train(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", default=None, help=f"gymnasium id (default {DEFAULT_ENV})")
+    p.add_argument("--policy", default=None, choices=sorted(TRAINERS), help="mlp (default) or lstm")
+    p.add_argument("--total-timesteps", type=int, default=None,
+                   help=f"train until this many env steps, at most 2**53 (default "
+                        f"{DEFAULT_TIMESTEPS}; with --resume: the checkpoint's target)")
+    p.add_argument("--n-envs", type=int, default=None,
+                   help=f"parallel envs, at most {MAX_N_ENVS} (overrides the config)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the run, 0 to 2**63 - 1 "
+                                                          "(default 0)")
+    p.add_argument("--run-dir", default=None,
+                   help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
+                        "<timestamp>, with -2, -3, ... appended if taken)")
+    p.add_argument("--preset", default=None,
+                   help="config base: zoo (CartPole-v1 default), default (SB3 defaults), "
+                        "reference, sb3, cleanrl, thrust")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a PPOConfig field (repeatable), e.g. --set n_epochs=10")
+    p.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue the run in DIR from its checkpoint.npz (exactly), with its saved "
+                        "settings; only --total-timesteps may change (to extend the run)")
+    p.add_argument("--backend", default=None, choices=["fast", "spec"],
+                   help="fast (default: the compiled tier) or spec (the readable NumPy tier of "
+                        "ppo_ref/spec/, slower, float64); same as --set backend=...")
+    p.add_argument("--vectorization", default=None, choices=["sync", "async"],
+                   help="gymnasium SyncVectorEnv (default) or AsyncVectorEnv")
+    p.add_argument("--allow-import", action="store_true",
+                   help="with --resume: let the saved env id of the form module:EnvId import "
+                        "(run) its Python module; without it such a run is refused")
+    p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
+                   help="write checkpoint.npz at least this often (and at the end)")
+    p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (the closing summary line is still printed)")
+    p.add_argument("--list-fields", action="store_true",
+                   help="print every --set field with its default and help (and the value the "
+                        "zoo settings of --env give it, when they change it), then exit")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = _train_epilog()
+    g = p.add_argument_group("asynchronous actor-learner (--async)")
+    g.add_argument("--async", dest="use_async", action="store_true",
+                   help="train with the actor-learner loop (ppo_ref.distributed.learner)")
+    g.add_argument("--num-actors", type=int, default=None, help=f"actor processes, at most {MAX_NUM_ACTORS} (default 4)")
+    g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
+    g.add_argument("--broadcast-every", type=int, default=None,
+                   help="updates between policy broadcasts (default 1)")
+
+
+def _bundled_env_ids() -> List[str]:
+    """The ``ppo_ref/`` ids registered with gymnasium (by :mod:`ppo_ref.envs` on import)."""
+    import gymnasium
+    import ppo_ref.envs  # noqa: F401 -- registers the ids
+    return sorted(env_id for env_id in gymnasium.registry if env_id.startswith("ppo_ref/"))
+
+
+TRAIN_EXAMPLES = (
+    ("ppo-ref train", "CartPole-v1, its zoo settings, 100k steps"),
+    ("ppo-ref train --env Pendulum-v1", "the zoo settings for Pendulum-v1"),
+    ("ppo-ref train --env ppo_ref/MemoryCue-v0", "a bundled env (LSTM policy)"),
+    ("ppo-ref train --env Acrobot-v1 --set n_epochs=10", "zoo settings, one field changed"),
+    ("ppo-ref train --env Acrobot-v1 --preset cleanrl", "CleanRL's conventions instead"),
+    ("ppo-ref train --list-fields", "every --set field: default, help"),
+    ("ppo-ref train --resume DIR --total-timesteps 200000", "continue and extend a run"),
+    ("ppo-ref train --async --num-actors 4 --vtrace", "the actor-learner, V-trace"),
+    ("ppo-ref train --env mypkg.envs:MyEnv-v0", "your env (import registers it)"),
+)
+
+
+def _train_epilog() -> str:
+    from ppo_ref.zoo import ZOO
+    width = max(len(cmd) for cmd, _ in TRAIN_EXAMPLES)
+    lines = ["examples:"]
+    lines += [f"  {cmd:<{width}}  # {what}" for cmd, what in TRAIN_EXAMPLES]
+    lines += ["", "zoo settings (the default of each env without --preset; table in "
+                  "ppo_ref/zoo.py):"]
+    env_width = max(len(env_id) for env_id in ZOO)
+    for env_id, entry in ZOO.items():
+        lines.append(f"  {env_id:<{env_width}}  {entry.policy:<4}  {entry.n_timesteps:>7} steps  "
+                     f"{entry.source}")
+    lines += ["", "bundled envs (ppo_ref/envs.py, registered by import ppo_ref): "
+              + ", ".join(_bundled_env_ids())]
+    return "\n".join(lines)
+
+
+def _format_value(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "()"
+    return str(value)
+
+
+def list_fields(args: argparse.Namespace, stream=None) -> int:
+    """``train --list-fields``: every PPOConfig field (the ``--set`` names) with its default,
+    its help text and choices, and the value this command's settings (``--env``'s zoo entry,
+    ``--preset``, ``--set``) give it when that differs from the default; returns 0."""
+    import dataclasses
+    from ppo_ref.config import PPOConfig
+    stream = stream if stream is not None else sys.stdout
+    env_id = args.env or DEFAULT_ENV
+    with user_input():
+        chosen = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
+    base = PPOConfig()
+    label = f"--env {env_id}" + (f" --preset {args.preset}" if args.preset else "") + \
+        (" with --set" if args.overrides else "")
+    print(f"PPOConfig fields (ppo-ref train --set FIELD=VALUE); 'default' is PPOConfig()'s, "
+          f"'{label}' the value this command would use where it differs:", file=stream)
+    for f in dataclasses.fields(PPOConfig):
+        default = _format_value(getattr(base, f.name))
+        here = _format_value(getattr(chosen, f.name))
+        used = f"  [{label}: {here}]" if here != default else ""
+        print(f"  {f.name} (default {default}){used}", file=stream)
+        help_text = f.metadata.get("help", "")
+        if "choices" in f.metadata:
+            help_text += "; one of " + ", ".join(str(c) for c in f.metadata["choices"])
+        print(f"      {help_text}", file=stream)
+    return 0
+
+
+def run_training(trainer, logger, total_timesteps: int) -> int:
+    """Drive ``trainer.learn`` with ``logger``: the checkpoint is written at the end, on Ctrl-C
+    and on any exception raised while training (an env raising in ``step``/``reset``, an env
+    error, a non-finite update, a bug): then the last good state (the snapshot of the last
+    completed update, whose counters and CSV rows agree) is saved, one line is printed and the
+    traceback goes to ``<run_dir>/error.log``. A run that reaches its target ends with the
+    one-line summary of :meth:`ppo_ref.io.runlog.RunLogger.finish` (also with ``--quiet``).
+    Returns the exit code (0; 130 interrupted; 3 training failed). Reusable by the recurrent and actor-learner entry points."""
+    logger.begin(trainer)
+    code = 0
+    try:
+        with SigintStopper(logger):
+            trainer.learn(total_timesteps, callback=logger.callback)
+        logger.save(trainer)
+    except KeyboardInterrupt:
+        path, note = _save_last_good(logger, trainer)
+        print(f"\nppo-ref: interrupted; {note}", file=sys.stderr)
+        logger.close()
+        return 130
+    except Exception as exc:  # noqa: BLE001 -- every failure keeps the finished work
+        return _training_failed(trainer, logger, exc)
+    if logger.stop_requested:
+        code = 130
+        print(f"ppo-ref: stopped at {trainer.num_timesteps} steps; resume with "
+              f"ppo-ref train --resume {logger.run_dir}", file=sys.stderr)
+    else:
+        logger.finish(trainer)
+    logger.close()
+    return code
+
+
+def _save_last_good(logger, trainer):
+    """Save the last good snapshot: ``(path or None, one-line note of what was kept)``."""
+    run_dir = logger.run_dir
+    try:
+        path = logger.save_last_good(trainer)
+    except Exception as exc:  # noqa: BLE001 -- e.g. the disk is full
+        return None, (f"could not save the last good state ({type(exc).__name__}: "
+                      f"{one_line(exc)}); the previous checkpoint, if any, is unchanged")
+    if path is not None:
+        return path, (f"saved the last good checkpoint ({logger.snapshot_timesteps} steps) to "
+                      f"{path}; continue with ppo-ref train --resume {run_dir}")
+    if os.path.exists(logger.checkpoint_path):
+        return None, (f"no update completed in this process: the checkpoint {logger.checkpoint_path} "
+                      f"is unchanged; continue with ppo-ref train --resume {run_dir}")
+    return None, (f"no update had completed: nothing saved; start it again with ppo-ref train "
+                  f"--resume {run_dir} (from scratch, same settings) or reuse --run-dir {run_dir}")
+
+
+def _training_failed(trainer, logger, exc: BaseException) -> int:
+    """The one-line report of a training failure after saving the last good state; exit 3."""
+    import traceback
+    from ppo_ref.train.rollout import EnvStepError
+    log_note = ""
+    try:
+        with open(os.path.join(logger.run_dir, "error.log"), "a", encoding="utf-8") as fh:
+            fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        log_note = f" (traceback in {os.path.join(logger.run_dir, 'error.log')})"
+    except OSError:
+        pass
+    _, note = _save_last_good(logger, trainer)
+    what = (f"environment error: {one_line(exc)}" if isinstance(exc, EnvStepError)
+            else f"training failed: {type(exc).__name__}: {one_line(exc)}")
+    print(f"ppo-ref train: error: {what}; {note}{log_note}", file=sys.stderr)
+    try:
+        logger.close()
+    except OSError:
+        pass
+    return 3
+
+
+def _check_train_flags(args: argparse.Namespace) -> None:
+    """Reject out-of-range values and flag combinations that would be ignored silently."""
+    if args.total_timesteps is not None and not 1 <= args.total_timesteps <= MAX_TOTAL_TIMESTEPS:
+        raise UsageError(f"--total-timesteps must be in [1, 2**53], got {args.total_timesteps}")
+    for flag, value in (("--checkpoint-every", args.checkpoint_every),
+                        ("--progress-every", args.progress_every)):
+        if not value >= 0:  # also rejects nan
+            raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
+    if args.n_envs is not None and not 1 <= args.n_envs <= MAX_N_ENVS:
+        raise UsageError(f"--n-envs must be in [1, {MAX_N_ENVS}], got {args.n_envs}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
+    if args.num_actors is not None and args.num_actors > MAX_NUM_ACTORS:
+        raise UsageError(f"--num-actors must be in [1, {MAX_NUM_ACTORS}], got {args.num_actors}")
+    if args.preset is not None and args.preset not in preset_names():
+        raise UsageError(f"unknown --preset {args.preset!r}; choose from {', '.join(preset_names())}")
+    async_only = [flag for flag, value in (("--num-actors", args.num_actors),
+                                           ("--vtrace", args.vtrace or None),
+                                           ("--broadcast-every", args.broadcast_every))
+                  if value is not None]
+    if args.allow_import and not args.resume:
+        raise UsageError("--allow-import only applies with --resume (an --env module:EnvId you "
+                         "type yourself is imported without it)")
+    if args.resume and args.use_async:
+        raise UsageError("--async cannot be combined with --resume: --resume continues the run "
+                         "with the trainer it was started with")
+    if not args.use_async:
+        if async_only:
+            raise UsageError(f"{', '.join(async_only)} only appl{'ies' if len(async_only) == 1 else 'y'} "
+                             "to the actor-learner: add --async (or drop the flag)")
+        return
+    if args.policy == "lstm":
+        raise UsageError("--async --policy lstm is not supported: the actor-learner trains the MLP "
+                         "policy only (drop --async to train the LSTM policy)")
+    if args.vectorization is not None:
+        raise UsageError("--vectorization does not apply with --async (each actor process steps "
+                         "its own envs)")
+    for flag, value in (("--num-actors", args.num_actors), ("--broadcast-every", args.broadcast_every)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+
+
+LOCK_FILE = ".lock"
+_HELD_LOCKS: set = set()  # lock files this process holds (real paths)
+
+
+@contextlib.contextmanager
+def run_dir_lock(run_dir: str):
+    """Hold the run directory ``run_dir`` (created if needed) for one writer: an exclusive
+    ``fcntl.flock`` on ``<run_dir>/.lock`` (which holds the writer's pid) for the whole block.
+    Raises :class:`UsageError` at once, touching nothing else in ``run_dir``, when another
+    process (or another open of the lock in this one) holds it. The lock file is removed on
+    exit (and the directory too if this call created it and it is empty); a writer that opened the file just before its removal notices (different inode) and
+    locks the new file instead, so two writers never both hold the directory."""
+    import fcntl
+    created = not os.path.isdir(run_dir)
+    with user_input(f"cannot lock the run directory {run_dir}"):
+        os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, LOCK_FILE)
+    while True:
+        with user_input(f"cannot lock the run directory {run_dir}"):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            except OSError:
+                holder = "unknown"
+            os.close(fd)
+            raise UsageError(f"{run_dir} is in use by another ppo-ref process (pid {holder}): one "
+                             "process writes a run directory at a time; wait for it to end or "
+                             "stop it first") from None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file between our open and our lock: retry
+    key = os.path.realpath(path)
+    _HELD_LOCKS.add(key)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        yield path
+    finally:
+        _HELD_LOCKS.discard(key)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        os.close(fd)
+        if created:  # made here and nothing written (the run was refused): leave no trace
+            try:
+                os.rmdir(run_dir)
+            except OSError:
+                pass
+
+
+def _check_fresh_run_dir(run_dir: str) -> None:
+    """``--run-dir`` must not hold a run already (it would be overwritten)."""
+    if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
+    # A run stopped before its first update leaves config.json and header-only CSVs but no
+    # checkpoint: nothing to resume and nothing to lose, so such a directory may be reused.
+    if os.path.exists(os.path.join(run_dir, "checkpoint.npz")):
+        raise UsageError(f"{run_dir} already holds a run (checkpoint.npz): continue it with "
+                         f"--resume {run_dir}, or choose another --run-dir")
+    metrics = os.path.join(run_dir, "metrics.csv")
+    if os.path.exists(metrics):
+        with open(metrics, "rb") as fh:
+            has_rows = sum(1 for line in fh if line.strip()) > 1
+        if has_rows:
+            raise UsageError(f"{run_dir} already holds a run (metrics.csv has updates but there "
+                             f"is no checkpoint): restart it from scratch with --resume {run_dir}, "
+                             "or choose another --run-dir")
+
+
+def _read_run_info(run_dir: str) -> Dict[str, Any]:
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path):
+        return {}
+    from ppo_ref.vectors.codec import read_json_file
+    with user_input(f"cannot read {path}"):
+        info = read_json_file(path, "run file")
+    return info if isinstance(info, dict) else {}
+
+
+def _saved_preset(info: Dict[str, Any], env_id: str) -> Optional[str]:
+    """The preset name a run was started with: recorded in config.json (``preset``), else read
+    from its recorded command line; None when neither says."""
+    if isinstance(info.get("preset"), str):
+        return info["preset"]
+    argv = info.get("argv")
+    if not isinstance(argv, list) or "train" not in argv:
+        return None
+    preset = None
+    for i, item in enumerate(argv):
+        if item == "--preset" and i + 1 < len(argv):
+            preset = argv[i + 1]
+        elif isinstance(item, str) and item.startswith("--preset="):
+            preset = item.split("=", 1)[1]
+    return _resolve_preset(preset, env_id)
+
+
+def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, Any],
+                        info: Dict[str, Any]) -> None:
+    """Flags given with ``--resume`` must agree with the saved run (they cannot change it)."""
+    from ppo_ref.config import PPOConfig, parse_overrides
+
+    def conflict(flag: str, saved: str):
+        raise UsageError(f"{flag} conflicts with the run being resumed ({saved}); --resume {run_dir} "
+                         "continues with its saved settings (only --total-timesteps may change)")
+    env_id = meta.get("env_id")
+    if args.env is not None and args.env != env_id:
+        conflict(f"--env {args.env}", f"env {env_id}")
+    policy = meta.get("policy") or policy_of_trainer(meta.get("trainer"))
+    if args.policy is not None and args.policy != policy:
+        conflict(f"--policy {args.policy}", f"policy {policy}")
+    if args.seed is not None and args.seed != meta.get("seed"):
+        conflict(f"--seed {args.seed}", f"seed {meta.get('seed')}")
+    vectorization = meta.get("vectorization", "sync")
+    if args.vectorization is not None and args.vectorization != vectorization:
+        conflict(f"--vectorization {args.vectorization}", f"vectorization {vectorization}")
+    if args.run_dir is not None and os.path.realpath(args.run_dir) != os.path.realpath(run_dir):
+        conflict(f"--run-dir {args.run_dir}", f"its directory is {run_dir}")
+    with user_input(f"checkpoint of {run_dir}: bad config"):
+        saved = PPOConfig.from_dict(meta.get("config", {}))
+    if args.n_envs is not None and args.n_envs != saved.n_envs:
+        conflict(f"--n-envs {args.n_envs}", f"n_envs {saved.n_envs}")
+    if args.backend is not None and args.backend != saved.backend:
+        conflict(f"--backend {args.backend}", f"backend {saved.backend}")
+    if args.preset is not None:
+        preset = _saved_preset(info, env_id)
+        if preset is None:
+            conflict(f"--preset {args.preset}", "its preset is not recorded")
+        if args.preset != preset:
+            conflict(f"--preset {args.preset}", f"preset {preset}")
+    for item in args.overrides or []:
+        with user_input(f"--set {item}"):
+            changes = parse_overrides([item])
+            changed = saved.replace(**changes)
+        for field in changes:
+            if getattr(changed, field) != getattr(saved, field):
+                conflict(f"--set {item}", f"{field}={getattr(saved, field)!r}")
+
+
+def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
+    """``(trainer, run_dir, run_info, resume_from, total)`` for ``--resume``, or an exit code.
+    The run directory is locked (on ``hold``) before anything in it is read or written. A
+    directory with a ``config.json`` but no checkpoint (a run that failed or was killed before
+    its first checkpoint) is restarted from scratch with its saved settings."""
+    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint
+    run_dir = args.resume
+    path = os.path.join(run_dir, "checkpoint.npz")
+    if not os.path.isdir(run_dir) or not (os.path.isfile(path) or
+                                          os.path.isfile(os.path.join(run_dir, "config.json"))):
+        raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
+    hold.enter_context(run_dir_lock(run_dir))
+    info = _read_run_info(run_dir)
+    if info.get("mode") == "async":
+        raise UsageError(f"--resume {run_dir}: resuming an --async (actor-learner) run is not "
+                         "supported (ppo-ref eval works on its checkpoint)")
+    if not os.path.isfile(path):
+        return _train_restart(args, run_dir, info)
+    with user_input(f"--resume {run_dir}"):
+        _, meta = load_checkpoint(path)
+        check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
+    _check_resume_flags(args, run_dir, meta, info)
+    done = int(meta.get("num_timesteps", 0))
+    total = args.total_timesteps if args.total_timesteps is not None else int(meta["total_timesteps"])
+    if done >= total:
+        print(f"ppo-ref: {run_dir} has already reached its target ({done} steps >= {total}); to "
+              f"train further, extend it: ppo-ref train --resume {run_dir} --total-timesteps N "
+              f"(N > {done})")
+        return 0
+    cls = trainer_class_by_name(meta.get("trainer", ""))
+    if meta.get("env_id") is not None:
+        probe_env(meta["env_id"])
+    with building(f"--resume {run_dir}"):
+        trainer = cls.load(path, allow_import=args.allow_import)
+    if meta.get("exact_resume_limits"):
+        print(f"ppo-ref: warning: env state not fully restorable ({meta['exact_resume_limits']}); "
+              "the resumed run is not bit-identical to an uninterrupted one", file=sys.stderr)
+    run_info = {"trainer": meta.get("trainer"), "env_id": meta.get("env_id"),
+                "total_timesteps": total, "argv": args.argv}
+    resume_from = {"n_updates": trainer.n_updates, "num_timesteps": trainer.num_timesteps}
+    print(f"ppo-ref: resuming {run_dir} at {trainer.num_timesteps} steps, target {total}")
+    saved_total = int(meta["total_timesteps"])
+    annealed = [name for name, kind in (("learning rate", trainer.config.lr_schedule),
+                                        ("clip range", trainer.config.clip_range_schedule))
+                if kind != "constant"]
+    if total != saved_total and annealed:
+        print(f"ppo-ref: note: the target changed from {saved_total} to {total} steps; the "
+              f"{' and '.join(annealed)} schedule{'s' if len(annealed) > 1 else ''} now "
+              f"anneal{'' if len(annealed) > 1 else 's'} over the new horizon (progress = 1 - "
+              f"steps / {total}), so {'they restart' if len(annealed) > 1 else 'it restarts'} "
+              f"from {'their' if len(annealed) > 1 else 'its'} value at {trainer.num_timesteps} "
+              f"of {total} steps", file=sys.stderr)
+    rollout_note(trainer.config, trainer.num_timesteps, total)
+    return trainer, run_dir, run_info, resume_from, total
+
+
+def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any]):
+    """``--resume DIR`` of a run without a checkpoint: the run again from step 0 with the
+    settings its ``config.json`` records (its CSV rows are dropped: nothing was saved)."""
+    from ppo_ref.io.checkpoint import check_env_import
+    from ppo_ref.config import PPOConfig
+    needed = ("env_id", "policy", "seed", "config", "total_timesteps")
+    if not all(key in info for key in needed) or info.get("policy") not in TRAINERS:
+        raise UsageError(f"--resume {run_dir}: no checkpoint.npz there and its config.json does "
+                         "not record the run's settings (nothing to resume)")
+    env_id, policy, seed = info["env_id"], info["policy"], info["seed"]
+    with user_input(f"--resume {run_dir}: config.json"):
+        check_env_import(env_id, args.allow_import, f"{os.path.join(run_dir, 'config.json')!r}")
+        config = PPOConfig.from_dict(info["config"])
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"bad seed {seed!r}")
+    _check_resume_flags(args, run_dir, info, info)
+    total = args.total_timesteps if args.total_timesteps is not None else int(info["total_timesteps"])
+    probe_env(env_id)
+    vectorization = info.get("vectorization", "sync")
+    kwargs = {"seed": seed}
+    if vectorization != "sync":
+        kwargs["vectorization"] = vectorization
+    with building(f"cannot train {policy} on {env_id}"):
+        trainer = trainer_class(policy)(env_id, config, **kwargs)
+    run_info = {key: info[key] for key in ("trainer", "policy", "env_id", "seed", "vectorization",
+                                           "preset", "config", "argv") if key in info}
+    run_info.update(total_timesteps=total, restart_argv=[args.argv])
+    print(f"ppo-ref: {run_dir} has no checkpoint (no update was saved): starting its run from "
+          f"scratch with its saved settings ({policy} on {env_id}, seed {seed}) for {total} steps")
+    rollout_note(config, 0, total)
+    return trainer, run_dir, run_info, None, total
+
+
+def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
+    """``(trainer, run_dir, run_info, None, total)`` for a new run, or the --async exit code.
+    The run directory is locked (on ``hold``) as it is created and checked again under the
+    lock (another process may have started a run there meanwhile)."""
+    from ppo_ref.io.runlog import default_run_dir
+    env_id = args.env or DEFAULT_ENV
+    policy = "mlp" if args.use_async else (args.policy or default_policy(env_id))
+    seed = 0 if args.seed is None else args.seed
+    total = args.total_timesteps if args.total_timesteps is not None \
+        else default_timesteps(env_id, args.preset)
+    with user_input():
+        config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
+    if args.run_dir is not None:
+        if os.path.isdir(args.run_dir):  # lock it now: a busy directory is reported as such
+            hold.enter_context(run_dir_lock(args.run_dir))
+        _check_fresh_run_dir(args.run_dir)
+    probe_env(env_id)
+    note = zoo_note(env_id, args.preset, policy)
+    if note is not None:
+        print(note)
+    if args.use_async:
+        args.seed, args.env, args.total_timesteps = seed, env_id, total
+        args.num_actors = 4 if args.num_actors is None else args.num_actors
+        args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
+        from ppo_ref.cli.async_train import cli_train
+        with user_input("cannot create the run directory"):
+            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, "async", seed))
+        _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
+        return int(cli_train(args, config, run_dir))
+    cls = trainer_class(policy)
+    vectorization = args.vectorization or "sync"
+    kwargs = {"seed": seed}
+    if vectorization != "sync":
+        kwargs["vectorization"] = vectorization
+    with building(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
+        trainer = cls(env_id, config, **kwargs)
+    try:
+        with user_input("cannot create the run directory"):
+            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, policy, seed))
+        _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
+    except BaseException:
+        _close(trainer)
+        raise
+    run_info = {"trainer": type(trainer).__name__, "policy": policy, "env_id": env_id,
+                "seed": seed, "total_timesteps": total, "vectorization": vectorization,
+                "preset": _resolve_preset(args.preset, env_id), "config": config.to_dict(),
+                "argv": args.argv}
+    print(f"ppo-ref: training {policy} on {env_id} for {total} steps (seed {seed}) -> {run_dir}")
+    rollout_note(config, 0, total)
+    return trainer, run_dir, run_info, None, total
+
+
+def _lock_new_run_dir(run_dir: str, given: bool, hold: contextlib.ExitStack) -> None:
+    """Lock a new run's directory (unless already held) and, for a ``--run-dir`` the user gave,
+    check again under the lock that it holds no run."""
+    held = os.path.realpath(os.path.join(run_dir, LOCK_FILE))
+    if held not in _HELD_LOCKS:
+        hold.enter_context(run_dir_lock(run_dir))
+    if given:
+        _check_fresh_run_dir(run_dir)
+
+
+def _close(trainer) -> None:
+    close = getattr(trainer, "close", None)
+    if close is not None:
+        close()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ppo_ref.io.runlog import RunLogger
+    if args.list_fields:
+        return list_fields(args)
+    _check_train_flags(args)
+    with contextlib.ExitStack() as hold:  # the run directory's lock, held for the whole run
+        started = _train_resume(args, hold) if args.resume else _train_new(args, hold)
+        if isinstance(started, int):
+            return started
+        trainer, run_dir, run_info, resume_from, total = started
+        try:
+            with user_input(f"cannot write the run directory {run_dir}"):
+                logger = RunLogger(run_dir, run_info, resume_from=resume_from,
+                                   progress_every=args.progress_every,
+                                   checkpoint_every=args.checkpoint_every, quiet=args.quiet)
+            return run_training(trainer, logger, total)
+        finally:
+            _close(trainer)

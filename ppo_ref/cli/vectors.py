@@ -1,0 +1,109 @@
+"""``ppo-ref vectors --out DIR`` and ``ppo-ref check DIR --results FILE``: the command line of
+:mod:`ppo_ref.vectors` (write golden vectors; check another implementation's results)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ppo_ref.vectors import check_results, format_table, read_json_file, write_vectors
+from ppo_ref.vectors.cases import BACKENDS, SEED
+from ppo_ref.vectors.check import TOLERANCE_PROFILES
+
+__all__ = ["configure_vectors", "cmd_vectors", "configure_check", "cmd_check"]
+
+
+def _error(command: str, message: str) -> int:
+    print(f"ppo-ref {command}: error: {' '.join(message.split())}", file=sys.stderr)
+    return 2
+
+
+def configure_vectors(p) -> None:
+    """Arguments of ``ppo-ref vectors`` on an argparse parser."""
+    p.description = ("Write golden vectors (inputs, settings, expected outputs, convention preset) "
+                     "as JSON, one file per case, plus index.json. Format: validation/README.md.")
+    p.add_argument("--out", required=True, help="output directory (created if missing)")
+    p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
+    p.add_argument("--backend", default="fast", choices=BACKENDS,
+                   help="the tier that computes the expected outputs: fast (compiled, default) "
+                        "or spec (the readable tier); they agree within the vectors' tolerance")
+    p.add_argument("--preset", default=None,
+                   help="compute every convention-dependent case under this PPOConfig preset's "
+                        "conventions (reference, sb3, cleanrl, thrust, tianshou, torchrl, rlax, "
+                        "skrl, sample_factory, purejaxrl)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="replace a setting in every case that has it (value as JSON, e.g. "
+                        "gamma=0.9, dual_clip=2.0); repeatable")
+
+
+def cmd_vectors(args) -> int:
+    """``ppo-ref vectors --out DIR``: write the cases (:func:`ppo_ref.vectors.write_vectors`);
+    print one line per case. A directory that cannot be written is one line on stderr and exit
+    status 2."""
+    if args.seed < 0:
+        return _error("vectors", f"--seed must be >= 0, got {args.seed}")
+    try:
+        settings = {}
+        for item in getattr(args, "set", None) or []:
+            key, sep, text = item.partition("=")
+            if not sep:
+                return _error("vectors", f"--set expects key=value, got {item!r}")
+            try:
+                settings[key.strip()] = json.loads(text)
+            except json.JSONDecodeError:
+                settings[key.strip()] = text
+        names = write_vectors(args.out, seed=args.seed, backend=args.backend,
+                              preset=getattr(args, "preset", None), settings=settings)
+    except ValueError as exc:
+        return _error("vectors", str(exc))
+    except OSError as exc:
+        return _error("vectors", f"cannot write {args.out}: {exc.strerror or exc}")
+    print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
+    for name in names:
+        print(f"  {name}")
+    return 0
+
+
+def configure_check(p) -> None:
+    """Arguments of ``ppo-ref check`` on an argparse parser."""
+    p.description = ("Compare a results JSON (format ppo_ref.results/1) with golden vectors; "
+                     "prints a pass/fail table with the largest error per case; exit status 1 "
+                     "when a case fails or is missing.")
+    p.add_argument("vectors_dir", help="directory written by `ppo-ref vectors`")
+    p.add_argument("--results", required=True, help="results JSON of the implementation")
+    p.add_argument("--atol", type=float, default=None, help="override every case's atol")
+    p.add_argument("--rtol", type=float, default=None, help="override every case's rtol")
+    p.add_argument("--allow-missing", action="store_true",
+                   help="report cases absent from the results as SKIP instead of failing")
+    p.add_argument("--profile", default="float64", choices=tuple(TOLERANCE_PROFILES),
+                   help="float32: raise every tolerance to atol=rtol=1e-4 (an implementation "
+                        "computing in float32)")
+    p.add_argument("--tolerances", default=None, metavar="FILE",
+                   help="JSON of per-case / per-output tolerance overrides: {\"case\": "
+                        "{\"atol\": ..}, \"case/output\": {..}, \"*/output\": {..}}")
+    p.add_argument("--skip-output", action="append", metavar="NAME",
+                   help="an output the implementation does not produce (e.g. clip_fraction, "
+                        "or case/output); repeatable")
+
+
+def cmd_check(args) -> int:
+    """``ppo-ref check DIR --results FILE``: print the table of
+    :func:`ppo_ref.vectors.check_results`; 1 if a case fails or is missing; 2 (one line on
+    stderr) when the vectors or the results file cannot be read."""
+    if not os.path.isdir(args.vectors_dir):
+        return _error("check", f"vectors directory {args.vectors_dir} does not exist (write "
+                               "one with `ppo-ref vectors --out DIR`)")
+    try:
+        tolerances = (read_json_file(args.tolerances, "tolerances file")
+                      if getattr(args, "tolerances", None) else None)
+        rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
+                             allow_missing=args.allow_missing,
+                             profile=getattr(args, "profile", "float64"), tolerances=tolerances,
+                             skip_outputs=getattr(args, "skip_output", None) or ())
+    except OSError as exc:
+        return _error("check", f"cannot read {exc.filename or args.results}: "
+                               f"{exc.strerror or exc}")
+    except ValueError as exc:
+        return _error("check", str(exc))
+    print(format_table(rows))
+    return 1 if any(r["status"] in ("FAIL", "MISSING", "UNKNOWN") for r in rows) else 0

@@ -1,0 +1,631 @@
+"""The golden-vector cases: their inputs and settings, ppo_ref's outputs for them, and the
+writer.
+
+:func:`write_vectors` writes one JSON file per case (plus ``index.json``): the inputs, the
+settings (including the convention preset and every convention option that matters), and the
+outputs ppo_ref computes from exactly those inputs (:func:`compute_outputs`, by the spec or the
+fast tier). :func:`apply_preset` recomputes a case under another implementation's conventions.
+
+The cases cover (docs/specification.md section in brackets): episode starts [1]; GAE in the
+reference, CleanRL and thrust-rl conventions [2]; V-trace with truncation, lambda and bars [2];
+log-softmax, entropy, log-probs with masked actions and their gradients [3]; each loss with its
+gradient [4]; Adam steps and global-norm clipping [3]; the LSTM forward with resets and its
+gradients [3]; one full PPO minibatch update of a tiny MLP actor-critic (reference and CleanRL
+presets) [4, 5]; edge cases (both flags on one step, gamma 0, lambda 0, a long rollout,
+per-step discounts, exact clip kinks, the library options).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import numpy as np
+
+from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, decode, decode_settings,
+                                   dumps, encode)
+
+__all__ = ["SEED", "BACKENDS", "KINDS", "OPTION_KEYS", "compute_outputs", "apply_preset",
+           "write_vectors"]
+
+SEED = 20261129
+
+# ----------------------------------------------------------------------------------------------
+# The reference computation of every kind of case (inputs, settings -> outputs)
+# ----------------------------------------------------------------------------------------------
+
+def _episode_starts(inputs, settings, backend):
+    from ppo_ref.kernels import episode_starts
+    return {"episode_starts": episode_starts(inputs["terminated"], inputs["truncated"],
+                                             inputs["initial"], backend=backend)}
+
+
+def _kernel_options(settings):
+    return {"truncation": settings["truncation"],
+            "bootstrap_terminal_last_row": settings["bootstrap_terminal_last_row"]}
+
+
+def _per_step(value):
+    """A setting that may be a scalar or a per-step list (``gamma``, ``gae_lambda``,
+    ``lambda_``): lists become float64 arrays."""
+    return np.asarray(value, dtype=np.float64) if isinstance(value, (list, tuple)) else value
+
+
+def _gae(inputs, settings, backend):
+    from ppo_ref.kernels import gae
+    adv, ret = gae(inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
+                   inputs["last_values"], inputs.get("final_values"),
+                   gamma=_per_step(settings["gamma"]),
+                   gae_lambda=_per_step(settings["gae_lambda"]), backend=backend,
+                   **_kernel_options(settings))
+    return {"advantages": adv, "returns": ret}
+
+
+def _vtrace(inputs, settings, backend):
+    from ppo_ref.kernels import vtrace
+    out = vtrace(inputs["behaviour_log_probs"], inputs["target_log_probs"], inputs["rewards"],
+                 inputs["values"], inputs["terminated"], inputs["truncated"],
+                 inputs["last_values"], inputs.get("final_values"),
+                 gamma=_per_step(settings["gamma"]),
+                 rho_bar=settings["rho_bar"], c_bar=settings["c_bar"],
+                 pg_rho_bar=settings["pg_rho_bar"], lambda_=_per_step(settings["lambda_"]),
+                 backend=backend, **_kernel_options(settings))
+    return {"vs": out.vs, "pg_advantages": out.pg_advantages}
+
+
+def _categorical(inputs, settings, backend):
+    from ppo_ref.nn import distributions as d
+    logits, actions = inputs["logits"], inputs["actions"]
+    return {
+        "log_softmax": d.log_softmax(logits),
+        "entropy": d.categorical_entropy(logits),
+        "log_probs": d.categorical_log_prob(logits, actions),
+        "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
+                                                                   inputs["d_log_probs"]),
+        "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"]),
+    }
+
+
+def _policy_loss(inputs, settings, backend):
+    from ppo_ref.losses import policy_loss
+    loss, grad, info = policy_loss(inputs["new_log_probs"], inputs["old_log_probs"],
+                                   inputs["advantages"], settings["clip_range"],
+                                   clip_range_low=settings.get("clip_range_low"),
+                                   clip_range_high=settings.get("clip_range_high"),
+                                   clip_interval=settings.get("clip_interval", "symmetric"),
+                                   dual_clip=settings.get("dual_clip"),
+                                   weights=inputs.get("weights"))
+    return {"loss": loss, "d_new_log_probs": grad, "clip_fraction": info["clip_fraction"],
+            "approx_kl": info["approx_kl"]}
+
+
+def _value_loss(inputs, settings, backend):
+    from ppo_ref.losses import value_loss
+    loss, grad = value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
+                            settings["clip_range_vf"], mode=settings["mode"],
+                            huber_delta=settings.get("huber_delta", 1.0),
+                            weights=inputs.get("weights"))
+    scale = float(settings.get("scale", 1.0))
+    return {"loss": scale * loss, "d_values": scale * grad}
+
+
+def _entropy_loss(inputs, settings, backend):
+    from ppo_ref.losses import entropy_loss
+    loss, grad = entropy_loss(inputs["entropy"])
+    return {"loss": loss, "d_entropy": grad}
+
+
+def _normalize_advantages(inputs, settings, backend):
+    from ppo_ref.losses import normalize_advantages
+    return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"],
+                                               eps=settings.get("eps", 1e-8),
+                                               placement=settings.get("placement", "add"))}
+
+
+def _approx_kl(inputs, settings, backend):
+    from ppo_ref.losses import approx_kl
+    return {"approx_kl": approx_kl(inputs["old_log_probs"], inputs["new_log_probs"],
+                                   estimator=settings["estimator"])}
+
+
+def _adam(inputs, settings, backend):
+    from ppo_ref.optim import adam_init, adam_update
+    params = dict(inputs["params"])
+    state = adam_init(params)
+    out = {}
+    for step in sorted(inputs["grads"], key=int):
+        params, state = adam_update(params, inputs["grads"][step], state, lr=settings["lr"],
+                                    betas=tuple(settings["betas"]), eps=settings["eps"])
+        out[step] = dict(params)
+    return {"params_after_step": out}
+
+
+def _clip(inputs, settings, backend):
+    from ppo_ref.optim import clip_by_global_norm
+    grads, norm = clip_by_global_norm(inputs["grads"], settings["max_norm"])
+    return {"grads": dict(grads), "norm": norm}
+
+
+def _lstm(inputs, settings, backend):
+    from ppo_ref.fast import lstm as fast_lstm
+    from ppo_ref.spec import lstm as spec_lstm
+    lstm_forward, lstm_backward = ((fast_lstm.lstm_forward, fast_lstm.lstm_backward)
+                                   if backend == "fast" else
+                                   (spec_lstm.lstm_forward, spec_lstm.lstm_backward))
+    h_seq, (h_T, c_T), cache = lstm_forward(inputs["params"], inputs["x"], inputs["h0"],
+                                            inputs["c0"], inputs["episode_starts"])
+    dx, grads, (dh0, dc0) = lstm_backward(inputs["params"], cache, inputs["dh_seq"],
+                                          inputs["dh_T"], inputs["dc_T"])
+    return {"h_seq": h_seq, "h_T": h_T, "c_T": c_T, "dx": dx, "grads": dict(grads),
+            "dh0": dh0, "dc0": dc0}
+
+
+def _ppo_minibatch_update(inputs, settings, backend):
+    """One PPO minibatch step (one epoch of one minibatch) through the update of ``backend``:
+    the readable policy and update (:class:`ppo_ref.train.policies.SpecMLPPolicy`,
+    :func:`ppo_ref.spec.update.run_epochs`) or the compiled ones
+    (:class:`ppo_ref.train.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
+    from gymnasium import spaces
+
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.fast import update as fast_update
+    from ppo_ref.optim import adam_init
+    from ppo_ref.train.policies import make_mlp_policy
+    from ppo_ref.spec import update as spec_update
+    from ppo_ref.spec.update import Minibatch
+
+    config = PPOConfig.from_dict(settings["config"]).replace(backend=backend)
+    run_epochs = spec_update.run_epochs if backend == "spec" else fast_update.run_epochs
+    obs = inputs["observations"]
+    policy = make_mlp_policy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
+                             spaces.Discrete(settings["n_actions"]), config)
+    params = policy.as_flat(inputs["params"])  # fast: the policy's one-buffer parameters
+    seen = {}
+
+    def evaluate(p, data):
+        ev = policy.evaluate(p, *data)
+        seen.setdefault("log_probs", ev.log_probs)
+        seen.setdefault("entropy", ev.entropy)
+        seen.setdefault("values", ev.values)
+        return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+    def backward(p, cache, d_log_probs, d_entropy, d_values):
+        grads = policy.backward(p, cache, d_log_probs, d_entropy, d_values)
+        seen.setdefault("grads", {k: np.array(v) for k, v in grads.items()})
+        return grads
+
+    mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
+                   inputs["old_values"], (obs, inputs["actions"]))
+    new_params, _, stats = run_epochs(params, adam_init(params), config=config,
+                                      lr=settings["learning_rate"],
+                                      clip_range=settings["clip_range"],
+                                      minibatches=lambda epoch: [mb], evaluate=evaluate,
+                                      backward=backward)
+    return {"new_log_probs": seen["log_probs"], "entropy": seen["entropy"],
+            "values": seen["values"], "loss": stats["loss"], "policy_loss": stats["policy_loss"],
+            "value_loss": stats["value_loss"], "mean_entropy": stats["entropy"],
+            "approx_kl": stats["approx_kl"], "clip_fraction": stats["clip_fraction"],
+            "grads": seen["grads"], "grad_norm": stats["grad_norm"],
+            "params_after": dict(new_params)}
+
+
+#: Case kind -> the function computing its outputs ``(inputs, settings, backend) -> dict``.
+KINDS: Dict[str, Callable] = {
+    "episode_starts": _episode_starts,
+    "gae": _gae,
+    "vtrace": _vtrace,
+    "categorical": _categorical,
+    "policy_loss": _policy_loss,
+    "value_loss": _value_loss,
+    "entropy_loss": _entropy_loss,
+    "normalize_advantages": _normalize_advantages,
+    "approx_kl": _approx_kl,
+    "adam": _adam,
+    "clip_by_global_norm": _clip,
+    "lstm": _lstm,
+    "ppo_minibatch_update": _ppo_minibatch_update,
+}
+
+_FUNCTIONS = {
+    "episode_starts": "ppo_ref.episode_starts",
+    "gae": "ppo_ref.gae",
+    "vtrace": "ppo_ref.vtrace",
+    "categorical": "ppo_ref.nn.distributions (log_softmax, categorical_entropy, "
+                   "categorical_log_prob and their backward)",
+    "policy_loss": "ppo_ref.losses.policy_loss",
+    "value_loss": "ppo_ref.losses.value_loss",
+    "entropy_loss": "ppo_ref.losses.entropy_loss",
+    "normalize_advantages": "ppo_ref.losses.normalize_advantages",
+    "approx_kl": "ppo_ref.losses.approx_kl",
+    "adam": "ppo_ref.optim.adam_init + adam_update (one call per step)",
+    "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
+    "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
+    "ppo_minibatch_update": "ppo_ref.spec.update.run_epochs (1 epoch, 1 minibatch) with "
+                            "ppo_ref.train.policies.MLPPolicy",
+}
+
+
+BACKENDS = ("fast", "spec")
+
+
+def compute_outputs(case: Mapping, backend: str = "fast") -> Dict[str, Any]:
+    """ppo_ref's outputs for a decoded case (``inputs`` and ``settings`` as NumPy values),
+    computed by the tier ``backend`` (``PPOConfig.backend``'s values): the kernels
+    (``episode_starts``, ``gae``, ``vtrace``: the spec loops interpreted or compiled), the LSTM
+    (:mod:`ppo_ref.spec.lstm` or :mod:`ppo_ref.fast.lstm`) and the minibatch update (the spec
+    or the fast policy and update); the other kinds have one definition (the spec's)."""
+    kind = case["kind"]
+    if kind not in KINDS:
+        raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    return KINDS[kind](case["inputs"], case["settings"], backend)
+
+
+# ----------------------------------------------------------------------------------------------
+# The cases
+# ----------------------------------------------------------------------------------------------
+
+def _flags(rng, shape, p):
+    return rng.random(shape) < p
+
+
+def _case(name, kind, preset, description, inputs, settings, tolerance=None):
+    return {"format": FORMAT, "name": name, "kind": kind, "function": _FUNCTIONS[kind],
+            "preset": preset, "description": description, "inputs": inputs,
+            "settings": settings, "tolerance": dict(tolerance or DEFAULT_TOLERANCE)}
+
+
+def _rollout(rng, T, N):
+    terminated = _flags(rng, (T, N), 0.15)
+    truncated = _flags(rng, (T, N), 0.15)
+    terminated[-1, 0] = True           # a terminal on the last row (thrust-rl differs there)
+    truncated[T // 2, -1] = True       # a truncation mid-rollout
+    terminated[T // 2, -1] = False
+    return {"rewards": rng.normal(size=(T, N)).round(6), "values": rng.normal(size=(T, N)).round(6),
+            "terminated": terminated, "truncated": truncated,
+            "last_values": rng.normal(size=N).round(6),
+            "final_values": np.where(truncated, rng.normal(size=(T, N)).round(6), 0.0)}
+
+
+_CONVENTIONS = {
+    "reference": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
+    "sb3": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
+    "cleanrl": {"truncation": "terminate", "bootstrap_terminal_last_row": False},
+    "thrust": {"truncation": "ignore", "bootstrap_terminal_last_row": True},
+}
+
+
+def _build_cases(rng: np.random.Generator) -> List[dict]:
+    cases = []
+    T, N = 8, 3
+    term, trunc = _flags(rng, (T, N), 0.2), _flags(rng, (T, N), 0.2)
+    cases.append(_case(
+        "episode_starts", "episode_starts", "reference",
+        "episode_starts[t] = terminated[t-1] or truncated[t-1]; [0] = initial",
+        {"terminated": term, "truncated": trunc, "initial": np.array([True, False, True])}, {}))
+
+    roll = _rollout(rng, T, N)
+    for preset, desc in (("reference", "reference: bootstrap V(final_obs) on truncation, cut the trace"),
+                         ("cleanrl", "CleanRL: truncation treated as termination"),
+                         ("thrust", "thrust-rl: truncated ignored; terminal last row bootstraps")):
+        cases.append(_case(f"gae_{preset}", "gae", preset, desc, roll,
+                           {"gamma": 0.99, "gae_lambda": 0.95, **_CONVENTIONS[preset]}))
+    single = _rollout(rng, 6, 1)
+    single = {k: (v[:, 0] if np.ndim(v) == 2 else v[0]) for k, v in single.items()}
+    cases.append(_case("gae_single_env", "gae", "reference",
+                       "one env as [T] arrays with a scalar last_values", single,
+                       {"gamma": 0.9, "gae_lambda": 0.8, **_CONVENTIONS["reference"]}))
+
+    vt = dict(roll)
+    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
+    vt["target_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
+    cases.append(_case("vtrace_reference", "vtrace", "reference",
+                       "IMPALA V-trace with truncation bootstrap, lambda_ 0.9, distinct bars", vt,
+                       {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.5,
+                        "lambda_": 0.9, **_CONVENTIONS["reference"]}))
+    cases.append(_case("vtrace_thrust", "vtrace", "thrust",
+                       "thrust-rl conventions (no lambda, pg weight = rho)", vt,
+                       {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 1.0, "pg_rho_bar": None,
+                        "lambda_": 1.0, **_CONVENTIONS["thrust"]}))
+
+    logits = (rng.normal(size=(5, 4)) * 3.0).round(6)
+    logits[1, 2] = -np.inf                     # a masked action
+    actions = np.array([0, 3, 1, 2, 3])
+    cases.append(_case(
+        "categorical", "categorical", "reference",
+        "log-softmax (max-shifted), entropy, log-probs and both gradients; row 1 has a masked "
+        "action (-inf logit)",
+        {"logits": logits, "actions": actions, "d_log_probs": rng.normal(size=5).round(6),
+         "d_entropy": rng.normal(size=5).round(6)}, {}))
+
+    B = 10
+    old = (-rng.exponential(1.0, B)).round(6)
+    new = (old + rng.normal(scale=0.3, size=B)).round(6)
+    adv = rng.normal(size=B).round(6)
+    cases.append(_case("policy_loss", "policy_loss", "reference",
+                       "clipped surrogate; some ratios outside [0.8, 1.2]",
+                       {"new_log_probs": new, "old_log_probs": old, "advantages": adv},
+                       {"clip_range": 0.2}))
+    values = rng.normal(size=B).round(6)
+    old_values = (values + rng.normal(scale=0.4, size=B)).round(6)
+    returns = rng.normal(size=B).round(6)
+    vinputs = {"values": values, "old_values": old_values, "returns": returns}
+    for suffix, clip, mode, preset in (("unclipped", None, "max", "reference"),
+                                       ("clipped_max", 0.2, "max", "cleanrl"),
+                                       ("clipped_sb3", 0.2, "sb3", "sb3")):
+        cases.append(_case(f"value_loss_{suffix}", "value_loss", preset,
+                           "value loss without the 0.5 factor (scale with vf_coef)", vinputs,
+                           {"clip_range_vf": clip, "mode": mode}))
+    cases.append(_case("entropy_loss", "entropy_loss", "reference", "-mean(entropy)",
+                       {"entropy": rng.uniform(0.1, 1.4, B).round(6)}, {}))
+    for ddof in (1, 0):
+        cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages",
+                           "reference" if ddof else "thrust",
+                           "(A - mean) / (std(ddof) + 1e-8)", {"advantages": adv}, {"ddof": ddof}))
+    for est in ("k3", "k1"):
+        cases.append(_case(f"approx_kl_{est}", "approx_kl", "reference" if est == "k3" else "thrust",
+                           "KL(old || new) estimator", {"old_log_probs": old, "new_log_probs": new},
+                           {"estimator": est}))
+
+    params = {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
+    grads = {str(s): {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
+             for s in (1, 2, 3)}
+    cases.append(_case("adam", "adam", "reference",
+                       "three torch.optim.Adam steps from a fresh state (bias correction, eps "
+                       "after sqrt(v_hat))", {"params": params, "grads": grads},
+                       {"lr": 0.01, "betas": [0.9, 0.999], "eps": 1e-5}))
+    for suffix, max_norm in (("active", 0.5), ("inactive", 100.0)):
+        cases.append(_case(f"clip_by_global_norm_{suffix}", "clip_by_global_norm", "reference",
+                           "one L2 norm over all arrays; scale max_norm/(norm+1e-6) only if < 1",
+                           {"grads": grads["1"]}, {"max_norm": max_norm}))
+
+    T, N, D, H = 5, 2, 3, 4
+    lstm_params = {"w_ih": (rng.normal(size=(4 * H, D)) * 0.5).round(6),
+                   "w_hh": (rng.normal(size=(4 * H, H)) * 0.5).round(6),
+                   "b": (rng.normal(size=4 * H) * 0.1).round(6)}
+    starts = np.zeros((T, N), dtype=bool)
+    starts[0, 1] = True
+    starts[3, 0] = True
+    cases.append(_case(
+        "lstm_resets", "lstm", "reference",
+        "torch gate order (i, f, g, o), b = b_ih + b_hh; state zeroed where episode_starts; "
+        "BPTT with dh_seq, dh_T, dc_T",
+        {"params": lstm_params, "x": rng.normal(size=(T, N, D)).round(6),
+         "h0": rng.normal(size=(N, H)).round(6), "c0": rng.normal(size=(N, H)).round(6),
+         "episode_starts": starts, "dh_seq": rng.normal(size=(T, N, H)).round(6),
+         "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)},
+        {}))
+
+    cases.extend(_ppo_cases(rng))
+    return cases
+
+
+def _edge_cases(rng: np.random.Generator) -> List[dict]:
+    """The cases that catch logic bugs: both flags on one step, gamma = 0, lambda = 0, a long
+    rollout, per-step discounts, ratios exactly on the clip bounds, and the library options
+    (reciprocal and asymmetric intervals, dual clip, Huber value loss, valid masks, the eps
+    placement). ``final_values`` holds non-zero junk wherever the reference does not read it
+    (steps that terminated, with or without a truncation), so code that reads it there fails."""
+    cases = []
+    ref = _CONVENTIONS["reference"]
+    # the minimal both-flags input (skrl, Sample Factory, torchrl auto_reset_env bootstrap it:
+    # skrl gives advantages [1, 0], the reference [0, 0]) next to a both-flags step mid-rollout
+    # and on the last row
+    both = {"rewards": np.array([[0.0, 0.5], [0.0, -1.0], [1.0, 0.25]]),
+            "values": np.array([[1.0, 0.5], [0.0, 2.0], [0.75, -0.5]]),
+            "terminated": np.array([[True, False], [False, True], [False, True]]),
+            "truncated": np.array([[True, False], [False, True], [True, True]]),
+            "last_values": np.array([3.0, -2.0]),
+            "final_values": np.array([[2.0, 9.0], [7.0, 4.0], [1.5, 6.0]])}
+    for preset in ("reference", "cleanrl", "thrust"):
+        cases.append(_case(f"gae_both_flags_{preset}", "gae", preset,
+                           "steps terminated and truncated at once (termination wins: no "
+                           "bootstrap); final_values junk where not read", both,
+                           {"gamma": 0.5, "gae_lambda": 0.9, **_CONVENTIONS[preset]}))
+    roll = _rollout(rng, 6, 3)
+    roll["terminated"][1, 1] = roll["truncated"][1, 1] = True    # both flags mid-rollout
+    roll["final_values"] = np.where(roll["final_values"] == 0.0,
+                                    rng.normal(size=(6, 3)).round(6) + 3.0, roll["final_values"])
+    for name, gamma, lam in (("gamma0", 0.0, 0.95), ("lambda0", 0.99, 0.0),
+                             ("gamma1_lambda1", 1.0, 1.0)):
+        cases.append(_case(f"gae_{name}", "gae", "reference",
+                           f"gamma={gamma}, gae_lambda={lam} (one-step TD or Monte Carlo "
+                           "edges); final_values junk where not read", roll,
+                           {"gamma": gamma, "gae_lambda": lam, **ref}))
+    cases.append(_case("gae_per_step", "gae", "rlax",
+                       "per-step discounts and lambdas ([T, N] gamma, [T] gae_lambda: rlax "
+                       "discount_t / lambda_)", roll,
+                       {"gamma": rng.choice([0.0, 0.5, 0.9, 1.0], (6, 3)),
+                        "gae_lambda": rng.choice([0.0, 0.8, 1.0], 6), **ref}))
+    long = _rollout(rng, 2000, 2)
+    long["terminated"] &= rng.random((2000, 2)) < 0.05          # long episodes
+    long["truncated"] &= rng.random((2000, 2)) < 0.05
+    cases.append(_case("gae_long", "gae", "reference",
+                       "T = 2000: a long accumulation (gamma 0.999, lambda 0.99)", long,
+                       {"gamma": 0.999, "gae_lambda": 0.99, **ref},
+                       tolerance={"atol": 1e-9, "rtol": 1e-9}))
+    vt = dict(roll)
+    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
+    vt["target_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
+    for name, gamma, lam in (("both_flags", 0.9, 0.9), ("gamma0", 0.0, 1.0),
+                             ("lambda0", 0.95, 0.0)):
+        cases.append(_case(f"vtrace_{name}", "vtrace", "reference",
+                           "V-trace edges (both flags on a step, gamma 0, lambda 0)", vt,
+                           {"gamma": gamma, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.2,
+                            "lambda_": lam, **ref}))
+    cases.append(_case("vtrace_per_step", "vtrace", "rlax",
+                       "per-step discounts and lambdas, c_bar = 1 (rlax has no c_bar)", vt,
+                       {"gamma": rng.choice([0.0, 0.9, 1.0], 6).tolist(), "rho_bar": 1.0,
+                        "c_bar": 1.0, "pg_rho_bar": 1.0,
+                        "lambda_": rng.choice([0.5, 1.0], (6, 3)).tolist(), **ref}))
+    # ratios exactly on 1 +- eps (exp(new - old) == 1 +- eps in float64), both signs of A
+    old = np.array([-1.0, -0.5, -2.0, -1.0, -0.75, -1.25])
+    d = np.log(np.array([1.25, 0.75, 1.25, 0.75, 1.0, 2.0]))
+    new = old + d
+    ratio = np.exp(new - old)
+    eps = 0.25
+    assert np.sum((ratio == 1.0 + eps) | (ratio == 1.0 - eps)) >= 2
+    adv = np.array([1.0, -1.0, -0.5, 0.5, 2.0, -1.5])
+    kink = {"new_log_probs": new, "old_log_probs": old, "advantages": adv}
+    cases.append(_case("policy_loss_kinks", "policy_loss", "reference",
+                       "ratios exactly at 1 +- clip_range (the clamp passes the gradient at its "
+                       "bounds) and one at 2", kink, {"clip_range": eps}))
+    for name, extra, preset in (
+            ("reciprocal", {"clip_interval": "reciprocal"}, "sample_factory"),
+            ("asymmetric", {"clip_range_low": 0.1, "clip_range_high": 0.3}, "torchrl"),
+            ("dual_clip", {"dual_clip": 1.5}, "tianshou")):
+        cases.append(_case(f"policy_loss_{name}", "policy_loss", preset,
+                           f"clipped surrogate with {extra}", kink, {"clip_range": eps, **extra}))
+    mask = {**kink, "weights": np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])}
+    cases.append(_case("policy_loss_valid_mask", "policy_loss", "sample_factory",
+                       "a 0/1 valid mask: means over the valid rows only", mask,
+                       {"clip_range": eps}))
+    values = rng.normal(size=8).round(6) * 2
+    vinputs = {"values": values, "old_values": (values + rng.normal(scale=0.6, size=8)).round(6),
+               "returns": rng.normal(size=8).round(6) * 2}
+    for name, clip in (("huber", None), ("huber_clipped", 0.3)):
+        cases.append(_case(f"value_loss_{name}", "value_loss", "torchrl",
+                           "Huber value loss, delta 1 (torchrl smooth_l1), max form when clipped",
+                           vinputs, {"clip_range_vf": clip, "mode": "huber", "huber_delta": 1.0}))
+    cases.append(_case("value_loss_valid_mask", "value_loss", "sample_factory",
+                       "clipped max form over the valid rows only",
+                       {**vinputs, "weights": np.array([1.0, 1, 0, 1, 0, 0, 1, 1])},
+                       {"clip_range_vf": 1.0, "mode": "max"}))
+    spread = {"advantages": np.array([0.0, 1e-7, -1e-7, 2e-7, 0.0, -3e-7])}
+    for name, ddof, eps_n, placement, preset in (
+            ("clamp_1e-6", 1, 1e-6, "clamp", "torchrl"), ("clamp_1e-7", 1, 1e-7, "clamp",
+                                                          "sample_factory"),
+            ("add_1e-8", 1, 1e-8, "add", "reference")):
+        cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", preset,
+                           "a spread of 1e-7: where the eps and its placement show", spread,
+                           {"ddof": ddof, "eps": eps_n, "placement": placement}))
+    return cases
+
+
+def _ppo_cases(rng) -> List[dict]:
+    """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.nn.actor_critic import actor_critic_init
+
+    B, obs_dim, n_actions = 6, 3, 2
+    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
+    params = {k: v.round(6) for k, v in params.items()}
+    inputs = {"params": params, "observations": rng.normal(size=(B, obs_dim)).round(6),
+              "actions": rng.integers(0, n_actions, B),
+              "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
+              "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
+              "old_values": rng.normal(size=B).round(6)}
+    out = []
+    for preset in ("reference", "cleanrl"):
+        config = PPOConfig.preset(preset, n_steps=B, batch_size=B, n_epochs=1, net_arch=(4,),
+                                  ent_coef=0.01, learning_rate=0.01)
+        out.append(_case(
+            f"ppo_minibatch_update_{preset}", "ppo_minibatch_update", preset,
+            "one PPO minibatch step: evaluate, loss (per-minibatch advantage normalization), "
+            "backward, global-norm clip, one Adam step from a fresh state; params: pi.w0 [4,3], "
+            "pi.b0, pi.w1 [2,4], pi.b1, vf.w0, vf.b0, vf.w1 [1,4], vf.b1 (y = x @ w.T + b, tanh)",
+            inputs, {"config": config.to_dict(), "n_actions": n_actions,
+                     "learning_rate": 0.01, "clip_range": config.clip_range}))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Conventions of a case: presets and overrides
+# ----------------------------------------------------------------------------------------------
+
+#: For each kind whose result depends on convention options: ``{option name: settings key}``
+#: (the option names of ``ppo_ref.conventions.OPTIONS``).
+OPTION_KEYS: Dict[str, Dict[str, str]] = {
+    "gae": {"truncation": "truncation",
+            "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
+    "vtrace": {"truncation": "truncation",
+               "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
+    "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale"},
+    "normalize_advantages": {"advantage_norm_ddof": "ddof", "advantage_norm_eps": "eps",
+                             "advantage_norm_eps_placement": "placement"},
+    "approx_kl": {"kl_estimator": "estimator"},
+    "policy_loss": {"clip_interval": "clip_interval", "dual_clip": "dual_clip"},
+}
+
+
+def apply_preset(case: dict, preset: str) -> dict:
+    """``case`` with the settings of ``preset``'s conventions (a new dict; inputs shared).
+
+    The kernels take ``truncation`` and ``bootstrap_terminal_last_row``; the value loss
+    ``value_loss_mode`` (when clipping is on), ``value_loss_scale`` and ``huber_delta``;
+    the normalization ``advantage_norm_ddof``, ``_eps`` and ``_eps_placement``; the KL its
+    estimator; the policy loss ``clip_interval`` and ``dual_clip``; the minibatch update the
+    whole preset config with the case's hyperparameters. Other kinds are unchanged.
+    """
+    from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
+    config = PPOConfig.preset(preset)
+    settings = dict(case["settings"])
+    kind = case["kind"]
+    if kind == "ppo_minibatch_update":
+        base = PPOConfig.from_dict(settings["config"])
+        keep = {k: v for k, v in base.to_dict().items() if k not in CONVENTION_FIELDS}
+        settings["config"] = PPOConfig.preset(preset, **{**keep, "net_arch": tuple(
+            keep["net_arch"])}).to_dict()
+    else:
+        for option, key in OPTION_KEYS.get(kind, {}).items():
+            if kind == "value_loss" and option == "value_loss_mode" and (
+                    settings.get("clip_range_vf") is None and config.value_loss_mode != "huber"):
+                continue  # without clipping "max" and "sb3" are one loss
+            settings[key] = getattr(config, option)
+        if kind == "value_loss":
+            settings["huber_delta"] = config.huber_delta
+    return {**case, "preset": preset, "settings": settings}
+
+
+def _override_settings(settings: dict, overrides: Mapping[str, Any]) -> dict:
+    """``settings`` with every key of ``overrides`` it has replaced."""
+    return {k: overrides.get(k, v) for k, v in settings.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+# ----------------------------------------------------------------------------------------------
+
+def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
+                  preset: Optional[str] = None,
+                  settings: Optional[Mapping[str, Any]] = None) -> List[str]:
+    """Write every case to ``out_dir/<name>.json`` and ``out_dir/index.json``.
+
+    ``preset`` (a :meth:`ppo_ref.PPOConfig.preset` name) recomputes every convention-dependent
+    case under that implementation's conventions (:func:`apply_preset`); ``settings``
+    (``{key: value}``) replaces that setting in every case that has it (e.g. ``{"gamma":
+    0.9}``).
+
+    Inputs are generated from ``np.random.default_rng(seed)`` (rounded to 6 decimals so they
+    read well); expected outputs are computed by ppo_ref's ``backend`` tier from the *decoded*
+    JSON inputs, so a reader of the file gets exactly the numbers ppo_ref computes from what it
+    reads (the two tiers agree within the vectors' tolerance: a test checks it).
+
+    Returns:
+        the case names, in order.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    cases = (_build_cases(np.random.default_rng(seed))
+             + _edge_cases(np.random.default_rng([seed, 1])))
+    if preset is not None:
+        cases = [apply_preset(case, preset) for case in cases]
+    for case in cases:
+        case["settings"] = _override_settings(case["settings"], settings or {})
+    names = []
+    index = []
+    for case in cases:
+        encoded = {k: encode(v) if k in ("inputs", "settings") else v for k, v in case.items()}
+        decoded = {**encoded, "inputs": decode(encoded["inputs"]),
+                   "settings": decode_settings(encoded["settings"])}
+        encoded["expected"] = encode(compute_outputs(decoded, backend))
+        path = os.path.join(out_dir, f"{case['name']}.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(dumps(encoded) + "\n")
+        names.append(case["name"])
+        index.append({"name": case["name"], "kind": case["kind"], "preset": case["preset"],
+                      "file": f"{case['name']}.json"})
+    with open(os.path.join(out_dir, "index.json"), "w", encoding="utf-8") as fh:
+        json.dump({"format": FORMAT, "seed": seed, "cases": index}, fh, indent=1)
+        fh.write("\n")
+    return names
