@@ -8,7 +8,8 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
 
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
   float64 input of one shape (``tests/test_spec_update.py``): the per-minibatch normalization is
-  the spec's ``normalize_advantages``, then one call of the compiled
+  the compiled ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's
+  ``advantage_moments``, compiled), then one call of the compiled
   ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
@@ -28,22 +29,28 @@ import numpy as np
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.fast.losses import _minibatch_loss_kernel
+from ppo_ref.fast.lstm import _all_finite
+from ppo_ref.fast.losses import _minibatch_loss_kernel, _normalize_advantages_kernel
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
-from ppo_ref.spec.losses import (VALUE_LOSS_MODES, entropy_overflow_error,
-                                 log_ratio_overflow_error, normalize_advantages,
-                                 ratio_overflow_error, surrogate_overflow_error,
-                                 value_overflow_error)
+from ppo_ref.spec.losses import (ADVANTAGE_NORM_EPS, VALUE_LOSS_MODES, check_ddof,
+                                 entropy_overflow_error, log_ratio_overflow_error,
+                                 normalize_advantages, ratio_overflow_error,
+                                 surrogate_overflow_error, value_overflow_error)
 from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
                                  effective_clip_range, epoch_loop, total_loss_overflow_error)
 __all__ = ["minibatch_loss", "run_epochs"]
 
 
+_LOSS_ARGUMENTS = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages",
+                   "returns", "old_values")
+
+
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
                    with_log_ratio: bool = True) -> MinibatchLoss:
-    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through one call of the compiled
-    ``ppo_ref.fast.losses._minibatch_loss_kernel``.
+    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through the compiled
+    ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization) and one
+    call of ``ppo_ref.fast.losses._minibatch_loss_kernel``.
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
@@ -58,13 +65,13 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
             the messages are those of :mod:`ppo_ref.spec.losses` and
             :mod:`ppo_ref.spec.update`.
     """
-    names = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages", "returns",
-             "old_values")
-    given = (new_log_probs, entropy, values, old_log_probs, advantages, returns, old_values)
-    arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in given]
+    names = _LOSS_ARGUMENTS
+    arrays = [np.ascontiguousarray(a, dtype=np.float64)
+              for a in (new_log_probs, entropy, values, old_log_probs, advantages, returns,
+                        old_values)]
     shape = arrays[0].shape
     for name, a in zip(names, arrays):
-        if name != "entropy" and a.shape != shape:
+        if a.shape != shape and name != "entropy":
             raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got {a.shape}")
     n = arrays[0].size
     if n == 0 or arrays[1].size == 0:
@@ -76,12 +83,18 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     c_vf = config.clip_range_vf
     clip_on = c_vf is not None
     c_vf = check_positive(c_vf, "clip_range_vf") if clip_on else 0.0
+    flat = [a.reshape(-1) for a in arrays]
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        arrays[4] = normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof)
+        ddof = check_ddof(config.advantage_norm_ddof)
+        if n > 1:  # (one element: unchanged, as the spec)
+            normalized = np.empty(n)
+            if not _normalize_advantages_kernel(flat[4], ddof, ADVANTAGE_NORM_EPS, normalized):
+                # not finite, or the variance overflows: the spec's error
+                normalize_advantages(arrays[4], ddof=ddof)
+            flat[4] = normalized
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
 
     out = np.empty((2, n))  # rows: d_log_probs, d_values (scaled)
-    flat = [a.reshape(-1) for a in arrays]
     status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum = _minibatch_loss_kernel(
         *flat, clip, c_vf, clip_on, config.value_loss_mode == "sb3", v_scale, out[0], out[1])
     if status == 1:  # name the argument as the spec does (its order of checks)
@@ -106,9 +119,8 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     ent_coef = float(config.ent_coef)
     p_loss = -surrogate_sum / n
     v_loss = v_sum / n
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = p_loss + v_scale * v_loss + ent_coef * e_loss
-    if not (math.isfinite(total) and np.isfinite(out[1]).all()):
+    total = p_loss + v_scale * v_loss + ent_coef * e_loss  # Python floats: inf, never a warning
+    if not (math.isfinite(total) and _all_finite(out[1])):
         raise total_loss_overflow_error()
     kl = k3_sum / n if config.kl_estimator == "k3" else k1_sum / n
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
