@@ -376,10 +376,11 @@ def _add_block(out, a, w_t, n, j0):
 
 @intrinsic
 def _add_block_vector(typingctx, out, a, w_t, n, j0):
-    """Compiled :func:`_add_block` for C-contiguous float64 (or float32) arrays: the 16 columns
-    of each of the 8 rows are held in vector accumulators (``<8 x double>`` x 2, or
-    ``<16 x float>``) for the whole k loop; per k, the weight row segment is loaded once and
-    each ``a[m, k]`` is broadcast into an ``llvm.fma`` per accumulator. Element for element
+    """Compiled :func:`_add_block` for float64 (or float32) arrays, ``out`` and ``w_t``
+    C-contiguous (``a``: any strides): the 16 columns of each of the 8 rows are held in vector
+    accumulators (``<8 x double>`` x 2, or ``<16 x float>``) for the whole k loop; per k, the
+    weight row segment is loaded once and each ``a[m, k]`` is broadcast into an ``llvm.fma``
+    per accumulator. Element for element
     the same FMA chain as the scalar loops (no reassociation), without a load and store of
     ``out`` per few terms: the loop runs at the FMA units' rate instead of the store port's.
     (Accumulators live in stack slots that LLVM promotes to registers.)"""
@@ -446,8 +447,10 @@ def _add_block_vector(typingctx, out, a, w_t, n, j0):
 
 @overload(_add_block)
 def _add_block_compiled(out, a, w_t, n, j0):
-    arrays = (out, a, w_t)
-    if all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 2 for t in arrays) \
+    # ``out`` and ``w_t`` are read and written as vectors (C order); ``a`` only as scalars, so
+    # any strides will do (e.g. the transposed view ``d.T`` of a C array: no copy)
+    if all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t)) \
+            and out.layout == "C" and w_t.layout == "C" \
             and out.dtype in (types.float32, types.float64) \
             and a.dtype == out.dtype and w_t.dtype == out.dtype:
         return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
@@ -502,7 +505,7 @@ def _add_products(out, a, w_t):
     K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
 
     ``out`` ``[M, J]``, ``a`` ``[M, K]``, ``w_t`` ``[K, J]`` (the weight pre-transposed so j is
-    contiguous). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
+    contiguous; ``a`` may have any strides, e.g. a transposed view). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
     registers over all k); the columns and rows left over by
     :func:`_add_products_loops`. The arithmetic of an element is the same chain of FMAs in
     every case, so a row's result does not depend on the other rows of the call.
