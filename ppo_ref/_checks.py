@@ -338,3 +338,37 @@ def check_count(value, name: str, minimum: int) -> int:
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")
     return v
+
+
+# -- LSTM parameters and states (ppo_ref.spec.lstm and ppo_ref.fast.lstm check with these) -----
+
+LSTM_PARAM_KEYS = ("w_ih", "w_hh", "b")
+
+
+def check_lstm_params(params) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Float64 ``(w_ih [4H, D], w_hh [4H, H], b [4H])`` of an LSTM's ``params``;
+    ``ValueError`` naming the bad entry (missing, wrong rank or shape, not finite)."""
+    if not isinstance(params, Mapping):
+        raise ValueError(f"params must be a dict with keys {list(LSTM_PARAM_KEYS)}, "
+                         f"got {type(params).__name__}")
+    missing = [k for k in LSTM_PARAM_KEYS if k not in params]
+    if missing:
+        raise ValueError(f"params is missing {missing} (needs {list(LSTM_PARAM_KEYS)})")
+    w_ih, w_hh, b = (
+        as_float_array(params[k], f"params['{k}']", ndim=(nd,)).astype(np.float64, copy=False)
+        for k, nd in (("w_ih", 2), ("w_hh", 2), ("b", 1)))
+    four_h, hidden = w_hh.shape
+    if hidden < 1 or four_h != 4 * hidden:
+        raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
+    if w_ih.shape[0] != four_h or w_ih.shape[1] < 1:
+        raise ValueError(f"params['w_ih'] must have shape [4H, D] = [{four_h}, D] with D >= 1 "
+                         f"(4H from params['w_hh']), got {w_ih.shape}")
+    check_same_shape(b, "params['b']", (four_h,), "[4H]")
+    return w_ih, w_hh, b
+
+
+def check_lstm_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
+    """An LSTM state (or its gradient) ``[N, H]`` as finite float64; ``ValueError`` naming it."""
+    a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
+    check_same_shape(a, name, (n_env, hidden), "[N, H]")
+    return a

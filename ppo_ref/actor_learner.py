@@ -8,7 +8,9 @@ The Python counterpart of thrust-rl's ``learner_loop`` / ``actor_thread``. Data 
                                                              when every FIFO holds n_steps:
                                                                buffer [n_steps, num_actors]
                                                                (column = agent_id)
-                                                               -> gae or vtrace -> train_on
+                                                               -> the collector's Rollout
+                                                               -> trainer.iteration
+                                                                  (gae or vtrace, train_on)
       newest PolicyBroadcast(v', payload) <---------------- every broadcast_every updates
 
 * **Budget (the only flow control).** Version ``v`` is broadcast after ``v * broadcast_every``
@@ -38,6 +40,7 @@ bit-exact npz bytes of :func:`ppo_ref.checkpoint.arrays_to_bytes`) or ``"thread"
 from __future__ import annotations
 
 import dataclasses
+import functools
 import multiprocessing
 import os
 import queue as queue_module
@@ -233,7 +236,12 @@ class Experience(NamedTuple):
     clipped one); ``reward`` float; ``next_observation``: the real observation after the step
     (the final one when the episode ended, before any reset); ``terminated`` / ``truncated``:
     as returned by ``env.step``; ``value`` = V(observation) and ``log_prob`` = log mu(action |
-    observation) (nats) under the parameters of ``policy_version``, the ones that acted.
+    observation) (nats) under the parameters of ``policy_version``, the ones that acted;
+    ``reset_observation`` ``[*obs_shape]`` float64: where the step ended an episode
+    (terminated or truncated), the first observation of the next one (what ``env.reset``
+    returned, the observation the actor acts from next), else ``None``. The learner needs it
+    where a buffer's last row ended an episode: the collector's ``last_values`` is the value of
+    that observation.
     """
 
     agent_id: int
@@ -246,6 +254,7 @@ class Experience(NamedTuple):
     value: float
     log_prob: float
     policy_version: int
+    reset_observation: Optional[np.ndarray] = None
 
 
 class ExperienceBatch(NamedTuple):
@@ -266,18 +275,28 @@ class ExperienceBatch(NamedTuple):
     values: np.ndarray              # [k] float64
     log_probs: np.ndarray           # [k] float64
     policy_versions: np.ndarray     # [k] int64
+    # [k, *obs_shape] float64: the observation the actor acts from next, i.e. reset_observation
+    # where the step ended an episode and next_observation elsewhere; None when no step of the
+    # batch ended an episode
+    reset_observations: Optional[np.ndarray] = None
 
     def __len__(self) -> int:  # noqa: D105  (number of steps, not of tuple fields)
         return int(self.rewards.shape[0])
 
     @classmethod
     def from_experiences(cls, experiences: Sequence[Experience]) -> "ExperienceBatch":
-        """Stack experiences of a single actor (raises ``ValueError`` on mixed agent ids)."""
+        """Stack experiences of a single actor (raises ``ValueError`` on mixed agent ids).
+        ``reset_observations`` holds each experience's ``reset_observation`` (its
+        ``next_observation`` where that is None), or is None when every one is None."""
         if not experiences:
             raise ValueError("experiences must not be empty")
         agent_id = experiences[0].agent_id
         if any(e.agent_id != agent_id for e in experiences):
             raise ValueError("experiences must all have the same agent_id")
+        resets = None
+        if any(e.reset_observation is not None for e in experiences):
+            resets = np.asarray([e.next_observation if e.reset_observation is None
+                                 else e.reset_observation for e in experiences])
         return cls(
             agent_id,
             np.asarray([e.observation for e in experiences]),
@@ -289,15 +308,20 @@ class ExperienceBatch(NamedTuple):
             np.asarray([e.value for e in experiences]),
             np.asarray([e.log_prob for e in experiences]),
             np.asarray([e.policy_version for e in experiences]),
+            resets,
         )
 
     def experiences(self) -> List[Experience]:
-        """The individual :class:`Experience` tuples, in order."""
+        """The individual :class:`Experience` tuples, in order (``reset_observation`` set
+        where the step ended an episode and ``reset_observations`` is given)."""
+        resets = self.reset_observations
         return [Experience(self.agent_id, self.observations[i], self.actions[i],
                            float(self.rewards[i]), self.next_observations[i],
                            bool(self.terminated[i]), bool(self.truncated[i]),
                            float(self.values[i]), float(self.log_probs[i]),
-                           int(self.policy_versions[i]))
+                           int(self.policy_versions[i]),
+                           resets[i] if resets is not None and (self.terminated[i]
+                                                                or self.truncated[i]) else None)
                 for i in range(len(self))]
 
 
@@ -403,7 +427,8 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
        ``config.lead_limit`` steps ahead of ``version * broadcast_every * n_steps`` (the rows the
        learner provably consumed), send the unsent steps and wait for a newer broadcast;
     3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``);
-       step the env; reset it when the episode ended;
+       step the env; reset it when the episode ended (the reset observation travels with the
+       step as ``reset_observation``);
     4. every ``chunk_size`` steps (and before waiting or switching parameters) send the unsent
        steps as one :class:`ExperienceBatch`; their ``log_probs`` and ``values`` are computed
        then, in one batched pass with the parameters that chose the actions (the same
@@ -438,8 +463,9 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         budget = config.steps_per_broadcast
         lead = config.lead_limit
         # Unsent steps, one list per field (all acted with `version`): observation, action,
-        # reward, next_observation, terminated, truncated.
-        columns: Tuple[list, ...] = ([], [], [], [], [], [])
+        # reward, next_observation, terminated, truncated, and the observation acted from next
+        # (the reset one where the episode ended).
+        columns: Tuple[list, ...] = ([], [], [], [], [], [], [])
 
         def flush():
             if columns[0]:
@@ -451,7 +477,8 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                                      np.array(columns[2], dtype=np.float64), np.array(columns[3]),
                                      np.array(columns[4], dtype=bool),
                                      np.array(columns[5], dtype=bool), values, log_probs,
-                                     np.full(k, version, dtype=np.int64)))
+                                     np.full(k, version, dtype=np.int64),
+                                     np.array(columns[6])))
                 for column in columns:
                     column.clear()
 
@@ -504,6 +531,7 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                 obs = policy.observation(obs)
             else:
                 obs = next_obs
+            columns[6].append(obs)
             # 4. send in chunks.
             if len(columns[0]) >= chunk_size:
                 flush()
@@ -880,6 +908,8 @@ class _ActorFifo:
         self.count = 0           # rows available
 
     def push(self, batch: ExperienceBatch) -> None:
+        if batch.reset_observations is None:    # no episode ended in it: acts on from the next
+            batch = ExperienceBatch(*tuple(batch)[:-1], batch.next_observations)
         if len(batch):
             self.chunks.append(batch)
             self.count += len(batch)
@@ -957,10 +987,22 @@ def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: 
     if k and (versions.min() < 0 or versions.max() > version):
         raise ExperienceError(f"Experience.policy_version must be in [0, {version}] (versions "
                               f"broadcast so far), got {versions.min()}..{versions.max()} {who}")
+    terminated = flags(batch.terminated, "terminated")
+    truncated = flags(batch.truncated, "truncated")
+    ended = terminated | truncated
+    if batch.reset_observations is None:
+        if ended.any():
+            raise ExperienceError(f"Experience.reset_observation is required where the step "
+                                  f"terminated or truncated (the first observation of the next "
+                                  f"episode) {who}")
+        resets = next_observations
+    else:
+        resets = floats(batch.reset_observations, "reset_observation", (k,) + obs_shape)
+        # what the actor acts from next: the reset observation where the episode ended
+        resets = np.where(ended.reshape((k,) + (1,) * len(obs_shape)), resets, next_observations)
     return ExperienceBatch(agent_id, observations, actions, rewards, next_observations,
-                           flags(batch.terminated, "terminated"),
-                           flags(batch.truncated, "truncated"), values, log_probs,
-                           versions.astype(np.int64, copy=False))
+                           terminated, truncated, values, log_probs,
+                           versions.astype(np.int64, copy=False), resets)
 
 
 class _ActorPolicy:
@@ -1028,9 +1070,11 @@ class _Learner:
         self.version = 0
         self.report = LearnerReport()
         self.episode_start_carry = np.ones(n, dtype=bool)      # the first step starts an episode
-        self.last_next_obs: Optional[np.ndarray] = None       # [N, *obs_shape] of the last row
-        self.running_return = np.zeros(n, dtype=np.float64)
-        self.running_length = np.zeros(n, dtype=np.int64)
+        # [N, *obs_shape]: what each actor acts from after the last consumed row
+        self.observations_after: Optional[np.ndarray] = None
+        # the unfinished episodes' running return and length (finished_episodes)
+        self.episode_return = np.zeros(n, dtype=np.float64)
+        self.episode_length = np.zeros(n, dtype=np.int64)
         self.t0 = time.monotonic()
 
     # -- messages -----------------------------------------------------------------------------
@@ -1112,126 +1156,82 @@ class _Learner:
         cols = [fifo.take(self.config.n_steps) for fifo in self.fifos]
         return ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*cols))[1:]))
 
-    def check_continuity(self, buf: ExperienceBatch, done: np.ndarray) -> None:
-        """Each row's observation must be the previous row's next_observation unless an episode
-        ended in between: catches reordered, dropped or duplicated experiences."""
-        obs, nxt = buf.observations, buf.next_observations
+    def check_continuity(self, buf: ExperienceBatch) -> None:
+        """Each row's observation must be the one the actor acts from after the previous row
+        (its ``next_observation``, or its ``reset_observation`` where an episode ended): catches
+        reordered, dropped or duplicated experiences."""
+        obs, after = buf.observations, buf.reset_observations
         axes = tuple(range(2, obs.ndim))
-        mismatch = np.zeros(done.shape, dtype=bool)
-        mismatch[1:] = ~done[:-1] & np.any(obs[1:] != nxt[:-1], axis=axes)
-        if self.last_next_obs is not None:
-            mismatch[0] = ~self.episode_start_carry & np.any(
-                obs[0] != self.last_next_obs, axis=tuple(range(1, obs.ndim - 1)))
+        mismatch = np.zeros(buf.rewards.shape, dtype=bool)
+        mismatch[1:] = np.any(obs[1:] != after[:-1], axis=axes)
+        if self.observations_after is not None:
+            mismatch[0] = np.any(obs[0] != self.observations_after,
+                                 axis=tuple(range(1, obs.ndim - 1)))
         if mismatch.any():
             t, n = (int(i) for i in np.argwhere(mismatch)[0])
             raise ExperienceError(
                 f"Experience.observation of agent {n} at buffer row {t} is not the "
-                f"next_observation of its previous step although no episode ended: experiences "
-                f"were reordered, dropped or duplicated")
+                f"next_observation of its previous step (its reset_observation where the "
+                f"episode ended): experiences were reordered, dropped or duplicated")
+
+    def rollout(self, buf: ExperienceBatch):
+        """The buffer as the :class:`~ppo_ref.rollout.Rollout` the synchronous collector would
+        have recorded for the same transitions (:func:`ppo_ref.rollout.rollout_from_transitions`:
+        its ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
+        parameters; the actors' behaviour ``values`` and ``log_probs``; the episodes finished in
+        it), counted by the trainer (:meth:`~ppo_ref.ppo.PPOTrainer.record_rollout`)."""
+        from ppo_ref.kernels import episode_starts as make_episode_starts
+        from ppo_ref.rollout import finished_episodes, rollout_from_transitions
+
+        self.check_continuity(buf)
+        terminated, truncated = buf.terminated, buf.truncated
+        starts = make_episode_starts(terminated, truncated, self.episode_start_carry)
+        done = terminated | truncated
+        self.episode_start_carry = done[-1].copy()
+        self.observations_after = buf.reset_observations[-1]
+        rollout = rollout_from_transitions(
+            self.policy, self.trainer.params, observations=buf.observations,
+            actions=buf.actions, rewards=buf.rewards, terminated=terminated,
+            truncated=truncated, episode_starts=starts, values=buf.values,
+            log_probs=buf.log_probs, next_observations=buf.next_observations,
+            observations_after=self.observations_after)
+        (rollout.episode_returns, rollout.episode_lengths,
+         rollout.episode_envs) = finished_episodes(buf.rewards, done, self.episode_return,
+                                                   self.episode_length)
+        return self.trainer.record_rollout(rollout)
 
     def update(self) -> UpdateInfo:
-        from ppo_ref.kernels import episode_starts as make_episode_starts
-
+        """One PPO update on the next buffer: :meth:`~ppo_ref.ppo.PPOTrainer.iteration` of the
+        trainer with :meth:`rollout` as its rollout source (GAE, or V-trace against the current
+        parameters with ``use_vtrace``)."""
         config = self.config
         trainer = self.trainer
         buf = self.take_buffer()
-        terminated, truncated = buf.terminated, buf.truncated
-        done = terminated | truncated
-        self.check_continuity(buf, done)
-        starts = make_episode_starts(terminated, truncated, self.episode_start_carry)
-        self.episode_start_carry = done[-1].copy()
-        self.last_next_obs = buf.next_observations[-1]
-
-        params = trainer.params
-        n_steps, n = buf.rewards.shape
-        # Bootstrap values under the learner's current parameters.
-        last_values = self.policy.values(params, buf.next_observations[-1])
-        last_values = np.where(terminated[-1], 0.0, last_values)
-        cut = truncated & ~terminated
-        final_values = None
-        if cut.any():
-            final_values = np.zeros((n_steps, n), dtype=np.float64)
-            final_values[cut] = self.policy.values(params, buf.next_observations[cut])
-
-        rollout = _make_rollout(buf, starts, final_values, last_values)
+        advantages_fn = None    # the trainer's GAE
         if config.use_vtrace:
-            # IMPALA: target log-probs and values from the learner's current parameters.
-            from ppo_ref.kernels import vtrace
-            flat_obs = buf.observations.reshape((n_steps * n,) + self.obs_shape)
-            flat_actions = buf.actions.reshape((n_steps * n,) + self.action_shape)
-            target = self.policy.evaluate(params, flat_obs, flat_actions)
-            ppo = trainer.config
-            vt = vtrace(buf.log_probs, target.log_probs.reshape(n_steps, n), buf.rewards,
-                        target.values.reshape(n_steps, n), terminated, truncated, last_values,
-                        final_values, gamma=config.gamma, rho_bar=config.rho_bar,
-                        c_bar=config.c_bar, truncation=ppo.truncation,
-                        bootstrap_terminal_last_row=ppo.bootstrap_terminal_last_row)
-            advantages, returns = vt.pg_advantages, vt.vs
-        else:
-            advantages, returns = trainer.compute_advantages(rollout)
-
+            advantages_fn = functools.partial(trainer.compute_vtrace_advantages,
+                                              rho_bar=config.rho_bar, c_bar=config.c_bar)
+        step = trainer.iteration(lambda: self.rollout(buf), advantages_fn)
+        rollout, stats = step.rollout, step.stats
         lags = self.version - buf.policy_versions
-        returns_done, lengths_done, columns_done = self.count_episodes(buf.rewards, done)
-        rollout.episode_returns, rollout.episode_lengths = returns_done, lengths_done
-        rollout.episode_envs = columns_done
-        # The trainer's counters advance as in PPOTrainer.learn (they drive the schedules).
-        from ppo_ref.ppo import progress_remaining
-        if trainer.config.schedule_progress == "before_rollout":
-            trainer.progress_remaining = progress_remaining(trainer.num_timesteps,
-                                                            trainer.total_timesteps)
-        trainer.num_timesteps += n_steps * n
-        if trainer.config.schedule_progress != "before_rollout":
-            trainer.progress_remaining = progress_remaining(trainer.num_timesteps,
-                                                            trainer.total_timesteps)
-        trainer.n_episodes += len(returns_done)
-        trainer.recent_returns.extend(returns_done)
-        trainer.last_episodes = list(zip(columns_done, returns_done, lengths_done))
-        stats = trainer.train_on(rollout, advantages, returns)
-        trainer.n_updates += 1
-
+        n_steps, n = buf.rewards.shape
         r = self.report
         r.updates += 1
         r.env_steps += n_steps * n
-        r.episode_returns.extend(returns_done)
-        r.episode_lengths.extend(lengths_done)
-        r.episodes += len(returns_done)
+        r.episode_returns.extend(rollout.episode_returns)
+        r.episode_lengths.extend(rollout.episode_lengths)
+        r.episodes += len(rollout.episode_returns)
         r.final_stats = dict(stats)
         r.policy_lag_mean.append(float(lags.mean()))
         r.policy_lag_max.append(int(lags.max()))
         info = UpdateInfo(r.updates, r.env_steps, r.episodes, self.version,
                           r.policy_lag_mean[-1], r.policy_lag_max[-1], dict(stats),
-                          returns_done, lengths_done, rollout, advantages, returns,
-                          buf.policy_versions, time.monotonic() - self.t0)
+                          list(rollout.episode_returns), list(rollout.episode_lengths), rollout,
+                          step.advantages, step.returns, buf.policy_versions,
+                          time.monotonic() - self.t0)
         if r.updates % config.broadcast_every == 0:
             self.broadcast()
         return info
-
-    def count_episodes(self, rewards: np.ndarray, done: np.ndarray):
-        """Returns, lengths and columns of the episodes completed in this buffer, row by row
-        (columns in agent order within a row)."""
-        returns_done: List[float] = []
-        lengths_done: List[int] = []
-        columns_done: List[int] = []
-        # Cumulative rewards per column; an episode ending at (t, n) collects the rewards since
-        # the previous end in column n (plus what was carried in from earlier buffers).
-        cums = np.cumsum(rewards, axis=0)
-        last_end = np.full(rewards.shape[1], -1)
-        for t, n in np.argwhere(done):
-            prev = cums[last_end[n], n] if last_end[n] >= 0 else 0.0
-            carried = self.running_return[n] if last_end[n] < 0 else 0.0
-            carried_len = self.running_length[n] if last_end[n] < 0 else 0
-            returns_done.append(float(carried + cums[t, n] - prev))
-            lengths_done.append(int(carried_len + t - last_end[n]))
-            columns_done.append(int(n))
-            last_end[n] = t
-        for n in range(rewards.shape[1]):
-            if last_end[n] >= 0:
-                self.running_return[n] = cums[-1, n] - cums[last_end[n], n]
-                self.running_length[n] = rewards.shape[0] - 1 - last_end[n]
-            else:
-                self.running_return[n] += cums[-1, n]
-                self.running_length[n] += rewards.shape[0]
-        return returns_done, lengths_done, columns_done
 
     def broadcast(self) -> None:
         from ppo_ref.checkpoint import arrays_to_bytes
@@ -1270,22 +1270,26 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
        (validating each: ``agent_id`` in ``[0, num_actors)``, shapes, finiteness, versions).
     3. Take the oldest ``n_steps`` of each FIFO into a ``[n_steps, num_actors]`` buffer
        (column = ``agent_id``; later experiences stay queued). ``episode_starts`` continue from
-       the previous buffer (all True at first); each row must continue the previous row's
-       ``next_observation`` unless an episode ended (a check against reordering or loss).
-    4. Bootstrap with the learner's current values: ``last_values[n] = V(next_observation of
-       column n's last row)`` (0 if it terminated) and ``final_values[t, n] =
-       V(next_observation[t, n])`` where step t truncated without terminating (SPEC §1).
-    5. Advantages: ``trainer.compute_advantages`` (GAE with the recorded behaviour values), or
-       with ``use_vtrace`` the :func:`ppo_ref.kernels.vtrace` targets against the learner's
-       current policy: target log-probs and values recomputed by the learner (IMPALA);
-       ``advantages = pg_advantages``, ``returns = vs``.
-    6. One PPO update, ``trainer.train_on(rollout, advantages, returns)``; the rollout carries
-       the behaviour ``log_probs`` (the PPO ratio is pi_learner / mu_actor) and the recorded
-       ``values`` (old values for value clipping and explained variance). The trainer's
-       counters advance as in ``PPOTrainer.learn`` (``num_timesteps``, ``n_updates``,
-       ``n_episodes``, ``recent_returns``, ``progress_remaining``), with the schedule horizon
-       ``total_timesteps`` = the steps this run consumes, ``num_updates * n_steps *
-       num_actors``.
+       the previous buffer (all True at first); each row must continue from the previous row's
+       ``next_observation``, or its ``reset_observation`` where an episode ended (a check
+       against reordering or loss).
+    4. The buffer becomes the :class:`~ppo_ref.rollout.Rollout` the synchronous collector
+       records for the same transitions (:func:`ppo_ref.rollout.rollout_from_transitions`),
+       bootstrapped with the learner's current values: ``last_values[n] = V(the observation
+       actor n acts from after the last row)`` (its ``reset_observation`` where that row ended
+       an episode, as the collector's observation after the autoreset) and ``final_values[t,
+       n] = V(next_observation[t, n])`` where step t truncated without terminating; its
+       finished episodes by :func:`ppo_ref.rollout.finished_episodes`.
+    5. One :meth:`PPOTrainer.iteration <ppo_ref.ppo.PPOTrainer.iteration>` on that rollout,
+       exactly as ``PPOTrainer.learn`` runs one: counters (``num_timesteps``, ``n_episodes``,
+       ``recent_returns``, ``last_episodes``; ``progress_remaining`` before or after the
+       rollout as ``schedule_progress`` says, with the schedule horizon ``total_timesteps`` =
+       the steps this run consumes, ``num_updates * n_steps * num_actors``); advantages by
+       ``trainer.compute_advantages`` (GAE with the recorded behaviour values) or, with
+       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (:func:`ppo_ref.kernels.vtrace`
+       against the learner's current policy, IMPALA; the same bootstrap values);
+       ``trainer.train_on`` (the PPO ratio is pi_learner / mu_actor; the recorded ``values``
+       are the old values of value clipping and explained variance); ``n_updates += 1``.
     7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
     8. At the end (or on any error): :class:`Shutdown` to every actor, join (processes that do
        not exit within ``shutdown_timeout`` seconds are terminated), then return or re-raise.
@@ -1355,19 +1359,6 @@ def train_async(env, config: AsyncActorLearnerConfig = AsyncActorLearnerConfig()
         trainer = make_learner(config, env)
     group = start_actors(config, env, chunk_size=chunk_size)
     return learner_loop(config, trainer, group, callback=callback)
-
-
-def _make_rollout(buf: ExperienceBatch, episode_starts: np.ndarray,
-                  final_values: Optional[np.ndarray], last_values: np.ndarray):
-    """The learner's buffer as a :class:`ppo_ref.rollout.Rollout` (observations flattened to
-    ``[T, N, obs_dim]``; behaviour values and log-probs as recorded by the actors)."""
-    from ppo_ref.rollout import Rollout
-    n_steps, n = buf.rewards.shape
-    return Rollout(observations=buf.observations.reshape(n_steps, n, -1),
-                   actions=buf.actions, rewards=buf.rewards, terminated=buf.terminated,
-                   truncated=buf.truncated, episode_starts=episode_starts, values=buf.values,
-                   log_probs=buf.log_probs, final_values=final_values,
-                   last_values=np.asarray(last_values, dtype=np.float64))
 
 
 # --------------------------------------------------------------------------------------------

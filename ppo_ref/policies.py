@@ -53,6 +53,7 @@ from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
+from ppo_ref.spec import networks
 
 __all__ = ["PolicyBase", "CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
@@ -686,7 +687,6 @@ class SpecMLPPolicy(PolicyBase):
 
     def init_params(self, rng: np.random.Generator) -> Params:
         """Fresh parameters (:func:`ppo_ref.spec.networks.actor_critic_init` + the head's)."""
-        from ppo_ref.spec import networks
         c = self.config
         params = networks.actor_critic_init(
             rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
@@ -709,7 +709,6 @@ class SpecMLPPolicy(PolicyBase):
         return obs.reshape(obs.shape[0], -1) if obs.ndim != 2 else obs
 
     def _forward(self, params, obs):
-        from ppo_ref.spec import networks
         return networks.actor_critic_forward(self._net(params), self.flatten_obs(obs),
                                              self.activation, self.shared_trunk)
 
@@ -738,7 +737,6 @@ class SpecMLPPolicy(PolicyBase):
 
     def values(self, params, obs) -> np.ndarray:
         """``V(obs)`` ``[B]`` float64."""
-        from ppo_ref.spec import networks
         return networks.value_forward(self._net(params), self.flatten_obs(obs), self.activation,
                                       self.shared_trunk)
 
@@ -753,7 +751,6 @@ class SpecMLPPolicy(PolicyBase):
         """Gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
         entropy + d_values * values)`` over the rows of the :meth:`evaluate` that made
         ``cache``."""
-        from ppo_ref.spec import networks
         out, actions, net_cache = cache
         d_out, head_grads = self.head.backward(out, params, actions, d_log_probs, d_entropy)
         grads = networks.actor_critic_backward(self._net(params), net_cache, d_out,

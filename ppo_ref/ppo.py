@@ -28,7 +28,7 @@ import os
 import stat
 import time
 from collections import deque
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -47,12 +47,22 @@ from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vect
 from ppo_ref.spec import update as spec_update
 from ppo_ref.spec.update import Minibatch, batch_advantages
 
-__all__ = ["PPOTrainer", "EnvStepError", "progress_remaining", "limit_blas_threads",
-           "RECENT_EPISODES"]
+__all__ = ["PPOTrainer", "Iteration", "EnvStepError", "progress_remaining",
+           "limit_blas_threads", "RECENT_EPISODES"]
 
 RECENT_EPISODES = 100  # how many finished-episode returns the trainer remembers (and saves)
 
 Callback = Callable[["PPOTrainer", Dict[str, float]], Optional[bool]]
+
+
+class Iteration(NamedTuple):
+    """One PPO iteration (:meth:`PPOTrainer.iteration`): the rollout trained on, its
+    ``advantages`` and ``returns`` (float64 ``[T, N]``) and the update's ``stats``."""
+
+    rollout: Rollout
+    advantages: np.ndarray
+    returns: np.ndarray
+    stats: Dict[str, float]
 
 
 def limit_blas_threads(n_threads: int = 1) -> bool:
@@ -277,7 +287,13 @@ class PPOTrainer:
         Advances ``num_timesteps`` by ``n_steps * n_envs`` and records finished episodes.
         Raises :class:`~ppo_ref.rollout.EnvStepError` on a NaN or wrongly shaped observation.
         """
-        rollout = self.collector.collect(self.params, self.action_rng)
+        return self.record_rollout(self.collector.collect(self.params, self.action_rng))
+
+    def record_rollout(self, rollout: Rollout) -> Rollout:
+        """Count a rollout this trainer consumes (collected by it, or assembled by the
+        actor-learner's learner): ``num_timesteps += n_steps * n_envs``; its finished episodes
+        (``rollout.episode_returns/lengths/envs``) become ``last_episodes`` and are added to
+        ``n_episodes`` and ``recent_returns``. Returns ``rollout``."""
         self.num_timesteps += rollout.n_steps * rollout.n_envs
         self.last_episodes = list(zip(rollout.episode_envs, rollout.episode_returns,
                                       rollout.episode_lengths))
@@ -294,6 +310,29 @@ class PPOTrainer:
                    gae_lambda=c.gae_lambda, truncation=c.truncation,
                    bootstrap_terminal_last_row=c.bootstrap_terminal_last_row,
                    backend=c.backend)
+
+    def compute_vtrace_advantages(self, rollout: Rollout, *, rho_bar: float = 1.0,
+                                  c_bar: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
+        """V-trace in place of GAE (IMPALA: the actor-learner's off-policy correction):
+        :func:`ppo_ref.kernels.vtrace` of the rollout's behaviour ``log_probs`` against the
+        target log-probs and values of the current ``params`` (one :meth:`evaluate
+        <ppo_ref.policies.MLPPolicy.evaluate>` over the ``T*N`` rows, time-major), with the
+        rollout's ``last_values`` / ``final_values`` (the same bootstrap values GAE reads) and
+        ``config.gamma``, ``truncation``, ``bootstrap_terminal_last_row`` and ``backend``.
+        Returns ``(advantages, returns) = (pg_advantages, vs)``, float64 ``[T, N]``. On-policy
+        (target = behaviour log-probs and values, bars >= 1) they equal
+        :meth:`compute_advantages` with ``gae_lambda = 1``."""
+        from ppo_ref.kernels import vtrace
+        c = self.config
+        T, N = rollout.rewards.shape
+        target = self.policy.evaluate(self.params, rollout.observations.reshape(T * N, -1),
+                                      rollout.actions.reshape((T * N,) + rollout.actions.shape[2:]))
+        vt = vtrace(rollout.log_probs, target.log_probs.reshape(T, N), rollout.rewards,
+                    target.values.reshape(T, N), rollout.terminated, rollout.truncated,
+                    rollout.last_values, rollout.final_values, gamma=c.gamma, rho_bar=rho_bar,
+                    c_bar=c_bar, truncation=c.truncation,
+                    bootstrap_terminal_last_row=c.bootstrap_terminal_last_row, backend=c.backend)
+        return vt.pg_advantages, vt.vs
 
     def current_learning_rate(self) -> float:
         """Learning rate at the current ``progress_remaining``."""
@@ -333,14 +372,11 @@ class PPOTrainer:
             return ev.log_probs, ev.entropy, ev.values, ev.cache
 
         if c.backend == "spec":  # the readable tier: one permutation per epoch, plain dicts
-            def row_minibatches(epoch: int):
-                for rows in spec_update.row_minibatches(rng, B, bs):
-                    yield Minibatch(old_log_probs[rows], adv[rows], ret[rows], old_values[rows],
-                                    (obs[rows], actions[rows]))
-
             self.params, self.adam_state, stats = spec_update.run_epochs(
                 self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
-                clip_range=self.current_clip_range(), minibatches=row_minibatches,
+                clip_range=self.current_clip_range(),
+                minibatches=spec_update.feedforward_minibatches(
+                    rng, bs, old_log_probs, adv, ret, old_values, obs, actions),
                 evaluate=evaluate, backward=policy.backward)
             stats["explained_variance"] = explained_variance(old_values, ret)
             return stats
@@ -403,27 +439,50 @@ class PPOTrainer:
         """
         total = _check_total_timesteps(total_timesteps)
         self.total_timesteps = total
-        before = self.config.schedule_progress == "before_rollout"
         while self.num_timesteps < total:
-            t0 = time.perf_counter()
-            if before:
-                self.progress_remaining = progress_remaining(self.num_timesteps, total)
-            rollout = self.collect_rollout()
-            if not before:
-                self.progress_remaining = progress_remaining(self.num_timesteps, total)
-            t1 = time.perf_counter()
-            stats = self.update(rollout)
-            t2 = time.perf_counter()
-            self.n_updates += 1
-            stats.update({
-                "timesteps": float(self.num_timesteps), "updates": float(self.n_updates),
-                "episodes": float(self.n_episodes), "progress_remaining": self.progress_remaining,
-                "fps": rollout.n_steps * rollout.n_envs / max(t2 - t0, 1e-12),
-                "time_rollout": t1 - t0, "time_update": t2 - t1,
-            })
+            stats = self.iteration().stats
             if callback is not None and callback(self, stats) is False:
                 break
         return self
+
+    def iteration(self, next_rollout: Optional[Callable[[], Rollout]] = None,
+                  compute_advantages: Optional[Callable[[Rollout], Tuple[np.ndarray, np.ndarray]]]
+                  = None) -> "Iteration":
+        """One iteration of :meth:`learn` (and of the actor-learner's learner, which passes its
+        own rollout source and, with V-trace, :meth:`compute_vtrace_advantages`):
+
+        1. with ``schedule_progress="before_rollout"``: ``progress_remaining`` from
+           ``num_timesteps`` and ``total_timesteps``;
+        2. ``rollout = next_rollout()`` (default :meth:`collect_rollout`); a source must count
+           the rollout with :meth:`record_rollout`, as :meth:`collect_rollout` does;
+        3. otherwise (``"after_rollout"``): ``progress_remaining`` now;
+        4. ``advantages, returns = compute_advantages(rollout)`` (default
+           :meth:`compute_advantages`: GAE);
+        5. ``stats = train_on(rollout, advantages, returns)``; ``n_updates += 1``.
+
+        Returns :class:`Iteration` ``(rollout, advantages, returns, stats)``; ``stats`` holds
+        :meth:`train_on`'s statistics plus ``timesteps``, ``updates``, ``episodes``,
+        ``progress_remaining``, ``fps``, ``time_rollout`` and ``time_update`` (seconds).
+        """
+        before = self.config.schedule_progress == "before_rollout"
+        t0 = time.perf_counter()
+        if before:
+            self.progress_remaining = progress_remaining(self.num_timesteps, self.total_timesteps)
+        rollout = (next_rollout or self.collect_rollout)()
+        if not before:
+            self.progress_remaining = progress_remaining(self.num_timesteps, self.total_timesteps)
+        t1 = time.perf_counter()
+        advantages, returns = (compute_advantages or self.compute_advantages)(rollout)
+        stats = self.train_on(rollout, advantages, returns)
+        t2 = time.perf_counter()
+        self.n_updates += 1
+        stats.update({
+            "timesteps": float(self.num_timesteps), "updates": float(self.n_updates),
+            "episodes": float(self.n_episodes), "progress_remaining": self.progress_remaining,
+            "fps": rollout.n_steps * rollout.n_envs / max(t2 - t0, 1e-12),
+            "time_rollout": t1 - t0, "time_update": t2 - t1,
+        })
+        return Iteration(rollout, advantages, returns, stats)
 
     # -- acting -------------------------------------------------------------------------------
     def predict(self, obs, deterministic: bool = False) -> np.ndarray:

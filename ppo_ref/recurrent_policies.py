@@ -58,8 +58,9 @@ from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_sa
 from ppo_ref.fast import workspace
 from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
-from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _check_params, _forward_stacked,
-                              _keep_rows, _step_stacked)
+from ppo_ref._checks import check_lstm_params
+from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _forward_stacked, _keep_rows,
+                              _step_stacked)
 from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
 from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
@@ -314,7 +315,7 @@ class RecurrentPolicy(PolicyBase):
             shapes = set()
             for name in names:
                 try:
-                    shapes.add(tuple(a.shape for a in _check_params(_sub(params, name))))
+                    shapes.add(tuple(a.shape for a in check_lstm_params(_sub(params, name))))
                 except ValueError as exc:
                     raise ValueError(f"'{name}.*': {exc}") from None
             pi = _mlp_layers(params, "pi.")

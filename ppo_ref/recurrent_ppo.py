@@ -302,21 +302,13 @@ class RecurrentPPOTrainer(PPOTrainer):
                                    None if d_entropy is None else d_entropy.reshape(shape),
                                    d_values.reshape(shape))
 
-        if c.backend == "spec":
-            # The readable tier: each epoch permutes the envs and cuts them into groups; each
-            # group is replayed over all T steps from its stored start state, with its stored
-            # episode starts; the loss sees the group's [T, n] rows flattened (row t * n + j).
-            def env_groups(epoch: int):
-                for envs in env_minibatches(rng, N, per):
-                    rows = (rollout.log_probs[:, envs], adv[:, envs], ret[:, envs],
-                            rollout.values[:, envs])
-                    yield Minibatch(*(a.reshape(-1) for a in rows),
-                                    (rollout.observations[:, envs], rollout.actions[:, envs],
-                                     start.select(envs), rollout.episode_starts[:, envs]))
-
+        if c.backend == "spec":  # the readable tier: spec.update.recurrent_minibatches
             self.params, self.adam_state, stats = spec_update.run_epochs(
                 self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
-                clip_range=self.current_clip_range(), minibatches=env_groups,
+                clip_range=self.current_clip_range(),
+                minibatches=spec_update.recurrent_minibatches(
+                    rng, per, rollout.log_probs, adv, ret, rollout.values, rollout.observations,
+                    rollout.actions, start, rollout.episode_starts),
                 evaluate=evaluate, backward=backward)
             stats["explained_variance"] = explained_variance(rollout.values.ravel(), ret.ravel())
             return stats

@@ -58,7 +58,8 @@ from ppo_ref.checkpoint import generator_state, set_generator_state
 from ppo_ref.policies import _all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
-           "single_env_state", "restore_single_env_state"]
+           "single_env_state", "restore_single_env_state", "rollout_from_transitions",
+           "finished_episodes"]
 
 OBS_NORM_EPS = 1e-8
 
@@ -100,6 +101,80 @@ class Rollout:
     @property
     def n_envs(self) -> int:
         return int(self.rewards.shape[1])
+
+
+def rollout_from_transitions(policy, params, *, observations, actions, rewards, terminated,
+                             truncated, episode_starts, values, log_probs, next_observations,
+                             observations_after) -> Rollout:
+    """The :class:`Rollout` that :meth:`RolloutCollector.collect` records for these transitions,
+    with the collector's bootstrap values (for a policy without memory)::
+
+        final_values[t, n] = V(next_observations[t, n])  where truncated[t, n] and not
+                             terminated[t, n] (the real last observation), else 0;
+                             None when no step truncated without terminating
+        last_values[n]     = V(observations_after[n])
+
+    ``observations_after[n]`` is the observation env ``n`` continues from after the last row:
+    the first observation of the next episode (what the env's reset returned) where the last
+    row terminated or truncated, else ``next_observations[T-1, n]``. So a terminal last row
+    bootstraps the value of the reset observation (read only under
+    ``bootstrap_terminal_last_row``), exactly as the collector stores it. The values are
+    computed under ``params`` with the batch shapes the collector uses (one call per step with
+    truncations, one call for the ``[N]`` last observations).
+
+    Args:
+        policy: the feedforward policy (``values(params, obs [B, obs_dim]) -> [B]``).
+        params: its parameters.
+        observations: ``[T, N, *obs_shape]`` float64 (stored flattened to ``[T, N, obs_dim]``).
+        actions: int64 ``[T, N]`` or float64 ``[T, N, A]``.
+        rewards: float64 ``[T, N]``.
+        terminated, truncated, episode_starts: bool ``[T, N]``.
+        values, log_probs: float64 ``[T, N]``: ``V(observations[t])`` and the behaviour
+            ``log pi(actions[t] | observations[t])`` (nats) recorded when acting.
+        next_observations: ``[T, N, *obs_shape]``: the real observation after each step (the
+            final one where the step ended an episode).
+        observations_after: ``[N, *obs_shape]``, as above.
+
+    Returns:
+        :class:`Rollout` (no finished episodes recorded: see :func:`finished_episodes`).
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    T, N = rewards.shape
+    observations = np.asarray(observations, dtype=np.float64)
+    next_observations = np.asarray(next_observations, dtype=np.float64)
+    terminated = np.asarray(terminated, dtype=bool)
+    truncated = np.asarray(truncated, dtype=bool)
+    final_values = None
+    cut = truncated & ~terminated
+    for t in np.flatnonzero(cut.any(axis=1)):
+        if final_values is None:
+            final_values = np.zeros((T, N), dtype=np.float64)
+        idx = np.flatnonzero(cut[t])
+        final_values[t, idx] = policy.values(params, next_observations[t, idx].reshape(len(idx), -1))
+    after = np.asarray(observations_after, dtype=np.float64).reshape(N, -1)
+    last_values = np.asarray(policy.values(params, after), dtype=np.float64)
+    return Rollout(observations.reshape(T, N, -1), np.asarray(actions), rewards, terminated,
+                   truncated, np.asarray(episode_starts, dtype=bool),
+                   np.asarray(values, dtype=np.float64), np.asarray(log_probs, dtype=np.float64),
+                   final_values, last_values)
+
+
+def finished_episodes(rewards: np.ndarray, done: np.ndarray, episode_return: np.ndarray,
+                      episode_length: np.ndarray) -> Tuple[List[float], List[int], List[int]]:
+    """The episodes that end in ``[T, N]`` ``rewards`` / ``done`` (terminated or truncated),
+    as :meth:`RolloutCollector.collect` records them: per env, in step order, ``return +=
+    reward`` and ``length += 1``, recorded and reset to 0 where ``done``. ``episode_return``
+    (float64 ``[N]``) and ``episode_length`` (int64 ``[N]``) carry the unfinished episodes
+    between rollouts and are updated in place. Returns ``(returns, lengths, envs)`` in order of
+    completion (step by step, envs in index order within a step)."""
+    done = np.asarray(done, dtype=bool)
+    n_ended = int(np.count_nonzero(done))
+    ended_returns = np.empty(n_ended, dtype=np.float64)
+    ended_lengths = np.empty(n_ended, dtype=np.int64)
+    ended_envs = np.empty(n_ended, dtype=np.int64)
+    _episode_bookkeeping(np.ascontiguousarray(rewards, dtype=np.float64), done, episode_return,
+                         episode_length, ended_returns, ended_lengths, ended_envs)
+    return ended_returns.tolist(), ended_lengths.tolist(), ended_envs.tolist()
 
 
 class EnvStepError(RuntimeError):
@@ -494,9 +569,6 @@ class RolloutCollector:
         trunc_buf = np.empty((T, N), dtype=bool)
         start_buf = np.empty((T, N), dtype=bool)
         final_values = None
-        ep_returns: List[float] = []
-        ep_lengths: List[int] = []
-        ep_envs: List[int] = []
         env = self.env
         tap = self._tap
         fast = self._fast_sync_envs()
@@ -568,15 +640,8 @@ class RolloutCollector:
         # the running return += reward and length += 1, recorded and reset where an episode
         # ended (the same additions in the same order as step by step)
         done = np.logical_or(term_buf, trunc_buf)
-        n_ended = int(np.count_nonzero(done))
-        ended_returns = np.empty(n_ended, dtype=np.float64)
-        ended_lengths = np.empty(n_ended, dtype=np.int64)
-        ended_envs = np.empty(n_ended, dtype=np.int64)
-        _episode_bookkeeping(raw_rew_buf, done, episode_return, episode_length, ended_returns,
-                             ended_lengths, ended_envs)
-        ep_returns.extend(ended_returns.tolist())
-        ep_lengths.extend(ended_lengths.tolist())
-        ep_envs.extend(ended_envs.tolist())
+        ep_returns, ep_lengths, ep_envs = finished_episodes(raw_rew_buf, done, episode_return,
+                                                            episode_length)
         if self.clip_rewards is not None:  # the normalized rewards (the logged ones are raw)
             np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
         if T > 1 and not with_starts:  # (with_starts: filled step by step above)

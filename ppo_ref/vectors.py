@@ -161,10 +161,10 @@ def _floats(value):
 # The reference computation of every kind of case (inputs, settings -> outputs)
 # ----------------------------------------------------------------------------------------------
 
-def _episode_starts(inputs, settings):
+def _episode_starts(inputs, settings, backend):
     from ppo_ref.kernels import episode_starts
     return {"episode_starts": episode_starts(inputs["terminated"], inputs["truncated"],
-                                             inputs["initial"])}
+                                             inputs["initial"], backend=backend)}
 
 
 def _kernel_options(settings):
@@ -172,26 +172,27 @@ def _kernel_options(settings):
             "bootstrap_terminal_last_row": settings["bootstrap_terminal_last_row"]}
 
 
-def _gae(inputs, settings):
+def _gae(inputs, settings, backend):
     from ppo_ref.kernels import gae
     adv, ret = gae(inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
                    inputs["last_values"], inputs.get("final_values"), gamma=settings["gamma"],
-                   gae_lambda=settings["gae_lambda"], **_kernel_options(settings))
+                   gae_lambda=settings["gae_lambda"], backend=backend,
+                   **_kernel_options(settings))
     return {"advantages": adv, "returns": ret}
 
 
-def _vtrace(inputs, settings):
+def _vtrace(inputs, settings, backend):
     from ppo_ref.kernels import vtrace
     out = vtrace(inputs["behaviour_log_probs"], inputs["target_log_probs"], inputs["rewards"],
                  inputs["values"], inputs["terminated"], inputs["truncated"],
                  inputs["last_values"], inputs.get("final_values"), gamma=settings["gamma"],
                  rho_bar=settings["rho_bar"], c_bar=settings["c_bar"],
                  pg_rho_bar=settings["pg_rho_bar"], lambda_=settings["lambda_"],
-                 **_kernel_options(settings))
+                 backend=backend, **_kernel_options(settings))
     return {"vs": out.vs, "pg_advantages": out.pg_advantages}
 
 
-def _categorical(inputs, settings):
+def _categorical(inputs, settings, backend):
     from ppo_ref.nn import distributions as d
     logits, actions = inputs["logits"], inputs["actions"]
     return {
@@ -204,7 +205,7 @@ def _categorical(inputs, settings):
     }
 
 
-def _policy_loss(inputs, settings):
+def _policy_loss(inputs, settings, backend):
     from ppo_ref.losses import policy_loss
     loss, grad, info = policy_loss(inputs["new_log_probs"], inputs["old_log_probs"],
                                    inputs["advantages"], settings["clip_range"])
@@ -212,31 +213,31 @@ def _policy_loss(inputs, settings):
             "approx_kl": info["approx_kl"]}
 
 
-def _value_loss(inputs, settings):
+def _value_loss(inputs, settings, backend):
     from ppo_ref.losses import value_loss
     loss, grad = value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
                             settings["clip_range_vf"], mode=settings["mode"])
     return {"loss": loss, "d_values": grad}
 
 
-def _entropy_loss(inputs, settings):
+def _entropy_loss(inputs, settings, backend):
     from ppo_ref.losses import entropy_loss
     loss, grad = entropy_loss(inputs["entropy"])
     return {"loss": loss, "d_entropy": grad}
 
 
-def _normalize_advantages(inputs, settings):
+def _normalize_advantages(inputs, settings, backend):
     from ppo_ref.losses import normalize_advantages
     return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"])}
 
 
-def _approx_kl(inputs, settings):
+def _approx_kl(inputs, settings, backend):
     from ppo_ref.losses import approx_kl
     return {"approx_kl": approx_kl(inputs["old_log_probs"], inputs["new_log_probs"],
                                    estimator=settings["estimator"])}
 
 
-def _adam(inputs, settings):
+def _adam(inputs, settings, backend):
     from ppo_ref.optim import adam_init, adam_update
     params = dict(inputs["params"])
     state = adam_init(params)
@@ -248,14 +249,18 @@ def _adam(inputs, settings):
     return {"params_after_step": out}
 
 
-def _clip(inputs, settings):
+def _clip(inputs, settings, backend):
     from ppo_ref.optim import clip_by_global_norm
     grads, norm = clip_by_global_norm(inputs["grads"], settings["max_norm"])
     return {"grads": dict(grads), "norm": norm}
 
 
-def _lstm(inputs, settings):
-    from ppo_ref.nn.lstm import lstm_backward, lstm_forward
+def _lstm(inputs, settings, backend):
+    from ppo_ref.fast import lstm as fast_lstm
+    from ppo_ref.spec import lstm as spec_lstm
+    lstm_forward, lstm_backward = ((fast_lstm.lstm_forward, fast_lstm.lstm_backward)
+                                   if backend == "fast" else
+                                   (spec_lstm.lstm_forward, spec_lstm.lstm_backward))
     h_seq, (h_T, c_T), cache = lstm_forward(inputs["params"], inputs["x"], inputs["h0"],
                                             inputs["c0"], inputs["episode_starts"])
     dx, grads, (dh0, dc0) = lstm_backward(inputs["params"], cache, inputs["dh_seq"],
@@ -264,21 +269,26 @@ def _lstm(inputs, settings):
             "dh0": dh0, "dc0": dc0}
 
 
-def _ppo_minibatch_update(inputs, settings):
-    """One PPO minibatch step through the readable update (``ppo_ref.spec.update.run_epochs``
-    on plain dicts, with one epoch of one minibatch, ``ppo_ref.policies.MLPPolicy``)."""
+def _ppo_minibatch_update(inputs, settings, backend):
+    """One PPO minibatch step (one epoch of one minibatch) through the update of ``backend``:
+    the readable policy and update (:class:`ppo_ref.policies.SpecMLPPolicy`,
+    :func:`ppo_ref.spec.update.run_epochs`) or the compiled ones
+    (:class:`ppo_ref.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
+    from ppo_ref.fast import update as fast_update
     from ppo_ref.optim import adam_init
-    from ppo_ref.policies import MLPPolicy
-    from ppo_ref.spec.update import Minibatch, run_epochs
+    from ppo_ref.policies import make_mlp_policy
+    from ppo_ref.spec import update as spec_update
+    from ppo_ref.spec.update import Minibatch
 
-    config = PPOConfig.from_dict(settings["config"])
+    config = PPOConfig.from_dict(settings["config"]).replace(backend=backend)
+    run_epochs = spec_update.run_epochs if backend == "spec" else fast_update.run_epochs
     obs = inputs["observations"]
-    policy = MLPPolicy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
-                       spaces.Discrete(settings["n_actions"]), config)
-    params = policy.as_flat(inputs["params"])  # the policy's one-buffer parameters
+    policy = make_mlp_policy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
+                             spaces.Discrete(settings["n_actions"]), config)
+    params = policy.as_flat(inputs["params"])  # fast: the policy's one-buffer parameters
     seen = {}
 
     def evaluate(p, data):
@@ -290,7 +300,7 @@ def _ppo_minibatch_update(inputs, settings):
 
     def backward(p, cache, d_log_probs, d_entropy, d_values):
         grads = policy.backward(p, cache, d_log_probs, d_entropy, d_values)
-        seen.setdefault("grads", dict(grads))
+        seen.setdefault("grads", {k: np.array(v) for k, v in grads.items()})
         return grads
 
     mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
@@ -343,12 +353,21 @@ _FUNCTIONS = {
 }
 
 
-def compute_outputs(case: Mapping) -> Dict[str, Any]:
-    """ppo_ref's outputs for a decoded case (``inputs`` and ``settings`` as NumPy values)."""
+BACKENDS = ("fast", "spec")
+
+
+def compute_outputs(case: Mapping, backend: str = "fast") -> Dict[str, Any]:
+    """ppo_ref's outputs for a decoded case (``inputs`` and ``settings`` as NumPy values),
+    computed by the tier ``backend`` (``PPOConfig.backend``'s values): the kernels
+    (``episode_starts``, ``gae``, ``vtrace``: the spec loops interpreted or compiled), the LSTM
+    (:mod:`ppo_ref.spec.lstm` or :mod:`ppo_ref.fast.lstm`) and the minibatch update (the spec
+    or the fast policy and update); the other kinds have one definition (the spec's)."""
     kind = case["kind"]
     if kind not in _KINDS:
         raise ValueError(f"case kind must be one of {sorted(_KINDS)}, got {kind!r}")
-    return _KINDS[kind](case["inputs"], case["settings"])
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    return _KINDS[kind](case["inputs"], case["settings"], backend)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -521,12 +540,13 @@ def _ppo_cases(rng) -> List[dict]:
 # Writing, loading, checking
 # ----------------------------------------------------------------------------------------------
 
-def write_vectors(out_dir: str, *, seed: int = SEED) -> List[str]:
+def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast") -> List[str]:
     """Write every case to ``out_dir/<name>.json`` and ``out_dir/index.json``.
 
     Inputs are generated from ``np.random.default_rng(seed)`` (rounded to 6 decimals so they
-    read well); expected outputs are computed by ppo_ref from the *decoded* JSON inputs, so a
-    reader of the file gets exactly the numbers ppo_ref computes from what it reads.
+    read well); expected outputs are computed by ppo_ref's ``backend`` tier from the *decoded*
+    JSON inputs, so a reader of the file gets exactly the numbers ppo_ref computes from what it
+    reads (the two tiers agree within the vectors' tolerance: a test checks it).
 
     Returns:
         the case names, in order.
@@ -539,7 +559,7 @@ def write_vectors(out_dir: str, *, seed: int = SEED) -> List[str]:
         encoded = {k: encode(v) if k in ("inputs", "settings") else v for k, v in case.items()}
         decoded = {**encoded, "inputs": decode(encoded["inputs"]),
                    "settings": _decode_settings(encoded["settings"])}
-        encoded["expected"] = encode(compute_outputs(decoded))
+        encoded["expected"] = encode(compute_outputs(decoded, backend))
         path = os.path.join(out_dir, f"{case['name']}.json")
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(dumps(encoded) + "\n")
@@ -848,7 +868,7 @@ def cli_vectors(args) -> int:
     if args.seed < 0:
         return _cli_error("vectors", f"--seed must be >= 0, got {args.seed}")
     try:
-        names = write_vectors(args.out, seed=args.seed)
+        names = write_vectors(args.out, seed=args.seed, backend=args.backend)
     except OSError as exc:
         return _cli_error("vectors", f"cannot write {args.out}: {exc.strerror or exc}")
     print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
@@ -880,6 +900,9 @@ def configure_vectors(p) -> None:
                      "as JSON, one file per case, plus index.json. Format: validation/README.md.")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
+    p.add_argument("--backend", default="fast", choices=BACKENDS,
+                   help="the tier that computes the expected outputs: fast (compiled, default) "
+                        "or spec (the readable tier); they agree within the vectors' tolerance")
 
 
 def configure_check(p) -> None:

@@ -13,8 +13,8 @@ import pytest
 
 from ppo_ref.actor_learner import (
     ActorDiedError, ActorGroup, AsyncActorLearnerConfig, Experience, ExperienceBatch,
-    ExperienceError, PolicyBroadcast, Shutdown, StarvationError, _ActorFifo, learner_loop,
-    make_learner, start_actors,
+    ExperienceError, PolicyBroadcast, Shutdown, StarvationError, _ActorFifo,
+    _check_experience_batch, learner_loop, make_learner, start_actors,
 )
 from ppo_ref.config import PPOConfig
 from ppo_ref.kernels import gae
@@ -443,3 +443,23 @@ def test_continuous_actions_with_vtrace_and_time_limit_truncation():
     assert last.final_values is not None and np.count_nonzero(last.final_values) == 2
     assert np.all(np.isfinite(infos[-1].advantages))
     assert all(np.isfinite(v) for v in report.final_stats.values())
+
+
+def test_reset_observation_round_trips_and_is_required_where_an_episode_ended(rng):
+    exps = [Experience(0, rng.normal(size=4), 1, 1.0, rng.normal(size=4), i == 1, i == 2, 0.0,
+                       -0.69, 0, rng.normal(size=4) if i in (1, 2) else None) for i in range(4)]
+    batch = ExperienceBatch.from_experiences(exps)
+    np.testing.assert_array_equal(batch.reset_observations[[0, 3]],
+                                  batch.next_observations[[0, 3]])
+    for a, b in zip(exps, batch.experiences()):
+        assert (a.reset_observation is None) == (b.reset_observation is None)
+        if a.reset_observation is not None:
+            np.testing.assert_array_equal(a.reset_observation, b.reset_observation)
+    checked = _check_experience_batch(batch, 1, (4,), (), True, 0)
+    np.testing.assert_array_equal(checked.reset_observations, batch.reset_observations)
+    ended = Experience(0, np.zeros(4), 1, 1.0, np.ones(4), True, False, 0.0, -0.69, 0)
+    with pytest.raises(ExperienceError, match="reset_observation is required"):
+        _check_experience_batch(ExperienceBatch.from_experiences([ended]), 1, (4,), (), True, 0)
+    bad = ended._replace(reset_observation=np.array([0.0, np.nan, 0.0, 0.0]))
+    with pytest.raises(ExperienceError, match="reset_observation must be finite"):
+        _check_experience_batch(ExperienceBatch.from_experiences([bad]), 1, (4,), (), True, 0)

@@ -28,7 +28,7 @@ _FOREIGN = re.compile(r"(?<![A-Za-z0-9_])SPEC(?![A-Za-z0-9_])|DESIGN\.md|DESIGN 
 _CITATION = re.compile(r"specification\.md\s*§\s*([0-9]+[a-z]?)")
 _HEADING = re.compile(r"^## ([0-9]+[a-z]?)\. ", re.MULTILINE)
 _SUBHEADING = re.compile(r"^### ([0-9]+[a-z]?\.[0-9]+) ", re.MULTILINE)
-EXPECTED_SECTIONS = ("1", "2", "3", "4", "5", "6", "6b", "6c", "7", "8")
+EXPECTED_SECTIONS = ("1", "2", "3", "4", "5", "6", "6b", "6c", "7", "8", "9")
 
 
 def _files():

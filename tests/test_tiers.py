@@ -600,3 +600,27 @@ def test_trainers_agree_across_backends(name):
             assert f[key] == pytest.approx(s[key], rel=tol * 1000, abs=tol), key
         assert f["first_max_abs_log_ratio"] == 0.0
         assert s["first_max_abs_log_ratio"] < 1e-12
+
+
+# -- the golden vectors on both backends -------------------------------------------------------
+
+def test_golden_vectors_agree_across_backends(tmp_path):
+    """``ppo-ref vectors --backend spec`` and ``--backend fast`` write the same cases, and the
+    fast tier's results pass ``check`` against the spec tier's vectors (each case's own
+    tolerance): the published reference numbers do not depend on the tier."""
+    from ppo_ref import vectors
+    spec_dir, fast_dir = str(tmp_path / "spec"), str(tmp_path / "fast")
+    names = vectors.write_vectors(spec_dir, backend="spec")
+    assert vectors.write_vectors(fast_dir, backend="fast") == names
+    results = {"format": vectors.RESULTS_FORMAT, "implementation": "ppo_ref fast", "cases": {}}
+    for case in vectors.load_cases(spec_dir):
+        outputs = vectors.compute_outputs(case, backend="fast")
+        results["cases"][case["name"]] = {"outputs": vectors.encode(outputs)}
+    path = tmp_path / "results.json"
+    path.write_text(vectors.dumps(results))
+    rows = vectors.check_results(spec_dir, str(path))
+    assert len(rows) == len(names) > 10
+    failed = [r for r in rows if r.get("status") != "PASS"]
+    assert not failed, failed
+    with pytest.raises(ValueError, match="backend"):
+        vectors.compute_outputs(vectors.load_cases(spec_dir)[0], backend="numba")

@@ -74,13 +74,14 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
 from ppo_ref.fast import workspace
-from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
+from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, check_lstm_params,
+                             check_lstm_state, check_same_shape)
 from ppo_ref._numba import njit
 
 __all__ = ["LSTMCache", "lstm_forward", "lstm_backward", "lstm_step"]
 
 Params = Dict[str, np.ndarray]
-PARAM_KEYS = ("w_ih", "w_hh", "b")
+PARAM_KEYS = LSTM_PARAM_KEYS
 
 
 class LSTMCache(NamedTuple):
@@ -777,33 +778,6 @@ def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_
 # Validation
 # --------------------------------------------------------------------------------------------
 
-def _check_params(params: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Return float64 ``(w_ih, w_hh, b)``; raise ``ValueError`` naming the bad entry."""
-    if not isinstance(params, Mapping):
-        raise ValueError(f"params must be a dict with keys {list(PARAM_KEYS)}, "
-                         f"got {type(params).__name__}")
-    missing = [k for k in PARAM_KEYS if k not in params]
-    if missing:
-        raise ValueError(f"params is missing {missing} (needs {list(PARAM_KEYS)})")
-    w_ih, w_hh, b = (
-        as_float_array(params[k], f"params['{k}']", ndim=(nd,)).astype(np.float64, copy=False)
-        for k, nd in (("w_ih", 2), ("w_hh", 2), ("b", 1)))
-    four_h, hidden = w_hh.shape
-    if hidden < 1 or four_h != 4 * hidden:
-        raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
-    if w_ih.shape[0] != four_h or w_ih.shape[1] < 1:
-        raise ValueError(f"params['w_ih'] must have shape [4H, D] = [{four_h}, D] with D >= 1 "
-                         f"(4H from params['w_hh']), got {w_ih.shape}")
-    check_same_shape(b, "params['b']", (four_h,), "[4H]")
-    return w_ih, w_hh, b
-
-
-def _check_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
-    a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
-    check_same_shape(a, name, (n_env, hidden), "[N, H]")
-    return a
-
-
 # --------------------------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------------------------
@@ -935,7 +909,7 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
             shapes (``x``, ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other
             than 0/1, or T = 0 / N = 0.
     """
-    w_ih, w_hh, b = _check_params(params)
+    w_ih, w_hh, b = check_lstm_params(params)
     hidden, d_in = w_hh.shape[1], w_ih.shape[1]
     x = as_float_array(x, "x", ndim=(3,)).astype(np.float64, copy=False)
     n_steps, n_env, d_x = x.shape
@@ -944,8 +918,8 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
     if d_x != d_in:
         raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
                          f"{list(w_ih.shape)}), got shape {x.shape}")
-    h0 = _check_state(h0, "h0", n_env, hidden)
-    c0 = _check_state(c0, "c0", n_env, hidden)
+    h0 = check_lstm_state(h0, "h0", n_env, hidden)
+    c0 = check_lstm_state(c0, "c0", n_env, hidden)
     keep = _keep_mask(episode_starts, (n_steps, n_env), "[T, N]")
     h_seq, c_last, cache = _run(w_ih, w_hh, b, x, h0, c0, keep)
     return h_seq, (h_seq[n_steps - 1].copy(), c_last), cache
@@ -973,7 +947,7 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     Raises:
         ValueError: naming the argument (``x``, ``h``, ``c``, ``episode_starts``, ``params``).
     """
-    w_ih, w_hh, b = _check_params(params)
+    w_ih, w_hh, b = check_lstm_params(params)
     hidden, d_in = w_hh.shape[1], w_ih.shape[1]
     x = as_float_array(x, "x", ndim=(2,)).astype(np.float64, copy=False)
     n_env, d_x = x.shape
@@ -982,8 +956,8 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     if d_x != d_in:
         raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
                          f"{list(w_ih.shape)}), got shape {x.shape}")
-    h = _check_state(h, "h", n_env, hidden)
-    c = _check_state(c, "c", n_env, hidden)
+    h = check_lstm_state(h, "h", n_env, hidden)
+    c = check_lstm_state(c, "c", n_env, hidden)
     keep = _keep_mask(episode_starts, (n_env,), "[N]")
     # The sequence kernel with T = 1: the same arithmetic as lstm_forward, bit for bit.
     h_seq, c_new, _ = _run(w_ih, w_hh, b, x[None], h, c, keep)
@@ -1015,7 +989,7 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
         ValueError: naming the argument, for a cache that is not an :class:`LSTMCache`,
             parameters that do not match the cache, or a misshapen / non-finite gradient.
     """
-    w_ih, w_hh, b = _check_params(params)
+    w_ih, w_hh, b = check_lstm_params(params)
     if not isinstance(cache, LSTMCache):
         raise ValueError(f"cache must be the LSTMCache returned by lstm_forward, "
                          f"got {type(cache).__name__}")
@@ -1027,9 +1001,9 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
     dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
     check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
     dh_rec = np.zeros((n_env, hidden)) if dh_T is None else \
-        _check_state(dh_T, "dh_T", n_env, hidden).copy()
+        check_lstm_state(dh_T, "dh_T", n_env, hidden).copy()
     dc_rec = np.zeros((n_env, hidden)) if dc_T is None else \
-        _check_state(dc_T, "dc_T", n_env, hidden).copy()
+        check_lstm_state(dc_T, "dc_T", n_env, hidden).copy()
 
     keep, gates, tanh_c, c_prev = cache.keep, cache.gates, cache.tanh_c, cache.c_prev
     dz = np.empty((n_steps, n_env, 4 * hidden))

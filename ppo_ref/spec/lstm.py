@@ -57,14 +57,15 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import as_float_array, as_flag_array, check_same_shape
+from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, check_lstm_params,
+                             check_lstm_state, check_same_shape)
 from ppo_ref.spec.layers import orthogonal
 
 __all__ = ["LSTMStepCache", "LSTMCache", "lstm_init", "step_forward", "step_backward",
            "lstm_forward", "lstm_backward", "lstm_step"]
 
 Params = Dict[str, np.ndarray]
-PARAM_KEYS = ("w_ih", "w_hh", "b")
+PARAM_KEYS = LSTM_PARAM_KEYS
 
 
 class LSTMStepCache(NamedTuple):
@@ -170,27 +171,6 @@ def _bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
 # Argument checks
 # --------------------------------------------------------------------------------------------
 
-def _check_params(params) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Float64 ``(w_ih, w_hh, b)`` of ``params``; ``ValueError`` naming the bad entry."""
-    if not isinstance(params, Mapping):
-        raise ValueError(f"params must be a dict with keys {list(PARAM_KEYS)}, "
-                         f"got {type(params).__name__}")
-    missing = [k for k in PARAM_KEYS if k not in params]
-    if missing:
-        raise ValueError(f"params is missing {missing} (needs {list(PARAM_KEYS)})")
-    w_ih, w_hh, b = (
-        as_float_array(params[k], f"params['{k}']", ndim=(nd,)).astype(np.float64, copy=False)
-        for k, nd in (("w_ih", 2), ("w_hh", 2), ("b", 1)))
-    four_h, hidden = w_hh.shape
-    if hidden < 1 or four_h != 4 * hidden:
-        raise ValueError(f"params['w_hh'] must have shape [4H, H] with H >= 1, got {w_hh.shape}")
-    if w_ih.shape[0] != four_h or w_ih.shape[1] < 1:
-        raise ValueError(f"params['w_ih'] must have shape [4H, D] = [{four_h}, D] with D >= 1 "
-                         f"(4H from params['w_hh']), got {w_ih.shape}")
-    check_same_shape(b, "params['b']", (four_h,), "[4H]")
-    return w_ih, w_hh, b
-
-
 def _check_input(x, name: str, ndim: int, w_ih: np.ndarray) -> np.ndarray:
     """``x`` as float64 of rank ``ndim`` whose last dimension is D, with every other >= 1."""
     x = as_float_array(x, name, ndim=(ndim,)).astype(np.float64, copy=False)
@@ -202,12 +182,6 @@ def _check_input(x, name: str, ndim: int, w_ih: np.ndarray) -> np.ndarray:
         raise ValueError(f"{name} must have {w_ih.shape[1]} features (params['w_ih'] is "
                          f"[4H, D] = {list(w_ih.shape)}), got shape {x.shape}")
     return x
-
-
-def _check_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
-    a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
-    check_same_shape(a, name, (n_env, hidden), "[N, H]")
-    return a
 
 
 def _check_starts(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
@@ -281,11 +255,11 @@ def step_forward(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
         ValueError: naming the argument: malformed ``params``, wrong ranks or shapes, non-finite
             values, flags other than 0/1, N = 0.
     """
-    w_ih, w_hh, b = _check_params(params)
+    w_ih, w_hh, b = check_lstm_params(params)
     x = _check_input(x, "x", 2, w_ih)
     n_env, hidden = x.shape[0], w_hh.shape[1]
-    h = _check_state(h, "h", n_env, hidden)
-    c = _check_state(c, "c", n_env, hidden)
+    h = check_lstm_state(h, "h", n_env, hidden)
+    c = check_lstm_state(c, "c", n_env, hidden)
     keep = 1.0 - _check_starts(episode_starts, (n_env,), "[N]")
     return _step(w_ih, w_hh, b, x, h, c, keep)
 
@@ -311,11 +285,11 @@ def step_backward(params: Mapping[str, np.ndarray], cache: LSTMStepCache, dh_new
         ValueError: naming the argument: a cache that is not an :class:`LSTMStepCache` or does
             not match ``params``, misshapen or non-finite gradients.
     """
-    w_ih, w_hh, _ = _check_params(params)
+    w_ih, w_hh, _ = check_lstm_params(params)
     _check_cache(cache, LSTMStepCache, w_ih, w_hh, "step_forward")
     n_env, hidden = cache.tanh_c.shape
-    dh_new = _check_state(dh_new, "dh_new", n_env, hidden)
-    dc_new = _check_state(dc_new, "dc_new", n_env, hidden)
+    dh_new = check_lstm_state(dh_new, "dh_new", n_env, hidden)
+    dc_new = check_lstm_state(dc_new, "dc_new", n_env, hidden)
     sequence = LSTMCache(cache.x[None], np.stack([cache.keep, np.ones(n_env)]),
                          cache.h_prev[None], cache.c_prev[None], cache.gates[None],
                          cache.tanh_c[None])
@@ -350,12 +324,12 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
             ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other than 0/1,
             T = 0 or N = 0.
     """
-    w_ih, w_hh, b = _check_params(params)
+    w_ih, w_hh, b = check_lstm_params(params)
     x = _check_input(x, "x", 3, w_ih)
     n_steps, n_env, _ = x.shape
     hidden = w_hh.shape[1]
-    h = _check_state(h0, "h0", n_env, hidden)
-    c = _check_state(c0, "c0", n_env, hidden)
+    h = check_lstm_state(h0, "h0", n_env, hidden)
+    c = check_lstm_state(c0, "c0", n_env, hidden)
     keep = np.ones((n_steps + 1, n_env))
     keep[:n_steps] -= _check_starts(episode_starts, (n_steps, n_env), "[T, N]")
     h_seq = np.empty((n_steps, n_env, hidden))
@@ -393,13 +367,13 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
         ValueError: naming the argument: a cache that is not an :class:`LSTMCache` or does not
             match ``params``, misshapen or non-finite gradients.
     """
-    w_ih, w_hh, _ = _check_params(params)
+    w_ih, w_hh, _ = check_lstm_params(params)
     _check_cache(cache, LSTMCache, w_ih, w_hh, "lstm_forward")
     n_steps, n_env, hidden = cache.tanh_c.shape
     dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
     check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
-    dh_T = np.zeros((n_env, hidden)) if dh_T is None else _check_state(dh_T, "dh_T", n_env, hidden)
-    dc_T = np.zeros((n_env, hidden)) if dc_T is None else _check_state(dc_T, "dc_T", n_env, hidden)
+    dh_T = np.zeros((n_env, hidden)) if dh_T is None else check_lstm_state(dh_T, "dh_T", n_env, hidden)
+    dc_T = np.zeros((n_env, hidden)) if dc_T is None else check_lstm_state(dc_T, "dc_T", n_env, hidden)
     return _bptt(w_ih, w_hh, cache, dh_seq, dh_T, dc_T)
 
 

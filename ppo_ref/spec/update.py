@@ -42,7 +42,8 @@ from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages, 
 from ppo_ref.spec.optim import adam_update, clip_by_global_norm
 
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
-           "row_minibatches", "env_minibatches", "run_epochs", "epoch_loop",
+           "row_minibatches", "env_minibatches", "feedforward_minibatches",
+           "recurrent_minibatches", "run_epochs", "epoch_loop",
            "effective_clip_range", "KL_STOP_RULES", "STATS_KEYS"]
 
 KL_STOP_RULES = ("sb3", "cleanrl", "thrust")
@@ -198,6 +199,41 @@ def env_minibatches(rng: np.random.Generator, n_envs: int, per_minibatch: int) -
                          f"n_envs ({n_envs})")
     perm = rng.permutation(n_envs)
     return [perm[i:i + per_minibatch] for i in range(0, n_envs, per_minibatch)]
+
+
+def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_probs,
+                            advantages, returns, old_values, observations, actions):
+    """The feedforward update's minibatches: ``minibatches(epoch)`` for :func:`run_epochs`.
+
+    Each epoch draws :func:`row_minibatches` over the ``B = T * N`` rows (flattened time-major:
+    row ``t * N + n``) and yields, per chunk of rows, a :class:`Minibatch` of those rows with
+    ``data = (observations[rows], actions[rows])``. Arrays: ``[B]`` (``observations [B, D]``,
+    ``actions [B, ...]``)."""
+    def per_epoch(epoch: int):
+        for rows in row_minibatches(rng, len(old_log_probs), batch_size):
+            yield Minibatch(old_log_probs[rows], advantages[rows], returns[rows],
+                            old_values[rows], (observations[rows], actions[rows]))
+    return per_epoch
+
+
+def recurrent_minibatches(rng: np.random.Generator, envs_per_minibatch: int, old_log_probs,
+                          advantages, returns, old_values, observations, actions,
+                          initial_states, episode_starts):
+    """The recurrent update's minibatches: ``minibatches(epoch)`` for :func:`run_epochs`.
+
+    Each epoch permutes the envs and cuts them into groups (:func:`env_minibatches`); a group's
+    minibatch is its envs' whole ``[T, n]`` sequences, replayed by the policy from the LSTM
+    states they had at the rollout's start (``initial_states.select(envs)``) with their stored
+    ``episode_starts``: ``data = (observations[:, envs], actions[:, envs], states,
+    episode_starts[:, envs])``. The loss sees the group's rows flattened (row ``t * n + j``).
+    Arrays are ``[T, N, ...]``; ``initial_states`` has ``select(envs)``."""
+    def per_epoch(epoch: int):
+        for envs in env_minibatches(rng, old_log_probs.shape[1], envs_per_minibatch):
+            yield Minibatch(old_log_probs[:, envs].reshape(-1), advantages[:, envs].reshape(-1),
+                            returns[:, envs].reshape(-1), old_values[:, envs].reshape(-1),
+                            (observations[:, envs], actions[:, envs],
+                             initial_states.select(envs), episode_starts[:, envs]))
+    return per_epoch
 
 
 EvaluateFn = Callable[[Dict[str, np.ndarray], Any], Tuple[np.ndarray, np.ndarray, np.ndarray, Any]]
