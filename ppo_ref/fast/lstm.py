@@ -501,18 +501,60 @@ def _add_products_loops(out, a, w_t, n_lo, n_hi, j_lo):
 
 
 @njit
+def _add_products_narrow(out, a, w_t):
+    """:func:`_add_products` for few columns (an output layer of one or two units): each
+    column's chain over k = 0, 1, ... held in registers for eight rows at once (eight
+    independent FMA chains in flight, instead of a load and store of ``out`` per few terms);
+    the same FMA chain per element."""
+    n_rows, n_k = a.shape
+    n_j = w_t.shape[1]
+    n8 = n_rows - n_rows % 8
+    for n in range(0, n8, 8):
+        for j in range(n_j):
+            o0, o1, o2, o3 = out[n, j], out[n + 1, j], out[n + 2, j], out[n + 3, j]
+            o4, o5, o6, o7 = out[n + 4, j], out[n + 5, j], out[n + 6, j], out[n + 7, j]
+            for k in range(n_k):
+                w = w_t[k, j]
+                o0 = _fma(a[n, k], w, o0)
+                o1 = _fma(a[n + 1, k], w, o1)
+                o2 = _fma(a[n + 2, k], w, o2)
+                o3 = _fma(a[n + 3, k], w, o3)
+                o4 = _fma(a[n + 4, k], w, o4)
+                o5 = _fma(a[n + 5, k], w, o5)
+                o6 = _fma(a[n + 6, k], w, o6)
+                o7 = _fma(a[n + 7, k], w, o7)
+            out[n, j], out[n + 1, j], out[n + 2, j], out[n + 3, j] = o0, o1, o2, o3
+            out[n + 4, j], out[n + 5, j], out[n + 6, j], out[n + 7, j] = o4, o5, o6, o7
+    for n in range(n8, n_rows):
+        for j in range(n_j):
+            o = out[n, j]
+            for k in range(n_k):
+                o = _fma(a[n, k], w_t[k, j], o)
+            out[n, j] = o
+
+
+# at most this many columns: _add_products_narrow (one or two outputs: the value and a
+# two-action policy head)
+_NARROW_COLS = 2
+
+
+@njit
 def _add_products(out, a, w_t):
     """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
     K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
 
     ``out`` ``[M, J]``, ``a`` ``[M, K]``, ``w_t`` ``[K, J]`` (the weight pre-transposed so j is
-    contiguous; ``a`` may have any strides, e.g. a transposed view). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
-    registers over all k); the columns and rows left over by
-    :func:`_add_products_loops`. The arithmetic of an element is the same chain of FMAs in
+    contiguous; ``a`` may have any strides, e.g. a transposed view). Blocks of 8 rows x 16
+    columns by :func:`_add_block` (accumulated in vector registers over all k); the columns and
+    rows left over by :func:`_add_products_loops`; one or two columns in all by
+    :func:`_add_products_narrow`. The arithmetic of an element is the same chain of FMAs in
     every case, so a row's result does not depend on the other rows of the call.
     """
     n_rows = a.shape[0]
     n_j = w_t.shape[1]
+    if n_j <= _NARROW_COLS:
+        _add_products_narrow(out, a, w_t)
+        return
     n8 = n_rows - n_rows % _BLOCK_ROWS
     j16 = n_j - n_j % _BLOCK_COLS
     if j16 == 0:
