@@ -766,7 +766,7 @@ def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
 
 
 @njit
-def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
+def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
     """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
     cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
     dtype; overwrites ``g_w_ih [4H, D]``, ``g_w_hh [4H, H]``, ``g_b [4H]``::
@@ -775,45 +775,45 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
         g_b[j] = sum_m dz[m, j]                  (m = t N + n over the T N rows)
 
     Every sum runs over the rows in the order m = 0, 1, ..., T N - 1, a product weight term
-    added by one FMA (:func:`_add_products` on ``[x | h~]^T [D + H, T N]`` and ``dz``), a bias
-    term by one addition: the summation order is this documented one whatever the machine or
-    BLAS (a BLAS product orders its sums by its own kernels), and the products run in
-    vector registers. ``inputs_t [D + H, T N]``: rows ``0..D-1`` must hold ``x^T`` (the caller
-    transposes ``x`` once for every LSTM reading it, :func:`_transpose_into`); the other rows
-    and ``out [D + H, 4H]`` are scratch."""
+    added by one FMA (:func:`_add_products`), a bias term by one addition: the summation order
+    is this documented one whatever the machine or BLAS (a BLAS product orders its sums by its
+    own kernels), and the products run in vector registers. ``g_w_hh`` by
+    ``_add_products(g_w_hh, dz.T, h~)`` (the transposed view: no copy); ``g_w_ih``, whose few
+    columns D would not fill a vector, as its transpose ``x^T dz`` into ``out [D, 4H]``
+    (scratch), then copied (the same products in the same order). ``x_t [D, T N]`` must hold
+    ``x^T`` (the caller transposes ``x`` once for every LSTM reading it,
+    :func:`_transpose_into`)."""
     _wide()
     n_steps, n_env, four_h = dz.shape
-    d_in = x.shape[2]
     hidden = h_prev.shape[2]
     rows = n_steps * n_env
     dz_rows = dz.reshape(rows, four_h)
-    # [x | h~]^T: row m of the inputs is column m (the x rows filled by the caller)
-    _transpose_into(h_prev[:n_steps].reshape(rows, hidden), inputs_t[d_in:])
     out[:, :] = 0.0
-    _add_products(out, inputs_t, dz_rows)
-    _transpose_into(out[:d_in], g_w_ih)
-    _transpose_into(out[d_in:], g_w_hh)
+    _add_products(out, x_t, dz_rows)
+    _transpose_into(out, g_w_ih)
+    g_w_hh[:, :] = 0.0
+    _add_products(g_w_hh, dz_rows.T, h_prev[:n_steps].reshape(rows, hidden))
     _column_sums(dz_rows, g_b)
 
 
 @njit
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, inputs_t, products):
+                    g_b, x_t, products):
     """:func:`_backward_kernel` then :func:`_weight_grads` for L LSTMs from zero final-state
     gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
-    ``inputs_t``, ``products``)."""
+    ``x_t [D, T N]``, ``products [D, 4H]``)."""
     _wide()
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
-    _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), inputs_t[:x.shape[2]])
+    _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), x_t)
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         _backward_kernel(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
                          w_hh[l], dz[l])
-        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], inputs_t, products)
+        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products)
 
 
 # --------------------------------------------------------------------------------------------
@@ -883,12 +883,12 @@ def _backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_
     initial-state gradients are not computed."""
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
     dtype = dh_seq.dtype
-    n_in = x.shape[2] + hidden
+    d_in = x.shape[2]
     dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, 4 * hidden), dtype)
-    inputs_t = workspace.empty("lstm.inputs_t", (n_in, n_steps * n_env), dtype)
-    products = workspace.empty("lstm.products", (n_in, 4 * hidden), dtype)
+    x_t = workspace.empty("lstm.x_t", (d_in, n_steps * n_env), dtype)
+    products = workspace.empty("lstm.products", (d_in, 4 * hidden), dtype)
     _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, inputs_t, products)
+                    g_b, x_t, products)
 
 
 def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
@@ -1057,10 +1057,10 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
 
     grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
     x = np.ascontiguousarray(cache.x)
-    inputs_t = np.empty((d_in + hidden, n_steps * n_env))
-    _transpose_into(x.reshape(n_steps * n_env, d_in), inputs_t[:d_in])
-    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], inputs_t,
-                  np.empty((d_in + hidden, 4 * hidden)))
+    x_t = np.empty((d_in, n_steps * n_env))
+    _transpose_into(x.reshape(n_steps * n_env, d_in), x_t)
+    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], x_t,
+                  np.empty((d_in, 4 * hidden)))
     dx = np.zeros((n_steps, n_env, d_in))
     _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
                   w_ih)

@@ -211,8 +211,18 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     lr_, beta1, beta2, eps = check_adam_hyperparameters(lr, (0.9, 0.999), config.adam_eps)
     max_norm = check_positive(config.max_grad_norm, "max_grad_norm")
 
+    # ``own``, ``m`` and ``v`` are this loop's own buffers: distinct, float64, of one layout by
+    # construction, and only ``own`` is ever handed out (to evaluate/backward). So each step
+    # checks what can change between steps: that ``grads`` (from backward) is an intact
+    # float64 FlatArrays of this layout on a buffer of its own, and that ``params`` still holds
+    # its views; anything else goes to the full check, which raises naming the problem.
+    ours = {id(own.flat), id(m.flat), id(v.flat)}
+
     def step(params, grads, state):  # in place, on this loop's own buffers
-        check_flat_step_arguments(params, grads, state["m"], state["v"])
+        if not (type(grads) is FlatArrays and grads.layout is layout
+                and grads.flat.dtype == np.float64 and grads.intact() and params.intact()
+                and id(grads.flat if grads.flat.base is None else grads.flat.base) not in ours):
+            check_flat_step_arguments(params, grads, state["m"], state["v"])
         t, norm = _clipped_adam_step(params, grads, state["t"], state["m"], state["v"], max_norm,
                                      lr_, beta1, beta2, eps)
         return params, {"t": t, "m": state["m"], "v": state["v"]}, norm
