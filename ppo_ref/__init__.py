@@ -1,11 +1,13 @@
 """ppo_ref: a NumPy + numba reference implementation of PPO.
 
 Read it as an executable specification, run it for known-good numbers, and point its tests and
-golden vectors at other implementations. See README.md for the vocabulary and the equations.
+golden vectors at other implementations. See README.md for how to use it, docs/specification.md
+for the vocabulary and conventions; the equations are in the docstrings of ``ppo_ref.spec``.
 
-The advantage kernels (SPEC §2) and the trainers are re-exported here; the layers, losses and
-optimizer live in their modules (``ppo_ref.nn.*``, ``ppo_ref.losses``, ``ppo_ref.optim``), which
-re-export the readable tier ``ppo_ref.spec``; the compiled tier is ``ppo_ref.fast``.
+The advantage kernels (docs/specification.md §2) and the trainers are re-exported here; the
+layers, losses and optimizer live in their modules (``ppo_ref.nn.*``, ``ppo_ref.losses``,
+``ppo_ref.optim``), which re-export the readable tier ``ppo_ref.spec``; the compiled tier is
+``ppo_ref.fast``.
 """
 __version__ = "0.1.0"
 

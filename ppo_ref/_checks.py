@@ -156,12 +156,9 @@ def check_generator(rng, name: str = "rng") -> np.random.Generator:
 
 
 def check_positive_int(value, name: str) -> int:
-    """Return ``value`` as int; raise ``ValueError`` unless it is an int (not bool) ``> 0``."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
-    return int(value)
+    """Return ``value`` as int; ``ValueError`` unless it is an integer (not a bool) ``>= 1``:
+    :func:`check_count` with minimum 1."""
+    return check_count(value, name, 1)
 
 
 def as_shape(value, name: str) -> Tuple[int, ...]:

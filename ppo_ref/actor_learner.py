@@ -1,4 +1,4 @@
-"""Asynchronous actor-learner PPO (SPEC §6): actors, the learner loop, messages, reports.
+"""Asynchronous actor-learner PPO (docs/specification.md §6): actors, the learner loop, messages, reports.
 
 The Python counterpart of thrust-rl's ``learner_loop`` / ``actor_thread``. Data flow::
 
@@ -98,7 +98,7 @@ def _check_int(value, name: str, minimum: int) -> int:
 
 @dataclass(frozen=True)
 class AsyncActorLearnerConfig:
-    """Settings of the asynchronous actor-learner loop (SPEC §6). Validated at construction.
+    """Settings of the asynchronous actor-learner loop (docs/specification.md §6). Validated at construction.
 
     The learner's PPO update (epochs, minibatch size, learning rate, clip range, losses, network)
     comes from ``ppo``; its ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda`` are replaced by
@@ -229,7 +229,7 @@ class AsyncActorLearnerConfig:
 # --------------------------------------------------------------------------------------------
 
 class Experience(NamedTuple):
-    """One env step of one actor, as sent to the learner (SPEC §6).
+    """One env step of one actor, as sent to the learner (docs/specification.md §6).
 
     ``observation`` ``[*obs_shape]`` float64: the observation the action was chosen from;
     ``action``: int64 scalar (discrete) or ``[A]`` float64 raw Gaussian sample (the env got the
@@ -1263,7 +1263,7 @@ class _Learner:
 def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
                  shutdown_timeout: float = 10.0, chunk_size: int = 32):
-    """Run the learner of SPEC §6 until ``config.num_updates`` PPO updates are done.
+    """Run the learner of docs/specification.md §6 until ``config.num_updates`` PPO updates are done.
 
     1. Broadcast version 0 (the trainer's current parameters) to every actor.
     2. Read messages into one FIFO per actor until every FIFO holds ``n_steps`` experiences

@@ -1,11 +1,11 @@
 """``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults.
 
-One frozen dataclass holds the hyperparameters (SB3 names and defaults, SPEC §5), the network
+One frozen dataclass holds the hyperparameters (SB3 names and defaults, docs/specification.md §5), the network
 and environment options, and the *convention knobs*: the places where well-known
-implementations make different choices. ``PPOConfig()`` is the SPEC behaviour
+implementations make different choices. ``PPOConfig()`` is the reference behaviour
 (``PPOConfig.preset("reference")``); ``PPOConfig.preset(name)`` reproduces the conventions of
 Stable-Baselines3 ("sb3"), CleanRL ("cleanrl") or thrust-rl 0.4 ("thrust"), following the
-conventions table of DESIGN.md §4. Presets change convention fields only, never
+conventions table of docs/specification.md §8. Presets change convention fields only, never
 hyperparameters (learning rate, sizes, coefficients), so ``preset("sb3", **hp)`` and
 ``preset("cleanrl", **hp)`` run the same experiment under two implementations' conventions.
 
@@ -43,7 +43,7 @@ _SCHEDULES = ("constant", "linear")
 class PPOConfig:
     """Settings of a PPO run (feedforward, recurrent and actor-learner trainers).
 
-    Hyperparameters keep Stable-Baselines3's names and defaults (SPEC §5). Units: rewards and
+    Hyperparameters keep Stable-Baselines3's names and defaults (docs/specification.md §5). Units: rewards and
     values are in the environment's reward units; ``n_steps`` counts steps per environment;
     ``batch_size`` counts rows (one row = one env step) of the ``n_steps * n_envs`` rollout.
     Schedules use SB3's ``progress_remaining = 1 - steps_done / total_timesteps``.
@@ -53,7 +53,7 @@ class PPOConfig:
             message starts with the field's name.
     """
 
-    # --- Stable-Baselines3 hyperparameters (SPEC §5) -------------------------------------------
+    # --- Stable-Baselines3 hyperparameters (docs/specification.md §5) ---------------------------
     learning_rate: float = _f(3e-4, "Adam step size; the initial value when lr_schedule='linear'")
     n_steps: int = _f(2048, "env steps collected per environment per rollout (T)")
     batch_size: int = _f(64, "minibatch size in rows (env steps); at most n_steps * n_envs")
@@ -106,10 +106,10 @@ class PPOConfig:
         "and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
         ("fast", "spec"))
 
-    # --- convention knobs (DESIGN.md §4) -------------------------------------------------------
+    # --- convention knobs (docs/specification.md §8) -------------------------------------------
     truncation: str = _f(
         "bootstrap",
-        "truncated steps: bootstrap V(final_obs) (SPEC), treat as terminal (CleanRL), or "
+        "truncated steps: bootstrap V(final_obs) (reference), treat as terminal (CleanRL), or "
         "ignore the flag (thrust-rl)",
         ("bootstrap", "terminate", "ignore"))
     bootstrap_terminal_last_row: bool = _f(
@@ -231,9 +231,9 @@ class PPOConfig:
         """The conventions of one implementation, with ``overrides`` applied on top.
 
         Every preset sets all of :data:`CONVENTION_FIELDS`; every other field keeps its default
-        unless overridden. Field by field (DESIGN.md §4):
+        unless overridden. Field by field (docs/specification.md §8):
 
-        ``"reference"``: this SPEC, identical to ``PPOConfig()``.
+        ``"reference"``: the reference conventions, identical to ``PPOConfig()``.
             truncation="bootstrap" (bootstrap V(final_obs), cut the trace);
             bootstrap_terminal_last_row=False; value_loss_mode="max", value_loss_scale=1.0,
             clip_range_vf=None (no 0.5, clipping off, the max form when switched on);

@@ -33,6 +33,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
+from ppo_ref._checks import check_count
+
 __all__ = ["MaskVelocityWrapper", "MemoryCueEnv", "MultiChoiceEnv", "make_cartpole_no_vel",
            "CARTPOLE_NO_VEL_ID", "MEMORY_CUE_ID", "MULTI_CHOICE_ID"]
 
@@ -126,9 +128,7 @@ class MemoryCueEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, blank_steps: int = 8, render_mode: Optional[str] = None):
-        if isinstance(blank_steps, (bool, np.bool_)) \
-                or not isinstance(blank_steps, (int, np.integer)) or blank_steps < 0:
-            raise ValueError(f"blank_steps must be an integer >= 0, got {blank_steps!r}")
+        check_count(blank_steps, "blank_steps", 0)
         if render_mode is not None:
             raise ValueError(f"render_mode must be None (MemoryCue has no rendering), "
                              f"got {render_mode!r}")
@@ -214,12 +214,11 @@ class MultiChoiceEnv(gym.Env):
             items = [n for n in nvec]
         except TypeError:
             raise ValueError(f"nvec must be a sequence of integers >= 2, got {nvec!r}") from None
-        if not items or any(isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer))
-                            or n < 2 for n in items):
+        if not items:
             raise ValueError(f"nvec must be a non-empty sequence of integers >= 2, got {nvec!r}")
-        if isinstance(episode_length, (bool, np.bool_)) \
-                or not isinstance(episode_length, (int, np.integer)) or episode_length < 1:
-            raise ValueError(f"episode_length must be an integer >= 1, got {episode_length!r}")
+        for i, n in enumerate(items):
+            check_count(n, f"nvec[{i}]", 2)
+        check_count(episode_length, "episode_length", 1)
         if render_mode is not None:
             raise ValueError(f"render_mode must be None (MultiChoice has no rendering), "
                              f"got {render_mode!r}")

@@ -97,11 +97,8 @@ def _check_total_timesteps(value) -> int:
     """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]``, or ``ValueError`` naming
     ``total_timesteps``: ``int`` and NumPy integers only (a bool, a float such as ``1e5`` or
     ``nan``, or a string is refused rather than converted)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"total_timesteps must be an integer, got {value!r} "
-                         f"({type(value).__name__})")
-    total = int(value)
-    if not 0 <= total <= MAX_TOTAL_TIMESTEPS:
+    total = check_count(value, "total_timesteps", 0)
+    if total > MAX_TOTAL_TIMESTEPS:
         raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
     return total
 
@@ -224,9 +221,7 @@ class PPOTrainer:
         self.config = config if config is not None else PPOConfig()
         if not isinstance(self.config, PPOConfig):
             raise ValueError(f"config must be a PPOConfig, got {type(self.config).__name__}")
-        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-        self.seed = int(seed)
+        self.seed = check_count(seed, "seed", 0)
         self.vectorization = vectorization
         self.env_kwargs = dict(env_kwargs or {})
         if isinstance(env, str):

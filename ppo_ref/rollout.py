@@ -1,6 +1,6 @@
 """Rollout collection from gymnasium vector environments (same-step autoreset).
 
-Data layout (SPEC §1): every array is time-major ``[T, N, ...]`` with ``T = n_steps`` and
+Data layout (docs/specification.md §1): every array is time-major ``[T, N, ...]`` with ``T = n_steps`` and
 ``N`` parallel environments. For the action taken at step ``t``:
 
 * ``observations[t]`` is what the policy saw (normalized when observation normalization is on),

@@ -17,7 +17,7 @@ File format (``FORMAT = "ppo_ref.vectors/1"``), one case per file ``<name>.json`
      "expected": {"advantages": [[...]], "returns": [[...]]},
      "tolerance": {"atol": 1e-10, "rtol": 1e-9}}
 
-* Arrays are nested JSON lists, row-major, time-major ``[T, N, ...]`` as in SPEC §1; bool
+* Arrays are nested JSON lists, row-major, time-major ``[T, N, ...]`` as in docs/specification.md §1; bool
   arrays are lists of ``true``/``false``; integer arrays (actions) are JSON integers; floats are
   float64 written with Python's shortest round-trip repr. IEEE specials are the strings
   ``"inf"``, ``"-inf"``, ``"nan"`` (JSON has no literal for them).
@@ -34,7 +34,7 @@ Results file (``RESULTS_FORMAT = "ppo_ref.results/1"``)::
 every element satisfies ``|got - expected| <= atol + rtol * |expected|`` (infinities must match
 exactly); a case passes when all its expected outputs pass.
 
-The cases cover (SPEC section in brackets): episode starts [1]; GAE in the reference, CleanRL and
+The cases cover (docs/specification.md section in brackets): episode starts [1]; GAE in the reference, CleanRL and
 thrust-rl conventions [2]; V-trace with truncation, lambda and bars [2]; log-softmax, entropy,
 log-probs with masked actions and their gradients [3]; each loss with its gradient [4]; Adam steps
 and global-norm clipping [3]; the LSTM forward with resets and its gradients [3]; one full PPO
@@ -414,7 +414,7 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
         {"terminated": term, "truncated": trunc, "initial": np.array([True, False, True])}, {}))
 
     roll = _rollout(rng, T, N)
-    for preset, desc in (("reference", "SPEC: bootstrap V(final_obs) on truncation, cut the trace"),
+    for preset, desc in (("reference", "reference: bootstrap V(final_obs) on truncation, cut the trace"),
                          ("cleanrl", "CleanRL: truncation treated as termination"),
                          ("thrust", "thrust-rl: truncated ignored; terminal last row bootstraps")):
         cases.append(_case(f"gae_{preset}", "gae", preset, desc, roll,

@@ -6,7 +6,7 @@ TD errors up to the end of the episode (Schulman et al. 2016, eq. 16) and V-trac
 double sum with products of trace coefficients (Espeholt et al. 2018, eq. 1). Everything runs in
 Python floats (float64), one env at a time, in O(T^2).
 
-Conventions (SPEC §1 and the ``truncation`` / ``bootstrap_terminal_last_row`` options):
+Conventions (docs/specification.md §1 and the ``truncation`` / ``bootstrap_terminal_last_row`` options):
 
 * "the transition at t ends the episode" (done) when it terminated or truncated; under
   ``truncation="ignore"`` only when it terminated.

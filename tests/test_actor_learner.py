@@ -1,4 +1,4 @@
-"""Actor-learner loop (SPEC §6), thread backend: config, messages, FIFO order, lockstep
+"""Actor-learner loop (docs/specification.md §6), thread backend: config, messages, FIFO order, lockstep
 on-policy behaviour, V-trace vs GAE, failure handling, learning.
 
 The process backend is exercised in tests/test_actor_learner_process.py (spawn start-up is

@@ -656,18 +656,19 @@ def test_the_run_dir_lock_is_exclusive_within_a_process_too(tmp_path):
 # -- a failure never loses finished work ------------------------------------------------------------
 
 def _fail_update(monkeypatch, at, exc):
-    """Make the ``at``-th PPOTrainer.update of this process raise ``exc`` (once)."""
+    """Make the ``at``-th PPOTrainer.train_on (the epochs of an update) of this process raise
+    ``exc`` (once)."""
     from ppo_ref.ppo import PPOTrainer
-    real = PPOTrainer.update
+    real = PPOTrainer.train_on
     calls = []
 
-    def failing(self, rollout):
+    def failing(self, rollout, advantages, returns):
         calls.append(1)
         if len(calls) == at:
             self.n_updates += 1  # a half-done update: the counters must come from the snapshot
             raise exc
-        return real(self, rollout)
-    monkeypatch.setattr(PPOTrainer, "update", failing)
+        return real(self, rollout, advantages, returns)
+    monkeypatch.setattr(PPOTrainer, "train_on", failing)
     return real
 
 
@@ -689,7 +690,7 @@ def test_a_failed_update_saves_the_last_good_state_and_resumes_exactly(tmp_path,
     assert len(episodes["episode"]) == meta["n_episodes"]
     assert list(read_csv(os.path.join(part, "metrics.csv"))["update"]) == [1, 2]
     from ppo_ref.ppo import PPOTrainer
-    monkeypatch.setattr(PPOTrainer, "update", real)
+    monkeypatch.setattr(PPOTrainer, "train_on", real)
     assert cli.main(["train", "--resume", part, "--quiet"]) == 0
     for name in ("metrics.csv", "episodes.csv"):
         assert open(os.path.join(full, name), "rb").read() == open(os.path.join(part, name), "rb").read()
@@ -796,7 +797,7 @@ def test_a_run_that_failed_before_its_first_update_can_be_reused_or_restarted(tm
     assert "no update had completed" in line and f"--resume {run_dir}" in line
     assert not os.path.exists(os.path.join(run_dir, "checkpoint.npz"))
     from ppo_ref.ppo import PPOTrainer
-    monkeypatch.setattr(PPOTrainer, "update", real)
+    monkeypatch.setattr(PPOTrainer, "train_on", real)
     # --resume restarts it from scratch with its saved settings, saying so
     assert cli.main(["train", "--resume", run_dir, "--quiet"]) == 0
     out = capsys.readouterr().out
@@ -807,7 +808,7 @@ def test_a_run_that_failed_before_its_first_update_can_be_reused_or_restarted(tm
     other = str(tmp_path / "o")
     _fail_update(monkeypatch, 1, FloatingPointError("x"))
     assert cli.main(["train", "--total-timesteps", "256", "--run-dir", other, "--quiet"]) == 3
-    monkeypatch.setattr(PPOTrainer, "update", real)
+    monkeypatch.setattr(PPOTrainer, "train_on", real)
     assert cli.main(["train", "--total-timesteps", "256", "--run-dir", other, "--quiet"]) == 0
 
 

@@ -69,7 +69,7 @@ def _check_against_files(match, run_dir):
     assert int(match.group(2)) == int(metrics["update"][-1])
     assert int(match.group(3)) == len(episodes["return"])
     assert float(match.group(4)) == pytest.approx(np.mean(episodes["return"][-20:]), abs=0.005)
-    assert float(match.group(5)) > 0
+    assert float(match.group(5)) >= 0  # wall seconds, printed to 0.1 s
     assert match.group(6) == run_dir
 
 

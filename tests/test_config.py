@@ -1,4 +1,4 @@
-"""PPOConfig: SPEC §5 defaults, validation naming the field, presets vs DESIGN.md §4, round trips."""
+"""PPOConfig: docs/specification.md §5 defaults, validation naming the field, presets vs §8, round trips."""
 import dataclasses
 import json
 
@@ -7,9 +7,9 @@ import pytest
 
 from ppo_ref.config import CONVENTION_FIELDS, PPOConfig, parse_overrides
 
-# SPEC §5 (SB3 names and defaults) and the extra fields of the team brief, typed out here
+# docs/specification.md §5 (SB3 names and defaults) and ppo_ref's extra fields, typed out here
 # independently of ppo_ref/config.py.
-SPEC_DEFAULTS = dict(
+REFERENCE_DEFAULTS = dict(
     learning_rate=3e-4, n_steps=2048, batch_size=64, n_epochs=10, gamma=0.99, gae_lambda=0.95,
     clip_range=0.2, clip_range_vf=None, normalize_advantage=True, ent_coef=0.0, vf_coef=0.5,
     max_grad_norm=0.5, target_kl=None, adam_eps=1e-5,
@@ -27,8 +27,8 @@ EXTRA_DEFAULTS = dict(
     backend="fast",  # the compiled tier by default; "spec" runs the readable tier
 )
 
-# DESIGN.md §4, column by column, as convention-field values.
-DESIGN_TABLE = {
+# docs/specification.md §8 (the presets), column by column, as convention-field values.
+PRESET_TABLE = {
     # this spec: bootstrap + cut; no bootstrap on last-row terminal; no 0.5, clip off, max form;
     # per minibatch ddof 1; k3 1.5x before step stop all; linear option (off); gain 1.0
     "reference": dict(truncation="bootstrap", bootstrap_terminal_last_row=False,
@@ -71,8 +71,8 @@ CLIP_WITH_NORMALIZATION = {"reference": None, "sb3": 10.0, "cleanrl": 10.0, "thr
 def test_defaults_equal_spec_and_brief():
     config = PPOConfig()
     names = [f.name for f in dataclasses.fields(PPOConfig)]
-    assert set(names) == set(SPEC_DEFAULTS) | set(EXTRA_DEFAULTS)  # exactly these fields
-    for name, value in {**SPEC_DEFAULTS, **EXTRA_DEFAULTS}.items():
+    assert set(names) == set(REFERENCE_DEFAULTS) | set(EXTRA_DEFAULTS)  # exactly these fields
+    for name, value in {**REFERENCE_DEFAULTS, **EXTRA_DEFAULTS}.items():
         got = getattr(config, name)
         assert got == value and type(got) is type(value), name
 
@@ -168,10 +168,10 @@ def test_from_dict_partial_and_unknown():
         PPOConfig.from_dict([("gamma", 0.9)])
 
 
-@pytest.mark.parametrize("name", list(DESIGN_TABLE))
+@pytest.mark.parametrize("name", list(PRESET_TABLE))
 def test_presets_match_design_table_field_by_field(name):
     config = PPOConfig.preset(name)
-    expected = DESIGN_TABLE[name]
+    expected = PRESET_TABLE[name]
     assert set(expected) == set(CONVENTION_FIELDS)
     for field_name, value in expected.items():
         assert getattr(config, field_name) == value, f"{name}.{field_name}"

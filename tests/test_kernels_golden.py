@@ -18,7 +18,7 @@ from ppo_ref import gae, vtrace
 #   truncated   .     T          .     .
 #   final_values[1] = 6 (V of the real last observation of the cut episode), last_values = 10
 #
-# SPEC ("bootstrap", terminal last row not bootstrapped), backward:
+# reference (docs/specification.md §2: "bootstrap", terminal last row not bootstrapped), backward:
 #   t=3 terminated:      delta3 = 4 + 0            - 4 = 0    A3 = 0                  R3 = 4
 #   t=2 next = V[3] = 4: delta2 = 3 + 0.5*4        - 2 = 3    A2 = 3 + 0.25*A3 = 3    R2 = 5
 #   t=1 truncated -> final_values[1] = 6, trace cut:
@@ -113,7 +113,7 @@ def test_vtrace_golden(options, vs, pg):
 
 # V-trace with a termination on the last row, T = 2, gamma = 0.5, on-policy, lambda_ = 1:
 #   rewards [1, 1], values [1, 1], last_values 10, terminated at t=1.
-#   SPEC: t=1: vs1 = 1 + (1 + 0 - 1) = 1, pg1 = 0;  t=0: vs0 = 1 + (1 + 0.5*1 - 1) + 0.5*(1-1)
+#   reference: t=1: vs1 = 1 + (1 + 0 - 1) = 1, pg1 = 0;  t=0: vs0 = 1 + (1 + 0.5*1 - 1) + 0.5*(1-1)
 #         = 1.5, q0 = 1 + 0.5*vs1 = 1.5, pg0 = 0.5.
 #   bootstrap_terminal_last_row: t=1: vs1 = 1 + 0.5*10 = 6, pg1 = 5;
 #         t=0: vs0 = 1.5 + 0.5*(6 - 1) = 4, q0 = 1 + 0.5*6 = 4, pg0 = 3.

@@ -75,7 +75,7 @@ def test_transition_masks_rule():
     # Columns: neither, terminated only, truncated only, both.
     term = np.array([False, True, False, True])
     trunc = np.array([False, False, True, True])
-    m = transition_masks(term, trunc, "bootstrap")  # SPEC: termination wins
+    m = transition_masks(term, trunc, "bootstrap")  # docs/specification.md §2: termination wins
     np.testing.assert_array_equal(m.terminal, [0, 1, 0, 1])
     np.testing.assert_array_equal(m.bootstrap_final, [0, 0, 1, 0])
     np.testing.assert_array_equal(m.done, [0, 1, 1, 1])

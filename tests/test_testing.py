@@ -340,18 +340,22 @@ def test_identify_no_known_convention():
 
 # --- trace_update and ppo-ref diff ---------------------------------------------------------
 
-def test_trace_update_is_the_trainers_update():
-    from ppo_ref.vectors import _ppo_minibatch_update
+@pytest.mark.parametrize("backend", ["spec", "fast"])
+def test_trace_update_is_the_trainers_update(backend):
+    """trace_update's intermediates end where the trainers' minibatch update of either tier
+    (the golden-vector case ppo_minibatch_update) ends."""
+    from ppo_ref.vectors import compute_outputs
     for preset in ("reference", "cleanrl"):
         doc = trace_update(preset=preset)
         tr, inp = doc["trace"], doc["inputs"]
-        out = _ppo_minibatch_update(
-            {"params": inp["params"], "observations": inp["observations"],
-             "actions": inp["actions"], "old_log_probs": inp["old_log_probs"],
-             "advantages": tr["advantages"].reshape(-1), "returns": tr["returns"].reshape(-1),
-             "old_values": inp["old_values"].reshape(-1)},
-            {"config": doc["settings"], "n_actions": 2, "learning_rate": 0.01,
-             "clip_range": doc["settings"]["clip_range"]})
+        case = {"kind": "ppo_minibatch_update", "inputs": {
+            "params": inp["params"], "observations": inp["observations"],
+            "actions": inp["actions"], "old_log_probs": inp["old_log_probs"],
+            "advantages": tr["advantages"].reshape(-1), "returns": tr["returns"].reshape(-1),
+            "old_values": inp["old_values"].reshape(-1)},
+            "settings": {"config": doc["settings"], "n_actions": 2, "learning_rate": 0.01,
+                         "clip_range": doc["settings"]["clip_range"]}}
+        out = compute_outputs(case, backend=backend)
         for k, v in out["params_after"].items():
             np.testing.assert_allclose(tr["params_after"][k], v, rtol=1e-12, atol=1e-14)
         assert tr["loss"] == pytest.approx(out["loss"], rel=1e-12)

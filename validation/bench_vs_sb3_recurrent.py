@@ -7,8 +7,8 @@ learning rate 1e-3 and clip range 0.2 both linearly annealed, ent_coef 0, LSTM o
 a separate critic LSTM, towers ``pi=[64], vf=[64]`` with ReLU, observations normalized by a
 running mean/std (zoo ``normalize: {norm_obs: True, norm_reward: False}``), 100k steps.
 Differences that remain: sb3-contrib's zoo run uses torch's default init (``ortho_init=False``),
-ppo_ref orthogonal init (SPEC §3); sb3-contrib splits sequences at episode starts and pads
-them, ppo_ref replays each env's whole rollout from its stored start state (SPEC §5); the
+ppo_ref orthogonal init (docs/specification.md §3); sb3-contrib splits sequences at episode starts and pads
+them, ppo_ref replays each env's whole rollout from its stored start state (docs/specification.md §5); the
 numerical results are the same algorithm, not the same numbers.
 
 ppo_ref runs once per ``--dtypes`` entry (default ``float64,float32``): ``float64`` is the

@@ -19,7 +19,7 @@ Weights: ``actor.0/2/4`` -> ``pi.w0..w2``, ``critic.0/2/4`` -> ``vf.w0..w2``. Bo
 same fixed permutations (ppo_ref through ``run_epochs``'s ``minibatches(epoch)`` callback).
 
 Scenarios: (a) no target_kl; (b) ``target_kl`` small enough that CleanRL's after-epoch rule
-stops the update early. One more row shows the documented difference to the SPEC's value loss
+stops the update early. One more row shows the documented difference to the reference value loss
 (``preset("reference")`` with the same clip range: no 0.5 factor).
 
 Run: ``python validation/parity_cleanrl_update.py`` (needs torch).
@@ -149,7 +149,7 @@ def run(seed: int = 1) -> list:
             diff = max_param_diff(spec_params, agent, CLEANRL_LAYOUT)
             rows.append(Row(f"CleanRL-style torch, {name}", "reference preset instead",
                             diff, 1e-6, diff > 1e-6,
-                            "differs: SPEC value loss has no 0.5 factor (CleanRL's "
+                            "differs: reference value loss has no 0.5 factor (CleanRL's "
                             "value_loss_scale=0.5 halves the value gradient)"))
     return rows
 

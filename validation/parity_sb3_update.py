@@ -17,7 +17,7 @@ How the two are made to see the same thing:
   advance (one per epoch), and ppo_ref's ``ppo_ref.spec.update.run_epochs`` receives the same index
   sets through its ``minibatches(epoch)`` callback. Rows are SB3's flattened (env-major) rows.
 * **Data.** Observations and actions are random; ``old_log_probs`` and ``old_values`` are the
-  initial policy's own (so the first minibatch has ratio 1, SPEC §5); advantages and returns
+  initial policy's own (so the first minibatch has ratio 1, docs/specification.md §5); advantages and returns
   are random.
 
 Scenarios: (a) SB3 defaults (no value clipping, no target_kl); (b) ``clip_range_vf=0.1`` (SB3's
@@ -275,7 +275,7 @@ def run(seed: int = 0) -> list:
                         float(abs(n_ref - n_sb3)), 0.0, n_ref == n_sb3,
                         f"ppo_ref {n_ref}, SB3 {n_sb3}, kl_stopped={bool(stats['kl_stopped'])}"))
         if config.clip_range_vf is not None:
-            # the SPEC's value-clipping form ("max", baselines/CleanRL) is a real difference
+            # the reference value-clipping form (docs/specification.md §4) ("max", baselines/CleanRL) is a real difference
             ref_cfg = config.replace(value_loss_mode="max")
             ref_params, _ = run_ppo_ref(ref_cfg, params, batch, perms)
             diff = max_param_diff(ref_params, model.policy)

@@ -1,5 +1,5 @@
 """thrust-rl parity: its published GAE and V-trace test cases, reproduced with the kernel options
-of ``PPOConfig.preset("thrust")``, and the same inputs under the SPEC conventions, showing where
+of ``PPOConfig.preset("thrust")``, and the same inputs under the reference conventions, showing where
 and why the numbers differ.
 
 Sources (re-typed as data in ``data/thrust_rl_cases.json``, each case names file, commit and
@@ -14,14 +14,14 @@ bootstraps ``last_values``. ppo_ref reproduces both with ``truncation="ignore"``
 Sections of the table:
 
 * **published**: thrust-rl's expected numbers vs ppo_ref with the thrust options (must match),
-  and ppo_ref with the SPEC defaults (equal: none of these cases has a terminal last row or a
+  and ppo_ref with the reference defaults (equal: none of these cases has a terminal last row or a
   truncation, so the conventions agree).
 * **identities**: two thrust-rl tests publish an identity rather than numbers ("on-policy V-trace
   equals thrust GAE(lambda=1)", both bootstrapping a terminal last row). The expected values are
   computed by :func:`thrust_gae_oracle`, a line-by-line Python transcription of thrust-rl's
-  ``compute_gae_single_env`` recursion; ppo_ref (thrust options) must match, the SPEC result
+  ``compute_gae_single_env`` recursion; ppo_ref (thrust options) must match, the reference result
   must differ on the rows of the episode that terminates on the last row.
-* **constructed** (clearly not from thrust-rl's tests; built from DESIGN.md §4 because thrust-rl
+* **constructed** (clearly not from thrust-rl's tests; built from docs/specification.md §8 because thrust-rl
   publishes no truncation case): a truncation mid-rollout, where thrust-rl ignores the flag. The
   expected values again come from the transcribed recursions.
 
@@ -127,14 +127,14 @@ def published_rows(data, opts) -> list[Row]:
             for q, exp in case["expected"].items():
                 rows.append(compare(case["name"], q + " (thrust opts)", got[q], exp, tol,
                                     "published expected"))
-                rows.append(compare(case["name"], q + " (SPEC)", spec[q], exp, tol,
+                rows.append(compare(case["name"], q + " (reference)", spec[q], exp, tol,
                                     "same: no terminal last row, no truncation"))
         for q, entries in case.get("expected_at", {}).items():
             idx = [int(i) for i in entries]
             exp = [entries[k] for k in entries]
             rows.append(compare(case["name"], f"{q}{idx} (thrust opts)", got[q][idx], exp, tol,
                                 "published assertion"))
-            rows.append(compare(case["name"], f"{q}{idx} (SPEC)", spec[q][idx], exp, tol,
+            rows.append(compare(case["name"], f"{q}{idx} (reference)", spec[q][idx], exp, tol,
                                 "same: no terminal last row"))
     for case in data["vtrace"]:
         args = [np.asarray(case[k], dtype=np.float64) for k in
@@ -146,7 +146,7 @@ def published_rows(data, opts) -> list[Row]:
         for q in ("vs", "pg_advantages"):
             rows.append(compare(case["name"], q + " (thrust opts)", getattr(out_t, q),
                                 case["expected"][q], case["tolerance"], "published expected"))
-            rows.append(compare(case["name"], q + " (SPEC)", getattr(out_s, q),
+            rows.append(compare(case["name"], q + " (reference)", getattr(out_s, q),
                                 case["expected"][q], case["tolerance"],
                                 "same: no terminal last row"))
     return rows
@@ -185,14 +185,14 @@ def identity_rows(data, opts) -> list[Row]:
                             "identity"))
         where = _differing_rows(out_s.vs, exp_ret)
         rows.append(expect_difference(
-            name, "vs (SPEC)", out_s.vs, exp_ret, 1e-6,
-            f"rows {where}: SPEC does not bootstrap a terminal last row (next_value 0); the "
+            name, "vs (reference)", out_s.vs, exp_ret, 1e-6,
+            f"rows {where}: the reference does not bootstrap a terminal last row (next_value 0); the "
             "difference flows back through the trace to the episode's start"))
     return rows
 
 
 def constructed_rows(opts) -> list[Row]:
-    """A truncation mid-rollout (DESIGN.md §4; not one of thrust-rl's tests)."""
+    """A truncation mid-rollout (docs/specification.md §8; not one of thrust-rl's tests)."""
     r = np.array([1.0, 1.0, 1.0, 1.0, 1.0])
     v = np.array([0.5, 0.6, 0.7, 0.8, 0.9])
     term = np.array([False, False, False, False, False])
@@ -202,13 +202,13 @@ def constructed_rows(opts) -> list[Row]:
     exp_adv, exp_ret = thrust_gae_oracle(r, v, term, last, g, lam)
     adv_t, ret_t = ppo_ref.gae(r, v, term, trunc, last, fv, gamma=g, gae_lambda=lam, **opts)
     adv_s, _ = ppo_ref.gae(r, v, term, trunc, last, fv, gamma=g, gae_lambda=lam)
-    name = "constructed: truncation at t=1 (DESIGN §4)"
+    name = "constructed: truncation at t=1 (docs/specification.md §8)"
     rows = [compare(name, "advantages (thrust opts)", adv_t, exp_adv, 1e-12,
                     "expected from the transcribed thrust-rl recursion"),
             compare(name, "returns (thrust opts)", ret_t, exp_ret, 1e-12, "same")]
     rows.append(expect_difference(
-        name, "advantages (SPEC)", adv_s, exp_adv, 1e-6,
-        f"rows {_differing_rows(adv_s, exp_adv)}: SPEC bootstraps V(final_obs)=2.0 at t=1 and "
+        name, "advantages (reference)", adv_s, exp_adv, 1e-6,
+        f"rows {_differing_rows(adv_s, exp_adv)}: the reference bootstraps V(final_obs)=2.0 at t=1 and "
         "cuts the trace; thrust-rl bootstraps values[2] (the next episode) and runs on"))
     b = np.array([-0.5, -1.0, -0.7, -0.2, -0.3])
     tg = np.array([-0.2, -1.5, -0.4, -0.6, -0.1])
@@ -218,7 +218,7 @@ def constructed_rows(opts) -> list[Row]:
     rows += [compare(name, "vtrace vs (thrust opts)", out_t.vs, vs_exp, 1e-12, "transcription"),
              compare(name, "vtrace pg_advantages (thrust opts)", out_t.pg_advantages, pg_exp,
                      1e-12, "transcription"),
-             expect_difference(name, "vtrace vs (SPEC)", out_s.vs, vs_exp, 1e-6,
+             expect_difference(name, "vtrace vs (reference)", out_s.vs, vs_exp, 1e-6,
                                f"rows {_differing_rows(out_s.vs, vs_exp)}: same reason")]
     return rows
 
@@ -231,7 +231,7 @@ def run() -> list[Row]:
 
 def main() -> list[Row]:
     rows = run()
-    print_table("thrust-rl cases: thrust preset options and SPEC", rows)
+    print_table("thrust-rl cases: thrust preset options and reference", rows)
     return rows
 
 

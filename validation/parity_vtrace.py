@@ -46,7 +46,7 @@ def vtrace_double_sum(values, next_values, rewards, bootstrap_discounts, trace_d
     with ``X_s = lambda_ vs[s+1] + (1 - lambda_) V(x_{s+1})`` when ``continues[s]``, else
     ``next_values[s]``; ``pg[s] = min(pg_rho_bar, ratio_s) (q[s] - V(x_s))``.
 
-    SPEC form: ``bootstrap_discounts = gamma (1 - terminated)``, ``trace_discounts = gamma``,
+    Reference form (docs/specification.md §2): ``bootstrap_discounts = gamma (1 - terminated)``, ``trace_discounts = gamma``,
     ``continues = not done and t < T-1``, ``next_values`` = final/next/last value.
     rlax form: both discounts = ``discount_t``, ``next_values = v_t``, ``continues = t < T-1``.
     """
@@ -77,7 +77,7 @@ def vtrace_double_sum(values, next_values, rewards, bootstrap_discounts, trace_d
 def spec_double_sum(behaviour_log_probs, target_log_probs, rewards, values, terminated,
                     truncated, last_values, final_values, *, gamma, rho_bar, c_bar, pg_rho_bar,
                     lambda_):
-    """SPEC §2 V-trace on ``[T, N]`` arrays via :func:`vtrace_double_sum`, env by env."""
+    """V-trace of docs/specification.md §2 on ``[T, N]`` arrays via :func:`vtrace_double_sum`, env by env."""
     T, N = rewards.shape
     vs = np.empty((T, N))
     pg = np.empty((T, N))

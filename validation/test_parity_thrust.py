@@ -8,11 +8,11 @@ def test_thrust_cases_reproduced_and_spec_differences_visible():
     rows = parity_thrust.run()
     failed = [r for r in rows if not r.passed]
     assert not failed, failed
-    # the SPEC rows that must differ really are the last-row-terminal and truncation cases
+    # the reference rows that must differ really are the last-row-terminal and truncation cases
     differing = {r.case for r in rows if r.note.startswith("differs")}
     assert differing == {"vtrace_terminal_last_step_bootstraps_like_gae",
                          "vtrace_buffer_on_policy_matches_gae_lambda_one",
-                         "constructed: truncation at t=1 (DESIGN §4)"}
+                         "constructed: truncation at t=1 (docs/specification.md §8)"}
 
 
 def test_thrust_preset_kernel_options():

@@ -57,8 +57,8 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, check_lstm_params,
-                             check_lstm_state, check_same_shape)
+from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, check_count,
+                             check_lstm_params, check_lstm_state, check_same_shape)
 from ppo_ref.spec.layers import orthogonal
 
 __all__ = ["LSTMStepCache", "LSTMCache", "lstm_init", "step_forward", "step_backward",
@@ -225,11 +225,7 @@ def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Pa
     """
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    for value, name in ((input_size, "input_size"), (hidden_size, "hidden_size")):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-                or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    d, h = int(input_size), int(hidden_size)
+    d, h = check_count(input_size, "input_size", 1), check_count(hidden_size, "hidden_size", 1)
     return {"w_ih": orthogonal(rng, (4 * h, d), gain=1.0),
             "w_hh": orthogonal(rng, (4 * h, h), gain=1.0),
             "b": np.zeros(4 * h)}
