@@ -87,7 +87,7 @@ def check_same_shape(arr: np.ndarray, name: str, shape: tuple, ref_name: str) ->
         raise ValueError(f"{name} must have the shape of {ref_name} {tuple(shape)}, got {arr.shape}")
 
 
-def _one_line_repr(value, limit: int = 80) -> str:
+def one_line_repr(value, limit: int = 80) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters (arrays print over many)."""
     text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -107,7 +107,7 @@ def check_real_scalar(value, name: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number, got {_one_line_repr(value)}") from None
+        raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}") from None
     if np.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
     if not math.isfinite(v):
@@ -330,7 +330,7 @@ def check_count(value, name: str, minimum: int) -> int:
     integer (Python or NumPy; not a bool, float or string) with ``value >= minimum``."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise ValueError(f"{name} must be an integer, got {type(value).__name__} "
-                         f"{_one_line_repr(value)}")
+                         f"{one_line_repr(value)}")
     v = int(value)
     if v < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {v}")

@@ -1,7 +1,7 @@
 """Child processes that never outlive their parent.
 
 :func:`exit_with_parent` is called first thing in a process started by ``multiprocessing``
-(an actor of :mod:`ppo_ref.actor_learner`, a sub-env worker of gymnasium's
+(an actor of :mod:`ppo_ref.distributed.learner`, a sub-env worker of gymnasium's
 ``AsyncVectorEnv``). Once the parent is gone (killed with SIGKILL, so it could not shut its
 children down) the child ends too, even while it is blocked inside ``env.step``: a daemon
 watchdog thread compares ``os.getppid()`` with the parent's pid every ``poll_seconds`` and

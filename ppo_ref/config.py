@@ -23,8 +23,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ppo_ref._checks import _one_line_repr
-from ppo_ref.optim import scheduled_value
+from ppo_ref._checks import one_line_repr
+from ppo_ref.spec.optim import scheduled_value
 
 __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS"]
 
@@ -115,8 +115,10 @@ class PPOConfig:
     bootstrap_terminal_last_row: bool = _f(
         False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl)")
     value_loss_mode: str = _f(
-        "max", "clipped value loss: max of both squared errors, or SB3's clipped MSE",
-        ("max", "sb3"))
+        "max", "value loss: max of both squared errors when clipped (baselines, CleanRL), SB3's "
+               "clipped MSE, or the Huber loss (torchrl smooth_l1; max form when clipped)",
+        ("max", "sb3", "huber"))
+    huber_delta: float = _f(1.0, "Huber threshold > 0 of value_loss_mode='huber' (torchrl: 1)")
     value_loss_scale: float = _f(
         1.0, "factor on the value loss before vf_coef (CleanRL's 0.5 * MSE: 0.5), >= 0")
     advantage_norm_scope: str = _f(
@@ -124,12 +126,29 @@ class PPOConfig:
         ("minibatch", "batch"))
     advantage_norm_ddof: int = _f(1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)",
                                   (0, 1))
+    advantage_norm_eps: float = _f(
+        1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
+    advantage_norm_eps_placement: str = _f(
+        "add", "(A - mean) / (std + eps) (SB3, CleanRL) or / max(std, eps) (torchrl, Sample "
+               "Factory)", ("add", "clamp"))
+    clip_interval: str = _f(
+        "symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or Sample Factory's "
+                     "[1 / (1 + eps), 1 + eps]", ("symmetric", "reciprocal"))
+    clip_range_low: Optional[float] = _f(
+        None, "eps of the lower ratio bound 1 - eps, in (0, 1) (None: clip_range; torchrl's "
+              "clip_epsilon=(low, high))")
+    clip_range_high: Optional[float] = _f(
+        None, "eps of the upper ratio bound 1 + eps, > 0 (None: clip_range)")
+    dual_clip: Optional[float] = _f(
+        None, "dual clip c > 1: for A < 0 the surrogate is max(min(...), c * A) (tianshou); "
+              "None: off")
     kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3 or k1", ("k3", "k1"))
     kl_stop_rule: str = _f(
         "sb3",
         "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, 1x), "
-        "thrust (after the step, end the current epoch only)",
-        ("sb3", "cleanrl", "thrust"))
+        "thrust (after the step, end the current epoch only), skrl (before the step, 1x, end "
+        "the current epoch only)",
+        ("sb3", "cleanrl", "thrust", "skrl"))
 
     # ------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -144,7 +163,8 @@ class PPOConfig:
         for name in ("n_steps", "batch_size", "n_epochs", "n_envs", "lstm_hidden_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("learning_rate", "clip_range", "max_grad_norm", "adam_eps"):
+        for name in ("learning_rate", "clip_range", "max_grad_norm", "adam_eps", "huber_delta",
+                     "advantage_norm_eps"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for name in ("ent_coef", "vf_coef", "value_loss_scale", "policy_head_gain",
@@ -154,10 +174,19 @@ class PPOConfig:
         for name in ("gamma", "gae_lambda"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
-        for name in ("clip_range_vf", "target_kl", "clip_observations", "clip_rewards"):
+        for name in ("clip_range_vf", "target_kl", "clip_observations", "clip_rewards",
+                     "clip_range_low", "clip_range_high"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 or None, got {value}")
+        if self.clip_range_low is not None and not self.clip_range_low < 1.0:
+            raise ValueError(f"clip_range_low must be < 1 (the ratio bound 1 - clip_range_low "
+                             f"must be > 0), got {self.clip_range_low}")
+        if self.clip_interval == "reciprocal" and self.clip_range_low is not None:
+            raise ValueError("clip_range_low must be None with clip_interval='reciprocal' (the "
+                             "lower bound is 1 / (1 + eps))")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"dual_clip must be > 1 or None, got {self.dual_clip}")
         for name, flag in _CLIP_NEEDS.items():
             if getattr(self, name) is not None and not getattr(self, flag):
                 raise ValueError(f"{name} clips the normalized values: it needs {flag}=True "
@@ -282,6 +311,77 @@ class PPOConfig:
             clip_observations=None, clip_rewards=None (no clipping in the conventions mapped
             for it).
 
+        The four presets above set ``advantage_norm_eps=1e-8``,
+        ``advantage_norm_eps_placement="add"``, ``clip_interval="symmetric"``,
+        ``clip_range_low=None``, ``clip_range_high=None``, ``huber_delta=1.0``,
+        ``dual_clip=None``. The library presets below set every field they do not name to the
+        reference value, because the library has no such setting (no KL early stop: the rule
+        is unused while ``target_kl`` is None; no schedule; networks the user builds:
+        ``value_head_gain=1.0``; no observation/reward clipping; no dual clip). Hyperparameters
+        a library names differently (its value-loss coefficient, whether it normalizes
+        advantages by default) stay hyperparameters: pass them as overrides.
+
+        ``"tianshou"``: tianshou 2.0.1, ``tianshou/algorithm/modelfree/ppo.py`` (``PPO``) and
+            ``a2c.py``. truncation="bootstrap" (GAE bootstraps V(obs_next), masked by
+            ``terminated`` only, and cuts the trace at ``terminated or truncated``);
+            value_loss_mode="max" (``value_clip``: ``torch.max(vf1, vf2)``),
+            value_loss_scale=1.0 (``(returns - value).pow(2).mean()``), clip_range_vf=None
+            (``value_clip=False``; when on it uses ``eps_clip``); advantage_norm_scope=
+            "minibatch", advantage_norm_ddof=1 (``advantages.std()`` per minibatch),
+            advantage_norm_eps=1e-8, placement "add" (``self._eps = 1e-8`` in a2c.py);
+            its ``dual_clip`` defaults to None (the field of that name).
+
+        ``"torchrl"``: torchrl 0.14.1, ``torchrl/objectives/ppo.py`` (``ClipPPOLoss``).
+            truncation="bootstrap" (the advantage modules read the value of ``("next", obs)``,
+            the pre-reset observation, masked by ``terminated``, and cut at ``done``);
+            value_loss_mode="huber", huber_delta=1.0 (``loss_critic_type="smooth_l1"``;
+            ``clip_value`` takes the max form), value_loss_scale=1.0 (``critic_coeff`` is
+            vf_coef), clip_range_vf=None (``clip_value=None``); advantage_norm_scope=
+            "minibatch" (normalized inside the loss call), advantage_norm_ddof=1,
+            advantage_norm_eps=1e-6, placement "clamp" (``torchrl._utils._standardize``:
+            ``std.clamp_min(torch.finfo(torch.float).resolution)``; with a valid mask torchrl
+            uses ddof 0 and 1e-4 instead); kl_estimator="k1" (``kl_approx = (prox_log_prob -
+            log_prob).mean()``). ``ClipPPOLoss`` defaults to ``normalize_advantage=False``:
+            pass that to match an unconfigured loss; its ``clip_epsilon=(low, high)`` is
+            ``clip_range_low``/``clip_range_high``.
+
+        ``"rlax"``: rlax 0.1.9 (building blocks, no trainer). truncation="terminate" (an episode
+            boundary is ``discount_t = 0``, which also stops the bootstrap); value_loss_scale=
+            0.5 (``rlax.l2_loss = 0.5 * x**2``), value_loss_mode="max" with clip_range_vf=None
+            (no value clipping in rlax); advantage normalization fields at the reference values
+            (rlax has none: pass ``normalize_advantage=False``); its per-step ``discount_t`` and
+            ``lambda_`` are the ``gamma``/``gae_lambda`` arrays of :func:`ppo_ref.gae`.
+
+        ``"skrl"``: skrl 2.1.1, ``skrl/agents/torch/ppo/ppo.py`` and ``ppo_cfg.py``.
+            truncation="ignore" (``compute_gae`` reads ``terminated`` only, and
+            ``time_limit_bootstrap=False`` by default); value_loss_mode="sb3" (the prediction
+            is clipped, then ``F.mse_loss``), value_loss_scale=1.0 (skrl's
+            ``value_loss_scale``, 2.5 by default, multiplies the MSE: it plays vf_coef),
+            clip_range_vf=0.2 (``value_clip=0.2``); advantage_norm_scope="batch",
+            advantage_norm_ddof=1, eps 1e-8 "add" (``compute_gae`` normalizes the whole
+            memory: ``(advantages - mean) / (advantages.std() + 1e-8)``); kl_estimator="k3",
+            kl_stop_rule="skrl" (``kl_threshold``, ppo.py lines 381-389 at commit c29ced63).
+
+        ``"sample_factory"``: Sample Factory 2.1.1, ``sample_factory/algo/learning/learner.py``
+            and ``cfg/cfg.py``. truncation="terminate" (``value_bootstrap=False`` by default;
+            ``value_bootstrap=True`` is truncation="bootstrap" with ``final_values=values``,
+            V(s_t)); value_loss_mode="max" (``torch.max(value_original_loss,
+            value_clipped_loss)``), value_loss_scale=1.0 (``value_loss_coeff`` is vf_coef),
+            clip_range_vf=1.0 (``ppo_clip_value=1.0``); advantage_norm_scope="minibatch",
+            advantage_norm_ddof=1, advantage_norm_eps=1e-7, placement "clamp" (``(adv -
+            adv_mean) / torch.clamp_min(adv_std, 1e-7)`` from ``torch.std_mean``);
+            clip_interval="reciprocal" (``clip_ratio_low = 1.0 / clip_ratio_high``; its
+            ``ppo_clip_ratio`` default is 0.1: pass ``clip_range=0.1``).
+
+        ``"purejaxrl"``: PureJaxRL ``purejaxrl/ppo.py`` at commit 31756b19.
+            truncation="terminate" (``done`` of the auto-resetting env masks the bootstrap and
+            the trace); value_loss_mode="max", value_loss_scale=0.5 (``0.5 *
+            jnp.maximum(value_losses, value_losses_clipped).mean()``), clip_range_vf =
+            clip_range (``CLIP_EPS``, as CleanRL); advantage_norm_scope="minibatch",
+            advantage_norm_ddof=0 (``gae.std()`` of jnp), eps 1e-8 "add"; lr_schedule="linear"
+            (``ANNEAL_LR: True``), schedule_progress="before_rollout" (``frac = 1 - (count //
+            (NUM_MINIBATCHES * UPDATE_EPOCHS)) / NUM_UPDATES``).
+
         Raises:
             ValueError: unknown preset name or field, or an invalid resulting config.
         """
@@ -344,8 +444,24 @@ CONVENTION_FIELDS = (
     "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
     "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator",
     "kl_stop_rule", "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
-    "clip_observations", "clip_rewards",
+    "clip_observations", "clip_rewards", "advantage_norm_eps", "advantage_norm_eps_placement",
+    "clip_interval", "clip_range_low", "clip_range_high", "huber_delta", "dual_clip",
 )
+
+#: The convention fields added with the library presets, at the values of the four original
+#: presets (none of those implementations uses another value).
+_PLAIN = dict(advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
+              clip_interval="symmetric", clip_range_low=None, clip_range_high=None,
+              huber_delta=1.0, dual_clip=None)
+
+#: The fields the library presets share unless they say otherwise: the reference values of the
+#: fields a library does not have (no KL early stop, no schedule, no value-head init of its own,
+#: no observation/reward clipping, no dual clip, a symmetric ratio interval).
+_COMMON_DEFAULTS = dict(
+    bootstrap_terminal_last_row=False, kl_estimator="k3", kl_stop_rule="sb3",
+    lr_schedule="constant", clip_range_schedule="constant", schedule_progress="after_rollout",
+    value_head_gain=1.0, clip_observations=None, clip_rewards=None, clip_interval="symmetric",
+    clip_range_low=None, clip_range_high=None, huber_delta=1.0, dual_clip=None)
 
 #: ``{preset name: {convention field: value}}`` (documented in :meth:`PPOConfig.preset`).
 PRESETS: Dict[str, Dict[str, Any]] = {
@@ -354,26 +470,54 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
         advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
         clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
-        clip_observations=None, clip_rewards=None),
+        clip_observations=None, clip_rewards=None, **_PLAIN),
     "sb3": dict(
         truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="sb3",
         value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
         advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
         clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
-        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION),
+        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION,
+        **_PLAIN),
     "cleanrl": dict(
         truncation="terminate", bootstrap_terminal_last_row=False, value_loss_mode="max",
         value_loss_scale=0.5, clip_range_vf=_SAME_AS_CLIP_RANGE,
         advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
         kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
         schedule_progress="before_rollout", value_head_gain=1.0,
-        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION),
+        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION,
+        **_PLAIN),
     "thrust": dict(
         truncation="ignore", bootstrap_terminal_last_row=True, value_loss_mode="max",
         value_loss_scale=1.0, clip_range_vf=0.2, advantage_norm_scope="batch",
         advantage_norm_ddof=0, kl_estimator="k1", kl_stop_rule="thrust", lr_schedule="constant",
         clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=0.01,
-        clip_observations=None, clip_rewards=None),
+        clip_observations=None, clip_rewards=None, **_PLAIN),
+    "tianshou": dict(
+        _COMMON_DEFAULTS, truncation="bootstrap", value_loss_mode="max", value_loss_scale=1.0,
+        clip_range_vf=None, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+        advantage_norm_eps=1e-8, advantage_norm_eps_placement="add"),
+    "torchrl": dict(
+        _COMMON_DEFAULTS, truncation="bootstrap", value_loss_mode="huber", value_loss_scale=1.0,
+        clip_range_vf=None, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+        advantage_norm_eps=1e-6, advantage_norm_eps_placement="clamp", kl_estimator="k1"),
+    "rlax": dict(
+        _COMMON_DEFAULTS, truncation="terminate", value_loss_mode="max", value_loss_scale=0.5,
+        clip_range_vf=None, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+        advantage_norm_eps=1e-8, advantage_norm_eps_placement="add"),
+    "skrl": dict(
+        _COMMON_DEFAULTS, truncation="ignore", value_loss_mode="sb3", value_loss_scale=1.0,
+        clip_range_vf=0.2, advantage_norm_scope="batch", advantage_norm_ddof=1,
+        advantage_norm_eps=1e-8, advantage_norm_eps_placement="add", kl_stop_rule="skrl"),
+    "sample_factory": dict(
+        _COMMON_DEFAULTS, truncation="terminate", value_loss_mode="max", value_loss_scale=1.0,
+        clip_range_vf=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+        advantage_norm_eps=1e-7, advantage_norm_eps_placement="clamp",
+        clip_interval="reciprocal"),
+    "purejaxrl": dict(
+        _COMMON_DEFAULTS, truncation="terminate", value_loss_mode="max", value_loss_scale=0.5,
+        clip_range_vf=_SAME_AS_CLIP_RANGE, advantage_norm_scope="minibatch",
+        advantage_norm_ddof=0, advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
+        lr_schedule="linear", schedule_progress="before_rollout"),
 }
 
 
@@ -426,23 +570,23 @@ def _coerce(name: str, value, hint):
     if kind == "bool":
         if type(value).__name__ in ("bool", "bool_"):
             return bool(value)
-        raise ValueError(f"{name} must be a bool, got {_one_line_repr(value)}")
+        raise ValueError(f"{name} must be a bool, got {one_line_repr(value)}")
     if kind == "int":
         if _is_int(value):
             return int(value)
-        raise ValueError(f"{name} must be an integer, got {_one_line_repr(value)}")
+        raise ValueError(f"{name} must be an integer, got {one_line_repr(value)}")
     if kind == "float":
         if isinstance(value, bool) or not (isinstance(value, (int, float)) or (
                 hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0
                 and value.dtype.kind in "iuf")):
-            raise ValueError(f"{name} must be a real number, got {_one_line_repr(value)}")
+            raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}")
         value = float(value)
         if not math.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value}")
         return value
     if kind == "str":
         if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {_one_line_repr(value)}")
+            raise ValueError(f"{name} must be a string, got {one_line_repr(value)}")
         return value
     if kind == "int_tuple":
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):

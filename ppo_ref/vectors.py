@@ -46,7 +46,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -172,11 +172,18 @@ def _kernel_options(settings):
             "bootstrap_terminal_last_row": settings["bootstrap_terminal_last_row"]}
 
 
+def _per_step(value):
+    """A setting that may be a scalar or a per-step list (``gamma``, ``gae_lambda``,
+    ``lambda_``): lists become float64 arrays."""
+    return np.asarray(value, dtype=np.float64) if isinstance(value, (list, tuple)) else value
+
+
 def _gae(inputs, settings, backend):
     from ppo_ref.kernels import gae
     adv, ret = gae(inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
-                   inputs["last_values"], inputs.get("final_values"), gamma=settings["gamma"],
-                   gae_lambda=settings["gae_lambda"], backend=backend,
+                   inputs["last_values"], inputs.get("final_values"),
+                   gamma=_per_step(settings["gamma"]),
+                   gae_lambda=_per_step(settings["gae_lambda"]), backend=backend,
                    **_kernel_options(settings))
     return {"advantages": adv, "returns": ret}
 
@@ -185,9 +192,10 @@ def _vtrace(inputs, settings, backend):
     from ppo_ref.kernels import vtrace
     out = vtrace(inputs["behaviour_log_probs"], inputs["target_log_probs"], inputs["rewards"],
                  inputs["values"], inputs["terminated"], inputs["truncated"],
-                 inputs["last_values"], inputs.get("final_values"), gamma=settings["gamma"],
+                 inputs["last_values"], inputs.get("final_values"),
+                 gamma=_per_step(settings["gamma"]),
                  rho_bar=settings["rho_bar"], c_bar=settings["c_bar"],
-                 pg_rho_bar=settings["pg_rho_bar"], lambda_=settings["lambda_"],
+                 pg_rho_bar=settings["pg_rho_bar"], lambda_=_per_step(settings["lambda_"]),
                  backend=backend, **_kernel_options(settings))
     return {"vs": out.vs, "pg_advantages": out.pg_advantages}
 
@@ -208,7 +216,12 @@ def _categorical(inputs, settings, backend):
 def _policy_loss(inputs, settings, backend):
     from ppo_ref.losses import policy_loss
     loss, grad, info = policy_loss(inputs["new_log_probs"], inputs["old_log_probs"],
-                                   inputs["advantages"], settings["clip_range"])
+                                   inputs["advantages"], settings["clip_range"],
+                                   clip_range_low=settings.get("clip_range_low"),
+                                   clip_range_high=settings.get("clip_range_high"),
+                                   clip_interval=settings.get("clip_interval", "symmetric"),
+                                   dual_clip=settings.get("dual_clip"),
+                                   weights=inputs.get("weights"))
     return {"loss": loss, "d_new_log_probs": grad, "clip_fraction": info["clip_fraction"],
             "approx_kl": info["approx_kl"]}
 
@@ -216,8 +229,11 @@ def _policy_loss(inputs, settings, backend):
 def _value_loss(inputs, settings, backend):
     from ppo_ref.losses import value_loss
     loss, grad = value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
-                            settings["clip_range_vf"], mode=settings["mode"])
-    return {"loss": loss, "d_values": grad}
+                            settings["clip_range_vf"], mode=settings["mode"],
+                            huber_delta=settings.get("huber_delta", 1.0),
+                            weights=inputs.get("weights"))
+    scale = float(settings.get("scale", 1.0))
+    return {"loss": scale * loss, "d_values": scale * grad}
 
 
 def _entropy_loss(inputs, settings, backend):
@@ -228,7 +244,9 @@ def _entropy_loss(inputs, settings, backend):
 
 def _normalize_advantages(inputs, settings, backend):
     from ppo_ref.losses import normalize_advantages
-    return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"])}
+    return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"],
+                                               eps=settings.get("eps", 1e-8),
+                                               placement=settings.get("placement", "add"))}
 
 
 def _approx_kl(inputs, settings, backend):
@@ -271,15 +289,15 @@ def _lstm(inputs, settings, backend):
 
 def _ppo_minibatch_update(inputs, settings, backend):
     """One PPO minibatch step (one epoch of one minibatch) through the update of ``backend``:
-    the readable policy and update (:class:`ppo_ref.policies.SpecMLPPolicy`,
+    the readable policy and update (:class:`ppo_ref.train.policies.SpecMLPPolicy`,
     :func:`ppo_ref.spec.update.run_epochs`) or the compiled ones
-    (:class:`ppo_ref.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
+    (:class:`ppo_ref.train.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
     from ppo_ref.fast import update as fast_update
     from ppo_ref.optim import adam_init
-    from ppo_ref.policies import make_mlp_policy
+    from ppo_ref.train.policies import make_mlp_policy
     from ppo_ref.spec import update as spec_update
     from ppo_ref.spec.update import Minibatch
 
@@ -349,7 +367,7 @@ _FUNCTIONS = {
     "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
     "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
     "ppo_minibatch_update": "ppo_ref.spec.update.run_epochs (1 epoch, 1 minibatch) with "
-                            "ppo_ref.policies.MLPPolicy",
+                            "ppo_ref.train.policies.MLPPolicy",
 }
 
 
@@ -509,6 +527,108 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
     return cases
 
 
+def _edge_cases(rng: np.random.Generator) -> List[dict]:
+    """The cases that catch logic bugs: both flags on one step, gamma = 0, lambda = 0, a long
+    rollout, per-step discounts, ratios exactly on the clip bounds, and the library options
+    (reciprocal and asymmetric intervals, dual clip, Huber value loss, valid masks, the eps
+    placement). ``final_values`` holds non-zero junk wherever the reference does not read it
+    (steps that terminated, with or without a truncation), so code that reads it there fails."""
+    cases = []
+    ref = _CONVENTIONS["reference"]
+    # the minimal both-flags input (skrl, Sample Factory, torchrl auto_reset_env bootstrap it:
+    # skrl gives advantages [1, 0], the reference [0, 0]) next to a both-flags step mid-rollout
+    # and on the last row
+    both = {"rewards": np.array([[0.0, 0.5], [0.0, -1.0], [1.0, 0.25]]),
+            "values": np.array([[1.0, 0.5], [0.0, 2.0], [0.75, -0.5]]),
+            "terminated": np.array([[True, False], [False, True], [False, True]]),
+            "truncated": np.array([[True, False], [False, True], [True, True]]),
+            "last_values": np.array([3.0, -2.0]),
+            "final_values": np.array([[2.0, 9.0], [7.0, 4.0], [1.5, 6.0]])}
+    for preset in ("reference", "cleanrl", "thrust"):
+        cases.append(_case(f"gae_both_flags_{preset}", "gae", preset,
+                           "steps terminated and truncated at once (termination wins: no "
+                           "bootstrap); final_values junk where not read", both,
+                           {"gamma": 0.5, "gae_lambda": 0.9, **_CONVENTIONS[preset]}))
+    roll = _rollout(rng, 6, 3)
+    roll["terminated"][1, 1] = roll["truncated"][1, 1] = True    # both flags mid-rollout
+    roll["final_values"] = np.where(roll["final_values"] == 0.0,
+                                    rng.normal(size=(6, 3)).round(6) + 3.0, roll["final_values"])
+    for name, gamma, lam in (("gamma0", 0.0, 0.95), ("lambda0", 0.99, 0.0),
+                             ("gamma1_lambda1", 1.0, 1.0)):
+        cases.append(_case(f"gae_{name}", "gae", "reference",
+                           f"gamma={gamma}, gae_lambda={lam} (one-step TD or Monte Carlo "
+                           "edges); final_values junk where not read", roll,
+                           {"gamma": gamma, "gae_lambda": lam, **ref}))
+    cases.append(_case("gae_per_step", "gae", "rlax",
+                       "per-step discounts and lambdas ([T, N] gamma, [T] gae_lambda: rlax "
+                       "discount_t / lambda_)", roll,
+                       {"gamma": rng.choice([0.0, 0.5, 0.9, 1.0], (6, 3)),
+                        "gae_lambda": rng.choice([0.0, 0.8, 1.0], 6), **ref}))
+    long = _rollout(rng, 2000, 2)
+    long["terminated"] &= rng.random((2000, 2)) < 0.05          # long episodes
+    long["truncated"] &= rng.random((2000, 2)) < 0.05
+    cases.append(_case("gae_long", "gae", "reference",
+                       "T = 2000: a long accumulation (gamma 0.999, lambda 0.99)", long,
+                       {"gamma": 0.999, "gae_lambda": 0.99, **ref},
+                       tolerance={"atol": 1e-9, "rtol": 1e-9}))
+    vt = dict(roll)
+    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
+    vt["target_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
+    for name, gamma, lam in (("both_flags", 0.9, 0.9), ("gamma0", 0.0, 1.0),
+                             ("lambda0", 0.95, 0.0)):
+        cases.append(_case(f"vtrace_{name}", "vtrace", "reference",
+                           "V-trace edges (both flags on a step, gamma 0, lambda 0)", vt,
+                           {"gamma": gamma, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.2,
+                            "lambda_": lam, **ref}))
+    cases.append(_case("vtrace_per_step", "vtrace", "rlax",
+                       "per-step discounts and lambdas, c_bar = 1 (rlax has no c_bar)", vt,
+                       {"gamma": rng.choice([0.0, 0.9, 1.0], 6).tolist(), "rho_bar": 1.0,
+                        "c_bar": 1.0, "pg_rho_bar": 1.0,
+                        "lambda_": rng.choice([0.5, 1.0], (6, 3)).tolist(), **ref}))
+    # ratios exactly on 1 +- eps (exp(new - old) == 1 +- eps in float64), both signs of A
+    old = np.array([-1.0, -0.5, -2.0, -1.0, -0.75, -1.25])
+    d = np.log(np.array([1.25, 0.75, 1.25, 0.75, 1.0, 2.0]))
+    new = old + d
+    ratio = np.exp(new - old)
+    eps = 0.25
+    assert np.sum((ratio == 1.0 + eps) | (ratio == 1.0 - eps)) >= 2
+    adv = np.array([1.0, -1.0, -0.5, 0.5, 2.0, -1.5])
+    kink = {"new_log_probs": new, "old_log_probs": old, "advantages": adv}
+    cases.append(_case("policy_loss_kinks", "policy_loss", "reference",
+                       "ratios exactly at 1 +- clip_range (the clamp passes the gradient at its "
+                       "bounds) and one at 2", kink, {"clip_range": eps}))
+    for name, extra, preset in (
+            ("reciprocal", {"clip_interval": "reciprocal"}, "sample_factory"),
+            ("asymmetric", {"clip_range_low": 0.1, "clip_range_high": 0.3}, "torchrl"),
+            ("dual_clip", {"dual_clip": 1.5}, "tianshou")):
+        cases.append(_case(f"policy_loss_{name}", "policy_loss", preset,
+                           f"clipped surrogate with {extra}", kink, {"clip_range": eps, **extra}))
+    mask = {**kink, "weights": np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0])}
+    cases.append(_case("policy_loss_valid_mask", "policy_loss", "sample_factory",
+                       "a 0/1 valid mask: means over the valid rows only", mask,
+                       {"clip_range": eps}))
+    values = rng.normal(size=8).round(6) * 2
+    vinputs = {"values": values, "old_values": (values + rng.normal(scale=0.6, size=8)).round(6),
+               "returns": rng.normal(size=8).round(6) * 2}
+    for name, clip in (("huber", None), ("huber_clipped", 0.3)):
+        cases.append(_case(f"value_loss_{name}", "value_loss", "torchrl",
+                           "Huber value loss, delta 1 (torchrl smooth_l1), max form when clipped",
+                           vinputs, {"clip_range_vf": clip, "mode": "huber", "huber_delta": 1.0}))
+    cases.append(_case("value_loss_valid_mask", "value_loss", "sample_factory",
+                       "clipped max form over the valid rows only",
+                       {**vinputs, "weights": np.array([1.0, 1, 0, 1, 0, 0, 1, 1])},
+                       {"clip_range_vf": 1.0, "mode": "max"}))
+    spread = {"advantages": np.array([0.0, 1e-7, -1e-7, 2e-7, 0.0, -3e-7])}
+    for name, ddof, eps_n, placement, preset in (
+            ("clamp_1e-6", 1, 1e-6, "clamp", "torchrl"), ("clamp_1e-7", 1, 1e-7, "clamp",
+                                                          "sample_factory"),
+            ("add_1e-8", 1, 1e-8, "add", "reference")):
+        cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", preset,
+                           "a spread of 1e-7: where the eps and its placement show", spread,
+                           {"ddof": ddof, "eps": eps_n, "placement": placement}))
+    return cases
+
+
 def _ppo_cases(rng) -> List[dict]:
     """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
     from ppo_ref.config import PPOConfig
@@ -537,11 +657,125 @@ def _ppo_cases(rng) -> List[dict]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Conventions of a case: presets, overrides, and the other conventions a FAIL would pass under
+# ----------------------------------------------------------------------------------------------
+
+#: For each kind whose result depends on convention options: ``{option name: settings key}``
+#: (the option names of ``ppo_ref.conventions.OPTIONS``).
+_OPTION_KEYS: Dict[str, Dict[str, str]] = {
+    "gae": {"truncation": "truncation",
+            "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
+    "vtrace": {"truncation": "truncation",
+               "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
+    "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale"},
+    "normalize_advantages": {"advantage_norm_ddof": "ddof", "advantage_norm_eps": "eps",
+                             "advantage_norm_eps_placement": "placement"},
+    "approx_kl": {"kl_estimator": "estimator"},
+    "policy_loss": {"clip_interval": "clip_interval", "dual_clip": "dual_clip"},
+}
+
+
+def apply_preset(case: dict, preset: str) -> dict:
+    """``case`` with the settings of ``preset``'s conventions (a new dict; inputs shared).
+
+    The kernels take ``truncation`` and ``bootstrap_terminal_last_row``; the value loss
+    ``value_loss_mode`` (when clipping is on), ``value_loss_scale`` and ``huber_delta``;
+    the normalization ``advantage_norm_ddof``, ``_eps`` and ``_eps_placement``; the KL its
+    estimator; the policy loss ``clip_interval`` and ``dual_clip``; the minibatch update the
+    whole preset config with the case's hyperparameters. Other kinds are unchanged.
+    """
+    from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
+    config = PPOConfig.preset(preset)
+    settings = dict(case["settings"])
+    kind = case["kind"]
+    if kind == "ppo_minibatch_update":
+        base = PPOConfig.from_dict(settings["config"])
+        keep = {k: v for k, v in base.to_dict().items() if k not in CONVENTION_FIELDS}
+        settings["config"] = PPOConfig.preset(preset, **{**keep, "net_arch": tuple(
+            keep["net_arch"])}).to_dict()
+    else:
+        for option, key in _OPTION_KEYS.get(kind, {}).items():
+            if kind == "value_loss" and option == "value_loss_mode" and (
+                    settings.get("clip_range_vf") is None and config.value_loss_mode != "huber"):
+                continue  # without clipping "max" and "sb3" are one loss
+            settings[key] = getattr(config, option)
+        if kind == "value_loss":
+            settings["huber_delta"] = config.huber_delta
+    return {**case, "preset": preset, "settings": settings}
+
+
+def _override_settings(settings: dict, overrides: Mapping[str, Any]) -> dict:
+    """``settings`` with every key of ``overrides`` it has replaced."""
+    return {k: overrides.get(k, v) for k, v in settings.items()}
+
+
+def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
+                            rtol: float) -> List[str]:
+    """The conventions under which ppo_ref's outputs for ``case`` equal ``got`` (flattened
+    outputs, decoded) within the tolerance: each a description like ``"cleanrl/rlax
+    (truncation='terminate', ...)"``. Tries every combination of the options of
+    ``ppo_ref.conventions.OPTIONS`` that the case's kind reads (:data:`_OPTION_KEYS`); an
+    empty list when none passes or the kind has no options."""
+    from ppo_ref.conventions import QUANTITIES, describe, options_for
+    import itertools
+    keys = _OPTION_KEYS.get(case["kind"])
+    if not keys:
+        return []
+    quantity = case["kind"] if case["kind"] in QUANTITIES else "policy_loss"
+    table = [o for o in options_for(quantity) if o.name in keys]
+    if case["kind"] == "approx_kl":
+        from ppo_ref.conventions import OPTIONS
+        table = [o for o in OPTIONS if o.name == "kl_estimator"]
+    out = []
+    for values in itertools.product(*(o.values for o in table)):
+        combo = dict(zip((o.name for o in table), values))
+        settings = dict(case["settings"])
+        for name, value in combo.items():
+            settings[keys[name]] = value
+        if settings == dict(case["settings"]):
+            continue
+        try:
+            expected = _flatten(encode_decode(compute_outputs({**case, "settings": settings})))
+        except ValueError:
+            continue
+        if set(expected) <= set(got) and all(
+                _compare(got[k], v, atol, rtol)[1] for k, v in expected.items()):
+            text = ", ".join(f"{k}={v!r}" for k, v in combo.items())
+            presets = [p for p in _presets_with(case["kind"], combo)]
+            out.append(f"{'/'.join(presets)} ({text})" if presets else f"({text})")
+    return out
+
+
+def _presets_with(kind: str, combo: Mapping[str, Any]) -> List[str]:
+    from ppo_ref.config import PRESETS
+    return [name for name, fields in PRESETS.items()
+            if all(fields.get(k) == v for k, v in combo.items())]
+
+
+def encode_decode(outputs):
+    """Outputs as a results file carries them (encoded to JSON values and decoded back)."""
+    return decode(encode(outputs))
+
+
+#: Tolerance profiles of ``check``: ``float64`` keeps each case's tolerance; ``float32`` is
+#: for an implementation that computes in float32 (or rounds one step to float32): every
+#: case's tolerance is raised to at least this.
+TOLERANCE_PROFILES = {"float64": None, "float32": {"atol": 1e-4, "rtol": 1e-4}}
+
+
+# ----------------------------------------------------------------------------------------------
 # Writing, loading, checking
 # ----------------------------------------------------------------------------------------------
 
-def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast") -> List[str]:
+def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
+                  preset: Optional[str] = None,
+                  settings: Optional[Mapping[str, Any]] = None) -> List[str]:
     """Write every case to ``out_dir/<name>.json`` and ``out_dir/index.json``.
+
+    ``preset`` (a :meth:`ppo_ref.PPOConfig.preset` name) recomputes every convention-dependent
+    case under that implementation's conventions (:func:`apply_preset`); ``settings``
+    (``{key: value}``) replaces that setting in every case that has it (e.g. ``{"gamma":
+    0.9}``).
 
     Inputs are generated from ``np.random.default_rng(seed)`` (rounded to 6 decimals so they
     read well); expected outputs are computed by ppo_ref's ``backend`` tier from the *decoded*
@@ -552,7 +786,12 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast") -> L
         the case names, in order.
     """
     os.makedirs(out_dir, exist_ok=True)
-    cases = _build_cases(np.random.default_rng(seed))
+    cases = (_build_cases(np.random.default_rng(seed))
+             + _edge_cases(np.random.default_rng([seed, 1])))
+    if preset is not None:
+        cases = [apply_preset(case, preset) for case in cases]
+    for case in cases:
+        case["settings"] = _override_settings(case["settings"], settings or {})
     names = []
     index = []
     for case in cases:
@@ -749,7 +988,10 @@ def _compare(got, expected, atol: float, rtol: float):
 
 
 def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] = None,
-                  rtol: Optional[float] = None, allow_missing: bool = False) -> List[dict]:
+                  rtol: Optional[float] = None, allow_missing: bool = False,
+                  profile: str = "float64",
+                  tolerances: Optional[Mapping[str, Mapping[str, float]]] = None,
+                  skip_outputs: Sequence[str] = (), explain: bool = True) -> List[dict]:
     """Compare another implementation's outputs with the vectors.
 
     Args:
@@ -757,6 +999,16 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         results_file: JSON in the results format (module docstring).
         atol, rtol: override every case's tolerance (e.g. for a float32 implementation).
         allow_missing: a case absent from the results is ``SKIP`` instead of ``MISSING``.
+        profile: ``"float64"`` (each case's own tolerance) or ``"float32"`` (every tolerance
+            raised to at least :data:`TOLERANCE_PROFILES` ``["float32"]``).
+        tolerances: per-case and per-output overrides, ``{"<case>": {"atol": .., "rtol": ..},
+            "<case>/<output>": {...}, "*/<output>": {...}}`` (the most specific wins; over
+            ``atol``/``rtol`` and the profile).
+        skip_outputs: output names (``"clip_fraction"``, or ``"<case>/<output>"``) an
+            implementation does not produce: not compared (the row's detail lists them). A
+            results case may also list its own in ``"skip": [...]``.
+        explain: for a FAIL of a kind with convention options, try the other conventions
+            (:func:`alternative_conventions`) and name those that would pass in ``detail``.
 
     Returns:
         one dict per case, in index order: ``case``, ``kind``, ``preset``, ``status``
@@ -765,8 +1017,19 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         expect, and strings where numbers belong, make it ``FAIL``), ``max_err`` (largest
         absolute error over the
         case's outputs; ``inf`` for a shape or special-value mismatch, ``nan`` if missing),
-        ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``.
+        ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``, ``alternatives``
+        (list of conventions that would pass, for a FAIL).
     """
+    if profile not in TOLERANCE_PROFILES:
+        raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
+    tolerances = dict(tolerances or {})
+    for key, tol in tolerances.items():
+        if not (isinstance(tol, Mapping) and set(tol) <= {"atol", "rtol"} and all(
+                isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                for v in tol.values())):
+            raise ValueError(f"tolerances[{key!r}] must be {{'atol': number >= 0, 'rtol': "
+                             f"number >= 0}}, got {tol!r}")
+    floor = TOLERANCE_PROFILES[profile]
     for name, tol in (("atol", atol), ("rtol", rtol)):
         if tol is not None and not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {tol!r}")
@@ -786,15 +1049,33 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         tol = case.get("tolerance", DEFAULT_TOLERANCE)
         a = tol["atol"] if atol is None else atol
         r = tol["rtol"] if rtol is None else rtol
+        if floor is not None:
+            a, r = max(a, floor["atol"]), max(r, floor["rtol"])
+        a = tolerances.get(case["name"], {}).get("atol", a)
+        r = tolerances.get(case["name"], {}).get("rtol", r)
+
+        def output_tolerance(key, a=a, r=r, name=case["name"]):
+            out_tol = {**tolerances.get(f"*/{key}", {}), **tolerances.get(f"{name}/{key}", {})}
+            return out_tol.get("atol", a), out_tol.get("rtol", r)
         row = {"case": case["name"], "kind": case["kind"], "preset": case["preset"],
-               "atol": a, "rtol": r, "max_err": math.nan, "worst": "", "detail": ""}
+               "atol": a, "rtol": r, "max_err": math.nan, "worst": "", "detail": "",
+               "alternatives": []}
         if case["name"] not in got_cases:
             row["status"] = "SKIP" if allow_missing else "MISSING"
             rows.append(row)
             continue
         raw_outputs = got_cases[case["name"]].get("outputs", {})
-        extra_keys = sorted(set(got_cases[case["name"]]) - {"outputs"})
+        extra_keys = sorted(set(got_cases[case["name"]]) - {"outputs", "skip"})
+        own_skip = got_cases[case["name"]].get("skip", [])
+        if not (isinstance(own_skip, list) and all(isinstance(x, str) for x in own_skip)):
+            own_skip = []
+            extra_keys.append("skip (must be a list of output names)")
         expected = _flatten(case["expected"])
+        skipped = sorted(k for k in expected
+                         if k in own_skip or k in skip_outputs
+                         or f"{case['name']}/{k}" in skip_outputs)
+        known_outputs = set(expected)
+        expected = {k: v for k, v in expected.items() if k not in skipped}
         try:
             got = _flatten(decode(raw_outputs))
         except (ValueError, TypeError, OverflowError) as exc:
@@ -803,7 +1084,7 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
             rows.append(row)
             continue
         worst, worst_key, ok, details = 0.0, "", True, []
-        unexpected = sorted(set(got) - set(expected))
+        unexpected = sorted(set(got) - known_outputs)
         if unexpected or extra_keys:
             ok = False
             details.append("unexpected " + ", ".join(
@@ -815,12 +1096,24 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
                 details.append(f"missing output {key}")
                 worst, worst_key = math.inf, key
                 continue
-            err, good, detail = _compare(got[key], exp, a, r)
+            err, good, detail = _compare(got[key], exp, *output_tolerance(key))
             if not good:
                 ok = False
                 details.append(f"{key}: {detail}" if detail else f"{key} out of tolerance")
             if err > worst or not worst_key:
                 worst, worst_key = err, key
+        if skipped:
+            details.append("skipped outputs: " + ", ".join(skipped))
+        if not ok and explain and not unexpected and not extra_keys:
+            try:
+                row["alternatives"] = alternative_conventions(
+                    case, {k: v for k, v in got.items() if k not in skipped}, a, r)
+            except Exception:  # a results file that breaks the explanation still gets its row
+                row["alternatives"] = []
+            if row["alternatives"]:
+                details.append("would pass under " + " | ".join(row["alternatives"]))
+            else:
+                details.append("no other known convention passes")
         row.update(status="PASS" if ok else "FAIL", max_err=worst, worst=worst_key,
                    detail="; ".join(details))
         rows.append(row)
@@ -868,7 +1161,19 @@ def cli_vectors(args) -> int:
     if args.seed < 0:
         return _cli_error("vectors", f"--seed must be >= 0, got {args.seed}")
     try:
-        names = write_vectors(args.out, seed=args.seed, backend=args.backend)
+        settings = {}
+        for item in getattr(args, "set", None) or []:
+            key, sep, text = item.partition("=")
+            if not sep:
+                return _cli_error("vectors", f"--set expects key=value, got {item!r}")
+            try:
+                settings[key.strip()] = json.loads(text)
+            except json.JSONDecodeError:
+                settings[key.strip()] = text
+        names = write_vectors(args.out, seed=args.seed, backend=args.backend,
+                              preset=getattr(args, "preset", None), settings=settings)
+    except ValueError as exc:
+        return _cli_error("vectors", str(exc))
     except OSError as exc:
         return _cli_error("vectors", f"cannot write {args.out}: {exc.strerror or exc}")
     print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
@@ -884,8 +1189,12 @@ def cli_check(args) -> int:
         return _cli_error("check", f"vectors directory {args.vectors_dir} does not exist (write "
                                    "one with `ppo-ref vectors --out DIR`)")
     try:
+        tolerances = (read_json_file(args.tolerances, "tolerances file")
+                      if getattr(args, "tolerances", None) else None)
         rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
-                             allow_missing=args.allow_missing)
+                             allow_missing=args.allow_missing,
+                             profile=getattr(args, "profile", "float64"), tolerances=tolerances,
+                             skip_outputs=getattr(args, "skip_output", None) or ())
     except OSError as exc:
         return _cli_error("check", f"cannot read {exc.filename or args.results}: {exc.strerror or exc}")
     except ValueError as exc:
@@ -903,6 +1212,13 @@ def configure_vectors(p) -> None:
     p.add_argument("--backend", default="fast", choices=BACKENDS,
                    help="the tier that computes the expected outputs: fast (compiled, default) "
                         "or spec (the readable tier); they agree within the vectors' tolerance")
+    p.add_argument("--preset", default=None,
+                   help="compute every convention-dependent case under this PPOConfig preset's "
+                        "conventions (reference, sb3, cleanrl, thrust, tianshou, torchrl, rlax, "
+                        "skrl, sample_factory, purejaxrl)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="replace a setting in every case that has it (value as JSON, e.g. "
+                        "gamma=0.9, dual_clip=2.0); repeatable")
 
 
 def configure_check(p) -> None:
@@ -916,6 +1232,15 @@ def configure_check(p) -> None:
     p.add_argument("--rtol", type=float, default=None, help="override every case's rtol")
     p.add_argument("--allow-missing", action="store_true",
                    help="report cases absent from the results as SKIP instead of failing")
+    p.add_argument("--profile", default="float64", choices=tuple(TOLERANCE_PROFILES),
+                   help="float32: raise every tolerance to atol=rtol=1e-4 (an implementation "
+                        "computing in float32)")
+    p.add_argument("--tolerances", default=None, metavar="FILE",
+                   help="JSON of per-case / per-output tolerance overrides: {\"case\": "
+                        "{\"atol\": ..}, \"case/output\": {..}, \"*/output\": {..}}")
+    p.add_argument("--skip-output", action="append", metavar="NAME",
+                   help="an output the implementation does not produce (e.g. clip_fraction, "
+                        "or case/output); repeatable")
 
 
 def add_cli_commands(subparsers) -> None:

@@ -13,9 +13,10 @@ import pytest
 
 from ppo_ref.actor_learner import (
     ActorDiedError, ActorGroup, AsyncActorLearnerConfig, Experience, ExperienceBatch,
-    ExperienceError, PolicyBroadcast, Shutdown, StarvationError, _ActorFifo,
-    _check_experience_batch, learner_loop, make_learner, start_actors,
+    ExperienceError, PolicyBroadcast, Shutdown, StarvationError, learner_loop, make_learner,
+    start_actors,
 )
+from ppo_ref.distributed.learner import _ActorFifo, _check_experience_batch
 from ppo_ref.config import PPOConfig
 from ppo_ref.kernels import gae
 

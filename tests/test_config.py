@@ -23,9 +23,21 @@ EXTRA_DEFAULTS = dict(
     value_loss_scale=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
     kl_estimator="k3", kl_stop_rule="sb3",
     clip_observations=None, clip_rewards=None,
+    huber_delta=1.0, advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
+    clip_interval="symmetric", clip_range_low=None, clip_range_high=None, dual_clip=None,
     compute_dtype="float64",  # PERF: float32 network passes as an option; float64 the default
     backend="fast",  # the compiled tier by default; "spec" runs the readable tier
 )
+
+# the fields the library options added, at the values every original preset has
+PLAIN = dict(advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
+             clip_interval="symmetric", clip_range_low=None, clip_range_high=None,
+             huber_delta=1.0, dual_clip=None)
+# what a library without the setting gets: no KL stop, no schedule, gain 1, no obs clipping
+ABSENT = dict(bootstrap_terminal_last_row=False, kl_estimator="k3", kl_stop_rule="sb3",
+              lr_schedule="constant", clip_range_schedule="constant",
+              schedule_progress="after_rollout", value_head_gain=1.0, clip_observations=None,
+              clip_rewards=None, **PLAIN)
 
 # docs/specification.md §8 (the presets), column by column, as convention-field values.
 PRESET_TABLE = {
@@ -36,14 +48,14 @@ PRESET_TABLE = {
                       advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                       kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
                       schedule_progress="after_rollout", value_head_gain=1.0,
-                      clip_observations=None, clip_rewards=None),
+                      clip_observations=None, clip_rewards=None, **PLAIN),
     # SB3: same truncation; MSE of clipped prediction; same norm; same KL; progress after rollout
     "sb3": dict(truncation="bootstrap", bootstrap_terminal_last_row=False,
                 value_loss_mode="sb3", value_loss_scale=1.0, clip_range_vf=None,
                 advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                 kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
                 schedule_progress="after_rollout", value_head_gain=1.0,
-                      clip_observations=None, clip_rewards=None),
+                      clip_observations=None, clip_rewards=None, **PLAIN),
     # CleanRL: truncation terminal; 0.5 * max form, clip on with clip_range; per minibatch ddof 1;
     # k3 after each epoch 1x; annealed before rollout; gain 1.0
     "cleanrl": dict(truncation="terminate", bootstrap_terminal_last_row=False,
@@ -51,7 +63,7 @@ PRESET_TABLE = {
                     advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                     kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
                     schedule_progress="before_rollout", value_head_gain=1.0,
-                      clip_observations=None, clip_rewards=None),
+                      clip_observations=None, clip_rewards=None, **PLAIN),
     # thrust-rl 0.4: truncation ignored; last-row terminal bootstraps; max form, no 0.5, clip 0.2;
     # ff whole batch ddof 0; k1 after step, current epoch; no schedule; gain 0.01
     "thrust": dict(truncation="ignore", bootstrap_terminal_last_row=True,
@@ -59,13 +71,48 @@ PRESET_TABLE = {
                    advantage_norm_scope="batch", advantage_norm_ddof=0, kl_estimator="k1",
                    kl_stop_rule="thrust", lr_schedule="constant", clip_range_schedule="constant",
                    schedule_progress="after_rollout", value_head_gain=0.01,
-                      clip_observations=None, clip_rewards=None),
+                      clip_observations=None, clip_rewards=None, **PLAIN),
+    # tianshou 2.0.1: GAE on V(obs_next) masked by terminated, cut at done; plain MSE, max
+    # form when value_clip; per-minibatch torch std + 1e-8
+    "tianshou": {**ABSENT, **dict(truncation="bootstrap", value_loss_mode="max",
+                                  value_loss_scale=1.0, clip_range_vf=None,
+                                  advantage_norm_scope="minibatch", advantage_norm_ddof=1)},
+    # torchrl 0.14.1 ClipPPOLoss: smooth_l1 critic, k1 kl_approx, std.clamp_min(1e-6)
+    "torchrl": {**ABSENT, **dict(truncation="bootstrap", value_loss_mode="huber",
+                                 value_loss_scale=1.0, clip_range_vf=None,
+                                 advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+                                 advantage_norm_eps=1e-6, advantage_norm_eps_placement="clamp",
+                                 kl_estimator="k1")},
+    # rlax 0.1.9: discount_t = 0 ends an episode; l2_loss has the 0.5
+    "rlax": {**ABSENT, **dict(truncation="terminate", value_loss_mode="max",
+                              value_loss_scale=0.5, clip_range_vf=None,
+                              advantage_norm_scope="minibatch", advantage_norm_ddof=1)},
+    # skrl 2.1.1: terminated only; clipped prediction MSE, value_clip 0.2; whole-memory
+    # normalization; kl_threshold breaks the epoch before the step
+    "skrl": {**ABSENT, **dict(truncation="ignore", value_loss_mode="sb3", value_loss_scale=1.0,
+                              clip_range_vf=0.2, advantage_norm_scope="batch",
+                              advantage_norm_ddof=1, kl_stop_rule="skrl")},
+    # Sample Factory 2.1.1: dones without value_bootstrap; max form, ppo_clip_value 1.0;
+    # clamp_min(std, 1e-7); ratio in [1/(1+eps), 1+eps]
+    "sample_factory": {**ABSENT, **dict(truncation="terminate", value_loss_mode="max",
+                                        value_loss_scale=1.0, clip_range_vf=1.0,
+                                        advantage_norm_scope="minibatch", advantage_norm_ddof=1,
+                                        advantage_norm_eps=1e-7,
+                                        advantage_norm_eps_placement="clamp",
+                                        clip_interval="reciprocal")},
+    # PureJaxRL: done masks; 0.5 * max form with CLIP_EPS; jnp std (ddof 0); annealed lr
+    "purejaxrl": {**ABSENT, **dict(truncation="terminate", value_loss_mode="max",
+                                   value_loss_scale=0.5, clip_range_vf=0.2,
+                                   advantage_norm_scope="minibatch", advantage_norm_ddof=0,
+                                   lr_schedule="linear", schedule_progress="before_rollout")},
 }
 
 # Without normalization there is nothing to clip: every preset leaves both clips off (above);
 # with it, SB3 (VecNormalize clip_obs=10.0, clip_reward=10.0) and CleanRL
 # (ppo_continuous_action.py: np.clip(..., -10, 10) after its normalize wrappers) clip at 10.
-CLIP_WITH_NORMALIZATION = {"reference": None, "sb3": 10.0, "cleanrl": 10.0, "thrust": None}
+CLIP_WITH_NORMALIZATION = {"reference": None, "sb3": 10.0, "cleanrl": 10.0, "thrust": None,
+                           "tianshou": None, "torchrl": None, "rlax": None, "skrl": None,
+                           "sample_factory": None, "purejaxrl": None}
 
 
 def test_defaults_equal_spec_and_brief():
@@ -110,9 +157,12 @@ def test_frozen():
     ("bootstrap_terminal_last_row", "true"),
     ("net_arch", (64, 0)), ("net_arch", (64, -1)), ("net_arch", "64,64"), ("net_arch", (64.0,)),
     ("activation", "gelu"), ("lr_schedule", "cosine"), ("clip_range_schedule", "exp"),
-    ("schedule_progress", "during"), ("truncation", "drop"), ("value_loss_mode", "huber"),
+    ("schedule_progress", "during"), ("truncation", "drop"), ("value_loss_mode", "l1"),
     ("advantage_norm_scope", "epoch"), ("advantage_norm_ddof", 2), ("kl_estimator", "k2"),
-    ("kl_stop_rule", "spinningup"),
+    ("kl_stop_rule", "spinningup"), ("huber_delta", 0.0), ("advantage_norm_eps", 0.0),
+    ("advantage_norm_eps_placement", "max"), ("clip_interval", "log"),
+    ("clip_range_low", 0.0), ("clip_range_low", 1.0), ("clip_range_high", -0.1),
+    ("dual_clip", 1.0), ("dual_clip", 0.5),
 ])
 def test_every_validation_names_the_field(name, value):
     with pytest.raises(ValueError, match=rf"^{name}"):

@@ -421,23 +421,23 @@ def test_compiled_eval_and_backward_kernels_equal_the_readable_functions(batch, 
     """The fast policies' categorical kernels (ppo_ref.fast.distributions) against
     categorical_log_prob / categorical_entropy and the sum of their backwards, rtol 1e-12, on
     finite logits; the eval kernel refuses a non-finite logit or an action out of range."""
-    from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+    from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
     rng = np.random.default_rng(seed)
     z = 3.0 * rng.standard_normal((batch, n_actions))
     a = rng.integers(0, n_actions, batch)
     d_lp, d_h = rng.standard_normal(batch), rng.standard_normal(batch)
     log_probs, entropy, probs = np.empty(batch), np.empty(batch), np.empty(z.shape)
-    assert _categorical_eval_kernel(z, a, log_probs, entropy, probs)
+    assert categorical_eval_kernel(z, a, log_probs, entropy, probs)
     np.testing.assert_allclose(log_probs, categorical_log_prob(z, a), rtol=1e-12)
     np.testing.assert_allclose(entropy, categorical_entropy(z), rtol=1e-12, atol=1e-15)
     for use_entropy in (True, False):
         d_logits = np.empty(z.shape)
-        _categorical_backward_kernel(probs, a, entropy, d_lp, d_h, use_entropy, d_logits)
+        categorical_backward_kernel(probs, a, entropy, d_lp, d_h, use_entropy, d_logits)
         want = categorical_log_prob_backward(z, a, d_lp)
         if use_entropy:
             want = want + categorical_entropy_backward(z, d_h)
         np.testing.assert_allclose(d_logits, want, rtol=1e-12, atol=1e-15)
     bad = z.copy()
     bad[-1, 0] = np.inf
-    assert not _categorical_eval_kernel(bad, a, log_probs, entropy, probs)
-    assert not _categorical_eval_kernel(z, np.full(batch, n_actions), log_probs, entropy, probs)
+    assert not categorical_eval_kernel(bad, a, log_probs, entropy, probs)
+    assert not categorical_eval_kernel(z, np.full(batch, n_actions), log_probs, entropy, probs)

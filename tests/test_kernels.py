@@ -199,8 +199,13 @@ def test_compiled_loops_equal_spec_loops(traj, gamma, lam, bar, opts):
     s = inputs.dtype.type
     common = (inputs.terminated, inputs.truncated, inputs.last_values, inputs.final_values)
     out = [np.empty_like(inputs.arrays["rewards"]) for _ in range(4)]
-    args = (inputs.arrays["rewards"], inputs.arrays["values"], *common, s(gamma), s(gamma * lam),
-            inputs.truncation_mode, inputs.bootstrap_terminal_last_row)
+    shape = inputs.arrays["rewards"].shape
+    # per-step arrays (a constant one, and one with a different number on every row)
+    gammas = np.full(shape, s(gamma)) * np.linspace(1.0, 0.5, shape[0], dtype=inputs.dtype)[:, None]
+    lams = np.full(shape, s(lam))
+    args = (inputs.arrays["rewards"], inputs.arrays["values"], *common, gammas,
+            (gammas * lams).astype(inputs.dtype), inputs.truncation_mode,
+            inputs.bootstrap_terminal_last_row)
     gae_recursion(*args, out[0], out[1])
     gae_recursion.py_func(*args, out[2], out[3])
     np.testing.assert_array_equal(out[0], out[2])
@@ -210,8 +215,8 @@ def test_compiled_loops_equal_spec_loops(traj, gamma, lam, bar, opts):
     pi = np.ascontiguousarray(np.reshape(traj["target_log_probs"], out[0].shape), inputs.dtype)
     with np.errstate(over="ignore"):
         ratios = np.exp(pi - mu)
-    args = (ratios, inputs.arrays["rewards"], inputs.arrays["values"], *common, s(gamma), s(bar),
-            s(bar), s(bar), s(lam), s(1.0 - lam), inputs.truncation_mode,
+    args = (ratios, inputs.arrays["rewards"], inputs.arrays["values"], *common, gammas, s(bar),
+            s(bar), s(bar), lams, np.full(shape, s(1.0 - lam)), inputs.truncation_mode,
             inputs.bootstrap_terminal_last_row)
     vtrace_recursion(*args, out[0], out[1])
     vtrace_recursion.py_func(*args, out[2], out[3])

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from ppo_ref.actor_learner import (AsyncActorLearnerConfig, Experience, _Learner,
-                                   make_learner)
+from ppo_ref.actor_learner import AsyncActorLearnerConfig, Experience, make_learner
+from ppo_ref.distributed.learner import _Learner
 from ppo_ref.config import PPOConfig, PRESETS
 from ppo_ref.ppo import PPOTrainer
 

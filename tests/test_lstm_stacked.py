@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from ppo_ref.fast.lstm import (_backward_stacked, _forward_stacked, _step_stack, _tanh_f32,
+from ppo_ref.fast.lstm import (backward_stacked, forward_stacked, _step_stack, _tanh_f32,
                               lstm_backward, lstm_forward, lstm_step)
 from ppo_ref.spec.lstm import lstm_init
 
@@ -26,11 +26,11 @@ def problem(rng, T=5, N=6, D=3, H=8, L=2):
 def test_stacked_forward_backward_and_step_equal_the_public_functions_bitwise(rng):
     """Sizes with a 4-row block plus a remainder row and several 8-lane vectors per row."""
     params, st, x, h0, c0, starts, keep = problem(rng, N=5, H=16)
-    h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(st["w_ih"], st["w_hh"], st["b"], x,
+    h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(st["w_ih"], st["w_hh"], st["b"], x,
                                                             h0, c0, keep)
     dh = rng.standard_normal(h_seq.shape)
     g = [np.empty_like(st[k]) for k in ("w_ih", "w_hh", "b")]
-    _backward_stacked(st["w_hh"], x, h_prev, c_prev, gates, tanh_c, keep, dh, *g)
+    backward_stacked(st["w_hh"], x, h_prev, c_prev, gates, tanh_c, keep, dh, *g)
     T = x.shape[0]
     for l, p in enumerate(params):
         ref_h, (h_T, c_T), cache = lstm_forward(p, x, h0[l], c0[l], starts)
@@ -76,8 +76,8 @@ def test_float32_tanh_is_accurate_bounded_and_odd(rng):
 def test_float32_stacked_passes_are_close_to_float64(rng, L):
     params, st, x, h0, c0, starts, keep = problem(rng, T=12, N=8, D=4, H=64, L=L)
     f32 = {k: v.astype(np.float32) for k, v in st.items()}
-    out64 = _forward_stacked(st["w_ih"], st["w_hh"], st["b"], x, h0, c0, keep)
-    out32 = _forward_stacked(f32["w_ih"], f32["w_hh"], f32["b"], x.astype(np.float32),
+    out64 = forward_stacked(st["w_ih"], st["w_hh"], st["b"], x, h0, c0, keep)
+    out32 = forward_stacked(f32["w_ih"], f32["w_hh"], f32["b"], x.astype(np.float32),
                              h0.astype(np.float32), c0.astype(np.float32),
                              keep.astype(np.float32))
     assert all(a.dtype == np.float32 for a in out32)
@@ -85,8 +85,8 @@ def test_float32_stacked_passes_are_close_to_float64(rng, L):
     dh = rng.standard_normal(out64[0].shape)
     g64 = [np.empty_like(st[k]) for k in ("w_ih", "w_hh", "b")]
     g32 = [np.empty_like(f32[k]) for k in ("w_ih", "w_hh", "b")]
-    _backward_stacked(st["w_hh"], x, *out64[1:], keep, dh, *g64)
-    _backward_stacked(f32["w_hh"], x.astype(np.float32), *out32[1:], keep.astype(np.float32),
+    backward_stacked(st["w_hh"], x, *out64[1:], keep, dh, *g64)
+    backward_stacked(f32["w_hh"], x.astype(np.float32), *out32[1:], keep.astype(np.float32),
                       dh.astype(np.float32), *g32)
     for a, b in zip(g32, g64):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(1.0, np.abs(b).max()))

@@ -13,7 +13,7 @@ from gradcheck import check_gradients
 from ppo_ref.nn.init import orthogonal
 import ppo_ref.fast.lstm as lstm_mod
 from ppo_ref.spec import layers as spec_layers
-from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat
+from ppo_ref.fast.mlp import mlp_backward_flat, mlp_forward_flat
 from ppo_ref.nn.mlp import (
     ActivationCache, LinearCache, MLPCache, linear_backward, linear_forward, linear_init,
     mlp_backward, mlp_forward, mlp_init, relu_backward, relu_forward, tanh_backward, tanh_forward,
@@ -346,7 +346,7 @@ FLAT_SIZES = [[5, 3], [13, 19, 2], [7, 37, 21, 1]]   # 1, 2, 3 layers; widths no
 @pytest.mark.parametrize("activation", ["relu", "tanh"])
 @pytest.mark.parametrize("sizes", FLAT_SIZES)
 def test_flat_mlp_kernels_match_the_spec_mlp(rng, dtype, activation, sizes):
-    """``_mlp_forward_flat`` / ``_mlp_backward_flat`` against the readable MLP
+    """``mlp_forward_flat`` / ``mlp_backward_flat`` against the readable MLP
     (:func:`ppo_ref.spec.layers.mlp_forward` / ``mlp_backward``: BLAS products, NumPy's tanh,
     float64) on 37 rows.
 
@@ -359,7 +359,7 @@ def test_flat_mlp_kernels_match_the_spec_mlp(rng, dtype, activation, sizes):
     rows = 37
     x = rng.standard_normal((rows, sizes[0])).astype(dtype)
     acts = np.empty(rows * sum(sizes[1:]), dtype)
-    _mlp_forward_flat(x, flat, table, activation == "relu", acts)
+    mlp_forward_flat(x, flat, table, activation == "relu", acts)
     params = {}
     for i, (w, b) in enumerate(_layers_of(flat, table)):
         params[f"w{i}"], params[f"b{i}"] = w.astype(np.float64), b.astype(np.float64)
@@ -382,7 +382,7 @@ def test_flat_mlp_kernels_match_the_spec_mlp(rng, dtype, activation, sizes):
     grads = np.full(flat.shape, np.nan, dtype)
     dx0 = rng.standard_normal(x.shape).astype(dtype)
     dx = dx0.copy()
-    _mlp_backward_flat(x, acts, flat, table, activation == "relu", dy, grads, dx)
+    mlp_backward_flat(x, acts, flat, table, activation == "relu", dy, grads, dx)
     dx_ref, g_ref = spec_layers.mlp_backward(params, cache, dy.astype(np.float64))
     np.testing.assert_array_equal(dy, dy_copy)
     written = np.zeros(flat.shape, bool)
@@ -417,7 +417,7 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
     relu = activation == "relu"
     x = rng.standard_normal((rows, sizes[0]))
     acts = np.empty(rows * sum(sizes[1:]))
-    _mlp_forward_flat(x, flat, table, relu, acts)
+    mlp_forward_flat(x, flat, table, relu, acts)
     (w0, b0), (w1, b1) = _layers_of(flat, table)
     a0 = np.array([[_fma_chain(b0[j], x[n], w0[j]) for j in range(18)] for n in range(rows)])
     h = np.maximum(a0, 0.0) if relu else np.vectorize(getattr(lstm_mod._tanh, "py_func", lstm_mod._tanh))(a0)
@@ -426,14 +426,14 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
     np.testing.assert_array_equal(acts[rows * 18:].reshape(rows, 3), y)
     sub_rows = [4, 0, 11, 17, 18]
     sub = np.empty(len(sub_rows) * 21)
-    _mlp_forward_flat(np.ascontiguousarray(x[sub_rows]), flat, table, relu, sub)
+    mlp_forward_flat(np.ascontiguousarray(x[sub_rows]), flat, table, relu, sub)
     np.testing.assert_array_equal(sub[len(sub_rows) * 18:].reshape(-1, 3), y[sub_rows])
 
     dy = rng.standard_normal((rows, 3))
     dx = rng.standard_normal(x.shape)
     dx_start = dx.copy()
     grads = np.zeros(flat.shape)
-    _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx)
+    mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx)
     (gw0, gb0), (gw1, gb1) = _layers_of(grads, table)
     np.testing.assert_array_equal(
         gw1, [[_fma_chain(0.0, dy[:, j], h[:, k]) for k in range(18)] for j in range(3)])
@@ -454,5 +454,5 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
              for n in range(rows)])
     # dx=None: the same parameter gradients, no input gradient formed
     grads_none = np.zeros(flat.shape)
-    _mlp_backward_flat(x, acts, flat, table, relu, dy, grads_none, None)
+    mlp_backward_flat(x, acts, flat, table, relu, dy, grads_none, None)
     np.testing.assert_array_equal(grads_none, grads)

@@ -301,10 +301,10 @@ def test_evaluate_rejects_fewer_than_one_episode():
 
 @pytest.mark.parametrize("n_rows,n_epochs", [(256, 20), (37, 3), (1, 2)])
 def test_epoch_permutations_equal_successive_permutations(n_rows, n_epochs):
-    from ppo_ref.fast.update import _epoch_permutations
+    from ppo_ref.fast.update import epoch_permutations
     r1, r2 = np.random.default_rng(11), np.random.default_rng(11)
     want = np.stack([r1.permutation(n_rows) for _ in range(n_epochs)])
-    got = _epoch_permutations(r2, n_rows, n_epochs)
+    got = epoch_permutations(r2, n_rows, n_epochs)
     assert np.array_equal(got, want) and got.dtype == want.dtype and got.flags.c_contiguous
     assert r1.bit_generator.state == r2.bit_generator.state
 
@@ -369,12 +369,12 @@ def test_a_rollout_too_large_to_gather_for_all_epochs_is_gathered_per_epoch(monk
     calls = []
 
     def spy(module):
-        real = module._epoch_permutations
+        real = module.epoch_permutations
 
         def counted(*args):
             calls.append(module.__name__)
             return real(*args)
-        monkeypatch.setattr(module, "_epoch_permutations", counted)
+        monkeypatch.setattr(module, "epoch_permutations", counted)
     spy(ppo)
     spy(recurrent_ppo)
 

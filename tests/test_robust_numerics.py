@@ -268,7 +268,7 @@ def test_categorical_kernels_refuse_logits_whose_shift_overflows(tier):
     z = np.array([[0.0, 1.0], [BIG, -BIG]])
     actions = np.zeros(2, dtype=np.int64)
     if tier == "fast":
-        assert not fast._categorical_eval_kernel(z, actions, np.empty(2), np.empty(2),
+        assert not fast.categorical_eval_kernel(z, actions, np.empty(2), np.empty(2),
                                                  np.empty(z.shape))
         _refuses(lambda: fast.categorical_sample(np.random.default_rng(0), z), "logits")
     with np.errstate(over="ignore"):  # the interpreted loop's scalar subtraction warns

@@ -160,11 +160,11 @@ def test_fast_run_epochs_refuses_plain_dicts_and_leaves_inputs_alone():
 
 @pytest.mark.parametrize("n_rows, batch_size, n_epochs", [(96, 24, 4), (37, 10, 3), (5, 5, 2)])
 def test_row_minibatches_draw_as_the_trainers_do(n_rows, batch_size, n_epochs):
-    """One rng.permutation per epoch: the chunks of update._epoch_permutations (the trainers'
+    """One rng.permutation per epoch: the chunks of update.epoch_permutations (the trainers'
     all-epochs path) and the same generator state afterwards."""
     r1, r2 = np.random.default_rng(3), np.random.default_rng(3)
     chunks = [spec.row_minibatches(r1, n_rows, batch_size) for _ in range(n_epochs)]
-    perms = update._epoch_permutations(r2, n_rows, n_epochs)
+    perms = update.epoch_permutations(r2, n_rows, n_epochs)
     for e in range(n_epochs):
         assert all(len(c) == batch_size for c in chunks[e][:-1])
         assert np.array_equal(np.concatenate(chunks[e]), perms[e])
@@ -178,7 +178,7 @@ def test_env_minibatches_draw_as_the_recurrent_trainer_does():
         a = spec.env_minibatches(r1, 8, 2)
         b = env_minibatches(r2, 8, 2)
         assert len(a) == 4 and all(np.array_equal(x, y) for x, y in zip(a, b))
-    perms = update._epoch_permutations(r3, 8, 3)
+    perms = update.epoch_permutations(r3, 8, 3)
     assert np.array_equal(np.concatenate(a), perms[2])
     assert r1.bit_generator.state == r2.bit_generator.state == r3.bit_generator.state
     with pytest.raises(ValueError, match="per_minibatch"):

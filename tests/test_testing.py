@@ -174,9 +174,13 @@ def test_both_flags_bootstrap_bug_issue_example():
     assert isinstance(m, AssertionError)
     assert m.output == "advantages" and not m.precision
     assert "steps with both flags" in m.properties
-    # shrunk: a small rollout of zero rewards with the both-flags step
-    assert m.example["rewards"].size <= 8 and not np.any(m.example["rewards"])
+    # shrunk and cut down: at most the issue's two rows, one env, zero rewards, and the
+    # differing step is the both-flags step
+    T, N = m.example["rewards"].shape
+    assert T <= 2 and N == 1 and not np.any(m.example["rewards"])
     assert m.index is not None and m.expected != m.actual
+    t, n = m.index
+    assert m.example["terminated"][t, n] and m.example["truncated"][t, n]
     assert "logic difference" in str(m) and "minimal input" in str(m)
 
 
@@ -200,7 +204,7 @@ def test_off_by_one_trace_cut_is_caught():
     with pytest.raises(Mismatch) as info:
         check_gae(_loop_gae(_reference_rule, cut_on_next), max_examples=100)
     assert not info.value.precision
-    assert info.value.example["rewards"].shape[0] <= 3
+    assert info.value.example["rewards"].shape == (2, 1)  # the smallest rollout with a next step
 
 
 def test_ddof_zero_normalization_is_caught_and_identified():
@@ -229,6 +233,7 @@ def test_clip_fraction_with_ge_is_caught_at_the_kink():
     m = info.value
     assert m.output == "clip_fraction" and not m.precision
     assert "a ratio exactly at 1 +- clip_range" in m.properties
+    assert m.example["advantages"].size == 1  # cut down to the element on the kink
 
 
 def test_missing_output_is_reported_unless_skipped():
@@ -310,8 +315,8 @@ def _thrust_style_gae(rewards, values, terminated, truncated, last_values, final
 def test_identify_names_cleanrl():
     report = identify(_cleanrl_style_gae, "gae", layout="episode_starts", max_examples=30)
     assert report.verdict == "match"
-    assert str(report).startswith("gae: matches cleanrl (truncation='terminate', "
-                                  "bootstrap_terminal_last_row=False)")
+    assert str(report).startswith("gae: matches cleanrl/rlax/sample_factory/purejaxrl "
+                                  "(truncation='terminate', bootstrap_terminal_last_row=False)")
 
 
 def test_identify_names_thrust():
@@ -324,9 +329,64 @@ def test_identify_names_thrust():
 def test_identify_reports_except_on_both_flags():
     report = identify(_loop_gae(_truncation_first), "gae", max_examples=30)
     assert report.verdict == "match_except"
-    assert str(report).startswith("gae: matches reference/sb3 (truncation='bootstrap', "
-                                  "bootstrap_terminal_last_row=False) except on inputs with "
-                                  "steps with both flags")
+    assert str(report).startswith("gae: matches reference/sb3/tianshou/torchrl "
+                                  "(truncation='bootstrap', bootstrap_terminal_last_row=False) "
+                                  "except on inputs with steps with both flags")
+
+
+def _float32_gamma_bootstrapping_both_flags(env_major: bool):
+    """skrl's compute_gae with time_limit_bootstrap, Sample Factory's value_bootstrap,
+    re-expressed: gamma meets a float32 flag tensor (so it is rounded to float32), the
+    truncation bootstrap gamma * V(final_obs) is added to the reward of every truncated step,
+    also one that terminated, and the trace is cut at terminated or truncated."""
+    def fn(rewards, values, terminated, truncated, last_values, final_values, *, gamma,
+           gae_lambda):
+        if env_major:  # Sample Factory: [E, T]
+            rewards, values, terminated, truncated, final_values = (
+                a.T for a in (rewards, values, terminated, truncated, final_values))
+        not_done = (~(terminated | truncated)).astype(np.float32)
+        g = np.float32(gamma)  # as a python float times a float32 tensor in torch
+        boosted = rewards + g * final_values * truncated
+        T = rewards.shape[0]
+        adv = np.zeros(rewards.shape)
+        following = np.zeros(rewards.shape[1])
+        for t in range(T - 1, -1, -1):
+            next_values = last_values if t == T - 1 else values[t + 1]
+            delta = boosted[t] + (g * not_done[t]) * next_values - values[t]
+            following = delta + (g * not_done[t]) * gae_lambda * following
+            adv[t] = following
+        if env_major:
+            return adv.T, (adv + values).T
+        return adv, adv + values
+    return fn
+
+
+@pytest.mark.parametrize("env_major", [False, True])
+def test_identify_separates_float32_rounding_from_the_both_flags_bug(env_major):
+    """A float32 gamma alone is a precision-only match; with the both-flags bootstrap on top,
+    identify names the logic difference and says the rest matches up to float32 rounding."""
+    fn = _float32_gamma_bootstrapping_both_flags(env_major)
+    report = identify(fn, "gae", layout="env_major" if env_major else "reference",
+                      max_examples=40)
+    assert report.verdict == "match_except"
+    assert not report.matches and not report.precision_only
+    reference = {"truncation": "bootstrap", "bootstrap_terminal_last_row": False}
+    assert report.except_on == [(reference, "steps with both flags", True)]
+    assert str(report) == ("gae: matches reference/sb3/tianshou/torchrl (truncation='bootstrap', "
+                           "bootstrap_terminal_last_row=False) (up to float32 rounding) except "
+                           "on inputs with steps with both flags")
+
+
+def test_identify_float32_gamma_alone_is_a_precision_only_match():
+    def float32_gamma(*args, gamma, gae_lambda):
+        return ppo_ref.gae(*args, gamma=float(np.float32(gamma)), gae_lambda=gae_lambda)
+    report = identify(float32_gamma, "gae", max_examples=40)
+    assert report.verdict == "match_float32" and not report.except_on
+    assert report.precision_only == [{"truncation": "bootstrap",
+                                      "bootstrap_terminal_last_row": False}]
+    assert str(report).endswith("(up to float32 rounding)")
+    # the same rounding with float64 logic elsewhere is an exact match at float32 precision
+    assert identify(float32_gamma, "gae", dtype="float32", max_examples=20).verdict == "match"
 
 
 def test_identify_no_known_convention():
@@ -385,3 +445,37 @@ def test_diff_names_the_first_quantity_in_data_flow_order(tmp_path, capsys):
 def test_diff_of_two_conventions_parts_at_the_advantages():
     rows = diff_traces(trace_update(preset="reference"), trace_update(preset="cleanrl"))
     assert rows[0]["quantity"] == "advantages"  # truncation as terminal changes GAE first
+
+
+# -- the library options in the table -------------------------------------------------------
+
+def _clamped_normalize(eps):
+    def normalize(advantages):
+        a = np.asarray(advantages, np.float64)
+        if a.size <= 1:
+            return a.copy()
+        return (a - a.mean()) / max(float(np.std(a, ddof=1)), eps)
+    return normalize
+
+
+def test_identify_names_the_eps_placement():
+    """A Sample Factory style normalization (clamp_min(std, 1e-7)) is told apart from the
+    reference's std + 1e-8 and from torchrl's 1e-6 clamp."""
+    report = identify(_clamped_normalize(1e-7), "normalize_advantages", max_examples=60)
+    assert report.verdict == "match"
+    assert report.matches[0] == {"advantage_norm_ddof": 1, "advantage_norm_eps": 1e-7,
+                                 "advantage_norm_eps_placement": "clamp"}
+    assert "sample_factory" in str(report)
+
+
+def test_identify_names_the_dual_clip():
+    def dual_clip_loss(new_log_probs, old_log_probs, advantages, clip_range):
+        ratio = np.exp(np.asarray(new_log_probs, np.float64) - old_log_probs)
+        adv = np.asarray(advantages, np.float64)
+        s = np.minimum(ratio * adv, np.clip(ratio, 1 - clip_range, 1 + clip_range) * adv)
+        s = np.where(adv < 0, np.maximum(s, 3.0 * adv), s)
+        return -float(np.mean(s))
+    report = identify(dual_clip_loss, "policy_loss", max_examples=80,
+                      skip=("d_new_log_probs", "clip_fraction", "approx_kl"))
+    assert report.verdict == "match"
+    assert all(m["dual_clip"] == 3.0 for m in report.matches)

@@ -86,6 +86,14 @@ def _arrays(*values) -> List[np.ndarray]:
 
 # -- advantages and masks: the fast tier compiles the spec loops ---------------------------------
 
+def _per_step(rng, T, N, choices):
+    """A scalar from ``choices``, or per-step ``[T, N]`` / ``[T]`` arrays drawn from them."""
+    kind = int(rng.integers(0, 3))
+    if kind == 0:
+        return float(rng.choice(choices))
+    return rng.choice(choices, size=(T, N) if kind == 1 else T)
+
+
 def _trajectory(rng):
     T, N = int(rng.integers(1, 9)), int(rng.integers(1, 4))
     terminated = rng.random((T, N)) < 0.2
@@ -94,8 +102,8 @@ def _trajectory(rng):
                 terminated=terminated, truncated=truncated, last_values=rng.normal(size=N),
                 final_values=rng.normal(size=(T, N)), behaviour=rng.normal(size=(T, N)) - 1.0,
                 target=rng.normal(size=(T, N)) - 1.0, initial=rng.random(N) < 0.5,
-                gamma=float(rng.choice([0.0, 0.5, 0.99, 1.0])),
-                lam=float(rng.choice([0.0, 0.9, 1.0])),
+                gamma=_per_step(rng, T, N, [0.0, 0.5, 0.99, 1.0]),
+                lam=_per_step(rng, T, N, [0.0, 0.9, 1.0]),
                 truncation=str(rng.choice(["bootstrap", "terminate", "ignore"])),
                 last_row=bool(rng.random() < 0.3))
 
@@ -138,20 +146,32 @@ def _masks(backend):
 def _loss_case(rng):
     n = int(rng.integers(2, 40))
     old = rng.normal(size=n) - 1.0
+    interval = str(rng.choice(["symmetric", "reciprocal", "asymmetric"]))
     config = PPOConfig(ent_coef=float(rng.choice([0.0, 0.01])),
                        clip_range_vf=None if rng.random() < 0.5 else 0.2,
-                       value_loss_mode=str(rng.choice(["max", "sb3"])),
+                       value_loss_mode=str(rng.choice(["max", "sb3", "huber"])),
+                       huber_delta=float(rng.choice([1.0, 0.3])),
                        normalize_advantage=bool(rng.random() < 0.8),
+                       advantage_norm_eps=float(rng.choice([1e-8, 1e-6, 2.0])),
+                       advantage_norm_eps_placement=str(rng.choice(["add", "clamp"])),
+                       clip_interval="reciprocal" if interval == "reciprocal" else "symmetric",
+                       clip_range_low=0.1 if interval == "asymmetric" else None,
+                       clip_range_high=0.3 if interval == "asymmetric" else None,
+                       dual_clip=None if rng.random() < 0.5 else 1.5,
                        kl_estimator=str(rng.choice(["k3", "k1"])))
+    weights = None if rng.random() < 0.5 else (rng.random(n) < 0.7) * rng.choice([1.0, 0.5], n)
+    if weights is not None:
+        weights[0] = 1.0  # a positive sum
     return dict(new=old + 0.3 * rng.normal(size=n), entropy=rng.uniform(0.1, 1.0, n),
                 values=rng.normal(size=n), old=old, adv=rng.normal(size=n),
-                returns=rng.normal(size=n), old_values=rng.normal(size=n), config=config)
+                returns=rng.normal(size=n), old_values=rng.normal(size=n), config=config,
+                weights=weights)
 
 
 def _loss(fn):
     def run(c):
         out = fn(c["new"], c["entropy"], c["values"], c["old"], c["adv"], c["returns"],
-                 c["old_values"], config=c["config"], clip_range=0.2)
+                 c["old_values"], config=c["config"], clip_range=0.2, weights=c["weights"])
         d_ent = out.d_entropy if out.d_entropy is not None else np.zeros(0)
         return _arrays(out.loss, out.policy_loss, out.value_loss, out.entropy, out.approx_kl,
                        out.clip_fraction, out.max_abs_log_ratio, out.d_log_probs, d_ent,
@@ -165,20 +185,22 @@ def _advantages_case(rng):
     adv = rng.normal(size=n) * scale + float(rng.choice([0.0, 3.0 * scale]))
     if rng.random() < 0.1:
         adv[:] = adv[0]  # constant: (near) zeros
-    return dict(adv=adv, ddof=int(rng.integers(0, 2)))
+    return dict(adv=adv, ddof=int(rng.integers(0, 2)), eps=float(rng.choice([1e-8, 1e-4])),
+                placement=str(rng.choice(["add", "clamp"])))
 
 
 def _normalize_fast(c):
     from ppo_ref.fast.losses import _normalize_advantages_kernel
-    from ppo_ref.spec.losses import ADVANTAGE_NORM_EPS
     out = np.empty_like(c["adv"])
-    assert _normalize_advantages_kernel(c["adv"], c["ddof"], ADVANTAGE_NORM_EPS, out)
+    assert _normalize_advantages_kernel(c["adv"], c["ddof"], c["eps"], c["placement"] == "clamp",
+                                        out)
     return [out]
 
 
 def _normalize_spec(c):
     from ppo_ref.spec.losses import normalize_advantages
-    return [normalize_advantages(c["adv"], ddof=c["ddof"])]
+    return [normalize_advantages(c["adv"], ddof=c["ddof"], eps=c["eps"],
+                                 placement=c["placement"])]
 
 
 def _adam_case(rng):
@@ -256,9 +278,9 @@ def _categorical_fast(c):
     z = np.ascontiguousarray(c["logits"])
     B = z.shape[0]
     log_probs, entropy, probs = np.empty(B), np.empty(B), np.empty(z.shape)
-    assert fast_dist._categorical_eval_kernel(z, c["actions"], log_probs, entropy, probs)
+    assert fast_dist.categorical_eval_kernel(z, c["actions"], log_probs, entropy, probs)
     d_out = np.empty(z.shape)
-    fast_dist._categorical_backward_kernel(probs, c["actions"], entropy, c["d_lp"], c["d_ent"],
+    fast_dist.categorical_backward_kernel(probs, c["actions"], entropy, c["d_lp"], c["d_ent"],
                                            True, d_out)
     return _arrays(log_probs, entropy, d_out)
 
@@ -428,8 +450,8 @@ TWINS: Dict[str, Twin] = {
                               _adam_spec, Tol(1e-14, 1e-300)),
     "run_epochs": Twin((_fast_name("update", "run_epochs"),), "ppo_ref.spec.update.run_epochs",
                        _epochs_case, _epochs("fast"), _epochs("spec"), Tol(1e-10, 1e-14)),
-    "categorical": Twin((_fast_name("distributions", "_categorical_eval_kernel"),
-                         _fast_name("distributions", "_categorical_backward_kernel")),
+    "categorical": Twin((_fast_name("distributions", "categorical_eval_kernel"),
+                         _fast_name("distributions", "categorical_backward_kernel")),
                         "ppo_ref.spec.distributions.categorical_log_prob",
                         lambda rng: _logits_case(rng, masked=False),
                         _categorical_fast, _categorical_spec, Tol(1e-12, 1e-15)),
@@ -448,21 +470,21 @@ TWINS: Dict[str, Twin] = {
                  Tol(1e-12, 1e-14)),
     "mlp_policy": Twin(tuple(_fast_name("actor_critic", n) for n in ("flat_net", "flat_forward",
                                                                      "flat_backward"))
-                       + (_fast_name("mlp", "_mlp_forward_flat"),
-                          _fast_name("mlp", "_mlp_backward_flat")),
+                       + (_fast_name("mlp", "mlp_forward_flat"),
+                          _fast_name("mlp", "mlp_backward_flat")),
                        "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
                        _mlp_policy(MLPPolicy), _mlp_policy(SpecMLPPolicy), Tol(1e-11, 1e-14)),
     "mlp_policy_float32": Twin(("ppo_ref.fast.actor_critic.flat_forward",),
                                "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
                                _mlp_policy(MLPPolicy, "float32"), _mlp_policy(SpecMLPPolicy),
                                Tol(2e-4, 1e-5)),
-    "recurrent_policy_float32": Twin((_fast_name("lstm", "_forward_stacked"),),
+    "recurrent_policy_float32": Twin((_fast_name("lstm", "forward_stacked"),),
                                      "ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward",
                                      _recurrent_case, _recurrent_policy(RecurrentPolicy, "float32"),
                                      _recurrent_policy(SpecRecurrentPolicy), Tol(2e-4, 1e-5)),
-    "recurrent_policy": Twin((_fast_name("lstm", "_forward_stacked"),
-                              _fast_name("lstm", "_backward_stacked"),
-                              _fast_name("lstm", "_step_stacked")),
+    "recurrent_policy": Twin((_fast_name("lstm", "forward_stacked"),
+                              _fast_name("lstm", "backward_stacked"),
+                              _fast_name("lstm", "step_stacked")),
                              "ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward",
                              _recurrent_case, _recurrent_policy(RecurrentPolicy),
                              _recurrent_policy(SpecRecurrentPolicy), Tol(1e-11, 1e-13)),

@@ -37,7 +37,7 @@ from parity_sb3_update import (N_ACTIONS, OBS_DIM, _BoxEnv, chunks, make_batch, 
                                params_from_torch, permutations, run_ppo_ref)
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.policies import MLPPolicy
+from ppo_ref.policies import SpecMLPPolicy
 
 CLEANRL_LAYOUT = (("actor.0", "pi.w0", "pi.b0"), ("actor.2", "pi.w1", "pi.b1"),
                   ("actor.4", "pi.w2", "pi.b2"), ("critic.0", "vf.w0", "vf.b0"),
@@ -124,7 +124,7 @@ def run(seed: int = 1) -> list:
                                   target_kl=target_kl)
         agent = Agent(OBS_DIM, N_ACTIONS).double()
         params = params_from_torch(agent, CLEANRL_LAYOUT)
-        policy = MLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
+        policy = SpecMLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
         batch = make_batch(rng, policy, params, config.n_steps)
         perms = permutations(rng, config.n_steps, config.n_epochs)
         new_params, stats = run_ppo_ref(config, params, batch, perms)

@@ -42,7 +42,7 @@ from parity_common import Row, print_table
 
 from ppo_ref.config import PPOConfig
 from ppo_ref.optim import adam_init
-from ppo_ref.policies import MLPPolicy
+from ppo_ref.policies import SpecMLPPolicy
 from ppo_ref.spec.update import Minibatch, run_epochs
 
 OBS_DIM, N_ACTIONS = 4, 3
@@ -84,7 +84,7 @@ def max_param_diff(params: dict, module, layout=TOWER_LAYOUT) -> float:
     return max(float(np.max(np.abs(params[k] - other[k]))) for k in other)
 
 
-def make_batch(rng, policy: MLPPolicy, params: dict, n_rows: int) -> dict:
+def make_batch(rng, policy: SpecMLPPolicy, params: dict, n_rows: int) -> dict:
     """Flat rollout rows; old log-probs and values from the initial policy itself."""
     obs = rng.normal(size=(n_rows, OBS_DIM))
     actions = rng.integers(0, N_ACTIONS, n_rows)
@@ -104,7 +104,7 @@ def chunks(perm, batch_size):
 
 def run_ppo_ref(config: PPOConfig, params: dict, batch: dict, perms) -> tuple:
     """ppo_ref's update through ``run_epochs`` with the given minibatch order."""
-    policy = MLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
+    policy = SpecMLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
 
     def minibatches(epoch):
         for idx in chunks(perms[epoch], config.batch_size):
@@ -214,14 +214,14 @@ def run_trainer_scenario(seed: int = 0) -> list:
     policy = trainer.policy
     obs = rng.normal(size=(T, N, OBS_DIM))
     actions = rng.integers(0, N_ACTIONS, (T, N))
-    ev = policy.evaluate(params, obs.reshape(T * N, OBS_DIM), actions.reshape(-1))
+    ev = policy.evaluate(trainer.params, obs.reshape(T * N, OBS_DIM), actions.reshape(-1))
     values, log_probs = ev.values.reshape(T, N), ev.log_probs.reshape(T, N)
     terminated = rng.random((T, N)) < 0.1
     truncated = rng.random((T, N)) < 0.25
     fold = truncated & ~terminated
-    final_values = np.where(fold, policy.values(params, rng.normal(size=(T * N, OBS_DIM)))
+    final_values = np.where(fold, policy.values(trainer.params, rng.normal(size=(T * N, OBS_DIM)))
                             .reshape(T, N), 0.0)
-    last_values = policy.values(params, rng.normal(size=(N, OBS_DIM)))
+    last_values = policy.values(trainer.params, rng.normal(size=(N, OBS_DIM)))
     initial = np.ones(N, dtype=bool)
     from ppo_ref import episode_starts
     rollout = Rollout(observations=obs, actions=actions, rewards=rng.normal(size=(T, N)),
@@ -259,7 +259,7 @@ def run(seed: int = 0) -> list:
         n_rows = config.n_steps  # one env
         model = sb3_model(config, seed)
         params = params_from_torch(model.policy)
-        policy = MLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
+        policy = SpecMLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
         batch = make_batch(rng, policy, params, n_rows)
         perms = permutations(rng, n_rows, config.n_epochs)
         new_params, stats = run_ppo_ref(config, params, batch, perms)

@@ -31,8 +31,8 @@ Modules:
   the reuse pools of large scratch arrays (speed layouts, not math: no spec twin).
 
 The public modules ``ppo_ref.nn.*``, ``ppo_ref.losses`` and ``ppo_ref.optim`` re-export the
-spec; the trainers and the fast policies (:class:`ppo_ref.policies.MLPPolicy`,
-:class:`ppo_ref.recurrent_policies.RecurrentPolicy`) call this package.
+spec; the trainers and the fast policies (:class:`ppo_ref.train.policies.MLPPolicy`,
+:class:`ppo_ref.train.recurrent_policies.RecurrentPolicy`) call this package.
 """
 
 #: Dotted names of every public function of the compiled tier: each public (no leading
@@ -51,9 +51,12 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.lstm.lstm_forward",
     "ppo_ref.fast.lstm.lstm_backward",
     "ppo_ref.fast.lstm.lstm_step",
-    # MLP towers (private kernels, twins of spec.layers.mlp_forward / mlp_backward)
-    "ppo_ref.fast.mlp._mlp_forward_flat",
-    "ppo_ref.fast.mlp._mlp_backward_flat",
+    "ppo_ref.fast.lstm.forward_stacked",
+    "ppo_ref.fast.lstm.backward_stacked",
+    "ppo_ref.fast.lstm.step_stacked",
+    # MLP towers (twins of spec.layers.mlp_forward / mlp_backward)
+    "ppo_ref.fast.mlp.mlp_forward_flat",
+    "ppo_ref.fast.mlp.mlp_backward_flat",
     # actor-critic on one buffer
     "ppo_ref.fast.actor_critic.flat_net",
     "ppo_ref.fast.actor_critic.flat_forward",
@@ -61,8 +64,8 @@ FAST_FUNCTIONS = (
     # distributions
     "ppo_ref.fast.distributions.inverse_cdf_actions",
     "ppo_ref.fast.distributions.categorical_sample",
-    "ppo_ref.fast.distributions._categorical_eval_kernel",
-    "ppo_ref.fast.distributions._categorical_backward_kernel",
+    "ppo_ref.fast.distributions.categorical_eval_kernel",
+    "ppo_ref.fast.distributions.categorical_backward_kernel",
     "ppo_ref.fast.distributions.multi_categorical_log_prob",
     "ppo_ref.fast.distributions.multi_categorical_entropy",
     "ppo_ref.fast.distributions.multi_categorical_log_prob_backward",
@@ -80,6 +83,13 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.flat.is_flat",
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
+    # helpers the trainers and policies share (no spec twin)
+    "ppo_ref.fast.lstm.keep_rows",
+    "ppo_ref.fast.lstm.all_finite",
+    "ppo_ref.fast.lstm.all_finite_1d",
+    "ppo_ref.fast.mlp.mlp_layers",
+    "ppo_ref.fast.update.epoch_permutations",
+    "ppo_ref.fast.update.gather_all_epochs",
 )
 
 #: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
@@ -90,4 +100,10 @@ NO_TWIN = (
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
     "ppo_ref.fast.optim.check_flat_step_arguments",
+    "ppo_ref.fast.lstm.keep_rows",
+    "ppo_ref.fast.lstm.all_finite",
+    "ppo_ref.fast.lstm.all_finite_1d",
+    "ppo_ref.fast.mlp.mlp_layers",
+    "ppo_ref.fast.update.epoch_permutations",
+    "ppo_ref.fast.update.gather_all_epochs",
 )

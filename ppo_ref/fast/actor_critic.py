@@ -1,5 +1,5 @@
 """The compiled tier of the MLP actor-critic: both towers (or a shared trunk and its heads) on
-one flat parameter buffer, the network of :class:`ppo_ref.policies.MLPPolicy`.
+one flat parameter buffer, the network of :class:`ppo_ref.train.policies.MLPPolicy`.
 
 :func:`flat_forward` equals :func:`ppo_ref.spec.networks.actor_critic_forward` within rtol
 1e-12 and :func:`flat_backward` equals :func:`ppo_ref.spec.networks.actor_critic_backward`
@@ -14,8 +14,8 @@ from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
 
-from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, _mlp_backward_flat,
-                              _mlp_forward_flat, _mlp_layers)
+from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, mlp_backward_flat,
+                              mlp_forward_flat, mlp_layers)
 
 __all__ = ["FlatNet", "FlatCache", "flat_net", "flat_forward", "flat_backward"]
 
@@ -28,8 +28,8 @@ def _check_params_mapping(params, name: str = "params") -> None:
 def _structure(params: Mapping, shared_trunk: bool):
     """Parse and check the towers: returns ``(trunk_layers or None, pi_layers, vf_layers)``."""
     _check_params_mapping(params)
-    pi = _mlp_layers(params, "pi.")
-    vf = _mlp_layers(params, "vf.")
+    pi = mlp_layers(params, "pi.")
+    vf = mlp_layers(params, "vf.")
     if vf[-1][0].shape[0] != 1:
         raise ValueError(f"params['vf.w{len(vf) - 1}'] must have 1 output row, got "
                          f"{vf[-1][0].shape[0]}")
@@ -40,7 +40,7 @@ def _structure(params: Mapping, shared_trunk: bool):
             raise ValueError("shared_trunk=True expects one-layer heads pi.w0/vf.w0 on a "
                              f"'trunk.' MLP, got {len(pi)} pi and {len(vf)} vf layers")
         if "trunk.w0" in params:
-            trunk = _mlp_layers(params, "trunk.")
+            trunk = mlp_layers(params, "trunk.")
             n_keys += 2 * len(trunk)
             z_dim = trunk[-1][0].shape[0]
         else:
@@ -71,8 +71,8 @@ def _obs_dim(trunk, pi) -> int:
 # --------------------------------------------------------------------------------------------
 # Compiled actor-critic on a flat parameter buffer (the fast tier of MLPPolicy)
 #
-# Each tower (and the shared trunk) is an MLP of :func:`ppo_ref.fast.mlp._mlp_forward_flat` /
-# :func:`~ppo_ref.fast.mlp._mlp_backward_flat` described by a layer table into the parameter
+# Each tower (and the shared trunk) is an MLP of :func:`ppo_ref.fast.mlp.mlp_forward_flat` /
+# :func:`~ppo_ref.fast.mlp.mlp_backward_flat` described by a layer table into the parameter
 # buffer: every product is a chain of fused multiply-adds in the order documented in
 # :mod:`ppo_ref.fast.mlp` (forward over the inputs k = 0, 1, ..., row by row; weight gradients
 # over the rows in order), tanh is the project's own :func:`ppo_ref.fast.lstm._tanh_any`. So a
@@ -87,7 +87,7 @@ class FlatNet(NamedTuple):
     """The layer tables of an actor-critic whose parameters live in one buffer (checked once per
     layout by :func:`flat_net`): ``trunk`` (``None`` with separate towers or a shared trunk of
     ``net_arch=()``), ``pi``, ``vf``: int64 ``[layers, 4]`` tables of
-    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (``w`` offset, ``b`` offset, ``out``, ``in``);
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat` (``w`` offset, ``b`` offset, ``out``, ``in``);
     ``*_width``: the sum of each one's output widths (its per-row outputs buffer);
     ``obs_dim``, ``policy_out_dim``."""
     trunk: Optional[np.ndarray]
@@ -121,7 +121,7 @@ def flat_net(params: Mapping[str, np.ndarray], layout, shared_trunk: bool) -> Fl
 class FlatCache(NamedTuple):
     """What :func:`flat_backward` reads: the input ``x [B, D]``, the trunk's outputs buffer (or
     ``None``), the heads' input ``z`` (``x`` with separate towers), the policy and value towers'
-    outputs buffers (of :func:`ppo_ref.fast.mlp._mlp_forward_flat`), all in the compute dtype."""
+    outputs buffers (of :func:`ppo_ref.fast.mlp.mlp_forward_flat`), all in the compute dtype."""
     x: np.ndarray
     trunk_acts: Optional[np.ndarray]
     z: np.ndarray
@@ -130,11 +130,11 @@ class FlatCache(NamedTuple):
 
 
 def _tower(x, flat, table, width, relu):
-    """``(acts, y)``: the outputs buffer of :func:`_mlp_forward_flat` on ``x`` and its last
+    """``(acts, y)``: the outputs buffer of :func:`mlp_forward_flat` on ``x`` and its last
     block, the tower output ``y [rows, out]``."""
     rows = x.shape[0]
     acts = np.empty(rows * width, flat.dtype)
-    _mlp_forward_flat(x, flat, table, relu, acts)
+    mlp_forward_flat(x, flat, table, relu, acts)
     n_out = int(table[-1, 2])
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
 
@@ -172,7 +172,7 @@ def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out
     other entries untouched). ``d_policy_out [B, P]``, ``d_values [B]`` C-contiguous of the
     dtype of ``flat``; unchecked. No gradient with respect to ``x`` is formed.
 
-    Summation order: that of :func:`ppo_ref.fast.mlp._mlp_backward_flat` per tower (rows in
+    Summation order: that of :func:`ppo_ref.fast.mlp.mlp_backward_flat` per tower (rows in
     order); with a shared trunk ``dz = d_pi @ w_pi`` then the value head's terms added on
     (``dz += d_v @ w_vf``, one FMA chain), times the trunk's activation derivative. Equal to
     :func:`ppo_ref.spec.networks.actor_critic_backward` within rtol 1e-10 in float64 (relative to
@@ -181,12 +181,12 @@ def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out
     x = cache.x
     dv = d_values.reshape(-1, 1)
     if net.trunk is None:
-        _mlp_backward_flat(x, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, None)
-        _mlp_backward_flat(x, cache.vf_acts, flat, net.vf, relu, dv, grads, None)
+        mlp_backward_flat(x, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, None)
+        mlp_backward_flat(x, cache.vf_acts, flat, net.vf, relu, dv, grads, None)
         return
     z = cache.z
     dz = np.zeros(z.shape, flat.dtype)
-    _mlp_backward_flat(z, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, dz)
-    _mlp_backward_flat(z, cache.vf_acts, flat, net.vf, relu, dv, grads, dz)
+    mlp_backward_flat(z, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, dz)
+    mlp_backward_flat(z, cache.vf_acts, flat, net.vf, relu, dv, grads, dz)
     _activation_grad(dz, z, relu)
-    _mlp_backward_flat(x, cache.trunk_acts, flat, net.trunk, relu, dz, grads, None)
+    mlp_backward_flat(x, cache.trunk_acts, flat, net.trunk, relu, dz, grads, None)

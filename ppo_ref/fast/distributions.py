@@ -7,9 +7,9 @@ Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable defini
 * :data:`inverse_cdf_actions` is the spec's sampling loop compiled, and
   :func:`categorical_sample` draws the actions of
   :func:`ppo_ref.spec.distributions.categorical_sample` from the same uniforms, bit for bit;
-* :func:`_categorical_eval_kernel` computes :func:`ppo_ref.spec.distributions.categorical_log_prob`
+* :func:`categorical_eval_kernel` computes :func:`ppo_ref.spec.distributions.categorical_log_prob`
   and :func:`~ppo_ref.spec.distributions.categorical_entropy` (finite logits) within rtol 1e-12,
-  and :func:`_categorical_backward_kernel` the sum of
+  and :func:`categorical_backward_kernel` the sum of
   :func:`~ppo_ref.spec.distributions.categorical_log_prob_backward` and
   :func:`~ppo_ref.spec.distributions.categorical_entropy_backward` within rtol 1e-12;
 * :func:`multi_categorical_log_prob`, :func:`multi_categorical_entropy`,
@@ -17,8 +17,8 @@ Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable defini
   equal their :mod:`ppo_ref.spec.distributions` namesakes within rtol 1e-12 (atol 1e-15 for the
   gradients); they check their arguments with the spec's own checks (the same errors).
 
-The MLP and recurrent policies (:mod:`ppo_ref.policies`, :mod:`ppo_ref.recurrent_policies`)
-run :func:`_categorical_eval_kernel` / :func:`_categorical_backward_kernel` for the categorical
+The MLP and recurrent policies (:mod:`ppo_ref.train.policies`, :mod:`ppo_ref.train.recurrent_policies`)
+run :func:`categorical_eval_kernel` / :func:`categorical_backward_kernel` for the categorical
 head; the probabilities and entropies of the eval kernel are what the backward kernel reads.
 """
 from __future__ import annotations
@@ -30,10 +30,11 @@ import numpy as np
 from ppo_ref._checks import check_generator
 from ppo_ref._numba import njit
 from ppo_ref.spec import distributions as spec_distributions
-from ppo_ref.spec.distributions import _as_upstream, _components, _multi_actions
+from ppo_ref.spec.distributions import as_upstream, multi_components, multi_actions
 
 __all__ = ["inverse_cdf_actions", "categorical_sample", "multi_categorical_log_prob", "multi_categorical_entropy",
-           "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward"]
+           "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+           "categorical_eval_kernel", "categorical_backward_kernel"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -67,10 +68,10 @@ def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
 
 
 @njit
-def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
+def categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
     """Per row ``i`` of finite ``logits [B, A]``: ``log_probs[i] = log_softmax(logits)[i,
     actions[i]]``, ``entropy[i] = -sum_k pi_k log pi_k`` and ``probs[i] = pi`` (kept for
-    :func:`_categorical_backward_kernel`). Same steps as :func:`ppo_ref.spec.distributions.log_softmax` (shift by the row
+    :func:`categorical_backward_kernel`). Same steps as :func:`ppo_ref.spec.distributions.log_softmax` (shift by the row
     max, subtract the log of the sum of exponentials, left to right). Returns False (and
     stops) at a non-finite logit, a logit whose shift ``z - max`` overflows float64 (the
     logits :func:`ppo_ref._checks.check_logits` refuses) or an action outside [0, A); the
@@ -106,12 +107,12 @@ def _categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
 
 
 @njit
-def _categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy, use_entropy,
+def categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy, use_entropy,
                                  d_logits):
     """``d_logits = d_log_probs * (onehot(actions) - pi) - d_entropy * pi * (log pi + H)``
     (the sum of :func:`ppo_ref.spec.distributions.categorical_log_prob_backward` and
     :func:`~ppo_ref.spec.distributions.categorical_entropy_backward`)
-    from the ``probs``/``entropy`` of :func:`_categorical_eval_kernel`, in float64 whatever the
+    from the ``probs``/``entropy`` of :func:`categorical_eval_kernel`, in float64 whatever the
     arrays' dtype (entries widened by ``np.float64``; the result rounded once on storing)."""
     rows, n = probs.shape
     for i in range(rows):
@@ -134,7 +135,7 @@ def _multi_inputs(logits, nvec):
     """Checked ``(z [R, A] float64 C-contiguous, offsets [K + 1] int64, batch_shape, sizes)``
     by :mod:`ppo_ref.spec.distributions`' checks (``offsets[k]`` = the first logit of component
     ``k``)."""
-    z, sizes, _ = _components(logits, nvec)
+    z, sizes, _ = multi_components(logits, nvec)
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])
     z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]), dtype=np.float64)
@@ -237,7 +238,7 @@ def multi_categorical_log_prob(logits, actions, nvec) -> np.ndarray:
             (naming the component).
     """
     z2, offsets, batch_shape, sizes, z = _multi_inputs(logits, nvec)
-    a2 = _multi_actions(actions, z, sizes).reshape(z2.shape[0], len(sizes))
+    a2 = multi_actions(actions, z, sizes).reshape(z2.shape[0], len(sizes))
     return _multi_eval(z2, offsets, a2)[0].reshape(batch_shape)
 
 
@@ -260,15 +261,15 @@ def _multi_backward(logits, nvec, actions, d_log_probs, d_entropy):
     if actions is None:
         a2 = np.zeros((R, offsets.size - 1), dtype=np.int64)
     else:
-        a2 = _multi_actions(actions, z, sizes).reshape(R, len(sizes))
+        a2 = multi_actions(actions, z, sizes).reshape(R, len(sizes))
     zeros = np.zeros(R)
     d_lp = zeros
     d_ent = zeros
     if d_log_probs is not None:
-        d = _as_upstream(d_log_probs, "d_log_probs", batch_shape, "logits[..., 0]")
+        d = as_upstream(d_log_probs, "d_log_probs", batch_shape, "logits[..., 0]")
         d_lp = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
     if d_entropy is not None:
-        d = _as_upstream(d_entropy, "d_entropy", batch_shape, "logits[..., 0]")
+        d = as_upstream(d_entropy, "d_entropy", batch_shape, "logits[..., 0]")
         d_ent = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
     _, _, probs, comp_entropy = _multi_eval(z2, offsets, a2)
     d_logits = np.empty(z2.shape)

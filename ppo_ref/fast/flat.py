@@ -8,7 +8,7 @@ can work on the whole buffer in a single pass instead of one pass per array:
 * the fast update's step (:func:`ppo_ref.fast.optim.clipped_adam_step`) computes the global norm
   and runs one fused, in-place clipped-Adam kernel over ``flat`` (the spec's Adam element
   arithmetic, see :mod:`ppo_ref.spec.optim`);
-* the MLP policy (:mod:`ppo_ref.policies`) lays the two towers' first layers side by side, so
+* the MLP policy (:mod:`ppo_ref.train.policies`) lays the two towers' first layers side by side, so
   ``pi.w0`` and ``vf.w0`` form one ``[2H, obs_dim]`` matrix and the first layer of both towers
   is one matrix product; its backward writes gradients straight into a new buffer.
 

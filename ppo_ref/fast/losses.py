@@ -2,7 +2,8 @@
 
 :func:`_minibatch_loss_kernel` compiles and calls the element functions of the spec
 (:func:`~ppo_ref.spec.losses.clipped_surrogate_element`,
-:func:`~ppo_ref.spec.losses.value_element`, :func:`~ppo_ref.spec.losses.k3_element`), summing
+:func:`~ppo_ref.spec.losses.value_element` with :func:`~ppo_ref.spec.losses.value_distance`,
+:func:`~ppo_ref.spec.losses.k3_element`), summing
 in element order as the spec losses do, so its sums and gradients equal those of
 :func:`ppo_ref.spec.losses.policy_loss`, :func:`ppo_ref.spec.losses.value_loss` and
 :func:`ppo_ref.spec.losses.approx_kl` bit for bit (``tests/test_losses.py``). Its caller is
@@ -29,71 +30,81 @@ from ppo_ref.spec.losses import (MAX_LOG_RATIO, advantage_moments, clipped_surro
 __all__ = []  # no public function: the kernels' one caller is ppo_ref.fast.update
 
 # the element functions, usable from compiled code (the spec functions are returned unchanged)
-for _element in (_spec.k3_element, _spec.clipped_surrogate_element, _spec.value_element,
-                 _spec.advantage_moments):
+for _element in (_spec.k3_element, _spec.clipped_surrogate_element, _spec.value_distance,
+                 _spec.value_element, _spec.advantage_moments):
     register_jitable(**NJIT_OPTIONS)(_element)
 del _element
 
 
 @njit
-def _normalize_advantages_kernel(adv, ddof, eps, out):
+def _normalize_advantages_kernel(adv, ddof, eps, clamp, out):
     """:func:`ppo_ref.spec.losses.normalize_advantages` of a 1-D float64 array of n >= 2 finite
     entries, written into ``out`` (float64 ``[n]``, may be ``adv`` itself), bit for bit: the
-    compiled :func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A_i - mean) / (std + eps)``
-    per element. Returns False (``out`` untouched) when the mean or std is not finite (the
-    caller raises the spec's error)."""
+    compiled :func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A_i - mean) / scale`` per
+    element with ``scale = std + eps`` (placement ``"add"``) or ``max(std, eps)`` (``clamp``
+    True: ``"clamp"``). Returns False (``out`` untouched) when the mean or std is not finite
+    (the caller raises the spec's error)."""
     mean, std = advantage_moments(adv, ddof)
     if not (math.isfinite(mean) and math.isfinite(std)):
         return False
-    scale = std + eps
+    scale = max(std, eps) if clamp else std + eps
     for i in range(adv.size):
         out[i] = np.divide(adv[i] - mean, scale)
     return True
 
 
 @njit
-def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, clip_range,
-                           clip_range_vf, clip_on, sb3_mode, v_scale, d_new, d_values):
-    """The sums and gradients of one PPO minibatch loss, for 1-D float64 arrays of one length n.
+def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, weights, low,
+                           high, clip_range, symmetric, dual_clip, clip_range_vf, clip_on,
+                           value_mode, huber_delta, v_scale, d_new, d_values):
+    """The sums and gradients of one PPO minibatch loss, for 1-D float64 arrays of one length n
+    (``weights``: the per-row weights, all 1.0 for the plain means).
 
-    Per element, in order: :func:`~ppo_ref.spec.losses.clipped_surrogate_element` of
-    ``new - old`` and ``adv`` (``d_new[i] = -d_surrogate / n``),
-    :func:`~ppo_ref.spec.losses.k3_element`, the k1 term ``-(new - old)`` and
-    :func:`~ppo_ref.spec.losses.value_element` (``d_values[i] = (d_term / n) * v_scale``), each
-    sum accumulated in element order: the arithmetic of the spec's ``policy_loss``,
-    ``approx_kl`` and ``value_loss`` followed by ``d_values * v_scale``, bit for bit.
+    First ``w_sum``, the sum of ``weights`` in element order. Then per element, in order:
+    :func:`~ppo_ref.spec.losses.clipped_surrogate_element` of ``new - old`` and ``adv`` with
+    the ratio interval ``[low, high]`` and ``dual_clip`` (``d_new[i] = -(w[i] * d_surrogate) /
+    w_sum``), :func:`~ppo_ref.spec.losses.k3_element`, the k1 term ``-(new - old)`` and
+    :func:`~ppo_ref.spec.losses.value_element` with ``value_mode`` and ``huber_delta``
+    (``d_values[i] = ((w[i] * d_term) / w_sum) * v_scale``), each sum of ``w[i] * term``
+    accumulated in element order: the arithmetic of the spec's ``policy_loss``, ``approx_kl``
+    and ``value_loss`` (with ``weights``) followed by ``d_values * v_scale``, bit for bit.
 
-    Returns ``(status, index, surrogate_sum, n_outside, k3_sum, k1_sum, value_sum)``:
+    Returns ``(status, index, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum)``:
     ``status`` 0 when all is well; 1 when an input holds inf or nan (``index``: the position of
     that array in the argument list); 2 when the ratio or its gradient overflows at element
     ``index``. The sums are meaningless unless ``status`` is 0.
     """
-    arrays = (new, entropy, values, old, adv, returns, old_values)
+    arrays = (new, entropy, values, old, adv, returns, old_values, weights)
     for j in range(len(arrays)):
         arr = arrays[j]
         for i in range(arr.size):
             if not math.isfinite(arr[i]):
-                return 1, j, 0.0, 0, 0.0, 0.0, 0.0
+                return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     n = new.size
+    w_sum = 0.0
+    for i in range(n):
+        w_sum += weights[i]
     surrogate_sum = 0.0
-    n_outside = 0
+    outside_sum = 0.0
     k3_sum = 0.0
     k1_sum = 0.0
     value_sum = 0.0
     for i in range(n):
+        w = weights[i]
         log_ratio = new[i] - old[i]
         if log_ratio > MAX_LOG_RATIO:
-            return 2, i, 0.0, 0, 0.0, 0.0, 0.0
-        surrogate, d_surrogate, outside = clipped_surrogate_element(log_ratio, adv[i], clip_range)
-        surrogate_sum += surrogate
-        d_new[i] = -d_surrogate / n
+            return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        surrogate, d_surrogate, outside = clipped_surrogate_element(
+            log_ratio, adv[i], low, high, clip_range, symmetric, dual_clip)
+        surrogate_sum += w * surrogate
+        d_new[i] = -(w * d_surrogate) / w_sum
         if not math.isfinite(d_new[i]):
-            return 2, i, 0.0, 0, 0.0, 0.0, 0.0
-        n_outside += outside
-        k3_sum += k3_element(log_ratio)
-        k1_sum += -log_ratio
+            return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+        outside_sum += w * outside
+        k3_sum += w * k3_element(log_ratio)
+        k1_sum += w * -log_ratio
         term, d_term = value_element(values[i], old_values[i], returns[i], clip_range_vf, clip_on,
-                                     sb3_mode)
-        value_sum += term
-        d_values[i] = (d_term / n) * v_scale
-    return 0, -1, surrogate_sum, n_outside, k3_sum, k1_sum, value_sum
+                                     value_mode, huber_delta)
+        value_sum += w * term
+        d_values[i] = ((w * d_term) / w_sum) * v_scale
+    return 0, -1, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum

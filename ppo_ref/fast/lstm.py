@@ -6,8 +6,8 @@ Its public functions are the fast twins of :mod:`ppo_ref.spec.lstm` (the readabl
 which :mod:`ppo_ref.nn.lstm` re-exports): :func:`lstm_forward`, :func:`lstm_backward` and
 :func:`lstm_step` take and return what their spec namesakes do (parameters from
 :func:`ppo_ref.spec.lstm.lstm_init`) and equal them within rtol 1e-10 (atol 1e-12) in float64
-(``tests/test_spec_lstm.py``). The unchecked stacked helpers (:func:`_forward_stacked`,
-:func:`_backward_stacked`, :func:`_step_stacked`) are the recurrent policy's fast path.
+(``tests/test_spec_lstm.py``). The unchecked stacked helpers (:func:`forward_stacked`,
+:func:`backward_stacked`, :func:`step_stacked`) are the recurrent policy's fast path.
 
 The cell is ``torch.nn.LSTM``'s (Hochreiter & Schmidhuber 1997, with the forget gate of Gers,
 Schmidhuber & Cummins 2000), with the reset convention of recurrent PPO (sb3-contrib
@@ -46,7 +46,7 @@ The factor ``keep`` is where the gradient stops: a state cut by a reset receives
 
 Numerics. All work of the public functions is float64 (float32, integer or bool inputs are
 cast on entry). The unchecked stacked helpers of the recurrent policy's fast path
-(:func:`_forward_stacked`, :func:`_backward_stacked`, :func:`_step_stack`) run the same
+(:func:`forward_stacked`, :func:`backward_stacked`, :func:`_step_stack`) run the same
 kernels on float32 arrays when asked (``compute_dtype="float32"``): float32 products and
 FMA chains, ``tanh`` evaluated in float64 and rounded. The sigmoid is
 evaluated as ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, an exact identity that never overflows
@@ -78,7 +78,8 @@ from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, che
                              check_lstm_state, check_same_shape)
 from ppo_ref._numba import njit
 
-__all__ = ["LSTMCache", "lstm_forward", "lstm_backward", "lstm_step"]
+__all__ = ["LSTMCache", "lstm_forward", "lstm_backward", "lstm_step", "forward_stacked",
+           "backward_stacked", "step_stacked", "keep_rows", "all_finite", "all_finite_1d"]
 
 Params = Dict[str, np.ndarray]
 PARAM_KEYS = LSTM_PARAM_KEYS
@@ -704,7 +705,7 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)  # abs(v) <= it is False exactly 
 
 
 @njit
-def _all_finite(a):
+def all_finite(a):
     """True if every entry of the C-contiguous float64 array ``a`` is finite (a count of
     comparisons, which vectorizes, rather than a loop that stops at the first failure)."""
     _wide()
@@ -713,6 +714,16 @@ def _all_finite(a):
     for i in range(flat.size):
         n_finite += abs(flat[i]) <= _FLOAT64_MAX
     return n_finite == flat.size
+
+
+@njit
+def all_finite_1d(a) -> bool:
+    """True if every entry of the 1-D float array ``a`` is finite (stops at the first that is
+    not)."""
+    for i in range(a.size):
+        if not math.isfinite(a[i]):
+            return False
+    return True
 
 
 @njit
@@ -844,9 +855,9 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
     return h_seq, c_prev[n_steps].copy(), cache
 
 
-def _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
+def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
     """Unchecked forward of L LSTMs over the same inputs, for the fast path of
-    :class:`ppo_ref.recurrent_policies.RecurrentPolicy` (its caller has checked what
+    :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy` (its caller has checked what
     :func:`lstm_forward` checks): ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``,
     ``x [T, N, D]`` C-contiguous, ``h0, c0 [L, N, H]`` C-contiguous, ``keep [T + 1, N]`` (as
     :func:`_keep_mask`), all float64: the arithmetic of :func:`lstm_forward` for each LSTM, bit
@@ -874,8 +885,8 @@ def _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
     return h_seq, h_prev, c_prev, gates, tanh_c
 
 
-def _backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b):
-    """Unchecked BPTT for :func:`_forward_stacked` (its arrays, ``w_hh [L, 4H, H]`` and
+def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b):
+    """Unchecked BPTT for :func:`forward_stacked` (its arrays, ``w_hh [L, 4H, H]`` and
     ``dh_seq [L, T, N, H]`` C-contiguous, all float64 or all float32; zero gradient on the
     final states). Writes
     the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``
@@ -899,10 +910,10 @@ def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.nd
     starts = as_flag_array(episode_starts, "episode_starts", ndim=(len(shape),))
     check_same_shape(starts, "episode_starts", shape, shape_name)
     n_env = shape[-1]
-    return _keep_rows(starts.reshape(-1, n_env), np.float64)
+    return keep_rows(starts.reshape(-1, n_env), np.float64)
 
 
-def _keep_rows(starts: np.ndarray, dtype) -> np.ndarray:
+def keep_rows(starts: np.ndarray, dtype) -> np.ndarray:
     """``keep`` of :func:`_keep_mask` from checked flags ``starts [T, N]`` (bool or 0/1), no
     checks: ``1 - starts[t]`` for ``t < T`` and a row of ones, ``[T + 1, N]`` in ``dtype``."""
     keep = np.ones((starts.shape[0] + 1, starts.shape[1]), dtype)
@@ -910,12 +921,12 @@ def _keep_rows(starts: np.ndarray, dtype) -> np.ndarray:
     return keep
 
 
-def _step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
+def step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
     """Unchecked one step of L LSTMs for acting, in the dtype of ``x [N, D]``: ``w_ih_t
     [L, D, 4H]``, ``w_hh_t [L, H, 4H]`` (transposed weights), ``b [L, 4H]``, states ``h, c
     [L, N, H]``, bool ``starts [N]``; returns the new ``(h, c)`` (:func:`_step_stack`, the
     arithmetic of ``lstm_step``)."""
-    keep = _keep_rows(starts.reshape(1, -1), x.dtype)
+    keep = keep_rows(starts.reshape(1, -1), x.dtype)
     h_new = np.empty(h.shape, x.dtype)
     c_new = np.empty(c.shape, x.dtype)
     _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)

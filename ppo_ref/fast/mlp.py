@@ -1,16 +1,16 @@
 """The compiled tier of the MLP: towers whose layers live in one flat parameter buffer.
 
-:func:`_mlp_forward_flat` equals :func:`ppo_ref.spec.layers.mlp_forward` and
-:func:`_mlp_backward_flat` equals :func:`ppo_ref.spec.layers.mlp_backward` (the same
+:func:`mlp_forward_flat` equals :func:`ppo_ref.spec.layers.mlp_forward` and
+:func:`mlp_backward_flat` equals :func:`ppo_ref.spec.layers.mlp_backward` (the same
 parameters, read through a layer table) within rtol 1e-12 in float64, relative to each array's
 largest entry (``tests/test_mlp.py``); float32 buffers give the same computation in float32.
 Their summation order is fixed by the code (section comment below), so a row's results do not
 depend on the other rows of the call, on BLAS or on the machine. They are the towers of the
-fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.recurrent_policies`); the
+fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.train.recurrent_policies`); the
 readable MLP is :mod:`ppo_ref.spec.layers` (re-exported by :mod:`ppo_ref.nn.mlp`).
 
 Layer keys and layout are the spec's: ``prefix + "w{i}"`` ``[out, in]`` (torch layout, ``y =
-x @ w.T + b``) and ``prefix + "b{i}"`` ``[out]``; :func:`_mlp_layers` reads and checks them.
+x @ w.T + b``) and ``prefix + "b{i}"`` ``[out]``; :func:`mlp_layers` reads and checks them.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ppo_ref._numba import njit
 from ppo_ref.fast.lstm import (_add_products, _column_sums, _linear_rows, _tanh_any,
                               _transpose_into, _wide)
 
-__all__ = []  # no public function: the kernels below are called by the fast policies
+__all__ = ["mlp_forward_flat", "mlp_backward_flat", "mlp_layers"]  # called by the fast policies
 
 
 # --------------------------------------------------------------------------------------------
@@ -51,7 +51,7 @@ _W = tuple(f"w{i}" for i in range(64))
 _B = tuple(f"b{i}" for i in range(64))
 
 
-def _mlp_layers(params: Mapping, prefix: str = "") -> List[Tuple[np.ndarray, np.ndarray]]:
+def mlp_layers(params: Mapping, prefix: str = "") -> List[Tuple[np.ndarray, np.ndarray]]:
     """The layers ``[(w0, b0), ..., (wL, bL)]`` stored under ``prefix + "w{i}"``, chained.
 
     Raises ``ValueError`` if there is no layer, a key is missing, or widths do not chain.
@@ -145,7 +145,7 @@ _NARROW = 16
 
 
 @njit
-def _mlp_forward_flat(x, flat, table, relu, acts):
+def mlp_forward_flat(x, flat, table, relu, acts):
     """Compiled MLP forward on a flat parameter buffer (section comment above): equals
     :func:`ppo_ref.spec.layers.mlp_forward` within rtol 1e-12 in float64.
 
@@ -178,13 +178,13 @@ def _mlp_forward_flat(x, flat, table, relu, acts):
 
 
 @njit
-def _mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
+def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
     """Compiled MLP backward on a flat parameter buffer (section comment above): equals
     :func:`ppo_ref.spec.layers.mlp_backward` within rtol 1e-12 in float64 (relative to each
     array's largest entry).
 
     Args:
-        x, acts, flat, table, relu: as given to (and written by) :func:`_mlp_forward_flat`.
+        x, acts, flat, table, relu: as given to (and written by) :func:`mlp_forward_flat`.
         dy: ``[M, out_L]`` C-contiguous, ``dL/dy``; not modified.
         grads: 1-D buffer of the layout of ``flat``: ``dL/dw_i``, ``dL/db_i`` are written at the
             table's offsets (other entries untouched).

@@ -1,7 +1,7 @@
 """The compiled tier of the PPO update: the epoch loop of :mod:`ppo_ref.spec.update` with the
 compiled minibatch loss and the fused in-place clipped-Adam step, on one-buffer parameters.
 
-What the trainers call (``ppo_ref.ppo``, ``ppo_ref.recurrent_ppo``, the actor-learner's
+What the trainers call (``ppo_ref.train.ppo``, ``ppo_ref.train.recurrent_ppo``, the actor-learner's
 learner): :func:`run_epochs`, on parameters held as a float64
 :class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies' ``init_params`` give). For plain
 dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for them).
@@ -29,33 +29,32 @@ import numpy as np
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.fast.lstm import _all_finite
 from ppo_ref.fast.losses import _minibatch_loss_kernel, _normalize_advantages_kernel
+from ppo_ref.fast.lstm import all_finite
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
-from ppo_ref.spec.losses import (ADVANTAGE_NORM_EPS, VALUE_LOSS_MODES, check_ddof,
+from ppo_ref.spec.losses import (NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES, check_ddof,
+                                 check_dual_clip, clip_bounds, entropy_loss,
                                  entropy_overflow_error, log_ratio_overflow_error,
                                  normalize_advantages, ratio_overflow_error,
                                  surrogate_overflow_error, value_overflow_error)
 from ppo_ref.spec.update import (BackwardFn, EvaluateFn, Minibatch, MinibatchLoss,
                                  effective_clip_range, epoch_loop, total_loss_overflow_error)
-__all__ = ["minibatch_loss", "run_epochs"]
-
-
-_LOSS_ARGUMENTS = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages",
-                   "returns", "old_values")
+__all__ = ["minibatch_loss", "run_epochs", "epoch_permutations", "gather_all_epochs"]
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
-                   with_log_ratio: bool = True) -> MinibatchLoss:
+                   with_log_ratio: bool = True, weights=None) -> MinibatchLoss:
     """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through the compiled
     ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization) and one
     call of ``ppo_ref.fast.losses._minibatch_loss_kernel``.
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
-    (``entropy`` any shape); every array is converted to C-contiguous float64 (no copy when it
-    already is), and the gradients are float64.
+    (``entropy`` any shape, or ``S`` when ``weights`` is given); every array is converted to
+    C-contiguous float64 (no copy when it already is), and the gradients are float64.
+    ``weights`` (None or per-row weights >= 0 of shape ``S``) as the spec function: the kernel
+    takes all ones for None.
 
     Raises:
         ValueError: naming the argument: shapes that differ, an empty minibatch, an input not
@@ -65,42 +64,70 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
             the messages are those of :mod:`ppo_ref.spec.losses` and
             :mod:`ppo_ref.spec.update`.
     """
-    names = _LOSS_ARGUMENTS
-    arrays = [np.ascontiguousarray(a, dtype=np.float64)
-              for a in (new_log_probs, entropy, values, old_log_probs, advantages, returns,
-                        old_values)]
+    names = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages", "returns",
+             "old_values")
+    given = (new_log_probs, entropy, values, old_log_probs, advantages, returns, old_values)
+    arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in given]
     shape = arrays[0].shape
     for name, a in zip(names, arrays):
-        if a.shape != shape and name != "entropy":
+        if name != "entropy" and a.shape != shape:
             raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got {a.shape}")
     n = arrays[0].size
     if n == 0 or arrays[1].size == 0:
         raise ValueError("new_log_probs and entropy must not be empty (a mean over zero "
                          "elements is undefined)")
     clip = effective_clip_range(clip_range)
+    low, high, symmetric = clip_bounds(clip, config.clip_range_low, config.clip_range_high,
+                                       config.clip_interval)
+    dual = check_dual_clip(config.dual_clip)
+    huber_delta = check_positive(config.huber_delta, "huber_delta")
     check_choice(config.value_loss_mode, "mode", VALUE_LOSS_MODES)
     check_choice(config.kl_estimator, "estimator", ("k3", "k1"))
     c_vf = config.clip_range_vf
     clip_on = c_vf is not None
     c_vf = check_positive(c_vf, "clip_range_vf") if clip_on else 0.0
+    if weights is None:
+        w = np.ones(n)
+    else:
+        w = np.ascontiguousarray(weights, dtype=np.float64)
+        if w.shape != shape:
+            raise ValueError(f"weights must have the shape of new_log_probs {shape}, got "
+                             f"{w.shape}")
+        if arrays[1].shape != shape:
+            raise ValueError(f"entropy must have the shape of new_log_probs {shape} when weights "
+                             f"are given, got {arrays[1].shape}")
+        as_float_array(w, "weights")
+        if np.any(w < 0):
+            raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
     flat = [a.reshape(-1) for a in arrays]
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        ddof = check_ddof(config.advantage_norm_ddof)
+        placement = config.advantage_norm_eps_placement
+        try:
+            ddof = check_ddof(config.advantage_norm_ddof)
+            eps = check_positive(config.advantage_norm_eps, "eps")
+            check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
+        except ValueError:  # the spec's error, in the spec's order of checks
+            normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
+                                 eps=config.advantage_norm_eps, placement=placement)
+            raise
         if n > 1:  # (one element: unchanged, as the spec)
             normalized = np.empty(n)
-            if not _normalize_advantages_kernel(flat[4], ddof, ADVANTAGE_NORM_EPS, normalized):
+            if not _normalize_advantages_kernel(flat[4], ddof, eps, placement == "clamp",
+                                                normalized):
                 # not finite, or the variance overflows: the spec's error
-                normalize_advantages(arrays[4], ddof=ddof)
+                normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
             flat[4] = normalized
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
 
     out = np.empty((2, n))  # rows: d_log_probs, d_values (scaled)
-    status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum = _minibatch_loss_kernel(
-        *flat, clip, c_vf, clip_on, config.value_loss_mode == "sb3", v_scale, out[0], out[1])
+    status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
+        _minibatch_loss_kernel(*flat, w.reshape(-1), low, high, clip, symmetric, dual, c_vf,
+                               clip_on, VALUE_LOSS_MODES.index(config.value_loss_mode),
+                               huber_delta, v_scale, out[0], out[1]))
     if status == 1:  # name the argument as the spec does (its order of checks)
         for j in (0, 3, 4, 2, 5, 6, 1):
             as_float_array(arrays[j], names[j])
-        raise ValueError(f"{names[index]} must be finite")  # (not reached: raised above)
+        raise ValueError(f"{(names + ('weights',))[index]} must be finite")
     if status != 0:
         raise ratio_overflow_error(arrays[0], arrays[3], index, np.float64)
     # sums that overflow: refused with the spec's errors, in the spec's order
@@ -110,26 +137,36 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         raise surrogate_overflow_error()
     if not math.isfinite(v_sum):  # (then every d_term / n is finite too)
         raise value_overflow_error()
-    with np.errstate(over="ignore"):
-        e_loss = -float(np.mean(arrays[1]))
-    if not math.isfinite(e_loss):
-        raise entropy_overflow_error()
+    if not w_sum > 0.0 or not math.isfinite(w_sum):
+        raise ValueError(f"weights must have a positive finite sum, got {w_sum}")
+    if weights is None:
+        with np.errstate(over="ignore"):
+            e_loss = -float(np.mean(arrays[1]))
+        if not math.isfinite(e_loss):
+            raise entropy_overflow_error()
+        d_entropy_unit = None
+    else:
+        e_loss, d_entropy_unit = entropy_loss(arrays[1], weights=w)
     if config.kl_estimator == "k1" and not math.isfinite(k1_sum):
         raise log_ratio_overflow_error("k1")
     ent_coef = float(config.ent_coef)
-    p_loss = -surrogate_sum / n
-    v_loss = v_sum / n
+    p_loss = -surrogate_sum / w_sum
+    v_loss = v_sum / w_sum
     total = p_loss + v_scale * v_loss + ent_coef * e_loss  # Python floats: inf, never a warning
-    if not (math.isfinite(total) and _all_finite(out[1])):
+    if not (math.isfinite(total) and all_finite(out[1])):
         raise total_loss_overflow_error()
-    kl = k3_sum / n if config.kl_estimator == "k3" else k1_sum / n
+    kl = k3_sum / w_sum if config.kl_estimator == "k3" else k1_sum / w_sum
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
                          else math.nan)
-    d_entropy = (np.full(arrays[1].shape, -1.0 / arrays[1].size) * ent_coef
-                 if ent_coef != 0.0 else None)
+    if ent_coef == 0.0:
+        d_entropy = None
+    elif d_entropy_unit is None:
+        d_entropy = np.full(arrays[1].shape, -1.0 / arrays[1].size) * ent_coef
+    else:
+        d_entropy = d_entropy_unit * ent_coef
     return MinibatchLoss(
         loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
-        entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_outside / n,
+        entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_outside / w_sum,
         max_abs_log_ratio=max_abs_log_ratio, d_log_probs=out[0].reshape(shape),
         d_entropy=d_entropy, d_values=out[1].reshape(shape))
 
@@ -139,9 +176,9 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
 GATHER_ALL_EPOCHS_MAX_BYTES = 64 * 2 ** 20
 
 
-def _gather_all_epochs(config, rng, arrays) -> bool:
+def gather_all_epochs(config, rng, arrays) -> bool:
     """Whether a trainer draws and gathers every epoch's minibatches at once
-    (:func:`_epoch_permutations`): no KL stop (so every epoch runs), ``rng`` a NumPy
+    (:func:`epoch_permutations`): no KL stop (so every epoch runs), ``rng`` a NumPy
     ``Generator`` (a test harness injecting permutations is asked once per epoch), and
     ``n_epochs`` copies of ``arrays`` within :data:`GATHER_ALL_EPOCHS_MAX_BYTES`."""
     return (config.target_kl is None and type(rng) is np.random.Generator
@@ -149,7 +186,7 @@ def _gather_all_epochs(config, rng, arrays) -> bool:
             <= GATHER_ALL_EPOCHS_MAX_BYTES)
 
 
-def _epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> np.ndarray:
+def epoch_permutations(rng: np.random.Generator, n_rows: int, n_epochs: int) -> np.ndarray:
     """The permutations of ``n_epochs`` successive ``rng.permutation(n_rows)`` calls
     (:func:`ppo_ref.spec.update.row_minibatches`, :func:`ppo_ref.spec.update.env_minibatches`),
     drawn at once: ``[n_epochs, n_rows]`` int64 in C order, row ``e`` the permutation of epoch

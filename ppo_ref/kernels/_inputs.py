@@ -15,6 +15,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from ppo_ref._checks import (as_flag_array, as_float_array, check_choice, check_same_shape,
+                             check_unit_interval,
                              result_dtype)
 from ppo_ref.spec.masks import TRUNCATION_MODES
 
@@ -144,3 +145,32 @@ def finish(inputs: TrajectoryInputs, *outputs: np.ndarray):
     if inputs.one_env:
         return tuple(o.reshape(o.shape[0]) for o in outputs)
     return outputs
+
+
+def per_step_unit_interval(value, name: str, shape) -> np.ndarray:
+    """A per-step parameter in [0, 1] (``gamma``, ``gae_lambda``, ``lambda_``) as a C-contiguous
+    float64 ``[T, N]`` array for the trajectory shape ``shape`` (``(T,)`` or ``(T, N)``, as the
+    caller passed ``rewards``).
+
+    ``value`` is a scalar (every step the same), an array of the shape of ``rewards`` (one
+    number per step and env, rlax's ``discount_t``/``lambda_``), or for ``[T, N]`` trajectories
+    a ``[T]`` array (one number per row, shared by the envs). Raises ``ValueError`` naming
+    ``name`` for another shape, a non-finite entry or an entry outside [0, 1].
+    """
+    two_d = (shape[0], 1) if len(shape) == 1 else tuple(shape)
+    if np.ndim(value) == 0:
+        return np.full(two_d, check_unit_interval(value, name), dtype=np.float64)
+    arr = as_float_array(value, name, ndim=(1, 2)).astype(np.float64)
+    if arr.shape == tuple(shape):
+        arr = arr.reshape(two_d)
+    elif len(shape) == 2 and arr.shape == (shape[0],):
+        arr = np.repeat(arr[:, None], shape[1], axis=1)
+    else:
+        extra = f" or ({shape[0]},)" if len(shape) == 2 else ""
+        raise ValueError(f"{name} must be a scalar or an array of shape {tuple(shape)}{extra} "
+                         f"(one per step), got shape {arr.shape}")
+    bad = ~((arr >= 0.0) & (arr <= 1.0))
+    if np.any(bad):
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ValueError(f"{name} must be in [0, 1] at every step, got {arr[i]} at index {i}")
+    return np.ascontiguousarray(arr)

@@ -10,9 +10,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ppo_ref._checks import check_positive, check_unit_interval
+from ppo_ref._checks import check_positive
 from ppo_ref.fast import advantages as _kernels
-from ppo_ref.kernels._inputs import check_backend, explain_not_finite, finish, prepare_trajectory
+from ppo_ref.kernels._inputs import (check_backend, explain_not_finite, finish,
+                                     per_step_unit_interval, prepare_trajectory)
 
 __all__ = ["vtrace", "VTraceReturns"]
 
@@ -35,15 +36,15 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
     r"""V-trace targets ``vs`` and policy-gradient advantages (IMPALA, with rlax's lambda).
 
     With ``ratio[t] = exp(target_log_probs[t] - behaviour_log_probs[t])``,
-    ``rho[t] = min(rho_bar, ratio[t])`` and ``c[t] = lambda_ * min(c_bar, ratio[t])``, per env,
-    backward over ``t = T-1 .. 0`` (``next_value`` and ``done`` exactly as in :func:`gae`)::
+    ``rho[t] = min(rho_bar, ratio[t])`` and ``c[t] = lambda_[t] * min(c_bar, ratio[t])``, per
+    env, backward over ``t = T-1 .. 0`` (``next_value`` and ``done`` exactly as in :func:`gae`)::
 
-        vs[t] = values[t] + rho[t] * (rewards[t] + gamma * next_value[t] - values[t])
-                + gamma * (1 - done[t]) * c[t] * (vs[t+1] - values[t+1])     (0 at t = T-1)
-        q[t]  = rewards[t] + gamma * X[t]
+        vs[t] = values[t] + rho[t] * (rewards[t] + gamma[t] * next_value[t] - values[t])
+                + gamma[t] * (1 - done[t]) * c[t] * (vs[t+1] - values[t+1])  (0 at t = T-1)
+        q[t]  = rewards[t] + gamma[t] * X[t]
                 X[t] = 0                                      if terminated[t]
                      = next_value[t]                          elif done[t] or t = T-1
-                     = lambda_ * vs[t+1] + (1 - lambda_) * values[t+1]   otherwise
+                     = lambda_[t] * vs[t+1] + (1 - lambda_[t]) * values[t+1]   otherwise
         pg_advantages[t] = min(pg_rho_bar, ratio[t]) * (q[t] - values[t])
 
     Unrolled, ``vs`` is IMPALA eq. (1): :math:`v_s = V(x_s) + \sum_{t \ge s} \gamma^{t-s}
@@ -56,11 +57,13 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
             policy that acted (nats).
         target_log_probs: same shape, log pi(a_t|x_t) under the policy being learned (nats).
         rewards, values, terminated, truncated, last_values, final_values: as in :func:`gae`.
-        gamma: discount in [0, 1].
+        gamma: discount in [0, 1]: a scalar or one per step (an array shaped like ``rewards``,
+            or ``[T]`` for ``[T, N]`` rewards), as rlax's ``discount_t``.
         rho_bar: truncation of the importance weight in the TD term, > 0 (IMPALA rho-bar).
         c_bar: truncation of the trace coefficients, > 0 (IMPALA c-bar).
         pg_rho_bar: truncation of the policy-gradient weight, > 0; None means ``rho_bar``.
-        lambda_: trace mixing in [0, 1] (rlax ``lambda_``; 1 = the IMPALA paper).
+        lambda_: trace mixing in [0, 1] (rlax ``lambda_``; 1 = the IMPALA paper): a scalar or
+            one per step, shaped as ``gamma`` may be (rlax also takes a ``lambda_`` array).
         truncation, bootstrap_terminal_last_row: convention options, as in :func:`gae`.
         backend: ``"fast"`` (default, compiled) or ``"spec"``
             (:func:`ppo_ref.spec.advantages.vtrace_recursion` run as plain Python); same bits.
@@ -81,16 +84,17 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
     """
     recursion = check_backend(backend, _kernels.vtrace_recursion)
     ratio_loop = check_backend(backend, _kernels.log_ratios)
-    gamma = check_unit_interval(gamma, "gamma")
     rho_bar = check_positive(rho_bar, "rho_bar")
     c_bar = check_positive(c_bar, "c_bar")
     pg_rho_bar = rho_bar if pg_rho_bar is None else check_positive(pg_rho_bar, "pg_rho_bar")
-    lambda_ = check_unit_interval(lambda_, "lambda_")
     inputs = prepare_trajectory(
         {"behaviour_log_probs": behaviour_log_probs, "target_log_probs": target_log_probs,
          "rewards": rewards, "values": values},
         terminated, truncated, last_values, final_values, truncation, bootstrap_terminal_last_row)
     a = inputs.arrays
+    shape = a["rewards"].shape[:1] if inputs.one_env else a["rewards"].shape
+    gammas = per_step_unit_interval(gamma, "gamma", shape)
+    lambdas = per_step_unit_interval(lambda_, "lambda_", shape)
     vs = np.empty(a["rewards"].shape, dtype=inputs.dtype)
     pg_advantages = np.empty(a["rewards"].shape, dtype=inputs.dtype)
     if vs.shape[0] > 0:
@@ -106,8 +110,9 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
             np.exp(ratios, out=ratios)
         all_finite = recursion(
             ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated,
-            inputs.last_values, inputs.final_values, scalar(gamma), scalar(rho_bar), scalar(c_bar),
-            scalar(pg_rho_bar), scalar(lambda_), scalar(1.0 - lambda_), inputs.truncation_mode,
+            inputs.last_values, inputs.final_values, gammas.astype(inputs.dtype), scalar(rho_bar),
+            scalar(c_bar), scalar(pg_rho_bar), lambdas.astype(inputs.dtype),
+            (1.0 - lambdas).astype(inputs.dtype), inputs.truncation_mode,
             inputs.bootstrap_terminal_last_row, vs, pg_advantages)
         if not all_finite:
             explain_not_finite(inputs, ("rewards", "values", "final_values"),

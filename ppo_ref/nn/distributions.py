@@ -3,7 +3,7 @@
 
 Categorical over logits (``-inf`` masks an action), MultiDiscrete (independent categoricals over
 consecutive logit slices) and diagonal Gaussian (state-independent ``log_std``): log-prob,
-entropy, their gradients, sampling, mode. The policy heads (:mod:`ppo_ref.policies`) call these.
+entropy, their gradients, sampling, mode. The policy heads (:mod:`ppo_ref.train.policies`) call these.
 The compiled tier, :mod:`ppo_ref.fast.distributions`, holds the categorical kernels of the fast
 policies and the compiled MultiDiscrete functions (equal within rtol 1e-12).
 """

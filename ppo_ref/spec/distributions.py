@@ -73,7 +73,7 @@ def _as_logits(logits) -> np.ndarray:
     return z
 
 
-def _as_upstream(d, name: str, shape: tuple, ref_name: str) -> np.ndarray:
+def as_upstream(d, name: str, shape: tuple, ref_name: str) -> np.ndarray:
     """An upstream gradient: finite float64 of exactly ``shape``."""
     d = _as_float64(d, name)
     check_same_shape(d, name, shape, ref_name)
@@ -177,7 +177,7 @@ def categorical_log_prob_backward(logits, actions, d_log_probs) -> np.ndarray:
             non-finite.
     """
     z = _as_logits(logits)
-    d = _as_upstream(d_log_probs, "d_log_probs", z.shape[:-1], "logits[..., 0]")
+    d = as_upstream(d_log_probs, "d_log_probs", z.shape[:-1], "logits[..., 0]")
     a = as_index_array(actions, "actions", z.shape[:-1], "logits[..., 0]", z.shape[-1])
     pi = np.exp(_log_softmax(z))
     one_hot = np.arange(z.shape[-1]) == a[..., None]
@@ -202,7 +202,7 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
         ValueError: as :func:`log_softmax`; ``d_entropy`` of the wrong shape or non-finite.
     """
     z = _as_logits(logits)
-    d = _as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
+    d = as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
     log_pi = _log_softmax(z)
     pi = np.exp(log_pi)  # exactly 0 where masked
     log_pi = _zero_where_masked(log_pi)  # so pi * log_pi and the result are 0 there
@@ -316,7 +316,7 @@ def _as_nvec(nvec) -> Tuple[int, ...]:
     return tuple(check_positive_int(n, "nvec entries") for n in sizes)
 
 
-def _components(logits, nvec) -> Tuple[np.ndarray, Tuple[int, ...], List[slice]]:
+def multi_components(logits, nvec) -> Tuple[np.ndarray, Tuple[int, ...], List[slice]]:
     """Checked ``(z, nvec, slices)``: ``z[..., slices[j]]`` are component ``j``'s logits."""
     sizes = _as_nvec(nvec)
     z = _as_float64(logits, "logits", allow_nonfinite=True)
@@ -331,7 +331,7 @@ def _components(logits, nvec) -> Tuple[np.ndarray, Tuple[int, ...], List[slice]]
     return z, sizes, slices
 
 
-def _multi_actions(actions, z: np.ndarray, sizes: Tuple[int, ...]) -> np.ndarray:
+def multi_actions(actions, z: np.ndarray, sizes: Tuple[int, ...]) -> np.ndarray:
     return as_index_array(actions, "actions", z.shape[:-1] + (len(sizes),),
                           "[..., len(nvec)]", sizes)
 
@@ -352,8 +352,8 @@ def multi_categorical_log_prob(logits, actions, nvec: Sequence[int]) -> np.ndarr
         ValueError: bad ``nvec``, ``logits`` whose last dimension is not ``sum(nvec)`` or with
             a bad component (as :func:`log_softmax`), bad ``actions``.
     """
-    z, sizes, slices = _components(logits, nvec)
-    a = _multi_actions(actions, z, sizes)
+    z, sizes, slices = multi_components(logits, nvec)
+    a = multi_actions(actions, z, sizes)
     total = np.zeros(z.shape[:-1])
     for j, s in enumerate(slices):
         total = total + categorical_log_prob(z[..., s], a[..., j])
@@ -365,7 +365,7 @@ def multi_categorical_entropy(logits, nvec: Sequence[int]) -> np.ndarray:
 
     Raises ``ValueError`` as :func:`multi_categorical_log_prob`.
     """
-    z, _, slices = _components(logits, nvec)
+    z, _, slices = multi_components(logits, nvec)
     total = np.zeros(z.shape[:-1])
     for s in slices:
         total = total + categorical_entropy(z[..., s])
@@ -389,9 +389,9 @@ def multi_categorical_log_prob_backward(logits, actions, nvec: Sequence[int],
         ValueError: as :func:`multi_categorical_log_prob`; ``d_log_probs`` of the wrong shape
             or non-finite.
     """
-    z, sizes, slices = _components(logits, nvec)
-    a = _multi_actions(actions, z, sizes)
-    d = _as_upstream(d_log_probs, "d_log_probs", z.shape[:-1], "logits[..., 0]")
+    z, sizes, slices = multi_components(logits, nvec)
+    a = multi_actions(actions, z, sizes)
+    d = as_upstream(d_log_probs, "d_log_probs", z.shape[:-1], "logits[..., 0]")
     return np.concatenate([categorical_log_prob_backward(z[..., s], a[..., j], d)
                            for j, s in enumerate(slices)], axis=-1)
 
@@ -403,8 +403,8 @@ def multi_categorical_entropy_backward(logits, nvec: Sequence[int], d_entropy) -
     Returns float64 ``d_logits [..., sum(nvec)]``. Raises ``ValueError`` as
     :func:`multi_categorical_log_prob_backward` (naming ``d_entropy``).
     """
-    z, _, slices = _components(logits, nvec)
-    d = _as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
+    z, _, slices = multi_components(logits, nvec)
+    d = as_upstream(d_entropy, "d_entropy", z.shape[:-1], "logits[..., 0]")
     return np.concatenate([categorical_entropy_backward(z[..., s], d) for s in slices], axis=-1)
 
 
@@ -418,7 +418,7 @@ def multi_categorical_sample(rng: np.random.Generator, logits, nvec: Sequence[in
     as :func:`multi_categorical_log_prob`.
     """
     check_generator(rng)
-    z, _, slices = _components(logits, nvec)
+    z, _, slices = multi_components(logits, nvec)
     return np.stack([categorical_sample(rng, z[..., s]) for s in slices], axis=-1)
 
 
@@ -427,7 +427,7 @@ def multi_categorical_mode(logits, nvec: Sequence[int]) -> np.ndarray:
 
     Raises ``ValueError`` as :func:`multi_categorical_log_prob`.
     """
-    z, _, slices = _components(logits, nvec)
+    z, _, slices = multi_components(logits, nvec)
     return np.stack([categorical_mode(z[..., s]) for s in slices], axis=-1)
 
 
@@ -522,7 +522,7 @@ def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs
             ``d_log_probs``).
     """
     mu, ls = _as_mean_log_std(mean, log_std)
-    g = _as_upstream(d_log_probs, "d_log_probs", mu.shape[:-1], "mean[..., 0]")[..., None]
+    g = as_upstream(d_log_probs, "d_log_probs", mu.shape[:-1], "mean[..., 0]")[..., None]
     sigma, u = _standardized(mu, ls, actions)
     with np.errstate(over="ignore", invalid="ignore"):
         d_mean = g * u / sigma

@@ -49,20 +49,25 @@ __all__ = [
     "clipped_surrogate_element",
     "value_element",
     "k3_element",
+    "value_distance",
+    "clip_bounds",
     "VALUE_LOSS_MODES",
+    "CLIP_INTERVALS",
+    "NORM_EPS_PLACEMENTS",
     "KL_ESTIMATORS",
     "MAX_LOG_RATIO",
 ]
 
-VALUE_LOSS_MODES = ("max", "sb3")
+VALUE_LOSS_MODES = ("max", "sb3", "huber")
+#: The codes of :data:`VALUE_LOSS_MODES` the element functions take (its indices).
+VALUE_MODE_MAX, VALUE_MODE_SB3, VALUE_MODE_HUBER = 0, 1, 2
 KL_ESTIMATORS = ("k3", "k1")
+CLIP_INTERVALS = ("symmetric", "reciprocal")
+NORM_EPS_PLACEMENTS = ("add", "clamp")
 
 #: ``exp(r)`` is finite for ``r <= 709.78``; past this bound a ratio counts as overflowing
 #: (``math.exp`` raises there in plain Python, compiled code would return inf).
 MAX_LOG_RATIO = 709.0
-
-#: The ``eps`` added to the standard deviation by :func:`normalize_advantages` (SB3, CleanRL).
-ADVANTAGE_NORM_EPS = 1e-8
 
 
 # ----------------------------------------------------------------------------------------------
@@ -80,65 +85,163 @@ def k3_element(log_ratio):
     return max(math.expm1(log_ratio) - log_ratio, 0.0)
 
 
-def clipped_surrogate_element(log_ratio, advantage, clip_range):
+def clipped_surrogate_element(log_ratio, advantage, low, high, clip_range, symmetric,
+                              dual_clip):
     """One term of the clipped surrogate objective (PPO eq. 7) and its derivative.
 
-    With ``ratio = exp(log_ratio)`` (requires ``log_ratio <= MAX_LOG_RATIO``) and eps =
-    ``clip_range``::
+    With ``ratio = exp(log_ratio)`` (requires ``log_ratio <= MAX_LOG_RATIO``) and the ratio
+    interval ``[low, high]`` (``[1 - eps, 1 + eps]`` in the paper)::
 
-        surrogate = min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)
+        surrogate = min(ratio * A, clip(ratio, low, high) * A)
         d surrogate / d log_ratio = A * ratio    where the unclipped term is active
                                   = 0            where the clipped term is (A > 0 and
-                                                 ratio > 1 + eps, or A < 0 and ratio < 1 - eps)
+                                                 ratio > high, or A < 0 and ratio < low)
 
-    At ``ratio == 1 +- eps`` the derivative is the unclipped one (torch's clamp passes the
-    gradient at its bounds). Returns ``(surrogate, d_surrogate, outside)``, ``outside`` True
-    when ``|ratio - 1| > eps`` (counted by the clip fraction).
+    With dual clipping (``dual_clip`` = c > 1; 0 switches it off), for ``A < 0`` the term is
+    further bounded below: ``max(surrogate, c * A)`` (Ye et al. 2020, "Mastering Complex
+    Control in MOBA Games with Deep Reinforcement Learning", arXiv:1912.09729, eq. 5; tianshou
+    ``PPO(dual_clip=c)``), derivative 0 where ``c * A`` is larger and half the derivative
+    where the two are equal (torch's tie rule for max).
+
+    At ``ratio == low`` or ``high`` the derivative is the unclipped one (torch's clamp passes
+    the gradient at its bounds). Returns ``(surrogate, d_surrogate, outside)``; ``outside``
+    (counted by the clip fraction) is ``|ratio - 1| > clip_range`` when ``symmetric`` (SB3,
+    CleanRL; ``[low, high] = [1 - clip_range, 1 + clip_range]``), else ``ratio < low or ratio >
+    high``.
     """
     ratio = math.exp(log_ratio)
-    low = 1.0 - clip_range
-    high = 1.0 + clip_range
     clipped_ratio = min(max(ratio, low), high)
     surrogate = min(ratio * advantage, clipped_ratio * advantage)
     if (advantage > 0.0 and ratio > high) or (advantage < 0.0 and ratio < low):
         d_surrogate = 0.0
     else:
         d_surrogate = advantage * ratio
-    return surrogate, d_surrogate, abs(ratio - 1.0) > clip_range
+    if dual_clip > 0.0 and advantage < 0.0:
+        floor = dual_clip * advantage
+        if floor > surrogate:
+            surrogate = floor
+            d_surrogate = 0.0
+        elif floor == surrogate:
+            d_surrogate = 0.5 * d_surrogate
+    if symmetric:
+        outside = abs(ratio - 1.0) > clip_range
+    else:
+        outside = ratio < low or ratio > high
+    return surrogate, d_surrogate, outside
 
 
-def value_element(value, old_value, target, clip_range_vf, clip_on, sb3_mode):
+def value_distance(err, mode, huber_delta):
+    """The distance of one value error ``err = V - R`` and its derivative: ``err^2`` and
+    ``2 err`` (modes ``VALUE_MODE_MAX``, ``VALUE_MODE_SB3``), or for ``VALUE_MODE_HUBER`` the
+    Huber loss with ``delta`` = ``huber_delta``, ``0.5 err^2`` where ``|err| < delta`` else
+    ``delta (|err| - delta / 2)``, derivative ``err`` or ``delta sign(err)`` (torch
+    ``huber_loss``; torchrl's default ``smooth_l1`` is this with delta 1)."""
+    if mode == VALUE_MODE_HUBER:
+        z = abs(err)
+        if z < huber_delta:
+            return 0.5 * err * err, err
+        return huber_delta * (z - 0.5 * huber_delta), (huber_delta if err > 0.0 else -huber_delta)
+    return err * err, 2.0 * err
+
+
+def value_element(value, old_value, target, clip_range_vf, clip_on, mode, huber_delta):
     """One term of the value loss (no 0.5 factor) and its derivative w.r.t. ``value``.
 
-    Without clipping: ``(V - R)^2`` and ``2 (V - R)``. With clipping, c = ``clip_range_vf`` and
+    ``d(e)`` is :func:`value_distance` (``e^2``, or the Huber loss in ``VALUE_MODE_HUBER``).
+    Without clipping: ``d(V - R)`` and its derivative. With clipping, c = ``clip_range_vf`` and
     ``V_clip = V_old + clip(V - V_old, -c, c)``:
 
-    * ``sb3_mode`` False ("max"): ``max((V - R)^2, (V_clip - R)^2)``; derivative ``2 (V - R)``
-      where ``|V - V_old| <= c`` (boundary inclusive) or the unclipped term is strictly larger,
-      0 where the clipped term is strictly larger, ``(V - R)`` (half: torch's tie rule for max)
-      where clipping is active and both terms are equal.
-    * ``sb3_mode`` True ("sb3"): ``(V_clip - R)^2``; derivative ``2 (V_clip - R)`` where
-      ``|V - V_old| <= c``, else 0.
+    * ``VALUE_MODE_MAX`` and ``VALUE_MODE_HUBER``: ``max(d(V - R), d(V_clip - R))``;
+      derivative ``d'(V - R)`` where ``|V - V_old| <= c`` (boundary inclusive) or the unclipped
+      term is strictly larger, 0 where the clipped term is strictly larger, half of it (torch's
+      tie rule for max) where clipping is active and both terms are equal.
+    * ``VALUE_MODE_SB3``: ``d(V_clip - R)``; derivative ``d'(V_clip - R)`` where ``|V - V_old|
+      <= c``, else 0.
 
     Returns ``(term, d_term)``.
     """
     err = value - target
     if not clip_on:
-        return err * err, 2.0 * err
+        return value_distance(err, mode, huber_delta)
     delta = value - old_value
     inside = abs(delta) <= clip_range_vf
     err_clip = old_value + min(max(delta, -clip_range_vf), clip_range_vf) - target
-    sq_clip = err_clip * err_clip
-    if sb3_mode:
-        return sq_clip, (2.0 * err_clip if inside else 0.0)
-    sq = err * err
+    sq_clip, d_clip = value_distance(err_clip, mode, huber_delta)
+    if mode == VALUE_MODE_SB3:
+        return sq_clip, (d_clip if inside else 0.0)
+    sq, d_sq = value_distance(err, mode, huber_delta)
     if inside or sq > sq_clip:
         weight = 1.0
     elif sq == sq_clip:
         weight = 0.5
     else:
         weight = 0.0
-    return max(sq, sq_clip), weight * 2.0 * err
+    return max(sq, sq_clip), weight * d_sq
+
+
+def clip_bounds(clip_range, clip_range_low=None, clip_range_high=None,
+                clip_interval="symmetric"):
+    """The ratio interval ``(low, high, symmetric)`` of the clipped surrogate.
+
+    * ``clip_interval="symmetric"`` (the paper, SB3, CleanRL): ``[1 - eps_low, 1 + eps_high]``
+      with ``eps_low = clip_range_low``, ``eps_high = clip_range_high``, each ``clip_range`` when
+      None (torchrl's ``clip_epsilon=(low, high)`` tuple sets both).
+    * ``clip_interval="reciprocal"`` (Sample Factory: "unbiased clip(x, 1+e, 1/(1+e))",
+      ``clip_ratio_low = 1.0 / clip_ratio_high``): ``[1 / (1 + eps_high), 1 + eps_high]``
+      (``clip_range_low`` must then be None).
+
+    ``symmetric`` is True when the interval is ``[1 - clip_range, 1 + clip_range]`` (both
+    overrides None, symmetric interval): the clip fraction then counts ``|ratio - 1| >
+    clip_range`` exactly as SB3 and CleanRL do. Raises ``ValueError`` for an unknown interval,
+    an eps not > 0, or a lower eps >= 1 (a bound <= 0).
+    """
+    check_choice(clip_interval, "clip_interval", CLIP_INTERVALS)
+    eps = check_positive(clip_range, "clip_range")
+    high_eps = eps if clip_range_high is None else check_positive(clip_range_high,
+                                                                  "clip_range_high")
+    if clip_interval == "reciprocal":
+        if clip_range_low is not None:
+            raise ValueError("clip_range_low must be None with clip_interval='reciprocal' (the "
+                             "lower bound is 1 / (1 + eps_high))")
+        high = 1.0 + high_eps
+        return 1.0 / high, high, False
+    low_eps = eps if clip_range_low is None else check_positive(clip_range_low, "clip_range_low")
+    if not low_eps < 1.0 and clip_range_low is not None:
+        raise ValueError(f"clip_range_low must be < 1 (the ratio bound 1 - clip_range_low must "
+                         f"be > 0), got {low_eps}")
+    symmetric = clip_range_low is None and clip_range_high is None
+    return 1.0 - low_eps, 1.0 + high_eps, symmetric
+
+
+def check_dual_clip(dual_clip) -> float:
+    """``dual_clip`` as the element functions take it: 0.0 for None (off), else the float c;
+    raises ``ValueError`` unless c > 1 (tianshou's condition)."""
+    if dual_clip is None:
+        return 0.0
+    c = check_positive(dual_clip, "dual_clip")
+    if not c > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {c}")
+    return c
+
+
+def _weights(weights, shape, name_of_shape: str):
+    """The per-element weights as a float64 list (all 1.0 when ``weights`` is None) and their
+    sum, in element order. Raises ``ValueError`` for a shape other than ``shape``, a negative
+    or non-finite weight, or weights summing to 0."""
+    if weights is None:
+        n = int(np.prod(shape))
+        return [1.0] * n, float(n)
+    w = as_float_array(weights, "weights")
+    check_same_shape(w, "weights", shape, name_of_shape)
+    if np.any(w < 0):
+        raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
+    items = _elements(w)
+    total = 0.0
+    for x in items:
+        total += x
+    if not total > 0.0 or not math.isfinite(total):
+        raise ValueError(f"weights must have a positive finite sum, got {total}")
+    return items, total
 
 
 # ----------------------------------------------------------------------------------------------
@@ -193,8 +296,10 @@ def entropy_overflow_error() -> ValueError:
     return ValueError("entropy is too large in magnitude: its mean overflows float64")
 
 
-def policy_loss(new_log_probs, old_log_probs, advantages,
-                clip_range: float) -> Tuple[float, np.ndarray, Dict[str, float]]:
+def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
+                clip_range_low: Optional[float] = None, clip_range_high: Optional[float] = None,
+                clip_interval: str = "symmetric", dual_clip: Optional[float] = None,
+                weights=None) -> Tuple[float, np.ndarray, Dict[str, float]]:
     """PPO clipped surrogate loss and its gradient with respect to ``new_log_probs``.
 
     With ``ratio = exp(new_log_probs - old_log_probs)`` and eps = ``clip_range``::
@@ -218,6 +323,16 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
         old_log_probs: log pi_old(a|s) recorded at collection, same shape.
         advantages: advantage estimates (usually normalized), same shape.
         clip_range: eps > 0 (0.2 in the paper, SB3 and CleanRL).
+        clip_range_low, clip_range_high, clip_interval: an asymmetric ratio interval (keyword
+            options; :func:`clip_bounds`): ``[1 - clip_range_low, 1 + clip_range_high]``
+            (torchrl's ``clip_epsilon=(low, high)``), or with ``clip_interval="reciprocal"``
+            Sample Factory's ``[1 / (1 + eps), 1 + eps]``. Defaults: ``[1 - eps, 1 + eps]``.
+        dual_clip: None (off) or c > 1: for ``A < 0`` the term is ``max(min(...), c * A)``
+            (tianshou ``dual_clip``; Ye et al. 2020, arXiv:1912.09729).
+        weights: None or non-negative per-element weights of the input shape (a 0/1 valid
+            mask: torchrl, Sample Factory): every mean above, and ``clip_fraction`` and
+            ``approx_kl``, becomes ``sum(w * x) / sum(w)`` and the gradient ``w[i] * ... /
+            sum(w)``. None is all ones (the same bits as the plain mean).
 
     Returns:
         ``(loss, d_new_log_probs, info)``: ``loss`` a Python float; ``d_new_log_probs`` an array
@@ -227,7 +342,9 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
         ``r = new - old`` (see :func:`approx_kl`).
 
     Raises:
-        ValueError: shapes differ, an input is empty or not finite, ``clip_range`` <= 0, or
+        ValueError: shapes differ, an input is empty or not finite, ``clip_range`` <= 0, a bad
+            ``clip_range_low``/``clip_range_high``/``clip_interval``, ``dual_clip`` not > 1,
+            ``weights`` negative, of another shape or summing to 0, or
             ``new_log_probs - old_log_probs`` is so large that ``exp`` overflows float64 or an
             active gradient ``-A * ratio / n`` overflows the result dtype (float32: a log-ratio
             above about 88), so negative that the log-ratio or the k3 sum overflows float64,
@@ -240,22 +357,25 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
     check_same_shape(adv, "advantages", new.shape, "new_log_probs")
     _nonempty(new, "new_log_probs")
     eps = check_positive(clip_range, "clip_range")
+    low, high, symmetric = clip_bounds(eps, clip_range_low, clip_range_high, clip_interval)
+    dual = check_dual_clip(dual_clip)
     dtype = result_dtype(new, old, adv)
+    w, n = _weights(weights, new.shape, "new_log_probs")  # n: sum of the weights
 
-    n = new.size
-    d_new = np.empty(n, dtype=np.float64)
+    d_new = np.empty(new.size, dtype=np.float64)
     surrogate_sum = 0.0
-    n_outside = 0
+    n_outside = 0.0
     k3_sum = 0.0
     for i, (new_i, old_i, a) in enumerate(zip(_elements(new), _elements(old), _elements(adv))):
         log_ratio = new_i - old_i
         if log_ratio > MAX_LOG_RATIO:
             raise ratio_overflow_error(new, old, i, dtype)
-        surrogate, d_surrogate, outside = clipped_surrogate_element(log_ratio, a, eps)
-        surrogate_sum += surrogate
-        d_new[i] = -d_surrogate / n
-        n_outside += outside
-        k3_sum += k3_element(log_ratio)
+        surrogate, d_surrogate, outside = clipped_surrogate_element(log_ratio, a, low, high, eps,
+                                                                    symmetric, dual)
+        surrogate_sum += w[i] * surrogate
+        d_new[i] = -(w[i] * d_surrogate) / n
+        n_outside += w[i] * outside
+        k3_sum += w[i] * k3_element(log_ratio)
     with np.errstate(over="ignore"):
         d_new = d_new.astype(dtype)
     if not np.isfinite(d_new).all():
@@ -269,7 +389,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages,
 
 
 def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = None,
-               mode: str = "max") -> Tuple[float, np.ndarray]:
+               mode: str = "max", *, huber_delta: float = 1.0,
+               weights=None) -> Tuple[float, np.ndarray]:
     """Value-function loss (no 0.5 factor) and its gradient with respect to ``values``.
 
     Without clipping (``clip_range_vf is None``)::
@@ -287,8 +408,16 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
     * ``mode="sb3"`` (Stable-Baselines3): ``loss = mean((V_clip - R)^2)``. Gradient:
       ``2 (V_clip - R) / n`` where ``|V - V_old| <= c`` (boundary inclusive), else 0.
 
+    * ``mode="huber"`` (torchrl ``ClipPPOLoss`` default ``loss_critic_type="smooth_l1"``): the
+      squared error replaced by the Huber loss ``0.5 e^2`` (``|e| < huber_delta``) or
+      ``huber_delta (|e| - huber_delta / 2)`` (torch ``huber_loss``; ``smooth_l1`` is
+      ``huber_delta = 1``), clipped in the "max" form as torchrl's ``clip_value``. Note the 0.5
+      inside the Huber loss.
+
     Per element: :func:`value_element`. Scale by ``vf_coef`` (and ``value_loss_scale`` = 0.5 to
-    reproduce CleanRL) in the caller.
+    reproduce CleanRL) in the caller. With ``weights`` (a 0/1 valid mask or per-element
+    weights, shape of ``values``) the mean is ``sum(w * term) / sum(w)`` and the gradient
+    ``w[i] * d_term[i] / sum(w)``.
 
     Args:
         values: V_theta(s) of the current parameters, float array of any shape [...].
@@ -296,7 +425,9 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
             ``clip_range_vf`` is ``None`` (it is not used then).
         returns: value targets R (lambda-returns), same shape.
         clip_range_vf: c > 0, or ``None`` for no clipping. Units of the value function.
-        mode: ``"max"`` or ``"sb3"`` (checked even when clipping is off).
+        mode: ``"max"``, ``"sb3"`` or ``"huber"`` (checked even when clipping is off).
+        huber_delta: > 0, the Huber threshold (``mode="huber"`` only; torchrl: 1).
+        weights: None (all ones: the plain mean, same bits) or weights >= 0 as described.
 
     Returns:
         ``(loss, d_values)``: a Python float and an array shaped like ``values`` (float32 if
@@ -324,13 +455,15 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
         check_same_shape(old, "old_values", v.shape, "values")
     dtype = result_dtype(v, ret, None if old_values is None else old)
 
-    n = v.size
-    d_v = np.empty(n, dtype=np.float64)
+    delta = check_positive(huber_delta, "huber_delta")
+    code = VALUE_LOSS_MODES.index(mode)
+    w, n = _weights(weights, v.shape, "values")  # n: sum of the weights
+    d_v = np.empty(v.size, dtype=np.float64)
     total = 0.0
     for i, (v_i, old_i, r_i) in enumerate(zip(_elements(v), _elements(old), _elements(ret))):
-        term, d_term = value_element(v_i, old_i, r_i, c, clip_on, mode == "sb3")
-        total += term
-        d_v[i] = d_term / n
+        term, d_term = value_element(v_i, old_i, r_i, c, clip_on, code, delta)
+        total += w[i] * term
+        d_v[i] = (w[i] * d_term) / n
     with np.errstate(over="ignore", invalid="ignore"):
         d_v = d_v.astype(dtype)
     if not (math.isfinite(total) and np.isfinite(d_v).all()):
@@ -338,8 +471,11 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
     return total / n, d_v.reshape(v.shape)
 
 
-def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
+def entropy_loss(entropy, weights=None) -> Tuple[float, np.ndarray]:
     """Entropy bonus as a loss: ``-mean(entropy)``, and its gradient ``-1/n`` per element.
+
+    With ``weights`` (shape of ``entropy``, >= 0, e.g. a valid mask): ``-sum(w * H) / sum(w)``
+    summed in element order, gradient ``-w / sum(w)``.
 
     Multiply by ``ent_coef`` in the total loss (SB3 and CleanRL: ``- ent_coef * mean(H)``).
 
@@ -354,6 +490,16 @@ def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
     """
     h = as_float_array(entropy, "entropy")
     _nonempty(h, "entropy")
+    if weights is not None:
+        w, total_w = _weights(weights, h.shape, "entropy")
+        total = 0.0
+        for w_i, h_i in zip(w, _elements(h)):
+            total += w_i * h_i
+        mean = total / total_w
+        if not math.isfinite(mean):
+            raise entropy_overflow_error()
+        grad = np.array([-w_i / total_w for w_i in w]).reshape(h.shape)
+        return -mean, grad.astype(h.dtype)
     with np.errstate(over="ignore"):
         mean = float(np.mean(h))
     if not math.isfinite(mean):
@@ -361,7 +507,7 @@ def entropy_loss(entropy) -> Tuple[float, np.ndarray]:
     return -mean, np.full(h.shape, -1.0 / h.size, dtype=h.dtype)
 
 
-def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
+def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None) -> float:
     """Sample estimate of KL(pi_old || pi_new) from log-probs of actions drawn from pi_old.
 
     With ``r = new_log_probs - old_log_probs`` (the log of the importance ratio):
@@ -377,6 +523,8 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
         old_log_probs: log pi_old(a|s), float array [...] (nats).
         new_log_probs: log pi_new(a|s), same shape.
         estimator: ``"k3"`` or ``"k1"``.
+        weights: None, or weights >= 0 of the input shape (a valid mask): the weighted mean
+            ``sum(w * term) / sum(w)``.
 
     Returns:
         The estimate in nats, a finite Python float, computed in float64, summed in element
@@ -394,13 +542,14 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3") -> float:
     new = as_float_array(new_log_probs, "new_log_probs")
     check_same_shape(new, "new_log_probs", old.shape, "old_log_probs")
     _nonempty(old, "old_log_probs")
+    w, n = _weights(weights, old.shape, "old_log_probs")
     total = 0.0
-    for old_i, new_i in zip(_elements(old), _elements(new)):
+    for w_i, old_i, new_i in zip(w, _elements(old), _elements(new)):
         log_ratio = new_i - old_i
-        total += k3_element(log_ratio) if estimator == "k3" else -log_ratio
+        total += w_i * (k3_element(log_ratio) if estimator == "k3" else -log_ratio)
     if not math.isfinite(total):
         raise log_ratio_overflow_error(estimator)
-    return total / old.size
+    return total / n
 
 
 def advantage_moments(advantages, ddof):
@@ -446,8 +595,13 @@ def advantages_overflow_error() -> ValueError:
     return ValueError("advantages are too large to normalize: their variance overflows float64")
 
 
-def normalize_advantages(advantages, ddof: int = 1, eps: float = ADVANTAGE_NORM_EPS) -> np.ndarray:
+def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
+                         placement: str = "add") -> np.ndarray:
     """Standardize advantages: ``(A - mean(A)) / (std(A, ddof) + eps)``.
+
+    ``placement="clamp"`` divides by ``max(std(A, ddof), eps)`` instead (torchrl
+    ``_standardize``: ``std.clamp_min(1e-6)``, its masked form ddof 0 with 1e-4; Sample Factory
+    ``torch.clamp_min(adv_std, 1e-7)``).
 
     SB3 and CleanRL normalize each minibatch with ``ddof=1`` (torch's unbiased ``std``);
     thrust-rl the whole batch with ``ddof=0``. An array of one element is returned unchanged
@@ -458,25 +612,30 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = ADVANTAGE_NORM_
     Args:
         advantages: float array of any shape [...] (statistics over all elements).
         ddof: delta degrees of freedom of the standard deviation, 0 or 1.
-        eps: > 0, added to the standard deviation.
+        eps: > 0, added to the standard deviation (``placement="add"``: SB3, CleanRL,
+            tianshou, skrl, PureJaxRL: 1e-8) or its lower bound (``"clamp"``).
+        placement: ``"add"`` or ``"clamp"``.
 
     Returns:
         A new array shaped like ``advantages`` (an empty input gives an empty copy).
 
     Raises:
-        ValueError: ``advantages`` not finite, ``ddof`` not 0 or 1, ``eps`` <= 0, or the values
+        ValueError: ``advantages`` not finite, ``ddof`` not 0 or 1, ``eps`` <= 0, an unknown
+            ``placement``, or the values
             are so large (> ~1e150) that their variance overflows.
     """
     adv = as_float_array(advantages, "advantages")
     ddof = check_ddof(ddof)
     eps = check_positive(eps, "eps")
+    check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
     if adv.size <= 1:
         return adv.copy()
     a = adv.astype(np.float64)
     mean, std = advantage_moments(a.ravel().tolist(), ddof)
     if not (math.isfinite(mean) and math.isfinite(std)):
         raise advantages_overflow_error()
-    return ((a - mean) / (std + eps)).astype(adv.dtype)
+    scale = std + eps if placement == "add" else max(std, eps)
+    return ((a - mean) / scale).astype(adv.dtype)
 
 
 def explained_variance(y_pred, y_true) -> float:

@@ -20,6 +20,10 @@ the estimator ``config.kl_estimator`` (:func:`ppo_ref.spec.losses.approx_kl`):
   (computed before its step) ``> target_kl``, the remaining epochs stop.
 * ``"thrust"`` (thrust-rl): per minibatch, *after* its step; if ``approx_kl > target_kl`` the
   rest of the current epoch is skipped; the next epoch starts as usual.
+* ``"skrl"`` (skrl ``PPO._update``, skrl/agents/torch/ppo/ppo.py lines 381-389 at commit
+  c29ced63): per minibatch, *before* its step (k3 estimate); if ``approx_kl > target_kl`` that
+  step is skipped and the rest of the current epoch with it (``break`` out of the minibatch
+  loop); the next epoch starts as usual.
 
 Minibatches: :func:`row_minibatches` (feedforward: every epoch a permutation of the ``T*N``
 rows, cut in chunks) and :func:`env_minibatches` (recurrent: a permutation of the envs, cut in
@@ -44,9 +48,9 @@ from ppo_ref.spec.optim import adam_update, clip_by_global_norm
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
            "row_minibatches", "env_minibatches", "feedforward_minibatches",
            "recurrent_minibatches", "run_epochs", "epoch_loop",
-           "effective_clip_range", "KL_STOP_RULES", "STATS_KEYS"]
+           "effective_clip_range", "clip_options", "KL_STOP_RULES", "STATS_KEYS"]
 
-KL_STOP_RULES = ("sb3", "cleanrl", "thrust")
+KL_STOP_RULES = ("sb3", "cleanrl", "thrust", "skrl")
 
 #: The keys of the stats dict returned by :func:`run_epochs`.
 STATS_KEYS = ("policy_loss", "value_loss", "entropy", "loss", "approx_kl", "clip_fraction",
@@ -73,13 +77,16 @@ class Minibatch(NamedTuple):
     (``[B]`` feedforward, ``[T * n]`` or ``[T, n]`` recurrent), the rollout's behaviour
     log-probs (nats), advantages (already batch-normalized if that scope is chosen),
     lambda-returns and values. ``data``: whatever the policy's ``evaluate`` needs
-    (observations, actions, initial LSTM states, ...); opaque here.
+    (observations, actions, initial LSTM states, ...); opaque here. ``weights``: None, or
+    per-row weights >= 0 of that shape (a 0/1 valid mask, as torchrl and Sample Factory): the
+    loss means become weighted means (:func:`minibatch_loss`).
     """
     old_log_probs: np.ndarray
     advantages: np.ndarray
     returns: np.ndarray
     old_values: np.ndarray
     data: Any
+    weights: Optional[np.ndarray] = None
 
 
 class MinibatchLoss(NamedTuple):
@@ -99,15 +106,25 @@ class MinibatchLoss(NamedTuple):
 def batch_advantages(advantages: np.ndarray, config) -> np.ndarray:
     """Advantages as the minibatches receive them: normalized over the whole batch when
     ``config.normalize_advantage`` and ``config.advantage_norm_scope == "batch"`` (thrust-rl's
-    feedforward convention, with ``advantage_norm_ddof``), otherwise unchanged (float64)."""
+    feedforward convention, with ``advantage_norm_ddof``, ``advantage_norm_eps`` and
+    ``advantage_norm_eps_placement``), otherwise unchanged (float64)."""
     if config.normalize_advantage and config.advantage_norm_scope == "batch":
-        return normalize_advantages(advantages, ddof=config.advantage_norm_ddof)
+        return normalize_advantages(advantages, ddof=config.advantage_norm_ddof,
+                                    eps=config.advantage_norm_eps,
+                                    placement=config.advantage_norm_eps_placement)
     return np.asarray(advantages, dtype=np.float64)
+
+
+def clip_options(config) -> dict:
+    """The keyword options of :func:`ppo_ref.spec.losses.policy_loss` that ``config`` sets:
+    ``clip_range_low``, ``clip_range_high``, ``clip_interval``, ``dual_clip``."""
+    return {"clip_range_low": config.clip_range_low, "clip_range_high": config.clip_range_high,
+            "clip_interval": config.clip_interval, "dual_clip": config.dual_clip}
 
 
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
-                   with_log_ratio: bool = True) -> MinibatchLoss:
+                   with_log_ratio: bool = True, weights=None) -> MinibatchLoss:
     """The PPO loss of one minibatch and its gradients w.r.t. the policy's outputs.
 
     Args:
@@ -116,12 +133,18 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         old_log_probs, advantages, returns, old_values: the rollout's data for those rows,
             shape ``S``.
         config: a PPOConfig (``normalize_advantage``, ``advantage_norm_scope``,
-            ``advantage_norm_ddof``, ``vf_coef``, ``value_loss_scale``, ``value_loss_mode``,
-            ``clip_range_vf``, ``ent_coef``, ``kl_estimator``).
+            ``advantage_norm_ddof``, ``advantage_norm_eps``, ``advantage_norm_eps_placement``,
+            ``vf_coef``, ``value_loss_scale``, ``value_loss_mode``, ``huber_delta``,
+            ``clip_range_vf``, ``clip_range_low``, ``clip_range_high``, ``clip_interval``,
+            ``dual_clip``, ``ent_coef``, ``kl_estimator``).
         clip_range: the current (possibly annealed) clip range, >= 0 (0 clips everything:
             :func:`effective_clip_range`).
         with_log_ratio: compute ``max_abs_log_ratio`` (nan when False; the epoch loop asks for
             it on the first minibatch only).
+        weights: None, or per-row weights >= 0 of shape ``S`` (a 0/1 valid mask: torchrl,
+            Sample Factory): the policy, value and entropy means, ``approx_kl`` and
+            ``clip_fraction`` become ``sum(w * x) / sum(w)`` (and their gradients follow).
+            Advantage normalization still uses every row; ``max_abs_log_ratio`` too.
 
     Returns:
         :class:`MinibatchLoss`: total ``loss`` and its parts (``entropy`` is the mean entropy),
@@ -136,21 +159,25 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     """
     adv = np.asarray(advantages, dtype=np.float64)
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        adv = normalize_advantages(adv, ddof=config.advantage_norm_ddof)
+        adv = normalize_advantages(adv, ddof=config.advantage_norm_ddof,
+                                   eps=config.advantage_norm_eps,
+                                   placement=config.advantage_norm_eps_placement)
     p_loss, d_log_probs, info = policy_loss(new_log_probs, old_log_probs, adv,
-                                            effective_clip_range(clip_range))
+                                            effective_clip_range(clip_range),
+                                            weights=weights, **clip_options(config))
     v_loss, d_values = value_loss(values, old_values, returns, config.clip_range_vf,
-                                  mode=config.value_loss_mode)
+                                  mode=config.value_loss_mode, huber_delta=config.huber_delta,
+                                  weights=weights)
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
     ent_coef = float(config.ent_coef)
-    e_loss, d_entropy = entropy_loss(entropy)
+    e_loss, d_entropy = entropy_loss(entropy, weights=weights)
     # with ent_coef 0 the entropy term is absent from the loss (its value is still reported)
     d_entropy = d_entropy * ent_coef if ent_coef != 0.0 else None
     total = p_loss + v_scale * v_loss + ent_coef * e_loss
     if config.kl_estimator == "k3":
         kl = info["approx_kl"]
     else:
-        kl = approx_kl(old_log_probs, new_log_probs, config.kl_estimator)
+        kl = approx_kl(old_log_probs, new_log_probs, config.kl_estimator, weights=weights)
     with np.errstate(over="ignore", invalid="ignore"):
         d_values = d_values * v_scale
     if not (math.isfinite(total) and np.isfinite(d_values).all()):
@@ -179,7 +206,7 @@ def row_minibatches(rng: np.random.Generator, n_rows: int, batch_size: int) -> L
     """One epoch's minibatches of rows: ``rng.permutation(n_rows)`` cut into chunks of
     ``batch_size`` (the last chunk smaller when ``batch_size`` does not divide ``n_rows``, as
     in SB3). Every row appears in exactly one chunk. One call of ``rng.permutation`` per epoch:
-    the draws of the feedforward trainer (``ppo_ref.ppo``), SB3's ``RolloutBuffer.get`` and
+    the draws of the feedforward trainer (``ppo_ref.train.ppo``), SB3's ``RolloutBuffer.get`` and
     CleanRL's ``b_inds`` shuffle."""
     if n_rows < 1 or batch_size < 1:
         raise ValueError(f"n_rows and batch_size must be >= 1, got {n_rows}, {batch_size}")
@@ -319,7 +346,7 @@ def epoch_loop(params, adam_state, *, config, lr: float, clip_range: float, mini
             new_log_probs, entropy, values, cache = evaluate(params, mb.data)
             out = loss(new_log_probs, entropy, values, mb.old_log_probs, mb.advantages,
                        mb.returns, mb.old_values, config=config, clip_range=clip_range,
-                       with_log_ratio=n_evaluated == 0)
+                       with_log_ratio=n_evaluated == 0, weights=mb.weights)
             if n_evaluated == 0:
                 first_log_ratio = out.max_abs_log_ratio
             n_evaluated += 1
@@ -330,6 +357,9 @@ def epoch_loop(params, adam_state, *, config, lr: float, clip_range: float, mini
             if target_kl is not None and rule == "sb3" and out.approx_kl > 1.5 * target_kl:
                 kl_stopped = True
                 break  # this minibatch's step is skipped, and every remaining epoch
+            if target_kl is not None and rule == "skrl" and out.approx_kl > target_kl:
+                kl_stopped = True
+                break  # this minibatch's step is skipped, and the rest of this epoch only
             grads = backward(params, cache, out.d_log_probs, out.d_entropy, out.d_values)
             params, adam_state, norm = step(params, grads, adam_state)
             grad_norm_sum += norm

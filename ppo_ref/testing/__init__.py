@@ -23,7 +23,7 @@ from ppo_ref.testing.core import (DEFAULT_MAX_EXAMPLES, IdentifyReport, Mismatch
                                   check_gae, check_normalize_advantages, check_policy_loss,
                                   check_value_loss, check_vtrace, identify)
 from ppo_ref.testing.layouts import LAYOUTS, Layout
-from ppo_ref.testing.options import OPTIONS, Option, resolve_convention
+from ppo_ref.conventions import OPTIONS, Option, resolve_convention
 from ppo_ref.testing.trace import TRACE_FORMAT, diff_traces, load_trace, trace_update
 
 __all__ = ["check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",

@@ -2,8 +2,9 @@
 
 A check draws examples (:mod:`ppo_ref.testing.quantities`), hands each to the user's function
 through a layout (:mod:`ppo_ref.testing.layouts`), and compares every output with ppo_ref's
-result under the chosen convention. The first differing example is shrunk by hypothesis to a
-minimal one and raised as :class:`Mismatch`.
+result under the chosen convention. The first differing example is shrunk by hypothesis (its
+contents), then cut down to fewer envs, rows or elements for as long as the same kind of
+difference persists (the quantity's reductions), and raised as :class:`Mismatch`.
 
 Tolerance. With ``L`` the length of the longest accumulation (T for GAE/V-trace, the number of
 elements of a mean for the losses) and ``M`` the magnitude involved (the largest absolute
@@ -12,7 +13,8 @@ when ``|got - expected| <= 16 * u * M * (L + 1)`` elementwise, ``u`` the unit ro
 check (float64: 2**-53, or float32: 2**-24 when the example's arrays are float32). A gap is
 *precision-sized* when it stays within the same bound with float32's ``u``: the size of the
 error a single float32 step (a rounded gamma, a float32 ratio) leaves; larger gaps are logic
-differences.
+differences. :func:`identify` searches with that float32 bound as its tolerance (``loose``)
+to tell a convention matched up to float32 rounding from one that differs in logic.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import numpy as np
 
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import Layout, get_layout
-from ppo_ref.testing.options import (combinations, describe, options_for,
+from ppo_ref.conventions import (combinations, describe, options_for,
                                      resolve_convention)
 from ppo_ref.testing.quantities import get_quantity
 
@@ -105,8 +107,12 @@ def _is_float32(ex: Mapping[str, Any]) -> bool:
 
 
 def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex,
-                     skip: Iterable[str]) -> Optional[dict]:
-    """Fields of the first difference (outputs in data-flow order), or None."""
+                     skip: Iterable[str], loose: bool = False,
+                     seen: Optional[dict] = None) -> Optional[dict]:
+    """Fields of the first difference (outputs in data-flow order), or None.
+
+    ``loose``: the float32 bound is the tolerance (only logic differences count); a gap
+    between the strict and the float32 bound then sets ``seen["rounding"] = True``."""
     q = get_quantity(quantity)
     length = q.length(ex)
     u = _U32 if _is_float32(ex) else _U64
@@ -134,6 +140,13 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
         with np.errstate(invalid="ignore"):
             gap = np.abs(act - exp)
         bad = ~(gap <= tol)  # nan counts as a difference
+        if loose and np.any(bad):
+            logic = ~(gap <= band32)
+            if not np.any(logic):
+                if seen is not None:
+                    seen["rounding"] = True
+                continue
+            bad, tol = logic, band32
         if np.any(bad):
             idx = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
             g = float(gap[idx])
@@ -144,7 +157,7 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
 
 
 def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[str, Any],
-             skip) -> Optional[dict]:
+             skip, loose: bool = False, seen: Optional[dict] = None) -> Optional[dict]:
     q = get_quantity(quantity)
     expected = layout.expected(quantity, q.reference(ex, options), ex)
     args, kwargs = layout.arguments(quantity, ex)
@@ -154,17 +167,52 @@ def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[
         return {"output": None, "index": None, "expected": None, "actual": exc,
                 "precision": False, "gap": math.inf, "tolerance": 0.0, "raised": exc}
     got = layout.outputs(quantity, result, ex)
-    return _compare_outputs(quantity, got, expected, ex, skip)
+    return _compare_outputs(quantity, got, expected, ex, skip, loose, seen)
 
 
 # ----------------------------------------------------------------------------------------------
 # the search
 # ----------------------------------------------------------------------------------------------
 
+def _kind(fields: dict) -> tuple:
+    """What a difference is, for keeping a reduced example: the same kind must persist."""
+    if fields.get("raised") is not None:
+        return ("raised", type(fields["raised"]))
+    if fields.get("missing"):
+        return ("missing", fields["output"])
+    if fields.get("bad_shape"):
+        return ("bad_shape", fields["output"])
+    return ("precision",) if fields["precision"] else ("logic",)
+
+
+def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
+            loose: bool, exclude, fixed) -> Tuple[dict, dict]:
+    """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
+    rows or elements) on which ``fn`` still differs in the same way; greedy: the first
+    (smallest) reduction that keeps the difference is taken, then reductions of it are tried."""
+    q = get_quantity(quantity)
+    if fixed and any(isinstance(v, np.ndarray) for v in fixed.values()):
+        return ex, fields  # a pinned array cannot be cut consistently
+    kind = _kind(fields)
+    changed = True
+    while changed:
+        changed = False
+        for smaller in q.reductions(ex):
+            if any(p.name in exclude and p.holds(smaller) for p in q.properties):
+                continue
+            found = _run_one(fn, quantity, layout, smaller, options, skip, loose=loose)
+            if found is not None and _kind(found) == kind:
+                ex, fields, changed = smaller, found, True
+                break
+    return ex, fields
+
+
 def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int, skip,
-            exclude=frozenset(), fixed=None, shrink: bool = True) -> Optional[Tuple[dict, dict]]:
+            exclude=frozenset(), fixed=None, shrink: bool = True, loose: bool = False,
+            seen: Optional[dict] = None) -> Optional[Tuple[dict, dict]]:
     """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one
-    when ``shrink``), or None."""
+    and then reduced when ``shrink``), or None. ``loose``, ``seen``: as
+    :func:`_compare_outputs`."""
     hyp = require_hypothesis()
     q = get_quantity(quantity)
     strategy = q.strategy(dtype, frozenset(exclude), fixed)
@@ -177,7 +225,7 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
                                                           hyp.Phase.generate))
     @hyp.given(strategy)
     def prop(ex):
-        fields = _run_one(fn, quantity, layout, ex, options, skip)
+        fields = _run_one(fn, quantity, layout, ex, options, skip, loose, seen)
         if fields is not None:
             last["example"], last["fields"] = ex, fields
             raise _Found(fields)
@@ -186,7 +234,10 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
         prop()
     except _Found:
         # hypothesis re-runs the minimal example last, so `last` holds it
-        return last["example"], last["fields"]
+        if not shrink:
+            return last["example"], last["fields"]
+        return _reduce(fn, quantity, layout, options, last["example"], last["fields"], skip,
+                       loose=loose, exclude=frozenset(exclude), fixed=fixed)
     return None
 
 
@@ -194,15 +245,22 @@ def _properties(quantity: str, ex) -> List[str]:
     return [p.name for p in get_quantity(quantity).properties if p.holds(ex)]
 
 
-def _alternatives(fn, quantity: str, layout, ex, options, skip) -> List[str]:
-    """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's."""
-    out = []
+def _alternatives(fn, quantity: str, layout, ex, options, skip,
+                  rounded_too: bool = False) -> List[str]:
+    """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's exactly;
+    with ``rounded_too`` (for a logic difference) also those it equals up to float32 rounding,
+    which the description then says."""
+    out, rounded = [], []
     for combo in combinations(quantity):
         if all(combo[k] == options.get(k) for k in combo):
             continue
-        if _run_one(fn, quantity, layout, ex, {**options, **combo}, skip) is None:
+        trial = {**options, **combo}
+        if _run_one(fn, quantity, layout, ex, trial, skip) is None:
             out.append(describe(quantity, combo))
-    return out
+        elif rounded_too and _run_one(fn, quantity, layout, ex, trial, skip,
+                                      loose=True) is None:
+            rounded.append(describe(quantity, combo) + " (up to float32 rounding)")
+    return out + rounded
 
 
 def _format_value(v) -> str:
@@ -279,7 +337,7 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     relevant = {o.name: options[o.name] for o in options_for(quantity)}
     convention_text = describe(quantity, relevant)
     alternatives = [] if fields.get("raised") is not None else _alternatives(
-        fn, quantity, lay, ex, options, skip)
+        fn, quantity, lay, ex, options, skip, rounded_too=not fields["precision"])
     props = _properties(quantity, ex)
     message = _message(quantity, fn, fields, ex, convention_text, alternatives, props,
                        lay)
@@ -296,7 +354,7 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
         fn: the implementation under test, called through ``layout``.
         layout: a layout name ({layouts}) or a :class:`~ppo_ref.testing.layouts.Layout`.
         convention: a preset name of ``PPOConfig.preset`` or a dict of options
-            (:data:`ppo_ref.testing.options.OPTIONS`) the reference uses; options it leaves out
+            (:data:`ppo_ref.conventions.OPTIONS`) the reference uses; options it leaves out
             keep their reference value.
         dtype: ``"float64"``, ``"float32"`` (every float array is float32 and the tolerance is
             float32's) or ``"any"`` (both are drawn).
@@ -344,12 +402,18 @@ class IdentifyReport:
 
     Attributes:
         quantity: the quantity examined.
-        matches: option dicts under which every drawn example agreed (reference first).
-        except_on: ``[(options, property name)]``: conventions that agree on every example
-            without that property (filled only when ``matches`` is empty).
+        matches: option dicts under which every drawn example agreed within the strict
+            (float64) tolerance, reference values first.
+        precision_only: option dicts under which every drawn example agreed up to
+            float32-rounding-sized gaps (and some gap exceeded the strict tolerance): the
+            implementation has a float32 step but the same logic.
+        except_on: ``[(options, property name, rounded)]``: conventions that agree on every
+            example without that property (``rounded``: only up to float32 rounding), from
+            the most specific property that gives any; searched whenever ``matches`` is empty
+            (when ``precision_only`` is not empty, only the strict ones are kept: a float32
+            match already covers the rest).
         counterexample: the :class:`Mismatch` against the reference convention when nothing
             matches (its ``example`` is minimal), else None.
-        precision_only: option dicts that differ only by float32-sized gaps.
     """
 
     def __init__(self, quantity, matches, except_on, counterexample, precision_only):
@@ -361,8 +425,12 @@ class IdentifyReport:
 
     @property
     def verdict(self) -> str:
+        """``"match"``, ``"match_float32"`` (only up to float32 rounding), ``"match_except"``
+        or ``"none"``."""
         if self.matches:
             return "match"
+        if self.precision_only:
+            return "match_float32"
         if self.except_on:
             return "match_except"
         return "none"
@@ -375,12 +443,12 @@ class IdentifyReport:
                 text += "; also indistinguishable on the drawn examples: " + "; ".join(
                     describe(q, m) for m in self.matches[1:])
             return text
-        if self.precision_only:
-            return (f"{q}: matches " + describe(q, self.precision_only[0])
-                    + " up to float32-rounding-sized differences")
-        if self.except_on:
-            return "\n".join(f"{q}: matches {describe(q, o)} except on inputs with {p}"
-                             for o, p in self.except_on)
+        lines = [f"{q}: matches {describe(q, o)} (up to float32 rounding)"
+                 for o in self.precision_only]
+        lines += [f"{q}: matches {describe(q, o)}{' (up to float32 rounding)' if r else ''} "
+                  f"except on inputs with {p}" for o, p, r in self.except_on]
+        if lines:
+            return "\n".join(lines)
         return f"{q}: no known convention matches; minimal counterexample against the " \
                f"reference convention:\n{self.counterexample}"
 
@@ -392,12 +460,19 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
              fixed: Optional[Mapping[str, Any]] = None) -> IdentifyReport:
     """Which convention does ``fn`` implement?
 
-    Tries every combination of the options of :data:`ppo_ref.testing.options.OPTIONS` that
-    affect ``quantity`` (a full check each, ``max_examples`` examples, default 60). If none
-    agrees on every example, it re-runs each combination with the example strategy told to
-    exclude one named input property at a time (most specific first; only the properties its
-    counterexample has) and reports "matches X except on inputs with <property>"; otherwise
-    "no known convention matches" with the minimal counterexample against the reference.
+    Tries every combination of the options of :data:`ppo_ref.conventions.OPTIONS` that
+    affect ``quantity`` (a search of ``max_examples`` examples each, default 60) with the
+    float32 bound as the tolerance, and sorts each into: an exact match (no gap beyond the
+    strict float64 tolerance), a match up to float32 rounding (gaps only of float32-rounding
+    size: a float32 step in otherwise the same logic), or a logic difference. Exact matches
+    are preferred. Without one, it re-runs each combination that differs in logic with the
+    example strategy told to exclude one named input property at a time (most specific first;
+    only the properties its counterexample has) and reports "matches X except on inputs with
+    <property>", or "matches X (up to float32 rounding) except on inputs with <property>"
+    when the agreement off that property is itself float32-sized (e.g. an implementation that
+    rounds gamma to float32 and bootstraps steps with both flags). With none of these it
+    reports "no known convention matches" with the minimal counterexample against the
+    reference.
 
     Returns:
         :class:`IdentifyReport`; ``str(report)`` names the options (and the presets sharing
@@ -410,30 +485,39 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     lay = get_layout(layout, quantity)
     n = 60 if max_examples is None else int(max_examples)
     skip = tuple(skip)
-    matches, failures, precision_only = [], [], []
     base = resolve_convention("reference")
-    for combo in combinations(quantity):
+
+    def search(combo, exclude=frozenset()):
+        """(found or None, rounded): a loose search; rounded when a float32-sized gap showed."""
+        seen: Dict[str, bool] = {}
         found = _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                        skip=skip, fixed=fixed, shrink=False)
-        if found is None:
-            matches.append(combo)
-        else:
+                        skip=skip, exclude=exclude, fixed=fixed, shrink=False, loose=True,
+                        seen=seen)
+        return found, bool(seen.get("rounding"))
+
+    matches, failures, precision_only = [], [], []
+    for combo in combinations(quantity):
+        found, rounded = search(combo)
+        if found is not None:
             failures.append((combo, found))
-            if found[1].get("precision"):
-                precision_only.append(combo)
-    except_on: List[Tuple[dict, str]] = []
+        elif rounded:
+            precision_only.append(combo)
+        else:
+            matches.append(combo)
+    except_on: List[Tuple[dict, str, bool]] = []
     counterexample = None
-    if not matches and not precision_only:
+    if not matches:
         # the most specific property first; within it, the conventions in table order
         for prop in q.properties:
             for combo, (ex, _) in failures:
-                if prop.holds(ex) and _search(
-                        fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                        skip=skip, exclude={prop.name}, fixed=fixed, shrink=False) is None:
-                    except_on.append((combo, prop.name))
+                if not prop.holds(ex):
+                    continue
+                found, rounded = search(combo, exclude=frozenset({prop.name}))
+                if found is None and not (rounded and precision_only):
+                    except_on.append((combo, prop.name, rounded))
             if except_on:
                 break
-        if not except_on:
+        if not except_on and not precision_only:
             try:
                 check(fn, quantity, layout=lay, convention="reference", dtype=dtype,
                       max_examples=n, skip=skip, fixed=fixed)

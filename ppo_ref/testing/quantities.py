@@ -3,7 +3,7 @@ and the named input properties.
 
 An *example* is a dict of the reference function's inputs in its own layout (time-major
 ``[T, N]`` arrays, ``last_values`` ``[N]``) plus its hyperparameters (``gamma``, ...). The
-reference result of an example under a convention (a dict of :mod:`ppo_ref.testing.options`
+reference result of an example under a convention (a dict of :mod:`ppo_ref.conventions`
 values) is a dict ``{output name: float64 array or float}`` in data-flow order, computed by
 ppo_ref in float64 from the example's (possibly float32) numbers.
 
@@ -17,6 +17,13 @@ truncated without terminating); loss examples put a ratio exactly on ``1 +- clip
 ``V - V_old`` exactly on ``+-clip_range_vf`` (float64 examples only: a float32 ratio has its
 own rounding).
 
+Sizes shrink explicitly. Hypothesis shrinks the contents of a failing example but cannot
+shorten a ``[T, N]`` grid whose size was drawn before its contents (a smaller T reinterprets
+every later draw), so each quantity also lists *reductions*: the same example with one env
+column kept or dropped, or with a window of its rows (its elements, for the losses) kept,
+smallest first. :func:`ppo_ref.testing.check` tries them after hypothesis's shrink and keeps the
+smallest example on which the difference persists.
+
 A :class:`Property` names a feature of an example (``"steps with both flags"``); the strategy
 can be told to exclude it (``exclude=``), which :func:`ppo_ref.testing.identify` uses to report
 "matches X except on inputs with <property>".
@@ -24,7 +31,8 @@ can be told to exclude it (``exclude=``), which :func:`ppo_ref.testing.identify`
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple
+from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional,
+                    Tuple)
 
 import numpy as np
 
@@ -51,6 +59,8 @@ class Quantity(NamedTuple):
         properties: the named input properties (most specific first).
         length: ``example -> int``, the longest chain of accumulated rounding (T, or the
             number of elements of a mean), which scales the tolerance.
+        reductions: ``example -> iterator of smaller examples`` (fewer envs, rows or
+            elements; smallest first), tried after hypothesis's shrink.
     """
     name: str
     outputs: Tuple[str, ...]
@@ -58,6 +68,7 @@ class Quantity(NamedTuple):
     strategy: Callable[..., Any]
     properties: Tuple[Property, ...]
     length: Callable[[dict], int]
+    reductions: Callable[[dict], Iterator[dict]]
 
 
 def _hypothesis():
@@ -148,7 +159,7 @@ def _draw_trajectory(draw, st, dtype: str, exclude: FrozenSet[str], logprobs: bo
 
 
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref import gae
+    from ppo_ref.kernels import gae
     adv, ret = gae(_f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                    _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
                    gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
@@ -157,7 +168,7 @@ def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref import vtrace
+    from ppo_ref.kernels import vtrace
     vs, pg = vtrace(_f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]),
                     _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                     _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
@@ -292,6 +303,10 @@ def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None):
         adv = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, -1.0, 0.0]),
                                                 _small_floats(st)), min_size=n, max_size=n)))
         clip_range = draw(st.sampled_from([0.2, 0.1, 0.3]))
+        if "a ratio beyond 2 with a negative advantage" not in exclude and draw(st.booleans()):
+            # the last element far out (ratio e^1.5 ~ 4.5, A < 0): where a dual clip acts
+            new[-1] = old[-1] + 1.5
+            adv[-1] = -abs(adv[-1]) - 0.5
         chosen = _pick_dtype(draw, st, dtype)
         if chosen == "float64" and "a ratio exactly at 1 +- clip_range" not in exclude:
             kink = draw(st.sampled_from([None, 0.2, -0.2, 0.1, -0.3]))
@@ -309,7 +324,9 @@ def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None):
 def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     from ppo_ref.losses import approx_kl, policy_loss
     new, old = _f64(ex["new_log_probs"]), _f64(ex["old_log_probs"])
-    loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"])
+    loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
+                                    clip_interval=options["clip_interval"],
+                                    dual_clip=options["dual_clip"])
     kl = info["approx_kl"] if options["kl_estimator"] == "k3" else approx_kl(
         old, new, options["kl_estimator"])
     return {"loss": loss, "d_new_log_probs": d_new, "clip_fraction": info["clip_fraction"],
@@ -321,8 +338,15 @@ def _at_kink(ex) -> bool:
     return bool(np.any(np.abs(r - 1.0) == ex["clip_range"]))
 
 
+def _far_negative(ex) -> bool:
+    r = np.exp(_f64(ex["new_log_probs"]) - _f64(ex["old_log_probs"]))
+    return bool(np.any((r > 2.0) & (_f64(ex["advantages"]) < 0)))
+
+
 _POLICY_PROPERTIES = (
     Property("a ratio exactly at 1 +- clip_range", _at_kink, lambda ex: ex),  # at drawing time
+    Property("a ratio beyond 2 with a negative advantage", _far_negative,
+             lambda ex: ex),  # at drawing time
     Property("zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
              lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
                                                       ex["advantages"]))),
@@ -360,7 +384,7 @@ def _value_strategy(dtype: str, exclude=frozenset(), fixed=None):
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     from ppo_ref.losses import value_loss
     loss, d_v = value_loss(_f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]),
-                           ex["clip_range_vf"], mode=options["value_loss_mode"])
+                           ex["clip_range_vf"], mode=options["value_loss_mode"], huber_delta=1.0)
     scale = float(options["value_loss_scale"])
     return {"loss": scale * loss, "d_values": scale * d_v}
 
@@ -387,8 +411,13 @@ def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None):
     @st.composite
     def examples(draw):
         n = draw(st.integers(1, 12))
-        if draw(st.integers(0, 5)) == 0:
+        kind = draw(st.integers(0, 5))
+        if kind == 0:
             adv = np.full(n, draw(_small_floats(st)))
+        elif kind == 1:  # a spread near the eps values: where the eps and its placement show
+            spread = draw(st.sampled_from([1e-8, 1e-7, 1e-6, 1e-5, 1e-4]))
+            adv = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)),
+                           dtype=np.float64) * spread
         else:
             adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
         ex = _apply_exclusions(_fixed({"advantages": adv}, fixed), _NORMALIZE_PROPERTIES, exclude)
@@ -398,8 +427,9 @@ def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None):
 
 def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     from ppo_ref.losses import normalize_advantages
-    return {"advantages": normalize_advantages(_f64(ex["advantages"]),
-                                               ddof=options["advantage_norm_ddof"])}
+    return {"advantages": normalize_advantages(
+        _f64(ex["advantages"]), ddof=options["advantage_norm_ddof"],
+        eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"])}
 
 
 _NORMALIZE_PROPERTIES = (
@@ -414,6 +444,56 @@ _NORMALIZE_PROPERTIES = (
 )
 
 
+# ----------------------------------------------------------------------------------------------
+# reductions: smaller examples cut out of a failing one
+# ----------------------------------------------------------------------------------------------
+
+_GRID_KEYS = ("behaviour_log_probs", "target_log_probs", "rewards", "values", "terminated",
+              "truncated", "final_values")
+
+
+def _windows(length: int) -> Iterator[slice]:
+    """Windows ``[a, a + L)`` of ``range(length)``, shortest first, ``L < length``; at most 33
+    starts per length (evenly spaced) so a long rollout costs a few hundred calls at most."""
+    sizes = sorted({L for L in (1, 2, 3, 4, 6, 8, 16, length // 4, length // 2,
+                                (3 * length) // 4, length - 1) if 1 <= L < length})
+    for L in sizes:
+        step = max(1, (length - L + 1) // 32)
+        for a in range(0, length - L + 1, step):
+            yield slice(a, a + L)
+
+
+def _trajectory_reductions(ex: dict) -> Iterator[dict]:
+    """One env kept, then one env dropped, then row windows (``last_values`` follows the
+    envs; a window's last row bootstraps ``last_values``)."""
+    T, N = np.asarray(ex["rewards"]).shape
+    keeps = [[n] for n in range(N)] + ([[m for m in range(N) if m != n] for n in range(N)]
+                                      if N > 2 else [])
+    for cols in keeps if N > 1 else []:
+        out = dict(ex)
+        for k in _GRID_KEYS:
+            if k in ex:
+                out[k] = np.asarray(ex[k])[:, cols].copy()
+        out["last_values"] = np.asarray(ex["last_values"])[cols].copy()
+        yield out
+    for rows in _windows(T):
+        out = dict(ex)
+        for k in _GRID_KEYS:
+            if k in ex:
+                out[k] = np.asarray(ex[k])[rows].copy()
+        yield out
+
+
+def _element_reductions(*keys: str):
+    def reductions(ex: dict) -> Iterator[dict]:
+        for part in _windows(int(np.asarray(ex[keys[0]]).size)):
+            out = dict(ex)
+            for k in keys:
+                out[k] = np.asarray(ex[k])[part].copy()
+            yield out
+    return reductions
+
+
 def _rows(ex) -> int:
     return int(np.asarray(ex["rewards"]).shape[0])
 
@@ -424,18 +504,21 @@ def _size(key):
 
 QUANTITY_SPECS: Dict[str, Quantity] = {
     "gae": Quantity("gae", ("advantages", "returns"), _gae_reference, _gae_strategy,
-                    _TRAJ_PROPERTIES, _rows),
+                    _TRAJ_PROPERTIES, _rows, _trajectory_reductions),
     "vtrace": Quantity("vtrace", ("vs", "pg_advantages"), _vtrace_reference, _vtrace_strategy,
-                       _VTRACE_PROPERTIES, _rows),
+                       _VTRACE_PROPERTIES, _rows, _trajectory_reductions),
     "policy_loss": Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction",
                                             "approx_kl"),
                             _policy_reference, _policy_strategy, _POLICY_PROPERTIES,
-                            _size("advantages")),
+                            _size("advantages"),
+                            _element_reductions("new_log_probs", "old_log_probs", "advantages")),
     "value_loss": Quantity("value_loss", ("loss", "d_values"), _value_reference, _value_strategy,
-                           _VALUE_PROPERTIES, _size("values")),
+                           _VALUE_PROPERTIES, _size("values"),
+                           _element_reductions("values", "old_values", "returns")),
     "normalize_advantages": Quantity("normalize_advantages", ("advantages",),
                                      _normalize_reference, _normalize_strategy,
-                                     _NORMALIZE_PROPERTIES, _size("advantages")),
+                                     _NORMALIZE_PROPERTIES, _size("advantages"),
+                                     _element_reductions("advantages")),
 }
 
 

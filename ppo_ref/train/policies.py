@@ -39,17 +39,15 @@ float32 as torch does; parameters, gradients as returned, losses and Adam stay f
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref._numba import njit
 from ppo_ref.fast import workspace
 from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
-from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.fast.lstm import _all_finite
+from ppo_ref.fast.lstm import all_finite, all_finite_1d
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
@@ -317,16 +315,6 @@ class _MLPCache(NamedTuple):
     entropy: Any
 
 
-@njit
-def _all_finite_1d(a) -> bool:
-    """True if every entry of the 1-D float array ``a`` is finite (stops at the first that is
-    not)."""
-    for i in range(a.size):
-        if not math.isfinite(a[i]):
-            return False
-    return True
-
-
 def _finite_grad(d, name: str, shape) -> np.ndarray:
     """An upstream per-row gradient of ``shape`` (the rows of ``evaluate``: ``(B,)``, or
     ``(T, n)`` for the recurrent policy) as a finite, C-contiguous float64 1-D array of its
@@ -336,7 +324,7 @@ def _finite_grad(d, name: str, shape) -> np.ndarray:
         raise ValueError(f"{name} must have shape {tuple(shape)} (the rows of evaluate), got "
                          f"{arr.shape}")
     flat = np.ascontiguousarray(arr).reshape(-1)
-    if not _all_finite_1d(flat):
+    if not all_finite_1d(flat):
         raise ValueError(f"{name} must be finite")
     return flat
 
@@ -344,7 +332,7 @@ def _finite_grad(d, name: str, shape) -> np.ndarray:
 class PolicyBase:
     """What every policy shares: the flattened observation shape, the distribution head of
     :func:`make_head` for the action space, and the config. :class:`MLPPolicy` and
-    :class:`ppo_ref.recurrent_policies.RecurrentPolicy` build on it.
+    :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy` build on it.
 
     Raises:
         ValueError: unsupported observation or action space.
@@ -448,7 +436,7 @@ class MLPPolicy(PolicyBase):
                 if k not in params or np.shape(params[k]) != v.shape:
                     raise ValueError(f"params[{k!r}] must have shape {v.shape}")
             checked = self._checked = (params.layout, net)
-        if not _all_finite(params.flat):
+        if not all_finite(params.flat):
             bad = next(k for k, v in params.items() if not np.isfinite(v).all())
             raise ValueError(f"params[{bad!r}] must be finite")
         return checked[1]
@@ -474,7 +462,7 @@ class MLPPolicy(PolicyBase):
         if x.shape[0] < 1:
             raise ValueError("obs must have at least one row")
         x = np.ascontiguousarray(x)
-        if not _all_finite(x):
+        if not all_finite(x):
             raise ValueError(f"obs must be finite; row {int(np.argmin(np.isfinite(x).all(axis=1)))} "
                              f"is not")
         if self.compute_dtype != np.float64:
@@ -501,19 +489,19 @@ class MLPPolicy(PolicyBase):
             a = np.ascontiguousarray(a, dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"actions must be real, got dtype {a.dtype}") from None
-        if not _all_finite(a):
+        if not all_finite(a):
             raise ValueError("actions must be finite")
         return a
 
     def _head_eval(self, out, params, actions, with_entropy: bool):
         """``(log_probs [B], entropy [B] or None, probs or None)`` of ``actions`` under the
         head on ``policy_out = out``: the categorical head by one compiled pass
-        (:func:`~ppo_ref.fast.distributions._categorical_eval_kernel`, whose probabilities and
+        (:func:`~ppo_ref.fast.distributions.categorical_eval_kernel`, whose probabilities and
         entropies the backward reads), the Gaussian by its own methods."""
         if self.head.kind == "categorical":
             n = out.shape[0]
             log_probs, entropy, probs = np.empty(n), np.empty(n), np.empty(out.shape)
-            if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
+            if not categorical_eval_kernel(out, actions, log_probs, entropy, probs):
                 raise ValueError("params give logits for obs that are not finite or whose "
                                  "spread overflows float64 (logits - max(logits))")
             return log_probs, entropy, probs
@@ -638,7 +626,7 @@ class MLPPolicy(PolicyBase):
         dt = flat.dtype
         if cache.probs is not None:
             d_out = np.empty_like(out)
-            _categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
+            categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
                                          d_lp if d_ent is None else d_ent, d_ent is not None,
                                          d_out)
             head_grads = {}

@@ -7,12 +7,12 @@ A run directory holds::
                     bit-identical file); floats written with repr() (round-trip exact)
     timing.csv      one row per update: fps, rollout and update seconds, wall clock (varies)
     episodes.csv    one row per finished episode: episode, env, return, length, timesteps, update
-    checkpoint.npz  the latest checkpoint (:mod:`ppo_ref.checkpoint`), written atomically
+    checkpoint.npz  the latest checkpoint (:mod:`ppo_ref.io.checkpoint`), written atomically
 
 :class:`RunLogger` is trainer-agnostic: it works with any trainer exposing ``num_timesteps``,
 ``n_updates``, ``n_episodes``, ``total_timesteps``, ``recent_returns``, ``last_episodes``
 (``(env, return, length)`` tuples of the last update), ``state_arrays()`` and
-``save(path, arrays)`` (e.g. :class:`ppo_ref.ppo.PPOTrainer`, the recurrent trainer, the
+``save(path, arrays)`` (e.g. :class:`ppo_ref.train.ppo.PPOTrainer`, the recurrent trainer, the
 actor-learner's learner). Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
 """
 from __future__ import annotations

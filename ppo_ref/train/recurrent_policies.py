@@ -15,7 +15,7 @@ LSTM)::
 i, f, g, o of ``torch.nn.LSTM`` (orthogonal weights, zero bias). Before step t every LSTM
 multiplies its carried state by ``1 - episode_starts[t]``, so an episode never sees its
 predecessor's memory, in acting and in training alike, and no gradient crosses the boundary.
-``policy_out`` is read by the distribution heads of :mod:`ppo_ref.policies` (categorical logits
+``policy_out`` is read by the distribution heads of :mod:`ppo_ref.train.policies` (categorical logits
 or the Gaussian mean).
 
 The network itself -- :func:`recurrent_actor_critic_init`, :func:`recurrent_actor_critic_forward`,
@@ -40,7 +40,7 @@ results:
     :meth:`RecurrentPolicy.as_flat` give), and nothing else. Both LSTMs run in one compiled
     call on stacked ``[L, ...]`` views of the buffer (the kernels of :mod:`ppo_ref.fast.lstm`),
     each tower in one compiled call whose rows never depend on each other (fused multiply-add
-    chains of :func:`ppo_ref.fast.mlp._mlp_forward_flat`, independent of BLAS), the categorical
+    chains of :func:`ppo_ref.fast.mlp.mlp_forward_flat`, independent of BLAS), the categorical
     head in one compiled pass. So acting one step of N envs, the replay of a ``[T, N]``
     rollout and any minibatch of its envs give the same bits, in float64 and in float32
     (``config.compute_dtype``). It equals :class:`SpecRecurrentPolicy` within the tolerance
@@ -56,13 +56,13 @@ import numpy as np
 
 from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_same_shape
 from ppo_ref.fast import workspace
-from ppo_ref.fast.distributions import _categorical_backward_kernel, _categorical_eval_kernel
+from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
-from ppo_ref.fast.lstm import (_all_finite, _backward_stacked, _forward_stacked, _keep_rows,
-                              _step_stacked)
-from ppo_ref.fast.mlp import _mlp_backward_flat, _mlp_forward_flat, _mlp_layers
-from ppo_ref.policies import PolicyBase, PolicyEval, _finite_grad
+from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, keep_rows,
+                              step_stacked)
+from ppo_ref.fast.mlp import mlp_backward_flat, mlp_forward_flat, mlp_layers
+from ppo_ref.train.policies import PolicyBase, PolicyEval, _finite_grad
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
                                              recurrent_actor_critic_backward,
@@ -99,7 +99,7 @@ class _FastSpec(NamedTuple):
     """What :class:`RecurrentPolicy` reads from a parameter layout it has checked once: the
     layout, ``L`` LSTMs of width ``H``, the buffer slices ``(start, stop, stacked shape)`` of
     ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``, and per tower the layer table of
-    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat` (int64 ``[layers, 4]``: offsets of ``w_i`` and
     ``b_i`` in the buffer, ``out_i``, ``in_i``) and the sum of its layers' output widths (the
     per-row size of its outputs buffer)."""
     layout: FlatLayout
@@ -115,8 +115,8 @@ class _FastSpec(NamedTuple):
 class _FastCache(NamedTuple):
     """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
     buffer in the compute dtype, the inputs and the stacked LSTM arrays of
-    :func:`ppo_ref.fast.lstm._forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
-    towers' outputs buffers of :func:`ppo_ref.fast.mlp._mlp_forward_flat`, ``policy_out
+    :func:`ppo_ref.fast.lstm.forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
+    towers' outputs buffers of :func:`ppo_ref.fast.mlp.mlp_forward_flat`, ``policy_out
     [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
     head) the probabilities and entropies (``None`` otherwise)."""
     spec: _FastSpec
@@ -156,7 +156,7 @@ def _float64_input(x, name: str, shape: Tuple[int, ...], what: str) -> np.ndarra
     if arr.shape != shape:
         raise ValueError(f"{name} must have shape {what} = {shape}, got {arr.shape}")
     arr = np.ascontiguousarray(arr, dtype=np.float64)
-    if not _all_finite(arr):
+    if not all_finite(arr):
         raise ValueError(f"{name} must be finite")
     return arr
 
@@ -171,18 +171,18 @@ def _tower_table(layout: FlatLayout, layers, prefix: str):
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
                    relu: bool):
     """A tower forward: ``(acts, y)``, the outputs buffer ``[rows * width]`` of
-    :func:`ppo_ref.fast.mlp._mlp_forward_flat` (its backward reads it) and the tower output
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat` (its backward reads it) and the tower output
     ``y [rows, out]``, a view of its last ``rows * out`` entries."""
     rows = x.shape[0]
     acts = np.empty(rows * width, flat.dtype)
-    _mlp_forward_flat(x, flat, table, relu, acts)
+    mlp_forward_flat(x, flat, table, relu, acts)
     n_out = int(table[-1, 2])
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
 
 
 class RecurrentPolicy(PolicyBase):
     """LSTM actor-critic policy, compiled tier: the network of the module docstring + a
-    distribution head of :mod:`ppo_ref.policies`, on one parameter buffer.
+    distribution head of :mod:`ppo_ref.train.policies`, on one parameter buffer.
 
     Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
     same results, actions sampled with the same ``rng`` draws), within a stated tolerance. float64:
@@ -197,7 +197,7 @@ class RecurrentPolicy(PolicyBase):
     log-probs that :meth:`evaluate` computes for it when it replays the whole sequence, with
     any other envs in the call.
 
-    The head is the one of :class:`ppo_ref.policies.MLPPolicy` (:func:`ppo_ref.policies.make_head`:
+    The head is the one of :class:`ppo_ref.train.policies.MLPPolicy` (:func:`ppo_ref.train.policies.make_head`:
     categorical for Discrete, diagonal Gaussian with a state-independent ``log_std`` for 1-d
     Box); the buffer keeps the raw sample, the env gets ``head.to_env(actions)``. Every method
     takes ``params`` explicitly and every acting method takes and returns the
@@ -301,7 +301,7 @@ class RecurrentPolicy(PolicyBase):
         spec = self._spec
         if spec is None or params.layout != spec.layout:
             spec = self._spec = self._make_spec(params)
-        if not _all_finite(params.flat):
+        if not all_finite(params.flat):
             bad = next(k for k, v in params.items() if not np.isfinite(v).all())
             raise ValueError(f"params['{bad}'] must be finite")
         return spec
@@ -318,8 +318,8 @@ class RecurrentPolicy(PolicyBase):
                     shapes.add(tuple(a.shape for a in check_lstm_params(_sub(params, name))))
                 except ValueError as exc:
                     raise ValueError(f"'{name}.*': {exc}") from None
-            pi = _mlp_layers(params, "pi.")
-            vf = _mlp_layers(params, "vf.")
+            pi = mlp_layers(params, "pi.")
+            vf = mlp_layers(params, "vf.")
         except ValueError as exc:
             raise ValueError(f"params are not this policy's network: {exc}") from None
         if len(shapes) != 1:
@@ -377,7 +377,7 @@ class RecurrentPolicy(PolicyBase):
                              f"{lead_names}{self.obs_dim}] with non-empty leading dimensions, "
                              f"got {arr.shape}")
         x = np.ascontiguousarray(arr, dtype=np.float64).reshape(dims + (self.obs_dim,))
-        if not _all_finite(x):
+        if not all_finite(x):
             raise ValueError("obs must be finite")
         return x
 
@@ -467,7 +467,7 @@ class RecurrentPolicy(PolicyBase):
     def _head_eval(self, out: np.ndarray, params, actions: np.ndarray):
         """``(log_probs [B], entropy [B], probs)`` of the head at ``out [B, P]`` (compute
         dtype) for flat ``actions``: categorical by the compiled pass
-        :func:`ppo_ref.fast.distributions._categorical_eval_kernel` (``probs [B, P]`` kept for
+        :func:`ppo_ref.fast.distributions.categorical_eval_kernel` (``probs [B, P]`` kept for
         the backward), Gaussian by the head's functions (``probs`` None). Row by row, so a row
         gets the same bits in any call. ``ValueError`` when the network's logits are not
         finite (parameters too large for these inputs)."""
@@ -475,7 +475,7 @@ class RecurrentPolicy(PolicyBase):
         if self.head.kind == "categorical":
             log_probs, entropy = np.empty(rows), np.empty(rows)
             probs = np.empty(out.shape)
-            if not _categorical_eval_kernel(out, actions, log_probs, entropy, probs):
+            if not categorical_eval_kernel(out, actions, log_probs, entropy, probs):
                 raise ValueError("params give logits for these inputs that are not finite "
                                  "or whose spread overflows float64 (logits - max(logits)): "
                                  "the parameters are too large")
@@ -487,11 +487,11 @@ class RecurrentPolicy(PolicyBase):
     def _step(self, params, obs, state, episode_starts, first: int = 0):
         """One checked step of the LSTMs from ``first`` on: ``(spec, flat, h_new, c_new)``,
         the parameter buffer and the new states ``[L - first, N, H]`` in the compute dtype
-        (:func:`ppo_ref.fast.lstm._step_stacked`: the arithmetic of the replay's LSTM kernel)."""
+        (:func:`ppo_ref.fast.lstm.step_stacked`: the arithmetic of the replay's LSTM kernel)."""
         spec = self._checked_spec(params)
         x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
         flat = self._compute_flat(params)
-        h_new, c_new = _step_stacked(*self._step_weights(spec, flat, first), x, h[first:],
+        h_new, c_new = step_stacked(*self._step_weights(spec, flat, first), x, h[first:],
                                      c[first:], starts)
         return spec, flat, h_new, c_new
 
@@ -554,7 +554,7 @@ class RecurrentPolicy(PolicyBase):
 
         def step(obs, state, episode_starts):
             x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
-            h_new, c_new = _step_stacked(*weights, x, h, c, starts)
+            h_new, c_new = step_stacked(*weights, x, h, c, starts)
             out = self._tower(spec, flat, h_new[0], value=False)[1]
             return out.astype(np.float64, copy=False), LSTMStates(
                 h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
@@ -609,7 +609,7 @@ class RecurrentPolicy(PolicyBase):
             episode_starts: ``[T, n]`` bools or 0/1 numbers.
 
         Returns:
-            :class:`ppo_ref.policies.PolicyEval` with float64 ``log_probs``, ``entropy``,
+            :class:`ppo_ref.train.policies.PolicyEval` with float64 ``log_probs``, ``entropy``,
             ``values`` ``[T, n]`` and the cache :meth:`backward` needs.
 
         Raises:
@@ -627,9 +627,9 @@ class RecurrentPolicy(PolicyBase):
         flat = self._compute_flat(params)
         if dt != np.float64:
             x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
-        keep = _keep_rows(starts, dt)
+        keep = keep_rows(starts, dt)
         w_ih, w_hh, b = self._stacked(spec, flat)
-        h_seq, h_prev, c_prev, gates, tanh_c = _forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
+        h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
         hidden = spec.hidden
         pi_acts, out = self._tower(spec, flat, h_seq[0].reshape(rows, hidden), value=False)
         vf_acts, values = self._tower(spec, flat, h_seq[-1].reshape(rows, hidden), value=True)
@@ -679,7 +679,7 @@ class RecurrentPolicy(PolicyBase):
         out = cache.policy_out
         if cache.probs is not None:
             d_out = np.empty_like(out)
-            _categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
+            categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
                                          d_lp if d_ent is None else d_ent, d_ent is not None,
                                          d_out)
             head_grads = {}
@@ -696,14 +696,14 @@ class RecurrentPolicy(PolicyBase):
         dh_seq = workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, hidden), dt)
         dh_seq[...] = 0.0
         h_seq = cache.h_seq
-        _mlp_backward_flat(h_seq[0].reshape(rows, hidden), cache.pi_acts, flat, spec.pi_table,
+        mlp_backward_flat(h_seq[0].reshape(rows, hidden), cache.pi_acts, flat, spec.pi_table,
                            relu, d_out, g_flat, dh_seq[0].reshape(rows, hidden))
-        _mlp_backward_flat(h_seq[-1].reshape(rows, hidden), cache.vf_acts, flat, spec.vf_table,
+        mlp_backward_flat(h_seq[-1].reshape(rows, hidden), cache.vf_acts, flat, spec.vf_table,
                            relu, np.ascontiguousarray(d_v.reshape(rows, 1), dtype=dt), g_flat,
                            dh_seq[-1].reshape(rows, hidden))
         _, w_hh, _ = self._stacked(spec, flat)
         g_w_ih, g_w_hh, g_b = self._stacked(spec, g_flat)
-        _backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
+        backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
                           cache.keep, dh_seq, g_w_ih, g_w_hh, g_b)
         if dt != np.float64:
             g_flat = g_flat.astype(np.float64)
@@ -718,7 +718,7 @@ class SpecRecurrentPolicy(PolicyBase):
 
     The LSTM actor-critic of :mod:`ppo_ref.spec.recurrent_networks` (the LSTM of
     :mod:`ppo_ref.spec.lstm`, plain NumPy, float64) plus the head of
-    :func:`ppo_ref.policies.make_head`. Parameters are a plain dict with the keys, shapes and
+    :func:`ppo_ref.train.policies.make_head`. Parameters are a plain dict with the keys, shapes and
     initial values of :class:`RecurrentPolicy`'s (the same draws), so checkpoints move between
     the backends; every method computes what its :class:`RecurrentPolicy` namesake documents.
     :class:`RecurrentPolicy` equals this class within the tolerance its docstring states.

@@ -54,8 +54,8 @@ import gymnasium.vector
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.checkpoint import generator_state, set_generator_state
-from ppo_ref.policies import _all_finite_1d
+from ppo_ref.io.checkpoint import generator_state, set_generator_state
+from ppo_ref.fast.lstm import all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
            "single_env_state", "restore_single_env_state", "rollout_from_transitions",
@@ -401,7 +401,7 @@ class RolloutCollector:
     Args:
         env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (see
             :func:`make_vector_env`).
-        policy: what acts, e.g. :class:`~ppo_ref.policies.MLPPolicy`: ``policy_out_fn(params)
+        policy: what acts, e.g. :class:`~ppo_ref.train.policies.MLPPolicy`: ``policy_out_fn(params)
             -> forward`` (``forward(obs [N, obs_dim]) -> policy_out``, parameters fixed for the
             rollout), ``head`` (``sample``, ``to_env``, ``kind``, ``action_shape``,
             ``action_dtype``), ``values(params, obs)``, ``evaluate(params, obs, actions)``,
@@ -477,7 +477,7 @@ class RolloutCollector:
                                f"{expected}, at vector step {vector_step} (rollout step {rollout_step})",
                                -1, vector_step, rollout_step)
         obs = obs.reshape(self.n_envs, -1)
-        if not _all_finite_1d(obs.reshape(-1)):  # one compiled pass; the row only on failure
+        if not all_finite_1d(obs.reshape(-1)):  # one compiled pass; the row only on failure
             finite = np.isfinite(obs).all(axis=1)
             i = int(np.argmin(finite))
             raise EnvStepError(f"env {i} returned a non-finite observation {obs[i].tolist()} at vector "
@@ -490,14 +490,14 @@ class RolloutCollector:
                 normalized = _update_and_normalize(rms, obs)
                 if normalized is None:
                     rms.update(obs)
-                if not (_all_finite_1d(rms.var.reshape(-1)) and _all_finite_1d(rms.mean.reshape(-1))):
+                if not (all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))):
                     rms.mean, rms.var, rms.count = before
                     raise _statistics_overflow(obs, vector_step, rollout_step)
                 if normalized is not None:
                     return self._clip_obs(normalized)
                 return self.normalize_obs(obs)
             obs = self.normalize_obs(obs)
-            if not _all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
+            if not all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
                 i = int(np.argmin(np.isfinite(obs).all(axis=1)))
                 raise EnvStepError(f"env {i} returned an observation whose normalized value "
                                    f"overflows float64 with the frozen normalizer statistics at "
@@ -618,7 +618,7 @@ class RolloutCollector:
             self.vector_steps = step + 1
             if tap is None:
                 raw_rewards = rewards
-                finite = _all_finite_1d(rewards if fast is not None else rewards.reshape(-1))
+                finite = all_finite_1d(rewards if fast is not None else rewards.reshape(-1))
             else:
                 raw_rewards = raw_rew_buf[t] = tap.last_rewards
                 finite = bool(np.isfinite(raw_rewards).all())

@@ -1,4 +1,5 @@
-"""The convention options ``ppo_ref.testing`` knows, in one table.
+"""The convention options ppo_ref can express, in one table (read by :mod:`ppo_ref.testing`
+and by the golden vectors' checker, :mod:`ppo_ref.vectors`).
 
 Each :class:`Option` names a choice that implementations make differently, the values it can
 take, the value of the reference convention, and the quantities (``"gae"``, ``"vtrace"``,
@@ -49,13 +50,25 @@ OPTIONS: Tuple[Option, ...] = (
            "(CleanRL, PureJaxRL), or the flag is ignored (thrust-rl 0.4)"),
     Option("bootstrap_terminal_last_row", (False, True), ("gae", "vtrace"),
            "a terminal on the last rollout row still bootstraps last_values (thrust-rl 0.4)"),
-    Option("value_loss_mode", ("max", "sb3"), ("value_loss",),
+    Option("value_loss_mode", ("max", "sb3", "huber"), ("value_loss",),
            "with clip_range_vf: max of the two squared errors (baselines, CleanRL) or the "
-           "clipped prediction's squared error (SB3)"),
+           "clipped prediction's squared error (SB3); or the Huber loss with delta 1, max form "
+           "when clipped (torchrl's default smooth_l1)"),
     Option("value_loss_scale", (1.0, 0.5), ("value_loss",),
            "factor on the value loss and its gradient (CleanRL, rlax: 0.5)"),
     Option("advantage_norm_ddof", (1, 0), ("normalize_advantages",),
            "ddof of the advantage standard deviation (torch std: 1; numpy/jnp std: 0)"),
+    Option("advantage_norm_eps", (1e-8, 1e-7, 1e-6, 1e-5, 1e-4), ("normalize_advantages",),
+           "eps of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: 1e-8; "
+           "Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)"),
+    Option("advantage_norm_eps_placement", ("add", "clamp"), ("normalize_advantages",),
+           "(A - mean) / (std + eps) (SB3, CleanRL) or / max(std, eps) (torchrl, Sample "
+           "Factory)"),
+    Option("clip_interval", ("symmetric", "reciprocal"), ("policy_loss",),
+           "ratio interval [1 - eps, 1 + eps] (the paper) or [1 / (1 + eps), 1 + eps] (Sample "
+           "Factory)"),
+    Option("dual_clip", (None, 2.0, 3.0), ("policy_loss",),
+           "tianshou's dual clip c: for A < 0 the term is max(min(...), c * A) (None: off)"),
     Option("kl_estimator", ("k3", "k1"), ("policy_loss",),
            "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL) "
            "or k1 = mean(old - new) (thrust-rl, torchrl)"),

@@ -1,7 +1,7 @@
 """The recurrent (LSTM) PPO trainer: whole-env minibatches replayed through the LSTM.
 
-``RecurrentPPOTrainer`` is :class:`ppo_ref.ppo.PPOTrainer` with an LSTM policy of
-:mod:`ppo_ref.recurrent_policies` (:func:`~ppo_ref.recurrent_policies.make_recurrent_policy`:
+``RecurrentPPOTrainer`` is :class:`ppo_ref.train.ppo.PPOTrainer` with an LSTM policy of
+:mod:`ppo_ref.train.recurrent_policies` (:func:`~ppo_ref.train.recurrent_policies.make_recurrent_policy`:
 the compiled ``RecurrentPolicy`` for ``config.backend = "fast"``, the readable
 ``SpecRecurrentPolicy`` for ``"spec"``); everything that is not about memory is inherited
 unchanged (rollout collection and its checks, GAE, schedules, the update recipe of
@@ -43,7 +43,7 @@ number of rows) and the compiled categorical head. Acting (N rows per step), the
 rollout (``T * N`` rows) and a minibatch of any ``n`` envs therefore give the same bits, and
 the first minibatch of every update reproduces the stored log-probs exactly (ratio 1),
 whatever ``envs_per_minibatch`` is (tested). The stored values are still those of the replay,
-as :class:`~ppo_ref.rollout.RolloutCollector` does for the MLP. (``SpecRecurrentPolicy``
+as :class:`~ppo_ref.train.rollout.RolloutCollector` does for the MLP. (``SpecRecurrentPolicy``
 computes with NumPy products: its first ratio is 1 to rounding.)
 
 Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take the compiled
@@ -66,12 +66,12 @@ from typing import Dict, Optional
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
-from ppo_ref.fast.update import _epoch_permutations, _gather_all_epochs, run_epochs
+from ppo_ref.fast.update import epoch_permutations, gather_all_epochs, run_epochs
 from ppo_ref.losses import explained_variance
-from ppo_ref.ppo import PPOTrainer
-from ppo_ref.policies import PolicyEval
-from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
-from ppo_ref.rollout import Rollout
+from ppo_ref.train.ppo import PPOTrainer
+from ppo_ref.train.policies import PolicyEval
+from ppo_ref.train.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
+from ppo_ref.train.rollout import Rollout
 from ppo_ref.spec import update as spec_update
 from ppo_ref.spec.update import Minibatch, batch_advantages, env_minibatches
 
@@ -80,10 +80,10 @@ __all__ = ["RecurrentPPOTrainer", "RecurrentRollout", "envs_per_minibatch", "env
 
 @dataclasses.dataclass
 class RecurrentRollout(Rollout):
-    """A :class:`~ppo_ref.rollout.Rollout` plus the LSTM state every env had before step 0.
+    """A :class:`~ppo_ref.train.rollout.Rollout` plus the LSTM state every env had before step 0.
 
     Attributes:
-        initial_lstm_states: :class:`~ppo_ref.recurrent_policies.LSTMStates` ``[L, N, H]``.
+        initial_lstm_states: :class:`~ppo_ref.train.recurrent_policies.LSTMStates` ``[L, N, H]``.
     """
     initial_lstm_states: Optional[LSTMStates] = None
 
@@ -133,7 +133,7 @@ def _gather_epochs(perms: np.ndarray, per: int, rollout: "RecurrentRollout",
 
 
 class _RecurrentActor:
-    """The recurrent policy seen through :class:`~ppo_ref.rollout.RolloutCollector`'s policy
+    """The recurrent policy seen through :class:`~ppo_ref.train.rollout.RolloutCollector`'s policy
     interface for policies with memory (``takes_episode_starts``: the collector hands over the
     episode-start flags of every observation), with the LSTM state carried here.
 
@@ -214,7 +214,7 @@ class _RecurrentActor:
 
 class RecurrentPPOTrainer(PPOTrainer):
     """PPO with an LSTM actor-critic (module docstring). Same constructor and methods as
-    :class:`~ppo_ref.ppo.PPOTrainer`; the policy follows ``config.lstm_hidden_size``,
+    :class:`~ppo_ref.train.ppo.PPOTrainer`; the policy follows ``config.lstm_hidden_size``,
     ``config.lstm_shared``, ``config.net_arch`` (towers after the LSTM) and ``config.activation``.
 
     Extra attributes: ``lstm_states`` (the carried :class:`LSTMStates`, ``[L, N, H]``),
@@ -316,13 +316,13 @@ class RecurrentPPOTrainer(PPOTrainer):
         # The loss sees each minibatch's [T, n] rows flattened (row t * n + j): 1-D float64
         # rows are what the compiled minibatch loss of ppo_ref.fast.update takes.
         # Without a KL stop every epoch runs: all epochs' env permutations are drawn at once
-        # (the same draws as one rng.permutation per epoch, see update._epoch_permutations)
+        # (the same draws as one rng.permutation per epoch, see update.epoch_permutations)
         # and each array is gathered once per update into [epoch, minibatch, ...] blocks, each
         # block C-contiguous; anything but a numpy Generator is asked for one permutation per
         # epoch (env_minibatches), and so are rollouts too large to copy n_epochs times
-        # (_gather_all_epochs): those gather one epoch at a time, the same way.
+        # (gather_all_epochs): those gather one epoch at a time, the same way.
         gathered = None
-        all_at_once = _gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
+        all_at_once = gather_all_epochs(c, rng, (rollout.log_probs, adv, ret, rollout.values,
                                                   rollout.observations, rollout.actions,
                                                   rollout.episode_starts))
 
@@ -341,7 +341,7 @@ class RecurrentPPOTrainer(PPOTrainer):
                 yield from blocks(np.concatenate(env_minibatches(rng, N, per))[None])[0]
                 return
             if gathered is None:  # every epoch's minibatches, made in one go
-                gathered = blocks(_epoch_permutations(rng, N, int(c.n_epochs)))
+                gathered = blocks(epoch_permutations(rng, N, int(c.n_epochs)))
             yield from gathered[epoch]
 
         self.params, self.adam_state, stats = run_epochs(

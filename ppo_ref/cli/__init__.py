@@ -22,8 +22,11 @@ from scratch with its saved settings. One process writes a run directory at a ti
 3 with one line (:func:`run_training`). A checkpoint's ``module:EnvId`` env id is imported only
 with ``--allow-import``. Training runs whole rollouts of
 ``n_steps * n_envs`` steps. Mistakes in user input (flags, files, env ids) are reported as one
-line ``ppo-ref <command>: error: ...`` with exit status 2. Trainers are looked up lazily in :data:`TRAINERS` (policy kind -> "module:Class")
-so ``ppo_ref.recurrent_ppo`` and ``ppo_ref.actor_learner`` are imported only when used.
+line ``ppo-ref <command>: error: ...`` with exit status 2. Trainers are looked up lazily in
+:data:`TRAINERS` (policy kind -> "module:Class") so ``ppo_ref.train.recurrent_ppo`` and
+``ppo_ref.distributed`` are imported only when used; ``--async`` runs
+:func:`ppo_ref.cli.async_train.cli_train`. The command line calls the library; nothing in the
+library imports it.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-__all__ = ["main", "build_parser", "SUBCOMMANDS", "TRAINERS", "ASYNC_ENTRY", "UsageError",
+__all__ = ["main", "build_parser", "SUBCOMMANDS", "TRAINERS", "UsageError",
            "user_input", "register_subcommand", "trainer_class", "build_config", "make_unique_dir",
            "preset_names", "run_dir_lock", "run_training"]
 
@@ -55,13 +58,9 @@ MAX_EPISODES = 10 ** 6
 # policy kind -> "module:attribute" of a trainer class with the PPOTrainer interface
 # (constructor (env_id, config, *, seed, ...), learn(total, callback), save/load, evaluate).
 TRAINERS: Dict[str, str] = {
-    "mlp": "ppo_ref.ppo:PPOTrainer",
-    "lstm": "ppo_ref.recurrent_ppo:RecurrentPPOTrainer",
+    "mlp": "ppo_ref.train.ppo:PPOTrainer",
+    "lstm": "ppo_ref.train.recurrent_ppo:RecurrentPPOTrainer",
 }
-# --async entry point: a function (args, config, run_dir) -> int exit code, given the parsed
-# arguments (env, total_timesteps, num_actors, vtrace, broadcast_every, seed, ...), the PPOConfig
-# and the run directory; it may use ppo_ref.runlog.RunLogger for the run-dir files.
-ASYNC_ENTRY = "ppo_ref.actor_learner:cli_train"
 
 # subcommand name -> (configure_parser(subparser), run(args) -> int)
 SUBCOMMANDS: Dict[str, Any] = {}
@@ -298,7 +297,7 @@ def _configure_train(p: argparse.ArgumentParser) -> None:
     p.epilog = _train_epilog()
     g = p.add_argument_group("asynchronous actor-learner (--async)")
     g.add_argument("--async", dest="use_async", action="store_true",
-                   help="train with the actor-learner loop (ppo_ref.actor_learner)")
+                   help="train with the actor-learner loop (ppo_ref.distributed.learner)")
     g.add_argument("--num-actors", type=int, default=None, help=f"actor processes, at most {MAX_NUM_ACTORS} (default 4)")
     g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
     g.add_argument("--broadcast-every", type=int, default=None,
@@ -408,7 +407,7 @@ def run_training(trainer, logger, total_timesteps: int) -> int:
     error, a non-finite update, a bug): then the last good state (the snapshot of the last
     completed update, whose counters and CSV rows agree) is saved, one line is printed and the
     traceback goes to ``<run_dir>/error.log``. A run that reaches its target ends with the
-    one-line summary of :meth:`ppo_ref.runlog.RunLogger.finish` (also with ``--quiet``).
+    one-line summary of :meth:`ppo_ref.io.runlog.RunLogger.finish` (also with ``--quiet``).
     Returns the exit code (0; 130 interrupted; 3 training failed). Reusable by the recurrent and actor-learner entry points."""
     logger.begin(trainer)
     code = 0
@@ -454,7 +453,7 @@ def _save_last_good(logger, trainer):
 def _training_failed(trainer, logger, exc: BaseException) -> int:
     """The one-line report of a training failure after saving the last good state; exit 3."""
     import traceback
-    from ppo_ref.rollout import EnvStepError
+    from ppo_ref.train.rollout import EnvStepError
     log_note = ""
     try:
         with open(os.path.join(logger.run_dir, "error.log"), "a", encoding="utf-8") as fh:
@@ -681,7 +680,7 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
     The run directory is locked (on ``hold``) before anything in it is read or written. A
     directory with a ``config.json`` but no checkpoint (a run that failed or was killed before
     its first checkpoint) is restarted from scratch with its saved settings."""
-    from ppo_ref.checkpoint import check_env_import, load_checkpoint
+    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint
     run_dir = args.resume
     path = os.path.join(run_dir, "checkpoint.npz")
     if not os.path.isdir(run_dir) or not (os.path.isfile(path) or
@@ -735,7 +734,7 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
 def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any]):
     """``--resume DIR`` of a run without a checkpoint: the run again from step 0 with the
     settings its ``config.json`` records (its CSV rows are dropped: nothing was saved)."""
-    from ppo_ref.checkpoint import check_env_import
+    from ppo_ref.io.checkpoint import check_env_import
     from ppo_ref.config import PPOConfig
     needed = ("env_id", "policy", "seed", "config", "total_timesteps")
     if not all(key in info for key in needed) or info.get("policy") not in TRAINERS:
@@ -769,7 +768,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     """``(trainer, run_dir, run_info, None, total)`` for a new run, or the --async exit code.
     The run directory is locked (on ``hold``) as it is created and checked again under the
     lock (another process may have started a run there meanwhile)."""
-    from ppo_ref.runlog import default_run_dir
+    from ppo_ref.io.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
     policy = "mlp" if args.use_async else (args.policy or default_policy(env_id))
     seed = 0 if args.seed is None else args.seed
@@ -789,11 +788,11 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
         args.seed, args.env, args.total_timesteps = seed, env_id, total
         args.num_actors = 4 if args.num_actors is None else args.num_actors
         args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
-        entry = _import(ASYNC_ENTRY)
+        from ppo_ref.cli.async_train import cli_train
         with user_input("cannot create the run directory"):
             run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, "async", seed))
         _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
-        return int(entry(args, config, run_dir))
+        return int(cli_train(args, config, run_dir))
     cls = trainer_class(policy)
     vectorization = args.vectorization or "sync"
     kwargs = {"seed": seed}
@@ -834,7 +833,7 @@ def _close(trainer) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ppo_ref.runlog import RunLogger
+    from ppo_ref.io.runlog import RunLogger
     if args.list_fields:
         return list_fields(args)
     _check_train_flags(args)
@@ -873,7 +872,7 @@ def _checkpoint_path(path: str) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
-    from ppo_ref.checkpoint import check_env_import, load_checkpoint
+    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UsageError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
@@ -923,7 +922,7 @@ def learning_curve_figure(plt, episodes, metrics, title: str):
     """The figure of ``ppo-ref plot``: four panels sharing the x axis (env steps): episode
     returns with the mean of the last 20; approx_kl and clip_fraction; entropy; explained
     variance on its own panel, its y axis fixed to :data:`EV_RANGE` (values below are drawn
-    on the lower edge and counted). ``episodes``/``metrics`` are :func:`ppo_ref.runlog.read_csv`
+    on the lower edge and counted). ``episodes``/``metrics`` are :func:`ppo_ref.io.runlog.read_csv`
     columns (``{}`` for an empty file). Returns the matplotlib figure."""
     import numpy as np
     fig, axes = plt.subplots(1, 4, figsize=(20, 4))
@@ -969,7 +968,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     except ImportError:
         raise UsageError("needs matplotlib: install the plot extra (pip install -e '.[plot]' in a "
                          "checkout, or pip install matplotlib)") from None
-    from ppo_ref.runlog import read_csv
+    from ppo_ref.io.runlog import read_csv
     episodes_path = os.path.join(args.run_dir, "episodes.csv")
     metrics_path = os.path.join(args.run_dir, "metrics.csv")
     if not os.path.exists(episodes_path) or not os.path.exists(metrics_path):

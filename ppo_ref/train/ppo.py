@@ -2,7 +2,7 @@
 
 ``PPOTrainer`` composes the pieces and re-derives nothing::
 
-    rollout   = collector.collect(params, action_rng)            # ppo_ref.rollout
+    rollout   = collector.collect(params, action_rng)            # ppo_ref.train.rollout
     adv, ret  = gae(rollout..., truncation=..., ...)             # ppo_ref.kernels
     params    = run_epochs(params, adam_state, minibatches, ...) # ppo_ref.fast.update (losses, optim)
 
@@ -18,7 +18,7 @@ permutations. The same seed gives bit-identical runs.
 Checkpoints (:meth:`PPOTrainer.save` / :meth:`PPOTrainer.load`) hold the parameters, Adam
 state, the three generators, the normalization statistics, counters, the config and the
 environment state at a rollout boundary (current observations, ``episode_starts``, per-env
-episode accumulators and every sub-env's own state: see :func:`ppo_ref.rollout.single_env_state`),
+episode accumulators and every sub-env's own state: see :func:`ppo_ref.train.rollout.single_env_state`),
 so stopping and resuming continues the run exactly (bit-identical parameters) for envs whose
 state is plain attributes (all classic-control envs).
 """
@@ -33,16 +33,16 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import numpy as np
 
 from ppo_ref._checks import as_float_array, check_count
-from ppo_ref.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
+from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
                                 json_to_array, load_checkpoint, save_checkpoint,
                                 set_generator_state)
 from ppo_ref.config import PPOConfig
-from ppo_ref.fast.update import _epoch_permutations, _gather_all_epochs, run_epochs
+from ppo_ref.fast.update import epoch_permutations, gather_all_epochs, run_epochs
 from ppo_ref.kernels import gae
 from ppo_ref.losses import explained_variance
 from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
-from ppo_ref.policies import make_mlp_policy
-from ppo_ref.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
+from ppo_ref.train.policies import make_mlp_policy
+from ppo_ref.train.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
                              make_vector_env)
 from ppo_ref.spec import update as spec_update
 from ppo_ref.spec.update import Minibatch, batch_advantages
@@ -264,14 +264,14 @@ class PPOTrainer:
 
     # -- what a subclass replaces --------------------------------------------------------------
     def _make_policy(self, observation_space, action_space):
-        """The policy this trainer trains (:func:`~ppo_ref.policies.make_mlp_policy`: the tier of
+        """The policy this trainer trains (:func:`~ppo_ref.train.policies.make_mlp_policy`: the tier of
         ``config.backend``; the recurrent trainer returns its LSTM policy). Called once by the
         constructor, before the parameters are drawn (by ``policy.init_params``)."""
         return make_mlp_policy(observation_space, action_space, self.config)
 
     def _acting_policy(self):
         """What the rollout collector acts with (the interface of
-        :class:`~ppo_ref.rollout.RolloutCollector`): the policy itself here; the recurrent
+        :class:`~ppo_ref.train.rollout.RolloutCollector`): the policy itself here; the recurrent
         trainer returns an actor carrying the LSTM state. Called once by the constructor."""
         return self.policy
 
@@ -280,7 +280,7 @@ class PPOTrainer:
         """Collect ``config.n_steps`` steps from every env with the current parameters.
 
         Advances ``num_timesteps`` by ``n_steps * n_envs`` and records finished episodes.
-        Raises :class:`~ppo_ref.rollout.EnvStepError` on a NaN or wrongly shaped observation.
+        Raises :class:`~ppo_ref.train.rollout.EnvStepError` on a NaN or wrongly shaped observation.
         """
         return self.record_rollout(self.collector.collect(self.params, self.action_rng))
 
@@ -311,7 +311,7 @@ class PPOTrainer:
         """V-trace in place of GAE (IMPALA: the actor-learner's off-policy correction):
         :func:`ppo_ref.kernels.vtrace` of the rollout's behaviour ``log_probs`` against the
         target log-probs and values of the current ``params`` (one :meth:`evaluate
-        <ppo_ref.policies.MLPPolicy.evaluate>` over the ``T*N`` rows, time-major), with the
+        <ppo_ref.train.policies.MLPPolicy.evaluate>` over the ``T*N`` rows, time-major), with the
         rollout's ``last_values`` / ``final_values`` (the same bootstrap values GAE reads) and
         ``config.gamma``, ``truncation``, ``bootstrap_terminal_last_row`` and ``backend``.
         Returns ``(advantages, returns) = (pg_advantages, vs)``, float64 ``[T, N]``. On-policy
@@ -380,9 +380,9 @@ class PPOTrainer:
         # minibatches are then contiguous slices of the gathered arrays (the same values).
         # Anything but a numpy Generator (a test harness injecting permutations) is only asked
         # for rng.permutation, once per epoch; so are rollouts too large to copy n_epochs times
-        # (update._gather_all_epochs).
+        # (update.gather_all_epochs).
         gathered = None
-        all_at_once = _gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
+        all_at_once = gather_all_epochs(c, rng, (old_log_probs, adv, ret, old_values, obs,
                                                   actions))
 
         def blocks(perms):
@@ -399,7 +399,7 @@ class PPOTrainer:
                 yield from blocks(np.concatenate(spec_update.row_minibatches(rng, B, bs))[None])[0]
                 return
             if gathered is None:
-                gathered = blocks(_epoch_permutations(rng, B, int(c.n_epochs)))
+                gathered = blocks(epoch_permutations(rng, B, int(c.n_epochs)))
             yield from gathered[epoch]
 
         self.params, self.adam_state, stats = run_epochs(
@@ -675,7 +675,7 @@ class PPOTrainer:
         imported). Every array is compared with this trainer's own state (names, shapes, dtypes,
         finite values: :meth:`load_state_arrays`).
 
-        Raises :class:`~ppo_ref.checkpoint.CheckpointError` (one line naming ``path``) on a
+        Raises :class:`~ppo_ref.io.checkpoint.CheckpointError` (one line naming ``path``) on a
         missing, corrupt, truncated or crafted file, a state that does not fit the trainer its
         settings build, or an env module import without consent.
         """

@@ -1,0 +1,267 @@
+"""One actor of the actor-learner loop: :func:`run_actor` (act with the newest broadcast
+policy, send experiences under the step budget), the policy adapter it acts with, and the
+thread and process entry points that run it (a process actor exits with its parent)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import threading
+import traceback
+from typing import Any, Callable, Optional, Tuple
+
+import numpy as np
+
+from ppo_ref.config import PPOConfig
+from ppo_ref.distributed.config import AsyncActorLearnerConfig, _check_int
+from ppo_ref.distributed.messages import (ActorFailed, ActorFinished, ActorLearnerError, ActorStats,
+                                          ExperienceBatch, PolicyBroadcast, Shutdown)
+
+__all__ = ["run_actor", "POLL_SECONDS"]
+
+
+#: Seconds an idle actor or learner waits on a queue before it re-checks liveness.
+POLL_SECONDS = 0.1
+
+
+def _make_env(env):
+    """A gymnasium env from an id string or a zero-argument factory (picklable for processes)."""
+    if isinstance(env, str):
+        import gymnasium as gym
+        return gym.make(env, disable_env_checker=True)
+    if callable(env):
+        return env()
+    raise ValueError(f"env must be a gymnasium id string or a zero-argument callable, got {env!r}")
+
+
+def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
+              send: Callable[[Any], None], receive: Callable[[float], Optional[Any]],
+              learner_gone: Callable[[], bool], *, chunk_size: int = 32) -> ActorStats:
+    """One actor: act in its own env with the newest broadcast policy and send experiences.
+
+    Loop, per env step:
+
+    1. take every pending message (non-blocking); the newest :class:`PolicyBroadcast` replaces
+       the parameters (after the steps taken with the old ones are sent); :class:`Shutdown`
+       ends the actor;
+    2. while it holds no policy yet, or producing one more step would put it more than
+       ``config.lead_limit`` steps ahead of ``version * broadcast_every * n_steps`` (the rows the
+       learner provably consumed), send the unsent steps and wait for a newer broadcast;
+    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``);
+       step the env; reset it when the episode ended (the reset observation travels with the
+       step as ``reset_observation``);
+    4. every ``chunk_size`` steps (and before waiting or switching parameters) send the unsent
+       steps as one :class:`ExperienceBatch`; their ``log_probs`` and ``values`` are computed
+       then, in one batched pass with the parameters that chose the actions (the same
+       quantities as at acting time, up to BLAS rounding; as the synchronous collector does).
+
+    Args:
+        agent_id: this actor's column in the learner's buffer, in ``[0, num_actors)``.
+        env: gymnasium id or zero-argument env factory; the env is reset with
+            ``seed = config.seed + 1 + agent_id``.
+        config: the loop's configuration (network settings from ``config.ppo``).
+        send: puts one message on the learner's queue.
+        receive: ``receive(timeout_seconds)`` -> the next learner message or ``None`` (0 means
+            do not wait).
+        learner_gone: returns True once the learner can no longer read (then the actor stops).
+        chunk_size: steps per :class:`ExperienceBatch` message (>= 1).
+
+    Returns:
+        :class:`ActorStats`.
+    """
+    from ppo_ref.io.checkpoint import arrays_from_bytes
+
+    chunk_size = _check_int(chunk_size, "chunk_size", 1)
+    actor_seed = config.seed + 1 + agent_id
+    rng = np.random.default_rng(actor_seed)
+    env_obj = _make_env(env)
+    try:
+        policy = _ActorPolicy(env_obj, config.ppo)
+        obs, _ = env_obj.reset(seed=actor_seed)
+        obs = policy.observation(obs)
+        version = -1
+        broadcasts = steps = episodes = 0
+        budget = config.steps_per_broadcast
+        lead = config.lead_limit
+        # Unsent steps, one list per field (all acted with `version`): observation, action,
+        # reward, next_observation, terminated, truncated, and the observation acted from next
+        # (the reset one where the episode ended).
+        columns: Tuple[list, ...] = ([], [], [], [], [], [], [])
+
+        def flush():
+            if columns[0]:
+                observations = np.array(columns[0])
+                actions = np.array(columns[1])
+                log_probs, values = policy.evaluate(observations, actions)
+                k = len(columns[0])
+                send(ExperienceBatch(agent_id, observations, actions,
+                                     np.array(columns[2], dtype=np.float64), np.array(columns[3]),
+                                     np.array(columns[4], dtype=bool),
+                                     np.array(columns[5], dtype=bool), values, log_probs,
+                                     np.full(k, version, dtype=np.int64),
+                                     np.array(columns[6])))
+                for column in columns:
+                    column.clear()
+
+        def stats() -> ActorStats:
+            return ActorStats(agent_id, steps, episodes, broadcasts, version)
+
+        newest: Optional[PolicyBroadcast] = None
+        while True:
+            # 1. newest pending broadcast; 2. wait while over budget or without a policy.
+            waiting = False
+            while True:
+                msg = receive(POLL_SECONDS if waiting else 0.0)
+                if msg is None:
+                    if newest is not None:
+                        flush()                     # steps of the old version go first
+                        policy.set_params(arrays_from_bytes(newest.payload,
+                                                            source="PolicyBroadcast"))
+                        version = newest.version
+                        newest = None
+                    if version >= 0 and steps - version * budget < lead:
+                        break
+                    if not waiting:
+                        flush()
+                        waiting = True
+                    elif learner_gone():
+                        flush()
+                        return stats()
+                    continue
+                if isinstance(msg, Shutdown):
+                    flush()
+                    return stats()
+                if isinstance(msg, PolicyBroadcast):
+                    broadcasts += 1
+                    if msg.version > max(version, -1 if newest is None else newest.version):
+                        newest = msg
+                    continue
+                raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
+                                        f"{type(msg).__name__}")
+            # 3. act and step.
+            action, env_action = policy.act(obs, rng)
+            next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
+            next_obs = policy.observation(next_obs)
+            for column, value in zip(columns, (obs, action, float(reward), next_obs,
+                                               bool(terminated), bool(truncated))):
+                column.append(value)
+            steps += 1
+            if terminated or truncated:
+                episodes += 1
+                obs, _ = env_obj.reset()
+                obs = policy.observation(obs)
+            else:
+                obs = next_obs
+            columns[6].append(obs)
+            # 4. send in chunks.
+            if len(columns[0]) >= chunk_size:
+                flush()
+    finally:
+        env_obj.close()
+
+
+def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, chunk_size):
+    """Run ``actor_fn`` and always tell the learner how it ended (finished or failed)."""
+    try:
+        stats = actor_fn(agent_id, env, config, send, receive, learner_gone,
+                         chunk_size=chunk_size)
+    except BaseException as exc:  # noqa: BLE001  (the learner must hear about everything)
+        try:
+            send(ActorFailed(agent_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        except Exception:  # noqa: BLE001  (the queue is gone: the liveness check reports it)
+            pass
+        return
+    send(ActorFinished(agent_id, stats))
+
+
+def _queue_receiver(broadcast_queue):
+    """``receive(timeout)`` for an actor: the next message of its broadcast queue, waiting up to
+    ``timeout`` seconds (not at all for 0), or None. Works for ``queue.Queue`` and
+    ``multiprocessing.Queue`` alike."""
+    def receive(timeout: float):
+        try:
+            if timeout > 0:
+                return broadcast_queue.get(timeout=timeout)
+            return broadcast_queue.get_nowait()
+        except queue_module.Empty:
+            return None
+    return receive
+
+
+def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broadcast_queue,
+                        chunk_size):
+    """Entry point of an actor process (spawn start method: everything here is picklable).
+
+    Experiences go through this actor's own pipe (``experience_writer.send``: no feeder thread,
+    no lock shared with other actors, so an actor that dies mid-write harms nobody else and the
+    learner sees end-of-file); a learner that is gone makes ``send`` raise, which ends the actor.
+    """
+    import signal
+
+    from ppo_ref.train.ppo import limit_blas_threads
+
+    from ppo_ref._lifeline import exit_with_parent
+
+    # A learner killed without shutting its actors down takes them with it, even while an
+    # actor is blocked inside env.step.
+    exit_with_parent()
+    # Ctrl-C belongs to the learner, which shuts the actors down itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # One observation per forward pass: BLAS threads would only compete for the cores.
+    limit_blas_threads(1)
+    parent = multiprocessing.parent_process()
+
+    def learner_gone() -> bool:
+        return parent is not None and not parent.is_alive()
+
+    try:
+        _report_actor(actor_fn, agent_id, env, config, experience_writer.send,
+                      _queue_receiver(broadcast_queue), learner_gone, chunk_size)
+    finally:
+        experience_writer.close()
+
+
+def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
+                       chunk_size, stop_event):
+    """Entry point of an actor thread."""
+    main_thread = threading.main_thread()
+
+    def learner_gone() -> bool:
+        return stop_event.is_set() or not main_thread.is_alive()
+
+    _report_actor(actor_fn, agent_id, env, config, experience_queue.put,
+                  _queue_receiver(broadcast_queue), learner_gone, chunk_size)
+
+
+
+class _ActorPolicy:
+    """An actor's view of :class:`ppo_ref.train.policies.MLPPolicy`: one observation at a time,
+    parameters fixed between broadcasts (checked once, by ``MLPPolicy.policy_out_fn``)."""
+
+    def __init__(self, env, ppo_config: PPOConfig):
+        from ppo_ref.train.policies import make_mlp_policy
+        self.policy = make_mlp_policy(env.observation_space, env.action_space, ppo_config)
+        self.params = None
+        self._policy_out = None
+
+    def set_params(self, params) -> None:
+        """Install broadcast parameters (in the policy's one-buffer layout, its fast path)."""
+        self.params = self.policy.as_flat(params)
+        self._policy_out = self.policy.policy_out_fn(self.params)
+
+    def observation(self, obs) -> np.ndarray:
+        """A float64 copy (envs may reuse and mutate their observation buffer)."""
+        return np.array(obs, dtype=np.float64, copy=True)
+
+    def act(self, obs: np.ndarray, rng: np.random.Generator):
+        """``(action, env_action)`` for one observation: the action as stored (int64 or the raw
+        Gaussian sample) and as the env receives it (clipped); policy tower only."""
+        head = self.policy.head
+        actions = head.sample(rng, self._policy_out(obs.reshape(1, -1)), self.params)
+        return actions[0], head.to_env(actions)[0]
+
+    def evaluate(self, observations: np.ndarray, actions: np.ndarray):
+        """``(log_probs [k], values [k])`` of taken actions under the current parameters."""
+        ev = self.policy.evaluate(self.params, observations.reshape(len(observations), -1),
+                                  actions)
+        return ev.log_probs, ev.values

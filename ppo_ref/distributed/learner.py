@@ -1,0 +1,519 @@
+"""The learner of the actor-learner loop: :func:`learner_loop` gathers every actor's experiences
+in per-actor FIFOs, checks them, turns ``n_steps`` rows per actor into the collector's Rollout,
+updates its :class:`~ppo_ref.train.ppo.PPOTrainer` and broadcasts the new policy; the loop and
+its guarantees are described in :mod:`ppo_ref.distributed`."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
+
+import numpy as np
+
+from ppo_ref.distributed.actor import POLL_SECONDS
+from ppo_ref.distributed.config import AsyncActorLearnerConfig
+from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFinished,
+                                          ActorLearnerError, ActorStats, Experience,
+                                          ExperienceBatch, ExperienceError, PolicyBroadcast,
+                                          StarvationError)
+from ppo_ref.distributed.transport import ActorGroup, start_actors
+
+__all__ = ["UpdateInfo", "LearnerReport", "learner_loop", "make_learner", "train_async"]
+
+
+class UpdateInfo(NamedTuple):
+    """What :func:`learner_loop` passes to its callback after every update.
+
+    ``rollout`` is the ``[n_steps, num_actors]`` buffer the update trained on (column =
+    agent_id), ``advantages``/``returns`` what it trained with, ``policy_versions`` ``[n_steps,
+    num_actors]`` the version each row was acted with, ``version`` the learner's version while
+    the buffer was consumed (lag = ``version - policy_versions``), ``stats`` the trainer's
+    update statistics; ``episode_returns``/``episode_lengths`` the episodes completed in this
+    buffer (consumption order: row by row, columns in agent order).
+    """
+
+    update: int
+    env_steps: int
+    episodes: int
+    version: int
+    policy_lag_mean: float
+    policy_lag_max: int
+    stats: dict
+    episode_returns: List[float]
+    episode_lengths: List[int]
+    rollout: Any
+    advantages: np.ndarray
+    returns: np.ndarray
+    policy_versions: np.ndarray
+    wall_seconds: float
+
+
+@dataclass
+class LearnerReport:
+    """Summary of a :func:`learner_loop` run.
+
+    ``broadcasts`` counts every policy broadcast round including the initial version 0, so
+    ``broadcasts = last_version + 1``. ``policy_lag_mean``/``policy_lag_max`` have one entry per
+    update (version - experience.policy_version over the buffer). ``actor_stats`` holds each
+    actor's :class:`ActorStats` (None for an actor that did not report). ``stopped_early``: the
+    callback returned False before ``config.num_updates`` updates. ``actor_errors``: actors
+    that failed after the learner already held every experience it needed (id -> exception
+    text); such a failure cannot stop the run, so it is reported here.
+    """
+
+    updates: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    broadcasts: int = 0
+    last_version: int = 0
+    episode_returns: List[float] = field(default_factory=list)
+    episode_lengths: List[int] = field(default_factory=list)
+    final_stats: dict = field(default_factory=dict)
+    policy_lag_mean: List[float] = field(default_factory=list)
+    policy_lag_max: List[int] = field(default_factory=list)
+    actor_stats: List[Optional[ActorStats]] = field(default_factory=list)
+    wall_seconds: float = 0.0
+    stopped_early: bool = False
+    actor_errors: Dict[int, str] = field(default_factory=dict)
+
+    @property
+    def steps_per_second(self) -> float:
+        """Env steps consumed per wall-clock second."""
+        return self.env_steps / self.wall_seconds if self.wall_seconds > 0 else float("nan")
+
+
+class _ActorFifo:
+    """FIFO of one actor's experiences, stored as the chunks they arrived in."""
+
+    __slots__ = ("agent_id", "chunks", "offset", "count")
+
+    def __init__(self, agent_id: int):
+        self.agent_id = agent_id
+        self.chunks: deque = deque()
+        self.offset = 0          # rows of chunks[0] already taken
+        self.count = 0           # rows available
+
+    def push(self, batch: ExperienceBatch) -> None:
+        if batch.reset_observations is None:    # no episode ended in it: acts on from the next
+            batch = ExperienceBatch(*tuple(batch)[:-1], batch.next_observations)
+        if len(batch):
+            self.chunks.append(batch)
+            self.count += len(batch)
+
+    def take(self, n: int) -> ExperienceBatch:
+        """Remove and return the oldest ``n`` rows (requires ``count >= n``)."""
+        parts = []
+        need = n
+        while need:
+            head = self.chunks[0]
+            available = len(head) - self.offset
+            k = min(need, available)
+            parts.append(tuple(f[self.offset:self.offset + k] for f in head[1:]))
+            need -= k
+            if k == available:
+                self.chunks.popleft()
+                self.offset = 0
+            else:
+                self.offset += k
+        self.count -= n
+        fields = [np.concatenate(cols) if len(parts) > 1 else cols[0] for cols in zip(*parts)]
+        return ExperienceBatch(self.agent_id, *fields)
+
+
+def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: tuple,
+                            action_shape: tuple, discrete: bool, version: int) -> ExperienceBatch:
+    """Validate and normalise a message from an actor; raise :class:`ExperienceError` naming
+    the field."""
+    agent_id = batch.agent_id
+    if isinstance(agent_id, (bool, np.bool_)) or not isinstance(agent_id, (int, np.integer)):
+        raise ExperienceError(f"Experience.agent_id must be an integer, got {agent_id!r}")
+    if not 0 <= agent_id < num_actors:
+        raise ExperienceError(f"Experience.agent_id must be in [0, {num_actors}), got {agent_id}")
+    agent_id = int(agent_id)
+    k = len(batch)
+    who = f"(agent {agent_id})"
+
+    def floats(value, name, shape):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ExperienceError(f"Experience.{name} must be real numbers of shape "
+                                  f"{shape[1:]} {who}") from None
+        if arr.shape != shape:
+            raise ExperienceError(f"Experience.{name} must have shape {shape[1:]}, got "
+                                  f"{arr.shape[1:]} {who}")
+        if not np.isfinite(arr).all():
+            raise ExperienceError(f"Experience.{name} must be finite {who}")
+        return arr
+
+    def flags(value, name):
+        arr = np.asarray(value)
+        if arr.shape != (k,) or arr.dtype != np.bool_:
+            raise ExperienceError(f"Experience.{name} must be a bool per step {who}")
+        return arr
+
+    observations = floats(batch.observations, "observation", (k,) + obs_shape)
+    next_observations = floats(batch.next_observations, "next_observation", (k,) + obs_shape)
+    actions = np.asarray(batch.actions)
+    if actions.shape != (k,) + action_shape:
+        raise ExperienceError(f"Experience.action must have shape {action_shape}, got "
+                              f"{actions.shape[1:]} {who}")
+    if discrete:
+        if not np.issubdtype(actions.dtype, np.integer):
+            raise ExperienceError(f"Experience.action must be an integer {who}")
+        actions = actions.astype(np.int64, copy=False)
+    else:
+        actions = floats(actions, "action", (k,) + action_shape)
+    rewards = floats(batch.rewards, "reward", (k,))
+    values = floats(batch.values, "value", (k,))
+    log_probs = floats(batch.log_probs, "log_prob", (k,))
+    versions = np.asarray(batch.policy_versions)
+    if versions.shape != (k,) or not np.issubdtype(versions.dtype, np.integer):
+        raise ExperienceError(f"Experience.policy_version must be an integer per step {who}")
+    if k and (versions.min() < 0 or versions.max() > version):
+        raise ExperienceError(f"Experience.policy_version must be in [0, {version}] (versions "
+                              f"broadcast so far), got {versions.min()}..{versions.max()} {who}")
+    terminated = flags(batch.terminated, "terminated")
+    truncated = flags(batch.truncated, "truncated")
+    ended = terminated | truncated
+    if batch.reset_observations is None:
+        if ended.any():
+            raise ExperienceError(f"Experience.reset_observation is required where the step "
+                                  f"terminated or truncated (the first observation of the next "
+                                  f"episode) {who}")
+        resets = next_observations
+    else:
+        resets = floats(batch.reset_observations, "reset_observation", (k,) + obs_shape)
+        # what the actor acts from next: the reset observation where the episode ended
+        resets = np.where(ended.reshape((k,) + (1,) * len(obs_shape)), resets, next_observations)
+    return ExperienceBatch(agent_id, observations, actions, rewards, next_observations,
+                           terminated, truncated, values, log_probs,
+                           versions.astype(np.int64, copy=False), resets)
+
+
+
+
+#: Seconds between liveness checks of the actors while the learner waits or reads.
+LIVENESS_SECONDS = 0.5
+#: Seconds the learner keeps reading after finding a dead actor, for its exception text.
+DEATH_NOTICE_SECONDS = 1.0
+#: Seconds actors get to exit by themselves after a failure before they are terminated.
+ERROR_SHUTDOWN_SECONDS = 0.25
+#: The promise these constants keep: an actor that dies (even by SIGKILL) while the learner
+#: waits for experience is reported as ActorDiedError within this many seconds, whatever the
+#: number of actors: found by the next liveness check (LIVENESS_SECONDS), its last words read
+#: until its pipe reaches end-of-file (immediate for a killed process), then the others stopped
+#: (ERROR_SHUTDOWN_SECONDS plus a terminate that does not wait actor by actor).
+ACTOR_DEATH_SECONDS = 2.0
+
+
+class _Learner:
+    """State of one :func:`learner_loop` run (FIFOs, carries, counters)."""
+
+    def __init__(self, config: AsyncActorLearnerConfig, trainer, group: ActorGroup, callback):
+        self.config = config
+        self.trainer = trainer
+        self.group = group
+        self.callback = callback
+        policy = trainer.policy
+        self.policy = policy
+        self.obs_shape = tuple(policy.obs_shape)
+        self.action_shape = tuple(policy.head.action_shape)
+        self.discrete = policy.head.action_dtype.kind == "i"  # categorical heads: int actions
+        n = config.num_actors
+        self.fifos = [_ActorFifo(i) for i in range(n)]
+        self.version = 0
+        self.report = LearnerReport()
+        self.episode_start_carry = np.ones(n, dtype=bool)      # the first step starts an episode
+        # [N, *obs_shape]: what each actor acts from after the last consumed row
+        self.observations_after: Optional[np.ndarray] = None
+        # the unfinished episodes' running return and length (finished_episodes)
+        self.episode_return = np.zeros(n, dtype=np.float64)
+        self.episode_length = np.zeros(n, dtype=np.int64)
+        self.t0 = time.monotonic()
+
+    # -- messages -----------------------------------------------------------------------------
+    def handle(self, msg) -> bool:
+        """Process one message; True when it carried experience."""
+        if isinstance(msg, Experience):
+            msg = ExperienceBatch.from_experiences([msg])
+        if isinstance(msg, ExperienceBatch):
+            batch = _check_experience_batch(msg, self.config.num_actors, self.obs_shape,
+                                            self.action_shape, self.discrete, self.version)
+            self.fifos[batch.agent_id].push(batch)
+            return True
+        if isinstance(msg, ActorFailed):
+            raise ActorDiedError(msg.agent_id, msg.error, msg.traceback)
+        if isinstance(msg, ActorFinished):
+            raise ActorDiedError(msg.agent_id, f"stopped before the learner finished "
+                                               f"({msg.stats})")
+        raise ActorLearnerError(f"learner received an unexpected message {type(msg).__name__}")
+
+    def check_actors(self) -> None:
+        """Raise :class:`ActorDiedError` for an actor that is no longer running."""
+        for agent_id in range(self.config.num_actors):
+            if self.group.is_alive(agent_id):
+                continue
+            # Its last words may still be in the queue behind experiences: read on briefly.
+            deadline = time.monotonic() + DEATH_NOTICE_SECONDS
+            while time.monotonic() < deadline and not self.group.channel_finished(agent_id):
+                msg = self.group.get(0.05)
+                if msg is not None:
+                    self.handle(msg)   # raises on the ActorFailed / ActorFinished notice
+            while True:                # what was read before end-of-file was seen
+                msg = self.group.get(0.0)
+                if msg is None:
+                    break
+                self.handle(msg)
+            raise ActorDiedError(agent_id, f"{self.group.exit_description(agent_id)} without "
+                                           f"reporting an exception")
+
+    def check_hung(self, heard: List[float], now: float) -> None:
+        """Raise :class:`StarvationError` for an actor whose rows the learner needs and which
+        sent nothing for ``config.env_step_timeout`` seconds."""
+        limit = self.config.env_step_timeout
+        for agent_id, fifo in enumerate(self.fifos):
+            if fifo.count < self.config.n_steps and now - heard[agent_id] > limit:
+                raise StarvationError(
+                    f"actor {agent_id} sent nothing for {now - heard[agent_id]:.1f} s "
+                    f"(env_step_timeout {limit:g} s) while the learner waited for its rows "
+                    f"({fifo.count} of {self.config.n_steps}): its env is presumably hung inside "
+                    f"env.step or env.reset")
+
+    def fill(self) -> None:
+        """Read messages until every FIFO holds ``n_steps`` experiences."""
+        n_steps = self.config.n_steps
+        timeout = self.config.starvation_timeout
+        last_experience = time.monotonic()
+        next_check = last_experience + LIVENESS_SECONDS
+        # per actor: when it last sent experience, or when this wait began if later (before it,
+        # the actor may have been waiting for the broadcast that preceded this call)
+        heard = [last_experience] * len(self.fifos)
+        while min(f.count for f in self.fifos) < n_steps:
+            msg = self.group.get(POLL_SECONDS)
+            now = time.monotonic()
+            if msg is not None and self.handle(msg):
+                last_experience = now
+                heard[msg.agent_id] = now
+            if now >= next_check:
+                self.check_actors()
+                next_check = now + LIVENESS_SECONDS
+                self.check_hung(heard, now)
+            if now - last_experience > timeout:
+                counts = [f.count for f in self.fifos]
+                raise StarvationError(
+                    f"no experience for {timeout:g} s (starvation_timeout); update "
+                    f"{self.report.updates + 1} needs {n_steps} per actor, FIFO counts {counts}")
+
+    # -- one update ---------------------------------------------------------------------------
+    def take_buffer(self) -> ExperienceBatch:
+        """The next ``[n_steps, num_actors]`` buffer (fields stacked along axis 1)."""
+        cols = [fifo.take(self.config.n_steps) for fifo in self.fifos]
+        return ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*cols))[1:]))
+
+    def check_continuity(self, buf: ExperienceBatch) -> None:
+        """Each row's observation must be the one the actor acts from after the previous row
+        (its ``next_observation``, or its ``reset_observation`` where an episode ended): catches
+        reordered, dropped or duplicated experiences."""
+        obs, after = buf.observations, buf.reset_observations
+        axes = tuple(range(2, obs.ndim))
+        mismatch = np.zeros(buf.rewards.shape, dtype=bool)
+        mismatch[1:] = np.any(obs[1:] != after[:-1], axis=axes)
+        if self.observations_after is not None:
+            mismatch[0] = np.any(obs[0] != self.observations_after,
+                                 axis=tuple(range(1, obs.ndim - 1)))
+        if mismatch.any():
+            t, n = (int(i) for i in np.argwhere(mismatch)[0])
+            raise ExperienceError(
+                f"Experience.observation of agent {n} at buffer row {t} is not the "
+                f"next_observation of its previous step (its reset_observation where the "
+                f"episode ended): experiences were reordered, dropped or duplicated")
+
+    def rollout(self, buf: ExperienceBatch):
+        """The buffer as the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector would
+        have recorded for the same transitions (:func:`ppo_ref.train.rollout.rollout_from_transitions`:
+        its ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
+        parameters; the actors' behaviour ``values`` and ``log_probs``; the episodes finished in
+        it), counted by the trainer (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
+        from ppo_ref.kernels import episode_starts as make_episode_starts
+        from ppo_ref.train.rollout import finished_episodes, rollout_from_transitions
+
+        self.check_continuity(buf)
+        terminated, truncated = buf.terminated, buf.truncated
+        starts = make_episode_starts(terminated, truncated, self.episode_start_carry)
+        done = terminated | truncated
+        self.episode_start_carry = done[-1].copy()
+        self.observations_after = buf.reset_observations[-1]
+        rollout = rollout_from_transitions(
+            self.policy, self.trainer.params, observations=buf.observations,
+            actions=buf.actions, rewards=buf.rewards, terminated=terminated,
+            truncated=truncated, episode_starts=starts, values=buf.values,
+            log_probs=buf.log_probs, next_observations=buf.next_observations,
+            observations_after=self.observations_after)
+        (rollout.episode_returns, rollout.episode_lengths,
+         rollout.episode_envs) = finished_episodes(buf.rewards, done, self.episode_return,
+                                                   self.episode_length)
+        return self.trainer.record_rollout(rollout)
+
+    def update(self) -> UpdateInfo:
+        """One PPO update on the next buffer: :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` of the
+        trainer with :meth:`rollout` as its rollout source (GAE, or V-trace against the current
+        parameters with ``use_vtrace``)."""
+        config = self.config
+        trainer = self.trainer
+        buf = self.take_buffer()
+        advantages_fn = None    # the trainer's GAE
+        if config.use_vtrace:
+            advantages_fn = functools.partial(trainer.compute_vtrace_advantages,
+                                              rho_bar=config.rho_bar, c_bar=config.c_bar)
+        step = trainer.iteration(lambda: self.rollout(buf), advantages_fn)
+        rollout, stats = step.rollout, step.stats
+        lags = self.version - buf.policy_versions
+        n_steps, n = buf.rewards.shape
+        r = self.report
+        r.updates += 1
+        r.env_steps += n_steps * n
+        r.episode_returns.extend(rollout.episode_returns)
+        r.episode_lengths.extend(rollout.episode_lengths)
+        r.episodes += len(rollout.episode_returns)
+        r.final_stats = dict(stats)
+        r.policy_lag_mean.append(float(lags.mean()))
+        r.policy_lag_max.append(int(lags.max()))
+        info = UpdateInfo(r.updates, r.env_steps, r.episodes, self.version,
+                          r.policy_lag_mean[-1], r.policy_lag_max[-1], dict(stats),
+                          list(rollout.episode_returns), list(rollout.episode_lengths), rollout,
+                          step.advantages, step.returns, buf.policy_versions,
+                          time.monotonic() - self.t0)
+        if r.updates % config.broadcast_every == 0:
+            self.broadcast()
+        return info
+
+    def broadcast(self) -> None:
+        from ppo_ref.io.checkpoint import arrays_to_bytes
+
+        if self.report.broadcasts:
+            self.version += 1
+        payload = arrays_to_bytes(self.trainer.params)
+        self.group.broadcast(PolicyBroadcast(self.version, payload))
+        self.report.broadcasts += 1
+        self.report.last_version = self.version
+
+    def run(self) -> LearnerReport:
+        # The schedules' horizon: the steps this run will consume (SB3's progress_remaining
+        # then reaches 0 on the last update, as in PPOTrainer.learn when total is a multiple).
+        c = self.config
+        self.trainer.total_timesteps = (self.trainer.num_timesteps
+                                        + c.num_updates * c.n_steps * c.num_actors)
+        self.broadcast()                      # version 0: the actors' initial parameters
+        for _ in range(self.config.num_updates):
+            self.fill()
+            info = self.update()
+            if self.callback is not None and self.callback(info) is False:
+                self.report.stopped_early = True
+                break
+        self.report.wall_seconds = time.monotonic() - self.t0
+        return self.report
+
+
+def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
+                 callback: Optional[Callable[[UpdateInfo], None]] = None,
+                 shutdown_timeout: float = 10.0, chunk_size: int = 32):
+    """Run the learner of docs/specification.md §6 until ``config.num_updates`` PPO updates are done.
+
+    1. Broadcast version 0 (the trainer's current parameters) to every actor.
+    2. Read messages into one FIFO per actor until every FIFO holds ``n_steps`` experiences
+       (validating each: ``agent_id`` in ``[0, num_actors)``, shapes, finiteness, versions).
+    3. Take the oldest ``n_steps`` of each FIFO into a ``[n_steps, num_actors]`` buffer
+       (column = ``agent_id``; later experiences stay queued). ``episode_starts`` continue from
+       the previous buffer (all True at first); each row must continue from the previous row's
+       ``next_observation``, or its ``reset_observation`` where an episode ended (a check
+       against reordering or loss).
+    4. The buffer becomes the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector
+       records for the same transitions (:func:`ppo_ref.train.rollout.rollout_from_transitions`),
+       bootstrapped with the learner's current values: ``last_values[n] = V(the observation
+       actor n acts from after the last row)`` (its ``reset_observation`` where that row ended
+       an episode, as the collector's observation after the autoreset) and ``final_values[t,
+       n] = V(next_observation[t, n])`` where step t truncated without terminating; its
+       finished episodes by :func:`ppo_ref.train.rollout.finished_episodes`.
+    5. One :meth:`PPOTrainer.iteration <ppo_ref.train.ppo.PPOTrainer.iteration>` on that rollout,
+       exactly as ``PPOTrainer.learn`` runs one: counters (``num_timesteps``, ``n_episodes``,
+       ``recent_returns``, ``last_episodes``; ``progress_remaining`` before or after the
+       rollout as ``schedule_progress`` says, with the schedule horizon ``total_timesteps`` =
+       the steps this run consumes, ``num_updates * n_steps * num_actors``); advantages by
+       ``trainer.compute_advantages`` (GAE with the recorded behaviour values) or, with
+       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (:func:`ppo_ref.kernels.vtrace`
+       against the learner's current policy, IMPALA; the same bootstrap values);
+       ``trainer.train_on`` (the PPO ratio is pi_learner / mu_actor; the recorded ``values``
+       are the old values of value clipping and explained variance); ``n_updates += 1``.
+    7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
+    8. At the end (or on any error): :class:`Shutdown` to every actor, join (processes that do
+       not exit within ``shutdown_timeout`` seconds are terminated), then return or re-raise.
+
+    Args:
+        config: :class:`AsyncActorLearnerConfig`.
+        trainer: a :class:`~ppo_ref.train.ppo.PPOTrainer` whose ``config`` holds the learner's PPO
+            settings (see :func:`make_learner`); its parameters are updated in place.
+        actors: an :class:`ActorGroup` from :func:`start_actors` (the loop shuts it down), or a
+            gymnasium id / zero-argument env factory, from which the loop starts
+            ``config.num_actors`` actors itself with ``chunk_size``.
+        callback: called with an :class:`UpdateInfo` after every update; returning ``False``
+            stops the loop after that update (then the usual shutdown).
+        shutdown_timeout: seconds to wait for actors to exit before terminating them.
+
+    Returns:
+        ``(trainer, LearnerReport)``.
+
+    Raises:
+        StarvationError: no experience for ``config.starvation_timeout`` seconds.
+        ActorDiedError: an actor raised or exited (its id, exception text and traceback).
+        ExperienceError: (a ``ValueError``) an experience with a bad field, named.
+        ValueError: ``actors`` of the wrong size.
+    """
+    group = actors if isinstance(actors, ActorGroup) else start_actors(config, actors,
+                                                                       chunk_size=chunk_size)
+    try:
+        if group.num_actors != config.num_actors:
+            raise ValueError(f"actors has {group.num_actors} actors, config.num_actors is "
+                             f"{config.num_actors}")
+        for name in ("gamma", "gae_lambda"):
+            if getattr(trainer.config, name) != getattr(config, name):
+                raise ValueError(f"trainer.config.{name} ({getattr(trainer.config, name)}) "
+                                 f"differs from config.{name} ({getattr(config, name)}): build "
+                                 f"the trainer with make_learner(config, env)")
+        learner = _Learner(config, trainer, group, callback)
+        report = learner.run()
+    except BaseException:
+        # the run failed: its actors get a short grace period, then are terminated, so the
+        # error reaches the caller within ACTOR_DEATH_SECONDS of the failure at any actor count
+        group.shutdown(min(shutdown_timeout, ERROR_SHUTDOWN_SECONDS))
+        raise
+    finals = group.shutdown(shutdown_timeout)
+    report.actor_stats = [finals[i].stats if isinstance(finals.get(i), ActorFinished) else None
+                          for i in range(config.num_actors)]
+    report.actor_errors = {i: m.error for i, m in finals.items() if isinstance(m, ActorFailed)}
+    return trainer, report
+
+
+def make_learner(config: AsyncActorLearnerConfig, env):
+    """The learner's :class:`~ppo_ref.train.ppo.PPOTrainer` for ``env`` (gymnasium id or factory):
+    ``config.learner_ppo_config()``, seed ``config.seed``."""
+    from ppo_ref.train.ppo import PPOTrainer
+    if not isinstance(env, str):
+        # The trainer wants a vector env (it only reads its spaces here: the actors act).
+        from gymnasium.vector import AutoresetMode, SyncVectorEnv
+        env = SyncVectorEnv([env] * config.num_actors, autoreset_mode=AutoresetMode.SAME_STEP)
+    return PPOTrainer(env, config.learner_ppo_config(), seed=config.seed)
+
+
+def train_async(env, config: AsyncActorLearnerConfig = AsyncActorLearnerConfig(), *,
+                callback: Optional[Callable[[UpdateInfo], None]] = None, trainer=None,
+                chunk_size: int = 32):
+    """Train with the actor-learner loop: :func:`make_learner` (unless ``trainer`` is given),
+    :func:`start_actors`, :func:`learner_loop`. Returns ``(trainer, LearnerReport)``."""
+    if trainer is None:
+        trainer = make_learner(config, env)
+    group = start_actors(config, env, chunk_size=chunk_size)
+    return learner_loop(config, trainer, group, callback=callback)

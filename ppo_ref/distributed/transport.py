@@ -1,0 +1,233 @@
+"""Process and thread plumbing of the actor-learner loop: :class:`ActorGroup` (the running
+actors and the channels to and from them) and :func:`start_actors`."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import threading
+import time
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from ppo_ref._checks import check_choice
+from ppo_ref.distributed.actor import (POLL_SECONDS, _process_actor_main, _thread_actor_main,
+                                       run_actor)
+from ppo_ref.distributed.config import AsyncActorLearnerConfig, _check_int
+from ppo_ref.distributed.messages import ActorFailed, ActorFinished, Shutdown
+
+__all__ = ["ActorGroup", "start_actors"]
+
+
+class ActorGroup:
+    """Handles of running actors (threads or processes) and the channels between them and the
+    learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
+
+    Actor -> learner: actor threads put on one ``queue.Queue`` (the inbox); actor processes
+    each write their own pipe, which a reader thread of the learner process drains into the
+    inbox as messages arrive, so a pipe never fills up (and never blocks its actor) while the
+    learner is busy training. Learner -> actor: one queue per actor (``broadcast_queues``).
+
+    ``get(timeout)`` returns the next message for the learner (``None`` on timeout);
+    ``send(agent_id, msg)`` and ``broadcast(msg)`` write to actors; ``is_alive(agent_id)`` and
+    ``exit_description`` report liveness; :meth:`shutdown` stops and joins everything
+    (idempotent) and returns the last message each actor sent about itself
+    (:class:`ActorFinished` or :class:`ActorFailed`).
+    """
+
+    def __init__(self, backend: str, workers: list, inbox: "queue_module.Queue",
+                 broadcast_queues: list, stop_event: Optional[threading.Event] = None,
+                 readers: Sequence = ()):
+        self.backend = backend
+        self.workers = workers
+        self.inbox = inbox
+        self.broadcast_queues = broadcast_queues
+        self.readers = list(readers)
+        self._stop_event = stop_event
+        self._closed = False
+        self._reader_done = [False] * len(self.readers)
+        self._pump_stop = threading.Event()
+        self._pump: Optional[threading.Thread] = None
+        self.final_messages: Dict[int, Any] = {}
+        if self.readers:
+            self._pump = threading.Thread(target=self._read_pipes, name="ppo_ref-learner-inbox",
+                                          daemon=True)
+            self._pump.start()
+
+    @property
+    def num_actors(self) -> int:
+        return len(self.workers)
+
+    def get(self, timeout: float):
+        """Next message for the learner, or ``None`` after ``timeout`` seconds (0: no wait)."""
+        try:
+            if timeout > 0:
+                return self.inbox.get(timeout=timeout)
+            return self.inbox.get_nowait()
+        except queue_module.Empty:
+            return None
+
+    def _read_pipes(self) -> None:
+        """Reader thread (process backend): move every message from the actors' pipes to the
+        inbox, in arrival order per actor, until every pipe reached end-of-file or shutdown."""
+        from multiprocessing.connection import wait
+        index = {id(conn): i for i, conn in enumerate(self.readers)}
+        while not self._pump_stop.is_set():
+            open_readers = [c for i, c in enumerate(self.readers) if not self._reader_done[i]]
+            if not open_readers:
+                return
+            for conn in wait(open_readers, POLL_SECONDS):
+                i = index[id(conn)]
+                try:
+                    self.inbox.put(conn.recv())
+                except (EOFError, OSError):
+                    self._reader_done[i] = True     # the actor closed its end or died
+
+    def channel_finished(self, agent_id: int) -> bool:
+        """True when everything the actor sent is in the inbox (process backend: its pipe
+        reached end-of-file). Always False for threads (one shared queue)."""
+        return bool(self.readers) and self._reader_done[agent_id]
+
+    def send(self, agent_id: int, message) -> None:
+        self.broadcast_queues[agent_id].put(message)
+
+    def broadcast(self, message) -> None:
+        """Send ``message`` to every actor that is still alive."""
+        for agent_id in range(self.num_actors):
+            if self.is_alive(agent_id):
+                self.send(agent_id, message)
+
+    def is_alive(self, agent_id: int) -> bool:
+        return self.workers[agent_id].is_alive()
+
+    def exit_description(self, agent_id: int) -> str:
+        worker = self.workers[agent_id]
+        if self.backend == "process":
+            text = f"process {worker.pid} exited with code {worker.exitcode}"
+            if worker.exitcode == 1:
+                text += (" (code 1 before the actor could report anything: usually its imports "
+                         "or the unpickling of its arguments failed; its traceback went to "
+                         "stderr. The process backend starts actors with 'spawn', which "
+                         "re-imports the main script: a script must start the learner under "
+                         "`if __name__ == \"__main__\":`)")
+            return text
+        return f"thread {worker.name} ended"
+
+    def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
+        """Send :class:`Shutdown` to all, keep reading while they exit, terminate (processes)
+        whatever still runs after ``timeout`` seconds, join, close the channels."""
+        if self._closed:
+            return self.final_messages
+        self._closed = True
+        for agent_id in range(self.num_actors):
+            try:
+                self.send(agent_id, Shutdown())
+            except Exception:  # noqa: BLE001  (a closed queue: the actor is gone anyway)
+                pass
+        deadline = time.monotonic() + timeout
+        while any(w.is_alive() for w in self.workers) and time.monotonic() < deadline:
+            self._keep_final(self.get(0.02))
+        if self._stop_event is not None:
+            self._stop_event.set()
+        started = [w for w in self.workers if w.ident is not None]
+        if self.backend == "process":
+            # all at once: the time to stop N stuck actors does not grow with N
+            for worker in started:
+                if worker.is_alive():
+                    worker.terminate()
+            _join_all(started, 1.0)
+            for worker in started:
+                if worker.is_alive():
+                    worker.kill()
+            _join_all(started, 1.0)
+        else:
+            # A thread cannot be killed: one stuck inside env.step stays behind as a daemon.
+            for worker in started:
+                worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        while True:
+            msg = self.get(0.0)
+            if msg is None:
+                break
+            self._keep_final(msg)
+        if self._pump is not None:
+            self._pump_stop.set()
+            self._pump.join(2.0)
+        while True:
+            msg = self.get(0.0)
+            if msg is None:
+                break
+            self._keep_final(msg)
+        if self.backend == "process":
+            for q in self.broadcast_queues:
+                q.cancel_join_thread()      # an actor that died cannot drain its queue
+                q.close()
+            for conn in self.readers:
+                conn.close()
+        return self.final_messages
+
+    def _keep_final(self, msg) -> None:
+        if isinstance(msg, (ActorFinished, ActorFailed)):
+            self.final_messages[msg.agent_id] = msg
+
+
+def _join_all(processes, timeout: float) -> None:
+    """Join every process, waiting at most ``timeout`` seconds in total."""
+    deadline = time.monotonic() + timeout
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+
+
+def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
+                 chunk_size: int = 32, start_method: str = "spawn") -> ActorGroup:
+    """Start ``config.num_actors`` actors on ``config.backend`` and return their handles.
+
+    Each actor runs ``actor_fn(agent_id, env, config, send, receive, learner_gone,
+    chunk_size=...)`` (default :func:`run_actor`); it waits for the learner's version-0
+    broadcast before its first step. With the process backend ``env`` and ``actor_fn`` must be
+    picklable (a gymnasium id, a module-level factory or ``functools.partial``).
+
+    Args:
+        config: the loop's configuration.
+        env: gymnasium id string or zero-argument env factory.
+        actor_fn: the actor body (tests substitute misbehaving actors).
+        chunk_size: experiences per message.
+        start_method: ``multiprocessing`` start method for the process backend ("spawn" or
+            "forkserver"; fork is refused: it would copy the learner's threads and locks).
+
+    Returns:
+        :class:`ActorGroup`; stop it with :meth:`ActorGroup.shutdown` (``learner_loop`` does).
+    """
+    _check_int(chunk_size, "chunk_size", 1)
+    check_choice(start_method, "start_method", ("spawn", "forkserver"))
+    inbox: queue_module.Queue = queue_module.Queue()
+    if config.backend == "process":
+        ctx = multiprocessing.get_context(start_method)
+        pipes = [ctx.Pipe(duplex=False) for _ in range(config.num_actors)]
+        broadcast_queues = [ctx.Queue() for _ in range(config.num_actors)]
+        workers = [ctx.Process(target=_process_actor_main, name=f"ppo_ref-actor-{i}",
+                               args=(actor_fn, i, env, config, pipes[i][1],
+                                     broadcast_queues[i], chunk_size), daemon=True)
+                   for i in range(config.num_actors)]
+        stop_event = None
+    else:
+        pipes = []
+        broadcast_queues = [queue_module.Queue() for _ in range(config.num_actors)]
+        stop_event = threading.Event()
+        workers = [threading.Thread(target=_thread_actor_main, name=f"ppo_ref-actor-{i}",
+                                    args=(actor_fn, i, env, config, inbox,
+                                          broadcast_queues[i], chunk_size, stop_event),
+                                    daemon=True)
+                   for i in range(config.num_actors)]
+    group = ActorGroup(config.backend, workers, inbox, broadcast_queues, stop_event,
+                       readers=[reader for reader, _ in pipes])
+    try:
+        for worker in workers:
+            worker.start()
+    except BaseException:
+        group.shutdown(timeout=1.0)
+        raise
+    finally:
+        # The children hold the write ends now; closing ours lets a dead actor's pipe report
+        # end-of-file instead of staying open forever.
+        for _, writer in pipes:
+            writer.close()
+    return group
