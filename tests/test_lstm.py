@@ -598,14 +598,24 @@ def test_add_products_blocks_match_the_fma_chain_oracle_and_the_interpreted_loop
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no typing")
-def test_add_products_refuses_operands_that_are_not_c_contiguous():
-    """The compiled product takes C-contiguous operands of one dtype only: a strided operand
-    (or mixed dtypes) is a typing error, not a silently different code path."""
+def test_add_products_takes_a_strided_a_and_refuses_other_layouts(rng):
+    """The compiled product reads ``a`` as scalars, so any strides will do (a transposed view
+    gives the bits of its C-contiguous copy); ``out`` and ``w_t`` are read as vectors and must
+    be C-contiguous, and the dtypes one: anything else is a typing error, not a silently
+    different code path."""
     from numba.core.errors import TypingError
-    a = np.zeros((8, 6))[:, ::2]
+    a = rng.standard_normal((24, 16))
+    w_t = rng.standard_normal((24, 32))
+    out0 = rng.standard_normal((16, 32))
+    strided, copied = out0.copy(), out0.copy()
+    lstm_mod._add_products(strided, a.T, w_t)
+    lstm_mod._add_products(copied, np.ascontiguousarray(a.T), w_t)
+    np.testing.assert_array_equal(strided, copied)
     with pytest.raises(TypingError, match="C-contiguous"):
-        lstm_mod._add_products(np.zeros((8, 16)), a, np.zeros((3, 16)))
+        lstm_mod._add_products(np.zeros((8, 32))[:, ::2], np.zeros((8, 3)), np.zeros((3, 16)))
     with pytest.raises(TypingError, match="C-contiguous"):
+        lstm_mod._add_products(np.zeros((8, 16)), np.zeros((8, 3)), np.zeros((3, 32))[:, ::2])
+    with pytest.raises(TypingError, match="one dtype"):
         lstm_mod._add_products(np.zeros((8, 16)), np.zeros((8, 3), np.float32),
                                np.zeros((3, 16)))
 

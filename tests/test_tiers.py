@@ -179,6 +179,30 @@ def _loss(fn):
     return run
 
 
+def _advantages_case(rng):
+    n = int(rng.integers(2, 600))
+    scale = float(rng.choice([1e-6, 1.0, 1e3, 1e100]))
+    adv = rng.normal(size=n) * scale + float(rng.choice([0.0, 3.0 * scale]))
+    if rng.random() < 0.1:
+        adv[:] = adv[0]  # constant: (near) zeros
+    return dict(adv=adv, ddof=int(rng.integers(0, 2)), eps=float(rng.choice([1e-8, 1e-4])),
+                placement=str(rng.choice(["add", "clamp"])))
+
+
+def _normalize_fast(c):
+    from ppo_ref.fast.losses import _normalize_advantages_kernel
+    out = np.empty_like(c["adv"])
+    assert _normalize_advantages_kernel(c["adv"], c["ddof"], c["eps"], c["placement"] == "clamp",
+                                        out)
+    return [out]
+
+
+def _normalize_spec(c):
+    from ppo_ref.spec.losses import normalize_advantages
+    return [normalize_advantages(c["adv"], ddof=c["ddof"], eps=c["eps"],
+                                 placement=c["placement"])]
+
+
 def _adam_case(rng):
     shapes = {"a": (int(rng.integers(1, 6)), 3), "b": (int(rng.integers(1, 9)),)}
     params = {k: rng.normal(size=s) for k, s in shapes.items()}
@@ -504,6 +528,9 @@ TWINS: Dict[str, Twin] = {
                            "ppo_ref.spec.update.minibatch_loss", _loss_case,
                            _loss(fast_update.minibatch_loss), _loss(spec_update.minibatch_loss),
                            BITS),
+    "normalize_advantages": Twin((_fast_name("losses", "_normalize_advantages_kernel"),),
+                                 "ppo_ref.spec.losses.normalize_advantages", _advantages_case,
+                                 _normalize_fast, _normalize_spec, BITS),
     "clipped_adam_step": Twin((_fast_name("optim", "clipped_adam_step"),),
                               "ppo_ref.spec.optim.adam_update", _adam_case, _adam_fast,
                               _adam_spec, Tol(1e-14, 1e-300)),

@@ -11,7 +11,10 @@ ppo_ref runs once per ``--dtypes`` entry: ``float64`` is the trainer's default (
 arithmetic), ``float32`` computes the network passes in float32 as torch does (parameters,
 Adam, losses and advantages stay float64). ppo_ref is also run once in a fresh subprocess with
 an empty ``NUMBA_CACHE_DIR`` (with the last of ``--dtypes``): the "first run" time includes
-importing and compiling every numba kernel.
+importing and compiling every numba kernel. The readable tier (``PPOConfig.backend="spec"``,
+float64, plain NumPy) is run once per repeat on ``--spec-timesteps`` steps (default 10000; 0
+skips it): its steps per second stand beside the others (its returns are those of that shorter
+run, not comparable with the 100k-step rows).
 
 ``--repeats N`` (default 1) runs the whole set N times, alternating the implementations (all
 of them once, then all again, ...), and prints each run's steps per second and ratio, then a
@@ -22,6 +25,7 @@ Usage::
 
     python validation/bench_vs_sb3.py [--timesteps 100000] [--dtypes float64,float32]
                                       [--skip-first-run] [--skip-sb3] [--repeats 1]
+                                      [--spec-timesteps 10000]
 """
 from __future__ import annotations
 
@@ -38,10 +42,11 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
            learning_rate=1e-3, clip_range=0.2, ent_coef=0.0)
 
 
-def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64"):
+def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64",
+                backend: str = "fast"):
     from ppo_ref.config import PPOConfig
     from ppo_ref.ppo import PPOTrainer
-    config = PPOConfig.zoo_cartpole(compute_dtype=compute_dtype)
+    config = PPOConfig.zoo_cartpole(compute_dtype=compute_dtype, backend=backend)
     trainer = PPOTrainer("CartPole-v1", config, seed=seed)
     t0 = time.perf_counter()
     trainer.learn(timesteps)
@@ -112,6 +117,8 @@ def main(argv=None) -> int:
                    help="comma-separated PPOConfig.compute_dtype values to run ppo_ref with")
     p.add_argument("--skip-first-run", action="store_true")
     p.add_argument("--skip-sb3", action="store_true")
+    p.add_argument("--spec-timesteps", type=int, default=10_000,
+                   help="steps of the spec-backend (readable tier) run; 0 skips it")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every implementation this many times (alternating); print medians")
     args = p.parse_args(argv)
@@ -129,6 +136,8 @@ def main(argv=None) -> int:
         rows = {}
         for dtype in dtypes:
             rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype)
+        if args.spec_timesteps > 0:
+            rows[("ppo_ref spec", "float64")] = run_ppo_ref(args.spec_timesteps, backend="spec")
         if not args.skip_sb3:
             rows[("sb3", "float32")] = run_sb3(args.timesteps)
         runs.append(rows)
@@ -143,17 +152,18 @@ def main(argv=None) -> int:
         rows = {key: {"wall_s": float(np.median([run[key]["wall_s"] for run in runs])),
                       "steps_per_s": float(np.median([run[key]["steps_per_s"] for run in runs])),
                       "last20": float(np.median([run[key]["last20"] for run in runs])),
-                      "eval": float(np.median([run[key]["eval"] for run in runs]))}
+                      "eval": float(np.median([run[key]["eval"] for run in runs])),
+                      "steps": runs[0][key]["steps"]}
                 for key in runs[0]}
     print()
     print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, one thread"
           + (f", medians of {args.repeats} alternated runs" if args.repeats > 1 else ""))
-    print(f"{'':10s} {'dtype':>8s} {'wall s':>8s} {'steps/s':>9s} {'last-20 return':>15s} "
-          f"{'det. eval (10)':>15s} {'vs sb3':>7s}")
+    print(f"{'':12s} {'dtype':>8s} {'steps':>7s} {'wall s':>8s} {'steps/s':>9s} "
+          f"{'last-20 return':>15s} {'det. eval (10)':>15s} {'vs sb3':>7s}")
     sb3 = rows.get(("sb3", "float32"))
     for (name, dtype), r in rows.items():
         ratio = f"{r['steps_per_s'] / sb3['steps_per_s']:6.2f}x" if sb3 else ""
-        print(f"{name:10s} {dtype:>8s} {r['wall_s']:8.1f} {r['steps_per_s']:9.0f} "
+        print(f"{name:12s} {dtype:>8s} {r['steps']:7d} {r['wall_s']:8.1f} {r['steps_per_s']:9.0f} "
               f"{r['last20']:15.1f} {r['eval']:15.1f} {ratio:>7s}")
     return 0
 

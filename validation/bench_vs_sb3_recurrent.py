@@ -31,10 +31,13 @@ Usage::
 
     python validation/bench_vs_sb3_recurrent.py [--steps 100000] [--sb3-steps N] [--seed 0]
                                                 [--dtypes float64,float32] [--skip-sb3]
-                                                [--no-bracket]
+                                                [--no-bracket] [--spec-steps 5120]
 
 ``--sb3-steps`` trains sb3-contrib for fewer steps when its full run is too slow; its steps/s is
-then measured on that shorter run (and said so in the output).
+then measured on that shorter run (and said so in the output). The readable tier
+(``PPOConfig.backend="spec"``, float64, plain NumPy) is run once on ``--spec-steps`` steps
+(default 5120; 0 skips it): its steps/s stand beside the others (its returns are those of that
+shorter run, not comparable with the full-length rows).
 """
 from __future__ import annotations
 
@@ -89,17 +92,19 @@ def run_sb3(total_steps: int, seed: int) -> dict:
                 final=float(np.mean(returns)), eval_mean=float(mean_eval), eval_std=float(std_eval))
 
 
-def ppo_ref_config(compute_dtype: str = "float64"):
+def ppo_ref_config(compute_dtype: str = "float64", backend: str = "fast"):
     from ppo_ref.config import PPOConfig
     return PPOConfig.zoo_cartpole().replace(
         lstm_hidden_size=ZOO["lstm_hidden_size"], lstm_shared=False, net_arch=(64,),
-        activation="relu", normalize_observations=True, compute_dtype=compute_dtype)
+        activation="relu", normalize_observations=True, compute_dtype=compute_dtype,
+        backend=backend)
 
 
-def run_ppo_ref(total_steps: int, seed: int, compute_dtype: str = "float64") -> dict:
+def run_ppo_ref(total_steps: int, seed: int, compute_dtype: str = "float64",
+                backend: str = "fast") -> dict:
     from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
 
-    config = ppo_ref_config(compute_dtype)
+    config = ppo_ref_config(compute_dtype, backend)
     # warm-up: compile (or load cached) numba kernels outside the timed run
     RecurrentPPOTrainer(ENV_ID, config, seed=seed + 12345).learn(2 * 8 * 32)
     trainer = RecurrentPPOTrainer(ENV_ID, config, seed=seed)
@@ -124,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--skip-sb3", action="store_true")
     ap.add_argument("--no-bracket", action="store_true",
                     help="do not time ppo_ref again after sb3-contrib (see the module docstring)")
+    ap.add_argument("--spec-steps", type=int, default=5120,
+                    help="steps of the spec-backend (readable tier) run; 0 skips it")
     args = ap.parse_args(argv)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
 
@@ -151,6 +158,10 @@ def main(argv=None) -> int:
                 first["fps"] = first["steps"] / first["wall"]
 
     rows = [("ppo_ref LSTM", dtype, r) for dtype, r in ours.items()]
+    if args.spec_steps > 0:
+        spec = run_ppo_ref(args.spec_steps, args.seed, "float64", backend="spec")
+        print(f"ppo_ref spec done: {spec}", flush=True)
+        rows.append(("ppo_ref LSTM, backend spec", "float64", spec))
     if theirs is not None:
         rows.append(("sb3-contrib RecurrentPPO", "float32 (torch)", theirs))
     print()

@@ -21,7 +21,8 @@ Modules:
 * :mod:`ppo_ref.fast.distributions`: the categorical kernels of the fast policies and the
   compiled MultiDiscrete functions (twins of :mod:`ppo_ref.spec.distributions`, rtol 1e-12).
 * :mod:`ppo_ref.fast.losses`: the one-pass minibatch loss kernel (the spec's ``policy_loss``,
-  ``value_loss`` and ``approx_kl``, bit for bit).
+  ``value_loss`` and ``approx_kl``, bit for bit) and the compiled ``normalize_advantages``
+  (bit for bit).
 * :mod:`ppo_ref.fast.optim`: the fused in-place clipped-Adam step on one buffer
   (``clip_by_global_norm`` then ``adam_update`` of :mod:`ppo_ref.spec.optim`; rtol 1e-14
   when clipping, bit for bit when not, the norm's summation order aside).
@@ -74,6 +75,7 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.distributions.multi_categorical_entropy_backward",
     # losses and update
     "ppo_ref.fast.losses._minibatch_loss_kernel",
+    "ppo_ref.fast.losses._normalize_advantages_kernel",
     "ppo_ref.fast.update.minibatch_loss",
     "ppo_ref.fast.update.run_epochs",
     "ppo_ref.fast.update.feedforward_minibatches",

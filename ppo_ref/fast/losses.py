@@ -9,24 +9,48 @@ in element order as the spec losses do, so its sums and gradients equal those of
 :func:`ppo_ref.spec.losses.approx_kl` bit for bit (``tests/test_losses.py``). Its caller is
 :func:`ppo_ref.fast.update.minibatch_loss`; the public losses are :mod:`ppo_ref.losses` (the
 spec's).
+
+:func:`_normalize_advantages_kernel` compiles the spec's
+:func:`~ppo_ref.spec.losses.advantage_moments` and equals
+:func:`ppo_ref.spec.losses.normalize_advantages` bit for bit (on float64 input of two or more
+elements; ``tests/test_tiers.py``).
 """
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba.extending import register_jitable
 
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import losses as _spec
-from ppo_ref.spec.losses import MAX_LOG_RATIO, clipped_surrogate_element, k3_element, value_element
+from ppo_ref.spec.losses import (MAX_LOG_RATIO, advantage_moments, clipped_surrogate_element,
+                                 k3_element, value_element)
 
-__all__ = []  # no public function: the kernel's one caller is ppo_ref.fast.update
+__all__ = []  # no public function: the kernels' one caller is ppo_ref.fast.update
 
 # the element functions, usable from compiled code (the spec functions are returned unchanged)
 for _element in (_spec.k3_element, _spec.clipped_surrogate_element, _spec.value_distance,
-                 _spec.value_element):
+                 _spec.value_element, _spec.advantage_moments):
     register_jitable(**NJIT_OPTIONS)(_element)
 del _element
+
+
+@njit
+def _normalize_advantages_kernel(adv, ddof, eps, clamp, out):
+    """:func:`ppo_ref.spec.losses.normalize_advantages` of a 1-D float64 array of n >= 2 finite
+    entries, written into ``out`` (float64 ``[n]``, may be ``adv`` itself), bit for bit: the
+    compiled :func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A_i - mean) / scale`` per
+    element with ``scale = std + eps`` (placement ``"add"``) or ``max(std, eps)`` (``clamp``
+    True: ``"clamp"``). Returns False (``out`` untouched) when the mean or std is not finite
+    (the caller raises the spec's error)."""
+    mean, std = advantage_moments(adv, ddof)
+    if not (math.isfinite(mean) and math.isfinite(std)):
+        return False
+    scale = max(std, eps) if clamp else std + eps
+    for i in range(adv.size):
+        out[i] = np.divide(adv[i] - mean, scale)
+    return True
 
 
 @njit

@@ -381,10 +381,11 @@ def _add_block(out, a, w_t, n, j0):
 
 @intrinsic
 def _add_block_vector(typingctx, out, a, w_t, n, j0):
-    """Compiled :func:`_add_block` for C-contiguous float64 (or float32) arrays: the 16 columns
-    of each of the 8 rows are held in vector accumulators (``<8 x double>`` x 2, or
-    ``<16 x float>``) for the whole k loop; per k, the weight row segment is loaded once and
-    each ``a[m, k]`` is broadcast into an ``llvm.fma`` per accumulator. Element for element
+    """Compiled :func:`_add_block` for float64 (or float32) arrays, ``out`` and ``w_t``
+    C-contiguous (``a``: any strides): the 16 columns of each of the 8 rows are held in vector
+    accumulators (``<8 x double>`` x 2, or ``<16 x float>``) for the whole k loop; per k, the
+    weight row segment is loaded once and each ``a[m, k]`` is broadcast into an ``llvm.fma``
+    per accumulator. Element for element
     the same FMA chain as the scalar loops (no reassociation), without a load and store of
     ``out`` per few terms: the loop runs at the FMA units' rate instead of the store port's.
     (Accumulators live in stack slots that LLVM promotes to registers.)"""
@@ -451,17 +452,18 @@ def _add_block_vector(typingctx, out, a, w_t, n, j0):
 
 @overload(_add_block)
 def _add_block_compiled(out, a, w_t, n, j0):
-    """Compiled, :func:`_add_block` is :func:`_add_block_vector`, for 2-D C-contiguous arrays of
-    one dtype, float64 or float32; anything else is refused when the caller is compiled (a
-    ``TypingError``), so no layout or dtype selects another code path: callers pass
-    C-contiguous operands (``np.ascontiguousarray``)."""
-    arrays = (out, a, w_t)
-    if not (all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 2 for t in arrays)
+    """Compiled, :func:`_add_block` is :func:`_add_block_vector`, for 2-D arrays of one dtype,
+    float64 or float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a``
+    of any strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy);
+    anything else is refused when the caller is compiled (a ``TypingError``), so no layout or
+    dtype selects another code path."""
+    if not (all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t))
+            and out.layout == "C" and w_t.layout == "C"
             and out.dtype in (types.float32, types.float64)
             and a.dtype == out.dtype and w_t.dtype == out.dtype):
         raise NumbaTypingError(
-            "_add_products/_add_block take 2-D C-contiguous float64 or float32 arrays of one "
-            f"dtype (out, a, w_t), got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
+            "_add_products/_add_block take 2-D float64 or float32 arrays of one dtype, out and "
+            f"w_t C-contiguous, got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
     return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
 
 
@@ -508,19 +510,62 @@ def _add_products_loops(out, a, w_t, n_lo, n_hi, j_lo):
 
 
 @njit
+def _add_products_narrow(out, a, w_t):
+    """:func:`_add_products` for few columns (an output layer of one or two units): each
+    column's chain over k = 0, 1, ... held in registers for eight rows at once (eight
+    independent FMA chains in flight, instead of a load and store of ``out`` per few terms);
+    the same FMA chain per element."""
+    n_rows, n_k = a.shape
+    n_j = w_t.shape[1]
+    n8 = n_rows - n_rows % 8
+    for n in range(0, n8, 8):
+        for j in range(n_j):
+            o0, o1, o2, o3 = out[n, j], out[n + 1, j], out[n + 2, j], out[n + 3, j]
+            o4, o5, o6, o7 = out[n + 4, j], out[n + 5, j], out[n + 6, j], out[n + 7, j]
+            for k in range(n_k):
+                w = w_t[k, j]
+                o0 = _fma(a[n, k], w, o0)
+                o1 = _fma(a[n + 1, k], w, o1)
+                o2 = _fma(a[n + 2, k], w, o2)
+                o3 = _fma(a[n + 3, k], w, o3)
+                o4 = _fma(a[n + 4, k], w, o4)
+                o5 = _fma(a[n + 5, k], w, o5)
+                o6 = _fma(a[n + 6, k], w, o6)
+                o7 = _fma(a[n + 7, k], w, o7)
+            out[n, j], out[n + 1, j], out[n + 2, j], out[n + 3, j] = o0, o1, o2, o3
+            out[n + 4, j], out[n + 5, j], out[n + 6, j], out[n + 7, j] = o4, o5, o6, o7
+    for n in range(n8, n_rows):
+        for j in range(n_j):
+            o = out[n, j]
+            for k in range(n_k):
+                o = _fma(a[n, k], w_t[k, j], o)
+            out[n, j] = o
+
+
+# at most this many columns: _add_products_narrow (one or two outputs: the value and a
+# two-action policy head)
+_NARROW_COLS = 2
+
+
+@njit
 def _add_products(out, a, w_t):
     """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
     K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
 
     ``out`` ``[M, J]``, ``a`` ``[M, K]``, ``w_t`` ``[K, J]`` (the weight pre-transposed so j is
-    contiguous), 2-D C-contiguous arrays of one dtype, float64 or float32 (compiled, other
-    layouts are refused: :func:`_add_block_compiled`). Blocks of 8 rows x 16 columns by :func:`_add_block` (accumulated in vector
-    registers over all k); the columns and rows left over by
-    :func:`_add_products_loops`. The arithmetic of an element is the same chain of FMAs in
+    contiguous), 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t`` C-contiguous,
+    ``a`` of any strides (e.g. a transposed view; other layouts are refused:
+    :func:`_add_block_compiled`). Blocks of 8 rows x 16 columns by :func:`_add_block`
+    (accumulated in vector registers over all k); the columns and rows left over by
+    :func:`_add_products_loops`; one or two columns in all by :func:`_add_products_narrow`.
+    The arithmetic of an element is the same chain of FMAs in
     every case, so a row's result does not depend on the other rows of the call.
     """
     n_rows = a.shape[0]
     n_j = w_t.shape[1]
+    if n_j <= _NARROW_COLS:
+        _add_products_narrow(out, a, w_t)
+        return
     n8 = n_rows - n_rows % _BLOCK_ROWS
     j16 = n_j - n_j % _BLOCK_COLS
     if j16 == 0:
@@ -741,7 +786,7 @@ def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
 
 
 @njit
-def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
+def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
     """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
     cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
     dtype; overwrites ``g_w_ih [4H, D]``, ``g_w_hh [4H, H]``, ``g_b [4H]``::
@@ -750,45 +795,45 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, inputs_t, out):
         g_b[j] = sum_m dz[m, j]                  (m = t N + n over the T N rows)
 
     Every sum runs over the rows in the order m = 0, 1, ..., T N - 1, a product weight term
-    added by one FMA (:func:`_add_products` on ``[x | h~]^T [D + H, T N]`` and ``dz``), a bias
-    term by one addition: the summation order is this documented one whatever the machine or
-    BLAS (a BLAS product orders its sums by its own kernels), and the products run in
-    vector registers. ``inputs_t [D + H, T N]``: rows ``0..D-1`` must hold ``x^T`` (the caller
-    transposes ``x`` once for every LSTM reading it, :func:`_transpose_into`); the other rows
-    and ``out [D + H, 4H]`` are scratch."""
+    added by one FMA (:func:`_add_products`), a bias term by one addition: the summation order
+    is this documented one whatever the machine or BLAS (a BLAS product orders its sums by its
+    own kernels), and the products run in vector registers. ``g_w_hh`` by
+    ``_add_products(g_w_hh, dz.T, h~)`` (the transposed view: no copy); ``g_w_ih``, whose few
+    columns D would not fill a vector, as its transpose ``x^T dz`` into ``out [D, 4H]``
+    (scratch), then copied (the same products in the same order). ``x_t [D, T N]`` must hold
+    ``x^T`` (the caller transposes ``x`` once for every LSTM reading it,
+    :func:`_transpose_into`)."""
     _wide()
     n_steps, n_env, four_h = dz.shape
-    d_in = x.shape[2]
     hidden = h_prev.shape[2]
     rows = n_steps * n_env
     dz_rows = dz.reshape(rows, four_h)
-    # [x | h~]^T: row m of the inputs is column m (the x rows filled by the caller)
-    _transpose_into(h_prev[:n_steps].reshape(rows, hidden), inputs_t[d_in:])
     out[:, :] = 0.0
-    _add_products(out, inputs_t, dz_rows)
-    _transpose_into(out[:d_in], g_w_ih)
-    _transpose_into(out[d_in:], g_w_hh)
+    _add_products(out, x_t, dz_rows)
+    _transpose_into(out, g_w_ih)
+    g_w_hh[:, :] = 0.0
+    _add_products(g_w_hh, dz_rows.T, h_prev[:n_steps].reshape(rows, hidden))
     _column_sums(dz_rows, g_b)
 
 
 @njit
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, inputs_t, products):
+                    g_b, x_t, products):
     """:func:`_backward_kernel` then :func:`_weight_grads` for L LSTMs from zero final-state
     gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
-    ``inputs_t``, ``products``)."""
+    ``x_t [D, T N]``, ``products [D, 4H]``)."""
     _wide()
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
-    _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), inputs_t[:x.shape[2]])
+    _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), x_t)
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         _backward_kernel(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
                          w_hh[l], dz[l])
-        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], inputs_t, products)
+        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products)
 
 
 # --------------------------------------------------------------------------------------------
@@ -858,12 +903,12 @@ def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_i
     initial-state gradients are not computed."""
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
     dtype = dh_seq.dtype
-    n_in = x.shape[2] + hidden
+    d_in = x.shape[2]
     dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, 4 * hidden), dtype)
-    inputs_t = workspace.empty("lstm.inputs_t", (n_in, n_steps * n_env), dtype)
-    products = workspace.empty("lstm.products", (n_in, 4 * hidden), dtype)
+    x_t = workspace.empty("lstm.x_t", (d_in, n_steps * n_env), dtype)
+    products = workspace.empty("lstm.products", (d_in, 4 * hidden), dtype)
     _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, inputs_t, products)
+                    g_b, x_t, products)
 
 
 def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
@@ -1035,10 +1080,10 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
 
     grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
     x = np.ascontiguousarray(cache.x)
-    inputs_t = np.empty((d_in + hidden, n_steps * n_env))
-    _transpose_into(x.reshape(n_steps * n_env, d_in), inputs_t[:d_in])
-    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], inputs_t,
-                  np.empty((d_in + hidden, 4 * hidden)))
+    x_t = np.empty((d_in, n_steps * n_env))
+    _transpose_into(x.reshape(n_steps * n_env, d_in), x_t)
+    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], x_t,
+                  np.empty((d_in, 4 * hidden)))
     dx = np.zeros((n_steps, n_env, d_in))
     _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
                   w_ih)

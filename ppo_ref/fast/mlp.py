@@ -110,12 +110,9 @@ def _activation_grad(d, h, relu):
                 d[n, j] *= _ONE_F32 - h[n, j] * h[n, j]
 
 
-@njit
-def _activation_grad_transposed(d, h, relu, d_t):
-    """:func:`_activation_grad` on ``d`` then ``d_t <- d.T`` (:func:`_transpose_into`),
-    ``d_t [W, M]``."""
-    _activation_grad(d, h, relu)
-    _transpose_into(d, d_t)
+# A weight gradient ``gw [out, in]`` with fewer than this many inputs (a first layer on a few
+# observation features) is formed as ``gw.T`` (its wide ``out`` axis vectorized) and copied.
+_NARROW = 16
 
 
 @njit
@@ -169,7 +166,10 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
 
     ``dw_i = d_i.T @ h_i``, ``db_i = sum_n d_i[n]``, ``d_{i-1} = (d_i @ w_i) * act'(h_i)``
     with ``d_L = dy``, in the summation order of the section comment (gw by
-    ``_add_products(gw, d_i.T, h_i)``, rows in order). All arrays one dtype; unchecked.
+    ``_add_products(gw, d_i.T, h_i)`` on the transposed view, rows in order; for a layer of
+    fewer than 16 inputs and at least 16 outputs, ``gw.T`` by ``_add_products(gw_t, h_i.T,
+    d_i)``: the same products in the same order, so the same bits). All arrays one dtype;
+    unchecked.
     """
     rows = x.shape[0]
     n_layers = table.shape[0]
@@ -177,16 +177,21 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
     for i in range(n_layers):
         end += rows * table[i, 2]
     d = dy
-    d_t = np.empty((dy.shape[1], rows), dy.dtype)
-    _transpose_into(dy, d_t)
     for i in range(n_layers - 1, -1, -1):
         w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
         end -= rows * n_out          # now the start of layer i's block = the end of its input's
         h = x if i == 0 else acts[end - rows * n_in:end].reshape(rows, n_in)
         w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
         gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
-        gw[:, :] = 0.0
-        _add_products(gw, d_t, h)
+        if n_in < _NARROW and n_out >= _NARROW:
+            # gw.T [in, out] by the same chains (fma(d, h, .) = fma(h, d, .)): out's columns
+            # are the vectorized ones, then copied into gw
+            gw_t = np.zeros((n_in, n_out), dy.dtype)
+            _add_products(gw_t, h.T, d)
+            _transpose_into(gw_t, gw)
+        else:
+            gw[:, :] = 0.0
+            _add_products(gw, d.T, h)
         _column_sums(d, grads[b_off:b_off + n_out])
         if i == 0:
             if dx is not None:
@@ -194,6 +199,5 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
         else:
             d_prev = np.zeros((rows, n_in), dy.dtype)
             _add_products(d_prev, d, w)
-            d_t = np.empty((n_in, rows), dy.dtype)
-            _activation_grad_transposed(d_prev, h, relu, d_t)
+            _activation_grad(d_prev, h, relu)
             d = d_prev

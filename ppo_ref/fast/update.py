@@ -8,7 +8,8 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
 
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
   float64 input of one shape (``tests/test_spec_update.py``): the per-minibatch normalization is
-  the spec's ``normalize_advantages``, then one call of the compiled
+  the compiled ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's
+  ``advantage_moments``, compiled), then one call of the compiled
   ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
@@ -34,9 +35,11 @@ import numpy as np
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.fast.losses import _minibatch_loss_kernel
+from ppo_ref.fast.losses import _minibatch_loss_kernel, _normalize_advantages_kernel
+from ppo_ref.fast.lstm import all_finite
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
-from ppo_ref.spec.losses import (VALUE_LOSS_MODES, check_dual_clip, clip_bounds, entropy_loss,
+from ppo_ref.spec.losses import (NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES, check_ddof,
+                                 check_dual_clip, clip_bounds, entropy_loss,
                                  entropy_overflow_error, log_ratio_overflow_error,
                                  normalize_advantages, ratio_overflow_error,
                                  surrogate_overflow_error, value_overflow_error)
@@ -51,8 +54,9 @@ __all__ = ["minibatch_loss", "run_epochs", "feedforward_minibatches", "recurrent
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
                    with_log_ratio: bool = True, weights=None) -> MinibatchLoss:
-    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through one call of the compiled
-    ``ppo_ref.fast.losses._minibatch_loss_kernel``.
+    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through the compiled
+    ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization) and one
+    call of ``ppo_ref.fast.losses._minibatch_loss_kernel``.
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
@@ -104,14 +108,27 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         as_float_array(w, "weights")
         if np.any(w < 0):
             raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
+    flat = [a.reshape(-1) for a in arrays]
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        arrays[4] = normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
-                                         eps=config.advantage_norm_eps,
-                                         placement=config.advantage_norm_eps_placement)
+        placement = config.advantage_norm_eps_placement
+        try:
+            ddof = check_ddof(config.advantage_norm_ddof)
+            eps = check_positive(config.advantage_norm_eps, "eps")
+            check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
+        except ValueError:  # the spec's error, in the spec's order of checks
+            normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
+                                 eps=config.advantage_norm_eps, placement=placement)
+            raise
+        if n > 1:  # (one element: unchanged, as the spec)
+            normalized = np.empty(n)
+            if not _normalize_advantages_kernel(flat[4], ddof, eps, placement == "clamp",
+                                                normalized):
+                # not finite, or the variance overflows: the spec's error
+                normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
+            flat[4] = normalized
     v_scale = float(config.vf_coef) * float(config.value_loss_scale)
 
     out = np.empty((2, n))  # rows: d_log_probs, d_values (scaled)
-    flat = [a.reshape(-1) for a in arrays]
     status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
         _minibatch_loss_kernel(*flat, w.reshape(-1), low, high, clip, symmetric, dual, c_vf,
                                clip_on, VALUE_LOSS_MODES.index(config.value_loss_mode),
@@ -144,9 +161,8 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     ent_coef = float(config.ent_coef)
     p_loss = -surrogate_sum / w_sum
     v_loss = v_sum / w_sum
-    with np.errstate(over="ignore", invalid="ignore"):
-        total = p_loss + v_scale * v_loss + ent_coef * e_loss
-    if not (math.isfinite(total) and np.isfinite(out[1]).all()):
+    total = p_loss + v_scale * v_loss + ent_coef * e_loss  # Python floats: inf, never a warning
+    if not (math.isfinite(total) and all_finite(out[1])):
         raise total_loss_overflow_error()
     kl = k3_sum / w_sum if config.kl_estimator == "k3" else k1_sum / w_sum
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
@@ -361,8 +377,18 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     lr_, beta1, beta2, eps = check_adam_hyperparameters(lr, (0.9, 0.999), config.adam_eps)
     max_norm = check_positive(config.max_grad_norm, "max_grad_norm")
 
+    # ``own``, ``m`` and ``v`` are this loop's own buffers: distinct, float64, of one layout by
+    # construction, and only ``own`` is ever handed out (to evaluate/backward). So each step
+    # checks what can change between steps: that ``grads`` (from backward) is an intact
+    # float64 FlatArrays of this layout on a buffer of its own, and that ``params`` still holds
+    # its views; anything else goes to the full check, which raises naming the problem.
+    ours = {id(own.flat), id(m.flat), id(v.flat)}
+
     def step(params, grads, state):  # in place, on this loop's own buffers
-        check_flat_step_arguments(params, grads, state["m"], state["v"])
+        if not (type(grads) is FlatArrays and grads.layout is layout
+                and grads.flat.dtype == np.float64 and grads.intact() and params.intact()
+                and id(grads.flat if grads.flat.base is None else grads.flat.base) not in ours):
+            check_flat_step_arguments(params, grads, state["m"], state["v"])
         t, norm = _clipped_adam_step(params, grads, state["t"], state["m"], state["v"], max_norm,
                                      lr_, beta1, beta2, eps)
         return params, {"t": t, "m": state["m"], "v": state["v"]}, norm

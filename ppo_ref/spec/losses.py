@@ -54,6 +54,7 @@ __all__ = [
     "entropy_loss",
     "approx_kl",
     "normalize_advantages",
+    "advantage_moments",
     "explained_variance",
     "clipped_surrogate_element",
     "value_element",
@@ -561,6 +562,49 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None)
     return total / n
 
 
+def advantage_moments(advantages, ddof):
+    """The mean and standard deviation of the entries of ``advantages``, as
+    :func:`normalize_advantages` uses them::
+
+        mean = (((A_0 + A_1) + A_2) + ... + A_{n-1}) / n
+        std  = sqrt( sum_i (A_i - mean)^2 / (n - ddof) )
+
+    every sum accumulated left to right in float64 (two passes: the mean first, then the squared
+    deviations from it). Written in the subset of Python that numba compiles: the compiled
+    update (``ppo_ref.fast.losses``) compiles this function, so both tiers give the same bits.
+
+    Args:
+        advantages: a sequence of n >= 2 floats (a list, or a 1-D float64 array when compiled).
+        ddof: 0 or 1 (checked by the caller), ``n - ddof >= 1``.
+
+    Returns:
+        ``(mean, std)``, Python floats; ``inf`` or ``nan`` when a sum overflows (the caller
+        refuses them).
+    """
+    n = len(advantages)
+    total = 0.0
+    for i in range(n):
+        total += advantages[i]
+    mean = total / n
+    squares = 0.0
+    for i in range(n):
+        deviation = advantages[i] - mean
+        squares += deviation * deviation
+    return mean, math.sqrt(squares / (n - ddof))
+
+
+def check_ddof(ddof) -> int:
+    """``ddof`` as an int if it is 0 or 1 (not a bool); ``ValueError`` naming it otherwise."""
+    if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):
+        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    return int(ddof)
+
+
+def advantages_overflow_error() -> ValueError:
+    """The error for advantages whose mean or variance overflows float64."""
+    return ValueError("advantages are too large to normalize: their variance overflows float64")
+
+
 def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
                          placement: str = "add") -> np.ndarray:
     """Standardize advantages: ``(A - mean(A)) / (std(A, ddof) + eps)``.
@@ -572,8 +616,8 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
     SB3 and CleanRL normalize each minibatch with ``ddof=1`` (torch's unbiased ``std``);
     thrust-rl the whole batch with ``ddof=0``. An array of one element is returned unchanged
     (as SB3 does; its std is undefined with ddof 1), whatever ``ddof``. A constant array maps to
-    (near) zeros, never NaN. Statistics are computed in float64 (``np.mean``, ``np.std``); the
-    result has the input's dtype (float32 stays float32).
+    (near) zeros, never NaN. The statistics are :func:`advantage_moments` (float64, summed in
+    element order); the result has the input's dtype (float32 stays float32).
 
     Args:
         advantages: float array of any shape [...] (statistics over all elements).
@@ -591,18 +635,15 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
             are so large (> ~1e150) that their variance overflows.
     """
     adv = as_float_array(advantages, "advantages")
-    if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):
-        raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
+    ddof = check_ddof(ddof)
     eps = check_positive(eps, "eps")
     check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
     if adv.size <= 1:
         return adv.copy()
     a = adv.astype(np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = np.mean(a)
-        std = np.std(a, ddof=int(ddof))
+    mean, std = advantage_moments(a.ravel().tolist(), ddof)
     if not (math.isfinite(mean) and math.isfinite(std)):
-        raise ValueError("advantages are too large to normalize: their variance overflows float64")
+        raise advantages_overflow_error()
     scale = std + eps if placement == "add" else max(std, eps)
     return ((a - mean) / scale).astype(adv.dtype)
 
