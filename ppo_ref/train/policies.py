@@ -53,7 +53,8 @@ from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec import networks
 
-__all__ = ["PolicyBase", "CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
+__all__ = ["head_backward", "PolicyBase", "CategoricalHead", "MultiCategoricalHead",
+           "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
 
 Params = Dict[str, np.ndarray]
@@ -327,6 +328,24 @@ def _finite_grad(d, name: str, shape) -> np.ndarray:
     if not all_finite_1d(flat):
         raise ValueError(f"{name} must be finite")
     return flat
+
+
+def head_backward(head, params, policy_out, actions, probs, entropy, d_log_probs, d_entropy,
+                  dtype):
+    """``(d_policy_out, head_grads)`` of a fast policy's head: for a categorical head (``probs``
+    and ``entropy`` kept by its evaluation kernel) one pass of
+    :func:`ppo_ref.fast.distributions.categorical_backward_kernel` (no head parameters), for
+    the other heads their own ``backward`` (:func:`make_head`'s distribution functions), cast
+    to the compute ``dtype`` C-contiguous. ``d_log_probs``, ``d_entropy`` (or ``None``): checked
+    1-D float64 rows."""
+    if probs is not None:
+        d_out = np.empty_like(policy_out)
+        categorical_backward_kernel(probs, actions, entropy, d_log_probs,
+                                    d_log_probs if d_entropy is None else d_entropy,
+                                    d_entropy is not None, d_out)
+        return d_out, {}
+    d_out, head_grads = head.backward(policy_out, params, actions, d_log_probs, d_entropy)
+    return np.ascontiguousarray(d_out, dtype=dtype), head_grads
 
 
 class PolicyBase:
@@ -625,15 +644,8 @@ class MLPPolicy(PolicyBase):
         d_ent = None if d_entropy is None else _finite_grad(d_entropy, "d_entropy", (n,))
         flat = cache.flat
         dt = flat.dtype
-        if cache.probs is not None:
-            d_out = np.empty_like(out)
-            categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
-                                         d_lp if d_ent is None else d_ent, d_ent is not None,
-                                         d_out)
-            head_grads = {}
-        else:
-            d_out, head_grads = self.head.backward(out, params, cache.actions, d_lp, d_ent)
-            d_out = np.ascontiguousarray(d_out, dtype=dt)
+        d_out, head_grads = head_backward(self.head, params, out, cache.actions, cache.probs,
+                                          cache.entropy, d_lp, d_ent, dt)
         layout = params.layout
         if dt == np.float64:
             g = np.empty(layout.size)

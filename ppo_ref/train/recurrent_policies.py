@@ -56,14 +56,14 @@ import numpy as np
 
 from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_same_shape
 from ppo_ref.fast import workspace
-from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
+from ppo_ref.fast.distributions import categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, keep_rows,
                               step_stacked)
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
-from ppo_ref.train.policies import PolicyBase, PolicyEval, _finite_grad
+from ppo_ref.train.policies import PolicyBase, PolicyEval, _finite_grad, head_backward
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
                                              recurrent_actor_critic_backward,
@@ -674,15 +674,8 @@ class RecurrentPolicy(PolicyBase):
         d_ent = None if d_entropy is None else _finite_grad(d_entropy, "d_entropy", cache.shape)
         dt = self.compute_dtype
         out = cache.policy_out
-        if cache.probs is not None:
-            d_out = np.empty_like(out)
-            categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
-                                         d_lp if d_ent is None else d_ent, d_ent is not None,
-                                         d_out)
-            head_grads = {}
-        else:
-            d_out, head_grads = self.head.backward(out, params, cache.actions, d_lp, d_ent)
-            d_out = np.ascontiguousarray(d_out, dtype=dt)
+        d_out, head_grads = head_backward(self.head, params, out, cache.actions, cache.probs,
+                                          cache.entropy, d_lp, d_ent, dt)
         relu = self.activation == "relu"
         hidden = spec.hidden
         layout = spec.layout
