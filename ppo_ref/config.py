@@ -79,7 +79,8 @@ class PPOConfig:
         "after_rollout",
         "schedule progress counts steps after the rollout (SB3) or before it (CleanRL)",
         ("after_rollout", "before_rollout"))
-    net_arch: Tuple[int, ...] = _f((64, 64), "hidden layer sizes of each MLP tower, e.g. 64,64")
+    net_arch: Tuple[int, ...] = _f(
+        (64, 64), "hidden layer sizes of each MLP tower, e.g. 64,64; () for none (linear heads)")
     activation: str = _f("tanh", "hidden-layer activation", ("tanh", "relu"))
     shared_trunk: bool = _f(False, "share the hidden layers between policy and value heads")
     policy_head_gain: float = _f(0.01, "orthogonal-init gain of the policy output layer (>= 0)")
@@ -631,13 +632,21 @@ def _parse_value(name: str, text: str):
             return False
         raise ValueError(f"{name}: cannot parse {text!r} as a bool (true/false, 1/0, yes/no)")
     if kind == "int_tuple":
-        inner = raw.strip("[]()").strip()
-        if inner == "":
+        # "()" or "[]" is the empty tuple (no hidden layers: linear heads); an empty value or
+        # an empty item ("64,,64") is refused rather than read as a shorter architecture
+        if raw in ("()", "[]"):
             return ()
+        inner = raw.strip("[]()").strip()
+        parts = [part.strip() for part in inner.split(",")]
+        if parts and parts[-1] == "" and len(parts) > 1:  # a trailing comma: "64,"
+            parts = parts[:-1]
         try:
-            return tuple(int(part) for part in inner.split(",") if part.strip() != "")
+            if inner == "" or any(part == "" for part in parts):
+                raise ValueError
+            return tuple(int(part) for part in parts)
         except ValueError:
-            raise ValueError(f"{name}: cannot parse {text!r} as integers like 64,64") from None
+            raise ValueError(f"{name}: cannot parse {text!r} as integers like 64,64 (use () "
+                             f"for no hidden layers)") from None
     return raw  # str: choices are checked by PPOConfig
 
 

@@ -237,3 +237,60 @@ def test_malformed_case_files_are_one_line(vectors_dir, reference, tmp_path, cap
     json.dump(case, open(path, "w"))
     assert cli.main(["check", vec, "--results", _write(tmp_path, reference)]) == 2
     assert os.path.basename(path) in _one_line_error(capsys, "check")
+
+
+# -- found by a fresh user's run of the README ----------------------------------------------
+
+@pytest.mark.parametrize("value", ["", "64,,64", ",64"])
+def test_an_empty_net_arch_item_is_refused_not_read_as_a_smaller_network(value, capsys):
+    assert cli.main(["train", "--set", f"net_arch={value}", "--total-timesteps", "256",
+                     "--quiet"]) == 2
+    assert "net_arch" in _one_line_error(capsys, "train")
+
+
+def test_a_refused_async_run_leaves_no_run_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--async", "--num-actors", "3", "--total-timesteps", "3000",
+                     "--quiet"]) == 2
+    assert "num_actors" in _one_line_error(capsys, "train")
+    runs = tmp_path / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_ctrl_c_while_the_trainer_is_built_is_one_line(tmp_path, monkeypatch, capsys):
+    from ppo_ref.train.ppo import PPOTrainer
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(PPOTrainer, "__init__", interrupted)
+    assert cli.main(["train", "--run-dir", str(tmp_path / "r"), "--quiet"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ppo-ref train: interrupted"]
+
+
+def test_a_second_ctrl_c_before_the_first_update_stops_at_once(monkeypatch, capsys):
+    """Nothing to save yet (the first update compiles the kernels): the second Ctrl-C exits
+    130 at once with one line, instead of raising inside whatever is running."""
+    from ppo_ref.cli.common import SigintStopper
+
+    class Logger:
+        stop_requested = False
+        snapshot = None
+
+        def request_stop(self):
+            self.stop_requested = True
+    def fake_exit(code):
+        raise SystemExit(code)
+    monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
+    stopper = SigintStopper(Logger())
+    stopper._handle(2, None)          # first: stop at the end of this update
+    with pytest.raises(SystemExit) as info:
+        stopper._handle(2, None)      # second, before any update completed: exit now
+    assert info.value.code == 130
+    assert "nothing was saved" in capsys.readouterr().err
+    logger = Logger()
+    logger.snapshot = {"state": 1}
+    stopper = SigintStopper(logger)
+    stopper._handle(2, None)
+    with pytest.raises(KeyboardInterrupt):  # an update completed: interrupt, save it
+        stopper._handle(2, None)

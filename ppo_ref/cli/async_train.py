@@ -3,7 +3,6 @@ command line's run directory."""
 
 from __future__ import annotations
 
-import os
 
 from ppo_ref.cli.common import (DEFAULT_ENV, DEFAULT_TIMESTEPS, SigintStopper, UsageError,
                                 rollout_note, user_input)
@@ -39,9 +38,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
                 ppo, num_actors=args.num_actors, total_timesteps=total, use_vtrace=args.vtrace,
                 broadcast_every=args.broadcast_every, seed=args.seed,
                 backend=getattr(args, "actor_backend", "process"))
-    except UsageError:
-        if os.path.isdir(run_dir) and not os.listdir(run_dir):
-            os.rmdir(run_dir)           # nothing was written: leave no empty run directory
+    except UsageError:  # nothing was written: the run-directory lock removes what it made
         raise
     trainer = make_learner(config, env_id)
     run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",

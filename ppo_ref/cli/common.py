@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import signal
 import sys
 from typing import Dict, Optional
@@ -141,6 +142,14 @@ class SigintStopper:
 
     def _handle(self, signum, frame):
         if self.logger.stop_requested:
+            if getattr(self.logger, "snapshot", None) is None:
+                # no update has completed in this process (e.g. the first one, which compiles
+                # the kernels): there is nothing to save, so stop at once; raising here could
+                # land inside the compiler, which would turn it into another error
+                print("\nppo-ref: interrupted before the first update completed: nothing was "
+                      "saved (the run directory's previous checkpoint, if any, is unchanged)",
+                      file=sys.stderr, flush=True)
+                os._exit(130)
             raise KeyboardInterrupt
         self.logger.request_stop()
         print("\nppo-ref: stopping at the end of this update (Ctrl-C again to stop now)",

@@ -71,8 +71,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     No subcommand means ``train`` with its defaults. A :class:`UsageError` (bad flags, unusable
     files or env ids, corrupt checkpoints: see :func:`user_input`) is printed as one line
     ``ppo-ref <command>: error: <message>`` with exit status 2; a full disk (``ENOSPC``,
-    ``EDQUOT``, ``EFBIG`` while writing) as one line with exit status 1; other exceptions are
-    bugs and keep their traceback.
+    ``EDQUOT``, ``EFBIG`` while writing) as one line with exit status 1; Ctrl-C outside the
+    training loop (while the trainer is built, say) as one line with exit status 130; other
+    exceptions are bugs and keep their traceback.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
@@ -82,6 +83,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     _, _, run = SUBCOMMANDS[args.command]
     try:
         return int(run(args))
+    except KeyboardInterrupt:  # Ctrl-C outside the training loop (it has its own handler)
+        print(f"\nppo-ref {args.command}: interrupted", file=sys.stderr)
+        return 130
     except UsageError as exc:
         print(f"ppo-ref {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2

@@ -355,15 +355,16 @@ _HELD_LOCKS: set = set()  # lock files this process holds (real paths)
 
 
 @contextlib.contextmanager
-def run_dir_lock(run_dir: str):
+def run_dir_lock(run_dir: str, created: bool = False):
     """Hold the run directory ``run_dir`` (created if needed) for one writer: an exclusive
     ``fcntl.flock`` on ``<run_dir>/.lock`` (which holds the writer's pid) for the whole block.
     Raises :class:`UsageError` at once, touching nothing else in ``run_dir``, when another
     process (or another open of the lock in this one) holds it. The lock file is removed on
-    exit (and the directory too if this call created it and it is empty); a writer that opened the file just before its removal notices (different inode) and
+    exit (and the directory too if it is empty and this call, or the caller: ``created``, made
+    it); a writer that opened the file just before its removal notices (different inode) and
     locks the new file instead, so two writers never both hold the directory."""
     import fcntl
-    created = not os.path.isdir(run_dir)
+    created = created or not os.path.isdir(run_dir)
     with user_input(f"cannot lock the run directory {run_dir}"):
         os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, LOCK_FILE)
@@ -641,8 +642,8 @@ def _lock_new_run_dir(run_dir: str, given: bool, hold: contextlib.ExitStack) -> 
     """Lock a new run's directory (unless already held) and, for a ``--run-dir`` the user gave,
     check again under the lock that it holds no run."""
     held = os.path.realpath(os.path.join(run_dir, LOCK_FILE))
-    if held not in _HELD_LOCKS:
-        hold.enter_context(run_dir_lock(run_dir))
+    if held not in _HELD_LOCKS:  # a directory not given was just made by make_unique_dir
+        hold.enter_context(run_dir_lock(run_dir, created=not given))
     if given:
         _check_fresh_run_dir(run_dir)
 
