@@ -53,7 +53,7 @@ from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec import networks
 
-__all__ = ["head_backward", "PolicyBase", "CategoricalHead", "MultiCategoricalHead",
+__all__ = ["head_backward", "gradient_arrays", "PolicyBase", "CategoricalHead", "MultiCategoricalHead",
            "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
 
@@ -346,6 +346,18 @@ def head_backward(head, params, policy_out, actions, probs, entropy, d_log_probs
         return d_out, {}
     d_out, head_grads = head.backward(policy_out, params, actions, d_log_probs, d_entropy)
     return np.ascontiguousarray(d_out, dtype=dtype), head_grads
+
+
+def gradient_arrays(g, layout, head_grads) -> FlatArrays:
+    """A fast policy's gradients as float64 :class:`~ppo_ref.fast.flat.FlatArrays` in
+    ``layout``: the network's buffer ``g`` (widened to a new float64 buffer when it is float32)
+    with the head's own gradients (``{"log_std": ...}`` or none) written into their entries."""
+    if g.dtype != np.float64:
+        g = g.astype(np.float64)
+    grads = FlatArrays.from_buffer(g, layout)
+    for k, v in head_grads.items():
+        grads[k][...] = v
+    return grads
 
 
 class PolicyBase:
@@ -652,12 +664,7 @@ class MLPPolicy(PolicyBase):
         else:  # float32 gradients in a reused buffer, widened into a new float64 one
             g = workspace.empty("mlp_policy.grads", (layout.size,), dt)
         flat_backward(net, flat, cache.net_cache, d_out, d_v.astype(dt, copy=False), self._relu, g)
-        if dt != np.float64:
-            g = g.astype(np.float64)
-        grads = FlatArrays.from_buffer(g, layout)
-        for k, v in head_grads.items():
-            grads[k][...] = v
-        return grads
+        return gradient_arrays(g, layout, head_grads)
 
 
 class SpecMLPPolicy(PolicyBase):

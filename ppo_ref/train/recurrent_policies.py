@@ -63,7 +63,8 @@ from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, ke
                               step_stacked)
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
-from ppo_ref.train.policies import PolicyBase, PolicyEval, _finite_grad, head_backward
+from ppo_ref.train.policies import (PolicyBase, PolicyEval, _finite_grad, gradient_arrays,
+                                    head_backward)
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
                                              recurrent_actor_critic_backward,
@@ -695,12 +696,7 @@ class RecurrentPolicy(PolicyBase):
         g_w_ih, g_w_hh, g_b = self._stacked(spec, g_flat)
         backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
                           cache.keep, dh_seq, g_w_ih, g_w_hh, g_b)
-        if dt != np.float64:
-            g_flat = g_flat.astype(np.float64)
-        grads = FlatArrays.from_buffer(g_flat, layout)
-        for k, g in head_grads.items():
-            grads[k][...] = g
-        return grads
+        return gradient_arrays(g_flat, layout, head_grads)
 
 
 class SpecRecurrentPolicy(PolicyBase):
