@@ -150,7 +150,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
                    help="with --resume: let the saved env id of the form module:EnvId import "
                         "(run) its Python module; without it such a run is refused")
     p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
-                   help="write checkpoint.npz at least this often (and at the end)")
+                   help="write checkpoint.npz at least this often (and at the end); 0: after "
+                        "every update")
     p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS")
     p.add_argument("--quiet", action="store_true",
                    help="no progress lines (the closing summary line is still printed)")
