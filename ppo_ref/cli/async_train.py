@@ -112,7 +112,7 @@ def _async_run_logger(*args, **kwargs):
                 super().progress(trainer, stats)
             finally:
                 self.stream = stream
-            print(f"{buffer.getvalue().rstrip()} | lag mean {self.lag[0]:.2f} max {self.lag[1]}",
-                  file=self.stream, flush=True)
+            print(f"{buffer.getvalue().rstrip()} | policy lag mean {self.lag[0]:.2f} max "
+                  f"{self.lag[1]}", file=self.stream, flush=True)
 
     return AsyncRunLogger(*args, **kwargs)
