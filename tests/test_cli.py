@@ -461,6 +461,12 @@ def test_eval_rejects_fewer_than_one_episode(saved_run, capsys, episodes):
     assert "--episodes" in _one_line_error(capsys, "eval")
 
 
+def test_eval_of_a_run_directory_without_a_checkpoint_says_when_one_is_written(tmp_path, capsys):
+    assert cli.main(["eval", str(tmp_path)]) == 2
+    message = _one_line_error(capsys, "eval")
+    assert "no checkpoint.npz yet" in message and "--checkpoint-every" in message
+
+
 def test_version(capsys):
     import ppo_ref
     with pytest.raises(SystemExit) as info:

@@ -35,6 +35,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
                          f"seed + i), got {args.seed}")
     path = _checkpoint_path(args.run_dir)
+    if os.path.isdir(args.run_dir) and not os.path.exists(path):
+        raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
+                         f"--checkpoint-every seconds (default 60), when stopped and at the end")
     with user_input():
         _, meta = load_checkpoint(path)
         check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
