@@ -127,12 +127,12 @@ def test_trainer_epochs_visit_each_rollout_row_exactly_once():
     tr = PPOTrainer("CartPole-v1", cfg, seed=0)
     rollout = tr.collect_rollout()
     seen = []
-    original = tr.policy.evaluate
+    original = tr.policy._evaluate_rows  # what evaluate and the update's own passes run
 
-    def recording(params, obs, actions):
-        seen.append(obs.copy())
-        return original(params, obs, actions)
-    tr.policy.evaluate = recording
+    def recording(params, net, x, actions):
+        seen.append(x.copy())
+        return original(params, net, x, actions)
+    tr.policy._evaluate_rows = recording
     stats = tr.update(rollout)
     assert stats["n_epochs_run"] == 3 and stats["n_gradient_steps"] == 3 * 3
     rows = rollout.observations.reshape(128, -1)
