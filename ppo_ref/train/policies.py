@@ -510,7 +510,7 @@ class MLPPolicy(PolicyBase):
         if a.shape != want:
             raise ValueError(f"actions must have shape {want} (one per row of obs), got {a.shape}")
         if head.kind == "categorical":
-            if not np.issubdtype(a.dtype, np.integer):
+            if a.dtype.kind not in "iu":  # signed or unsigned integer
                 raise ValueError(f"actions must be integers, got dtype {a.dtype}")
             a = np.ascontiguousarray(a, dtype=np.int64)
             if a.min() < 0 or a.max() >= head.n_actions:
