@@ -187,7 +187,7 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
         if np.any(w < 0):
             raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
         w = w.reshape(-1)
-    flat = [a.reshape(-1) for a in arrays]
+    flat = [a if a.ndim == 1 else a.reshape(-1) for a in arrays]  # (views: 1-D already)
     if s.normalize:
         if s.norm is None:  # invalid settings: the spec's error, in the spec's order of checks
             placement = config.advantage_norm_eps_placement
@@ -209,10 +209,11 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
             flat[4] = normalized
     v_scale = s.v_scale
 
-    out = np.empty((2, n))  # rows: d_log_probs, d_values (scaled)
+    d_log_probs, d_values = np.empty(n), np.empty(n)
     status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
         _minibatch_loss_kernel(*flat, w, s.low, s.high, s.clip, s.symmetric, s.dual, s.c_vf,
-                               s.clip_on, s.value_mode, s.huber_delta, v_scale, out[0], out[1]))
+                               s.clip_on, s.value_mode, s.huber_delta, v_scale, d_log_probs,
+                               d_values))
     if status == 1:  # name the argument as the spec does (its order of checks)
         for j in (0, 3, 4, 2, 5, 6, 1):
             as_float_array(arrays[j], _LOSS_ARGUMENTS[j])
@@ -248,7 +249,7 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
     p_loss = -surrogate_sum / w_sum
     v_loss = v_sum / w_sum
     total = p_loss + v_scale * v_loss + ent_coef * e_loss  # Python floats: inf, never a warning
-    if not (math.isfinite(total) and all_finite(out[1])):
+    if not (math.isfinite(total) and all_finite(d_values)):
         raise total_loss_overflow_error()
     kl = k3_sum / w_sum if s.k3 else k1_sum / w_sum
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
@@ -256,8 +257,8 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
     return MinibatchLoss(
         loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
         entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_outside / w_sum,
-        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=out[0].reshape(shape),
-        d_entropy=d_entropy, d_values=out[1].reshape(shape))
+        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs.reshape(shape),
+        d_entropy=d_entropy, d_values=d_values.reshape(shape))
 
 
 # Gathering every epoch's minibatches at once holds n_epochs copies of the rollout's arrays;
