@@ -432,7 +432,9 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
             ``backward`` must return the gradients as a FlatArrays in ``params``' layout.
             The loop copies ``params`` and the moments once and then updates its copies in
             place, step after step, so ``evaluate``/``backward`` must not keep the ``params``
-            they get beyond their step.
+            they get beyond their step. Every minibatch's loss is :func:`minibatch_loss`'s,
+            with its loss settings (``config``, ``clip_range``) checked at the first minibatch
+            and reused after.
 
     Returns:
         ``(params, adam_state, stats)``: new FlatArrays (the loop's copies), moments as

@@ -344,7 +344,9 @@ class PPOTrainer:
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
         in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks
         (:func:`ppo_ref.spec.update.feedforward_minibatches`, or its bit-equal
-        :func:`ppo_ref.fast.update.feedforward_minibatches` on the fast backend). Updates
+        :func:`ppo_ref.fast.update.feedforward_minibatches` on the fast backend, whose
+        minibatches are rows of the observations and actions checked once per update:
+        ``MLPPolicy._update_passes``). Updates
         ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
         :func:`ppo_ref.fast.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
         population variances).
