@@ -21,7 +21,7 @@ def result_dtype(*arrays: Optional[np.ndarray]) -> np.dtype:
     Integer or bool arrays and ``None`` entries are ignored (Python scalars never reach here).
     With no float array at all the result is float64.
     """
-    floats = [a.dtype for a in arrays if a is not None and np.issubdtype(a.dtype, np.floating)]
+    floats = [a.dtype for a in arrays if a is not None and a.dtype.kind == "f"]  # floating
     if floats and all(d == np.float32 for d in floats):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
@@ -42,7 +42,7 @@ def as_float_array(x, name: str, *, ndim: Optional[Sequence[int]] = None,
         raise ValueError(f"{name} could not be converted to an array: {exc}") from None
     if arr.dtype.kind == "f" and not arr.dtype.isnative:  # big-endian data from a file
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    if arr.dtype == np.bool_ or np.issubdtype(arr.dtype, np.integer):
+    if arr.dtype.kind in "biu":  # bool, signed or unsigned integer
         arr = arr.astype(np.float64)
     elif arr.dtype == np.float16:
         arr = arr.astype(np.float32)
@@ -72,7 +72,7 @@ def as_flag_array(x, name: str, *, ndim: Optional[Sequence[int]] = None) -> np.n
         raise ValueError(f"{name} must have rank {want}, got shape {arr.shape}")
     if arr.dtype == np.bool_:
         return arr
-    if not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)):
+    if arr.dtype.kind not in "iuf":  # integer or floating
         raise ValueError(f"{name} must hold booleans or 0/1 numbers, got dtype {arr.dtype}")
     ok = (arr == 0) | (arr == 1)
     if not ok.all():
@@ -108,7 +108,7 @@ def check_real_scalar(value, name: str) -> float:
         v = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}") from None
-    if np.ndim(value) != 0:
+    if type(value) is not float and np.ndim(value) != 0:
         raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
     if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {v}")

@@ -276,3 +276,53 @@ def test_flat_arrays_views_of_every_rank(rng):
         assert np.shares_memory(again[k], flat.flat)
     again["v"][0] = 7.0
     assert flat["v"][0] == 7.0
+
+
+@pytest.mark.parametrize("shared_trunk", [False, True])
+@pytest.mark.parametrize("continuous", [False, True])
+@pytest.mark.parametrize("compute_dtype", ["float64", "float32"])
+def test_update_passes_give_the_bits_of_evaluate_and_backward(rng, shared_trunk, continuous,
+                                                              compute_dtype):
+    """The fast update's passes (rows checked once, then evaluate/backward on gathered rows)
+    give exactly what the public evaluate and backward give for those rows; backward's one
+    gradient FlatArrays per update is overwritten at every call with the new gradients."""
+    policy, params = make_policy(rng, continuous=continuous, shared_trunk=shared_trunk,
+                                 compute_dtype=compute_dtype)
+    obs, actions = _batch(rng, 40, continuous)
+    x, a, evaluate, backward = policy._update_passes(obs, actions)
+    returned = []
+    for rows in (rng.permutation(40)[:16], rng.permutation(40)[:24]):
+        log_probs, entropy, values, cache = evaluate(params, (x[rows], a[rows]))
+        want = policy.evaluate(params, obs[rows], actions[rows])
+        for got, ref in ((log_probs, want.log_probs), (entropy, want.entropy),
+                         (values, want.values)):
+            assert got.dtype == np.float64 and np.array_equal(got, ref)
+        d = [rng.standard_normal(rows.size) for _ in range(3)]
+        grads = backward(params, cache, *d)
+        ref = policy.backward(params, want.cache, *d)
+        assert same_layout(grads, ref) and np.array_equal(grads.flat, ref.flat)
+        returned.append(grads)
+    assert returned[0] is returned[1]
+
+
+def test_update_passes_check_rows_once_and_params_when_they_change(rng):
+    """The rows are checked as evaluate checks them (same errors); the parameters are checked
+    in full at the first call and whenever another object is given."""
+    policy, params = make_policy(rng)
+    obs, actions = _batch(rng, 8, False)
+    bad_obs = obs.copy()
+    bad_obs[3, 1] = np.nan
+    for args in ((bad_obs, actions), (obs, actions + 3), (obs[:, :4], actions)):
+        with pytest.raises(ValueError) as from_passes:
+            policy._update_passes(*args)
+        with pytest.raises(ValueError) as from_evaluate:
+            policy.evaluate(params, *args)
+        assert str(from_passes.value) == str(from_evaluate.value)
+    x, a, evaluate, _ = policy._update_passes(obs, actions)
+    evaluate(params, (x, a))
+    other = FlatArrays.from_buffer(params.flat.copy(), params.layout)
+    other.flat[0] = np.inf
+    with pytest.raises(ValueError, match="must be finite"):
+        evaluate(other, (x, a))
+    with pytest.raises(ValueError, match="FlatArrays"):
+        evaluate(dict(params), (x, a))

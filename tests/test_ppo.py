@@ -1,4 +1,5 @@
 """PPO update and trainer: KL stop rules, ratio 1, schedules, minibatch coverage, learning."""
+import copy
 import math
 
 import numpy as np
@@ -127,12 +128,12 @@ def test_trainer_epochs_visit_each_rollout_row_exactly_once():
     tr = PPOTrainer("CartPole-v1", cfg, seed=0)
     rollout = tr.collect_rollout()
     seen = []
-    original = tr.policy.evaluate
+    original = tr.policy._evaluate_rows  # what evaluate and the update's own passes run
 
-    def recording(params, obs, actions):
-        seen.append(obs.copy())
-        return original(params, obs, actions)
-    tr.policy.evaluate = recording
+    def recording(params, net, x, actions):
+        seen.append(x.copy())
+        return original(params, net, x, actions)
+    tr.policy._evaluate_rows = recording
     stats = tr.update(rollout)
     assert stats["n_epochs_run"] == 3 and stats["n_gradient_steps"] == 3 * 3
     rows = rollout.observations.reshape(128, -1)
@@ -395,3 +396,16 @@ def test_a_rollout_too_large_to_gather_for_all_epochs_is_gathered_per_epoch(monk
         assert calls == []
         assert np.array_equal(together[0], per_epoch[0]), cls.__name__
         assert np.array_equal(together[1], per_epoch[1]) and together[2] == per_epoch[2]
+
+
+def test_fast_update_refuses_bad_rollout_rows_as_evaluate_does():
+    """Rows the update's one check refuses go through the checked evaluate: the error is the
+    one evaluate raises at the first minibatch holding the bad row (its row in that minibatch)."""
+    cfg = PPOConfig.zoo_cartpole(n_steps=16, batch_size=48, n_epochs=2)  # 128 rows
+    tr = PPOTrainer("CartPole-v1", cfg, seed=0)
+    rollout = tr.collect_rollout()
+    rollout.observations[5, 3, 2] = np.nan  # flat row 5 * 8 + 3
+    perm = copy.deepcopy(tr.minibatch_rng).permutation(128)
+    position = int(np.flatnonzero(perm == 5 * 8 + 3)[0])
+    with pytest.raises(ValueError, match=rf"^obs must be finite; row {position % 48} is not$"):
+        tr.update(rollout)

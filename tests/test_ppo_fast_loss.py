@@ -92,3 +92,44 @@ def test_fast_loss_raises_the_spec_errors(rng):
         update.minibatch_loss(*args, config=config, clip_range=-0.1)
     with pytest.raises(ValueError, match="must not be empty"):
         update.minibatch_loss(*[a[:0] for a in args], config=config, clip_range=0.2)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("shape", [(64,), (8, 8)])
+def test_fast_weighted_loss_equals_spec_loss_bit_for_bit(rng, config, shape):
+    """Per-row weights (a 0/1 mask with some halves): the compiled weighted entropy sum and its
+    gradient -w / sum(w) are the spec's entropy_loss bits, with and without an entropy bonus."""
+    args = inputs(rng, 64, shape if len(shape) > 1 else None)
+    weights = ((rng.random(64) < 0.7) * rng.choice([1.0, 0.5], 64)).reshape(shape)
+    weights.flat[0] = 1.0
+    for ent_coef in (0.0, 0.01):
+        kw = dict(config=PPOConfig(**{**vars(config), "ent_coef": ent_coef}), clip_range=0.2,
+                  weights=weights)
+        assert_same(update.minibatch_loss(*args, **kw), spec.minibatch_loss(*args, **kw))
+
+
+@pytest.mark.parametrize("change, match", [
+    (dict(advantage_norm_eps_placement="middle"), "placement"),
+    (dict(value_loss_mode="l1"), "mode"),
+])
+def test_fast_update_raises_the_loss_setting_errors_of_the_first_minibatch(rng, change, match):
+    """run_epochs checks the loss settings once, where minibatch_loss checks them: a bad
+    setting raises minibatch_loss's own error at the first minibatch, after its evaluate."""
+    from ppo_ref.fast.flat import flatten_arrays
+    config = object.__new__(PPOConfig)  # a config that skips PPOConfig's own validation
+    config.__dict__.update({**vars(PPOConfig()), **change})
+    args = inputs(rng, 16)
+    params = flatten_arrays({"w": np.ones(3)})
+    evaluated = []
+
+    def evaluate(p, data):
+        evaluated.append(data)
+        return args[0], args[1], args[2], None
+    mb = update.Minibatch(args[3], args[4], args[5], args[6], "data")
+    with pytest.raises(ValueError) as fast:
+        update.run_epochs(params, {"t": 0, "m": {"w": np.zeros(3)}, "v": {"w": np.zeros(3)}},
+                          config=config, lr=1e-3, clip_range=0.2, minibatches=lambda e: [mb],
+                          evaluate=evaluate, backward=None)
+    with pytest.raises(ValueError, match=match) as direct:
+        update.minibatch_loss(*args, config=config, clip_range=0.2)
+    assert str(fast.value) == str(direct.value) and evaluated == ["data"]

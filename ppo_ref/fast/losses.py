@@ -108,3 +108,14 @@ def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, 
         value_sum += w * term
         d_values[i] = ((w * d_term) / w_sum) * v_scale
     return 0, -1, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum
+
+
+@njit
+def _weighted_sum(weights, values):
+    """``sum_i weights[i] * values[i]`` over two 1-D float64 arrays of one length, accumulated in
+    element order from 0.0: the weighted sum of :func:`ppo_ref.spec.losses.entropy_loss`
+    (``total += w_i * h_i``), bit for bit."""
+    total = 0.0
+    for i in range(weights.size):
+        total += weights[i] * values[i]
+    return total

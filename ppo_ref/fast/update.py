@@ -28,18 +28,19 @@ The types and helpers they share (``Minibatch``, ``MinibatchLoss``, ``batch_adva
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, Iterable, Optional, Tuple
+from typing import Callable, Dict, Iterable, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.fast.losses import _minibatch_loss_kernel, _normalize_advantages_kernel
+from ppo_ref.fast.losses import (_minibatch_loss_kernel, _normalize_advantages_kernel,
+                                  _weighted_sum)
 from ppo_ref.fast.lstm import all_finite
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import (NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES, check_ddof,
-                                 check_dual_clip, clip_bounds, entropy_loss,
+                                 check_dual_clip, clip_bounds,
                                  entropy_overflow_error, log_ratio_overflow_error,
                                  normalize_advantages, ratio_overflow_error,
                                  surrogate_overflow_error, value_overflow_error)
@@ -63,7 +64,8 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     (``entropy`` any shape, or ``S`` when ``weights`` is given); every array is converted to
     C-contiguous float64 (no copy when it already is), and the gradients are float64.
     ``weights`` (None or per-row weights >= 0 of shape ``S``) as the spec function: the kernel
-    takes all ones for None.
+    takes all ones for None, and the weighted entropy sum is
+    ``ppo_ref.fast.losses._weighted_sum`` (the spec's sum in element order).
 
     Raises:
         ValueError: naming the argument: shapes that differ, an empty minibatch, an input not
@@ -73,18 +75,59 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
             the messages are those of :mod:`ppo_ref.spec.losses` and
             :mod:`ppo_ref.spec.update`.
     """
-    names = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages", "returns",
-             "old_values")
-    given = (new_log_probs, entropy, values, old_log_probs, advantages, returns, old_values)
+    arrays = _loss_arrays((new_log_probs, entropy, values, old_log_probs, advantages, returns,
+                           old_values))
+    return _loss_of_arrays(arrays, _loss_settings(config, clip_range), config, with_log_ratio,
+                           weights)
+
+
+_LOSS_ARGUMENTS = ("new_log_probs", "entropy", "values", "old_log_probs", "advantages",
+                   "returns", "old_values")
+
+
+def _loss_arrays(given) -> list:
+    """The seven array arguments of :func:`minibatch_loss` as C-contiguous float64 arrays, after
+    checking that all but ``entropy`` have one shape and that none is empty (the function's
+    first checks, with its messages)."""
     arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in given]
     shape = arrays[0].shape
-    for name, a in zip(names, arrays):
+    for name, a in zip(_LOSS_ARGUMENTS, arrays):
         if name != "entropy" and a.shape != shape:
             raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got {a.shape}")
-    n = arrays[0].size
-    if n == 0 or arrays[1].size == 0:
+    if arrays[0].size == 0 or arrays[1].size == 0:
         raise ValueError("new_log_probs and entropy must not be empty (a mean over zero "
                          "elements is undefined)")
+    return arrays
+
+
+class _LossSettings(NamedTuple):
+    """The loss settings of one ``config`` and ``clip_range``, checked (:func:`_loss_settings`):
+    the ratio interval (``low``, ``high``, ``clip``, ``symmetric``), ``dual`` clip,
+    ``huber_delta``, the value-loss mode's index, the value clip (``c_vf``, ``clip_on``),
+    ``normalize`` (per-minibatch advantage normalization) with its checked ``(ddof, eps,
+    placement)`` in ``norm`` (None when those settings are invalid: the loss then raises the spec's
+    error), ``v_scale = vf_coef * value_loss_scale``, ``ent_coef`` and ``k3`` (the KL
+    estimator is k3)."""
+    low: float
+    high: float
+    clip: float
+    symmetric: bool
+    dual: float
+    huber_delta: float
+    value_mode: int
+    c_vf: float
+    clip_on: bool
+    normalize: bool
+    norm: Optional[Tuple[int, float, str]]
+    v_scale: float
+    ent_coef: float
+    k3: bool
+
+
+def _loss_settings(config, clip_range) -> _LossSettings:
+    """Check the loss settings of ``config`` and ``clip_range`` (in the order and with the
+    errors of :func:`minibatch_loss`) and return them as :class:`_LossSettings`. They depend
+    on ``config`` (frozen) and ``clip_range`` only, so one update computes them once."""
     clip = effective_clip_range(clip_range)
     low, high, symmetric = clip_bounds(clip, config.clip_range_low, config.clip_range_high,
                                        config.clip_interval)
@@ -95,8 +138,43 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     c_vf = config.clip_range_vf
     clip_on = c_vf is not None
     c_vf = check_positive(c_vf, "clip_range_vf") if clip_on else 0.0
+    normalize = bool(config.normalize_advantage and config.advantage_norm_scope == "minibatch")
+    norm = None
+    if normalize:
+        try:
+            ddof = check_ddof(config.advantage_norm_ddof)
+            eps = check_positive(config.advantage_norm_eps, "eps")
+            check_choice(config.advantage_norm_eps_placement, "placement", NORM_EPS_PLACEMENTS)
+            norm = (ddof, eps, config.advantage_norm_eps_placement)
+        except Exception:  # raised by the loss, after its checks of the weights
+            norm = None
+    return _LossSettings(low, high, clip, symmetric, dual, huber_delta,
+                         VALUE_LOSS_MODES.index(config.value_loss_mode), c_vf, clip_on,
+                         normalize, norm, float(config.vf_coef) * float(config.value_loss_scale),
+                         float(config.ent_coef), config.kl_estimator == "k3")
+
+
+_ones = np.ones(0)
+
+
+def _all_ones(n: int) -> np.ndarray:
+    """A float64 array of ``n`` ones: the unit weights the loss kernel reads (and never writes;
+    kept for the next call of the same length, and never handed out)."""
+    global _ones
+    ones = _ones
+    if ones.size != n:
+        ones = _ones = np.ones(n)
+    return ones
+
+
+def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
+                    weights) -> MinibatchLoss:
+    """:func:`minibatch_loss` after its first checks: ``arrays`` from :func:`_loss_arrays`,
+    ``s`` the :class:`_LossSettings` of ``config`` and the clip range."""
+    shape = arrays[0].shape
+    n = arrays[0].size
     if weights is None:
-        w = np.ones(n)
+        w = _all_ones(n)
     else:
         w = np.ascontiguousarray(weights, dtype=np.float64)
         if w.shape != shape:
@@ -108,35 +186,38 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         as_float_array(w, "weights")
         if np.any(w < 0):
             raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
-    flat = [a.reshape(-1) for a in arrays]
-    if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        placement = config.advantage_norm_eps_placement
-        try:
-            ddof = check_ddof(config.advantage_norm_ddof)
-            eps = check_positive(config.advantage_norm_eps, "eps")
-            check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
-        except ValueError:  # the spec's error, in the spec's order of checks
-            normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
-                                 eps=config.advantage_norm_eps, placement=placement)
-            raise
+        w = w.reshape(-1)
+    flat = [a if a.ndim == 1 else a.reshape(-1) for a in arrays]  # (views: 1-D already)
+    if s.normalize:
+        if s.norm is None:  # invalid settings: the spec's error, in the spec's order of checks
+            placement = config.advantage_norm_eps_placement
+            try:
+                check_ddof(config.advantage_norm_ddof)
+                check_positive(config.advantage_norm_eps, "eps")
+                check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
+            except ValueError:
+                normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
+                                     eps=config.advantage_norm_eps, placement=placement)
+                raise
         if n > 1:  # (one element: unchanged, as the spec)
+            ddof, eps, placement = s.norm
             normalized = np.empty(n)
             if not _normalize_advantages_kernel(flat[4], ddof, eps, placement == "clamp",
                                                 normalized):
                 # not finite, or the variance overflows: the spec's error
                 normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
             flat[4] = normalized
-    v_scale = float(config.vf_coef) * float(config.value_loss_scale)
+    v_scale = s.v_scale
 
-    out = np.empty((2, n))  # rows: d_log_probs, d_values (scaled)
+    d_log_probs, d_values = np.empty(n), np.empty(n)
     status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
-        _minibatch_loss_kernel(*flat, w.reshape(-1), low, high, clip, symmetric, dual, c_vf,
-                               clip_on, VALUE_LOSS_MODES.index(config.value_loss_mode),
-                               huber_delta, v_scale, out[0], out[1]))
+        _minibatch_loss_kernel(*flat, w, s.low, s.high, s.clip, s.symmetric, s.dual, s.c_vf,
+                               s.clip_on, s.value_mode, s.huber_delta, v_scale, d_log_probs,
+                               d_values))
     if status == 1:  # name the argument as the spec does (its order of checks)
         for j in (0, 3, 4, 2, 5, 6, 1):
-            as_float_array(arrays[j], names[j])
-        raise ValueError(f"{(names + ('weights',))[index]} must be finite")
+            as_float_array(arrays[j], _LOSS_ARGUMENTS[j])
+        raise ValueError(f"{(_LOSS_ARGUMENTS + ('weights',))[index]} must be finite")
     if status != 0:
         raise ratio_overflow_error(arrays[0], arrays[3], index, np.float64)
     # sums that overflow: refused with the spec's errors, in the spec's order
@@ -148,36 +229,36 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         raise value_overflow_error()
     if not w_sum > 0.0 or not math.isfinite(w_sum):
         raise ValueError(f"weights must have a positive finite sum, got {w_sum}")
-    if weights is None:
+    ent_coef = s.ent_coef
+    if weights is None:  # the spec's np.mean: numpy's sum, then divided by the count
+        entropy_size = arrays[1].size
         with np.errstate(over="ignore"):
-            e_loss = -float(np.mean(arrays[1]))
+            e_loss = -(float(np.add.reduce(arrays[1], axis=None)) / entropy_size)
         if not math.isfinite(e_loss):
             raise entropy_overflow_error()
-        d_entropy_unit = None
-    else:
-        e_loss, d_entropy_unit = entropy_loss(arrays[1], weights=w)
-    if config.kl_estimator == "k1" and not math.isfinite(k1_sum):
+        d_entropy = (None if ent_coef == 0.0
+                     else np.full(arrays[1].shape, -1.0 / entropy_size) * ent_coef)
+    else:  # the spec's entropy_loss with weights: sum(w * H) / sum(w), gradient -w / sum(w)
+        mean = _weighted_sum(w, flat[1]) / w_sum
+        if not math.isfinite(mean):
+            raise entropy_overflow_error()
+        e_loss = -mean
+        d_entropy = None if ent_coef == 0.0 else (np.negative(w) / w_sum).reshape(shape) * ent_coef
+    if not s.k3 and not math.isfinite(k1_sum):
         raise log_ratio_overflow_error("k1")
-    ent_coef = float(config.ent_coef)
     p_loss = -surrogate_sum / w_sum
     v_loss = v_sum / w_sum
     total = p_loss + v_scale * v_loss + ent_coef * e_loss  # Python floats: inf, never a warning
-    if not (math.isfinite(total) and all_finite(out[1])):
+    if not (math.isfinite(total) and all_finite(d_values)):
         raise total_loss_overflow_error()
-    kl = k3_sum / w_sum if config.kl_estimator == "k3" else k1_sum / w_sum
+    kl = k3_sum / w_sum if s.k3 else k1_sum / w_sum
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
                          else math.nan)
-    if ent_coef == 0.0:
-        d_entropy = None
-    elif d_entropy_unit is None:
-        d_entropy = np.full(arrays[1].shape, -1.0 / arrays[1].size) * ent_coef
-    else:
-        d_entropy = d_entropy_unit * ent_coef
     return MinibatchLoss(
         loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
         entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_outside / w_sum,
-        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=out[0].reshape(shape),
-        d_entropy=d_entropy, d_values=out[1].reshape(shape))
+        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs.reshape(shape),
+        d_entropy=d_entropy, d_values=d_values.reshape(shape))
 
 
 # Gathering every epoch's minibatches at once holds n_epochs copies of the rollout's arrays;
@@ -351,7 +432,9 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
             ``backward`` must return the gradients as a FlatArrays in ``params``' layout.
             The loop copies ``params`` and the moments once and then updates its copies in
             place, step after step, so ``evaluate``/``backward`` must not keep the ``params``
-            they get beyond their step.
+            they get beyond their step. Every minibatch's loss is :func:`minibatch_loss`'s,
+            with its loss settings (``config``, ``clip_range``) checked at the first minibatch
+            and reused after.
 
     Returns:
         ``(params, adam_state, stats)``: new FlatArrays (the loop's copies), moments as
@@ -393,6 +476,17 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
                                      lr_, beta1, beta2, eps)
         return params, {"t": t, "m": state["m"], "v": state["v"]}, norm
 
+    # The loss settings depend on config (frozen) and clip_range only: checked at the first
+    # minibatch (where minibatch_loss checks them, so any error is the same), then reused.
+    settings = None
+
+    def loss(*given, config, clip_range, with_log_ratio, weights):  # minibatch_loss
+        nonlocal settings
+        arrays = _loss_arrays(given)
+        if settings is None:
+            settings = _loss_settings(config, clip_range)
+        return _loss_of_arrays(arrays, settings, config, with_log_ratio, weights)
+
     return epoch_loop(own, {"t": t0, "m": m, "v": v}, config=config, lr=lr,
                       clip_range=clip_range, minibatches=minibatches, evaluate=evaluate,
-                      backward=backward, loss=minibatch_loss, step=step)
+                      backward=backward, loss=loss, step=step)

@@ -56,7 +56,7 @@ def _counts_for_dtype(raw) -> bool:
     """
     if isinstance(raw, (bool, int, float)) and not isinstance(raw, np.generic):
         return False  # (np.float64 subclasses float, but it is a NumPy scalar: it counts)
-    return np.issubdtype(np.asarray(raw).dtype, np.floating)
+    return np.asarray(raw).dtype.kind == "f"  # floating
 
 
 def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,

@@ -90,7 +90,7 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
     if r.shape[0] > 0:
         dtype = inputs.dtype
         all_finite = recursion(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
-                                inputs.final_values, gammas.astype(dtype),
+                                inputs.final_values, gammas.astype(dtype, copy=False),
                                 (gammas * lambdas).astype(dtype),
                                 inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
                                 advantages, returns)

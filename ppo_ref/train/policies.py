@@ -510,7 +510,7 @@ class MLPPolicy(PolicyBase):
         if a.shape != want:
             raise ValueError(f"actions must have shape {want} (one per row of obs), got {a.shape}")
         if head.kind == "categorical":
-            if not np.issubdtype(a.dtype, np.integer):
+            if a.dtype.kind not in "iu":  # signed or unsigned integer
                 raise ValueError(f"actions must be integers, got dtype {a.dtype}")
             a = np.ascontiguousarray(a, dtype=np.int64)
             if a.min() < 0 or a.max() >= head.n_actions:
@@ -619,7 +619,13 @@ class MLPPolicy(PolicyBase):
         """
         net = self._check_params(params)
         x = self._check_obs(obs)
-        a = self._check_actions(actions, x.shape[0])
+        return self._evaluate_rows(params, net, x, self._check_actions(actions, x.shape[0]))
+
+    def _evaluate_rows(self, params, net: FlatNet, x: np.ndarray, a: np.ndarray) -> PolicyEval:
+        """:meth:`evaluate` of checked arguments, unchecked: ``net`` is
+        ``self._check_params(params)``, ``x`` a C-contiguous ``[B, obs_dim]`` array in the
+        compute dtype and ``a`` the actions as :meth:`_check_actions` gives them (or rows of
+        such arrays)."""
         flat = self._compute_flat(params)
         out, values, net_cache = flat_forward(net, flat, x, self._relu)
         log_probs, entropy, probs = self._head_eval(out, params, a, True)
@@ -645,26 +651,79 @@ class MLPPolicy(PolicyBase):
             raise ValueError(f"cache must be the cache of MLPPolicy.evaluate, got "
                              f"{type(cache).__name__}")
         self._check_params(params)
-        net = cache.net
         if params.layout is not cache.layout and params.layout != cache.layout:
             raise ValueError("params must be in the layout of the params given to evaluate "
                              "(cache was made with another)")
-        out = cache.out
-        n = out.shape[0]
+        n = cache.out.shape[0]
         d_lp = _finite_grad(d_log_probs, "d_log_probs", (n,))
         d_v = _finite_grad(d_values, "d_values", (n,))
         d_ent = None if d_entropy is None else _finite_grad(d_entropy, "d_entropy", (n,))
+        return self._backward_rows(params, cache, d_lp, d_ent, d_v, None)
+
+    def _backward_rows(self, params, cache: _MLPCache, d_lp: np.ndarray, d_ent, d_v: np.ndarray,
+                       grads) -> FlatArrays:
+        """:meth:`backward` of checked arguments, unchecked: ``params`` those given to the
+        :meth:`_evaluate_rows` or :meth:`evaluate` that made ``cache`` (unchanged since),
+        ``d_lp``, ``d_v`` (and ``d_ent`` or None) finite C-contiguous float64 ``[B]``. The
+        gradients go into a new FlatArrays when ``grads`` is None, else into ``grads`` (a
+        float64 FlatArrays in the layout of ``params`` whose every entry is overwritten), which
+        is returned."""
+        out = cache.out
         flat = cache.flat
         dt = flat.dtype
         d_out, head_grads = head_backward(self.head, params, out, cache.actions, cache.probs,
                                           cache.entropy, d_lp, d_ent, dt)
         layout = params.layout
-        if dt == np.float64:
-            g = np.empty(layout.size)
-        else:  # float32 gradients in a reused buffer, widened into a new float64 one
+        if dt != np.float64:  # float32 gradients in a reused buffer, then widened
             g = workspace.empty("mlp_policy.grads", (layout.size,), dt)
-        flat_backward(net, flat, cache.net_cache, d_out, d_v.astype(dt, copy=False), self._relu, g)
-        return gradient_arrays(g, layout, head_grads)
+        elif grads is None:
+            g = np.empty(layout.size)
+        else:
+            g = grads.flat
+        flat_backward(cache.net, flat, cache.net_cache, d_out, d_v.astype(dt, copy=False),
+                      self._relu, g)
+        if grads is None:
+            return gradient_arrays(g, layout, head_grads)
+        if g is not grads.flat:
+            grads.flat[...] = g  # float32 -> float64: exact
+        for k, v in head_grads.items():
+            grads[k][...] = v
+        return grads
+
+    def _update_passes(self, obs, actions):
+        """The rows of one PPO update checked once, and the passes the fast update's minibatches
+        run on them: ``(x, a, evaluate, backward)`` for :func:`ppo_ref.fast.update.run_epochs`
+        (``PPOTrainer.train_on`` on the fast backend is the one caller).
+
+        ``x``, ``a``: ``obs`` and ``actions`` (all ``B`` rows) checked and converted as
+        :meth:`evaluate` does (``ValueError`` as it raises); each minibatch's ``data`` must be
+        ``(x[rows], a[rows])`` for rows in ``[0, B)`` (C-contiguous gathers of them), so it is
+        not checked again. ``evaluate(params, data)`` is :meth:`evaluate` and
+        ``backward(params, cache, d_log_probs, d_entropy, d_values)`` is :meth:`backward`, with
+        these checks left out: ``params`` is checked in full at the first call and whenever it
+        is another object than the one checked (run_epochs hands out one buffer of its own,
+        written only by its step, which refuses non-finite results before writing; each call
+        still checks that its entries are views of it); the upstream gradients are those of
+        run_epochs' own loss (finite float64 ``[B]``). ``backward`` writes every gradient into
+        one FlatArrays of this update, overwritten at each call (run_epochs' step reads it
+        before the next minibatch)."""
+        x = self._check_obs(obs)
+        a = self._check_actions(actions, x.shape[0])
+        checked = [None, None]  # the params object checked, its FlatNet
+        grads = []  # the update's gradient FlatArrays, made at the first backward
+
+        def evaluate(params, data):
+            if params is not checked[0] or not params.intact():
+                checked[1] = self._check_params(params)
+                checked[0] = params
+            ev = self._evaluate_rows(params, checked[1], data[0], data[1])
+            return ev.log_probs, ev.entropy, ev.values, ev.cache
+
+        def backward(params, cache, d_log_probs, d_entropy, d_values):
+            if not grads:
+                grads.append(FlatArrays.from_buffer(np.empty(params.layout.size), params.layout))
+            return self._backward_rows(params, cache, d_log_probs, d_entropy, d_values, grads[0])
+        return x, a, evaluate, backward
 
 
 class SpecMLPPolicy(PolicyBase):

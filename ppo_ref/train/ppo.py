@@ -344,7 +344,9 @@ class PPOTrainer:
         The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
         in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks
         (:func:`ppo_ref.spec.update.feedforward_minibatches`, or its bit-equal
-        :func:`ppo_ref.fast.update.feedforward_minibatches` on the fast backend). Updates
+        :func:`ppo_ref.fast.update.feedforward_minibatches` on the fast backend, whose
+        minibatches are rows of the observations and actions checked once per update:
+        ``MLPPolicy._update_passes``). Updates
         ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
         :func:`ppo_ref.fast.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
         population variances).
@@ -376,14 +378,22 @@ class PPOTrainer:
             stats["explained_variance"] = explained_variance(old_values, ret)
             return stats
         # The fast tier: the same minibatches, gathered for all epochs at once when no KL
-        # stop can end the update early (ppo_ref.fast.update.feedforward_minibatches).
+        # stop can end the update early (ppo_ref.fast.update.feedforward_minibatches), from
+        # the rows checked once (MLPPolicy._update_passes: the same numbers evaluate would
+        # take). Rows it refuses go to the checked evaluate instead, which raises its error
+        # at the first minibatch holding them.
+        backward = policy.backward
+        try:
+            obs, actions, evaluate, backward = policy._update_passes(obs, actions)
+        except ValueError:
+            pass
         minibatches = feedforward_minibatches(rng, bs, old_log_probs, adv, ret, old_values, obs,
                                               actions, n_epochs=c.n_epochs,
                                               target_kl=c.target_kl)
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
             clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
-            backward=policy.backward)
+            backward=backward)
         stats["explained_variance"] = explained_variance(old_values, ret)
         return stats
 
