@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays
-from ppo_ref.fast.optim import (_adam_results_finite, _clipped_adam_kernel_in_place,
-                                _first_non_finite_result, clipped_adam_step)
+from ppo_ref.fast.optim import (_clipped_adam_kernel_in_place, _first_non_finite_result,
+                                _layout_segments, _segmented_global_norm, clipped_adam_step)
 from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm, global_norm
 from ppo_ref.spec.optim import adam_element
 
@@ -111,17 +111,23 @@ def test_clipped_adam_step_refuses_what_it_cannot_write_in_place(rng):
 
 
 def test_flat_global_norm_kernel_within_rounding_of_spec(rng):
-    from ppo_ref.fast.optim import _layout_segments, _segmented_global_norm
     for scale in (1e-3, 1.0, 1e3):
         g = flatten_arrays(arrays(rng, scale))
         assert _segmented_global_norm(g.flat, *_layout_segments(g.layout)) == pytest.approx(
             global_norm(dict(g)), rel=1e-14)
+    # arrays of the sizes of the policies' weights (up to 256 x 64), and of a few entries
+    big = {"w": rng.standard_normal((256, 64)), "b": rng.standard_normal(256),
+           "u": rng.standard_normal((1, 3)), "c": rng.standard_normal(1)}
+    g = flatten_arrays(big)
+    assert _segmented_global_norm(g.flat, *_layout_segments(g.layout)) == pytest.approx(
+        global_norm(big), rel=1e-14)
 
 
-def test_in_place_kernel_is_the_spec_element_and_flags_non_finite(rng):
+def test_in_place_kernel_is_the_spec_element_and_changes_nothing_unless_finite(rng):
     """The compiled in-place kernel (and its interpreted py_func) writes adam_element(param,
-    g * scale, m, v, ...) of the spec, bit for bit, and its finiteness count catches a
-    non-finite parameter, moment or result at any position (vector body and remainder)."""
+    g * scale, m, v, ...) of the spec, bit for bit; when a parameter, moment or result at any
+    position (vector body and remainder) is not finite it returns False and every buffer holds
+    what it held before (nan where it was nan)."""
     n = 1037  # not a multiple of any vector width
     p, g, m = (rng.standard_normal(n) for _ in range(3))
     v = rng.standard_normal(n) ** 2
@@ -133,18 +139,22 @@ def test_in_place_kernel_is_the_spec_element_and_flags_non_finite(rng):
         want = np.stack(adam_element(p, g * scale, m, v, *args))
         for kernel in kernels:
             pm, mm, vm = p.copy(), m.copy(), v.copy()
-            assert kernel(pm, g, scale, mm, vm, *args)
+            assert kernel(pm, g, scale, mm, vm, *args, np.full((3, n), np.nan))
             np.testing.assert_array_equal(np.stack([pm, mm, vm]), want)
     for which in range(3):
         for pos in (0, 5, n - 1):
             for bad in (np.inf, -np.inf, np.nan):
                 work = [p.copy(), m.copy(), v.copy()]
                 work[which][pos] = bad
+                before = np.stack(work)
                 with np.errstate(invalid="ignore"):
-                    assert not _adam_results_finite(work[0], g, 1.0, work[1], work[2], *args)
                     assert _first_non_finite_result(work[0], g, 1.0, work[1], work[2],
                                                     *args) == pos
-                    assert not _clipped_adam_kernel_in_place(work[0], g, 1.0, work[1], work[2],
-                                                             *args)
-    assert not _clipped_adam_kernel_in_place(p.copy(), np.full(n, 1e300), 1.0, m.copy(),
-                                             v.copy(), *args)
+                    for kernel in kernels:
+                        assert not kernel(work[0], g, 1.0, work[1], work[2], *args,
+                                          np.empty((3, n)))
+                        np.testing.assert_array_equal(np.stack(work), before)
+    work = [p.copy(), m.copy(), v.copy()]
+    assert not _clipped_adam_kernel_in_place(work[0], np.full(n, 1e300), 1.0, work[1], work[2],
+                                             *args, np.empty((3, n)))
+    np.testing.assert_array_equal(np.stack(work), np.stack([p, m, v]))

@@ -24,6 +24,7 @@ from numba.extending import register_jitable
 
 from ppo_ref._checks import check_adam_hyperparameters, check_positive, check_step_count
 from ppo_ref._numba import NJIT_OPTIONS, njit
+from ppo_ref.fast import workspace
 from ppo_ref.fast.flat import FlatArrays, same_layout
 from ppo_ref.spec import optim as _spec
 from ppo_ref.spec.optim import CLIP_NORM_EPS, adam_element, adam_step_scalars, clip_by_global_norm
@@ -71,21 +72,6 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 @njit
-def _adam_results_finite(param, grad, scale, m, v, beta1, beta2, step_size,
-                         bias_correction2_sqrt, eps):
-    """Whether every result of the step :func:`_clipped_adam_kernel_in_place` would write is
-    finite, computed with the same :func:`ppo_ref.spec.optim.adam_element` calls and writing
-    nothing (counted with comparisons, so that LLVM vectorizes the loop)."""
-    n_finite = 0
-    n = param.size
-    for i in range(n):
-        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
-                                     step_size, bias_correction2_sqrt, eps)
-        n_finite += (abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX) & (abs(v_i) <= _FLOAT64_MAX)
-    return n_finite == n
-
-
-@njit
 def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
                              bias_correction2_sqrt, eps):
     """The first index whose step results are not all finite (-1 if none); writes nothing."""
@@ -99,22 +85,38 @@ def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
 
 @njit
 def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
-                                  bias_correction2_sqrt, eps):
+                                  bias_correction2_sqrt, eps, previous):
     """Per entry ``(param[i], m[i], v[i]) = adam_element(param[i], grad[i] * scale, m[i], v[i],
-    ...)`` (:func:`ppo_ref.spec.optim.adam_element`), written in place (each entry read before
-    it is written; ``grad`` must not overlap the others). ``scale`` < 1, or exactly 1.0 when
-    there is no clipping (``g * 1.0`` is ``g``). Returns whether every result is finite
-    (counted with comparisons, so that LLVM vectorizes the loop)."""
+    ...)`` (:func:`ppo_ref.spec.optim.adam_element`, evaluated once per entry), written in place
+    when every result is finite; otherwise every entry is put back to its value before the
+    call. Returns whether the results were finite (and so kept).
+
+    One pass: each entry's previous ``(param, m, v)`` goes to ``previous[0/1/2, i]`` (a float64
+    ``(3, n)`` scratch array, distinct from the others) before its results are written, and the
+    results are counted finite with comparisons (so that LLVM vectorizes the loop); when the
+    count falls short, ``previous`` is copied back. ``scale`` < 1, or exactly 1.0 when there is
+    no clipping (``g * 1.0`` is ``g``); ``grad`` must not overlap the others."""
     n_finite = 0
     n = param.size
     for i in range(n):
-        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
-                                     step_size, bias_correction2_sqrt, eps)
+        p_i = param[i]
+        m_i = m[i]
+        v_i = v[i]
+        previous[0, i] = p_i
+        previous[1, i] = m_i
+        previous[2, i] = v_i
+        p_i, m_i, v_i = adam_element(p_i, grad[i] * scale, m_i, v_i, beta1, beta2, step_size,
+                                     bias_correction2_sqrt, eps)
         param[i] = p_i
         m[i] = m_i
         v[i] = v_i
         n_finite += (abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX) & (abs(v_i) <= _FLOAT64_MAX)
-    return n_finite == n
+    if n_finite == n:
+        return True
+    param[:] = previous[0]
+    m[:] = previous[1]
+    v[:] = previous[2]
+    return False
 
 
 def _key_at(layout, index: int) -> str:
@@ -151,12 +153,12 @@ def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: fl
     step_size, bias_correction2_sqrt = adam_step_scalars(t, lr, beta1, beta2)
     args = (params.flat, grads.flat, scale if scale < 1.0 else 1.0, m.flat, v.flat, beta1,
             beta2, step_size, bias_correction2_sqrt, eps)
-    if not _adam_results_finite(*args):  # checked before anything is written
+    previous = workspace.empty("clipped_adam_step.previous", (3, params.flat.size), np.float64)
+    if not _clipped_adam_kernel_in_place(*args, previous):  # put back as they were
         key = _key_at(params.layout, int(_first_non_finite_result(*args)))
         raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
                          "step gives inf or nan (the parameters or moments given already "
                          "hold them, or the step overflowed); nothing was written")
-    _clipped_adam_kernel_in_place(*args)
     return t, norm
 
 
