@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays
-from ppo_ref.fast.optim import (_PAIRWISE_STACK, _clipped_adam_kernel_in_place,
+from ppo_ref.fast.optim import (_PAIRWISE_STACK, _adam_pass_in_place,
                                 _first_non_finite_result, _layout_segments,
                                 _pairwise_sum_of_squares, _segmented_global_norm,
                                 clipped_adam_step)
@@ -174,9 +174,9 @@ def test_in_place_kernel_is_the_spec_element_and_changes_nothing_unless_finite(r
     p, g, m = (rng.standard_normal(n) for _ in range(3))
     v = rng.standard_normal(n) ** 2
     args = (0.9, 0.999, 1e-3 / 0.19, math.sqrt(0.001999), 1e-5)
-    kernels = [_clipped_adam_kernel_in_place] + (
-        [_clipped_adam_kernel_in_place.py_func]
-        if hasattr(_clipped_adam_kernel_in_place, "py_func") else [])
+    kernels = [_adam_pass_in_place] + (
+        [_adam_pass_in_place.py_func]
+        if hasattr(_adam_pass_in_place, "py_func") else [])
     for scale in (0.37, 1.0):
         want = np.stack(adam_element(p, g * scale, m, v, *args))
         for kernel in kernels:
@@ -197,6 +197,6 @@ def test_in_place_kernel_is_the_spec_element_and_changes_nothing_unless_finite(r
                                           np.empty((3, n)))
                         np.testing.assert_array_equal(np.stack(work), before)
     work = [p.copy(), m.copy(), v.copy()]
-    assert not _clipped_adam_kernel_in_place(work[0], np.full(n, 1e300), 1.0, work[1], work[2],
+    assert not _adam_pass_in_place(work[0], np.full(n, 1e300), 1.0, work[1], work[2],
                                              *args, np.empty((3, n)))
     np.testing.assert_array_equal(np.stack(work), np.stack([p, m, v]))

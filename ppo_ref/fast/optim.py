@@ -3,19 +3,28 @@
 :func:`clipped_adam_step` is :func:`ppo_ref.spec.optim.clip_by_global_norm` then
 :func:`ppo_ref.spec.optim.adam_update` for parameters held in one float64 buffer
 (:class:`~ppo_ref.fast.flat.FlatArrays`, what the fast policies give), written into that buffer
-and the moments' buffers in place: one pass for the norm, one for the step. Per element it
-computes the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled and called by the kernel)
-on ``g * scale``, the product ``clip_by_global_norm`` computes, so the new parameters and moments
-equal those of the spec functions given the same ``scale``: bit for bit when no clipping
-happens (the ``clipped_adam_step_no_clip`` row of ``tests/test_tiers.py``, BITS on the
-parameters and moments). The global norm is summed in sequence, array by array in key order (the
-spec sums each array with NumPy's pairwise sum): the norm, and with clipping active every
-result, agree within rtol 1e-14 (the ``clipped_adam_step`` row, ``|fast - spec| <= 1e-14 *
-max|spec|`` per result array).
+and the moments' buffers in place: one pass for the norm, one for the step.
+
+* The global norm (:func:`_segmented_global_norm`) is :func:`ppo_ref.spec.optim.global_norm`:
+  the norm of the per-array norms, each array's sum of squares in NumPy's pairwise order
+  (:func:`_pairwise_sum_of_squares`, written out here: eight partial sums per block of at most
+  128 terms, blocks combined by halving), the order of the ``np.sum`` the spec calls. The order
+  is fixed by this code, not by the compiler or the vector width. Tested within rtol 1e-14 of
+  the spec (the ``clipped_adam_step`` row of ``tests/test_tiers.py``, ``|fast - spec| <=
+  1e-14 * max|spec|`` per result array), a contract that does not lean on NumPy's internals;
+  with NumPy 2.4 the two are the same bits.
+* Per element the step computes the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled
+  and called by the kernel, once per element) on ``g * scale``, the product
+  ``clip_by_global_norm`` computes, so the new parameters and moments equal those of the spec
+  functions given the same ``scale``: bit for bit when no clipping happens (the
+  ``clipped_adam_step_no_clip`` row, BITS on the parameters and moments).
+* A step with a result that is not finite changes nothing: the kernel keeps each element's
+  previous values in a scratch array while it writes, and puts them back before returning.
 """
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from typing import Dict
 
@@ -24,7 +33,6 @@ from numba.extending import register_jitable
 
 from ppo_ref._checks import check_adam_hyperparameters, check_positive, check_step_count
 from ppo_ref._numba import NJIT_OPTIONS, njit
-from ppo_ref.fast import workspace
 from ppo_ref.fast.flat import FlatArrays, same_layout
 from ppo_ref.spec import optim as _spec
 from ppo_ref.spec.optim import CLIP_NORM_EPS, adam_element, adam_step_scalars, clip_by_global_norm
@@ -171,8 +179,8 @@ def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
 
 
 @njit
-def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
-                                  bias_correction2_sqrt, eps, previous):
+def _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
+                        bias_correction2_sqrt, eps, previous):
     """Per entry ``(param[i], m[i], v[i]) = adam_element(param[i], grad[i] * scale, m[i], v[i],
     ...)`` (:func:`ppo_ref.spec.optim.adam_element`, evaluated once per entry), written in place
     when every result is finite; otherwise every entry is put back to its value before the
@@ -206,6 +214,36 @@ def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_s
     return False
 
 
+@njit
+def _clipped_adam_kernel(param, grad, starts, stops, m, v, max_norm, beta1, beta2, step_size,
+                         bias_correction2_sqrt, eps, previous):
+    """The step in one compiled call: ``norm = _segmented_global_norm(grad, starts, stops)``;
+    if it is finite, ``scale = max_norm / (norm + CLIP_NORM_EPS)`` (the spec's clipping
+    factor, taken only when below 1, else exactly 1.0) and :func:`_adam_pass_in_place`.
+    Returns ``(norm, written)``: ``written`` is False, and every buffer as it was, when the
+    norm or a result is not finite."""
+    norm = _segmented_global_norm(grad, starts, stops)
+    if not math.isfinite(norm):
+        return norm, False
+    scale = max_norm / (norm + CLIP_NORM_EPS)
+    if not scale < 1.0:
+        scale = 1.0
+    return norm, _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
+                                     bias_correction2_sqrt, eps, previous)
+
+
+_scratch = threading.local()
+
+
+def _previous_values_scratch(size: int) -> np.ndarray:
+    """This thread's float64 ``(3, size)`` scratch for :func:`_adam_pass_in_place` (made once
+    per thread and size; its contents are undefined)."""
+    previous = getattr(_scratch, "previous", None)
+    if previous is None or previous.shape[1] != size:
+        previous = _scratch.previous = np.empty((3, size), np.float64)
+    return previous
+
+
 def _key_at(layout, index: int) -> str:
     """The key of a FlatLayout whose entry holds buffer position ``index``."""
     for key, start, stop, _ in layout.slices:
@@ -231,18 +269,22 @@ def check_flat_step_arguments(params, grads, m, v) -> None:
 def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: float,
                        beta1: float, beta2: float, eps: float):
     """The body of :func:`clipped_adam_step` on checked arguments; returns ``(t, norm)``."""
-    starts, stops = _layout_segments(grads.layout)
-    norm = _segmented_global_norm(grads.flat, starts, stops)
-    if not math.isfinite(norm):
-        clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
-    scale = max_norm / (norm + CLIP_NORM_EPS)
     t = t_prev + 1
     step_size, bias_correction2_sqrt = adam_step_scalars(t, lr, beta1, beta2)
-    args = (params.flat, grads.flat, scale if scale < 1.0 else 1.0, m.flat, v.flat, beta1,
-            beta2, step_size, bias_correction2_sqrt, eps)
-    previous = workspace.empty("clipped_adam_step.previous", (3, params.flat.size), np.float64)
-    if not _clipped_adam_kernel_in_place(*args, previous):  # put back as they were
-        key = _key_at(params.layout, int(_first_non_finite_result(*args)))
+    starts, stops = _layout_segments(grads.layout)
+    norm, written = _clipped_adam_kernel(params.flat, grads.flat, starts, stops, m.flat, v.flat,
+                                         max_norm, beta1, beta2, step_size,
+                                         bias_correction2_sqrt, eps,
+                                         _previous_values_scratch(params.flat.size))
+    if not written:  # then every value is as it was
+        if not math.isfinite(norm):
+            clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
+            raise FloatingPointError(f"the global norm of grads is {norm}")
+        scale = max_norm / (norm + CLIP_NORM_EPS)
+        index = _first_non_finite_result(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
+                                         m.flat, v.flat, beta1, beta2, step_size,
+                                         bias_correction2_sqrt, eps)
+        key = _key_at(params.layout, int(index))
         raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
                          "step gives inf or nan (the parameters or moments given already "
                          "hold them, or the step overflowed); nothing was written")
@@ -257,10 +299,12 @@ def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max
 
     Equals the spec functions (:mod:`ppo_ref.spec.optim`): per element the same
     :func:`~ppo_ref.spec.optim.adam_element` on the same product ``g * scale``; the global norm
-    is summed in sequence (the spec: NumPy's pairwise sum per array), so ``norm`` and, when
-    clipping is active, the results agree within rtol 1e-14 per result array (the
-    ``clipped_adam_step`` row of ``tests/test_tiers.py``); when no clipping happens the new
-    parameters and moments are the same bits (the ``clipped_adam_step_no_clip`` row, BITS).
+    is :func:`~ppo_ref.spec.optim.global_norm` with each array's sum of squares in NumPy's
+    pairwise order, written out in the kernel. ``norm`` and, when clipping is active, the
+    results agree within rtol 1e-14 per result array (the ``clipped_adam_step`` row of
+    ``tests/test_tiers.py``; the same bits with NumPy 2.4, whose ``np.sum`` sums in that order);
+    when no clipping happens the new parameters and moments are the same bits (the
+    ``clipped_adam_step_no_clip`` row, BITS).
 
     Args:
         params, grads: intact float64 :class:`~ppo_ref.fast.flat.FlatArrays` of one layout.
@@ -276,7 +320,9 @@ def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max
     Raises:
         ValueError: arguments not as above, hyperparameters out of range, or a step whose
             results are not finite (only from non-finite parameters or moments, or an overflow):
-            every result is checked before any is written, so nothing is changed then.
+            such a step is undone before the call returns (each element's previous values are
+            kept while the step writes), so ``params`` and the moments hold exactly what they
+            held before.
         FloatingPointError: the gradient norm is not finite (nothing is written).
     """
     if not (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()):
