@@ -236,8 +236,8 @@ _scratch = threading.local()
 
 
 def _previous_values_scratch(size: int) -> np.ndarray:
-    """This thread's float64 ``(3, size)`` scratch for :func:`_adam_pass_in_place` (made once
-    per thread and size; its contents are undefined)."""
+    """This thread's float64 ``(3, size)`` scratch for :func:`_adam_pass_in_place`, kept for the
+    next call (made anew when the size changes; its contents are undefined)."""
     previous = getattr(_scratch, "previous", None)
     if previous is None or previous.shape[1] != size:
         previous = _scratch.previous = np.empty((3, size), np.float64)
