@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays
-from ppo_ref.fast.optim import (_adam_results_finite, _clipped_adam_kernel_in_place,
-                                _first_non_finite_result, clipped_adam_step)
+from ppo_ref.fast.optim import (_PAIRWISE_STACK, _adam_pass_in_place,
+                                _first_non_finite_result, _layout_segments,
+                                _pairwise_sum_of_squares, _segmented_global_norm,
+                                clipped_adam_step)
 from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm, global_norm
 from ppo_ref.spec.optim import adam_element
 
@@ -111,40 +113,90 @@ def test_clipped_adam_step_refuses_what_it_cannot_write_in_place(rng):
 
 
 def test_flat_global_norm_kernel_within_rounding_of_spec(rng):
-    from ppo_ref.fast.optim import _layout_segments, _segmented_global_norm
     for scale in (1e-3, 1.0, 1e3):
         g = flatten_arrays(arrays(rng, scale))
         assert _segmented_global_norm(g.flat, *_layout_segments(g.layout)) == pytest.approx(
             global_norm(dict(g)), rel=1e-14)
+    # arrays of the sizes of the policies' weights (up to 256 x 64), and of a few entries
+    big = {"w": rng.standard_normal((256, 64)), "b": rng.standard_normal(256),
+           "u": rng.standard_normal((1, 3)), "c": rng.standard_normal(1)}
+    g = flatten_arrays(big)
+    assert _segmented_global_norm(g.flat, *_layout_segments(g.layout)) == pytest.approx(
+        global_norm(big), rel=1e-14)
 
 
-def test_in_place_kernel_is_the_spec_element_and_flags_non_finite(rng):
+def pairwise_sum_oracle(terms):
+    """The pairwise order the kernel documents, written as the recursion it describes."""
+    n = len(terms)
+    if n < 8:
+        total = 0.0
+        for t in terms:
+            total += t
+        return total
+    if n <= 128:
+        a = [float(terms[j]) for j in range(8)]
+        for i in range(8, n - n % 8):
+            a[i % 8] += terms[i]
+        total = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+        for i in range(n - n % 8, n):
+            total += terms[i]
+        return total
+    half = n // 2 - (n // 2) % 8
+    return pairwise_sum_oracle(terms[:half]) + pairwise_sum_oracle(terms[half:])
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100, 128, 129, 136, 255, 256, 1000, 1037, 16384,
+                               20011])
+def test_pairwise_sum_of_squares_is_the_documented_order(rng, n):
+    """Bit for bit the recursion written in the docstring (a Python oracle here, not NumPy),
+    at any offset into the buffer; terms of mixed magnitudes so that another order rounds
+    differently."""
+    x = rng.standard_normal(n + 5) * 10.0 ** rng.integers(-8, 8, n + 5)
+    scratch = (np.empty(_PAIRWISE_STACK, np.int64), np.empty(_PAIRWISE_STACK, np.int64),
+               np.empty(_PAIRWISE_STACK))
+    for start in (0, 3):
+        want = pairwise_sum_oracle(list(x[start:start + n] * x[start:start + n]))
+        assert _pairwise_sum_of_squares(x, start, n, *scratch) == want
+    if n >= 1000:  # the order matters: a sum left to right is not the same number here
+        terms = x[:n] * x[:n]
+        sequential = 0.0
+        for t in terms:
+            sequential += t
+        assert sequential != pairwise_sum_oracle(list(terms))
+
+
+def test_in_place_kernel_is_the_spec_element_and_changes_nothing_unless_finite(rng):
     """The compiled in-place kernel (and its interpreted py_func) writes adam_element(param,
-    g * scale, m, v, ...) of the spec, bit for bit, and its finiteness count catches a
-    non-finite parameter, moment or result at any position (vector body and remainder)."""
+    g * scale, m, v, ...) of the spec, bit for bit; when a parameter, moment or result at any
+    position (vector body and remainder) is not finite it returns False and every buffer holds
+    what it held before (nan where it was nan)."""
     n = 1037  # not a multiple of any vector width
     p, g, m = (rng.standard_normal(n) for _ in range(3))
     v = rng.standard_normal(n) ** 2
     args = (0.9, 0.999, 1e-3 / 0.19, math.sqrt(0.001999), 1e-5)
-    kernels = [_clipped_adam_kernel_in_place] + (
-        [_clipped_adam_kernel_in_place.py_func]
-        if hasattr(_clipped_adam_kernel_in_place, "py_func") else [])
+    kernels = [_adam_pass_in_place] + (
+        [_adam_pass_in_place.py_func]
+        if hasattr(_adam_pass_in_place, "py_func") else [])
     for scale in (0.37, 1.0):
         want = np.stack(adam_element(p, g * scale, m, v, *args))
         for kernel in kernels:
             pm, mm, vm = p.copy(), m.copy(), v.copy()
-            assert kernel(pm, g, scale, mm, vm, *args)
+            assert kernel(pm, g, scale, mm, vm, *args, np.full((3, n), np.nan))
             np.testing.assert_array_equal(np.stack([pm, mm, vm]), want)
     for which in range(3):
         for pos in (0, 5, n - 1):
             for bad in (np.inf, -np.inf, np.nan):
                 work = [p.copy(), m.copy(), v.copy()]
                 work[which][pos] = bad
+                before = np.stack(work)
                 with np.errstate(invalid="ignore"):
-                    assert not _adam_results_finite(work[0], g, 1.0, work[1], work[2], *args)
                     assert _first_non_finite_result(work[0], g, 1.0, work[1], work[2],
                                                     *args) == pos
-                    assert not _clipped_adam_kernel_in_place(work[0], g, 1.0, work[1], work[2],
-                                                             *args)
-    assert not _clipped_adam_kernel_in_place(p.copy(), np.full(n, 1e300), 1.0, m.copy(),
-                                             v.copy(), *args)
+                    for kernel in kernels:
+                        assert not kernel(work[0], g, 1.0, work[1], work[2], *args,
+                                          np.empty((3, n)))
+                        np.testing.assert_array_equal(np.stack(work), before)
+    work = [p.copy(), m.copy(), v.copy()]
+    assert not _adam_pass_in_place(work[0], np.full(n, 1e300), 1.0, work[1], work[2],
+                                             *args, np.empty((3, n)))
+    np.testing.assert_array_equal(np.stack(work), np.stack([p, m, v]))

@@ -3,19 +3,28 @@
 :func:`clipped_adam_step` is :func:`ppo_ref.spec.optim.clip_by_global_norm` then
 :func:`ppo_ref.spec.optim.adam_update` for parameters held in one float64 buffer
 (:class:`~ppo_ref.fast.flat.FlatArrays`, what the fast policies give), written into that buffer
-and the moments' buffers in place: one pass for the norm, one for the step. Per element it
-computes the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled and called by the kernel)
-on ``g * scale``, the product ``clip_by_global_norm`` computes, so the new parameters and moments
-equal those of the spec functions given the same ``scale``: bit for bit when no clipping
-happens (the ``clipped_adam_step_no_clip`` row of ``tests/test_tiers.py``, BITS on the
-parameters and moments). The global norm is summed in sequence, array by array in key order (the
-spec sums each array with NumPy's pairwise sum): the norm, and with clipping active every
-result, agree within rtol 1e-14 (the ``clipped_adam_step`` row, ``|fast - spec| <= 1e-14 *
-max|spec|`` per result array).
+and the moments' buffers in place: one pass for the norm, one for the step.
+
+* The global norm (:func:`_segmented_global_norm`) is :func:`ppo_ref.spec.optim.global_norm`:
+  the norm of the per-array norms, each array's sum of squares in NumPy's pairwise order
+  (:func:`_pairwise_sum_of_squares`, written out here: eight partial sums per block of at most
+  128 terms, blocks combined by halving), the order of the ``np.sum`` the spec calls. The order
+  is fixed by this code, not by the compiler or the vector width. Tested within rtol 1e-14 of
+  the spec (the ``clipped_adam_step`` row of ``tests/test_tiers.py``, ``|fast - spec| <=
+  1e-14 * max|spec|`` per result array), a contract that does not lean on NumPy's internals;
+  with NumPy 2.4 the two are the same bits.
+* Per element the step computes the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled
+  and called by the kernel, once per element) on ``g * scale``, the product
+  ``clip_by_global_norm`` computes, so the new parameters and moments equal those of the spec
+  functions given the same ``scale``: bit for bit when no clipping happens (the
+  ``clipped_adam_step_no_clip`` row, BITS on the parameters and moments).
+* A step with a result that is not finite changes nothing: the kernel keeps each element's
+  previous values in a scratch array while it writes, and puts them back before returning.
 """
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Mapping
 from typing import Dict
 
@@ -34,20 +43,107 @@ __all__ = ["clipped_adam_step", "check_flat_step_arguments"]
 register_jitable(**NJIT_OPTIONS)(_spec.adam_element)
 
 
+#: NumPy's pairwise summation sums up to this many terms with eight accumulators, more in halves.
+_PAIRWISE_BLOCK = 128
+
+
+#: Room for the pending tasks of :func:`_pairwise_sum_of_squares` (two per level of halving,
+#: fewer than 63 levels for any array size) and for their sums.
+_PAIRWISE_STACK = 128
+
+
+@njit
+def _pairwise_sum_of_squares(x, start, n, task_starts, task_sizes, sums):
+    """``sum(x[start:start + n] ** 2)`` (each term the float64 square ``x[i] * x[i]``) in the
+    order of NumPy's pairwise summation, what ``np.sum`` of a contiguous float64 array does:
+
+    * at most 128 terms (a block): fewer than 8 added left to right; else eight partial sums
+      ``a_j`` of the terms ``j, j + 8, j + 16, ...`` below ``n - n % 8``, combined as
+      ``((a_0 + a_1) + (a_2 + a_3)) + ((a_4 + a_5) + (a_6 + a_7))``, then the last ``n % 8``
+      terms added left to right;
+    * more terms: split at ``h = n // 2 - (n // 2) % 8``; the sum is ``S(first h) + S(last
+      n - h)``, each half summed the same way.
+
+    The recursion runs as a loop over a stack of tasks (``task_starts``, ``task_sizes``: int64
+    scratch of :data:`_PAIRWISE_STACK` entries; ``sums``: float64 scratch as long): a range to
+    sum, or (size -1) the addition of the two sums on top of ``sums``. A range of more than 128
+    terms is replaced by "first half, second half, add", so the additions are those of the
+    recursion, in its order."""
+    n_tasks = 1
+    task_starts[0] = start
+    task_sizes[0] = n
+    n_sums = 0
+    while n_tasks > 0:
+        n_tasks -= 1
+        first = task_starts[n_tasks]
+        size = task_sizes[n_tasks]
+        if size < 0:  # both halves summed: S(first half) + S(second half)
+            n_sums -= 1
+            sums[n_sums - 1] = sums[n_sums - 1] + sums[n_sums]
+        elif size > _PAIRWISE_BLOCK:  # pushed in reverse: first half, second half, add
+            half = size // 2
+            half -= half % 8
+            task_starts[n_tasks] = first
+            task_sizes[n_tasks] = -1
+            task_starts[n_tasks + 1] = first + half
+            task_sizes[n_tasks + 1] = size - half
+            task_starts[n_tasks + 2] = first
+            task_sizes[n_tasks + 2] = half
+            n_tasks += 3
+        elif size < 8:
+            y = x[first:first + size]
+            s = 0.0
+            for i in range(size):
+                s += y[i] * y[i]
+            sums[n_sums] = s
+            n_sums += 1
+        else:  # a block of 8 to 128 terms
+            y = x[first:first + size]
+            a0 = y[0] * y[0]
+            a1 = y[1] * y[1]
+            a2 = y[2] * y[2]
+            a3 = y[3] * y[3]
+            a4 = y[4] * y[4]
+            a5 = y[5] * y[5]
+            a6 = y[6] * y[6]
+            a7 = y[7] * y[7]
+            n8 = size - size % 8
+            for i in range(8, n8, 8):
+                z = y[i:i + 8]  # (constant indices below: no negative-index handling)
+                a0 += z[0] * z[0]
+                a1 += z[1] * z[1]
+                a2 += z[2] * z[2]
+                a3 += z[3] * z[3]
+                a4 += z[4] * z[4]
+                a5 += z[5] * z[5]
+                a6 += z[6] * z[6]
+                a7 += z[7] * z[7]
+            s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+            for i in range(n8, size):
+                s += y[i] * y[i]
+            sums[n_sums] = s
+            n_sums += 1
+    return sums[0]
+
+
 @njit
 def _segmented_global_norm(x, starts, stops):
-    """The global norm of a one-buffer dict whose arrays are the segments ``[starts[j],
-    stops[j])`` in key order, as :func:`ppo_ref.spec.optim.global_norm` defines it (the norm of
-    the per-array norms), each sum of squares accumulated in sequence (the spec: NumPy's
-    pairwise sum; equal within rtol 1e-14: the ``clipped_adam_step`` row of
-    ``tests/test_tiers.py``)."""
+    """The global norm of a one-buffer dict whose arrays are the float64 segments ``[starts[j],
+    stops[j])`` in key order, as :func:`ppo_ref.spec.optim.global_norm` defines it: per array
+    ``norm_j = sqrt(sum of squares)``, then ``sqrt(sum_j norm_j * norm_j)`` summed left to
+    right. Each array's sum of squares is :func:`_pairwise_sum_of_squares`, a fixed order
+    written here (eight independent partial sums per block of 128, not one sequential chain);
+    it is the order of the NumPy pairwise sum the spec calls, so the two agree bit for bit
+    where NumPy sums that way (NumPy 2.4 does). The contract tested is within rtol 1e-14 (the
+    ``clipped_adam_step`` row of ``tests/test_tiers.py``), which does not depend on NumPy's
+    internals."""
+    task_starts = np.empty(_PAIRWISE_STACK, np.int64)
+    task_sizes = np.empty(_PAIRWISE_STACK, np.int64)
+    sums = np.empty(_PAIRWISE_STACK, np.float64)
     total = 0.0
     for j in range(starts.size):
-        ss = 0.0
-        for i in range(starts[j], stops[j]):
-            value = np.float64(x[i])
-            ss += value * value
-        norm_j = math.sqrt(ss)
+        norm_j = math.sqrt(_pairwise_sum_of_squares(x, starts[j], stops[j] - starts[j],
+                                                    task_starts, task_sizes, sums))
         total += norm_j * norm_j
     return math.sqrt(total)
 
@@ -71,21 +167,6 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 @njit
-def _adam_results_finite(param, grad, scale, m, v, beta1, beta2, step_size,
-                         bias_correction2_sqrt, eps):
-    """Whether every result of the step :func:`_clipped_adam_kernel_in_place` would write is
-    finite, computed with the same :func:`ppo_ref.spec.optim.adam_element` calls and writing
-    nothing (counted with comparisons, so that LLVM vectorizes the loop)."""
-    n_finite = 0
-    n = param.size
-    for i in range(n):
-        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
-                                     step_size, bias_correction2_sqrt, eps)
-        n_finite += (abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX) & (abs(v_i) <= _FLOAT64_MAX)
-    return n_finite == n
-
-
-@njit
 def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
                              bias_correction2_sqrt, eps):
     """The first index whose step results are not all finite (-1 if none); writes nothing."""
@@ -98,23 +179,69 @@ def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
 
 
 @njit
-def _clipped_adam_kernel_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
-                                  bias_correction2_sqrt, eps):
+def _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
+                        bias_correction2_sqrt, eps, previous):
     """Per entry ``(param[i], m[i], v[i]) = adam_element(param[i], grad[i] * scale, m[i], v[i],
-    ...)`` (:func:`ppo_ref.spec.optim.adam_element`), written in place (each entry read before
-    it is written; ``grad`` must not overlap the others). ``scale`` < 1, or exactly 1.0 when
-    there is no clipping (``g * 1.0`` is ``g``). Returns whether every result is finite
-    (counted with comparisons, so that LLVM vectorizes the loop)."""
+    ...)`` (:func:`ppo_ref.spec.optim.adam_element`, evaluated once per entry), written in place
+    when every result is finite; otherwise every entry is put back to its value before the
+    call. Returns whether the results were finite (and so kept).
+
+    One pass: each entry's previous ``(param, m, v)`` goes to ``previous[0/1/2, i]`` (a float64
+    ``(3, n)`` scratch array, distinct from the others) before its results are written, and the
+    results are counted finite with comparisons (so that LLVM vectorizes the loop); when the
+    count falls short, ``previous`` is copied back. ``scale`` < 1, or exactly 1.0 when there is
+    no clipping (``g * 1.0`` is ``g``); ``grad`` must not overlap the others."""
     n_finite = 0
     n = param.size
     for i in range(n):
-        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
-                                     step_size, bias_correction2_sqrt, eps)
+        p_i = param[i]
+        m_i = m[i]
+        v_i = v[i]
+        previous[0, i] = p_i
+        previous[1, i] = m_i
+        previous[2, i] = v_i
+        p_i, m_i, v_i = adam_element(p_i, grad[i] * scale, m_i, v_i, beta1, beta2, step_size,
+                                     bias_correction2_sqrt, eps)
         param[i] = p_i
         m[i] = m_i
         v[i] = v_i
         n_finite += (abs(p_i) <= _FLOAT64_MAX) & (abs(m_i) <= _FLOAT64_MAX) & (abs(v_i) <= _FLOAT64_MAX)
-    return n_finite == n
+    if n_finite == n:
+        return True
+    param[:] = previous[0]
+    m[:] = previous[1]
+    v[:] = previous[2]
+    return False
+
+
+@njit
+def _clipped_adam_kernel(param, grad, starts, stops, m, v, max_norm, beta1, beta2, step_size,
+                         bias_correction2_sqrt, eps, previous):
+    """The step in one compiled call: ``norm = _segmented_global_norm(grad, starts, stops)``;
+    if it is finite, ``scale = max_norm / (norm + CLIP_NORM_EPS)`` (the spec's clipping
+    factor, taken only when below 1, else exactly 1.0) and :func:`_adam_pass_in_place`.
+    Returns ``(norm, written)``: ``written`` is False, and every buffer as it was, when the
+    norm or a result is not finite."""
+    norm = _segmented_global_norm(grad, starts, stops)
+    if not math.isfinite(norm):
+        return norm, False
+    scale = max_norm / (norm + CLIP_NORM_EPS)
+    if not scale < 1.0:
+        scale = 1.0
+    return norm, _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
+                                     bias_correction2_sqrt, eps, previous)
+
+
+_scratch = threading.local()
+
+
+def _previous_values_scratch(size: int) -> np.ndarray:
+    """This thread's float64 ``(3, size)`` scratch for :func:`_adam_pass_in_place`, kept for the
+    next call (made anew when the size changes; its contents are undefined)."""
+    previous = getattr(_scratch, "previous", None)
+    if previous is None or previous.shape[1] != size:
+        previous = _scratch.previous = np.empty((3, size), np.float64)
+    return previous
 
 
 def _key_at(layout, index: int) -> str:
@@ -142,21 +269,25 @@ def check_flat_step_arguments(params, grads, m, v) -> None:
 def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: float,
                        beta1: float, beta2: float, eps: float):
     """The body of :func:`clipped_adam_step` on checked arguments; returns ``(t, norm)``."""
-    starts, stops = _layout_segments(grads.layout)
-    norm = _segmented_global_norm(grads.flat, starts, stops)
-    if not math.isfinite(norm):
-        clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
-    scale = max_norm / (norm + CLIP_NORM_EPS)
     t = t_prev + 1
     step_size, bias_correction2_sqrt = adam_step_scalars(t, lr, beta1, beta2)
-    args = (params.flat, grads.flat, scale if scale < 1.0 else 1.0, m.flat, v.flat, beta1,
-            beta2, step_size, bias_correction2_sqrt, eps)
-    if not _adam_results_finite(*args):  # checked before anything is written
-        key = _key_at(params.layout, int(_first_non_finite_result(*args)))
+    starts, stops = _layout_segments(grads.layout)
+    norm, written = _clipped_adam_kernel(params.flat, grads.flat, starts, stops, m.flat, v.flat,
+                                         max_norm, beta1, beta2, step_size,
+                                         bias_correction2_sqrt, eps,
+                                         _previous_values_scratch(params.flat.size))
+    if not written:  # then every value is as it was
+        if not math.isfinite(norm):
+            clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
+            raise FloatingPointError(f"the global norm of grads is {norm}")
+        scale = max_norm / (norm + CLIP_NORM_EPS)
+        index = _first_non_finite_result(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
+                                         m.flat, v.flat, beta1, beta2, step_size,
+                                         bias_correction2_sqrt, eps)
+        key = _key_at(params.layout, int(index))
         raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
                          "step gives inf or nan (the parameters or moments given already "
                          "hold them, or the step overflowed); nothing was written")
-    _clipped_adam_kernel_in_place(*args)
     return t, norm
 
 
@@ -168,10 +299,12 @@ def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max
 
     Equals the spec functions (:mod:`ppo_ref.spec.optim`): per element the same
     :func:`~ppo_ref.spec.optim.adam_element` on the same product ``g * scale``; the global norm
-    is summed in sequence (the spec: NumPy's pairwise sum per array), so ``norm`` and, when
-    clipping is active, the results agree within rtol 1e-14 per result array (the
-    ``clipped_adam_step`` row of ``tests/test_tiers.py``); when no clipping happens the new
-    parameters and moments are the same bits (the ``clipped_adam_step_no_clip`` row, BITS).
+    is :func:`~ppo_ref.spec.optim.global_norm` with each array's sum of squares in NumPy's
+    pairwise order, written out in the kernel. ``norm`` and, when clipping is active, the
+    results agree within rtol 1e-14 per result array (the ``clipped_adam_step`` row of
+    ``tests/test_tiers.py``; the same bits with NumPy 2.4, whose ``np.sum`` sums in that order);
+    when no clipping happens the new parameters and moments are the same bits (the
+    ``clipped_adam_step_no_clip`` row, BITS).
 
     Args:
         params, grads: intact float64 :class:`~ppo_ref.fast.flat.FlatArrays` of one layout.
@@ -187,7 +320,9 @@ def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max
     Raises:
         ValueError: arguments not as above, hyperparameters out of range, or a step whose
             results are not finite (only from non-finite parameters or moments, or an overflow):
-            every result is checked before any is written, so nothing is changed then.
+            such a step is undone before the call returns (each element's previous values are
+            kept while the step writes), so ``params`` and the moments hold exactly what they
+            held before.
         FloatingPointError: the gradient norm is not finite (nothing is written).
     """
     if not (isinstance(state, Mapping) and {"t", "m", "v"} <= state.keys()):
