@@ -3,7 +3,7 @@
 :func:`clipped_adam_step` is :func:`ppo_ref.spec.optim.clip_by_global_norm` then
 :func:`ppo_ref.spec.optim.adam_update` for parameters held in one float64 buffer
 (:class:`~ppo_ref.fast.flat.FlatArrays`, what the fast policies give), written into that buffer
-and the moments' buffers in place: one pass for the norm, one for the step.
+and the moments' buffers in place, in one compiled call (norm, clipping factor, step).
 
 * The global norm (:func:`_segmented_global_norm`) is :func:`ppo_ref.spec.optim.global_norm`:
   the norm of the per-array norms, each array's sum of squares in NumPy's pairwise order

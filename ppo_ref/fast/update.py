@@ -417,11 +417,13 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     """:func:`ppo_ref.spec.update.run_epochs` for one-buffer parameters: the same loop
     (:func:`ppo_ref.spec.update.epoch_loop`) with :func:`minibatch_loss` (the spec's bits) and
     the fused in-place step ``ppo_ref.fast.optim.clipped_adam_step`` (the spec's element arithmetic;
-    the global norm summed in sequence). When steps clip, three epochs' results agree with the
-    spec's within rtol 1e-10, atol 1e-14 per result array (``|fast - spec| <= 1e-14 + 1e-10 *
-    max|spec|``: the ``run_epochs`` row of ``tests/test_tiers.py``); when no step clips the
-    parameters, moments and stats are the same bits, the ``grad_norm`` stat aside (summed in
-    another order; the ``run_epochs_no_clip`` row, BITS).
+    each array's sum of squares of the global norm in NumPy's pairwise order, written out in
+    the kernel). When steps clip, three epochs' results agree with the spec's within rtol
+    1e-10, atol 1e-14 per result array (``|fast - spec| <= 1e-14 + 1e-10 * max|spec|``: the
+    ``run_epochs`` row of ``tests/test_tiers.py``, a contract that does not lean on NumPy's
+    summation order; with NumPy 2.4 they are the same bits); when no step clips the
+    parameters, moments and stats are the same bits, the ``grad_norm`` stat aside (the
+    ``run_epochs_no_clip`` row, BITS).
 
     Args:
         params: an intact float64 :class:`~ppo_ref.fast.flat.FlatArrays` (what the fast policies
