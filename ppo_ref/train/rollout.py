@@ -457,12 +457,14 @@ class RolloutCollector:
         self.episode_return = np.zeros(self.n_envs, dtype=np.float64)
         self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
         self.vector_steps = 0
+        self._obs_batch_shape = (self.n_envs,) + tuple(policy.obs_shape)
         self.use_fast_sync = True  # False: always go through env.step (same results, slower)
 
     # -- observations -------------------------------------------------------------------------
-    def _obs_array(self, raw, *, vector_step: int, rollout_step: int) -> np.ndarray:
-        """Check and flatten a batch of raw observations; update/normalize with the statistics."""
-        expected = (self.n_envs,) + tuple(self.policy.obs_shape)
+    def _obs_into(self, raw, out: np.ndarray, *, vector_step: int, rollout_step: int) -> None:
+        """Check a batch of raw observations and write them into ``out`` (float64 ``[N,
+        obs_dim]``): flattened, as float64 (the values unchanged), and normalized with (and
+        updating) the running statistics when that option is on."""
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
@@ -472,38 +474,46 @@ class RolloutCollector:
         if obs.dtype.kind not in _REAL_KINDS:  # complex, strings, objects: never converted
             raise _bad_kind(raw if isinstance(raw, (list, tuple)) else obs, "observation",
                             vector_step, rollout_step)
-        obs = obs.astype(np.float64, copy=False)
-        if obs.shape != expected:
+        if obs.shape != self._obs_batch_shape:
             raise EnvStepError(f"the vector env returned observations of shape {obs.shape}, expected "
-                               f"{expected}, at vector step {vector_step} (rollout step {rollout_step})",
-                               -1, vector_step, rollout_step)
-        obs = obs.reshape(self.n_envs, -1)
-        if not all_finite_1d(obs.reshape(-1)):  # one compiled pass; the row only on failure
-            finite = np.isfinite(obs).all(axis=1)
+                               f"{self._obs_batch_shape}, at vector step {vector_step} (rollout step "
+                               f"{rollout_step})", -1, vector_step, rollout_step)
+        if self.obs_rms is None:
+            np.copyto(out, obs.reshape(out.shape), casting="unsafe")  # = astype(float64)
+            raw64 = out
+        else:  # the statistics read this array (its memory order fixes numpy's summation order)
+            raw64 = obs.astype(np.float64, copy=False).reshape(self.n_envs, -1)
+        if not all_finite_1d(raw64.reshape(-1)):  # one compiled pass; the row only on failure
+            finite = np.isfinite(raw64).all(axis=1)
             i = int(np.argmin(finite))
-            raise EnvStepError(f"env {i} returned a non-finite observation {obs[i].tolist()} at vector "
-                               f"step {vector_step} (rollout step {rollout_step})", i, vector_step,
-                               rollout_step)
+            raise EnvStepError(f"env {i} returned a non-finite observation {raw64[i].tolist()} at "
+                               f"vector step {vector_step} (rollout step {rollout_step})", i,
+                               vector_step, rollout_step)
         if self.obs_rms is not None:
-            rms = self.obs_rms
-            if self.update_statistics:
-                before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
-                normalized = _update_and_normalize(rms, obs)
-                if normalized is None:
-                    rms.update(obs)
-                if not (all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))):
-                    rms.mean, rms.var, rms.count = before
-                    raise _statistics_overflow(obs, vector_step, rollout_step)
-                if normalized is not None:
-                    return self._clip_obs(normalized)
-                return self.normalize_obs(obs)
-            obs = self.normalize_obs(obs)
-            if not all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
-                i = int(np.argmin(np.isfinite(obs).all(axis=1)))
-                raise EnvStepError(f"env {i} returned an observation whose normalized value "
-                                   f"overflows float64 with the frozen normalizer statistics at "
-                                   f"vector step {vector_step} (rollout step {rollout_step})",
-                                   i, vector_step, rollout_step)
+            out[...] = self._normalized(raw64, vector_step, rollout_step)
+
+    def _normalized(self, obs: np.ndarray, vector_step: int, rollout_step: int) -> np.ndarray:
+        """:meth:`normalize_obs` of the finite float64 observations ``obs [N, obs_dim]``, after
+        updating the running statistics with them (unless they are frozen)."""
+        rms = self.obs_rms
+        if self.update_statistics:
+            before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
+            normalized = _update_and_normalize(rms, obs)
+            if normalized is None:
+                rms.update(obs)
+            if not (all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))):
+                rms.mean, rms.var, rms.count = before
+                raise _statistics_overflow(obs, vector_step, rollout_step)
+            if normalized is not None:
+                return self._clip_obs(normalized)
+            return self.normalize_obs(obs)
+        obs = self.normalize_obs(obs)
+        if not all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
+            i = int(np.argmin(np.isfinite(obs).all(axis=1)))
+            raise EnvStepError(f"env {i} returned an observation whose normalized value "
+                               f"overflows float64 with the frozen normalizer statistics at "
+                               f"vector step {vector_step} (rollout step {rollout_step})",
+                               i, vector_step, rollout_step)
         return obs
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
@@ -541,7 +551,9 @@ class RolloutCollector:
     def reset(self, seeds) -> np.ndarray:
         """Reset every sub-env with its seed (list of N ints); starts new episodes everywhere."""
         raw, _ = self.env.reset(seed=[int(s) for s in seeds])
-        self.obs = self._obs_array(raw, vector_step=self.vector_steps, rollout_step=-1)
+        obs = np.empty((self.n_envs, self.policy.obs_dim), dtype=np.float64)
+        self._obs_into(raw, obs, vector_step=self.vector_steps, rollout_step=-1)
+        self.obs = obs
         self.episode_starts[:] = True
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
@@ -564,6 +576,10 @@ class RolloutCollector:
         policy = self.policy
         head = policy.head
         obs_buf = np.empty((T, N, policy.obs_dim), dtype=np.float64)
+        obs_after = np.empty((N, policy.obs_dim), dtype=np.float64)  # after the last step
+        # where step t's observations go: row t + 1 of the buffer (obs_after for the last step)
+        obs_rows = list(obs_buf)
+        obs_rows.append(obs_after)
         act_buf = np.empty((T, N) + tuple(head.action_shape), dtype=head.action_dtype)
         rew_buf = np.empty((T, N), dtype=np.float64)
         term_buf = np.empty((T, N), dtype=bool)
@@ -575,51 +591,50 @@ class RolloutCollector:
         fast = self._fast_sync_envs()
         forward = policy.policy_out_fn(params)
         with_starts = bool(getattr(policy, "takes_episode_starts", False))
-        obs = self.obs
-        starts = self.episode_starts
-        episode_return = self.episode_return  # updated in place below
-        episode_length = self.episode_length
         sample = head.sample
         to_env = head.to_env
         step_sync = self._step_sync
-        obs_array = self._obs_array
+        obs_into = self._obs_into
         expected = tuple(policy.obs_shape)
+        sub_obs = [None] * N  # the sub-envs' observations of the current step (fast path)
         # rewards as logged (before reward normalization): the reward buffer itself without it
         raw_rew_buf = rew_buf if tap is None else np.empty((T, N), dtype=np.float64)
-        start_buf[0] = starts
+        obs_buf[0] = self.obs
+        start_buf[0] = self.episode_starts
+        terminated = truncated = None
         for t in range(T):
-            obs_buf[t] = obs
+            obs = obs_rows[t]
             if with_starts:  # the flags of obs: the last step's ends (the carried ones at t = 0)
                 if t > 0:
-                    np.logical_or(term_buf[t - 1], trunc_buf[t - 1], out=start_buf[t])
+                    np.logical_or(terminated, truncated, out=start_buf[t])
                 policy_out = forward(obs, start_buf[t])
             else:
                 policy_out = forward(obs)
             actions = sample(rng, policy_out, params)
             act_buf[t] = actions
             step = self.vector_steps
-            env_actions = to_env(actions)
+            rewards, terminated, truncated = rew_buf[t], term_buf[t], trunc_buf[t]
             if fast is not None:
                 # rewards and flags go straight into this step's buffer rows
-                rewards, terminated, truncated = rew_buf[t], term_buf[t], trunc_buf[t]
-                raw_obs, final_obs = step_sync(fast, env_actions, step, t, rewards, terminated,
-                                               truncated, expected)
-                info = {"final_obs": final_obs}
-                any_done = bool(final_obs)  # holds exactly the envs that terminated or truncated
+                final_obs = step_sync(fast, to_env(actions), step, t, rewards, terminated,
+                                      truncated, expected, sub_obs)
+                raw_obs = sub_obs
+                any_done = final_obs is not None  # holds exactly the envs that ended
             else:
                 try:
-                    raw_obs, rewards, terminated, truncated, info = env.step(env_actions)
+                    raw_obs, env_rewards, env_terminated, env_truncated, info = env.step(to_env(actions))
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
-                rewards = _checked_step_arrays(rewards, terminated, truncated, N, step, t)
-                rew_buf[t] = rewards
-                term_buf[t] = terminated
-                trunc_buf[t] = truncated
+                rewards[:] = _checked_step_arrays(env_rewards, env_terminated, env_truncated, N,
+                                                  step, t)
+                terminated[:] = env_terminated
+                truncated[:] = env_truncated
                 any_done = bool(np.logical_or(terminated, truncated).any())
+                final_obs = info
             self.vector_steps = step + 1
             if tap is None:
                 raw_rewards = rewards
-                finite = all_finite_1d(rewards if fast is not None else rewards.reshape(-1))
+                finite = all_finite_1d(rewards)
             else:
                 raw_rewards = raw_rew_buf[t] = tap.last_rewards
                 finite = bool(np.isfinite(raw_rewards).all())
@@ -627,28 +642,29 @@ class RolloutCollector:
                 i = int(np.argmin(np.isfinite(raw_rewards)))
                 raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
                                    f"step {step} (rollout step {t})", i, step, t)
-            obs = obs_array(raw_obs, vector_step=step, rollout_step=t)
+            obs_into(raw_obs, obs_rows[t + 1], vector_step=step, rollout_step=t)
             if any_done:
-                bootstrap = np.logical_and(trunc_buf[t], np.logical_not(term_buf[t]))
+                bootstrap = np.logical_and(truncated, np.logical_not(terminated))
                 if bootstrap.any():
                     if final_values is None:
                         final_values = np.zeros((T, N), dtype=np.float64)
                     idx = np.flatnonzero(bootstrap)
-                    final_obs = self._final_obs(info, idx, step, t)
-                    final_values[t, idx] = (policy.values(params, final_obs, env_indices=idx)
-                                            if with_starts else policy.values(params, final_obs))
+                    info = {"final_obs": final_obs} if fast is not None else final_obs
+                    final = self._final_obs(info, idx, step, t)
+                    final_values[t, idx] = (policy.values(params, final, env_indices=idx)
+                                            if with_starts else policy.values(params, final))
         # episode bookkeeping of the whole rollout in one compiled pass: per env, in step order,
         # the running return += reward and length += 1, recorded and reset where an episode
         # ended (the same additions in the same order as step by step)
         done = np.logical_or(term_buf, trunc_buf)
-        ep_returns, ep_lengths, ep_envs = finished_episodes(raw_rew_buf, done, episode_return,
-                                                            episode_length)
+        ep_returns, ep_lengths, ep_envs = finished_episodes(raw_rew_buf, done, self.episode_return,
+                                                            self.episode_length)
         if self.clip_rewards is not None:  # the normalized rewards (the logged ones are raw)
             np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
         if T > 1 and not with_starts:  # (with_starts: filled step by step above)
             start_buf[1:] = done[:-1]
         starts = done[T - 1]
-        self.obs = obs
+        self.obs = obs = obs_after
         self.episode_starts = starts.copy()
         # Record values and behaviour log-probs from ONE forward pass over all T*N rows (the
         # parameters did not change during the rollout, so these are the same quantities as at
@@ -674,7 +690,7 @@ class RolloutCollector:
         return None
 
     def _step_sync(self, envs, actions, vector_step, rollout_step, rewards, terminated, truncated,
-                   expected):
+                   expected, observations):
         """One SAME_STEP vector step over the sub-envs of a plain ``SyncVectorEnv``.
 
         The same calls, in the same order, as ``SyncVectorEnv.step`` in SAME_STEP mode
@@ -685,14 +701,14 @@ class RolloutCollector:
         scalar for Discrete: gymnasium's ``Discrete.contains`` checks it faster than a Python
         int; a row for Box).
         Writes each env's reward and flags into ``rewards`` (float64 ``[N]``), ``terminated``,
-        ``truncated`` (bool ``[N]``); ``expected`` is the observation shape (a tuple).
-        Returns ``(observations [list], final_obs {i: obs})``.
+        ``truncated`` (bool ``[N]``) and its observation (the reset one where it ended) into
+        the list ``observations``; ``expected`` is the observation shape (a tuple).
+        Returns ``final_obs`` ``{i: obs}`` of the envs that ended, ``None`` when none did.
         """
-        observations = [None] * len(envs)
-        final_obs = {}
+        final_obs = None
         i = 0
-        for env in envs:
-            o, r, term, trunc, _ = env.step(actions[i])
+        for env, action in zip(envs, actions):  # action = actions[i]
+            o, r, term, trunc, _ = env.step(action)
             if (o.shape if type(o) is np.ndarray else np.shape(o)) != expected:
                 raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
                                    f"{expected}, at vector step {vector_step} (rollout step "
@@ -708,6 +724,8 @@ class RolloutCollector:
             terminated[i] = term
             truncated[i] = trunc
             if term or trunc:
+                if final_obs is None:
+                    final_obs = {}
                 final_obs[i] = o
                 o, _ = env.reset()
                 if np.shape(o) != expected:
@@ -716,7 +734,7 @@ class RolloutCollector:
                                        f"step {rollout_step})", i, vector_step, rollout_step)
             observations[i] = o
             i += 1
-        return observations, final_obs
+        return final_obs
 
     def _final_obs(self, info, idx, vector_step, rollout_step) -> np.ndarray:
         """Stack, check and normalize ``info["final_obs"][idx]`` (frozen statistics)."""
