@@ -490,23 +490,27 @@ class RolloutCollector:
                                f"vector step {vector_step} (rollout step {rollout_step})", i,
                                vector_step, rollout_step)
         if self.obs_rms is not None:
-            out[...] = self._normalized(raw64, vector_step, rollout_step)
+            self._normalize_into(raw64, out, vector_step, rollout_step)
 
-    def _normalized(self, obs: np.ndarray, vector_step: int, rollout_step: int) -> np.ndarray:
-        """:meth:`normalize_obs` of the finite float64 observations ``obs [N, obs_dim]``, after
-        updating the running statistics with them (unless they are frozen)."""
+    def _normalize_into(self, obs: np.ndarray, out: np.ndarray, vector_step: int,
+                        rollout_step: int) -> None:
+        """``out[...] =`` :meth:`normalize_obs` of the finite float64 observations ``obs [N,
+        obs_dim]`` (not ``out``), after updating the running statistics with them (unless they
+        are frozen)."""
         rms = self.obs_rms
         if self.update_statistics:
             before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
-            normalized = _update_and_normalize(rms, obs)
+            normalized = _update_and_normalize(rms, obs, out)
             if normalized is None:
                 rms.update(obs)
             if not (all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))):
                 rms.mean, rms.var, rms.count = before
                 raise _statistics_overflow(obs, vector_step, rollout_step)
             if normalized is not None:
-                return self._clip_obs(normalized)
-            return self.normalize_obs(obs)
+                self._clip_obs(out)
+            else:
+                out[...] = self.normalize_obs(obs)
+            return
         obs = self.normalize_obs(obs)
         if not all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
             i = int(np.argmin(np.isfinite(obs).all(axis=1)))
@@ -514,7 +518,7 @@ class RolloutCollector:
                                f"overflows float64 with the frozen normalizer statistics at "
                                f"vector step {vector_step} (rollout step {rollout_step})",
                                i, vector_step, rollout_step)
-        return obs
+        out[...] = obs
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
         """``(obs - mean) / sqrt(var + 1e-8)`` with the current statistics, then clipped to
@@ -946,14 +950,17 @@ def _statistics_overflow(obs: np.ndarray, vector_step: int, rollout_step: int) -
                         vector_step, rollout_step)
 
 
-def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:
+def _update_and_normalize(rms, obs: np.ndarray, out: Optional[np.ndarray] = None
+                          ) -> Optional[np.ndarray]:
     """``rms.update(obs)`` then :meth:`RolloutCollector.normalize_obs` in one compiled call
     (:func:`_obs_statistics_kernel`, the same arithmetic in the same order, so the same bits:
     tested against gymnasium's ``RunningMeanStd``), or ``None`` (nothing done) outside the
     case it covers: ``obs`` a C-contiguous float64 ``[N, d]`` with ``d >= 2``, ``rms.mean`` and
     ``rms.var`` C-contiguous float64 ``[d]``, ``rms.count`` a Python float. (With ``d = 1``
     numpy sums the contiguous column pairwise, in another order than row by row.)
-    Sets ``rms.mean``, ``rms.var`` (new arrays) and ``rms.count`` as ``update`` does."""
+    Sets ``rms.mean``, ``rms.var`` (new arrays) and ``rms.count`` as ``update`` does. The
+    normalized batch goes into ``out`` when given (the collector's own float64 ``[N, d]``
+    C-contiguous rollout row, never ``obs`` itself), else into a new array."""
     mean, var, count = rms.mean, rms.var, rms.count
     if not (type(obs) is np.ndarray and obs.ndim == 2 and obs.dtype == np.float64
             and obs.flags.c_contiguous and obs.shape[1] >= 2 and type(count) is float):
@@ -966,7 +973,8 @@ def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:
     tot_count = count + obs.shape[0]
     new_mean = np.empty(d)
     new_var = np.empty(d)
-    out = np.empty_like(obs)
+    if out is None:
+        out = np.empty_like(obs)
     _obs_statistics_kernel(obs, mean, var, count, tot_count, OBS_NORM_EPS, new_mean, new_var, out)
     rms.mean, rms.var, rms.count = new_mean, new_var, tot_count
     return out
