@@ -381,26 +381,30 @@ class PolicyBase:
 
 
 @njit
-def _tower_transposed(x, flat_t, table, relu, acts):
-    """:func:`ppo_ref.fast.mlp.mlp_forward_flat` ``(x, flat, table, relu, acts)`` bit for bit,
-    reading ``flat_t``: the buffer ``flat`` with every weight of ``table`` stored transposed
-    (``w_i.T`` ``[in_i, out_i]``, C order, at ``w_i``'s offset; biases as in ``flat``). The
-    same :func:`~ppo_ref.fast.lstm._linear_rows` and activation calls on the same values; only
-    the per-call transposes are gone (the acting closure of :meth:`MLPPolicy.policy_out_fn`
-    transposes once per parameter set). Unchecked, as ``mlp_forward_flat``."""
+def _policy_tower(x, flat_t, trunk, pi, relu):
+    """The ``policy_out [rows, P]`` of :func:`ppo_ref.fast.actor_critic.flat_forward` ``(net,
+    flat, x, relu, value=False)`` bit for bit, as a new array, for ``x [rows, D]`` C-contiguous
+    in the dtype of ``flat_t``: the trunk's layers (``trunk``, a layer table of ``[0, 4]`` when
+    there is none) all activated, then the policy tower's (``pi``), the last one linear. The
+    same :func:`~ppo_ref.fast.lstm._linear_rows` and activation calls on the same values as
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat`, reading ``flat_t``: the buffer ``flat`` with
+    every weight of these tables stored transposed (``w_i.T`` ``[in_i, out_i]``, C order, at
+    ``w_i``'s offset; biases as in ``flat``), so no weight is transposed per call (the acting
+    closure of :meth:`MLPPolicy.policy_out_fn` does that once per parameter set). Unchecked."""
     rows = x.shape[0]
-    n_layers = table.shape[0]
     h = x
-    start = 0
-    for i in range(n_layers):
-        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
-        a = acts[start:start + rows * n_out].reshape(rows, n_out)
-        _linear_rows(h, flat_t[w_off:w_off + n_in * n_out].reshape(n_in, n_out),
-                     flat_t[b_off:b_off + n_out], a)
-        if i < n_layers - 1:
-            _activate_inplace(a, relu)
-        h = a
-        start += rows * n_out
+    for tower in range(2):
+        table = trunk if tower == 0 else pi
+        n_layers = table.shape[0]
+        for i in range(n_layers):
+            w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+            a = np.empty((rows, n_out), flat_t.dtype)
+            _linear_rows(h, flat_t[w_off:w_off + n_in * n_out].reshape(n_in, n_out),
+                         flat_t[b_off:b_off + n_out], a)
+            if tower == 0 or i < n_layers - 1:
+                _activate_inplace(a, relu)
+            h = a
+    return h
 
 
 class MLPPolicy(PolicyBase):
@@ -571,37 +575,24 @@ class MLPPolicy(PolicyBase):
         """``forward(obs) -> policy_out [B, P]`` for acting with fixed parameters (one rollout).
 
         ``params`` are checked and copied (cast to the compute dtype) once here, with the
-        policy tower's weights stored transposed (:func:`_tower_transposed`); each call checks
+        acting layers' weights stored transposed (:func:`_policy_tower`); each call checks
         ``obs`` (as :meth:`evaluate`) and runs the policy tower (with a shared trunk: trunk +
         policy head) only, with the arithmetic of :meth:`evaluate`, so a row's output is bit
-        for bit the one :meth:`evaluate` computes for it. ``policy_out`` is in the compute
-        dtype (a new array per call).
+        for bit the one :meth:`evaluate` computes for it. ``policy_out`` is a new array in the
+        compute dtype.
         """
         net = self._check_params(params)
         flat_t = np.array(self._compute_flat(params), copy=True)
-        for table in (net.trunk, net.pi):
-            for w_off, _, n_out, n_in in (table.tolist() if table is not None else ()):
-                w = flat_t[w_off:w_off + n_out * n_in]
-                w[:] = w.reshape(n_out, n_in).T.reshape(-1)
+        trunk = net.trunk if net.trunk is not None else np.zeros((0, 4), dtype=np.int64)
+        pi = net.pi
+        for w_off, _, n_out, n_in in trunk.tolist() + pi.tolist():
+            w = flat_t[w_off:w_off + n_out * n_in]
+            w[:] = w.reshape(n_out, n_in).T.reshape(-1)
         relu = self._relu
         check_obs = self._check_obs
-        trunk, pi = net.trunk, net.pi
-        trunk_width, pi_width = net.trunk_width, net.pi_width
-        trunk_out = int(trunk[-1, 2]) if trunk is not None else 0
-        pi_out = net.policy_out_dim
-        dtype = flat_t.dtype
 
         def forward(obs):
-            x = check_obs(obs)
-            rows = x.shape[0]
-            if trunk is not None:  # the trunk's last layer activated, as the heads read it
-                trunk_acts = np.empty(rows * trunk_width, dtype)
-                _tower_transposed(x, flat_t, trunk, relu, trunk_acts)
-                x = trunk_acts[rows * (trunk_width - trunk_out):].reshape(rows, trunk_out)
-                _activate_inplace(x, relu)
-            acts = np.empty(rows * pi_width, dtype)
-            _tower_transposed(x, flat_t, pi, relu, acts)
-            return acts[rows * (pi_width - pi_out):].reshape(rows, pi_out)
+            return _policy_tower(check_obs(obs), flat_t, trunk, pi, relu)
         return forward
 
     def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

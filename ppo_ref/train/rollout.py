@@ -586,9 +586,10 @@ class RolloutCollector:
         obs_rows.append(obs_after)
         act_buf = np.empty((T, N) + tuple(head.action_shape), dtype=head.action_dtype)
         rew_buf = np.empty((T, N), dtype=np.float64)
-        term_buf = np.empty((T, N), dtype=bool)
-        trunc_buf = np.empty((T, N), dtype=bool)
-        start_buf = np.empty((T, N), dtype=bool)
+        # the flags are False but where an episode ends (the fast path writes only those)
+        term_buf = np.zeros((T, N), dtype=bool)
+        trunc_buf = np.zeros((T, N), dtype=bool)
+        start_buf = np.zeros((T, N), dtype=bool)
         final_values = None
         env = self.env
         tap = self._tap
@@ -601,27 +602,26 @@ class RolloutCollector:
         obs_into = self._obs_into
         expected = tuple(policy.obs_shape)
         sub_obs = [None] * N  # the sub-envs' observations of the current step (fast path)
+        sub_rewards = [None] * N  # and their rewards
         # rewards as logged (before reward normalization): the reward buffer itself without it
         raw_rew_buf = rew_buf if tap is None else np.empty((T, N), dtype=np.float64)
         obs_buf[0] = self.obs
         start_buf[0] = self.episode_starts
-        terminated = truncated = None
         for t in range(T):
             obs = obs_rows[t]
             if with_starts:  # the flags of obs: the last step's ends (the carried ones at t = 0)
-                if t > 0:
-                    np.logical_or(terminated, truncated, out=start_buf[t])
                 policy_out = forward(obs, start_buf[t])
             else:
                 policy_out = forward(obs)
             actions = sample(rng, policy_out, params)
             act_buf[t] = actions
             step = self.vector_steps
-            rewards, terminated, truncated = rew_buf[t], term_buf[t], trunc_buf[t]
             if fast is not None:
-                # rewards and flags go straight into this step's buffer rows
-                final_obs = step_sync(fast, to_env(actions), step, t, rewards, terminated,
-                                      truncated, expected, sub_obs)
+                # the flags (and the next step's episode starts) of the envs that ended go
+                # straight into the buffers
+                final_obs = step_sync(fast, to_env(actions), step, t, sub_rewards, term_buf,
+                                      trunc_buf, start_buf, expected, sub_obs)
+                rew_buf[t] = sub_rewards
                 raw_obs = sub_obs
                 any_done = final_obs is not None  # holds exactly the envs that ended
             else:
@@ -629,16 +629,19 @@ class RolloutCollector:
                     raw_obs, env_rewards, env_terminated, env_truncated, info = env.step(to_env(actions))
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
-                rewards[:] = _checked_step_arrays(env_rewards, env_terminated, env_truncated, N,
+                rew_buf[t] = _checked_step_arrays(env_rewards, env_terminated, env_truncated, N,
                                                   step, t)
-                terminated[:] = env_terminated
-                truncated[:] = env_truncated
-                any_done = bool(np.logical_or(terminated, truncated).any())
+                term_buf[t] = env_terminated
+                trunc_buf[t] = env_truncated
+                ended = np.logical_or(term_buf[t], trunc_buf[t])
+                if t + 1 < T:
+                    start_buf[t + 1] = ended
+                any_done = bool(ended.any())
                 final_obs = info
             self.vector_steps = step + 1
             if tap is None:
-                raw_rewards = rewards
-                finite = all_finite_1d(rewards)
+                raw_rewards = rew_buf[t]
+                finite = all_finite_1d(raw_rewards)
             else:
                 raw_rewards = raw_rew_buf[t] = tap.last_rewards
                 finite = bool(np.isfinite(raw_rewards).all())
@@ -648,7 +651,7 @@ class RolloutCollector:
                                    f"step {step} (rollout step {t})", i, step, t)
             obs_into(raw_obs, obs_rows[t + 1], vector_step=step, rollout_step=t)
             if any_done:
-                bootstrap = np.logical_and(truncated, np.logical_not(terminated))
+                bootstrap = np.logical_and(trunc_buf[t], np.logical_not(term_buf[t]))
                 if bootstrap.any():
                     if final_values is None:
                         final_values = np.zeros((T, N), dtype=np.float64)
@@ -665,8 +668,6 @@ class RolloutCollector:
                                                             self.episode_length)
         if self.clip_rewards is not None:  # the normalized rewards (the logged ones are raw)
             np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
-        if T > 1 and not with_starts:  # (with_starts: filled step by step above)
-            start_buf[1:] = done[:-1]
         starts = done[T - 1]
         self.obs = obs = obs_after
         self.episode_starts = starts.copy()
@@ -694,7 +695,7 @@ class RolloutCollector:
         return None
 
     def _step_sync(self, envs, actions, vector_step, rollout_step, rewards, terminated, truncated,
-                   expected, observations):
+                   episode_starts, expected, observations):
         """One SAME_STEP vector step over the sub-envs of a plain ``SyncVectorEnv``.
 
         The same calls, in the same order, as ``SyncVectorEnv.step`` in SAME_STEP mode
@@ -704,12 +705,16 @@ class RolloutCollector:
         ``actions[i]`` of the action array, as ``SyncVectorEnv`` passes it (a numpy integer
         scalar for Discrete: gymnasium's ``Discrete.contains`` checks it faster than a Python
         int; a row for Box).
-        Writes each env's reward and flags into ``rewards`` (float64 ``[N]``), ``terminated``,
-        ``truncated`` (bool ``[N]``) and its observation (the reset one where it ended) into
-        the list ``observations``; ``expected`` is the observation shape (a tuple).
+        Writes env ``i``'s reward (checked to be a real number) into the list ``rewards`` and
+        its observation (the reset one where it ended) into the list ``observations``; where it
+        ended, its flags into row ``t = rollout_step`` of the ``[T, N]`` bool ``terminated``,
+        ``truncated`` (left False elsewhere) and True into ``episode_starts[t + 1]`` (if
+        ``t + 1 < T``). ``expected`` is the observation shape (a tuple).
         Returns ``final_obs`` ``{i: obs}`` of the envs that ended, ``None`` when none did.
         """
         final_obs = None
+        t = rollout_step
+        next_row = t + 1 < len(episode_starts)
         i = 0
         for env, action in zip(envs, actions):  # action = actions[i]
             o, r, term, trunc, _ = env.step(action)
@@ -725,9 +730,11 @@ class RolloutCollector:
             if type(trunc) not in _FLAG_TYPES:
                 _check_env_scalar(trunc, "truncated", i, vector_step, rollout_step)
             rewards[i] = r
-            terminated[i] = term
-            truncated[i] = trunc
             if term or trunc:
+                terminated[t, i] = term
+                truncated[t, i] = trunc
+                if next_row:
+                    episode_starts[t + 1, i] = True
                 if final_obs is None:
                     final_obs = {}
                 final_obs[i] = o
