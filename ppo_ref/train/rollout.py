@@ -56,7 +56,7 @@ import numpy as np
 from ppo_ref._checks import check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.io.checkpoint import generator_state, set_generator_state
-from ppo_ref.fast.lstm import all_finite_1d
+from ppo_ref.fast.lstm import all_finite, all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
            "single_env_state", "restore_single_env_state", "rollout_from_transitions",
@@ -478,12 +478,15 @@ class RolloutCollector:
             raise EnvStepError(f"the vector env returned observations of shape {obs.shape}, expected "
                                f"{self._obs_batch_shape}, at vector step {vector_step} (rollout step "
                                f"{rollout_step})", -1, vector_step, rollout_step)
-        if self.obs_rms is None:
-            np.copyto(out, obs.reshape(out.shape), casting="unsafe")  # = astype(float64)
+        if self.obs_rms is None:  # (out: float64, C-contiguous)
+            np.copyto(out, obs if obs.ndim == 2 else obs.reshape(out.shape),
+                      casting="unsafe")  # = astype(float64)
             raw64 = out
+            finite = all_finite(out)
         else:  # the statistics read this array (its memory order fixes numpy's summation order)
             raw64 = obs.astype(np.float64, copy=False).reshape(self.n_envs, -1)
-        if not all_finite_1d(raw64.reshape(-1)):  # one compiled pass; the row only on failure
+            finite = all_finite_1d(raw64.reshape(-1))
+        if not finite:  # one compiled pass; the row only on failure
             finite = np.isfinite(raw64).all(axis=1)
             i = int(np.argmin(finite))
             raise EnvStepError(f"env {i} returned a non-finite observation {raw64[i].tolist()} at "
