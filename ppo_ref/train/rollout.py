@@ -503,13 +503,16 @@ class RolloutCollector:
         rms = self.obs_rms
         if self.update_statistics:
             before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
-            normalized = _update_and_normalize(rms, obs, out)
-            if normalized is None:
+            done = _update_and_normalize_into(rms, obs, out)
+            if done is None:
                 rms.update(obs)
-            if not (all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))):
+                finite = all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))
+            else:
+                finite = done[1]
+            if not finite:
                 rms.mean, rms.var, rms.count = before
                 raise _statistics_overflow(obs, vector_step, rollout_step)
-            if normalized is not None:
+            if done is not None:
                 self._clip_obs(out)
             else:
                 out[...] = self.normalize_obs(obs)
@@ -960,17 +963,24 @@ def _statistics_overflow(obs: np.ndarray, vector_step: int, rollout_step: int) -
                         vector_step, rollout_step)
 
 
-def _update_and_normalize(rms, obs: np.ndarray, out: Optional[np.ndarray] = None
-                          ) -> Optional[np.ndarray]:
+def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:
     """``rms.update(obs)`` then :meth:`RolloutCollector.normalize_obs` in one compiled call
     (:func:`_obs_statistics_kernel`, the same arithmetic in the same order, so the same bits:
     tested against gymnasium's ``RunningMeanStd``), or ``None`` (nothing done) outside the
     case it covers: ``obs`` a C-contiguous float64 ``[N, d]`` with ``d >= 2``, ``rms.mean`` and
     ``rms.var`` C-contiguous float64 ``[d]``, ``rms.count`` a Python float. (With ``d = 1``
     numpy sums the contiguous column pairwise, in another order than row by row.)
-    Sets ``rms.mean``, ``rms.var`` (new arrays) and ``rms.count`` as ``update`` does. The
-    normalized batch goes into ``out`` when given (the collector's own float64 ``[N, d]``
-    C-contiguous rollout row, never ``obs`` itself), else into a new array."""
+    Sets ``rms.mean``, ``rms.var`` (new arrays) and ``rms.count`` as ``update`` does."""
+    done = _update_and_normalize_into(rms, obs, None)
+    return None if done is None else done[0]
+
+
+def _update_and_normalize_into(rms, obs: np.ndarray, out: Optional[np.ndarray]
+                               ) -> Optional[Tuple[np.ndarray, bool]]:
+    """:func:`_update_and_normalize` writing the normalized batch into ``out`` (the
+    collector's own float64 ``[N, d]`` C-contiguous rollout row, never ``obs`` itself; a new
+    array when ``None``): ``(out, finite)`` with ``finite`` True iff the new ``rms.mean`` and
+    ``rms.var`` are finite, or ``None`` (nothing done) outside the case it covers."""
     mean, var, count = rms.mean, rms.var, rms.count
     if not (type(obs) is np.ndarray and obs.ndim == 2 and obs.dtype == np.float64
             and obs.flags.c_contiguous and obs.shape[1] >= 2 and type(count) is float):
@@ -985,9 +995,10 @@ def _update_and_normalize(rms, obs: np.ndarray, out: Optional[np.ndarray] = None
     new_var = np.empty(d)
     if out is None:
         out = np.empty_like(obs)
-    _obs_statistics_kernel(obs, mean, var, count, tot_count, OBS_NORM_EPS, new_mean, new_var, out)
+    finite = _obs_statistics_kernel(obs, mean, var, count, tot_count, OBS_NORM_EPS, new_mean,
+                                    new_var, out)
     rms.mean, rms.var, rms.count = new_mean, new_var, tot_count
-    return out
+    return out, finite
 
 
 @njit
@@ -1001,9 +1012,11 @@ def _obs_statistics_kernel(obs, mean, var, count, tot_count, eps, new_mean, new_
         mean'[j] = mean[j] + delta * N / tot_count
         var'[j]  = (var[j] * count + bv * N + delta**2 * count * N / tot_count) / tot_count
 
-    with ``tot_count = count + N``; writes ``new_mean``, ``new_var`` ``[d]`` and ``out [N, d]``."""
+    with ``tot_count = count + N``; writes ``new_mean``, ``new_var`` ``[d]`` and ``out [N, d]``.
+    Returns True iff every ``mean'[j]`` and ``var'[j]`` is finite."""
     N, d = obs.shape
     n = np.float64(N)
+    finite = True
     for j in range(d):
         s = obs[0, j]
         for i in range(1, N):
@@ -1022,6 +1035,9 @@ def _obs_statistics_kernel(obs, mean, var, count, tot_count, eps, new_mean, new_
         sd = math.sqrt(new_var[j] + eps)
         for i in range(N):
             out[i, j] = np.true_divide(obs[i, j] - new_mean[j], sd)
+        if not (math.isfinite(new_mean[j]) and math.isfinite(new_var[j])):
+            finite = False
+    return finite
 
 
 @njit
