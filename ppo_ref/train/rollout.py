@@ -20,7 +20,11 @@ one in ``info["final_obs"]``. There are therefore no phantom rows (the NEXT_STEP
 Speed: with a plain ``SyncVectorEnv`` (no vector wrappers) the collector steps the sub-envs
 itself with exactly the calls ``SyncVectorEnv.step`` makes in SAME_STEP mode (tested to give
 identical rollouts), and acts through the policy tower only; values and behaviour log-probs
-are recorded from one batched forward pass at the end of the rollout.
+are recorded from one batched forward pass at the end of the rollout. Each step's outputs go
+straight into the rollout's arrays: the observations are checked and converted to float64 once,
+into their row; the rewards are stored from the sub-envs' list in one assignment; the
+terminated/truncated flags (and the next row's ``episode_starts``) are written only where an
+episode ended, into arrays that start False.
 
 Normalization (options of :class:`RolloutCollector`):
 
