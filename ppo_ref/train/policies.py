@@ -44,12 +44,11 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref.fast import workspace
-from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
+from ppo_ref.fast.actor_critic import (FlatCache, FlatNet, acting_forward, acting_weights,
+                                      flat_backward, flat_forward, flat_net)
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
-from ppo_ref.fast.lstm import _linear_rows, all_finite, all_finite_1d
-from ppo_ref.fast.mlp import _activate_inplace
-from ppo_ref._numba import njit
+from ppo_ref.fast.lstm import all_finite, all_finite_1d
 from ppo_ref.nn.actor_critic import actor_critic_init
 from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
@@ -380,33 +379,6 @@ class PolicyBase:
         self._head_keys = tuple(self.head.init_params())
 
 
-@njit
-def _policy_tower(x, flat_t, trunk, pi, relu):
-    """The ``policy_out [rows, P]`` of :func:`ppo_ref.fast.actor_critic.flat_forward` ``(net,
-    flat, x, relu, value=False)`` bit for bit, as a new array, for ``x [rows, D]`` C-contiguous
-    in the dtype of ``flat_t``: the trunk's layers (``trunk``, a layer table of ``[0, 4]`` when
-    there is none) all activated, then the policy tower's (``pi``), the last one linear. The
-    same :func:`~ppo_ref.fast.lstm._linear_rows` and activation calls on the same values as
-    :func:`ppo_ref.fast.mlp.mlp_forward_flat`, reading ``flat_t``: the buffer ``flat`` with
-    every weight of these tables stored transposed (``w_i.T`` ``[in_i, out_i]``, C order, at
-    ``w_i``'s offset; biases as in ``flat``), so no weight is transposed per call (the acting
-    closure of :meth:`MLPPolicy.policy_out_fn` does that once per parameter set). Unchecked."""
-    rows = x.shape[0]
-    h = x
-    for tower in range(2):
-        table = trunk if tower == 0 else pi
-        n_layers = table.shape[0]
-        for i in range(n_layers):
-            w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
-            a = np.empty((rows, n_out), flat_t.dtype)
-            _linear_rows(h, flat_t[w_off:w_off + n_in * n_out].reshape(n_in, n_out),
-                         flat_t[b_off:b_off + n_out], a)
-            if tower == 0 or i < n_layers - 1:
-                _activate_inplace(a, relu)
-            h = a
-    return h
-
-
 class MLPPolicy(PolicyBase):
     """Feedforward actor-critic policy (compiled tier): the network of
     :mod:`ppo_ref.fast.actor_critic` + a distribution head.
@@ -574,25 +546,21 @@ class MLPPolicy(PolicyBase):
     def policy_out_fn(self, params):
         """``forward(obs) -> policy_out [B, P]`` for acting with fixed parameters (one rollout).
 
-        ``params`` are checked and copied (cast to the compute dtype) once here, with the
-        acting layers' weights stored transposed (:func:`_policy_tower`); each call checks
-        ``obs`` (as :meth:`evaluate`) and runs the policy tower (with a shared trunk: trunk +
-        policy head) only, with the arithmetic of :meth:`evaluate`, so a row's output is bit
-        for bit the one :meth:`evaluate` computes for it. ``policy_out`` is a new array in the
-        compute dtype.
+        ``params`` are checked and copied (cast to the compute dtype, the acting layers'
+        weights stored transposed: :func:`~ppo_ref.fast.actor_critic.acting_weights`) once
+        here; each call checks ``obs`` (as :meth:`evaluate`) and runs the policy tower (with a
+        shared trunk: trunk + policy head) only, by
+        :func:`~ppo_ref.fast.actor_critic.acting_forward`, with the arithmetic of
+        :meth:`evaluate`, so a row's output is bit for bit the one :meth:`evaluate` computes
+        for it. ``policy_out`` is a new array in the compute dtype.
         """
         net = self._check_params(params)
-        flat_t = np.array(self._compute_flat(params), copy=True)
-        trunk = net.trunk if net.trunk is not None else np.zeros((0, 4), dtype=np.int64)
-        pi = net.pi
-        for w_off, _, n_out, n_in in trunk.tolist() + pi.tolist():
-            w = flat_t[w_off:w_off + n_out * n_in]
-            w[:] = w.reshape(n_out, n_in).T.reshape(-1)
+        flat_t, trunk, pi = acting_weights(net, self._compute_flat(params))
         relu = self._relu
         check_obs = self._check_obs
 
         def forward(obs):
-            return _policy_tower(check_obs(obs), flat_t, trunk, pi, relu)
+            return acting_forward(check_obs(obs), flat_t, trunk, pi, relu)
         return forward
 
     def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
