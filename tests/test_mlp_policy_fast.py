@@ -114,6 +114,24 @@ def test_acting_methods_give_the_bits_of_evaluate(rng, shared_trunk, continuous,
         assert np.array_equal(greedy, np.argmax(out, axis=1))
 
 
+@pytest.mark.parametrize("shared_trunk", [False, True])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("net_arch", [(), (7,), (16, 9)])
+@pytest.mark.parametrize("rows", [1, 8, 13])
+def test_acting_forward_gives_the_policy_output_of_flat_forward(rng, shared_trunk, activation,
+                                                                net_arch, rows):
+    from ppo_ref.fast.actor_critic import acting_forward, acting_weights, flat_forward
+    policy, params = make_policy(rng, activation=activation, net_arch=net_arch,
+                                 shared_trunk=shared_trunk)
+    net = policy._check_params(params)
+    x = np.ascontiguousarray(rng.standard_normal((rows, 5)))
+    want = flat_forward(net, params.flat, x, activation == "relu", value=False)[0]
+    flat_t, trunk, pi = acting_weights(net, params.flat)
+    got = acting_forward(x, flat_t, trunk, pi, activation == "relu")
+    assert got.shape == want.shape and np.array_equal(got, want)
+    assert not np.shares_memory(flat_t, params.flat)
+
+
 def test_policy_out_fn_keeps_the_parameters_it_was_given(rng):
     policy, params = make_policy(rng)
     obs, _ = _batch(rng, 4, False)

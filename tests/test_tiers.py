@@ -475,7 +475,7 @@ def _mlp_policy(cls, dtype="float64"):
         grads = policy.backward(params, ev.cache, *c["d"])
         acted = policy.act(params, c["obs"], np.random.default_rng(c["seed"]))
         return _arrays(ev.log_probs, ev.entropy, ev.values, dict(grads), acted[1], acted[2],
-                       policy.values(params, c["obs"]))
+                       policy.values(params, c["obs"]), policy.policy_out_fn(params)(c["obs"]))
     return run
 
 
@@ -579,7 +579,9 @@ TWINS: Dict[str, Twin] = {
                  "ppo_ref.spec.lstm.lstm_forward", _lstm_case, _lstm(fast_lstm), _lstm(spec_lstm),
                  Tol(1e-12, 1e-14)),
     "mlp_policy": Twin(tuple(_fast_name("actor_critic", n) for n in ("flat_net", "flat_forward",
-                                                                     "flat_backward"))
+                                                                     "flat_backward",
+                                                                     "acting_weights",
+                                                                     "acting_forward"))
                        + (_fast_name("mlp", "mlp_forward_flat"),
                           _fast_name("mlp", "mlp_backward_flat")),
                        "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,

@@ -64,6 +64,8 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.actor_critic.flat_net",
     "ppo_ref.fast.actor_critic.flat_forward",
     "ppo_ref.fast.actor_critic.flat_backward",
+    "ppo_ref.fast.actor_critic.acting_weights",
+    "ppo_ref.fast.actor_critic.acting_forward",
     # distributions
     "ppo_ref.fast.distributions.inverse_cdf_actions",
     "ppo_ref.fast.distributions.categorical_sample",

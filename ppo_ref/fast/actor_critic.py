@@ -9,6 +9,9 @@ max|spec|``, through :class:`ppo_ref.train.policies.MLPPolicy`: the ``mlp_policy
 ``mlp_policy_float32`` row), on the same parameters (the spec's keys ``pi.*``, ``vf.*``,
 ``trunk.*``, from :func:`ppo_ref.spec.networks.actor_critic_init`) read through a
 :class:`FlatNet` of layer tables. :func:`flat_net` checks the parameters once per layout.
+:func:`acting_forward` (on the buffer of :func:`acting_weights`) gives the policy output of
+:func:`flat_forward` bit for bit (through :meth:`ppo_ref.train.policies.MLPPolicy.policy_out_fn`:
+``tests/test_mlp_policy_fast.py``).
 """
 from __future__ import annotations
 
@@ -18,9 +21,12 @@ import numpy as np
 
 from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, layer_table,
                               mlp_backward_flat, mlp_forward_flat)
+from ppo_ref.fast.lstm import _linear_rows
+from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
-__all__ = ["FlatNet", "FlatCache", "flat_net", "flat_forward", "flat_backward"]
+__all__ = ["FlatNet", "FlatCache", "flat_net", "flat_forward", "flat_backward",
+           "acting_weights", "acting_forward"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -148,3 +154,52 @@ def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out
     mlp_backward_flat(z, cache.vf_acts, flat, net.vf, relu, dv, grads, dz)
     _activation_grad(dz, z, relu)
     mlp_backward_flat(x, cache.trunk_acts, flat, net.trunk, relu, dz, grads, None)
+
+
+# --------------------------------------------------------------------------------------------
+# Acting: the policy output alone, with the weights transposed once per parameter set
+#
+# A rollout calls the policy tower once per step on a few rows with parameters that do not
+# change during the rollout. :func:`flat_forward` transposes each weight into a scratch array
+# per call (:func:`ppo_ref.fast.mlp.mlp_forward_flat`); :func:`acting_weights` does it once and
+# :func:`acting_forward` reads the transposed copies: the same products on the same values.
+
+def acting_weights(net: FlatNet, flat: np.ndarray):
+    """``(flat_t, trunk, pi)`` for :func:`acting_forward`: ``flat_t`` a copy of the parameter
+    buffer ``flat`` (1-D, float64 or float32, the layout of ``net``) in which every weight of
+    the trunk and policy tower (``w_i [out_i, in_i]``) is stored transposed (``w_i.T [in_i,
+    out_i]``, C order, at ``w_i``'s offset; everything else as in ``flat``); ``trunk`` the
+    trunk's layer table (``[0, 4]`` when there is none), ``pi`` the policy tower's."""
+    flat_t = np.array(flat, copy=True)
+    trunk = net.trunk if net.trunk is not None else np.zeros((0, 4), dtype=np.int64)
+    for w_off, _, n_out, n_in in trunk.tolist() + net.pi.tolist():
+        w = flat_t[w_off:w_off + n_out * n_in]
+        w[:] = w.reshape(n_out, n_in).T.reshape(-1)
+    return flat_t, trunk, net.pi
+
+
+@njit
+def acting_forward(x, flat_t, trunk, pi, relu):
+    """``policy_out [rows, P]`` of :func:`flat_forward` ``(net, flat, x, relu, value=False)``,
+    bit for bit, as a new array; ``(flat_t, trunk, pi) = acting_weights(net, flat)``, ``x [rows,
+    D]`` C-contiguous in the dtype of ``flat_t``, ``relu`` as in :func:`flat_forward`.
+
+    The trunk's layers all activated (its last one too, as the heads read it), then the policy
+    tower's, the last one linear: per layer ``a = b + h @ w.T`` by
+    :func:`ppo_ref.fast.lstm._linear_rows` on the transposed weight and
+    :func:`ppo_ref.fast.mlp._activate_inplace`, the calls of
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat` on the same values. Unchecked."""
+    rows = x.shape[0]
+    h = x
+    for tower in range(2):
+        table = trunk if tower == 0 else pi
+        n_layers = table.shape[0]
+        for i in range(n_layers):
+            w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+            a = np.empty((rows, n_out), flat_t.dtype)
+            _linear_rows(h, flat_t[w_off:w_off + n_in * n_out].reshape(n_in, n_out),
+                         flat_t[b_off:b_off + n_out], a)
+            if tower == 0 or i < n_layers - 1:
+                _activate_inplace(a, relu)
+            h = a
+    return h

@@ -44,7 +44,8 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref.fast import workspace
-from ppo_ref.fast.actor_critic import FlatCache, FlatNet, flat_backward, flat_forward, flat_net
+from ppo_ref.fast.actor_critic import (FlatCache, FlatNet, acting_forward, acting_weights,
+                                      flat_backward, flat_forward, flat_net)
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.fast.lstm import all_finite, all_finite_1d
@@ -545,19 +546,21 @@ class MLPPolicy(PolicyBase):
     def policy_out_fn(self, params):
         """``forward(obs) -> policy_out [B, P]`` for acting with fixed parameters (one rollout).
 
-        ``params`` are checked and copied (cast to the compute dtype) once here; each call
-        checks ``obs`` (as :meth:`evaluate`) and runs the policy tower (with a shared trunk:
-        trunk + policy head) only, with the arithmetic of :meth:`evaluate`, so a row's output
-        is bit for bit the one :meth:`evaluate` computes for it. ``policy_out`` is in the
-        compute dtype.
+        ``params`` are checked and copied (cast to the compute dtype, the acting layers'
+        weights stored transposed: :func:`~ppo_ref.fast.actor_critic.acting_weights`) once
+        here; each call checks ``obs`` (as :meth:`evaluate`) and runs the policy tower (with a
+        shared trunk: trunk + policy head) only, by
+        :func:`~ppo_ref.fast.actor_critic.acting_forward`, with the arithmetic of
+        :meth:`evaluate`, so a row's output is bit for bit the one :meth:`evaluate` computes
+        for it. ``policy_out`` is a new array in the compute dtype.
         """
         net = self._check_params(params)
-        flat = np.array(self._compute_flat(params), copy=True)
+        flat_t, trunk, pi = acting_weights(net, self._compute_flat(params))
         relu = self._relu
         check_obs = self._check_obs
 
         def forward(obs):
-            return flat_forward(net, flat, check_obs(obs), relu, value=False)[0]
+            return acting_forward(check_obs(obs), flat_t, trunk, pi, relu)
         return forward
 
     def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:

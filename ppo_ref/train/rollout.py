@@ -20,7 +20,11 @@ one in ``info["final_obs"]``. There are therefore no phantom rows (the NEXT_STEP
 Speed: with a plain ``SyncVectorEnv`` (no vector wrappers) the collector steps the sub-envs
 itself with exactly the calls ``SyncVectorEnv.step`` makes in SAME_STEP mode (tested to give
 identical rollouts), and acts through the policy tower only; values and behaviour log-probs
-are recorded from one batched forward pass at the end of the rollout.
+are recorded from one batched forward pass at the end of the rollout. Each step's outputs go
+straight into the rollout's arrays: the observations are checked and converted to float64 once,
+into their row; the rewards are stored from the sub-envs' list in one assignment; the
+terminated/truncated flags (and the next row's ``episode_starts``) are written only where an
+episode ended, into arrays that start False.
 
 Normalization (options of :class:`RolloutCollector`):
 
@@ -56,7 +60,7 @@ import numpy as np
 from ppo_ref._checks import check_real_scalar
 from ppo_ref._numba import njit
 from ppo_ref.io.checkpoint import generator_state, set_generator_state
-from ppo_ref.fast.lstm import all_finite_1d
+from ppo_ref.fast.lstm import all_finite, all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
            "single_env_state", "restore_single_env_state", "rollout_from_transitions",
@@ -457,12 +461,14 @@ class RolloutCollector:
         self.episode_return = np.zeros(self.n_envs, dtype=np.float64)
         self.episode_length = np.zeros(self.n_envs, dtype=np.int64)
         self.vector_steps = 0
+        self._obs_batch_shape = (self.n_envs,) + tuple(policy.obs_shape)
         self.use_fast_sync = True  # False: always go through env.step (same results, slower)
 
     # -- observations -------------------------------------------------------------------------
-    def _obs_array(self, raw, *, vector_step: int, rollout_step: int) -> np.ndarray:
-        """Check and flatten a batch of raw observations; update/normalize with the statistics."""
-        expected = (self.n_envs,) + tuple(self.policy.obs_shape)
+    def _obs_into(self, raw, out: np.ndarray, *, vector_step: int, rollout_step: int) -> None:
+        """Check a batch of raw observations and write them into ``out`` (float64 ``[N,
+        obs_dim]``): flattened, as float64 (the values unchanged), and normalized with (and
+        updating) the running statistics when that option is on."""
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
@@ -472,39 +478,57 @@ class RolloutCollector:
         if obs.dtype.kind not in _REAL_KINDS:  # complex, strings, objects: never converted
             raise _bad_kind(raw if isinstance(raw, (list, tuple)) else obs, "observation",
                             vector_step, rollout_step)
-        obs = obs.astype(np.float64, copy=False)
-        if obs.shape != expected:
+        if obs.shape != self._obs_batch_shape:
             raise EnvStepError(f"the vector env returned observations of shape {obs.shape}, expected "
-                               f"{expected}, at vector step {vector_step} (rollout step {rollout_step})",
-                               -1, vector_step, rollout_step)
-        obs = obs.reshape(self.n_envs, -1)
-        if not all_finite_1d(obs.reshape(-1)):  # one compiled pass; the row only on failure
-            finite = np.isfinite(obs).all(axis=1)
+                               f"{self._obs_batch_shape}, at vector step {vector_step} (rollout step "
+                               f"{rollout_step})", -1, vector_step, rollout_step)
+        if self.obs_rms is None:  # (out: float64, C-contiguous)
+            np.copyto(out, obs if obs.ndim == 2 else obs.reshape(out.shape),
+                      casting="unsafe")  # = astype(float64)
+            raw64 = out
+            finite = all_finite(out)
+        else:  # the statistics read this array (its memory order fixes numpy's summation order)
+            raw64 = obs.astype(np.float64, copy=False).reshape(self.n_envs, -1)
+            finite = all_finite_1d(raw64.reshape(-1))
+        if not finite:  # one compiled pass; the row only on failure
+            finite = np.isfinite(raw64).all(axis=1)
             i = int(np.argmin(finite))
-            raise EnvStepError(f"env {i} returned a non-finite observation {obs[i].tolist()} at vector "
-                               f"step {vector_step} (rollout step {rollout_step})", i, vector_step,
-                               rollout_step)
+            raise EnvStepError(f"env {i} returned a non-finite observation {raw64[i].tolist()} at "
+                               f"vector step {vector_step} (rollout step {rollout_step})", i,
+                               vector_step, rollout_step)
         if self.obs_rms is not None:
-            rms = self.obs_rms
-            if self.update_statistics:
-                before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
-                normalized = _update_and_normalize(rms, obs)
-                if normalized is None:
-                    rms.update(obs)
-                if not (all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))):
-                    rms.mean, rms.var, rms.count = before
-                    raise _statistics_overflow(obs, vector_step, rollout_step)
-                if normalized is not None:
-                    return self._clip_obs(normalized)
-                return self.normalize_obs(obs)
-            obs = self.normalize_obs(obs)
-            if not all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
-                i = int(np.argmin(np.isfinite(obs).all(axis=1)))
-                raise EnvStepError(f"env {i} returned an observation whose normalized value "
-                                   f"overflows float64 with the frozen normalizer statistics at "
-                                   f"vector step {vector_step} (rollout step {rollout_step})",
-                                   i, vector_step, rollout_step)
-        return obs
+            self._normalize_into(raw64, out, vector_step, rollout_step)
+
+    def _normalize_into(self, obs: np.ndarray, out: np.ndarray, vector_step: int,
+                        rollout_step: int) -> None:
+        """``out[...] =`` :meth:`normalize_obs` of the finite float64 observations ``obs [N,
+        obs_dim]`` (not ``out``), after updating the running statistics with them (unless they
+        are frozen)."""
+        rms = self.obs_rms
+        if self.update_statistics:
+            before = (rms.mean, rms.var, rms.count)  # update() assigns new arrays
+            done = _update_and_normalize_into(rms, obs, out)
+            if done is None:
+                rms.update(obs)
+                finite = all_finite_1d(rms.var.reshape(-1)) and all_finite_1d(rms.mean.reshape(-1))
+            else:
+                finite = done[1]
+            if not finite:
+                rms.mean, rms.var, rms.count = before
+                raise _statistics_overflow(obs, vector_step, rollout_step)
+            if done is not None:
+                self._clip_obs(out)
+            else:
+                out[...] = self.normalize_obs(obs)
+            return
+        obs = self.normalize_obs(obs)
+        if not all_finite_1d(obs.reshape(-1)):  # frozen statistics far from obs
+            i = int(np.argmin(np.isfinite(obs).all(axis=1)))
+            raise EnvStepError(f"env {i} returned an observation whose normalized value "
+                               f"overflows float64 with the frozen normalizer statistics at "
+                               f"vector step {vector_step} (rollout step {rollout_step})",
+                               i, vector_step, rollout_step)
+        out[...] = obs
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
         """``(obs - mean) / sqrt(var + 1e-8)`` with the current statistics, then clipped to
@@ -541,7 +565,9 @@ class RolloutCollector:
     def reset(self, seeds) -> np.ndarray:
         """Reset every sub-env with its seed (list of N ints); starts new episodes everywhere."""
         raw, _ = self.env.reset(seed=[int(s) for s in seeds])
-        self.obs = self._obs_array(raw, vector_step=self.vector_steps, rollout_step=-1)
+        obs = np.empty((self.n_envs, self.policy.obs_dim), dtype=np.float64)
+        self._obs_into(raw, obs, vector_step=self.vector_steps, rollout_step=-1)
+        self.obs = obs
         self.episode_starts[:] = True
         self.episode_return[:] = 0.0
         self.episode_length[:] = 0
@@ -564,62 +590,68 @@ class RolloutCollector:
         policy = self.policy
         head = policy.head
         obs_buf = np.empty((T, N, policy.obs_dim), dtype=np.float64)
+        obs_after = np.empty((N, policy.obs_dim), dtype=np.float64)  # after the last step
+        # where step t's observations go: row t + 1 of the buffer (obs_after for the last step)
+        obs_rows = list(obs_buf)
+        obs_rows.append(obs_after)
         act_buf = np.empty((T, N) + tuple(head.action_shape), dtype=head.action_dtype)
         rew_buf = np.empty((T, N), dtype=np.float64)
-        term_buf = np.empty((T, N), dtype=bool)
-        trunc_buf = np.empty((T, N), dtype=bool)
-        start_buf = np.empty((T, N), dtype=bool)
+        # the flags are False but where an episode ends (the fast path writes only those)
+        term_buf = np.zeros((T, N), dtype=bool)
+        trunc_buf = np.zeros((T, N), dtype=bool)
+        start_buf = np.zeros((T, N), dtype=bool)
         final_values = None
         env = self.env
         tap = self._tap
         fast = self._fast_sync_envs()
         forward = policy.policy_out_fn(params)
         with_starts = bool(getattr(policy, "takes_episode_starts", False))
-        obs = self.obs
-        starts = self.episode_starts
-        episode_return = self.episode_return  # updated in place below
-        episode_length = self.episode_length
         sample = head.sample
         to_env = head.to_env
         step_sync = self._step_sync
-        obs_array = self._obs_array
+        obs_into = self._obs_into
         expected = tuple(policy.obs_shape)
+        sub_obs = [None] * N  # the sub-envs' observations of the current step (fast path)
+        sub_rewards = [None] * N  # and their rewards
         # rewards as logged (before reward normalization): the reward buffer itself without it
         raw_rew_buf = rew_buf if tap is None else np.empty((T, N), dtype=np.float64)
-        start_buf[0] = starts
+        obs_buf[0] = self.obs
+        start_buf[0] = self.episode_starts
         for t in range(T):
-            obs_buf[t] = obs
+            obs = obs_rows[t]
             if with_starts:  # the flags of obs: the last step's ends (the carried ones at t = 0)
-                if t > 0:
-                    np.logical_or(term_buf[t - 1], trunc_buf[t - 1], out=start_buf[t])
                 policy_out = forward(obs, start_buf[t])
             else:
                 policy_out = forward(obs)
             actions = sample(rng, policy_out, params)
             act_buf[t] = actions
             step = self.vector_steps
-            env_actions = to_env(actions)
             if fast is not None:
-                # rewards and flags go straight into this step's buffer rows
-                rewards, terminated, truncated = rew_buf[t], term_buf[t], trunc_buf[t]
-                raw_obs, final_obs = step_sync(fast, env_actions, step, t, rewards, terminated,
-                                               truncated, expected)
-                info = {"final_obs": final_obs}
-                any_done = bool(final_obs)  # holds exactly the envs that terminated or truncated
+                # the flags (and the next step's episode starts) of the envs that ended go
+                # straight into the buffers
+                final_obs = step_sync(fast, to_env(actions), step, t, sub_rewards, term_buf,
+                                      trunc_buf, start_buf, expected, sub_obs)
+                rew_buf[t] = sub_rewards
+                raw_obs = sub_obs
+                any_done = final_obs is not None  # holds exactly the envs that ended
             else:
                 try:
-                    raw_obs, rewards, terminated, truncated, info = env.step(env_actions)
+                    raw_obs, env_rewards, env_terminated, env_truncated, info = env.step(to_env(actions))
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
-                rewards = _checked_step_arrays(rewards, terminated, truncated, N, step, t)
-                rew_buf[t] = rewards
-                term_buf[t] = terminated
-                trunc_buf[t] = truncated
-                any_done = bool(np.logical_or(terminated, truncated).any())
+                rew_buf[t] = _checked_step_arrays(env_rewards, env_terminated, env_truncated, N,
+                                                  step, t)
+                term_buf[t] = env_terminated
+                trunc_buf[t] = env_truncated
+                ended = np.logical_or(term_buf[t], trunc_buf[t])
+                if t + 1 < T:
+                    start_buf[t + 1] = ended
+                any_done = bool(ended.any())
+                final_obs = info
             self.vector_steps = step + 1
             if tap is None:
-                raw_rewards = rewards
-                finite = all_finite_1d(rewards if fast is not None else rewards.reshape(-1))
+                raw_rewards = rew_buf[t]
+                finite = all_finite_1d(raw_rewards)
             else:
                 raw_rewards = raw_rew_buf[t] = tap.last_rewards
                 finite = bool(np.isfinite(raw_rewards).all())
@@ -627,28 +659,27 @@ class RolloutCollector:
                 i = int(np.argmin(np.isfinite(raw_rewards)))
                 raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
                                    f"step {step} (rollout step {t})", i, step, t)
-            obs = obs_array(raw_obs, vector_step=step, rollout_step=t)
+            obs_into(raw_obs, obs_rows[t + 1], vector_step=step, rollout_step=t)
             if any_done:
                 bootstrap = np.logical_and(trunc_buf[t], np.logical_not(term_buf[t]))
                 if bootstrap.any():
                     if final_values is None:
                         final_values = np.zeros((T, N), dtype=np.float64)
                     idx = np.flatnonzero(bootstrap)
-                    final_obs = self._final_obs(info, idx, step, t)
-                    final_values[t, idx] = (policy.values(params, final_obs, env_indices=idx)
-                                            if with_starts else policy.values(params, final_obs))
+                    info = {"final_obs": final_obs} if fast is not None else final_obs
+                    final = self._final_obs(info, idx, step, t)
+                    final_values[t, idx] = (policy.values(params, final, env_indices=idx)
+                                            if with_starts else policy.values(params, final))
         # episode bookkeeping of the whole rollout in one compiled pass: per env, in step order,
         # the running return += reward and length += 1, recorded and reset where an episode
         # ended (the same additions in the same order as step by step)
         done = np.logical_or(term_buf, trunc_buf)
-        ep_returns, ep_lengths, ep_envs = finished_episodes(raw_rew_buf, done, episode_return,
-                                                            episode_length)
+        ep_returns, ep_lengths, ep_envs = finished_episodes(raw_rew_buf, done, self.episode_return,
+                                                            self.episode_length)
         if self.clip_rewards is not None:  # the normalized rewards (the logged ones are raw)
             np.clip(rew_buf, -self.clip_rewards, self.clip_rewards, out=rew_buf)
-        if T > 1 and not with_starts:  # (with_starts: filled step by step above)
-            start_buf[1:] = done[:-1]
         starts = done[T - 1]
-        self.obs = obs
+        self.obs = obs = obs_after
         self.episode_starts = starts.copy()
         # Record values and behaviour log-probs from ONE forward pass over all T*N rows (the
         # parameters did not change during the rollout, so these are the same quantities as at
@@ -674,7 +705,7 @@ class RolloutCollector:
         return None
 
     def _step_sync(self, envs, actions, vector_step, rollout_step, rewards, terminated, truncated,
-                   expected):
+                   episode_starts, expected, observations):
         """One SAME_STEP vector step over the sub-envs of a plain ``SyncVectorEnv``.
 
         The same calls, in the same order, as ``SyncVectorEnv.step`` in SAME_STEP mode
@@ -684,15 +715,19 @@ class RolloutCollector:
         ``actions[i]`` of the action array, as ``SyncVectorEnv`` passes it (a numpy integer
         scalar for Discrete: gymnasium's ``Discrete.contains`` checks it faster than a Python
         int; a row for Box).
-        Writes each env's reward and flags into ``rewards`` (float64 ``[N]``), ``terminated``,
-        ``truncated`` (bool ``[N]``); ``expected`` is the observation shape (a tuple).
-        Returns ``(observations [list], final_obs {i: obs})``.
+        Writes env ``i``'s reward (checked to be a real number) into the list ``rewards`` and
+        its observation (the reset one where it ended) into the list ``observations``; where it
+        ended, its flags into row ``t = rollout_step`` of the ``[T, N]`` bool ``terminated``,
+        ``truncated`` (left False elsewhere) and True into ``episode_starts[t + 1]`` (if
+        ``t + 1 < T``). ``expected`` is the observation shape (a tuple).
+        Returns ``final_obs`` ``{i: obs}`` of the envs that ended, ``None`` when none did.
         """
-        observations = [None] * len(envs)
-        final_obs = {}
+        final_obs = None
+        t = rollout_step
+        next_row = t + 1 < len(episode_starts)
         i = 0
-        for env in envs:
-            o, r, term, trunc, _ = env.step(actions[i])
+        for env, action in zip(envs, actions):  # action = actions[i]
+            o, r, term, trunc, _ = env.step(action)
             if (o.shape if type(o) is np.ndarray else np.shape(o)) != expected:
                 raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
                                    f"{expected}, at vector step {vector_step} (rollout step "
@@ -705,9 +740,13 @@ class RolloutCollector:
             if type(trunc) not in _FLAG_TYPES:
                 _check_env_scalar(trunc, "truncated", i, vector_step, rollout_step)
             rewards[i] = r
-            terminated[i] = term
-            truncated[i] = trunc
             if term or trunc:
+                terminated[t, i] = term
+                truncated[t, i] = trunc
+                if next_row:
+                    episode_starts[t + 1, i] = True
+                if final_obs is None:
+                    final_obs = {}
                 final_obs[i] = o
                 o, _ = env.reset()
                 if np.shape(o) != expected:
@@ -716,7 +755,7 @@ class RolloutCollector:
                                        f"step {rollout_step})", i, vector_step, rollout_step)
             observations[i] = o
             i += 1
-        return observations, final_obs
+        return final_obs
 
     def _final_obs(self, info, idx, vector_step, rollout_step) -> np.ndarray:
         """Stack, check and normalize ``info["final_obs"][idx]`` (frozen statistics)."""
@@ -936,6 +975,16 @@ def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:
     ``rms.var`` C-contiguous float64 ``[d]``, ``rms.count`` a Python float. (With ``d = 1``
     numpy sums the contiguous column pairwise, in another order than row by row.)
     Sets ``rms.mean``, ``rms.var`` (new arrays) and ``rms.count`` as ``update`` does."""
+    done = _update_and_normalize_into(rms, obs, None)
+    return None if done is None else done[0]
+
+
+def _update_and_normalize_into(rms, obs: np.ndarray, out: Optional[np.ndarray]
+                               ) -> Optional[Tuple[np.ndarray, bool]]:
+    """:func:`_update_and_normalize` writing the normalized batch into ``out`` (the
+    collector's own float64 ``[N, d]`` C-contiguous rollout row, never ``obs`` itself; a new
+    array when ``None``): ``(out, finite)`` with ``finite`` True iff the new ``rms.mean`` and
+    ``rms.var`` are finite, or ``None`` (nothing done) outside the case it covers."""
     mean, var, count = rms.mean, rms.var, rms.count
     if not (type(obs) is np.ndarray and obs.ndim == 2 and obs.dtype == np.float64
             and obs.flags.c_contiguous and obs.shape[1] >= 2 and type(count) is float):
@@ -948,10 +997,12 @@ def _update_and_normalize(rms, obs: np.ndarray) -> Optional[np.ndarray]:
     tot_count = count + obs.shape[0]
     new_mean = np.empty(d)
     new_var = np.empty(d)
-    out = np.empty_like(obs)
-    _obs_statistics_kernel(obs, mean, var, count, tot_count, OBS_NORM_EPS, new_mean, new_var, out)
+    if out is None:
+        out = np.empty_like(obs)
+    finite = _obs_statistics_kernel(obs, mean, var, count, tot_count, OBS_NORM_EPS, new_mean,
+                                    new_var, out)
     rms.mean, rms.var, rms.count = new_mean, new_var, tot_count
-    return out
+    return out, finite
 
 
 @njit
@@ -965,9 +1016,11 @@ def _obs_statistics_kernel(obs, mean, var, count, tot_count, eps, new_mean, new_
         mean'[j] = mean[j] + delta * N / tot_count
         var'[j]  = (var[j] * count + bv * N + delta**2 * count * N / tot_count) / tot_count
 
-    with ``tot_count = count + N``; writes ``new_mean``, ``new_var`` ``[d]`` and ``out [N, d]``."""
+    with ``tot_count = count + N``; writes ``new_mean``, ``new_var`` ``[d]`` and ``out [N, d]``.
+    Returns True iff every ``mean'[j]`` and ``var'[j]`` is finite."""
     N, d = obs.shape
     n = np.float64(N)
+    finite = True
     for j in range(d):
         s = obs[0, j]
         for i in range(1, N):
@@ -986,6 +1039,9 @@ def _obs_statistics_kernel(obs, mean, var, count, tot_count, eps, new_mean, new_
         sd = math.sqrt(new_var[j] + eps)
         for i in range(N):
             out[i, j] = np.true_divide(obs[i, j] - new_mean[j], sd)
+        if not (math.isfinite(new_mean[j]) and math.isfinite(new_var[j])):
+            finite = False
+    return finite
 
 
 @njit
