@@ -94,10 +94,9 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
     trainer = make_trainer("discrete", n_envs=6, batch_size=14, n_epochs=3)  # 2 envs / minibatch
     rollout = trainer.collect_rollout()
     seen = []
-    original = trainer.policy._evaluate   # every minibatch, whether its LSTM arrays are the
-                                          # acting steps' (the first) or recomputed
+    original = trainer.policy.evaluate
 
-    def recording_evaluate(params, obs, actions, state, episode_starts, lstm_arrays):
+    def recording_evaluate(params, obs, actions, state, episode_starts):
         assert obs.shape[:2] == (7, 2)   # all T steps of 2 envs
         cols = [int(np.flatnonzero([np.array_equal(obs[:, j], rollout.observations[:, e])
                                     for e in range(6)])[0]) for j in range(obs.shape[1])]
@@ -105,9 +104,9 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
             np.testing.assert_array_equal(state.h[:, j], rollout.initial_lstm_states.h[:, e])
             np.testing.assert_array_equal(episode_starts[:, j], rollout.episode_starts[:, e])
         seen.append(cols)
-        return original(params, obs, actions, state, episode_starts, lstm_arrays)
+        return original(params, obs, actions, state, episode_starts)
 
-    trainer.policy._evaluate = recording_evaluate
+    trainer.policy.evaluate = recording_evaluate
     stats = trainer.update(rollout)
     assert stats["n_epochs_run"] == 3 and len(seen) == 9
     for epoch in range(3):
@@ -418,7 +417,7 @@ def test_the_rollout_replay_from_acted_outputs_equals_the_full_replay(kind):
     trainer = make_trainer(kind)
     rollout = trainer.collect_rollout()
     actor = trainer._actor
-    assert actor.acted is not None and len(actor.acted.steps) == rollout.rewards.shape[0]
+    assert actor.acted is not None and len(actor.acted.h) == rollout.rewards.shape[0]
     T, N = rollout.rewards.shape
     flat_obs = rollout.observations.reshape(T * N, -1)
     flat_actions = rollout.actions.reshape((T * N,) + rollout.actions.shape[2:])
@@ -450,40 +449,3 @@ def test_the_rollout_replay_from_acted_outputs_equals_the_full_replay(kind):
         np.testing.assert_array_equal(ev.log_probs, want.log_probs.reshape(-1))
         np.testing.assert_array_equal(ev.values, want.values.reshape(-1))
     assert calls == [1]
-
-
-@pytest.mark.parametrize("kind,dtype,shared", [("discrete", "float64", False),
-                                               ("box", "float64", True),
-                                               ("discrete", "float32", False)])
-def test_first_minibatch_from_the_acting_arrays_gives_the_same_update(kind, dtype, shared):
-    """The first minibatch (2 of the 4 envs here) takes its LSTM arrays from the acting steps
-    instead of recomputing them; the update (parameters, Adam moments, stats) is the one
-    without that reuse, bit for bit. A rollout other than the acted one is recomputed."""
-    results = []
-    for reuse in (True, False):
-        trainer = make_trainer(kind, lstm_shared=shared, compute_dtype=dtype)
-        rollout = trainer.collect_rollout()
-        if not reuse:
-            trainer._actor.acted = None
-        seen = []
-        real = trainer.policy._evaluate
-        trainer.policy._evaluate = lambda *a: seen.append(a[-1] is not None) or real(*a)
-        stats = trainer.update(rollout)
-        assert seen == [reuse] + [False] * (len(seen) - 1) and len(seen) == 4
-        results.append((trainer.params.flat.copy(), trainer.adam_state, stats))
-    (p1, a1, s1), (p2, a2, s2) = results
-    np.testing.assert_array_equal(p1, p2)
-    for k in ("m", "v"):
-        for name in a1[k]:
-            np.testing.assert_array_equal(a1[k][name], a2[k][name], err_msg=f"{k} {name}")
-    assert s1 == s2
-    # the acted arrays do not serve another rollout (here: the same one with one flag flipped)
-    trainer = make_trainer(kind, lstm_shared=shared, compute_dtype=dtype)
-    rollout = trainer.collect_rollout()
-    rollout.episode_starts = rollout.episode_starts.copy()
-    rollout.episode_starts[3] = ~rollout.episode_starts[3]
-    seen = []
-    real = trainer.policy._evaluate
-    trainer.policy._evaluate = lambda *a: seen.append(a[-1] is not None) or real(*a)
-    trainer.update(rollout)
-    assert not any(seen)

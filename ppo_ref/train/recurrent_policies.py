@@ -60,7 +60,7 @@ from ppo_ref.fast import workspace
 from ppo_ref.fast.distributions import categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
-from ppo_ref.fast.lstm import (_forward_stack, all_finite, backward_stacked, forward_stacked,
+from ppo_ref.fast.lstm import (_step_stack, all_finite, backward_stacked, forward_stacked,
                               keep_rows, step_stacked)
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
@@ -177,23 +177,18 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
 
 
 @njit
-def _acting_kernel(w_ih_t, w_hh_t, b, x, h, c, starts, flat, table, relu, h_prev, c_prev, gates,
-                   tanh_c, h_seq, acts):
-    """One acting step in one compiled call: ``keep = 1 - starts``, the step of every LSTM
-    (:func:`ppo_ref.fast.lstm._forward_stack` with T = 1, as
-    :func:`ppo_ref.fast.lstm.step_stacked`: ``h_prev, c_prev [L, 2, N, H]``, ``gates
-    [L, 1, N, 4H]``, ``tanh_c, h_seq [L, 1, N, H]``; the new state is ``(h_seq[:, 0],
-    c_prev[:, 1])``) and the policy tower on the new ``h`` of LSTM 0
-    (:func:`ppo_ref.fast.mlp.mlp_forward_flat` into ``acts``): the same kernels, so the same
-    bits."""
+def _acting_kernel(w_ih_t, w_hh_t, b, x, h, c, starts, flat, table, relu, h_new, c_new, acts):
+    """One acting step in one compiled call: :func:`ppo_ref.fast.lstm.step_stacked` (``keep =
+    1 - starts`` then the LSTM step of every LSTM, into ``h_new, c_new [L, N, H]``) and the
+    policy tower on ``h_new[0]`` (:func:`ppo_ref.fast.mlp.mlp_forward_flat` into ``acts``): the
+    same kernels, so the same bits."""
     n_env = x.shape[0]
     keep = np.ones((2, n_env), x.dtype)
     for n in range(n_env):
         if starts[n]:
             keep[0, n] = 0.0
-    _forward_stack(x.reshape(1, n_env, x.shape[1]), w_ih_t, w_hh_t, b, keep, h, c, h_prev,
-                   c_prev, gates, tanh_c, h_seq)
-    mlp_forward_flat(h_seq[0, 0], flat, table, relu, acts)
+    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+    mlp_forward_flat(h_new[0], flat, table, relu, acts)
 
 
 class RecurrentPolicy(PolicyBase):
@@ -554,14 +549,9 @@ class RecurrentPolicy(PolicyBase):
         return out.astype(np.float64, copy=False), LSTMStates(
             h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
 
-    def acting_step_fn(self, params, record=None):
+    def acting_step_fn(self, params):
         """``step(obs, state, episode_starts) -> (policy_out, new_state)``: :meth:`policy_out_step`
         for many steps with fixed ``params`` (one rollout), the same bits.
-
-        ``record``: None, or a list to which each step appends its LSTM arrays ``(h_prev,
-        c_prev [L, 2, N, H], gates [L, 1, N, 4H], tanh_c, h_seq [L, 1, N, H])`` in the compute
-        dtype (:func:`ppo_ref.fast.lstm.forward_stacked`'s arrays for that one step: row 0
-        of ``h_prev``/``c_prev`` the carried state after the reset, row 1 the new state).
 
         ``params`` are checked and copied, and the weights transposed (and cast to the compute
         dtype), once, here; each step converts and checks its arguments (as
@@ -582,18 +572,14 @@ class RecurrentPolicy(PolicyBase):
 
         def step(obs, state, episode_starts):
             x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
-            L, n, hidden = h.shape
-            h_prev, c_prev = np.empty((L, 2, n, hidden), dt), np.empty((L, 2, n, hidden), dt)
-            gates = np.empty((L, 1, n, 4 * hidden), dt)
-            tanh_c, h_seq = np.empty((L, 1, n, hidden), dt), np.empty((L, 1, n, hidden), dt)
+            n = x.shape[0]
+            h_new, c_new = np.empty(h.shape, dt), np.empty(c.shape, dt)
             acts = np.empty(n * width, dt)
-            _acting_kernel(w_ih_t, w_hh_t, b, x, h, c, starts, flat, table, relu, h_prev, c_prev,
-                           gates, tanh_c, h_seq, acts)
-            if record is not None:
-                record.append((h_prev, c_prev, gates, tanh_c, h_seq))
+            _acting_kernel(w_ih_t, w_hh_t, b, x, h, c, starts, flat, table, relu, h_new, c_new,
+                           acts)
             out = acts[n * (width - n_out):].reshape(n, n_out)
             return out.astype(np.float64, copy=False), LSTMStates(
-                h_seq[:, 0].astype(np.float64), c_prev[:, 1].astype(np.float64))
+                h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
         return step
 
     def predict(self, params, obs, state: LSTMStates, episode_starts, rng=None,
@@ -652,13 +638,6 @@ class RecurrentPolicy(PolicyBase):
             ValueError: naming the argument (class docstring; ``actions`` of the wrong shape,
                 kind or range); non-finite logits from these ``params``.
         """
-        return self._evaluate(params, obs, actions, state, episode_starts, None)
-
-    def _evaluate(self, params, obs, actions, state, episode_starts, lstm_arrays):
-        """:meth:`evaluate`; ``lstm_arrays`` None runs the LSTMs, else it must be what
-        :func:`ppo_ref.fast.lstm.forward_stacked` returns for these arguments (in the
-        compute dtype: ``h_seq, h_prev, c_prev, gates, tanh_c``, e.g. the acting steps'
-        arrays of :meth:`acting_step_fn`, which are those bits), used instead."""
         spec = self._checked_spec(params)
         x = self._obs_input(obs, 2)
         T, n = x.shape[:2]
@@ -671,10 +650,8 @@ class RecurrentPolicy(PolicyBase):
         if dt != np.float64:
             x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
         keep = keep_rows(starts, dt)
-        if lstm_arrays is None:
-            w_ih, w_hh, b = self._stacked(spec, flat)
-            lstm_arrays = forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
-        h_seq, h_prev, c_prev, gates, tanh_c = lstm_arrays
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
         hidden = spec.hidden
         pi_acts, out = self._tower(spec, flat, h_seq[0].reshape(rows, hidden), value=False)
         vf_acts, values = self._tower(spec, flat, h_seq[-1].reshape(rows, hidden), value=True)

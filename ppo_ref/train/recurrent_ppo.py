@@ -51,10 +51,7 @@ minibatch loss of :mod:`ppo_ref.fast.update`; its minibatches are
 :func:`ppo_ref.fast.update.recurrent_minibatches` (bit-equal to the spec's: without a
 ``target_kl`` every epoch's env permutation is drawn at once, the same draws, and each array is
 gathered once per update into C-contiguous per-minibatch blocks); acting checks the parameters once per rollout
-(``acting_step_fn`` of the policy) and keeps each step's LSTM arrays, which the replay of the
-rollout and the first minibatch use instead of running the LSTMs again (the same bits: the
-same kernels on the same inputs; checked bit for bit against the acted parameters,
-observations, flags and start states, else recomputed). ``config.compute_dtype = "float32"`` runs the LSTMs,
+(``acting_step_fn`` of the policy). ``config.compute_dtype = "float32"`` runs the LSTMs,
 towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
 parameters, gradients, Adam, losses and advantages stay float64.
 
@@ -122,98 +119,43 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 
 
 class _ActedSteps:
-    """What one rollout's acting computed, kept for the replay and the first minibatch: the
+    """What one rollout's acting computed, kept for :meth:`_RecurrentActor.evaluate`: the
     parameter buffer and the start state it stepped from (copies), and per step the
-    observations and flags (copies) and the step's LSTM arrays (the ``record`` of
-    :meth:`RecurrentPolicy.acting_step_fn`)."""
+    observations, flags and the new hidden states ``h [L, N, H]`` (copies)."""
 
     def __init__(self, flat: np.ndarray, start: LSTMStates):
         self.flat = flat
         self.start = start
         self.obs = []
         self.starts = []
-        self.steps = []
-        self._arrays = None
+        self.h = []
 
-    def add(self, obs, episode_starts) -> None:
-        """Keep one step's arguments (called after the step accepted them)."""
-        self.obs.append(np.array(obs, dtype=np.float64).reshape(len(episode_starts), -1))
+    def add(self, obs, episode_starts, h: np.ndarray) -> None:
+        """Keep one step (called after the step accepted these arguments)."""
+        self.obs.append(np.array(obs, dtype=np.float64))
         self.starts.append(np.array(episode_starts, dtype=bool))
+        self.h.append(np.array(h, dtype=np.float64))
 
-    def _matches(self, params, obs, starts: np.ndarray, start: LSTMStates) -> bool:
-        T = len(self.steps)
-        if T == 0 or len(self.obs) != T or starts.shape[0] != T or \
-                not isinstance(params, FlatArrays):
-            return False
+    def hidden(self, params, obs, starts: np.ndarray, start: LSTMStates):
+        """The kept ``h`` of every step as ``[L, T, N, H]`` if these steps are exactly the
+        rollout of ``params``, ``obs`` (``[T N, ...]``, time-major), bool ``starts [T, N]``
+        and the start state ``start`` (every value the same bits); else None."""
+        T = len(self.h)
+        if T == 0 or starts.shape[0] != T or not isinstance(params, FlatArrays):
+            return None
         try:
             x = np.asarray(obs, dtype=np.float64)
         except (TypeError, ValueError):
-            return False
+            return None
         kept_obs = np.stack(self.obs)
-        return (x.size == kept_obs.size and _same_bits(params.flat, self.flat)
+        if x.size != kept_obs.size or not (
+                _same_bits(params.flat, self.flat)
                 and _same_bits(x.reshape(kept_obs.shape), kept_obs)
                 and np.array_equal(np.stack(self.starts), starts)
                 and _same_bits(np.asarray(start.h, dtype=np.float64), self.start.h)
-                and _same_bits(np.asarray(start.c, dtype=np.float64), self.start.c))
-
-    def hidden(self, params, obs, starts: np.ndarray, start: LSTMStates):
-        """The ``h`` of every step as ``[L, T, N, H]`` if these steps are exactly the rollout
-        of ``params``, ``obs`` (``[T N, ...]``, time-major), bool ``starts [T, N]`` and the
-        start state ``start`` (every value the same bits); else None."""
-        if not self._matches(params, obs, starts, start):
+                and _same_bits(np.asarray(start.c, dtype=np.float64), self.start.c)):
             return None
-        return np.concatenate([step[4] for step in self.steps], axis=1)
-
-    def lstm_arrays(self, params, obs, starts, state):
-        """:func:`ppo_ref.fast.lstm.forward_stacked`'s arrays ``(h_seq, h_prev, c_prev,
-        gates, tanh_c)`` for a minibatch of whole envs of this rollout (``obs [T, n, ...]``,
-        ``starts [T, n]``, start ``state [L, n, H]``), gathered from the acting steps, if
-        ``params`` are the acted ones and every env of the minibatch is an acted env with the
-        same observations, flags and start state, bit for bit (an env's arrays depend on
-        nothing else); else None."""
-        T = len(self.steps)
-        if T == 0 or not isinstance(params, FlatArrays) or \
-                not _same_bits(params.flat, self.flat):
-            return None
-        try:
-            x = np.asarray(obs, dtype=np.float64)
-            flags = np.asarray(starts)
-            h0 = np.asarray(state[0], dtype=np.float64)
-            c0 = np.asarray(state[1], dtype=np.float64)
-            kept_obs = np.stack(self.obs)                       # [T, N, D]
-            if x.ndim < 2 or x.shape[0] != T or flags.shape != x.shape[:2] or \
-                    x.size != T * x.shape[1] * kept_obs.shape[2] or \
-                    h0.shape[::2] != self.start.h.shape[::2] or h0.shape != c0.shape or \
-                    h0.shape[1] != x.shape[1]:
-                return None
-            x = np.ascontiguousarray(x).reshape(T, x.shape[1], -1).view(np.uint64)
-            kept_x = kept_obs.view(np.uint64)
-            kept_flags = np.stack(self.starts)
-            kept_h = self.start.h.view(np.uint64)
-            kept_c = self.start.c.view(np.uint64)
-            h0 = np.ascontiguousarray(h0).view(np.uint64)
-            c0 = np.ascontiguousarray(c0).view(np.uint64)
-            envs = []
-            for col in range(x.shape[1]):
-                same = ((kept_x == x[:, col:col + 1]).all(axis=(0, 2))
-                        & (kept_flags == flags[:, col:col + 1]).all(axis=0)
-                        & (kept_h == h0[:, col:col + 1]).all(axis=(0, 2))
-                        & (kept_c == c0[:, col:col + 1]).all(axis=(0, 2)))
-                hits = np.flatnonzero(same)
-                if hits.size == 0:
-                    return None
-                envs.append(int(hits[0]))
-        except (TypeError, ValueError, IndexError):
-            return None
-        if self._arrays is None:
-            steps = self.steps
-            self._arrays = (
-                np.concatenate([s[4] for s in steps], axis=1),                          # h_seq
-                np.concatenate([s[0][:, :1] for s in steps] + [steps[-1][0][:, 1:]], axis=1),
-                np.concatenate([s[1][:, :1] for s in steps] + [steps[-1][1][:, 1:]], axis=1),
-                np.concatenate([s[2] for s in steps], axis=1),                          # gates
-                np.concatenate([s[3] for s in steps], axis=1))                          # tanh_c
-        return tuple(np.ascontiguousarray(a[:, :, envs]) for a in self._arrays)
+        return np.stack(self.h, axis=1)
 
 
 class _RecurrentActor:
@@ -231,9 +173,7 @@ class _RecurrentActor:
     start state they came from; when ``evaluate`` is asked for exactly that rollout (all of
     them equal, bit for bit), it runs the towers and the head on the kept outputs
     (:meth:`RecurrentPolicy.evaluate_hidden`) instead of running the LSTMs again: acting and
-    the replay compute the same bits, so the results are the replay's. The first training
-    minibatch (still the acting parameters) likewise takes its LSTM arrays from the acting
-    steps (:meth:`_ActedSteps.lstm_arrays`, checked the same way per env).
+    the replay compute the same bits, so the results are the replay's.
     """
 
     takes_episode_starts = True
@@ -261,17 +201,15 @@ class _RecurrentActor:
         rollout: each call steps the carried state (reset where an episode starts). Steps go
         through the policy's ``acting_step_fn`` (parameters checked once per rollout; the same
         bits as ``policy_out_step``)."""
+        step = self.policy.acting_step_fn(params)
         acted = None
         if self.keeps_outputs:
             acted = self.acted = _ActedSteps(params.flat.copy(), self.state.copy())
-            step = self.policy.acting_step_fn(params, record=acted.steps)
-        else:
-            step = self.policy.acting_step_fn(params)
 
         def forward(obs, episode_starts):
             out, self.state = step(obs, self.state, episode_starts)
             if acted is not None:
-                acted.add(obs, episode_starts)
+                acted.add(obs, episode_starts, self.state.h)
             return out
         return forward
 
@@ -398,20 +336,8 @@ class RecurrentPPOTrainer(PPOTrainer):
         per = self.envs_per_minibatch
         policy = self.policy
 
-        # the first minibatch of the first epoch still has the acting parameters: its LSTM
-        # arrays are the acting steps' (same kernels, same bits), gathered instead of recomputed
-        # when every one of its envs is an acted env of this rollout (_ActedSteps.lstm_arrays)
-        acted = self._actor.acted if c.backend != "spec" else None
-        first = [True]
-
         def evaluate(params, data):
-            arrays = None
-            if first[0] and acted is not None:
-                obs, _, state, starts = data
-                arrays = acted.lstm_arrays(params, obs, starts, state)
-            first[0] = False
-            ev = (policy.evaluate(params, *data) if arrays is None
-                  else policy._evaluate(params, *data, arrays))
+            ev = policy.evaluate(params, *data)
             return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
                     (ev.cache, ev.values.shape))
 
