@@ -797,6 +797,18 @@ def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
 
 
 @njit
+def _step_stack_flags(x, w_ih_t, w_hh_t, b, starts, h, c, h_new, c_new):
+    """:func:`_step_stack` from the bool flags ``starts [N]``: ``keep`` (``[2, N]``, the values
+    :func:`keep_rows` gives: ``1 - starts``, then ones) is made here."""
+    n_env = x.shape[0]
+    keep = np.ones((2, n_env), x.dtype)
+    for n in range(n_env):
+        if starts[n]:
+            keep[0, n] = 0.0
+    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+
+
+@njit
 def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
     """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
     cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
@@ -945,11 +957,11 @@ def step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
     """Unchecked one step of L LSTMs for acting, in the dtype of ``x [N, D]``: ``w_ih_t
     [L, D, 4H]``, ``w_hh_t [L, H, 4H]`` (transposed weights), ``b [L, 4H]``, states ``h, c
     [L, N, H]``, bool ``starts [N]``; returns the new ``(h, c)`` (:func:`_step_stack`, the
-    arithmetic of ``lstm_step``)."""
-    keep = keep_rows(starts.reshape(1, -1), x.dtype)
+    arithmetic of ``lstm_step``; ``keep`` made in the same compiled call,
+    :func:`_step_stack_flags`)."""
     h_new = np.empty(h.shape, x.dtype)
     c_new = np.empty(c.shape, x.dtype)
-    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+    _step_stack_flags(x, w_ih_t, w_hh_t, b, starts, h, c, h_new, c_new)
     return h_new, c_new
 
 

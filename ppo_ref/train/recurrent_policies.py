@@ -55,13 +55,12 @@ from typing import Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_same_shape
-from ppo_ref._numba import njit
 from ppo_ref.fast import workspace
 from ppo_ref.fast.distributions import categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
-from ppo_ref.fast.lstm import (_step_stack, all_finite, backward_stacked, forward_stacked,
-                              keep_rows, step_stacked)
+from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, keep_rows,
+                              step_stacked)
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import (PolicyBase, PolicyEval, _finite_grad, gradient_arrays,
@@ -174,21 +173,6 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
     mlp_forward_flat(x, flat, table, relu, acts)
     n_out = int(table[-1, 2])
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
-
-
-@njit
-def _acting_kernel(w_ih_t, w_hh_t, b, x, h, c, starts, flat, table, relu, h_new, c_new, acts):
-    """One acting step in one compiled call: :func:`ppo_ref.fast.lstm.step_stacked` (``keep =
-    1 - starts`` then the LSTM step of every LSTM, into ``h_new, c_new [L, N, H]``) and the
-    policy tower on ``h_new[0]`` (:func:`ppo_ref.fast.mlp.mlp_forward_flat` into ``acts``): the
-    same kernels, so the same bits."""
-    n_env = x.shape[0]
-    keep = np.ones((2, n_env), x.dtype)
-    for n in range(n_env):
-        if starts[n]:
-            keep[0, n] = 0.0
-    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
-    mlp_forward_flat(h_new[0], flat, table, relu, acts)
 
 
 class RecurrentPolicy(PolicyBase):
@@ -555,9 +539,9 @@ class RecurrentPolicy(PolicyBase):
 
         ``params`` are checked and copied, and the weights transposed (and cast to the compute
         dtype), once, here; each step converts and checks its arguments (as
-        :meth:`policy_out_step`) and is one compiled call for both LSTMs and the policy
-        tower (:func:`_acting_kernel`). (In float32 the state is carried as float64 arrays
-        holding float32 values.)
+        :meth:`policy_out_step`) and is one compiled call for both LSTMs and one for the
+        policy tower. (In float32 the state is carried as float64 arrays holding float32
+        values.)
 
         Raises:
             ValueError: ``params`` here, the step's arguments at each step, naming them.
@@ -573,10 +557,9 @@ class RecurrentPolicy(PolicyBase):
         def step(obs, state, episode_starts):
             x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
             n = x.shape[0]
-            h_new, c_new = np.empty(h.shape, dt), np.empty(c.shape, dt)
+            h_new, c_new = step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts)
             acts = np.empty(n * width, dt)
-            _acting_kernel(w_ih_t, w_hh_t, b, x, h, c, starts, flat, table, relu, h_new, c_new,
-                           acts)
+            mlp_forward_flat(h_new[0], flat, table, relu, acts)   # the policy tower (_tower)
             out = acts[n * (width - n_out):].reshape(n, n_out)
             return out.astype(np.float64, copy=False), LSTMStates(
                 h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
