@@ -446,3 +446,33 @@ def test_float32_trainer_ratio_is_exactly_one_and_it_learns_memory():
         assert trainer.update(rollout)["first_max_abs_log_ratio"] == 0.0
     assert trainer.params.flat.dtype == np.float64
     assert isinstance(trainer.params, FlatArrays)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("space,shared", [(DISCRETE, False), (DISCRETE, True), (BOX, False)])
+def test_evaluate_hidden_of_the_acted_states_is_evaluate_bit_for_bit(rng, dtype, space, shared):
+    """The towers and head on the hidden states acting produced (evaluate_hidden) give the
+    log-probs, entropies and values of evaluate's replay, bit for bit; a hidden array of the
+    wrong shape or with a non-finite entry is refused naming it."""
+    policy = make_policy(space, lstm_shared=shared, compute_dtype=dtype)
+    params = perturbed_params(rng, policy)
+    obs, actions, state, starts = make_data(rng, policy, T=7, n=6)
+    step = policy.acting_step_fn(params)
+    s, hidden = state, []
+    for t in range(starts.shape[0]):
+        _, s = step(obs[t], s, starts[t])
+        hidden.append(s.h)
+    hidden = np.stack(hidden, axis=1)                  # [L, T, n, H]
+    got = policy.evaluate_hidden(params, hidden, actions)
+    want = policy.evaluate(params, obs, actions, state, starts)
+    assert got.cache is None
+    for name in ("log_probs", "entropy", "values"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+    with pytest.raises(ValueError, match="hidden"):
+        policy.evaluate_hidden(params, hidden[:, :, :, :-1], actions)
+    bad = hidden.copy()
+    bad[0, 1, 2, 3] = np.nan
+    with pytest.raises(ValueError, match="hidden"):
+        policy.evaluate_hidden(params, bad, actions)
+    with pytest.raises(ValueError, match="actions"):
+        policy.evaluate_hidden(params, hidden, actions[:-1])

@@ -407,3 +407,45 @@ def test_spec_backend_trainer_runs_on_plain_dict_params():
     assert type(trainer.params) is dict and set(trainer.params) == set(before)
     assert all(np.isfinite(v).all() for v in trainer.params.values())
     assert any(not np.array_equal(trainer.params[k], before[k]) for k in before)
+
+
+@pytest.mark.parametrize("kind", ["discrete", "box"])
+def test_the_rollout_replay_from_acted_outputs_equals_the_full_replay(kind):
+    """The actor's evaluate of the rollout just acted runs the towers and head on the kept LSTM
+    outputs; its log-probs and values are the full replay's bit for bit. Anything that differs
+    from what was acted (another parameter, observation or flag) gets the full replay."""
+    trainer = make_trainer(kind)
+    rollout = trainer.collect_rollout()
+    actor = trainer._actor
+    assert actor.acted is not None and len(actor.acted.h) == rollout.rewards.shape[0]
+    T, N = rollout.rewards.shape
+    flat_obs = rollout.observations.reshape(T * N, -1)
+    flat_actions = rollout.actions.reshape((T * N,) + rollout.actions.shape[2:])
+    full = trainer.policy.evaluate(trainer.params, rollout.observations, rollout.actions,
+                                   rollout.initial_lstm_states, rollout.episode_starts)
+    np.testing.assert_array_equal(rollout.log_probs, full.log_probs)
+    np.testing.assert_array_equal(rollout.values, full.values)
+    calls = []
+    real = trainer.policy.evaluate_hidden
+    trainer.policy.evaluate_hidden = lambda *a: calls.append(1) or real(*a)
+    ev = actor.evaluate(trainer.params, flat_obs, flat_actions,
+                        episode_starts=rollout.episode_starts)
+    assert calls == [1]
+    np.testing.assert_array_equal(ev.log_probs, full.log_probs.reshape(-1))
+    np.testing.assert_array_equal(ev.values, full.values.reshape(-1))
+    # changed parameters / observations / flags: the full replay of what was asked
+    params = trainer.policy.as_flat(trainer.params)
+    params.flat[0] += 1e-3
+    obs = flat_obs.copy()
+    obs[5, 0] = -obs[5, 0] if obs[5, 0] != 0 else 1.0
+    starts = rollout.episode_starts.copy()
+    starts[2, 1] = not starts[2, 1]
+    for p, o, s in ((params, flat_obs, rollout.episode_starts),
+                    (trainer.params, obs, rollout.episode_starts),
+                    (trainer.params, flat_obs, starts)):
+        ev = actor.evaluate(p, o, flat_actions, episode_starts=s)
+        want = trainer.policy.evaluate(p, o.reshape(T, N, -1), rollout.actions,
+                                       rollout.initial_lstm_states, s)
+        np.testing.assert_array_equal(ev.log_probs, want.log_probs.reshape(-1))
+        np.testing.assert_array_equal(ev.values, want.values.reshape(-1))
+    assert calls == [1]

@@ -639,6 +639,15 @@ def _backward_kernel(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh, 
     enter holding ``dh~[T], dc~[T]`` (``dh_T``, ``dc_T``) and leave holding ``dh~[0], dc~[0]``;
     writes ``dz`` ``[T, N, 4H]``. ``w_hh`` ``[4H, H]`` as stored (``dh~ = dz @ w_hh`` has the
     contiguous index innermost already)."""
+    _backward_steps(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh, dz, True)
+
+
+@njit
+def _backward_steps(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh, dz,
+                    initial_state_grads):
+    """:func:`_backward_kernel`; with ``initial_state_grads`` False the last product, ``dh~[0] =
+    dz[0] @ w_hh`` (read only by the initial-state gradient), is skipped: ``dz`` is the same,
+    ``dh_rec``/``dc_rec`` are left undefined."""
     _wide()
     n_steps, n_env, hidden = dh_seq.shape
     for t in range(n_steps - 1, -1, -1):
@@ -657,6 +666,8 @@ def _backward_kernel(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh, 
                 dz[t, n, 2 * hidden + j] = dc * gi * (_ONE - gg * gg)
                 dz[t, n, 3 * hidden + j] = dh * tc * go * (_ONE - go)
                 dc_rec[n, j] = dc * gf
+        if t == 0 and not initial_state_grads:
+            break
         dh_rec[:, :] = 0.0
         _add_products(dh_rec, dz[t], w_hh)
 
@@ -786,6 +797,18 @@ def _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new):
 
 
 @njit
+def _step_stack_flags(x, w_ih_t, w_hh_t, b, starts, h, c, h_new, c_new):
+    """:func:`_step_stack` from the bool flags ``starts [N]``: ``keep`` (``[2, N]``, the values
+    :func:`keep_rows` gives: ``1 - starts``, then ones) is made here."""
+    n_env = x.shape[0]
+    keep = np.ones((2, n_env), x.dtype)
+    for n in range(n_env):
+        if starts[n]:
+            keep[0, n] = 0.0
+    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+
+
+@njit
 def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
     """The weight gradients of BPTT from ``dz [T, N, 4H]``, ``x [T, N, D]`` and the states the
     cell read, ``h_prev`` (rows ``0..T-1`` of ``[>= T, N, H]``), all C-contiguous of one
@@ -819,8 +842,8 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
 @njit
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
                     g_b, x_t, products):
-    """:func:`_backward_kernel` then :func:`_weight_grads` for L LSTMs from zero final-state
-    gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
+    """:func:`_backward_kernel` (without the initial-state product: :func:`_backward_steps`)
+    then :func:`_weight_grads` for L LSTMs from zero final-state gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
@@ -831,8 +854,8 @@ def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
-        _backward_kernel(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
-                         w_hh[l], dz[l])
+        _backward_steps(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
+                        w_hh[l], dz[l], False)
         _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products)
 
 
@@ -934,11 +957,11 @@ def step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
     """Unchecked one step of L LSTMs for acting, in the dtype of ``x [N, D]``: ``w_ih_t
     [L, D, 4H]``, ``w_hh_t [L, H, 4H]`` (transposed weights), ``b [L, 4H]``, states ``h, c
     [L, N, H]``, bool ``starts [N]``; returns the new ``(h, c)`` (:func:`_step_stack`, the
-    arithmetic of ``lstm_step``)."""
-    keep = keep_rows(starts.reshape(1, -1), x.dtype)
+    arithmetic of ``lstm_step``; ``keep`` made in the same compiled call,
+    :func:`_step_stack_flags`)."""
     h_new = np.empty(h.shape, x.dtype)
     c_new = np.empty(c.shape, x.dtype)
-    _step_stack(x, w_ih_t, w_hh_t, b, keep, h, c, h_new, c_new)
+    _step_stack_flags(x, w_ih_t, w_hh_t, b, starts, h, c, h_new, c_new)
     return h_new, c_new
 
 

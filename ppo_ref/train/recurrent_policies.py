@@ -548,12 +548,19 @@ class RecurrentPolicy(PolicyBase):
         """
         spec = self._checked_spec(params)
         flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
-        weights = self._step_weights(spec, flat)
+        w_ih_t, w_hh_t, b = self._step_weights(spec, flat)
+        dt = flat.dtype
+        table, width = spec.pi_table, spec.pi_width
+        n_out = int(table[-1, 2])
+        relu = self.activation == "relu"
 
         def step(obs, state, episode_starts):
             x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
-            h_new, c_new = step_stacked(*weights, x, h, c, starts)
-            out = self._tower(spec, flat, h_new[0], value=False)[1]
+            n = x.shape[0]
+            h_new, c_new = step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts)
+            acts = np.empty(n * width, dt)
+            mlp_forward_flat(h_new[0], flat, table, relu, acts)   # the policy tower (_tower)
+            out = acts[n * (width - n_out):].reshape(n, n_out)
             return out.astype(np.float64, copy=False), LSTMStates(
                 h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
         return step
@@ -637,6 +644,49 @@ class RecurrentPolicy(PolicyBase):
                            None if probs is None else entropy)
         return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
                           values.astype(np.float64).reshape(T, n), cache)
+
+    def evaluate_hidden(self, params, hidden, actions) -> PolicyEval:
+        """:meth:`evaluate` of ``[T, n]`` rows whose LSTM outputs are already known: the towers
+        and the head on ``hidden``, without the recursion.
+
+        ``hidden`` holds, for every LSTM, ``h`` after every step: what :meth:`evaluate`
+        computes as ``h_seq``, and what the new states of :meth:`act` /
+        :meth:`acting_step_fn` hold step by step (the same bits). Given those, the results
+        are :meth:`evaluate`'s bit for bit (the towers and the head compute each row on its
+        own).
+
+        Args:
+            params: as the class docstring.
+            hidden: finite real ``[L, T, n, H]`` (read as float64, then the compute dtype).
+            actions: as :meth:`evaluate`, ``[T, n]`` or ``[T, n, A]``.
+
+        Returns:
+            :class:`ppo_ref.train.policies.PolicyEval` with float64 ``log_probs``, ``entropy``,
+            ``values`` ``[T, n]``; ``cache`` is None (no :meth:`backward` from it).
+
+        Raises:
+            ValueError: naming the argument (``hidden`` of another shape or not finite, the
+                others as :meth:`evaluate`).
+        """
+        spec = self._checked_spec(params)
+        arr = _real_array(hidden, "hidden")
+        if arr.ndim != 4 or arr.shape[0] != spec.n_lstm or arr.shape[3] != spec.hidden \
+                or 0 in arr.shape:
+            raise ValueError(f"hidden must have shape [L, T, n, H] with L = {spec.n_lstm}, "
+                             f"H = {spec.hidden} and T, n >= 1, got {arr.shape}")
+        h = _float64_input(arr, "hidden", arr.shape, "[L, T, n, H]")
+        T, n = h.shape[1:3]
+        rows = T * n
+        flat_actions = self._actions_input(actions, (T, n))
+        dt = self.compute_dtype
+        flat = self._compute_flat(params)
+        if dt != np.float64:
+            h = h.astype(dt)
+        _, out = self._tower(spec, flat, h[0].reshape(rows, spec.hidden), value=False)
+        _, values = self._tower(spec, flat, h[-1].reshape(rows, spec.hidden), value=True)
+        log_probs, entropy, _ = self._head_eval(out, params, flat_actions)
+        return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
+                          values.astype(np.float64).reshape(T, n), None)
 
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
         """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *

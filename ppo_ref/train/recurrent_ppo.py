@@ -66,6 +66,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
+from ppo_ref.fast.flat import FlatArrays
 from ppo_ref.fast.update import recurrent_minibatches, run_epochs
 from ppo_ref.losses import explained_variance
 from ppo_ref.train.ppo import PPOTrainer
@@ -109,6 +110,54 @@ def envs_per_minibatch(n_envs: int, n_steps: int, batch_size: int) -> int:
     return per
 
 
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` (float64, the same shape) hold the same bits (``-0.0`` differs from
+    ``0.0``; the arrays are finite)."""
+    a = np.ascontiguousarray(a)
+    b = np.ascontiguousarray(b)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint64), b.view(np.uint64))
+
+
+class _ActedSteps:
+    """What one rollout's acting computed, kept for :meth:`_RecurrentActor.evaluate`: the
+    parameter buffer and the start state it stepped from (copies), and per step the
+    observations, flags and the new hidden states ``h [L, N, H]`` (copies)."""
+
+    def __init__(self, flat: np.ndarray, start: LSTMStates):
+        self.flat = flat
+        self.start = start
+        self.obs = []
+        self.starts = []
+        self.h = []
+
+    def add(self, obs, episode_starts, h: np.ndarray) -> None:
+        """Keep one step (called after the step accepted these arguments)."""
+        self.obs.append(np.array(obs, dtype=np.float64))
+        self.starts.append(np.array(episode_starts, dtype=bool))
+        self.h.append(np.array(h, dtype=np.float64))
+
+    def hidden(self, params, obs, starts: np.ndarray, start: LSTMStates):
+        """The kept ``h`` of every step as ``[L, T, N, H]`` if these steps are exactly the
+        rollout of ``params``, ``obs`` (``[T N, ...]``, time-major), bool ``starts [T, N]``
+        and the start state ``start`` (every value the same bits); else None."""
+        T = len(self.h)
+        if T == 0 or starts.shape[0] != T or not isinstance(params, FlatArrays):
+            return None
+        try:
+            x = np.asarray(obs, dtype=np.float64)
+        except (TypeError, ValueError):
+            return None
+        kept_obs = np.stack(self.obs)
+        if x.size != kept_obs.size or not (
+                _same_bits(params.flat, self.flat)
+                and _same_bits(x.reshape(kept_obs.shape), kept_obs)
+                and np.array_equal(np.stack(self.starts), starts)
+                and _same_bits(np.asarray(start.h, dtype=np.float64), self.start.h)
+                and _same_bits(np.asarray(start.c, dtype=np.float64), self.start.c)):
+            return None
+        return np.stack(self.h, axis=1)
+
+
 class _RecurrentActor:
     """The recurrent policy seen through :class:`~ppo_ref.train.rollout.RolloutCollector`'s policy
     interface for policies with memory (``takes_episode_starts``: the collector hands over the
@@ -119,7 +168,12 @@ class _RecurrentActor:
     step, no reset (the final observation continues the cut episode); after the last step,
     ``V(obs_T)`` from the carried state with ``episode_starts``. Neither advances the state.
     ``evaluate`` replays the rollout just collected (the collector's recomputation of the
-    stored log-probs/values).
+    stored log-probs/values). With the compiled policy (:class:`RecurrentPolicy`) the LSTM
+    outputs of every acting step are kept, with the parameters, observations, flags and
+    start state they came from; when ``evaluate`` is asked for exactly that rollout (all of
+    them equal, bit for bit), it runs the towers and the head on the kept outputs
+    (:meth:`RecurrentPolicy.evaluate_hidden`) instead of running the LSTMs again: acting and
+    the replay compute the same bits, so the results are the replay's.
     """
 
     takes_episode_starts = True
@@ -132,11 +186,14 @@ class _RecurrentActor:
         self.obs_dim = policy.obs_dim
         self.obs_shape = policy.obs_shape
         self.head = policy.head
+        self.keeps_outputs = isinstance(policy, RecurrentPolicy)
+        self.acted = None  # _ActedSteps of the last policy_out_fn (compiled policy only)
 
     def begin_rollout(self) -> LSTMStates:
         """Remember (and return a copy of) the state before step 0 of the next rollout."""
         self.rollout_start = self.state.copy()
         self.replayed = False
+        self.acted = None
         return self.rollout_start.copy()
 
     def policy_out_fn(self, params):
@@ -145,9 +202,14 @@ class _RecurrentActor:
         through the policy's ``acting_step_fn`` (parameters checked once per rollout; the same
         bits as ``policy_out_step``)."""
         step = self.policy.acting_step_fn(params)
+        acted = None
+        if self.keeps_outputs:
+            acted = self.acted = _ActedSteps(params.flat.copy(), self.state.copy())
 
         def forward(obs, episode_starts):
             out, self.state = step(obs, self.state, episode_starts)
+            if acted is not None:
+                acted.add(obs, episode_starts, self.state.h)
             return out
         return forward
 
@@ -166,9 +228,15 @@ class _RecurrentActor:
                                f"collected and their [T, {n}] episode_starts, got "
                                f"{obs.shape[0]} rows and flags of shape {starts.shape}")
         T = starts.shape[0]
-        ev = self.policy.evaluate(params, obs.reshape((T, n) + obs.shape[1:]),
-                                  np.asarray(actions).reshape((T, n) + self.head.action_shape),
-                                  self.rollout_start, starts)
+        actions = np.asarray(actions).reshape((T, n) + self.head.action_shape)
+        hidden = None
+        if self.acted is not None:
+            hidden = self.acted.hidden(params, obs, starts, self.rollout_start)
+        if hidden is not None:
+            ev = self.policy.evaluate_hidden(params, hidden, actions)
+        else:
+            ev = self.policy.evaluate(params, obs.reshape((T, n) + obs.shape[1:]), actions,
+                                      self.rollout_start, starts)
         self.replayed = True
         return PolicyEval(ev.log_probs.reshape(-1), ev.entropy.reshape(-1),
                           ev.values.reshape(-1), None)
