@@ -557,7 +557,7 @@ def test_weight_gradients_are_fma_chains_over_the_rows_in_order(rng):
 
 
 # ---------------------------------------------------------------------------------------------
-# The products kernel: register blocks of 8 rows x 16 columns, leftover rows and columns
+# The products kernel: register blocks of 6 x 32 or 8 x 16, leftover rows and columns
 # ---------------------------------------------------------------------------------------------
 
 def _products_oracle(out, a, w_t):
@@ -573,11 +573,13 @@ def _products_oracle(out, a, w_t):
     return res
 
 
-@pytest.mark.parametrize("shape", [(8, 64, 32), (19, 7, 37), (16, 3, 16), (8, 5, 2), (5, 9, 40)])
+@pytest.mark.parametrize("shape", [(8, 64, 32), (19, 7, 37), (16, 3, 16), (8, 5, 2), (5, 9, 40),
+                                   (25, 7, 64), (24, 3, 32), (30, 4, 48)])
 def test_add_products_blocks_match_the_fma_chain_oracle_and_the_interpreted_loops(
         rng, monkeypatch, shape):
     """Every element of ``_add_products`` is the chain of FMAs in k order whichever code path
-    computes it (8 x 16 register blocks, the columns right of them, the rows below them):
+    computes it (6 x 32 register blocks for 24 rows or more and a width that 32 divides, else
+    8 x 16 ones, the columns right of them, the rows below them):
     bitwise equal to an exact-arithmetic oracle and to the interpreted kernels; each row is
     independent of the other rows of the call (a subset of rows gives the same bits)."""
     n_rows, n_k, n_j = shape
@@ -620,12 +622,14 @@ def test_add_products_takes_a_strided_a_and_refuses_other_layouts(rng):
                                np.zeros((3, 16)))
 
 
-def test_add_products_blocks_float32(rng, monkeypatch):
-    """float32 operands: the vector blocks compute float32 FMA chains in k order, the same
-    bits as the interpreted float32 loops."""
-    a = rng.standard_normal((16, 24)).astype(np.float32)
-    w_t = rng.standard_normal((24, 48)).astype(np.float32)
-    out0 = rng.standard_normal((16, 48)).astype(np.float32)
+@pytest.mark.parametrize("shape", [(16, 24, 48), (30, 24, 64)])
+def test_add_products_blocks_float32(rng, monkeypatch, shape):
+    """float32 operands: the vector blocks (8 x 16, and 6 x 32 for the second shape) compute
+    float32 FMA chains in k order, the same bits as the interpreted float32 loops."""
+    n_rows, n_k, n_j = shape
+    a = rng.standard_normal((n_rows, n_k)).astype(np.float32)
+    w_t = rng.standard_normal((n_k, n_j)).astype(np.float32)
+    out0 = rng.standard_normal((n_rows, n_j)).astype(np.float32)
     fast = out0.copy()
     lstm_mod._add_products(fast, a, w_t)
     monkeypatch.setattr(lstm_mod, "_add_products_loops", lstm_mod._add_products_loops.py_func)

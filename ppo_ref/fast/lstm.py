@@ -362,101 +362,118 @@ def _tanh_any_compiled(x):
     return lambda x: _tanh(x)
 
 
-_BLOCK_ROWS = 8    # rows of a register block of _add_products
-_BLOCK_COLS = 16   # columns of a register block: 2 vectors of 8 float64 (1 of 16 float32)
+# The register blocks of _add_products: (rows, columns). 8 x 16 (2 vectors of 8 float64, or 1 of
+# 16 float32, per row) for calls of few rows (an LSTM step's environments); 6 x 32 (4 vectors of
+# 8 float64 per row: 24 accumulators, so each weight vector loaded serves 6 rows and each
+# broadcast 4 vectors) for calls of many rows whose width is a multiple of 32.
+_BLOCK_ROWS, _BLOCK_COLS = 8, 16
+_WIDE_ROWS, _WIDE_COLS = 6, 32
+_WIDE_MIN_ROWS = 24   # fewer rows than this: the 8 x 16 blocks
 
 
-def _add_block(out, a, w_t, n, j0):
-    """``out[n:n+8, j0:j0+16] += a[n:n+8] @ w_t[:, j0:j0+16]``, every element a chain of FMAs
-    in the order k = 0, 1, ..., K-1 starting from its value in ``out`` (the arithmetic of
-    :func:`_add_products`). Interpreted here; compiled, :func:`_add_block_vector` keeps the
-    8 x 16 block in vector registers across the whole k loop."""
-    for m in range(n, n + _BLOCK_ROWS):
-        for j in range(j0, j0 + _BLOCK_COLS):
+def _block_loops(out, a, w_t, n, j0, rows, cols):
+    """``out[n:n+rows, j0:j0+cols] += a[n:n+rows] @ w_t[:, j0:j0+cols]``, every element a chain
+    of FMAs in the order k = 0, 1, ..., K-1 starting from its value in ``out`` (the arithmetic
+    of :func:`_add_products`)."""
+    for m in range(n, n + rows):
+        for j in range(j0, j0 + cols):
             o = out[m, j]
             for k in range(a.shape[1]):
                 o = _fma(a[m, k], w_t[k, j], o)
             out[m, j] = o
 
 
-@intrinsic
-def _add_block_vector(typingctx, out, a, w_t, n, j0):
-    """Compiled :func:`_add_block` for float64 (or float32) arrays, ``out`` and ``w_t``
-    C-contiguous (``a``: any strides): the 16 columns of each of the 8 rows are held in vector
-    accumulators (``<8 x double>`` x 2, or ``<16 x float>``) for the whole k loop; per k, the
-    weight row segment is loaded once and each ``a[m, k]`` is broadcast into an ``llvm.fma``
-    per accumulator. Element for element
-    the same FMA chain as the scalar loops (no reassociation), without a load and store of
-    ``out`` per few terms: the loop runs at the FMA units' rate instead of the store port's.
-    (Accumulators live in stack slots that LLVM promotes to registers.)"""
-    sig = types.none(out, a, w_t, n, j0)
-    is_f32 = out.dtype == types.float32
+def _add_block(out, a, w_t, n, j0):
+    """:func:`_block_loops` on the 8 x 16 block at ``(n, j0)``. Interpreted here; compiled, a
+    register block of :func:`_block_vector_intrinsic`."""
+    _block_loops(out, a, w_t, n, j0, _BLOCK_ROWS, _BLOCK_COLS)
 
-    def codegen(context, builder, signature, args):
-        out_ty, a_ty, w_ty = signature.args[:3]
-        arrays = [context.make_array(ty)(context, builder, v)
-                  for ty, v in zip((out_ty, a_ty, w_ty), args[:3])]
-        out_arr, a_arr, w_arr = arrays
-        intp = context.get_value_type(types.intp)
-        n_ = context.cast(builder, args[3], signature.args[3], types.intp)
-        j_ = context.cast(builder, args[4], signature.args[4], types.intp)
-        elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
-        lanes = 16 if is_f32 else 8
-        n_vec = _BLOCK_COLS // lanes
-        vec = llvm_ir.VectorType(elem, lanes)
-        vec_ptr = vec.as_pointer()
-        item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
-        fma = cgutils.get_or_insert_function(
-            builder.module, llvm_ir.FunctionType(vec, [vec, vec, vec]),
-            f"llvm.fma.v{lanes}{'f32' if is_f32 else 'f64'}")
-        undef = llvm_ir.Constant(vec, llvm_ir.Undefined)
-        lane0 = llvm_ir.Constant(llvm_ir.IntType(32), 0)
-        splat = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.IntType(32), lanes), [0] * lanes)
 
-        def const(v):
-            return llvm_ir.Constant(intp, v)
+def _add_block_wide(out, a, w_t, n, j0):
+    """:func:`_block_loops` on the 6 x 32 block at ``(n, j0)``. Interpreted here; compiled, a
+    register block of :func:`_block_vector_intrinsic`."""
+    _block_loops(out, a, w_t, n, j0, _WIDE_ROWS, _WIDE_COLS)
 
-        def pointer(arr, ty, i, j):
-            return cgutils.get_item_pointer2(
-                context, builder, arr.data, cgutils.unpack_tuple(builder, arr.shape),
-                cgutils.unpack_tuple(builder, arr.strides), ty.layout, [i, j],
-                wraparound=False)
 
-        slots = []
-        for r in range(_BLOCK_ROWS):
-            for v in range(n_vec):
-                ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
-                                              builder.add(j_, const(lanes * v))), vec_ptr)
-                slot = cgutils.alloca_once(builder, vec)
-                builder.store(builder.load(ptr, align=item), slot)
-                slots.append((slot, ptr))
-        n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
-        with cgutils.for_range(builder, n_k) as loop:
-            k = loop.index
-            w_vecs = [builder.load(builder.bitcast(
-                pointer(w_arr, w_ty, k, builder.add(j_, const(lanes * v))), vec_ptr), align=item)
-                for v in range(n_vec)]
-            for r in range(_BLOCK_ROWS):
-                a_k = builder.load(pointer(a_arr, a_ty, builder.add(n_, const(r)), k))
-                a_vec = builder.shuffle_vector(builder.insert_element(undef, a_k, lane0),
-                                               undef, splat)
+def _block_vector_intrinsic(block_rows, block_cols):
+    """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
+    (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
+    each row are held in vector accumulators (``<8 x double>`` or ``<16 x float>``) for the whole
+    k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` is broadcast into
+    an ``llvm.fma`` per accumulator. Element for element the same FMA chain as the scalar loops
+    (no reassociation), without a load and store of ``out`` per few terms: the loop runs at the
+    FMA units' rate instead of the store port's. (Accumulators live in stack slots that LLVM
+    promotes to registers.)"""
+    def block_vector(typingctx, out, a, w_t, n, j0):
+        sig = types.none(out, a, w_t, n, j0)
+        is_f32 = out.dtype == types.float32
+
+        def codegen(context, builder, signature, args):
+            out_ty, a_ty, w_ty = signature.args[:3]
+            arrays = [context.make_array(ty)(context, builder, v)
+                      for ty, v in zip((out_ty, a_ty, w_ty), args[:3])]
+            out_arr, a_arr, w_arr = arrays
+            intp = context.get_value_type(types.intp)
+            n_ = context.cast(builder, args[3], signature.args[3], types.intp)
+            j_ = context.cast(builder, args[4], signature.args[4], types.intp)
+            elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
+            lanes = 16 if is_f32 else 8
+            n_vec = block_cols // lanes
+            vec = llvm_ir.VectorType(elem, lanes)
+            vec_ptr = vec.as_pointer()
+            item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
+            fma = cgutils.get_or_insert_function(
+                builder.module, llvm_ir.FunctionType(vec, [vec, vec, vec]),
+                f"llvm.fma.v{lanes}{'f32' if is_f32 else 'f64'}")
+            undef = llvm_ir.Constant(vec, llvm_ir.Undefined)
+            lane0 = llvm_ir.Constant(llvm_ir.IntType(32), 0)
+            splat = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.IntType(32), lanes), [0] * lanes)
+
+            def const(v):
+                return llvm_ir.Constant(intp, v)
+
+            def pointer(arr, ty, i, j):
+                return cgutils.get_item_pointer2(
+                    context, builder, arr.data, cgutils.unpack_tuple(builder, arr.shape),
+                    cgutils.unpack_tuple(builder, arr.strides), ty.layout, [i, j],
+                    wraparound=False)
+
+            slots = []
+            for r in range(block_rows):
                 for v in range(n_vec):
-                    slot = slots[r * n_vec + v][0]
-                    builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
-                                  slot)
-        for slot, ptr in slots:
-            builder.store(builder.load(slot), ptr, align=item)
-        return context.get_dummy_value()
-    return sig, codegen
+                    ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
+                                                  builder.add(j_, const(lanes * v))), vec_ptr)
+                    slot = cgutils.alloca_once(builder, vec)
+                    builder.store(builder.load(ptr, align=item), slot)
+                    slots.append((slot, ptr))
+            n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
+            with cgutils.for_range(builder, n_k) as loop:
+                k = loop.index
+                w_vecs = [builder.load(builder.bitcast(
+                    pointer(w_arr, w_ty, k, builder.add(j_, const(lanes * v))), vec_ptr),
+                    align=item) for v in range(n_vec)]
+                for r in range(block_rows):
+                    a_k = builder.load(pointer(a_arr, a_ty, builder.add(n_, const(r)), k))
+                    a_vec = builder.shuffle_vector(builder.insert_element(undef, a_k, lane0),
+                                                   undef, splat)
+                    for v in range(n_vec):
+                        slot = slots[r * n_vec + v][0]
+                        builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
+                                      slot)
+            for slot, ptr in slots:
+                builder.store(builder.load(slot), ptr, align=item)
+            return context.get_dummy_value()
+        return sig, codegen
+    block_vector.__name__ = block_vector.__qualname__ = f"_block_{block_rows}x{block_cols}"
+    return intrinsic(block_vector)
 
 
-@overload(_add_block)
-def _add_block_compiled(out, a, w_t, n, j0):
-    """Compiled, :func:`_add_block` is :func:`_add_block_vector`, for 2-D arrays of one dtype,
-    float64 or float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a``
-    of any strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy);
-    anything else is refused when the caller is compiled (a ``TypingError``), so no layout or
-    dtype selects another code path."""
+def _check_block_operands(out, a, w_t):
+    """Typing-time check of the compiled blocks' operands: 2-D arrays of one dtype, float64 or
+    float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a`` of any
+    strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy); anything
+    else is refused when the caller is compiled (a ``TypingError``), so no layout or dtype
+    selects another code path."""
     if not (all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t))
             and out.layout == "C" and w_t.layout == "C"
             and out.dtype in (types.float32, types.float64)
@@ -464,7 +481,26 @@ def _add_block_compiled(out, a, w_t, n, j0):
         raise NumbaTypingError(
             "_add_products/_add_block take 2-D float64 or float32 arrays of one dtype, out and "
             f"w_t C-contiguous, got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
+
+
+_add_block_vector = _block_vector_intrinsic(_BLOCK_ROWS, _BLOCK_COLS)
+_add_block_wide_vector = _block_vector_intrinsic(_WIDE_ROWS, _WIDE_COLS)
+
+
+@overload(_add_block)
+def _add_block_compiled(out, a, w_t, n, j0):
+    """Compiled, :func:`_add_block` is the 8 x 16 register block (operands:
+    :func:`_check_block_operands`)."""
+    _check_block_operands(out, a, w_t)
     return lambda out, a, w_t, n, j0: _add_block_vector(out, a, w_t, n, j0)
+
+
+@overload(_add_block_wide)
+def _add_block_wide_compiled(out, a, w_t, n, j0):
+    """Compiled, :func:`_add_block_wide` is the 6 x 32 register block (operands:
+    :func:`_check_block_operands`)."""
+    _check_block_operands(out, a, w_t)
+    return lambda out, a, w_t, n, j0: _add_block_wide_vector(out, a, w_t, n, j0)
 
 
 @njit
@@ -555,16 +591,25 @@ def _add_products(out, a, w_t):
     ``out`` ``[M, J]``, ``a`` ``[M, K]``, ``w_t`` ``[K, J]`` (the weight pre-transposed so j is
     contiguous), 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t`` C-contiguous,
     ``a`` of any strides (e.g. a transposed view; other layouts are refused:
-    :func:`_add_block_compiled`). Blocks of 8 rows x 16 columns by :func:`_add_block`
-    (accumulated in vector registers over all k); the columns and rows left over by
-    :func:`_add_products_loops`; one or two columns in all by :func:`_add_products_narrow`.
-    The arithmetic of an element is the same chain of FMAs in
-    every case, so a row's result does not depend on the other rows of the call.
+    :func:`_check_block_operands`). Register blocks accumulated in vector registers over all k:
+    6 rows x 32 columns (:func:`_add_block_wide`) when there are at least 24 rows and the
+    width is a multiple of 32, else 8 x 16 (:func:`_add_block`); the columns and rows left over
+    by :func:`_add_products_loops`; one or two columns in all by :func:`_add_products_narrow`.
+    The arithmetic of an element is the same chain of FMAs in every case (which block computes
+    it changes nothing), so a row's result does not depend on the other rows of the call.
     """
     n_rows = a.shape[0]
     n_j = w_t.shape[1]
     if n_j <= _NARROW_COLS:
         _add_products_narrow(out, a, w_t)
+        return
+    if n_rows >= _WIDE_MIN_ROWS and n_j % _WIDE_COLS == 0:
+        n6 = n_rows - n_rows % _WIDE_ROWS
+        for n in range(0, n6, _WIDE_ROWS):
+            for j0 in range(0, n_j, _WIDE_COLS):
+                _add_block_wide(out, a, w_t, n, j0)
+        if n6 < n_rows:
+            _add_products_loops(out, a, w_t, n6, n_rows, 0)
         return
     n8 = n_rows - n_rows % _BLOCK_ROWS
     j16 = n_j - n_j % _BLOCK_COLS
