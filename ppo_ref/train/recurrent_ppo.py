@@ -178,7 +178,7 @@ class _RecurrentActor:
 
     takes_episode_starts = True
 
-    def __init__(self, policy: RecurrentPolicy, n_envs: int):
+    def __init__(self, policy: RecurrentPolicy, n_envs: int, keep_outputs: bool):
         self.policy = policy
         self.state = policy.initial_state(n_envs)
         self.rollout_start = self.state.copy()
@@ -186,8 +186,10 @@ class _RecurrentActor:
         self.obs_dim = policy.obs_dim
         self.obs_shape = policy.obs_shape
         self.head = policy.head
-        self.keeps_outputs = isinstance(policy, RecurrentPolicy)
-        self.acted = None  # _ActedSteps of the last policy_out_fn (compiled policy only)
+        # keep acting's LSTM outputs for the replay (the fast backend's RecurrentPolicy, which
+        # has evaluate_hidden; the trainer says so by its config.backend)
+        self.keeps_outputs = bool(keep_outputs)
+        self.acted = None  # _ActedSteps of the last policy_out_fn (keep_outputs only)
 
     def begin_rollout(self) -> LSTMStates:
         """Remember (and return a copy of) the state before step 0 of the next rollout."""
@@ -287,7 +289,8 @@ class RecurrentPPOTrainer(PPOTrainer):
 
     def _acting_policy(self) -> "_RecurrentActor":
         """The collector acts through an actor carrying each env's LSTM state."""
-        self._actor = _RecurrentActor(self.policy, self.config.n_envs)
+        self._actor = _RecurrentActor(self.policy, self.config.n_envs,
+                                      keep_outputs=self.config.backend == "fast")
         return self._actor
 
     # -- state carried across rollouts ----------------------------------------------------------
