@@ -270,3 +270,14 @@ def test_log_probs_whose_difference_overflows_are_clipped_not_rejected():
     np.testing.assert_array_equal(huge.vs, large.vs)
     np.testing.assert_array_equal(huge.pg_advantages, large.pg_advantages)
     assert np.isfinite(huge.vs).all() and np.isfinite(huge.pg_advantages).all()
+
+
+def test_time_deltas_are_neither_flags_nor_numbers():
+    """NumPy counts ``timedelta64`` as an integer type (``np.issubdtype(m8, np.integer)``); a
+    duration is not an episode flag nor a reward: both checks refuse it, naming the argument."""
+    from ppo_ref._checks import as_flag_array, as_float_array
+    durations = np.array([0, 1], dtype="m8[s]")
+    with pytest.raises(ValueError, match="terminated must hold booleans"):
+        as_flag_array(durations, "terminated")
+    with pytest.raises(ValueError, match="rewards must be a real float array"):
+        as_float_array(durations, "rewards")

@@ -25,6 +25,7 @@ MAX_N_ENVS = 4096
 MAX_NUM_ACTORS = 256
 MAX_SEED = 2 ** 63 - 1
 MAX_EPISODES = 10 ** 6
+CHECKPOINT_EVERY_DEFAULT = 60.0  # seconds: ppo-ref train --checkpoint-every
 
 # policy kind -> "module:attribute" of a trainer class with the PPOTrainer interface
 # (constructor (env_id, config, *, seed, ...), learn(total, callback), save/load, evaluate).

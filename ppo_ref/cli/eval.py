@@ -5,8 +5,8 @@ import argparse
 import os
 import sys
 
-from ppo_ref.cli.common import (MAX_EPISODES, MAX_SEED, UsageError, building, probe_env,
-                                trainer_class_by_name, user_input)
+from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, MAX_EPISODES, MAX_SEED, UsageError,
+                                building, probe_env, trainer_class_by_name, user_input)
 
 __all__ = ["configure_eval", "cmd_eval"]
 
@@ -37,7 +37,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     path = _checkpoint_path(args.run_dir)
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
         raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
-                         f"--checkpoint-every seconds (default 60), when stopped and at the end")
+                         f"--checkpoint-every seconds (default {CHECKPOINT_EVERY_DEFAULT:g}), when stopped "
+                         f"and at the end")
     with user_input():
         _, meta = load_checkpoint(path)
         check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")

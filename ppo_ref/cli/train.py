@@ -20,8 +20,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from ppo_ref.cli.common import (DEFAULT_ENV, DEFAULT_TIMESTEPS, MAX_N_ENVS, MAX_NUM_ACTORS,
-                                MAX_SEED, MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper,
+from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
+                                MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper,
                                 UsageError, building, one_line, policy_of_trainer, probe_env,
                                 rollout_note, trainer_class, trainer_class_by_name, user_input)
 
@@ -149,7 +149,7 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-import", action="store_true",
                    help="with --resume: let the saved env id of the form module:EnvId import "
                         "(run) its Python module; without it such a run is refused")
-    p.add_argument("--checkpoint-every", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--checkpoint-every", type=float, default=CHECKPOINT_EVERY_DEFAULT, metavar="SECONDS",
                    help="write checkpoint.npz at least this often (and at the end); 0: after "
                         "every update")
     p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS")

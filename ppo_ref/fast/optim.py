@@ -287,7 +287,8 @@ def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: fl
         key = _key_at(params.layout, int(index))
         raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
                          "step gives inf or nan (the parameters or moments given already "
-                         "hold them, or the step overflowed); nothing was written")
+                         "hold them, or the step overflowed); nothing was changed (the step "
+                         "was undone)")
     return t, norm
 
 

@@ -179,7 +179,10 @@ class RecurrentPolicy(PolicyBase):
     """LSTM actor-critic policy, compiled tier: the network of the module docstring + a
     distribution head of :mod:`ppo_ref.train.policies`, on one parameter buffer.
 
-    Computes what :class:`SpecRecurrentPolicy` computes, method for method (same arguments,
+    Computes what :class:`SpecRecurrentPolicy` computes, method for method (except
+    :meth:`evaluate_hidden`, the towers and head of :meth:`evaluate` on LSTM outputs given,
+    whose reference is this class's :meth:`evaluate`, bit for bit: ``tests/test_recurrent_fast.py``)
+    (same arguments,
     same results, actions sampled with the same ``rng`` draws), within a stated tolerance,
     ``|fast - spec| <= atol + rtol * max|spec|`` per result array (log-probs, entropies,
     values, LSTM states, each gradient array): float64 ``rtol = 1e-11``, ``atol = 1e-13``
@@ -549,18 +552,13 @@ class RecurrentPolicy(PolicyBase):
         spec = self._checked_spec(params)
         flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
         w_ih_t, w_hh_t, b = self._step_weights(spec, flat)
-        dt = flat.dtype
         table, width = spec.pi_table, spec.pi_width
-        n_out = int(table[-1, 2])
         relu = self.activation == "relu"
 
         def step(obs, state, episode_starts):
             x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
-            n = x.shape[0]
             h_new, c_new = step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts)
-            acts = np.empty(n * width, dt)
-            mlp_forward_flat(h_new[0], flat, table, relu, acts)   # the policy tower (_tower)
-            out = acts[n * (width - n_out):].reshape(n, n_out)
+            out = _tower_forward(h_new[0], flat, table, width, relu)[1]   # the policy tower
             return out.astype(np.float64, copy=False), LSTMStates(
                 h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
         return step

@@ -66,7 +66,6 @@ from typing import Dict, Optional
 import numpy as np
 
 from ppo_ref._checks import as_flag_array
-from ppo_ref.fast.flat import FlatArrays
 from ppo_ref.fast.update import recurrent_minibatches, run_epochs
 from ppo_ref.losses import explained_variance
 from ppo_ref.train.ppo import PPOTrainer
@@ -141,19 +140,21 @@ class _ActedSteps:
         rollout of ``params``, ``obs`` (``[T N, ...]``, time-major), bool ``starts [T, N]``
         and the start state ``start`` (every value the same bits); else None."""
         T = len(self.h)
-        if T == 0 or starts.shape[0] != T or not isinstance(params, FlatArrays):
+        if T == 0 or starts.shape[0] != T:
             return None
         try:
+            same_params = _same_bits(params.flat, self.flat)
             x = np.asarray(obs, dtype=np.float64)
-        except (TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError):  # not this policy's parameters or obs
             return None
-        kept_obs = np.stack(self.obs)
-        if x.size != kept_obs.size or not (
-                _same_bits(params.flat, self.flat)
-                and _same_bits(x.reshape(kept_obs.shape), kept_obs)
+        step_shape = self.obs[0].shape
+        if not (same_params and x.size == T * self.obs[0].size
                 and np.array_equal(np.stack(self.starts), starts)
                 and _same_bits(np.asarray(start.h, dtype=np.float64), self.start.h)
                 and _same_bits(np.asarray(start.c, dtype=np.float64), self.start.c)):
+            return None
+        x = x.reshape((T,) + step_shape)
+        if not all(_same_bits(x[t], kept) for t, kept in enumerate(self.obs)):
             return None
         return np.stack(self.h, axis=1)
 
