@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
                                 TRAINERS, SigintStopper, UsageError, building, one_line,
-                                policy_of_trainer, probe_env, rollout_note, trainer_class, trainer_class_by_name, user_input)
+                                policy_of_trainer, probe_env, rollout_note, trainer_class,
+                                trainer_class_by_name, user_input)
 
 __all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "default_policy",
            "default_timesteps", "zoo_note", "make_unique_dir", "list_fields", "run_training",
