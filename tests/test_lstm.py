@@ -638,3 +638,44 @@ def test_add_products_blocks_float32(rng, monkeypatch, shape):
     np.testing.assert_array_equal(fast, slow)
     ref = _products_oracle(out0, a, w_t)  # float64 chain: float32 agrees to float32 rounding
     np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-4 * np.abs(ref).max())
+
+
+_AVX2_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+cx8,+f16c,+fma,+fxsr,+lzcnt,+mmx,"
+                  "+movbe,+pclmul,+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave")
+
+_PRODUCTS_SCRIPT = """
+import hashlib, sys
+import numpy as np
+import ppo_ref.fast.lstm as lstm_mod
+rng = np.random.default_rng(7)
+digest = hashlib.sha256()
+for dtype in (np.float64, np.float32):
+    for n_rows, n_k, n_j in ((8, 64, 256), (30, 24, 64), (256, 19, 64), (13, 7, 40)):
+        a = rng.standard_normal((n_rows, n_k)).astype(dtype)
+        w_t = rng.standard_normal((n_k, n_j)).astype(dtype)
+        out = rng.standard_normal((n_rows, n_j)).astype(dtype)
+        lstm_mod._add_products(out, a, w_t)
+        digest.update(out.tobytes())
+print(lstm_mod._VECTOR_BITS, lstm_mod._BLOCK_ROWS, lstm_mod._BLOCK_COLS, digest.hexdigest())
+"""
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no target")
+def test_add_products_blocks_of_an_avx2_target_give_the_same_bits(tmp_path):
+    """The register blocks are chosen for the target's vector registers (6 x 8 for AVX2,
+    8 x 16 and 6 x 32 for AVX-512); compiled for an AVX2-only target (as on an AMD EPYC
+    machine), the products are the same bits as compiled for the default target."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def run(extra_env):
+        env = dict(os.environ, PYTHONPATH=root, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+                   **extra_env)
+        out = subprocess.run([sys.executable, "-c", _PRODUCTS_SCRIPT], env=env, check=True,
+                             capture_output=True, text=True, timeout=600).stdout.split()
+        return out
+    avx2 = run({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": _AVX2_FEATURES})
+    assert avx2[:3] == ["256", "6", "8"]
+    default = run({})
+    assert default[3] == avx2[3]

@@ -362,13 +362,34 @@ def _tanh_any_compiled(x):
     return lambda x: _tanh(x)
 
 
-# The register blocks of _add_products: (rows, columns). 8 x 16 (2 vectors of 8 float64, or 1 of
-# 16 float32, per row) for calls of few rows (an LSTM step's environments); 6 x 32 (4 vectors of
-# 8 float64 per row: 24 accumulators, so each weight vector loaded serves 6 rows and each
-# broadcast 4 vectors) for calls of many rows whose width is a multiple of 32.
-_BLOCK_ROWS, _BLOCK_COLS = 8, 16
-_WIDE_ROWS, _WIDE_COLS = 6, 32
-_WIDE_MIN_ROWS = 24   # fewer rows than this: the 8 x 16 blocks
+def _target_vector_bits() -> int:
+    """The width of the vector registers numba compiles for: 512 when the target has AVX-512F
+    (``NUMBA_CPU_FEATURES`` when set, else the host's features, as numba itself decides),
+    else 256 (AVX2; also taken for older targets)."""
+    from numba.core import config
+    if config.CPU_FEATURES:
+        features = set(config.CPU_FEATURES.replace(" ", "").split(","))
+        return 512 if "+avx512f" in features else 256
+    import llvmlite.binding as llvm_binding
+    return 512 if llvm_binding.get_host_cpu_features().get("avx512f", False) else 256
+
+
+# The register blocks of _add_products (rows, columns), chosen for the target's vector
+# registers; which block computes an element never changes its bits (the same FMA chain).
+# AVX-512 (32 registers of 8 float64): 8 x 16 (16 accumulators) for calls of few rows (an LSTM
+# step's environments), and 6 x 32 (24 accumulators: each weight vector loaded serves 6 rows
+# and each broadcast 4 vectors) for calls of many rows whose width 32 divides. AVX2 (16
+# registers of 4 float64): 6 x 8 (12 accumulators in float64; 6 in float32), the only block,
+# since the larger ones would not fit in the registers.
+_VECTOR_BITS = _target_vector_bits()
+if _VECTOR_BITS >= 512:
+    _BLOCK_ROWS, _BLOCK_COLS = 8, 16
+    _WIDE_ROWS, _WIDE_COLS = 6, 32
+    _WIDE_MIN_ROWS = 24   # fewer rows than this: the 8 x 16 blocks
+else:
+    _BLOCK_ROWS, _BLOCK_COLS = 6, 8
+    _WIDE_ROWS, _WIDE_COLS = 6, 8
+    _WIDE_MIN_ROWS = 2 ** 62   # (never: one block shape)
 
 
 def _block_loops(out, a, w_t, n, j0, rows, cols):
@@ -398,8 +419,9 @@ def _add_block_wide(out, a, w_t, n, j0):
 def _block_vector_intrinsic(block_rows, block_cols):
     """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
     (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
-    each row are held in vector accumulators (``<8 x double>`` or ``<16 x float>``) for the whole
-    k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` is broadcast into
+    each row are held in vector accumulators of the target's register width (``<8 x double>``
+    or ``<16 x float>`` with AVX-512, ``<4 x double>`` or ``<8 x float>`` otherwise) for the
+    whole k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` is broadcast into
     an ``llvm.fma`` per accumulator. Element for element the same FMA chain as the scalar loops
     (no reassociation), without a load and store of ``out`` per few terms: the loop runs at the
     FMA units' rate instead of the store port's. (Accumulators live in stack slots that LLVM
@@ -417,7 +439,7 @@ def _block_vector_intrinsic(block_rows, block_cols):
             n_ = context.cast(builder, args[3], signature.args[3], types.intp)
             j_ = context.cast(builder, args[4], signature.args[4], types.intp)
             elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
-            lanes = 16 if is_f32 else 8
+            lanes = _VECTOR_BITS // (32 if is_f32 else 64)   # one vector register
             n_vec = block_cols // lanes
             vec = llvm_ir.VectorType(elem, lanes)
             vec_ptr = vec.as_pointer()
