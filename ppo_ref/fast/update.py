@@ -429,7 +429,9 @@ def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_p
 
     def blocks(perms):
         """The minibatches of the epochs whose row permutations are the rows of ``perms``."""
-        g_lp, g_adv, g_ret, g_v, g_obs, g_act = (a[perms] for a in arrays)
+        # np.take along axis 0: a[perms] (the same rows copied), without fancy indexing's
+        # slower path for a 2-D index into a 2-D array
+        g_lp, g_adv, g_ret, g_v, g_obs, g_act = (np.take(a, perms, axis=0) for a in arrays)
         return [[Minibatch(g_lp[e, i:i + batch_size], g_adv[e, i:i + batch_size],
                            g_ret[e, i:i + batch_size], g_v[e, i:i + batch_size],
                            (g_obs[e, i:i + batch_size], g_act[e, i:i + batch_size]))
