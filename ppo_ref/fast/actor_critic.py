@@ -12,6 +12,16 @@ max|spec|``, through :class:`ppo_ref.train.policies.MLPPolicy`: the ``mlp_policy
 :func:`acting_forward` (on the buffer of :func:`acting_weights`) gives the policy output of
 :func:`flat_forward` bit for bit (through :meth:`ppo_ref.train.policies.MLPPolicy.policy_out_fn`:
 ``tests/test_mlp_policy_fast.py``).
+
+The compiled drivers run a whole pass in one call, into buffers the caller owns (the fast
+policy's update reuses them from minibatch to minibatch): :func:`flat_forward_into` and
+:func:`flat_backward_into` are the network's passes (:func:`flat_forward` and
+:func:`flat_backward` are they, on fresh buffers / the cache's), and
+:func:`categorical_forward_into` / :func:`categorical_backward_into` add the categorical
+head's kernels of :mod:`ppo_ref.fast.distributions` to them (the same calls on the same values,
+so the same bits). Through :class:`ppo_ref.train.policies.MLPPolicy` they are the
+``mlp_policy`` (Gaussian and MultiDiscrete heads) and ``mlp_policy_categorical`` rows of
+``tests/test_tiers.py``, within the tolerances above.
 """
 from __future__ import annotations
 
@@ -94,8 +104,9 @@ class FlatCache(NamedTuple):
     vf_acts: Optional[np.ndarray]
 
 
+#: The layer table of no layers (``[0, 4]``: nothing in it to write), the trunk's table of a
+#: network without one in :func:`tower_tables`.
 NO_LAYERS = np.zeros((0, 4), dtype=np.int64)
-NO_LAYERS.setflags(write=False)
 
 
 def tower_tables(net: FlatNet):

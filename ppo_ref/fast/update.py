@@ -7,10 +7,12 @@ learner): :func:`run_epochs`, on parameters held as a float64
 dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for them).
 
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
-  float64 input of one shape (``tests/test_spec_update.py``): the per-minibatch normalization is
-  the compiled ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's
-  ``advantage_moments``, compiled), then one call of the compiled
-  ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
+  float64 input of one shape (``tests/test_spec_update.py``): one compiled call
+  (``_loss_pass``) runs the per-minibatch normalization
+  ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's ``advantage_moments``,
+  compiled), then ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's
+  element functions, and sums the entropies in NumPy's pairwise order (``_pairwise_sum``:
+  the bits of the spec's ``np.mean``).
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic; bit for bit
@@ -55,9 +57,10 @@ __all__ = ["minibatch_loss", "run_epochs", "feedforward_minibatches", "recurrent
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
                    with_log_ratio: bool = True, weights=None) -> MinibatchLoss:
-    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through the compiled
-    ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization) and one
-    call of ``ppo_ref.fast.losses._minibatch_loss_kernel``.
+    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through one compiled call: the
+    ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization), then
+    ``ppo_ref.fast.losses._minibatch_loss_kernel`` and the entropies' sum in NumPy's pairwise
+    order (what the spec's ``np.mean`` sums in).
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
@@ -91,9 +94,12 @@ def _loss_arrays(given) -> list:
     first checks, with its messages)."""
     arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in given]
     shape = arrays[0].shape
-    for name, a in zip(_LOSS_ARGUMENTS, arrays):
-        if name != "entropy" and a.shape != shape:
-            raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got {a.shape}")
+    if not (arrays[2].shape == arrays[3].shape == arrays[4].shape == arrays[5].shape
+            == arrays[6].shape == shape):
+        for name, a in zip(_LOSS_ARGUMENTS, arrays):
+            if name != "entropy" and a.shape != shape:
+                raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got "
+                                 f"{a.shape}")
     if arrays[0].size == 0 or arrays[1].size == 0:
         raise ValueError("new_log_probs and entropy must not be empty (a mean over zero "
                          "elements is undefined)")
@@ -250,7 +256,9 @@ def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, nor
     then whether every ``d_values`` entry is finite and the sum of ``entropy`` (all its
     entries, :func:`_pairwise_sum`). Returns the loss kernel's eight results, that flag and
     that sum; ``status`` 3 (the rest meaningless) when the normalization's mean or std is not
-    finite."""
+    finite. Through :func:`minibatch_loss` it gives the bits of
+    :func:`ppo_ref.spec.update.minibatch_loss` (the ``minibatch_loss`` row of
+    ``tests/test_tiers.py``, BITS)."""
     if normalize:
         if not _normalize_advantages_kernel(adv, ddof, eps, clamp, normalized):
             return 3, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, 0.0
@@ -289,7 +297,8 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
         if np.any(w < 0):
             raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
         w = w.reshape(-1)
-    flat = [a if a.ndim == 1 else a.reshape(-1) for a in arrays]  # (views: 1-D already)
+    flat = (arrays if len(shape) == 1 and arrays[1].ndim == 1  # 1-D already
+            else [a.reshape(-1) for a in arrays])  # (views)
     normalize = s.normalize and n > 1  # (one element: unchanged, as the spec)
     if s.normalize:
         if s.norm is None:  # invalid settings: the spec's error, in the spec's order of checks

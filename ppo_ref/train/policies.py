@@ -31,8 +31,9 @@ Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
 :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
 views into one float64 buffer, which :mod:`ppo_ref.fast.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
-:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`:
-fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
+:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`
+(evaluate and backward: their one-call drivers, with the categorical head's kernels in the same
+call): fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
 other rows of the call nor on BLAS or the machine (the rollout's stored log-probabilities and
 every minibatch's agree bit for bit). ``config.compute_dtype="float32"`` runs those passes in
 float32 as torch does; parameters, gradients as returned, losses and Adam stay float64.
@@ -405,11 +406,17 @@ class MLPPolicy(PolicyBase):
     :mod:`ppo_ref.fast.actor_critic` + a distribution head.
 
     Every method runs the network by :func:`ppo_ref.fast.actor_critic.flat_forward` /
-    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer: equal to
+    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer (evaluate and
+    backward by their drivers :func:`~ppo_ref.fast.actor_critic.flat_forward_into` /
+    :func:`~ppo_ref.fast.actor_critic.flat_backward_into`, or for a categorical head
+    :func:`~ppo_ref.fast.actor_critic.categorical_forward_into` /
+    :func:`~ppo_ref.fast.actor_critic.categorical_backward_into`: network and head in one
+    compiled call): equal to
     ``ppo_ref.spec.networks.actor_critic_forward`` and
     ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-11, atol 1e-14 (relative to
     each result array's largest entry) in float64, and rtol 2e-4, atol 1e-5 in float32 (the
-    ``mlp_policy`` and ``mlp_policy_float32`` rows of ``tests/test_tiers.py``); in a summation order fixed by the code, so per-row results
+    ``mlp_policy``, ``mlp_policy_categorical`` and ``mlp_policy_float32`` rows of
+    ``tests/test_tiers.py``); in a summation order fixed by the code, so per-row results
     are the same bits whatever the batch, BLAS or machine. With ``config.compute_dtype="float32"``
     the network runs in float32 (parameters and observations rounded to float32 once per call).
 
