@@ -362,11 +362,10 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
     kl = k3_sum / w_sum if s.k3 else k1_sum / w_sum
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
                          else math.nan)
-    return MinibatchLoss(
-        loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
-        entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_outside / w_sum,
-        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs.reshape(shape),
-        d_entropy=d_entropy, d_values=d_values.reshape(shape))
+    if len(shape) != 1:
+        d_log_probs, d_values = d_log_probs.reshape(shape), d_values.reshape(shape)
+    return MinibatchLoss(float(total), float(p_loss), float(v_loss), -e_loss, float(kl),
+                         n_outside / w_sum, max_abs_log_ratio, d_log_probs, d_entropy, d_values)
 
 
 # Gathering every epoch's minibatches at once holds n_epochs copies of the rollout's arrays;

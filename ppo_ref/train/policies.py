@@ -809,8 +809,8 @@ class MLPPolicy(PolicyBase):
                 flat[...] = params.flat  # rounded as astype rounds
             else:
                 flat = params.flat
-            ev = self._evaluate_rows(params, checked[1], x_rows, data[1], flat, b)
-            return ev.log_probs, ev.entropy, ev.values, ev.cache
+            # a PolicyEval: the tuple (log_probs, entropy, values, cache) run_epochs unpacks
+            return self._evaluate_rows(params, checked[1], x_rows, data[1], flat, b)
 
         def backward(params, cache, d_log_probs, d_entropy, d_values):
             if not grads:
