@@ -132,6 +132,40 @@ def test_acting_forward_gives_the_policy_output_of_flat_forward(rng, shared_trun
     assert not np.shares_memory(flat_t, params.flat)
 
 
+@pytest.mark.parametrize("shared_trunk", [False, True])
+@pytest.mark.parametrize("compute_dtype", ["float64", "float32"])
+@pytest.mark.parametrize("net_arch", [(), (7, 5)])
+def test_flat_forward_and_backward_give_the_bits_of_the_policy_passes(rng, shared_trunk,
+                                                                       compute_dtype, net_arch):
+    """flat_forward / flat_backward (fresh buffers, the documented twins) and MLPPolicy's
+    passes (the compiled drivers on its own buffers) compute the same bits."""
+    from ppo_ref.fast.actor_critic import flat_backward, flat_forward
+    if shared_trunk and not net_arch:
+        net_arch = (4,)
+    policy, params = make_policy(rng, continuous=True, shared_trunk=shared_trunk,
+                                 compute_dtype=compute_dtype, net_arch=net_arch)
+    obs, actions = _batch(rng, 13, True)
+    ev = policy.evaluate(params, obs, actions)
+    dt = np.dtype(compute_dtype)
+    net = policy._check_params(params)
+    flat = params.flat.astype(dt)
+    x = obs.astype(dt)
+    out, values, cache = flat_forward(net, flat, x, False)
+    assert out.dtype == values.dtype == dt
+    assert np.array_equal(out, ev.cache.out) and np.array_equal(values, ev.values)
+    d_lp, d_h, d_v = (rng.standard_normal(13) for _ in range(3))
+    grads = policy.backward(params, ev.cache, d_lp, d_h, d_v)
+    d_out, _ = policy.head.backward(out.astype(np.float64), params, actions, d_lp, d_h)
+    g = np.full(flat.size, np.nan, dt)
+    flat_backward(net, flat, cache, np.ascontiguousarray(d_out, dtype=dt), d_v.astype(dt),
+                  False, g)
+    network = [k for k in params if k != "log_std"]
+    for k in network:
+        got = g[params.layout.offset(k):][:params[k].size].reshape(params[k].shape)
+        assert np.array_equal(got, grads[k]), k
+    assert np.isnan(g[params.layout.offset("log_std")])  # the head's entries: untouched
+
+
 def test_policy_out_fn_keeps_the_parameters_it_was_given(rng):
     policy, params = make_policy(rng)
     obs, _ = _batch(rng, 4, False)

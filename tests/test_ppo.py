@@ -130,9 +130,9 @@ def test_trainer_epochs_visit_each_rollout_row_exactly_once():
     seen = []
     original = tr.policy._evaluate_rows  # what evaluate and the update's own passes run
 
-    def recording(params, net, x, actions):
+    def recording(params, net, x, actions, *buffers):
         seen.append(x.copy())
-        return original(params, net, x, actions)
+        return original(params, net, x, actions, *buffers)
     tr.policy._evaluate_rows = recording
     stats = tr.update(rollout)
     assert stats["n_epochs_run"] == 3 and stats["n_gradient_steps"] == 3 * 3

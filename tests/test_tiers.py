@@ -450,8 +450,8 @@ def _random_actions(rng, policy, rows):
     return np.stack([rng.integers(n, size=rows) for n in space.nvec], axis=-1)
 
 
-def _mlp_policy_case(rng):
-    kind = str(rng.choice(["discrete", "box", "multi"]))
+def _mlp_policy_case(rng, kinds=("discrete", "box", "multi")):
+    kind = str(rng.choice(list(kinds)))
     config = PPOConfig(net_arch=tuple(int(w) for w in rng.integers(1, 21, size=rng.integers(0, 3))),
                        activation=str(rng.choice(["tanh", "relu"])),
                        shared_trunk=bool(rng.random() < 0.4), policy_head_gain=1.0,
@@ -524,7 +524,7 @@ TWINS: Dict[str, Twin] = {
                   "ppo_ref.spec.masks.transition_masks_loop", _trajectory, _masks("fast"),
                   _masks("spec"), BITS),
     "minibatch_loss": Twin((_fast_name("update", "minibatch_loss"),
-                            _fast_name("losses", "_minibatch_loss_kernel")),
+                            _fast_name("update", "_loss_pass")),
                            "ppo_ref.spec.update.minibatch_loss", _loss_case,
                            _loss(fast_update.minibatch_loss), _loss(spec_update.minibatch_loss),
                            BITS),
@@ -578,14 +578,25 @@ TWINS: Dict[str, Twin] = {
                                                        "lstm_step")),
                  "ppo_ref.spec.lstm.lstm_forward", _lstm_case, _lstm(fast_lstm), _lstm(spec_lstm),
                  Tol(1e-12, 1e-14)),
+    # the network alone in one compiled call (flat_*_into) with the Gaussian and
+    # MultiDiscrete heads; with the categorical head, network and head in one call each
     "mlp_policy": Twin(tuple(_fast_name("actor_critic", n) for n in ("flat_net", "flat_forward",
                                                                      "flat_backward",
+                                                                     "flat_forward_into",
+                                                                     "flat_backward_into",
                                                                      "acting_weights",
-                                                                     "acting_forward"))
-                       + (_fast_name("mlp", "mlp_forward_flat"),
-                          _fast_name("mlp", "mlp_backward_flat")),
-                       "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
+                                                                     "acting_forward")),
+                       "ppo_ref.spec.networks.actor_critic_forward",
+                       lambda rng: _mlp_policy_case(rng, ("box", "multi")),
                        _mlp_policy(MLPPolicy), _mlp_policy(SpecMLPPolicy), Tol(1e-11, 1e-14)),
+    "mlp_policy_categorical": Twin(tuple(_fast_name("actor_critic", n)
+                                         for n in ("categorical_forward_into",
+                                                   "categorical_backward_into",
+                                                   "acting_forward")),
+                                   "ppo_ref.spec.networks.actor_critic_forward",
+                                   lambda rng: _mlp_policy_case(rng, ("discrete",)),
+                                   _mlp_policy(MLPPolicy), _mlp_policy(SpecMLPPolicy),
+                                   Tol(1e-11, 1e-14)),
     "mlp_policy_float32": Twin(("ppo_ref.fast.actor_critic.flat_forward",),
                                "ppo_ref.spec.networks.actor_critic_forward", _mlp_policy_case,
                                _mlp_policy(MLPPolicy, "float32"), _mlp_policy(SpecMLPPolicy),

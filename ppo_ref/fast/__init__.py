@@ -64,6 +64,11 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.actor_critic.flat_net",
     "ppo_ref.fast.actor_critic.flat_forward",
     "ppo_ref.fast.actor_critic.flat_backward",
+    "ppo_ref.fast.actor_critic.flat_forward_into",
+    "ppo_ref.fast.actor_critic.flat_backward_into",
+    "ppo_ref.fast.actor_critic.categorical_forward_into",
+    "ppo_ref.fast.actor_critic.categorical_backward_into",
+    "ppo_ref.fast.actor_critic.tower_tables",
     "ppo_ref.fast.actor_critic.acting_weights",
     "ppo_ref.fast.actor_critic.acting_forward",
     # distributions
@@ -76,7 +81,7 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.distributions.multi_categorical_log_prob_backward",
     "ppo_ref.fast.distributions.multi_categorical_entropy_backward",
     # losses and update
-    "ppo_ref.fast.losses._minibatch_loss_kernel",
+    "ppo_ref.fast.update._loss_pass",  # runs ppo_ref.fast.losses._minibatch_loss_kernel
     "ppo_ref.fast.losses._normalize_advantages_kernel",
     "ppo_ref.fast.update.minibatch_loss",
     "ppo_ref.fast.update.run_epochs",
@@ -99,7 +104,8 @@ FAST_FUNCTIONS = (
 )
 
 #: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
-#: the one-buffer parameter dicts, the reuse pools and the fused step's argument check.
+#: the one-buffer parameter dicts, the reuse pools, the fused step's argument check and the
+#: layer tables as the actor-critic's compiled drivers read them.
 NO_TWIN = (
     "ppo_ref.fast.flat.flatten_arrays",
     "ppo_ref.fast.flat.is_flat",
@@ -109,4 +115,5 @@ NO_TWIN = (
     "ppo_ref.fast.lstm.keep_rows",
     "ppo_ref.fast.lstm.all_finite",
     "ppo_ref.fast.lstm.all_finite_1d",
+    "ppo_ref.fast.actor_critic.tower_tables",
 )

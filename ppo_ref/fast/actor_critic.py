@@ -12,6 +12,16 @@ max|spec|``, through :class:`ppo_ref.train.policies.MLPPolicy`: the ``mlp_policy
 :func:`acting_forward` (on the buffer of :func:`acting_weights`) gives the policy output of
 :func:`flat_forward` bit for bit (through :meth:`ppo_ref.train.policies.MLPPolicy.policy_out_fn`:
 ``tests/test_mlp_policy_fast.py``).
+
+The compiled drivers run a whole pass in one call, into buffers the caller owns (the fast
+policy's update reuses them from minibatch to minibatch): :func:`flat_forward_into` and
+:func:`flat_backward_into` are the network's passes (:func:`flat_forward` and
+:func:`flat_backward` are they, on fresh buffers / the cache's), and
+:func:`categorical_forward_into` / :func:`categorical_backward_into` add the categorical
+head's kernels of :mod:`ppo_ref.fast.distributions` to them (the same calls on the same values,
+so the same bits). Through :class:`ppo_ref.train.policies.MLPPolicy` they are the
+``mlp_policy`` (Gaussian and MultiDiscrete heads) and ``mlp_policy_categorical`` rows of
+``tests/test_tiers.py``, within the tolerances above.
 """
 from __future__ import annotations
 
@@ -19,6 +29,7 @@ from typing import Mapping, NamedTuple, Optional
 
 import numpy as np
 
+from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, layer_table,
                               mlp_backward_flat, mlp_forward_flat)
 from ppo_ref.fast.lstm import _linear_rows
@@ -26,7 +37,9 @@ from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
 __all__ = ["FlatNet", "FlatCache", "flat_net", "flat_forward", "flat_backward",
-           "acting_weights", "acting_forward"]
+           "flat_forward_into", "flat_backward_into", "categorical_forward_into",
+           "categorical_backward_into", "tower_tables", "NO_LAYERS", "acting_weights",
+           "acting_forward"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -91,14 +104,122 @@ class FlatCache(NamedTuple):
     vf_acts: Optional[np.ndarray]
 
 
-def _tower(x, flat, table, width, relu):
-    """``(acts, y)``: the outputs buffer of :func:`mlp_forward_flat` on ``x`` and its last
-    block, the tower output ``y [rows, out]``."""
+#: The layer table of no layers (``[0, 4]``: nothing in it to write), the trunk's table of a
+#: network without one in :func:`tower_tables`.
+NO_LAYERS = np.zeros((0, 4), dtype=np.int64)
+
+
+def tower_tables(net: FlatNet):
+    """``(trunk, pi, vf)``: the layer tables of ``net`` as the compiled drivers
+    (:func:`flat_forward_into`, :func:`flat_backward_into`, :func:`categorical_forward_into`,
+    :func:`categorical_backward_into`) read them, the trunk's a ``[0, 4]`` table
+    (:data:`NO_LAYERS`) when there is none."""
+    return (net.trunk if net.trunk is not None else NO_LAYERS), net.pi, net.vf
+
+
+@njit
+def _last_block(acts, rows, table):
+    """The last layer's block ``[rows, out_L]`` of an outputs buffer ``acts`` of exactly
+    ``rows * sum_i out_i`` entries written by :func:`ppo_ref.fast.mlp.mlp_forward_flat` with
+    ``table`` (a view)."""
+    n_out = table[table.shape[0] - 1, 2]
+    return acts[acts.size - rows * n_out:].reshape(rows, n_out)
+
+
+@njit
+def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts, values,
+                      policy, value):
+    """:func:`flat_forward` in one compiled call, into buffers the caller gives (the same
+    calls of :func:`ppo_ref.fast.mlp.mlp_forward_flat` on the same values, so the same bits:
+    :func:`flat_forward` is this function on fresh buffers).
+
+    Args:
+        x: ``[B, D]`` C-contiguous, the dtype of ``flat`` (float64 or float32).
+        flat: 1-D parameter buffer; ``trunk``, ``pi``, ``vf``: its layer tables
+            (:func:`tower_tables`).
+        relu: as :func:`flat_forward`.
+        trunk_acts, pi_acts, vf_acts: 1-D outputs buffers (dtype of ``flat``) of exactly ``B``
+            times the tower's ``*_width`` entries (``trunk_acts`` any size without a trunk,
+            ``pi_acts`` / ``vf_acts`` any size when ``policy`` / ``value`` is False), written:
+            every layer's output (:func:`ppo_ref.fast.mlp.mlp_forward_flat`); the trunk's last
+            block activated in place (the heads' input ``z``).
+        values: float64 ``[B]``, written with the value head's output when ``value`` (exact
+            for float32: a widening).
+        policy, value: run the policy / value tower.
+
+    Unchecked: the caller guarantees shapes, contiguity and one dtype.
+    """
     rows = x.shape[0]
-    acts = np.empty(rows * width, flat.dtype)
-    mlp_forward_flat(x, flat, table, relu, acts)
-    n_out = int(table[-1, 2])
-    return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
+    z = x
+    if trunk.shape[0] > 0:
+        mlp_forward_flat(x, flat, trunk, relu, trunk_acts)
+        z = _last_block(trunk_acts, rows, trunk)
+        _activate_inplace(z, relu)
+    if policy:
+        mlp_forward_flat(z, flat, pi, relu, pi_acts)
+    if value:
+        mlp_forward_flat(z, flat, vf, relu, vf_acts)
+        v = _last_block(vf_acts, rows, vf)
+        for n in range(rows):
+            values[n] = v[n, 0]
+
+
+@njit
+def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts,
+                       d_policy_out, d_values, grads):
+    """:func:`flat_backward` in one compiled call (the same calls of
+    :func:`ppo_ref.fast.mlp.mlp_backward_flat` on the same values, so the same bits:
+    :func:`flat_backward` is this function on its cache's buffers).
+
+    ``x``, ``flat``, the tables, ``relu`` and the three outputs buffers as given to (and
+    written by) :func:`flat_forward_into` with both towers run; ``d_policy_out [B, P]``
+    C-contiguous of the dtype of ``flat``; ``d_values [B]`` float64 or of the dtype of
+    ``flat`` (rounded to it entry by entry, as ``astype``); ``grads`` 1-D of the layout and
+    dtype of ``flat``: every network gradient written (other entries untouched). Unchecked.
+    """
+    rows = x.shape[0]
+    dv = np.empty((rows, 1), flat.dtype)
+    for n in range(rows):
+        dv[n, 0] = d_values[n]
+    if trunk.shape[0] == 0:
+        mlp_backward_flat(x, pi_acts, flat, pi, relu, d_policy_out, grads, None)
+        mlp_backward_flat(x, vf_acts, flat, vf, relu, dv, grads, None)
+        return
+    z = _last_block(trunk_acts, rows, trunk)
+    dz = np.zeros(z.shape, flat.dtype)
+    mlp_backward_flat(z, pi_acts, flat, pi, relu, d_policy_out, grads, dz)
+    mlp_backward_flat(z, vf_acts, flat, vf, relu, dv, grads, dz)
+    _activation_grad(dz, z, relu)
+    mlp_backward_flat(x, trunk_acts, flat, trunk, relu, dz, grads, None)
+
+
+@njit
+def categorical_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts,
+                             values, actions, log_probs, entropy, probs):
+    """:func:`flat_forward_into` (both towers) then
+    :func:`ppo_ref.fast.distributions.categorical_eval_kernel` on its logits (the policy
+    tower's last block) in one compiled call: writes ``values``, ``log_probs``, ``entropy``
+    (float64 ``[B]``) and ``probs`` (float64 ``[B, P]``) for ``actions`` int64 ``[B]``.
+    Returns the kernel's flag (False: logits not finite, their spread overflows, or an
+    action out of range; the caller raises). Unchecked."""
+    flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts, values,
+                      True, True)
+    return categorical_eval_kernel(_last_block(pi_acts, x.shape[0], pi), actions, log_probs,
+                                   entropy, probs)
+
+
+@njit
+def categorical_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts,
+                              probs, actions, entropy, d_log_probs, d_entropy, use_entropy,
+                              d_values, d_logits, grads):
+    """:func:`ppo_ref.fast.distributions.categorical_backward_kernel` (``probs``,
+    ``entropy`` of :func:`categorical_forward_into`; ``d_log_probs``, ``d_entropy`` float64
+    ``[B]``, ``d_entropy`` read only when ``use_entropy``) into ``d_logits [B, P]`` (the dtype
+    of ``flat``), then :func:`flat_backward_into` with it, in one compiled call. Unchecked."""
+    categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy, use_entropy,
+                                d_logits)
+    flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts, d_logits,
+                       d_values, grads)
 
 
 def flat_forward(net: FlatNet, flat: np.ndarray, x: np.ndarray, relu: bool,
@@ -112,20 +233,24 @@ def flat_forward(net: FlatNet, flat: np.ndarray, x: np.ndarray, relu: bool,
     the fixed one of the section comment, so per row the results do not depend on the batch or
     the machine. Equal to :func:`ppo_ref.spec.networks.actor_critic_forward` within rtol 1e-11,
     atol 1e-14 per result array in float64 (rtol 2e-4, atol 1e-5 in float32): the
-    ``mlp_policy`` and ``mlp_policy_float32`` rows of ``tests/test_tiers.py``.
+    ``mlp_policy`` and ``mlp_policy_float32`` rows of ``tests/test_tiers.py``. It is
+    :func:`flat_forward_into` on fresh buffers.
     """
-    trunk_acts = None
+    rows = x.shape[0]
+    dt = flat.dtype
+    trunk, pi, vf = tower_tables(net)
+    trunk_acts = np.empty(rows * net.trunk_width, dt)
+    pi_acts = np.empty(rows * net.pi_width if policy else 0, dt)
+    vf_acts = np.empty(rows * net.vf_width if value else 0, dt)
+    flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts,
+                      np.empty(rows if value else 0), policy, value)
     z = x
     if net.trunk is not None:
-        trunk_acts, z = _tower(x, flat, net.trunk, net.trunk_width, relu)
-        _activate_inplace(z, relu)
-    out = values = pi_acts = vf_acts = None
-    if policy:
-        pi_acts, out = _tower(z, flat, net.pi, net.pi_width, relu)
-    if value:
-        vf_acts, v = _tower(z, flat, net.vf, net.vf_width, relu)
-        values = v[:, 0]
-    return out, values, FlatCache(x, trunk_acts, z, pi_acts, vf_acts)
+        z = trunk_acts[rows * (net.trunk_width - int(trunk[-1, 2])):].reshape(rows, -1)
+    out = pi_acts[rows * (net.pi_width - net.policy_out_dim):].reshape(rows, -1) if policy else None
+    values = vf_acts[rows * (net.vf_width - 1):] if value else None
+    return out, values, FlatCache(x, trunk_acts if net.trunk is not None else None, z,
+                                  pi_acts if policy else None, vf_acts if value else None)
 
 
 def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out: np.ndarray,
@@ -140,20 +265,12 @@ def flat_backward(net: FlatNet, flat: np.ndarray, cache: FlatCache, d_policy_out
     (``dz += d_v @ w_vf``, one FMA chain), times the trunk's activation derivative. Equal to
     :func:`ppo_ref.spec.networks.actor_critic_backward` within rtol 1e-11, atol 1e-14 in float64,
     relative to each gradient array's largest entry (the ``mlp_policy`` row of
-    ``tests/test_tiers.py``).
+    ``tests/test_tiers.py``). It is :func:`flat_backward_into` on the cache's buffers.
     """
-    x = cache.x
-    dv = d_values.reshape(-1, 1)
-    if net.trunk is None:
-        mlp_backward_flat(x, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, None)
-        mlp_backward_flat(x, cache.vf_acts, flat, net.vf, relu, dv, grads, None)
-        return
-    z = cache.z
-    dz = np.zeros(z.shape, flat.dtype)
-    mlp_backward_flat(z, cache.pi_acts, flat, net.pi, relu, d_policy_out, grads, dz)
-    mlp_backward_flat(z, cache.vf_acts, flat, net.vf, relu, dv, grads, dz)
-    _activation_grad(dz, z, relu)
-    mlp_backward_flat(x, cache.trunk_acts, flat, net.trunk, relu, dz, grads, None)
+    trunk, pi, vf = tower_tables(net)
+    trunk_acts = cache.trunk_acts if cache.trunk_acts is not None else flat[:0]
+    flat_backward_into(cache.x, flat, trunk, pi, vf, relu, trunk_acts, cache.pi_acts,
+                       cache.vf_acts, d_policy_out, d_values, grads)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,10 +7,12 @@ learner): :func:`run_epochs`, on parameters held as a float64
 dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for them).
 
 * :func:`minibatch_loss` equals :func:`ppo_ref.spec.update.minibatch_loss` bit for bit on
-  float64 input of one shape (``tests/test_spec_update.py``): the per-minibatch normalization is
-  the compiled ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's
-  ``advantage_moments``, compiled), then one call of the compiled
-  ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's element functions.
+  float64 input of one shape (``tests/test_spec_update.py``): one compiled call
+  (``_loss_pass``) runs the per-minibatch normalization
+  ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's ``advantage_moments``,
+  compiled), then ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's
+  element functions, and sums the entropies in NumPy's pairwise order (``_pairwise_sum``:
+  the bits of the spec's ``np.mean``).
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic; bit for bit
@@ -37,7 +39,7 @@ from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_c
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.fast.losses import (_minibatch_loss_kernel, _normalize_advantages_kernel,
                                   _weighted_sum)
-from ppo_ref.fast.lstm import all_finite
+from ppo_ref._numba import njit
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
 from ppo_ref.spec.losses import (NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES, check_ddof,
                                  check_dual_clip, clip_bounds,
@@ -55,9 +57,10 @@ __all__ = ["minibatch_loss", "run_epochs", "feedforward_minibatches", "recurrent
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float,
                    with_log_ratio: bool = True, weights=None) -> MinibatchLoss:
-    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through the compiled
-    ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization) and one
-    call of ``ppo_ref.fast.losses._minibatch_loss_kernel``.
+    """:func:`ppo_ref.spec.update.minibatch_loss`, bit for bit, through one compiled call: the
+    ``ppo_ref.fast.losses._normalize_advantages_kernel`` (per-minibatch normalization), then
+    ``ppo_ref.fast.losses._minibatch_loss_kernel`` and the entropies' sum in NumPy's pairwise
+    order (what the spec's ``np.mean`` sums in).
 
     Args and results as the spec function, except: ``new_log_probs``, ``values``,
     ``old_log_probs``, ``advantages``, ``returns`` and ``old_values`` must have one shape ``S``
@@ -91,9 +94,12 @@ def _loss_arrays(given) -> list:
     first checks, with its messages)."""
     arrays = [np.ascontiguousarray(a, dtype=np.float64) for a in given]
     shape = arrays[0].shape
-    for name, a in zip(_LOSS_ARGUMENTS, arrays):
-        if name != "entropy" and a.shape != shape:
-            raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got {a.shape}")
+    if not (arrays[2].shape == arrays[3].shape == arrays[4].shape == arrays[5].shape
+            == arrays[6].shape == shape):
+        for name, a in zip(_LOSS_ARGUMENTS, arrays):
+            if name != "entropy" and a.shape != shape:
+                raise ValueError(f"{name} must have the shape of new_log_probs {shape}, got "
+                                 f"{a.shape}")
     if arrays[0].size == 0 or arrays[1].size == 0:
         raise ValueError("new_log_probs and entropy must not be empty (a mean over zero "
                          "elements is undefined)")
@@ -167,6 +173,110 @@ def _all_ones(n: int) -> np.ndarray:
     return ones
 
 
+@njit
+def _block_sum(y):
+    """A block of NumPy's pairwise summation (1-D float64, at most 128 terms): fewer than 8
+    added left to right to 0.0, else eight partial sums ``a_j`` of the terms ``j, j + 8, ...``
+    below ``n - n % 8`` combined as ``((a_0 + a_1) + (a_2 + a_3)) + ((a_4 + a_5) + (a_6 +
+    a_7))``, then the last ``n % 8`` terms left to right."""
+    size = y.size
+    if size < 8:
+        s = 0.0
+        for i in range(size):
+            s += y[i]
+        return s
+    a0, a1, a2, a3, a4, a5, a6, a7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
+    n8 = size - size % 8
+    for i in range(8, n8, 8):
+        z = y[i:i + 8]  # (constant indices below: no negative-index handling)
+        a0 += z[0]
+        a1 += z[1]
+        a2 += z[2]
+        a3 += z[3]
+        a4 += z[4]
+        a5 += z[5]
+        a6 += z[6]
+        a7 += z[7]
+    s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
+    for i in range(n8, size):
+        s += y[i]
+    return s
+
+
+@njit
+def _pairwise_sum(x):
+    """``x.sum()`` (1-D float64) in the order of NumPy's pairwise summation, what
+    ``np.add.reduce`` (so ``np.mean``, the spec's entropy mean) does on a contiguous float64
+    array: at most 128 terms are one :func:`_block_sum`; more are ``S(first h) + S(the rest)``
+    with ``h = n // 2 - (n // 2) % 8``, each part summed the same way (the sum of squares of
+    ``ppo_ref.fast.optim`` sums the same way). A sum that overflows is inf, without a warning.
+
+    The recursion runs as a loop over a stack of tasks: a range to sum, or (size -1) the
+    addition of the two sums on top of the stack of sums; a range of more than 128 terms is
+    replaced by "first part, rest, add", so the additions are those of the recursion, in its
+    order."""
+    task_first = np.empty(192, np.int64)  # (three per halving, fewer than 63 halvings)
+    task_size = np.empty(192, np.int64)
+    sums = np.empty(64)
+    task_first[0] = 0
+    task_size[0] = x.size
+    n_tasks = 1
+    n_sums = 0
+    while n_tasks > 0:
+        n_tasks -= 1
+        first = task_first[n_tasks]
+        size = task_size[n_tasks]
+        if size < 0:
+            n_sums -= 1
+            sums[n_sums - 1] = sums[n_sums - 1] + sums[n_sums]
+        elif size > 128:  # pushed in reverse: the first part is summed first
+            half = size // 2
+            half -= half % 8
+            task_first[n_tasks] = first
+            task_size[n_tasks] = -1
+            task_first[n_tasks + 1] = first + half
+            task_size[n_tasks + 1] = size - half
+            task_first[n_tasks + 2] = first
+            task_size[n_tasks + 2] = half
+            n_tasks += 3
+        else:
+            sums[n_sums] = _block_sum(x[first:first + size])
+            n_sums += 1
+    return sums[0]
+
+
+@njit
+def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, normalize, ddof,
+               eps, clamp, normalized, low, high, clip_range, symmetric, dual_clip,
+               clip_range_vf, clip_on, value_mode, huber_delta, v_scale, d_new, d_values):
+    """The compiled part of :func:`_loss_of_arrays` in one call: when ``normalize``, the
+    advantages by ``ppo_ref.fast.losses._normalize_advantages_kernel`` (``ddof``, ``eps``,
+    ``clamp``) into ``normalized`` (float64 ``[n]``), then
+    ``ppo_ref.fast.losses._minibatch_loss_kernel`` on them (the other arguments are its own),
+    then whether every ``d_values`` entry is finite and the sum of ``entropy`` (all its
+    entries, :func:`_pairwise_sum`). Returns the loss kernel's eight results, that flag and
+    that sum; ``status`` 3 (the rest meaningless) when the normalization's mean or std is not
+    finite. Through :func:`minibatch_loss` it gives the bits of
+    :func:`ppo_ref.spec.update.minibatch_loss` (the ``minibatch_loss`` row of
+    ``tests/test_tiers.py``, BITS)."""
+    if normalize:
+        if not _normalize_advantages_kernel(adv, ddof, eps, clamp, normalized):
+            return 3, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, 0.0
+        adv = normalized
+    status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
+        _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, weights,
+                               low, high, clip_range, symmetric, dual_clip, clip_range_vf,
+                               clip_on, value_mode, huber_delta, v_scale, d_new, d_values))
+    finite = True
+    if status == 0:
+        for i in range(d_values.size):
+            if not math.isfinite(d_values[i]):
+                finite = False
+                break
+    return (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum, finite,
+            _pairwise_sum(entropy))
+
+
 def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
                     weights) -> MinibatchLoss:
     """:func:`minibatch_loss` after its first checks: ``arrays`` from :func:`_loss_arrays`,
@@ -187,7 +297,9 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
         if np.any(w < 0):
             raise ValueError("weights must be >= 0 (a mask of 0/1 or per-row weights)")
         w = w.reshape(-1)
-    flat = [a if a.ndim == 1 else a.reshape(-1) for a in arrays]  # (views: 1-D already)
+    flat = (arrays if len(shape) == 1 and arrays[1].ndim == 1  # 1-D already
+            else [a.reshape(-1) for a in arrays])  # (views)
+    normalize = s.normalize and n > 1  # (one element: unchanged, as the spec)
     if s.normalize:
         if s.norm is None:  # invalid settings: the spec's error, in the spec's order of checks
             placement = config.advantage_norm_eps_placement
@@ -199,21 +311,18 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
                 normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
                                      eps=config.advantage_norm_eps, placement=placement)
                 raise
-        if n > 1:  # (one element: unchanged, as the spec)
-            ddof, eps, placement = s.norm
-            normalized = np.empty(n)
-            if not _normalize_advantages_kernel(flat[4], ddof, eps, placement == "clamp",
-                                                normalized):
-                # not finite, or the variance overflows: the spec's error
-                normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
-            flat[4] = normalized
+    ddof, eps, placement = s.norm if normalize else (0, 0.0, "add")
     v_scale = s.v_scale
 
     d_log_probs, d_values = np.empty(n), np.empty(n)
-    status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
-        _minibatch_loss_kernel(*flat, w, s.low, s.high, s.clip, s.symmetric, s.dual, s.c_vf,
-                               s.clip_on, s.value_mode, s.huber_delta, v_scale, d_log_probs,
-                               d_values))
+    (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum,
+     d_values_finite, entropy_sum) = _loss_pass(*flat, w, normalize, ddof, eps, placement == "clamp",
+                                   np.empty(n) if normalize else flat[4], s.low, s.high,
+                                   s.clip, s.symmetric, s.dual, s.c_vf, s.clip_on,
+                                   s.value_mode, s.huber_delta, v_scale, d_log_probs, d_values)
+    if status == 3:  # not finite, or the variance overflows: the spec's error
+        normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
+        raise ValueError("advantages must be finite")  # (the spec's function raises first)
     if status == 1:  # name the argument as the spec does (its order of checks)
         for j in (0, 3, 4, 2, 5, 6, 1):
             as_float_array(arrays[j], _LOSS_ARGUMENTS[j])
@@ -230,10 +339,9 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
     if not w_sum > 0.0 or not math.isfinite(w_sum):
         raise ValueError(f"weights must have a positive finite sum, got {w_sum}")
     ent_coef = s.ent_coef
-    if weights is None:  # the spec's np.mean: numpy's sum, then divided by the count
+    if weights is None:  # the spec's np.mean: numpy's sum (entropy_sum), then divided by the count
         entropy_size = arrays[1].size
-        with np.errstate(over="ignore"):
-            e_loss = -(float(np.add.reduce(arrays[1], axis=None)) / entropy_size)
+        e_loss = -(entropy_sum / entropy_size)
         if not math.isfinite(e_loss):
             raise entropy_overflow_error()
         d_entropy = (None if ent_coef == 0.0
@@ -249,16 +357,15 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
     p_loss = -surrogate_sum / w_sum
     v_loss = v_sum / w_sum
     total = p_loss + v_scale * v_loss + ent_coef * e_loss  # Python floats: inf, never a warning
-    if not (math.isfinite(total) and all_finite(d_values)):
+    if not (math.isfinite(total) and d_values_finite):
         raise total_loss_overflow_error()
     kl = k3_sum / w_sum if s.k3 else k1_sum / w_sum
     max_abs_log_ratio = (float(np.max(np.abs(arrays[0] - arrays[3]))) if with_log_ratio
                          else math.nan)
-    return MinibatchLoss(
-        loss=float(total), policy_loss=float(p_loss), value_loss=float(v_loss),
-        entropy=-e_loss, approx_kl=float(kl), clip_fraction=n_outside / w_sum,
-        max_abs_log_ratio=max_abs_log_ratio, d_log_probs=d_log_probs.reshape(shape),
-        d_entropy=d_entropy, d_values=d_values.reshape(shape))
+    if len(shape) != 1:
+        d_log_probs, d_values = d_log_probs.reshape(shape), d_values.reshape(shape)
+    return MinibatchLoss(float(total), float(p_loss), float(v_loss), -e_loss, float(kl),
+                         n_outside / w_sum, max_abs_log_ratio, d_log_probs, d_entropy, d_values)
 
 
 # Gathering every epoch's minibatches at once holds n_epochs copies of the rollout's arrays;
@@ -330,7 +437,9 @@ def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_p
 
     def blocks(perms):
         """The minibatches of the epochs whose row permutations are the rows of ``perms``."""
-        g_lp, g_adv, g_ret, g_v, g_obs, g_act = (a[perms] for a in arrays)
+        # np.take along axis 0: a[perms] (the same rows copied), without fancy indexing's
+        # slower path for a 2-D index into a 2-D array
+        g_lp, g_adv, g_ret, g_v, g_obs, g_act = (np.take(a, perms, axis=0) for a in arrays)
         return [[Minibatch(g_lp[e, i:i + batch_size], g_adv[e, i:i + batch_size],
                            g_ret[e, i:i + batch_size], g_v[e, i:i + batch_size],
                            (g_obs[e, i:i + batch_size], g_act[e, i:i + batch_size]))

@@ -31,8 +31,9 @@ Speed: :class:`MLPPolicy` is the compiled tier. Its parameters are one
 :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`MLPPolicy.init_params`, :meth:`MLPPolicy.as_flat`:
 views into one float64 buffer, which :mod:`ppo_ref.fast.optim` updates at once), and every pass
 (acting, values, evaluate, backward) runs the compiled towers of
-:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`:
-fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
+:func:`ppo_ref.fast.actor_critic.flat_forward` / :func:`~ppo_ref.fast.actor_critic.flat_backward`
+(evaluate and backward: their one-call drivers, with the categorical head's kernels in the same
+call): fused multiply-add chains in a fixed, documented order, so a row's results never depend on the
 other rows of the call nor on BLAS or the machine (the rollout's stored log-probabilities and
 every minibatch's agree bit for bit). ``config.compute_dtype="float32"`` runs those passes in
 float32 as torch does; parameters, gradients as returned, losses and Adam stay float64.
@@ -44,8 +45,10 @@ from typing import Any, Dict, Mapping, NamedTuple, Tuple
 import numpy as np
 
 from ppo_ref.fast import workspace
-from ppo_ref.fast.actor_critic import (FlatCache, FlatNet, acting_forward, acting_weights,
-                                      flat_backward, flat_forward, flat_net)
+from ppo_ref.fast.actor_critic import (FlatNet, acting_forward, acting_weights,
+                                      categorical_backward_into, categorical_forward_into,
+                                      flat_backward_into, flat_forward, flat_forward_into,
+                                      flat_net, tower_tables)
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays, is_flat
 from ppo_ref.fast.lstm import all_finite, all_finite_1d
@@ -300,21 +303,40 @@ class PolicyEval(NamedTuple):
     cache: Any
 
 
+class _PassBuffers(NamedTuple):
+    """The arrays one :meth:`MLPPolicy.evaluate` of ``B`` rows and its backward write: the
+    towers' outputs buffers ``trunk_acts``, ``pi_acts``, ``vf_acts`` (compute dtype, of
+    :func:`~ppo_ref.fast.actor_critic.flat_forward_into`), ``out`` (the policy output ``[B,
+    P]``, a view of ``pi_acts``' last block), float64 ``values [B]``, and for a categorical
+    head float64 ``log_probs``, ``entropy`` ``[B]``, ``probs [B, P]`` and the logits' gradient
+    ``d_out [B, P]`` (compute dtype; all ``None`` for the other heads)."""
+    trunk_acts: np.ndarray
+    pi_acts: np.ndarray
+    vf_acts: np.ndarray
+    out: np.ndarray
+    values: np.ndarray
+    log_probs: Any
+    entropy: Any
+    probs: Any
+    d_out: Any
+
+
 class _MLPCache(NamedTuple):
     """Cache of :meth:`MLPPolicy.evaluate`: the parameters' layout, its
-    :class:`~ppo_ref.fast.actor_critic.FlatNet` and
-    the parameter buffer the pass used (compute dtype), the network's
-    :class:`~ppo_ref.fast.actor_critic.FlatCache`, ``policy_out [B, P]``, the actions as checked,
-    and (categorical head) the probabilities and entropies for the backward (``None``
-    otherwise)."""
+    :class:`~ppo_ref.fast.actor_critic.FlatNet`, the parameter buffer the pass used (compute
+    dtype), the input rows ``x``, the pass's :class:`_PassBuffers` and the actions as
+    checked."""
     layout: FlatLayout
     net: FlatNet
     flat: np.ndarray
-    net_cache: FlatCache
-    out: np.ndarray
+    x: np.ndarray
+    buffers: _PassBuffers
     actions: np.ndarray
-    probs: Any
-    entropy: Any
+
+    @property
+    def out(self) -> np.ndarray:
+        """``policy_out [B, P]`` of the pass."""
+        return self.buffers.out
 
 
 def _finite_grad(d, name: str, shape) -> np.ndarray:
@@ -384,11 +406,17 @@ class MLPPolicy(PolicyBase):
     :mod:`ppo_ref.fast.actor_critic` + a distribution head.
 
     Every method runs the network by :func:`ppo_ref.fast.actor_critic.flat_forward` /
-    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer: equal to
+    :func:`~ppo_ref.fast.actor_critic.flat_backward` on the parameter buffer (evaluate and
+    backward by their drivers :func:`~ppo_ref.fast.actor_critic.flat_forward_into` /
+    :func:`~ppo_ref.fast.actor_critic.flat_backward_into`, or for a categorical head
+    :func:`~ppo_ref.fast.actor_critic.categorical_forward_into` /
+    :func:`~ppo_ref.fast.actor_critic.categorical_backward_into`: network and head in one
+    compiled call): equal to
     ``ppo_ref.spec.networks.actor_critic_forward`` and
     ``ppo_ref.spec.networks.actor_critic_backward`` within rtol 1e-11, atol 1e-14 (relative to
     each result array's largest entry) in float64, and rtol 2e-4, atol 1e-5 in float32 (the
-    ``mlp_policy`` and ``mlp_policy_float32`` rows of ``tests/test_tiers.py``); in a summation order fixed by the code, so per-row results
+    ``mlp_policy``, ``mlp_policy_categorical`` and ``mlp_policy_float32`` rows of
+    ``tests/test_tiers.py``); in a summation order fixed by the code, so per-row results
     are the same bits whatever the batch, BLAS or machine. With ``config.compute_dtype="float32"``
     the network runs in float32 (parameters and observations rounded to float32 once per call).
 
@@ -624,17 +652,48 @@ class MLPPolicy(PolicyBase):
         x = self._check_obs(obs)
         return self._evaluate_rows(params, net, x, self._check_actions(actions, x.shape[0]))
 
-    def _evaluate_rows(self, params, net: FlatNet, x: np.ndarray, a: np.ndarray) -> PolicyEval:
+    def _pass_buffers(self, net: FlatNet, rows: int) -> _PassBuffers:
+        """Fresh :class:`_PassBuffers` for ``rows`` rows of the network ``net``."""
+        dt = self.compute_dtype
+        pi_acts = np.empty(rows * net.pi_width, dt)
+        n_out = net.policy_out_dim
+        out = pi_acts[rows * (net.pi_width - n_out):].reshape(rows, n_out)
+        categorical = self.head.kind == "categorical"
+        return _PassBuffers(np.empty(rows * net.trunk_width, dt), pi_acts,
+                            np.empty(rows * net.vf_width, dt), out, np.empty(rows),
+                            np.empty(rows) if categorical else None,
+                            np.empty(rows) if categorical else None,
+                            np.empty((rows, n_out)) if categorical else None,
+                            np.empty((rows, n_out), dt) if categorical else None)
+
+    def _evaluate_rows(self, params, net: FlatNet, x: np.ndarray, a: np.ndarray,
+                       flat=None, buffers=None) -> PolicyEval:
         """:meth:`evaluate` of checked arguments, unchecked: ``net`` is
         ``self._check_params(params)``, ``x`` a C-contiguous ``[B, obs_dim]`` array in the
         compute dtype and ``a`` the actions as :meth:`_check_actions` gives them (or rows of
-        such arrays)."""
-        flat = self._compute_flat(params)
-        out, values, net_cache = flat_forward(net, flat, x, self._relu)
-        log_probs, entropy, probs = self._head_eval(out, params, a, True)
-        cache = _MLPCache(params.layout, net, flat, net_cache, out, a, probs,
-                          entropy if probs is not None else None)
-        return PolicyEval(log_probs, entropy, values.astype(np.float64, copy=False), cache)
+        such arrays). ``flat``: ``self._compute_flat(params)`` (made here when None);
+        ``buffers``: the :class:`_PassBuffers` of ``B`` rows the pass writes (fresh ones when
+        None), whose arrays the results are. The network and (categorical head) the head run
+        in one compiled call (:func:`~ppo_ref.fast.actor_critic.categorical_forward_into`;
+        the other heads after :func:`~ppo_ref.fast.actor_critic.flat_forward_into`)."""
+        if flat is None:
+            flat = self._compute_flat(params)
+        b = self._pass_buffers(net, x.shape[0]) if buffers is None else buffers
+        trunk, pi, vf = tower_tables(net)
+        if b.probs is not None:
+            if not categorical_forward_into(x, flat, trunk, pi, vf, self._relu, b.trunk_acts,
+                                            b.pi_acts, b.vf_acts, b.values, a, b.log_probs,
+                                            b.entropy, b.probs):
+                raise ValueError("params give logits for obs that are not finite or whose "
+                                 "spread overflows float64 (logits - max(logits))")
+            log_probs, entropy = b.log_probs, b.entropy
+        else:
+            flat_forward_into(x, flat, trunk, pi, vf, self._relu, b.trunk_acts, b.pi_acts,
+                              b.vf_acts, b.values, True, True)
+            log_probs = self.head.log_prob(b.out, params, a)
+            entropy = self.head.entropy(b.out, params)
+        return PolicyEval(log_probs, entropy, b.values,
+                          _MLPCache(params.layout, net, flat, x, b, a))
 
     def backward(self, params, cache, d_log_probs, d_entropy, d_values) -> FlatArrays:
         """Gradients of ``sum(d_log_probs * log_probs + d_entropy * entropy + d_values *
@@ -671,11 +730,8 @@ class MLPPolicy(PolicyBase):
         gradients go into a new FlatArrays when ``grads`` is None, else into ``grads`` (a
         float64 FlatArrays in the layout of ``params`` whose every entry is overwritten), which
         is returned."""
-        out = cache.out
         flat = cache.flat
         dt = flat.dtype
-        d_out, head_grads = head_backward(self.head, params, out, cache.actions, cache.probs,
-                                          cache.entropy, d_lp, d_ent, dt)
         layout = params.layout
         if dt != np.float64:  # float32 gradients in a reused buffer, then widened
             g = workspace.empty("mlp_policy.grads", (layout.size,), dt)
@@ -683,8 +739,19 @@ class MLPPolicy(PolicyBase):
             g = np.empty(layout.size)
         else:
             g = grads.flat
-        flat_backward(cache.net, flat, cache.net_cache, d_out, d_v.astype(dt, copy=False),
-                      self._relu, g)
+        b = cache.buffers
+        trunk, pi, vf = tower_tables(cache.net)
+        if b.probs is not None:  # the head's backward and the network's in one call
+            categorical_backward_into(cache.x, flat, trunk, pi, vf, self._relu, b.trunk_acts,
+                                      b.pi_acts, b.vf_acts, b.probs, cache.actions, b.entropy,
+                                      d_lp, d_lp if d_ent is None else d_ent, d_ent is not None,
+                                      d_v, b.d_out, g)
+            head_grads = {}
+        else:
+            d_out, head_grads = head_backward(self.head, params, b.out, cache.actions, None,
+                                              None, d_lp, d_ent, dt)
+            flat_backward_into(cache.x, flat, trunk, pi, vf, self._relu, b.trunk_acts,
+                               b.pi_acts, b.vf_acts, d_out, d_v, g)
         if grads is None:
             return gradient_arrays(g, layout, head_grads)
         if g is not grads.flat:
@@ -709,18 +776,41 @@ class MLPPolicy(PolicyBase):
         still checks that its entries are views of it); the upstream gradients are those of
         run_epochs' own loss (finite float64 ``[B]``). ``backward`` writes every gradient into
         one FlatArrays of this update, overwritten at each call (run_epochs' step reads it
-        before the next minibatch)."""
+        before the next minibatch). Likewise ``evaluate`` writes its results (log-probs,
+        entropies, values, the cache's arrays) into buffers of this update, one set per
+        minibatch size, overwritten at the next call of that size: the epoch loop reads them
+        (loss, backward) before it evaluates the next minibatch. The float32 compute dtype's
+        parameter copy is one buffer of this update too, rewritten at each call."""
         x = self._check_obs(obs)
         a = self._check_actions(actions, x.shape[0])
         checked = [None, None]  # the params object checked, its FlatNet
         grads = []  # the update's gradient FlatArrays, made at the first backward
+        buffers = {}  # rows -> _PassBuffers of checked[1]'s network
+        low = self.compute_dtype != np.float64
+        flat_low = []  # the compute-dtype copy of the parameters (float32)
 
         def evaluate(params, data):
             if params is not checked[0] or not params.intact():
-                checked[1] = self._check_params(params)
+                net = self._check_params(params)
+                if net is not checked[1]:
+                    buffers.clear()
+                    flat_low.clear()
+                checked[1] = net
                 checked[0] = params
-            ev = self._evaluate_rows(params, checked[1], data[0], data[1])
-            return ev.log_probs, ev.entropy, ev.values, ev.cache
+            x_rows = data[0]
+            rows = x_rows.shape[0]
+            b = buffers.get(rows)
+            if b is None:
+                b = buffers[rows] = self._pass_buffers(checked[1], rows)
+            if low:
+                if not flat_low:
+                    flat_low.append(np.empty(params.flat.size, self.compute_dtype))
+                flat = flat_low[0]
+                flat[...] = params.flat  # rounded as astype rounds
+            else:
+                flat = params.flat
+            # a PolicyEval: the tuple (log_probs, entropy, values, cache) run_epochs unpacks
+            return self._evaluate_rows(params, checked[1], x_rows, data[1], flat, b)
 
         def backward(params, cache, d_log_probs, d_entropy, d_values):
             if not grads:
