@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays
-from ppo_ref.fast.optim import (_PAIRWISE_STACK, _adam_pass_in_place,
+from ppo_ref.fast.optim import (_adam_pass_in_place,
                                 _first_non_finite_result, _layout_segments,
-                                _pairwise_sum_of_squares, _segmented_global_norm,
+                                _segmented_global_norm,
                                 clipped_adam_step)
 from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm, global_norm
 from ppo_ref.spec.optim import adam_element
@@ -125,44 +125,6 @@ def test_flat_global_norm_kernel_within_rounding_of_spec(rng):
         global_norm(big), rel=1e-14)
 
 
-def pairwise_sum_oracle(terms):
-    """The pairwise order the kernel documents, written as the recursion it describes."""
-    n = len(terms)
-    if n < 8:
-        total = 0.0
-        for t in terms:
-            total += t
-        return total
-    if n <= 128:
-        a = [float(terms[j]) for j in range(8)]
-        for i in range(8, n - n % 8):
-            a[i % 8] += terms[i]
-        total = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
-        for i in range(n - n % 8, n):
-            total += terms[i]
-        return total
-    half = n // 2 - (n // 2) % 8
-    return pairwise_sum_oracle(terms[:half]) + pairwise_sum_oracle(terms[half:])
-
-
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 100, 128, 129, 136, 255, 256, 1000, 1037, 16384,
-                               20011])
-def test_pairwise_sum_of_squares_is_the_documented_order(rng, n):
-    """Bit for bit the recursion written in the docstring (a Python oracle here, not NumPy),
-    at any offset into the buffer; terms of mixed magnitudes so that another order rounds
-    differently."""
-    x = rng.standard_normal(n + 5) * 10.0 ** rng.integers(-8, 8, n + 5)
-    scratch = (np.empty(_PAIRWISE_STACK, np.int64), np.empty(_PAIRWISE_STACK, np.int64),
-               np.empty(_PAIRWISE_STACK))
-    for start in (0, 3):
-        want = pairwise_sum_oracle(list(x[start:start + n] * x[start:start + n]))
-        assert _pairwise_sum_of_squares(x, start, n, *scratch) == want
-    if n >= 1000:  # the order matters: a sum left to right is not the same number here
-        terms = x[:n] * x[:n]
-        sequential = 0.0
-        for t in terms:
-            sequential += t
-        assert sequential != pairwise_sum_oracle(list(terms))
 
 
 def test_in_place_kernel_is_the_spec_element_and_changes_nothing_unless_finite(rng):

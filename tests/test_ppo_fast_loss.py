@@ -133,14 +133,3 @@ def test_fast_update_raises_the_loss_setting_errors_of_the_first_minibatch(rng, 
     with pytest.raises(ValueError, match=match) as direct:
         update.minibatch_loss(*args, config=config, clip_range=0.2)
     assert str(fast.value) == str(direct.value) and evaluated == ["data"]
-
-
-def test_pairwise_sum_is_numpys_sum_bit_for_bit(rng):
-    """The entropy sum of the compiled loss pass adds in NumPy's pairwise order: the bits of
-    np.add.reduce (what the spec's np.mean sums with) for sizes within one block, across the
-    halvings, and for terms of very different magnitudes; an overflowing sum is inf."""
-    from ppo_ref.fast.update import _pairwise_sum
-    for n in list(range(1, 300)) + [1000, 4097, 20000]:
-        x = rng.standard_normal(n) * np.exp(5 * rng.standard_normal(n))
-        assert _pairwise_sum(x) == float(np.add.reduce(x)), n
-    assert _pairwise_sum(np.full(300, 1e308)) == np.inf

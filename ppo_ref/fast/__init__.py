@@ -30,6 +30,9 @@ Modules:
   bit for bit; :func:`ppo_ref.spec.update.run_epochs` up to the global norm's summation order)
   and their minibatches (:func:`ppo_ref.spec.update.feedforward_minibatches` and
   ``recurrent_minibatches``, bit for bit, gathered for all epochs at once when no KL stop).
+* :mod:`ppo_ref.fast.sums`: NumPy's pairwise summation order written out (the sums the spec
+  takes with ``np.sum``/``np.mean``: the entropy mean, each array's sum of squares of the
+  global norm).
 * :mod:`ppo_ref.fast.flat`, :mod:`ppo_ref.fast.workspace`: the one-buffer parameter dicts and
   the reuse pools of large scratch arrays (speed layouts, not math: no spec twin).
 
@@ -88,6 +91,8 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.update.feedforward_minibatches",
     "ppo_ref.fast.update.recurrent_minibatches",
     "ppo_ref.fast.update.epoch_permutations",
+    # NumPy's pairwise summation order, written out (the entropy mean, the global norm)
+    "ppo_ref.fast.sums.pairwise_sum",
     # optimizer
     "ppo_ref.fast.optim.clipped_adam_step",
     "ppo_ref.fast.optim.check_flat_step_arguments",
@@ -104,8 +109,10 @@ FAST_FUNCTIONS = (
 )
 
 #: The entries of :data:`FAST_FUNCTIONS` that are machinery, not math, so have no spec twin:
-#: the one-buffer parameter dicts, the reuse pools, the fused step's argument check and the
-#: layer tables as the actor-critic's compiled drivers read them.
+#: the one-buffer parameter dicts, the reuse pools, the fused step's argument check, the
+#: layer tables as the actor-critic's compiled drivers read them, and the pairwise sum (whose
+#: reference is NumPy's own summation order; ``tests/test_sums.py`` checks it against an
+#: oracle of that order, and the loss and Adam rows of ``tests/test_tiers.py`` cover it).
 NO_TWIN = (
     "ppo_ref.fast.flat.flatten_arrays",
     "ppo_ref.fast.flat.is_flat",
@@ -116,4 +123,5 @@ NO_TWIN = (
     "ppo_ref.fast.lstm.all_finite",
     "ppo_ref.fast.lstm.all_finite_1d",
     "ppo_ref.fast.actor_critic.tower_tables",
+    "ppo_ref.fast.sums.pairwise_sum",
 )

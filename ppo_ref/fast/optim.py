@@ -7,8 +7,8 @@ and the moments' buffers in place, in one compiled call (norm, clipping factor, 
 
 * The global norm (:func:`_segmented_global_norm`) is :func:`ppo_ref.spec.optim.global_norm`:
   the norm of the per-array norms, each array's sum of squares in NumPy's pairwise order
-  (:func:`_pairwise_sum_of_squares`, written out here: eight partial sums per block of at most
-  128 terms, blocks combined by halving), the order of the ``np.sum`` the spec calls. The order
+  (:func:`ppo_ref.fast.sums.pairwise_sum`, written out there: eight partial sums per block
+  of at most 128 terms, blocks combined by halving), the order of the ``np.sum`` the spec calls. The order
   is fixed by this code, not by the compiler or the vector width. Tested within rtol 1e-14 of
   the spec (the ``clipped_adam_step`` row of ``tests/test_tiers.py``, ``|fast - spec| <=
   1e-14 * max|spec|`` per result array), a contract that does not lean on NumPy's internals;
@@ -34,6 +34,7 @@ from numba.extending import register_jitable
 from ppo_ref._checks import check_adam_hyperparameters, check_positive, check_step_count
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.fast.flat import FlatArrays, same_layout
+from ppo_ref.fast.sums import pairwise_sum
 from ppo_ref.spec import optim as _spec
 from ppo_ref.spec.optim import CLIP_NORM_EPS, adam_element, adam_step_scalars, clip_by_global_norm
 
@@ -43,107 +44,20 @@ __all__ = ["clipped_adam_step", "check_flat_step_arguments"]
 register_jitable(**NJIT_OPTIONS)(_spec.adam_element)
 
 
-#: NumPy's pairwise summation sums up to this many terms with eight accumulators, more in halves.
-_PAIRWISE_BLOCK = 128
-
-
-#: Room for the pending tasks of :func:`_pairwise_sum_of_squares` (two per level of halving,
-#: fewer than 63 levels for any array size) and for their sums.
-_PAIRWISE_STACK = 128
-
-
-@njit
-def _pairwise_sum_of_squares(x, start, n, task_starts, task_sizes, sums):
-    """``sum(x[start:start + n] ** 2)`` (each term the float64 square ``x[i] * x[i]``) in the
-    order of NumPy's pairwise summation, what ``np.sum`` of a contiguous float64 array does:
-
-    * at most 128 terms (a block): fewer than 8 added left to right; else eight partial sums
-      ``a_j`` of the terms ``j, j + 8, j + 16, ...`` below ``n - n % 8``, combined as
-      ``((a_0 + a_1) + (a_2 + a_3)) + ((a_4 + a_5) + (a_6 + a_7))``, then the last ``n % 8``
-      terms added left to right;
-    * more terms: split at ``h = n // 2 - (n // 2) % 8``; the sum is ``S(first h) + S(last
-      n - h)``, each half summed the same way.
-
-    The recursion runs as a loop over a stack of tasks (``task_starts``, ``task_sizes``: int64
-    scratch of :data:`_PAIRWISE_STACK` entries; ``sums``: float64 scratch as long): a range to
-    sum, or (size -1) the addition of the two sums on top of ``sums``. A range of more than 128
-    terms is replaced by "first half, second half, add", so the additions are those of the
-    recursion, in its order."""
-    n_tasks = 1
-    task_starts[0] = start
-    task_sizes[0] = n
-    n_sums = 0
-    while n_tasks > 0:
-        n_tasks -= 1
-        first = task_starts[n_tasks]
-        size = task_sizes[n_tasks]
-        if size < 0:  # both halves summed: S(first half) + S(second half)
-            n_sums -= 1
-            sums[n_sums - 1] = sums[n_sums - 1] + sums[n_sums]
-        elif size > _PAIRWISE_BLOCK:  # pushed in reverse: first half, second half, add
-            half = size // 2
-            half -= half % 8
-            task_starts[n_tasks] = first
-            task_sizes[n_tasks] = -1
-            task_starts[n_tasks + 1] = first + half
-            task_sizes[n_tasks + 1] = size - half
-            task_starts[n_tasks + 2] = first
-            task_sizes[n_tasks + 2] = half
-            n_tasks += 3
-        elif size < 8:
-            y = x[first:first + size]
-            s = 0.0
-            for i in range(size):
-                s += y[i] * y[i]
-            sums[n_sums] = s
-            n_sums += 1
-        else:  # a block of 8 to 128 terms
-            y = x[first:first + size]
-            a0 = y[0] * y[0]
-            a1 = y[1] * y[1]
-            a2 = y[2] * y[2]
-            a3 = y[3] * y[3]
-            a4 = y[4] * y[4]
-            a5 = y[5] * y[5]
-            a6 = y[6] * y[6]
-            a7 = y[7] * y[7]
-            n8 = size - size % 8
-            for i in range(8, n8, 8):
-                z = y[i:i + 8]  # (constant indices below: no negative-index handling)
-                a0 += z[0] * z[0]
-                a1 += z[1] * z[1]
-                a2 += z[2] * z[2]
-                a3 += z[3] * z[3]
-                a4 += z[4] * z[4]
-                a5 += z[5] * z[5]
-                a6 += z[6] * z[6]
-                a7 += z[7] * z[7]
-            s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-            for i in range(n8, size):
-                s += y[i] * y[i]
-            sums[n_sums] = s
-            n_sums += 1
-    return sums[0]
-
-
 @njit
 def _segmented_global_norm(x, starts, stops):
     """The global norm of a one-buffer dict whose arrays are the float64 segments ``[starts[j],
     stops[j])`` in key order, as :func:`ppo_ref.spec.optim.global_norm` defines it: per array
     ``norm_j = sqrt(sum of squares)``, then ``sqrt(sum_j norm_j * norm_j)`` summed left to
-    right. Each array's sum of squares is :func:`_pairwise_sum_of_squares`, a fixed order
-    written here (eight independent partial sums per block of 128, not one sequential chain);
+    right. Each array's sum of squares is :func:`ppo_ref.fast.sums.pairwise_sum`, a fixed
+    order written there (eight independent partial sums per block of 128, not one sequential chain);
     it is the order of the NumPy pairwise sum the spec calls, so the two agree bit for bit
     where NumPy sums that way (NumPy 2.4 does). The contract tested is within rtol 1e-14 (the
     ``clipped_adam_step`` row of ``tests/test_tiers.py``), which does not depend on NumPy's
     internals."""
-    task_starts = np.empty(_PAIRWISE_STACK, np.int64)
-    task_sizes = np.empty(_PAIRWISE_STACK, np.int64)
-    sums = np.empty(_PAIRWISE_STACK, np.float64)
     total = 0.0
     for j in range(starts.size):
-        norm_j = math.sqrt(_pairwise_sum_of_squares(x, starts[j], stops[j] - starts[j],
-                                                    task_starts, task_sizes, sums))
+        norm_j = math.sqrt(pairwise_sum(x[starts[j]:stops[j]], True))
         total += norm_j * norm_j
     return math.sqrt(total)
 

@@ -11,8 +11,9 @@ dicts, :func:`ppo_ref.spec.update.run_epochs` is the update (this one raises for
   (``_loss_pass``) runs the per-minibatch normalization
   ``ppo_ref.fast.losses._normalize_advantages_kernel`` (the spec's ``advantage_moments``,
   compiled), then ``ppo_ref.fast.losses._minibatch_loss_kernel``, which compiles the spec's
-  element functions, and sums the entropies in NumPy's pairwise order (``_pairwise_sum``:
-  the bits of the spec's ``np.mean``).
+  element functions, and sums the entropies in NumPy's pairwise order
+  (``ppo_ref.fast.sums.pairwise_sum``: the bits of the spec's ``np.mean`` where NumPy keeps
+  that order).
 * :func:`run_epochs` equals :func:`ppo_ref.spec.update.run_epochs` up to the summation order of
   the global gradient norm (see ``ppo_ref.fast.optim.clipped_adam_step``): the same loop
   (:func:`ppo_ref.spec.update.epoch_loop`), loss bits and Adam element arithmetic; bit for bit
@@ -41,6 +42,7 @@ from ppo_ref.fast.losses import (_minibatch_loss_kernel, _normalize_advantages_k
                                   _weighted_sum)
 from ppo_ref._numba import njit
 from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
+from ppo_ref.fast.sums import pairwise_sum
 from ppo_ref.spec.losses import (NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES, check_ddof,
                                  check_dual_clip, clip_bounds,
                                  entropy_overflow_error, log_ratio_overflow_error,
@@ -174,78 +176,6 @@ def _all_ones(n: int) -> np.ndarray:
 
 
 @njit
-def _block_sum(y):
-    """A block of NumPy's pairwise summation (1-D float64, at most 128 terms): fewer than 8
-    added left to right to 0.0, else eight partial sums ``a_j`` of the terms ``j, j + 8, ...``
-    below ``n - n % 8`` combined as ``((a_0 + a_1) + (a_2 + a_3)) + ((a_4 + a_5) + (a_6 +
-    a_7))``, then the last ``n % 8`` terms left to right."""
-    size = y.size
-    if size < 8:
-        s = 0.0
-        for i in range(size):
-            s += y[i]
-        return s
-    a0, a1, a2, a3, a4, a5, a6, a7 = y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]
-    n8 = size - size % 8
-    for i in range(8, n8, 8):
-        z = y[i:i + 8]  # (constant indices below: no negative-index handling)
-        a0 += z[0]
-        a1 += z[1]
-        a2 += z[2]
-        a3 += z[3]
-        a4 += z[4]
-        a5 += z[5]
-        a6 += z[6]
-        a7 += z[7]
-    s = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7))
-    for i in range(n8, size):
-        s += y[i]
-    return s
-
-
-@njit
-def _pairwise_sum(x):
-    """``x.sum()`` (1-D float64) in the order of NumPy's pairwise summation, what
-    ``np.add.reduce`` (so ``np.mean``, the spec's entropy mean) does on a contiguous float64
-    array: at most 128 terms are one :func:`_block_sum`; more are ``S(first h) + S(the rest)``
-    with ``h = n // 2 - (n // 2) % 8``, each part summed the same way (the sum of squares of
-    ``ppo_ref.fast.optim`` sums the same way). A sum that overflows is inf, without a warning.
-
-    The recursion runs as a loop over a stack of tasks: a range to sum, or (size -1) the
-    addition of the two sums on top of the stack of sums; a range of more than 128 terms is
-    replaced by "first part, rest, add", so the additions are those of the recursion, in its
-    order."""
-    task_first = np.empty(192, np.int64)  # (three per halving, fewer than 63 halvings)
-    task_size = np.empty(192, np.int64)
-    sums = np.empty(64)
-    task_first[0] = 0
-    task_size[0] = x.size
-    n_tasks = 1
-    n_sums = 0
-    while n_tasks > 0:
-        n_tasks -= 1
-        first = task_first[n_tasks]
-        size = task_size[n_tasks]
-        if size < 0:
-            n_sums -= 1
-            sums[n_sums - 1] = sums[n_sums - 1] + sums[n_sums]
-        elif size > 128:  # pushed in reverse: the first part is summed first
-            half = size // 2
-            half -= half % 8
-            task_first[n_tasks] = first
-            task_size[n_tasks] = -1
-            task_first[n_tasks + 1] = first + half
-            task_size[n_tasks + 1] = size - half
-            task_first[n_tasks + 2] = first
-            task_size[n_tasks + 2] = half
-            n_tasks += 3
-        else:
-            sums[n_sums] = _block_sum(x[first:first + size])
-            n_sums += 1
-    return sums[0]
-
-
-@njit
 def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, normalize, ddof,
                eps, clamp, normalized, low, high, clip_range, symmetric, dual_clip,
                clip_range_vf, clip_on, value_mode, huber_delta, v_scale, d_new, d_values):
@@ -254,8 +184,8 @@ def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, nor
     ``clamp``) into ``normalized`` (float64 ``[n]``), then
     ``ppo_ref.fast.losses._minibatch_loss_kernel`` on them (the other arguments are its own),
     then whether every ``d_values`` entry is finite and the sum of ``entropy`` (all its
-    entries, :func:`_pairwise_sum`). Returns the loss kernel's eight results, that flag and
-    that sum; ``status`` 3 (the rest meaningless) when the normalization's mean or std is not
+    entries, :func:`ppo_ref.fast.sums.pairwise_sum`). Returns the loss kernel's eight
+    results, that flag and that sum; ``status`` 3 (the rest meaningless) when the normalization's mean or std is not
     finite. Through :func:`minibatch_loss` it gives the bits of
     :func:`ppo_ref.spec.update.minibatch_loss` (the ``minibatch_loss`` row of
     ``tests/test_tiers.py``, BITS)."""
@@ -274,7 +204,7 @@ def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, nor
                 finite = False
                 break
     return (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum, finite,
-            _pairwise_sum(entropy))
+            pairwise_sum(entropy, False))
 
 
 def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
