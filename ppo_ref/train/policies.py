@@ -772,7 +772,7 @@ class MLPPolicy(PolicyBase):
         ``backward(params, cache, d_log_probs, d_entropy, d_values)`` is :meth:`backward`, with
         these checks left out: ``params`` is checked in full at the first call and whenever it
         is another object than the one checked (run_epochs hands out one buffer of its own,
-        written only by its step, which refuses non-finite results before writing; each call
+        written only by its step, which undoes a step whose results are not finite; each call
         still checks that its entries are views of it); the upstream gradients are those of
         run_epochs' own loss (finite float64 ``[B]``). ``backward`` writes every gradient into
         one FlatArrays of this update, overwritten at each call (run_epochs' step reads it
