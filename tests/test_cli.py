@@ -467,6 +467,13 @@ def test_eval_of_a_run_directory_without_a_checkpoint_says_when_one_is_written(t
     assert "no checkpoint.npz yet" in message and "--checkpoint-every" in message
 
 
+def test_eval_of_a_file_that_is_not_a_checkpoint_says_so(tmp_path, capsys):
+    not_a_run = tmp_path / "notes.txt"
+    not_a_run.write_text("x")
+    assert cli.main(["eval", str(not_a_run)]) == 2
+    assert "is a file" in _one_line_error(capsys, "eval")
+
+
 def test_version(capsys):
     import ppo_ref
     with pytest.raises(SystemExit) as info:

@@ -35,6 +35,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
                          f"seed + i), got {args.seed}")
     path = _checkpoint_path(args.run_dir)
+    if os.path.isfile(args.run_dir) and path != args.run_dir:
+        raise UsageError(f"{args.run_dir} is a file: give a run directory or a checkpoint .npz")
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
         raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
                          f"--checkpoint-every seconds (default {CHECKPOINT_EVERY_DEFAULT:g}), when stopped "

@@ -123,7 +123,8 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
 
 def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, help=f"gymnasium id (default {DEFAULT_ENV})")
-    p.add_argument("--policy", default=None, choices=sorted(TRAINERS), help="mlp (default) or lstm")
+    p.add_argument("--policy", default=None, choices=sorted(TRAINERS),
+                   help="mlp or lstm (default: the zoo entry of --env, else mlp)")
     p.add_argument("--total-timesteps", type=int, default=None,
                    help=f"train until this many env steps, at most 2**53 (default "
                         f"{DEFAULT_TIMESTEPS}; with --resume: the checkpoint's target)")
@@ -135,8 +136,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
                    help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
                         "<timestamp>, with -2, -3, ... appended if taken)")
     p.add_argument("--preset", default=None,
-                   help="config base: zoo (CartPole-v1 default), default (SB3 defaults), "
-                        "reference, sb3, cleanrl, thrust")
+                   help="config base: zoo (the default: the zoo settings of --env), default "
+                        "(SB3's defaults), or one of " + ", ".join(preset_names()[2:]))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a PPOConfig field (repeatable), e.g. --set n_epochs=10")
     p.add_argument("--resume", default=None, metavar="DIR",
@@ -153,7 +154,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=float, default=CHECKPOINT_EVERY_DEFAULT, metavar="SECONDS",
                    help="write checkpoint.npz at least this often (and at the end); 0: after "
                         "every update")
-    p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS")
+    p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS",
+                   help="print a progress line at least this often (default 2)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress lines (the closing summary line is still printed)")
     p.add_argument("--list-fields", action="store_true",
