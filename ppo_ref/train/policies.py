@@ -57,8 +57,8 @@ from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec import networks
 
-__all__ = ["head_backward", "gradient_arrays", "PolicyBase", "CategoricalHead", "MultiCategoricalHead",
-           "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
+__all__ = ["head_backward", "gradient_arrays", "PolicyBase", "SpecPolicyBase", "CategoricalHead",
+           "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
 
 Params = Dict[str, np.ndarray]
@@ -399,6 +399,21 @@ class PolicyBase:
         self.activation = config.activation
         self.config = config
         self._head_keys = tuple(self.head.init_params())
+
+
+class SpecPolicyBase(PolicyBase):
+    """:class:`PolicyBase` of the readable tier's policies (:class:`SpecMLPPolicy`,
+    :class:`ppo_ref.train.recurrent_policies.SpecRecurrentPolicy`), which compute in float64.
+
+    Raises:
+        ValueError: unsupported spaces; ``config.compute_dtype`` other than float64.
+    """
+
+    def __init__(self, observation_space, action_space, config):
+        super().__init__(observation_space, action_space, config)
+        if np.dtype(config.compute_dtype) != np.float64:
+            raise ValueError(f"compute_dtype must be 'float64' for the spec backend, got "
+                             f"{config.compute_dtype!r}")
 
 
 class MLPPolicy(PolicyBase):
@@ -819,7 +834,7 @@ class MLPPolicy(PolicyBase):
         return x, a, evaluate, backward
 
 
-class SpecMLPPolicy(PolicyBase):
+class SpecMLPPolicy(SpecPolicyBase):
     """The feedforward policy of the readable tier (``PPOConfig.backend = "spec"``).
 
     The actor-critic of :mod:`ppo_ref.spec.networks` (plain NumPy, float64) plus the head of
@@ -840,9 +855,6 @@ class SpecMLPPolicy(PolicyBase):
 
     def __init__(self, observation_space, action_space, config):
         super().__init__(observation_space, action_space, config)
-        if np.dtype(config.compute_dtype) != np.float64:
-            raise ValueError(f"compute_dtype must be 'float64' for the spec backend, got "
-                             f"{config.compute_dtype!r}")
         self.shared_trunk = bool(config.shared_trunk)
 
     def init_params(self, rng: np.random.Generator) -> Params:

@@ -50,7 +50,7 @@ results:
 """
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Tuple
+from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
@@ -63,8 +63,8 @@ from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, ke
                               step_stacked)
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
-from ppo_ref.train.policies import (PolicyBase, PolicyEval, _finite_grad, gradient_arrays,
-                                    head_backward)
+from ppo_ref.train.policies import (PolicyBase, PolicyEval, SpecPolicyBase, _finite_grad,
+                                    gradient_arrays, head_backward)
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
                                              recurrent_actor_critic_backward,
@@ -175,6 +175,19 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
 
 
+def _init_arrays(policy, rng: np.random.Generator) -> Dict[str, np.ndarray]:
+    """Fresh parameter arrays of a recurrent policy of either tier:
+    :func:`recurrent_actor_critic_init` with the policy's sizes and ``config``, plus its head's
+    (``log_std`` for a Gaussian)."""
+    c = policy.config
+    params = recurrent_actor_critic_init(
+        rng, policy.obs_dim, policy.head.out_dim, hidden_size=policy.hidden_size,
+        lstm_shared=policy.lstm_shared, net_arch=tuple(c.net_arch), activation=c.activation,
+        policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
+    params.update(policy.head.init_params())
+    return params
+
+
 class RecurrentPolicy(PolicyBase):
     """LSTM actor-critic policy, compiled tier: the network of the module docstring + a
     distribution head of :mod:`ppo_ref.train.policies`, on one parameter buffer.
@@ -239,13 +252,7 @@ class RecurrentPolicy(PolicyBase):
         """Fresh parameters: :func:`recurrent_actor_critic_init` + the head's (``log_std``),
         as a :class:`~ppo_ref.fast.flat.FlatArrays` (:meth:`as_flat`); the draws of
         :meth:`SpecRecurrentPolicy.init_params`, so the same values."""
-        c = self.config
-        params = recurrent_actor_critic_init(
-            rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
-            lstm_shared=self.lstm_shared, net_arch=tuple(c.net_arch), activation=c.activation,
-            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
-        params.update(self.head.init_params())
-        return self.as_flat(params)
+        return self.as_flat(_init_arrays(self, rng))
 
     def flat_layout(self, arrays: Mapping[str, np.ndarray]) -> FlatLayout:
         """The one-buffer layout of this policy's parameters: the keys in their order, stored
@@ -747,7 +754,7 @@ class RecurrentPolicy(PolicyBase):
         return gradient_arrays(g_flat, layout, head_grads)
 
 
-class SpecRecurrentPolicy(PolicyBase):
+class SpecRecurrentPolicy(SpecPolicyBase):
     """The recurrent policy of the readable tier (``PPOConfig.backend = "spec"``).
 
     The LSTM actor-critic of :mod:`ppo_ref.spec.recurrent_networks` (the LSTM of
@@ -763,21 +770,12 @@ class SpecRecurrentPolicy(PolicyBase):
 
     def __init__(self, observation_space, action_space, config):
         super().__init__(observation_space, action_space, config)
-        if np.dtype(config.compute_dtype) != np.float64:
-            raise ValueError(f"compute_dtype must be 'float64' for the spec backend, got "
-                             f"{config.compute_dtype!r}")
         self.lstm_shared = bool(config.lstm_shared)
         self.hidden_size = int(config.lstm_hidden_size)
 
     def init_params(self, rng: np.random.Generator) -> Params:
         """Fresh parameters (:func:`recurrent_actor_critic_init` + the head's)."""
-        c = self.config
-        params = recurrent_actor_critic_init(
-            rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
-            lstm_shared=self.lstm_shared, net_arch=tuple(c.net_arch), activation=c.activation,
-            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
-        params.update(self.head.init_params())
-        return params
+        return _init_arrays(self, rng)
 
     def as_flat(self, arrays: Mapping[str, np.ndarray]) -> Params:
         """A float64 copy of a parameter-shaped dict, as a plain dict (no one-buffer layout
