@@ -154,7 +154,7 @@ def _loss_settings(config, clip_range) -> _LossSettings:
             eps = check_positive(config.advantage_norm_eps, "eps")
             check_choice(config.advantage_norm_eps_placement, "placement", NORM_EPS_PLACEMENTS)
             norm = (ddof, eps, config.advantage_norm_eps_placement)
-        except Exception:  # raised by the loss, after its checks of the weights
+        except ValueError:  # raised by the loss, after its checks of the weights
             norm = None
     return _LossSettings(low, high, clip, symmetric, dual, huber_delta,
                          VALUE_LOSS_MODES.index(config.value_loss_mode), c_vf, clip_on,
@@ -185,8 +185,8 @@ def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, nor
     ``ppo_ref.fast.losses._minibatch_loss_kernel`` on them (the other arguments are its own),
     then whether every ``d_values`` entry is finite and the sum of ``entropy`` (all its
     entries, :func:`ppo_ref.fast.sums.pairwise_sum`). Returns the loss kernel's eight
-    results, that flag and that sum; ``status`` 3 (the rest meaningless) when the normalization's mean or std is not
-    finite. Through :func:`minibatch_loss` it gives the bits of
+    results, that flag and that sum; ``status`` 3 (the rest meaningless) when the
+    normalization's mean or std is not finite. Through :func:`minibatch_loss` it gives the bits of
     :func:`ppo_ref.spec.update.minibatch_loss` (the ``minibatch_loss`` row of
     ``tests/test_tiers.py``, BITS)."""
     if normalize:
@@ -245,11 +245,11 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
     v_scale = s.v_scale
 
     d_log_probs, d_values = np.empty(n), np.empty(n)
-    (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum,
-     d_values_finite, entropy_sum) = _loss_pass(*flat, w, normalize, ddof, eps, placement == "clamp",
-                                   np.empty(n) if normalize else flat[4], s.low, s.high,
-                                   s.clip, s.symmetric, s.dual, s.c_vf, s.clip_on,
-                                   s.value_mode, s.huber_delta, v_scale, d_log_probs, d_values)
+    (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum, d_values_finite,
+     entropy_sum) = _loss_pass(*flat, w, normalize, ddof, eps, placement == "clamp",
+                               np.empty(n) if normalize else flat[4], s.low, s.high, s.clip,
+                               s.symmetric, s.dual, s.c_vf, s.clip_on, s.value_mode,
+                               s.huber_delta, v_scale, d_log_probs, d_values)
     if status == 3:  # not finite, or the variance overflows: the spec's error
         normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
         raise ValueError("advantages must be finite")  # (the spec's function raises first)
