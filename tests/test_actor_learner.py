@@ -24,8 +24,11 @@ SMALL_PPO = PPOConfig(n_epochs=2, batch_size=32)
 
 
 def small_config(**changes):
+    # starvation_timeout 60 s (the default, as the other actor-learner tests): the actors'
+    # first steps compile their kernels when the numba cache is cold (a fresh clone in CI),
+    # which took more than 20 s on a loaded 2-core machine
     base = dict(num_actors=2, n_steps=32, total_timesteps=2 * 32 * 4, backend="thread",
-                ppo=SMALL_PPO, starvation_timeout=20.0)
+                ppo=SMALL_PPO, starvation_timeout=60.0)
     base.update(changes)
     return AsyncActorLearnerConfig(**base)
 
