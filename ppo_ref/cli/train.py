@@ -126,7 +126,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default=None, choices=sorted(TRAINERS),
                    help="mlp or lstm (default: the zoo entry of --env, else mlp)")
     p.add_argument("--total-timesteps", type=int, default=None,
-                   help=f"train until this many env steps, at most 2**53 (default "
+                   help=f"train until this many env steps, at most 2**53 (default: the zoo "
+                        f"budget of --env when the zoo settings are used, else "
                         f"{DEFAULT_TIMESTEPS}; with --resume: the checkpoint's target)")
     p.add_argument("--n-envs", type=int, default=None,
                    help=f"parallel envs, at most {MAX_N_ENVS} (overrides the config)")
