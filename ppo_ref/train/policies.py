@@ -57,8 +57,8 @@ from ppo_ref.fast import distributions as fast_distributions
 from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec import networks
 
-__all__ = ["head_backward", "gradient_arrays", "PolicyBase", "SpecPolicyBase", "CategoricalHead",
-           "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
+__all__ = ["head_backward", "gradient_buffer", "gradient_arrays", "PolicyBase", "SpecPolicyBase",
+           "CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head", "observation_dim", "MLPPolicy",
            "PolicyEval"]
 
 Params = Dict[str, np.ndarray]
@@ -369,6 +369,18 @@ def head_backward(head, params, policy_out, actions, probs, entropy, d_log_probs
         return d_out, {}
     d_out, head_grads = head.backward(policy_out, params, actions, d_log_probs, d_entropy)
     return np.ascontiguousarray(d_out, dtype=dtype), head_grads
+
+
+def gradient_buffer(name: str, layout, dtype, head_keys) -> np.ndarray:
+    """A reused 1-D buffer of ``layout.size`` entries of ``dtype`` (:mod:`ppo_ref.fast.workspace`
+    ``name``) for a fast policy's network gradients, with the entries of ``head_keys`` (the
+    head's own parameters, which the network passes do not write) set to 0, so that widening
+    the buffer to float64 never reads stale values."""
+    g = workspace.empty(name, (layout.size,), dtype)
+    for key, start, stop, _ in layout.slices:
+        if key in head_keys:
+            g[start:stop] = 0.0
+    return g
 
 
 def gradient_arrays(g, layout, head_grads) -> FlatArrays:
@@ -749,7 +761,7 @@ class MLPPolicy(PolicyBase):
         dt = flat.dtype
         layout = params.layout
         if dt != np.float64:  # float32 gradients in a reused buffer, then widened
-            g = workspace.empty("mlp_policy.grads", (layout.size,), dt)
+            g = gradient_buffer("mlp_policy.grads", layout, dt, self._head_keys)
         elif grads is None:
             g = np.empty(layout.size)
         else:

@@ -64,7 +64,7 @@ from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, ke
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import (PolicyBase, PolicyEval, SpecPolicyBase, _finite_grad,
-                                    gradient_arrays, head_backward)
+                                    gradient_arrays, gradient_buffer, head_backward)
 from ppo_ref.spec.recurrent_networks import (LSTMStates, RecurrentActorCriticCache,
                                              initial_lstm_states, lstm_names,
                                              recurrent_actor_critic_backward,
@@ -736,7 +736,7 @@ class RecurrentPolicy(PolicyBase):
         hidden = spec.hidden
         layout = spec.layout
         flat = cache.flat
-        g_flat = workspace.empty("policy.grads", (layout.size,), dt)
+        g_flat = gradient_buffer("policy.grads", layout, dt, self._head_keys)
         # the towers write their weight gradients into g_flat and add dL/dh into dh_seq (a
         # shared LSTM: the value tower's terms continue the policy tower's sums)
         dh_seq = workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, hidden), dt)
