@@ -416,7 +416,7 @@ def _add_block_wide(out, a, w_t, n, j0):
     _block_loops(out, a, w_t, n, j0, _WIDE_ROWS, _WIDE_COLS)
 
 
-def _block_vector_intrinsic(block_rows, block_cols):
+def _block_vector_intrinsic(block_rows, block_cols, panel=False):
     """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
     (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
     each row are held in vector accumulators of the target's register width (``<8 x double>``
@@ -425,10 +425,20 @@ def _block_vector_intrinsic(block_rows, block_cols):
     an ``llvm.fma`` per accumulator. Element for element the same FMA chain as the scalar loops
     (no reassociation), without a load and store of ``out`` per few terms: the loop runs at the
     FMA units' rate instead of the store port's. (Accumulators live in stack slots that LLVM
-    promotes to registers.)"""
+    promotes to registers.)
+
+    With ``panel`` True, the block of :func:`_linear_panel_loops` instead: arguments ``(out, a,
+    w_panel, b, n, j0)``, every accumulator starting from the bias ``b[j0 + c]`` (1-D, contiguous)
+    rather than from ``out``, the weights read from the panel ``w_panel [K, block_cols]``
+    (C-contiguous, its columns ``0 .. block_cols - 1``) and the sums stored into ``out[n + r,
+    j0 + c]``: ``out = b + a @ w`` on the block, the same FMA chain per element."""
     def block_vector(typingctx, out, a, w_t, n, j0):
-        sig = types.none(out, a, w_t, n, j0)
-        is_f32 = out.dtype == types.float32
+        return block_typed(types.none(out, a, w_t, n, j0), out.dtype == types.float32)
+
+    def panel_vector(typingctx, out, a, w_panel, b, n, j0):
+        return block_typed(types.none(out, a, w_panel, b, n, j0), out.dtype == types.float32)
+
+    def block_typed(sig, is_f32):
 
         def codegen(context, builder, signature, args):
             out_ty, a_ty, w_ty = signature.args[:3]
@@ -436,8 +446,14 @@ def _block_vector_intrinsic(block_rows, block_cols):
                       for ty, v in zip((out_ty, a_ty, w_ty), args[:3])]
             out_arr, a_arr, w_arr = arrays
             intp = context.get_value_type(types.intp)
-            n_ = context.cast(builder, args[3], signature.args[3], types.intp)
-            j_ = context.cast(builder, args[4], signature.args[4], types.intp)
+            if panel:
+                b_ty = signature.args[3]
+                b_arr = context.make_array(b_ty)(context, builder, args[3])
+                args, int_types = args[1:], signature.args[1:]
+            else:
+                int_types = signature.args
+            n_ = context.cast(builder, args[3], int_types[3], types.intp)
+            j_ = context.cast(builder, args[4], int_types[4], types.intp)
             elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
             lanes = _VECTOR_BITS // (32 if is_f32 else 64)   # one vector register
             n_vec = block_cols // lanes
@@ -454,10 +470,10 @@ def _block_vector_intrinsic(block_rows, block_cols):
             def const(v):
                 return llvm_ir.Constant(intp, v)
 
-            def pointer(arr, ty, i, j):
+            def pointer(arr, ty, *indices):
                 return cgutils.get_item_pointer2(
                     context, builder, arr.data, cgutils.unpack_tuple(builder, arr.shape),
-                    cgutils.unpack_tuple(builder, arr.strides), ty.layout, [i, j],
+                    cgutils.unpack_tuple(builder, arr.strides), ty.layout, list(indices),
                     wraparound=False)
 
             slots = []
@@ -465,14 +481,20 @@ def _block_vector_intrinsic(block_rows, block_cols):
                 for v in range(n_vec):
                     ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
                                                   builder.add(j_, const(lanes * v))), vec_ptr)
+                    if panel:
+                        start = builder.bitcast(
+                            pointer(b_arr, b_ty, builder.add(j_, const(lanes * v))), vec_ptr)
+                    else:
+                        start = ptr
                     slot = cgutils.alloca_once(builder, vec)
-                    builder.store(builder.load(ptr, align=item), slot)
+                    builder.store(builder.load(start, align=item), slot)
                     slots.append((slot, ptr))
+            w_j = const(0) if panel else j_
             n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
             with cgutils.for_range(builder, n_k) as loop:
                 k = loop.index
                 w_vecs = [builder.load(builder.bitcast(
-                    pointer(w_arr, w_ty, k, builder.add(j_, const(lanes * v))), vec_ptr),
+                    pointer(w_arr, w_ty, k, builder.add(w_j, const(lanes * v))), vec_ptr),
                     align=item) for v in range(n_vec)]
                 for r in range(block_rows):
                     a_k = builder.load(pointer(a_arr, a_ty, builder.add(n_, const(r)), k))
@@ -486,8 +508,10 @@ def _block_vector_intrinsic(block_rows, block_cols):
                 builder.store(builder.load(slot), ptr, align=item)
             return context.get_dummy_value()
         return sig, codegen
-    block_vector.__name__ = block_vector.__qualname__ = f"_block_{block_rows}x{block_cols}"
-    return intrinsic(block_vector)
+    typing = panel_vector if panel else block_vector
+    typing.__name__ = typing.__qualname__ = \
+        f"_{'panel' if panel else 'block'}_{block_rows}x{block_cols}"
+    return intrinsic(typing)
 
 
 def _check_block_operands(out, a, w_t):
@@ -646,6 +670,95 @@ def _add_products(out, a, w_t):
         _add_products_loops(out, a, w_t, n8, n_rows, 0)
 
 
+# Panels: a transposed weight ``w_t [K, J]`` stored as ``w_p [P, K, C]`` with ``w_p[p, k, c] =
+# w_t[k, p C + c]`` (C = the block width, P = ceil(J / C), zeros beyond column J), so that a
+# register block reads its weights from one contiguous stretch of memory instead of a few
+# vectors from each of K rows far apart. Which layout the weights are read from changes no
+# element's arithmetic: :func:`_linear_panels` is :func:`_linear_rows`, bit for bit.
+_PANEL_COLS = _BLOCK_COLS
+
+
+def _linear_panel(out, a, w_panel, b, n, j0):
+    """``out[n:n+R, j0:j0+C] = b[j0:j0+C] + a[n:n+R] @ w_panel`` (R x C the block of
+    :func:`_add_block`, ``w_panel [K, C]``), every element the FMA chain of
+    :func:`_linear_rows`. Interpreted here; compiled, a register block of
+    :func:`_block_vector_intrinsic` (``panel=True``)."""
+    for m in range(n, n + _BLOCK_ROWS):
+        for c in range(_PANEL_COLS):
+            o = b[j0 + c]
+            for k in range(a.shape[1]):
+                o = _fma(a[m, k], w_panel[k, c], o)
+            out[m, j0 + c] = o
+
+
+_linear_panel_vector = _block_vector_intrinsic(_BLOCK_ROWS, _BLOCK_COLS, panel=True)
+
+
+@overload(_linear_panel)
+def _linear_panel_compiled(out, a, w_panel, b, n, j0):
+    """Compiled, :func:`_linear_panel` is a register block (operands:
+    :func:`_check_block_operands`; ``b`` 1-D, C-contiguous, of their dtype)."""
+    _check_block_operands(out, a, w_panel)
+    if not (isinstance(b, types.Array) and b.ndim == 1 and b.layout == "C"
+            and b.dtype == out.dtype):
+        raise NumbaTypingError(f"_linear_panel takes a 1-D C-contiguous bias of the dtype of "
+                               f"out, got {b}")
+    return lambda out, a, w_panel, b, n, j0: _linear_panel_vector(out, a, w_panel, b, n, j0)
+
+
+@njit
+def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p):
+    """The rows ``n_lo .. n_hi - 1`` and the columns of panel ``p`` (those below J) of
+    :func:`_linear_panels`, the loop over the panel's columns vectorized."""
+    _wide()
+    j0 = p * _PANEL_COLS
+    cols = min(_PANEL_COLS, out.shape[1] - j0)
+    for m in range(n_lo, n_hi):
+        for c in range(cols):
+            out[m, j0 + c] = b[j0 + c]
+        for k in range(a.shape[1]):
+            am = a[m, k]
+            for c in range(cols):
+                out[m, j0 + c] = _fma(am, w_p[p, k, c], out[m, j0 + c])
+
+
+@njit
+def _linear_panels(x, w_p, b, out):
+    """:func:`_linear_rows` (``out = b + x @ w_t``, the same FMA chain per element) with the
+    weight as panels ``w_p [P, K, C]`` of ``w_t [K, J]`` (:func:`_pack_panels`): ``x [M, K]``
+    (any strides), ``b [J]``, ``out [M, J]`` C-contiguous. Full panels in register blocks
+    (:func:`_linear_panel`), the rows left over and a last partial panel by
+    :func:`_linear_panel_loops`."""
+    n_rows = x.shape[0]
+    n_full = out.shape[1] // _PANEL_COLS
+    n_blocked = n_rows - n_rows % _BLOCK_ROWS
+    for p in range(n_full):
+        for n in range(0, n_blocked, _BLOCK_ROWS):
+            _linear_panel(out, x, w_p[p], b, n, p * _PANEL_COLS)
+        if n_blocked < n_rows:
+            _linear_panel_loops(out, x, w_p, b, n_blocked, n_rows, p)
+    for p in range(n_full, w_p.shape[0]):
+        _linear_panel_loops(out, x, w_p, b, 0, n_rows, p)
+
+
+@njit
+def _pack_panels(w, w_p, k0):
+    """Rows ``k0 .. k0 + K - 1`` of the panels ``w_p [P, >= k0 + K, C]`` of ``w.T``, from a
+    weight as stored, ``w [J, K]``: ``w_p[p, k0 + k, c] = w[p C + c, k]``, and 0 where ``p C + c
+    >= J``."""
+    n_j, n_k = w.shape
+    for p in range(w_p.shape[0]):
+        for k in range(n_k):
+            for c in range(_PANEL_COLS):
+                j = p * _PANEL_COLS + c
+                w_p[p, k0 + k, c] = w[j, k] if j < n_j else 0.0
+
+
+def _panel_count(n_cols: int) -> int:
+    """The number of panels P of a weight with ``n_cols`` output columns: ceil(J / C)."""
+    return -(-n_cols // _PANEL_COLS)
+
+
 @njit
 def _activate_gates(z):
     """In place on ``z`` ``[N, 4H]``: (i, f, o) blocks ``sigmoid(z) = 0.5 + 0.5 tanh(0.5 z)``
@@ -696,6 +809,28 @@ def _forward_kernel(x, w_ih_t, w_hh_t, b, keep, h_prev, c_prev, gates, tanh_c, h
         z = gates[t]
         _linear_rows(x[t], w_ih_t, b, z)
         _add_products(z, h_prev[t], w_hh_t)
+        _activate_gates(z)
+        _cell_output(t, z, keep, c_prev, h_prev, tanh_c, h_seq)
+
+
+@njit
+def _forward_kernel_panels(xh, w_p, b, keep, h_prev, c_prev, gates, tanh_c, h_seq):
+    """:func:`_forward_kernel` with a step's two products as one over the concatenated input:
+    ``z = b + [x[t], h~[t]] @ [w_ih.T; w_hh.T]`` is the same FMA chain per element (the bias,
+    then the D input terms, then the H state terms, in that order). ``xh [T, N, D + H]`` holds
+    ``x[t]`` in its first D columns; the last H columns of row t are set to ``h~[t]`` here;
+    ``w_p`` the panels of ``[w_ih.T; w_hh.T]`` (``[D + H, 4H]``, :func:`_pack_panels`). The
+    other arguments and results as :func:`_forward_kernel`."""
+    _wide()
+    n_steps, n_env, d_xh = xh.shape
+    hidden = h_prev.shape[2]
+    d_in = d_xh - hidden
+    for t in range(n_steps):
+        for n in range(n_env):
+            for j in range(hidden):
+                xh[t, n, d_in + j] = h_prev[t, n, j]
+        z = gates[t]
+        _linear_panels(xh[t], w_p, b, z)
         _activate_gates(z)
         _cell_output(t, z, keep, c_prev, h_prev, tanh_c, h_seq)
 
@@ -831,15 +966,28 @@ def _forward_stack(x, w_ih_t, w_hh_t, b, keep, h0, c0, h_prev, c_prev, gates, ta
 
 
 @njit
-def _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, w_ih_t, w_hh_t, h_prev, c_prev, gates,
-                     tanh_c, h_seq):
+def _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, w_p, xh, h_prev, c_prev, gates, tanh_c,
+                     h_seq):
     """:func:`_forward_stack` from the weights as stored (``w_ih [L, 4H, D]``, ``w_hh
-    [L, 4H, H]``), transposed here into the scratch ``w_ih_t [L, D, 4H]``, ``w_hh_t
-    [L, H, 4H]``."""
-    for l in range(w_ih.shape[0]):
-        _transpose_into(w_ih[l], w_ih_t[l])
-        _transpose_into(w_hh[l], w_hh_t[l])
-    _forward_stack(x, w_ih_t, w_hh_t, b, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq)
+    [L, 4H, H]``), packed here into the scratch panels ``w_p [L, P, D + H, C]`` of ``[w_ih.T;
+    w_hh.T]`` (:func:`_pack_panels`), by :func:`_forward_kernel_panels` with the scratch ``xh
+    [T, N, D + H]`` (same results, bit for bit)."""
+    n_lstm, n_env, hidden = h0.shape
+    n_steps, _, d_in = x.shape
+    for t in range(n_steps):
+        for n in range(n_env):
+            for d in range(d_in):
+                xh[t, n, d] = x[t, n, d]
+    for l in range(n_lstm):
+        _pack_panels(w_ih[l], w_p[l], 0)
+        _pack_panels(w_hh[l], w_p[l], d_in)
+        for n in range(n_env):
+            k = keep[0, n]
+            for j in range(hidden):
+                h_prev[l, 0, n, j] = h0[l, n, j] * k
+                c_prev[l, 0, n, j] = c0[l, n, j] * k
+        _forward_kernel_panels(xh, w_p[l], b[l], keep, h_prev[l], c_prev[l], gates[l],
+                               tanh_c[l], h_seq[l])
 
 
 @njit
@@ -977,10 +1125,12 @@ def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
     gates = workspace.empty("lstm.gates", (n_lstm, n_steps, n_env, four_h), dtype)
     tanh_c = workspace.empty("lstm.tanh_c", (n_lstm, n_steps, n_env, hidden), dtype)
     h_seq = workspace.empty("lstm.h_seq", (n_lstm, n_steps, n_env, hidden), dtype)
-    w_ih_t = workspace.empty("lstm.w_ih_t", (n_lstm, w_ih.shape[2], four_h), dtype)
-    w_hh_t = workspace.empty("lstm.w_hh_t", (n_lstm, hidden, four_h), dtype)
-    _forward_stack_t(x, w_ih, w_hh, np.ascontiguousarray(b), keep, h0, c0, w_ih_t, w_hh_t,
-                     h_prev, c_prev, gates, tanh_c, h_seq)
+    d_xh = w_ih.shape[2] + hidden
+    w_p = workspace.empty("lstm.w_panels", (n_lstm, _panel_count(four_h), d_xh, _PANEL_COLS),
+                          dtype)
+    xh = workspace.empty("lstm.xh", (n_steps, n_env, d_xh), dtype)
+    _forward_stack_t(x, w_ih, w_hh, np.ascontiguousarray(b), keep, h0, c0, w_p, xh, h_prev,
+                     c_prev, gates, tanh_c, h_seq)
     return h_seq, h_prev, c_prev, gates, tanh_c
 
 
