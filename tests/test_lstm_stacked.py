@@ -90,3 +90,39 @@ def test_float32_stacked_passes_are_close_to_float64(rng, L):
                       dh.astype(np.float32), *g32)
     for a, b in zip(g32, g64):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * max(1.0, np.abs(b).max()))
+
+
+@pytest.mark.parametrize("n_env, hidden", [(11, 6), (8, 16), (17, 5)])
+def test_stacked_forward_with_register_panels_equals_lstm_forward_bitwise(rng, n_env, hidden):
+    """forward_stacked's one product per step over ``[x, h~]`` with packed panels: sizes with a
+    full row block and leftover rows, and a last panel narrower than the block (4H not a
+    multiple of the panel width), give lstm_forward's bits."""
+    params, st, x, h0, c0, starts, keep = problem(rng, T=4, N=n_env, H=hidden)
+    h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(st["w_ih"], st["w_hh"], st["b"], x,
+                                                            h0, c0, keep)
+    for l, p in enumerate(params):
+        ref_h, (_, c_T), cache = lstm_forward(p, x, h0[l], c0[l], starts)
+        np.testing.assert_array_equal(h_seq[l], ref_h)
+        np.testing.assert_array_equal(gates[l], cache.gates)
+        np.testing.assert_array_equal(c_prev[l, x.shape[0]], c_T)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_linear_panels_equal_linear_rows_and_the_interpreted_loops(rng, dtype):
+    """_linear_panels (panel register blocks + leftover loops) gives _linear_rows' bits and the
+    interpreted kernel's, for rows beyond one block and a partial last panel."""
+    from ppo_ref.fast import lstm as lstm_mod
+    n_rows, n_k, n_j = 19, 13, 2 * lstm_mod._PANEL_COLS + 3
+    x = rng.standard_normal((n_rows, n_k)).astype(dtype)
+    w = rng.standard_normal((n_j, n_k)).astype(dtype)
+    b = rng.standard_normal(n_j).astype(dtype)
+    w_p = np.full((lstm_mod._panel_count(n_j), n_k, lstm_mod._PANEL_COLS), np.nan, dtype)
+    lstm_mod._pack_panels(w, w_p, 0)
+    compiled = np.empty((n_rows, n_j), dtype)
+    lstm_mod._linear_panels(x, w_p, b, compiled)
+    rows = np.empty_like(compiled)
+    lstm_mod._linear_rows(x, np.ascontiguousarray(w.T), b, rows)
+    np.testing.assert_array_equal(compiled, rows)
+    interpreted = np.empty_like(compiled)
+    lstm_mod._linear_panels.py_func(x, w_p, b, interpreted)
+    np.testing.assert_array_equal(interpreted, compiled)
