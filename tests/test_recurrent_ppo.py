@@ -94,19 +94,22 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
     trainer = make_trainer("discrete", n_envs=6, batch_size=14, n_epochs=3)  # 2 envs / minibatch
     rollout = trainer.collect_rollout()
     seen = []
-    original = trainer.policy.evaluate
+    # the replay every path runs (the checked evaluate and the update's passes alike)
+    original = trainer.policy._evaluate_envs
 
-    def recording_evaluate(params, obs, actions, state, episode_starts):
+    def recording_evaluate(params, spec, flat, stacked, obs, h0, c0, keep, *rest):
         assert obs.shape[:2] == (7, 2)   # all T steps of 2 envs
         cols = [int(np.flatnonzero([np.array_equal(obs[:, j], rollout.observations[:, e])
                                     for e in range(6)])[0]) for j in range(obs.shape[1])]
         for j, e in enumerate(cols):
-            np.testing.assert_array_equal(state.h[:, j], rollout.initial_lstm_states.h[:, e])
-            np.testing.assert_array_equal(episode_starts[:, j], rollout.episode_starts[:, e])
+            np.testing.assert_array_equal(h0[:, j], rollout.initial_lstm_states.h[:, e])
+            np.testing.assert_array_equal(c0[:, j], rollout.initial_lstm_states.c[:, e])
+            np.testing.assert_array_equal(keep[:7, j], 1.0 - rollout.episode_starts[:, e])
+            assert keep[7, j] == 1.0
         seen.append(cols)
-        return original(params, obs, actions, state, episode_starts)
+        return original(params, spec, flat, stacked, obs, h0, c0, keep, *rest)
 
-    trainer.policy.evaluate = recording_evaluate
+    trainer.policy._evaluate_envs = recording_evaluate
     stats = trainer.update(rollout)
     assert stats["n_epochs_run"] == 3 and len(seen) == 9
     for epoch in range(3):
