@@ -899,10 +899,11 @@ class RecurrentPolicy(PolicyBase):
         gradient into one FlatArrays of this update, overwritten at each call (run_epochs'
         step reads it before the next minibatch). Likewise ``evaluate`` writes its results
         (log-probs, entropies, values and the arrays of its towers and head) into
-        :class:`_GroupBuffers` of this update, one set per group size, overwritten at the next call of that size: the
-        epoch loop reads them (loss, backward) before it evaluates the next minibatch. The
-        float32 compute dtype's parameter copy is one buffer of this update too, rewritten at
-        each call."""
+        :class:`_GroupBuffers` of this update, one set per group size, overwritten at the next
+        call of that size: the epoch loop reads them (loss, backward) before it evaluates the
+        next minibatch (the LSTM arrays come from the reuse pools of
+        :func:`ppo_ref.fast.lstm.forward_stacked`, never one still held). The float32 compute
+        dtype's parameter copy is one buffer of this update too, rewritten at each call."""
         x = self._obs_input(obs, 2)
         T, N = x.shape[:2]
         L, H = len(lstm_names(self.lstm_shared)), self.hidden_size
@@ -978,6 +979,7 @@ class RecurrentPolicy(PolicyBase):
                 out[k][...] = v
             return out
         return x, a, LSTMStates(h0, c0), keep, evaluate, backward
+
 
 class SpecRecurrentPolicy(SpecPolicyBase):
     """The recurrent policy of the readable tier (``PPOConfig.backend = "spec"``).

@@ -54,9 +54,9 @@ gathered once per update into C-contiguous per-minibatch blocks) of the rollout'
 observations, actions, start states and episode starts checked once per update (the
 policy's ``_update_passes``, whose minibatch passes give the bits of ``evaluate`` and
 ``backward`` without checking again what the update itself made); acting checks the
-parameters once per rollout (``acting_step_fn`` of the policy). ``config.compute_dtype = "float32"`` runs the LSTMs,
-towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
-parameters, gradients, Adam, losses and advantages stay float64.
+parameters once per rollout (``acting_step_fn`` of the policy). ``config.compute_dtype =
+"float32"`` runs the LSTMs, towers and head in float32 (acting, replay and training alike, so
+ratio 1 still holds); parameters, gradients, Adam, losses and advantages stay float64.
 
 Checkpoints add the carried LSTM states (``lstm/h``, ``lstm/c``) to PPOTrainer's snapshot, so a
 resumed run continues exactly.
