@@ -386,6 +386,94 @@ def test_bad_arguments_raise_value_errors_naming_them(rng):
     raises("rng", policy.predict, params, *one)
 
 
+
+# ---------------------------------------------------------------- the update's passes
+
+def _group(x, a, start, keep, envs):
+    """A minibatch's ``data`` for the envs ``envs``: the C-contiguous gathers
+    ppo_ref.fast.update.recurrent_minibatches makes of the arrays _update_passes returns."""
+    c = np.ascontiguousarray
+    return (c(x[:, envs]), c(a[:, envs]), LSTMStates(c(start.h[:, envs]), c(start.c[:, envs])),
+            c(keep[:, envs]))
+
+
+@pytest.mark.parametrize("space,shared,act", CASES)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_update_passes_give_the_bits_of_evaluate_and_backward(rng, space, shared, act, dtype):
+    """The fast update's passes (the rollout checked once, then evaluate/backward on gathered
+    env groups) give exactly what the public evaluate and backward give for those envs, for
+    groups of several sizes (a size seen before reuses its buffers) and for another parameter
+    object; backward's one gradient FlatArrays per update is overwritten at every call."""
+    policy = make_policy(space, lstm_shared=shared, activation=act, compute_dtype=dtype)
+    params = perturbed_params(rng, policy)
+    obs, actions, state, starts = make_data(rng, policy, T=6, n=5)
+    x, a, start, keep, evaluate, backward = policy._update_passes(obs, actions, state, starts)
+    returned = []
+    for envs in ([3, 0], [1, 4, 2], [2, 4], [0, 1, 2, 3, 4]):
+        if len(returned) == 3:  # another object (the values of the next Adam step, say)
+            params = policy.as_flat(params)
+            params.flat += 0.01 * rng.normal(size=params.flat.shape)
+        log_probs, entropy, values, cache = evaluate(params, _group(x, a, start, keep, envs))
+        want = policy.evaluate(params, obs[:, envs], actions[:, envs],
+                               LSTMStates(state.h[:, envs], state.c[:, envs]), starts[:, envs])
+        for got, ref in ((log_probs, want.log_probs), (entropy, want.entropy),
+                         (values, want.values)):
+            assert got.dtype == np.float64 and got.shape == (6 * len(envs),)
+            np.testing.assert_array_equal(got, ref.reshape(-1))
+        d = [rng.normal(size=(6, len(envs))) for _ in range(3)]
+        for d_entropy in (d[1], None):
+            grads = backward(params, cache, d[0].reshape(-1),
+                             None if d_entropy is None else d_entropy.reshape(-1),
+                             d[2].reshape(-1))
+            ref = policy.backward(params, want.cache, d[0], d_entropy, d[2])
+            assert list(grads) == list(ref) and grads.layout == ref.layout
+            np.testing.assert_array_equal(grads.flat, ref.flat)
+            returned.append(grads)
+    assert all(g is returned[0] for g in returned)
+
+
+def test_update_passes_check_the_rollout_once_and_params_when_they_change(rng):
+    """The rollout is checked as evaluate checks it (the same errors); the parameters are
+    checked in full at the first call and whenever another object (or a FlatArrays whose
+    entries were replaced) is given."""
+    policy = make_policy()
+    params = perturbed_params(rng, policy)
+    obs, actions, state, starts = make_data(rng, policy)
+    bad_obs = obs.copy()
+    bad_obs[2, 1, 0] = np.nan
+    out_of_range = actions.copy()
+    out_of_range[0, 3] = 3
+    for args in ((bad_obs, actions, state, starts), (obs, out_of_range, state, starts),
+                 (obs, actions + 0.5, state, starts), (obs[..., :2], actions, state, starts),
+                 (obs, actions, LSTMStates(state.h[:1], state.c), starts),
+                 (obs, actions, None, starts), (obs, actions, state, np.full((6, 5), 2)),
+                 (obs, actions, state, starts[:3])):
+        with pytest.raises(ValueError) as from_passes:
+            policy._update_passes(*args)
+        with pytest.raises(ValueError) as from_evaluate:
+            policy.evaluate(params, *args)
+        assert str(from_passes.value) == str(from_evaluate.value)
+    x, a, start, keep, evaluate, _ = policy._update_passes(obs, actions, state, starts)
+    data = _group(x, a, start, keep, [0, 1])
+    evaluate(params, data)
+    other = policy.as_flat(params)
+    other["lstm_vf.w_hh"][0, 0] = np.inf
+    with pytest.raises(ValueError, match=r"params\['lstm_vf.w_hh'\] must be finite"):
+        evaluate(other, data)
+    with pytest.raises(ValueError, match="as_flat"):
+        evaluate(dict(params), data)
+    params["pi.b0"] = np.zeros(8)  # no longer a view of its buffer
+    with pytest.raises(ValueError, match="params"):
+        evaluate(params, data)
+    wider = make_policy(lstm_hidden_size=12)  # another LSTM width than this policy's states
+    with pytest.raises(ValueError, match="state.h") as from_passes:
+        evaluate(policy.as_flat(dict(wider.init_params(rng))), data)
+    with pytest.raises(ValueError, match="state.h") as from_evaluate:
+        policy.evaluate(policy.as_flat(dict(wider.init_params(rng))), obs[:, :2],
+                        actions[:, :2], LSTMStates(state.h[:, :2], state.c[:, :2]),
+                        starts[:, :2])
+    assert str(from_passes.value) == str(from_evaluate.value)
+
 def test_layout_stacks_the_lstms_and_keeps_keys(rng):
     policy = make_policy()
     params = policy.init_params(rng)

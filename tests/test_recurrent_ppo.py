@@ -94,19 +94,22 @@ def test_train_on_replays_each_env_once_per_epoch_as_whole_sequences():
     trainer = make_trainer("discrete", n_envs=6, batch_size=14, n_epochs=3)  # 2 envs / minibatch
     rollout = trainer.collect_rollout()
     seen = []
-    original = trainer.policy.evaluate
+    # the replay every path runs (the checked evaluate and the update's passes alike)
+    original = trainer.policy._evaluate_envs
 
-    def recording_evaluate(params, obs, actions, state, episode_starts):
+    def recording_evaluate(params, spec, flat, stacked, obs, h0, c0, keep, *rest):
         assert obs.shape[:2] == (7, 2)   # all T steps of 2 envs
         cols = [int(np.flatnonzero([np.array_equal(obs[:, j], rollout.observations[:, e])
                                     for e in range(6)])[0]) for j in range(obs.shape[1])]
         for j, e in enumerate(cols):
-            np.testing.assert_array_equal(state.h[:, j], rollout.initial_lstm_states.h[:, e])
-            np.testing.assert_array_equal(episode_starts[:, j], rollout.episode_starts[:, e])
+            np.testing.assert_array_equal(h0[:, j], rollout.initial_lstm_states.h[:, e])
+            np.testing.assert_array_equal(c0[:, j], rollout.initial_lstm_states.c[:, e])
+            np.testing.assert_array_equal(keep[:7, j], 1.0 - rollout.episode_starts[:, e])
+            assert keep[7, j] == 1.0
         seen.append(cols)
-        return original(params, obs, actions, state, episode_starts)
+        return original(params, spec, flat, stacked, obs, h0, c0, keep, *rest)
 
-    trainer.policy.evaluate = recording_evaluate
+    trainer.policy._evaluate_envs = recording_evaluate
     stats = trainer.update(rollout)
     assert stats["n_epochs_run"] == 3 and len(seen) == 9
     for epoch in range(3):
@@ -160,6 +163,57 @@ def test_train_on_all_epochs_gather_equals_per_epoch_path(kind, n_envs, batch_si
             for g, w in zip(got, want):
                 assert g.flags.c_contiguous and g.dtype == w.dtype
                 assert np.array_equal(g, w)
+
+
+@pytest.mark.parametrize("kind,lstm_shared,compute_dtype", [
+    ("discrete", False, "float64"), ("box", True, "float64"), ("discrete", True, "float32"),
+    ("box", False, "float32")])
+def test_train_on_passes_equal_the_checked_evaluate_and_backward(kind, lstm_shared,
+                                                                  compute_dtype):
+    """train_on's update passes (the rollout checked once: RecurrentPolicy._update_passes) give
+    the parameters, Adam state and stats of the checked path (the public evaluate and
+    backward at every minibatch, which train_on takes for a rollout the passes refuse), bit
+    for bit, over two updates of 2 env groups per epoch."""
+    results = []
+    passes_made = []
+    for checked in (False, True):
+        trainer = make_trainer(kind, lstm_shared=lstm_shared, compute_dtype=compute_dtype,
+                               n_envs=4, batch_size=14, n_epochs=2)
+        original = trainer.policy._update_passes
+
+        def passes(*args):
+            if checked:
+                raise ValueError("take the checked path")
+            made = original(*args)
+            passes_made.append(made)
+            return made
+        trainer.policy._update_passes = passes
+        for _ in range(2):
+            stats = trainer.update(trainer.collect_rollout())
+        results.append((trainer.params.flat.copy(), trainer.adam_state["m"].flat.copy(),
+                        trainer.adam_state["v"].flat.copy(), stats))
+    (p1, m1, v1, s1), (p2, m2, v2, s2) = results
+    assert np.array_equal(p1, p2) and np.array_equal(m1, m2) and np.array_equal(v1, v2)
+    assert s1["n_gradient_steps"] == 4 and len(passes_made) == 2  # the passes ran (run 1)
+    for k in s1:
+        assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
+
+
+def test_train_on_a_bad_rollout_raises_the_error_of_evaluate():
+    """A rollout the update's passes refuse (a non-finite observation, an action out of range)
+    raises, from train_on, the error the public evaluate gives for it."""
+    trainer = make_trainer("discrete")
+    rollout = trainer.collect_rollout()
+    adv, ret = trainer.compute_advantages(rollout)
+    bad_obs = rollout.observations.copy()
+    bad_obs[3, 2, 0] = np.nan
+    bad_actions = rollout.actions.copy()
+    bad_actions[1, 0] = 5
+    for field, value, match in (("observations", bad_obs, "obs must be finite"),
+                                ("actions", bad_actions, r"actions must be in \[0, 2\)")):
+        bad = RecurrentRollout(**{**vars(rollout), field: value})
+        with pytest.raises(ValueError, match=match):
+            trainer.train_on(bad, adv, ret)
 
 
 # ---------------------------------------------------------------- collection and ratio = 1

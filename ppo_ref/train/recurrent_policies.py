@@ -56,7 +56,7 @@ import numpy as np
 
 from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_same_shape
 from ppo_ref.fast import workspace
-from ppo_ref.fast.distributions import categorical_eval_kernel
+from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, keep_rows,
@@ -139,6 +139,10 @@ class _FastCache(NamedTuple):
     entropy: object
 
 
+_LOGITS_ERROR = ("params give logits for these inputs that are not finite or whose spread "
+                 "overflows float64 (logits - max(logits)): the parameters are too large")
+
+
 def _real_array(x, name: str) -> np.ndarray:
     """``x`` as an ndarray of bools, integers or real floats; ``ValueError`` naming ``name``
     otherwise."""
@@ -163,6 +167,18 @@ def _float64_input(x, name: str, shape: Tuple[int, ...], what: str) -> np.ndarra
     return arr
 
 
+def _state_arrays(state, shape: Tuple[int, int, int]) -> Tuple[np.ndarray, np.ndarray]:
+    """``state`` as finite C-contiguous float64 ``(h, c)``, each of ``shape`` ``[L, N, H]``;
+    ``ValueError`` naming ``state`` otherwise."""
+    try:
+        h, c = state
+    except (TypeError, ValueError):
+        raise ValueError(f"state must be a pair (h, c) (LSTMStates), got "
+                         f"{type(state).__name__}") from None
+    return (_float64_input(h, "state.h", shape, "[L, N, H]"),
+            _float64_input(c, "state.c", shape, "[L, N, H]"))
+
+
 def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: int,
                    relu: bool):
     """A tower forward: ``(acts, y)``, the outputs buffer ``[rows * width]`` of
@@ -173,6 +189,69 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
     mlp_forward_flat(x, flat, table, relu, acts)
     n_out = int(table[-1, 2])
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
+
+
+class _PassBuffers(NamedTuple):
+    """The arrays the towers and the head of one :meth:`RecurrentPolicy._evaluate_envs` of
+    ``rows = T * n`` rows write: the towers' outputs buffers ``pi_acts``, ``vf_acts`` (compute
+    dtype, :func:`ppo_ref.fast.mlp.mlp_forward_flat`), ``out [rows, P]`` and ``value_out
+    [rows]`` (views of their last blocks), and for the categorical head float64 ``log_probs``,
+    ``entropy`` ``[rows]`` and ``probs [rows, P]`` (None for the other heads)."""
+    pi_acts: np.ndarray
+    vf_acts: np.ndarray
+    out: np.ndarray
+    value_out: np.ndarray
+    log_probs: object
+    entropy: object
+    probs: object
+
+
+def _pass_buffers(spec: _FastSpec, rows: int, dtype, categorical: bool) -> _PassBuffers:
+    """Fresh :class:`_PassBuffers` for ``rows`` rows of the network ``spec`` in the compute
+    ``dtype``; ``categorical``: the head is categorical."""
+    pi_acts = np.empty(rows * spec.pi_width, dtype)
+    vf_acts = np.empty(rows * spec.vf_width, dtype)
+    n_out = int(spec.pi_table[-1, 2])
+    return _PassBuffers(pi_acts, vf_acts,
+                        pi_acts[rows * (spec.pi_width - n_out):].reshape(rows, n_out),
+                        vf_acts[rows * (spec.vf_width - 1):],
+                        np.empty(rows) if categorical else None,
+                        np.empty(rows) if categorical else None,
+                        np.empty((rows, n_out)) if categorical else None)
+
+
+class _GroupBuffers(NamedTuple):
+    """What the passes of :meth:`RecurrentPolicy._update_passes` keep per group size ``n`` (of
+    ``T`` steps, ``rows = T * n``), in the compute dtype unless said: ``keep [T + 1, n]``
+    (row ``T`` ones; rows ``0..T-1``, the view ``keep_steps``, written per call), the
+    :class:`_PassBuffers` ``passes``, float64 ``values [rows]`` (``passes.value_out`` itself
+    in float64 compute), the head's gradient ``d_out [rows, P]`` (categorical; else None),
+    ``dh_seq [L, T, n, H]`` and ``d_values [rows, 1]`` with its 1-D view ``d_values_rows``
+    (float32 compute; None in float64)."""
+    keep: np.ndarray
+    keep_steps: np.ndarray
+    passes: _PassBuffers
+    values: np.ndarray
+    d_out: object
+    dh_seq: np.ndarray
+    d_values: object
+    d_values_rows: object
+
+
+def _group_buffers(spec: _FastSpec, n_steps: int, n_env: int, dtype,
+                   categorical: bool) -> _GroupBuffers:
+    """Fresh :class:`_GroupBuffers` for ``n_env`` envs over ``n_steps`` steps of the network
+    ``spec`` in the compute ``dtype``."""
+    rows = n_steps * n_env
+    keep = np.ones((n_steps + 1, n_env), dtype)
+    passes = _pass_buffers(spec, rows, dtype, categorical)
+    low = np.dtype(dtype) != np.float64
+    d_values = np.empty((rows, 1), dtype) if low else None
+    return _GroupBuffers(keep, keep[:n_steps], passes,
+                         np.empty(rows) if low else passes.value_out,
+                         np.empty(passes.out.shape, dtype) if categorical else None,
+                         np.empty((spec.n_lstm, n_steps, n_env, spec.hidden), dtype), d_values,
+                         None if d_values is None else d_values.reshape(rows))
 
 
 def _init_arrays(policy, rng: np.random.Generator) -> Dict[str, np.ndarray]:
@@ -391,16 +470,9 @@ class RecurrentPolicy(PolicyBase):
 
     @staticmethod
     def _state_input(spec: _FastSpec, state, n_env: int) -> Tuple[np.ndarray, np.ndarray]:
-        """``state`` as finite C-contiguous float64 ``(h, c)``, each ``[L, n_env, H]``;
-        ``ValueError`` naming ``state`` otherwise."""
-        try:
-            h, c = state
-        except (TypeError, ValueError):
-            raise ValueError(f"state must be a pair (h, c) (LSTMStates), got "
-                             f"{type(state).__name__}") from None
-        want = (spec.n_lstm, n_env, spec.hidden)
-        return (_float64_input(h, "state.h", want, "[L, N, H]"),
-                _float64_input(c, "state.c", want, "[L, N, H]"))
+        """``state`` as finite C-contiguous float64 ``(h, c)``, each ``[L, n_env, H]`` (``L``,
+        ``H`` of ``spec``); ``ValueError`` naming ``state`` otherwise."""
+        return _state_arrays(state, (spec.n_lstm, n_env, spec.hidden))
 
     @staticmethod
     def _flags_input(episode_starts, shape: Tuple[int, ...]) -> np.ndarray:
@@ -484,9 +556,7 @@ class RecurrentPolicy(PolicyBase):
             log_probs, entropy = np.empty(rows), np.empty(rows)
             probs = np.empty(out.shape)
             if not categorical_eval_kernel(out, actions, log_probs, entropy, probs):
-                raise ValueError("params give logits for these inputs that are not finite "
-                                 "or whose spread overflows float64 (logits - max(logits)): "
-                                 "the parameters are too large")
+                raise ValueError(_LOGITS_ERROR)
             return log_probs, entropy, probs
         log_probs = np.asarray(self.head.log_prob(out, params, actions), dtype=np.float64)
         entropy = np.asarray(self.head.entropy(out, params), dtype=np.float64)
@@ -629,7 +699,6 @@ class RecurrentPolicy(PolicyBase):
         spec = self._checked_spec(params)
         x = self._obs_input(obs, 2)
         T, n = x.shape[:2]
-        rows = T * n
         h0, c0 = self._state_input(spec, state, n)
         starts = self._flags_input(episode_starts, (T, n))
         flat_actions = self._actions_input(actions, (T, n))
@@ -638,17 +707,43 @@ class RecurrentPolicy(PolicyBase):
         if dt != np.float64:
             x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
         keep = keep_rows(starts, dt)
-        w_ih, w_hh, b = self._stacked(spec, flat)
-        h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(w_ih, w_hh, b, x, h0, c0, keep)
-        hidden = spec.hidden
-        pi_acts, out = self._tower(spec, flat, h_seq[0].reshape(rows, hidden), value=False)
-        vf_acts, values = self._tower(spec, flat, h_seq[-1].reshape(rows, hidden), value=True)
-        log_probs, entropy, probs = self._head_eval(out, params, flat_actions)
-        cache = _FastCache(spec, (T, n), flat, x, keep, h_seq, h_prev, c_prev, gates, tanh_c,
-                           pi_acts, vf_acts, out, flat_actions, probs,
-                           None if probs is None else entropy)
+        buffers = _pass_buffers(spec, T * n, dt, self.head.kind == "categorical")
+        log_probs, entropy, values, cache = self._evaluate_envs(
+            params, spec, flat, self._stacked(spec, flat), x, h0, c0, keep, flat_actions, buffers)
         return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
                           values.astype(np.float64).reshape(T, n), cache)
+
+    def _evaluate_envs(self, params, spec: _FastSpec, flat: np.ndarray, stacked, x, h0, c0,
+                       keep, actions, buffers: _PassBuffers):
+        """:meth:`evaluate` of checked arguments, unchecked: ``spec`` is
+        ``self._checked_spec(params)``, ``flat`` the parameter buffer in the compute dtype and
+        ``stacked`` its ``self._stacked(spec, flat)`` views; ``x [T, n, D]``, ``h0, c0 [L, n,
+        H]`` and ``keep [T + 1, n]`` (:func:`ppo_ref.fast.lstm.keep_rows` of the flags) are
+        C-contiguous in the compute dtype, ``actions`` as :meth:`_actions_input` gives them;
+        the towers and the head write into ``buffers`` (:class:`_PassBuffers` of ``T * n``
+        rows). Returns ``(log_probs, entropy, value_out, cache)``: float64 ``[T * n]`` rows
+        (row ``t * n + j``), the value tower's outputs ``[T * n]`` in the compute dtype, and the
+        :class:`_FastCache` :meth:`backward` reads. Both LSTMs run in one compiled call
+        (:func:`ppo_ref.fast.lstm.forward_stacked`), each tower in one
+        (:func:`ppo_ref.fast.mlp.mlp_forward_flat`), the categorical head in one
+        (:func:`ppo_ref.fast.distributions.categorical_eval_kernel`)."""
+        T, n = x.shape[:2]
+        rows = T * n
+        hidden = spec.hidden
+        relu = self.activation == "relu"
+        b = buffers
+        h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(*stacked, x, h0, c0, keep)
+        mlp_forward_flat(h_seq[0].reshape(rows, hidden), flat, spec.pi_table, relu, b.pi_acts)
+        mlp_forward_flat(h_seq[-1].reshape(rows, hidden), flat, spec.vf_table, relu, b.vf_acts)
+        if b.probs is not None:
+            if not categorical_eval_kernel(b.out, actions, b.log_probs, b.entropy, b.probs):
+                raise ValueError(_LOGITS_ERROR)
+            log_probs, entropy = b.log_probs, b.entropy
+        else:
+            log_probs, entropy, _ = self._head_eval(b.out, params, actions)
+        cache = _FastCache(spec, (T, n), flat, x, keep, h_seq, h_prev, c_prev, gates, tanh_c,
+                           b.pi_acts, b.vf_acts, b.out, actions, b.probs, b.entropy)
+        return log_probs, entropy, b.value_out, cache
 
     def evaluate_hidden(self, params, hidden, actions) -> PolicyEval:
         """:meth:`evaluate` of ``[T, n]`` rows whose LSTM outputs are already known: the towers
@@ -722,36 +817,168 @@ class RecurrentPolicy(PolicyBase):
         if spec.layout != cache.spec.layout:
             raise ValueError("params must be in the layout of the params given to the "
                              "evaluate call that made cache")
-        spec = cache.spec
         T, n = cache.shape
-        rows = T * n
         d_lp = _finite_grad(d_log_probs, "d_log_probs", cache.shape)
         d_v = _finite_grad(d_values, "d_values", cache.shape)
         d_ent = None if d_entropy is None else _finite_grad(d_entropy, "d_entropy", cache.shape)
         dt = self.compute_dtype
-        out = cache.policy_out
-        d_out, head_grads = head_backward(self.head, params, out, cache.actions, cache.probs,
-                                          cache.entropy, d_lp, d_ent, dt)
+        spec = cache.spec
+        g_flat = gradient_buffer("policy.grads", spec.layout, dt, self._head_keys)
+        head_grads = self._backward_envs(
+            params, cache, self._stacked(spec, cache.flat)[1], d_lp, d_ent,
+            np.ascontiguousarray(d_v.reshape(T * n, 1), dtype=dt), g_flat,
+            self._stacked(spec, g_flat),
+            None if cache.probs is None else np.empty_like(cache.policy_out),
+            workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, spec.hidden), dt))
+        return gradient_arrays(g_flat, spec.layout, head_grads)
+
+    def _backward_envs(self, params, cache: _FastCache, w_hh, d_lp, d_ent, d_v, g, g_stacked,
+                       d_out, dh_seq) -> dict:
+        """:meth:`backward` of checked arguments, unchecked: ``cache`` from
+        :meth:`_evaluate_envs` (or :meth:`evaluate`) with ``params``, ``w_hh`` the ``[L, 4H,
+        H]`` view of its parameter buffer, ``d_lp`` (and ``d_ent`` or None) finite C-contiguous
+        float64 ``[T * n]``, ``d_v`` C-contiguous ``[T * n, 1]`` in the compute dtype.
+
+        Writes every network gradient into ``g`` (1-D, the compute dtype, in the parameters'
+        layout; the head's own entries are not written), whose ``(w_ih, w_hh, b)`` views are
+        ``g_stacked``, and returns the head's own gradients (``{"log_std": ...}`` or none).
+        Scratch it overwrites: ``d_out`` (the categorical head's ``[T * n, P]`` gradient, in
+        the compute dtype; None for the other heads) and ``dh_seq [L, T, n, H]``. The
+        categorical head in one compiled pass
+        (:func:`ppo_ref.fast.distributions.categorical_backward_kernel`), each tower in one
+        (:func:`ppo_ref.fast.mlp.mlp_backward_flat`, which add ``dL/dh`` into ``dh_seq``: a
+        shared LSTM's value-tower terms continue the policy tower's sums), both LSTMs in one
+        (:func:`ppo_ref.fast.lstm.backward_stacked`)."""
+        spec = cache.spec
+        if d_out is not None:
+            categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
+                                        d_lp if d_ent is None else d_ent, d_ent is not None,
+                                        d_out)
+            head_grads = {}
+        else:
+            d_out, head_grads = head_backward(self.head, params, cache.policy_out,
+                                              cache.actions, None, None, d_lp, d_ent,
+                                              self.compute_dtype)
         relu = self.activation == "relu"
+        rows = d_v.shape[0]
         hidden = spec.hidden
-        layout = spec.layout
         flat = cache.flat
-        g_flat = gradient_buffer("policy.grads", layout, dt, self._head_keys)
-        # the towers write their weight gradients into g_flat and add dL/dh into dh_seq (a
-        # shared LSTM: the value tower's terms continue the policy tower's sums)
-        dh_seq = workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, hidden), dt)
-        dh_seq[...] = 0.0
         h_seq = cache.h_seq
+        dh_seq[...] = 0.0
         mlp_backward_flat(h_seq[0].reshape(rows, hidden), cache.pi_acts, flat, spec.pi_table,
-                           relu, d_out, g_flat, dh_seq[0].reshape(rows, hidden))
+                          relu, d_out, g, dh_seq[0].reshape(rows, hidden))
         mlp_backward_flat(h_seq[-1].reshape(rows, hidden), cache.vf_acts, flat, spec.vf_table,
-                           relu, np.ascontiguousarray(d_v.reshape(rows, 1), dtype=dt), g_flat,
-                           dh_seq[-1].reshape(rows, hidden))
-        _, w_hh, _ = self._stacked(spec, flat)
-        g_w_ih, g_w_hh, g_b = self._stacked(spec, g_flat)
+                          relu, d_v, g, dh_seq[-1].reshape(rows, hidden))
         backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
-                          cache.keep, dh_seq, g_w_ih, g_w_hh, g_b)
-        return gradient_arrays(g_flat, layout, head_grads)
+                         cache.keep, dh_seq, *g_stacked)
+        return head_grads
+
+    def _update_passes(self, obs, actions, state, episode_starts):
+        """The rollout of one PPO update checked once, and the passes its whole-env minibatches
+        run: ``(x, a, start, keep, evaluate, backward)`` for :func:`ppo_ref.fast.update.run_epochs`
+        (``RecurrentPPOTrainer.train_on`` on the fast backend is the one caller).
+
+        ``x`` (``obs [T, N, ...]``), ``a`` (``actions``, int64 ``[T, N]`` or float64 ``[T, N,
+        A]``), ``start`` (``state``, :class:`LSTMStates` ``[L, N, H]`` with ``L`` and ``H`` of
+        this policy's config) and ``keep`` (``1 - episode_starts``, ``[T, N]``) are the
+        arguments checked and converted as :meth:`evaluate` does (``ValueError`` as it raises),
+        ``x``, ``start`` and ``keep`` in the compute dtype. Each minibatch's ``data`` must be
+        ``(x[:, g], a[:, g], LSTMStates(start.h[:, g], start.c[:, g]), keep[:, g])`` for a
+        group ``g`` of envs (C-contiguous gathers, as
+        :func:`ppo_ref.fast.update.recurrent_minibatches` makes them from these four arrays), so
+        it is not checked again.
+
+        ``evaluate(params, data)`` is :meth:`evaluate` of that group (results flattened to
+        ``[T * n]`` rows, row ``t * n + j``; the values it computes, bit for bit) and
+        ``backward(params, cache, d_log_probs, d_entropy, d_values)`` is :meth:`backward` (same
+        bits), with these checks left out: ``params`` is checked in full at the first call and
+        whenever it is another object than the one checked (run_epochs hands out one buffer of
+        its own, written only by its step, which undoes a step whose results are not finite;
+        each call still checks that its entries are views of it); the upstream gradients are
+        those of run_epochs' own loss (finite float64 ``[T * n]``). ``backward`` writes every
+        gradient into one FlatArrays of this update, overwritten at each call (run_epochs'
+        step reads it before the next minibatch). Likewise ``evaluate`` writes its results
+        (log-probs, entropies, values and the arrays of its towers and head) into
+        :class:`_GroupBuffers` of this update, one set per group size, overwritten at the next
+        call of that size: the epoch loop reads them (loss, backward) before it evaluates the
+        next minibatch (the LSTM arrays come from the reuse pools of
+        :func:`ppo_ref.fast.lstm.forward_stacked`, never one still held). The float32 compute
+        dtype's parameter copy is one buffer of this update too, rewritten at each call."""
+        x = self._obs_input(obs, 2)
+        T, N = x.shape[:2]
+        L, H = len(lstm_names(self.lstm_shared)), self.hidden_size
+        h0, c0 = _state_arrays(state, (L, N, H))
+        dt = self.compute_dtype
+        keep = keep_rows(self._flags_input(episode_starts, (T, N)), dt)[:T]
+        a = self._actions_input(actions, (T, N))
+        a = a.reshape((T, N) + a.shape[1:])
+        low = dt != np.float64
+        if low:
+            x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
+        categorical = self.head.kind == "categorical"
+        rows_shape = self.head.action_shape
+        checked = [None, None]  # the params object checked, its _FastSpec
+        buffers = {}  # n -> _GroupBuffers of checked[1]'s network
+        weights = [None, None]  # the compute buffer of the last call, its stacked views
+        flat_low = []  # the compute-dtype copy of the parameters (float32)
+        grads = []  # the update's gradient FlatArrays, its compute buffer, that one's views
+
+        def evaluate(params, data):
+            x_g, a_g, start_g, keep_g = data
+            if params is not checked[0] or not params.intact():
+                spec = self._checked_spec(params)
+                if spec is not checked[1]:
+                    if (spec.n_lstm, spec.hidden) != (L, H):  # evaluate's error for the state
+                        self._state_input(spec, start_g, x_g.shape[1])
+                    buffers.clear()
+                    flat_low.clear()
+                    grads.clear()
+                    weights[0] = None
+                checked[1] = spec
+                checked[0] = params
+            spec = checked[1]
+            n = x_g.shape[1]
+            b = buffers.get(n)
+            if b is None:
+                b = buffers[n] = _group_buffers(spec, T, n, dt, categorical)
+            if low:
+                if not flat_low:
+                    flat_low.append(np.empty(params.flat.size, dt))
+                flat = flat_low[0]
+                flat[...] = params.flat  # rounded as astype rounds
+            else:
+                flat = params.flat
+            if flat is not weights[0]:
+                weights[0], weights[1] = flat, self._stacked(spec, flat)
+            b.keep_steps[...] = keep_g
+            log_probs, entropy, value_out, cache = self._evaluate_envs(
+                params, spec, flat, weights[1], x_g, start_g.h, start_g.c, b.keep,
+                a_g.reshape((T * n,) + rows_shape), b.passes)
+            if low:
+                b.values[...] = value_out  # float32 -> float64: exact
+            return log_probs, entropy, b.values, (cache, b, weights[1][1])
+
+        def backward(params, cache, d_log_probs, d_entropy, d_values):
+            cache, b, w_hh = cache
+            if not grads:
+                layout = params.layout
+                out = FlatArrays.from_buffer(np.zeros(layout.size), layout)
+                g = np.zeros(layout.size, dt) if low else out.flat
+                grads.extend((out, g, self._stacked(checked[1], g)))
+            out, g, g_stacked = grads
+            if low:
+                b.d_values_rows[...] = d_values  # rounded as astype rounds
+                d_v = b.d_values
+            else:
+                d_v = d_values.reshape(d_values.shape[0], 1)
+            head_grads = self._backward_envs(params, cache, w_hh, d_log_probs, d_entropy, d_v,
+                                             g, g_stacked, b.d_out, b.dh_seq)
+            if low:
+                out.flat[...] = g  # float32 -> float64: exact
+            for k, v in head_grads.items():
+                out[k][...] = v
+            return out
+        return x, a, LSTMStates(h0, c0), keep, evaluate, backward
 
 
 class SpecRecurrentPolicy(SpecPolicyBase):

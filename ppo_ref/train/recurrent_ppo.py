@@ -50,10 +50,13 @@ Speed: ``train_on`` hands the loss 1-D rows (``[T, n]`` flattened), which take t
 minibatch loss of :mod:`ppo_ref.fast.update`; its minibatches are
 :func:`ppo_ref.fast.update.recurrent_minibatches` (bit-equal to the spec's: without a
 ``target_kl`` every epoch's env permutation is drawn at once, the same draws, and each array is
-gathered once per update into C-contiguous per-minibatch blocks); acting checks the parameters once per rollout
-(``acting_step_fn`` of the policy). ``config.compute_dtype = "float32"`` runs the LSTMs,
-towers and head in float32 (acting, replay and training alike, so ratio 1 still holds);
-parameters, gradients, Adam, losses and advantages stay float64.
+gathered once per update into C-contiguous per-minibatch blocks) of the rollout's
+observations, actions, start states and episode starts checked once per update (the
+policy's ``_update_passes``, whose minibatch passes give the bits of ``evaluate`` and
+``backward`` without checking again what the update itself made); acting checks the
+parameters once per rollout (``acting_step_fn`` of the policy). ``config.compute_dtype =
+"float32"`` runs the LSTMs, towers and head in float32 (acting, replay and training alike, so
+ratio 1 still holds); parameters, gradients, Adam, losses and advantages stay float64.
 
 Checkpoints add the carried LSTM states (``lstm/h``, ``lstm/c``) to PPOTrainer's snapshot, so a
 resumed run continues exactly.
@@ -364,10 +367,17 @@ class RecurrentPPOTrainer(PPOTrainer):
 
         # The fast tier: the same minibatches (each group's [T, n] loss rows flattened, which
         # the compiled minibatch loss takes), gathered for all epochs at once when no KL stop
-        # can end the update early (ppo_ref.fast.update.recurrent_minibatches).
+        # can end the update early (ppo_ref.fast.update.recurrent_minibatches), from the
+        # rollout checked once (RecurrentPolicy._update_passes: the same numbers evaluate
+        # would take). A rollout it refuses goes to the checked evaluate instead, which raises
+        # its error at the first minibatch holding the bad entries.
+        data = (rollout.observations, rollout.actions, start, rollout.episode_starts)
+        try:
+            *data, evaluate, backward = policy._update_passes(*data)
+        except ValueError:
+            pass
         minibatches = recurrent_minibatches(
-            rng, per, rollout.log_probs, adv, ret, rollout.values, rollout.observations,
-            rollout.actions, start, rollout.episode_starts, n_epochs=c.n_epochs,
+            rng, per, rollout.log_probs, adv, ret, rollout.values, *data, n_epochs=c.n_epochs,
             target_kl=c.target_kl)
         self.params, self.adam_state, stats = run_epochs(
             self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
