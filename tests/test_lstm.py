@@ -369,7 +369,9 @@ def test_tanh_vectorized_loop_equals_the_interpreted_function(dtype):
     out = np.empty_like(a)
     (_tanh_loop if dtype == np.float64 else _tanh_f32_loop)(a, out)
     f = (lstm_mod._tanh if dtype == np.float64 else lstm_mod._tanh_f32).py_func
-    want = np.array([f(v) for v in (a.tolist() if dtype == np.float64 else a)], dtype=dtype)
+    values = [f(v) for v in (a.tolist() if dtype == np.float64 else a)]
+    assert {type(v) for v in values} == {dtype}   # NumPy's type: a float32 0.5 keeps float64
+    want = np.array(values, dtype=dtype)
     np.testing.assert_array_equal(out.view(f"i{out.itemsize}"), want.view(f"i{out.itemsize}"))
     assert np.signbit(out[a.size // 2:][a[: a.size // 2] == 0]).all()   # tanh(-0.0) = -0.0
 

@@ -323,7 +323,9 @@ def _tanh(x):
     # vectorization; the divisor here is >= 1. One division serves both branches (a vectorized
     # loop evaluates both sides of a select, and division is its slowest operation).
     q = np.divide(1.0 - tau if big else num, den)
-    return math.copysign(1.0 - q if big else q, x)
+    # np.float64: interpreted, math.copysign returns a Python float, which NumPy would let a
+    # float32 operand (the 0.5 of the sigmoid) round to float32.
+    return np.float64(math.copysign(1.0 - q if big else q, x))
 
 
 # float32 tanh: the same construction with float32 constants. k <= 29; k * _HALF_LN2_HI_F32
