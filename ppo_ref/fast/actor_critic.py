@@ -30,9 +30,9 @@ from typing import Mapping, NamedTuple, Optional
 import numpy as np
 
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
-from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, layer_table,
-                              mlp_backward_flat, mlp_forward_flat)
-from ppo_ref.fast.lstm import _linear_rows
+from ppo_ref.fast.mlp import (_ONE_F32, _ZERO_F32, _activate_inplace, _activation_grad,
+                              layer_table, mlp_backward_flat, mlp_forward_flat)
+from ppo_ref.fast.lstm import _add_products, _column_sums, _fma, _linear_rows, _wide
 from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
@@ -164,12 +164,88 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
             values[n] = v[n, 0]
 
 
+#: A tower whose last layer has at most this many outputs (a value head, a policy head of a
+#: few actions) takes that layer's input gradient by :func:`_narrow_input_grad` in
+#: :func:`_tower_backward`.
+_FUSED_OUT = 4
+
+
+@njit
+def _narrow_input_grad(d, w, h, relu, d_prev):
+    """``d_prev = (d @ w) * act'(h)`` for ``d [M, J]`` (``J`` <= :data:`_FUSED_OUT`), ``w [J,
+    K]``, ``h [M, K]`` (``h`` the activation's output), written into ``d_prev [M, K]``, all
+    of one dtype, bit for bit what :func:`ppo_ref.fast.mlp.mlp_backward_flat` computes for a
+    hidden layer's input gradient (``_add_products`` into zeros, then ``_activation_grad``):
+    per element the chain ``fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))`` (j = 0
+    .. J-1), then ``relu``: that value where ``h > 0``, else +0; tanh: times ``(1 - h * h)``.
+    One pass, each element's chain held in a register (vectorized over k), for the few
+    columns of an output layer, where the register blocks of ``_add_products`` would load and
+    store the whole ``[M, K]`` result for every one or two terms."""
+    _wide()
+    rows, n_out = d.shape
+    n_in = w.shape[1]
+    w0 = w[0]
+    w1 = w[min(1, n_out - 1)]  # (rows past J: never read)
+    w2 = w[min(2, n_out - 1)]
+    w3 = w[min(3, n_out - 1)]
+    for n in range(rows):
+        d_n = d[n]
+        d0 = d_n[0]
+        d1 = d_n[min(1, n_out - 1)]
+        d2 = d_n[min(2, n_out - 1)]
+        d3 = d_n[min(3, n_out - 1)]
+        h_n = h[n]
+        out = d_prev[n]
+        for k in range(n_in):
+            o = _fma(d0, w0[k], _ZERO_F32)
+            if n_out > 1:
+                o = _fma(d1, w1[k], o)
+            if n_out > 2:
+                o = _fma(d2, w2[k], o)
+            if n_out > 3:
+                o = _fma(d3, w3[k], o)
+            if relu:
+                out[k] = o if h_n[k] > _ZERO_F32 else _ZERO_F32
+            else:
+                out[k] = o * (_ONE_F32 - h_n[k] * h_n[k])
+
+
+@njit
+def _tower_backward(x, acts, flat, table, relu, dy, grads, dx):
+    """:func:`ppo_ref.fast.mlp.mlp_backward_flat` (the same arguments and results, bit for
+    bit), with a last layer of at most :data:`_FUSED_OUT` outputs that is not the first
+    layer taken here: its weight and bias gradients by the same calls
+    (``_add_products(gw, d.T, h)`` on zeros, ``_column_sums``), its input gradient by
+    :func:`_narrow_input_grad` (the same chains), then ``mlp_backward_flat`` on the layers
+    below it (the leading rows of ``table`` and the leading blocks of ``acts``)."""
+    n_layers = table.shape[0]
+    last = n_layers - 1
+    n_out = table[last, 2]
+    if last == 0 or n_out > _FUSED_OUT:
+        mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx)
+        return
+    rows = x.shape[0]
+    w_off, b_off, n_in = table[last, 0], table[last, 1], table[last, 3]
+    end = 0  # the end of the blocks below the last layer's
+    for i in range(last):
+        end += rows * table[i, 2]
+    h = acts[end - rows * n_in:end].reshape(rows, n_in)
+    gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+    gw[:, :] = 0.0
+    _add_products(gw, dy.T, h)
+    _column_sums(dy, grads[b_off:b_off + n_out])
+    d_prev = np.empty((rows, n_in), dy.dtype)
+    _narrow_input_grad(dy, flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), h, relu,
+                       d_prev)
+    mlp_backward_flat(x, acts[:end], flat, table[:last], relu, d_prev, grads, dx)
+
+
 @njit
 def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts,
                        d_policy_out, d_values, grads):
-    """:func:`flat_backward` in one compiled call (the same calls of
-    :func:`ppo_ref.fast.mlp.mlp_backward_flat` on the same values, so the same bits:
-    :func:`flat_backward` is this function on its cache's buffers).
+    """:func:`flat_backward` in one compiled call (:func:`flat_backward` is this function on
+    its cache's buffers): per tower :func:`ppo_ref.fast.mlp.mlp_backward_flat`, through
+    :func:`_tower_backward` (the same bits).
 
     ``x``, ``flat``, the tables, ``relu`` and the three outputs buffers as given to (and
     written by) :func:`flat_forward_into` with both towers run; ``d_policy_out [B, P]``
@@ -182,13 +258,13 @@ def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_act
     for n in range(rows):
         dv[n, 0] = d_values[n]
     if trunk.shape[0] == 0:
-        mlp_backward_flat(x, pi_acts, flat, pi, relu, d_policy_out, grads, None)
-        mlp_backward_flat(x, vf_acts, flat, vf, relu, dv, grads, None)
+        _tower_backward(x, pi_acts, flat, pi, relu, d_policy_out, grads, None)
+        _tower_backward(x, vf_acts, flat, vf, relu, dv, grads, None)
         return
     z = _last_block(trunk_acts, rows, trunk)
     dz = np.zeros(z.shape, flat.dtype)
-    mlp_backward_flat(z, pi_acts, flat, pi, relu, d_policy_out, grads, dz)
-    mlp_backward_flat(z, vf_acts, flat, vf, relu, dv, grads, dz)
+    _tower_backward(z, pi_acts, flat, pi, relu, d_policy_out, grads, dz)
+    _tower_backward(z, vf_acts, flat, vf, relu, dv, grads, dz)
     _activation_grad(dz, z, relu)
     mlp_backward_flat(x, trunk_acts, flat, trunk, relu, dz, grads, None)
 
