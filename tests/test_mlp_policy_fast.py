@@ -383,7 +383,7 @@ def test_update_passes_check_rows_once_and_params_when_they_change(rng):
 @pytest.mark.parametrize("shared_trunk", [False, True])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("net_arch,n_actions", [((16, 16), 2), ((8, 6), 3), ((8,), 5),
+@pytest.mark.parametrize("net_arch,n_actions", [((16, 16), 2), ((8, 6), 3), ((8, 3, 5), 5),
                                                 ((), 2), ((40,), 1)])
 def test_flat_backward_into_gives_the_bits_of_the_towers_mlp_backward(
         rng, shared_trunk, activation, dtype, net_arch, n_actions):

@@ -30,9 +30,10 @@ from typing import Mapping, NamedTuple, Optional
 import numpy as np
 
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
-from ppo_ref.fast.mlp import (_ONE_F32, _ZERO_F32, _activate_inplace, _activation_grad,
-                              layer_table, mlp_backward_flat, mlp_forward_flat)
-from ppo_ref.fast.lstm import _add_products, _column_sums, _fma, _linear_rows, _wide
+from ppo_ref.fast.mlp import (_NARROW, _ONE_F32, _ZERO_F32, _activate_inplace,
+                              _activation_grad, layer_table, mlp_forward_flat)
+from ppo_ref.fast.lstm import (_add_products, _column_sums, _fma, _linear_rows,
+                               _transpose_into, _wide)
 from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
@@ -164,23 +165,24 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
             values[n] = v[n, 0]
 
 
-#: A tower whose last layer has at most this many outputs (a value head, a policy head of a
-#: few actions) takes that layer's input gradient by :func:`_narrow_input_grad` in
-#: :func:`_tower_backward`.
+#: A layer with at most this many outputs (a value head, a policy head of a few actions) takes
+#: its input gradient by :func:`_narrow_input_grad` in :func:`_tower_backward`.
 _FUSED_OUT = 4
 
 
 @njit
-def _narrow_input_grad(d, w, h, relu, d_prev):
+def _narrow_input_grad(d, w, h, relu, d_prev, bias_grad):
     """``d_prev = (d @ w) * act'(h)`` for ``d [M, J]`` (``J`` <= :data:`_FUSED_OUT`), ``w [J,
-    K]``, ``h [M, K]`` (``h`` the activation's output), written into ``d_prev [M, K]``, all
-    of one dtype, bit for bit what :func:`ppo_ref.fast.mlp.mlp_backward_flat` computes for a
-    hidden layer's input gradient (``_add_products`` into zeros, then ``_activation_grad``):
-    per element the chain ``fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))`` (j = 0
-    .. J-1), then ``relu``: that value where ``h > 0``, else +0; tanh: times ``(1 - h * h)``.
-    One pass, each element's chain held in a register (vectorized over k), for the few
-    columns of an output layer, where the register blocks of ``_add_products`` would load and
-    store the whole ``[M, K]`` result for every one or two terms."""
+    K]``, ``h [M, K]`` (``h`` the activation's output), written into ``d_prev [M, K]``, and
+    its column sums into ``bias_grad [K]``, all of one dtype, bit for bit what
+    :func:`ppo_ref.fast.mlp.mlp_backward_flat` computes (``_add_products`` into zeros, then
+    ``_activation_grad``, then ``_column_sums`` for the layer below): per element the chain
+    ``fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))`` (j = 0 .. J-1), then
+    ``relu``: that value where ``h > 0``, else +0; tanh: times ``(1 - h * h)``; the sums
+    ``(((0 + d_prev[0, k]) + d_prev[1, k]) + ...)``, rows in order. One pass, each element's
+    chain held in a register (vectorized over k), for the few columns of an output layer,
+    where the register blocks of ``_add_products`` would load and store the whole ``[M, K]``
+    result for every one or two terms."""
     _wide()
     rows, n_out = d.shape
     n_in = w.shape[1]
@@ -188,14 +190,12 @@ def _narrow_input_grad(d, w, h, relu, d_prev):
     w1 = w[min(1, n_out - 1)]  # (rows past J: never read)
     w2 = w[min(2, n_out - 1)]
     w3 = w[min(3, n_out - 1)]
+    bias_grad[:] = _ZERO_F32
     for n in range(rows):
-        d_n = d[n]
-        d0 = d_n[0]
-        d1 = d_n[min(1, n_out - 1)]
-        d2 = d_n[min(2, n_out - 1)]
-        d3 = d_n[min(3, n_out - 1)]
-        h_n = h[n]
-        out = d_prev[n]
+        d0 = d[n, 0]
+        d1 = d[n, min(1, n_out - 1)]
+        d2 = d[n, min(2, n_out - 1)]
+        d3 = d[n, min(3, n_out - 1)]
         for k in range(n_in):
             o = _fma(d0, w0[k], _ZERO_F32)
             if n_out > 1:
@@ -205,39 +205,75 @@ def _narrow_input_grad(d, w, h, relu, d_prev):
             if n_out > 3:
                 o = _fma(d3, w3[k], o)
             if relu:
-                out[k] = o if h_n[k] > _ZERO_F32 else _ZERO_F32
+                o = o if h[n, k] > _ZERO_F32 else _ZERO_F32
             else:
-                out[k] = o * (_ONE_F32 - h_n[k] * h_n[k])
+                o = o * (_ONE_F32 - h[n, k] * h[n, k])
+            d_prev[n, k] = o
+            bias_grad[k] += o
+
+
+@njit
+def _activation_grad_sums(d, h, relu, bias_grad):
+    """:func:`ppo_ref.fast.mlp._activation_grad` on ``d [M, K]`` (in place) and then
+    :func:`ppo_ref.fast.lstm._column_sums` of the result into ``bias_grad [K]``, in one pass
+    over the rows (the same operations in the same order: the same bits)."""
+    _wide()
+    rows, cols = d.shape
+    bias_grad[:] = _ZERO_F32
+    for n in range(rows):
+        for k in range(cols):
+            if relu:
+                v = d[n, k] if h[n, k] > _ZERO_F32 else _ZERO_F32
+            else:
+                v = d[n, k] * (_ONE_F32 - h[n, k] * h[n, k])
+            d[n, k] = v
+            bias_grad[k] += v
 
 
 @njit
 def _tower_backward(x, acts, flat, table, relu, dy, grads, dx):
     """:func:`ppo_ref.fast.mlp.mlp_backward_flat` (the same arguments and results, bit for
-    bit), with a last layer of at most :data:`_FUSED_OUT` outputs that is not the first
-    layer taken here: its weight and bias gradients by the same calls
-    (``_add_products(gw, d.T, h)`` on zeros, ``_column_sums``), its input gradient by
-    :func:`_narrow_input_grad` (the same chains), then ``mlp_backward_flat`` on the layers
-    below it (the leading rows of ``table`` and the leading blocks of ``acts``)."""
-    n_layers = table.shape[0]
-    last = n_layers - 1
-    n_out = table[last, 2]
-    if last == 0 or n_out > _FUSED_OUT:
-        mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx)
-        return
+    bit: the same calls on the same values in its order), with two passes fused: a hidden
+    layer's activation derivative and the column sums of the result (the bias gradient of
+    the layer below) in one pass (:func:`_activation_grad_sums`), and for a layer of at most
+    :data:`_FUSED_OUT` outputs the input gradient with both (:func:`_narrow_input_grad`)."""
     rows = x.shape[0]
-    w_off, b_off, n_in = table[last, 0], table[last, 1], table[last, 3]
-    end = 0  # the end of the blocks below the last layer's
-    for i in range(last):
+    n_layers = table.shape[0]
+    end = 0
+    for i in range(n_layers):
         end += rows * table[i, 2]
-    h = acts[end - rows * n_in:end].reshape(rows, n_in)
-    gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
-    gw[:, :] = 0.0
-    _add_products(gw, dy.T, h)
-    _column_sums(dy, grads[b_off:b_off + n_out])
-    d_prev = np.empty((rows, n_in), dy.dtype)
-    _narrow_input_grad(dy, flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), h, relu,
-                       d_prev)
-    mlp_backward_flat(x, acts[:end], flat, table[:last], relu, d_prev, grads, dx)
+    d = dy
+    summed = False  # d's column sums already written (into its layer's bias gradient)
+    for i in range(n_layers - 1, -1, -1):
+        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
+        end -= rows * n_out          # now the start of layer i's block = the end of its input's
+        h = x if i == 0 else acts[end - rows * n_in:end].reshape(rows, n_in)
+        w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        if n_in < _NARROW and n_out >= _NARROW:  # (as mlp_backward_flat: gw.T, then copied)
+            gw_t = np.zeros((n_in, n_out), dy.dtype)
+            _add_products(gw_t, h.T, d)
+            _transpose_into(gw_t, gw)
+        else:
+            gw[:, :] = 0.0
+            _add_products(gw, d.T, h)
+        if not summed:
+            _column_sums(d, grads[b_off:b_off + n_out])
+        if i == 0:
+            if dx is not None:
+                _add_products(dx, d, w)
+        else:
+            below = table[i - 1, 1]
+            bias_grad = grads[below:below + n_in]
+            if n_out <= _FUSED_OUT:
+                d_prev = np.empty((rows, n_in), dy.dtype)
+                _narrow_input_grad(d, w, h, relu, d_prev, bias_grad)
+            else:
+                d_prev = np.zeros((rows, n_in), dy.dtype)
+                _add_products(d_prev, d, w)
+                _activation_grad_sums(d_prev, h, relu, bias_grad)
+            summed = True
+            d = d_prev
 
 
 @njit
@@ -266,7 +302,7 @@ def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_act
     _tower_backward(z, pi_acts, flat, pi, relu, d_policy_out, grads, dz)
     _tower_backward(z, vf_acts, flat, vf, relu, dv, grads, dz)
     _activation_grad(dz, z, relu)
-    mlp_backward_flat(x, trunk_acts, flat, trunk, relu, dz, grads, None)
+    _tower_backward(x, trunk_acts, flat, trunk, relu, dz, grads, None)
 
 
 @njit
