@@ -105,6 +105,12 @@ def test_acting_methods_give_the_bits_of_evaluate(rng, shared_trunk, continuous,
     assert np.array_equal(policy.values(params, obs), ev.values)
     out = policy.policy_out_fn(params)(obs)
     assert np.array_equal(out, ev.cache.out)
+    # a rollout's rows: the acting outputs of its steps (here three calls) stacked
+    forward = policy.policy_out_fn(params)
+    steps = np.concatenate([forward(obs[:4]), forward(obs[4:5]), forward(obs[5:])])
+    lp, v = policy.rollout_log_probs_values(params, obs, actions, steps)
+    assert lp.dtype == v.dtype == np.float64
+    assert np.array_equal(lp, ev.log_probs) and np.array_equal(v, ev.values)
     again = policy.head.sample(np.random.default_rng(3), out, params)
     assert np.array_equal(again, actions)
     greedy = policy.predict(params, obs, deterministic=True)
@@ -164,6 +170,24 @@ def test_flat_forward_and_backward_give_the_bits_of_the_policy_passes(rng, share
         got = g[params.layout.offset(k):][:params[k].size].reshape(params[k].shape)
         assert np.array_equal(got, grads[k]), k
     assert np.isnan(g[params.layout.offset("log_std")])  # the head's entries: untouched
+
+
+def test_rollout_log_probs_values_checks_its_arguments(rng):
+    policy, params = make_policy(rng)
+    obs, actions = _batch(rng, 6, False)
+    out = policy.policy_out_fn(params)(obs)
+    with pytest.raises(ValueError, match="policy_out must be a float array of shape"):
+        policy.rollout_log_probs_values(params, obs, actions, out[:5])
+    with pytest.raises(ValueError, match="policy_out must be a float array of shape"):
+        policy.rollout_log_probs_values(params, obs, actions, out[:, :2])
+    with pytest.raises(ValueError, match="actions must be in"):
+        policy.rollout_log_probs_values(params, obs, actions + 3, out)
+    with pytest.raises(ValueError, match="obs must be finite"):
+        policy.rollout_log_probs_values(params, np.full_like(obs, np.nan), actions, out)
+    bad = out.copy()
+    bad[2, 0] = np.inf
+    with pytest.raises(ValueError, match="logits"):
+        policy.rollout_log_probs_values(params, obs, actions, bad)
 
 
 def test_policy_out_fn_keeps_the_parameters_it_was_given(rng):
