@@ -165,37 +165,42 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
             values[n] = v[n, 0]
 
 
-#: A layer with at most this many outputs (a value head, a policy head of a few actions) takes
-#: its input gradient by :func:`_narrow_input_grad` in :func:`_tower_backward`.
+#: A layer with at most this many outputs (a value head, a policy head of a few actions) that is
+#: not a tower's first takes its backward by :func:`_narrow_layer_backward` in
+#: :func:`_tower_backward`.
 _FUSED_OUT = 4
 
 
 @njit
-def _narrow_input_grad(d, w, h, relu, d_prev, bias_grad):
-    """``d_prev = (d @ w) * act'(h)`` for ``d [M, J]`` (``J`` <= :data:`_FUSED_OUT`), ``w [J,
-    K]``, ``h [M, K]`` (``h`` the activation's output), written into ``d_prev [M, K]``, and
-    its column sums into ``bias_grad [K]``, all of one dtype, bit for bit what
-    :func:`ppo_ref.fast.mlp.mlp_backward_flat` computes (``_add_products`` into zeros, then
-    ``_activation_grad``, then ``_column_sums`` for the layer below): per element the chain
-    ``fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))`` (j = 0 .. J-1), then
-    ``relu``: that value where ``h > 0``, else +0; tanh: times ``(1 - h * h)``; the sums
-    ``(((0 + d_prev[0, k]) + d_prev[1, k]) + ...)``, rows in order. One pass, each element's
-    chain held in a register (vectorized over k), for the few columns of an output layer,
-    where the register blocks of ``_add_products`` would load and store the whole ``[M, K]``
-    result for every one or two terms."""
+def _narrow_layer_backward(d, w, h, relu, gw, gb, d_prev, gb_below):
+    """The backward of a layer of ``J`` <= :data:`_FUSED_OUT` outputs and ``K`` inputs that
+    are the activation outputs ``h [M, K]`` of the layer below, for ``d [M, J]`` (``dL/d
+    output``), ``w [J, K]``, all of one dtype, in one pass over the rows, bit for bit what
+    :func:`ppo_ref.fast.mlp.mlp_backward_flat` computes for it (the same operations in the
+    same order):
+
+    * ``gw [J, K]``: ``fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))`` (rows in
+      order: ``_add_products(gw, d.T, h)`` on zeros);
+    * ``gb [J]``: ``(((0 + d[0, j]) + d[1, j]) + ...)`` (``_column_sums``);
+    * ``d_prev [M, K] = (d @ w) * act'(h)``: per element the chain ``fma(d[n, J-1], w[J-1,
+      k], ... fma(d[n, 0], w[0, k], 0))`` (``_add_products`` into zeros), then ``relu``: that
+      value where ``h > 0``, else +0; tanh: times ``(1 - h * h)`` (``_activation_grad``);
+    * ``gb_below [K]``: the column sums of ``d_prev``, rows in order (the bias gradient of
+      the layer below, ``_column_sums``).
+
+    For an output layer of a few units the register blocks of ``_add_products`` would load
+    and store whole ``[M, K]`` results for every one or two terms; here each row's chains
+    run vectorized over k while the row is in cache."""
     _wide()
     rows, n_out = d.shape
     n_in = w.shape[1]
-    w0 = w[0]
-    w1 = w[min(1, n_out - 1)]  # (rows past J: never read)
-    w2 = w[min(2, n_out - 1)]
-    w3 = w[min(3, n_out - 1)]
-    bias_grad[:] = _ZERO_F32
+    j1, j2, j3 = min(1, n_out - 1), min(2, n_out - 1), min(3, n_out - 1)  # (past J: unread)
+    w0, w1, w2, w3 = w[0], w[j1], w[j2], w[j3]
+    gw[:, :] = _ZERO_F32
+    gb[:] = _ZERO_F32
+    gb_below[:] = _ZERO_F32
     for n in range(rows):
-        d0 = d[n, 0]
-        d1 = d[n, min(1, n_out - 1)]
-        d2 = d[n, min(2, n_out - 1)]
-        d3 = d[n, min(3, n_out - 1)]
+        d0, d1, d2, d3 = d[n, 0], d[n, j1], d[n, j2], d[n, j3]
         for k in range(n_in):
             o = _fma(d0, w0[k], _ZERO_F32)
             if n_out > 1:
@@ -209,7 +214,12 @@ def _narrow_input_grad(d, w, h, relu, d_prev, bias_grad):
             else:
                 o = o * (_ONE_F32 - h[n, k] * h[n, k])
             d_prev[n, k] = o
-            bias_grad[k] += o
+            gb_below[k] += o
+        for j in range(n_out):
+            d_nj = d[n, j]
+            gb[j] += d_nj
+            for k in range(n_in):
+                gw[j, k] = _fma(d_nj, h[n, k], gw[j, k])
 
 
 @njit
@@ -233,10 +243,12 @@ def _activation_grad_sums(d, h, relu, bias_grad):
 @njit
 def _tower_backward(x, acts, flat, table, relu, dy, grads, dx):
     """:func:`ppo_ref.fast.mlp.mlp_backward_flat` (the same arguments and results, bit for
-    bit: the same calls on the same values in its order), with two passes fused: a hidden
+    bit: the same operations on the same values in its order), with passes fused: a hidden
     layer's activation derivative and the column sums of the result (the bias gradient of
-    the layer below) in one pass (:func:`_activation_grad_sums`), and for a layer of at most
-    :data:`_FUSED_OUT` outputs the input gradient with both (:func:`_narrow_input_grad`)."""
+    the layer below) in one pass (:func:`_activation_grad_sums`), and a layer of at most
+    :data:`_FUSED_OUT` outputs above another layer in one pass altogether
+    (:func:`_narrow_layer_backward`; its bias gradient, when the layer above already summed
+    it, written again with the same value)."""
     rows = x.shape[0]
     n_layers = table.shape[0]
     end = 0
@@ -250,6 +262,14 @@ def _tower_backward(x, acts, flat, table, relu, dy, grads, dx):
         h = x if i == 0 else acts[end - rows * n_in:end].reshape(rows, n_in)
         w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
         gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        if i > 0 and n_out <= _FUSED_OUT:  # the whole layer in one pass
+            below = table[i - 1, 1]
+            d_prev = np.empty((rows, n_in), dy.dtype)
+            _narrow_layer_backward(d, w, h, relu, gw, grads[b_off:b_off + n_out], d_prev,
+                                   grads[below:below + n_in])
+            summed = True
+            d = d_prev
+            continue
         if n_in < _NARROW and n_out >= _NARROW:  # (as mlp_backward_flat: gw.T, then copied)
             gw_t = np.zeros((n_in, n_out), dy.dtype)
             _add_products(gw_t, h.T, d)
@@ -264,14 +284,9 @@ def _tower_backward(x, acts, flat, table, relu, dy, grads, dx):
                 _add_products(dx, d, w)
         else:
             below = table[i - 1, 1]
-            bias_grad = grads[below:below + n_in]
-            if n_out <= _FUSED_OUT:
-                d_prev = np.empty((rows, n_in), dy.dtype)
-                _narrow_input_grad(d, w, h, relu, d_prev, bias_grad)
-            else:
-                d_prev = np.zeros((rows, n_in), dy.dtype)
-                _add_products(d_prev, d, w)
-                _activation_grad_sums(d_prev, h, relu, bias_grad)
+            d_prev = np.zeros((rows, n_in), dy.dtype)
+            _add_products(d_prev, d, w)
+            _activation_grad_sums(d_prev, h, relu, grads[below:below + n_in])
             summed = True
             d = d_prev
 
