@@ -411,8 +411,10 @@ def test_update_passes_check_rows_once_and_params_when_they_change(rng):
                                                 ((), 2), ((40,), 1)])
 def test_flat_backward_into_gives_the_bits_of_the_towers_mlp_backward(
         rng, shared_trunk, activation, dtype, net_arch, n_actions):
-    """flat_backward_into (whose towers take a narrow last layer's input gradient in one fused
-    pass) writes the bits of the towers' mlp_backward_flat, which it documents it equals."""
+    """flat_backward_into (whose towers fuse passes: _tower_backward) writes the bits of the
+    towers' mlp_backward_flat, which it documents it equals: narrow layers (1 to 5 outputs,
+    above another layer or alone), a hidden layer of 3 units, relu and tanh, float64 and
+    float32, separate towers and a shared trunk."""
     from ppo_ref.fast.actor_critic import flat_backward_into, flat_forward, tower_tables
     from ppo_ref.fast.mlp import mlp_backward_flat
     if shared_trunk and not net_arch:
