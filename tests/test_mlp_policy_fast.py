@@ -105,6 +105,12 @@ def test_acting_methods_give_the_bits_of_evaluate(rng, shared_trunk, continuous,
     assert np.array_equal(policy.values(params, obs), ev.values)
     out = policy.policy_out_fn(params)(obs)
     assert np.array_equal(out, ev.cache.out)
+    # a rollout's rows: the acting outputs of its steps (here three calls) stacked
+    forward = policy.policy_out_fn(params)
+    steps = np.concatenate([forward(obs[:4]), forward(obs[4:5]), forward(obs[5:])])
+    lp, v = policy.rollout_log_probs_values(params, obs, actions, steps)
+    assert lp.dtype == v.dtype == np.float64
+    assert np.array_equal(lp, ev.log_probs) and np.array_equal(v, ev.values)
     again = policy.head.sample(np.random.default_rng(3), out, params)
     assert np.array_equal(again, actions)
     greedy = policy.predict(params, obs, deterministic=True)
@@ -164,6 +170,24 @@ def test_flat_forward_and_backward_give_the_bits_of_the_policy_passes(rng, share
         got = g[params.layout.offset(k):][:params[k].size].reshape(params[k].shape)
         assert np.array_equal(got, grads[k]), k
     assert np.isnan(g[params.layout.offset("log_std")])  # the head's entries: untouched
+
+
+def test_rollout_log_probs_values_checks_its_arguments(rng):
+    policy, params = make_policy(rng)
+    obs, actions = _batch(rng, 6, False)
+    out = policy.policy_out_fn(params)(obs)
+    with pytest.raises(ValueError, match="policy_out must be a float array of shape"):
+        policy.rollout_log_probs_values(params, obs, actions, out[:5])
+    with pytest.raises(ValueError, match="policy_out must be a float array of shape"):
+        policy.rollout_log_probs_values(params, obs, actions, out[:, :2])
+    with pytest.raises(ValueError, match="actions must be in"):
+        policy.rollout_log_probs_values(params, obs, actions + 3, out)
+    with pytest.raises(ValueError, match="obs must be finite"):
+        policy.rollout_log_probs_values(params, np.full_like(obs, np.nan), actions, out)
+    bad = out.copy()
+    bad[2, 0] = np.inf
+    with pytest.raises(ValueError, match="logits"):
+        policy.rollout_log_probs_values(params, obs, actions, bad)
 
 
 def test_policy_out_fn_keeps_the_parameters_it_was_given(rng):
@@ -378,3 +402,65 @@ def test_update_passes_check_rows_once_and_params_when_they_change(rng):
         evaluate(other, (x, a))
     with pytest.raises(ValueError, match="FlatArrays"):
         evaluate(dict(params), (x, a))
+
+
+@pytest.mark.parametrize("shared_trunk", [False, True])
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("net_arch,n_actions", [((16, 16), 2), ((8, 6), 3), ((8, 3, 5), 5),
+                                                ((), 2), ((40,), 1)])
+def test_flat_backward_into_gives_the_bits_of_the_towers_mlp_backward(
+        rng, shared_trunk, activation, dtype, net_arch, n_actions):
+    """flat_backward_into (whose towers fuse passes: _tower_backward) writes the bits of the
+    towers' mlp_backward_flat, which it documents it equals: narrow layers (1 to 5 outputs,
+    above another layer or alone), a hidden layer of 3 units, relu and tanh, float64 and
+    float32, separate towers and a shared trunk."""
+    from ppo_ref.fast.actor_critic import flat_backward_into, flat_forward, tower_tables
+    from ppo_ref.fast.mlp import mlp_backward_flat
+    if shared_trunk and not net_arch:
+        net_arch = (6,)
+    if n_actions == 1:  # one logit: a Box of one dimension (Gaussian mean)
+        obs_space = gym.spaces.Box(-1.0, 1.0, (5,), dtype=np.float64)
+        config = PPOConfig(activation=activation, net_arch=net_arch, policy_head_gain=1.0,
+                           shared_trunk=shared_trunk, compute_dtype=dtype)
+        policy = MLPPolicy(obs_space, gym.spaces.Box(-1.0, 1.0, (1,)), config)
+        params = policy.init_params(rng)
+    else:
+        policy, params = make_policy(rng, activation=activation, net_arch=net_arch,
+                                     n_actions=n_actions, shared_trunk=shared_trunk,
+                                     compute_dtype=dtype)
+    for v in params.values():
+        v[...] += 0.3 * rng.standard_normal(v.shape)
+    dt = np.dtype(dtype)
+    net = policy._check_params(params)
+    flat = params.flat.astype(dt)
+    relu = activation == "relu"
+    for rows in (1, 7, 30):
+        x = rng.standard_normal((rows, 5)).astype(dt)
+        out, _, cache = flat_forward(net, flat, x, relu)
+        d_out = rng.standard_normal(out.shape).astype(dt)
+        d_v = rng.standard_normal(rows).astype(dt)
+        got = np.full(flat.size, np.nan, dt)
+        trunk, pi, vf = tower_tables(net)
+        trunk_acts = cache.trunk_acts if cache.trunk_acts is not None else flat[:0]
+        flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, cache.pi_acts,
+                           cache.vf_acts, d_out, d_v, got)
+        want = np.full(flat.size, np.nan, dt)
+        dv = d_v.reshape(rows, 1)
+        if net.trunk is None:
+            mlp_backward_flat(x, cache.pi_acts, flat, pi, relu, d_out, want, None)
+            mlp_backward_flat(x, cache.vf_acts, flat, vf, relu, dv, want, None)
+        else:
+            z = cache.z
+            dz = np.zeros(z.shape, dt)
+            mlp_backward_flat(z, cache.pi_acts, flat, pi, relu, d_out, want, dz)
+            mlp_backward_flat(z, cache.vf_acts, flat, vf, relu, dv, want, dz)
+            if relu:
+                dz = np.where(z > 0, dz, 0).astype(dt)
+            else:
+                dz *= dt.type(1.0) - z * z
+            mlp_backward_flat(x, cache.trunk_acts, flat, trunk, relu, dz, want, None)
+        assert np.array_equal(got, want, equal_nan=True), rows
+        for k in params:  # every network gradient written, the head's entries untouched
+            entries = got[params.layout.offset(k):][:params[k].size]
+            assert np.isnan(entries).all() if k == "log_std" else not np.isnan(entries).any()

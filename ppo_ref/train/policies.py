@@ -618,6 +618,39 @@ class MLPPolicy(PolicyBase):
             return acting_forward(check_obs(obs), flat_t, trunk, pi, relu)
         return forward
 
+    #: The outputs of :meth:`policy_out_fn` are per row the bits :meth:`evaluate` computes (the
+    #: passes are row-independent), so a rollout's log-probabilities may be taken from them
+    #: (:meth:`rollout_log_probs_values`; the collector does).
+    acting_outputs_exact = True
+
+    def rollout_log_probs_values(self, params, obs, actions, policy_out):
+        """``(log_probs, values)``, float64 ``[B]``: what :meth:`evaluate` ``(params, obs,
+        actions)`` gives, bit for bit, when ``policy_out`` is the acting output
+        ``policy_out_fn(params)(obs)`` (row by row: a rollout's steps stacked): the head's
+        log-probabilities of ``actions`` on ``policy_out`` (as :meth:`evaluate` takes them on
+        its own policy output, which has these bits) and the value tower alone on ``obs``
+        (:meth:`values`). Saves the policy tower over the rollout's rows.
+
+        Args:
+            params, obs, actions: as :meth:`evaluate`.
+            policy_out: ``[B, P]`` real (``P`` the head's ``out_dim``), the acting outputs.
+
+        Raises:
+            ValueError: as :meth:`evaluate` (named arguments), or ``policy_out`` of another
+                shape.
+        """
+        net = self._check_params(params)
+        x = self._check_obs(obs)
+        a = self._check_actions(actions, x.shape[0])
+        out = np.asarray(policy_out)
+        if out.shape != (x.shape[0], self.head.out_dim) or out.dtype.kind != "f":
+            raise ValueError(f"policy_out must be a float array of shape "
+                             f"{(x.shape[0], self.head.out_dim)} (the acting outputs of obs), "
+                             f"got {out.dtype} {out.shape}")
+        out = np.ascontiguousarray(out, dtype=self.compute_dtype)
+        values = flat_forward(net, self._compute_flat(params), x, self._relu, policy=False)[1]
+        return self._head_eval(out, params, a, False)[0], values.astype(np.float64)
+
     def act(self, params, obs, rng) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sample actions for a batch of observations ``[B, ...]``.
 

@@ -417,7 +417,11 @@ class RolloutCollector:
             observations of the envs ``idx`` that truncated in the step just taken (they
             continue those envs' episodes), ``values(params, obs, episode_starts=flags)``
             for the observations after the last step, and ``evaluate(params, obs, actions,
-            episode_starts=flags [T, N])`` for the rollout's rows.
+            episode_starts=flags [T, N])`` for the rollout's rows. A policy whose acting
+            outputs are per row the bits ``evaluate`` computes may set
+            ``acting_outputs_exact = True``: the collector then keeps them and takes the
+            rollout's log-probabilities and values from ``rollout_log_probs_values(params,
+            obs, actions, policy_out)`` instead of ``evaluate`` (the same numbers).
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards: options (module docstring).
         gamma: discount of the reward normalizer's return estimate.
@@ -606,6 +610,10 @@ class RolloutCollector:
         fast = self._fast_sync_envs()
         forward = policy.policy_out_fn(params)
         with_starts = bool(getattr(policy, "takes_episode_starts", False))
+        # a policy whose acting outputs are the bits evaluate computes: kept, and the rollout's
+        # log-probabilities taken from them (rollout_log_probs_values)
+        keep_outputs = bool(getattr(policy, "acting_outputs_exact", False)) and not with_starts
+        out_buf = None
         sample = head.sample
         to_env = head.to_env
         step_sync = self._step_sync
@@ -623,6 +631,10 @@ class RolloutCollector:
                 policy_out = forward(obs, start_buf[t])
             else:
                 policy_out = forward(obs)
+            if keep_outputs:
+                if out_buf is None:
+                    out_buf = np.empty((T,) + policy_out.shape, policy_out.dtype)
+                out_buf[t] = policy_out
             actions = sample(rng, policy_out, params)
             act_buf[t] = actions
             step = self.vector_steps
@@ -688,10 +700,15 @@ class RolloutCollector:
         # with a large batch too makes the first minibatch's ratio exactly 1 (not 1 +- 1 ulp).
         flat_obs = obs_buf.reshape(T * N, -1)
         flat_actions = act_buf.reshape((T * N,) + tuple(head.action_shape))
-        flat = (policy.evaluate(params, flat_obs, flat_actions, episode_starts=start_buf)
-                if with_starts else policy.evaluate(params, flat_obs, flat_actions))
-        logp_buf = flat.log_probs.reshape(T, N)
-        val_buf = flat.values.reshape(T, N)
+        if keep_outputs:  # the same bits as evaluate, without the policy tower
+            log_probs, values = policy.rollout_log_probs_values(
+                params, flat_obs, flat_actions, out_buf.reshape(T * N, -1))
+        else:
+            flat = (policy.evaluate(params, flat_obs, flat_actions, episode_starts=start_buf)
+                    if with_starts else policy.evaluate(params, flat_obs, flat_actions))
+            log_probs, values = flat.log_probs, flat.values
+        logp_buf = log_probs.reshape(T, N)
+        val_buf = values.reshape(T, N)
         last_values = (policy.values(params, obs, episode_starts=starts) if with_starts
                        else policy.values(params, obs))
         return Rollout(obs_buf, act_buf, rew_buf, term_buf, trunc_buf, start_buf, val_buf,
