@@ -404,19 +404,52 @@ def test_update_passes_check_rows_once_and_params_when_they_change(rng):
         evaluate(dict(params), (x, a))
 
 
+def _unfused_mlp_backward(x, acts, flat, table, relu, dy, grads, dx):
+    """mlp_backward_flat's documented operations one pass each, layer by layer: the weight
+    gradient by _add_products (gw.T for a layer of < 16 inputs and >= 16 outputs), the bias
+    gradient by _column_sums, the input gradient by _add_products into zeros, then the
+    activation derivative by _activation_grad."""
+    from ppo_ref.fast.lstm import _add_products, _column_sums, _transpose_into
+    from ppo_ref.fast.mlp import _activation_grad
+    rows = x.shape[0]
+    ends = np.cumsum([rows * int(table[i, 2]) for i in range(table.shape[0])])
+    d = dy
+    for i in range(table.shape[0] - 1, -1, -1):
+        w_off, b_off, n_out, n_in = (int(v) for v in table[i])
+        h = x if i == 0 else acts[ends[i - 1] - rows * n_in:ends[i - 1]].reshape(rows, n_in)
+        w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
+        if n_in < 16 and n_out >= 16:
+            gw_t = np.zeros((n_in, n_out), dy.dtype)
+            _add_products(gw_t, np.ascontiguousarray(h.T), d)
+            _transpose_into(gw_t, gw)
+        else:
+            gw[:, :] = 0.0
+            _add_products(gw, np.ascontiguousarray(d.T), h)
+        _column_sums(d, grads[b_off:b_off + n_out])
+        if i == 0:
+            if dx is not None:
+                _add_products(dx, d, w)
+        else:
+            d_prev = np.zeros((rows, n_in), dy.dtype)
+            _add_products(d_prev, d, w)
+            _activation_grad(d_prev, h, relu)
+            d = d_prev
+
+
 @pytest.mark.parametrize("shared_trunk", [False, True])
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("net_arch,n_actions", [((16, 16), 2), ((8, 6), 3), ((8, 3, 5), 5),
                                                 ((), 2), ((40,), 1)])
-def test_flat_backward_into_gives_the_bits_of_the_towers_mlp_backward(
+def test_flat_backward_into_gives_the_bits_of_the_unfused_tower_backward(
         rng, shared_trunk, activation, dtype, net_arch, n_actions):
-    """flat_backward_into (whose towers fuse passes: _tower_backward) writes the bits of the
-    towers' mlp_backward_flat, which it documents it equals: narrow layers (1 to 5 outputs,
-    above another layer or alone), a hidden layer of 3 units, relu and tanh, float64 and
-    float32, separate towers and a shared trunk."""
+    """flat_backward_into (the towers by mlp_backward_flat, whose passes are fused) writes the
+    bits of the towers' backward one pass at a time (_unfused_mlp_backward): narrow layers
+    (1 to 5 outputs, above another layer or alone), a hidden layer of 3 units, relu and tanh,
+    float64 and float32, separate towers and a shared trunk."""
     from ppo_ref.fast.actor_critic import flat_backward_into, flat_forward, tower_tables
-    from ppo_ref.fast.mlp import mlp_backward_flat
+    mlp_backward_flat = _unfused_mlp_backward
     if shared_trunk and not net_arch:
         net_arch = (6,)
     if n_actions == 1:  # one logit: a Box of one dimension (Gaussian mean)

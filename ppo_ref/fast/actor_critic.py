@@ -30,10 +30,9 @@ from typing import Mapping, NamedTuple, Optional
 import numpy as np
 
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
-from ppo_ref.fast.mlp import (_NARROW, _ONE_F32, _ZERO_F32, _activate_inplace,
-                              _activation_grad, layer_table, mlp_forward_flat)
-from ppo_ref.fast.lstm import (_add_products, _column_sums, _fma, _linear_rows,
-                               _transpose_into, _wide)
+from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, layer_table,
+                              mlp_backward_flat, mlp_forward_flat)
+from ppo_ref.fast.lstm import _linear_rows
 from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
@@ -165,138 +164,12 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
             values[n] = v[n, 0]
 
 
-#: A layer with at most this many outputs (a value head, a policy head of a few actions) that is
-#: not a tower's first takes its backward by :func:`_narrow_layer_backward` in
-#: :func:`_tower_backward`.
-_FUSED_OUT = 4
-
-
-@njit
-def _narrow_layer_backward(d, w, h, relu, gw, gb, d_prev, gb_below):
-    """The backward of a layer of ``J`` <= :data:`_FUSED_OUT` outputs and ``K`` inputs that
-    are the activation outputs ``h [M, K]`` of the layer below, for ``d [M, J]`` (``dL/d
-    output``), ``w [J, K]``, all of one dtype, in one pass over the rows, bit for bit what
-    :func:`ppo_ref.fast.mlp.mlp_backward_flat` computes for it (the same operations in the
-    same order):
-
-    * ``gw [J, K]``: ``fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))`` (rows in
-      order: ``_add_products(gw, d.T, h)`` on zeros);
-    * ``gb [J]``: ``(((0 + d[0, j]) + d[1, j]) + ...)`` (``_column_sums``);
-    * ``d_prev [M, K] = (d @ w) * act'(h)``: per element the chain ``fma(d[n, J-1], w[J-1,
-      k], ... fma(d[n, 0], w[0, k], 0))`` (``_add_products`` into zeros), then ``relu``: that
-      value where ``h > 0``, else +0; tanh: times ``(1 - h * h)`` (``_activation_grad``);
-    * ``gb_below [K]``: the column sums of ``d_prev``, rows in order (the bias gradient of
-      the layer below, ``_column_sums``).
-
-    For an output layer of a few units the register blocks of ``_add_products`` would load
-    and store whole ``[M, K]`` results for every one or two terms; here each row's chains
-    run vectorized over k while the row is in cache."""
-    _wide()
-    rows, n_out = d.shape
-    n_in = w.shape[1]
-    j1, j2, j3 = min(1, n_out - 1), min(2, n_out - 1), min(3, n_out - 1)  # (past J: unread)
-    w0, w1, w2, w3 = w[0], w[j1], w[j2], w[j3]
-    gw[:, :] = _ZERO_F32
-    gb[:] = _ZERO_F32
-    gb_below[:] = _ZERO_F32
-    for n in range(rows):
-        d0, d1, d2, d3 = d[n, 0], d[n, j1], d[n, j2], d[n, j3]
-        for k in range(n_in):
-            o = _fma(d0, w0[k], _ZERO_F32)
-            if n_out > 1:
-                o = _fma(d1, w1[k], o)
-            if n_out > 2:
-                o = _fma(d2, w2[k], o)
-            if n_out > 3:
-                o = _fma(d3, w3[k], o)
-            if relu:
-                o = o if h[n, k] > _ZERO_F32 else _ZERO_F32
-            else:
-                o = o * (_ONE_F32 - h[n, k] * h[n, k])
-            d_prev[n, k] = o
-            gb_below[k] += o
-        for j in range(n_out):
-            d_nj = d[n, j]
-            gb[j] += d_nj
-            for k in range(n_in):
-                gw[j, k] = _fma(d_nj, h[n, k], gw[j, k])
-
-
-@njit
-def _activation_grad_sums(d, h, relu, bias_grad):
-    """:func:`ppo_ref.fast.mlp._activation_grad` on ``d [M, K]`` (in place) and then
-    :func:`ppo_ref.fast.lstm._column_sums` of the result into ``bias_grad [K]``, in one pass
-    over the rows (the same operations in the same order: the same bits)."""
-    _wide()
-    rows, cols = d.shape
-    bias_grad[:] = _ZERO_F32
-    for n in range(rows):
-        for k in range(cols):
-            if relu:
-                v = d[n, k] if h[n, k] > _ZERO_F32 else _ZERO_F32
-            else:
-                v = d[n, k] * (_ONE_F32 - h[n, k] * h[n, k])
-            d[n, k] = v
-            bias_grad[k] += v
-
-
-@njit
-def _tower_backward(x, acts, flat, table, relu, dy, grads, dx):
-    """:func:`ppo_ref.fast.mlp.mlp_backward_flat` (the same arguments and results, bit for
-    bit: the same operations on the same values in its order), with passes fused: a hidden
-    layer's activation derivative and the column sums of the result (the bias gradient of
-    the layer below) in one pass (:func:`_activation_grad_sums`), and a layer of at most
-    :data:`_FUSED_OUT` outputs above another layer in one pass altogether
-    (:func:`_narrow_layer_backward`; its bias gradient, when the layer above already summed
-    it, written again with the same value)."""
-    rows = x.shape[0]
-    n_layers = table.shape[0]
-    end = 0
-    for i in range(n_layers):
-        end += rows * table[i, 2]
-    d = dy
-    summed = False  # d's column sums already written (into its layer's bias gradient)
-    for i in range(n_layers - 1, -1, -1):
-        w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
-        end -= rows * n_out          # now the start of layer i's block = the end of its input's
-        h = x if i == 0 else acts[end - rows * n_in:end].reshape(rows, n_in)
-        w = flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
-        gw = grads[w_off:w_off + n_out * n_in].reshape(n_out, n_in)
-        if i > 0 and n_out <= _FUSED_OUT:  # the whole layer in one pass
-            below = table[i - 1, 1]
-            d_prev = np.empty((rows, n_in), dy.dtype)
-            _narrow_layer_backward(d, w, h, relu, gw, grads[b_off:b_off + n_out], d_prev,
-                                   grads[below:below + n_in])
-            summed = True
-            d = d_prev
-            continue
-        if n_in < _NARROW and n_out >= _NARROW:  # (as mlp_backward_flat: gw.T, then copied)
-            gw_t = np.zeros((n_in, n_out), dy.dtype)
-            _add_products(gw_t, h.T, d)
-            _transpose_into(gw_t, gw)
-        else:
-            gw[:, :] = 0.0
-            _add_products(gw, d.T, h)
-        if not summed:
-            _column_sums(d, grads[b_off:b_off + n_out])
-        if i == 0:
-            if dx is not None:
-                _add_products(dx, d, w)
-        else:
-            below = table[i - 1, 1]
-            d_prev = np.zeros((rows, n_in), dy.dtype)
-            _add_products(d_prev, d, w)
-            _activation_grad_sums(d_prev, h, relu, grads[below:below + n_in])
-            summed = True
-            d = d_prev
-
-
 @njit
 def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts,
                        d_policy_out, d_values, grads):
-    """:func:`flat_backward` in one compiled call (:func:`flat_backward` is this function on
-    its cache's buffers): per tower :func:`ppo_ref.fast.mlp.mlp_backward_flat`, through
-    :func:`_tower_backward` (the same bits).
+    """:func:`flat_backward` in one compiled call (the same calls of
+    :func:`ppo_ref.fast.mlp.mlp_backward_flat` on the same values, so the same bits:
+    :func:`flat_backward` is this function on its cache's buffers).
 
     ``x``, ``flat``, the tables, ``relu`` and the three outputs buffers as given to (and
     written by) :func:`flat_forward_into` with both towers run; ``d_policy_out [B, P]``
@@ -309,15 +182,15 @@ def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_act
     for n in range(rows):
         dv[n, 0] = d_values[n]
     if trunk.shape[0] == 0:
-        _tower_backward(x, pi_acts, flat, pi, relu, d_policy_out, grads, None)
-        _tower_backward(x, vf_acts, flat, vf, relu, dv, grads, None)
+        mlp_backward_flat(x, pi_acts, flat, pi, relu, d_policy_out, grads, None)
+        mlp_backward_flat(x, vf_acts, flat, vf, relu, dv, grads, None)
         return
     z = _last_block(trunk_acts, rows, trunk)
     dz = np.zeros(z.shape, flat.dtype)
-    _tower_backward(z, pi_acts, flat, pi, relu, d_policy_out, grads, dz)
-    _tower_backward(z, vf_acts, flat, vf, relu, dv, grads, dz)
+    mlp_backward_flat(z, pi_acts, flat, pi, relu, d_policy_out, grads, dz)
+    mlp_backward_flat(z, vf_acts, flat, vf, relu, dv, grads, dz)
     _activation_grad(dz, z, relu)
-    _tower_backward(x, trunk_acts, flat, trunk, relu, dz, grads, None)
+    mlp_backward_flat(x, trunk_acts, flat, trunk, relu, dz, grads, None)
 
 
 @njit
