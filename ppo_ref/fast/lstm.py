@@ -82,7 +82,7 @@ from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, che
                              check_lstm_state, check_same_shape)
 from ppo_ref._numba import njit
 
-__all__ = ["LSTMCache", "lstm_forward", "lstm_backward", "lstm_step", "forward_stacked",
+__all__ = ["LSTMCache", "StackedArrays", "lstm_forward", "lstm_backward", "lstm_step", "forward_stacked",
            "backward_stacked", "step_stacked", "keep_rows", "all_finite", "all_finite_1d"]
 
 Params = Dict[str, np.ndarray]
@@ -1136,51 +1136,96 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
     return h_seq, c_prev[n_steps].copy(), cache
 
 
-def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
+class StackedArrays(NamedTuple):
+    """The arrays of :func:`forward_stacked` and :func:`backward_stacked` for ``L`` LSTMs of
+    width ``H`` with ``D`` inputs over ``T`` steps of ``N`` environments, all C-contiguous of
+    one dtype (the compute dtype): what the forward writes, ``h_seq [L, T, N, H]``, ``h_prev,
+    c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c [L, T, N, H]`` (the results of
+    :func:`forward_stacked`); its scratch, ``w_p [L, P, D + H, C]`` (the weight panels,
+    :func:`_pack_panels`) and ``xh [T, N, D + H]``; and the backward's scratch, ``dz [L, T, N,
+    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``. Made once by :meth:`empty` and passed as
+    ``arrays`` to both functions, so a caller that runs many passes of one size allocates
+    nothing per pass."""
+    h_seq: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+    w_p: np.ndarray
+    xh: np.ndarray
+    dz: np.ndarray
+    x_t: np.ndarray
+    products: np.ndarray
+
+    @classmethod
+    def empty(cls, n_lstm: int, n_steps: int, n_env: int, d_in: int, hidden: int, dtype,
+              pooled: bool = False) -> "StackedArrays":
+        """Uninitialized :class:`StackedArrays` for these sizes in ``dtype``: fresh arrays
+        (``np.empty``), or with ``pooled`` True arrays of the reuse pools of
+        :mod:`ppo_ref.fast.workspace` (never one still held elsewhere)."""
+        def new(name, shape):
+            if pooled:
+                return workspace.empty("lstm." + name, shape, dtype)
+            return np.empty(shape, dtype)
+        four_h = 4 * hidden
+        state = (n_lstm, n_steps, n_env, hidden)
+        carried = (n_lstm, n_steps + 1, n_env, hidden)
+        return cls(new("h_seq", state), new("h_prev", carried), new("c_prev", carried),
+                   new("gates", (n_lstm, n_steps, n_env, four_h)), new("tanh_c", state),
+                   new("w_panels", (n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS)),
+                   new("xh", (n_steps, n_env, d_in + hidden)),
+                   new("dz", (n_lstm, n_steps, n_env, four_h)),
+                   new("x_t", (d_in, n_steps * n_env)), new("products", (d_in, four_h)))
+
+
+def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays=None):
     """Unchecked forward of L LSTMs over the same inputs, for the fast path of
     :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy` (its caller has checked what
     :func:`lstm_forward` checks): ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``,
     ``x [T, N, D]`` C-contiguous, ``h0, c0 [L, N, H]`` C-contiguous, ``keep [T + 1, N]`` (as
     :func:`_keep_mask`), all float64: the arithmetic of :func:`lstm_forward` for each LSTM, bit
     for bit. All float32 instead: the same kernels in float32 (16 lanes per AVX-512 vector;
-    the products are float32 FMA chains, ``tanh`` is evaluated in float64 and rounded).
+    the products are float32 FMA chains, ``tanh`` is evaluated in float32 arithmetic).
+
+    ``arrays``: a :class:`StackedArrays` of these sizes and dtype to write into (``b`` must
+    then be C-contiguous), or None for arrays of the reuse pools of
+    :mod:`ppo_ref.fast.workspace` (never one still held).
 
     Returns ``(h_seq [L, T, N, H], h_prev [L, T + 1, N, H], c_prev [L, T + 1, N, H],
     gates [L, T, N, 4H], tanh_c [L, T, N, H])``: per LSTM what :class:`LSTMCache` holds (row
-    ``T`` of ``h_prev``/``c_prev`` is the unmasked final state).
+    ``T`` of ``h_prev``/``c_prev`` is the unmasked final state); with ``arrays``, its fields.
     """
-    n_lstm, four_h, _ = w_ih.shape
-    hidden = four_h // 4
-    n_steps, n_env, _ = x.shape
-    dtype = x.dtype
-    # the arrays come from the reuse pools of ppo_ref.fast.workspace (never one still held)
-    h_prev = workspace.empty("lstm.h_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
-    c_prev = workspace.empty("lstm.c_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
-    gates = workspace.empty("lstm.gates", (n_lstm, n_steps, n_env, four_h), dtype)
-    tanh_c = workspace.empty("lstm.tanh_c", (n_lstm, n_steps, n_env, hidden), dtype)
-    h_seq = workspace.empty("lstm.h_seq", (n_lstm, n_steps, n_env, hidden), dtype)
-    d_xh = w_ih.shape[2] + hidden
-    w_p = workspace.empty("lstm.w_panels", (n_lstm, _panel_count(four_h), d_xh, _PANEL_COLS),
-                          dtype)
-    xh = workspace.empty("lstm.xh", (n_steps, n_env, d_xh), dtype)
-    _forward_stack_t(x, w_ih, w_hh, np.ascontiguousarray(b), keep, h0, c0, w_p, xh, h_prev,
-                     c_prev, gates, tanh_c, h_seq)
-    return h_seq, h_prev, c_prev, gates, tanh_c
+    if arrays is None:
+        n_lstm, four_h, d_in = w_ih.shape
+        n_steps, n_env, _ = x.shape
+        arrays = StackedArrays.empty(n_lstm, n_steps, n_env, d_in, four_h // 4, x.dtype,
+                                     pooled=True)
+        b = np.ascontiguousarray(b)
+    a = arrays
+    _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, a.w_p, a.xh, a.h_prev, a.c_prev, a.gates,
+                     a.tanh_c, a.h_seq)
+    return a.h_seq, a.h_prev, a.c_prev, a.gates, a.tanh_c
 
 
-def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b):
+def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b,
+                     arrays=None):
     """Unchecked BPTT for :func:`forward_stacked` (its arrays, ``w_hh [L, 4H, H]`` and
     ``dh_seq [L, T, N, H]`` C-contiguous, all float64 or all float32; zero gradient on the
-    final states). Writes
-    the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``
-    with the products and sums of :func:`lstm_backward` (same bits); ``dx`` and the
-    initial-state gradients are not computed."""
-    n_lstm, n_steps, n_env, hidden = dh_seq.shape
-    dtype = dh_seq.dtype
-    d_in = x.shape[2]
-    dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, 4 * hidden), dtype)
-    x_t = workspace.empty("lstm.x_t", (d_in, n_steps * n_env), dtype)
-    products = workspace.empty("lstm.products", (d_in, 4 * hidden), dtype)
+    final states). Writes the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H,
+    H]``, ``g_b [L, 4H]`` with the products and sums of :func:`lstm_backward` (same bits);
+    ``dx`` and the initial-state gradients are not computed. Scratch: the ``dz``, ``x_t`` and
+    ``products`` of ``arrays`` (a :class:`StackedArrays` of these sizes), or of the reuse pools
+    of :mod:`ppo_ref.fast.workspace` when ``arrays`` is None."""
+    if arrays is None:
+        n_lstm, n_steps, n_env, hidden = dh_seq.shape
+        dtype = dh_seq.dtype
+        d_in = x.shape[2]
+        four_h = 4 * hidden
+        dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, four_h), dtype)
+        x_t = workspace.empty("lstm.x_t", (d_in, n_steps * n_env), dtype)
+        products = workspace.empty("lstm.products", (d_in, four_h), dtype)
+    else:
+        dz, x_t, products = arrays.dz, arrays.x_t, arrays.products
     _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
                     g_b, x_t, products)
 
