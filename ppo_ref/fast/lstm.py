@@ -450,7 +450,7 @@ def _add_block_wide(out, a, w_t, n, j0):
     _block_loops(out, a, w_t, n, j0, _WIDE_ROWS, _WIDE_COLS)
 
 
-def _block_vector_intrinsic(block_rows, block_cols, panel=False):
+def _block_vector_intrinsic(block_rows, block_cols, panel=False, f32_cols=None):
     """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
     (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
     each row are held in vector accumulators of the target's register width (``<8 x double>``
@@ -461,18 +461,22 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False):
     FMA units' rate instead of the store port's. (Accumulators live in stack slots that LLVM
     promotes to registers.)
 
-    With ``panel`` True, the block of :func:`_linear_panel_loops` instead: arguments ``(out, a,
-    w_panel, b, n, j0)``, every accumulator starting from the bias ``b[j0 + c]`` (1-D, contiguous)
-    rather than from ``out``, the weights read from the panel ``w_panel [K, block_cols]``
-    (C-contiguous, its columns ``0 .. block_cols - 1``) and the sums stored into ``out[n + r,
-    j0 + c]``: ``out = b + a @ w`` on the block, the same FMA chain per element."""
+    With ``panel`` True, the block of :func:`_panel_block` instead: arguments ``(out, a,
+    w_panel, b, n, j0, c0)``, every accumulator starting from the bias ``b[j0 + c0 + c]`` (1-D,
+    contiguous) rather than from ``out``, the weights read from the panel ``w_panel [K, >= c0 +
+    block_cols]`` (C-contiguous, its columns ``c0 .. c0 + block_cols - 1``) and the sums stored
+    into ``out[n + r, j0 + c0 + c]``: ``out = b + a @ w`` on the block, the same FMA chain per
+    element. ``f32_cols``: the block's width for float32 operands (default ``block_cols``), so
+    that one block holds the same number of vectors in both dtypes."""
     def block_vector(typingctx, out, a, w_t, n, j0):
         return block_typed(types.none(out, a, w_t, n, j0), out.dtype == types.float32)
 
-    def panel_vector(typingctx, out, a, w_panel, b, n, j0):
-        return block_typed(types.none(out, a, w_panel, b, n, j0), out.dtype == types.float32)
+    def panel_vector(typingctx, out, a, w_panel, b, n, j0, c0):
+        return block_typed(types.none(out, a, w_panel, b, n, j0, c0),
+                           out.dtype == types.float32)
 
     def block_typed(sig, is_f32):
+        cols = (f32_cols or block_cols) if is_f32 else block_cols
 
         def codegen(context, builder, signature, args):
             out_ty, a_ty, w_ty = signature.args[:3]
@@ -488,9 +492,12 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False):
                 int_types = signature.args
             n_ = context.cast(builder, args[3], int_types[3], types.intp)
             j_ = context.cast(builder, args[4], int_types[4], types.intp)
+            if panel:  # out and b from column j0 + c0, the panel from column c0
+                w_j = context.cast(builder, args[5], int_types[5], types.intp)
+                j_ = builder.add(j_, w_j)
             elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
             lanes = _VECTOR_BITS // (32 if is_f32 else 64)   # one vector register
-            n_vec = block_cols // lanes
+            n_vec = cols // lanes
             vec = llvm_ir.VectorType(elem, lanes)
             vec_ptr = vec.as_pointer()
             item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
@@ -523,7 +530,8 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False):
                     slot = cgutils.alloca_once(builder, vec)
                     builder.store(builder.load(start, align=item), slot)
                     slots.append((slot, ptr))
-            w_j = const(0) if panel else j_
+            if not panel:
+                w_j = j_
             n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
             with cgutils.for_range(builder, n_k) as loop:
                 k = loop.index
@@ -705,54 +713,103 @@ def _add_products(out, a, w_t):
 
 
 # Panels: a transposed weight ``w_t [K, J]`` stored as ``w_p [P, K, C]`` with ``w_p[p, k, c] =
-# w_t[k, p C + c]`` (C = the block width, P = ceil(J / C), zeros beyond column J), so that a
+# w_t[k, p C + c]`` (C = _PANEL_COLS, P = ceil(J / C), zeros beyond column J), so that a
 # register block reads its weights from one contiguous stretch of memory instead of a few
-# vectors from each of K rows far apart. Which layout the weights are read from changes no
-# element's arithmetic: :func:`_linear_panels` is :func:`_linear_rows`, bit for bit.
-_PANEL_COLS = _BLOCK_COLS
+# vectors from each of K rows far apart. A full panel is computed in register blocks of
+# _PANEL_WIDE_F64 (float64) or _PANEL_WIDE_F32 (float32) columns, on AVX-512 three vectors a
+# row in either dtype (8 x 24 float64, 8 x 48 float32: 24 accumulators, each weight vector
+# loaded serving 8 rows); the last, partial panel (4H = 256 = 5 x 48 + 16) in blocks of
+# _BLOCK_COLS columns. AVX2 keeps one block shape (6 x 8, panels of 8). Which layout the
+# weights are read from and which block computes an element change no element's arithmetic:
+# :func:`_linear_panels` is :func:`_linear_rows`, bit for bit.
+if _VECTOR_BITS >= 512:
+    _PANEL_COLS = 48
+    _PANEL_WIDE_F64, _PANEL_WIDE_F32 = 24, 48
+else:
+    _PANEL_COLS = _BLOCK_COLS
+    _PANEL_WIDE_F64 = _PANEL_WIDE_F32 = _BLOCK_COLS
 
 
-def _linear_panel(out, a, w_panel, b, n, j0):
-    """``out[n:n+R, j0:j0+C] = b[j0:j0+C] + a[n:n+R] @ w_panel`` (R x C the block of
-    :func:`_add_block`, ``w_panel [K, C]``), every element the FMA chain of
-    :func:`_linear_rows`. Interpreted here; compiled, a register block of
-    :func:`_block_vector_intrinsic` (``panel=True``)."""
+def _panel_block(out, a, w_panel, b, n, j0, c0, cols):
+    """``out[n:n+R, j0+c0:j0+c0+cols] = b[j0+c0:j0+c0+cols] + a[n:n+R] @ w_panel[:, c0:c0+cols]``
+    (R = _BLOCK_ROWS rows), every element the FMA chain of :func:`_linear_rows`."""
     for m in range(n, n + _BLOCK_ROWS):
-        for c in range(_PANEL_COLS):
+        for c in range(c0, c0 + cols):
             o = b[j0 + c]
             for k in range(a.shape[1]):
                 o = _fma(a[m, k], w_panel[k, c], o)
             out[m, j0 + c] = o
 
 
+def _linear_panel(out, a, w_panel, b, n, j0, c0):
+    """:func:`_panel_block` of _BLOCK_COLS columns (a partial panel's). Interpreted here;
+    compiled, a register block of :func:`_block_vector_intrinsic` (``panel=True``)."""
+    _panel_block(out, a, w_panel, b, n, j0, c0, _BLOCK_COLS)
+
+
+def _panel_wide_cols(out):
+    """The width of the full panels' blocks for the dtype of ``out``: _PANEL_WIDE_F32 for
+    float32, else _PANEL_WIDE_F64 (a constant when compiled)."""
+    return _PANEL_WIDE_F32 if out.dtype == np.float32 else _PANEL_WIDE_F64
+
+
+@overload(_panel_wide_cols)
+def _panel_wide_cols_compiled(out):
+    cols = _PANEL_WIDE_F32 if out.dtype == types.float32 else _PANEL_WIDE_F64
+    return lambda out: cols
+
+
+def _linear_panel_wide(out, a, w_panel, b, n, j0, c0):
+    """:func:`_panel_block` of :func:`_panel_wide_cols` columns (a full panel's). Interpreted
+    here; compiled, a register block of :func:`_block_vector_intrinsic` (``panel=True``)."""
+    _panel_block(out, a, w_panel, b, n, j0, c0, _panel_wide_cols(out))
+
+
 _linear_panel_vector = _block_vector_intrinsic(_BLOCK_ROWS, _BLOCK_COLS, panel=True)
+_linear_panel_wide_vector = _block_vector_intrinsic(_BLOCK_ROWS, _PANEL_WIDE_F64, panel=True,
+                                                    f32_cols=_PANEL_WIDE_F32)
 
 
-@overload(_linear_panel)
-def _linear_panel_compiled(out, a, w_panel, b, n, j0):
-    """Compiled, :func:`_linear_panel` is a register block (operands:
-    :func:`_check_block_operands`; ``b`` 1-D, C-contiguous, of their dtype)."""
+def _check_panel_operands(out, a, w_panel, b):
+    """Typing-time check of a panel block's operands: :func:`_check_block_operands`, and ``b``
+    1-D, C-contiguous, of their dtype."""
     _check_block_operands(out, a, w_panel)
     if not (isinstance(b, types.Array) and b.ndim == 1 and b.layout == "C"
             and b.dtype == out.dtype):
         raise NumbaTypingError(f"_linear_panel takes a 1-D C-contiguous bias of the dtype of "
                                f"out, got {b}")
-    return lambda out, a, w_panel, b, n, j0: _linear_panel_vector(out, a, w_panel, b, n, j0)
+
+
+@overload(_linear_panel)
+def _linear_panel_compiled(out, a, w_panel, b, n, j0, c0):
+    """Compiled, :func:`_linear_panel` is a register block (:func:`_check_panel_operands`)."""
+    _check_panel_operands(out, a, w_panel, b)
+    return lambda out, a, w_panel, b, n, j0, c0: _linear_panel_vector(out, a, w_panel, b, n,
+                                                                      j0, c0)
+
+
+@overload(_linear_panel_wide)
+def _linear_panel_wide_compiled(out, a, w_panel, b, n, j0, c0):
+    """Compiled, :func:`_linear_panel_wide` is a register block
+    (:func:`_check_panel_operands`)."""
+    _check_panel_operands(out, a, w_panel, b)
+    return lambda out, a, w_panel, b, n, j0, c0: _linear_panel_wide_vector(out, a, w_panel, b,
+                                                                           n, j0, c0)
 
 
 @njit
-def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p):
-    """The rows ``n_lo .. n_hi - 1`` and the columns of panel ``p`` (those below J) of
-    :func:`_linear_panels`, the loop over the panel's columns vectorized."""
+def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p, c_lo):
+    """The rows ``n_lo .. n_hi - 1`` and the columns ``c_lo ..`` of panel ``p`` (those below J)
+    of :func:`_linear_panels`, the loop over the panel's columns vectorized."""
     _wide()
     j0 = p * _PANEL_COLS
     cols = min(_PANEL_COLS, out.shape[1] - j0)
     for m in range(n_lo, n_hi):
-        for c in range(cols):
+        for c in range(c_lo, cols):
             out[m, j0 + c] = b[j0 + c]
         for k in range(a.shape[1]):
             am = a[m, k]
-            for c in range(cols):
+            for c in range(c_lo, cols):
                 out[m, j0 + c] = _fma(am, w_p[p, k, c], out[m, j0 + c])
 
 
@@ -760,19 +817,30 @@ def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p):
 def _linear_panels(x, w_p, b, out):
     """:func:`_linear_rows` (``out = b + x @ w_t``, the same FMA chain per element) with the
     weight as panels ``w_p [P, K, C]`` of ``w_t [K, J]`` (:func:`_pack_panels`): ``x [M, K]``
-    (any strides), ``b [J]``, ``out [M, J]`` C-contiguous. Full panels in register blocks
-    (:func:`_linear_panel`), the rows left over and a last partial panel by
-    :func:`_linear_panel_loops`."""
+    (any strides), ``b [J]``, ``out [M, J]`` C-contiguous. Full panels in register blocks of
+    :func:`_linear_panel_wide`, a last partial panel in blocks of :func:`_linear_panel` as far
+    as they fit; the rows and columns left over by :func:`_linear_panel_loops`."""
     n_rows = x.shape[0]
-    n_full = out.shape[1] // _PANEL_COLS
+    n_j = out.shape[1]
     n_blocked = n_rows - n_rows % _BLOCK_ROWS
-    for p in range(n_full):
-        for n in range(0, n_blocked, _BLOCK_ROWS):
-            _linear_panel(out, x, w_p[p], b, n, p * _PANEL_COLS)
+    wide = _panel_wide_cols(out)
+    for p in range(w_p.shape[0]):
+        j0 = p * _PANEL_COLS
+        cols = min(_PANEL_COLS, n_j - j0)
+        if cols == _PANEL_COLS:
+            for n in range(0, n_blocked, _BLOCK_ROWS):
+                for c0 in range(0, _PANEL_COLS, wide):
+                    _linear_panel_wide(out, x, w_p[p], b, n, j0, c0)
+            c_blocked = cols
+        else:
+            c_blocked = cols - cols % _BLOCK_COLS
+            for n in range(0, n_blocked, _BLOCK_ROWS):
+                for c0 in range(0, c_blocked, _BLOCK_COLS):
+                    _linear_panel(out, x, w_p[p], b, n, j0, c0)
+        if c_blocked < cols:
+            _linear_panel_loops(out, x, w_p, b, 0, n_blocked, p, c_blocked)
         if n_blocked < n_rows:
-            _linear_panel_loops(out, x, w_p, b, n_blocked, n_rows, p)
-    for p in range(n_full, w_p.shape[0]):
-        _linear_panel_loops(out, x, w_p, b, 0, n_rows, p)
+            _linear_panel_loops(out, x, w_p, b, n_blocked, n_rows, p, 0)
 
 
 @njit
