@@ -1204,6 +1204,12 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
     return h_seq, c_prev[n_steps].copy(), cache
 
 
+# StackedArrays start at a multiple of this many bytes (a cache line, one AVX-512 vector), so
+# that the vector loads of the kernels (rows of 2^k elements) never straddle two cache lines;
+# np.empty only promises 16 bytes.
+_ALIGN = 64
+
+
 class StackedArrays(NamedTuple):
     """The arrays of :func:`forward_stacked` and :func:`backward_stacked` for ``L`` LSTMs of
     width ``H`` with ``D`` inputs over ``T`` steps of ``N`` environments, all C-contiguous of
@@ -1211,7 +1217,8 @@ class StackedArrays(NamedTuple):
     c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c [L, T, N, H]`` (the results of
     :func:`forward_stacked`); its scratch, ``w_p [L, P, D + H, C]`` (the weight panels,
     :func:`_pack_panels`) and ``xh [T, N, D + H]``; and the backward's scratch, ``dz [L, T, N,
-    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``. Made once by :meth:`empty` and passed as
+    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``; each starting at a multiple of 64 bytes.
+    Made once by :meth:`empty` and passed as
     ``arrays`` to both functions, so a caller that runs many passes of one size allocates
     nothing per pass."""
     h_seq: np.ndarray
@@ -1231,10 +1238,16 @@ class StackedArrays(NamedTuple):
         """Uninitialized :class:`StackedArrays` for these sizes in ``dtype``: fresh arrays
         (``np.empty``), or with ``pooled`` True arrays of the reuse pools of
         :mod:`ppo_ref.fast.workspace` (never one still held elsewhere)."""
+        itemsize = np.dtype(dtype).itemsize
+
         def new(name, shape):
+            size = int(np.prod(shape)) * itemsize
             if pooled:
-                return workspace.empty("lstm." + name, shape, dtype)
-            return np.empty(shape, dtype)
+                buf = workspace.empty("lstm." + name, (size + _ALIGN,), np.uint8)
+            else:
+                buf = np.empty(size + _ALIGN, np.uint8)
+            start = -buf.ctypes.data % _ALIGN
+            return buf[start:start + size].view(dtype).reshape(shape)
         four_h = 4 * hidden
         state = (n_lstm, n_steps, n_env, hidden)
         carried = (n_lstm, n_steps + 1, n_env, hidden)
