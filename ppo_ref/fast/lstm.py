@@ -1158,21 +1158,23 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
 
 @njit
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, x_t, products):
+                    g_b, x_t, products, w_hh_copy):
     """:func:`_backward_kernel` (without the initial-state product: :func:`_backward_steps`)
     then :func:`_weight_grads` for L LSTMs from zero final-state gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
-    ``x_t [D, T N]``, ``products [D, 4H]``)."""
+    ``x_t [D, T N]``, ``products [D, 4H]``; ``w_hh_copy [L, 4H, H]``: ``w_hh`` is copied there
+    first, and the steps read the copy, which starts at a cache line: StackedArrays)."""
     _wide()
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
     _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), x_t)
+    w_hh_copy.reshape(-1)[:] = w_hh.reshape(-1)
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         _backward_steps(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
-                        w_hh[l], dz[l], False)
+                        w_hh_copy[l], dz[l], False)
         _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products)
 
 
@@ -1210,6 +1212,19 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
 _ALIGN = 64
 
 
+def _aligned_empty(name: str, shape: Tuple[int, ...], dtype, pooled: bool) -> np.ndarray:
+    """An uninitialized C-contiguous array of ``shape`` and ``dtype`` starting at a multiple of
+    ``_ALIGN`` bytes: a view of a fresh byte buffer, or with ``pooled`` of one from the reuse
+    pool ``"lstm." + name`` of :mod:`ppo_ref.fast.workspace`."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if pooled:
+        buf = workspace.empty("lstm." + name, (size + _ALIGN,), np.uint8)
+    else:
+        buf = np.empty(size + _ALIGN, np.uint8)
+    start = -buf.ctypes.data % _ALIGN
+    return buf[start:start + size].view(dtype).reshape(shape)
+
+
 class StackedArrays(NamedTuple):
     """The arrays of :func:`forward_stacked` and :func:`backward_stacked` for ``L`` LSTMs of
     width ``H`` with ``D`` inputs over ``T`` steps of ``N`` environments, all C-contiguous of
@@ -1217,7 +1232,8 @@ class StackedArrays(NamedTuple):
     c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c [L, T, N, H]`` (the results of
     :func:`forward_stacked`); its scratch, ``w_p [L, P, D + H, C]`` (the weight panels,
     :func:`_pack_panels`) and ``xh [T, N, D + H]``; and the backward's scratch, ``dz [L, T, N,
-    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``; each starting at a multiple of 64 bytes.
+    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``, ``w_hh [L, 4H, H]`` (a copy of the recurrent
+    weights); each starting at a multiple of 64 bytes.
     Made once by :meth:`empty` and passed as
     ``arrays`` to both functions, so a caller that runs many passes of one size allocates
     nothing per pass."""
@@ -1231,6 +1247,7 @@ class StackedArrays(NamedTuple):
     dz: np.ndarray
     x_t: np.ndarray
     products: np.ndarray
+    w_hh: np.ndarray
 
     @classmethod
     def empty(cls, n_lstm: int, n_steps: int, n_env: int, d_in: int, hidden: int, dtype,
@@ -1238,16 +1255,8 @@ class StackedArrays(NamedTuple):
         """Uninitialized :class:`StackedArrays` for these sizes in ``dtype``: fresh arrays
         (``np.empty``), or with ``pooled`` True arrays of the reuse pools of
         :mod:`ppo_ref.fast.workspace` (never one still held elsewhere)."""
-        itemsize = np.dtype(dtype).itemsize
-
         def new(name, shape):
-            size = int(np.prod(shape)) * itemsize
-            if pooled:
-                buf = workspace.empty("lstm." + name, (size + _ALIGN,), np.uint8)
-            else:
-                buf = np.empty(size + _ALIGN, np.uint8)
-            start = -buf.ctypes.data % _ALIGN
-            return buf[start:start + size].view(dtype).reshape(shape)
+            return _aligned_empty(name, shape, dtype, pooled)
         four_h = 4 * hidden
         state = (n_lstm, n_steps, n_env, hidden)
         carried = (n_lstm, n_steps + 1, n_env, hidden)
@@ -1256,7 +1265,8 @@ class StackedArrays(NamedTuple):
                    new("w_panels", (n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS)),
                    new("xh", (n_steps, n_env, d_in + hidden)),
                    new("dz", (n_lstm, n_steps, n_env, four_h)),
-                   new("x_t", (d_in, n_steps * n_env)), new("products", (d_in, four_h)))
+                   new("x_t", (d_in, n_steps * n_env)), new("products", (d_in, four_h)),
+                   new("w_hh", (n_lstm, four_h, hidden)))
 
 
 def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays=None):
@@ -1294,21 +1304,22 @@ def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_i
     ``dh_seq [L, T, N, H]`` C-contiguous, all float64 or all float32; zero gradient on the
     final states). Writes the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H,
     H]``, ``g_b [L, 4H]`` with the products and sums of :func:`lstm_backward` (same bits);
-    ``dx`` and the initial-state gradients are not computed. Scratch: the ``dz``, ``x_t`` and
-    ``products`` of ``arrays`` (a :class:`StackedArrays` of these sizes), or of the reuse pools
-    of :mod:`ppo_ref.fast.workspace` when ``arrays`` is None."""
+    ``dx`` and the initial-state gradients are not computed. Scratch: the ``dz``, ``x_t``,
+    ``products`` and ``w_hh`` of ``arrays`` (a :class:`StackedArrays` of these sizes), or of the
+    reuse pools of :mod:`ppo_ref.fast.workspace` when ``arrays`` is None."""
     if arrays is None:
         n_lstm, n_steps, n_env, hidden = dh_seq.shape
         dtype = dh_seq.dtype
         d_in = x.shape[2]
         four_h = 4 * hidden
-        dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, four_h), dtype)
-        x_t = workspace.empty("lstm.x_t", (d_in, n_steps * n_env), dtype)
-        products = workspace.empty("lstm.products", (d_in, four_h), dtype)
+        dz = _aligned_empty("dz", (n_lstm, n_steps, n_env, four_h), dtype, True)
+        x_t = _aligned_empty("x_t", (d_in, n_steps * n_env), dtype, True)
+        products = _aligned_empty("products", (d_in, four_h), dtype, True)
+        w_hh_copy = _aligned_empty("w_hh", w_hh.shape, dtype, True)
     else:
-        dz, x_t, products = arrays.dz, arrays.x_t, arrays.products
+        dz, x_t, products, w_hh_copy = arrays.dz, arrays.x_t, arrays.products, arrays.w_hh
     _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, x_t, products)
+                    g_b, x_t, products, w_hh_copy)
 
 
 def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:
