@@ -82,8 +82,9 @@ from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, che
                              check_lstm_state, check_same_shape)
 from ppo_ref._numba import njit
 
-__all__ = ["LSTMCache", "StackedArrays", "lstm_forward", "lstm_backward", "lstm_step", "forward_stacked",
-           "backward_stacked", "step_stacked", "keep_rows", "all_finite", "all_finite_1d"]
+__all__ = ["LSTMCache", "StackedArrays", "lstm_forward", "lstm_backward", "lstm_step",
+           "forward_stacked", "backward_stacked", "step_stacked", "keep_rows", "all_finite",
+           "all_finite_1d"]
 
 Params = Dict[str, np.ndarray]
 PARAM_KEYS = LSTM_PARAM_KEYS

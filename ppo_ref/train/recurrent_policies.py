@@ -118,11 +118,11 @@ class _FastCache(NamedTuple):
     """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
     buffer in the compute dtype, the inputs and the stacked LSTM arrays of
     :func:`ppo_ref.fast.lstm.forward_stacked` (``h_seq [L, T, n, H]``, whose ``[T * n, H]``
-    views ``pi_in``, ``vf_in`` are the towers' inputs), the towers' outputs buffers of :func:`ppo_ref.fast.mlp.mlp_forward_flat`, ``policy_out
-    [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
-    head) the probabilities and entropies (``None`` otherwise), and the
-    :class:`ppo_ref.fast.lstm.StackedArrays` the LSTM arrays belong to (its backward scratch is
-    :meth:`backward`'s)."""
+    views ``pi_in``, ``vf_in`` are the towers' inputs), the towers' outputs buffers of
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat`, ``policy_out [T * n, P]`` (a view of the policy
+    tower's buffer), the flat actions, (categorical head) the probabilities and entropies
+    (``None`` otherwise), and the :class:`ppo_ref.fast.lstm.StackedArrays` the LSTM arrays
+    belong to (its backward scratch is :meth:`backward`'s)."""
     spec: _FastSpec
     shape: Tuple[int, int]
     flat: np.ndarray
@@ -217,6 +217,18 @@ class _PassBuffers(NamedTuple):
     probs: object
 
 
+def _aligned_array(shape, dtype, zeros: bool = False) -> np.ndarray:
+    """``np.empty(shape, dtype)`` (``np.zeros`` with ``zeros``) starting at a multiple of 64
+    bytes (a cache line, one AVX-512 vector; NumPy only promises 16), so that the vector loads
+    of the compiled passes from its rows never straddle two cache lines: a view of a byte
+    buffer."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = (np.zeros if zeros else np.empty)(size + 64, np.uint8)
+    start = -buf.ctypes.data % 64
+    return buf[start:start + size].view(dtype).reshape(shape)
+
+
 def _pass_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
                   categorical: bool, pooled: bool) -> _PassBuffers:
     """:class:`_PassBuffers` for ``n_env`` envs over ``n_steps`` steps of the network ``spec``
@@ -226,8 +238,8 @@ def _pass_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
     rows = n_steps * n_env
     hidden = spec.hidden
     lstm = StackedArrays.empty(spec.n_lstm, n_steps, n_env, d_in, hidden, dtype, pooled)
-    pi_acts = np.empty(rows * spec.pi_width, dtype)
-    vf_acts = np.empty(rows * spec.vf_width, dtype)
+    pi_acts = _aligned_array(rows * spec.pi_width, dtype)
+    vf_acts = _aligned_array(rows * spec.vf_width, dtype)
     n_out = int(spec.pi_table[-1, 2])
     return _PassBuffers(lstm, lstm.h_seq[0].reshape(rows, hidden),
                         lstm.h_seq[-1].reshape(rows, hidden), pi_acts, vf_acts,
@@ -268,10 +280,10 @@ def _group_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
     passes = _pass_buffers(spec, n_steps, n_env, d_in, dtype, categorical, False)
     low = np.dtype(dtype) != np.float64
     d_values = np.empty((rows, 1), dtype) if low else None
-    dh_seq = np.empty((spec.n_lstm, n_steps, n_env, spec.hidden), dtype)
+    dh_seq = _aligned_array((spec.n_lstm, n_steps, n_env, spec.hidden), dtype)
     return _GroupBuffers(keep, keep[:n_steps], passes,
                          np.empty(rows) if low else passes.value_out,
-                         np.empty(passes.out.shape, dtype) if categorical else None,
+                         _aligned_array(passes.out.shape, dtype) if categorical else None,
                          dh_seq, dh_seq[0].reshape(rows, spec.hidden),
                          dh_seq[-1].reshape(rows, spec.hidden), d_values,
                          None if d_values is None else d_values.reshape(rows))
@@ -964,7 +976,7 @@ class RecurrentPolicy(PolicyBase):
                 b = buffers[n] = _group_buffers(spec, T, n, x.shape[2], dt, categorical)
             if low:
                 if not flat_low:
-                    flat_low.append(np.empty(params.flat.size, dt))
+                    flat_low.append(_aligned_array(params.flat.size, dt))
                 flat = flat_low[0]
                 flat[...] = params.flat  # rounded as astype rounds
             else:
@@ -983,8 +995,9 @@ class RecurrentPolicy(PolicyBase):
             cache, b, w_hh = cache
             if not grads:
                 layout = params.layout
-                out = FlatArrays.from_buffer(np.zeros(layout.size), layout)
-                g = np.zeros(layout.size, dt) if low else out.flat
+                out = FlatArrays.from_buffer(_aligned_array(layout.size, np.float64, True),
+                                             layout)
+                g = _aligned_array(layout.size, dt, True) if low else out.flat
                 grads.extend((out, g, self._stacked(checked[1], g)))
             out, g, g_stacked = grads
             if low:
