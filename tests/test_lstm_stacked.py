@@ -126,3 +126,59 @@ def test_linear_panels_equal_linear_rows_and_the_interpreted_loops(rng, dtype):
     interpreted = np.empty_like(compiled)
     lstm_mod._linear_panels.py_func(x, w_p, b, interpreted)
     np.testing.assert_array_equal(interpreted, compiled)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("extra", [16, 16 + 5, 3 * 16 + 1])
+def test_linear_panels_with_partial_panel_blocks_equal_linear_rows(rng, dtype, extra):
+    """Full panels (in blocks of the dtype's full-panel width) followed by a partial panel of
+    ``extra`` columns (blocks of _BLOCK_COLS as far as they fit, then the leftover columns):
+    _linear_rows' bits and the interpreted kernel's."""
+    from ppo_ref.fast import lstm as lstm_mod
+    extra = extra % lstm_mod._PANEL_COLS or 1
+    n_rows, n_k, n_j = 2 * lstm_mod._BLOCK_ROWS + 1, 11, lstm_mod._PANEL_COLS + extra
+    x = rng.standard_normal((n_rows, n_k)).astype(dtype)
+    w = rng.standard_normal((n_j, n_k)).astype(dtype)
+    b = rng.standard_normal(n_j).astype(dtype)
+    w_p = np.full((lstm_mod._panel_count(n_j), n_k, lstm_mod._PANEL_COLS), np.nan, dtype)
+    lstm_mod._pack_panels(w, w_p, 0)
+    compiled = np.full((n_rows, n_j), np.nan, dtype)
+    lstm_mod._linear_panels(x, w_p, b, compiled)
+    rows = np.empty_like(compiled)
+    lstm_mod._linear_rows(x, np.ascontiguousarray(w.T), b, rows)
+    np.testing.assert_array_equal(compiled, rows)
+    interpreted = np.full_like(compiled, np.nan)
+    lstm_mod._linear_panels.py_func(x, w_p, b, interpreted)
+    np.testing.assert_array_equal(interpreted, compiled)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_stacked_passes_into_given_arrays_equal_the_pooled_ones(rng, dtype):
+    """forward_stacked/backward_stacked writing into a StackedArrays made once (reused for a
+    second pass with other inputs) give the bits of the calls with pooled arrays; every array
+    of StackedArrays starts at a 64-byte boundary and has the documented shape."""
+    from ppo_ref.fast.lstm import StackedArrays
+    params, st, x, h0, c0, starts, keep = problem(rng, T=4, N=9, D=3, H=16)
+    st = {k: v.astype(dtype) for k, v in st.items()}
+    L, (T, N, D), H = 2, x.shape, 16
+    arrays = StackedArrays.empty(L, T, N, D, H, dtype)
+    assert all(a.ctypes.data % 64 == 0 and a.dtype == dtype and a.flags.c_contiguous
+               for a in arrays)
+    assert arrays.h_seq.shape == (L, T, N, H) and arrays.gates.shape == (L, T, N, 4 * H)
+    assert arrays.h_prev.shape == arrays.c_prev.shape == (L, T + 1, N, H)
+    for _ in range(2):
+        x = rng.standard_normal(x.shape).astype(dtype)
+        args = (st["w_ih"], st["w_hh"], st["b"], x, h0.astype(dtype), c0.astype(dtype),
+                keep.astype(dtype))
+        pooled = [a.copy() for a in forward_stacked(*args)]
+        given = forward_stacked(*args, arrays)
+        assert given[0] is arrays.h_seq and given[3] is arrays.gates
+        for a, b in zip(given, pooled):
+            np.testing.assert_array_equal(a, b)
+        dh = rng.standard_normal(arrays.h_seq.shape).astype(dtype)
+        g_pooled = [np.empty_like(st[k]) for k in ("w_ih", "w_hh", "b")]
+        g_given = [np.full_like(st[k], np.nan) for k in ("w_ih", "w_hh", "b")]
+        backward_stacked(st["w_hh"], x, *pooled[1:], args[-1], dh, *g_pooled)
+        backward_stacked(st["w_hh"], x, *given[1:], args[-1], dh, *g_given, arrays)
+        for a, b in zip(g_given, g_pooled):
+            np.testing.assert_array_equal(a, b)

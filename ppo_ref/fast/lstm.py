@@ -82,8 +82,9 @@ from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, che
                              check_lstm_state, check_same_shape)
 from ppo_ref._numba import njit
 
-__all__ = ["LSTMCache", "lstm_forward", "lstm_backward", "lstm_step", "forward_stacked",
-           "backward_stacked", "step_stacked", "keep_rows", "all_finite", "all_finite_1d"]
+__all__ = ["LSTMCache", "StackedArrays", "lstm_forward", "lstm_backward", "lstm_step",
+           "forward_stacked", "backward_stacked", "step_stacked", "keep_rows", "all_finite",
+           "all_finite_1d"]
 
 Params = Dict[str, np.ndarray]
 PARAM_KEYS = LSTM_PARAM_KEYS
@@ -451,7 +452,7 @@ def _add_block_wide(out, a, w_t, n, j0):
     _block_loops(out, a, w_t, n, j0, _WIDE_ROWS, _WIDE_COLS)
 
 
-def _block_vector_intrinsic(block_rows, block_cols, panel=False):
+def _block_vector_intrinsic(block_rows, block_cols, panel=False, f32_cols=None):
     """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
     (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
     each row are held in vector accumulators of the target's register width (``<8 x double>``
@@ -462,18 +463,22 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False):
     FMA units' rate instead of the store port's. (Accumulators live in stack slots that LLVM
     promotes to registers.)
 
-    With ``panel`` True, the block of :func:`_linear_panel_loops` instead: arguments ``(out, a,
-    w_panel, b, n, j0)``, every accumulator starting from the bias ``b[j0 + c]`` (1-D, contiguous)
-    rather than from ``out``, the weights read from the panel ``w_panel [K, block_cols]``
-    (C-contiguous, its columns ``0 .. block_cols - 1``) and the sums stored into ``out[n + r,
-    j0 + c]``: ``out = b + a @ w`` on the block, the same FMA chain per element."""
+    With ``panel`` True, the block of :func:`_panel_block` instead: arguments ``(out, a,
+    w_panel, b, n, j0, c0)``, every accumulator starting from the bias ``b[j0 + c0 + c]`` (1-D,
+    contiguous) rather than from ``out``, the weights read from the panel ``w_panel [K, >= c0 +
+    block_cols]`` (C-contiguous, its columns ``c0 .. c0 + block_cols - 1``) and the sums stored
+    into ``out[n + r, j0 + c0 + c]``: ``out = b + a @ w`` on the block, the same FMA chain per
+    element. ``f32_cols``: the block's width for float32 operands (default ``block_cols``), so
+    that one block holds the same number of vectors in both dtypes."""
     def block_vector(typingctx, out, a, w_t, n, j0):
         return block_typed(types.none(out, a, w_t, n, j0), out.dtype == types.float32)
 
-    def panel_vector(typingctx, out, a, w_panel, b, n, j0):
-        return block_typed(types.none(out, a, w_panel, b, n, j0), out.dtype == types.float32)
+    def panel_vector(typingctx, out, a, w_panel, b, n, j0, c0):
+        return block_typed(types.none(out, a, w_panel, b, n, j0, c0),
+                           out.dtype == types.float32)
 
     def block_typed(sig, is_f32):
+        cols = (f32_cols or block_cols) if is_f32 else block_cols
 
         def codegen(context, builder, signature, args):
             out_ty, a_ty, w_ty = signature.args[:3]
@@ -489,9 +494,12 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False):
                 int_types = signature.args
             n_ = context.cast(builder, args[3], int_types[3], types.intp)
             j_ = context.cast(builder, args[4], int_types[4], types.intp)
+            if panel:  # out and b from column j0 + c0, the panel from column c0
+                w_j = context.cast(builder, args[5], int_types[5], types.intp)
+                j_ = builder.add(j_, w_j)
             elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
             lanes = _VECTOR_BITS // (32 if is_f32 else 64)   # one vector register
-            n_vec = block_cols // lanes
+            n_vec = cols // lanes
             vec = llvm_ir.VectorType(elem, lanes)
             vec_ptr = vec.as_pointer()
             item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
@@ -524,7 +532,8 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False):
                     slot = cgutils.alloca_once(builder, vec)
                     builder.store(builder.load(start, align=item), slot)
                     slots.append((slot, ptr))
-            w_j = const(0) if panel else j_
+            if not panel:
+                w_j = j_
             n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
             with cgutils.for_range(builder, n_k) as loop:
                 k = loop.index
@@ -706,54 +715,103 @@ def _add_products(out, a, w_t):
 
 
 # Panels: a transposed weight ``w_t [K, J]`` stored as ``w_p [P, K, C]`` with ``w_p[p, k, c] =
-# w_t[k, p C + c]`` (C = the block width, P = ceil(J / C), zeros beyond column J), so that a
+# w_t[k, p C + c]`` (C = _PANEL_COLS, P = ceil(J / C), zeros beyond column J), so that a
 # register block reads its weights from one contiguous stretch of memory instead of a few
-# vectors from each of K rows far apart. Which layout the weights are read from changes no
-# element's arithmetic: :func:`_linear_panels` is :func:`_linear_rows`, bit for bit.
-_PANEL_COLS = _BLOCK_COLS
+# vectors from each of K rows far apart. A full panel is computed in register blocks of
+# _PANEL_WIDE_F64 (float64) or _PANEL_WIDE_F32 (float32) columns, on AVX-512 three vectors a
+# row in either dtype (8 x 24 float64, 8 x 48 float32: 24 accumulators, each weight vector
+# loaded serving 8 rows); the last, partial panel (4H = 256 = 5 x 48 + 16) in blocks of
+# _BLOCK_COLS columns. AVX2 keeps one block shape (6 x 8, panels of 8). Which layout the
+# weights are read from and which block computes an element change no element's arithmetic:
+# :func:`_linear_panels` is :func:`_linear_rows`, bit for bit.
+if _VECTOR_BITS >= 512:
+    _PANEL_COLS = 48
+    _PANEL_WIDE_F64, _PANEL_WIDE_F32 = 24, 48
+else:
+    _PANEL_COLS = _BLOCK_COLS
+    _PANEL_WIDE_F64 = _PANEL_WIDE_F32 = _BLOCK_COLS
 
 
-def _linear_panel(out, a, w_panel, b, n, j0):
-    """``out[n:n+R, j0:j0+C] = b[j0:j0+C] + a[n:n+R] @ w_panel`` (R x C the block of
-    :func:`_add_block`, ``w_panel [K, C]``), every element the FMA chain of
-    :func:`_linear_rows`. Interpreted here; compiled, a register block of
-    :func:`_block_vector_intrinsic` (``panel=True``)."""
+def _panel_block(out, a, w_panel, b, n, j0, c0, cols):
+    """``out[n:n+R, j0+c0:j0+c0+cols] = b[j0+c0:j0+c0+cols] + a[n:n+R] @ w_panel[:, c0:c0+cols]``
+    (R = _BLOCK_ROWS rows), every element the FMA chain of :func:`_linear_rows`."""
     for m in range(n, n + _BLOCK_ROWS):
-        for c in range(_PANEL_COLS):
+        for c in range(c0, c0 + cols):
             o = b[j0 + c]
             for k in range(a.shape[1]):
                 o = _fma(a[m, k], w_panel[k, c], o)
             out[m, j0 + c] = o
 
 
+def _linear_panel(out, a, w_panel, b, n, j0, c0):
+    """:func:`_panel_block` of _BLOCK_COLS columns (a partial panel's). Interpreted here;
+    compiled, a register block of :func:`_block_vector_intrinsic` (``panel=True``)."""
+    _panel_block(out, a, w_panel, b, n, j0, c0, _BLOCK_COLS)
+
+
+def _panel_wide_cols(out):
+    """The width of the full panels' blocks for the dtype of ``out``: _PANEL_WIDE_F32 for
+    float32, else _PANEL_WIDE_F64 (a constant when compiled)."""
+    return _PANEL_WIDE_F32 if out.dtype == np.float32 else _PANEL_WIDE_F64
+
+
+@overload(_panel_wide_cols)
+def _panel_wide_cols_compiled(out):
+    cols = _PANEL_WIDE_F32 if out.dtype == types.float32 else _PANEL_WIDE_F64
+    return lambda out: cols
+
+
+def _linear_panel_wide(out, a, w_panel, b, n, j0, c0):
+    """:func:`_panel_block` of :func:`_panel_wide_cols` columns (a full panel's). Interpreted
+    here; compiled, a register block of :func:`_block_vector_intrinsic` (``panel=True``)."""
+    _panel_block(out, a, w_panel, b, n, j0, c0, _panel_wide_cols(out))
+
+
 _linear_panel_vector = _block_vector_intrinsic(_BLOCK_ROWS, _BLOCK_COLS, panel=True)
+_linear_panel_wide_vector = _block_vector_intrinsic(_BLOCK_ROWS, _PANEL_WIDE_F64, panel=True,
+                                                    f32_cols=_PANEL_WIDE_F32)
 
 
-@overload(_linear_panel)
-def _linear_panel_compiled(out, a, w_panel, b, n, j0):
-    """Compiled, :func:`_linear_panel` is a register block (operands:
-    :func:`_check_block_operands`; ``b`` 1-D, C-contiguous, of their dtype)."""
+def _check_panel_operands(out, a, w_panel, b):
+    """Typing-time check of a panel block's operands: :func:`_check_block_operands`, and ``b``
+    1-D, C-contiguous, of their dtype."""
     _check_block_operands(out, a, w_panel)
     if not (isinstance(b, types.Array) and b.ndim == 1 and b.layout == "C"
             and b.dtype == out.dtype):
         raise NumbaTypingError(f"_linear_panel takes a 1-D C-contiguous bias of the dtype of "
                                f"out, got {b}")
-    return lambda out, a, w_panel, b, n, j0: _linear_panel_vector(out, a, w_panel, b, n, j0)
+
+
+@overload(_linear_panel)
+def _linear_panel_compiled(out, a, w_panel, b, n, j0, c0):
+    """Compiled, :func:`_linear_panel` is a register block (:func:`_check_panel_operands`)."""
+    _check_panel_operands(out, a, w_panel, b)
+    return lambda out, a, w_panel, b, n, j0, c0: _linear_panel_vector(out, a, w_panel, b, n,
+                                                                      j0, c0)
+
+
+@overload(_linear_panel_wide)
+def _linear_panel_wide_compiled(out, a, w_panel, b, n, j0, c0):
+    """Compiled, :func:`_linear_panel_wide` is a register block
+    (:func:`_check_panel_operands`)."""
+    _check_panel_operands(out, a, w_panel, b)
+    return lambda out, a, w_panel, b, n, j0, c0: _linear_panel_wide_vector(out, a, w_panel, b,
+                                                                           n, j0, c0)
 
 
 @njit
-def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p):
-    """The rows ``n_lo .. n_hi - 1`` and the columns of panel ``p`` (those below J) of
-    :func:`_linear_panels`, the loop over the panel's columns vectorized."""
+def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p, c_lo):
+    """The rows ``n_lo .. n_hi - 1`` and the columns ``c_lo ..`` of panel ``p`` (those below J)
+    of :func:`_linear_panels`, the loop over the panel's columns vectorized."""
     _wide()
     j0 = p * _PANEL_COLS
     cols = min(_PANEL_COLS, out.shape[1] - j0)
     for m in range(n_lo, n_hi):
-        for c in range(cols):
+        for c in range(c_lo, cols):
             out[m, j0 + c] = b[j0 + c]
         for k in range(a.shape[1]):
             am = a[m, k]
-            for c in range(cols):
+            for c in range(c_lo, cols):
                 out[m, j0 + c] = _fma(am, w_p[p, k, c], out[m, j0 + c])
 
 
@@ -761,19 +819,30 @@ def _linear_panel_loops(out, a, w_p, b, n_lo, n_hi, p):
 def _linear_panels(x, w_p, b, out):
     """:func:`_linear_rows` (``out = b + x @ w_t``, the same FMA chain per element) with the
     weight as panels ``w_p [P, K, C]`` of ``w_t [K, J]`` (:func:`_pack_panels`): ``x [M, K]``
-    (any strides), ``b [J]``, ``out [M, J]`` C-contiguous. Full panels in register blocks
-    (:func:`_linear_panel`), the rows left over and a last partial panel by
-    :func:`_linear_panel_loops`."""
+    (any strides), ``b [J]``, ``out [M, J]`` C-contiguous. Full panels in register blocks of
+    :func:`_linear_panel_wide`, a last partial panel in blocks of :func:`_linear_panel` as far
+    as they fit; the rows and columns left over by :func:`_linear_panel_loops`."""
     n_rows = x.shape[0]
-    n_full = out.shape[1] // _PANEL_COLS
+    n_j = out.shape[1]
     n_blocked = n_rows - n_rows % _BLOCK_ROWS
-    for p in range(n_full):
-        for n in range(0, n_blocked, _BLOCK_ROWS):
-            _linear_panel(out, x, w_p[p], b, n, p * _PANEL_COLS)
+    wide = _panel_wide_cols(out)
+    for p in range(w_p.shape[0]):
+        j0 = p * _PANEL_COLS
+        cols = min(_PANEL_COLS, n_j - j0)
+        if cols == _PANEL_COLS:
+            for n in range(0, n_blocked, _BLOCK_ROWS):
+                for c0 in range(0, _PANEL_COLS, wide):
+                    _linear_panel_wide(out, x, w_p[p], b, n, j0, c0)
+            c_blocked = cols
+        else:
+            c_blocked = cols - cols % _BLOCK_COLS
+            for n in range(0, n_blocked, _BLOCK_ROWS):
+                for c0 in range(0, c_blocked, _BLOCK_COLS):
+                    _linear_panel(out, x, w_p[p], b, n, j0, c0)
+        if c_blocked < cols:
+            _linear_panel_loops(out, x, w_p, b, 0, n_blocked, p, c_blocked)
         if n_blocked < n_rows:
-            _linear_panel_loops(out, x, w_p, b, n_blocked, n_rows, p)
-    for p in range(n_full, w_p.shape[0]):
-        _linear_panel_loops(out, x, w_p, b, 0, n_rows, p)
+            _linear_panel_loops(out, x, w_p, b, n_blocked, n_rows, p, 0)
 
 
 @njit
@@ -1091,21 +1160,23 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
 
 @njit
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, x_t, products):
+                    g_b, x_t, products, w_hh_copy):
     """:func:`_backward_kernel` (without the initial-state product: :func:`_backward_steps`)
     then :func:`_weight_grads` for L LSTMs from zero final-state gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
     :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
     [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
     [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
-    ``x_t [D, T N]``, ``products [D, 4H]``)."""
+    ``x_t [D, T N]``, ``products [D, 4H]``; ``w_hh_copy [L, 4H, H]``: ``w_hh`` is copied there
+    first, and the steps read the copy, which starts at a cache line: StackedArrays)."""
     _wide()
     n_lstm, n_steps, n_env, hidden = dh_seq.shape
     _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), x_t)
+    w_hh_copy.reshape(-1)[:] = w_hh.reshape(-1)
     for l in range(n_lstm):
         dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
         _backward_steps(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
-                        w_hh[l], dz[l], False)
+                        w_hh_copy[l], dz[l], False)
         _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products)
 
 
@@ -1137,53 +1208,120 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
     return h_seq, c_prev[n_steps].copy(), cache
 
 
-def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep):
+# StackedArrays start at a multiple of this many bytes (a cache line, one AVX-512 vector), so
+# that the vector loads of the kernels (rows of 2^k elements) never straddle two cache lines;
+# np.empty only promises 16 bytes.
+_ALIGN = 64
+
+
+def _aligned_empty(name: str, shape: Tuple[int, ...], dtype, pooled: bool) -> np.ndarray:
+    """An uninitialized C-contiguous array of ``shape`` and ``dtype`` starting at a multiple of
+    ``_ALIGN`` bytes: a view of a fresh byte buffer, or with ``pooled`` of one from the reuse
+    pool ``"lstm." + name`` of :mod:`ppo_ref.fast.workspace`."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if pooled:
+        buf = workspace.empty("lstm." + name, (size + _ALIGN,), np.uint8)
+    else:
+        buf = np.empty(size + _ALIGN, np.uint8)
+    start = -buf.ctypes.data % _ALIGN
+    return buf[start:start + size].view(dtype).reshape(shape)
+
+
+class StackedArrays(NamedTuple):
+    """The arrays of :func:`forward_stacked` and :func:`backward_stacked` for ``L`` LSTMs of
+    width ``H`` with ``D`` inputs over ``T`` steps of ``N`` environments, all C-contiguous of
+    one dtype (the compute dtype): what the forward writes, ``h_seq [L, T, N, H]``, ``h_prev,
+    c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c [L, T, N, H]`` (the results of
+    :func:`forward_stacked`); its scratch, ``w_p [L, P, D + H, C]`` (the weight panels,
+    :func:`_pack_panels`) and ``xh [T, N, D + H]``; and the backward's scratch, ``dz [L, T, N,
+    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``, ``w_hh [L, 4H, H]`` (a copy of the recurrent
+    weights); each starting at a multiple of 64 bytes.
+    Made once by :meth:`empty` and passed as
+    ``arrays`` to both functions, so a caller that runs many passes of one size allocates
+    nothing per pass."""
+    h_seq: np.ndarray
+    h_prev: np.ndarray
+    c_prev: np.ndarray
+    gates: np.ndarray
+    tanh_c: np.ndarray
+    w_p: np.ndarray
+    xh: np.ndarray
+    dz: np.ndarray
+    x_t: np.ndarray
+    products: np.ndarray
+    w_hh: np.ndarray
+
+    @classmethod
+    def empty(cls, n_lstm: int, n_steps: int, n_env: int, d_in: int, hidden: int, dtype,
+              pooled: bool = False) -> "StackedArrays":
+        """Uninitialized :class:`StackedArrays` for these sizes in ``dtype``: fresh arrays
+        (``np.empty``), or with ``pooled`` True arrays of the reuse pools of
+        :mod:`ppo_ref.fast.workspace` (never one still held elsewhere)."""
+        def new(name, shape):
+            return _aligned_empty(name, shape, dtype, pooled)
+        four_h = 4 * hidden
+        state = (n_lstm, n_steps, n_env, hidden)
+        carried = (n_lstm, n_steps + 1, n_env, hidden)
+        return cls(new("h_seq", state), new("h_prev", carried), new("c_prev", carried),
+                   new("gates", (n_lstm, n_steps, n_env, four_h)), new("tanh_c", state),
+                   new("w_panels", (n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS)),
+                   new("xh", (n_steps, n_env, d_in + hidden)),
+                   new("dz", (n_lstm, n_steps, n_env, four_h)),
+                   new("x_t", (d_in, n_steps * n_env)), new("products", (d_in, four_h)),
+                   new("w_hh", (n_lstm, four_h, hidden)))
+
+
+def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays=None):
     """Unchecked forward of L LSTMs over the same inputs, for the fast path of
     :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy` (its caller has checked what
     :func:`lstm_forward` checks): ``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``, ``b [L, 4H]``,
     ``x [T, N, D]`` C-contiguous, ``h0, c0 [L, N, H]`` C-contiguous, ``keep [T + 1, N]`` (as
     :func:`_keep_mask`), all float64: the arithmetic of :func:`lstm_forward` for each LSTM, bit
     for bit. All float32 instead: the same kernels in float32 (16 lanes per AVX-512 vector;
-    the products are float32 FMA chains, ``tanh`` is evaluated in float64 and rounded).
+    the products are float32 FMA chains, ``tanh`` is evaluated in float32 arithmetic).
+
+    ``arrays``: a :class:`StackedArrays` of these sizes and dtype to write into (``b`` must
+    then be C-contiguous), or None for arrays of the reuse pools of
+    :mod:`ppo_ref.fast.workspace` (never one still held).
 
     Returns ``(h_seq [L, T, N, H], h_prev [L, T + 1, N, H], c_prev [L, T + 1, N, H],
     gates [L, T, N, 4H], tanh_c [L, T, N, H])``: per LSTM what :class:`LSTMCache` holds (row
-    ``T`` of ``h_prev``/``c_prev`` is the unmasked final state).
+    ``T`` of ``h_prev``/``c_prev`` is the unmasked final state); with ``arrays``, its fields.
     """
-    n_lstm, four_h, _ = w_ih.shape
-    hidden = four_h // 4
-    n_steps, n_env, _ = x.shape
-    dtype = x.dtype
-    # the arrays come from the reuse pools of ppo_ref.fast.workspace (never one still held)
-    h_prev = workspace.empty("lstm.h_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
-    c_prev = workspace.empty("lstm.c_prev", (n_lstm, n_steps + 1, n_env, hidden), dtype)
-    gates = workspace.empty("lstm.gates", (n_lstm, n_steps, n_env, four_h), dtype)
-    tanh_c = workspace.empty("lstm.tanh_c", (n_lstm, n_steps, n_env, hidden), dtype)
-    h_seq = workspace.empty("lstm.h_seq", (n_lstm, n_steps, n_env, hidden), dtype)
-    d_xh = w_ih.shape[2] + hidden
-    w_p = workspace.empty("lstm.w_panels", (n_lstm, _panel_count(four_h), d_xh, _PANEL_COLS),
-                          dtype)
-    xh = workspace.empty("lstm.xh", (n_steps, n_env, d_xh), dtype)
-    _forward_stack_t(x, w_ih, w_hh, np.ascontiguousarray(b), keep, h0, c0, w_p, xh, h_prev,
-                     c_prev, gates, tanh_c, h_seq)
-    return h_seq, h_prev, c_prev, gates, tanh_c
+    if arrays is None:
+        n_lstm, four_h, d_in = w_ih.shape
+        n_steps, n_env, _ = x.shape
+        arrays = StackedArrays.empty(n_lstm, n_steps, n_env, d_in, four_h // 4, x.dtype,
+                                     pooled=True)
+        b = np.ascontiguousarray(b)
+    a = arrays
+    _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, a.w_p, a.xh, a.h_prev, a.c_prev, a.gates,
+                     a.tanh_c, a.h_seq)
+    return a.h_seq, a.h_prev, a.c_prev, a.gates, a.tanh_c
 
 
-def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b):
+def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_ih, g_w_hh, g_b,
+                     arrays=None):
     """Unchecked BPTT for :func:`forward_stacked` (its arrays, ``w_hh [L, 4H, H]`` and
     ``dh_seq [L, T, N, H]`` C-contiguous, all float64 or all float32; zero gradient on the
-    final states). Writes
-    the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]``
-    with the products and sums of :func:`lstm_backward` (same bits); ``dx`` and the
-    initial-state gradients are not computed."""
-    n_lstm, n_steps, n_env, hidden = dh_seq.shape
-    dtype = dh_seq.dtype
-    d_in = x.shape[2]
-    dz = workspace.empty("lstm.dz", (n_lstm, n_steps, n_env, 4 * hidden), dtype)
-    x_t = workspace.empty("lstm.x_t", (d_in, n_steps * n_env), dtype)
-    products = workspace.empty("lstm.products", (d_in, 4 * hidden), dtype)
+    final states). Writes the weight gradients into ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H,
+    H]``, ``g_b [L, 4H]`` with the products and sums of :func:`lstm_backward` (same bits);
+    ``dx`` and the initial-state gradients are not computed. Scratch: the ``dz``, ``x_t``,
+    ``products`` and ``w_hh`` of ``arrays`` (a :class:`StackedArrays` of these sizes), or of the
+    reuse pools of :mod:`ppo_ref.fast.workspace` when ``arrays`` is None."""
+    if arrays is None:
+        n_lstm, n_steps, n_env, hidden = dh_seq.shape
+        dtype = dh_seq.dtype
+        d_in = x.shape[2]
+        four_h = 4 * hidden
+        dz = _aligned_empty("dz", (n_lstm, n_steps, n_env, four_h), dtype, True)
+        x_t = _aligned_empty("x_t", (d_in, n_steps * n_env), dtype, True)
+        products = _aligned_empty("products", (d_in, four_h), dtype, True)
+        w_hh_copy = _aligned_empty("w_hh", w_hh.shape, dtype, True)
+    else:
+        dz, x_t, products, w_hh_copy = arrays.dz, arrays.x_t, arrays.products, arrays.w_hh
     _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
-                    g_b, x_t, products)
+                    g_b, x_t, products, w_hh_copy)
 
 
 def _keep_mask(episode_starts, shape: Tuple[int, ...], shape_name: str) -> np.ndarray:

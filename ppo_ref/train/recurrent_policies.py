@@ -59,8 +59,8 @@ from ppo_ref.fast import workspace
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
-from ppo_ref.fast.lstm import (all_finite, backward_stacked, forward_stacked, keep_rows,
-                              step_stacked)
+from ppo_ref.fast.lstm import (StackedArrays, all_finite, backward_stacked, forward_stacked,
+                              keep_rows, step_stacked)
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import (PolicyBase, PolicyEval, SpecPolicyBase, _finite_grad,
@@ -117,10 +117,12 @@ class _FastSpec(NamedTuple):
 class _FastCache(NamedTuple):
     """Cache of :meth:`RecurrentPolicy.evaluate`: the spec and ``(T, n)``, the parameter
     buffer in the compute dtype, the inputs and the stacked LSTM arrays of
-    :func:`ppo_ref.fast.lstm.forward_stacked` (``h_seq [L, T, n, H]``: the towers' inputs), the
-    towers' outputs buffers of :func:`ppo_ref.fast.mlp.mlp_forward_flat`, ``policy_out
-    [T * n, P]`` (a view of the policy tower's buffer), the flat actions, and (categorical
-    head) the probabilities and entropies (``None`` otherwise)."""
+    :func:`ppo_ref.fast.lstm.forward_stacked` (``h_seq [L, T, n, H]``, whose ``[T * n, H]``
+    views ``pi_in``, ``vf_in`` are the towers' inputs), the towers' outputs buffers of
+    :func:`ppo_ref.fast.mlp.mlp_forward_flat`, ``policy_out [T * n, P]`` (a view of the policy
+    tower's buffer), the flat actions, (categorical head) the probabilities and entropies
+    (``None`` otherwise), and the :class:`ppo_ref.fast.lstm.StackedArrays` the LSTM arrays
+    belong to (its backward scratch is :meth:`backward`'s)."""
     spec: _FastSpec
     shape: Tuple[int, int]
     flat: np.ndarray
@@ -131,12 +133,15 @@ class _FastCache(NamedTuple):
     c_prev: np.ndarray
     gates: np.ndarray
     tanh_c: np.ndarray
+    pi_in: np.ndarray
+    vf_in: np.ndarray
     pi_acts: np.ndarray
     vf_acts: np.ndarray
     policy_out: np.ndarray
     actions: np.ndarray
     probs: object
     entropy: object
+    lstm: StackedArrays
 
 
 _LOGITS_ERROR = ("params give logits for these inputs that are not finite or whose spread "
@@ -192,11 +197,17 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
 
 
 class _PassBuffers(NamedTuple):
-    """The arrays the towers and the head of one :meth:`RecurrentPolicy._evaluate_envs` of
-    ``rows = T * n`` rows write: the towers' outputs buffers ``pi_acts``, ``vf_acts`` (compute
-    dtype, :func:`ppo_ref.fast.mlp.mlp_forward_flat`), ``out [rows, P]`` and ``value_out
-    [rows]`` (views of their last blocks), and for the categorical head float64 ``log_probs``,
-    ``entropy`` ``[rows]`` and ``probs [rows, P]`` (None for the other heads)."""
+    """The arrays one :meth:`RecurrentPolicy._evaluate_envs` of ``n`` envs over ``T`` steps
+    (``rows = T * n``) writes: the LSTMs' :class:`ppo_ref.fast.lstm.StackedArrays` ``lstm``
+    (with the backward's scratch) and the towers' inputs ``pi_in``, ``vf_in`` (``[rows, H]``
+    views of its ``h_seq[0]``, ``h_seq[-1]``), the towers' outputs buffers ``pi_acts``,
+    ``vf_acts`` (compute dtype, :func:`ppo_ref.fast.mlp.mlp_forward_flat`), ``out [rows, P]``
+    and ``value_out [rows]`` (views of their last blocks), and for the categorical head float64
+    ``log_probs``, ``entropy`` ``[rows]`` and ``probs [rows, P]`` (None for the other
+    heads)."""
+    lstm: StackedArrays
+    pi_in: np.ndarray
+    vf_in: np.ndarray
     pi_acts: np.ndarray
     vf_acts: np.ndarray
     out: np.ndarray
@@ -206,13 +217,32 @@ class _PassBuffers(NamedTuple):
     probs: object
 
 
-def _pass_buffers(spec: _FastSpec, rows: int, dtype, categorical: bool) -> _PassBuffers:
-    """Fresh :class:`_PassBuffers` for ``rows`` rows of the network ``spec`` in the compute
-    ``dtype``; ``categorical``: the head is categorical."""
-    pi_acts = np.empty(rows * spec.pi_width, dtype)
-    vf_acts = np.empty(rows * spec.vf_width, dtype)
+def _aligned_array(shape, dtype, zeros: bool = False) -> np.ndarray:
+    """``np.empty(shape, dtype)`` (``np.zeros`` with ``zeros``) starting at a multiple of 64
+    bytes (a cache line, one AVX-512 vector; NumPy only promises 16), so that the vector loads
+    of the compiled passes from its rows never straddle two cache lines: a view of a byte
+    buffer."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    buf = (np.zeros if zeros else np.empty)(size + 64, np.uint8)
+    start = -buf.ctypes.data % 64
+    return buf[start:start + size].view(dtype).reshape(shape)
+
+
+def _pass_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
+                  categorical: bool, pooled: bool) -> _PassBuffers:
+    """:class:`_PassBuffers` for ``n_env`` envs over ``n_steps`` steps of the network ``spec``
+    (``d_in`` inputs) in the compute ``dtype``; ``categorical``: the head is categorical;
+    ``pooled``: the LSTM arrays from the reuse pools of :mod:`ppo_ref.fast.workspace` (else
+    fresh, like the others)."""
+    rows = n_steps * n_env
+    hidden = spec.hidden
+    lstm = StackedArrays.empty(spec.n_lstm, n_steps, n_env, d_in, hidden, dtype, pooled)
+    pi_acts = _aligned_array(rows * spec.pi_width, dtype)
+    vf_acts = _aligned_array(rows * spec.vf_width, dtype)
     n_out = int(spec.pi_table[-1, 2])
-    return _PassBuffers(pi_acts, vf_acts,
+    return _PassBuffers(lstm, lstm.h_seq[0].reshape(rows, hidden),
+                        lstm.h_seq[-1].reshape(rows, hidden), pi_acts, vf_acts,
                         pi_acts[rows * (spec.pi_width - n_out):].reshape(rows, n_out),
                         vf_acts[rows * (spec.vf_width - 1):],
                         np.empty(rows) if categorical else None,
@@ -226,31 +256,36 @@ class _GroupBuffers(NamedTuple):
     (row ``T`` ones; rows ``0..T-1``, the view ``keep_steps``, written per call), the
     :class:`_PassBuffers` ``passes``, float64 ``values [rows]`` (``passes.value_out`` itself
     in float64 compute), the head's gradient ``d_out [rows, P]`` (categorical; else None),
-    ``dh_seq [L, T, n, H]`` and ``d_values [rows, 1]`` with its 1-D view ``d_values_rows``
-    (float32 compute; None in float64)."""
+    ``dh_seq [L, T, n, H]`` with its ``[rows, H]`` views ``dpi_in``, ``dvf_in`` (of
+    ``dh_seq[0]``, ``dh_seq[-1]``), and ``d_values [rows, 1]`` with its 1-D view
+    ``d_values_rows`` (float32 compute; None in float64)."""
     keep: np.ndarray
     keep_steps: np.ndarray
     passes: _PassBuffers
     values: np.ndarray
     d_out: object
     dh_seq: np.ndarray
+    dpi_in: np.ndarray
+    dvf_in: np.ndarray
     d_values: object
     d_values_rows: object
 
 
-def _group_buffers(spec: _FastSpec, n_steps: int, n_env: int, dtype,
+def _group_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
                    categorical: bool) -> _GroupBuffers:
     """Fresh :class:`_GroupBuffers` for ``n_env`` envs over ``n_steps`` steps of the network
-    ``spec`` in the compute ``dtype``."""
+    ``spec`` (``d_in`` inputs) in the compute ``dtype``."""
     rows = n_steps * n_env
     keep = np.ones((n_steps + 1, n_env), dtype)
-    passes = _pass_buffers(spec, rows, dtype, categorical)
+    passes = _pass_buffers(spec, n_steps, n_env, d_in, dtype, categorical, False)
     low = np.dtype(dtype) != np.float64
     d_values = np.empty((rows, 1), dtype) if low else None
+    dh_seq = _aligned_array((spec.n_lstm, n_steps, n_env, spec.hidden), dtype)
     return _GroupBuffers(keep, keep[:n_steps], passes,
                          np.empty(rows) if low else passes.value_out,
-                         np.empty(passes.out.shape, dtype) if categorical else None,
-                         np.empty((spec.n_lstm, n_steps, n_env, spec.hidden), dtype), d_values,
+                         _aligned_array(passes.out.shape, dtype) if categorical else None,
+                         dh_seq, dh_seq[0].reshape(rows, spec.hidden),
+                         dh_seq[-1].reshape(rows, spec.hidden), d_values,
                          None if d_values is None else d_values.reshape(rows))
 
 
@@ -707,7 +742,8 @@ class RecurrentPolicy(PolicyBase):
         if dt != np.float64:
             x, h0, c0 = x.astype(dt), h0.astype(dt), c0.astype(dt)
         keep = keep_rows(starts, dt)
-        buffers = _pass_buffers(spec, T * n, dt, self.head.kind == "categorical")
+        buffers = _pass_buffers(spec, T, n, x.shape[2], dt, self.head.kind == "categorical",
+                                True)
         log_probs, entropy, values, cache = self._evaluate_envs(
             params, spec, flat, self._stacked(spec, flat), x, h0, c0, keep, flat_actions, buffers)
         return PolicyEval(log_probs.reshape(T, n), entropy.reshape(T, n),
@@ -727,22 +763,20 @@ class RecurrentPolicy(PolicyBase):
         (:func:`ppo_ref.fast.lstm.forward_stacked`), each tower in one
         (:func:`ppo_ref.fast.mlp.mlp_forward_flat`), the categorical head in one
         (:func:`ppo_ref.fast.distributions.categorical_eval_kernel`)."""
-        T, n = x.shape[:2]
-        rows = T * n
-        hidden = spec.hidden
         relu = self.activation == "relu"
         b = buffers
-        h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(*stacked, x, h0, c0, keep)
-        mlp_forward_flat(h_seq[0].reshape(rows, hidden), flat, spec.pi_table, relu, b.pi_acts)
-        mlp_forward_flat(h_seq[-1].reshape(rows, hidden), flat, spec.vf_table, relu, b.vf_acts)
+        h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(*stacked, x, h0, c0, keep, b.lstm)
+        mlp_forward_flat(b.pi_in, flat, spec.pi_table, relu, b.pi_acts)
+        mlp_forward_flat(b.vf_in, flat, spec.vf_table, relu, b.vf_acts)
         if b.probs is not None:
             if not categorical_eval_kernel(b.out, actions, b.log_probs, b.entropy, b.probs):
                 raise ValueError(_LOGITS_ERROR)
             log_probs, entropy = b.log_probs, b.entropy
         else:
             log_probs, entropy, _ = self._head_eval(b.out, params, actions)
-        cache = _FastCache(spec, (T, n), flat, x, keep, h_seq, h_prev, c_prev, gates, tanh_c,
-                           b.pi_acts, b.vf_acts, b.out, actions, b.probs, b.entropy)
+        cache = _FastCache(spec, x.shape[:2], flat, x, keep, h_seq, h_prev, c_prev, gates,
+                           tanh_c, b.pi_in, b.vf_in, b.pi_acts, b.vf_acts, b.out, actions,
+                           b.probs, b.entropy, b.lstm)
         return log_probs, entropy, b.value_out, cache
 
     def evaluate_hidden(self, params, hidden, actions) -> PolicyEval:
@@ -824,16 +858,17 @@ class RecurrentPolicy(PolicyBase):
         dt = self.compute_dtype
         spec = cache.spec
         g_flat = gradient_buffer("policy.grads", spec.layout, dt, self._head_keys)
+        dh_seq = workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, spec.hidden), dt)
         head_grads = self._backward_envs(
             params, cache, self._stacked(spec, cache.flat)[1], d_lp, d_ent,
             np.ascontiguousarray(d_v.reshape(T * n, 1), dtype=dt), g_flat,
             self._stacked(spec, g_flat),
-            None if cache.probs is None else np.empty_like(cache.policy_out),
-            workspace.empty("policy.dh_seq", (spec.n_lstm, T, n, spec.hidden), dt))
+            None if cache.probs is None else np.empty_like(cache.policy_out), dh_seq,
+            dh_seq[0].reshape(T * n, spec.hidden), dh_seq[-1].reshape(T * n, spec.hidden))
         return gradient_arrays(g_flat, spec.layout, head_grads)
 
     def _backward_envs(self, params, cache: _FastCache, w_hh, d_lp, d_ent, d_v, g, g_stacked,
-                       d_out, dh_seq) -> dict:
+                       d_out, dh_seq, dpi_in, dvf_in) -> dict:
         """:meth:`backward` of checked arguments, unchecked: ``cache`` from
         :meth:`_evaluate_envs` (or :meth:`evaluate`) with ``params``, ``w_hh`` the ``[L, 4H,
         H]`` view of its parameter buffer, ``d_lp`` (and ``d_ent`` or None) finite C-contiguous
@@ -843,7 +878,9 @@ class RecurrentPolicy(PolicyBase):
         layout; the head's own entries are not written), whose ``(w_ih, w_hh, b)`` views are
         ``g_stacked``, and returns the head's own gradients (``{"log_std": ...}`` or none).
         Scratch it overwrites: ``d_out`` (the categorical head's ``[T * n, P]`` gradient, in
-        the compute dtype; None for the other heads) and ``dh_seq [L, T, n, H]``. The
+        the compute dtype; None for the other heads) and ``dh_seq [L, T, n, H]``, whose
+        ``[T * n, H]`` views of ``dh_seq[0]``, ``dh_seq[-1]`` are ``dpi_in``, ``dvf_in``, and
+        the backward scratch of ``cache.lstm``. The
         categorical head in one compiled pass
         (:func:`ppo_ref.fast.distributions.categorical_backward_kernel`), each tower in one
         (:func:`ppo_ref.fast.mlp.mlp_backward_flat`, which add ``dL/dh`` into ``dh_seq``: a
@@ -860,17 +897,13 @@ class RecurrentPolicy(PolicyBase):
                                               cache.actions, None, None, d_lp, d_ent,
                                               self.compute_dtype)
         relu = self.activation == "relu"
-        rows = d_v.shape[0]
-        hidden = spec.hidden
         flat = cache.flat
-        h_seq = cache.h_seq
         dh_seq[...] = 0.0
-        mlp_backward_flat(h_seq[0].reshape(rows, hidden), cache.pi_acts, flat, spec.pi_table,
-                          relu, d_out, g, dh_seq[0].reshape(rows, hidden))
-        mlp_backward_flat(h_seq[-1].reshape(rows, hidden), cache.vf_acts, flat, spec.vf_table,
-                          relu, d_v, g, dh_seq[-1].reshape(rows, hidden))
+        mlp_backward_flat(cache.pi_in, cache.pi_acts, flat, spec.pi_table, relu, d_out, g,
+                          dpi_in)
+        mlp_backward_flat(cache.vf_in, cache.vf_acts, flat, spec.vf_table, relu, d_v, g, dvf_in)
         backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
-                         cache.keep, dh_seq, *g_stacked)
+                         cache.keep, dh_seq, *g_stacked, cache.lstm)
         return head_grads
 
     def _update_passes(self, obs, actions, state, episode_starts):
@@ -900,9 +933,9 @@ class RecurrentPolicy(PolicyBase):
         step reads it before the next minibatch). Likewise ``evaluate`` writes its results
         (log-probs, entropies, values and the arrays of its towers and head) into
         :class:`_GroupBuffers` of this update, one set per group size, overwritten at the next
-        call of that size: the epoch loop reads them (loss, backward) before it evaluates the
-        next minibatch (the LSTM arrays come from the reuse pools of
-        :func:`ppo_ref.fast.lstm.forward_stacked`, never one still held). The float32 compute
+        call of that size (the LSTM arrays and the backward's scratch too: their
+        :class:`ppo_ref.fast.lstm.StackedArrays`): the epoch loop reads them (loss, backward)
+        before it evaluates the next minibatch. The float32 compute
         dtype's parameter copy is one buffer of this update too, rewritten at each call."""
         x = self._obs_input(obs, 2)
         T, N = x.shape[:2]
@@ -940,10 +973,10 @@ class RecurrentPolicy(PolicyBase):
             n = x_g.shape[1]
             b = buffers.get(n)
             if b is None:
-                b = buffers[n] = _group_buffers(spec, T, n, dt, categorical)
+                b = buffers[n] = _group_buffers(spec, T, n, x.shape[2], dt, categorical)
             if low:
                 if not flat_low:
-                    flat_low.append(np.empty(params.flat.size, dt))
+                    flat_low.append(_aligned_array(params.flat.size, dt))
                 flat = flat_low[0]
                 flat[...] = params.flat  # rounded as astype rounds
             else:
@@ -962,8 +995,9 @@ class RecurrentPolicy(PolicyBase):
             cache, b, w_hh = cache
             if not grads:
                 layout = params.layout
-                out = FlatArrays.from_buffer(np.zeros(layout.size), layout)
-                g = np.zeros(layout.size, dt) if low else out.flat
+                out = FlatArrays.from_buffer(_aligned_array(layout.size, np.float64, True),
+                                             layout)
+                g = _aligned_array(layout.size, dt, True) if low else out.flat
                 grads.extend((out, g, self._stacked(checked[1], g)))
             out, g, g_stacked = grads
             if low:
@@ -972,7 +1006,8 @@ class RecurrentPolicy(PolicyBase):
             else:
                 d_v = d_values.reshape(d_values.shape[0], 1)
             head_grads = self._backward_envs(params, cache, w_hh, d_log_probs, d_entropy, d_v,
-                                             g, g_stacked, b.d_out, b.dh_seq)
+                                             g, g_stacked, b.d_out, b.dh_seq, b.dpi_in,
+                                             b.dvf_in)
             if low:
                 out.flat[...] = g  # float32 -> float64: exact
             for k, v in head_grads.items():
