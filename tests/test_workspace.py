@@ -11,25 +11,38 @@ from ppo_ref.recurrent_policies import RecurrentPolicy
 
 
 def test_free_arrays_are_reused_and_held_ones_are_not():
+    # the pools hand out views of their buffers: the same memory is the same buffer
     a = workspace.empty("test.a", (3, 4), np.float64)
-    first = id(a)
+    first = a.ctypes.data
     b = workspace.empty("test.a", (3, 4), np.float64)
-    assert b is not a  # a is held
+    assert not np.shares_memory(a, b)  # a is held
     del a
     c = workspace.empty("test.a", (3, 4), np.float64)
-    assert id(c) == first  # free again: reused
+    assert c.ctypes.data == first  # free again: reused
     view = c[1:]
     del c
     d = workspace.empty("test.a", (3, 4), np.float64)
-    assert d is not view.base and d is not b  # a view holds its base
+    assert not np.shares_memory(d, view) and not np.shares_memory(d, b)  # a view holds it
     assert workspace.empty("test.a", (3, 4), np.float32).dtype == np.float32
     assert workspace.empty("test.a", (2, 4), np.float64).shape == (2, 4)
+
+
+def test_arrays_start_at_the_alignment_and_have_the_asked_layout():
+    for shape, dtype in (((3, 4), np.float64), ((7,), np.float32), ((2, 0, 5), np.float64),
+                         ((), np.float64)):
+        for a in (workspace.empty("test.align", shape, dtype), workspace.aligned(shape, dtype),
+                  workspace.aligned(shape, dtype, zeros=True)):
+            assert a.size == 0 or a.ctypes.data % workspace.ALIGN == 0  # (no data: any)
+            assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+            assert a.flags.writeable
+    assert not workspace.aligned((4, 3), np.float64, zeros=True).any()
+    assert workspace.aligned(5).shape == (5,) and workspace.aligned(5).dtype == np.float64
 
 
 def test_pool_is_bounded_and_arrays_stay_distinct_beyond_it():
     held = [workspace.empty("test.bound", (5,), np.float64)
             for _ in range(workspace.MAX_PER_KEY + 3)]
-    assert len({id(a) for a in held}) == len(held)
+    assert len({a.ctypes.data for a in held}) == len(held)
     for i, a in enumerate(held):
         a[:] = i
     for i, a in enumerate(held):
@@ -38,18 +51,18 @@ def test_pool_is_bounded_and_arrays_stay_distinct_beyond_it():
 
 def test_pools_are_per_thread():
     mine = workspace.empty("test.thread", (7,), np.float64)
-    mine_id = id(mine)
+    mine_id = mine.ctypes.data
     del mine
     seen = []
 
     def other():
-        seen.append(id(workspace.empty("test.thread", (7,), np.float64)))
+        seen.append(workspace.empty("test.thread", (7,), np.float64).ctypes.data)
     t = threading.Thread(target=other)
     t.start()
     t.join()
     # this thread's free array (alive in its pool) is not handed to the other thread
     assert seen[0] != mine_id
-    assert id(workspace.empty("test.thread", (7,), np.float64)) == mine_id
+    assert workspace.empty("test.thread", (7,), np.float64).ctypes.data == mine_id
 
 
 def test_recurrent_cache_held_across_another_evaluate_is_not_overwritten(rng):

@@ -1208,23 +1208,13 @@ def _run(w_ih, w_hh, b, x, h0, c0, keep):
     return h_seq, c_prev[n_steps].copy(), cache
 
 
-# StackedArrays start at a multiple of this many bytes (a cache line, one AVX-512 vector), so
-# that the vector loads of the kernels (rows of 2^k elements) never straddle two cache lines;
-# np.empty only promises 16 bytes.
-_ALIGN = 64
-
-
 def _aligned_empty(name: str, shape: Tuple[int, ...], dtype, pooled: bool) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape`` and ``dtype`` starting at a multiple of
-    ``_ALIGN`` bytes: a view of a fresh byte buffer, or with ``pooled`` of one from the reuse
-    pool ``"lstm." + name`` of :mod:`ppo_ref.fast.workspace`."""
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    64 bytes (:mod:`ppo_ref.fast.workspace`'s alignment): fresh, or with ``pooled`` from the
+    reuse pool ``"lstm." + name``."""
     if pooled:
-        buf = workspace.empty("lstm." + name, (size + _ALIGN,), np.uint8)
-    else:
-        buf = np.empty(size + _ALIGN, np.uint8)
-    start = -buf.ctypes.data % _ALIGN
-    return buf[start:start + size].view(dtype).reshape(shape)
+        return workspace.empty("lstm." + name, shape, dtype)
+    return workspace.aligned(shape, dtype)
 
 
 class StackedArrays(NamedTuple):

@@ -713,18 +713,20 @@ class MLPPolicy(PolicyBase):
         return self._evaluate_rows(params, net, x, self._check_actions(actions, x.shape[0]))
 
     def _pass_buffers(self, net: FlatNet, rows: int) -> _PassBuffers:
-        """Fresh :class:`_PassBuffers` for ``rows`` rows of the network ``net``."""
+        """Fresh :class:`_PassBuffers` for ``rows`` rows of the network ``net`` (64-byte aligned:
+        :func:`ppo_ref.fast.workspace.aligned`)."""
         dt = self.compute_dtype
-        pi_acts = np.empty(rows * net.pi_width, dt)
+        pi_acts = workspace.aligned(rows * net.pi_width, dt)
         n_out = net.policy_out_dim
         out = pi_acts[rows * (net.pi_width - n_out):].reshape(rows, n_out)
         categorical = self.head.kind == "categorical"
-        return _PassBuffers(np.empty(rows * net.trunk_width, dt), pi_acts,
-                            np.empty(rows * net.vf_width, dt), out, np.empty(rows),
-                            np.empty(rows) if categorical else None,
-                            np.empty(rows) if categorical else None,
-                            np.empty((rows, n_out)) if categorical else None,
-                            np.empty((rows, n_out), dt) if categorical else None)
+        new = workspace.aligned
+        return _PassBuffers(new(rows * net.trunk_width, dt), pi_acts,
+                            new(rows * net.vf_width, dt), out, new(rows),
+                            new(rows) if categorical else None,
+                            new(rows) if categorical else None,
+                            new((rows, n_out)) if categorical else None,
+                            new((rows, n_out), dt) if categorical else None)
 
     def _evaluate_rows(self, params, net: FlatNet, x: np.ndarray, a: np.ndarray,
                        flat=None, buffers=None) -> PolicyEval:
@@ -864,7 +866,7 @@ class MLPPolicy(PolicyBase):
                 b = buffers[rows] = self._pass_buffers(checked[1], rows)
             if low:
                 if not flat_low:
-                    flat_low.append(np.empty(params.flat.size, self.compute_dtype))
+                    flat_low.append(workspace.aligned(params.flat.size, self.compute_dtype))
                 flat = flat_low[0]
                 flat[...] = params.flat  # rounded as astype rounds
             else:
@@ -874,7 +876,8 @@ class MLPPolicy(PolicyBase):
 
         def backward(params, cache, d_log_probs, d_entropy, d_values):
             if not grads:
-                grads.append(FlatArrays.from_buffer(np.empty(params.layout.size), params.layout))
+                grads.append(FlatArrays.from_buffer(workspace.aligned(params.layout.size),
+                                                    params.layout))
             return self._backward_rows(params, cache, d_log_probs, d_entropy, d_values, grads[0])
         return x, a, evaluate, backward
 

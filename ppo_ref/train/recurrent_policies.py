@@ -217,18 +217,6 @@ class _PassBuffers(NamedTuple):
     probs: object
 
 
-def _aligned_array(shape, dtype, zeros: bool = False) -> np.ndarray:
-    """``np.empty(shape, dtype)`` (``np.zeros`` with ``zeros``) starting at a multiple of 64
-    bytes (a cache line, one AVX-512 vector; NumPy only promises 16), so that the vector loads
-    of the compiled passes from its rows never straddle two cache lines: a view of a byte
-    buffer."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    buf = (np.zeros if zeros else np.empty)(size + 64, np.uint8)
-    start = -buf.ctypes.data % 64
-    return buf[start:start + size].view(dtype).reshape(shape)
-
-
 def _pass_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
                   categorical: bool, pooled: bool) -> _PassBuffers:
     """:class:`_PassBuffers` for ``n_env`` envs over ``n_steps`` steps of the network ``spec``
@@ -238,8 +226,8 @@ def _pass_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
     rows = n_steps * n_env
     hidden = spec.hidden
     lstm = StackedArrays.empty(spec.n_lstm, n_steps, n_env, d_in, hidden, dtype, pooled)
-    pi_acts = _aligned_array(rows * spec.pi_width, dtype)
-    vf_acts = _aligned_array(rows * spec.vf_width, dtype)
+    pi_acts = workspace.aligned(rows * spec.pi_width, dtype)
+    vf_acts = workspace.aligned(rows * spec.vf_width, dtype)
     n_out = int(spec.pi_table[-1, 2])
     return _PassBuffers(lstm, lstm.h_seq[0].reshape(rows, hidden),
                         lstm.h_seq[-1].reshape(rows, hidden), pi_acts, vf_acts,
@@ -280,10 +268,10 @@ def _group_buffers(spec: _FastSpec, n_steps: int, n_env: int, d_in: int, dtype,
     passes = _pass_buffers(spec, n_steps, n_env, d_in, dtype, categorical, False)
     low = np.dtype(dtype) != np.float64
     d_values = np.empty((rows, 1), dtype) if low else None
-    dh_seq = _aligned_array((spec.n_lstm, n_steps, n_env, spec.hidden), dtype)
+    dh_seq = workspace.aligned((spec.n_lstm, n_steps, n_env, spec.hidden), dtype)
     return _GroupBuffers(keep, keep[:n_steps], passes,
                          np.empty(rows) if low else passes.value_out,
-                         _aligned_array(passes.out.shape, dtype) if categorical else None,
+                         workspace.aligned(passes.out.shape, dtype) if categorical else None,
                          dh_seq, dh_seq[0].reshape(rows, spec.hidden),
                          dh_seq[-1].reshape(rows, spec.hidden), d_values,
                          None if d_values is None else d_values.reshape(rows))
@@ -976,7 +964,7 @@ class RecurrentPolicy(PolicyBase):
                 b = buffers[n] = _group_buffers(spec, T, n, x.shape[2], dt, categorical)
             if low:
                 if not flat_low:
-                    flat_low.append(_aligned_array(params.flat.size, dt))
+                    flat_low.append(workspace.aligned(params.flat.size, dt))
                 flat = flat_low[0]
                 flat[...] = params.flat  # rounded as astype rounds
             else:
@@ -995,9 +983,9 @@ class RecurrentPolicy(PolicyBase):
             cache, b, w_hh = cache
             if not grads:
                 layout = params.layout
-                out = FlatArrays.from_buffer(_aligned_array(layout.size, np.float64, True),
+                out = FlatArrays.from_buffer(workspace.aligned(layout.size, np.float64, True),
                                              layout)
-                g = _aligned_array(layout.size, dt, True) if low else out.flat
+                g = workspace.aligned(layout.size, dt, True) if low else out.flat
                 grads.extend((out, g, self._stacked(checked[1], g)))
             out, g, g_stacked = grads
             if low:
