@@ -449,7 +449,6 @@ def test_flat_backward_into_gives_the_bits_of_the_unfused_tower_backward(
     (1 to 5 outputs, above another layer or alone), a hidden layer of 3 units, relu and tanh,
     float64 and float32, separate towers and a shared trunk."""
     from ppo_ref.fast.actor_critic import flat_backward_into, flat_forward, tower_tables
-    mlp_backward_flat = _unfused_mlp_backward
     if shared_trunk and not net_arch:
         net_arch = (6,)
     if n_actions == 1:  # one logit: a Box of one dimension (Gaussian mean)
@@ -481,18 +480,18 @@ def test_flat_backward_into_gives_the_bits_of_the_unfused_tower_backward(
         want = np.full(flat.size, np.nan, dt)
         dv = d_v.reshape(rows, 1)
         if net.trunk is None:
-            mlp_backward_flat(x, cache.pi_acts, flat, pi, relu, d_out, want, None)
-            mlp_backward_flat(x, cache.vf_acts, flat, vf, relu, dv, want, None)
+            _unfused_mlp_backward(x, cache.pi_acts, flat, pi, relu, d_out, want, None)
+            _unfused_mlp_backward(x, cache.vf_acts, flat, vf, relu, dv, want, None)
         else:
             z = cache.z
             dz = np.zeros(z.shape, dt)
-            mlp_backward_flat(z, cache.pi_acts, flat, pi, relu, d_out, want, dz)
-            mlp_backward_flat(z, cache.vf_acts, flat, vf, relu, dv, want, dz)
+            _unfused_mlp_backward(z, cache.pi_acts, flat, pi, relu, d_out, want, dz)
+            _unfused_mlp_backward(z, cache.vf_acts, flat, vf, relu, dv, want, dz)
             if relu:
                 dz = np.where(z > 0, dz, 0).astype(dt)
             else:
                 dz *= dt.type(1.0) - z * z
-            mlp_backward_flat(x, cache.trunk_acts, flat, trunk, relu, dz, want, None)
+            _unfused_mlp_backward(x, cache.trunk_acts, flat, trunk, relu, dz, want, None)
         assert np.array_equal(got, want, equal_nan=True), rows
         for k in params:  # every network gradient written, the head's entries untouched
             entries = got[params.layout.offset(k):][:params[k].size]

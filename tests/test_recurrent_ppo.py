@@ -172,22 +172,34 @@ def test_train_on_passes_equal_the_checked_evaluate_and_backward(kind, lstm_shar
                                                                   compute_dtype):
     """train_on's update passes (the rollout checked once: RecurrentPolicy._update_passes) give
     the parameters, Adam state and stats of the checked path (the public evaluate and
-    backward at every minibatch, which train_on takes for a rollout the passes refuse), bit
-    for bit, over two updates of 2 env groups per epoch."""
+    backward at every minibatch on the rollout's own arrays), bit for bit, over two updates
+    of 2 env groups per epoch."""
     results = []
     passes_made = []
     for checked in (False, True):
         trainer = make_trainer(kind, lstm_shared=lstm_shared, compute_dtype=compute_dtype,
                                n_envs=4, batch_size=14, n_epochs=2)
-        original = trainer.policy._update_passes
+        policy = trainer.policy
+        original = policy._update_passes
 
-        def passes(*args):
-            if checked:
-                raise ValueError("take the checked path")
-            made = original(*args)
+        def public_evaluate(params, data):
+            ev = policy.evaluate(params, *data)
+            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
+                    (ev.cache, ev.values.shape))
+
+        def public_backward(params, cache, d_log_probs, d_entropy, d_values):
+            net_cache, shape = cache
+            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
+                                   None if d_entropy is None else d_entropy.reshape(shape),
+                                   d_values.reshape(shape))
+
+        def passes(obs, actions, state, episode_starts):
+            if checked:  # the rollout's arrays as they are, every call checked
+                return obs, actions, state, episode_starts, public_evaluate, public_backward
+            made = original(obs, actions, state, episode_starts)
             passes_made.append(made)
             return made
-        trainer.policy._update_passes = passes
+        policy._update_passes = passes
         for _ in range(2):
             stats = trainer.update(trainer.collect_rollout())
         results.append((trainer.params.flat.copy(), trainer.adam_state["m"].flat.copy(),
@@ -199,21 +211,30 @@ def test_train_on_passes_equal_the_checked_evaluate_and_backward(kind, lstm_shar
         assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
 
 
-def test_train_on_a_bad_rollout_raises_the_error_of_evaluate():
+@pytest.mark.parametrize("target_kl", [None, 1e-12])
+def test_train_on_a_bad_rollout_raises_the_error_of_evaluate(target_kl):
     """A rollout the update's passes refuse (a non-finite observation, an action out of range)
-    raises, from train_on, the error the public evaluate gives for it."""
-    trainer = make_trainer("discrete")
+    raises, from train_on, the error the public evaluate gives for it, before any step: also
+    when a KL stop (a target far below any step's KL) would end the update at its first
+    minibatch, before the minibatch holding the bad entries; parameters and Adam state stay
+    as they were."""
+    trainer = make_trainer("discrete", target_kl=target_kl)
+    trainer.update(trainer.collect_rollout())
     rollout = trainer.collect_rollout()
     adv, ret = trainer.compute_advantages(rollout)
     bad_obs = rollout.observations.copy()
-    bad_obs[3, 2, 0] = np.nan
+    bad_obs[3, -1, 0] = np.nan
     bad_actions = rollout.actions.copy()
-    bad_actions[1, 0] = 5
+    bad_actions[1, -1] = 5
+    params = trainer.params.flat.copy()
+    moments = trainer.adam_state["m"].flat.copy()
     for field, value, match in (("observations", bad_obs, "obs must be finite"),
                                 ("actions", bad_actions, r"actions must be in \[0, 2\)")):
         bad = RecurrentRollout(**{**vars(rollout), field: value})
         with pytest.raises(ValueError, match=match):
             trainer.train_on(bad, adv, ret)
+        assert np.array_equal(trainer.params.flat, params)
+        assert np.array_equal(trainer.adam_state["m"].flat, moments)
 
 
 # ---------------------------------------------------------------- collection and ratio = 1

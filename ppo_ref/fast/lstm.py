@@ -721,7 +721,7 @@ def _add_products(out, a, w_t):
 # _PANEL_WIDE_F64 (float64) or _PANEL_WIDE_F32 (float32) columns, on AVX-512 three vectors a
 # row in either dtype (8 x 24 float64, 8 x 48 float32: 24 accumulators, each weight vector
 # loaded serving 8 rows); the last, partial panel (4H = 256 = 5 x 48 + 16) in blocks of
-# _BLOCK_COLS columns. AVX2 keeps one block shape (6 x 8, panels of 8). Which layout the
+# _BLOCK_COLS columns. AVX2 uses one block shape (6 x 8, panels of 8). Which layout the
 # weights are read from and which block computes an element change no element's arithmetic:
 # :func:`_linear_panels` is :func:`_linear_rows`, bit for bit.
 if _VECTOR_BITS >= 512:
@@ -1245,8 +1245,8 @@ class StackedArrays(NamedTuple):
     def empty(cls, n_lstm: int, n_steps: int, n_env: int, d_in: int, hidden: int, dtype,
               pooled: bool = False) -> "StackedArrays":
         """Uninitialized :class:`StackedArrays` for these sizes in ``dtype``: fresh arrays
-        (``np.empty``), or with ``pooled`` True arrays of the reuse pools of
-        :mod:`ppo_ref.fast.workspace` (never one still held elsewhere)."""
+        (:func:`ppo_ref.fast.workspace.aligned`), or with ``pooled`` True arrays of the reuse
+        pools of :mod:`ppo_ref.fast.workspace` (never one still held elsewhere)."""
         def new(name, shape):
             return _aligned_empty(name, shape, dtype, pooled)
         four_h = 4 * hidden
@@ -1270,8 +1270,7 @@ def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays=None):
     for bit. All float32 instead: the same kernels in float32 (16 lanes per AVX-512 vector;
     the products are float32 FMA chains, ``tanh`` is evaluated in float32 arithmetic).
 
-    ``arrays``: a :class:`StackedArrays` of these sizes and dtype to write into (``b`` must
-    then be C-contiguous), or None for arrays of the reuse pools of
+    ``arrays``: a :class:`StackedArrays` of these sizes and dtype to write into, or None for arrays of the reuse pools of
     :mod:`ppo_ref.fast.workspace` (never one still held).
 
     Returns ``(h_seq [L, T, N, H], h_prev [L, T + 1, N, H], c_prev [L, T + 1, N, H],
@@ -1283,7 +1282,7 @@ def forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays=None):
         n_steps, n_env, _ = x.shape
         arrays = StackedArrays.empty(n_lstm, n_steps, n_env, d_in, four_h // 4, x.dtype,
                                      pooled=True)
-        b = np.ascontiguousarray(b)
+    b = np.ascontiguousarray(b)
     a = arrays
     _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, a.w_p, a.xh, a.h_prev, a.c_prev, a.gates,
                      a.tanh_c, a.h_seq)

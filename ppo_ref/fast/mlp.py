@@ -256,7 +256,6 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
     for i in range(n_layers):
         end += rows * table[i, 2]
     d = dy
-    summed = False  # d's column sums already written (into its layer's bias gradient)
     for i in range(n_layers - 1, -1, -1):
         w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
         end -= rows * n_out          # now the start of layer i's block = the end of its input's
@@ -268,7 +267,6 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
             d_prev = np.empty((rows, n_in), dy.dtype)
             _narrow_layer_backward(d, w, h, relu, gw, grads[b_off:b_off + n_out], d_prev,
                                    grads[below:below + n_in])
-            summed = True
             d = d_prev
             continue
         if n_in < _NARROW and n_out >= _NARROW:  # gw.T [in, out] (same chains), then copied
@@ -278,7 +276,7 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
         else:
             gw[:, :] = 0.0
             _add_products(gw, d.T, h)
-        if not summed:
+        if i == n_layers - 1:  # (below the top, the layer above summed d into it)
             _column_sums(d, grads[b_off:b_off + n_out])
         if i == 0:
             if dx is not None:
@@ -288,5 +286,4 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
             d_prev = np.zeros((rows, n_in), dy.dtype)
             _add_products(d_prev, d, w)
             _activation_grad_sums(d_prev, h, relu, grads[below:below + n_in])
-            summed = True
             d = d_prev

@@ -15,8 +15,8 @@ So results a caller keeps (e.g. the cache of ``evaluate`` still alive while anot
 :data:`MAX_PER_KEY` arrays per (name, shape, dtype); beyond that, plain fresh arrays.
 Contents of a handed-out array are undefined (like ``np.empty``).
 
-Alignment: every array of :func:`empty` and :func:`aligned` starts at a multiple of
-:data:`ALIGN` bytes (a cache line, one AVX-512 vector; NumPy only promises 16), so that the
+Alignment: every array of :func:`empty` and :func:`aligned` with at least one element starts
+at a multiple of :data:`ALIGN` bytes (a cache line, one AVX-512 vector; NumPy only promises 16), so that the
 vector loads of the compiled passes from rows of a power-of-two length never straddle two
 cache lines (a view of a byte buffer; the pools hold the byte buffers).
 """

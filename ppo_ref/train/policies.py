@@ -354,15 +354,17 @@ def _finite_grad(d, name: str, shape) -> np.ndarray:
 
 
 def head_backward(head, params, policy_out, actions, probs, entropy, d_log_probs, d_entropy,
-                  dtype):
+                  dtype, d_out=None):
     """``(d_policy_out, head_grads)`` of a fast policy's head: for a categorical head (``probs``
     and ``entropy`` kept by its evaluation kernel) one pass of
-    :func:`ppo_ref.fast.distributions.categorical_backward_kernel` (no head parameters), for
+    :func:`ppo_ref.fast.distributions.categorical_backward_kernel` (no head parameters) into
+    ``d_out`` (C-contiguous, the shape and dtype of ``policy_out``; None: a new array), for
     the other heads their own ``backward`` (:func:`make_head`'s distribution functions), cast
     to the compute ``dtype`` C-contiguous. ``d_log_probs``, ``d_entropy`` (or ``None``): checked
     1-D float64 rows."""
     if probs is not None:
-        d_out = np.empty_like(policy_out)
+        if d_out is None:
+            d_out = np.empty_like(policy_out)
         categorical_backward_kernel(probs, actions, entropy, d_log_probs,
                                     d_log_probs if d_entropy is None else d_entropy,
                                     d_entropy is not None, d_out)

@@ -380,13 +380,9 @@ class PPOTrainer:
         # The fast tier: the same minibatches, gathered for all epochs at once when no KL
         # stop can end the update early (ppo_ref.fast.update.feedforward_minibatches), from
         # the rows checked once (MLPPolicy._update_passes: the same numbers evaluate would
-        # take). Rows it refuses go to the checked evaluate instead, which raises its error
-        # at the first minibatch holding them.
-        backward = policy.backward
-        try:
-            obs, actions, evaluate, backward = policy._update_passes(obs, actions)
-        except ValueError:
-            pass
+        # take, and its ValueError, naming the argument, for rows it refuses: raised before
+        # any step, whichever minibatches a KL stop would have run).
+        obs, actions, evaluate, backward = policy._update_passes(obs, actions)
         minibatches = feedforward_minibatches(rng, bs, old_log_probs, adv, ret, old_values, obs,
                                               actions, n_epochs=c.n_epochs,
                                               target_kl=c.target_kl)

@@ -56,7 +56,7 @@ import numpy as np
 
 from ppo_ref._checks import as_flag_array, as_float_array, check_count, check_same_shape
 from ppo_ref.fast import workspace
-from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
+from ppo_ref.fast.distributions import categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (StackedArrays, all_finite, backward_stacked, forward_stacked,
@@ -567,17 +567,19 @@ class RecurrentPolicy(PolicyBase):
                                                                      spec.pi_width)
         return _tower_forward(h, flat, table, width, self.activation == "relu")
 
-    def _head_eval(self, out: np.ndarray, params, actions: np.ndarray):
+    def _head_eval(self, out: np.ndarray, params, actions: np.ndarray, into=None):
         """``(log_probs [B], entropy [B], probs)`` of the head at ``out [B, P]`` (compute
         dtype) for flat ``actions``: categorical by the compiled pass
         :func:`ppo_ref.fast.distributions.categorical_eval_kernel` (``probs [B, P]`` kept for
-        the backward), Gaussian by the head's functions (``probs`` None). Row by row, so a row
-        gets the same bits in any call. ``ValueError`` when the network's logits are not
-        finite (parameters too large for these inputs)."""
+        the backward) into the float64 arrays ``into = (log_probs, entropy, probs)`` (None: new
+        ones), Gaussian by the head's functions (``probs`` None; ``into`` unused). Row by row,
+        so a row gets the same bits in any call. ``ValueError`` when the network's logits are
+        not finite (parameters too large for these inputs)."""
         rows = out.shape[0]
         if self.head.kind == "categorical":
-            log_probs, entropy = np.empty(rows), np.empty(rows)
-            probs = np.empty(out.shape)
+            if into is None:
+                into = np.empty(rows), np.empty(rows), np.empty(out.shape)
+            log_probs, entropy, probs = into
             if not categorical_eval_kernel(out, actions, log_probs, entropy, probs):
                 raise ValueError(_LOGITS_ERROR)
             return log_probs, entropy, probs
@@ -756,12 +758,8 @@ class RecurrentPolicy(PolicyBase):
         h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(*stacked, x, h0, c0, keep, b.lstm)
         mlp_forward_flat(b.pi_in, flat, spec.pi_table, relu, b.pi_acts)
         mlp_forward_flat(b.vf_in, flat, spec.vf_table, relu, b.vf_acts)
-        if b.probs is not None:
-            if not categorical_eval_kernel(b.out, actions, b.log_probs, b.entropy, b.probs):
-                raise ValueError(_LOGITS_ERROR)
-            log_probs, entropy = b.log_probs, b.entropy
-        else:
-            log_probs, entropy, _ = self._head_eval(b.out, params, actions)
+        log_probs, entropy, _ = self._head_eval(b.out, params, actions,
+                                                (b.log_probs, b.entropy, b.probs))
         cache = _FastCache(spec, x.shape[:2], flat, x, keep, h_seq, h_prev, c_prev, gates,
                            tanh_c, b.pi_in, b.vf_in, b.pi_acts, b.vf_acts, b.out, actions,
                            b.probs, b.entropy, b.lstm)
@@ -851,12 +849,13 @@ class RecurrentPolicy(PolicyBase):
             params, cache, self._stacked(spec, cache.flat)[1], d_lp, d_ent,
             np.ascontiguousarray(d_v.reshape(T * n, 1), dtype=dt), g_flat,
             self._stacked(spec, g_flat),
-            None if cache.probs is None else np.empty_like(cache.policy_out), dh_seq,
-            dh_seq[0].reshape(T * n, spec.hidden), dh_seq[-1].reshape(T * n, spec.hidden))
+            None, dh_seq,
+            dh_seq[0].reshape(T * n, spec.hidden), dh_seq[-1].reshape(T * n, spec.hidden),
+            None)   # the backward's scratch from this thread's pools: a cache may be shared
         return gradient_arrays(g_flat, spec.layout, head_grads)
 
     def _backward_envs(self, params, cache: _FastCache, w_hh, d_lp, d_ent, d_v, g, g_stacked,
-                       d_out, dh_seq, dpi_in, dvf_in) -> dict:
+                       d_out, dh_seq, dpi_in, dvf_in, lstm_arrays) -> dict:
         """:meth:`backward` of checked arguments, unchecked: ``cache`` from
         :meth:`_evaluate_envs` (or :meth:`evaluate`) with ``params``, ``w_hh`` the ``[L, 4H,
         H]`` view of its parameter buffer, ``d_lp`` (and ``d_ent`` or None) finite C-contiguous
@@ -866,24 +865,18 @@ class RecurrentPolicy(PolicyBase):
         layout; the head's own entries are not written), whose ``(w_ih, w_hh, b)`` views are
         ``g_stacked``, and returns the head's own gradients (``{"log_std": ...}`` or none).
         Scratch it overwrites: ``d_out`` (the categorical head's ``[T * n, P]`` gradient, in
-        the compute dtype; None for the other heads) and ``dh_seq [L, T, n, H]``, whose
-        ``[T * n, H]`` views of ``dh_seq[0]``, ``dh_seq[-1]`` are ``dpi_in``, ``dvf_in``, and
-        the backward scratch of ``cache.lstm``. The
-        categorical head in one compiled pass
-        (:func:`ppo_ref.fast.distributions.categorical_backward_kernel`), each tower in one
+        the compute dtype; None: a new array; unused by the other heads), ``dh_seq [L, T, n,
+        H]``, whose ``[T * n, H]`` views of ``dh_seq[0]``, ``dh_seq[-1]`` are ``dpi_in``,
+        ``dvf_in``, and the backward scratch of ``lstm_arrays`` (``cache.lstm``, or None:
+        arrays of the calling thread's reuse pools). The categorical head in one compiled pass
+        (:func:`ppo_ref.train.policies.head_backward`), each tower in one
         (:func:`ppo_ref.fast.mlp.mlp_backward_flat`, which add ``dL/dh`` into ``dh_seq``: a
         shared LSTM's value-tower terms continue the policy tower's sums), both LSTMs in one
         (:func:`ppo_ref.fast.lstm.backward_stacked`)."""
         spec = cache.spec
-        if d_out is not None:
-            categorical_backward_kernel(cache.probs, cache.actions, cache.entropy, d_lp,
-                                        d_lp if d_ent is None else d_ent, d_ent is not None,
-                                        d_out)
-            head_grads = {}
-        else:
-            d_out, head_grads = head_backward(self.head, params, cache.policy_out,
-                                              cache.actions, None, None, d_lp, d_ent,
-                                              self.compute_dtype)
+        d_out, head_grads = head_backward(self.head, params, cache.policy_out, cache.actions,
+                                          cache.probs, cache.entropy, d_lp, d_ent,
+                                          self.compute_dtype, d_out)
         relu = self.activation == "relu"
         flat = cache.flat
         dh_seq[...] = 0.0
@@ -891,7 +884,7 @@ class RecurrentPolicy(PolicyBase):
                           dpi_in)
         mlp_backward_flat(cache.vf_in, cache.vf_acts, flat, spec.vf_table, relu, d_v, g, dvf_in)
         backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
-                         cache.keep, dh_seq, *g_stacked, cache.lstm)
+                         cache.keep, dh_seq, *g_stacked, lstm_arrays)
         return head_grads
 
     def _update_passes(self, obs, actions, state, episode_starts):
@@ -995,7 +988,7 @@ class RecurrentPolicy(PolicyBase):
                 d_v = d_values.reshape(d_values.shape[0], 1)
             head_grads = self._backward_envs(params, cache, w_hh, d_log_probs, d_entropy, d_v,
                                              g, g_stacked, b.d_out, b.dh_seq, b.dpi_in,
-                                             b.dvf_in)
+                                             b.dvf_in, cache.lstm)
             if low:
                 out.flat[...] = g  # float32 -> float64: exact
             for k, v in head_grads.items():

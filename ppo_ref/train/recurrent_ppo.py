@@ -369,13 +369,10 @@ class RecurrentPPOTrainer(PPOTrainer):
         # the compiled minibatch loss takes), gathered for all epochs at once when no KL stop
         # can end the update early (ppo_ref.fast.update.recurrent_minibatches), from the
         # rollout checked once (RecurrentPolicy._update_passes: the same numbers evaluate
-        # would take). A rollout it refuses goes to the checked evaluate instead, which raises
-        # its error at the first minibatch holding the bad entries.
-        data = (rollout.observations, rollout.actions, start, rollout.episode_starts)
-        try:
-            *data, evaluate, backward = policy._update_passes(*data)
-        except ValueError:
-            pass
+        # would take, and its ValueError, naming the argument, for a rollout it refuses: raised
+        # before any step, whichever minibatches a KL stop would have run).
+        *data, evaluate, backward = policy._update_passes(
+            rollout.observations, rollout.actions, start, rollout.episode_starts)
         minibatches = recurrent_minibatches(
             rng, per, rollout.log_probs, adv, ret, rollout.values, *data, n_epochs=c.n_epochs,
             target_kl=c.target_kl)
