@@ -253,7 +253,6 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
                 normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
                                      eps=config.advantage_norm_eps, placement=placement)
                 raise
-    ddof, eps, placement = s.norm if normalize else (0, 0.0, "add")
     v_scale = s.v_scale
 
     d_log_probs, d_values = np.empty(n), np.empty(n)
@@ -261,6 +260,7 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
      entropy_sum) = _loss_pass(*flat, w, normalize, s.knobs,
                                np.empty(n) if normalize else flat[4], d_log_probs, d_values)
     if status == 3:  # not finite, or the variance overflows: the spec's error
+        ddof, eps, placement = s.norm
         normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
         raise ValueError("advantages must be finite")  # (the spec's function raises first)
     if status == 1:  # name the argument as the spec does (its order of checks)
