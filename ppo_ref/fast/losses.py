@@ -53,6 +53,103 @@ def _normalize_advantages_kernel(adv, ddof, eps, clamp, out):
     return True
 
 
+#: The largest finite float64: ``abs(x) <= _FLOAT64_MAX`` is False exactly for inf and nan.
+_FLOAT64_MAX = float(np.finfo(np.float64).max)
+
+
+@njit
+def _first_non_finite_argument(new, entropy, values, old, adv, returns, old_values, weights):
+    """The position in the argument list of the first array that holds inf or nan (-1 if
+    none)."""
+    arrays = (new, entropy, values, old, adv, returns, old_values, weights)
+    for j in range(len(arrays)):
+        arr = arrays[j]
+        for i in range(arr.size):
+            if not math.isfinite(arr[i]):
+                return j
+    return -1
+
+
+@njit
+def _minibatch_loss_sums(new, entropy, values, old, adv, returns, old_values, weights, low,
+                         high, clip_range, symmetric, dual_clip, clip_range_vf, clip_on,
+                         value_mode, huber_delta, v_scale, d_new, d_values):
+    """:func:`_minibatch_loss_kernel`'s results (same arguments), plus a ninth: whether every
+    ``d_values`` entry written is finite (meaningful when ``status`` is 0).
+
+    The finiteness of the inputs is counted inside the loss's own pass (comparisons, no early
+    exit) rather than in a pass of its own before it; when an input is not finite, or before
+    reporting an overflow (``status`` 2), :func:`_first_non_finite_argument` names the first
+    such array, so the results are those of checking the inputs first. The sums are
+    accumulated in the same element order as the kernel documents."""
+    n = new.size
+    w_sum = 0.0
+    for i in range(n):
+        w_sum += weights[i]
+    if not (w_sum > 0.0 and abs(w_sum) <= _FLOAT64_MAX):  # inputs first, then the division
+        j = _first_non_finite_argument(new, entropy, values, old, adv, returns, old_values,
+                                       weights)
+        if j >= 0:
+            return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
+    surrogate_sum = 0.0
+    outside_sum = 0.0
+    k3_sum = 0.0
+    k1_sum = 0.0
+    value_sum = 0.0
+    n_finite = 0  # elements whose inputs are all finite
+    n_finite_d_values = 0
+    for i in range(n):
+        w = weights[i]
+        new_i = new[i]
+        old_i = old[i]
+        adv_i = adv[i]
+        value_i = values[i]
+        old_value_i = old_values[i]
+        return_i = returns[i]
+        n_finite += ((abs(new_i) <= _FLOAT64_MAX) & (abs(old_i) <= _FLOAT64_MAX)
+                     & (abs(adv_i) <= _FLOAT64_MAX) & (abs(value_i) <= _FLOAT64_MAX)
+                     & (abs(old_value_i) <= _FLOAT64_MAX) & (abs(return_i) <= _FLOAT64_MAX)
+                     & (abs(w) <= _FLOAT64_MAX))
+        log_ratio = new_i - old_i
+        if log_ratio > MAX_LOG_RATIO:
+            j = _first_non_finite_argument(new, entropy, values, old, adv, returns, old_values,
+                                           weights)
+            if j >= 0:
+                return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
+            return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
+        surrogate, d_surrogate, outside = clipped_surrogate_element(
+            log_ratio, adv_i, low, high, clip_range, symmetric, dual_clip)
+        surrogate_sum += w * surrogate
+        d_new_i = -(w * d_surrogate) / w_sum
+        d_new[i] = d_new_i
+        if not math.isfinite(d_new_i):
+            j = _first_non_finite_argument(new, entropy, values, old, adv, returns, old_values,
+                                           weights)
+            if j >= 0:
+                return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
+            return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
+        outside_sum += w * outside
+        k3_sum += w * k3_element(log_ratio)
+        k1_sum += w * -log_ratio
+        term, d_term = value_element(value_i, old_value_i, return_i, clip_range_vf, clip_on,
+                                     value_mode, huber_delta)
+        value_sum += w * term
+        d_values_i = ((w * d_term) / w_sum) * v_scale
+        d_values[i] = d_values_i
+        n_finite_d_values += abs(d_values_i) <= _FLOAT64_MAX
+    entropy_finite = True
+    for i in range(entropy.size):
+        if not math.isfinite(entropy[i]):
+            entropy_finite = False
+            break
+    if n_finite != n or not entropy_finite:
+        return (1, _first_non_finite_argument(new, entropy, values, old, adv, returns,
+                                              old_values, weights),
+                0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False)
+    return (0, -1, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum,
+            n_finite_d_values == n)
+
+
 @njit
 def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, weights, low,
                            high, clip_range, symmetric, dual_clip, clip_range_vf, clip_on,
@@ -71,43 +168,17 @@ def _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, 
 
     Returns ``(status, index, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum)``:
     ``status`` 0 when all is well; 1 when an input holds inf or nan (``index``: the position of
-    that array in the argument list); 2 when the ratio or its gradient overflows at element
-    ``index``. The sums are meaningless unless ``status`` is 0.
+    the first such array in the argument list); 2 when the ratio or its gradient overflows at
+    element ``index`` (every input finite). The sums, and ``d_new``/``d_values``, are
+    meaningless unless ``status`` is 0. The pass is :func:`_minibatch_loss_sums`.
     """
-    arrays = (new, entropy, values, old, adv, returns, old_values, weights)
-    for j in range(len(arrays)):
-        arr = arrays[j]
-        for i in range(arr.size):
-            if not math.isfinite(arr[i]):
-                return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    n = new.size
-    w_sum = 0.0
-    for i in range(n):
-        w_sum += weights[i]
-    surrogate_sum = 0.0
-    outside_sum = 0.0
-    k3_sum = 0.0
-    k1_sum = 0.0
-    value_sum = 0.0
-    for i in range(n):
-        w = weights[i]
-        log_ratio = new[i] - old[i]
-        if log_ratio > MAX_LOG_RATIO:
-            return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        surrogate, d_surrogate, outside = clipped_surrogate_element(
-            log_ratio, adv[i], low, high, clip_range, symmetric, dual_clip)
-        surrogate_sum += w * surrogate
-        d_new[i] = -(w * d_surrogate) / w_sum
-        if not math.isfinite(d_new[i]):
-            return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-        outside_sum += w * outside
-        k3_sum += w * k3_element(log_ratio)
-        k1_sum += w * -log_ratio
-        term, d_term = value_element(values[i], old_values[i], returns[i], clip_range_vf, clip_on,
-                                     value_mode, huber_delta)
-        value_sum += w * term
-        d_values[i] = ((w * d_term) / w_sum) * v_scale
-    return 0, -1, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum
+    (status, index, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum,
+     _d_values_finite) = _minibatch_loss_sums(new, entropy, values, old, adv, returns,
+                                              old_values, weights, low, high, clip_range,
+                                              symmetric, dual_clip, clip_range_vf, clip_on,
+                                              value_mode, huber_delta, v_scale, d_new,
+                                              d_values)
+    return status, index, surrogate_sum, outside_sum, k3_sum, k1_sum, value_sum, w_sum
 
 
 @njit

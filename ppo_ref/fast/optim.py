@@ -191,19 +191,29 @@ def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: fl
                                          bias_correction2_sqrt, eps,
                                          _previous_values_scratch(params.flat.size))
     if not written:  # then every value is as it was
-        if not math.isfinite(norm):
-            clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
-            raise FloatingPointError(f"the global norm of grads is {norm}")
-        scale = max_norm / (norm + CLIP_NORM_EPS)
-        index = _first_non_finite_result(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
-                                         m.flat, v.flat, beta1, beta2, step_size,
-                                         bias_correction2_sqrt, eps)
-        key = _key_at(params.layout, int(index))
-        raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
-                         "step gives inf or nan (the parameters or moments given already "
-                         "hold them, or the step overflowed); nothing was changed (the step "
-                         "was undone)")
+        _raise_step_failure(params, grads, m, v, norm, max_norm, beta1, beta2, step_size,
+                            bias_correction2_sqrt, eps)
     return t, norm
+
+
+def _raise_step_failure(params, grads, m, v, norm: float, max_norm: float, beta1: float,
+                        beta2: float, step_size: float, bias_correction2_sqrt: float,
+                        eps: float):
+    """Raise the error of a step that :func:`_clipped_adam_kernel` did not write (``norm``: the
+    norm it returned): ``FloatingPointError`` for a norm that is not finite, else
+    ``ValueError`` naming the array of the first element whose results are not finite."""
+    if not math.isfinite(norm):
+        clip_by_global_norm(grads, max_norm)  # raises FloatingPointError, naming the arrays
+        raise FloatingPointError(f"the global norm of grads is {norm}")
+    scale = max_norm / (norm + CLIP_NORM_EPS)
+    index = _first_non_finite_result(params.flat, grads.flat, scale if scale < 1.0 else 1.0,
+                                     m.flat, v.flat, beta1, beta2, step_size,
+                                     bias_correction2_sqrt, eps)
+    key = _key_at(params.layout, int(index))
+    raise ValueError(f"params[{key!r}] and state['m'/'v'][{key!r}] must be finite: the "
+                     "step gives inf or nan (the parameters or moments given already "
+                     "hold them, or the step overflowed); nothing was changed (the step "
+                     "was undone)")
 
 
 def clipped_adam_step(params: FlatArrays, grads: FlatArrays, state: dict, *, max_norm: float,

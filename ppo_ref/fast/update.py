@@ -38,10 +38,13 @@ import numpy as np
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
-from ppo_ref.fast.losses import (_minibatch_loss_kernel, _normalize_advantages_kernel,
+from ppo_ref.fast.losses import (_minibatch_loss_sums, _normalize_advantages_kernel,
                                   _weighted_sum)
 from ppo_ref._numba import njit
-from ppo_ref.fast.optim import _clipped_adam_step, check_flat_step_arguments
+from ppo_ref.fast.optim import (_clipped_adam_kernel, _clipped_adam_step, _layout_segments,
+                                _previous_values_scratch, _raise_step_failure,
+                                check_flat_step_arguments)
+from ppo_ref.spec.optim import adam_step_scalars
 from ppo_ref.fast.sums import pairwise_sum
 from ppo_ref.spec.losses import (NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES, check_ddof,
                                  check_dual_clip, clip_bounds,
@@ -115,7 +118,8 @@ class _LossSettings(NamedTuple):
     ``normalize`` (per-minibatch advantage normalization) with its checked ``(ddof, eps,
     placement)`` in ``norm`` (None when those settings are invalid: the loss then raises the spec's
     error), ``v_scale = vf_coef * value_loss_scale``, ``ent_coef`` and ``k3`` (the KL
-    estimator is k3)."""
+    estimator is k3), and ``knobs``: these as the float64 array :func:`_loss_pass` reads
+    (:func:`_loss_knobs`; the normalization's entries 0 when ``norm`` is None)."""
     low: float
     high: float
     clip: float
@@ -130,6 +134,7 @@ class _LossSettings(NamedTuple):
     v_scale: float
     ent_coef: float
     k3: bool
+    knobs: np.ndarray
 
 
 def _loss_settings(config, clip_range) -> _LossSettings:
@@ -156,10 +161,12 @@ def _loss_settings(config, clip_range) -> _LossSettings:
             norm = (ddof, eps, config.advantage_norm_eps_placement)
         except ValueError:  # raised by the loss, after its checks of the weights
             norm = None
-    return _LossSettings(low, high, clip, symmetric, dual, huber_delta,
-                         VALUE_LOSS_MODES.index(config.value_loss_mode), c_vf, clip_on,
-                         normalize, norm, float(config.vf_coef) * float(config.value_loss_scale),
-                         float(config.ent_coef), config.kl_estimator == "k3")
+    s = _LossSettings(low, high, clip, symmetric, dual, huber_delta,
+                      VALUE_LOSS_MODES.index(config.value_loss_mode), c_vf, clip_on,
+                      normalize, norm, float(config.vf_coef) * float(config.value_loss_scale),
+                      float(config.ent_coef), config.kl_estimator == "k3", None)
+    ddof, eps, placement = norm if norm is not None else (0, 0.0, "add")
+    return s._replace(knobs=_loss_knobs(s, ddof, eps, placement == "clamp"))
 
 
 _ones = np.ones(0)
@@ -176,35 +183,40 @@ def _all_ones(n: int) -> np.ndarray:
 
 
 @njit
-def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, normalize, ddof,
-               eps, clamp, normalized, low, high, clip_range, symmetric, dual_clip,
-               clip_range_vf, clip_on, value_mode, huber_delta, v_scale, d_new, d_values):
+def _loss_pass(new, entropy, values, old, adv, returns, old_values, weights, normalize, knobs,
+               normalized, d_new, d_values):
     """The compiled part of :func:`_loss_of_arrays` in one call: when ``normalize``, the
-    advantages by ``ppo_ref.fast.losses._normalize_advantages_kernel`` (``ddof``, ``eps``,
-    ``clamp``) into ``normalized`` (float64 ``[n]``), then
-    ``ppo_ref.fast.losses._minibatch_loss_kernel`` on them (the other arguments are its own),
-    then whether every ``d_values`` entry is finite and the sum of ``entropy`` (all its
-    entries, :func:`ppo_ref.fast.sums.pairwise_sum`). Returns the loss kernel's eight
-    results, that flag and that sum; ``status`` 3 (the rest meaningless) when the
-    normalization's mean or std is not finite. Through :func:`minibatch_loss` it gives the bits of
-    :func:`ppo_ref.spec.update.minibatch_loss` (the ``minibatch_loss`` row of
-    ``tests/test_tiers.py``, BITS)."""
+    advantages by ``ppo_ref.fast.losses._normalize_advantages_kernel`` into ``normalized``
+    (float64 ``[n]``), then ``ppo_ref.fast.losses._minibatch_loss_kernel``'s pass
+    (``ppo_ref.fast.losses._minibatch_loss_sums``, which also tells whether every ``d_values``
+    entry is finite) on them, then the sum of ``entropy`` (all its entries,
+    :func:`ppo_ref.fast.sums.pairwise_sum`). ``knobs`` holds the settings as float64
+    (:func:`_loss_knobs`: ``low, high, clip_range, symmetric, dual_clip, clip_range_vf,
+    clip_on, value_mode, huber_delta, v_scale, ddof, eps, clamp``; each value exact in float64).
+    Returns the loss kernel's eight results, that flag and that sum; ``status`` 3 (the rest
+    meaningless) when the normalization's mean or std is not finite. Through
+    :func:`minibatch_loss` it gives the bits of :func:`ppo_ref.spec.update.minibatch_loss` (the
+    ``minibatch_loss`` row of ``tests/test_tiers.py``, BITS)."""
     if normalize:
-        if not _normalize_advantages_kernel(adv, ddof, eps, clamp, normalized):
+        if not _normalize_advantages_kernel(adv, int(knobs[10]), knobs[11], knobs[12] != 0.0,
+                                            normalized):
             return 3, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False, 0.0
         adv = normalized
-    status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum = (
-        _minibatch_loss_kernel(new, entropy, values, old, adv, returns, old_values, weights,
-                               low, high, clip_range, symmetric, dual_clip, clip_range_vf,
-                               clip_on, value_mode, huber_delta, v_scale, d_new, d_values))
-    finite = True
-    if status == 0:
-        for i in range(d_values.size):
-            if not math.isfinite(d_values[i]):
-                finite = False
-                break
+    status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum, finite = (
+        _minibatch_loss_sums(new, entropy, values, old, adv, returns, old_values, weights,
+                             knobs[0], knobs[1], knobs[2], knobs[3] != 0.0, knobs[4], knobs[5],
+                             knobs[6] != 0.0, int(knobs[7]), knobs[8], knobs[9], d_new,
+                             d_values))
     return (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum, finite,
             pairwise_sum(entropy, False))
+
+
+def _loss_knobs(s: _LossSettings, ddof: int, eps: float, clamp: bool) -> np.ndarray:
+    """The settings :func:`_loss_pass` reads, as a float64 array (every value exact: floats,
+    booleans as 0.0/1.0, the small integers ``value_mode`` and ``ddof``)."""
+    return np.array([s.low, s.high, s.clip, s.symmetric, s.dual, s.c_vf, s.clip_on,
+                     s.value_mode, s.huber_delta, s.v_scale, ddof, eps, clamp],
+                    dtype=np.float64)
 
 
 def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
@@ -241,16 +253,14 @@ def _loss_of_arrays(arrays, s: _LossSettings, config, with_log_ratio: bool,
                 normalize_advantages(arrays[4], ddof=config.advantage_norm_ddof,
                                      eps=config.advantage_norm_eps, placement=placement)
                 raise
-    ddof, eps, placement = s.norm if normalize else (0, 0.0, "add")
     v_scale = s.v_scale
 
     d_log_probs, d_values = np.empty(n), np.empty(n)
     (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum, d_values_finite,
-     entropy_sum) = _loss_pass(*flat, w, normalize, ddof, eps, placement == "clamp",
-                               np.empty(n) if normalize else flat[4], s.low, s.high, s.clip,
-                               s.symmetric, s.dual, s.c_vf, s.clip_on, s.value_mode,
-                               s.huber_delta, v_scale, d_log_probs, d_values)
+     entropy_sum) = _loss_pass(*flat, w, normalize, s.knobs,
+                               np.empty(n) if normalize else flat[4], d_log_probs, d_values)
     if status == 3:  # not finite, or the variance overflows: the spec's error
+        ddof, eps, placement = s.norm
         normalize_advantages(arrays[4], ddof=ddof, eps=eps, placement=placement)
         raise ValueError("advantages must be finite")  # (the spec's function raises first)
     if status == 1:  # name the argument as the spec does (its order of checks)
@@ -508,14 +518,32 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     # its views; anything else goes to the full check, which raises naming the problem.
     ours = {id(own.flat), id(m.flat), id(v.flat)}
 
-    def step(params, grads, state):  # in place, on this loop's own buffers
+    # What every step of this loop reads and this loop settles once: the segments of the
+    # layout, the moments' buffers and the scratch of the step kernel (this thread's, held for
+    # the whole loop; only the kernel reads or writes it, and each call starts afresh).
+    starts, stops = _layout_segments(layout)
+    m_flat, v_flat = m.flat, v.flat
+    previous = _previous_values_scratch(own.flat.size)
+    float64 = np.dtype(np.float64)
+
+    def step(params, grads, state):  # _clipped_adam_step, in place, on this loop's own buffers
         if not (type(grads) is FlatArrays and grads.layout is layout
-                and grads.flat.dtype == np.float64 and grads.intact() and params.intact()
-                and id(grads.flat if grads.flat.base is None else grads.flat.base) not in ours):
+                and grads.flat.dtype is float64 and grads.intact() and params.intact()
+                and id(grads.flat if grads.flat.base is None else grads.flat.base) not in ours
+                and state["m"] is m and state["v"] is v):
             check_flat_step_arguments(params, grads, state["m"], state["v"])
-        t, norm = _clipped_adam_step(params, grads, state["t"], state["m"], state["v"], max_norm,
-                                     lr_, beta1, beta2, eps)
-        return params, {"t": t, "m": state["m"], "v": state["v"]}, norm
+            t, norm = _clipped_adam_step(params, grads, state["t"], state["m"], state["v"],
+                                         max_norm, lr_, beta1, beta2, eps)
+            return params, {"t": t, "m": state["m"], "v": state["v"]}, norm
+        t = state["t"] + 1
+        step_size, bias_correction2_sqrt = adam_step_scalars(t, lr_, beta1, beta2)
+        norm, written = _clipped_adam_kernel(params.flat, grads.flat, starts, stops, m_flat,
+                                             v_flat, max_norm, beta1, beta2, step_size,
+                                             bias_correction2_sqrt, eps, previous)
+        if not written:  # then every value is as it was
+            _raise_step_failure(params, grads, m, v, norm, max_norm, beta1, beta2, step_size,
+                                bias_correction2_sqrt, eps)
+        return params, {"t": t, "m": m, "v": v}, norm
 
     # The loss settings depend on config (frozen) and clip_range only: checked at the first
     # minibatch (where minibatch_loss checks them, so any error is the same), then reused.
