@@ -37,6 +37,7 @@ import numpy as np
 
 from ppo_ref._checks import (as_float_array, check_adam_hyperparameters, check_choice,
                              check_positive, check_step_count)
+from ppo_ref.fast import workspace
 from ppo_ref.fast.flat import FlatArrays, flatten_arrays, is_flat
 from ppo_ref.fast.losses import (_minibatch_loss_sums, _normalize_advantages_kernel,
                                   _weighted_sum)
@@ -504,7 +505,8 @@ def run_epochs(params: FlatArrays, adam_state: dict, *, config, lr: float,
     if not (isinstance(adam_state, dict) and {"t", "m", "v"} <= adam_state.keys()):
         raise ValueError("adam_state must be an Adam state from adam_init (keys 't', 'm', 'v')")
     layout = params.layout
-    own = FlatArrays.from_buffer(params.flat.copy(), layout)
+    own = FlatArrays.from_buffer(workspace.aligned(layout.size), layout)  # (64-byte aligned)
+    own.flat[...] = params.flat
     m = flatten_arrays(adam_state["m"], layout, dtype=np.float64)
     v = flatten_arrays(adam_state["v"], layout, dtype=np.float64)
     t0 = check_step_count(adam_state["t"])
