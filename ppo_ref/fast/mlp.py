@@ -198,6 +198,17 @@ def _dense_layer(h, w_t, b, out, activate, relu):
 
 
 @njit
+def _transpose_weight(w, w_t):
+    """``w_t[k, j] = w[j, k]`` (2-D, C-contiguous): a weight's column read into each row of
+    ``w_t`` (contiguous stores; a copy, no arithmetic)."""
+    _wide()
+    n_out, n_in = w.shape
+    for k in range(n_in):
+        for j in range(n_out):
+            w_t[k, j] = w[j, k]
+
+
+@njit
 def mlp_forward_flat(x, flat, table, relu, acts):
     """Compiled MLP forward on a flat parameter buffer (section comment above): equals
     :func:`ppo_ref.spec.layers.mlp_forward` in float64 within rtol 1e-12, atol 1e-14 (the
@@ -213,17 +224,22 @@ def mlp_forward_flat(x, flat, table, relu, acts):
     ``a_i = b_i + h_i @ w_i.T`` (FMA chains in input order from the bias, row by row: a row's
     outputs never depend on the other rows of the call), ``h_{i+1} = act(a_i)`` for i < L-1,
     both by :func:`_dense_layer` (bit for bit :func:`ppo_ref.fast.lstm._linear_rows` then
-    :func:`_activate_inplace`). Each weight is transposed into a scratch ``[in, out]`` first.
+    :func:`_activate_inplace`). Each weight is transposed into a scratch ``[in, out]`` first
+    (one scratch for all the layers).
     Unchecked: the caller guarantees shapes, contiguity and one dtype.
     """
     rows = x.shape[0]
     n_layers = table.shape[0]
+    size = 0
+    for i in range(n_layers):
+        size = max(size, table[i, 2] * table[i, 3])
+    scratch = np.empty(size, flat.dtype)  # every layer's transposed weight in turn
     h = x
     start = 0
     for i in range(n_layers):
         w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
-        w_t = np.empty((n_in, n_out), flat.dtype)
-        _transpose_into(flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), w_t)
+        w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
+        _transpose_weight(flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), w_t)
         a = acts[start:start + rows * n_out].reshape(rows, n_out)
         _dense_layer(h, w_t, flat[b_off:b_off + n_out], a, i < n_layers - 1, relu)
         h = a
