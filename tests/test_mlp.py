@@ -3,6 +3,7 @@ ppo_ref.spec.layers): values, gradients, validation; the compiled towers of ppo_
 against them and against their documented FMA order."""
 import copy
 import math
+import os
 
 import numpy as np
 import pytest
@@ -456,3 +457,80 @@ def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
     grads_none = np.zeros(flat.shape)
     mlp_backward_flat(x, acts, flat, table, relu, dy, grads_none, None)
     np.testing.assert_array_equal(grads_none, grads)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("rows, n_in, n_out", [(256, 4, 64), (30, 64, 64), (19, 17, 40),
+                                               (25, 7, 70), (5, 3, 2)])
+def test_dense_layer_is_the_linear_pass_then_the_activation_pass(rng, dtype, rows, n_in, n_out):
+    """The fused layer of mlp_forward_flat (register blocks starting from the bias, each group
+    of rows activated right after its products) equals ``_linear_rows`` then
+    ``_activate_inplace`` bit for bit, compiled and interpreted, for rows and widths that
+    cover every block shape and the leftover rows and columns; without activation, the linear
+    pass alone. The interpreted blocks are checked against an FMA chain written out here."""
+    from ppo_ref.fast import mlp as mlp_mod
+    h = rng.standard_normal((rows, n_in)).astype(dtype)
+    w_t = rng.standard_normal((n_in, n_out)).astype(dtype)
+    b = rng.standard_normal(n_out).astype(dtype)
+    linear = np.empty((rows, n_out), dtype)
+    lstm_mod._linear_rows(h, w_t, b, linear)
+    for activate, relu in ((False, False), (True, True), (True, False)):
+        expected = linear.copy()
+        if activate:
+            mlp_mod._activate_inplace(expected, relu)
+        fused = np.full((rows, n_out), np.nan, dtype)
+        mlp_mod._dense_layer(h, w_t, b, fused, activate, relu)
+        np.testing.assert_array_equal(fused, expected)
+    if dtype == np.float64 and rows > 6:  # the interpreted wide block: its own FMA chains
+        out = np.full((rows, n_out), np.nan)
+        cols = min(mlp_mod._WIDE_COLS, n_out)
+        if cols == mlp_mod._WIDE_COLS:
+            mlp_mod._linear_block_wide(out, h, w_t, b, 0, 0, 0)
+            ref = [[_fma_chain(b[j], h[n], w_t[:, j]) for j in range(cols)]
+                   for n in range(mlp_mod._WIDE_ROWS)]
+            np.testing.assert_array_equal(out[:mlp_mod._WIDE_ROWS, :cols], ref)
+            np.testing.assert_array_equal(out[:mlp_mod._WIDE_ROWS, :cols],
+                                          linear[:mlp_mod._WIDE_ROWS, :cols])
+
+
+_FORWARD_SCRIPT = """
+import hashlib
+import numpy as np
+from ppo_ref.fast import lstm as lstm_mod
+from ppo_ref.fast.mlp import mlp_forward_flat
+rng = np.random.default_rng(3)
+digest = hashlib.sha256()
+for dtype in (np.float64, np.float32):
+    for rows, sizes in ((256, (4, 64, 64, 2)), (30, (7, 40, 64, 1)), (9, (5, 33, 3))):
+        table, offset = [], 0
+        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+            table.append((offset, offset + n_out * n_in, n_out, n_in))
+            offset += n_out * n_in + n_out
+        flat = rng.standard_normal(offset).astype(dtype)
+        x = rng.standard_normal((rows, sizes[0])).astype(dtype)
+        acts = np.empty(rows * sum(sizes[1:]), dtype)
+        for relu in (True, False):
+            mlp_forward_flat(x, flat, np.array(table, dtype=np.int64), relu, acts)
+            digest.update(acts.tobytes())
+print(lstm_mod._VECTOR_BITS, digest.hexdigest())
+"""
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no target")
+def test_flat_forward_of_an_avx2_target_gives_the_same_bits(tmp_path):
+    """Compiled for an AVX2-only target (6 x 8 register blocks) the forward pass (its fused
+    layers, leftover rows and columns, narrow heads) gives the same bits as compiled for the
+    default target."""
+    import subprocess
+    import sys
+    from test_lstm import _AVX2_FEATURES
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def run(extra_env):
+        env = dict(os.environ, PYTHONPATH=root, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+                   **extra_env)
+        return subprocess.run([sys.executable, "-c", _FORWARD_SCRIPT], env=env, check=True,
+                              capture_output=True, text=True, timeout=600).stdout.split()
+    avx2 = run({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": _AVX2_FEATURES})
+    assert avx2[0] == "256"
+    assert run({})[1] == avx2[1]

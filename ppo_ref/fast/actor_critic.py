@@ -30,9 +30,8 @@ from typing import Mapping, NamedTuple, Optional
 import numpy as np
 
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
-from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, layer_table,
+from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, _dense_layer, layer_table,
                               mlp_backward_flat, mlp_forward_flat)
-from ppo_ref.fast.lstm import _linear_rows
 from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
@@ -302,9 +301,8 @@ def acting_forward(x, flat_t, trunk, pi, relu):
     D]`` C-contiguous in the dtype of ``flat_t``, ``relu`` as in :func:`flat_forward`.
 
     The trunk's layers all activated (its last one too, as the heads read it), then the policy
-    tower's, the last one linear: per layer ``a = b + h @ w.T`` by
-    :func:`ppo_ref.fast.lstm._linear_rows` on the transposed weight and
-    :func:`ppo_ref.fast.mlp._activate_inplace`, the calls of
+    tower's, the last one linear: per layer ``a = b + h @ w.T`` and the activation by
+    :func:`ppo_ref.fast.mlp._dense_layer` on the transposed weight, the calls of
     :func:`ppo_ref.fast.mlp.mlp_forward_flat` on the same values. Unchecked."""
     rows = x.shape[0]
     h = x
@@ -314,9 +312,7 @@ def acting_forward(x, flat_t, trunk, pi, relu):
         for i in range(n_layers):
             w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
             a = np.empty((rows, n_out), flat_t.dtype)
-            _linear_rows(h, flat_t[w_off:w_off + n_in * n_out].reshape(n_in, n_out),
-                         flat_t[b_off:b_off + n_out], a)
-            if tower == 0 or i < n_layers - 1:
-                _activate_inplace(a, relu)
+            _dense_layer(h, flat_t[w_off:w_off + n_in * n_out].reshape(n_in, n_out),
+                         flat_t[b_off:b_off + n_out], a, tower == 0 or i < n_layers - 1, relu)
             h = a
     return h

@@ -21,9 +21,13 @@ from typing import Mapping
 
 import numpy as np
 
+from numba.extending import overload
+
 from ppo_ref._numba import njit
-from ppo_ref.fast.lstm import (_add_products, _column_sums, _fma, _linear_rows, _tanh_any,
-                              _transpose_into, _wide)
+from ppo_ref.fast.lstm import (_BLOCK_COLS, _BLOCK_ROWS, _NARROW_COLS, _WIDE_COLS, _WIDE_MIN_ROWS,
+                              _WIDE_ROWS, _add_products, _block_vector_intrinsic,
+                              _check_panel_operands, _column_sums, _fma, _linear_panel,
+                              _linear_rows, _tanh_any, _transpose_into, _wide)
 
 __all__ = ["mlp_forward_flat", "mlp_backward_flat", "layer_table"]  # called by the fast policies
 
@@ -115,6 +119,95 @@ def _activation_grad(d, h, relu):
 _NARROW = 16
 
 
+def _linear_block_wide(out, a, w_t, b, n, j0, c0):
+    """``out[m, j0+c] = fma(a[m, K-1], w_t[K-1, c], ... fma(a[m, 0], w_t[0, c], b[j0+c]))`` for
+    the rows ``m = n .. n + _WIDE_ROWS - 1`` and columns ``c = c0 .. c0 + _WIDE_COLS - 1`` (the
+    chain of :func:`ppo_ref.fast.lstm._linear_rows`). Interpreted here; compiled, a register
+    block of :func:`ppo_ref.fast.lstm._block_vector_intrinsic` (``panel=True``: accumulators
+    start from the bias)."""
+    for m in range(n, n + _WIDE_ROWS):
+        for c in range(c0, c0 + _WIDE_COLS):
+            o = b[j0 + c]
+            for k in range(a.shape[1]):
+                o = _fma(a[m, k], w_t[k, c], o)
+            out[m, j0 + c] = o
+
+
+_linear_block_wide_vector = _block_vector_intrinsic(_WIDE_ROWS, _WIDE_COLS, panel=True)
+
+
+@overload(_linear_block_wide)
+def _linear_block_wide_compiled(out, a, w_t, b, n, j0, c0):
+    """Compiled, :func:`_linear_block_wide` is a register block (operands checked at typing by
+    :func:`ppo_ref.fast.lstm._check_panel_operands`)."""
+    _check_panel_operands(out, a, w_t, b)
+    return lambda out, a, w_t, b, n, j0, c0: _linear_block_wide_vector(out, a, w_t, b, n, j0,
+                                                                       c0)
+
+
+@njit
+def _linear_loops(h, w_t, b, out, n_lo, n_hi, c_lo):
+    """Rows ``n_lo .. n_hi - 1``, columns ``c_lo ..`` of ``out = b + h @ w_t`` (the chain of
+    :func:`ppo_ref.fast.lstm._linear_rows`), the loop over the columns vectorized."""
+    _wide()
+    n_j = out.shape[1]
+    for m in range(n_lo, n_hi):
+        for c in range(c_lo, n_j):
+            out[m, c] = b[c]
+        for k in range(h.shape[1]):
+            hm = h[m, k]
+            for c in range(c_lo, n_j):
+                out[m, c] = _fma(hm, w_t[k, c], out[m, c])
+
+
+@njit
+def _dense_layer(h, w_t, b, out, activate, relu):
+    """``out = b + h @ w_t`` (:func:`ppo_ref.fast.lstm._linear_rows`: every element the same
+    FMA chain over k = 0, 1, ... starting from the bias), then, when ``activate``, ``out <-
+    act(out)`` (:func:`_activate_inplace`), bit for bit those two passes: ``h [M, K]`` (any
+    strides), ``w_t [K, J]``, ``b [J]``, ``out [M, J]`` C-contiguous, one dtype. The register
+    blocks start from the bias (no pass writing it first), and each group of rows is activated
+    right after its products, while it is in cache. A layer of at most two outputs (a head) is
+    :func:`ppo_ref.fast.lstm._linear_rows` itself."""
+    rows = h.shape[0]
+    n_j = out.shape[1]
+    if n_j <= _NARROW_COLS:
+        _linear_rows(h, w_t, b, out)
+        if activate:
+            _activate_inplace(out, relu)
+        return
+    wide = rows >= _WIDE_MIN_ROWS
+    group = _WIDE_ROWS if wide else _BLOCK_ROWS
+    cols = _WIDE_COLS if wide else _BLOCK_COLS
+    n_blocked = rows - rows % group
+    c_blocked = n_j - n_j % cols
+    for n in range(0, n_blocked, group):
+        for c0 in range(0, c_blocked, cols):
+            if wide:
+                _linear_block_wide(out, h, w_t, b, n, 0, c0)
+            else:
+                _linear_panel(out, h, w_t, b, n, 0, c0)
+        if c_blocked < n_j:
+            _linear_loops(h, w_t, b, out, n, n + group, c_blocked)
+        if activate:
+            _activate_inplace(out[n:n + group], relu)
+    if n_blocked < rows:
+        _linear_loops(h, w_t, b, out, n_blocked, rows, 0)
+        if activate:
+            _activate_inplace(out[n_blocked:], relu)
+
+
+@njit
+def _transpose_weight(w, w_t):
+    """``w_t[k, j] = w[j, k]`` (2-D, C-contiguous): a weight's column read into each row of
+    ``w_t`` (contiguous stores; a copy, no arithmetic)."""
+    _wide()
+    n_out, n_in = w.shape
+    for k in range(n_in):
+        for j in range(n_out):
+            w_t[k, j] = w[j, k]
+
+
 @njit
 def mlp_forward_flat(x, flat, table, relu, acts):
     """Compiled MLP forward on a flat parameter buffer (section comment above): equals
@@ -128,23 +221,27 @@ def mlp_forward_flat(x, flat, table, relu, acts):
         acts: 1-D ``[M * sum_i out_i]``, written: every layer's output (the last block is
             ``y [M, out_L]``).
 
-    ``a_i = b_i + h_i @ w_i.T`` by :func:`ppo_ref.fast.lstm._linear_rows` (FMA chains in input
-    order, row by row: a row's outputs never depend on the other rows of the call), ``h_{i+1} =
-    act(a_i)`` for i < L-1. Each weight is transposed into a scratch ``[in, out]`` first.
+    ``a_i = b_i + h_i @ w_i.T`` (FMA chains in input order from the bias, row by row: a row's
+    outputs never depend on the other rows of the call), ``h_{i+1} = act(a_i)`` for i < L-1,
+    both by :func:`_dense_layer` (bit for bit :func:`ppo_ref.fast.lstm._linear_rows` then
+    :func:`_activate_inplace`). Each weight is transposed into a scratch ``[in, out]`` first
+    (one scratch for all the layers).
     Unchecked: the caller guarantees shapes, contiguity and one dtype.
     """
     rows = x.shape[0]
     n_layers = table.shape[0]
+    size = 0
+    for i in range(n_layers):
+        size = max(size, table[i, 2] * table[i, 3])
+    scratch = np.empty(size, flat.dtype)  # every layer's transposed weight in turn
     h = x
     start = 0
     for i in range(n_layers):
         w_off, b_off, n_out, n_in = table[i, 0], table[i, 1], table[i, 2], table[i, 3]
-        w_t = np.empty((n_in, n_out), flat.dtype)
-        _transpose_into(flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), w_t)
+        w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
+        _transpose_weight(flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), w_t)
         a = acts[start:start + rows * n_out].reshape(rows, n_out)
-        _linear_rows(h, w_t, flat[b_off:b_off + n_out], a)
-        if i < n_layers - 1:
-            _activate_inplace(a, relu)
+        _dense_layer(h, w_t, flat[b_off:b_off + n_out], a, i < n_layers - 1, relu)
         h = a
         start += rows * n_out
 
