@@ -309,6 +309,34 @@ def test_arguments_are_converted_where_well_defined(rng):
     np.testing.assert_array_equal(s_l.h, s.h)
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_acting_step_checks_the_state_it_returned_before_reusing_it(rng, dtype):
+    """A state acting_step_fn's step returned is passed back unchanged at no cost, but is still
+    checked: written to non-finite in place, given with obs of another number of envs, or
+    reshaped in place, it is refused naming it; a copy of it (not the step's own object) is
+    checked in full and gives the same bits."""
+    policy = make_policy(compute_dtype=dtype)
+    params = perturbed_params(rng, policy)
+    obs, _, state, starts = make_data(rng, policy, T=3, n=4)
+    step = policy.acting_step_fn(params)
+    _, s1 = step(obs[0], state, starts[0])
+    out_copy, s_copy = step(obs[1], LSTMStates(s1.h.copy(), s1.c.copy()), starts[1])
+    out_own, s_own = step(obs[1], s1, starts[1])
+    np.testing.assert_array_equal(out_own, out_copy)
+    np.testing.assert_array_equal(s_own.h, s_copy.h)
+    np.testing.assert_array_equal(s_own.c, s_copy.c)
+    with pytest.raises(ValueError, match="state.h must have shape"):
+        step(obs[2][:3], s_own, starts[2][:3])
+    _, s2 = step(obs[2], s_own, starts[2])
+    s2.c[0, 1, 2] = np.nan
+    with pytest.raises(ValueError, match="state.c must be finite"):
+        step(obs[2], s2, starts[2])
+    _, s3 = step(obs[2], s_own, starts[2])
+    s3.h.shape = (s3.h.shape[0], 2, -1)
+    with pytest.raises(ValueError, match="state.h must have shape"):
+        step(obs[2], s3, starts[2])
+
+
 def test_bad_arguments_raise_value_errors_naming_them(rng):
     policy = make_policy()
     params = perturbed_params(rng, policy)
@@ -564,3 +592,40 @@ def test_evaluate_hidden_of_the_acted_states_is_evaluate_bit_for_bit(rng, dtype,
         policy.evaluate_hidden(params, bad, actions)
     with pytest.raises(ValueError, match="actions"):
         policy.evaluate_hidden(params, hidden, actions[:-1])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("hidden,n", [(16, 1), (16, 5), (64, 8), (50, 3)])
+def test_acting_kernel_is_step_stacked_and_the_tower_bit_for_bit(rng, dtype, hidden, n):
+    """_acting_kernel (both LSTMs on weights packed as panels, then the policy tower) gives
+    the bits of ppo_ref.fast.lstm.step_stacked (the transposed weights) followed by the tower's
+    mlp_forward_flat, for hidden sizes that fill whole panels or leave a partial one, with
+    episode starts and carried states that are zeroed or kept."""
+    from ppo_ref.fast.lstm import _PANEL_COLS, _panel_count, step_stacked
+    from ppo_ref.train.recurrent_policies import (_acting_kernel, _pack_step_panels,
+                                                  _step_scratch, _tower_forward)
+    policy = make_policy(lstm_hidden_size=hidden, net_arch=(8,), activation="relu")
+    params = perturbed_params(rng, policy)
+    spec = policy._checked_spec(params)
+    flat = params.flat.astype(dtype)
+    w_ih, w_hh, b = policy._stacked(spec, flat)
+    L, four_h, d_in = w_ih.shape
+    x = rng.normal(size=(n, d_in)).astype(dtype)
+    h = rng.normal(size=(L, n, hidden)).astype(dtype)
+    c = rng.normal(size=(L, n, hidden)).astype(dtype)
+    starts = rng.random(n) < 0.4
+    h_ref, c_ref = step_stacked(np.ascontiguousarray(w_ih.transpose(0, 2, 1)),
+                                np.ascontiguousarray(w_hh.transpose(0, 2, 1)), b, x, h, c, starts)
+    out_ref = _tower_forward(h_ref[0], flat, spec.pi_table, spec.pi_width, True)[1]
+    w_p = np.empty((L, _panel_count(four_h), d_in + hidden, _PANEL_COLS), dtype)
+    _pack_step_panels(w_ih, w_hh, w_p)
+    h_new, c_new = np.empty((L, n, hidden), dtype), np.empty((L, n, hidden), dtype)
+    acts = np.full(n * spec.pi_width, np.nan, dtype)
+    _acting_kernel(x, w_p, np.ascontiguousarray(b), starts, h, c,
+                   *_step_scratch(L, n, d_in, hidden, dtype), flat, spec.pi_table, True, h_new,
+                   c_new, acts)
+    n_out = out_ref.shape[1]
+    for got, want in ((h_new, h_ref), (c_new, c_ref),
+                      (acts[n * (spec.pi_width - n_out):].reshape(n, n_out), out_ref)):
+        assert got.dtype == want.dtype
+        assert np.array_equal(got.view(np.uint8), np.ascontiguousarray(want).view(np.uint8))

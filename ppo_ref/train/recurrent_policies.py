@@ -60,7 +60,9 @@ from ppo_ref.fast.distributions import categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (StackedArrays, all_finite, backward_stacked, forward_stacked,
-                              keep_rows, step_stacked)
+                              keep_rows)
+from ppo_ref.fast.lstm import _PANEL_COLS, _forward_kernel_panels, _pack_panels, _panel_count
+from ppo_ref._numba import njit
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import (PolicyBase, PolicyEval, SpecPolicyBase, _finite_grad,
@@ -79,6 +81,7 @@ __all__ = ["LSTMStates", "RecurrentActorCriticCache", "recurrent_actor_critic_in
            "make_recurrent_policy"]
 
 Params = dict
+_FLOAT64 = np.dtype(np.float64)  # (a dtype compares with a dtype faster than with a type)
 
 
 def _sub(params: Mapping[str, np.ndarray], prefix: str) -> dict:
@@ -194,6 +197,62 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
     mlp_forward_flat(x, flat, table, relu, acts)
     n_out = int(table[-1, 2])
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
+
+
+@njit
+def _acting_kernel(x, w_p, b, starts, h, c, xh, keep, h_prev, c_prev, gates, tanh_c, h_seq,
+                   flat, table, relu, h_new, c_new, acts):
+    """One acting step of the L LSTMs and the policy tower in one compiled call: per LSTM
+    ``l``, :func:`ppo_ref.fast.lstm._forward_kernel_panels` with T = 1 on ``x [N, D]`` from the
+    carried state ``keep[0] * (h[l], c[l])`` (``keep[0] = 1 - starts``, ``keep[1]`` ones), the
+    weights packed as panels ``w_p [L, P, D + H, C]`` of ``[w_ih.T; w_hh.T]``; writes the new
+    states into ``h_new, c_new [L, N, H]`` (what :func:`ppo_ref.fast.lstm.step_stacked` returns,
+    the same arithmetic bit for bit), then :func:`ppo_ref.fast.mlp.mlp_forward_flat` of the
+    policy tower (``table``, ``relu``) on ``h_new[0]`` into ``acts``. ``xh [1, N, D + H]``,
+    ``keep [2, N]``, ``h_prev, c_prev [L, 2, N, H]``, ``gates [L, 1, N, 4H]``, ``tanh_c, h_seq
+    [L, 1, N, H]`` are scratch; every array C-contiguous in one dtype."""
+    n_lstm, n_env, hidden = h.shape
+    d_in = x.shape[1]
+    for n in range(n_env):
+        keep[0, n] = 0.0 if starts[n] else 1.0
+        keep[1, n] = 1.0
+        for d in range(d_in):
+            xh[0, n, d] = x[n, d]
+    for l in range(n_lstm):
+        for n in range(n_env):
+            k = keep[0, n]
+            for j in range(hidden):
+                h_prev[l, 0, n, j] = h[l, n, j] * k
+                c_prev[l, 0, n, j] = c[l, n, j] * k
+        _forward_kernel_panels(xh, w_p[l], b[l], keep, h_prev[l], c_prev[l], gates[l],
+                               tanh_c[l], h_seq[l])
+        for n in range(n_env):
+            for j in range(hidden):
+                h_new[l, n, j] = h_seq[l, 0, n, j]
+                c_new[l, n, j] = c_prev[l, 1, n, j]
+    mlp_forward_flat(h_new[0], flat, table, relu, acts)
+
+
+@njit
+def _pack_step_panels(w_ih, w_hh, w_p):
+    """The panels ``w_p [L, P, D + H, C]`` of ``[w_ih[l].T; w_hh[l].T]`` per LSTM ``l`` from
+    the weights as stored (``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``): what
+    :func:`_acting_kernel` reads (:func:`ppo_ref.fast.lstm._pack_panels`)."""
+    d_in = w_ih.shape[2]
+    for l in range(w_ih.shape[0]):
+        _pack_panels(w_ih[l], w_p[l], 0)
+        _pack_panels(w_hh[l], w_p[l], d_in)
+
+
+def _step_scratch(n_lstm: int, n_env: int, d_in: int, hidden: int, dtype):
+    """New scratch arrays of :func:`_acting_kernel` after ``x, w_p, b, starts, h, c``: ``xh,
+    keep, h_prev, c_prev, gates, tanh_c, h_seq``."""
+    return (np.empty((1, n_env, d_in + hidden), dtype), np.empty((2, n_env), dtype),
+            np.empty((n_lstm, 2, n_env, hidden), dtype),
+            np.empty((n_lstm, 2, n_env, hidden), dtype),
+            np.empty((n_lstm, 1, n_env, 4 * hidden), dtype),
+            np.empty((n_lstm, 1, n_env, hidden), dtype),
+            np.empty((n_lstm, 1, n_env, hidden), dtype))
 
 
 class _PassBuffers(NamedTuple):
@@ -546,13 +605,6 @@ class RecurrentPolicy(PolicyBase):
         """``(w_ih [L, 4H, D], w_hh [L, 4H, H], b [L, 4H])`` views of a buffer in ``spec``'s layout."""
         return tuple(flat[start:stop].reshape(shape) for start, stop, shape in spec.lstm_slices)
 
-    def _step_weights(self, spec: _FastSpec, flat: np.ndarray, first: int = 0):
-        """``(w_ih_t [L', D, 4H], w_hh_t [L', H, 4H], b [L', 4H])``: the stacked LSTM weights
-        of ``flat`` from LSTM ``first`` on, transposed (C-contiguous copies) for stepping."""
-        w_ih, w_hh, b = self._stacked(spec, flat)
-        return (np.ascontiguousarray(w_ih[first:].transpose(0, 2, 1)),
-                np.ascontiguousarray(w_hh[first:].transpose(0, 2, 1)), b[first:])
-
     def _compute_flat(self, params: FlatArrays) -> np.ndarray:
         """The parameter buffer in the compute dtype (the caller's own buffer for float64; one
         cast copy for float32)."""
@@ -587,16 +639,30 @@ class RecurrentPolicy(PolicyBase):
         entropy = np.asarray(self.head.entropy(out, params), dtype=np.float64)
         return log_probs, entropy, None
 
-    def _step(self, params, obs, state, episode_starts, first: int = 0):
-        """One checked step of the LSTMs from ``first`` on: ``(spec, flat, h_new, c_new)``,
-        the parameter buffer and the new states ``[L - first, N, H]`` in the compute dtype
-        (:func:`ppo_ref.fast.lstm.step_stacked`: the arithmetic of the replay's LSTM kernel)."""
+    def _step(self, params, obs, state, episode_starts, first: int = 0, value: bool = False):
+        """One checked step of the LSTMs from ``first`` on and a tower on the first of them:
+        ``(spec, flat, h_new, c_new, out)``, the parameter buffer, the new states ``[L - first,
+        N, H]`` and the outputs of the policy (``value`` False) or value tower on ``h_new[0]``,
+        in the compute dtype. One compiled call (:func:`_acting_kernel` on the weights packed
+        by :func:`_pack_step_panels`: the arithmetic of the replay's LSTM kernel and towers)."""
         spec = self._checked_spec(params)
         x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
         flat = self._compute_flat(params)
-        h_new, c_new = step_stacked(*self._step_weights(spec, flat, first), x, h[first:],
-                                     c[first:], starts)
-        return spec, flat, h_new, c_new
+        w_ih, w_hh, b = (a[first:] for a in self._stacked(spec, flat))
+        n_lstm, four_h, d_in = w_ih.shape
+        n, hidden, dt = x.shape[0], spec.hidden, flat.dtype
+        w_p = np.empty((n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS), dt)
+        _pack_step_panels(w_ih, w_hh, w_p)
+        table, width = (spec.vf_table, spec.vf_width) if value else (spec.pi_table,
+                                                                     spec.pi_width)
+        n_out = int(table[-1, 2])
+        h_new = np.empty((n_lstm, n, hidden), dt)
+        c_new = np.empty((n_lstm, n, hidden), dt)
+        acts = np.empty(n * width, dt)
+        _acting_kernel(x, w_p, b, starts, h[first:], c[first:],
+                       *_step_scratch(n_lstm, n, d_in, hidden, dt), flat, table,
+                       self.activation == "relu", h_new, c_new, acts)
+        return spec, flat, h_new, c_new, acts[n * (width - n_out):].reshape(n, n_out)
 
     # -- acting -------------------------------------------------------------------------------
     def act(self, params, obs, state: LSTMStates, episode_starts, rng):
@@ -618,8 +684,7 @@ class RecurrentPolicy(PolicyBase):
         Raises:
             ValueError: naming the argument (class docstring).
         """
-        spec, flat, h_new, c_new = self._step(params, obs, state, episode_starts)
-        out_c = self._tower(spec, flat, h_new[0], value=False)[1]
+        spec, flat, h_new, c_new, out_c = self._step(params, obs, state, episode_starts)
         values = self._tower(spec, flat, h_new[-1], value=True)[1][:, 0].astype(np.float64)
         actions = self.head.sample(rng, out_c.astype(np.float64, copy=False), params)
         log_probs = self._head_eval(out_c, params, actions)[0]
@@ -633,8 +698,7 @@ class RecurrentPolicy(PolicyBase):
         The policy outputs (float64) are the bits :meth:`evaluate` gives these rows (in
         float32 compute: float32 values); arguments and errors as :meth:`act`.
         """
-        spec, flat, h_new, c_new = self._step(params, obs, state, episode_starts)
-        out = self._tower(spec, flat, h_new[0], value=False)[1]
+        _, _, h_new, c_new, out = self._step(params, obs, state, episode_starts)
         return out.astype(np.float64, copy=False), LSTMStates(
             h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
 
@@ -642,27 +706,59 @@ class RecurrentPolicy(PolicyBase):
         """``step(obs, state, episode_starts) -> (policy_out, new_state)``: :meth:`policy_out_step`
         for many steps with fixed ``params`` (one rollout), the same bits.
 
-        ``params`` are checked and copied, and the weights transposed (and cast to the compute
-        dtype), once, here; each step converts and checks its arguments (as
-        :meth:`policy_out_step`) and is one compiled call for both LSTMs and one for the
-        policy tower. (In float32 the state is carried as float64 arrays holding float32
-        values.)
+        ``params`` are checked and copied, and the LSTM weights packed as the panels of the
+        compiled forward (and cast to the compute dtype), once, here; each step converts and
+        checks its arguments (as :meth:`policy_out_step`) and is one compiled call for both
+        LSTMs and the policy tower (:func:`_acting_kernel`). A ``state`` that is the very
+        :class:`LSTMStates` the previous step returned (its arrays made here, of the shape,
+        dtype and layout checked when they were made) is only checked to be finite; any other
+        state is checked in full. (In float32 the state is carried as float64 arrays holding
+        float32 values.)
 
         Raises:
             ValueError: ``params`` here, the step's arguments at each step, naming them.
         """
         spec = self._checked_spec(params)
         flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
-        w_ih_t, w_hh_t, b = self._step_weights(spec, flat)
+        dt = flat.dtype
+        cast = dt != _FLOAT64
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        n_lstm, four_h, d_in = w_ih.shape
+        hidden = spec.hidden
+        w_p = np.empty((n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS), dt)
+        _pack_step_panels(w_ih, w_hh, w_p)
+        b = np.ascontiguousarray(b)
         table, width = spec.pi_table, spec.pi_width
+        n_out = int(table[-1, 2])
         relu = self.activation == "relu"
+        scratch = {}   # per number of envs: the kernel's scratch arrays
+        last = [None]  # the LSTMStates the last step returned
 
         def step(obs, state, episode_starts):
-            x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
-            h_new, c_new = step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts)
-            out = _tower_forward(h_new[0], flat, table, width, relu)[1]   # the policy tower
-            return out.astype(np.float64, copy=False), LSTMStates(
-                h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
+            if state is last[0]:
+                x = self._obs_input(obs, 1)
+                n = x.shape[0]
+                h, c = state
+                if not (h.shape == c.shape == (n_lstm, n, hidden) and h.dtype == c.dtype
+                        == _FLOAT64 and all_finite(h) and all_finite(c)):
+                    h, c = self._state_input(spec, state, n)   # raises, naming state
+                starts = self._flags_input(episode_starts, (n,))
+                if cast:
+                    x, h, c = x.astype(dt), h.astype(dt), c.astype(dt)
+            else:
+                x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
+                n = x.shape[0]
+            s = scratch.get(n)
+            if s is None:
+                s = scratch[n] = _step_scratch(n_lstm, n, d_in, hidden, dt)
+            h_new = np.empty((n_lstm, n, hidden), dt)
+            c_new = np.empty((n_lstm, n, hidden), dt)
+            acts = np.empty(n * width, dt)
+            _acting_kernel(x, w_p, b, starts, h, c, *s, flat, table, relu, h_new, c_new, acts)
+            out = acts[n * (width - n_out):].reshape(n, n_out)   # the policy tower's output
+            new_state = last[0] = LSTMStates(h_new.astype(np.float64, copy=False),
+                                             c_new.astype(np.float64, copy=False))
+            return out.astype(np.float64, copy=False), new_state
         return step
 
     def predict(self, params, obs, state: LSTMStates, episode_starts, rng=None,
@@ -692,9 +788,9 @@ class RecurrentPolicy(PolicyBase):
         again from the same state) and ``final_values`` (the state before the reset, with
         ``episode_starts`` all False). Arguments and errors as :meth:`act`.
         """
-        spec, flat, h_new, _ = self._step(params, obs, state, episode_starts,
-                                          first=len(lstm_names(self.lstm_shared)) - 1)
-        return self._tower(spec, flat, h_new[0], value=True)[1][:, 0].astype(np.float64)
+        out = self._step(params, obs, state, episode_starts,
+                         first=len(lstm_names(self.lstm_shared)) - 1, value=True)[4]
+        return out[:, 0].astype(np.float64)
 
     # -- training -----------------------------------------------------------------------------
     def evaluate(self, params, obs, actions, state: LSTMStates, episode_starts):

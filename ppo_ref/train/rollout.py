@@ -67,6 +67,7 @@ __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "ch
            "finished_episodes"]
 
 OBS_NORM_EPS = 1e-8
+_FLOAT64 = np.dtype(np.float64)  # (a dtype compares with a dtype faster than with a type)
 
 
 @dataclasses.dataclass
@@ -469,7 +470,7 @@ class RolloutCollector:
         self.use_fast_sync = True  # False: always go through env.step (same results, slower)
 
     # -- observations -------------------------------------------------------------------------
-    def _obs_into(self, raw, out: np.ndarray, *, vector_step: int, rollout_step: int) -> None:
+    def _obs_into(self, raw, out: np.ndarray, vector_step: int, rollout_step: int) -> None:
         """Check a batch of raw observations and write them into ``out`` (float64 ``[N,
         obs_dim]``): flattened, as float64 (the values unchanged), and normalized with (and
         updating) the running statistics when that option is on."""
@@ -620,7 +621,8 @@ class RolloutCollector:
         obs_into = self._obs_into
         expected = tuple(policy.obs_shape)
         sub_obs = [None] * N  # the sub-envs' observations of the current step (fast path)
-        sub_rewards = [None] * N  # and their rewards
+        rew_rows = list(rew_buf)  # the rows the sub-envs' rewards go into (fast path)
+        start_rows = list(start_buf)
         # rewards as logged (before reward normalization): the reward buffer itself without it
         raw_rew_buf = rew_buf if tap is None else np.empty((T, N), dtype=np.float64)
         obs_buf[0] = self.obs
@@ -628,7 +630,7 @@ class RolloutCollector:
         for t in range(T):
             obs = obs_rows[t]
             if with_starts:  # the flags of obs: the last step's ends (the carried ones at t = 0)
-                policy_out = forward(obs, start_buf[t])
+                policy_out = forward(obs, start_rows[t])
             else:
                 policy_out = forward(obs)
             if keep_outputs:
@@ -641,9 +643,8 @@ class RolloutCollector:
             if fast is not None:
                 # the flags (and the next step's episode starts) of the envs that ended go
                 # straight into the buffers
-                final_obs = step_sync(fast, to_env(actions), step, t, sub_rewards, term_buf,
+                final_obs = step_sync(fast, to_env(actions), step, t, rew_rows[t], term_buf,
                                       trunc_buf, start_buf, expected, sub_obs)
-                rew_buf[t] = sub_rewards
                 raw_obs = sub_obs
                 any_done = final_obs is not None  # holds exactly the envs that ended
             else:
@@ -671,7 +672,7 @@ class RolloutCollector:
                 i = int(np.argmin(np.isfinite(raw_rewards)))
                 raise EnvStepError(f"env {i} returned a non-finite reward {raw_rewards[i]} at vector "
                                    f"step {step} (rollout step {t})", i, step, t)
-            obs_into(raw_obs, obs_rows[t + 1], vector_step=step, rollout_step=t)
+            obs_into(raw_obs, obs_rows[t + 1], step, t)
             if any_done:
                 bootstrap = np.logical_and(trunc_buf[t], np.logical_not(term_buf[t]))
                 if bootstrap.any():
@@ -732,8 +733,8 @@ class RolloutCollector:
         ``actions[i]`` of the action array, as ``SyncVectorEnv`` passes it (a numpy integer
         scalar for Discrete: gymnasium's ``Discrete.contains`` checks it faster than a Python
         int; a row for Box).
-        Writes env ``i``'s reward (checked to be a real number) into the list ``rewards`` and
-        its observation (the reset one where it ended) into the list ``observations``; where it
+        Writes env ``i``'s reward (checked to be a real number) into ``rewards[i]`` (the
+        rollout's float64 row ``[N]`` of this step) and its observation (the reset one where it ended) into the list ``observations``; where it
         ended, its flags into row ``t = rollout_step`` of the ``[T, N]`` bool ``terminated``,
         ``truncated`` (left False elsewhere) and True into ``episode_starts[t + 1]`` (if
         ``t + 1 < T``). ``expected`` is the observation shape (a tuple).
@@ -1003,12 +1004,12 @@ def _update_and_normalize_into(rms, obs: np.ndarray, out: Optional[np.ndarray]
     array when ``None``): ``(out, finite)`` with ``finite`` True iff the new ``rms.mean`` and
     ``rms.var`` are finite, or ``None`` (nothing done) outside the case it covers."""
     mean, var, count = rms.mean, rms.var, rms.count
-    if not (type(obs) is np.ndarray and obs.ndim == 2 and obs.dtype == np.float64
+    if not (type(obs) is np.ndarray and obs.ndim == 2 and obs.dtype == _FLOAT64
             and obs.flags.c_contiguous and obs.shape[1] >= 2 and type(count) is float):
         return None
     d = obs.shape[1]
     for a in (mean, var):
-        if not (type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (d,)
+        if not (type(a) is np.ndarray and a.dtype == _FLOAT64 and a.shape == (d,)
                 and a.flags.c_contiguous):
             return None
     tot_count = count + obs.shape[0]
