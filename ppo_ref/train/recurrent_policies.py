@@ -60,7 +60,7 @@ from ppo_ref.fast.distributions import categorical_eval_kernel
 from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (StackedArrays, all_finite, backward_stacked, forward_stacked,
-                              keep_rows)
+                              keep_rows, step_stacked)
 from ppo_ref.fast.lstm import _PANEL_COLS, _forward_kernel_panels, _pack_panels, _panel_count
 from ppo_ref._numba import njit
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
@@ -231,28 +231,6 @@ def _acting_kernel(x, w_p, b, starts, h, c, xh, keep, h_prev, c_prev, gates, tan
                 h_new[l, n, j] = h_seq[l, 0, n, j]
                 c_new[l, n, j] = c_prev[l, 1, n, j]
     mlp_forward_flat(h_new[0], flat, table, relu, acts)
-
-
-@njit
-def _pack_step_panels(w_ih, w_hh, w_p):
-    """The panels ``w_p [L, P, D + H, C]`` of ``[w_ih[l].T; w_hh[l].T]`` per LSTM ``l`` from
-    the weights as stored (``w_ih [L, 4H, D]``, ``w_hh [L, 4H, H]``): what
-    :func:`_acting_kernel` reads (:func:`ppo_ref.fast.lstm._pack_panels`)."""
-    d_in = w_ih.shape[2]
-    for l in range(w_ih.shape[0]):
-        _pack_panels(w_ih[l], w_p[l], 0)
-        _pack_panels(w_hh[l], w_p[l], d_in)
-
-
-def _step_scratch(n_lstm: int, n_env: int, d_in: int, hidden: int, dtype):
-    """New scratch arrays of :func:`_acting_kernel` after ``x, w_p, b, starts, h, c``: ``xh,
-    keep, h_prev, c_prev, gates, tanh_c, h_seq``."""
-    return (np.empty((1, n_env, d_in + hidden), dtype), np.empty((2, n_env), dtype),
-            np.empty((n_lstm, 2, n_env, hidden), dtype),
-            np.empty((n_lstm, 2, n_env, hidden), dtype),
-            np.empty((n_lstm, 1, n_env, 4 * hidden), dtype),
-            np.empty((n_lstm, 1, n_env, hidden), dtype),
-            np.empty((n_lstm, 1, n_env, hidden), dtype))
 
 
 class _PassBuffers(NamedTuple):
@@ -605,6 +583,13 @@ class RecurrentPolicy(PolicyBase):
         """``(w_ih [L, 4H, D], w_hh [L, 4H, H], b [L, 4H])`` views of a buffer in ``spec``'s layout."""
         return tuple(flat[start:stop].reshape(shape) for start, stop, shape in spec.lstm_slices)
 
+    def _step_weights(self, spec: _FastSpec, flat: np.ndarray, first: int = 0):
+        """``(w_ih_t [L', D, 4H], w_hh_t [L', H, 4H], b [L', 4H])``: the stacked LSTM weights
+        of ``flat`` from LSTM ``first`` on, transposed (C-contiguous copies) for stepping."""
+        w_ih, w_hh, b = self._stacked(spec, flat)
+        return (np.ascontiguousarray(w_ih[first:].transpose(0, 2, 1)),
+                np.ascontiguousarray(w_hh[first:].transpose(0, 2, 1)), b[first:])
+
     def _compute_flat(self, params: FlatArrays) -> np.ndarray:
         """The parameter buffer in the compute dtype (the caller's own buffer for float64; one
         cast copy for float32)."""
@@ -639,30 +624,16 @@ class RecurrentPolicy(PolicyBase):
         entropy = np.asarray(self.head.entropy(out, params), dtype=np.float64)
         return log_probs, entropy, None
 
-    def _step(self, params, obs, state, episode_starts, first: int = 0, value: bool = False):
-        """One checked step of the LSTMs from ``first`` on and a tower on the first of them:
-        ``(spec, flat, h_new, c_new, out)``, the parameter buffer, the new states ``[L - first,
-        N, H]`` and the outputs of the policy (``value`` False) or value tower on ``h_new[0]``,
-        in the compute dtype. One compiled call (:func:`_acting_kernel` on the weights packed
-        by :func:`_pack_step_panels`: the arithmetic of the replay's LSTM kernel and towers)."""
+    def _step(self, params, obs, state, episode_starts, first: int = 0):
+        """One checked step of the LSTMs from ``first`` on: ``(spec, flat, h_new, c_new)``,
+        the parameter buffer and the new states ``[L - first, N, H]`` in the compute dtype
+        (:func:`ppo_ref.fast.lstm.step_stacked`: the arithmetic of the replay's LSTM kernel)."""
         spec = self._checked_spec(params)
         x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
         flat = self._compute_flat(params)
-        w_ih, w_hh, b = (a[first:] for a in self._stacked(spec, flat))
-        n_lstm, four_h, d_in = w_ih.shape
-        n, hidden, dt = x.shape[0], spec.hidden, flat.dtype
-        w_p = np.empty((n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS), dt)
-        _pack_step_panels(w_ih, w_hh, w_p)
-        table, width = (spec.vf_table, spec.vf_width) if value else (spec.pi_table,
-                                                                     spec.pi_width)
-        n_out = int(table[-1, 2])
-        h_new = np.empty((n_lstm, n, hidden), dt)
-        c_new = np.empty((n_lstm, n, hidden), dt)
-        acts = np.empty(n * width, dt)
-        _acting_kernel(x, w_p, b, starts, h[first:], c[first:],
-                       *_step_scratch(n_lstm, n, d_in, hidden, dt), flat, table,
-                       self.activation == "relu", h_new, c_new, acts)
-        return spec, flat, h_new, c_new, acts[n * (width - n_out):].reshape(n, n_out)
+        h_new, c_new = step_stacked(*self._step_weights(spec, flat, first), x, h[first:],
+                                     c[first:], starts)
+        return spec, flat, h_new, c_new
 
     # -- acting -------------------------------------------------------------------------------
     def act(self, params, obs, state: LSTMStates, episode_starts, rng):
@@ -684,7 +655,8 @@ class RecurrentPolicy(PolicyBase):
         Raises:
             ValueError: naming the argument (class docstring).
         """
-        spec, flat, h_new, c_new, out_c = self._step(params, obs, state, episode_starts)
+        spec, flat, h_new, c_new = self._step(params, obs, state, episode_starts)
+        out_c = self._tower(spec, flat, h_new[0], value=False)[1]
         values = self._tower(spec, flat, h_new[-1], value=True)[1][:, 0].astype(np.float64)
         actions = self.head.sample(rng, out_c.astype(np.float64, copy=False), params)
         log_probs = self._head_eval(out_c, params, actions)[0]
@@ -698,7 +670,8 @@ class RecurrentPolicy(PolicyBase):
         The policy outputs (float64) are the bits :meth:`evaluate` gives these rows (in
         float32 compute: float32 values); arguments and errors as :meth:`act`.
         """
-        _, _, h_new, c_new, out = self._step(params, obs, state, episode_starts)
+        spec, flat, h_new, c_new = self._step(params, obs, state, episode_starts)
+        out = self._tower(spec, flat, h_new[0], value=False)[1]
         return out.astype(np.float64, copy=False), LSTMStates(
             h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
 
@@ -726,7 +699,9 @@ class RecurrentPolicy(PolicyBase):
         n_lstm, four_h, d_in = w_ih.shape
         hidden = spec.hidden
         w_p = np.empty((n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS), dt)
-        _pack_step_panels(w_ih, w_hh, w_p)
+        for l in range(n_lstm):
+            _pack_panels(w_ih[l], w_p[l], 0)
+            _pack_panels(w_hh[l], w_p[l], d_in)
         b = np.ascontiguousarray(b)
         table, width = spec.pi_table, spec.pi_width
         n_out = int(table[-1, 2])
@@ -750,7 +725,12 @@ class RecurrentPolicy(PolicyBase):
                 n = x.shape[0]
             s = scratch.get(n)
             if s is None:
-                s = scratch[n] = _step_scratch(n_lstm, n, d_in, hidden, dt)
+                s = scratch[n] = (np.empty((1, n, d_in + hidden), dt), np.empty((2, n), dt),
+                                  np.empty((n_lstm, 2, n, hidden), dt),
+                                  np.empty((n_lstm, 2, n, hidden), dt),
+                                  np.empty((n_lstm, 1, n, four_h), dt),
+                                  np.empty((n_lstm, 1, n, hidden), dt),
+                                  np.empty((n_lstm, 1, n, hidden), dt))
             h_new = np.empty((n_lstm, n, hidden), dt)
             c_new = np.empty((n_lstm, n, hidden), dt)
             acts = np.empty(n * width, dt)
@@ -788,9 +768,9 @@ class RecurrentPolicy(PolicyBase):
         again from the same state) and ``final_values`` (the state before the reset, with
         ``episode_starts`` all False). Arguments and errors as :meth:`act`.
         """
-        out = self._step(params, obs, state, episode_starts,
-                         first=len(lstm_names(self.lstm_shared)) - 1, value=True)[4]
-        return out[:, 0].astype(np.float64)
+        spec, flat, h_new, _ = self._step(params, obs, state, episode_starts,
+                                          first=len(lstm_names(self.lstm_shared)) - 1)
+        return self._tower(spec, flat, h_new[0], value=True)[1][:, 0].astype(np.float64)
 
     # -- training -----------------------------------------------------------------------------
     def evaluate(self, params, obs, actions, state: LSTMStates, episode_starts):
