@@ -309,34 +309,6 @@ def test_arguments_are_converted_where_well_defined(rng):
     np.testing.assert_array_equal(s_l.h, s.h)
 
 
-@pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_acting_step_checks_the_state_it_returned_before_reusing_it(rng, dtype):
-    """A state acting_step_fn's step returned is passed back unchanged at no cost, but is still
-    checked: written to non-finite in place, given with obs of another number of envs, or
-    reshaped in place, it is refused naming it; a copy of it (not the step's own object) is
-    checked in full and gives the same bits."""
-    policy = make_policy(compute_dtype=dtype)
-    params = perturbed_params(rng, policy)
-    obs, _, state, starts = make_data(rng, policy, T=3, n=4)
-    step = policy.acting_step_fn(params)
-    _, s1 = step(obs[0], state, starts[0])
-    out_copy, s_copy = step(obs[1], LSTMStates(s1.h.copy(), s1.c.copy()), starts[1])
-    out_own, s_own = step(obs[1], s1, starts[1])
-    np.testing.assert_array_equal(out_own, out_copy)
-    np.testing.assert_array_equal(s_own.h, s_copy.h)
-    np.testing.assert_array_equal(s_own.c, s_copy.c)
-    with pytest.raises(ValueError, match="state.h must have shape"):
-        step(obs[2][:3], s_own, starts[2][:3])
-    _, s2 = step(obs[2], s_own, starts[2])
-    s2.c[0, 1, 2] = np.nan
-    with pytest.raises(ValueError, match="state.c must be finite"):
-        step(obs[2], s2, starts[2])
-    _, s3 = step(obs[2], s_own, starts[2])
-    s3.h.shape = (s3.h.shape[0], 2, -1)
-    with pytest.raises(ValueError, match="state.h must have shape"):
-        step(obs[2], s3, starts[2])
-
-
 def test_bad_arguments_raise_value_errors_naming_them(rng):
     policy = make_policy()
     params = perturbed_params(rng, policy)

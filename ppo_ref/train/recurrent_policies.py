@@ -61,8 +61,6 @@ from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (StackedArrays, all_finite, backward_stacked, forward_stacked,
                               keep_rows, step_stacked)
-from ppo_ref.fast.lstm import _PANEL_COLS, _forward_kernel_panels, _pack_panels, _panel_count
-from ppo_ref._numba import njit
 from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
 from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import (PolicyBase, PolicyEval, SpecPolicyBase, _finite_grad,
@@ -81,7 +79,6 @@ __all__ = ["LSTMStates", "RecurrentActorCriticCache", "recurrent_actor_critic_in
            "make_recurrent_policy"]
 
 Params = dict
-_FLOAT64 = np.dtype(np.float64)  # (a dtype compares with a dtype faster than with a type)
 
 
 def _sub(params: Mapping[str, np.ndarray], prefix: str) -> dict:
@@ -197,40 +194,6 @@ def _tower_forward(x: np.ndarray, flat: np.ndarray, table: np.ndarray, width: in
     mlp_forward_flat(x, flat, table, relu, acts)
     n_out = int(table[-1, 2])
     return acts, acts[rows * (width - n_out):].reshape(rows, n_out)
-
-
-@njit
-def _acting_kernel(x, w_p, b, starts, h, c, xh, keep, h_prev, c_prev, gates, tanh_c, h_seq,
-                   flat, table, relu, h_new, c_new, acts):
-    """One acting step of the L LSTMs and the policy tower in one compiled call: per LSTM
-    ``l``, :func:`ppo_ref.fast.lstm._forward_kernel_panels` with T = 1 on ``x [N, D]`` from the
-    carried state ``keep[0] * (h[l], c[l])`` (``keep[0] = 1 - starts``, ``keep[1]`` ones), the
-    weights packed as panels ``w_p [L, P, D + H, C]`` of ``[w_ih.T; w_hh.T]``; writes the new
-    states into ``h_new, c_new [L, N, H]`` (what :func:`ppo_ref.fast.lstm.step_stacked` returns,
-    the same arithmetic bit for bit), then :func:`ppo_ref.fast.mlp.mlp_forward_flat` of the
-    policy tower (``table``, ``relu``) on ``h_new[0]`` into ``acts``. ``xh [1, N, D + H]``,
-    ``keep [2, N]``, ``h_prev, c_prev [L, 2, N, H]``, ``gates [L, 1, N, 4H]``, ``tanh_c, h_seq
-    [L, 1, N, H]`` are scratch; every array C-contiguous in one dtype."""
-    n_lstm, n_env, hidden = h.shape
-    d_in = x.shape[1]
-    for n in range(n_env):
-        keep[0, n] = 0.0 if starts[n] else 1.0
-        keep[1, n] = 1.0
-        for d in range(d_in):
-            xh[0, n, d] = x[n, d]
-    for l in range(n_lstm):
-        for n in range(n_env):
-            k = keep[0, n]
-            for j in range(hidden):
-                h_prev[l, 0, n, j] = h[l, n, j] * k
-                c_prev[l, 0, n, j] = c[l, n, j] * k
-        _forward_kernel_panels(xh, w_p[l], b[l], keep, h_prev[l], c_prev[l], gates[l],
-                               tanh_c[l], h_seq[l])
-        for n in range(n_env):
-            for j in range(hidden):
-                h_new[l, n, j] = h_seq[l, 0, n, j]
-                c_new[l, n, j] = c_prev[l, 1, n, j]
-    mlp_forward_flat(h_new[0], flat, table, relu, acts)
 
 
 class _PassBuffers(NamedTuple):
@@ -679,66 +642,27 @@ class RecurrentPolicy(PolicyBase):
         """``step(obs, state, episode_starts) -> (policy_out, new_state)``: :meth:`policy_out_step`
         for many steps with fixed ``params`` (one rollout), the same bits.
 
-        ``params`` are checked and copied, and the LSTM weights packed as the panels of the
-        compiled forward (and cast to the compute dtype), once, here; each step converts and
-        checks its arguments (as :meth:`policy_out_step`) and is one compiled call for both
-        LSTMs and the policy tower (:func:`_acting_kernel`). A ``state`` that is the very
-        :class:`LSTMStates` the previous step returned (its arrays made here, of the shape,
-        dtype and layout checked when they were made) is only checked to be finite; any other
-        state is checked in full. (In float32 the state is carried as float64 arrays holding
-        float32 values.)
+        ``params`` are checked and copied, and the weights transposed (and cast to the compute
+        dtype), once, here; each step converts and checks its arguments (as
+        :meth:`policy_out_step`) and is one compiled call for both LSTMs and one for the
+        policy tower. (In float32 the state is carried as float64 arrays holding float32
+        values.)
 
         Raises:
             ValueError: ``params`` here, the step's arguments at each step, naming them.
         """
         spec = self._checked_spec(params)
         flat = self._compute_flat(params).copy()   # this rollout's parameters, kept apart
-        dt = flat.dtype
-        cast = dt != _FLOAT64
-        w_ih, w_hh, b = self._stacked(spec, flat)
-        n_lstm, four_h, d_in = w_ih.shape
-        hidden = spec.hidden
-        w_p = np.empty((n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS), dt)
-        for l in range(n_lstm):
-            _pack_panels(w_ih[l], w_p[l], 0)
-            _pack_panels(w_hh[l], w_p[l], d_in)
-        b = np.ascontiguousarray(b)
+        w_ih_t, w_hh_t, b = self._step_weights(spec, flat)
         table, width = spec.pi_table, spec.pi_width
-        n_out = int(table[-1, 2])
         relu = self.activation == "relu"
-        scratch = {}   # per number of envs: the kernel's scratch arrays
-        last = [None]  # the LSTMStates the last step returned
 
         def step(obs, state, episode_starts):
-            if state is last[0]:
-                x = self._obs_input(obs, 1)
-                n = x.shape[0]
-                h, c = state
-                if not (h.shape == c.shape == (n_lstm, n, hidden) and h.dtype == c.dtype
-                        == _FLOAT64 and all_finite(h) and all_finite(c)):
-                    h, c = self._state_input(spec, state, n)   # raises, naming state
-                starts = self._flags_input(episode_starts, (n,))
-                if cast:
-                    x, h, c = x.astype(dt), h.astype(dt), c.astype(dt)
-            else:
-                x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
-                n = x.shape[0]
-            s = scratch.get(n)
-            if s is None:
-                s = scratch[n] = (np.empty((1, n, d_in + hidden), dt), np.empty((2, n), dt),
-                                  np.empty((n_lstm, 2, n, hidden), dt),
-                                  np.empty((n_lstm, 2, n, hidden), dt),
-                                  np.empty((n_lstm, 1, n, four_h), dt),
-                                  np.empty((n_lstm, 1, n, hidden), dt),
-                                  np.empty((n_lstm, 1, n, hidden), dt))
-            h_new = np.empty((n_lstm, n, hidden), dt)
-            c_new = np.empty((n_lstm, n, hidden), dt)
-            acts = np.empty(n * width, dt)
-            _acting_kernel(x, w_p, b, starts, h, c, *s, flat, table, relu, h_new, c_new, acts)
-            out = acts[n * (width - n_out):].reshape(n, n_out)   # the policy tower's output
-            new_state = last[0] = LSTMStates(h_new.astype(np.float64, copy=False),
-                                             c_new.astype(np.float64, copy=False))
-            return out.astype(np.float64, copy=False), new_state
+            x, h, c, starts = self._step_inputs(spec, obs, state, episode_starts)
+            h_new, c_new = step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts)
+            out = _tower_forward(h_new[0], flat, table, width, relu)[1]   # the policy tower
+            return out.astype(np.float64, copy=False), LSTMStates(
+                h_new.astype(np.float64, copy=False), c_new.astype(np.float64, copy=False))
         return step
 
     def predict(self, params, obs, state: LSTMStates, episode_starts, rng=None,
