@@ -101,6 +101,7 @@ FAST_FUNCTIONS = (
     "ppo_ref.fast.flat.is_flat",
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
+    "ppo_ref.fast.workspace.aligned",
     # helpers the trainers and policies share (no spec twin)
     "ppo_ref.fast.lstm.keep_rows",
     "ppo_ref.fast.lstm.all_finite",
@@ -118,6 +119,7 @@ NO_TWIN = (
     "ppo_ref.fast.flat.is_flat",
     "ppo_ref.fast.flat.same_layout",
     "ppo_ref.fast.workspace.empty",
+    "ppo_ref.fast.workspace.aligned",
     "ppo_ref.fast.optim.check_flat_step_arguments",
     "ppo_ref.fast.lstm.keep_rows",
     "ppo_ref.fast.lstm.all_finite",

@@ -694,11 +694,12 @@ class RolloutCollector:
         starts = done[T - 1]
         self.obs = obs = obs_after
         self.episode_starts = starts.copy()
-        # Record values and behaviour log-probs from ONE forward pass over all T*N rows (the
-        # parameters did not change during the rollout, so these are the same quantities as at
-        # acting time). BLAS sums a row differently for small batches (N rows per step) than
-        # for large ones; the training minibatches are large, so computing the stored values
-        # with a large batch too makes the first minibatch's ratio exactly 1 (not 1 +- 1 ulp).
+        # Record values and behaviour log-probs as the update's evaluate computes them (the
+        # parameters did not change during the rollout, so these are the quantities of acting
+        # time), so that the first minibatch's ratio is exactly 1: by one evaluate over all
+        # T*N rows, or, for a policy whose passes give a row the same bits in a call of any
+        # size (acting_outputs_exact: the fast policies' FMA-ordered passes, unlike a BLAS
+        # product), from the acting outputs kept step by step.
         flat_obs = obs_buf.reshape(T * N, -1)
         flat_actions = act_buf.reshape((T * N,) + tuple(head.action_shape))
         if keep_outputs:  # the same bits as evaluate, without the policy tower
