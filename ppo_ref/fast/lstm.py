@@ -128,59 +128,42 @@ class LSTMCache(NamedTuple):
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 
-# tanh's range reduction a = k ln2/2 + w (below): 2 / ln 2 rounded, and ln2 / 2 as the sum of
-# the double nearest to it and the double nearest to the rest. k * _HALF_LN2_HI is a multiple
-# of 2^-54 and a - k * _HALF_LN2_HI (|.| < 1/4) is exact, so fma(-k, _HALF_LN2_HI, a) rounds
-# nothing; the second FMA subtracts the low part with one rounding.
-_TWO_OVER_LN2 = 2.8853900817779268         # 2 / ln 2
-_HALF_LN2_HI = 0.34657359027997264         # ln 2 / 2 rounded to double
-_HALF_LN2_LO = 1.1595234069231498e-17      # ln 2 / 2 - _HALF_LN2_HI, rounded to double
-_ROUND = 6755399441055744.0                # 1.5 * 2^52: fma(v, c, _ROUND) - _ROUND = v c rounded
-#                                            to an integer (|v c| < 2^51), ties to even
-# tanh(w) = w + w^3 P(w^2) on |w| <= 0.1733 (just above ln2 / 4): the coefficients of P,
-# constant term first, fitted (Remez exchange for the least maximum relative error of tanh(w),
-# in 60-digit arithmetic) and rounded to double; relative error of the polynomial with these
-# doubles, evaluated exactly: < 4.8e-18 (0.05 unit in the last place).
-_TANH_P = (-0.3333333333333249, 0.1333333333278388, -0.05396825278223798,
-           0.02186937073129123, -0.008857309325066561, 0.0034448446425521737)
+_LN2_HI = 6.93147180369123816490e-01   # ln 2 rounded to 32 significant bits: k * _LN2_HI is
+_LN2_LO = 1.90821492927058770002e-10   # exact for |k| < 2^20; _LN2_HI + _LN2_LO = ln 2
+_INV_LN2 = 1.44269504088896338700e+00  # 1 / ln 2
+_ROUND = 6755399441055744.0            # 1.5 * 2^52: (v + _ROUND) - _ROUND = v rounded to integer
 
 
-def _half_pow2(t):
-    """``2.0 ** (k - 1)`` for ``t = k + _ROUND`` with ``k`` an integer in [0, 1000] (the
-    rounded reduction multiple of :func:`_tanh`), exactly."""
-    return math.ldexp(0.5, int(t - _ROUND))
+def _pow2(k):
+    """``2.0 ** k`` for an integer-valued float ``k`` in [-1022, 1023], exactly."""
+    return math.ldexp(1.0, int(k))
 
 
-def _half_power_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits):
-    """An intrinsic ``t -> 2.0 ** (k - 1)`` for ``t = k + 1.5 * 2^mantissa_bits`` of type
-    ``nb_float`` (``k`` a small non-negative integer): the bits of ``t`` are those of
-    ``1.5 * 2^mantissa_bits`` plus ``k``, whose constant part lies above the lowest
-    ``int_bits - mantissa_bits`` bits; ``(bits(t) + bias - 1) << mantissa_bits`` therefore
-    keeps only ``k + bias - 1`` in the exponent field, with a zero mantissa and sign: the float
-    ``2^(k - 1)``. An integer add and shift and a bit cast, which vectorize on every x86-64
-    target (a float-to-integer conversion of 64-bit lanes needs AVX-512)."""
-    def half_power_bits(typingctx, t):
+def _exponent_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits):
+    """An intrinsic ``k -> 2.0 ** k`` for an integer-valued ``k`` of type ``nb_float``: the
+    float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
+    a bit cast, which LLVM vectorizes; ``math.ldexp`` is a scalar library call)."""
+    def exponent_bits(typingctx, k):
         sig = nb_float(nb_float)
 
         def codegen(context, builder, signature, args):
             int_type = llvm_ir.IntType(int_bits)
-            bits = builder.add(builder.bitcast(args[0], int_type),
-                               llvm_ir.Constant(int_type, bias - 1))
-            return builder.bitcast(builder.shl(bits, llvm_ir.Constant(int_type, mantissa_bits)),
-                                   ll_float)
+            k_int = builder.fptosi(args[0], int_type)
+            bits = builder.shl(builder.add(k_int, llvm_ir.Constant(int_type, bias)),
+                               llvm_ir.Constant(int_type, mantissa_bits))
+            return builder.bitcast(bits, ll_float)
         return sig, codegen
-    half_power_bits.__name__ = half_power_bits.__qualname__ = name
-    return intrinsic(half_power_bits)
+    exponent_bits.__name__ = exponent_bits.__qualname__ = name
+    return intrinsic(exponent_bits)
 
 
-# Compiled :func:`_half_pow2`: exponent field ``k + 1022`` taken from the bits of ``t``.
-_half_pow2_bits = _half_power_intrinsic("_half_pow2_bits", types.float64, llvm_ir.DoubleType(),
-                                        64, 1023, 52)
+# Compiled :func:`_pow2`: the float64 whose exponent field is ``k + 1023``.
+_pow2_bits = _exponent_intrinsic("_pow2_bits", types.float64, llvm_ir.DoubleType(), 64, 1023, 52)
 
 
-@overload(_half_pow2)
-def _half_pow2_compiled(t):
-    return lambda t: _half_pow2_bits(t)
+@overload(_pow2)
+def _pow2_compiled(k):
+    return lambda k: _pow2_bits(k)
 
 
 def _fma(a, b, c):
@@ -274,116 +257,99 @@ def _wide_compiled():
 
 @njit
 def _tanh(x):
-    """tanh(x) from basic IEEE operations and FMA only, so that loops calling it vectorize
-    (numba's ``math.tanh`` is a scalar libm call, which does not), with the same bits on every
-    target.
+    """tanh(x) from basic IEEE operations only, so that loops calling it vectorize (numba's
+    ``math.tanh`` is a scalar libm call, which does not).
 
-    With ``a = min(|x|, 20)`` (tanh(20) rounds to 1), ``tanh(x) = copysign(tanh(a), x)``.
-    Reduction: ``a = k ln2/2 + w`` with ``k = round(a 2/ln2)``, ``|w| <= ln2/4`` (two FMAs, the
-    first exact: Cody & Waite's split of ``ln2/2``). Since ``tanh(k ln2/2) = (2^k - 1) /
-    (2^k + 1) = h- / h+`` with ``h+- = 2^(k-1) +- 1/2`` (exact: ``2^(k-1)`` from the exponent
-    bits), the addition theorem ``tanh(u + w) = (tanh u + tanh w) / (1 + tanh u tanh w)``
-    gives, with ``tau = tanh(w)``::
+    With ``a = min(|x|, 20)`` (tanh(20) rounds to 1) and ``e(y) = exp(y) - 1`` (expm1)::
 
-        tanh(a) = num / den,   num = h- + h+ tau,   den = h+ + h- tau  (>= 1),
-        den - num = 1 - tau    (h+ - h- = 1), so   tanh(a) = 1 - (1 - tau) / den,
+        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
 
-    each of ``num`` and ``den`` one FMA. ``a <= 0.55`` takes ``num / den``; ``a > 0.55`` takes
-    ``1 - (1 - tau) / den`` (quotient <= 1/2 subtracted from 1: its rounding errors count at
-    most half near tanh = 1/2 and vanish as tanh -> 1); one division serves both. ``tau = w +
-    w^3 P(w^2)``, ``P`` of degree 5 fitted to tanh on ``|w| <= 0.1733`` (``_TANH_P``: relative
-    error < 5e-18). For ``a < ln2/4`` (``k = 0``, ``h- = 0``, ``h+ = 1``) the result is ``tau``
-    itself. The rounding errors (of ``w``, ``tau``, ``num``, ``den``, the quotient and the
-    subtraction, each rounded once) sum to at most about 2.5 units in the last place of tanh,
-    the largest for 0.17 < a < 0.55; within 3 units in the last place of NumPy's ``np.tanh``
-    and never above 1 in magnitude (``tests/test_lstm.py``; ``fl(num) <= fl(den)`` since
-    rounding is monotonic). Odd exactly (``tanh(-0.0) = -0.0``); +-inf give +-1; NaN is not
-    expected (inputs are checked finite). For ``k > 52`` (``a > 18``) ``h+-`` round to
-    ``2^(k-1)``, which changes the quotient (below ``2^-52``) by far less than its unit.
+    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
+    ``y = k ln2 + r`` with ``k = round(y / ln2)``, ``|r| <= ln2 / 2``, ``k ln2`` subtracted in two
+    parts (Cody & Waite); ``e(r)`` = its Taylor series to ``r^13 / 13!`` (truncation < 2e-17
+    relative); ``e(y) = 2^k e(r) + (2^k - 1)``. Within 3 units in the last place of NumPy's
+    ``np.tanh`` and never above 1 in magnitude (``tests/test_lstm.py``). NaN is not expected
+    (inputs are checked finite); +-inf give +-1.
     """
     a = min(abs(x), 20.0)
-    t = _fma(a, _TWO_OVER_LN2, _ROUND)
-    k = t - _ROUND
-    w = _fma(-k, _HALF_LN2_HI, a)
-    w = _fma(-k, _HALF_LN2_LO, w)
-    z = w * w
-    p0, p1, p2, p3, p4, p5 = _TANH_P
-    p = _fma(p5, z, p4)                # Horner in z = w^2
-    p = _fma(p, z, p3)
-    p = _fma(p, z, p2)
-    p = _fma(p, z, p1)
-    p = _fma(p, z, p0)
-    tau = _fma(w * z, p, w)
-    half = _half_pow2(t)
-    h_plus = half + 0.5
-    h_minus = half - 0.5
-    num = _fma(h_plus, tau, h_minus)
-    den = _fma(h_minus, tau, h_plus)
     big = a > 0.55
+    y = 2.0 * a if big else -2.0 * a
+    k = (y * _INV_LN2 + _ROUND) - _ROUND
+    r = (y - k * _LN2_HI) - k * _LN2_LO
+    p = 1.0 / 6227020800.0             # Horner: e(r) = r + r^2 (1/2! + r (1/3! + ... r / 13!))
+    p = _fma(p, r, 1.0 / 479001600.0)
+    p = _fma(p, r, 1.0 / 39916800.0)
+    p = _fma(p, r, 1.0 / 3628800.0)
+    p = _fma(p, r, 1.0 / 362880.0)
+    p = _fma(p, r, 1.0 / 40320.0)
+    p = _fma(p, r, 1.0 / 5040.0)
+    p = _fma(p, r, 1.0 / 720.0)
+    p = _fma(p, r, 1.0 / 120.0)
+    p = _fma(p, r, 1.0 / 24.0)
+    p = _fma(p, r, 1.0 / 6.0)
+    p = _fma(p, r, 0.5)
+    em = _fma(r * r, p, r)
+    s = _pow2(k)
+    e = _fma(s, em, s - 1.0)
     # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
     # vectorization; the divisor here is >= 1. One division serves both branches (a vectorized
     # loop evaluates both sides of a select, and division is its slowest operation).
-    q = np.divide(1.0 - tau if big else num, den)
-    # np.float64: interpreted, math.copysign returns a Python float, which NumPy would let a
-    # float32 operand (the 0.5 of the sigmoid) round to float32.
-    return np.float64(math.copysign(1.0 - q if big else q, x))
+    q = np.divide(2.0 if big else -e, e + 2.0)
+    v = 1.0 - q if big else q
+    return v if x >= 0.0 else -v
 
 
-# float32 tanh: the same construction with float32 constants. k <= 29; k * _HALF_LN2_HI_F32
-# is a multiple of 2^-25 and the first reduction FMA again exact.
+# float32 tanh: the same construction with float32 constants (fdlibm's expf split of ln 2,
+# whose high part has 17 significant bits, so k * _LN2_HI_F32 is exact for |k| < 2^7).
 _F32 = np.float32
-_TWO_OVER_LN2_F32 = _F32(2.88539)
-_HALF_LN2_HI_F32 = _F32(0.3465736)         # ln 2 / 2 rounded to float32
-_HALF_LN2_LO_F32 = _F32(-9.523271e-10)     # ln 2 / 2 - _HALF_LN2_HI_F32, rounded to float32
-_ROUND_F32 = _F32(12582912.0)              # 1.5 * 2^23
-# tanh(w) = w + w^3 P(w^2) on |w| <= 0.1733, P of degree 2 (fitted as _TANH_P, rounded to
-# float32): relative error < 2.4e-10 (0.004 float32 unit).
-_TANH_P_F32 = (_F32(-0.33333322), _F32(0.13331184), _F32(-0.052727085))
+_LN2_HI_F32 = _F32(6.9313812256e-01)
+_LN2_LO_F32 = _F32(9.0580006145e-06)
+_INV_LN2_F32 = _F32(1.4426950216e+00)
+_ROUND_F32 = _F32(12582912.0)          # 1.5 * 2^23
+_EXPM1_F32 = tuple(_F32(1.0 / math.factorial(i)) for i in range(8, 1, -1))  # 1/8! .. 1/2!
 
 
-def _half_pow2_f32(t):
-    """``2.0 ** (k - 1)`` as float32 for ``t = k + _ROUND_F32`` with ``k`` an integer in
-    [0, 100], exactly."""
-    return _F32(math.ldexp(0.5, int(t - _ROUND_F32)))
+def _pow2_f32(k):
+    """``2.0 ** k`` as float32 for an integer-valued ``k`` in [-126, 127], exactly."""
+    return np.float32(math.ldexp(1.0, int(k)))
 
 
-# Compiled :func:`_half_pow2_f32`: exponent field ``k + 126`` taken from the bits of ``t``.
-_half_pow2_f32_bits = _half_power_intrinsic("_half_pow2_f32_bits", types.float32,
-                                            llvm_ir.FloatType(), 32, 127, 23)
+# Compiled :func:`_pow2_f32`: the float32 whose exponent field is ``k + 127``.
+_pow2_f32_bits = _exponent_intrinsic("_pow2_f32_bits", types.float32, llvm_ir.FloatType(), 32,
+                                     127, 23)
 
 
-@overload(_half_pow2_f32)
-def _half_pow2_f32_compiled(t):
-    return lambda t: _half_pow2_f32_bits(t)
+@overload(_pow2_f32)
+def _pow2_f32_compiled(k):
+    return lambda k: _pow2_f32_bits(k)
 
 
 @njit
 def _tanh_f32(x):
     """:func:`_tanh` in float32 arithmetic for a float32 ``x`` (16 lanes per AVX-512 vector):
-    ``a = min(|x|, 10)`` (tanh(10) rounds to 1 in float32), the same reduction, addition
-    theorem and branches, ``tau = w + w^3 P(w^2)`` with ``P`` of degree 2 (``_TANH_P_F32``,
-    relative error < 3e-10). Within 4 units in the last place (float32) of ``np.tanh``
-    evaluated in float64 (tested), never above 1 in magnitude, odd exactly. For ``k > 23``
-    (``a > 8.1``) ``h+-`` round to ``2^(k-1)``, which changes the quotient (below ``2^-22``)
-    by far less than its unit."""
+    ``a = min(|x|, 10)`` (tanh(10) rounds to 1 in float32), the same two formulas and range
+    reduction, ``e(r)`` by its Taylor series to ``r^8 / 8!`` (truncation < 2e-8 relative for
+    ``|r| <= ln2 / 2``). Within 4 units in the last place (float32) of ``np.tanh`` evaluated in
+    float64 (tested), never above 1 in magnitude."""
     a = min(abs(x), _F32(10.0))
-    t = _fma(a, _TWO_OVER_LN2_F32, _ROUND_F32)
-    k = t - _ROUND_F32
-    w = _fma(-k, _HALF_LN2_HI_F32, a)
-    w = _fma(-k, _HALF_LN2_LO_F32, w)
-    z = w * w
-    p0, p1, p2 = _TANH_P_F32
-    p = _fma(p2, z, p1)
-    p = _fma(p, z, p0)
-    tau = _fma(w * z, p, w)
-    half = _half_pow2_f32(t)
-    h_plus = half + _HALF
-    h_minus = half - _HALF
-    num = _fma(h_plus, tau, h_minus)
-    den = _fma(h_minus, tau, h_plus)
     big = a > _F32(0.55)
-    q = np.divide(_ONE - tau if big else num, den)
-    return _F32(math.copysign(_ONE - q if big else q, x))
+    y = _F32(2.0) * a if big else _F32(-2.0) * a
+    k = (y * _INV_LN2_F32 + _ROUND_F32) - _ROUND_F32
+    r = (y - k * _LN2_HI_F32) - k * _LN2_LO_F32
+    c8, c7, c6, c5, c4, c3, c2 = _EXPM1_F32
+    p = _fma(c8, r, c7)
+    p = _fma(p, r, c6)
+    p = _fma(p, r, c5)
+    p = _fma(p, r, c4)
+    p = _fma(p, r, c3)
+    p = _fma(p, r, c2)
+    em = _fma(r * r, p, r)
+    s = _pow2_f32(k)
+    e = _fma(s, em, s - _ONE)
+    q = np.divide(_F32(2.0) if big else -e, e + _F32(2.0))
+    v = _ONE - q if big else q
+    return v if x >= _F32(0.0) else -v
+
 
 def _tanh_any(x):
     """``tanh`` in the arithmetic of ``x``: :func:`_tanh_f32` for float32, else :func:`_tanh`."""
