@@ -697,10 +697,10 @@ else:
     _PANEL_WIDE_F64 = _PANEL_WIDE_F32 = _BLOCK_COLS
 
 
-def _panel_block(out, a, w_panel, b, n, j0, c0, cols):
+def _panel_block(out, a, w_panel, b, n, j0, c0, cols, rows=_BLOCK_ROWS):
     """``out[n:n+R, j0+c0:j0+c0+cols] = b[j0+c0:j0+c0+cols] + a[n:n+R] @ w_panel[:, c0:c0+cols]``
-    (R = _BLOCK_ROWS rows), every element the FMA chain of :func:`_linear_rows`."""
-    for m in range(n, n + _BLOCK_ROWS):
+    (R = ``rows``), every element the FMA chain of :func:`_linear_rows`."""
+    for m in range(n, n + rows):
         for c in range(c0, c0 + cols):
             o = b[j0 + c]
             for k in range(a.shape[1]):

@@ -27,7 +27,7 @@ from ppo_ref._numba import njit
 from ppo_ref.fast.lstm import (_BLOCK_COLS, _BLOCK_ROWS, _NARROW_COLS, _WIDE_COLS, _WIDE_MIN_ROWS,
                               _WIDE_ROWS, _add_products, _block_vector_intrinsic,
                               _check_panel_operands, _column_sums, _fma, _linear_panel,
-                              _linear_rows, _tanh_any, _transpose_into, _wide)
+                              _linear_rows, _panel_block, _tanh_any, _transpose_into, _wide)
 
 __all__ = ["mlp_forward_flat", "mlp_backward_flat", "layer_table"]  # called by the fast policies
 
@@ -125,12 +125,7 @@ def _linear_block_wide(out, a, w_t, b, n, j0, c0):
     chain of :func:`ppo_ref.fast.lstm._linear_rows`). Interpreted here; compiled, a register
     block of :func:`ppo_ref.fast.lstm._block_vector_intrinsic` (``panel=True``: accumulators
     start from the bias)."""
-    for m in range(n, n + _WIDE_ROWS):
-        for c in range(c0, c0 + _WIDE_COLS):
-            o = b[j0 + c]
-            for k in range(a.shape[1]):
-                o = _fma(a[m, k], w_t[k, c], o)
-            out[m, j0 + c] = o
+    _panel_block(out, a, w_t, b, n, j0, c0, _WIDE_COLS, _WIDE_ROWS)
 
 
 _linear_block_wide_vector = _block_vector_intrinsic(_WIDE_ROWS, _WIDE_COLS, panel=True)
