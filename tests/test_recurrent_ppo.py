@@ -10,8 +10,8 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from ppo_ref.config import PPOConfig
 from ppo_ref.recurrent_policies import LSTMStates, recurrent_actor_critic_step
-from ppo_ref.recurrent_ppo import (RecurrentPPOTrainer, RecurrentRollout, env_minibatches,
-                                   envs_per_minibatch)
+from ppo_ref.recurrent_ppo import (RecurrentPPOTrainer, RecurrentRollout, checked_passes,
+                                   env_minibatches, envs_per_minibatch)
 from ppo_ref.fast.update import minibatch_loss
 
 
@@ -182,16 +182,7 @@ def test_train_on_passes_equal_the_checked_evaluate_and_backward(kind, lstm_shar
         policy = trainer.policy
         original = policy._update_passes
 
-        def public_evaluate(params, data):
-            ev = policy.evaluate(params, *data)
-            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
-                    (ev.cache, ev.values.shape))
-
-        def public_backward(params, cache, d_log_probs, d_entropy, d_values):
-            net_cache, shape = cache
-            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
-                                   None if d_entropy is None else d_entropy.reshape(shape),
-                                   d_values.reshape(shape))
+        public_evaluate, public_backward = checked_passes(policy)
 
         def passes(obs, actions, state, episode_starts):
             if checked:  # the rollout's arrays as they are, every call checked

@@ -263,6 +263,24 @@ class _RecurrentActor:
         return self.policy.values(params, obs, self.state, np.asarray(episode_starts, dtype=bool))
 
 
+def checked_passes(policy):
+    """``(evaluate, backward)`` for ``run_epochs`` on whole-env minibatches whose ``data`` is
+    ``(obs [T, n, ...], actions, state, episode_starts)``: the policy's public, checked
+    ``evaluate`` and ``backward``, the ``[T, n]`` rows flattened for the loss (row ``t * n +
+    j``) and the gradients reshaped back. What the spec backend's update runs."""
+    def evaluate(params, data):
+        ev = policy.evaluate(params, *data)
+        return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
+                (ev.cache, ev.values.shape))
+
+    def backward(params, cache, d_log_probs, d_entropy, d_values):
+        net_cache, shape = cache
+        return policy.backward(params, net_cache, d_log_probs.reshape(shape),
+                               None if d_entropy is None else d_entropy.reshape(shape),
+                               d_values.reshape(shape))
+    return evaluate, backward
+
+
 class RecurrentPPOTrainer(PPOTrainer):
     """PPO with an LSTM actor-critic (module docstring). Same constructor and methods as
     :class:`~ppo_ref.train.ppo.PPOTrainer`; the policy follows ``config.lstm_hidden_size``,
@@ -343,18 +361,8 @@ class RecurrentPPOTrainer(PPOTrainer):
         per = self.envs_per_minibatch
         policy = self.policy
 
-        def evaluate(params, data):
-            ev = policy.evaluate(params, *data)
-            return (ev.log_probs.reshape(-1), ev.entropy.reshape(-1), ev.values.reshape(-1),
-                    (ev.cache, ev.values.shape))
-
-        def backward(params, cache, d_log_probs, d_entropy, d_values):
-            net_cache, shape = cache
-            return policy.backward(params, net_cache, d_log_probs.reshape(shape),
-                                   None if d_entropy is None else d_entropy.reshape(shape),
-                                   d_values.reshape(shape))
-
-        if c.backend == "spec":  # the readable tier: spec.update.recurrent_minibatches
+        if c.backend == "spec":
+            evaluate, backward = checked_passes(policy)  # the readable tier: spec.update.recurrent_minibatches
             self.params, self.adam_state, stats = spec_update.run_epochs(
                 self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
                 clip_range=self.current_clip_range(),
