@@ -14,11 +14,25 @@ modification time) makes every cached kernel recompile, and stale code is never 
 live in ``NUMBA_CACHE_DIR`` if set, else in ``__pycache__`` beside the function's file, else in
 numba's user-wide cache directory; with none writable each process compiles afresh (no error).
 Other packages' numba functions are untouched.
+
+Threads: a kernel compiled with ``njit(parallel=True)`` runs its ``numba.prange`` loops on
+numba's threads (``numba.get_num_threads()``: by default one per CPU; ``NUMBA_NUM_THREADS`` or
+``numba.set_num_threads`` set it). Only loops whose iterations write disjoint arrays and read
+nothing another iteration writes are ``prange`` loops (the two LSTMs of the recurrent policy,
+the two towers of a policy, the entries of the Adam step), so every result is the plain loop's,
+bit for bit, whatever the number of threads. Such kernels are called from several Python
+threads at once (the actor-learner's thread backend, two trainers in one process), which only
+numba's TBB and OpenMP threading layers allow (its fallback layer, ``workqueue``, ends the
+process). So :data:`PARALLEL_LOOPS` is whether numba will run on one of those two (the library
+it needs loads: OpenMP's ``libgomp``, present on most Linux systems, or TBB); without one,
+``njit(parallel=True)`` compiles the plain loop (the same results, on one thread), and the
+choice is part of the cache stamp.
 """
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
 
 import numba
@@ -28,6 +42,28 @@ from numba.misc.appdirs import AppDirs
 
 NJIT_OPTIONS = {"nogil": True, "fastmath": False}
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+#: numba's threading layers that may be entered from several threads at once, in numba's order
+#: of preference, by the value of ``NUMBA_THREADING_LAYER`` that lets numba pick them.
+_THREADSAFE_LAYERS = {"default": ("tbb", "omp"), "threadsafe": ("tbb", "omp"), "safe": ("tbb",),
+                      "tbb": ("tbb",), "omp": ("omp",)}
+
+
+def _threadsafe_layer_loads() -> bool:
+    """Whether the threading layer numba will pick (``NUMBA_THREADING_LAYER``, default: TBB,
+    else OpenMP, else workqueue) is TBB or OpenMP: the first of those it may pick whose module
+    imports (it does not when its shared library is missing)."""
+    for name in _THREADSAFE_LAYERS.get(config.THREADING_LAYER, ()):
+        try:
+            importlib.import_module(f"numba.np.ufunc.{name}pool")
+        except ImportError:
+            continue
+        return True
+    return False
+
+
+#: Whether ``njit(parallel=True)`` compiles parallel loops (module docstring, "Threads").
+PARALLEL_LOOPS = _threadsafe_layer_loads()
 
 
 @functools.cache
@@ -58,7 +94,7 @@ class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
         return self._cache_path
 
     def get_source_stamp(self):
-        return super().get_source_stamp(), package_sources_hash()
+        return super().get_source_stamp(), package_sources_hash(), PARALLEL_LOOPS
 
     @classmethod
     def from_function(cls, py_func, py_file):
@@ -97,10 +133,17 @@ def _package_cache(py_func) -> caching._Cache:
     return cache if isinstance(cache._impl.locator, PackageCacheLocator) else caching.NullCache()
 
 
-def njit(py_func):
+def njit(py_func=None, *, parallel: bool = False):
     """Compile ``py_func`` (a function from any module) with :data:`NJIT_OPTIONS` and the
-    package-keyed cache; under ``NUMBA_DISABLE_JIT=1`` return ``py_func`` itself."""
-    dispatcher = numba.njit(**NJIT_OPTIONS)(py_func)
+    package-keyed cache; under ``NUMBA_DISABLE_JIT=1`` return ``py_func`` itself.
+
+    ``parallel=True`` (as ``@njit(parallel=True)``) compiles with numba's ``parallel`` option
+    when :data:`PARALLEL_LOOPS`: the function's ``numba.prange`` loops run their iterations on
+    numba's threads (module docstring, "Threads"); otherwise ``prange`` is a plain loop."""
+    if py_func is None:
+        return functools.partial(njit, parallel=parallel)
+    options = dict(NJIT_OPTIONS, parallel=True) if parallel and PARALLEL_LOOPS else NJIT_OPTIONS
+    dispatcher = numba.njit(**options)(py_func)
     if isinstance(dispatcher, Dispatcher):
         dispatcher._cache = _package_cache(dispatcher.py_func)
     return dispatcher

@@ -73,6 +73,7 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 from llvmlite import ir as llvm_ir
+from numba import prange
 from numba.core import cgutils, types
 from numba.core.errors import TypingError as NumbaTypingError
 from numba.extending import intrinsic, overload
@@ -1017,14 +1018,16 @@ def all_finite_1d(a) -> bool:
     return True
 
 
-@njit
+@njit(parallel=True)
 def _forward_stack(x, w_ih_t, w_hh_t, b, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
     """:func:`_forward_kernel` for L LSTMs on the same ``x [T, N, D]`` and ``keep [T + 1, N]``:
     ``w_ih_t [L, D, 4H]``, ``w_hh_t [L, H, 4H]``, ``b [L, 4H]``, carried states ``h0, c0
     [L, N, H]`` (multiplied by ``keep[0]`` here, as :func:`_run` does); writes ``h_prev,
-    c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c, h_seq [L, T, N, H]``."""
+    c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c, h_seq [L, T, N, H]``. The L
+    LSTMs share no written array, so they run on numba's threads (``prange``), with the results
+    of the plain loop over ``l``."""
     n_lstm, n_env, hidden = h0.shape
-    for l in range(n_lstm):
+    for l in prange(n_lstm):
         for n in range(n_env):
             k = keep[0, n]
             for j in range(hidden):
@@ -1035,28 +1038,40 @@ def _forward_stack(x, w_ih_t, w_hh_t, b, keep, h0, c0, h_prev, c_prev, gates, ta
 
 
 @njit
+def _forward_one_t(x, w_ih, w_hh, b, keep, h0, c0, w_p, xh, h_prev, c_prev, gates, tanh_c,
+                   h_seq):
+    """One LSTM of :func:`_forward_stack_t` (its arguments without the leading ``L`` axis):
+    ``x`` copied into the first D columns of ``xh [T, N, D + H]``, ``[w_ih.T; w_hh.T]`` packed
+    into ``w_p`` (:func:`_pack_panels`), the carried state masked by ``keep[0]``, then
+    :func:`_forward_kernel_panels`."""
+    n_steps, n_env, d_in = x.shape
+    hidden = h0.shape[1]
+    for t in range(n_steps):
+        for n in range(n_env):
+            for d in range(d_in):
+                xh[t, n, d] = x[t, n, d]
+    _pack_panels(w_ih, w_p, 0)
+    _pack_panels(w_hh, w_p, d_in)
+    for n in range(n_env):
+        k = keep[0, n]
+        for j in range(hidden):
+            h_prev[0, n, j] = h0[n, j] * k
+            c_prev[0, n, j] = c0[n, j] * k
+    _forward_kernel_panels(xh, w_p, b, keep, h_prev, c_prev, gates, tanh_c, h_seq)
+
+
+@njit(parallel=True)
 def _forward_stack_t(x, w_ih, w_hh, b, keep, h0, c0, w_p, xh, h_prev, c_prev, gates, tanh_c,
                      h_seq):
     """:func:`_forward_stack` from the weights as stored (``w_ih [L, 4H, D]``, ``w_hh
     [L, 4H, H]``), packed here into the scratch panels ``w_p [L, P, D + H, C]`` of ``[w_ih.T;
     w_hh.T]`` (:func:`_pack_panels`), by :func:`_forward_kernel_panels` with the scratch ``xh
-    [T, N, D + H]`` (same results, bit for bit)."""
-    n_lstm, n_env, hidden = h0.shape
-    n_steps, _, d_in = x.shape
-    for t in range(n_steps):
-        for n in range(n_env):
-            for d in range(d_in):
-                xh[t, n, d] = x[t, n, d]
-    for l in range(n_lstm):
-        _pack_panels(w_ih[l], w_p[l], 0)
-        _pack_panels(w_hh[l], w_p[l], d_in)
-        for n in range(n_env):
-            k = keep[0, n]
-            for j in range(hidden):
-                h_prev[l, 0, n, j] = h0[l, n, j] * k
-                c_prev[l, 0, n, j] = c0[l, n, j] * k
-        _forward_kernel_panels(xh, w_p[l], b[l], keep, h_prev[l], c_prev[l], gates[l],
-                               tanh_c[l], h_seq[l])
+    [L, T, N, D + H]`` (same results, bit for bit). The L LSTMs (:func:`_forward_one_t` each)
+    share no written array, so they run on numba's threads (``prange``), with the results of
+    the plain loop over ``l``."""
+    for l in prange(w_ih.shape[0]):
+        _forward_one_t(x, w_ih[l], w_hh[l], b[l], keep, h0[l], c0[l], w_p[l], xh[l], h_prev[l],
+                       c_prev[l], gates[l], tanh_c[l], h_seq[l])
 
 
 @njit
@@ -1124,25 +1139,40 @@ def _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, out):
 
 
 @njit
+def _backward_one(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh, g_b,
+                  x_t, products, w_hh_copy):
+    """One LSTM of :func:`_backward_stack` (its arguments without the leading ``L`` axis,
+    ``x_t`` already holding ``x^T``): ``w_hh`` copied into ``w_hh_copy``, then
+    :func:`_backward_steps` from zero final-state gradients and :func:`_weight_grads`."""
+    four_h, hidden = w_hh.shape
+    n_env = dh_seq.shape[1]
+    for j in range(four_h):
+        for k in range(hidden):
+            w_hh_copy[j, k] = w_hh[j, k]
+    dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
+    dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
+    _backward_steps(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh_copy, dz, False)
+    _weight_grads(dz, x, h_prev, g_w_ih, g_w_hh, g_b, x_t, products)
+
+
+@njit(parallel=True)
 def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_ih, g_w_hh,
                     g_b, x_t, products, w_hh_copy):
     """:func:`_backward_kernel` (without the initial-state product: :func:`_backward_steps`)
-    then :func:`_weight_grads` for L LSTMs from zero final-state gradients: ``dh_seq [L, T, N, H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of
-    :func:`_forward_stack`, ``w_hh [L, 4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev
-    [L, T + 1, N, H]``; writes ``dz [L, T, N, 4H]`` and the weight gradients ``g_w_ih
-    [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` (scratch of :func:`_weight_grads`:
-    ``x_t [D, T N]``, ``products [D, 4H]``; ``w_hh_copy [L, 4H, H]``: ``w_hh`` is copied there
-    first, and the steps read the copy, which starts at a cache line: StackedArrays)."""
-    _wide()
-    n_lstm, n_steps, n_env, hidden = dh_seq.shape
+    then :func:`_weight_grads` for L LSTMs from zero final-state gradients: ``dh_seq [L, T, N,
+    H]``, the ``keep``/``gates``/``tanh_c``/``c_prev`` of :func:`_forward_stack`, ``w_hh [L,
+    4H, H]``, the inputs ``x [T, N, D]`` and ``h_prev [L, T + 1, N, H]``; writes ``dz [L, T,
+    N, 4H]`` and the weight gradients ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L,
+    4H]``. Scratch: ``x_t [D, T N]`` (``x^T``, written once here for every LSTM), ``products
+    [L, D, 4H]`` (:func:`_weight_grads`'), ``w_hh_copy [L, 4H, H]`` (the steps read a copy of
+    ``w_hh`` that starts at a cache line: StackedArrays). The L LSTMs (:func:`_backward_one`
+    each) share no written array, so they run on numba's threads (``prange``), with the
+    results of the plain loop over ``l``."""
+    n_steps, n_env = dh_seq.shape[1], dh_seq.shape[2]
     _transpose_into(x.reshape(n_steps * n_env, x.shape[2]), x_t)
-    w_hh_copy.reshape(-1)[:] = w_hh.reshape(-1)
-    for l in range(n_lstm):
-        dh_rec = np.zeros((n_env, hidden), dh_seq.dtype)
-        dc_rec = np.zeros((n_env, hidden), dh_seq.dtype)
-        _backward_steps(dh_seq[l], dh_rec, dc_rec, keep, gates[l], tanh_c[l], c_prev[l],
-                        w_hh_copy[l], dz[l], False)
-        _weight_grads(dz[l], x, h_prev[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products)
+    for l in prange(dh_seq.shape[0]):
+        _backward_one(dh_seq[l], keep, gates[l], tanh_c[l], c_prev[l], w_hh[l], x, h_prev[l],
+                      dz[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products[l], w_hh_copy[l])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1188,8 +1218,8 @@ class StackedArrays(NamedTuple):
     one dtype (the compute dtype): what the forward writes, ``h_seq [L, T, N, H]``, ``h_prev,
     c_prev [L, T + 1, N, H]``, ``gates [L, T, N, 4H]``, ``tanh_c [L, T, N, H]`` (the results of
     :func:`forward_stacked`); its scratch, ``w_p [L, P, D + H, C]`` (the weight panels,
-    :func:`_pack_panels`) and ``xh [T, N, D + H]``; and the backward's scratch, ``dz [L, T, N,
-    4H]``, ``x_t [D, T N]``, ``products [D, 4H]``, ``w_hh [L, 4H, H]`` (a copy of the recurrent
+    :func:`_pack_panels`) and ``xh [L, T, N, D + H]``; and the backward's scratch, ``dz [L, T,
+    N, 4H]``, ``x_t [D, T N]``, ``products [L, D, 4H]``, ``w_hh [L, 4H, H]`` (a copy of the recurrent
     weights); each starting at a multiple of 64 bytes.
     Made once by :meth:`empty` and passed as
     ``arrays`` to both functions, so a caller that runs many passes of one size allocates
@@ -1220,9 +1250,10 @@ class StackedArrays(NamedTuple):
         return cls(new("h_seq", state), new("h_prev", carried), new("c_prev", carried),
                    new("gates", (n_lstm, n_steps, n_env, four_h)), new("tanh_c", state),
                    new("w_panels", (n_lstm, _panel_count(four_h), d_in + hidden, _PANEL_COLS)),
-                   new("xh", (n_steps, n_env, d_in + hidden)),
+                   new("xh", (n_lstm, n_steps, n_env, d_in + hidden)),
                    new("dz", (n_lstm, n_steps, n_env, four_h)),
-                   new("x_t", (d_in, n_steps * n_env)), new("products", (d_in, four_h)),
+                   new("x_t", (d_in, n_steps * n_env)),
+                   new("products", (n_lstm, d_in, four_h)),
                    new("w_hh", (n_lstm, four_h, hidden)))
 
 
@@ -1270,7 +1301,7 @@ def backward_stacked(w_hh, x, h_prev, c_prev, gates, tanh_c, keep, dh_seq, g_w_i
         four_h = 4 * hidden
         dz = _aligned_empty("dz", (n_lstm, n_steps, n_env, four_h), dtype, True)
         x_t = _aligned_empty("x_t", (d_in, n_steps * n_env), dtype, True)
-        products = _aligned_empty("products", (d_in, four_h), dtype, True)
+        products = _aligned_empty("products", (n_lstm, d_in, four_h), dtype, True)
         w_hh_copy = _aligned_empty("w_hh", w_hh.shape, dtype, True)
     else:
         dz, x_t, products, w_hh_copy = arrays.dz, arrays.x_t, arrays.products, arrays.w_hh

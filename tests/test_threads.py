@@ -1,0 +1,115 @@
+"""The kernels with parallel loops (``ppo_ref._numba``, "Threads"): the same bits on one thread
+and on all of them, and safe when several Python threads call them at once, on numba's OpenMP
+or TBB layer and on its workqueue layer (not thread-safe: there the loops are compiled plain)."""
+import hashlib
+import os
+import subprocess
+import sys
+import textwrap
+
+import numba
+import numpy as np
+import pytest
+
+from ppo_ref import _numba
+from ppo_ref.fast.flat import flatten_arrays
+from ppo_ref.fast.lstm import StackedArrays, backward_stacked, forward_stacked
+from ppo_ref.fast.mlp import layer_table, mlp_backward_pair, mlp_forward_pair
+from ppo_ref.fast.optim import clipped_adam_step
+
+
+def parallel_outputs(seed: int) -> str:
+    """SHA-256 of what every kernel with a parallel loop writes, on inputs drawn from ``seed``:
+    both LSTMs' forward and BPTT, two towers' forward and backward, one clipped Adam step."""
+    rng = np.random.default_rng(seed)
+    out = []
+    L, T, N, D, H = 2, 6, 5, 3, 16
+    w_ih, w_hh = 0.4 * rng.normal(size=(L, 4 * H, D)), 0.3 * rng.normal(size=(L, 4 * H, H))
+    b, x = 0.5 * rng.normal(size=(L, 4 * H)), rng.normal(size=(T, N, D))
+    h0, c0 = rng.normal(size=(L, N, H)), rng.normal(size=(L, N, H))
+    keep = np.ones((T + 1, N))
+    keep[:-1] -= rng.random((T, N)) < 0.3
+    arrays = StackedArrays.empty(L, T, N, D, H, np.float64)
+    fwd = forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays)
+    grads = [np.empty_like(w_ih), np.empty_like(w_hh), np.empty_like(b)]
+    backward_stacked(w_hh, x, *fwd[1:], keep, rng.normal(size=(L, T, N, H)), *grads, arrays)
+    out += list(fwd) + grads
+
+    params = {f"{tower}.{k}{i}": rng.normal(size=shape)
+              for tower, sizes in (("pi", (D, 16, 2)), ("vf", (D, 16, 1)))
+              for i in range(2)
+              for k, shape in (("w", (sizes[i + 1], sizes[i])), ("b", (sizes[i + 1],)))}
+    flat = flatten_arrays(params)
+    rows = 7
+    towers = []
+    for tower in ("pi", "vf"):
+        table = layer_table(flat.layout, flat, tower + ".", 2)
+        towers.append((rng.normal(size=(rows, D)), np.empty(rows * int(table[:, 2].sum())),
+                       table, rng.normal(size=(rows, int(table[-1, 2]))), np.zeros((rows, D))))
+    (x0, a0, t0, dy0, dx0), (x1, a1, t1, dy1, dx1) = towers
+    mlp_forward_pair(flat.flat, True, x0, t0, a0, x1, t1, a1)
+    g = np.zeros(flat.flat.size)
+    mlp_backward_pair(flat.flat, True, g, x0, a0, t0, dy0, dx0, x1, a1, t1, dy1, dx1)
+    out += [a0, a1, g, dx0, dx1]
+
+    state = {"t": 3, "m": flatten_arrays({k: 0.1 * rng.normal(size=v.shape)
+                                          for k, v in params.items()}, flat.layout),
+             "v": flatten_arrays({k: rng.random(v.shape) for k, v in params.items()},
+                                 flat.layout)}
+    grads = flatten_arrays({k: rng.normal(size=v.shape) for k, v in params.items()}, flat.layout)
+    p, state, norm = clipped_adam_step(flat, grads, state, max_norm=0.5, lr=1e-2)
+    out += [p.flat, state["m"].flat, state["v"].flat, np.float64(norm)]
+
+    digest = hashlib.sha256()
+    for a in out:
+        digest.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    return digest.hexdigest()
+
+
+def test_same_bits_on_one_thread_and_on_all():
+    n = numba.config.NUMBA_NUM_THREADS
+    if n < 2:
+        pytest.skip("numba has one thread on this machine: there is nothing to compare")
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = [parallel_outputs(seed) for seed in range(3)]
+        numba.set_num_threads(n)
+        every = [parallel_outputs(seed) for seed in range(3)]
+    finally:
+        numba.set_num_threads(before)
+    assert one == every
+
+
+_CONCURRENT = textwrap.dedent("""
+    import sys, threading
+    sys.path.insert(0, {tests!r})
+    from ppo_ref import _numba
+    from test_threads import parallel_outputs
+    results = []
+    def work():
+        results.extend(parallel_outputs(seed) for seed in (0, 1) for _ in range(25))
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(_numba.PARALLEL_LOOPS, sorted(set(results)))
+""")
+
+
+@pytest.mark.parametrize("layer", ["default", "workqueue"])
+def test_three_threads_at_once_on_any_threading_layer(layer, tmp_path):
+    """Three Python threads run the parallel kernels at once. On ``workqueue`` numba would end
+    the process on such a call of a parallel loop: there ``PARALLEL_LOOPS`` is False and the
+    plain loops run, with the same bits."""
+    env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
+    if layer == "workqueue":   # another cache stamp: its own cache, not a rewrite of this one
+        env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    script = _CONCURRENT.format(tests=os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    parallel, hashes = run.stdout.strip().split(" ", 1)
+    assert parallel == str(layer == "default" and _numba.PARALLEL_LOOPS)
+    assert hashes == str(sorted({parallel_outputs(0), parallel_outputs(1)}))
