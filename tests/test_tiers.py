@@ -344,6 +344,44 @@ def _mlp_spec(c):
     return _arrays(y, grads, dx)
 
 
+def _mlp_pair_case(rng):
+    """Two towers of :func:`_mlp_case` (one activation) under the keys ``a.*`` and ``b.*`` of
+    one parameter dict."""
+    one, two = _mlp_case(rng), _mlp_case(rng)
+    return dict(towers=(one, two), activation=one["activation"],
+                params={f"{k}.{name}": v for k, c in zip("ab", (one, two))
+                        for name, v in c["params"].items()})
+
+
+def _mlp_pair_fast(c):
+    from ppo_ref.fast.mlp import layer_table, mlp_backward_pair, mlp_forward_pair
+    flat = flatten_arrays(c["params"])
+    relu = c["activation"] == "relu"
+    args = []
+    for key, tower in zip("ab", c["towers"]):
+        table = layer_table(flat.layout, flat, key + ".", len(tower["params"]) // 2)
+        acts = np.empty(tower["x"].shape[0] * int(table[:, 2].sum()))
+        args.append((tower["x"], acts, table, tower["dy"], np.zeros(tower["x"].shape)))
+    mlp_forward_pair(flat.flat, relu, *(a[i] for a in args for i in (0, 2, 1)))
+    ys = [acts[acts.size - x.shape[0] * int(table[-1, 2]):].reshape(x.shape[0], -1)
+          for x, acts, table, _, _ in args]
+    grads = np.zeros(flat.flat.size)
+    mlp_backward_pair(flat.flat, relu, grads, *args[0], *args[1])
+    return _arrays(ys, dict(type(flat).from_buffer(grads, flat.layout)), args[0][4], args[1][4])
+
+
+def _mlp_pair_spec(c):
+    from ppo_ref.spec.layers import mlp_backward, mlp_forward
+    ys, grads, dxs = [], {}, []
+    for key, tower in zip("ab", c["towers"]):
+        y, cache = mlp_forward(tower["params"], tower["x"], c["activation"])
+        dx, g = mlp_backward(tower["params"], cache, tower["dy"])
+        ys.append(y)
+        grads.update({f"{key}.{name}": v for name, v in g.items()})
+        dxs.append(dx)
+    return _arrays(ys, grads, *dxs)
+
+
 # -- distributions --------------------------------------------------------------------------------
 
 def _logits_case(rng, masked=True):
@@ -550,6 +588,10 @@ TWINS: Dict[str, Twin] = {
                  _fast_name("mlp", "layer_table")),
                 "ppo_ref.spec.layers.mlp_forward", _mlp_case, _mlp_fast, _mlp_spec,
                 Tol(1e-12, 1e-14)),
+    "mlp_pair": Twin((_fast_name("mlp", "mlp_forward_pair"),
+                      _fast_name("mlp", "mlp_backward_pair")),
+                     "ppo_ref.spec.layers.mlp_backward", _mlp_pair_case, _mlp_pair_fast,
+                     _mlp_pair_spec, Tol(1e-12, 1e-14)),
     "feedforward_minibatches": Twin(
         (_fast_name("update", "feedforward_minibatches"), _fast_name("update", "epoch_permutations")),
         "ppo_ref.spec.update.feedforward_minibatches", lambda rng: _minibatch_case(rng, False),

@@ -19,8 +19,9 @@ Cases (one PPO minibatch each):
 Each timing is the median over ``--repeats`` rounds after warm-up (numba compilation, torch lazy
 init); in a round every cell runs once (round-robin), so all cells see the same load on a
 shared machine. The script runs twice in subprocesses: "1 thread" (``OPENBLAS_NUM_THREADS=1``
-for NumPy, ``torch.set_num_threads(1)``) and "default" (both libraries' default thread counts,
-with a fifth of the rounds: it is the slow configuration).
+for NumPy, ``NUMBA_NUM_THREADS=1`` for ppo_ref's parallel loops, ``torch.set_num_threads(1)``)
+and "default" (the libraries' default thread counts, with a fifth of the rounds: it is the slow
+configuration).
 torch is timed in float64 (the same arithmetic as ppo_ref) and float32 (what SB3 runs).
 """
 from __future__ import annotations
@@ -218,6 +219,7 @@ def main(argv=None) -> int:
         env = dict(os.environ)
         if threads == "1":
             env["OPENBLAS_NUM_THREADS"] = "1"  # read by OpenBLAS when numpy loads it
+            env["NUMBA_NUM_THREADS"] = "1"     # ppo_ref's parallel loops on one thread
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", threads,
                               "--repeats", str(rounds[threads])], env=env, check=True,
                              capture_output=True, text=True).stdout
@@ -229,8 +231,9 @@ def main(argv=None) -> int:
     print(f"# mlp policy: batch {BATCH}, obs {OBS_DIM}, {N_ACTIONS} actions, towers "
           f"{list(NET_ARCH)} tanh + categorical log-prob/entropy backward; "
           f"lstm: H={H}, T={T}, N={N}, D={D}")
-    print(f"# '1 thread': OPENBLAS_NUM_THREADS=1 and torch.set_num_threads(1); 'default': "
-          f"OpenBLAS default, torch {infod['torch_threads']} threads")
+    print(f"# '1 thread': OPENBLAS_NUM_THREADS=1, NUMBA_NUM_THREADS=1 and "
+          f"torch.set_num_threads(1); 'default': OpenBLAS and numba default, torch "
+          f"{infod['torch_threads']} threads")
     print("| case | implementation | dtype | 1 thread ms | vs ppo_ref | default ms | vs ppo_ref |")
     print("|---|---|---|---:|---:|---:|---:|")
     base = {t: {r[0]: r[3] for r in results[t]["rows"] if r[1].startswith("ppo_ref")}

@@ -2,7 +2,10 @@
 
 Both train 100k steps with 8 envs, n_steps 32, batch_size 256, n_epochs 20, gamma 0.98,
 gae_lambda 0.8, learning rate 1e-3 and clip range 0.2 linearly annealed, ent_coef 0, seed 0,
-on one CPU thread each (``torch.set_num_threads(1)``; ppo_ref limits BLAS to one thread).
+torch on ``--torch-threads`` threads (default 1: ``torch.set_num_threads``), ppo_ref's numba
+kernels on ``--threads`` (default: the CPUs this process may run on; ``numba.set_num_threads``:
+the two towers of a pass and the Adam step's entries run on them, the same bits for every
+number), BLAS limited to one thread (ppo_ref's passes do not call it).
 Printed per implementation: the arithmetic (ppo_ref's ``PPOConfig.compute_dtype``; SB3 is
 torch float32), wall seconds, env steps per second, mean return of the last 20 training
 episodes, deterministic evaluation return (10 episodes), and the speed ratio to SB3.
@@ -25,7 +28,8 @@ Usage::
 
     python validation/bench_vs_sb3.py [--timesteps 100000] [--dtypes float64,float32]
                                       [--skip-first-run] [--skip-sb3] [--repeats 1]
-                                      [--spec-timesteps 10000]
+                                      [--spec-timesteps 10000] [--threads N]
+                                      [--torch-threads 1]
 """
 from __future__ import annotations
 
@@ -58,12 +62,12 @@ def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64",
             "eval": float(np.mean(eval_returns)), "steps": trainer.num_timesteps}
 
 
-def run_sb3(timesteps: int, seed: int = 0):
+def run_sb3(timesteps: int, seed: int = 0, threads: int = 1):
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
 
     def linear(initial):
         return lambda progress_remaining: initial * progress_remaining
@@ -98,9 +102,9 @@ print(t_import, time.perf_counter() - t0)
 """
 
 
-def first_run_time(timesteps: int, dtype: str):
+def first_run_time(timesteps: int, dtype: str, threads: int):
     with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+        env = dict(os.environ, NUMBA_CACHE_DIR=cache, NUMBA_NUM_THREADS=str(threads))
         t0 = time.perf_counter()
         code = FIRST_RUN_CODE.format(timesteps=timesteps, dtype=dtype)
         out = subprocess.run([sys.executable, "-c", code],
@@ -121,13 +125,24 @@ def main(argv=None) -> int:
                    help="steps of the spec-backend (readable tier) run; 0 skips it")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every implementation this many times (alternating); print medians")
+    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                   help="ppo_ref's numba threads (default: the CPUs this process may run on)")
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch's intra-op threads for SB3 (default 1)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
+    import numba
+    if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
+        p.error(f"--threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
+                f"(NUMBA_NUM_THREADS), got {args.threads}")
+    if args.torch_threads < 1:
+        p.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
+    numba.set_num_threads(args.threads)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     runs = []  # one {(name, dtype): result} per repeat
     if not args.skip_first_run:
-        first = first_run_time(args.timesteps, dtypes[-1])
+        first = first_run_time(args.timesteps, dtypes[-1], args.threads)
         print(f"ppo_ref first run ({dtypes[-1]}, empty NUMBA_CACHE_DIR, fresh process): "
               f"{first['process_wall_s']:.1f} s wall for the process "
               f"(imports {first['import_s']:.1f} s, imports + compile + train "
@@ -139,7 +154,7 @@ def main(argv=None) -> int:
         if args.spec_timesteps > 0:
             rows[("ppo_ref spec", "float64")] = run_ppo_ref(args.spec_timesteps, backend="spec")
         if not args.skip_sb3:
-            rows[("sb3", "float32")] = run_sb3(args.timesteps)
+            rows[("sb3", "float32")] = run_sb3(args.timesteps, threads=args.torch_threads)
         runs.append(rows)
         if args.repeats > 1:
             sb3 = rows.get(("sb3", "float32"))
@@ -156,7 +171,8 @@ def main(argv=None) -> int:
                       "steps": runs[0][key]["steps"]}
                 for key in runs[0]}
     print()
-    print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, one thread"
+    print(f"CartPole-v1, rl-zoo settings, {args.timesteps} steps, seed 0, threads: ppo_ref "
+          f"numba {args.threads}, torch {args.torch_threads}, OpenBLAS 1"
           + (f", medians of {args.repeats} alternated runs" if args.repeats > 1 else ""))
     print(f"{'':12s} {'dtype':>8s} {'steps':>7s} {'wall s':>8s} {'steps/s':>9s} "
           f"{'last-20 return':>15s} {'det. eval (10)':>15s} {'vs sb3':>7s}")

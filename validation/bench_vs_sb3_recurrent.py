@@ -23,15 +23,23 @@ speed drifts by tens of percent over minutes, and sb3-contrib's run takes minute
 ppo_ref run before it can land in another phase; ``--no-bracket`` skips the second run), env
 steps per second, mean return of the last 20 training episodes, and a deterministic evaluation
 (20 episodes, frozen observation statistics, seed 0); then the speed ratio of each ppo_ref
-dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per dtype. Torch is limited
-to one thread and OpenBLAS (NumPy) to one thread (``OPENBLAS_NUM_THREADS=1`` unless already
-set).
+dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per dtype.
+
+Threads: ``--threads N`` (default: the CPUs this process may run on) is ppo_ref's numba
+threads (``numba.set_num_threads(N)``: the two LSTMs and the two towers of a pass and the Adam
+step's entries run on them; the results are the same bits for every N), ``--torch-threads M``
+(default 1) torch's intra-op threads (``torch.set_num_threads(M)``): on a 2-vCPU VM
+sb3-contrib ran this benchmark at half the speed with two torch threads than with one
+(docs/BENCHMARKS.md), so its default is its fastest setting there. ``--threads 1`` (with the
+default ``--torch-threads``) runs both on one thread. OpenBLAS (NumPy) gets one thread (``OPENBLAS_NUM_THREADS=1`` unless already set):
+the fast backend's passes are its own compiled kernels, the spec backend's products NumPy's.
 
 Usage::
 
     python validation/bench_vs_sb3_recurrent.py [--steps 100000] [--sb3-steps N] [--seed 0]
                                                 [--dtypes float64,float32] [--skip-sb3]
-                                                [--no-bracket] [--spec-steps 5120]
+                                                [--no-bracket] [--spec-steps 5120] [--threads N]
+                                                [--torch-threads 1]
 
 ``--sb3-steps`` trains sb3-contrib for fewer steps when its full run is too slow; its steps/s is
 then measured on that shorter run (and said so in the output). The readable tier
@@ -49,6 +57,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import time  # noqa: E402
 
+import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import ppo_ref  # noqa: F401  (registers ppo_ref/CartPoleNoVel-v1)
@@ -59,14 +68,14 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
 EVAL_EPISODES = 20
 
 
-def run_sb3(total_steps: int, seed: int) -> dict:
+def run_sb3(total_steps: int, seed: int, threads: int) -> dict:
     import torch
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads)
     venv = VecNormalize(make_vec_env(ENV_ID, n_envs=ZOO["n_envs"], seed=seed,
                                      vec_env_cls=DummyVecEnv), norm_obs=True, norm_reward=False)
     lin = lambda v: (lambda progress_remaining: progress_remaining * v)  # noqa: E731
@@ -131,7 +140,17 @@ def main(argv=None) -> int:
                     help="do not time ppo_ref again after sb3-contrib (see the module docstring)")
     ap.add_argument("--spec-steps", type=int, default=5120,
                     help="steps of the spec-backend (readable tier) run; 0 skips it")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="ppo_ref's numba threads (default: the CPUs this process may run on)")
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="torch's intra-op threads for sb3-contrib (default 1)")
     args = ap.parse_args(argv)
+    if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
+        ap.error(f"--threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
+                 f"(NUMBA_NUM_THREADS), got {args.threads}")
+    if args.torch_threads < 1:
+        ap.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
+    numba.set_num_threads(args.threads)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
 
     ours = {}
@@ -141,7 +160,7 @@ def main(argv=None) -> int:
     theirs = None
     if not args.skip_sb3:
         sb3_steps = args.sb3_steps or args.steps
-        theirs = run_sb3(sb3_steps, args.seed)
+        theirs = run_sb3(sb3_steps, args.seed, args.torch_threads)
         print(f"sb3-contrib done: {theirs}", flush=True)
         if not args.no_bracket:
             # A-B-A: time ppo_ref again after sb3-contrib's long run, so that a drift of the
@@ -165,7 +184,9 @@ def main(argv=None) -> int:
     if theirs is not None:
         rows.append(("sb3-contrib RecurrentPPO", "float32 (torch)", theirs))
     print()
-    print(f"{ENV_ID}, zoo ppo_lstm settings, seed {args.seed}, torch threads 1")
+    print(f"{ENV_ID}, zoo ppo_lstm settings, seed {args.seed}, threads: ppo_ref numba "
+          f"{args.threads}, torch {args.torch_threads}, OpenBLAS "
+          f"{os.environ['OPENBLAS_NUM_THREADS']}")
     print(f"| learner | dtype | env steps | wall s | steps/s | final return (last 20) | "
           f"deterministic eval ({EVAL_EPISODES} ep) |")
     print("|---|---|---:|---:|---:|---:|---:|")

@@ -63,6 +63,8 @@ FAST_FUNCTIONS = (
     # MLP towers (twins of spec.layers.mlp_forward / mlp_backward)
     "ppo_ref.fast.mlp.mlp_forward_flat",
     "ppo_ref.fast.mlp.mlp_backward_flat",
+    "ppo_ref.fast.mlp.mlp_forward_pair",
+    "ppo_ref.fast.mlp.mlp_backward_pair",
     # actor-critic on one buffer
     "ppo_ref.fast.actor_critic.flat_net",
     "ppo_ref.fast.actor_critic.flat_forward",

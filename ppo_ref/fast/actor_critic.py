@@ -31,7 +31,8 @@ import numpy as np
 
 from ppo_ref.fast.distributions import categorical_backward_kernel, categorical_eval_kernel
 from ppo_ref.fast.mlp import (_activate_inplace, _activation_grad, _dense_layer, layer_table,
-                              mlp_backward_flat, mlp_forward_flat)
+                              mlp_backward_flat, mlp_backward_pair, mlp_forward_flat,
+                              mlp_forward_pair)
 from ppo_ref._numba import njit
 from ppo_ref.spec.networks import actor_critic_towers
 
@@ -130,7 +131,8 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
                       policy, value):
     """:func:`flat_forward` in one compiled call, into buffers the caller gives (the same
     calls of :func:`ppo_ref.fast.mlp.mlp_forward_flat` on the same values, so the same bits:
-    :func:`flat_forward` is this function on fresh buffers).
+    :func:`flat_forward` is this function on fresh buffers; both towers by
+    :func:`ppo_ref.fast.mlp.mlp_forward_pair`, on two threads).
 
     Args:
         x: ``[B, D]`` C-contiguous, the dtype of ``flat`` (float64 or float32).
@@ -154,10 +156,13 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
         mlp_forward_flat(x, flat, trunk, relu, trunk_acts)
         z = _last_block(trunk_acts, rows, trunk)
         _activate_inplace(z, relu)
-    if policy:
+    if policy and value:
+        mlp_forward_pair(flat, relu, z, pi, pi_acts, z, vf, vf_acts)
+    elif policy:
         mlp_forward_flat(z, flat, pi, relu, pi_acts)
-    if value:
+    elif value:
         mlp_forward_flat(z, flat, vf, relu, vf_acts)
+    if value:
         v = _last_block(vf_acts, rows, vf)
         for n in range(rows):
             values[n] = v[n, 0]
@@ -168,7 +173,8 @@ def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_act
                        d_policy_out, d_values, grads):
     """:func:`flat_backward` in one compiled call (the same calls of
     :func:`ppo_ref.fast.mlp.mlp_backward_flat` on the same values, so the same bits:
-    :func:`flat_backward` is this function on its cache's buffers).
+    :func:`flat_backward` is this function on its cache's buffers; separate towers by
+    :func:`ppo_ref.fast.mlp.mlp_backward_pair`, on two threads).
 
     ``x``, ``flat``, the tables, ``relu`` and the three outputs buffers as given to (and
     written by) :func:`flat_forward_into` with both towers run; ``d_policy_out [B, P]``
@@ -180,9 +186,9 @@ def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_act
     dv = np.empty((rows, 1), flat.dtype)
     for n in range(rows):
         dv[n, 0] = d_values[n]
-    if trunk.shape[0] == 0:
-        mlp_backward_flat(x, pi_acts, flat, pi, relu, d_policy_out, grads, None)
-        mlp_backward_flat(x, vf_acts, flat, vf, relu, dv, grads, None)
+    if trunk.shape[0] == 0:   # separate towers: nothing written in common
+        mlp_backward_pair(flat, relu, grads, x, pi_acts, pi, d_policy_out, None, x, vf_acts, vf,
+                          dv, None)
         return
     z = _last_block(trunk_acts, rows, trunk)
     dz = np.zeros(z.shape, flat.dtype)

@@ -21,6 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
+from numba import prange
 from numba.extending import overload
 
 from ppo_ref._numba import njit
@@ -29,7 +30,8 @@ from ppo_ref.fast.lstm import (_BLOCK_COLS, _BLOCK_ROWS, _NARROW_COLS, _WIDE_COL
                               _check_panel_operands, _column_sums, _fma, _linear_panel,
                               _linear_rows, _panel_block, _tanh_any, _transpose_into, _wide)
 
-__all__ = ["mlp_forward_flat", "mlp_backward_flat", "layer_table"]  # called by the fast policies
+__all__ = ["mlp_forward_flat", "mlp_backward_flat", "mlp_forward_pair", "mlp_backward_pair",
+           "layer_table"]  # called by the fast policies
 
 
 # --------------------------------------------------------------------------------------------
@@ -379,3 +381,36 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
             _add_products(d_prev, d, w)
             _activation_grad_sums(d_prev, h, relu, grads[below:below + n_in])
             d = d_prev
+
+
+@njit(parallel=True)
+def mlp_forward_pair(flat, relu, x_0, table_0, acts_0, x_1, table_1, acts_1):
+    """:func:`mlp_forward_flat` of two towers on one parameter buffer (``flat``, ``relu``
+    shared; suffix ``_0``/``_1`` the rest of each call's arguments): equals
+    :func:`ppo_ref.spec.layers.mlp_forward` of each tower as :func:`mlp_forward_flat` does (the
+    ``mlp_pair`` row of ``tests/test_tiers.py``), the two calls on numba's threads
+    (``prange``). ``acts_0`` and ``acts_1`` must be distinct arrays (the inputs may be the
+    same): neither call reads what the other writes, so the results are those of the two calls
+    in turn, bit for bit."""
+    for k in prange(2):
+        if k == 0:
+            mlp_forward_flat(x_0, flat, table_0, relu, acts_0)
+        else:
+            mlp_forward_flat(x_1, flat, table_1, relu, acts_1)
+
+
+@njit(parallel=True)
+def mlp_backward_pair(flat, relu, grads, x_0, acts_0, table_0, dy_0, dx_0, x_1, acts_1,
+                       table_1, dy_1, dx_1):
+    """:func:`mlp_backward_flat` of two towers on one parameter buffer (``flat``, ``relu``,
+    ``grads`` shared; suffix ``_0``/``_1`` the rest of each call's arguments): equals
+    :func:`ppo_ref.spec.layers.mlp_backward` of each tower as :func:`mlp_backward_flat` does
+    (the ``mlp_pair`` row of ``tests/test_tiers.py``), the two calls on numba's threads
+    (``prange``). The towers' tables must name disjoint entries of ``grads``
+    and ``dx_0``, ``dx_1`` must be distinct arrays (or None): then neither call reads what the
+    other writes, and the results are those of the two calls in turn, bit for bit."""
+    for k in prange(2):
+        if k == 0:
+            mlp_backward_flat(x_0, acts_0, flat, table_0, relu, dy_0, grads, dx_0)
+        else:
+            mlp_backward_flat(x_1, acts_1, flat, table_1, relu, dy_1, grads, dx_1)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Dict
 
 import numpy as np
+from numba import prange
 from numba.extending import register_jitable
 
 from ppo_ref._checks import check_adam_hyperparameters, check_positive, check_step_count
@@ -92,7 +93,7 @@ def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
     return -1
 
 
-@njit
+@njit(parallel=True)
 def _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
                         bias_correction2_sqrt, eps, previous):
     """Per entry ``(param[i], m[i], v[i]) = adam_element(param[i], grad[i] * scale, m[i], v[i],
@@ -104,10 +105,12 @@ def _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
     ``(3, n)`` scratch array, distinct from the others) before its results are written, and the
     results are counted finite with comparisons (so that LLVM vectorizes the loop); when the
     count falls short, ``previous`` is copied back. ``scale`` < 1, or exactly 1.0 when there is
-    no clipping (``g * 1.0`` is ``g``); ``grad`` must not overlap the others."""
+    no clipping (``g * 1.0`` is ``g``); ``grad`` must not overlap the others. The entries are
+    independent and the count is an integer sum, so the loop runs its ranges of ``i`` on
+    numba's threads (``prange``) with the results of the plain loop, bit for bit."""
     n_finite = 0
     n = param.size
-    for i in range(n):
+    for i in prange(n):
         p_i = param[i]
         m_i = m[i]
         v_i = v[i]

@@ -61,7 +61,8 @@ from ppo_ref.fast.flat import FlatArrays, FlatLayout, flatten_arrays
 from ppo_ref._checks import check_lstm_params
 from ppo_ref.fast.lstm import (StackedArrays, all_finite, backward_stacked, forward_stacked,
                               keep_rows, step_stacked)
-from ppo_ref.fast.mlp import layer_table, mlp_backward_flat, mlp_forward_flat
+from ppo_ref.fast.mlp import (layer_table, mlp_backward_flat, mlp_backward_pair,
+                              mlp_forward_flat, mlp_forward_pair)
 from ppo_ref.spec.layers import mlp_depth
 from ppo_ref.train.policies import (PolicyBase, PolicyEval, SpecPolicyBase, _finite_grad,
                                     gradient_arrays, gradient_buffer, head_backward)
@@ -756,8 +757,8 @@ class RecurrentPolicy(PolicyBase):
         relu = self.activation == "relu"
         b = buffers
         h_seq, h_prev, c_prev, gates, tanh_c = forward_stacked(*stacked, x, h0, c0, keep, b.lstm)
-        mlp_forward_flat(b.pi_in, flat, spec.pi_table, relu, b.pi_acts)
-        mlp_forward_flat(b.vf_in, flat, spec.vf_table, relu, b.vf_acts)
+        mlp_forward_pair(flat, relu, b.pi_in, spec.pi_table, b.pi_acts, b.vf_in, spec.vf_table,
+                         b.vf_acts)
         log_probs, entropy, _ = self._head_eval(b.out, params, actions,
                                                 (b.log_probs, b.entropy, b.probs))
         cache = _FastCache(spec, x.shape[:2], flat, x, keep, h_seq, h_prev, c_prev, gates,
@@ -880,9 +881,14 @@ class RecurrentPolicy(PolicyBase):
         relu = self.activation == "relu"
         flat = cache.flat
         dh_seq[...] = 0.0
-        mlp_backward_flat(cache.pi_in, cache.pi_acts, flat, spec.pi_table, relu, d_out, g,
-                          dpi_in)
-        mlp_backward_flat(cache.vf_in, cache.vf_acts, flat, spec.vf_table, relu, d_v, g, dvf_in)
+        if spec.n_lstm == 2:   # each tower adds into its own LSTM's dh: the two on two threads
+            mlp_backward_pair(flat, relu, g, cache.pi_in, cache.pi_acts, spec.pi_table, d_out,
+                              dpi_in, cache.vf_in, cache.vf_acts, spec.vf_table, d_v, dvf_in)
+        else:
+            mlp_backward_flat(cache.pi_in, cache.pi_acts, flat, spec.pi_table, relu, d_out, g,
+                              dpi_in)
+            mlp_backward_flat(cache.vf_in, cache.vf_acts, flat, spec.vf_table, relu, d_v, g,
+                              dvf_in)
         backward_stacked(w_hh, cache.x, cache.h_prev, cache.c_prev, cache.gates, cache.tanh_c,
                          cache.keep, dh_seq, *g_stacked, lstm_arrays)
         return head_grads
