@@ -16,54 +16,51 @@ numba's user-wide cache directory; with none writable each process compiles afre
 Other packages' numba functions are untouched.
 
 Threads: a kernel compiled with ``njit(parallel=True)`` runs its ``numba.prange`` loops on
-numba's threads (``numba.get_num_threads()``: by default one per CPU; ``NUMBA_NUM_THREADS`` or
-``numba.set_num_threads`` set it). Only loops whose iterations write disjoint arrays and read
+numba's threads (``numba.get_num_threads()``: by default one per CPU, ``NUMBA_NUM_THREADS``;
+``numba.set_num_threads`` sets it for the calling Python thread only). Only loops whose iterations write disjoint arrays and read
 nothing another iteration writes are ``prange`` loops (the two LSTMs of the recurrent policy,
 the two towers of a policy, the entries of the Adam step), so every result is the plain loop's,
 bit for bit, whatever the number of threads. Such kernels are called from several Python
 threads at once (the actor-learner's thread backend, two trainers in one process), which only
 numba's TBB and OpenMP threading layers allow (its fallback layer, ``workqueue``, ends the
-process). So :data:`PARALLEL_LOOPS` is whether numba will run on one of those two (the library
-it needs loads: OpenMP's ``libgomp``, present on most Linux systems, or TBB); without one,
-``njit(parallel=True)`` compiles the plain loop (the same results, on one thread), and the
-choice is part of the cache stamp.
+process). So :data:`PARALLEL_LOOPS` is whether numba runs on one of those two (as numba selects
+its layer: OpenMP needs ``libgomp``, present on most Linux systems); without one,
+``njit(parallel=True)`` compiles the plain loop (the same results, on one thread). The choice
+is part of the cache stamp, and the plain builds are cached in a ``plain`` subdirectory.
+GNU OpenMP cannot run a parallel loop in a child made by ``fork`` after the parent ran one (the
+child is terminated: "fork() called from a process already using GNU OpenMP"): start such
+children with ``spawn``/``forkserver`` (as the actor-learner does), or set
+``NUMBA_THREADING_LAYER=workqueue`` (plain loops).
 """
 from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import os
 
 import numba
 from numba.core import caching, config
 from numba.core.dispatcher import Dispatcher
 from numba.misc.appdirs import AppDirs
+from numba.np.ufunc import parallel as numba_parallel
 
 NJIT_OPTIONS = {"nogil": True, "fastmath": False}
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
-#: numba's threading layers that may be entered from several threads at once, in numba's order
-#: of preference, by the value of ``NUMBA_THREADING_LAYER`` that lets numba pick them.
-_THREADSAFE_LAYERS = {"default": ("tbb", "omp"), "threadsafe": ("tbb", "omp"), "safe": ("tbb",),
-                      "tbb": ("tbb",), "omp": ("omp",)}
-
-
-def _threadsafe_layer_loads() -> bool:
-    """Whether the threading layer numba will pick (``NUMBA_THREADING_LAYER``, default: TBB,
-    else OpenMP, else workqueue) is TBB or OpenMP: the first of those it may pick whose module
-    imports (it does not when its shared library is missing)."""
-    for name in _THREADSAFE_LAYERS.get(config.THREADING_LAYER, ()):
-        try:
-            importlib.import_module(f"numba.np.ufunc.{name}pool")
-        except ImportError:
-            continue
-        return True
-    return False
+def _threadsafe_layer() -> bool:
+    """Whether numba's threading layer is TBB or OpenMP, as numba itself selects it (its
+    ``NUMBA_THREADING_LAYER``, ``NUMBA_THREADING_LAYER_PRIORITY`` and which layers' libraries
+    load): the layer is started here, as numba's first parallel loop would start it. False when
+    it is ``workqueue``, or when the requested layer does not load (numba would raise then)."""
+    try:
+        numba_parallel._launch_threads()
+    except ValueError:
+        return False
+    return numba.threading_layer() in ("tbb", "omp")
 
 
 #: Whether ``njit(parallel=True)`` compiles parallel loops (module docstring, "Threads").
-PARALLEL_LOOPS = _threadsafe_layer_loads()
+PARALLEL_LOOPS = _threadsafe_layer()
 
 
 @functools.cache
@@ -105,6 +102,8 @@ class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
         candidates = [os.path.join(config.CACHE_DIR, subpath)] if config.CACHE_DIR else []
         candidates += [os.path.join(os.path.dirname(py_file), "__pycache__"),
                        os.path.join(user_wide, subpath)]
+        if not PARALLEL_LOOPS:   # the plain-loop builds apart: both kinds stay cached
+            candidates = [os.path.join(path, "plain") for path in candidates]
         for path in candidates:
             locator = cls(py_func, py_file, path)
             try:

@@ -23,7 +23,7 @@ def parallel_outputs(seed: int) -> str:
     both LSTMs' forward and BPTT, two towers' forward and backward, one clipped Adam step."""
     rng = np.random.default_rng(seed)
     out = []
-    L, T, N, D, H = 2, 6, 5, 3, 16
+    L, T, N, D, H = 2, 16, 8, 3, 32
     w_ih, w_hh = 0.4 * rng.normal(size=(L, 4 * H, D)), 0.3 * rng.normal(size=(L, 4 * H, H))
     b, x = 0.5 * rng.normal(size=(L, 4 * H)), rng.normal(size=(T, N, D))
     h0, c0 = rng.normal(size=(L, N, H)), rng.normal(size=(L, N, H))
@@ -40,7 +40,7 @@ def parallel_outputs(seed: int) -> str:
               for i in range(2)
               for k, shape in (("w", (sizes[i + 1], sizes[i])), ("b", (sizes[i + 1],)))}
     flat = flatten_arrays(params)
-    rows = 7
+    rows = 64
     towers = []
     for tower in ("pi", "vf"):
         table = layer_table(flat.layout, flat, tower + ".", 2)
@@ -68,8 +68,9 @@ def parallel_outputs(seed: int) -> str:
 
 def test_same_bits_on_one_thread_and_on_all():
     n = numba.config.NUMBA_NUM_THREADS
-    if n < 2:
-        pytest.skip("numba has one thread on this machine: there is nothing to compare")
+    if n < 2 or not _numba.PARALLEL_LOOPS:
+        pytest.skip("the loops run on one thread here (one CPU, or plain loops): nothing to "
+                    "compare; the subprocess test below runs two threads on any machine")
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -88,7 +89,7 @@ _CONCURRENT = textwrap.dedent("""
     from test_threads import parallel_outputs
     results = []
     def work():
-        results.extend(parallel_outputs(seed) for seed in (0, 1) for _ in range(25))
+        results.extend(parallel_outputs(seed) for seed in (0, 1) for _ in range(10))
     threads = [threading.Thread(target=work) for _ in range(3)]
     for t in threads:
         t.start()
@@ -99,17 +100,20 @@ _CONCURRENT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("layer", ["default", "workqueue"])
-def test_three_threads_at_once_on_any_threading_layer(layer, tmp_path):
-    """Three Python threads run the parallel kernels at once. On ``workqueue`` numba would end
-    the process on such a call of a parallel loop: there ``PARALLEL_LOOPS`` is False and the
-    plain loops run, with the same bits."""
-    env = dict(os.environ, NUMBA_THREADING_LAYER=layer)
-    if layer == "workqueue":   # another cache stamp: its own cache, not a rewrite of this one
-        env["NUMBA_CACHE_DIR"] = str(tmp_path)
+def test_three_threads_at_once_on_any_threading_layer(layer):
+    """Three Python threads run the parallel kernels at once, with two numba threads each. On
+    ``workqueue`` numba would end the process on such a call of a parallel loop: there
+    ``PARALLEL_LOOPS`` is False and the plain loops run, with the same bits."""
+    env = dict(os.environ, NUMBA_THREADING_LAYER=layer, NUMBA_NUM_THREADS="2")
+    env.pop("NUMBA_THREADING_LAYER_PRIORITY", None)
     script = _CONCURRENT.format(tests=os.path.dirname(os.path.abspath(__file__)))
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     parallel, hashes = run.stdout.strip().split(" ", 1)
-    assert parallel == str(layer == "default" and _numba.PARALLEL_LOOPS)
+    if layer == "workqueue":
+        assert parallel == "False"
+    elif os.environ.get("NUMBA_THREADING_LAYER", "default") == "default" \
+            and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
+        assert parallel == str(_numba.PARALLEL_LOOPS)   # the layer this process runs on
     assert hashes == str(sorted({parallel_outputs(0), parallel_outputs(1)}))

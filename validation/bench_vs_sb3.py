@@ -3,7 +3,7 @@
 Both train 100k steps with 8 envs, n_steps 32, batch_size 256, n_epochs 20, gamma 0.98,
 gae_lambda 0.8, learning rate 1e-3 and clip range 0.2 linearly annealed, ent_coef 0, seed 0,
 torch on ``--torch-threads`` threads (default 1: ``torch.set_num_threads``), ppo_ref's numba
-kernels on ``--threads`` (default: the CPUs this process may run on; ``numba.set_num_threads``:
+kernels on ``--threads`` (default ``NUMBA_NUM_THREADS``, one per CPU; ``numba.set_num_threads``:
 the two towers of a pass and the Adam step's entries run on them, the same bits for every
 number), BLAS limited to one thread (ppo_ref's passes do not call it).
 Printed per implementation: the arithmetic (ppo_ref's ``PPOConfig.compute_dtype``; SB3 is
@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+import numba
 import numpy as np
 
 ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
@@ -125,14 +126,13 @@ def main(argv=None) -> int:
                    help="steps of the spec-backend (readable tier) run; 0 skips it")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every implementation this many times (alternating); print medians")
-    p.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                   help="ppo_ref's numba threads (default: the CPUs this process may run on)")
+    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
+                   help="ppo_ref's numba threads (default: NUMBA_NUM_THREADS, one per CPU)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch's intra-op threads for SB3 (default 1)")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
-    import numba
     if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
         p.error(f"--threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
                 f"(NUMBA_NUM_THREADS), got {args.threads}")

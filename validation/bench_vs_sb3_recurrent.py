@@ -25,7 +25,7 @@ steps per second, mean return of the last 20 training episodes, and a determinis
 (20 episodes, frozen observation statistics, seed 0); then the speed ratio of each ppo_ref
 dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per dtype.
 
-Threads: ``--threads N`` (default: the CPUs this process may run on) is ppo_ref's numba
+Threads: ``--threads N`` (default ``NUMBA_NUM_THREADS``, one per CPU) is ppo_ref's numba
 threads (``numba.set_num_threads(N)``: the two LSTMs and the two towers of a pass and the Adam
 step's entries run on them; the results are the same bits for every N), ``--torch-threads M``
 (default 1) torch's intra-op threads (``torch.set_num_threads(M)``): on a 2-vCPU VM
@@ -140,8 +140,8 @@ def main(argv=None) -> int:
                     help="do not time ppo_ref again after sb3-contrib (see the module docstring)")
     ap.add_argument("--spec-steps", type=int, default=5120,
                     help="steps of the spec-backend (readable tier) run; 0 skips it")
-    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                    help="ppo_ref's numba threads (default: the CPUs this process may run on)")
+    ap.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
+                    help="ppo_ref's numba threads (default: NUMBA_NUM_THREADS, one per CPU)")
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="torch's intra-op threads for sb3-contrib (default 1)")
     args = ap.parse_args(argv)

@@ -10,6 +10,7 @@ import threading
 import traceback
 from typing import Any, Callable, Optional, Tuple
 
+import numba
 import numpy as np
 
 from ppo_ref._checks import check_count
@@ -208,8 +209,10 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
     exit_with_parent()
     # Ctrl-C belongs to the learner, which shuts the actors down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One observation per forward pass: BLAS threads would only compete for the cores.
+    # One observation per forward pass: BLAS threads, or numba's threads for the parallel loops
+    # (ppo_ref._numba, "Threads"; the same bits on any number), would only compete for the cores.
     limit_blas_threads(1)
+    numba.set_num_threads(1)
     parent = multiprocessing.parent_process()
 
     def learner_gone() -> bool:
@@ -225,6 +228,7 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
 def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
                        chunk_size, stop_event):
     """Entry point of an actor thread."""
+    numba.set_num_threads(1)   # for this thread: as an actor process (_process_actor_main)
     main_thread = threading.main_thread()
 
     def learner_gone() -> bool:

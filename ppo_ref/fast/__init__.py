@@ -15,7 +15,8 @@ Modules:
   ``lstm_forward``, ``lstm_backward``, ``lstm_step``, rtol 1e-12, atol 1e-14) and the
   FMA-chain product, ``tanh`` and finiteness primitives every compiled network here uses.
 * :mod:`ppo_ref.fast.mlp`: MLP towers on a flat parameter buffer (twins of
-  :func:`ppo_ref.spec.layers.mlp_forward` / ``mlp_backward``, rtol 1e-12, atol 1e-14).
+  :func:`ppo_ref.spec.layers.mlp_forward` / ``mlp_backward``, rtol 1e-12, atol 1e-14), and two
+  towers at once (``mlp_forward_pair``, ``mlp_backward_pair``).
 * :mod:`ppo_ref.fast.actor_critic`: the MLP actor-critic on one buffer (twins of
   :mod:`ppo_ref.spec.networks`' forward and backward, rtol 1e-11, atol 1e-14).
 * :mod:`ppo_ref.fast.distributions`: the categorical kernels of the fast policies and the
@@ -36,6 +37,9 @@ Modules:
 * :mod:`ppo_ref.fast.flat`, :mod:`ppo_ref.fast.workspace`: the one-buffer parameter dicts and
   the reuse pools of large scratch arrays (speed layouts, not math: no spec twin).
 
+Threads: the loops whose iterations share nothing they write (the two LSTMs of the stacked
+helpers, the two towers of the ``*_pair`` functions, the entries of the Adam step) run on
+numba's threads (``ppo_ref._numba``, "Threads"); no result depends on the number of threads.
 The public modules ``ppo_ref.nn.*``, ``ppo_ref.losses`` and ``ppo_ref.optim`` re-export the
 spec; the trainers and the fast policies (:class:`ppo_ref.train.policies.MLPPolicy`,
 :class:`ppo_ref.train.recurrent_policies.RecurrentPolicy`) call this package.

@@ -132,7 +132,7 @@ def flat_forward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_acts
     """:func:`flat_forward` in one compiled call, into buffers the caller gives (the same
     calls of :func:`ppo_ref.fast.mlp.mlp_forward_flat` on the same values, so the same bits:
     :func:`flat_forward` is this function on fresh buffers; both towers by
-    :func:`ppo_ref.fast.mlp.mlp_forward_pair`, on two threads).
+    :func:`ppo_ref.fast.mlp.mlp_forward_pair`, on numba's threads).
 
     Args:
         x: ``[B, D]`` C-contiguous, the dtype of ``flat`` (float64 or float32).
@@ -174,7 +174,7 @@ def flat_backward_into(x, flat, trunk, pi, vf, relu, trunk_acts, pi_acts, vf_act
     """:func:`flat_backward` in one compiled call (the same calls of
     :func:`ppo_ref.fast.mlp.mlp_backward_flat` on the same values, so the same bits:
     :func:`flat_backward` is this function on its cache's buffers; separate towers by
-    :func:`ppo_ref.fast.mlp.mlp_backward_pair`, on two threads).
+    :func:`ppo_ref.fast.mlp.mlp_backward_pair`, on numba's threads).
 
     ``x``, ``flat``, the tables, ``relu`` and the three outputs buffers as given to (and
     written by) :func:`flat_forward_into` with both towers run; ``d_policy_out [B, P]``

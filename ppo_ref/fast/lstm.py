@@ -63,7 +63,9 @@ environments in the call, and ``lstm_step`` (the same kernel with T = 1) reprodu
 ``lstm_forward`` bit for bit. The weight gradients and ``dx``, one product each over all
 steps after the loop, are the same FMA chains (:func:`_weight_grads`), not BLAS products: their
 summation order is the documented one on every machine. Results agree with
-``torch.nn.LSTM`` (float64) and with the plain oracle of the tests to rounding.
+``torch.nn.LSTM`` (float64) and with the plain oracle of the tests to rounding. The stacked
+helpers run their L LSTMs on numba's threads (``ppo_ref._numba``, "Threads"): each LSTM's
+arithmetic is the same on any number of threads.
 """
 from __future__ import annotations
 
@@ -1044,6 +1046,7 @@ def _forward_one_t(x, w_ih, w_hh, b, keep, h0, c0, w_p, xh, h_prev, c_prev, gate
     ``x`` copied into the first D columns of ``xh [T, N, D + H]``, ``[w_ih.T; w_hh.T]`` packed
     into ``w_p`` (:func:`_pack_panels`), the carried state masked by ``keep[0]``, then
     :func:`_forward_kernel_panels`."""
+    _wide()
     n_steps, n_env, d_in = x.shape
     hidden = h0.shape[1]
     for t in range(n_steps):
@@ -1144,6 +1147,7 @@ def _backward_one(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_w_
     """One LSTM of :func:`_backward_stack` (its arguments without the leading ``L`` axis,
     ``x_t`` already holding ``x^T``): ``w_hh`` copied into ``w_hh_copy``, then
     :func:`_backward_steps` from zero final-state gradients and :func:`_weight_grads`."""
+    _wide()
     four_h, hidden = w_hh.shape
     n_env = dh_seq.shape[1]
     for j in range(four_h):

@@ -9,6 +9,8 @@ Their summation order is fixed by the code (section comment below), so a row's r
 depend on the other rows of the call, on BLAS or on the machine. They are the towers of the
 fast policies (:mod:`ppo_ref.fast.actor_critic`, :mod:`ppo_ref.train.recurrent_policies`); the
 readable MLP is :mod:`ppo_ref.spec.layers` (re-exported by :mod:`ppo_ref.nn.mlp`).
+:func:`mlp_forward_pair` and :func:`mlp_backward_pair` are two calls of them on one buffer, run
+on numba's threads (``ppo_ref._numba``, "Threads"; the same bits as the two calls in turn).
 
 Layer keys and layout are the spec's: ``prefix + "w{i}"`` ``[out, in]`` (torch layout, ``y =
 x @ w.T + b``) and ``prefix + "b{i}"`` ``[out]``, checked by the spec's
@@ -385,13 +387,20 @@ def mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx):
 
 @njit(parallel=True)
 def mlp_forward_pair(flat, relu, x_0, table_0, acts_0, x_1, table_1, acts_1):
-    """:func:`mlp_forward_flat` of two towers on one parameter buffer (``flat``, ``relu``
-    shared; suffix ``_0``/``_1`` the rest of each call's arguments): equals
+    """:func:`mlp_forward_flat` of two towers on one parameter buffer: equals
     :func:`ppo_ref.spec.layers.mlp_forward` of each tower as :func:`mlp_forward_flat` does (the
     ``mlp_pair`` row of ``tests/test_tiers.py``), the two calls on numba's threads
-    (``prange``). ``acts_0`` and ``acts_1`` must be distinct arrays (the inputs may be the
-    same): neither call reads what the other writes, so the results are those of the two calls
-    in turn, bit for bit."""
+    (``prange``).
+
+    Args:
+        flat, relu: the parameter buffer and activation of both calls (as
+            :func:`mlp_forward_flat`'s).
+        x_0, table_0, acts_0 / x_1, table_1, acts_1: each call's ``x [M_k, in_0]``, layer table
+            and outputs buffer (written), as :func:`mlp_forward_flat` takes them; the inputs may
+            be one array, ``acts_0`` and ``acts_1`` must be distinct.
+
+    Neither call reads what the other writes, so the results are those of the two calls in
+    turn, bit for bit. Unchecked: the caller guarantees shapes, contiguity and one dtype."""
     for k in prange(2):
         if k == 0:
             mlp_forward_flat(x_0, flat, table_0, relu, acts_0)
@@ -402,13 +411,22 @@ def mlp_forward_pair(flat, relu, x_0, table_0, acts_0, x_1, table_1, acts_1):
 @njit(parallel=True)
 def mlp_backward_pair(flat, relu, grads, x_0, acts_0, table_0, dy_0, dx_0, x_1, acts_1,
                        table_1, dy_1, dx_1):
-    """:func:`mlp_backward_flat` of two towers on one parameter buffer (``flat``, ``relu``,
-    ``grads`` shared; suffix ``_0``/``_1`` the rest of each call's arguments): equals
+    """:func:`mlp_backward_flat` of two towers on one parameter buffer: equals
     :func:`ppo_ref.spec.layers.mlp_backward` of each tower as :func:`mlp_backward_flat` does
     (the ``mlp_pair`` row of ``tests/test_tiers.py``), the two calls on numba's threads
-    (``prange``). The towers' tables must name disjoint entries of ``grads``
-    and ``dx_0``, ``dx_1`` must be distinct arrays (or None): then neither call reads what the
-    other writes, and the results are those of the two calls in turn, bit for bit."""
+    (``prange``).
+
+    Args:
+        flat, relu, grads: the parameter buffer, activation and gradient buffer of both calls
+            (as :func:`mlp_backward_flat`'s; the two tables name disjoint entries of ``grads``).
+        x_0, acts_0, table_0, dy_0, dx_0 / x_1, acts_1, table_1, dy_1, dx_1: each call's
+            ``x``, outputs buffer, layer table, ``dy [M_k, out_L]`` and ``dx [M_k, in_0]``
+            (added to) or None, as :func:`mlp_backward_flat` takes them; ``dx_0`` and ``dx_1``
+            distinct arrays or None (towers that add into one input gradient, e.g. on a shared
+            trunk, are two :func:`mlp_backward_flat` calls in turn).
+
+    Neither call reads what the other writes, so the results are those of the two calls in
+    turn, bit for bit. Unchecked: the caller guarantees shapes, contiguity and one dtype."""
     for k in prange(2):
         if k == 0:
             mlp_backward_flat(x_0, acts_0, flat, table_0, relu, dy_0, grads, dx_0)

@@ -751,8 +751,8 @@ class RecurrentPolicy(PolicyBase):
         rows). Returns ``(log_probs, entropy, value_out, cache)``: float64 ``[T * n]`` rows
         (row ``t * n + j``), the value tower's outputs ``[T * n]`` in the compute dtype, and the
         :class:`_FastCache` :meth:`backward` reads. Both LSTMs run in one compiled call
-        (:func:`ppo_ref.fast.lstm.forward_stacked`), each tower in one
-        (:func:`ppo_ref.fast.mlp.mlp_forward_flat`), the categorical head in one
+        (:func:`ppo_ref.fast.lstm.forward_stacked`), both towers in one
+        (:func:`ppo_ref.fast.mlp.mlp_forward_pair`), the categorical head in one
         (:func:`ppo_ref.fast.distributions.categorical_eval_kernel`)."""
         relu = self.activation == "relu"
         b = buffers
@@ -870,9 +870,10 @@ class RecurrentPolicy(PolicyBase):
         H]``, whose ``[T * n, H]`` views of ``dh_seq[0]``, ``dh_seq[-1]`` are ``dpi_in``,
         ``dvf_in``, and the backward scratch of ``lstm_arrays`` (``cache.lstm``, or None:
         arrays of the calling thread's reuse pools). The categorical head in one compiled pass
-        (:func:`ppo_ref.train.policies.head_backward`), each tower in one
-        (:func:`ppo_ref.fast.mlp.mlp_backward_flat`, which add ``dL/dh`` into ``dh_seq``: a
-        shared LSTM's value-tower terms continue the policy tower's sums), both LSTMs in one
+        (:func:`ppo_ref.train.policies.head_backward`), the towers, which add ``dL/dh`` into
+        ``dh_seq`` (separate LSTMs: both in one :func:`ppo_ref.fast.mlp.mlp_backward_pair`; a
+        shared LSTM: one :func:`ppo_ref.fast.mlp.mlp_backward_flat` each, the value tower's
+        terms continuing the policy tower's sums), both LSTMs in one
         (:func:`ppo_ref.fast.lstm.backward_stacked`)."""
         spec = cache.spec
         d_out, head_grads = head_backward(self.head, params, cache.policy_out, cache.actions,
@@ -881,7 +882,7 @@ class RecurrentPolicy(PolicyBase):
         relu = self.activation == "relu"
         flat = cache.flat
         dh_seq[...] = 0.0
-        if spec.n_lstm == 2:   # each tower adds into its own LSTM's dh: the two on two threads
+        if spec.n_lstm == 2:   # each tower adds into its own LSTM's dh: the two at once
             mlp_backward_pair(flat, relu, g, cache.pi_in, cache.pi_acts, spec.pi_table, d_out,
                               dpi_in, cache.vf_in, cache.vf_acts, spec.vf_table, d_v, dvf_in)
         else:
