@@ -40,8 +40,9 @@ import sys
 import tempfile
 import time
 
-import numba
 import numpy as np
+
+from bench_threads import add_thread_options, apply_thread_options
 
 ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
            learning_rate=1e-3, clip_range=0.2, ent_coef=0.0)
@@ -126,19 +127,11 @@ def main(argv=None) -> int:
                    help="steps of the spec-backend (readable tier) run; 0 skips it")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every implementation this many times (alternating); print medians")
-    p.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
-                   help="ppo_ref's numba threads (default: NUMBA_NUM_THREADS, one per CPU)")
-    p.add_argument("--torch-threads", type=int, default=1,
-                   help="torch's intra-op threads for SB3 (default 1)")
+    add_thread_options(p, "SB3")
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
-    if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
-        p.error(f"--threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
-                f"(NUMBA_NUM_THREADS), got {args.threads}")
-    if args.torch_threads < 1:
-        p.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
-    numba.set_num_threads(args.threads)
+    apply_thread_options(p, args)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     runs = []  # one {(name, dtype): result} per repeat
     if not args.skip_first_run:

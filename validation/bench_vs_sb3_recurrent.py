@@ -57,10 +57,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import time  # noqa: E402
 
-import numba  # noqa: E402
 import numpy as np  # noqa: E402
 
 import ppo_ref  # noqa: F401  (registers ppo_ref/CartPoleNoVel-v1)
+from bench_threads import add_thread_options, apply_thread_options  # noqa: E402
 
 ENV_ID = "ppo_ref/CartPoleNoVel-v1"
 ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
@@ -140,17 +140,9 @@ def main(argv=None) -> int:
                     help="do not time ppo_ref again after sb3-contrib (see the module docstring)")
     ap.add_argument("--spec-steps", type=int, default=5120,
                     help="steps of the spec-backend (readable tier) run; 0 skips it")
-    ap.add_argument("--threads", type=int, default=numba.config.NUMBA_NUM_THREADS,
-                    help="ppo_ref's numba threads (default: NUMBA_NUM_THREADS, one per CPU)")
-    ap.add_argument("--torch-threads", type=int, default=1,
-                    help="torch's intra-op threads for sb3-contrib (default 1)")
+    add_thread_options(ap, "sb3-contrib")
     args = ap.parse_args(argv)
-    if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
-        ap.error(f"--threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
-                 f"(NUMBA_NUM_THREADS), got {args.threads}")
-    if args.torch_threads < 1:
-        ap.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
-    numba.set_num_threads(args.threads)
+    apply_thread_options(ap, args)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
 
     ours = {}
