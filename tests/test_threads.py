@@ -117,3 +117,58 @@ def test_three_threads_at_once_on_any_threading_layer(layer):
             and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
         assert parallel == str(_numba.PARALLEL_LOOPS)   # the layer this process runs on
     assert hashes == str(sorted({parallel_outputs(0), parallel_outputs(1)}))
+
+
+# -- the trainers' ``threads`` -----------------------------------------------------------------
+
+def _recurrent_trainer(threads):
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+    config = PPOConfig(n_envs=4, n_steps=16, batch_size=32, n_epochs=2, lstm_hidden_size=16,
+                       lstm_shared=False, net_arch=(16,))
+    return RecurrentPPOTrainer("ppo_ref/CartPoleNoVel-v1", config, seed=5, threads=threads)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", numba.config.NUMBA_NUM_THREADS + 1])
+def test_trainer_threads_is_checked(bad):
+    from ppo_ref.ppo import PPOTrainer
+    with pytest.raises(ValueError, match="threads must be None or an integer in"):
+        PPOTrainer("CartPole-v1", threads=bad)
+    trainer = PPOTrainer("CartPole-v1")
+    try:
+        with pytest.raises(ValueError, match="threads must be"):
+            trainer.threads = bad
+        assert trainer.threads == 1
+    finally:
+        trainer.close()
+
+
+def test_trainer_threads_give_the_same_bits_and_are_restored():
+    """Two updates of a recurrent trainer with separate LSTMs on one thread and on all of
+    numba's: the same parameters bit for bit; the calling thread's setting is put back."""
+    n = numba.config.NUMBA_NUM_THREADS
+    if n < 2 or not _numba.PARALLEL_LOOPS:
+        pytest.skip("the loops run on one thread here: nothing to compare")
+    before = numba.get_num_threads()
+    results = []
+    for threads in (1, n):
+        trainer = _recurrent_trainer(threads)
+        seen = []
+        trainer.train_on, train_on = (lambda *a, _f=trainer.train_on: (
+            seen.append(numba.get_num_threads()), _f(*a))[1]), trainer.train_on
+        trainer.learn(2 * 4 * 16)
+        assert seen == [threads, threads]            # the setting held during the updates
+        assert numba.get_num_threads() == before      # and was restored after each iteration
+        results.append(np.array(trainer.params.flat if hasattr(trainer.params, "flat")
+                                else np.concatenate([v.ravel() for v in trainer.params.values()])))
+        trainer.close()
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_cli_refuses_a_bad_threads_value(tmp_path, capsys):
+    from ppo_ref import cli
+    assert cli.main(["train", "--threads", "0", "--total-timesteps", "256",
+                     "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "--threads must be None or an integer in [1," in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()

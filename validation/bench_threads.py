@@ -18,11 +18,10 @@ def add_thread_options(parser: argparse.ArgumentParser, other: str) -> None:
 
 
 def apply_thread_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Check the two options (``parser.error`` on a value out of range) and set ppo_ref's numba
-    threads for the calling thread (``numba.set_num_threads``); torch's are set where it runs."""
+    """Check the two options (``parser.error`` on a value out of range); the trainers take
+    ``threads=args.threads``, torch ``set_num_threads(args.torch_threads)`` where it runs."""
     if not 1 <= args.threads <= numba.config.NUMBA_NUM_THREADS:
         parser.error(f"--threads must be in [1, {numba.config.NUMBA_NUM_THREADS}] "
                      f"(NUMBA_NUM_THREADS), got {args.threads}")
     if args.torch_threads < 1:
         parser.error(f"--torch-threads must be >= 1, got {args.torch_threads}")
-    numba.set_num_threads(args.threads)

@@ -3,9 +3,9 @@
 Both train 100k steps with 8 envs, n_steps 32, batch_size 256, n_epochs 20, gamma 0.98,
 gae_lambda 0.8, learning rate 1e-3 and clip range 0.2 linearly annealed, ent_coef 0, seed 0,
 torch on ``--torch-threads`` threads (default 1: ``torch.set_num_threads``), ppo_ref's numba
-kernels on ``--threads`` (default ``NUMBA_NUM_THREADS``, one per CPU; ``numba.set_num_threads``:
-the two towers of a pass and the Adam step's entries run on them, the same bits for every
-number), BLAS limited to one thread (ppo_ref's passes do not call it).
+kernels on ``--threads`` (default ``NUMBA_NUM_THREADS``, one per CPU; the trainer's
+``threads``: the two towers of a pass and the Adam step's entries run on them, the same bits for
+every number; a quiet machine is assumed, as for every timing here), BLAS limited to one thread (ppo_ref's passes do not call it).
 Printed per implementation: the arithmetic (ppo_ref's ``PPOConfig.compute_dtype``; SB3 is
 torch float32), wall seconds, env steps per second, mean return of the last 20 training
 episodes, deterministic evaluation return (10 episodes), and the speed ratio to SB3.
@@ -49,11 +49,11 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
 
 
 def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64",
-                backend: str = "fast"):
+                backend: str = "fast", threads: int = 1):
     from ppo_ref.config import PPOConfig
     from ppo_ref.ppo import PPOTrainer
     config = PPOConfig.zoo_cartpole(compute_dtype=compute_dtype, backend=backend)
-    trainer = PPOTrainer("CartPole-v1", config, seed=seed)
+    trainer = PPOTrainer("CartPole-v1", config, seed=seed, threads=threads)
     t0 = time.perf_counter()
     trainer.learn(timesteps)
     wall = time.perf_counter() - t0
@@ -98,7 +98,8 @@ t0 = time.perf_counter()
 from ppo_ref.config import PPOConfig
 from ppo_ref.ppo import PPOTrainer
 t_import = time.perf_counter() - t0
-tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(compute_dtype="{dtype}"), seed=0)
+tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(compute_dtype="{dtype}"), seed=0,
+                threads={threads})
 tr.learn({timesteps})
 print(t_import, time.perf_counter() - t0)
 """
@@ -108,7 +109,7 @@ def first_run_time(timesteps: int, dtype: str, threads: int):
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache, NUMBA_NUM_THREADS=str(threads))
         t0 = time.perf_counter()
-        code = FIRST_RUN_CODE.format(timesteps=timesteps, dtype=dtype)
+        code = FIRST_RUN_CODE.format(timesteps=timesteps, dtype=dtype, threads=threads)
         out = subprocess.run([sys.executable, "-c", code],
                              env=env, capture_output=True, text=True, check=True)
         process_wall = time.perf_counter() - t0
@@ -143,9 +144,11 @@ def main(argv=None) -> int:
     for repeat in range(args.repeats):
         rows = {}
         for dtype in dtypes:
-            rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype)
+            rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype,
+                                                   threads=args.threads)
         if args.spec_timesteps > 0:
-            rows[("ppo_ref spec", "float64")] = run_ppo_ref(args.spec_timesteps, backend="spec")
+            rows[("ppo_ref spec", "float64")] = run_ppo_ref(args.spec_timesteps, backend="spec",
+                                                            threads=args.threads)
         if not args.skip_sb3:
             rows[("sb3", "float32")] = run_sb3(args.timesteps, threads=args.torch_threads)
         runs.append(rows)

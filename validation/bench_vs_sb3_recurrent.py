@@ -26,8 +26,9 @@ steps per second, mean return of the last 20 training episodes, and a determinis
 dtype to sb3-contrib and the targets (ratio >= 10, eval >= 450) per dtype.
 
 Threads: ``--threads N`` (default ``NUMBA_NUM_THREADS``, one per CPU) is ppo_ref's numba
-threads (``numba.set_num_threads(N)``: the two LSTMs and the two towers of a pass and the Adam
-step's entries run on them; the results are the same bits for every N), ``--torch-threads M``
+threads (the trainer's ``threads``: the two LSTMs and the two towers of a pass and the Adam
+step's entries run on them; the results are the same bits for every N; a quiet machine is
+assumed), ``--torch-threads M``
 (default 1) torch's intra-op threads (``torch.set_num_threads(M)``): on a 2-vCPU VM
 sb3-contrib ran this benchmark at half the speed with two torch threads than with one
 (docs/BENCHMARKS.md), so its default is its fastest setting there. ``--threads 1`` (with the
@@ -110,13 +111,13 @@ def ppo_ref_config(compute_dtype: str = "float64", backend: str = "fast"):
 
 
 def run_ppo_ref(total_steps: int, seed: int, compute_dtype: str = "float64",
-                backend: str = "fast") -> dict:
+                backend: str = "fast", threads: int = 1) -> dict:
     from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
 
     config = ppo_ref_config(compute_dtype, backend)
     # warm-up: compile (or load cached) numba kernels outside the timed run
-    RecurrentPPOTrainer(ENV_ID, config, seed=seed + 12345).learn(2 * 8 * 32)
-    trainer = RecurrentPPOTrainer(ENV_ID, config, seed=seed)
+    RecurrentPPOTrainer(ENV_ID, config, seed=seed + 12345, threads=threads).learn(2 * 8 * 32)
+    trainer = RecurrentPPOTrainer(ENV_ID, config, seed=seed, threads=threads)
     t0 = time.perf_counter()
     trainer.learn(total_steps)
     wall = time.perf_counter() - t0
@@ -147,7 +148,7 @@ def main(argv=None) -> int:
 
     ours = {}
     for dtype in dtypes:
-        ours[dtype] = run_ppo_ref(args.steps, args.seed, dtype)
+        ours[dtype] = run_ppo_ref(args.steps, args.seed, dtype, threads=args.threads)
         print(f"ppo_ref {dtype} done: {ours[dtype]}", flush=True)
     theirs = None
     if not args.skip_sb3:
@@ -158,7 +159,7 @@ def main(argv=None) -> int:
             # A-B-A: time ppo_ref again after sb3-contrib's long run, so that a drift of the
             # machine's speed during it moves both sides; the same seed replays the same run
             for dtype in dtypes:
-                again = run_ppo_ref(args.steps, args.seed, dtype)
+                again = run_ppo_ref(args.steps, args.seed, dtype, threads=args.threads)
                 print(f"ppo_ref {dtype} again: {again}", flush=True)
                 first = ours[dtype]
                 if (again["final"], again["eval_mean"]) != (first["final"], first["eval_mean"]):
@@ -170,7 +171,8 @@ def main(argv=None) -> int:
 
     rows = [("ppo_ref LSTM", dtype, r) for dtype, r in ours.items()]
     if args.spec_steps > 0:
-        spec = run_ppo_ref(args.spec_steps, args.seed, "float64", backend="spec")
+        spec = run_ppo_ref(args.spec_steps, args.seed, "float64", backend="spec",
+                           threads=args.threads)
         print(f"ppo_ref spec done: {spec}", flush=True)
         rows.append(("ppo_ref LSTM, backend spec", "float64", spec))
     if theirs is not None:

@@ -41,6 +41,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     except UsageError:  # nothing was written: the run-directory lock removes what it made
         raise
     trainer = make_learner(config, env_id)
+    trainer.threads = getattr(args, "threads", 1)
     run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",
                 "env_id": env_id, "seed": args.seed, "total_timesteps": total,
                 "actor_learner": config.to_dict(), "config": trainer.config.to_dict(),

@@ -157,6 +157,10 @@ def configure_train(p: argparse.ArgumentParser) -> None:
                         "every update")
     p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS",
                    help="print a progress line at least this often (default 2)")
+    p.add_argument("--threads", type=int, default=1, metavar="N",
+                   help="numba threads of the compiled kernels' parallel loops (the two LSTMs or "
+                        "towers of a pass, the Adam step), 1 to NUMBA_NUM_THREADS (default 1: "
+                        "more pays only on cores nothing else uses; the same results for any N)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress lines (the closing summary line is still printed)")
     p.add_argument("--list-fields", action="store_true",
@@ -321,6 +325,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                         ("--progress-every", args.progress_every)):
         if not value >= 0:  # also rejects nan
             raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
+    from ppo_ref.train.ppo import check_kernel_threads
+    with user_input():
+        check_kernel_threads(args.threads, "--threads")
     if args.n_envs is not None and not 1 <= args.n_envs <= MAX_N_ENVS:
         raise UsageError(f"--n-envs must be in [1, {MAX_N_ENVS}], got {args.n_envs}")
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
@@ -669,6 +676,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         if isinstance(started, int):
             return started
         trainer, run_dir, run_info, resume_from, total = started
+        trainer.threads = args.threads
         try:
             with user_input(f"cannot write the run directory {run_dir}"):
                 logger = RunLogger(run_dir, run_info, resume_from=resume_from,

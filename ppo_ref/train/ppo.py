@@ -24,12 +24,14 @@ state is plain attributes (all classic-control envs).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import time
 from collections import deque
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+import numba
 import numpy as np
 
 from ppo_ref._checks import as_float_array, check_count
@@ -48,7 +50,7 @@ from ppo_ref.spec import update as spec_update
 from ppo_ref.spec.update import batch_advantages
 
 __all__ = ["PPOTrainer", "Iteration", "EnvStepError", "progress_remaining",
-           "limit_blas_threads", "RECENT_EPISODES"]
+           "limit_blas_threads", "check_kernel_threads", "kernel_threads", "RECENT_EPISODES"]
 
 RECENT_EPISODES = 100  # how many finished-episode returns the trainer remembers (and saves)
 
@@ -86,6 +88,38 @@ def limit_blas_threads(n_threads: int = 1) -> bool:
         raise ValueError(f"n_threads must be >= 1, got {n_threads}")
     limiter = threadpool_limits(limits=n, user_api="blas")
     return limiter.get_original_num_threads().get("blas") is not None
+
+
+def check_kernel_threads(value, name: str = "threads") -> Optional[int]:
+    """``value`` as the number of numba threads for the compiled kernels' parallel loops
+    (``ppo_ref._numba``, "Threads"): None (leave numba's setting as it is), or an ``int`` (or
+    NumPy integer; not a bool) in ``[1, numba.config.NUMBA_NUM_THREADS]`` (numba's thread pool,
+    by default one per CPU). Raises ValueError naming ``name`` otherwise."""
+    if value is None:
+        return None
+    most = numba.config.NUMBA_NUM_THREADS
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+            or not 1 <= value <= most:
+        raise ValueError(f"{name} must be None or an integer in [1, {most}] (numba's threads, "
+                         f"NUMBA_NUM_THREADS), got {value!r}")
+    return int(value)
+
+
+@contextlib.contextmanager
+def kernel_threads(n_threads: Optional[int]):
+    """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread (numba's
+    setting is per thread), then put the previous value back; None: change nothing. Checked
+    by :func:`check_kernel_threads`."""
+    n = check_kernel_threads(n_threads, "n_threads")
+    if n is None:
+        yield
+        return
+    previous = numba.get_num_threads()
+    numba.set_num_threads(n)
+    try:
+        yield
+    finally:
+        numba.set_num_threads(previous)
 
 
 # the largest total_timesteps learn accepts: every step count up to it is exact in float64 (the
@@ -197,6 +231,14 @@ class PPOTrainer:
         env_kwargs: extra keyword arguments of ``gym.make``.
         blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1:
             tiny matrices are fastest single-threaded; this affects the whole process).
+        threads: numba threads for the compiled kernels' parallel loops during each
+            :meth:`iteration` (the two LSTMs or towers of a pass, the Adam step's entries;
+            ``ppo_ref._numba``, "Threads"), set for the calling thread and restored after it
+            (:func:`kernel_threads`); the attribute ``threads`` may be reassigned. The results
+            are the same bits for any value. Default 1: a second thread makes a run faster only
+            on cores nothing else uses (a loop waits for its slowest thread; with another
+            process busy on the second core, two threads made CartPole-v1 several times
+            slower). None leaves numba's setting (``NUMBA_NUM_THREADS``, one per CPU).
 
     Attributes: ``params`` (dict of float64 arrays; from an MLP policy a
     :class:`~ppo_ref.fast.flat.FlatArrays`, the one-buffer layout its fast paths read, which
@@ -215,7 +257,8 @@ class PPOTrainer:
 
     def __init__(self, env, config: Optional[PPOConfig] = None, *, seed: int = 0,
                  vectorization: str = "sync", env_kwargs: Optional[dict] = None,
-                 blas_threads: Optional[int] = 1):
+                 blas_threads: Optional[int] = 1, threads: Optional[int] = 1):
+        self.threads = threads
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         self.config = config if config is not None else PPOConfig()
@@ -398,6 +441,16 @@ class PPOTrainer:
         advantages, returns = self.compute_advantages(rollout)
         return self.train_on(rollout, advantages, returns)
 
+    @property
+    def threads(self) -> Optional[int]:
+        """numba threads of each :meth:`iteration` (the ``threads`` argument; ValueError as
+        :func:`check_kernel_threads` on assignment)."""
+        return self._threads
+
+    @threads.setter
+    def threads(self, value) -> None:
+        self._threads = check_kernel_threads(value)
+
     # -- the loop -----------------------------------------------------------------------------
     def learn(self, total_timesteps: int, callback: Optional[Callback] = None) -> "PPOTrainer":
         """Train until ``num_timesteps >= total_timesteps`` (an absolute target, also the horizon
@@ -444,16 +497,19 @@ class PPOTrainer:
         ``progress_remaining``, ``fps``, ``time_rollout`` and ``time_update`` (seconds).
         """
         before = self.config.schedule_progress == "before_rollout"
-        t0 = time.perf_counter()
-        if before:
-            self.progress_remaining = progress_remaining(self.num_timesteps, self.total_timesteps)
-        rollout = (next_rollout or self.collect_rollout)()
-        if not before:
-            self.progress_remaining = progress_remaining(self.num_timesteps, self.total_timesteps)
-        t1 = time.perf_counter()
-        advantages, returns = (compute_advantages or self.compute_advantages)(rollout)
-        stats = self.train_on(rollout, advantages, returns)
-        t2 = time.perf_counter()
+        with kernel_threads(self.threads):
+            t0 = time.perf_counter()
+            if before:
+                self.progress_remaining = progress_remaining(self.num_timesteps,
+                                                             self.total_timesteps)
+            rollout = (next_rollout or self.collect_rollout)()
+            if not before:
+                self.progress_remaining = progress_remaining(self.num_timesteps,
+                                                             self.total_timesteps)
+            t1 = time.perf_counter()
+            advantages, returns = (compute_advantages or self.compute_advantages)(rollout)
+            stats = self.train_on(rollout, advantages, returns)
+            t2 = time.perf_counter()
         self.n_updates += 1
         stats.update({
             "timesteps": float(self.num_timesteps), "updates": float(self.n_updates),
