@@ -1,6 +1,8 @@
 """The kernels with parallel loops (``ppo_ref._numba``, "Threads"): the same bits on one thread
 and on all of them, and safe when several Python threads call them at once, on numba's OpenMP
-or TBB layer and on its workqueue layer (not thread-safe: there the loops are compiled plain)."""
+or TBB layer and on its workqueue layer (not thread-safe: there the loops are compiled plain);
+the trainers' ``threads`` (checked, held during each iteration, restored after) and
+``ppo-ref train --threads``."""
 import hashlib
 import os
 import subprocess
@@ -153,16 +155,41 @@ def test_trainer_threads_give_the_same_bits_and_are_restored():
     results = []
     for threads in (1, n):
         trainer = _recurrent_trainer(threads)
-        seen = []
-        trainer.train_on, train_on = (lambda *a, _f=trainer.train_on: (
-            seen.append(numba.get_num_threads()), _f(*a))[1]), trainer.train_on
-        trainer.learn(2 * 4 * 16)
-        assert seen == [threads, threads]            # the setting held during the updates
-        assert numba.get_num_threads() == before      # and was restored after each iteration
-        results.append(np.array(trainer.params.flat if hasattr(trainer.params, "flat")
-                                else np.concatenate([v.ravel() for v in trainer.params.values()])))
-        trainer.close()
+        try:
+            seen = []
+
+            def watched(method):
+                def run(*args):
+                    seen.append(numba.get_num_threads())
+                    return method(*args)
+                return run
+            trainer.collect_rollout = watched(trainer.collect_rollout)
+            trainer.train_on = watched(trainer.train_on)
+            trainer.learn(2 * 4 * 16)
+            assert seen == [threads] * 4                 # held during collection and updates
+            assert numba.get_num_threads() == before      # and restored after each iteration
+            trainer.predict(np.zeros(4))    # ppo_ref/CartPoleNoVel-v1 observes 4 numbers
+            assert numba.get_num_threads() == before
+            results.append(np.concatenate([np.ravel(v) for _, v in sorted(trainer.params.items())]))
+        finally:
+            trainer.close()
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_kernel_threads_restores_on_error_and_none_changes_nothing():
+    from ppo_ref.train.ppo import kernel_threads
+    before = numba.get_num_threads()
+    with pytest.raises(RuntimeError):
+        with kernel_threads(np.int64(1)):
+            if _numba.PARALLEL_LOOPS:
+                assert numba.get_num_threads() == 1
+            raise RuntimeError("inside")
+    assert numba.get_num_threads() == before
+    with kernel_threads(None):
+        assert numba.get_num_threads() == before
+    with pytest.raises(ValueError, match="n_threads must be"):
+        with kernel_threads(np.bool_(True)):
+            pass
 
 
 def test_cli_refuses_a_bad_threads_value(tmp_path, capsys):
@@ -170,5 +197,5 @@ def test_cli_refuses_a_bad_threads_value(tmp_path, capsys):
     assert cli.main(["train", "--threads", "0", "--total-timesteps", "256",
                      "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "--threads must be None or an integer in [1," in err and "Traceback" not in err
+    assert "--threads must be an integer in [1," in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()

@@ -160,7 +160,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=1, metavar="N",
                    help="numba threads of the compiled kernels' parallel loops (the two LSTMs or "
                         "towers of a pass, the Adam step), 1 to NUMBA_NUM_THREADS (default 1: "
-                        "more pays only on cores nothing else uses; the same results for any N)")
+                        "more pays only on cores nothing else uses; the same results for any N; "
+                        "not saved with the run: give it again with --resume)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress lines (the closing summary line is still printed)")
     p.add_argument("--list-fields", action="store_true",
@@ -327,7 +328,7 @@ def _check_train_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
     from ppo_ref.train.ppo import check_kernel_threads
     with user_input():
-        check_kernel_threads(args.threads, "--threads")
+        check_kernel_threads(args.threads, "--threads", none_ok=False)
     if args.n_envs is not None and not 1 <= args.n_envs <= MAX_N_ENVS:
         raise UsageError(f"--n-envs must be in [1, {MAX_N_ENVS}], got {args.n_envs}")
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:

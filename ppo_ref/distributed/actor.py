@@ -14,6 +14,7 @@ import numba
 import numpy as np
 
 from ppo_ref._checks import check_count
+from ppo_ref._numba import PARALLEL_LOOPS
 from ppo_ref.config import PPOConfig
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorFailed, ActorFinished, ActorLearnerError, ActorStats,
@@ -212,7 +213,8 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
     # One observation per forward pass: BLAS threads, or numba's threads for the parallel loops
     # (ppo_ref._numba, "Threads"; the same bits on any number), would only compete for the cores.
     limit_blas_threads(1)
-    numba.set_num_threads(1)
+    if PARALLEL_LOOPS:   # (plain loops: numba's threading layer is not used, and may not load)
+        numba.set_num_threads(1)
     parent = multiprocessing.parent_process()
 
     def learner_gone() -> bool:
@@ -228,7 +230,8 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
 def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
                        chunk_size, stop_event):
     """Entry point of an actor thread."""
-    numba.set_num_threads(1)   # for this thread: as an actor process (_process_actor_main)
+    if PARALLEL_LOOPS:   # for this thread: as an actor process (_process_actor_main)
+        numba.set_num_threads(1)
     main_thread = threading.main_thread()
 
     def learner_gone() -> bool:

@@ -35,6 +35,7 @@ import numba
 import numpy as np
 
 from ppo_ref._checks import as_float_array, check_count
+from ppo_ref._numba import PARALLEL_LOOPS
 from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
                                 json_to_array, load_checkpoint, save_checkpoint,
                                 set_generator_state)
@@ -90,17 +91,18 @@ def limit_blas_threads(n_threads: int = 1) -> bool:
     return limiter.get_original_num_threads().get("blas") is not None
 
 
-def check_kernel_threads(value, name: str = "threads") -> Optional[int]:
+def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> Optional[int]:
     """``value`` as the number of numba threads for the compiled kernels' parallel loops
-    (``ppo_ref._numba``, "Threads"): None (leave numba's setting as it is), or an ``int`` (or
-    NumPy integer; not a bool) in ``[1, numba.config.NUMBA_NUM_THREADS]`` (numba's thread pool,
-    by default one per CPU). Raises ValueError naming ``name`` otherwise."""
-    if value is None:
+    (``ppo_ref._numba``, "Threads"): None when ``none_ok`` (leave numba's setting as it is), or
+    an ``int`` (or NumPy integer; not a bool) in ``[1, numba.config.NUMBA_NUM_THREADS]``
+    (numba's thread pool, by default one per CPU). Raises ValueError naming ``name`` otherwise."""
+    if value is None and none_ok:
         return None
     most = numba.config.NUMBA_NUM_THREADS
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
             or not 1 <= value <= most:
-        raise ValueError(f"{name} must be None or an integer in [1, {most}] (numba's threads, "
+        allowed = "None or an integer" if none_ok else "an integer"
+        raise ValueError(f"{name} must be {allowed} in [1, {most}] (numba's threads, "
                          f"NUMBA_NUM_THREADS), got {value!r}")
     return int(value)
 
@@ -108,10 +110,12 @@ def check_kernel_threads(value, name: str = "threads") -> Optional[int]:
 @contextlib.contextmanager
 def kernel_threads(n_threads: Optional[int]):
     """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread (numba's
-    setting is per thread), then put the previous value back; None: change nothing. Checked
-    by :func:`check_kernel_threads`."""
+    setting is per thread), then put the previous value back (also when the block raises);
+    None, or plain loops (``ppo_ref._numba.PARALLEL_LOOPS`` False: numba's threading layer is
+    not used, and may not load), change nothing. Raises ValueError naming ``n_threads`` as
+    :func:`check_kernel_threads`."""
     n = check_kernel_threads(n_threads, "n_threads")
-    if n is None:
+    if n is None or not PARALLEL_LOOPS:
         yield
         return
     previous = numba.get_num_threads()
@@ -239,6 +243,8 @@ class PPOTrainer:
             on cores nothing else uses (a loop waits for its slowest thread; with another
             process busy on the second core, two threads made CartPole-v1 several times
             slower). None leaves numba's setting (``NUMBA_NUM_THREADS``, one per CPU).
+            :meth:`evaluate`, :meth:`predict` and :meth:`update` use it too. Not saved with a
+            checkpoint: give it again to :meth:`load` (``threads=N``).
 
     Attributes: ``params`` (dict of float64 arrays; from an MLP policy a
     :class:`~ppo_ref.fast.flat.FlatArrays`, the one-buffer layout its fast paths read, which
@@ -438,8 +444,9 @@ class PPOTrainer:
 
     def update(self, rollout: Rollout) -> Dict[str, float]:
         """``compute_advantages`` then ``train_on``: one full PPO update; returns its stats."""
-        advantages, returns = self.compute_advantages(rollout)
-        return self.train_on(rollout, advantages, returns)
+        with kernel_threads(self.threads):
+            advantages, returns = self.compute_advantages(rollout)
+            return self.train_on(rollout, advantages, returns)
 
     @property
     def threads(self) -> Optional[int]:
@@ -525,9 +532,10 @@ class PPOTrainer:
         receives them (Gaussian: clipped). Observation normalization, when on, uses the frozen
         training statistics. Sampling uses the trainer's ``predict_rng`` (not the training
         streams, so predicting never changes a training run)."""
-        batch, single = self._obs_batch(obs)
-        actions = self.policy.predict(self.params, batch, self.predict_rng, deterministic)
-        return actions[0] if single else actions
+        with kernel_threads(self.threads):
+            batch, single = self._obs_batch(obs)
+            actions = self.policy.predict(self.params, batch, self.predict_rng, deterministic)
+            return actions[0] if single else actions
 
     def _obs_batch(self, obs) -> Tuple[np.ndarray, bool]:
         """``(batch, single)``: ``batch`` the normalized float64 ``[B, obs_dim]`` for :meth:`predict`: ``obs`` is one
@@ -549,27 +557,28 @@ class PPOTrainer:
         recurrent policy resets its memory at each episode start). Raises ``ValueError`` if
         ``n_episodes`` is not an integer >= 1 or ``seed`` not an integer >= 0 (a float, bool or
         string)."""
-        import gymnasium as gym
-        n_episodes = check_count(n_episodes, "n_episodes", 1)
-        seed = check_count(seed, "seed", 0)
-        env_id = env_id or self.env_id
-        if env_id is None:
-            raise ValueError("env_id is required: the trainer was built from a vector env without an id")
-        env = gym.make(env_id, **self.env_kwargs)
-        returns = []
-        try:
-            for i in range(int(n_episodes)):
-                obs, _ = env.reset(seed=int(seed) + i)
-                act = self._episode_actor(deterministic)
-                total, done = 0.0, False
-                while not done:
-                    obs, reward, terminated, truncated, _ = env.step(act(obs))
-                    total += float(reward)
-                    done = terminated or truncated
-                returns.append(total)
-        finally:
-            env.close()
-        return returns
+        with kernel_threads(self.threads):
+            import gymnasium as gym
+            n_episodes = check_count(n_episodes, "n_episodes", 1)
+            seed = check_count(seed, "seed", 0)
+            env_id = env_id or self.env_id
+            if env_id is None:
+                raise ValueError("env_id is required: the trainer was built from a vector env without an id")
+            env = gym.make(env_id, **self.env_kwargs)
+            returns = []
+            try:
+                for i in range(int(n_episodes)):
+                    obs, _ = env.reset(seed=int(seed) + i)
+                    act = self._episode_actor(deterministic)
+                    total, done = 0.0, False
+                    while not done:
+                        obs, reward, terminated, truncated, _ = env.step(act(obs))
+                        total += float(reward)
+                        done = terminated or truncated
+                    returns.append(total)
+            finally:
+                env.close()
+            return returns
 
     def _episode_actor(self, deterministic: bool) -> Callable[[np.ndarray], np.ndarray]:
         """``act(obs) -> action`` for one evaluation episode (a stateless policy: :meth:`predict`;

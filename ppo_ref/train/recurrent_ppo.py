@@ -71,7 +71,7 @@ import numpy as np
 from ppo_ref._checks import as_flag_array
 from ppo_ref.fast.update import recurrent_minibatches, run_epochs
 from ppo_ref.losses import explained_variance
-from ppo_ref.train.ppo import PPOTrainer
+from ppo_ref.train.ppo import PPOTrainer, kernel_threads
 from ppo_ref.train.policies import PolicyEval
 from ppo_ref.train.recurrent_policies import LSTMStates, RecurrentPolicy, make_recurrent_policy
 from ppo_ref.train.rollout import Rollout
@@ -417,24 +417,25 @@ class RecurrentPPOTrainer(PPOTrainer):
             ValueError: naming the argument: ``episode_starts`` not 0/1 or not one per env;
                 ``obs`` or ``state`` as the policy's ``predict`` raises.
         """
-        batch, single = self._obs_batch(obs)
-        n = batch.shape[0]
-        if state is None:
-            state = self.policy.initial_state(n)
-            default_start = True
-        else:
-            default_start = False
-        if episode_starts is None:
-            starts = np.full(n, default_start)
-        else:
-            starts = as_flag_array(episode_starts, "episode_starts", ndim=(0, 1))
-            if starts.size != n:
-                raise ValueError(f"episode_starts must hold one flag per env ({n}), got shape "
-                                 f"{starts.shape}")
-            starts = starts.reshape(n)
-        actions, new_state = self.policy.predict(self.params, batch, state, starts,
-                                                 self.predict_rng, deterministic)
-        return (actions[0] if single else actions), new_state
+        with kernel_threads(self.threads):
+            batch, single = self._obs_batch(obs)
+            n = batch.shape[0]
+            if state is None:
+                state = self.policy.initial_state(n)
+                default_start = True
+            else:
+                default_start = False
+            if episode_starts is None:
+                starts = np.full(n, default_start)
+            else:
+                starts = as_flag_array(episode_starts, "episode_starts", ndim=(0, 1))
+                if starts.size != n:
+                    raise ValueError(f"episode_starts must hold one flag per env ({n}), got shape "
+                                     f"{starts.shape}")
+                starts = starts.reshape(n)
+            actions, new_state = self.policy.predict(self.params, batch, state, starts,
+                                                     self.predict_rng, deterministic)
+            return (actions[0] if single else actions), new_state
 
     def _episode_actor(self, deterministic: bool):
         """``act(obs)`` for one evaluation episode of :meth:`PPOTrainer.evaluate`: the memory
