@@ -10,11 +10,9 @@ import threading
 import traceback
 from typing import Any, Callable, Optional, Tuple
 
-import numba
 import numpy as np
 
 from ppo_ref._checks import check_count
-from ppo_ref._numba import PARALLEL_LOOPS
 from ppo_ref.config import PPOConfig
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorFailed, ActorFinished, ActorLearnerError, ActorStats,
@@ -164,10 +162,14 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
 
 
 def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, chunk_size):
-    """Run ``actor_fn`` and always tell the learner how it ended (finished or failed)."""
+    """Run ``actor_fn`` and always tell the learner how it ended (finished or failed). The
+    actor's kernels run on one numba thread (:func:`ppo_ref.train.ppo.kernel_threads`): it acts
+    on one observation at a time and shares the cores with the learner."""
+    from ppo_ref.train.ppo import kernel_threads
     try:
-        stats = actor_fn(agent_id, env, config, send, receive, learner_gone,
-                         chunk_size=chunk_size)
+        with kernel_threads(1):
+            stats = actor_fn(agent_id, env, config, send, receive, learner_gone,
+                             chunk_size=chunk_size)
     except BaseException as exc:  # noqa: BLE001  (the learner must hear about everything)
         try:
             send(ActorFailed(agent_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
@@ -210,11 +212,9 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
     exit_with_parent()
     # Ctrl-C belongs to the learner, which shuts the actors down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One observation per forward pass: BLAS threads, or numba's threads for the parallel loops
-    # (ppo_ref._numba, "Threads"; the same bits on any number), would only compete for the cores.
+    # One observation per forward pass: BLAS threads would only compete for the cores (numba's
+    # threads likewise: _report_actor).
     limit_blas_threads(1)
-    if PARALLEL_LOOPS:   # (plain loops: numba's threading layer is not used, and may not load)
-        numba.set_num_threads(1)
     parent = multiprocessing.parent_process()
 
     def learner_gone() -> bool:
@@ -230,8 +230,6 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
 def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
                        chunk_size, stop_event):
     """Entry point of an actor thread."""
-    if PARALLEL_LOOPS:   # for this thread: as an actor process (_process_actor_main)
-        numba.set_num_threads(1)
     main_thread = threading.main_thread()
 
     def learner_gone() -> bool:
