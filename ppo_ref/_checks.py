@@ -369,3 +369,12 @@ def check_lstm_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
     a = as_float_array(arr, name, ndim=(2,)).astype(np.float64, copy=False)
     check_same_shape(a, name, (n_env, hidden), "[N, H]")
     return a
+
+
+def non_finite_result(where: str) -> FloatingPointError:
+    """The one error of the compiled tier for a non-finite result inside a compiled pass (an
+    overflow, or NaN or inf that reached it): ``where`` names the function. The compiled tier
+    does not re-validate its inputs; the same call on the readable tier (``backend="spec"``)
+    names the argument or the overflow that caused it."""
+    return FloatingPointError(f"{where}: non-finite result (rerun with backend='spec' to see "
+                              "which input or overflow caused it)")

@@ -1,0 +1,45 @@
+"""The one place a backend string becomes code: :func:`tier_for`.
+
+A *tier* is the set of leaf computations the trainers call: the modules ``masks``,
+``advantages``, ``distributions``, ``lstm``, ``networks``, ``recurrent_networks``, ``losses``
+and ``optim`` of either :mod:`ppo_ref.spec` (the readable definitions, plain NumPy float64) or
+:mod:`ppo_ref.fast` (their compiled twins: the same function names and parameters, each equal
+to its spec namesake bit for bit or within the tolerance its docstring states). The policies,
+the trainers, the rollout and the actor-learner are written once against a :class:`Tier` and
+never test which one they hold; the steps of the algorithm (:mod:`ppo_ref.spec.update`) are the
+spec's own code under both.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import NamedTuple
+
+__all__ = ["Tier", "TIER_MODULES", "BACKENDS", "tier_for"]
+
+#: The modules a tier supplies, in the order the data flows through them.
+TIER_MODULES = ("masks", "advantages", "distributions", "lstm", "networks",
+                "recurrent_networks", "losses", "optim")
+BACKENDS = ("fast", "spec")
+
+
+class Tier(NamedTuple):
+    """The modules of one tier (``name`` is ``"spec"`` or ``"fast"``)."""
+    name: str
+    masks: ModuleType
+    advantages: ModuleType
+    distributions: ModuleType
+    lstm: ModuleType
+    networks: ModuleType
+    recurrent_networks: ModuleType
+    losses: ModuleType
+    optim: ModuleType
+
+
+def tier_for(backend: str) -> Tier:
+    """The :class:`Tier` of ``backend``: ``"spec"`` (:mod:`ppo_ref.spec`) or ``"fast"``
+    (:mod:`ppo_ref.fast`). Raises ``ValueError`` naming ``backend`` for anything else."""
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    return Tier(backend, *(importlib.import_module(f"ppo_ref.{backend}.{name}")
+                           for name in TIER_MODULES))
