@@ -1,26 +1,28 @@
-"""The feedforward PPO trainer: rollout -> gae -> minibatch epochs -> clip -> Adam.
+"""The PPO trainers: collect a rollout, compute advantages, run the epochs of the update.
 
 ``PPOTrainer`` composes the pieces and re-derives nothing::
 
-    rollout   = collector.collect(params, action_rng)            # ppo_ref.train.rollout
-    adv, ret  = gae(rollout..., truncation=..., ...)             # ppo_ref.kernels
-    params    = run_epochs(params, adam_state, minibatches, ...) # ppo_ref.fast.update (losses, optim)
+    tier      = tier_for(config.backend)                      # ppo_ref.tiers: spec or fast
+    rollout   = collector.collect(params, action_rng)         # ppo_ref.train.rollout
+    adv, ret  = tier.advantages.gae(rollout...)               # ppo_ref.spec.advantages.gae
+    params    = run_epochs(params, adam_state, minibatches, evaluate, backward,
+                           losses=tier.losses, optim=tier.optim)   # ppo_ref.spec.update
 
-One update per rollout. Learning rate and clip range follow ``config.lr_schedule`` /
-``config.clip_range_schedule`` with SB3's ``progress_remaining = 1 - steps / total_timesteps``
+One update per rollout. The learning rate and the clip range follow ``config.lr_schedule`` /
+``config.clip_range_schedule`` with SB3's ``progress_remaining = 1 - steps / total_timesteps``,
 measured after the rollout (``schedule_progress="after_rollout"``, SB3) or before it
 (``"before_rollout"``, CleanRL).
 
 Randomness: one ``np.random.SeedSequence(seed)`` spawns independent streams for parameter
-init, env seeds (one per sub-env, used at the first reset), action sampling and minibatch
-permutations. The same seed gives bit-identical runs.
+init, env seeds (one per sub-env, used at the first reset), action sampling, minibatch
+permutations and ``predict``. The same seed gives bit-identical runs.
 
 Checkpoints (:meth:`PPOTrainer.save` / :meth:`PPOTrainer.load`) hold the parameters, Adam
-state, the three generators, the normalization statistics, counters, the config and the
-environment state at a rollout boundary (current observations, ``episode_starts``, per-env
-episode accumulators and every sub-env's own state: see :func:`ppo_ref.train.rollout.single_env_state`),
-so stopping and resuming continues the run exactly (bit-identical parameters) for envs whose
-state is plain attributes (all classic-control envs).
+state, the generators, the collector's state (observations, episode starts, the LSTM state,
+episode accumulators, normalization statistics, every sub-env's own state: see
+:mod:`ppo_ref.io.state`), counters and the config, at a rollout boundary, so stopping and
+resuming continues the run exactly for envs whose state is plain attributes (all
+classic-control envs).
 """
 from __future__ import annotations
 
@@ -36,24 +38,22 @@ import numpy as np
 
 from ppo_ref._checks import as_float_array, check_count
 from ppo_ref._numba import PARALLEL_LOOPS
-from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
-                                json_to_array, load_checkpoint, save_checkpoint,
-                                set_generator_state)
 from ppo_ref.config import PPOConfig
-from ppo_ref.fast.update import feedforward_minibatches, run_epochs
-from ppo_ref.kernels import gae
-from ppo_ref.losses import explained_variance
-from ppo_ref.optim import adam_init, adam_state_from_arrays, adam_state_to_arrays
-from ppo_ref.train.policies import make_mlp_policy
+from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_import,
+                                   generator_state, json_to_array, load_checkpoint,
+                                   save_checkpoint, set_generator_state)
+from ppo_ref.io.state import (RECENT_EPISODES, RESTORE_ERRORS, adam_state_from_arrays,
+                              adam_state_to_arrays, check_counter, one_line, vet_state_arrays)
+from ppo_ref.spec.losses import explained_variance
+from ppo_ref.spec.optim import adam_init
+from ppo_ref.spec.update import batch_advantages, feedforward_minibatches, run_epochs
+from ppo_ref.tiers import tier_for
+from ppo_ref.train.policies import make_policy
 from ppo_ref.train.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
-                             make_vector_env)
-from ppo_ref.spec import update as spec_update
-from ppo_ref.spec.update import batch_advantages
+                                   make_vector_env)
 
 __all__ = ["PPOTrainer", "Iteration", "EnvStepError", "progress_remaining",
-           "limit_blas_threads", "check_kernel_threads", "kernel_threads", "RECENT_EPISODES"]
-
-RECENT_EPISODES = 100  # how many finished-episode returns the trainer remembers (and saves)
+           "limit_blas_threads", "check_kernel_threads", "kernel_threads"]
 
 Callback = Callable[["PPOTrainer", Dict[str, float]], Optional[bool]]
 
@@ -141,66 +141,6 @@ def _check_total_timesteps(value) -> int:
     return total
 
 
-# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
-# +-inf); every other float array of a state must be finite.
-_NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
-# arrays of variances (>= 0) and sample counts (> 0) of the state
-_NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var", "collector/episode_length")
-_POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
-# what a crafted state record can make the restore raise besides ValueError
-_RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
-                   RecursionError, MemoryError, NotImplementedError)
-
-
-def _one_line(text) -> str:
-    return " ".join(str(text).split())
-
-
-def _check_counter(state: Dict[str, Any], key: str) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"state_json[{key!r}] must be a non-negative integer, got {value!r}")
-    return value
-
-
-def vet_state_arrays(expected: Dict[str, np.ndarray], arrays: Dict[str, np.ndarray]) -> None:
-    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the state whose
-    fresh counterpart is ``expected`` (:meth:`PPOTrainer.state_arrays` of a trainer built with
-    the same settings): the same names; every array with the dtype and shape of its counterpart
-    (``recent_returns``: 1-d float64 of at most ``RECENT_EPISODES``; ``state_json``: 1-d uint8);
-    parameters, Adam moments, LSTM states, observations and normalization statistics finite;
-    second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the episode
-    accumulators and ``recent_returns`` free of NaN."""
-    missing = sorted(set(expected) - set(arrays))
-    extra = sorted(set(arrays) - set(expected))
-    if missing:
-        raise ValueError(f"entries {missing} are missing")
-    if extra:
-        raise ValueError(f"entries {extra} are not part of this trainer's state")
-    for key, want in expected.items():
-        got = arrays[key]
-        if key == "recent_returns":
-            ok = got.dtype == np.float64 and got.ndim == 1 and got.shape[0] <= RECENT_EPISODES
-            want_text = f"float64 (n,) with n <= {RECENT_EPISODES}"
-        elif key == "state_json":
-            ok = got.dtype == np.uint8 and got.ndim == 1
-            want_text = "uint8 (n,)"
-        else:
-            ok = got.dtype == want.dtype and got.shape == want.shape
-            want_text = f"{want.dtype} {want.shape}"
-        if not ok:
-            raise ValueError(f"entry {key!r} is {got.dtype} {got.shape}, expected {want_text}")
-        if got.dtype.kind == "f":
-            bad = np.isnan(got) if key in _NAN_FREE_ONLY else ~np.isfinite(got)
-            if bad.any():
-                raise ValueError(f"entry {key!r} holds {int(bad.sum())} non-finite value(s)")
-        if key.startswith(_NON_NEGATIVE) and (got < 0).any():
-            raise ValueError(f"entry {key!r} holds negative values (a variance, second moment "
-                             "or length is >= 0)")
-        if key.startswith(_POSITIVE) and not (got > 0).all():
-            raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
-
-
 def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
     """SB3's ``1 - num_timesteps / total_timesteps``, clipped to [0, 1]."""
     if total_timesteps <= 0:
@@ -224,42 +164,36 @@ def _umask() -> int:
 
 
 class PPOTrainer:
-    """Feedforward PPO on a gymnasium vector environment.
+    """Feedforward PPO on a gymnasium vector environment (module docstring).
 
     Args:
         env: a gymnasium id (``"CartPole-v1"``; ``config.n_envs`` copies are made) or a
             gymnasium ``VectorEnv`` in SAME_STEP autoreset mode with ``config.n_envs`` envs.
-        config: :class:`~ppo_ref.config.PPOConfig` (default ``PPOConfig()``).
+        config: :class:`~ppo_ref.config.PPOConfig` (default ``PPOConfig()``); its ``backend``
+            picks the tier (:func:`ppo_ref.tiers.tier_for`).
         seed: the run's seed (int >= 0).
         vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
-        blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1:
-            tiny matrices are fastest single-threaded; this affects the whole process).
-        threads: numba threads for the compiled kernels' parallel loops during each
-            :meth:`iteration` (the two LSTMs or towers of a pass, the Adam step's entries;
-            ``ppo_ref._numba``, "Threads"), set for the calling thread and restored after it
-            (:func:`kernel_threads`); the attribute ``threads`` may be reassigned. The results
-            are the same bits for any value. Default 1: a second thread makes a run faster only
-            on cores nothing else uses (a loop waits for its slowest thread; with another
-            process busy on the second core, two threads made CartPole-v1 several times
-            slower). None leaves numba's setting (``NUMBA_NUM_THREADS``, one per CPU).
-            :meth:`evaluate`, :meth:`predict` and :meth:`update` use it too. Not saved with a
-            checkpoint: give it again to :meth:`load` (``threads=N``).
+        blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1).
+        threads: numba threads of the compiled kernels' parallel loops during each
+            :meth:`iteration`, :meth:`evaluate`, :meth:`predict` and :meth:`update`
+            (:func:`kernel_threads`; default 1: a second thread only pays on an idle core;
+            None leaves numba's setting). Results are the same bits for any value. Not saved
+            with a checkpoint.
 
-    Attributes: ``params`` (dict of float64 arrays; from an MLP policy a
-    :class:`~ppo_ref.fast.flat.FlatArrays`, the one-buffer layout its fast paths read, which
-    :meth:`load_state_arrays` restores too), ``adam_state``, ``num_timesteps``
-    (single-env steps collected), ``n_updates`` (PPO updates done), ``n_episodes``
-    (episodes finished), ``total_timesteps`` (the schedule horizon of :meth:`learn`),
-    ``recent_returns`` (returns of the last 100 episodes), ``last_episodes`` (the episodes that
-    finished in the last rollout: tuples ``(env_index, return, length)``).
+    Attributes: ``tier``, ``policy``, ``params`` (dict of float64 arrays), ``adam_state``,
+    ``num_timesteps`` (single-env steps collected), ``n_updates``, ``n_episodes``,
+    ``total_timesteps`` (the schedule horizon of :meth:`learn`), ``recent_returns`` (the last
+    100 episode returns), ``last_episodes`` (``(env_index, return, length)`` of the episodes
+    that finished in the last rollout).
 
     Raises:
-        ValueError: bad config/seed, unsupported spaces, a vector env not in SAME_STEP mode or
-            with a number of envs different from ``config.n_envs``.
+        ValueError: bad config or seed, unsupported spaces, a vector env not in SAME_STEP mode
+            or with a number of envs other than ``config.n_envs``.
     """
 
     policy_kind = "mlp"
+    recurrent = False
 
     def __init__(self, env, config: Optional[PPOConfig] = None, *, seed: int = 0,
                  vectorization: str = "sync", env_kwargs: Optional[dict] = None,
@@ -270,74 +204,61 @@ class PPOTrainer:
         self.config = config if config is not None else PPOConfig()
         if not isinstance(self.config, PPOConfig):
             raise ValueError(f"config must be a PPOConfig, got {type(self.config).__name__}")
+        self._check_config(self.config)
         self.seed = check_count(seed, "seed", 0)
         self.vectorization = vectorization
         self.env_kwargs = dict(env_kwargs or {})
         if isinstance(env, str):
             self.env_id: Optional[str] = env
-            vec_env = make_vector_env(env, self.config.n_envs, vectorization=vectorization,
-                                      env_kwargs=self.env_kwargs)
+            env = make_vector_env(env, self.config.n_envs, vectorization=vectorization,
+                                  env_kwargs=self.env_kwargs)
         else:
             check_vector_env(env)
             if env.num_envs != self.config.n_envs:
                 raise ValueError(f"env has {env.num_envs} sub-envs but config.n_envs is "
                                  f"{self.config.n_envs}")
-            spec = getattr(env, "spec", None)
-            self.env_id = getattr(spec, "id", None)
-            vec_env = env
-        self.env = vec_env
+            self.env_id = getattr(getattr(env, "spec", None), "id", None)
+        self.tier = tier_for(self.config.backend)
         init_seq, env_seq, action_seq, minibatch_seq, predict_seq = \
             np.random.SeedSequence(self.seed).spawn(5)
-        self.policy = self._make_policy(vec_env.single_observation_space,
-                                        vec_env.single_action_space)
+        try:
+            self.policy = make_policy(env.single_observation_space, env.single_action_space,
+                                      self.config, self.tier, self.recurrent)
+        except BaseException:
+            env.close()
+            raise
         self.params = self.policy.init_params(np.random.default_rng(init_seq))
         self.adam_state = adam_init(self.params)
         self.action_rng = np.random.default_rng(action_seq)
         self.minibatch_rng = np.random.default_rng(minibatch_seq)
         self.predict_rng = np.random.default_rng(predict_seq)
-        self.env_seeds = [int(s) for s in env_seq.generate_state(self.config.n_envs, dtype=np.uint32)]
+        c = self.config
+        self.env_seeds = [int(s) for s in env_seq.generate_state(c.n_envs, dtype=np.uint32)]
         self.collector = RolloutCollector(
-            vec_env, self._acting_policy(), self.config.n_steps,
-            normalize_observations=self.config.normalize_observations,
-            normalize_rewards=self.config.normalize_rewards, gamma=self.config.gamma,
-            clip_observations=self.config.clip_observations,
-            clip_rewards=self.config.clip_rewards)
+            env, self.policy, c.n_steps, normalize_observations=c.normalize_observations,
+            normalize_rewards=c.normalize_rewards, gamma=c.gamma,
+            clip_observations=c.clip_observations, clip_rewards=c.clip_rewards)
         self.collector.reset(self.env_seeds)
-        self.num_timesteps = 0
-        self.n_updates = 0
-        self.n_episodes = 0
-        self.total_timesteps = 0
+        self.num_timesteps = self.n_updates = self.n_episodes = self.total_timesteps = 0
         self.progress_remaining = 1.0
         self.recent_returns: deque = deque(maxlen=RECENT_EPISODES)
         self.last_episodes: List[Tuple[int, float, int]] = []
 
-    # -- what a subclass replaces --------------------------------------------------------------
-    def _make_policy(self, observation_space, action_space):
-        """The policy this trainer trains (:func:`~ppo_ref.train.policies.make_mlp_policy`: the tier of
-        ``config.backend``; the recurrent trainer returns its LSTM policy). Called once by the
-        constructor, before the parameters are drawn (by ``policy.init_params``)."""
-        return make_mlp_policy(observation_space, action_space, self.config)
-
-    def _acting_policy(self):
-        """What the rollout collector acts with (the interface of
-        :class:`~ppo_ref.train.rollout.RolloutCollector`): the policy itself here; the recurrent
-        trainer returns an actor carrying the LSTM state. Called once by the constructor."""
-        return self.policy
+    def _check_config(self, config: PPOConfig) -> None:
+        """What this trainer requires of a config beyond its own checks (the recurrent
+        trainer: whole-env minibatches)."""
 
     # -- the three steps of an update ---------------------------------------------------------
     def collect_rollout(self) -> Rollout:
-        """Collect ``config.n_steps`` steps from every env with the current parameters.
-
-        Advances ``num_timesteps`` by ``n_steps * n_envs`` and records finished episodes.
-        Raises :class:`~ppo_ref.train.rollout.EnvStepError` on a NaN or wrongly shaped observation.
-        """
+        """Collect ``config.n_steps`` steps from every env with the current parameters; counts
+        them (:meth:`record_rollout`). Raises :class:`~ppo_ref.train.rollout.EnvStepError` for
+        a bad environment output."""
         return self.record_rollout(self.collector.collect(self.params, self.action_rng))
 
     def record_rollout(self, rollout: Rollout) -> Rollout:
         """Count a rollout this trainer consumes (collected by it, or assembled by the
         actor-learner's learner): ``num_timesteps += n_steps * n_envs``; its finished episodes
-        (``rollout.episode_returns/lengths/envs``) become ``last_episodes`` and are added to
-        ``n_episodes`` and ``recent_returns``. Returns ``rollout``."""
+        become ``last_episodes`` and are added to ``n_episodes`` and ``recent_returns``."""
         self.num_timesteps += rollout.n_steps * rollout.n_envs
         self.last_episodes = list(zip(rollout.episode_envs, rollout.episode_returns,
                                       rollout.episode_lengths))
@@ -346,37 +267,40 @@ class PPOTrainer:
         return rollout
 
     def compute_advantages(self, rollout: Rollout) -> Tuple[np.ndarray, np.ndarray]:
-        """``gae`` on the rollout with ``config.gamma``, ``gae_lambda``, ``truncation`` and
-        ``bootstrap_terminal_last_row``. Returns ``(advantages, returns)``, float64 ``[T, N]``."""
+        """GAE (:func:`ppo_ref.spec.advantages.gae` on the tier) of the rollout with
+        ``config.gamma``, ``gae_lambda``, ``truncation`` and ``bootstrap_terminal_last_row``.
+        Returns ``(advantages, returns)``, float64 ``[T, N]``."""
         c = self.config
-        return gae(rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
-                   rollout.last_values, rollout.final_values, gamma=c.gamma,
-                   gae_lambda=c.gae_lambda, truncation=c.truncation,
-                   bootstrap_terminal_last_row=c.bootstrap_terminal_last_row,
-                   backend=c.backend)
+        return self.tier.advantages.gae(
+            rollout.rewards, rollout.values, rollout.terminated, rollout.truncated,
+            rollout.last_values, rollout.final_values, gamma=c.gamma, gae_lambda=c.gae_lambda,
+            truncation=c.truncation, bootstrap_terminal_last_row=c.bootstrap_terminal_last_row)
 
     def compute_vtrace_advantages(self, rollout: Rollout, *, rho_bar: float = 1.0,
                                   c_bar: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
         """V-trace in place of GAE (IMPALA: the actor-learner's off-policy correction):
-        :func:`ppo_ref.kernels.vtrace` of the rollout's behaviour ``log_probs`` against the
-        target log-probs and values of the current ``params`` (one :meth:`evaluate
-        <ppo_ref.train.policies.MLPPolicy.evaluate>` over the ``T*N`` rows, time-major), with the
-        rollout's ``last_values`` / ``final_values`` (the same bootstrap values GAE reads) and
-        ``config.gamma``, ``truncation``, ``bootstrap_terminal_last_row`` and ``backend``.
-        Returns ``(advantages, returns) = (pg_advantages, vs)``, float64 ``[T, N]``. On-policy
-        (target = behaviour log-probs and values, bars >= 1) they equal
+        :func:`ppo_ref.spec.advantages.vtrace` on the tier, of the rollout's behaviour
+        ``log_probs`` against the target log-probs and values of the current ``params`` (one
+        evaluation of the whole rollout), with the rollout's bootstrap values. Returns
+        ``(pg_advantages, vs)``, float64 ``[T, N]``; on-policy with bars >= 1 they equal
         :meth:`compute_advantages` with ``gae_lambda = 1``."""
-        from ppo_ref.kernels import vtrace
         c = self.config
         T, N = rollout.rewards.shape
-        target = self.policy.evaluate(self.params, rollout.observations.reshape(T * N, -1),
-                                      rollout.actions.reshape((T * N,) + rollout.actions.shape[2:]))
-        vt = vtrace(rollout.log_probs, target.log_probs.reshape(T, N), rollout.rewards,
-                    target.values.reshape(T, N), rollout.terminated, rollout.truncated,
-                    rollout.last_values, rollout.final_values, gamma=c.gamma, rho_bar=rho_bar,
-                    c_bar=c_bar, truncation=c.truncation,
-                    bootstrap_terminal_last_row=c.bootstrap_terminal_last_row, backend=c.backend)
+        target_log_probs, _, target_values, _ = self.policy.evaluate(
+            self.params, self._whole_rollout(rollout))
+        vt = self.tier.advantages.vtrace(
+            rollout.log_probs, target_log_probs.reshape(T, N), rollout.rewards,
+            target_values.reshape(T, N), rollout.terminated, rollout.truncated,
+            rollout.last_values, rollout.final_values, gamma=c.gamma, rho_bar=rho_bar,
+            c_bar=c_bar, truncation=c.truncation,
+            bootstrap_terminal_last_row=c.bootstrap_terminal_last_row)
         return vt.pg_advantages, vt.vs
+
+    def _whole_rollout(self, rollout: Rollout):
+        """The policy's ``evaluate`` data for every row of ``rollout`` (time-major)."""
+        T, N = rollout.rewards.shape
+        return (rollout.observations.reshape(T * N, -1),
+                rollout.actions.reshape((T * N,) + rollout.actions.shape[2:]))
 
     def current_learning_rate(self) -> float:
         """Learning rate at the current ``progress_remaining``."""
@@ -386,60 +310,41 @@ class PPOTrainer:
         """Clip range at the current ``progress_remaining``."""
         return self.config.clip_range_at(self.progress_remaining)
 
-    def train_on(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray) -> Dict[str, float]:
-        """The epochs of one PPO update on a rollout (``run_epochs`` of the ``config.backend``
-        tier: :func:`ppo_ref.spec.update.run_epochs` or the compiled :func:`ppo_ref.fast.update.run_epochs`).
-
-        The ``T*N`` rows are flattened time-major (row ``t * N + n``) and each epoch visits them
-        in a fresh ``minibatch_rng`` permutation cut into ``config.batch_size`` chunks
-        (:func:`ppo_ref.spec.update.feedforward_minibatches`, or its bit-equal
-        :func:`ppo_ref.fast.update.feedforward_minibatches` on the fast backend, whose
-        minibatches are rows of the observations and actions checked once per update:
-        ``MLPPolicy._update_passes``). Updates
-        ``params`` and ``adam_state`` in place (new dicts) and returns the stats of
-        :func:`ppo_ref.fast.update.run_epochs` plus ``explained_variance`` (rollout values vs returns,
-        population variances).
-        """
-        c = self.config
+    def _minibatches(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray):
+        """The update's minibatches (:func:`ppo_ref.spec.update.feedforward_minibatches`: the
+        ``T*N`` rows flattened time-major, row ``t * N + n``)."""
         T, N = rollout.rewards.shape
         B = T * N
-        obs = rollout.observations.reshape(B, -1)
-        actions = rollout.actions.reshape((B,) + rollout.actions.shape[2:])
-        old_log_probs = rollout.log_probs.reshape(B)
-        old_values = rollout.values.reshape(B)
-        adv = batch_advantages(np.asarray(advantages, dtype=np.float64).reshape(B), c)
-        ret = np.asarray(returns, dtype=np.float64).reshape(B)
-        rng = self.minibatch_rng
-        bs = c.batch_size
-        policy = self.policy
+        obs, actions = self._whole_rollout(rollout)
+        return feedforward_minibatches(self.minibatch_rng, self.config.batch_size,
+                                       rollout.log_probs.reshape(B), advantages.reshape(B),
+                                       returns.reshape(B), rollout.values.reshape(B), obs,
+                                       actions)
 
-        def evaluate(params, data):
-            ev = policy.evaluate(params, data[0], data[1])
-            return ev.log_probs, ev.entropy, ev.values, ev.cache
+    def train_on(self, rollout: Rollout, advantages: np.ndarray,
+                 returns: np.ndarray) -> Dict[str, float]:
+        """The epochs of one PPO update on a rollout: :func:`ppo_ref.spec.update.run_epochs`
+        with this trainer's minibatches, the policy's ``evaluate``/``backward`` and the tier's
+        losses and optimizer. Replaces ``params`` and ``adam_state`` and returns the stats of
+        ``run_epochs`` plus ``explained_variance`` (rollout values against returns).
 
-        if c.backend == "spec":  # the readable tier: one permutation per epoch, plain dicts
-            self.params, self.adam_state, stats = spec_update.run_epochs(
+        Raises:
+            FloatingPointError: a non-finite result, naming the update, epoch and minibatch
+                (the parameters are those before this update).
+        """
+        c = self.config
+        advantages = batch_advantages(advantages, c, self.tier.losses)
+        returns = np.asarray(returns, dtype=np.float64)
+        try:
+            self.params, self.adam_state, stats = run_epochs(
                 self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
                 clip_range=self.current_clip_range(),
-                minibatches=spec_update.feedforward_minibatches(
-                    rng, bs, old_log_probs, adv, ret, old_values, obs, actions),
-                evaluate=evaluate, backward=policy.backward)
-            stats["explained_variance"] = explained_variance(old_values, ret)
-            return stats
-        # The fast tier: the same minibatches, gathered for all epochs at once when no KL
-        # stop can end the update early (ppo_ref.fast.update.feedforward_minibatches), from
-        # the rows checked once (MLPPolicy._update_passes: the same numbers evaluate would
-        # take, and its ValueError, naming the argument, for rows it refuses: raised before
-        # any step, whichever minibatches a KL stop would have run).
-        obs, actions, evaluate, backward = policy._update_passes(obs, actions)
-        minibatches = feedforward_minibatches(rng, bs, old_log_probs, adv, ret, old_values, obs,
-                                              actions, n_epochs=c.n_epochs,
-                                              target_kl=c.target_kl)
-        self.params, self.adam_state, stats = run_epochs(
-            self.params, self.adam_state, config=c, lr=self.current_learning_rate(),
-            clip_range=self.current_clip_range(), minibatches=minibatches, evaluate=evaluate,
-            backward=backward)
-        stats["explained_variance"] = explained_variance(old_values, ret)
+                minibatches=self._minibatches(rollout, advantages, returns),
+                evaluate=self.policy.evaluate, backward=self.policy.backward,
+                losses=self.tier.losses, optim=self.tier.optim)
+        except FloatingPointError as exc:
+            raise FloatingPointError(f"update {self.n_updates}, {exc}") from None
+        stats["explained_variance"] = explained_variance(rollout.values.ravel(), returns.ravel())
         return stats
 
     def update(self, rollout: Rollout) -> Dict[str, float]:
@@ -450,8 +355,8 @@ class PPOTrainer:
 
     @property
     def threads(self) -> Optional[int]:
-        """numba threads of each :meth:`iteration` (the ``threads`` argument; ValueError as
-        :func:`check_kernel_threads` on assignment)."""
+        """numba threads of each :meth:`iteration` (ValueError as :func:`check_kernel_threads`
+        on assignment)."""
         return self._threads
 
     @threads.setter
@@ -464,17 +369,12 @@ class PPOTrainer:
         of the linear schedules, so a resumed run anneals exactly as an uninterrupted one).
 
         After every update ``callback(trainer, stats)`` is called at a rollout boundary (the
-        state a checkpoint captures); returning ``False`` stops training there. ``stats`` holds
-        the update's losses and diagnostics (see :func:`ppo_ref.fast.update.run_epochs`) plus
-        ``timesteps``, ``updates``, ``episodes``, ``explained_variance``, ``fps`` (env steps
-        per second of this iteration, rollout + update) and ``time_rollout``/``time_update``
-        (seconds).
+        state a checkpoint captures); returning ``False`` stops training there. ``stats`` are
+        :meth:`iteration`'s.
 
         Raises:
-            ValueError: ``total_timesteps`` not an integer (``int`` or NumPy integer; not a
-                bool, float or string) in ``[0, 2**53]``.
-            EnvStepError: from the collection (the trainer keeps its last boundary state only if
-                the caller saved it, e.g. from the callback).
+            ValueError: ``total_timesteps`` not an integer in ``[0, 2**53]``.
+            EnvStepError: from the collection.
         """
         total = _check_total_timesteps(total_timesteps)
         self.total_timesteps = total
@@ -486,22 +386,17 @@ class PPOTrainer:
 
     def iteration(self, next_rollout: Optional[Callable[[], Rollout]] = None,
                   compute_advantages: Optional[Callable[[Rollout], Tuple[np.ndarray, np.ndarray]]]
-                  = None) -> "Iteration":
+                  = None) -> Iteration:
         """One iteration of :meth:`learn` (and of the actor-learner's learner, which passes its
         own rollout source and, with V-trace, :meth:`compute_vtrace_advantages`):
+        ``progress_remaining`` (before or after the rollout, ``config.schedule_progress``),
+        ``rollout = next_rollout()`` (default :meth:`collect_rollout`; a source must count the
+        rollout with :meth:`record_rollout`), ``compute_advantages(rollout)`` (default GAE),
+        :meth:`train_on`, ``n_updates += 1``.
 
-        1. with ``schedule_progress="before_rollout"``: ``progress_remaining`` from
-           ``num_timesteps`` and ``total_timesteps``;
-        2. ``rollout = next_rollout()`` (default :meth:`collect_rollout`); a source must count
-           the rollout with :meth:`record_rollout`, as :meth:`collect_rollout` does;
-        3. otherwise (``"after_rollout"``): ``progress_remaining`` now;
-        4. ``advantages, returns = compute_advantages(rollout)`` (default
-           :meth:`compute_advantages`: GAE);
-        5. ``stats = train_on(rollout, advantages, returns)``; ``n_updates += 1``.
-
-        Returns :class:`Iteration` ``(rollout, advantages, returns, stats)``; ``stats`` holds
-        :meth:`train_on`'s statistics plus ``timesteps``, ``updates``, ``episodes``,
-        ``progress_remaining``, ``fps``, ``time_rollout`` and ``time_update`` (seconds).
+        Returns :class:`Iteration`; its ``stats`` hold :meth:`train_on`'s plus ``timesteps``,
+        ``updates``, ``episodes``, ``progress_remaining``, ``fps``, ``time_rollout`` and
+        ``time_update`` (seconds).
         """
         before = self.config.schedule_progress == "before_rollout"
         with kernel_threads(self.threads):
@@ -530,21 +425,22 @@ class PPOTrainer:
     def predict(self, obs, deterministic: bool = False) -> np.ndarray:
         """Actions for raw observations (``[obs_shape]`` or ``[B, *obs_shape]``), as the env
         receives them (Gaussian: clipped). Observation normalization, when on, uses the frozen
-        training statistics. Sampling uses the trainer's ``predict_rng`` (not the training
-        streams, so predicting never changes a training run)."""
+        training statistics. Sampling uses ``predict_rng`` (never a training stream)."""
         with kernel_threads(self.threads):
             batch, single = self._obs_batch(obs)
-            actions = self.policy.predict(self.params, batch, self.predict_rng, deterministic)
+            actions, _ = self.policy.predict(self.params, batch, None, None, self.predict_rng,
+                                             deterministic)
             return actions[0] if single else actions
 
     def _obs_batch(self, obs) -> Tuple[np.ndarray, bool]:
-        """``(batch, single)``: ``batch`` the normalized float64 ``[B, obs_dim]`` for :meth:`predict`: ``obs`` is one
-        observation of the env's shape or a batch ``[B, *obs_shape]``. Raises ``ValueError``
-        naming ``obs`` for ``None``, strings, non-finite values or another shape."""
+        """``(batch, single)``: ``obs`` (one observation of the env's shape, or a batch ``[B,
+        *obs_shape]``) as the normalized float64 ``[B, obs_dim]`` the policy reads. Raises
+        ``ValueError`` naming ``obs`` for anything else or non-finite values."""
         arr = as_float_array(obs, "obs")
         shape = tuple(self.policy.obs_shape)
         single = arr.shape == shape
-        if not single and not (arr.ndim == len(shape) + 1 and arr.shape[1:] == shape):
+        if not single and not (arr.ndim == len(shape) + 1 and arr.shape[1:] == shape
+                               and arr.shape[0] >= 1):
             raise ValueError(f"obs must have shape {shape} (one observation) or (B, *{shape}) "
                              f"(a batch), got {arr.shape}")
         batch = arr.astype(np.float64, copy=False).reshape(1 if single else arr.shape[0], -1)
@@ -554,53 +450,49 @@ class PPOTrainer:
                  env_id: Optional[str] = None) -> List[float]:
         """Returns of ``n_episodes`` episodes on a fresh single env (``gym.make(env_id)``, reset
         with ``seed + i`` for episode i), acting with :meth:`predict` (normalization frozen; a
-        recurrent policy resets its memory at each episode start). Raises ``ValueError`` if
-        ``n_episodes`` is not an integer >= 1 or ``seed`` not an integer >= 0 (a float, bool or
-        string)."""
-        with kernel_threads(self.threads):
-            import gymnasium as gym
-            n_episodes = check_count(n_episodes, "n_episodes", 1)
-            seed = check_count(seed, "seed", 0)
-            env_id = env_id or self.env_id
-            if env_id is None:
-                raise ValueError("env_id is required: the trainer was built from a vector env without an id")
-            env = gym.make(env_id, **self.env_kwargs)
-            returns = []
-            try:
-                for i in range(int(n_episodes)):
-                    obs, _ = env.reset(seed=int(seed) + i)
-                    act = self._episode_actor(deterministic)
-                    total, done = 0.0, False
-                    while not done:
-                        obs, reward, terminated, truncated, _ = env.step(act(obs))
-                        total += float(reward)
-                        done = terminated or truncated
-                    returns.append(total)
-            finally:
-                env.close()
-            return returns
+        recurrent policy starts each episode from a reset memory). Raises ``ValueError`` for
+        ``n_episodes`` not an integer >= 1 or ``seed`` not an integer >= 0."""
+        import gymnasium as gym
+        n_episodes = check_count(n_episodes, "n_episodes", 1)
+        seed = check_count(seed, "seed", 0)
+        env_id = env_id or self.env_id
+        if env_id is None:
+            raise ValueError("env_id is required: the trainer was built from a vector env "
+                             "without an id")
+        env = gym.make(env_id, **self.env_kwargs)
+        returns = []
+        try:
+            for i in range(n_episodes):
+                obs, _ = env.reset(seed=seed + i)
+                act = self._episode_actor(deterministic)
+                total, done = 0.0, False
+                while not done:
+                    obs, reward, terminated, truncated, _ = env.step(act(obs))
+                    total += float(reward)
+                    done = terminated or truncated
+                returns.append(total)
+        finally:
+            env.close()
+        return returns
 
     def _episode_actor(self, deterministic: bool) -> Callable[[np.ndarray], np.ndarray]:
-        """``act(obs) -> action`` for one evaluation episode (a stateless policy: :meth:`predict`;
-        the recurrent trainer returns a closure that carries its memory through the episode)."""
+        """``act(obs) -> action`` for one evaluation episode (the recurrent trainer carries
+        its memory through the episode)."""
         return lambda obs: self.predict(obs, deterministic)
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_arrays(self) -> Dict[str, np.ndarray]:
-        """Everything needed to continue this run exactly, as ``{name: ndarray}``.
-
-        ``params/<key>``, ``adam/<key>`` (:func:`ppo_ref.optim.adam_state_to_arrays`),
-        ``collector/<key>`` (observations, episode_starts, episode accumulators, normalization
-        statistics), ``recent_returns``, and ``state_json`` (uint8 JSON: counters, generator
-        states, sub-env states, config). Call it at a rollout boundary (e.g. from the
-        :meth:`learn` callback).
-        """
+        """Everything needed to continue this run exactly, as ``{name: ndarray}``:
+        ``params/<key>``, ``adam/<key>`` (:func:`ppo_ref.io.state.adam_state_to_arrays`),
+        ``collector/<key>`` (:meth:`RolloutCollector.state_arrays`), ``recent_returns`` and
+        ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config). Call
+        it at a rollout boundary (e.g. from the :meth:`learn` callback)."""
         arrays: Dict[str, np.ndarray] = {}
         for k, v in self.params.items():
             arrays["params/" + k] = np.array(v, copy=True)
         for k, v in adam_state_to_arrays(self.adam_state).items():
             arrays["adam/" + k] = v
-        coll_arrays, coll_meta = self.collector.state()
+        coll_arrays, coll_meta = self.collector.state_arrays()
         for k, v in coll_arrays.items():
             arrays["collector/" + k] = v
         arrays["recent_returns"] = np.asarray(list(self.recent_returns), dtype=np.float64)
@@ -620,13 +512,10 @@ class PPOTrainer:
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
-        number of envs).
-
-        The snapshot is vetted first against this trainer's own :meth:`state_arrays` (see
-        :func:`vet_state_arrays`: names, dtypes, shapes, finite values, non-negative second
-        moments) and its JSON record (non-negative integer counters, ``progress_remaining`` in [0, 1], generator states, sub-env
-        states that set only attributes the envs have). Raises ``ValueError`` on any mismatch;
-        a failure may leave this trainer half-restored (:meth:`load` then discards it)."""
+        number of envs), after vetting it against this trainer's own
+        (:func:`ppo_ref.io.state.vet_state_arrays`) and its JSON record (counters, progress,
+        generator states, sub-env states). Raises ``ValueError`` on any mismatch; a failure
+        may leave this trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -634,36 +523,27 @@ class PPOTrainer:
         state = array_to_json(arrays["state_json"], name="state_json")
         if not isinstance(state, dict) or not isinstance(state.get("collector"), dict):
             raise ValueError("state_json is not a PPOTrainer state record")
-        counters = {key: _check_counter(state, key) for key in
+        counters = {key: check_counter(state, key) for key in
                     ("num_timesteps", "n_updates", "n_episodes", "total_timesteps")}
-        _check_counter(state["collector"], "vector_steps")
+        check_counter(state["collector"], "vector_steps")
         progress = state.get("progress_remaining")
         if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
                 or not 0.0 <= progress <= 1.0:
             raise ValueError(f"state_json['progress_remaining'] must be a number in [0, 1], "
                              f"got {progress!r}")
-        params = {k[len("params/"):]: np.array(v) for k, v in arrays.items() if k.startswith("params/")}
-        adam_arrays = {k[len("adam/"):]: v for k, v in arrays.items() if k.startswith("adam/")}
-        coll_arrays = {k[len("collector/"):]: v for k, v in arrays.items() if k.startswith("collector/")}
-        self.collector.load_state(coll_arrays, state["collector"])
-        params = {k: params[k] for k in self.params}  # this policy's key order
-        adam_state = adam_state_from_arrays(adam_arrays)
-        as_flat = getattr(self.policy, "as_flat", None)
-        if as_flat is not None:  # the one-buffer layout of init_params (fast paths; same values)
-            params = as_flat(params)
-            if set(adam_state["m"]) == set(params) and set(adam_state["v"]) == set(params):
-                for moment in ("m", "v"):
-                    adam_state[moment] = as_flat({k: adam_state[moment][k] for k in params})
-        self.params = params
-        self.adam_state = adam_state
-        set_generator_state(self.action_rng, state["action_rng"])
-        set_generator_state(self.minibatch_rng, state["minibatch_rng"])
-        set_generator_state(self.predict_rng, state["predict_rng"])
-        self.num_timesteps = counters["num_timesteps"]
-        self.n_updates = counters["n_updates"]
-        self.n_episodes = counters["n_episodes"]
-        self.total_timesteps = counters["total_timesteps"]
-        self.progress_remaining = float(state["progress_remaining"])
+
+        def part(prefix):
+            return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+
+        self.collector.load_state(part("collector/"), state["collector"])
+        params = part("params/")
+        self.params = {k: np.array(params[k]) for k in self.params}  # this policy's key order
+        self.adam_state = adam_state_from_arrays(part("adam/"))
+        for name in ("action_rng", "minibatch_rng", "predict_rng"):
+            set_generator_state(getattr(self, name), state[name])
+        for key, value in counters.items():
+            setattr(self, key, value)
+        self.progress_remaining = float(progress)
         self.recent_returns = deque((float(x) for x in arrays.get("recent_returns", [])),
                                     maxlen=RECENT_EPISODES)
         self.last_episodes = []
@@ -671,9 +551,9 @@ class PPOTrainer:
 
     def checkpoint_metadata(self, arrays: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, Any]:
         """The JSON metadata stored with a :meth:`state_arrays` snapshot (read by :meth:`load`):
-        trainer class, policy kind, env id, seed, vectorization, config, counters of the
-        snapshot, and ``exact_resume_limits`` (env attributes that could not be captured; empty
-        means the resume is exact)."""
+        trainer class, policy kind, env id, seed, vectorization, config, the snapshot's
+        counters, and ``exact_resume_limits`` (env attributes that could not be captured;
+        empty means the resume is exact)."""
         if arrays is None:
             arrays = self.state_arrays()
         state = array_to_json(arrays["state_json"], name="state_json")
@@ -742,9 +622,9 @@ class PPOTrainer:
             env_kwargs = meta.get("env_kwargs") or None
             if env_kwargs is not None and not isinstance(env_kwargs, dict):
                 raise ValueError(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
-        except _RESTORE_ERRORS as exc:
+        except RESTORE_ERRORS as exc:
             raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
-                                  f"{_one_line(exc)[:300]}") from None
+                                  f"{one_line(exc)[:300]}") from None
         if env is None:
             if meta.get("env_id") is None:
                 raise CheckpointError(f"{where} has no env id: pass env=")
@@ -763,9 +643,9 @@ class PPOTrainer:
                                      f"state's {getattr(trainer, key)!r}")
         except BaseException as exc:
             trainer.close()
-            if isinstance(exc, _RESTORE_ERRORS):
+            if isinstance(exc, RESTORE_ERRORS):
                 raise CheckpointError(f"{where} does not hold a valid {cls.__name__} state: "
-                                      f"{type(exc).__name__}: {_one_line(exc)[:300]}") from None
+                                      f"{type(exc).__name__}: {one_line(exc)[:300]}") from None
             raise
         return trainer
 

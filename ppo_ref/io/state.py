@@ -1,0 +1,249 @@
+"""A trainer's state as arrays: the snapshot of each sub-env's own state, and the vetting of a
+saved state against a fresh trainer's before anything is restored.
+
+Exact resume needs every sub-env's dynamic state (:func:`single_env_state`: the plain attributes
+of each wrapper layer down to the unwrapped env, which covers the classic-control envs and
+gymnasium's standard wrappers; anything else is listed as unsupported, so the caller can say a
+resume will not be exact). A checkpoint is never trusted: :func:`vet_state_arrays` compares its
+arrays with a fresh trainer's (names, dtypes, shapes, finite values, variances >= 0, counts >
+0) before a single value is restored.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Dict
+
+import numpy as np
+
+from ppo_ref._checks import check_same_keys
+from ppo_ref.io.checkpoint import generator_state, set_generator_state
+
+__all__ = ["single_env_state", "restore_single_env_state", "vet_state_arrays", "check_counter",
+           "one_line", "adam_state_to_arrays", "adam_state_from_arrays", "RECENT_EPISODES",
+           "RESTORE_ERRORS"]
+
+RECENT_EPISODES = 100  # how many finished-episode returns a trainer remembers (and saves)
+
+_SKIP_ATTRS = frozenset({"env", "_env", "spec", "_cached_spec", "metadata", "_metadata",
+                         "render_mode", "_action_space", "_observation_space", "action_space",
+                         "observation_space", "_saved_kwargs", "_ezpickle_args",
+                         "_ezpickle_kwargs"})
+
+
+_MISSING = object()
+
+
+def _is_skipped_value(value) -> bool:
+    """Attribute values never saved nor restored: spaces and callables (a Generator is state)."""
+    from gymnasium import Space
+    return isinstance(value, Space) or callable(value) and not isinstance(value, np.random.Generator)
+
+
+def _encode_value(value):
+    """JSON form of a plain attribute value, or raise TypeError when it cannot be saved."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.random.Generator):
+        return {"__generator__": generator_state(value)}
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return {"__scalar__": value.item(), "dtype": str(value.dtype)}
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode_value(v) for v in value]}
+    if isinstance(value, list):
+        return [_encode_value(v) for v in value]
+    raise TypeError(type(value).__name__)
+
+
+def _decode_value(obj, current):
+    """Inverse of :func:`_encode_value`; raises ``ValueError`` for a form it never writes (an
+    array or scalar dtype other than bool/int/uint/float, a malformed entry)."""
+    if isinstance(obj, dict):
+        if "__generator__" in obj:
+            if not isinstance(current, np.random.Generator):
+                current = np.random.default_rng()
+            set_generator_state(current, obj["__generator__"])
+            return current
+        if "__scalar__" in obj or "__ndarray__" in obj:
+            dtype = np.dtype(obj.get("dtype"))
+            if dtype.kind not in "biuf":
+                raise ValueError(f"saved env value has dtype {dtype}; only bool, integer and "
+                                 "float values are restored")
+            if "__scalar__" in obj:
+                return dtype.type(obj["__scalar__"])
+            return np.asarray(obj["__ndarray__"], dtype=dtype)
+        if "__tuple__" in obj:
+            return tuple(_decode_value(v, None) for v in obj["__tuple__"])
+        raise ValueError(f"saved env value {sorted(obj)!r} is not a form ppo_ref writes")
+    if isinstance(obj, list):
+        return [_decode_value(v, None) for v in obj]
+    return obj
+
+
+def _layers(env) -> list:
+    layers = [env]
+    while hasattr(layers[-1], "env") and layers[-1] is not getattr(layers[-1], "unwrapped", None):
+        layers.append(layers[-1].env)
+    return layers
+
+
+def single_env_state(env) -> Dict[str, Any]:
+    """A JSON-safe snapshot of one (wrapped) gymnasium env's plain attributes.
+
+    Walks the wrapper chain down to ``env.unwrapped`` and records, per layer, every instance
+    attribute that is ``None``, a bool/int/float/str, a numeric NumPy scalar or array, a tuple
+    or list of those, or an ``np.random.Generator`` (its bit-generator state). This covers the
+    whole dynamic state of the classic-control envs (``state``, ``steps_beyond_terminated``,
+    ``last_u``, the env's ``np_random``) and of the standard wrappers (``TimeLimit._elapsed_steps``,
+    ``OrderEnforcing._has_reset``). Attributes of other types (simulator handles such as MuJoCo's
+    ``MjData`` or Box2D worlds, renderers) cannot be captured: their ``layer.name`` are listed
+    under ``"unsupported"`` so the caller can warn that a resume will not be exact.
+    """
+    layers_out = []
+    unsupported = []
+    for layer in _layers(env):
+        attrs = {}
+        for name, value in vars(layer).items():
+            if name in _SKIP_ATTRS or _is_skipped_value(value):
+                continue
+            try:
+                attrs[name] = _encode_value(value)
+            except TypeError:
+                if name in ("screen", "clock", "viewer", "window", "renderer"):
+                    continue  # rendering handles: not dynamics state
+                unsupported.append(f"{type(layer).__name__}.{name}")
+        layers_out.append({"class": type(layer).__name__, "attrs": attrs})
+    return {"layers": layers_out, "unsupported": unsupported}
+
+
+def restore_single_env_state(env, state: Dict[str, Any]) -> None:
+    """Write a :func:`single_env_state` snapshot back into ``env`` (same wrapper chain).
+
+    Only attributes the env already has as plain instance attributes are set (never a new
+    attribute, a method, a space, the wrapped env or the spec). Raises ``ValueError`` when the
+    wrapper chain differs from the one that was saved, or the snapshot names any other
+    attribute or holds a value form :func:`single_env_state` never writes.
+    """
+    layers = _layers(env)
+    saved = state["layers"]
+    if [type(l).__name__ for l in layers] != [s["class"] for s in saved]:
+        raise ValueError("env state was saved for wrapper chain "
+                         f"{[s['class'] for s in saved]}, this env has {[type(l).__name__ for l in layers]}")
+    for layer, entry in zip(layers, saved):
+        present = vars(layer)
+        for name, obj in entry["attrs"].items():
+            # only plain attributes the env already has: a saved state never adds attributes,
+            # shadows a method or replaces a space, the wrapped env or the spec
+            current = present.get(name, _MISSING)
+            if current is _MISSING or name in _SKIP_ATTRS or _is_skipped_value(current):
+                raise ValueError(f"saved env state sets {type(layer).__name__}.{name}, which is "
+                                 "not a plain attribute this env has")
+            setattr(layer, name, _decode_value(obj, current))
+
+
+
+# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
+# +-inf); every other float array of a state must be finite.
+_NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
+# arrays of variances (>= 0) and sample counts (> 0) of the state
+_NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var", "collector/episode_length")
+_POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
+#: What a crafted state record can make a restore raise besides ValueError.
+RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
+                   RecursionError, MemoryError, NotImplementedError)
+
+
+def one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def check_counter(state: Dict[str, Any], key: str) -> int:
+    value = state.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"state_json[{key!r}] must be a non-negative integer, got {value!r}")
+    return value
+
+
+def vet_state_arrays(expected: Dict[str, np.ndarray], arrays: Dict[str, np.ndarray]) -> None:
+    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the state whose
+    fresh counterpart is ``expected`` (:meth:`PPOTrainer.state_arrays` of a trainer built with
+    the same settings): the same names; every array with the dtype and shape of its counterpart
+    (``recent_returns``: 1-d float64 of at most ``RECENT_EPISODES``; ``state_json``: 1-d uint8);
+    parameters, Adam moments, LSTM states, observations and normalization statistics finite;
+    second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the episode
+    accumulators and ``recent_returns`` free of NaN."""
+    missing = sorted(set(expected) - set(arrays))
+    extra = sorted(set(arrays) - set(expected))
+    if missing:
+        raise ValueError(f"entries {missing} are missing")
+    if extra:
+        raise ValueError(f"entries {extra} are not part of this trainer's state")
+    for key, want in expected.items():
+        got = arrays[key]
+        if key == "recent_returns":
+            ok = got.dtype == np.float64 and got.ndim == 1 and got.shape[0] <= RECENT_EPISODES
+            want_text = f"float64 (n,) with n <= {RECENT_EPISODES}"
+        elif key == "state_json":
+            ok = got.dtype == np.uint8 and got.ndim == 1
+            want_text = "uint8 (n,)"
+        else:
+            ok = got.dtype == want.dtype and got.shape == want.shape
+            want_text = f"{want.dtype} {want.shape}"
+        if not ok:
+            raise ValueError(f"entry {key!r} is {got.dtype} {got.shape}, expected {want_text}")
+        if got.dtype.kind == "f":
+            bad = np.isnan(got) if key in _NAN_FREE_ONLY else ~np.isfinite(got)
+            if bad.any():
+                raise ValueError(f"entry {key!r} holds {int(bad.sum())} non-finite value(s)")
+        if key.startswith(_NON_NEGATIVE) and (got < 0).any():
+            raise ValueError(f"entry {key!r} holds negative values (a variance, second moment "
+                             "or length is >= 0)")
+        if key.startswith(_POSITIVE) and not (got > 0).all():
+            raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
+
+
+def adam_state_to_arrays(state: dict) -> Dict[str, np.ndarray]:
+    """Flatten an Adam state into ``{str: ndarray}`` for an npz checkpoint (no pickling).
+
+    Layout: ``"t"`` -> 0-d int64 array; ``"m." + name`` and ``"v." + name`` -> the moment arrays
+    (copies). Parameter names may themselves contain dots; only the first dot is a separator.
+    Inverse: :func:`adam_state_from_arrays`.
+    """
+    if not isinstance(state, Mapping) or not {"t", "m", "v"} <= set(state):
+        raise ValueError("state must be an Adam state from adam_init (keys 't', 'm', 'v')")
+    for moment in ("m", "v"):
+        if not isinstance(state[moment], Mapping):
+            raise ValueError(f"state['{moment}'] must be a dict of arrays, got "
+                             f"{type(state[moment]).__name__}")
+    check_same_keys(state["m"], "state['m']", state["v"], "state['v']")
+    out: Dict[str, np.ndarray] = {"t": np.asarray(int(state["t"]), dtype=np.int64)}
+    for k in state["m"]:
+        out["m." + k] = np.array(state["m"][k], copy=True)
+        out["v." + k] = np.array(state["v"][k], copy=True)
+    return out
+
+
+def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
+    """Rebuild an Adam state from :func:`adam_state_to_arrays` output (bit exact).
+
+    Raises:
+        ValueError: ``"t"`` missing or not a non-negative integer, a key without the ``m.``/``v.``
+            prefix, or a moment present in ``m`` but not in ``v`` (or vice versa).
+    """
+    if not isinstance(arrays, Mapping) or "t" not in arrays:
+        raise ValueError("arrays must be a dict holding 't' and 'm.<name>'/'v.<name>' entries")
+    t_arr = np.asarray(arrays["t"])
+    if t_arr.shape != () or not np.issubdtype(t_arr.dtype, np.integer) or int(t_arr) < 0:
+        raise ValueError(f"arrays['t'] must be a non-negative integer scalar, got {t_arr!r}")
+    m: Dict[str, np.ndarray] = {}
+    v: Dict[str, np.ndarray] = {}
+    for key, value in arrays.items():
+        if key == "t":
+            continue
+        prefix, _, name = key.partition(".")
+        if prefix not in ("m", "v") or not name:
+            raise ValueError(f"arrays has unexpected key {key!r} (expected 't', 'm.<name>', 'v.<name>')")
+        (m if prefix == "m" else v)[name] = np.array(value, copy=True)
+    check_same_keys(m, "first moments (m.*)", v, "second moments (v.*)")
+    return {"t": int(t_arr), "m": m, "v": v}
