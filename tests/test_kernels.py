@@ -247,6 +247,8 @@ def test_fast_twins_equal_the_spec_functions(traj, gamma, lam, bar, opts):
 
 
 def test_backend_is_checked():
+    """The old ppo_ref.kernels layer (deleted at the switch with this test) checks backend."""
+    from ppo_ref.kernels import gae, vtrace
     z = np.zeros(3)
     for call in (lambda b: gae(z, z, z, z, 0.0, gamma=0.9, gae_lambda=0.9, backend=b),
                  lambda b: vtrace(z, z, z, z, z, z, 0.0, gamma=0.9, backend=b)):
