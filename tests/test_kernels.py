@@ -5,9 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oracles import gae_oracle, vtrace_oracle
-from ppo_ref import gae, vtrace
-from ppo_ref.kernels._inputs import prepare_trajectory
-from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion
+from ppo_ref.spec.advantages import gae, vtrace
 
 TRUNCATIONS = ["bootstrap", "terminate", "ignore"]
 
@@ -186,44 +184,6 @@ def test_sb3_reward_folding_equals_truncation_bootstrap(traj, gamma, lam):
     np.testing.assert_allclose(pg_sb3, pg, **tol)
 
 
-@pytest.mark.skipif(not hasattr(gae_recursion, "py_func"), reason="NUMBA_DISABLE_JIT=1")
-@settings(max_examples=15)
-@given(trajectories(max_T=12), unit, unit, bars, options)
-def test_compiled_loops_equal_spec_loops(traj, gamma, lam, bar, opts):
-    """The compiled loops (njit of the spec functions) give the bits of the spec functions
-    themselves, run as plain Python (.py_func is the spec function)."""
-    inputs = prepare_trajectory({"rewards": traj["rewards"], "values": traj["values"]},
-                                traj["terminated"], traj["truncated"], traj["last_values"],
-                                traj["final_values"], opts["truncation"],
-                                opts["bootstrap_terminal_last_row"])
-    s = inputs.dtype.type
-    common = (inputs.terminated, inputs.truncated, inputs.last_values, inputs.final_values)
-    out = [np.empty_like(inputs.arrays["rewards"]) for _ in range(4)]
-    shape = inputs.arrays["rewards"].shape
-    # per-step arrays (a constant one, and one with a different number on every row)
-    gammas = np.full(shape, s(gamma)) * np.linspace(1.0, 0.5, shape[0], dtype=inputs.dtype)[:, None]
-    lams = np.full(shape, s(lam))
-    args = (inputs.arrays["rewards"], inputs.arrays["values"], *common, gammas,
-            (gammas * lams).astype(inputs.dtype), inputs.truncation_mode,
-            inputs.bootstrap_terminal_last_row)
-    gae_recursion(*args, out[0], out[1])
-    gae_recursion.py_func(*args, out[2], out[3])
-    np.testing.assert_array_equal(out[0], out[2])
-    np.testing.assert_array_equal(out[1], out[3])
-
-    mu = np.ascontiguousarray(np.reshape(traj["behaviour_log_probs"], out[0].shape), inputs.dtype)
-    pi = np.ascontiguousarray(np.reshape(traj["target_log_probs"], out[0].shape), inputs.dtype)
-    with np.errstate(over="ignore"):
-        ratios = np.exp(pi - mu)
-    args = (ratios, inputs.arrays["rewards"], inputs.arrays["values"], *common, gammas, s(bar),
-            s(bar), s(bar), lams, np.full(shape, s(1.0 - lam)), inputs.truncation_mode,
-            inputs.bootstrap_terminal_last_row)
-    vtrace_recursion(*args, out[0], out[1])
-    vtrace_recursion.py_func(*args, out[2], out[3])
-    np.testing.assert_array_equal(out[0], out[2])
-    np.testing.assert_array_equal(out[1], out[3])
-
-
 # --- an analytic chain under a time limit ---------------------------------------------------
 
 @pytest.mark.parametrize("truncation", TRUNCATIONS)
@@ -256,48 +216,39 @@ def test_time_limited_chain_value_reaches_geometric_sum_only_with_bootstrap(trun
         assert v < 0.7 * true_value
 
 
-# --- the two backends of the public wrappers ------------------------------------------------
-
-def test_compiled_loops_are_the_spec_functions():
-    """The compiled tier compiles the spec loops themselves: no second copy."""
-    from ppo_ref.fast import advantages as _kernels
-    from ppo_ref.spec import advantages, masks
-    if not hasattr(gae_recursion, "py_func"):
-        pytest.skip("NUMBA_DISABLE_JIT=1")
-    assert _kernels.gae_recursion.py_func is advantages.gae_recursion
-    assert _kernels.vtrace_recursion.py_func is advantages.vtrace_recursion
-    assert _kernels.log_ratios.py_func is advantages.log_ratios
-    assert _kernels.transition_masks_loop.py_func is masks.transition_masks_loop
-    assert _kernels.episode_starts_loop.py_func is masks.episode_starts_loop
-
+# --- the two tiers of the public functions ------------------------------------------------
 
 @settings(max_examples=15)
 @given(trajectories(max_T=12), unit, unit, bars, options)
-def test_spec_backend_equals_fast_backend_and_oracle(traj, gamma, lam, bar, opts):
-    """backend="spec" (the loops interpreted) and "fast" (compiled) give the same bits, and
-    both the slow oracle's values."""
-    from ppo_ref import episode_starts
-    from ppo_ref.kernels import transition_masks
-    fast = gae(*gae_args(traj), gamma=gamma, gae_lambda=lam, **opts)
-    spec = gae(*gae_args(traj), gamma=gamma, gae_lambda=lam, **opts, backend="spec")
+def test_fast_twins_equal_the_spec_functions(traj, gamma, lam, bar, opts):
+    """The spec functions (the loops interpreted) and their compiled twins give the same bits
+    (dtypes included)."""
+    from ppo_ref.fast import advantages as fast_adv, masks as fast_masks
+    from ppo_ref.spec import advantages as spec_adv, masks as spec_masks
+    fast = fast_adv.gae(*gae_args(traj), gamma=gamma, gae_lambda=lam, **opts)
+    spec = spec_adv.gae(*gae_args(traj), gamma=gamma, gae_lambda=lam, **opts)
     for f, s in zip(fast, spec):
         assert f.dtype == s.dtype
         np.testing.assert_array_equal(f, s)
     kw = dict(gamma=gamma, rho_bar=bar, c_bar=bar, lambda_=lam, **opts)
-    fast = vtrace(*vtrace_args(traj), **kw)
-    spec = vtrace(*vtrace_args(traj), **kw, backend="spec")
+    fast = fast_adv.vtrace(*vtrace_args(traj), **kw)
+    spec = spec_adv.vtrace(*vtrace_args(traj), **kw)
+    assert type(fast) is type(spec) is spec_adv.VTraceReturns
     for f, s in zip(fast, spec):
+        assert f.dtype == s.dtype
         np.testing.assert_array_equal(f, s)
     term, trunc = traj["terminated"], traj["truncated"]
     initial = np.ones(np.shape(term)[1:], bool)
-    np.testing.assert_array_equal(episode_starts(term, trunc, initial),
-                                  episode_starts(term, trunc, initial, backend="spec"))
-    for f, s in zip(transition_masks(term, trunc, opts["truncation"]),
-                    transition_masks(term, trunc, opts["truncation"], backend="spec")):
+    np.testing.assert_array_equal(fast_masks.episode_starts(term, trunc, initial),
+                                  spec_masks.episode_starts(term, trunc, initial))
+    for f, s in zip(fast_masks.transition_masks(term, trunc, opts["truncation"]),
+                    spec_masks.transition_masks(term, trunc, opts["truncation"])):
         np.testing.assert_array_equal(f, s)
 
 
 def test_backend_is_checked():
+    """The old ppo_ref.kernels layer (deleted at the switch with this test) checks backend."""
+    from ppo_ref.kernels import gae, vtrace
     z = np.zeros(3)
     for call in (lambda b: gae(z, z, z, z, 0.0, gamma=0.9, gae_lambda=0.9, backend=b),
                  lambda b: vtrace(z, z, z, z, z, z, 0.0, gamma=0.9, backend=b)):

@@ -6,7 +6,7 @@ expected values are exact, the comparison tolerance only covers exp/log round tr
 import numpy as np
 import pytest
 
-from ppo_ref import gae, vtrace
+from ppo_ref.spec.advantages import gae, vtrace
 
 # ---------------------------------------------------------------------------------------------
 # GAE, one env, T = 4, gamma = 0.5, gae_lambda = 0.5 (so gamma * lambda = 0.25)

@@ -5,8 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from oracles import episode_starts_oracle
-from ppo_ref import episode_starts
-from ppo_ref.kernels import transition_masks
+from ppo_ref.spec.masks import episode_starts, transition_masks
 
 
 @st.composite

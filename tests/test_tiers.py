@@ -44,6 +44,89 @@ ROWS: Dict[Tuple[str, str], List[Case]] = {}
 
 # --- masks, advantages -------------------------------------------------------------------------
 
+def _flags(rng, shape, p_term=0.15, p_trunc=0.15):
+    return rng.random(shape) < p_term, rng.random(shape) < p_trunc
+
+
+def _trajectory(rng, shape=(17, 5), dtype=np.float64):
+    term, trunc = _flags(rng, shape)
+    term.reshape(shape[0], -1)[-1, 0] = trunc.reshape(shape[0], -1)[-2, 0] = True  # late flags
+    term.reshape(shape[0], -1)[3, 0] = trunc.reshape(shape[0], -1)[3, 0] = True  # both on a step
+    f = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    return dict(behaviour_log_probs=f(*shape) - 1.0, target_log_probs=f(*shape) - 1.0,
+                rewards=f(*shape), values=f(*shape), terminated=term, truncated=trunc,
+                last_values=f(*shape[1:]), final_values=f(*shape))
+
+
+def _gae_case(dtype=np.float64, one_env=False, **given):
+    def run(m, rng):
+        options = dict(given)
+        t = _trajectory(rng, (23,) if one_env else (17, 5), dtype)
+        del t["behaviour_log_probs"], t["target_log_probs"]
+        if one_env:
+            t["last_values"] = dtype(t["last_values"])
+        gamma = options.pop("gamma", 0.99)
+        if isinstance(gamma, str):  # one discount per step
+            gamma = rng.uniform(0.8, 1.0, t["rewards"].shape[0])
+        return m.gae(**t, gamma=gamma, gae_lambda=options.pop("gae_lambda", 0.95), **options)
+    return run
+
+
+def _vtrace_case(dtype=np.float64, **given):
+    def run(m, rng):
+        options = dict(given)
+        t = _trajectory(rng, dtype=dtype)
+        lambda_ = options.pop("lambda_", 1.0)
+        if isinstance(lambda_, str):  # one lambda per step and env
+            lambda_ = rng.uniform(0.5, 1.0, t["rewards"].shape)
+        out = m.vtrace(**t, gamma=0.99, lambda_=lambda_, **options)
+        assert type(out).__name__ == "VTraceReturns"
+        return out
+    return run
+
+
+def _episode_starts_case(shape, scalar_initial=False):
+    def run(m, rng):
+        term, trunc = _flags(rng, shape, 0.3, 0.2)
+        initial = True if scalar_initial else rng.random(shape[1:]) < 0.5
+        return m.episode_starts(term, trunc, initial)
+    return run
+
+
+def _transition_masks_case(truncation):
+    def run(m, rng):
+        term, trunc = _flags(rng, (13, 4), 0.3, 0.3)
+        return tuple(m.transition_masks(term.astype(np.int8), trunc, truncation))
+    return run
+
+
+ROWS[("masks", "episode_starts")] = [
+    Case("T_N", _episode_starts_case((19, 6)), **BITS),
+    Case("T_only", _episode_starts_case((19,), scalar_initial=True), **BITS),
+    Case("scalar_initial", _episode_starts_case((7, 3), scalar_initial=True), **BITS),
+    Case("empty", _episode_starts_case((0, 3)), **BITS),
+]
+ROWS[("masks", "transition_masks")] = [
+    Case(mode, _transition_masks_case(mode), **BITS)
+    for mode in ("bootstrap", "terminate", "ignore")]
+ROWS[("advantages", "gae")] = [
+    Case("float64", _gae_case(), **BITS),
+    Case("float32", _gae_case(np.float32), **BITS),
+    Case("one_env", _gae_case(one_env=True), **BITS),
+    Case("terminate", _gae_case(truncation="terminate"), **BITS),
+    Case("ignore_thrust_last_row", _gae_case(truncation="ignore",
+                                             bootstrap_terminal_last_row=True), **BITS),
+    Case("per_step_gamma", _gae_case(gamma="per_step", gae_lambda=0.0), **BITS),
+]
+ROWS[("advantages", "vtrace")] = [
+    Case("float64", _vtrace_case(), **BITS),
+    Case("float32", _vtrace_case(np.float32), **BITS),
+    Case("bars_lambda", _vtrace_case(rho_bar=0.8, c_bar=1.3, pg_rho_bar=2.0, lambda_=0.9),
+         **BITS),
+    Case("per_step_lambda_terminate", _vtrace_case(lambda_="per_step", truncation="terminate"),
+         **BITS),
+]
+
 # --- distributions -----------------------------------------------------------------------------
 
 # --- losses, optim -----------------------------------------------------------------------------

@@ -1,43 +1,53 @@
-"""The compiled tier of the advantages and masks: ``njit`` of the readable loops, no copy.
+"""The compiled twins of :mod:`ppo_ref.spec.advantages`: the same validation, the spec's
+recursions compiled (``njit`` of the very functions), bit for bit.
 
-Every loop here is a function of :mod:`ppo_ref.spec.masks` or :mod:`ppo_ref.spec.advantages`
-compiled as it is written there (``njit(spec_function)``), so the compiled and the readable tier
-are one definition and agree bit for bit (``tests/test_kernels.py`` runs both):
-
-* :data:`gae_recursion` equals :func:`ppo_ref.spec.advantages.gae_recursion` bit for bit;
-* :data:`vtrace_recursion` equals :func:`ppo_ref.spec.advantages.vtrace_recursion` bit for bit;
-* :data:`log_ratios` equals :func:`ppo_ref.spec.advantages.log_ratios` bit for bit;
-* :data:`transition_masks_loop` equals :func:`ppo_ref.spec.masks.transition_masks_loop` bit
-  for bit;
-* :data:`episode_starts_loop` equals :func:`ppo_ref.spec.masks.episode_starts_loop` bit for bit.
-
-The public, validating wrappers are :mod:`ppo_ref.kernels` (``masks.py``, ``gae.py``,
-``vtrace.py``); their ``backend="spec"`` runs the ``py_func`` of the functions below (the spec
-function itself).
+* :func:`gae` equals :func:`ppo_ref.spec.advantages.gae` bit for bit;
+* :func:`vtrace` equals :func:`ppo_ref.spec.advantages.vtrace` bit for bit.
 
 The scalar helpers the loops call (:func:`ppo_ref.spec.masks.transition_flags`,
 :func:`ppo_ref.spec.advantages.finite_sum`, :func:`ppo_ref.spec.advantages.next_value`) are
-registered with numba's ``register_jitable``:
-compiled code calling them gets a compiled version, plain Python keeps calling the function.
-Compiled code is cached by :func:`ppo_ref._numba.njit`, whose cache entries are invalidated by
-any edit of any package source (so an edit of spec/masks.py recompiles these loops too).
+registered with numba's ``register_jitable``: compiled code calling them gets a compiled
+version, plain Python keeps calling the functions themselves.
 """
 from numba.extending import register_jitable
 
 from ppo_ref._numba import NJIT_OPTIONS, njit
-from ppo_ref.spec import advantages as _spec_advantages
+from ppo_ref.spec import advantages as _spec
 from ppo_ref.spec import masks as _spec_masks
+from ppo_ref.spec.advantages import VTraceReturns
 
-__all__ = ["gae_recursion", "vtrace_recursion", "log_ratios",
-           "transition_masks_loop", "episode_starts_loop"]
+__all__ = ["gae", "vtrace", "VTraceReturns"]
 
-# the helpers, usable from compiled code (the spec functions themselves are returned unchanged)
-register_jitable(**NJIT_OPTIONS)(_spec_masks.transition_flags)
-register_jitable(**NJIT_OPTIONS)(_spec_advantages.finite_sum)
-register_jitable(**NJIT_OPTIONS)(_spec_advantages.next_value)
+for _helper in (_spec_masks.transition_flags, _spec.finite_sum, _spec.next_value):
+    register_jitable(**NJIT_OPTIONS)(_helper)
+del _helper
 
-gae_recursion = njit(_spec_advantages.gae_recursion)
-vtrace_recursion = njit(_spec_advantages.vtrace_recursion)
-log_ratios = njit(_spec_advantages.log_ratios)
-transition_masks_loop = njit(_spec_masks.transition_masks_loop)
-episode_starts_loop = njit(_spec_masks.episode_starts_loop)
+_gae_recursion = njit(_spec.gae_recursion)
+_vtrace_recursion = njit(_spec.vtrace_recursion)
+_log_ratios = njit(_spec.log_ratios)
+
+
+def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,
+        gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
+    """:func:`ppo_ref.spec.advantages.gae` with the recursion compiled; bit for bit."""
+    return _spec.run_gae(_gae_recursion, rewards, values, terminated, truncated, last_values,
+                         final_values, gamma, gae_lambda, truncation, bootstrap_terminal_last_row)
+
+
+def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,
+           last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0, pg_rho_bar=None,
+           lambda_=1.0, truncation="bootstrap", bootstrap_terminal_last_row=False):
+    """:func:`ppo_ref.spec.advantages.vtrace` with the loops compiled; bit for bit."""
+    return _spec.run_vtrace(_vtrace_recursion, _log_ratios, behaviour_log_probs,
+                            target_log_probs, rewards, values, terminated, truncated,
+                            last_values, final_values, gamma, rho_bar, c_bar, pg_rho_bar,
+                            lambda_, truncation, bootstrap_terminal_last_row)
+
+
+# -- old names, kept importable until the switch (then to delete): validation/bench_kernels.py,
+#    tests/test_tiers_old.py and ppo_ref/fast/__init__.FAST_FUNCTIONS name the compiled loops so
+gae_recursion = _gae_recursion
+vtrace_recursion = _vtrace_recursion
+log_ratios = _log_ratios
+from ppo_ref.fast.masks import (  # noqa: E402
+    _episode_starts_loop as episode_starts_loop, _transition_masks_loop as transition_masks_loop)

@@ -4,9 +4,9 @@
 * :func:`gae`: Generalized Advantage Estimation -> ``(advantages, returns)``.
 * :func:`vtrace`: V-trace -> :class:`VTraceReturns` ``(vs, pg_advantages)``.
 
-Each validates its arguments and runs a loop of :mod:`ppo_ref.spec.advantages` or
-:mod:`ppo_ref.spec.masks`, compiled (``backend="fast"``, the default) or as plain Python
-(``backend="spec"``): one definition, the same bits.
+Thin layers (kept until the switch, then deleted) over the public functions of
+:mod:`ppo_ref.spec.advantages` and :mod:`ppo_ref.spec.masks` (``backend="spec"``) and their
+compiled twins in :mod:`ppo_ref.fast` (``backend="fast"``, the default): the same bits.
 """
 from ppo_ref.kernels.gae import gae
 from ppo_ref.kernels.masks import TransitionMasks, episode_starts, transition_masks

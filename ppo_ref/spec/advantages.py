@@ -11,15 +11,16 @@ Both take time-major ``[T, N]`` arrays (row ``t``, env ``n``) and run backward o
 
 and the trace is cut after every ``done[t] = terminated[t] or truncated[t]``.
 
-These functions are written in the subset of Python that numba compiles: the compiled tier
-(``ppo_ref.fast.advantages``) is ``njit`` of these very functions, and the public,
-validating wrappers ``ppo_ref.gae`` and ``ppo_ref.vtrace`` run either that (``backend="fast"``)
-or the function below as plain Python (``backend="spec"``), with the same bits. No float
-literal appears in the arithmetic: every scalar is passed in with the arrays' dtype, so float32
-arrays are computed in float32 in both modes. The discount and the lambda are per-step arrays
-``gammas[t, n]`` and ``gamma_lambdas[t, n]`` (rlax's ``discount_t`` and ``lambda_`` arrays); the
-wrappers broadcast a scalar ``gamma``/``gae_lambda`` into them, so a constant discount is the
-special case every row of which holds the same number.
+The public functions :func:`gae` and :func:`vtrace` validate their arguments and run the
+recursions :func:`gae_recursion` and :func:`vtrace_recursion` as plain Python. The recursions are
+written in the subset of Python that numba compiles: the twins in :mod:`ppo_ref.fast.advantages`
+run the same validation (:func:`run_gae`, :func:`run_vtrace`) and ``njit`` of these very
+functions, with the same bits. No float literal appears in the arithmetic: every scalar is
+passed in with the arrays' dtype, so float32 arrays are computed in float32 on both tiers. The
+discount and the lambda are per-step arrays ``gammas[t, n]`` and ``gamma_lambdas[t, n]`` (rlax's
+``discount_t`` and ``lambda_`` arrays); :func:`gae` and :func:`vtrace` broadcast a scalar
+``gamma``/``gae_lambda`` into them, so a constant discount is the special case every row of
+which holds the same number.
 
 Sources: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
 Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (11)-(16); Espeholt et al.,
@@ -27,8 +28,15 @@ Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (11)-(16); 
 ``lambda_`` of DeepMind's rlax ``vtrace_td_error_and_advantage``.
 """
 import math
+from typing import NamedTuple, Optional
 
-from ppo_ref.spec.masks import transition_flags
+import numpy as np
+
+from ppo_ref._checks import (as_flag_array, as_float_array, check_choice, check_positive,
+                             check_same_shape, check_unit_interval, result_dtype)
+from ppo_ref.spec.masks import TRUNCATION_MODES, transition_flags
+
+__all__ = ["gae", "vtrace", "VTraceReturns"]
 
 
 def finite_sum(a, b, c):
@@ -173,3 +181,356 @@ def vtrace_recursion(ratios, rewards, values, terminated, truncated, last_values
             pg_advantages[t, n] = pg_advantage
             all_finite &= finite_sum(reward, final_value, v_s + pg_advantage)  # (v_s has value)
     return all_finite
+
+
+# --------------------------------------------------------------------------------------------
+# validation, shared by the public functions of both tiers
+
+FINAL_VALUES_REQUIRED = "final_values is required: truncated has True entries"
+
+
+class TrajectoryInputs(NamedTuple):
+    """Validated inputs, all 2-D ``[T, N]`` (``last_values``: ``[N]``), C-contiguous."""
+
+    dtype: np.dtype
+    one_env: bool               # the caller passed [T] arrays: squeeze the results back
+    arrays: dict                # name -> [T, N] float array of ``dtype`` (finiteness unchecked)
+    given: dict                 # name -> the [T]/[T, N] float argument as the caller passed it
+    terminated: np.ndarray      # [T, N] bool
+    truncated: np.ndarray       # [T, N] bool
+    last_values: np.ndarray     # [N] of ``dtype``
+    final_values: np.ndarray    # [T, N] of ``dtype`` (``values`` when not given: never read)
+    truncation_mode: int
+    bootstrap_terminal_last_row: bool
+
+
+def _counts_for_dtype(raw) -> bool:
+    """Whether ``raw`` takes part in the float32/float64 decision: arrays and NumPy scalars of
+    a floating dtype do, Python scalars never."""
+    if isinstance(raw, (bool, int, float)) and not isinstance(raw, np.generic):
+        return False  # (np.float64 subclasses float, but it is a NumPy scalar: it counts)
+    return np.asarray(raw).dtype.kind == "f"  # floating
+
+
+def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
+                       final_values: Optional[object], truncation: str,
+                       bootstrap_terminal_last_row) -> TrajectoryInputs:
+    """Validate and convert the trajectory arguments of :func:`gae` / :func:`vtrace` into
+    C-contiguous ``[T, N]`` arrays of one float dtype and bool flags; ``float_inputs`` maps
+    names to ``[T]``/``[T, N]`` arrays, the reference shape is that of
+    ``float_inputs["rewards"]``. Raises ``ValueError`` naming the argument.
+
+    Finiteness of the ``[T, N]`` float arrays is the one check not made here: the recursions
+    fold it into their loop and return a flag; on False the caller calls
+    :func:`explain_not_finite`, which names the argument."""
+    check_choice(truncation, "truncation", tuple(TRUNCATION_MODES))
+    if not isinstance(bootstrap_terminal_last_row, (bool, np.bool_)):
+        raise ValueError("bootstrap_terminal_last_row must be a bool, got "
+                         f"{bootstrap_terminal_last_row!r}")
+
+    converted = {name: as_float_array(x, name, ndim=(1, 2), allow_nonfinite=True)
+                 for name, x in float_inputs.items()}
+    shape = converted["rewards"].shape
+    for name, arr in converted.items():
+        check_same_shape(arr, name, shape, "rewards")
+    term = as_flag_array(terminated, "terminated", ndim=(1, 2))
+    check_same_shape(term, "terminated", shape, "rewards")
+    trunc = as_flag_array(truncated, "truncated", ndim=(1, 2))
+    check_same_shape(trunc, "truncated", shape, "rewards")
+
+    last = as_float_array(last_values, "last_values")
+    if last.shape != shape[1:]:
+        kind = "a scalar" if len(shape) == 1 else f"shape {shape[1:]} (one per env)"
+        raise ValueError(f"last_values must be {kind} for rewards of shape {shape}, "
+                         f"got shape {last.shape}")
+    final = None
+    if final_values is not None:
+        final = as_float_array(final_values, "final_values", ndim=(1, 2), allow_nonfinite=True)
+        check_same_shape(final, "final_values", shape, "rewards")
+    elif truncation == "bootstrap" and np.any(trunc & ~term):
+        raise ValueError(FINAL_VALUES_REQUIRED)
+
+    raws = list(float_inputs.values()) + [last_values, final_values]
+    convs = list(converted.values()) + [last, final]
+    dtype = result_dtype(*[c for r, c in zip(raws, convs)
+                           if r is not None and _counts_for_dtype(r)])
+
+    one_env = len(shape) == 1
+    two_d = (shape[0], 1) if one_env else shape
+
+    def fit(a):
+        return np.ascontiguousarray(a.reshape(two_d), dtype=dtype)
+
+    arrays = {name: fit(a) for name, a in converted.items()}
+    with np.errstate(over="ignore"):  # only a Python float can overflow on this cast
+        last_fit = np.ascontiguousarray(last.reshape(two_d[1:]), dtype=dtype)
+    if not np.isfinite(last_fit).all():
+        raise ValueError(f"last_values must be finite in {dtype}: got {last_values!r}")
+    given = dict(float_inputs, last_values=last_values)
+    if final_values is not None:
+        given["final_values"] = final_values
+    return TrajectoryInputs(
+        dtype=dtype, one_env=one_env, arrays=arrays, given=given,
+        terminated=np.ascontiguousarray(term.reshape(two_d)),
+        truncated=np.ascontiguousarray(trunc.reshape(two_d)),
+        last_values=last_fit,
+        final_values=arrays["values"] if final is None else fit(final),
+        truncation_mode=TRUNCATION_MODES[truncation],
+        bootstrap_terminal_last_row=bool(bootstrap_terminal_last_row))
+
+
+def explain_not_finite(inputs: TrajectoryInputs, names, results: dict) -> None:
+    """Called when a recursion's finiteness flag is False (never on good input): raises
+    ``ValueError`` naming the first of ``names`` (arguments the loop read) that holds inf or
+    nan, with its index; otherwise, if one of ``results`` (name -> array) is not finite, a
+    ``ValueError`` saying that finite inputs overflowed the dtype. Returns when everything is
+    finite (the loop's check can give a false alarm on huge finite numbers)."""
+    for name in names:
+        if name in inputs.given:
+            as_float_array(inputs.given[name], name)  # raises, naming the argument
+    for name, result in results.items():
+        if not np.isfinite(result).all():
+            given = ", ".join(n for n in ("rewards", "values", "final_values", "last_values")
+                              if n in inputs.given)
+            raise ValueError(f"{name} overflow {inputs.dtype}: {given} are too large in magnitude")
+
+
+def _finish(inputs: TrajectoryInputs, *outputs: np.ndarray):
+    """Reshape ``[T, 1]`` results back to ``[T]`` when the caller passed one env."""
+    if inputs.one_env:
+        return tuple(o.reshape(o.shape[0]) for o in outputs)
+    return outputs
+
+
+def per_step_unit_interval(value, name: str, shape) -> np.ndarray:
+    """A per-step parameter in [0, 1] (``gamma``, ``gae_lambda``, ``lambda_``) as a C-contiguous
+    float64 ``[T, N]`` array for the trajectory shape ``shape`` (``(T,)`` or ``(T, N)``, as the
+    caller passed ``rewards``).
+
+    ``value`` is a scalar (every step the same), an array of the shape of ``rewards`` (one
+    number per step and env, rlax's ``discount_t``/``lambda_``), or for ``[T, N]`` trajectories
+    a ``[T]`` array (one number per row, shared by the envs). Raises ``ValueError`` naming
+    ``name`` for another shape, a non-finite entry or an entry outside [0, 1].
+    """
+    two_d = (shape[0], 1) if len(shape) == 1 else tuple(shape)
+    if np.ndim(value) == 0:
+        return np.full(two_d, check_unit_interval(value, name), dtype=np.float64)
+    arr = as_float_array(value, name, ndim=(1, 2)).astype(np.float64)
+    if arr.shape == tuple(shape):
+        arr = arr.reshape(two_d)
+    elif len(shape) == 2 and arr.shape == (shape[0],):
+        arr = np.repeat(arr[:, None], shape[1], axis=1)
+    else:
+        extra = f" or ({shape[0]},)" if len(shape) == 2 else ""
+        raise ValueError(f"{name} must be a scalar or an array of shape {tuple(shape)}{extra} "
+                         f"(one per step), got shape {arr.shape}")
+    bad = ~((arr >= 0.0) & (arr <= 1.0))
+    if np.any(bad):
+        i = tuple(int(j) for j in np.argwhere(bad)[0])
+        raise ValueError(f"{name} must be in [0, 1] at every step, got {arr[i]} at index {i}")
+    return np.ascontiguousarray(arr)
+
+
+# --------------------------------------------------------------------------------------------
+# the public functions
+
+
+def run_gae(recursion, rewards, values, terminated, truncated, last_values, final_values,
+            gamma, gae_lambda, truncation, bootstrap_terminal_last_row):
+    """:func:`gae` with its recursion given: :func:`gae_recursion` itself, or its compiled twin
+    (:func:`ppo_ref.fast.advantages.gae`). Validates every argument, runs ``recursion`` on the
+    prepared ``[T, N]`` arrays and returns ``(advantages, returns)``."""
+    inputs = prepare_trajectory({"rewards": rewards, "values": values}, terminated, truncated,
+                                last_values, final_values, truncation, bootstrap_terminal_last_row)
+    r, v = inputs.arrays["rewards"], inputs.arrays["values"]
+    shape = r.shape[:1] if inputs.one_env else r.shape
+    gammas = per_step_unit_interval(gamma, "gamma", shape)
+    lambdas = per_step_unit_interval(gae_lambda, "gae_lambda", shape)
+    advantages = np.empty(r.shape, dtype=inputs.dtype)
+    returns = np.empty(r.shape, dtype=inputs.dtype)
+    if r.shape[0] > 0:
+        dtype = inputs.dtype
+        all_finite = recursion(r, v, inputs.terminated, inputs.truncated, inputs.last_values,
+                               inputs.final_values, gammas.astype(dtype, copy=False),
+                               (gammas * lambdas).astype(dtype),
+                               inputs.truncation_mode, inputs.bootstrap_terminal_last_row,
+                               advantages, returns)
+        if not all_finite:
+            explain_not_finite(inputs, ("rewards", "values", "final_values"),
+                               {"advantages": advantages, "returns": returns})
+    return _finish(inputs, advantages, returns)
+
+
+def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,
+        gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
+    r"""Generalized Advantage Estimation: advantages and lambda-returns.
+
+    Per env, backward over ``t = T-1 .. 0`` (:func:`gae_recursion`)::
+
+        next_value[t] = 0                 if terminated[t]
+                      = final_values[t]   elif truncated[t]
+                      = values[t+1]       elif t < T-1
+                      = last_values       otherwise
+        delta[t] = rewards[t] + gamma[t] * next_value[t] - values[t]
+        A[t]     = delta[t] + gamma[t] * gae_lambda[t] * (1 - done[t]) * A[t+1]     (A[T] = 0)
+        returns[t] = A[t] + values[t]
+
+    with ``done = terminated or truncated``. Unrolled, ``A[t]`` is Schulman et al. (2016)
+    eq. (16), :math:`\sum_l (\gamma\lambda)^l \delta_{t+l}`, summed up to the end of the episode
+    (or of the rollout). ``returns`` are the TD(lambda) returns used as the value target.
+
+    Args:
+        rewards: ``[T, N]`` (or ``[T]`` for one env) float32/float64, reward of the action at t.
+        values: same shape, ``V(obs[t])`` recorded at collection.
+        terminated: same shape, bool or 0/1: a true terminal state was reached (no bootstrap).
+        truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``);
+            termination wins when both are set.
+        last_values: ``[N]`` (scalar for ``[T]`` input): ``V(obs[T])``, after the last step.
+        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, used only where step t truncated
+            without terminating (put 0 elsewhere; every entry must be finite). Required when
+            such a step exists (and ``truncation="bootstrap"``).
+        gamma: discount in [0, 1]: a scalar, or one per step: an array shaped like ``rewards``
+            (or ``[T]`` for ``[T, N]`` rewards, shared by the envs), as rlax's ``discount_t``
+            (there ``discount_t = 0`` also marks a terminal; here the flags do that).
+        gae_lambda: GAE lambda in [0, 1] (0: one-step TD, 1: Monte Carlo with bootstrap): a
+            scalar or one per step, shaped as ``gamma`` may be (rlax's ``lambda_`` array).
+            ``gamma[t] * gae_lambda[t]`` is formed in float64 and rounded once to the result
+            dtype.
+        truncation: convention option (keyword-only). ``"bootstrap"`` (SB3, the default),
+            ``"terminate"`` (CleanRL: truncation treated as termination, no bootstrap) or
+            ``"ignore"`` (thrust-rl 0.4: the truncated flag is not read; the next row's value
+            is bootstrapped and the trace runs on).
+        bootstrap_terminal_last_row: convention option (keyword-only). ``True`` reproduces
+            thrust-rl 0.4, where a terminal transition on the last row still bootstraps
+            ``last_values``. Default ``False``.
+
+    Returns:
+        ``(advantages, returns)``, each with the shape of ``rewards``; float32 when every float
+        array given is float32 (Python scalars do not count), float64 otherwise. Same units as
+        ``rewards``. Empty arrays when T = 0.
+
+    Raises:
+        ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
+            ``rewards``, a non-finite entry (with its index), a flag not bool/0/1,
+            ``gamma``/``gae_lambda`` outside [0, 1] (or an array of another shape), an unknown
+            option, or a missing ``final_values`` ("final_values is required: truncated has
+            True entries"); also finite inputs so large that a result overflows the dtype
+            (never inf or nan out).
+
+    Source: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
+    Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (16); truncation
+    bootstrap as in Stable-Baselines3 (Pardo et al. 2018, "Time Limits in Reinforcement
+    Learning", arXiv:1712.00378); per-step discounts and lambdas as DeepMind's rlax
+    ``truncated_generalized_advantage_estimation(r_t, discount_t, lambda_, values)``.
+    """
+    return run_gae(gae_recursion, rewards, values, terminated, truncated, last_values,
+                   final_values, gamma, gae_lambda, truncation, bootstrap_terminal_last_row)
+
+
+class VTraceReturns(NamedTuple):
+    """Result of :func:`vtrace`; both fields have the shape and dtype of ``rewards``.
+
+    ``vs``: the V-trace value targets ``v_s`` (regress ``values`` towards them).
+    ``pg_advantages``: ``min(pg_rho_bar, ratio) * (q_s - values[s])`` for the policy gradient.
+    """
+
+    vs: np.ndarray
+    pg_advantages: np.ndarray
+
+
+def run_vtrace(recursion, ratio_loop, behaviour_log_probs, target_log_probs, rewards, values,
+               terminated, truncated, last_values, final_values, gamma, rho_bar, c_bar,
+               pg_rho_bar, lambda_, truncation, bootstrap_terminal_last_row) -> VTraceReturns:
+    """:func:`vtrace` with its loops given: :func:`vtrace_recursion` and :func:`log_ratios`
+    themselves, or their compiled twins (:func:`ppo_ref.fast.advantages.vtrace`). Validates
+    every argument, forms the ratios and runs ``recursion`` on the prepared ``[T, N]``
+    arrays."""
+    rho_bar = check_positive(rho_bar, "rho_bar")
+    c_bar = check_positive(c_bar, "c_bar")
+    pg_rho_bar = rho_bar if pg_rho_bar is None else check_positive(pg_rho_bar, "pg_rho_bar")
+    inputs = prepare_trajectory(
+        {"behaviour_log_probs": behaviour_log_probs, "target_log_probs": target_log_probs,
+         "rewards": rewards, "values": values},
+        terminated, truncated, last_values, final_values, truncation, bootstrap_terminal_last_row)
+    a = inputs.arrays
+    shape = a["rewards"].shape[:1] if inputs.one_env else a["rewards"].shape
+    gammas = per_step_unit_interval(gamma, "gamma", shape)
+    lambdas = per_step_unit_interval(lambda_, "lambda_", shape)
+    vs = np.empty(a["rewards"].shape, dtype=inputs.dtype)
+    pg_advantages = np.empty(a["rewards"].shape, dtype=inputs.dtype)
+    if vs.shape[0] > 0:
+        scalar = inputs.dtype.type
+        ratios = np.empty_like(vs)
+        if not ratio_loop(a["target_log_probs"].reshape(-1), a["behaviour_log_probs"].reshape(-1),
+                          ratios.reshape(-1)):
+            # (finite log-probs whose difference overflowed give a ratio of inf or 0, as below)
+            explain_not_finite(inputs, ("behaviour_log_probs", "target_log_probs"), {})
+        with np.errstate(over="ignore"):  # a huge ratio may overflow to inf: the bars clip it
+            np.exp(ratios, out=ratios)
+        all_finite = recursion(
+            ratios, a["rewards"], a["values"], inputs.terminated, inputs.truncated,
+            inputs.last_values, inputs.final_values, gammas.astype(inputs.dtype), scalar(rho_bar),
+            scalar(c_bar), scalar(pg_rho_bar), lambdas.astype(inputs.dtype),
+            (1.0 - lambdas).astype(inputs.dtype), inputs.truncation_mode,
+            inputs.bootstrap_terminal_last_row, vs, pg_advantages)
+        if not all_finite:
+            explain_not_finite(inputs, ("rewards", "values", "final_values"),
+                               {"vs": vs, "pg_advantages": pg_advantages})
+    return VTraceReturns(*_finish(inputs, vs, pg_advantages))
+
+
+def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, truncated,
+           last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0, pg_rho_bar=None,
+           lambda_=1.0, truncation="bootstrap",
+           bootstrap_terminal_last_row=False) -> VTraceReturns:
+    r"""V-trace targets ``vs`` and policy-gradient advantages (IMPALA, with rlax's lambda).
+
+    With ``ratio[t] = exp(target_log_probs[t] - behaviour_log_probs[t])``,
+    ``rho[t] = min(rho_bar, ratio[t])`` and ``c[t] = lambda_[t] * min(c_bar, ratio[t])``, per
+    env, backward over ``t = T-1 .. 0`` (``next_value`` and ``done`` exactly as in :func:`gae`;
+    :func:`vtrace_recursion`)::
+
+        vs[t] = values[t] + rho[t] * (rewards[t] + gamma[t] * next_value[t] - values[t])
+                + gamma[t] * (1 - done[t]) * c[t] * (vs[t+1] - values[t+1])  (0 at t = T-1)
+        q[t]  = rewards[t] + gamma[t] * X[t]
+                X[t] = 0                                      if terminated[t]
+                     = next_value[t]                          elif done[t] or t = T-1
+                     = lambda_[t] * vs[t+1] + (1 - lambda_[t]) * values[t+1]   otherwise
+        pg_advantages[t] = min(pg_rho_bar, ratio[t]) * (q[t] - values[t])
+
+    Unrolled, ``vs`` is IMPALA eq. (1): :math:`v_s = V(x_s) + \sum_{t \ge s} \gamma^{t-s}
+    (\prod_{i=s}^{t-1} c_i)\, \rho_t \delta_t V`, summed to the end of the episode (or rollout).
+    On-policy (ratio 1, bars >= 1, ``lambda_ = 1``) ``vs`` equals the GAE returns and
+    ``pg_advantages`` the GAE advantages with ``gae_lambda = 1``.
+
+    Args:
+        behaviour_log_probs: ``[T, N]`` (or ``[T]``) float32/float64, log mu(a_t|x_t) of the
+            policy that acted (nats).
+        target_log_probs: same shape, log pi(a_t|x_t) under the policy being learned (nats).
+        rewards, values, terminated, truncated, last_values, final_values: as in :func:`gae`.
+        gamma: discount in [0, 1]: a scalar or one per step (an array shaped like ``rewards``,
+            or ``[T]`` for ``[T, N]`` rewards), as rlax's ``discount_t``.
+        rho_bar: truncation of the importance weight in the TD term, > 0 (IMPALA rho-bar).
+        c_bar: truncation of the trace coefficients, > 0 (IMPALA c-bar).
+        pg_rho_bar: truncation of the policy-gradient weight, > 0; None means ``rho_bar``.
+        lambda_: trace mixing in [0, 1] (rlax ``lambda_``; 1 = the IMPALA paper): a scalar or
+            one per step, shaped as ``gamma`` may be (rlax also takes a ``lambda_`` array).
+        truncation, bootstrap_terminal_last_row: convention options, as in :func:`gae`.
+
+    Returns:
+        :class:`VTraceReturns` ``(vs, pg_advantages)``, each with the shape of ``rewards`` and
+        in the units of ``rewards``; float32 when every float array given is float32, float64
+        otherwise. Empty when T = 0.
+
+    Raises:
+        ValueError: naming the argument, as in :func:`gae`; also ``rho_bar``, ``c_bar``,
+            ``pg_rho_bar`` not > 0 and ``lambda_`` outside [0, 1]. (Finite log-probs whose
+            difference overflows give a ratio of inf or 0, clipped by the bars as usual.)
+
+    Source: Espeholt et al., "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
+    Actor-Learner Architectures", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
+    ``lambda_`` as in DeepMind's rlax ``vtrace_td_error_and_advantage``.
+    """
+    return run_vtrace(vtrace_recursion, log_ratios, behaviour_log_probs, target_log_probs,
+                      rewards, values, terminated, truncated, last_values, final_values, gamma,
+                      rho_bar, c_bar, pg_rho_bar, lambda_, truncation, bootstrap_terminal_last_row)
