@@ -85,20 +85,20 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         budget = config.steps_per_broadcast
         lead = config.lead_limit
         # Unsent steps, one list per field (all acted with `version`): observation, action,
-        # reward, next_observation, terminated, truncated, and the observation acted from next
-        # (the reset one where the episode ended).
-        columns: Tuple[list, ...] = ([], [], [], [], [], [], [])
+        # reward, next_observation, terminated, truncated, the observation acted from next (the
+        # reset one where the episode ended), and the behaviour log-prob and value recorded
+        # when acting.
+        columns: Tuple[list, ...] = ([], [], [], [], [], [], [], [], [])
 
         def flush():
             if columns[0]:
-                observations = np.array(columns[0])
-                actions = np.array(columns[1])
-                log_probs, values = policy.evaluate(observations, actions)
                 k = len(columns[0])
-                send(ExperienceBatch(agent_id, observations, actions,
+                send(ExperienceBatch(agent_id, np.array(columns[0]), np.array(columns[1]),
                                      np.array(columns[2], dtype=np.float64), np.array(columns[3]),
                                      np.array(columns[4], dtype=bool),
-                                     np.array(columns[5], dtype=bool), values, log_probs,
+                                     np.array(columns[5], dtype=bool),
+                                     np.array(columns[8], dtype=np.float64),
+                                     np.array(columns[7], dtype=np.float64),
                                      np.full(k, version, dtype=np.int64),
                                      np.array(columns[6])))
                 for column in columns:
@@ -140,12 +140,14 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                 raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
                                         f"{type(msg).__name__}")
             # 3. act and step.
-            action, env_action = policy.act(obs, rng)
+            action, env_action, log_prob, value = policy.act(obs, rng)
             next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
             next_obs = policy.observation(next_obs)
-            for column, value in zip(columns, (obs, action, float(reward), next_obs,
-                                               bool(terminated), bool(truncated))):
-                column.append(value)
+            for column, item in zip(columns, (obs, action, float(reward), next_obs,
+                                              bool(terminated), bool(truncated))):
+                column.append(item)
+            columns[7].append(log_prob)
+            columns[8].append(value)
             steps += 1
             if terminated or truncated:
                 episodes += 1
@@ -241,33 +243,29 @@ def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadc
 
 
 class _ActorPolicy:
-    """An actor's view of :class:`ppo_ref.train.policies.MLPPolicy`: one observation at a time,
-    parameters fixed between broadcasts (checked once, by ``MLPPolicy.policy_out_fn``)."""
+    """An actor's view of :class:`ppo_ref.train.policies.MLPPolicy` on the tier of
+    ``ppo_config.backend``: one observation at a time, parameters fixed between broadcasts."""
 
     def __init__(self, env, ppo_config: PPOConfig):
-        from ppo_ref.train.policies import make_mlp_policy
-        self.policy = make_mlp_policy(env.observation_space, env.action_space, ppo_config)
-        self.params = None
-        self._policy_out = None
+        from ppo_ref.tiers import tier_for
+        from ppo_ref.train.policies import MLPPolicy
+        self.policy = MLPPolicy(env.observation_space, env.action_space, ppo_config,
+                                tier_for(ppo_config.backend))
+        self.cparams = None
 
     def set_params(self, params) -> None:
-        """Install broadcast parameters (in the policy's one-buffer layout, its fast path)."""
-        self.params = self.policy.as_flat(params)
-        self._policy_out = self.policy.policy_out_fn(self.params)
+        """Install broadcast parameters (float64 arrays, cast once to the compute dtype)."""
+        self.cparams = self.policy.compute_params(
+            {k: np.asarray(v, dtype=np.float64) for k, v in params.items()})
 
     def observation(self, obs) -> np.ndarray:
         """A float64 copy (envs may reuse and mutate their observation buffer)."""
         return np.array(obs, dtype=np.float64, copy=True)
 
     def act(self, obs: np.ndarray, rng: np.random.Generator):
-        """``(action, env_action)`` for one observation: the action as stored (int64 or the raw
-        Gaussian sample) and as the env receives it (clipped); policy tower only."""
-        head = self.policy.head
-        actions = head.sample(rng, self._policy_out(obs.reshape(1, -1)), self.params)
-        return actions[0], head.to_env(actions)[0]
-
-    def evaluate(self, observations: np.ndarray, actions: np.ndarray):
-        """``(log_probs [k], values [k])`` of taken actions under the current parameters."""
-        ev = self.policy.evaluate(self.params, observations.reshape(len(observations), -1),
-                                  actions)
-        return ev.log_probs, ev.values
+        """``(action, env_action, log_prob, value)`` for one observation: the action as stored
+        (int64 or the raw Gaussian sample), as the env receives it (clipped), and its
+        behaviour log-prob and value."""
+        acted = self.policy.act(self.cparams, obs.reshape(1, -1), None, None, rng)
+        return (acted.actions[0], self.policy.head.to_env(acted.actions)[0],
+                float(acted.log_probs[0]), float(acted.values[0]))

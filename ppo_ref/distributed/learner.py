@@ -339,24 +339,38 @@ class _Learner:
         its ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
         parameters; the actors' behaviour ``values`` and ``log_probs``; the episodes finished in
         it), counted by the trainer (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
-        from ppo_ref.kernels import episode_starts as make_episode_starts
-        from ppo_ref.train.rollout import finished_episodes, rollout_from_transitions
+        from ppo_ref.train.rollout import Rollout
 
         self.check_continuity(buf)
         terminated, truncated = buf.terminated, buf.truncated
-        starts = make_episode_starts(terminated, truncated, self.episode_start_carry)
+        starts = self.trainer.tier.masks.episode_starts(terminated, truncated,
+                                                        self.episode_start_carry)
         done = terminated | truncated
         self.episode_start_carry = done[-1].copy()
         self.observations_after = buf.reset_observations[-1]
-        rollout = rollout_from_transitions(
-            self.policy, self.trainer.params, observations=buf.observations,
-            actions=buf.actions, rewards=buf.rewards, terminated=terminated,
-            truncated=truncated, episode_starts=starts, values=buf.values,
-            log_probs=buf.log_probs, next_observations=buf.next_observations,
-            observations_after=self.observations_after)
-        (rollout.episode_returns, rollout.episode_lengths,
-         rollout.episode_envs) = finished_episodes(buf.rewards, done, self.episode_return,
-                                                   self.episode_length)
+        T, N = buf.rewards.shape
+        policy, cparams = self.policy, self.policy.compute_params(self.trainer.params)
+        final_values = None
+        cut = truncated & ~terminated
+        for t in np.flatnonzero(cut.any(axis=1)):  # V(final obs), one call per step as acting
+            if final_values is None:
+                final_values = np.zeros((T, N))
+            idx = np.flatnonzero(cut[t])
+            final_values[t, idx] = policy.values(
+                cparams, buf.next_observations[t, idx].reshape(idx.size, -1), None, None)
+        last_values = policy.values(cparams, self.observations_after.reshape(N, -1), None, None)
+        rollout = Rollout(buf.observations.reshape(T, N, -1).astype(np.float64), buf.actions,
+                          buf.rewards, terminated, truncated, starts, buf.values, buf.log_probs,
+                          final_values, np.asarray(last_values, dtype=np.float64))
+        for t in range(T):  # the episodes that end in this buffer, in step order
+            self.episode_return += buf.rewards[t]
+            self.episode_length += 1
+            for n in np.flatnonzero(done[t]):
+                rollout.episode_returns.append(float(self.episode_return[n]))
+                rollout.episode_lengths.append(int(self.episode_length[n]))
+                rollout.episode_envs.append(int(n))
+            self.episode_return[done[t]] = 0.0
+            self.episode_length[done[t]] = 0
         return self.trainer.record_rollout(rollout)
 
     def update(self) -> UpdateInfo:

@@ -37,7 +37,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import NormalizeReward, RecordEpisodeStatistics
 
-from ppo_ref.io.env_state import restore_single_env_state, single_env_state
+from ppo_ref.io.state import restore_single_env_state, single_env_state
 from ppo_ref.spec.normalization import initial_moments, normalize_observations, update_moments
 from ppo_ref.spec.recurrent_networks import LSTMStates
 
@@ -411,8 +411,9 @@ class RolloutCollector:
             rms.mean, rms.var = arrays["ret_rms.mean"].copy(), arrays["ret_rms.var"].copy()
             rms.count = float(arrays["ret_rms.count"])
             rn.return_rms = rms
-            rn.accumulated_reward = arrays["ret_accumulated"].copy()
-            rn._prev_dones = arrays["ret_prev_dones"].copy()
+            # (saved as float64, exactly; restored in the wrapper's own dtypes)
+            rn.accumulated_reward = arrays["ret_accumulated"].astype(rn.accumulated_reward.dtype)
+            rn._prev_dones = arrays["ret_prev_dones"].astype(rn._prev_dones.dtype)
         self._restore_sub_envs(meta["sub_envs"])
         self.obs = arrays["obs"].copy()
         self.episode_starts = arrays["episode_starts"].copy()
