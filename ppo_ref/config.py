@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
 from ppo_ref._checks import one_line_repr
+from ppo_ref.spec.layers import ACTIVATIONS
+from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
+                                 VALUE_LOSS_MODES)
+from ppo_ref.spec.masks import TRUNCATION_MODES
 from ppo_ref.spec.optim import scheduled_value
+from ppo_ref.spec.update import KL_STOP_RULES
+from ppo_ref.tiers import BACKENDS, COMPUTE_DTYPES
 
 __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS"]
 
@@ -81,7 +87,7 @@ class PPOConfig:
         ("after_rollout", "before_rollout"))
     net_arch: Tuple[int, ...] = _f(
         (64, 64), "hidden layer sizes of each MLP tower, e.g. 64,64; () for none (linear heads)")
-    activation: str = _f("tanh", "hidden-layer activation", ("tanh", "relu"))
+    activation: str = _f("tanh", "hidden-layer activation", ACTIVATIONS)
     shared_trunk: bool = _f(False, "share the hidden layers between policy and value heads")
     policy_head_gain: float = _f(0.01, "orthogonal-init gain of the policy output layer (>= 0)")
     value_head_gain: float = _f(1.0, "orthogonal-init gain of the value output layer (>= 0)")
@@ -105,20 +111,20 @@ class PPOConfig:
         "fast",
         "which tier runs the computation: fast (compiled, declared equal to the readable tier "
         "and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
-        ("fast", "spec"))
+        BACKENDS)
 
     # --- convention knobs (docs/specification.md §8) -------------------------------------------
     truncation: str = _f(
         "bootstrap",
         "truncated steps: bootstrap V(final_obs) (reference), treat as terminal (CleanRL), or "
         "ignore the flag (thrust-rl)",
-        ("bootstrap", "terminate", "ignore"))
+        tuple(TRUNCATION_MODES))
     bootstrap_terminal_last_row: bool = _f(
         False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl)")
     value_loss_mode: str = _f(
         "max", "value loss: max of both squared errors when clipped (baselines, CleanRL), SB3's "
                "clipped MSE, or the Huber loss (torchrl smooth_l1; max form when clipped)",
-        ("max", "sb3", "huber"))
+        VALUE_LOSS_MODES)
     huber_delta: float = _f(1.0, "Huber threshold > 0 of value_loss_mode='huber' (torchrl: 1)")
     value_loss_scale: float = _f(
         1.0, "factor on the value loss before vf_coef (CleanRL's 0.5 * MSE: 0.5), >= 0")
@@ -131,10 +137,10 @@ class PPOConfig:
         1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
     advantage_norm_eps_placement: str = _f(
         "add", "(A - mean) / (std + eps) (SB3, CleanRL) or / max(std, eps) (torchrl, Sample "
-               "Factory)", ("add", "clamp"))
+               "Factory)", NORM_EPS_PLACEMENTS)
     clip_interval: str = _f(
         "symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or Sample Factory's "
-                     "[1 / (1 + eps), 1 + eps]", ("symmetric", "reciprocal"))
+                     "[1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
     clip_range_low: Optional[float] = _f(
         None, "eps of the lower ratio bound 1 - eps, in (0, 1) (None: clip_range; torchrl's "
               "clip_epsilon=(low, high))")
@@ -143,13 +149,13 @@ class PPOConfig:
     dual_clip: Optional[float] = _f(
         None, "dual clip c > 1: for A < 0 the surrogate is max(min(...), c * A) (tianshou); "
               "None: off")
-    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3 or k1", ("k3", "k1"))
+    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3 or k1", KL_ESTIMATORS)
     kl_stop_rule: str = _f(
         "sb3",
         "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, 1x), "
         "thrust (after the step, end the current epoch only), skrl (before the step, 1x, end "
         "the current epoch only)",
-        ("sb3", "cleanrl", "thrust", "skrl"))
+        KL_STOP_RULES)
 
     # ------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
@@ -196,9 +202,9 @@ class PPOConfig:
         for i, width in enumerate(self.net_arch):
             if width <= 0:
                 raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")
-        if self.backend == "spec" and self.compute_dtype != "float64":
-            raise ValueError(f"compute_dtype must be 'float64' with backend='spec' (the readable "
-                             f"tier computes in float64), got {self.compute_dtype!r}")
+        if self.compute_dtype not in COMPUTE_DTYPES.get(self.backend, (self.compute_dtype,)):
+            raise ValueError(f"compute_dtype must be one of {list(COMPUTE_DTYPES[self.backend])} "
+                             f"with backend={self.backend!r}, got {self.compute_dtype!r}")
         rows = self.n_steps * self.n_envs
         if self.batch_size > rows:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "

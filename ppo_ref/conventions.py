@@ -20,6 +20,10 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
 
+from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
+                                 VALUE_LOSS_MODES)
+from ppo_ref.spec.masks import TRUNCATION_MODES
+
 __all__ = ["Option", "OPTIONS", "QUANTITIES", "options_for", "resolve_convention",
            "combinations", "describe", "preset_names_matching"]
 
@@ -47,12 +51,12 @@ class Option(NamedTuple):
 
 #: The options, one row each (reference value first).
 OPTIONS: Tuple[Option, ...] = (
-    Option("truncation", ("bootstrap", "terminate", "ignore"), ("gae", "vtrace"),
+    Option("truncation", tuple(TRUNCATION_MODES), ("gae", "vtrace"),
            "truncated steps bootstrap V(final_obs) and cut the trace (SB3), count as terminal "
            "(CleanRL, PureJaxRL), or the flag is ignored (thrust-rl 0.4)"),
     Option("bootstrap_terminal_last_row", (False, True), ("gae", "vtrace"),
            "a terminal on the last rollout row still bootstraps last_values (thrust-rl 0.4)"),
-    Option("value_loss_mode", ("max", "sb3", "huber"), ("value_loss",),
+    Option("value_loss_mode", VALUE_LOSS_MODES, ("value_loss",),
            "with clip_range_vf: max of the two squared errors (baselines, CleanRL) or the "
            "clipped prediction's squared error (SB3); or the Huber loss with delta 1, max form "
            "when clipped (torchrl's default smooth_l1)"),
@@ -63,15 +67,15 @@ OPTIONS: Tuple[Option, ...] = (
     Option("advantage_norm_eps", (1e-8, 1e-7, 1e-6, 1e-5, 1e-4), ("normalize_advantages",),
            "eps of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: 1e-8; "
            "Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)"),
-    Option("advantage_norm_eps_placement", ("add", "clamp"), ("normalize_advantages",),
+    Option("advantage_norm_eps_placement", NORM_EPS_PLACEMENTS, ("normalize_advantages",),
            "(A - mean) / (std + eps) (SB3, CleanRL) or / max(std, eps) (torchrl, Sample "
            "Factory)"),
-    Option("clip_interval", ("symmetric", "reciprocal"), ("policy_loss",),
+    Option("clip_interval", CLIP_INTERVALS, ("policy_loss",),
            "ratio interval [1 - eps, 1 + eps] (the paper) or [1 / (1 + eps), 1 + eps] (Sample "
            "Factory)"),
     Option("dual_clip", (None, 2.0, 3.0), ("policy_loss",),
            "tianshou's dual clip c: for A < 0 the term is max(min(...), c * A) (None: off)"),
-    Option("kl_estimator", ("k3", "k1"), ("policy_loss",),
+    Option("kl_estimator", KL_ESTIMATORS, ("policy_loss",),
            "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL) "
            "or k1 = mean(old - new) (thrust-rl, torchrl)"),
 )

@@ -15,12 +15,15 @@ import importlib
 from types import ModuleType
 from typing import NamedTuple
 
-__all__ = ["Tier", "TIER_MODULES", "BACKENDS", "tier_for"]
+__all__ = ["Tier", "TIER_MODULES", "BACKENDS", "COMPUTE_DTYPES", "tier_for"]
 
 #: The modules a tier supplies, in the order the data flows through them.
 TIER_MODULES = ("masks", "advantages", "distributions", "lstm", "networks",
                 "recurrent_networks", "losses", "optim")
 BACKENDS = ("fast", "spec")
+#: The dtypes each tier computes its networks and heads in: the compiled tier runs the spec's
+#: computation in float32 too; the readable tier computes in float64.
+COMPUTE_DTYPES = {"fast": ("float64", "float32"), "spec": ("float64",)}
 
 
 class Tier(NamedTuple):

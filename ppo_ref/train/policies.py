@@ -210,9 +210,6 @@ class _Policy:
         self.head = make_head(action_space, config, tier.distributions)
         self.head_keys = tuple(self.head.init_params())
         self.dtype = np.dtype(config.compute_dtype)
-        if self.dtype != np.float64 and tier.name == "spec":
-            raise ValueError(f"compute_dtype must be 'float64' for the spec backend (the "
-                             f"readable tier computes in float64), got {config.compute_dtype!r}")
 
     def compute_params(self, params: Params) -> Params:
         """``params`` in the compute dtype (the same dict for float64)."""
