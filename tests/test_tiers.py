@@ -131,6 +131,101 @@ ROWS[("advantages", "vtrace")] = [
 
 # --- losses, optim -----------------------------------------------------------------------------
 
+def _loss_arrays(rng, n=96, dtype=np.float64):
+    """Minibatch-like arrays with ratios at and past the clip bounds, zero advantages, value
+    deltas at and past the value clip range, and a 0/1-and-half weight vector."""
+    old = rng.normal(-1.0, 0.5, n)
+    new = old + rng.normal(0.0, 0.2, n)
+    new[:4] = old[:4] + np.log([0.8, 1.2, 1.0 / 1.2, 3.0])  # on the symmetric / reciprocal bounds
+    new[4] = old[4] + 30.0                                  # a huge ratio
+    adv = rng.standard_normal(n)
+    adv[5:7] = 0.0
+    values = rng.standard_normal(n)
+    old_values = values + rng.normal(0.0, 0.4, n)
+    old_values[7:11] = values[7:11] + np.array([0.3, -0.3, 1.0, -1.0])
+    returns = values + rng.normal(0.0, 1.5, n)
+    weights = (rng.random(n) < 0.7) * rng.choice([1.0, 0.5], n)
+    entropy = rng.uniform(0.0, 1.5, n)
+    cast = lambda a: a.astype(dtype)  # noqa: E731
+    return dict(new=cast(new), old=cast(old), adv=cast(adv), values=cast(values),
+                old_values=cast(old_values), returns=cast(returns), weights=weights,
+                entropy=cast(entropy))
+
+
+def _policy_loss_case(dtype=np.float64, weighted=False, shape=None, **options):
+    def run(m, rng):
+        a = _loss_arrays(rng, dtype=dtype)
+        shaped = (lambda x: x.reshape(shape)) if shape else (lambda x: x)  # noqa: E731
+        return m.policy_loss(shaped(a["new"]), shaped(a["old"]), shaped(a["adv"]), 0.2,
+                             weights=shaped(a["weights"]) if weighted else None, **options)
+    return run
+
+
+def _value_loss_case(clip_range_vf, mode="max", dtype=np.float64, weighted=False, **options):
+    def run(m, rng):
+        a = _loss_arrays(rng, dtype=dtype)
+        old_values = None if options.pop("no_old", False) else a["old_values"]
+        return m.value_loss(a["values"], old_values, a["returns"], clip_range_vf, mode,
+                            weights=a["weights"] if weighted else None, **options)
+    return run
+
+
+def _entropy_loss_case(dtype=np.float64, weighted=False, n=96):
+    def run(m, rng):
+        a = _loss_arrays(rng, n=n, dtype=dtype)
+        return m.entropy_loss(a["entropy"], weights=a["weights"] if weighted else None)
+    return run
+
+
+def _approx_kl_case(estimator, weighted=False, dtype=np.float64):
+    def run(m, rng):
+        a = _loss_arrays(rng, dtype=dtype)
+        return m.approx_kl(a["old"], a["new"], estimator,
+                           weights=a["weights"] if weighted else None)
+    return run
+
+
+def _normalize_case(dtype=np.float64, n=96, **options):
+    def run(m, rng):
+        return m.normalize_advantages((3.0 * rng.standard_normal(n) + 1.0).astype(dtype),
+                                      **options)
+    return run
+
+
+ROWS[("losses", "policy_loss")] = [
+    Case("plain", _policy_loss_case(), **BITS),
+    Case("float32", _policy_loss_case(np.float32), **BITS),
+    Case("weights_2d", _policy_loss_case(weighted=True, shape=(8, 12)), **BITS),
+    Case("dual_clip_asymmetric", _policy_loss_case(dual_clip=2.0, clip_range_low=0.1,
+                                                   clip_range_high=0.3), **BITS),
+    Case("reciprocal_weights", _policy_loss_case(weighted=True, clip_interval="reciprocal"),
+         **BITS),
+]
+ROWS[("losses", "value_loss")] = [
+    Case("unclipped_no_old", _value_loss_case(None, no_old=True), **BITS),
+    Case("max", _value_loss_case(0.3), **BITS),
+    Case("sb3_float32", _value_loss_case(0.3, "sb3", np.float32), **BITS),
+    Case("huber_weights", _value_loss_case(0.3, "huber", weighted=True, huber_delta=0.5),
+         **BITS),
+    Case("huber_unclipped", _value_loss_case(None, "huber"), **BITS),
+]
+ROWS[("losses", "entropy_loss")] = [
+    Case("plain", _entropy_loss_case(), **BITS),
+    Case("float32_long", _entropy_loss_case(np.float32, n=1000), **BITS),
+    Case("weights", _entropy_loss_case(weighted=True), **BITS),
+]
+ROWS[("losses", "approx_kl")] = [
+    Case("k3", _approx_kl_case("k3"), **BITS),
+    Case("k1_weights", _approx_kl_case("k1", weighted=True), **BITS),
+    Case("k3_weights_float32", _approx_kl_case("k3", True, np.float32), **BITS),
+]
+ROWS[("losses", "normalize_advantages")] = [
+    Case("ddof1_add", _normalize_case(), **BITS),
+    Case("ddof0_clamp_float32", _normalize_case(np.float32, ddof=0, placement="clamp"), **BITS),
+    Case("one_element", _normalize_case(n=1), **BITS),
+    Case("constant", lambda m, rng: m.normalize_advantages(np.full(9, 2.5)), **BITS),
+]
+
 # --- layers, networks --------------------------------------------------------------------------
 
 # --- lstm, recurrent_networks ------------------------------------------------------------------
