@@ -226,6 +226,70 @@ ROWS[("losses", "normalize_advantages")] = [
     Case("constant", lambda m, rng: m.normalize_advantages(np.full(9, 2.5)), **BITS),
 ]
 
+
+def _param_dict(rng, dtype=np.float64, scale=1.0):
+    shapes = {"pi.w0": (16, 4), "pi.b0": (16,), "pi.w1": (3, 16), "pi.b1": (3,),
+              "vf.w0": (16, 4), "vf.b0": (16,), "vf.w1": (1, 16), "vf.b1": (1,), "log_std": (3,)}
+    return {k: (scale * rng.standard_normal(s)).astype(dtype) for k, s in shapes.items()}
+
+
+def _adam_case(dtype=np.float64, t=0, steps=1, **options):
+    """``steps`` Adam steps, each on the previous step's outputs (the compiled tier then reads
+    its own buffers in place)."""
+    def run(m, rng):
+        params = _param_dict(rng, dtype)
+        state = {"t": t, "m": _param_dict(rng, dtype, 0.01 if t else 0.0),
+                 "v": {k: np.abs(a) for k, a in _param_dict(rng, dtype, 1e-4 if t else 0.0).items()}}
+        for _ in range(steps):
+            params, state = m.adam_update(params, _param_dict(rng, dtype, 0.1), state,
+                                          lr=3e-4, **options)
+        assert state["t"] == t + steps and type(params) is dict
+        return params, state["m"], state["v"]
+    return run
+
+
+def _clip_case(dtype=np.float64, max_norm=0.5):
+    def run(m, rng):
+        grads = _param_dict(rng, dtype, 0.3)
+        before = {k: a.copy() for k, a in grads.items()}
+        clipped, norm = m.clip_by_global_norm(grads, max_norm)
+        assert all(np.array_equal(grads[k], before[k]) for k in grads)  # inputs untouched
+        assert all(clipped[k].dtype == grads[k].dtype for k in grads)
+        return clipped, norm
+    return run
+
+
+def _clip_then_adam(m, rng):
+    """The trainer's step, twice: clip_by_global_norm, then adam_update of its output."""
+    tier = m
+    params = _param_dict(rng)
+    state = {"t": 0, "m": {k: np.zeros_like(a) for k, a in params.items()},
+             "v": {k: np.zeros_like(a) for k, a in params.items()}}
+    norms = []
+    for _ in range(2):
+        clipped, norm = tier.clip_by_global_norm(_param_dict(rng, scale=0.3), 0.5)
+        params, state = tier.adam_update(params, clipped, state, lr=3e-4)
+        norms.append(norm)
+    return params, state["m"], state["v"], norms
+
+
+#: clip_by_global_norm: the global norm's sums of squares in another order than NumPy's
+#: pairwise sum (ppo_ref.fast.optim's docstring)
+NORM_TOL = dict(rtol=1e-13, atol=0.0)
+
+ROWS[("optim", "adam_update")] = [
+    Case("first_step", _adam_case(), **BITS),
+    Case("t7_options", _adam_case(t=7, betas=(0.8, 0.99), eps=1e-8), **BITS),
+    Case("chained_steps", _adam_case(steps=3), **BITS),
+    Case("float32", _adam_case(np.float32, t=2, steps=2), **BITS),
+]
+ROWS[("optim", "clip_by_global_norm")] = [
+    Case("clipping", _clip_case(), **NORM_TOL),
+    Case("no_clipping", _clip_case(max_norm=100.0), **NORM_TOL),
+    Case("float32", _clip_case(np.float32), **NORM_TOL),
+    Case("clip_then_adam", _clip_then_adam, **NORM_TOL),
+]
+
 # --- layers, networks --------------------------------------------------------------------------
 
 # --- lstm, recurrent_networks ------------------------------------------------------------------
