@@ -129,6 +129,137 @@ ROWS[("advantages", "vtrace")] = [
 
 # --- distributions -----------------------------------------------------------------------------
 
+#: the categorical twins (compiled row loops, libm exp/log, sums left to right): rtol 1e-12,
+#: atol 1e-15 against the spec's NumPy; float32 inputs are computed in float32
+CAT_TOL = dict(rtol=1e-12, atol=1e-15)
+F32_TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def _logits(rng, shape=(40, 5), masked=0.0, dtype=np.float64):
+    """Logits with ~``masked`` of the entries -inf (never a whole row: the first stays)."""
+    z = 3.0 * rng.standard_normal(shape)
+    z[(rng.random(shape) < masked) & (np.arange(shape[-1]) > 0)] = -np.inf
+    return z.astype(dtype)
+
+
+def _finite_and_mask(x):
+    """``(x with -inf as 0, where x is -inf)``: a masked log-probability compares exactly."""
+    x = np.asarray(x)
+    return np.where(np.isneginf(x), 0.0, x), np.isneginf(x)
+
+
+def _actions(rng, z):
+    return rng.integers(0, z.shape[-1], z.shape[:-1])
+
+
+def _cat_case(fn, dtype=np.float64, shape=(40, 5), masked=0.0):
+    def run(m, rng):
+        z = _logits(rng, shape, masked, dtype)
+        a = _actions(rng, z)
+        d = rng.standard_normal(z.shape[:-1]).astype(dtype)
+        args = {"log_softmax": (z,), "categorical_log_prob": (z, a),
+                "categorical_entropy": (z,), "categorical_log_prob_backward": (z, a, d),
+                "categorical_entropy_backward": (z, d)}[fn]
+        out = getattr(m, fn)(*args)
+        if m.__name__.startswith("ppo_ref.fast"):
+            assert out.dtype == dtype
+        return _finite_and_mask(out)
+    return run
+
+
+def _cat_rows(fn):
+    return [Case("plain", _cat_case(fn), **CAT_TOL),
+            Case("masked_3d", _cat_case(fn, shape=(4, 6, 9), masked=0.4), **CAT_TOL),
+            Case("one_row", _cat_case(fn, shape=(7,), masked=0.3), **CAT_TOL),
+            Case("float32", _cat_case(fn, np.float32, masked=0.3), **F32_TOL)]
+
+
+for _fn in ("log_softmax", "categorical_log_prob", "categorical_entropy",
+            "categorical_log_prob_backward", "categorical_entropy_backward"):
+    ROWS[("distributions", _fn)] = _cat_rows(_fn)
+
+
+def _sample_case(dtype=np.float64, shape=(64, 5), masked=0.4):
+    def run(m, rng):
+        z = _logits(rng, shape, masked, dtype)
+        return m.categorical_sample(rng, z), rng.random()  # the actions and the rng after
+    return run
+
+
+ROWS[("distributions", "categorical_sample")] = [
+    Case("masked", _sample_case(), **BITS),
+    Case("float32", _sample_case(np.float32), **BITS),
+    Case("one_row", _sample_case(shape=(3,), masked=0.0), **BITS),
+    Case("batch_2d", _sample_case(shape=(3, 4, 2), masked=0.0), **BITS),
+]
+ROWS[("distributions", "categorical_mode")] = [
+    Case("masked", lambda m, rng: m.categorical_mode(_logits(rng, (30, 6), 0.5)), **BITS),
+    Case("ties", lambda m, rng: m.categorical_mode(np.array([[1.0, 1.0, -np.inf],
+                                                             [-np.inf, 2.0, 2.0]])), **BITS),
+]
+
+NVEC = (3, 1, 4)
+
+
+def _multi_case(fn, dtype=np.float64, masked=0.3, batch=(24,)):
+    def run(m, rng):
+        z = 3.0 * rng.standard_normal(batch + (sum(NVEC),))
+        first = np.zeros(sum(NVEC), bool)
+        first[np.cumsum((0,) + NVEC[:-1])] = True  # each component keeps its first action
+        z[(rng.random(z.shape) < masked) & ~first] = -np.inf
+        z = z.astype(dtype)
+        a = np.stack([rng.integers(0, n, batch) for n in NVEC], axis=-1)
+        d = rng.standard_normal(batch).astype(dtype)
+        args = {"multi_categorical_log_prob": (z, a, NVEC),
+                "multi_categorical_entropy": (z, NVEC),
+                "multi_categorical_log_prob_backward": (z, a, NVEC, d),
+                "multi_categorical_entropy_backward": (z, NVEC, d),
+                "multi_categorical_sample": (rng, z, NVEC),
+                "multi_categorical_mode": (z, NVEC)}[fn]
+        out = getattr(m, fn)(*args)
+        if fn.endswith(("sample", "mode")):
+            return out, rng.random()
+        return _finite_and_mask(out)
+    return run
+
+
+for _fn in ("multi_categorical_log_prob", "multi_categorical_entropy",
+            "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+            "multi_categorical_sample", "multi_categorical_mode"):
+    _tol = BITS if _fn.endswith(("sample", "mode")) else CAT_TOL
+    ROWS[("distributions", _fn)] = [
+        Case("masked", _multi_case(_fn), **_tol),
+        Case("batch_2d", _multi_case(_fn, masked=0.0, batch=(3, 5)), **_tol),
+        Case("float32", _multi_case(_fn, np.float32), **(BITS if _tol is BITS else F32_TOL)),
+    ]
+
+
+def _gaussian_case(fn, dtype=np.float64, batch=(32,)):
+    def run(m, rng):
+        mean = rng.standard_normal(batch + (3,)).astype(dtype)
+        log_std = rng.uniform(-1.0, 0.5, 3).astype(dtype)
+        actions = (mean + rng.standard_normal(mean.shape)).astype(dtype)
+        d = rng.standard_normal(batch).astype(dtype)
+        args = {"gaussian_log_prob": (mean, log_std, actions),
+                "gaussian_log_prob_backward": (mean, log_std, actions, d),
+                "gaussian_entropy": (log_std, batch),
+                "gaussian_entropy_backward": (log_std, d),
+                "gaussian_sample": (rng, mean, log_std)}[fn]
+        out = getattr(m, fn)(*args)
+        return (out, rng.random()) if fn == "gaussian_sample" else out
+    return run
+
+
+for _fn in ("gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
+            "gaussian_entropy_backward", "gaussian_sample"):
+    ROWS[("distributions", _fn)] = [
+        Case("float64", _gaussian_case(_fn), **BITS),
+        Case("batch_2d", _gaussian_case(_fn, batch=(4, 5)), **BITS),
+        Case("float32", _gaussian_case(_fn, np.float32), **F32_TOL),
+    ]
+del _fn, _tol
+
+
 # --- losses, optim -----------------------------------------------------------------------------
 
 def _loss_arrays(rng, n=96, dtype=np.float64):

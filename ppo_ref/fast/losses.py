@@ -33,8 +33,11 @@ from numba.extending import register_jitable
 from ppo_ref._checks import non_finite_result
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import losses as _spec
-from ppo_ref.spec.losses import (MAX_LOG_RATIO, advantage_moments, clipped_surrogate_element,
-                                 k3_element, value_element)
+from ppo_ref.spec.losses import MAX_LOG_RATIO
+from ppo_ref.spec.losses import advantage_moments as _advantage_moments
+from ppo_ref.spec.losses import clipped_surrogate_element as _clipped_surrogate_element
+from ppo_ref.spec.losses import k3_element as _k3_element
+from ppo_ref.spec.losses import value_element as _value_element
 
 __all__ = ["policy_loss", "value_loss", "entropy_loss", "approx_kl", "normalize_advantages"]
 
@@ -127,14 +130,14 @@ def _policy_loss_sums(new, old, adv, weights, weighted, low, high, clip_range, s
         log_ratio = new[i] - old[i]
         if log_ratio > MAX_LOG_RATIO:
             return False, n, 0.0, 0.0, 0.0
-        surrogate, d_surrogate, outside = clipped_surrogate_element(
+        surrogate, d_surrogate, outside = _clipped_surrogate_element(
             log_ratio, adv[i], low, high, clip_range, symmetric, dual_clip)
         surrogate_sum += w * surrogate
         d = -(w * d_surrogate) / n
         d_new[i] = d
         finite &= math.isfinite(d)
         outside_sum += w * outside
-        k3_sum += w * k3_element(log_ratio)
+        k3_sum += w * _k3_element(log_ratio)
     ok = finite and math.isfinite(surrogate_sum) and math.isfinite(k3_sum)
     return ok, n, surrogate_sum, outside_sum, k3_sum
 
@@ -175,7 +178,7 @@ def _value_loss_sums(values, old_values, returns, weights, weighted, clip_range_
     finite = True
     for i in range(size):
         w = weights[i] if weighted else 1.0
-        term, d_term = value_element(values[i], old_values[i], returns[i], clip_range_vf,
+        term, d_term = _value_element(values[i], old_values[i], returns[i], clip_range_vf,
                                      clip_on, mode, huber_delta)
         total += w * term
         d = (w * d_term) / n
@@ -261,7 +264,7 @@ def _kl_sum(old, new, weights, weighted, k3):
     for i in range(size):
         w = weights[i] if weighted else 1.0
         log_ratio = new[i] - old[i]
-        total += w * (k3_element(log_ratio) if k3 else -log_ratio)
+        total += w * (_k3_element(log_ratio) if k3 else -log_ratio)
     return n, total
 
 
@@ -286,7 +289,7 @@ def _normalize_advantages_kernel(adv, ddof, eps, clamp, out):
     element with ``scale = std + eps`` (placement ``"add"``) or ``max(std, eps)`` (``clamp``
     True: ``"clamp"``). Returns False (``out`` untouched) when the mean or std is not finite
     (the caller raises the spec's error)."""
-    mean, std = advantage_moments(adv, ddof)
+    mean, std = _advantage_moments(adv, ddof)
     if not (math.isfinite(mean) and math.isfinite(std)):
         return False
     scale = max(std, eps) if clamp else std + eps
@@ -379,7 +382,7 @@ def _minibatch_loss_sums(new, entropy, values, old, adv, returns, old_values, we
             if j >= 0:
                 return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
             return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
-        surrogate, d_surrogate, outside = clipped_surrogate_element(
+        surrogate, d_surrogate, outside = _clipped_surrogate_element(
             log_ratio, adv_i, low, high, clip_range, symmetric, dual_clip)
         surrogate_sum += w * surrogate
         d_new_i = -(w * d_surrogate) / w_sum
@@ -391,9 +394,9 @@ def _minibatch_loss_sums(new, entropy, values, old, adv, returns, old_values, we
                 return 1, j, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
             return 2, i, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, False
         outside_sum += w * outside
-        k3_sum += w * k3_element(log_ratio)
+        k3_sum += w * _k3_element(log_ratio)
         k1_sum += w * -log_ratio
-        term, d_term = value_element(value_i, old_value_i, return_i, clip_range_vf, clip_on,
+        term, d_term = _value_element(value_i, old_value_i, return_i, clip_range_vf, clip_on,
                                      value_mode, huber_delta)
         value_sum += w * term
         d_values_i = ((w * d_term) / w_sum) * v_scale

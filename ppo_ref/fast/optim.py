@@ -37,7 +37,9 @@ from numba.extending import register_jitable
 from ppo_ref._checks import non_finite_result
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import optim as _spec
-from ppo_ref.spec.optim import CLIP_NORM_EPS, adam_element, adam_step_scalars
+from ppo_ref.spec.optim import CLIP_NORM_EPS
+from ppo_ref.spec.optim import adam_element as _adam_element
+from ppo_ref.spec.optim import adam_step_scalars as _adam_step_scalars
 
 __all__ = ["adam_update", "clip_by_global_norm"]
 
@@ -142,7 +144,7 @@ def _adam_pass(param, grad, m, v, out, beta1, beta2, step_size, bias_correction2
     n = param.size
     n_finite = 0
     for i in range(n):
-        p_i, m_i, v_i = adam_element(param[i], grad[i], m[i], v[i], beta1, beta2, step_size,
+        p_i, m_i, v_i = _adam_element(param[i], grad[i], m[i], v[i], beta1, beta2, step_size,
                                      bias_correction2_sqrt, eps)
         out[i] = p_i
         out[n + i] = m_i
@@ -171,7 +173,7 @@ def adam_update(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-5):
         raise ValueError(f"{where}: grads must have the keys of params {list(keys)}")
     t = state["t"] + 1
     beta1, beta2 = float(betas[0]), float(betas[1])
-    step_size, bias_correction2_sqrt = adam_step_scalars(t, float(lr), beta1, beta2)
+    step_size, bias_correction2_sqrt = _adam_step_scalars(t, float(lr), beta1, beta2)
     p = _gathered(values, layout)
     dtypes = None
     if p is None:
@@ -327,7 +329,7 @@ def _first_non_finite_result(param, grad, scale, m, v, beta1, beta2, step_size,
                              bias_correction2_sqrt, eps):
     """The first index whose step results are not all finite (-1 if none); writes nothing."""
     for i in range(param.size):
-        p_i, m_i, v_i = adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
+        p_i, m_i, v_i = _adam_element(param[i], grad[i] * scale, m[i], v[i], beta1, beta2,
                                      step_size, bias_correction2_sqrt, eps)
         if not (math.isfinite(p_i) and math.isfinite(m_i) and math.isfinite(v_i)):
             return i
@@ -358,7 +360,7 @@ def _adam_pass_in_place(param, grad, scale, m, v, beta1, beta2, step_size,
         previous[0, i] = p_i
         previous[1, i] = m_i
         previous[2, i] = v_i
-        p_i, m_i, v_i = adam_element(p_i, grad[i] * scale, m_i, v_i, beta1, beta2, step_size,
+        p_i, m_i, v_i = _adam_element(p_i, grad[i] * scale, m_i, v_i, beta1, beta2, step_size,
                                      bias_correction2_sqrt, eps)
         param[i] = p_i
         m[i] = m_i
@@ -428,7 +430,7 @@ def _clipped_adam_step(params, grads, t_prev: int, m, v, max_norm: float, lr: fl
                        beta1: float, beta2: float, eps: float):
     """The body of :func:`clipped_adam_step` on checked arguments; returns ``(t, norm)``."""
     t = t_prev + 1
-    step_size, bias_correction2_sqrt = adam_step_scalars(t, lr, beta1, beta2)
+    step_size, bias_correction2_sqrt = _adam_step_scalars(t, lr, beta1, beta2)
     starts, stops = _layout_segments(grads.layout)
     norm, written = _clipped_adam_kernel(params.flat, grads.flat, starts, stops, m.flat, v.flat,
                                          max_norm, beta1, beta2, step_size,
