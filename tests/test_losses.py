@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from gradcheck import check_gradients
 from ppo_ref.fast.losses import _minibatch_loss_kernel
-from ppo_ref.losses import (approx_kl, entropy_loss, explained_variance, normalize_advantages,
-                            policy_loss, value_loss)
+from ppo_ref.spec.losses import (approx_kl, entropy_loss, explained_variance, normalize_advantages,
+                                 policy_loss, value_loss)
 
 seeds = st.integers(0, 2**31 - 1)
 shapes = st.lists(st.integers(1, 5), min_size=1, max_size=2).map(tuple)
@@ -534,3 +534,31 @@ def test_compiled_minibatch_kernel_reports_bad_input():
     far = [a.copy() for a in arrays]
     far[0][5] = far[3][5] + 800.0
     assert _kernel_call(_minibatch_loss_kernel, far, None, "max", 1.0)[0][:2] == (2, 5)
+
+
+@pytest.mark.parametrize("loss, damage", [
+    ("policy_loss", "ratio_overflow"), ("policy_loss", "nan_advantage"),
+    ("policy_loss", "zero_weights"), ("value_loss", "inf_value"), ("value_loss", "zero_weights"),
+    ("approx_kl", "ratio_overflow"), ("entropy_loss", "inf_value")])
+def test_fast_twins_raise_one_error_for_a_non_finite_result(loss, damage):
+    """The compiled twins do not re-validate their inputs: a result that is not finite raises
+    FloatingPointError naming the twin; the spec, on the same inputs, raises ValueError naming
+    the cause."""
+    from ppo_ref.fast import losses as fast
+    from ppo_ref.spec import losses as spec
+    r = np.random.default_rng(5)
+    new, old, adv, v, ret = (r.normal(size=16) for _ in range(5))
+    weights = np.zeros(16) if damage == "zero_weights" else None
+    if damage == "ratio_overflow":
+        new[3] = old[3] + 800.0
+    elif damage == "nan_advantage":
+        adv[2] = np.nan
+    elif damage == "inf_value":
+        v[1] = np.inf
+    args = {"policy_loss": (new, old, adv, 0.2), "value_loss": (v, v, ret, 0.2),
+            "approx_kl": (old, new), "entropy_loss": (v,)}[loss]
+    kwargs = {} if weights is None else {"weights": weights}
+    with pytest.raises(FloatingPointError, match=f"^ppo_ref.fast.losses.{loss}: non-finite"):
+        getattr(fast, loss)(*args, **kwargs)
+    with pytest.raises(ValueError):
+        getattr(spec, loss)(*args, **kwargs)

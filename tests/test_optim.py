@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppo_ref.optim import (adam_init, adam_state_from_arrays, adam_state_to_arrays, adam_update,
-                           clip_by_global_norm, global_norm, linear_schedule, scheduled_value)
+from ppo_ref.optim import adam_state_from_arrays, adam_state_to_arrays
+from ppo_ref.spec.optim import (adam_init, adam_update, clip_by_global_norm, global_norm,
+                                linear_schedule, scheduled_value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -340,3 +341,55 @@ def test_adam_float32_params_with_float64_grads_round_the_grads_first():
     a = adam_update(params, g64, adam_init(params), lr=0.1)[0]
     b = adam_update(params, g32, adam_init(params), lr=0.1)[0]
     np.testing.assert_array_equal(a["w"], b["w"])
+
+
+# ----------------------------------------------------------------------------------------------
+# the compiled twins (ppo_ref.fast.optim): pure, whatever dicts they are given
+# ----------------------------------------------------------------------------------------------
+
+def _dicts(rng, scale=1.0):
+    return {"w": scale * rng.standard_normal((5, 3)), "b": scale * rng.standard_normal(5),
+            "v": scale * rng.standard_normal(2)}
+
+
+def test_fast_twins_never_write_their_inputs_and_follow_edited_outputs():
+    """The twins read their own outputs in place: editing a returned array in place, or
+    putting another array in a returned dict, gives what the spec gives on the same dicts; no
+    input is ever written."""
+    from ppo_ref.fast import optim as fast
+    rng = np.random.default_rng(11)
+    params, grads = _dicts(rng), _dicts(rng, 0.3)
+    fp, fs = fast.adam_update(params, fast.clip_by_global_norm(grads, 0.5)[0],
+                              adam_init(params), lr=1e-2)
+    sp, ss = adam_update(params, clip_by_global_norm(grads, 0.5)[0], adam_init(params), lr=1e-2)
+    fp["w"][0, 0] += 1.0  # in place: the next step reads the edit
+    sp["w"][0, 0] += 1.0
+    fs["m"]["b"] = fs["m"]["b"] * 2.0  # replaced: the next step reads the new array
+    ss["m"]["b"] = ss["m"]["b"] * 2.0
+    fp["v"], fp["b"] = fp["b"][:2].copy(), fp["b"]  # another array, and one moved
+    sp["v"], sp["b"] = sp["b"][:2].copy(), sp["b"]
+    snapshot = [{k: a.copy() for k, a in d.items()} for d in (fp, fs["m"], fs["v"])]
+    new_grads = _dicts(rng, 0.3)
+    fp2, fs2 = fast.adam_update(fp, new_grads, fs, lr=1e-2)
+    sp2, ss2 = adam_update(sp, new_grads, ss, lr=1e-2)
+    for f, s in ((fp2, sp2), (fs2["m"], ss2["m"]), (fs2["v"], ss2["v"])):
+        assert list(f) == list(s)
+        for k in s:
+            np.testing.assert_array_equal(f[k], s[k])
+    for before, now in zip(snapshot, (fp, fs["m"], fs["v"])):
+        for k in before:
+            np.testing.assert_array_equal(now[k], before[k])
+
+
+def test_fast_twins_raise_for_non_finite_results_and_mismatched_dicts():
+    from ppo_ref.fast import optim as fast
+    params = {"a": np.ones(3)}
+    state = adam_init(params)
+    with pytest.raises(FloatingPointError, match="^ppo_ref.fast.optim.clip_by_global_norm"):
+        fast.clip_by_global_norm({"a": np.array([np.inf, 1.0])}, 1.0)
+    with pytest.raises(FloatingPointError, match="^ppo_ref.fast.optim.adam_update"):
+        fast.adam_update(params, {"a": np.array([np.nan, 0.0, 0.0])}, state, lr=1e-3)
+    with pytest.raises(ValueError, match="keys of params"):
+        fast.adam_update(params, {"b": np.ones(3)}, state, lr=1e-3)
+    with pytest.raises(ValueError, match="shapes of params"):
+        fast.adam_update(params, {"a": np.ones(4)}, state, lr=1e-3)

@@ -129,7 +129,297 @@ ROWS[("advantages", "vtrace")] = [
 
 # --- distributions -----------------------------------------------------------------------------
 
+#: the categorical twins (compiled row loops, libm exp/log, sums left to right): rtol 1e-12,
+#: atol 1e-15 against the spec's NumPy; float32 inputs are computed in float32
+CAT_TOL = dict(rtol=1e-12, atol=1e-15)
+F32_TOL = dict(rtol=1e-5, atol=1e-6)
+
+
+def _logits(rng, shape=(40, 5), masked=0.0, dtype=np.float64):
+    """Logits with ~``masked`` of the entries -inf (never a whole row: the first stays)."""
+    z = 3.0 * rng.standard_normal(shape)
+    z[(rng.random(shape) < masked) & (np.arange(shape[-1]) > 0)] = -np.inf
+    return z.astype(dtype)
+
+
+def _finite_and_mask(x):
+    """``(x with -inf as 0, where x is -inf)``: a masked log-probability compares exactly."""
+    x = np.asarray(x)
+    return np.where(np.isneginf(x), 0.0, x), np.isneginf(x)
+
+
+def _actions(rng, z):
+    return rng.integers(0, z.shape[-1], z.shape[:-1])
+
+
+def _cat_case(fn, dtype=np.float64, shape=(40, 5), masked=0.0):
+    def run(m, rng):
+        z = _logits(rng, shape, masked, dtype)
+        a = _actions(rng, z)
+        d = rng.standard_normal(z.shape[:-1]).astype(dtype)
+        args = {"log_softmax": (z,), "categorical_log_prob": (z, a),
+                "categorical_entropy": (z,), "categorical_log_prob_backward": (z, a, d),
+                "categorical_entropy_backward": (z, d)}[fn]
+        out = getattr(m, fn)(*args)
+        if m.__name__.startswith("ppo_ref.fast"):
+            assert out.dtype == dtype
+        return _finite_and_mask(out)
+    return run
+
+
+def _cat_rows(fn):
+    return [Case("plain", _cat_case(fn), **CAT_TOL),
+            Case("masked_3d", _cat_case(fn, shape=(4, 6, 9), masked=0.4), **CAT_TOL),
+            Case("one_row", _cat_case(fn, shape=(7,), masked=0.3), **CAT_TOL),
+            Case("float32", _cat_case(fn, np.float32, masked=0.3), **F32_TOL)]
+
+
+for _fn in ("log_softmax", "categorical_log_prob", "categorical_entropy",
+            "categorical_log_prob_backward", "categorical_entropy_backward"):
+    ROWS[("distributions", _fn)] = _cat_rows(_fn)
+
+
+def _sample_case(dtype=np.float64, shape=(64, 5), masked=0.4):
+    def run(m, rng):
+        z = _logits(rng, shape, masked, dtype)
+        return m.categorical_sample(rng, z), rng.random()  # the actions and the rng after
+    return run
+
+
+ROWS[("distributions", "categorical_sample")] = [
+    Case("masked", _sample_case(), **BITS),
+    Case("float32", _sample_case(np.float32), **BITS),
+    Case("one_row", _sample_case(shape=(3,), masked=0.0), **BITS),
+    Case("batch_2d", _sample_case(shape=(3, 4, 2), masked=0.0), **BITS),
+]
+ROWS[("distributions", "categorical_mode")] = [
+    Case("masked", lambda m, rng: m.categorical_mode(_logits(rng, (30, 6), 0.5)), **BITS),
+    Case("ties", lambda m, rng: m.categorical_mode(np.array([[1.0, 1.0, -np.inf],
+                                                             [-np.inf, 2.0, 2.0]])), **BITS),
+]
+
+NVEC = (3, 1, 4)
+
+
+def _multi_case(fn, dtype=np.float64, masked=0.3, batch=(24,)):
+    def run(m, rng):
+        z = 3.0 * rng.standard_normal(batch + (sum(NVEC),))
+        first = np.zeros(sum(NVEC), bool)
+        first[np.cumsum((0,) + NVEC[:-1])] = True  # each component keeps its first action
+        z[(rng.random(z.shape) < masked) & ~first] = -np.inf
+        z = z.astype(dtype)
+        a = np.stack([rng.integers(0, n, batch) for n in NVEC], axis=-1)
+        d = rng.standard_normal(batch).astype(dtype)
+        args = {"multi_categorical_log_prob": (z, a, NVEC),
+                "multi_categorical_entropy": (z, NVEC),
+                "multi_categorical_log_prob_backward": (z, a, NVEC, d),
+                "multi_categorical_entropy_backward": (z, NVEC, d),
+                "multi_categorical_sample": (rng, z, NVEC),
+                "multi_categorical_mode": (z, NVEC)}[fn]
+        out = getattr(m, fn)(*args)
+        if fn.endswith(("sample", "mode")):
+            return out, rng.random()
+        return _finite_and_mask(out)
+    return run
+
+
+for _fn in ("multi_categorical_log_prob", "multi_categorical_entropy",
+            "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+            "multi_categorical_sample", "multi_categorical_mode"):
+    _tol = BITS if _fn.endswith(("sample", "mode")) else CAT_TOL
+    ROWS[("distributions", _fn)] = [
+        Case("masked", _multi_case(_fn), **_tol),
+        Case("batch_2d", _multi_case(_fn, masked=0.0, batch=(3, 5)), **_tol),
+        Case("float32", _multi_case(_fn, np.float32), **(BITS if _tol is BITS else F32_TOL)),
+    ]
+
+
+def _gaussian_case(fn, dtype=np.float64, batch=(32,)):
+    def run(m, rng):
+        mean = rng.standard_normal(batch + (3,)).astype(dtype)
+        log_std = rng.uniform(-1.0, 0.5, 3).astype(dtype)
+        actions = (mean + rng.standard_normal(mean.shape)).astype(dtype)
+        d = rng.standard_normal(batch).astype(dtype)
+        args = {"gaussian_log_prob": (mean, log_std, actions),
+                "gaussian_log_prob_backward": (mean, log_std, actions, d),
+                "gaussian_entropy": (log_std, batch),
+                "gaussian_entropy_backward": (log_std, d),
+                "gaussian_sample": (rng, mean, log_std)}[fn]
+        out = getattr(m, fn)(*args)
+        return (out, rng.random()) if fn == "gaussian_sample" else out
+    return run
+
+
+for _fn in ("gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
+            "gaussian_entropy_backward", "gaussian_sample"):
+    ROWS[("distributions", _fn)] = [
+        Case("float64", _gaussian_case(_fn), **BITS),
+        Case("batch_2d", _gaussian_case(_fn, batch=(4, 5)), **BITS),
+        Case("float32", _gaussian_case(_fn, np.float32), **F32_TOL),
+    ]
+del _fn, _tol
+
+
 # --- losses, optim -----------------------------------------------------------------------------
+
+def _loss_arrays(rng, n=96, dtype=np.float64):
+    """Minibatch-like arrays with ratios at and past the clip bounds, zero advantages, value
+    deltas at and past the value clip range, and a 0/1-and-half weight vector."""
+    old = rng.normal(-1.0, 0.5, n)
+    new = old + rng.normal(0.0, 0.2, n)
+    new[:4] = old[:4] + np.log([0.8, 1.2, 1.0 / 1.2, 3.0])  # on the symmetric / reciprocal bounds
+    new[4] = old[4] + 30.0                                  # a huge ratio
+    adv = rng.standard_normal(n)
+    adv[5:7] = 0.0
+    values = rng.standard_normal(n)
+    old_values = values + rng.normal(0.0, 0.4, n)
+    old_values[7:11] = values[7:11] + np.array([0.3, -0.3, 1.0, -1.0])
+    returns = values + rng.normal(0.0, 1.5, n)
+    weights = (rng.random(n) < 0.7) * rng.choice([1.0, 0.5], n)
+    entropy = rng.uniform(0.0, 1.5, n)
+    cast = lambda a: a.astype(dtype)  # noqa: E731
+    return dict(new=cast(new), old=cast(old), adv=cast(adv), values=cast(values),
+                old_values=cast(old_values), returns=cast(returns), weights=weights,
+                entropy=cast(entropy))
+
+
+def _policy_loss_case(dtype=np.float64, weighted=False, shape=None, **options):
+    def run(m, rng):
+        a = _loss_arrays(rng, dtype=dtype)
+        shaped = (lambda x: x.reshape(shape)) if shape else (lambda x: x)  # noqa: E731
+        return m.policy_loss(shaped(a["new"]), shaped(a["old"]), shaped(a["adv"]), 0.2,
+                             weights=shaped(a["weights"]) if weighted else None, **options)
+    return run
+
+
+def _value_loss_case(clip_range_vf, mode="max", dtype=np.float64, weighted=False, **options):
+    def run(m, rng):
+        a = _loss_arrays(rng, dtype=dtype)
+        old_values = None if options.pop("no_old", False) else a["old_values"]
+        return m.value_loss(a["values"], old_values, a["returns"], clip_range_vf, mode,
+                            weights=a["weights"] if weighted else None, **options)
+    return run
+
+
+def _entropy_loss_case(dtype=np.float64, weighted=False, n=96):
+    def run(m, rng):
+        a = _loss_arrays(rng, n=n, dtype=dtype)
+        return m.entropy_loss(a["entropy"], weights=a["weights"] if weighted else None)
+    return run
+
+
+def _approx_kl_case(estimator, weighted=False, dtype=np.float64):
+    def run(m, rng):
+        a = _loss_arrays(rng, dtype=dtype)
+        return m.approx_kl(a["old"], a["new"], estimator,
+                           weights=a["weights"] if weighted else None)
+    return run
+
+
+def _normalize_case(dtype=np.float64, n=96, **options):
+    def run(m, rng):
+        return m.normalize_advantages((3.0 * rng.standard_normal(n) + 1.0).astype(dtype),
+                                      **options)
+    return run
+
+
+ROWS[("losses", "policy_loss")] = [
+    Case("plain", _policy_loss_case(), **BITS),
+    Case("float32", _policy_loss_case(np.float32), **BITS),
+    Case("weights_2d", _policy_loss_case(weighted=True, shape=(8, 12)), **BITS),
+    Case("dual_clip_asymmetric", _policy_loss_case(dual_clip=2.0, clip_range_low=0.1,
+                                                   clip_range_high=0.3), **BITS),
+    Case("reciprocal_weights", _policy_loss_case(weighted=True, clip_interval="reciprocal"),
+         **BITS),
+]
+ROWS[("losses", "value_loss")] = [
+    Case("unclipped_no_old", _value_loss_case(None, no_old=True), **BITS),
+    Case("max", _value_loss_case(0.3), **BITS),
+    Case("sb3_float32", _value_loss_case(0.3, "sb3", np.float32), **BITS),
+    Case("huber_weights", _value_loss_case(0.3, "huber", weighted=True, huber_delta=0.5),
+         **BITS),
+    Case("huber_unclipped", _value_loss_case(None, "huber"), **BITS),
+]
+ROWS[("losses", "entropy_loss")] = [
+    Case("plain", _entropy_loss_case(), **BITS),
+    Case("float32_long", _entropy_loss_case(np.float32, n=1000), **BITS),
+    Case("weights", _entropy_loss_case(weighted=True), **BITS),
+]
+ROWS[("losses", "approx_kl")] = [
+    Case("k3", _approx_kl_case("k3"), **BITS),
+    Case("k1_weights", _approx_kl_case("k1", weighted=True), **BITS),
+    Case("k3_weights_float32", _approx_kl_case("k3", True, np.float32), **BITS),
+]
+ROWS[("losses", "normalize_advantages")] = [
+    Case("ddof1_add", _normalize_case(), **BITS),
+    Case("ddof0_clamp_float32", _normalize_case(np.float32, ddof=0, placement="clamp"), **BITS),
+    Case("one_element", _normalize_case(n=1), **BITS),
+    Case("constant", lambda m, rng: m.normalize_advantages(np.full(9, 2.5)), **BITS),
+]
+
+
+def _param_dict(rng, dtype=np.float64, scale=1.0):
+    shapes = {"pi.w0": (16, 4), "pi.b0": (16,), "pi.w1": (3, 16), "pi.b1": (3,),
+              "vf.w0": (16, 4), "vf.b0": (16,), "vf.w1": (1, 16), "vf.b1": (1,), "log_std": (3,)}
+    return {k: (scale * rng.standard_normal(s)).astype(dtype) for k, s in shapes.items()}
+
+
+def _adam_case(dtype=np.float64, t=0, steps=1, **options):
+    """``steps`` Adam steps, each on the previous step's outputs (the compiled tier then reads
+    its own buffers in place)."""
+    def run(m, rng):
+        params = _param_dict(rng, dtype)
+        state = {"t": t, "m": _param_dict(rng, dtype, 0.01 if t else 0.0),
+                 "v": {k: np.abs(a) for k, a in _param_dict(rng, dtype, 1e-4 if t else 0.0).items()}}
+        for _ in range(steps):
+            params, state = m.adam_update(params, _param_dict(rng, dtype, 0.1), state,
+                                          lr=3e-4, **options)
+        assert state["t"] == t + steps and type(params) is dict
+        return params, state["m"], state["v"]
+    return run
+
+
+def _clip_case(dtype=np.float64, max_norm=0.5):
+    def run(m, rng):
+        grads = _param_dict(rng, dtype, 0.3)
+        before = {k: a.copy() for k, a in grads.items()}
+        clipped, norm = m.clip_by_global_norm(grads, max_norm)
+        assert all(np.array_equal(grads[k], before[k]) for k in grads)  # inputs untouched
+        assert all(clipped[k].dtype == grads[k].dtype for k in grads)
+        return clipped, norm
+    return run
+
+
+def _clip_then_adam(m, rng):
+    """The trainer's step, twice: clip_by_global_norm, then adam_update of its output."""
+    tier = m
+    params = _param_dict(rng)
+    state = {"t": 0, "m": {k: np.zeros_like(a) for k, a in params.items()},
+             "v": {k: np.zeros_like(a) for k, a in params.items()}}
+    norms = []
+    for _ in range(2):
+        clipped, norm = tier.clip_by_global_norm(_param_dict(rng, scale=0.3), 0.5)
+        params, state = tier.adam_update(params, clipped, state, lr=3e-4)
+        norms.append(norm)
+    return params, state["m"], state["v"], norms
+
+
+#: clip_by_global_norm: the global norm's sums of squares in another order than NumPy's
+#: pairwise sum (ppo_ref.fast.optim's docstring)
+NORM_TOL = dict(rtol=1e-13, atol=0.0)
+
+ROWS[("optim", "adam_update")] = [
+    Case("first_step", _adam_case(), **BITS),
+    Case("t7_options", _adam_case(t=7, betas=(0.8, 0.99), eps=1e-8), **BITS),
+    Case("chained_steps", _adam_case(steps=3), **BITS),
+    Case("float32", _adam_case(np.float32, t=2, steps=2), **BITS),
+]
+ROWS[("optim", "clip_by_global_norm")] = [
+    Case("clipping", _clip_case(), **NORM_TOL),
+    Case("no_clipping", _clip_case(max_norm=100.0), **NORM_TOL),
+    Case("float32", _clip_case(np.float32), **NORM_TOL),
+    Case("clip_then_adam", _clip_then_adam, **NORM_TOL),
+]
 
 # --- layers, networks --------------------------------------------------------------------------
 

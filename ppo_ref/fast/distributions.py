@@ -1,29 +1,35 @@
-"""The compiled tier of the action distributions: categorical kernels for the fast policies'
-hot loop and the compiled MultiDiscrete (product of categoricals) functions.
+"""The compiled twins of :mod:`ppo_ref.spec.distributions`: the categorical (with action masks),
+MultiDiscrete and diagonal-Gaussian functions the policy heads call, with the spec's signatures.
 
-Each equals a function of :mod:`ppo_ref.spec.distributions` (the readable definition, which
-:mod:`ppo_ref.nn.distributions` re-exports and the policy heads call):
+Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float64 inputs:
 
-* :data:`inverse_cdf_actions` is the spec's sampling loop compiled, and
-  :func:`categorical_sample` draws the actions of
-  :func:`ppo_ref.spec.distributions.categorical_sample` from the same uniforms, bit for bit;
-* :func:`categorical_eval_kernel` computes :func:`ppo_ref.spec.distributions.categorical_log_prob`
-  and :func:`~ppo_ref.spec.distributions.categorical_entropy` (finite logits) within rtol 1e-12,
-  and :func:`categorical_backward_kernel` the sum of
-  :func:`~ppo_ref.spec.distributions.categorical_log_prob_backward` and
-  :func:`~ppo_ref.spec.distributions.categorical_entropy_backward` within rtol 1e-12;
-* :func:`multi_categorical_log_prob`, :func:`multi_categorical_entropy`,
-  :func:`multi_categorical_log_prob_backward` and :func:`multi_categorical_entropy_backward`
-  equal their :mod:`ppo_ref.spec.distributions` namesakes within rtol 1e-12 (atol 1e-15 for the
-  gradients); they check their arguments with the spec's own checks (the same errors).
+* ``categorical_sample``, ``multi_categorical_sample``: the same actions, bit for bit (the same
+  uniforms, one per row and component in the spec's order, and the spec's
+  :func:`~ppo_ref.spec.distributions.inverse_cdf_actions` compiled);
+* ``categorical_mode``, ``multi_categorical_mode``: the same actions (the spec's ``argmax``);
+* ``gaussian_log_prob``, ``gaussian_log_prob_backward``, ``gaussian_entropy``,
+  ``gaussian_entropy_backward``, ``gaussian_sample``: bit for bit (the spec's NumPy
+  arithmetic, without its checks);
+* ``log_softmax``, ``categorical_log_prob``, ``categorical_entropy``,
+  ``categorical_log_prob_backward``, ``categorical_entropy_backward`` and the
+  ``multi_categorical_*`` log-probabilities, entropies and gradients: rtol 1e-12, atol 1e-15.
+  Compiled loops per row (:func:`_row_log_normalizer`): the row maximum, then ``log sum_k
+  exp(z_k - max)`` added left to right, with the C library's ``exp`` and ``log``; the spec's
+  NumPy sums the row pairwise and may use its own vectorised ``exp``/``log`` (a few ulp).
+  The results of a row do not depend on the other rows of the call.
 
-The tolerances are those ``tests/test_tiers.py`` checks (``|fast - spec| <= atol + rtol *
-max|spec|`` per result array: its ``categorical``, ``categorical_sample`` and
-``multi_categorical`` rows).
+float32: when every float array given is float32, these functions compute in float32 and
+return float32 (the samplers draw the spec's float64 uniforms and normals); the tolerance
+against the spec (which computes in float64) is then rtol 1e-5, atol 1e-6 (actions: the same
+unless a uniform falls within float32 rounding of a CDF step).
 
-The MLP and recurrent policies (:mod:`ppo_ref.train.policies`, :mod:`ppo_ref.train.recurrent_policies`)
-run :func:`categorical_eval_kernel` / :func:`categorical_backward_kernel` for the categorical
-head; the probabilities and entropies of the eval kernel are what the backward kernel reads.
+Action masks: a ``-inf`` logit has probability 0, log-probability ``-inf``, adds 0 to the
+entropy, gets gradient 0 unless it is the differentiated action, and is never sampled or the
+mode, as the spec says. The twins do not check their inputs: a row the spec refuses (a NaN or
+``+inf`` logit, every action masked, a spread whose shift overflows) raises
+``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`) from the compiled pass (the
+samplers: after drawing), and an action outside ``[0, A)`` a ``ValueError``. Run the spec on
+the same inputs to learn which argument is wrong.
 """
 from __future__ import annotations
 
@@ -32,54 +38,477 @@ import math
 import numpy as np
 from numba.extending import register_jitable
 
-from ppo_ref._checks import check_generator
+from ppo_ref._checks import non_finite_result
 from ppo_ref._numba import NJIT_OPTIONS, njit
-from ppo_ref.spec import distributions as spec_distributions
-from ppo_ref.spec.distributions import as_upstream, multi_components, multi_actions
+from ppo_ref.spec import distributions as _spec
+from ppo_ref.spec.distributions import LOG_2PI
 
-__all__ = ["inverse_cdf_actions", "categorical_sample", "multi_categorical_log_prob", "multi_categorical_entropy",
-           "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
-           "categorical_eval_kernel", "categorical_backward_kernel"]
+__all__ = [
+    "log_softmax", "categorical_log_prob", "categorical_entropy",
+    "categorical_log_prob_backward", "categorical_entropy_backward", "categorical_sample",
+    "categorical_mode",
+    "multi_categorical_log_prob", "multi_categorical_entropy",
+    "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
+    "multi_categorical_sample", "multi_categorical_mode",
+    "gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
+    "gaussian_entropy_backward", "gaussian_sample",
+]
+
+# the spec's sampling loop and its row check, usable from compiled code (returned unchanged)
+register_jitable(**NJIT_OPTIONS)(_spec.logit_row_max)
+_inverse_cdf_actions = njit(_spec.inverse_cdf_actions)
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_OK, _BAD_ROW, _BAD_ACTION = 0, 1, 2
+
+
+def _float(x) -> np.ndarray:
+    """``x`` as a float32 or float64 ndarray (other kinds to float64, float16 to float32)."""
+    a = np.asarray(x)
+    if a.dtype == _F64 or a.dtype == _F32:
+        return a
+    return a.astype(_F32 if a.dtype == np.float16 else _F64)
+
+
+def _common(*arrays):
+    """The arrays in their common compute dtype: float32 when all are float32, else float64."""
+    if all(a.dtype == _F32 for a in arrays):
+        return arrays
+    return tuple(a.astype(_F64, copy=False) for a in arrays)
+
+
+def _rows(z: np.ndarray) -> np.ndarray:
+    """Logits ``[..., A]`` as a C-contiguous ``[R, A]`` array."""
+    return np.ascontiguousarray(z).reshape(-1, z.shape[-1])
+
+
+def _row_actions(actions, rows: int, upper, where: str) -> np.ndarray:
+    """``actions`` as int64 ``[rows]`` (or ``[rows, K]``) indices; ``ValueError`` unless one
+    per row (and component). The range is checked in the compiled pass."""
+    a = np.asarray(actions)
+    if a.dtype != np.int64:
+        a = a.astype(np.int64)
+    if a.size != rows * upper:
+        raise ValueError(f"{where}: actions must have one entry per row"
+                         f"{' and component' if upper > 1 else ''}, got shape {a.shape}")
+    return a.reshape(-1) if upper == 1 else a.reshape(rows, upper)
+
+
+def _raise(status: int, where: str):
+    if status == _BAD_ACTION:
+        raise ValueError(f"{where}: an action is outside [0, number of actions)")
+    raise non_finite_result(where)
+
+
+@register_jitable(**NJIT_OPTIONS)
+def _row_log_normalizer(z, i, lo, hi):
+    """``(m, lse, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``lse = log sum_k
+    exp(z_k - m)`` (added left to right from 0, in ``z``'s dtype), so that ``log pi_k = (z_k -
+    m) - lse``. ``ok`` is False for a row the spec refuses: a NaN, ``m`` not finite (``+inf``,
+    or every action masked), or a finite logit whose shift ``z_k - m`` overflows."""
+    m = z[i, lo]
+    for k in range(lo, hi):
+        v = z[i, k]
+        if v != v:
+            return m, m, False
+        if v > m:
+            m = v
+    s = m - m  # 0 in z's dtype (nan when m is inf)
+    if not (m > -math.inf and m < math.inf):
+        return m, s, False
+    for k in range(lo, hi):
+        v = z[i, k]
+        shifted = v - m
+        if shifted == -math.inf and v != -math.inf:
+            return m, s, False
+        s += math.exp(shifted)
+    return m, math.log(s), True
+
+
+@njit
+def _log_softmax_rows(z, out):
+    """``out[i, k] = (z[i, k] - m_i) - lse_i`` (:func:`_row_log_normalizer`)."""
+    for i in range(z.shape[0]):
+        m, lse, ok = _row_log_normalizer(z, i, 0, z.shape[1])
+        if not ok:
+            return _BAD_ROW
+        for k in range(z.shape[1]):
+            out[i, k] = (z[i, k] - m) - lse
+    return _OK
+
+
+@njit
+def _categorical_log_prob_rows(z, offsets, actions, zero, out):
+    """``out[i] = sum_j ((z[i, o_j + a_ij] - m_ij) - lse_ij)`` over the components ``j`` in
+    order, from ``zero`` (0 in ``z``'s dtype; one component: the categorical log-probability);
+    ``-inf`` for a masked action."""
+    for i in range(z.shape[0]):
+        total = zero
+        for j in range(offsets.size - 1):
+            lo = offsets[j]
+            hi = offsets[j + 1]
+            a = actions[i, j]
+            if a < 0 or a >= hi - lo:
+                return _BAD_ACTION
+            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
+            if not ok:
+                return _BAD_ROW
+            total += (z[i, lo + a] - m) - lse
+        out[i] = total
+    return _OK
+
+
+@njit
+def _categorical_entropy_rows(z, offsets, zero, out):
+    """``out[i] = sum_j H_ij``, ``H_ij = -sum_k pi_k log pi_k`` over the unmasked ``k`` of
+    component ``j`` (a masked action adds nothing), components in order, sums from ``zero``."""
+    for i in range(z.shape[0]):
+        total = zero
+        for j in range(offsets.size - 1):
+            lo = offsets[j]
+            hi = offsets[j + 1]
+            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
+            if not ok:
+                return _BAD_ROW
+            h = zero
+            for k in range(lo, hi):
+                if z[i, k] != -math.inf:
+                    log_p = (z[i, k] - m) - lse
+                    h += math.exp(log_p) * log_p
+            total += -h
+        out[i] = total
+    return _OK
+
+
+@njit
+def _categorical_log_prob_backward_rows(z, offsets, actions, d, zero, out):
+    """``out[i, k] = d[i] * [k = a_ij] - d[i] * pi_k`` in each component ``j``'s slice (the
+    spec's expression, ``d * True = d`` and ``d * False = d * 0``; 0 where masked, unless
+    ``k`` is the action)."""
+    for i in range(z.shape[0]):
+        g = d[i]
+        for j in range(offsets.size - 1):
+            lo = offsets[j]
+            hi = offsets[j + 1]
+            a = actions[i, j]
+            if a < 0 or a >= hi - lo:
+                return _BAD_ACTION
+            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
+            if not ok:
+                return _BAD_ROW
+            for k in range(lo, hi):
+                p = math.exp((z[i, k] - m) - lse)
+                out[i, k] = (g if k - lo == a else g * zero) - g * p
+    return _OK
+
+
+@njit
+def _categorical_entropy_backward_rows(z, offsets, d, zero, out):
+    """``out[i, k] = (-d[i] * pi_k) * (log pi_k + H_ij)`` in each component ``j``'s slice, with
+    ``log pi_k`` taken as ``zero`` where masked (the spec's expression; 0 there)."""
+    for i in range(z.shape[0]):
+        g = d[i]
+        for j in range(offsets.size - 1):
+            lo = offsets[j]
+            hi = offsets[j + 1]
+            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
+            if not ok:
+                return _BAD_ROW
+            h = zero
+            for k in range(lo, hi):
+                if z[i, k] != -math.inf:
+                    log_p = (z[i, k] - m) - lse
+                    h += math.exp(log_p) * log_p
+            h = -h
+            for k in range(lo, hi):
+                log_p = (z[i, k] - m) - lse
+                p = math.exp(log_p)
+                if z[i, k] == -math.inf:
+                    log_p = zero
+                out[i, k] = (-g * p) * (log_p + h)
+    return _OK
+
+
+_ONE_COMPONENT = {}
+
+
+def _single(n_actions: int) -> np.ndarray:
+    """The component offsets ``[0, A]`` of a plain categorical."""
+    offsets = _ONE_COMPONENT.get(n_actions)
+    if offsets is None:
+        offsets = _ONE_COMPONENT[n_actions] = np.array([0, n_actions], dtype=np.int64)
+    return offsets
 
 
 # --------------------------------------------------------------------------------------------
-# categorical kernels (the policies' hot loop; finite logits, unchecked)
+# categorical
 
-# the row check, usable from compiled code (the spec function is returned unchanged)
-register_jitable(**NJIT_OPTIONS)(spec_distributions.logit_row_max)
+def log_softmax(logits):
+    """:func:`ppo_ref.spec.distributions.log_softmax`, compiled; rtol 1e-12, atol 1e-15
+    (float32 in, float32 out: module docstring)."""
+    z = _float(logits)
+    out = np.empty(z.shape, z.dtype)
+    status = _log_softmax_rows(_rows(z), out.reshape(-1, z.shape[-1]))
+    if status:
+        _raise(status, "ppo_ref.fast.distributions.log_softmax")
+    return out
 
-#: :func:`ppo_ref.spec.distributions.inverse_cdf_actions` compiled (the same function: bit for
-#: bit).
-inverse_cdf_actions = njit(spec_distributions.inverse_cdf_actions)
 
-# :func:`ppo_ref.spec.distributions.logit_rows_valid` compiled: the check pass before drawing
-_logit_rows_valid = njit(spec_distributions.logit_rows_valid)
+def categorical_log_prob(logits, actions):
+    """:func:`ppo_ref.spec.distributions.categorical_log_prob`, compiled; rtol 1e-12, atol
+    1e-15 (``-inf`` entries: the same)."""
+    z = _float(logits)
+    z2 = _rows(z)
+    a = _row_actions(actions, z2.shape[0], 1, "ppo_ref.fast.distributions.categorical_log_prob")
+    out = np.empty(z2.shape[0], z.dtype)
+    status = _categorical_log_prob_rows(z2, _single(z2.shape[1]), a.reshape(-1, 1),
+                                        z.dtype.type(0), out)
+    if status:
+        _raise(status, "ppo_ref.fast.distributions.categorical_log_prob")
+    return out.reshape(z.shape[:-1])
 
 
-def categorical_sample(rng: np.random.Generator, logits) -> np.ndarray:
-    """:func:`ppo_ref.spec.distributions.categorical_sample`, bit for bit (the same uniforms and
-    the same loop, compiled), for the fast policies' 2-D logits ``[R, A]`` (float64 or
-    float32). A check pass over the rows (:func:`ppo_ref.spec.distributions.logit_rows_valid`,
-    compiled) runs before anything is drawn: a refused call raises the spec's ``ValueError``
-    (naming ``logits``) and leaves ``rng`` untouched, as the spec function does.
+def categorical_entropy(logits):
+    """:func:`ppo_ref.spec.distributions.categorical_entropy`, compiled; rtol 1e-12, atol
+    1e-15."""
+    z = _float(logits)
+    z2 = _rows(z)
+    out = np.empty(z2.shape[0], z.dtype)
+    status = _categorical_entropy_rows(z2, _single(z2.shape[1]), z.dtype.type(0), out)
+    if status:
+        _raise(status, "ppo_ref.fast.distributions.categorical_entropy")
+    return out.reshape(z.shape[:-1])
 
-    Raises:
-        ValueError: ``rng`` not a Generator, logits not a 2-D float array, or as
-            :func:`ppo_ref.spec.distributions.log_softmax`.
-    """
-    check_generator(rng)
-    z = np.ascontiguousarray(logits)
-    if z.ndim != 2 or z.dtype not in (np.float64, np.float32) or z.shape[1] == 0:
-        raise ValueError(f"logits must be a float32/float64 array [R, A] with A >= 1, got "
-                         f"{z.dtype} {z.shape}")
-    if not _logit_rows_valid(z):
-        spec_distributions.log_softmax(z)  # raises, naming the refused row
-        raise AssertionError("log_softmax accepted logits the row check refused")
-    u = rng.random(z.shape[0])
-    actions = np.empty(z.shape[0], dtype=np.int64)
-    inverse_cdf_actions(z, u, actions)
-    return actions
 
+def categorical_log_prob_backward(logits, actions, d_log_probs):
+    """:func:`ppo_ref.spec.distributions.categorical_log_prob_backward`, compiled; rtol
+    1e-12, atol 1e-15."""
+    where = "ppo_ref.fast.distributions.categorical_log_prob_backward"
+    z, d = _common(_float(logits), _float(d_log_probs))
+    z2 = _rows(z)
+    a = _row_actions(actions, z2.shape[0], 1, where)
+    out = np.empty(z.shape, z.dtype)
+    status = _categorical_log_prob_backward_rows(
+        z2, _single(z2.shape[1]), a.reshape(-1, 1), _flat_upstream(d, z2.shape[0], where),
+        z.dtype.type(0), out.reshape(z2.shape))
+    if status:
+        _raise(status, where)
+    return out
+
+
+def categorical_entropy_backward(logits, d_entropy):
+    """:func:`ppo_ref.spec.distributions.categorical_entropy_backward`, compiled; rtol 1e-12,
+    atol 1e-15."""
+    where = "ppo_ref.fast.distributions.categorical_entropy_backward"
+    z, d = _common(_float(logits), _float(d_entropy))
+    z2 = _rows(z)
+    out = np.empty(z.shape, z.dtype)
+    status = _categorical_entropy_backward_rows(
+        z2, _single(z2.shape[1]), _flat_upstream(d, z2.shape[0], where), z.dtype.type(0),
+        out.reshape(z2.shape))
+    if status:
+        _raise(status, where)
+    return out
+
+
+def _flat_upstream(d: np.ndarray, rows: int, where: str) -> np.ndarray:
+    if d.size != rows:
+        raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
+                         f"shape {d.shape}")
+    return np.ascontiguousarray(d).reshape(-1)
+
+
+def categorical_sample(rng, logits):
+    """:func:`ppo_ref.spec.distributions.categorical_sample`: the same uniforms
+    (``rng.random``, one per row) and the spec's inverse-CDF loop compiled; the same actions,
+    bit for bit. A refused row raises ``FloatingPointError`` after the draw."""
+    z = _float(logits)
+    u = rng.random(z.shape[:-1])
+    z2 = _rows(z)
+    actions = np.empty(z2.shape[0], dtype=np.int64)
+    if not _inverse_cdf_actions(z2, u.reshape(-1), actions):
+        raise non_finite_result("ppo_ref.fast.distributions.categorical_sample")
+    return actions.reshape(z.shape[:-1])
+
+
+def categorical_mode(logits):
+    """:func:`ppo_ref.spec.distributions.categorical_mode` (the spec's ``argmax``, unchecked);
+    the same actions."""
+    return np.argmax(np.asarray(logits), axis=-1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# MultiDiscrete: independent categoricals over consecutive slices of the logits
+
+_OFFSETS = {}
+
+
+def _offsets(nvec) -> np.ndarray:
+    """``[0, nvec[0], nvec[0] + nvec[1], ...]`` as int64 (cached per ``nvec``)."""
+    key = tuple(int(n) for n in nvec)
+    offsets = _OFFSETS.get(key)
+    if offsets is None:
+        offsets = _OFFSETS[key] = np.concatenate([[0], np.cumsum(key)]).astype(np.int64)
+    return offsets
+
+
+def _multi(logits, nvec, where):
+    z = _float(logits)
+    offsets = _offsets(nvec)
+    if z.ndim == 0 or z.shape[-1] != offsets[-1]:
+        raise ValueError(f"{where}: logits must have last dimension sum(nvec) = {offsets[-1]}, "
+                         f"got shape {z.shape}")
+    return z, _rows(z), offsets
+
+
+def multi_categorical_log_prob(logits, actions, nvec):
+    """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob`, compiled (the components
+    summed in order); rtol 1e-12, atol 1e-15."""
+    where = "ppo_ref.fast.distributions.multi_categorical_log_prob"
+    z, z2, offsets = _multi(logits, nvec, where)
+    a = _row_actions(actions, z2.shape[0], offsets.size - 1, where).reshape(z2.shape[0], -1)
+    out = np.empty(z2.shape[0], z.dtype)
+    status = _categorical_log_prob_rows(z2, offsets, a, z.dtype.type(0), out)
+    if status:
+        _raise(status, where)
+    return out.reshape(z.shape[:-1])
+
+
+def multi_categorical_entropy(logits, nvec):
+    """:func:`ppo_ref.spec.distributions.multi_categorical_entropy`, compiled; rtol 1e-12,
+    atol 1e-15."""
+    where = "ppo_ref.fast.distributions.multi_categorical_entropy"
+    z, z2, offsets = _multi(logits, nvec, where)
+    out = np.empty(z2.shape[0], z.dtype)
+    status = _categorical_entropy_rows(z2, offsets, z.dtype.type(0), out)
+    if status:
+        _raise(status, where)
+    return out.reshape(z.shape[:-1])
+
+
+def multi_categorical_log_prob_backward(logits, actions, nvec, d_log_probs):
+    """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob_backward`, compiled; rtol
+    1e-12, atol 1e-15."""
+    where = "ppo_ref.fast.distributions.multi_categorical_log_prob_backward"
+    z, z2, offsets = _multi(logits, nvec, where)
+    z, d = _common(z, _float(d_log_probs))
+    z2 = _rows(z)
+    a = _row_actions(actions, z2.shape[0], offsets.size - 1, where).reshape(z2.shape[0], -1)
+    out = np.empty(z.shape, z.dtype)
+    status = _categorical_log_prob_backward_rows(z2, offsets, a,
+                                                 _flat_upstream(d, z2.shape[0], where),
+                                                 z.dtype.type(0), out.reshape(z2.shape))
+    if status:
+        _raise(status, where)
+    return out
+
+
+def multi_categorical_entropy_backward(logits, nvec, d_entropy):
+    """:func:`ppo_ref.spec.distributions.multi_categorical_entropy_backward`, compiled; rtol
+    1e-12, atol 1e-15."""
+    where = "ppo_ref.fast.distributions.multi_categorical_entropy_backward"
+    z, z2, offsets = _multi(logits, nvec, where)
+    z, d = _common(z, _float(d_entropy))
+    z2 = _rows(z)
+    out = np.empty(z.shape, z.dtype)
+    status = _categorical_entropy_backward_rows(z2, offsets,
+                                                _flat_upstream(d, z2.shape[0], where),
+                                                z.dtype.type(0), out.reshape(z2.shape))
+    if status:
+        _raise(status, where)
+    return out
+
+
+def multi_categorical_sample(rng, logits, nvec):
+    """:func:`ppo_ref.spec.distributions.multi_categorical_sample`: the same uniforms (one
+    per row for component 0, then for component 1, ...) and the spec's loop compiled; the same
+    actions, bit for bit."""
+    where = "ppo_ref.fast.distributions.multi_categorical_sample"
+    z, z2, offsets = _multi(logits, nvec, where)
+    k = offsets.size - 1
+    u = rng.random((k, z2.shape[0]))  # the spec's draws: component by component
+    actions = np.empty((k, z2.shape[0]), dtype=np.int64)
+    for j in range(k):
+        if not _inverse_cdf_actions(np.ascontiguousarray(z2[:, offsets[j]:offsets[j + 1]]),
+                                    u[j], actions[j]):
+            raise non_finite_result(where)
+    return actions.T.reshape(z.shape[:-1] + (k,))
+
+
+def multi_categorical_mode(logits, nvec):
+    """:func:`ppo_ref.spec.distributions.multi_categorical_mode` (the spec's ``argmax`` per
+    component, unchecked); the same actions."""
+    z = np.asarray(logits)
+    offsets = _offsets(nvec)
+    return np.stack([np.argmax(z[..., offsets[j]:offsets[j + 1]], axis=-1)
+                     for j in range(offsets.size - 1)], axis=-1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------------
+# diagonal Gaussian: the spec's NumPy arithmetic, unchecked, in the inputs' common dtype
+
+def _finite(x, where: str):
+    if not np.isfinite(x).all():
+        raise non_finite_result(where)
+    return x
+
+
+def gaussian_log_prob(mean, log_std, actions):
+    """:func:`ppo_ref.spec.distributions.gaussian_log_prob`; bit for bit (float32 in, float32
+    out)."""
+    mu, ls, a = _common(_float(mean), _float(log_std), _float(actions))
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        u = (a - mu) / np.exp(ls)
+        log_prob = -0.5 * np.sum(u * u, axis=-1) - (np.sum(ls) + 0.5 * LOG_2PI * ls.shape[0])
+    return _finite(log_prob, "ppo_ref.fast.distributions.gaussian_log_prob")
+
+
+def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs):
+    """:func:`ppo_ref.spec.distributions.gaussian_log_prob_backward`; bit for bit."""
+    where = "ppo_ref.fast.distributions.gaussian_log_prob_backward"
+    mu, ls, a, g = _common(_float(mean), _float(log_std), _float(actions), _float(d_log_probs))
+    g = g[..., None]
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        sigma = np.exp(ls)
+        u = (a - mu) / sigma
+        d_mean = g * u / sigma
+        d_log_std = np.sum((g * (u * u - 1.0)).reshape(-1, ls.shape[0]), axis=0)
+    return _finite(d_mean, where), _finite(d_log_std, where)
+
+
+def gaussian_entropy(log_std, batch_shape):
+    """:func:`ppo_ref.spec.distributions.gaussian_entropy`; bit for bit."""
+    ls = _float(log_std)
+    with np.errstate(over="ignore"):
+        entropy = np.sum(ls) + 0.5 * (1.0 + LOG_2PI) * ls.shape[0]
+    _finite(entropy, "ppo_ref.fast.distributions.gaussian_entropy")
+    return np.full(batch_shape, entropy, dtype=ls.dtype)
+
+
+def gaussian_entropy_backward(log_std, d_entropy):
+    """:func:`ppo_ref.spec.distributions.gaussian_entropy_backward`; bit for bit."""
+    ls, d = _common(_float(log_std), _float(d_entropy))
+    with np.errstate(over="ignore"):
+        total = np.sum(d)
+    _finite(total, "ppo_ref.fast.distributions.gaussian_entropy_backward")
+    return np.full(ls.shape, total, dtype=ls.dtype)
+
+
+def gaussian_sample(rng, mean, log_std):
+    """:func:`ppo_ref.spec.distributions.gaussian_sample`: the same normals
+    (``rng.standard_normal``, float64), bit for bit (float32 inputs: the sum in float32)."""
+    mu, ls = _common(_float(mean), _float(log_std))
+    with np.errstate(over="ignore", invalid="ignore"):
+        sigma = np.exp(ls)
+        eps = rng.standard_normal(mu.shape).astype(mu.dtype, copy=False)
+        sample = mu + sigma * eps
+    return _finite(sample, "ppo_ref.fast.distributions.gaussian_sample")
+
+
+# -- the categorical kernels of the old fast policies (ppo_ref.train.policies,
+#    ppo_ref.train.recurrent_policies, ppo_ref.fast.actor_critic import them), kept importable
+#    until the switch (then to delete): categorical_eval_kernel, categorical_backward_kernel
 
 @njit
 def categorical_eval_kernel(logits, actions, log_probs, entropy, probs):
@@ -140,186 +569,3 @@ def categorical_backward_kernel(probs, actions, entropy, d_log_probs, d_entropy,
             if k == a:
                 g += d
             d_logits[i, k] = g
-
-
-# --------------------------------------------------------------------------------------------
-# MultiDiscrete: a product of independent categoricals over consecutive logit slices
-
-def _multi_inputs(logits, nvec):
-    """Checked ``(z [R, A] float64 C-contiguous, offsets [K + 1] int64, batch_shape, sizes)``
-    by :mod:`ppo_ref.spec.distributions`' checks (``offsets[k]`` = the first logit of component
-    ``k``)."""
-    z, sizes, _ = multi_components(logits, nvec)
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    z2 = np.ascontiguousarray(z.reshape(-1, z.shape[-1]), dtype=np.float64)
-    return z2, offsets, z.shape[:-1], sizes, z
-
-
-@njit
-def _multi_categorical_eval_kernel(z, offsets, actions, log_probs, entropy, probs, comp_entropy):
-    """Per row ``i`` of validated logits ``z [R, A]`` (float64; each component's slice has a
-    finite maximum, ``-inf`` marks a masked choice) and component ``k`` with slice
-    ``offsets[k]:offsets[k+1]``: ``log pi_k = (z - max) - log(sum exp(z - max))`` (sums left
-    to right), ``probs = exp(log pi_k)``, ``comp_entropy[i, k] = -sum_j p_j log pi_kj`` over
-    ``p_j > 0``; ``log_probs[i] = sum_k log pi_k[actions[i, k]]`` and ``entropy[i] = sum_k
-    comp_entropy[i, k]``, summed over k in order."""
-    rows = z.shape[0]
-    K = offsets.size - 1
-    for i in range(rows):
-        lp_sum = 0.0
-        h_sum = 0.0
-        for k in range(K):
-            lo = offsets[k]
-            hi = offsets[k + 1]
-            m = -math.inf
-            for j in range(lo, hi):
-                if z[i, j] > m:
-                    m = z[i, j]
-            s = 0.0
-            for j in range(lo, hi):
-                s += math.exp(z[i, j] - m)
-            lse = math.log(s)
-            h = 0.0
-            for j in range(lo, hi):
-                lp = (z[i, j] - m) - lse
-                p = math.exp(lp)
-                probs[i, j] = p
-                if p > 0.0:
-                    h -= p * lp
-            comp_entropy[i, k] = h
-            h_sum += h
-            lp_sum += (z[i, lo + actions[i, k]] - m) - lse
-        log_probs[i] = lp_sum
-        entropy[i] = h_sum
-
-
-@njit
-def _multi_categorical_backward_kernel(probs, offsets, actions, comp_entropy, d_log_probs,
-                                       d_entropy, d_logits):
-    """Per component slice of row ``i``: ``d_logits_j = d_log_probs[i] * ([j = a_k] - p_j)
-    - d_entropy[i] * p_j * (log p_j + H_k)`` (0 where ``p_j = 0``), from the ``probs`` and
-    ``comp_entropy`` of :func:`_multi_categorical_eval_kernel`; ``d_log_probs``/``d_entropy``
-    ``[R]`` (zeros for a term that is absent)."""
-    rows = probs.shape[0]
-    K = offsets.size - 1
-    for i in range(rows):
-        d = d_log_probs[i]
-        de = d_entropy[i]
-        for k in range(K):
-            h = comp_entropy[i, k]
-            for j in range(offsets[k], offsets[k + 1]):
-                p = probs[i, j]
-                g = -p * d
-                if p > 0.0:
-                    g -= de * p * (math.log(p) + h)
-                d_logits[i, j] = g
-            d_logits[i, offsets[k] + actions[i, k]] += d
-
-
-def _multi_eval(z2, offsets, a2):
-    R = z2.shape[0]
-    log_probs = np.empty(R)
-    entropy = np.empty(R)
-    probs = np.empty(z2.shape)
-    comp_entropy = np.empty((R, offsets.size - 1))
-    _multi_categorical_eval_kernel(z2, offsets, a2, log_probs, entropy, probs, comp_entropy)
-    return log_probs, entropy, probs, comp_entropy
-
-
-def multi_categorical_log_prob(logits, actions, nvec) -> np.ndarray:
-    """Log-probability of MultiDiscrete actions under independent categoricals.
-
-    The logits of component ``k`` are the slice ``logits[..., o_k : o_k + nvec[k]]`` with
-    ``o_k = nvec[0] + ... + nvec[k-1]``; ``log pi(a) = sum_k log softmax(slice_k)[a_k]`` (the
-    product of the components' probabilities; SB3 ``MultiCategoricalDistribution``, CleanRL
-    ``ppo_multidiscrete.py``; Huang et al. 2022, MultiDiscrete detail). Compiled; equals
-    :func:`ppo_ref.spec.distributions.multi_categorical_log_prob` within rtol 1e-12: the same
-    per-component steps, the components summed in order.
-
-    Args:
-        logits: ``[..., sum(nvec)]`` real (float32 widened exactly to float64); ``-inf`` marks a
-            masked choice, NaN and ``+inf`` are refused.
-        nvec: ``[K]`` integers >= 1, the number of choices of each component.
-        actions: integers ``[..., K]`` with ``actions[..., k]`` in ``[0, nvec[k])``.
-
-    Returns:
-        float64 ``[...]`` log-probabilities (nats; ``-inf`` if a chosen choice is masked).
-
-    Raises:
-        ValueError: bad ``nvec`` or ``logits`` size, NaN/``+inf`` logits or a component with
-            every choice masked, ``actions`` of the wrong shape, non-integral or out of range
-            (naming the component).
-    """
-    z2, offsets, batch_shape, sizes, z = _multi_inputs(logits, nvec)
-    a2 = multi_actions(actions, z, sizes).reshape(z2.shape[0], len(sizes))
-    return _multi_eval(z2, offsets, a2)[0].reshape(batch_shape)
-
-
-def multi_categorical_entropy(logits, nvec) -> np.ndarray:
-    """Entropy of the product distribution: ``H = sum_k H(softmax(slice_k))`` (independent
-    components; slices as :func:`multi_categorical_log_prob`). Compiled; equals
-    :func:`ppo_ref.spec.distributions.multi_categorical_entropy` within rtol 1e-12.
-
-    Returns float64 ``[...]`` (nats). Raises ``ValueError`` as
-    :func:`multi_categorical_log_prob`.
-    """
-    z2, offsets, batch_shape, _, _ = _multi_inputs(logits, nvec)
-    a2 = np.zeros((z2.shape[0], offsets.size - 1), dtype=np.int64)
-    return _multi_eval(z2, offsets, a2)[1].reshape(batch_shape)
-
-
-def _multi_backward(logits, nvec, actions, d_log_probs, d_entropy):
-    z2, offsets, batch_shape, sizes, z = _multi_inputs(logits, nvec)
-    R = z2.shape[0]
-    if actions is None:
-        a2 = np.zeros((R, offsets.size - 1), dtype=np.int64)
-    else:
-        a2 = multi_actions(actions, z, sizes).reshape(R, len(sizes))
-    zeros = np.zeros(R)
-    d_lp = zeros
-    d_ent = zeros
-    if d_log_probs is not None:
-        d = as_upstream(d_log_probs, "d_log_probs", batch_shape, "logits[..., 0]")
-        d_lp = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
-    if d_entropy is not None:
-        d = as_upstream(d_entropy, "d_entropy", batch_shape, "logits[..., 0]")
-        d_ent = np.ascontiguousarray(d.reshape(-1), dtype=np.float64)
-    _, _, probs, comp_entropy = _multi_eval(z2, offsets, a2)
-    d_logits = np.empty(z2.shape)
-    _multi_categorical_backward_kernel(probs, offsets, a2, comp_entropy, d_lp, d_ent, d_logits)
-    return d_logits.reshape(tuple(batch_shape) + (z2.shape[1],))
-
-
-def multi_categorical_log_prob_backward(logits, actions, nvec, d_log_probs) -> np.ndarray:
-    """Gradient of :func:`multi_categorical_log_prob` w.r.t. the logits: in the slice of
-    component ``k``, ``d_logits_j = d_log_probs * ([j = a_k] - pi_k(j))`` (each component's
-    categorical gradient; the sum over components touches each slice once). Compiled; equals
-    :func:`ppo_ref.spec.distributions.multi_categorical_log_prob_backward` within rtol 1e-12
-    (atol 1e-15).
-
-    Args:
-        logits, actions, nvec: as :func:`multi_categorical_log_prob`.
-        d_log_probs: ``[...]`` finite upstream gradient.
-
-    Returns:
-        float64 ``d_logits [..., sum(nvec)]``.
-
-    Raises:
-        ValueError: as :func:`multi_categorical_log_prob`; ``d_log_probs`` of the wrong shape
-            or non-finite.
-    """
-    return _multi_backward(logits, nvec, actions, d_log_probs, None)
-
-
-def multi_categorical_entropy_backward(logits, nvec, d_entropy) -> np.ndarray:
-    """Gradient of :func:`multi_categorical_entropy` w.r.t. the logits: in the slice of
-    component ``k``, ``d_logits_j = -d_entropy * pi_k(j) * (log pi_k(j) + H_k)`` (0 for a
-    masked choice). Compiled; equals
-    :func:`ppo_ref.spec.distributions.multi_categorical_entropy_backward` within rtol 1e-12
-    (atol 1e-15).
-
-    Returns float64 ``d_logits [..., sum(nvec)]``. Raises ``ValueError`` as
-    :func:`multi_categorical_log_prob`, or for ``d_entropy`` of the wrong shape or non-finite.
-    """
-    return _multi_backward(logits, nvec, None, None, d_entropy)
