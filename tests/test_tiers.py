@@ -49,6 +49,56 @@ ROWS: Dict[Tuple[str, str], List[Case]] = {}
 # --- losses, optim -----------------------------------------------------------------------------
 
 # --- layers, networks --------------------------------------------------------------------------
+# The MLP and actor-critic twins. A float32 case gives the fast tier float32 parameters and
+# inputs and the spec the same values widened to float64 (the spec computes in float64).
+
+from ppo_ref.spec import layers as spec_layers  # noqa: E402
+
+MLP_F64 = dict(rtol=1e-12, atol=1e-14)
+MLP_F32 = dict(rtol=1e-4, atol=1e-6)
+
+
+def _as(tier, dtype, arrays):
+    """``arrays`` (a dict or one array) rounded to ``dtype``, widened back to float64 for the
+    spec tier."""
+    spec = tier.__name__.startswith("ppo_ref.spec")
+
+    def cast(a):
+        a = np.asarray(a).astype(dtype)
+        return a.astype(np.float64) if spec else a
+    return {k: cast(v) for k, v in arrays.items()} if isinstance(arrays, dict) else cast(arrays)
+
+
+def _jitter(rng, params):
+    """``params`` with every entry moved a little (non-zero biases, a policy head that is not
+    nearly zero)."""
+    return {k: v + 0.3 * rng.standard_normal(v.shape) for k, v in params.items()}
+
+
+def _mlp_case(lead, hidden, activation="tanh", dtype=np.float64, backward=False):
+    def run(tier, rng):
+        params = _as(tier, dtype, _jitter(rng, spec_layers.mlp_init(
+            rng, 5, hidden, 3)))
+        x = _as(tier, dtype, rng.standard_normal(lead + (5,)))
+        y, cache = tier.mlp_forward(params, x, activation)
+        if not backward:
+            return y
+        return tier.mlp_backward(params, cache, _as(tier, dtype, rng.standard_normal(y.shape)))
+    return run
+
+
+def _mlp_cases(backward):
+    return [Case("f64", _mlp_case((33,), (64, 64), backward=backward), **MLP_F64),
+            Case("f64 [T, N, H]", _mlp_case((7, 3), (16,), backward=backward), **MLP_F64),
+            Case("f64 no hidden", _mlp_case((9,), (), backward=backward), **MLP_F64),
+            Case("f64 relu", _mlp_case((20,), (32, 8), "relu", backward=backward), **MLP_F64),
+            Case("f32", _mlp_case((4, 33), (64, 64), dtype=np.float32, backward=backward),
+                 **MLP_F32)]
+
+
+ROWS[("layers", "mlp_forward")] = _mlp_cases(False)
+ROWS[("layers", "mlp_backward")] = _mlp_cases(True)
+
 
 # --- lstm, recurrent_networks ------------------------------------------------------------------
 
