@@ -52,7 +52,7 @@ ROWS: Dict[Tuple[str, str], List[Case]] = {}
 # The MLP and actor-critic twins. A float32 case gives the fast tier float32 parameters and
 # inputs and the spec the same values widened to float64 (the spec computes in float64).
 
-from ppo_ref.spec import layers as spec_layers  # noqa: E402
+from ppo_ref.spec import layers as spec_layers, networks as spec_networks  # noqa: E402
 
 MLP_F64 = dict(rtol=1e-12, atol=1e-14)
 MLP_F32 = dict(rtol=1e-4, atol=1e-6)
@@ -99,6 +99,69 @@ def _mlp_cases(backward):
 ROWS[("layers", "mlp_forward")] = _mlp_cases(False)
 ROWS[("layers", "mlp_backward")] = _mlp_cases(True)
 
+
+def _net_case(what, net_arch=(64, 64), shared_trunk=False, activation="tanh",
+              dtype=np.float64, rows=40):
+    def run(tier, rng):
+        params = _as(tier, dtype, _jitter(rng, spec_networks.actor_critic_init(
+            rng, 6, 3, net_arch=net_arch, shared_trunk=shared_trunk)))
+        obs = _as(tier, dtype, rng.standard_normal((rows, 6)))
+        if what == "value":
+            return tier.value_forward(params, obs, activation, shared_trunk)
+        policy_out, values, cache = tier.actor_critic_forward(params, obs, activation,
+                                                              shared_trunk)
+        if what == "forward":
+            return policy_out, values
+        d_policy_out, d_values = (_as(tier, dtype, rng.standard_normal(a.shape))
+                                  for a in (policy_out, values))
+        return tier.actor_critic_backward(params, cache, d_policy_out, d_values)
+    return run
+
+
+def _net_cases(what):
+    return [Case("f64", _net_case(what), **MLP_F64),
+            Case("f64 shared trunk", _net_case(what, shared_trunk=True), **MLP_F64),
+            Case("f64 net_arch=()", _net_case(what, net_arch=()), **MLP_F64),
+            Case("f64 shared net_arch=()", _net_case(what, net_arch=(), shared_trunk=True),
+                 **MLP_F64),
+            Case("f64 relu [32]", _net_case(what, net_arch=(32,), activation="relu"),
+                 **MLP_F64),
+            Case("f64 relu shared [16, 24]", _net_case(what, net_arch=(16, 24),
+                                                      shared_trunk=True, activation="relu"),
+                 **MLP_F64),
+            Case("f32", _net_case(what, dtype=np.float32, rows=256), **MLP_F32),
+            Case("f32 shared trunk", _net_case(what, shared_trunk=True, dtype=np.float32),
+                 **MLP_F32)]
+
+
+ROWS[("networks", "actor_critic_forward")] = _net_cases("forward")
+ROWS[("networks", "actor_critic_backward")] = _net_cases("backward")
+ROWS[("networks", "value_forward")] = _net_cases("value")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shared_trunk", [False, True])
+def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk):
+    """A row's outputs are the same bits whichever rows share the call (acting on a few rows
+    and a minibatch agree): the forward of a batch is the concatenation of the forwards of
+    its parts, and a tower on ``[T, N, in]`` is the tower on each ``[N, in]``."""
+    from ppo_ref.fast import layers, networks
+    rng = np.random.default_rng(5)
+    params = {k: v.astype(dtype) for k, v in _jitter(rng, spec_networks.actor_critic_init(
+        rng, 4, 2, shared_trunk=shared_trunk)).items()}
+    obs = rng.standard_normal((256, 4)).astype(dtype)
+    policy_out, values, _ = networks.actor_critic_forward(params, obs, "tanh", shared_trunk)
+    parts = [networks.actor_critic_forward(params, obs[lo:hi], "tanh", shared_trunk)
+             for lo, hi in ((0, 8), (8, 9), (9, 100), (100, 256))]
+    assert np.array_equal(np.concatenate([p[0] for p in parts]), policy_out)
+    assert np.array_equal(np.concatenate([p[1] for p in parts]), values)
+    assert np.array_equal(networks.value_forward(params, obs[3:11], "tanh", shared_trunk),
+                          values[3:11])
+    tower = {k[3:]: v for k, v in params.items() if k.startswith("vf.")}
+    x = rng.standard_normal((5, 7, tower["w0"].shape[1])).astype(dtype)
+    y, _ = layers.mlp_forward(tower, x)
+    for t in range(5):
+        assert np.array_equal(layers.mlp_forward(tower, x[t])[0], y[t])
 
 # --- lstm, recurrent_networks ------------------------------------------------------------------
 
