@@ -1,0 +1,213 @@
+"""Machinery of the compiled MLP twins (:mod:`ppo_ref.fast.layers`, :mod:`ppo_ref.fast.networks`):
+one compiled forward pass and one compiled backward pass over a sequence of dense layers.
+
+A network is a tuple of weights ``ws`` (``w_i [out_i, in_i]``, torch layout) and one of biases
+``bs`` (``b_i [out_i]``), all C-contiguous and of one dtype (float64 or float32: the dtype of
+the arithmetic), cut into three consecutive *segments*: the shared trunk (``n_trunk`` layers,
+every one activated, the last included), the policy tower (``n_pi`` layers) and the value
+tower (the rest), each tower's layers activated except its last. A tower reads the trunk's
+last output, or the input ``x [M, D]`` when there is no trunk. A plain MLP is the policy tower
+alone (``n_trunk = 0``, ``n_pi = L``, no value layer).
+
+The outputs of every layer of the ``M`` rows live in one 1-D buffer ``acts``: layer ``i``'s
+block ``[M, out_i]`` (activated where the layer is) follows layer ``i - 1``'s.
+
+Summation order (fixed by the code, so a row's results never depend on the other rows of the
+call, on BLAS or on the machine): every product is a chain of fused multiply-adds of
+:func:`ppo_ref.fast.lstm._add_products` over its contraction index in increasing order::
+
+    forward   a[n, j]  = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
+    backward  gw[j, k] = fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))
+              gb[j]    = (((0 + d[0, j]) + d[1, j]) + ...) + d[M-1, j]
+              dh[n, k] = fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))
+
+then ``dh`` times the activation's derivative (tanh: ``dh * (1 - h * h)``; relu: ``dh`` where
+``h > 0``, else +0). The two towers' input gradients are one chain: the value tower's terms
+continue the policy tower's (``dz = d_pi @ w_pi`` then ``dz += d_vf @ w_vf``). ``tanh`` is
+the project's own (:func:`ppo_ref.fast.lstm._tanh_any`, in the dtype of the arithmetic).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ppo_ref._numba import njit
+from ppo_ref.fast.lstm import _add_products, _tanh_any, _wide
+
+_ZERO = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
+_ONE = np.float32(1.0)
+
+#: A weight gradient of fewer inputs than this (and at least as many outputs) is formed
+#: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
+_NARROW = 16
+
+
+@njit
+def _transpose(a, a_t):
+    """``a_t[j, n] = a[n, j]`` (2-D, C-contiguous; a copy, no arithmetic)."""
+    _wide()
+    rows, cols = a.shape
+    for j in range(cols):
+        for n in range(rows):
+            a_t[j, n] = a[n, j]
+
+
+@njit
+def _activate(a, relu):
+    """In place on ``a [M, J]``: ``max(a, 0)`` (relu) or ``tanh(a)``."""
+    _wide()
+    rows, cols = a.shape
+    for n in range(rows):
+        for j in range(cols):
+            v = a[n, j]
+            a[n, j] = (v if v > _ZERO else _ZERO) if relu else _tanh_any(v)
+
+
+@njit
+def _all_finite(a):
+    """True if every entry of the 2-D array ``a`` is finite (``a - a`` is 0 exactly then)."""
+    _wide()
+    bad = 0
+    rows, cols = a.shape
+    for n in range(rows):
+        for j in range(cols):
+            bad += (a[n, j] - a[n, j]) != _ZERO
+    return bad == 0
+
+
+@njit
+def _forward(x, ws, bs, n_trunk, n_pi, policy, relu):
+    """The forward pass of the network ``(ws, bs)`` (module docstring) on ``x [M, D]``.
+
+    ``policy`` False skips the policy tower (its block of ``acts`` is left unwritten).
+    Returns ``(acts, y_pi [M, out], y_vf [M, out], ok)``: the outputs buffer, the last block
+    of the policy and of the value tower (``[M, 0]`` for a tower without layers) and whether
+    both are finite. Raises ``ValueError`` when the widths do not chain.
+    """
+    rows = x.shape[0]
+    n_layers = len(ws)
+    total = 0
+    biggest = 0
+    for i in range(n_layers):
+        n_out, n_in = ws[i].shape
+        if i == 0 or i == n_trunk or i == n_trunk + n_pi:
+            width = x.shape[1] if n_trunk == 0 or i == 0 else ws[n_trunk - 1].shape[0]
+        else:
+            width = ws[i - 1].shape[0]
+        if n_in != width or bs[i].shape[0] != n_out:
+            raise ValueError("params: the layers' widths do not chain (or a bias does not "
+                             "match its weight)")
+        total += n_out
+        biggest = max(biggest, n_out * n_in)
+    acts = np.empty(rows * total, x.dtype)
+    scratch = np.empty(biggest, x.dtype)
+    y_pi = acts[:0].reshape(rows, 0)
+    y_vf = y_pi
+    z = x
+    h = x
+    start = 0
+    for i in range(n_layers):
+        n_out, n_in = ws[i].shape
+        a = acts[start:start + rows * n_out].reshape(rows, n_out)
+        start += rows * n_out
+        if i == n_trunk or i == n_trunk + n_pi:
+            h = z                                     # a tower starts on the trunk's output
+        if not policy and n_trunk <= i < n_trunk + n_pi:
+            continue
+        w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
+        _transpose(ws[i], w_t)
+        b = bs[i]
+        for n in range(rows):
+            for j in range(n_out):
+                a[n, j] = b[j]
+        _add_products(a, h, w_t)
+        last = i == n_trunk + n_pi - 1 or i == n_layers - 1
+        if i < n_trunk or not last:
+            _activate(a, relu)
+        h = a
+        if i == n_trunk - 1:
+            z = a
+        elif i == n_trunk + n_pi - 1:
+            y_pi = a
+        elif i == n_layers - 1:
+            y_vf = a
+    return acts, y_pi, y_vf, _all_finite(y_pi) and _all_finite(y_vf)
+
+
+@njit
+def _backward(x, acts, ws, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
+    """The backward pass of :func:`_forward` (run with the policy tower) for the gradients
+    ``d_pi``, ``d_vf`` of the towers' outputs (``[M, out]``; a tower without layers: ignored).
+
+    Writes every ``gws[i] = dL/dw_i`` and ``gbs[i] = dL/db_i``; returns ``(dx, ok)``: ``dx =
+    dL/dx [M, D]`` when ``want_dx`` (else ``[M, 0]``) and whether every result is finite.
+    """
+    rows = x.shape[0]
+    n_layers = len(ws)
+    dt = x.dtype
+    starts = np.empty(n_layers + 1, np.int64)
+    starts[0] = 0
+    for i in range(n_layers):
+        starts[i + 1] = starts[i] + rows * ws[i].shape[0]
+    z = x if n_trunk == 0 else acts[starts[n_trunk - 1]:starts[n_trunk]].reshape(rows, -1)
+    dx = np.zeros((rows, x.shape[1] if want_dx else 0), dt)
+    dz = dx if n_trunk == 0 else np.zeros(z.shape, dt)
+    into = want_dx or n_trunk > 0       # the towers' input gradient is wanted
+    ok = True
+    # the policy tower, the value tower, then the trunk: each from its last layer down
+    for segment in range(3):
+        if segment == 0:
+            lo, hi, d = n_trunk, n_trunk + n_pi, d_pi
+        elif segment == 1:
+            lo, hi, d = n_trunk + n_pi, n_layers, d_vf
+        else:
+            lo, hi, d = 0, n_trunk, dz
+            into = want_dx
+            if n_trunk > 0:
+                _activation_grad(dz, z, relu)
+        for i in range(hi - 1, lo - 1, -1):
+            w = ws[i]
+            n_out, n_in = w.shape
+            h = z if i == lo and segment < 2 else (
+                x if i == 0 else acts[starts[i - 1]:starts[i]].reshape(rows, n_in))
+            gw = gws[i]
+            if n_in < _NARROW <= n_out:       # gw.T = h.T @ d, the same chains
+                h_t = np.empty((n_in, rows), dt)
+                _transpose(h, h_t)
+                gw_t = np.zeros((n_in, n_out), dt)
+                _add_products(gw_t, h_t, d)
+                _transpose(gw_t, gw)
+            else:
+                d_t = np.empty((n_out, rows), dt)
+                _transpose(d, d_t)
+                gw[:, :] = _ZERO
+                _add_products(gw, d_t, h)
+            gb = gbs[i]
+            gb[:] = _ZERO
+            for n in range(rows):
+                for j in range(n_out):
+                    gb[j] += d[n, j]
+            ok = ok and _all_finite(gw) and _all_finite(gb.reshape(1, -1))
+            if i > lo:
+                d_prev = np.zeros((rows, n_in), dt)
+                _add_products(d_prev, d, w)
+                _activation_grad(d_prev, h, relu)
+                d = d_prev
+            elif segment == 2 and want_dx:
+                _add_products(dx, d, w)
+            elif segment < 2 and into:
+                _add_products(dz, d, w)
+    if want_dx:
+        ok = ok and _all_finite(dx)
+    return dx, ok
+
+
+@njit
+def _activation_grad(d, h, relu):
+    """In place on ``d [M, K]``: ``d * act'(h)``, ``h`` the activation's output (tanh: ``d *
+    (1 - h * h)``; relu: ``d`` where ``h > 0``, else +0)."""
+    _wide()
+    rows, cols = d.shape
+    for n in range(rows):
+        for k in range(cols):
+            v = h[n, k]
+            d[n, k] = (d[n, k] if v > _ZERO else _ZERO) if relu else d[n, k] * (_ONE - v * v)
