@@ -29,6 +29,8 @@ the spec functions, given the same arguments, name the arrays.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from operator import is_
 from typing import NamedTuple, Tuple
 
 import numpy as np
@@ -82,7 +84,7 @@ def _layout(keys: tuple, shapes: tuple) -> _Layout:
 #: id(first view) -> (layout, the views, the vector they are views of): the last dicts of
 #: views this module returned (at most :data:`_KEEP`, the oldest forgotten first; their
 #: arrays are kept alive until then).
-_RETURNED = {}
+_RETURNED: "OrderedDict[int, tuple]" = OrderedDict()
 _KEEP = 16
 
 
@@ -95,7 +97,10 @@ def _views(vector: np.ndarray, layout: _Layout) -> dict:
         values = tuple(out.values())
         _RETURNED[id(values[0])] = (layout, values, vector)
         if len(_RETURNED) > _KEEP:
-            del _RETURNED[next(iter(_RETURNED))]
+            try:
+                _RETURNED.popitem(last=False)
+            except KeyError:  # (emptied by another thread meanwhile)
+                pass
     return out
 
 
@@ -106,7 +111,7 @@ def _gathered(values: list, layout: _Layout):
     if entry is None or entry[0] is not layout:
         return None
     views = entry[1]
-    if len(views) != len(values) or any(a is not b for a, b in zip(views, values)):
+    if len(views) != len(values) or not all(map(is_, views, values)):
         return None
     return entry[2]
 
