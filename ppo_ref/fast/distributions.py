@@ -14,8 +14,9 @@ Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float
   ``categorical_log_prob_backward``, ``categorical_entropy_backward`` and the
   ``multi_categorical_*`` log-probabilities, entropies and gradients: rtol 1e-12, atol 1e-15.
   Compiled loops per row (:func:`_row_log_normalizer`): the row maximum, then ``log sum_k
-  exp(z_k - max)`` added left to right, with the C library's ``exp`` and ``log``; the spec's
-  NumPy sums the row pairwise and may use its own vectorised ``exp``/``log`` (a few ulp).
+  exp(z_k - max)`` added left to right, with the C library's ``exp`` and ``log``, and ``pi_k =
+  exp(z_k - max) / sum``; the spec sums the row pairwise with NumPy's own vectorised
+  ``exp``/``log`` and takes ``pi_k = exp(log pi_k)`` (a few ulp).
   The results of a row do not depend on the other rows of the call.
 
 float32: when every float array given is float32, these functions compute in float32 and
@@ -102,35 +103,46 @@ def _raise(status: int, where: str):
 
 
 @register_jitable(**NJIT_OPTIONS)
-def _row_log_normalizer(z, i, lo, hi):
-    """``(m, lse, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``lse = log sum_k
-    exp(z_k - m)`` (added left to right from 0, in ``z``'s dtype), so that ``log pi_k = (z_k -
-    m) - lse``. ``ok`` is False for a row the spec refuses: a NaN, ``m`` not finite (``+inf``,
-    or every action masked), or a finite logit whose shift ``z_k - m`` overflows."""
+def _row_log_normalizer(z, i, lo, hi, one, e):
+    """``(m, lse, s, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``e[k - lo] =
+    exp(z_k - m)``, ``s = sum_k e_k`` (added left to right from 0, in ``z``'s dtype) and ``lse
+    = log s``, so that ``log pi_k = (z_k - m) - lse`` and ``pi_k = e_k / s``. ``ok`` is False
+    for a row the spec refuses: a NaN, ``m`` not finite (``+inf``, or every action masked), or
+    a finite logit whose shift ``z_k - m`` overflows. (``exp`` is not called where its value
+    is known exactly: ``one`` for a shift of 0, 0 for a masked logit.)"""
     m = z[i, lo]
     for k in range(lo, hi):
         v = z[i, k]
         if v != v:
-            return m, m, False
+            return m, m, m, False
         if v > m:
             m = v
     s = m - m  # 0 in z's dtype (nan when m is inf)
     if not (m > -math.inf and m < math.inf):
-        return m, s, False
+        return m, s, s, False
     for k in range(lo, hi):
         v = z[i, k]
         shifted = v - m
-        if shifted == -math.inf and v != -math.inf:
-            return m, s, False
-        s += math.exp(shifted)
-    return m, math.log(s), True
+        if shifted == -math.inf:
+            if v != -math.inf:
+                return m, s, s, False
+            e[k - lo] = s - s
+        elif shifted == 0:
+            e[k - lo] = one
+        else:
+            e[k - lo] = math.exp(shifted)
+        s += e[k - lo]
+    return m, math.log(s), s, True
 
 
 @njit
-def _log_softmax_rows(z, out):
-    """``out[i, k] = (z[i, k] - m_i) - lse_i`` (:func:`_row_log_normalizer`)."""
+def _log_softmax_rows(z, zero, out):
+    """``out[i, k] = (z[i, k] - m_i) - lse_i`` (:func:`_row_log_normalizer`; ``zero``: 0 in
+    ``z``'s dtype)."""
+    e = np.empty(z.shape[1], z.dtype)
+    one = math.exp(zero)
     for i in range(z.shape[0]):
-        m, lse, ok = _row_log_normalizer(z, i, 0, z.shape[1])
+        m, lse, _, ok = _row_log_normalizer(z, i, 0, z.shape[1], one, e)
         if not ok:
             return _BAD_ROW
         for k in range(z.shape[1]):
@@ -146,7 +158,7 @@ _LOG_PROB, _ENTROPY, _LOG_PROB_BACKWARD, _ENTROPY_BACKWARD = 0, 1, 2, 3
 def _categorical_rows(mode, z, offsets, actions, d, zero, out):
     """One pass over the rows of the logits ``z [R, A]`` (components ``j``: the slices
     ``offsets[j]:offsets[j+1]``, each normalised by :func:`_row_log_normalizer`), ``log pi_k =
-    (z_k - m) - lse`` in each; ``mode``:
+    (z_k - m) - lse`` and ``pi_k = e_k / s`` in each; ``mode``:
 
     * ``_LOG_PROB``: ``out[i, 0] = sum_j log pi(actions[i, j])`` (``-inf`` when masked);
     * ``_ENTROPY``: ``out[i, 0] = sum_j H_j``, ``H_j = -sum_k pi_k log pi_k`` over the
@@ -158,12 +170,14 @@ def _categorical_rows(mode, z, offsets, actions, d, zero, out):
 
     Sums start from ``zero`` (0 in ``z``'s dtype) and run in component and entry order.
     Returns ``_OK``, ``_BAD_ROW`` (a row the spec refuses) or ``_BAD_ACTION``."""
+    e = np.empty(z.shape[1], z.dtype)
+    one = math.exp(zero)
     for i in range(z.shape[0]):
         total = zero
         for j in range(offsets.size - 1):
             lo = offsets[j]
             hi = offsets[j + 1]
-            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
+            m, lse, s, ok = _row_log_normalizer(z, i, lo, hi, one, e)
             if not ok:
                 return _BAD_ROW
             a = 0
@@ -176,25 +190,20 @@ def _categorical_rows(mode, z, offsets, actions, d, zero, out):
             elif mode == _LOG_PROB_BACKWARD:
                 g = d[i]
                 for k in range(lo, hi):
-                    p = math.exp((z[i, k] - m) - lse)
-                    out[i, k] = (g if k - lo == a else g * zero) - g * p
+                    out[i, k] = (g if k - lo == a else g * zero) - g * (e[k - lo] / s)
             else:
                 h = zero
                 for k in range(lo, hi):
                     if z[i, k] != -math.inf:
-                        log_p = (z[i, k] - m) - lse
-                        h += math.exp(log_p) * log_p
+                        h += (e[k - lo] / s) * ((z[i, k] - m) - lse)
                 h = -h
                 if mode == _ENTROPY:
                     total += h
                 else:
                     g = d[i]
                     for k in range(lo, hi):
-                        log_p = (z[i, k] - m) - lse
-                        p = math.exp(log_p)
-                        if z[i, k] == -math.inf:
-                            log_p = zero
-                        out[i, k] = (-g * p) * (log_p + h)
+                        log_p = (z[i, k] - m) - lse if z[i, k] != -math.inf else zero
+                        out[i, k] = (-g * (e[k - lo] / s)) * (log_p + h)
         if mode == _LOG_PROB or mode == _ENTROPY:
             out[i, 0] = total
     return _OK
@@ -248,7 +257,7 @@ def log_softmax(logits):
     (float32 in, float32 out: module docstring)."""
     z = _float(logits)
     out = np.empty(z.shape, z.dtype)
-    status = _log_softmax_rows(_rows(z), out.reshape(-1, z.shape[-1]))
+    status = _log_softmax_rows(_rows(z), z.dtype.type(0), out.reshape(-1, z.shape[-1]))
     if status:
         _raise(status, "ppo_ref.fast.distributions.log_softmax")
     return out
