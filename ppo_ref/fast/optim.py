@@ -172,10 +172,11 @@ def adam_update(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-5):
     where = "ppo_ref.fast.optim.adam_update"
     layout, values, p = _dict_layout(params)
     keys = layout.keys
+    moments_m, moments_v = state["m"], state["v"]
     try:
         g = _gather([grads[k] for k in keys], layout, "grads")
-        m = _gather([state["m"][k] for k in keys], layout, "state['m']")
-        v = _gather([state["v"][k] for k in keys], layout, "state['v']")
+        m = _gather([moments_m[k] for k in keys], layout, "state['m']")
+        v = _gather([moments_v[k] for k in keys], layout, "state['v']")
     except KeyError as exc:
         raise ValueError(f"{where}: grads and state must have the keys of params: missing "
                          f"{exc}") from None
@@ -264,13 +265,14 @@ def clip_by_global_norm(grads, max_norm):
     (module docstring). Returns a new plain dict (views of one new buffer when every gradient
     is float64) and the norm. Raises ``FloatingPointError`` when the norm is not finite."""
     layout, values, g = _dict_layout(grads)
-    if g is None:
+    mine = g is not None  # the views of a dict returned here: float64
+    if not mine:
         g = _gather(values, layout, "grads")
     out = np.empty(layout.total)
     norm, scale = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
     if not math.isfinite(norm):
         raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
-    if not all([v.dtype == _F64 for v in values]):  # the spec's products, in each dtype
+    if not mine and not all([v.dtype == _F64 for v in values]):  # the spec's products
         if scale < 1.0:
             return {k: v * scale for k, v in zip(layout.keys, values)}, norm
         return {k: np.array(v, copy=True) for k, v in zip(layout.keys, values)}, norm
