@@ -266,8 +266,8 @@ def clip_by_global_norm(grads, max_norm):
     is float64) and the norm. Raises ``FloatingPointError`` when the norm is not finite."""
     layout, values, g = _dict_layout(grads)
     mine = g is not None  # the views of a dict returned here: float64
-    if not mine:
-        g = _gather(values, layout, "grads")
+    if not mine:  # (the layout is that of these very values)
+        g = (np.concatenate(values, axis=None, dtype=np.float64) if values else np.empty(0))
     out = np.empty(layout.total)
     norm, scale = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
     if not math.isfinite(norm):
