@@ -14,8 +14,9 @@ Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float
   ``categorical_log_prob_backward``, ``categorical_entropy_backward`` and the
   ``multi_categorical_*`` log-probabilities, entropies and gradients: rtol 1e-12, atol 1e-15.
   Compiled loops per row (:func:`_row_log_normalizer`): the row maximum, then ``log sum_k
-  exp(z_k - max)`` added left to right, with the C library's ``exp`` and ``log``; the spec's
-  NumPy sums the row pairwise and may use its own vectorised ``exp``/``log`` (a few ulp).
+  exp(z_k - max)`` added left to right, with the C library's ``exp`` and ``log``, and ``pi_k =
+  exp(z_k - max) / sum``; the spec sums the row pairwise with NumPy's own vectorised
+  ``exp``/``log`` and takes ``pi_k = exp(log pi_k)`` (a few ulp).
   The results of a row do not depend on the other rows of the call.
 
 float32: when every float array given is float32, these functions compute in float32 and
@@ -102,35 +103,46 @@ def _raise(status: int, where: str):
 
 
 @register_jitable(**NJIT_OPTIONS)
-def _row_log_normalizer(z, i, lo, hi):
-    """``(m, lse, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``lse = log sum_k
-    exp(z_k - m)`` (added left to right from 0, in ``z``'s dtype), so that ``log pi_k = (z_k -
-    m) - lse``. ``ok`` is False for a row the spec refuses: a NaN, ``m`` not finite (``+inf``,
-    or every action masked), or a finite logit whose shift ``z_k - m`` overflows."""
+def _row_log_normalizer(z, i, lo, hi, one, e):
+    """``(m, lse, s, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``e[k - lo] =
+    exp(z_k - m)``, ``s = sum_k e_k`` (added left to right from 0, in ``z``'s dtype) and ``lse
+    = log s``, so that ``log pi_k = (z_k - m) - lse`` and ``pi_k = e_k / s``. ``ok`` is False
+    for a row the spec refuses: a NaN, ``m`` not finite (``+inf``, or every action masked), or
+    a finite logit whose shift ``z_k - m`` overflows. (``exp`` is not called where its value
+    is known exactly: ``one`` for a shift of 0, 0 for a masked logit.)"""
     m = z[i, lo]
     for k in range(lo, hi):
         v = z[i, k]
         if v != v:
-            return m, m, False
+            return m, m, m, False
         if v > m:
             m = v
     s = m - m  # 0 in z's dtype (nan when m is inf)
     if not (m > -math.inf and m < math.inf):
-        return m, s, False
+        return m, s, s, False
     for k in range(lo, hi):
         v = z[i, k]
         shifted = v - m
-        if shifted == -math.inf and v != -math.inf:
-            return m, s, False
-        s += math.exp(shifted)
-    return m, math.log(s), True
+        if shifted == -math.inf:
+            if v != -math.inf:
+                return m, s, s, False
+            e[k - lo] = s - s
+        elif shifted == 0:
+            e[k - lo] = one
+        else:
+            e[k - lo] = math.exp(shifted)
+        s += e[k - lo]
+    return m, math.log(s), s, True
 
 
 @njit
-def _log_softmax_rows(z, out):
-    """``out[i, k] = (z[i, k] - m_i) - lse_i`` (:func:`_row_log_normalizer`)."""
+def _log_softmax_rows(z, zero, out):
+    """``out[i, k] = (z[i, k] - m_i) - lse_i`` (:func:`_row_log_normalizer`; ``zero``: 0 in
+    ``z``'s dtype)."""
+    e = np.empty(z.shape[1], z.dtype)
+    one = math.exp(zero)
     for i in range(z.shape[0]):
-        m, lse, ok = _row_log_normalizer(z, i, 0, z.shape[1])
+        m, lse, _, ok = _row_log_normalizer(z, i, 0, z.shape[1], one, e)
         if not ok:
             return _BAD_ROW
         for k in range(z.shape[1]):
@@ -138,96 +150,92 @@ def _log_softmax_rows(z, out):
     return _OK
 
 
+#: what :func:`_categorical_rows` computes
+_LOG_PROB, _ENTROPY, _LOG_PROB_BACKWARD, _ENTROPY_BACKWARD = 0, 1, 2, 3
+
+
 @njit
-def _categorical_log_prob_rows(z, offsets, actions, zero, out):
-    """``out[i] = sum_j ((z[i, o_j + a_ij] - m_ij) - lse_ij)`` over the components ``j`` in
-    order, from ``zero`` (0 in ``z``'s dtype; one component: the categorical log-probability);
-    ``-inf`` for a masked action."""
+def _categorical_rows(mode, z, offsets, actions, d, zero, out):
+    """One pass over the rows of the logits ``z [R, A]`` (components ``j``: the slices
+    ``offsets[j]:offsets[j+1]``, each normalised by :func:`_row_log_normalizer`), ``log pi_k =
+    (z_k - m) - lse`` and ``pi_k = e_k / s`` in each; ``mode``:
+
+    * ``_LOG_PROB``: ``out[i, 0] = sum_j log pi(actions[i, j])`` (``-inf`` when masked);
+    * ``_ENTROPY``: ``out[i, 0] = sum_j H_j``, ``H_j = -sum_k pi_k log pi_k`` over the
+      unmasked ``k`` (a masked action adds nothing);
+    * ``_LOG_PROB_BACKWARD``: ``out[i, k] = d[i] * [k = a_j] - d[i] * pi_k`` (the spec's
+      expression: ``d * True = d``, ``d * False = d * 0``);
+    * ``_ENTROPY_BACKWARD``: ``out[i, k] = (-d[i] * pi_k) * (log pi_k + H_j)``, ``log pi_k``
+      taken as 0 where masked.
+
+    Sums start from ``zero`` (0 in ``z``'s dtype) and run in component and entry order.
+    Returns ``_OK``, ``_BAD_ROW`` (a row the spec refuses) or ``_BAD_ACTION``."""
+    e = np.empty(z.shape[1], z.dtype)
+    one = math.exp(zero)
     for i in range(z.shape[0]):
         total = zero
         for j in range(offsets.size - 1):
             lo = offsets[j]
             hi = offsets[j + 1]
-            a = actions[i, j]
-            if a < 0 or a >= hi - lo:
-                return _BAD_ACTION
-            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
+            m, lse, s, ok = _row_log_normalizer(z, i, lo, hi, one, e)
             if not ok:
                 return _BAD_ROW
-            total += (z[i, lo + a] - m) - lse
-        out[i] = total
+            a = 0
+            if mode == _LOG_PROB or mode == _LOG_PROB_BACKWARD:
+                a = actions[i, j]
+                if a < 0 or a >= hi - lo:
+                    return _BAD_ACTION
+            if mode == _LOG_PROB:
+                total += (z[i, lo + a] - m) - lse
+            elif mode == _LOG_PROB_BACKWARD:
+                g = d[i]
+                for k in range(lo, hi):
+                    out[i, k] = (g if k - lo == a else g * zero) - g * (e[k - lo] / s)
+            else:
+                h = zero
+                for k in range(lo, hi):
+                    if z[i, k] != -math.inf:
+                        h += (e[k - lo] / s) * ((z[i, k] - m) - lse)
+                h = -h
+                if mode == _ENTROPY:
+                    total += h
+                else:
+                    g = d[i]
+                    for k in range(lo, hi):
+                        log_p = (z[i, k] - m) - lse if z[i, k] != -math.inf else zero
+                        out[i, k] = (-g * (e[k - lo] / s)) * (log_p + h)
+        if mode == _LOG_PROB or mode == _ENTROPY:
+            out[i, 0] = total
     return _OK
 
 
-@njit
-def _categorical_entropy_rows(z, offsets, zero, out):
-    """``out[i] = sum_j H_ij``, ``H_ij = -sum_k pi_k log pi_k`` over the unmasked ``k`` of
-    component ``j`` (a masked action adds nothing), components in order, sums from ``zero``."""
-    for i in range(z.shape[0]):
-        total = zero
-        for j in range(offsets.size - 1):
-            lo = offsets[j]
-            hi = offsets[j + 1]
-            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
-            if not ok:
-                return _BAD_ROW
-            h = zero
-            for k in range(lo, hi):
-                if z[i, k] != -math.inf:
-                    log_p = (z[i, k] - m) - lse
-                    h += math.exp(log_p) * log_p
-            total += -h
-        out[i] = total
-    return _OK
+_NO_ACTIONS = np.zeros((0, 0), dtype=np.int64)
+_NO_UPSTREAM = {_F32: np.zeros(0, _F32), _F64: np.zeros(0, _F64)}
 
 
-@njit
-def _categorical_log_prob_backward_rows(z, offsets, actions, d, zero, out):
-    """``out[i, k] = d[i] * [k = a_ij] - d[i] * pi_k`` in each component ``j``'s slice (the
-    spec's expression, ``d * True = d`` and ``d * False = d * 0``; 0 where masked, unless
-    ``k`` is the action)."""
-    for i in range(z.shape[0]):
-        g = d[i]
-        for j in range(offsets.size - 1):
-            lo = offsets[j]
-            hi = offsets[j + 1]
-            a = actions[i, j]
-            if a < 0 or a >= hi - lo:
-                return _BAD_ACTION
-            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
-            if not ok:
-                return _BAD_ROW
-            for k in range(lo, hi):
-                p = math.exp((z[i, k] - m) - lse)
-                out[i, k] = (g if k - lo == a else g * zero) - g * p
-    return _OK
-
-
-@njit
-def _categorical_entropy_backward_rows(z, offsets, d, zero, out):
-    """``out[i, k] = (-d[i] * pi_k) * (log pi_k + H_ij)`` in each component ``j``'s slice, with
-    ``log pi_k`` taken as ``zero`` where masked (the spec's expression; 0 there)."""
-    for i in range(z.shape[0]):
-        g = d[i]
-        for j in range(offsets.size - 1):
-            lo = offsets[j]
-            hi = offsets[j + 1]
-            m, lse, ok = _row_log_normalizer(z, i, lo, hi)
-            if not ok:
-                return _BAD_ROW
-            h = zero
-            for k in range(lo, hi):
-                if z[i, k] != -math.inf:
-                    log_p = (z[i, k] - m) - lse
-                    h += math.exp(log_p) * log_p
-            h = -h
-            for k in range(lo, hi):
-                log_p = (z[i, k] - m) - lse
-                p = math.exp(log_p)
-                if z[i, k] == -math.inf:
-                    log_p = zero
-                out[i, k] = (-g * p) * (log_p + h)
-    return _OK
+def _run(mode, z, offsets, actions, d, where: str) -> np.ndarray:
+    """:func:`_categorical_rows` over the logits ``z [..., sum(nvec)]``: ``[...]`` for the
+    log-probabilities and entropies, ``[..., sum(nvec)]`` for the gradients, in ``z``'s dtype
+    (``d``, the upstream gradient, already in it)."""
+    z2 = _rows(z)
+    rows = z2.shape[0]
+    per_row = mode == _LOG_PROB or mode == _ENTROPY
+    out = np.empty((rows, 1) if per_row else z2.shape, z.dtype)
+    if actions is None:
+        actions = _NO_ACTIONS
+    else:
+        actions = _row_actions(actions, rows, offsets.size - 1, where).reshape(rows, -1)
+    if d is None:
+        d = _NO_UPSTREAM[z.dtype]
+    elif d.size != rows:
+        raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
+                         f"shape {d.shape}")
+    else:
+        d = np.ascontiguousarray(d).reshape(-1)
+    status = _categorical_rows(mode, z2, offsets, actions, d, z.dtype.type(0), out)
+    if status:
+        _raise(status, where)
+    return out.reshape(z.shape[:-1] if per_row else z.shape)
 
 
 _ONE_COMPONENT = {}
@@ -249,7 +257,7 @@ def log_softmax(logits):
     (float32 in, float32 out: module docstring)."""
     z = _float(logits)
     out = np.empty(z.shape, z.dtype)
-    status = _log_softmax_rows(_rows(z), out.reshape(-1, z.shape[-1]))
+    status = _log_softmax_rows(_rows(z), z.dtype.type(0), out.reshape(-1, z.shape[-1]))
     if status:
         _raise(status, "ppo_ref.fast.distributions.log_softmax")
     return out
@@ -259,64 +267,32 @@ def categorical_log_prob(logits, actions):
     """:func:`ppo_ref.spec.distributions.categorical_log_prob`, compiled; rtol 1e-12, atol
     1e-15 (``-inf`` entries: the same)."""
     z = _float(logits)
-    z2 = _rows(z)
-    a = _row_actions(actions, z2.shape[0], 1, "ppo_ref.fast.distributions.categorical_log_prob")
-    out = np.empty(z2.shape[0], z.dtype)
-    status = _categorical_log_prob_rows(z2, _single(z2.shape[1]), a.reshape(-1, 1),
-                                        z.dtype.type(0), out)
-    if status:
-        _raise(status, "ppo_ref.fast.distributions.categorical_log_prob")
-    return out.reshape(z.shape[:-1])
+    return _run(_LOG_PROB, z, _single(z.shape[-1]), actions, None,
+                "ppo_ref.fast.distributions.categorical_log_prob")
 
 
 def categorical_entropy(logits):
     """:func:`ppo_ref.spec.distributions.categorical_entropy`, compiled; rtol 1e-12, atol
     1e-15."""
     z = _float(logits)
-    z2 = _rows(z)
-    out = np.empty(z2.shape[0], z.dtype)
-    status = _categorical_entropy_rows(z2, _single(z2.shape[1]), z.dtype.type(0), out)
-    if status:
-        _raise(status, "ppo_ref.fast.distributions.categorical_entropy")
-    return out.reshape(z.shape[:-1])
+    return _run(_ENTROPY, z, _single(z.shape[-1]), None, None,
+                "ppo_ref.fast.distributions.categorical_entropy")
 
 
 def categorical_log_prob_backward(logits, actions, d_log_probs):
     """:func:`ppo_ref.spec.distributions.categorical_log_prob_backward`, compiled; rtol
     1e-12, atol 1e-15."""
-    where = "ppo_ref.fast.distributions.categorical_log_prob_backward"
     z, d = _common(_float(logits), _float(d_log_probs))
-    z2 = _rows(z)
-    a = _row_actions(actions, z2.shape[0], 1, where)
-    out = np.empty(z.shape, z.dtype)
-    status = _categorical_log_prob_backward_rows(
-        z2, _single(z2.shape[1]), a.reshape(-1, 1), _flat_upstream(d, z2.shape[0], where),
-        z.dtype.type(0), out.reshape(z2.shape))
-    if status:
-        _raise(status, where)
-    return out
+    return _run(_LOG_PROB_BACKWARD, z, _single(z.shape[-1]), actions, d,
+                "ppo_ref.fast.distributions.categorical_log_prob_backward")
 
 
 def categorical_entropy_backward(logits, d_entropy):
     """:func:`ppo_ref.spec.distributions.categorical_entropy_backward`, compiled; rtol 1e-12,
     atol 1e-15."""
-    where = "ppo_ref.fast.distributions.categorical_entropy_backward"
     z, d = _common(_float(logits), _float(d_entropy))
-    z2 = _rows(z)
-    out = np.empty(z.shape, z.dtype)
-    status = _categorical_entropy_backward_rows(
-        z2, _single(z2.shape[1]), _flat_upstream(d, z2.shape[0], where), z.dtype.type(0),
-        out.reshape(z2.shape))
-    if status:
-        _raise(status, where)
-    return out
-
-
-def _flat_upstream(d: np.ndarray, rows: int, where: str) -> np.ndarray:
-    if d.size != rows:
-        raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
-                         f"shape {d.shape}")
-    return np.ascontiguousarray(d).reshape(-1)
+    return _run(_ENTROPY_BACKWARD, z, _single(z.shape[-1]), None, d,
+                "ppo_ref.fast.distributions.categorical_entropy_backward")
 
 
 def categorical_sample(rng, logits):
@@ -359,65 +335,41 @@ def _multi(logits, nvec, where):
     if z.ndim == 0 or z.shape[-1] != offsets[-1]:
         raise ValueError(f"{where}: logits must have last dimension sum(nvec) = {offsets[-1]}, "
                          f"got shape {z.shape}")
-    return z, _rows(z), offsets
+    return z, offsets
 
 
 def multi_categorical_log_prob(logits, actions, nvec):
     """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob`, compiled (the components
     summed in order); rtol 1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_log_prob"
-    z, z2, offsets = _multi(logits, nvec, where)
-    a = _row_actions(actions, z2.shape[0], offsets.size - 1, where).reshape(z2.shape[0], -1)
-    out = np.empty(z2.shape[0], z.dtype)
-    status = _categorical_log_prob_rows(z2, offsets, a, z.dtype.type(0), out)
-    if status:
-        _raise(status, where)
-    return out.reshape(z.shape[:-1])
+    z, offsets = _multi(logits, nvec, where)
+    return _run(_LOG_PROB, z, offsets, actions, None, where)
 
 
 def multi_categorical_entropy(logits, nvec):
     """:func:`ppo_ref.spec.distributions.multi_categorical_entropy`, compiled; rtol 1e-12,
     atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_entropy"
-    z, z2, offsets = _multi(logits, nvec, where)
-    out = np.empty(z2.shape[0], z.dtype)
-    status = _categorical_entropy_rows(z2, offsets, z.dtype.type(0), out)
-    if status:
-        _raise(status, where)
-    return out.reshape(z.shape[:-1])
+    z, offsets = _multi(logits, nvec, where)
+    return _run(_ENTROPY, z, offsets, None, None, where)
 
 
 def multi_categorical_log_prob_backward(logits, actions, nvec, d_log_probs):
     """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob_backward`, compiled; rtol
     1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_log_prob_backward"
-    z, z2, offsets = _multi(logits, nvec, where)
+    z, offsets = _multi(logits, nvec, where)
     z, d = _common(z, _float(d_log_probs))
-    z2 = _rows(z)
-    a = _row_actions(actions, z2.shape[0], offsets.size - 1, where).reshape(z2.shape[0], -1)
-    out = np.empty(z.shape, z.dtype)
-    status = _categorical_log_prob_backward_rows(z2, offsets, a,
-                                                 _flat_upstream(d, z2.shape[0], where),
-                                                 z.dtype.type(0), out.reshape(z2.shape))
-    if status:
-        _raise(status, where)
-    return out
+    return _run(_LOG_PROB_BACKWARD, z, offsets, actions, d, where)
 
 
 def multi_categorical_entropy_backward(logits, nvec, d_entropy):
     """:func:`ppo_ref.spec.distributions.multi_categorical_entropy_backward`, compiled; rtol
     1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_entropy_backward"
-    z, z2, offsets = _multi(logits, nvec, where)
+    z, offsets = _multi(logits, nvec, where)
     z, d = _common(z, _float(d_entropy))
-    z2 = _rows(z)
-    out = np.empty(z.shape, z.dtype)
-    status = _categorical_entropy_backward_rows(z2, offsets,
-                                                _flat_upstream(d, z2.shape[0], where),
-                                                z.dtype.type(0), out.reshape(z2.shape))
-    if status:
-        _raise(status, where)
-    return out
+    return _run(_ENTROPY_BACKWARD, z, offsets, None, d, where)
 
 
 def multi_categorical_sample(rng, logits, nvec):
@@ -425,7 +377,8 @@ def multi_categorical_sample(rng, logits, nvec):
     per row for component 0, then for component 1, ...) and the spec's loop compiled; the same
     actions, bit for bit."""
     where = "ppo_ref.fast.distributions.multi_categorical_sample"
-    z, z2, offsets = _multi(logits, nvec, where)
+    z, offsets = _multi(logits, nvec, where)
+    z2 = _rows(z)
     k = offsets.size - 1
     u = rng.random((k, z2.shape[0]))  # the spec's draws: component by component
     actions = np.empty((k, z2.shape[0]), dtype=np.int64)

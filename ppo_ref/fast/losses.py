@@ -25,6 +25,7 @@ same arguments, names the cause.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -51,28 +52,31 @@ _NO_WEIGHTS = np.empty(0)  # (the loops read no weight when ``weighted`` is Fals
 
 
 def _flat64(x) -> np.ndarray:
-    """``x`` as a 1-D C-contiguous float64 array (a view when it already is one)."""
-    return np.ascontiguousarray(x, dtype=np.float64).reshape(-1)
+    """``x`` as a 1-D C-contiguous float64 array (a view when it already is float64 and
+    contiguous)."""
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
+    return x.ravel() if x.dtype == _F64 else x.astype(_F64).ravel()
 
 
-def _result_dtype(*arrays) -> np.dtype:
-    """float32 when every array given is float32 (or float16), else float64: the spec's rule
-    for its converted inputs."""
-    for a in arrays:
-        if a.dtype != np.float32 and a.dtype != np.float16:
-            return np.dtype(np.float64)
-    return np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_NARROW = (np.dtype(np.float32), np.dtype(np.float16))
 
 
 def _inputs(where: str, *arrays):
-    """The arrays as ndarrays of one size (``ValueError`` naming ``where`` otherwise, so the
-    loops never read past an end); a float64 1-D C-contiguous copy or view of each."""
-    given = [np.asarray(a) for a in arrays]
-    size = given[0].size
-    if size == 0 or any(a.size != size for a in given):
-        raise ValueError(f"{where}: the arrays must be non-empty and of one size, got shapes "
-                         f"{[a.shape for a in given]}")
-    return given, [_flat64(a) for a in given]
+    """``(shape, dtype, flats)``: the first array's shape, the result dtype (float32 when every
+    array is float32 or float16: the spec's rule, else float64) and each array as a 1-D
+    float64 vector; ``ValueError`` naming ``where`` unless they are non-empty and of one size
+    (so the loops never read past an end)."""
+    given = [a if type(a) is np.ndarray else np.asarray(a) for a in arrays]
+    flats = [_flat64(a) for a in given]
+    size = flats[0].size
+    for f in flats:
+        if f.size != size or size == 0:
+            raise ValueError(f"{where}: the arrays must be non-empty and of one size, got "
+                             f"shapes {[a.shape for a in given]}")
+    narrow = all(a.dtype in _NARROW for a in given)
+    return given[0].shape, (np.dtype(np.float32) if narrow else _F64), flats
 
 
 def _weights(where: str, weights, size: int):
@@ -85,10 +89,23 @@ def _weights(where: str, weights, size: int):
     return w, True
 
 
+_remembered_clip_bounds = functools.lru_cache(maxsize=64)(_spec.clip_bounds)
+
+
+def _clip_bounds(clip_range, clip_range_low, clip_range_high, clip_interval):
+    """:func:`ppo_ref.spec.losses.clip_bounds` (its checks included), remembered per argument
+    tuple."""
+    try:
+        return _remembered_clip_bounds(clip_range, clip_range_low, clip_range_high,
+                                       clip_interval)
+    except TypeError:  # an unhashable argument (a 0-d array, say)
+        return _spec.clip_bounds(clip_range, clip_range_low, clip_range_high, clip_interval)
+
+
 def _as_result(grad: np.ndarray, dtype, shape, where: str) -> np.ndarray:
     """``grad`` (float64) rounded once to ``dtype`` and shaped; ``FloatingPointError`` if the
     rounding overflows (float32)."""
-    if dtype == np.float64:
+    if dtype == _F64:
         return grad.reshape(shape)
     with np.errstate(over="ignore"):
         out = grad.astype(dtype)
@@ -97,7 +114,7 @@ def _as_result(grad: np.ndarray, dtype, shape, where: str) -> np.ndarray:
     return out.reshape(shape)
 
 
-@njit
+@register_jitable(**NJIT_OPTIONS)
 def _weight_sum(weights, weighted, size):
     """``sum(weights)`` accumulated in element order (the spec's ``_weights``), or ``size``."""
     if not weighted:
@@ -148,9 +165,9 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
     """:func:`ppo_ref.spec.losses.policy_loss`, compiled; bit for bit. Raises
     ``FloatingPointError`` for a result that is not finite (module docstring)."""
     where = "ppo_ref.fast.losses.policy_loss"
-    given, (new, old, adv) = _inputs(where, new_log_probs, old_log_probs, advantages)
-    low, high, symmetric = _spec.clip_bounds(clip_range, clip_range_low, clip_range_high,
-                                             clip_interval)
+    shape, dtype, (new, old, adv) = _inputs(where, new_log_probs, old_log_probs, advantages)
+    low, high, symmetric = _clip_bounds(clip_range, clip_range_low, clip_range_high,
+                                        clip_interval)
     w, weighted = _weights(where, weights, new.size)
     d_new = np.empty(new.size)
     ok, n, surrogate_sum, outside_sum, k3_sum = _policy_loss_sums(
@@ -159,8 +176,7 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
     if not ok:
         raise non_finite_result(where)
     info = {"clip_fraction": outside_sum / n, "approx_kl": k3_sum / n}
-    return -surrogate_sum / n, _as_result(d_new, _result_dtype(*given), given[0].shape,
-                                          where), info
+    return -surrogate_sum / n, _as_result(d_new, dtype, shape, where), info
 
 
 @njit
@@ -197,10 +213,10 @@ def value_loss(values, old_values, returns, clip_range_vf=None, mode="max", *,
     if old_values is None:
         if clip_on:
             raise ValueError("old_values is required when clip_range_vf is set")
-        given, (v, ret) = _inputs(where, values, returns)
+        shape, dtype, (v, ret) = _inputs(where, values, returns)
         old = v  # not read when clipping is off
     else:
-        given, (v, old, ret) = _inputs(where, values, old_values, returns)
+        shape, dtype, (v, old, ret) = _inputs(where, values, old_values, returns)
     w, weighted = _weights(where, weights, v.size)
     d_v = np.empty(v.size)
     ok, n, total = _value_loss_sums(v, old, ret, w, weighted,
@@ -208,7 +224,7 @@ def value_loss(values, old_values, returns, clip_range_vf=None, mode="max", *,
                                     float(huber_delta), d_v)
     if not ok:
         raise non_finite_result(where)
-    return total / n, _as_result(d_v, _result_dtype(*given), given[0].shape, where)
+    return total / n, _as_result(d_v, dtype, shape, where)
 
 
 @njit
@@ -273,7 +289,7 @@ def approx_kl(old_log_probs, new_log_probs, estimator="k3", weights=None):
     ``FloatingPointError`` for a result that is not finite."""
     where = "ppo_ref.fast.losses.approx_kl"
     k3 = _spec.KL_ESTIMATORS.index(estimator) == 0
-    _, (old, new) = _inputs(where, old_log_probs, new_log_probs)
+    _, _, (old, new) = _inputs(where, old_log_probs, new_log_probs)
     w, weighted = _weights(where, weights, old.size)
     n, total = _kl_sum(old, new, w, weighted, k3)
     if not (n > 0.0 and math.isfinite(total)):

@@ -20,7 +20,8 @@ Machinery (private): the arrays of a dict are gathered into one float64 vector i
 new buffer and returned as views of it, one per key (new arrays: the inputs are untouched).
 A dict whose values are the views one of these functions returned (the parameters and moments
 of the previous step, the clipped gradients) is read in place, without the copy: the views
-are recognised by identity (:func:`_gathered`).
+are recognised by identity (:func:`_gathered`; the last 16 such dicts are remembered, and their
+buffers kept alive until forgotten).
 
 Non-finite results (a gradient norm that is inf or nan, a step that overflows or starts from
 non-finite values) raise ``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`);
@@ -29,7 +30,9 @@ the spec functions, given the same arguments, name the arrays.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Tuple
+from collections import OrderedDict
+from operator import is_
+from typing import NamedTuple
 
 import numpy as np
 from numba.extending import register_jitable
@@ -82,7 +85,7 @@ def _layout(keys: tuple, shapes: tuple) -> _Layout:
 #: id(first view) -> (layout, the views, the vector they are views of): the last dicts of
 #: views this module returned (at most :data:`_KEEP`, the oldest forgotten first; their
 #: arrays are kept alive until then).
-_RETURNED = {}
+_RETURNED: "OrderedDict[int, tuple]" = OrderedDict()
 _KEEP = 16
 
 
@@ -95,7 +98,10 @@ def _views(vector: np.ndarray, layout: _Layout) -> dict:
         values = tuple(out.values())
         _RETURNED[id(values[0])] = (layout, values, vector)
         if len(_RETURNED) > _KEEP:
-            del _RETURNED[next(iter(_RETURNED))]
+            try:
+                _RETURNED.popitem(last=False)
+            except KeyError:  # (emptied by another thread meanwhile)
+                pass
     return out
 
 
@@ -106,7 +112,7 @@ def _gathered(values: list, layout: _Layout):
     if entry is None or entry[0] is not layout:
         return None
     views = entry[1]
-    if len(views) != len(values) or any(a is not b for a, b in zip(views, values)):
+    if len(views) != len(values) or not all(map(is_, views, values)):
         return None
     return entry[2]
 
@@ -126,14 +132,18 @@ def _gather(values: list, layout: _Layout, name: str) -> np.ndarray:
     return np.concatenate(values, axis=None, dtype=np.float64)
 
 
-def _dict_layout(arrays) -> Tuple[_Layout, list]:
-    """The layout of a dict of arrays and its values in key order."""
+def _dict_layout(arrays):
+    """``(layout, values, vector)`` of a dict of arrays: its layout, its values in key order
+    and, when they are the views of a dict this module returned, the vector they view (else
+    None)."""
     values = list(arrays.values())
     entry = _RETURNED.get(id(values[0])) if values else None
-    if entry is not None and _gathered(values, entry[0]) is not None:
-        return entry[0], values
+    if entry is not None:
+        flat = _gathered(values, entry[0])
+        if flat is not None:
+            return entry[0], values, flat
     values = [np.asarray(v) for v in values]
-    return _layout(tuple(arrays), tuple(v.shape for v in values)), values
+    return _layout(tuple(arrays), tuple(v.shape for v in values)), values, None
 
 
 @njit
@@ -160,12 +170,13 @@ def adam_update(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-5):
     Raises ``FloatingPointError`` when a result is not finite; ``ValueError`` when ``grads``,
     ``state["m"]`` or ``state["v"]`` do not have the keys and shapes of ``params``."""
     where = "ppo_ref.fast.optim.adam_update"
-    layout, values = _dict_layout(params)
+    layout, values, p = _dict_layout(params)
     keys = layout.keys
+    moments_m, moments_v = state["m"], state["v"]
     try:
         g = _gather([grads[k] for k in keys], layout, "grads")
-        m = _gather([state["m"][k] for k in keys], layout, "state['m']")
-        v = _gather([state["v"][k] for k in keys], layout, "state['v']")
+        m = _gather([moments_m[k] for k in keys], layout, "state['m']")
+        v = _gather([moments_v[k] for k in keys], layout, "state['v']")
     except KeyError as exc:
         raise ValueError(f"{where}: grads and state must have the keys of params: missing "
                          f"{exc}") from None
@@ -174,7 +185,6 @@ def adam_update(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-5):
     t = state["t"] + 1
     beta1, beta2 = float(betas[0]), float(betas[1])
     step_size, bias_correction2_sqrt = _adam_step_scalars(t, float(lr), beta1, beta2)
-    p = _gathered(values, layout)
     dtypes = None
     if p is None:
         dtypes = [v.dtype for v in values]
@@ -254,13 +264,15 @@ def clip_by_global_norm(grads, max_norm):
     """:func:`ppo_ref.spec.optim.clip_by_global_norm`, compiled; within rtol 1e-13, atol 0
     (module docstring). Returns a new plain dict (views of one new buffer when every gradient
     is float64) and the norm. Raises ``FloatingPointError`` when the norm is not finite."""
-    layout, values = _dict_layout(grads)
-    g = _gather(values, layout, "grads")
+    layout, values, g = _dict_layout(grads)
+    mine = g is not None  # the views of a dict returned here: float64
+    if not mine:  # (the layout is that of these very values)
+        g = (np.concatenate(values, axis=None, dtype=np.float64) if values else np.empty(0))
     out = np.empty(layout.total)
     norm, scale = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
     if not math.isfinite(norm):
         raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
-    if any(v.dtype != _F64 for v in values):  # the spec's products, in each array's dtype
+    if not mine and not all([v.dtype == _F64 for v in values]):  # the spec's products
         if scale < 1.0:
             return {k: v * scale for k, v in zip(layout.keys, values)}, norm
         return {k: np.array(v, copy=True) for k, v in zip(layout.keys, values)}, norm

@@ -245,7 +245,7 @@ def logit_rows_valid(z):
 
 def inverse_cdf_actions(z, u, actions):
     """The inverse-CDF action of each row, written once (the compiled tier compiles this very
-    loop: :data:`ppo_ref.fast.distributions.inverse_cdf_actions`). For logits ``z [R, A]``
+    loop: :func:`ppo_ref.fast.distributions.categorical_sample`). For logits ``z [R, A]``
     (float64, or float32 widened entry by entry) and uniforms ``u [R]`` in ``[0, 1)``, writes
     into ``actions [R]`` (int64)::
 

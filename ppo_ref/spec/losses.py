@@ -10,9 +10,9 @@ with ``entropy_loss = -mean(entropy)``, and hands the gradients to the networks'
 
 The arithmetic of one element is written once, in the scalar functions
 :func:`clipped_surrogate_element`, :func:`value_element` and :func:`k3_element`; the losses below
-apply them element by element in a loop and sum in element order, and the compiled minibatch
-loss of the fast update (``ppo_ref.fast.losses._minibatch_loss_kernel``) compiles and calls the same
-functions (so both tiers give the same bits). They are written in the subset of Python that
+apply them element by element in a loop and sum in element order, and their compiled twins
+(:mod:`ppo_ref.fast.losses`) compile and call the same functions in the same order (so both
+tiers give the same bits). They are written in the subset of Python that
 numba compiles, in float64.
 
 Non-differentiable points (the "kinks" of clip and min/max) follow the subgradient that
@@ -571,7 +571,8 @@ def advantage_moments(advantages, ddof):
 
     every sum accumulated left to right in float64 (two passes: the mean first, then the squared
     deviations from it). Written in the subset of Python that numba compiles: the compiled
-    update (``ppo_ref.fast.losses``) compiles this function, so both tiers give the same bits.
+    twin :func:`ppo_ref.fast.losses.normalize_advantages` compiles this function, so both tiers
+    give the same bits.
 
     Args:
         advantages: a sequence of n >= 2 floats (a list, or a 1-D float64 array when compiled).

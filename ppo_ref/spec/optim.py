@@ -7,7 +7,7 @@ a comparison or a rollback.
 
 The arithmetic of one Adam element is written once, in :func:`adam_element`: applied here to
 whole float64 arrays (NumPy computes it element by element with the same IEEE operations), and
-compiled and called per element by the fused clipped-Adam step of ``ppo_ref.fast.optim`` (same bits
+compiled and called per element by the twin :func:`ppo_ref.fast.optim.adam_update` (same bits
 per element).
 
 Sources: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (arXiv:1412.6980),
