@@ -3,7 +3,9 @@ one compiled forward pass and one compiled backward pass over a sequence of dens
 
 A network is a tuple of weights ``ws`` (``w_i [out_i, in_i]``, torch layout) and one of biases
 ``bs`` (``b_i [out_i]``), all C-contiguous and of one dtype (float64 or float32: the dtype of
-the arithmetic), cut into three consecutive *segments*: the shared trunk (``n_trunk`` layers,
+the arithmetic), of which the first ``n_layers`` are read (the callers pad the tuples to a
+multiple of 8 entries, so that one compiled version serves networks of up to 8 layers), cut
+into three consecutive *segments*: the shared trunk (``n_trunk`` layers,
 every one activated, the last included), the policy tower (``n_pi`` layers) and the value
 tower (the rest), each tower's layers activated except its last. A tower reads the trunk's
 last output, or the input ``x [M, D]`` when there is no trunk. A plain MLP is the policy tower
@@ -42,6 +44,14 @@ _NARROW = 16
 
 
 @njit
+def _strided(a):
+    """``a`` (2-D) as a view typed of any strides, so that every product here passes the same
+    operand types to :func:`ppo_ref.fast.lstm._add_products` (one compiled version per dtype;
+    its first operand is read as scalars, whatever its strides)."""
+    return a[:, 0:a.shape[1]]
+
+
+@njit
 def _transpose(a, a_t):
     """``a_t[j, n] = a[n, j]`` (2-D, C-contiguous; a copy, no arithmetic)."""
     _wide()
@@ -53,13 +63,19 @@ def _transpose(a, a_t):
 
 @njit
 def _activate(a, relu):
-    """In place on ``a [M, J]``: ``max(a, 0)`` (relu) or ``tanh(a)``."""
+    """In place on ``a [M, J]``: ``max(a, 0)`` (relu) or ``tanh(a)`` (one loop per activation,
+    so that each vectorizes)."""
     _wide()
     rows, cols = a.shape
-    for n in range(rows):
-        for j in range(cols):
-            v = a[n, j]
-            a[n, j] = (v if v > _ZERO else _ZERO) if relu else _tanh_any(v)
+    if relu:
+        for n in range(rows):
+            for j in range(cols):
+                v = a[n, j]
+                a[n, j] = v if v > _ZERO else _ZERO
+    else:
+        for n in range(rows):
+            for j in range(cols):
+                a[n, j] = _tanh_any(a[n, j])
 
 
 @njit
@@ -75,16 +91,15 @@ def _all_finite(a):
 
 
 @njit
-def _forward(x, ws, bs, n_trunk, n_pi, policy, relu):
-    """The forward pass of the network ``(ws, bs)`` (module docstring) on ``x [M, D]``.
+def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
+    """The forward pass of the network of the first ``n_layers`` entries of ``ws`` and ``bs``
+    (module docstring; the tuples may hold more, unread) on ``x [M, D]``.
 
     ``policy`` False skips the policy tower (its block of ``acts`` is left unwritten).
-    Returns ``(acts, y_pi [M, out], y_vf [M, out], ok)``: the outputs buffer, the last block
-    of the policy and of the value tower (``[M, 0]`` for a tower without layers) and whether
-    both are finite. Raises ``ValueError`` when the widths do not chain.
+    Returns ``(acts, pi_start, vf_start, ok)``: the outputs buffer, the offsets in it of the
+    last blocks of the policy and of the value tower, and whether both blocks are finite. Raises ``ValueError`` when the widths do not chain.
     """
     rows = x.shape[0]
-    n_layers = len(ws)
     total = 0
     biggest = 0
     for i in range(n_layers):
@@ -94,14 +109,15 @@ def _forward(x, ws, bs, n_trunk, n_pi, policy, relu):
         else:
             width = ws[i - 1].shape[0]
         if n_in != width or bs[i].shape[0] != n_out:
-            raise ValueError("params: the layers' widths do not chain (or a bias does not "
-                             "match its weight)")
+            raise ValueError("params: the layers' widths do not chain (with each other and the "
+                             "input's last dimension), or a bias does not match its weight")
         total += n_out
         biggest = max(biggest, n_out * n_in)
     acts = np.empty(rows * total, x.dtype)
     scratch = np.empty(biggest, x.dtype)
     y_pi = acts[:0].reshape(rows, 0)
     y_vf = y_pi
+    pi_start = vf_start = 0
     z = x
     h = x
     start = 0
@@ -119,7 +135,7 @@ def _forward(x, ws, bs, n_trunk, n_pi, policy, relu):
         for n in range(rows):
             for j in range(n_out):
                 a[n, j] = b[j]
-        _add_products(a, h, w_t)
+        _add_products(a, _strided(h), w_t)
         last = i == n_trunk + n_pi - 1 or i == n_layers - 1
         if i < n_trunk or not last:
             _activate(a, relu)
@@ -128,13 +144,15 @@ def _forward(x, ws, bs, n_trunk, n_pi, policy, relu):
             z = a
         elif i == n_trunk + n_pi - 1:
             y_pi = a
+            pi_start = start - rows * n_out
         elif i == n_layers - 1:
             y_vf = a
-    return acts, y_pi, y_vf, _all_finite(y_pi) and _all_finite(y_vf)
+            vf_start = start - rows * n_out
+    return acts, pi_start, vf_start, _all_finite(y_pi) and _all_finite(y_vf)
 
 
 @njit
-def _backward(x, acts, ws, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
+def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
     """The backward pass of :func:`_forward` (run with the policy tower) for the gradients
     ``d_pi``, ``d_vf`` of the towers' outputs (``[M, out]``; a tower without layers: ignored).
 
@@ -142,7 +160,6 @@ def _backward(x, acts, ws, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
     dL/dx [M, D]`` when ``want_dx`` (else ``[M, 0]``) and whether every result is finite.
     """
     rows = x.shape[0]
-    n_layers = len(ws)
     dt = x.dtype
     starts = np.empty(n_layers + 1, np.int64)
     starts[0] = 0
@@ -171,16 +188,12 @@ def _backward(x, acts, ws, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
                 x if i == 0 else acts[starts[i - 1]:starts[i]].reshape(rows, n_in))
             gw = gws[i]
             if n_in < _NARROW <= n_out:       # gw.T = h.T @ d, the same chains
-                h_t = np.empty((n_in, rows), dt)
-                _transpose(h, h_t)
                 gw_t = np.zeros((n_in, n_out), dt)
-                _add_products(gw_t, h_t, d)
+                _add_products(gw_t, _strided(h.T), d)
                 _transpose(gw_t, gw)
             else:
-                d_t = np.empty((n_out, rows), dt)
-                _transpose(d, d_t)
                 gw[:, :] = _ZERO
-                _add_products(gw, d_t, h)
+                _add_products(gw, _strided(d.T), h)
             gb = gbs[i]
             gb[:] = _ZERO
             for n in range(rows):
@@ -189,13 +202,13 @@ def _backward(x, acts, ws, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
             ok = ok and _all_finite(gw) and _all_finite(gb.reshape(1, -1))
             if i > lo:
                 d_prev = np.zeros((rows, n_in), dt)
-                _add_products(d_prev, d, w)
+                _add_products(d_prev, _strided(d), w)
                 _activation_grad(d_prev, h, relu)
                 d = d_prev
             elif segment == 2 and want_dx:
-                _add_products(dx, d, w)
+                _add_products(dx, _strided(d), w)
             elif segment < 2 and into:
-                _add_products(dz, d, w)
+                _add_products(dz, _strided(d), w)
     if want_dx:
         ok = ok and _all_finite(dx)
     return dx, ok
@@ -207,7 +220,11 @@ def _activation_grad(d, h, relu):
     (1 - h * h)``; relu: ``d`` where ``h > 0``, else +0)."""
     _wide()
     rows, cols = d.shape
-    for n in range(rows):
-        for k in range(cols):
-            v = h[n, k]
-            d[n, k] = (d[n, k] if v > _ZERO else _ZERO) if relu else d[n, k] * (_ONE - v * v)
+    if relu:
+        for n in range(rows):
+            for k in range(cols):
+                d[n, k] = d[n, k] if h[n, k] > _ZERO else _ZERO
+    else:
+        for n in range(rows):
+            for k in range(cols):
+                d[n, k] *= _ONE - h[n, k] * h[n, k]
