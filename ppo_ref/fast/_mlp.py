@@ -33,10 +33,42 @@ from __future__ import annotations
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.fast.lstm import _add_products, _tanh_any, _wide
+from ppo_ref.fast.lstm import (_VECTOR_BITS, _add_products, _block_vector_intrinsic, _fma,
+                              _tanh_any, _wide)
 
 _ZERO = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
 _ONE = np.float32(1.0)
+
+#: A forward pass of at most this many rows runs feature-major (``a.T = w @ h.T``, each layer's
+#: output ``[out, _FEW]`` with its rows in the first columns, then copied into ``acts``): the
+#: same FMA chain per element, without transposing the weights (which costs more than the
+#: products on so few rows).
+_FEW = 16
+
+#: The register block of the feature-major products: 8 output rows (features) by one vector
+#: register of columns (rows of the batch: 8 float64 or 16 float32 with AVX-512).
+_column_block = _block_vector_intrinsic(8, _VECTOR_BITS // 64, f32_cols=_VECTOR_BITS // 32)
+
+
+@njit
+def _feature_products(out, w, h_t):
+    """``out [J, C] += w [J, K] @ h_t [K, C]`` (``C`` a multiple of the lanes of a vector
+    register in the dtype; all C-contiguous), every element the chain ``fma(w[j, K-1],
+    h_t[K-1, c], ... fma(w[j, 0], h_t[0, c], out[j, c]))``: the chain of
+    :func:`ppo_ref.fast.lstm._add_products` for ``h_t.T @ w.T``, so the same bits. Blocks of 8
+    rows by :data:`_column_block`; the last ``J mod 8`` rows by a loop."""
+    _wide()
+    n_j, cols = out.shape
+    lanes = _VECTOR_BITS // (8 * out.itemsize)
+    j8 = n_j - n_j % 8
+    for j0 in range(0, j8, 8):
+        for c0 in range(0, cols, lanes):
+            _column_block(out, w, h_t, j0, c0)
+    for j in range(j8, n_j):
+        for k in range(w.shape[1]):
+            w_jk = w[j, k]
+            for c in range(cols):
+                out[j, c] = _fma(w_jk, h_t[k, c], out[j, c])
 
 #: A weight gradient of fewer inputs than this (and at least as many outputs) is formed
 #: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
@@ -53,7 +85,8 @@ def _strided(a):
 
 @njit
 def _transpose(a, a_t):
-    """``a_t[j, n] = a[n, j]`` (2-D, C-contiguous; a copy, no arithmetic)."""
+    """``a_t[j, n] = a[n, j]`` for the rows and columns of ``a`` (2-D; a copy, no
+    arithmetic)."""
     _wide()
     rows, cols = a.shape
     for j in range(cols):
@@ -113,35 +146,51 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
                              "input's last dimension), or a bias does not match its weight")
         total += n_out
         biggest = max(biggest, n_out * n_in)
-    acts = np.empty(rows * total, x.dtype)
-    scratch = np.empty(biggest, x.dtype)
+    dt = x.dtype
+    acts = np.empty(rows * total, dt)
+    few = rows <= _FEW   # feature-major products: no weight is transposed
+    scratch = np.empty(0 if few else biggest, dt)
     y_pi = acts[:0].reshape(rows, 0)
     y_vf = y_pi
     pi_start = vf_start = 0
-    z = x
-    h = x
+    z = h = x
+    lanes = _VECTOR_BITS // (8 * x.itemsize)
+    cols = -(-rows // lanes) * lanes
+    z_t = h_t = np.zeros((x.shape[1] if few else 0, cols), dt)
+    if few:
+        _transpose(x, h_t)
     start = 0
     for i in range(n_layers):
         n_out, n_in = ws[i].shape
         a = acts[start:start + rows * n_out].reshape(rows, n_out)
         start += rows * n_out
         if i == n_trunk or i == n_trunk + n_pi:
-            h = z                                     # a tower starts on the trunk's output
+            h, h_t = z, z_t                           # a tower starts on the trunk's output
         if not policy and n_trunk <= i < n_trunk + n_pi:
             continue
-        w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
-        _transpose(ws[i], w_t)
         b = bs[i]
-        for n in range(rows):
+        activate = i < n_trunk or not (i == n_trunk + n_pi - 1 or i == n_layers - 1)
+        if few:
+            a_t = np.empty((n_out, cols), dt)
             for j in range(n_out):
-                a[n, j] = b[j]
-        _add_products(a, _strided(h), w_t)
-        last = i == n_trunk + n_pi - 1 or i == n_layers - 1
-        if i < n_trunk or not last:
-            _activate(a, relu)
-        h = a
+                a_t[j, :] = b[j]
+            _feature_products(a_t, ws[i], h_t)
+            _transpose(a_t[:, :rows], a)
+            if activate:          # on the rows, where the activation's loop vectorizes
+                _activate(a, relu)
+                _transpose(a, a_t)
+            h_t = a_t
+        else:
+            w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
+            _transpose(ws[i], w_t)
+            for n in range(rows):
+                a[n, :] = b
+            _add_products(a, _strided(h), w_t)
+            if activate:
+                _activate(a, relu)
+            h = a
         if i == n_trunk - 1:
-            z = a
+            z, z_t = a, h_t
         elif i == n_trunk + n_pi - 1:
             y_pi = a
             pi_start = start - rows * n_out
