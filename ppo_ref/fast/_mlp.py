@@ -173,7 +173,8 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
         if few:
             a_t = np.empty((n_out, cols), dt)
             for j in range(n_out):
-                a_t[j, :] = b[j]
+                for c in range(cols):
+                    a_t[j, c] = b[j]
             _feature_products(a_t, ws[i], h_t)
             _transpose(a_t[:, :rows], a)
             if activate:          # on the rows, where the activation's loop vectorizes
@@ -184,7 +185,8 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
             w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
             _transpose(ws[i], w_t)
             for n in range(rows):
-                a[n, :] = b
+                for j in range(n_out):
+                    a[n, j] = b[j]
             _add_products(a, _strided(h), w_t)
             if activate:
                 _activate(a, relu)
