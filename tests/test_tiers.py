@@ -536,6 +536,55 @@ def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk
     for t in range(5):
         assert np.array_equal(layers.mlp_forward(tower, x[t])[0], y[t])
 
+def test_layers_and_networks_mixed_dtypes_compute_in_float64():
+    """Float32 parameters with float64 observations (or one float32 array among float64
+    ones, or a weight of another layout) compute in float64, as the all-float64 call on the
+    same values."""
+    from ppo_ref.fast import layers, networks
+    rng = np.random.default_rng(6)
+    params = _jitter(rng, spec_networks.actor_critic_init(rng, 4, 2))
+    obs = rng.standard_normal((10, 4))
+    low = {k: v.astype(np.float32) for k, v in params.items()}
+    widened = {k: v.astype(np.float64) for k, v in low.items()}
+    expected = networks.actor_critic_forward(widened, obs)
+    for mixed in (low, {**widened, "pi.b1": low["pi.b1"]},
+                  {**widened, "vf.w1": np.asfortranarray(widened["vf.w1"])}):
+        policy_out, values, cache = networks.actor_critic_forward(mixed, obs)
+        assert policy_out.dtype == values.dtype == np.float64
+        assert np.array_equal(policy_out, expected[0]) and np.array_equal(values, expected[1])
+        grads = networks.actor_critic_backward(mixed, cache, np.ones((10, 2)), np.ones(10))
+        assert list(grads) == list(params)
+        assert all(g.dtype == np.float64 for g in grads.values())
+    tower = {k[3:]: v for k, v in low.items() if k.startswith("pi.")}
+    assert layers.mlp_forward(tower, obs)[0].dtype == np.float64
+    assert layers.mlp_forward(tower, obs.astype(np.float32))[0].dtype == np.float32
+
+
+def test_layers_and_networks_errors():
+    """A non-finite result raises FloatingPointError naming the twin; widths that do not
+    chain raise ValueError."""
+    from ppo_ref.fast import layers, networks
+    rng = np.random.default_rng(7)
+    params = spec_networks.actor_critic_init(rng, 4, 2)
+    obs = rng.standard_normal((3, 4))
+    huge = {**params, "vf.w2": np.full_like(params["vf.w2"], 1e308),
+            "vf.b1": params["vf.b1"] + 30.0}  # tanh(.) = 1: 64 terms of 1e308
+    with pytest.raises(FloatingPointError, match="actor_critic_forward"):
+        networks.actor_critic_forward(huge, obs)
+    with pytest.raises(FloatingPointError, match="value_forward"):
+        networks.value_forward(huge, obs)
+    _, _, cache = networks.actor_critic_forward(params, obs)
+    with pytest.raises(FloatingPointError, match="actor_critic_backward"):
+        networks.actor_critic_backward(params, cache, np.full((3, 2), np.nan), np.ones(3))
+    with pytest.raises(ValueError, match="params"):
+        networks.actor_critic_forward(params, rng.standard_normal((3, 5)))
+    with pytest.raises(ValueError, match="params"):
+        networks.actor_critic_forward({**params, "pi.w1": params["pi.w1"][:, :10]}, obs)
+    tower = {k[3:]: v for k, v in params.items() if k.startswith("pi.")}
+    with pytest.raises(FloatingPointError, match="mlp_forward"):
+        layers.mlp_forward(tower, np.full((2, 4), np.inf))
+
+
 # --- lstm, recurrent_networks ------------------------------------------------------------------
 
 

@@ -20,12 +20,11 @@ import numpy as np
 
 from ppo_ref._checks import non_finite_result
 from ppo_ref.fast._mlp import _backward, _forward
-from ppo_ref.fast.layers import _KEYS, _compute_dtype, _depth, _layers, _rows
+from ppo_ref.fast.layers import _compiled, _gradient_arrays, _grads, _net
 
 __all__ = ["actor_critic_forward", "actor_critic_backward", "value_forward"]
 
-_PREFIXED = {prefix: tuple((prefix + w, prefix + b) for w, b in _KEYS)
-             for prefix in ("trunk.", "pi.", "vf.")}
+_SEPARATE, _SHARED = ("pi.", "vf."), ("trunk.", "pi.", "vf.")
 
 
 class _Cache(NamedTuple):
@@ -37,74 +36,77 @@ class _Cache(NamedTuple):
     relu: bool
 
 
-def _network(params, shared_trunk: bool, obs, dt=None):
-    """``(keys, ws, bs, n_trunk, n_pi, x)``: the layer keys in network order (trunk, policy,
-    value), the layers and ``obs`` as ``[B, D]`` rows, all in the compute dtype (``dt``, or
-    the one of ``params`` and ``obs`` when None)."""
-    n_trunk = _depth(params, "trunk.") if shared_trunk and "trunk.w0" in params else 0
-    n_pi = _depth(params, "pi.")
-    keys = (_PREFIXED["trunk."][:n_trunk] + _PREFIXED["pi."][:n_pi]
-            + _PREFIXED["vf."][:_depth(params, "vf.")])
-    if dt is None:
-        dt = _compute_dtype([params[k] for pair in keys for k in pair], obs)
-    ws, bs = _layers(params, keys, dt)
-    x = _rows(obs, dt, ws[0].shape[1])
+def _towers(params, shared_trunk: bool):
+    """``(net, n_trunk, n_pi)``: the layers of ``params`` in network order (trunk, policy,
+    value) and the numbers of trunk and policy layers."""
+    net = _net(params, _SHARED if shared_trunk else _SEPARATE)
+    return net, net.counts[0] if shared_trunk else 0, net.counts[-2]
+
+
+def _forward_pass(params, obs, activation, shared_trunk: bool, policy: bool, where: str):
+    """``(x, acts, pi_start, vf_start, n_out)`` of the forward pass (``policy`` False: the
+    value tower alone); ``n_out`` the policy output width."""
+    net, n_trunk, n_pi = _towers(params, shared_trunk)
+    relu = activation == "relu"
+
+    def run(x, ws, bs):
+        return x, ws[n_trunk + n_pi - 1].shape[0], _forward(
+            x, ws, bs, len(net.keys), n_trunk, n_pi, policy, relu)
     if np.ndim(obs) != 2:
-        raise ValueError(f"obs must have shape [batch, {ws[0].shape[1]}], got {np.shape(obs)}")
-    return keys, ws, bs, n_trunk, n_pi, x
+        raise ValueError(f"obs must have shape [batch, obs_dim], got {np.shape(obs)}")
+    x, n_out, (acts, pi_start, vf_start, ok) = _compiled(run, params, net, obs)
+    if not ok:
+        raise non_finite_result(where)
+    return x, acts, pi_start, vf_start, n_out
 
 
 def actor_critic_forward(params, obs, activation="tanh", shared_trunk=False):
     """Twin of :func:`ppo_ref.spec.networks.actor_critic_forward`: ``(policy_out [B, P],
     values [B], cache)``; the cache is opaque (for :func:`actor_critic_backward` only).
 
-    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 2e-4, atol 1e-5 in
+    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
     float32, per result array relative to its largest entry.
     """
     shared_trunk = bool(shared_trunk)
-    _, ws, bs, n_trunk, n_pi, x = _network(params, shared_trunk, obs)
-    relu = activation == "relu"
-    acts, policy_out, values, ok = _forward(x, ws, bs, n_trunk, n_pi, True, relu)
-    if not ok:
-        raise non_finite_result("ppo_ref.fast.networks.actor_critic_forward")
-    return policy_out, values[:, 0], _Cache(x, acts, shared_trunk, relu)
+    x, acts, pi_start, vf_start, n_out = _forward_pass(
+        params, obs, activation, shared_trunk, True, "ppo_ref.fast.networks.actor_critic_forward")
+    rows = x.shape[0]
+    policy_out = acts[pi_start:pi_start + rows * n_out].reshape(rows, n_out)
+    cache = _Cache(x, acts, shared_trunk, activation == "relu")
+    return policy_out, acts[vf_start:vf_start + rows], cache
 
 
 def value_forward(params, obs, activation="tanh", shared_trunk=False):
-    """Twin of :func:`ppo_ref.spec.networks.value_forward`: the values ``[B]`` (the policy
-    tower is not run; the trunk and value tower as in :func:`actor_critic_forward`, the same
-    bits).
+    """Twin of :func:`ppo_ref.spec.networks.value_forward`: the values ``[B]`` (the trunk and
+    value tower of :func:`actor_critic_forward`, the same bits; the policy tower is not run).
 
-    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 2e-4, atol 1e-5 in
+    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
     float32, relative to the largest value.
     """
-    _, ws, bs, n_trunk, n_pi, x = _network(params, bool(shared_trunk), obs)
-    _, _, values, ok = _forward(x, ws, bs, n_trunk, n_pi, False, activation == "relu")
-    if not ok:
-        raise non_finite_result("ppo_ref.fast.networks.value_forward")
-    return values[:, 0]
+    x, acts, _, vf_start, _ = _forward_pass(params, obs, activation, bool(shared_trunk), False,
+                                            "ppo_ref.fast.networks.value_forward")
+    return acts[vf_start:vf_start + x.shape[0]]
 
 
 def actor_critic_backward(params, cache, d_policy_out, d_values):
     """Twin of :func:`ppo_ref.spec.networks.actor_critic_backward`: the gradients, a dict with
     the keys and key order of ``params``, in the dtype of the forward pass.
 
-    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 2e-4, atol 1e-5 in
+    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
     float32, per gradient array relative to its largest entry.
     """
-    keys, ws, bs, n_trunk, n_pi, x = _network(params, cache.shared_trunk, cache.x,
-                                               cache.x.dtype)
-    dt = x.dtype
-    rows = x.shape[0]
-    d_pi = np.ascontiguousarray(d_policy_out, dt).reshape(rows, ws[n_trunk + n_pi - 1].shape[0])
-    d_vf = np.ascontiguousarray(d_values, dt).reshape(rows, 1)
-    gws = tuple(np.empty(w.shape, dt) for w in ws)
-    gbs = tuple(np.empty(b.shape, dt) for b in bs)
-    _, ok = _backward(x, cache.acts, ws, n_trunk, n_pi, cache.relu, d_pi, d_vf, gws, gbs,
-                      False)
+    net, n_trunk, n_pi = _towers(params, cache.shared_trunk)
+
+    def run(x, ws, bs):
+        dt, rows = x.dtype, x.shape[0]
+        d_pi = np.ascontiguousarray(d_policy_out, dt).reshape(
+            rows, ws[n_trunk + n_pi - 1].shape[0])
+        d_vf = np.ascontiguousarray(d_values, dt).reshape(rows, 1)
+        gws, gbs = _gradient_arrays(ws, bs, len(net.keys))
+        _, ok = _backward(x, ws, cache.acts, len(net.keys), n_trunk, n_pi, cache.relu, d_pi,
+                          d_vf, gws, gbs, False)
+        return ok, gws, gbs
+    ok, gws, gbs = _compiled(run, params, net, cache.x, cache.x.dtype)
     if not ok:
         raise non_finite_result("ppo_ref.fast.networks.actor_critic_backward")
-    grads = {}
-    for (wk, bk), gw, gb in zip(keys, gws, gbs):
-        grads[wk], grads[bk] = gw, gb
-    return {k: grads[k] for k in params if k in grads}
+    return _grads(net, gws, gbs, params)
