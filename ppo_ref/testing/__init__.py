@@ -30,4 +30,4 @@ __all__ = ["check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport", "Mismatch",
            "Layout", "LAYOUTS", "MaskedRows", "Episodes", "AGGREGATIONS", "OPTIONS", "Option",
            "resolve_convention", "trace_update", "diff_traces", "load_trace", "TRACE_FORMAT",
-           "DEFAULT_MAX_EXAMPLES",           "DEFAULT_DEADLINE"]
+           "DEFAULT_MAX_EXAMPLES", "DEFAULT_DEADLINE"]

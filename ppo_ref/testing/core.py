@@ -138,10 +138,9 @@ def _change(before, after) -> Optional[str]:
     if isinstance(before, (list, dict)):
         if len(after) != len(before):
             return f"its length became {len(after)}"
-        keys = range(len(before)) if isinstance(before, list) else before.keys()
-        for k in keys:
-            inner = _change(before[k], after[k]) if k in after or isinstance(after, list) \
-                else "lost a key"
+        for k in range(len(before)) if isinstance(before, list) else before:
+            inner = _change(before[k], after[k]) if isinstance(after, list) or k in after \
+                else "lost an entry"
             if inner:
                 return f"[{k!r}] {inner}"
     return None
@@ -325,8 +324,8 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
     @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
                   print_blob=False, suppress_health_check=list(hyp.HealthCheck),
                   report_multiple_bugs=False,
-                  phases=tuple(hyp.Phase) if shrink else (hyp.Phase.explicit,
-                                                          hyp.Phase.generate))
+                  phases=(hyp.Phase.generate, hyp.Phase.shrink) if shrink
+                  else (hyp.Phase.generate,))
     @hyp.given(strategy)
     def prop(ex):
         slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
@@ -645,7 +644,9 @@ def _except_on(properties, failures, search, precision_only):
 
     def keep(out, combo, props, found, rounded):
         if found is None and not (rounded and precision_only):
-            out.append((combo, tuple(p.name for p in props), rounded))
+            names = tuple(p.name for p in sorted(props, key=properties.index))
+            if (combo, names, rounded) not in out:
+                out.append((combo, names, rounded))
 
     def singles(pool):
         for prop in pool:

@@ -369,16 +369,16 @@ def _episodes(ex) -> List[Tuple[int, int, int, float]]:
     the bootstrap is 0 where it terminated, ``final_values`` where it truncated, and
     ``last_values`` where the rollout cut it (the reference convention's reading)."""
     term, trunc = np.asarray(ex["terminated"], bool), np.asarray(ex["truncated"], bool)
-    T, N = term.shape
+    ends = term | trunc
+    ends[-1] = True
     out = []
-    for n in range(N):
+    for n in range(term.shape[1]):
         start = 0
-        for t in range(T):
-            if term[t, n] or trunc[t, n] or t == T - 1:
-                b = (0.0 if term[t, n] else float(ex["final_values"][t, n]) if trunc[t, n]
-                     else float(ex["last_values"][n]))
-                out.append((n, start, t + 1, b))
-                start = t + 1
+        for t in np.flatnonzero(ends[:, n]).tolist():
+            b = (0.0 if term[t, n] else float(ex["final_values"][t, n]) if trunc[t, n]
+                 else float(ex["last_values"][n]))
+            out.append((n, start, t + 1, b))
+            start = t + 1
     return out
 
 

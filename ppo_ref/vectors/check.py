@@ -333,16 +333,18 @@ def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
     (truncation='terminate', ...)"``. Tries every combination of the options of
     :data:`ppo_ref.conventions.OPTIONS` that the case's kind reads
     (:data:`ppo_ref.vectors.cases.OPTION_KEYS`: for a kind that is a quantity of
-    :mod:`ppo_ref.testing`, the options :func:`ppo_ref.testing.identify` tries); a setting the
-    case leaves out has the option's reference value. An empty list when none passes or the
-    kind has no options."""
+    :mod:`ppo_ref.testing`, the options :func:`ppo_ref.testing.identify` tries), and the case's
+    own value where it is not in the table (``dual_clip=1.5``); a setting the case leaves out
+    has the option's reference value. An empty list when none passes or the kind has no
+    options."""
     keys = OPTION_KEYS.get(case["kind"])
     if not keys:
         return []
     table = [o for o in OPTIONS if o.name in keys]
     own = {o.name: case["settings"].get(keys[o.name], o.reference) for o in table}
     out = []
-    for values in itertools.product(*(o.values for o in table)):
+    for values in itertools.product(*(o.values + ((own[o.name],) if own[o.name] not in o.values
+                                                  else ()) for o in table)):
         combo = dict(zip((o.name for o in table), values))
         if combo == own:
             continue
