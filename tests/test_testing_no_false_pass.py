@@ -118,6 +118,22 @@ def test_torch_outputs_with_requires_grad_are_accepted():
     check_value_loss(torch_value_loss, exclude=("value_clipping",), max_examples=FEW)
 
 
+class _JaxLike:
+    """Offers only ``__array__``, as a ``jax.Array`` does (JAX is not imported)."""
+
+    def __init__(self, a):
+        self._a = np.asarray(a)
+
+    def __array__(self, dtype=None, copy=None):
+        return self._a if dtype is None else self._a.astype(dtype)
+
+
+def test_arrays_with_only___array___are_converted():
+    check_normalize_advantages(lambda a: _JaxLike(normalize_advantages(a)), max_examples=FEW)
+    with pytest.raises(Mismatch, match="complex"):
+        check_normalize_advantages(lambda a: _JaxLike(a + 1j), max_examples=5)
+
+
 def test_a_call_over_the_deadline_stops_the_check():
     import time
 

@@ -3,6 +3,9 @@
 The functions below are written from the usual definitions in LLM-PPO code (verl's
 compute_gae_advantage_return and compute_policy_loss, TRL's masked_whiten, OpenRLHF's advantage
 normalization), re-typed in NumPy or torch, and checked through layout="masked_rows"."""
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -220,3 +223,12 @@ def test_row_results_of_the_wrong_shape_are_mismatches():
                   max_examples=5)
     with pytest.raises(ValueError, match="aggregation must be one of"):
         MaskedRows(aggregation="mean")
+
+
+def test_the_readme_example_checks_a_token_level_gae():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
+                if 'layout="masked_rows"' in b]
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    namespace["test_token_gae"]()

@@ -494,8 +494,8 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
                     exclude=excluded, fixed=fixed, deadline=deadline)
     if found is None:
         return None
-    ex, fields = found
-    ex = _prepared(lay, quantity, ex)
+    raw, fields = found
+    ex = _prepared(lay, quantity, raw)
     relevant = {o.name: options[o.name] for o in options_for(quantity)}
     conditions = _conditions(quantity, ex)
     value_gap = fields.get("index") is not None
@@ -503,7 +503,7 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     kink_only = value_gap and any(k in kinks for k, _ in conditions) and _search(
         fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
         exclude=excluded | kinks, fixed=fixed, shrink=False, deadline=deadline) is None
-    alternatives = _alternatives(fn, quantity, lay, ex, options, skip, deadline,
+    alternatives = _alternatives(fn, quantity, lay, raw, options, skip, deadline,
                                  rounded_too=not fields["precision"]) if value_gap else []
     message = _message(quantity, fn, fields, ex, describe(quantity, relevant), alternatives,
                        conditions, lay, kink_only, deadline, n)
