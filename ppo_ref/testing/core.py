@@ -33,6 +33,7 @@ import inspect
 import math
 import time
 import traceback
+import warnings
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -40,7 +41,7 @@ import numpy as np
 from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import BadOutput, Layout, as_numpy, get_layout
-from ppo_ref.testing.quantities import get_quantity, property_keys
+from ppo_ref.testing.quantities import finish, get_quantity, property_keys
 
 __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport",
@@ -324,8 +325,9 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
     @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
                   print_blob=False, suppress_health_check=list(hyp.HealthCheck),
                   report_multiple_bugs=False,
-                  phases=(hyp.Phase.generate, hyp.Phase.shrink) if shrink
-                  else (hyp.Phase.generate,))
+                  phases=(hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate,
+                          hyp.Phase.target) + (
+                      (hyp.Phase.shrink,) if shrink else ()))
     @hyp.given(strategy)
     def prop(ex):
         slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
@@ -336,8 +338,15 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
                 last["example"], last["fields"] = ex, fields
             raise _Found(fields)
 
+    for edge in q.edges:  # tried first, in the check's dtype (float64 for "any")
+        ex = finish(edge, quantity, exclude, fixed, "float32" if dtype == "float32" else
+                    "float64")
+        prop = hyp.example(ex={**ex, "_rows": 0} if getattr(layout, "seeded", False) else ex)(
+            prop)
     try:
-        prop()
+        with warnings.catch_warnings():  # hypothesis's note on a long example's repr
+            warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
+            prop()
     except _Found:
         # hypothesis re-runs the minimal example last, so `last` holds it
         if not shrink or last["fields"].get("seconds") is not None:
@@ -637,8 +646,9 @@ class IdentifyReport:
 
 def _except_on(properties, failures, search, precision_only):
     """Conventions that agree once one or two conditions are excluded: a single narrow
-    condition first, then two narrow ones, then a broad one, then two with a broad one. A
-    pair is tried where excluding its first condition left a counterexample with the second."""
+    condition first, then two narrow ones, then a broad one, then two with a broad one (pairs
+    only without a float32 match). A pair is tried where excluding its first condition left a
+    counterexample with the second."""
     followups: Dict[Tuple[int, str], dict] = {}
     tried = set()
 
@@ -679,6 +689,8 @@ def _except_on(properties, failures, search, precision_only):
         return []
 
     narrow = [p for p in properties if not p.broad]
+    if precision_only:  # a float32 match is the answer; only strict single exceptions add to it
+        return singles(narrow) or singles([p for p in properties if p.broad])
     return (singles(narrow) or pairs(narrow) or singles([p for p in properties if p.broad])
             or pairs(list(properties)))
 

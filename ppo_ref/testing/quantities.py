@@ -42,7 +42,8 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTupl
 
 import numpy as np
 
-__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys"]
+__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
+           "finish"]
 
 
 class Property(NamedTuple):
@@ -83,6 +84,9 @@ class Quantity(NamedTuple):
             rounding error is proportional to (the largest input, or for the normalization
             ``max|A| / (std + eps)``: the division by a small std magnifies the rounding of
             ``A - mean``).
+        edges: float64 examples every search tries first, before the drawn ones (the
+            normalization: one element, a constant, spreads on both sides of each eps, which
+            draws alone may miss).
     """
     name: str
     outputs: Tuple[str, ...]
@@ -92,6 +96,7 @@ class Quantity(NamedTuple):
     length: Callable[[dict], int]
     reductions: Callable[[dict], Iterator[dict]]
     magnitude: Callable[[dict, Mapping[str, Any]], float]
+    edges: Tuple[dict, ...] = ()
 
 
 def _hypothesis():
@@ -119,7 +124,12 @@ def _input_magnitude(ex: Mapping[str, Any], options=None) -> float:
 # ----------------------------------------------------------------------------------------------
 
 _TRAJ_FLOATS = ("rewards", "values", "last_values", "final_values")
-_VTRACE_FLOATS = ("behaviour_log_probs", "target_log_probs") + _TRAJ_FLOATS
+#: The float inputs of each quantity (cast to the example's dtype).
+_FLOATS = {"gae": _TRAJ_FLOATS,
+           "vtrace": ("behaviour_log_probs", "target_log_probs") + _TRAJ_FLOATS,
+           "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),
+           "value_loss": ("values", "old_values", "returns"),
+           "normalize_advantages": ("advantages",)}
 
 
 def _cast(example: dict, names, dtype: str) -> dict:
@@ -228,13 +238,19 @@ def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     return {"vs": vs, "pg_advantages": pg}
 
 
-def _finish(draw, st, ex: dict, properties, exclude, fixed, floats, dtype: str,
-            seeded: bool) -> dict:
-    """Pin ``fixed``, cast, remove the excluded conditions, and draw the row seed."""
-    ex = _cast({**ex, **(fixed or {})}, floats, dtype)
-    for prop in properties:
+def finish(ex: dict, quantity: str, exclude, fixed, dtype: str) -> dict:
+    """Pin ``fixed``, cast the float inputs to ``dtype``, remove the excluded conditions."""
+    ex = _cast({**ex, **(fixed or {})}, _FLOATS[quantity], dtype)
+    for prop in get_quantity(quantity).properties:
         if prop.key in exclude and prop.holds(ex):
             ex = prop.remove(ex)
+    return ex
+
+
+def _finish(draw, st, ex: dict, quantity: str, exclude, fixed, dtype: str,
+            seeded: bool) -> dict:
+    """:func:`finish`, and draw the row seed."""
+    ex = finish(ex, quantity, exclude, fixed, dtype)
     if seeded:
         ex["_rows"] = draw(st.integers(0, 2 ** 16))
     return ex
@@ -299,8 +315,8 @@ def _gae_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
     def examples(draw):
         ex = _draw_trajectory(draw, st, exclude, logprobs=False)
         ex["gae_lambda"] = draw(_unit(st, first=1.0))
-        return _finish(draw, st, ex, _TRAJ_PROPERTIES, exclude, fixed, _TRAJ_FLOATS,
-                       _pick_dtype(draw, st, dtype), seeded)
+        return _finish(draw, st, ex, "gae", exclude, fixed, _pick_dtype(draw, st, dtype),
+                       seeded)
     return examples()
 
 
@@ -314,8 +330,8 @@ def _vtrace_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
         ex["c_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
         ex["pg_rho_bar"] = draw(st.sampled_from([None, 1.0, 0.5]))
         ex["lambda_"] = draw(_unit(st, first=1.0))
-        return _finish(draw, st, ex, _VTRACE_PROPERTIES, exclude, fixed, _VTRACE_FLOATS,
-                       _pick_dtype(draw, st, dtype), seeded)
+        return _finish(draw, st, ex, "vtrace", exclude, fixed, _pick_dtype(draw, st, dtype),
+                       seeded)
     return examples()
 
 
@@ -367,8 +383,7 @@ def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
                     new[0], clip_range = made
         ex = {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
               "clip_range": float(clip_range)}
-        return _finish(draw, st, ex, _POLICY_PROPERTIES, exclude, fixed,
-                       ("new_log_probs", "old_log_probs", "advantages"), chosen, seeded)
+        return _finish(draw, st, ex, "policy_loss", exclude, fixed, chosen, seeded)
     return examples()
 
 
@@ -457,8 +472,8 @@ def _value_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
                     old[i] = float(draw(st.integers(-8, 8))) / 4.0
                     values[i] = old[i] + kind * clip
         ex = {"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip}
-        return _finish(draw, st, ex, _VALUE_PROPERTIES, exclude, fixed,
-                       ("values", "old_values", "returns"), _pick_dtype(draw, st, dtype), seeded)
+        return _finish(draw, st, ex, "value_loss", exclude, fixed, _pick_dtype(draw, st, dtype),
+                       seeded)
     return examples()
 
 
@@ -504,8 +519,8 @@ def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=Fals
             adv = steps.astype(np.float64) * spread
         else:
             adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
-        return _finish(draw, st, {"advantages": adv}, _NORMALIZE_PROPERTIES, exclude, fixed,
-                       ("advantages",), _pick_dtype(draw, st, dtype), seeded)
+        return _finish(draw, st, {"advantages": adv}, "normalize_advantages", exclude, fixed,
+                       _pick_dtype(draw, st, dtype), seeded)
     return examples()
 
 
@@ -538,6 +553,12 @@ def _shifted(ex):
     a = ex["advantages"]
     return _with(ex, advantages=a + np.arange(a.size, dtype=a.dtype).reshape(a.shape))
 
+
+#: one element, a constant, and a std of 1.67 x and 0.5 x each eps value (where eps and its
+#: placement decide the result)
+_NORMALIZE_EDGES = ({"advantages": np.array([1.5])}, {"advantages": np.full(7, 0.1)}) + tuple(
+    {"advantages": scale * np.array([0.0, 1.0, -1.0, 2.0, 0.0, -3.0])}
+    for eps in (1e-8, 1e-7, 1e-6, 1e-5, 1e-4) for scale in (0.3 * eps, eps))
 
 _NORMALIZE_PROPERTIES = (
     Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
@@ -625,7 +646,8 @@ QUANTITY_SPECS: Dict[str, Quantity] = {
     "normalize_advantages": Quantity("normalize_advantages", ("advantages",),
                                      _normalize_reference, _normalize_strategy,
                                      _NORMALIZE_PROPERTIES, _size("advantages"),
-                                     _element_reductions("advantages"), _normalize_magnitude),
+                                     _element_reductions("advantages"), _normalize_magnitude,
+                                     _NORMALIZE_EDGES),
 }
 
 
