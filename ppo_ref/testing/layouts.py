@@ -464,18 +464,14 @@ class MaskedRows(Layout):
         rows, boot = self.rows(quantity, ex)
         cols, L = self._grid(rows, ex)
         seed = int(ex.get("_rows", 0))
-        if quantity == "gae":
-            dtype = np.asarray(ex["rewards"]).dtype
-            rewards = self._pack(ex["rewards"], rows, cols, L, seed)
-            for b, c in enumerate(cols):  # the bootstrap, folded into the last valid reward
-                rewards[b, c[-1]] = float(rewards[b, c[-1]]) + float(ex["gamma"]) * boot[b]
-            mask = np.zeros((len(rows), L), dtype)
-        else:
-            dtype = np.asarray(ex[_ROW_INPUTS[quantity][0]]).dtype
-            mask = np.zeros((len(rows), L), dtype)
+        first = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
+        mask = np.zeros((len(rows), L), np.asarray(ex[first]).dtype)
         for b, c in enumerate(cols):
             mask[b, c] = 1.0
         if quantity == "gae":
+            rewards = self._pack(ex["rewards"], rows, cols, L, seed)
+            for b, c in enumerate(cols):  # the bootstrap, folded into the last valid reward
+                rewards[b, c[-1]] = float(rewards[b, c[-1]]) + float(ex["gamma"]) * boot[b]
             return [rewards, self._pack(ex["values"], rows, cols, L, seed), mask], {
                 "gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
         args = [self._pack(ex[k], rows, cols, L, seed) for k in _ROW_INPUTS[quantity]]
