@@ -371,7 +371,7 @@ def test_identify_separates_float32_rounding_from_the_both_flags_bug(env_major):
     assert report.verdict == "match_except"
     assert not report.matches and not report.precision_only
     reference = {"truncation": "bootstrap", "bootstrap_terminal_last_row": False}
-    assert report.except_on == [(reference, "steps with both flags", True)]
+    assert report.except_on == [(reference, ("steps with both flags",), True)]
     assert str(report) == ("gae: matches reference/sb3/tianshou/torchrl (truncation='bootstrap', "
                            "bootstrap_terminal_last_row=False) (up to float32 rounding) except "
                            "on inputs with steps with both flags")

@@ -8,7 +8,7 @@ import sys
 
 from ppo_ref.vectors import check_results, format_table, read_json_file, write_vectors
 from ppo_ref.vectors.cases import BACKENDS, SEED
-from ppo_ref.vectors.check import TOLERANCE_PROFILES
+from ppo_ref.vectors.check import TOLERANCE_PROFILES, nothing_compared
 
 __all__ = ["configure_vectors", "cmd_vectors", "configure_check", "cmd_check"]
 
@@ -68,7 +68,7 @@ def configure_check(p) -> None:
     """Arguments of ``ppo-ref check`` on an argparse parser."""
     p.description = ("Compare a results JSON (format ppo_ref.results/1) with golden vectors; "
                      "prints a pass/fail table with the largest error per case; exit status 1 "
-                     "when a case fails or is missing.")
+                     "when a case fails or is missing, or when no output was compared.")
     p.add_argument("vectors_dir", help="directory written by `ppo-ref vectors`")
     p.add_argument("--results", required=True, help="results JSON of the implementation")
     p.add_argument("--atol", type=float, default=None, help="override every case's atol")
@@ -88,8 +88,9 @@ def configure_check(p) -> None:
 
 def cmd_check(args) -> int:
     """``ppo-ref check DIR --results FILE``: print the table of
-    :func:`ppo_ref.vectors.check_results`; 1 if a case fails or is missing; 2 (one line on
-    stderr) when the vectors or the results file cannot be read."""
+    :func:`ppo_ref.vectors.check_results`; 1 if a case fails or is missing, or if nothing was
+    compared (every case skipped); 2 (one line on stderr) when the vectors or the results
+    file cannot be read."""
     if not os.path.isdir(args.vectors_dir):
         return _error("check", f"vectors directory {args.vectors_dir} does not exist (write "
                                "one with `ppo-ref vectors --out DIR`)")
@@ -106,4 +107,8 @@ def cmd_check(args) -> int:
     except ValueError as exc:
         return _error("check", str(exc))
     print(format_table(rows))
+    if nothing_compared(rows):
+        print("ppo-ref check: nothing was compared (every case skipped, missing or unknown): "
+              "not a pass", file=sys.stderr)
+        return 1
     return 1 if any(r["status"] in ("FAIL", "MISSING", "UNKNOWN") for r in rows) else 0

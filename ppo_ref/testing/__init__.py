@@ -19,14 +19,15 @@ minibatch update; ``ppo-ref diff A B`` names the first quantity where two traces
 Requires hypothesis for the checks and ``identify`` (``pip install ppo_ref[testing]``);
 ``trace_update`` and the diff do not. Nothing in the rest of ppo_ref imports this package.
 """
-from ppo_ref.testing.core import (DEFAULT_MAX_EXAMPLES, IdentifyReport, Mismatch, check,
-                                  check_gae, check_normalize_advantages, check_policy_loss,
-                                  check_value_loss, check_vtrace, identify)
-from ppo_ref.testing.layouts import LAYOUTS, Layout
+from ppo_ref.testing.core import (DEFAULT_DEADLINE, DEFAULT_MAX_EXAMPLES, IdentifyReport,
+                                  Mismatch, check, check_gae, check_normalize_advantages,
+                                  check_policy_loss, check_value_loss, check_vtrace, identify)
+from ppo_ref.testing.layouts import AGGREGATIONS, LAYOUTS, Episodes, Layout, MaskedRows
 from ppo_ref.conventions import OPTIONS, Option, resolve_convention
 from ppo_ref.testing.trace import TRACE_FORMAT, diff_traces, load_trace, trace_update
 
 __all__ = ["check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport", "Mismatch",
-           "Layout", "LAYOUTS", "OPTIONS", "Option", "resolve_convention", "trace_update",
-           "diff_traces", "load_trace", "TRACE_FORMAT", "DEFAULT_MAX_EXAMPLES"]
+           "Layout", "LAYOUTS", "MaskedRows", "Episodes", "AGGREGATIONS", "OPTIONS", "Option",
+           "resolve_convention", "trace_update", "diff_traces", "load_trace", "TRACE_FORMAT",
+           "DEFAULT_MAX_EXAMPLES", "DEFAULT_DEADLINE"]

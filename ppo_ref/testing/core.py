@@ -6,9 +6,19 @@ result under the chosen convention. The first differing example is shrunk by hyp
 contents), then cut down to fewer envs, rows or elements for as long as the same kind of
 difference persists (the quantity's reductions), and raised as :class:`Mismatch`.
 
+No false pass. Each call gets fresh copies of its inputs, and they are compared with a second
+copy afterwards: a function that writes into an input is a mismatch naming that input (and the
+reference, the tolerance and the next example never see the damage). Every output must be
+real floating-point numbers (a real scalar for a scalar output) of the expected shape;
+complex, strings, objects and other shapes are mismatches; torch tensors (``requires_grad``
+too) and JAX or TensorFlow arrays are converted first. A call slower than ``deadline``
+seconds, twice in a row (the first call may compile), stops the check with a message.
+
 Tolerance. With ``L`` the length of the longest accumulation (T for GAE/V-trace, the number of
-elements of a mean for the losses) and ``M`` the magnitude involved (the largest absolute
-value among the example's float inputs and the expected output, at least 1), an output passes
+elements of a mean for the losses) and ``M`` the magnitude involved (the quantity's
+``magnitude``: the largest absolute value among the example's float inputs, or for the
+normalization ``max|A| / (std + eps)``, the factor by which dividing by the std magnifies the
+rounding of ``A - mean``; and at least the largest expected output, and 1), an output passes
 when ``|got - expected| <= 16 * u * M * (L + 1)`` elementwise, ``u`` the unit roundoff of the
 check (float64: 2**-53, or float32: 2**-24 when the example's arrays are float32). A gap is
 *precision-sized* when it stays within the same bound with float32's ``u``: the size of the
@@ -18,25 +28,33 @@ to tell a convention matched up to float32 rounding from one that differs in log
 """
 from __future__ import annotations
 
+import copy
+import inspect
 import math
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+import time
+import traceback
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
 from ppo_ref.testing._hyp import require_hypothesis
-from ppo_ref.testing.layouts import Layout, get_layout
-from ppo_ref.conventions import (combinations, describe, options_for,
-                                     resolve_convention)
-from ppo_ref.testing.quantities import get_quantity
+from ppo_ref.testing.layouts import BadOutput, Layout, as_numpy, get_layout
+from ppo_ref.testing.quantities import finish, get_quantity, property_keys
 
 __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport",
-           "DEFAULT_MAX_EXAMPLES"]
+           "DEFAULT_MAX_EXAMPLES", "DEFAULT_DEADLINE"]
 
 DEFAULT_MAX_EXAMPLES = 100
+#: Seconds one call of the function under test may take (twice in a row) before the check stops.
+DEFAULT_DEADLINE = 5.0
 _U64 = 2.0 ** -53
 _U32 = 2.0 ** -24
 _DTYPES = ("float64", "float32", "any")
+_FIELDS = ("output", "index", "expected", "actual", "precision", "gap", "tolerance", "raised",
+           "mutated", "seconds")
 
 
 class Mismatch(AssertionError):
@@ -45,35 +63,36 @@ class Mismatch(AssertionError):
     Attributes:
         quantity: the checked quantity (``"gae"``, ...).
         output: the first differing output in data-flow order (``"advantages"``, ...), or
-            ``None`` when ``fn`` raised or an output is missing.
+            ``None`` when ``fn`` raised, wrote into an input or was too slow.
         index: the first differing index (a tuple; ``()`` for a scalar output), or ``None``.
         expected: the reference's value there (``None`` when ``fn`` raised).
         actual: ``fn``'s value there (or the exception ``fn`` raised).
         precision: True when the gap is float32-rounding sized (see the module docstring),
             False for a logic difference.
+        kink_only: True when every example without an input exactly on a kink (a clip bound)
+            agrees: the difference is confined to the kinks.
         example: the shrunk, minimal example: ``{input name: value}`` in the reference layout.
         convention: the options the reference used.
         alternatives: descriptions of other conventions under which the reference gives
             ``fn``'s outputs on this example (empty when none does).
-        properties: the named properties of the example (``"steps with both flags"``, ...).
+        properties: the named conditions of the example (``"steps with both flags"``, ...).
         tolerance, gap: the allowed and the observed absolute difference.
+        raised: the exception ``fn`` raised, or None.
+        mutated: the name of the input ``fn`` wrote into, or None.
+        seconds: the duration of a call over the deadline, or None.
     """
 
     def __init__(self, message: str = "", **fields: Any):
         super().__init__(message)
         self.quantity = fields.get("quantity")
-        self.output = fields.get("output")
-        self.index = fields.get("index")
-        self.expected = fields.get("expected")
-        self.actual = fields.get("actual")
-        self.precision = bool(fields.get("precision", False))
+        for name in _FIELDS:
+            setattr(self, name, fields.get(name))
+        self.precision = bool(self.precision)
+        self.kink_only = bool(fields.get("kink_only", False))
         self.example = fields.get("example")
         self.convention = fields.get("convention")
         self.alternatives: List[str] = list(fields.get("alternatives", ()))
         self.properties: List[str] = list(fields.get("properties", ()))
-        self.tolerance = fields.get("tolerance")
-        self.gap = fields.get("gap")
-        self.raised = fields.get("raised")
 
     def __str__(self) -> str:
         return self.args[0] if self.args else ""
@@ -88,26 +107,106 @@ class _Found(Exception):
 
 
 # ----------------------------------------------------------------------------------------------
-# comparing one example
+# one call of the user's function
 # ----------------------------------------------------------------------------------------------
 
-def _magnitude(ex: Mapping[str, Any], expected) -> float:
-    m = 1.0
-    for v in list(ex.values()) + [expected]:
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
-            m = max(m, float(np.max(np.abs(v))))
-        elif isinstance(v, float) and math.isfinite(v):
-            m = max(m, abs(v))
-    return m
+def _named(fn, args, kwargs) -> List[Tuple[str, Any]]:
+    """``(parameter name, value)`` of every argument (``argument i`` where unnamed)."""
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    names = [params[i].name if i < len(params) else f"argument {i + 1}"
+             for i in range(len(args))]
+    return list(zip(names, args)) + list(kwargs.items())
 
+
+def _change(before, after) -> Optional[str]:
+    """How ``after`` differs from the copy ``before`` (None: it does not)."""
+    if isinstance(before, np.ndarray):
+        if not isinstance(after, np.ndarray) or after.shape != before.shape:
+            return f"its shape became {np.shape(after)}"
+        if before.tobytes() == after.tobytes():
+            return None
+        same = before == after
+        if before.dtype.kind in "fc":
+            same |= np.isnan(before) & np.isnan(after)
+        idx = tuple(int(i) for i in np.argwhere(~same)[0]) if not same.all() else None
+        if idx is None:
+            return "in its bits (a sign of zero)"
+        return f"at index {list(idx)}: {before[idx].item()!r} became {after[idx].item()!r}"
+    if isinstance(before, (list, dict)):
+        if len(after) != len(before):
+            return f"its length became {len(after)}"
+        for k in range(len(before)) if isinstance(before, list) else before:
+            inner = _change(before[k], after[k]) if isinstance(after, list) or k in after \
+                else "lost an entry"
+            if inner:
+                return f"[{k!r}] {inner}"
+    return None
+
+
+def _real(value) -> Tuple[Optional[np.ndarray], Optional[str]]:
+    """``(float64 array, None)`` for real floating-point numbers (an int is accepted for a
+    scalar), else ``(None, what it is)``."""
+    if isinstance(value, BadOutput):
+        return None, str(value)
+    value = as_numpy(value)
+    try:
+        arr = np.asarray(value)
+    except Exception:
+        return None, f"not an array ({type(value).__name__})"
+    kind = arr.dtype.kind
+    if kind == "f" or (arr.ndim == 0 and kind in "iu"):
+        return arr.astype(np.float64), None
+    what = {"c": "complex", "b": "boolean", "U": "string", "S": "bytes", "O": "object"}.get(
+        kind, str(arr.dtype))
+    return None, f"{what} {'array' if arr.ndim else 'value'} ({arr.dtype}), not real floats"
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if len(frames) > 1 else ""
+
+
+def _call(fn, quantity: str, layout, ex, deadline) -> Tuple[Any, Optional[dict]]:
+    """``(result, None)``, or ``(None, fields)`` when ``fn`` raised, wrote into an input or
+    took longer than ``deadline`` seconds twice."""
+    for attempt in (0, 1):
+        args, kwargs = layout.arguments(quantity, copy.deepcopy(ex))
+        before = copy.deepcopy((args, kwargs))
+        start = time.perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as exc:  # the user's function failing on valid input is a finding
+            return None, {"raised": exc}
+        seconds = time.perf_counter() - start
+        for (name, b), (_, a) in zip(_named(fn, *before), _named(fn, args, kwargs)):
+            change = _change(b, a)
+            if change:
+                return None, {"mutated": name, "change": change}
+        if deadline is None or seconds <= deadline:
+            return result, None
+    return None, {"seconds": seconds}
+
+
+# ----------------------------------------------------------------------------------------------
+# comparing one example
+# ----------------------------------------------------------------------------------------------
 
 def _is_float32(ex: Mapping[str, Any]) -> bool:
     floats = [v for v in ex.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
     return bool(floats) and all(v.dtype == np.float32 for v in floats)
 
 
+def _fail(**fields) -> dict:
+    return {"output": None, "index": None, "expected": None, "actual": None,
+            "precision": False, "gap": math.inf, "tolerance": 0.0, **fields}
+
+
 def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex,
-                     skip: Iterable[str], loose: bool = False,
+                     options, skip, loose: bool = False,
                      seen: Optional[dict] = None) -> Optional[dict]:
     """Fields of the first difference (outputs in data-flow order), or None.
 
@@ -116,25 +215,19 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
     q = get_quantity(quantity)
     length = q.length(ex)
     u = _U32 if _is_float32(ex) else _U64
+    base = q.magnitude(ex, options)
     for name in q.outputs:
         if name in skip or name not in expected:
             continue
         exp = np.asarray(expected[name], dtype=np.float64)
         if name not in got:
-            return {"output": name, "index": None, "expected": expected[name], "actual": None,
-                    "precision": False, "gap": math.inf, "tolerance": 0.0,
-                    "missing": True}
-        try:
-            act = np.asarray(got[name], dtype=np.float64)
-        except (TypeError, ValueError):
-            return {"output": name, "index": None, "expected": exp, "actual": got[name],
-                    "precision": False, "gap": math.inf, "tolerance": 0.0,
-                    "bad_shape": "not numeric"}
-        if act.shape != exp.shape:
-            return {"output": name, "index": None, "expected": exp, "actual": act,
-                    "precision": False, "gap": math.inf, "tolerance": 0.0,
-                    "bad_shape": f"shape {act.shape}, expected {exp.shape}"}
-        mag = _magnitude(ex, exp)
+            return _fail(output=name, expected=expected[name], missing=True)
+        act, problem = _real(got[name])
+        if problem is None and act.shape != exp.shape:
+            problem = f"shape {act.shape}, expected {exp.shape}"
+        if problem is not None:
+            return _fail(output=name, expected=exp, actual=got[name], bad_shape=problem)
+        mag = max(base, float(np.max(np.abs(exp))) if exp.size else 0.0)
         tol = 16.0 * u * mag * (length + 1)
         band32 = 16.0 * _U32 * mag * (length + 1)
         with np.errstate(invalid="ignore"):
@@ -157,17 +250,25 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
 
 
 def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[str, Any],
-             skip, loose: bool = False, seen: Optional[dict] = None) -> Optional[dict]:
+             skip, loose: bool = False, seen: Optional[dict] = None,
+             deadline: Optional[float] = None) -> Optional[dict]:
     q = get_quantity(quantity)
+    ex = _prepared(layout, quantity, ex)
     expected = layout.expected(quantity, q.reference(ex, options), ex)
-    args, kwargs = layout.arguments(quantity, ex)
+    result, failure = _call(fn, quantity, layout, ex, deadline)
+    if failure is not None:
+        return _fail(**failure)
     try:
-        result = fn(*args, **kwargs)
-    except Exception as exc:  # the user's function failing on valid input is a finding
-        return {"output": None, "index": None, "expected": None, "actual": exc,
-                "precision": False, "gap": math.inf, "tolerance": 0.0, "raised": exc}
-    got = layout.outputs(quantity, result, ex)
-    return _compare_outputs(quantity, got, expected, ex, skip, loose, seen)
+        got = layout.outputs(quantity, result, ex)
+    except Exception as exc:  # a result the layout cannot read
+        return _fail(bad_shape=f"its result cannot be read through layout "
+                               f"{getattr(layout, 'name', '?')!r}: {exc}")
+    return _compare_outputs(quantity, got, expected, ex, options, skip, loose, seen)
+
+
+def _prepared(layout, quantity: str, ex):
+    prepare = getattr(layout, "prepare", None)
+    return prepare(quantity, ex) if prepare is not None else ex
 
 
 # ----------------------------------------------------------------------------------------------
@@ -176,31 +277,32 @@ def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[
 
 def _kind(fields: dict) -> tuple:
     """What a difference is, for keeping a reduced example: the same kind must persist."""
-    if fields.get("raised") is not None:
-        return ("raised", type(fields["raised"]))
-    if fields.get("missing"):
-        return ("missing", fields["output"])
-    if fields.get("bad_shape"):
-        return ("bad_shape", fields["output"])
+    for key in ("raised", "mutated", "seconds"):
+        if fields.get(key) is not None:
+            return (key, type(fields[key]) if key == "raised" else fields[key])
+    if fields.get("missing") or fields.get("bad_shape"):
+        return ("output", fields["output"])
     return ("precision",) if fields["precision"] else ("logic",)
 
 
 def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
-            loose: bool, exclude, fixed) -> Tuple[dict, dict]:
+            loose: bool, exclude, fixed, deadline) -> Tuple[dict, dict]:
     """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
     rows or elements) on which ``fn`` still differs in the same way; greedy: the first
     (smallest) reduction that keeps the difference is taken, then reductions of it are tried."""
     q = get_quantity(quantity)
-    if fixed and any(isinstance(v, np.ndarray) for v in fixed.values()):
-        return ex, fields  # a pinned array cannot be cut consistently
+    if fields.get("seconds") is not None or (
+            fixed and any(isinstance(v, np.ndarray) for v in fixed.values())):
+        return ex, fields  # a slow call is not cut down; a pinned array cannot be cut
     kind = _kind(fields)
     changed = True
     while changed:
         changed = False
         for smaller in q.reductions(ex):
-            if any(p.name in exclude and p.holds(smaller) for p in q.properties):
+            if any(p.key in exclude and p.holds(smaller) for p in q.properties):
                 continue
-            found = _run_one(fn, quantity, layout, smaller, options, skip, loose=loose)
+            found = _run_one(fn, quantity, layout, smaller, options, skip, loose=loose,
+                             deadline=deadline)
             if found is not None and _kind(found) == kind:
                 ex, fields, changed = smaller, found, True
                 break
@@ -209,56 +311,77 @@ def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
 
 def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int, skip,
             exclude=frozenset(), fixed=None, shrink: bool = True, loose: bool = False,
-            seen: Optional[dict] = None) -> Optional[Tuple[dict, dict]]:
+            seen: Optional[dict] = None,
+            deadline: Optional[float] = None) -> Optional[Tuple[dict, dict]]:
     """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one
     and then reduced when ``shrink``), or None. ``loose``, ``seen``: as
     :func:`_compare_outputs`."""
     hyp = require_hypothesis()
     q = get_quantity(quantity)
-    strategy = q.strategy(dtype, frozenset(exclude), fixed)
+    strategy = q.strategy(dtype, frozenset(exclude), fixed, bool(getattr(layout, "seeded",
+                                                                         False)))
     last: Dict[str, Any] = {}
 
     @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
                   print_blob=False, suppress_health_check=list(hyp.HealthCheck),
                   report_multiple_bugs=False,
-                  phases=tuple(hyp.Phase) if shrink else (hyp.Phase.explicit,
-                                                          hyp.Phase.generate))
+                  phases=(hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate,
+                          hyp.Phase.target) + (
+                      (hyp.Phase.shrink,) if shrink else ()))
     @hyp.given(strategy)
     def prop(ex):
-        fields = _run_one(fn, quantity, layout, ex, options, skip, loose, seen)
+        slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
+        fields = last["fields"] if slow else _run_one(fn, quantity, layout, ex, options, skip,
+                                                      loose, seen, deadline)
         if fields is not None:
-            last["example"], last["fields"] = ex, fields
+            if not slow:
+                last["example"], last["fields"] = ex, fields
             raise _Found(fields)
 
+    for edge in q.edges:  # tried first, in the check's dtype (float64 for "any")
+        ex = finish(edge, quantity, exclude, fixed, "float32" if dtype == "float32" else
+                    "float64")
+        prop = hyp.example(ex={**ex, "_rows": 0} if getattr(layout, "seeded", False) else ex)(
+            prop)
     try:
-        prop()
+        with warnings.catch_warnings():  # hypothesis's note on a long example's repr
+            warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
+            prop()
     except _Found:
         # hypothesis re-runs the minimal example last, so `last` holds it
-        if not shrink:
+        if not shrink or last["fields"].get("seconds") is not None:
             return last["example"], last["fields"]
         return _reduce(fn, quantity, layout, options, last["example"], last["fields"], skip,
-                       loose=loose, exclude=frozenset(exclude), fixed=fixed)
+                       loose=loose, exclude=frozenset(exclude), fixed=fixed, deadline=deadline)
     return None
 
 
-def _properties(quantity: str, ex) -> List[str]:
-    return [p.name for p in get_quantity(quantity).properties if p.holds(ex)]
+def _conditions(quantity: str, ex) -> List[Tuple[str, str]]:
+    return [(p.key, p.name) for p in get_quantity(quantity).properties if p.holds(ex)]
 
 
-def _alternatives(fn, quantity: str, layout, ex, options, skip,
+def _combos(quantity: str, layout) -> List[Dict[str, Any]]:
+    """The option combinations of ``quantity`` (:func:`ppo_ref.conventions.combinations`) that
+    leave the options the layout decides (``layout.decides``) at their reference values."""
+    ref = resolve_convention("reference")
+    decided = getattr(layout, "decides", ())
+    return [c for c in combinations(quantity) if all(c.get(k, ref[k]) == ref[k] for k in decided)]
+
+
+def _alternatives(fn, quantity: str, layout, ex, options, skip, deadline,
                   rounded_too: bool = False) -> List[str]:
     """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's exactly;
     with ``rounded_too`` (for a logic difference) also those it equals up to float32 rounding,
     which the description then says."""
     out, rounded = [], []
-    for combo in combinations(quantity):
+    for combo in _combos(quantity, layout):
         if all(combo[k] == options.get(k) for k in combo):
             continue
         trial = {**options, **combo}
-        if _run_one(fn, quantity, layout, ex, trial, skip) is None:
+        if _run_one(fn, quantity, layout, ex, trial, skip, deadline=deadline) is None:
             out.append(describe(quantity, combo))
-        elif rounded_too and _run_one(fn, quantity, layout, ex, trial, skip,
-                                      loose=True) is None:
+        elif rounded_too and _run_one(fn, quantity, layout, ex, trial, skip, loose=True,
+                                      deadline=deadline) is None:
             rounded.append(describe(quantity, combo) + " (up to float32 rounding)")
     return out + rounded
 
@@ -269,56 +392,101 @@ def _format_value(v) -> str:
             return f"<{v.dtype} array of shape {v.shape}>"
         text = np.array2string(v, separator=", ", max_line_width=10 ** 6)
         return text + ("" if v.dtype in (np.float64, np.bool_) else f"  ({v.dtype})")
+    if isinstance(v, list) and len(v) <= 8 and all(isinstance(x, np.ndarray) for x in v):
+        return "[" + ", ".join(_format_value(x) for x in v) + "]"
     return repr(v)
 
 
-def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str,
-             alternatives: List[str], properties: List[str], layout) -> str:
-    name = getattr(fn, "__name__", repr(fn))
-    lines = []
+def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
+                deadline, max_examples: int) -> str:
     if fields.get("raised") is not None:
         exc = fields["raised"]
-        lines.append(f"{quantity}: {name} raised {type(exc).__name__}: {exc}")
-    elif fields.get("missing"):
-        lines.append(f"{quantity}: {name} does not return {fields['output']!r} (pass "
-                     f"skip=({fields['output']!r},) if it does not produce it)")
-    elif fields.get("bad_shape"):
-        lines.append(f"{quantity}: {fields['output']} of {name}: {fields['bad_shape']}")
-    else:
-        kind = ("a precision-sized gap (float32 rounding)" if fields["precision"]
-                else "a logic difference, larger than float32 rounding")
-        lines.append(f"{quantity}: {fields['output']}{list(fields['index'])} differs: "
-                     f"{name} gives {fields['actual']!r}, the reference ({convention_text}) "
-                     f"gives {fields['expected']!r}; |diff| = {fields['gap']:.3g} > tolerance "
-                     f"{fields['tolerance']:.3g}: {kind}")
+        return f"{quantity}: {name} raised {type(exc).__name__}: {exc}{_where(exc)}"
+    if fields.get("mutated") is not None:
+        return (f"{quantity}: {name} wrote into its input {fields['mutated']!r}: "
+                f"{fields['change']} (the check passes a copy and compares it afterwards; "
+                "a function under test must not modify its inputs)")
+    if fields.get("seconds") is not None:
+        s = fields["seconds"]
+        return (f"{quantity}: one call of {name} took {s:.1f} s (twice in a row), over the "
+                f"deadline of {deadline:g} s per call: {max_examples} examples would take "
+                f"about {s * max_examples / 60:.0f} min. Pass deadline=None (or a larger "
+                "deadline) to allow it")
+    if fields.get("missing"):
+        return (f"{quantity}: {name} does not return {fields['output']!r} (pass "
+                f"skip=({fields['output']!r},) if it does not produce it)")
+    if fields.get("bad_shape"):
+        what = f"{fields['output']} of {name}" if fields["output"] else f"{name}"
+        return f"{quantity}: {what}: {fields['bad_shape']}"
+    kind = ("a precision-sized gap (float32 rounding)" if fields["precision"]
+            else "a logic difference, larger than float32 rounding")
+    return (f"{quantity}: {fields['output']}{list(fields['index'])} differs: {name} gives "
+            f"{fields['actual']!r}, the reference ({convention_text}) gives "
+            f"{fields['expected']!r}; |diff| = {fields['gap']:.3g} > tolerance "
+            f"{fields['tolerance']:.3g}: {kind}")
+
+
+def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str,
+             alternatives: List[str], conditions, layout, kink_only: bool, deadline,
+             max_examples: int) -> str:
+    name = getattr(fn, "__name__", repr(fn))
+    lines = [_first_line(quantity, name, fields, convention_text, deadline, max_examples)]
+    if fields.get("seconds") is not None:
+        return lines[0]
+    if kink_only:
+        kinks = [(k, n) for k, n in conditions if k in _kink_keys(quantity)]
+        lines.append("the difference is confined to exact kinks: every example without "
+                     + " or ".join(n for _, n in kinks) + " agrees (exclude="
+                     + repr(tuple(k for k, _ in kinks)) + " looks past it)")
+    lay_name = getattr(layout, "name", type(layout).__name__)
     lines.append(f"minimal input (reference layout; {name} was called through layout "
-                 f"{getattr(layout, 'name', type(layout).__name__)!r}):")
-    for k, v in ex.items():
-        lines.append(f"    {k} = {_format_value(v)}")
-    if properties:
-        lines.append("this input has: " + "; ".join(properties))
+                 f"{lay_name!r}):")
+    lines += [f"    {k} = {_format_value(v)}" for k, v in ex.items() if not k.startswith("_")]
+    if lay_name != "reference":
+        args, kwargs = layout.arguments(quantity, copy.deepcopy(ex))
+        lines.append(f"as passed to {name}:")
+        lines += [f"    {k} = {_format_value(v)}" for k, v in _named(fn, args, kwargs)]
+    if conditions:
+        lines.append("this input has: " + "; ".join(f"{n} ({k!r})" for k, n in conditions))
     if alternatives:
         lines.append(f"on this input {name} agrees with another convention: "
                      + " | ".join(alternatives))
-    elif fields.get("raised") is None and not fields.get("missing"):
+    elif not any(fields.get(k) for k in ("raised", "missing", "bad_shape", "mutated")):
         lines.append(f"no other known convention gives {name}'s outputs on this input")
     return "\n".join(lines)
+
+
+def _kink_keys(quantity: str) -> frozenset:
+    return frozenset(p.key for p in get_quantity(quantity).properties if p.kink)
+
+
+def _check_deadline(deadline) -> Optional[float]:
+    if deadline is None:
+        return None
+    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
+        raise ValueError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
+    return float(deadline)
 
 
 def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
           convention: Union[str, Mapping[str, Any]] = "reference", dtype: str = "float64",
           max_examples: Optional[int] = None, skip: Sequence[str] = (),
-          fixed: Optional[Mapping[str, Any]] = None) -> None:
+          fixed: Optional[Mapping[str, Any]] = None, exclude: Sequence[str] = (),
+          deadline: Optional[float] = DEFAULT_DEADLINE) -> None:
     """Fuzz ``fn`` against the reference ``quantity``; the ``check_*`` functions call this.
 
     Raises:
         Mismatch: on the first (shrunk) difference.
-        ValueError: an unknown quantity, layout, convention, dtype or skipped output.
+        ValueError: an unknown quantity, layout, convention, dtype, skipped output or
+            excluded condition, or a bad deadline.
         ImportError: hypothesis is not installed (``pip install ppo_ref[testing]``).
     """
+    __tracebackhide__ = True  # pytest: the test's line, then the message
     q = get_quantity(quantity)
     lay = get_layout(layout, quantity)
-    options = resolve_convention(convention)
+    ref = resolve_convention("reference")
+    options = {**resolve_convention(convention),
+               **{k: ref[k] for k in getattr(lay, "decides", ())}}
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
     skip = tuple(skip)
@@ -326,26 +494,31 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
         if name not in q.outputs:
             raise ValueError(f"skip names an unknown output {name!r} of {quantity}; outputs: "
                              f"{list(q.outputs)}")
+    excluded = property_keys(quantity, exclude)
+    deadline = _check_deadline(deadline)
     n = DEFAULT_MAX_EXAMPLES if max_examples is None else int(max_examples)
     if n < 1:
         raise ValueError(f"max_examples must be >= 1, got {max_examples!r}")
     found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
-                    fixed=fixed)
+                    exclude=excluded, fixed=fixed, deadline=deadline)
     if found is None:
         return None
-    ex, fields = found
+    raw, fields = found
+    ex = _prepared(lay, quantity, raw)
     relevant = {o.name: options[o.name] for o in options_for(quantity)}
-    convention_text = describe(quantity, relevant)
-    alternatives = [] if fields.get("raised") is not None else _alternatives(
-        fn, quantity, lay, ex, options, skip, rounded_too=not fields["precision"])
-    props = _properties(quantity, ex)
-    message = _message(quantity, fn, fields, ex, convention_text, alternatives, props,
-                       lay)
+    conditions = _conditions(quantity, ex)
+    value_gap = fields.get("index") is not None
+    kinks = _kink_keys(quantity) - excluded
+    kink_only = value_gap and any(k in kinks for k, _ in conditions) and _search(
+        fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
+        exclude=excluded | kinks, fixed=fixed, shrink=False, deadline=deadline) is None
+    alternatives = _alternatives(fn, quantity, lay, raw, options, skip, deadline,
+                                 rounded_too=not fields["precision"]) if value_gap else []
+    message = _message(quantity, fn, fields, ex, describe(quantity, relevant), alternatives,
+                       conditions, lay, kink_only, deadline, n)
     raise Mismatch(message, quantity=quantity, example=ex, convention=relevant,
-                   alternatives=alternatives, properties=props,
-                   **{k: v for k, v in fields.items() if k in (
-                       "output", "index", "expected", "actual", "precision", "gap",
-                       "tolerance", "raised")})
+                   alternatives=alternatives, properties=[name for _, name in conditions],
+                   kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
 
 
 _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismatch` on a difference.
@@ -362,35 +535,46 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
         skip: outputs ``fn`` does not produce (outputs: {outputs}).
         fixed: ``{{input name: value}}`` pinned in every example (e.g. ``{{"c_bar": 1.0}}``
             for an implementation without that parameter).
+        exclude: input conditions no example has, to look past a known difference (keys:
+            {conditions}).
+        deadline: seconds one call of ``fn`` may take (default {deadline:g}; a call over it,
+            twice in a row, stops the check with a message); None: no limit.
 
     Raises:
         Mismatch: with the minimal example, the first differing output and index, both values,
-            whether the gap is precision-sized, and the other conventions ``fn`` agrees with on
-            that example.
-        ValueError: an unknown layout, convention option, dtype or output name.
+            whether the gap is precision-sized or confined to exact kinks, and the other
+            conventions ``fn`` agrees with on that example; also when ``fn`` raises, writes
+            into an input, returns anything but real floats of the expected shape, or is
+            slower than ``deadline``.
+        ValueError: an unknown layout, convention option, dtype, output name or condition.
         ImportError: hypothesis is missing (``pip install ppo_ref[testing]``).
     """
 
 
 def _make_check(quantity: str, ref: str, layouts: str):
     def checker(fn, *, layout="reference", convention="reference", dtype="float64",
-                max_examples=None, skip=(), fixed=None):
+                max_examples=None, skip=(), fixed=None, exclude=(), deadline=DEFAULT_DEADLINE):
+        __tracebackhide__ = True
         return check(fn, quantity, layout=layout, convention=convention, dtype=dtype,
-                     max_examples=max_examples, skip=skip, fixed=fixed)
+                     max_examples=max_examples, skip=skip, fixed=fixed, exclude=exclude,
+                     deadline=deadline)
+    q = get_quantity(quantity)
     checker.__name__ = checker.__qualname__ = f"check_{quantity}"
-    checker.__doc__ = _CHECK_DOC.format(ref=ref, layouts=layouts, n=DEFAULT_MAX_EXAMPLES,
-                                        outputs=", ".join(get_quantity(quantity).outputs))
+    checker.__doc__ = _CHECK_DOC.format(
+        ref=ref, layouts=layouts, n=DEFAULT_MAX_EXAMPLES, outputs=", ".join(q.outputs),
+        conditions=", ".join(repr(p.key) for p in q.properties), deadline=DEFAULT_DEADLINE)
     return checker
 
 
 _TRAJ_LAYOUTS = ("reference, next_values, episode_starts, dones, discounts, env_major, "
                  "normalized_outputs (GAE only)")
-check_gae = _make_check("gae", "ppo_ref.gae", _TRAJ_LAYOUTS)
+_ROWS = "reference, masked_rows, episodes"
+check_gae = _make_check("gae", "ppo_ref.gae", _TRAJ_LAYOUTS + ", masked_rows, episodes")
 check_vtrace = _make_check("vtrace", "ppo_ref.vtrace", _TRAJ_LAYOUTS)
-check_policy_loss = _make_check("policy_loss", "ppo_ref.losses.policy_loss", "reference")
-check_value_loss = _make_check("value_loss", "ppo_ref.losses.value_loss", "reference")
-check_normalize_advantages = _make_check("normalize_advantages",
-                                         "ppo_ref.losses.normalize_advantages", "reference")
+check_policy_loss = _make_check("policy_loss", "ppo_ref.spec.losses.policy_loss", _ROWS)
+check_value_loss = _make_check("value_loss", "ppo_ref.spec.losses.value_loss", _ROWS)
+check_normalize_advantages = _make_check(
+    "normalize_advantages", "ppo_ref.spec.losses.normalize_advantages", _ROWS)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -407,21 +591,24 @@ class IdentifyReport:
         precision_only: option dicts under which every drawn example agreed up to
             float32-rounding-sized gaps (and some gap exceeded the strict tolerance): the
             implementation has a float32 step but the same logic.
-        except_on: ``[(options, property name, rounded)]``: conventions that agree on every
-            example without that property (``rounded``: only up to float32 rounding), from
-            the most specific property that gives any; searched whenever ``matches`` is empty
-            (when ``precision_only`` is not empty, only the strict ones are kept: a float32
-            match already covers the rest).
+        except_on: ``[(options, condition names, rounded)]``: conventions that agree on every
+            example without those conditions (one or two names; ``rounded``: only up to
+            float32 rounding); searched whenever ``matches`` is empty (when
+            ``precision_only`` is not empty, only the strict ones are kept: a float32 match
+            already covers the rest).
         counterexample: the :class:`Mismatch` against the reference convention when nothing
             matches (its ``example`` is minimal), else None.
+        excluded: the names of the conditions the search left out (``exclude=``).
     """
 
-    def __init__(self, quantity, matches, except_on, counterexample, precision_only):
+    def __init__(self, quantity, matches, except_on, counterexample, precision_only,
+                 excluded=()):
         self.quantity = quantity
         self.matches = matches
         self.except_on = except_on
         self.counterexample = counterexample
         self.precision_only = precision_only
+        self.excluded = list(excluded)
 
     @property
     def verdict(self) -> str:
@@ -437,42 +624,98 @@ class IdentifyReport:
 
     def __str__(self) -> str:
         q = self.quantity
+        tail = f" (inputs without {' or '.join(self.excluded)})" if self.excluded else ""
         if self.matches:
-            text = f"{q}: matches " + describe(q, self.matches[0])
+            text = f"{q}: matches " + describe(q, self.matches[0]) + tail
             if len(self.matches) > 1:
                 text += "; also indistinguishable on the drawn examples: " + "; ".join(
                     describe(q, m) for m in self.matches[1:])
             return text
-        lines = [f"{q}: matches {describe(q, o)} (up to float32 rounding)"
+        lines = [f"{q}: matches {describe(q, o)} (up to float32 rounding){tail}"
                  for o in self.precision_only]
         lines += [f"{q}: matches {describe(q, o)}{' (up to float32 rounding)' if r else ''} "
-                  f"except on inputs with {p}" for o, p, r in self.except_on]
+                  f"except on inputs with {' or with '.join(p)}{tail}"
+                  for o, p, r in self.except_on]
         if lines:
             return "\n".join(lines)
-        return f"{q}: no known convention matches; minimal counterexample against the " \
+        return f"{q}: no known convention matches{tail}; minimal counterexample against the " \
                f"reference convention:\n{self.counterexample}"
 
     __repr__ = __str__
 
 
+def _except_on(properties, failures, search, precision_only):
+    """Conventions that agree once one or two conditions are excluded: a single narrow
+    condition first, then two narrow ones, then a broad one, then two with a broad one (pairs
+    only without a float32 match). A pair is tried where excluding its first condition left a
+    counterexample with the second."""
+    followups: Dict[Tuple[int, str], dict] = {}
+    tried = set()
+
+    def keep(out, combo, props, found, rounded):
+        if found is None and not (rounded and precision_only):
+            names = tuple(p.name for p in sorted(props, key=properties.index))
+            if (combo, names, rounded) not in out:
+                out.append((combo, names, rounded))
+
+    def singles(pool):
+        for prop in pool:
+            out = []
+            for i, (combo, ex) in enumerate(failures):
+                if prop.holds(ex):
+                    found, rounded = search(combo, {prop.key})
+                    keep(out, combo, (prop,), found, rounded)
+                    if found is not None:
+                        followups[(i, prop.key)] = found[0]
+            if out:
+                return out
+        return []
+
+    def pairs(pool):
+        for first in pool:
+            out = []
+            for (i, key), ex in list(followups.items()):
+                if key != first.key:
+                    continue
+                for second in pool:
+                    pair = (i, frozenset({first.key, second.key}))
+                    if second.key == first.key or pair in tried or not second.holds(ex):
+                        continue
+                    tried.add(pair)
+                    found, rounded = search(failures[i][0], pair[1])
+                    keep(out, failures[i][0], (first, second), found, rounded)
+            if out:
+                return out
+        return []
+
+    narrow = [p for p in properties if not p.broad]
+    if precision_only:  # a float32 match is the answer; only strict single exceptions add to it
+        return singles(narrow) or singles([p for p in properties if p.broad])
+    return (singles(narrow) or pairs(narrow) or singles([p for p in properties if p.broad])
+            or pairs(list(properties)))
+
+
 def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
              dtype: str = "float64", max_examples: Optional[int] = None, skip: Sequence[str] = (),
-             fixed: Optional[Mapping[str, Any]] = None) -> IdentifyReport:
+             fixed: Optional[Mapping[str, Any]] = None, exclude: Sequence[str] = (),
+             deadline: Optional[float] = DEFAULT_DEADLINE) -> IdentifyReport:
     """Which convention does ``fn`` implement?
 
     Tries every combination of the options of :data:`ppo_ref.conventions.OPTIONS` that
-    affect ``quantity`` (a search of ``max_examples`` examples each, default 60) with the
-    float32 bound as the tolerance, and sorts each into: an exact match (no gap beyond the
-    strict float64 tolerance), a match up to float32 rounding (gaps only of float32-rounding
-    size: a float32 step in otherwise the same logic), or a logic difference. Exact matches
-    are preferred. Without one, it re-runs each combination that differs in logic with the
-    example strategy told to exclude one named input property at a time (most specific first;
-    only the properties its counterexample has) and reports "matches X except on inputs with
-    <property>", or "matches X (up to float32 rounding) except on inputs with <property>"
-    when the agreement off that property is itself float32-sized (e.g. an implementation that
-    rounds gamma to float32 and bootstraps steps with both flags). With none of these it
+    affect ``quantity`` (the combinations the checks' ``alternatives`` and ``ppo-ref check``
+    try too, less the options the layout decides; a search of ``max_examples`` examples each,
+    default 60) with the float32 bound as the tolerance, and sorts each into: an exact match
+    (no gap beyond the strict float64 tolerance), a match up to float32 rounding (gaps only
+    of float32-rounding size: a float32 step in otherwise the same logic), or a logic
+    difference. Exact matches are preferred. Without one, it re-runs the combinations that
+    differ in logic with one input condition excluded (the narrow ones, then broad ones such
+    as "truncated steps"; only conditions the counterexample has), then two (the second one a
+    condition of the counterexample left once the first is excluded), and reports "matches X
+    except on inputs with <condition> [or with <condition>]", with "(up to float32 rounding)"
+    when the agreement off those conditions is itself float32-sized (e.g. an implementation
+    that rounds gamma to float32 and bootstraps steps with both flags). With none of these it
     reports "no known convention matches" with the minimal counterexample against the
-    reference.
+    reference. ``exclude`` leaves conditions out of every example from the start.
 
     Returns:
         :class:`IdentifyReport`; ``str(report)`` names the options (and the presets sharing
@@ -481,46 +724,58 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     Raises:
         ValueError, ImportError: as the ``check_*`` functions.
     """
+    __tracebackhide__ = True
     q = get_quantity(quantity)
     lay = get_layout(layout, quantity)
     n = 60 if max_examples is None else int(max_examples)
     skip = tuple(skip)
+    excluded = property_keys(quantity, exclude)
+    deadline = _check_deadline(deadline)
     base = resolve_convention("reference")
 
-    def search(combo, exclude=frozenset()):
+    def search(combo, extra=frozenset()):
         """(found or None, rounded): a loose search; rounded when a float32-sized gap showed."""
         seen: Dict[str, bool] = {}
         found = _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                        skip=skip, exclude=exclude, fixed=fixed, shrink=False, loose=True,
-                        seen=seen)
+                        skip=skip, exclude=excluded | frozenset(extra), fixed=fixed,
+                        shrink=False, loose=True, seen=seen, deadline=deadline)
+        if found is not None and _kind(found[1])[0] in ("raised", "mutated", "seconds",
+                                                          "output"):
+            _raise_broken(fn, quantity, lay, found, n, deadline)
         return found, bool(seen.get("rounding"))
 
     matches, failures, precision_only = [], [], []
-    for combo in combinations(quantity):
+    for combo in _combos(quantity, lay):
         found, rounded = search(combo)
         if found is not None:
-            failures.append((combo, found))
+            failures.append((combo, found[0]))
         elif rounded:
             precision_only.append(combo)
         else:
             matches.append(combo)
-    except_on: List[Tuple[dict, str, bool]] = []
+    except_on: List[Tuple[dict, Tuple[str, ...], bool]] = []
     counterexample = None
     if not matches:
-        # the most specific property first; within it, the conventions in table order
-        for prop in q.properties:
-            for combo, (ex, _) in failures:
-                if not prop.holds(ex):
-                    continue
-                found, rounded = search(combo, exclude=frozenset({prop.name}))
-                if found is None and not (rounded and precision_only):
-                    except_on.append((combo, prop.name, rounded))
-            if except_on:
-                break
+        except_on = _except_on([p for p in q.properties if p.key not in excluded], failures,
+                               search, precision_only)
         if not except_on and not precision_only:
             try:
                 check(fn, quantity, layout=lay, convention="reference", dtype=dtype,
-                      max_examples=n, skip=skip, fixed=fixed)
+                      max_examples=n, skip=skip, fixed=fixed, exclude=tuple(excluded),
+                      deadline=deadline)
             except Mismatch as m:
                 counterexample = m
-    return IdentifyReport(quantity, matches, except_on, counterexample, precision_only)
+    names = [p.name for p in q.properties if p.key in excluded]
+    return IdentifyReport(quantity, matches, except_on, counterexample, precision_only, names)
+
+
+def _raise_broken(fn, quantity, layout, found, n, deadline):
+    """A function that raises, writes into its inputs, returns no readable output or is too
+    slow matches no convention: the same :class:`Mismatch` as the checks raise."""
+    __tracebackhide__ = True
+    ex, fields = found
+    ex = _prepared(layout, quantity, ex)
+    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex),
+                            layout, False, deadline, n),
+                   quantity=quantity, example=ex,
+                   **{k: v for k, v in fields.items() if k in _FIELDS})

@@ -1,11 +1,15 @@
-"""What is checked, per quantity: the reference computation, the input strategy, the outputs
-and the named input properties.
+"""What is checked, per quantity: the reference computation, the input strategy, the outputs,
+the named input properties and the size of the numbers involved.
 
 An *example* is a dict of the reference function's inputs in its own layout (time-major
-``[T, N]`` arrays, ``last_values`` ``[N]``) plus its hyperparameters (``gamma``, ...). The
-reference result of an example under a convention (a dict of :mod:`ppo_ref.conventions`
-values) is a dict ``{output name: float64 array or float}`` in data-flow order, computed by
-ppo_ref in float64 from the example's (possibly float32) numbers.
+``[T, N]`` arrays, ``last_values`` ``[N]``; flat ``[n]`` arrays for the losses and the
+normalization) plus its hyperparameters (``gamma``, ...). A layout that arranges the data in
+rows (:class:`ppo_ref.testing.layouts.MaskedRows`) also gets ``_rows``, the seed of that
+arrangement (0: one row, no padding), and may add ``weights`` and ``loss_scale`` to a loss
+example before the reference is computed. The reference result of an example under a
+convention (a dict of :mod:`ppo_ref.conventions` values) is a dict ``{output name: float64
+array or float}`` in data-flow order, computed by ppo_ref in float64 from the example's
+(possibly float32) numbers.
 
 Edge patterns are drawn on purpose: every step's flags are drawn from (none, terminated,
 truncated, both), so both flags on one step and flags on the last row are common in small
@@ -15,7 +19,7 @@ and the one examples shrink to; ``final_values`` and ``last_values`` are never 0
 present wherever the reference does not read them (``final_values`` is read only where a step
 truncated without terminating); loss examples put a ratio exactly on ``1 +- clip_range`` and
 ``V - V_old`` exactly on ``+-clip_range_vf`` (float64 examples only: a float32 ratio has its
-own rounding).
+own rounding); normalization examples include constant arrays and spreads of 1e-8..1e-4.
 
 Sizes shrink explicitly. Hypothesis shrinks the contents of a failing example but cannot
 shorten a ``[T, N]`` grid whose size was drawn before its contents (a smaller T reinterprets
@@ -24,27 +28,41 @@ column kept or dropped, or with a window of its rows (its elements, for the loss
 smallest first. :func:`ppo_ref.testing.check` tries them after hypothesis's shrink and keeps the
 smallest example on which the difference persists.
 
-A :class:`Property` names a feature of an example (``"steps with both flags"``); the strategy
-can be told to exclude it (``exclude=``), which :func:`ppo_ref.testing.identify` uses to report
-"matches X except on inputs with <property>".
+A :class:`Property` names a condition of an example (key ``"both_flags"``: "steps with both
+flags"). ``exclude=`` of the checks and of :func:`ppo_ref.testing.identify` takes keys (or the
+names): the strategy then never yields an example with that condition (``remove`` rewrites an
+example that has it; a test checks that it always does).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional,
                     Tuple)
 
 import numpy as np
 
-__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity"]
+__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
+           "finish"]
 
 
 class Property(NamedTuple):
-    """A named feature of an example: ``holds(example) -> bool``; excluding it removes it from
-    every drawn example (``remove(example) -> example``, applied after drawing)."""
+    """A named condition of an example.
+
+    Attributes:
+        key: the short name ``exclude=`` takes (``"both_flags"``).
+        name: how messages say it (``"steps with both flags"``).
+        holds: ``example -> bool``.
+        remove: ``example -> example`` without the condition (applied after drawing).
+        kink: the condition puts an input exactly on a non-differentiable point (a clip bound).
+        broad: the condition covers most examples (``identify`` tries it after the narrow ones).
+    """
+    key: str
     name: str
     holds: Callable[[dict], bool]
     remove: Callable[[dict], dict]
+    kink: bool = False
+    broad: bool = False
 
 
 class Quantity(NamedTuple):
@@ -55,12 +73,20 @@ class Quantity(NamedTuple):
             ``"normalize_advantages"``.
         outputs: output names in data-flow order (as in the reference's return value).
         reference: ``(example, options) -> {output: float64 array or float}``.
-        strategy: ``(dtype, exclude, fixed) -> hypothesis strategy of examples``.
-        properties: the named input properties (most specific first).
+        strategy: ``(dtype, exclude, fixed, seeded) -> hypothesis strategy of examples``
+            (``seeded``: also draw the ``_rows`` seed of a row layout).
+        properties: the named input conditions (narrowest first).
         length: ``example -> int``, the longest chain of accumulated rounding (T, or the
             number of elements of a mean), which scales the tolerance.
         reductions: ``example -> iterator of smaller examples`` (fewer envs, rows or
             elements; smallest first), tried after hypothesis's shrink.
+        magnitude: ``(example, options) -> float``, the size of the numbers an output's
+            rounding error is proportional to (the largest input, or for the normalization
+            ``max|A| / (std + eps)``: the division by a small std magnifies the rounding of
+            ``A - mean``).
+        edges: float64 examples every search tries first, before the drawn ones (the
+            normalization: one element, a constant, spreads on both sides of each eps, which
+            draws alone may miss).
     """
     name: str
     outputs: Tuple[str, ...]
@@ -69,6 +95,8 @@ class Quantity(NamedTuple):
     properties: Tuple[Property, ...]
     length: Callable[[dict], int]
     reductions: Callable[[dict], Iterator[dict]]
+    magnitude: Callable[[dict, Mapping[str, Any]], float]
+    edges: Tuple[dict, ...] = ()
 
 
 def _hypothesis():
@@ -80,12 +108,28 @@ def _f64(x):
     return None if x is None else np.asarray(x, dtype=np.float64)
 
 
+def _input_magnitude(ex: Mapping[str, Any], options=None) -> float:
+    """The largest absolute finite float among the example's inputs, at least 1."""
+    m = 1.0
+    for v in ex.values():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
+            m = max(m, float(np.max(np.abs(v))))
+        elif isinstance(v, float) and math.isfinite(v):
+            m = max(m, abs(v))
+    return m
+
+
 # ----------------------------------------------------------------------------------------------
 # trajectories (GAE, V-trace)
 # ----------------------------------------------------------------------------------------------
 
 _TRAJ_FLOATS = ("rewards", "values", "last_values", "final_values")
-_VTRACE_FLOATS = ("behaviour_log_probs", "target_log_probs") + _TRAJ_FLOATS
+#: The float inputs of each quantity (cast to the example's dtype).
+_FLOATS = {"gae": _TRAJ_FLOATS,
+           "vtrace": ("behaviour_log_probs", "target_log_probs") + _TRAJ_FLOATS,
+           "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),
+           "value_loss": ("values", "old_values", "returns"),
+           "normalize_advantages": ("advantages",)}
 
 
 def _cast(example: dict, names, dtype: str) -> dict:
@@ -95,24 +139,35 @@ def _cast(example: dict, names, dtype: str) -> dict:
     return out
 
 
+# the element strategies are built once (building one per draw costs more than the draw)
+
+@functools.lru_cache(maxsize=None)
 def _small_floats(st):
     return st.one_of(st.integers(-4, 4).map(float),
                      st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False))
 
 
+@functools.lru_cache(maxsize=None)
 def _nonzero_floats(st):
     """Never 0: the junk that sits where the reference does not read."""
     return st.one_of(st.sampled_from([2.0, -3.0, 5.0, 7.0]),
-                     st.floats(0.5, 10.0).flatmap(lambda x: st.sampled_from([x, -x])))
+                     st.tuples(st.floats(0.5, 10.0), st.booleans()).map(
+                         lambda t: -t[0] if t[1] else t[0]))
 
 
+@functools.lru_cache(maxsize=None)
 def _unit(st, first=0.5):
     return st.one_of(st.sampled_from([first, 0.0, 1.0, 0.9]), st.floats(0.0, 1.0))
 
 
-def _draw_trajectory(draw, st, dtype: str, exclude: FrozenSet[str], logprobs: bool) -> dict:
-    """One trajectory example (float64 numbers, cast to ``dtype`` at the end)."""
-    long = "a long rollout (T > 64)" not in exclude and draw(st.integers(0, 9)) == 9  # shrinks to short
+@functools.lru_cache(maxsize=None)
+def _log_probs(st):
+    return st.one_of(st.sampled_from([-1.0, -0.5, -2.0]), st.floats(-3.0, 0.0))
+
+
+def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
+    """One trajectory example (float64 numbers, cast to the dtype by the caller)."""
+    long = "long_rollout" not in exclude and draw(st.integers(0, 9)) == 9  # shrinks to short
     if long:
         T = draw(st.integers(65, 2048))
         N = draw(st.integers(1, 2))
@@ -141,7 +196,7 @@ def _draw_trajectory(draw, st, dtype: str, exclude: FrozenSet[str], logprobs: bo
 
         ex = {}
         if logprobs:
-            lp = st.one_of(st.sampled_from([-1.0, -0.5, -2.0]), st.floats(-3.0, 0.0))
+            lp = _log_probs(st)
             ex["behaviour_log_probs"] = grid(lp).astype(np.float64)
             same = grid(st.booleans()).astype(bool)
             ex["target_log_probs"] = np.where(~same, ex["behaviour_log_probs"],
@@ -158,8 +213,13 @@ def _draw_trajectory(draw, st, dtype: str, exclude: FrozenSet[str], logprobs: bo
     return ex
 
 
+def _advantage_functions():
+    from ppo_ref.kernels import gae, vtrace
+    return gae, vtrace
+
+
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.kernels import gae
+    gae, _ = _advantage_functions()
     adv, ret = gae(_f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                    _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
                    gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
@@ -168,7 +228,7 @@ def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.kernels import vtrace
+    _, vtrace = _advantage_functions()
     vs, pg = vtrace(_f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]),
                     _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                     _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
@@ -178,17 +238,21 @@ def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     return {"vs": vs, "pg_advantages": pg}
 
 
-def _apply_exclusions(ex: dict, properties, exclude) -> dict:
-    for prop in properties:
-        if prop.name in exclude and prop.holds(ex):
+def finish(ex: dict, quantity: str, exclude, fixed, dtype: str) -> dict:
+    """Pin ``fixed``, cast the float inputs to ``dtype``, remove the excluded conditions."""
+    ex = _cast({**ex, **(fixed or {})}, _FLOATS[quantity], dtype)
+    for prop in get_quantity(quantity).properties:
+        if prop.key in exclude and prop.holds(ex):
             ex = prop.remove(ex)
     return ex
 
 
-def _fixed(ex: dict, fixed: Optional[Mapping[str, Any]]) -> dict:
-    if fixed:
-        ex = dict(ex)
-        ex.update(fixed)
+def _finish(draw, st, ex: dict, quantity: str, exclude, fixed, dtype: str,
+            seeded: bool) -> dict:
+    """:func:`finish`, and draw the row seed."""
+    ex = finish(ex, quantity, exclude, fixed, dtype)
+    if seeded:
+        ex["_rows"] = draw(st.integers(0, 2 ** 16))
     return ex
 
 
@@ -210,59 +274,64 @@ def _lambda_key(ex):
     return "gae_lambda" if "gae_lambda" in ex else "lambda_"
 
 
+def _first_rows(ex: dict, rows: int) -> dict:
+    return {k: (np.asarray(v)[:rows].copy() if k in _GRID_KEYS else v) for k, v in ex.items()}
+
+
 _TRAJ_PROPERTIES = (
-    Property("steps with both flags",
+    Property("both_flags", "steps with both flags",
              lambda ex: bool(np.any(ex["terminated"] & ex["truncated"])),
              lambda ex: _with(ex, truncated=ex["truncated"] & ~ex["terminated"])),
-    Property("a terminal step on the last row", lambda ex: bool(np.any(ex["terminated"][-1])),
-             _set_last_row("terminated", False)),
-    Property("a truncated step on the last row", lambda ex: bool(np.any(ex["truncated"][-1])),
-             _set_last_row("truncated", False)),
-    Property("gamma = 0", lambda ex: ex["gamma"] == 0.0, lambda ex: _with(ex, gamma=0.5)),
-    Property("lambda = 0", lambda ex: ex[_lambda_key(ex)] == 0.0,
+    Property("terminal_last_row", "a terminal step on the last row",
+             lambda ex: bool(np.any(ex["terminated"][-1])), _set_last_row("terminated", False)),
+    Property("truncated_last_row", "a truncated step on the last row",
+             lambda ex: bool(np.any(ex["truncated"][-1])), _set_last_row("truncated", False)),
+    Property("gamma_0", "gamma = 0", lambda ex: ex["gamma"] == 0.0,
+             lambda ex: _with(ex, gamma=0.5)),
+    Property("lambda_0", "lambda = 0", lambda ex: ex[_lambda_key(ex)] == 0.0,
              lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
-    Property("gamma = 1", lambda ex: ex["gamma"] == 1.0, lambda ex: _with(ex, gamma=0.5)),
-    Property("lambda = 1", lambda ex: ex[_lambda_key(ex)] == 1.0,
+    Property("gamma_1", "gamma = 1", lambda ex: ex["gamma"] == 1.0,
+             lambda ex: _with(ex, gamma=0.5)),
+    Property("lambda_1", "lambda = 1", lambda ex: ex[_lambda_key(ex)] == 1.0,
              lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
-    Property("a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
-             lambda ex: ex),  # excluded at drawing time
-    Property("truncated steps", lambda ex: bool(np.any(ex["truncated"])),
-             lambda ex: _with(ex, truncated=np.zeros_like(ex["truncated"]))),
+    Property("long_rollout", "a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
+             lambda ex: _first_rows(ex, 64)),
+    Property("truncated", "truncated steps", lambda ex: bool(np.any(ex["truncated"])),
+             lambda ex: _with(ex, truncated=np.zeros_like(ex["truncated"])), broad=True),
 )
 
 _VTRACE_PROPERTIES = _TRAJ_PROPERTIES + (
-    Property("off-policy steps (ratio != 1)",
+    Property("off_policy", "off-policy steps (ratio != 1)",
              lambda ex: bool(np.any(ex["behaviour_log_probs"] != ex["target_log_probs"])),
-             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy())),
+             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()),
+             broad=True),
 )
 
 
-def _gae_strategy(dtype: str, exclude=frozenset(), fixed=None):
-    hyp = _hypothesis()
-    st = hyp.strategies
+def _gae_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
+    st = _hypothesis().strategies
 
     @st.composite
     def examples(draw):
-        ex = _draw_trajectory(draw, st, dtype, exclude, logprobs=False)
+        ex = _draw_trajectory(draw, st, exclude, logprobs=False)
         ex["gae_lambda"] = draw(_unit(st, first=1.0))
-        ex = _apply_exclusions(_fixed(ex, fixed), _TRAJ_PROPERTIES, exclude)
-        return _cast(ex, _TRAJ_FLOATS, _pick_dtype(draw, st, dtype))
+        return _finish(draw, st, ex, "gae", exclude, fixed, _pick_dtype(draw, st, dtype),
+                       seeded)
     return examples()
 
 
-def _vtrace_strategy(dtype: str, exclude=frozenset(), fixed=None):
-    hyp = _hypothesis()
-    st = hyp.strategies
+def _vtrace_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
+    st = _hypothesis().strategies
 
     @st.composite
     def examples(draw):
-        ex = _draw_trajectory(draw, st, dtype, exclude, logprobs=True)
+        ex = _draw_trajectory(draw, st, exclude, logprobs=True)
         ex["rho_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
         ex["c_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
         ex["pg_rho_bar"] = draw(st.sampled_from([None, 1.0, 0.5]))
         ex["lambda_"] = draw(_unit(st, first=1.0))
-        ex = _apply_exclusions(_fixed(ex, fixed), _VTRACE_PROPERTIES, exclude)
-        return _cast(ex, _VTRACE_FLOATS, _pick_dtype(draw, st, dtype))
+        return _finish(draw, st, ex, "vtrace", exclude, fixed, _pick_dtype(draw, st, dtype),
+                       seeded)
     return examples()
 
 
@@ -289,26 +358,24 @@ def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
     return new, clip
 
 
-def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None):
-    hyp = _hypothesis()
-    st = hyp.strategies
+def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
+    st = _hypothesis().strategies
 
     @st.composite
     def examples(draw):
         n = draw(st.integers(1, 10))
-        lp = st.one_of(st.sampled_from([-1.0, -0.5, -2.0]), st.floats(-3.0, 0.0))
-        old = np.array(draw(st.lists(lp, min_size=n, max_size=n)))
+        old = np.array(draw(st.lists(_log_probs(st), min_size=n, max_size=n)))
         dlog = st.one_of(st.sampled_from([0.0, 0.1, -0.1, 0.5, -0.5]), st.floats(-1.0, 1.0))
         new = old + np.array(draw(st.lists(dlog, min_size=n, max_size=n)))
         adv = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, -1.0, 0.0]),
                                                 _small_floats(st)), min_size=n, max_size=n)))
         clip_range = draw(st.sampled_from([0.2, 0.1, 0.3]))
-        if "a ratio beyond 2 with a negative advantage" not in exclude and draw(st.booleans()):
+        if "far_negative" not in exclude and draw(st.booleans()):
             # the last element far out (ratio e^1.5 ~ 4.5, A < 0): where a dual clip acts
             new[-1] = old[-1] + 1.5
             adv[-1] = -abs(adv[-1]) - 0.5
         chosen = _pick_dtype(draw, st, dtype)
-        if chosen == "float64" and "a ratio exactly at 1 +- clip_range" not in exclude:
+        if chosen == "float64" and "clip_boundary" not in exclude:
             kink = draw(st.sampled_from([None, 0.2, -0.2, 0.1, -0.3]))
             if kink is not None:  # element 0 sits exactly on the kink
                 made = _kink_log_ratio(float(old[0]), kink)
@@ -316,49 +383,78 @@ def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None):
                     new[0], clip_range = made
         ex = {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
               "clip_range": float(clip_range)}
-        ex = _apply_exclusions(_fixed(ex, fixed), _POLICY_PROPERTIES, exclude)
-        return _cast(ex, ("new_log_probs", "old_log_probs", "advantages"), chosen)
+        return _finish(draw, st, ex, "policy_loss", exclude, fixed, chosen, seeded)
     return examples()
 
 
+def _scaled(ex: dict, loss: float, grad: np.ndarray, factor: float = 1.0):
+    """A loss and its gradient times ``factor * ex["loss_scale"]`` (a row layout's sum
+    aggregation, :class:`ppo_ref.testing.layouts.MaskedRows`)."""
+    s = factor * float(ex.get("loss_scale", 1.0))
+    return s * loss, s * grad
+
+
 def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.losses import approx_kl, policy_loss
+    from ppo_ref.spec.losses import approx_kl, policy_loss
     new, old = _f64(ex["new_log_probs"]), _f64(ex["old_log_probs"])
+    weights = ex.get("weights")
     loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
                                     clip_interval=options["clip_interval"],
-                                    dual_clip=options["dual_clip"])
+                                    dual_clip=options["dual_clip"], weights=weights)
     kl = info["approx_kl"] if options["kl_estimator"] == "k3" else approx_kl(
-        old, new, options["kl_estimator"])
+        old, new, options["kl_estimator"], weights=weights)
+    loss, d_new = _scaled(ex, loss, d_new)
     return {"loss": loss, "d_new_log_probs": d_new, "clip_fraction": info["clip_fraction"],
             "approx_kl": kl}
 
 
-def _at_kink(ex) -> bool:
-    r = np.exp(_f64(ex["new_log_probs"]) - _f64(ex["old_log_probs"]))
-    return bool(np.any(np.abs(r - 1.0) == ex["clip_range"]))
+def _ratios(ex) -> np.ndarray:
+    return np.exp(_f64(ex["new_log_probs"]) - _f64(ex["old_log_probs"]))
 
 
-def _far_negative(ex) -> bool:
-    r = np.exp(_f64(ex["new_log_probs"]) - _f64(ex["old_log_probs"]))
-    return bool(np.any((r > 2.0) & (_f64(ex["advantages"]) < 0)))
+def _at_kink(ex) -> np.ndarray:
+    return np.abs(_ratios(ex) - 1.0) == ex["clip_range"]
+
+
+def _far_negative(ex) -> np.ndarray:
+    return (_ratios(ex) > 2.0) & (_f64(ex["advantages"]) < 0)
+
+
+def _halve_log_ratio(where: Callable[[dict], np.ndarray], key: str, base: str):
+    """Remove a condition on elements by halving ``key - base`` there (until it is gone)."""
+    def remove(ex):
+        while np.any(where(ex)):
+            arr = np.array(ex[key], dtype=np.float64)
+            ref = _f64(ex[base])
+            hit = where(ex)
+            arr[hit] = ref[hit] + 0.5 * (arr[hit] - ref[hit])
+            ex = _with(ex, **{key: arr.astype(np.asarray(ex[key]).dtype)})
+        return ex
+    return remove
+
+
+def _doubled(ex: dict) -> dict:
+    return {k: (np.concatenate([v, v]) if isinstance(v, np.ndarray) else v)
+            for k, v in ex.items()}
 
 
 _POLICY_PROPERTIES = (
-    Property("a ratio exactly at 1 +- clip_range", _at_kink, lambda ex: ex),  # at drawing time
-    Property("a ratio beyond 2 with a negative advantage", _far_negative,
-             lambda ex: ex),  # at drawing time
-    Property("zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
+    Property("clip_boundary", "a ratio exactly at 1 +- clip_range",
+             lambda ex: bool(np.any(_at_kink(ex))),
+             _halve_log_ratio(_at_kink, "new_log_probs", "old_log_probs"), kink=True),
+    Property("far_negative", "a ratio beyond 2 with a negative advantage",
+             lambda ex: bool(np.any(_far_negative(ex))),
+             _halve_log_ratio(_far_negative, "new_log_probs", "old_log_probs")),
+    Property("zero_advantage", "zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
              lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
                                                       ex["advantages"]))),
-    Property("a single element", lambda ex: ex["advantages"].size == 1,
-             lambda ex: {k: (np.concatenate([v, v]) if isinstance(v, np.ndarray) else v)
-                         for k, v in ex.items()}),
+    Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
+             _doubled),
 )
 
 
-def _value_strategy(dtype: str, exclude=frozenset(), fixed=None):
-    hyp = _hypothesis()
-    st = hyp.strategies
+def _value_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
+    st = _hypothesis().strategies
 
     @st.composite
     def examples(draw):
@@ -368,7 +464,7 @@ def _value_strategy(dtype: str, exclude=frozenset(), fixed=None):
         old = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
         returns = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
         clip = draw(st.sampled_from([None, 0.5, 0.25, 1.0]))
-        if clip is not None and "V - V_old exactly at +-clip_range_vf" not in exclude:
+        if clip is not None and "value_clip_boundary" not in exclude:
             # dyadic old values and clip: V = V_old +- clip is exact
             for i, kind in enumerate(draw(st.lists(st.sampled_from([0, 1, -1]),
                                                    min_size=n, max_size=n))):
@@ -376,37 +472,39 @@ def _value_strategy(dtype: str, exclude=frozenset(), fixed=None):
                     old[i] = float(draw(st.integers(-8, 8))) / 4.0
                     values[i] = old[i] + kind * clip
         ex = {"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip}
-        ex = _apply_exclusions(_fixed(ex, fixed), _VALUE_PROPERTIES, exclude)
-        return _cast(ex, ("values", "old_values", "returns"), _pick_dtype(draw, st, dtype))
+        return _finish(draw, st, ex, "value_loss", exclude, fixed, _pick_dtype(draw, st, dtype),
+                       seeded)
     return examples()
 
 
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.losses import value_loss
+    from ppo_ref.spec.losses import value_loss
     loss, d_v = value_loss(_f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]),
-                           ex["clip_range_vf"], mode=options["value_loss_mode"], huber_delta=1.0)
-    scale = float(options["value_loss_scale"])
-    return {"loss": scale * loss, "d_values": scale * d_v}
+                           ex["clip_range_vf"], mode=options["value_loss_mode"], huber_delta=1.0,
+                           weights=ex.get("weights"))
+    loss, d_v = _scaled(ex, loss, d_v, float(options["value_loss_scale"]))
+    return {"loss": loss, "d_values": d_v}
 
 
-def _vf_kink(ex) -> bool:
+def _vf_kink(ex) -> np.ndarray:
     c = ex["clip_range_vf"]
-    return c is not None and bool(np.any(np.abs(_f64(ex["values"]) - _f64(ex["old_values"])) == c))
+    if c is None:
+        return np.zeros(np.shape(ex["values"]), bool)
+    return np.abs(_f64(ex["values"]) - _f64(ex["old_values"])) == c
 
 
 _VALUE_PROPERTIES = (
-    Property("V - V_old exactly at +-clip_range_vf", _vf_kink, lambda ex: ex),
-    Property("value clipping on", lambda ex: ex["clip_range_vf"] is not None,
-             lambda ex: _with(ex, clip_range_vf=None)),
-    Property("a single element", lambda ex: ex["values"].size == 1,
-             lambda ex: {k: (np.concatenate([v, v]) if isinstance(v, np.ndarray) else v)
-                         for k, v in ex.items()}),
+    Property("value_clip_boundary", "V - V_old exactly at +-clip_range_vf",
+             lambda ex: bool(np.any(_vf_kink(ex))),
+             _halve_log_ratio(_vf_kink, "values", "old_values"), kink=True),
+    Property("value_clipping", "value clipping on", lambda ex: ex["clip_range_vf"] is not None,
+             lambda ex: _with(ex, clip_range_vf=None), broad=True),
+    Property("single_element", "a single element", lambda ex: ex["values"].size == 1, _doubled),
 )
 
 
-def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None):
-    hyp = _hypothesis()
-    st = hyp.strategies
+def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
+    st = _hypothesis().strategies
 
     @st.composite
     def examples(draw):
@@ -414,33 +512,61 @@ def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None):
         kind = draw(st.integers(0, 5))
         if kind == 0:
             adv = np.full(n, draw(_small_floats(st)))
-        elif kind == 1:  # a spread near the eps values: where the eps and its placement show
+        elif kind <= 3:  # a spread near the eps values: where the eps and its placement show
             spread = draw(st.sampled_from([1e-8, 1e-7, 1e-6, 1e-5, 1e-4]))
-            adv = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)),
-                           dtype=np.float64) * spread
+            steps = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)))
+            steps[-1] += n > 1 and steps.min() == steps.max()  # never constant
+            adv = steps.astype(np.float64) * spread
         else:
             adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
-        ex = _apply_exclusions(_fixed({"advantages": adv}, fixed), _NORMALIZE_PROPERTIES, exclude)
-        return _cast(ex, ("advantages",), _pick_dtype(draw, st, dtype))
+        return _finish(draw, st, {"advantages": adv}, "normalize_advantages", exclude, fixed,
+                       _pick_dtype(draw, st, dtype), seeded)
     return examples()
 
 
 def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.losses import normalize_advantages
+    from ppo_ref.spec.losses import normalize_advantages
     return {"advantages": normalize_advantages(
         _f64(ex["advantages"]), ddof=options["advantage_norm_ddof"],
         eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"])}
 
 
+def _normalize_magnitude(ex: dict, options: Mapping[str, Any]) -> float:
+    """``max|A| / (std(A, ddof) + eps)`` (or ``/ max(std, eps)``): the factor by which the
+    division magnifies the rounding of ``A - mean``."""
+    a = _f64(ex["advantages"]).ravel()
+    m = _input_magnitude(ex)
+    if a.size < 2:
+        return m
+    std = float(np.std(a, ddof=options["advantage_norm_ddof"]))
+    eps = float(options["advantage_norm_eps"])
+    scale = std + eps if options["advantage_norm_eps_placement"] == "add" else max(std, eps)
+    return max(m, float(np.max(np.abs(a))) / scale)
+
+
+def _spread(ex) -> float:
+    a = _f64(ex["advantages"])
+    return float(a.max() - a.min()) if a.size > 1 else math.inf
+
+
+def _shifted(ex):
+    a = ex["advantages"]
+    return _with(ex, advantages=a + np.arange(a.size, dtype=a.dtype).reshape(a.shape))
+
+
+#: one element, a constant, and a std of 1.67 x and 0.5 x each eps value (where eps and its
+#: placement decide the result)
+_NORMALIZE_EDGES = ({"advantages": np.array([1.5])}, {"advantages": np.full(7, 0.1)}) + tuple(
+    {"advantages": scale * np.array([0.0, 1.0, -1.0, 2.0, 0.0, -3.0])}
+    for eps in (1e-8, 1e-7, 1e-6, 1e-5, 1e-4) for scale in (0.3 * eps, eps))
+
 _NORMALIZE_PROPERTIES = (
-    Property("a single element", lambda ex: ex["advantages"].size == 1,
-             lambda ex: _with(ex, advantages=np.array([ex["advantages"][0], 1.0 + abs(
-                 float(ex["advantages"][0]))], dtype=ex["advantages"].dtype))),
-    Property("constant advantages",
-             lambda ex: ex["advantages"].size > 1 and bool(np.all(ex["advantages"] ==
-                                                                   ex["advantages"].flat[0])),
-             lambda ex: _with(ex, advantages=ex["advantages"] + np.arange(
-                 ex["advantages"].size, dtype=ex["advantages"].dtype))),
+    Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
+             lambda ex: _with(ex, advantages=np.array([ex["advantages"].flat[0], 1.0 + abs(
+                 float(ex["advantages"].flat[0]))], dtype=ex["advantages"].dtype))),
+    Property("constant", "constant advantages", lambda ex: _spread(ex) == 0.0, _shifted),
+    Property("tiny_spread", "a spread below 1e-3 (where eps shows)",
+             lambda ex: 0.0 < _spread(ex) < 1e-3, _shifted),
 )
 
 
@@ -504,21 +630,24 @@ def _size(key):
 
 QUANTITY_SPECS: Dict[str, Quantity] = {
     "gae": Quantity("gae", ("advantages", "returns"), _gae_reference, _gae_strategy,
-                    _TRAJ_PROPERTIES, _rows, _trajectory_reductions),
+                    _TRAJ_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
     "vtrace": Quantity("vtrace", ("vs", "pg_advantages"), _vtrace_reference, _vtrace_strategy,
-                       _VTRACE_PROPERTIES, _rows, _trajectory_reductions),
+                       _VTRACE_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
     "policy_loss": Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction",
                                             "approx_kl"),
                             _policy_reference, _policy_strategy, _POLICY_PROPERTIES,
                             _size("advantages"),
-                            _element_reductions("new_log_probs", "old_log_probs", "advantages")),
+                            _element_reductions("new_log_probs", "old_log_probs", "advantages"),
+                            _input_magnitude),
     "value_loss": Quantity("value_loss", ("loss", "d_values"), _value_reference, _value_strategy,
                            _VALUE_PROPERTIES, _size("values"),
-                           _element_reductions("values", "old_values", "returns")),
+                           _element_reductions("values", "old_values", "returns"),
+                           _input_magnitude),
     "normalize_advantages": Quantity("normalize_advantages", ("advantages",),
                                      _normalize_reference, _normalize_strategy,
                                      _NORMALIZE_PROPERTIES, _size("advantages"),
-                                     _element_reductions("advantages")),
+                                     _element_reductions("advantages"), _normalize_magnitude,
+                                     _NORMALIZE_EDGES),
 }
 
 
@@ -526,3 +655,22 @@ def get_quantity(name: str) -> Quantity:
     if name not in QUANTITY_SPECS:
         raise ValueError(f"quantity must be one of {list(QUANTITY_SPECS)}, got {name!r}")
     return QUANTITY_SPECS[name]
+
+
+def property_keys(quantity: str, exclude) -> FrozenSet[str]:
+    """``exclude`` (keys or names of the quantity's properties) as a set of keys.
+
+    Raises:
+        ValueError: an entry that names no property of ``quantity`` (the message lists them).
+    """
+    if isinstance(exclude, str):
+        exclude = (exclude,)
+    props = get_quantity(quantity).properties
+    by = {**{p.name: p.key for p in props}, **{p.key: p.key for p in props}}
+    out = set()
+    for item in exclude or ():
+        if item not in by:
+            raise ValueError(f"exclude names an unknown condition {item!r} of {quantity}; "
+                             "conditions: " + ", ".join(f"{p.key!r} ({p.name})" for p in props))
+        out.add(by[item])
+    return frozenset(out)

@@ -93,9 +93,9 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     """
     from ppo_ref.kernels import gae
     from ppo_ref.config import PPOConfig
-    from ppo_ref.losses import (approx_kl, entropy_loss, normalize_advantages, policy_loss,
-                                value_loss)
-    from ppo_ref.optim import adam_init, adam_update, clip_by_global_norm
+    from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages,
+                                     policy_loss, value_loss)
+    from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
     from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
                                             categorical_log_prob,
                                             categorical_log_prob_backward)

@@ -74,7 +74,7 @@ def _vtrace(inputs, settings, backend):
 
 
 def _categorical(inputs, settings, backend):
-    from ppo_ref.nn import distributions as d
+    from ppo_ref.spec import distributions as d
     logits, actions = inputs["logits"], inputs["actions"]
     return {
         "log_softmax": d.log_softmax(logits),
@@ -87,7 +87,7 @@ def _categorical(inputs, settings, backend):
 
 
 def _policy_loss(inputs, settings, backend):
-    from ppo_ref.losses import policy_loss
+    from ppo_ref.spec.losses import approx_kl, policy_loss
     loss, grad, info = policy_loss(inputs["new_log_probs"], inputs["old_log_probs"],
                                    inputs["advantages"], settings["clip_range"],
                                    clip_range_low=settings.get("clip_range_low"),
@@ -95,12 +95,16 @@ def _policy_loss(inputs, settings, backend):
                                    clip_interval=settings.get("clip_interval", "symmetric"),
                                    dual_clip=settings.get("dual_clip"),
                                    weights=inputs.get("weights"))
+    estimator = settings.get("kl_estimator", "k3")
+    kl = info["approx_kl"] if estimator == "k3" else approx_kl(
+        inputs["old_log_probs"], inputs["new_log_probs"], estimator,
+        weights=inputs.get("weights"))
     return {"loss": loss, "d_new_log_probs": grad, "clip_fraction": info["clip_fraction"],
-            "approx_kl": info["approx_kl"]}
+            "approx_kl": kl}
 
 
 def _value_loss(inputs, settings, backend):
-    from ppo_ref.losses import value_loss
+    from ppo_ref.spec.losses import value_loss
     loss, grad = value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
                             settings["clip_range_vf"], mode=settings["mode"],
                             huber_delta=settings.get("huber_delta", 1.0),
@@ -110,26 +114,26 @@ def _value_loss(inputs, settings, backend):
 
 
 def _entropy_loss(inputs, settings, backend):
-    from ppo_ref.losses import entropy_loss
+    from ppo_ref.spec.losses import entropy_loss
     loss, grad = entropy_loss(inputs["entropy"])
     return {"loss": loss, "d_entropy": grad}
 
 
 def _normalize_advantages(inputs, settings, backend):
-    from ppo_ref.losses import normalize_advantages
+    from ppo_ref.spec.losses import normalize_advantages
     return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"],
                                                eps=settings.get("eps", 1e-8),
                                                placement=settings.get("placement", "add"))}
 
 
 def _approx_kl(inputs, settings, backend):
-    from ppo_ref.losses import approx_kl
+    from ppo_ref.spec.losses import approx_kl
     return {"approx_kl": approx_kl(inputs["old_log_probs"], inputs["new_log_probs"],
                                    estimator=settings["estimator"])}
 
 
 def _adam(inputs, settings, backend):
-    from ppo_ref.optim import adam_init, adam_update
+    from ppo_ref.spec.optim import adam_init, adam_update
     params = dict(inputs["params"])
     state = adam_init(params)
     out = {}
@@ -141,7 +145,7 @@ def _adam(inputs, settings, backend):
 
 
 def _clip(inputs, settings, backend):
-    from ppo_ref.optim import clip_by_global_norm
+    from ppo_ref.spec.optim import clip_by_global_norm
     grads, norm = clip_by_global_norm(inputs["grads"], settings["max_norm"])
     return {"grads": dict(grads), "norm": norm}
 
@@ -169,7 +173,7 @@ def _ppo_minibatch_update(inputs, settings, backend):
 
     from ppo_ref.config import PPOConfig
     from ppo_ref.fast import update as fast_update
-    from ppo_ref.optim import adam_init
+    from ppo_ref.spec.optim import adam_init
     from ppo_ref.train.policies import make_mlp_policy
     from ppo_ref.spec import update as spec_update
     from ppo_ref.spec.update import Minibatch
@@ -230,16 +234,17 @@ _FUNCTIONS = {
     "episode_starts": "ppo_ref.episode_starts",
     "gae": "ppo_ref.gae",
     "vtrace": "ppo_ref.vtrace",
-    "categorical": "ppo_ref.nn.distributions (log_softmax, categorical_entropy, "
+    "categorical": "ppo_ref.spec.distributions (log_softmax, categorical_entropy, "
                    "categorical_log_prob and their backward)",
-    "policy_loss": "ppo_ref.losses.policy_loss",
-    "value_loss": "ppo_ref.losses.value_loss",
-    "entropy_loss": "ppo_ref.losses.entropy_loss",
-    "normalize_advantages": "ppo_ref.losses.normalize_advantages",
-    "approx_kl": "ppo_ref.losses.approx_kl",
-    "adam": "ppo_ref.optim.adam_init + adam_update (one call per step)",
-    "clip_by_global_norm": "ppo_ref.optim.clip_by_global_norm",
-    "lstm": "ppo_ref.nn.lstm.lstm_forward + lstm_backward",
+    "policy_loss": "ppo_ref.spec.losses.policy_loss (approx_kl: ppo_ref.spec.losses.approx_kl "
+                   "with settings.kl_estimator, default k3)",
+    "value_loss": "ppo_ref.spec.losses.value_loss",
+    "entropy_loss": "ppo_ref.spec.losses.entropy_loss",
+    "normalize_advantages": "ppo_ref.spec.losses.normalize_advantages",
+    "approx_kl": "ppo_ref.spec.losses.approx_kl",
+    "adam": "ppo_ref.spec.optim.adam_init + adam_update (one call per step)",
+    "clip_by_global_norm": "ppo_ref.spec.optim.clip_by_global_norm",
+    "lstm": "ppo_ref.spec.lstm.lstm_forward + lstm_backward",
     "ppo_minibatch_update": "ppo_ref.spec.update.run_epochs (1 epoch, 1 minibatch) with "
                             "ppo_ref.train.policies.MLPPolicy",
 }
@@ -506,7 +511,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
 def _ppo_cases(rng) -> List[dict]:
     """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
     from ppo_ref.config import PPOConfig
-    from ppo_ref.nn.actor_critic import actor_critic_init
+    from ppo_ref.spec.networks import actor_critic_init
 
     B, obs_dim, n_actions = 6, 3, 2
     params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
@@ -545,7 +550,8 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
     "normalize_advantages": {"advantage_norm_ddof": "ddof", "advantage_norm_eps": "eps",
                              "advantage_norm_eps_placement": "placement"},
     "approx_kl": {"kl_estimator": "estimator"},
-    "policy_loss": {"clip_interval": "clip_interval", "dual_clip": "dual_clip"},
+    "policy_loss": {"clip_interval": "clip_interval", "dual_clip": "dual_clip",
+                    "kl_estimator": "kl_estimator"},
 }
 
 
@@ -555,7 +561,8 @@ def apply_preset(case: dict, preset: str) -> dict:
     The kernels take ``truncation`` and ``bootstrap_terminal_last_row``; the value loss
     ``value_loss_mode`` (when clipping is on), ``value_loss_scale`` and ``huber_delta``;
     the normalization ``advantage_norm_ddof``, ``_eps`` and ``_eps_placement``; the KL its
-    estimator; the policy loss ``clip_interval`` and ``dual_clip``; the minibatch update the
+    estimator; the policy loss ``clip_interval``, ``dual_clip`` and ``kl_estimator``; the minibatch
+    update the
     whole preset config with the case's hyperparameters. Other kinds are unchanged.
     """
     from ppo_ref.config import CONVENTION_FIELDS, PPOConfig

@@ -23,13 +23,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from ppo_ref.config import PRESETS
-from ppo_ref.conventions import OPTIONS, QUANTITIES, options_for
+from ppo_ref.conventions import OPTIONS
 from ppo_ref.vectors.cases import OPTION_KEYS, compute_outputs
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, RESULTS_FORMAT, decode,
                                    decode_settings, encode, read_json_file)
 
 __all__ = ["TOLERANCE_PROFILES", "load_case", "load_cases", "reference_results",
-           "check_results", "format_table", "alternative_conventions", "encode_decode"]
+           "check_results", "format_table", "alternative_conventions", "encode_decode",
+           "flatten", "nothing_compared"]
 
 #: Tolerance profiles of ``check``: ``float64`` keeps each case's tolerance; ``float32`` is
 #: for an implementation that computes in float32 (or rounds one step to float32): every
@@ -115,11 +116,12 @@ def reference_results(vectors_dir: str, implementation: str = "ppo_ref") -> dict
             "cases": cases}
 
 
-def _flatten(value, prefix="") -> Dict[str, Any]:
+def flatten(value, prefix="") -> Dict[str, Any]:
+    """Nested outputs as ``{"grads/w_ih": array, ...}`` (the names ``skip`` lists take)."""
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}{k}/"))
+            out.update(flatten(v, f"{prefix}{k}/"))
         return out
     return {prefix[:-1]: value}
 
@@ -175,7 +177,8 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
 
     Returns:
         one dict per case, in index order: ``case``, ``kind``, ``preset``, ``status``
-        (``PASS``/``FAIL``/``MISSING``/``SKIP``; ``UNKNOWN`` rows, after the index's, for case
+        (``PASS``/``FAIL``/``MISSING``/``SKIP``: absent with ``allow_missing``, or every output
+        skipped, so nothing was compared; ``UNKNOWN`` rows, after the index's, for case
         names in the results that the vectors do not have; outputs or keys the case does not
         expect, and strings where numbers belong, make it ``FAIL``), ``max_err`` (largest
         absolute error over the
@@ -233,14 +236,14 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         if not (isinstance(own_skip, list) and all(isinstance(x, str) for x in own_skip)):
             own_skip = []
             extra_keys.append("skip (must be a list of output names)")
-        expected = _flatten(case["expected"])
+        expected = flatten(case["expected"])
         skipped = sorted(k for k in expected
                          if k in own_skip or k in skip_outputs
                          or f"{case['name']}/{k}" in skip_outputs)
         known_outputs = set(expected)
         expected = {k: v for k, v in expected.items() if k not in skipped}
         try:
-            got = _flatten(decode(raw_outputs))
+            got = flatten(decode(raw_outputs))
         except (ValueError, TypeError, OverflowError) as exc:
             row.update(status="FAIL", max_err=math.inf, worst="",
                        detail=f"outputs not numeric: {exc}")
@@ -267,6 +270,10 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
                 worst, worst_key = err, key
         if skipped:
             details.append("skipped outputs: " + ", ".join(skipped))
+        if not expected and ok:  # every output skipped: no verdict
+            row.update(status="SKIP", detail="every output skipped: nothing compared")
+            rows.append(row)
+            continue
         if not ok and explain and not unexpected and not extra_keys:
             try:
                 row["alternatives"] = alternative_conventions(
@@ -287,6 +294,12 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
                          "atol": math.nan, "rtol": math.nan, "max_err": math.nan, "worst": "",
                          "detail": "not a case of these vectors"})
     return rows
+
+
+def nothing_compared(rows: List[dict]) -> bool:
+    """True when no case passed or failed: every case was skipped, missing or unknown, so
+    the check compared no output (``ppo-ref check`` then fails)."""
+    return not any(r["status"] in ("PASS", "FAIL") for r in rows)
 
 
 def format_table(rows: List[dict]) -> str:
@@ -319,29 +332,29 @@ def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
     outputs, decoded) within the tolerance: each a description like ``"cleanrl/rlax
     (truncation='terminate', ...)"``. Tries every combination of the options of
     :data:`ppo_ref.conventions.OPTIONS` that the case's kind reads
-    (:data:`ppo_ref.vectors.cases.OPTION_KEYS`); an empty list when none passes or the kind has
-    no options."""
+    (:data:`ppo_ref.vectors.cases.OPTION_KEYS`: for a kind that is a quantity of
+    :mod:`ppo_ref.testing`, the options :func:`ppo_ref.testing.identify` tries), and the case's
+    own value where it is not in the table (``dual_clip=1.5``); a setting the case leaves out
+    has the option's reference value. An empty list when none passes or the kind has no
+    options."""
     keys = OPTION_KEYS.get(case["kind"])
     if not keys:
         return []
-    quantity = case["kind"] if case["kind"] in QUANTITIES else "policy_loss"
-    table = [o for o in options_for(quantity) if o.name in keys]
-    if case["kind"] == "approx_kl":
-        table = [o for o in OPTIONS if o.name == "kl_estimator"]
+    table = [o for o in OPTIONS if o.name in keys]
+    own = {o.name: case["settings"].get(keys[o.name], o.reference) for o in table}
     out = []
-    for values in itertools.product(*(o.values for o in table)):
+    for values in itertools.product(*(o.values + ((own[o.name],) if own[o.name] not in o.values
+                                                  else ()) for o in table)):
         combo = dict(zip((o.name for o in table), values))
-        settings = dict(case["settings"])
-        for name, value in combo.items():
-            settings[keys[name]] = value
-        if settings == dict(case["settings"]):
+        if combo == own:
             continue
+        settings = {**case["settings"], **{keys[k]: v for k, v in combo.items()}}
         try:
-            expected = _flatten(encode_decode(compute_outputs({**case, "settings": settings})))
+            expected = flatten(encode_decode(compute_outputs({**case, "settings": settings})))
         except ValueError:
             continue
-        if set(expected) <= set(got) and all(
-                _compare(got[k], v, atol, rtol)[1] for k, v in expected.items()):
+        compared = [k for k in expected if k in got]  # skipped outputs are left out
+        if compared and all(_compare(got[k], expected[k], atol, rtol)[1] for k in compared):
             text = ", ".join(f"{k}={v!r}" for k, v in combo.items())
             presets = _presets_with(case["kind"], combo)
             out.append(f"{'/'.join(presets)} ({text})" if presets else f"({text})")

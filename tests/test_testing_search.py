@@ -1,0 +1,140 @@
+"""Seeing past a difference: exclude=, identify with two differences, differences confined to
+kinks, tolerances that follow the conditioning, and check/identify/ppo-ref check trying the
+same options."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from ppo_ref import vectors
+from ppo_ref.conventions import QUANTITIES, options_for
+from ppo_ref.kernels import gae
+from ppo_ref.spec.losses import approx_kl, value_loss
+from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages, check_value_loss,
+                             identify)
+from ppo_ref.testing.quantities import QUANTITY_SPECS
+from ppo_ref.vectors.cases import OPTION_KEYS
+
+FEW = 40
+
+
+@pytest.mark.parametrize("quantity", sorted(QUANTITY_SPECS))
+def test_an_excluded_condition_never_holds(quantity):
+    q = QUANTITY_SPECS[quantity]
+    for prop in q.properties:
+        @settings(max_examples=8, database=None)
+        @given(q.strategy("any", frozenset({prop.key}), None, False))
+        def never(ex):
+            assert not prop.holds(ex), prop.name
+        never()
+
+
+def test_exclude_names_conditions_by_key_or_name():
+    check_gae(gae, exclude=("both_flags", "a long rollout (T > 64)"), max_examples=5)
+    with pytest.raises(ValueError, match="unknown condition 'both flags'.*'both_flags'"):
+        check_gae(gae, exclude=("both flags",))
+
+
+# -- two differences -------------------------------------------------------------------------
+
+def _two_bugs_gae(rewards, values, terminated, truncated, last_values, final_values, *, gamma,
+                  gae_lambda):
+    """Bootstraps a step with both flags (the truncation read first), and takes a truncation
+    on the last row as a termination."""
+    following = np.concatenate([values[1:], last_values[None]])
+    next_values = np.where(truncated, final_values, np.where(terminated, 0.0, following))
+    next_values[-1] = np.where(truncated[-1], 0.0, next_values[-1])
+    keep = 1.0 - (terminated | truncated)
+    adv = np.zeros_like(rewards)
+    running = np.zeros_like(last_values)
+    for t in range(len(rewards) - 1, -1, -1):
+        delta = rewards[t] + gamma * next_values[t] - values[t]
+        running = delta + gamma * gae_lambda * (keep[t] * running if t < len(rewards) - 1
+                                                else 0.0)
+        adv[t] = running
+    return adv, adv + values
+
+
+def test_identify_names_two_differences():
+    with pytest.raises(Mismatch):
+        check_gae(_two_bugs_gae, exclude=("both_flags",), max_examples=FEW)
+    report = identify(_two_bugs_gae, "gae", max_examples=FEW)
+    reference = {"truncation": "bootstrap", "bootstrap_terminal_last_row": False}
+    assert report.verdict == "match_except"
+    assert (reference, ("steps with both flags", "a truncated step on the last row"),
+            False) in report.except_on
+    assert "except on inputs with steps with both flags or with a truncated step on the " \
+           "last row" in str(report)
+    check_gae(_two_bugs_gae, exclude=("both_flags", "truncated_last_row"), max_examples=FEW)
+
+
+# -- kinks -----------------------------------------------------------------------------------
+
+def _half_gradient_on_the_value_clip_bound(values, old_values, returns, clip_range_vf):
+    loss, d = value_loss(values, old_values, returns, clip_range_vf)
+    if clip_range_vf is not None:
+        d = np.where(np.abs(values - old_values) == clip_range_vf, 0.5 * d, d)
+    return loss, d
+
+
+def test_a_difference_only_at_the_exact_clip_bound_is_reported_as_such():
+    fn = _half_gradient_on_the_value_clip_bound
+    with pytest.raises(Mismatch) as info:
+        check_value_loss(fn, max_examples=FEW)
+    m = info.value
+    assert m.output == "d_values" and m.kink_only
+    assert "confined to exact kinks" in str(m) and "('value_clip_boundary',)" in str(m)
+    check_value_loss(fn, exclude=("value_clip_boundary",), max_examples=FEW)
+    report = identify(fn, "value_loss", max_examples=FEW)
+    assert report.except_on[0][1] == ("V - V_old exactly at +-clip_range_vf",)
+
+
+# -- precision follows the conditioning ------------------------------------------------------
+
+def _float32_normalize(advantages):
+    a = np.asarray(advantages, np.float32)
+    if a.size < 2:
+        return a.copy()
+    return (a - a.mean(dtype=np.float32)) / (a.std(ddof=1, dtype=np.float32) + np.float32(1e-8))
+
+
+def test_a_float32_normalizer_with_a_tiny_std_is_rounding_not_logic():
+    constant = np.full(7, 0.1, np.float32)
+    assert abs(_float32_normalize(constant)[0]) > 0.4  # 0 in exact arithmetic: 1/eps shows
+    check_normalize_advantages(_float32_normalize, dtype="float32", max_examples=FEW)
+    check_normalize_advantages(_float32_normalize, dtype="float32",
+                               fixed={"advantages": constant})
+    with pytest.raises(Mismatch) as info:  # float64 inputs: a float32 computation, rounding
+        check_normalize_advantages(_float32_normalize, max_examples=FEW)
+    assert info.value.precision
+    assert identify(_float32_normalize, "normalize_advantages",
+                    max_examples=FEW).verdict == "match_float32"
+
+
+# -- one set of options ----------------------------------------------------------------------
+
+def test_golden_vectors_and_identify_try_the_same_options():
+    for quantity in QUANTITIES:
+        assert set(OPTION_KEYS[quantity]) == {o.name for o in options_for(quantity)}, quantity
+
+
+def test_ppo_ref_check_names_k1_for_a_policy_loss_case(tmp_path):
+    vec = tmp_path / "vec"
+    vectors.write_vectors(str(vec), backend="spec")
+    cases = {}
+    for case in vectors.load_cases(str(vec)):
+        if case["kind"] == "policy_loss":
+            out = vectors.compute_outputs(case, backend="spec")
+            out["approx_kl"] = approx_kl(case["inputs"]["old_log_probs"],
+                                         case["inputs"]["new_log_probs"], "k1",
+                                         weights=case["inputs"].get("weights"))
+            cases[case["name"]] = {"outputs": vectors.encode(out)}
+    path = tmp_path / "k1.json"
+    path.write_text(json.dumps({"format": vectors.RESULTS_FORMAT, "implementation": "k1",
+                                "cases": cases}))
+    rows = [r for r in vectors.check_results(str(vec), str(path), allow_missing=True)
+            if r["kind"] == "policy_loss"]
+    assert rows and all(r["status"] == "FAIL" for r in rows)
+    for r in rows:
+        assert any("kl_estimator='k1'" in a for a in r["alternatives"]), r
