@@ -51,7 +51,7 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
 def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64",
                 backend: str = "fast", threads: int = 1):
     from ppo_ref.config import PPOConfig
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref import PPOTrainer
     config = PPOConfig.zoo_cartpole(compute_dtype=compute_dtype, backend=backend)
     trainer = PPOTrainer("CartPole-v1", config, seed=seed, threads=threads)
     t0 = time.perf_counter()
@@ -96,7 +96,7 @@ FIRST_RUN_CODE = """
 import time
 t0 = time.perf_counter()
 from ppo_ref.config import PPOConfig
-from ppo_ref.ppo import PPOTrainer
+from ppo_ref import PPOTrainer
 t_import = time.perf_counter() - t0
 tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(compute_dtype="{dtype}"), seed=0,
                 threads={threads})

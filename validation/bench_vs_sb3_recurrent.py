@@ -112,7 +112,7 @@ def ppo_ref_config(compute_dtype: str = "float64", backend: str = "fast"):
 
 def run_ppo_ref(total_steps: int, seed: int, compute_dtype: str = "float64",
                 backend: str = "fast", threads: int = 1) -> dict:
-    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+    from ppo_ref import RecurrentPPOTrainer
 
     config = ppo_ref_config(compute_dtype, backend)
     # warm-up: compile (or load cached) numba kernels outside the timed run

@@ -42,12 +42,3 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
                             target_log_probs, rewards, values, terminated, truncated,
                             last_values, final_values, gamma, rho_bar, c_bar, pg_rho_bar,
                             lambda_, truncation, bootstrap_terminal_last_row)
-
-
-# -- old names, kept importable until the switch (then to delete): validation/bench_kernels.py,
-#    tests/test_tiers_old.py and ppo_ref/fast/__init__.FAST_FUNCTIONS name the compiled loops so
-gae_recursion = _gae_recursion
-vtrace_recursion = _vtrace_recursion
-log_ratios = _log_ratios
-from ppo_ref.fast.masks import (  # noqa: E402
-    _episode_starts_loop as episode_starts_loop, _transition_masks_loop as transition_masks_loop)

@@ -214,7 +214,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
 
 
 def _advantage_functions():
-    from ppo_ref.kernels import gae, vtrace
+    from ppo_ref.fast.advantages import gae, vtrace
     return gae, vtrace
 
 

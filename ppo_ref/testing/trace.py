@@ -91,7 +91,7 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     Raises:
         ValueError: an unknown preset or config field, or inputs of the wrong shapes.
     """
-    from ppo_ref.kernels import gae
+    from ppo_ref.spec.advantages import gae
     from ppo_ref.config import PPOConfig
     from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages,
                                      policy_loss, value_loss)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 
+from ppo_ref.tiers import BACKENDS, tier_for
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, decode, decode_settings,
                                    dumps, encode)
 
@@ -34,10 +35,9 @@ SEED = 20261129
 # The reference computation of every kind of case (inputs, settings -> outputs)
 # ----------------------------------------------------------------------------------------------
 
-def _episode_starts(inputs, settings, backend):
-    from ppo_ref.kernels import episode_starts
-    return {"episode_starts": episode_starts(inputs["terminated"], inputs["truncated"],
-                                             inputs["initial"], backend=backend)}
+def _episode_starts(inputs, settings, tier):
+    return {"episode_starts": tier.masks.episode_starts(inputs["terminated"], inputs["truncated"],
+                                                        inputs["initial"])}
 
 
 def _kernel_options(settings):
@@ -51,30 +51,26 @@ def _per_step(value):
     return np.asarray(value, dtype=np.float64) if isinstance(value, (list, tuple)) else value
 
 
-def _gae(inputs, settings, backend):
-    from ppo_ref.kernels import gae
-    adv, ret = gae(inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
-                   inputs["last_values"], inputs.get("final_values"),
-                   gamma=_per_step(settings["gamma"]),
-                   gae_lambda=_per_step(settings["gae_lambda"]), backend=backend,
-                   **_kernel_options(settings))
+def _gae(inputs, settings, tier):
+    adv, ret = tier.advantages.gae(
+        inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
+        inputs["last_values"], inputs.get("final_values"), gamma=_per_step(settings["gamma"]),
+        gae_lambda=_per_step(settings["gae_lambda"]), **_kernel_options(settings))
     return {"advantages": adv, "returns": ret}
 
 
-def _vtrace(inputs, settings, backend):
-    from ppo_ref.kernels import vtrace
-    out = vtrace(inputs["behaviour_log_probs"], inputs["target_log_probs"], inputs["rewards"],
-                 inputs["values"], inputs["terminated"], inputs["truncated"],
-                 inputs["last_values"], inputs.get("final_values"),
-                 gamma=_per_step(settings["gamma"]),
-                 rho_bar=settings["rho_bar"], c_bar=settings["c_bar"],
-                 pg_rho_bar=settings["pg_rho_bar"], lambda_=_per_step(settings["lambda_"]),
-                 backend=backend, **_kernel_options(settings))
+def _vtrace(inputs, settings, tier):
+    out = tier.advantages.vtrace(
+        inputs["behaviour_log_probs"], inputs["target_log_probs"], inputs["rewards"],
+        inputs["values"], inputs["terminated"], inputs["truncated"], inputs["last_values"],
+        inputs.get("final_values"), gamma=_per_step(settings["gamma"]),
+        rho_bar=settings["rho_bar"], c_bar=settings["c_bar"], pg_rho_bar=settings["pg_rho_bar"],
+        lambda_=_per_step(settings["lambda_"]), **_kernel_options(settings))
     return {"vs": out.vs, "pg_advantages": out.pg_advantages}
 
 
-def _categorical(inputs, settings, backend):
-    from ppo_ref.spec import distributions as d
+def _categorical(inputs, settings, tier):
+    d = tier.distributions
     logits, actions = inputs["logits"], inputs["actions"]
     return {
         "log_softmax": d.log_softmax(logits),
@@ -86,112 +82,98 @@ def _categorical(inputs, settings, backend):
     }
 
 
-def _policy_loss(inputs, settings, backend):
-    from ppo_ref.spec.losses import approx_kl, policy_loss
-    loss, grad, info = policy_loss(inputs["new_log_probs"], inputs["old_log_probs"],
-                                   inputs["advantages"], settings["clip_range"],
-                                   clip_range_low=settings.get("clip_range_low"),
-                                   clip_range_high=settings.get("clip_range_high"),
-                                   clip_interval=settings.get("clip_interval", "symmetric"),
-                                   dual_clip=settings.get("dual_clip"),
-                                   weights=inputs.get("weights"))
+def _policy_loss(inputs, settings, tier):
+    loss, grad, info = tier.losses.policy_loss(
+        inputs["new_log_probs"], inputs["old_log_probs"], inputs["advantages"],
+        settings["clip_range"], clip_range_low=settings.get("clip_range_low"),
+        clip_range_high=settings.get("clip_range_high"),
+        clip_interval=settings.get("clip_interval", "symmetric"),
+        dual_clip=settings.get("dual_clip"), weights=inputs.get("weights"))
     estimator = settings.get("kl_estimator", "k3")
-    kl = info["approx_kl"] if estimator == "k3" else approx_kl(
+    kl = info["approx_kl"] if estimator == "k3" else tier.losses.approx_kl(
         inputs["old_log_probs"], inputs["new_log_probs"], estimator,
         weights=inputs.get("weights"))
     return {"loss": loss, "d_new_log_probs": grad, "clip_fraction": info["clip_fraction"],
             "approx_kl": kl}
 
 
-def _value_loss(inputs, settings, backend):
-    from ppo_ref.spec.losses import value_loss
-    loss, grad = value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
-                            settings["clip_range_vf"], mode=settings["mode"],
-                            huber_delta=settings.get("huber_delta", 1.0),
-                            weights=inputs.get("weights"))
+def _value_loss(inputs, settings, tier):
+    loss, grad = tier.losses.value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
+                                        settings["clip_range_vf"], mode=settings["mode"],
+                                        huber_delta=settings.get("huber_delta", 1.0),
+                                        weights=inputs.get("weights"))
     scale = float(settings.get("scale", 1.0))
     return {"loss": scale * loss, "d_values": scale * grad}
 
 
-def _entropy_loss(inputs, settings, backend):
-    from ppo_ref.spec.losses import entropy_loss
-    loss, grad = entropy_loss(inputs["entropy"])
+def _entropy_loss(inputs, settings, tier):
+    loss, grad = tier.losses.entropy_loss(inputs["entropy"])
     return {"loss": loss, "d_entropy": grad}
 
 
-def _normalize_advantages(inputs, settings, backend):
-    from ppo_ref.spec.losses import normalize_advantages
-    return {"normalized": normalize_advantages(inputs["advantages"], ddof=settings["ddof"],
-                                               eps=settings.get("eps", 1e-8),
-                                               placement=settings.get("placement", "add"))}
+def _normalize_advantages(inputs, settings, tier):
+    return {"normalized": tier.losses.normalize_advantages(
+        inputs["advantages"], ddof=settings["ddof"], eps=settings.get("eps", 1e-8),
+        placement=settings.get("placement", "add"))}
 
 
-def _approx_kl(inputs, settings, backend):
-    from ppo_ref.spec.losses import approx_kl
-    return {"approx_kl": approx_kl(inputs["old_log_probs"], inputs["new_log_probs"],
-                                   estimator=settings["estimator"])}
+def _approx_kl(inputs, settings, tier):
+    return {"approx_kl": tier.losses.approx_kl(inputs["old_log_probs"], inputs["new_log_probs"],
+                                               estimator=settings["estimator"])}
 
 
-def _adam(inputs, settings, backend):
-    from ppo_ref.spec.optim import adam_init, adam_update
+def _adam(inputs, settings, tier):
+    from ppo_ref.spec.optim import adam_init
     params = dict(inputs["params"])
     state = adam_init(params)
     out = {}
     for step in sorted(inputs["grads"], key=int):
-        params, state = adam_update(params, inputs["grads"][step], state, lr=settings["lr"],
-                                    betas=tuple(settings["betas"]), eps=settings["eps"])
+        params, state = tier.optim.adam_update(params, inputs["grads"][step], state,
+                                               lr=settings["lr"], betas=tuple(settings["betas"]),
+                                               eps=settings["eps"])
         out[step] = dict(params)
     return {"params_after_step": out}
 
 
-def _clip(inputs, settings, backend):
-    from ppo_ref.spec.optim import clip_by_global_norm
-    grads, norm = clip_by_global_norm(inputs["grads"], settings["max_norm"])
+def _clip(inputs, settings, tier):
+    grads, norm = tier.optim.clip_by_global_norm(inputs["grads"], settings["max_norm"])
     return {"grads": dict(grads), "norm": norm}
 
 
-def _lstm(inputs, settings, backend):
-    from ppo_ref.fast import lstm as fast_lstm
-    from ppo_ref.spec import lstm as spec_lstm
-    lstm_forward, lstm_backward = ((fast_lstm.lstm_forward, fast_lstm.lstm_backward)
-                                   if backend == "fast" else
-                                   (spec_lstm.lstm_forward, spec_lstm.lstm_backward))
-    h_seq, (h_T, c_T), cache = lstm_forward(inputs["params"], inputs["x"], inputs["h0"],
-                                            inputs["c0"], inputs["episode_starts"])
-    dx, grads, (dh0, dc0) = lstm_backward(inputs["params"], cache, inputs["dh_seq"],
-                                          inputs["dh_T"], inputs["dc_T"])
+def _lstm(inputs, settings, tier):
+    h_seq, (h_T, c_T), cache = tier.lstm.lstm_forward(inputs["params"], inputs["x"],
+                                                      inputs["h0"], inputs["c0"],
+                                                      inputs["episode_starts"])
+    dx, grads, (dh0, dc0) = tier.lstm.lstm_backward(inputs["params"], cache, inputs["dh_seq"],
+                                                    inputs["dh_T"], inputs["dc_T"])
     return {"h_seq": h_seq, "h_T": h_T, "c_T": c_T, "dx": dx, "grads": dict(grads),
             "dh0": dh0, "dc0": dc0}
 
 
-def _ppo_minibatch_update(inputs, settings, backend):
-    """One PPO minibatch step (one epoch of one minibatch) through the update of ``backend``:
-    the readable policy and update (:class:`ppo_ref.train.policies.SpecMLPPolicy`,
-    :func:`ppo_ref.spec.update.run_epochs`) or the compiled ones
-    (:class:`ppo_ref.train.policies.MLPPolicy`, :func:`ppo_ref.fast.update.run_epochs`)."""
+def _ppo_minibatch_update(inputs, settings, tier):
+    """One PPO minibatch step (one epoch of one minibatch): the policy of
+    :mod:`ppo_ref.train.policies` on the tier and :func:`ppo_ref.spec.update.run_epochs` with
+    the tier's losses and optimizer."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
-    from ppo_ref.fast import update as fast_update
     from ppo_ref.spec.optim import adam_init
-    from ppo_ref.train.policies import make_mlp_policy
-    from ppo_ref.spec import update as spec_update
-    from ppo_ref.spec.update import Minibatch
+    from ppo_ref.spec.update import Minibatch, run_epochs
+    from ppo_ref.train.policies import MLPPolicy
 
-    config = PPOConfig.from_dict(settings["config"]).replace(backend=backend)
-    run_epochs = spec_update.run_epochs if backend == "spec" else fast_update.run_epochs
+    config = PPOConfig.from_dict(settings["config"]).replace(backend=tier.name)
     obs = inputs["observations"]
-    policy = make_mlp_policy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
-                             spaces.Discrete(settings["n_actions"]), config)
-    params = policy.as_flat(inputs["params"])  # fast: the policy's one-buffer parameters
+    policy = MLPPolicy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
+                       spaces.Discrete(settings["n_actions"]), config, tier)
+    params = dict(inputs["params"])
     seen = {}
 
     def evaluate(p, data):
-        ev = policy.evaluate(p, *data)
-        seen.setdefault("log_probs", ev.log_probs)
-        seen.setdefault("entropy", ev.entropy)
-        seen.setdefault("values", ev.values)
-        return ev.log_probs, ev.entropy, ev.values, ev.cache
+        log_probs, entropy, values, cache = policy.evaluate(p, data)
+        seen.setdefault("log_probs", log_probs)
+        seen.setdefault("entropy", entropy)
+        seen.setdefault("values", values)
+        return log_probs, entropy, values, cache
 
     def backward(p, cache, d_log_probs, d_entropy, d_values):
         grads = policy.backward(p, cache, d_log_probs, d_entropy, d_values)
@@ -204,7 +186,7 @@ def _ppo_minibatch_update(inputs, settings, backend):
                                       lr=settings["learning_rate"],
                                       clip_range=settings["clip_range"],
                                       minibatches=lambda epoch: [mb], evaluate=evaluate,
-                                      backward=backward)
+                                      backward=backward, losses=tier.losses, optim=tier.optim)
     return {"new_log_probs": seen["log_probs"], "entropy": seen["entropy"],
             "values": seen["values"], "loss": stats["loss"], "policy_loss": stats["policy_loss"],
             "value_loss": stats["value_loss"], "mean_entropy": stats["entropy"],
@@ -213,7 +195,7 @@ def _ppo_minibatch_update(inputs, settings, backend):
             "params_after": dict(new_params)}
 
 
-#: Case kind -> the function computing its outputs ``(inputs, settings, backend) -> dict``.
+#: Case kind -> the function computing its outputs ``(inputs, settings, tier) -> dict``.
 KINDS: Dict[str, Callable] = {
     "episode_starts": _episode_starts,
     "gae": _gae,
@@ -250,21 +232,17 @@ _FUNCTIONS = {
 }
 
 
-BACKENDS = ("fast", "spec")
 
 
 def compute_outputs(case: Mapping, backend: str = "fast") -> Dict[str, Any]:
     """ppo_ref's outputs for a decoded case (``inputs`` and ``settings`` as NumPy values),
-    computed by the tier ``backend`` (``PPOConfig.backend``'s values): the kernels
-    (``episode_starts``, ``gae``, ``vtrace``: the spec loops interpreted or compiled), the LSTM
-    (:mod:`ppo_ref.spec.lstm` or :mod:`ppo_ref.fast.lstm`) and the minibatch update (the spec
-    or the fast policy and update); the other kinds have one definition (the spec's)."""
+    computed by the tier of ``backend`` (``PPOConfig.backend``'s values:
+    :func:`ppo_ref.tiers.tier_for`): every kind calls that tier's function (the minibatch
+    update: the policy on the tier and :func:`ppo_ref.spec.update.run_epochs`)."""
     kind = case["kind"]
     if kind not in KINDS:
         raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
-    return KINDS[kind](case["inputs"], case["settings"], backend)
+    return KINDS[kind](case["inputs"], case["settings"], tier_for(backend))
 
 
 # ----------------------------------------------------------------------------------------------
