@@ -36,7 +36,8 @@ from ppo_ref._numba import njit
 from ppo_ref.fast import _products, workspace
 from ppo_ref.fast._products import (  # noqa: F401  (also names the legacy section reads)
     _HALF, _ONE, _VECTOR_BITS, _block_loops, _block_vector_intrinsic, _check_block_operands,
-    _column_sums, _fma, _round_to_float32, _tanh, _tanh_any, _tanh_f32, _transpose_into, _wide)
+    _column_sums, _fma, _round_to_float32, _strided, _tanh, _tanh_any, _tanh_f32,
+    _transpose_into, _wide)
 from ppo_ref.spec import lstm as _spec
 
 __all__ = ["lstm_forward", "lstm_backward", "lstm_step"]
@@ -82,7 +83,7 @@ register_jitable(inline="always")(_spec._cell_forward)
 register_jitable(inline="always")(_spec._cell_backward)
 register_jitable(_spec._sigmoid)
 overload(_spec._add_products, inline="always")(
-    lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, a, w_t))
+    lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, _strided(a), w_t))
 overload(_spec._cells)(lambda z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next: _cells)
 overload(_spec._cells_backward)(
     lambda gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz: _cells_backward)
@@ -111,7 +112,7 @@ def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_p
     for m in range(rows):
         for j in range(4 * hidden):
             z_rows[m, j] = b[j]
-    _products._add_products(z_rows, x.reshape(rows, d_in), w_ih_t)
+    _products._add_products(z_rows, _strided(x.reshape(rows, d_in)), w_ih_t)
     for n in range(n_env):
         k = keep[0, n]
         for j in range(hidden):
@@ -122,34 +123,35 @@ def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_p
 
 @njit
 def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, dz, dh_next,
-                   dc_next, g_w_ih, g_w_hh, g_b, x_t, h_t, g_w_ih_t, g_w_hh_t, dx):
+                   dc_next, g_w_ih, g_w_hh, g_b, g_w_ih_t, w_hh_copy, dx):
     """BPTT, in place.
 
     The arrays of :func:`_forward_pass` (``h_prev``, ``c_prev`` with their T + 1 rows),
     ``dh_seq [T, N, H]``, ``dh_next, dc_next [N, H]`` holding ``dh_T, dc_T`` (left holding
     ``dh~[0], dc~[0]``); writes ``dz [T, N, 4H]``, the weight gradients ``g_w_ih [4H, D]``,
     ``g_w_hh [4H, H]``, ``g_b [4H]`` and, when ``dx`` has T rows (``[T, N, D]``; else it is not
-    computed), ``dx = dz @ w_ih``. Scratch ``x_t [D, T N]``, ``h_t [H, T N]``, ``g_w_ih_t [D,
-    4H]``, ``g_w_hh_t [H, 4H]``. Every sum over the ``T N`` rows runs in the order
-    ``m = t N + n``, one FMA per product term (the transposed gradients ``x^T dz`` and ``h~^T
-    dz``, then transposed: every product of the pass has its operands C-contiguous)."""
+    computed), ``dx = dz @ w_ih``. Scratch ``g_w_ih_t [D, 4H]`` (``x^T dz``, then transposed:
+    its few rows D would not fill the blocks as columns) and ``w_hh_copy [4H, H]`` (the
+    recursion reads a copy of ``w_hh`` that starts at a cache line, as :func:`_forward_pass`
+    reads its transposed copies). Every sum over the ``T N`` rows runs in the order ``m = t N +
+    n``, one FMA per product term."""
     n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
     rows = n_steps * n_env
-    _bptt_recursion(w_hh, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next)
+    for j in range(4 * hidden):
+        for k in range(hidden):
+            w_hh_copy[j, k] = w_hh[j, k]
+    _bptt_recursion(w_hh_copy, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next)
     dz_rows = dz.reshape(rows, 4 * hidden)
-    _products._transpose_into(x.reshape(rows, d_in), x_t)
-    _products._transpose_into(h_prev[:n_steps].reshape(rows, hidden), h_t)
+    g_w_hh[:, :] = 0.0
+    _products._add_products(g_w_hh, _strided(dz_rows.T), h_prev[:n_steps].reshape(rows, hidden))
     g_w_ih_t[:, :] = 0.0
-    _products._add_products(g_w_ih_t, x_t, dz_rows)
-    g_w_hh_t[:, :] = 0.0
-    _products._add_products(g_w_hh_t, h_t, dz_rows)
+    _products._add_products(g_w_ih_t, _strided(x.reshape(rows, d_in).T), dz_rows)
     _products._transpose_into(g_w_ih_t, g_w_ih)
-    _products._transpose_into(g_w_hh_t, g_w_hh)
     _products._column_sums(dz_rows, g_b)
     if dx.shape[0] == n_steps:
         dx[:, :, :] = 0.0
-        _products._add_products(dx.reshape(rows, d_in), dz_rows, w_ih)
+        _products._add_products(dx.reshape(rows, d_in), _strided(dz_rows), w_ih)
 
 
 class _LSTMCache(NamedTuple):
@@ -211,11 +213,11 @@ def _backward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt, with_
     then its scratch, from the pool of :func:`ppo_ref.fast._products._bundle`."""
     def make():
         new = _products._aligned
-        rows, four_h = n_steps * n_env, 4 * hidden
+        four_h = 4 * hidden
         return (new((four_h, d_in), dt), new((four_h, hidden), dt), new(four_h, dt),
                 new((n_steps if with_dx else 0, n_env, d_in), dt),
-                new((n_steps, n_env, four_h), dt), new((d_in, rows), dt),
-                new((hidden, rows), dt), new((d_in, four_h), dt), new((hidden, four_h), dt))
+                new((n_steps, n_env, four_h), dt), new((d_in, four_h), dt),
+                new((four_h, hidden), dt))
     return _products._bundle(("lstm.backward", n_steps, n_env, d_in, hidden, dt, with_dx),
                              make)
 
@@ -225,11 +227,11 @@ def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bo
     dc~[0])`` (``dh_T``, ``dc_T`` are overwritten)."""
     n_steps, n_env, d_in = cache.x.shape
     hidden = w_hh.shape[1]
-    g_w_ih, g_w_hh, g_b, dx, dz, x_t, h_t, g_w_ih_t, g_w_hh_t = _backward_arrays(
+    g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _backward_arrays(
         n_steps, n_env, d_in, hidden, cache.x.dtype, with_dx)
     _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev, cache.gates,
-                   cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b, x_t, h_t,
-                   g_w_ih_t, g_w_hh_t, dx)
+                   cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b, g_w_ih_t,
+                   w_hh_copy, dx)
     grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
     if not _all_finite(dx, dh_T, dc_T, g_w_ih, g_w_hh, g_b):
         raise non_finite_result(where)

@@ -50,13 +50,13 @@ A state cut by a reset (``keep = 0``) receives exactly zero gradient.
 Written once for both tiers. The loop over steps (:func:`_forward_recursion`), the loop back over
 them (:func:`_bptt_recursion`) and the cell's equations (:func:`_cell_forward`,
 :func:`_cell_backward`, elementwise: they take arrays or numbers) are written in the subset of
-Python that numba compiles, and ``ppo_ref.fast.lstm`` compiles these same functions. A tier
-supplies only the products (``add_products(out, a, w_t)``: ``out += a @ w_t``) and the loop
-that applies the cell to every row and unit (``cells``, ``cells_backward``): here NumPy's
-``@`` and broadcasting (:func:`_add_products`, :func:`_cells`, :func:`_cells_backward`), there
-fused multiply-add chains and explicit loops. The input part of the gates, ``x[t] @ w_ih.T + b``,
-is computed for all steps before the loop (it reads no state), and the weight gradients and
-``dx`` after it.
+Python that numba compiles, and ``ppo_ref.fast.lstm`` compiles these same functions. What a tier
+supplies is named by three functions the recursions call: the product :func:`_add_products`
+(``out += a @ w_t``) and the loops that apply the cell to every row and unit,
+:func:`_cells` and :func:`_cells_backward`. Here they are NumPy's ``@`` and broadcasting; the
+compiled tier compiles the recursions with its own (fused multiply-add chains, explicit loops)
+in their place. The input part of the gates, ``x[t] @ w_ih.T + b``, is computed for all steps
+before the loop (it reads no state), and the weight gradients and ``dx`` after it.
 
 Plain NumPy, float64 throughout (float32, integer or bool inputs are cast on entry); products by
 ``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.fast.lstm`` to
@@ -164,8 +164,7 @@ def _cell_backward(i, f, g, o, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_ne
             dh * tanh_c * o * (_ONE - o), dc * f)
 
 
-def _forward_recursion(add_products, cells, w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c,
-                       h_seq):
+def _forward_recursion(w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c, h_seq):
     """The forward loop over ``t = 0 .. T-1``, in place.
 
     On entry ``z [T, N, 4H]`` holds the input part ``x[t] @ w_ih.T + b`` of every step and row
@@ -173,30 +172,27 @@ def _forward_recursion(add_products, cells, w_hh_t, keep, z, h_prev, c_prev, gat
     keep[0] * c0``. Step t completes ``z[t]`` with ``h~[t] @ w_hh.T`` (``w_hh_t = w_hh.T``) and
     applies the cell (:func:`_cell_forward`) to every row and unit, writing ``gates[t]``,
     ``tanh_c[t]``, ``h_seq[t]`` and the state carried into step t + 1, row t + 1 of ``h_prev``
-    and ``c_prev`` (row T: the final state, unmasked). ``add_products`` and ``cells`` are the
-    tier's (module docstring)."""
+    and ``c_prev`` (row T: the final state, unmasked)."""
     for t in range(z.shape[0]):
-        add_products(z[t], h_prev[t], w_hh_t)
-        cells(z[t], c_prev[t], keep[t + 1], gates[t], tanh_c[t], h_seq[t], h_prev[t + 1],
-              c_prev[t + 1])
+        _add_products(z[t], h_prev[t], w_hh_t)
+        _cells(z[t], c_prev[t], keep[t + 1], gates[t], tanh_c[t], h_seq[t], h_prev[t + 1],
+               c_prev[t + 1])
 
 
-def _bptt_recursion(add_products, cells_backward, w_hh, keep, gates, c_prev, tanh_c, dh_seq, dz,
-                    dh_next, dc_next):
+def _bptt_recursion(w_hh, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next):
     """The backward loop over ``t = T-1 .. 0``, in place.
 
     On entry ``dh_next, dc_next [N, H]`` hold ``dh_T, dc_T``; step t writes ``dz[t]`` and
     ``dc~[t]`` (:func:`_cell_backward` on every row and unit), then ``dh~[t] = dz[t] @ w_hh``;
-    on exit they hold ``dh~[0], dc~[0]`` (the initial state's gradients before ``keep[0]``).
-    ``add_products`` and ``cells_backward`` are the tier's (module docstring)."""
+    on exit they hold ``dh~[0], dc~[0]`` (the initial state's gradients before ``keep[0]``)."""
     for t in range(dh_seq.shape[0] - 1, -1, -1):
-        cells_backward(gates[t], c_prev[t], tanh_c[t], dh_seq[t], keep[t + 1], dh_next, dc_next,
-                       dz[t])
+        _cells_backward(gates[t], c_prev[t], tanh_c[t], dh_seq[t], keep[t + 1], dh_next, dc_next,
+                        dz[t])
         dh_next[:, :] = 0.0
-        add_products(dh_next, dz[t], w_hh)
+        _add_products(dh_next, dz[t], w_hh)
 
 
-# The readable tier's products and loops over elements: NumPy.
+# What a tier supplies; the readable tier's: NumPy (the compiled tier's: ppo_ref.fast.lstm).
 
 def _add_products(out, a, w_t):
     """``out += a @ w_t``."""
@@ -236,8 +232,7 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep):
     gates = np.empty((n_steps, n_env, 4 * hidden))
     tanh_c = np.empty((n_steps, n_env, hidden))
     h_seq = np.empty((n_steps, n_env, hidden))
-    _forward_recursion(_add_products, _cells, w_hh.T, keep, z, h_prev, c_prev, gates, tanh_c,
-                       h_seq)
+    _forward_recursion(w_hh.T, keep, z, h_prev, c_prev, gates, tanh_c, h_seq)
     cache = LSTMCache(x, keep, h_prev[:n_steps], c_prev[:n_steps], gates, tanh_c)
     return h_seq, (h_seq[-1].copy(), c_prev[n_steps].copy()), cache
 
@@ -247,8 +242,8 @@ def _run_bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
     docstring). Returns ``(dx, grads, (dh0, dc0))``."""
     dz = np.empty(cache.gates.shape)
     dh_next, dc_next = dh_T.copy(), dc_T.copy()
-    _bptt_recursion(_add_products, _cells_backward, w_hh, cache.keep, cache.gates, cache.c_prev,
-                    cache.tanh_c, dh_seq, dz, dh_next, dc_next)
+    _bptt_recursion(w_hh, cache.keep, cache.gates, cache.c_prev, cache.tanh_c, dh_seq, dz,
+                    dh_next, dc_next)
     keep0 = cache.keep[0, :, None]
     grads = {
         "w_ih": np.einsum("tnj,tnd->jd", dz, cache.x),
