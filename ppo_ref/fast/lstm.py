@@ -248,7 +248,7 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
     """Run the LSTM over a time-major sequence, resetting the state at episode starts: the twin
     of :func:`ppo_ref.spec.lstm.lstm_forward` (arguments, results and equations there).
 
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 2e-5, atol 1e-6).
+    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
 
     Returns ``(h_seq [T, N, H], (h_T, c_T), cache)``: in the compute dtype (float32 when every
     float input is float32, else float64); ``cache`` is this module's own, for
@@ -270,7 +270,7 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     """One LSTM step for acting, without a cache: the twin of
     :func:`ppo_ref.spec.lstm.lstm_step` (arguments and results there).
 
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 2e-5, atol 1e-6); the
+    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6); the
     pass of :func:`lstm_forward` with T = 1, so stepping a sequence gives its states bit for bit.
     Returns ``(h_new, c_new) [N, H]`` in the compute dtype (fresh arrays).
     """
@@ -290,7 +290,7 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc
     :func:`ppo_ref.spec.lstm.lstm_backward` (arguments, results and equations there), given
     this module's cache.
 
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-4, atol 1e-5).
+    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 2e-5, atol 1e-6).
 
     Returns ``(dx [T, N, D], grads, (dh0, dc0))``, fresh arrays, in the compute dtype: float32
     when the forward pass ran in float32 and ``dh_seq``, ``dh_T``, ``dc_T`` and the parameters
