@@ -1,111 +1,161 @@
-"""The compiled tier of the LSTM: a single-layer LSTM with episode resets, forward and backward
-(BPTT) in compiled kernels, and the product, ``tanh`` and FMA primitives every compiled network
-of :mod:`ppo_ref.fast` shares.
+"""The compiled tier of the LSTM: the twins of :mod:`ppo_ref.spec.lstm`'s ``lstm_forward``,
+``lstm_backward`` and ``lstm_step`` (same parameters, same return structures).
 
-Its public functions are the fast twins of :mod:`ppo_ref.spec.lstm` (the readable definition,
-which :mod:`ppo_ref.nn.lstm` re-exports): :func:`lstm_forward`, :func:`lstm_backward` and
-:func:`lstm_step` take and return what their spec namesakes do (parameters from
-:func:`ppo_ref.spec.lstm.lstm_init`) and equal them in float64 within rtol 1e-12, atol 1e-14
-(``|fast - spec| <= 1e-14 + 1e-12 * max|spec|`` per result array: the ``lstm`` row of
-``tests/test_tiers.py``). The unchecked stacked helpers (:func:`forward_stacked`,
-:func:`backward_stacked`, :func:`step_stacked`) are the recurrent policy's fast path.
+What runs is the spec's own code: the forward recursion, the BPTT recursion and the cell's
+equations (``ppo_ref.spec.lstm._forward_recursion``, ``_bptt_recursion``, ``_cell_forward``,
+``_cell_backward``; equations in that module's docstring) are compiled here as they are written.
+This module supplies what the spec leaves to a tier: the products, as chains of fused
+multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`); the loops that
+apply the cell to every row and unit (:func:`_cells`, :func:`_cells_backward`); the input part
+of the gates for all steps before the recursion, the weight gradients and ``dx`` after it; and
+the arrays.
 
-The cell is ``torch.nn.LSTM``'s (Hochreiter & Schmidhuber 1997, with the forget gate of Gers,
-Schmidhuber & Cummins 2000), with the reset convention of recurrent PPO (sb3-contrib
-``RecurrentPPO``, CleanRL ``ppo_atari_lstm``): before step ``t`` the carried state is multiplied
-by ``keep[t] = 1 - episode_starts[t]``, so an episode that starts at ``t`` starts from the zero
-state. Per environment ``n`` and step ``t = 0 .. T-1``::
-
-    h~[t] = keep[t] * h[t-1]        c~[t] = keep[t] * c[t-1]        (h[-1] = h0, c[-1] = c0)
-    z[t]  = x[t] @ w_ih.T + h~[t] @ w_hh.T + b                      [4H], blocks (i, f, g, o)
-    i = sigmoid(z_i)   f = sigmoid(z_f)   g = tanh(z_g)   o = sigmoid(z_o)
-    c[t]  = f * c~[t] + i * g
-    h[t]  = o * tanh(c[t])
-
-``b`` is torch's ``b_ih + b_hh`` (one bias; the sum is all the forward pass sees). The returned
-``h_seq[t] = h[t]`` and ``(h_T, c_T) = (h[T-1], c[T-1])`` are *unmasked*: the next call's
-``episode_starts[0]`` decides whether that state is carried on.
-
-Backpropagation through time, given ``dh_seq[t] = dL/dh[t]`` (the direct gradient of the
-outputs) and ``dh_T, dc_T`` (gradient arriving from a later segment, for truncated BPTT);
-``dh~[T] = dh_T``, ``dc~[T] = dc_T``, ``keep[T] = 1``; for ``t = T-1 .. 0``::
-
-    dh    = dh_seq[t] + keep[t+1] * dh~[t+1]            total gradient of h[t]
-    dc    = keep[t+1] * dc~[t+1] + dh * o * (1 - tanh(c[t])^2)
-    dz_i  = dc * g * i * (1 - i)          dz_f = dc * c~[t] * f * (1 - f)
-    dz_g  = dc * i * (1 - g^2)            dz_o = dh * tanh(c[t]) * o * (1 - o)
-    dh~[t] = dz[t] @ w_hh                 dc~[t] = dc * f
-    dh0 = keep[0] * dh~[0]                dc0 = keep[0] * dc~[0]
-
-and, summed over every step and environment (after the loop, each sum over the rows
-``m = t N + n`` in increasing order, one FMA per product term)::
-
-    dw_ih = sum_t dz[t].T @ x[t]     dw_hh = sum_t dz[t].T @ h~[t]     db = sum_t,n dz[t]
-    dx[t] = dz[t] @ w_ih
-
-The factor ``keep`` is where the gradient stops: a state cut by a reset receives exactly 0.
-
-Numerics. All work of the public functions is float64 (float32, integer or bool inputs are
-cast on entry). The unchecked stacked helpers of the recurrent policy's fast path
-(:func:`forward_stacked`, :func:`backward_stacked`, :func:`step_stacked`) run the same
-kernels on float32 arrays when asked (``compute_dtype="float32"``): float32 products and
-FMA chains, and ``tanh`` in float32 arithmetic (:func:`_tanh_f32`). The sigmoid is
-evaluated as ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, an exact identity that never overflows
-(``1 / (1 + exp(-z))`` overflows ``exp`` for ``z < -709``); ``z / 2`` is exact in binary
-floating point (barring underflow). ``tanh`` is this module's own (:func:`_tanh_any`:
-:func:`_tanh` in float64, within 3 units in the last place of NumPy's, and :func:`_tanh_f32`
-in float32, within 4 float32 units of NumPy's float64 tanh; both tested), made of basic
-operations so the loops calling it vectorize.
-The forward recursion over all T steps is one compiled call (:func:`_forward_kernel`), and so
-is BPTT (:func:`_backward_kernel`); their small products are loops of fused multiply-adds in
-index order (:func:`_add_products`), so an environment's results do not depend on the other
-environments in the call, and ``lstm_step`` (the same kernel with T = 1) reproduces
-``lstm_forward`` bit for bit. The weight gradients and ``dx``, one product each over all
-steps after the loop, are the same FMA chains (:func:`_weight_grads`), not BLAS products: their
-summation order is the documented one on every machine. Results agree with
-``torch.nn.LSTM`` (float64) and with the plain oracle of the tests to rounding. The stacked
-helpers run their L LSTMs on numba's threads (``ppo_ref._numba``, "Threads"): each LSTM's
-arithmetic is the same on any number of threads.
+Numerics. float64 inputs compute in float64; when every float input (the parameters included)
+is float32, the same functions run in float32 and return float32 (``tanh`` in float32
+arithmetic). ``tanh`` is :func:`ppo_ref.fast._products._tanh_any` (within a few units in the
+last place of NumPy's). Every product is an FMA chain in the order of its index, so a row's
+results do not depend on the other rows of the call: acting on N envs one step at a time
+(:func:`lstm_step`), replaying T steps of them and training on any subset of them give each env
+the same bits. A non-finite result raises ``FloatingPointError``
+(:func:`ppo_ref._checks.non_finite_result`); arguments are not validated here (the spec
+functions do that, and name the bad one).
 """
 from __future__ import annotations
 
 import math
-from fractions import Fraction
-from typing import Dict, Mapping, NamedTuple, Tuple
+from typing import Mapping, NamedTuple, Tuple
 
 import numpy as np
-from llvmlite import ir as llvm_ir
 from numba import prange
-from numba.core import cgutils, types
+from numba.core import types
 from numba.core.errors import TypingError as NumbaTypingError
-from numba.extending import intrinsic, overload
+from numba.extending import overload, register_jitable
 
-from ppo_ref.fast import workspace
-from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, check_lstm_params,
-                             check_lstm_state, check_same_shape)
+from ppo_ref._checks import as_flag_array, check_same_shape, non_finite_result, result_dtype
 from ppo_ref._numba import njit
+from ppo_ref.fast import _products, workspace
+from ppo_ref.fast._products import (  # noqa: F401  (also names the legacy section reads)
+    _HALF, _ONE, _VECTOR_BITS, _block_loops, _block_vector_intrinsic, _check_block_operands,
+    _column_sums, _fma, _round_to_float32, _strided, _tanh, _tanh_any, _tanh_f32,
+    _transpose_into, _wide)
+from ppo_ref.spec import lstm as _spec
 
-__all__ = ["LSTMCache", "StackedArrays", "lstm_forward", "lstm_backward", "lstm_step",
-           "forward_stacked", "backward_stacked", "step_stacked", "keep_rows", "all_finite",
-           "all_finite_1d"]
-
-Params = Dict[str, np.ndarray]
-PARAM_KEYS = LSTM_PARAM_KEYS
+__all__ = ["lstm_forward", "lstm_backward", "lstm_step"]
 
 
-class LSTMCache(NamedTuple):
-    """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
+def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
+    """This tier's ``ppo_ref.spec.lstm._cells``: ``_cell_forward`` on every row n and unit j,
+    the loop NumPy's broadcasting runs in the spec tier. ``z [N, 4H]`` in blocks (i, f, g, o);
+    ``gates [4, N, H]`` gate by gate (four stores into one row at offsets of H would keep LLVM
+    from vectorizing the loop)."""
+    _wide()
+    hidden = c_prev.shape[1]
+    for n in range(c_prev.shape[0]):
+        k = keep_next[n]
+        for j in range(hidden):
+            (gates[0, n, j], gates[1, n, j], gates[2, n, j], gates[3, n, j], tanh_c[n, j],
+             h[n, j], h_next[n, j], c_next[n, j]) = _spec._cell_forward(
+                z[n, j], z[n, hidden + j], z[n, 2 * hidden + j], z[n, 3 * hidden + j],
+                c_prev[n, j], k, _tanh_any)
 
-    Attributes:
-        x: ``[T, N, D]`` the inputs (the caller's array itself when it was float64: not copied,
-            so it must not be modified between the forward and the backward pass).
-        keep: ``[T + 1, N]`` ``1 - episode_starts`` for steps ``0..T-1``, and ``keep[T] = 1``
-            (the gradients ``dh_T, dc_T`` enter unmasked).
-        h_prev: ``[T, N, H]`` ``h~[t] = keep[t] * h[t-1]``, the state the cell read at step t.
-        c_prev: ``[T, N, H]`` ``c~[t] = keep[t] * c[t-1]``.
-        gates: ``[T, N, 4H]`` activations ``(i, f, g, o)`` (after sigmoid/tanh), torch order.
-        tanh_c: ``[T, N, H]`` ``tanh(c[t])``.
-    """
+
+def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz):
+    """This tier's ``ppo_ref.spec.lstm._cells_backward``: ``_cell_backward`` on every row n and
+    unit j; ``gates [4, N, H]``, ``dz [N, 4H]`` in blocks (i, f, g, o); ``dc_next``
+    overwritten with ``dc~[t]``."""
+    _wide()
+    hidden = c_prev.shape[1]
+    for n in range(c_prev.shape[0]):
+        k = keep_next[n]
+        for j in range(hidden):
+            (dz[n, j], dz[n, hidden + j], dz[n, 2 * hidden + j], dz[n, 3 * hidden + j],
+             dc_next[n, j]) = _spec._cell_backward(
+                gates[0, n, j], gates[1, n, j], gates[2, n, j], gates[3, n, j], c_prev[n, j],
+                tanh_c[n, j], dh_out[n, j], k, dh_next[n, j], dc_next[n, j])
+
+
+# The spec's recursions and cell equations compiled as they are written, with this tier's
+# _add_products, _cells and _cells_backward in place of the spec's (numba overloads of those
+# three names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The cell equations
+# are compiled inline into the loops over elements (a call per element would keep LLVM from
+# vectorizing them).
+register_jitable(inline="always")(_spec._cell_forward)
+register_jitable(inline="always")(_spec._cell_backward)
+register_jitable(_spec._sigmoid)
+overload(_spec._add_products, inline="always")(
+    lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, _strided(a), w_t))
+overload(_spec._cells)(lambda z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next: _cells)
+overload(_spec._cells_backward)(
+    lambda gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz: _cells_backward)
+_forward_recursion = njit(_spec._forward_recursion)
+_bptt_recursion = njit(_spec._bptt_recursion)
+
+
+@njit
+def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_prev, gates,
+                  tanh_c, h_seq):
+    """The forward pass, in place.
+
+    ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, ``x [T, N, D]``, ``keep [T + 1, N]``
+    (``keep[T] = 1``), ``h0, c0 [N, H]``; scratch ``w_ih_t [D, 4H]``, ``w_hh_t [H, 4H]``, ``z
+    [T, N, 4H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t: the state step t read; row
+    T: the final state), ``gates [T, 4, N, H]``, ``tanh_c, h_seq [T, N, H]``. All C-contiguous,
+    one dtype. The input part ``z[t] = b + x[t] @ w_ih.T`` of every step first (the FMA chain of
+    each element starts at ``b``, then the D input terms; the recursion adds the H state terms),
+    then the spec's recursion."""
+    n_steps, n_env, d_in = x.shape
+    hidden = w_hh.shape[1]
+    rows = n_steps * n_env
+    _products._transpose_into(w_ih, w_ih_t)
+    _products._transpose_into(w_hh, w_hh_t)
+    z_rows = z.reshape(rows, 4 * hidden)
+    for m in range(rows):
+        for j in range(4 * hidden):
+            z_rows[m, j] = b[j]
+    _products._add_products(z_rows, _strided(x.reshape(rows, d_in)), w_ih_t)
+    for n in range(n_env):
+        k = keep[0, n]
+        for j in range(hidden):
+            h_prev[0, n, j] = k * h0[n, j]
+            c_prev[0, n, j] = k * c0[n, j]
+    _forward_recursion(w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c, h_seq)
+
+
+@njit
+def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, dz, dh_next,
+                   dc_next, g_w_ih, g_w_hh, g_b, g_w_ih_t, w_hh_copy, dx):
+    """BPTT, in place.
+
+    The arrays of :func:`_forward_pass` (``h_prev``, ``c_prev`` with their T + 1 rows),
+    ``dh_seq [T, N, H]``, ``dh_next, dc_next [N, H]`` holding ``dh_T, dc_T`` (left holding
+    ``dh~[0], dc~[0]``); writes ``dz [T, N, 4H]``, the weight gradients ``g_w_ih [4H, D]``,
+    ``g_w_hh [4H, H]``, ``g_b [4H]`` and, when ``dx`` has T rows (``[T, N, D]``; else it is not
+    computed), ``dx = dz @ w_ih``. Scratch ``g_w_ih_t [D, 4H]`` (``x^T dz``, then transposed:
+    its few rows D would not fill the blocks as columns) and ``w_hh_copy [4H, H]`` (the
+    recursion reads a copy of ``w_hh`` that starts at a cache line, as :func:`_forward_pass`
+    reads its transposed copies). Every sum over the ``T N`` rows runs in the order ``m = t N +
+    n``, one FMA per product term."""
+    n_steps, n_env, d_in = x.shape
+    hidden = w_hh.shape[1]
+    rows = n_steps * n_env
+    for j in range(4 * hidden):
+        for k in range(hidden):
+            w_hh_copy[j, k] = w_hh[j, k]
+    _bptt_recursion(w_hh_copy, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next)
+    dz_rows = dz.reshape(rows, 4 * hidden)
+    g_w_hh[:, :] = 0.0
+    _products._add_products(g_w_hh, _strided(dz_rows.T), h_prev[:n_steps].reshape(rows, hidden))
+    g_w_ih_t[:, :] = 0.0
+    _products._add_products(g_w_ih_t, _strided(x.reshape(rows, d_in).T), dz_rows)
+    _products._transpose_into(g_w_ih_t, g_w_ih)
+    _products._column_sums(dz_rows, g_b)
+    if dx.shape[0] == n_steps:
+        dx[:, :, :] = 0.0
+        _products._add_products(dx.reshape(rows, d_in), _strided(dz_rows), w_ih)
+
+
+class _LSTMCache(NamedTuple):
+    """What :func:`lstm_backward` reads (the arrays of :func:`_forward_pass`, compute dtype)."""
     x: np.ndarray
     keep: np.ndarray
     h_prev: np.ndarray
@@ -114,278 +164,158 @@ class LSTMCache(NamedTuple):
     tanh_c: np.ndarray
 
 
-# --------------------------------------------------------------------------------------------
-# Compiled kernels. One call runs the whole recursion over T steps (forward) or back over them
-# (BPTT); no Python runs per step. The small products are explicit loops, written so that LLVM
-# vectorizes them over the contiguous output index j without reassociating any sum: every
-# output element is the sum of its terms in index order, ``((b + a_0 w_0) + a_1 w_1) + ...``,
-# whatever the number of rows (environments) in the call. An environment's results therefore
-# do not depend on which other environments share the call (the replay of a whole rollout and
-# a training minibatch of some of its envs compute the same bits), nor on whether the sequence
-# is run at once or step by step (lstm_step runs this same kernel with T = 1).
-# --------------------------------------------------------------------------------------------
-
-# Exact constants typed float32: in a float32 kernel they keep the arithmetic in float32 (a
-# Python float literal is float64 in numba and would widen it); in a float64 kernel they are
-# widened exactly, so the float64 arithmetic is the one written with 0.5 and 1.0.
-_HALF = np.float32(0.5)
-_ONE = np.float32(1.0)
-
-_LN2_HI = 6.93147180369123816490e-01   # ln 2 rounded to 32 significant bits: k * _LN2_HI is
-_LN2_LO = 1.90821492927058770002e-10   # exact for |k| < 2^20; _LN2_HI + _LN2_LO = ln 2
-_INV_LN2 = 1.44269504088896338700e+00  # 1 / ln 2
-_ROUND = 6755399441055744.0            # 1.5 * 2^52: (v + _ROUND) - _ROUND = v rounded to integer
+def _all_finite(*arrays) -> bool:
+    return all(np.isfinite(a).all() for a in arrays)
 
 
-def _pow2(k):
-    """``2.0 ** k`` for an integer-valued float ``k`` in [-1022, 1023], exactly."""
-    return math.ldexp(1.0, int(k))
+def _weights(params: Mapping[str, np.ndarray], dtype, keys=("w_ih", "w_hh", "b")):
+    """The arrays ``params[k]`` of ``keys`` as C-contiguous arrays of ``dtype`` (no copy when
+    they are already)."""
+    return tuple(np.ascontiguousarray(params[k], dtype=dtype) for k in keys)
 
 
-def _exponent_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits):
-    """An intrinsic ``k -> 2.0 ** k`` for an integer-valued ``k`` of type ``nb_float``: the
-    float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
-    a bit cast, which LLVM vectorizes; ``math.ldexp`` is a scalar library call)."""
-    def exponent_bits(typingctx, k):
-        sig = nb_float(nb_float)
-
-        def codegen(context, builder, signature, args):
-            int_type = llvm_ir.IntType(int_bits)
-            k_int = builder.fptosi(args[0], int_type)
-            bits = builder.shl(builder.add(k_int, llvm_ir.Constant(int_type, bias)),
-                               llvm_ir.Constant(int_type, mantissa_bits))
-            return builder.bitcast(bits, ll_float)
-        return sig, codegen
-    exponent_bits.__name__ = exponent_bits.__qualname__ = name
-    return intrinsic(exponent_bits)
+def _keep(episode_starts, n_steps: int, n_env: int, dtype) -> np.ndarray:
+    """``keep [T + 1, N]``: ``1 - episode_starts`` (bool or 0/1 numbers), then a row of ones."""
+    keep = np.ones((n_steps + 1, n_env), dtype)
+    keep[:n_steps] -= np.reshape(episode_starts, (n_steps, n_env))
+    return keep
 
 
-# Compiled :func:`_pow2`: the float64 whose exponent field is ``k + 1023``.
-_pow2_bits = _exponent_intrinsic("_pow2_bits", types.float64, llvm_ir.DoubleType(), 64, 1023, 52)
+def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
+    """The arrays of :func:`_forward_pass` (its results, then its scratch), from the pool of
+    :func:`ppo_ref.fast._products._bundle`."""
+    def make():
+        new = _products._aligned
+        state = (n_steps + 1, n_env, hidden)
+        return (new(state, dt), new(state, dt), new((n_steps, 4, n_env, hidden), dt),
+                new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
+                new((d_in, 4 * hidden), dt), new((hidden, 4 * hidden), dt),
+                new((n_steps, n_env, 4 * hidden), dt))
+    return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
 
 
-@overload(_pow2)
-def _pow2_compiled(k):
-    return lambda k: _pow2_bits(k)
+def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
+    """:func:`_forward_pass` on C-contiguous arrays of one dtype: ``(h_seq, c_T, cache)``
+    (``c_T`` a view of the cache)."""
+    n_steps, n_env, d_in = x.shape
+    hidden = w_hh.shape[1]
+    h_prev, c_prev, gates, tanh_c, h_seq, w_ih_t, w_hh_t, z = _forward_arrays(
+        n_steps, n_env, d_in, hidden, x.dtype)
+    _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_prev, gates,
+                  tanh_c, h_seq)
+    if not _all_finite(h_seq, c_prev[n_steps]):
+        raise non_finite_result(where)
+    return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
 
-def _fma(a, b, c):
-    """``a * b + c`` rounded once (IEEE 754 fusedMultiplyAdd), for finite floats: exact
-    rational arithmetic, then one correctly rounded conversion (to float32 when all three are
-    float32, as ``llvm.fma.f32``; else to float64). The interpreted version of the compiled one
-    below (same bits); only the tests run it."""
-    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
-    if all(isinstance(v, np.float32) for v in (a, b, c)):
-        return _round_to_float32(exact)
-    return float(exact)
+def _backward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt, with_dx: bool):
+    """The arrays of :func:`_backward_pass`: the weight gradients and ``dx`` (its results),
+    then its scratch, from the pool of :func:`ppo_ref.fast._products._bundle`."""
+    def make():
+        new = _products._aligned
+        four_h = 4 * hidden
+        return (new((four_h, d_in), dt), new((four_h, hidden), dt), new(four_h, dt),
+                new((n_steps if with_dx else 0, n_env, d_in), dt),
+                new((n_steps, n_env, four_h), dt), new((d_in, four_h), dt),
+                new((four_h, hidden), dt))
+    return _products._bundle(("lstm.backward", n_steps, n_env, d_in, hidden, dt, with_dx),
+                             make)
 
 
-def _round_to_float32(q: Fraction) -> np.float32:
-    """The float32 nearest to the rational ``q`` (ties to even; +-inf beyond the largest
-    float32), rounded once: ``np.float32(float(q))`` would round twice."""
-    if q == 0:
-        return np.float32(0.0)
-    sign = -1 if q < 0 else 1
-    q = abs(q)
-    e = q.numerator.bit_length() - q.denominator.bit_length()  # 2**e <= q < 2**(e+2)
-    if Fraction(2) ** e > q:
-        e -= 1
-    e = max(e, -126)                                           # subnormals: a fixed exponent
-    n = round(q / Fraction(2) ** (e - 23))                     # 24-bit significand, half-even
-    if n >= 2 ** 24:
-        n //= 2                                                # exact: n was 2**24
-        e += 1
-    if e > 127:
-        return np.float32(sign * np.inf)
-    return np.float32(sign * math.ldexp(n, e - 23))
+def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bool, where: str):
+    """:func:`_backward_pass` on arrays of the cache's dtype: ``(dx or None, grads, dh~[0],
+    dc~[0])`` (``dh_T``, ``dc_T`` are overwritten)."""
+    n_steps, n_env, d_in = cache.x.shape
+    hidden = w_hh.shape[1]
+    g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _backward_arrays(
+        n_steps, n_env, d_in, hidden, cache.x.dtype, with_dx)
+    _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev, cache.gates,
+                   cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b, g_w_ih_t,
+                   w_hh_copy, dx)
+    grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
+    if not _all_finite(dx, dh_T, dc_T, g_w_ih, g_w_hh, g_b):
+        raise non_finite_result(where)
+    return (dx if with_dx else None), grads, dh_T, dc_T
 
 
-@intrinsic
-def _fma_llvm(typingctx, a, b, c):
-    """Compiled :func:`_fma`: LLVM's ``llvm.fma.f64`` (one vector FMA instruction per lane when
-    the loop is vectorized). An explicit operation, not a compiler contraction: the order of
-    every sum stays as written. Three float32 operands give ``llvm.fma.f32`` (one rounding to
-    float32; the float32 kernels), anything else float64."""
-    if all(t == types.float32 for t in (a, b, c)):
-        sig = types.float32(types.float32, types.float32, types.float32)
-    else:
-        sig = types.float64(types.float64, types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-    return sig, codegen
+def _float_dtype(arrays, params: Mapping[str, np.ndarray], keys=("w_ih", "w_hh", "b")):
+    """The compute dtype: float32 when every float array of ``arrays`` and of ``params[keys]``
+    is float32, else float64."""
+    return result_dtype(*arrays, *(np.asarray(params[k]) for k in keys))
 
 
-@overload(_fma)
-def _fma_compiled(a, b, c):
-    return lambda a, b, c: _fma_llvm(a, b, c)
+def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
+    """Run the LSTM over a time-major sequence, resetting the state at episode starts: the twin
+    of :func:`ppo_ref.spec.lstm.lstm_forward` (arguments, results and equations there).
 
+    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
 
-def _wide():
-    """Ask for 512-bit vectors in the compiled kernel that calls it (a no-op when interpreted).
-
-    LLVM tunes its x86 targets that have AVX-512 to vectorize loops 256 bits wide (4 float64
-    lanes), to spare the clock drop some CPUs take on 512-bit instructions. Compiled,
-    :func:`_wide` marks the calling function ``"prefer-vector-width"="512"``, so the loop
-    vectorizer of that kernel uses 512-bit vectors (8 float64 lanes) on such CPUs; elsewhere
-    nothing changes (the attribute only states a preference; the instruction set is still the
-    host's). The vector width never changes results: every vectorized loop here computes each
-    element with the same operations in the same order (no fastmath, no reassociation), and
-    the tests compare the compiled kernels with their interpreted versions bit for bit.
+    Returns ``(h_seq [T, N, H], (h_T, c_T), cache)``: in the compute dtype (float32 when every
+    float input is float32, else float64); ``cache`` is this module's own, for
+    :func:`lstm_backward`. Raises ``FloatingPointError`` for a non-finite result.
     """
+    x, h0, c0 = np.asarray(x), np.asarray(h0), np.asarray(c0)
+    dt = _float_dtype((x, h0, c0), params)
+    w_ih, w_hh, b = _weights(params, dt)
+    x = np.ascontiguousarray(x, dtype=dt)
+    n_steps, n_env = x.shape[:2]
+    h_seq, c_T, cache = _run_forward(w_ih, w_hh, b, x, np.ascontiguousarray(h0, dtype=dt),
+                                     np.ascontiguousarray(c0, dtype=dt),
+                                     _keep(episode_starts, n_steps, n_env, dt),
+                                     "ppo_ref.fast.lstm.lstm_forward")
+    return h_seq, (h_seq[n_steps - 1].copy(), c_T.copy()), cache
 
 
-@intrinsic
-def _wide_attribute(typingctx):
-    """Compiled :func:`_wide`: adds the function attribute to the function being lowered
-    (``builder.function``, the caller: intrinsics are emitted inline). llvmlite checks
-    attribute names against a list without key-value attributes, so the set's own ``add``
-    is called; the attribute is written verbatim into the IR. Should a later llvmlite store
-    attributes differently, nothing is added (the kernels then vectorize 256 bits wide: the
-    same results, a little slower)."""
-    sig = types.none()
+def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
+    """One LSTM step for acting, without a cache: the twin of
+    :func:`ppo_ref.spec.lstm.lstm_step` (arguments and results there).
 
-    def codegen(context, builder, signature, args):
-        attributes = builder.function.attributes
-        if isinstance(attributes, set):
-            set.add(attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-@overload(_wide, inline="always")
-def _wide_compiled():
-    return lambda: _wide_attribute()
-
-
-@njit
-def _tanh(x):
-    """tanh(x) from basic IEEE operations only, so that loops calling it vectorize (numba's
-    ``math.tanh`` is a scalar libm call, which does not).
-
-    With ``a = min(|x|, 20)`` (tanh(20) rounds to 1) and ``e(y) = exp(y) - 1`` (expm1)::
-
-        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
-
-    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
-    ``y = k ln2 + r`` with ``k = round(y / ln2)``, ``|r| <= ln2 / 2``, ``k ln2`` subtracted in two
-    parts (Cody & Waite); ``e(r)`` = its Taylor series to ``r^13 / 13!`` (truncation < 2e-17
-    relative); ``e(y) = 2^k e(r) + (2^k - 1)``. Within 3 units in the last place of NumPy's
-    ``np.tanh`` and never above 1 in magnitude (``tests/test_lstm.py``). NaN is not expected
-    (inputs are checked finite); +-inf give +-1.
+    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6); the
+    pass of :func:`lstm_forward` with T = 1, so stepping a sequence gives its states bit for bit.
+    Returns ``(h_new, c_new) [N, H]`` in the compute dtype (fresh arrays).
     """
-    a = min(abs(x), 20.0)
-    big = a > 0.55
-    y = 2.0 * a if big else -2.0 * a
-    k = (y * _INV_LN2 + _ROUND) - _ROUND
-    r = (y - k * _LN2_HI) - k * _LN2_LO
-    p = 1.0 / 6227020800.0             # Horner: e(r) = r + r^2 (1/2! + r (1/3! + ... r / 13!))
-    p = _fma(p, r, 1.0 / 479001600.0)
-    p = _fma(p, r, 1.0 / 39916800.0)
-    p = _fma(p, r, 1.0 / 3628800.0)
-    p = _fma(p, r, 1.0 / 362880.0)
-    p = _fma(p, r, 1.0 / 40320.0)
-    p = _fma(p, r, 1.0 / 5040.0)
-    p = _fma(p, r, 1.0 / 720.0)
-    p = _fma(p, r, 1.0 / 120.0)
-    p = _fma(p, r, 1.0 / 24.0)
-    p = _fma(p, r, 1.0 / 6.0)
-    p = _fma(p, r, 0.5)
-    em = _fma(r * r, p, r)
-    s = _pow2(k)
-    e = _fma(s, em, s - 1.0)
-    # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
-    # vectorization; the divisor here is >= 1. One division serves both branches (a vectorized
-    # loop evaluates both sides of a select, and division is its slowest operation).
-    q = np.divide(2.0 if big else -e, e + 2.0)
-    v = 1.0 - q if big else q
-    return v if x >= 0.0 else -v
+    x, h, c = np.asarray(x), np.asarray(h), np.asarray(c)
+    dt = _float_dtype((x, h, c), params)
+    w_ih, w_hh, b = _weights(params, dt)
+    x = np.ascontiguousarray(x, dtype=dt)
+    h_seq, c_new, _ = _run_forward(w_ih, w_hh, b, x[None], np.ascontiguousarray(h, dtype=dt),
+                                   np.ascontiguousarray(c, dtype=dt),
+                                   _keep(episode_starts, 1, x.shape[0], dt),
+                                   "ppo_ref.fast.lstm.lstm_step")
+    return h_seq[0], c_new
 
 
-# float32 tanh: the same construction with float32 constants (fdlibm's expf split of ln 2,
-# whose high part has 17 significant bits, so k * _LN2_HI_F32 is exact for |k| < 2^7).
-_F32 = np.float32
-_LN2_HI_F32 = _F32(6.9313812256e-01)
-_LN2_LO_F32 = _F32(9.0580006145e-06)
-_INV_LN2_F32 = _F32(1.4426950216e+00)
-_ROUND_F32 = _F32(12582912.0)          # 1.5 * 2^23
-_EXPM1_F32 = tuple(_F32(1.0 / math.factorial(i)) for i in range(8, 1, -1))  # 1/8! .. 1/2!
+def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc_T=None):
+    """Backpropagation through time for :func:`lstm_forward`: the twin of
+    :func:`ppo_ref.spec.lstm.lstm_backward` (arguments, results and equations there), given
+    this module's cache.
+
+    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 2e-5, atol 1e-6).
+
+    Returns ``(dx [T, N, D], grads, (dh0, dc0))``, fresh arrays, in the compute dtype: float32
+    when the forward pass ran in float32 and ``dh_seq``, ``dh_T``, ``dc_T`` and the parameters
+    are float32, else float64. Raises ``FloatingPointError`` for a non-finite result.
+    """
+    given = [np.asarray(a) for a in (dh_seq, dh_T, dc_T) if a is not None]
+    dt = _float_dtype((cache.x, *given), params, ("w_ih", "w_hh"))
+    if dt != cache.x.dtype:
+        cache = _LSTMCache(*(a.astype(dt) for a in cache))
+    w_ih, w_hh = _weights(params, dt, ("w_ih", "w_hh"))
+    n_env, hidden = cache.h_prev.shape[1:]
+    dh = np.zeros((n_env, hidden), dt) if dh_T is None else np.array(dh_T, dtype=dt)
+    dc = np.zeros((n_env, hidden), dt) if dc_T is None else np.array(dc_T, dtype=dt)
+    dx, grads, dh, dc = _run_backward(w_ih, w_hh, cache, np.ascontiguousarray(dh_seq, dtype=dt),
+                                      dh, dc, True, "ppo_ref.fast.lstm.lstm_backward")
+    keep0 = cache.keep[0, :, None]
+    return dx, grads, (keep0 * dh, keep0 * dc)
 
 
-def _pow2_f32(k):
-    """``2.0 ** k`` as float32 for an integer-valued ``k`` in [-126, 127], exactly."""
-    return np.float32(math.ldexp(1.0, int(k)))
+# ============================================================================================
+# Legacy: the old RecurrentPolicy's fast path (train/recurrent_policies.py: forward_stacked,
+# backward_stacked, step_stacked, keep_rows, StackedArrays, all_finite*; fast/mlp.py reads the
+# block, panel and product helpers below). To delete when the policies call the twins.
+# ============================================================================================
 
-
-# Compiled :func:`_pow2_f32`: the float32 whose exponent field is ``k + 127``.
-_pow2_f32_bits = _exponent_intrinsic("_pow2_f32_bits", types.float32, llvm_ir.FloatType(), 32,
-                                     127, 23)
-
-
-@overload(_pow2_f32)
-def _pow2_f32_compiled(k):
-    return lambda k: _pow2_f32_bits(k)
-
-
-@njit
-def _tanh_f32(x):
-    """:func:`_tanh` in float32 arithmetic for a float32 ``x`` (16 lanes per AVX-512 vector):
-    ``a = min(|x|, 10)`` (tanh(10) rounds to 1 in float32), the same two formulas and range
-    reduction, ``e(r)`` by its Taylor series to ``r^8 / 8!`` (truncation < 2e-8 relative for
-    ``|r| <= ln2 / 2``). Within 4 units in the last place (float32) of ``np.tanh`` evaluated in
-    float64 (tested), never above 1 in magnitude."""
-    a = min(abs(x), _F32(10.0))
-    big = a > _F32(0.55)
-    y = _F32(2.0) * a if big else _F32(-2.0) * a
-    k = (y * _INV_LN2_F32 + _ROUND_F32) - _ROUND_F32
-    r = (y - k * _LN2_HI_F32) - k * _LN2_LO_F32
-    c8, c7, c6, c5, c4, c3, c2 = _EXPM1_F32
-    p = _fma(c8, r, c7)
-    p = _fma(p, r, c6)
-    p = _fma(p, r, c5)
-    p = _fma(p, r, c4)
-    p = _fma(p, r, c3)
-    p = _fma(p, r, c2)
-    em = _fma(r * r, p, r)
-    s = _pow2_f32(k)
-    e = _fma(s, em, s - _ONE)
-    q = np.divide(_F32(2.0) if big else -e, e + _F32(2.0))
-    v = _ONE - q if big else q
-    return v if x >= _F32(0.0) else -v
-
-
-def _tanh_any(x):
-    """``tanh`` in the arithmetic of ``x``: :func:`_tanh_f32` for float32, else :func:`_tanh`."""
-    return _tanh_f32(x) if isinstance(x, np.float32) else _tanh(x)
-
-
-@overload(_tanh_any)
-def _tanh_any_compiled(x):
-    if x == types.float32:
-        return lambda x: _tanh_f32(x)
-    return lambda x: _tanh(x)
-
-
-def _target_vector_bits() -> int:
-    """The width of the vector registers numba compiles for: 512 when the target has AVX-512F
-    (``NUMBA_CPU_FEATURES`` when set, else the host's features, as numba itself decides),
-    else 256 (AVX2; also taken for older targets)."""
-    from numba.core import config
-    if config.CPU_FEATURES:
-        features = set(config.CPU_FEATURES.replace(" ", "").split(","))
-        return 512 if "+avx512f" in features else 256
-    import llvmlite.binding as llvm_binding
-    return 512 if llvm_binding.get_host_cpu_features().get("avx512f", False) else 256
-
-
-# The register blocks of _add_products (rows, columns), chosen for the target's vector
-# registers; which block computes an element never changes its bits (the same FMA chain).
-# AVX-512 (32 registers of 8 float64): 8 x 16 (16 accumulators) for calls of few rows (an LSTM
-# step's environments), and 6 x 32 (24 accumulators: each weight vector loaded serves 6 rows
-# and each broadcast 4 vectors) for calls of many rows whose width 32 divides. AVX2 (16
-# registers of 4 float64): 6 x 8 (12 accumulators in float64; 6 in float32), the only block,
-# since the larger ones would not fit in the registers.
-_VECTOR_BITS = _target_vector_bits()
 if _VECTOR_BITS >= 512:
     _BLOCK_ROWS, _BLOCK_COLS = 8, 16
     _WIDE_ROWS, _WIDE_COLS = 6, 32
@@ -394,18 +324,6 @@ else:
     _BLOCK_ROWS, _BLOCK_COLS = 6, 8
     _WIDE_ROWS, _WIDE_COLS = 6, 8
     _WIDE_MIN_ROWS = 2 ** 62   # (never: one block shape)
-
-
-def _block_loops(out, a, w_t, n, j0, rows, cols):
-    """``out[n:n+rows, j0:j0+cols] += a[n:n+rows] @ w_t[:, j0:j0+cols]``, every element a chain
-    of FMAs in the order k = 0, 1, ..., K-1 starting from its value in ``out`` (the arithmetic
-    of :func:`_add_products`)."""
-    for m in range(n, n + rows):
-        for j in range(j0, j0 + cols):
-            o = out[m, j]
-            for k in range(a.shape[1]):
-                o = _fma(a[m, k], w_t[k, j], o)
-            out[m, j] = o
 
 
 def _add_block(out, a, w_t, n, j0):
@@ -418,127 +336,6 @@ def _add_block_wide(out, a, w_t, n, j0):
     """:func:`_block_loops` on the 6 x 32 block at ``(n, j0)``. Interpreted here; compiled, a
     register block of :func:`_block_vector_intrinsic`."""
     _block_loops(out, a, w_t, n, j0, _WIDE_ROWS, _WIDE_COLS)
-
-
-def _block_vector_intrinsic(block_rows, block_cols, panel=False, f32_cols=None):
-    """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
-    (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
-    each row are held in vector accumulators of the target's register width (``<8 x double>``
-    or ``<16 x float>`` with AVX-512, ``<4 x double>`` or ``<8 x float>`` otherwise) for the
-    whole k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` is broadcast into
-    an ``llvm.fma`` per accumulator. Element for element the same FMA chain as the scalar loops
-    (no reassociation), without a load and store of ``out`` per few terms: the loop runs at the
-    FMA units' rate instead of the store port's. (Accumulators live in stack slots that LLVM
-    promotes to registers.)
-
-    With ``panel`` True, the block of :func:`_panel_block` instead: arguments ``(out, a,
-    w_panel, b, n, j0, c0)``, every accumulator starting from the bias ``b[j0 + c0 + c]`` (1-D,
-    contiguous) rather than from ``out``, the weights read from the panel ``w_panel [K, >= c0 +
-    block_cols]`` (C-contiguous, its columns ``c0 .. c0 + block_cols - 1``) and the sums stored
-    into ``out[n + r, j0 + c0 + c]``: ``out = b + a @ w`` on the block, the same FMA chain per
-    element. ``f32_cols``: the block's width for float32 operands (default ``block_cols``), so
-    that one block holds the same number of vectors in both dtypes."""
-    def block_vector(typingctx, out, a, w_t, n, j0):
-        return block_typed(types.none(out, a, w_t, n, j0), out.dtype == types.float32)
-
-    def panel_vector(typingctx, out, a, w_panel, b, n, j0, c0):
-        return block_typed(types.none(out, a, w_panel, b, n, j0, c0),
-                           out.dtype == types.float32)
-
-    def block_typed(sig, is_f32):
-        cols = (f32_cols or block_cols) if is_f32 else block_cols
-
-        def codegen(context, builder, signature, args):
-            out_ty, a_ty, w_ty = signature.args[:3]
-            arrays = [context.make_array(ty)(context, builder, v)
-                      for ty, v in zip((out_ty, a_ty, w_ty), args[:3])]
-            out_arr, a_arr, w_arr = arrays
-            intp = context.get_value_type(types.intp)
-            if panel:
-                b_ty = signature.args[3]
-                b_arr = context.make_array(b_ty)(context, builder, args[3])
-                args, int_types = args[1:], signature.args[1:]
-            else:
-                int_types = signature.args
-            n_ = context.cast(builder, args[3], int_types[3], types.intp)
-            j_ = context.cast(builder, args[4], int_types[4], types.intp)
-            if panel:  # out and b from column j0 + c0, the panel from column c0
-                w_j = context.cast(builder, args[5], int_types[5], types.intp)
-                j_ = builder.add(j_, w_j)
-            elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
-            lanes = _VECTOR_BITS // (32 if is_f32 else 64)   # one vector register
-            n_vec = cols // lanes
-            vec = llvm_ir.VectorType(elem, lanes)
-            vec_ptr = vec.as_pointer()
-            item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
-            fma = cgutils.get_or_insert_function(
-                builder.module, llvm_ir.FunctionType(vec, [vec, vec, vec]),
-                f"llvm.fma.v{lanes}{'f32' if is_f32 else 'f64'}")
-            undef = llvm_ir.Constant(vec, llvm_ir.Undefined)
-            lane0 = llvm_ir.Constant(llvm_ir.IntType(32), 0)
-            splat = llvm_ir.Constant(llvm_ir.VectorType(llvm_ir.IntType(32), lanes), [0] * lanes)
-
-            def const(v):
-                return llvm_ir.Constant(intp, v)
-
-            def pointer(arr, ty, *indices):
-                return cgutils.get_item_pointer2(
-                    context, builder, arr.data, cgutils.unpack_tuple(builder, arr.shape),
-                    cgutils.unpack_tuple(builder, arr.strides), ty.layout, list(indices),
-                    wraparound=False)
-
-            slots = []
-            for r in range(block_rows):
-                for v in range(n_vec):
-                    ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
-                                                  builder.add(j_, const(lanes * v))), vec_ptr)
-                    if panel:
-                        start = builder.bitcast(
-                            pointer(b_arr, b_ty, builder.add(j_, const(lanes * v))), vec_ptr)
-                    else:
-                        start = ptr
-                    slot = cgutils.alloca_once(builder, vec)
-                    builder.store(builder.load(start, align=item), slot)
-                    slots.append((slot, ptr))
-            if not panel:
-                w_j = j_
-            n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
-            with cgutils.for_range(builder, n_k) as loop:
-                k = loop.index
-                w_vecs = [builder.load(builder.bitcast(
-                    pointer(w_arr, w_ty, k, builder.add(w_j, const(lanes * v))), vec_ptr),
-                    align=item) for v in range(n_vec)]
-                for r in range(block_rows):
-                    a_k = builder.load(pointer(a_arr, a_ty, builder.add(n_, const(r)), k))
-                    a_vec = builder.shuffle_vector(builder.insert_element(undef, a_k, lane0),
-                                                   undef, splat)
-                    for v in range(n_vec):
-                        slot = slots[r * n_vec + v][0]
-                        builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
-                                      slot)
-            for slot, ptr in slots:
-                builder.store(builder.load(slot), ptr, align=item)
-            return context.get_dummy_value()
-        return sig, codegen
-    typing = panel_vector if panel else block_vector
-    typing.__name__ = typing.__qualname__ = \
-        f"_{'panel' if panel else 'block'}_{block_rows}x{block_cols}"
-    return intrinsic(typing)
-
-
-def _check_block_operands(out, a, w_t):
-    """Typing-time check of the compiled blocks' operands: 2-D arrays of one dtype, float64 or
-    float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a`` of any
-    strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy); anything
-    else is refused when the caller is compiled (a ``TypingError``), so no layout or dtype
-    selects another code path."""
-    if not (all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t))
-            and out.layout == "C" and w_t.layout == "C"
-            and out.dtype in (types.float32, types.float64)
-            and a.dtype == out.dtype and w_t.dtype == out.dtype):
-        raise NumbaTypingError(
-            "_add_products/_add_block take 2-D float64 or float32 arrays of one dtype, out and "
-            f"w_t C-contiguous, got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
 
 
 _add_block_vector = _block_vector_intrinsic(_BLOCK_ROWS, _BLOCK_COLS)
@@ -947,37 +744,6 @@ def _backward_steps(dh_seq, dh_rec, dc_rec, keep, gates, tanh_c, c_prev, w_hh, d
 
 
 @njit
-def _transpose_into(a, a_t):
-    """``a_t[j, n] = a[n, j]`` (2-D): in tiles of 8 x 8, the leftover rows and columns one by
-    one."""
-    _wide()
-    rows, cols = a.shape
-    r8 = rows - rows % 8
-    c8 = cols - cols % 8
-    for n0 in range(0, r8, 8):
-        for j0 in range(0, c8, 8):
-            for j in range(j0, j0 + 8):
-                for n in range(n0, n0 + 8):
-                    a_t[j, n] = a[n, j]
-        for j in range(c8, cols):
-            for n in range(n0, n0 + 8):
-                a_t[j, n] = a[n, j]
-    for n in range(r8, rows):
-        for j in range(cols):
-            a_t[j, n] = a[n, j]
-
-
-@njit
-def _column_sums(d, out):
-    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
-    _wide()
-    out[:] = 0.0
-    for n in range(d.shape[0]):
-        for j in range(d.shape[1]):
-            out[j] += d[n, j]
-
-
-@njit
 def _linear_rows(x, w_t, b, out):
     """``out = b + x @ w_t`` row by row (a dense layer ``x @ w.T + b`` with ``w_t = w.T``
     ``[K, J]``): ``out[n, j] = fma(x[n, K-1], w_t[K-1, j], ... fma(x[n, 0], w_t[0, j], b[j]))``,
@@ -1179,34 +945,6 @@ def _backward_stack(dh_seq, keep, gates, tanh_c, c_prev, w_hh, x, h_prev, dz, g_
                       dz[l], g_w_ih[l], g_w_hh[l], g_b[l], x_t, products[l], w_hh_copy[l])
 
 
-# --------------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------------
-
-# --------------------------------------------------------------------------------------------
-# Public API
-# --------------------------------------------------------------------------------------------
-
-def _run(w_ih, w_hh, b, x, h0, c0, keep):
-    """The forward recursion on validated float64 arrays; returns (h_seq, c_T, cache)."""
-    n_steps, n_env, _ = x.shape
-    hidden = w_hh.shape[1]
-    x = np.ascontiguousarray(x)
-    # h_prev[t], c_prev[t] = the carried state read at step t; row T holds (h_T, c_T) unmasked.
-    h_prev = np.empty((n_steps + 1, n_env, hidden))
-    c_prev = np.empty((n_steps + 1, n_env, hidden))
-    np.multiply(h0, keep[0, :, None], out=h_prev[0])
-    np.multiply(c0, keep[0, :, None], out=c_prev[0])
-    gates = np.empty((n_steps, n_env, 4 * hidden))
-    tanh_c = np.empty((n_steps, n_env, hidden))
-    h_seq = np.empty((n_steps, n_env, hidden))
-    _forward_kernel(x, np.ascontiguousarray(w_ih.T), np.ascontiguousarray(w_hh.T),
-                    np.ascontiguousarray(b), keep, h_prev, c_prev, gates, tanh_c, h_seq)
-    cache = LSTMCache(x=x, keep=keep, h_prev=h_prev[:n_steps], c_prev=c_prev[:n_steps],
-                      gates=gates, tanh_c=tanh_c)
-    return h_seq, c_prev[n_steps].copy(), cache
-
-
 def _aligned_empty(name: str, shape: Tuple[int, ...], dtype, pooled: bool) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape`` and ``dtype`` starting at a multiple of
     64 bytes (:mod:`ppo_ref.fast.workspace`'s alignment): fresh, or with ``pooled`` from the
@@ -1342,151 +1080,3 @@ def step_stacked(w_ih_t, w_hh_t, b, x, h, c, starts):
     c_new = np.empty(c.shape, x.dtype)
     _step_stack_flags(x, w_ih_t, w_hh_t, b, starts, h, c, h_new, c_new)
     return h_new, c_new
-
-
-def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
-    """Run the LSTM over a time-major sequence, resetting the state at episode starts.
-
-    Equals :func:`ppo_ref.spec.lstm.lstm_forward` in float64 within rtol 1e-12, atol 1e-14
-    per result array (the ``lstm`` row of ``tests/test_tiers.py``; compiled recursion,
-    products as FMA chains in input order).
-
-    Equations: the module docstring (torch.nn.LSTM cell, state multiplied by
-    ``1 - episode_starts[t]`` before step t).
-
-    Args:
-        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (torch gate order i, f, g, o;
-            ``b`` is torch's ``b_ih + b_hh``).
-        x: ``[T, N, D]`` inputs, T >= 1 steps of N >= 1 environments.
-        h0: ``[N, H]`` hidden state carried into step 0.
-        c0: ``[N, H]`` cell state carried into step 0.
-        episode_starts: ``[T, N]`` bool or 0/1 numbers; True at t = the first step of an
-            episode (the carried state is zeroed before that step).
-
-    Returns:
-        ``(h_seq, (h_T, c_T), cache)``: ``h_seq`` ``[T, N, H]`` the hidden state after every
-        step; ``h_T = h_seq[T-1]`` and ``c_T`` ``[N, H]`` the final state (unmasked, to carry
-        into the next segment); ``cache`` an :class:`LSTMCache` for :func:`lstm_backward`.
-        All float64; ``h_T`` and ``c_T`` are fresh arrays.
-
-    Raises:
-        ValueError: naming the argument, for a missing/misshapen parameter, wrong ranks or
-            shapes (``x``, ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other
-            than 0/1, or T = 0 / N = 0.
-    """
-    w_ih, w_hh, b = check_lstm_params(params)
-    hidden, d_in = w_hh.shape[1], w_ih.shape[1]
-    x = as_float_array(x, "x", ndim=(3,)).astype(np.float64, copy=False)
-    n_steps, n_env, d_x = x.shape
-    if n_steps < 1 or n_env < 1:
-        raise ValueError(f"x must be [T, N, D] with T >= 1 and N >= 1, got shape {x.shape}")
-    if d_x != d_in:
-        raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
-                         f"{list(w_ih.shape)}), got shape {x.shape}")
-    h0 = check_lstm_state(h0, "h0", n_env, hidden)
-    c0 = check_lstm_state(c0, "c0", n_env, hidden)
-    keep = _keep_mask(episode_starts, (n_steps, n_env), "[T, N]")
-    h_seq, c_last, cache = _run(w_ih, w_hh, b, x, h0, c0, keep)
-    return h_seq, (h_seq[n_steps - 1].copy(), c_last), cache
-
-
-def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
-    """One LSTM step for acting: ``(h, c) <- cell(x, keep * h, keep * c)``, no cache.
-
-    Equals :func:`ppo_ref.spec.lstm.lstm_step` in float64 within rtol 1e-12, atol 1e-14 per
-    result array (the ``lstm`` row of ``tests/test_tiers.py``).
-
-    The compiled recursion of :func:`lstm_forward` with T = 1 (``keep = 1 -
-    episode_starts``), so stepping a sequence one step at a time gives the same states, bit for
-    bit, as one :func:`lstm_forward` over it.
-
-    Args:
-        params: as :func:`lstm_forward`.
-        x: ``[N, D]`` inputs of the current step.
-        h: ``[N, H]`` carried hidden state.
-        c: ``[N, H]`` carried cell state.
-        episode_starts: ``[N]`` bool or 0/1; True where this step starts a new episode.
-
-    Returns:
-        ``(h_new, c_new)``, float64 ``[N, H]`` each (fresh arrays; inputs are not modified).
-
-    Raises:
-        ValueError: naming the argument (``x``, ``h``, ``c``, ``episode_starts``, ``params``).
-    """
-    w_ih, w_hh, b = check_lstm_params(params)
-    hidden, d_in = w_hh.shape[1], w_ih.shape[1]
-    x = as_float_array(x, "x", ndim=(2,)).astype(np.float64, copy=False)
-    n_env, d_x = x.shape
-    if n_env < 1:
-        raise ValueError(f"x must be [N, D] with N >= 1, got shape {x.shape}")
-    if d_x != d_in:
-        raise ValueError(f"x must have {d_in} features (params['w_ih'] is [4H, D] = "
-                         f"{list(w_ih.shape)}), got shape {x.shape}")
-    h = check_lstm_state(h, "h", n_env, hidden)
-    c = check_lstm_state(c, "c", n_env, hidden)
-    keep = _keep_mask(episode_starts, (n_env,), "[N]")
-    # The sequence kernel with T = 1: the same arithmetic as lstm_forward, bit for bit.
-    h_seq, c_new, _ = _run(w_ih, w_hh, b, x[None], h, c, keep)
-    return h_seq[0], c_new
-
-
-def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
-                  dh_T=None, dc_T=None):
-    """Backpropagation through time for :func:`lstm_forward` (equations: module docstring).
-
-    Equals :func:`ppo_ref.spec.lstm.lstm_backward` in float64 within rtol 1e-12, atol 1e-14
-    per result array (the ``lstm`` row of ``tests/test_tiers.py``), given this module's
-    :class:`LSTMCache` (the spec's cache is another type).
-
-    Args:
-        params: the parameters the forward pass used.
-        cache: the :class:`LSTMCache` returned by :func:`lstm_forward`.
-        dh_seq: ``[T, N, H]`` gradient of the loss w.r.t. ``h_seq``.
-        dh_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``h_T`` arriving from
-            outside ``h_seq`` (e.g. from the next truncated-BPTT segment). It adds to
-            ``dh_seq[T-1]``, since ``h_T`` is ``h_seq[T-1]``.
-        dc_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``c_T``.
-
-    Returns:
-        ``(dx, grads, (dh0, dc0))``: ``dx`` ``[T, N, D]``; ``grads`` a dict with the keys and
-        shapes of ``params``; ``dh0``, ``dc0`` ``[N, H]`` (exactly 0 for environments whose
-        ``episode_starts[0]`` is True). All float64, fresh arrays; nothing is mutated.
-
-    Raises:
-        ValueError: naming the argument, for a cache that is not an :class:`LSTMCache`,
-            parameters that do not match the cache, or a misshapen / non-finite gradient.
-    """
-    w_ih, w_hh, b = check_lstm_params(params)
-    if not isinstance(cache, LSTMCache):
-        raise ValueError(f"cache must be the LSTMCache returned by lstm_forward, "
-                         f"got {type(cache).__name__}")
-    n_steps, n_env, d_in = cache.x.shape
-    hidden = cache.tanh_c.shape[2]
-    if w_hh.shape[1] != hidden or w_ih.shape[1] != d_in:
-        raise ValueError(f"params do not match cache: params['w_ih'] {w_ih.shape}, "
-                         f"params['w_hh'] {w_hh.shape}; cache has D = {d_in}, H = {hidden}")
-    dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
-    check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
-    dh_rec = np.zeros((n_env, hidden)) if dh_T is None else \
-        check_lstm_state(dh_T, "dh_T", n_env, hidden).copy()
-    dc_rec = np.zeros((n_env, hidden)) if dc_T is None else \
-        check_lstm_state(dc_T, "dc_T", n_env, hidden).copy()
-
-    keep, gates, tanh_c, c_prev = cache.keep, cache.gates, cache.tanh_c, cache.c_prev
-    dz = np.empty((n_steps, n_env, 4 * hidden))
-    # dh_rec / dc_rec are overwritten in place, step by step, down to dh~[0] / dc~[0].
-    _backward_kernel(np.ascontiguousarray(dh_seq), dh_rec, dc_rec, keep, gates, tanh_c, c_prev,
-                     np.ascontiguousarray(w_hh), dz)
-    dh0 = dh_rec * keep[0, :, None]
-    dc0 = dc_rec * keep[0, :, None]
-
-    grads = {"w_ih": np.empty_like(w_ih), "w_hh": np.empty_like(w_hh), "b": np.empty_like(b)}
-    x = np.ascontiguousarray(cache.x)
-    x_t = np.empty((d_in, n_steps * n_env))
-    _transpose_into(x.reshape(n_steps * n_env, d_in), x_t)
-    _weight_grads(dz, x, cache.h_prev, grads["w_ih"], grads["w_hh"], grads["b"], x_t,
-                  np.empty((d_in, 4 * hidden)))
-    dx = np.zeros((n_steps, n_env, d_in))
-    _add_products(dx.reshape(n_steps * n_env, d_in), dz.reshape(n_steps * n_env, 4 * hidden),
-                  w_ih)
-    return dx, grads, (dh0, dc0)

@@ -47,6 +47,17 @@ then ``dh0 = keep[0] * dh_next``, ``dc0 = keep[0] * dc_next``, and over all step
 
 A state cut by a reset (``keep = 0``) receives exactly zero gradient.
 
+Written once for both tiers. The loop over steps (:func:`_forward_recursion`), the loop back over
+them (:func:`_bptt_recursion`) and the cell's equations (:func:`_cell_forward`,
+:func:`_cell_backward`, elementwise: they take arrays or numbers) are written in the subset of
+Python that numba compiles, and ``ppo_ref.fast.lstm`` compiles these same functions. What a tier
+supplies is named by three functions the recursions call: the product :func:`_add_products`
+(``out += a @ w_t``) and the loops that apply the cell to every row and unit,
+:func:`_cells` and :func:`_cells_backward`. Here they are NumPy's ``@`` and broadcasting; the
+compiled tier compiles the recursions with its own (fused multiply-add chains, explicit loops)
+in their place. The input part of the gates, ``x[t] @ w_ih.T + b``, is computed for all steps
+before the loop (it reads no state), and the weight gradients and ``dx`` after it.
+
 Plain NumPy, float64 throughout (float32, integer or bool inputs are cast on entry); products by
 ``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.fast.lstm`` to
 rounding, not bit for bit.
@@ -72,7 +83,7 @@ class LSTMStepCache(NamedTuple):
     """What :func:`step_backward` reads; written by :func:`step_forward`. All float64.
 
     Attributes:
-        x: ``[N, D]`` the step's inputs (the caller's float64 array itself, not a copy).
+        x: ``[N, D]`` the step's inputs.
         keep: ``[N]`` ``1 - episode_starts``.
         h_prev: ``[N, H]`` ``h~ = keep * h``, the hidden state the cell read.
         c_prev: ``[N, H]`` ``c~ = keep * c``.
@@ -106,65 +117,140 @@ class LSTMCache(NamedTuple):
     tanh_c: np.ndarray
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    """``1 / (1 + exp(-z))``, as ``(1 + tanh(z / 2)) / 2`` (equal; finite for every finite z)."""
-    return 0.5 * (1.0 + np.tanh(0.5 * z))
-
-
 # --------------------------------------------------------------------------------------------
-# The equations (unchecked: the public functions below check their arguments first)
+# The equations, written once for both tiers (numba compiles them for ppo_ref.fast.lstm)
 # --------------------------------------------------------------------------------------------
 
-def _step(w_ih, w_hh, b, x, h, c, keep):
-    """One step of the cell from the carried ``(h, c)`` and ``keep [N]``: the forward equations
-    of the module docstring, one line each. Returns ``(h_new, c_new, LSTMStepCache)``."""
-    hidden = w_hh.shape[1]
-    h_prev = keep[:, None] * h
-    c_prev = keep[:, None] * c
-    z = x @ w_ih.T + h_prev @ w_hh.T + b
-    i = _sigmoid(z[:, 0 * hidden:1 * hidden])
-    f = _sigmoid(z[:, 1 * hidden:2 * hidden])
-    g = np.tanh(z[:, 2 * hidden:3 * hidden])
-    o = _sigmoid(z[:, 3 * hidden:4 * hidden])
-    c_new = f * c_prev + i * g
-    tanh_c = np.tanh(c_new)
-    h_new = o * tanh_c
-    gates = np.concatenate([i, f, g, o], axis=1)
-    return h_new, c_new, LSTMStepCache(x, keep, h_prev, c_prev, gates, tanh_c)
+# Exact constants typed float32, so that the compiled tier's float32 run of these functions
+# stays in float32 (a Python float is float64 to numba); with float64 operands they are the
+# same numbers 0.5 and 1.
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
 
 
-def _bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
-    """Backpropagation through time over ``cache``: the backward equations of the module
-    docstring, one line each. Returns ``(dx, grads, (dh0, dc0))``."""
-    n_steps, n_env, _ = cache.x.shape
+def _sigmoid(z, tanh):
+    """``sigma(z) = 1 / (1 + exp(-z))``, as ``(1 + tanh(z / 2)) / 2`` (equal; finite for every
+    finite z, where ``exp(-z)`` overflows for ``z < -709``)."""
+    return _HALF + _HALF * tanh(_HALF * z)
+
+
+def _cell_forward(z_i, z_f, z_g, z_o, c_prev, keep_next, tanh):
+    """The cell at step t, elementwise (arrays of one shape, or numbers), from the gate
+    pre-activations ``z`` and the carried ``c~[t]``: the forward lines of the module docstring.
+
+    Returns ``(i, f, g, o, tanh(c[t]), h[t], keep[t+1] * h[t], keep[t+1] * c[t])``: the last two
+    are the state carried into step t + 1 (``keep[T] = 1``: the final state, unmasked).
+    ``tanh`` is the tier's (``np.tanh`` here)."""
+    i = _sigmoid(z_i, tanh)
+    f = _sigmoid(z_f, tanh)
+    g = tanh(z_g)
+    o = _sigmoid(z_o, tanh)
+    c = f * c_prev + i * g
+    tanh_c = tanh(c)
+    h = o * tanh_c
+    return i, f, g, o, tanh_c, h, keep_next * h, keep_next * c
+
+
+def _cell_backward(i, f, g, o, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next):
+    """BPTT through the cell at step t, elementwise: the backward lines of the module
+    docstring. ``dh_out = dh_seq[t]``; ``dh_next, dc_next`` the gradients of the state carried
+    into step t + 1 (``dh~[t+1], dc~[t+1]``; ``dh_T, dc_T`` at t = T - 1), cut by
+    ``keep_next = keep[t+1]``.
+
+    Returns ``(dz_i, dz_f, dz_g, dz_o, dc~[t])``; ``dh~[t] = dz[t] @ w_hh`` is a product."""
+    dh = dh_out + keep_next * dh_next
+    dc = keep_next * dc_next + dh * o * (_ONE - tanh_c * tanh_c)
+    return (dc * g * i * (_ONE - i), dc * c_prev * f * (_ONE - f), dc * i * (_ONE - g * g),
+            dh * tanh_c * o * (_ONE - o), dc * f)
+
+
+def _forward_recursion(w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c, h_seq):
+    """The forward loop over ``t = 0 .. T-1``, in place.
+
+    On entry ``z [T, N, 4H]`` holds the input part ``x[t] @ w_ih.T + b`` of every step and row
+    0 of ``h_prev, c_prev [T + 1, N, H]`` the carried state ``h~[0] = keep[0] * h0``, ``c~[0] =
+    keep[0] * c0``. Step t completes ``z[t]`` with ``h~[t] @ w_hh.T`` (``w_hh_t = w_hh.T``) and
+    applies the cell (:func:`_cell_forward`) to every row and unit, writing ``gates[t]``,
+    ``tanh_c[t]``, ``h_seq[t]`` and the state carried into step t + 1, row t + 1 of ``h_prev``
+    and ``c_prev`` (row T: the final state, unmasked)."""
+    for t in range(z.shape[0]):
+        _add_products(z[t], h_prev[t], w_hh_t)
+        _cells(z[t], c_prev[t], keep[t + 1], gates[t], tanh_c[t], h_seq[t], h_prev[t + 1],
+               c_prev[t + 1])
+
+
+def _bptt_recursion(w_hh, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next):
+    """The backward loop over ``t = T-1 .. 0``, in place.
+
+    On entry ``dh_next, dc_next [N, H]`` hold ``dh_T, dc_T``; step t writes ``dz[t]`` and
+    ``dc~[t]`` (:func:`_cell_backward` on every row and unit), then ``dh~[t] = dz[t] @ w_hh``;
+    on exit they hold ``dh~[0], dc~[0]`` (the initial state's gradients before ``keep[0]``)."""
+    for t in range(dh_seq.shape[0] - 1, -1, -1):
+        _cells_backward(gates[t], c_prev[t], tanh_c[t], dh_seq[t], keep[t + 1], dh_next, dc_next,
+                        dz[t])
+        dh_next[:, :] = 0.0
+        _add_products(dh_next, dz[t], w_hh)
+
+
+# What a tier supplies; the readable tier's: NumPy (the compiled tier's: ppo_ref.fast.lstm).
+
+def _add_products(out, a, w_t):
+    """``out += a @ w_t``."""
+    out += a @ w_t
+
+
+def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
+    """:func:`_cell_forward` on every row and unit at once (NumPy broadcasting), into the
+    given arrays; ``z`` and ``gates`` ``[N, 4H]`` in blocks (i, f, g, o)."""
+    hidden = c_prev.shape[1]
+    blocks = [slice(q * hidden, (q + 1) * hidden) for q in range(4)]
+    (gates[:, blocks[0]], gates[:, blocks[1]], gates[:, blocks[2]], gates[:, blocks[3]],
+     tanh_c[...], h[...], h_next[...], c_next[...]) = _cell_forward(
+        *(z[:, block] for block in blocks), c_prev, keep_next[:, None], np.tanh)
+
+
+def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz):
+    """:func:`_cell_backward` on every row and unit at once, into ``dz [N, 4H]`` and
+    ``dc_next``."""
+    hidden = c_prev.shape[1]
+    blocks = [slice(q * hidden, (q + 1) * hidden) for q in range(4)]
+    (dz[:, blocks[0]], dz[:, blocks[1]], dz[:, blocks[2]], dz[:, blocks[3]],
+     dc_next[...]) = _cell_backward(*(gates[:, block] for block in blocks), c_prev, tanh_c,
+                                    dh_out, keep_next[:, None], dh_next, dc_next)
+
+
+def _run_forward(w_ih, w_hh, b, x, h0, c0, keep):
+    """:func:`_forward_recursion` on checked float64 arrays, ``keep [T + 1, N]``: returns
+    ``(h_seq, (h_T, c_T), LSTMCache)``."""
+    n_steps, n_env, _ = x.shape
     hidden = w_hh.shape[1]
-    keep = cache.keep[:, :, None]                      # [T + 1, N, 1], broadcasts over H
-    dz = np.empty((n_steps, n_env, 4 * hidden))
-    dh_next, dc_next = dh_T, dc_T
-    for t in reversed(range(n_steps)):
-        gates = cache.gates[t]
-        i = gates[:, 0 * hidden:1 * hidden]
-        f = gates[:, 1 * hidden:2 * hidden]
-        g = gates[:, 2 * hidden:3 * hidden]
-        o = gates[:, 3 * hidden:4 * hidden]
-        tanh_c, c_prev = cache.tanh_c[t], cache.c_prev[t]
-        dh = dh_seq[t] + keep[t + 1] * dh_next
-        dc = keep[t + 1] * dc_next + dh * o * (1.0 - tanh_c ** 2)
-        dz[t, :, 0 * hidden:1 * hidden] = dc * g * i * (1.0 - i)
-        dz[t, :, 1 * hidden:2 * hidden] = dc * c_prev * f * (1.0 - f)
-        dz[t, :, 2 * hidden:3 * hidden] = dc * i * (1.0 - g ** 2)
-        dz[t, :, 3 * hidden:4 * hidden] = dh * tanh_c * o * (1.0 - o)
-        dh_next = dz[t] @ w_hh
-        dc_next = dc * f
-    dh0 = keep[0] * dh_next
-    dc0 = keep[0] * dc_next
+    z = x @ w_ih.T + b
+    h_prev = np.empty((n_steps + 1, n_env, hidden))
+    c_prev = np.empty((n_steps + 1, n_env, hidden))
+    h_prev[0] = keep[0, :, None] * h0
+    c_prev[0] = keep[0, :, None] * c0
+    gates = np.empty((n_steps, n_env, 4 * hidden))
+    tanh_c = np.empty((n_steps, n_env, hidden))
+    h_seq = np.empty((n_steps, n_env, hidden))
+    _forward_recursion(w_hh.T, keep, z, h_prev, c_prev, gates, tanh_c, h_seq)
+    cache = LSTMCache(x, keep, h_prev[:n_steps], c_prev[:n_steps], gates, tanh_c)
+    return h_seq, (h_seq[-1].copy(), c_prev[n_steps].copy()), cache
+
+
+def _run_bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
+    """:func:`_bptt_recursion` on checked float64 arrays, then the sums over steps (module
+    docstring). Returns ``(dx, grads, (dh0, dc0))``."""
+    dz = np.empty(cache.gates.shape)
+    dh_next, dc_next = dh_T.copy(), dc_T.copy()
+    _bptt_recursion(w_hh, cache.keep, cache.gates, cache.c_prev, cache.tanh_c, dh_seq, dz,
+                    dh_next, dc_next)
+    keep0 = cache.keep[0, :, None]
     grads = {
         "w_ih": np.einsum("tnj,tnd->jd", dz, cache.x),
         "w_hh": np.einsum("tnj,tnk->jk", dz, cache.h_prev),
         "b": np.einsum("tnj->j", dz),
     }
-    dx = dz @ w_ih
-    return dx, grads, (dh0, dc0)
+    return dz @ w_ih, grads, (keep0 * dh_next, keep0 * dc_next)
 
 
 # --------------------------------------------------------------------------------------------
@@ -256,8 +342,10 @@ def step_forward(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     n_env, hidden = x.shape[0], w_hh.shape[1]
     h = check_lstm_state(h, "h", n_env, hidden)
     c = check_lstm_state(c, "c", n_env, hidden)
-    keep = 1.0 - _check_starts(episode_starts, (n_env,), "[N]")
-    return _step(w_ih, w_hh, b, x, h, c, keep)
+    keep = np.ones((2, n_env))
+    keep[0] -= _check_starts(episode_starts, (n_env,), "[N]")
+    h_seq, (h_new, c_new), cache = _run_forward(w_ih, w_hh, b, x[None], h, c, keep)
+    return h_new, c_new, LSTMStepCache(x, keep[0], *(a[0] for a in cache[2:]))
 
 
 def step_backward(params: Mapping[str, np.ndarray], cache: LSTMStepCache, dh_new, dc_new):
@@ -289,8 +377,8 @@ def step_backward(params: Mapping[str, np.ndarray], cache: LSTMStepCache, dh_new
     sequence = LSTMCache(cache.x[None], np.stack([cache.keep, np.ones(n_env)]),
                          cache.h_prev[None], cache.c_prev[None], cache.gates[None],
                          cache.tanh_c[None])
-    dx, grads, (dh, dc) = _bptt(w_ih, w_hh, sequence, np.zeros((1, n_env, hidden)),
-                                dh_new, dc_new)
+    dx, grads, (dh, dc) = _run_bptt(w_ih, w_hh, sequence, np.zeros((1, n_env, hidden)),
+                                    dh_new, dc_new)
     return dx[0], grads, dh, dc
 
 
@@ -328,18 +416,7 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
     c = check_lstm_state(c0, "c0", n_env, hidden)
     keep = np.ones((n_steps + 1, n_env))
     keep[:n_steps] -= _check_starts(episode_starts, (n_steps, n_env), "[T, N]")
-    h_seq = np.empty((n_steps, n_env, hidden))
-    steps = []
-    for t in range(n_steps):
-        h, c, step_cache = _step(w_ih, w_hh, b, x[t], h, c, keep[t])
-        h_seq[t] = h
-        steps.append(step_cache)
-    cache = LSTMCache(x=x, keep=keep,
-                      h_prev=np.stack([s.h_prev for s in steps]),
-                      c_prev=np.stack([s.c_prev for s in steps]),
-                      gates=np.stack([s.gates for s in steps]),
-                      tanh_c=np.stack([s.tanh_c for s in steps]))
-    return h_seq, (h.copy(), c.copy()), cache
+    return _run_forward(w_ih, w_hh, b, x, h, c, keep)
 
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
@@ -370,7 +447,7 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
     check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
     dh_T = np.zeros((n_env, hidden)) if dh_T is None else check_lstm_state(dh_T, "dh_T", n_env, hidden)
     dc_T = np.zeros((n_env, hidden)) if dc_T is None else check_lstm_state(dc_T, "dc_T", n_env, hidden)
-    return _bptt(w_ih, w_hh, cache, dh_seq, dh_T, dc_T)
+    return _run_bptt(w_ih, w_hh, cache, dh_seq, dh_T, dc_T)
 
 
 def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
