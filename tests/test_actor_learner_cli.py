@@ -61,7 +61,7 @@ def test_async_config_from_ppo_splits_the_batch_and_refuses_too_many_processes()
     with pytest.raises(ValueError, match="actor processes per CPU core"):
         async_config_from_ppo(big, num_actors=too_many, total_timesteps=10_000)
     threads = async_config_from_ppo(big, num_actors=too_many, total_timesteps=10_000,
-                                    backend="thread")
+                                    actors="thread")
     assert threads.n_steps == 8
 
 

@@ -55,7 +55,7 @@ def run_async(n_actors: int, total: int, seed: int) -> dict:
     ppo = PPOConfig.zoo_cartpole()
     config = AsyncActorLearnerConfig(num_actors=n_actors, n_steps=256 // n_actors,
                                      total_timesteps=total, gamma=ppo.gamma,
-                                     gae_lambda=ppo.gae_lambda, seed=seed, backend="process",
+                                     gae_lambda=ppo.gae_lambda, seed=seed, actors="process",
                                      ppo=ppo)
     t0 = time.perf_counter()
     trainer = make_learner(config, ENV_ID)
