@@ -1,6 +1,6 @@
 """Ray actors of the actor-learner loop (``actors="ray"``): :class:`RayActorGroup` (the
 :class:`~ppo_ref.distributed.transport.ActorGroup` of Ray actors), :func:`start_ray_actors` and
-:func:`init_local_ray` (a Ray of this machine that listens on 127.0.0.1 only).
+:func:`init_ray` (join a cluster, or start a Ray of this machine that listens on 127.0.0.1 only).
 
 Each Ray actor (one CPU, no restarts, spread over the cluster's nodes) runs :func:`run_actor`
 in a thread of its worker process, exactly as a thread actor does, with a local queue each way.
@@ -31,7 +31,7 @@ from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFini
                                           ActorLearnerError, Shutdown, StarvationError)
 from ppo_ref.distributed.transport import ActorGroup
 
-__all__ = ["RayActorGroup", "start_ray_actors", "init_local_ray", "import_ray", "RAY_MISSING"]
+__all__ = ["RayActorGroup", "start_ray_actors", "init_ray", "import_ray", "RAY_MISSING"]
 
 RAY_MISSING = "actors='ray' needs Ray, which is not installed: pip install 'ppo_ref[ray]'"
 #: Seconds an actor's pull waits for its first message before it returns empty.
@@ -63,44 +63,81 @@ def _environ(**values: str):
                 os.environ[key] = value
 
 
-def init_local_ray(num_cpus: Optional[int] = None) -> None:
-    """Start a Ray instance of this machine whose processes listen on 127.0.0.1 only.
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
+    """Connect this process to Ray: join the cluster at ``address``, or (None) start a Ray of
+    this machine whose processes listen on 127.0.0.1 only.
 
     Ray registers a node at the machine's network address and its servers listen on every
-    interface, unless it runs in its single-machine mode (the one of ``RAY_ENABLE_WINDOWS_OR_
-    OSX_CLUSTER=0``, read when Ray is imported): then the node is 127.0.0.1 and every server
-    (GCS, raylet, object manager, workers, runtime-env agent) binds 127.0.0.1. This switches
-    that mode on for the start (the variable for the processes Ray starts, Ray's flag for this
-    process), restores both, and checks the result. The workers import ``ppo_ref`` from where
-    this process does (its parent directory goes first on their ``PYTHONPATH``). No dashboard.
+    interface (it even turns a 127.0.0.1 address to join into the machine's address), unless
+    it runs in its single-machine mode (the one of ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
+    read when Ray is imported): then the node is 127.0.0.1 and every server (GCS, raylet,
+    object manager, workers, runtime-env agent) binds 127.0.0.1. For a local start, and to
+    join a loopback address, this switches that mode on (the variable for the processes Ray
+    starts, Ray's flag for this process), restores both after ``ray.init``, and checks that
+    every node is 127.0.0.1. A local Ray's workers import ``ppo_ref`` from where this process
+    does (its parent directory goes first on their ``PYTHONPATH``); it has no dashboard.
+    Before joining ``HOST:PORT`` its port is tried (5 s), so a wrong address is one error.
+    Joining a cluster with token authentication (Ray's default) needs ``RAY_AUTH_MODE=token``
+    and the cluster's token in this process's environment, as Ray requires of any driver. A
+    local Ray reports no usage statistics.
 
     Args:
-        num_cpus: the CPUs Ray may schedule (each actor takes one); None: ``os.cpu_count()``.
+        address: ``HOST:PORT`` of a cluster's head (or ``"auto"``); None: start a local Ray.
+        num_cpus: local Ray only: the CPUs it may schedule (each actor takes one); None:
+            ``os.cpu_count()``.
 
     Raises:
-        ImportError: Ray is not installed. RuntimeError: Ray is already initialized in this
-        process, or a node is not on 127.0.0.1 (Ray is shut down again).
+        ImportError: Ray is not installed. ConnectionError: nothing listens at ``address``.
+        RuntimeError: Ray is already initialized here, or a loopback Ray has a node elsewhere.
     """
     ray = import_ray()
     from ray._private import ray_constants
     import ppo_ref
     if ray.is_initialized():
-        raise RuntimeError("init_local_ray: Ray is already initialized in this process")
+        raise RuntimeError("init_ray: Ray is already initialized in this process")
+    host, _, port = (address or "").split("://")[-1].rpartition(":")
+    if address is not None and port.isdigit():
+        import socket
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
+        except OSError as exc:
+            raise ConnectionError(f"no Ray cluster at {address}: {exc}") from None
+    loopback = address is None or _is_loopback(host)
     root = os.path.dirname(os.path.dirname(os.path.abspath(ppo_ref.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    mode = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback else {}
+    if address is None:
+        mode["RAY_USAGE_STATS_ENABLED"] = "0"     # Ray would report usage to its servers
     saved = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    ray_constants.ENABLE_RAY_CLUSTER = saved and not loopback
     try:
-        with _environ(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", PYTHONPATH=path):
-            ray.init(num_cpus=num_cpus or os.cpu_count() or 1, include_dashboard=False,
-                     _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
+        with _environ(**mode, PYTHONPATH=path):
+            if address is None:
+                # "local": a new Ray even when `ray start` runs one on this machine
+                ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                         include_dashboard=False,
+                         _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
+            else:
+                try:
+                    ray.init(address=address, logging_level=logging.WARNING)
+                except ConnectionError as exc:
+                    if "RAY_AUTH_MODE" in os.environ:
+                        raise
+                    raise ConnectionError(f"{exc} (a cluster with token authentication, "
+                                          f"Ray's default, is joined with RAY_AUTH_MODE=token "
+                                          f"and its token: RAY_AUTH_TOKEN or "
+                                          f"~/.ray/auth_token)") from None
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
     nodes = sorted({node["NodeManagerAddress"] for node in ray.nodes()})
-    if nodes != ["127.0.0.1"]:
+    if loopback and nodes != ["127.0.0.1"]:
         ray.shutdown()
-        raise RuntimeError(f"the local Ray registered its node at {nodes}, not 127.0.0.1 only: "
-                           f"refused (this Ray version ignores its single-machine mode)")
+        raise RuntimeError(f"the Ray on this machine has nodes at {nodes}, not at 127.0.0.1 "
+                           f"only: refused (this Ray version ignores its single-machine mode)")
 
 
 class _RayActorHost:
@@ -279,16 +316,14 @@ class RayActorGroup(ActorGroup):
 
 def start_ray_actors(config: AsyncActorLearnerConfig, env, actor_fn, chunk_size: int
                      ) -> RayActorGroup:
-    """Start ``config.num_actors`` Ray actors (the Ray of this process; else the cluster at
-    ``config.ray_address``; else :func:`init_local_ray`) and wait until they run (at most
+    """Start ``config.num_actors`` Ray actors (on the Ray this process is connected to,
+    else :func:`init_ray` with ``config.ray_address``) and wait until they run (at most
     ``config.starvation_timeout`` seconds). Called by
     :func:`~ppo_ref.distributed.transport.start_actors`."""
     ray = import_ray()
     started = not ray.is_initialized()
-    if started and config.ray_address is not None:
-        ray.init(address=config.ray_address, logging_level=logging.WARNING)
-    elif started:
-        init_local_ray(max(os.cpu_count() or 1, config.num_actors))
+    if started:
+        init_ray(config.ray_address, max(os.cpu_count() or 1, config.num_actors))
     group = None
     try:
         host = ray.remote(_RayActorHost).options(num_cpus=1, max_restarts=0, max_concurrency=2,
