@@ -192,7 +192,7 @@ def test_lockstep_runs_are_identical_with_thread_and_ray_actors(monkeypatch):
     assert len(puts) == r_ray.broadcasts == 6          # versions 0 to 5
     # a flush per n_steps (in lockstep also a wait), and the steps after the last broadcast
     assert ray_rows.count(32) >= 5 * 3 and len(ray_rows) <= 6 * 3 and max(ray_rows) == 32
-    assert [s.steps_sent for s in r_ray.actor_stats] == [5 * 32] * 3
+    assert all(5 * 32 <= s.steps_sent <= 6 * 32 for s in r_ray.actor_stats)
     assert any(s[0] == "raylet" for s in ray_sockets) and off_loopback(ray_sockets) == []
     assert gone(group.pids)
 

@@ -319,11 +319,15 @@ def start_ray_actors(config: AsyncActorLearnerConfig, env, actor_fn, chunk_size:
     """Start ``config.num_actors`` Ray actors (on the Ray this process is connected to,
     else :func:`init_ray` with ``config.ray_address``) and wait until they run (at most
     ``config.starvation_timeout`` seconds). Called by
-    :func:`~ppo_ref.distributed.transport.start_actors`."""
+    :func:`~ppo_ref.distributed.transport.start_actors`. A Ray that cannot be joined or
+    started is an :class:`ActorLearnerError` (as an actor that cannot start)."""
     ray = import_ray()
     started = not ray.is_initialized()
     if started:
-        init_ray(config.ray_address, max(os.cpu_count() or 1, config.num_actors))
+        try:
+            init_ray(config.ray_address, max(os.cpu_count() or 1, config.num_actors))
+        except (ConnectionError, RuntimeError) as exc:
+            raise ActorLearnerError(f"cannot start Ray actors: {exc}") from exc
     group = None
     try:
         host = ray.remote(_RayActorHost).options(num_cpus=1, max_restarts=0, max_concurrency=2,
