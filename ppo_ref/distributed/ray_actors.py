@@ -11,8 +11,9 @@ time per actor, in the order they were sent. A broadcast is put in the object st
 its reference passed to every actor. A failed pull (the actor's process, its node or the
 object holding its messages lost) marks the actor dead with Ray's error text; the learner reads
 that through :meth:`RayActorGroup.is_alive` and :meth:`RayActorGroup.exit_description` as for
-the other kinds. :meth:`RayActorGroup.shutdown` asks every actor to stop, then kills them all.
-Ray is imported only here, and only when Ray actors are started.
+the other kinds. :meth:`RayActorGroup.shutdown` asks every actor to stop, then kills them all;
+Ray itself keeps running for the next run of this process. Ray is imported only here, and only
+when Ray actors are started.
 """
 
 from __future__ import annotations
@@ -190,10 +191,9 @@ class RayActorGroup(ActorGroup):
     actor handles; ``pids`` and ``nodes`` say where each runs. Made by
     :func:`start_ray_actors`."""
 
-    def __init__(self, ray, handles: list, started_ray: bool):
+    def __init__(self, ray, handles: list):
         super().__init__("ray", handles, queue_module.Queue(), [])
         self._ray = ray
-        self._started_ray = started_ray
         self._pulls: Dict[Any, int] = {}          # ObjectRef of the pull in flight -> agent id
         self._dead: Dict[int, str] = {}           # agent id -> Ray's error text
         self._ended: set = set()                  # agents whose last word is in the inbox
@@ -281,36 +281,33 @@ class RayActorGroup(ActorGroup):
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
         """Send :class:`Shutdown`, read the actors' last words for up to ``timeout`` seconds,
-        then kill every actor (whatever it is doing) and wait until Ray reports them dead;
-        shut Ray down when :func:`start_ray_actors` started it."""
+        then kill every actor (whatever it is doing) and wait (at most 2 s) until Ray reports
+        them dead. Ray itself keeps running (the next run reuses it; Ray stops a Ray it
+        started when this process exits)."""
         if self._closed:
             return self.final_messages
         self._closed = True
         ray = self._ray
-        try:
-            for agent_id in range(self.num_actors):
-                if self.is_alive(agent_id):
-                    self.send(agent_id, Shutdown())
-            deadline = time.monotonic() + timeout
-            while (any(map(self.is_alive, range(self.num_actors))) and self._pulls
-                   and time.monotonic() < deadline):
-                self._keep_final(self.get(0.05))
-            while True:
-                msg = super().get(0.0)
-                if msg is None:
-                    break
-                self._keep_final(msg)
-            for handle in self.workers:
-                ray.kill(handle, no_restart=True)
-            # every call in flight fails once Ray knows the actor is dead
-            refs = list(self._pulls) + [h.where.remote() for h in self.workers]
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=KILL_SECONDS)
-            for ref in ready:
-                with contextlib.suppress(ray.exceptions.RayError):
-                    ray.get(ref)
-        finally:
-            if self._started_ray:
-                ray.shutdown()
+        for agent_id in range(self.num_actors):
+            if self.is_alive(agent_id):
+                self.send(agent_id, Shutdown())
+        deadline = time.monotonic() + timeout
+        while (any(map(self.is_alive, range(self.num_actors))) and self._pulls
+               and time.monotonic() < deadline):
+            self._keep_final(self.get(0.05))
+        while True:
+            msg = super().get(0.0)
+            if msg is None:
+                break
+            self._keep_final(msg)
+        for handle in self.workers:
+            ray.kill(handle, no_restart=True)
+        # every call in flight fails once Ray knows the actor is dead
+        refs = list(self._pulls) + [h.where.remote() for h in self.workers]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=KILL_SECONDS)
+        for ref in ready:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(ref)
         return self.final_messages
 
 
@@ -322,23 +319,18 @@ def start_ray_actors(config: AsyncActorLearnerConfig, env, actor_fn, chunk_size:
     :func:`~ppo_ref.distributed.transport.start_actors`. A Ray that cannot be joined or
     started is an :class:`ActorLearnerError` (as an actor that cannot start)."""
     ray = import_ray()
-    started = not ray.is_initialized()
-    if started:
+    if not ray.is_initialized():
         try:
             init_ray(config.ray_address, max(os.cpu_count() or 1, config.num_actors))
         except (ConnectionError, RuntimeError) as exc:
             raise ActorLearnerError(f"cannot start Ray actors: {exc}") from exc
-    group = None
+    host = ray.remote(_RayActorHost).options(num_cpus=1, max_restarts=0, max_concurrency=2,
+                                             scheduling_strategy="SPREAD")
+    group = RayActorGroup(ray, [host.remote(actor_fn, agent_id, env, config, chunk_size)
+                                for agent_id in range(config.num_actors)])
     try:
-        host = ray.remote(_RayActorHost).options(num_cpus=1, max_restarts=0, max_concurrency=2,
-                                                 scheduling_strategy="SPREAD")
-        group = RayActorGroup(ray, [host.remote(actor_fn, agent_id, env, config, chunk_size)
-                                    for agent_id in range(config.num_actors)], started)
         group.wait_started(config.starvation_timeout)
     except BaseException:
-        if group is not None:
-            group.shutdown(0.0)
-        elif started:
-            ray.shutdown()
+        group.shutdown(0.0)
         raise
     return group
