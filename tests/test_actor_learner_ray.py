@@ -23,8 +23,9 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from ppo_ref.config import PPOConfig  # noqa: E402
-from ppo_ref.distributed import (ActorDiedError, AsyncActorLearnerConfig, ExperienceBatch,  # noqa: E402
-                                 StarvationError, learner_loop, make_learner, start_actors)
+from ppo_ref.distributed import (ActorDiedError, AsyncActorLearnerConfig,  # noqa: E402
+                                 ExperienceBatch, StarvationError, learner_loop, make_learner,
+                                 start_actors)
 from ppo_ref.distributed.ray_actors import init_ray  # noqa: E402
 
 from test_actor_learner import LEARN_PPO, crashing_env  # noqa: E402

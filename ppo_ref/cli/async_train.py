@@ -19,12 +19,13 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     Uses ``args.env``, ``args.total_timesteps``, ``args.num_actors``, ``args.vtrace``,
     ``args.broadcast_every``, ``args.seed``, ``args.progress_every``,
     ``args.checkpoint_every``, ``args.quiet``, ``args.actors`` (None: "process") and
-    ``args.ray_address`` (when present). Writes ``config.json`` (with the actor-learner settings), ``metrics.csv``,
-    ``timing.csv``, ``episodes.csv`` (``env`` = agent id) and ``checkpoint.npz`` (a
-    :class:`~ppo_ref.train.ppo.PPOTrainer` checkpoint: ``ppo-ref eval`` works on it) through
-    :class:`ppo_ref.io.runlog.RunLogger`; the progress line adds the policy lag. First Ctrl-C:
-    stop after the current update, checkpoint, exit 130. An actor failure or starvation:
-    checkpoint of the last completed update, exit 3.
+    ``args.ray_address`` (when present). Writes ``config.json`` (with the actor-learner
+    settings), ``metrics.csv``, ``timing.csv``, ``episodes.csv`` (``env`` = agent id) and
+    ``checkpoint.npz`` (a :class:`~ppo_ref.train.ppo.PPOTrainer` checkpoint: ``ppo-ref eval``
+    works on it) through :class:`ppo_ref.io.runlog.RunLogger`; the progress line adds the
+    policy lag. First Ctrl-C: stop after the current update, checkpoint, exit 130. An actor
+    failure or starvation (or a Ray that cannot be started or joined): checkpoint of the last
+    completed update, exit 3.
     """
     import json
     import sys
