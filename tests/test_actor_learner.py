@@ -1,7 +1,7 @@
-"""Actor-learner loop (docs/specification.md §6), thread backend: config, messages, FIFO order, lockstep
+"""Actor-learner loop (docs/specification.md §6), thread actors: config, messages, FIFO order, lockstep
 on-policy behaviour, V-trace vs GAE, failure handling, learning.
 
-The process backend is exercised in tests/test_actor_learner_process.py (spawn start-up is
+Process actors are exercised in tests/test_actor_learner_process.py (spawn start-up is
 slow, so those tests are few)."""
 import functools
 import threading
@@ -27,7 +27,7 @@ def small_config(**changes):
     # starvation_timeout 60 s (the default, as the other actor-learner tests): the actors'
     # first steps compile their kernels when the numba cache is cold (a fresh clone in CI),
     # which took more than 20 s on a loaded 2-core machine
-    base = dict(num_actors=2, n_steps=32, total_timesteps=2 * 32 * 4, backend="thread",
+    base = dict(num_actors=2, n_steps=32, total_timesteps=2 * 32 * 4, actors="thread",
                 ppo=SMALL_PPO, starvation_timeout=60.0)
     base.update(changes)
     return AsyncActorLearnerConfig(**base)
@@ -153,7 +153,7 @@ def test_config_defaults_and_derived_values():
     assert c.max_lead_steps == 0 and c.lead_limit == 2 * 256
     assert (c.gamma, c.gae_lambda, c.use_vtrace) == (0.99, 0.95, False)
     assert (c.rho_bar, c.c_bar) == (1.0, 1.0)
-    assert (c.seed, c.starvation_timeout, c.backend) == (0, 60.0, "process")
+    assert (c.seed, c.starvation_timeout, c.actors, c.ray_address) == (0, 60.0, "process", None)
     # whole updates reaching at least total_timesteps (200_000 / 1024 = 195.3 -> 196)
     assert c.num_updates == 196 and 195 * 1024 < 200_000 <= 196 * 1024
     assert AsyncActorLearnerConfig(total_timesteps=10).num_updates == 1
@@ -179,7 +179,9 @@ def test_config_defaults_and_derived_values():
     (dict(c_bar=-1.0), "c_bar"),
     (dict(seed=-1), "seed"),
     (dict(starvation_timeout=0), "starvation_timeout"),
-    (dict(backend="fork"), "backend"),
+    (dict(actors="fork"), "actors"),
+    (dict(actors="thread", ray_address="127.0.0.1:6379"), "ray_address"),
+    (dict(actors="ray", ray_address=""), "ray_address"),
     (dict(ppo={"n_epochs": 3}), "ppo"),
     (dict(n_steps=8, num_actors=2, ppo=PPOConfig(batch_size=64)), "batch_size"),
     (dict(ppo=PPOConfig(normalize_observations=True)), "ppo.normalize_observations"),
@@ -415,9 +417,9 @@ LEARN_PPO = PPOConfig.zoo_cartpole(n_epochs=10, batch_size=128)
 
 
 @pytest.mark.slow
-def test_thread_backend_learns_cartpole():
+def test_thread_actors_learn_cartpole():
     config = AsyncActorLearnerConfig(num_actors=2, n_steps=128, total_timesteps=40_000,
-                                     gamma=0.98, gae_lambda=0.8, backend="thread", ppo=LEARN_PPO)
+                                     gamma=0.98, gae_lambda=0.8, actors="thread", ppo=LEARN_PPO)
     trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"), "CartPole-v1")
     assert report.env_steps <= 50_000
     assert np.mean(report.episode_returns[-30:]) >= 150

@@ -61,7 +61,7 @@ def test_async_config_from_ppo_splits_the_batch_and_refuses_too_many_processes()
     with pytest.raises(ValueError, match="actor processes per CPU core"):
         async_config_from_ppo(big, num_actors=too_many, total_timesteps=10_000)
     threads = async_config_from_ppo(big, num_actors=too_many, total_timesteps=10_000,
-                                    backend="thread")
+                                    actors="thread")
     assert threads.n_steps == 8
 
 
@@ -77,3 +77,32 @@ def test_overshoot_note_speaks_of_updates_of_the_actors(capsys):
                    "256 steps: 20 updates to reach --total-timesteps 5000, 5120 steps in all")
     rollout_note(PPOConfig.zoo_cartpole(), 0, 1000)
     assert "whole rollouts of n_steps*n_envs = 32*8 = 256 steps: 4 rollouts" in capsys.readouterr().err
+
+
+def test_actor_kind_flags_are_checked_in_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.util
+    run_dir = tmp_path / "run"
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "ray" else real_find_spec(name, *args))
+    for argv, text in (
+            (["--async", "--actors", "ray"], "--actors ray needs Ray, which is not installed: "
+                                             "pip install 'ppo_ref[ray]'"),
+            (["--async", "--ray-address", "127.0.0.1:6379"], "--ray-address only applies with "
+                                                             "--actors ray"),
+            (["--actors", "thread"], "--actors only applies to the actor-learner")):
+        assert main(["train", *argv, "--run-dir", str(run_dir), "--quiet"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ppo-ref train: error: ") and text in err[0]
+        assert not run_dir.exists()
+
+
+def test_ray_actors_without_ray_is_one_clear_error(monkeypatch):
+    import sys
+    import pytest
+    from ppo_ref.distributed import AsyncActorLearnerConfig, start_actors
+    monkeypatch.setitem(sys.modules, "ray", None)          # import ray fails
+    config = AsyncActorLearnerConfig(num_actors=2, n_steps=32, actors="ray")
+    with pytest.raises(ImportError, match=r"^actors='ray' needs Ray, which is not installed: "
+                                          r"pip install 'ppo_ref\[ray\]'$"):
+        start_actors(config, "CartPole-v1")

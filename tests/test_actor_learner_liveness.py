@@ -1,5 +1,5 @@
 """Actor failures surface fast at any actor count; a hung env is reported; nothing outlives the
-learner. Process backend (spawn): each test starts fresh actor processes, so they are few."""
+learner. Process actors (spawn): each test starts fresh actor processes, so they are few."""
 import multiprocessing
 import os
 import signal
@@ -20,7 +20,7 @@ BOUND_SECONDS = 2.0 + 0.5
 
 
 def _config(num_actors, **changes):
-    base = dict(num_actors=num_actors, n_steps=16, total_timesteps=10 ** 7, backend="process",
+    base = dict(num_actors=num_actors, n_steps=16, total_timesteps=10 ** 7, actors="process",
                 ppo=PPOConfig(n_epochs=1, batch_size=16 * num_actors), starvation_timeout=60.0)
     base.update(changes)
     return AsyncActorLearnerConfig(**base)
@@ -71,7 +71,7 @@ def test_actor_hung_in_env_step_does_not_outlive_a_killed_learner(tmp_path):
         from ppo_ref.config import PPOConfig
         if __name__ == "__main__":
             config = AsyncActorLearnerConfig(num_actors=2, n_steps=16, total_timesteps=10**6,
-                backend="process", ppo=PPOConfig(n_epochs=1, batch_size=32))
+                actors="process", ppo=PPOConfig(n_epochs=1, batch_size=32))
             trainer = make_learner(config, "CartPole-v1")
             env = functools.partial(helpers.hanging_env, after=40, pid_file={str(pids)!r})
             learner_loop(config, trainer, env)

@@ -1,4 +1,4 @@
-"""Actor-learner loop on the process backend (multiprocessing, spawn): failures and learning.
+"""Actor-learner loop with process actors (multiprocessing, spawn): failures and learning.
 
 Each test starts fresh actor processes (each imports numpy, numba, gymnasium), so they are few.
 """
@@ -17,7 +17,7 @@ from test_actor_learner import LEARN_PPO, crashing_env
 
 
 def process_config(**changes):
-    base = dict(num_actors=2, n_steps=32, total_timesteps=20 * 64, backend="process",
+    base = dict(num_actors=2, n_steps=32, total_timesteps=20 * 64, actors="process",
                 ppo=PPOConfig(n_epochs=1, batch_size=64), starvation_timeout=60.0)
     base.update(changes)
     return AsyncActorLearnerConfig(**base)
@@ -43,9 +43,9 @@ def test_dead_actor_process_is_reported_and_nothing_is_left_running(how, text, t
 
 
 @pytest.mark.slow
-def test_process_backend_learns_cartpole():
+def test_process_actors_learn_cartpole():
     config = AsyncActorLearnerConfig(num_actors=2, n_steps=128, total_timesteps=40_000,
-                                     gamma=0.98, gae_lambda=0.8, backend="process", ppo=LEARN_PPO)
+                                     gamma=0.98, gae_lambda=0.8, actors="process", ppo=LEARN_PPO)
     trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"), "CartPole-v1")
     assert report.env_steps <= 50_000
     assert np.mean(report.episode_returns[-30:]) >= 150
@@ -54,12 +54,12 @@ def test_process_backend_learns_cartpole():
     assert multiprocessing.active_children() == []
 
 
-def test_lockstep_runs_are_identical_on_both_backends():
+def test_lockstep_runs_are_identical_with_thread_and_process_actors():
     # Lockstep: each actor's steps and the version it acts with are fixed by the seeds alone,
     # not by timing, so thread and process runs must end with bit-identical parameters.
     results = []
-    for backend in ("thread", "process"):
-        config = process_config(backend=backend, max_lead_steps=32, total_timesteps=5 * 64,
+    for kind in ("thread", "process"):
+        config = process_config(actors=kind, max_lead_steps=32, total_timesteps=5 * 64,
                                 seed=3)
         trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"),
                                        "CartPole-v1")

@@ -91,7 +91,7 @@ def run_both(preset: str, tier: str, use_vtrace: bool, continuous: bool = False)
     ppo = PPOConfig.preset(preset, batch_size=16, n_epochs=2, backend=tier)
     config = AsyncActorLearnerConfig(
         num_actors=N, n_steps=T, total_timesteps=2 * T * N, gamma=0.9,
-        gae_lambda=1.0 if use_vtrace else 0.8, use_vtrace=use_vtrace, backend="thread",
+        gae_lambda=1.0 if use_vtrace else 0.8, use_vtrace=use_vtrace, actors="thread",
         ppo=ppo, seed=3)
     sync_env = SyncVectorEnv([functools.partial(ScriptedEnv, i, continuous) for i in range(N)],
                              autoreset_mode=AutoresetMode.SAME_STEP)

@@ -450,7 +450,7 @@ def _actor_case(seed: int, workdir: str):
     rng = random.Random(seed)
     n = rng.choice([2, 4, 8, 16])
     config = AsyncActorLearnerConfig(num_actors=n, n_steps=16, total_timesteps=10 ** 7,
-                                     backend="process", ppo=PPOConfig(n_epochs=1, batch_size=16 * n))
+                                     actors="process", ppo=PPOConfig(n_epochs=1, batch_size=16 * n))
     trainer = make_learner(config, "CartPole-v1")
     kill_at = rng.randint(2, 6)
     killed = {}

@@ -7,7 +7,8 @@ in :data:`SUBCOMMANDS` by :mod:`ppo_ref.cli.main`; more can be added with
     ppo-ref train [--env ID] [--policy mlp|lstm] [--total-timesteps N] [--n-envs N] [--seed S]
                   [--run-dir DIR] [--preset NAME] [--set field=value ...] [--resume DIR]
                   [--vectorization sync|async]                  train.py
-                  [--async --num-actors N --vtrace --broadcast-every K]         async_train.py
+                  [--async --num-actors N --vtrace --broadcast-every K
+                   --actors process|thread|ray --ray-address ADDR]              async_train.py
     ppo-ref eval DIR [--episodes N] [--deterministic] [--seed S] [--allow-import]   eval.py
     ppo-ref plot DIR [--output PATH]                                                plot.py
     ppo-ref vectors --out DIR | ppo-ref check DIR --results FILE                    vectors.py

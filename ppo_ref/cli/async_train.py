@@ -18,13 +18,14 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
 
     Uses ``args.env``, ``args.total_timesteps``, ``args.num_actors``, ``args.vtrace``,
     ``args.broadcast_every``, ``args.seed``, ``args.progress_every``,
-    ``args.checkpoint_every``, ``args.quiet`` (and ``args.actor_backend`` when present, default
-    "process"). Writes ``config.json`` (with the actor-learner settings), ``metrics.csv``,
-    ``timing.csv``, ``episodes.csv`` (``env`` = agent id) and ``checkpoint.npz`` (a
-    :class:`~ppo_ref.train.ppo.PPOTrainer` checkpoint: ``ppo-ref eval`` works on it) through
-    :class:`ppo_ref.io.runlog.RunLogger`; the progress line adds the policy lag. First Ctrl-C:
-    stop after the current update, checkpoint, exit 130. An actor failure or starvation:
-    checkpoint of the last completed update, exit 3.
+    ``args.checkpoint_every``, ``args.quiet``, ``args.actors`` (None: "process") and
+    ``args.ray_address`` (when present). Writes ``config.json`` (with the actor-learner
+    settings), ``metrics.csv``, ``timing.csv``, ``episodes.csv`` (``env`` = agent id) and
+    ``checkpoint.npz`` (a :class:`~ppo_ref.train.ppo.PPOTrainer` checkpoint: ``ppo-ref eval``
+    works on it) through :class:`ppo_ref.io.runlog.RunLogger`; the progress line adds the
+    policy lag. First Ctrl-C: stop after the current update, checkpoint, exit 130. An actor
+    failure or starvation (or a Ray that cannot be started or joined): checkpoint of the last
+    completed update, exit 3.
     """
     import json
     import sys
@@ -37,7 +38,8 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
             config = async_config_from_ppo(
                 ppo, num_actors=args.num_actors, total_timesteps=total, use_vtrace=args.vtrace,
                 broadcast_every=args.broadcast_every, seed=args.seed,
-                backend=getattr(args, "actor_backend", "process"))
+                actors=getattr(args, "actors", None) or "process",
+                ray_address=getattr(args, "ray_address", None))
     except UsageError:  # nothing was written: the run-directory lock removes what it made
         raise
     trainer = make_learner(config, env_id)
@@ -49,7 +51,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     logger = _async_run_logger(run_dir, json.loads(json.dumps(run_info)),
                                progress_every=args.progress_every,
                                checkpoint_every=args.checkpoint_every, quiet=args.quiet)
-    print(f"ppo-ref: training mlp on {env_id} with {config.num_actors} {config.backend} actors "
+    print(f"ppo-ref: training mlp on {env_id} with {config.num_actors} {config.actors} actors "
           f"({config.n_steps} steps each per update, "
           f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
           f"{config.broadcast_every}) for {total} steps (seed {args.seed}) -> {run_dir}")

@@ -172,7 +172,13 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("asynchronous actor-learner (--async)")
     g.add_argument("--async", dest="use_async", action="store_true",
                    help="train with the actor-learner loop (ppo_ref.distributed.learner)")
-    g.add_argument("--num-actors", type=int, default=None, help=f"actor processes, at most {MAX_NUM_ACTORS} (default 4)")
+    g.add_argument("--num-actors", type=int, default=None, help=f"actors, at most {MAX_NUM_ACTORS} (default 4)")
+    g.add_argument("--actors", default=None, choices=["process", "thread", "ray"],
+                   help="where the actors run: processes of this machine (default), threads, or "
+                        "Ray actors (needs ppo_ref[ray])")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="with --actors ray: join the Ray cluster at ADDR (e.g. HEAD_IP:6379 or "
+                        "auto); without it a local Ray is started on 127.0.0.1 only")
     g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
     g.add_argument("--broadcast-every", type=int, default=None,
                    help="updates between policy broadcasts (default 1)")
@@ -194,6 +200,7 @@ TRAIN_EXAMPLES = (
     ("ppo-ref train --list-fields", "every --set field: default, help"),
     ("ppo-ref train --resume DIR --total-timesteps 200000", "continue and extend a run"),
     ("ppo-ref train --async --num-actors 4 --vtrace", "the actor-learner, V-trace"),
+    ("ppo-ref train --async --actors ray --num-actors 8", "actors on Ray (a local one)"),
     ("ppo-ref train --env mypkg.envs:MyEnv-v0", "your env (import registers it)"),
 )
 
@@ -339,7 +346,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"unknown --preset {args.preset!r}; choose from {', '.join(preset_names())}")
     async_only = [flag for flag, value in (("--num-actors", args.num_actors),
                                            ("--vtrace", args.vtrace or None),
-                                           ("--broadcast-every", args.broadcast_every))
+                                           ("--broadcast-every", args.broadcast_every),
+                                           ("--actors", args.actors),
+                                           ("--ray-address", args.ray_address))
                   if value is not None]
     if args.allow_import and not args.resume:
         raise UsageError("--allow-import only applies with --resume (an --env module:EnvId you "
@@ -361,6 +370,13 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     for flag, value in (("--num-actors", args.num_actors), ("--broadcast-every", args.broadcast_every)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
+    if args.ray_address is not None and args.actors != "ray":
+        raise UsageError("--ray-address only applies with --actors ray")
+    if args.actors == "ray":
+        import importlib.util
+        if importlib.util.find_spec("ray") is None:
+            raise UsageError("--actors ray needs Ray, which is not installed: "
+                             "pip install 'ppo_ref[ray]'")
 
 
 LOCK_FILE = ".lock"

@@ -3,7 +3,8 @@
 Modules, one job each: :mod:`~ppo_ref.distributed.config` (:class:`AsyncActorLearnerConfig`),
 :mod:`~ppo_ref.distributed.messages` (what actors and the learner send each other, the errors),
 :mod:`~ppo_ref.distributed.actor` (:func:`run_actor`), :mod:`~ppo_ref.distributed.transport`
-(threads or processes and their channels: :func:`start_actors`) and
+(threads or processes and their channels: :func:`start_actors`; Ray actors in
+:mod:`~ppo_ref.distributed.ray_actors`) and
 :mod:`~ppo_ref.distributed.learner` (:func:`learner_loop`). This package builds on
 :mod:`ppo_ref.train` (the learner is a PPOTrainer) and never imports the command line.
 
@@ -35,14 +36,18 @@ The Python counterpart of thrust-rl's ``learner_loop`` / ``actor_thread``. Data 
 * **Failures never hang.** The learner polls its actors while it waits: an actor that raised
   reports its exception text; one that died without a word is found by its liveness; no
   experience for ``starvation_timeout`` seconds is a :class:`StarvationError`. In every case the
-  learner shuts down all actors (terminating processes that do not exit in time) before it
-  raises.
+  learner shuts down all actors (terminating processes that do not exit in time, killing Ray
+  actors) before it raises.
 
-Backends: ``"process"`` (``multiprocessing`` with the spawn start method; one process per actor
-with its own pipe to the learner, drained by a reader thread of the learner process, and a
-``multiprocessing`` queue back; messages are pickled, the policy itself only ever travels as the
-bit-exact npz bytes of :func:`ppo_ref.io.checkpoint.arrays_to_bytes`) or ``"thread"`` (threads and
-``queue.Queue``; the same messages, the same payload bytes; the GIL serialises the Python work).
+Actor kinds (``config.actors``, one learner for all: the kind is a transport detail of
+:mod:`~ppo_ref.distributed.transport`): ``"process"`` (``multiprocessing`` with the spawn start
+method; one process per actor with its own pipe to the learner, drained by a reader thread of
+the learner process, and a ``multiprocessing`` queue back; messages are pickled, the policy
+itself only ever travels as the bit-exact npz bytes of
+:func:`ppo_ref.io.checkpoint.arrays_to_bytes`), ``"thread"`` (threads and ``queue.Queue``; the
+same messages, the same payload bytes; the GIL serialises the Python work) or ``"ray"`` (Ray
+actors on this machine or a cluster, :mod:`~ppo_ref.distributed.ray_actors`: the learner pulls
+each actor's messages and puts each broadcast in the object store once).
 """
 from ppo_ref.distributed.actor import run_actor
 from ppo_ref.distributed.config import (MAX_PROCESS_ACTORS_PER_CPU, AsyncActorLearnerConfig,

@@ -112,7 +112,7 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
             # 1. newest pending broadcast; 2. wait while over budget or without a policy.
             waiting = False
             while True:
-                msg = receive(POLL_SECONDS if waiting else 0.0)
+                msg = receive(POLL_SECONDS if waiting and newest is None else 0.0)
                 if msg is None:
                     if newest is not None:
                         flush()                     # steps of the old version go first

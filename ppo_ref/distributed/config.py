@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -14,11 +15,13 @@ from ppo_ref._checks import check_choice, check_count, check_positive, check_uni
 from ppo_ref.config import PPOConfig
 
 __all__ = [
-    "AsyncActorLearnerConfig", "async_config_from_ppo", "BACKENDS", "MAX_PROCESS_ACTORS_PER_CPU",
+    "AsyncActorLearnerConfig", "async_config_from_ppo", "ACTOR_KINDS", "MAX_PROCESS_ACTORS_PER_CPU",
 ]
 
 
-BACKENDS = ("thread", "process")
+ACTOR_KINDS = ("thread", "process", "ray")
+"""Where actors run: threads of the learner's process, processes of its machine, or Ray actors
+(a local Ray on loopback, or the Ray cluster at ``ray_address``)."""
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,13 @@ class AsyncActorLearnerConfig:
     slower than env_step_timeout / chunk_size seconds per step). The clock starts when the
     learner begins to wait for the actor's rows (after its last broadcast), so time the actor
     spent legitimately waiting for a policy never counts."""
-    backend: str = "process"
-    """"process" (multiprocessing, spawn) or "thread"."""
+    actors: str = "process"
+    """Where the actors run (:data:`ACTOR_KINDS`): "process" (multiprocessing, spawn), "thread"
+    or "ray" (one Ray actor each: :mod:`ppo_ref.distributed.ray_actors`)."""
+    ray_address: Optional[str] = None
+    """With ``actors="ray"``: the address of the Ray cluster to join (``ray.init(address=...)``,
+    e.g. ``"10.0.0.1:6379"`` or ``"auto"``); None starts a Ray of this machine on 127.0.0.1
+    only (or uses the Ray this process is already connected to)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings of the learner's update."""
 
@@ -83,7 +91,11 @@ class AsyncActorLearnerConfig:
         check_count(self.seed, "seed", 0)
         check_positive(self.starvation_timeout, "starvation_timeout")
         check_positive(self.env_step_timeout, "env_step_timeout")
-        check_choice(self.backend, "backend", BACKENDS)
+        check_choice(self.actors, "actors", ACTOR_KINDS)
+        if self.ray_address is not None and (self.actors != "ray" or not isinstance(
+                self.ray_address, str) or not self.ray_address.strip()):
+            raise ValueError(f"ray_address must be None or a non-empty address string with "
+                             f"actors='ray', got {self.ray_address!r} with actors={self.actors!r}")
         if not isinstance(self.ppo, PPOConfig):
             raise ValueError(f"ppo must be a PPOConfig, got {type(self.ppo).__name__}")
         minimum_lead = self.broadcast_every * self.n_steps
@@ -158,7 +170,8 @@ exhausting memory; each process holds its own interpreter, numpy, numba and env)
 
 def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: int,
                           use_vtrace: bool = False, broadcast_every: int = 1, seed: int = 0,
-                          backend: str = "process") -> AsyncActorLearnerConfig:
+                          actors: str = "process",
+                          ray_address: Optional[str] = None) -> AsyncActorLearnerConfig:
     """The actor-learner configuration the CLI derives from a synchronous ``PPOConfig``.
 
     Each update consumes as many rows as one synchronous update (``ppo.n_steps * ppo.n_envs``),
@@ -169,7 +182,8 @@ def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: i
 
     Raises:
         ValueError: ``num_actors`` < 1, or not a divisor of ``ppo.n_steps * ppo.n_envs`` (the
-            batch would change size), or, with the process backend, more than
+            batch would change size), or, with actor processes (or Ray actors on a local Ray),
+            more than
             :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core (every actor is a Python process
             holding numpy, numba and its env: hundreds of them exhaust memory).
     """
@@ -181,13 +195,15 @@ def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: i
                          f"(n_steps * n_envs = {rows}), so every actor contributes the same "
                          f"number of steps: one of {valid}")
     cpus = os.cpu_count() or 1
-    if backend == "process" and num_actors > MAX_PROCESS_ACTORS_PER_CPU * cpus:
+    local_processes = actors == "process" or (actors == "ray" and ray_address is None)
+    if local_processes and num_actors > MAX_PROCESS_ACTORS_PER_CPU * cpus:
         raise ValueError(f"num_actors ({num_actors}) is more than {MAX_PROCESS_ACTORS_PER_CPU} "
-                         f"actor processes per CPU core ({cpus} cores here); use fewer actors "
-                         f"or the thread backend")
+                         f"actor processes per CPU core ({cpus} cores here); use fewer actors, "
+                         f"thread actors or a Ray cluster")
     n_steps = rows // num_actors
     return AsyncActorLearnerConfig(num_actors=num_actors, n_steps=n_steps,
                                    total_timesteps=int(total_timesteps),
                                    broadcast_every=int(broadcast_every), gamma=ppo.gamma,
                                    gae_lambda=ppo.gae_lambda, use_vtrace=bool(use_vtrace),
-                                   seed=int(seed), backend=backend, ppo=ppo)
+                                   seed=int(seed), actors=actors,
+                                   ray_address=ray_address, ppo=ppo)

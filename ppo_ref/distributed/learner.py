@@ -435,7 +435,7 @@ class _Learner:
 
 def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
-                 shutdown_timeout: float = 10.0, chunk_size: int = 32):
+                 shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None):
     """Run the learner of docs/specification.md §6 until ``config.num_updates`` PPO updates are done.
 
     1. Broadcast version 0 (the trainer's current parameters) to every actor.
@@ -465,7 +465,8 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
        are the old values of value clipping and explained variance); ``n_updates += 1``.
     7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
     8. At the end (or on any error): :class:`Shutdown` to every actor, join (processes that do
-       not exit within ``shutdown_timeout`` seconds are terminated), then return or re-raise.
+       not exit within ``shutdown_timeout`` seconds are terminated; Ray actors are always
+       killed), then return or re-raise.
 
     Args:
         config: :class:`AsyncActorLearnerConfig`.
@@ -473,7 +474,8 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
             settings (see :func:`make_learner`); its parameters are updated in place.
         actors: an :class:`ActorGroup` from :func:`start_actors` (the loop shuts it down), or a
             gymnasium id / zero-argument env factory, from which the loop starts
-            ``config.num_actors`` actors itself with ``chunk_size``.
+            ``config.num_actors`` actors itself with ``chunk_size`` (None: the actor kind's
+            default, :func:`start_actors`).
         callback: called with an :class:`UpdateInfo` after every update; returning ``False``
             stops the loop after that update (then the usual shutdown).
         shutdown_timeout: seconds to wait for actors to exit before terminating them.
@@ -525,7 +527,7 @@ def make_learner(config: AsyncActorLearnerConfig, env):
 
 def train_async(env, config: AsyncActorLearnerConfig = AsyncActorLearnerConfig(), *,
                 callback: Optional[Callable[[UpdateInfo], None]] = None, trainer=None,
-                chunk_size: int = 32):
+                chunk_size: Optional[int] = None):
     """Train with the actor-learner loop: :func:`make_learner` (unless ``trainer`` is given),
     :func:`start_actors`, :func:`learner_loop`. Returns ``(trainer, LearnerReport)``."""
     if trainer is None:

@@ -1,5 +1,6 @@
-"""Process and thread plumbing of the actor-learner loop: :class:`ActorGroup` (the running
-actors and the channels to and from them) and :func:`start_actors`."""
+"""Thread and process plumbing of the actor-learner loop: :class:`ActorGroup` (the running
+actors and the channels to and from them) and :func:`start_actors` (which starts Ray actors
+through :mod:`ppo_ref.distributed.ray_actors`)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from ppo_ref._checks import check_choice
+from ppo_ref._checks import check_choice, check_count
 from ppo_ref.distributed.actor import (POLL_SECONDS, _process_actor_main, _thread_actor_main,
                                        run_actor)
-from ppo_ref._checks import check_count
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import ActorFailed, ActorFinished, Shutdown
 
@@ -20,8 +20,9 @@ __all__ = ["ActorGroup", "start_actors"]
 
 
 class ActorGroup:
-    """Handles of running actors (threads or processes) and the channels between them and the
-    learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
+    """Handles of running actors (threads or processes; Ray actors in the subclass
+    :class:`~ppo_ref.distributed.ray_actors.RayActorGroup`) and the channels between them and
+    the learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
 
     Actor -> learner: actor threads put on one ``queue.Queue`` (the inbox); actor processes
     each write their own pipe, which a reader thread of the learner process drains into the
@@ -35,10 +36,10 @@ class ActorGroup:
     (:class:`ActorFinished` or :class:`ActorFailed`).
     """
 
-    def __init__(self, backend: str, workers: list, inbox: "queue_module.Queue",
+    def __init__(self, kind: str, workers: list, inbox: "queue_module.Queue",
                  broadcast_queues: list, stop_event: Optional[threading.Event] = None,
                  readers: Sequence = ()):
-        self.backend = backend
+        self.kind = kind
         self.workers = workers
         self.inbox = inbox
         self.broadcast_queues = broadcast_queues
@@ -68,7 +69,7 @@ class ActorGroup:
             return None
 
     def _read_pipes(self) -> None:
-        """Reader thread (process backend): move every message from the actors' pipes to the
+        """Reader thread (process actors): move every message from the actors' pipes to the
         inbox, in arrival order per actor, until every pipe reached end-of-file or shutdown."""
         from multiprocessing.connection import wait
         index = {id(conn): i for i, conn in enumerate(self.readers)}
@@ -84,7 +85,7 @@ class ActorGroup:
                     self._reader_done[i] = True     # the actor closed its end or died
 
     def channel_finished(self, agent_id: int) -> bool:
-        """True when everything the actor sent is in the inbox (process backend: its pipe
+        """True when everything the actor sent is in the inbox (process actors: its pipe
         reached end-of-file). Always False for threads (one shared queue)."""
         return bool(self.readers) and self._reader_done[agent_id]
 
@@ -102,12 +103,12 @@ class ActorGroup:
 
     def exit_description(self, agent_id: int) -> str:
         worker = self.workers[agent_id]
-        if self.backend == "process":
+        if self.kind == "process":
             text = f"process {worker.pid} exited with code {worker.exitcode}"
             if worker.exitcode == 1:
                 text += (" (code 1 before the actor could report anything: usually its imports "
                          "or the unpickling of its arguments failed; its traceback went to "
-                         "stderr. The process backend starts actors with 'spawn', which "
+                         "stderr. Process actors start with 'spawn', which "
                          "re-imports the main script: a script must start the learner under "
                          "`if __name__ == \"__main__\":`)")
             return text
@@ -130,7 +131,7 @@ class ActorGroup:
         if self._stop_event is not None:
             self._stop_event.set()
         started = [w for w in self.workers if w.ident is not None]
-        if self.backend == "process":
+        if self.kind == "process":
             # all at once: the time to stop N stuck actors does not grow with N
             for worker in started:
                 if worker.is_alive():
@@ -157,7 +158,7 @@ class ActorGroup:
             if msg is None:
                 break
             self._keep_final(msg)
-        if self.backend == "process":
+        if self.kind == "process":
             for q in self.broadcast_queues:
                 q.cancel_join_thread()      # an actor that died cannot drain its queue
                 q.close()
@@ -178,29 +179,34 @@ def _join_all(processes, timeout: float) -> None:
 
 
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
-                 chunk_size: int = 32, start_method: str = "spawn") -> ActorGroup:
-    """Start ``config.num_actors`` actors on ``config.backend`` and return their handles.
+                 chunk_size: Optional[int] = None, start_method: str = "spawn") -> ActorGroup:
+    """Start ``config.num_actors`` actors of kind ``config.actors`` and return their handles.
 
     Each actor runs ``actor_fn(agent_id, env, config, send, receive, learner_gone,
     chunk_size=...)`` (default :func:`run_actor`); it waits for the learner's version-0
-    broadcast before its first step. With the process backend ``env`` and ``actor_fn`` must be
-    picklable (a gymnasium id, a module-level factory or ``functools.partial``).
+    broadcast before its first step. With process or Ray actors ``env`` and ``actor_fn`` must
+    be picklable (a gymnasium id, a module-level factory or ``functools.partial``).
 
     Args:
         config: the loop's configuration.
         env: gymnasium id string or zero-argument env factory.
         actor_fn: the actor body (tests substitute misbehaving actors).
-        chunk_size: experiences per message.
-        start_method: ``multiprocessing`` start method for the process backend ("spawn" or
+        chunk_size: experiences per message; None: 32 for threads and processes, ``n_steps``
+            for Ray actors (one message per update's rows, or fewer rows before a wait).
+        start_method: ``multiprocessing`` start method of process actors ("spawn" or
             "forkserver"; fork is refused: it would copy the learner's threads and locks).
 
     Returns:
         :class:`ActorGroup`; stop it with :meth:`ActorGroup.shutdown` (``learner_loop`` does).
     """
-    check_count(chunk_size, "chunk_size", 1)
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
+    if config.actors == "ray":
+        from ppo_ref.distributed.ray_actors import start_ray_actors
+        chunk_size = config.n_steps if chunk_size is None else chunk_size
+        return start_ray_actors(config, env, actor_fn, check_count(chunk_size, "chunk_size", 1))
+    chunk_size = check_count(32 if chunk_size is None else chunk_size, "chunk_size", 1)
     inbox: queue_module.Queue = queue_module.Queue()
-    if config.backend == "process":
+    if config.actors == "process":
         ctx = multiprocessing.get_context(start_method)
         pipes = [ctx.Pipe(duplex=False) for _ in range(config.num_actors)]
         broadcast_queues = [ctx.Queue() for _ in range(config.num_actors)]
@@ -218,7 +224,7 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
                                           broadcast_queues[i], chunk_size, stop_event),
                                     daemon=True)
                    for i in range(config.num_actors)]
-    group = ActorGroup(config.backend, workers, inbox, broadcast_queues, stop_event,
+    group = ActorGroup(config.actors, workers, inbox, broadcast_queues, stop_event,
                        readers=[reader for reader, _ in pipes])
     try:
         for worker in workers:
