@@ -209,6 +209,10 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
 
     Writes every ``gws[i] = dL/dw_i`` and ``gbs[i] = dL/db_i``; returns ``(dx, ok)``: ``dx =
     dL/dx [M, D]`` when ``want_dx`` (else ``[M, 0]``) and whether every result is finite.
+    Passes are fused where that changes no operation and no order: a hidden layer's
+    activation derivative with the column sums of the result (the bias gradient of the layer
+    below), and a layer of at most :data:`_FUSED_OUT` outputs above another layer (a head)
+    altogether (:func:`_head_backward`).
     """
     rows = x.shape[0]
     dt = x.dtype
@@ -220,9 +224,9 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
     dx = np.zeros((rows, x.shape[1] if want_dx else 0), dt)
     dz = dx if n_trunk == 0 else np.zeros(z.shape, dt)
     into = want_dx or n_trunk > 0       # the towers' input gradient is wanted
-    ok = True
     # the policy tower, the value tower, then the trunk: each from its last layer down
     for segment in range(3):
+        summed = False                  # gbs[i] already summed by the layer above
         if segment == 0:
             lo, hi, d = n_trunk, n_trunk + n_pi, d_pi
         elif segment == 1:
@@ -231,13 +235,20 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
             lo, hi, d = 0, n_trunk, dz
             into = want_dx
             if n_trunk > 0:
-                _activation_grad(dz, z, relu)
+                _activation_grad(dz, z, relu, gbs[n_trunk - 1])
+                summed = True
         for i in range(hi - 1, lo - 1, -1):
             w = ws[i]
             n_out, n_in = w.shape
             h = z if i == lo and segment < 2 else (
                 x if i == 0 else acts[starts[i - 1]:starts[i]].reshape(rows, n_in))
-            gw = gws[i]
+            gw, gb = gws[i], gbs[i]
+            if i > lo and n_out <= _FUSED_OUT:
+                d_prev = np.empty((rows, n_in), dt)
+                _head_backward(d, w, h, relu, gw, gb, d_prev, gbs[i - 1])
+                d = d_prev
+                summed = True
+                continue
             if n_in < _NARROW <= n_out:       # gw.T = h.T @ d, the same chains
                 gw_t = np.zeros((n_in, n_out), dt)
                 _add_products(gw_t, _strided(h.T), d)
@@ -245,37 +256,89 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
             else:
                 gw[:, :] = _ZERO
                 _add_products(gw, _strided(d.T), h)
-            gb = gbs[i]
-            gb[:] = _ZERO
-            for n in range(rows):
-                for j in range(n_out):
-                    gb[j] += d[n, j]
-            ok = ok and _all_finite(gw) and _all_finite(gb.reshape(1, -1))
+            if not summed:
+                gb[:] = _ZERO
+                for n in range(rows):
+                    for j in range(n_out):
+                        gb[j] += d[n, j]
+            summed = False
             if i > lo:
                 d_prev = np.zeros((rows, n_in), dt)
                 _add_products(d_prev, _strided(d), w)
-                _activation_grad(d_prev, h, relu)
+                _activation_grad(d_prev, h, relu, gbs[i - 1])
                 d = d_prev
+                summed = True
             elif segment == 2 and want_dx:
                 _add_products(dx, _strided(d), w)
             elif segment < 2 and into:
                 _add_products(dz, _strided(d), w)
-    if want_dx:
-        ok = ok and _all_finite(dx)
+    ok = _all_finite(dx)
+    for i in range(n_layers):
+        ok = ok and _all_finite(gws[i]) and _all_finite(gbs[i].reshape(1, -1))
     return dx, ok
 
 
 @njit
-def _activation_grad(d, h, relu):
+def _activation_grad(d, h, relu, sums):
     """In place on ``d [M, K]``: ``d * act'(h)``, ``h`` the activation's output (tanh: ``d *
-    (1 - h * h)``; relu: ``d`` where ``h > 0``, else +0)."""
+    (1 - h * h)``; relu: ``d`` where ``h > 0``, else +0); and ``sums [K]`` the column sums of
+    the result, rows added in order from 0."""
     _wide()
     rows, cols = d.shape
+    sums[:] = _ZERO
     if relu:
         for n in range(rows):
             for k in range(cols):
-                d[n, k] = d[n, k] if h[n, k] > _ZERO else _ZERO
+                g = d[n, k] if h[n, k] > _ZERO else _ZERO
+                d[n, k] = g
+                sums[k] += g
     else:
         for n in range(rows):
             for k in range(cols):
-                d[n, k] *= _ONE - h[n, k] * h[n, k]
+                g = d[n, k] * (_ONE - h[n, k] * h[n, k])
+                d[n, k] = g
+                sums[k] += g
+
+
+#: A layer of at most this many outputs above another layer (a value head, a policy head of a
+#: few actions) takes its backward in one pass over the rows (:func:`_head_backward`).
+_FUSED_OUT = 4
+
+
+@njit
+def _head_backward(d, w, h, relu, gw, gb, d_prev, gb_below):
+    """The backward of a layer of ``J <= _FUSED_OUT`` outputs whose ``K`` inputs ``h [M, K]``
+    are the activated outputs of the layer below, for ``d [M, J]`` and ``w [J, K]``, row by
+    row, bit for bit the separate passes: ``gw = d.T @ h`` (chains over the rows in order,
+    from 0), ``gb`` the column sums of ``d``, ``d_prev = (d @ w) * act'(h)`` (each element the
+    chain over j from 0, then the derivative as :func:`_activation_grad`) and ``gb_below``
+    the column sums of ``d_prev``. (For so few outputs, a product's register blocks would load
+    and store a whole ``[M, K]`` array for one or two terms.)"""
+    _wide()
+    rows, n_out = d.shape
+    n_in = w.shape[1]
+    # weight rows 1..3 (the first when there are fewer: read but unused)
+    w0, w1, w2, w3 = w[0], w[min(1, n_out - 1)], w[min(2, n_out - 1)], w[min(3, n_out - 1)]
+    gw[:, :] = _ZERO
+    gb[:] = _ZERO
+    gb_below[:] = _ZERO
+    for n in range(rows):
+        d0, d1 = d[n, 0], d[n, min(1, n_out - 1)]
+        d2, d3 = d[n, min(2, n_out - 1)], d[n, min(3, n_out - 1)]
+        for k in range(n_in):
+            o = _fma(d0, w0[k], _ZERO)
+            if n_out > 1:
+                o = _fma(d1, w1[k], o)
+            if n_out > 2:
+                o = _fma(d2, w2[k], o)
+            if n_out > 3:
+                o = _fma(d3, w3[k], o)
+            v = h[n, k]
+            o = (o if v > _ZERO else _ZERO) if relu else o * (_ONE - v * v)
+            d_prev[n, k] = o
+            gb_below[k] += o
+        for j in range(n_out):
+            d_nj = d[n, j]
+            gb[j] += d_nj
+            for k in range(n_in):
+                gw[j, k] = _fma(d_nj, h[n, k], gw[j, k])
