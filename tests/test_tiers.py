@@ -164,19 +164,21 @@ def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk
         assert np.array_equal(layers.mlp_forward(tower, x[t])[0], y[t])
 
 def test_layers_and_networks_mixed_dtypes_compute_in_float64():
-    """Float32 parameters with float64 observations (or one float32 array among float64
-    ones, or a weight of another layout) compute in float64, as the all-float64 call on the
-    same values."""
+    """Float32 parameters with float64 observations, one float32 array among float64 ones,
+    float64 biases among float32 arrays, or a weight of another layout: the pass computes in
+    float64, as the all-float64 call on the same values."""
     from ppo_ref.fast import layers, networks
     rng = np.random.default_rng(6)
     params = _jitter(rng, spec_networks.actor_critic_init(rng, 4, 2))
-    obs = rng.standard_normal((10, 4))
+    obs = rng.standard_normal((10, 4)).astype(np.float32).astype(np.float64)
     low = {k: v.astype(np.float32) for k, v in params.items()}
     widened = {k: v.astype(np.float64) for k, v in low.items()}
     expected = networks.actor_critic_forward(widened, obs)
-    for mixed in (low, {**widened, "pi.b1": low["pi.b1"]},
-                  {**widened, "vf.w1": np.asfortranarray(widened["vf.w1"])}):
-        policy_out, values, cache = networks.actor_critic_forward(mixed, obs)
+    biases_f64 = {k: v.astype(np.float64) if ".b" in k else v for k, v in low.items()}
+    for mixed, x in ((low, obs), ({**widened, "pi.b1": low["pi.b1"]}, obs),
+                     (biases_f64, obs.astype(np.float32)),
+                     ({**widened, "vf.w1": np.asfortranarray(widened["vf.w1"])}, obs)):
+        policy_out, values, cache = networks.actor_critic_forward(mixed, x)
         assert policy_out.dtype == values.dtype == np.float64
         assert np.array_equal(policy_out, expected[0]) and np.array_equal(values, expected[1])
         grads = networks.actor_critic_backward(mixed, cache, np.ones((10, 2)), np.ones(10))

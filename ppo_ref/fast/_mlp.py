@@ -1,22 +1,22 @@
 """Machinery of the compiled MLP twins (:mod:`ppo_ref.fast.layers`, :mod:`ppo_ref.fast.networks`):
-one compiled forward pass and one compiled backward pass over a sequence of dense layers.
+one compiled forward pass (:func:`_forward`) and one compiled backward pass (:func:`_backward`)
+over a sequence of dense layers.
 
 A network is a tuple of weights ``ws`` (``w_i [out_i, in_i]``, torch layout) and one of biases
 ``bs`` (``b_i [out_i]``), all C-contiguous and of one dtype (float64 or float32: the dtype of
 the arithmetic), of which the first ``n_layers`` are read (the callers pad the tuples to a
-multiple of 8 entries, so that one compiled version serves networks of up to 8 layers), cut
-into three consecutive *segments*: the shared trunk (``n_trunk`` layers,
-every one activated, the last included), the policy tower (``n_pi`` layers) and the value
-tower (the rest), each tower's layers activated except its last. A tower reads the trunk's
-last output, or the input ``x [M, D]`` when there is no trunk. A plain MLP is the policy tower
-alone (``n_trunk = 0``, ``n_pi = L``, no value layer).
-
-The outputs of every layer of the ``M`` rows live in one 1-D buffer ``acts``: layer ``i``'s
-block ``[M, out_i]`` (activated where the layer is) follows layer ``i - 1``'s.
+multiple of 8 entries, so that one compiled version per dtype serves every network of up to 8
+layers), cut into three consecutive segments: the shared trunk (``n_trunk`` layers, every one
+activated, the last included), the policy tower (``n_pi`` layers) and the value tower (the
+rest), each tower's layers activated except its last. A tower reads the trunk's last output, or
+the input ``x [M, D]`` when there is no trunk. A plain MLP is the policy tower alone
+(``n_trunk = 0``, ``n_pi = L``, no value layer). The outputs of every layer live in one 1-D
+buffer ``acts``: layer ``i``'s block ``[M, out_i]`` (activated where the layer is) follows
+layer ``i - 1``'s; the backward reads them.
 
 Summation order (fixed by the code, so a row's results never depend on the other rows of the
-call, on BLAS or on the machine): every product is a chain of fused multiply-adds of
-:func:`ppo_ref.fast.lstm._add_products` over its contraction index in increasing order::
+call, on BLAS or on the machine): every product is a chain of fused multiply-adds over its
+contraction index in increasing order (:func:`ppo_ref.fast.lstm._add_products`)::
 
     forward   a[n, j]  = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
     backward  gw[j, k] = fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))
@@ -24,9 +24,12 @@ call, on BLAS or on the machine): every product is a chain of fused multiply-add
               dh[n, k] = fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))
 
 then ``dh`` times the activation's derivative (tanh: ``dh * (1 - h * h)``; relu: ``dh`` where
-``h > 0``, else +0). The two towers' input gradients are one chain: the value tower's terms
-continue the policy tower's (``dz = d_pi @ w_pi`` then ``dz += d_vf @ w_vf``). ``tanh`` is
-the project's own (:func:`ppo_ref.fast.lstm._tanh_any`, in the dtype of the arithmetic).
+``h > 0``, else +0). With a shared trunk the two towers' input gradients are one chain: the
+value tower's terms continue the policy tower's (``dz = d_pi @ w_pi``, then ``dz += d_vf @
+w_vf``). ``tanh`` is the project's own (:func:`ppo_ref.fast.lstm._tanh_any`, in the dtype of
+the arithmetic). A forward pass of at most :data:`_FEW` rows computes each layer transposed
+(``a.T = w @ h.T``, :func:`_feature_products`): the same chain per element, so the same bits
+as on many rows.
 """
 from __future__ import annotations
 
@@ -130,7 +133,8 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
 
     ``policy`` False skips the policy tower (its block of ``acts`` is left unwritten).
     Returns ``(acts, pi_start, vf_start, ok)``: the outputs buffer, the offsets in it of the
-    last blocks of the policy and of the value tower, and whether both blocks are finite. Raises ``ValueError`` when the widths do not chain.
+    last blocks of the policy and of the value tower, and whether both blocks are finite.
+    Raises ``ValueError`` when the widths do not chain.
     """
     rows = x.shape[0]
     total = 0

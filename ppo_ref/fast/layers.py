@@ -62,7 +62,8 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
             if n == 0 and prefix != "trunk.":
                 raise ValueError(f"params has no layer {prefix}w0")
             counts.append(n)
-        getter = lambda ks: (lambda p: (p[ks[0]],)) if len(ks) == 1 else itemgetter(*ks)  # noqa: E731
+        def getter(ks):  # itemgetter returns a tuple for two keys or more
+            return (lambda p: (p[ks[0]],)) if len(ks) == 1 else itemgetter(*ks)
         if len(_NETS) > 64:
             _NETS.clear()
         flat = tuple(k for pair in keys for k in pair)
@@ -76,18 +77,19 @@ def _layers(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
     (``dt``; when None float32 if ``x`` and every parameter are float32, else float64) and the
     layers' weights and biases as tuples padded with empty arrays to a multiple of 8 entries.
 
-    Without ``convert`` the parameters are passed on as they are when the first weight has the
-    compute dtype (a parameter of another dtype, rank or layout then makes the compiled call
-    fail to type: :func:`_compiled` calls again with ``convert``); with it, every one is made
-    a C-contiguous array of the compute dtype, and one of the wrong rank raises ``ValueError``.
+    Without ``convert`` the parameters are passed on as they are when the first weight and the
+    first bias have the compute dtype (a parameter of another dtype, rank or layout then makes
+    the compiled call fail to type: :func:`_compiled` calls again with ``convert``); with it,
+    every one is made a C-contiguous array of the compute dtype, and one of the wrong rank
+    raises ``ValueError``.
     """
     ws, bs = net.weights(params), net.biases(params)
     x = np.asarray(x)
     if dt is None:
-        dt = _F32 if x.dtype == _F32 and getattr(ws[0], "dtype", None) == _F32 else _F64
-        if convert and dt == _F32:
-            dt = _F32 if all(getattr(v, "dtype", None) == _F32 for v in ws + bs) else _F64
-    if convert or getattr(ws[0], "dtype", None) != dt:
+        f32 = x.dtype == _F32 and all(getattr(v, "dtype", None) == _F32
+                                      for v in (ws + bs if convert else (ws[0], bs[0])))
+        dt = _F32 if f32 else _F64
+    if convert or getattr(ws[0], "dtype", None) != dt or getattr(bs[0], "dtype", None) != dt:
         ws = tuple([np.ascontiguousarray(w, dt) for w in ws])
         bs = tuple([np.ascontiguousarray(b, dt) for b in bs])
         if any(w.ndim != 2 for w in ws) or any(b.ndim != 1 for b in bs):
