@@ -36,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.fast.lstm import (_VECTOR_BITS, _add_products, _block_vector_intrinsic, _fma,
-                              _tanh_any, _wide)
+from ppo_ref.fast.lstm import (_VECTOR_BITS, _WIDE_COLS, _WIDE_ROWS, _add_products,
+                              _block_vector_intrinsic, _fma, _tanh_any, _wide)
 
 _ZERO = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
 _ONE = np.float32(1.0)
@@ -72,6 +72,28 @@ def _feature_products(out, w, h_t):
             w_jk = w[j, k]
             for c in range(cols):
                 out[j, c] = _fma(w_jk, h_t[k, c], out[j, c])
+
+#: Rows per product call in the row-major passes (:func:`_products`): a multiple of the
+#: register blocks' 6 and 8 rows, so that no rows are left to the products' slower loops, and
+#: few enough that a chunk's outputs stay in the L1 cache between the bias, the products and
+#: the activation.
+_CHUNK = 48
+
+
+#: The register block of the row-major forward that starts from the bias: rows ``n .. n + 5``
+#: and columns ``c0 .. c0 + _WIDE_COLS - 1`` of ``out = b + a @ w_t`` (on AVX-512 6 x 32), the
+#: chain of :func:`ppo_ref.fast.lstm._add_products` from ``b`` (no pass writing the bias first).
+_bias_block = _block_vector_intrinsic(_WIDE_ROWS, _WIDE_COLS, panel=True)
+
+
+@njit
+def _products(out, a, w_t):
+    """:func:`ppo_ref.fast.lstm._add_products` ``(out, a, w_t)`` (``out += a @ w_t``, ``a`` of
+    any strides) by chunks of :data:`_CHUNK` rows: the same chain per element."""
+    for lo in range(0, out.shape[0], _CHUNK):
+        hi = min(lo + _CHUNK, out.shape[0])
+        _add_products(out[lo:hi], a[lo:hi], w_t)
+
 
 #: A weight gradient of fewer inputs than this (and at least as many outputs) is formed
 #: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
@@ -188,12 +210,19 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
         else:
             w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
             _transpose(ws[i], w_t)
-            for n in range(rows):
-                for j in range(n_out):
-                    a[n, j] = b[j]
-            _add_products(a, _strided(h), w_t)
-            if activate:
-                _activate(a, relu)
+            for lo in range(0, rows, _CHUNK):     # a chunk's outputs stay in the L1 cache
+                hi = min(lo + _CHUNK, rows)
+                if hi - lo == _CHUNK and n_out % _WIDE_COLS == 0:
+                    for n in range(lo, hi, _WIDE_ROWS):
+                        for c0 in range(0, n_out, _WIDE_COLS):
+                            _bias_block(a, _strided(h), w_t, b, n, 0, c0)
+                else:
+                    for n in range(lo, hi):
+                        for j in range(n_out):
+                            a[n, j] = b[j]
+                    _add_products(a[lo:hi], _strided(h)[lo:hi], w_t)
+                if activate:
+                    _activate(a[lo:hi], relu)
             h = a
         if i == n_trunk - 1:
             z, z_t = a, h_t
@@ -255,11 +284,11 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
                 continue
             if n_in < _NARROW <= n_out:       # gw.T = h.T @ d, the same chains
                 gw_t = np.zeros((n_in, n_out), dt)
-                _add_products(gw_t, _strided(h.T), d)
+                _products(gw_t, _strided(h.T), d)
                 _transpose(gw_t, gw)
             else:
                 gw[:, :] = _ZERO
-                _add_products(gw, _strided(d.T), h)
+                _products(gw, _strided(d.T), h)
             if not summed:
                 gb[:] = _ZERO
                 for n in range(rows):
@@ -268,14 +297,14 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
             summed = False
             if i > lo:
                 d_prev = np.zeros((rows, n_in), dt)
-                _add_products(d_prev, _strided(d), w)
+                _products(d_prev, _strided(d), w)
                 _activation_grad(d_prev, h, relu, gbs[i - 1])
                 d = d_prev
                 summed = True
             elif segment == 2 and want_dx:
-                _add_products(dx, _strided(d), w)
+                _products(dx, _strided(d), w)
             elif segment < 2 and into:
-                _add_products(dz, _strided(d), w)
+                _products(dz, _strided(d), w)
     ok = _all_finite(dx)
     for i in range(n_layers):
         ok = ok and _all_finite(gws[i]) and _all_finite(gbs[i].reshape(1, -1))
