@@ -513,8 +513,9 @@ ROWS[("networks", "value_forward")] = _net_cases("value")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("shared_trunk", [False, True])
-def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk):
+@pytest.mark.parametrize("shared_trunk, activation", [(False, "tanh"), (True, "tanh"),
+                                                      (False, "relu")])
+def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk, activation):
     """A row's outputs are the same bits whichever rows share the call (acting on a few rows
     and a minibatch agree): the forward of a batch is the concatenation of the forwards of
     its parts, and a tower on ``[T, N, in]`` is the tower on each ``[N, in]``."""
@@ -523,33 +524,36 @@ def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk
     params = {k: v.astype(dtype) for k, v in _jitter(rng, spec_networks.actor_critic_init(
         rng, 4, 2, shared_trunk=shared_trunk)).items()}
     obs = rng.standard_normal((256, 4)).astype(dtype)
-    policy_out, values, _ = networks.actor_critic_forward(params, obs, "tanh", shared_trunk)
-    parts = [networks.actor_critic_forward(params, obs[lo:hi], "tanh", shared_trunk)
+    policy_out, values, _ = networks.actor_critic_forward(params, obs, activation, shared_trunk)
+    parts = [networks.actor_critic_forward(params, obs[lo:hi], activation, shared_trunk)
              for lo, hi in ((0, 8), (8, 9), (9, 100), (100, 256))]
     assert np.array_equal(np.concatenate([p[0] for p in parts]), policy_out)
     assert np.array_equal(np.concatenate([p[1] for p in parts]), values)
-    assert np.array_equal(networks.value_forward(params, obs[3:11], "tanh", shared_trunk),
+    assert np.array_equal(networks.value_forward(params, obs[3:11], activation, shared_trunk),
                           values[3:11])
     tower = {k[3:]: v for k, v in params.items() if k.startswith("vf.")}
     x = rng.standard_normal((5, 7, tower["w0"].shape[1])).astype(dtype)
-    y, _ = layers.mlp_forward(tower, x)
+    y, _ = layers.mlp_forward(tower, x, activation)
     for t in range(5):
-        assert np.array_equal(layers.mlp_forward(tower, x[t])[0], y[t])
+        assert np.array_equal(layers.mlp_forward(tower, x[t], activation)[0], y[t])
+
 
 def test_layers_and_networks_mixed_dtypes_compute_in_float64():
-    """Float32 parameters with float64 observations (or one float32 array among float64
-    ones, or a weight of another layout) compute in float64, as the all-float64 call on the
-    same values."""
+    """Float32 parameters with float64 observations, one float32 array among float64 ones,
+    float64 biases among float32 arrays, or a weight of another layout: the pass computes in
+    float64, as the all-float64 call on the same values."""
     from ppo_ref.fast import layers, networks
     rng = np.random.default_rng(6)
     params = _jitter(rng, spec_networks.actor_critic_init(rng, 4, 2))
-    obs = rng.standard_normal((10, 4))
+    obs = rng.standard_normal((10, 4)).astype(np.float32).astype(np.float64)
     low = {k: v.astype(np.float32) for k, v in params.items()}
     widened = {k: v.astype(np.float64) for k, v in low.items()}
     expected = networks.actor_critic_forward(widened, obs)
-    for mixed in (low, {**widened, "pi.b1": low["pi.b1"]},
-                  {**widened, "vf.w1": np.asfortranarray(widened["vf.w1"])}):
-        policy_out, values, cache = networks.actor_critic_forward(mixed, obs)
+    biases_f64 = {k: v.astype(np.float64) if ".b" in k else v for k, v in low.items()}
+    for mixed, x in ((low, obs), ({**widened, "pi.b1": low["pi.b1"]}, obs),
+                     (biases_f64, obs.astype(np.float32)),
+                     ({**widened, "vf.w1": np.asfortranarray(widened["vf.w1"])}, obs)):
+        policy_out, values, cache = networks.actor_critic_forward(mixed, x)
         assert policy_out.dtype == values.dtype == np.float64
         assert np.array_equal(policy_out, expected[0]) and np.array_equal(values, expected[1])
         grads = networks.actor_critic_backward(mixed, cache, np.ones((10, 2)), np.ones(10))

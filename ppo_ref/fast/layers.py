@@ -13,6 +13,7 @@ cast). A non-finite result raises ``FloatingPointError``
 """
 from __future__ import annotations
 
+from itertools import chain
 from operator import itemgetter
 from typing import Callable, Dict, Mapping, NamedTuple, Tuple
 
@@ -32,11 +33,14 @@ _PAD = {dt: ((np.empty((0, 0), dt),) * 7, (np.empty(0, dt),) * 7) for dt in (_F6
 class _Net(NamedTuple):
     """The layers of a parameter dict: ``keys`` the ``(w, b)`` key pairs in network order,
     ``counts`` the number of layers under each prefix, ``weights`` / ``biases``: ``params ->``
-    the tuple of its weights / biases in that order."""
+    the tuple of its weights / biases in that order; ``names`` the keys in that order (``w0,
+    b0, w1, ...``) and ``in_order`` whether they are exactly the keys of ``params`` in order."""
     keys: Tuple[Tuple[str, str], ...]
     counts: Tuple[int, ...]
     weights: Callable
     biases: Callable
+    names: Tuple[str, ...]
+    in_order: bool
 
 
 _NETS: Dict[tuple, _Net] = {}
@@ -58,11 +62,13 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
             if n == 0 and prefix != "trunk.":
                 raise ValueError(f"params has no layer {prefix}w0")
             counts.append(n)
-        getter = lambda ks: (lambda p: (p[ks[0]],)) if len(ks) == 1 else itemgetter(*ks)  # noqa: E731
+        def getter(ks):  # itemgetter returns a tuple for two keys or more
+            return (lambda p: (p[ks[0]],)) if len(ks) == 1 else itemgetter(*ks)
         if len(_NETS) > 64:
             _NETS.clear()
+        flat = tuple(k for pair in keys for k in pair)
         net = _NETS[names] = _Net(tuple(keys), tuple(counts), getter([w for w, _ in keys]),
-                                  getter([b for _, b in keys]))
+                                  getter([b for _, b in keys]), flat, flat == names[1])
     return net
 
 
@@ -71,18 +77,19 @@ def _layers(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
     (``dt``; when None float32 if ``x`` and every parameter are float32, else float64) and the
     layers' weights and biases as tuples padded with empty arrays to a multiple of 8 entries.
 
-    Without ``convert`` the parameters are passed on as they are when the first weight has the
-    compute dtype (a parameter of another dtype, rank or layout then makes the compiled call
-    fail to type: :func:`_compiled` calls again with ``convert``); with it, every one is made
-    a C-contiguous array of the compute dtype, and one of the wrong rank raises ``ValueError``.
+    Without ``convert`` the parameters are passed on as they are when the first weight and the
+    first bias have the compute dtype (a parameter of another dtype, rank or layout then makes
+    the compiled call fail to type: :func:`_compiled` calls again with ``convert``); with it,
+    every one is made a C-contiguous array of the compute dtype, and one of the wrong rank
+    raises ``ValueError``.
     """
     ws, bs = net.weights(params), net.biases(params)
     x = np.asarray(x)
     if dt is None:
-        dt = _F32 if x.dtype == _F32 and getattr(ws[0], "dtype", None) == _F32 else _F64
-        if convert and dt == _F32:
-            dt = _F32 if all(getattr(v, "dtype", None) == _F32 for v in ws + bs) else _F64
-    if convert or getattr(ws[0], "dtype", None) != dt:
+        f32 = x.dtype == _F32 and all(getattr(v, "dtype", None) == _F32
+                                      for v in (ws + bs if convert else (ws[0], bs[0])))
+        dt = _F32 if f32 else _F64
+    if convert or getattr(ws[0], "dtype", None) != dt or getattr(bs[0], "dtype", None) != dt:
         ws = tuple([np.ascontiguousarray(w, dt) for w in ws])
         bs = tuple([np.ascontiguousarray(b, dt) for b in bs])
         if any(w.ndim != 2 for w in ws) or any(b.ndim != 1 for b in bs):
@@ -108,17 +115,15 @@ def _compiled(run: Callable, params: Mapping, net: _Net, x, dt=None):
 def _grads(net: _Net, gws, gbs, params: Mapping) -> dict:
     """The gradients ``gws``, ``gbs`` of the layers of ``net`` as a dict in the key order of
     ``params``."""
-    grads = {}
-    for (wk, bk), gw, gb in zip(net.keys, gws, gbs):
-        grads[wk], grads[bk] = gw, gb
-    return {k: grads[k] for k in params if k in grads}
+    grads = dict(zip(net.names, chain.from_iterable(zip(gws, gbs))))
+    return grads if net.in_order else {k: grads[k] for k in params if k in grads}
 
 
 def _gradient_arrays(ws, bs, n: int):
     """Uninitialized gradient arrays of the shapes and dtype of the first ``n`` layers, padded
     as ``ws`` and ``bs`` are (with their own empty arrays, which no pass writes)."""
-    return (tuple([np.empty(w.shape, w.dtype) for w in ws[:n]]) + ws[n:],
-            tuple([np.empty(b.shape, b.dtype) for b in bs[:n]]) + bs[n:])
+    return (tuple(map(np.empty_like, ws[:n])) + ws[n:],
+            tuple(map(np.empty_like, bs[:n])) + bs[n:])
 
 
 class _Cache(NamedTuple):
