@@ -119,6 +119,11 @@ def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_p
             h_prev[0, n, j] = k * h0[n, j]
             c_prev[0, n, j] = k * c0[n, j]
     _forward_recursion(w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c, h_seq)
+    # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
+    # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is the
+    # pass's.
+    return (_products._all_finite(h_prev[n_steps].reshape(-1))
+            and _products._all_finite(c_prev[n_steps].reshape(-1)))
 
 
 @njit
@@ -149,9 +154,15 @@ def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, d
     _products._add_products(g_w_ih_t, _strided(x.reshape(rows, d_in).T), dz_rows)
     _products._transpose_into(g_w_ih_t, g_w_ih)
     _products._column_sums(dz_rows, g_b)
+    finite = True
+    for a in (g_w_ih.reshape(-1), g_w_hh.reshape(-1), g_b, dh_next.reshape(-1),
+              dc_next.reshape(-1)):
+        finite = finite and _products._all_finite(a)
     if dx.shape[0] == n_steps:
         dx[:, :, :] = 0.0
         _products._add_products(dx.reshape(rows, d_in), _strided(dz_rows), w_ih)
+        finite = finite and _products._all_finite(dx.reshape(-1))
+    return finite
 
 
 class _LSTMCache(NamedTuple):
@@ -162,10 +173,6 @@ class _LSTMCache(NamedTuple):
     c_prev: np.ndarray
     gates: np.ndarray
     tanh_c: np.ndarray
-
-
-def _all_finite(*arrays) -> bool:
-    return all(np.isfinite(a).all() for a in arrays)
 
 
 def _weights(params: Mapping[str, np.ndarray], dtype, keys=("w_ih", "w_hh", "b")):
@@ -201,9 +208,8 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
     hidden = w_hh.shape[1]
     h_prev, c_prev, gates, tanh_c, h_seq, w_ih_t, w_hh_t, z = _forward_arrays(
         n_steps, n_env, d_in, hidden, x.dtype)
-    _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_prev, gates,
-                  tanh_c, h_seq)
-    if not _all_finite(h_seq, c_prev[n_steps]):
+    if not _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_prev,
+                         gates, tanh_c, h_seq):
         raise non_finite_result(where)
     return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
@@ -229,12 +235,11 @@ def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bo
     hidden = w_hh.shape[1]
     g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _backward_arrays(
         n_steps, n_env, d_in, hidden, cache.x.dtype, with_dx)
-    _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev, cache.gates,
-                   cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b, g_w_ih_t,
-                   w_hh_copy, dx)
-    grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
-    if not _all_finite(dx, dh_T, dc_T, g_w_ih, g_w_hh, g_b):
+    if not _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev,
+                          cache.gates, cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b,
+                          g_w_ih_t, w_hh_copy, dx):
         raise non_finite_result(where)
+    grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
     return (dx if with_dx else None), grads, dh_T, dc_T
 
 
