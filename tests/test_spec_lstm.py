@@ -4,8 +4,8 @@
 Forward against the plain oracle of tests/oracles.py; BPTT against central differences and
 against the oracle's forward-mode (Jacobian accumulation) gradient, a different derivation; the
 step functions against the sequence functions; the reset semantics; equality with the compiled
-tier (ppo_ref.fast.lstm, ppo_ref.recurrent_policies and RecurrentPolicy) to rtol 1e-10; argument
-validation.
+tier's recurrent policy (ppo_ref.recurrent_policies and RecurrentPolicy) to rtol 1e-10 (the
+compiled LSTM twins are tests/test_tiers.py's rows); argument validation.
 """
 import ast
 
@@ -277,41 +277,6 @@ def test_flag_and_input_dtypes_agree(rng):
     assert got.dtype == np.float64
     np.testing.assert_array_equal(got, lstm_forward(params, x.astype(np.float32).astype(float),
                                                     h0, c0, starts)[0])
-
-
-# ---------------------------------------------------------------------------------------------
-# Equality with the compiled tier (ppo_ref.fast.lstm)
-# ---------------------------------------------------------------------------------------------
-
-@settings(max_examples=15)
-@given(n_steps=st.integers(1, 6), n_env=st.integers(1, 4), d_in=st.integers(1, 4),
-       hidden=st.integers(1, 6), reset_prob=st.sampled_from([0.0, 0.3, 1.0]),
-       final_grads=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_equals_the_compiled_lstm(n_steps, n_env, d_in, hidden, reset_prob, final_grads, seed):
-    from ppo_ref.fast import lstm as fast
-    rng = np.random.default_rng(seed)
-    params, x, h0, c0, starts = make_problem(rng, n_steps, n_env, d_in, hidden,
-                                             reset_prob=reset_prob)
-    dh_seq, dh_T, dc_T = output_grads(rng, n_steps, n_env, hidden)
-    if not final_grads:
-        dh_T = dc_T = None
-    h_seq, (h_T, c_T), cache = lstm_forward(params, x, h0, c0, starts)
-    f_seq, (f_h, f_c), f_cache = fast.lstm_forward(params, x, h0, c0, starts)
-    assert_close(h_seq, f_seq)
-    assert_close(h_T, f_h)
-    assert_close(c_T, f_c)
-    dx, grads, (dh0, dc0) = lstm_backward(params, cache, dh_seq, dh_T, dc_T)
-    f_dx, f_grads, (f_dh0, f_dc0) = fast.lstm_backward(params, f_cache, dh_seq, dh_T, dc_T)
-    assert_close(dx, f_dx)
-    assert_close(dh0, f_dh0)
-    assert_close(dc0, f_dc0)
-    assert list(grads) == list(f_grads)
-    for k in grads:
-        assert_close(grads[k], f_grads[k])
-    s_h, s_c = lstm_step(params, x[0], h0, c0, starts[0])
-    f_h, f_c = fast.lstm_step(params, x[0], h0, c0, starts[0])
-    assert_close(s_h, f_h)
-    assert_close(s_c, f_c)
 
 
 @pytest.mark.parametrize("d_in,hidden", [(1, 1), (3, 5), (8, 2)])

@@ -584,6 +584,20 @@ def _strided(a):
 
 
 @njit
+def _all_finite(a):
+    """True if every entry of the 1-D array ``a`` is finite (a count of comparisons, which
+    vectorizes; callers pass ``.reshape(-1)`` views, so one compiled version per dtype)."""
+    _wide()
+    n_finite = 0
+    for i in range(a.size):
+        n_finite += abs(a[i]) < _INF
+    return n_finite == a.size
+
+
+_INF = np.float32(np.inf)   # abs(v) < inf is False exactly for inf and NaN (in either dtype)
+
+
+@njit
 def _linear_rows(x, w_t, b, out):
     """``out = b + x @ w_t`` (a dense layer ``x @ w.T + b`` with ``w_t = w.T [K, J]``): every
     element the chain ``fma(x[n, K-1], w_t[K-1, j], ... fma(x[n, 0], w_t[0, j], b[j]))`` of

@@ -43,6 +43,23 @@ from ppo_ref.spec import lstm as _spec
 __all__ = ["lstm_forward", "lstm_backward", "lstm_step"]
 
 
+def _gate_inputs(weights, x_t, h_t, z):
+    """This tier's ``ppo_ref.spec.lstm._gate_inputs``: ``z = b + [x_t, h_t] @ w_t`` with
+    ``weights = (w_t, b)``, ``w_t = [w_ih.T; w_hh.T] [D + H, 4H]`` (one product per step: every
+    element the FMA chain from ``b[j]`` over the D input terms, then the H state terms)."""
+    w_t, b = weights
+    n_env, d_in = x_t.shape
+    xh = np.empty((n_env, w_t.shape[0]), x_t.dtype)
+    for n in range(n_env):
+        for k in range(d_in):
+            xh[n, k] = x_t[n, k]
+        for k in range(h_t.shape[1]):
+            xh[n, d_in + k] = h_t[n, k]
+        for j in range(z.shape[1]):
+            z[n, j] = b[j]
+    _products._add_products(z, _strided(xh), w_t)
+
+
 def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
     """This tier's ``ppo_ref.spec.lstm._cells``: ``_cell_forward`` on every row n and unit j,
     the loop NumPy's broadcasting runs in the spec tier. ``z [N, 4H]`` in blocks (i, f, g, o);
@@ -75,13 +92,14 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
 
 
 # The spec's recursions and cell equations compiled as they are written, with this tier's
-# _add_products, _cells and _cells_backward in place of the spec's (numba overloads of those
-# three names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The cell equations
+# _gate_inputs, _add_products, _cells and _cells_backward in place of the spec's (numba
+# overloads of those names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The cell equations
 # are compiled inline into the loops over elements (a call per element would keep LLVM from
 # vectorizing them).
 register_jitable(inline="always")(_spec._cell_forward)
 register_jitable(inline="always")(_spec._cell_backward)
 register_jitable(_spec._sigmoid)
+overload(_spec._gate_inputs)(lambda weights, x_t, h_t, z: _gate_inputs)
 overload(_spec._add_products, inline="always")(
     lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, _strided(a), w_t))
 overload(_spec._cells)(lambda z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next: _cells)
@@ -92,33 +110,29 @@ _bptt_recursion = njit(_spec._bptt_recursion)
 
 
 @njit
-def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_prev, gates,
-                  tanh_c, h_seq):
-    """The forward pass, in place.
+def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_t, h_prev, c_prev, gates, tanh_c, h_seq):
+    """The forward pass, in place; True when its final state is finite.
 
     ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, ``x [T, N, D]``, ``keep [T + 1, N]``
-    (``keep[T] = 1``), ``h0, c0 [N, H]``; scratch ``w_ih_t [D, 4H]``, ``w_hh_t [H, 4H]``, ``z
-    [T, N, 4H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t: the state step t read; row
+    (``keep[T] = 1``), ``h0, c0 [N, H]``; scratch ``w_t [D + H, 4H]`` (``[w_ih.T; w_hh.T]``,
+    packed here); results ``h_prev, c_prev [T + 1, N, H]`` (row t: the state step t read; row
     T: the final state), ``gates [T, 4, N, H]``, ``tanh_c, h_seq [T, N, H]``. All C-contiguous,
-    one dtype. The input part ``z[t] = b + x[t] @ w_ih.T`` of every step first (the FMA chain of
-    each element starts at ``b``, then the D input terms; the recursion adds the H state terms),
-    then the spec's recursion."""
+    one dtype. The spec's recursion after the initial state's mask."""
     n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
-    rows = n_steps * n_env
-    _products._transpose_into(w_ih, w_ih_t)
-    _products._transpose_into(w_hh, w_hh_t)
-    z_rows = z.reshape(rows, 4 * hidden)
-    for m in range(rows):
-        for j in range(4 * hidden):
-            z_rows[m, j] = b[j]
-    _products._add_products(z_rows, _strided(x.reshape(rows, d_in)), w_ih_t)
+    _products._transpose_into(w_ih, w_t[:d_in])
+    _products._transpose_into(w_hh, w_t[d_in:])
     for n in range(n_env):
         k = keep[0, n]
         for j in range(hidden):
             h_prev[0, n, j] = k * h0[n, j]
             c_prev[0, n, j] = k * c0[n, j]
-    _forward_recursion(w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c, h_seq)
+    _forward_recursion((w_t, b), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
+    # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
+    # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is the
+    # pass's.
+    return (_products._all_finite(h_prev[n_steps].reshape(-1))
+            and _products._all_finite(c_prev[n_steps].reshape(-1)))
 
 
 @njit
@@ -149,9 +163,15 @@ def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, d
     _products._add_products(g_w_ih_t, _strided(x.reshape(rows, d_in).T), dz_rows)
     _products._transpose_into(g_w_ih_t, g_w_ih)
     _products._column_sums(dz_rows, g_b)
+    finite = True
+    for a in (g_w_ih.reshape(-1), g_w_hh.reshape(-1), g_b, dh_next.reshape(-1),
+              dc_next.reshape(-1)):
+        finite = finite and _products._all_finite(a)
     if dx.shape[0] == n_steps:
         dx[:, :, :] = 0.0
         _products._add_products(dx.reshape(rows, d_in), _strided(dz_rows), w_ih)
+        finite = finite and _products._all_finite(dx.reshape(-1))
+    return finite
 
 
 class _LSTMCache(NamedTuple):
@@ -164,10 +184,6 @@ class _LSTMCache(NamedTuple):
     tanh_c: np.ndarray
 
 
-def _all_finite(*arrays) -> bool:
-    return all(np.isfinite(a).all() for a in arrays)
-
-
 def _weights(params: Mapping[str, np.ndarray], dtype, keys=("w_ih", "w_hh", "b")):
     """The arrays ``params[k]`` of ``keys`` as C-contiguous arrays of ``dtype`` (no copy when
     they are already)."""
@@ -176,8 +192,9 @@ def _weights(params: Mapping[str, np.ndarray], dtype, keys=("w_ih", "w_hh", "b")
 
 def _keep(episode_starts, n_steps: int, n_env: int, dtype) -> np.ndarray:
     """``keep [T + 1, N]``: ``1 - episode_starts`` (bool or 0/1 numbers), then a row of ones."""
-    keep = np.ones((n_steps + 1, n_env), dtype)
-    keep[:n_steps] -= np.reshape(episode_starts, (n_steps, n_env))
+    keep = np.empty((n_steps + 1, n_env), dtype)
+    np.logical_not(np.reshape(episode_starts, (n_steps, n_env)), out=keep[:n_steps])
+    keep[n_steps] = 1.0
     return keep
 
 
@@ -189,8 +206,7 @@ def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
         state = (n_steps + 1, n_env, hidden)
         return (new(state, dt), new(state, dt), new((n_steps, 4, n_env, hidden), dt),
                 new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
-                new((d_in, 4 * hidden), dt), new((hidden, 4 * hidden), dt),
-                new((n_steps, n_env, 4 * hidden), dt))
+                new((d_in + hidden, 4 * hidden), dt))
     return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
 
 
@@ -199,11 +215,10 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
     (``c_T`` a view of the cache)."""
     n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
-    h_prev, c_prev, gates, tanh_c, h_seq, w_ih_t, w_hh_t, z = _forward_arrays(
-        n_steps, n_env, d_in, hidden, x.dtype)
-    _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_ih_t, w_hh_t, z, h_prev, c_prev, gates,
-                  tanh_c, h_seq)
-    if not _all_finite(h_seq, c_prev[n_steps]):
+    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _forward_arrays(n_steps, n_env, d_in, hidden,
+                                                                x.dtype)
+    if not _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_t, h_prev, c_prev, gates, tanh_c,
+                         h_seq):
         raise non_finite_result(where)
     return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
@@ -229,12 +244,11 @@ def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bo
     hidden = w_hh.shape[1]
     g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _backward_arrays(
         n_steps, n_env, d_in, hidden, cache.x.dtype, with_dx)
-    _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev, cache.gates,
-                   cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b, g_w_ih_t,
-                   w_hh_copy, dx)
-    grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
-    if not _all_finite(dx, dh_T, dc_T, g_w_ih, g_w_hh, g_b):
+    if not _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev,
+                          cache.gates, cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b,
+                          g_w_ih_t, w_hh_copy, dx):
         raise non_finite_result(where)
+    grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
     return (dx if with_dx else None), grads, dh_T, dc_T
 
 

@@ -58,6 +58,8 @@ def _parts(params: Mapping[str, np.ndarray], names: Tuple[str, ...]) -> Dict[str
 
 def _compute_dtype(parts: Dict[str, dict], *arrays) -> np.dtype:
     """float32 when every float array of ``arrays`` and of the parameters is float32."""
+    if result_dtype(*arrays) != np.float32:   # (the common float64 case decided at once)
+        return np.dtype(np.float64)
     return result_dtype(*arrays, *(np.asarray(v) for part in parts.values()
                                    for v in part.values()))
 

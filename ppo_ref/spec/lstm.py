@@ -51,12 +51,12 @@ Written once for both tiers. The loop over steps (:func:`_forward_recursion`), t
 them (:func:`_bptt_recursion`) and the cell's equations (:func:`_cell_forward`,
 :func:`_cell_backward`, elementwise: they take arrays or numbers) are written in the subset of
 Python that numba compiles, and ``ppo_ref.fast.lstm`` compiles these same functions. What a tier
-supplies is named by three functions the recursions call: the product :func:`_add_products`
-(``out += a @ w_t``) and the loops that apply the cell to every row and unit,
-:func:`_cells` and :func:`_cells_backward`. Here they are NumPy's ``@`` and broadcasting; the
-compiled tier compiles the recursions with its own (fused multiply-add chains, explicit loops)
-in their place. The input part of the gates, ``x[t] @ w_ih.T + b``, is computed for all steps
-before the loop (it reads no state), and the weight gradients and ``dx`` after it.
+supplies is named by the functions the recursions call: the products (:func:`_gate_inputs`, the
+gates' pre-activations of a step, and :func:`_add_products`, ``out += a @ w_t``) and the loops
+that apply the cell to every row and unit (:func:`_cells`, :func:`_cells_backward`). Here they
+are NumPy's ``@`` and broadcasting; the compiled tier compiles the recursions with its own
+(fused multiply-add chains, explicit loops) in their place. The weight gradients and ``dx``
+are sums over all steps, taken after the loop.
 
 Plain NumPy, float64 throughout (float32, integer or bool inputs are cast on entry); products by
 ``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.fast.lstm`` to
@@ -164,18 +164,19 @@ def _cell_backward(i, f, g, o, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_ne
             dh * tanh_c * o * (_ONE - o), dc * f)
 
 
-def _forward_recursion(w_hh_t, keep, z, h_prev, c_prev, gates, tanh_c, h_seq):
+def _forward_recursion(weights, x, keep, h_prev, c_prev, gates, tanh_c, h_seq):
     """The forward loop over ``t = 0 .. T-1``, in place.
 
-    On entry ``z [T, N, 4H]`` holds the input part ``x[t] @ w_ih.T + b`` of every step and row
-    0 of ``h_prev, c_prev [T + 1, N, H]`` the carried state ``h~[0] = keep[0] * h0``, ``c~[0] =
-    keep[0] * c0``. Step t completes ``z[t]`` with ``h~[t] @ w_hh.T`` (``w_hh_t = w_hh.T``) and
-    applies the cell (:func:`_cell_forward`) to every row and unit, writing ``gates[t]``,
-    ``tanh_c[t]``, ``h_seq[t]`` and the state carried into step t + 1, row t + 1 of ``h_prev``
-    and ``c_prev`` (row T: the final state, unmasked)."""
-    for t in range(z.shape[0]):
-        _add_products(z[t], h_prev[t], w_hh_t)
-        _cells(z[t], c_prev[t], keep[t + 1], gates[t], tanh_c[t], h_seq[t], h_prev[t + 1],
+    On entry row 0 of ``h_prev, c_prev [T + 1, N, H]`` holds the carried state ``h~[0] =
+    keep[0] * h0``, ``c~[0] = keep[0] * c0``. Step t forms the pre-activations ``z`` from
+    ``x[t]`` and ``h~[t]`` (:func:`_gate_inputs`; ``weights`` the tier's form of ``w_ih, w_hh,
+    b``) and applies the cell (:func:`_cell_forward`) to every row and unit, writing
+    ``gates[t]``, ``tanh_c[t]``, ``h_seq[t]`` and the state carried into step t + 1, row t + 1 of
+    ``h_prev`` and ``c_prev`` (row T: the final state, unmasked)."""
+    z = np.empty((x.shape[1], 4 * h_seq.shape[2]), x.dtype)
+    for t in range(x.shape[0]):
+        _gate_inputs(weights, x[t], h_prev[t], z)
+        _cells(z, c_prev[t], keep[t + 1], gates[t], tanh_c[t], h_seq[t], h_prev[t + 1],
                c_prev[t + 1])
 
 
@@ -193,6 +194,12 @@ def _bptt_recursion(w_hh, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_n
 
 
 # What a tier supplies; the readable tier's: NumPy (the compiled tier's: ppo_ref.fast.lstm).
+
+def _gate_inputs(weights, x_t, h_t, z):
+    """``z = x_t @ w_ih.T + h_t @ w_hh.T + b`` (``weights = (w_ih, w_hh, b)``), into ``z``."""
+    w_ih, w_hh, b = weights
+    z[...] = x_t @ w_ih.T + h_t @ w_hh.T + b
+
 
 def _add_products(out, a, w_t):
     """``out += a @ w_t``."""
@@ -224,7 +231,6 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep):
     ``(h_seq, (h_T, c_T), LSTMCache)``."""
     n_steps, n_env, _ = x.shape
     hidden = w_hh.shape[1]
-    z = x @ w_ih.T + b
     h_prev = np.empty((n_steps + 1, n_env, hidden))
     c_prev = np.empty((n_steps + 1, n_env, hidden))
     h_prev[0] = keep[0, :, None] * h0
@@ -232,7 +238,7 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep):
     gates = np.empty((n_steps, n_env, 4 * hidden))
     tanh_c = np.empty((n_steps, n_env, hidden))
     h_seq = np.empty((n_steps, n_env, hidden))
-    _forward_recursion(w_hh.T, keep, z, h_prev, c_prev, gates, tanh_c, h_seq)
+    _forward_recursion((w_ih, w_hh, b), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
     cache = LSTMCache(x, keep, h_prev[:n_steps], c_prev[:n_steps], gates, tanh_c)
     return h_seq, (h_seq[-1].copy(), c_prev[n_steps].copy()), cache
 
