@@ -86,19 +86,19 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         lead = config.lead_limit
         # Unsent steps, one list per field (all acted with `version`): observation, action,
         # reward, next_observation, terminated, truncated, the observation acted from next (the
-        # reset one where the episode ended), and the behaviour log-prob and value recorded
-        # when acting.
-        columns: Tuple[list, ...] = ([], [], [], [], [], [], [], [], [])
+        # reset one where the episode ended), and the policy output each action was drawn from
+        # (the behaviour log-probs and values are computed per chunk, with the acting
+        # parameters, when it is sent).
+        columns: Tuple[list, ...] = ([], [], [], [], [], [], [], [])
 
         def flush():
             if columns[0]:
                 k = len(columns[0])
+                values, log_probs = policy.behaviour(columns[0], columns[1], columns[7])
                 send(ExperienceBatch(agent_id, np.array(columns[0]), np.array(columns[1]),
                                      np.array(columns[2], dtype=np.float64), np.array(columns[3]),
                                      np.array(columns[4], dtype=bool),
-                                     np.array(columns[5], dtype=bool),
-                                     np.array(columns[8], dtype=np.float64),
-                                     np.array(columns[7], dtype=np.float64),
+                                     np.array(columns[5], dtype=bool), values, log_probs,
                                      np.full(k, version, dtype=np.int64),
                                      np.array(columns[6])))
                 for column in columns:
@@ -140,14 +140,13 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                 raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
                                         f"{type(msg).__name__}")
             # 3. act and step.
-            action, env_action, log_prob, value = policy.act(obs, rng)
+            action, env_action, policy_out = policy.act(obs, rng)
             next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
             next_obs = policy.observation(next_obs)
             for column, item in zip(columns, (obs, action, float(reward), next_obs,
                                               bool(terminated), bool(truncated))):
                 column.append(item)
-            columns[7].append(log_prob)
-            columns[8].append(value)
+            columns[7].append(policy_out)
             steps += 1
             if terminated or truncated:
                 episodes += 1
@@ -263,9 +262,17 @@ class _ActorPolicy:
         return np.array(obs, dtype=np.float64, copy=True)
 
     def act(self, obs: np.ndarray, rng: np.random.Generator):
-        """``(action, env_action, log_prob, value)`` for one observation: the action as stored
-        (int64 or the raw Gaussian sample), as the env receives it (clipped), and its
-        behaviour log-prob and value."""
+        """``(action, env_action, policy_out)`` for one observation: the action as stored
+        (int64 or the raw Gaussian sample), as the env receives it (clipped), and the policy
+        output it was drawn from."""
         acted = self.policy.act(self.cparams, obs.reshape(1, -1), None, None, rng)
         return (acted.actions[0], self.policy.head.to_env(acted.actions)[0],
-                float(acted.log_probs[0]), float(acted.values[0]))
+                acted.policy_out[0])
+
+    def behaviour(self, observations, actions, policy_outs):
+        """``(values [k], log_probs [k])`` of ``k`` acted steps under the current parameters
+        (:meth:`ppo_ref.train.policies.MLPPolicy.behaviour`)."""
+        obs = np.asarray(observations, dtype=np.float64).reshape(len(observations), -1)
+        log_probs, values = self.policy.behaviour(self.cparams, obs, np.asarray(actions),
+                                                  np.asarray(policy_outs), [None])
+        return (np.asarray(values, dtype=np.float64), np.asarray(log_probs, dtype=np.float64))

@@ -188,12 +188,13 @@ def make_head(action_space, config, dist):
 
 
 class Acted(NamedTuple):
-    """What one acting step records: ``actions`` (the buffer's: Gaussian raw samples), their
-    behaviour ``log_probs`` and ``values`` ``[N]``, and the recurrent ``state`` after the step
-    (None for a policy without memory)."""
+    """What one acting step returns: ``actions`` (as the buffer keeps them: Gaussian raw
+    samples), the ``policy_out`` they were drawn from, the ``values`` the step computed (None
+    when the policy computes them for the whole rollout afterwards: :meth:`MLPPolicy.behaviour`)
+    and the recurrent ``state`` after the step (None for a policy without memory)."""
     actions: np.ndarray
-    log_probs: np.ndarray
-    values: np.ndarray
+    policy_out: np.ndarray
+    values: Optional[np.ndarray]
     state: Optional[LSTMStates]
 
 
@@ -230,12 +231,20 @@ class _Policy:
 
     def act(self, cparams: Params, obs, state, episode_starts, rng) -> Acted:
         """One acting step for ``N`` envs with parameters in the compute dtype
-        (:meth:`compute_params`): sample actions with ``rng`` and record their log-probs and
-        the values, from ``obs [N, obs_dim]`` (and the state before the step, with the envs'
-        ``episode_starts`` flags, for the recurrent policy)."""
+        (:meth:`compute_params`): actions sampled with ``rng`` from ``obs [N, obs_dim]`` (and,
+        for the recurrent policy, the state before the step, reset where ``episode_starts``)."""
         out, values, state = self._step(cparams, obs, state, episode_starts)
-        actions = self.head.sample(rng, out, cparams)
-        return Acted(actions, self.head.log_prob(out, cparams, actions), values, state)
+        return Acted(self.head.sample(rng, out, cparams), out, values, state)
+
+    def behaviour(self, cparams: Params, observations, actions, policy_outs, acted_values):
+        """``(log_probs, values)`` ``[B]`` of acted rows: the behaviour log-probabilities of
+        ``actions`` under the ``policy_outs`` they were drawn from, and the values of
+        ``observations`` under the acting parameters (those the acting steps returned,
+        concatenated, when they computed them)."""
+        log_probs = self.head.log_prob(policy_outs, cparams, actions)
+        if acted_values[0] is None:
+            return log_probs, self.values(cparams, observations, None, None)
+        return log_probs, np.concatenate(acted_values)
 
     def predict(self, params: Params, obs, state, episode_starts, rng, deterministic: bool):
         """``(env_actions, state)``: actions as the environment receives them (Gaussian:
@@ -286,9 +295,9 @@ class MLPPolicy(_Policy):
         return None
 
     def _step(self, cparams, obs, state, episode_starts):
-        out, values, _ = self.tier.networks.actor_critic_forward(
+        out, _, _ = self.tier.networks.actor_critic_forward(
             self._net(cparams), obs.astype(self.dtype, copy=False), *self._net_args)
-        return out, values, None
+        return out, None, None
 
     def values(self, cparams: Params, obs, state, episode_starts) -> np.ndarray:
         """``V(obs)`` ``[B]`` (bootstrap values) with compute-dtype parameters."""

@@ -97,7 +97,8 @@ class EnvStepError(RuntimeError):
         self.rollout_step = rollout_step
 
 
-_REAL_SCALARS = (float, int, np.floating, np.integer)
+_REWARD_TYPES = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
+_FLAG_TYPES = frozenset({bool, np.bool_})
 
 
 class _CheckedEnv(gym.Wrapper):
@@ -114,16 +115,18 @@ class _CheckedEnv(gym.Wrapper):
         self.ppo_ref_index = index
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        for what, value, kinds in (("reward", reward, _REAL_SCALARS),
-                                   ("terminated", terminated, (bool, np.bool_)),
-                                   ("truncated", truncated, (bool, np.bool_))):
-            if not isinstance(value, kinds) or isinstance(value, bool) and what == "reward":
-                text = repr(value)[:60]
-                raise ValueError(f"env {self.ppo_ref_index} returned {what} {text} of type "
-                                 f"{type(value).__name__}; expected "
-                                 f"{'a real number' if what == 'reward' else 'a bool'}")
-        return obs, reward, terminated, truncated, info
+        result = self.env.step(action)
+        if (type(result[1]) not in _REWARD_TYPES or type(result[2]) not in _FLAG_TYPES
+                or type(result[3]) not in _FLAG_TYPES):
+            for what, value in zip(("reward", "terminated", "truncated"), result[1:4]):
+                ok = (isinstance(value, (float, int, np.floating, np.integer))
+                      and not isinstance(value, (bool, np.bool_)) if what == "reward"
+                      else isinstance(value, (bool, np.bool_)))
+                if not ok:
+                    raise ValueError(f"env {self.ppo_ref_index} returned {what} "
+                                     f"{repr(value)[:60]} of type {type(value).__name__}; "
+                                     f"expected {'a real number' if what == 'reward' else 'a bool'}")
+        return result
 
     def ppo_ref_state(self):
         return single_env_state(self.env)
@@ -220,40 +223,40 @@ class RolloutCollector:
         self.episode_starts = np.ones(self.n_envs, dtype=bool)
         self.state = policy.initial_state(self.n_envs)
         self.vector_steps = 0
+        self._obs_shape = (self.n_envs,) + tuple(policy.obs_shape)
 
     # -- observations -------------------------------------------------------------------------
-    def _observe(self, raw, rollout_step: int) -> np.ndarray:
-        """Check a batch of raw observations, update the running statistics (when on) and
-        return what the policy sees: float64 ``[N, obs_dim]``."""
+    def _observe(self, raw, rollout_step: int, out: np.ndarray) -> None:
+        """Check a batch of raw observations, update the running statistics (when on) and write
+        what the policy sees into ``out`` (float64 ``[N, obs_dim]``)."""
         step = self.vector_steps
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
             raise EnvStepError(f"the vector env returned observations that are not a numeric "
                                f"array at vector step {step}: {exc}", -1, step, rollout_step) from None
-        if obs.dtype.kind not in "biuf" or obs.shape != (self.n_envs,) + self.policy.obs_shape:
+        if obs.dtype.kind not in "biuf" or obs.shape != self._obs_shape:
             raise EnvStepError(f"the vector env returned observations of dtype {obs.dtype} and "
                                f"shape {obs.shape}, expected real numbers of shape "
-                               f"{(self.n_envs,) + self.policy.obs_shape}, at vector step {step}",
-                               -1, step, rollout_step)
-        obs = obs.reshape(self.n_envs, -1).astype(np.float64)
-        finite = np.isfinite(obs).all(axis=1)
-        if not finite.all():
-            i = int(np.argmin(finite))
-            raise EnvStepError(f"env {i} returned a non-finite observation {obs[i].tolist()} at "
+                               f"{self._obs_shape}, at vector step {step}", -1, step,
+                               rollout_step)
+        np.copyto(out, obs.reshape(out.shape))
+        if not np.isfinite(out).all():
+            i = int(np.argmin(np.isfinite(out).all(axis=1)))
+            raise EnvStepError(f"env {i} returned a non-finite observation {out[i].tolist()} at "
                                f"vector step {step}", i, step, rollout_step)
         if self.obs_moments is None:
-            return obs
+            return
         if self.update_statistics:
-            moments = update_moments(self.obs_moments, obs)
+            moments = update_moments(self.obs_moments, out)
             if not (np.isfinite(moments.mean).all() and np.isfinite(moments.var).all()):
-                i = int(np.argmax(np.abs(obs).max(axis=1)))
+                i = int(np.argmax(np.abs(out).max(axis=1)))
                 raise EnvStepError(f"env {i} returned an observation too large to normalize at "
                                    f"vector step {step}: the running variance overflows float64 "
                                    f"(components above ~1.3e154); scale the observations or turn "
                                    f"normalize_observations off", i, step, rollout_step)
             self.obs_moments = moments
-        return self.normalize_obs(obs)
+        out[...] = self.normalize_obs(out)
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
         """What the policy sees for float64 raw observations ``[B, obs_dim]`` with the current
@@ -270,7 +273,8 @@ class RolloutCollector:
     def reset(self, seeds) -> np.ndarray:
         """Reset every sub-env with its seed (N ints); starts new episodes everywhere."""
         raw, _ = self.env.reset(seed=[int(s) for s in seeds])
-        self.obs = self._observe(raw, -1)
+        self.obs = np.empty((self.n_envs, self.policy.obs_dim))
+        self._observe(raw, -1, self.obs)
         self.episode_starts[:] = True
         return self.obs
 
@@ -284,7 +288,7 @@ class RolloutCollector:
         except ValueError as exc:  # a sub-env output refused by _CheckedEnv, or unstackable
             raise EnvStepError(f"{exc} at vector step {step}", -1, step, rollout_step) from None
         self.vector_steps = step + 1
-        rewards, raw = np.asarray(rewards), self.episode_stats.episode_returns
+        rewards = np.asarray(rewards)
         for what, arr, kinds in (("rewards", rewards, "biuf"),
                                  ("terminated", np.asarray(terminated), "b"),
                                  ("truncated", np.asarray(truncated), "b")):
@@ -292,9 +296,8 @@ class RolloutCollector:
                 raise EnvStepError(f"the vector env returned {what} of dtype {arr.dtype} and "
                                    f"shape {arr.shape} at vector step {step}", -1, step,
                                    rollout_step)
-        if not (np.isfinite(rewards).all() and np.isfinite(raw).all()):
-            bad = ~(np.isfinite(rewards) & np.isfinite(raw))
-            i = int(np.argmax(bad))
+        if not np.isfinite(rewards).all():
+            i = int(np.argmin(np.isfinite(rewards)))
             raise EnvStepError(f"env {i} returned a non-finite reward at vector step {step}", i,
                                step, rollout_step)
         rewards = rewards.astype(np.float64)
@@ -330,22 +333,25 @@ class RolloutCollector:
         T, N, policy = self.n_steps, self.n_envs, self.policy
         head = policy.head
         cparams = policy.compute_params(params)
-        obs_buf = np.empty((T, N, policy.obs_dim))
+        obs_buf = np.empty((T + 1, N, policy.obs_dim))  # row T: the observations after
         act_buf = np.empty((T, N) + head.action_shape, dtype=head.action_dtype)
-        logp_buf, val_buf, rew_buf = np.empty((T, N)), np.empty((T, N)), np.empty((T, N))
+        rew_buf = np.empty((T, N))
         term_buf, trunc_buf, start_buf = (np.zeros((T, N), dtype=bool) for _ in range(3))
+        outs, acted_values = [], []
         final_values = None
         returns, lengths, envs = [], [], []
         start_state = self.state
+        obs_buf[0] = self.obs
         for t in range(T):
-            obs_buf[t] = self.obs
             start_buf[t] = self.episode_starts
-            acted = policy.act(cparams, self.obs, self.state, self.episode_starts, rng)
-            act_buf[t], logp_buf[t], val_buf[t] = acted.actions, acted.log_probs, acted.values
+            acted = policy.act(cparams, obs_buf[t], self.state, self.episode_starts, rng)
+            act_buf[t] = acted.actions
+            outs.append(acted.policy_out)
+            acted_values.append(acted.values)
             self.state = acted.state
             raw_obs, rew_buf[t], term_buf[t], trunc_buf[t], info = self._step(
                 head.to_env(acted.actions), t)
-            self.obs = self._observe(raw_obs, t)
+            self._observe(raw_obs, t, obs_buf[t + 1])
             done = term_buf[t] | trunc_buf[t]
             self.episode_starts = done
             if not done.any():
@@ -361,10 +367,17 @@ class RolloutCollector:
                 returns.append(float(info["episode"]["r"][i]))
                 lengths.append(int(info["episode"]["l"][i]))
                 envs.append(int(i))
+        self.obs = obs_buf[T].copy()
+        observations = obs_buf[:T]
+        log_probs, values = policy.behaviour(
+            cparams, observations.reshape(T * N, -1),
+            act_buf.reshape((T * N,) + head.action_shape), np.concatenate(outs), acted_values)
         last_values = policy.values(cparams, self.obs, self.state, self.episode_starts)
-        return Rollout(obs_buf, act_buf, rew_buf, term_buf, trunc_buf, start_buf, val_buf,
-                       logp_buf, final_values, np.asarray(last_values, dtype=np.float64),
-                       returns, lengths, envs, start_state)
+        return Rollout(observations, act_buf, rew_buf, term_buf, trunc_buf, start_buf,
+                       np.asarray(values, dtype=np.float64).reshape(T, N),
+                       np.asarray(log_probs, dtype=np.float64).reshape(T, N), final_values,
+                       np.asarray(last_values, dtype=np.float64), returns, lengths, envs,
+                       start_state)
 
     # -- state for checkpoints ----------------------------------------------------------------
     def state_arrays(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
