@@ -5,10 +5,11 @@ What runs is the spec's own code: the forward recursion, the BPTT recursion and 
 equations (``ppo_ref.spec.lstm._forward_recursion``, ``_bptt_recursion``, ``_cell_forward``,
 ``_cell_backward``; equations in that module's docstring) are compiled here as they are written.
 This module supplies what the spec leaves to a tier: the products, as chains of fused
-multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`); the loops that
-apply the cell to every row and unit (:func:`_cells`, :func:`_cells_backward`); the input part
-of the gates for all steps before the recursion, the weight gradients and ``dx`` after it; and
-the arrays.
+multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`; a step's gate
+pre-activations are one product of ``[x[t], h~[t]]`` with ``[w_ih.T; w_hh.T]``,
+:func:`_gate_inputs`); the loops that apply the cell to every row and unit (:func:`_cells`,
+:func:`_cells_backward`); the weight gradients and ``dx`` after the recursion; and the arrays
+(reused across calls: :func:`ppo_ref.fast._products._bundle`).
 
 Numerics. float64 inputs compute in float64; when every float input (the parameters included)
 is float32, the same functions run in float32 and return float32 (``tanh`` in float32
@@ -93,9 +94,10 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
 
 # The spec's recursions and cell equations compiled as they are written, with this tier's
 # _gate_inputs, _add_products, _cells and _cells_backward in place of the spec's (numba
-# overloads of those names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The cell equations
-# are compiled inline into the loops over elements (a call per element would keep LLVM from
-# vectorizing them).
+# overloads of those names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The
+# cell equations are compiled inline into the loops over elements (a call per element would
+# keep LLVM from vectorizing them); the recursions are compiled functions of their own, called
+# by the two passes below (a function inlined by numba is compiled twice: slower to compile).
 register_jitable(inline="always")(_spec._cell_forward)
 register_jitable(inline="always")(_spec._cell_backward)
 register_jitable(_spec._sigmoid)

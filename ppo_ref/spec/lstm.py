@@ -9,7 +9,9 @@ in the parametrisation of ``torch.nn.LSTM``: the four gate blocks of ``w_ih [4H,
 by ``keep[t] = 1 - episode_starts[t]``, so an episode starting at ``t`` starts from the zero
 state, and no gradient crosses the cut.
 
-Forward, step ``t``, for N environments at once (rows); :func:`step_forward` is these lines::
+Forward, step ``t``, for N environments at once (rows); :func:`_gate_inputs` and
+:func:`_cell_forward` are these lines, stepped by :func:`_forward_recursion` (which masks the
+state carried into step ``t + 1`` at the end of step ``t``)::
 
     h~[t] = keep[t] * h[t-1]                      (h[-1] = h0)
     c~[t] = keep[t] * c[t-1]                      (c[-1] = c0)
@@ -29,7 +31,7 @@ this form never overflows). :func:`lstm_forward` runs the step for ``t = 0 .. T-
 Backpropagation through time (Werbos 1990), given ``dh_seq[t] = dL/dh[t]`` and the gradients
 ``dh_T, dc_T`` of the final state (zero when not given: from a later segment in truncated BPTT),
 with ``keep[T] = 1``, ``dh_next = dh_T``, ``dc_next = dc_T``; for ``t = T-1 .. 0``
-(:func:`lstm_backward` is these lines)::
+(:func:`_cell_backward` and :func:`_bptt_recursion` are these lines)::
 
     dh   = dh_seq[t] + keep[t+1] * dh_next                 total gradient of h[t]
     dc   = keep[t+1] * dc_next + dh * o * (1 - tanh(c[t])^2)    total gradient of c[t]
