@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-import pytest
 
 import ppo_ref
 
