@@ -31,7 +31,6 @@ from __future__ import annotations
 import ast
 import pathlib
 
-
 import ppo_ref
 
 PACKAGE = pathlib.Path(ppo_ref.__file__).parent
