@@ -50,6 +50,9 @@ LOSS_CONFIGS = [
     PPOConfig(clip_range_vf=0.1, value_loss_mode="sb3", normalize_advantage=False),
     PPOConfig(advantage_norm_ddof=0, value_loss_scale=0.5, dual_clip=2.0,
               clip_interval="reciprocal"),
+    PPOConfig(ent_coef=0.01, clip_range_vf=0.3, value_loss_mode="huber", huber_delta=0.5,
+              clip_range_low=0.1, clip_range_high=0.3, advantage_norm_eps_placement="clamp",
+              advantage_norm_eps=1e-6, kl_estimator="k3"),
 ]
 
 
