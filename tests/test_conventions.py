@@ -2,8 +2,9 @@
 advantage-normalization eps placement, asymmetric and reciprocal ratio intervals, dual clip,
 the Huber value loss, per-row weights (valid masks) and skrl's KL stop rule.
 
-Each is checked on the readable tier (ppo_ref.spec) against an oracle written here in the
-notation of its source and against finite differences for the gradients (tests/gradcheck.py).
+Each is checked on the readable tier (ppo_ref.spec) against an oracle in the notation of its
+source (written here, or tests/oracles.py's GAE and V-trace) and against finite differences for
+the gradients (tests/gradcheck.py).
 (The compiled twins of these functions are checked against them, with these options, in
 tests/test_tiers.py and tests/test_spec_update.py.)
 """
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
+from oracles import gae_oracle, vtrace_oracle
 from ppo_ref.config import PPOConfig
 from ppo_ref.spec import advantages
 from ppo_ref.spec.losses import (approx_kl, clip_bounds, entropy_loss, normalize_advantages,
@@ -24,64 +26,45 @@ from ppo_ref.spec.update import minibatch_loss
 
 # -- per-step discounts and lambdas ---------------------------------------------------------
 
-def _gae_oracle(r, v, last, gammas, lambdas):
-    """eq. (16) with per-step factors and no episode ends: A[t] = sum_l (prod_{i<l}
-    gamma[t+i] lambda[t+i]) delta[t+l], delta[t] = r[t] + gamma[t] V[t+1] - V[t]."""
-    T = len(r)
-    v_next = np.append(v[1:], last)
-    delta = r + gammas * v_next - v
-    adv = np.zeros(T)
-    for t in range(T):
-        weight = 1.0
-        for k in range(t, T):
-            adv[t] += weight * delta[k]
-            weight *= gammas[k] * lambdas[k]
-    return adv
+def _factors(r, T, N, choices):
+    """Per-step factors drawn from ``choices``: ``[T]`` (shared by the envs) or ``[T, N]``."""
+    return r.choice(choices, T if r.random() < 0.5 else (T, N))
 
 
-@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 12))
+@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 12), N=st.integers(1, 3))
 @settings(max_examples=20)
-def test_gae_per_step_gamma_and_lambda_equal_the_oracle(seed, T):
+def test_gae_per_step_gamma_and_lambda_equal_the_oracle(seed, T, N):
+    """Schulman et al. eq. (16) with a discount and a lambda per step (tests/oracles.py), with
+    episode ends and truncations inside."""
     r = np.random.default_rng(seed)
-    rew, val = r.normal(size=T), r.normal(size=T)
-    gammas = r.choice([0.0, 0.5, 0.9, 1.0], T)
-    lambdas = r.choice([0.0, 0.7, 1.0], T)
-    no = np.zeros(T, bool)
-    adv, ret = advantages.gae(rew, val, no, no, 0.4, gamma=gammas, gae_lambda=lambdas)
-    np.testing.assert_allclose(adv, _gae_oracle(rew, val, 0.4, gammas, lambdas),
-                               rtol=1e-12, atol=1e-12)
+    rew, val, final = r.normal(size=(T, N)), r.normal(size=(T, N)), r.normal(size=(T, N))
+    term, trunc = r.random((T, N)) < 0.15, r.random((T, N)) < 0.15
+    gammas = _factors(r, T, N, [0.0, 0.5, 0.9, 1.0])
+    lambdas = _factors(r, T, N, [0.0, 0.7, 1.0])
+    args = (rew, val, term, trunc, r.normal(size=N), final)
+    adv, ret = advantages.gae(*args, gamma=gammas, gae_lambda=lambdas)
+    want, _ = gae_oracle(*args, gamma=gammas, gae_lambda=lambdas)
+    np.testing.assert_allclose(adv, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(ret, adv + val)
 
 
-def _vtrace_oracle(log_rhos, r, v, last, gammas, lambdas, rho_bar, c_bar):
-    """IMPALA eq. (1) with per-step discounts and rlax's per-step lambda: vs[s] = V[s] +
-    sum_t (prod_{i=s}^{t-1} gamma[i] c[i]) rho[t] delta[t], c[i] = lambda[i] min(c_bar, ratio)."""
-    T = len(r)
-    ratio = np.exp(log_rhos)
-    v_next = np.append(v[1:], last)
-    delta = np.minimum(rho_bar, ratio) * (r + gammas * v_next - v)
-    c = lambdas * np.minimum(c_bar, ratio)
-    vs = v.copy()
-    for s in range(T):
-        weight = 1.0
-        for t in range(s, T):
-            vs[s] += weight * delta[t]
-            weight *= gammas[t] * c[t]
-    return vs
-
-
-@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 10))
+@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 10), N=st.integers(1, 3))
 @settings(max_examples=20)
-def test_vtrace_per_step_gamma_and_lambda_equal_the_oracle(seed, T):
+def test_vtrace_per_step_gamma_and_lambda_equal_the_oracle(seed, T, N):
+    """IMPALA eq. (1) with a discount per step and rlax's lambda per step (tests/oracles.py),
+    with episode ends and truncations inside."""
     r = np.random.default_rng(seed)
-    mu, pi = -r.uniform(0.1, 2, T), -r.uniform(0.1, 2, T)
-    rew, val = r.normal(size=T), r.normal(size=T)
-    gammas, lambdas = r.choice([0.0, 0.5, 0.95, 1.0], T), r.choice([0.0, 0.8, 1.0], T)
-    no = np.zeros(T, bool)
-    out = advantages.vtrace(mu, pi, rew, val, no, no, 0.3, gamma=gammas, lambda_=lambdas,
-                            rho_bar=1.0, c_bar=0.9)
-    np.testing.assert_allclose(out.vs, _vtrace_oracle(pi - mu, rew, val, 0.3, gammas, lambdas,
-                                                      1.0, 0.9), rtol=1e-12, atol=1e-12)
+    mu, pi = -r.uniform(0.1, 2, (T, N)), -r.uniform(0.1, 2, (T, N))
+    rew, val, final = r.normal(size=(T, N)), r.normal(size=(T, N)), r.normal(size=(T, N))
+    term, trunc = r.random((T, N)) < 0.15, r.random((T, N)) < 0.15
+    gammas = _factors(r, T, N, [0.0, 0.5, 0.95, 1.0])
+    lambdas = _factors(r, T, N, [0.0, 0.8, 1.0])
+    args = (mu, pi, rew, val, term, trunc, r.normal(size=N), final)
+    kw = dict(gamma=gammas, lambda_=lambdas, rho_bar=1.0, c_bar=0.9, pg_rho_bar=1.3)
+    out = advantages.vtrace(*args, **kw)
+    want_vs, want_pg = vtrace_oracle(*args, **kw)
+    np.testing.assert_allclose(out.vs, want_vs, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.pg_advantages, want_pg, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
