@@ -9,6 +9,8 @@ chains, row by row: ppo_ref.fast.networks and its machinery), so
   1 in float64 and float32;
 * nothing on the MLP training path calls BLAS, so OpenBLAS's choice of kernel for the CPU
   (``OPENBLAS_CORETYPE``) does not change a single metric;
+* the register blocks chosen for the CPU's vectors (AVX-512 or AVX2) sum in the same order,
+  so the MLP compiled for either target gives the same bits;
 * a default ``ppo-ref train`` run gives one metrics.csv whatever the x86-64 machine (pinned
   by its SHA-256 below).
 """
@@ -97,6 +99,49 @@ def test_first_minibatch_ratio_is_exactly_one_in_every_update(compute_dtype):
                   lambda t, s: ratios.append(s["first_max_abs_log_ratio"]))
     trainer.close()
     assert ratios == [0.0] * 5
+
+
+#: An AVX2-only x86-64 target (an AMD EPYC of the benchmarks, a Haswell): no AVX-512.
+AVX2_FEATURES = ("+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+cx8,+f16c,+fma,+fxsr,+lzcnt,+mmx,"
+                 "+movbe,+pclmul,+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+ssse3,+xsave")
+
+_MLP_SCRIPT = r"""
+import hashlib
+import numpy as np
+from ppo_ref.fast import layers
+from ppo_ref.spec.layers import mlp_init
+rng = np.random.default_rng(3)
+digest = hashlib.sha256()
+for dtype in (np.float64, np.float32):
+    for rows, sizes in ((256, (64, 64)), (30, (40, 64)), (9, (33,))):
+        params = {k: (v + 0.3 * rng.standard_normal(v.shape)).astype(dtype)
+                  for k, v in mlp_init(rng, 7, sizes, 3).items()}
+        x = rng.standard_normal((rows, 7)).astype(dtype)
+        for activation in ("tanh", "relu"):
+            y, cache = layers.mlp_forward(params, x, activation)
+            dy = rng.standard_normal(y.shape).astype(dtype)
+            dx, grads = layers.mlp_backward(params, cache, dy)
+            for a in (y, dx, *grads.values()):
+                digest.update(a.tobytes())
+print(digest.hexdigest())
+"""
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no target")
+def test_mlp_twins_compiled_for_an_avx2_target_give_the_same_bits():
+    """The compiled MLP picks its register blocks by the target's vectors (AVX-512 or AVX2);
+    compiled for an AVX2-only target, its forward and backward passes (float64 and float32,
+    tanh and relu, full and partial blocks) give the bits of the default target. The AVX2
+    build is compiled once (about 25 s of CPU) and then loaded from numba's cache, which
+    keeps the two targets apart."""
+    def run(extra_env):
+        env = dict(os.environ, PYTHONPATH=ROOT, **extra_env)
+        proc = subprocess.run([sys.executable, "-c", _MLP_SCRIPT], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.split()[-1]
+    avx2 = run({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_FEATURES})
+    assert run({}) == avx2
 
 
 _RUN_SCRIPT = r"""
