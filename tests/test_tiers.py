@@ -133,6 +133,9 @@ ROWS[("advantages", "gae")] = [
                                              bootstrap_terminal_last_row=True), **BITS),
     Case("per_step_gamma", _gae_case(gamma="per_step", gae_lambda=0.0), **BITS),
     Case("per_step_gamma_T_N_lambda_T", _per_step_factors_case("gae"), **BITS),
+    Case("empty_float32", lambda m, rng: m.gae(*(np.zeros((0, 3), np.float32),) * 4,
+                                              np.zeros(3, np.float32), gamma=0.9,
+                                              gae_lambda=0.9), **BITS),
 ]
 ROWS[("advantages", "vtrace")] = [
     Case("float64", _vtrace_case(), **BITS),
@@ -142,6 +145,8 @@ ROWS[("advantages", "vtrace")] = [
     Case("per_step_lambda_terminate", _vtrace_case(lambda_="per_step", truncation="terminate"),
          **BITS),
     Case("per_step_gamma_T_lambda_T_N", _per_step_factors_case("vtrace"), **BITS),
+    Case("empty_float32", lambda m, rng: m.vtrace(*(np.zeros((0, 3), np.float32),) * 6,
+                                                 np.zeros(3, np.float32), gamma=0.9), **BITS),
 ]
 
 # --- distributions -----------------------------------------------------------------------------
