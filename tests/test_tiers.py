@@ -72,6 +72,21 @@ def _gae_case(dtype=np.float64, one_env=False, **given):
     return run
 
 
+def _per_step_factors_case(fn):
+    """gae with ``gamma [T, N]`` and ``gae_lambda [T]``; vtrace with ``gamma [T]`` and
+    ``lambda_ [T, N]`` (discounts and lambdas that vary by step, as some libraries pass them)."""
+    def run(m, rng):
+        t = _trajectory(rng)
+        shape = t["rewards"].shape
+        per_row = rng.choice([0.0, 0.5, 0.9, 1.0], shape[0])
+        per_entry = rng.choice([0.0, 0.7, 0.95, 1.0], shape)
+        if fn == "gae":
+            del t["behaviour_log_probs"], t["target_log_probs"]
+            return m.gae(**t, gamma=per_entry, gae_lambda=per_row)
+        return m.vtrace(**t, gamma=per_row, lambda_=per_entry, c_bar=0.9)
+    return run
+
+
 def _vtrace_case(dtype=np.float64, **given):
     def run(m, rng):
         options = dict(given)
@@ -117,6 +132,10 @@ ROWS[("advantages", "gae")] = [
     Case("ignore_thrust_last_row", _gae_case(truncation="ignore",
                                              bootstrap_terminal_last_row=True), **BITS),
     Case("per_step_gamma", _gae_case(gamma="per_step", gae_lambda=0.0), **BITS),
+    Case("per_step_gamma_T_N_lambda_T", _per_step_factors_case("gae"), **BITS),
+    Case("empty_float32", lambda m, rng: m.gae(*(np.zeros((0, 3), np.float32),) * 4,
+                                              np.zeros(3, np.float32), gamma=0.9,
+                                              gae_lambda=0.9), **BITS),
 ]
 ROWS[("advantages", "vtrace")] = [
     Case("float64", _vtrace_case(), **BITS),
@@ -125,6 +144,9 @@ ROWS[("advantages", "vtrace")] = [
          **BITS),
     Case("per_step_lambda_terminate", _vtrace_case(lambda_="per_step", truncation="terminate"),
          **BITS),
+    Case("per_step_gamma_T_lambda_T_N", _per_step_factors_case("vtrace"), **BITS),
+    Case("empty_float32", lambda m, rng: m.vtrace(*(np.zeros((0, 3), np.float32),) * 6,
+                                                 np.zeros(3, np.float32), gamma=0.9), **BITS),
 ]
 
 # --- distributions -----------------------------------------------------------------------------
