@@ -12,19 +12,18 @@ by ``fork`` could not run OpenMP loops after its parent did).
 2. ``stopped``: the same run stopped after update 4 (what the first Ctrl-C does); its
    checkpoint replaces the reference's, so the directory holds the rows of 8 updates and the
    checkpoint of update 4, as a run killed -9 after update 8 whose last checkpoint was at 4.
-3. Counting: a resume of a copy, every file operation in the run directory recorded (opening
-   a file for writing, each write, flush, fsync, rename, remove, truncate, chmod).
+3. Counting: a resume of a copy up to the start of training, every file operation in the run
+   directory recorded (opening a file for writing, each write, flush, fsync, rename, remove,
+   truncate, chmod): R operations, the rewrite of the run files.
 4. For each chosen point k: a fresh copy, a resume that kills itself with SIGKILL just before
    its k-th operation; then the directory is checked (``check_dir``). The points are every
-   operation before training starts (the rewrite of config.json and the CSVs) and ``--points``
-   more drawn at random among the later ones; ``--random-delays`` more resumes are killed after
-   a random delay instead.
-5. Chained: one copy is resumed and killed again at every point in turn, then resumed to the
-   end; its files must equal the reference's (metrics.csv, episodes.csv byte for byte; the
+   one of the R operations and ``--points`` more drawn at random among the 80 after them
+   (while it trains: appended rows, checkpoints).
+5. Chained: one copy is resumed and killed again at every ``--chain-every``-th rewrite point
+   in turn (and ``--random-delays`` times after a random delay), then resumed to the end; its files must equal the reference's (metrics.csv, episodes.csv byte for byte; the
    checkpoint's parameters and Adam moments bit for bit) and no temporary file may remain.
 
-Prints one JSON object: ``{"operations": E, "rewrite_operations": R, "kills": K,
-"problems": [...]}``.
+Prints one JSON object: ``{"rewrite_operations": R, "kills": K, "problems": [...]}``.
 """
 from __future__ import annotations
 
@@ -386,6 +385,8 @@ def main(argv=None) -> int:
                              "trains: a new interpreter)")
     parser.add_argument("--random-delays", type=int, default=0,
                         help="resumes killed after a random delay instead (new interpreters)")
+    parser.add_argument("--chain-every", type=int, default=1,
+                        help="the chained resumes are killed at every this many rewrite points")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--child", nargs=2, metavar=("SPEC", "FD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -415,6 +416,10 @@ def main(argv=None) -> int:
         shutil.copytree(killed, target)
         return target
 
+    # load the compiled kernels a resume uses before training (numba's typing context) once,
+    # here, so every forked child starts with them: no OpenMP loop runs in this process
+    from ppo_ref.train.ppo import PPOTrainer
+    PPOTrainer.load(os.path.join(killed, "checkpoint.npz")).close()
     count_dir = fresh("count")
     status, payload = run_child({"mode": "resume", "run_dir": count_dir, "record": True,
                                  "stop_at_begin": True}, fork=True)
@@ -436,7 +441,7 @@ def main(argv=None) -> int:
         shutil.rmtree(target, ignore_errors=True)
     # chained: one directory killed at every rewrite point in turn, then resumed to the end
     chain = fresh("chain")
-    for k in range(1, rewrite + 1):
+    for k in range(1, rewrite + 1, max(1, args.chain_every)):
         status, payload = run_child({"mode": "resume", "run_dir": chain, "kill_at": k,
                                      "stop_at_begin": True}, fork=True)
         kills += status == "killed"

@@ -13,7 +13,7 @@ def test_a_resume_killed_at_any_point_of_its_rewrite_loses_nothing(tmp_path):
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, DRIVER, str(tmp_path), "--points", "2"],
+    proc = subprocess.run([sys.executable, DRIVER, str(tmp_path), "--points", "1", "--chain-every", "4"],
                           capture_output=True, text=True, timeout=600, env=env)
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr[-2000:]

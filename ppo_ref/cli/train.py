@@ -683,6 +683,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                 logger = RunLogger(run_dir, run_info, resume_from=resume_from,
                                    progress_every=args.progress_every,
                                    checkpoint_every=args.checkpoint_every, quiet=args.quiet)
+            for note in logger.notes:
+                print(f"ppo-ref: warning: {note}", file=sys.stderr)
             return run_training(trainer, logger, total)
         finally:
             _close(trainer)

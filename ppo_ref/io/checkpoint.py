@@ -10,9 +10,10 @@ A checkpoint is an uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` member
   config, counters, generator states, environment state). No member is a pickled object and
   every load uses ``allow_pickle=False``, so loading a checkpoint never executes code.
 
-Writes are atomic: the archive goes to a temporary file in the destination directory, is
-flushed and ``fsync``-ed, then ``os.replace``-d over the destination. A crash mid-write leaves
-the previous checkpoint intact.
+Writes are atomic (:func:`write_atomic`, also used for every other file a run directory
+rewrites): the archive goes to a temporary file in the destination directory, is flushed and
+``fsync``-ed, then ``os.replace``-d over the destination, and the directory is ``fsync``-ed. A
+crash at any instant leaves the previous checkpoint or the new one, never a mix.
 
 Reads vet every member before parsing it: stored uncompressed, at most
 :data:`MAX_MEMBER_BYTES` by its zip header (checked before it is read), read whole so its
@@ -29,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -45,7 +47,8 @@ METADATA_KEY = "__metadata__"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
 
 __all__ = [
-    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes", "arrays_from_bytes",
+    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes",
+    "arrays_from_bytes", "write_atomic", "remove_stale_temporaries", "TEMPORARY_PREFIX",
     "save_checkpoint", "load_checkpoint", "json_to_array", "array_to_json",
     "generator_state", "generator_from_state", "set_generator_state", "to_jsonable", "from_jsonable",
 ]
@@ -220,8 +223,8 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
 
     The metadata dict is stored as the member ``__metadata__`` (UTF-8 JSON in a uint8 array)
     together with ``"format_version"``. The file appears at ``path`` only once complete
-    (temporary file in the same directory, ``fsync``, ``os.replace``, directory ``fsync``).
-    Returns the path written. Raises ``ValueError`` for bad arrays or non-JSON metadata.
+    (:func:`write_atomic`). Returns the path written. Raises ``ValueError`` for bad arrays,
+    non-JSON metadata, or a ``path`` that exists and is not a regular file.
     """
     checked = _check_arrays(arrays)
     if METADATA_KEY in checked:
@@ -234,17 +237,64 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
         checked[METADATA_KEY] = json_to_array(meta)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metadata must be JSON-serializable: {exc}") from None
-    payload = arrays_to_bytes(checked)
+    return write_atomic(path, arrays_to_bytes(checked))
 
+
+#: Names of the temporary files :func:`write_atomic` writes beside ``<name>``:
+#: ``<TEMPORARY_PREFIX><name>-<random>``.
+TEMPORARY_PREFIX = ".tmp-"
+
+
+def _umask() -> int:
+    """The process's file creation mask (read from ``/proc/self/status`` where Linux gives it;
+    otherwise by setting it and restoring it at once)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path, data: bytes) -> str:
+    """Replace (or create) the file ``path`` with ``data`` so that a crash at any instant leaves
+    the old file or the new one, whole, never a mix or an empty file.
+
+    The bytes go to a temporary file beside ``path`` (``<dir>/.tmp-<name>-<random>``: the same
+    file system, so the rename is atomic), which is flushed and ``fsync``-ed, given the mode of
+    the file it replaces (a new file: ``0o666`` minus the umask), then ``os.replace``-d over
+    ``path``; finally the directory is ``fsync``-ed so the rename itself survives a power cut.
+    A failure removes the temporary file and re-raises; a kill -9 can leave it behind
+    (:func:`remove_stale_temporaries` clears such leftovers). Returns ``path``.
+
+    Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, FIFO or
+    device is never replaced; a symlink is replaced by the new file, its target untouched),
+    ``OSError`` when the directory cannot be written.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"data must be bytes, got {type(data).__name__}")
     path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ValueError(f"{path!r} exists and is not a regular file (a directory, device, FIFO "
+                         "or socket): refusing to replace it")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX + os.path.basename(path) + "-",
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -261,6 +311,26 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
     except OSError:
         pass
     return path
+
+
+def remove_stale_temporaries(directory, names) -> list:
+    """Remove the temporary files :func:`write_atomic` leaves in ``directory`` when it is killed
+    mid-write, for the files ``names`` (``.tmp-<name>-*``). Only call it while no other process
+    writes those files (a run directory: under its lock). Returns the names removed."""
+    removed = []
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return removed
+    prefixes = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in names)
+    for entry in entries:
+        if entry.startswith(prefixes):
+            try:
+                os.unlink(os.path.join(directory, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed
 
 
 def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
