@@ -57,9 +57,9 @@ import gymnasium as gym
 import gymnasium.vector
 import numpy as np
 
-from ppo_ref._checks import check_real_scalar
+from ppo_ref._checks import check_real_scalar, env_value_problem
 from ppo_ref._numba import njit
-from ppo_ref.io.checkpoint import generator_state, set_generator_state
+from ppo_ref.io.checkpoint import generator_state, set_generator_state, vet_env_value
 from ppo_ref.fast.lstm import all_finite, all_finite_1d
 
 __all__ = ["Rollout", "EnvStepError", "RolloutCollector", "make_vector_env", "check_vector_env",
@@ -203,13 +203,32 @@ class EnvStepError(RuntimeError):
 
 # -- vector env construction ------------------------------------------------------------------
 
+#: The ``info`` key under which a sub-env made by :func:`make_vector_env` reports a failure
+#: (:class:`StateAccessWrapper`); the collector raises it as :class:`EnvStepError`.
+ENV_FAILURE_KEY = "ppo_ref_env_failure"
+
+
 class StateAccessWrapper(gym.Wrapper):
-    """Pass-through wrapper giving AsyncVectorEnv sub-envs state capture through ``call``:
-    ``ppo_ref_get_state()`` returns :func:`single_env_state` of the wrapped env;
+    """The wrapper of every sub-env :func:`make_vector_env` makes.
+
+    State: ``ppo_ref_get_state()`` returns :func:`single_env_state` of the wrapped env;
     ``set_attr("ppo_ref_pending_state", states)`` then ``call("ppo_ref_apply_state")``
-    restores one state per sub-env."""
+    restores one state per sub-env (how AsyncVectorEnv sub-envs are reached). The wrapper is
+    not part of the saved wrapper chain.
+
+    Checks where the env runs (in an AsyncVectorEnv worker, or inside ``SyncVectorEnv.step``),
+    with the rule the collector applies when it steps the envs itself: the reward and flags
+    (:func:`ppo_ref._checks.env_value_problem`) and the observation's kind and shape. A bad
+    value, or any exception from the env's ``step`` or ``reset`` (``SystemExit`` and other
+    ``BaseException`` included; ``KeyboardInterrupt`` excepted), is never passed on as
+    numbers (a vector env would convert ``"1.0"`` to 1.0) nor left to end the worker: the call
+    returns the last good observation, reward 0, not done, with
+    ``info[ENV_FAILURE_KEY]`` describing it, which the collector raises as
+    :class:`EnvStepError` naming the env.
+    """
 
     ppo_ref_pending_state = None
+    _ppo_ref_last_obs = None
 
     def ppo_ref_get_state(self):
         return single_env_state(self.env)
@@ -219,14 +238,66 @@ class StateAccessWrapper(gym.Wrapper):
         self.ppo_ref_pending_state = None
         return True
 
+    def _obs_problem(self, obs) -> Optional[str]:
+        shape = getattr(self.observation_space, "shape", None)
+        try:
+            a = np.asarray(obs)
+        except Exception:  # noqa: BLE001
+            return f"an observation of type {type(obs).__name__} (not real numbers)"
+        if a.dtype.kind not in _REAL_KINDS:
+            return f"an observation of dtype {a.dtype} (not real numbers)"
+        if shape is not None and a.shape != tuple(shape):
+            return f"an observation of shape {a.shape}, expected {tuple(shape)}"
+        return None
+
+    def _failure(self, text: str):
+        obs = self._ppo_ref_last_obs
+        if obs is None:
+            obs = self.observation_space.sample()
+        return obs, {ENV_FAILURE_KEY: text}
+
+    def reset(self, **kwargs):
+        try:
+            obs, info = self.env.reset(**kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (the env's failure, reported as such)
+            return self._failure(f"raised {type(exc).__name__}: {_one_line(exc)} in reset")
+        problem = self._obs_problem(obs)
+        if problem is not None:
+            return self._failure(f"returned {problem} from reset")
+        self._ppo_ref_last_obs = obs
+        return obs, info
+
+    def step(self, action):
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(action)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (the env's failure, reported as such)
+            obs, info = self._failure(f"raised {type(exc).__name__}: {_one_line(exc)}")
+            return obs, 0.0, False, False, info
+        problem = (env_value_problem(reward, "reward")
+                   or env_value_problem(terminated, "terminated")
+                   or env_value_problem(truncated, "truncated") or self._obs_problem(obs))
+        if problem is not None:
+            obs, info = self._failure(f"returned {problem}")
+            return obs, 0.0, False, False, info
+        self._ppo_ref_last_obs = obs
+        return obs, reward, terminated, truncated, info
+
 
 def _make_single(env_id: str, env_kwargs: Optional[dict], for_async: bool):
     def thunk():
-        if for_async:  # runs in the AsyncVectorEnv worker: never outlive the trainer
+        if for_async:  # runs in the AsyncVectorEnv worker: never outlive the trainer, and
+            # leave Ctrl-C (sent to the whole process group) to the trainer, which stops at
+            # the end of its update and closes the workers itself
+            import signal
             from ppo_ref._lifeline import exit_with_parent
             exit_with_parent()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         env = gym.make(env_id, disable_env_checker=True, **(env_kwargs or {}))
-        return StateAccessWrapper(env) if for_async else env
+        return StateAccessWrapper(env)
     return thunk
 
 
@@ -339,6 +410,8 @@ def _decode_value(obj, current):
 
 
 def _layers(env) -> list:
+    if isinstance(env, StateAccessWrapper):  # make_vector_env's own layer: not env state
+        env = env.env
     layers = [env]
     while hasattr(layers[-1], "env") and layers[-1] is not getattr(layers[-1], "unwrapped", None):
         layers.append(layers[-1].env)
@@ -378,9 +451,10 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
     """Write a :func:`single_env_state` snapshot back into ``env`` (same wrapper chain).
 
     Only attributes the env already has as plain instance attributes are set (never a new
-    attribute, a method, a space, the wrapped env or the spec). Raises ``ValueError`` when the
-    wrapper chain differs from the one that was saved, or the snapshot names any other
-    attribute or holds a value form :func:`single_env_state` never writes.
+    attribute, a method, a space, the wrapped env or the spec), and the env's limits stay its
+    own (:func:`ppo_ref.io.checkpoint.vet_env_value`). Raises ``ValueError`` when the wrapper
+    chain differs from the one that was saved, or the snapshot names any other attribute,
+    holds a value form :func:`single_env_state` never writes, or changes a limit.
     """
     layers = _layers(env)
     saved = state["layers"]
@@ -396,7 +470,10 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
             if current is _MISSING or name in _SKIP_ATTRS or _is_skipped_value(current):
                 raise ValueError(f"saved env state sets {type(layer).__name__}.{name}, which is "
                                  "not a plain attribute this env has")
-            setattr(layer, name, _decode_value(obj, current))
+            value = _decode_value(obj, current)
+            vet_env_value(type(layer).__name__, name, value, current,
+                          present.get("_max_episode_steps"))
+            setattr(layer, name, value)
 
 
 # -- the collector ----------------------------------------------------------------------------
@@ -569,7 +646,8 @@ class RolloutCollector:
     # -- episode control ----------------------------------------------------------------------
     def reset(self, seeds) -> np.ndarray:
         """Reset every sub-env with its seed (list of N ints); starts new episodes everywhere."""
-        raw, _ = self.env.reset(seed=[int(s) for s in seeds])
+        raw, info = self.env.reset(seed=[int(s) for s in seeds])
+        _raise_env_failure(info, self.vector_steps, -1)
         obs = np.empty((self.n_envs, self.policy.obs_dim), dtype=np.float64)
         self._obs_into(raw, obs, vector_step=self.vector_steps, rollout_step=-1)
         self.obs = obs
@@ -652,6 +730,12 @@ class RolloutCollector:
                     raw_obs, env_rewards, env_terminated, env_truncated, info = env.step(to_env(actions))
                 except (ValueError, TypeError) as exc:
                     raise self._locate_bad_sub_env(exc, step, t) from exc
+                except (EOFError, ConnectionError) as exc:  # an AsyncVectorEnv worker died
+                    raise EnvStepError(f"an env worker process of the async vector env ended "
+                                       f"(killed, or its env exited) at vector step {step} "
+                                       f"(rollout step {t}): {type(exc).__name__}", -1, step,
+                                       t) from exc
+                _raise_env_failure(info, step, t)
                 rew_buf[t] = _checked_step_arrays(env_rewards, env_terminated, env_truncated, N,
                                                   step, t)
                 term_buf[t] = env_terminated
@@ -720,7 +804,8 @@ class RolloutCollector:
         """The sub-env list when the collector may step them directly (see :meth:`_step_sync`)."""
         from gymnasium.vector import SyncVectorEnv
         if self.use_fast_sync and self._tap is None and type(self.base_env) is SyncVectorEnv:
-            return self.base_env.envs
+            # make_vector_env's checking layer is skipped: _step_sync checks the same way
+            return [e.env if type(e) is StateAccessWrapper else e for e in self.base_env.envs]
         return None
 
     def _step_sync(self, envs, actions, vector_step, rollout_step, rewards, terminated, truncated,
@@ -745,35 +830,42 @@ class RolloutCollector:
         t = rollout_step
         next_row = t + 1 < len(episode_starts)
         i = 0
-        for env, action in zip(envs, actions):  # action = actions[i]
-            o, r, term, trunc, _ = env.step(action)
-            if (o.shape if type(o) is np.ndarray else np.shape(o)) != expected:
-                raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
-                                   f"{expected}, at vector step {vector_step} (rollout step "
-                                   f"{rollout_step})", i, vector_step, rollout_step)
-            # the common types pass on one set lookup; anything else is checked in full
-            if type(r) not in _REAL_SCALAR_TYPES:
-                _check_env_scalar(r, "reward", i, vector_step, rollout_step)
-            if type(term) not in _FLAG_TYPES:
-                _check_env_scalar(term, "terminated", i, vector_step, rollout_step)
-            if type(trunc) not in _FLAG_TYPES:
-                _check_env_scalar(trunc, "truncated", i, vector_step, rollout_step)
-            rewards[i] = r
-            if term or trunc:
-                terminated[t, i] = term
-                truncated[t, i] = trunc
-                if next_row:
-                    episode_starts[t + 1, i] = True
-                if final_obs is None:
-                    final_obs = {}
-                final_obs[i] = o
-                o, _ = env.reset()
-                if np.shape(o) != expected:
-                    raise EnvStepError(f"env {i} returned a reset observation of shape {np.shape(o)}, "
-                                       f"expected {expected}, at vector step {vector_step} (rollout "
-                                       f"step {rollout_step})", i, vector_step, rollout_step)
-            observations[i] = o
-            i += 1
+        try:
+            for env, action in zip(envs, actions):  # action = actions[i]
+                o, r, term, trunc, _ = env.step(action)
+                if (o.shape if type(o) is np.ndarray else np.shape(o)) != expected:
+                    raise EnvStepError(f"env {i} returned an observation of shape {np.shape(o)}, expected "
+                                       f"{expected}, at vector step {vector_step} (rollout step "
+                                       f"{rollout_step})", i, vector_step, rollout_step)
+                # the common types pass on one set lookup; anything else is checked in full
+                if type(r) not in _REAL_SCALAR_TYPES:
+                    _check_env_scalar(r, "reward", i, vector_step, rollout_step)
+                if type(term) not in _FLAG_TYPES:
+                    _check_env_scalar(term, "terminated", i, vector_step, rollout_step)
+                if type(trunc) not in _FLAG_TYPES:
+                    _check_env_scalar(trunc, "truncated", i, vector_step, rollout_step)
+                rewards[i] = r
+                if term or trunc:
+                    terminated[t, i] = term
+                    truncated[t, i] = trunc
+                    if next_row:
+                        episode_starts[t + 1, i] = True
+                    if final_obs is None:
+                        final_obs = {}
+                    final_obs[i] = o
+                    o, _ = env.reset()
+                    if np.shape(o) != expected:
+                        raise EnvStepError(f"env {i} returned a reset observation of shape {np.shape(o)}, "
+                                           f"expected {expected}, at vector step {vector_step} (rollout "
+                                           f"step {rollout_step})", i, vector_step, rollout_step)
+                observations[i] = o
+                i += 1
+        except (Exception, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # SystemExit & co. from env code: the env failed
+            raise EnvStepError(f"env {i} raised {type(exc).__name__}: {_one_line(exc)} "
+                               f"(vector step {vector_step}, rollout step {rollout_step})",
+                               i, vector_step, rollout_step) from exc
         return final_obs
 
     def _final_obs(self, info, idx, vector_step, rollout_step) -> np.ndarray:
@@ -923,19 +1015,29 @@ def _env_value_text(value) -> str:
 
 def _check_env_scalar(value, what: str, i: int, vector_step: int, rollout_step: int) -> None:
     """Raise :class:`EnvStepError` unless ``value`` (one sub-env's reward, or its terminated /
-    truncated flag) is a real number (a flag: a bool, or an integer 0 or 1)."""
-    flag = what != "reward"
-    try:
-        a = np.asarray(value)
-    except Exception:  # noqa: BLE001  (an object numpy cannot even look at)
-        a = np.asarray(None)
-    kinds = "biu" if flag else _REAL_KINDS
-    ok = a.ndim == 0 and a.dtype.kind in kinds and (not flag or a.dtype.kind == "b" or a in (0, 1))
-    if not ok:
-        want = "a bool" if flag else "a real number"
-        raise EnvStepError(f"env {i} returned {what} {_env_value_text(value)} of type "
-                           f"{type(value).__name__} at vector step {vector_step} (rollout step "
-                           f"{rollout_step}); expected {want}", i, vector_step, rollout_step)
+    truncated flag) is a real number (a flag: a bool, or an integer 0 or 1): the rule of
+    :func:`ppo_ref._checks.env_value_problem`."""
+    problem = env_value_problem(value, what)
+    if problem is not None:
+        raise EnvStepError(f"env {i} returned {problem} (vector step {vector_step}, rollout "
+                           f"step {rollout_step})", i, vector_step, rollout_step)
+
+
+def _one_line(exc) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _raise_env_failure(info, vector_step: int, rollout_step: int) -> None:
+    """Raise :class:`EnvStepError` for the first sub-env whose ``info`` carries
+    :data:`ENV_FAILURE_KEY` (set by :class:`StateAccessWrapper` where the env runs)."""
+    if not isinstance(info, dict) or ENV_FAILURE_KEY not in info:
+        return
+    texts, mask = info[ENV_FAILURE_KEY], info.get("_" + ENV_FAILURE_KEY)
+    for i in range(len(texts)):
+        if mask is None or mask[i]:
+            raise EnvStepError(f"env {i} {texts[i]} (vector step {vector_step}, rollout step "
+                               f"{rollout_step})", i, vector_step, rollout_step)
 
 
 def _bad_kind(items, what: str, vector_step: int, rollout_step: int) -> "EnvStepError":
