@@ -17,9 +17,13 @@ beside, ``fsync``, rename, directory ``fsync``), so it is always the old file or
 
 :class:`RunLogger` is trainer-agnostic: it works with any trainer exposing ``num_timesteps``,
 ``n_updates``, ``n_episodes``, ``total_timesteps``, ``recent_returns``, ``last_episodes``
-(``(env, return, length)`` tuples of the last update), ``state_arrays()`` and
-``save(path, arrays)`` (e.g. :class:`ppo_ref.train.ppo.PPOTrainer`, the recurrent trainer, the
-actor-learner's learner). Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
+(``(env, return, length)`` tuples of the last update), ``state_arrays()``,
+``checkpoint_metadata(arrays)`` and ``save(path, arrays, metadata)`` (e.g.
+:class:`ppo_ref.train.ppo.PPOTrainer`, the recurrent trainer, the actor-learner's learner).
+Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
+
+A new run gets a ``run_id`` (random, in ``config.json`` and in every checkpoint it writes), so
+a checkpoint copied in from another run is recognized (``ppo-ref train --resume`` refuses it).
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, TextIO
+import uuid
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 import numpy as np
 
@@ -202,10 +207,15 @@ class RunLogger:
         self.snapshot_timesteps = -1
         #: one-line warnings about the run directory found on resume (the caller prints them)
         self.notes: List[str] = []
+        #: called when a checkpoint's metadata is assembled: extra JSON-safe entries (the
+        #: actor-learner's policy version); captured with each snapshot
+        self.extra_metadata: Optional[Callable[[], Dict[str, Any]]] = None
+        self.snapshot_metadata: Dict[str, Any] = {}
         # a writer killed mid-replace leaves its temporary file: the lock is held, clear them
         remove_stale_temporaries(run_dir, RUN_FILES)
         if resume_from is None:
             info = dict(run_info)
+            info.setdefault("run_id", uuid.uuid4().hex)
             for p in (self.metrics_path, self.timing_path, self.episodes_path,
                       os.path.join(run_dir, "error.log")):  # a failed earlier attempt's
                 if os.path.exists(p):
@@ -224,6 +234,7 @@ class RunLogger:
                 info["total_timesteps"] = resume_info.pop("total_timesteps")
             for k, v in resume_info.items():
                 info.setdefault(k, v)
+            info.setdefault("run_id", uuid.uuid4().hex)  # a run from before run ids: one now
             updates = int(resume_from["n_updates"])
             last = _truncate_csv(self.metrics_path, "update", updates)
             _truncate_csv(self.timing_path, "update", updates)
@@ -233,6 +244,7 @@ class RunLogger:
                     f"metrics.csv holds updates up to {int(last or 0)}, the checkpoint is at "
                     f"update {updates}: the rows between were lost before this resume (the run "
                     "continues exactly; those rows stay missing)")
+        self.run_id = str(info["run_id"])
         write_atomic(self.config_path,
                      (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         self._metrics = self._open(self.metrics_path, METRIC_COLUMNS)
@@ -295,6 +307,7 @@ class RunLogger:
             self._episodes[1].writerow([first + j, int(env_index), _fmt(float(ret)), int(length),
                                         int(trainer.num_timesteps), update])
         self.snapshot = trainer.state_arrays()
+        self.snapshot_metadata = self._extra_metadata()
         self.snapshot_timesteps = int(trainer.num_timesteps)
         done = trainer.num_timesteps >= trainer.total_timesteps
         if done or now - self._last_progress >= self.progress_every:
@@ -365,18 +378,31 @@ class RunLogger:
             if sync:
                 os.fsync(fh.fileno())
 
-    def save(self, trainer, arrays: Optional[Dict[str, np.ndarray]] = None) -> str:
+    def _extra_metadata(self) -> Dict[str, Any]:
+        extra = {"run_id": self.run_id}
+        if self.extra_metadata is not None:
+            extra.update(self.extra_metadata())
+        return extra
+
+    def save(self, trainer, arrays: Optional[Dict[str, np.ndarray]] = None,
+             extra: Optional[Dict[str, Any]] = None) -> str:
         """Write ``checkpoint.npz`` (the given snapshot, or the trainer's current state),
-        atomically, after the CSV rows it covers are on disk (flushed and ``fsync``-ed)."""
+        atomically, after the CSV rows it covers are on disk (flushed and ``fsync``-ed). Its
+        metadata is the trainer's plus the run id and :attr:`extra_metadata` (``extra``: those
+        captured with the snapshot)."""
         self.flush(sync=True)
-        return trainer.save(self.checkpoint_path, arrays)
+        if arrays is None:
+            arrays, extra = trainer.state_arrays(), None
+        metadata = dict(trainer.checkpoint_metadata(arrays))
+        metadata.update(self._extra_metadata() if extra is None else extra)
+        return trainer.save(self.checkpoint_path, arrays, metadata)
 
     def save_last_good(self, trainer) -> Optional[str]:
         """Write the snapshot of the last completed rollout boundary (after an error or an
         interrupt mid-rollout). Returns the path, or None when no update completed."""
         if self.snapshot is None:
             return None
-        return self.save(trainer, self.snapshot)
+        return self.save(trainer, self.snapshot, self.snapshot_metadata)
 
     def close(self) -> None:
         for fh, _ in (self._metrics, self._timing, self._episodes):

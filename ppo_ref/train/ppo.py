@@ -25,8 +25,6 @@ state is plain attributes (all classic-control envs).
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 import time
 from collections import deque
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -36,9 +34,10 @@ import numpy as np
 
 from ppo_ref._checks import as_float_array, check_count
 from ppo_ref._numba import PARALLEL_LOOPS
-from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_import, generator_state,
-                                json_to_array, load_checkpoint, save_checkpoint,
-                                set_generator_state)
+from ppo_ref.io.checkpoint import (RECENT_EPISODES, CheckpointError, array_to_json,
+                                   check_env_import, generator_state, json_to_array,
+                                   load_checkpoint, save_checkpoint, set_generator_state,
+                                   vet_checkpoint_metadata, vet_state_arrays, vet_state_record)
 from ppo_ref.config import PPOConfig
 from ppo_ref.fast.update import feedforward_minibatches, run_epochs
 from ppo_ref.kernels import gae
@@ -53,7 +52,6 @@ from ppo_ref.spec.update import batch_advantages
 __all__ = ["PPOTrainer", "Iteration", "EnvStepError", "progress_remaining",
            "limit_blas_threads", "check_kernel_threads", "kernel_threads", "RECENT_EPISODES"]
 
-RECENT_EPISODES = 100  # how many finished-episode returns the trainer remembers (and saves)
 
 Callback = Callable[["PPOTrainer", Dict[str, float]], Optional[bool]]
 
@@ -141,12 +139,6 @@ def _check_total_timesteps(value) -> int:
     return total
 
 
-# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
-# +-inf); every other float array of a state must be finite.
-_NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
-# arrays of variances (>= 0) and sample counts (> 0) of the state
-_NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var", "collector/episode_length")
-_POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
 # what a crafted state record can make the restore raise besides ValueError
 _RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
                    RecursionError, MemoryError, NotImplementedError)
@@ -156,71 +148,11 @@ def _one_line(text) -> str:
     return " ".join(str(text).split())
 
 
-def _check_counter(state: Dict[str, Any], key: str) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"state_json[{key!r}] must be a non-negative integer, got {value!r}")
-    return value
-
-
-def vet_state_arrays(expected: Dict[str, np.ndarray], arrays: Dict[str, np.ndarray]) -> None:
-    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the state whose
-    fresh counterpart is ``expected`` (:meth:`PPOTrainer.state_arrays` of a trainer built with
-    the same settings): the same names; every array with the dtype and shape of its counterpart
-    (``recent_returns``: 1-d float64 of at most ``RECENT_EPISODES``; ``state_json``: 1-d uint8);
-    parameters, Adam moments, LSTM states, observations and normalization statistics finite;
-    second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the episode
-    accumulators and ``recent_returns`` free of NaN."""
-    missing = sorted(set(expected) - set(arrays))
-    extra = sorted(set(arrays) - set(expected))
-    if missing:
-        raise ValueError(f"entries {missing} are missing")
-    if extra:
-        raise ValueError(f"entries {extra} are not part of this trainer's state")
-    for key, want in expected.items():
-        got = arrays[key]
-        if key == "recent_returns":
-            ok = got.dtype == np.float64 and got.ndim == 1 and got.shape[0] <= RECENT_EPISODES
-            want_text = f"float64 (n,) with n <= {RECENT_EPISODES}"
-        elif key == "state_json":
-            ok = got.dtype == np.uint8 and got.ndim == 1
-            want_text = "uint8 (n,)"
-        else:
-            ok = got.dtype == want.dtype and got.shape == want.shape
-            want_text = f"{want.dtype} {want.shape}"
-        if not ok:
-            raise ValueError(f"entry {key!r} is {got.dtype} {got.shape}, expected {want_text}")
-        if got.dtype.kind == "f":
-            bad = np.isnan(got) if key in _NAN_FREE_ONLY else ~np.isfinite(got)
-            if bad.any():
-                raise ValueError(f"entry {key!r} holds {int(bad.sum())} non-finite value(s)")
-        if key.startswith(_NON_NEGATIVE) and (got < 0).any():
-            raise ValueError(f"entry {key!r} holds negative values (a variance, second moment "
-                             "or length is >= 0)")
-        if key.startswith(_POSITIVE) and not (got > 0).all():
-            raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
-
-
 def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
     """SB3's ``1 - num_timesteps / total_timesteps``, clipped to [0, 1]."""
     if total_timesteps <= 0:
         return 0.0
     return float(min(1.0, max(0.0, 1.0 - num_timesteps / total_timesteps)))
-
-
-def _umask() -> int:
-    """The process's file creation mask: from ``/proc/self/status`` where Linux gives it,
-    otherwise read by setting it and restoring it at once."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 class PPOTrainer:
@@ -622,26 +554,21 @@ class PPOTrainer:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
         number of envs).
 
-        The snapshot is vetted first against this trainer's own :meth:`state_arrays` (see
-        :func:`vet_state_arrays`: names, dtypes, shapes, finite values, non-negative second
-        moments) and its JSON record (non-negative integer counters, ``progress_remaining`` in [0, 1], generator states, sub-env
-        states that set only attributes the envs have). Raises ``ValueError`` on any mismatch;
+        The snapshot is vetted first against this trainer's own :meth:`state_arrays`
+        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`: names, dtypes, shapes, finite values,
+        non-negative second moments) and its JSON record
+        (:func:`ppo_ref.io.checkpoint.vet_state_record`: counters that agree with each other and
+        the settings, ``progress_remaining`` in [0, 1]; then generator states, and sub-env
+        states that set only attributes the envs have, their limits unchanged). Raises ``ValueError`` on any mismatch;
         a failure may leave this trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
         vet_state_arrays(self.state_arrays(), arrays)
         state = array_to_json(arrays["state_json"], name="state_json")
-        if not isinstance(state, dict) or not isinstance(state.get("collector"), dict):
-            raise ValueError("state_json is not a PPOTrainer state record")
-        counters = {key: _check_counter(state, key) for key in
-                    ("num_timesteps", "n_updates", "n_episodes", "total_timesteps")}
-        _check_counter(state["collector"], "vector_steps")
-        progress = state.get("progress_remaining")
-        if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
-                or not 0.0 <= progress <= 1.0:
-            raise ValueError(f"state_json['progress_remaining'] must be a number in [0, 1], "
-                             f"got {progress!r}")
+        counters = vet_state_record(state, n_steps=self.config.n_steps, n_envs=self.config.n_envs,
+                                    n_recent=len(arrays["recent_returns"]),
+                                    episode_lengths=arrays["collector/episode_length"])
         params = {k[len("params/"):]: np.array(v) for k, v in arrays.items() if k.startswith("params/")}
         adam_arrays = {k[len("adam/"):]: v for k, v in arrays.items() if k.startswith("adam/")}
         coll_arrays = {k[len("collector/"):]: v for k, v in arrays.items() if k.startswith("collector/")}
@@ -695,25 +622,11 @@ class PPOTrainer:
         Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, a
         device node, a FIFO: never replaced). A replaced checkpoint keeps its permissions; a
         new one gets those of the run's other files (``0o666`` minus the umask)."""
-        target = os.fspath(path)
-        try:
-            mode = os.stat(target).st_mode  # follows a symlink to what would be replaced
-        except FileNotFoundError:
-            mode = None
-        except OSError as exc:
-            raise ValueError(f"path {target!r} cannot be inspected: {exc.strerror or exc}") from None
-        if mode is not None and not stat.S_ISREG(mode):
-            raise ValueError(f"path {target!r} exists and is not a regular file (a directory, "
-                             f"device, FIFO or socket): refusing to replace it")
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
             metadata = self.checkpoint_metadata(arrays)
-        written = save_checkpoint(target, arrays, metadata)
-        # an existing checkpoint keeps its mode; a new one gets the mode every other file the
-        # process creates gets (0o666 minus the umask), not the temporary file's 0o600
-        os.chmod(written, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
-        return written
+        return save_checkpoint(path, arrays, metadata)  # atomic; checks path, keeps its mode
 
     @classmethod
     def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":
@@ -732,6 +645,7 @@ class PPOTrainer:
         """
         arrays, meta = load_checkpoint(path)
         where = f"checkpoint {str(path)!r}"
+        vet_checkpoint_metadata(meta, where)
         if meta.get("trainer") != cls.__name__:
             raise CheckpointError(f"{where} holds a {meta.get('trainer')!r}, not a {cls.__name__}")
         try:
