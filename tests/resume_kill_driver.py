@@ -23,7 +23,9 @@ by ``fork`` could not run OpenMP loops after its parent did).
    in turn (and ``--random-delays`` times after a random delay), then resumed to the end; its files must equal the reference's (metrics.csv, episodes.csv byte for byte; the
    checkpoint's parameters and Adam moments bit for bit) and no temporary file may remain.
 
-Prints one JSON object: ``{"rewrite_operations": R, "kills": K, "problems": [...]}``.
+Prints one JSON object: ``{"rewrite_operations": R, "kills": K, "checks": C,
+"failed_checks": F, "problems": [...]}`` (a check: one directory after a kill, or the final
+comparison).
 """
 from __future__ import annotations
 
@@ -388,7 +390,7 @@ def main(argv=None) -> int:
     parser.add_argument("--chain-every", type=int, default=1,
                         help="the chained resumes are killed at every this many rewrite points")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--child", nargs=2, metavar=("SPEC", "FD"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, metavar=("JSON", "FD"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child_body(_target(json.loads(args.child[0])), int(args.child[1]))
@@ -424,6 +426,12 @@ def main(argv=None) -> int:
     status, payload = run_child({"mode": "resume", "run_dir": count_dir, "record": True,
                                  "stop_at_begin": True}, fork=True)
     rewrite = int(payload.get("operations", 0))
+    tally = {"checks": 0, "failed": 0}
+
+    def checked(found):
+        tally["checks"] += 1
+        tally["failed"] += bool(found)
+        return found
     if status != 0 or not rewrite:
         problems.append(f"the counting resume ended with {status}: {payload}"[:400])
     shutil.rmtree(count_dir, ignore_errors=True)
@@ -437,7 +445,7 @@ def main(argv=None) -> int:
         if status not in ("killed", 0):
             problems.append(f"kill before operation {k}: the resume ended with {status}: "
                             f"{payload.get('stderr', '')[-200:]}")
-        problems += check_dir(target, ref, f"kill before operation {k}")
+        problems += checked(check_dir(target, ref, f"kill before operation {k}"))
         shutil.rmtree(target, ignore_errors=True)
     # chained: one directory killed at every rewrite point in turn, then resumed to the end
     chain = fresh("chain")
@@ -445,13 +453,13 @@ def main(argv=None) -> int:
         status, payload = run_child({"mode": "resume", "run_dir": chain, "kill_at": k,
                                      "stop_at_begin": True}, fork=True)
         kills += status == "killed"
-        problems += check_dir(chain, ref, f"chained kill before operation {k}")
+        problems += checked(check_dir(chain, ref, f"chained kill before operation {k}"))
     for j in range(args.random_delays):
         delay = rng.uniform(0.5, 3.0)
         status, payload = run_child({"mode": "resume", "run_dir": chain, "delay": delay},
                                     fork=False)
         kills += status == "killed"
-        problems += check_dir(chain, ref, f"chained kill after {delay:.2f} s")
+        problems += checked(check_dir(chain, ref, f"chained kill after {delay:.2f} s"))
         if status == 0:
             break
     status, payload = run_child({"mode": "resume", "run_dir": chain}, fork=False)
@@ -459,8 +467,9 @@ def main(argv=None) -> int:
         problems.append(f"chained kills: the final resume ended with {status}: "
                         f"{payload.get('stderr', '')[-300:]}")
     else:
-        problems += compare_final(chain, ref, "chained kills")
-    print(json.dumps({"rewrite_operations": rewrite, "kills": kills, "problems": problems}))
+        problems += checked(compare_final(chain, ref, "chained kills"))
+    print(json.dumps({"rewrite_operations": rewrite, "kills": kills, "checks": tally["checks"],
+                      "failed_checks": tally["failed"], "problems": problems}))
     return 0 if not problems else 1
 
 

@@ -31,11 +31,13 @@ def _stderr_lines(capsys):
     return [line for line in capsys.readouterr().err.strip().splitlines() if line.strip()]
 
 
-def _one_line(capsys, command="train"):
+def _one_line(capsys, command="train", tmp_path=None):
+    """The one stderr line of a failed command (with ``tmp_path`` written ``<tmp>``, so that
+    words looked for cannot come from the test's directory name)."""
     lines = _stderr_lines(capsys)
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"ppo-ref {command}: error: "), lines
-    return lines[0]
+    return lines[0] if tmp_path is None else lines[0].replace(str(tmp_path), "<tmp>")
 
 
 def _train(run_dir, *extra, env="CartPole-v1", steps="512"):
@@ -82,8 +84,8 @@ def test_an_env_raising_a_base_exception_is_an_env_failure_that_keeps_the_last_g
     monkeypatch.setenv("PPO_REF_HOSTILE", f"{what}@40")
     run_dir = tmp_path / "run"
     assert _train(run_dir, env=HOSTILE) == 3
-    line = _one_line(capsys)
-    assert "environment error" in line and name in line and "env " in line
+    line = _one_line(capsys, tmp_path=tmp_path)
+    assert "environment error" in line and f"raised {name}" in line and "env " in line
     assert "last good checkpoint (64 steps)" in line
     assert "Traceback" in (run_dir / "error.log").read_text()
     _, meta = load_checkpoint(str(run_dir / "checkpoint.npz"))
@@ -92,13 +94,17 @@ def test_an_env_raising_a_base_exception_is_an_env_failure_that_keeps_the_last_g
 
 # -- 5. a dead async env worker ---------------------------------------------------------------
 
-@pytest.mark.parametrize("what", ["die", "exit"])
-def test_a_dead_async_env_worker_is_one_line_and_exit_3(tmp_path, capsys, monkeypatch, what):
+@pytest.mark.parametrize("what, words", [
+    ("die", "an env worker process of the async vector env ended"),  # os._exit in the worker
+    ("exit", "env 0 raised SystemExit: 5"),  # caught where the env runs: the worker lives on
+])
+def test_a_dead_async_env_worker_is_one_line_and_exit_3(tmp_path, capsys, monkeypatch, what,
+                                                        words):
     monkeypatch.setenv("PPO_REF_HOSTILE", f"{what}@40")
     run_dir = tmp_path / "run"
     assert _train(run_dir, "--vectorization", "async", env=HOSTILE) == 3
-    line = _one_line(capsys)
-    assert "environment error" in line and "worker" in line
+    line = _one_line(capsys, tmp_path=tmp_path)
+    assert "environment error" in line and words in line
     assert "last good checkpoint (64 steps)" in line
     assert multiprocessing.active_children() == []
 
@@ -120,7 +126,7 @@ def test_env_values_are_checked_the_same_way_under_every_vectorization(
              "async": ["--vectorization", "async"],
              "actors": ["--async", "--num-actors", "2"]}[mode]
     assert _train(tmp_path / "run", *extra, env=HOSTILE) == 3
-    line = _one_line(capsys)
+    line = _one_line(capsys, tmp_path=tmp_path)
     for word in words:
         assert word in line, line
     assert "Traceback" not in line
@@ -170,7 +176,7 @@ def test_a_saved_n_envs_beyond_the_bound_is_refused_before_any_env_is_made(
     argv = (["eval", run_dir, "--episodes", "1"] if command == "eval"
             else ["train", "--resume", run_dir, "--quiet"])
     assert cli.main(argv) == 2
-    line = _one_line(capsys, argv[0])
+    line = _one_line(capsys, argv[0], tmp_path)
     assert "n_envs" in line and "4096" in line
     assert counted_makes == []
 
@@ -187,7 +193,7 @@ def test_a_checkpoint_env_id_that_is_not_an_id_is_one_line(saved_run, tmp_path, 
     argv = (["eval", run_dir, "--episodes", "1"] if command == "eval"
             else ["train", "--resume", run_dir, "--quiet"])
     assert cli.main(argv) == 2
-    assert "env_id" in _one_line(capsys, argv[0])
+    assert "env_id" in _one_line(capsys, argv[0], tmp_path)
 
 
 # -- 9. a hostile .lock -----------------------------------------------------------------------
@@ -206,7 +212,7 @@ def test_a_lock_file_that_is_not_a_plain_file_of_its_own_is_refused_untouched(
     argv = (["train", "--resume", run_dir, "--quiet"] if command == "resume"
             else ["train", "--run-dir", run_dir, "--total-timesteps", "64"] + SMALL)
     assert cli.main(argv) == 2
-    assert ".lock" in _one_line(capsys)
+    assert "lock file .lock is not a plain file" in _one_line(capsys, tmp_path=tmp_path)
     assert precious.read_text() == "keep me\n"
     assert os.path.lexists(lock)
 
@@ -247,8 +253,8 @@ def test_another_runs_checkpoint_copied_into_a_run_directory_is_refused(tmp_path
     before = (a / "metrics.csv").read_bytes()
     capsys.readouterr()
     assert cli.main(["train", "--resume", str(a), "--total-timesteps", "256", "--quiet"]) == 2
-    line = _one_line(capsys)
-    assert "run" in line and "checkpoint" in line
+    line = _one_line(capsys, tmp_path=tmp_path)
+    assert "not this run's" in line and "run id" in line
     assert (a / "metrics.csv").read_bytes() == before
 
 
@@ -320,17 +326,18 @@ def test_a_restored_episode_limit_must_be_the_envs_own(small_checkpoint, tmp_pat
         PPOTrainer.load(path)
 
 
-def test_a_restored_env_array_must_keep_its_shape(small_checkpoint, tmp_path):
+@pytest.mark.parametrize("value", [-1, 501, 10 ** 12, "3", 2.5])
+def test_a_restored_time_limit_count_must_be_within_the_limit(small_checkpoint, tmp_path, value):
     from ppo_ref.io.checkpoint import CheckpointError
     from ppo_ref.train.ppo import PPOTrainer
 
     def change(state):
-        for attrs in _sub_env_attrs(state, "CartPoleEnv"):
-            attrs["state"] = {"__ndarray__": [0.0] * 1000, "dtype": "float64"}
+        for attrs in _sub_env_attrs(state, "TimeLimit"):
+            attrs["_elapsed_steps"] = value
     path = str(tmp_path / "c.npz")
     shutil.copy2(small_checkpoint, path)
     _rewrite_checkpoint(path, state_changes=change)
-    with pytest.raises(CheckpointError, match="state"):
+    with pytest.raises(CheckpointError, match="_elapsed_steps"):
         PPOTrainer.load(path)
 
 
@@ -459,8 +466,9 @@ def test_an_actor_failure_is_one_line_with_the_traceback_in_error_log(tmp_path, 
     monkeypatch.setenv("PPO_REF_HOSTILE", "raise@40")
     run_dir = tmp_path / "run"
     assert _train(run_dir, "--async", "--num-actors", "2", env=HOSTILE) == 3
-    line = _one_line(capsys)
-    assert "actor" in line and "RuntimeError" in line and "the env failed on purpose" in line
+    line = _one_line(capsys, tmp_path=tmp_path)
+    assert "actor-learner error: actor" in line and "RuntimeError" in line
+    assert "the env failed on purpose" in line
     assert "last good checkpoint" in line
     log = (run_dir / "error.log").read_text()
     assert "the env failed on purpose" in log and "hostile_envs.py" in log  # the actor's traceback
@@ -496,7 +504,7 @@ def test_a_learner_failure_keeps_the_last_good_state_and_the_run_resumes(tmp_pat
     monkeypatch.setattr(PPOTrainer, "train_on", failing)
     run_dir = tmp_path / "run"
     assert _train(run_dir, "--async", "--num-actors", "2", steps="256") == 3
-    line = _one_line(capsys)
+    line = _one_line(capsys, tmp_path=tmp_path)
     assert "FloatingPointError" in line and "last good checkpoint (64 steps)" in line
     assert "overflow in the value loss" in (run_dir / "error.log").read_text()
     _, meta = load_checkpoint(str(run_dir / "checkpoint.npz"))

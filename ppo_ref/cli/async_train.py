@@ -175,7 +175,7 @@ def _run(args, trainer, config: AsyncActorLearnerConfig, env_id: str, run_dir: s
         code = run_training(trainer, logger, total, learn=learn)
         return code
     finally:
-        close_quickly(trainer, 10.0 if code == 0 else 1.0)
+        close_quickly(trainer, 10.0 if code == 0 else 0.5)
 
 
 def _async_run_logger(*args, **kwargs):

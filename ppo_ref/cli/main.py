@@ -77,7 +77,7 @@ class _ReaderGone:
     def __init__(self, stream, fd: Optional[int]):
         self._stream = stream
         self._fd = fd
-        self.gone = False
+        self.gone = stream is None  # Python's stand-in for a descriptor closed at start-up
 
     def _lost(self) -> None:
         self.gone = True
@@ -105,6 +105,9 @@ class _ReaderGone:
             self._stream.flush()
         except (OSError, ValueError):
             self._lost()
+
+    def isatty(self) -> bool:
+        return not self.gone and bool(getattr(self._stream, "isatty", lambda: False)())
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -137,7 +140,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     train | head``) ends the printing, never the command (:class:`_ReaderGone`).
     """
     with _guarded_streams():
-        return _main(argv)
+        code = _main(argv)
+    if argv is None:
+        # the program ends here: leave its objects to the process's end instead of one last
+        # collection over all of them (halves the exit, e.g. after a second Ctrl-C)
+        import gc
+        gc.freeze()
+    return code
 
 
 def _main(argv: Optional[List[str]]) -> int:

@@ -758,5 +758,5 @@ def cmd_train(args: argparse.Namespace) -> int:
             return code
         finally:
             # after a failure or an interrupt the envs may be stuck (a hung or dead worker):
-            # they get a second, and are then killed; a finished run's envs get 10 s to close
-            _close(trainer, 10.0 if code == 0 else 1.0)
+            # they get half a second, and are then killed; a finished run's envs get 10 s to close
+            _close(trainer, 10.0 if code == 0 else 0.5)
