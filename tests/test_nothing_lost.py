@@ -258,6 +258,34 @@ def test_another_runs_checkpoint_copied_into_a_run_directory_is_refused(tmp_path
     assert (a / "metrics.csv").read_bytes() == before
 
 
+def test_eval_of_a_run_directory_refuses_another_runs_checkpoint(saved_run, tmp_path, capsys):
+    other = tmp_path / "other"
+    assert _train(other, "--seed", "5", steps="64") == 0
+    run_dir = _copy(saved_run, tmp_path)
+    shutil.copy2(other / "checkpoint.npz", os.path.join(run_dir, "checkpoint.npz"))
+    capsys.readouterr()
+    assert cli.main(["eval", run_dir, "--episodes", "1"]) == 2
+    assert "not this run's" in _one_line(capsys, "eval", tmp_path)
+    # the file itself can be evaluated
+    assert cli.main(["eval", os.path.join(run_dir, "checkpoint.npz"), "--episodes", "1"]) == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "dangling"])
+def test_resume_refuses_a_checkpoint_that_is_not_a_file_and_keeps_the_run(saved_run, tmp_path,
+                                                                          capsys, kind):
+    run_dir = _copy(saved_run, tmp_path)
+    path = os.path.join(run_dir, "checkpoint.npz")
+    os.remove(path)
+    {"fifo": lambda: os.mkfifo(path), "directory": lambda: os.mkdir(path),
+     "dangling": lambda: os.symlink(str(tmp_path / "gone.npz"), path)}[kind]()
+    before = {name: open(os.path.join(run_dir, name), "rb").read()
+              for name in ("metrics.csv", "episodes.csv", "config.json")}
+    assert cli.main(["train", "--resume", run_dir, "--quiet"]) == 2
+    assert "not a regular file" in _one_line(capsys, tmp_path=tmp_path)
+    for name, data in before.items():
+        assert open(os.path.join(run_dir, name), "rb").read() == data, name
+
+
 def test_a_run_directory_without_a_run_id_still_resumes_and_gets_one(saved_run, tmp_path, capsys):
     """Runs written before run ids existed: resumed as before, and identified from then on."""
     run_dir = _copy(saved_run, tmp_path)

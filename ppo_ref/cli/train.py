@@ -489,15 +489,20 @@ def _read_run_info(run_dir: str) -> Dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def _check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any]) -> None:
+def _check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any],
+                    command: Optional[str] = None, advice: Optional[str] = None) -> None:
     """The checkpoint must belong to the run its directory describes: the same run id (both
     written at the run's creation; a run from before run ids has none), and the env, policy
     and seed config.json records. A checkpoint copied in from another run would otherwise
-    continue that other run into this directory's CSV files."""
+    continue that other run into this directory's CSV files (``--resume``), or be reported as
+    this run's (``eval``)."""
+    command = command or f"--resume {run_dir}"
+    advice = advice or "or start that run in a directory of its own"
+
     def refuse(what: str):
-        raise UsageError(f"--resume {run_dir}: checkpoint.npz is not this run's ({what}): a "
-                         "checkpoint copied in from another run? Put the run's own checkpoint "
-                         "back, or start that run in a directory of its own")
+        raise UsageError(f"{command}: checkpoint.npz is not this run's ({what}): a checkpoint "
+                         f"copied in from another run? Put the run's own checkpoint back, "
+                         f"{advice}")
     ids = info.get("run_id"), meta.get("run_id")
     if all(isinstance(i, str) for i in ids) and ids[0] != ids[1]:
         refuse(f"run id {ids[1]}, config.json's {ids[0]}")
@@ -582,6 +587,11 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
         raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
     hold.enter_context(run_dir_lock(run_dir))
     info = _read_run_info(run_dir)
+    if os.path.lexists(path) and not os.path.isfile(path):
+        # never taken for "no checkpoint": restarting would replace the run's CSV files
+        raise UsageError(f"--resume {run_dir}: its checkpoint.npz is not a regular file (a "
+                         "FIFO, device, directory or dangling symlink): refusing to touch the "
+                         "run; put the run's checkpoint back")
     if not os.path.isfile(path):
         return _train_restart(args, run_dir, info)
     with user_input(f"--resume {run_dir}"):

@@ -350,6 +350,9 @@ def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
     source = f"checkpoint {path!r}"
     cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
     if not os.path.isfile(path):
+        if os.path.lexists(path):
+            raise CheckpointError(f"checkpoint {path!r} is not a regular file (a FIFO, device, "
+                                  "directory or dangling symlink)")
         raise CheckpointError(f"checkpoint {path!r} does not exist")
     try:
         with open(path, "rb") as fh:
