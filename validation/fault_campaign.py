@@ -778,10 +778,8 @@ def _hostile_file_case(seed: int, workdir: str):
         errors = [line for line in lines if "error" in line]
         if len(errors) > 1:
             return "problem", f"{label}: {len(errors)} error lines"
-        # eval only reads a run (it takes no lock); a lock file holding junk is a lock file;
-        # a run id is checked where a run is continued
-        harmless = kind == "lock-garbage" or command == "eval" and (
-            kind.startswith("lock-") or kind == "ckpt-run-id")
+        # eval only reads a run (it takes no lock); a lock file holding junk is a lock file
+        harmless = kind == "lock-garbage" or command == "eval" and kind.startswith("lock-")
         if code not in (0, 2) or (code == 2 and harmless):
             return "problem", f"{label}: exit {code} {errors[:1]}"
         if code == 0 and not harmless:
