@@ -467,7 +467,7 @@ def _env_module(tmp_path, name):
         "import gymnasium, pathlib\n"
         f"pathlib.Path({str(marker)!r}).write_text('ran')\n"
         f"gymnasium.register('{name.capitalize()}-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
-        " max_episode_steps=50)\n")
+        " max_episode_steps=500)\n")  # CartPole-v1's limit: a checkpoint never changes a limit
     sys.path.insert(0, str(tmp_path))
     return marker
 

@@ -424,7 +424,9 @@ def test_resume_of_a_finished_run_says_how_to_extend_it(saved_run, capsys):
     assert _files(saved_run) == before
 
 
-def test_resume_refuses_an_async_run(saved_run, tmp_path, capsys):
+def test_resume_of_an_async_run_without_its_settings_is_one_line(saved_run, tmp_path, capsys):
+    """--async runs resume (tests/test_nothing_lost.py); one whose actor-learner settings are
+    not recorded anywhere is refused with one line."""
     import json
     import shutil
     run_dir = str(tmp_path / "async_run")
@@ -434,7 +436,7 @@ def test_resume_refuses_an_async_run(saved_run, tmp_path, capsys):
     info["mode"] = "async"
     json.dump(info, open(path, "w"))
     assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "1024", "--quiet"]) == 2
-    assert "--async" in _one_line_error(capsys, "train")
+    assert "actor-learner settings" in _one_line_error(capsys, "train")
 
 
 def test_resume_of_a_dir_without_checkpoint(tmp_path, capsys):
