@@ -275,8 +275,8 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
                          "lie within about 1.8e308 of its maximum)")
 
 
-# -- parameter dicts and optimizer arguments (ppo_ref.spec.optim and the fused step of
-#    ppo_ref.optim check their arguments with these, once) ----------------------------------
+# -- parameter dicts and optimizer arguments (ppo_ref.spec.optim checks its arguments with
+#    these, once) ------------------------------------------------------------------------------
 
 def check_param_dict(params, name: str) -> None:
     """Raise ``ValueError`` unless ``params`` is a mapping of string keys to float32/float64

@@ -337,10 +337,11 @@ class _Learner:
 
     def rollout(self, buf: ExperienceBatch):
         """The buffer as the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector would
-        have recorded for the same transitions (:func:`ppo_ref.train.rollout.rollout_from_transitions`:
-        its ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
+        have recorded for the same transitions (its ``episode_starts`` by the tier's
+        ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
         parameters; the actors' behaviour ``values`` and ``log_probs``; the episodes finished in
-        it), counted by the trainer (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
+        it, raw returns and lengths in step order), counted by the trainer
+        (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
         from ppo_ref.train.rollout import Rollout
 
         self.check_continuity(buf)
@@ -450,20 +451,21 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
        ``next_observation``, or its ``reset_observation`` where an episode ended (a check
        against reordering or loss).
     4. The buffer becomes the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector
-       records for the same transitions (:func:`ppo_ref.train.rollout.rollout_from_transitions`),
-       bootstrapped with the learner's current values: ``last_values[n] = V(the observation
-       actor n acts from after the last row)`` (its ``reset_observation`` where that row ended
-       an episode, as the collector's observation after the autoreset) and ``final_values[t,
-       n] = V(next_observation[t, n])`` where step t truncated without terminating; its
-       finished episodes by :func:`ppo_ref.train.rollout.finished_episodes`.
+       records for the same transitions, bootstrapped with the learner's current values:
+       ``last_values[n] = V(the observation actor n acts from after the last row)`` (its
+       ``reset_observation`` where that row ended an episode, as the collector's observation
+       after the autoreset) and ``final_values[t, n] = V(next_observation[t, n])`` where step
+       t truncated without terminating; its finished episodes counted as the collector counts
+       them (raw return and length).
     5. One :meth:`PPOTrainer.iteration <ppo_ref.train.ppo.PPOTrainer.iteration>` on that rollout,
        exactly as ``PPOTrainer.learn`` runs one: counters (``num_timesteps``, ``n_episodes``,
        ``recent_returns``, ``last_episodes``; ``progress_remaining`` before or after the
        rollout as ``schedule_progress`` says, with the schedule horizon ``total_timesteps`` =
        the steps this run consumes, ``num_updates * n_steps * num_actors``); advantages by
        ``trainer.compute_advantages`` (GAE with the recorded behaviour values) or, with
-       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (:func:`ppo_ref.kernels.vtrace`
-       against the learner's current policy, IMPALA; the same bootstrap values);
+       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (the tier's ``vtrace``,
+       :func:`ppo_ref.spec.advantages.vtrace`, against the learner's current policy, IMPALA;
+       the same bootstrap values);
        ``trainer.train_on`` (the PPO ratio is pi_learner / mu_actor; the recorded ``values``
        are the old values of value clipping and explained variance); ``n_updates += 1``.
     7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.

@@ -1,6 +1,6 @@
 """``trace_update``: every intermediate of one PPO minibatch update, and the diff of two traces.
 
-The update is the trainer's (``ppo_ref.update``) written out step by step on a tiny fixed
+The update is the trainer's (:mod:`ppo_ref.spec.update`) written out step by step on a tiny fixed
 network (observation dim 3, one hidden layer of 4 tanh units per tower, 2 actions; rollout
 ``T = 3`` steps of ``N = 2`` envs with a step that is both terminated and truncated, one
 truncated step and one terminal step; the six rows form one minibatch), in data-flow order:
