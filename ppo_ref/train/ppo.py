@@ -167,11 +167,10 @@ class PPOTrainer:
         vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
         blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1).
-        threads: numba threads of the compiled kernels' parallel loops during each
-            :meth:`iteration`, :meth:`evaluate`, :meth:`predict` and :meth:`update`
-            (:func:`kernel_threads`; default 1: a second thread only pays on an idle core;
-            None leaves numba's setting). Results are the same bits for any value. Not saved
-            with a checkpoint.
+        threads: numba's number of threads during each :meth:`iteration`,
+            :meth:`evaluate`, :meth:`predict` and :meth:`update` (:func:`kernel_threads`;
+            default 1; None leaves numba's setting). No compiled kernel has a parallel loop at
+            present; results are the same bits for any value. Not saved with a checkpoint.
 
     Attributes: ``tier``, ``policy``, ``params`` (dict of float64 arrays), ``adam_state``,
     ``num_timesteps`` (single-env steps collected), ``n_updates``, ``n_episodes``,
