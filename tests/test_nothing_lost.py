@@ -118,6 +118,11 @@ def test_a_dead_async_env_worker_is_one_line_and_exit_3(tmp_path, capsys, monkey
     ("async", "terminated:'yes'", ["terminated 'yes'", "str"]),
     ("actors", "reward:'1.0'", ["reward '1.0'", "str", "actor"]),
     ("actors", "truncated:'yes'", ["truncated 'yes'", "str", "actor"]),
+    ("sync", "obs:#4", ["observation of shape (3,)"]),         # hostile_envs.JUNK["obs"][4]
+    ("async", "obs:#4", ["observation of shape (3,)"]),
+    ("actors", "obs:#4", ["observation of shape (3,)", "actor"]),
+    ("async", "obs:#0", ["non-finite observation"]),           # [nan, 0, 0, 0]
+    ("actors", "obs:#0", ["non-finite observation", "actor"]),
 ])
 def test_env_values_are_checked_the_same_way_under_every_vectorization(
         tmp_path, capsys, monkeypatch, mode, value, words):

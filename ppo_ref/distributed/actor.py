@@ -269,13 +269,23 @@ class _ActorPolicy:
             {k: np.asarray(v, dtype=np.float64) for k, v in params.items()})
 
     def observation(self, obs) -> np.ndarray:
-        """A float64 copy (envs may reuse and mutate their observation buffer); ValueError for
-        an observation that is not real numbers (strings, complex: never converted)."""
-        kind = np.asarray(obs).dtype.kind
-        if kind not in "biuf":
-            raise ValueError(f"env returned an observation of dtype {np.asarray(obs).dtype} "
-                             "(not real numbers)")
-        return np.array(obs, dtype=np.float64, copy=True)
+        """A float64 copy (envs may reuse and mutate their observation buffer), checked as the
+        synchronous collector checks one: ValueError for an observation that is not real
+        numbers (strings, complex: never converted), of another shape than the observation
+        space's, or not finite."""
+        try:
+            a = np.asarray(obs)
+        except Exception:  # noqa: BLE001  (ragged or exotic: reported, not converted)
+            a = np.asarray(None)
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"env returned an observation of dtype {a.dtype} (not real numbers)")
+        shape = tuple(self.policy.obs_shape)
+        if a.shape != shape:
+            raise ValueError(f"env returned an observation of shape {a.shape}, expected {shape}")
+        out = np.array(a, dtype=np.float64, copy=True)
+        if not np.isfinite(out).all():
+            raise ValueError(f"env returned a non-finite observation {out.ravel().tolist()}")
+        return out
 
     def act(self, obs: np.ndarray, rng: np.random.Generator):
         """``(action, env_action, policy_out)`` for one observation: the action as stored
