@@ -89,7 +89,7 @@ def _logit_rows(logits):
     ``[R, A]`` array, and the shape ``[...]`` of the per-row results (None when ``logits`` is
     already such an ``[R, A]`` array: the results are ``[R]``)."""
     z = logits if type(logits) is np.ndarray else np.asarray(logits)
-    if z.dtype is not _F64 and z.dtype is not _F32:
+    if z.dtype != _F64 and z.dtype != _F32:
         z = _float(z)
     if z.ndim == 2 and z.flags.c_contiguous:
         return z, None
@@ -99,7 +99,7 @@ def _logit_rows(logits):
 def _upstream(z, d, where: str):
     """``(z, d)`` in their common compute dtype (:func:`_common`), ``d`` a C-contiguous ``[R]``
     vector; ``ValueError`` unless ``d`` has one entry per row of ``z [R, A]``."""
-    if type(d) is not np.ndarray or d.dtype is not z.dtype:
+    if type(d) is not np.ndarray or d.dtype != z.dtype:
         z, d = _common(z, _float(d))
     if d.size != z.shape[0]:
         raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
@@ -114,7 +114,7 @@ def _row_actions(actions, rows: int, upper, where: str) -> np.ndarray:
     ``upper`` components per row); ``ValueError`` unless one per row (and component). The range
     is checked in the compiled pass."""
     a = actions if type(actions) is np.ndarray else np.asarray(actions)
-    if a.dtype is not _I64:
+    if a.dtype != _I64:
         a = a.astype(np.int64)
     if a.size != rows * upper:
         raise ValueError(f"{where}: actions must have one entry per row"

@@ -60,7 +60,7 @@ def _floats(x) -> np.ndarray:
     """``x`` as the spec's ``as_float_array`` makes it (float32 or float64, native byte order),
     unchecked."""
     a = x if type(x) is np.ndarray else np.asarray(x)
-    if a.dtype is _F64 or a.dtype is _F32:
+    if a.dtype == _F64 or a.dtype == _F32:
         return a
     if a.dtype.kind == "f" and a.dtype.itemsize <= 4:  # float16 (or float32 of another order)
         return a.astype(_F32)
@@ -70,16 +70,25 @@ def _floats(x) -> np.ndarray:
 def _vector(x) -> np.ndarray:
     """A float32/float64 array (:func:`_floats`) as a 1-D C-contiguous float64 vector (itself
     when it is one)."""
-    if x.dtype is not _F64 or x.ndim != 1 or not x.flags.c_contiguous:
+    if x.dtype != _F64 or x.ndim != 1 or not x.flags.c_contiguous:
         x = np.ascontiguousarray(x, dtype=_F64).reshape(-1)
     return x
 
 
 def _inputs(where: str, *arrays):
     """``(vectors, shape, narrow)``: each array as a float64 vector (:func:`_vector`), the
-    first array's shape, and whether the results are float32 (every array float32: the spec's
-    rule); ``ValueError`` naming ``where`` unless they are non-empty and of one size (so the
-    loops never read past an end)."""
+    shape of the results (None: the arrays are such vectors already, and so are the results)
+    and whether the results are float32 (every array float32: the spec's rule); ``ValueError``
+    naming ``where`` unless they are non-empty and of one size (so the loops never read past an
+    end)."""
+    size = arrays[0].size if type(arrays[0]) is np.ndarray else -1
+    for a in arrays:
+        if not (type(a) is np.ndarray and a.dtype == _F64 and a.ndim == 1 and a.size == size
+                and a.flags.c_contiguous):
+            break
+    else:
+        if size:
+            return arrays, None, False
     given = [_floats(a) for a in arrays]
     vectors = [_vector(a) for a in given]
     size = vectors[0].size
@@ -87,12 +96,11 @@ def _inputs(where: str, *arrays):
         if v.size != size or size == 0:
             raise ValueError(f"{where}: the arrays must be non-empty and of one size, got "
                              f"shapes {[a.shape for a in given]}")
-    return vectors, given[0].shape, all(a.dtype is _F32 for a in given)
+    return vectors, given[0].shape, all(a.dtype == _F32 for a in given)
 
 
 def _weights(where: str, weights, size: int) -> np.ndarray:
-    if weights is None:
-        return _NO_WEIGHTS
+    """Given ``weights`` as a float64 vector of ``size`` entries (``ValueError`` otherwise)."""
     w = _vector(_floats(weights))
     if w.size != size:
         raise ValueError(f"{where}: weights must have the size of the inputs {size}, got "
@@ -101,10 +109,11 @@ def _weights(where: str, weights, size: int) -> np.ndarray:
 
 
 def _as_result(grad: np.ndarray, shape, narrow: bool, where: str) -> np.ndarray:
-    """A float64 gradient vector shaped as the inputs, rounded once to float32 when ``narrow``
-    (``FloatingPointError`` if the rounding overflows)."""
-    if len(shape) != 1:
-        grad = grad.reshape(shape)
+    """A float64 gradient vector shaped as the inputs (``shape`` None: as it is), rounded once
+    to float32 when ``narrow`` (``FloatingPointError`` if the rounding overflows)."""
+    if shape is None:
+        return grad
+    grad = grad.reshape(shape)
     if not narrow:
         return grad
     with np.errstate(over="ignore"):
@@ -175,10 +184,11 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
     else:
         low, high, symmetric = _spec.clip_bounds(clip_range, clip_range_low, clip_range_high,
                                                  clip_interval)
+    w = _NO_WEIGHTS if weights is None else _weights(where, weights, new.size)
     d_new = np.empty(new.size)
     ok, loss, clip_fraction, kl = _policy_loss_pass(
-        new, old, adv, _weights(where, weights, new.size), low, high, float(clip_range),
-        symmetric, 0.0 if dual_clip is None else _spec.check_dual_clip(dual_clip), d_new)
+        new, old, adv, w, low, high, float(clip_range), symmetric,
+        0.0 if dual_clip is None else _spec.check_dual_clip(dual_clip), d_new)
     if not ok:
         raise non_finite_result(where)
     return loss, _as_result(d_new, shape, narrow, where), {"clip_fraction": clip_fraction,
@@ -226,10 +236,10 @@ def value_loss(values, old_values, returns, clip_range_vf=None, mode="max", *,
         old = v  # not read when clipping is off
     else:
         (v, old, ret), shape, narrow = _inputs(where, values, old_values, returns)
+    w = _NO_WEIGHTS if weights is None else _weights(where, weights, v.size)
     d_v = np.empty(v.size)
-    ok, loss = _value_loss_pass(v, old, ret, _weights(where, weights, v.size),
-                                float(clip_range_vf) if clip_on else 0.0, clip_on, code,
-                                float(huber_delta), d_v)
+    ok, loss = _value_loss_pass(v, old, ret, w, float(clip_range_vf) if clip_on else 0.0,
+                                clip_on, code, float(huber_delta), d_v)
     if not ok:
         raise non_finite_result(where)
     return loss, _as_result(d_v, shape, narrow, where)
@@ -338,10 +348,11 @@ def entropy_loss(entropy, weights=None):
     if n == 0:
         raise ValueError(f"{where}: entropy must not be empty")
     grad = np.empty(n, h.dtype)
-    ok, total = _entropy_pass(h, _weights(where, weights, n), grad)
+    ok, total = _entropy_pass(h, _NO_WEIGHTS if weights is None else _weights(where, weights, n),
+                              grad)
     if weights is None:
         # np.mean: the sum divided by the count, rounded to the entropy's dtype
-        total = total / n if h.dtype is _F64 else float(np.float32(total / n))
+        total = total / n if h.dtype == _F64 else float(np.float32(total / n))
     if not (ok and math.isfinite(total)):
         raise non_finite_result(where)
     shape = np.shape(entropy)
@@ -370,7 +381,8 @@ def approx_kl(old_log_probs, new_log_probs, estimator="k3", weights=None):
     where = "ppo_ref.fast.losses.approx_kl"
     k3 = _spec.KL_ESTIMATORS.index(estimator) == 0
     (old, new), _, _ = _inputs(where, old_log_probs, new_log_probs)
-    n, total = _kl_pass(old, new, _weights(where, weights, old.size), k3)
+    w = _NO_WEIGHTS if weights is None else _weights(where, weights, old.size)
+    n, total = _kl_pass(old, new, w, k3)
     if not (n > 0.0 and math.isfinite(total)):
         raise non_finite_result(where)
     return total / n
@@ -406,6 +418,6 @@ def normalize_advantages(advantages, ddof=1, eps=1e-8, placement="add"):
     out = np.empty(adv.size)
     if not _normalize_pass(_vector(adv), int(ddof), float(eps), clamp, out):
         raise non_finite_result("ppo_ref.fast.losses.normalize_advantages")
-    if adv.dtype is _F64 and adv.ndim == 1:
+    if adv.dtype == _F64 and adv.ndim == 1:
         return out
     return out.reshape(adv.shape).astype(adv.dtype, copy=False)
