@@ -278,23 +278,21 @@ def _block_sum(a, start, stop):
 @register_jitable(**NJIT_OPTIONS)
 def _numpy_sum(a):
     """The entries of ``a`` summed in its dtype as NumPy sums a contiguous float array
-    (``np.add.reduce``, hence ``np.mean``: its pairwise summation): fewer than 8 entries left to
-    right from 0; up to 128, eight partial sums (entry ``i`` to sum ``i % 8``, the first eight
-    entries their starting values) combined as ``((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 +
-    r7))``, then the entries past the last multiple of 8 added left to right; more, the sums of
-    the two halves (the first half's length ``n // 2`` rounded down to a multiple of 8) added.
-    NumPy recurses; here the recursion runs on a stack of ranges (a range, or the marker -1
-    that adds the last two sums)."""
-    if a.size <= 128:
-        return _block_sum(a, 0, a.size)
-    ranges = np.empty((128, 2), np.int64)
+    (``np.add.reduce``, hence ``np.mean``: its pairwise summation): at most 128 entries by
+    :func:`_block_sum`; more, the sums of the two halves (the first half's length ``n // 2``
+    rounded down to a multiple of 8) added. NumPy recurses; here the recursion runs on a stack
+    of ranges ``starts[k]:stops[k]`` (a start of -1: add the last two sums)."""
+    starts = np.empty(128, np.int64)
+    stops = np.empty(128, np.int64)
     sums = np.empty(64, a.dtype)
-    ranges[0, 0], ranges[0, 1] = 0, a.size
+    starts[0] = 0
+    stops[0] = a.size
     n_ranges = 1
     n_sums = 0
     while n_ranges > 0:
         n_ranges -= 1
-        start, stop = ranges[n_ranges, 0], ranges[n_ranges, 1]
+        start = starts[n_ranges]
+        stop = stops[n_ranges]
         if start < 0:  # both halves summed: add them
             n_sums -= 1
             sums[n_sums - 1] = sums[n_sums - 1] + sums[n_sums]
@@ -304,26 +302,33 @@ def _numpy_sum(a):
         else:
             half = (stop - start) // 2
             half -= half % 8
-            ranges[n_ranges, 0], ranges[n_ranges, 1] = -1, -1
-            ranges[n_ranges + 1, 0], ranges[n_ranges + 1, 1] = start + half, stop
-            ranges[n_ranges + 2, 0], ranges[n_ranges + 2, 1] = start, start + half
+            starts[n_ranges] = -1
+            starts[n_ranges + 1] = start + half
+            stops[n_ranges + 1] = stop
+            starts[n_ranges + 2] = start
+            stops[n_ranges + 2] = start + half
             n_ranges += 3
     return sums[0]
 
 
 @njit
-def _entropy_pass(entropy, weights, grad):
-    """The loops of :func:`ppo_ref.spec.losses.entropy_loss`. No weights: returns ``(True,
-    np.mean's sum of the entropies)`` (:func:`_numpy_sum`, in their dtype) and fills ``grad``
-    with ``-1 / n``. Weights: ``sum(w)`` and ``sum(w[i] * H[i])`` in element order (float64),
-    ``grad[i] = -w[i] / sum(w)``; returns ``(sum(w) > 0, sum(w H) / sum(w))``."""
+def _entropy_pass(entropy, grad):
+    """The unweighted loop of :func:`ppo_ref.spec.losses.entropy_loss`: returns ``np.mean``'s
+    sum of the entropies (:func:`_numpy_sum`, in their dtype) and fills ``grad`` with ``-1 /
+    n``."""
     n = entropy.size
-    if weights.size == 0:
-        total = _numpy_sum(entropy)
-        value = -1.0 / n
-        for i in range(n):
-            grad[i] = value
-        return True, float(total)
+    value = -1.0 / n
+    for i in range(n):
+        grad[i] = value
+    return _numpy_sum(entropy)
+
+
+@njit
+def _weighted_entropy_pass(entropy, weights, grad):
+    """The weighted loop of :func:`ppo_ref.spec.losses.entropy_loss`: ``sum(w)`` and ``sum(w[i]
+    * H[i])`` in element order (float64), ``grad[i] = -w[i] / sum(w)``; returns ``(sum(w) > 0,
+    sum(w H) / sum(w))``."""
+    n = entropy.size
     total_w = _weight_sum(weights, n)
     total = 0.0
     for i in range(n):
@@ -348,11 +353,13 @@ def entropy_loss(entropy, weights=None):
     if n == 0:
         raise ValueError(f"{where}: entropy must not be empty")
     grad = np.empty(n, h.dtype)
-    ok, total = _entropy_pass(h, _NO_WEIGHTS if weights is None else _weights(where, weights, n),
-                              grad)
     if weights is None:
+        total = float(_entropy_pass(h, grad))
         # np.mean: the sum divided by the count, rounded to the entropy's dtype
         total = total / n if h.dtype == _F64 else float(np.float32(total / n))
+        ok = True
+    else:
+        ok, total = _weighted_entropy_pass(h, _weights(where, weights, n), grad)
     if not (ok and math.isfinite(total)):
         raise non_finite_result(where)
     shape = np.shape(entropy)
