@@ -185,6 +185,8 @@ def _categorical_rows(what, z, actions, d_log_probs, d_entropy, values, grads):
     order. Returns ``_OK``, ``_BAD_ROW`` (a row the spec refuses) or ``_BAD_ACTION`` (an action
     outside ``[0, A)``, when ``_LOG_PROB`` or ``_D_LOG_PROB``)."""
     n = z.shape[1]
+    if n == 0:  # no action: no distribution (the spec refuses the empty last axis)
+        return _BAD_ROW if z.shape[0] else _OK
     e = np.zeros(n, z.dtype)
     zero = e[0]
     one = math.exp(zero)
