@@ -91,10 +91,9 @@ def _layout(keys: tuple, shapes: tuple) -> _Layout:
 
 #: id(first view) -> (the views, the vector they view, their layout), for the last :data:`_KEEP`
 #: blocks of views returned here (oldest first; their arrays are kept alive until forgotten):
-#: two steps of a trainer (Adam's three blocks and the clipped gradients). Keeping more kept
-#: more memory in use and made the steps slower in the trainer. Written under ``_LOCK``; a read
-#: is one ``dict.get``.
-_KEEP = 8
+#: four steps of a trainer (Adam's three blocks and the clipped gradients). Written under
+#: ``_LOCK``; a read is one ``dict.get``.
+_KEEP = 16
 _REMEMBERED: "OrderedDict[int, tuple]" = OrderedDict()
 _LOCK = threading.Lock()
 
