@@ -15,9 +15,9 @@ registered with numba's ``register_jitable`` (compiled code calling them gets a 
 version), on float64 entries (float32 inputs are widened exactly, as the spec's ``float()``
 does) and accumulates ``w[i] * term`` from 0.0 in element order, the spec's order; the means
 and gradients are divided by the sum of the weights inside the same pass. The unweighted mean
-entropy is NumPy's ``np.mean`` (:func:`_numpy_sum`). Each loop is one compiled pass per call,
-into an output allocated by the caller, compiled once for 1-D float64 arrays (the entropy's sum
-also once for float32).
+entropy is ``np.mean``'s arithmetic compiled (:func:`_numpy_sum`). Each loop is one compiled
+pass per call, into an output allocated by the caller, compiled once for 1-D float64 arrays
+(the entropy's passes also once for float32 entropies).
 
 The twins check what they need to run (sizes, option names, the ratio interval of
 :func:`ppo_ref.spec.losses.clip_bounds`) and no more: inputs are not checked for finiteness or
