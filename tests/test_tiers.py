@@ -179,13 +179,17 @@ def _cat_case(fn, dtype=np.float64, shape=(40, 5), masked=0.0):
         z = _logits(rng, shape, masked, dtype)
         a = _actions(rng, z)
         d = rng.standard_normal(z.shape[:-1]).astype(dtype)
+        d_entropy = rng.standard_normal(z.shape[:-1]).astype(dtype)
         args = {"log_softmax": (z,), "categorical_log_prob": (z, a),
                 "categorical_entropy": (z,), "categorical_log_prob_backward": (z, a, d),
-                "categorical_entropy_backward": (z, d)}[fn]
-        out = getattr(m, fn)(*args)
+                "categorical_entropy_backward": (z, d), "categorical_log_prob_entropy": (z, a),
+                "categorical_log_prob_entropy_backward": (z, a, d, d_entropy),
+                "categorical_log_prob_entropy_backward_no_entropy": (z, a, d, None)}[fn]
+        out = getattr(m, fn.replace("_no_entropy", ""))(*args)
+        outs = out if isinstance(out, tuple) else (out,)
         if m.__name__.startswith("ppo_ref.fast"):
-            assert out.dtype == dtype
-        return _finite_and_mask(out)
+            assert all(o.dtype == dtype for o in outs)
+        return [_finite_and_mask(o) for o in outs]
     return run
 
 
@@ -197,8 +201,15 @@ def _cat_rows(fn):
 
 
 for _fn in ("log_softmax", "categorical_log_prob", "categorical_entropy",
-            "categorical_log_prob_backward", "categorical_entropy_backward"):
+            "categorical_log_prob_backward", "categorical_entropy_backward",
+            "categorical_log_prob_entropy", "categorical_log_prob_entropy_backward"):
     ROWS[("distributions", _fn)] = _cat_rows(_fn)
+ROWS[("distributions", "categorical_log_prob_entropy_backward")] += [
+    Case("no_entropy", _cat_case("categorical_log_prob_entropy_backward_no_entropy", masked=0.3),
+         **CAT_TOL),
+    Case("no_entropy_float32", _cat_case("categorical_log_prob_entropy_backward_no_entropy",
+                                         np.float32, masked=0.3), **F32_TOL),
+]
 
 
 def _sample_case(dtype=np.float64, shape=(64, 5), masked=0.4):
@@ -365,6 +376,7 @@ ROWS[("losses", "value_loss")] = [
 ROWS[("losses", "entropy_loss")] = [
     Case("plain", _entropy_loss_case(), **BITS),
     Case("float32_long", _entropy_loss_case(np.float32, n=1000), **BITS),
+    Case("float64_long", _entropy_loss_case(n=5000), **BITS),  # NumPy's pairwise sum, nested
     Case("weights", _entropy_loss_case(weighted=True), **BITS),
 ]
 ROWS[("losses", "approx_kl")] = [
