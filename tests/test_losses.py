@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.fast.losses import _minibatch_loss_kernel
 from ppo_ref.spec.losses import (approx_kl, entropy_loss, explained_variance, normalize_advantages,
                                  policy_loss, value_loss)
 

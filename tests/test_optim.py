@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppo_ref.optim import adam_state_from_arrays, adam_state_to_arrays
+from ppo_ref.io.state import adam_state_from_arrays, adam_state_to_arrays
 from ppo_ref.spec.optim import (adam_init, adam_update, clip_by_global_norm, global_norm,
                                 linear_schedule, scheduled_value)
 
