@@ -298,10 +298,10 @@ class RolloutCollector:
         self._obs_shape = (self.n_envs,) + tuple(policy.obs_shape)
 
     # -- observations -------------------------------------------------------------------------
-    def _observe(self, raw, rollout_step: int, out: np.ndarray) -> None:
-        """Check a batch of raw observations, update the running statistics (when on) and write
-        what the policy sees into ``out`` (float64 ``[N, obs_dim]``)."""
-        step = self.vector_steps
+    def _observe(self, raw, step: int, rollout_step: int, out: np.ndarray) -> None:
+        """Check a batch of raw observations (returned by the reset, or by vector step ``step``),
+        update the running statistics (when on) and write what the policy sees into ``out``
+        (float64 ``[N, obs_dim]``)."""
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
@@ -347,7 +347,7 @@ class RolloutCollector:
         raw, info = self.env.reset(seed=[int(s) for s in seeds])
         _raise_env_failure(info, self.vector_steps, -1)
         self.obs = np.empty((self.n_envs, self.policy.obs_dim))
-        self._observe(raw, -1, self.obs)
+        self._observe(raw, self.vector_steps, -1, self.obs)
         self.episode_starts[:] = True
         return self.obs
 
@@ -431,7 +431,7 @@ class RolloutCollector:
             self.state = acted.state
             raw_obs, rew_buf[t], term_buf[t], trunc_buf[t], info = self._step(
                 head.to_env(acted.actions), t)
-            self._observe(raw_obs, t, obs_buf[t + 1])
+            self._observe(raw_obs, self.vector_steps - 1, t, obs_buf[t + 1])
             done = term_buf[t] | trunc_buf[t]
             self.episode_starts = done
             if not done.any():
