@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from ppo_ref import cli
-from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
-from ppo_ref.runlog import read_csv
+from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
+from ppo_ref.io.runlog import read_csv
 
 from test_recurrent_learning import BUDGET, CONFIG, ENV_ID, correct_fraction
 
