@@ -34,7 +34,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.wrappers.vector import NormalizeReward, RecordEpisodeStatistics
 
 from ppo_ref._checks import env_value_problem
@@ -256,6 +256,19 @@ def check_vector_env(env) -> None:
                          f"info), got {mode!r}; NEXT_STEP would insert phantom reset rows")
 
 
+class _CheckedVector(VectorWrapper):
+    """The vector env under the episode statistics and reward scaling: each step's outputs are
+    checked by the collector (:meth:`RolloutCollector._checked_step`) before those wrappers
+    compute with them."""
+
+    def __init__(self, env, collector: "RolloutCollector"):
+        super().__init__(env)
+        self.collector = collector
+
+    def step(self, actions):
+        return self.collector._checked_step(self.env, actions)
+
+
 def _select(state: Optional[LSTMStates], envs) -> Optional[LSTMStates]:
     return None if state is None else state.select(envs)
 
@@ -279,13 +292,16 @@ class RolloutCollector:
                  normalize_rewards: bool = False, gamma: float = 0.99,
                  clip_observations: Optional[float] = None, clip_rewards: Optional[float] = None):
         check_vector_env(env)
+        if isinstance(env, SyncVectorEnv):  # a user's sub-envs are checked as make_vector_env's
+            env.envs = [e if isinstance(e, _CheckedEnv) else _CheckedEnv(e, i)
+                        for i, e in enumerate(env.envs)]
         self.base_env = env
         self.policy = policy
         self.n_steps = int(n_steps)
         self.n_envs = int(env.num_envs)
         self.clip_observations = clip_observations if normalize_observations else None
         self.clip_rewards = clip_rewards if normalize_rewards else None
-        self.episode_stats = RecordEpisodeStatistics(env)
+        self.episode_stats = RecordEpisodeStatistics(_CheckedVector(env, self))
         self.reward_normalizer = (NormalizeReward(self.episode_stats, gamma=float(gamma))
                                   if normalize_rewards else None)
         self.env = self.reward_normalizer or self.episode_stats
@@ -295,13 +311,14 @@ class RolloutCollector:
         self.episode_starts = np.ones(self.n_envs, dtype=bool)
         self.state = policy.initial_state(self.n_envs)
         self.vector_steps = 0
+        self._rollout_step = -1
         self._obs_shape = (self.n_envs,) + tuple(policy.obs_shape)
 
     # -- observations -------------------------------------------------------------------------
-    def _observe(self, raw, rollout_step: int, out: np.ndarray) -> None:
-        """Check a batch of raw observations, update the running statistics (when on) and write
-        what the policy sees into ``out`` (float64 ``[N, obs_dim]``)."""
-        step = self.vector_steps
+    def _observe(self, raw, step: int, rollout_step: int, out: np.ndarray) -> None:
+        """Check a batch of raw observations (returned by the reset, or by vector step ``step``),
+        update the running statistics (when on) and write what the policy sees into ``out``
+        (float64 ``[N, obs_dim]``)."""
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
@@ -347,17 +364,35 @@ class RolloutCollector:
         raw, info = self.env.reset(seed=[int(s) for s in seeds])
         _raise_env_failure(info, self.vector_steps, -1)
         self.obs = np.empty((self.n_envs, self.policy.obs_dim))
-        self._observe(raw, -1, self.obs)
+        self._observe(raw, self.vector_steps, -1, self.obs)
         self.episode_starts[:] = True
         return self.obs
 
     # -- one rollout ----------------------------------------------------------------------------
     def _step(self, actions, rollout_step: int):
         """``env.step`` with its outputs checked: ``(raw_obs, rewards, terminated, truncated,
-        info)``, the rewards float64 and finite, the flags bool ``[N]``."""
-        step, n = self.vector_steps, self.n_envs
+        info)``, the rewards float64 and finite (scaled and clipped when on), the flags bool
+        ``[N]``."""
+        self._rollout_step = rollout_step
+        raw_obs, rewards, terminated, truncated, info = self.env.step(actions)
+        self.vector_steps += 1
+        rewards = np.asarray(rewards)
+        if not np.isfinite(rewards).all():  # (checked raw; here after the reward scaling)
+            i = int(np.argmin(np.isfinite(rewards)))
+            raise EnvStepError(f"env {i}: the scaled reward is not finite at vector step "
+                               f"{self.vector_steps - 1}", i, self.vector_steps - 1, rollout_step)
+        rewards = rewards.astype(np.float64)
+        if self.clip_rewards is not None:
+            np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
+        return raw_obs, rewards, np.asarray(terminated), np.asarray(truncated), info
+
+    def _checked_step(self, env, actions):
+        """``env.step`` of the vector env itself, its outputs checked before the statistics
+        wrappers see them: rewards real, finite and ``[N]``, flags bool ``[N]``, no env failure
+        reported by a sub-env. Raises :class:`EnvStepError` naming the vector step."""
+        step, n, rollout_step = self.vector_steps, self.n_envs, self._rollout_step
         try:
-            raw_obs, rewards, terminated, truncated, info = self.env.step(actions)
+            raw_obs, rewards, terminated, truncated, info = env.step(actions)
         except (ValueError, TypeError) as exc:  # observations the vector env cannot stack
             raise EnvStepError(f"the vector env failed at vector step {step}: "
                                f"{type(exc).__name__}: {_one_line(exc)}", -1, step,
@@ -367,7 +402,6 @@ class RolloutCollector:
                                f"or its env exited) at vector step {step}: "
                                f"{type(exc).__name__}", -1, step, rollout_step) from None
         _raise_env_failure(info, step, rollout_step)
-        self.vector_steps = step + 1
         rewards = np.asarray(rewards)
         for what, arr, kinds in (("rewards", rewards, "biuf"),
                                  ("terminated", np.asarray(terminated), "b"),
@@ -380,10 +414,7 @@ class RolloutCollector:
             i = int(np.argmin(np.isfinite(rewards)))
             raise EnvStepError(f"env {i} returned a non-finite reward at vector step {step}", i,
                                step, rollout_step)
-        rewards = rewards.astype(np.float64)
-        if self.clip_rewards is not None:
-            np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
-        return raw_obs, rewards, np.asarray(terminated), np.asarray(truncated), info
+        return raw_obs, rewards, terminated, truncated, info
 
     def _final_obs(self, info, envs, rollout_step: int) -> np.ndarray:
         """The checked, normalized ``info["final_obs"]`` of ``envs`` (frozen statistics)."""
@@ -431,7 +462,7 @@ class RolloutCollector:
             self.state = acted.state
             raw_obs, rew_buf[t], term_buf[t], trunc_buf[t], info = self._step(
                 head.to_env(acted.actions), t)
-            self._observe(raw_obs, t, obs_buf[t + 1])
+            self._observe(raw_obs, self.vector_steps - 1, t, obs_buf[t + 1])
             done = term_buf[t] | trunc_buf[t]
             self.episode_starts = done
             if not done.any():
