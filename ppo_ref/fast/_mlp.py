@@ -36,8 +36,8 @@ from __future__ import annotations
 import numpy as np
 
 from ppo_ref._numba import njit
-from ppo_ref.fast.lstm import (_VECTOR_BITS, _WIDE_COLS, _WIDE_ROWS, _add_products,
-                              _block_vector_intrinsic, _fma, _tanh_any, _wide)
+from ppo_ref.fast._products import (_VECTOR_BITS, _WIDE_COLS, _WIDE_ROWS, _add_products,
+                                   _block_vector_intrinsic, _fma, _tanh_any, _wide)
 
 _ZERO = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
 _ONE = np.float32(1.0)
