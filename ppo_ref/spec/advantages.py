@@ -1,26 +1,13 @@
-"""GAE and V-trace: the per-env backward recursions, written once as plain Python loops.
+"""GAE and V-trace: the per-env backward recursions over time-major ``[T, N]`` arrays.
 
-Both take time-major ``[T, N]`` arrays (row ``t``, env ``n``) and run backward over
-``t = T-1 .. 0``, all envs of a row side by side. With ``done`` and the bootstrap rule of
-:func:`ppo_ref.spec.masks.transition_flags`, the value of the state after step ``t`` is::
-
-    next_value[t] = 0                 if terminated[t]          (no bootstrap)
-                  = final_values[t]   elif truncated[t]         (V(final_obs[t]))
-                  = values[t+1]       elif t < T-1
-                  = last_values       otherwise                 (V(obs[T]))
-
-and the trace is cut after every ``done[t] = terminated[t] or truncated[t]``.
-
-The public functions :func:`gae` and :func:`vtrace` validate their arguments and run the
-recursions :func:`gae_recursion` and :func:`vtrace_recursion` as plain Python. The recursions are
-written in the subset of Python that numba compiles: the twins in :mod:`ppo_ref.fast.advantages`
-run the same validation (:func:`run_gae`, :func:`run_vtrace`) and ``njit`` of these very
-functions, with the same bits. No float literal appears in the arithmetic: every scalar is
-passed in with the arrays' dtype, so float32 arrays are computed in float32 on both tiers. The
-discount and the lambda are per-step arrays ``gammas[t, n]`` and ``gamma_lambdas[t, n]`` (rlax's
-``discount_t`` and ``lambda_`` arrays); :func:`gae` and :func:`vtrace` broadcast a scalar
-``gamma``/``gae_lambda`` into them, so a constant discount is the special case every row of
-which holds the same number.
+The public :func:`gae` and :func:`vtrace` validate their arguments and run the recursions
+:func:`gae_recursion` and :func:`vtrace_recursion` as plain Python. The recursions are written
+in the subset of Python numba compiles: :mod:`ppo_ref.fast.advantages` runs the same validation
+(:func:`run_gae`, :func:`run_vtrace`) with ``njit`` of these very functions, bit for bit. No
+float literal enters the arithmetic: every scalar comes in with the arrays' dtype, so float32
+arrays are computed in float32 on both tiers. The discount and lambda are per-step arrays
+``gammas[t, n]``, ``gamma_lambdas[t, n]`` (rlax's ``discount_t`` and ``lambda_``); a scalar is
+broadcast into them.
 
 Sources: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
 Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (11)-(16); Espeholt et al.,
@@ -40,24 +27,23 @@ __all__ = ["gae", "vtrace", "VTraceReturns"]
 
 
 def finite_sum(a, b, c):
-    """Whether ``a + b + c`` is finite: False when one of them is inf or nan (they propagate
-    through the sum), or when a sum of finite numbers overflows (the caller then re-checks the
-    arrays one by one and reports an overflow)."""
+    """Whether ``a + b + c`` is finite: False when one of them is inf or nan, or when the sum
+    of finite numbers overflows (the caller then re-checks the arrays one by one)."""
     return math.isfinite(a + b + c)
 
 
 def next_value(bootstrap_final, last_row, final_value, last_value, following_value):
-    """The value of the state after a step that bootstraps (not terminal): the module
-    docstring's rule without its first case::
+    """The value of the state after step ``t`` (flags from
+    :func:`ppo_ref.spec.masks.transition_flags`)::
 
-        final_value       if bootstrap_final     (final_values[t] = V(final_obs[t]))
-        last_value        elif last_row          (last_values = V(obs[T]))
-        following_value   otherwise              (values[t+1] = V(obs[t+1]))
+        next_value[t] = 0                 if terminal[t]            (no bootstrap)
+                      = final_values[t]   elif bootstrap_final[t]   (V(final_obs[t]))
+                      = values[t+1]       elif t < T-1              (following_value)
+                      = last_values       otherwise                 (V(obs[T]))
 
-    All scalars; ``bootstrap_final`` from :func:`ppo_ref.spec.masks.transition_flags`. The
-    loops pass ``values[min(t + 1, T - 1)]`` as ``following_value`` (the last row has no next
-    row; the value passed there is not used). A terminal step's next value is 0: the loops
-    drop the term instead of adding ``gamma * 0``."""
+    All scalars. A terminal step never calls this: the loops drop the term instead of adding
+    ``gamma * 0``. ``following_value`` is ``values[min(t + 1, T - 1)]`` (unused on the last
+    row)."""
     if bootstrap_final:
         return final_value
     if last_row:
@@ -68,26 +54,24 @@ def next_value(bootstrap_final, last_row, final_value, last_value, following_val
 def gae_recursion(rewards, values, terminated, truncated, last_values, final_values,
                   gammas, gamma_lambdas, truncation_mode, bootstrap_terminal_last_row,
                   advantages, returns):
-    """The GAE recursion over ``[T, N]`` arrays; writes ``advantages`` and ``returns``::
+    """The GAE recursion, backward over ``t = T-1 .. 0``; writes ``advantages`` and ``returns``::
 
         delta[t] = rewards[t] + gamma[t] * next_value[t] - values[t]                (eq. 11)
         A[t]     = delta[t] + gamma[t] * lambda[t] * (1 - done[t]) * A[t+1]         (A[T] = 0)
         returns[t] = A[t] + values[t]                 (the TD(lambda) return, value target)
 
+    with :func:`next_value` and ``done`` from :func:`ppo_ref.spec.masks.transition_flags`.
     Unrolled, ``A[t] = sum_l (gamma lambda)^l delta[t+l]`` (eq. 16) up to the end of the
     episode or of the rollout.
 
-    Args: ``rewards``, ``values``, ``final_values`` ``[T, N]`` float arrays of one dtype
-    (``final_values`` enters the arithmetic only where a step bootstraps from it, but every
-    entry must be finite: the finiteness check reads them all); ``terminated``, ``truncated``
-    ``[T, N]`` bool; ``last_values`` ``[N]``; ``gammas`` and ``gamma_lambdas`` (= gamma * lambda,
-    rounded once to the arrays' dtype) ``[T, N]`` arrays of the arrays' dtype, the discount and
-    the trace decay of step ``t`` (rlax ``discount_t``/``lambda_``); ``truncation_mode`` a code of
-    :data:`ppo_ref.spec.masks.TRUNCATION_MODES`; ``bootstrap_terminal_last_row`` bool (True:
-    a terminal step on the last row still bootstraps ``last_values``, as thrust-rl 0.4).
-
-    Returns ``all_finite``: whether every entry of ``rewards``, ``values``, ``final_values``
-    and of the results is finite (see :func:`finite_sum`).
+    Args: ``rewards``, ``values``, ``final_values`` ``[T, N]`` float arrays of one dtype (every
+    entry of ``final_values`` must be finite); ``terminated``, ``truncated`` ``[T, N]`` bool;
+    ``last_values`` ``[N]``; ``gammas``, ``gamma_lambdas`` (gamma * lambda rounded once) ``[T, N]``
+    of the arrays' dtype; ``truncation_mode`` a code of
+    :data:`ppo_ref.spec.masks.TRUNCATION_MODES`; ``bootstrap_terminal_last_row`` (True: a
+    terminal step on the last row still bootstraps ``last_values``, as thrust-rl 0.4).
+    Returns whether every entry of ``rewards``, ``values``, ``final_values`` and the results is
+    finite (:func:`finite_sum`).
     """
     n_steps, n_envs = rewards.shape
     all_finite = True
@@ -118,8 +102,7 @@ def gae_recursion(rewards, values, terminated, truncated, last_values, final_val
 
 def log_ratios(target_log_probs, behaviour_log_probs, out):
     """``out[i] = target_log_probs[i] - behaviour_log_probs[i]`` over 1-D arrays (the log of the
-    importance weight pi/mu); returns whether every difference is finite (so both inputs
-    are)."""
+    importance weight pi/mu); returns whether every difference is finite."""
     all_finite = True
     for i in range(out.size):
         out[i] = target_log_probs[i] - behaviour_log_probs[i]
@@ -130,26 +113,29 @@ def log_ratios(target_log_probs, behaviour_log_probs, out):
 def vtrace_recursion(ratios, rewards, values, terminated, truncated, last_values, final_values,
                      gammas, rho_bar, c_bar, pg_rho_bar, lambdas, one_minus_lambdas,
                      truncation_mode, bootstrap_terminal_last_row, vs, pg_advantages):
-    """The V-trace recursion over ``[T, N]`` arrays; writes ``vs`` and ``pg_advantages``.
+    """The V-trace recursion, backward over ``t = T-1 .. 0``; writes ``vs`` and
+    ``pg_advantages``.
 
-    With ``ratio[t] = pi(a_t|x_t) / mu(a_t|x_t)`` (``ratios``, may hold inf: the bars clip it),
-    ``rho[t] = min(rho_bar, ratio[t])`` and ``c[t] = lambda[t] * min(c_bar, ratio[t])``::
+    With ``ratio[t] = pi(a_t|x_t) / mu(a_t|x_t)`` (``ratios``; inf allowed: the bars clip it),
+    ``rho[t] = min(rho_bar, ratio[t])``, ``c[t] = lambda[t] * min(c_bar, ratio[t])`` and
+    :func:`next_value`::
 
         vs[t] = values[t] + rho[t] * (rewards[t] + gamma[t] * next_value[t] - values[t])
                 + gamma[t] * (1 - done[t]) * c[t] * (vs[t+1] - values[t+1])   (0 at t = T-1)
         q[t]  = rewards[t] + gamma[t] * X[t],
-                X[t] = 0                                    if terminated[t]
+                X[t] = 0                                    if terminal[t]
                      = next_value[t]                        elif done[t] or t = T-1
                      = lambda[t] * vs[t+1] + (1 - lambda[t]) * values[t+1]    otherwise
         pg_advantages[t] = min(pg_rho_bar, ratio[t]) * (q[t] - values[t])
 
     Unrolled, ``vs`` is IMPALA eq. (1), ``v_s = V(x_s) + sum_{t >= s} gamma^(t-s)
-    (prod_{i=s}^{t-1} c_i) rho_t delta_t V``, up to the end of the episode or rollout.
+    (prod_{i=s}^{t-1} c_i) rho_t delta_t V``, up to the end of the episode or rollout. On-policy
+    (ratio 1, bars >= 1, lambda 1) ``vs`` and ``pg_advantages`` are GAE's returns and
+    advantages with ``gae_lambda = 1``.
 
-    Args as :func:`gae_recursion`, plus ``ratios`` ``[T, N]``, the scalars ``rho_bar``, ``c_bar``,
-    ``pg_rho_bar`` and the ``[T, N]`` arrays ``lambdas`` and ``one_minus_lambdas``
-    (= 1 - lambda, rounded once), all of the arrays' dtype. Returns ``all_finite`` as :func:`gae_recursion` (the caller checks the
-    log-probs).
+    Args as :func:`gae_recursion`, plus ``ratios`` ``[T, N]``, the scalars ``rho_bar``,
+    ``c_bar``, ``pg_rho_bar`` and ``lambdas``, ``one_minus_lambdas`` (1 - lambda rounded once)
+    ``[T, N]``, all of the arrays' dtype. Returns the finiteness flag of :func:`gae_recursion`.
     """
     n_steps, n_envs = rewards.shape
     all_finite = True
@@ -183,12 +169,6 @@ def vtrace_recursion(ratios, rewards, values, terminated, truncated, last_values
     return all_finite
 
 
-# --------------------------------------------------------------------------------------------
-# validation, shared by the public functions of both tiers
-
-FINAL_VALUES_REQUIRED = "final_values is required: truncated has True entries"
-
-
 class TrajectoryInputs(NamedTuple):
     """Validated inputs, all 2-D ``[T, N]`` (``last_values``: ``[N]``), C-contiguous."""
 
@@ -206,28 +186,24 @@ class TrajectoryInputs(NamedTuple):
 
 def _counts_for_dtype(raw) -> bool:
     """Whether ``raw`` takes part in the float32/float64 decision: arrays and NumPy scalars of
-    a floating dtype do, Python scalars never."""
+    a floating dtype do, Python scalars never (np.float64 subclasses float but counts)."""
     if isinstance(raw, (bool, int, float)) and not isinstance(raw, np.generic):
-        return False  # (np.float64 subclasses float, but it is a NumPy scalar: it counts)
-    return np.asarray(raw).dtype.kind == "f"  # floating
+        return False
+    return np.asarray(raw).dtype.kind == "f"
 
 
 def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
                        final_values: Optional[object], truncation: str,
                        bootstrap_terminal_last_row) -> TrajectoryInputs:
-    """Validate and convert the trajectory arguments of :func:`gae` / :func:`vtrace` into
-    C-contiguous ``[T, N]`` arrays of one float dtype and bool flags; ``float_inputs`` maps
-    names to ``[T]``/``[T, N]`` arrays, the reference shape is that of
-    ``float_inputs["rewards"]``. Raises ``ValueError`` naming the argument.
-
-    Finiteness of the ``[T, N]`` float arrays is the one check not made here: the recursions
-    fold it into their loop and return a flag; on False the caller calls
-    :func:`explain_not_finite`, which names the argument."""
+    """Validate the trajectory arguments of :func:`gae` / :func:`vtrace` (``float_inputs``: name
+    -> ``[T]``/``[T, N]`` array, shaped like ``float_inputs["rewards"]``) and convert them to
+    C-contiguous ``[T, N]`` arrays of one float dtype. Raises ``ValueError`` naming the argument.
+    Finiteness of the ``[T, N]`` arrays is left to the recursions' flag
+    (:func:`explain_not_finite`)."""
     check_choice(truncation, "truncation", tuple(TRUNCATION_MODES))
     if not isinstance(bootstrap_terminal_last_row, (bool, np.bool_)):
         raise ValueError("bootstrap_terminal_last_row must be a bool, got "
                          f"{bootstrap_terminal_last_row!r}")
-
     converted = {name: as_float_array(x, name, ndim=(1, 2), allow_nonfinite=True)
                  for name, x in float_inputs.items()}
     shape = converted["rewards"].shape
@@ -248,7 +224,7 @@ def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
         final = as_float_array(final_values, "final_values", ndim=(1, 2), allow_nonfinite=True)
         check_same_shape(final, "final_values", shape, "rewards")
     elif truncation == "bootstrap" and np.any(trunc & ~term):
-        raise ValueError(FINAL_VALUES_REQUIRED)
+        raise ValueError("final_values is required: truncated has True entries")
 
     raws = list(float_inputs.values()) + [last_values, final_values]
     convs = list(converted.values()) + [last, final]
@@ -280,11 +256,10 @@ def prepare_trajectory(float_inputs: dict, terminated, truncated, last_values,
 
 
 def explain_not_finite(inputs: TrajectoryInputs, names, results: dict) -> None:
-    """Called when a recursion's finiteness flag is False (never on good input): raises
-    ``ValueError`` naming the first of ``names`` (arguments the loop read) that holds inf or
-    nan, with its index; otherwise, if one of ``results`` (name -> array) is not finite, a
-    ``ValueError`` saying that finite inputs overflowed the dtype. Returns when everything is
-    finite (the loop's check can give a false alarm on huge finite numbers)."""
+    """Called when a recursion's finiteness flag is False: raises ``ValueError`` naming the
+    first of ``names`` that holds inf or nan (with its index), else the first of ``results``
+    (name -> array) that is not finite ("overflow"); returns when all is finite (a false alarm
+    of the loop's check on huge finite numbers)."""
     for name in names:
         if name in inputs.given:
             as_float_array(inputs.given[name], name)  # raises, naming the argument
@@ -303,15 +278,10 @@ def _finish(inputs: TrajectoryInputs, *outputs: np.ndarray):
 
 
 def per_step_unit_interval(value, name: str, shape) -> np.ndarray:
-    """A per-step parameter in [0, 1] (``gamma``, ``gae_lambda``, ``lambda_``) as a C-contiguous
-    float64 ``[T, N]`` array for the trajectory shape ``shape`` (``(T,)`` or ``(T, N)``, as the
-    caller passed ``rewards``).
-
-    ``value`` is a scalar (every step the same), an array of the shape of ``rewards`` (one
-    number per step and env, rlax's ``discount_t``/``lambda_``), or for ``[T, N]`` trajectories
-    a ``[T]`` array (one number per row, shared by the envs). Raises ``ValueError`` naming
-    ``name`` for another shape, a non-finite entry or an entry outside [0, 1].
-    """
+    """``gamma``, ``gae_lambda`` or ``lambda_`` as a C-contiguous float64 ``[T, N]`` array for
+    the trajectory shape ``shape`` (``(T,)`` or ``(T, N)``): from a scalar, an array of
+    ``shape``, or for ``[T, N]`` a ``[T]`` array shared by the envs. Raises ``ValueError``
+    naming ``name`` for another shape, a non-finite entry or an entry outside [0, 1]."""
     two_d = (shape[0], 1) if len(shape) == 1 else tuple(shape)
     if np.ndim(value) == 0:
         return np.full(two_d, check_unit_interval(value, name), dtype=np.float64)
@@ -331,15 +301,10 @@ def per_step_unit_interval(value, name: str, shape) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-# --------------------------------------------------------------------------------------------
-# the public functions
-
-
 def run_gae(recursion, rewards, values, terminated, truncated, last_values, final_values,
             gamma, gae_lambda, truncation, bootstrap_terminal_last_row):
-    """:func:`gae` with its recursion given: :func:`gae_recursion` itself, or its compiled twin
-    (:func:`ppo_ref.fast.advantages.gae`). Validates every argument, runs ``recursion`` on the
-    prepared ``[T, N]`` arrays and returns ``(advantages, returns)``."""
+    """:func:`gae` with its recursion given (:func:`gae_recursion` or its compiled twin):
+    validates, runs ``recursion`` on the prepared ``[T, N]`` arrays."""
     inputs = prepare_trajectory({"rewards": rewards, "values": values}, terminated, truncated,
                                 last_values, final_values, truncation, bootstrap_terminal_last_row)
     r, v = inputs.arrays["rewards"], inputs.arrays["values"]
@@ -363,76 +328,50 @@ def run_gae(recursion, rewards, values, terminated, truncated, last_values, fina
 
 def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,
         gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
-    r"""Generalized Advantage Estimation: advantages and lambda-returns.
-
-    Per env, backward over ``t = T-1 .. 0`` (:func:`gae_recursion`)::
-
-        next_value[t] = 0                 if terminated[t]
-                      = final_values[t]   elif truncated[t]
-                      = values[t+1]       elif t < T-1
-                      = last_values       otherwise
-        delta[t] = rewards[t] + gamma[t] * next_value[t] - values[t]
-        A[t]     = delta[t] + gamma[t] * gae_lambda[t] * (1 - done[t]) * A[t+1]     (A[T] = 0)
-        returns[t] = A[t] + values[t]
-
-    with ``done = terminated or truncated``. Unrolled, ``A[t]`` is Schulman et al. (2016)
-    eq. (16), :math:`\sum_l (\gamma\lambda)^l \delta_{t+l}`, summed up to the end of the episode
-    (or of the rollout). ``returns`` are the TD(lambda) returns used as the value target.
+    """Generalized Advantage Estimation: advantages and lambda-returns, per env, with the
+    truncation bootstrap (equations: :func:`gae_recursion`, :func:`next_value`).
 
     Args:
         rewards: ``[T, N]`` (or ``[T]`` for one env) float32/float64, reward of the action at t.
         values: same shape, ``V(obs[t])`` recorded at collection.
         terminated: same shape, bool or 0/1: a true terminal state was reached (no bootstrap).
-        truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``);
-            termination wins when both are set.
+        truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``).
         last_values: ``[N]`` (scalar for ``[T]`` input): ``V(obs[T])``, after the last step.
-        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, used only where step t truncated
+        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, read only where step t truncated
             without terminating (put 0 elsewhere; every entry must be finite). Required when
-            such a step exists (and ``truncation="bootstrap"``).
-        gamma: discount in [0, 1]: a scalar, or one per step: an array shaped like ``rewards``
-            (or ``[T]`` for ``[T, N]`` rewards, shared by the envs), as rlax's ``discount_t``
-            (there ``discount_t = 0`` also marks a terminal; here the flags do that).
-        gae_lambda: GAE lambda in [0, 1] (0: one-step TD, 1: Monte Carlo with bootstrap): a
-            scalar or one per step, shaped as ``gamma`` may be (rlax's ``lambda_`` array).
-            ``gamma[t] * gae_lambda[t]`` is formed in float64 and rounded once to the result
-            dtype.
-        truncation: convention option (keyword-only). ``"bootstrap"`` (SB3, the default),
-            ``"terminate"`` (CleanRL: truncation treated as termination, no bootstrap) or
-            ``"ignore"`` (thrust-rl 0.4: the truncated flag is not read; the next row's value
-            is bootstrapped and the trace runs on).
-        bootstrap_terminal_last_row: convention option (keyword-only). ``True`` reproduces
-            thrust-rl 0.4, where a terminal transition on the last row still bootstraps
-            ``last_values``. Default ``False``.
+            such a step exists and ``truncation="bootstrap"``.
+        gamma: discount in [0, 1]: a scalar, or one per step, shaped like ``rewards`` (or
+            ``[T]`` for ``[T, N]`` rewards, shared by the envs), as rlax's ``discount_t`` (the
+            flags, not ``gamma = 0``, mark terminals here).
+        gae_lambda: in [0, 1] (0: one-step TD, 1: Monte Carlo with bootstrap), shaped as
+            ``gamma`` may be. ``gamma * gae_lambda`` is formed in float64, rounded once.
+        truncation: keyword-only, a key of :data:`ppo_ref.spec.masks.TRUNCATION_MODES`.
+        bootstrap_terminal_last_row: keyword-only; True reproduces thrust-rl 0.4 (a terminal
+            step on the last row still bootstraps ``last_values``). Default False.
 
     Returns:
-        ``(advantages, returns)``, each with the shape of ``rewards``; float32 when every float
-        array given is float32 (Python scalars do not count), float64 otherwise. Same units as
-        ``rewards``. Empty arrays when T = 0.
+        ``(advantages, returns)`` shaped like ``rewards``, in its units; float32 when every
+        float array given is float32 (Python scalars do not count), else float64. Empty when
+        T = 0.
 
     Raises:
         ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
             ``rewards``, a non-finite entry (with its index), a flag not bool/0/1,
-            ``gamma``/``gae_lambda`` outside [0, 1] (or an array of another shape), an unknown
-            option, or a missing ``final_values`` ("final_values is required: truncated has
-            True entries"); also finite inputs so large that a result overflows the dtype
-            (never inf or nan out).
+            ``gamma``/``gae_lambda`` outside [0, 1] (or of another shape), an unknown option,
+            a missing ``final_values``; also finite inputs so large that a result overflows
+            the dtype (never inf or nan out).
 
-    Source: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
-    Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (16); truncation
-    bootstrap as in Stable-Baselines3 (Pardo et al. 2018, "Time Limits in Reinforcement
-    Learning", arXiv:1712.00378); per-step discounts and lambdas as DeepMind's rlax
-    ``truncated_generalized_advantage_estimation(r_t, discount_t, lambda_, values)``.
+    Source: Schulman et al. 2016 (arXiv:1506.02438) eq. (16); truncation bootstrap as in
+    Stable-Baselines3 (Pardo et al. 2018, arXiv:1712.00378); per-step discounts and lambdas as
+    rlax ``truncated_generalized_advantage_estimation(r_t, discount_t, lambda_, values)``.
     """
     return run_gae(gae_recursion, rewards, values, terminated, truncated, last_values,
                    final_values, gamma, gae_lambda, truncation, bootstrap_terminal_last_row)
 
 
 class VTraceReturns(NamedTuple):
-    """Result of :func:`vtrace`; both fields have the shape and dtype of ``rewards``.
-
-    ``vs``: the V-trace value targets ``v_s`` (regress ``values`` towards them).
-    ``pg_advantages``: ``min(pg_rho_bar, ratio) * (q_s - values[s])`` for the policy gradient.
-    """
+    """Result of :func:`vtrace`, shaped like ``rewards``: ``vs``, the value targets ``v_s``;
+    ``pg_advantages``, ``min(pg_rho_bar, ratio) * (q_s - values[s])``."""
 
     vs: np.ndarray
     pg_advantages: np.ndarray
@@ -441,10 +380,8 @@ class VTraceReturns(NamedTuple):
 def run_vtrace(recursion, ratio_loop, behaviour_log_probs, target_log_probs, rewards, values,
                terminated, truncated, last_values, final_values, gamma, rho_bar, c_bar,
                pg_rho_bar, lambda_, truncation, bootstrap_terminal_last_row) -> VTraceReturns:
-    """:func:`vtrace` with its loops given: :func:`vtrace_recursion` and :func:`log_ratios`
-    themselves, or their compiled twins (:func:`ppo_ref.fast.advantages.vtrace`). Validates
-    every argument, forms the ratios and runs ``recursion`` on the prepared ``[T, N]``
-    arrays."""
+    """:func:`vtrace` with its loops given (:func:`vtrace_recursion` and :func:`log_ratios`, or
+    their compiled twins): validates, forms the ratios, runs ``recursion``."""
     rho_bar = check_positive(rho_bar, "rho_bar")
     c_bar = check_positive(c_bar, "c_bar")
     pg_rho_bar = rho_bar if pg_rho_bar is None else check_positive(pg_rho_bar, "pg_rho_bar")
@@ -483,53 +420,31 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
            last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0, pg_rho_bar=None,
            lambda_=1.0, truncation="bootstrap",
            bootstrap_terminal_last_row=False) -> VTraceReturns:
-    r"""V-trace targets ``vs`` and policy-gradient advantages (IMPALA, with rlax's lambda).
-
-    With ``ratio[t] = exp(target_log_probs[t] - behaviour_log_probs[t])``,
-    ``rho[t] = min(rho_bar, ratio[t])`` and ``c[t] = lambda_[t] * min(c_bar, ratio[t])``, per
-    env, backward over ``t = T-1 .. 0`` (``next_value`` and ``done`` exactly as in :func:`gae`;
-    :func:`vtrace_recursion`)::
-
-        vs[t] = values[t] + rho[t] * (rewards[t] + gamma[t] * next_value[t] - values[t])
-                + gamma[t] * (1 - done[t]) * c[t] * (vs[t+1] - values[t+1])  (0 at t = T-1)
-        q[t]  = rewards[t] + gamma[t] * X[t]
-                X[t] = 0                                      if terminated[t]
-                     = next_value[t]                          elif done[t] or t = T-1
-                     = lambda_[t] * vs[t+1] + (1 - lambda_[t]) * values[t+1]   otherwise
-        pg_advantages[t] = min(pg_rho_bar, ratio[t]) * (q[t] - values[t])
-
-    Unrolled, ``vs`` is IMPALA eq. (1): :math:`v_s = V(x_s) + \sum_{t \ge s} \gamma^{t-s}
-    (\prod_{i=s}^{t-1} c_i)\, \rho_t \delta_t V`, summed to the end of the episode (or rollout).
-    On-policy (ratio 1, bars >= 1, ``lambda_ = 1``) ``vs`` equals the GAE returns and
-    ``pg_advantages`` the GAE advantages with ``gae_lambda = 1``.
+    """V-trace targets and policy-gradient advantages (IMPALA, with rlax's lambda), with
+    ``ratio = exp(target_log_probs - behaviour_log_probs)`` (equations:
+    :func:`vtrace_recursion`).
 
     Args:
         behaviour_log_probs: ``[T, N]`` (or ``[T]``) float32/float64, log mu(a_t|x_t) of the
             policy that acted (nats).
         target_log_probs: same shape, log pi(a_t|x_t) under the policy being learned (nats).
-        rewards, values, terminated, truncated, last_values, final_values: as in :func:`gae`.
-        gamma: discount in [0, 1]: a scalar or one per step (an array shaped like ``rewards``,
-            or ``[T]`` for ``[T, N]`` rewards), as rlax's ``discount_t``.
+        rewards, values, terminated, truncated, last_values, final_values, gamma, truncation,
+            bootstrap_terminal_last_row: as in :func:`gae`.
         rho_bar: truncation of the importance weight in the TD term, > 0 (IMPALA rho-bar).
         c_bar: truncation of the trace coefficients, > 0 (IMPALA c-bar).
         pg_rho_bar: truncation of the policy-gradient weight, > 0; None means ``rho_bar``.
-        lambda_: trace mixing in [0, 1] (rlax ``lambda_``; 1 = the IMPALA paper): a scalar or
-            one per step, shaped as ``gamma`` may be (rlax also takes a ``lambda_`` array).
-        truncation, bootstrap_terminal_last_row: convention options, as in :func:`gae`.
+        lambda_: trace mixing in [0, 1] (1: the IMPALA paper), shaped as ``gamma`` may be.
 
     Returns:
-        :class:`VTraceReturns` ``(vs, pg_advantages)``, each with the shape of ``rewards`` and
-        in the units of ``rewards``; float32 when every float array given is float32, float64
-        otherwise. Empty when T = 0.
+        :class:`VTraceReturns`, dtype and shape as :func:`gae`'s results. Empty when T = 0.
 
     Raises:
-        ValueError: naming the argument, as in :func:`gae`; also ``rho_bar``, ``c_bar``,
-            ``pg_rho_bar`` not > 0 and ``lambda_`` outside [0, 1]. (Finite log-probs whose
-            difference overflows give a ratio of inf or 0, clipped by the bars as usual.)
+        ValueError: as :func:`gae`; also ``rho_bar``, ``c_bar``, ``pg_rho_bar`` not > 0 and
+            ``lambda_`` outside [0, 1]. (Finite log-probs whose difference overflows give a
+            ratio of inf or 0, clipped by the bars.)
 
-    Source: Espeholt et al., "IMPALA: Scalable Distributed Deep-RL with Importance Weighted
-    Actor-Learner Architectures", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
-    ``lambda_`` as in DeepMind's rlax ``vtrace_td_error_and_advantage``.
+    Source: Espeholt et al., "IMPALA", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
+    ``lambda_`` as rlax ``vtrace_td_error_and_advantage``.
     """
     return run_vtrace(vtrace_recursion, log_ratios, behaviour_log_probs, target_log_probs,
                       rewards, values, terminated, truncated, last_values, final_values, gamma,

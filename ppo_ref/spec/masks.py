@@ -1,36 +1,15 @@
-"""Episode boundaries: the per-step transition flags and the reset mask, as plain loops.
+"""Episode boundaries: the per-step transition flags and the reset mask.
 
-Vocabulary. For the transition taken at step ``t`` of env ``n``:
+For the transition taken at step ``t`` of env ``n``: ``terminated[t, n]``, a true terminal state
+was reached (nothing is bootstrapped); ``truncated[t, n]``, the episode was cut (time limit:
+bootstrap from ``V(final_obs[t, n])``); termination wins when both are set. ``done = terminated
+or truncated`` (an internal word): the next row belongs to another episode, so the lambda-trace
+is cut after step ``t``. Two masks, deliberately distinct: the bootstrap mask is ``terminated``
+alone, the reset mask is :func:`episode_starts` (from either flag).
 
-* ``terminated[t, n]``: a true terminal state was reached; nothing is bootstrapped.
-* ``truncated[t, n]``: the episode was cut (time limit); bootstrap from ``V(final_obs[t, n])``.
-  When both flags are set on one step, termination wins.
-* ``done[t, n] = terminated[t, n] or truncated[t, n]`` (an internal word): the next row belongs
-  to another episode, so the lambda-trace is cut after step ``t``.
-* ``episode_starts[t, n] = done[t-1, n]`` for ``t >= 1``; ``episode_starts[0, n]`` is the
-  carry from the previous rollout.
-
-The convention option ``truncation`` (passed to the loops as a code of
-:data:`TRUNCATION_MODES`) selects how ``truncated`` is read:
-
-* ``"bootstrap"`` (Stable-Baselines3, sb3-contrib; the default): bootstrap
-  ``final_values[t]``, cut the trace.
-* ``"terminate"`` (CleanRL ``ppo.py``): treated as terminated: no bootstrap, cut the trace.
-* ``"ignore"`` (thrust-rl 0.4): the flag is not read: bootstrap the next row, the trace runs on.
-
-:func:`transition_flags` is the one place where this rule is written; the GAE and V-trace
-recursions (:mod:`ppo_ref.spec.advantages`) call it for every step.
-
-The loops (:func:`transition_flags`, :func:`transition_masks_loop`, :func:`episode_starts_loop`)
-are written in the subset of Python that numba compiles: the compiled tier
-(:mod:`ppo_ref.fast.masks`) compiles these very functions. The public functions
-:func:`episode_starts` and :func:`transition_masks` validate their arguments and run the loops
-as plain Python; their twins in :mod:`ppo_ref.fast.masks` run the same validation
-(:func:`run_episode_starts`, :func:`run_transition_masks`) and the compiled loops, bit for bit.
-
-Two masks, deliberately distinct: the **bootstrap mask** is ``terminated`` alone (truncation
-keeps the bootstrap, from the right state) and the **reset mask** is ``episode_starts`` (from
-either flag).
+The loops are written in the subset of Python numba compiles; :mod:`ppo_ref.fast.masks` compiles
+these very functions and runs them through :func:`run_transition_masks` /
+:func:`run_episode_starts` (the same validation), bit for bit.
 
 Source: Pardo et al., "Time Limits in Reinforcement Learning" (arXiv:1712.00378) for
 bootstrapping at truncation; Stable-Baselines3 ``RolloutBuffer.episode_starts``.
@@ -45,7 +24,9 @@ from ppo_ref._checks import as_flag_array, check_choice
 __all__ = ["episode_starts", "transition_masks", "TransitionMasks", "TRUNCATION_MODES",
            "transition_flags"]
 
-#: Integer codes of the ``truncation`` option, as the loops take it.
+#: Integer codes of the ``truncation`` option, as the loops take it: ``"bootstrap"``
+#: (Stable-Baselines3, sb3-contrib; the default), ``"terminate"`` (CleanRL ``ppo.py``),
+#: ``"ignore"`` (thrust-rl 0.4). The rule of each: :func:`transition_flags`.
 TRUNCATION_MODES = {"bootstrap": 0, "terminate": 1, "ignore": 2}
 
 
@@ -55,7 +36,9 @@ def transition_flags(terminated, truncated, truncation_mode):
     ``terminal``: the next value is 0 (no bootstrap). ``bootstrap_final``: the next value is
     ``V(final_obs[t])``. ``done``: the lambda-trace is cut after this step. Neither of the first
     two: the next value is ``V(obs[t+1])`` (``values[t+1]``, or ``last_values`` on the last
-    row). ``truncation_mode`` is a code of :data:`TRUNCATION_MODES`.
+    row). ``truncation_mode`` (a code of :data:`TRUNCATION_MODES`) reads ``truncated`` as a
+    bootstrap from ``final_values`` ("bootstrap"), a termination ("terminate"), or not at all
+    ("ignore": bootstrap the next row, the trace runs on). The one place this rule is written.
     """
     if truncation_mode == 0:  # "bootstrap": termination wins over truncation
         return terminated, truncated and not terminated, terminated or truncated
@@ -83,9 +66,8 @@ def episode_starts_loop(terminated, truncated, initial, episode_starts):
         episode_starts[0, n] = initial[n]
         episode_starts[t, n] = terminated[t-1, n] or truncated[t-1, n]      (t >= 1)
 
-    ``initial``: ``[N]`` bool, the carry from the previous rollout (True at the first reset).
-    A step that ended an episode for either reason (whatever the ``truncation`` convention of
-    the advantages) makes the next row the first step of a new one.
+    ``initial``: ``[N]`` bool, the carry from the previous rollout. Either flag starts a new
+    episode, whatever the ``truncation`` convention of the advantages.
     """
     n_steps, n_envs = terminated.shape
     for n in range(n_envs):
@@ -95,16 +77,8 @@ def episode_starts_loop(terminated, truncated, initial, episode_starts):
             episode_starts[t, n] = terminated[t - 1, n] or truncated[t - 1, n]
 
 
-# --------------------------------------------------------------------------------------------
-# the public, validating functions
-
-
 class TransitionMasks(NamedTuple):
-    """Per-step masks derived from ``terminated``/``truncated`` (all bool, same shape).
-
-    ``terminal``: next value is 0. ``bootstrap_final``: next value is ``final_values``.
-    ``done``: the lambda-trace is cut after the step (``episode_starts`` of the next row).
-    """
+    """:func:`transition_flags` of every step: bool arrays of the flags' shape."""
 
     terminal: np.ndarray
     bootstrap_final: np.ndarray
@@ -121,9 +95,8 @@ def _same_shape_flags(terminated, truncated, ndim=None):
 
 
 def run_transition_masks(loop, terminated, truncated, truncation) -> TransitionMasks:
-    """:func:`transition_masks` with its loop given: :func:`transition_masks_loop` itself, or
-    its compiled twin (:func:`ppo_ref.fast.masks.transition_masks`). Validates every argument,
-    then runs ``loop`` once over the flags as one column."""
+    """:func:`transition_masks` with its loop given (:func:`transition_masks_loop` or its
+    compiled twin): validates, then runs ``loop`` once over the flags as one column."""
     check_choice(truncation, "truncation", tuple(TRUNCATION_MODES))
     term, trunc = _same_shape_flags(terminated, truncated)
     two_d = (term.size, 1)  # the flags are element-wise: any shape, as one column
@@ -139,28 +112,20 @@ def transition_masks(terminated, truncated, truncation: str = "bootstrap") -> Tr
     :func:`transition_flags` of each entry.
 
     Args:
-        terminated: ``[T]`` or ``[T, N]`` (any shape) bool, or 0/1 numbers.
+        terminated: bool or 0/1 numbers, any shape (``[T]``, ``[T, N]``).
         truncated: same shape as ``terminated``.
-        truncation: ``"bootstrap"`` (SB3, the default), ``"terminate"`` (CleanRL) or
-            ``"ignore"`` (thrust-rl); see the module docstring.
+        truncation: a key of :data:`TRUNCATION_MODES` (default ``"bootstrap"``).
 
-    Returns:
-        :class:`TransitionMasks` of bool arrays with the shape of ``terminated``.
-
-    Raises:
-        ValueError: naming the argument, for non-0/1 flags, mismatched shapes or an unknown
-            ``truncation``.
-
-    Source: termination wins and the lambda-trace is cut at every done (Stable-Baselines3);
-    the other conventions as CleanRL ``ppo.py`` and thrust-rl 0.4.
+    Returns :class:`TransitionMasks` of bool arrays with the shape of ``terminated``. Raises
+    ``ValueError`` naming the argument for non-0/1 flags, mismatched shapes or an unknown
+    ``truncation``.
     """
     return run_transition_masks(transition_masks_loop, terminated, truncated, truncation)
 
 
 def run_episode_starts(loop, terminated, truncated, initial) -> np.ndarray:
-    """:func:`episode_starts` with its loop given: :func:`episode_starts_loop` itself, or its
-    compiled twin (:func:`ppo_ref.fast.masks.episode_starts`). Validates every argument, then
-    runs ``loop`` on ``[T, N]`` views."""
+    """:func:`episode_starts` with its loop given (:func:`episode_starts_loop` or its compiled
+    twin): validates, then runs ``loop`` on ``[T, N]`` views."""
     term, trunc = _same_shape_flags(terminated, truncated, ndim=(1, 2))
     init = as_flag_array(initial, "initial")
     if init.shape not in ((), term.shape[1:]):
@@ -176,27 +141,17 @@ def run_episode_starts(loop, terminated, truncated, initial) -> np.ndarray:
 
 
 def episode_starts(terminated, truncated, initial) -> np.ndarray:
-    """Reset mask: ``episode_starts[t] = done[t-1]``, ``episode_starts[0] = initial``
-    (:func:`episode_starts_loop`).
-
-    ``done[t] = terminated[t] or truncated[t]``: row ``t`` is the first step of a new episode
-    exactly when the previous step ended one, for either reason. The first row carries over
-    from the previous rollout's last step (``True`` at the very first reset). This is the mask
-    that zeroes recurrent state and the one SB3 stores as ``RolloutBuffer.episode_starts``.
+    """Reset mask: row ``t`` starts a new episode when step ``t-1`` ended one, for either reason
+    (:func:`episode_starts_loop`); the mask that zeroes recurrent state.
 
     Args:
         terminated: ``[T]`` or ``[T, N]`` bool (or 0/1 numbers), time-major.
         truncated: same shape as ``terminated``.
-        initial: bool (or 0/1), the carry into row 0: a scalar for ``[T]`` input; ``[N]``
-            (one per env) or a scalar (the same for every env) for ``[T, N]`` input.
+        initial: bool (or 0/1), the carry into row 0 (True at the very first reset): a scalar,
+            or ``[N]`` (one per env) for ``[T, N]`` input.
 
-    Returns:
-        bool ndarray with the shape of ``terminated`` (empty when T = 0).
-
-    Raises:
-        ValueError: naming the argument, when a flag is not bool/0/1, a rank is not 1 or 2, or
-            shapes disagree.
-
-    Source: Stable-Baselines3 ``RolloutBuffer.episode_starts``.
+    Returns a bool array with the shape of ``terminated`` (empty when T = 0). Raises
+    ``ValueError`` naming the argument when a flag is not bool/0/1, a rank is not 1 or 2, or
+    shapes disagree.
     """
     return run_episode_starts(episode_starts_loop, terminated, truncated, initial)
