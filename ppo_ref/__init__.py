@@ -22,7 +22,7 @@ optimizer)::
     testing/         property checks of another implementation (hypothesis), update traces
     cli/             the ``ppo-ref`` command; nothing imports it
 
-Imports run one way, down this list of ranks (tests/test_architecture.py enforces it)::
+Imports run one way, down this list of ranks (a module imports only from lower ranks)::
 
     cli > testing > vectors, zoo, distributed > train, conventions > io, config, tiers, envs,
     details > fast > spec > _checks, _numba, _lifeline

@@ -275,8 +275,8 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
                          "lie within about 1.8e308 of its maximum)")
 
 
-# -- parameter dicts and optimizer arguments (ppo_ref.spec.optim and the fused step of
-#    ppo_ref.optim check their arguments with these, once) ----------------------------------
+# -- parameter dicts and optimizer arguments (ppo_ref.spec.optim checks its arguments with
+#    these, once) ------------------------------------------------------------------------------
 
 def check_param_dict(params, name: str) -> None:
     """Raise ``ValueError`` unless ``params`` is a mapping of string keys to float32/float64
@@ -378,3 +378,26 @@ def non_finite_result(where: str) -> FloatingPointError:
     names the argument or the overflow that caused it."""
     return FloatingPointError(f"{where}: non-finite result (rerun with backend='spec' to see "
                               "which input or overflow caused it)")
+
+
+def env_value_problem(value, what: str) -> Optional[str]:
+    """What is wrong with one env's ``what`` (``"reward"``, ``"terminated"`` or
+    ``"truncated"``) as ``env.step`` returned it, or None when it is fine: a reward must be a
+    real number (bool, integer or float: a string such as ``"1.0"``, a complex number, an array
+    or None is refused, never converted); a flag a bool, or an integer 0 or 1 (``"yes"`` would
+    be True to NumPy). The same rule whichever way the env is stepped (in the trainer's
+    process, in an async vector env's worker, in an actor). The text reads after "env i
+    returned ...", e.g. ``reward '1.0' of type str; expected a real number``."""
+    flag = what != "reward"
+    try:
+        a = np.asarray(value)
+    except Exception:  # noqa: BLE001  (an object numpy cannot even look at)
+        a = np.asarray(None)
+    kinds = "biu" if flag else "biuf"
+    ok = a.ndim == 0 and a.dtype.kind in kinds and (not flag or a.dtype.kind == "b"
+                                                    or a in (0, 1))
+    if ok:
+        return None
+    text = one_line_repr(value, 60)
+    return (f"{what} {text} of type {type(value).__name__}; expected "
+            f"{'a bool' if flag else 'a real number'}")

@@ -18,11 +18,11 @@ Other packages' numba functions are untouched.
 Threads: a kernel compiled with ``njit(parallel=True)`` runs its ``numba.prange`` loops on
 numba's threads (``numba.get_num_threads()``: by default one per CPU, ``NUMBA_NUM_THREADS``;
 ``numba.set_num_threads`` sets it for the calling Python thread only; the trainers set it for
-each iteration, to their ``threads``, default 1). Only loops whose iterations write disjoint arrays and read
-nothing another iteration writes are ``prange`` loops (the two LSTMs of the recurrent policy,
-the two towers of a policy, the entries of the Adam step), so every result is the plain loop's,
-bit for bit, whatever the number of threads. Such kernels are called from several Python
-threads at once (the actor-learner's thread backend, two trainers in one process), which only
+each iteration, to their ``threads``, default 1). Only a loop whose iterations write disjoint
+arrays and read nothing another iteration writes may be a ``prange`` loop, so that every result
+is the plain loop's, bit for bit, whatever the number of threads (no kernel of the compiled tier
+has one at present). Such kernels would be called from several Python threads at once (the
+actor-learner's thread backend, two trainers in one process), which only
 numba's TBB and OpenMP threading layers allow (its fallback layer, ``workqueue``, ends the
 process). So :data:`PARALLEL_LOOPS` is whether numba runs on one of those two (as numba selects
 its layer: OpenMP needs ``libgomp``, present on most Linux systems); without one,

@@ -1,10 +1,12 @@
-"""Slow, obviously-correct versions of the kernels, written in the papers' notation.
+"""Slow, obviously-correct versions of the spec's recursions, written in the papers' notation.
 
-These are the ground truth the fast kernels are tested against. They deliberately do NOT
-reproduce the backward recursions of ``ppo_ref.kernels``: GAE is the explicit discounted sum of
-TD errors up to the end of the episode (Schulman et al. 2016, eq. 16) and V-trace is IMPALA's
-double sum with products of trace coefficients (Espeholt et al. 2018, eq. 1). Everything runs in
-Python floats (float64), one env at a time, in O(T^2).
+These are the ground truth the spec (ppo_ref.spec.advantages, .masks, .lstm) is tested against.
+They deliberately do NOT reproduce its backward recursions: GAE is the explicit discounted sum
+of TD errors up to the end of the episode (Schulman et al. 2016, eq. 16) and V-trace is IMPALA's
+double sum with products of trace coefficients (Espeholt et al. 2018, eq. 1), both with a
+discount and a lambda per step where given so (a scalar, ``[T]`` or ``[T, N]``: a factor of
+step ``t`` multiplies what lies beyond ``t``). Everything runs in Python floats (float64), one
+env at a time, in O(T^2).
 
 Conventions (docs/specification.md §1 and the ``truncation`` / ``bootstrap_terminal_last_row`` options):
 
@@ -28,6 +30,14 @@ def _columns(*arrays):
         return
     for n in range(ref.shape[1]):
         yield n, [None if a is None else np.asarray(a)[..., n] for a in arrays]
+
+
+def _per_step(factor, shape, n):
+    """The factor of each step of env ``n`` (``None`` when there is one env) as a list of
+    Python floats: ``factor`` a scalar, ``[T]`` (shared by the envs) or ``[T, N]``."""
+    a = np.broadcast_to(np.asarray(factor, dtype=np.float64).reshape(
+        np.shape(factor) + (1,) * (len(shape) - np.ndim(factor))), shape)
+    return [float(x) for x in (a if n is None else a[:, n])]
 
 
 def _episode_structure(terminated, truncated, truncation):
@@ -83,10 +93,11 @@ def gae_oracle(rewards, values, terminated, truncated, last_values, final_values
                gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
     """GAE as Schulman et al. (2016) eq. (16), truncated at the episode end:
 
-    A_t = sum_{l=0}^{k-t} (gamma * lambda)^l * delta_{t+l},
-    delta_t = r_t + gamma * V(x_{t+1}) - V(x_t),    k = last step of t's episode in the rollout.
+    A_t = sum_{l=0}^{k-t} (prod_{i=t}^{t+l-1} gamma_i lambda_i) delta_{t+l},
+    delta_t = r_t + gamma_t V(x_{t+1}) - V(x_t),    k = last step of t's episode in the rollout
 
-    Returns float64 (advantages, returns = advantages + values).
+    (with scalars: ``(gamma lambda)^l``). Returns float64 (advantages, returns = advantages +
+    values).
     """
     rewards = np.asarray(rewards, dtype=np.float64)
     adv = np.zeros(rewards.shape)
@@ -95,12 +106,17 @@ def gae_oracle(rewards, values, terminated, truncated, last_values, final_values
         lv = np.asarray(last_values, dtype=np.float64) if n is None else np.asarray(last_values)[n]
         ends, zero, final = _episode_structure(term, trunc, truncation)
         v_next = _bootstrap_values(v, lv, fv, zero, final, bootstrap_terminal_last_row)
+        g, lam = _per_step(gamma, rewards.shape, n), _per_step(gae_lambda, rewards.shape, n)
         T = len(r)
-        delta = [float(r[t]) + gamma * v_next[t] - float(v[t]) for t in range(T)]
+        delta = [float(r[t]) + g[t] * v_next[t] - float(v[t]) for t in range(T)]
         col = np.zeros(T)
         for t in range(T):
             k = _episode_end(ends, t)
-            col[t] = sum((gamma * gae_lambda) ** l * delta[t + l] for l in range(k - t + 1))
+            total, weight = 0.0, 1.0
+            for l in range(k - t + 1):
+                total += weight * delta[t + l]
+                weight *= g[t + l] * lam[t + l]
+            col[t] = total
         if n is None:
             adv[:] = col
         else:
@@ -114,13 +130,14 @@ def vtrace_oracle(behaviour_log_probs, target_log_probs, rewards, values, termin
                   bootstrap_terminal_last_row=False):
     """V-trace as IMPALA eq. (1), the n-step target running to the episode end:
 
-    v_s = V(x_s) + sum_{t=s}^{k} gamma^{t-s} (prod_{i=s}^{t-1} c_i) rho_t delta_t V,
-    delta_t V = r_t + gamma V(x_{t+1}) - V(x_t),  rho_t = min(rho_bar, pi/mu),
-    c_i = lambda_ * min(c_bar, pi/mu)  (rlax's lambda),  k = last step of s's episode.
+    v_s = V(x_s) + sum_{t=s}^{k} (prod_{i=s}^{t-1} gamma_i c_i) rho_t delta_t V,
+    delta_t V = r_t + gamma_t V(x_{t+1}) - V(x_t),  rho_t = min(rho_bar, pi/mu),
+    c_i = lambda_i min(c_bar, pi/mu)  (rlax's lambda),  k = last step of s's episode
 
-    pg advantage (IMPALA section 4.2, rlax's lambda): min(pg_rho_bar, pi/mu) * (q_s - V(x_s)),
-    q_s = r_s + gamma * X_s where X_s = 0 after a terminal, V(x_{s+1}) as bootstrapped when the
-    episode (or the rollout) ends at s, else lambda_ * v_{s+1} + (1 - lambda_) * V(x_{s+1}).
+    (with a scalar discount: ``gamma^(t-s)``). pg advantage (IMPALA section 4.2, rlax's
+    lambda): min(pg_rho_bar, pi/mu) * (q_s - V(x_s)), q_s = r_s + gamma_s X_s where X_s = 0
+    after a terminal, V(x_{s+1}) as bootstrapped when the episode (or the rollout) ends at s,
+    else lambda_s v_{s+1} + (1 - lambda_s) V(x_{s+1}).
 
     Returns float64 (vs, pg_advantages).
     """
@@ -135,11 +152,12 @@ def vtrace_oracle(behaviour_log_probs, target_log_probs, rewards, values, termin
         lv = np.asarray(last_values, dtype=np.float64) if n is None else np.asarray(last_values)[n]
         ends, zero, final = _episode_structure(term, trunc, truncation)
         v_next = _bootstrap_values(v, lv, fv, zero, final, bootstrap_terminal_last_row)
+        g, lam = _per_step(gamma, rewards.shape, n), _per_step(lambda_, rewards.shape, n)
         T = len(r)
         ratio = [float(np.exp(float(pi[t]) - float(mu[t]))) for t in range(T)]
         rho = [min(rho_bar, x) for x in ratio]
-        c = [lambda_ * min(c_bar, x) for x in ratio]
-        delta = [rho[t] * (float(r[t]) + gamma * v_next[t] - float(v[t])) for t in range(T)]
+        c = [lam[t] * min(c_bar, ratio[t]) for t in range(T)]
+        delta = [rho[t] * (float(r[t]) + g[t] * v_next[t] - float(v[t])) for t in range(T)]
         vs = np.zeros(T)
         for s in range(T):
             k = _episode_end(ends, s)
@@ -147,16 +165,16 @@ def vtrace_oracle(behaviour_log_probs, target_log_probs, rewards, values, termin
             for t in range(s, k + 1):
                 trace = 1.0
                 for i in range(s, t):
-                    trace *= c[i]
-                total += gamma ** (t - s) * trace * delta[t]
+                    trace *= g[i] * c[i]
+                total += trace * delta[t]
             vs[s] = float(v[s]) + total
         pg = np.zeros(T)
         for s in range(T):
             if ends[s] or s == T - 1:
                 x = v_next[s]  # 0 after a terminal, else the bootstrap value
             else:
-                x = lambda_ * vs[s + 1] + (1.0 - lambda_) * float(v[s + 1])
-            q = float(r[s]) + gamma * x
+                x = lam[s] * vs[s + 1] + (1.0 - lam[s]) * float(v[s + 1])
+            q = float(r[s]) + g[s] * x
             pg[s] = min(pg_rho_bar, ratio[s]) * (q - float(v[s]))
         if n is None:
             vs_all[:], pg_all[:] = vs, pg

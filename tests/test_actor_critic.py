@@ -1,5 +1,8 @@
-"""MLP actor-critic (ppo_ref.nn.actor_critic = the readable ppo_ref.spec.networks): init, forward
-against the MLP composition, all gradients, validation."""
+"""The readable MLP actor-critic (ppo_ref.spec.networks): init, the forward pass as the
+composition of ppo_ref.spec.layers' MLPs, every gradient against central differences
+(tests/gradcheck.py, with the categorical head of ppo_ref.spec.distributions on top), argument
+errors. (The compiled twins, ppo_ref.fast.networks, are checked against these in
+tests/test_tiers.py.)"""
 import copy
 import math
 
@@ -9,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.nn.actor_critic import (
-    ActorCriticCache, actor_critic_backward, actor_critic_forward, actor_critic_init, value_forward,
-)
-from ppo_ref.nn.distributions import (
+from ppo_ref.spec.distributions import (
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward,
 )
-from ppo_ref.nn.mlp import mlp_forward
+from ppo_ref.spec.layers import mlp_forward
+from ppo_ref.spec.networks import (
+    ActorCriticCache, actor_critic_backward, actor_critic_forward, actor_critic_init, value_forward,
+)
 
 
 def sub(params, prefix):
@@ -233,3 +236,45 @@ def test_validation_errors(rng):
         actor_critic_backward(sep, cache, np.zeros((3, 2)), np.zeros((3, 1)))
     with pytest.raises(ValueError, match="cache must be an ActorCriticCache"):
         actor_critic_backward(sep, None, np.zeros((3, 2)), np.zeros(3))
+
+
+def _malformed_networks():
+    """``(name, params, shared_trunk, match)``: actor-critic parameters wrong in one way, and
+    what the error names."""
+    rng = np.random.default_rng(0)
+    separate = actor_critic_init(rng, 3, 2, net_arch=(4, 5))
+    shared = actor_critic_init(rng, 3, 2, net_arch=(4,), shared_trunk=True)
+    cases = []
+
+    def change(name, base, shared_trunk, match, **edits):
+        params = {k: v.copy() for k, v in base.items()}
+        for k, v in edits.items():
+            k = k.replace("__", ".")
+            if v is None:
+                del params[k]
+            else:
+                params[k] = v
+        cases.append((name, params, shared_trunk, match))
+    change("missing bias", separate, False, "pi.b1", pi__b1=None)
+    change("widths do not chain", separate, False, "pi.w1", pi__w1=np.zeros((5, 3)))
+    change("two value outputs", separate, False, "vf.w2", vf__w2=np.zeros((2, 5)),
+           vf__b2=np.zeros(2))
+    change("non-finite weight", separate, False, "pi.w0", pi__w0=np.full((4, 3), np.nan))
+    change("towers of different inputs", separate, False, "vf.w0", vf__w0=np.zeros((4, 2)))
+    change("extra key", separate, False, "extra", extra=np.zeros(1))
+    change("trunk keys without shared_trunk", shared, False, "shared_trunk=True")
+    change("two-layer heads on a trunk", separate, True, "one-layer heads")
+    change("head not reading the trunk", shared, True, "vf.w0", vf__w0=np.zeros((1, 3)))
+    return cases
+
+
+@pytest.mark.parametrize("name, params, shared_trunk, match", _malformed_networks(),
+                         ids=[c[0] for c in _malformed_networks()])
+def test_malformed_networks_are_refused_naming_what_is_wrong(name, params, shared_trunk, match):
+    """The one check of an actor-critic's parameters (actor_critic_towers) refuses each
+    malformed network, in the forward pass and in the value pass."""
+    obs = np.zeros((1, 3))
+    for call in (lambda: actor_critic_forward(params, obs, shared_trunk=shared_trunk),
+                 lambda: value_forward(params, obs, shared_trunk=shared_trunk)):
+        with pytest.raises(ValueError, match=match):
+            call()

@@ -11,14 +11,14 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from ppo_ref.actor_learner import (
+from ppo_ref.distributed import (
     ActorDiedError, ActorGroup, AsyncActorLearnerConfig, Experience, ExperienceBatch,
     ExperienceError, PolicyBroadcast, Shutdown, StarvationError, learner_loop, make_learner,
     start_actors,
 )
 from ppo_ref.distributed.learner import _ActorFifo, _check_experience_batch
 from ppo_ref.config import PPOConfig
-from ppo_ref.kernels import gae
+from ppo_ref import gae
 
 SMALL_PPO = PPOConfig(n_epochs=2, batch_size=32)
 
@@ -393,7 +393,7 @@ def test_actor_group_shutdown_is_idempotent_and_collects_stats():
     group = start_actors(config, "CartPole-v1")
     assert isinstance(group, ActorGroup) and group.num_actors == 2
     trainer = make_learner(config, "CartPole-v1")
-    from ppo_ref.checkpoint import arrays_to_bytes
+    from ppo_ref.io.checkpoint import arrays_to_bytes
     group.broadcast(PolicyBroadcast(0, arrays_to_bytes(trainer.params)))
     got = 0
     while got < 2 * 64:                     # the default lead lets each actor send 2 * n_steps

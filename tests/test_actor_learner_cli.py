@@ -4,7 +4,7 @@ import multiprocessing
 import os
 
 from ppo_ref.cli import main
-from ppo_ref.runlog import read_csv
+from ppo_ref.io.runlog import read_csv
 
 
 def test_train_async_writes_the_run_directory(tmp_path, capsys):
@@ -25,7 +25,7 @@ def test_train_async_writes_the_run_directory(tmp_path, capsys):
     assert list(metrics["timesteps"]) == [256.0, 512.0, 768.0, 1024.0]
     episodes = read_csv(os.path.join(run_dir, "episodes.csv"))
     assert set(episodes["env"]) <= {0.0, 1.0}
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     trainer = PPOTrainer.load(os.path.join(run_dir, "checkpoint.npz"))
     assert trainer.num_timesteps == 1024 and trainer.n_updates == 4
     trainer.close()
@@ -48,7 +48,7 @@ def test_train_async_with_an_uneven_split_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_async_config_from_ppo_splits_the_batch_and_refuses_too_many_processes():
-    from ppo_ref.actor_learner import MAX_PROCESS_ACTORS_PER_CPU, async_config_from_ppo
+    from ppo_ref.distributed import MAX_PROCESS_ACTORS_PER_CPU, async_config_from_ppo
     from ppo_ref.config import PPOConfig
     import pytest
     ppo = PPOConfig.zoo_cartpole()
@@ -66,7 +66,7 @@ def test_async_config_from_ppo_splits_the_batch_and_refuses_too_many_processes()
 
 
 def test_overshoot_note_speaks_of_updates_of_the_actors(capsys):
-    from ppo_ref.actor_learner import async_config_from_ppo
+    from ppo_ref.distributed import async_config_from_ppo
     from ppo_ref.cli.common import rollout_note
     from ppo_ref.config import PPOConfig
     config = async_config_from_ppo(PPOConfig.zoo_cartpole(), num_actors=2, total_timesteps=5000)

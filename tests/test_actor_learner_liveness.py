@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ppo_ref.actor_learner import (ActorDiedError, AsyncActorLearnerConfig, StarvationError,
+from ppo_ref.distributed import (ActorDiedError, AsyncActorLearnerConfig, StarvationError,
                                    learner_loop, make_learner)
 from ppo_ref.config import PPOConfig
 
@@ -67,7 +67,7 @@ def test_actor_hung_in_env_step_does_not_outlive_a_killed_learner(tmp_path):
         import functools, os, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import test_actor_learner_liveness_helpers as helpers
-        from ppo_ref.actor_learner import AsyncActorLearnerConfig, learner_loop, make_learner
+        from ppo_ref.distributed import AsyncActorLearnerConfig, learner_loop, make_learner
         from ppo_ref.config import PPOConfig
         if __name__ == "__main__":
             config = AsyncActorLearnerConfig(num_actors=2, n_steps=16, total_timesteps=10**6,

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from ppo_ref.actor_learner import (ActorDiedError, AsyncActorLearnerConfig, learner_loop,
+from ppo_ref.distributed import (ActorDiedError, AsyncActorLearnerConfig, learner_loop,
                                    make_learner)
 from ppo_ref.config import PPOConfig
 

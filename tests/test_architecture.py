@@ -5,16 +5,16 @@ Each top-level module or subpackage of ``ppo_ref`` (its *group*: ``train`` for
 may import from its own group and from groups of strictly lower rank; two different groups of
 the same rank are independent. The table, highest first (the flow of the package docstring)::
 
-    7  cli                      the ppo-ref command: calls the library, imported by nothing
-    6  testing                  property checks of another implementation
-    5  distributed, vectors,    the actor-learner loop (builds on train); golden vectors
+    8  cli                      the ppo-ref command: calls the library, imported by nothing
+    7  testing                  property checks of another implementation
+    6  distributed, vectors,    the actor-learner loop (builds on train); golden vectors
        zoo                        (codec, cases, check: use the policies and the convention
                                   table); per-env defaults (PPOConfig values)
-    4  train, conventions       rollout collection, policies, the trainers; the table of
+    5  train, conventions       rollout collection, policies, the trainers; the table of
                                   convention options (reads the presets of config)
-    3  kernels, nn, losses,     public wrappers and facades of the tiers; settings; files; the
-       optim, config, io,         bundled envs; the implementation-details table
-       envs, details
+    4  config, io, envs,        settings (config reads the backends of tiers); checkpoints and
+       details                    run files; the bundled envs; the implementation-details table
+    3  tiers                    tier_for(backend): the one place a backend becomes a tier
     2  fast                     the compiled tier (twins of spec functions)
     1  spec                     the readable tier
     0  _checks, _numba,         argument checks, the njit decorator, the parent-death lifeline
@@ -22,16 +22,14 @@ the same rank are independent. The table, highest first (the flow of the package
 
 Also checked: no private name (a leading underscore, dunders aside) and no private module is
 imported from another group, nothing outside ``cli/`` imports ``ppo_ref.cli`` (the package's
-``__main__`` is the command itself), the package root is imported only for ``__version__``, and
-the old module paths of ``ppo_ref.MOVED_MODULES`` are the moved modules themselves.
+``__main__`` is the command itself), and the package root is imported only for its dunders (``__version__``, ``__file__``).
+(``tiers`` selects its tier with ``importlib``, which this table does not see: that it is the one
+place a backend string becomes code is ``tests/test_seam.py``'s trace.)
 """
 from __future__ import annotations
 
 import ast
-import importlib
 import pathlib
-
-import pytest
 
 import ppo_ref
 
@@ -41,16 +39,16 @@ RANKS = {
     "_checks": 0, "_numba": 0, "_lifeline": 0,
     "spec": 1,
     "fast": 2,
-    "kernels": 3, "nn": 3, "losses": 3, "optim": 3, "config": 3, "io": 3, "envs": 3,
-    "details": 3,
-    "train": 4, "conventions": 4,
-    "distributed": 5, "vectors": 5, "zoo": 5,
-    "testing": 6,
-    "cli": 7,
+    "tiers": 3,
+    "config": 4, "io": 4, "envs": 4, "details": 4,
+    "train": 5, "conventions": 5,
+    "distributed": 6, "vectors": 6, "zoo": 6,
+    "testing": 7,
+    "cli": 8,
 }
 
-#: Modules exempt from the rank rule as importers: the package root re-exports the public API
-#: (and registers the old module paths); ``python -m ppo_ref`` is the command line.
+#: Modules exempt from the rank rule as importers: the package root re-exports the public API;
+#: ``python -m ppo_ref`` is the command line.
 ROOT, MAIN = "ppo_ref", "ppo_ref.__main__"
 
 
@@ -114,6 +112,7 @@ def violations():
         tree = ast.parse(path.read_text(), str(path))
         src = _group(module)
         where = f"{path.relative_to(PACKAGE.parent)}"
+        bare_root = False
         for line, target, names in _imports(module, is_package, tree):
             dst = _group(target)
             at = f"{where}:{line}: imports {target}"
@@ -121,11 +120,8 @@ def violations():
                 if names and names != ["__version__"] and module != ROOT:
                     found.append(f"{at} {names}: the package root re-exports from every layer; "
                                  "import the module that holds the name")
-                if not names:  # bare `import ppo_ref`: only ppo_ref.__version__ may be read
-                    for attr_line, attr in _root_attributes(tree):
-                        if attr != "__version__" and not _is_submodule(f"ppo_ref.{attr}"):
-                            found.append(f"{where}:{attr_line}: reads ppo_ref.{attr} through "
-                                         "the package root")
+                if not names:  # bare `import ppo_ref`: only its dunders may be read
+                    bare_root = True
                 continue
             if dst == "cli" and src != "cli" and module != MAIN:
                 found.append(f"{at}: only cli/ (and python -m ppo_ref) may import the command line")
@@ -147,6 +143,11 @@ def violations():
             for name in names:
                 if _private(name):
                     found.append(f"{at}: private name {name} of another group")
+        if bare_root:  # ppo_ref.__version__, ppo_ref.__file__: not names re-exported there
+            for attr_line, attr in sorted(set(_root_attributes(tree))):
+                if not attr.startswith("__") and not _is_submodule(f"ppo_ref.{attr}"):
+                    found.append(f"{where}:{attr_line}: reads ppo_ref.{attr} through the "
+                                 "package root")
     return found
 
 
@@ -172,11 +173,7 @@ def test_the_checker_finds_what_it_forbids(tmp_path):
                                            ("ppo_ref.fast.lstm", ["_private_kernel"]),
                                            ("ppo_ref.cli", [])]
     assert RANKS[_group("ppo_ref.train.ppo")] > RANKS[_group("ppo_ref.spec.layers")]
+    # config reads the backends of tiers, which selects spec or fast
+    assert (RANKS[_group("ppo_ref.spec.update")] < RANKS[_group("ppo_ref.fast.lstm")]
+            < RANKS[_group("ppo_ref.tiers")] < RANKS[_group("ppo_ref.config")])
     assert _private("_private_kernel") and not _private("__version__")
-
-
-@pytest.mark.parametrize("old", sorted(ppo_ref.MOVED_MODULES))
-def test_old_module_paths_are_the_moved_modules(old):
-    moved = importlib.import_module(ppo_ref.MOVED_MODULES[old])
-    assert importlib.import_module(f"ppo_ref.{old}") is moved
-    assert getattr(ppo_ref, old) is moved

@@ -27,7 +27,7 @@ def test_killed_trainer_takes_its_async_env_workers_with_it():
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import gymnasium as gym
         from ppo_ref.config import PPOConfig
-        from ppo_ref.ppo import PPOTrainer
+        from ppo_ref.train.ppo import PPOTrainer
         gym.register("ppo_ref_test/Hanging-v0",
                      entry_point="test_actor_learner_liveness_helpers:hanging_env")
         if __name__ == "__main__":

@@ -6,11 +6,11 @@ import zipfile
 import numpy as np
 import pytest
 
-from ppo_ref.checkpoint import (CheckpointError, arrays_from_bytes, arrays_to_bytes,
-                                generator_from_state, generator_state, load_checkpoint,
-                                save_checkpoint)
 from ppo_ref.config import PPOConfig
-from ppo_ref.ppo import PPOTrainer
+from ppo_ref.io.checkpoint import (CheckpointError, arrays_from_bytes, arrays_to_bytes,
+                                   generator_from_state, generator_state, load_checkpoint,
+                                   save_checkpoint)
+from ppo_ref.train.ppo import PPOTrainer
 
 
 def test_arrays_roundtrip_bit_exact():
@@ -141,10 +141,10 @@ def test_exact_resume_with_normalization_and_gaussian_policy(tmp_path):
     path = tmp_path / "ckpt.npz"
     part.save(path)
     resumed = PPOTrainer.load(path)
-    np.testing.assert_array_equal(resumed.collector.obs_rms.mean, part.collector.obs_rms.mean)
+    np.testing.assert_array_equal(resumed.collector.obs_moments.mean, part.collector.obs_moments.mean)
     resumed.learn(1024)
     assert _params_equal(resumed.params, full.params)
-    np.testing.assert_array_equal(resumed.collector.obs_rms.var, full.collector.obs_rms.var)
+    np.testing.assert_array_equal(resumed.collector.obs_moments.var, full.collector.obs_moments.var)
     assert resumed.collector.reward_normalizer.return_rms.var == full.collector.reward_normalizer.return_rms.var
 
 
@@ -163,7 +163,6 @@ def test_checkpoint_contents(tmp_path):
 
 def test_foreign_or_random_files_are_not_ppo_ref_checkpoints(tmp_path):
     import zipfile
-    from ppo_ref.checkpoint import CheckpointError, load_checkpoint
     random_bytes = tmp_path / "random.npz"
     random_bytes.write_bytes(np.random.default_rng(1).bytes(5000))
     npy = tmp_path / "array.npz"
@@ -186,7 +185,7 @@ def test_arrays_from_bytes_decodes_under_the_lock(monkeypatch):
     constructor recursion depth mismatch", seen once in CI), so decoding holds one lock. The
     race itself cannot be provoked on demand; this checks that the header parser runs under the
     lock and that the lock is released afterwards, also after an error."""
-    import ppo_ref.checkpoint as ck
+    import ppo_ref.io.checkpoint as ck
     real_parse = np.lib.format.read_array_header_1_0
     seen = []
 
@@ -235,6 +234,19 @@ def small_run(tmp_path_factory):
     tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(n_epochs=1, n_envs=2, n_steps=64,
                                                            batch_size=64), seed=0)
     tr.learn(128)
+    tr.save(path)
+    tr.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def small_lstm_run(tmp_path_factory):
+    """A checkpoint of a 32-step LSTM CartPole run (one update)."""
+    from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
+    path = tmp_path_factory.mktemp("ck") / "lstm.npz"
+    tr = RecurrentPPOTrainer("CartPole-v1", PPOConfig(n_envs=2, n_steps=16, batch_size=16,
+                                                      n_epochs=1), seed=0)
+    tr.learn(32)
     tr.save(path)
     tr.close()
     return path
@@ -350,7 +362,7 @@ def test_compressed_or_oversized_members_are_refused_before_they_are_read(tmp_pa
         load_checkpoint(path)
     path = tmp_path / "big.npz"
     _write_members(path, members)
-    import ppo_ref.checkpoint as ck
+    import ppo_ref.io.checkpoint as ck
     read = []
     real_read = zipfile.ZipFile.read
     monkeypatch.setattr(zipfile.ZipFile, "read",
@@ -403,8 +415,8 @@ def _drop(key):
     (_set("state_json", lambda a: np.frombuffer(b'{"x": 1}', np.uint8)), ["state_json"]),
 ])
 def test_trainer_load_vets_every_array(small_run, tmp_path, change, words):
-    """Shapes, dtypes and values are compared with what the trainer holds: a crafted
-    collector/episode_return of shape (1,) made the compiled bookkeeping write out of bounds."""
+    """Shapes, dtypes and values are compared with what the trainer holds: a crafted array of
+    another shape, dtype or with non-finite values is refused naming it."""
     path = _rewrite(small_run, tmp_path / "crafted.npz", change)
     with pytest.raises(CheckpointError) as info:
         PPOTrainer.load(path)
@@ -416,7 +428,7 @@ def test_trainer_load_vets_every_array(small_run, tmp_path, change, words):
 
 def _state_change(edit):
     def change(arrays, meta):
-        from ppo_ref.checkpoint import array_to_json, json_to_array
+        from ppo_ref.io.checkpoint import array_to_json, json_to_array
         state = array_to_json(arrays["state_json"])
         edit(state)
         arrays["state_json"] = json_to_array(state)
@@ -467,7 +479,7 @@ def _env_module(tmp_path, name):
         "import gymnasium, pathlib\n"
         f"pathlib.Path({str(marker)!r}).write_text('ran')\n"
         f"gymnasium.register('{name.capitalize()}-v0', entry_point='gymnasium.envs.classic_control:CartPoleEnv',"
-        " max_episode_steps=50)\n")
+        " max_episode_steps=500)\n")  # CartPole-v1's limit: a checkpoint never changes a limit
     sys.path.insert(0, str(tmp_path))
     return marker
 
@@ -493,20 +505,27 @@ def test_load_does_not_import_the_env_module_without_consent(small_run, tmp_path
 
 
 @pytest.mark.parametrize("change, words", [
-    (_set("lstm/h", lambda a: a[:, :1]), ["lstm/h"]),
-    (_set("lstm/c", lambda a: a * np.inf), ["lstm/c", "finite"]),
+    (_set("collector/state.h", lambda a: a[:, :1]), ["collector/state.h"]),
+    (_set("collector/state.c", lambda a: a * np.inf), ["collector/state.c", "finite"]),
     (_set("collector/episode_return", np.zeros(1)), ["collector/episode_return", "(1,)"]),
 ])
-def test_recurrent_trainer_load_vets_every_array(tmp_path, change, words):
-    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
-    cfg = PPOConfig(n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
-    tr = RecurrentPPOTrainer("CartPole-v1", cfg, seed=0)
-    tr.learn(32)
-    src = tr.save(tmp_path / "lstm.npz")
-    tr.close()
-    path = _rewrite(src, tmp_path / "crafted.npz", change)
+def test_recurrent_trainer_load_vets_every_array(small_lstm_run, tmp_path, change, words):
+    from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
+    path = _rewrite(small_lstm_run, tmp_path / "crafted.npz", change)
     with pytest.raises(CheckpointError) as info:
         RecurrentPPOTrainer.load(path)
     for word in words:
         assert word in str(info.value)
-    RecurrentPPOTrainer.load(src).close()
+
+
+def test_a_valid_recurrent_checkpoint_still_loads_exactly(small_lstm_run):
+    from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
+    arrays, _ = load_checkpoint(small_lstm_run)
+    tr = RecurrentPPOTrainer.load(small_lstm_run)
+    try:
+        again = tr.state_arrays()
+    finally:
+        tr.close()
+    assert set(again) == set(arrays) and "collector/state.h" in arrays
+    for k in arrays:
+        assert again[k].dtype == arrays[k].dtype and again[k].tobytes() == arrays[k].tobytes(), k

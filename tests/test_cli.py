@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from ppo_ref import cli
-from ppo_ref.checkpoint import load_checkpoint
-from ppo_ref.runlog import EPISODE_COLUMNS, METRIC_COLUMNS, RunLogger, read_csv
+from ppo_ref.io.checkpoint import load_checkpoint
+from ppo_ref.io.runlog import EPISODE_COLUMNS, METRIC_COLUMNS, RunLogger, read_csv
 from test_rollout_helpers import register_faulty
 
 
@@ -85,7 +85,7 @@ def test_interrupted_then_resumed_run_matches_uninterrupted(tmp_path, monkeypatc
 def test_env_error_saves_last_good_checkpoint_and_names_env(tmp_path, capsys):
     env_id = register_faulty()
     from ppo_ref.config import PPOConfig
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     probe = PPOTrainer(env_id, PPOConfig.zoo_cartpole(), seed=0)
     bad_seed = probe.env_seeds[5]
     probe.close()
@@ -95,9 +95,9 @@ def test_env_error_saves_last_good_checkpoint_and_names_env(tmp_path, capsys):
         def __init__(self, env, config=None, **kw):
             kw.setdefault("env_kwargs", {"fault": "nan", "at": 100, "bad_seed": bad_seed})
             super().__init__(env, config, **kw)
-    import ppo_ref.ppo as ppo_module
+    import ppo_ref.train.ppo as ppo_module
     ppo_module.FaultyForTest = Faulty
-    cli.TRAINERS["faulty_test"] = "ppo_ref.ppo:FaultyForTest"
+    cli.TRAINERS["faulty_test"] = "ppo_ref.train.ppo:FaultyForTest"
     try:
         code = cli.main(["train", "--env", env_id, "--policy", "faulty_test", "--preset", "zoo",
                          "--total-timesteps", "4096", "--run-dir", run_dir, "--quiet"])
@@ -259,7 +259,7 @@ def test_train_into_an_existing_empty_dir_is_fine(tmp_path):
 
 
 def test_default_run_dirs_started_in_the_same_second_do_not_collide(tmp_path, monkeypatch):
-    import ppo_ref.runlog as runlog
+    import ppo_ref.io.runlog as runlog
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(runlog.time, "strftime", lambda fmt, *a: "20260101-000000")
     for _ in range(3):
@@ -397,7 +397,7 @@ def test_progress_eta_starts_after_the_first_update(tmp_path):
     import io
     from collections import deque
     from types import SimpleNamespace
-    from ppo_ref.runlog import RunLogger
+    from ppo_ref.io.runlog import RunLogger
     stream = io.StringIO()
     logger = RunLogger(str(tmp_path / "run"), {"env_id": "X"}, progress_every=0.0, stream=stream)
     trainer = SimpleNamespace(n_updates=0, num_timesteps=0, n_episodes=0, total_timesteps=1024,
@@ -424,7 +424,9 @@ def test_resume_of_a_finished_run_says_how_to_extend_it(saved_run, capsys):
     assert _files(saved_run) == before
 
 
-def test_resume_refuses_an_async_run(saved_run, tmp_path, capsys):
+def test_resume_of_an_async_run_without_its_settings_is_one_line(saved_run, tmp_path, capsys):
+    """--async runs resume (tests/test_nothing_lost.py); one whose actor-learner settings are
+    not recorded anywhere is refused with one line."""
     import json
     import shutil
     run_dir = str(tmp_path / "async_run")
@@ -434,7 +436,7 @@ def test_resume_refuses_an_async_run(saved_run, tmp_path, capsys):
     info["mode"] = "async"
     json.dump(info, open(path, "w"))
     assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "1024", "--quiet"]) == 2
-    assert "--async" in _one_line_error(capsys, "train")
+    assert "actor-learner settings" in _one_line_error(capsys, "train")
 
 
 def test_resume_of_a_dir_without_checkpoint(tmp_path, capsys):
@@ -556,7 +558,7 @@ def test_check_file_errors_are_one_line(vectors_dir, tmp_path, capsys):
 def test_an_error_inside_training_is_one_line_and_exit_3(tmp_path, monkeypatch, capsys):
     """Any exception raised while training (a bug included) ends the run with one line and exit
     status 3, never a traceback on the terminal; the traceback goes to DIR/error.log."""
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
 
     def broken_learn(self, total_timesteps, callback=None):
         raise ValueError("internal bug inside learn")
@@ -581,7 +583,7 @@ def test_check_with_a_results_file_of_the_wrong_format(vectors_dir, tmp_path, ca
 # -- loading never imports code without consent ------------------------------------------------------
 
 def test_eval_and_resume_import_an_env_module_only_with_allow_import(saved_run, tmp_path, capsys):
-    from ppo_ref.checkpoint import save_checkpoint
+    from ppo_ref.io.checkpoint import save_checkpoint
     name = "ppo_ref_cli_untrusted_env"
     marker = tmp_path / "imported"
     (tmp_path / f"{name}.py").write_text(
@@ -671,7 +673,7 @@ def test_the_run_dir_lock_is_exclusive_within_a_process_too(tmp_path):
 def _fail_update(monkeypatch, at, exc):
     """Make the ``at``-th PPOTrainer.train_on (the epochs of an update) of this process raise
     ``exc`` (once)."""
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     real = PPOTrainer.train_on
     calls = []
 
@@ -702,7 +704,7 @@ def test_a_failed_update_saves_the_last_good_state_and_resumes_exactly(tmp_path,
     episodes = read_csv(os.path.join(part, "episodes.csv"))
     assert len(episodes["episode"]) == meta["n_episodes"]
     assert list(read_csv(os.path.join(part, "metrics.csv"))["update"]) == [1, 2]
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     monkeypatch.setattr(PPOTrainer, "train_on", real)
     assert cli.main(["train", "--resume", part, "--quiet"]) == 0
     for name in ("metrics.csv", "episodes.csv"):
@@ -740,7 +742,7 @@ def _register_raising():
 
 
 def _raising_trainer(**env_kwargs):
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
 
     class Raising(PPOTrainer):
         def __init__(self, env, config=None, **kw):
@@ -754,10 +756,10 @@ def _raising_trainer(**env_kwargs):
 def test_an_env_raising_in_reset_is_one_line(tmp_path, capsys, at, words):
     """At the first reset (while the trainer is built): exit 2, no run directory; at a later
     reset (an autoreset while training): exit 3 with the last good checkpoint."""
-    import ppo_ref.ppo as ppo_module
+    import ppo_ref.train.ppo as ppo_module
     env_id = _register_raising()
     ppo_module.RaisingForTest = _raising_trainer(at=at, what="reset")
-    cli.TRAINERS["raising_test"] = "ppo_ref.ppo:RaisingForTest"
+    cli.TRAINERS["raising_test"] = "ppo_ref.train.ppo:RaisingForTest"
     run_dir = tmp_path / "r"
     try:
         capsys.readouterr()
@@ -781,9 +783,9 @@ def test_an_env_raising_in_reset_is_one_line(tmp_path, capsys, at, words):
 def test_an_env_raising_in_step_saves_the_last_good_state(tmp_path, capsys, what):
     env_id = _register_raising()
     Raising = _raising_trainer(at=100, what=what)
-    import ppo_ref.ppo as ppo_module
+    import ppo_ref.train.ppo as ppo_module
     ppo_module.RaisingForTest = Raising
-    cli.TRAINERS["raising_test"] = "ppo_ref.ppo:RaisingForTest"
+    cli.TRAINERS["raising_test"] = "ppo_ref.train.ppo:RaisingForTest"
     run_dir = str(tmp_path / "r")
     try:
         capsys.readouterr()
@@ -809,7 +811,7 @@ def test_a_run_that_failed_before_its_first_update_can_be_reused_or_restarted(tm
     line = _one_line_error(capsys, "train")
     assert "no update had completed" in line and f"--resume {run_dir}" in line
     assert not os.path.exists(os.path.join(run_dir, "checkpoint.npz"))
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     monkeypatch.setattr(PPOTrainer, "train_on", real)
     # --resume restarts it from scratch with its saved settings, saying so
     assert cli.main(["train", "--resume", run_dir, "--quiet"]) == 0

@@ -11,7 +11,7 @@ import pytest
 
 from ppo_ref import cli
 from ppo_ref.config import PPOConfig
-from ppo_ref.runlog import read_csv
+from ppo_ref.io.runlog import read_csv
 from ppo_ref.zoo import ZOO, zoo_entry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -2,8 +2,11 @@
 advantage-normalization eps placement, asymmetric and reciprocal ratio intervals, dual clip,
 the Huber value loss, per-row weights (valid masks) and skrl's KL stop rule.
 
-Each is checked against an oracle written here in the notation of its source, against finite
-differences for the gradients (tests/gradcheck.py), and on both backends where it runs in one.
+Each is checked on the readable tier (ppo_ref.spec) against an oracle in the notation of its
+source (written here, or tests/oracles.py's GAE and V-trace) and against finite differences for
+the gradients (tests/gradcheck.py).
+(The compiled twins of these functions are checked against them, with these options, in
+tests/test_tiers.py and tests/test_spec_update.py.)
 """
 import math
 
@@ -12,101 +15,74 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import ppo_ref
 from gradcheck import check_gradients
+from oracles import gae_oracle, vtrace_oracle
 from ppo_ref.config import PPOConfig
-from ppo_ref.losses import (approx_kl, entropy_loss, normalize_advantages, policy_loss,
-                            value_loss)
-from ppo_ref.spec.losses import clip_bounds
-from ppo_ref.spec.update import minibatch_loss as spec_minibatch_loss
-from ppo_ref.fast.update import minibatch_loss as fast_minibatch_loss
-
-BACKENDS = ("fast", "spec")
+from ppo_ref.spec import advantages
+from ppo_ref.spec.losses import (approx_kl, clip_bounds, entropy_loss, normalize_advantages,
+                                 policy_loss, value_loss)
+from ppo_ref.spec.update import minibatch_loss
 
 
 # -- per-step discounts and lambdas ---------------------------------------------------------
 
-def _gae_oracle(r, v, last, gammas, lambdas):
-    """eq. (16) with per-step factors and no episode ends: A[t] = sum_l (prod_{i<l}
-    gamma[t+i] lambda[t+i]) delta[t+l], delta[t] = r[t] + gamma[t] V[t+1] - V[t]."""
-    T = len(r)
-    v_next = np.append(v[1:], last)
-    delta = r + gammas * v_next - v
-    adv = np.zeros(T)
-    for t in range(T):
-        weight = 1.0
-        for k in range(t, T):
-            adv[t] += weight * delta[k]
-            weight *= gammas[k] * lambdas[k]
-    return adv
+def _factors(r, T, N, choices):
+    """Per-step factors drawn from ``choices``: ``[T]`` (shared by the envs) or ``[T, N]``."""
+    return r.choice(choices, T if r.random() < 0.5 else (T, N))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 12))
+@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 12), N=st.integers(1, 3))
 @settings(max_examples=20)
-def test_gae_per_step_gamma_and_lambda_equal_the_oracle(backend, seed, T):
+def test_gae_per_step_gamma_and_lambda_equal_the_oracle(seed, T, N):
+    """Schulman et al. eq. (16) with a discount and a lambda per step (tests/oracles.py), with
+    episode ends and truncations inside."""
     r = np.random.default_rng(seed)
-    rew, val = r.normal(size=T), r.normal(size=T)
-    gammas = r.choice([0.0, 0.5, 0.9, 1.0], T)
-    lambdas = r.choice([0.0, 0.7, 1.0], T)
-    no = np.zeros(T, bool)
-    adv, ret = ppo_ref.gae(rew, val, no, no, 0.4, gamma=gammas, gae_lambda=lambdas,
-                           backend=backend)
-    np.testing.assert_allclose(adv, _gae_oracle(rew, val, 0.4, gammas, lambdas),
-                               rtol=1e-12, atol=1e-12)
+    rew, val, final = r.normal(size=(T, N)), r.normal(size=(T, N)), r.normal(size=(T, N))
+    term, trunc = r.random((T, N)) < 0.15, r.random((T, N)) < 0.15
+    gammas = _factors(r, T, N, [0.0, 0.5, 0.9, 1.0])
+    lambdas = _factors(r, T, N, [0.0, 0.7, 1.0])
+    args = (rew, val, term, trunc, r.normal(size=N), final)
+    adv, ret = advantages.gae(*args, gamma=gammas, gae_lambda=lambdas)
+    want, _ = gae_oracle(*args, gamma=gammas, gae_lambda=lambdas)
+    np.testing.assert_allclose(adv, want, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(ret, adv + val)
 
 
-def _vtrace_oracle(log_rhos, r, v, last, gammas, lambdas, rho_bar, c_bar):
-    """IMPALA eq. (1) with per-step discounts and rlax's per-step lambda: vs[s] = V[s] +
-    sum_t (prod_{i=s}^{t-1} gamma[i] c[i]) rho[t] delta[t], c[i] = lambda[i] min(c_bar, ratio)."""
-    T = len(r)
-    ratio = np.exp(log_rhos)
-    v_next = np.append(v[1:], last)
-    delta = np.minimum(rho_bar, ratio) * (r + gammas * v_next - v)
-    c = lambdas * np.minimum(c_bar, ratio)
-    vs = v.copy()
-    for s in range(T):
-        weight = 1.0
-        for t in range(s, T):
-            vs[s] += weight * delta[t]
-            weight *= gammas[t] * c[t]
-    return vs
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 10))
+@given(seed=st.integers(0, 2 ** 31), T=st.integers(1, 10), N=st.integers(1, 3))
 @settings(max_examples=20)
-def test_vtrace_per_step_gamma_and_lambda_equal_the_oracle(backend, seed, T):
+def test_vtrace_per_step_gamma_and_lambda_equal_the_oracle(seed, T, N):
+    """IMPALA eq. (1) with a discount per step and rlax's lambda per step (tests/oracles.py),
+    with episode ends and truncations inside."""
     r = np.random.default_rng(seed)
-    mu, pi = -r.uniform(0.1, 2, T), -r.uniform(0.1, 2, T)
-    rew, val = r.normal(size=T), r.normal(size=T)
-    gammas, lambdas = r.choice([0.0, 0.5, 0.95, 1.0], T), r.choice([0.0, 0.8, 1.0], T)
-    no = np.zeros(T, bool)
-    out = ppo_ref.vtrace(mu, pi, rew, val, no, no, 0.3, gamma=gammas, lambda_=lambdas,
-                         rho_bar=1.0, c_bar=0.9, backend=backend)
-    np.testing.assert_allclose(out.vs, _vtrace_oracle(pi - mu, rew, val, 0.3, gammas, lambdas,
-                                                      1.0, 0.9), rtol=1e-12, atol=1e-12)
+    mu, pi = -r.uniform(0.1, 2, (T, N)), -r.uniform(0.1, 2, (T, N))
+    rew, val, final = r.normal(size=(T, N)), r.normal(size=(T, N)), r.normal(size=(T, N))
+    term, trunc = r.random((T, N)) < 0.15, r.random((T, N)) < 0.15
+    gammas = _factors(r, T, N, [0.0, 0.5, 0.95, 1.0])
+    lambdas = _factors(r, T, N, [0.0, 0.8, 1.0])
+    args = (mu, pi, rew, val, term, trunc, r.normal(size=N), final)
+    kw = dict(gamma=gammas, lambda_=lambdas, rho_bar=1.0, c_bar=0.9, pg_rho_bar=1.3)
+    out = advantages.vtrace(*args, **kw)
+    want_vs, want_pg = vtrace_oracle(*args, **kw)
+    np.testing.assert_allclose(out.vs, want_vs, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(out.pg_advantages, want_pg, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_constant_per_step_arrays_give_the_scalar_bits(backend, dtype):
+def test_constant_per_step_arrays_give_the_scalar_bits(dtype):
     r = np.random.default_rng(5)
     T, N = 9, 3
     args = (r.normal(size=(T, N)).astype(dtype), r.normal(size=(T, N)).astype(dtype),
             r.random((T, N)) < 0.2, r.random((T, N)) < 0.2, r.normal(size=N).astype(dtype),
             r.normal(size=(T, N)).astype(dtype))
-    scalar = ppo_ref.gae(*args, gamma=0.97, gae_lambda=0.9, backend=backend)
-    full = ppo_ref.gae(*args, gamma=np.full((T, N), 0.97), gae_lambda=np.full(T, 0.9),
-                       backend=backend)
+    scalar = advantages.gae(*args, gamma=0.97, gae_lambda=0.9)
+    full = advantages.gae(*args, gamma=np.full((T, N), 0.97), gae_lambda=np.full(T, 0.9))
     for a, b in zip(scalar, full):
         assert a.dtype == dtype
         np.testing.assert_array_equal(a, b)
     lp = (r.normal(size=(T, N)).astype(dtype), r.normal(size=(T, N)).astype(dtype))
-    scalar = ppo_ref.vtrace(*lp, *args, gamma=0.97, lambda_=0.9, c_bar=0.8, backend=backend)
-    full = ppo_ref.vtrace(*lp, *args, gamma=np.full(T, 0.97), lambda_=np.full((T, N), 0.9),
-                          c_bar=0.8, backend=backend)
+    scalar = advantages.vtrace(*lp, *args, gamma=0.97, lambda_=0.9, c_bar=0.8)
+    full = advantages.vtrace(*lp, *args, gamma=np.full(T, 0.97),
+                             lambda_=np.full((T, N), 0.9), c_bar=0.8)
     for a, b in zip(scalar, full):
         np.testing.assert_array_equal(a, b)
 
@@ -116,10 +92,10 @@ def test_a_row_discount_is_shared_by_the_envs():
     T, N = 6, 2
     rew, val, no = r.normal(size=(T, N)), r.normal(size=(T, N)), np.zeros((T, N), bool)
     gammas = np.array([1.0, 0.5, 0.0, 0.9, 0.9, 0.3])
-    adv, _ = ppo_ref.gae(rew, val, no, no, np.zeros(N), gamma=gammas, gae_lambda=0.8)
+    adv, _ = advantages.gae(rew, val, no, no, np.zeros(N), gamma=gammas, gae_lambda=0.8)
     for n in range(N):
-        one, _ = ppo_ref.gae(rew[:, n], val[:, n], no[:, 0], no[:, 0], 0.0, gamma=gammas,
-                             gae_lambda=0.8)
+        one, _ = advantages.gae(rew[:, n], val[:, n], no[:, 0], no[:, 0], 0.0, gamma=gammas,
+                                gae_lambda=0.8)
         np.testing.assert_array_equal(adv[:, n], one)
 
 
@@ -132,9 +108,9 @@ def test_bad_per_step_gamma_is_refused(gamma, match):
     T, N = 4, 2
     z, no = np.zeros((T, N)), np.zeros((T, N), bool)
     with pytest.raises(ValueError, match=match):
-        ppo_ref.gae(z, z, no, no, np.zeros(N), gamma=gamma, gae_lambda=0.9)
+        advantages.gae(z, z, no, no, np.zeros(N), gamma=gamma, gae_lambda=0.9)
     with pytest.raises(ValueError, match=match.replace("gamma", "lambda_")):
-        ppo_ref.vtrace(z, z, z, z, no, no, np.zeros(N), gamma=0.9, lambda_=gamma)
+        advantages.vtrace(z, z, z, z, no, no, np.zeros(N), gamma=0.9, lambda_=gamma)
 
 
 # -- advantage normalization: where eps goes ------------------------------------------------
@@ -154,8 +130,7 @@ def test_normalize_clamp_divides_by_max_std_eps():
         normalize_advantages(adv, placement="max")
 
 
-@pytest.mark.parametrize("minibatch_loss", [spec_minibatch_loss, fast_minibatch_loss])
-def test_minibatch_loss_uses_the_configured_normalization(minibatch_loss):
+def test_minibatch_loss_uses_the_configured_normalization():
     r = np.random.default_rng(1)
     n = 12
     new, old = r.normal(-1, 0.1, n), r.normal(-1, 0.1, n)
@@ -336,9 +311,9 @@ def test_weights_are_validated():
         policy_loss(x, x, x, 0.2, weights=np.ones(2))
 
 
-def test_weighted_minibatch_loss_gradcheck_and_tiers():
+def test_weighted_minibatch_loss_gradcheck():
     """The minibatch loss with weights and every loss option: its gradients are the derivatives
-    of its total (finite differences), and the fast tier gives the spec's bits."""
+    of its total (finite differences)."""
     r = np.random.default_rng(11)
     n = 9
     new, old = r.normal(-1, 0.3, n), r.normal(-1, 0.3, n)
@@ -350,18 +325,12 @@ def test_weighted_minibatch_loss_gradcheck_and_tiers():
                        advantage_norm_eps_placement="clamp", advantage_norm_eps=1e-6)
 
     def total():
-        return spec_minibatch_loss(new, ent, vals, old, adv, ret, oldv, config=config,
-                                   clip_range=0.2, weights=w).loss
-    out = spec_minibatch_loss(new, ent, vals, old, adv, ret, oldv, config=config,
-                              clip_range=0.2, weights=w)
+        return minibatch_loss(new, ent, vals, old, adv, ret, oldv, config=config,
+                              clip_range=0.2, weights=w).loss
+    out = minibatch_loss(new, ent, vals, old, adv, ret, oldv, config=config,
+                         clip_range=0.2, weights=w)
     check_gradients(total, {"new": new, "ent": ent, "vals": vals},
                     {"new": out.d_log_probs, "ent": out.d_entropy, "vals": out.d_values})
-    fast = fast_minibatch_loss(new, ent, vals, old, adv, ret, oldv, config=config,
-                               clip_range=0.2, weights=w)
-    for name in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
-        assert getattr(fast, name) == getattr(out, name), name
-    for name in ("d_log_probs", "d_entropy", "d_values"):
-        np.testing.assert_array_equal(getattr(fast, name), getattr(out, name), err_msg=name)
 
 
 # -- skrl's KL stop rule --------------------------------------------------------------------
@@ -369,7 +338,7 @@ def test_weighted_minibatch_loss_gradcheck_and_tiers():
 def test_skrl_rule_skips_the_step_and_ends_only_the_current_epoch():
     """skrl (ppo.py lines 381-389 at c29ced63): per minibatch, before the step, break the
     minibatch loop when kl > kl_threshold; the epoch loop goes on."""
-    from ppo_ref.optim import adam_init
+    from ppo_ref.spec.optim import adam_init
     from ppo_ref.spec.update import Minibatch, run_epochs
     B, MB = 16, 4
     rng = np.random.default_rng(0)

@@ -13,7 +13,8 @@ from gradcheck import check_gradients
 from ppo_ref.spec import distributions as spec_distributions
 from ppo_ref.spec.distributions import (
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
-    categorical_log_prob_backward, categorical_mode, categorical_sample, gaussian_entropy,
+    categorical_log_prob_backward, categorical_log_prob_entropy,
+    categorical_log_prob_entropy_backward, categorical_mode, categorical_sample, gaussian_entropy,
     gaussian_entropy_backward, gaussian_log_prob, gaussian_log_prob_backward, gaussian_sample,
     log_softmax,
 )
@@ -144,6 +145,25 @@ def test_categorical_log_prob_and_entropy_gradients(batch, n_actions, mask_prob,
     assert np.all(g_lp[masked] == 0.0) and np.all(g_h[masked] == 0.0)
     check_gradients(lambda: np.sum(categorical_log_prob(z, actions) * d_lp), {"z": z}, {"z": g_lp})
     check_gradients(lambda: np.sum(categorical_entropy(z) * d_h), {"z": z}, {"z": g_h})
+
+
+@pytest.mark.parametrize("mask_prob", [0.0, 0.4])
+def test_categorical_log_prob_entropy_and_its_joint_gradient(rng, mask_prob):
+    """The joint functions are the pair of single ones and their summed gradients; the joint
+    gradient passes the finite-difference check of sum(d_lp * log pi(a) + d_h * H)."""
+    z = random_masked_logits(rng, 6, 5, mask_prob)
+    actions = valid_actions(rng, z)
+    d_lp, d_h = rng.standard_normal(6), rng.standard_normal(6)
+    lp, h = categorical_log_prob_entropy(z, actions)
+    np.testing.assert_array_equal(lp, categorical_log_prob(z, actions))
+    np.testing.assert_array_equal(h, categorical_entropy(z))
+    g = categorical_log_prob_entropy_backward(z, actions, d_lp, d_h)
+    np.testing.assert_array_equal(g, categorical_log_prob_backward(z, actions, d_lp)
+                                  + categorical_entropy_backward(z, d_h))
+    np.testing.assert_array_equal(categorical_log_prob_entropy_backward(z, actions, d_lp, None),
+                                  categorical_log_prob_backward(z, actions, d_lp))
+    check_gradients(lambda: np.sum(categorical_log_prob(z, actions) * d_lp
+                                   + categorical_entropy(z) * d_h), {"z": z}, {"z": g})
 
 
 def test_categorical_gradients_with_leading_dimensions(rng):
@@ -413,6 +433,29 @@ def test_both_samplers_reject_bad_rows(bad, dtype):
         fast.categorical_sample(np.random.default_rng(0), z)
     assert not spec_distributions.inverse_cdf_actions(z, np.full(3, 0.5),
                                                       np.empty(3, dtype=np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_compiled_categorical_functions_raise_one_error_for_refused_rows(dtype):
+    """The compiled categorical functions do not re-validate: a row the spec refuses raises
+    FloatingPointError naming the function, an action out of range ValueError."""
+    from ppo_ref.fast import distributions as fast
+    z = np.zeros((3, 4), dtype=dtype)
+    a = np.array([0, 3, 1])
+    d = np.ones(3, dtype=dtype)
+    calls = {"categorical_log_prob_entropy": lambda z, a: fast.categorical_log_prob_entropy(z, a),
+             "categorical_log_prob_entropy_backward":
+                 lambda z, a: fast.categorical_log_prob_entropy_backward(z, a, d, d),
+             "categorical_log_prob": lambda z, a: fast.categorical_log_prob(z, a),
+             "categorical_entropy": lambda z, a: fast.categorical_entropy(z)}
+    for name, call in calls.items():
+        bad = z.copy()
+        bad[1, 2] = np.nan
+        with pytest.raises(FloatingPointError, match=f"fast.distributions.{name}: non-finite"):
+            call(bad, a)
+        if name != "categorical_entropy":
+            with pytest.raises(ValueError, match="outside"):
+                call(z, np.array([0, 4, 1]))
 
 
 @pytest.mark.parametrize("bad", ["nan", "+inf", "all masked", "spread overflows"])

@@ -5,12 +5,18 @@
 (b) Every ``docs/specification.md §N`` citation names a section that exists.
 (c) Every PPOConfig field appears in the specification's config table (§5.1), and nothing
     else does.
+(d) README.md and docs/*.md name only real code: every ``ppo_ref/...`` file or directory path
+    exists, every dotted ``ppo_ref.x.y`` name imports (the longest importable module, then
+    attributes), and every relative Markdown link points at a file that exists.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 from ppo_ref.config import PPOConfig
 
@@ -20,9 +26,12 @@ SCANNED = ("ppo_ref", "tests", "validation", "docs", "README.md")
 TEXT_SUFFIXES = {".py", ".md", ".json", ".txt", ".toml", ".cfg", ".ini", ".rst", ".yaml", ".yml"}
 THIS_FILE = Path(__file__).resolve()
 
-# the citation forms of the external brief: the word SPEC (not part of a longer identifier such
-# as SPEC_DEFAULTS or _SPECIAL), "SPEC §", "DESIGN.md", "DESIGN §"
-_FOREIGN = re.compile(r"(?<![A-Za-z0-9_])SPEC(?![A-Za-z0-9_])|DESIGN\.md|DESIGN §")
+# the citation forms of the external brief: "SPEC.md", "SPEC §", "DESIGN.md", "DESIGN §", and
+# the word SPEC after "see", "the", "per", "in", "by" or "from" (not a Python name such as the
+# tier variable in ``losses=SPEC.losses`` or ``run_on(SPEC, config)``, nor part of a longer
+# identifier such as SPEC_DEFAULTS or _SPECIAL)
+_FOREIGN = re.compile(r"(?<![A-Za-z0-9_])SPEC(?:\.md|\s*§)|DESIGN\.md|DESIGN\s*§"
+                      r"|\b(?:[Ss]ee|[Tt]he|per|in|by|from)\s+SPEC(?![A-Za-z0-9_(\[=]|\.\w)")
 _CITATION = re.compile(r"specification\.md\s*§\s*([0-9]+[a-z]?)")
 _HEADING = re.compile(r"^## ([0-9]+[a-z]?)\. ", re.MULTILINE)
 _SUBHEADING = re.compile(r"^### ([0-9]+[a-z]?\.[0-9]+) ", re.MULTILINE)
@@ -63,6 +72,11 @@ def test_scanner_finds_a_foreign_citation_when_there_is_one():
     assert not _FOREIGN.search("_" + "SPEC" + "IAL = {}")
     assert not _FOREIGN.search("SPEC" + "_DEFAULTS = dict(")
     assert not _FOREIGN.search("ppo_ref/spec/ and backend='spec'")
+    assert _FOREIGN.search("as " + "SPEC" + ".md says")
+    assert _FOREIGN.search("see " + "SPEC" + ".")
+    assert not _FOREIGN.search("SPEC" + ", FAST = tier_for('spec'), tier_for('fast')")
+    assert not _FOREIGN.search("losses=" + "SPEC" + ".losses, optim=" + "SPEC" + ".optim")
+    assert not _FOREIGN.search("run_on(" + "SPEC" + ", config)")
 
 
 def test_no_file_cites_the_external_brief():
@@ -120,3 +134,88 @@ def test_config_table_defaults_match_the_code():
         shown = repr(f.default) if not isinstance(f.default, tuple) else (
             "(" + ", ".join(str(v) for v in f.default) + ")")
         assert defaults.get(f.name) == shown, (f.name, defaults.get(f.name), shown)
+
+
+# -- (d) the documents name only real code ------------------------------------------------------
+
+DOCUMENTS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+# a dotted name of the package (not the start of a longer path or name: "x.ppo_ref.y", and not
+# a format tag such as "ppo_ref.vectors/1": followed by "/")
+_DOTTED = re.compile(r"(?<![\w./])ppo_ref(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?![\w/])")
+# a file or directory path in the package: ends in ".py" or "/" (env ids such as
+# "ppo_ref/CartPoleNoVel-v1" are neither)
+_PATH = re.compile(r"(?<![\w./])ppo_ref/(?:[A-Za-z0-9_]+/)*(?:[A-Za-z0-9_]+\.py\b)?")
+_LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether ``dotted`` imports: the longest importable module prefix, then attributes (a
+    field of a NamedTuple or dataclass counts as an attribute)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        name = ".".join(parts[:cut])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                continue  # that module does not exist: try a shorter prefix
+            raise
+        for i, attr in enumerate(parts[cut:]):
+            fields = tuple(getattr(obj, "_fields", ())) + tuple(
+                getattr(obj, "__dataclass_fields__", {}))
+            if hasattr(obj, attr):
+                obj = getattr(obj, attr)
+            elif attr in fields and i == len(parts[cut:]) - 1:
+                return True
+            else:
+                return False
+        return True
+    return False
+
+
+def _named_code(text: str):
+    """``(kind, what)`` for every package path, dotted name and relative link of ``text``."""
+    for m in _PATH.finditer(text):
+        if m.group(0) != "ppo_ref/":  # (the bare prefix of a bundled env id)
+            yield "path", m.group(0)
+    for m in _DOTTED.finditer(text):
+        yield "name", m.group(0)
+    for m in _LINK.finditer(text):
+        if not re.match(r"[a-z]+:", m.group(1)):
+            yield "link", m.group(1)
+
+
+def _missing(document: Path):
+    text = document.read_text(encoding="utf-8")
+    out = []
+    for kind, what in _named_code(text):
+        if kind == "path":
+            ok = (ROOT / what).exists()
+        elif kind == "name":
+            ok = _resolves(what)
+        else:
+            ok = (document.parent / what).exists()
+        if not ok:
+            out.append(f"{document.relative_to(ROOT)}: {kind} {what}")
+    return sorted(set(out))
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=[d.name for d in DOCUMENTS])
+def test_documents_name_only_real_paths_and_names(document):
+    missing = _missing(document)
+    assert not missing, "names of code that does not exist:\n" + "\n".join(missing)
+
+
+def test_the_path_and_name_checks_reject_what_they_must():
+    assert _resolves("ppo_ref.spec.losses.policy_loss")
+    assert _resolves("ppo_ref.train.ppo.PPOTrainer.iteration")
+    assert _resolves("ppo_ref.distributed.AsyncActorLearnerConfig.actors")  # a dataclass field
+    assert not _resolves("ppo_ref.kernels")
+    assert not _resolves("ppo_ref.optim")
+    assert not _resolves("ppo_ref.spec.losses.no_such_function")
+    assert not _resolves("ppo_ref.spec.update.row_minibatches")
+    found = list(_named_code(
+        "`ppo_ref/spec/losses.py`, `ppo_ref/fast/`, env `ppo_ref/CartPoleNoVel-v1`, format "
+        '"ppo_ref.vectors/1", `ppo_ref.nn.lstm` and [x](docs/README.md#a), [y](https://a.b)'))
+    assert found == [("path", "ppo_ref/spec/losses.py"), ("path", "ppo_ref/fast/"),
+                     ("name", "ppo_ref.nn.lstm"), ("link", "docs/README.md")]

@@ -1,14 +1,16 @@
-"""gae / vtrace: argument validation, dtypes (float32 really in float32), T = 0, numba cache."""
+"""The public advantage functions of the spec (ppo_ref.spec.advantages.gae, .vtrace, whose
+checks the compiled twins share): argument validation naming the argument, dtypes (float32
+really computed in float32), T = 0, non-finite inputs and results. (The twins' results are
+tests/test_tiers.py's; the GAE and V-trace values against their oracles are
+tests/test_kernels.py's.)"""
 import os
-import subprocess
-import sys
 
 import numba
 import numpy as np
 import pytest
 
-from ppo_ref import gae, vtrace
-from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion
+from ppo_ref.spec import advantages
+from ppo_ref.spec.advantages import gae, vtrace
 
 T, N = 3, 2
 
@@ -177,50 +179,49 @@ def test_result_dtype_rule():
     assert gae(**lists)[0].dtype == np.float64
 
 
-@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="needs the compiler")
-@pytest.mark.parametrize("kernel, fn, base", [(gae_recursion, gae, base_gae),
-                                              (vtrace_recursion, vtrace, base_vtrace)])
-def test_float32_specialisation_computes_in_float32(kernel, fn, base):
-    """Separate float32 and float64 machine code, and no float64 value inside the float32 one."""
-    kw = base()
-    fn(**kw)
-    fn(**_cast(kw, np.float32))
-    assert {sig[0].dtype for sig in kernel.signatures} >= {numba.float32, numba.float64}
-    # The cached dispatcher holds no type annotations: type a fresh, uncached copy.
-    fresh = numba.njit(kernel.py_func)
-    fresh.compile(next(sig for sig in kernel.signatures if sig[0].dtype == numba.float32))
-    (cres,) = fresh.overloads.values()
-    wide = {var: str(ty) for var, ty in cres.type_annotation.typemap.items()
-            if "float64" in str(ty)}
-    assert not wide, f"float64 values in the float32 kernel: {wide}"
+def _compiled_float32(base):
+    """The recursions of the spec (and its log-ratio loop), compiled afresh by numba, run by
+    the spec's own drivers on float32 inputs: ``[(name, the float32 compile result)]``."""
+    import ppo_ref.fast.advantages  # noqa: F401  (registers the scalar helpers the loops call)
+    kw = _cast(base(), np.float32)
+    fresh = {"gae_recursion": numba.njit(advantages.gae_recursion),
+             "vtrace_recursion": numba.njit(advantages.vtrace_recursion),
+             "log_ratios": numba.njit(advantages.log_ratios)}
+    if "gae_lambda" in kw:
+        advantages.run_gae(fresh["gae_recursion"], kw["rewards"], kw["values"],
+                           kw["terminated"], kw["truncated"], kw["last_values"],
+                           kw["final_values"], kw["gamma"], kw["gae_lambda"], "bootstrap", False)
+        del fresh["vtrace_recursion"], fresh["log_ratios"]
+    else:
+        advantages.run_vtrace(fresh["vtrace_recursion"], fresh["log_ratios"],
+                              kw["behaviour_log_probs"], kw["target_log_probs"], kw["rewards"],
+                              kw["values"], kw["terminated"], kw["truncated"],
+                              kw["last_values"], kw["final_values"], kw["gamma"],
+                              kw["rho_bar"], kw["c_bar"], kw["pg_rho_bar"], kw["lambda_"],
+                              "bootstrap", False)
+        del fresh["gae_recursion"]
+    out = []
+    for name, dispatcher in fresh.items():
+        (cres,) = dispatcher.overloads.values()
+        out.append((name, cres))
+    return out
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="needs the compiler")
-def test_second_process_loads_kernels_from_cache():
-    kw = base_vtrace()
-    vtrace(**kw)
-    vtrace(**_cast(kw, np.float32))
-    kw = base_gae()
-    gae(**kw)
-    gae(**_cast(kw, np.float32))  # this process has compiled (or loaded) and cached all four
-    script = (
-        "import numpy as np\n"
-        "from ppo_ref import gae, vtrace\n"
-        "from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion\n"
-        "for d in (np.float32, np.float64):\n"
-        "    z = np.zeros((4, 2), d)\n"
-        "    gae(z, z, z, z, z[0], gamma=0.9, gae_lambda=0.9)\n"
-        "    vtrace(z, z, z, z, z, z, z[0], gamma=0.9)\n"
-        "for k in (gae_recursion, vtrace_recursion):\n"
-        "    print(sum(k.stats.cache_hits.values()), sum(k.stats.cache_misses.values()))\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, check=True).stdout.split()
-    hits_gae, misses_gae, hits_vt, misses_vt = map(int, out)
-    assert (misses_gae, misses_vt) == (0, 0)
-    assert hits_gae == 2 and hits_vt == 2
+@pytest.mark.parametrize("base", [base_gae, base_vtrace], ids=["gae", "vtrace"])
+def test_compiled_float32_recursions_hold_no_float64_value(base):
+    """The spec's loops compiled for float32 inputs (as the compiled tier compiles them): the
+    arrays they read and write are float32 and no value inside is float64."""
+    for name, cres in _compiled_float32(base):
+        arrays = [t for t in cres.signature.args if isinstance(t, numba.types.Array)
+                  and t.dtype in (numba.float32, numba.float64)]
+        assert arrays and all(t.dtype == numba.float32 for t in arrays), (name, arrays)
+        wide = {var: str(ty) for var, ty in cres.type_annotation.typemap.items()
+                if "float64" in str(ty)}
+        assert not wide, f"{name}: float64 values in the float32 loop: {wide}"
 
 
-# --- finiteness, checked inside the kernels (no extra pass over memory) --------------------
+# --- finiteness: checked on the results, explained on the inputs ---------------------------
 
 @pytest.mark.parametrize("fn, base", [(gae, base_gae), (vtrace, base_vtrace)])
 @pytest.mark.parametrize("name", ["rewards", "values", "final_values"])

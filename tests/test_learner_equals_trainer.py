@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from ppo_ref.actor_learner import AsyncActorLearnerConfig, Experience, make_learner
+from ppo_ref.distributed import AsyncActorLearnerConfig, Experience, make_learner
 from ppo_ref.distributed.learner import _Learner
 from ppo_ref.config import PPOConfig, PRESETS
-from ppo_ref.ppo import PPOTrainer
+from ppo_ref.train.ppo import PPOTrainer
 
 T, N = 8, 4
 # (episode length at which env i terminates, at which it truncates), counted from its reset:

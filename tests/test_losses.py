@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.fast.losses import _minibatch_loss_kernel
 from ppo_ref.spec.losses import (approx_kl, entropy_loss, explained_variance, normalize_advantages,
                                  policy_loss, value_loss)
 
@@ -465,75 +464,6 @@ def test_policy_loss_float32_large_log_ratio_is_never_nan():
     assert loss == pytest.approx(-1.2) and d_new[0] == 0.0
     with pytest.raises(ValueError, match="^new_log_probs - old_log_probs.*overflows float32"):
         policy_loss(new, old, -np.ones(1, f), 0.2)  # A < 0: gradient e^100 / n overflows float32
-
-
-def test_public_losses_are_the_spec_functions():
-    from ppo_ref import losses
-    from ppo_ref.spec import losses as spec
-    for name in losses.__all__:
-        assert getattr(losses, name) is getattr(spec, name)
-
-
-def _kernel_call(kernel, arrays, clip_vf, mode, v_scale, weights=None, clip_options=None,
-                 huber_delta=1.0):
-    from ppo_ref.spec.losses import VALUE_LOSS_MODES, check_dual_clip, clip_bounds
-    n = arrays[0].size
-    d_new, d_v = np.empty(n), np.empty(n)
-    opts = dict(clip_options or {})
-    dual = check_dual_clip(opts.pop("dual_clip", None))
-    low, high, symmetric = clip_bounds(0.2, **opts)
-    w = np.ones(n) if weights is None else weights
-    out = kernel(*arrays, w, low, high, 0.2, symmetric, dual,
-                 0.0 if clip_vf is None else clip_vf, clip_vf is not None,
-                 VALUE_LOSS_MODES.index(mode), huber_delta, v_scale, d_new, d_v)
-    return out, d_new, d_v
-
-
-@pytest.mark.parametrize("clip_vf, mode, options, weighted", [
-    (None, "max", {}, False), (0.3, "max", {}, False), (0.3, "sb3", {}, False),
-    (None, "huber", {}, False), (0.3, "huber", {}, True),
-    (0.3, "max", {"clip_interval": "reciprocal"}, False),
-    (None, "max", {"clip_range_low": 0.1, "clip_range_high": 0.3, "dual_clip": 2.0}, True),
-])
-def test_compiled_minibatch_kernel_equals_spec_losses_bit_for_bit(clip_vf, mode, options,
-                                                                  weighted):
-    """The compiled minibatch kernel (and its interpreted py_func) gives the sums and gradients
-    of the spec's policy_loss, approx_kl (k3, k1) and value_loss, bit for bit, under every
-    loss option (ratio interval, dual clip, Huber value loss, per-row weights)."""
-    r = np.random.default_rng(3)
-    new, ent, v, old, adv, ret, old_v = (r.normal(size=40) for _ in range(7))
-    new[0] = old[0] + 60.0  # a large ratio: e^60 overflows nothing in float64
-    old_v[1:5] = v[1:5] + np.array([0.3, -0.3, 1.0, -1.0])  # at and past the clip boundary
-    arrays = (new, ent, v, old, adv, ret, old_v)
-    weights = (r.random(40) < 0.7).astype(float) * r.choice([1.0, 0.5], 40) if weighted else None
-    kernels = [_minibatch_loss_kernel] + ([_minibatch_loss_kernel.py_func]
-                                          if hasattr(_minibatch_loss_kernel, "py_func") else [])
-    p_loss, d_new_ref, info = policy_loss(new, old, adv, 0.2, weights=weights, **options)
-    v_loss, d_v_ref = value_loss(v, old_v, ret, clip_vf, mode=mode, weights=weights)
-    for kernel in kernels:
-        (status, index, surrogate_sum, n_outside, k3_sum, k1_sum, v_sum, w_sum), d_new, d_v = \
-            _kernel_call(kernel, arrays, clip_vf, mode, 0.25, weights, options)
-        assert (status, index) == (0, -1)
-        assert w_sum == (40.0 if weights is None else float(sum(weights.tolist())))
-        assert -surrogate_sum / w_sum == p_loss
-        assert n_outside / w_sum == info["clip_fraction"]
-        assert k3_sum / w_sum == info["approx_kl"] == approx_kl(old, new, "k3", weights=weights)
-        assert k1_sum / w_sum == approx_kl(old, new, "k1", weights=weights)
-        assert v_sum / w_sum == v_loss
-        np.testing.assert_array_equal(d_new, d_new_ref)
-        np.testing.assert_array_equal(d_v, d_v_ref * 0.25)
-
-
-def test_compiled_minibatch_kernel_reports_bad_input():
-    r = np.random.default_rng(4)
-    arrays = [r.normal(size=8) for _ in range(7)]
-    for j in range(7):  # (the weights, argument 7, are checked the same way)
-        bad = [a.copy() for a in arrays]
-        bad[j][3] = np.inf
-        assert _kernel_call(_minibatch_loss_kernel, bad, None, "max", 1.0)[0][:2] == (1, j)
-    far = [a.copy() for a in arrays]
-    far[0][5] = far[3][5] + 800.0
-    assert _kernel_call(_minibatch_loss_kernel, far, None, "max", 1.0)[0][:2] == (2, 5)
 
 
 @pytest.mark.parametrize("loss, damage", [

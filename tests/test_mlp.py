@@ -1,9 +1,9 @@
-"""Orthogonal init, linear layer, activations and MLP (ppo_ref.nn.mlp = the readable
-ppo_ref.spec.layers): values, gradients, validation; the compiled towers of ppo_ref.fast.mlp
-against them and against their documented FMA order."""
+"""The readable layers (ppo_ref.spec.layers): orthogonal init, the linear layer, the
+activations and the MLP, against oracles written here and central differences
+(tests/gradcheck.py); their argument errors. (The compiled MLP, ppo_ref.fast.layers, is checked
+against these in tests/test_tiers.py.)"""
 import copy
 import math
-import os
 
 import numpy as np
 import pytest
@@ -11,13 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.nn.init import orthogonal
-import ppo_ref.fast.lstm as lstm_mod
-from ppo_ref.spec import layers as spec_layers
-from ppo_ref.fast.mlp import mlp_backward_flat, mlp_forward_flat
-from ppo_ref.nn.mlp import (
+from ppo_ref.spec.layers import (
     ActivationCache, LinearCache, MLPCache, linear_backward, linear_forward, linear_init,
-    mlp_backward, mlp_forward, mlp_init, relu_backward, relu_forward, tanh_backward, tanh_forward,
+    mlp_backward, mlp_forward, mlp_init, orthogonal, relu_backward, relu_forward, tanh_backward,
+    tanh_forward,
 )
 
 
@@ -319,218 +316,3 @@ def test_mlp_backward_is_the_matrix_chain_rule(rng, activation):
     np.testing.assert_array_equal(grads["w0"], da.T @ x)
     np.testing.assert_array_equal(grads["b0"], da.sum(axis=0))
     np.testing.assert_array_equal(dx, da @ p["w0"])
-
-
-# --------------------------------------------------------------------------------------------
-# compiled MLP on a flat parameter buffer (the recurrent policy's towers)
-
-def _flat_mlp(rng, sizes, dtype, gap=3):
-    """Random layers ``sizes[0] -> ... -> sizes[-1]`` stored in one buffer (weights and biases
-    in an order unlike the layer order, with unused entries in between) and the layer table."""
-    table, off = [], gap
-    for i in reversed(range(len(sizes) - 1)):
-        n_out, n_in = sizes[i + 1], sizes[i]
-        table.append((off + n_out + gap, off, n_out, n_in))   # bias first, then the weight
-        off += n_out + gap + n_out * n_in + gap
-    flat = rng.standard_normal(off).astype(dtype)
-    return flat, np.array(table[::-1], dtype=np.int64)
-
-
-def _layers_of(flat, table):
-    return [(flat[w:w + o * n].reshape(o, n), flat[b:b + o]) for w, b, o, n in table]
-
-
-FLAT_SIZES = [[5, 3], [13, 19, 2], [7, 37, 21, 1]]   # 1, 2, 3 layers; widths not multiples of 16
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("activation", ["relu", "tanh"])
-@pytest.mark.parametrize("sizes", FLAT_SIZES)
-def test_flat_mlp_kernels_match_the_spec_mlp(rng, dtype, activation, sizes):
-    """``mlp_forward_flat`` / ``mlp_backward_flat`` against the readable MLP
-    (:func:`ppo_ref.spec.layers.mlp_forward` / ``mlp_backward``: BLAS products, NumPy's tanh,
-    float64) on 37 rows.
-
-    Tolerances, relative to each array's largest entry: float64 1e-12 (the two compute each
-    entry as a sum of at most 37 products in different orders, each within ~37 units of
-    rounding (1.1e-16) of the sums of |terms|, and tanh within 3 ulp: ~1e-14 at most for these
-    O(1) random weights); float32 2e-5 (the same with float32's 6e-8 unit). The kernels write
-    the gradients only at the table's entries and ADD dL/dx to ``dx``."""
-    flat, table = _flat_mlp(rng, sizes, dtype)
-    rows = 37
-    x = rng.standard_normal((rows, sizes[0])).astype(dtype)
-    acts = np.empty(rows * sum(sizes[1:]), dtype)
-    mlp_forward_flat(x, flat, table, activation == "relu", acts)
-    params = {}
-    for i, (w, b) in enumerate(_layers_of(flat, table)):
-        params[f"w{i}"], params[f"b{i}"] = w.astype(np.float64), b.astype(np.float64)
-    y_ref, cache = spec_layers.mlp_forward(params, x.astype(np.float64), activation)
-    outputs = [c.y for c in cache.hidden] + [y_ref]
-    tol = 1e-12 if dtype == np.float64 else 2e-5
-
-    def close(got, want, name):
-        assert got.dtype == dtype
-        np.testing.assert_allclose(got, want, rtol=0, atol=tol * np.abs(want).max(),
-                                   err_msg=name)
-
-    start = 0
-    for i, (w, b, n_out, n_in) in enumerate(table):   # every layer's output, in order
-        block = acts[start:start + rows * n_out].reshape(rows, n_out)
-        close(block, outputs[i], f"layer {i} output")
-        start += rows * n_out
-    dy = rng.standard_normal(y_ref.shape).astype(dtype)
-    dy_copy = dy.copy()
-    grads = np.full(flat.shape, np.nan, dtype)
-    dx0 = rng.standard_normal(x.shape).astype(dtype)
-    dx = dx0.copy()
-    mlp_backward_flat(x, acts, flat, table, activation == "relu", dy, grads, dx)
-    dx_ref, g_ref = spec_layers.mlp_backward(params, cache, dy.astype(np.float64))
-    np.testing.assert_array_equal(dy, dy_copy)
-    written = np.zeros(flat.shape, bool)
-    for i, (w, b, n_out, n_in) in enumerate(table):
-        close(grads[w:w + n_out * n_in].reshape(n_out, n_in), g_ref[f"w{i}"], f"w{i}")
-        close(grads[b:b + n_out], g_ref[f"b{i}"], f"b{i}")
-        written[w:w + n_out * n_in] = written[b:b + n_out] = True
-    assert np.isnan(grads[~written]).all()
-    close(dx - dx0, dx_ref, "dx")
-
-
-def _fma_chain(start, a, b):
-    """``fma(a[K-1], b[K-1], ... fma(a[0], b[0], start))``, each step rounded once (exact
-    rational arithmetic: :func:`ppo_ref.fast.lstm._fma` interpreted)."""
-    o = float(start)
-    for u, v in zip(a, b):
-        o = lstm_mod._fma(float(u), float(v), o)
-    return o
-
-
-@pytest.mark.parametrize("activation", ["relu", "tanh"])
-def test_flat_mlp_is_the_documented_order_bit_for_bit(rng, activation):
-    """float64: every entry is the sum written in mlp.py's section comment, computed here one
-    term at a time in exact arithmetic with one rounding per FMA: forward chains over the
-    inputs from the bias; weight gradients over the rows in order from 0; bias gradients
-    added row by row; dL/dh over the outputs, times the derivative; dL/dx continuing from the
-    given ``dx``. Hidden tanh is :func:`ppo_ref.fast.lstm._tanh` (interpreted, same bits).
-    Rows and widths cover the register blocks (8 x 16) and their leftovers. Also: a subset
-    of rows gives its rows' outputs bit for bit (row independence)."""
-    sizes, rows = [17, 18, 3], 19
-    flat, table = _flat_mlp(rng, sizes, np.float64)
-    relu = activation == "relu"
-    x = rng.standard_normal((rows, sizes[0]))
-    acts = np.empty(rows * sum(sizes[1:]))
-    mlp_forward_flat(x, flat, table, relu, acts)
-    (w0, b0), (w1, b1) = _layers_of(flat, table)
-    a0 = np.array([[_fma_chain(b0[j], x[n], w0[j]) for j in range(18)] for n in range(rows)])
-    h = np.maximum(a0, 0.0) if relu else np.vectorize(getattr(lstm_mod._tanh, "py_func", lstm_mod._tanh))(a0)
-    y = np.array([[_fma_chain(b1[j], h[n], w1[j]) for j in range(3)] for n in range(rows)])
-    np.testing.assert_array_equal(acts[:rows * 18].reshape(rows, 18), h)
-    np.testing.assert_array_equal(acts[rows * 18:].reshape(rows, 3), y)
-    sub_rows = [4, 0, 11, 17, 18]
-    sub = np.empty(len(sub_rows) * 21)
-    mlp_forward_flat(np.ascontiguousarray(x[sub_rows]), flat, table, relu, sub)
-    np.testing.assert_array_equal(sub[len(sub_rows) * 18:].reshape(-1, 3), y[sub_rows])
-
-    dy = rng.standard_normal((rows, 3))
-    dx = rng.standard_normal(x.shape)
-    dx_start = dx.copy()
-    grads = np.zeros(flat.shape)
-    mlp_backward_flat(x, acts, flat, table, relu, dy, grads, dx)
-    (gw0, gb0), (gw1, gb1) = _layers_of(grads, table)
-    np.testing.assert_array_equal(
-        gw1, [[_fma_chain(0.0, dy[:, j], h[:, k]) for k in range(18)] for j in range(3)])
-    bias = np.zeros(3)
-    for n in range(rows):
-        bias = bias + dy[n]
-    np.testing.assert_array_equal(gb1, bias)
-    dh = np.array([[_fma_chain(0.0, dy[n], w1[:, k]) for k in range(18)] for n in range(rows)])
-    da = dh * (h > 0.0) if relu else dh * (1.0 - h * h)
-    np.testing.assert_array_equal(
-        gw0, [[_fma_chain(0.0, da[:, j], x[:, k]) for k in range(17)] for j in range(18)])
-    bias = np.zeros(18)
-    for n in range(rows):
-        bias = bias + da[n]
-    np.testing.assert_array_equal(gb0, bias)
-    np.testing.assert_array_equal(
-        dx, [[_fma_chain(dx_start[n, k], da[n], w0[:, k]) for k in range(17)]
-             for n in range(rows)])
-    # dx=None: the same parameter gradients, no input gradient formed
-    grads_none = np.zeros(flat.shape)
-    mlp_backward_flat(x, acts, flat, table, relu, dy, grads_none, None)
-    np.testing.assert_array_equal(grads_none, grads)
-
-
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("rows, n_in, n_out", [(256, 4, 64), (30, 64, 64), (19, 17, 40),
-                                               (25, 7, 70), (5, 3, 2)])
-def test_dense_layer_is_the_linear_pass_then_the_activation_pass(rng, dtype, rows, n_in, n_out):
-    """The fused layer of mlp_forward_flat (register blocks starting from the bias, each group
-    of rows activated right after its products) equals ``_linear_rows`` then
-    ``_activate_inplace`` bit for bit, compiled and interpreted, for rows and widths that
-    cover every block shape and the leftover rows and columns; without activation, the linear
-    pass alone. The interpreted blocks are checked against an FMA chain written out here."""
-    from ppo_ref.fast import mlp as mlp_mod
-    h = rng.standard_normal((rows, n_in)).astype(dtype)
-    w_t = rng.standard_normal((n_in, n_out)).astype(dtype)
-    b = rng.standard_normal(n_out).astype(dtype)
-    linear = np.empty((rows, n_out), dtype)
-    lstm_mod._linear_rows(h, w_t, b, linear)
-    for activate, relu in ((False, False), (True, True), (True, False)):
-        expected = linear.copy()
-        if activate:
-            mlp_mod._activate_inplace(expected, relu)
-        fused = np.full((rows, n_out), np.nan, dtype)
-        mlp_mod._dense_layer(h, w_t, b, fused, activate, relu)
-        np.testing.assert_array_equal(fused, expected)
-    if dtype == np.float64 and rows > 6:  # the interpreted wide block: its own FMA chains
-        out = np.full((rows, n_out), np.nan)
-        cols = min(mlp_mod._WIDE_COLS, n_out)
-        if cols == mlp_mod._WIDE_COLS:
-            mlp_mod._linear_block_wide(out, h, w_t, b, 0, 0, 0)
-            ref = [[_fma_chain(b[j], h[n], w_t[:, j]) for j in range(cols)]
-                   for n in range(mlp_mod._WIDE_ROWS)]
-            np.testing.assert_array_equal(out[:mlp_mod._WIDE_ROWS, :cols], ref)
-            np.testing.assert_array_equal(out[:mlp_mod._WIDE_ROWS, :cols],
-                                          linear[:mlp_mod._WIDE_ROWS, :cols])
-
-
-_FORWARD_SCRIPT = """
-import hashlib
-import numpy as np
-from ppo_ref.fast import lstm as lstm_mod
-from ppo_ref.fast.mlp import mlp_forward_flat
-rng = np.random.default_rng(3)
-digest = hashlib.sha256()
-for dtype in (np.float64, np.float32):
-    for rows, sizes in ((256, (4, 64, 64, 2)), (30, (7, 40, 64, 1)), (9, (5, 33, 3))):
-        table, offset = [], 0
-        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-            table.append((offset, offset + n_out * n_in, n_out, n_in))
-            offset += n_out * n_in + n_out
-        flat = rng.standard_normal(offset).astype(dtype)
-        x = rng.standard_normal((rows, sizes[0])).astype(dtype)
-        acts = np.empty(rows * sum(sizes[1:]), dtype)
-        for relu in (True, False):
-            mlp_forward_flat(x, flat, np.array(table, dtype=np.int64), relu, acts)
-            digest.update(acts.tobytes())
-print(lstm_mod._VECTOR_BITS, digest.hexdigest())
-"""
-
-
-@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no target")
-def test_flat_forward_of_an_avx2_target_gives_the_same_bits(tmp_path):
-    """Compiled for an AVX2-only target (6 x 8 register blocks) the forward pass (its fused
-    layers, leftover rows and columns, narrow heads) gives the same bits as compiled for the
-    default target."""
-    import subprocess
-    import sys
-    from test_lstm import _AVX2_FEATURES
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-    def run(extra_env):
-        env = dict(os.environ, PYTHONPATH=root, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
-                   **extra_env)
-        return subprocess.run([sys.executable, "-c", _FORWARD_SCRIPT], env=env, check=True,
-                              capture_output=True, text=True, timeout=600).stdout.split()
-    avx2 = run({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": _AVX2_FEATURES})
-    assert avx2[0] == "256"
-    assert run({})[1] == avx2[1]

@@ -15,9 +15,10 @@ from ppo_ref.spec.distributions import (
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, categorical_sample, multi_categorical_mode,
     multi_categorical_sample)
-from ppo_ref.policies import MultiCategoricalHead, make_head, make_mlp_policy
-from ppo_ref.ppo import PPOTrainer
-from ppo_ref.recurrent_policies import RecurrentPolicy
+from ppo_ref.spec import distributions as spec_distributions
+from ppo_ref.tiers import tier_for
+from ppo_ref.train.policies import MLPPolicy, MultiCategoricalHead, RecurrentPolicy, make_head
+from ppo_ref.train.ppo import PPOTrainer
 
 NVEC = np.array([3, 1, 4])
 RTOL = 1e-12  # the documented agreement of the compiled functions (ppo_ref.fast.distributions)
@@ -146,10 +147,10 @@ def test_bad_inputs_raise_naming_the_argument():
         multi_categorical_sample(np.random.default_rng(0), nan, NVEC)
     with pytest.raises(ValueError, match="d_log_probs"):
         d.multi_categorical_log_prob_backward(logits, good, NVEC, np.ones(3))
-    with pytest.raises(ValueError, match="action_space MultiDiscrete must start at 0"):
-        make_head(gym.spaces.MultiDiscrete([2, 3], start=[1, 0]), PPOConfig())
-    with pytest.raises(ValueError, match="action_space MultiDiscrete must be 1-d"):
-        make_head(gym.spaces.MultiDiscrete([[2, 3]]), PPOConfig())
+    with pytest.raises(ValueError, match="action_space MultiDiscrete must be 1-d and start at 0, got .*start=\\[1 0\\]"):
+        make_head(gym.spaces.MultiDiscrete([2, 3], start=[1, 0]), PPOConfig(), spec_distributions)
+    with pytest.raises(ValueError, match="action_space MultiDiscrete must be 1-d and start at 0, got MultiDiscrete\\(\\[\\[2 3\\]\\]"):
+        make_head(gym.spaces.MultiDiscrete([[2, 3]]), PPOConfig(), spec_distributions)
 
 
 def _policy_inputs(rng, policy, rows):
@@ -158,32 +159,31 @@ def _policy_inputs(rng, policy, rows):
     return obs, actions
 
 
-@pytest.mark.parametrize("flat", [True, False])
-def test_mlp_policy_gradients(flat):
+@pytest.mark.parametrize("backend", ["fast", "spec"])
+def test_mlp_policy_gradients(backend):
     env = MultiChoiceEnv(nvec=(3, 2, 4))
-    config = PPOConfig(net_arch=(5,), policy_head_gain=1.0,
-                       backend="fast" if flat else "spec")
-    policy = make_mlp_policy(env.observation_space, env.action_space, config)
+    config = PPOConfig(net_arch=(5,), policy_head_gain=1.0, backend=backend)
+    policy = MLPPolicy(env.observation_space, env.action_space, config, tier_for(backend))
     assert isinstance(policy.head, MultiCategoricalHead) and policy.head.out_dim == 9
     rng = np.random.default_rng(8)
-    params = policy.init_params(rng)  # fast: one FlatArrays buffer; spec: a plain dict
+    params = policy.init_params(rng)
     obs, actions = _policy_inputs(rng, policy, 6)
     w_lp, w_ent, w_v = rng.normal(size=(3, 6))
 
     def f():
-        ev = policy.evaluate(params, obs, actions)
-        return float(np.sum(w_lp * ev.log_probs) + np.sum(w_ent * ev.entropy)
-                     + np.sum(w_v * ev.values))
+        log_probs, entropy, values, _ = policy.evaluate(params, (obs, actions))
+        return float(np.sum(w_lp * log_probs) + np.sum(w_ent * entropy) + np.sum(w_v * values))
 
-    ev = policy.evaluate(params, obs, actions)
-    grads = policy.backward(params, ev.cache, w_lp, w_ent, w_v)
+    cache = policy.evaluate(params, (obs, actions))[3]
+    grads = policy.backward(params, cache, w_lp, w_ent, w_v)
     check_gradients(f, dict(params), {k: np.array(grads[k]) for k in params}, floor=1e-6)
 
 
 def test_recurrent_policy_gradients():
     env = MultiChoiceEnv(nvec=(3, 2))
     policy = RecurrentPolicy(env.observation_space, env.action_space,
-                             PPOConfig(net_arch=(), lstm_hidden_size=4, policy_head_gain=1.0))
+                             PPOConfig(net_arch=(), lstm_hidden_size=4, policy_head_gain=1.0),
+                             tier_for("fast"))
     rng = np.random.default_rng(9)
     params = policy.init_params(rng)
     T, n = 3, 2
@@ -191,15 +191,14 @@ def test_recurrent_policy_gradients():
     obs, actions = obs.reshape(T, n, -1), actions.reshape(T, n, 2)
     starts = np.array([[True, True], [False, True], [False, False]])
     state = policy.initial_state(n)
-    w_lp, w_ent, w_v = rng.normal(size=(3, T, n))
+    w_lp, w_ent, w_v = rng.normal(size=(3, T * n))  # evaluate's rows t * n + j
 
     def f():
-        ev = policy.evaluate(params, obs, actions, state, starts)
-        return float(np.sum(w_lp * ev.log_probs) + np.sum(w_ent * ev.entropy)
-                     + np.sum(w_v * ev.values))
+        log_probs, entropy, values, _ = policy.evaluate(params, (obs, actions, state, starts))
+        return float(np.sum(w_lp * log_probs) + np.sum(w_ent * entropy) + np.sum(w_v * values))
 
-    ev = policy.evaluate(params, obs, actions, state, starts)
-    grads = policy.backward(params, ev.cache, w_lp, w_ent, w_v)
+    cache = policy.evaluate(params, (obs, actions, state, starts))[3]
+    grads = policy.backward(params, cache, w_lp, w_ent, w_v)
     check_gradients(f, dict(params), {k: np.array(grads[k]) for k in params}, floor=1e-4)  # f is O(1): ~1e-10 round-off
 
 
@@ -255,7 +254,7 @@ def test_mlp_learns_multichoice(seed):
 # The LSTM trainer on the same task: 4096 steps gave deterministic mean returns of 19.4, 15.0
 # and 15.1 for seeds 0-2 (random 9.33); it learns more slowly than the MLP, the bar is lower.
 def test_recurrent_trainer_learns_multichoice():
-    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+    from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
     cfg = PPOConfig(n_envs=4, n_steps=32, batch_size=64, n_epochs=4, learning_rate=3e-3,
                     net_arch=(), lstm_hidden_size=16)
     trainer = RecurrentPPOTrainer(MULTI_CHOICE_ID, cfg, seed=0)

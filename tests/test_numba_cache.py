@@ -1,7 +1,7 @@
-"""The compiled-code cache of ``ppo_ref._numba``: every kernel of the package uses it, and an
-edit to any source of the package makes every cached kernel recompile (numba's own cache checks
-only the function's own file, so a caller in one file kept a stale copy of a callee edited in
-another)."""
+"""The compiled-code cache of ``ppo_ref._numba``: every kernel of the package uses it, a second
+process loads what the first compiled, and an edit to any source of the package makes every
+cached kernel recompile (numba's own cache checks only the function's own file, so a caller in
+one file kept a stale copy of a callee edited in another)."""
 import ast
 import importlib
 import json
@@ -187,3 +187,35 @@ def test_unwritable_package_directory_falls_back_then_degrades_to_no_cache(tmp_p
         out = _run(tmp_path, blocked / "cache")
         assert out["values"] == {"via_plain": 2.5, "via_jitted": 1.0}
         assert (out["hits"], out["misses"]) == (0, 2)
+
+
+# --- behaviour: the package's own kernels, in two fresh processes ----------------------------
+
+_ADVANTAGES = """
+import numpy as np
+from ppo_ref import gae, vtrace
+for dtype in (np.float32, np.float64):
+    z = np.zeros((4, 2), dtype)
+    gae(z, z, z, z, z[0], gamma=0.9, gae_lambda=0.9)
+    vtrace(z, z, z, z, z, z, z[0], gamma=0.9)
+"""
+
+
+def test_a_second_process_loads_the_kernels_the_first_compiled(tmp_path):
+    """With an empty ``NUMBA_CACHE_DIR``, the first process compiles and saves the kernels of
+    gae and vtrace (float32 and float64); a second process loads every one of them and
+    compiles nothing (numba's ``NUMBA_DEBUG_CACHE`` trace)."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBA_DEBUG_CACHE="1",
+               PYTHONPATH=os.path.dirname(_numba.PACKAGE_DIR))
+
+    def trace():
+        proc = subprocess.run([sys.executable, "-c", _ADVANTAGES], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        lines = (proc.stdout + proc.stderr).splitlines()
+        return ([x for x in lines if "[cache] data saved to" in x],
+                [x for x in lines if "[cache] data loaded from" in x])
+    saved, loaded = trace()
+    assert len(saved) >= 4 and not loaded   # two loops, two dtypes: at least four entries
+    saved_again, loaded = trace()
+    assert not saved_again and len(loaded) == len(saved)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ppo_ref.optim import adam_state_from_arrays, adam_state_to_arrays
+from ppo_ref.io.state import adam_state_from_arrays, adam_state_to_arrays
 from ppo_ref.spec.optim import (adam_init, adam_update, clip_by_global_norm, global_norm,
                                 linear_schedule, scheduled_value)
 
@@ -311,27 +311,19 @@ def test_adam_non_finite_params_or_moments_raise_naming_them():
         adam_state_to_arrays({"t": 0, "m": {}, "v": []})
 
 
-def test_public_optim_names_are_the_spec_functions():
-    from ppo_ref import optim
-    from ppo_ref.spec import optim as spec
-    for name in ("adam_init", "adam_update", "clip_by_global_norm", "global_norm",
-                 "linear_schedule", "scheduled_value", "CLIP_NORM_EPS"):
-        assert getattr(optim, name) is getattr(spec, name)
-
-
 def test_adam_update_takes_and_returns_plain_dicts(rng):
-    """The spec adam_update has one path: a one-buffer dict in, plain dicts of new arrays out
-    (the same values)."""
-    from ppo_ref.fast.flat import flatten_arrays
+    """Views of one buffer in, plain dicts of new arrays out (the same values as from separate
+    arrays), sharing no memory with the inputs."""
     params = {"w": rng.normal(size=(3, 2)), "b": rng.normal(size=2)}
     grads = {k: rng.normal(size=v.shape) for k, v in params.items()}
     a, sa = adam_update(params, grads, adam_init(params), lr=0.01)
-    flat = flatten_arrays(params)
-    b, sb = adam_update(flat, flatten_arrays(grads), adam_init(flat), lr=0.01)
+    buffer = np.concatenate([params["w"].ravel(), params["b"]])
+    views = {"w": buffer[:6].reshape(3, 2), "b": buffer[6:]}
+    b, sb = adam_update(views, grads, adam_init(views), lr=0.01)
     assert type(b) is dict and type(sb["m"]) is dict
     for k in params:
         np.testing.assert_array_equal(a[k], b[k])
-        assert not np.shares_memory(b[k], flat.flat)
+        assert not np.shares_memory(b[k], buffer)
 
 
 def test_adam_float32_params_with_float64_grads_round_the_grads_first():
@@ -393,3 +385,70 @@ def test_fast_twins_raise_for_non_finite_results_and_mismatched_dicts():
         fast.adam_update(params, {"b": np.ones(3)}, state, lr=1e-3)
     with pytest.raises(ValueError, match="shapes of params"):
         fast.adam_update(params, {"a": np.ones(4)}, state, lr=1e-3)
+
+
+def _chain(tier, params, grads_seq, keep_every=0):
+    """clip_by_global_norm then adam_update over ``grads_seq``, as the trainer steps; every
+    ``keep_every``-th result is kept (with a copy of its values taken when it was returned)."""
+    state, kept = adam_init(params), []
+    for i, grads in enumerate(grads_seq):
+        clipped, _ = tier.clip_by_global_norm(grads, 0.5)
+        params, state = tier.adam_update(params, clipped, state, lr=1e-2)
+        if keep_every and i % keep_every == 0:
+            kept.append(((params, state, clipped),
+                         [{k: a.copy() for k, a in d.items()} for d in (params, state["m"],
+                                                                       state["v"], clipped)]))
+    return params, state, kept
+
+
+def test_fast_twins_never_rewrite_results_the_caller_keeps():
+    """Over many steps, results the caller keeps (dicts, single arrays, views of them, weak
+    references) keep their values, and the chain gives the spec's bits at every step."""
+    import weakref
+    from ppo_ref.fast import optim as fast
+    from ppo_ref.spec import optim as spec
+    rng = np.random.default_rng(12)
+    params = _dicts(rng)
+    grads_seq = [_dicts(rng, 0.3) for _ in range(40)]
+    sp, ss, _ = _chain(spec, params, grads_seq)
+    fp, fs, kept = _chain(fast, params, grads_seq, keep_every=3)
+    for d_spec, d_fast in ((sp, fp), (ss["m"], fs["m"]), (ss["v"], fs["v"])):
+        for k in d_spec:
+            np.testing.assert_array_equal(d_fast[k], d_spec[k])
+    for (p, s, c), copies in kept:
+        for d, copy in zip((p, s["m"], s["v"], c), copies):
+            for k in d:
+                np.testing.assert_array_equal(d[k], copy[k])
+    # one array, a view of one, a weak reference: each held alone across further steps
+    held, _ = fast.adam_update(fp, _dicts(rng, 0.3), fs, lr=1e-2)
+    single, part, weak = held["w"], held["b"][1:], weakref.ref(held["v"])
+    before = (single.copy(), part.copy(), held["v"].copy())
+    del held
+    _chain(fast, fp, grads_seq[:10])
+    np.testing.assert_array_equal(single, before[0])
+    np.testing.assert_array_equal(part, before[1])
+    if weak() is not None:
+        np.testing.assert_array_equal(weak(), before[2])
+
+
+def test_fast_twins_in_two_threads_give_each_its_own_results():
+    """Two chains of clip and Adam in two threads at once give the bits of each run alone."""
+    import threading
+    from ppo_ref.fast import optim as fast
+    rng = np.random.default_rng(13)
+    runs = [(_dicts(rng), [_dicts(rng, 0.3) for _ in range(200)]) for _ in range(2)]
+    alone = [_chain(fast, p, g)[:2] for p, g in runs]
+    together = [None, None]
+
+    def run(i):
+        together[i] = _chain(fast, *runs[i])[:2]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for (pa, sa), (pt, st_) in zip(alone, together):
+        for da, dt in ((pa, pt), (sa["m"], st_["m"]), (sa["v"], st_["v"])):
+            for k in da:
+                np.testing.assert_array_equal(dt[k], da[k])

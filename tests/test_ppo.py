@@ -1,14 +1,16 @@
 """PPO update and trainer: KL stop rules, ratio 1, schedules, minibatch coverage, learning."""
+import copy
 import math
 
 import numpy as np
 import pytest
 
+from ppo_ref import gae
 from ppo_ref.config import PPOConfig
-from ppo_ref.kernels import gae
-from ppo_ref.ppo import PPOTrainer, progress_remaining
-from ppo_ref.spec.update import Minibatch, minibatch_loss, run_epochs
-from ppo_ref.spec.update import row_minibatches as shuffled_minibatch_indices
+from ppo_ref.spec.optim import adam_init
+from ppo_ref.spec.update import Minibatch, feedforward_minibatches, minibatch_loss, run_epochs
+from ppo_ref.tiers import tier_for
+from ppo_ref.train.ppo import PPOTrainer, progress_remaining
 
 
 # -- a synthetic policy for run_epochs: log-probs shift along a fixed direction -------------------
@@ -25,7 +27,8 @@ def _synthetic(seed=0):
     old_values = rng.standard_normal(B)
     kls = []
 
-    def evaluate(params, idx):
+    def evaluate(params, data):
+        idx = data[0]  # the rows of the minibatch (feedforward_minibatches' observations)
         new = old[idx] + params["s"][0] * x[idx]
         values = np.full(len(idx), params["v"][0])
         kls.append(float(np.mean(np.expm1(new - old[idx]) - (new - old[idx]))))
@@ -35,16 +38,13 @@ def _synthetic(seed=0):
         return {"s": np.array([np.sum(d_log_probs * x[idx])]), "v": np.array([np.sum(d_values)])}
 
     def make_minibatches(perm_rng):
-        def minibatches(epoch):
-            for idx in shuffled_minibatch_indices(perm_rng, B, MB):
-                yield Minibatch(old[idx], adv[idx], ret[idx], old_values[idx], idx)
-        return minibatches
+        rows = np.arange(B)
+        return feedforward_minibatches(perm_rng, MB, old, adv, ret, old_values, rows, rows)
     params = {"s": np.zeros(1), "v": np.zeros(1)}
     return params, evaluate, backward, make_minibatches, kls
 
 
 def _run(rule, target_kl, n_epochs=5, lr=0.05):
-    from ppo_ref.optim import adam_init
     params, evaluate, backward, make_mb, kls = _synthetic()
     cfg = PPOConfig(n_steps=B, batch_size=MB, n_epochs=n_epochs, target_kl=target_kl,
                     kl_stop_rule=rule, kl_estimator="k3")
@@ -83,6 +83,10 @@ def test_rule_variants_with_a_tiny_target():
     # 0 and 1, each later epoch steps once (its first minibatch already exceeds), all epochs run
     s, _ = _run("thrust", tiny)
     assert (s["n_gradient_steps"], s["n_epochs_run"]) == (2 + 4, 5)
+    # skrl: checked before the step, leaves only the current epoch: minibatch 0 of epoch 0 is
+    # stepped, then every epoch's first evaluated minibatch exceeds and is skipped
+    s, _ = _run("skrl", tiny)
+    assert (s["n_gradient_steps"], s["n_epochs_run"], s["kl_stopped"]) == (1, 5, 1.0)
 
 
 def test_cleanrl_rule_uses_last_minibatch_kl_of_the_epoch():
@@ -115,49 +119,73 @@ def test_minibatch_loss_gradients_scale_with_coefficients():
 # -- minibatches ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("n_rows, batch", [(256, 256), (256, 64), (100, 32), (7, 3)])
-def test_minibatch_indices_cover_every_row_once(n_rows, batch):
-    chunks = shuffled_minibatch_indices(np.random.default_rng(0), n_rows, batch)
-    allidx = np.concatenate(chunks)
-    np.testing.assert_array_equal(np.sort(allidx), np.arange(n_rows))
-    assert all(len(c) == batch for c in chunks[:-1]) and 0 < len(chunks[-1]) <= batch
+def test_minibatch_rows_cover_every_row_once_per_epoch(n_rows, batch):
+    """feedforward_minibatches: each epoch is one permutation of the rows cut in chunks of
+    ``batch`` (the last one smaller when ``batch`` does not divide the rows)."""
+    rng = np.random.default_rng(0)
+    rows = np.arange(n_rows)
+    per_epoch = feedforward_minibatches(rng, batch, *(rows.astype(float),) * 4, rows, rows)
+    for epoch in range(2):
+        chunks = [mb.data[0] for mb in per_epoch(epoch)]
+        np.testing.assert_array_equal(np.sort(np.concatenate(chunks)), rows)
+        assert all(len(c) == batch for c in chunks[:-1]) and 0 < len(chunks[-1]) <= batch
+        for mb in per_epoch(epoch):  # every field holds the same rows
+            np.testing.assert_array_equal(mb.old_log_probs, mb.data[1])
 
 
 def test_trainer_epochs_visit_each_rollout_row_exactly_once():
+    """Each epoch of an update evaluates every row of the rollout exactly once, in minibatches
+    drawn from one permutation per epoch of the trainer's minibatch generator."""
     cfg = PPOConfig.zoo_cartpole(n_steps=16, batch_size=48, n_epochs=3)  # 128 rows, last chunk 32
     tr = PPOTrainer("CartPole-v1", cfg, seed=0)
     rollout = tr.collect_rollout()
     seen = []
-    original = tr.policy._evaluate_rows  # what evaluate and the update's own passes run
+    evaluate = tr.policy.evaluate  # what run_epochs calls for each minibatch
 
-    def recording(params, net, x, actions, *buffers):
-        seen.append(x.copy())
-        return original(params, net, x, actions, *buffers)
-    tr.policy._evaluate_rows = recording
+    def recording(params, data):
+        seen.append(data[0].copy())
+        return evaluate(params, data)
+    tr.policy.evaluate = recording
+    expected_rng = copy.deepcopy(tr.minibatch_rng)
     stats = tr.update(rollout)
-    assert stats["n_epochs_run"] == 3 and stats["n_gradient_steps"] == 3 * 3
+    assert stats["n_epochs_run"] == 3 and stats["n_gradient_steps"] == 3 * 3 and len(seen) == 9
     rows = rollout.observations.reshape(128, -1)
     key = {r.tobytes(): i for i, r in enumerate(rows)}
     assert len(key) == 128  # rows are distinct
     for epoch in range(3):
-        batch = np.concatenate(seen[3 * epoch:3 * epoch + 3])
-        idx = sorted(key[r.tobytes()] for r in batch)
-        assert idx == list(range(128))
+        order = [key[r.tobytes()] for r in np.concatenate(seen[3 * epoch:3 * epoch + 3])]
+        np.testing.assert_array_equal(order, expected_rng.permutation(128))
+    assert tr.minibatch_rng.bit_generator.state == expected_rng.bit_generator.state
+    tr.close()
 
 
 # -- ratio 1, schedules, determinism ------------------------------------------------------------
 
-@pytest.mark.parametrize("compute_dtype", ["float64", "float32"])
-def test_first_minibatch_of_each_update_has_ratio_exactly_one(compute_dtype):
-    cfg = PPOConfig.zoo_cartpole(n_epochs=2, compute_dtype=compute_dtype)
+@pytest.mark.parametrize("backend, compute_dtype", [("fast", "float64"), ("fast", "float32"),
+                                                    ("spec", "float64")])
+def test_first_minibatch_of_each_update_has_ratio_one(backend, compute_dtype):
+    """The behaviour log-probs recorded while acting are what the update recomputes: exactly on
+    the compiled tier (per-row arithmetic that does not depend on the other rows of a call), to
+    the last bit or so on the readable tier (BLAS products of other shapes)."""
+    cfg = PPOConfig.zoo_cartpole(n_epochs=2, compute_dtype=compute_dtype, backend=backend)
     tr = PPOTrainer("CartPole-v1", cfg, seed=1)
     ratios = []
     tr.learn(256 * 6, lambda t, s: ratios.append(s["first_max_abs_log_ratio"]))
-    assert ratios == [0.0] * 6
+    if backend == "fast":
+        assert ratios == [0.0] * 6
+    else:
+        assert len(ratios) == 6 and max(ratios) <= 1e-14, ratios
     # and directly: recompute the rollout's log-probs with a training-size batch
     r = tr.collect_rollout()
     idx = np.random.default_rng(0).permutation(256)
-    ev = tr.policy.evaluate(tr.params, r.observations.reshape(256, -1)[idx], r.actions.reshape(256)[idx])
-    np.testing.assert_array_equal(np.exp(ev.log_probs - r.log_probs.reshape(256)[idx]), 1.0)
+    log_probs = tr.policy.evaluate(tr.params, (r.observations.reshape(256, -1)[idx],
+                                               r.actions.reshape(256)[idx]))[0]
+    log_ratio = log_probs - r.log_probs.reshape(256)[idx]
+    if backend == "fast":
+        np.testing.assert_array_equal(np.exp(log_ratio), 1.0)
+    else:
+        assert np.abs(log_ratio).max() <= 1e-14
+    tr.close()
 
 
 @pytest.mark.parametrize("progress", ["after_rollout", "before_rollout"])
@@ -249,71 +277,51 @@ def test_pendulum_continuous_actions_smoke():
     assert last > first + 150, (first, last)
 
 
-def test_run_epochs_one_buffer_params_updated_in_place_same_trajectory():
-    """The fast run_epochs (one-buffer params) copies the caller's params and moments once and
-    updates its copies in place at every step: the same parameters at every step as the spec
-    run_epochs on plain dicts (one-entry arrays: the global norms are summed alike, so the bits
-    agree), and the caller's params and state are not written."""
-    from ppo_ref.fast import update
-    from ppo_ref.fast.flat import flatten_arrays
-    from ppo_ref.optim import adam_init
+def test_run_epochs_leaves_the_callers_state_and_the_tiers_agree():
+    """run_epochs returns new parameters and Adam state and never writes the caller's (params,
+    moments); with the compiled tier's losses and optimizer it takes the spec's trajectory, bit
+    for bit, on the same minibatches."""
     cfg = PPOConfig(n_steps=B, batch_size=MB, n_epochs=3)
     results = []
-    for flat in (False, True):
+    for backend in ("spec", "fast"):
+        tier = tier_for(backend)
         params, evaluate, backward, make_mb, _ = _synthetic()
         seen = []
 
-        def recording(p, idx, evaluate=evaluate, seen=seen):
-            seen.append((p["s"][0], p["v"][0], p))  # values now; the dict kept alive
-            return evaluate(p, idx)
-        run = run_epochs
-        if flat:  # params and gradients in one buffer each: the fast update
-            params = flatten_arrays(params)
-            backward = (lambda p, idx, *d, backward=backward:
-                        flatten_arrays(backward(p, idx, *d), p.layout))
-            run = update.run_epochs
+        def recording(p, data, evaluate=evaluate, seen=seen):
+            seen.append((p["s"][0], p["v"][0]))
+            return evaluate(p, data)
         state = adam_init(params)
-        before = {k: v.copy() for k, v in params.items()}
-        m_before = {k: v.copy() for k, v in state["m"].items()}
-        out_params, out_state, stats = run(
+        before = copy.deepcopy((params, state))
+        out_params, out_state, stats = run_epochs(
             params, state, config=cfg, lr=0.05, clip_range=0.2,
-            minibatches=make_mb(np.random.default_rng(1)), evaluate=recording, backward=backward)
-        for k in before:
-            assert np.array_equal(params[k], before[k]) and np.array_equal(state["m"][k], m_before[k])
-        results.append((seen, dict(out_params), dict(out_state["v"]), stats))
-    (seen_d, p_d, v_d, st_d), (seen_f, p_f, v_f, st_f) = results
-    assert [s[:2] for s in seen_d] == [s[:2] for s in seen_f] and len(seen_f) == 12
-    assert len({id(s[2]) for s in seen_f}) == 1  # the loop's own dict, updated in place
-    assert all(s[2] is not params for s in seen_f)  # (a copy: never the caller's params)
-    for k in p_d:
-        assert np.array_equal(p_d[k], p_f[k]) and np.array_equal(v_d[k], v_f[k])
-    assert st_d == st_f
+            minibatches=make_mb(np.random.default_rng(1)), evaluate=recording,
+            backward=backward, losses=tier.losses, optim=tier.optim)
+        for k in params:
+            assert np.array_equal(params[k], before[0][k])
+            assert np.array_equal(state["m"][k], before[1]["m"][k])
+            assert np.array_equal(state["v"][k], before[1]["v"][k])
+        assert state["t"] == 0 and out_state["t"] == 12 and len(seen) == 12
+        assert not np.array_equal(out_params["s"], params["s"])
+        results.append((seen, out_params, out_state, stats))
+    (seen_s, p_s, st_s, stats_s), (seen_f, p_f, st_f, stats_f) = results
+    assert seen_s == seen_f
+    for k in p_s:
+        assert np.array_equal(p_s[k], p_f[k]) and np.array_equal(st_s["v"][k], st_f["v"][k])
+    assert stats_s == stats_f
 
 
 def test_evaluate_rejects_fewer_than_one_episode():
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.ppo import PPOTrainer
     trainer = PPOTrainer("CartPole-v1", PPOConfig(n_envs=1, n_steps=64, batch_size=64), seed=0)
     with pytest.raises(ValueError, match="n_episodes"):
         trainer.evaluate(0)
     assert len(trainer.evaluate(2)) == 2
 
 
-@pytest.mark.parametrize("n_rows,n_epochs", [(256, 20), (37, 3), (1, 2)])
-def test_epoch_permutations_equal_successive_permutations(n_rows, n_epochs):
-    from ppo_ref.fast.update import epoch_permutations
-    r1, r2 = np.random.default_rng(11), np.random.default_rng(11)
-    want = np.stack([r1.permutation(n_rows) for _ in range(n_epochs)])
-    got = epoch_permutations(r2, n_rows, n_epochs)
-    assert np.array_equal(got, want) and got.dtype == want.dtype and got.flags.c_contiguous
-    assert r1.bit_generator.state == r2.bit_generator.state
-
-
 @pytest.mark.parametrize("batch_size", [32, 12])  # one and several (uneven) minibatches per epoch
-def test_train_on_all_epochs_gather_equals_per_epoch_path(batch_size):
-    """Without a KL stop, train_on draws every epoch's permutation at once and gathers once;
-    with a target_kl that never fires it takes the per-epoch path: same parameters, Adam
-    state, stats and generator state, bit for bit."""
+def test_a_target_kl_that_never_fires_changes_nothing(batch_size):
+    """A KL stop rule that never fires leaves the update as without one: the same parameters,
+    Adam state, stats and minibatch generator state, bit for bit."""
     results = []
     for target_kl in (None, 1e9):
         cfg = PPOConfig(n_envs=2, n_steps=16, batch_size=batch_size, n_epochs=3,
@@ -322,12 +330,12 @@ def test_train_on_all_epochs_gather_equals_per_epoch_path(batch_size):
         rollout = tr.collect_rollout()
         adv, ret = tr.compute_advantages(rollout)
         stats = tr.train_on(rollout, adv, ret)
-        results.append((tr.params.flat.copy(), tr.adam_state["m"].flat.copy(),
-                        tr.adam_state["v"].flat.copy(), stats,
-                        tr.minibatch_rng.bit_generator.state))
+        results.append((tr.params, tr.adam_state, stats, tr.minibatch_rng.bit_generator.state))
         tr.close()
-    (p1, m1, v1, s1, g1), (p2, m2, v2, s2, g2) = results
-    assert np.array_equal(p1, p2) and np.array_equal(m1, m2) and np.array_equal(v1, v2)
+    (p1, a1, s1, g1), (p2, a2, s2, g2) = results
+    for k in p1:
+        assert np.array_equal(p1[k], p2[k])
+        assert np.array_equal(a1["m"][k], a2["m"][k]) and np.array_equal(a1["v"][k], a2["v"][k])
     assert s1["n_gradient_steps"] == 3 * -(-32 // batch_size) and g1 == g2
     for k in s1:
         assert s1[k] == s2[k] or (np.isnan(s1[k]) and np.isnan(s2[k])), k
@@ -360,51 +368,29 @@ def test_unknown_env_id_and_module_form_give_value_errors(tmp_path, monkeypatch)
     assert trainer.num_timesteps == 32
 
 
-def test_a_rollout_too_large_to_gather_for_all_epochs_is_gathered_per_epoch(monkeypatch):
-    """Above update.GATHER_ALL_EPOCHS_MAX_BYTES (here 0) the trainers gather epoch by epoch
-    (a rollout copied n_epochs times could exhaust memory): the same draws, the same bits."""
-    from ppo_ref.fast import update
-    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
-    calls = []
-    real = update.epoch_permutations
-
-    def counted(*args):
-        calls.append(args)
-        return real(*args)
-    monkeypatch.setattr(update, "epoch_permutations", counted)
-
-    def run(cls, cfg):
-        tr = cls("CartPole-v1", cfg, seed=5)
-        tr.learn(cfg.n_steps * cfg.n_envs * 2)
-        out = (tr.params.flat.copy(), tr.adam_state["m"].flat.copy(),
-               tr.minibatch_rng.bit_generator.state)
-        tr.close()
-        return out
-    configs = [(PPOTrainer, PPOConfig(n_envs=2, n_steps=16, batch_size=12, n_epochs=3)),
-               (RecurrentPPOTrainer, PPOConfig(n_envs=4, n_steps=8, batch_size=16, n_epochs=3,
-                                               lstm_hidden_size=8, net_arch=(8,)))]
-    cap = update.GATHER_ALL_EPOCHS_MAX_BYTES
-    for cls, cfg in configs:
-        calls.clear()
-        together = run(cls, cfg)
-        assert len(calls) == 2  # one draw of all epochs per update
-        calls.clear()
-        monkeypatch.setattr(update, "GATHER_ALL_EPOCHS_MAX_BYTES", 0)
-        per_epoch = run(cls, cfg)
-        monkeypatch.setattr(update, "GATHER_ALL_EPOCHS_MAX_BYTES", cap)
-        assert calls == []
-        assert np.array_equal(together[0], per_epoch[0]), cls.__name__
-        assert np.array_equal(together[1], per_epoch[1]) and together[2] == per_epoch[2]
-
-
-def test_fast_update_refuses_bad_rollout_rows_as_evaluate_does():
-    """Rows the update's one check refuses raise evaluate's error for the rollout's rows
-    (flattened time-major: row t * N + n) before any step: the parameters and Adam state stay."""
-    cfg = PPOConfig.zoo_cartpole(n_steps=16, batch_size=48, n_epochs=2)  # 128 rows
-    tr = PPOTrainer("CartPole-v1", cfg, seed=0)
+@pytest.mark.parametrize("backend", ["fast", "spec"])
+def test_a_non_finite_rollout_row_stops_the_update_before_any_step(backend):
+    """A NaN in the rollout's observations: the compiled tier raises one FloatingPointError
+    naming the update, the epoch and the minibatch that met it; the readable tier, on the same
+    rollout, raises ValueError naming the input. Either way no step was taken: the parameters
+    and the Adam state are those before the update."""
+    cfg = PPOConfig.zoo_cartpole(n_steps=16, batch_size=48, n_epochs=2, backend=backend)
+    tr = PPOTrainer("CartPole-v1", cfg, seed=0)  # 128 rows: minibatches of 48, 48, 32
+    tr.learn(128)  # one update done: the failing one is update 1
     rollout = tr.collect_rollout()
     rollout.observations[5, 3, 2] = np.nan  # flat row 5 * 8 + 3
-    params = tr.params.flat.copy()
-    with pytest.raises(ValueError, match=r"^obs must be finite; row 43 is not$"):
-        tr.update(rollout)
-    assert np.array_equal(tr.params.flat, params) and tr.adam_state["t"] == 0
+    position = int(np.flatnonzero(copy.deepcopy(tr.minibatch_rng).permutation(128) == 43)[0])
+    params, adam = copy.deepcopy((tr.params, tr.adam_state))
+    if backend == "fast":
+        with pytest.raises(FloatingPointError,
+                           match=f"^update 1, epoch 0, minibatch {position // 48}: "
+                                 f"ppo_ref.fast.networks.actor_critic_forward: non-finite"):
+            tr.update(rollout)
+    else:
+        with pytest.raises(ValueError, match="^obs must be finite"):
+            tr.update(rollout)
+    assert adam["t"] == tr.adam_state["t"] == 2 * 3
+    for k in params:
+        assert np.array_equal(tr.params[k], params[k])
+        assert np.array_equal(tr.adam_state["m"][k], adam["m"][k])
+    tr.close()

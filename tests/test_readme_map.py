@@ -1,10 +1,19 @@
-"""The README's map from each quantity to the ``ppo_ref/spec/`` function that defines it.
+"""The README's map from each quantity to the ``ppo_ref/spec/`` functions that define it and run
+it under both backends.
 
 The table under "### Where each quantity is defined" links, in its second column, one or more
-functions as ``[`name`](ppo_ref/spec/<module>.py)``. Every linked function must exist in that
-module (defined there, not re-exported), be callable and carry a docstring (the README points
-to the docstrings for the equations). Every quantity the README promises to map has a row, and
-every section number of the third column exists in docs/specification.md.
+functions as ``[`name`](ppo_ref/spec/<module>.py)``. Every linked function must
+
+* exist in that module (defined there, not re-exported), be callable and carry a docstring (the
+  README points to the docstrings for the equations);
+* run under both backends: be among the spec functions that one iteration of a trainer executes
+  with ``backend="spec"`` and with ``backend="fast"`` (the feedforward or the LSTM trainer;
+  either will do), as traced by ``tests/test_seam.py``'s
+  :func:`spec_functions_run_by_both_backends` (compiled code run as Python, so that the spec
+  functions the fast tier compiles show in the trace).
+
+Every quantity the README promises to map has a row, and every section number of the third
+column exists in docs/specification.md.
 """
 from __future__ import annotations
 
@@ -13,6 +22,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from test_seam import RUNS, spec_functions_run_by_both_backends
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -23,10 +34,11 @@ _LINK = re.compile(r"\[`([A-Za-z_][A-Za-z0-9_]*)`\]\(([^)\s]+)\)")
 _SECTION = re.compile(r"§\s*([0-9]+[a-z]?(?:\.[0-9]+)?)")
 
 # the quantities the map must cover (a row's first column contains the phrase, case-insensitive)
-REQUIRED = ("GAE with truncation", "V-trace", "clipped surrogate and its gradient", "value loss",
-            "advantage normalization", "LSTM BPTT", "categorical head", "MultiDiscrete head",
-            "Gaussian head", "Adam", "global-norm", "epoch loop", "KL stop",
-            "recurrent minibatching", "policy lag")
+REQUIRED = ("transition flags", "GAE with truncation", "categorical sampling", "LSTM cell",
+            "LSTM BPTT", "Adam", "schedules", "clipped surrogate and its gradient", "value loss",
+            "KL estimator", "advantage normalization", "minibatch loss", "epoch loop", "KL stop",
+            "feedforward minibatches", "recurrent minibatching", "one whole iteration",
+            "observation normalization")
 
 
 def _map_rows(text: str):
@@ -47,13 +59,18 @@ def _map_rows(text: str):
     return rows
 
 
+def _module_name(path: str) -> str:
+    """``ppo_ref/spec/losses.py`` -> ``ppo_ref.spec.losses``."""
+    return path[:-3].replace("/", ".")
+
+
 def _problems(name: str, path: str) -> list:
     """Why ``[`name`](path)`` is not a function defined in a ``ppo_ref/spec/`` module."""
     if not re.fullmatch(r"ppo_ref/spec/[a-z_]+\.py", path):
         return [f"{name}: {path} is not a module of ppo_ref/spec/"]
     if not (ROOT / path).is_file():
         return [f"{name}: {path} does not exist"]
-    module_name = path[:-3].replace("/", ".")
+    module_name = _module_name(path)
     module = importlib.import_module(module_name)
     fn = getattr(module, name, None)
     if fn is None:
@@ -69,6 +86,14 @@ def _problems(name: str, path: str) -> list:
     return out
 
 
+def _not_run_by_both(rows, ran) -> list:
+    """The linked functions of ``rows`` that are not in ``ran``, the ``(module, function)``
+    pairs that both backends executed."""
+    return sorted({f"{_module_name(path)}.{name} (row {quantity!r})"
+                   for quantity, links, _ in rows for name, path in links
+                   if (_module_name(path), name) not in ran})
+
+
 ROWS = _map_rows(README.read_text(encoding="utf-8"))
 
 
@@ -81,6 +106,22 @@ def test_every_named_function_exists_in_its_spec_module(quantity, links, section
     assert links, f"row {quantity!r} links no function"
     problems = [p for name, path in links for p in _problems(name, path)]
     assert not problems, "\n".join(problems)
+
+
+@pytest.fixture(scope="module")
+def run_by_both_backends():
+    """The spec functions one iteration executes under both backends, for either trainer."""
+    ran = set()
+    for kind in sorted(RUNS):
+        ran |= spec_functions_run_by_both_backends(kind)
+    return ran
+
+
+def test_every_named_function_runs_under_both_backends(run_by_both_backends):
+    missing = _not_run_by_both(ROWS, run_by_both_backends)
+    assert not missing, ("functions the README's map links that an iteration of the trainers "
+                         f"({', '.join(sorted(RUNS))}) does not execute under both backends:\n"
+                         + "\n".join(missing))
 
 
 def test_every_required_quantity_has_a_row():
@@ -102,10 +143,14 @@ def test_the_checker_rejects_what_it_must():
     # a missing name, a re-export, a path outside spec/ and a missing file are all reported
     assert _problems("no_such_function", "ppo_ref/spec/advantages.py")
     assert _problems("transition_flags", "ppo_ref/spec/advantages.py")  # imported there
-    assert _problems("gae", "ppo_ref/kernels/gae.py")
+    assert _problems("gae", "ppo_ref/fast/advantages.py")
     assert _problems("gae_recursion", "ppo_ref/spec/no_such_module.py")
     assert not _problems("gae_recursion", "ppo_ref/spec/advantages.py")
     rows = _map_rows("### Where each quantity is defined\n\n| quantity | f | s |\n|---|---|---|\n"
                      "| x | [`a`](ppo_ref/spec/m.py), [`b`](ppo_ref/spec/n.py) | §2.4, §6b |\n")
     assert rows == [("x", [("a", "ppo_ref/spec/m.py"), ("b", "ppo_ref/spec/n.py")],
                      ["2.4", "6b"])]
+    # a function that only one backend ran (or none) is reported, one both ran is not
+    ran = {("ppo_ref.spec.m", "a")}
+    assert _not_run_by_both(rows, ran) == ["ppo_ref.spec.n.b (row 'x')"]
+    assert not _not_run_by_both(rows, ran | {("ppo_ref.spec.n", "b")})

@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-from ppo_ref.checkpoint import load_checkpoint
+from ppo_ref.io.checkpoint import load_checkpoint
 from ppo_ref.cli import main
 
 TRAIN = ["train", "--policy", "lstm", "--env", "ppo_ref/MemoryCue-v0", "--seed", "3", "--quiet",
@@ -19,14 +19,14 @@ def test_train_lstm_eval_and_exact_resume(tmp_path, capsys):
         assert os.path.exists(os.path.join(straight, name)), name
     arrays, meta = load_checkpoint(os.path.join(straight, "checkpoint.npz"))
     assert meta["trainer"] == "RecurrentPPOTrainer" and meta["policy"] == "lstm"
-    assert arrays["lstm/h"].shape == (2, 4, 8)          # actor + critic LSTM, 4 envs, H = 8
+    assert arrays["collector/state.h"].shape == (2, 4, 8)  # actor + critic LSTM, 4 envs, H = 8
 
     assert main(TRAIN + ["--total-timesteps", "192", "--run-dir", split]) == 0
     assert main(["train", "--resume", split, "--total-timesteps", "384", "--quiet"]) == 0
     resumed, _ = load_checkpoint(os.path.join(split, "checkpoint.npz"))
     assert set(resumed) == set(arrays)
     for key in arrays:
-        if key.startswith(("params/", "adam/", "lstm/")):
+        if key.startswith(("params/", "adam/", "collector/")):
             np.testing.assert_array_equal(resumed[key], arrays[key], err_msg=key)
 
     capsys.readouterr()

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.ppo import PPOTrainer
-from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+from ppo_ref.train.ppo import PPOTrainer
+from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
 
 ENV_ID = "ppo_ref/MemoryCue-v0"
 BUDGET = 40_000

@@ -1,12 +1,12 @@
-"""Tests of the LSTM actor-critic network (ppo_ref.spec.recurrent_networks, re-exported by
-ppo_ref.recurrent_policies)."""
+"""Tests of the LSTM actor-critic network (ppo_ref.spec.recurrent_networks) and of the acting
+methods of the one RecurrentPolicy (ppo_ref.train.policies) on both tiers."""
 import numpy as np
 import pytest
 from gradcheck import check_gradients
 
+from ppo_ref.spec.layers import mlp_forward
 from ppo_ref.spec.lstm import lstm_forward
-from ppo_ref.nn.mlp import mlp_forward
-from ppo_ref.recurrent_policies import (
+from ppo_ref.spec.recurrent_networks import (
     LSTMStates, initial_lstm_states, recurrent_actor_critic_backward,
     recurrent_actor_critic_forward, recurrent_actor_critic_init, recurrent_actor_critic_step,
     recurrent_value_step,
@@ -133,17 +133,18 @@ def test_errors_name_the_argument(rng):
 
 @pytest.mark.parametrize("kind", ["fast", "spec"])
 def test_recurrent_policy_acting_methods_agree(rng, kind):
-    """act / policy_out_step / predict / values of both recurrent policies step the same state,
-    and act's log-probs and values are those evaluate computes for a one-step sequence: bit for
-    bit for RecurrentPolicy (row-wise compiled arithmetic), to rounding for SpecRecurrentPolicy
-    (NumPy products, whose BLAS rounding may depend on the number of rows)."""
+    """act / predict / values of the recurrent policy step the same state, and act's outputs
+    give the log-probs and values that evaluate computes for a one-step sequence: bit for bit
+    on the compiled tier (row-wise arithmetic), to rounding on the readable tier (NumPy
+    products, whose BLAS rounding may depend on the number of rows)."""
     import gymnasium as gym
     from ppo_ref.config import PPOConfig
-    from ppo_ref.recurrent_policies import make_recurrent_policy
+    from ppo_ref.tiers import tier_for
+    from ppo_ref.train.policies import RecurrentPolicy
     env = gym.make("ppo_ref/MemoryCue-v0")
-    policy = make_recurrent_policy(env.observation_space, env.action_space,
-                                   PPOConfig(lstm_hidden_size=6, net_arch=(5,),
-                                             policy_head_gain=1.0, backend=kind))
+    policy = RecurrentPolicy(env.observation_space, env.action_space,
+                             PPOConfig(lstm_hidden_size=6, net_arch=(5,), policy_head_gain=1.0,
+                                       backend=kind), tier_for(kind))
     if kind == "fast":
         def same(a, b):
             np.testing.assert_array_equal(a, b)
@@ -154,19 +155,19 @@ def test_recurrent_policy_acting_methods_agree(rng, kind):
     obs = rng.normal(size=(3, 2))
     starts = np.array([True, False, False])
     state = LSTMStates(rng.normal(size=(2, 3, 6)), rng.normal(size=(2, 3, 6)))
-    actions, values, log_probs, s_act = policy.act(params, obs, state, starts,
-                                                   np.random.default_rng(1))
-    out, s_out = policy.policy_out_step(params, obs, state, starts)
-    np.testing.assert_array_equal(s_act.h, s_out.h)
-    np.testing.assert_array_equal(s_act.c, s_out.c)
-    ev = policy.evaluate(params, obs[None], actions[None], state, starts[None])
-    same(ev.log_probs[0], log_probs)
-    same(ev.values[0], values)
+    acted = policy.act(params, obs, state, starts, np.random.default_rng(1))
+    assert acted.state.h.shape == (2, 3, 6) and not np.array_equal(acted.state.h, state.h)
+    log_probs, values = policy.behaviour(params, obs, acted.actions, acted.policy_out,
+                                         [acted.values])
+    np.testing.assert_array_equal(values, acted.values)
+    lp_eval, _, v_eval, _ = policy.evaluate(params, (obs[None], acted.actions[None], state,
+                                                     starts[None]))
+    same(lp_eval, log_probs)
+    same(v_eval, values)
     np.testing.assert_array_equal(policy.values(params, obs, state, starts), values)
-    greedy, s_pred = policy.predict(params, obs, state, starts, deterministic=True)
-    np.testing.assert_array_equal(greedy, np.argmax(out, axis=1))
-    np.testing.assert_array_equal(s_pred.h, s_out.h)
-    sampled, _ = policy.predict(params, obs, state, starts, np.random.default_rng(1))
-    np.testing.assert_array_equal(sampled, actions)
-    with pytest.raises(ValueError, match="rng"):
-        policy.predict(params, obs, state, starts)
+    greedy, s_pred = policy.predict(params, obs, state, starts, None, deterministic=True)
+    np.testing.assert_array_equal(greedy, np.argmax(acted.policy_out, axis=1))
+    np.testing.assert_array_equal(s_pred.h, acted.state.h)
+    np.testing.assert_array_equal(s_pred.c, acted.state.c)
+    sampled, _ = policy.predict(params, obs, state, starts, np.random.default_rng(1), False)
+    np.testing.assert_array_equal(sampled, acted.actions)

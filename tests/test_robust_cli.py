@@ -8,7 +8,7 @@ import pytest
 
 from ppo_ref import cli
 from ppo_ref.config import PPOConfig
-from ppo_ref.ppo import PPOTrainer
+from ppo_ref.train.ppo import PPOTrainer
 
 
 def _one_line_error(capsys, cmd):
@@ -40,7 +40,7 @@ def test_counts_above_their_stated_bound_are_refused(tmp_path, capsys, flag, val
 
 
 def test_disk_full_during_a_save_is_one_line(tmp_path, capsys, monkeypatch):
-    import ppo_ref.ppo as ppo_module
+    import ppo_ref.train.ppo as ppo_module
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "checkpoint.npz"))

@@ -88,14 +88,6 @@ def test_explained_variance_overflow_is_refused(y_pred, y_true):
     assert "y_true" in msg or "y_pred" in msg
 
 
-def test_public_losses_are_the_checked_ones():
-    import ppo_ref.losses as public
-    with pytest.raises(ValueError, match="values"):
-        public.value_loss(np.array([1e300]), None, np.array([0.0]))
-    with pytest.raises(ValueError, match="entropy"):
-        public.entropy_loss(np.array([-BIG, -BIG]))
-
-
 # --------------------------------------------------------------------------------------------
 # distributions
 
@@ -188,42 +180,41 @@ def _overflowing_logits_params(policy, dict_params):
     return arrays
 
 
+def _refused_by_the_tier(tier, fn, *names):
+    """The readable tier refuses with a ValueError naming ``names`` (no warning); the compiled
+    tier with one FloatingPointError naming the compiled function (or a ValueError of the spec
+    code it runs under): never a silent inf or NaN."""
+    if tier == "spec":
+        return _refuses(fn, *names)
+    with pytest.raises((FloatingPointError, ValueError)) as info:
+        fn()
+    if info.type is FloatingPointError:
+        assert str(info.value).startswith("ppo_ref.fast.") and "non-finite" in str(info.value)
+    return str(info.value)
+
+
 @pytest.mark.parametrize("tier", ["fast", "spec"])
 def test_mlp_policy_overflowing_logits_are_refused_in_both_tiers(tier):
     import gymnasium as gym
     from ppo_ref.config import PPOConfig
-    from ppo_ref.policies import MLPPolicy, SpecMLPPolicy
-    cls = MLPPolicy if tier == "fast" else SpecMLPPolicy
-    policy = cls(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2),
-                 PPOConfig(net_arch=(4,)))
-    arrays = _overflowing_logits_params(policy, dict(policy.init_params(
-        np.random.default_rng(0)).items()))
-    params = policy.as_flat(arrays)
+    from ppo_ref.tiers import tier_for
+    from ppo_ref.train.policies import MLPPolicy
+    policy = MLPPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2),
+                       PPOConfig(net_arch=(4,), backend=tier), tier_for(tier))
+    params = _overflowing_logits_params(policy, policy.init_params(np.random.default_rng(0)))
     obs = np.zeros((3, 2))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(ValueError, match="logits"):
-            policy.evaluate(params, obs, np.zeros(3, dtype=np.int64))
+    _refused_by_the_tier(tier, lambda: policy.evaluate(params, (obs, np.zeros(3, np.int64))),
+                         "logits")
 
 
 @pytest.mark.parametrize("tier", ["fast", "spec"])
 def test_recurrent_policy_overflowing_logits_are_refused_in_both_tiers(tier):
-    import gymnasium as gym
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.recurrent_policies import RecurrentPolicy, SpecRecurrentPolicy
-    cls = RecurrentPolicy if tier == "fast" else SpecRecurrentPolicy
-    config = PPOConfig(net_arch=(4,), lstm_hidden_size=4)
-    policy = cls(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), config)
-    arrays = _overflowing_logits_params(policy, dict(policy.init_params(
-        np.random.default_rng(0)).items()))
-    params = policy.as_flat(arrays)
+    policy = _recurrent_policy(tier, obs_dim=2)
+    params = _overflowing_logits_params(policy, policy.init_params(np.random.default_rng(0)))
     T, N = 2, 1
-    state = policy.initial_state(N)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        with pytest.raises(ValueError, match="logits"):
-            policy.evaluate(params, np.zeros((T, N, 2)), np.zeros((T, N), dtype=np.int64),
-                            state, np.zeros((T, N), dtype=bool))
+    data = (np.zeros((T, N, 2)), np.zeros((T, N), dtype=np.int64), policy.initial_state(N),
+            np.zeros((T, N), dtype=bool))
+    _refused_by_the_tier(tier, lambda: policy.evaluate(params, data), "logits")
 
 
 def _minibatch(n=4, **override):
@@ -245,20 +236,19 @@ def _minibatch(n=4, **override):
     (dict(advantages=[BIG] * 4), dict(normalize_advantage=False)),
     (dict(values=[1e153] * 4), dict(vf_coef=1e200)),  # every part finite, the total not
 ])
-def test_fast_and_spec_minibatch_loss_refuse_the_same_overflow(override, cfg):
+@pytest.mark.parametrize("tier", ["spec", "fast"])
+def test_minibatch_loss_refuses_an_overflow_on_both_tiers(override, cfg, tier):
+    """The update's minibatch loss (spec code) with the tier's losses: the readable tier names
+    the cause; the compiled tier raises its one error (the spec's own total check when every
+    part is finite)."""
     from ppo_ref.config import PPOConfig
-    from ppo_ref.fast.update import minibatch_loss as fast_loss
-    from ppo_ref.spec.update import minibatch_loss as spec_loss
-    config = PPOConfig(**cfg)
-    args = _minibatch(**override)
-    messages = []
-    for fn in (spec_loss, fast_loss):
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            with pytest.raises(ValueError) as info:
-                fn(**args, config=config, clip_range=0.2)
-        messages.append(str(info.value))
-    assert messages[0] == messages[1]
+    from ppo_ref.spec.update import minibatch_loss
+    from ppo_ref.tiers import tier_for
+    losses = tier_for(tier).losses
+    msg = _refused_by_the_tier(tier, lambda: minibatch_loss(
+        **_minibatch(**override), config=PPOConfig(**cfg), clip_range=0.2, losses=losses))
+    if "vf_coef" in cfg:  # the total's check is spec code under both tiers
+        assert msg.startswith("the total loss")
 
 
 def test_categorical_functions_refuse_logits_whose_shift_overflows():
@@ -371,31 +361,43 @@ def test_initial_lstm_states_refuses_non_integer_counts(n_envs):
     _refuses(lambda: rn.initial_lstm_states(params, n_envs), "n_envs")
 
 
-def _recurrent_policy(tier):
+def _recurrent_policy(tier, obs_dim=3):
     import gymnasium as gym
     from ppo_ref.config import PPOConfig
-    from ppo_ref.recurrent_policies import RecurrentPolicy, SpecRecurrentPolicy
-    cls = RecurrentPolicy if tier == "fast" else SpecRecurrentPolicy
-    return cls(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2),
-               PPOConfig(net_arch=(5,), lstm_hidden_size=4))
+    from ppo_ref.tiers import tier_for
+    from ppo_ref.train.policies import RecurrentPolicy
+    return RecurrentPolicy(gym.spaces.Box(-1, 1, (obs_dim,)), gym.spaces.Discrete(2),
+                           PPOConfig(net_arch=(5,), lstm_hidden_size=4, backend=tier),
+                           tier_for(tier))
 
 
-@pytest.mark.parametrize("tier", ["fast", "spec"])
-@pytest.mark.parametrize("n_envs", [1.5, True, np.float64(2.0), 0])
-def test_recurrent_policy_initial_state_refuses_non_integer_counts(tier, n_envs):
-    policy = _recurrent_policy(tier)
-    _refuses(lambda: policy.initial_state(n_envs), "n_envs")
+@pytest.mark.parametrize("n_envs", [1.5, True, np.float64(2.0), 0, "2"])
+def test_recurrent_trainer_initial_state_refuses_non_integer_counts(n_envs):
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
+    trainer = RecurrentPPOTrainer("ppo_ref/MemoryCue-v0", PPOConfig(
+        n_envs=1, n_steps=8, batch_size=8, net_arch=(), lstm_hidden_size=4), seed=0)
+    try:
+        _refuses(lambda: trainer.initial_state(n_envs), "n_envs")
+        assert trainer.initial_state(np.int64(3)).h.shape == (2, 3, 4)
+    finally:
+        trainer.close()
 
 
 @pytest.mark.parametrize("tier", ["fast", "spec"])
 @pytest.mark.parametrize("bad", ["d_log_probs", "d_entropy", "d_values"])
-def test_recurrent_policy_backward_names_the_gradient_of_the_wrong_shape(tier, bad):
+def test_recurrent_policy_backward_refuses_a_gradient_of_the_wrong_shape(tier, bad):
+    """Never a silent broadcast: a gradient of the wrong shape is a ValueError; the readable
+    tier's head names it (the values' gradient is reshaped to [T, n] first: NumPy names it)."""
     policy = _recurrent_policy(tier)
     params = policy.init_params(np.random.default_rng(0))
     T, N = 2, 2
-    ev = policy.evaluate(params, np.zeros((T, N, 3)), np.zeros((T, N), dtype=np.int64),
-                         policy.initial_state(N), np.zeros((T, N), bool))
-    grads = {"d_log_probs": np.zeros((T, N)), "d_entropy": np.zeros((T, N)),
-             "d_values": np.zeros((T, N))}
-    grads[bad] = np.zeros((T, N + 1))
-    _refuses(lambda: policy.backward(params, ev.cache, **grads), bad)
+    cache = policy.evaluate(params, (np.zeros((T, N, 3)), np.zeros((T, N), dtype=np.int64),
+                                     policy.initial_state(N), np.zeros((T, N), bool)))[3]
+    grads = {"d_log_probs": np.zeros(T * N), "d_entropy": np.zeros(T * N),
+             "d_values": np.zeros(T * N)}
+    grads[bad] = np.zeros(T * (N + 1))
+    with pytest.raises(ValueError) as info:
+        policy.backward(params, cache, **grads)
+    if tier == "spec" and bad != "d_values":
+        assert bad in str(info.value)

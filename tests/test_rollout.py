@@ -5,21 +5,26 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.policies import MLPPolicy
-from ppo_ref.ppo import PPOTrainer
-from ppo_ref.rollout import (EnvStepError, RolloutCollector, make_vector_env, single_env_state,
-                             restore_single_env_state)
+from ppo_ref.io.state import restore_single_env_state, single_env_state
+from ppo_ref.spec.normalization import (OBS_NORM_EPS, initial_moments, normalize_observations,
+                                        update_moments)
+from ppo_ref.tiers import tier_for
+from ppo_ref.train.policies import MLPPolicy
+from ppo_ref.train.ppo import PPOTrainer
+from ppo_ref.train.rollout import EnvStepError, RolloutCollector, make_vector_env
 from test_rollout_helpers import (ActionRecorder, CounterEnv, register_faulty,
                                   same_step_vector_env)
 
 
-def _counter_collector(n_envs=2, n_steps=7, limit=3, terminate=False):
+def _counter_collector(n_envs=2, n_steps=7, limit=3, terminate=False, backend="fast"):
     env = same_step_vector_env([lambda: CounterEnv(limit, terminate) for _ in range(n_envs)])
-    cfg = PPOConfig(n_envs=n_envs, n_steps=n_steps, batch_size=n_steps * n_envs)
-    policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg)
+    cfg = PPOConfig(n_envs=n_envs, n_steps=n_steps, batch_size=n_steps * n_envs,
+                    backend=backend)
+    policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg,
+                       tier_for(backend))
     params = policy.init_params(np.random.default_rng(0))
     # a value head that reads the counter, so V(final_obs) differs from V(reset obs)
-    params["vf.w2"][...] += 1.0  # in place: params stay one buffer
+    params["vf.w2"] += 1.0
     col = RolloutCollector(env, policy, n_steps)
     col.reset(list(range(n_envs)))
     return col, policy, params
@@ -36,7 +41,12 @@ def test_layout_and_dtypes():
     for name in ("terminated", "truncated", "episode_starts"):
         assert getattr(r, name).dtype == np.bool_
     assert r.last_values.shape == (N,)
-    np.testing.assert_array_equal(r.values, policy.values(params, r.observations.reshape(T * N, 2)).reshape(T, N))
+    # the values of the rows are V(obs) under the acting parameters (compiled tier: the same bits
+    # whatever rows share the call)
+    np.testing.assert_array_equal(
+        r.values, policy.values(params, r.observations.reshape(T * N, 2), None, None).reshape(T, N))
+    np.testing.assert_array_equal(r.last_values, policy.values(params, col.obs, None, None))
+    assert r.initial_state is None
 
 
 def test_no_phantom_rows_and_episode_starts_carry():
@@ -56,15 +66,19 @@ def test_no_phantom_rows_and_episode_starts_carry():
     assert r1.episode_lengths == [3, 3, 3, 3] and r1.episode_returns == [3.0] * 4
 
 
-def test_truncation_bootstraps_value_of_final_obs():
-    col, policy, params = _counter_collector(n_steps=7, limit=3)
+@pytest.mark.parametrize("backend", ["fast", "spec"])
+def test_truncation_bootstraps_value_of_final_obs(backend):
+    col, policy, params = _counter_collector(n_steps=7, limit=3, backend=backend)
     r = col.collect(params, np.random.default_rng(1))
     assert r.final_values is not None
-    v_final = policy.values(params, np.array([[3.0, 1.0]]))[0]
-    v_reset = policy.values(params, np.array([[0.0, 1.0]]))[0]
+    v_final = policy.values(params, np.array([[3.0, 1.0]]), None, None)[0]
+    v_reset = policy.values(params, np.array([[0.0, 1.0]]), None, None)[0]
     assert v_final != v_reset
-    for t, n in zip(*np.nonzero(r.truncated)):  # (BLAS rounding differs with the batch size)
-        assert r.final_values[t, n] == pytest.approx(v_final, rel=1e-12, abs=1e-12)
+    for t, n in zip(*np.nonzero(r.truncated)):
+        if backend == "fast":  # per-row arithmetic: the same bits for one row or several
+            assert r.final_values[t, n] == v_final
+        else:  # (BLAS rounding differs with the batch size)
+            assert r.final_values[t, n] == pytest.approx(v_final, rel=1e-12, abs=1e-12)
     assert np.all(r.final_values[~r.truncated] == 0.0)
     # terminated steps need no final value
     col_t, _, params_t = _counter_collector(n_steps=7, limit=3, terminate=True)
@@ -84,11 +98,11 @@ def test_unsupported_spaces_raise():
         PPOTrainer("FrozenLake-v1", PPOConfig(n_envs=1, n_steps=4, batch_size=4))
     cfg = PPOConfig(n_envs=1, n_steps=4, batch_size=4)
     with pytest.raises(ValueError, match="action_space"):
-        MLPPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiBinary(3), cfg)
+        MLPPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.MultiBinary(3), cfg, tier_for("fast"))
 
 
 @pytest.mark.parametrize("fault, pattern", [("nan", "non-finite observation"),
-                                            ("reward", "non-finite reward inf"),
+                                            ("reward", "non-finite reward"),
                                             ("shape", "shape")])
 def test_env_fault_names_env_index_and_step(fault, pattern):
     env_id = register_faulty()
@@ -125,8 +139,8 @@ def test_box_actions_env_gets_clipped_buffer_keeps_raw():
         np.testing.assert_array_equal(got, np.clip(r.actions[:, n], -2.0, 2.0))
     # log-probs are those of the raw samples
     flat_obs = r.observations.reshape(32, -1)
-    ev = trainer.policy.evaluate(trainer.params, flat_obs, r.actions.reshape(32, 1))
-    np.testing.assert_allclose(ev.log_probs, r.log_probs.reshape(32), rtol=0, atol=1e-12)
+    log_probs = trainer.policy.evaluate(trainer.params, (flat_obs, r.actions.reshape(32, 1)))[0]
+    np.testing.assert_allclose(log_probs, r.log_probs.reshape(32), rtol=0, atol=1e-12)
 
 
 def test_reward_normalization_logs_raw_returns_and_obs_stats_freeze():
@@ -137,9 +151,9 @@ def test_reward_normalization_logs_raw_returns_and_obs_stats_freeze():
     # Pendulum episodes are 200 steps with rewards in [-16.3, 0]: raw returns are large
     assert len(r.episode_returns) == 2 and all(-3300 < x < -100 for x in r.episode_returns)
     assert np.abs(r.rewards).max() < 16.0 and np.abs(r.rewards.sum(axis=0)).max() < 0.5 * abs(min(r.episode_returns))
-    mean = trainer.collector.obs_rms.mean.copy()
+    mean = trainer.collector.obs_moments.mean.copy()
     trainer.evaluate(1, deterministic=True)
-    np.testing.assert_array_equal(trainer.collector.obs_rms.mean, mean)  # frozen during eval
+    np.testing.assert_array_equal(trainer.collector.obs_moments.mean, mean)  # frozen during eval
 
 
 def test_single_env_state_roundtrip_continues_identically():
@@ -167,92 +181,96 @@ def test_async_vector_env_collects_and_snapshots():
         cfg = PPOConfig(n_envs=2, n_steps=8, batch_size=16)
         trainer = PPOTrainer(env, cfg, seed=0)
         trainer.collect_rollout()
-        arrays, meta = trainer.collector.state()
+        arrays, meta = trainer.collector.state_arrays()
         assert len(meta["sub_envs"]) == 2 and meta["unsupported"] == []
         trainer.collector.load_state(arrays, meta)
     finally:
         env.close()
 
 
-@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_direct_sync_stepping_equals_vector_env_step(env_id):
-    """The collector's direct stepping of SyncVectorEnv sub-envs gives the same rollouts as
-    SyncVectorEnv.step (same calls in the same order)."""
-    cfg = PPOConfig(n_envs=3, n_steps=300, batch_size=900)
-    runs = []
-    for fast in (True, False):
-        tr = PPOTrainer(env_id, cfg, seed=0)
-        tr.collector.use_fast_sync = fast
-        rs = [tr.collect_rollout() for _ in range(2)]
-        runs.append(rs)
-    for a, b in zip(*runs):
-        for name in ("observations", "actions", "rewards", "terminated", "truncated",
-                     "episode_starts", "values", "log_probs", "last_values"):
-            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
-        assert (a.final_values is None) == (b.final_values is None)
-        if a.final_values is not None:
-            np.testing.assert_array_equal(a.final_values, b.final_values)
-        assert a.episode_returns == b.episode_returns
-    assert any(r.truncated.any() or r.terminated.any() for r in runs[0])
-
-
-def test_episode_bookkeeping_equals_step_by_step_numpy():
-    """The collector's one-pass episode bookkeeping gives the running returns/lengths, the
-    ended episodes (step-major, then env order) and the carried state of the step-by-step
-    numpy updates it replaced, bit for bit."""
-    from ppo_ref.rollout import _episode_bookkeeping
-    r = np.random.default_rng(3)
-    T, N = 37, 5
-    ret_a, len_a = r.standard_normal(N), r.integers(0, 9, N).astype(np.int64)
-    ret_b, len_b = ret_a.copy(), len_a.copy()
-    for _ in range(3):  # state carried across rollouts
-        rewards = r.standard_normal((T, N)) * 10.0 ** r.integers(-3, 4, (T, N))
-        done = r.random((T, N)) < 0.15
+def test_episode_statistics_are_the_raw_returns_of_the_rollout_rows():
+    """The episodes a rollout reports (return, length, env, in step order then env order) are
+    the sums of its raw reward rows since each env's episode began, carried across rollouts."""
+    env = same_step_vector_env([lambda: gym.make("CartPole-v1", max_episode_steps=9 + i)
+                                for i in range(3)])
+    cfg = PPOConfig(n_envs=3, n_steps=13, batch_size=39)
+    trainer = PPOTrainer(env, cfg, seed=2)
+    running, length = np.zeros(3), np.zeros(3, np.int64)
+    for _ in range(4):
+        r = trainer.collect_rollout()
         want = []
-        for t in range(T):
-            ret_b += rewards[t]
-            len_b += 1
-            for i in np.flatnonzero(done[t]):
-                want.append((float(ret_b[i]), int(len_b[i]), int(i)))
-            ret_b[done[t]] = 0.0
-            len_b[done[t]] = 0
-        n = int(done.sum())
-        out = np.empty(n), np.empty(n, np.int64), np.empty(n, np.int64)
-        _episode_bookkeeping(rewards, done, ret_a, len_a, *out)
-        assert list(zip(out[0].tolist(), out[1].tolist(), out[2].tolist())) == want
-        assert np.array_equal(ret_a, ret_b) and np.array_equal(len_a, len_b)
+        for t in range(r.n_steps):
+            running += r.rewards[t]
+            length += 1
+            for i in np.flatnonzero(r.terminated[t] | r.truncated[t]):
+                want.append((float(running[i]), int(length[i]), int(i)))
+                running[i], length[i] = 0.0, 0
+        assert list(zip(r.episode_returns, r.episode_lengths, r.episode_envs)) == want
+        assert trainer.last_episodes == [(i, ret, n) for ret, n, i in want]
+    assert trainer.n_episodes > 4
+    trainer.close()
 
 
-def test_observation_statistics_kernel_equals_gymnasium_running_mean_std():
-    """The collector's compiled update-and-normalize of the observation statistics gives
-    gymnasium's ``RunningMeanStd.update`` followed by ``normalize_obs``, bit for bit (mean, var,
-    count and the normalized batch, over successive batches), and declines (``None``, nothing
-    changed) where numpy's sums take another order (one column) or the types differ."""
+def test_observation_statistics_equal_gymnasium_running_mean_std():
+    """spec.normalization's moments are gymnasium's ``RunningMeanStd`` (the same numbers, bit
+    for bit, over successive batches) and the normalized batch is ``(x - mean) / sqrt(var +
+    1e-8)``; the collector's statistics are those moments of every raw batch it observed (the
+    reset included)."""
     from gymnasium.wrappers.utils import RunningMeanStd
-    from ppo_ref.rollout import OBS_NORM_EPS, _update_and_normalize
     r = np.random.default_rng(11)
-    for n in (1, 2, 7, 8, 9, 33, 256):
-        for d in (2, 3, 4, 11):
-            fast, ref = RunningMeanStd(shape=(d,)), RunningMeanStd(shape=(d,))
+    for n in (1, 2, 7, 33, 256):
+        for d in (1, 3, 11):
+            moments, ref = initial_moments(d), RunningMeanStd(shape=(d,))
             scale = 10.0 ** r.integers(-3, 4, d)
             for _ in range(4):
                 x = r.standard_normal((n, d)) * scale + r.standard_normal(d) * scale * 5
                 x[:, r.integers(0, d)] = 0.0  # a zeroed column (CartPoleNoVel's velocities)
-                got = _update_and_normalize(fast, x)
+                moments = update_moments(moments, x)
                 ref.update(x)
+                assert np.array_equal(moments.mean, ref.mean) and np.array_equal(moments.var, ref.var)
+                assert moments.count == ref.count
                 want = (x - ref.mean) / np.sqrt(ref.var + OBS_NORM_EPS)
-                assert np.array_equal(got, want), (n, d)
-                assert np.array_equal(fast.mean, ref.mean) and np.array_equal(fast.var, ref.var)
-                assert type(fast.count) is float and fast.count == ref.count
-    rms = RunningMeanStd(shape=(1,))
-    assert _update_and_normalize(rms, r.standard_normal((16, 1))) is None
-    rms = RunningMeanStd(shape=(3,))
-    rms.count = np.float64(rms.count)
-    assert _update_and_normalize(rms, r.standard_normal((16, 3))) is None
-    assert np.array_equal(rms.mean, np.zeros(3)) and rms.count == 1e-4
-    rms.count = 1e-4
-    assert _update_and_normalize(rms, r.standard_normal((16, 3)).astype(np.float32)) is None
-    assert _update_and_normalize(rms, np.asfortranarray(r.standard_normal((16, 3)))) is None
+                assert np.array_equal(normalize_observations(x, moments), want)
+                np.testing.assert_array_equal(normalize_observations(x, moments, 0.5),
+                                              np.clip(want, -0.5, 0.5))
+    # the collector: the moments of every raw batch the vector env returned (the reset's first)
+    raw = []
+
+    class Recording(SyncVectorEnv):
+        def reset(self, **kwargs):
+            obs, info = super().reset(**kwargs)
+            raw.append(np.array(obs, dtype=np.float64))
+            return obs, info
+
+        def step(self, actions):
+            out = super().step(actions)
+            raw.append(np.array(out[0], dtype=np.float64))
+            return out
+    env = Recording([lambda: gym.make("CartPole-v1", max_episode_steps=5) for _ in range(2)],
+                    autoreset_mode=AutoresetMode.SAME_STEP)
+    trainer = PPOTrainer(env, PPOConfig(n_envs=2, n_steps=16, batch_size=32,
+                                        normalize_observations=True), seed=0)
+    r = trainer.collect_rollout()
+    assert r.truncated.any() and len(raw) == 17
+    moments, ref = initial_moments(4), RunningMeanStd(shape=(4,))
+    for batch in raw:
+        moments = update_moments(moments, batch)
+        ref.update(batch)
+    got = trainer.collector.obs_moments
+    assert got.count == moments.count == ref.count
+    assert np.array_equal(got.mean, ref.mean) and np.array_equal(got.var, ref.var)
+    # row t is the raw batch t (0: the reset's) normalized with the statistics after merging it
+    for t in (0, 7, 15):
+        np.testing.assert_array_equal(r.observations[t],
+                                      normalize_observations(raw[t], _moments_after(raw[:t + 1])))
+    trainer.close()
+
+
+def _moments_after(batches):
+    moments = initial_moments(batches[0].shape[1])
+    for batch in batches:
+        moments = update_moments(moments, batch)
+    return moments
 
 
 def _clip_pair(clip):
@@ -283,8 +301,8 @@ def test_clipping_stores_clipped_values_and_keeps_statistics_raw():
         assert b.episode_returns == a.episode_returns and len(a.episode_returns) >= 2
     # statistics were updated with the raw, unclipped values: identical in both runs
     for name in ("mean", "var", "count"):
-        np.testing.assert_array_equal(getattr(clipped.collector.obs_rms, name),
-                                      getattr(plain.collector.obs_rms, name))
+        np.testing.assert_array_equal(getattr(clipped.collector.obs_moments, name),
+                                      getattr(plain.collector.obs_moments, name))
         np.testing.assert_array_equal(
             getattr(clipped.collector.reward_normalizer.return_rms, name),
             getattr(plain.collector.reward_normalizer.return_rms, name))
@@ -307,27 +325,27 @@ def test_clipping_resume_is_exact(tmp_path):
     assert resumed.config.clip_observations == 1.0 and resumed.config.clip_rewards == 0.5
     assert resumed.collector.clip_observations == 1.0 and resumed.collector.clip_rewards == 0.5
     for name in ("mean", "var", "count"):
-        np.testing.assert_array_equal(getattr(resumed.collector.obs_rms, name),
-                                      getattr(part.collector.obs_rms, name))
+        np.testing.assert_array_equal(getattr(resumed.collector.obs_moments, name),
+                                      getattr(part.collector.obs_moments, name))
     resumed.learn(1024)
     for k in full.params:
         np.testing.assert_array_equal(resumed.params[k], full.params[k])
     for name in ("mean", "var", "count"):
-        np.testing.assert_array_equal(getattr(resumed.collector.obs_rms, name),
-                                      getattr(full.collector.obs_rms, name))
+        np.testing.assert_array_equal(getattr(resumed.collector.obs_moments, name),
+                                      getattr(full.collector.obs_moments, name))
         np.testing.assert_array_equal(
             getattr(resumed.collector.reward_normalizer.return_rms, name),
             getattr(full.collector.reward_normalizer.return_rms, name))
 
 
-def test_collector_clip_arguments_are_checked():
-    env = make_vector_env("Pendulum-v1", 1)
-    cfg = PPOConfig(n_envs=1, n_steps=4, batch_size=4)
-    policy = MLPPolicy(env.single_observation_space, env.single_action_space, cfg)
-    with pytest.raises(ValueError, match="^clip_observations must be a finite number > 0"):
-        RolloutCollector(env, policy, 4, normalize_observations=True, clip_observations=0.0)
-    with pytest.raises(ValueError, match="^clip_rewards must be a real number"):
-        RolloutCollector(env, policy, 4, normalize_rewards=True, clip_rewards="10")
+def test_clip_settings_are_checked_where_a_run_is_configured():
+    """Clipping is checked once, by the config every trainer is built from: a clip that is not
+    a number > 0, or a clip without the normalization it applies after, is refused naming it."""
+    with pytest.raises(ValueError, match="^clip_observations must be > 0"):
+        PPOConfig(normalize_observations=True, clip_observations=0.0)
+    with pytest.raises(ValueError, match="clip_rewards"):
+        PPOConfig(normalize_rewards=True, clip_rewards="10")
     with pytest.raises(ValueError, match="^clip_rewards clips the normalized values"):
-        RolloutCollector(env, policy, 4, clip_rewards=10.0)
-    env.close()
+        PPOConfig(clip_rewards=10.0)
+    with pytest.raises(ValueError, match="^clip_observations clips the normalized values"):
+        PPOConfig(n_envs=1, n_steps=4, batch_size=4).replace(clip_observations=1.0)

@@ -1,8 +1,9 @@
-"""The readable tier's layers, distributions and actor-critic (ppo_ref.spec.layers,
-.distributions, .networks): gradients against central differences, sampling, masks, argument
-errors, and the public ppo_ref.nn modules being these very functions. (The compiled tier is
-tested against them in test_mlp.py, test_mlp_policy_fast.py, test_distributions.py and
-test_multidiscrete.py.)"""
+"""The readable distributions (ppo_ref.spec.distributions): categorical with action masks,
+MultiDiscrete and diagonal Gaussian against oracles written here and central differences
+(tests/gradcheck.py), sampling frequencies; and the argument errors of ppo_ref.spec.layers,
+.networks and .distributions, each naming the argument. (The gradients of the layers and the
+actor-critic are tests/test_mlp.py's and tests/test_actor_critic.py's; the compiled twins are
+checked against these functions in tests/test_tiers.py.)"""
 import copy
 import math
 
@@ -12,10 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gradcheck import check_gradients
-from ppo_ref.nn import actor_critic as nn_ac
-from ppo_ref.nn import distributions as nn_dist
-from ppo_ref.nn import init as nn_init
-from ppo_ref.nn import mlp as nn_mlp
 from ppo_ref.spec import distributions as sd
 from ppo_ref.spec import layers as sl
 from ppo_ref.spec import networks as sn
@@ -45,92 +42,10 @@ def valid_actions(rng, logits):
                     dtype=np.int64).reshape(logits.shape[:-1])
 
 
-def random_params(rng, params):
-    """``params`` with every array replaced by standard normal values (non-zero biases)."""
-    return {k: rng.standard_normal(v.shape) for k, v in params.items()}
-
-
 # --------------------------------------------------------------------------------------------
-# orthogonal init: one definition
+# categorical
 
-@pytest.mark.parametrize("public, spec", [(nn_mlp, sl), (nn_ac, sn), (nn_dist, sd)])
-def test_the_public_nn_modules_are_the_spec(public, spec):
-    """ppo_ref.nn.mlp / .actor_critic / .distributions re-export the readable tier: one
-    definition (the compiled tier lives in ppo_ref.fast)."""
-    assert public.__all__
-    for name in public.__all__:
-        assert getattr(public, name) is getattr(spec, name), name
-
-
-def test_nn_init_reexports_the_spec_orthogonal():
-    assert nn_init.orthogonal is sl.orthogonal
-
-
-@pytest.mark.parametrize("shape", [(3, 7), (7, 3), (5, 5), (2, 3, 4)])
-@pytest.mark.parametrize("gain", [1.0, 0.01, math.sqrt(2.0)])
-def test_orthogonal_rows_or_columns_are_orthonormal_times_gain(shape, gain):
-    w = sl.orthogonal(np.random.default_rng(3), shape, gain)
-    assert w.shape == shape and w.dtype == np.float64
-    m = w.reshape(shape[0], -1)
-    gram = m @ m.T if m.shape[0] <= m.shape[1] else m.T @ m
-    np.testing.assert_allclose(gram, gain ** 2 * np.eye(gram.shape[0]), atol=1e-12)
-
-
-# --------------------------------------------------------------------------------------------
-# layers: gradients
-
-def test_linear_gradients(rng):
-    params = random_params(rng, sl.linear_init(rng, 4, 3, 1.0))
-    x = rng.standard_normal((2, 5, 4))
-    dy = rng.standard_normal((2, 5, 3))
-    y, cache = sl.linear_forward(params, x)
-    dx, grads = sl.linear_backward(params, cache, dy)
-
-    def f():
-        return float(np.sum(sl.linear_forward(params, x)[0] * dy))
-    check_gradients(f, {"x": x, **params}, {"x": dx, **grads})
-
-
-@pytest.mark.parametrize("name", ["tanh", "relu"])
-def test_activation_gradients(rng, name):
-    forward = getattr(sl, f"{name}_forward")
-    backward = getattr(sl, f"{name}_backward")
-    x = rng.standard_normal((3, 4))
-    x[np.abs(x) < 1e-3] = 0.5  # relu: keep central differences away from the kink
-    dy = rng.standard_normal((3, 4))
-    _, cache = forward(x)
-
-    def f():
-        return float(np.sum(forward(x)[0] * dy))
-    check_gradients(f, {"x": x}, {"x": backward(cache, dy)})
-
-
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_mlp_gradients(rng, activation):
-    params = random_params(rng, sl.mlp_init(rng, 4, (6, 5), 3))
-    x = rng.standard_normal((2, 3, 4))
-    dy = rng.standard_normal((2, 3, 3))
-    _, cache = sl.mlp_forward(params, x, activation)
-    dx, grads = sl.mlp_backward(params, cache, dy)
-    assert list(grads) == list(params)
-
-    def f():
-        return float(np.sum(sl.mlp_forward(params, x, activation)[0] * dy))
-    check_gradients(f, {"x": x, **params}, {"x": dx, **grads})
-
-
-def test_backwards_do_not_mutate_their_inputs(rng):
-    params = random_params(rng, sl.mlp_init(rng, 3, (4,), 2))
-    x = rng.standard_normal((5, 3))
-    dy = rng.standard_normal((5, 2))
-    _, cache = sl.mlp_forward(params, x, "relu")
-    before = copy.deepcopy((params, cache, dy))
-    sl.mlp_backward(params, cache, dy)
-    for a, b in zip(before[0].values(), params.values()):
-        np.testing.assert_array_equal(a, b)
-    for a, b in zip(before[1].linear + before[1].hidden, cache.linear + cache.hidden):
-        np.testing.assert_array_equal(a[0], b[0])
-    np.testing.assert_array_equal(before[2], dy)
+def test_categorical_backwards_do_not_mutate_their_inputs(rng):
     z = masked_logits(rng, (5, 4))
     a = valid_actions(rng, z)
     d = rng.standard_normal(5)
@@ -140,33 +55,6 @@ def test_backwards_do_not_mutate_their_inputs(rng):
     for got, want in ((z, z0), (a, a0), (d, d0)):
         np.testing.assert_array_equal(got, want)
 
-
-# --------------------------------------------------------------------------------------------
-# actor-critic
-
-AC_CASES = [(False, (6, 5)), (False, ()), (True, (6, 5)), (True, (6,)), (True, ())]
-
-
-@pytest.mark.parametrize("shared_trunk,net_arch", AC_CASES)
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_actor_critic_gradients(rng, shared_trunk, net_arch, activation):
-    params = random_params(rng, sn.actor_critic_init(rng, 4, 3, net_arch=net_arch,
-                                                     shared_trunk=shared_trunk))
-    obs = rng.standard_normal((7, 4))
-    d_out = rng.standard_normal((7, 3))
-    d_values = rng.standard_normal(7)
-    _, _, cache = sn.actor_critic_forward(params, obs, activation, shared_trunk)
-    grads = sn.actor_critic_backward(params, cache, d_out, d_values)
-    assert list(grads) == list(params)
-
-    def f():
-        out, values, _ = sn.actor_critic_forward(params, obs, activation, shared_trunk)
-        return float(np.sum(out * d_out) + np.sum(values * d_values))
-    check_gradients(f, params, grads)
-
-
-# --------------------------------------------------------------------------------------------
-# categorical
 
 def test_categorical_gradients_with_masks(rng):
     z = masked_logits(rng, (6, 5))

@@ -1,69 +1,25 @@
-"""The readable update (ppo_ref.spec.update) and the fast one (ppo_ref.fast.update): gradients of the
-spec minibatch loss, fast vs spec run_epochs on a small linear policy, and the minibatch draws."""
+"""The steps of the algorithm (ppo_ref.spec.update), which run as written under both tiers: the
+gradients of the minibatch loss against central differences (tests/gradcheck.py); the
+minibatch loss and the epoch loop given the compiled tier's losses and optimizer against the
+spec's own (the loss bit for bit; the epochs within the global norm's summation order); the
+minibatch draws against ``rng.permutation`` written out here; a bad loss setting found at the
+first minibatch."""
 import math
 
 import numpy as np
 import pytest
 
 from gradcheck import check_gradients
-from ppo_ref.fast import update
 from ppo_ref.config import PPOConfig
-from ppo_ref.fast.flat import flatten_arrays
 from ppo_ref.spec import update as spec
 from ppo_ref.spec.optim import adam_init
+from ppo_ref.spec.recurrent_networks import LSTMStates
+from ppo_ref.tiers import tier_for
 
-# -- a linear softmax policy with a linear value head ------------------------------------------
-
-N_ROWS, N_FEATURES, N_ACTIONS, BATCH = 96, 5, 3, 24
+SPEC, FAST = tier_for("spec"), tier_for("fast")
 
 
-def linear_problem(seed=0):
-    r = np.random.default_rng(seed)
-    x = r.standard_normal((N_ROWS, N_FEATURES))
-    params = {"w": 0.3 * r.standard_normal((N_FEATURES, N_ACTIONS)), "b": np.zeros(N_ACTIONS),
-              "vw": 0.3 * r.standard_normal(N_FEATURES), "vb": np.zeros(1)}
-    logits = x @ params["w"] + params["b"]
-    p = np.exp(logits - logits.max(1, keepdims=True))
-    p /= p.sum(1, keepdims=True)
-    actions = np.array([r.choice(N_ACTIONS, p=row) for row in p])
-    old_log_probs = np.log(p[np.arange(N_ROWS), actions])
-    advantages = r.standard_normal(N_ROWS)
-    returns = r.standard_normal(N_ROWS)
-    old_values = x @ params["vw"] + params["vb"][0]
-
-    def evaluate(params, rows):
-        xs = x[rows]
-        z = xs @ params["w"] + params["b"]
-        z = z - z.max(1, keepdims=True)
-        log_p = z - np.log(np.exp(z).sum(1, keepdims=True))
-        prob = np.exp(log_p)
-        entropy = -(prob * log_p).sum(1)
-        values = xs @ params["vw"] + params["vb"][0]
-        return log_p[np.arange(len(rows)), actions[rows]], entropy, values, (rows, prob, log_p,
-                                                                            entropy)
-
-    def backward(params, cache, d_log_probs, d_entropy, d_values):
-        rows, prob, log_p, entropy = cache
-        onehot = np.eye(N_ACTIONS)[actions[rows]]
-        d_z = d_log_probs[:, None] * (onehot - prob)
-        if d_entropy is not None:
-            d_z += d_entropy[:, None] * (-prob * (log_p + entropy[:, None]))
-        xs = x[rows]
-        return {"w": xs.T @ d_z, "b": d_z.sum(0), "vw": xs.T @ d_values,
-                "vb": np.array([d_values.sum()])}
-
-    def flat_backward(params, cache, *d):
-        return flatten_arrays(backward(params, cache, *d), params.layout)
-
-    def minibatches(rng):
-        def per_epoch(epoch):
-            for rows in spec.row_minibatches(rng, N_ROWS, BATCH):
-                yield spec.Minibatch(old_log_probs[rows], advantages[rows], returns[rows],
-                                     old_values[rows], rows)
-        return per_epoch
-
-    return params, evaluate, backward, flat_backward, minibatches
-
+# -- the minibatch loss ------------------------------------------------------------------------
 
 def test_spec_minibatch_loss_gradients_match_finite_differences():
     """d loss / d (new_log_probs, entropy, values) of the spec minibatch loss, including the
@@ -88,30 +44,126 @@ def test_spec_minibatch_loss_gradients_match_finite_differences():
                                                     clip_range=0.2).loss, inputs, grads)
 
 
-# -- fast vs spec run_epochs ---------------------------------------------------------------------
+LOSS_CONFIGS = [
+    PPOConfig.zoo_cartpole(),
+    PPOConfig(ent_coef=0.01, clip_range_vf=0.2, kl_estimator="k1"),
+    PPOConfig(clip_range_vf=0.1, value_loss_mode="sb3", normalize_advantage=False),
+    PPOConfig(advantage_norm_ddof=0, value_loss_scale=0.5, dual_clip=2.0,
+              clip_interval="reciprocal"),
+    PPOConfig(ent_coef=0.01, clip_range_vf=0.3, value_loss_mode="huber", huber_delta=0.5,
+              clip_range_low=0.1, clip_range_high=0.3, advantage_norm_eps_placement="clamp",
+              advantage_norm_eps=1e-6, kl_estimator="k3"),
+]
 
-RTOL = 1e-10  # the two tiers differ only in the summation order of the global gradient norm
+
+def _loss_inputs(rng, n=64, shape=None):
+    """new and old log-probs, entropy, values, advantages, returns, old values (the order of
+    minibatch_loss) with the new log-probs near the old ones."""
+    new, entropy, values, old, adv, ret, old_values = (rng.standard_normal(n) for _ in range(7))
+    new = old + 0.3 * rng.standard_normal(n)
+    args = [new, entropy, values, old, adv, ret, old_values]
+    return [a.reshape(shape) for a in args] if shape else args
 
 
-def run_both(config, lr=0.05):
-    params, evaluate, backward, flat_backward, minibatches = linear_problem()
-    spec_params, spec_state, spec_stats = spec.run_epochs(
-        params, adam_init(params), config=config, lr=lr, clip_range=0.2,
-        minibatches=minibatches(np.random.default_rng(7)), evaluate=evaluate, backward=backward)
-    flat = flatten_arrays(params)
-    fast_params, fast_state, fast_stats = update.run_epochs(
-        flat, adam_init(flat), config=config, lr=lr, clip_range=0.2,
-        minibatches=minibatches(np.random.default_rng(7)), evaluate=evaluate,
-        backward=flat_backward)
-    return (spec_params, spec_state, spec_stats), (fast_params, fast_state, fast_stats)
+def _assert_same(fast, slow):
+    assert type(fast) is type(slow)
+    for name in slow._fields:
+        a, b = getattr(fast, name), getattr(slow, name)
+        if b is None:
+            assert a is None, name
+        elif isinstance(b, float) and math.isnan(b):
+            assert math.isnan(a), name
+        else:
+            assert np.array_equal(a, b) and np.shape(a) == np.shape(b), name
+
+
+@pytest.mark.parametrize("config", LOSS_CONFIGS)
+@pytest.mark.parametrize("clip_range", [0.2, 0.0])
+@pytest.mark.parametrize("n, shape", [(1, None), (64, None), (1000, None), (64, (8, 8))])
+def test_minibatch_loss_on_the_compiled_losses_is_the_spec_loss_bit_for_bit(
+        rng, config, clip_range, n, shape):
+    """The same function given ``losses=ppo_ref.fast.losses``: every scalar and gradient bit
+    for bit (1000 rows: NumPy's pairwise sums use several blocks; [8, 8]: 2-d minibatches),
+    without and with per-row weights, with and without the log-ratio."""
+    args = _loss_inputs(rng, n, shape)
+    weights = ((rng.random(n) < 0.7) * rng.choice([1.0, 0.5], n)).reshape(shape or (n,))
+    weights.flat[0] = 1.0
+    for w in (None, weights):
+        for with_log_ratio in (True, False):
+            kw = dict(config=config, clip_range=clip_range, with_log_ratio=with_log_ratio,
+                      weights=w)
+            _assert_same(spec.minibatch_loss(*args, **kw, losses=FAST.losses),
+                         spec.minibatch_loss(*args, **kw, losses=SPEC.losses))
+
+
+# -- the epoch loop on a linear softmax policy with a linear value head -----------------------
+
+N_ROWS, N_FEATURES, N_ACTIONS, BATCH = 96, 5, 3, 24
+
+
+def linear_problem(seed=0):
+    """``(params, rollout, evaluate, backward)``: a policy ``softmax(x @ w + b)`` with value
+    ``x @ vw + vb`` on fixed features, a rollout drawn from it (the arrays
+    feedforward_minibatches takes, the observations being the row numbers), and the
+    evaluate/backward pair run_epochs calls."""
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((N_ROWS, N_FEATURES))
+    params = {"w": 0.3 * r.standard_normal((N_FEATURES, N_ACTIONS)), "b": np.zeros(N_ACTIONS),
+              "vw": 0.3 * r.standard_normal(N_FEATURES), "vb": np.zeros(1)}
+    logits = x @ params["w"] + params["b"]
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    actions = np.array([r.choice(N_ACTIONS, p=row) for row in p])
+    rollout = dict(old_log_probs=np.log(p[np.arange(N_ROWS), actions]),
+                   advantages=r.standard_normal(N_ROWS), returns=r.standard_normal(N_ROWS),
+                   old_values=x @ params["vw"] + params["vb"][0],
+                   observations=np.arange(N_ROWS), actions=actions)
+
+    def evaluate(params, data):
+        rows, acts = data
+        xs = x[rows]
+        z = xs @ params["w"] + params["b"]
+        z = z - z.max(1, keepdims=True)
+        log_p = z - np.log(np.exp(z).sum(1, keepdims=True))
+        prob = np.exp(log_p)
+        entropy = -(prob * log_p).sum(1)
+        values = xs @ params["vw"] + params["vb"][0]
+        return log_p[np.arange(len(rows)), acts], entropy, values, (rows, acts, prob, log_p,
+                                                                   entropy)
+
+    def backward(params, cache, d_log_probs, d_entropy, d_values):
+        rows, acts, prob, log_p, entropy = cache
+        d_z = d_log_probs[:, None] * (np.eye(N_ACTIONS)[acts] - prob)
+        if d_entropy is not None:
+            d_z += d_entropy[:, None] * (-prob * (log_p + entropy[:, None]))
+        xs = x[rows]
+        return {"w": xs.T @ d_z, "b": d_z.sum(0), "vw": xs.T @ d_values,
+                "vb": np.array([d_values.sum()])}
+
+    return params, rollout, evaluate, backward
+
+
+def run_on(tier, config, lr=0.05):
+    params, rollout, evaluate, backward = linear_problem()
+    minibatches = spec.feedforward_minibatches(np.random.default_rng(7), config.batch_size,
+                                               **rollout)
+    return spec.run_epochs(params, adam_init(params), config=config, lr=lr, clip_range=0.2,
+                           minibatches=minibatches, evaluate=evaluate, backward=backward,
+                           losses=tier.losses, optim=tier.optim)
+
+
+RTOL = 1e-10  # the tiers' global gradient norms are sums in different orders (rtol 1e-13)
 
 
 @pytest.mark.parametrize("rule, target_kl", [("sb3", None), ("sb3", 0.02), ("cleanrl", 0.04),
-                                             ("thrust", 0.01)])
-def test_fast_run_epochs_equals_spec_run_epochs(rule, target_kl):
+                                             ("thrust", 0.01), ("skrl", 0.01)])
+def test_run_epochs_on_the_compiled_tier_equals_the_spec_tier(rule, target_kl):
+    """Six epochs with clipping, an entropy bonus and each KL stop rule (each fires here):
+    the same steps taken, parameters, Adam moments and stats within RTOL."""
     config = PPOConfig(n_steps=N_ROWS, batch_size=BATCH, n_epochs=6, target_kl=target_kl,
                        kl_stop_rule=rule, max_grad_norm=0.3, ent_coef=0.01)
-    (sp, ss, sst), (fp, fs, fst) = run_both(config)
+    sp, ss, sst = run_on(SPEC, config)
+    fp, fs, fst = run_on(FAST, config)
     assert set(sst) == set(fst) == set(spec.STATS_KEYS)
     for key in ("n_epochs_run", "n_gradient_steps", "kl_stopped", "learning_rate", "clip_range"):
         assert sst[key] == fst[key], key
@@ -119,67 +171,117 @@ def test_fast_run_epochs_equals_spec_run_epochs(rule, target_kl):
         assert fst[key] == pytest.approx(sst[key], rel=RTOL, abs=1e-15), key
     assert sst["kl_stopped"] == (0.0 if target_kl is None else 1.0)  # the rule did fire
     if target_kl is None:
-        assert sst["n_gradient_steps"] == 6 * 4
+        assert sst["n_gradient_steps"] == 6 * N_ROWS // BATCH
     else:  # stopped after a few steps
-        assert 2 <= sst["n_gradient_steps"] < 6 * 4
+        assert 1 <= sst["n_gradient_steps"] < 6 * N_ROWS // BATCH
     assert ss["t"] == fs["t"] == sst["n_gradient_steps"]
     for k in sp:
-        np.testing.assert_allclose(fp[k], sp[k], rtol=RTOL, atol=1e-14)
-        np.testing.assert_allclose(fs["m"][k], ss["m"][k], rtol=RTOL, atol=1e-14)
-        np.testing.assert_allclose(fs["v"][k], ss["v"][k], rtol=RTOL, atol=1e-14)
+        for got, want in ((fp[k], sp[k]), (fs["m"][k], ss["m"][k]), (fs["v"][k], ss["v"][k])):
+            np.testing.assert_allclose(got, want, rtol=RTOL, atol=1e-14, err_msg=k)
     assert any(not np.array_equal(sp[k], linear_problem()[0][k]) for k in sp)  # it moved
 
 
-def test_fast_run_epochs_without_clipping_is_bit_exact():
+def test_run_epochs_without_clipping_is_the_same_bits_on_both_tiers():
+    """No clipping (a huge max_grad_norm): the clipped gradients are the gradients, so the
+    parameters, the moments and every stat but the reported norm are the same bits."""
     config = PPOConfig(n_steps=N_ROWS, batch_size=BATCH, n_epochs=3, max_grad_norm=1e6)
-    (sp, ss, sst), (fp, fs, fst) = run_both(config)
+    sp, ss, sst = run_on(SPEC, config)
+    fp, fs, fst = run_on(FAST, config)
     for k in sp:
-        np.testing.assert_array_equal(fp[k], sp[k])
+        for got, want in ((fp[k], sp[k]), (fs["m"][k], ss["m"][k]), (fs["v"][k], ss["v"][k])):
+            np.testing.assert_array_equal(got, want, err_msg=k)
     for key in sst:
-        assert fst[key] == sst[key] or (math.isnan(fst[key]) and math.isnan(sst[key])), key
+        if key == "grad_norm":
+            assert fst[key] == pytest.approx(sst[key], rel=1e-13)
+        else:
+            assert fst[key] == sst[key], key
 
 
-def test_fast_run_epochs_refuses_plain_dicts_and_leaves_inputs_alone():
-    params, evaluate, backward, flat_backward, minibatches = linear_problem()
-    config = PPOConfig(n_steps=N_ROWS, batch_size=BATCH, n_epochs=1)
-    with pytest.raises(ValueError, match="FlatArrays.*spec.update.run_epochs"):
-        update.run_epochs(params, adam_init(params), config=config, lr=0.01, clip_range=0.2,
-                          minibatches=minibatches(np.random.default_rng(0)), evaluate=evaluate,
-                          backward=backward)
-    flat = flatten_arrays(params)
-    before = flat.flat.copy()
-    state = adam_init(flat)
-    with pytest.raises(ValueError, match="clipped_adam_step"):  # gradients as a plain dict
-        update.run_epochs(flat, state, config=config, lr=0.01, clip_range=0.2,
-                          minibatches=minibatches(np.random.default_rng(0)), evaluate=evaluate,
-                          backward=backward)
-    assert np.array_equal(flat.flat, before) and not any(m.any() for m in state["m"].values())
+@pytest.mark.parametrize("change, match", [
+    (dict(advantage_norm_eps_placement="middle"), "placement"),
+    (dict(value_loss_mode="l1"), "mode"),
+])
+def test_a_bad_loss_setting_raises_at_the_first_minibatch_and_changes_nothing(change, match):
+    """run_epochs does not check the loss settings itself: on the spec tier the spec losses'
+    own error, naming the setting, is raised at the first minibatch, after its evaluate,
+    before any step. (PPOConfig refuses these settings before any tier sees them; the
+    compiled losses do not check them again.)"""
+    with pytest.raises(ValueError, match=match):
+        PPOConfig(**change)
+    config = object.__new__(PPOConfig)  # a config that skips PPOConfig's own validation
+    config.__dict__.update({**vars(PPOConfig(n_steps=N_ROWS, batch_size=BATCH)), **change})
+    params, rollout, evaluate, backward = linear_problem()
+    before = {k: v.copy() for k, v in params.items()}
+    evaluated = []
+
+    def counting(p, data):
+        evaluated.append(len(data[0]))
+        return evaluate(p, data)
+    minibatches = spec.feedforward_minibatches(np.random.default_rng(0), BATCH, **rollout)
+    with pytest.raises(ValueError, match=match):
+        spec.run_epochs(params, adam_init(params), config=config, lr=1e-3, clip_range=0.2,
+                        minibatches=minibatches, evaluate=counting, backward=backward,
+                        losses=SPEC.losses, optim=SPEC.optim)
+    assert evaluated == [BATCH]
+    assert all(np.array_equal(params[k], before[k]) for k in params)
 
 
-# -- minibatch draws ---------------------------------------------------------------------------
+# -- the minibatch draws -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("n_rows, batch_size, n_epochs", [(96, 24, 4), (37, 10, 3), (5, 5, 2)])
-def test_row_minibatches_draw_as_the_trainers_do(n_rows, batch_size, n_epochs):
-    """One rng.permutation per epoch: the chunks of update.epoch_permutations (the trainers'
-    all-epochs path) and the same generator state afterwards."""
-    r1, r2 = np.random.default_rng(3), np.random.default_rng(3)
-    chunks = [spec.row_minibatches(r1, n_rows, batch_size) for _ in range(n_epochs)]
-    perms = update.epoch_permutations(r2, n_rows, n_epochs)
-    for e in range(n_epochs):
-        assert all(len(c) == batch_size for c in chunks[e][:-1])
-        assert np.array_equal(np.concatenate(chunks[e]), perms[e])
-    assert r1.bit_generator.state == r2.bit_generator.state
+def test_feedforward_minibatches_are_chunks_of_one_permutation_per_epoch(n_rows, batch_size,
+                                                                          n_epochs):
+    """Epoch e's minibatches are ``rng.permutation(B)`` cut in chunks of ``batch_size`` (the
+    last one smaller when it does not divide), one draw per epoch, the rows of every array
+    taken at those indices; the generator is left where the draws leave it."""
+    r = np.random.default_rng(1)
+    arrays = [r.standard_normal(n_rows) for _ in range(4)]
+    obs, actions = r.standard_normal((n_rows, 3)), r.integers(0, 4, n_rows)
+    drawn, mine = np.random.default_rng(3), np.random.default_rng(3)
+    per_epoch = spec.feedforward_minibatches(drawn, batch_size, *arrays, obs, actions)
+    for epoch in range(n_epochs):
+        perm = mine.permutation(n_rows)
+        chunks = [perm[i:i + batch_size] for i in range(0, n_rows, batch_size)]
+        got = list(per_epoch(epoch))
+        assert len(got) == len(chunks) == math.ceil(n_rows / batch_size)
+        for mb, rows in zip(got, chunks):
+            assert isinstance(mb, spec.Minibatch) and mb.weights is None
+            for a, b in zip(mb[:4], arrays):
+                np.testing.assert_array_equal(a, b[rows])
+            np.testing.assert_array_equal(mb.data[0], obs[rows])
+            np.testing.assert_array_equal(mb.data[1], actions[rows])
+    assert drawn.bit_generator.state == mine.bit_generator.state
 
 
-def test_env_minibatches_draw_as_the_recurrent_trainer_does():
-    from ppo_ref.recurrent_ppo import env_minibatches
-    r1, r2, r3 = (np.random.default_rng(9) for _ in range(3))
-    for _ in range(3):
-        a = spec.env_minibatches(r1, 8, 2)
-        b = env_minibatches(r2, 8, 2)
-        assert len(a) == 4 and all(np.array_equal(x, y) for x, y in zip(a, b))
-    perms = update.epoch_permutations(r3, 8, 3)
-    assert np.array_equal(np.concatenate(a), perms[2])
-    assert r1.bit_generator.state == r2.bit_generator.state == r3.bit_generator.state
-    with pytest.raises(ValueError, match="per_minibatch"):
-        spec.env_minibatches(r1, 8, 3)
+def test_recurrent_minibatches_are_groups_of_envs_replayed_whole():
+    """Epoch e's minibatches are ``rng.permutation(N)`` cut in groups of
+    ``envs_per_minibatch``; a group's minibatch holds its envs' whole [T, n] sequences (the
+    loss rows flattened time-major, row t * n + j), the LSTM states they had at the rollout's
+    start and their episode starts."""
+    n_steps, n_envs, per_group = 5, 8, 2
+    r = np.random.default_rng(2)
+    arrays = [r.standard_normal((n_steps, n_envs)) for _ in range(4)]
+    obs, actions = r.standard_normal((n_steps, n_envs, 3)), r.integers(0, 4, (n_steps, n_envs))
+    states = LSTMStates(r.standard_normal((2, n_envs, 6)), r.standard_normal((2, n_envs, 6)))
+    starts = r.random((n_steps, n_envs)) < 0.3
+    drawn, mine = np.random.default_rng(9), np.random.default_rng(9)
+    per_epoch = spec.recurrent_minibatches(drawn, per_group, *arrays, obs, actions, states,
+                                           starts)
+    for epoch in range(3):
+        perm = mine.permutation(n_envs)
+        got = list(per_epoch(epoch))
+        assert len(got) == n_envs // per_group
+        for g, mb in enumerate(got):
+            envs = perm[g * per_group:(g + 1) * per_group]
+            for a, b in zip(mb[:4], arrays):
+                assert a.shape == (n_steps * per_group,)
+                for t in range(n_steps):
+                    for j, n in enumerate(envs):
+                        assert a[t * per_group + j] == b[t, n]
+            o, acts, state, st = mb.data
+            np.testing.assert_array_equal(o, obs[:, envs])
+            np.testing.assert_array_equal(acts, actions[:, envs])
+            np.testing.assert_array_equal(st, starts[:, envs])
+            np.testing.assert_array_equal(state.h, states.h[:, envs])
+            np.testing.assert_array_equal(state.c, states.c[:, envs])
+    assert drawn.bit_generator.state == mine.bit_generator.state

@@ -8,7 +8,7 @@ import pytest
 
 import ppo_ref
 from ppo_ref import cli
-from ppo_ref.losses import normalize_advantages, policy_loss, value_loss
+from ppo_ref.spec.losses import normalize_advantages, policy_loss, value_loss
 from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages,
                              check_policy_loss, check_value_loss, check_vtrace, diff_traces,
                              identify, load_trace, trace_update)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ppo_ref.kernels import gae
+from ppo_ref import gae
 from ppo_ref.spec.losses import normalize_advantages, policy_loss, value_loss
 from ppo_ref.testing import (Episodes, MaskedRows, Mismatch, check_gae,
                              check_normalize_advantages, check_policy_loss, check_value_loss,

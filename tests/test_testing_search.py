@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 from ppo_ref import vectors
 from ppo_ref.conventions import QUANTITIES, options_for
-from ppo_ref.kernels import gae
+from ppo_ref import gae
 from ppo_ref.spec.losses import approx_kl, value_loss
 from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages, check_value_loss,
                              identify)

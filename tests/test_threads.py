@@ -1,131 +1,163 @@
-"""The kernels with parallel loops (``ppo_ref._numba``, "Threads"): the same bits on one thread
-and on all of them, and safe when several Python threads call them at once, on numba's OpenMP
-or TBB layer and on its workqueue layer (not thread-safe: there the loops are compiled plain);
-the trainers' ``threads`` (checked, held during each iteration, restored after) and
-``ppo-ref train --threads``."""
+"""The compiled twins called again and again, and from several Python threads at once (the
+actor-learner's thread backend, two trainers in one process): a result the caller holds is
+never overwritten by a later call, and every thread gets the bits one thread gets. Then the
+trainers' ``threads`` (numba threads of each iteration: checked, held during each iteration,
+restored after, the same bits for any count) and ``ppo-ref train --threads``.
+"""
 import hashlib
-import os
-import subprocess
-import sys
-import textwrap
+import threading
 
 import numba
 import numpy as np
 import pytest
 
 from ppo_ref import _numba
-from ppo_ref.fast.flat import flatten_arrays
-from ppo_ref.fast.lstm import StackedArrays, backward_stacked, forward_stacked
-from ppo_ref.fast.mlp import layer_table, mlp_backward_pair, mlp_forward_pair
-from ppo_ref.fast.optim import clipped_adam_step
+from ppo_ref.spec.lstm import lstm_init
+from ppo_ref.spec.networks import actor_critic_init
+from ppo_ref.spec.recurrent_networks import LSTMStates, recurrent_actor_critic_init
+from ppo_ref.tiers import tier_for
+
+FAST = tier_for("fast")
 
 
-def parallel_outputs(seed: int) -> str:
-    """SHA-256 of what every kernel with a parallel loop writes, on inputs drawn from ``seed``:
-    both LSTMs' forward and BPTT, two towers' forward and backward, one clipped Adam step."""
+def _jittered(rng, params, scale=0.3):
+    return {k: v + scale * rng.standard_normal(v.shape) for k, v in params.items()}
+
+
+def _passes(seed: int, dtype=np.float64):
+    """``{name: (forward(), backward(cache))}`` of the compiled network twins on inputs drawn
+    from ``seed``: calling ``forward`` runs the forward pass and returns ``(outputs, cache)``,
+    ``backward(cache)`` the backward pass on that cache, with fixed upstream gradients."""
     rng = np.random.default_rng(seed)
-    out = []
-    L, T, N, D, H = 2, 16, 8, 3, 32
-    w_ih, w_hh = 0.4 * rng.normal(size=(L, 4 * H, D)), 0.3 * rng.normal(size=(L, 4 * H, H))
-    b, x = 0.5 * rng.normal(size=(L, 4 * H)), rng.normal(size=(T, N, D))
-    h0, c0 = rng.normal(size=(L, N, H)), rng.normal(size=(L, N, H))
-    keep = np.ones((T + 1, N))
-    keep[:-1] -= rng.random((T, N)) < 0.3
-    arrays = StackedArrays.empty(L, T, N, D, H, np.float64)
-    fwd = forward_stacked(w_ih, w_hh, b, x, h0, c0, keep, arrays)
-    grads = [np.empty_like(w_ih), np.empty_like(w_hh), np.empty_like(b)]
-    backward_stacked(w_hh, x, *fwd[1:], keep, rng.normal(size=(L, T, N, H)), *grads, arrays)
-    out += list(fwd) + grads
+    cast = lambda d: {k: v.astype(dtype) for k, v in d.items()}  # noqa: E731
+    T, N, D, H = 8, 6, 3, 16
+    net = cast(_jittered(rng, actor_critic_init(rng, D, 2, net_arch=(32, 32))))
+    obs = rng.standard_normal((40, D)).astype(dtype)
+    d_out, d_v = rng.standard_normal((40, 2)).astype(dtype), rng.standard_normal(40).astype(dtype)
+    lstm = cast(_jittered(rng, lstm_init(rng, D, H)))
+    x = rng.standard_normal((T, N, D)).astype(dtype)
+    h0, c0 = (rng.standard_normal((N, H)).astype(dtype) for _ in range(2))
+    starts = rng.random((T, N)) < 0.2
+    dh = rng.standard_normal((T, N, H)).astype(dtype)
+    rnn = cast(_jittered(rng, recurrent_actor_critic_init(rng, D, 2, hidden_size=H,
+                                                          net_arch=(16,))))
+    state = LSTMStates(*rng.standard_normal((2, 2, N, H)).astype(dtype))
+    rd_out = rng.standard_normal((T, N, 2)).astype(dtype)
+    rd_v = rng.standard_normal((T, N)).astype(dtype)
 
-    params = {f"{tower}.{k}{i}": rng.normal(size=shape)
-              for tower, sizes in (("pi", (D, 16, 2)), ("vf", (D, 16, 1)))
-              for i in range(2)
-              for k, shape in (("w", (sizes[i + 1], sizes[i])), ("b", (sizes[i + 1],)))}
-    flat = flatten_arrays(params)
-    rows = 64
-    towers = []
-    for tower in ("pi", "vf"):
-        table = layer_table(flat.layout, flat, tower + ".", 2)
-        towers.append((rng.normal(size=(rows, D)), np.empty(rows * int(table[:, 2].sum())),
-                       table, rng.normal(size=(rows, int(table[-1, 2]))), np.zeros((rows, D))))
-    (x0, a0, t0, dy0, dx0), (x1, a1, t1, dy1, dx1) = towers
-    mlp_forward_pair(flat.flat, True, x0, t0, a0, x1, t1, a1)
-    g = np.zeros(flat.flat.size)
-    mlp_backward_pair(flat.flat, True, g, x0, a0, t0, dy0, dx0, x1, a1, t1, dy1, dx1)
-    out += [a0, a1, g, dx0, dx1]
+    def ac_forward():
+        out, values, cache = FAST.networks.actor_critic_forward(net, obs)
+        return (out, values), cache
 
-    state = {"t": 3, "m": flatten_arrays({k: 0.1 * rng.normal(size=v.shape)
-                                          for k, v in params.items()}, flat.layout),
-             "v": flatten_arrays({k: rng.random(v.shape) for k, v in params.items()},
-                                 flat.layout)}
-    grads = flatten_arrays({k: rng.normal(size=v.shape) for k, v in params.items()}, flat.layout)
-    p, state, norm = clipped_adam_step(flat, grads, state, max_norm=0.5, lr=1e-2)
-    out += [p.flat, state["m"].flat, state["v"].flat, np.float64(norm)]
+    def lstm_forward():
+        h_seq, final, cache = FAST.lstm.lstm_forward(lstm, x, h0, c0, starts)
+        return (h_seq,) + tuple(final), cache
 
+    def rnn_forward():
+        out, values, final, cache = FAST.recurrent_networks.recurrent_actor_critic_forward(
+            rnn, x, state, starts, "tanh", False)
+        return (out, values) + tuple(final), cache
+
+    return {
+        "networks": (ac_forward, lambda cache: FAST.networks.actor_critic_backward(
+            net, cache, d_out, d_v)),
+        "lstm": (lstm_forward, lambda cache: FAST.lstm.lstm_backward(lstm, cache, dh)),
+        "recurrent_networks": (rnn_forward, lambda cache: (
+            FAST.recurrent_networks.recurrent_actor_critic_backward(rnn, cache, rd_out, rd_v))),
+    }
+
+
+def _arrays(tree):
+    """Every array of a nested result (tuples, lists, dicts), in a fixed order."""
+    if isinstance(tree, np.ndarray):
+        return [tree]
+    if isinstance(tree, dict):
+        return [a for k in sorted(tree) for a in _arrays(tree[k])]
+    if isinstance(tree, (tuple, list)):
+        return [a for item in tree for a in _arrays(item)]
+    return []
+
+
+def _digest(tree) -> str:
     digest = hashlib.sha256()
-    for a in out:
-        digest.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+    for a in _arrays(tree):
+        digest.update(str(a.dtype).encode() + str(a.shape).encode())
+        digest.update(np.ascontiguousarray(a).tobytes())
     return digest.hexdigest()
 
 
-def test_same_bits_on_one_thread_and_on_all():
-    n = numba.config.NUMBA_NUM_THREADS
-    if n < 2 or not _numba.PARALLEL_LOOPS:
-        pytest.skip("the loops run on one thread here (one CPU, or plain loops): nothing to "
-                    "compare; the subprocess test below runs two threads on any machine")
-    before = numba.get_num_threads()
-    try:
-        numba.set_num_threads(1)
-        one = [parallel_outputs(seed) for seed in range(3)]
-        numba.set_num_threads(n)
-        every = [parallel_outputs(seed) for seed in range(3)]
-    finally:
-        numba.set_num_threads(before)
-    assert one == every
+def work(seed: int) -> str:
+    """SHA-256 of what the compiled twins compute on inputs drawn from ``seed``: the network
+    passes of :func:`_passes` in float64 and float32, the acting steps, clipping and Adam."""
+    out = []
+    for dtype in (np.float64, np.float32):
+        for forward, backward in _passes(seed, dtype).values():
+            outputs, cache = forward()
+            out.append((outputs, backward(cache)))
+    rng = np.random.default_rng(seed)
+    rnn = _jittered(rng, recurrent_actor_critic_init(rng, 3, 2, hidden_size=8, net_arch=(8,),
+                                                     lstm_shared=True))
+    state = LSTMStates(*rng.standard_normal((2, 1, 5, 8)))
+    out.append(FAST.recurrent_networks.recurrent_actor_critic_step(
+        rnn, rng.standard_normal((5, 3)), state, rng.random(5) < 0.5, "tanh", True))
+    params = _jittered(rng, actor_critic_init(rng, 3, 2))
+    grads = {k: rng.standard_normal(v.shape) for k, v in params.items()}
+    clipped, norm = FAST.optim.clip_by_global_norm(grads, 0.5)
+    state = {"t": 0, "m": {k: np.zeros_like(v) for k, v in params.items()},
+             "v": {k: np.zeros_like(v) for k, v in params.items()}}
+    out.append((FAST.optim.adam_update(params, clipped, state, lr=1e-3), np.float64(norm)))
+    return _digest(out)
 
 
-_CONCURRENT = textwrap.dedent("""
-    import sys, threading
-    sys.path.insert(0, {tests!r})
-    from ppo_ref import _numba
-    from test_threads import parallel_outputs
-    results = []
-    def work():
-        results.extend(parallel_outputs(seed) for seed in (0, 1) for _ in range(10))
-    threads = [threading.Thread(target=work) for _ in range(3)]
+@pytest.mark.parametrize("name", ["networks", "lstm", "recurrent_networks"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_results_the_caller_holds_are_never_overwritten(name, dtype):
+    """The twins reuse their arrays between calls; they never reuse one the caller still
+    holds. The results and cache of a first call, kept while more calls of the same shapes
+    run (some of their results kept too, some dropped), are unchanged, and the backward pass
+    of the kept cache gives the bits of a fresh forward and backward."""
+    forward, backward = _passes(3, dtype)[name]
+    outputs, cache = forward()
+    kept = [a.copy() for a in _arrays((outputs, cache))]
+    other_forward, other_backward = _passes(4, dtype)[name]
+    held = []
+    for i in range(8):   # more calls than the arrays a twin keeps for one shape
+        o, c = other_forward()
+        g = other_backward(c)
+        if i % 2:
+            held.append((o, c, g))
+    assert all(np.array_equal(a, b) for a, b in zip(_arrays((outputs, cache)), kept))
+    grads = backward(cache)
+    fresh_outputs, fresh_cache = forward()
+    assert _digest(grads) == _digest(backward(fresh_cache))
+    assert _digest(outputs) == _digest(fresh_outputs)
+
+
+def test_twins_called_from_several_threads_at_once_give_the_bits_of_one_thread():
+    """Three Python threads run the compiled twins at once (they release the GIL), each
+    several times: every result is the one a single thread computes."""
+    expected = {seed: work(seed) for seed in (0, 1)}
+    results, errors = [], []
+
+    def run():
+        try:
+            results.extend((seed, work(seed)) for _ in range(2) for seed in (0, 1))
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+    threads = [threading.Thread(target=run) for _ in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    print(_numba.PARALLEL_LOOPS, sorted(set(results)))
-""")
-
-
-@pytest.mark.parametrize("layer", ["default", "workqueue"])
-def test_three_threads_at_once_on_any_threading_layer(layer):
-    """Three Python threads run the parallel kernels at once, with two numba threads each. On
-    ``workqueue`` numba would end the process on such a call of a parallel loop: there
-    ``PARALLEL_LOOPS`` is False and the plain loops run, with the same bits."""
-    env = dict(os.environ, NUMBA_THREADING_LAYER=layer, NUMBA_NUM_THREADS="2")
-    env.pop("NUMBA_THREADING_LAYER_PRIORITY", None)
-    script = _CONCURRENT.format(tests=os.path.dirname(os.path.abspath(__file__)))
-    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    parallel, hashes = run.stdout.strip().split(" ", 1)
-    if layer == "workqueue":
-        assert parallel == "False"
-    elif os.environ.get("NUMBA_THREADING_LAYER", "default") == "default" \
-            and "NUMBA_THREADING_LAYER_PRIORITY" not in os.environ:
-        assert parallel == str(_numba.PARALLEL_LOOPS)   # the layer this process runs on
-    assert hashes == str(sorted({parallel_outputs(0), parallel_outputs(1)}))
+    assert not errors, errors
+    assert len(results) == 3 * 2 * 2
+    assert all(digest == expected[seed] for seed, digest in results)
 
 
 # -- the trainers' ``threads`` -----------------------------------------------------------------
 
 def _recurrent_trainer(threads):
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.recurrent_ppo import RecurrentPPOTrainer
+    from ppo_ref import PPOConfig, RecurrentPPOTrainer
     config = PPOConfig(n_envs=4, n_steps=16, batch_size=32, n_epochs=2, lstm_hidden_size=16,
                        lstm_shared=False, net_arch=(16,))
     return RecurrentPPOTrainer("ppo_ref/CartPoleNoVel-v1", config, seed=5, threads=threads)
@@ -133,7 +165,7 @@ def _recurrent_trainer(threads):
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "2", numba.config.NUMBA_NUM_THREADS + 1])
 def test_trainer_threads_is_checked(bad):
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref import PPOTrainer
     with pytest.raises(ValueError, match="threads must be None or an integer in"):
         PPOTrainer("CartPole-v1", threads=bad)
     trainer = PPOTrainer("CartPole-v1")
@@ -147,10 +179,11 @@ def test_trainer_threads_is_checked(bad):
 
 def test_trainer_threads_give_the_same_bits_and_are_restored():
     """Two updates of a recurrent trainer with separate LSTMs on one thread and on all of
-    numba's: the same parameters bit for bit; the calling thread's setting is put back."""
+    numba's: the same parameters bit for bit; the number is held during collection and the
+    update, and the calling thread's setting is put back after each iteration."""
     n = numba.config.NUMBA_NUM_THREADS
     if n < 2 or not _numba.PARALLEL_LOOPS:
-        pytest.skip("the loops run on one thread here: nothing to compare")
+        pytest.skip("numba runs one thread here: nothing to compare")
     before = numba.get_num_threads()
     results = []
     for threads in (1, n):
@@ -193,9 +226,9 @@ def test_kernel_threads_restores_on_error_and_none_changes_nothing():
 
 
 def test_cli_refuses_a_bad_threads_value(tmp_path, capsys):
-    from ppo_ref import cli
-    assert cli.main(["train", "--threads", "0", "--total-timesteps", "256",
-                     "--run-dir", str(tmp_path / "run")]) == 2
+    from ppo_ref.cli import main
+    assert main(["train", "--threads", "0", "--total-timesteps", "256",
+                 "--run-dir", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
     assert "--threads must be an integer in [1," in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()

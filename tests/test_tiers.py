@@ -72,6 +72,21 @@ def _gae_case(dtype=np.float64, one_env=False, **given):
     return run
 
 
+def _per_step_factors_case(fn):
+    """gae with ``gamma [T, N]`` and ``gae_lambda [T]``; vtrace with ``gamma [T]`` and
+    ``lambda_ [T, N]`` (discounts and lambdas that vary by step, as some libraries pass them)."""
+    def run(m, rng):
+        t = _trajectory(rng)
+        shape = t["rewards"].shape
+        per_row = rng.choice([0.0, 0.5, 0.9, 1.0], shape[0])
+        per_entry = rng.choice([0.0, 0.7, 0.95, 1.0], shape)
+        if fn == "gae":
+            del t["behaviour_log_probs"], t["target_log_probs"]
+            return m.gae(**t, gamma=per_entry, gae_lambda=per_row)
+        return m.vtrace(**t, gamma=per_row, lambda_=per_entry, c_bar=0.9)
+    return run
+
+
 def _vtrace_case(dtype=np.float64, **given):
     def run(m, rng):
         options = dict(given)
@@ -117,6 +132,10 @@ ROWS[("advantages", "gae")] = [
     Case("ignore_thrust_last_row", _gae_case(truncation="ignore",
                                              bootstrap_terminal_last_row=True), **BITS),
     Case("per_step_gamma", _gae_case(gamma="per_step", gae_lambda=0.0), **BITS),
+    Case("per_step_gamma_T_N_lambda_T", _per_step_factors_case("gae"), **BITS),
+    Case("empty_float32", lambda m, rng: m.gae(*(np.zeros((0, 3), np.float32),) * 4,
+                                              np.zeros(3, np.float32), gamma=0.9,
+                                              gae_lambda=0.9), **BITS),
 ]
 ROWS[("advantages", "vtrace")] = [
     Case("float64", _vtrace_case(), **BITS),
@@ -125,6 +144,9 @@ ROWS[("advantages", "vtrace")] = [
          **BITS),
     Case("per_step_lambda_terminate", _vtrace_case(lambda_="per_step", truncation="terminate"),
          **BITS),
+    Case("per_step_gamma_T_lambda_T_N", _per_step_factors_case("vtrace"), **BITS),
+    Case("empty_float32", lambda m, rng: m.vtrace(*(np.zeros((0, 3), np.float32),) * 6,
+                                                 np.zeros(3, np.float32), gamma=0.9), **BITS),
 ]
 
 # --- distributions -----------------------------------------------------------------------------
@@ -157,13 +179,17 @@ def _cat_case(fn, dtype=np.float64, shape=(40, 5), masked=0.0):
         z = _logits(rng, shape, masked, dtype)
         a = _actions(rng, z)
         d = rng.standard_normal(z.shape[:-1]).astype(dtype)
+        d_entropy = rng.standard_normal(z.shape[:-1]).astype(dtype)
         args = {"log_softmax": (z,), "categorical_log_prob": (z, a),
                 "categorical_entropy": (z,), "categorical_log_prob_backward": (z, a, d),
-                "categorical_entropy_backward": (z, d)}[fn]
-        out = getattr(m, fn)(*args)
+                "categorical_entropy_backward": (z, d), "categorical_log_prob_entropy": (z, a),
+                "categorical_log_prob_entropy_backward": (z, a, d, d_entropy),
+                "categorical_log_prob_entropy_backward_no_entropy": (z, a, d, None)}[fn]
+        out = getattr(m, fn.replace("_no_entropy", ""))(*args)
+        outs = out if isinstance(out, tuple) else (out,)
         if m.__name__.startswith("ppo_ref.fast"):
-            assert out.dtype == dtype
-        return _finite_and_mask(out)
+            assert all(o.dtype == dtype for o in outs)
+        return [_finite_and_mask(o) for o in outs]
     return run
 
 
@@ -175,8 +201,15 @@ def _cat_rows(fn):
 
 
 for _fn in ("log_softmax", "categorical_log_prob", "categorical_entropy",
-            "categorical_log_prob_backward", "categorical_entropy_backward"):
+            "categorical_log_prob_backward", "categorical_entropy_backward",
+            "categorical_log_prob_entropy", "categorical_log_prob_entropy_backward"):
     ROWS[("distributions", _fn)] = _cat_rows(_fn)
+ROWS[("distributions", "categorical_log_prob_entropy_backward")] += [
+    Case("no_entropy", _cat_case("categorical_log_prob_entropy_backward_no_entropy", masked=0.3),
+         **CAT_TOL),
+    Case("no_entropy_float32", _cat_case("categorical_log_prob_entropy_backward_no_entropy",
+                                         np.float32, masked=0.3), **F32_TOL),
+]
 
 
 def _sample_case(dtype=np.float64, shape=(64, 5), masked=0.4):
@@ -343,6 +376,7 @@ ROWS[("losses", "value_loss")] = [
 ROWS[("losses", "entropy_loss")] = [
     Case("plain", _entropy_loss_case(), **BITS),
     Case("float32_long", _entropy_loss_case(np.float32, n=1000), **BITS),
+    Case("float64_long", _entropy_loss_case(n=5000), **BITS),  # NumPy's pairwise sum, nested
     Case("weights", _entropy_loss_case(weighted=True), **BITS),
 ]
 ROWS[("losses", "approx_kl")] = [

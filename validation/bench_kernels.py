@@ -2,8 +2,10 @@
 
 Prints, in one run, million elements (T * N) per second for:
 
-* ``gae`` and ``vtrace`` (public, validating wrappers, and the bare compiled kernels),
-  in float64 and float32;
+* ``gae`` and ``vtrace`` (the public, validating functions ``ppo_ref.gae``/``ppo_ref.vtrace``,
+  and their bare loops: the spec's recursions ``ppo_ref.spec.advantages.gae_recursion`` /
+  ``vtrace_recursion`` compiled here as the compiled tier compiles them, on inputs the spec's
+  ``prepare_trajectory`` already checked), in float64 and float32;
 * a NumPy copy of the same input bytes (``np.copyto`` of every input array): the
   memory-bandwidth reference, the speed of merely reading the inputs once;
 * Stable-Baselines3's ``RolloutBuffer.compute_returns_and_advantage`` on the same data (when
@@ -19,11 +21,16 @@ from __future__ import annotations
 import argparse
 import time
 
+import numba
 import numpy as np
 
+import ppo_ref.fast.advantages  # noqa: F401  (registers the scalar helpers the loops call)
 from ppo_ref import gae, vtrace
-from ppo_ref.kernels._inputs import prepare_trajectory
-from ppo_ref.fast.advantages import gae_recursion, vtrace_recursion
+from ppo_ref.spec import advantages as spec
+
+# the spec's loops compiled as ppo_ref.fast.advantages compiles them (nogil, no fastmath)
+gae_recursion = numba.njit(nogil=True)(spec.gae_recursion)
+vtrace_recursion = numba.njit(nogil=True)(spec.vtrace_recursion)
 
 T, N = 2048, 64
 GAMMA, LAMBDA = 0.99, 0.95
@@ -71,24 +78,28 @@ def copy_reference(data, keys):
 
 
 def bare_kernels(data):
-    """The compiled kernels called on already-validated inputs (no wrapper work)."""
-    inp = prepare_trajectory({k: data[k] for k in ["behaviour_log_probs", "target_log_probs",
-                                                   "rewards", "values"]},
-                             data["terminated"], data["truncated"], data["last_values"],
-                             data["final_values"], "bootstrap", False)
+    """The compiled loops called on already-validated inputs (no wrapper work)."""
+    inp = spec.prepare_trajectory({k: data[k] for k in ["behaviour_log_probs",
+                                                        "target_log_probs", "rewards",
+                                                        "values"]},
+                                  data["terminated"], data["truncated"], data["last_values"],
+                                  data["final_values"], "bootstrap", False)
     s = inp.dtype.type
     a = inp.arrays
     out1, out2 = np.empty((T, N), inp.dtype), np.empty((T, N), inp.dtype)
     common = (inp.terminated, inp.truncated, inp.last_values, inp.final_values)
+    gammas = np.full((T, N), s(GAMMA))
+    gamma_lambdas = np.full((T, N), s(GAMMA * LAMBDA))
+    lambdas, one_minus = np.full((T, N), s(LAMBDA)), np.full((T, N), s(1.0 - LAMBDA))
 
     def run_gae():
-        gae_recursion(a["rewards"], a["values"], *common, s(GAMMA), s(GAMMA * LAMBDA),
-                    0, False, out1, out2)
+        gae_recursion(a["rewards"], a["values"], *common, gammas, gamma_lambdas,
+                      inp.truncation_mode, False, out1, out2)
 
     def run_vtrace():  # includes the vectorised exp for the ratios, as in the wrapper
         ratios = np.exp(a["target_log_probs"] - a["behaviour_log_probs"])
-        vtrace_recursion(ratios, a["rewards"], a["values"], *common, s(GAMMA), s(1.0), s(1.0),
-                       s(1.0), s(LAMBDA), s(1.0 - LAMBDA), 0, False, out1, out2)
+        vtrace_recursion(ratios, a["rewards"], a["values"], *common, gammas, s(1.0), s(1.0),
+                         s(1.0), lambdas, one_minus, inp.truncation_mode, False, out1, out2)
     return run_gae, run_vtrace
 
 
@@ -137,11 +148,11 @@ def main(argv=None):
                      best_time(lambda: gae(*[data[k] for k in GAE_KEYS], gamma=GAMMA,
                                            gae_lambda=LAMBDA), args.repeats)))
         run_gae, run_vtrace = bare_kernels(data)
-        rows.append(("gae (bare kernel)", name, best_time(run_gae, args.repeats)))
+        rows.append(("gae (bare loop)", name, best_time(run_gae, args.repeats)))
         rows.append(("vtrace (public wrapper)", name,
                      best_time(lambda: vtrace(*[data[k] for k in VTRACE_KEYS], gamma=GAMMA,
                                               lambda_=LAMBDA), args.repeats)))
-        rows.append(("vtrace (bare kernel)", name, best_time(run_vtrace, args.repeats)))
+        rows.append(("vtrace (bare loop)", name, best_time(run_vtrace, args.repeats)))
         if dtype == np.float32:
             sb3, buf = sb3_runner(data)
             if sb3 is not None:

@@ -8,11 +8,13 @@ Cases (one PPO minibatch each):
   tanh towers; forward (logits, values), categorical log-prob and entropy of the logits, then
   backward of ``sum(w_lp * log_prob) + sum(w_h * entropy) + sum(w_v * values)`` to every
   parameter (fixed random upstream weights ``w``: the PPO loss itself belongs to
-  ``ppo_ref.losses`` and is not timed).
+  ``ppo_ref.spec.losses`` and is not timed). ppo_ref: the readable tier's
+  ``ppo_ref.spec.networks`` and ``ppo_ref.spec.distributions`` (NumPy, whose products are
+  BLAS's).
   torch: ``nn.Sequential`` towers + ``torch.distributions.Categorical`` + autograd.
 * ``lstm``: H = 64, T = 32, N = 8, D = 4, with episode starts inside the sequence; forward over
   the sequence and backward from ``sum(w * h_seq)`` to the input, every parameter and the
-  initial state. torch, two ways: ``nn.LSTM`` over the whole sequence (fused, but it cannot
+  initial state (ppo_ref: the compiled tier's ``ppo_ref.fast.lstm``). torch, two ways: ``nn.LSTM`` over the whole sequence (fused, but it cannot
   reset the state mid-sequence, so it computes less), and the step loop sb3-contrib's
   ``RecurrentPPO`` uses to apply resets (one ``nn.LSTM`` call per step on masked states).
 
@@ -36,11 +38,11 @@ import time
 
 import numpy as np
 
-from ppo_ref.nn.actor_critic import actor_critic_backward, actor_critic_forward, actor_critic_init
-from ppo_ref.nn.distributions import (
+from ppo_ref.spec.distributions import (
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward,
 )
+from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward, actor_critic_init
 
 BATCH, OBS_DIM, N_ACTIONS, NET_ARCH = 256, 4, 2, (64, 64)
 H, T, N, D = 64, 32, 8, 4

@@ -28,7 +28,30 @@ Areas (``--scale`` multiplies every count; each area also stops after ``--area-s
   endless or oversized files, paths leaving the directory) for ``check`` and ``--resume``;
 * ``actors``: kill -9 of one actor of a running actor-learner loop (process backend), timed
   from the kill to the learner's error (clean: ``ActorDiedError`` within 2.5 s, no process
-  left behind).
+  left behind);
+* ``rewrites``: kills aimed at the rewrites of a run directory (tests/resume_kill_driver.py):
+  ``train --resume`` killed with SIGKILL before each of its file operations, at random later
+  points and after random delays; each directory must hold every row and checkpoint it held
+  and still resume; a chain of such kills, resumed to the end, must give the uninterrupted
+  run's files (one case per check);
+* ``env_values``: a junk value (tests/hostile_envs.py ``JUNK``: strings, complex, None,
+  arrays, NaN, wrong shapes, and values that are fine) returned by every env at a random step
+  under each vectorization (sync, sync with reward normalization, ``--vectorization async``,
+  ``--async`` actors): a value the trainer's rule refuses must end the run with exit 3 and one
+  line naming it, one it accepts must train on;
+* ``streams``: commands whose stdout or stderr is a pipe closed before or after the first
+  line, or a closed descriptor: they must do their work (``train`` reaches its target) with no
+  traceback;
+* ``hostile_files``: hostile lock files (symlinks, hard links, FIFOs, directories, junk) and
+  checkpoint files (another run's, a FIFO, ``/dev/zero``, truncated, a number as env id,
+  ``n_envs`` 1e5 and 1e6, contradicting counters, changed episode limits, a foreign run id)
+  under ``eval`` and ``train --resume``: one line within 20 s, nothing outside the run
+  directory touched;
+* ``learner``: faults of the learner of an ``--async`` run (``vf_coef=1e300``,
+  ``learning_rate=1e30``, an exception injected into a random update: FloatingPointError,
+  MemoryError, RuntimeError, SystemExit; an actor killed), then ``train --resume``: exit 3,
+  one line, ``error.log``, a checkpoint with the actor-learner state, and a resume that ends
+  with exit 0 or the same clean failure, no process left behind.
 
 Prints one table: area, cases tried, clean, problems, then the first few problem descriptions.
 """
@@ -51,8 +74,15 @@ import traceback
 # the checkout this script belongs to, not an installed ppo_ref elsewhere
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-BASE_COUNTS = {"api": 2000, "envs": 200, "checkpoints": 300, "cli": 120, "json": 300, "actors": 4}
+BASE_COUNTS = {"api": 2000, "envs": 200, "checkpoints": 300, "cli": 120, "json": 300, "actors": 4,
+               "rewrites": 2, "env_values": 80, "streams": 30, "hostile_files": 60, "learner": 10}
 AREAS = tuple(BASE_COUNTS)
+#: areas whose one case is a batch of cases (each reported on its own)
+BATCH_AREAS = frozenset({"rewrites"})
+TESTS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+HOSTILE = "hostile_envs:Hostile-v0"  # tests/hostile_envs.py, steered by PPO_REF_HOSTILE
+SMALL = ["--set", "n_envs=2", "--set", "n_steps=16", "--set", "batch_size=32", "--set",
+         "n_epochs=1"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -60,8 +90,8 @@ AREAS = tuple(BASE_COUNTS)
 # ---------------------------------------------------------------------------------------------
 
 def _documented_types():
-    from ppo_ref.actor_learner import ActorLearnerError
-    from ppo_ref.rollout import EnvStepError
+    from ppo_ref.distributed import ActorLearnerError
+    from ppo_ref.train.rollout import EnvStepError
     return (ValueError, TypeError, EnvStepError, ActorLearnerError)
 
 
@@ -101,10 +131,10 @@ def _api_case(seed: int):
     rng = random.Random(seed)
     nrng = np.random.default_rng(seed)
     from ppo_ref import gae, vtrace
-    from ppo_ref import losses
-    from ppo_ref.nn import distributions as dist
-    from ppo_ref.nn import mlp
-    from ppo_ref.nn.init import orthogonal
+    from ppo_ref.spec import distributions as dist
+    from ppo_ref.spec import layers as mlp
+    from ppo_ref.spec import losses
+    from ppo_ref.spec.layers import orthogonal
     from ppo_ref._checks import as_float_array, check_count
     from ppo_ref.config import PPOConfig
     T, N = 5, 2
@@ -160,7 +190,7 @@ _TRAINER = {}
 def _trainer():
     if "t" not in _TRAINER:
         from ppo_ref.config import PPOConfig
-        from ppo_ref.ppo import PPOTrainer
+        from ppo_ref.train.ppo import PPOTrainer
         _TRAINER["t"] = PPOTrainer("CartPole-v1", PPOConfig(n_envs=2, n_steps=16, batch_size=32),
                                    seed=0)
     return _TRAINER["t"]
@@ -189,7 +219,7 @@ def _env_case(seed: int):
     import numpy as np
     from gymnasium.vector import AutoresetMode, SyncVectorEnv
     from ppo_ref.config import PPOConfig
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     rng = random.Random(seed)
     field = rng.choice(["obs", "reward", "terminated", "truncated"])
     junk = {
@@ -242,7 +272,7 @@ _CHECKPOINT = {}
 def _checkpoint_case(seed: int, workdir: str):
     """Flip 1-8 random bits of a saved checkpoint and load it."""
     import numpy as np
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref.train.ppo import PPOTrainer
     if "bytes" not in _CHECKPOINT:
         t = _trainer()
         t.learn(64)
@@ -444,8 +474,8 @@ def _json_case(seed: int, workdir: str):
 
 def _actor_case(seed: int, workdir: str):
     """Kill -9 one actor of a running loop; clean when ActorDiedError comes within 2.5 s."""
-    from ppo_ref.actor_learner import (ActorDiedError, AsyncActorLearnerConfig, learner_loop,
-                                       make_learner)
+    from ppo_ref.distributed import (ActorDiedError, AsyncActorLearnerConfig, learner_loop,
+                                     make_learner)
     from ppo_ref.config import PPOConfig
     rng = random.Random(seed)
     n = rng.choice([2, 4, 8, 16])
@@ -476,6 +506,387 @@ def _actor_case(seed: int, workdir: str):
     return "problem", f"{n} actors: the loop finished despite the kill"
 
 
+# ---------------------------------------------------------------------------------------------
+# issue 25's categories: kills aimed at the rewrites, hostile env values under each
+# vectorization, closed streams, hostile lock and checkpoint files, learner faults in --async
+# ---------------------------------------------------------------------------------------------
+
+def _subprocess_env(**extra):
+    env = dict(os.environ)
+    root = os.path.dirname(TESTS_DIR)
+    env["PYTHONPATH"] = os.pathsep.join([root, TESTS_DIR] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.update(extra)
+    return env
+
+
+def _rewrite_case(seed: int, workdir: str):
+    """tests/resume_kill_driver.py: a resume killed (SIGKILL) before every file operation of its
+    rewrite of the run directory, at random later points and after random delays, each
+    directory checked; then a chain of kills resumed to the end and compared with the
+    uninterrupted run. Each check is one case."""
+    import subprocess
+    target = os.path.join(workdir, f"rewrites-{seed}")
+    try:
+        proc = subprocess.run([sys.executable, os.path.join(TESTS_DIR, "resume_kill_driver.py"),
+                               target, "--points", "12", "--random-delays", "6", "--seed",
+                               str(seed)], capture_output=True, text=True, timeout=1800,
+                              env=_subprocess_env())
+    except subprocess.TimeoutExpired:
+        return [("problem", "the kill driver hung")]
+    finally:
+        shutil.rmtree(target, ignore_errors=True)
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        return [("problem", f"the kill driver printed nothing: {proc.stderr[-300:]}")]
+    report = json.loads(lines[-1])
+    failed = report.get("failed_checks", len(report["problems"]))
+    results = [("clean", "")] * (report.get("checks", 0) - failed)
+    results += [("problem", text) for text in report["problems"][:max(failed, 1)]] if failed \
+        else []
+    if report["problems"] and not failed:
+        results.append(("problem", report["problems"][0]))
+    return results
+
+
+def _run_cli_lines(argv, workdir):
+    """``ppo_ref.cli.main(argv)`` in this process: ``(code, stderr lines, traceback?)``."""
+    from ppo_ref import cli
+    err, out = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out), _quiet_warnings():
+            try:
+                code = cli.main(list(argv))
+            except SystemExit as exc:
+                code = exc.code
+            except BaseException as exc:  # noqa: BLE001
+                return None, [f"escaped {type(exc).__name__}: {str(exc)[:120]}"], True
+    finally:
+        os.chdir(cwd)
+    text = err.getvalue()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return code, lines, "Traceback" in text
+
+
+def _env_value_case(seed: int, workdir: str):
+    """One junk value (tests/hostile_envs.py JUNK) returned by every env at a random step,
+    under a random vectorization (sync, sync with reward normalization, async, --async
+    actors): clean when a value the trainer's rule refuses ends the run with exit 3 and one
+    line naming it, and a value it accepts trains on (or ends in a one-line failure that is
+    not about the value); never a traceback, never a silent conversion."""
+    import numpy as np
+    if TESTS_DIR not in sys.path:
+        sys.path.insert(0, TESTS_DIR)
+    import hostile_envs
+    from ppo_ref._checks import env_value_problem
+    rng = random.Random(seed)
+    mode = rng.choice(["sync", "normalized", "async", "actors"])
+    field = rng.choice(["obs", "reward", "terminated", "truncated"])
+    index = rng.randrange(len(hostile_envs.JUNK[field]))
+    value = hostile_envs.JUNK[field][index]
+    at = rng.randint(1, 60)
+    if field == "obs":
+        a = np.asarray(value)
+        bad = a.dtype.kind not in "biuf" or a.shape != (4,) or not np.isfinite(
+            a.astype(np.float64)).all()
+        words = ["observation"]
+    else:
+        bad = env_value_problem(value, field) is not None or (
+            field == "reward" and not np.isfinite(float(np.asarray(value))))
+        words = [field]
+    os.environ["PPO_REF_HOSTILE"] = f"{field}:#{index}@{at}"
+    scratch = os.path.join(workdir, f"values-{seed}")
+    extra = {"sync": [], "normalized": ["--set", "normalize_rewards=True"],
+             "async": ["--vectorization", "async"],
+             "actors": ["--async", "--num-actors", "2"]}[mode]
+    label = f"{mode} {field}={value!r} at step {at}"
+    try:
+        code, lines, traceback_seen = _run_cli_lines(
+            ["train", "--env", HOSTILE, "--run-dir", scratch, "--total-timesteps", "256",
+             "--quiet"] + SMALL + extra, workdir)
+    finally:
+        os.environ.pop("PPO_REF_HOSTILE", None)
+        shutil.rmtree(scratch, ignore_errors=True)
+    left = multiprocessing.active_children()
+    if traceback_seen or code is None:
+        return "problem", f"{label}: traceback {lines[:1]}"
+    if left:
+        return "problem", f"{label}: {len(left)} processes left behind"
+    errors = [line for line in lines if "error" in line]
+    if len(errors) > 1:
+        return "problem", f"{label}: {len(errors)} error lines"
+    if bad:
+        if code != 3 or not errors or not any(w in errors[0] for w in words):
+            return "problem", f"{label}: refused value not reported (exit {code}: {errors[:1]})"
+        return "clean", ""
+    if code == 0 or (code == 3 and errors and not any(f"returned {w}" in errors[0]
+                                                        for w in words)):
+        return "clean", ""
+    return "problem", f"{label}: an accepted value was refused (exit {code}: {errors[:1]})"
+
+
+def _stream_case(seed: int, workdir: str):
+    """A command whose stdout or stderr goes away (a pipe closed before it writes, a pipe closed
+    after its first line, a closed descriptor): clean when the command does its work (train
+    reaches its target and checkpoints; the others their usual exit code) with no traceback."""
+    import subprocess
+    rng = random.Random(seed)
+    run, vec, results = _fixtures(workdir)
+    results_path = os.path.join(workdir, "results.json")
+    if not os.path.exists(results_path):
+        with open(results_path, "w") as fh:
+            json.dump(results, fh)
+    scratch = os.path.join(workdir, f"streams-{seed}")
+    commands = {
+        "train": (["train", "--run-dir", scratch, "--total-timesteps", "512",
+                   "--progress-every", "0"] + SMALL, 0),
+        "details": (["details"], 0),
+        "eval": (["eval", run, "--episodes", "2"], 0),
+        "check": (["check", vec, "--results", results_path], 0),
+        "vectors": (["vectors", "--out", scratch], 0),
+        "bad-flag": (["train", "--n-envs", "-3"], 2),
+    }
+    name = rng.choice(sorted(commands))
+    argv, want = commands[name]
+    stream = rng.choice(["stdout", "stderr"])
+    mode = rng.choice(["closed-pipe", "after-first-line", "closed-fd"])
+    fd = 1 if stream == "stdout" else 2
+    kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    if mode == "closed-fd":
+        kwargs["preexec_fn"] = lambda: os.close(fd)
+    label = f"{name} with {stream} {mode}"
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ppo_ref"] + argv, env=_subprocess_env(),
+                                cwd=workdir, **kwargs)
+        watched = proc.stdout if stream == "stdout" else proc.stderr
+        other = proc.stderr if stream == "stdout" else proc.stdout
+        if mode == "closed-pipe":
+            watched.close()
+        elif mode == "after-first-line":
+            watched.readline()
+            watched.close()
+        other_text = other.read().decode("utf-8", "replace")
+        if not watched.closed:
+            watched.read()
+        code = proc.wait(300)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return "problem", f"{label}: hung"
+    try:
+        if stream == "stdout" and ("Traceback" in other_text or "BrokenPipe" in other_text):
+            return "problem", f"{label}: traceback on stderr"
+        if code != want and not (name == "check" and code == 1):
+            return "problem", f"{label}: exit {code}, expected {want}"
+        if name == "train":
+            from ppo_ref.io.checkpoint import load_checkpoint
+            _, meta = load_checkpoint(os.path.join(scratch, "checkpoint.npz"))
+            if meta["num_timesteps"] != 512:
+                return "problem", f"{label}: training stopped at {meta['num_timesteps']} steps"
+    except Exception as exc:  # noqa: BLE001
+        return "problem", f"{label}: {type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return "clean", ""
+
+
+def _hostile_file_case(seed: int, workdir: str):
+    """A hostile .lock or checkpoint.npz in a copy of a finished run, then ``eval`` or
+    ``train --resume``: clean when the command refuses with one line (or does its work when the
+    file is harmless) within the case timeout, no file outside the run directory is touched,
+    and nothing the refusal did not need to read was built."""
+    import numpy as np
+    from ppo_ref.io.checkpoint import (array_to_json, json_to_array, load_checkpoint,
+                                       save_checkpoint)
+    rng = random.Random(seed)
+    run, _, _ = _fixtures(workdir)
+    other = _other_run(workdir)
+    scratch = os.path.join(workdir, f"files-{seed}")
+    shutil.copytree(run, scratch)
+    precious = os.path.join(workdir, f"precious-{seed}.txt")
+    with open(precious, "w") as fh:
+        fh.write("keep me\n")
+    lock = os.path.join(scratch, ".lock")
+    ckpt = os.path.join(scratch, "checkpoint.npz")
+
+    def rewrite(meta_changes=None, state_change=None):
+        arrays, meta = load_checkpoint(ckpt)
+        meta.update(meta_changes or {})
+        meta.pop("format_version", None)
+        if state_change is not None:
+            state = array_to_json(arrays["state_json"])
+            state_change(state)
+            arrays["state_json"] = json_to_array(state)
+        save_checkpoint(ckpt, arrays, meta)
+
+    def sub_envs(layer, name, value):
+        def change(state):
+            for sub in state["collector"]["sub_envs"]:
+                for entry in sub["layers"]:
+                    if entry["class"] == layer:
+                        entry["attrs"][name] = value
+        return change
+
+    kinds = {
+        "lock-symlink": lambda: os.symlink(precious, lock),
+        "lock-symlink-dev-null": lambda: os.symlink("/dev/null", lock),
+        "lock-dangling-symlink": lambda: os.symlink(os.path.join(workdir, "nowhere"), lock),
+        "lock-hardlink": lambda: os.link(precious, lock),
+        "lock-fifo": lambda: os.mkfifo(lock),
+        "lock-directory": lambda: os.mkdir(lock),
+        "lock-garbage": lambda: open(lock, "wb").write(os.urandom(64)),
+        "ckpt-symlink-other-run": lambda: (os.remove(ckpt), os.symlink(
+            os.path.join(other, "checkpoint.npz"), ckpt)),
+        "ckpt-copy-other-run": lambda: shutil.copy2(os.path.join(other, "checkpoint.npz"), ckpt),
+        "ckpt-fifo": lambda: (os.remove(ckpt), os.mkfifo(ckpt)),
+        "ckpt-directory": lambda: (os.remove(ckpt), os.mkdir(ckpt)),
+        "ckpt-dev-zero": lambda: (os.remove(ckpt), os.symlink("/dev/zero", ckpt)),
+        "ckpt-truncated": lambda: open(ckpt, "r+b").truncate(rng.randrange(1, 4000)),
+        "ckpt-env-id-number": lambda: rewrite({"env_id": 42}),
+        "ckpt-env-id-list": lambda: rewrite({"env_id": ["CartPole-v1"]}),
+        "ckpt-n-envs-1e5": lambda: rewrite({"config": dict(load_checkpoint(ckpt)[1]["config"],
+                                                            n_envs=100_000)}),
+        "ckpt-n-envs-1e6": lambda: rewrite({"config": dict(load_checkpoint(ckpt)[1]["config"],
+                                                            n_envs=10 ** 6)}),
+        "ckpt-n-updates-1e6": lambda: rewrite({"n_updates": 10 ** 6},
+                                              lambda st: st.update(n_updates=10 ** 6)),
+        "ckpt-timesteps-odd": lambda: rewrite({"num_timesteps": 257},
+                                              lambda st: st.update(num_timesteps=257)),
+        "ckpt-max-episode-steps": lambda: rewrite(state_change=sub_envs(
+            "TimeLimit", "_max_episode_steps", rng.choice([1, 10 ** 9, -5, "500", None]))),
+        "ckpt-elapsed-steps": lambda: rewrite(state_change=sub_envs(
+            "TimeLimit", "_elapsed_steps", rng.choice([-1, 10 ** 9, 2.5]))),
+        "ckpt-run-id": lambda: rewrite({"run_id": "0" * 32}),
+        "ckpt-seed-string": lambda: rewrite({"seed": "0"}),
+        "ckpt-trainer-unknown": lambda: rewrite({"trainer": "os.system"}),
+    }
+    kind = rng.choice(sorted(kinds))
+    command = rng.choice(["eval", "resume"])
+    label = f"{kind}, {command}"
+    try:
+        kinds[kind]()
+        argv = (["eval", scratch, "--episodes", "1"] if command == "eval"
+                else ["train", "--resume", scratch, "--total-timesteps", "512", "--quiet"])
+        t0 = time.monotonic()
+        code, lines, traceback_seen = _run_cli_lines(argv, workdir)
+        seconds = time.monotonic() - t0
+        with open(precious) as fh:
+            if fh.read() != "keep me\n":
+                return "problem", f"{label}: a file outside the run directory was changed"
+        if traceback_seen or code is None:
+            return "problem", f"{label}: traceback {lines[:1]}"
+        errors = [line for line in lines if "error" in line]
+        if len(errors) > 1:
+            return "problem", f"{label}: {len(errors)} error lines"
+        # eval only reads a run (it takes no lock); a lock file holding junk is a lock file
+        harmless = kind == "lock-garbage" or command == "eval" and kind.startswith("lock-")
+        if code not in (0, 2) or (code == 2 and harmless):
+            return "problem", f"{label}: exit {code} {errors[:1]}"
+        if code == 0 and not harmless:
+            return "problem", f"{label}: accepted silently"
+        if seconds > 20:
+            return "problem", f"{label}: {seconds:.0f} s before the answer"
+    except Exception as exc:  # noqa: BLE001
+        return "problem", f"{label}: campaign error {type(exc).__name__}: {exc}"
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        os.remove(precious)
+    del np
+    return "clean", ""
+
+
+def _other_run(workdir):
+    """A second finished run (another seed) whose checkpoint hostile cases copy in."""
+    from ppo_ref import cli
+    other = os.path.join(workdir, "other-run")
+    if not os.path.exists(os.path.join(other, "checkpoint.npz")):
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cli.main(["train", "--run-dir", other, "--total-timesteps", "256", "--seed", "7",
+                      "--quiet"])
+    return other
+
+
+def _learner_case(seed: int, workdir: str):
+    """A fault of the learner of an ``--async`` run (a real overflow from a hostile setting, or
+    an exception injected into its update at a random update, or an actor killed), then
+    ``train --resume`` of the directory: clean when the failure is exit 3 with one line, an
+    ``error.log`` and a loadable checkpoint of the last good update, and the resume ends with
+    exit 0 (or fails again the same clean way), with no process left behind."""
+    from ppo_ref.io.checkpoint import load_checkpoint
+    from ppo_ref.io.runlog import RunLogger
+    from ppo_ref.train.ppo import PPOTrainer
+    rng = random.Random(seed)
+    fault = rng.choice(["vf_coef=1e300", "learning_rate=1e30", "FloatingPointError",
+                        "MemoryError", "RuntimeError", "SystemExit", "kill-actor"])
+    at = rng.randint(1, 5)
+    scratch = os.path.join(workdir, f"learner-{seed}")
+    argv = ["train", "--async", "--num-actors", "2", "--run-dir", scratch, "--total-timesteps",
+            "320", "--quiet", "--checkpoint-every", "1e9"] + SMALL
+    label = f"{fault} at update {at}"
+    real_train_on, real_callback = PPOTrainer.train_on, RunLogger.callback
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == at:
+            raise {"FloatingPointError": FloatingPointError("overflow (injected)"),
+                   "MemoryError": MemoryError("out of memory (injected)"),
+                   "RuntimeError": RuntimeError("a bug (injected)"),
+                   "SystemExit": SystemExit(4)}[fault]
+        return real_train_on(self, *args, **kwargs)
+
+    def killing(self, trainer, stats):
+        keep = real_callback(self, trainer, stats)
+        if trainer.n_updates == at and not calls:
+            calls.append(1)
+            children = multiprocessing.active_children()
+            if children:
+                os.kill(rng.choice(children).pid, signal.SIGKILL)
+        return keep
+    try:
+        if fault in ("vf_coef=1e300", "learning_rate=1e30"):
+            argv += ["--set", fault]
+        elif fault == "kill-actor":
+            RunLogger.callback = killing
+        else:
+            PPOTrainer.train_on = failing
+        code, lines, traceback_seen = _run_cli_lines(argv, workdir)
+        PPOTrainer.train_on, RunLogger.callback = real_train_on, real_callback
+        if traceback_seen or code is None:
+            return "problem", f"{label}: traceback {lines[:1]}"
+        if multiprocessing.active_children():
+            return "problem", f"{label}: processes left behind"
+        if code == 0:
+            if fault in ("vf_coef=1e300", "learning_rate=1e30"):
+                return "clean", ""   # the setting trained on without overflowing
+            return "problem", f"{label}: the run ended with exit 0 despite the fault"
+        errors = [line for line in lines if "error" in line]
+        if code != 3 or len(errors) != 1:
+            return "problem", f"{label}: exit {code} with {len(errors)} error lines {errors[:2]}"
+        if not os.path.exists(os.path.join(scratch, "error.log")):
+            return "problem", f"{label}: no error.log"
+        if os.path.exists(os.path.join(scratch, "checkpoint.npz")):
+            _, meta = load_checkpoint(os.path.join(scratch, "checkpoint.npz"))
+            if "actor_learner" not in meta:
+                return "problem", f"{label}: the checkpoint has no actor-learner state"
+        code, lines, traceback_seen = _run_cli_lines(["train", "--resume", scratch, "--quiet"],
+                                                     workdir)
+        if traceback_seen or code not in (0, 3):
+            return "problem", f"{label}: the resume ended with {code} {lines[:2]}"
+        if multiprocessing.active_children():
+            return "problem", f"{label}: the resume left processes behind"
+        if code == 0:
+            _, meta = load_checkpoint(os.path.join(scratch, "checkpoint.npz"))
+            if meta["num_timesteps"] < 320:
+                return "problem", f"{label}: the resume stopped at {meta['num_timesteps']}"
+    except Exception as exc:  # noqa: BLE001
+        return "problem", f"{label}: campaign error {type(exc).__name__}: {exc}"
+    finally:
+        PPOTrainer.train_on, RunLogger.callback = real_train_on, real_callback
+        shutil.rmtree(scratch, ignore_errors=True)
+    return "clean", ""
+
+
 def _run_case(area: str, seed: int, workdir: str):
     if area == "api":
         return _trainer_api_case(seed) if seed % 10 == 0 else _api_case(seed)
@@ -487,6 +898,16 @@ def _run_case(area: str, seed: int, workdir: str):
         return _cli_case(seed, workdir)
     if area == "json":
         return _json_case(seed, workdir)
+    if area == "rewrites":
+        return _rewrite_case(seed, workdir)
+    if area == "env_values":
+        return _env_value_case(seed, workdir)
+    if area == "streams":
+        return _stream_case(seed, workdir)
+    if area == "hostile_files":
+        return _hostile_file_case(seed, workdir)
+    if area == "learner":
+        return _learner_case(seed, workdir)
     return _actor_case(seed, workdir)
 
 
@@ -540,7 +961,8 @@ class _Sandbox:
             return "problem", f"worker crashed (exit code {code})"
         alive = self.proc.is_alive()
         self._kill()
-        return "problem", ("hang past the case timeout" if alive else "worker crashed")
+        return "problem", (f"{area} case {seed}: hang past the case timeout" if alive
+                           else "worker crashed")
 
     def _kill(self):
         if self.proc is not None:
@@ -606,12 +1028,14 @@ def main(argv=None) -> int:
                 for k in range(count):
                     if time.monotonic() - t0 > args.area_seconds:
                         break
-                    status, detail = sandbox.run(area, args.seed * 1_000_003 + k, args.case_timeout)
-                    tried += 1
-                    if status == "clean":
-                        clean += 1
-                    else:
-                        problems[area].append(detail)
+                    timeout = args.case_timeout * (30 if area in BATCH_AREAS else 1)
+                    answer = sandbox.run(area, args.seed * 1_000_003 + k, timeout)
+                    for status, detail in (answer if isinstance(answer, list) else [answer]):
+                        tried += 1
+                        if status == "clean":
+                            clean += 1
+                        else:
+                            problems[area].append(detail)
             finally:
                 sandbox.close()
             rows.append((area, tried, clean, tried - clean, time.monotonic() - t0))

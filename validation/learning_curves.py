@@ -59,9 +59,9 @@ def run_ppo_ref(task: str, seed: int, total_timesteps: int) -> dict:
     import ppo_ref.envs  # noqa: F401  (registers ppo_ref/CartPoleNoVel-v1)
     config = make_config(task)
     if task == "mlp":
-        from ppo_ref.ppo import PPOTrainer as Trainer
+        from ppo_ref import PPOTrainer as Trainer
     else:
-        from ppo_ref.recurrent_ppo import RecurrentPPOTrainer as Trainer
+        from ppo_ref import RecurrentPPOTrainer as Trainer
     trainer = Trainer(TASKS[task]["env_id"], config, seed=seed)
     steps, returns = [], []
 

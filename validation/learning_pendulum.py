@@ -27,7 +27,7 @@ SETTINGS = dict(n_envs=4, n_steps=1024, batch_size=64, n_epochs=10, gamma=0.9, g
 
 def run_ppo_ref(timesteps: int, seed: int):
     from ppo_ref.config import PPOConfig
-    from ppo_ref.ppo import PPOTrainer
+    from ppo_ref import PPOTrainer
     cfg = PPOConfig(normalize_observations=True, normalize_rewards=True, **SETTINGS)
     trainer = PPOTrainer("Pendulum-v1", cfg, seed=seed)
     curve = []

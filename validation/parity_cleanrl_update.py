@@ -33,11 +33,10 @@ import torch as th
 from torch import nn
 
 from parity_common import Row, print_table
-from parity_sb3_update import (N_ACTIONS, OBS_DIM, _BoxEnv, chunks, make_batch, max_param_diff,
-                               params_from_torch, permutations, run_ppo_ref)
+from parity_sb3_update import (N_ACTIONS, OBS_DIM, chunks, make_batch, max_param_diff,
+                               params_from_torch, permutations, run_ppo_ref, spec_policy)
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.policies import SpecMLPPolicy
 
 CLEANRL_LAYOUT = (("actor.0", "pi.w0", "pi.b0"), ("actor.2", "pi.w1", "pi.b1"),
                   ("actor.4", "pi.w2", "pi.b2"), ("critic.0", "vf.w0", "vf.b0"),
@@ -124,8 +123,7 @@ def run(seed: int = 1) -> list:
                                   target_kl=target_kl)
         agent = Agent(OBS_DIM, N_ACTIONS).double()
         params = params_from_torch(agent, CLEANRL_LAYOUT)
-        policy = SpecMLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
-        batch = make_batch(rng, policy, params, config.n_steps)
+        batch = make_batch(rng, spec_policy(config), params, config.n_steps)
         perms = permutations(rng, config.n_steps, config.n_epochs)
         new_params, stats = run_ppo_ref(config, params, batch, perms)
         info = cleanrl_update(agent, batch, perms, lr=config.learning_rate,

@@ -1,5 +1,6 @@
-"""Recurrent policy parity: ppo_ref's ``RecurrentPolicy`` vs sb3-contrib's ``MlpLstmPolicy``
-(``RecurrentActorCriticPolicy``) with copied weights, over a sequence with episode starts.
+"""Recurrent policy parity: ppo_ref's ``RecurrentPolicy`` (``ppo_ref.train.policies``, on the
+default backend's tier) vs sb3-contrib's ``MlpLstmPolicy`` (``RecurrentActorCriticPolicy``) with
+copied weights, over a sequence with episode starts.
 
 Architecture mapping (sb3-contrib 2.x, ``enable_critic_lstm=True``, ``shared_lstm=False``, the
 defaults, = ppo_ref ``lstm_shared=False``)::
@@ -41,7 +42,9 @@ from gymnasium import spaces
 from parity_common import Row, compare, expect_difference, print_table
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.recurrent_policies import LSTMStates, RecurrentPolicy
+from ppo_ref.spec.recurrent_networks import LSTMStates
+from ppo_ref.tiers import tier_for
+from ppo_ref.train.policies import RecurrentPolicy
 
 OBS_DIM, N_ACTIONS, HIDDEN = 5, 3, 8
 T, N = 9, 3
@@ -137,14 +140,17 @@ def run_case(net_arch, shared_lstm: bool, seed: int = 0):
     rng = np.random.default_rng(seed)
     policy_c = contrib_policy(net_arch, shared_lstm, seed)
     config = PPOConfig(net_arch=tuple(net_arch), lstm_hidden_size=HIDDEN, lstm_shared=shared_lstm)
-    ours = RecurrentPolicy(OBS_SPACE, ACT_SPACE, config)
-    params = ours.as_flat(params_from_contrib(policy_c, net_arch, shared_lstm))
+    ours = RecurrentPolicy(OBS_SPACE, ACT_SPACE, config, tier_for(config.backend))
+    params = params_from_contrib(policy_c, net_arch, shared_lstm)
     assert set(ours.init_params(np.random.default_rng(0))) == set(params), "key mismatch"
     obs, actions, starts, h0, c0, w = sequence_data(rng)
     n_lstm = 1 if shared_lstm else 2
     state = LSTMStates(h0[:n_lstm], c0[:n_lstm])
-    ev = ours.evaluate(params, obs, actions, state, starts)
-    grads = ours.backward(params, ev.cache, w["log_probs"], w["entropy"], w["values"])
+    log_probs, entropy, values, cache = ours.evaluate(params, (obs, actions, state, starts))
+    ev = {"log_probs": log_probs.reshape(T, N), "entropy": entropy.reshape(T, N),
+          "values": values.reshape(T, N)}
+    grads = ours.backward(params, cache, w["log_probs"].reshape(-1), w["entropy"].reshape(-1),
+                          w["values"].reshape(-1))
 
     t = lambda a: th.as_tensor(a, dtype=th.float64)  # noqa: E731
     vf_state = (t(h0[-1:]), t(c0[-1:]))
@@ -169,16 +175,17 @@ def run() -> list:
     for net_arch in ((64,), ()):
         case = f"MlpLstmPolicy net_arch={list(net_arch)}"
         ev, grads, theirs, g_theirs = run_case(net_arch, shared_lstm=False)
-        rows.append(compare(case, "log_probs", ev.log_probs, theirs["log_probs"], 1e-10,
+        rows.append(compare(case, "log_probs", ev["log_probs"], theirs["log_probs"], 1e-10,
                             f"[T={T}, N={N}], resets at t=0 and mid-sequence, stored states"))
-        rows.append(compare(case, "values", ev.values, theirs["values"], 1e-10, "float64"))
-        rows.append(compare(case, "entropy", ev.entropy, theirs["entropy"], 1e-10, "float64"))
+        rows.append(compare(case, "values", ev["values"], theirs["values"], 1e-10, "float64"))
+        rows.append(compare(case, "entropy", ev["entropy"], theirs["entropy"], 1e-10,
+                            "float64"))
         err = max(float(np.max(np.abs(grads[k] - g_theirs[k]))) for k in g_theirs)
         rows.append(Row(case, "all parameter gradients", err, 1e-9, err <= 1e-9,
                         f"BPTT vs torch autograd over {len(g_theirs)} arrays"))
     case = "MlpLstmPolicy shared_lstm=True, net_arch=[64]"
     ev, grads, theirs, g_theirs = run_case((64,), shared_lstm=True)
-    rows.append(compare(case, "log_probs + values", np.stack([ev.log_probs, ev.values]),
+    rows.append(compare(case, "log_probs + values", np.stack([ev["log_probs"], ev["values"]]),
                         np.stack([theirs["log_probs"], theirs["values"]]), 1e-10,
                         "forward agrees"))
     towers = [k for k in g_theirs if not k.startswith("lstm")]

@@ -41,9 +41,10 @@ from gymnasium import spaces
 from parity_common import Row, print_table
 
 from ppo_ref.config import PPOConfig
-from ppo_ref.optim import adam_init
-from ppo_ref.policies import SpecMLPPolicy
+from ppo_ref.spec.optim import adam_init
 from ppo_ref.spec.update import Minibatch, run_epochs
+from ppo_ref.tiers import tier_for
+from ppo_ref.train.policies import MLPPolicy
 
 OBS_DIM, N_ACTIONS = 4, 3
 
@@ -84,14 +85,19 @@ def max_param_diff(params: dict, module, layout=TOWER_LAYOUT) -> float:
     return max(float(np.max(np.abs(params[k] - other[k]))) for k in other)
 
 
-def make_batch(rng, policy: SpecMLPPolicy, params: dict, n_rows: int) -> dict:
+def spec_policy(config: PPOConfig) -> MLPPolicy:
+    """The MLP policy of ``config`` on the readable tier (plain NumPy float64)."""
+    return MLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config, tier_for("spec"))
+
+
+def make_batch(rng, policy: MLPPolicy, params: dict, n_rows: int) -> dict:
     """Flat rollout rows; old log-probs and values from the initial policy itself."""
     obs = rng.normal(size=(n_rows, OBS_DIM))
     actions = rng.integers(0, N_ACTIONS, n_rows)
-    ev = policy.evaluate(params, obs, actions)
-    return {"observations": obs, "actions": actions, "old_log_probs": ev.log_probs,
-            "old_values": ev.values, "advantages": rng.normal(size=n_rows),
-            "returns": ev.values + rng.normal(size=n_rows)}
+    log_probs, _, values, _ = policy.evaluate(params, (obs, actions))
+    return {"observations": obs, "actions": actions, "old_log_probs": log_probs,
+            "old_values": values, "advantages": rng.normal(size=n_rows),
+            "returns": values + rng.normal(size=n_rows)}
 
 
 def permutations(rng, n_rows: int, n_epochs: int):
@@ -104,7 +110,7 @@ def chunks(perm, batch_size):
 
 def run_ppo_ref(config: PPOConfig, params: dict, batch: dict, perms) -> tuple:
     """ppo_ref's update through ``run_epochs`` with the given minibatch order."""
-    policy = SpecMLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
+    policy = spec_policy(config)
 
     def minibatches(epoch):
         for idx in chunks(perms[epoch], config.batch_size):
@@ -112,13 +118,9 @@ def run_ppo_ref(config: PPOConfig, params: dict, batch: dict, perms) -> tuple:
                             batch["returns"][idx], batch["old_values"][idx],
                             (batch["observations"][idx], batch["actions"][idx]))
 
-    def evaluate(p, data):
-        ev = policy.evaluate(p, *data)
-        return ev.log_probs, ev.entropy, ev.values, ev.cache
-
     new_params, _, stats = run_epochs(
         dict(params), adam_init(params), config=config, lr=config.learning_rate,
-        clip_range=config.clip_range, minibatches=minibatches, evaluate=evaluate,
+        clip_range=config.clip_range, minibatches=minibatches, evaluate=policy.evaluate,
         backward=policy.backward)
     return new_params, stats
 
@@ -178,9 +180,8 @@ SCENARIOS = {
 
 class _InjectedPermutations:
     """Stands in for ``PPOTrainer.minibatch_rng``, giving the given permutations in order
-    through both ways the minibatch functions draw: ``permutation(n)`` (one epoch) and
-    ``permuted(x, axis=1, out=x)`` (every row of ``x`` shuffled by the next permutation, as
-    ``ppo_ref.fast.update.epoch_permutations`` draws all epochs at once)."""
+    through ``permutation(n)``, the one draw per epoch of
+    ``ppo_ref.spec.update.feedforward_minibatches``."""
 
     def __init__(self, perms):
         self._perms = iter(perms)
@@ -189,12 +190,6 @@ class _InjectedPermutations:
         perm = np.asarray(next(self._perms))
         assert len(perm) == n
         return perm
-
-    def permuted(self, x, axis, out):
-        assert axis == 1 and out is x and x.ndim == 2
-        for row in x:
-            row[:] = row[self.permutation(len(row))]
-        return x
 
 
 def run_trainer_scenario(seed: int = 0) -> list:
@@ -205,8 +200,8 @@ def run_trainer_scenario(seed: int = 0) -> list:
     trainer receives SB3's permutations with every row index mapped accordingly.
     """
     from parity_gae_sb3 import sb3_gae
-    from ppo_ref.ppo import PPOTrainer
-    from ppo_ref.rollout import Rollout
+    from ppo_ref import PPOTrainer, episode_starts
+    from ppo_ref.train.rollout import Rollout
 
     rng = np.random.default_rng(seed + 100)
     T, N = 16, 2
@@ -217,21 +212,21 @@ def run_trainer_scenario(seed: int = 0) -> list:
     venv = gym.vector.SyncVectorEnv([_BoxEnv for _ in range(N)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     trainer = PPOTrainer(venv, config, seed=seed)
-    trainer.params = trainer.policy.as_flat(params)  # the one-buffer layout the fast update takes
+    trainer.params = params
     trainer.adam_state = adam_init(params)
     policy = trainer.policy
     obs = rng.normal(size=(T, N, OBS_DIM))
     actions = rng.integers(0, N_ACTIONS, (T, N))
-    ev = policy.evaluate(trainer.params, obs.reshape(T * N, OBS_DIM), actions.reshape(-1))
-    values, log_probs = ev.values.reshape(T, N), ev.log_probs.reshape(T, N)
+    log_probs, _, values, _ = policy.evaluate(params, (obs.reshape(T * N, OBS_DIM),
+                                                       actions.reshape(-1)))
+    values, log_probs = values.reshape(T, N), log_probs.reshape(T, N)
     terminated = rng.random((T, N)) < 0.1
     truncated = rng.random((T, N)) < 0.25
     fold = truncated & ~terminated
-    final_values = np.where(fold, policy.values(trainer.params, rng.normal(size=(T * N, OBS_DIM)))
-                            .reshape(T, N), 0.0)
-    last_values = policy.values(trainer.params, rng.normal(size=(N, OBS_DIM)))
+    final_values = np.where(fold, policy.values(params, rng.normal(size=(T * N, OBS_DIM)),
+                                                None, None).reshape(T, N), 0.0)
+    last_values = policy.values(params, rng.normal(size=(N, OBS_DIM)), None, None)
     initial = np.ones(N, dtype=bool)
-    from ppo_ref import episode_starts
     rollout = Rollout(observations=obs, actions=actions, rewards=rng.normal(size=(T, N)),
                       terminated=terminated, truncated=truncated,
                       episode_starts=episode_starts(terminated, truncated, initial),
@@ -267,8 +262,7 @@ def run(seed: int = 0) -> list:
         n_rows = config.n_steps  # one env
         model = sb3_model(config, seed)
         params = params_from_torch(model.policy)
-        policy = SpecMLPPolicy(_BoxEnv.observation_space, _BoxEnv.action_space, config)
-        batch = make_batch(rng, policy, params, n_rows)
+        batch = make_batch(rng, spec_policy(config), params, n_rows)
         perms = permutations(rng, n_rows, config.n_epochs)
         new_params, stats = run_ppo_ref(config, params, batch, perms)
         n_sb3 = run_sb3(model, batch, perms, config.batch_size)

@@ -30,7 +30,7 @@ import ppo_ref
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax in float64 (independent of ppo_ref.nn, on purpose)."""
+    """Row-wise log-softmax in float64 (independent of ppo_ref.spec.distributions, on purpose)."""
     z = np.asarray(logits, dtype=np.float64)
     z = z - z.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))

@@ -1,4 +1,5 @@
-"""Cross-check against PyTorch: MLP actor-critic, distributions, orthogonal init, Adam.
+"""Cross-check of the readable tier against PyTorch: the MLP actor-critic
+(ppo_ref.spec.networks), the distributions, orthogonal init, Adam (ppo_ref.spec.optim).
 
 Skipped when torch is not installed. Weights are copied from ppo_ref into torch modules
 (torch's ``nn.Linear`` has the same ``[out, in]`` layout), everything runs in float64, and the
@@ -12,15 +13,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ppo_ref.nn.actor_critic import (  # noqa: E402
-    actor_critic_backward, actor_critic_forward, actor_critic_init,
-)
-from ppo_ref.nn.distributions import (  # noqa: E402
+from ppo_ref.spec.distributions import (  # noqa: E402
     categorical_entropy, categorical_entropy_backward, categorical_log_prob,
     categorical_log_prob_backward, gaussian_entropy, gaussian_entropy_backward, gaussian_log_prob,
     gaussian_log_prob_backward,
 )
-from ppo_ref.nn.init import orthogonal  # noqa: E402
+from ppo_ref.spec.layers import orthogonal  # noqa: E402
+from ppo_ref.spec.networks import (  # noqa: E402
+    actor_critic_backward, actor_critic_forward, actor_critic_init,
+)
 
 TOL = dict(rtol=1e-10, atol=1e-10)
 
@@ -185,7 +186,7 @@ def test_orthogonal_init_statistics_match_torch(shape):
 
 
 def test_adam_equals_torch_adam_over_several_steps():
-    from ppo_ref.optim import adam_init, adam_update
+    from ppo_ref.spec.optim import adam_init, adam_update
 
     rng = np.random.default_rng(8)
     params = {"w": rng.standard_normal((4, 3)), "b": rng.standard_normal(4),

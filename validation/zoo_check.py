@@ -31,8 +31,8 @@ import numpy as np
 def train_and_evaluate(env_id: str, timesteps: int, seed: int, eval_episodes: int):
     """``(last-20 mean return, eval mean, eval std, wall seconds, steps)`` of one default run."""
     from ppo_ref import cli
-    from ppo_ref.checkpoint import load_checkpoint
-    from ppo_ref.runlog import mean_last, read_csv
+    from ppo_ref.io.checkpoint import load_checkpoint
+    from ppo_ref.io.runlog import mean_last, read_csv
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = os.path.join(tmp, "run")
         argv = ["train", "--env", env_id, "--seed", str(seed), "--run-dir", run_dir, "--quiet",

@@ -12,7 +12,8 @@ from typing import Dict, Optional
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
-           "policy_of_trainer", "probe_env", "SigintStopper", "rollout_note"]
+           "policy_of_trainer", "probe_env", "SigintStopper", "rollout_note", "check_n_envs",
+           "saved_config", "close_quickly"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -65,14 +66,91 @@ def building(what: str):
     try:
         with user_input(what):
             yield
-    except UsageError:
+    except (UsageError, KeyboardInterrupt):
         raise
-    except Exception as exc:  # noqa: BLE001 -- an env's own failure, reported in one line
+    except BaseException as exc:  # noqa: BLE001 -- an env's own failure (SystemExit too)
         raise UsageError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from None
 
 
 def one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def check_n_envs(value, source: str) -> None:
+    """The one bound of ``n_envs`` (:data:`MAX_N_ENVS`), whatever gave it (``--n-envs``,
+    ``--set n_envs=``, a checkpoint's or a config.json's config): :class:`UsageError` naming
+    ``source``, raised before anything is built."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_N_ENVS:
+        raise UsageError(f"{source}: n_envs must be in [1, {MAX_N_ENVS}] (each env is a Python "
+                         f"object or a process of this machine), got {value!r}")
+
+
+def saved_config(config_dict, source: str):
+    """The :class:`~ppo_ref.config.PPOConfig` a checkpoint or config.json records, checked
+    (:func:`check_n_envs`) before anything is built from it; :class:`UsageError` naming
+    ``source`` otherwise."""
+    from ppo_ref.config import PPOConfig
+    with user_input(f"{source}: bad config"):
+        if not isinstance(config_dict, dict):
+            raise ValueError("not a JSON object")
+        config = PPOConfig.from_dict(config_dict)
+    check_n_envs(config.n_envs, source)
+    return config
+
+
+def _abandon(env, workers) -> None:
+    """Finish a vector env whose ``close`` failed: kill its workers, close its pipes and mark it
+    closed (so that its ``__del__`` does not try again and print the failure at exit)."""
+    for worker in workers:
+        try:
+            if worker.is_alive():
+                worker.kill()
+            worker.join(1.0)
+        except Exception:  # noqa: BLE001
+            pass
+    for pipe in getattr(env, "parent_pipes", None) or []:
+        try:
+            if pipe is not None:
+                pipe.close()
+        except Exception:  # noqa: BLE001
+            pass
+    if env is not None and hasattr(env, "closed"):
+        env.closed = True
+
+
+def close_quickly(trainer, seconds: float) -> None:
+    """Close ``trainer`` (its envs), giving them ``seconds``: env worker processes that have
+    not closed by then (an env hung in ``step`` or ``close``, a dead worker's pipe) are killed,
+    so the command always ends; what closing raises is not reported (the run's outcome was
+    reported already)."""
+    import threading
+    import warnings
+    close = getattr(trainer, "close", None)
+    if close is None:
+        return
+    env = getattr(trainer, "env", None)
+    workers = list(getattr(env, "processes", None) or [])  # gymnasium's AsyncVectorEnv
+    done = threading.Event()
+
+    def run():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "calling close while waiting for step"
+                close()
+        except BaseException:  # noqa: BLE001  (a dead or killed worker's pipe: EOFError)
+            _abandon(env, workers)
+        finally:
+            done.set()
+    thread = threading.Thread(target=run, name="ppo_ref-close", daemon=True)
+    thread.start()
+    if done.wait(seconds):
+        return
+    for worker in workers:
+        try:
+            worker.kill()
+        except Exception:  # noqa: BLE001  (already gone)
+            pass
+    done.wait(1.0)
 
 
 def import_target(target: str):

@@ -6,7 +6,8 @@ import os
 import sys
 
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, MAX_EPISODES, MAX_SEED, UsageError,
-                                building, probe_env, trainer_class_by_name, user_input)
+                                building, close_quickly, probe_env, saved_config,
+                                trainer_class_by_name, user_input)
 
 __all__ = ["configure_eval", "cmd_eval"]
 
@@ -28,7 +29,7 @@ def _checkpoint_path(path: str) -> str:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     import numpy as np
-    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint
+    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UsageError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
@@ -43,7 +44,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
                          f"and at the end")
     with user_input():
         _, meta = load_checkpoint(path)
+        vet_checkpoint_metadata(meta, f"checkpoint {path!r}")
         check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
+    if path != args.run_dir:  # a run directory: its checkpoint must be its run's
+        from ppo_ref.cli.train import _check_same_run, _read_run_info
+        try:
+            info = _read_run_info(args.run_dir)
+        except UsageError:  # eval needs nothing from a damaged config.json
+            info = {}
+        _check_same_run(args.run_dir, info, meta,
+                        f"eval {args.run_dir}", f"or evaluate that file itself: ppo-ref eval "
+                        f"{path}")
+    saved_config(meta["config"], f"checkpoint {path!r}")  # bounds, before any env is made
     cls = trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
         probe_env(meta["env_id"])
@@ -55,7 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print("ppo-ref eval: interrupted (Ctrl-C); no result", file=sys.stderr)
         return 130
     finally:
-        trainer.close()
+        close_quickly(trainer, 10.0)
     mode = "deterministic" if args.deterministic else "stochastic"
     print(f"{meta.get('env_id')}: {len(returns)} episodes ({mode}) after {meta.get('num_timesteps')} "
           f"steps: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} (std)")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
@@ -65,6 +67,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _ReaderGone:
+    """A stdout or stderr whose reader may go away (``ppo-ref train | head``, a closed terminal):
+    the first write or flush that fails with ``OSError`` (``EPIPE``, ``EBADF``, ``EIO``, a
+    full disk) or ``ValueError`` (a closed stream) ends this stream's printing, quietly; the
+    command goes on (training is never stopped by its output). The process's own descriptor is
+    then pointed at ``/dev/null``, so the interpreter's last flush does not complain."""
+
+    def __init__(self, stream, fd: Optional[int]):
+        self._stream = stream
+        self._fd = fd
+        self.gone = stream is None  # Python's stand-in for a descriptor closed at start-up
+
+    def _lost(self) -> None:
+        self.gone = True
+        if self._fd is not None:
+            try:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self._fd)
+                os.close(null)
+            except OSError:
+                pass
+
+    def write(self, text):
+        if self.gone:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            self._lost()
+            return len(text)
+
+    def flush(self):
+        if self.gone:
+            return
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._lost()
+
+    def isatty(self) -> bool:
+        return not self.gone and bool(getattr(self._stream, "isatty", lambda: False)())
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _guarded_streams():
+    """``sys.stdout`` and ``sys.stderr`` as :class:`_ReaderGone` for the block (restored after)."""
+    saved = sys.stdout, sys.stderr
+    fds = {id(sys.__stdout__): 1, id(sys.__stderr__): 2}
+    sys.stdout = _ReaderGone(saved[0], fds.get(id(saved[0])))
+    sys.stderr = _ReaderGone(saved[1], fds.get(id(saved[1])))
+    try:
+        yield
+    finally:
+        for guard in (sys.stdout, sys.stderr):
+            guard.flush()
+        sys.stdout, sys.stderr = saved
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``ppo-ref`` and ``python -m ppo_ref``; returns the exit code.
 
@@ -73,8 +136,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     ``ppo-ref <command>: error: <message>`` with exit status 2; a full disk (``ENOSPC``,
     ``EDQUOT``, ``EFBIG`` while writing) as one line with exit status 1; Ctrl-C outside the
     training loop (while the trainer is built, say) as one line with exit status 130; other
-    exceptions are bugs and keep their traceback.
+    exceptions are bugs and keep their traceback. A stdout or stderr that closes (``ppo-ref
+    train | head``) ends the printing, never the command (:class:`_ReaderGone`).
     """
+    with _guarded_streams():
+        code = _main(argv)
+    if argv is None:
+        # the program ends here: leave its objects to the process's end instead of one last
+        # collection over all of them (halves the exit, e.g. after a second Ctrl-C)
+        import gc
+        gc.freeze()
+    return code
+
+
+def _main(argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["train"] + argv
@@ -92,7 +167,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as exc:
         if exc.errno not in _FULL_ERRNOS:
             raise
-        where = f" writing {exc.filename}" if exc.filename else ""
-        print(f"ppo-ref {args.command}: error:{where}: {exc.strerror or exc} (free some space "
+        where = f" writing {exc.filename}:" if exc.filename else ""
+        print(f"ppo-ref {args.command}: error:{where} {exc.strerror or exc} (free some space "
               f"and run the command again)", file=sys.stderr)
         return 1

@@ -97,7 +97,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = args.output or os.path.join(args.run_dir, "learning_curve.png")
     try:
         with user_input(f"cannot write {out}"):
-            fig.savefig(out, dpi=100)
+            import io
+            from ppo_ref.io.checkpoint import write_atomic
+            if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+                raise FileNotFoundError(2, "No such file or directory", out)
+            image = io.BytesIO()  # the whole image first, then replaced at once
+            fig.savefig(image, dpi=100, format=os.path.splitext(out)[1][1:].lower() or "png")
+            write_atomic(out, image.getvalue())
     finally:
         plt.close(fig)
     print(f"wrote {out}")

@@ -18,13 +18,14 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
-                                TRAINERS, SigintStopper, UsageError, building, one_line,
-                                policy_of_trainer, probe_env, rollout_note, trainer_class,
-                                trainer_class_by_name, user_input)
+                                TRAINERS, SigintStopper, UsageError, building, check_n_envs,
+                                close_quickly, one_line, policy_of_trainer, probe_env,
+                                rollout_note, saved_config, trainer_class, trainer_class_by_name,
+                                user_input)
 
 __all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "default_policy",
            "default_timesteps", "zoo_note", "make_unique_dir", "list_fields", "run_training",
@@ -254,33 +255,41 @@ def list_fields(args: argparse.Namespace, stream=None) -> int:
     return 0
 
 
-def run_training(trainer, logger, total_timesteps: int) -> int:
+def run_training(trainer, logger, total_timesteps: int, *,
+                 learn: Optional[Callable[[], Optional[str]]] = None) -> int:
     """Drive ``trainer.learn`` with ``logger``: the checkpoint is written at the end, on Ctrl-C
-    and on any exception raised while training (an env raising in ``step``/``reset``, an env
-    error, a non-finite update, a bug): then the last good state (the snapshot of the last
-    completed update, whose counters and CSV rows agree) is saved, one line is printed and the
-    traceback goes to ``<run_dir>/error.log``. A run that reaches its target ends with the
-    one-line summary of :meth:`ppo_ref.io.runlog.RunLogger.finish` (also with ``--quiet``).
-    Returns the exit code (0; 130 interrupted; 3 training failed). Reusable by the recurrent and actor-learner entry points."""
+    and on any failure while training (an env raising in ``step``/``reset``, ``SystemExit`` or
+    any other ``BaseException`` from env code included; an env error; a non-finite update; an
+    actor or the learner of the actor-learner failing; a bug): then the last good state (the
+    snapshot of the last completed update, whose counters and CSV rows agree) is saved, one
+    line is printed and the traceback goes to ``<run_dir>/error.log``. A run that reaches its
+    target ends with the one-line summary of :meth:`ppo_ref.io.runlog.RunLogger.finish` (also
+    with ``--quiet``). ``learn``: what trains instead of ``trainer.learn(total_timesteps,
+    callback=logger.callback)`` (the actor-learner's loop); it may return text for the summary
+    line. Returns the exit code (0; 130 interrupted; 3 training failed)."""
     logger.begin(trainer)
     code = 0
+    extra = None
     try:
         with SigintStopper(logger):
-            trainer.learn(total_timesteps, callback=logger.callback)
+            if learn is None:
+                trainer.learn(total_timesteps, callback=logger.callback)
+            else:
+                extra = learn()
         logger.save(trainer)
     except KeyboardInterrupt:
         path, note = _save_last_good(logger, trainer)
         print(f"\nppo-ref: interrupted; {note}", file=sys.stderr)
         logger.close()
         return 130
-    except Exception as exc:  # noqa: BLE001 -- every failure keeps the finished work
+    except BaseException as exc:  # noqa: BLE001 -- every failure keeps the finished work
         return _training_failed(trainer, logger, exc)
     if logger.stop_requested:
         code = 130
         print(f"ppo-ref: stopped at {trainer.num_timesteps} steps; resume with "
               f"ppo-ref train --resume {logger.run_dir}", file=sys.stderr)
     else:
-        logger.finish(trainer)
+        logger.finish(trainer, extra or "")
     logger.close()
     return code
 
@@ -306,17 +315,26 @@ def _save_last_good(logger, trainer):
 def _training_failed(trainer, logger, exc: BaseException) -> int:
     """The one-line report of a training failure after saving the last good state; exit 3."""
     import traceback
+    from ppo_ref.distributed.messages import ActorLearnerError
     from ppo_ref.train.rollout import EnvStepError
     log_note = ""
     try:
         with open(os.path.join(logger.run_dir, "error.log"), "a", encoding="utf-8") as fh:
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+            actor_traceback = getattr(exc, "actor_traceback", "")
+            if actor_traceback:
+                fh.write(f"--- the traceback actor {getattr(exc, 'agent_id', '?')} sent ---\n"
+                         f"{actor_traceback.rstrip()}\n")
         log_note = f" (traceback in {os.path.join(logger.run_dir, 'error.log')})"
     except OSError:
         pass
     _, note = _save_last_good(logger, trainer)
-    what = (f"environment error: {one_line(exc)}" if isinstance(exc, EnvStepError)
-            else f"training failed: {type(exc).__name__}: {one_line(exc)}")
+    if isinstance(exc, EnvStepError):
+        what = f"environment error: {one_line(exc)}"
+    elif isinstance(exc, ActorLearnerError):
+        what = f"actor-learner error: {one_line(exc)}"
+    else:
+        what = f"training failed: {type(exc).__name__}: {one_line(exc)}"
     print(f"ppo-ref train: error: {what}; {note}{log_note}", file=sys.stderr)
     try:
         logger.close()
@@ -336,8 +354,8 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     from ppo_ref.train.ppo import check_kernel_threads
     with user_input():
         check_kernel_threads(args.threads, "--threads", none_ok=False)
-    if args.n_envs is not None and not 1 <= args.n_envs <= MAX_N_ENVS:
-        raise UsageError(f"--n-envs must be in [1, {MAX_N_ENVS}], got {args.n_envs}")
+    if args.n_envs is not None:
+        check_n_envs(args.n_envs, "--n-envs")
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise UsageError(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
     if args.num_actors is not None and args.num_actors > MAX_NUM_ACTORS:
@@ -383,6 +401,27 @@ LOCK_FILE = ".lock"
 _HELD_LOCKS: set = set()  # lock files this process holds (real paths)
 
 
+def _open_lock_file(run_dir: str, path: str) -> int:
+    """Open (create) the lock file without following a symlink, and only if it is a plain file
+    of its own (not a FIFO, device or directory, and no hard link to a file elsewhere): it is
+    truncated and written with the pid, which must never reach another file."""
+    import stat
+    refuse = (f"{run_dir}: its lock file {LOCK_FILE} is not a plain file of its own (a symlink, "
+              f"hard link, FIFO, device or directory): refusing to write it; remove {path} if "
+              "no ppo-ref process uses the directory")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if os.path.islink(path) or os.path.isdir(path):
+            raise UsageError(refuse) from None
+        raise UsageError(f"cannot lock the run directory {run_dir}: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # 0: its holder just removed it
+        os.close(fd)
+        raise UsageError(refuse)
+    return fd
+
+
 @contextlib.contextmanager
 def run_dir_lock(run_dir: str, created: bool = False):
     """Hold the run directory ``run_dir`` (created if needed) for one writer: an exclusive
@@ -398,8 +437,7 @@ def run_dir_lock(run_dir: str, created: bool = False):
         os.makedirs(run_dir, exist_ok=True)
     path = os.path.join(run_dir, LOCK_FILE)
     while True:
-        with user_input(f"cannot lock the run directory {run_dir}"):
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock_file(run_dir, path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -467,6 +505,32 @@ def _read_run_info(run_dir: str) -> Dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
+def _check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any],
+                    command: Optional[str] = None, advice: Optional[str] = None) -> None:
+    """The checkpoint must belong to the run its directory describes: the same run id (both
+    written at the run's creation; a run from before run ids has none), and the env, policy
+    and seed config.json records. A checkpoint copied in from another run would otherwise
+    continue that other run into this directory's CSV files (``--resume``), or be reported as
+    this run's (``eval``)."""
+    command = command or f"--resume {run_dir}"
+    advice = advice or "or start that run in a directory of its own"
+
+    def refuse(what: str):
+        raise UsageError(f"{command}: checkpoint.npz is not this run's ({what}): a checkpoint "
+                         f"copied in from another run? Put the run's own checkpoint back, "
+                         f"{advice}")
+    ids = info.get("run_id"), meta.get("run_id")
+    if all(isinstance(i, str) for i in ids) and ids[0] != ids[1]:
+        refuse(f"run id {ids[1]}, config.json's {ids[0]}")
+    if "env_id" in info and info.get("env_id") != meta.get("env_id"):
+        refuse(f"env {meta.get('env_id')!r}, config.json's {info.get('env_id')!r}")
+    if "seed" in info and info.get("seed") != meta.get("seed"):
+        refuse(f"seed {meta.get('seed')!r}, config.json's {info.get('seed')!r}")
+    policy = meta.get("policy") or policy_of_trainer(meta.get("trainer"))
+    if isinstance(info.get("policy"), str) and info.get("policy") != policy:
+        refuse(f"policy {policy!r}, config.json's {info.get('policy')!r}")
+
+
 def _saved_preset(info: Dict[str, Any], env_id: str) -> Optional[str]:
     """The preset name a run was started with: recorded in config.json (``preset``), else read
     from its recorded command line; None when neither says."""
@@ -531,7 +595,7 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
     The run directory is locked (on ``hold``) before anything in it is read or written. A
     directory with a ``config.json`` but no checkpoint (a run that failed or was killed before
     its first checkpoint) is restarted from scratch with its saved settings."""
-    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint
+    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
     run_dir = args.resume
     path = os.path.join(run_dir, "checkpoint.npz")
     if not os.path.isdir(run_dir) or not (os.path.isfile(path) or
@@ -539,14 +603,19 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
         raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
     hold.enter_context(run_dir_lock(run_dir))
     info = _read_run_info(run_dir)
-    if info.get("mode") == "async":
-        raise UsageError(f"--resume {run_dir}: resuming an --async (actor-learner) run is not "
-                         "supported (ppo-ref eval works on its checkpoint)")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        # never taken for "no checkpoint": restarting would replace the run's CSV files
+        raise UsageError(f"--resume {run_dir}: its checkpoint.npz is not a regular file (a "
+                         "FIFO, device, directory or dangling symlink): refusing to touch the "
+                         "run; put the run's checkpoint back")
     if not os.path.isfile(path):
         return _train_restart(args, run_dir, info)
     with user_input(f"--resume {run_dir}"):
         _, meta = load_checkpoint(path)
+        vet_checkpoint_metadata(meta, f"checkpoint {path!r}")
         check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
+    saved_config(meta["config"], f"checkpoint {path!r}")
+    _check_same_run(run_dir, info, meta)
     _check_resume_flags(args, run_dir, meta, info)
     done = int(meta.get("num_timesteps", 0))
     total = args.total_timesteps if args.total_timesteps is not None else int(meta["total_timesteps"])
@@ -555,6 +624,9 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
               f"train further, extend it: ppo-ref train --resume {run_dir} --total-timesteps N "
               f"(N > {done})")
         return 0
+    if isinstance(meta.get("actor_learner"), dict) or info.get("mode") == "async":
+        from ppo_ref.cli.async_train import cli_resume
+        return int(cli_resume(args, run_dir, path, meta, total))
     cls = trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
         probe_env(meta["env_id"])
@@ -593,13 +665,18 @@ def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any])
                          "not record the run's settings (nothing to resume)")
     env_id, policy, seed = info["env_id"], info["policy"], info["seed"]
     with user_input(f"--resume {run_dir}: config.json"):
+        if not isinstance(env_id, str) or not env_id:
+            raise ValueError(f"env_id must be a gymnasium id, got {env_id!r}")
         check_env_import(env_id, args.allow_import, f"{os.path.join(run_dir, 'config.json')!r}")
-        config = PPOConfig.from_dict(info["config"])
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"bad seed {seed!r}")
+    config = saved_config(info["config"], f"--resume {run_dir}: config.json")
     _check_resume_flags(args, run_dir, info, info)
     total = args.total_timesteps if args.total_timesteps is not None else int(info["total_timesteps"])
     probe_env(env_id)
+    if info.get("mode") == "async":
+        from ppo_ref.cli.async_train import cli_restart
+        return int(cli_restart(args, run_dir, info, total))
     vectorization = info.get("vectorization", "sync")
     kwargs = {"seed": seed}
     if vectorization != "sync":
@@ -627,6 +704,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
         else default_timesteps(env_id, args.preset)
     with user_input():
         config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
+    check_n_envs(config.n_envs, "--set n_envs" if args.n_envs is None else "--n-envs")
     if args.run_dir is not None:
         if os.path.isdir(args.run_dir):  # lock it now: a busy directory is reported as such
             hold.enter_context(run_dir_lock(args.run_dir))
@@ -677,10 +755,10 @@ def _lock_new_run_dir(run_dir: str, given: bool, hold: contextlib.ExitStack) -> 
         _check_fresh_run_dir(run_dir)
 
 
-def _close(trainer) -> None:
-    close = getattr(trainer, "close", None)
-    if close is not None:
-        close()
+def _close(trainer, seconds: float = 10.0) -> None:
+    """Close the trainer's envs; workers still open after ``seconds`` are killed
+    (:func:`ppo_ref.cli.common.close_quickly`)."""
+    close_quickly(trainer, seconds)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -694,11 +772,17 @@ def cmd_train(args: argparse.Namespace) -> int:
             return started
         trainer, run_dir, run_info, resume_from, total = started
         trainer.threads = args.threads
+        code = 3
         try:
             with user_input(f"cannot write the run directory {run_dir}"):
                 logger = RunLogger(run_dir, run_info, resume_from=resume_from,
                                    progress_every=args.progress_every,
                                    checkpoint_every=args.checkpoint_every, quiet=args.quiet)
-            return run_training(trainer, logger, total)
+            for note in logger.notes:
+                print(f"ppo-ref: warning: {note}", file=sys.stderr)
+            code = run_training(trainer, logger, total)
+            return code
         finally:
-            _close(trainer)
+            # after a failure or an interrupt the envs may be stuck (a hung or dead worker):
+            # they get half a second, and are then killed; a finished run's envs get 10 s to close
+            _close(trainer, 10.0 if code == 0 else 0.5)

@@ -53,7 +53,7 @@ from ppo_ref.distributed.actor import run_actor
 from ppo_ref.distributed.config import (MAX_PROCESS_ACTORS_PER_CPU, AsyncActorLearnerConfig,
                                         async_config_from_ppo)
 from ppo_ref.distributed.learner import (LearnerReport, UpdateInfo, learner_loop, make_learner,
-                                         train_async)
+                                         resumed_actors_config, train_async)
 from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFinished,
                                           ActorLearnerError, ActorStats, Experience,
                                           ExperienceBatch, ExperienceError, PolicyBroadcast,
@@ -82,5 +82,6 @@ __all__ = [
     "learner_loop",
     "train_async",
     "async_config_from_ppo",
+    "resumed_actors_config",
     "MAX_PROCESS_ACTORS_PER_CPU",
 ]

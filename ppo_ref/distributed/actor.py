@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import check_count
+from ppo_ref._checks import check_count, env_value_problem
 from ppo_ref.config import PPOConfig
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorFailed, ActorFinished, ActorLearnerError, ActorStats,
@@ -46,8 +46,10 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
        the parameters (after the steps taken with the old ones are sent); :class:`Shutdown`
        ends the actor;
     2. while it holds no policy yet, or producing one more step would put it more than
-       ``config.lead_limit`` steps ahead of ``version * broadcast_every * n_steps`` (the rows the
-       learner provably consumed), send the unsent steps and wait for a newer broadcast;
+       ``config.lead_limit`` steps ahead of ``(version - first) * broadcast_every * n_steps``
+       (the rows the learner provably consumed since it sent ``first``, the first version this
+       actor received: 0, or the version a resumed learner continues from), send the unsent
+       steps and wait for a newer broadcast;
     3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``);
        step the env; reset it when the episode ended (the reset observation travels with the
        step as ``reset_observation``);
@@ -108,6 +110,7 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
             return ActorStats(agent_id, steps, episodes, broadcasts, version)
 
         newest: Optional[PolicyBroadcast] = None
+        first_version = -1
         while True:
             # 1. newest pending broadcast; 2. wait while over budget or without a policy.
             waiting = False
@@ -119,8 +122,10 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                         policy.set_params(arrays_from_bytes(newest.payload,
                                                             source="PolicyBroadcast"))
                         version = newest.version
+                        if first_version < 0:       # a resumed learner starts above 0
+                            first_version = version
                         newest = None
-                    if version >= 0 and steps - version * budget < lead:
+                    if version >= 0 and steps - (version - first_version) * budget < lead:
                         break
                     if not waiting:
                         flush()
@@ -142,6 +147,12 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
             # 3. act and step.
             action, env_action, policy_out = policy.act(obs, rng)
             next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
+            for what, value in (("reward", reward), ("terminated", terminated),
+                                ("truncated", truncated)):
+                problem = env_value_problem(value, what)  # the trainer's rule, never converted
+                if problem is not None:
+                    raise ValueError(f"env returned {problem} (step {steps + 1} of actor "
+                                     f"{agent_id})")
             next_obs = policy.observation(next_obs)
             for column, item in zip(columns, (obs, action, float(reward), next_obs,
                                               bool(terminated), bool(truncated))):
@@ -258,8 +269,23 @@ class _ActorPolicy:
             {k: np.asarray(v, dtype=np.float64) for k, v in params.items()})
 
     def observation(self, obs) -> np.ndarray:
-        """A float64 copy (envs may reuse and mutate their observation buffer)."""
-        return np.array(obs, dtype=np.float64, copy=True)
+        """A float64 copy (envs may reuse and mutate their observation buffer), checked as the
+        synchronous collector checks one: ValueError for an observation that is not real
+        numbers (strings, complex: never converted), of another shape than the observation
+        space's, or not finite."""
+        try:
+            a = np.asarray(obs)
+        except Exception:  # noqa: BLE001  (ragged or exotic: reported, not converted)
+            a = np.asarray(None)
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"env returned an observation of dtype {a.dtype} (not real numbers)")
+        shape = tuple(self.policy.obs_shape)
+        if a.shape != shape:
+            raise ValueError(f"env returned an observation of shape {a.shape}, expected {shape}")
+        out = np.array(a, dtype=np.float64, copy=True)
+        if not np.isfinite(out).all():
+            raise ValueError(f"env returned a non-finite observation {out.ravel().tolist()}")
+        return out
 
     def act(self, obs: np.ndarray, rng: np.random.Generator):
         """``(action, env_action, policy_out)`` for one observation: the action as stored

@@ -22,7 +22,8 @@ from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFini
                                           StarvationError)
 from ppo_ref.distributed.transport import ActorGroup, start_actors
 
-__all__ = ["UpdateInfo", "LearnerReport", "learner_loop", "make_learner", "train_async"]
+__all__ = ["UpdateInfo", "LearnerReport", "learner_loop", "make_learner", "train_async",
+           "resumed_actors_config"]
 
 
 class UpdateInfo(NamedTuple):
@@ -214,7 +215,8 @@ ACTOR_DEATH_SECONDS = 2.0
 class _Learner:
     """State of one :func:`learner_loop` run (FIFOs, carries, counters)."""
 
-    def __init__(self, config: AsyncActorLearnerConfig, trainer, group: ActorGroup, callback):
+    def __init__(self, config: AsyncActorLearnerConfig, trainer, group: ActorGroup, callback,
+                 start_version: int = 0):
         self.config = config
         self.trainer = trainer
         self.group = group
@@ -226,7 +228,7 @@ class _Learner:
         self.discrete = policy.head.action_dtype.kind == "i"  # categorical heads: int actions
         n = config.num_actors
         self.fifos = [_ActorFifo(i) for i in range(n)]
-        self.version = 0
+        self.version = start_version        # the first broadcast carries it
         self.report = LearnerReport()
         self.episode_start_carry = np.ones(n, dtype=bool)      # the first step starts an episode
         # [N, *obs_shape]: what each actor acts from after the last consumed row
@@ -335,10 +337,11 @@ class _Learner:
 
     def rollout(self, buf: ExperienceBatch):
         """The buffer as the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector would
-        have recorded for the same transitions (:func:`ppo_ref.train.rollout.rollout_from_transitions`:
-        its ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
+        have recorded for the same transitions (its ``episode_starts`` by the tier's
+        ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
         parameters; the actors' behaviour ``values`` and ``log_probs``; the episodes finished in
-        it), counted by the trainer (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
+        it, raw returns and lengths in step order), counted by the trainer
+        (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
         from ppo_ref.train.rollout import Rollout
 
         self.check_continuity(buf)
@@ -435,7 +438,8 @@ class _Learner:
 
 def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
-                 shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None):
+                 shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None,
+                 start_version: int = 0):
     """Run the learner of docs/specification.md §6 until ``config.num_updates`` PPO updates are done.
 
     1. Broadcast version 0 (the trainer's current parameters) to every actor.
@@ -447,20 +451,21 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
        ``next_observation``, or its ``reset_observation`` where an episode ended (a check
        against reordering or loss).
     4. The buffer becomes the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector
-       records for the same transitions (:func:`ppo_ref.train.rollout.rollout_from_transitions`),
-       bootstrapped with the learner's current values: ``last_values[n] = V(the observation
-       actor n acts from after the last row)`` (its ``reset_observation`` where that row ended
-       an episode, as the collector's observation after the autoreset) and ``final_values[t,
-       n] = V(next_observation[t, n])`` where step t truncated without terminating; its
-       finished episodes by :func:`ppo_ref.train.rollout.finished_episodes`.
+       records for the same transitions, bootstrapped with the learner's current values:
+       ``last_values[n] = V(the observation actor n acts from after the last row)`` (its
+       ``reset_observation`` where that row ended an episode, as the collector's observation
+       after the autoreset) and ``final_values[t, n] = V(next_observation[t, n])`` where step
+       t truncated without terminating; its finished episodes counted as the collector counts
+       them (raw return and length).
     5. One :meth:`PPOTrainer.iteration <ppo_ref.train.ppo.PPOTrainer.iteration>` on that rollout,
        exactly as ``PPOTrainer.learn`` runs one: counters (``num_timesteps``, ``n_episodes``,
        ``recent_returns``, ``last_episodes``; ``progress_remaining`` before or after the
        rollout as ``schedule_progress`` says, with the schedule horizon ``total_timesteps`` =
        the steps this run consumes, ``num_updates * n_steps * num_actors``); advantages by
        ``trainer.compute_advantages`` (GAE with the recorded behaviour values) or, with
-       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (:func:`ppo_ref.kernels.vtrace`
-       against the learner's current policy, IMPALA; the same bootstrap values);
+       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (the tier's ``vtrace``,
+       :func:`ppo_ref.spec.advantages.vtrace`, against the learner's current policy, IMPALA;
+       the same bootstrap values);
        ``trainer.train_on`` (the PPO ratio is pi_learner / mu_actor; the recorded ``values``
        are the old values of value clipping and explained variance); ``n_updates += 1``.
     7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
@@ -479,6 +484,13 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
         callback: called with an :class:`UpdateInfo` after every update; returning ``False``
             stops the loop after that update (then the usual shutdown).
         shutdown_timeout: seconds to wait for actors to exit before terminating them.
+        start_version: the policy version the learner continues from: 0 for a new run; for a
+            run resumed from a checkpoint (``trainer`` loaded from it), the version saved with
+            it. The first broadcast carries it (the trainer's current parameters), later ones
+            count on from it, and actors budget their lead from the first version they receive.
+            Actors the loop starts itself get their seeds advanced
+            (:func:`resumed_actors_config`), so a resumed run does not replay the first run's
+            episodes.
 
     Returns:
         ``(trainer, LearnerReport)``.
@@ -489,8 +501,9 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
         ExperienceError: (a ``ValueError``) an experience with a bad field, named.
         ValueError: ``actors`` of the wrong size.
     """
-    group = actors if isinstance(actors, ActorGroup) else start_actors(config, actors,
-                                                                       chunk_size=chunk_size)
+    start_version = check_count(start_version, "start_version", 0)
+    group = actors if isinstance(actors, ActorGroup) else start_actors(
+        resumed_actors_config(config, start_version), actors, chunk_size=chunk_size)
     try:
         if group.num_actors != config.num_actors:
             raise ValueError(f"actors has {group.num_actors} actors, config.num_actors is "
@@ -500,7 +513,7 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                 raise ValueError(f"trainer.config.{name} ({getattr(trainer.config, name)}) "
                                  f"differs from config.{name} ({getattr(config, name)}): build "
                                  f"the trainer with make_learner(config, env)")
-        learner = _Learner(config, trainer, group, callback)
+        learner = _Learner(config, trainer, group, callback, start_version)
         report = learner.run()
     except BaseException:
         # the run failed: its actors get a short grace period, then are terminated, so the
@@ -512,6 +525,18 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                           for i in range(config.num_actors)]
     report.actor_errors = {i: m.error for i, m in finals.items() if isinstance(m, ActorFailed)}
     return trainer, report
+
+
+def resumed_actors_config(config: AsyncActorLearnerConfig,
+                          start_version: int) -> AsyncActorLearnerConfig:
+    """The configuration actors start with when the learner continues from ``start_version``:
+    ``config`` itself for 0 (actor k seeds with ``seed + 1 + k``), otherwise ``seed`` advanced by
+    ``num_actors * start_version``, so actor k of a run resumed at version v seeds its RNG and
+    env with ``seed + 1 + k + num_actors * v``: seeds no earlier actor of the run used, the same
+    ones for every resume from the same checkpoint."""
+    if not start_version:
+        return config
+    return config.replace(seed=config.seed + config.num_actors * int(start_version))
 
 
 def make_learner(config: AsyncActorLearnerConfig, env):

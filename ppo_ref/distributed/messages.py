@@ -168,17 +168,17 @@ class StarvationError(ActorLearnerError):
 class ActorDiedError(ActorLearnerError):
     """An actor raised, exited or was killed while the learner still needed it.
 
-    ``agent_id`` is the actor's id and ``reason`` its exception text (or exit code).
+    ``agent_id`` is the actor's id, ``reason`` its exception text (or exit code) and
+    ``actor_traceback`` the traceback the actor sent (empty when it died without a word). The
+    message is one line, ``actor <id> died: <reason>``; the traceback stays in the attribute
+    (``ppo-ref train`` writes it to the run's ``error.log``).
     """
 
     def __init__(self, agent_id: int, reason: str, actor_traceback: str = ""):
         self.agent_id = agent_id
         self.reason = reason
         self.actor_traceback = actor_traceback
-        msg = f"actor {agent_id} died: {reason}"
-        if actor_traceback:
-            msg += f"\n--- actor {agent_id} traceback ---\n{actor_traceback.rstrip()}"
-        super().__init__(msg)
+        super().__init__(f"actor {agent_id} died: {' '.join(str(reason).split())}")
 
 
 

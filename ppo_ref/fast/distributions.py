@@ -11,13 +11,16 @@ Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float
   ``gaussian_entropy_backward``, ``gaussian_sample``: bit for bit (the spec's NumPy
   arithmetic, without its checks);
 * ``log_softmax``, ``categorical_log_prob``, ``categorical_entropy``,
-  ``categorical_log_prob_backward``, ``categorical_entropy_backward`` and the
+  ``categorical_log_prob_backward``, ``categorical_entropy_backward``,
+  ``categorical_log_prob_entropy``, ``categorical_log_prob_entropy_backward`` and the
   ``multi_categorical_*`` log-probabilities, entropies and gradients: rtol 1e-12, atol 1e-15.
-  Compiled loops per row (:func:`_row_log_normalizer`): the row maximum, then ``log sum_k
-  exp(z_k - max)`` added left to right, with the C library's ``exp`` and ``log``, and ``pi_k =
-  exp(z_k - max) / sum``; the spec sums the row pairwise with NumPy's own vectorised
-  ``exp``/``log`` and takes ``pi_k = exp(log pi_k)`` (a few ulp).
-  The results of a row do not depend on the other rows of the call.
+  One compiled pass over the rows (:func:`_categorical_rows`) computes whichever of them a
+  function asks for: per row the maximum, then ``sum_k exp(z_k - max)`` added left to right,
+  with the C library's ``exp`` and ``log``, and ``pi_k = exp(z_k - max) / sum``; the spec sums
+  the row pairwise with NumPy's own vectorised ``exp``/``log`` and takes ``pi_k = exp(log
+  pi_k)`` (a few ulp). The joint functions give each result the bits of the single ones here;
+  the MultiDiscrete functions are the spec's compositions of the categorical ones over the
+  components. The results of a row do not depend on the other rows of the call.
 
 float32: when every float array given is float32, these functions compute in float32 and
 return float32 (the samplers draw the spec's float64 uniforms and normals); the tolerance
@@ -46,7 +49,8 @@ from ppo_ref.spec.distributions import LOG_2PI
 
 __all__ = [
     "log_softmax", "categorical_log_prob", "categorical_entropy",
-    "categorical_log_prob_backward", "categorical_entropy_backward", "categorical_sample",
+    "categorical_log_prob_backward", "categorical_entropy_backward",
+    "categorical_log_prob_entropy", "categorical_log_prob_entropy_backward", "categorical_sample",
     "categorical_mode",
     "multi_categorical_log_prob", "multi_categorical_entropy",
     "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
@@ -61,6 +65,7 @@ _inverse_cdf_actions = njit(_spec.inverse_cdf_actions)
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_I64 = np.dtype(np.int64)
 _OK, _BAD_ROW, _BAD_ACTION = 0, 1, 2
 
 
@@ -79,21 +84,44 @@ def _common(*arrays):
     return tuple(a.astype(_F64, copy=False) for a in arrays)
 
 
-def _rows(z: np.ndarray) -> np.ndarray:
-    """Logits ``[..., A]`` as a C-contiguous ``[R, A]`` array."""
-    return np.ascontiguousarray(z).reshape(-1, z.shape[-1])
+def _logit_rows(logits):
+    """``(z, batch_shape)``: the logits ``[..., A]`` as a C-contiguous float32 or float64
+    ``[R, A]`` array, and the shape ``[...]`` of the per-row results (None when ``logits`` is
+    already such an ``[R, A]`` array: the results are ``[R]``)."""
+    z = logits if type(logits) is np.ndarray else np.asarray(logits)
+    if z.dtype != _F64 and z.dtype != _F32:
+        z = _float(z)
+    if z.ndim == 2 and z.flags.c_contiguous:
+        return z, None
+    return np.ascontiguousarray(z).reshape(-1, z.shape[-1]), z.shape[:-1]
+
+
+def _upstream(z, d, where: str):
+    """``(z, d)`` in their common compute dtype (:func:`_common`), ``d`` a C-contiguous ``[R]``
+    vector; ``ValueError`` unless ``d`` has one entry per row of ``z [R, A]``."""
+    if type(d) is not np.ndarray or d.dtype != z.dtype:
+        z, d = _common(z, _float(d))
+    if d.size != z.shape[0]:
+        raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
+                         f"shape {d.shape}")
+    if d.ndim != 1 or not d.flags.c_contiguous:
+        d = np.ascontiguousarray(d).reshape(-1)
+    return z, d
 
 
 def _row_actions(actions, rows: int, upper, where: str) -> np.ndarray:
-    """``actions`` as int64 ``[rows]`` (or ``[rows, K]``) indices; ``ValueError`` unless one
-    per row (and component). The range is checked in the compiled pass."""
-    a = np.asarray(actions)
-    if a.dtype != np.int64:
+    """``actions`` as a C-contiguous int64 vector of ``rows * upper`` indices (row by row,
+    ``upper`` components per row); ``ValueError`` unless one per row (and component). The range
+    is checked in the compiled pass."""
+    a = actions if type(actions) is np.ndarray else np.asarray(actions)
+    if a.dtype != _I64:
         a = a.astype(np.int64)
     if a.size != rows * upper:
         raise ValueError(f"{where}: actions must have one entry per row"
                          f"{' and component' if upper > 1 else ''}, got shape {a.shape}")
-    return a.reshape(-1) if upper == 1 else a.reshape(rows, upper)
+    if a.ndim != 1 or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a).reshape(-1)
+    return a
 
 
 def _raise(status: int, where: str):
@@ -103,150 +131,137 @@ def _raise(status: int, where: str):
 
 
 @register_jitable(**NJIT_OPTIONS)
-def _row_log_normalizer(z, i, lo, hi, one, e):
-    """``(m, lse, s, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``e[k - lo] =
-    exp(z_k - m)``, ``s = sum_k e_k`` (added left to right from 0, in ``z``'s dtype) and ``lse
-    = log s``, so that ``log pi_k = (z_k - m) - lse`` and ``pi_k = e_k / s``. ``ok`` is False
-    for a row the spec refuses: a NaN, ``m`` not finite (``+inf``, or every action masked), or
-    a finite logit whose shift ``z_k - m`` overflows. (``exp`` is not called where its value
-    is known exactly: ``one`` for a shift of 0, 0 for a masked logit.)"""
+def _row_exp_sum(z, i, lo, hi, one, e):
+    """``(m, s, ok)`` of the logits ``z[i, lo:hi]``: ``m = max_k z_k``, ``e[k - lo] = exp(z_k -
+    m)`` and ``s = sum_k e_k`` (added left to right from 0, in ``z``'s dtype), so that ``pi_k =
+    e_k / s`` and ``log pi_k = (z_k - m) - log s``. ``ok`` is False for a row the spec refuses:
+    a NaN, ``m`` not finite (``+inf``, or every action masked), or a finite logit whose shift
+    ``z_k - m`` overflows. (``exp`` is not called where its value is known exactly: ``one``
+    for a shift of 0, 0 for a masked logit.)"""
     m = z[i, lo]
     for k in range(lo, hi):
         v = z[i, k]
         if v != v:
-            return m, m, m, False
+            return m, m, False
         if v > m:
             m = v
     s = m - m  # 0 in z's dtype (nan when m is inf)
     if not (m > -math.inf and m < math.inf):
-        return m, s, s, False
+        return m, s, False
     for k in range(lo, hi):
         v = z[i, k]
         shifted = v - m
         if shifted == -math.inf:
             if v != -math.inf:
-                return m, s, s, False
+                return m, s, False
             e[k - lo] = s - s
         elif shifted == 0:
             e[k - lo] = one
         else:
             e[k - lo] = math.exp(shifted)
         s += e[k - lo]
-    return m, math.log(s), s, True
+    return m, s, True
+
+
+#: what :func:`_categorical_rows` computes: any combination of these flags
+_LOG_PROB, _ENTROPY, _D_LOG_PROB, _D_ENTROPY, _LOG_SOFTMAX = 1, 2, 4, 8, 16
 
 
 @njit
-def _log_softmax_rows(z, zero, out):
-    """``out[i, k] = (z[i, k] - m_i) - lse_i`` (:func:`_row_log_normalizer`; ``zero``: 0 in
-    ``z``'s dtype)."""
-    e = np.empty(z.shape[1], z.dtype)
+def _categorical_rows(what, z, actions, d_log_probs, d_entropy, values, grads):
+    """One pass over the rows ``i`` of the logits ``z [R, A]``: :func:`_row_exp_sum`, ``log
+    pi_k = (z_k - m) - log s`` and ``pi_k = e_k / s``, ``a = actions[i]``, ``g =
+    d_log_probs[i]``, ``g' = d_entropy[i]``; writes what the flags of ``what`` ask for:
+
+    * ``_LOG_PROB``: ``values[0, i] = log pi(a)`` (``-inf`` when masked);
+    * ``_ENTROPY``: ``values[1, i] = H = -sum_k pi_k log pi_k`` over the unmasked ``k``;
+    * ``_D_LOG_PROB``: ``grads[i, k] = g * [k = a] - g * pi_k`` (the spec's expression: ``g *
+      True = g``, ``g * False = g * 0``);
+    * ``_D_ENTROPY``: ``(-g' * pi_k) * (log pi_k + H)``, ``log pi_k`` taken as 0 where masked:
+      ``grads[i, k]``, or added to the ``_D_LOG_PROB`` term when both are asked for;
+    * ``_LOG_SOFTMAX``: ``grads[i, k] = log pi_k``.
+
+    ``log s`` is taken only when a flag needs it; sums run from 0 in ``z``'s dtype, in entry
+    order. Returns ``_OK``, ``_BAD_ROW`` (a row the spec refuses) or ``_BAD_ACTION`` (an action
+    outside ``[0, A)``, when ``_LOG_PROB`` or ``_D_LOG_PROB``)."""
+    n = z.shape[1]
+    if n == 0:  # no action: no distribution (the spec refuses the empty last axis)
+        return _BAD_ROW if z.shape[0] else _OK
+    e = np.zeros(n, z.dtype)
+    zero = e[0]
     one = math.exp(zero)
+    with_action = (what & (_LOG_PROB | _D_LOG_PROB)) != 0
+    with_lse = (what & (_LOG_PROB | _ENTROPY | _D_ENTROPY | _LOG_SOFTMAX)) != 0
+    with_entropy = (what & (_ENTROPY | _D_ENTROPY)) != 0
     for i in range(z.shape[0]):
-        m, lse, _, ok = _row_log_normalizer(z, i, 0, z.shape[1], one, e)
+        m, s, ok = _row_exp_sum(z, i, 0, n, one, e)
         if not ok:
             return _BAD_ROW
-        for k in range(z.shape[1]):
-            out[i, k] = (z[i, k] - m) - lse
-    return _OK
-
-
-#: what :func:`_categorical_rows` computes
-_LOG_PROB, _ENTROPY, _LOG_PROB_BACKWARD, _ENTROPY_BACKWARD = 0, 1, 2, 3
-
-
-@njit
-def _categorical_rows(mode, z, offsets, actions, d, zero, out):
-    """One pass over the rows of the logits ``z [R, A]`` (components ``j``: the slices
-    ``offsets[j]:offsets[j+1]``, each normalised by :func:`_row_log_normalizer`), ``log pi_k =
-    (z_k - m) - lse`` and ``pi_k = e_k / s`` in each; ``mode``:
-
-    * ``_LOG_PROB``: ``out[i, 0] = sum_j log pi(actions[i, j])`` (``-inf`` when masked);
-    * ``_ENTROPY``: ``out[i, 0] = sum_j H_j``, ``H_j = -sum_k pi_k log pi_k`` over the
-      unmasked ``k`` (a masked action adds nothing);
-    * ``_LOG_PROB_BACKWARD``: ``out[i, k] = d[i] * [k = a_j] - d[i] * pi_k`` (the spec's
-      expression: ``d * True = d``, ``d * False = d * 0``);
-    * ``_ENTROPY_BACKWARD``: ``out[i, k] = (-d[i] * pi_k) * (log pi_k + H_j)``, ``log pi_k``
-      taken as 0 where masked.
-
-    Sums start from ``zero`` (0 in ``z``'s dtype) and run in component and entry order.
-    Returns ``_OK``, ``_BAD_ROW`` (a row the spec refuses) or ``_BAD_ACTION``."""
-    e = np.empty(z.shape[1], z.dtype)
-    one = math.exp(zero)
-    for i in range(z.shape[0]):
-        total = zero
-        for j in range(offsets.size - 1):
-            lo = offsets[j]
-            hi = offsets[j + 1]
-            m, lse, s, ok = _row_log_normalizer(z, i, lo, hi, one, e)
-            if not ok:
-                return _BAD_ROW
-            a = 0
-            if mode == _LOG_PROB or mode == _LOG_PROB_BACKWARD:
-                a = actions[i, j]
-                if a < 0 or a >= hi - lo:
-                    return _BAD_ACTION
-            if mode == _LOG_PROB:
-                total += (z[i, lo + a] - m) - lse
-            elif mode == _LOG_PROB_BACKWARD:
-                g = d[i]
-                for k in range(lo, hi):
-                    out[i, k] = (g if k - lo == a else g * zero) - g * (e[k - lo] / s)
-            else:
-                h = zero
-                for k in range(lo, hi):
-                    if z[i, k] != -math.inf:
-                        h += (e[k - lo] / s) * ((z[i, k] - m) - lse)
-                h = -h
-                if mode == _ENTROPY:
-                    total += h
+        lse = math.log(s) if with_lse else zero
+        a = 0
+        if with_action:
+            a = actions[i]
+            if a < 0 or a >= n:
+                return _BAD_ACTION
+        if what & _LOG_PROB:
+            values[0, i] = (z[i, a] - m) - lse
+        h = zero
+        if with_entropy:
+            for k in range(n):
+                if z[i, k] != -math.inf:
+                    h += (e[k] / s) * ((z[i, k] - m) - lse)
+            h = -h
+            if what & _ENTROPY:
+                values[1, i] = h
+        if what & _D_LOG_PROB:
+            g = d_log_probs[i]
+            for k in range(n):
+                grads[i, k] = (g if k == a else g * zero) - g * (e[k] / s)
+        if what & _D_ENTROPY:
+            g = d_entropy[i]
+            for k in range(n):
+                log_p = (z[i, k] - m) - lse if z[i, k] != -math.inf else zero
+                term = (-g * (e[k] / s)) * (log_p + h)
+                if what & _D_LOG_PROB:
+                    grads[i, k] += term
                 else:
-                    g = d[i]
-                    for k in range(lo, hi):
-                        log_p = (z[i, k] - m) - lse if z[i, k] != -math.inf else zero
-                        out[i, k] = (-g * (e[k - lo] / s)) * (log_p + h)
-        if mode == _LOG_PROB or mode == _ENTROPY:
-            out[i, 0] = total
+                    grads[i, k] = term
+        if what & _LOG_SOFTMAX:
+            for k in range(n):
+                grads[i, k] = (z[i, k] - m) - lse
     return _OK
 
 
-_NO_ACTIONS = np.zeros((0, 0), dtype=np.int64)
-_NO_UPSTREAM = {_F32: np.zeros(0, _F32), _F64: np.zeros(0, _F64)}
+#: placeholders for the arrays a call of :func:`_categorical_rows` does not read or write
+_NONE_1D = {_F32: np.zeros(0, _F32), _F64: np.zeros(0, _F64), _I64: np.zeros(0, _I64)}
+_NONE_2D = {_F32: np.zeros((0, 0), _F32), _F64: np.zeros((0, 0), _F64)}
 
 
-def _run(mode, z, offsets, actions, d, where: str) -> np.ndarray:
-    """:func:`_categorical_rows` over the logits ``z [..., sum(nvec)]``: ``[...]`` for the
-    log-probabilities and entropies, ``[..., sum(nvec)]`` for the gradients, in ``z``'s dtype
-    (``d``, the upstream gradient, already in it)."""
-    z2 = _rows(z)
-    rows = z2.shape[0]
-    per_row = mode == _LOG_PROB or mode == _ENTROPY
-    out = np.empty((rows, 1) if per_row else z2.shape, z.dtype)
-    if actions is None:
-        actions = _NO_ACTIONS
-    else:
-        actions = _row_actions(actions, rows, offsets.size - 1, where).reshape(rows, -1)
-    if d is None:
-        d = _NO_UPSTREAM[z.dtype]
-    elif d.size != rows:
-        raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
-                         f"shape {d.shape}")
-    else:
-        d = np.ascontiguousarray(d).reshape(-1)
-    status = _categorical_rows(mode, z2, offsets, actions, d, z.dtype.type(0), out)
+def _run(what, z, actions, d_log_probs, d_entropy, where: str):
+    """:func:`_categorical_rows` over ``z [R, A]`` (checked ``actions`` and upstream gradients,
+    or None); returns ``(values [2, R], grads [R, A])``, each None when not asked for."""
+    dtype = z.dtype
+    values = np.empty((2, z.shape[0]), dtype) if what & (_LOG_PROB | _ENTROPY) else None
+    grads = (np.empty(z.shape, dtype) if what & (_D_LOG_PROB | _D_ENTROPY | _LOG_SOFTMAX)
+             else None)
+    none = _NONE_1D[dtype]
+    status = _categorical_rows(
+        what, z, _NONE_1D[_I64] if actions is None else actions,
+        none if d_log_probs is None else d_log_probs, none if d_entropy is None else d_entropy,
+        _NONE_2D[dtype] if values is None else values, _NONE_2D[dtype] if grads is None else grads)
     if status:
         _raise(status, where)
-    return out.reshape(z.shape[:-1] if per_row else z.shape)
+    return values, grads
 
 
-_ONE_COMPONENT = {}
+def _per_row(x, batch_shape):
+    """A per-row result ``[R]`` in the batch shape of the logits (unchanged when None)."""
+    return x if batch_shape is None else x.reshape(batch_shape)
 
 
-def _single(n_actions: int) -> np.ndarray:
-    """The component offsets ``[0, A]`` of a plain categorical."""
-    offsets = _ONE_COMPONENT.get(n_actions)
-    if offsets is None:
-        offsets = _ONE_COMPONENT[n_actions] = np.array([0, n_actions], dtype=np.int64)
-    return offsets
+def _like_logits(grads, batch_shape):
+    """A gradient ``[R, A]`` in the shape of the logits (unchanged when None)."""
+    return grads if batch_shape is None else grads.reshape(batch_shape + grads.shape[-1:])
 
 
 # --------------------------------------------------------------------------------------------
@@ -255,57 +270,91 @@ def _single(n_actions: int) -> np.ndarray:
 def log_softmax(logits):
     """:func:`ppo_ref.spec.distributions.log_softmax`, compiled; rtol 1e-12, atol 1e-15
     (float32 in, float32 out: module docstring)."""
-    z = _float(logits)
-    out = np.empty(z.shape, z.dtype)
-    status = _log_softmax_rows(_rows(z), z.dtype.type(0), out.reshape(-1, z.shape[-1]))
-    if status:
-        _raise(status, "ppo_ref.fast.distributions.log_softmax")
-    return out
+    z, batch = _logit_rows(logits)
+    _, out = _run(_LOG_SOFTMAX, z, None, None, None,
+                  "ppo_ref.fast.distributions.log_softmax")
+    return _like_logits(out, batch)
 
 
 def categorical_log_prob(logits, actions):
     """:func:`ppo_ref.spec.distributions.categorical_log_prob`, compiled; rtol 1e-12, atol
     1e-15 (``-inf`` entries: the same)."""
-    z = _float(logits)
-    return _run(_LOG_PROB, z, _single(z.shape[-1]), actions, None,
-                "ppo_ref.fast.distributions.categorical_log_prob")
+    where = "ppo_ref.fast.distributions.categorical_log_prob"
+    z, batch = _logit_rows(logits)
+    values, _ = _run(_LOG_PROB, z, _row_actions(actions, z.shape[0], 1, where), None, None,
+                     where)
+    return _per_row(values[0], batch)
 
 
 def categorical_entropy(logits):
     """:func:`ppo_ref.spec.distributions.categorical_entropy`, compiled; rtol 1e-12, atol
     1e-15."""
-    z = _float(logits)
-    return _run(_ENTROPY, z, _single(z.shape[-1]), None, None,
-                "ppo_ref.fast.distributions.categorical_entropy")
+    z, batch = _logit_rows(logits)
+    values, _ = _run(_ENTROPY, z, None, None, None,
+                     "ppo_ref.fast.distributions.categorical_entropy")
+    return _per_row(values[1], batch)
 
 
 def categorical_log_prob_backward(logits, actions, d_log_probs):
     """:func:`ppo_ref.spec.distributions.categorical_log_prob_backward`, compiled; rtol
     1e-12, atol 1e-15."""
-    z, d = _common(_float(logits), _float(d_log_probs))
-    return _run(_LOG_PROB_BACKWARD, z, _single(z.shape[-1]), actions, d,
-                "ppo_ref.fast.distributions.categorical_log_prob_backward")
+    where = "ppo_ref.fast.distributions.categorical_log_prob_backward"
+    z, batch = _logit_rows(logits)
+    z, d = _upstream(z, d_log_probs, where)
+    _, grads = _run(_D_LOG_PROB, z, _row_actions(actions, z.shape[0], 1, where), d, None, where)
+    return _like_logits(grads, batch)
 
 
 def categorical_entropy_backward(logits, d_entropy):
     """:func:`ppo_ref.spec.distributions.categorical_entropy_backward`, compiled; rtol 1e-12,
     atol 1e-15."""
-    z, d = _common(_float(logits), _float(d_entropy))
-    return _run(_ENTROPY_BACKWARD, z, _single(z.shape[-1]), None, d,
-                "ppo_ref.fast.distributions.categorical_entropy_backward")
+    where = "ppo_ref.fast.distributions.categorical_entropy_backward"
+    z, batch = _logit_rows(logits)
+    z, d = _upstream(z, d_entropy, where)
+    _, grads = _run(_D_ENTROPY, z, None, None, d, where)
+    return _like_logits(grads, batch)
+
+
+def categorical_log_prob_entropy(logits, actions):
+    """:func:`ppo_ref.spec.distributions.categorical_log_prob_entropy`, one compiled pass for
+    both (the bits of :func:`categorical_log_prob` and :func:`categorical_entropy` here); rtol
+    1e-12, atol 1e-15."""
+    where = "ppo_ref.fast.distributions.categorical_log_prob_entropy"
+    z, batch = _logit_rows(logits)
+    values, _ = _run(_LOG_PROB | _ENTROPY, z, _row_actions(actions, z.shape[0], 1, where), None,
+                     None, where)
+    return _per_row(values[0], batch), _per_row(values[1], batch)
+
+
+def categorical_log_prob_entropy_backward(logits, actions, d_log_probs, d_entropy):
+    """:func:`ppo_ref.spec.distributions.categorical_log_prob_entropy_backward`, one compiled
+    pass (each entry the sum of the two gradients :func:`categorical_log_prob_backward` and
+    :func:`categorical_entropy_backward` give here); rtol 1e-12, atol 1e-15."""
+    where = "ppo_ref.fast.distributions.categorical_log_prob_entropy_backward"
+    z, batch = _logit_rows(logits)
+    z, d = _upstream(z, d_log_probs, where)
+    what = _D_LOG_PROB
+    if d_entropy is not None:
+        z, d_ent = _upstream(z, d_entropy, where)
+        if d.dtype != z.dtype:  # (d_entropy float64 with the rest float32)
+            d = d.astype(z.dtype)
+        what |= _D_ENTROPY
+    else:
+        d_ent = None
+    _, grads = _run(what, z, _row_actions(actions, z.shape[0], 1, where), d, d_ent, where)
+    return _like_logits(grads, batch)
 
 
 def categorical_sample(rng, logits):
     """:func:`ppo_ref.spec.distributions.categorical_sample`: the same uniforms
-    (``rng.random``, one per row) and the spec's inverse-CDF loop compiled; the same actions,
-    bit for bit. A refused row raises ``FloatingPointError`` after the draw."""
-    z = _float(logits)
-    u = rng.random(z.shape[:-1])
-    z2 = _rows(z)
-    actions = np.empty(z2.shape[0], dtype=np.int64)
-    if not _inverse_cdf_actions(z2, u.reshape(-1), actions):
+    (``rng.random``, one per row in C order) and the spec's inverse-CDF loop compiled; the same
+    actions, bit for bit. A refused row raises ``FloatingPointError`` after the draw."""
+    z, batch = _logit_rows(logits)
+    u = rng.random(z.shape[0])
+    actions = np.empty(z.shape[0], dtype=np.int64)
+    if not _inverse_cdf_actions(z, u, actions):
         raise non_finite_result("ppo_ref.fast.distributions.categorical_sample")
-    return actions.reshape(z.shape[:-1])
+    return _per_row(actions, batch)
 
 
 def categorical_mode(logits):
@@ -330,46 +379,72 @@ def _offsets(nvec) -> np.ndarray:
 
 
 def _multi(logits, nvec, where):
-    z = _float(logits)
+    """``(components, batch_shape)``: the logits ``[..., sum(nvec)]`` as one C-contiguous ``[R,
+    nvec[j]]`` array per component ``j`` (:func:`_logit_rows`, :func:`_offsets`);
+    ``ValueError`` unless the last dimension is ``sum(nvec)``."""
     offsets = _offsets(nvec)
-    if z.ndim == 0 or z.shape[-1] != offsets[-1]:
+    z, batch = _logit_rows(logits)
+    if z.shape[1] != offsets[-1]:
         raise ValueError(f"{where}: logits must have last dimension sum(nvec) = {offsets[-1]}, "
-                         f"got shape {z.shape}")
-    return z, offsets
+                         f"got shape {np.shape(logits)}")
+    return [np.ascontiguousarray(z[:, offsets[j]:offsets[j + 1]])
+            for j in range(offsets.size - 1)], batch
+
+
+def _component_actions(actions, rows: int, k: int, where: str):
+    """The actions ``[..., K]`` as ``K`` C-contiguous int64 vectors ``[R]``, one per
+    component."""
+    a = _row_actions(actions, rows, k, where).reshape(rows, k)
+    return [np.ascontiguousarray(a[:, j]) for j in range(k)]
 
 
 def multi_categorical_log_prob(logits, actions, nvec):
-    """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob`, compiled (the components
-    summed in order); rtol 1e-12, atol 1e-15."""
+    """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob`, compiled: the spec's sum
+    over the components (in order) of this module's categorical log-probabilities; rtol
+    1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_log_prob"
-    z, offsets = _multi(logits, nvec, where)
-    return _run(_LOG_PROB, z, offsets, actions, None, where)
+    parts, batch = _multi(logits, nvec, where)
+    rows = parts[0].shape[0]
+    total = np.zeros(rows, parts[0].dtype)
+    for z, a in zip(parts, _component_actions(actions, rows, len(parts), where)):
+        total = total + _run(_LOG_PROB, z, a, None, None, where)[0][0]
+    return _per_row(total, batch)
 
 
 def multi_categorical_entropy(logits, nvec):
-    """:func:`ppo_ref.spec.distributions.multi_categorical_entropy`, compiled; rtol 1e-12,
-    atol 1e-15."""
+    """:func:`ppo_ref.spec.distributions.multi_categorical_entropy`: the spec's sum over the
+    components of this module's categorical entropies; rtol 1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_entropy"
-    z, offsets = _multi(logits, nvec, where)
-    return _run(_ENTROPY, z, offsets, None, None, where)
+    parts, batch = _multi(logits, nvec, where)
+    total = np.zeros(parts[0].shape[0], parts[0].dtype)
+    for z in parts:
+        total = total + _run(_ENTROPY, z, None, None, None, where)[0][1]
+    return _per_row(total, batch)
 
 
 def multi_categorical_log_prob_backward(logits, actions, nvec, d_log_probs):
-    """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob_backward`, compiled; rtol
-    1e-12, atol 1e-15."""
+    """:func:`ppo_ref.spec.distributions.multi_categorical_log_prob_backward`: the components'
+    categorical gradients side by side, as the spec; rtol 1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_log_prob_backward"
-    z, offsets = _multi(logits, nvec, where)
-    z, d = _common(z, _float(d_log_probs))
-    return _run(_LOG_PROB_BACKWARD, z, offsets, actions, d, where)
+    parts, batch = _multi(logits, nvec, where)
+    rows = parts[0].shape[0]
+    grads = []
+    for z, a in zip(parts, _component_actions(actions, rows, len(parts), where)):
+        z, d = _upstream(z, d_log_probs, where)
+        grads.append(_run(_D_LOG_PROB, z, a, d, None, where)[1])
+    return _like_logits(np.concatenate(grads, axis=-1), batch)
 
 
 def multi_categorical_entropy_backward(logits, nvec, d_entropy):
-    """:func:`ppo_ref.spec.distributions.multi_categorical_entropy_backward`, compiled; rtol
-    1e-12, atol 1e-15."""
+    """:func:`ppo_ref.spec.distributions.multi_categorical_entropy_backward`: the components'
+    categorical gradients side by side, as the spec; rtol 1e-12, atol 1e-15."""
     where = "ppo_ref.fast.distributions.multi_categorical_entropy_backward"
-    z, offsets = _multi(logits, nvec, where)
-    z, d = _common(z, _float(d_entropy))
-    return _run(_ENTROPY_BACKWARD, z, offsets, None, d, where)
+    parts, batch = _multi(logits, nvec, where)
+    grads = []
+    for z in parts:
+        z, d = _upstream(z, d_entropy, where)
+        grads.append(_run(_D_ENTROPY, z, None, None, d, where)[1])
+    return _like_logits(np.concatenate(grads, axis=-1), batch)
 
 
 def multi_categorical_sample(rng, logits, nvec):
@@ -377,16 +452,14 @@ def multi_categorical_sample(rng, logits, nvec):
     per row for component 0, then for component 1, ...) and the spec's loop compiled; the same
     actions, bit for bit."""
     where = "ppo_ref.fast.distributions.multi_categorical_sample"
-    z, offsets = _multi(logits, nvec, where)
-    z2 = _rows(z)
-    k = offsets.size - 1
-    u = rng.random((k, z2.shape[0]))  # the spec's draws: component by component
-    actions = np.empty((k, z2.shape[0]), dtype=np.int64)
-    for j in range(k):
-        if not _inverse_cdf_actions(np.ascontiguousarray(z2[:, offsets[j]:offsets[j + 1]]),
-                                    u[j], actions[j]):
+    parts, batch = _multi(logits, nvec, where)
+    k, rows = len(parts), parts[0].shape[0]
+    u = rng.random((k, rows))  # the spec's draws: component by component
+    actions = np.empty((k, rows), dtype=np.int64)
+    for j, z in enumerate(parts):
+        if not _inverse_cdf_actions(z, u[j], actions[j]):
             raise non_finite_result(where)
-    return actions.T.reshape(z.shape[:-1] + (k,))
+    return actions.T.reshape(np.shape(logits)[:-1] + (k,))
 
 
 def multi_categorical_mode(logits, nvec):

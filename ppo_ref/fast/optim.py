@@ -15,13 +15,14 @@
   here for an array of ``n`` entries, about 20 for NumPy, ``u = 2^-53``; for arrays of up to
   10^6 entries the two norms differ by less than 1e-13 relative.
 
-Machinery (private): the arrays of a dict are gathered into one float64 vector in key order
-(``np.concatenate``), so one compiled call steps every entry; the results are written into one
-new buffer and returned as views of it, one per key (new arrays: the inputs are untouched).
-A dict whose values are the views one of these functions returned (the parameters and moments
-of the previous step, the clipped gradients) is read in place, without the copy: the views
-are recognised by identity (:func:`_gathered`; the last 16 such dicts are remembered, and their
-buffers kept alive until forgotten).
+Machinery (private), for float64 arrays. One compiled call steps every entry: the arrays of a
+dict are one float64 vector in key order (``np.concatenate``), and a result is written into one
+new vector (Adam: the new parameters, first and second moments one after the other) and
+returned as views of it, one per key (new arrays: the inputs are untouched). The views of the
+last :data:`_KEEP` results are remembered with the vector they view, so that a dict whose values
+are, in key order, the very views of one result (the parameters and moments of the previous
+step, the clipped gradients) is read in place, without the copy (recognised by identity:
+:func:`_vector_of`; a dict of other arrays, or of those arrays in another order, is gathered).
 
 Non-finite results (a gradient norm that is inf or nan, a step that overflows or starts from
 non-finite values) raise ``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`);
@@ -30,6 +31,7 @@ the spec functions, given the same arguments, name the arrays.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
 from operator import is_
 from typing import NamedTuple
@@ -55,15 +57,17 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 
 class _Layout(NamedTuple):
-    """The keys and shapes of a dict of arrays, and where each array sits in its gathered
-    vector (``starts[j]:stops[j]``, ``total`` entries in all; ``spans``: the same as Python
-    ``(key, start, stop, shape, one_dimensional)`` tuples)."""
+    """The keys and shapes of a dict of arrays, and where each array sits in its vector
+    (``starts[j]:stops[j]``, ``total`` entries in all). ``spans[b]``: for block ``b`` of a vector
+    holding three such dicts one after the other, each array's ``(key, slice, shape)``
+    (``shape`` None for a 1-D array); ``blocks[b]``: the slice of block ``b``."""
     keys: tuple
     shapes: tuple
     starts: np.ndarray
     stops: np.ndarray
     total: int
     spans: tuple
+    blocks: tuple
 
 
 _LAYOUTS = {}
@@ -75,54 +79,56 @@ def _layout(keys: tuple, shapes: tuple) -> _Layout:
         sizes = [math.prod(shape) for shape in shapes]
         stops = np.cumsum(np.array(sizes, dtype=np.int64))
         starts = stops - np.array(sizes, dtype=np.int64)
+        n = int(stops[-1]) if sizes else 0
+        spans = tuple(tuple((k, slice(b * n + a, b * n + e), None if len(s) == 1 else s)
+                            for k, a, e, s in zip(keys, starts.tolist(), stops.tolist(), shapes))
+                      for b in range(3))
         layout = _LAYOUTS[(keys, shapes)] = _Layout(
-            keys, shapes, starts, stops, int(stops[-1]) if sizes else 0,
-            tuple(zip(keys, starts.tolist(), stops.tolist(), shapes,
-                      [len(shape) == 1 for shape in shapes])))
+            keys, shapes, starts, stops, n, spans,
+            tuple(slice(b * n, (b + 1) * n) for b in range(3)))
     return layout
 
 
-#: id(first view) -> (layout, the views, the vector they are views of): the last dicts of
-#: views this module returned (at most :data:`_KEEP`, the oldest forgotten first; their
-#: arrays are kept alive until then).
-_RETURNED: "OrderedDict[int, tuple]" = OrderedDict()
+#: id(first view) -> (the views, the vector they view, their layout), for the last :data:`_KEEP`
+#: blocks of views returned here (oldest first; their arrays are kept alive until forgotten):
+#: four steps of a trainer (Adam's three blocks and the clipped gradients). Written under
+#: ``_LOCK``; a read is one ``dict.get``.
 _KEEP = 16
+_REMEMBERED: "OrderedDict[int, tuple]" = OrderedDict()
+_LOCK = threading.Lock()
 
 
-def _views(vector: np.ndarray, layout: _Layout) -> dict:
-    """A new dict of ``layout``'s keys, each a view of the float64 ``vector`` shaped as its
-    array; remembered (:func:`_gathered`)."""
-    out = {key: vector[a:b] if flat else vector[a:b].reshape(shape)
-           for key, a, b, shape, flat in layout.spans}
-    if out:
-        values = tuple(out.values())
-        _RETURNED[id(values[0])] = (layout, values, vector)
-        if len(_RETURNED) > _KEEP:
-            try:
-                _RETURNED.popitem(last=False)
-            except KeyError:  # (emptied by another thread meanwhile)
-                pass
-    return out
+def _views(vector: np.ndarray, layout: _Layout, blocks: int) -> list:
+    """Per block ``b`` of ``vector`` (``blocks`` of ``layout.total`` entries, at most 3), a new
+    dict of ``layout``'s keys, each a view of the block shaped as its array; remembered
+    (:func:`_vector_of`)."""
+    dicts = [{key: vector[part] if shape is None else vector[part].reshape(shape)
+              for key, part, shape in layout.spans[b]} for b in range(blocks)]
+    if layout.total:
+        with _LOCK:
+            for b, d in enumerate(dicts):
+                views = tuple(d.values())
+                _REMEMBERED[id(views[0])] = (views, vector[layout.blocks[b]], layout)
+            while len(_REMEMBERED) > _KEEP:
+                _REMEMBERED.popitem(last=False)
+    return dicts
 
 
-def _gathered(values: list, layout: _Layout):
-    """The vector ``values`` (arrays in ``layout``'s key order) are views of, when they are,
-    in order, the very arrays of a dict this module returned with this layout; else None."""
-    entry = _RETURNED.get(id(values[0])) if values else None
-    if entry is None or entry[0] is not layout:
+def _vector_of(values: tuple, layout: _Layout):
+    """The float64 vector ``values`` (arrays in ``layout``'s key order) are views of, when
+    they are, in order, the very views of a remembered block of this layout; else None."""
+    hit = _REMEMBERED.get(id(values[0])) if values else None
+    if hit is None or hit[2] is not layout or not all(map(is_, values, hit[0])):
         return None
-    views = entry[1]
-    if len(views) != len(values) or not all(map(is_, views, values)):
-        return None
-    return entry[2]
+    return hit[1]
 
 
-def _gather(values: list, layout: _Layout, name: str) -> np.ndarray:
-    """``values`` as one float64 vector in key order (read in place when possible); a
-    ``ValueError`` naming ``name`` when their shapes are not ``layout``'s."""
-    flat = _gathered(values, layout)
-    if flat is not None:
-        return flat
+def _gather(values: tuple, layout: _Layout, name: str) -> np.ndarray:
+    """``values`` as one float64 vector in key order (read in place when they are remembered
+    views); ``ValueError`` naming ``name`` when their shapes are not ``layout``'s."""
+    vector = _vector_of(values, layout)
+    if vector is not None:
+        return vector
     shapes = tuple(np.shape(v) for v in values)
     if shapes != layout.shapes:
         raise ValueError(f"ppo_ref.fast.optim: {name} must have the shapes of params "
@@ -132,18 +138,18 @@ def _gather(values: list, layout: _Layout, name: str) -> np.ndarray:
     return np.concatenate(values, axis=None, dtype=np.float64)
 
 
-def _dict_layout(arrays):
+def _arrays_of(arrays) -> tuple:
     """``(layout, values, vector)`` of a dict of arrays: its layout, its values in key order
-    and, when they are the views of a dict this module returned, the vector they view (else
+    and, when they are remembered views (:func:`_vector_of`), the vector they view (else
     None)."""
-    values = list(arrays.values())
-    entry = _RETURNED.get(id(values[0])) if values else None
-    if entry is not None:
-        flat = _gathered(values, entry[0])
-        if flat is not None:
-            return entry[0], values, flat
-    values = [np.asarray(v) for v in values]
-    return _layout(tuple(arrays), tuple(v.shape for v in values)), values, None
+    values = tuple(arrays.values())
+    keys = tuple(arrays)
+    hit = _REMEMBERED.get(id(values[0])) if values else None
+    if hit is not None and hit[2].keys == keys and all(map(is_, values, hit[0])):
+        return hit[2], values, hit[1]
+    if not all([type(v) is np.ndarray for v in values]):
+        values = tuple([np.asarray(v) for v in values])
+    return _layout(keys, tuple([v.shape for v in values])), values, None
 
 
 @njit
@@ -166,41 +172,40 @@ def _adam_pass(param, grad, m, v, out, beta1, beta2, step_size, bias_correction2
 
 def adam_update(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-5):
     """:func:`ppo_ref.spec.optim.adam_update`, compiled: one call over every entry; bit for
-    bit. Returns new plain dicts (views of one new buffer when every parameter is float64).
+    bit. Returns new plain dicts (of views of one vector when every parameter is float64).
     Raises ``FloatingPointError`` when a result is not finite; ``ValueError`` when ``grads``,
     ``state["m"]`` or ``state["v"]`` do not have the keys and shapes of ``params``."""
     where = "ppo_ref.fast.optim.adam_update"
-    layout, values, p = _dict_layout(params)
+    layout, values, p = _arrays_of(params)
     keys = layout.keys
     moments_m, moments_v = state["m"], state["v"]
+    if len(grads) != len(keys):
+        raise ValueError(f"{where}: grads must have the keys of params {list(keys)}")
     try:
-        g = _gather([grads[k] for k in keys], layout, "grads")
-        m = _gather([moments_m[k] for k in keys], layout, "state['m']")
-        v = _gather([moments_v[k] for k in keys], layout, "state['v']")
+        g = _gather(tuple([grads[k] for k in keys]), layout, "grads")
+        m = _gather(tuple([moments_m[k] for k in keys]), layout, "state['m']")
+        v = _gather(tuple([moments_v[k] for k in keys]), layout, "state['v']")
     except KeyError as exc:
         raise ValueError(f"{where}: grads and state must have the keys of params: missing "
                          f"{exc}") from None
-    if len(grads) != len(keys):
-        raise ValueError(f"{where}: grads must have the keys of params {list(keys)}")
     t = state["t"] + 1
     beta1, beta2 = float(betas[0]), float(betas[1])
     step_size, bias_correction2_sqrt = _adam_step_scalars(t, float(lr), beta1, beta2)
     dtypes = None
     if p is None:
-        dtypes = [v.dtype for v in values]
-        if all(d == _F64 for d in dtypes):
+        dtypes = [x.dtype for x in values]
+        if all([d == _F64 for d in dtypes]):
             dtypes = None
             p = np.concatenate(values, axis=None) if values else np.empty(0)
         else:  # the spec's casts: each entry to its parameter's dtype, then float64
             g, m, v = (np.concatenate([x[a:b].astype(d).astype(_F64) for a, b, d in zip(
                 layout.starts, layout.stops, dtypes)]) for x in (g, m, v))
-            p = np.concatenate([x.astype(_F64).ravel() for x in values])
+            p = np.concatenate([np.asarray(x).astype(_F64).ravel() for x in values])
     out = np.empty(3 * layout.total)
     if not _adam_pass(p, g, m, v, out, beta1, beta2, step_size, bias_correction2_sqrt,
                       float(eps)):
         raise non_finite_result(where)
-    n = layout.total
-    new = [_views(out[k * n:(k + 1) * n], layout) for k in range(3)]
+    new = _views(out, layout, 3)
     if dtypes is not None:  # rounded once to each parameter's dtype
         new = [{key: a.astype(d) for (key, a), d in zip(x.items(), dtypes)} for x in new]
         if not all(np.isfinite(a).all() for x in new for a in x.values()):
@@ -262,18 +267,27 @@ def _clip_pass(g, starts, stops, max_norm, out):
 
 def clip_by_global_norm(grads, max_norm):
     """:func:`ppo_ref.spec.optim.clip_by_global_norm`, compiled; within rtol 1e-13, atol 0
-    (module docstring). Returns a new plain dict (views of one new buffer when every gradient
+    (module docstring). Returns a new plain dict (of views of one vector when every gradient
     is float64) and the norm. Raises ``FloatingPointError`` when the norm is not finite."""
-    layout, values, g = _dict_layout(grads)
-    mine = g is not None  # the views of a dict returned here: float64
-    if not mine:  # (the layout is that of these very values)
-        g = (np.concatenate(values, axis=None, dtype=np.float64) if values else np.empty(0))
+    layout, values, g = _arrays_of(grads)
+    if g is None:
+        if not all([v.dtype == _F64 for v in values]):  # the spec's products
+            return _clip_mixed(values, layout, float(max_norm))
+        g = np.concatenate(values, axis=None) if values else np.empty(0)
     out = np.empty(layout.total)
-    norm, scale = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
+    norm, _ = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
     if not math.isfinite(norm):
         raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
-    if not mine and not all([v.dtype == _F64 for v in values]):  # the spec's products
-        if scale < 1.0:
-            return {k: v * scale for k, v in zip(layout.keys, values)}, norm
-        return {k: np.array(v, copy=True) for k, v in zip(layout.keys, values)}, norm
-    return _views(out, layout), norm
+    return _views(out, layout, 1)[0], norm
+
+
+def _clip_mixed(values: tuple, layout: _Layout, max_norm: float):
+    """:func:`clip_by_global_norm` of arrays not all float64: the compiled norm, then the
+    spec's products (a float32 array times the Python float scale stays float32)."""
+    g = np.concatenate(values, axis=None, dtype=np.float64)
+    norm, scale = _clip_pass(g, layout.starts, layout.stops, max_norm, np.empty(g.size))
+    if not math.isfinite(norm):
+        raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
+    if scale < 1.0:
+        return {k: np.asarray(v) * scale for k, v in zip(layout.keys, values)}, norm
+    return {k: np.array(v, copy=True) for k, v in zip(layout.keys, values)}, norm

@@ -10,9 +10,10 @@ A checkpoint is an uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` member
   config, counters, generator states, environment state). No member is a pickled object and
   every load uses ``allow_pickle=False``, so loading a checkpoint never executes code.
 
-Writes are atomic: the archive goes to a temporary file in the destination directory, is
-flushed and ``fsync``-ed, then ``os.replace``-d over the destination. A crash mid-write leaves
-the previous checkpoint intact.
+Writes are atomic (:func:`write_atomic`, also used for every other file a run directory
+rewrites): the archive goes to a temporary file in the destination directory, is flushed and
+``fsync``-ed, then ``os.replace``-d over the destination, and the directory is ``fsync``-ed. A
+crash at any instant leaves the previous checkpoint or the new one, never a mix.
 
 Reads vet every member before parsing it: stored uncompressed, at most
 :data:`MAX_MEMBER_BYTES` by its zip header (checked before it is read), read whole so its
@@ -29,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import stat
 import struct
 import sys
 import tempfile
@@ -45,7 +47,10 @@ METADATA_KEY = "__metadata__"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
 
 __all__ = [
-    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes", "arrays_from_bytes",
+    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes",
+    "arrays_from_bytes", "write_atomic", "remove_stale_temporaries", "TEMPORARY_PREFIX",
+    "vet_state_arrays", "vet_state_record", "vet_env_value", "vet_checkpoint_metadata",
+    "RECENT_EPISODES",
     "save_checkpoint", "load_checkpoint", "json_to_array", "array_to_json",
     "generator_state", "generator_from_state", "set_generator_state", "to_jsonable", "from_jsonable",
 ]
@@ -220,8 +225,8 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
 
     The metadata dict is stored as the member ``__metadata__`` (UTF-8 JSON in a uint8 array)
     together with ``"format_version"``. The file appears at ``path`` only once complete
-    (temporary file in the same directory, ``fsync``, ``os.replace``, directory ``fsync``).
-    Returns the path written. Raises ``ValueError`` for bad arrays or non-JSON metadata.
+    (:func:`write_atomic`). Returns the path written. Raises ``ValueError`` for bad arrays,
+    non-JSON metadata, or a ``path`` that exists and is not a regular file.
     """
     checked = _check_arrays(arrays)
     if METADATA_KEY in checked:
@@ -234,17 +239,64 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
         checked[METADATA_KEY] = json_to_array(meta)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metadata must be JSON-serializable: {exc}") from None
-    payload = arrays_to_bytes(checked)
+    return write_atomic(path, arrays_to_bytes(checked))
 
+
+#: Names of the temporary files :func:`write_atomic` writes beside ``<name>``:
+#: ``<TEMPORARY_PREFIX><name>-<random>``.
+TEMPORARY_PREFIX = ".tmp-"
+
+
+def _umask() -> int:
+    """The process's file creation mask (read from ``/proc/self/status`` where Linux gives it;
+    otherwise by setting it and restoring it at once)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path, data: bytes) -> str:
+    """Replace (or create) the file ``path`` with ``data`` so that a crash at any instant leaves
+    the old file or the new one, whole, never a mix or an empty file.
+
+    The bytes go to a temporary file beside ``path`` (``<dir>/.tmp-<name>-<random>``: the same
+    file system, so the rename is atomic), which is flushed and ``fsync``-ed, given the mode of
+    the file it replaces (a new file: ``0o666`` minus the umask), then ``os.replace``-d over
+    ``path``; finally the directory is ``fsync``-ed so the rename itself survives a power cut.
+    A failure removes the temporary file and re-raises; a kill -9 can leave it behind
+    (:func:`remove_stale_temporaries` clears such leftovers). Returns ``path``.
+
+    Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, FIFO or
+    device is never replaced; a symlink is replaced by the new file, its target untouched),
+    ``OSError`` when the directory cannot be written.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"data must be bytes, got {type(data).__name__}")
     path = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        raise ValueError(f"{path!r} exists and is not a regular file (a directory, device, FIFO "
+                         "or socket): refusing to replace it")
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-" + os.path.basename(path) + "-", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix=TEMPORARY_PREFIX + os.path.basename(path) + "-",
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+            os.fchmod(fh.fileno(), stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -263,6 +315,26 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
     return path
 
 
+def remove_stale_temporaries(directory, names) -> list:
+    """Remove the temporary files :func:`write_atomic` leaves in ``directory`` when it is killed
+    mid-write, for the files ``names`` (``.tmp-<name>-*``). Only call it while no other process
+    writes those files (a run directory: under its lock). Returns the names removed."""
+    removed = []
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return removed
+    prefixes = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in names)
+    for entry in entries:
+        if entry.startswith(prefixes):
+            try:
+                os.unlink(os.path.join(directory, entry))
+                removed.append(entry)
+            except OSError:
+                pass
+    return removed
+
+
 def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
                     ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
     """Read a file written by :func:`save_checkpoint`: returns ``(arrays, metadata)``.
@@ -278,6 +350,9 @@ def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
     source = f"checkpoint {path!r}"
     cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
     if not os.path.isfile(path):
+        if os.path.lexists(path):
+            raise CheckpointError(f"checkpoint {path!r} is not a regular file (a FIFO, device, "
+                                  "directory or dangling symlink)")
         raise CheckpointError(f"checkpoint {path!r} does not exist")
     try:
         with open(path, "rb") as fh:
@@ -316,6 +391,178 @@ def check_env_import(env_id, allow_import: bool, source: str) -> None:
                               f"module {module!r}; loading a checkpoint imports no code without "
                               "consent: pass allow_import=True (ppo-ref: --allow-import) if you "
                               "trust it")
+
+
+# -- vetting what a checkpoint restores --------------------------------------------------------
+
+#: How many finished-episode returns a trainer remembers (and saves): ``recent_returns``.
+RECENT_EPISODES = 100
+# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
+# +-inf); every other float array of a state must be finite.
+_NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
+# arrays of variances (>= 0) and sample counts (> 0) of the state
+_NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var",
+                 "collector/episode_length")
+_POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
+# step counters are exact in float64 up to 2**53 (the schedules divide by them)
+_MAX_COUNT = 2 ** 53
+
+
+def vet_state_arrays(expected: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]) -> None:
+    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the trainer
+    state whose fresh counterpart is ``expected`` (``state_arrays()`` of a trainer built with the
+    same settings): the same names; every array with the dtype and shape of its counterpart
+    (``recent_returns``: 1-d float64 of at most :data:`RECENT_EPISODES`; ``state_json``: 1-d
+    uint8); parameters, Adam moments, LSTM states, observations and normalization statistics
+    finite; second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the
+    episode accumulators and ``recent_returns`` free of NaN."""
+    missing = sorted(set(expected) - set(arrays))
+    extra = sorted(set(arrays) - set(expected))
+    if missing:
+        raise ValueError(f"entries {missing} are missing")
+    if extra:
+        raise ValueError(f"entries {extra} are not part of this trainer's state")
+    for key, want in expected.items():
+        got = np.asarray(arrays[key])
+        if key == "recent_returns":
+            ok = got.dtype == np.float64 and got.ndim == 1 and got.shape[0] <= RECENT_EPISODES
+            want_text = f"float64 (n,) with n <= {RECENT_EPISODES}"
+        elif key == "state_json":
+            ok = got.dtype == np.uint8 and got.ndim == 1
+            want_text = "uint8 (n,)"
+        else:
+            ok = got.dtype == want.dtype and got.shape == want.shape
+            want_text = f"{want.dtype} {want.shape}"
+        if not ok:
+            raise ValueError(f"entry {key!r} is {got.dtype} {got.shape}, expected {want_text}")
+        if got.dtype.kind == "f":
+            bad = np.isnan(got) if key in _NAN_FREE_ONLY else ~np.isfinite(got)
+            if bad.any():
+                raise ValueError(f"entry {key!r} holds {int(bad.sum())} non-finite value(s)")
+        if key.startswith(_NON_NEGATIVE) and (got < 0).any():
+            raise ValueError(f"entry {key!r} holds negative values (a variance, second moment "
+                             "or length is >= 0)")
+        if key.startswith(_POSITIVE) and not (got > 0).all():
+            raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
+
+
+def _count(record: Mapping[str, Any], key: str, where: str = "state_json") -> int:
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        raise ValueError(f"{where}[{key!r}] must be an integer in [0, 2**53], got "
+                         f"{_short(value)}")
+    return value
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def vet_state_record(state: Any, *, n_steps: int, n_envs: int, n_recent: int,
+                     episode_lengths=None) -> Dict[str, int]:
+    """Vet a trainer's JSON state record (``state_json``) against its settings and return its
+    counters ``{num_timesteps, n_updates, n_episodes, total_timesteps}``.
+
+    Each counter is an integer in ``[0, 2**53]`` and they agree with each other the way
+    training makes them: every rollout adds ``n_steps * n_envs`` steps, so ``num_timesteps``
+    is a multiple of it; an update needs a rollout (``n_updates <= num_timesteps / (n_steps *
+    n_envs)``); an episode lasts at least one step (``n_episodes <= num_timesteps``, and each
+    env's running ``episode_lengths`` at most the vector steps taken); ``n_recent`` (the saved
+    recent returns) is at most ``n_episodes``; the collector's ``vector_steps`` are
+    ``num_timesteps / n_envs`` (0 for a learner whose rollouts came from actors);
+    ``progress_remaining`` is a number in [0, 1]. Raises ``ValueError`` naming the counter."""
+    if not isinstance(state, Mapping) or not isinstance(state.get("collector"), Mapping):
+        raise ValueError("state_json is not a trainer state record")
+    counters = {key: _count(state, key) for key in
+                ("num_timesteps", "n_updates", "n_episodes", "total_timesteps")}
+    steps, updates = counters["num_timesteps"], counters["n_updates"]
+    batch = int(n_steps) * int(n_envs)
+    if steps % batch:
+        raise ValueError(f"state_json num_timesteps ({steps}) is not a whole number of rollouts "
+                         f"of n_steps * n_envs = {batch} steps")
+    if updates > steps // batch:
+        raise ValueError(f"state_json n_updates ({updates}) is more than the {steps // batch} "
+                         f"rollouts its num_timesteps ({steps}) hold: an update needs a rollout")
+    if counters["n_episodes"] > steps:
+        raise ValueError(f"state_json n_episodes ({counters['n_episodes']}) is more than its "
+                         f"num_timesteps ({steps}): an episode lasts at least one step")
+    if n_recent > counters["n_episodes"]:
+        raise ValueError(f"state_json holds {n_recent} recent returns but n_episodes is "
+                         f"{counters['n_episodes']}")
+    vector_steps = _count(state["collector"], "vector_steps", "state_json['collector']")
+    if vector_steps not in (0, steps // int(n_envs)):
+        raise ValueError(f"state_json num_timesteps ({steps}) and the collector's vector_steps "
+                         f"({vector_steps}) disagree (expected {steps // int(n_envs)} vector "
+                         f"steps of {n_envs} envs)")
+    if episode_lengths is not None and vector_steps and np.any(np.asarray(episode_lengths) >
+                                                              vector_steps):
+        raise ValueError(f"state_json has an episode running for more steps than the "
+                         f"{vector_steps} vector steps taken")
+    progress = state.get("progress_remaining")
+    if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
+            or not 0.0 <= progress <= 1.0:
+        raise ValueError(f"state_json['progress_remaining'] must be a number in [0, 1], "
+                         f"got {_short(progress)}")
+    return counters
+
+
+# Env attributes that are settings, not state: a restored value must equal the env's own (a
+# saved state cannot change an episode's length limit).
+_ENV_SETTINGS = frozenset({"_max_episode_steps", "max_episode_steps"})
+
+
+def vet_env_value(layer: str, name: str, saved: Any, current: Any, limit: Any = None) -> None:
+    """Raise ``ValueError`` naming ``layer.name`` unless ``saved`` (an env attribute decoded
+    from a checkpoint) may replace the env's ``current`` value. The env's limits are vetted; its
+    other attributes are its own business (their decoder only restores plain values):
+
+    * a setting (``_max_episode_steps``, ``max_episode_steps``) must equal the env's own: a
+      checkpoint never changes how long an episode may last;
+    * ``_elapsed_steps`` (gymnasium's ``TimeLimit``) must be an integer in ``[0, limit]``, with
+      ``limit`` the layer's ``_max_episode_steps`` (when it has one)."""
+    where = f"saved env state {layer}.{name}"
+    if name in _ENV_SETTINGS:
+        if type(saved) is not type(current) or saved != current:
+            raise ValueError(f"{where} = {_short(saved)} differs from this env's own "
+                             f"{_short(current)} (a limit of the env, not state)")
+    elif name == "_elapsed_steps" and limit is not None:
+        if isinstance(saved, (bool, np.bool_)) or not isinstance(saved, (int, np.integer)) \
+                or not 0 <= saved <= limit:
+            raise ValueError(f"{where} = {_short(saved)} must be an integer in [0, {limit}] (the "
+                             f"env's _max_episode_steps)")
+
+
+def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` (one line naming ``source`` and the key) unless the
+    metadata of a checkpoint has the types a trainer writes: ``trainer`` a non-empty string;
+    ``env_id`` None or a gymnasium id (a non-empty string of printable characters, at most 256);
+    ``config`` a JSON object; ``seed`` an integer >= 0; the counters integers in [0, 2**53];
+    ``vectorization`` "sync" or "async"; ``env_kwargs`` None or an object. Checked before
+    anything is built from it."""
+    def bad(key, want):
+        raise CheckpointError(f"{source}: metadata {key} must be {want}, got "
+                              f"{_short(meta.get(key))}")
+    trainer = meta.get("trainer")
+    if not isinstance(trainer, str) or not trainer:
+        bad("trainer", "the name of a trainer class")
+    env_id = meta.get("env_id")
+    if env_id is not None and (not isinstance(env_id, str) or not env_id or len(env_id) > 256
+                               or not env_id.isprintable()):
+        bad("env_id", "a gymnasium id (a non-empty printable string of at most 256 characters)")
+    if not isinstance(meta.get("config"), Mapping):
+        bad("config", "a JSON object (the PPOConfig)")
+    seed = meta.get("seed")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        bad("seed", "an integer >= 0")
+    for key in ("num_timesteps", "n_updates", "n_episodes", "total_timesteps"):
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+            bad(key, "an integer in [0, 2**53]")
+    if meta.get("vectorization", "sync") not in ("sync", "async"):
+        bad("vectorization", "'sync' or 'async'")
+    if meta.get("env_kwargs") is not None and not isinstance(meta.get("env_kwargs"), Mapping):
+        bad("env_kwargs", "a JSON object")
 
 
 # -- generators -------------------------------------------------------------------------------

@@ -7,13 +7,23 @@ A run directory holds::
                     bit-identical file); floats written with repr() (round-trip exact)
     timing.csv      one row per update: fps, rollout and update seconds, wall clock (varies)
     episodes.csv    one row per finished episode: episode, env, return, length, timesteps, update
-    checkpoint.npz  the latest checkpoint (:mod:`ppo_ref.io.checkpoint`), written atomically
+    checkpoint.npz  the latest checkpoint (:mod:`ppo_ref.io.checkpoint`)
+
+Nothing is lost to a crash or a kill -9 at any instant: the CSVs are only appended to while a
+run trains (a row cut short is dropped on resume), and are ``fsync``-ed before every checkpoint;
+every file that is rewritten (``config.json``; the CSVs, cut back to the checkpoint on resume;
+the checkpoint) is replaced atomically (:func:`ppo_ref.io.checkpoint.write_atomic`: written
+beside, ``fsync``, rename, directory ``fsync``), so it is always the old file or the new one.
 
 :class:`RunLogger` is trainer-agnostic: it works with any trainer exposing ``num_timesteps``,
 ``n_updates``, ``n_episodes``, ``total_timesteps``, ``recent_returns``, ``last_episodes``
-(``(env, return, length)`` tuples of the last update), ``state_arrays()`` and
-``save(path, arrays)`` (e.g. :class:`ppo_ref.train.ppo.PPOTrainer`, the recurrent trainer, the
-actor-learner's learner). Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
+(``(env, return, length)`` tuples of the last update), ``state_arrays()``,
+``checkpoint_metadata(arrays)`` and ``save(path, arrays, metadata)`` (e.g.
+:class:`ppo_ref.train.ppo.PPOTrainer`, the recurrent trainer, the actor-learner's learner).
+Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
+
+A new run gets a ``run_id`` (random, in ``config.json`` and in every checkpoint it writes), so
+a checkpoint copied in from another run is recognized (``ppo-ref train --resume`` refuses it).
 """
 from __future__ import annotations
 
@@ -22,12 +32,15 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, TextIO
+import uuid
+from typing import Any, Callable, Dict, List, Optional, TextIO
 
 import numpy as np
 
-__all__ = ["RunLogger", "METRIC_COLUMNS", "TIMING_COLUMNS", "EPISODE_COLUMNS",
-           "default_run_dir", "mean_last", "read_csv"]
+from ppo_ref.io.checkpoint import remove_stale_temporaries, write_atomic
+
+__all__ = ["RunLogger", "METRIC_COLUMNS", "TIMING_COLUMNS", "EPISODE_COLUMNS", "RUN_FILES",
+           "default_run_dir", "mean_last", "read_csv", "read_run_config", "MAX_CONFIG_BYTES"]
 
 METRIC_COLUMNS = (
     "update", "timesteps", "episodes", "ep_return_mean20", "policy_loss", "value_loss",
@@ -37,6 +50,8 @@ METRIC_COLUMNS = (
 )
 TIMING_COLUMNS = ("update", "timesteps", "fps", "time_rollout", "time_update", "wall_time")
 EPISODE_COLUMNS = ("episode", "env", "return", "length", "timesteps", "update")
+#: The files of a run directory that a run writes (each replaced atomically when rewritten).
+RUN_FILES = ("config.json", "metrics.csv", "timing.csv", "episodes.csv", "checkpoint.npz")
 # metric columns that are counts or 0/1 flags: written as integers
 _INTEGER_METRICS = frozenset({"n_epochs_run", "n_gradient_steps", "kl_stopped"})
 
@@ -60,28 +75,19 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _complete_rows(path: str, drop_malformed: bool = True) -> List[List[str]]:
-    """The rows of a run-directory CSV that were written completely: a last line without its
-    line end (cut short by a full disk or a crash) is dropped; with ``drop_malformed`` also
-    lines holding NUL bytes (left by a crash on some file systems) and rows whose number of
-    fields differs from the header's. The header is the first row; ``[]`` when not even the
-    header is complete."""
+def _complete_rows(path: str) -> List[List[str]]:
+    """The rows of a run-directory CSV whose line was written completely (a last line without
+    its line end, cut short by a full disk or a crash, is dropped); the header is the first."""
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
         text = fh.read()
-    lines = [line + "\n" for line in text.split("\n")[:-1]
-             if not (drop_malformed and "\x00" in line)]
-    rows = [row for row in csv.reader(lines)]
-    if not rows or not drop_malformed:
-        return rows
-    header = rows[0]
-    return [header] + [row for row in rows[1:] if len(row) == len(header)]
+    return list(csv.reader(line + "\n" for line in text.split("\n")[:-1]))
 
 
 def read_csv(path: str) -> Dict[str, np.ndarray]:
     """Columns of a run-directory CSV as float64 arrays (``{}`` when the file is empty).
     A last row without its line end (cut short by a full disk or a crash) is ignored; a
     malformed complete row raises ``ValueError``."""
-    rows = _complete_rows(path, drop_malformed=False)
+    rows = _complete_rows(path)
     if len(rows) < 2:
         return {}
     header, body = rows[0], rows[1:]
@@ -92,31 +98,76 @@ def read_csv(path: str) -> Dict[str, np.ndarray]:
             for j, k in enumerate(header)}
 
 
-def _truncate_csv(path: str, column: str, limit: float) -> None:
+def _truncate_csv(path: str, column: str, limit: float) -> Optional[float]:
     """Keep only the complete rows whose ``column`` is a number <= ``limit`` (rows written after
     the checkpoint a run resumes from would otherwise appear twice; a row cut short by a full
-    disk or a crash, or otherwise unreadable, is dropped, never kept as a garbage row). A file
-    without even a complete header is removed (the logger writes a new one)."""
+    disk or a crash, or otherwise unreadable, is dropped, never kept as a garbage row). The kept
+    lines keep their bytes; the file is replaced atomically (:func:`write_atomic`), and only
+    when a line goes. A file without even a complete header is removed (the logger writes a new
+    one). Returns the largest ``column`` value kept (None when no row is)."""
     if not os.path.exists(path):
-        return
-    rows = _complete_rows(path)
-    if not rows or column not in rows[0]:
+        return None
+    with open(path, "rb") as fh:
+        data = fh.read()
+    lines = data.split(b"\n")[:-1]  # complete lines only
+    header = _parse_line(lines[0]) if lines else None
+    if header is None or column not in header:
         os.remove(path)
-        return
-    header, body = rows[0], rows[1:]
+        return None
     idx = header.index(column)
-    kept = []
-    for row in body:
+    kept, last = [lines[0]], None
+    for line in lines[1:]:
+        row = _parse_line(line)
+        if row is None or len(row) != len(header):
+            continue
         try:
             value = float(row[idx])
         except ValueError:
             continue
         if value <= limit:
-            kept.append(row)
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(kept)
+            kept.append(line)
+            last = value if last is None else max(last, value)
+    text = b"".join(line + b"\n" for line in kept)
+    if text != data:
+        write_atomic(path, text)
+    return last
+
+
+def _parse_line(line: bytes) -> Optional[List[str]]:
+    """The fields of one CSV line (without its line end), or None for a line that holds NUL
+    bytes or is not UTF-8."""
+    if b"\x00" in line:
+        return None
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    rows = list(csv.reader([text + "\n"]))
+    return rows[0] if rows else []
+
+
+#: The largest config.json a resume reads (bytes): far above any run's (a few kB).
+MAX_CONFIG_BYTES = 16 * 2 ** 20
+
+
+def read_run_config(path: str) -> Dict[str, Any]:
+    """The JSON object of a run's ``config.json``, read with bounds (at most
+    :data:`MAX_CONFIG_BYTES` bytes; an endless file such as ``/dev/zero`` is not read to the
+    end) . Raises ``ValueError`` naming the file when it is larger, not UTF-8, not JSON, nested
+    too deep for the parser, or not a JSON object; ``OSError`` when it cannot be read."""
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ValueError(f"{path} is larger than the limit of {MAX_CONFIG_BYTES} bytes")
+    try:
+        info = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path} nests deeper than the JSON parser allows") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+    if not isinstance(info, dict):
+        raise ValueError(f"{path} does not hold a JSON object")
+    return info
 
 
 class RunLogger:
@@ -154,8 +205,17 @@ class RunLogger:
         self.stop_requested = False
         self.snapshot: Optional[Dict[str, np.ndarray]] = None
         self.snapshot_timesteps = -1
+        #: one-line warnings about the run directory found on resume (the caller prints them)
+        self.notes: List[str] = []
+        #: called when a checkpoint's metadata is assembled: extra JSON-safe entries (the
+        #: actor-learner's policy version); captured with each snapshot
+        self.extra_metadata: Optional[Callable[[], Dict[str, Any]]] = None
+        self.snapshot_metadata: Dict[str, Any] = {}
+        # a writer killed mid-replace leaves its temporary file: the lock is held, clear them
+        remove_stale_temporaries(run_dir, RUN_FILES)
         if resume_from is None:
             info = dict(run_info)
+            info.setdefault("run_id", uuid.uuid4().hex)
             for p in (self.metrics_path, self.timing_path, self.episodes_path,
                       os.path.join(run_dir, "error.log")):  # a failed earlier attempt's
                 if os.path.exists(p):
@@ -163,8 +223,7 @@ class RunLogger:
         else:
             info = {}
             if os.path.exists(self.config_path):
-                with open(self.config_path) as fh:
-                    info = json.load(fh)
+                info = read_run_config(self.config_path)
             info.setdefault("resumed_at", []).append(int(resume_from["num_timesteps"]))
             # the first run's description stays; each resume adds its command line, and the
             # target is the current one (a resume may extend it)
@@ -175,12 +234,19 @@ class RunLogger:
                 info["total_timesteps"] = resume_info.pop("total_timesteps")
             for k, v in resume_info.items():
                 info.setdefault(k, v)
-            _truncate_csv(self.metrics_path, "update", resume_from["n_updates"])
-            _truncate_csv(self.timing_path, "update", resume_from["n_updates"])
-            _truncate_csv(self.episodes_path, "update", resume_from["n_updates"])
-        with open(self.config_path, "w") as fh:
-            json.dump(info, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+            info.setdefault("run_id", uuid.uuid4().hex)  # a run from before run ids: one now
+            updates = int(resume_from["n_updates"])
+            last = _truncate_csv(self.metrics_path, "update", updates)
+            _truncate_csv(self.timing_path, "update", updates)
+            _truncate_csv(self.episodes_path, "update", updates)
+            if updates and (last or 0) < updates:
+                self.notes.append(
+                    f"metrics.csv holds updates up to {int(last or 0)}, the checkpoint is at "
+                    f"update {updates}: the rows between were lost before this resume (the run "
+                    "continues exactly; those rows stay missing)")
+        self.run_id = str(info["run_id"])
+        write_atomic(self.config_path,
+                     (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         self._metrics = self._open(self.metrics_path, METRIC_COLUMNS)
         self._timing = self._open(self.timing_path, TIMING_COLUMNS)
         self._episodes = self._open(self.episodes_path, EPISODE_COLUMNS)
@@ -241,6 +307,7 @@ class RunLogger:
             self._episodes[1].writerow([first + j, int(env_index), _fmt(float(ret)), int(length),
                                         int(trainer.num_timesteps), update])
         self.snapshot = trainer.state_arrays()
+        self.snapshot_metadata = self._extra_metadata()
         self.snapshot_timesteps = int(trainer.num_timesteps)
         done = trainer.num_timesteps >= trainer.total_timesteps
         if done or now - self._last_progress >= self.progress_every:
@@ -303,21 +370,39 @@ class RunLogger:
         print(self.closing_line(trainer, extra), file=self.stream, flush=True)
 
     # -- checkpoints ----------------------------------------------------------------------------
-    def flush(self) -> None:
+    def flush(self, sync: bool = False) -> None:
+        """Flush the CSV files; with ``sync`` also ``fsync`` them (their rows then survive a
+        power cut, as the checkpoint that follows does)."""
         for fh, _ in (self._metrics, self._timing, self._episodes):
             fh.flush()
+            if sync:
+                os.fsync(fh.fileno())
 
-    def save(self, trainer, arrays: Optional[Dict[str, np.ndarray]] = None) -> str:
-        """Write ``checkpoint.npz`` (the given snapshot, or the trainer's current state)."""
-        self.flush()
-        return trainer.save(self.checkpoint_path, arrays)
+    def _extra_metadata(self) -> Dict[str, Any]:
+        extra = {"run_id": self.run_id}
+        if self.extra_metadata is not None:
+            extra.update(self.extra_metadata())
+        return extra
+
+    def save(self, trainer, arrays: Optional[Dict[str, np.ndarray]] = None,
+             extra: Optional[Dict[str, Any]] = None) -> str:
+        """Write ``checkpoint.npz`` (the given snapshot, or the trainer's current state),
+        atomically, after the CSV rows it covers are on disk (flushed and ``fsync``-ed). Its
+        metadata is the trainer's plus the run id and :attr:`extra_metadata` (``extra``: those
+        captured with the snapshot)."""
+        self.flush(sync=True)
+        if arrays is None:
+            arrays, extra = trainer.state_arrays(), None
+        metadata = dict(trainer.checkpoint_metadata(arrays))
+        metadata.update(self._extra_metadata() if extra is None else extra)
+        return trainer.save(self.checkpoint_path, arrays, metadata)
 
     def save_last_good(self, trainer) -> Optional[str]:
         """Write the snapshot of the last completed rollout boundary (after an error or an
         interrupt mid-rollout). Returns the path, or None when no update completed."""
         if self.snapshot is None:
             return None
-        return self.save(trainer, self.snapshot)
+        return self.save(trainer, self.snapshot, self.snapshot_metadata)
 
     def close(self) -> None:
         for fh, _ in (self._metrics, self._timing, self._episodes):

@@ -1,12 +1,11 @@
-"""A trainer's state as arrays: the snapshot of each sub-env's own state, and the vetting of a
-saved state against a fresh trainer's before anything is restored.
+"""A trainer's state as arrays: the snapshot of each sub-env's own state and the npz form of an
+Adam state (the vetting of a saved state is :mod:`ppo_ref.io.checkpoint`'s).
 
 Exact resume needs every sub-env's dynamic state (:func:`single_env_state`: the plain attributes
 of each wrapper layer down to the unwrapped env, which covers the classic-control envs and
 gymnasium's standard wrappers; anything else is listed as unsupported, so the caller can say a
-resume will not be exact). A checkpoint is never trusted: :func:`vet_state_arrays` compares its
-arrays with a fresh trainer's (names, dtypes, shapes, finite values, variances >= 0, counts >
-0) before a single value is restored.
+resume will not be exact). Restoring sets only attributes the env already has, and never its
+limits (:func:`ppo_ref.io.checkpoint.vet_env_value`).
 """
 from __future__ import annotations
 
@@ -16,13 +15,10 @@ from typing import Any, Dict
 import numpy as np
 
 from ppo_ref._checks import check_same_keys
-from ppo_ref.io.checkpoint import generator_state, set_generator_state
+from ppo_ref.io.checkpoint import generator_state, set_generator_state, vet_env_value
 
-__all__ = ["single_env_state", "restore_single_env_state", "vet_state_arrays", "check_counter",
-           "one_line", "adam_state_to_arrays", "adam_state_from_arrays", "RECENT_EPISODES",
-           "RESTORE_ERRORS"]
-
-RECENT_EPISODES = 100  # how many finished-episode returns a trainer remembers (and saves)
+__all__ = ["single_env_state", "restore_single_env_state", "adam_state_to_arrays",
+           "adam_state_from_arrays"]
 
 _SKIP_ATTRS = frozenset({"env", "_env", "spec", "_cached_spec", "metadata", "_metadata",
                          "render_mode", "_action_space", "_observation_space", "action_space",
@@ -121,9 +117,10 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
     """Write a :func:`single_env_state` snapshot back into ``env`` (same wrapper chain).
 
     Only attributes the env already has as plain instance attributes are set (never a new
-    attribute, a method, a space, the wrapped env or the spec). Raises ``ValueError`` when the
-    wrapper chain differs from the one that was saved, or the snapshot names any other
-    attribute or holds a value form :func:`single_env_state` never writes.
+    attribute, a method, a space, the wrapped env or the spec), and the env's limits stay its
+    own (:func:`ppo_ref.io.checkpoint.vet_env_value`). Raises ``ValueError`` when the wrapper
+    chain differs from the one that was saved, or the snapshot names any other attribute,
+    holds a value form :func:`single_env_state` never writes, or changes a limit.
     """
     layers = _layers(env)
     saved = state["layers"]
@@ -139,68 +136,11 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
             if current is _MISSING or name in _SKIP_ATTRS or _is_skipped_value(current):
                 raise ValueError(f"saved env state sets {type(layer).__name__}.{name}, which is "
                                  "not a plain attribute this env has")
-            setattr(layer, name, _decode_value(obj, current))
+            value = _decode_value(obj, current)
+            vet_env_value(type(layer).__name__, name, value, current,
+                          present.get("_max_episode_steps"))
+            setattr(layer, name, value)
 
-
-
-# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
-# +-inf); every other float array of a state must be finite.
-_NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
-# arrays of variances (>= 0) and sample counts (> 0) of the state
-_NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var", "collector/episode_length")
-_POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
-#: What a crafted state record can make a restore raise besides ValueError.
-RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
-                   RecursionError, MemoryError, NotImplementedError)
-
-
-def one_line(text) -> str:
-    return " ".join(str(text).split())
-
-
-def check_counter(state: Dict[str, Any], key: str) -> int:
-    value = state.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"state_json[{key!r}] must be a non-negative integer, got {value!r}")
-    return value
-
-
-def vet_state_arrays(expected: Dict[str, np.ndarray], arrays: Dict[str, np.ndarray]) -> None:
-    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the state whose
-    fresh counterpart is ``expected`` (:meth:`PPOTrainer.state_arrays` of a trainer built with
-    the same settings): the same names; every array with the dtype and shape of its counterpart
-    (``recent_returns``: 1-d float64 of at most ``RECENT_EPISODES``; ``state_json``: 1-d uint8);
-    parameters, Adam moments, LSTM states, observations and normalization statistics finite;
-    second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the episode
-    accumulators and ``recent_returns`` free of NaN."""
-    missing = sorted(set(expected) - set(arrays))
-    extra = sorted(set(arrays) - set(expected))
-    if missing:
-        raise ValueError(f"entries {missing} are missing")
-    if extra:
-        raise ValueError(f"entries {extra} are not part of this trainer's state")
-    for key, want in expected.items():
-        got = arrays[key]
-        if key == "recent_returns":
-            ok = got.dtype == np.float64 and got.ndim == 1 and got.shape[0] <= RECENT_EPISODES
-            want_text = f"float64 (n,) with n <= {RECENT_EPISODES}"
-        elif key == "state_json":
-            ok = got.dtype == np.uint8 and got.ndim == 1
-            want_text = "uint8 (n,)"
-        else:
-            ok = got.dtype == want.dtype and got.shape == want.shape
-            want_text = f"{want.dtype} {want.shape}"
-        if not ok:
-            raise ValueError(f"entry {key!r} is {got.dtype} {got.shape}, expected {want_text}")
-        if got.dtype.kind == "f":
-            bad = np.isnan(got) if key in _NAN_FREE_ONLY else ~np.isfinite(got)
-            if bad.any():
-                raise ValueError(f"entry {key!r} holds {int(bad.sum())} non-finite value(s)")
-        if key.startswith(_NON_NEGATIVE) and (got < 0).any():
-            raise ValueError(f"entry {key!r} holds negative values (a variance, second moment "
-                             "or length is >= 0)")
-        if key.startswith(_POSITIVE) and not (got > 0).all():
-            raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
 
 
 def adam_state_to_arrays(state: dict) -> Dict[str, np.ndarray]:

@@ -50,7 +50,8 @@ from ppo_ref._checks import (as_float_array, as_index_array, as_shape, check_gen
 
 __all__ = [
     "log_softmax", "categorical_log_prob", "categorical_entropy",
-    "categorical_log_prob_backward", "categorical_entropy_backward", "categorical_sample",
+    "categorical_log_prob_backward", "categorical_entropy_backward",
+    "categorical_log_prob_entropy", "categorical_log_prob_entropy_backward", "categorical_sample",
     "categorical_mode", "inverse_cdf_actions",
     "multi_categorical_log_prob", "multi_categorical_entropy",
     "multi_categorical_log_prob_backward", "multi_categorical_entropy_backward",
@@ -208,6 +209,42 @@ def categorical_entropy_backward(logits, d_entropy) -> np.ndarray:
     log_pi = _zero_where_masked(log_pi)  # so pi * log_pi and the result are 0 there
     entropy = -np.sum(pi * log_pi, axis=-1, keepdims=True)
     return -d[..., None] * pi * (log_pi + entropy)
+
+
+def categorical_log_prob_entropy(logits, actions) -> Tuple[np.ndarray, np.ndarray]:
+    """``(categorical_log_prob(logits, actions), categorical_entropy(logits))``: the two
+    quantities a policy head evaluates per minibatch, in one call. Defined by composing the two
+    functions (their equations are stated there, once).
+
+    Returns:
+        ``(log_probs, entropy)``, float64 ``[...]`` each.
+
+    Raises:
+        ValueError: as :func:`categorical_log_prob`.
+    """
+    return categorical_log_prob(logits, actions), categorical_entropy(logits)
+
+
+def categorical_log_prob_entropy_backward(logits, actions, d_log_probs, d_entropy) -> np.ndarray:
+    """Gradient w.r.t. the logits of ``sum d_log_probs * log pi(actions) + d_entropy * H``:
+    :func:`categorical_log_prob_backward` plus :func:`categorical_entropy_backward` (the
+    equations are stated there, once); ``d_entropy`` None counts as zero (the first alone).
+
+    Args:
+        logits: ``[..., A]``; actions: ``[...]``, as :func:`categorical_log_prob`.
+        d_log_probs: ``[...]`` finite; d_entropy: ``[...]`` finite, or None.
+
+    Returns:
+        float64 ``d_logits [..., A]``.
+
+    Raises:
+        ValueError: as :func:`categorical_log_prob_backward` and
+            :func:`categorical_entropy_backward`.
+    """
+    d_logits = categorical_log_prob_backward(logits, actions, d_log_probs)
+    if d_entropy is None:
+        return d_logits
+    return d_logits + categorical_entropy_backward(logits, d_entropy)
 
 
 def logit_row_max(z, i):

@@ -363,9 +363,8 @@ def mlp_depth(params: Mapping, prefix: str = "") -> int:
 
     Checks every layer (finite float64 ``w [out, in]``, ``b [out]``) and that widths chain
     (``w_i.shape[1] == w_{i-1}.shape[0]``). Keys outside the MLP are not looked at. The one
-    check of an MLP's parameters: :func:`mlp_forward`, :func:`mlp_backward`, the networks of
-    :mod:`ppo_ref.spec.networks` and the compiled towers' layer tables
-    (:func:`ppo_ref.fast.mlp.layer_table` callers) all use it.
+    check of an MLP's parameters: :func:`mlp_forward`, :func:`mlp_backward` and the networks
+    of :mod:`ppo_ref.spec.networks` use it (the compiled twins do not re-check).
 
     Raises:
         ValueError: not a mapping, no layer ``w0``, a missing or malformed array, or widths

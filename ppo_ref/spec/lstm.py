@@ -302,8 +302,8 @@ def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Pa
     """Parameters of an LSTM with ``input_size`` inputs and ``hidden_size`` units.
 
     ``w_ih [4H, D]`` then ``w_hh [4H, H]``, each drawn from ``rng`` as one orthogonal matrix
-    with gain 1 (``ppo_ref.nn.init.orthogonal``: ``torch.nn.init.orthogonal_``), and a zero
-    ``b [4H]``: CleanRL ``ppo_atari_lstm`` (``orthogonal_(weight, 1.0)``, ``constant_(bias,
+    with gain 1 (:func:`ppo_ref.spec.layers.orthogonal`: ``torch.nn.init.orthogonal_``), and a
+    zero ``b [4H]``: CleanRL ``ppo_atari_lstm`` (``orthogonal_(weight, 1.0)``, ``constant_(bias,
     0)``). Gate blocks in the order (i, f, g, o).
 
     Args:

@@ -130,8 +130,7 @@ def actor_critic_towers(params: Mapping[str, np.ndarray], shared_trunk: bool
             ) -> Tuple[Optional[Params], Params, Params]:
     """Check ``params`` and split it into ``(trunk or None, pi, vf)`` MLP dicts
     (``{"w0", "b0", ...}``, the same arrays). The one check of an actor-critic's parameters:
-    the forward and backward passes here and the compiled tier's
-    :func:`ppo_ref.fast.actor_critic.flat_net` use it.
+    the forward and backward passes here use it (the compiled twins do not re-check).
 
     Raises ``ValueError`` naming the offending key: a tower that is missing, malformed or
     does not chain, a value head with more than one output, with a shared trunk heads that

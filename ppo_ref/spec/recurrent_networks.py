@@ -16,8 +16,8 @@ output (hidden layers with ``activation``, linear output; ``net_arch=()`` gives 
 
 Parameters: one dict of float64 arrays with the keys ``lstm.w_ih, lstm.w_hh, lstm.b`` (shared)
 or ``lstm_pi.*`` and ``lstm_vf.*`` (separate), then ``pi.w0, pi.b0, ...`` and
-``vf.w0, vf.b0, ...`` (the layout of ``ppo_ref.train.recurrent_policies``; any dict subclass, e.g. a
-parameter buffer's ``FlatArrays``, is read as the dict it is). Recurrent state: a pair
+``vf.w0, vf.b0, ...`` (the network part of :class:`ppo_ref.train.policies.RecurrentPolicy`'s
+parameters; any mapping is read as the dict it is). Recurrent state: a pair
 ``(h, c)`` (:class:`LSTMStates`), each ``[L, N, H]`` with ``L = 1`` (shared) or ``L = 2``
 (index 0 the actor's LSTM, 1 the critic's).
 
@@ -182,8 +182,8 @@ def recurrent_actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_o
 
     Draws from ``rng`` in this order: each LSTM (:func:`~ppo_ref.spec.lstm.lstm_init`, actor
     first), then the towers on input width H (separate ``pi``/``vf`` MLPs: orthogonal, gain
-    sqrt(2) hidden, ``policy_gain`` / ``value_gain`` heads, zero biases) -- the draws of
-    ``ppo_ref.train.recurrent_policies.recurrent_actor_critic_init``.
+    sqrt(2) hidden, ``policy_gain`` / ``value_gain`` heads, zero biases). Both backends'
+    recurrent policies draw their parameters with this function.
 
     Args:
         rng: ``np.random.Generator``.

@@ -1,6 +1,6 @@
 """``trace_update``: every intermediate of one PPO minibatch update, and the diff of two traces.
 
-The update is the trainer's (``ppo_ref.update``) written out step by step on a tiny fixed
+The update is the trainer's (:mod:`ppo_ref.spec.update`) written out step by step on a tiny fixed
 network (observation dim 3, one hidden layer of 4 tanh units per tower, 2 actions; rollout
 ``T = 3`` steps of ``N = 2`` envs with a step that is both terminated and truncated, one
 truncated step and one terminal step; the six rows form one minibatch), in data-flow order:
@@ -31,7 +31,6 @@ data-flow order above). Another implementation writes the same file from the sam
 """
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -173,16 +172,16 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
 def load_trace(path: str) -> Dict[str, Any]:
     """Read a trace file; ``inputs`` and ``trace`` decoded to NumPy (key order kept).
 
+    The file is read with the bounds of :func:`ppo_ref.vectors.codec.read_json_file` (size,
+    nesting depth, integer digits): an endless or hostile file is refused, never read to the end.
+
     Raises:
-        ValueError: not JSON, or not a ``"ppo_ref.trace/1"`` document with a ``trace`` object.
+        ValueError: not JSON, beyond a bound, or not a ``"ppo_ref.trace/1"`` document with a
+            ``trace`` object.
         OSError: the file cannot be read.
     """
-    from ppo_ref.vectors.codec import decode
-    with open(path, encoding="utf-8") as fh:
-        try:
-            raw = json.load(fh)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"trace file {path} is not valid JSON ({exc})") from None
+    from ppo_ref.vectors.codec import decode, read_json_file
+    raw = read_json_file(path, "trace file")  # bounded: size, nesting, integer digits
     if not isinstance(raw, dict) or raw.get("format") != TRACE_FORMAT or not isinstance(
             raw.get("trace"), dict):
         raise ValueError(f"trace file {path} must be a {TRACE_FORMAT!r} document with a "

@@ -82,13 +82,15 @@ class CategoricalHead:
     def entropy(self, out, params):
         return self.dist.categorical_entropy(out)
 
+    def log_prob_entropy(self, out, params, actions):
+        """``(log_prob, entropy)``: what the update evaluates per minibatch."""
+        return self.dist.categorical_log_prob_entropy(out, actions)
+
     def backward(self, out, params, actions, d_log_probs, d_entropy):
         """``(d_policy_out, head_grads)`` for the upstream gradients (``d_entropy`` may be
         None: zero)."""
-        d_out = self.dist.categorical_log_prob_backward(out, actions, d_log_probs)
-        if d_entropy is not None:
-            d_out = d_out + self.dist.categorical_entropy_backward(out, d_entropy)
-        return d_out, {}
+        return self.dist.categorical_log_prob_entropy_backward(out, actions, d_log_probs,
+                                                               d_entropy), {}
 
     def to_env(self, actions):
         return actions
@@ -114,6 +116,9 @@ class MultiCategoricalHead(CategoricalHead):
 
     def entropy(self, out, params):
         return self.dist.multi_categorical_entropy(out, self.nvec)
+
+    def log_prob_entropy(self, out, params, actions):
+        return self.log_prob(out, params, actions), self.entropy(out, params)
 
     def backward(self, out, params, actions, d_log_probs, d_entropy):
         d_out = self.dist.multi_categorical_log_prob_backward(out, actions, self.nvec, d_log_probs)
@@ -149,6 +154,9 @@ class GaussianHead:
 
     def entropy(self, out, params):
         return self.dist.gaussian_entropy(params["log_std"], np.shape(out)[:-1])
+
+    def log_prob_entropy(self, out, params, actions):
+        return self.log_prob(out, params, actions), self.entropy(out, params)
 
     def backward(self, out, params, actions, d_log_probs, d_entropy):
         d_mean, d_log_std = self.dist.gaussian_log_prob_backward(out, params["log_std"], actions,
@@ -257,7 +265,7 @@ class _Policy:
         return self.head.to_env(actions), state
 
     def _head_eval(self, cparams, out, actions):
-        return self.head.log_prob(out, cparams, actions), self.head.entropy(out, cparams)
+        return self.head.log_prob_entropy(out, cparams, actions)
 
     def _head_backward(self, cache, d_log_probs, d_entropy):
         cparams, out, actions = cache[:3]

@@ -27,8 +27,6 @@ classic-control envs).
 from __future__ import annotations
 
 import contextlib
-import os
-import stat
 import time
 from collections import deque
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -39,11 +37,11 @@ import numpy as np
 from ppo_ref._checks import as_float_array, check_count
 from ppo_ref._numba import PARALLEL_LOOPS
 from ppo_ref.config import PPOConfig
-from ppo_ref.io.checkpoint import (CheckpointError, array_to_json, check_env_import,
-                                   generator_state, json_to_array, load_checkpoint,
-                                   save_checkpoint, set_generator_state)
-from ppo_ref.io.state import (RECENT_EPISODES, RESTORE_ERRORS, adam_state_from_arrays,
-                              adam_state_to_arrays, check_counter, one_line, vet_state_arrays)
+from ppo_ref.io.checkpoint import (RECENT_EPISODES, CheckpointError, array_to_json,
+                                   check_env_import, generator_state, json_to_array,
+                                   load_checkpoint, save_checkpoint, set_generator_state,
+                                   vet_checkpoint_metadata, vet_state_arrays, vet_state_record)
+from ppo_ref.io.state import adam_state_from_arrays, adam_state_to_arrays
 from ppo_ref.spec.losses import explained_variance
 from ppo_ref.spec.optim import adam_init
 from ppo_ref.spec.update import batch_advantages, feedforward_minibatches, run_epochs
@@ -148,19 +146,13 @@ def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
     return float(min(1.0, max(0.0, 1.0 - num_timesteps / total_timesteps)))
 
 
-def _umask() -> int:
-    """The process's file creation mask: from ``/proc/self/status`` where Linux gives it,
-    otherwise read by setting it and restoring it at once."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+#: What a crafted checkpoint can make a restore raise besides ValueError.
+_RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
+                   RecursionError, MemoryError, NotImplementedError)
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())[:300]
 
 
 class PPOTrainer:
@@ -175,11 +167,10 @@ class PPOTrainer:
         vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
         blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1).
-        threads: numba threads of the compiled kernels' parallel loops during each
-            :meth:`iteration`, :meth:`evaluate`, :meth:`predict` and :meth:`update`
-            (:func:`kernel_threads`; default 1: a second thread only pays on an idle core;
-            None leaves numba's setting). Results are the same bits for any value. Not saved
-            with a checkpoint.
+        threads: numba's number of threads during each :meth:`iteration`,
+            :meth:`evaluate`, :meth:`predict` and :meth:`update` (:func:`kernel_threads`;
+            default 1; None leaves numba's setting). No compiled kernel has a parallel loop at
+            present; results are the same bits for any value. Not saved with a checkpoint.
 
     Attributes: ``tier``, ``policy``, ``params`` (dict of float64 arrays), ``adam_state``,
     ``num_timesteps`` (single-env steps collected), ``n_updates``, ``n_episodes``,
@@ -513,24 +504,20 @@ class PPOTrainer:
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
         number of envs), after vetting it against this trainer's own
-        (:func:`ppo_ref.io.state.vet_state_arrays`) and its JSON record (counters, progress,
-        generator states, sub-env states). Raises ``ValueError`` on any mismatch; a failure
+        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`) and its JSON record
+        (:func:`ppo_ref.io.checkpoint.vet_state_record`: counters that agree with each other and
+        the settings; then generator states and sub-env states that set only attributes the
+        envs have, their limits unchanged). Raises ``ValueError`` on any mismatch; a failure
         may leave this trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
         vet_state_arrays(self.state_arrays(), arrays)
         state = array_to_json(arrays["state_json"], name="state_json")
-        if not isinstance(state, dict) or not isinstance(state.get("collector"), dict):
-            raise ValueError("state_json is not a PPOTrainer state record")
-        counters = {key: check_counter(state, key) for key in
-                    ("num_timesteps", "n_updates", "n_episodes", "total_timesteps")}
-        check_counter(state["collector"], "vector_steps")
-        progress = state.get("progress_remaining")
-        if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
-                or not 0.0 <= progress <= 1.0:
-            raise ValueError(f"state_json['progress_remaining'] must be a number in [0, 1], "
-                             f"got {progress!r}")
+        counters = vet_state_record(state, n_steps=self.config.n_steps, n_envs=self.config.n_envs,
+                                    n_recent=len(arrays["recent_returns"]),
+                                    episode_lengths=arrays["collector/episode_length"])
+        progress = state["progress_remaining"]
 
         def part(prefix):
             return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
@@ -568,32 +555,16 @@ class PPOTrainer:
 
     def save(self, path, arrays: Optional[Dict[str, np.ndarray]] = None,
              metadata: Optional[Dict[str, Any]] = None) -> str:
-        """Atomically write a checkpoint (``.npz``). ``arrays``/``metadata`` default to the
-        current :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken
-        earlier to save that state instead (the last good state after an env error).
-
-        Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, a
-        device node, a FIFO: never replaced). A replaced checkpoint keeps its permissions; a
-        new one gets those of the run's other files (``0o666`` minus the umask)."""
-        target = os.fspath(path)
-        try:
-            mode = os.stat(target).st_mode  # follows a symlink to what would be replaced
-        except FileNotFoundError:
-            mode = None
-        except OSError as exc:
-            raise ValueError(f"path {target!r} cannot be inspected: {exc.strerror or exc}") from None
-        if mode is not None and not stat.S_ISREG(mode):
-            raise ValueError(f"path {target!r} exists and is not a regular file (a directory, "
-                             f"device, FIFO or socket): refusing to replace it")
+        """Write a checkpoint (``.npz``) atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`:
+        written beside, synced, renamed; a replaced file keeps its mode, a path that exists and
+        is not a regular file is refused). ``arrays``/``metadata`` default to the current
+        :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken earlier to
+        save that state instead (the last good state after a failure)."""
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
             metadata = self.checkpoint_metadata(arrays)
-        written = save_checkpoint(target, arrays, metadata)
-        # an existing checkpoint keeps its mode; a new one gets the mode every other file the
-        # process creates gets (0o666 minus the umask), not the temporary file's 0o600
-        os.chmod(written, stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
-        return written
+        return save_checkpoint(path, arrays, metadata)
 
     @classmethod
     def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":
@@ -612,6 +583,7 @@ class PPOTrainer:
         """
         arrays, meta = load_checkpoint(path)
         where = f"checkpoint {str(path)!r}"
+        vet_checkpoint_metadata(meta, where)
         if meta.get("trainer") != cls.__name__:
             raise CheckpointError(f"{where} holds a {meta.get('trainer')!r}, not a {cls.__name__}")
         try:
@@ -622,9 +594,9 @@ class PPOTrainer:
             env_kwargs = meta.get("env_kwargs") or None
             if env_kwargs is not None and not isinstance(env_kwargs, dict):
                 raise ValueError(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
-        except RESTORE_ERRORS as exc:
+        except _RESTORE_ERRORS as exc:
             raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
-                                  f"{one_line(exc)[:300]}") from None
+                                  f"{_one_line(exc)}") from None
         if env is None:
             if meta.get("env_id") is None:
                 raise CheckpointError(f"{where} has no env id: pass env=")
@@ -643,9 +615,9 @@ class PPOTrainer:
                                      f"state's {getattr(trainer, key)!r}")
         except BaseException as exc:
             trainer.close()
-            if isinstance(exc, RESTORE_ERRORS):
+            if isinstance(exc, _RESTORE_ERRORS):
                 raise CheckpointError(f"{where} does not hold a valid {cls.__name__} state: "
-                                      f"{type(exc).__name__}: {one_line(exc)[:300]}") from None
+                                      f"{type(exc).__name__}: {_one_line(exc)}") from None
             raise
         return trainer
 

@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from ppo_ref._checks import as_flag_array
+from ppo_ref._checks import as_flag_array, check_count
 from ppo_ref.spec.recurrent_networks import LSTMStates
 from ppo_ref.spec.update import recurrent_minibatches
 from ppo_ref.train.ppo import PPOTrainer, kernel_threads
@@ -95,8 +95,9 @@ class RecurrentPPOTrainer(PPOTrainer):
 
     # -- acting -----------------------------------------------------------------------------------
     def initial_state(self, n_envs: int = 1) -> LSTMStates:
-        """Zero LSTM states for acting in ``n_envs`` envs with :meth:`predict`."""
-        return self.policy.initial_state(n_envs)
+        """Zero LSTM states for acting in ``n_envs`` envs with :meth:`predict`. Raises
+        ``ValueError`` naming ``n_envs`` unless it is an integer >= 1."""
+        return self.policy.initial_state(check_count(n_envs, "n_envs", 1))
 
     def predict(self, obs, deterministic: bool = False, state: Optional[LSTMStates] = None,
                 episode_starts=None):

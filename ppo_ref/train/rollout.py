@@ -34,9 +34,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.wrappers.vector import NormalizeReward, RecordEpisodeStatistics
 
+from ppo_ref._checks import env_value_problem
 from ppo_ref.io.state import restore_single_env_state, single_env_state
 from ppo_ref.spec.normalization import initial_moments, normalize_observations, update_moments
 from ppo_ref.spec.recurrent_networks import LSTMStates
@@ -100,32 +101,78 @@ class EnvStepError(RuntimeError):
 _REWARD_TYPES = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
 _FLAG_TYPES = frozenset({bool, np.bool_})
 
+#: The ``info`` key under which a sub-env made by :func:`make_vector_env` reports a failure;
+#: the collector raises it as :class:`EnvStepError`.
+ENV_FAILURE_KEY = "ppo_ref_env_failure"
+
 
 class _CheckedEnv(gym.Wrapper):
-    """The sub-env as the rollout makes it: checks each step's reward and flags are real numbers
-    and bools (before the vector env converts them: a string ``"1.0"`` or ``"yes"`` is refused,
-    never parsed), and gives an AsyncVectorEnv's parent access to the env's state
-    (``call("ppo_ref_state")``; ``set_attr("ppo_ref_pending", states)`` then
-    ``call("ppo_ref_apply")``)."""
+    """The wrapper of every sub-env :func:`make_vector_env` makes (not part of the saved env
+    state). Where the env runs (inside ``SyncVectorEnv.step``, or in an ``AsyncVectorEnv``
+    worker) it checks each step's reward, flags and observation with the rule of
+    :func:`ppo_ref._checks.env_value_problem` before the vector env converts them (a string
+    ``"1.0"`` or ``"yes"`` is refused, never parsed). A bad value, or any exception of the env's
+    ``step`` or ``reset`` (``SystemExit`` and other ``BaseException`` included;
+    ``KeyboardInterrupt`` excepted), is never passed on as numbers nor left to end a worker: the
+    call returns the last good observation, reward 0, not done, with ``info[ENV_FAILURE_KEY]``
+    saying what happened, which the collector raises as :class:`EnvStepError`. It also gives an
+    ``AsyncVectorEnv``'s parent the env's state (``call("ppo_ref_state")``;
+    ``set_attr("ppo_ref_pending", states)`` then ``call("ppo_ref_apply")``)."""
 
     ppo_ref_pending = None
 
     def __init__(self, env, index: int):
         super().__init__(env)
         self.ppo_ref_index = index
+        self._last_obs = None
+        self._shape = tuple(env.observation_space.shape or ())
+
+    def _problem(self, obs) -> Optional[str]:
+        if type(obs) is np.ndarray and obs.shape == self._shape and obs.dtype.kind in "biuf":
+            return None
+        try:
+            a = np.asarray(obs)
+        except Exception:  # noqa: BLE001
+            return f"an observation of type {type(obs).__name__} (not real numbers)"
+        if a.dtype.kind not in "biuf" or a.shape != self._shape:
+            return f"an observation of dtype {a.dtype} and shape {a.shape}, expected {self._shape}"
+        return None
+
+    def _failure(self, text: str):
+        obs = self._last_obs if self._last_obs is not None else self.observation_space.sample()
+        return obs, {ENV_FAILURE_KEY: text}
+
+    def reset(self, **kwargs):
+        try:
+            obs, info = self.env.reset(**kwargs)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (the env's failure, reported as such)
+            return self._failure(f"raised {type(exc).__name__}: {_one_line(exc)} in reset")
+        problem = self._problem(obs)
+        if problem is not None:
+            return self._failure(f"returned {problem} from reset")
+        self._last_obs = obs
+        return obs, info
 
     def step(self, action):
-        result = self.env.step(action)
-        if (type(result[1]) not in _REWARD_TYPES or type(result[2]) not in _FLAG_TYPES
-                or type(result[3]) not in _FLAG_TYPES):
-            for what, value in zip(("reward", "terminated", "truncated"), result[1:4]):
-                ok = (isinstance(value, (float, int, np.floating, np.integer))
-                      and not isinstance(value, (bool, np.bool_)) if what == "reward"
-                      else isinstance(value, (bool, np.bool_)))
-                if not ok:
-                    raise ValueError(f"env {self.ppo_ref_index} returned {what} "
-                                     f"{repr(value)[:60]} of type {type(value).__name__}; "
-                                     f"expected {'a real number' if what == 'reward' else 'a bool'}")
+        try:
+            result = self.env.step(action)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # noqa: BLE001  (the env's failure, reported as such)
+            obs, info = self._failure(f"raised {type(exc).__name__}: {_one_line(exc)}")
+            return obs, 0.0, False, False, info
+        obs, reward, terminated, truncated, _ = result
+        if (type(reward) not in _REWARD_TYPES or type(terminated) not in _FLAG_TYPES
+                or type(truncated) not in _FLAG_TYPES or self._problem(obs) is not None):
+            problem = (env_value_problem(reward, "reward")
+                       or env_value_problem(terminated, "terminated")
+                       or env_value_problem(truncated, "truncated") or self._problem(obs))
+            if problem is not None:
+                obs, info = self._failure(f"returned {problem}")
+                return obs, 0.0, False, False, info
+        self._last_obs = obs
         return result
 
     def ppo_ref_state(self):
@@ -137,11 +184,36 @@ class _CheckedEnv(gym.Wrapper):
         return True
 
 
+def _one_line(exc) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _raise_env_failure(info, vector_step: int, rollout_step: int) -> None:
+    """Raise :class:`EnvStepError` for the first sub-env whose ``info`` carries
+    :data:`ENV_FAILURE_KEY` (set by :class:`_CheckedEnv` where the env runs)."""
+    if not isinstance(info, dict) or ENV_FAILURE_KEY not in info:
+        return
+    texts, mask = info[ENV_FAILURE_KEY], info.get("_" + ENV_FAILURE_KEY)
+    for i in range(len(texts)):
+        if mask is None or mask[i]:
+            raise EnvStepError(f"env {i} {texts[i]} (vector step {vector_step}, rollout step "
+                               f"{rollout_step})", i, vector_step, rollout_step)
+
+
+def _inner(env):
+    """A sub-env without :class:`_CheckedEnv` (what its saved state describes)."""
+    return env.env if isinstance(env, _CheckedEnv) else env
+
+
 def _make_single(env_id: str, env_kwargs: Optional[dict], index: int, in_worker: bool):
     def thunk():
-        if in_worker:  # an AsyncVectorEnv worker never outlives the trainer
+        if in_worker:  # an AsyncVectorEnv worker never outlives the trainer, and leaves Ctrl-C
+            # (sent to the whole process group) to the trainer, which closes the workers itself
+            import signal
             from ppo_ref._lifeline import exit_with_parent
             exit_with_parent()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         return _CheckedEnv(gym.make(env_id, disable_env_checker=True, **(env_kwargs or {})),
                            index)
     return thunk
@@ -184,6 +256,19 @@ def check_vector_env(env) -> None:
                          f"info), got {mode!r}; NEXT_STEP would insert phantom reset rows")
 
 
+class _CheckedVector(VectorWrapper):
+    """The vector env under the episode statistics and reward scaling: each step's outputs are
+    checked by the collector (:meth:`RolloutCollector._checked_step`) before those wrappers
+    compute with them."""
+
+    def __init__(self, env, collector: "RolloutCollector"):
+        super().__init__(env)
+        self.collector = collector
+
+    def step(self, actions):
+        return self.collector._checked_step(self.env, actions)
+
+
 def _select(state: Optional[LSTMStates], envs) -> Optional[LSTMStates]:
     return None if state is None else state.select(envs)
 
@@ -207,13 +292,16 @@ class RolloutCollector:
                  normalize_rewards: bool = False, gamma: float = 0.99,
                  clip_observations: Optional[float] = None, clip_rewards: Optional[float] = None):
         check_vector_env(env)
+        if isinstance(env, SyncVectorEnv):  # a user's sub-envs are checked as make_vector_env's
+            env.envs = [e if isinstance(e, _CheckedEnv) else _CheckedEnv(e, i)
+                        for i, e in enumerate(env.envs)]
         self.base_env = env
         self.policy = policy
         self.n_steps = int(n_steps)
         self.n_envs = int(env.num_envs)
         self.clip_observations = clip_observations if normalize_observations else None
         self.clip_rewards = clip_rewards if normalize_rewards else None
-        self.episode_stats = RecordEpisodeStatistics(env)
+        self.episode_stats = RecordEpisodeStatistics(_CheckedVector(env, self))
         self.reward_normalizer = (NormalizeReward(self.episode_stats, gamma=float(gamma))
                                   if normalize_rewards else None)
         self.env = self.reward_normalizer or self.episode_stats
@@ -223,13 +311,14 @@ class RolloutCollector:
         self.episode_starts = np.ones(self.n_envs, dtype=bool)
         self.state = policy.initial_state(self.n_envs)
         self.vector_steps = 0
+        self._rollout_step = -1
         self._obs_shape = (self.n_envs,) + tuple(policy.obs_shape)
 
     # -- observations -------------------------------------------------------------------------
-    def _observe(self, raw, rollout_step: int, out: np.ndarray) -> None:
-        """Check a batch of raw observations, update the running statistics (when on) and write
-        what the policy sees into ``out`` (float64 ``[N, obs_dim]``)."""
-        step = self.vector_steps
+    def _observe(self, raw, step: int, rollout_step: int, out: np.ndarray) -> None:
+        """Check a batch of raw observations (returned by the reset, or by vector step ``step``),
+        update the running statistics (when on) and write what the policy sees into ``out``
+        (float64 ``[N, obs_dim]``)."""
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
@@ -272,22 +361,47 @@ class RolloutCollector:
 
     def reset(self, seeds) -> np.ndarray:
         """Reset every sub-env with its seed (N ints); starts new episodes everywhere."""
-        raw, _ = self.env.reset(seed=[int(s) for s in seeds])
+        raw, info = self.env.reset(seed=[int(s) for s in seeds])
+        _raise_env_failure(info, self.vector_steps, -1)
         self.obs = np.empty((self.n_envs, self.policy.obs_dim))
-        self._observe(raw, -1, self.obs)
+        self._observe(raw, self.vector_steps, -1, self.obs)
         self.episode_starts[:] = True
         return self.obs
 
     # -- one rollout ----------------------------------------------------------------------------
     def _step(self, actions, rollout_step: int):
         """``env.step`` with its outputs checked: ``(raw_obs, rewards, terminated, truncated,
-        info)``, the rewards float64 and finite, the flags bool ``[N]``."""
-        step, n = self.vector_steps, self.n_envs
+        info)``, the rewards float64 and finite (scaled and clipped when on), the flags bool
+        ``[N]``."""
+        self._rollout_step = rollout_step
+        raw_obs, rewards, terminated, truncated, info = self.env.step(actions)
+        self.vector_steps += 1
+        rewards = np.asarray(rewards)
+        if not np.isfinite(rewards).all():  # (checked raw; here after the reward scaling)
+            i = int(np.argmin(np.isfinite(rewards)))
+            raise EnvStepError(f"env {i}: the scaled reward is not finite at vector step "
+                               f"{self.vector_steps - 1}", i, self.vector_steps - 1, rollout_step)
+        rewards = rewards.astype(np.float64)
+        if self.clip_rewards is not None:
+            np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
+        return raw_obs, rewards, np.asarray(terminated), np.asarray(truncated), info
+
+    def _checked_step(self, env, actions):
+        """``env.step`` of the vector env itself, its outputs checked before the statistics
+        wrappers see them: rewards real, finite and ``[N]``, flags bool ``[N]``, no env failure
+        reported by a sub-env. Raises :class:`EnvStepError` naming the vector step."""
+        step, n, rollout_step = self.vector_steps, self.n_envs, self._rollout_step
         try:
-            raw_obs, rewards, terminated, truncated, info = self.env.step(actions)
-        except ValueError as exc:  # a sub-env output refused by _CheckedEnv, or unstackable
-            raise EnvStepError(f"{exc} at vector step {step}", -1, step, rollout_step) from None
-        self.vector_steps = step + 1
+            raw_obs, rewards, terminated, truncated, info = env.step(actions)
+        except (ValueError, TypeError) as exc:  # observations the vector env cannot stack
+            raise EnvStepError(f"the vector env failed at vector step {step}: "
+                               f"{type(exc).__name__}: {_one_line(exc)}", -1, step,
+                               rollout_step) from None
+        except (EOFError, ConnectionError) as exc:  # an AsyncVectorEnv worker died
+            raise EnvStepError(f"an env worker process of the async vector env ended (killed, "
+                               f"or its env exited) at vector step {step}: "
+                               f"{type(exc).__name__}", -1, step, rollout_step) from None
+        _raise_env_failure(info, step, rollout_step)
         rewards = np.asarray(rewards)
         for what, arr, kinds in (("rewards", rewards, "biuf"),
                                  ("terminated", np.asarray(terminated), "b"),
@@ -300,10 +414,7 @@ class RolloutCollector:
             i = int(np.argmin(np.isfinite(rewards)))
             raise EnvStepError(f"env {i} returned a non-finite reward at vector step {step}", i,
                                step, rollout_step)
-        rewards = rewards.astype(np.float64)
-        if self.clip_rewards is not None:
-            np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
-        return raw_obs, rewards, np.asarray(terminated), np.asarray(truncated), info
+        return raw_obs, rewards, terminated, truncated, info
 
     def _final_obs(self, info, envs, rollout_step: int) -> np.ndarray:
         """The checked, normalized ``info["final_obs"]`` of ``envs`` (frozen statistics)."""
@@ -351,7 +462,7 @@ class RolloutCollector:
             self.state = acted.state
             raw_obs, rew_buf[t], term_buf[t], trunc_buf[t], info = self._step(
                 head.to_env(acted.actions), t)
-            self._observe(raw_obs, t, obs_buf[t + 1])
+            self._observe(raw_obs, self.vector_steps - 1, t, obs_buf[t + 1])
             done = term_buf[t] | trunc_buf[t]
             self.episode_starts = done
             if not done.any():
@@ -439,7 +550,7 @@ class RolloutCollector:
     def _sub_env_states(self) -> List[Dict[str, Any]]:
         base = self.base_env
         if isinstance(base, SyncVectorEnv):
-            return [single_env_state(e) for e in base.envs]
+            return [single_env_state(_inner(e)) for e in base.envs]
         try:
             return list(base.call("ppo_ref_state"))
         except Exception as exc:  # noqa: BLE001  (a user's vector env without _CheckedEnv)
@@ -453,7 +564,7 @@ class RolloutCollector:
         base = self.base_env
         if isinstance(base, SyncVectorEnv):
             for e, s in zip(base.envs, states):
-                restore_single_env_state(e, s)
+                restore_single_env_state(_inner(e), s)
             return
         try:
             base.set_attr("ppo_ref_pending", list(states))

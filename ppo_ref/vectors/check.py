@@ -302,8 +302,20 @@ def nothing_compared(rows: List[dict]) -> bool:
     return not any(r["status"] in ("PASS", "FAIL") for r in rows)
 
 
+def _printable(text) -> str:
+    """``text`` with every character that is not printable (line ends, terminal escapes) written
+    as its escape (``\\n``, ``\\x1b``): a case name or detail from a results file cannot
+    start a line of its own or move the cursor."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def format_table(rows: List[dict]) -> str:
-    """The check rows as a fixed-width text table (one line per case, then a summary)."""
+    """The check rows as a fixed-width text table (one line per case, then a summary); every
+    cell printable (:func:`_printable`)."""
+    rows = [{k: _printable(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
     w = max([len(r["case"]) for r in rows] + [4])
     lines = [f"{'case':<{w}}  {'kind':<22} {'preset':<9} {'status':<7} {'max |err|':>10}  "
              f"{'atol':>7} {'rtol':>7}  worst output / detail"]
