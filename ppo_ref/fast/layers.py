@@ -18,6 +18,7 @@ from operator import itemgetter
 from typing import Callable, Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
+from numba.core import config as _numba_config
 from numba.core.errors import TypingError
 
 from ppo_ref._checks import non_finite_result
@@ -86,10 +87,11 @@ def _arrays(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
 
     Without ``convert`` the parameters are passed on as they are when the first weight and the
     first bias have the compute dtype (a parameter of another dtype, rank or layout then makes
-    the compiled call fail to type: the callers call again with ``convert``); with it, every
-    one is made a C-contiguous array of the compute dtype, and one of the wrong rank raises
-    ``ValueError``.
+    the compiled call fail to type: the callers call again with ``convert``); with it (always
+    when ``NUMBA_DISABLE_JIT``: nothing is typed), every one is made a C-contiguous array of
+    the compute dtype, and one of the wrong rank raises ``ValueError``.
     """
+    convert = convert or _numba_config.DISABLE_JIT
     ws, bs = net.weights(params), net.biases(params)
     if type(x) is not np.ndarray:
         x = np.asarray(x)
