@@ -1,26 +1,12 @@
 """Orthogonal initialisation, the linear layer, tanh/relu and the multilayer perceptron.
 
-Conventions:
-
-* Weights are in torch layout ``w: [out, in]`` and a linear layer computes ``y = x @ w.T + b``
-  (``torch.nn.Linear``), so weights copy to and from torch unchanged.
-* ``params`` and ``grads`` are ``dict[str, float64 ndarray]`` with identical keys and shapes;
-  a linear layer is ``{"w", "b"}``, an MLP ``{"w0", "b0", ..., "wL", "bL"}``.
-* Every layer is a pair ``*_forward(params, x) -> (y, cache)`` and
-  ``*_backward(params, cache, dy) -> (dx, grads)`` (activations have no parameters:
-  ``*_forward(x)`` and ``*_backward(cache, dy) -> dx``). Caches are NamedTuples holding what the
-  backward reads; a backward never mutates ``params``, ``cache`` or ``dy``.
-* Everything is float64; float32, integer and bool inputs are cast on entry.
-* Inputs ``x`` are ``[..., in]``: any leading batch shape is carried through to ``y`` and ``dx``.
-
-Backward of ``y = x @ w.T + b`` for an upstream gradient ``dy = dL/dy``, with the leading
-dimensions flattened into one batch dimension::
-
-    dL/dx = dy @ w          dL/dw = dy.T @ x          dL/db = sum_batch dy
-
-and of the activations, written with their output ``h``: ``h = tanh(a)``:
-``dL/da = dL/dh * (1 - h^2)``; ``h = relu(a) = max(a, 0)``: ``dL/da = dL/dh * [h > 0]``
-(derivative 0 at ``a = 0``, as torch).
+Weights are in torch layout ``w: [out, in]`` (``torch.nn.Linear``: ``y = x @ w.T + b``), so they
+copy to and from torch unchanged. ``params`` and ``grads`` are ``dict[str, float64 ndarray]``
+with the same keys and shapes: a linear layer ``{"w", "b"}``, an MLP ``{"w0", "b0", ..., "wL",
+"bL"}``. Each layer is ``*_forward(params, x) -> (y, cache)`` and ``*_backward(params, cache,
+dy) -> (dx, grads)`` (activations: ``*_forward(x)``, ``*_backward(cache, dy) -> dx``); caches
+are NamedTuples of what the backward reads, and nothing is mutated. Inputs ``x [..., in]`` are
+cast to float64 and any leading batch shape is carried through.
 """
 from __future__ import annotations
 
@@ -52,39 +38,27 @@ class LinearCache(NamedTuple):
 
 
 class ActivationCache(NamedTuple):
-    """What an activation backward reads: its output ``y`` (float64, any shape).
-
-    ``tanh'(a) = 1 - y^2`` and ``relu'(a) = [y > 0]`` are both functions of the output alone.
-    """
+    """What an activation backward reads: its output ``y`` (float64, any shape)."""
     y: np.ndarray
 
 
 class MLPCache(NamedTuple):
-    """What :func:`mlp_backward` reads.
-
-    Attributes:
-        linear: one :class:`LinearCache` per layer ``0..L`` (the input of each linear layer).
-        hidden: one :class:`ActivationCache` per hidden layer ``0..L-1`` (its activated output).
-        activation: ``"tanh"`` or ``"relu"``.
-    """
+    """What :func:`mlp_backward` reads: a :class:`LinearCache` per layer ``0..L``, an
+    :class:`ActivationCache` per hidden layer ``0..L-1``, and the activation's name."""
     linear: Tuple[LinearCache, ...]
     hidden: Tuple[ActivationCache, ...]
     activation: str
 
 
 def _as_float64(x, name: str) -> np.ndarray:
-    """``x`` as a finite float64 array (checked by :func:`ppo_ref._checks.as_float_array`)."""
     return as_float_array(x, name).astype(np.float64, copy=False)
 
-
-# --------------------------------------------------------------------------------------------
-# initialisation
 
 def householder_qr(a: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """Reduced QR of a tall matrix by Householder reflections: ``a = Q R``.
 
-    Golub & Van Loan, "Matrix Computations" (4th ed.), Algorithm 5.2.1, with LAPACK's sign
-    choice. For column ``k = 0 .. n-1`` of the partly reduced ``R`` (initially ``a``)::
+    Golub & Van Loan, "Matrix Computations" (4th ed.), Algorithm 5.2.1, LAPACK's sign choice.
+    For column ``k = 0 .. n-1`` of the partly reduced ``R`` (initially ``a``)::
 
         x      = R[k:, k]
         alpha  = -sign(x_0) * ||x||                  (sign(0) taken as +)
@@ -93,16 +67,10 @@ def householder_qr(a: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         R_kk   = alpha
 
     then ``Q`` = the reflections applied to ``I[:, :n]`` in reverse order. Every inner product
-    is ``math.fsum`` of the elementwise products (a correctly rounded sum), so the result does
-    not depend on a summation order, a vector width or a BLAS library: the same bits on every
-    IEEE 754 machine.
-
-    Args:
-        a: float64 ``[m, n]`` with ``m >= n`` (not modified).
-
-    Returns:
-        ``(q, r_diag)``: ``q`` float64 ``[m, n]`` with orthonormal columns and ``r_diag``
-        ``[n]``, the diagonal of ``R`` (0 where a column is already zero below the diagonal).
+    is a ``math.fsum`` (correctly rounded), so the bits are the same on every IEEE 754 machine
+    (no BLAS). ``a``: float64 ``[m, n]``, ``m >= n`` (not modified). Returns ``(q, r_diag)``:
+    ``q [m, n]`` with orthonormal columns, ``r_diag [n]`` the diagonal of ``R`` (0 where a
+    column is already zero below the diagonal).
     """
     m, n = a.shape
     r = np.array(a, dtype=np.float64)
@@ -132,45 +100,27 @@ def householder_qr(a: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
 
 
 def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0) -> np.ndarray:
-    """A random (semi-)orthogonal matrix scaled by ``gain``, as ``torch.nn.init.orthogonal_``.
+    """A random (semi-)orthogonal matrix scaled by ``gain``, as ``torch.nn.init.orthogonal_``
+    (Saxe, McClelland & Ganguli 2014, arXiv:1312.6120).
 
-    Saxe, McClelland & Ganguli 2014, "Exact solutions to the nonlinear dynamics of learning in
-    deep linear neural networks" (arXiv:1312.6120). The procedure is torch's:
-
-    1. ``rows = shape[0]``, ``cols = prod(shape[1:])``; draw ``A ~ N(0, 1)^{rows x cols}``
-       from ``rng``;
-    2. if ``rows < cols`` transpose ``A`` (so the QR below is of a tall matrix);
-    3. ``Q, R = qr(A)`` (reduced), then ``Q <- Q * sign(diag(R))`` column-wise, which makes
-       the result Haar-distributed (Mezzadri 2007, arXiv:math-ph/0609050);
-    4. transpose back if step 2 transposed; return ``gain * Q`` reshaped to ``shape``.
-
-    The result ``W`` (flattened to ``[rows, cols]``) satisfies ``W W^T = gain^2 I_rows`` when
-    ``rows <= cols`` (wide, e.g. a policy head ``[out, in]`` with ``out < in``) and
-    ``W^T W = gain^2 I_cols`` when ``rows >= cols`` (tall). A zero diagonal entry of ``R``
-    (probability zero) keeps sign +1 here, where torch's ``sign`` would zero the column.
-    The values differ from torch's for the same seed (different generators); the
-    distribution is the same. The QR is :func:`householder_qr` (not LAPACK's, whose rounding
-    depends on the BLAS kernel chosen for the CPU), so a seed gives the same bits on every
-    machine.
-
-    PPO implementations (OpenAI baselines, Stable-Baselines3, CleanRL) initialise every weight
-    matrix this way with gain sqrt(2) for hidden layers, 0.01 for the policy head and 1.0 for
-    the value head, and every bias to zero (Huang et al. 2022, "The 37 Implementation Details
-    of PPO", detail 2); the gains are chosen by the callers.
+    ``rows = shape[0]``, ``cols = prod(shape[1:])``; draw ``A ~ N(0, 1)^{rows x cols}`` (C
+    order), transpose it if ``rows < cols``, take ``Q, R =`` :func:`householder_qr` ``(A)``,
+    ``Q <- Q * sign(diag(R))`` column-wise (Haar-distributed: Mezzadri 2007,
+    arXiv:math-ph/0609050), transpose back, return ``gain * Q`` reshaped to ``shape``. So
+    ``W W^T = gain^2 I`` when ``rows <= cols`` and ``W^T W = gain^2 I`` when ``rows >= cols``. A
+    zero ``R_jj`` keeps sign +1 (torch would zero the column). Same distribution as torch, not
+    the same values for a seed; the same bits on every machine. PPO implementations use gain
+    sqrt(2) for hidden layers, 0.01 for the policy head, 1.0 for the value head, zero biases
+    (Huang et al. 2022, "The 37 Implementation Details of PPO", detail 2).
 
     Args:
-        rng: the ``np.random.Generator`` all randomness is drawn from (``rows * cols`` standard
-            normal draws, in C order).
-        shape: at least two positive dimensions, torch layout ``[out, in, ...]``.
-        gain: multiplicative scale (a finite real number; 0 gives a zero matrix).
+        rng: the ``np.random.Generator`` all randomness is drawn from.
+        shape: at least two positive int dimensions, torch layout ``[out, in, ...]``.
+        gain: a finite real (0 gives a zero matrix).
 
-    Returns:
-        float64 ndarray of ``shape``.
-
-    Raises:
-        ValueError: ``rng`` is not a Generator, ``shape`` has fewer than two dimensions or a
-            dimension that is not an integer >= 1 (a float, bool or string), or ``gain`` is not
-            a finite real number.
+    Returns float64 of ``shape``. Raises ``ValueError`` for ``rng`` not a Generator, a
+    ``shape`` of fewer than two dimensions or a dimension that is not an int >= 1, or a
+    non-finite ``gain``.
     """
     check_generator(rng)
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):
@@ -193,25 +143,18 @@ def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0
     return np.ascontiguousarray(g * q).reshape(dims)
 
 
-# --------------------------------------------------------------------------------------------
-# linear layer
-
 def linear_init(rng: np.random.Generator, in_dim: int, out_dim: int, gain: float) -> Params:
-    """A linear layer ``{"w": [out_dim, in_dim], "b": [out_dim]}``: orthogonal ``w``, zero ``b``.
-
-    ``w = orthogonal(rng, (out_dim, in_dim), gain)``, ``b = 0`` (CleanRL's ``layer_init``,
-    SB3's ``ActorCriticPolicy.init_weights``). Both arrays float64.
-
-    Raises:
-        ValueError: a dimension is not a positive int, or ``gain`` is not finite.
-    """
+    """A linear layer: ``w = orthogonal(rng, (out_dim, in_dim), gain)``, ``b = zeros(out_dim)``
+    (CleanRL ``layer_init``, SB3 ``ActorCriticPolicy.init_weights``), float64. Raises
+    ``ValueError`` for a dimension that is not a positive int or a non-finite ``gain``."""
     in_dim = check_positive_int(in_dim, "in_dim")
     out_dim = check_positive_int(out_dim, "out_dim")
     gain = check_real_scalar(gain, "gain")
     return {"w": orthogonal(rng, (out_dim, in_dim), gain), "b": np.zeros(out_dim)}
 
 
-def _linear_params(params: Mapping, wkey: str = "w", bkey: str = "b") -> Tuple[np.ndarray, np.ndarray]:
+def _linear_params(params: Mapping, wkey: str = "w",
+                   bkey: str = "b") -> Tuple[np.ndarray, np.ndarray]:
     """``(params[wkey] [out, in], params[bkey] [out])``, checked float64."""
     w = get_param(params, wkey, (None, None))
     b = get_param(params, bkey, (w.shape[0],))
@@ -219,18 +162,9 @@ def _linear_params(params: Mapping, wkey: str = "w", bkey: str = "b") -> Tuple[n
 
 
 def linear_forward(params: Mapping[str, np.ndarray], x) -> Tuple[np.ndarray, LinearCache]:
-    """``y = x @ w.T + b`` (``torch.nn.Linear``).
-
-    Args:
-        params: ``{"w": float64 [out, in], "b": float64 [out]}``.
-        x: ``[..., in]`` finite real array (cast to float64).
-
-    Returns:
-        ``(y, cache)``: ``y`` float64 ``[..., out]``; ``cache`` a :class:`LinearCache`.
-
-    Raises:
-        ValueError: bad params, wrong last dimension or non-finite ``x``.
-    """
+    """``y = x @ w.T + b`` (``torch.nn.Linear``) for ``params = {"w": [out, in], "b": [out]}``
+    and finite ``x [..., in]``. Returns ``(y [..., out], LinearCache)``. Raises ``ValueError``
+    for bad params, a wrong last dimension or non-finite ``x``."""
     w, b = _linear_params(params)
     x = _as_float64(x, "x")
     check_last_dim(x, "x", w.shape[1])
@@ -240,19 +174,14 @@ def linear_forward(params: Mapping[str, np.ndarray], x) -> Tuple[np.ndarray, Lin
 
 def linear_backward(params: Mapping[str, np.ndarray], cache: LinearCache, dy
                     ) -> Tuple[np.ndarray, Params]:
-    """Gradients of ``y = x @ w.T + b``: ``dx = dy @ w``, ``dw = dy.T @ x``, ``db = sum dy``.
+    """Gradients of :func:`linear_forward` for ``dy = dL/dy [..., out]``, leading dimensions
+    flattened into one batch::
 
-    Args:
-        params: as given to :func:`linear_forward`.
-        cache: the :class:`LinearCache` it returned.
-        dy: ``dL/dy``, finite, shape ``[..., out]`` (the forward output's shape).
+        dx = dy @ w,    dw = dy.T @ x,    db = sum_batch dy
 
-    Returns:
-        ``(dx [..., in], {"w": [out, in], "b": [out]})``, all float64.
-
-    Raises:
-        ValueError: bad params, a cache that is not a :class:`LinearCache`, a ``dy`` of the
-            wrong shape or non-finite.
+    Returns ``(dx [..., in], {"w": [out, in], "b": [out]})``. Raises ``ValueError`` for bad
+    params, a cache that is not a :class:`LinearCache`, or a ``dy`` of the wrong shape or
+    non-finite.
     """
     w, _ = _linear_params(params)
     if not isinstance(cache, LinearCache):
@@ -268,11 +197,8 @@ def linear_backward(params: Mapping[str, np.ndarray], cache: LinearCache, dy
     return dx, {"w": dw, "b": db}
 
 
-# --------------------------------------------------------------------------------------------
-# activations (no parameters: backward returns dx only)
-
 def tanh_forward(x) -> Tuple[np.ndarray, ActivationCache]:
-    """``y = tanh(x)`` elementwise; ``x`` any shape, finite (cast to float64). Returns ``(y, cache)``."""
+    """``y = tanh(x)`` elementwise for finite ``x``; returns ``(y, ActivationCache)``."""
     x = _as_float64(x, "x")
     y = np.tanh(x)
     return y, ActivationCache(y)
@@ -284,10 +210,8 @@ def _check_activation_cache(cache) -> None:
 
 
 def tanh_backward(cache: ActivationCache, dy) -> np.ndarray:
-    """``dx = dy * (1 - y^2)`` with ``y = tanh(x)`` from the cache; ``dy`` has ``y``'s shape.
-
-    Raises ``ValueError`` for a bad cache or a ``dy`` of another shape or non-finite.
-    """
+    """``dx = dy * (1 - y^2)`` with ``y = tanh(x)`` from the cache. Raises ``ValueError`` for
+    a bad cache or a ``dy`` not of ``y``'s shape or non-finite."""
     _check_activation_cache(cache)
     y = cache.y
     dy = _as_float64(dy, "dy")
@@ -296,17 +220,15 @@ def tanh_backward(cache: ActivationCache, dy) -> np.ndarray:
 
 
 def relu_forward(x) -> Tuple[np.ndarray, ActivationCache]:
-    """``y = max(x, 0)`` elementwise; ``x`` any shape, finite (cast to float64). Returns ``(y, cache)``."""
+    """``y = max(x, 0)`` elementwise for finite ``x``; returns ``(y, ActivationCache)``."""
     x = _as_float64(x, "x")
     y = np.maximum(x, 0.0)
     return y, ActivationCache(y)
 
 
 def relu_backward(cache: ActivationCache, dy) -> np.ndarray:
-    """``dx = dy * [x > 0]`` (0 at ``x = 0``, torch's choice), read as ``[y > 0]``.
-
-    Raises ``ValueError`` for a bad cache or a ``dy`` of another shape or non-finite.
-    """
+    """``dx = dy * [y > 0]`` (0 at ``x = 0``, as torch). Raises ``ValueError`` as
+    :func:`tanh_backward`."""
     _check_activation_cache(cache)
     y = cache.y
     dy = _as_float64(dy, "dy")
@@ -320,26 +242,13 @@ _ACTIVATION_FUNCTIONS = {
 }
 
 
-# --------------------------------------------------------------------------------------------
-# MLP
-
 def mlp_init(rng: np.random.Generator, in_dim: int, hidden_sizes: Sequence[int], out_dim: int, *,
              hidden_gain: float = math.sqrt(2.0), out_gain: float = 1.0) -> Params:
-    """Parameters of an MLP ``in_dim -> hidden_sizes... -> out_dim``.
-
-    Keys ``w0, b0, ..., wL, bL`` (in that order) with ``L = len(hidden_sizes)``; ``w_i`` is
-    ``[out_i, in_i]`` (torch layout), ``orthogonal(rng, (out_i, in_i), gain_i)`` with
-    ``gain_i = hidden_gain`` for the hidden layers and ``out_gain`` for the output layer; biases
-    are zero (SB3 ``ActorCriticPolicy``, CleanRL ``layer_init``; Huang et al. 2022, detail 2).
-    Weights are drawn from ``rng`` in layer order ``w0, w1, ...``. ``hidden_sizes`` may be empty
-    (a single linear layer).
-
-    Returns:
-        dict of float64 arrays.
-
-    Raises:
-        ValueError: non-positive or non-int sizes, or non-finite gains.
-    """
+    """Parameters of an MLP ``in_dim -> hidden_sizes... -> out_dim``: keys ``w0, b0, ..., wL,
+    bL`` in order (``L = len(hidden_sizes)``, which may be 0), ``w_i =`` :func:`orthogonal`
+    ``(rng, (out_i, in_i), gain_i)`` drawn in layer order with ``hidden_gain`` for the hidden
+    layers and ``out_gain`` for the last, zero biases (SB3, CleanRL). Returns float64 arrays.
+    Raises ``ValueError`` for non-positive or non-int sizes or non-finite gains."""
     in_dim = check_positive_int(in_dim, "in_dim")
     out_dim = check_positive_int(out_dim, "out_dim")
     try:
@@ -359,17 +268,10 @@ def mlp_init(rng: np.random.Generator, in_dim: int, hidden_sizes: Sequence[int],
 
 
 def mlp_depth(params: Mapping, prefix: str = "") -> int:
-    """The number of layers of the MLP stored under ``prefix + "w0", prefix + "b0", ...``.
-
-    Checks every layer (finite float64 ``w [out, in]``, ``b [out]``) and that widths chain
-    (``w_i.shape[1] == w_{i-1}.shape[0]``). Keys outside the MLP are not looked at. The one
-    check of an MLP's parameters: :func:`mlp_forward`, :func:`mlp_backward` and the networks
-    of :mod:`ppo_ref.spec.networks` use it (the compiled twins do not re-check).
-
-    Raises:
-        ValueError: not a mapping, no layer ``w0``, a missing or malformed array, or widths
-            that do not chain.
-    """
+    """The number of layers of the MLP under ``prefix + "w0", prefix + "b0", ...``: the one
+    check of an MLP's parameters (finite float64 ``w [out, in]``, ``b [out]``, widths that
+    chain; other keys are not read). Raises ``ValueError`` for not a mapping, no ``w0``, a
+    missing or malformed array, or widths that do not chain."""
     get_param(params, prefix + "w0", (None, None))  # a mapping with at least one layer
     depth = 0
     while prefix + f"w{depth}" in params:
@@ -383,12 +285,12 @@ def mlp_depth(params: Mapping, prefix: str = "") -> int:
 
 
 def _mlp_layer(params: Mapping, i: int, prefix: str = "") -> Params:
-    """Layer ``i`` of an MLP as linear-layer params ``{"w", "b"}`` (the same arrays, not copies)."""
+    """Layer ``i`` of an MLP as linear-layer params ``{"w", "b"}`` (the same arrays)."""
     return {"w": params[prefix + f"w{i}"], "b": params[prefix + f"b{i}"]}
 
 
 def _check_mlp_keys(params: Mapping, depth: int) -> None:
-    """Raise ``ValueError`` unless ``params`` holds exactly ``w0, b0, ..., w{depth-1}, b{depth-1}``."""
+    """``ValueError`` unless ``params`` has exactly the keys ``w0, b0, ..., w{depth-1}, ...``."""
     expected = {f"{k}{i}" for i in range(depth) for k in ("w", "b")}
     if set(params) != expected:
         extra = sorted(set(params) - expected)
@@ -398,23 +300,14 @@ def _check_mlp_keys(params: Mapping, depth: int) -> None:
 
 def mlp_forward(params: Mapping[str, np.ndarray], x, activation: str = "tanh"
                 ) -> Tuple[np.ndarray, MLPCache]:
-    """MLP forward, hidden layers activated, output layer linear:
+    """MLP forward, hidden layers activated, output layer linear::
 
-        h_0 = x
-        h_{i+1} = act(h_i @ w_i.T + b_i)        for i = 0 .. L-1
-        y = h_L @ w_L.T + b_L
+        h_0 = x,    h_{i+1} = act(h_i @ w_i.T + b_i)  (i = 0 .. L-1),    y = h_L @ w_L.T + b_L
 
-    Args:
-        params: from :func:`mlp_init` (exactly the keys ``w0, b0, ..., wL, bL``, float64).
-        x: ``[..., in]`` finite real array (cast to float64).
-        activation: ``"tanh"`` (default, SB3/CleanRL PPO) or ``"relu"`` for the hidden layers.
-
-    Returns:
-        ``(y, cache)``: ``y`` float64 ``[..., out]``; ``cache`` an :class:`MLPCache`.
-
-    Raises:
-        ValueError: unknown activation, malformed params (missing/extra keys, widths that do
-            not chain), wrong last dimension or non-finite ``x``.
+    ``params``: exactly the keys of :func:`mlp_init`; ``x``: finite ``[..., in]``;
+    ``activation``: a key of :data:`ACTIVATIONS` (``"tanh"``: SB3/CleanRL PPO). Returns
+    ``(y [..., out], MLPCache)``. Raises ``ValueError`` for an unknown activation, malformed
+    params (missing or extra keys, widths that do not chain), or a bad ``x``.
     """
     check_choice(activation, "activation", ACTIVATIONS)
     depth = mlp_depth(params)
@@ -435,26 +328,11 @@ def mlp_forward(params: Mapping[str, np.ndarray], x, activation: str = "tanh"
 
 def mlp_backward(params: Mapping[str, np.ndarray], cache: MLPCache, dy
                  ) -> Tuple[np.ndarray, Params]:
-    """MLP backward: the chain rule through each linear layer and activation, last layer first.
-
-        g_L = dy                                        (dL/d of layer L's result)
-        dh_i, grads_i = linear_backward(layer_i, g_i)   for i = L .. 0 (dh_i = dL/dh_i)
-        g_{i-1} = dh_i * act'(a_{i-1})                   for i = L .. 1 (h_i = act(a_{i-1}))
-        dx = dh_0
-
-    Args:
-        params: as given to :func:`mlp_forward`.
-        cache: the :class:`MLPCache` it returned.
-        dy: ``dL/dy``, finite, with the shape of the forward output ``[..., out]``.
-
-    Returns:
-        ``(dx [..., in], grads)``: ``grads`` has the keys (and key order) of ``params``; all
-        float64.
-
-    Raises:
-        ValueError: malformed params, a cache that is not an :class:`MLPCache` or does not match
-            ``params``, or a ``dy`` of the wrong shape or non-finite.
-    """
+    """MLP backward, last layer first: :func:`linear_backward` of each layer, and between two
+    layers the activation's backward. ``dy``: finite ``[..., out]``. Returns ``(dx [..., in],
+    grads)`` with the keys (and key order) of ``params``. Raises ``ValueError`` for malformed
+    params, a cache that is not an :class:`MLPCache` or does not match ``params``, or a bad
+    ``dy``."""
     depth = mlp_depth(params)
     _check_mlp_keys(params, depth)
     if not isinstance(cache, MLPCache):
