@@ -1,68 +1,18 @@
-"""The LSTM with episode resets, readable: one step forward, the loop over steps, and BPTT.
+"""The LSTM with episode resets: one step, the loop over steps, and BPTT.
 
-The cell is the long short-term memory of Hochreiter & Schmidhuber (1997, "Long short-term
-memory", Neural Computation 9(8)) with the forget gate of Gers, Schmidhuber & Cummins (2000),
-in the parametrisation of ``torch.nn.LSTM``: the four gate blocks of ``w_ih [4H, D]``,
-``w_hh [4H, H]`` and ``b [4H]`` are stacked in the order (i, f, g, o), and ``b`` is torch's
-``b_ih + b_hh`` (the only sum the cell sees). Episodes are cut as in recurrent PPO (sb3-contrib
-``RecurrentPPO``, CleanRL ``ppo_atari_lstm``): before step ``t`` the carried state is multiplied
-by ``keep[t] = 1 - episode_starts[t]``, so an episode starting at ``t`` starts from the zero
-state, and no gradient crosses the cut.
+The cell of Hochreiter & Schmidhuber (1997, Neural Computation 9(8)) with the forget gate of
+Gers, Schmidhuber & Cummins (2000), parametrised as ``torch.nn.LSTM``: the gate blocks of
+``w_ih [4H, D]``, ``w_hh [4H, H]`` and ``b [4H]`` are stacked (i, f, g, o), and ``b`` is torch's
+``b_ih + b_hh``. Episodes are cut as in recurrent PPO (sb3-contrib ``RecurrentPPO``, CleanRL
+``ppo_atari_lstm``): the carried state is multiplied by ``keep[t] = 1 - episode_starts[t]``
+before step ``t``, so an episode starts from the zero state and no gradient crosses the cut.
 
-Forward, step ``t``, for N environments at once (rows); :func:`_gate_inputs` and
-:func:`_cell_forward` are these lines, stepped by :func:`_forward_recursion` (which masks the
-state carried into step ``t + 1`` at the end of step ``t``)::
-
-    h~[t] = keep[t] * h[t-1]                      (h[-1] = h0)
-    c~[t] = keep[t] * c[t-1]                      (c[-1] = c0)
-    z[t]  = x[t] @ w_ih.T + h~[t] @ w_hh.T + b    [N, 4H], blocks (z_i, z_f, z_g, z_o)
-    i = sigma(z_i)
-    f = sigma(z_f)
-    g = tanh(z_g)
-    o = sigma(z_o)
-    c[t] = f * c~[t] + i * g
-    h[t] = o * tanh(c[t])
-
-with ``sigma(z) = 1 / (1 + exp(-z))``, evaluated as ``(1 + tanh(z / 2)) / 2`` (the same number;
-this form never overflows). :func:`lstm_forward` runs the step for ``t = 0 .. T-1`` and returns
-``h_seq[t] = h[t]`` and the final state ``(h[T-1], c[T-1])`` unmasked (the next call's
-``episode_starts[0]`` decides whether it is carried on).
-
-Backpropagation through time (Werbos 1990), given ``dh_seq[t] = dL/dh[t]`` and the gradients
-``dh_T, dc_T`` of the final state (zero when not given: from a later segment in truncated BPTT),
-with ``keep[T] = 1``, ``dh_next = dh_T``, ``dc_next = dc_T``; for ``t = T-1 .. 0``
-(:func:`_cell_backward` and :func:`_bptt_recursion` are these lines)::
-
-    dh   = dh_seq[t] + keep[t+1] * dh_next                 total gradient of h[t]
-    dc   = keep[t+1] * dc_next + dh * o * (1 - tanh(c[t])^2)    total gradient of c[t]
-    dz_i = dc * g * i * (1 - i)
-    dz_f = dc * c~[t] * f * (1 - f)
-    dz_g = dc * i * (1 - g^2)
-    dz_o = dh * tanh(c[t]) * o * (1 - o)
-    dh_next = dz[t] @ w_hh                                 gradient of h~[t]
-    dc_next = dc * f                                       gradient of c~[t]
-
-then ``dh0 = keep[0] * dh_next``, ``dc0 = keep[0] * dc_next``, and over all steps::
-
-    dw_ih = sum_t dz[t].T @ x[t]     dw_hh = sum_t dz[t].T @ h~[t]     db = sum_t sum_n dz[t, n]
-    dx[t] = dz[t] @ w_ih
-
-A state cut by a reset (``keep = 0``) receives exactly zero gradient.
-
-Written once for both tiers. The loop over steps (:func:`_forward_recursion`), the loop back over
-them (:func:`_bptt_recursion`) and the cell's equations (:func:`_cell_forward`,
-:func:`_cell_backward`, elementwise: they take arrays or numbers) are written in the subset of
-Python that numba compiles, and ``ppo_ref.fast.lstm`` compiles these same functions. What a tier
-supplies is named by the functions the recursions call: the products (:func:`_gate_inputs`, the
-gates' pre-activations of a step, and :func:`_add_products`, ``out += a @ w_t``) and the loops
-that apply the cell to every row and unit (:func:`_cells`, :func:`_cells_backward`). Here they
-are NumPy's ``@`` and broadcasting; the compiled tier compiles the recursions with its own
-(fused multiply-add chains, explicit loops) in their place. The weight gradients and ``dx``
-are sums over all steps, taken after the loop.
-
-Plain NumPy, float64 throughout (float32, integer or bool inputs are cast on entry); products by
-``@`` / ``np.einsum`` (BLAS), so results agree with the compiled LSTM of ``ppo_ref.fast.lstm`` to
-rounding, not bit for bit.
+The cell's equations (:func:`_cell_forward`, :func:`_cell_backward`) and the loops over steps
+(:func:`_forward_recursion`, :func:`_bptt_recursion`) are written in the subset of Python numba
+compiles; ``ppo_ref.fast.lstm`` compiles these same functions with its own products and
+per-unit loops in place of :func:`_gate_inputs`, :func:`_add_products`, :func:`_cells` and
+:func:`_cells_backward` (here NumPy ``@`` and broadcasting, so the tiers agree to rounding).
+Float64 throughout (inputs are cast on entry).
 """
 from __future__ import annotations
 
@@ -82,16 +32,8 @@ PARAM_KEYS = LSTM_PARAM_KEYS
 
 
 class LSTMStepCache(NamedTuple):
-    """What :func:`step_backward` reads; written by :func:`step_forward`. All float64.
-
-    Attributes:
-        x: ``[N, D]`` the step's inputs.
-        keep: ``[N]`` ``1 - episode_starts``.
-        h_prev: ``[N, H]`` ``h~ = keep * h``, the hidden state the cell read.
-        c_prev: ``[N, H]`` ``c~ = keep * c``.
-        gates: ``[N, 4H]`` the activations ``(i, f, g, o)``.
-        tanh_c: ``[N, H]`` ``tanh(c_new)``.
-    """
+    """What :func:`step_backward` reads (float64): ``x [N, D]``, ``keep [N]``, ``h_prev``
+    and ``c_prev [N, H]`` (``h~``, ``c~``), ``gates [N, 4H]`` (i, f, g, o), ``tanh_c [N, H]``."""
     x: np.ndarray
     keep: np.ndarray
     h_prev: np.ndarray
@@ -101,16 +43,9 @@ class LSTMStepCache(NamedTuple):
 
 
 class LSTMCache(NamedTuple):
-    """What :func:`lstm_backward` reads; written by :func:`lstm_forward`. All float64.
-
-    Attributes:
-        x: ``[T, N, D]`` the inputs (the caller's array itself when it was float64: it must not
-            be modified between the forward and the backward pass).
-        keep: ``[T + 1, N]``: ``1 - episode_starts[t]`` for ``t < T`` and ``keep[T] = 1`` (the
-            final-state gradients ``dh_T, dc_T`` enter unmasked).
-        h_prev: ``[T, N, H]`` ``h~[t]``; c_prev: ``[T, N, H]`` ``c~[t]``.
-        gates: ``[T, N, 4H]`` ``(i, f, g, o)`` at every step; tanh_c: ``[T, N, H]``.
-    """
+    """What :func:`lstm_backward` reads (float64): the fields of :class:`LSTMStepCache` with a
+    leading ``[T]``, and ``keep [T + 1, N]`` with ``keep[T] = 1``. ``x`` is the caller's array
+    when it was float64: do not modify it between forward and backward."""
     x: np.ndarray
     keep: np.ndarray
     h_prev: np.ndarray
@@ -119,30 +54,30 @@ class LSTMCache(NamedTuple):
     tanh_c: np.ndarray
 
 
-# --------------------------------------------------------------------------------------------
-# The equations, written once for both tiers (numba compiles them for ppo_ref.fast.lstm)
-# --------------------------------------------------------------------------------------------
-
-# Exact constants typed float32, so that the compiled tier's float32 run of these functions
-# stays in float32 (a Python float is float64 to numba); with float64 operands they are the
-# same numbers 0.5 and 1.
+# Exact constants typed float32, so that a compiled float32 run stays in float32 (a Python
+# float is float64 to numba); with float64 operands they are the same numbers.
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 
 
 def _sigmoid(z, tanh):
-    """``sigma(z) = 1 / (1 + exp(-z))``, as ``(1 + tanh(z / 2)) / 2`` (equal; finite for every
-    finite z, where ``exp(-z)`` overflows for ``z < -709``)."""
+    """``sigma(z) = 1 / (1 + exp(-z))``, as ``(1 + tanh(z / 2)) / 2`` (never overflows)."""
     return _HALF + _HALF * tanh(_HALF * z)
 
 
 def _cell_forward(z_i, z_f, z_g, z_o, c_prev, keep_next, tanh):
-    """The cell at step t, elementwise (arrays of one shape, or numbers), from the gate
-    pre-activations ``z`` and the carried ``c~[t]``: the forward lines of the module docstring.
+    """The cell at step t, elementwise (arrays of one shape, or numbers)::
 
-    Returns ``(i, f, g, o, tanh(c[t]), h[t], keep[t+1] * h[t], keep[t+1] * c[t])``: the last two
-    are the state carried into step t + 1 (``keep[T] = 1``: the final state, unmasked).
-    ``tanh`` is the tier's (``np.tanh`` here)."""
+        h~[t] = keep[t] * h[t-1],    c~[t] = keep[t] * c[t-1]      (h[-1] = h0, c[-1] = c0)
+        z[t]  = x[t] @ w_ih.T + h~[t] @ w_hh.T + b    [N, 4H] = (z_i, z_f, z_g, z_o)
+        i = sigma(z_i),  f = sigma(z_f),  g = tanh(z_g),  o = sigma(z_o)
+        c[t] = f * c~[t] + i * g
+        h[t] = o * tanh(c[t])
+
+    from ``z`` (:func:`_gate_inputs`) and ``c_prev = c~[t]``, with :func:`_sigmoid` and the
+    tier's ``tanh``. Returns ``(i, f, g, o, tanh(c[t]), h[t], keep[t+1] * h[t], keep[t+1] *
+    c[t])``: the last two are the state carried into step t + 1 (``keep[T] = 1``: the final
+    state, unmasked)."""
     i = _sigmoid(z_i, tanh)
     f = _sigmoid(z_f, tanh)
     g = tanh(z_g)
@@ -154,12 +89,19 @@ def _cell_forward(z_i, z_f, z_g, z_o, c_prev, keep_next, tanh):
 
 
 def _cell_backward(i, f, g, o, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next):
-    """BPTT through the cell at step t, elementwise: the backward lines of the module
-    docstring. ``dh_out = dh_seq[t]``; ``dh_next, dc_next`` the gradients of the state carried
-    into step t + 1 (``dh~[t+1], dc~[t+1]``; ``dh_T, dc_T`` at t = T - 1), cut by
-    ``keep_next = keep[t+1]``.
+    """Backpropagation through time (Werbos 1990) through the cell at step t, elementwise::
 
-    Returns ``(dz_i, dz_f, dz_g, dz_o, dc~[t])``; ``dh~[t] = dz[t] @ w_hh`` is a product."""
+        dh   = dh_seq[t] + keep[t+1] * dh_next                     (total gradient of h[t])
+        dc   = keep[t+1] * dc_next + dh * o * (1 - tanh(c[t])^2)   (total gradient of c[t])
+        dz_i = dc * g * i * (1 - i)          dz_f = dc * c~[t] * f * (1 - f)
+        dz_g = dc * i * (1 - g^2)            dz_o = dh * tanh(c[t]) * o * (1 - o)
+        dc~[t] = dc * f,                     dh~[t] = dz[t] @ w_hh (a product, by the caller)
+
+    ``dh_next, dc_next``: ``dh~[t+1], dc~[t+1]`` (``dh_T, dc_T`` at t = T-1, ``keep[T] = 1``).
+    After the loop ``dh0 = keep[0] * dh~[0]``, ``dc0 = keep[0] * dc~[0]``, ``dw_ih = sum_t
+    dz[t].T @ x[t]``, ``dw_hh = sum_t dz[t].T @ h~[t]``, ``db = sum_{t,n} dz[t, n]``,
+    ``dx[t] = dz[t] @ w_ih`` (:func:`_run_bptt`); a state cut by a reset gets exactly 0.
+    Returns ``(dz_i, dz_f, dz_g, dz_o, dc~[t])``."""
     dh = dh_out + keep_next * dh_next
     dc = keep_next * dc_next + dh * o * (_ONE - tanh_c * tanh_c)
     return (dc * g * i * (_ONE - i), dc * c_prev * f * (_ONE - f), dc * i * (_ONE - g * g),
@@ -167,14 +109,11 @@ def _cell_backward(i, f, g, o, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_ne
 
 
 def _forward_recursion(weights, x, keep, h_prev, c_prev, gates, tanh_c, h_seq):
-    """The forward loop over ``t = 0 .. T-1``, in place.
-
-    On entry row 0 of ``h_prev, c_prev [T + 1, N, H]`` holds the carried state ``h~[0] =
-    keep[0] * h0``, ``c~[0] = keep[0] * c0``. Step t forms the pre-activations ``z`` from
-    ``x[t]`` and ``h~[t]`` (:func:`_gate_inputs`; ``weights`` the tier's form of ``w_ih, w_hh,
-    b``) and applies the cell (:func:`_cell_forward`) to every row and unit, writing
-    ``gates[t]``, ``tanh_c[t]``, ``h_seq[t]`` and the state carried into step t + 1, row t + 1 of
-    ``h_prev`` and ``c_prev`` (row T: the final state, unmasked)."""
+    """The forward loop over ``t = 0 .. T-1``, in place: row 0 of ``h_prev, c_prev
+    [T + 1, N, H]`` holds ``h~[0], c~[0]`` on entry; step t runs :func:`_gate_inputs` and
+    :func:`_cells`, writing ``gates[t]``, ``tanh_c[t]``, ``h_seq[t]`` and row t + 1 of
+    ``h_prev``, ``c_prev`` (row T: the final state, unmasked). ``weights``: the tier's form of
+    ``(w_ih, w_hh, b)``."""
     z = np.empty((x.shape[1], 4 * h_seq.shape[2]), x.dtype)
     for t in range(x.shape[0]):
         _gate_inputs(weights, x[t], h_prev[t], z)
@@ -183,11 +122,9 @@ def _forward_recursion(weights, x, keep, h_prev, c_prev, gates, tanh_c, h_seq):
 
 
 def _bptt_recursion(w_hh, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next):
-    """The backward loop over ``t = T-1 .. 0``, in place.
-
-    On entry ``dh_next, dc_next [N, H]`` hold ``dh_T, dc_T``; step t writes ``dz[t]`` and
-    ``dc~[t]`` (:func:`_cell_backward` on every row and unit), then ``dh~[t] = dz[t] @ w_hh``;
-    on exit they hold ``dh~[0], dc~[0]`` (the initial state's gradients before ``keep[0]``)."""
+    """The backward loop over ``t = T-1 .. 0``, in place: ``dh_next, dc_next [N, H]`` hold
+    ``dh_T, dc_T`` on entry; step t writes ``dz[t]`` and ``dc~[t]`` (:func:`_cells_backward`),
+    then ``dh~[t] = dz[t] @ w_hh``; on exit they hold ``dh~[0], dc~[0]``."""
     for t in range(dh_seq.shape[0] - 1, -1, -1):
         _cells_backward(gates[t], c_prev[t], tanh_c[t], dh_seq[t], keep[t + 1], dh_next, dc_next,
                         dz[t])
@@ -246,8 +183,8 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep):
 
 
 def _run_bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
-    """:func:`_bptt_recursion` on checked float64 arrays, then the sums over steps (module
-    docstring). Returns ``(dx, grads, (dh0, dc0))``."""
+    """:func:`_bptt_recursion` on checked float64 arrays, then the sums over steps
+    (:func:`_cell_backward`). Returns ``(dx, grads, (dh0, dc0))``."""
     dz = np.empty(cache.gates.shape)
     dh_next, dc_next = dh_T.copy(), dc_T.copy()
     _bptt_recursion(w_hh, cache.keep, cache.gates, cache.c_prev, cache.tanh_c, dh_seq, dz,
@@ -260,10 +197,6 @@ def _run_bptt(w_ih, w_hh, cache: LSTMCache, dh_seq, dh_T, dc_T):
     }
     return dz @ w_ih, grads, (keep0 * dh_next, keep0 * dc_next)
 
-
-# --------------------------------------------------------------------------------------------
-# Argument checks
-# --------------------------------------------------------------------------------------------
 
 def _check_input(x, name: str, ndim: int, w_ih: np.ndarray) -> np.ndarray:
     """``x`` as float64 of rank ``ndim`` whose last dimension is D, with every other >= 1."""
@@ -294,29 +227,12 @@ def _check_cache(cache, cls, w_ih: np.ndarray, w_hh: np.ndarray, producer: str):
                          f"params['w_hh'] {w_hh.shape}; cache has D = {d_in}, H = {hidden}")
 
 
-# --------------------------------------------------------------------------------------------
-# Public API
-# --------------------------------------------------------------------------------------------
-
 def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Params:
-    """Parameters of an LSTM with ``input_size`` inputs and ``hidden_size`` units.
-
-    ``w_ih [4H, D]`` then ``w_hh [4H, H]``, each drawn from ``rng`` as one orthogonal matrix
-    with gain 1 (:func:`ppo_ref.spec.layers.orthogonal`: ``torch.nn.init.orthogonal_``), and a
-    zero ``b [4H]``: CleanRL ``ppo_atari_lstm`` (``orthogonal_(weight, 1.0)``, ``constant_(bias,
-    0)``). Gate blocks in the order (i, f, g, o).
-
-    Args:
-        rng: ``np.random.Generator``, the only source of randomness.
-        input_size: D >= 1.
-        hidden_size: H >= 1.
-
-    Returns:
-        ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}``, float64.
-
-    Raises:
-        ValueError: ``rng`` is not a Generator, or a size is not a positive integer.
-    """
+    """Parameters of an LSTM of ``input_size`` D >= 1 inputs and ``hidden_size`` H >= 1 units:
+    ``w_ih [4H, D]`` then ``w_hh [4H, H]``, each one :func:`ppo_ref.spec.layers.orthogonal`
+    matrix of gain 1 drawn from ``rng``, and ``b = zeros(4H)`` (CleanRL ``ppo_atari_lstm``).
+    Returns float64 arrays. Raises ``ValueError`` for ``rng`` not a Generator or a size that is
+    not a positive integer."""
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     d, h = check_count(input_size, "input_size", 1), check_count(hidden_size, "hidden_size", 1)
@@ -326,24 +242,17 @@ def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Pa
 
 
 def step_forward(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
-    """One LSTM step with the reset applied inside: ``(h, c) <- cell(x, keep * h, keep * c)``.
-
-    Equations: the forward lines of the module docstring, ``keep = 1 - episode_starts``.
+    """One LSTM step with the reset inside: ``(h, c) <- cell(x, keep * h, keep * c)``,
+    ``keep = 1 - episode_starts`` (:func:`_cell_forward`).
 
     Args:
         params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (gate order i, f, g, o).
-        x: ``[N, D]`` the step's inputs.
-        h: ``[N, H]`` the carried hidden state.
-        c: ``[N, H]`` the carried cell state.
-        episode_starts: ``[N]`` bool or 0/1 numbers; True where this step starts an episode.
+        x: ``[N, D]``; h, c: ``[N, H]`` the carried state.
+        episode_starts: ``[N]`` bool or 0/1; True where this step starts an episode.
 
-    Returns:
-        ``(h_new, c_new, cache)``: float64 ``[N, H]`` each and an :class:`LSTMStepCache` for
-        :func:`step_backward`. Inputs are not modified.
-
-    Raises:
-        ValueError: naming the argument: malformed ``params``, wrong ranks or shapes, non-finite
-            values, flags other than 0/1, N = 0.
+    Returns ``(h_new, c_new, LSTMStepCache)``, float64 ``[N, H]``. Raises ``ValueError`` naming
+    the argument: malformed ``params``, wrong ranks or shapes, non-finite values, flags other
+    than 0/1, N = 0.
     """
     w_ih, w_hh, b = check_lstm_params(params)
     x = _check_input(x, "x", 2, w_ih)
@@ -357,25 +266,11 @@ def step_forward(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
 
 
 def step_backward(params: Mapping[str, np.ndarray], cache: LSTMStepCache, dh_new, dc_new):
-    """Gradients of one :func:`step_forward` given ``dh_new = dL/dh_new``, ``dc_new = dL/dc_new``.
-
-    The backward lines of the module docstring for one step (:func:`lstm_backward` with T = 1,
-    ``dh_T = dh_new``, ``dc_T = dc_new``): ``dh`` and ``dc`` are the gradients of the *carried*
-    state ``h, c`` given to the step, i.e. ``keep * (dz @ w_hh)`` and ``keep * dc * f``, exactly 0
-    where the step started an episode.
-
-    Args:
-        params: the parameters the forward step used.
-        cache: the :class:`LSTMStepCache` it returned.
-        dh_new, dc_new: ``[N, H]`` each.
-
-    Returns:
-        ``(dx [N, D], grads, dh [N, H], dc [N, H])``; ``grads`` has the keys and shapes of
-        ``params``. All float64, fresh arrays.
-
-    Raises:
-        ValueError: naming the argument: a cache that is not an :class:`LSTMStepCache` or does
-            not match ``params``, misshapen or non-finite gradients.
+    """Gradients of one :func:`step_forward` for ``dh_new, dc_new [N, H]``: :func:`lstm_backward`
+    with T = 1. ``dh``, ``dc`` are the gradients of the carried ``h, c`` (0 where the step
+    started an episode). Returns fresh float64 ``(dx [N, D], grads, dh, dc)``, ``grads`` keyed
+    as ``params``. Raises ``ValueError`` naming the argument: a cache that is not an
+    :class:`LSTMStepCache` or does not match ``params``, misshapen or non-finite gradients.
     """
     w_ih, w_hh, _ = check_lstm_params(params)
     _check_cache(cache, LSTMStepCache, w_ih, w_hh, "step_forward")
@@ -391,30 +286,18 @@ def step_backward(params: Mapping[str, np.ndarray], cache: LSTMStepCache, dh_new
 
 
 def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
-    """Run the LSTM over a time-major sequence, resetting the state at episode starts.
-
-    ``h[t], c[t] = step(x[t], h[t-1], c[t-1], episode_starts[t])`` for ``t = 0 .. T-1``
-    (:func:`step_forward`; equations in the module docstring), from ``h[-1] = h0``,
-    ``c[-1] = c0``.
+    """The LSTM over a time-major sequence: :func:`_cell_forward` for ``t = 0 .. T-1`` from
+    ``h[-1] = h0``, ``c[-1] = c0``, the state zeroed before each episode start.
 
     Args:
-        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (torch gate order i, f, g, o;
-            ``b`` is torch's ``b_ih + b_hh``).
-        x: ``[T, N, D]`` inputs, T >= 1 steps of N >= 1 environments.
-        h0: ``[N, H]`` hidden state carried into step 0.
-        c0: ``[N, H]`` cell state carried into step 0.
-        episode_starts: ``[T, N]`` bool or 0/1 numbers; True at the first step of an episode
-            (the carried state is zeroed before that step).
+        params: as :func:`step_forward`.
+        x: ``[T, N, D]``, T >= 1 steps of N >= 1 environments.
+        h0, c0: ``[N, H]`` the state carried into step 0.
+        episode_starts: ``[T, N]`` bool or 0/1; True at the first step of an episode.
 
-    Returns:
-        ``(h_seq, (h_T, c_T), cache)``: ``h_seq [T, N, H]`` the hidden state after every step;
-        ``h_T = h_seq[T-1]`` and ``c_T`` ``[N, H]`` the final state, unmasked (fresh arrays);
-        ``cache`` an :class:`LSTMCache` for :func:`lstm_backward`. All float64.
-
-    Raises:
-        ValueError: naming the argument: malformed ``params``, wrong ranks or shapes (``x``,
-            ``h0``, ``c0``, ``episode_starts``), non-finite values, flags other than 0/1,
-            T = 0 or N = 0.
+    Returns ``(h_seq [T, N, H], (h_T, c_T), LSTMCache)``: the final state ``[N, H]`` is
+    unmasked (fresh arrays), all float64. Raises ``ValueError`` naming the argument: malformed
+    ``params``, wrong ranks or shapes, non-finite values, flags other than 0/1, T = 0 or N = 0.
     """
     w_ih, w_hh, b = check_lstm_params(params)
     x = _check_input(x, "x", 3, w_ih)
@@ -429,41 +312,32 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
                   dh_T=None, dc_T=None):
-    """Backpropagation through time for :func:`lstm_forward` (equations: module docstring).
+    """Backpropagation through time for :func:`lstm_forward` (:func:`_cell_backward`).
 
     Args:
-        params: the parameters the forward pass used.
-        cache: the :class:`LSTMCache` it returned.
-        dh_seq: ``[T, N, H]`` gradient of the loss w.r.t. ``h_seq``.
-        dh_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``h_T`` from outside
-            ``h_seq`` (e.g. the next truncated-BPTT segment); it adds to ``dh_seq[T-1]``.
-        dc_T: ``[N, H]`` or None (zero): gradient w.r.t. the returned ``c_T``.
+        params, cache: the parameters of the forward pass and the :class:`LSTMCache` it gave.
+        dh_seq: ``[T, N, H]``, the gradient in ``h_seq``.
+        dh_T, dc_T: ``[N, H]`` or None (zero): gradients in the returned final state from
+            outside ``h_seq`` (e.g. the next truncated-BPTT segment).
 
-    Returns:
-        ``(dx, grads, (dh0, dc0))``: ``dx [T, N, D]``; ``grads`` a dict with the keys and shapes
-        of ``params``; ``dh0, dc0 [N, H]`` (exactly 0 for environments whose
-        ``episode_starts[0]`` is True). All float64, fresh arrays; nothing is mutated.
-
-    Raises:
-        ValueError: naming the argument: a cache that is not an :class:`LSTMCache` or does not
-            match ``params``, misshapen or non-finite gradients.
+    Returns fresh float64 ``(dx [T, N, D], grads, (dh0, dc0))``, ``grads`` keyed as ``params``,
+    ``dh0, dc0`` exactly 0 where ``episode_starts[0]``. Raises ``ValueError`` naming the
+    argument: a cache that is not an :class:`LSTMCache` or does not match ``params``,
+    misshapen or non-finite gradients.
     """
     w_ih, w_hh, _ = check_lstm_params(params)
     _check_cache(cache, LSTMCache, w_ih, w_hh, "lstm_forward")
     n_steps, n_env, hidden = cache.tanh_c.shape
     dh_seq = as_float_array(dh_seq, "dh_seq", ndim=(3,)).astype(np.float64, copy=False)
     check_same_shape(dh_seq, "dh_seq", (n_steps, n_env, hidden), "h_seq [T, N, H]")
-    dh_T = np.zeros((n_env, hidden)) if dh_T is None else check_lstm_state(dh_T, "dh_T", n_env, hidden)
-    dc_T = np.zeros((n_env, hidden)) if dc_T is None else check_lstm_state(dc_T, "dc_T", n_env, hidden)
+    zeros = np.zeros((n_env, hidden))
+    dh_T = zeros if dh_T is None else check_lstm_state(dh_T, "dh_T", n_env, hidden)
+    dc_T = zeros if dc_T is None else check_lstm_state(dc_T, "dc_T", n_env, hidden)
     return _run_bptt(w_ih, w_hh, cache, dh_seq, dh_T, dc_T)
 
 
 def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
-    """One LSTM step for acting, without a cache: :func:`step_forward`'s ``(h_new, c_new)``.
-
-    Args and errors: as :func:`step_forward` (``x [N, D]``, ``h, c [N, H]``,
-    ``episode_starts [N]``). Returns float64 ``(h_new, c_new)`` ``[N, H]`` each, fresh arrays;
-    stepping a sequence with it gives :func:`lstm_forward`'s states exactly (the same step).
-    """
+    """One LSTM step for acting: :func:`step_forward`'s ``(h_new, c_new)`` without the cache
+    (the same step as :func:`lstm_forward`'s, so the states are identical)."""
     h_new, c_new, _ = step_forward(params, x, h, c, episode_starts)
     return h_new, c_new
