@@ -1,24 +1,10 @@
 """The MLP actor-critic of PPO: a policy tower and a value tower, separate or on a shared trunk.
 
-Architecture (SB3 ``ActorCriticPolicy`` and CleanRL ``ppo.py`` defaults)::
-
-    separate towers (default)                  shared trunk (shared_trunk=True)
-    pi: obs -> 64 -> 64 -> policy_out [P]       trunk: obs -> 64 -> 64 -> z (every layer activated)
-    vf: obs -> 64 -> 64 -> value [1]            pi: z -> policy_out [P];  vf: z -> value [1]
-
-Hidden layers use ``activation`` (tanh by default); heads are linear. Weights are orthogonal
-(:func:`ppo_ref.spec.layers.orthogonal`) with gain sqrt(2) for hidden layers, ``policy_gain``
-(0.01) for the policy head and ``value_gain`` (1.0) for the value head; every bias is zero
-(Huang et al. 2022, "The 37 Implementation Details of PPO", details 2 and 13).
-
+Parameters are one flat dict: ``"pi.w0", "pi.b0", ...``, ``"vf.w0", ...`` and with a shared
+trunk ``"trunk.w0", ...``, each an MLP of :func:`ppo_ref.spec.layers.mlp_init` under its prefix
+(with a shared trunk and ``net_arch=()`` there is no trunk: the heads read ``obs``).
 ``policy_out`` is what a distribution head (:mod:`ppo_ref.spec.distributions`) reads:
-categorical logits ``[B, n_actions]`` or the Gaussian mean ``[B, action_dim]`` (the
-state-independent ``log_std`` belongs to the policy, not to this network).
-
-Parameters are one flat dict: ``"pi.w0", "pi.b0", ...``, ``"vf.w0", ...`` and, with a shared
-trunk, ``"trunk.w0", ...``; each tower (and the trunk) is an MLP of
-:func:`ppo_ref.spec.layers.mlp_init` under its prefix. With a shared trunk and ``net_arch=()``
-there is no trunk and the one-layer heads read ``obs`` directly.
+categorical logits or the Gaussian mean (the ``log_std`` belongs to the policy).
 """
 from __future__ import annotations
 
@@ -40,17 +26,9 @@ HIDDEN_GAIN = math.sqrt(2.0)
 
 
 class ActorCriticCache(NamedTuple):
-    """What :func:`actor_critic_backward` reads.
-
-    Attributes:
-        shared_trunk: whether the trunk is shared.
-        trunk: the :class:`~ppo_ref.spec.layers.MLPCache` of the trunk's layers, or ``None``
-            (separate towers, or a shared trunk with ``net_arch=()``).
-        trunk_act: the :class:`~ppo_ref.spec.layers.ActivationCache` of the trunk's last
-            activation ``z = act(a_trunk)``, or ``None`` when ``trunk`` is ``None``.
-        pi: cache of the policy tower (with a shared trunk: of the one-layer policy head).
-        vf: cache of the value tower (with a shared trunk: of the one-layer value head).
-    """
+    """What :func:`actor_critic_backward` reads: the trunk's ``MLPCache`` and the
+    ``ActivationCache`` of its last activation (None without a trunk), and the ``MLPCache`` of
+    the policy and value towers (with a shared trunk: the one-layer heads)."""
     shared_trunk: bool
     trunk: Optional[MLPCache]
     trunk_act: Optional[ActivationCache]
@@ -62,31 +40,25 @@ def actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: in
                       net_arch: Sequence[int] = (64, 64), activation: str = "tanh",
                       shared_trunk: bool = False, policy_gain: float = 0.01,
                       value_gain: float = 1.0) -> Params:
-    """Initial actor-critic parameters (a flat dict of float64 arrays).
+    """Initial actor-critic parameters, float64 (SB3 ``ActorCriticPolicy``, CleanRL ``ppo.py``;
+    Huang et al. 2022, "The 37 Implementation Details of PPO", details 2 and 13).
 
-    Separate towers, drawn from ``rng`` in this order:
-    ``pi.* = mlp_init(obs_dim, net_arch, policy_out_dim, out_gain=policy_gain)``, then
-    ``vf.* = mlp_init(obs_dim, net_arch, 1, out_gain=value_gain)``, hidden gain sqrt(2).
-
-    Shared trunk: ``trunk.* = mlp_init(obs_dim, net_arch[:-1], net_arch[-1])`` with gain
-    sqrt(2) on every layer (all trunk layers are hidden layers), then the one-layer heads
-    ``pi.* = mlp_init(net_arch[-1], (), policy_out_dim, out_gain=policy_gain)`` and
-    ``vf.* = mlp_init(net_arch[-1], (), 1, out_gain=value_gain)`` (``obs_dim`` inputs if
-    ``net_arch`` is empty). Biases are zero.
+    Separate towers, drawn from ``rng`` in this order: ``pi.* = mlp_init(obs_dim, net_arch,
+    policy_out_dim, out_gain=policy_gain)``, ``vf.* = mlp_init(obs_dim, net_arch, 1,
+    out_gain=value_gain)``, hidden gain sqrt(2). Shared trunk: ``trunk.* = mlp_init(obs_dim,
+    net_arch[:-1], net_arch[-1])`` with gain sqrt(2) on every layer, then one-layer heads
+    ``pi.*``, ``vf.*`` reading ``net_arch[-1]`` (``obs_dim`` if ``net_arch`` is empty).
 
     Args:
         rng: ``np.random.Generator``.
-        obs_dim: observation size (> 0).
-        policy_out_dim: ``P``, the number of logits (discrete) or the action dimension
-            (Gaussian mean).
-        net_arch: hidden widths, default ``(64, 64)``; may be empty (linear heads on ``obs``).
-        activation: ``"tanh"`` or ``"relu"``. Only validated: the initialisation is the same
-            for both (as in SB3), so a config passes through unchanged.
+        obs_dim: observation size > 0.
+        policy_out_dim: ``P``, the number of logits or the action dimension (Gaussian mean).
+        net_arch: hidden widths (default ``(64, 64)``, may be empty).
+        activation: a key of ``ACTIVATIONS``; only validated (the initialisation is the same).
         shared_trunk: share the hidden layers between policy and value.
-        policy_gain, value_gain: head gains (default 0.01 and 1.0).
+        policy_gain, value_gain: head gains (0.01, 1.0).
 
-    Raises:
-        ValueError: bad dimensions, unknown activation or non-finite gains.
+    Raises ``ValueError`` for bad dimensions, an unknown activation or non-finite gains.
     """
     obs_dim = check_positive_int(obs_dim, "obs_dim")
     policy_out_dim = check_positive_int(policy_out_dim, "policy_out_dim")
@@ -128,14 +100,11 @@ def _tower(params: Mapping[str, np.ndarray], prefix: str) -> Params:
 
 def actor_critic_towers(params: Mapping[str, np.ndarray], shared_trunk: bool
             ) -> Tuple[Optional[Params], Params, Params]:
-    """Check ``params`` and split it into ``(trunk or None, pi, vf)`` MLP dicts
-    (``{"w0", "b0", ...}``, the same arrays). The one check of an actor-critic's parameters:
-    the forward and backward passes here use it (the compiled twins do not re-check).
-
-    Raises ``ValueError`` naming the offending key: a tower that is missing, malformed or
-    does not chain, a value head with more than one output, with a shared trunk heads that
-    are not one layer or do not read the trunk's output width, with separate towers towers
-    of different input widths, or keys that belong to no tower.
+    """The one check of an actor-critic's parameters: splits ``params`` into ``(trunk or None,
+    pi, vf)`` MLP dicts (``{"w0", "b0", ...}``, the same arrays). Raises ``ValueError`` naming
+    the key: a tower missing, malformed or not chaining, a value head with more than one
+    output, with a shared trunk heads that are not one layer or do not read the trunk's width,
+    with separate towers different input widths, or keys of no tower.
     """
     prefixes = ("trunk.", "pi.", "vf.") if shared_trunk else ("pi.", "vf.")
     depth = {}
@@ -185,38 +154,10 @@ def _as_obs(obs, trunk: Optional[Params], pi: Params) -> np.ndarray:
     return x
 
 
-def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh",
-                         shared_trunk: bool = False
-                         ) -> Tuple[np.ndarray, np.ndarray, ActorCriticCache]:
-    """Policy output and state values for a batch of observations.
-
-    Separate towers::
-
-        policy_out = MLP_pi(obs)
-        values = MLP_vf(obs)[:, 0]
-
-    Shared trunk::
-
-        z = act(MLP_trunk(obs))                      (z = obs when there is no trunk)
-        policy_out = z @ pi.w0.T + pi.b0
-        values = (z @ vf.w0.T + vf.b0)[:, 0]
-
-    Args:
-        params: from :func:`actor_critic_init` with the same ``shared_trunk``.
-        obs: ``[B, obs_dim]`` finite real array (cast to float64).
-        activation: hidden activation, ``"tanh"`` or ``"relu"``.
-        shared_trunk: must match how ``params`` was built.
-
-    Returns:
-        ``(policy_out [B, P], values [B], cache)``, float64; ``cache`` an
-        :class:`ActorCriticCache`.
-
-    Raises:
-        ValueError: unknown activation, params that do not match ``shared_trunk`` or do not
-            chain, ``obs`` of the wrong shape or non-finite.
-    """
+def _features(params, obs, activation, shared_trunk):
+    """Checked ``(z, pi, vf, trunk_cache, trunk_act_cache)``: ``z`` is the heads' input,
+    ``obs`` or ``act(MLP_trunk(obs))`` (the caches are None without a trunk)."""
     check_choice(activation, "activation", ACTIVATIONS)
-    shared_trunk = bool(shared_trunk)
     trunk, pi, vf = actor_critic_towers(params, shared_trunk)
     z = _as_obs(obs, trunk, pi)
     trunk_cache, trunk_act_cache = None, None
@@ -224,6 +165,32 @@ def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str 
         act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
         a, trunk_cache = mlp_forward(trunk, z, activation)
         z, trunk_act_cache = act_forward(a)
+    return z, pi, vf, trunk_cache, trunk_act_cache
+
+
+def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh",
+                         shared_trunk: bool = False
+                         ) -> Tuple[np.ndarray, np.ndarray, ActorCriticCache]:
+    """Policy output and state values for a batch of observations::
+
+        separate towers:  policy_out = MLP_pi(obs),    values = MLP_vf(obs)[:, 0]
+        shared trunk:     z = act(MLP_trunk(obs))      (z = obs when there is no trunk)
+                          policy_out = z @ pi.w0.T + pi.b0,   values = (z @ vf.w0.T + vf.b0)[:, 0]
+
+    with :func:`ppo_ref.spec.layers.mlp_forward` (hidden layers activated, heads linear).
+
+    Args:
+        params: from :func:`actor_critic_init` with the same ``shared_trunk``.
+        obs: ``[B, obs_dim]`` finite (cast to float64).
+        activation: the hidden activation, a key of ``ACTIVATIONS``.
+        shared_trunk: as ``params`` was built.
+
+    Returns float64 ``(policy_out [B, P], values [B], ActorCriticCache)``. Raises
+    ``ValueError`` for an unknown activation, params that do not match ``shared_trunk`` or do
+    not chain, or a bad ``obs``.
+    """
+    shared_trunk = bool(shared_trunk)
+    z, pi, vf, trunk_cache, trunk_act_cache = _features(params, obs, activation, shared_trunk)
     policy_out, pi_cache = mlp_forward(pi, z, activation)
     values, vf_cache = mlp_forward(vf, z, activation)
     cache = ActorCriticCache(shared_trunk, trunk_cache, trunk_act_cache, pi_cache, vf_cache)
@@ -232,66 +199,33 @@ def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str 
 
 def policy_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh",
                    shared_trunk: bool = False) -> np.ndarray:
-    """Only the policy output ``policy_out`` ``[B, P]`` (float64), for acting: the policy tower
-    (with a shared trunk: trunk and policy head) of :func:`actor_critic_forward`, no cache.
-
-    Same arguments and errors as :func:`actor_critic_forward`.
-    """
-    check_choice(activation, "activation", ACTIVATIONS)
-    trunk, pi, vf = actor_critic_towers(params, bool(shared_trunk))
-    z = _as_obs(obs, trunk, pi)
-    if trunk is not None:
-        act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
-        a, _ = mlp_forward(trunk, z, activation)
-        z, _ = act_forward(a)
+    """:func:`actor_critic_forward`'s ``policy_out [B, P]`` alone, for acting (no value tower,
+    no cache); its arguments and errors."""
+    z, pi, _, _, _ = _features(params, obs, activation, bool(shared_trunk))
     policy_out, _ = mlp_forward(pi, z, activation)
     return policy_out
 
 
 def value_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh",
                   shared_trunk: bool = False) -> np.ndarray:
-    """Only the state values ``V(obs)`` ``[B]`` (float64), for bootstrapping: the value tower
-    (with a shared trunk: trunk and value head) of :func:`actor_critic_forward`, no cache.
-
-    Same arguments and errors as :func:`actor_critic_forward`.
-    """
-    check_choice(activation, "activation", ACTIVATIONS)
-    trunk, pi, vf = actor_critic_towers(params, bool(shared_trunk))
-    z = _as_obs(obs, trunk, pi)
-    if trunk is not None:
-        act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
-        a, _ = mlp_forward(trunk, z, activation)
-        z, _ = act_forward(a)
+    """:func:`actor_critic_forward`'s ``values [B]`` alone, for bootstrapping (no policy tower,
+    no cache); its arguments and errors."""
+    z, _, vf, _, _ = _features(params, obs, activation, bool(shared_trunk))
     values, _ = mlp_forward(vf, z, activation)
     return values[:, 0]
 
 
 def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCache,
                           d_policy_out, d_values) -> Params:
-    """Gradients of a scalar loss w.r.t. every parameter, given ``dL/dpolicy_out`` and
-    ``dL/dvalues``.
+    """Gradients of a scalar loss in every parameter from ``d_policy_out [B, P]`` and
+    ``d_values [B]`` (finite): each tower's :func:`~ppo_ref.spec.layers.mlp_backward`; with a
+    trunk, its output gets both heads' input gradients::
 
-    Separate towers: each tower's :func:`~ppo_ref.spec.layers.mlp_backward`. Shared trunk: the
-    trunk output receives the sum of both heads' input gradients, then goes back through its
-    activation and its layers::
+        dz = dz_pi + dz_vf,    da_trunk = dz * act'(a_trunk),    mlp_backward(trunk, da_trunk)
 
-        dz = dz_pi + dz_vf
-        da_trunk = dz * act'(a_trunk)
-        grads_trunk = mlp_backward(trunk, da_trunk)
-
-    No gradient w.r.t. ``obs`` is returned (observations are data).
-
-    Args:
-        params: as given to :func:`actor_critic_forward`.
-        cache: the :class:`ActorCriticCache` it returned.
-        d_policy_out: ``[B, P]`` finite; d_values: ``[B]`` finite.
-
-    Returns:
-        ``grads``: float64 arrays with exactly the keys (and key order) of ``params``.
-
-    Raises:
-        ValueError: malformed params, a cache that is not an :class:`ActorCriticCache` or does
-            not match ``params``, or gradients of the wrong shape or non-finite.
+    No gradient in ``obs``. Returns float64 ``grads`` with the keys (and key order) of
+    ``params``. Raises ``ValueError`` for malformed params, a cache that is not an
+    :class:`ActorCriticCache` or does not match ``params``, or bad gradients.
     """
     if not isinstance(cache, ActorCriticCache):
         raise ValueError(f"cache must be an ActorCriticCache, got {type(cache).__name__}")
