@@ -1,4 +1,4 @@
-"""The LSTM actor-critic, readable: LSTM(s) over a sequence, then the policy and value towers.
+"""The LSTM actor-critic: LSTM(s) over a sequence, then the policy and value towers.
 
 Architecture (sb3-contrib ``RecurrentActorCriticPolicy``; CleanRL ``ppo_atari_lstm`` and
 thrust-rl share one LSTM)::
@@ -9,23 +9,11 @@ thrust-rl share one LSTM)::
     lstm_shared=True
         h[t] = LSTM(obs[t], h[t-1])      policy_out[t] = MLP_pi(h[t])      values[t] = MLP_vf(h[t])
 
-Every LSTM is :mod:`ppo_ref.spec.lstm` (gate order i, f, g, o as ``torch.nn.LSTM``; the carried
-state multiplied by ``1 - episode_starts[t]`` before step ``t``, so no episode sees its
-predecessor's memory and no gradient crosses the boundary). The towers are MLPs on the LSTM
-output (hidden layers with ``activation``, linear output; ``net_arch=()`` gives linear heads).
-
-Parameters: one dict of float64 arrays with the keys ``lstm.w_ih, lstm.w_hh, lstm.b`` (shared)
-or ``lstm_pi.*`` and ``lstm_vf.*`` (separate), then ``pi.w0, pi.b0, ...`` and
-``vf.w0, vf.b0, ...`` (the network part of :class:`ppo_ref.train.policies.RecurrentPolicy`'s
-parameters; any mapping is read as the dict it is). Recurrent state: a pair
-``(h, c)`` (:class:`LSTMStates`), each ``[L, N, H]`` with ``L = 1`` (shared) or ``L = 2``
-(index 0 the actor's LSTM, 1 the critic's).
-
-Training replays a stored ``[T, N]`` rollout: from the state each env had before step 0, with
-the stored episode starts, over all T steps (:func:`recurrent_actor_critic_forward`), and
-backpropagates through all of them (:func:`recurrent_actor_critic_backward`; BPTT stops only
-at episode starts; the initial state is data, so it gets no gradient). Acting runs the same
-step one ``t`` at a time (:func:`recurrent_actor_critic_step`, :func:`recurrent_value_step`).
+with :mod:`ppo_ref.spec.lstm` (state reset at episode starts) and towers of
+:func:`ppo_ref.spec.layers.mlp_forward`. Parameters: one dict of float64 arrays, keys
+``lstm.w_ih, lstm.w_hh, lstm.b`` (shared) or ``lstm_pi.*`` and ``lstm_vf.*``, then ``pi.w0,
+pi.b0, ...`` and ``vf.w0, ...``. Recurrent state: :class:`LSTMStates` ``(h, c)``, each
+``[L, N, H]`` with ``L = 1`` (shared) or 2 (0 the actor's LSTM, 1 the critic's).
 """
 from __future__ import annotations
 
@@ -49,17 +37,13 @@ LSTM_KEYS = ("w_ih", "w_hh", "b")
 
 
 class LSTMStates(NamedTuple):
-    """Recurrent state of every LSTM of the network for N envs.
-
-    Attributes:
-        h: hidden states, float64 ``[L, N, H]`` (L = 1 shared, else 0 actor and 1 critic).
-        c: cell states, same shape.
-    """
+    """Recurrent state of every LSTM for N envs: hidden ``h`` and cell ``c``, float64
+    ``[L, N, H]`` each (L = 1 shared, else 0 actor and 1 critic)."""
     h: np.ndarray
     c: np.ndarray
 
     def select(self, envs) -> "LSTMStates":
-        """The states of the envs ``envs`` (an index array into N), ``[L, len(envs), H]`` copies."""
+        """Copies of the states of the envs ``envs`` (indices into N): ``[L, len(envs), H]``."""
         return LSTMStates(self.h[:, envs].copy(), self.c[:, envs].copy())
 
     def copy(self) -> "LSTMStates":
@@ -68,13 +52,9 @@ class LSTMStates(NamedTuple):
 
 
 class RecurrentActorCriticCache(NamedTuple):
-    """What :func:`recurrent_actor_critic_backward` reads.
-
-    Attributes:
-        lstm_shared: whether one LSTM feeds both towers.
-        lstm: the :class:`~ppo_ref.spec.lstm.LSTMCache` of every LSTM (:func:`lstm_names` order).
-        pi, vf: the MLP caches of the policy and value towers.
-    """
+    """What :func:`recurrent_actor_critic_backward` reads: ``lstm_shared``, the
+    :class:`~ppo_ref.spec.lstm.LSTMCache` of every LSTM (:func:`lstm_names` order), and the MLP
+    caches of the two towers."""
     lstm_shared: bool
     lstm: Tuple[LSTMCache, ...]
     pi: MLPCache
@@ -86,15 +66,10 @@ def lstm_names(lstm_shared: bool) -> Tuple[str, ...]:
     return ("lstm",) if lstm_shared else ("lstm_pi", "lstm_vf")
 
 
-# --------------------------------------------------------------------------------------------
-# Argument checks
-# --------------------------------------------------------------------------------------------
-
 def _split(params, lstm_shared) -> Tuple[Tuple[str, ...], Dict[str, Params]]:
-    """``(names, parts)``: the LSTM prefixes and ``parts[prefix]`` = the sub-dict of every
-    prefix (``lstm*``, ``pi``, ``vf``) with the prefix stripped. ``ValueError`` for a
-    ``params`` that is not a dict, keys of the other LSTM layout, keys of no part, or a
-    float array holding NaN or inf (named by its full key)."""
+    """``(names, parts)``: the LSTM prefixes and ``parts[prefix]``, the sub-dict of each
+    prefix (``lstm*``, ``pi``, ``vf``) without it. ``ValueError`` for a ``params`` that is not
+    a dict, keys of the other layout or of no part, or a non-finite array (its full key)."""
     if not isinstance(params, Mapping):
         raise ValueError(f"params must be a dict of arrays, got {type(params).__name__}")
     if not isinstance(lstm_shared, (bool, np.bool_)):
@@ -138,7 +113,7 @@ def _hidden_size(parts: Dict[str, Params], names: Tuple[str, ...]) -> int:
 
 
 def _policy_out_dim(pi: Params) -> int:
-    """P, the output width of the policy tower ``pi.w0 .. pi.w{L-1}``: rows of its last weight."""
+    """P, the rows of the policy tower's last weight."""
     last = f"w{sum(1 for k in pi if k.startswith('w')) - 1}"
     w = np.asarray(pi.get(last))
     if w.ndim != 2:
@@ -170,32 +145,16 @@ def _check_state(state, n_lstm: int, n_env: int, hidden: int) -> Tuple[np.ndarra
     return arrays[0], arrays[1]
 
 
-# --------------------------------------------------------------------------------------------
-# Public API
-# --------------------------------------------------------------------------------------------
-
 def recurrent_actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: int, *,
                                 hidden_size: int = 64, lstm_shared: bool = False,
                                 net_arch: Sequence[int] = (64, 64), activation: str = "tanh",
                                 policy_gain: float = 0.01, value_gain: float = 1.0) -> Params:
-    """Initial parameters (dict of float64 arrays, key order as the module docstring).
-
-    Draws from ``rng`` in this order: each LSTM (:func:`~ppo_ref.spec.lstm.lstm_init`, actor
-    first), then the towers on input width H (separate ``pi``/``vf`` MLPs: orthogonal, gain
-    sqrt(2) hidden, ``policy_gain`` / ``value_gain`` heads, zero biases). Both backends'
-    recurrent policies draw their parameters with this function.
-
-    Args:
-        rng: ``np.random.Generator``.
-        obs_dim: D, observation size (>= 1).
-        policy_out_dim: P, logits (discrete) or action dimension (Gaussian mean).
-        hidden_size: H, LSTM width.
-        lstm_shared: one LSTM for both towers (True) or one each (False).
-        net_arch, activation, policy_gain, value_gain: the towers.
-
-    Raises:
-        ValueError: bad sizes, activation or gains.
-    """
+    """Initial parameters, float64, in the module docstring's key order: each LSTM
+    (:func:`~ppo_ref.spec.lstm.lstm_init` of ``obs_dim`` D inputs and ``hidden_size`` H units,
+    actor first), then the separate towers of :func:`~ppo_ref.spec.networks.actor_critic_init`
+    on input width H (``net_arch``, ``activation``, ``policy_gain``, ``value_gain``), all
+    drawn from ``rng`` in that order. ``policy_out_dim``: P. Raises ``ValueError`` for bad
+    sizes, activation or gains."""
     if not isinstance(lstm_shared, (bool, np.bool_)):
         raise ValueError(f"lstm_shared must be a bool, got {lstm_shared!r}")
     params: Params = {}
@@ -210,12 +169,9 @@ def recurrent_actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_o
 
 def initial_lstm_states(params: Mapping[str, np.ndarray], n_envs: int,
                         lstm_shared: bool = False) -> LSTMStates:
-    """All-zero :class:`LSTMStates` ``[L, n_envs, H]`` (the state before the first episode).
-
-    Raises:
-        ValueError: ``params`` that do not match ``lstm_shared`` or hold NaN or inf,
-            ``n_envs`` not an integer >= 1 (a bool, float or string is refused).
-    """
+    """All-zero :class:`LSTMStates` ``[L, n_envs, H]`` (before the first episode). Raises
+    ``ValueError`` for ``params`` that do not match ``lstm_shared`` or are not finite, or
+    ``n_envs`` not an int >= 1."""
     names, parts = _split(params, lstm_shared)
     n_envs = check_count(n_envs, "n_envs", 1)
     shape = (len(names), n_envs, _hidden_size(parts, names))
@@ -225,30 +181,22 @@ def initial_lstm_states(params: Mapping[str, np.ndarray], n_envs: int,
 def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
                                    episode_starts, activation: str = "tanh",
                                    lstm_shared: bool = False):
-    """Policy outputs and values over a ``[T, N]`` sequence, replayed from ``state``.
-
-    For each LSTM ``l``: ``h^l_seq, (h^l_T, c^l_T) = lstm_forward(params_l, obs, state.h[l],
-    state.c[l], episode_starts)``; then ``policy_out = MLP_pi(h^0_seq)`` and
-    ``values = MLP_vf(h^{L-1}_seq)[..., 0]``.
+    """Policy outputs and values over a stored ``[T, N]`` rollout, replayed from ``state``:
+    each LSTM ``l`` runs :func:`~ppo_ref.spec.lstm.lstm_forward` from ``(state.h[l],
+    state.c[l])``, then ``policy_out = MLP_pi(h^0_seq)``, ``values = MLP_vf(h^{L-1}_seq)``.
 
     Args:
-        params: the network's parameters (module docstring) for this ``lstm_shared``.
-        obs: ``[T, N, D]`` observations (flattened per step), finite.
-        state: :class:`LSTMStates` (or any pair ``(h, c)``) ``[L, N, H]``: the state *before*
-            step 0.
-        episode_starts: ``[T, N]`` bool or 0/1; True at t resets every LSTM before step t.
-        activation: the towers' hidden activation, ``"tanh"`` or ``"relu"``.
-        lstm_shared: one LSTM (True) or an actor and a critic LSTM (False).
+        params: the network's parameters for this ``lstm_shared``.
+        obs: ``[T, N, D]`` finite observations (flattened per step).
+        state: :class:`LSTMStates` (or a pair ``(h, c)``) ``[L, N, H]``, before step 0.
+        episode_starts: ``[T, N]`` bool or 0/1; True resets every LSTM before that step.
+        activation: the towers' hidden activation.
+        lstm_shared: one LSTM (True) or an actor's and a critic's (False).
 
-    Returns:
-        ``(policy_out [T, N, P], values [T, N], final_state, cache)``, float64;
-        ``final_state`` the :class:`LSTMStates` after step T-1 (unmasked); ``cache`` a
-        :class:`RecurrentActorCriticCache`.
-
-    Raises:
-        ValueError: naming the argument: malformed ``params`` or ones that do not match
-            ``lstm_shared``, wrong shapes or non-finite ``obs`` / ``state``, bad
-            ``episode_starts`` or ``activation``.
+    Returns float64 ``(policy_out [T, N, P], values [T, N], final_state, cache)``: the
+    :class:`LSTMStates` after step T-1 (unmasked) and a :class:`RecurrentActorCriticCache`.
+    Raises ``ValueError`` naming the argument: malformed ``params`` or a layout that does not
+    match ``lstm_shared``, bad ``obs``, ``state``, ``episode_starts`` or ``activation``.
     """
     names, parts = _split(params, lstm_shared)
     hidden = _hidden_size(parts, names)
@@ -274,26 +222,14 @@ def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
 def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray],
                                     cache: RecurrentActorCriticCache, d_policy_out, d_values
                                     ) -> Params:
-    """Gradients of a scalar loss w.r.t. every parameter, by backpropagation through time.
+    """Gradients of a scalar loss in every parameter, from ``d_policy_out [T, N, P]`` and
+    ``d_values [T, N]``: the towers' MLP backward gives ``dh^pi_seq`` and ``dh^vf_seq`` (summed
+    for a shared LSTM), then :func:`~ppo_ref.spec.lstm.lstm_backward` over all T steps (the
+    gradient stops only at episode starts; the initial state is data, no gradient).
 
-    ``dh^pi_seq`` from the policy tower (MLP backward of ``d_policy_out``) and ``dh^vf_seq``
-    from the value tower (of ``d_values``), summed when the LSTM is shared; then each LSTM's
-    ``lstm_backward`` over all T steps (no truncation: the gradient stops only at episode
-    starts). The initial state is data: its gradient is not returned.
-
-    Args:
-        params: as given to :func:`recurrent_actor_critic_forward`.
-        cache: the cache it returned.
-        d_policy_out: ``[T, N, P]`` gradient w.r.t. ``policy_out``.
-        d_values: ``[T, N]`` gradient w.r.t. ``values``.
-
-    Returns:
-        grads: dict with the keys (and key order) of ``params``, float64.
-
-    Raises:
-        ValueError: naming the argument: a cache that is not a
-            :class:`RecurrentActorCriticCache` or does not match ``params``, gradients of the
-            wrong shape or not finite.
+    Returns float64 ``grads`` with the keys (and key order) of ``params``. Raises
+    ``ValueError`` naming the argument: a cache that is not a
+    :class:`RecurrentActorCriticCache` or does not match ``params``, or bad gradients.
     """
     if not isinstance(cache, RecurrentActorCriticCache):
         raise ValueError(f"cache must be the RecurrentActorCriticCache returned by "
@@ -322,22 +258,11 @@ def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray],
 def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, episode_starts,
                                 activation: str = "tanh", lstm_shared: bool = False, *,
                                 with_values: bool = True):
-    """One acting step for N envs: every LSTM's ``lstm_step``, then the towers.
-
-    What :func:`recurrent_actor_critic_forward` computes at one time step (same reset rule),
-    without a cache; every LSTM is stepped (the critic's state is carried too).
-
-    Args:
-        obs: ``[N, D]``; state: :class:`LSTMStates` ``[L, N, H]`` before this step;
-        episode_starts: ``[N]`` bool or 0/1 (True: reset that env's state first);
-        with_values: False skips the value tower (``values`` is then None); the others as
-        :func:`recurrent_actor_critic_forward`.
-
-    Returns:
-        ``(policy_out [N, P], values [N] or None, new_state)``, float64.
-
-    Raises:
-        ValueError: naming the argument, as :func:`recurrent_actor_critic_forward`.
+    """One step of :func:`recurrent_actor_critic_forward` for acting, without a cache: every
+    LSTM is stepped (:func:`~ppo_ref.spec.lstm.lstm_step`), then the towers. ``obs [N, D]``,
+    ``state [L, N, H]`` before the step, ``episode_starts [N]``; ``with_values=False`` skips
+    the value tower (``values`` None). Returns float64 ``(policy_out [N, P], values [N],
+    new_state)``; raises ``ValueError`` as :func:`recurrent_actor_critic_forward`.
     """
     names, parts = _split(params, lstm_shared)
     hidden = _hidden_size(parts, names)
@@ -355,11 +280,8 @@ def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, ep
 
 def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_starts,
                          activation: str = "tanh", lstm_shared: bool = False) -> np.ndarray:
-    """Values ``V(obs | state)`` ``[N]`` after one step of the critic's LSTM only; the state is
-    not returned (bootstrapping ``last_values`` / ``final_values`` without advancing it).
-
-    Arguments and errors as :func:`recurrent_actor_critic_step`.
-    """
+    """Values ``[N]`` after one step of the critic's LSTM only, the state not returned (for
+    bootstrapping); arguments and errors as :func:`recurrent_actor_critic_step`."""
     names, parts = _split(params, lstm_shared)
     hidden = _hidden_size(parts, names)
     obs = _check_obs(obs, 2, parts, names)
