@@ -1,21 +1,14 @@
-"""Optimizer pieces (the readable tier): Adam, global-norm gradient clipping, schedules.
+"""Optimizer pieces: Adam, global-norm gradient clipping, schedules.
 
-Parameters, gradients and Adam moments are dicts ``{name: float ndarray}`` with identical keys
-(the layout of the networks' parameter dicts). Every function here is pure: it returns new dicts
-of new arrays and never writes into its inputs, so a caller can keep the previous parameters for
-a comparison or a rollback.
-
-The arithmetic of one Adam element is written once, in :func:`adam_element`: applied here to
-whole float64 arrays (NumPy computes it element by element with the same IEEE operations), and
-compiled and called per element by the twin :func:`ppo_ref.fast.optim.adam_update` (same bits
-per element).
+Parameters, gradients and Adam moments are dicts ``{name: float ndarray}`` with the same keys.
+Every function is pure: it returns new dicts of new arrays and never writes into its inputs.
+The arithmetic of one Adam element is written once, in :func:`adam_element`, applied here to
+float64 arrays and compiled per element by :func:`ppo_ref.fast.optim.adam_update` (same bits).
 
 Sources: Kingma & Ba, "Adam: A Method for Stochastic Optimization" (arXiv:1412.6980),
-Algorithm 1, with the placement of ``eps`` used by ``torch.optim.Adam`` (added to
-``sqrt(v_hat)``, i.e. *after* the bias correction of the second moment); Pascanu, Mikolov &
-Bengio, "On the difficulty of training recurrent neural networks" (arXiv:1211.5063) for clipping
-by the global norm, in the convention of ``torch.nn.utils.clip_grad_norm_`` (scale
-``max_norm / (norm + 1e-6)``, applied only when below 1). Schedules follow Stable-Baselines3's
+Algorithm 1, with ``torch.optim.Adam``'s placement of ``eps``; Pascanu, Mikolov & Bengio,
+"On the difficulty of training recurrent neural networks" (arXiv:1211.5063) for clipping by the
+global norm, as ``torch.nn.utils.clip_grad_norm_``; schedules in Stable-Baselines3's
 ``progress_remaining`` (1 at the start of training, 0 at the end).
 """
 from __future__ import annotations
@@ -40,20 +33,10 @@ Arrays = Dict[str, np.ndarray]
 
 
 def adam_init(params: Mapping[str, np.ndarray]) -> dict:
-    """Fresh Adam state for ``params``: step count 0 and zero moments.
-
-    Args:
-        params: ``{name: float32/float64 ndarray}``.
-
-    Returns:
-        ``{"t": 0, "m": {name: zeros_like(p)}, "v": {name: zeros_like(p)}}`` where ``t`` is the
-        number of updates taken so far (a Python int), ``m`` the first-moment (mean) estimates
-        and ``v`` the second-moment (uncentered variance) estimates, each a plain dict of new
-        arrays with the dtype and shape of its parameter.
-
-    Raises:
-        ValueError: ``params`` is not a dict of float arrays.
-    """
+    """Fresh Adam state ``{"t": 0, "m": {name: zeros_like(p)}, "v": {name: zeros_like(p)}}``:
+    ``t`` the number of updates taken (a Python int), ``m`` and ``v`` the first and second
+    moment estimates (dtype and shape of each parameter). Raises ``ValueError`` unless
+    ``params`` is a dict of float arrays."""
     check_param_dict(params, "params")
     return {"t": 0,
             "m": {k: np.zeros(np.shape(p), np.asarray(p).dtype) for k, p in params.items()},
@@ -68,10 +51,9 @@ def adam_element(param, grad, m, v, beta1, beta2, step_size, bias_correction2_sq
         param' = param - step_size * m' / (sqrt(v') / bias_correction2_sqrt + eps)
 
     with ``step_size = lr / (1 - beta1**t)`` and ``bias_correction2_sqrt = sqrt(1 - beta2**t)``
-    (:func:`adam_step_scalars`): ``m' / (1 - beta1**t)`` is ``m_hat`` and
-    ``sqrt(v') / sqrt(1 - beta2**t)`` is ``sqrt(v_hat)``, the operation order of torch's
-    single-tensor Adam. Returns ``(param', m', v')``. (The divisions are ``np.true_divide``:
-    IEEE division, the same as ``/`` on arrays.)
+    (:func:`adam_step_scalars`), so ``eps`` is added after ``sqrt(v_hat)`` in the operation
+    order of torch's single-tensor Adam (torch updates ``m`` by ``lerp``: equal up to ~1 ulp).
+    Returns ``(param', m', v')``.
     """
     m_new = beta1 * m + (1.0 - beta1) * grad
     v_new = beta2 * v + (1.0 - beta2) * grad * grad
@@ -106,40 +88,23 @@ def _check_adam_state(state, params: Mapping) -> int:
 def adam_update(params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], state: dict,
                 *, lr: float, betas: Tuple[float, float] = (0.9, 0.999),
                 eps: float = 1e-5) -> Tuple[Arrays, dict]:
-    """One Adam step, exactly the update of ``torch.optim.Adam`` (no weight decay, no amsgrad).
-
-    With ``t`` the new step count (1 on the first call) and, per parameter array,
-    :func:`adam_element`::
-
-        m_t   = beta1 * m_{t-1} + (1 - beta1) * g
-        v_t   = beta2 * v_{t-1} + (1 - beta2) * g**2
-        theta = theta - (lr / (1 - beta1**t)) * m_t / (sqrt(v_t) / sqrt(1 - beta2**t) + eps)
-
-    i.e. bias-corrected moments with ``eps`` added *after* ``sqrt(v_hat)`` (Kingma & Ba 2014,
-    Algorithm 1; torch's placement of ``eps``). Torch updates ``m`` with ``lerp`` (``m + (1 -
-    beta1) (g - m)``), which equals the first line up to rounding (~1 ulp). Each gradient and
-    moment is first cast to its parameter's dtype; the arithmetic is float64 and the results are
-    rounded once to that dtype (torch computes float32 parameters in float32: differences of
-    about one float32 ulp).
+    """One step of ``torch.optim.Adam`` (no weight decay, no amsgrad): :func:`adam_element` of
+    every array with the new step count ``t = state["t"] + 1``. Gradients and moments are cast
+    to the parameter's dtype, computed in float64 and rounded once to that dtype (torch
+    computes float32 in float32: about one float32 ulp apart).
 
     Args:
         params: ``{name: float ndarray}``, the current parameters.
-        grads: ``{name: float ndarray}`` with exactly the keys and shapes of ``params``: the
-            gradient of the loss to *minimize*. Must be finite.
-        state: Adam state from :func:`adam_init` or a previous call (never modified).
-        lr: learning rate (step size), >= 0.
+        grads: finite, with exactly the keys and shapes of ``params`` (of the loss to minimize).
+        state: from :func:`adam_init` or a previous call (never modified).
+        lr: keyword-only, >= 0.
         betas: ``(beta1, beta2)``, each in [0, 1).
-        eps: added to the denominator, >= 0. PPO implementations use 1e-5 (SB3, CleanRL), not
-            torch's 1e-8 default.
+        eps: >= 0 (PPO implementations use 1e-5, not torch's 1e-8).
 
-    Returns:
-        ``(new_params, new_state)``: new plain dicts of new arrays (each in its parameter's
-        dtype); ``new_state["t"] == state["t"] + 1``.
-
-    Raises:
-        ValueError: key sets differ (the message names the missing or extra key), a shape
-            differs, a gradient is not finite, a parameter or moment is not finite (or the step
-            overflows), or ``lr``/``betas``/``eps`` are out of range.
+    Returns ``(new_params, new_state)``, new dicts of new arrays in the parameters' dtypes.
+    Raises ``ValueError`` when key sets differ (naming the key), a shape differs, a gradient,
+    parameter or moment is not finite (or the step overflows), or ``lr``, ``betas`` or ``eps``
+    are out of range.
     """
     check_param_dict(params, "params")
     check_param_dict(grads, "grads")
@@ -197,11 +162,9 @@ def _array_norms(grads: Mapping[str, np.ndarray]) -> Tuple[Dict[str, float], flo
 
 
 def global_norm(grads: Mapping[str, np.ndarray]) -> float:
-    """``sqrt(sum_k sum_i grads[k][i]**2)``: the L2 norm of all gradients as one vector.
-
-    Computed as the norm of the per-array norms (as torch does), in float64. May be inf or nan.
-    Raises ``ValueError`` unless ``grads`` is a dict of float arrays.
-    """
+    """``sqrt(sum_k sum_i grads[k][i]**2)``, the L2 norm of all gradients as one vector,
+    computed as the norm of the per-array norms (as torch), in float64; may be inf or nan.
+    Raises ``ValueError`` unless ``grads`` is a dict of float arrays."""
     check_param_dict(grads, "grads")
     return _array_norms(grads)[1]
 
@@ -213,23 +176,12 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tup
         scale = max_norm / (norm + 1e-6)
         g'    = g * scale   if scale < 1   else   g
 
-    (torch ``clip_grad_norm_`` convention; SB3 and CleanRL call it with ``max_grad_norm``.)
-
-    Args:
-        grads: ``{name: float ndarray}``.
-        max_norm: > 0.
-
-    Returns:
-        ``(clipped_grads, norm)``: a new plain dict of new arrays (input dtypes kept: a float32
-        array times the Python float ``scale`` stays float32) and the global norm *before*
-        clipping, a Python float.
-
-    Raises:
-        FloatingPointError: the norm is inf or nan; the message names the parameters whose
-            gradient holds a non-finite value (or, if every entry is finite but the sum of
-            squares overflowed, the arrays with the largest norms). Nothing is returned or
-            modified, so the caller can skip the step.
-        ValueError: ``max_norm`` <= 0 or ``grads`` is not a dict of float arrays.
+    (torch ``clip_grad_norm_``; SB3 and CleanRL pass ``max_grad_norm``). ``max_norm`` > 0.
+    Returns ``(clipped_grads, norm)``: new arrays in the input dtypes and the norm before
+    clipping (a Python float). Raises ``FloatingPointError`` when the norm is inf or nan,
+    naming the arrays with non-finite values (or, after an overflow of finite values, the
+    largest arrays), so the caller can skip the step; ``ValueError`` for ``max_norm`` <= 0 or
+    ``grads`` not a dict of float arrays.
     """
     check_param_dict(grads, "grads")
     max_norm = check_positive(max_norm, "max_norm")
@@ -249,31 +201,19 @@ def clip_by_global_norm(grads: Mapping[str, np.ndarray], max_norm: float) -> Tup
 
 
 def linear_schedule(initial: float, progress_remaining: float) -> float:
-    """``initial * progress_remaining``: linear annealing from ``initial`` to 0.
-
-    ``progress_remaining`` is Stable-Baselines3's convention: ``1 - steps_done / total_steps``,
-    1.0 at the start of training and 0.0 at the end (rl-baselines3-zoo ``lin_<value>``). Which
-    step count is used (before or after the current rollout) is the trainer's choice, see
-    ``PPOConfig.schedule_progress``.
-
-    Raises:
-        ValueError: ``initial`` negative or not finite, ``progress_remaining`` outside [0, 1].
-    """
+    """``initial * progress_remaining``, with ``progress_remaining = 1 - steps_done /
+    total_steps`` (rl-baselines3-zoo ``lin_<value>``; the step count is the trainer's choice,
+    ``PPOConfig.schedule_progress``). Raises ``ValueError`` for ``initial`` negative or not
+    finite, or ``progress_remaining`` outside [0, 1]."""
     initial = check_nonnegative(initial, "initial")
     progress_remaining = check_unit_interval(progress_remaining, "progress_remaining")
     return initial * progress_remaining
 
 
 def scheduled_value(schedule: str, initial: float, progress_remaining: float) -> float:
-    """A hyperparameter's value under ``schedule`` ("constant" or "linear") at this progress.
-
-    "constant" returns ``initial``; "linear" returns :func:`linear_schedule`. The trainers call
-    this for ``learning_rate`` (``PPOConfig.lr_schedule``) and ``clip_range``
-    (``PPOConfig.clip_range_schedule``).
-
-    Raises:
-        ValueError: unknown ``schedule``, or the arguments of :func:`linear_schedule` are invalid.
-    """
+    """A hyperparameter under ``schedule``: ``initial`` ("constant") or
+    :func:`linear_schedule` ("linear"). Raises ``ValueError`` for an unknown ``schedule`` or
+    arguments :func:`linear_schedule` refuses."""
     check_choice(schedule, "schedule", ("constant", "linear"))
     if schedule == "constant":
         check_unit_interval(progress_remaining, "progress_remaining")
