@@ -1,12 +1,8 @@
 """PPO losses, each returned with its gradient.
 
 Every loss is a (weighted) *mean* over the n elements of a minibatch, and every gradient is
-d(loss)/d(input) of that mean (it carries the 1/n). The caller forms the PPO objective
-(Schulman et al. 2017, eq. 9, negated)::
-
-    loss = policy_loss + vf_coef * value_loss_scale * value_loss + ent_coef * entropy_loss
-
-The arithmetic of one element is written once, in :func:`clipped_surrogate_element`,
+d(loss)/d(input) of that mean (it carries the 1/n); :func:`ppo_ref.spec.update.minibatch_loss`
+combines them into the PPO objective. The arithmetic of one element is written once, in :func:`clipped_surrogate_element`,
 :func:`value_element` and :func:`k3_element`, in the subset of Python numba compiles; the losses
 apply them in element order and :mod:`ppo_ref.fast.losses` compiles the same functions (same
 bits). Everything is computed in float64.

@@ -1,43 +1,12 @@
 """The PPO update: minibatch loss, KL early stop, clipping + Adam, epochs, minibatches.
 
-This module is the algorithm's steps, and it runs as written under both backends: the trainers
-pass the loss and optimizer modules of their tier (``losses=``, ``optim=``: :mod:`ppo_ref.spec`
-or their compiled twins in :mod:`ppo_ref.fast`), which supply the leaf computations.
-
-Per minibatch (:func:`minibatch_loss`), with ``A`` the advantages (normalized per minibatch when
-``config.normalize_advantage`` and ``config.advantage_norm_scope == "minibatch"``)::
-
-    loss = policy_loss(new_log_probs, old_log_probs, A, clip_range)
-         + vf_coef * value_loss_scale * value_loss(values, old_values, returns, clip_range_vf, mode)
-         + ent_coef * entropy_loss(entropy)                     (entropy_loss = -mean(entropy))
-
-(Schulman et al. 2017, arXiv:1707.06347, eq. 9, negated to be minimized), and the gradients of
-``loss`` with respect to ``new_log_probs``, ``entropy`` and ``values``, which the policy's
-``backward`` turns into parameter gradients. Then ``clip_by_global_norm(grads,
-max_grad_norm)`` and one ``adam_update`` step (:func:`run_epochs`).
-
-KL early stop (``config.target_kl`` not None), the rule named by ``config.kl_stop_rule`` with
-the estimator ``config.kl_estimator`` (:func:`ppo_ref.spec.losses.approx_kl`):
-
-* ``"sb3"`` (Stable-Baselines3, the default): per minibatch, *before* its step; if
-  ``approx_kl > 1.5 * target_kl`` that step is skipped and every remaining epoch stops.
-* ``"cleanrl"`` (CleanRL ``ppo.py``): after each epoch, if the last minibatch's ``approx_kl``
-  (computed before its step) ``> target_kl``, the remaining epochs stop.
-* ``"thrust"`` (thrust-rl): per minibatch, *after* its step; if ``approx_kl > target_kl`` the
-  rest of the current epoch is skipped; the next epoch starts as usual.
-* ``"skrl"`` (skrl ``PPO._update``): per minibatch, *before* its step; if ``approx_kl >
-  target_kl`` that step is skipped and the rest of the current epoch with it; the next epoch
-  starts as usual.
-
-Minibatches: :func:`feedforward_minibatches` (every epoch a permutation of the ``T*N`` rows,
-cut in chunks: SB3's ``RolloutBuffer.get``, CleanRL's ``b_inds`` shuffle) and
-:func:`recurrent_minibatches` (every epoch a permutation of the envs, cut in groups, each
-replayed over all ``T`` steps from the LSTM state it had at the rollout's start with the
-stored ``episode_starts``: sb3-contrib and CleanRL ``ppo_atari_lstm`` split by env).
+The algorithm's steps, run as written under both backends: the trainers pass their tier's loss
+and optimizer modules (``losses=``, ``optim=``: :mod:`ppo_ref.spec` or the compiled twins in
+:mod:`ppo_ref.fast`), which supply the leaf computations.
 
 Sources: Schulman et al. 2017 (arXiv:1707.06347) eq. 9; Huang et al. 2022, "The 37
 Implementation Details of PPO" (minibatch advantage normalization, global gradient clipping,
-early stopping); the implementations named above for the stop rules.
+early stopping); the implementations named at :func:`run_epochs` for the stop rules.
 """
 from __future__ import annotations
 
@@ -63,28 +32,21 @@ STATS_KEYS = ("policy_loss", "value_loss", "entropy", "loss", "approx_kl", "clip
 
 _MEANS = ("policy_loss", "value_loss", "entropy", "loss", "approx_kl", "clip_fraction")
 
-# A linearly annealed clip range reaches exactly 0 on the last update (SB3's progress
-# convention). ``policy_loss`` requires clip_range > 0; the smallest positive double clips
-# identically (1 +- 5e-324 == 1 in float64), so it stands in for 0.
+# A linearly annealed clip range reaches 0 on the last update; policy_loss requires > 0, and
+# the smallest positive double clips identically (1 +- 5e-324 == 1), so it stands in for 0.
 _TINY_CLIP = float(np.finfo(np.float64).tiny)
 
 
 def effective_clip_range(clip_range: float) -> float:
-    """``clip_range`` itself, or the smallest positive float64 when it is 0 (the same
-    clipping). The config guarantees a finite number >= 0."""
+    """``clip_range`` (finite, >= 0), or the smallest positive float64 for 0."""
     return float(clip_range) if clip_range > 0.0 else _TINY_CLIP
 
 
 class Minibatch(NamedTuple):
-    """One minibatch of the PPO update.
-
-    ``old_log_probs``, ``advantages``, ``returns``, ``old_values``: float64 arrays of one shape
-    ``[B]`` (for the recurrent update the group's ``[T, n]`` rows flattened, row ``t * n + j``):
-    the rollout's behaviour log-probs (nats), advantages, lambda-returns and values.
-    ``data``: what the policy's ``evaluate`` reads (observations and actions; for the recurrent
-    policy also the start states and episode starts); opaque here. ``weights``: None, or
-    per-row weights >= 0 of that shape (a 0/1 valid mask): the loss means become weighted means.
-    """
+    """One minibatch: the rollout's ``old_log_probs`` (nats), ``advantages``, ``returns`` and
+    ``old_values``, float64 ``[B]`` (recurrent: the group's ``[T, n]`` rows flattened, row
+    ``t * n + j``); ``data``, opaque, what the policy's ``evaluate`` reads; ``weights``, None
+    or per-row weights >= 0 (a 0/1 valid mask) for weighted loss means."""
     old_log_probs: np.ndarray
     advantages: np.ndarray
     returns: np.ndarray
@@ -115,9 +77,9 @@ def _normalize(advantages, config, losses: ModuleType):
 
 def batch_advantages(advantages: np.ndarray, config, losses: ModuleType = spec_losses
                      ) -> np.ndarray:
-    """The advantages as the minibatches receive them: normalized over the whole batch when
-    ``config.normalize_advantage`` and ``config.advantage_norm_scope == "batch"`` (thrust-rl's
-    feedforward convention), otherwise unchanged; float64."""
+    """The advantages as the minibatches receive them, float64: normalized over the whole
+    batch when ``config.normalize_advantage`` and ``advantage_norm_scope == "batch"``
+    (thrust-rl, feedforward), otherwise unchanged."""
     advantages = np.asarray(advantages, dtype=np.float64)
     if config.normalize_advantage and config.advantage_norm_scope == "batch":
         return _normalize(advantages, config, losses)
@@ -127,8 +89,15 @@ def batch_advantages(advantages: np.ndarray, config, losses: ModuleType = spec_l
 def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, returns,
                    old_values, *, config, clip_range: float, with_log_ratio: bool = True,
                    weights=None, losses: ModuleType = spec_losses) -> MinibatchLoss:
-    """The PPO loss of one minibatch (module docstring) and its gradients w.r.t. the policy's
-    outputs.
+    """The PPO loss of one minibatch (Schulman et al. 2017, eq. 9, negated to be minimized)::
+
+        loss = policy_loss(new_log_probs, old_log_probs, A, clip_range)
+             + vf_coef * value_loss_scale * value_loss(values, old_values, returns, ...)
+             + ent_coef * entropy_loss(entropy)
+
+    with the tier's :mod:`~ppo_ref.spec.losses` and ``A`` the advantages (normalized here when
+    ``config.normalize_advantage`` and ``advantage_norm_scope == "minibatch"``), and the
+    gradients of ``loss`` in the policy's outputs.
 
     Args:
         new_log_probs, entropy, values: the current policy's outputs for the minibatch rows
@@ -143,17 +112,12 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
         weights: None, or per-row weights >= 0 of shape ``S``: the policy, value and entropy
             means, ``approx_kl`` and ``clip_fraction`` become ``sum(w x) / sum(w)``.
             Advantage normalization still uses every row.
-        losses: the loss module of the tier (:mod:`ppo_ref.spec.losses` or its compiled twin).
+        losses: the tier's loss module.
 
-    Returns:
-        :class:`MinibatchLoss`: the total ``loss`` and its parts (``entropy`` is the mean
-        entropy), ``approx_kl`` with ``config.kl_estimator``, ``clip_fraction``,
-        ``max_abs_log_ratio`` (``max |new - old|``: 0 on the first minibatch of an update) and
-        the gradients of ``loss``: ``d_log_probs``, ``d_entropy`` (``None`` when ``ent_coef
-        == 0``: the term is absent), ``d_values``.
-
-    Raises:
-        ValueError: from the loss functions, or the total loss overflows float64.
+    Returns :class:`MinibatchLoss`: ``loss`` and its parts (``entropy`` the mean entropy),
+    ``approx_kl`` (``config.kl_estimator``), ``clip_fraction``, ``max_abs_log_ratio`` (``max
+    |new - old|``) and the gradients ``d_log_probs``, ``d_entropy`` (None when ``ent_coef ==
+    0``), ``d_values``. Raises ``ValueError`` from the losses, or when the total overflows.
     """
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
         advantages = _normalize(advantages, config, losses)
@@ -191,13 +155,11 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
 
 def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_probs,
                             advantages, returns, old_values, observations, actions):
-    """The feedforward update's minibatches: ``minibatches(epoch)`` for :func:`run_epochs`.
-
-    Each epoch draws ``rng.permutation(B)`` of the ``B = T * N`` rows (flattened time-major:
-    row ``t * N + n``; one draw per epoch) and cuts it into chunks of ``batch_size`` (the last
-    chunk smaller when ``batch_size`` does not divide ``B``, as SB3). Each chunk is a
-    :class:`Minibatch` of those rows with ``data = (observations[rows], actions[rows])``.
-    Arrays: ``[B]``, ``observations [B, D]``, ``actions [B, ...]``."""
+    """The feedforward update's ``minibatches(epoch)`` for :func:`run_epochs` (SB3
+    ``RolloutBuffer.get``, CleanRL ``b_inds``): each epoch one ``rng.permutation(B)`` of the
+    ``B = T * N`` time-major rows, cut into chunks of ``batch_size`` (the last one smaller if
+    it does not divide), each a :class:`Minibatch` with ``data = (observations[rows],
+    actions[rows])``. Arrays: ``[B]``, ``observations [B, D]``, ``actions [B, ...]``."""
     n_rows = len(old_log_probs)
 
     def per_epoch(epoch: int):
@@ -212,14 +174,12 @@ def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_p
 def recurrent_minibatches(rng: np.random.Generator, envs_per_minibatch: int, old_log_probs,
                           advantages, returns, old_values, observations, actions,
                           initial_states, episode_starts):
-    """The recurrent update's minibatches: ``minibatches(epoch)`` for :func:`run_epochs`.
-
-    Each epoch draws ``rng.permutation(N)`` of the envs and cuts it into groups of
-    ``envs_per_minibatch`` (which divides ``N``). A group's minibatch is its envs' whole
-    ``[T, n]`` sequences, replayed by the policy from the LSTM states they had at the rollout's
-    start (``initial_states.select(envs)``) with their stored ``episode_starts``: ``data =
-    (observations[:, envs], actions[:, envs], states, episode_starts[:, envs])``; the loss sees
-    the group's rows flattened (row ``t * n + j``). Arrays are ``[T, N, ...]``."""
+    """The recurrent update's ``minibatches(epoch)`` for :func:`run_epochs` (sb3-contrib,
+    CleanRL ``ppo_atari_lstm``: split by env): each epoch one ``rng.permutation(N)`` of the
+    envs, cut into groups of ``envs_per_minibatch`` (which divides N); a group's whole ``[T,
+    n]`` sequences, replayed from their LSTM states at the rollout's start: ``data =
+    (observations[:, envs], actions[:, envs], initial_states.select(envs), episode_starts[:,
+    envs])``, rows flattened ``t * n + j``. Arrays are ``[T, N, ...]``."""
     n_envs = old_log_probs.shape[1]
 
     def per_epoch(epoch: int):
@@ -244,9 +204,20 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
                optim: ModuleType = spec_optim) -> Tuple[dict, dict, Dict[str, float]]:
     """Up to ``config.n_epochs`` epochs of PPO minibatch steps.
 
-    Each step: ``evaluate`` the minibatch, :func:`minibatch_loss`, the KL stop rule (module
-    docstring), ``backward``, then ``optim.clip_by_global_norm(grads, config.max_grad_norm)``
-    and ``optim.adam_update(params, clipped, adam_state, lr=lr, eps=config.adam_eps)``.
+    Each step: ``evaluate`` the minibatch, :func:`minibatch_loss`, the KL stop rule,
+    ``backward``, then ``optim.clip_by_global_norm(grads, config.max_grad_norm)`` and
+    ``optim.adam_update(params, clipped, adam_state, lr=lr, eps=config.adam_eps)``. KL stop
+    rules (``config.target_kl`` not None; ``config.kl_stop_rule``, with ``approx_kl`` of
+    ``config.kl_estimator``):
+
+    * ``"sb3"`` (Stable-Baselines3, default): per minibatch, before its step; if ``approx_kl >
+      1.5 * target_kl`` the step is skipped and every remaining epoch stops.
+    * ``"cleanrl"`` (CleanRL ``ppo.py``): after each epoch, if the last minibatch's
+      ``approx_kl > target_kl``, the remaining epochs stop.
+    * ``"thrust"`` (thrust-rl): per minibatch, after its step; if ``approx_kl > target_kl`` the
+      rest of the epoch is skipped.
+    * ``"skrl"`` (skrl ``PPO._update``): per minibatch, before its step; if ``approx_kl >
+      target_kl`` the step and the rest of the epoch are skipped.
 
     Args:
         params, adam_state: current parameters ``{name: float64 array}`` and Adam state (from
@@ -260,20 +231,14 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
             (``d_entropy`` may be ``None``: zero).
         losses, optim: the tier's loss and optimizer modules (default: the spec's).
 
-    Returns:
-        ``(params, adam_state, stats)``; ``stats`` (:data:`STATS_KEYS`) holds the means over the
-        evaluated minibatches of ``policy_loss``, ``value_loss``, ``entropy``, ``loss``,
-        ``approx_kl``, ``clip_fraction``; ``grad_norm`` (mean pre-clip global norm over the
-        steps taken, nan when none); ``n_epochs_run`` (epochs in which a minibatch was
-        evaluated), ``n_gradient_steps``, ``kl_stopped`` (1.0 if a KL rule fired),
-        ``first_max_abs_log_ratio`` (``max |new - old|`` on the first minibatch: 0 when the
-        policy reproduces the behaviour log-probs), ``learning_rate``, ``clip_range``.
-
-    Raises:
-        FloatingPointError: a non-finite gradient norm, or a non-finite result of a compiled
-            pass, with the epoch and minibatch where it happened (nothing of that step is
-            applied).
-        ValueError: from the losses (bad inputs, overflow).
+    Returns ``(params, adam_state, stats)``; ``stats`` (:data:`STATS_KEYS`): the means over
+    the evaluated minibatches of ``policy_loss``, ``value_loss``, ``entropy``, ``loss``,
+    ``approx_kl``, ``clip_fraction``; ``grad_norm`` (mean pre-clip norm over the steps taken,
+    nan when none); ``n_epochs_run`` (epochs with an evaluated minibatch), ``n_gradient_steps``,
+    ``kl_stopped`` (1.0 if a rule fired), ``first_max_abs_log_ratio`` (on the first minibatch:
+    0 when the policy reproduces the behaviour log-probs), ``learning_rate``, ``clip_range``.
+    Raises ``FloatingPointError`` (a non-finite gradient norm or compiled result, naming the
+    epoch and minibatch; nothing of that step is applied) and ``ValueError`` from the losses.
     """
     target_kl, rule = config.target_kl, config.kl_stop_rule
     sums = dict.fromkeys(_MEANS, 0.0)
