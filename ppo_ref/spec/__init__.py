@@ -1,16 +1,11 @@
 """The readable tier of ppo_ref: every computation, once, in plain NumPy float64.
 
-The functions in this package define what ppo_ref computes. They are written in the notation of
-the papers they cite (equations in the docstrings, one code line per equation line where that
-reads well, a loop where the paper has a recursion) and use no compiled code. The steps of the
-algorithm (:mod:`ppo_ref.spec.update`) run as written under both backends; the leaf
-computations have compiled twins of the same names in :mod:`ppo_ref.fast`
-(:func:`ppo_ref.tiers.tier_for`). Where the readable form is a loop, it is written in the subset
-of Python numba compiles, and the compiled tier compiles this very function.
-
-Parameters are dicts of float64 arrays. Each layer is a pair ``*_forward(params, x) -> (y,
-cache)`` / ``*_backward(params, cache, dy) -> (dx, grads)`` with NamedTuple caches; a backward
-never mutates its inputs. Randomness comes only from an explicit ``np.random.Generator``.
+These functions define what ppo_ref computes, in the notation of the papers they cite (each
+equation in the docstring of the function that implements it). The algorithm's steps
+(:mod:`ppo_ref.spec.update`) run as written under both backends; the leaf computations have
+compiled twins of the same names in :mod:`ppo_ref.fast` (:func:`ppo_ref.tiers.tier_for`), and
+where the readable form is a loop, the compiled tier compiles this very function. Randomness
+comes only from an explicit ``np.random.Generator``.
 
 Modules, in the order the data flows: :mod:`~ppo_ref.spec.masks` (episode starts, the bootstrap
 and trace masks), :mod:`~ppo_ref.spec.advantages` (GAE, V-trace),

@@ -1,28 +1,12 @@
-"""Running observation statistics and the normalization that reads them (readable tier).
+"""Running observation statistics and the normalization that reads them.
 
-The statistics of every observation component ``j`` are a running mean, variance and sample
-count, merged batch by batch with the parallel algorithm of Chan, Golub & LeVeque (1979,
-"Updating Formulae and a Pairwise Algorithm for Computing Sample Variances"): for a batch of
-``n`` rows with mean ``m_b`` and population variance ``v_b``, and ``N = count + n``::
-
-    delta = m_b - mean
-    mean' = mean + delta * n / N
-    var'  = (var * count + v_b * n + delta^2 * count * n / N) / N
-    count' = N
-
-starting from ``mean = 0``, ``var = 1``, ``count = 1e-4``. The observation the policy sees is::
-
-    normalized = clip((obs - mean) / sqrt(var + 1e-8), -c, c)          (no clip when c is None)
-
-This is the convention of gymnasium's ``RunningMeanStd`` and Stable-Baselines3's
-``VecNormalize`` (the same operations in the same order, so the same numbers; gymnasium's vector
-``NormalizeObservation`` wrapper itself refuses the same-step autoreset the rollout uses). The
-statistics are updated with every batch of raw observations the environment returns (resets
-included, final observations of finished episodes excluded), before the batch is normalized
-("observation normalization" and "observation clipping" of Huang et al., "The 37
-Implementation Details of PPO", ICLR blog track 2022). Reward scaling is gymnasium's vector
-``NormalizeReward`` (rewards divided by the running standard deviation of the discounted
-return), used as it is by :mod:`ppo_ref.train.rollout`.
+The convention of gymnasium's ``RunningMeanStd`` and Stable-Baselines3's ``VecNormalize`` (the
+same operations in the same order; gymnasium's vector ``NormalizeObservation`` wrapper refuses
+the same-step autoreset the rollout uses). The statistics are updated with every batch of raw
+observations the environment returns (resets included, final observations excluded), before
+the batch is normalized (Huang et al., "The 37 Implementation Details of PPO", 2022,
+observation normalization and clipping). Reward scaling is gymnasium's vector
+``NormalizeReward``, used as it is by :mod:`ppo_ref.train.rollout`.
 """
 from __future__ import annotations
 
@@ -50,10 +34,17 @@ def initial_moments(shape: Sequence[int]) -> RunningMoments:
 
 
 def update_moments(moments: RunningMoments, batch: np.ndarray) -> RunningMoments:
-    """The statistics after merging ``batch`` (float64 ``[n, D]``, finite): the module
-    docstring's merge with the batch's mean and population variance over axis 0. Returns new
-    arrays (``moments`` is not modified); a non-finite result means the squares of the batch
-    overflow float64 (components above ~1.3e154), which the caller reports."""
+    """The statistics after merging ``batch`` (float64 ``[n, D]``, finite) by the parallel
+    algorithm of Chan, Golub & LeVeque (1979), with the batch's mean ``m_b`` and population
+    variance ``v_b`` over axis 0 and ``N = count + n``::
+
+        delta = m_b - mean
+        mean' = mean + delta * n / N
+        var'  = (var * count + v_b * n + delta^2 * count * n / N) / N
+        count' = N
+
+    New arrays (``moments`` is not modified); a non-finite result means the squares of the
+    batch overflow float64 (components above ~1.3e154), which the caller reports."""
     mean, var, count = moments
     batch_mean = np.mean(batch, axis=0)
     batch_var = np.var(batch, axis=0)
