@@ -1,13 +1,10 @@
 """GAE and V-trace: the per-env backward recursions over time-major ``[T, N]`` arrays.
 
-The public :func:`gae` and :func:`vtrace` validate their arguments and run the recursions
-:func:`gae_recursion` and :func:`vtrace_recursion` as plain Python. The recursions are written
-in the subset of Python numba compiles: :mod:`ppo_ref.fast.advantages` runs the same validation
-(:func:`run_gae`, :func:`run_vtrace`) with ``njit`` of these very functions, bit for bit. No
-float literal enters the arithmetic: every scalar comes in with the arrays' dtype, so float32
-arrays are computed in float32 on both tiers. The discount and lambda are per-step arrays
-``gammas[t, n]``, ``gamma_lambdas[t, n]`` (rlax's ``discount_t`` and ``lambda_``); a scalar is
-broadcast into them.
+:func:`gae` and :func:`vtrace` validate their arguments and run :func:`gae_recursion` and
+:func:`vtrace_recursion`, written in the subset of Python numba compiles;
+:mod:`ppo_ref.fast.advantages` runs the same validation (:func:`run_gae`, :func:`run_vtrace`)
+with ``njit`` of these very functions, bit for bit. No float literal enters the arithmetic, so
+float32 arrays are computed in float32 on both tiers.
 
 Sources: Schulman, Moritz, Levine, Jordan, Abbeel, "High-Dimensional Continuous Control Using
 Generalized Advantage Estimation", ICLR 2016 (arXiv:1506.02438), eq. (11)-(16); Espeholt et al.,
@@ -33,17 +30,15 @@ def finite_sum(a, b, c):
 
 
 def next_value(bootstrap_final, last_row, final_value, last_value, following_value):
-    """The value of the state after step ``t`` (flags from
-    :func:`ppo_ref.spec.masks.transition_flags`)::
+    """The value of the state after step ``t`` (:func:`ppo_ref.spec.masks.transition_flags`)::
 
         next_value[t] = 0                 if terminal[t]            (no bootstrap)
                       = final_values[t]   elif bootstrap_final[t]   (V(final_obs[t]))
                       = values[t+1]       elif t < T-1              (following_value)
                       = last_values       otherwise                 (V(obs[T]))
 
-    All scalars. A terminal step never calls this: the loops drop the term instead of adding
-    ``gamma * 0``. ``following_value`` is ``values[min(t + 1, T - 1)]`` (unused on the last
-    row)."""
+    All scalars; a terminal step drops the term instead of calling this (no ``gamma * 0``).
+    ``following_value`` is ``values[min(t + 1, T - 1)]`` (unused on the last row)."""
     if bootstrap_final:
         return final_value
     if last_row:
@@ -60,18 +55,13 @@ def gae_recursion(rewards, values, terminated, truncated, last_values, final_val
         A[t]     = delta[t] + gamma[t] * lambda[t] * (1 - done[t]) * A[t+1]         (A[T] = 0)
         returns[t] = A[t] + values[t]                 (the TD(lambda) return, value target)
 
-    with :func:`next_value` and ``done`` from :func:`ppo_ref.spec.masks.transition_flags`.
-    Unrolled, ``A[t] = sum_l (gamma lambda)^l delta[t+l]`` (eq. 16) up to the end of the
-    episode or of the rollout.
-
-    Args: ``rewards``, ``values``, ``final_values`` ``[T, N]`` float arrays of one dtype (every
-    entry of ``final_values`` must be finite); ``terminated``, ``truncated`` ``[T, N]`` bool;
-    ``last_values`` ``[N]``; ``gammas``, ``gamma_lambdas`` (gamma * lambda rounded once) ``[T, N]``
-    of the arrays' dtype; ``truncation_mode`` a code of
-    :data:`ppo_ref.spec.masks.TRUNCATION_MODES`; ``bootstrap_terminal_last_row`` (True: a
-    terminal step on the last row still bootstraps ``last_values``, as thrust-rl 0.4).
-    Returns whether every entry of ``rewards``, ``values``, ``final_values`` and the results is
-    finite (:func:`finite_sum`).
+    with :func:`next_value` and ``done`` of :func:`ppo_ref.spec.masks.transition_flags`;
+    unrolled, ``A[t] = sum_l (gamma lambda)^l delta[t+l]`` (eq. 16) to the end of the episode
+    or rollout. Arrays ``[T, N]`` of one float dtype (flags bool, ``last_values [N]``,
+    ``gamma_lambdas`` = gamma * lambda rounded once); ``truncation_mode`` a code of
+    :data:`ppo_ref.spec.masks.TRUNCATION_MODES`; ``bootstrap_terminal_last_row``: a terminal
+    step on the last row still bootstraps ``last_values`` (thrust-rl 0.4). Returns whether
+    ``rewards``, ``values``, ``final_values`` and the results are all finite.
     """
     n_steps, n_envs = rewards.shape
     all_finite = True
@@ -129,13 +119,10 @@ def vtrace_recursion(ratios, rewards, values, terminated, truncated, last_values
         pg_advantages[t] = min(pg_rho_bar, ratio[t]) * (q[t] - values[t])
 
     Unrolled, ``vs`` is IMPALA eq. (1), ``v_s = V(x_s) + sum_{t >= s} gamma^(t-s)
-    (prod_{i=s}^{t-1} c_i) rho_t delta_t V``, up to the end of the episode or rollout. On-policy
-    (ratio 1, bars >= 1, lambda 1) ``vs`` and ``pg_advantages`` are GAE's returns and
-    advantages with ``gae_lambda = 1``.
-
-    Args as :func:`gae_recursion`, plus ``ratios`` ``[T, N]``, the scalars ``rho_bar``,
-    ``c_bar``, ``pg_rho_bar`` and ``lambdas``, ``one_minus_lambdas`` (1 - lambda rounded once)
-    ``[T, N]``, all of the arrays' dtype. Returns the finiteness flag of :func:`gae_recursion`.
+    (prod_{i=s}^{t-1} c_i) rho_t delta_t V``. On-policy (ratio 1, bars >= 1, lambda 1) these
+    are GAE's returns and advantages with ``gae_lambda = 1``. Arguments and result as
+    :func:`gae_recursion`, plus ``ratios``, ``lambdas``, ``one_minus_lambdas`` (rounded once)
+    ``[T, N]`` and the scalars ``rho_bar``, ``c_bar``, ``pg_rho_bar``, of the arrays' dtype.
     """
     n_steps, n_envs = rewards.shape
     all_finite = True
@@ -170,7 +157,7 @@ def vtrace_recursion(ratios, rewards, values, terminated, truncated, last_values
 
 
 class TrajectoryInputs(NamedTuple):
-    """Validated inputs, all 2-D ``[T, N]`` (``last_values``: ``[N]``), C-contiguous."""
+    """Validated C-contiguous inputs, ``[T, N]`` (``last_values``: ``[N]``)."""
 
     dtype: np.dtype
     one_env: bool               # the caller passed [T] arrays: squeeze the results back
@@ -328,8 +315,8 @@ def run_gae(recursion, rewards, values, terminated, truncated, last_values, fina
 
 def gae(rewards, values, terminated, truncated, last_values, final_values=None, *,
         gamma, gae_lambda, truncation="bootstrap", bootstrap_terminal_last_row=False):
-    """Generalized Advantage Estimation: advantages and lambda-returns, per env, with the
-    truncation bootstrap (equations: :func:`gae_recursion`, :func:`next_value`).
+    """Generalized Advantage Estimation: advantages and lambda-returns per env, with the
+    truncation bootstrap (:func:`gae_recursion`).
 
     Args:
         rewards: ``[T, N]`` (or ``[T]`` for one env) float32/float64, reward of the action at t.
@@ -337,29 +324,25 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
         terminated: same shape, bool or 0/1: a true terminal state was reached (no bootstrap).
         truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``).
         last_values: ``[N]`` (scalar for ``[T]`` input): ``V(obs[T])``, after the last step.
-        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, read only where step t truncated
-            without terminating (put 0 elsewhere; every entry must be finite). Required when
-            such a step exists and ``truncation="bootstrap"``.
-        gamma: discount in [0, 1]: a scalar, or one per step, shaped like ``rewards`` (or
-            ``[T]`` for ``[T, N]`` rewards, shared by the envs), as rlax's ``discount_t`` (the
-            flags, not ``gamma = 0``, mark terminals here).
-        gae_lambda: in [0, 1] (0: one-step TD, 1: Monte Carlo with bootstrap), shaped as
-            ``gamma`` may be. ``gamma * gae_lambda`` is formed in float64, rounded once.
-        truncation: keyword-only, a key of :data:`ppo_ref.spec.masks.TRUNCATION_MODES`.
-        bootstrap_terminal_last_row: keyword-only; True reproduces thrust-rl 0.4 (a terminal
-            step on the last row still bootstraps ``last_values``). Default False.
+        final_values: ``[T, N]`` or None: ``V(final_obs[t])``, read where step t truncated
+            without terminating (finite everywhere; 0 elsewhere). Required for such a step
+            with ``truncation="bootstrap"``.
+        gamma: discount in [0, 1]: a scalar, or per step shaped like ``rewards`` (or ``[T]``
+            shared by the envs), as rlax's ``discount_t`` (the flags mark terminals).
+        gae_lambda: in [0, 1] (0: one-step TD, 1: Monte Carlo), shaped as ``gamma`` may be;
+            ``gamma * gae_lambda`` is formed in float64 and rounded once.
+        truncation: a key of :data:`ppo_ref.spec.masks.TRUNCATION_MODES`.
+        bootstrap_terminal_last_row: True reproduces thrust-rl 0.4 (:func:`gae_recursion`).
 
     Returns:
-        ``(advantages, returns)`` shaped like ``rewards``, in its units; float32 when every
-        float array given is float32 (Python scalars do not count), else float64. Empty when
-        T = 0.
+        ``(advantages, returns)`` shaped like ``rewards``; float32 when every float array given
+        is float32 (Python scalars do not count), else float64. Empty when T = 0.
 
     Raises:
         ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
-            ``rewards``, a non-finite entry (with its index), a flag not bool/0/1,
-            ``gamma``/``gae_lambda`` outside [0, 1] (or of another shape), an unknown option,
-            a missing ``final_values``; also finite inputs so large that a result overflows
-            the dtype (never inf or nan out).
+            ``rewards``, a non-finite entry (with its index), a flag not bool/0/1, ``gamma`` or
+            ``gae_lambda`` outside [0, 1] or of another shape, an unknown option, a missing
+            ``final_values``, or a result that overflows the dtype (never inf or nan out).
 
     Source: Schulman et al. 2016 (arXiv:1506.02438) eq. (16); truncation bootstrap as in
     Stable-Baselines3 (Pardo et al. 2018, arXiv:1712.00378); per-step discounts and lambdas as
@@ -420,9 +403,8 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
            last_values, final_values=None, *, gamma, rho_bar=1.0, c_bar=1.0, pg_rho_bar=None,
            lambda_=1.0, truncation="bootstrap",
            bootstrap_terminal_last_row=False) -> VTraceReturns:
-    """V-trace targets and policy-gradient advantages (IMPALA, with rlax's lambda), with
-    ``ratio = exp(target_log_probs - behaviour_log_probs)`` (equations:
-    :func:`vtrace_recursion`).
+    """V-trace targets and policy-gradient advantages (:func:`vtrace_recursion`) with ``ratio =
+    exp(target_log_probs - behaviour_log_probs)``.
 
     Args:
         behaviour_log_probs: ``[T, N]`` (or ``[T]``) float32/float64, log mu(a_t|x_t) of the
