@@ -204,18 +204,19 @@ def tanh_forward(x) -> Tuple[np.ndarray, ActivationCache]:
     return y, ActivationCache(y)
 
 
-def _check_activation_cache(cache) -> None:
+def _activation_backward_inputs(cache, dy) -> Tuple[np.ndarray, np.ndarray]:
+    """The checked ``(y, dy)`` of an activation's backward."""
     if not isinstance(cache, ActivationCache):
         raise ValueError(f"cache must be an ActivationCache, got {type(cache).__name__}")
+    dy = _as_float64(dy, "dy")
+    check_same_shape(dy, "dy", cache.y.shape, "the forward output")
+    return cache.y, dy
 
 
 def tanh_backward(cache: ActivationCache, dy) -> np.ndarray:
     """``dx = dy * (1 - y^2)`` with ``y = tanh(x)`` from the cache. Raises ``ValueError`` for
     a bad cache or a ``dy`` not of ``y``'s shape or non-finite."""
-    _check_activation_cache(cache)
-    y = cache.y
-    dy = _as_float64(dy, "dy")
-    check_same_shape(dy, "dy", y.shape, "the forward output")
+    y, dy = _activation_backward_inputs(cache, dy)
     return dy * (1.0 - y * y)
 
 
@@ -229,10 +230,7 @@ def relu_forward(x) -> Tuple[np.ndarray, ActivationCache]:
 def relu_backward(cache: ActivationCache, dy) -> np.ndarray:
     """``dx = dy * [y > 0]`` (0 at ``x = 0``, as torch). Raises ``ValueError`` as
     :func:`tanh_backward`."""
-    _check_activation_cache(cache)
-    y = cache.y
-    dy = _as_float64(dy, "dy")
-    check_same_shape(dy, "dy", y.shape, "the forward output")
+    y, dy = _activation_backward_inputs(cache, dy)
     return dy * (y > 0.0)
 
 

@@ -204,6 +204,17 @@ def _nonempty(arr: np.ndarray, name: str) -> None:
         raise ValueError(f"{name} must not be empty (a mean over zero elements is undefined)")
 
 
+def _same_shape_inputs(**named) -> list:
+    """The named arguments as finite float arrays of the first one's shape, which must not be
+    empty (``ValueError`` naming the argument)."""
+    arrays = [as_float_array(x, name) for name, x in named.items()]
+    first = next(iter(named))
+    for name, arr in zip(list(named)[1:], arrays[1:]):
+        check_same_shape(arr, name, arrays[0].shape, first)
+    _nonempty(arrays[0], first)
+    return arrays
+
+
 def _weights(weights, shape, name_of_shape: str):
     """The per-element weights as a float64 list (all 1.0 for None) and their sum in element
     order. Raises ``ValueError`` for another shape, a negative or non-finite weight, or a sum
@@ -279,12 +290,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
             the k3 sum overflows float64; ``advantages`` so large that the surrogate sum
             overflows.
     """
-    new = as_float_array(new_log_probs, "new_log_probs")
-    old = as_float_array(old_log_probs, "old_log_probs")
-    adv = as_float_array(advantages, "advantages")
-    check_same_shape(old, "old_log_probs", new.shape, "new_log_probs")
-    check_same_shape(adv, "advantages", new.shape, "new_log_probs")
-    _nonempty(new, "new_log_probs")
+    new, old, adv = _same_shape_inputs(new_log_probs=new_log_probs, old_log_probs=old_log_probs,
+                                       advantages=advantages)
     eps = check_positive(clip_range, "clip_range")
     low, high, symmetric = clip_bounds(eps, clip_range_low, clip_range_high, clip_interval)
     dual = check_dual_clip(dual_clip)
@@ -350,10 +357,7 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
             loss or its gradient overflows (``|values - returns|`` above about 1.3e154).
     """
     check_choice(mode, "mode", VALUE_LOSS_MODES)
-    v = as_float_array(values, "values")
-    ret = as_float_array(returns, "returns")
-    check_same_shape(ret, "returns", v.shape, "values")
-    _nonempty(v, "values")
+    v, ret = _same_shape_inputs(values=values, returns=returns)
     clip_on = clip_range_vf is not None
     c = check_positive(clip_range_vf, "clip_range_vf") if clip_on else 0.0
     if old_values is None:
@@ -440,10 +444,7 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None)
             overflows float64.
     """
     check_choice(estimator, "estimator", KL_ESTIMATORS)
-    old = as_float_array(old_log_probs, "old_log_probs")
-    new = as_float_array(new_log_probs, "new_log_probs")
-    check_same_shape(new, "new_log_probs", old.shape, "old_log_probs")
-    _nonempty(old, "old_log_probs")
+    old, new = _same_shape_inputs(old_log_probs=old_log_probs, new_log_probs=new_log_probs)
     w, n = _weights(weights, old.shape, "old_log_probs")
     total = 0.0
     for w_i, old_i, new_i in zip(w, _elements(old), _elements(new)):
@@ -523,10 +524,7 @@ def explained_variance(y_pred, y_true) -> float:
     ``ValueError`` when shapes differ, an input is empty or not finite, or a variance
     overflows float64.
     """
-    pred = as_float_array(y_pred, "y_pred")
-    true = as_float_array(y_true, "y_true")
-    check_same_shape(true, "y_true", pred.shape, "y_pred")
-    _nonempty(pred, "y_pred")
+    pred, true = _same_shape_inputs(y_pred=y_pred, y_true=y_true)
     with np.errstate(over="ignore", invalid="ignore"):
         var_y = float(np.var(true.astype(np.float64)))
         var_err = float(np.var(true.astype(np.float64) - pred.astype(np.float64)))

@@ -131,6 +131,15 @@ def _check_obs(obs, ndim: int, parts: Dict[str, Params], names) -> np.ndarray:
     return obs
 
 
+def _check_inputs(params, obs, state, lstm_shared, ndim: int):
+    """The checked ``(names, parts, obs, h, c)`` of a forward (``ndim`` 3) or a step (2)."""
+    names, parts = _split(params, lstm_shared)
+    hidden = _hidden_size(parts, names)
+    obs = _check_obs(obs, ndim, parts, names)
+    h, c = _check_state(state, len(names), obs.shape[-2], hidden)
+    return names, parts, obs, h, c
+
+
 def _check_state(state, n_lstm: int, n_env: int, hidden: int) -> Tuple[np.ndarray, np.ndarray]:
     try:
         h, c = state
@@ -198,10 +207,7 @@ def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
     Raises ``ValueError`` naming the argument: malformed ``params`` or a layout that does not
     match ``lstm_shared``, bad ``obs``, ``state``, ``episode_starts`` or ``activation``.
     """
-    names, parts = _split(params, lstm_shared)
-    hidden = _hidden_size(parts, names)
-    obs = _check_obs(obs, 3, parts, names)
-    h0, c0 = _check_state(state, len(names), obs.shape[1], hidden)
+    names, parts, obs, h0, c0 = _check_inputs(params, obs, state, lstm_shared, 3)
     h_seqs, h_last, c_last, lstm_caches = [], [], [], []
     for l, name in enumerate(names):
         h_seq, (h_T, c_T), lstm_cache = lstm_forward(parts[name], obs, h0[l], c0[l],
@@ -264,10 +270,7 @@ def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, ep
     the value tower (``values`` None). Returns float64 ``(policy_out [N, P], values [N],
     new_state)``; raises ``ValueError`` as :func:`recurrent_actor_critic_forward`.
     """
-    names, parts = _split(params, lstm_shared)
-    hidden = _hidden_size(parts, names)
-    obs = _check_obs(obs, 2, parts, names)
-    h, c = _check_state(state, len(names), obs.shape[0], hidden)
+    names, parts, obs, h, c = _check_inputs(params, obs, state, lstm_shared, 2)
     starts = as_flag_array(episode_starts, "episode_starts", ndim=(1,))
     stepped = [lstm_step(parts[name], obs, h[l], c[l], starts) for l, name in enumerate(names)]
     policy_out, _ = mlp_forward(parts["pi"], stepped[0][0], activation)
@@ -282,10 +285,7 @@ def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_s
                          activation: str = "tanh", lstm_shared: bool = False) -> np.ndarray:
     """Values ``[N]`` after one step of the critic's LSTM only, the state not returned (for
     bootstrapping); arguments and errors as :func:`recurrent_actor_critic_step`."""
-    names, parts = _split(params, lstm_shared)
-    hidden = _hidden_size(parts, names)
-    obs = _check_obs(obs, 2, parts, names)
-    h, c = _check_state(state, len(names), obs.shape[0], hidden)
+    names, parts, obs, h, c = _check_inputs(params, obs, state, lstm_shared, 2)
     h_new, _ = lstm_step(parts[names[-1]], obs, h[-1], c[-1], episode_starts)
     values, _ = mlp_forward(parts["vf"], h_new, activation)
     return values[:, 0]
