@@ -1,18 +1,15 @@
 """PPO losses, each returned with its gradient.
 
-Every loss is a (weighted) *mean* over the n elements of a minibatch, and every gradient is
-d(loss)/d(input) of that mean (it carries the 1/n); :func:`ppo_ref.spec.update.minibatch_loss`
-combines them into the PPO objective. The arithmetic of one element is written once, in :func:`clipped_surrogate_element`,
-:func:`value_element` and :func:`k3_element`, in the subset of Python numba compiles; the losses
-apply them in element order and :mod:`ppo_ref.fast.losses` compiles the same functions (same
-bits). Everything is computed in float64.
+Every loss is a (weighted) mean over a minibatch's elements, every gradient d(loss)/d(input)
+of that mean; :func:`ppo_ref.spec.update.minibatch_loss` combines them. One element's arithmetic
+is written once (:func:`clipped_surrogate_element`, :func:`value_element`, :func:`k3_element`)
+in the subset of Python numba compiles; :mod:`ppo_ref.fast.losses` compiles the same functions
+and sums in the same element order (same bits). Computed in float64.
 
-Kinks follow the subgradient torch autograd takes for the usual torch formulation (SB3,
-CleanRL): ``clamp(x, lo, hi)`` passes the gradient where ``lo <= x <= hi`` (bounds inclusive);
-``minimum``/``maximum`` send it to the selected operand and split it half/half on a tie. One
-rounding-level difference: the clipped surrogate decides which term is active from the ratio
-and the bounds, not from the rounded products, so a ratio an ulp beyond a bound whose products
-round equal passes no gradient here (torch: half). The loss values are the same.
+Kinks take torch autograd's subgradient of the usual torch formulation (SB3, CleanRL): clamp
+passes the gradient at its bounds; min/max split it half/half on a tie. The clipped surrogate
+decides the active term from the ratio and the bounds, not the rounded products (so a ratio an
+ulp beyond a bound whose products round equal passes no gradient here; torch: half).
 
 Sources: Schulman et al., "Proximal Policy Optimization Algorithms" (arXiv:1707.06347), eq. (7)
 and (9); value clipping from OpenAI baselines ``ppo2`` (Huang et al., "The 37 Implementation
@@ -263,32 +260,20 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
         loss = -sum_i w_i surrogate_i / sum_i w_i,    d loss / d new_log_probs[i]
              = -w_i d_surrogate_i / sum_i w_i
 
-    with :func:`clipped_surrogate_element` of ``r_i = new_log_probs[i] - old_log_probs[i]`` and
-    ``A_i``; without ``weights`` every ``w_i = 1`` (the plain mean, same bits).
+    with :func:`clipped_surrogate_element` of ``new_log_probs[i] - old_log_probs[i]`` and
+    ``advantages[i]`` (float arrays of one shape, nats). ``clip_range``: eps > 0 (0.2 in the
+    paper, SB3, CleanRL); ``clip_range_low``, ``clip_range_high``, ``clip_interval``: the ratio
+    interval (:func:`clip_bounds`); ``dual_clip``: None or c > 1 (tianshou); ``weights``: None
+    (all 1, the same bits as the plain mean) or weights >= 0 of the input shape (a 0/1 valid
+    mask: torchrl, Sample Factory), which also weight both ``info`` means.
 
-    Args:
-        new_log_probs: log pi_theta(a|s) of the current parameters, float array [...] (nats).
-        old_log_probs: log pi_old(a|s) recorded at collection, same shape.
-        advantages: advantage estimates (usually normalized), same shape.
-        clip_range: eps > 0 (0.2 in the paper, SB3 and CleanRL).
-        clip_range_low, clip_range_high, clip_interval: keyword-only, the ratio interval
-            (:func:`clip_bounds`); the default ``[1 - eps, 1 + eps]``.
-        dual_clip: None (off) or c > 1 (tianshou ``dual_clip``).
-        weights: None, or weights >= 0 of the input shape (a 0/1 valid mask: torchrl, Sample
-            Factory), applied to the loss, the gradient and both ``info`` means.
-
-    Returns:
-        ``(loss, d_new_log_probs, info)``: a Python float; an array of the input shape, float32
-        if every input is float32, else float64; ``info`` with ``clip_fraction`` (the weighted
-        mean of ``outside``) and ``approx_kl`` (the k3 estimate, :func:`approx_kl`).
-
-    Raises:
-        ValueError: shapes differ, an input is empty or not finite, a bad ``clip_range``,
-            ``clip_range_low``, ``clip_range_high``, ``clip_interval`` or ``dual_clip``, bad
-            ``weights``; the log-ratio so large that ``exp`` or an active gradient overflows
-            the result dtype (float32: a log-ratio above about 88), or so negative that it or
-            the k3 sum overflows float64; ``advantages`` so large that the surrogate sum
-            overflows.
+    Returns ``(loss, d_new_log_probs, info)``: a Python float; an array of the input shape,
+    float32 if every input is float32, else float64; ``info`` with ``clip_fraction`` (the mean
+    of ``outside``) and ``approx_kl`` (k3, :func:`approx_kl`). Raises ``ValueError``: shapes
+    differ, an input is empty or not finite, a bad ``clip_range``, ``clip_range_low``,
+    ``clip_range_high``, ``clip_interval``, ``dual_clip`` or ``weights``; a log-ratio so large
+    that ``exp`` or an active gradient overflows the result dtype (float32: above about 88),
+    or so negative that it or the k3 sum overflows float64; a surrogate sum that overflows.
     """
     new, old, adv = _same_shape_inputs(new_log_probs=new_log_probs, old_log_probs=old_log_probs,
                                        advantages=advantages)
@@ -332,29 +317,18 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
 
         loss = sum_i w_i term_i / sum_i w_i,    d loss / d values[i] = w_i d_term_i / sum_i w_i
 
-    with :func:`value_element` (``w_i = 1`` without ``weights``). Modes: ``"max"`` (OpenAI
-    baselines ppo2, CleanRL, thrust-rl), ``"sb3"`` (Stable-Baselines3), ``"huber"`` (torchrl
-    ``ClipPPOLoss`` with ``loss_critic_type="smooth_l1"``; note its 0.5). The caller scales by
-    ``vf_coef`` (and 0.5 to reproduce CleanRL).
+    with :func:`value_element` of ``values`` (V_theta(s)), ``old_values`` (recorded at
+    collection; may be None without clipping) and ``returns`` (the targets), float arrays of
+    one shape. ``clip_range_vf``: c > 0 (value units) or None; ``mode``: a key of
+    :data:`VALUE_LOSS_MODES`, checked even without clipping: ``"max"`` (baselines ppo2,
+    CleanRL, thrust-rl), ``"sb3"``, ``"huber"`` (torchrl ``smooth_l1``; note its 0.5);
+    ``huber_delta`` > 0; ``weights`` as :func:`policy_loss`. The caller scales by ``vf_coef``.
 
-    Args:
-        values: V_theta(s) of the current parameters, float array [...].
-        old_values: V(s) recorded at collection, same shape; may be None when
-            ``clip_range_vf`` is None (not read then).
-        returns: value targets R, same shape.
-        clip_range_vf: c > 0 (value units), or None for no clipping.
-        mode: a key of :data:`VALUE_LOSS_MODES` (checked even when clipping is off).
-        huber_delta: keyword-only, > 0, the Huber threshold (``"huber"`` only; torchrl: 1).
-        weights: keyword-only, None or weights >= 0 of the shape of ``values``.
-
-    Returns:
-        ``(loss, d_values)``: a Python float and an array shaped like ``values``, float32 if
-        every input is float32, else float64.
-
-    Raises:
-        ValueError: shapes differ, an input is empty or not finite, ``clip_range_vf`` <= 0,
-            ``old_values`` None while clipping, an unknown ``mode``, bad ``weights``, or the
-            loss or its gradient overflows (``|values - returns|`` above about 1.3e154).
+    Returns ``(loss, d_values)``: a Python float and an array shaped like ``values``, float32
+    if every input is float32, else float64. Raises ``ValueError``: shapes differ, an input is
+    empty or not finite, ``clip_range_vf`` <= 0, ``old_values`` None while clipping, an unknown
+    ``mode``, bad ``weights``, or the loss or its gradient overflows (``|values - returns|``
+    above about 1.3e154).
     """
     check_choice(mode, "mode", VALUE_LOSS_MODES)
     v, ret = _same_shape_inputs(values=values, returns=returns)
@@ -387,21 +361,13 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
 
 
 def entropy_loss(entropy, weights=None) -> Tuple[float, np.ndarray]:
-    """Entropy bonus as a loss and its gradient::
+    """Entropy bonus as a loss and its gradient, for ``entropy`` (nats, any shape)::
 
         loss = -sum_i w_i H_i / sum_i w_i,    d loss / d H[i] = -w_i / sum_i w_i
 
-    (without ``weights``: ``-mean(H)`` and ``-1/n``). The caller multiplies by ``ent_coef``.
-
-    Args:
-        entropy: per-sample policy entropy in nats, float array [...].
-        weights: None or weights >= 0 of its shape (summed in element order).
-
-    Returns:
-        ``(loss, d_entropy)``: a Python float and an array shaped like ``entropy`` (its dtype).
-
-    Raises:
-        ValueError: ``entropy`` empty or not finite, bad ``weights``, or the mean overflows.
+    (``w_i = 1`` without ``weights``). The caller multiplies by ``ent_coef``. Returns ``(loss,
+    d_entropy)``, a Python float and an array of ``entropy``'s shape and dtype. Raises
+    ``ValueError`` for ``entropy`` empty or not finite, bad ``weights``, or an overflowing mean.
     """
     h = as_float_array(entropy, "entropy")
     _nonempty(h, "entropy")
@@ -422,26 +388,15 @@ def entropy_loss(entropy, weights=None) -> Tuple[float, np.ndarray]:
 
 
 def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None) -> float:
-    """Sample estimate of KL(pi_old || pi_new) from log-probs of actions drawn from pi_old.
+    """Sample estimate of KL(pi_old || pi_new) from log-probs (nats, one shape) of actions drawn
+    from pi_old; note the order (old first), unlike :func:`policy_loss`.
 
     With ``r = new_log_probs - old_log_probs``: ``"k3"`` (SB3, CleanRL) ``mean(exp(r) - 1 -
     r)`` (:func:`k3_element`; unbiased, never negative); ``"k1"`` (thrust-rl) ``mean(-r)``
-    (unbiased, can be negative). With ``weights``: ``sum(w * term) / sum(w)``. Note the
-    argument order (old first), unlike :func:`policy_loss`.
-
-    Args:
-        old_log_probs: log pi_old(a|s), float array [...] (nats).
-        new_log_probs: log pi_new(a|s), same shape.
-        estimator: a key of :data:`KL_ESTIMATORS`.
-        weights: None or weights >= 0 of the input shape.
-
-    Returns:
-        The estimate in nats, a finite Python float (float64, summed in element order).
-
-    Raises:
-        ValueError: shapes differ, an input is empty or not finite, an unknown ``estimator``,
-            bad ``weights``, or ``r``, ``exp(r)`` (``r`` above about 709.78) or the sum
-            overflows float64.
+    (unbiased, can be negative); with ``weights`` the weighted mean. Returns a finite Python
+    float (float64, summed in element order). Raises ``ValueError``: shapes differ, an input is
+    empty or not finite, an unknown ``estimator``, bad ``weights``, or ``r``, ``exp(r)`` (``r``
+    above about 709.78) or the sum overflows.
     """
     check_choice(estimator, "estimator", KL_ESTIMATORS)
     old, new = _same_shape_inputs(old_log_probs=old_log_probs, new_log_probs=new_log_probs)
@@ -480,25 +435,14 @@ def advantage_moments(advantages, ddof):
 def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
                          placement: str = "add") -> np.ndarray:
     """Standardize advantages: ``(A - mean) / (std + eps)`` (``placement="add"``: SB3, CleanRL,
-    tianshou, skrl, PureJaxRL), or ``(A - mean) / max(std, eps)`` (``"clamp"``: torchrl,
+    tianshou, skrl, PureJaxRL) or ``(A - mean) / max(std, eps)`` (``"clamp"``: torchrl,
     Sample Factory), with :func:`advantage_moments` over all elements.
 
-    SB3 and CleanRL normalize each minibatch with ``ddof=1``, thrust-rl the batch with
-    ``ddof=0``. One element is returned unchanged (as SB3); a constant array maps to (near)
-    zeros, never NaN.
-
-    Args:
-        advantages: float array [...].
-        ddof: 0 or 1, the delta degrees of freedom of the standard deviation.
-        eps: > 0 (1e-8 in SB3 and CleanRL).
-        placement: a key of :data:`NORM_EPS_PLACEMENTS`.
-
-    Returns:
-        A new array shaped like ``advantages``, its dtype (an empty input: an empty copy).
-
-    Raises:
-        ValueError: ``advantages`` not finite, ``ddof`` not 0 or 1, ``eps`` <= 0, an unknown
-            ``placement``, or values so large (> ~1e150) that the variance overflows.
+    ``ddof``: 0 or 1 (SB3 and CleanRL: 1 per minibatch; thrust-rl: 0 per batch); ``eps`` > 0.
+    One element is returned unchanged (as SB3); a constant array maps to (near) zeros. Returns
+    a new array of the input's shape and dtype. Raises ``ValueError`` for non-finite
+    ``advantages``, ``ddof`` not 0 or 1, ``eps`` <= 0, an unknown ``placement``, or values so
+    large (> ~1e150) that the variance overflows.
     """
     adv = as_float_array(advantages, "advantages")
     if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):

@@ -20,7 +20,7 @@ from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
 
-from ppo_ref._checks import (LSTM_PARAM_KEYS, as_float_array, as_flag_array, check_count,
+from ppo_ref._checks import (as_float_array, as_flag_array, check_count,
                              check_lstm_params, check_lstm_state, check_same_shape)
 from ppo_ref.spec.layers import orthogonal
 
@@ -28,7 +28,6 @@ __all__ = ["LSTMStepCache", "LSTMCache", "lstm_init", "step_forward", "step_back
            "lstm_forward", "lstm_backward", "lstm_step"]
 
 Params = Dict[str, np.ndarray]
-PARAM_KEYS = LSTM_PARAM_KEYS
 
 
 class LSTMStepCache(NamedTuple):
