@@ -321,11 +321,10 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
     Args:
         rewards: ``[T, N]`` (or ``[T]`` for one env) float32/float64, reward of the action at t.
         values: same shape, ``V(obs[t])`` recorded at collection.
-        terminated: same shape, bool or 0/1: a true terminal state was reached (no bootstrap).
-        truncated: same shape, bool or 0/1: the episode was cut (bootstrap ``final_values``).
+        terminated, truncated: same shape, bool or 0/1 (:mod:`ppo_ref.spec.masks`).
         last_values: ``[N]`` (scalar for ``[T]`` input): ``V(obs[T])``, after the last step.
         final_values: ``[T, N]`` or None: ``V(final_obs[t])``, read where step t truncated
-            without terminating (finite everywhere; 0 elsewhere). Required for such a step
+            without terminating (finite everywhere; 0 elsewhere); required for such a step
             with ``truncation="bootstrap"``.
         gamma: discount in [0, 1]: a scalar, or per step shaped like ``rewards`` (or ``[T]``
             shared by the envs), as rlax's ``discount_t`` (the flags mark terminals).
@@ -334,15 +333,12 @@ def gae(rewards, values, terminated, truncated, last_values, final_values=None, 
         truncation: a key of :data:`ppo_ref.spec.masks.TRUNCATION_MODES`.
         bootstrap_terminal_last_row: True reproduces thrust-rl 0.4 (:func:`gae_recursion`).
 
-    Returns:
-        ``(advantages, returns)`` shaped like ``rewards``; float32 when every float array given
-        is float32 (Python scalars do not count), else float64. Empty when T = 0.
-
-    Raises:
-        ValueError: naming the argument: a rank other than 1 or 2, a shape that disagrees with
-            ``rewards``, a non-finite entry (with its index), a flag not bool/0/1, ``gamma`` or
-            ``gae_lambda`` outside [0, 1] or of another shape, an unknown option, a missing
-            ``final_values``, or a result that overflows the dtype (never inf or nan out).
+    Returns ``(advantages, returns)`` shaped like ``rewards``, float32 when every float array
+    given is float32 (Python scalars do not count), else float64; empty when T = 0. Raises
+    ``ValueError`` naming the argument: a rank other than 1 or 2, a shape that disagrees with
+    ``rewards``, a non-finite entry (with its index), a flag not bool/0/1, ``gamma`` or
+    ``gae_lambda`` outside [0, 1] or of another shape, an unknown option, a missing
+    ``final_values``, or a result that overflows the dtype (never inf or nan out).
 
     Source: Schulman et al. 2016 (arXiv:1506.02438) eq. (16); truncation bootstrap as in
     Stable-Baselines3 (Pardo et al. 2018, arXiv:1712.00378); per-step discounts and lambdas as
@@ -406,24 +402,17 @@ def vtrace(behaviour_log_probs, target_log_probs, rewards, values, terminated, t
     """V-trace targets and policy-gradient advantages (:func:`vtrace_recursion`) with ``ratio =
     exp(target_log_probs - behaviour_log_probs)``.
 
-    Args:
-        behaviour_log_probs: ``[T, N]`` (or ``[T]``) float32/float64, log mu(a_t|x_t) of the
-            policy that acted (nats).
-        target_log_probs: same shape, log pi(a_t|x_t) under the policy being learned (nats).
-        rewards, values, terminated, truncated, last_values, final_values, gamma, truncation,
-            bootstrap_terminal_last_row: as in :func:`gae`.
-        rho_bar: truncation of the importance weight in the TD term, > 0 (IMPALA rho-bar).
-        c_bar: truncation of the trace coefficients, > 0 (IMPALA c-bar).
-        pg_rho_bar: truncation of the policy-gradient weight, > 0; None means ``rho_bar``.
-        lambda_: trace mixing in [0, 1] (1: the IMPALA paper), shaped as ``gamma`` may be.
+    ``behaviour_log_probs`` (log mu(a_t|x_t) of the acting policy) and ``target_log_probs``
+    (log pi(a_t|x_t) of the policy being learned): nats, shaped like ``rewards``; the other
+    trajectory arguments, ``gamma``, ``truncation`` and ``bootstrap_terminal_last_row`` as
+    :func:`gae`. ``rho_bar``, ``c_bar`` > 0: IMPALA's truncations of the TD weight and of the
+    traces; ``pg_rho_bar`` > 0 (None: ``rho_bar``) of the policy-gradient weight; ``lambda_``
+    in [0, 1] (1: the IMPALA paper), shaped as ``gamma`` may be.
 
-    Returns:
-        :class:`VTraceReturns`, dtype and shape as :func:`gae`'s results. Empty when T = 0.
-
-    Raises:
-        ValueError: as :func:`gae`; also ``rho_bar``, ``c_bar``, ``pg_rho_bar`` not > 0 and
-            ``lambda_`` outside [0, 1]. (Finite log-probs whose difference overflows give a
-            ratio of inf or 0, clipped by the bars.)
+    Returns :class:`VTraceReturns`, dtype and shape as :func:`gae`'s results. Raises
+    ``ValueError`` as :func:`gae`, and for ``rho_bar``, ``c_bar``, ``pg_rho_bar`` not > 0 or
+    ``lambda_`` outside [0, 1] (finite log-probs whose difference overflows give a ratio of
+    inf or 0, clipped by the bars).
 
     Source: Espeholt et al., "IMPALA", ICML 2018 (arXiv:1802.01561), eq. (1) and section 4.2;
     ``lambda_`` as rlax ``vtrace_td_error_and_advantage``.

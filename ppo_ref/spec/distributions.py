@@ -1,22 +1,15 @@
 """Action distributions of the PPO policy head: log-probabilities, entropies, their gradients,
-sampling and modes. Inputs are cast to float64, float results are float64, actions int64;
-log-probabilities and entropies are in nats, summed over action dimensions.
+sampling and modes, in float64 (actions int64; nats, summed over action dimensions).
 
-Categorical over ``A`` actions from unnormalised logits ``z [..., A]``
-(``torch.distributions.Categorical(logits=z)``). A logit of ``-inf`` masks an action: its
-probability is exactly 0, its log-probability ``-inf``, it adds 0 to the entropy (``0 log 0 =
-0``), gets gradient 0 (unless it is the differentiated action) and is never sampled or the
-mode: the exact form of sb3-contrib's MaskablePPO (which uses a large negative number). NaN or
-``+inf`` logits, and a row with every action masked, raise ``ValueError``.
-
-MultiDiscrete (``gymnasium.spaces.MultiDiscrete(nvec)``, SB3
-``MultiCategoricalDistribution``): independent categoricals, component ``j`` reading
-``z[..., o_j : o_j + nvec[j]]`` with ``o_j = nvec[0] + ... + nvec[j-1]``; actions
-``[..., len(nvec)]``; log-probabilities and entropies are the sums of the components'.
-
-Diagonal Gaussian over ``A`` dimensions with a state-independent ``log_std [A]`` (SB3
+Categorical from logits ``z [..., A]`` (``torch.distributions.Categorical(logits=z)``); a logit
+of ``-inf`` masks an action (probability exactly 0, log-probability ``-inf``, entropy term 0,
+gradient 0 unless it is the differentiated action, never sampled or the mode: sb3-contrib
+MaskablePPO's rule, exactly). NaN or ``+inf`` logits and fully masked rows raise ``ValueError``.
+MultiDiscrete (``gymnasium.spaces.MultiDiscrete(nvec)``, SB3 ``MultiCategoricalDistribution``):
+independent categoricals over consecutive slices of ``z [..., sum(nvec)]``, actions ``[...,
+len(nvec)]``. Diagonal Gaussian with a state-independent ``log_std [A]`` (SB3
 ``DiagGaussianDistribution``, CleanRL ``ppo_continuous_action.py``); the action is the raw,
-unclipped sample (clipping to the action space happens outside this module).
+unclipped sample.
 """
 from __future__ import annotations
 

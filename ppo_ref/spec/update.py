@@ -95,24 +95,14 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
              + vf_coef * value_loss_scale * value_loss(values, old_values, returns, ...)
              + ent_coef * entropy_loss(entropy)
 
-    with the tier's :mod:`~ppo_ref.spec.losses` and ``A`` the advantages (normalized here when
-    ``config.normalize_advantage`` and ``advantage_norm_scope == "minibatch"``), and the
-    gradients of ``loss`` in the policy's outputs.
-
-    Args:
-        new_log_probs, entropy, values: the current policy's outputs for the minibatch rows
-            (nats, nats, units of the returns), float arrays of one shape ``S``.
-        old_log_probs, advantages, returns, old_values: the rollout's data for those rows.
-        config: a PPOConfig (the loss fields: ``normalize_advantage``, ``advantage_norm_*``,
-            ``vf_coef``, ``value_loss_scale``, ``value_loss_mode``, ``huber_delta``,
-            ``clip_range_vf``, ``clip_range_low``, ``clip_range_high``, ``clip_interval``,
-            ``dual_clip``, ``ent_coef``, ``kl_estimator``).
-        clip_range: the current (possibly annealed) clip range, >= 0 (0 clips everything).
-        with_log_ratio: compute ``max_abs_log_ratio`` (nan when False).
-        weights: None, or per-row weights >= 0 of shape ``S``: the policy, value and entropy
-            means, ``approx_kl`` and ``clip_fraction`` become ``sum(w x) / sum(w)``.
-            Advantage normalization still uses every row.
-        losses: the tier's loss module.
+    with the tier's ``losses`` (:mod:`~ppo_ref.spec.losses`) and ``A`` the advantages
+    (normalized here when ``config.normalize_advantage`` and ``advantage_norm_scope ==
+    "minibatch"``), and the gradients of ``loss`` in the policy's outputs ``new_log_probs``,
+    ``entropy``, ``values`` (float arrays of one shape ``S``, like the rollout's data).
+    ``config``: a PPOConfig (its loss fields); ``clip_range``: the current clip range >= 0
+    (0 clips everything); ``with_log_ratio``: compute ``max_abs_log_ratio`` (else nan);
+    ``weights``: None or per-row weights >= 0 of shape ``S`` for every mean (advantage
+    normalization still uses every row).
 
     Returns :class:`MinibatchLoss`: ``loss`` and its parts (``entropy`` the mean entropy),
     ``approx_kl`` (``config.kl_estimator``), ``clip_fraction``, ``max_abs_log_ratio`` (``max
@@ -219,17 +209,12 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
     * ``"skrl"`` (skrl ``PPO._update``): per minibatch, before its step; if ``approx_kl >
       target_kl`` the step and the rest of the epoch are skipped.
 
-    Args:
-        params, adam_state: current parameters ``{name: float64 array}`` and Adam state (from
-            ``adam_init``); never modified (new ones are returned).
-        config: PPOConfig (loss fields, ``n_epochs``, ``max_grad_norm``, ``adam_eps``,
-            ``target_kl``, ``kl_stop_rule``).
-        lr, clip_range: this update's (possibly annealed) learning rate and clip range.
-        minibatches: ``minibatches(epoch) -> iterable of Minibatch``, called once per epoch.
-        evaluate: ``evaluate(params, data) -> (new_log_probs, entropy, values, cache)``.
-        backward: ``backward(params, cache, d_log_probs, d_entropy, d_values) -> grads``
-            (``d_entropy`` may be ``None``: zero).
-        losses, optim: the tier's loss and optimizer modules (default: the spec's).
+    ``params`` (``{name: float64 array}``) and ``adam_state`` are never modified (new ones are
+    returned); ``config``: a PPOConfig; ``lr``, ``clip_range``: this update's values;
+    ``minibatches(epoch)``: an iterable of :class:`Minibatch`, called once per epoch;
+    ``evaluate(params, data) -> (new_log_probs, entropy, values, cache)``; ``backward(params,
+    cache, d_log_probs, d_entropy, d_values) -> grads`` (``d_entropy`` None: zero); ``losses``,
+    ``optim``: the tier's modules.
 
     Returns ``(params, adam_state, stats)``; ``stats`` (:data:`STATS_KEYS`): the means over
     the evaluated minibatches of ``policy_loss``, ``value_loss``, ``entropy``, ``loss``,
