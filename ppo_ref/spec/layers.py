@@ -113,14 +113,10 @@ def orthogonal(rng: np.random.Generator, shape: Sequence[int], gain: float = 1.0
     sqrt(2) for hidden layers, 0.01 for the policy head, 1.0 for the value head, zero biases
     (Huang et al. 2022, "The 37 Implementation Details of PPO", detail 2).
 
-    Args:
-        rng: the ``np.random.Generator`` all randomness is drawn from.
-        shape: at least two positive int dimensions, torch layout ``[out, in, ...]``.
-        gain: a finite real (0 gives a zero matrix).
-
-    Returns float64 of ``shape``. Raises ``ValueError`` for ``rng`` not a Generator, a
-    ``shape`` of fewer than two dimensions or a dimension that is not an int >= 1, or a
-    non-finite ``gain``.
+    ``shape``: at least two positive int dimensions, torch layout ``[out, in, ...]``; ``gain``:
+    a finite real (0 gives a zero matrix). Returns float64 of ``shape``. Raises ``ValueError``
+    for ``rng`` not a Generator, a ``shape`` of fewer than two dimensions or a dimension that is
+    not an int >= 1, or a non-finite ``gain``.
     """
     check_generator(rng)
     if isinstance(shape, (str, bytes)) or not hasattr(shape, "__len__"):

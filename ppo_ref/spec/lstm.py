@@ -244,14 +244,11 @@ def step_forward(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     """One LSTM step with the reset inside: ``(h, c) <- cell(x, keep * h, keep * c)``,
     ``keep = 1 - episode_starts`` (:func:`_cell_forward`).
 
-    Args:
-        params: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (gate order i, f, g, o).
-        x: ``[N, D]``; h, c: ``[N, H]`` the carried state.
-        episode_starts: ``[N]`` bool or 0/1; True where this step starts an episode.
-
-    Returns ``(h_new, c_new, LSTMStepCache)``, float64 ``[N, H]``. Raises ``ValueError`` naming
-    the argument: malformed ``params``, wrong ranks or shapes, non-finite values, flags other
-    than 0/1, N = 0.
+    ``params``: ``{"w_ih": [4H, D], "w_hh": [4H, H], "b": [4H]}`` (gates i, f, g, o); ``x``:
+    ``[N, D]``; ``h, c``: ``[N, H]``, the carried state; ``episode_starts``: ``[N]`` bool or
+    0/1, True where this step starts an episode. Returns ``(h_new, c_new, LSTMStepCache)``,
+    float64 ``[N, H]``. Raises ``ValueError`` naming the argument: malformed ``params``, wrong
+    ranks or shapes, non-finite values, flags other than 0/1, N = 0.
     """
     w_ih, w_hh, b = check_lstm_params(params)
     x = _check_input(x, "x", 2, w_ih)
@@ -288,15 +285,12 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
     """The LSTM over a time-major sequence: :func:`_cell_forward` for ``t = 0 .. T-1`` from
     ``h[-1] = h0``, ``c[-1] = c0``, the state zeroed before each episode start.
 
-    Args:
-        params: as :func:`step_forward`.
-        x: ``[T, N, D]``, T >= 1 steps of N >= 1 environments.
-        h0, c0: ``[N, H]`` the state carried into step 0.
-        episode_starts: ``[T, N]`` bool or 0/1; True at the first step of an episode.
-
-    Returns ``(h_seq [T, N, H], (h_T, c_T), LSTMCache)``: the final state ``[N, H]`` is
-    unmasked (fresh arrays), all float64. Raises ``ValueError`` naming the argument: malformed
-    ``params``, wrong ranks or shapes, non-finite values, flags other than 0/1, T = 0 or N = 0.
+    ``params`` as :func:`step_forward`; ``x``: ``[T, N, D]``, T >= 1 steps of N >= 1 envs; ``h0,
+    c0``: ``[N, H]``, the state carried into step 0; ``episode_starts``: ``[T, N]`` bool or 0/1,
+    True at the first step of an episode. Returns ``(h_seq [T, N, H], (h_T, c_T), LSTMCache)``:
+    the final state ``[N, H]`` is unmasked (fresh arrays), all float64. Raises ``ValueError``
+    naming the argument: malformed ``params``, wrong ranks or shapes, non-finite values, flags
+    other than 0/1, T = 0 or N = 0.
     """
     w_ih, w_hh, b = check_lstm_params(params)
     x = _check_input(x, "x", 3, w_ih)
@@ -313,16 +307,12 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache: LSTMCache, dh_seq,
                   dh_T=None, dc_T=None):
     """Backpropagation through time for :func:`lstm_forward` (:func:`_cell_backward`).
 
-    Args:
-        params, cache: the parameters of the forward pass and the :class:`LSTMCache` it gave.
-        dh_seq: ``[T, N, H]``, the gradient in ``h_seq``.
-        dh_T, dc_T: ``[N, H]`` or None (zero): gradients in the returned final state from
-            outside ``h_seq`` (e.g. the next truncated-BPTT segment).
-
-    Returns fresh float64 ``(dx [T, N, D], grads, (dh0, dc0))``, ``grads`` keyed as ``params``,
-    ``dh0, dc0`` exactly 0 where ``episode_starts[0]``. Raises ``ValueError`` naming the
-    argument: a cache that is not an :class:`LSTMCache` or does not match ``params``,
-    misshapen or non-finite gradients.
+    ``params``, ``cache``: of the forward pass; ``dh_seq``: ``[T, N, H]``, the gradient in
+    ``h_seq``; ``dh_T, dc_T``: ``[N, H]`` or None (zero), gradients in the final state from
+    outside ``h_seq`` (e.g. the next truncated-BPTT segment). Returns fresh float64 ``(dx [T, N,
+    D], grads, (dh0, dc0))``, ``grads`` keyed as ``params``, ``dh0, dc0`` exactly 0 where
+    ``episode_starts[0]``. Raises ``ValueError`` naming the argument: a cache that is not an
+    :class:`LSTMCache` or does not match ``params``, misshapen or non-finite gradients.
     """
     w_ih, w_hh, _ = check_lstm_params(params)
     _check_cache(cache, LSTMCache, w_ih, w_hh, "lstm_forward")

@@ -49,16 +49,10 @@ def actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: in
     net_arch[:-1], net_arch[-1])`` with gain sqrt(2) on every layer, then one-layer heads
     ``pi.*``, ``vf.*`` reading ``net_arch[-1]`` (``obs_dim`` if ``net_arch`` is empty).
 
-    Args:
-        rng: ``np.random.Generator``.
-        obs_dim: observation size > 0.
-        policy_out_dim: ``P``, the number of logits or the action dimension (Gaussian mean).
-        net_arch: hidden widths (default ``(64, 64)``, may be empty).
-        activation: a key of ``ACTIVATIONS``; only validated (the initialisation is the same).
-        shared_trunk: share the hidden layers between policy and value.
-        policy_gain, value_gain: head gains (0.01, 1.0).
-
-    Raises ``ValueError`` for bad dimensions, an unknown activation or non-finite gains.
+    ``policy_out_dim``: P, the number of logits or the action dimension (Gaussian mean);
+    ``net_arch``: hidden widths (may be empty); ``activation`` is only validated (the
+    initialisation is the same for every activation). Raises ``ValueError`` for bad dimensions,
+    an unknown activation or non-finite gains.
     """
     obs_dim = check_positive_int(obs_dim, "obs_dim")
     policy_out_dim = check_positive_int(policy_out_dim, "policy_out_dim")
@@ -179,13 +173,9 @@ def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str 
 
     with :func:`ppo_ref.spec.layers.mlp_forward` (hidden layers activated, heads linear).
 
-    Args:
-        params: from :func:`actor_critic_init` with the same ``shared_trunk``.
-        obs: ``[B, obs_dim]`` finite (cast to float64).
-        activation: the hidden activation, a key of ``ACTIVATIONS``.
-        shared_trunk: as ``params`` was built.
-
-    Returns float64 ``(policy_out [B, P], values [B], ActorCriticCache)``. Raises
+    ``params``: from :func:`actor_critic_init` with the same ``shared_trunk``; ``obs``:
+    finite ``[B, obs_dim]``; ``activation``: a key of ``ACTIVATIONS``. Returns float64
+    ``(policy_out [B, P], values [B], ActorCriticCache)``. Raises
     ``ValueError`` for an unknown activation, params that do not match ``shared_trunk`` or do
     not chain, or a bad ``obs``.
     """

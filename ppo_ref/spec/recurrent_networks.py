@@ -194,18 +194,14 @@ def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
     each LSTM ``l`` runs :func:`~ppo_ref.spec.lstm.lstm_forward` from ``(state.h[l],
     state.c[l])``, then ``policy_out = MLP_pi(h^0_seq)``, ``values = MLP_vf(h^{L-1}_seq)``.
 
-    Args:
-        params: the network's parameters for this ``lstm_shared``.
-        obs: ``[T, N, D]`` finite observations (flattened per step).
-        state: :class:`LSTMStates` (or a pair ``(h, c)``) ``[L, N, H]``, before step 0.
-        episode_starts: ``[T, N]`` bool or 0/1; True resets every LSTM before that step.
-        activation: the towers' hidden activation.
-        lstm_shared: one LSTM (True) or an actor's and a critic's (False).
-
-    Returns float64 ``(policy_out [T, N, P], values [T, N], final_state, cache)``: the
-    :class:`LSTMStates` after step T-1 (unmasked) and a :class:`RecurrentActorCriticCache`.
-    Raises ``ValueError`` naming the argument: malformed ``params`` or a layout that does not
-    match ``lstm_shared``, bad ``obs``, ``state``, ``episode_starts`` or ``activation``.
+    ``obs``: finite ``[T, N, D]`` (flattened per step); ``state``: :class:`LSTMStates` (or a
+    pair ``(h, c)``) ``[L, N, H]`` before step 0; ``episode_starts``: ``[T, N]`` bool or 0/1,
+    True resets every LSTM before that step; ``activation``: the towers'; ``lstm_shared``: one
+    LSTM (True) or an actor's and a critic's. Returns float64 ``(policy_out [T, N, P], values
+    [T, N], final_state, cache)``: the :class:`LSTMStates` after step T-1 (unmasked) and a
+    :class:`RecurrentActorCriticCache`. Raises ``ValueError`` naming the argument: malformed
+    ``params`` or a layout that does not match ``lstm_shared``, bad ``obs``, ``state``,
+    ``episode_starts`` or ``activation``.
     """
     names, parts, obs, h0, c0 = _check_inputs(params, obs, state, lstm_shared, 3)
     h_seqs, h_last, c_last, lstm_caches = [], [], [], []
