@@ -1,30 +1,23 @@
 """``check_*``, :class:`Mismatch` and :func:`identify`.
 
 A check draws examples (:mod:`ppo_ref.testing.quantities`), hands each to the user's function
-through a layout (:mod:`ppo_ref.testing.layouts`), and compares every output with ppo_ref's
-result under the chosen convention. The first differing example is shrunk by hypothesis (its
-contents), then cut down to fewer envs, rows or elements for as long as the same kind of
-difference persists (the quantity's reductions), and raised as :class:`Mismatch`.
+through a layout (:mod:`ppo_ref.testing.layouts`) and compares every output with ppo_ref's
+result under the chosen convention. The first differing example is shrunk by hypothesis, cut
+down to fewer envs, rows or elements while the same kind of difference persists, and raised as
+:class:`Mismatch`.
 
-No false pass. Each call gets fresh copies of its inputs, and they are compared with a second
-copy afterwards: a function that writes into an input is a mismatch naming that input (and the
-reference, the tolerance and the next example never see the damage). Every output must be
-real floating-point numbers (a real scalar for a scalar output) of the expected shape;
-complex, strings, objects and other shapes are mismatches; torch tensors (``requires_grad``
-too) and JAX or TensorFlow arrays are converted first. A call slower than ``deadline``
-seconds, twice in a row (the first call may compile), stops the check with a message.
+No false pass: each call gets fresh copies of its inputs, compared with a second copy
+afterwards (a write into an input is a mismatch naming it); every output must be real floats
+(a real scalar for a scalar output) of the expected shape (torch, JAX and TensorFlow arrays
+are converted first); a call slower than ``deadline`` seconds twice in a row stops the check.
 
-Tolerance. With ``L`` the length of the longest accumulation (T for GAE/V-trace, the number of
-elements of a mean for the losses) and ``M`` the magnitude involved (the quantity's
-``magnitude``: the largest absolute value among the example's float inputs, or for the
-normalization ``max|A| / (std + eps)``, the factor by which dividing by the std magnifies the
-rounding of ``A - mean``; and at least the largest expected output, and 1), an output passes
-when ``|got - expected| <= 16 * u * M * (L + 1)`` elementwise, ``u`` the unit roundoff of the
-check (float64: 2**-53, or float32: 2**-24 when the example's arrays are float32). A gap is
-*precision-sized* when it stays within the same bound with float32's ``u``: the size of the
-error a single float32 step (a rounded gamma, a float32 ratio) leaves; larger gaps are logic
-differences. :func:`identify` searches with that float32 bound as its tolerance (``loose``)
-to tell a convention matched up to float32 rounding from one that differs in logic.
+Tolerance: with ``L`` the longest accumulation (T for GAE/V-trace, the elements of a mean for
+the losses) and ``M`` the quantity's ``magnitude`` (at least the largest expected output, and
+1), an output passes when ``|got - expected| <= 16 * u * M * (L + 1)`` elementwise, ``u`` the
+unit roundoff (2**-53, or 2**-24 when the example's arrays are float32). A gap within the same
+bound with float32's ``u`` is *precision-sized* (what one float32 step leaves); larger gaps are
+logic differences. :func:`identify` uses the float32 bound (``loose``) to tell a convention
+matched up to float32 rounding from one that differs in logic.
 """
 from __future__ import annotations
 
@@ -105,10 +98,6 @@ class _Found(Exception):
         super().__init__(fields.get("output"))
         self.fields = fields
 
-
-# ----------------------------------------------------------------------------------------------
-# one call of the user's function
-# ----------------------------------------------------------------------------------------------
 
 def _named(fn, args, kwargs) -> List[Tuple[str, Any]]:
     """``(parameter name, value)`` of every argument (``argument i`` where unnamed)."""
@@ -191,10 +180,6 @@ def _call(fn, quantity: str, layout, ex, deadline) -> Tuple[Any, Optional[dict]]
     return None, {"seconds": seconds}
 
 
-# ----------------------------------------------------------------------------------------------
-# comparing one example
-# ----------------------------------------------------------------------------------------------
-
 def _is_float32(ex: Mapping[str, Any]) -> bool:
     floats = [v for v in ex.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
     return bool(floats) and all(v.dtype == np.float32 for v in floats)
@@ -270,10 +255,6 @@ def _prepared(layout, quantity: str, ex):
     prepare = getattr(layout, "prepare", None)
     return prepare(quantity, ex) if prepare is not None else ex
 
-
-# ----------------------------------------------------------------------------------------------
-# the search
-# ----------------------------------------------------------------------------------------------
 
 def _kind(fields: dict) -> tuple:
     """What a difference is, for keeping a reduced example: the same kind must persist."""
@@ -577,10 +558,6 @@ check_normalize_advantages = _make_check(
     "normalize_advantages", "ppo_ref.spec.losses.normalize_advantages", _ROWS)
 
 
-# ----------------------------------------------------------------------------------------------
-# identify
-# ----------------------------------------------------------------------------------------------
-
 class IdentifyReport:
     """Result of :func:`identify`.
 
@@ -701,28 +678,22 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
              deadline: Optional[float] = DEFAULT_DEADLINE) -> IdentifyReport:
     """Which convention does ``fn`` implement?
 
-    Tries every combination of the options of :data:`ppo_ref.conventions.OPTIONS` that
-    affect ``quantity`` (the combinations the checks' ``alternatives`` and ``ppo-ref check``
-    try too, less the options the layout decides; a search of ``max_examples`` examples each,
-    default 60) with the float32 bound as the tolerance, and sorts each into: an exact match
-    (no gap beyond the strict float64 tolerance), a match up to float32 rounding (gaps only
-    of float32-rounding size: a float32 step in otherwise the same logic), or a logic
-    difference. Exact matches are preferred. Without one, it re-runs the combinations that
-    differ in logic with one input condition excluded (the narrow ones, then broad ones such
-    as "truncated steps"; only conditions the counterexample has), then two (the second one a
-    condition of the counterexample left once the first is excluded), and reports "matches X
-    except on inputs with <condition> [or with <condition>]", with "(up to float32 rounding)"
-    when the agreement off those conditions is itself float32-sized (e.g. an implementation
-    that rounds gamma to float32 and bootstraps steps with both flags). With none of these it
-    reports "no known convention matches" with the minimal counterexample against the
-    reference. ``exclude`` leaves conditions out of every example from the start.
+    Searches every combination of the :data:`ppo_ref.conventions.OPTIONS` that affect
+    ``quantity`` (less those the layout decides; ``max_examples`` examples each, default 60)
+    with the float32 bound as tolerance, and sorts each into an exact match, a match up to
+    float32 rounding (the same logic with a float32 step), or a logic difference. Without an
+    exact match, the combinations that differ in logic are searched again with one condition
+    of their counterexample excluded (narrow conditions first, then broad ones such as
+    "truncated steps"), then two, giving "matches X except on inputs with <condition>" (with
+    "(up to float32 rounding)" where that agreement is float32-sized); failing all, "no known
+    convention matches" with the minimal counterexample against the reference. ``exclude``
+    leaves conditions out of every example from the start; the other arguments are the
+    checks'.
 
-    Returns:
-        :class:`IdentifyReport`; ``str(report)`` names the options (and the presets sharing
-        them).
-
-    Raises:
-        ValueError, ImportError: as the ``check_*`` functions.
+    Returns an :class:`IdentifyReport` (``str(report)`` names the options and the presets
+    sharing them). Raises ``ValueError``, ``ImportError`` and, for a function that raises,
+    writes into its inputs, returns no readable output or is too slow, :class:`Mismatch`, as
+    the ``check_*`` functions.
     """
     __tracebackhide__ = True
     q = get_quantity(quantity)

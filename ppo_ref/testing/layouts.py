@@ -353,10 +353,6 @@ class NormalizedOutputs(Layout):
         return out
 
 
-# ----------------------------------------------------------------------------------------------
-# rows: masked_rows and episodes
-# ----------------------------------------------------------------------------------------------
-
 #: The flat inputs of each row quantity, in argument order.
 _ROW_INPUTS = {"normalize_advantages": ("advantages",),
                "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),

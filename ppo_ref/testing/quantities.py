@@ -2,36 +2,26 @@
 the named input properties and the size of the numbers involved.
 
 An *example* is a dict of the reference function's inputs in its own layout (time-major
-``[T, N]`` arrays, ``last_values`` ``[N]``; flat ``[n]`` arrays for the losses and the
-normalization) plus its hyperparameters (``gamma``, ...). A layout that arranges the data in
-rows (:class:`ppo_ref.testing.layouts.MaskedRows`) also gets ``_rows``, the seed of that
-arrangement (0: one row, no padding), and may add ``weights`` and ``loss_scale`` to a loss
-example before the reference is computed. The reference result of an example under a
-convention (a dict of :mod:`ppo_ref.conventions` values) is a dict ``{output name: float64
-array or float}`` in data-flow order, computed by ppo_ref in float64 from the example's
-(possibly float32) numbers.
+``[T, N]`` arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the
+normalization) plus its hyperparameters. A row layout
+(:class:`ppo_ref.testing.layouts.MaskedRows`) also gets ``_rows``, the seed of its arrangement
+(0: one row, no padding), and may add ``weights`` and ``loss_scale`` to a loss example. The
+reference result under a convention is ``{output name: float64 array or float}`` in data-flow
+order, computed by ppo_ref in float64 from the example's (possibly float32) numbers.
 
-Edge patterns are drawn on purpose: every step's flags are drawn from (none, terminated,
-truncated, both), so both flags on one step and flags on the last row are common in small
-examples; ``gamma`` and lambda are 0 or 1 with high probability; about one example in ten has
-a long rollout (T = 65..2048, drawn from a seeded generator); N = 1 is the smallest env count
-and the one examples shrink to; ``final_values`` and ``last_values`` are never 0, so junk is
-present wherever the reference does not read them (``final_values`` is read only where a step
-truncated without terminating); loss examples put a ratio exactly on ``1 +- clip_range`` and
-``V - V_old`` exactly on ``+-clip_range_vf`` (float64 examples only: a float32 ratio has its
-own rounding); normalization examples include constant arrays and spreads of 1e-8..1e-4.
+Edge patterns are drawn on purpose: flags per step from (none, terminated, truncated, both);
+``gamma`` and lambda often 0 or 1; about one example in ten a long rollout (T = 65..2048); N = 1
+the count examples shrink to; ``final_values`` and ``last_values`` never 0, so junk sits
+wherever the reference does not read; loss examples with a ratio exactly on ``1 +- clip_range``
+and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64 only); normalization examples with
+constant arrays and spreads of 1e-8..1e-4.
 
-Sizes shrink explicitly. Hypothesis shrinks the contents of a failing example but cannot
-shorten a ``[T, N]`` grid whose size was drawn before its contents (a smaller T reinterprets
-every later draw), so each quantity also lists *reductions*: the same example with one env
-column kept or dropped, or with a window of its rows (its elements, for the losses) kept,
-smallest first. :func:`ppo_ref.testing.check` tries them after hypothesis's shrink and keeps the
-smallest example on which the difference persists.
-
-A :class:`Property` names a condition of an example (key ``"both_flags"``: "steps with both
-flags"). ``exclude=`` of the checks and of :func:`ppo_ref.testing.identify` takes keys (or the
-names): the strategy then never yields an example with that condition (``remove`` rewrites an
-example that has it; a test checks that it always does).
+Hypothesis shrinks a failing example's contents but cannot shorten a ``[T, N]`` grid drawn
+before them, so each quantity also lists *reductions* (one env column kept or dropped, a window
+of rows or elements kept; smallest first), which :func:`ppo_ref.testing.check` tries after the
+shrink. A :class:`Property` names a condition of an example (``"both_flags"``: "steps with both
+flags"); ``exclude=`` takes keys or names, and the strategy then never yields an example with
+that condition (``remove`` rewrites one that has it).
 """
 from __future__ import annotations
 
@@ -118,10 +108,6 @@ def _input_magnitude(ex: Mapping[str, Any], options=None) -> float:
             m = max(m, abs(v))
     return m
 
-
-# ----------------------------------------------------------------------------------------------
-# trajectories (GAE, V-trace)
-# ----------------------------------------------------------------------------------------------
 
 _TRAJ_FLOATS = ("rewards", "values", "last_values", "final_values")
 #: The float inputs of each quantity (cast to the example's dtype).
@@ -340,10 +326,6 @@ def _pick_dtype(draw, st, dtype: str) -> str:
         return draw(st.sampled_from(["float64", "float32"]))
     return dtype
 
-
-# ----------------------------------------------------------------------------------------------
-# losses
-# ----------------------------------------------------------------------------------------------
 
 def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
     """``(new, clip_range)`` with ``exp(new - old)`` exactly ``1 +- clip_range`` in float64
@@ -569,10 +551,6 @@ _NORMALIZE_PROPERTIES = (
              lambda ex: 0.0 < _spread(ex) < 1e-3, _shifted),
 )
 
-
-# ----------------------------------------------------------------------------------------------
-# reductions: smaller examples cut out of a failing one
-# ----------------------------------------------------------------------------------------------
 
 _GRID_KEYS = ("behaviour_log_probs", "target_log_probs", "rewards", "values", "terminated",
               "truncated", "final_values")

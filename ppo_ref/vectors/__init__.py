@@ -1,15 +1,11 @@
 """Golden vectors: ppo_ref's numbers as JSON, and a checker for another implementation's outputs.
 
-``write_vectors(out_dir)`` writes one JSON file per case (plus ``index.json``): the inputs, the
-settings (including the convention preset and every convention option that matters), and the
-outputs ppo_ref computes from exactly those inputs. Another implementation (Rust, JAX, PyTorch,
-...) reads each case, runs its own code on ``inputs`` with ``settings``, and writes a results
-file; ``check_results(vectors_dir, results_file)`` compares it case by case and returns one row
-per case with the largest error. The command line is ``ppo-ref vectors --out DIR`` and
-``ppo-ref check DIR --results FILE`` (exit status 1 when a case fails or is missing;
-:mod:`ppo_ref.cli.vectors`).
-
-File format (``FORMAT = "ppo_ref.vectors/1"``), one case per file ``<name>.json``::
+``write_vectors(out_dir)`` writes one JSON file per case and ``index.json``; another
+implementation runs its code on each case's ``inputs`` with its ``settings`` and writes a results
+file (:mod:`ppo_ref.vectors.check`), which ``check_results(vectors_dir, results_file)`` compares
+case by case (command line: ``ppo-ref vectors --out DIR``, ``ppo-ref check DIR --results FILE``).
+A case file (``FORMAT = "ppo_ref.vectors/1"``, arrays time-major as in docs/specification.md §1,
+encoded by :mod:`ppo_ref.vectors.codec`)::
 
     {"format": "ppo_ref.vectors/1", "name": "gae_reference", "kind": "gae",
      "function": "ppo_ref.gae", "preset": "reference", "description": "...",
@@ -17,14 +13,6 @@ File format (``FORMAT = "ppo_ref.vectors/1"``), one case per file ``<name>.json`
      "settings": {"gamma": 0.99, "gae_lambda": 0.95, "truncation": "bootstrap", ...},
      "expected": {"advantages": [[...]], "returns": [[...]]},
      "tolerance": {"atol": 1e-10, "rtol": 1e-9}}
-
-Arrays are time-major ``[T, N, ...]`` as in docs/specification.md §1 and encoded by the rules
-of :mod:`ppo_ref.vectors.codec`. The package, in three modules::
-
-    codec.py   encode/decode (NumPy <-> JSON values), dumps, read_json_file and its limits
-    cases.py   the cases, ppo_ref's outputs for them (compute_outputs), write_vectors
-    check.py   load_cases, check_results (the results format and the pass rule),
-               format_table, reference_results, the conventions a failing case would pass under
 """
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, MAX_JSON_BYTES, MAX_JSON_DEPTH,
                                    MAX_JSON_INT_DIGITS, RESULTS_FORMAT, decode, dumps, encode,

@@ -1,18 +1,10 @@
-"""The golden-vector cases: their inputs and settings, ppo_ref's outputs for them, and the
-writer.
+"""The golden-vector cases, ppo_ref's outputs for them (:func:`compute_outputs`) and the writer.
 
-:func:`write_vectors` writes one JSON file per case (plus ``index.json``): the inputs, the
-settings (including the convention preset and every convention option that matters), and the
-outputs ppo_ref computes from exactly those inputs (:func:`compute_outputs`, by the spec or the
-fast tier). :func:`apply_preset` recomputes a case under another implementation's conventions.
-
-The cases cover (docs/specification.md section in brackets): episode starts [1]; GAE in the
-reference, CleanRL and thrust-rl conventions [2]; V-trace with truncation, lambda and bars [2];
-log-softmax, entropy, log-probs with masked actions and their gradients [3]; each loss with its
-gradient [4]; Adam steps and global-norm clipping [3]; the LSTM forward with resets and its
-gradients [3]; one full PPO minibatch update of a tiny MLP actor-critic (reference and CleanRL
-presets) [4, 5]; edge cases (both flags on one step, gamma 0, lambda 0, a long rollout,
-per-step discounts, exact clip kinks, the library options).
+The cases (docs/specification.md section in brackets): episode starts [1]; GAE in the reference,
+CleanRL and thrust-rl conventions and V-trace [2]; the categorical distribution, Adam, global-norm
+clipping and the LSTM with their gradients [3]; each loss with its gradient [4]; one PPO minibatch
+update of a tiny MLP actor-critic [4, 5]; edge cases (both flags on one step, gamma or lambda 0,
+a long rollout, per-step discounts, exact clip kinks, the library options).
 """
 from __future__ import annotations
 
@@ -31,9 +23,6 @@ __all__ = ["SEED", "BACKENDS", "KINDS", "OPTION_KEYS", "compute_outputs", "apply
 
 SEED = 20261129
 
-# ----------------------------------------------------------------------------------------------
-# The reference computation of every kind of case (inputs, settings -> outputs)
-# ----------------------------------------------------------------------------------------------
 
 def _episode_starts(inputs, settings, tier):
     return {"episode_starts": tier.masks.episode_starts(inputs["terminated"], inputs["truncated"],
@@ -46,8 +35,8 @@ def _kernel_options(settings):
 
 
 def _per_step(value):
-    """A setting that may be a scalar or a per-step list (``gamma``, ``gae_lambda``,
-    ``lambda_``): lists become float64 arrays."""
+    """A scalar or per-step setting (``gamma``, ``gae_lambda``, ``lambda_``) as the kernels
+    take it: a list becomes a float64 array."""
     return np.asarray(value, dtype=np.float64) if isinstance(value, (list, tuple)) else value
 
 
@@ -151,9 +140,8 @@ def _lstm(inputs, settings, tier):
 
 
 def _ppo_minibatch_update(inputs, settings, tier):
-    """One PPO minibatch step (one epoch of one minibatch): the policy of
-    :mod:`ppo_ref.train.policies` on the tier and :func:`ppo_ref.spec.update.run_epochs` with
-    the tier's losses and optimizer."""
+    """One epoch of one minibatch: :func:`ppo_ref.spec.update.run_epochs` with the tier's
+    policy, losses and optimizer."""
     from gymnasium import spaces
 
     from ppo_ref.config import PPOConfig
@@ -232,22 +220,18 @@ _FUNCTIONS = {
 }
 
 
-
-
 def compute_outputs(case: Mapping, backend: str = "fast") -> Dict[str, Any]:
-    """ppo_ref's outputs for a decoded case (``inputs`` and ``settings`` as NumPy values),
-    computed by the tier of ``backend`` (``PPOConfig.backend``'s values:
-    :func:`ppo_ref.tiers.tier_for`): every kind calls that tier's function (the minibatch
-    update: the policy on the tier and :func:`ppo_ref.spec.update.run_epochs`)."""
+    """ppo_ref's outputs ``{name: array or dict}`` for a decoded case, computed by the tier of
+    ``backend`` (a value of ``PPOConfig.backend``, :func:`ppo_ref.tiers.tier_for`).
+
+    Raises:
+        ValueError: an unknown case kind or backend.
+    """
     kind = case["kind"]
     if kind not in KINDS:
         raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
     return KINDS[kind](case["inputs"], case["settings"], tier_for(backend))
 
-
-# ----------------------------------------------------------------------------------------------
-# The cases
-# ----------------------------------------------------------------------------------------------
 
 def _flags(rng, shape, p):
     return rng.random(shape) < p
@@ -273,7 +257,6 @@ def _rollout(rng, T, N):
 
 _CONVENTIONS = {
     "reference": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
-    "sb3": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
     "cleanrl": {"truncation": "terminate", "bootstrap_terminal_last_row": False},
     "thrust": {"truncation": "ignore", "bootstrap_terminal_last_row": True},
 }
@@ -289,7 +272,8 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
         {"terminated": term, "truncated": trunc, "initial": np.array([True, False, True])}, {}))
 
     roll = _rollout(rng, T, N)
-    for preset, desc in (("reference", "reference: bootstrap V(final_obs) on truncation, cut the trace"),
+    for preset, desc in (("reference",
+                          "reference: bootstrap V(final_obs) on truncation, cut the trace"),
                          ("cleanrl", "CleanRL: truncation treated as termination"),
                          ("thrust", "thrust-rl: truncated ignored; terminal last row bootstraps")):
         cases.append(_case(f"gae_{preset}", "gae", preset, desc, roll,
@@ -347,9 +331,9 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                            "reference" if ddof else "thrust",
                            "(A - mean) / (std(ddof) + 1e-8)", {"advantages": adv}, {"ddof": ddof}))
     for est in ("k3", "k1"):
-        cases.append(_case(f"approx_kl_{est}", "approx_kl", "reference" if est == "k3" else "thrust",
-                           "KL(old || new) estimator", {"old_log_probs": old, "new_log_probs": new},
-                           {"estimator": est}))
+        kl_preset = "reference" if est == "k3" else "thrust"
+        cases.append(_case(f"approx_kl_{est}", "approx_kl", kl_preset, "KL(old || new) estimator",
+                           {"old_log_probs": old, "new_log_probs": new}, {"estimator": est}))
 
     params = {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
     grads = {str(s): {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
@@ -385,11 +369,8 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
 
 
 def _edge_cases(rng: np.random.Generator) -> List[dict]:
-    """The cases that catch logic bugs: both flags on one step, gamma = 0, lambda = 0, a long
-    rollout, per-step discounts, ratios exactly on the clip bounds, and the library options
-    (reciprocal and asymmetric intervals, dual clip, Huber value loss, valid masks, the eps
-    placement). ``final_values`` holds non-zero junk wherever the reference does not read it
-    (steps that terminated, with or without a truncation), so code that reads it there fails."""
+    """The cases that catch logic bugs (module docstring); ``final_values`` holds non-zero junk
+    wherever the reference does not read it, so code that reads it there fails."""
     cases = []
     ref = _CONVENTIONS["reference"]
     # the minimal both-flags input (skrl, Sample Factory, torchrl auto_reset_env bootstrap it:
@@ -513,12 +494,8 @@ def _ppo_cases(rng) -> List[dict]:
     return out
 
 
-# ----------------------------------------------------------------------------------------------
-# Conventions of a case: presets and overrides
-# ----------------------------------------------------------------------------------------------
-
-#: For each kind whose result depends on convention options: ``{option name: settings key}``
-#: (the option names of ``ppo_ref.conventions.OPTIONS``).
+#: For each kind whose result depends on convention options: ``{option name of
+#: ppo_ref.conventions.OPTIONS: settings key}``.
 OPTION_KEYS: Dict[str, Dict[str, str]] = {
     "gae": {"truncation": "truncation",
             "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
@@ -534,14 +511,12 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
 
 
 def apply_preset(case: dict, preset: str) -> dict:
-    """``case`` with the settings of ``preset``'s conventions (a new dict; inputs shared).
+    """``case`` (a new dict; inputs shared) with the settings of :data:`OPTION_KEYS` (and the
+    value loss's ``huber_delta``) taken from ``preset``; the minibatch update gets the whole
+    preset config with the case's hyperparameters. Other kinds keep their settings.
 
-    The kernels take ``truncation`` and ``bootstrap_terminal_last_row``; the value loss
-    ``value_loss_mode`` (when clipping is on), ``value_loss_scale`` and ``huber_delta``;
-    the normalization ``advantage_norm_ddof``, ``_eps`` and ``_eps_placement``; the KL its
-    estimator; the policy loss ``clip_interval``, ``dual_clip`` and ``kl_estimator``; the minibatch
-    update the
-    whole preset config with the case's hyperparameters. Other kinds are unchanged.
+    Raises:
+        ValueError: an unknown preset.
     """
     from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
     config = PPOConfig.preset(preset)
@@ -563,43 +538,29 @@ def apply_preset(case: dict, preset: str) -> dict:
     return {**case, "preset": preset, "settings": settings}
 
 
-def _override_settings(settings: dict, overrides: Mapping[str, Any]) -> dict:
-    """``settings`` with every key of ``overrides`` it has replaced."""
-    return {k: overrides.get(k, v) for k, v in settings.items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# Writing
-# ----------------------------------------------------------------------------------------------
-
 def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
                   preset: Optional[str] = None,
                   settings: Optional[Mapping[str, Any]] = None) -> List[str]:
-    """Write every case to ``out_dir/<name>.json`` and ``out_dir/index.json``.
+    """Write every case to ``out_dir/<name>.json`` (format in :mod:`ppo_ref.vectors`) and
+    ``out_dir/index.json``; return the case names in order.
 
-    ``preset`` (a :meth:`ppo_ref.PPOConfig.preset` name) recomputes every convention-dependent
-    case under that implementation's conventions (:func:`apply_preset`); ``settings``
-    (``{key: value}``) replaces that setting in every case that has it (e.g. ``{"gamma":
-    0.9}``).
+    Inputs come from ``np.random.default_rng(seed)``, rounded to 6 decimals; the expected
+    outputs are computed by the ``backend`` tier from the *decoded* JSON inputs, so a reader
+    gets exactly the numbers ppo_ref computes from what it reads. ``preset`` recomputes every
+    convention-dependent case under that preset (:func:`apply_preset`); ``settings`` replaces
+    those settings in every case that has them (``{"gamma": 0.9}``).
 
-    Inputs are generated from ``np.random.default_rng(seed)`` (rounded to 6 decimals so they
-    read well); expected outputs are computed by ppo_ref's ``backend`` tier from the *decoded*
-    JSON inputs, so a reader of the file gets exactly the numbers ppo_ref computes from what it
-    reads (the two tiers agree within the vectors' tolerance: a test checks it).
-
-    Returns:
-        the case names, in order.
+    Raises:
+        ValueError: an unknown preset or backend.
     """
     os.makedirs(out_dir, exist_ok=True)
     cases = (_build_cases(np.random.default_rng(seed))
              + _edge_cases(np.random.default_rng([seed, 1])))
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]
+    names, index = [], []
     for case in cases:
-        case["settings"] = _override_settings(case["settings"], settings or {})
-    names = []
-    index = []
-    for case in cases:
+        case["settings"] = {k: (settings or {}).get(k, v) for k, v in case["settings"].items()}
         encoded = {k: encode(v) if k in ("inputs", "settings") else v for k, v in case.items()}
         decoded = {**encoded, "inputs": decode(encoded["inputs"]),
                    "settings": decode_settings(encoded["settings"])}

@@ -1,19 +1,11 @@
-"""The JSON codec of golden vectors, results and traces, and the bounded JSON reader.
+"""The JSON codec of golden vectors, results files and traces, and the bounded JSON reader.
 
-Rules (the same for case files, results files and update traces):
-
-* Arrays are nested JSON lists, row-major; bool arrays are lists of ``true``/``false``; integer
-  arrays (actions) are JSON integers; floats are float64 written with Python's shortest
-  round-trip repr. IEEE specials are the strings ``"inf"``, ``"-inf"``, ``"nan"`` (JSON has no
-  literal for them).
-* A dict of arrays (network parameters, gradients) is a JSON object of arrays; a sequence of
-  such dicts (Adam's gradient per step) is an object keyed ``"1"``, ``"2"``, ...
-* Scalars are JSON numbers. ``None`` is ``null``.
-
-:func:`encode` and :func:`decode` convert between NumPy values and JSON values,
-:func:`dumps` writes a document with one array per line, and :func:`read_json_file` reads a
-file within the limits :data:`MAX_JSON_BYTES`, :data:`MAX_JSON_DEPTH` and
-:data:`MAX_JSON_INT_DIGITS`.
+* Arrays are nested JSON lists, row-major: bool arrays hold ``true``/``false``, integer arrays
+  (actions) JSON integers, float arrays float64 in Python's shortest round-trip repr. The IEEE
+  specials are the strings ``"inf"``, ``"-inf"``, ``"nan"`` (JSON has no literal for them).
+* A dict of arrays (parameters, gradients) is a JSON object of arrays; a sequence of such dicts
+  (Adam's gradient per step) is an object keyed ``"1"``, ``"2"``, ...
+* Scalars are JSON numbers; ``None`` is ``null``.
 """
 from __future__ import annotations
 
@@ -27,17 +19,18 @@ __all__ = ["FORMAT", "RESULTS_FORMAT", "DEFAULT_TOLERANCE", "encode", "decode",
            "decode_settings", "dumps", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
            "MAX_JSON_INT_DIGITS"]
 
-#: The largest JSON file (case, index, results, run config) that is read: larger files, and
-#: endless ones such as a device, are refused after reading at most this many bytes + 1.
+#: The largest JSON file that is read: larger files, and endless ones such as a device, are
+#: refused after reading at most this many bytes + 1.
 MAX_JSON_BYTES = 64 * 2 ** 20
-#: The deepest nesting of lists/objects accepted in such a file (cases need fewer than 10).
+#: The deepest nesting of lists/objects accepted (cases need fewer than 10).
 MAX_JSON_DEPTH = 64
-#: JSON integers must have at most this many digits (every count and integer array fits).
+#: The most digits a JSON integer may have (every count and integer array fits).
 MAX_JSON_INT_DIGITS = 19
 
 FORMAT = "ppo_ref.vectors/1"
 RESULTS_FORMAT = "ppo_ref.results/1"
 DEFAULT_TOLERANCE = {"atol": 1e-10, "rtol": 1e-9}
+_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def _encode_float(x: float):
@@ -49,10 +42,15 @@ def _encode_float(x: float):
 
 
 def encode(value):
-    """Python/NumPy value -> JSON-safe value (see the module docstring for the rules)."""
+    """Python/NumPy value -> JSON-safe value by the rules of the module docstring.
+
+    Raises:
+        ValueError: a value or array dtype the rules do not cover (string arrays, objects).
+    """
     if isinstance(value, Mapping):
         return {str(k): encode(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)) and not (value and isinstance(value[0], (int, float, bool, np.generic))):
+    if isinstance(value, (list, tuple)) and not (
+            value and isinstance(value[0], (int, float, bool, np.generic))):
         return [encode(v) for v in value]
     if isinstance(value, (np.ndarray, list, tuple, np.generic)):
         arr = np.asarray(value)
@@ -66,51 +64,17 @@ def encode(value):
                 return flat[0]
             return np.array(flat, dtype=object).reshape(arr.shape).tolist()
         raise ValueError(f"cannot encode array of dtype {arr.dtype}")
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, (bool, int, str)) or value is None:
         return value
-    if isinstance(value, int):
-        return int(value)
     if isinstance(value, float):
         return _encode_float(value)
     raise ValueError(f"cannot encode {type(value).__name__}")
 
 
-_SPECIAL = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
-
-
-def _is_numeric_leaf(x) -> bool:
-    return isinstance(x, (int, float, bool)) or (isinstance(x, str) and x in _SPECIAL)
-
-
-def _leaves(x):
-    while isinstance(x, list) and x:
-        x = x[0]
-    return x
-
-
-def decode(value):
-    """JSON value -> NumPy: lists become arrays (bool, int64 or float64 by their leaves),
-    objects become dicts, special-float strings become floats."""
-    if isinstance(value, dict):
-        return {k: decode(v) for k, v in value.items()}
-    if isinstance(value, list):
-        leaf = _leaves(value)
-        if isinstance(leaf, list):       # empty innermost list
-            return np.asarray(value, dtype=np.float64)
-        if isinstance(leaf, bool):
-            return np.asarray(value, dtype=np.bool_)
-        if isinstance(leaf, int) and not _has_float(value):
-            return np.asarray(value, dtype=np.int64)
-        return np.asarray(_floats(value), dtype=np.float64)
-    if isinstance(value, str) and value in _SPECIAL:
-        return _SPECIAL[value]
-    return value
-
-
 def _has_float(value) -> bool:
     if isinstance(value, list):
         return any(_has_float(v) for v in value)
-    return isinstance(value, float) or isinstance(value, str)
+    return isinstance(value, (float, str))
 
 
 def _floats(value):
@@ -123,9 +87,40 @@ def _floats(value):
     return float(value)
 
 
+def decode(value):
+    """JSON value -> NumPy: lists become arrays (bool, int64 or float64 by their leaves),
+    objects dicts, special-float strings floats.
+
+    Raises:
+        ValueError: a ragged list or a string other than a special float inside an array.
+    """
+    if isinstance(value, dict):
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        leaf = value
+        while isinstance(leaf, list) and leaf:
+            leaf = leaf[0]
+        if isinstance(leaf, list):  # an empty innermost list
+            return np.asarray(value, dtype=np.float64)
+        if isinstance(leaf, bool):
+            return np.asarray(value, dtype=np.bool_)
+        if isinstance(leaf, int) and not _has_float(value):
+            return np.asarray(value, dtype=np.int64)
+        return np.asarray(_floats(value), dtype=np.float64)
+    if isinstance(value, str) and value in _SPECIAL:
+        return _SPECIAL[value]
+    return value
+
+
+def decode_settings(settings: Mapping) -> dict:
+    """Settings with only the special-float strings decoded (lists such as ``betas`` stay
+    lists)."""
+    return {k: _SPECIAL[v] if isinstance(v, str) and v in _SPECIAL else v
+            for k, v in settings.items()}
+
+
 def dumps(doc: Mapping, indent: int = 1) -> str:
-    """JSON text of a case or results document: objects one key per line, each array on one
-    line (readable diffs, no NaN/inf literals)."""
+    """JSON text of a document: objects one key per line, each array on one line."""
     def render(value, level):
         if isinstance(value, dict) and value:
             pad = " " * (indent * (level + 1))
@@ -135,18 +130,6 @@ def dumps(doc: Mapping, indent: int = 1) -> str:
     return render(doc, 0)
 
 
-def decode_settings(settings: Mapping) -> dict:
-    """Settings are scalars, strings, lists of scalars and a config dict: keep lists as lists
-    (e.g. ``betas``) and only turn the special-float strings into floats."""
-    out = {}
-    for k, v in settings.items():
-        if isinstance(v, str) and v in _SPECIAL:
-            out[k] = _SPECIAL[v]
-        else:
-            out[k] = v
-    return out
-
-
 def _bounded_int(text: str) -> int:
     digits = text.lstrip("-")
     if len(digits) > MAX_JSON_INT_DIGITS:
@@ -154,24 +137,28 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-def _json_depth_ok(value) -> bool:
-    """True when lists/objects nest at most :data:`MAX_JSON_DEPTH` deep (iterative walk)."""
+def _depth_ok(value) -> bool:
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, (list, dict)):
             if depth > MAX_JSON_DEPTH:
                 return False
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((v, depth + 1) for v in children)
     return True
 
 
 def read_json_file(path: str, what: str, max_bytes: int = MAX_JSON_BYTES):
-    """Parsed JSON of the file ``path``, read with bounds: at most ``max_bytes`` bytes (an
-    endless file such as ``/dev/zero`` is refused after ``max_bytes + 1``), UTF-8, nesting at
-    most :data:`MAX_JSON_DEPTH` deep, integers of at most :data:`MAX_JSON_INT_DIGITS` digits.
-    Raises ``ValueError`` naming the file (``what`` says which file) for anything else;
-    ``OSError`` (missing, unreadable) propagates unchanged."""
+    """The parsed JSON of the file ``path``, read within bounds: at most ``max_bytes`` bytes,
+    UTF-8, nesting at most :data:`MAX_JSON_DEPTH` deep, integers of at most
+    :data:`MAX_JSON_INT_DIGITS` digits.
+
+    Raises:
+        ValueError: naming the file (``what`` says which kind) when it breaks a bound or is not
+            JSON.
+        OSError: the file is missing or unreadable.
+    """
     with open(path, "rb") as fh:
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
@@ -184,6 +171,6 @@ def read_json_file(path: str, what: str, max_bytes: int = MAX_JSON_BYTES):
         raise ValueError(f"{what} {path} is not valid JSON ({exc})") from None
     except ValueError as exc:  # _bounded_int
         raise ValueError(f"{what} {path} holds {exc}") from None
-    if not _json_depth_ok(value):
+    if not _depth_ok(value):
         raise ValueError(f"{what} {path} nests deeper than {MAX_JSON_DEPTH} levels")
     return value
