@@ -1,17 +1,12 @@
 """``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults.
 
-One frozen dataclass holds the hyperparameters (SB3 names and defaults, docs/specification.md §5), the network
-and environment options, and the *convention knobs*: the places where well-known
-implementations make different choices. ``PPOConfig()`` is the reference behaviour
-(``PPOConfig.preset("reference")``); ``PPOConfig.preset(name)`` reproduces the conventions of
-Stable-Baselines3 ("sb3"), CleanRL ("cleanrl") or thrust-rl 0.4 ("thrust"), following the
-conventions table of docs/specification.md §8. Presets change convention fields only, never
-hyperparameters (learning rate, sizes, coefficients), so ``preset("sb3", **hp)`` and
-``preset("cleanrl", **hp)`` run the same experiment under two implementations' conventions.
-
-Every field carries a one-line help string (``PPOConfig.field_help()``) for the CLI's
-``--set field=value`` options, parsed by :func:`parse_overrides`. Invalid values raise
-``ValueError`` naming the field at construction, in ``replace`` and in ``from_dict``.
+One frozen dataclass holds the hyperparameters (docs/specification.md §5), the network and
+environment options, and the *convention fields* where well-known implementations choose
+differently. ``PPOConfig()`` is the reference; ``PPOConfig.preset(name)`` sets every convention
+field to one implementation's choice (docs/specification.md §8) and no hyperparameter, so
+``preset("sb3", **hp)`` and ``preset("cleanrl", **hp)`` run one experiment under two conventions.
+Each field's help text (``PPOConfig.field_help()``) documents the CLI's ``--set field=value``
+(:func:`parse_overrides`). Invalid values raise ``ValueError`` naming the field.
 """
 from __future__ import annotations
 
@@ -49,8 +44,8 @@ _SCHEDULES = ("constant", "linear")
 class PPOConfig:
     """Settings of a PPO run (feedforward, recurrent and actor-learner trainers).
 
-    Hyperparameters keep Stable-Baselines3's names and defaults (docs/specification.md §5). Units: rewards and
-    values are in the environment's reward units; ``n_steps`` counts steps per environment;
+    Units: rewards and values are in the environment's reward units; ``n_steps`` counts steps
+    per environment;
     ``batch_size`` counts rows (one row = one env step) of the ``n_steps * n_envs`` rollout.
     Schedules use SB3's ``progress_remaining = 1 - steps_done / total_timesteps``.
 
@@ -66,7 +61,8 @@ class PPOConfig:
     n_epochs: int = _f(10, "passes over the rollout per update")
     gamma: float = _f(0.99, "discount factor in [0, 1]")
     gae_lambda: float = _f(0.95, "GAE lambda in [0, 1] (bias-variance trade-off of advantages)")
-    clip_range: float = _f(0.2, "PPO ratio clip eps > 0; initial value when clip_range_schedule='linear'")
+    clip_range: float = _f(
+        0.2, "PPO ratio clip eps > 0; initial value when clip_range_schedule='linear'")
     clip_range_vf: Optional[float] = _f(
         None, "value clip c > 0 around the rollout's values (None: no value clipping)")
     normalize_advantage: bool = _f(True, "standardize advantages (see advantage_norm_scope/_ddof)")
@@ -104,8 +100,8 @@ class PPOConfig:
               "clipping; SB3 VecNormalize and CleanRL continuous use 10)")
     compute_dtype: str = _f(
         "float64",
-        "arithmetic of the MLP policy's training/acting passes: float64 (reference) or float32 "
-        "(as torch; parameters, Adam and losses stay float64)",
+        "arithmetic of the policy's network and head, acting and training: float64 (reference) "
+        "or float32 (backend fast only, as torch; parameters, losses and Adam stay float64)",
         ("float64", "float32"))
     backend: str = _f(
         "fast",
@@ -131,8 +127,8 @@ class PPOConfig:
     advantage_norm_scope: str = _f(
         "minibatch", "normalize advantages per minibatch or once over the whole batch",
         ("minibatch", "batch"))
-    advantage_norm_ddof: int = _f(1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)",
-                                  (0, 1))
+    advantage_norm_ddof: int = _f(
+        1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)", (0, 1))
     advantage_norm_eps: float = _f(
         1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
     advantage_norm_eps_placement: str = _f(
@@ -157,7 +153,6 @@ class PPOConfig:
         "the current epoch only)",
         KL_STOP_RULES)
 
-    # ------------------------------------------------------------------------------------------
     def __post_init__(self) -> None:
         hints = _type_hints()
         for f in dataclasses.fields(self):
@@ -202,9 +197,10 @@ class PPOConfig:
         for i, width in enumerate(self.net_arch):
             if width <= 0:
                 raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")
-        if self.compute_dtype not in COMPUTE_DTYPES.get(self.backend, (self.compute_dtype,)):
-            raise ValueError(f"compute_dtype must be one of {list(COMPUTE_DTYPES[self.backend])} "
-                             f"with backend={self.backend!r}, got {self.compute_dtype!r}")
+        allowed = COMPUTE_DTYPES[self.backend]
+        if self.compute_dtype not in allowed:
+            raise ValueError(f"compute_dtype must be {' or '.join(map(repr, allowed))} with "
+                             f"backend={self.backend!r}, got {self.compute_dtype!r}")
         rows = self.n_steps * self.n_envs
         if self.batch_size > rows:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "

@@ -247,12 +247,10 @@ def test_fast_twins_equal_the_spec_functions(traj, gamma, lam, bar, opts):
 
 
 def test_backend_is_checked():
-    """The old ppo_ref.kernels layer (deleted at the switch with this test) checks backend."""
-    from ppo_ref.kernels import gae, vtrace
-    z = np.zeros(3)
-    for call in (lambda b: gae(z, z, z, z, 0.0, gamma=0.9, gae_lambda=0.9, backend=b),
-                 lambda b: vtrace(z, z, z, z, z, z, 0.0, gamma=0.9, backend=b)):
+    """The one place a backend becomes a tier rejects anything but "spec" and "fast"."""
+    from ppo_ref.tiers import tier_for
+    for bad in ("numba", None, "Fast"):
         with pytest.raises(ValueError, match="^backend must be one of"):
-            call("numba")
-        with pytest.raises(ValueError, match="^backend must be one of"):
-            call(None)
+            tier_for(bad)
+    assert tier_for("fast").advantages.__name__ == "ppo_ref.fast.advantages"
+    assert tier_for("spec").advantages.__name__ == "ppo_ref.spec.advantages"

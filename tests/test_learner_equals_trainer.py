@@ -78,7 +78,7 @@ def experiences(rollout, envs, observations_after, first_step: int):
                 reset = rollout.observations[t + 1, n] if t + 1 < T else observations_after[n]
             out.append(Experience(
                 n, rollout.observations[t, n].copy(), rollout.actions[t, n].copy(),
-                float(rollout.rewards[t, n]), envs[n].step_observations[first_step + t].copy(),
+                float(rollout.rewards[t, n]), envs[n].unwrapped.step_observations[first_step + t].copy(),
                 bool(rollout.terminated[t, n]), bool(rollout.truncated[t, n]),
                 float(rollout.values[t, n]), float(rollout.log_probs[t, n]), 0,
                 None if reset is None else reset.copy()))

@@ -3,13 +3,11 @@
 
 Forward against the plain oracle of tests/oracles.py; BPTT against central differences and
 against the oracle's forward-mode (Jacobian accumulation) gradient, a different derivation; the
-step functions against the sequence functions; the reset semantics; equality with the compiled
-tier's recurrent policy (ppo_ref.recurrent_policies and RecurrentPolicy) to rtol 1e-10 (the
-compiled LSTM twins are tests/test_tiers.py's rows); argument validation.
+step functions against the sequence functions; the reset semantics; argument validation (the
+compiled twins are tests/test_tiers.py's rows).
 """
 import ast
 
-import gymnasium as gym
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -21,12 +19,9 @@ from ppo_ref.spec import recurrent_networks as spec_rn
 from ppo_ref.spec.lstm import (LSTMCache, LSTMStepCache, lstm_backward, lstm_forward, lstm_init,
                                lstm_step, step_backward, step_forward)
 from ppo_ref.spec.recurrent_networks import (
-    LSTMStates, RecurrentActorCriticCache, initial_lstm_states, recurrent_actor_critic_backward,
+    LSTMStates, initial_lstm_states, recurrent_actor_critic_backward,
     recurrent_actor_critic_forward, recurrent_actor_critic_init, recurrent_actor_critic_step,
     recurrent_value_step)
-
-RTOL = 1e-10      # readable tier vs compiled tier (BLAS products vs FMA chains)
-ATOL = 1e-12
 
 
 def make_problem(rng, n_steps, n_env, d_in, hidden, *, reset_prob=0.3):
@@ -54,10 +49,6 @@ def weighted_loss(params, x, h0, c0, starts, dh_seq, dh_T, dc_T):
     if dc_T is not None:
         total += float(np.sum(c_T * dc_T))
     return total
-
-
-def assert_close(actual, desired):
-    np.testing.assert_allclose(actual, desired, rtol=RTOL, atol=ATOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,17 +278,6 @@ def test_init_shapes_and_zero_bias(d_in, hidden):
     assert not a["b"].any()
 
 
-def test_the_public_lstm_module_is_the_spec():
-    """ppo_ref.nn.lstm re-exports the readable tier; the compiled tier has no lstm_init of its
-    own (one initialisation for both tiers)."""
-    from ppo_ref.fast import lstm as fast
-    from ppo_ref.nn import lstm as public
-    from ppo_ref.spec import lstm as spec
-    for name in public.__all__:
-        assert getattr(public, name) is getattr(spec, name)
-    assert not hasattr(fast, "lstm_init")
-
-
 # ---------------------------------------------------------------------------------------------
 # Argument validation
 # ---------------------------------------------------------------------------------------------
@@ -418,25 +398,6 @@ def _sub(params, prefix):
 
 
 @pytest.mark.parametrize("lstm_shared", [False, True])
-def test_network_is_the_lstms_then_the_towers(rng, lstm_shared):
-    from ppo_ref.nn.mlp import mlp_forward
-    params, obs, starts, state = _network(rng, lstm_shared)
-    out, values, final, cache = recurrent_actor_critic_forward(params, obs, state, starts,
-                                                               "tanh", lstm_shared)
-    assert isinstance(cache, RecurrentActorCriticCache) and isinstance(final, LSTMStates)
-    names = ["lstm"] if lstm_shared else ["lstm_pi", "lstm_vf"]
-    h_seqs = []
-    for l, name in enumerate(names):
-        h_seq, (h_T, c_T), _ = lstm_forward(_sub(params, name), obs, state.h[l], state.c[l],
-                                            starts)
-        h_seqs.append(h_seq)
-        np.testing.assert_array_equal(final.h[l], h_T)
-        np.testing.assert_array_equal(final.c[l], c_T)
-    np.testing.assert_array_equal(out, mlp_forward(_sub(params, "pi"), h_seqs[0])[0])
-    np.testing.assert_array_equal(values, mlp_forward(_sub(params, "vf"), h_seqs[-1])[0][..., 0])
-
-
-@pytest.mark.parametrize("lstm_shared", [False, True])
 def test_network_stepping_equals_the_sequence(rng, lstm_shared):
     params, obs, starts, state = _network(rng, lstm_shared)
     out, values, final, _ = recurrent_actor_critic_forward(params, obs, state, starts,
@@ -474,111 +435,6 @@ def test_network_backward_central_differences(rng, lstm_shared, net_arch, activa
     # floor 1e-4: f is O(10), so a central difference carries ~1e-9 of rounding; entries
     # below the floor are compared absolutely.
     check_gradients(f, params, grads, floor=1e-4, rng=rng)
-
-
-@pytest.mark.parametrize("lstm_shared", [False, True])
-@pytest.mark.parametrize("activation", ["tanh", "relu"])
-def test_network_equals_the_compiled_tier(rng, lstm_shared, activation):
-    from ppo_ref import recurrent_policies as fast
-    params, obs, starts, state = _network(rng, lstm_shared, net_arch=(4, 3))
-    fast_params = fast.recurrent_actor_critic_init(
-        np.random.default_rng(3), 3, 2, hidden_size=5, lstm_shared=lstm_shared,
-        net_arch=(4, 3), policy_gain=1.0)
-    spec_params = recurrent_actor_critic_init(
-        np.random.default_rng(3), 3, 2, hidden_size=5, lstm_shared=lstm_shared,
-        net_arch=(4, 3), policy_gain=1.0)
-    assert list(fast_params) == list(spec_params)
-    for k in spec_params:
-        np.testing.assert_array_equal(spec_params[k], fast_params[k])
-    fast_state = fast.LSTMStates(state.h, state.c)
-    out, values, final, cache = recurrent_actor_critic_forward(params, obs, state, starts,
-                                                               activation, lstm_shared)
-    f_out, f_values, f_final, f_cache = fast.recurrent_actor_critic_forward(
-        params, obs, fast_state, starts, activation, lstm_shared)
-    assert_close(out, f_out)
-    assert_close(values, f_values)
-    assert_close(final.h, f_final.h)
-    assert_close(final.c, f_final.c)
-    d_out, d_values = rng.standard_normal(out.shape), rng.standard_normal(values.shape)
-    grads = recurrent_actor_critic_backward(params, cache, d_out, d_values)
-    f_grads = fast.recurrent_actor_critic_backward(params, f_cache, d_out, d_values)
-    assert list(grads) == list(f_grads)
-    for k in grads:
-        assert_close(grads[k], f_grads[k])
-
-
-def _policy(action_space, lstm_shared):
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.recurrent_policies import RecurrentPolicy
-    obs_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    config = PPOConfig(lstm_hidden_size=6, lstm_shared=lstm_shared, net_arch=(5,),
-                       policy_head_gain=1.0)
-    return RecurrentPolicy(obs_space, action_space, config)
-
-
-@pytest.mark.parametrize("lstm_shared", [False, True])
-@pytest.mark.parametrize("space", ["discrete", "box"])
-@pytest.mark.parametrize("flat_params", [True, False])
-def test_recurrent_policy_evaluate_backward_values_act_equal_the_spec(rng, lstm_shared, space,
-                                                                      flat_params):
-    """RecurrentPolicy's replay (evaluate/backward, with its parameter buffer) and its acting
-    (act/values) compute the spec network followed by the policy's distribution head, to rtol
-    1e-10; with a plain dict it refuses the parameters and SpecRecurrentPolicy takes them."""
-    from ppo_ref.recurrent_policies import LSTMStates as PolicyStates
-    from ppo_ref.recurrent_policies import SpecRecurrentPolicy
-    action_space = gym.spaces.Discrete(4) if space == "discrete" else \
-        gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-    policy = _policy(action_space, lstm_shared)
-    params = policy.init_params(rng)
-    if not flat_params:
-        params = {k: np.array(v) for k, v in params.items()}
-        with pytest.raises(ValueError, match="as_flat"):
-            policy.evaluate(params, np.zeros((1, 1, 3)),
-                            np.zeros((1, 1) + policy.head.action_shape, np.int64),
-                            policy.initial_state(1), np.ones((1, 1), bool))
-        policy = SpecRecurrentPolicy(gym.spaces.Box(-1.0, 1.0, (3,), np.float32), action_space,
-                                     policy.config)
-    head_keys = set(policy.head.init_params())
-    net = {k: np.asarray(v) for k, v in params.items() if k not in head_keys}
-    T, N, L = 5, 3, 1 if lstm_shared else 2
-    obs = rng.standard_normal((T, N, 3))
-    starts = rng.random((T, N)) < 0.3
-    starts[2, 1] = True
-    state = PolicyStates(rng.standard_normal((L, N, 6)), rng.standard_normal((L, N, 6)))
-    if space == "discrete":
-        actions = rng.integers(0, 4, size=(T, N))
-    else:
-        actions = rng.standard_normal((T, N, 2))
-
-    ev = policy.evaluate(params, obs, actions, state, starts)
-    out, values, _, cache = recurrent_actor_critic_forward(net, obs, state, starts,
-                                                           policy.activation, lstm_shared)
-    flat_out = out.reshape(T * N, -1)
-    flat_actions = actions.reshape((T * N,) + policy.head.action_shape)
-    assert_close(ev.values, values)
-    assert_close(ev.log_probs, policy.head.log_prob(flat_out, params, flat_actions).reshape(T, N))
-    assert_close(ev.entropy,
-                 np.asarray(policy.head.entropy(flat_out, params)).reshape(T, N))
-
-    d_log_probs, d_entropy, d_values = rng.standard_normal((3, T, N))
-    got = policy.backward(params, ev.cache, d_log_probs, d_entropy, d_values)
-    d_out, _ = policy.head.backward(flat_out, params, flat_actions, d_log_probs.reshape(-1),
-                                    d_entropy.reshape(-1))
-    grads = recurrent_actor_critic_backward(net, cache, d_out.reshape(T, N, -1), d_values)
-    for k in grads:
-        assert_close(got[k], grads[k])
-
-    # acting: one step from the same state
-    v = policy.values(params, obs[0], state, starts[0])
-    assert_close(v, recurrent_value_step(net, obs[0], state, starts[0], policy.activation,
-                                         lstm_shared))
-    _, act_values, _, new_state = policy.act(params, obs[0], state, starts[0],
-                                             np.random.default_rng(1))
-    _, s_values, s_state = recurrent_actor_critic_step(net, obs[0], state, starts[0],
-                                                       policy.activation, lstm_shared)
-    assert_close(act_values, s_values)
-    assert_close(new_state.h, s_state.h)
-    assert_close(new_state.c, s_state.c)
 
 
 def test_network_initial_states(rng):

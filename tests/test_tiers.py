@@ -515,6 +515,8 @@ def _net_case(what, net_arch=(64, 64), shared_trunk=False, activation="tanh",
         obs = _as(tier, dtype, rng.standard_normal((rows, 6)))
         if what == "value":
             return tier.value_forward(params, obs, activation, shared_trunk)
+        if what == "policy":
+            return tier.policy_forward(params, obs, activation, shared_trunk)
         policy_out, values, cache = tier.actor_critic_forward(params, obs, activation,
                                                               shared_trunk)
         if what == "forward":
@@ -544,6 +546,10 @@ def _net_cases(what):
 ROWS[("networks", "actor_critic_forward")] = _net_cases("forward")
 ROWS[("networks", "actor_critic_backward")] = _net_cases("backward")
 ROWS[("networks", "value_forward")] = _net_cases("value")
+ROWS[("networks", "policy_forward")] = (
+    _net_cases("policy") + [Case("f64 8 rows", _net_case("policy", rows=8), **MLP_F64),
+                            Case("f32 8 rows", _net_case("policy", dtype=np.float32, rows=8),
+                                 **MLP_F32)])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -565,6 +571,9 @@ def test_layers_and_networks_rows_do_not_depend_on_the_batch(dtype, shared_trunk
     assert np.array_equal(np.concatenate([p[1] for p in parts]), values)
     assert np.array_equal(networks.value_forward(params, obs[3:11], activation, shared_trunk),
                           values[3:11])
+    for lo, hi in ((0, 8), (8, 9), (9, 100), (100, 256)):   # acting on a few rows
+        assert np.array_equal(networks.policy_forward(params, obs[lo:hi], activation,
+                                                      shared_trunk), policy_out[lo:hi])
     tower = {k[3:]: v for k, v in params.items() if k.startswith("vf.")}
     x = rng.standard_normal((5, 7, tower["w0"].shape[1])).astype(dtype)
     y, _ = layers.mlp_forward(tower, x, activation)

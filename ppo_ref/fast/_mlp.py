@@ -16,7 +16,7 @@ layer ``i - 1``'s; the backward reads them.
 
 Summation order (fixed by the code, so a row's results never depend on the other rows of the
 call, on BLAS or on the machine): every product is a chain of fused multiply-adds over its
-contraction index in increasing order (:func:`ppo_ref.fast.lstm._add_products`)::
+contraction index in increasing order (:func:`ppo_ref.fast._products._add_products`)::
 
     forward   a[n, j]  = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
     backward  gw[j, k] = fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))
@@ -26,86 +26,53 @@ contraction index in increasing order (:func:`ppo_ref.fast.lstm._add_products`):
 then ``dh`` times the activation's derivative (tanh: ``dh * (1 - h * h)``; relu: ``dh`` where
 ``h > 0``, else +0). With a shared trunk the two towers' input gradients are one chain: the
 value tower's terms continue the policy tower's (``dz = d_pi @ w_pi``, then ``dz += d_vf @
-w_vf``). ``tanh`` is the project's own (:func:`ppo_ref.fast.lstm._tanh_any`, in the dtype of
-the arithmetic). A forward pass of at most :data:`_FEW` rows computes each layer transposed
-(``a.T = w @ h.T``, :func:`_feature_products`): the same chain per element, so the same bits
-as on many rows.
+w_vf``). ``tanh`` is the project's own (:func:`ppo_ref.fast._products._tanh_any`, in the dtype
+of the arithmetic). A forward pass of at most :data:`_FEW` rows computes each layer transposed
+(``a.T = w @ h.T``): the same chain per element, so the same bits as on many rows.
 """
 from __future__ import annotations
 
 import numpy as np
+from numba.extending import overload
 
 from ppo_ref._numba import njit
-from ppo_ref.fast._products import (_VECTOR_BITS, _WIDE_COLS, _WIDE_ROWS, _add_products,
-                                   _block_vector_intrinsic, _fma, _tanh_any, _wide)
+from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _select,
+                                    _strided, _tanh_any, _vector_lanes, _wide)
 
-_ZERO = np.float32(0.0)   # dtype-neutral constants: float32 stays float32, float64 exact
-_ONE = np.float32(1.0)
-
-#: A forward pass of at most this many rows runs feature-major (``a.T = w @ h.T``, each layer's
-#: output ``[out, _FEW]`` with its rows in the first columns, then copied into ``acts``): the
-#: same FMA chain per element, without transposing the weights (which costs more than the
-#: products on so few rows).
+#: A forward pass of at most this many rows runs feature-major: each layer's output ``a.T =
+#: b + w @ h.T`` (``[out, C]``, the rows in its first columns, ``C`` padded to whole vector
+#: registers), then copied into ``acts``; the same FMA chain per element as the row-major
+#: pass, without transposing the weights (which costs more than the products on so few rows).
 _FEW = 16
 
-#: The register block of the feature-major products: 8 output rows (features) by one vector
-#: register of columns (rows of the batch: 8 float64 or 16 float32 with AVX-512).
-_column_block = _block_vector_intrinsic(8, _VECTOR_BITS // 64, f32_cols=_VECTOR_BITS // 32)
-
-
-@njit
-def _feature_products(out, w, h_t):
-    """``out [J, C] += w [J, K] @ h_t [K, C]`` (``C`` a multiple of the lanes of a vector
-    register in the dtype; all C-contiguous), every element the chain ``fma(w[j, K-1],
-    h_t[K-1, c], ... fma(w[j, 0], h_t[0, c], out[j, c]))``: the chain of
-    :func:`ppo_ref.fast.lstm._add_products` for ``h_t.T @ w.T``, so the same bits. Blocks of 8
-    rows by :data:`_column_block`; the last ``J mod 8`` rows by a loop."""
-    _wide()
-    n_j, cols = out.shape
-    lanes = _VECTOR_BITS // (8 * out.itemsize)
-    j8 = n_j - n_j % 8
-    for j0 in range(0, j8, 8):
-        for c0 in range(0, cols, lanes):
-            _column_block(out, w, h_t, j0, c0)
-    for j in range(j8, n_j):
-        for k in range(w.shape[1]):
-            w_jk = w[j, k]
-            for c in range(cols):
-                out[j, c] = _fma(w_jk, h_t[k, c], out[j, c])
-
-#: Rows per product call in the row-major passes (:func:`_products`): a multiple of the
-#: register blocks' 6 and 8 rows, so that no rows are left to the products' slower loops, and
-#: few enough that a chunk's outputs stay in the L1 cache between the bias, the products and
-#: the activation.
+#: Rows per product call in the row-major forward: a chunk's outputs stay in the L1 cache
+#: between the bias, the products and the activation.
 _CHUNK = 48
-
-
-#: The register block of the row-major forward that starts from the bias: rows ``n .. n + 5``
-#: and columns ``c0 .. c0 + _WIDE_COLS - 1`` of ``out = b + a @ w_t`` (on AVX-512 6 x 32), the
-#: chain of :func:`ppo_ref.fast.lstm._add_products` from ``b`` (no pass writing the bias first).
-_bias_block = _block_vector_intrinsic(_WIDE_ROWS, _WIDE_COLS, panel=True)
-
-
-@njit
-def _products(out, a, w_t):
-    """:func:`ppo_ref.fast.lstm._add_products` ``(out, a, w_t)`` (``out += a @ w_t``, ``a`` of
-    any strides) by chunks of :data:`_CHUNK` rows: the same chain per element."""
-    for lo in range(0, out.shape[0], _CHUNK):
-        hi = min(lo + _CHUNK, out.shape[0])
-        _add_products(out[lo:hi], a[lo:hi], w_t)
-
 
 #: A weight gradient of fewer inputs than this (and at least as many outputs) is formed
 #: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
 _NARROW = 16
 
 
-@njit
-def _strided(a):
-    """``a`` (2-D) as a view typed of any strides, so that every product here passes the same
-    operand types to :func:`ppo_ref.fast.lstm._add_products` (one compiled version per dtype;
-    its first operand is read as scalars, whatever its strides)."""
-    return a[:, 0:a.shape[1]]
+def _activate(a, relu):
+    """In place on the 1-D array ``a``: ``max(a, 0)`` as ``a if a > 0 else 0`` (relu) or
+    ``tanh(a)`` (:func:`ppo_ref.fast._products._tanh_any`). Interpreted: whole-array
+    operations; compiled: one loop per activation, so that each vectorizes."""
+    a[...] = _select(a > _ZERO, a, _ZERO) if relu else _tanh_any(a)
+
+
+@overload(_activate)
+def _activate_compiled(a, relu):
+    def activate(a, relu):
+        _wide()
+        if relu:
+            for i in range(a.size):
+                v = a[i]
+                a[i] = v if v > _ZERO else _ZERO
+        else:
+            for i in range(a.size):
+                a[i] = _tanh_any(a[i])
+    return activate
 
 
 @njit
@@ -120,51 +87,28 @@ def _transpose(a, a_t):
 
 
 @njit
-def _activate(a, relu):
-    """In place on ``a [M, J]``: ``max(a, 0)`` (relu) or ``tanh(a)`` (one loop per activation,
-    so that each vectorizes)."""
-    _wide()
-    rows, cols = a.shape
-    if relu:
-        for n in range(rows):
-            for j in range(cols):
-                v = a[n, j]
-                a[n, j] = v if v > _ZERO else _ZERO
-    else:
-        for n in range(rows):
-            for j in range(cols):
-                a[n, j] = _tanh_any(a[n, j])
-
-
-@njit
-def _all_finite(a):
-    """True if every entry of the 2-D array ``a`` is finite (``a - a`` is 0 exactly then)."""
-    _wide()
-    bad = 0
-    rows, cols = a.shape
-    for n in range(rows):
-        for j in range(cols):
-            bad += (a[n, j] - a[n, j]) != _ZERO
-    return bad == 0
-
-
-@njit
-def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
+def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu):
     """The forward pass of the network of the first ``n_layers`` entries of ``ws`` and ``bs``
     (module docstring; the tuples may hold more, unread) on ``x [M, D]``.
 
-    ``policy`` False skips the policy tower (its block of ``acts`` is left unwritten).
-    Returns ``(acts, pi_start, vf_start, ok)``: the outputs buffer, the offsets in it of the
-    last blocks of the policy and of the value tower, and whether both blocks are finite.
-    Raises ``ValueError`` when the widths do not chain.
+    ``policy`` / ``value`` False skip the policy / value tower (its blocks of ``acts`` are left
+    unwritten); ``keep`` False leaves the hidden layers' blocks unwritten where they are not
+    computed in place (a pass whose cache is not wanted). Returns ``(acts, pi_start, vf_start,
+    ok)``: the outputs buffer, the offsets in it of the last blocks of the policy and of the
+    value tower, and whether the blocks of the towers run are finite. Raises ``ValueError``
+    when the widths do not chain.
     """
-    rows = x.shape[0]
+    rows, d_in = x.shape
+    dt = x.dtype
+    pi_end = n_trunk + n_pi
     total = 0
     biggest = 0
     for i in range(n_layers):
         n_out, n_in = ws[i].shape
-        if i == 0 or i == n_trunk or i == n_trunk + n_pi:
-            width = x.shape[1] if n_trunk == 0 or i == 0 else ws[n_trunk - 1].shape[0]
+        if i == 0 or (n_trunk == 0 and i == pi_end):
+            width = d_in
+        elif i == n_trunk or i == pi_end:
+            width = ws[n_trunk - 1].shape[0]
         else:
             width = ws[i - 1].shape[0]
         if n_in != width or bs[i].shape[0] != n_out:
@@ -172,80 +116,113 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, relu):
                              "input's last dimension), or a bias does not match its weight")
         total += n_out
         biggest = max(biggest, n_out * n_in)
-    dt = x.dtype
     acts = np.empty(rows * total, dt)
-    few = rows <= _FEW   # feature-major products: no weight is transposed
-    scratch = np.empty(0 if few else biggest, dt)
-    y_pi = acts[:0].reshape(rows, 0)
-    y_vf = y_pi
+    few = rows <= _FEW
+    lanes = _vector_lanes(x)
+    cols = -(-rows // lanes) * lanes if few else 0   # feature-major: rows padded to vectors
+    # feature-major: x.T and every layer's a.T, [width, cols] each; row-major: each weight
+    # transposed in turn
+    scratch = np.empty((d_in + total) * cols if few else biggest, dt)
+    x_t = scratch[:d_in * cols].reshape(d_in if few else 0, cols)
+    for k in range(x_t.shape[0]):
+        for n in range(rows):
+            x_t[k, n] = x[n, k]
+        for n in range(rows, cols):
+            x_t[k, n] = _ZERO
+    z, z_t = x, x_t          # the towers' input: the trunk's output, or x
+    h, h_t = x, x_t
     pi_start = vf_start = 0
-    z = h = x
-    lanes = _VECTOR_BITS // (8 * x.itemsize)
-    cols = -(-rows // lanes) * lanes
-    z_t = h_t = np.zeros((x.shape[1] if few else 0, cols), dt)
-    if few:
-        _transpose(x, h_t)
+    ok = True
     start = 0
+    start_t = d_in * cols
     for i in range(n_layers):
-        n_out, n_in = ws[i].shape
+        w, b = ws[i], bs[i]
+        n_out, n_in = w.shape
         a = acts[start:start + rows * n_out].reshape(rows, n_out)
         start += rows * n_out
-        if i == n_trunk or i == n_trunk + n_pi:
-            h, h_t = z, z_t                           # a tower starts on the trunk's output
-        if not policy and n_trunk <= i < n_trunk + n_pi:
+        if i == n_trunk or i == pi_end:
+            h, h_t = z, z_t
+        if (n_trunk <= i < pi_end and not policy) or (i >= pi_end and not value):
             continue
-        b = bs[i]
-        activate = i < n_trunk or not (i == n_trunk + n_pi - 1 or i == n_layers - 1)
+        last = i == pi_end - 1 or i == n_layers - 1
+        activate = i < n_trunk or not last
         if few:
-            a_t = np.empty((n_out, cols), dt)
+            a_t = scratch[start_t:start_t + n_out * cols].reshape(n_out, cols)
+            start_t += n_out * cols
             for j in range(n_out):
                 for c in range(cols):
                     a_t[j, c] = b[j]
-            _feature_products(a_t, ws[i], h_t)
-            _transpose(a_t[:, :rows], a)
-            if activate:          # on the rows, where the activation's loop vectorizes
-                _activate(a, relu)
-                _transpose(a, a_t)
+            _add_products(a_t, _strided(w), h_t)
+            if activate:
+                _activate(a_t.reshape(-1), relu)
+            if keep or last:
+                for n in range(rows):
+                    for j in range(n_out):
+                        a[n, j] = a_t[j, n]
             h_t = a_t
         else:
             w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
-            _transpose(ws[i], w_t)
+            _transpose(w, w_t)
             for lo in range(0, rows, _CHUNK):     # a chunk's outputs stay in the L1 cache
                 hi = min(lo + _CHUNK, rows)
-                if hi - lo == _CHUNK and n_out % _WIDE_COLS == 0:
-                    for n in range(lo, hi, _WIDE_ROWS):
-                        for c0 in range(0, n_out, _WIDE_COLS):
-                            _bias_block(a, _strided(h), w_t, b, n, 0, c0)
-                else:
-                    for n in range(lo, hi):
-                        for j in range(n_out):
-                            a[n, j] = b[j]
-                    _add_products(a[lo:hi], _strided(h)[lo:hi], w_t)
+                for n in range(lo, hi):
+                    for j in range(n_out):
+                        a[n, j] = b[j]
+                _add_products(a[lo:hi], _strided(h[lo:hi]), w_t)
                 if activate:
-                    _activate(a[lo:hi], relu)
-            h = a
+                    _activate(a[lo:hi].reshape(-1), relu)
+        h = a
         if i == n_trunk - 1:
             z, z_t = a, h_t
-        elif i == n_trunk + n_pi - 1:
-            y_pi = a
-            pi_start = start - rows * n_out
-        elif i == n_layers - 1:
-            y_vf = a
-            vf_start = start - rows * n_out
-    return acts, pi_start, vf_start, _all_finite(y_pi) and _all_finite(y_vf)
+        if last and i >= n_trunk:
+            ok = ok and _all_finite(a.reshape(-1))
+            if i == pi_end - 1:
+                pi_start = start - rows * n_out
+            else:
+                vf_start = start - rows * n_out
+    return acts, pi_start, vf_start, ok
+
+
+def _activation_grad(d, h, relu, sums):
+    """In place on ``d [M, K]``: ``d * act'(h)``, ``h`` the activation's output (tanh: ``d *
+    (1 - h * h)``; relu: ``d`` where ``h > 0``, else +0); and ``sums [K]`` the column sums of
+    the result, rows added in order from 0. Interpreted: whole rows at a time."""
+    d[...] = _select(h > _ZERO, d, _ZERO) if relu else d * (_ONE - h * h)
+    sums[:] = _ZERO
+    for n in range(d.shape[0]):
+        sums += d[n]
+
+
+@overload(_activation_grad)
+def _activation_grad_compiled(d, h, relu, sums):
+    def activation_grad(d, h, relu, sums):
+        _wide()
+        rows, cols = d.shape
+        sums[:] = _ZERO
+        if relu:
+            for n in range(rows):
+                for k in range(cols):
+                    g = d[n, k] if h[n, k] > _ZERO else _ZERO
+                    d[n, k] = g
+                    sums[k] += g
+        else:
+            for n in range(rows):
+                for k in range(cols):
+                    g = d[n, k] * (_ONE - h[n, k] * h[n, k])
+                    d[n, k] = g
+                    sums[k] += g
+    return activation_grad
 
 
 @njit
 def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, want_dx):
-    """The backward pass of :func:`_forward` (run with the policy tower) for the gradients
+    """The backward pass of :func:`_forward` (run with both towers) for the gradients
     ``d_pi``, ``d_vf`` of the towers' outputs (``[M, out]``; a tower without layers: ignored).
 
     Writes every ``gws[i] = dL/dw_i`` and ``gbs[i] = dL/db_i``; returns ``(dx, ok)``: ``dx =
-    dL/dx [M, D]`` when ``want_dx`` (else ``[M, 0]``) and whether every result is finite.
-    Passes are fused where that changes no operation and no order: a hidden layer's
-    activation derivative with the column sums of the result (the bias gradient of the layer
-    below), and a layer of at most :data:`_FUSED_OUT` outputs above another layer (a head)
-    altogether (:func:`_head_backward`).
+    dL/dx [M, D]`` when ``want_dx`` (else ``[M, 0]``) and whether every result is finite. A
+    hidden layer's activation derivative is taken with the column sums of the result (the
+    bias gradient of the layer below) in one pass.
     """
     rows = x.shape[0]
     dt = x.dtype
@@ -276,19 +253,13 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
             h = z if i == lo and segment < 2 else (
                 x if i == 0 else acts[starts[i - 1]:starts[i]].reshape(rows, n_in))
             gw, gb = gws[i], gbs[i]
-            if i > lo and n_out <= _FUSED_OUT:
-                d_prev = np.empty((rows, n_in), dt)
-                _head_backward(d, w, h, relu, gw, gb, d_prev, gbs[i - 1])
-                d = d_prev
-                summed = True
-                continue
             if n_in < _NARROW <= n_out:       # gw.T = h.T @ d, the same chains
                 gw_t = np.zeros((n_in, n_out), dt)
-                _products(gw_t, _strided(h.T), d)
+                _add_products(gw_t, _strided(h.T), d)
                 _transpose(gw_t, gw)
             else:
                 gw[:, :] = _ZERO
-                _products(gw, _strided(d.T), h)
+                _add_products(gw, _strided(d.T), h)
             if not summed:
                 gb[:] = _ZERO
                 for n in range(rows):
@@ -297,81 +268,15 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
             summed = False
             if i > lo:
                 d_prev = np.zeros((rows, n_in), dt)
-                _products(d_prev, _strided(d), w)
+                _add_products(d_prev, _strided(d), w)
                 _activation_grad(d_prev, h, relu, gbs[i - 1])
                 d = d_prev
                 summed = True
             elif segment == 2 and want_dx:
-                _products(dx, _strided(d), w)
+                _add_products(dx, _strided(d), w)
             elif segment < 2 and into:
-                _products(dz, _strided(d), w)
-    ok = _all_finite(dx)
+                _add_products(dz, _strided(d), w)
+    ok = _all_finite(dx.reshape(-1))
     for i in range(n_layers):
-        ok = ok and _all_finite(gws[i]) and _all_finite(gbs[i].reshape(1, -1))
+        ok = ok and _all_finite(gws[i].reshape(-1)) and _all_finite(gbs[i])
     return dx, ok
-
-
-@njit
-def _activation_grad(d, h, relu, sums):
-    """In place on ``d [M, K]``: ``d * act'(h)``, ``h`` the activation's output (tanh: ``d *
-    (1 - h * h)``; relu: ``d`` where ``h > 0``, else +0); and ``sums [K]`` the column sums of
-    the result, rows added in order from 0."""
-    _wide()
-    rows, cols = d.shape
-    sums[:] = _ZERO
-    if relu:
-        for n in range(rows):
-            for k in range(cols):
-                g = d[n, k] if h[n, k] > _ZERO else _ZERO
-                d[n, k] = g
-                sums[k] += g
-    else:
-        for n in range(rows):
-            for k in range(cols):
-                g = d[n, k] * (_ONE - h[n, k] * h[n, k])
-                d[n, k] = g
-                sums[k] += g
-
-
-#: A layer of at most this many outputs above another layer (a value head, a policy head of a
-#: few actions) takes its backward in one pass over the rows (:func:`_head_backward`).
-_FUSED_OUT = 4
-
-
-@njit
-def _head_backward(d, w, h, relu, gw, gb, d_prev, gb_below):
-    """The backward of a layer of ``J <= _FUSED_OUT`` outputs whose ``K`` inputs ``h [M, K]``
-    are the activated outputs of the layer below, for ``d [M, J]`` and ``w [J, K]``, row by
-    row, bit for bit the separate passes: ``gw = d.T @ h`` (chains over the rows in order,
-    from 0), ``gb`` the column sums of ``d``, ``d_prev = (d @ w) * act'(h)`` (each element the
-    chain over j from 0, then the derivative as :func:`_activation_grad`) and ``gb_below``
-    the column sums of ``d_prev``. (For so few outputs, a product's register blocks would load
-    and store a whole ``[M, K]`` array for one or two terms.)"""
-    _wide()
-    rows, n_out = d.shape
-    n_in = w.shape[1]
-    # weight rows 1..3 (the first when there are fewer: read but unused)
-    w0, w1, w2, w3 = w[0], w[min(1, n_out - 1)], w[min(2, n_out - 1)], w[min(3, n_out - 1)]
-    gw[:, :] = _ZERO
-    gb[:] = _ZERO
-    gb_below[:] = _ZERO
-    for n in range(rows):
-        d0, d1 = d[n, 0], d[n, min(1, n_out - 1)]
-        d2, d3 = d[n, min(2, n_out - 1)], d[n, min(3, n_out - 1)]
-        for k in range(n_in):
-            o = _fma(d0, w0[k], _ZERO)
-            if n_out > 1:
-                o = _fma(d1, w1[k], o)
-            if n_out > 2:
-                o = _fma(d2, w2[k], o)
-            if n_out > 3:
-                o = _fma(d3, w3[k], o)
-            v = h[n, k]
-            o = (o if v > _ZERO else _ZERO) if relu else o * (_ONE - v * v)
-            d_prev[n, k] = o
-            gb_below[k] += o
-        for j in range(n_out):
-            d_nj = d[n, j]
-            gb[j] += d_nj
-            for k in range(n_in):
-                gw[j, k] = _fma(d_nj, h[n, k], gw[j, k])

@@ -1,8 +1,9 @@
 """Machinery of the compiled networks (private): fused multiply-adds, ``tanh`` from basic
 operations, and products ``out += a @ w_t`` as chains of FMAs in index order.
 
-Shared by the compiled LSTM (:mod:`ppo_ref.fast.lstm`) and the compiled MLP layers. Nothing here
-is a twin of a spec function; it is how the twins compute their products and activations.
+Shared by the compiled LSTM (:mod:`ppo_ref.fast.lstm`) and the compiled MLP
+(:mod:`ppo_ref.fast._mlp`). Nothing here is a twin of a spec function; it is how the twins
+compute their products and activations.
 
 Products. :func:`_add_products` adds ``sum_k a[n, k] * w_t[k, j]`` to ``out[n, j]`` term by term
 in the order ``k = 0, 1, ..., K-1``, each term by one fused multiply-add (:func:`_fma`, one
@@ -18,6 +19,11 @@ which does not). :func:`_tanh_any` picks the one of the argument's dtype.
 Vector width. :func:`_wide` asks LLVM for 512-bit vectors in the kernel that calls it (on a
 target with AVX-512; elsewhere nothing changes). Vector width never changes a result: no
 fastmath, no reassociation.
+
+Interpreted (``NUMBA_DISABLE_JIT=1``). Every function here also runs as plain Python with the
+same results: :func:`_fma` by exact rational arithmetic, and :func:`_fma`, :func:`_tanh`,
+:func:`_tanh_f32` and :func:`_add_products` on whole NumPy arrays at once (elementwise the same
+operations), so an interpreted network pass takes seconds, not hours.
 """
 from __future__ import annotations
 
@@ -30,13 +36,14 @@ import numpy as np
 from llvmlite import ir as llvm_ir
 from numba.core import cgutils, types
 from numba.core.errors import TypingError as NumbaTypingError
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic, overload, register_jitable
 
 from ppo_ref._numba import njit
 
 # Exact constants typed float32: in a float32 kernel they keep the arithmetic in float32 (a
 # Python float literal is float64 in numba and would widen it); in a float64 kernel they are
 # widened exactly, so the float64 arithmetic is the one written with 0.5 and 1.0.
+_ZERO = np.float32(0.0)
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 
@@ -46,14 +53,41 @@ _ONE = np.float32(1.0)
 
 
 def _fma(a, b, c):
-    """``a * b + c`` rounded once (IEEE 754 fusedMultiplyAdd), for finite floats: exact
-    rational arithmetic, then one correctly rounded conversion (to float32 when all three are
-    float32, as ``llvm.fma.f32``; else to float64). The interpreted version of the compiled one
-    (same bits; it runs under ``NUMBA_DISABLE_JIT=1``)."""
-    exact = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
-    if all(isinstance(v, np.float32) for v in (a, b, c)):
-        return _round_to_float32(exact)
-    return float(exact)
+    """``a * b + c`` rounded once (IEEE 754 fusedMultiplyAdd): float32 when all three are
+    float32 (as ``llvm.fma.f32``), else float64. Compiled: ``llvm.fma``. Interpreted: the same
+    results, for scalars (:func:`_fma_scalar`) or NumPy arrays, elementwise and broadcast
+    (:func:`_fma_arrays`)."""
+    if np.ndim(a) == 0 and np.ndim(b) == 0 and np.ndim(c) == 0:
+        return _fma_scalar(a, b, c)
+    return _fma_arrays(a, b, c)
+
+
+def _fma_scalar(a, b, c):
+    """:func:`_fma` of three scalars by exact rational arithmetic: the exact ``a * b + c`` as an
+    integer over a power of two, then one correctly rounded conversion (Python's integer
+    division for float64, :func:`_round_to_float32` for float32). An exact zero gets IEEE's
+    sign (-0 only for a zero product and a zero ``c``, both negative); non-finite operands
+    give a non-finite result (as the compiled FMA does)."""
+    f32 = isinstance(a, np.float32) and isinstance(b, np.float32) and isinstance(c, np.float32)
+    a, b, c = float(a), float(b), float(c)
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(c)):
+        r = a * b + c
+        return np.float32(r) if f32 else r
+    (na, da), (nb, db), (nc, dc) = (a.as_integer_ratio(), b.as_integer_ratio(),
+                                    c.as_integer_ratio())
+    num = na * nb * dc + nc * da * db
+    den = da * db * dc
+    if num == 0:
+        negative = (a == 0.0 or b == 0.0) and c == 0.0 and math.copysign(1.0, c) < 0.0 and \
+            math.copysign(1.0, a) * math.copysign(1.0, b) < 0.0
+        zero = -0.0 if negative else 0.0
+        return np.float32(zero) if f32 else zero
+    if f32:
+        return _round_to_float32(Fraction(num, den))
+    try:
+        return num / den     # int / int: correctly rounded (round half to even)
+    except OverflowError:
+        return math.inf if num > 0 else -math.inf
 
 
 def _round_to_float32(q: Fraction) -> np.float32:
@@ -76,6 +110,68 @@ def _round_to_float32(q: Fraction) -> np.float32:
     return np.float32(sign * math.ldexp(n, e - 23))
 
 
+_SPLIT = 134217729.0   # 2**27 + 1: Veltkamp's splitting constant for float64
+
+
+def _two_sum(x, y):
+    """``(s, e)``: ``s = x + y`` rounded and its exact error ``e = x + y - s`` (Knuth)."""
+    s = x + y
+    yy = s - x
+    return s, (x - (s - yy)) + (y - yy)
+
+
+def _two_product(x, y):
+    """``(p, e)``: ``p = x * y`` rounded and its exact error (Dekker, Veltkamp's splits; exact
+    when nothing overflows or underflows)."""
+    p = x * y
+    t = _SPLIT * x
+    xh = t - (t - x)
+    xl = x - xh
+    t = _SPLIT * y
+    yh = t - (t - y)
+    yl = y - yh
+    return p, ((xh * yh - p) + xh * yl + xl * yh) + xl * yl
+
+
+def _round_odd_sum(x, y):
+    """``x + y`` (float64 arrays) rounded to odd: exact when representable, else the one of its
+    two float64 neighbours whose last significand bit is 1."""
+    s, e = _two_sum(x, y)
+    s = np.array(s)
+    even = (s.view(np.int64) & 1) == 0
+    fix = (e != 0.0) & even & np.isfinite(s)
+    s[fix] = np.nextafter(s[fix], np.where(e[fix] > 0.0, np.inf, -np.inf))
+    return s
+
+
+def _fma_arrays(a, b, c):
+    """:func:`_fma` elementwise on NumPy arrays (broadcast), with correctly rounded results
+    (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums: proved algorithms using
+    rounding to odd", IEEE Trans. Computers 57(4), 2008): float32 by float64 arithmetic (the
+    product exact, the sum rounded to odd, then to float32); float64 by ``a * b = uh + ul``
+    (exact), ``c + uh = th + tl`` (exact), ``th + RO(tl + ul)``. Elements outside the range
+    where those steps are exact (huge, tiny or non-finite operands) by :func:`_fma_scalar`."""
+    a, b, c = np.asarray(a), np.asarray(b), np.asarray(c)
+    with np.errstate(all="ignore"):
+        if a.dtype == b.dtype == c.dtype == np.float32:
+            p = a.astype(np.float64) * b.astype(np.float64)      # exact: 48 bits
+            return _round_odd_sum(p, np.broadcast_to(c.astype(np.float64), p.shape)
+                                  ).astype(np.float32)
+        a, b, c = (v.astype(np.float64, copy=False) for v in (a, b, c))
+        uh, ul = _two_product(a, b)
+        th, tl = _two_sum(c, uh)
+        v = _round_odd_sum(tl, np.broadcast_to(ul, tl.shape))
+        z = np.where(v == 0.0, th, th + v)   # (th + 0 would turn th = -0 into +0)
+        safe = ((abs(a) < 2.0 ** 995) & (abs(b) < 2.0 ** 995) & (abs(c) < 2.0 ** 1020)
+                & ((a == 0.0) | (b == 0.0) | (abs(uh) >= 2.0 ** -960)) & np.isfinite(z))
+    if not safe.all():
+        z = np.array(z)
+        aa, bb, cc = np.broadcast_arrays(a, b, c)
+        for i in zip(*np.nonzero(~safe)):
+            z[i] = _fma_scalar(aa[i], bb[i], cc[i])
+    return z
+
+
 @intrinsic
 def _fma_llvm(typingctx, a, b, c):
     """Compiled :func:`_fma`: ``llvm.fma.f64`` (``llvm.fma.f32`` for three float32 operands).
@@ -90,9 +186,22 @@ def _fma_llvm(typingctx, a, b, c):
     return sig, codegen
 
 
-@overload(_fma)
+@overload(_fma, inline="always")
 def _fma_compiled(a, b, c):
     return lambda a, b, c: _fma_llvm(a, b, c)
+
+
+def _select(cond, a, b):
+    """``a`` where ``cond`` else ``b``: a branch for scalars (compiled, where LLVM makes it a
+    select), ``np.where`` for arrays (interpreted)."""
+    if np.ndim(cond) == 0:
+        return a if cond else b
+    return np.where(cond, a, b)
+
+
+@overload(_select)
+def _select_compiled(cond, a, b):
+    return lambda cond, a, b: a if cond else b
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,17 +281,21 @@ def _exponent_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits)
     return intrinsic(exponent_bits)
 
 
-def _pow2(k):
-    """``2.0 ** k`` for an integer-valued float ``k`` in [-1022, 1023], exactly."""
-    return math.ldexp(1.0, int(k))
+def _pow2(k, one=1.0):
+    """``one * 2.0 ** k`` for an integer-valued float ``k`` in [-1022, 1023] (``one`` = 1.0 of
+    the result's dtype), exactly; elementwise for an array (a non-finite ``k``: a NaN or any
+    power, whose product with the NaN beside it is NaN either way)."""
+    if np.ndim(k) == 0:
+        return type(one)(math.ldexp(1.0, int(k))) if math.isfinite(k) else k
+    return np.ldexp(one, np.where(np.isfinite(k), k, 0.0).astype(np.int64))
 
 
 _pow2_bits = _exponent_intrinsic("_pow2_bits", types.float64, llvm_ir.DoubleType(), 64, 1023, 52)
 
 
-@overload(_pow2)
-def _pow2_compiled(k):
-    return lambda k: _pow2_bits(k)
+@overload(_pow2, inline="always")
+def _pow2_compiled(k, one=1.0):
+    return lambda k, one=1.0: _pow2_bits(k)
 
 
 @njit
@@ -197,11 +310,12 @@ def _tanh(x):
     ``y = k ln2 + r`` with ``k = round(y / ln2)``, ``|r| <= ln2 / 2``, ``k ln2`` subtracted in two
     parts (Cody & Waite); ``e(r)`` = its Taylor series to ``r^13 / 13!`` (truncation < 2e-17
     relative); ``e(y) = 2^k e(r) + (2^k - 1)``. Within 3 units in the last place of NumPy's
-    ``np.tanh``, never above 1 in magnitude; +-inf give +-1, NaN gives NaN.
+    ``np.tanh``, never above 1 in magnitude; +-inf give +-1, NaN gives NaN. ``x`` may also be a
+    NumPy array (interpreted: the same operations elementwise).
     """
-    a = min(abs(x), 20.0)
+    a = np.minimum(abs(x), 20.0)
     big = a > 0.55
-    y = 2.0 * a if big else -2.0 * a
+    y = _select(big, 2.0 * a, -2.0 * a)
     k = (y * _INV_LN2 + _ROUND) - _ROUND
     r = (y - k * _LN2_HI) - k * _LN2_LO
     p = 1.0 / 6227020800.0             # Horner: e(r) = r + r^2 (1/2! + r (1/3! + ... r / 13!))
@@ -221,9 +335,9 @@ def _tanh(x):
     e = _fma(s, em, s - 1.0)
     # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
     # vectorization; the divisor here is >= 1. One division serves both branches.
-    q = np.divide(2.0 if big else -e, e + 2.0)
-    v = 1.0 - q if big else q
-    return v if x >= 0.0 else -v
+    q = np.divide(_select(big, 2.0, -e), e + 2.0)
+    v = _select(big, 1.0 - q, q)
+    return _select(x >= 0.0, v, -v)
 
 
 # float32 tanh: the same construction with float32 constants (fdlibm's expf split of ln 2,
@@ -237,15 +351,16 @@ _EXPM1_F32 = tuple(_F32(1.0 / math.factorial(i)) for i in range(8, 1, -1))  # 1/
 
 
 def _pow2_f32(k):
-    """``2.0 ** k`` as float32 for an integer-valued ``k`` in [-126, 127], exactly."""
-    return np.float32(math.ldexp(1.0, int(k)))
+    """``2.0 ** k`` as float32 for an integer-valued float32 ``k`` in [-126, 127], exactly
+    (elementwise for an array, as :func:`_pow2`)."""
+    return _pow2(k, _ONE)
 
 
 _pow2_f32_bits = _exponent_intrinsic("_pow2_f32_bits", types.float32, llvm_ir.FloatType(), 32,
                                      127, 23)
 
 
-@overload(_pow2_f32)
+@overload(_pow2_f32, inline="always")
 def _pow2_f32_compiled(k):
     return lambda k: _pow2_f32_bits(k)
 
@@ -256,9 +371,9 @@ def _tanh_f32(x):
     rounds to 1 in float32), the same two formulas and range reduction, ``e(r)`` by its Taylor
     series to ``r^8 / 8!`` (truncation < 2e-8 relative for ``|r| <= ln2 / 2``). Within 4 units in
     the last place (float32) of ``np.tanh`` evaluated in float64, never above 1 in magnitude."""
-    a = min(abs(x), _F32(10.0))
+    a = np.minimum(abs(x), _F32(10.0))
     big = a > _F32(0.55)
-    y = _F32(2.0) * a if big else _F32(-2.0) * a
+    y = _select(big, _F32(2.0) * a, _F32(-2.0) * a)
     k = (y * _INV_LN2_F32 + _ROUND_F32) - _ROUND_F32
     r = (y - k * _LN2_HI_F32) - k * _LN2_LO_F32
     c8, c7, c6, c5, c4, c3, c2 = _EXPM1_F32
@@ -271,14 +386,15 @@ def _tanh_f32(x):
     em = _fma(r * r, p, r)
     s = _pow2_f32(k)
     e = _fma(s, em, s - _ONE)
-    q = np.divide(_F32(2.0) if big else -e, e + _F32(2.0))
-    v = _ONE - q if big else q
-    return v if x >= _F32(0.0) else -v
+    q = np.divide(_select(big, _F32(2.0), -e), e + _F32(2.0))
+    v = _select(big, _ONE - q, q)
+    return _select(x >= _ZERO, v, -v)
 
 
 def _tanh_any(x):
-    """``tanh`` in the arithmetic of ``x``: :func:`_tanh_f32` for float32, else :func:`_tanh`."""
-    return _tanh_f32(x) if isinstance(x, np.float32) else _tanh(x)
+    """``tanh`` in the arithmetic of ``x``: :func:`_tanh_f32` for float32, else :func:`_tanh`
+    (a scalar, or interpreted a NumPy array)."""
+    return _tanh_f32(x) if np.asarray(x).dtype == np.float32 else _tanh(x)
 
 
 @overload(_tanh_any)
@@ -292,80 +408,60 @@ def _tanh_any_compiled(x):
 # Products
 # --------------------------------------------------------------------------------------------
 
-# Register blocks of _add_products: R rows x C columns held in vector accumulators, C = two
-# vectors of the target's width (16 float64 or 32 float32 columns with AVX-512, 8 or 16 with
-# AVX2, where R = 6 keeps 12 accumulators within its 16 registers). Rows left over by the R-row
-# blocks go through blocks of R / 2 rows, then of one row.
-# With AVX-512, a call of at least _WIDE_MIN_ROWS rows whose width is a multiple of _WIDE_COLS
-# (_WIDE_COLS_F32) runs blocks of _WIDE_ROWS rows by four vectors first (24 accumulators: each
-# weight vector loaded serves 6 rows, each broadcast 4 vectors; 15% faster on the products of
-# the LSTM's weight gradients and of a tower's 256 rows).
+# Register blocks of _add_products: R rows x V vectors of the target's width (8 float64 or 16
+# float32 lanes with AVX-512, 4 or 8 with AVX2), the accumulators in registers for the whole k
+# loop. Blocks of two vectors by _ROWS rows (AVX-512: 16 accumulators of its 32 registers;
+# AVX2: 6 rows, 12 of 16), then _HALF_ROWS, then one; a block of one vector beside them where
+# the width leaves one. With AVX-512, a call of at least _WIDE_MIN_ROWS rows whose width is a
+# multiple of four vectors runs blocks of _WIDE_ROWS rows by four vectors first (24
+# accumulators: each weight vector loaded serves 6 rows, each broadcast 4 vectors).
 if _VECTOR_BITS >= 512:
-    _BLOCK_ROWS, _BLOCK_COLS, _BLOCK_COLS_F32 = 8, 16, 32
-    _WIDE_ROWS, _WIDE_COLS, _WIDE_COLS_F32, _WIDE_MIN_ROWS = 6, 32, 64, 24
+    _ROWS, _WIDE_ROWS, _WIDE_MIN_ROWS = 8, 6, 24
 else:
-    _BLOCK_ROWS, _BLOCK_COLS, _BLOCK_COLS_F32 = 6, 8, 16
-    _WIDE_ROWS, _WIDE_COLS, _WIDE_COLS_F32, _WIDE_MIN_ROWS = 6, 8, 16, 2 ** 62   # (never)
-_HALF_BLOCK_ROWS = _BLOCK_ROWS // 2
-#: at most this many columns: _add_products_narrow (a value head, a two-action policy head)
-_NARROW_COLS = 2
+    _ROWS, _WIDE_ROWS, _WIDE_MIN_ROWS = 6, 6, 2 ** 62   # (never wide)
+_HALF_ROWS = _ROWS // 2
 
 
-def _block_loops(out, a, w_t, n, j0, rows, cols):
-    """``out[n:n+rows, j0:j0+cols] += a[n:n+rows] @ w_t[:, j0:j0+cols]``, every element a chain
-    of FMAs in the order k = 0, 1, ..., K-1 starting from its value in ``out`` (the arithmetic
-    of :func:`_add_products`)."""
-    for m in range(n, n + rows):
-        for j in range(j0, j0 + cols):
-            o = out[m, j]
-            for k in range(a.shape[1]):
-                o = _fma(a[m, k], w_t[k, j], o)
-            out[m, j] = o
+def _lanes(dtype) -> int:
+    """Lanes of one vector register for ``dtype`` (a NumPy or numba float type)."""
+    return _VECTOR_BITS // (32 if dtype in (np.float32, types.float32) else 64)
 
 
-def _block_vector_intrinsic(block_rows, block_cols, panel=False, f32_cols=None):
-    """The compiled block of ``block_rows`` x ``block_cols`` (:func:`_block_loops`) for float64
-    (or float32) arrays, ``out`` and ``w_t`` C-contiguous (``a``: any strides): the columns of
-    each row are held in vector accumulators of the target's register width for the whole k
-    loop; per k, the weight row segment is loaded once and each ``a[m, k]`` is broadcast into
-    an ``llvm.fma`` per accumulator. Element for element the same FMA chain as the scalar loops
-    (no reassociation), without a load and store of ``out`` per term.
+def _vector_lanes(a):
+    """Lanes of one vector register for the dtype of the array ``a`` (compiled: a constant)."""
+    return _lanes(a.dtype)
 
-    With ``panel`` True, the block of a panel layout instead: arguments ``(out, a, w_panel, b,
-    n, j0, c0)``, every accumulator starting from the bias ``b[j0 + c0 + c]`` rather than from
-    ``out``, the weights read from the panel ``w_panel [K, >= c0 + block_cols]`` (its columns
-    ``c0 ..``) and the sums stored into ``out[n + r, j0 + c0 + c]``. ``f32_cols``: the block's
-    width for float32 operands (default ``block_cols``)."""
-    def block_vector(typingctx, out, a, w_t, n, j0):
-        return block_typed(types.none(out, a, w_t, n, j0), out.dtype == types.float32)
 
-    def panel_vector(typingctx, out, a, w_panel, b, n, j0, c0):
-        return block_typed(types.none(out, a, w_panel, b, n, j0, c0),
-                           out.dtype == types.float32)
+@overload(_vector_lanes, inline="always")
+def _vector_lanes_compiled(a):
+    lanes = _lanes(a.dtype)
+    return lambda a: lanes
 
-    def block_typed(sig, is_f32):
-        cols = (f32_cols or block_cols) if is_f32 else block_cols
+
+def _block_intrinsic(rows, vectors):
+    """The register block of ``rows`` rows by ``vectors`` vector registers of columns, an
+    intrinsic ``(out, a, w_t, b, n, j0)``: for ``m = n .. n + rows - 1`` and the ``vectors *
+    lanes`` columns ``j`` from ``j0``, ``out[m, j] = fma(a[m, K-1], w_t[K-1, j], ...
+    fma(a[m, 0], w_t[0, j], s))`` with ``s = out[m, j]``, or ``s = b[j]`` when ``b`` is an
+    array (``None``: accumulate). The accumulators stay in vector registers for the whole k
+    loop; per k, the weight row segment is loaded once and each ``a[m, k]`` broadcast into an
+    ``llvm.fma`` per accumulator: element for element the chain of the scalar loop, no
+    reassociation. ``out``, ``w_t`` and ``b`` C-contiguous (read and written as vectors),
+    ``a`` of any strides (read as scalars); float64 or float32 (:func:`_check_operands`)."""
+    def block(typingctx, out, a, w_t, b, n, j0):
+        is_f32 = out.dtype == types.float32
+        with_bias = isinstance(b, types.Array)
 
         def codegen(context, builder, signature, args):
-            out_ty, a_ty, w_ty = signature.args[:3]
             arrays = [context.make_array(ty)(context, builder, v)
-                      for ty, v in zip((out_ty, a_ty, w_ty), args[:3])]
-            out_arr, a_arr, w_arr = arrays
+                      for ty, v in zip(signature.args[:4], args[:4]) if isinstance(ty, types.Array)]
+            out_arr, a_arr, w_arr = arrays[:3]
+            out_ty, a_ty, w_ty, b_ty = signature.args[:4]
             intp = context.get_value_type(types.intp)
-            if panel:
-                b_ty = signature.args[3]
-                b_arr = context.make_array(b_ty)(context, builder, args[3])
-                args, int_types = args[1:], signature.args[1:]
-            else:
-                int_types = signature.args
-            n_ = context.cast(builder, args[3], int_types[3], types.intp)
-            j_ = context.cast(builder, args[4], int_types[4], types.intp)
-            if panel:  # out and b from column j0 + c0, the panel from column c0
-                w_j = context.cast(builder, args[5], int_types[5], types.intp)
-                j_ = builder.add(j_, w_j)
+            n_ = context.cast(builder, args[4], signature.args[4], types.intp)
+            j_ = context.cast(builder, args[5], signature.args[5], types.intp)
             elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
-            lanes = _VECTOR_BITS // (32 if is_f32 else 64)   # one vector register
-            n_vec = cols // lanes
+            lanes = _lanes(out_ty.dtype)
             vec = llvm_ir.VectorType(elem, lanes)
             vec_ptr = vec.as_pointer()
             item = 4 if is_f32 else 8  # vector loads/stores only assume the element's alignment
@@ -386,155 +482,62 @@ def _block_vector_intrinsic(block_rows, block_cols, panel=False, f32_cols=None):
                     wraparound=False)
 
             slots = []
-            for r in range(block_rows):
-                for v in range(n_vec):
+            for r in range(rows):
+                for v in range(vectors):
                     ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
                                                   builder.add(j_, const(lanes * v))), vec_ptr)
-                    if panel:
-                        start = builder.bitcast(
-                            pointer(b_arr, b_ty, builder.add(j_, const(lanes * v))), vec_ptr)
-                    else:
-                        start = ptr
+                    start = builder.bitcast(pointer(arrays[3], b_ty,
+                                                    builder.add(j_, const(lanes * v))),
+                                            vec_ptr) if with_bias else ptr
                     slot = cgutils.alloca_once(builder, vec)
                     builder.store(builder.load(start, align=item), slot)
                     slots.append((slot, ptr))
-            if not panel:
-                w_j = j_
             n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
             with cgutils.for_range(builder, n_k) as loop:
                 k = loop.index
                 w_vecs = [builder.load(builder.bitcast(
-                    pointer(w_arr, w_ty, k, builder.add(w_j, const(lanes * v))), vec_ptr),
-                    align=item) for v in range(n_vec)]
-                for r in range(block_rows):
+                    pointer(w_arr, w_ty, k, builder.add(j_, const(lanes * v))), vec_ptr),
+                    align=item) for v in range(vectors)]
+                for r in range(rows):
                     a_k = builder.load(pointer(a_arr, a_ty, builder.add(n_, const(r)), k))
                     a_vec = builder.shuffle_vector(builder.insert_element(undef, a_k, lane0),
                                                    undef, splat)
-                    for v in range(n_vec):
-                        slot = slots[r * n_vec + v][0]
+                    for v in range(vectors):
+                        slot = slots[r * vectors + v][0]
                         builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
                                       slot)
             for slot, ptr in slots:
                 builder.store(builder.load(slot), ptr, align=item)
             return context.get_dummy_value()
-        return sig, codegen
-    typing = panel_vector if panel else block_vector
-    typing.__name__ = typing.__qualname__ = \
-        f"_{'panel' if panel else 'block'}_{block_rows}x{block_cols}"
-    return intrinsic(typing)
+        return types.none(out, a, w_t, b, n, j0), codegen
+    block.__name__ = block.__qualname__ = f"_block_{rows}x{vectors}"
+    return intrinsic(block)
 
 
-def _check_block_operands(out, a, w_t):
-    """Typing-time check of the compiled blocks' operands: 2-D arrays of one dtype, float64 or
+def _check_operands(out, a, w_t, b):
+    """Typing-time check of the products' operands: 2-D arrays of one dtype, float64 or
     float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a`` of any
-    strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy); anything
-    else is refused when the caller is compiled (a ``TypingError``)."""
+    strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy); ``b``
+    None or a C-contiguous 1-D array of that dtype; anything else is refused when the caller
+    is compiled (a ``TypingError``)."""
     if not (all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t))
             and out.layout == "C" and w_t.layout == "C"
             and out.dtype in (types.float32, types.float64)
-            and a.dtype == out.dtype and w_t.dtype == out.dtype):
+            and a.dtype == out.dtype and w_t.dtype == out.dtype
+            and (isinstance(b, types.NoneType) or (isinstance(b, types.Array) and b.ndim == 1
+                                                   and b.layout == "C"
+                                                   and b.dtype == out.dtype))):
         raise NumbaTypingError(
-            "_add_products takes 2-D float64 or float32 arrays of one dtype, out and w_t "
-            f"C-contiguous, got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
+            "_add_products and _dense take 2-D float64 or float32 arrays of one dtype, out and "
+            f"w_t C-contiguous (and a C 1-D b), got {out}, {a}, {w_t}, {b}: pass "
+            "np.ascontiguousarray copies")
 
 
-def _add_block(out, a, w_t, n, j0, rows):
-    """:func:`_block_loops` on the block of ``rows`` rows (_BLOCK_ROWS, _HALF_BLOCK_ROWS or 1)
-    and :func:`_block_cols` columns at ``(n, j0)``. Interpreted here; compiled, a register
-    block."""
-    _block_loops(out, a, w_t, n, j0, rows, _block_cols(out))
+_WIDE_BLOCK = _block_intrinsic(_WIDE_ROWS, 4)
+_PAIR_BLOCKS = tuple(_block_intrinsic(rows, 2) for rows in (_ROWS, _HALF_ROWS, 1))
+_ONE_BLOCKS = tuple(_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROWS, 1))
 
 
-def _block_cols(out):
-    """The width of a block for the dtype of ``out`` (a constant when compiled)."""
-    return _BLOCK_COLS_F32 if out.dtype == np.float32 else _BLOCK_COLS
-
-
-@overload(_block_cols)
-def _block_cols_compiled(out):
-    cols = _BLOCK_COLS_F32 if out.dtype == types.float32 else _BLOCK_COLS
-    return lambda out: cols
-
-
-def _wide_cols(out):
-    """The width of a wide block for the dtype of ``out`` (a constant when compiled)."""
-    return _WIDE_COLS_F32 if out.dtype == np.float32 else _WIDE_COLS
-
-
-@overload(_wide_cols)
-def _wide_cols_compiled(out):
-    cols = _WIDE_COLS_F32 if out.dtype == types.float32 else _WIDE_COLS
-    return lambda out: cols
-
-
-def _add_wide_block(out, a, w_t, n, j0):
-    """:func:`_block_loops` on the block of _WIDE_ROWS rows and :func:`_wide_cols` columns at
-    ``(n, j0)``. Interpreted here; compiled, a register block."""
-    _block_loops(out, a, w_t, n, j0, _WIDE_ROWS, _wide_cols(out))
-
-
-_wide_block_vector = _block_vector_intrinsic(_WIDE_ROWS, _WIDE_COLS, f32_cols=_WIDE_COLS_F32)
-
-
-@overload(_add_wide_block)
-def _add_wide_block_compiled(out, a, w_t, n, j0):
-    _check_block_operands(out, a, w_t)
-    return lambda out, a, w_t, n, j0: _wide_block_vector(out, a, w_t, n, j0)
-
-
-_block_vectors = tuple(_block_vector_intrinsic(rows, _BLOCK_COLS, f32_cols=_BLOCK_COLS_F32)
-                       for rows in (_BLOCK_ROWS, _HALF_BLOCK_ROWS, 1))
-
-
-@overload(_add_block)
-def _add_block_compiled(out, a, w_t, n, j0, rows):
-    _check_block_operands(out, a, w_t)
-    full, half, one = _block_vectors
-
-    def block(out, a, w_t, n, j0, rows):
-        if rows == _BLOCK_ROWS:
-            full(out, a, w_t, n, j0)
-        elif rows == _HALF_BLOCK_ROWS:
-            half(out, a, w_t, n, j0)
-        else:
-            one(out, a, w_t, n, j0)
-    return block
-
-
-@njit
-def _add_products_narrow(out, a, w_t):
-    """:func:`_add_products` for few columns (a value head, a two-action policy head): each
-    column's chain over k held in registers for eight rows at once (eight independent FMA
-    chains in flight); the same FMA chain per element. (Not a path of :func:`_add_products`,
-    which the LSTM's products never need and which compiles faster without it.)"""
-    n_rows, n_k = a.shape
-    n_j = w_t.shape[1]
-    n8 = n_rows - n_rows % 8
-    for n in range(0, n8, 8):
-        for j in range(n_j):
-            o0, o1, o2, o3 = out[n, j], out[n + 1, j], out[n + 2, j], out[n + 3, j]
-            o4, o5, o6, o7 = out[n + 4, j], out[n + 5, j], out[n + 6, j], out[n + 7, j]
-            for k in range(n_k):
-                w = w_t[k, j]
-                o0 = _fma(a[n, k], w, o0)
-                o1 = _fma(a[n + 1, k], w, o1)
-                o2 = _fma(a[n + 2, k], w, o2)
-                o3 = _fma(a[n + 3, k], w, o3)
-                o4 = _fma(a[n + 4, k], w, o4)
-                o5 = _fma(a[n + 5, k], w, o5)
-                o6 = _fma(a[n + 6, k], w, o6)
-                o7 = _fma(a[n + 7, k], w, o7)
-            out[n, j], out[n + 1, j], out[n + 2, j], out[n + 3, j] = o0, o1, o2, o3
-            out[n + 4, j], out[n + 5, j], out[n + 6, j], out[n + 7, j] = o4, o5, o6, o7
-    for n in range(n8, n_rows):
-        for j in range(n_j):
-            o = out[n, j]
-            for k in range(n_k):
-                o = _fma(a[n, k], w_t[k, j], o)
-            out[n, j] = o
-
-
-@njit
 def _add_products(out, a, w_t):
     """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
     K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
@@ -542,39 +545,119 @@ def _add_products(out, a, w_t):
     ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]`` (the weight pre-transposed so j is
     contiguous): 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t``
     C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views, so that one
-    compiled version serves every call). Register blocks: of _WIDE_ROWS rows by
-    :func:`_wide_cols` columns while they fit (calls of at least _WIDE_MIN_ROWS rows whose width
-    they divide), then of :func:`_block_cols` columns and _BLOCK_ROWS rows, _HALF_BLOCK_ROWS,
-    one; the columns right of the blocks one row at a time, the loop over them vectorized. The
-    arithmetic of an element is the same chain whichever loop computes it, so a row's result
-    does not depend on the other rows of the call (nor on which of them a block groups).
+    compiled version per dtype serves every call). Computed by :func:`_products_into`.
     """
-    _wide()
-    n_rows = a.shape[0]
-    n_j = w_t.shape[1]
-    n = 0
-    wide = _wide_cols(out)
-    if n_rows >= _WIDE_MIN_ROWS and n_j % wide == 0:
-        while n + _WIDE_ROWS <= n_rows:
-            for j0 in range(0, n_j, wide):
-                _add_wide_block(out, a, w_t, n, j0)
-            n += _WIDE_ROWS
-    cols = _block_cols(out)
-    j_blocked = n_j - n_j % cols
-    while n < n_rows:
-        rows = _BLOCK_ROWS if n_rows - n >= _BLOCK_ROWS else (
-            _HALF_BLOCK_ROWS if n_rows - n >= _HALF_BLOCK_ROWS else 1)
-        for j0 in range(0, j_blocked, cols):
-            _add_block(out, a, w_t, n, j0, rows)
-        for m in range(n, n + rows):
-            for k in range(a.shape[1]):
-                a_mk = a[m, k]
-                for j in range(j_blocked, n_j):
-                    out[m, j] = _fma(a_mk, w_t[k, j], out[m, j])
-        n += rows
+    _products_into(out, a, w_t, None)
 
 
-@njit
+@overload(_add_products, inline="always")
+def _add_products_compiled(out, a, w_t):
+    return lambda out, a, w_t: _products_into(out, a, w_t, None)
+
+
+def _dense(out, a, w_t, b):
+    """``out[n, j] = b[j] + sum_k a[n, k] * w_t[k, j]`` (a dense layer ``a @ w.T + b``,
+    ``w_t = w.T``): the chains of :func:`_add_products` started from ``b[j]`` instead of
+    ``out[n, j]`` (``b [J]`` C-contiguous, of the dtype of ``out``), so the same bits as
+    writing ``b`` into ``out`` first, without that pass. Computed by :func:`_products_into`.
+    """
+    _products_into(out, a, w_t, b)
+
+
+@overload(_dense, inline="always")
+def _dense_compiled(out, a, w_t, b):
+    return lambda out, a, w_t, b: _products_into(out, a, w_t, b)
+
+
+def _products_into(out, a, w_t, b):
+    """:func:`_add_products` (``b`` None) or :func:`_dense` (``b`` an array): every element
+    ``out[n, j]`` the chain ``fma(a[n, K-1], w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], s))``
+    from ``s = out[n, j]`` or ``b[j]``.
+
+    Compiled: register blocks (:func:`_block_intrinsic`) of four vectors of columns by
+    _WIDE_ROWS rows while they fit (calls of at least _WIDE_MIN_ROWS rows whose width they
+    divide), then of two vectors and one by _ROWS, _HALF_ROWS and one row; columns right of the
+    last vector (fewer than a vector's lanes: a value head, a policy head of a few actions) as
+    eight rows' chains at a time, in registers. The arithmetic of an element is the same chain
+    whichever of them computes it, so a row's result does not depend on the other rows of the
+    call. Interpreted: one whole-array FMA per k (:func:`_fma`), the same chains.
+    """
+    if b is not None:
+        out[...] = b
+    for k in range(a.shape[1]):
+        out[...] = _fma(a[:, k:k + 1], w_t[k:k + 1, :], out)
+
+
+@overload(_products_into)
+def _products_into_compiled(out, a, w_t, b):
+    _check_operands(out, a, w_t, b)
+    lanes = _lanes(out.dtype)
+    pair, wide = 2 * lanes, 4 * lanes
+    wide_block, wide_rows, wide_min = _WIDE_BLOCK, _WIDE_ROWS, _WIDE_MIN_ROWS
+    rows_full, rows_half = _ROWS, _HALF_ROWS
+    full2, half2, one2 = _PAIR_BLOCKS
+    full1, half1, one1 = _ONE_BLOCKS
+
+    def products_into(out, a, w_t, b):
+        _wide()
+        n_rows, n_k = a.shape
+        n_j = w_t.shape[1]
+        n = 0
+        if n_rows >= wide_min and n_j % wide == 0:
+            while n + wide_rows <= n_rows:
+                for j0 in range(0, n_j, wide):
+                    wide_block(out, a, w_t, b, n, j0)
+                n += wide_rows
+        j_pairs = n_j - n_j % pair        # columns in blocks of two vectors
+        j_vectors = n_j - n_j % lanes     # and in one block of one vector
+        while n < n_rows:
+            if n_rows - n >= rows_full:
+                for j0 in range(0, j_pairs, pair):
+                    full2(out, a, w_t, b, n, j0)
+                if j_vectors > j_pairs:
+                    full1(out, a, w_t, b, n, j_pairs)
+                n += rows_full
+            elif n_rows - n >= rows_half:
+                for j0 in range(0, j_pairs, pair):
+                    half2(out, a, w_t, b, n, j0)
+                if j_vectors > j_pairs:
+                    half1(out, a, w_t, b, n, j_pairs)
+                n += rows_half
+            else:
+                for j0 in range(0, j_pairs, pair):
+                    one2(out, a, w_t, b, n, j0)
+                if j_vectors > j_pairs:
+                    one1(out, a, w_t, b, n, j_pairs)
+                n += 1
+        n8 = n_rows - n_rows % 8
+        for j in range(j_vectors, n_j):   # the last columns: eight rows' chains at a time
+            for m in range(0, n8, 8):
+                if b is None:
+                    o0, o1, o2, o3 = out[m, j], out[m + 1, j], out[m + 2, j], out[m + 3, j]
+                    o4, o5, o6, o7 = out[m + 4, j], out[m + 5, j], out[m + 6, j], out[m + 7, j]
+                else:
+                    o0 = o1 = o2 = o3 = o4 = o5 = o6 = o7 = b[j]
+                for k in range(n_k):
+                    w = w_t[k, j]
+                    o0 = _fma(a[m, k], w, o0)
+                    o1 = _fma(a[m + 1, k], w, o1)
+                    o2 = _fma(a[m + 2, k], w, o2)
+                    o3 = _fma(a[m + 3, k], w, o3)
+                    o4 = _fma(a[m + 4, k], w, o4)
+                    o5 = _fma(a[m + 5, k], w, o5)
+                    o6 = _fma(a[m + 6, k], w, o6)
+                    o7 = _fma(a[m + 7, k], w, o7)
+                out[m, j], out[m + 1, j], out[m + 2, j], out[m + 3, j] = o0, o1, o2, o3
+                out[m + 4, j], out[m + 5, j], out[m + 6, j], out[m + 7, j] = o4, o5, o6, o7
+            for m in range(n8, n_rows):
+                o = out[m, j] if b is None else b[j]
+                for k in range(n_k):
+                    o = _fma(a[m, k], w_t[k, j], o)
+                out[m, j] = o
+    return products_into
+
+
+@register_jitable(inline="always")
 def _strided(a):
     """``a`` (2-D) as a view typed of any strides (numba types ``a[:, 0:n]`` so), so that every
     product passes :func:`_add_products` the same operand types: one compiled version per dtype
@@ -595,17 +678,6 @@ def _all_finite(a):
 
 
 _INF = np.float32(np.inf)   # abs(v) < inf is False exactly for inf and NaN (in either dtype)
-
-
-@njit
-def _linear_rows(x, w_t, b, out):
-    """``out = b + x @ w_t`` (a dense layer ``x @ w.T + b`` with ``w_t = w.T [K, J]``): every
-    element the chain ``fma(x[n, K-1], w_t[K-1, j], ... fma(x[n, 0], w_t[0, j], b[j]))`` of
-    :func:`_add_products`, so a row's result does not depend on the other rows."""
-    for n in range(out.shape[0]):
-        for j in range(out.shape[1]):
-            out[n, j] = b[j]
-    _add_products(out, _strided(x), w_t)
 
 
 @njit

@@ -18,6 +18,7 @@ from operator import itemgetter
 from typing import Callable, Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
+from numba.core import config as _numba_config
 from numba.core.errors import TypingError
 
 from ppo_ref._checks import non_finite_result
@@ -34,13 +35,17 @@ class _Net(NamedTuple):
     """The layers of a parameter dict: ``keys`` the ``(w, b)`` key pairs in network order,
     ``counts`` the number of layers under each prefix, ``weights`` / ``biases``: ``params ->``
     the tuple of its weights / biases in that order; ``names`` the keys in that order (``w0,
-    b0, w1, ...``) and ``in_order`` whether they are exactly the keys of ``params`` in order."""
+    b0, w1, ...``) and ``in_order`` whether they are exactly the keys of ``params`` in order;
+    ``n_trunk`` and ``n_pi`` the segments of :mod:`ppo_ref.fast._mlp` (trunk layers, then
+    policy layers; the value layers after them)."""
     keys: Tuple[Tuple[str, str], ...]
     counts: Tuple[int, ...]
     weights: Callable
     biases: Callable
     names: Tuple[str, ...]
     in_order: bool
+    n_trunk: int
+    n_pi: int
 
 
 _NETS: Dict[tuple, _Net] = {}
@@ -49,7 +54,8 @@ _NETS: Dict[tuple, _Net] = {}
 def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
     """The :class:`_Net` of the layers of ``params`` stored under each of ``prefixes`` in turn
     (``prefix + "w{i}"``, ``prefix + "b{i}"``; none only under ``"trunk."``), cached by the key
-    names of ``params``."""
+    names of ``params``. The segments: a ``"trunk."`` prefix first is the trunk; the prefix
+    after it (or the first) the policy tower."""
     names = (prefixes, tuple(params))
     net = _NETS.get(names)
     if net is None:
@@ -67,24 +73,28 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
         if len(_NETS) > 64:
             _NETS.clear()
         flat = tuple(k for pair in keys for k in pair)
+        trunk = prefixes[0] == "trunk."
         net = _NETS[names] = _Net(tuple(keys), tuple(counts), getter([w for w, _ in keys]),
-                                  getter([b for _, b in keys]), flat, flat == names[1])
+                                  getter([b for _, b in keys]), flat, flat == names[1],
+                                  counts[0] if trunk else 0, counts[1 if trunk else 0])
     return net
 
 
-def _layers(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
+def _arrays(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
     """``(x, ws, bs)``: ``x [..., in]`` as C-contiguous ``[M, in]`` rows of the compute dtype
     (``dt``; when None float32 if ``x`` and every parameter are float32, else float64) and the
     layers' weights and biases as tuples padded with empty arrays to a multiple of 8 entries.
 
     Without ``convert`` the parameters are passed on as they are when the first weight and the
     first bias have the compute dtype (a parameter of another dtype, rank or layout then makes
-    the compiled call fail to type: :func:`_compiled` calls again with ``convert``); with it,
-    every one is made a C-contiguous array of the compute dtype, and one of the wrong rank
-    raises ``ValueError``.
+    the compiled call fail to type: the callers call again with ``convert``); with it (always
+    when ``NUMBA_DISABLE_JIT``: nothing is typed), every one is made a C-contiguous array of
+    the compute dtype, and one of the wrong rank raises ``ValueError``.
     """
+    convert = convert or _numba_config.DISABLE_JIT
     ws, bs = net.weights(params), net.biases(params)
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:
+        x = np.asarray(x)
     if dt is None:
         f32 = x.dtype == _F32 and all(getattr(v, "dtype", None) == _F32
                                       for v in (ws + bs if convert else (ws[0], bs[0])))
@@ -96,20 +106,57 @@ def _layers(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
             raise ValueError("params: every weight must be 2-D [out, in] and every bias 1-D")
     if x.dtype != dt or not x.flags.c_contiguous:
         x = np.ascontiguousarray(x, dt)
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension [..., in]")
+    if x.ndim != 2:
+        if x.ndim == 0:
+            raise ValueError("x must have at least one dimension [..., in]")
+        x = x.reshape(-1, x.shape[-1])
     pad = -len(ws) % 8
-    w_pad, b_pad = _PAD[x.dtype]
-    return x.reshape(-1, x.shape[-1]), ws + w_pad[:pad], bs + b_pad[:pad]
+    w_pad, b_pad = _PAD[dt]
+    return x, ws + w_pad[:pad], bs + b_pad[:pad]
 
 
-def _compiled(run: Callable, params: Mapping, net: _Net, x, dt=None):
-    """``run(x, ws, bs)`` on :func:`_layers` of the arguments; if the compiled call cannot be
-    typed (parameters of mixed dtypes, ranks or layouts), again on converted ones."""
+def _run_forward(params: Mapping, net: _Net, x, policy: bool, value: bool, keep: bool,
+                 relu: bool, where: str):
+    """:func:`ppo_ref.fast._mlp._forward` on :func:`_arrays` of the arguments (again on
+    converted ones when the compiled call cannot be typed: parameters of mixed dtypes, ranks
+    or layouts): ``(rows [M, in], ws, acts, pi_start, vf_start)``. A non-finite result raises
+    ``FloatingPointError`` naming ``where``."""
     try:
-        return run(*_layers(params, net, x, dt))
+        rows, ws, bs = _arrays(params, net, x)
+        acts, pi_start, vf_start, ok = _forward(rows, ws, bs, len(net.keys), net.n_trunk,
+                                                net.n_pi, policy, value, keep, relu)
     except TypingError:
-        return run(*_layers(params, net, x, dt, convert=True))
+        rows, ws, bs = _arrays(params, net, x, convert=True)
+        acts, pi_start, vf_start, ok = _forward(rows, ws, bs, len(net.keys), net.n_trunk,
+                                                net.n_pi, policy, value, keep, relu)
+    if not ok:
+        raise non_finite_result(where)
+    return rows, ws, acts, pi_start, vf_start
+
+
+def _run_backward(params: Mapping, net: _Net, x, acts, relu: bool, d_pi, d_vf,
+                  want_dx: bool, where: str):
+    """:func:`ppo_ref.fast._mlp._backward` for the forward pass that gave ``x [M, in]`` and
+    ``acts``, with the towers' output gradients ``d_pi [M, P]`` and ``d_vf`` (``[M]`` or
+    ``[M, 1]``; None: no value tower), both cast to the dtype of ``x``: ``(dx, grads)``,
+    ``grads`` in the key order of ``params``."""
+    dt, rows = x.dtype, x.shape[0]
+    n = len(net.keys)
+
+    def run(ws, bs):
+        gws, gbs = _gradient_arrays(ws, bs, n)
+        g_pi = np.ascontiguousarray(d_pi, dt).reshape(rows, ws[net.n_trunk + net.n_pi - 1].shape[0])
+        g_vf = g_pi[:, :0] if d_vf is None else np.ascontiguousarray(d_vf, dt).reshape(rows, 1)
+        dx, ok = _backward(x, ws, acts, n, net.n_trunk, net.n_pi, relu, g_pi, g_vf, gws, gbs,
+                           want_dx)
+        return dx, ok, gws, gbs
+    try:
+        dx, ok, gws, gbs = run(*_arrays(params, net, x, dt)[1:])
+    except TypingError:
+        dx, ok, gws, gbs = run(*_arrays(params, net, x, dt, convert=True)[1:])
+    if not ok:
+        raise non_finite_result(where)
+    return dx, _grads(net, gws, gbs, params)
 
 
 def _grads(net: _Net, gws, gbs, params: Mapping) -> dict:
@@ -145,17 +192,11 @@ def mlp_forward(params, x, activation="tanh"):
     float32, per result array relative to its largest entry. The cache is opaque (for
     :func:`mlp_backward` only).
     """
-    net = _net(params, _PLAIN)
-    n = len(net.keys)
     relu = activation == "relu"
-
-    def run(rows, ws, bs):
-        return rows, ws[n - 1].shape[0], _forward(rows, ws, bs, n, 0, n, True, relu)
-    rows, n_out, (acts, start, _, ok) = _compiled(run, params, net, x)
-    if not ok:
-        raise non_finite_result("ppo_ref.fast.layers.mlp_forward")
+    rows, ws, acts, start, _ = _run_forward(params, _net(params, _PLAIN), x, True, False, True,
+                                            relu, "ppo_ref.fast.layers.mlp_forward")
     lead = np.shape(x)[:-1]
-    y = acts[start:start + rows.shape[0] * n_out].reshape(lead + (n_out,))
+    y = acts[start:].reshape(lead + (-1,))
     return y, _Cache(rows, acts, lead, relu)
 
 
@@ -166,17 +207,6 @@ def mlp_backward(params, cache, dy):
     Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
     float32, per result array relative to its largest entry.
     """
-    net = _net(params, _PLAIN)
-    n = len(net.keys)
-    x = cache.x
-
-    def run(rows, ws, bs):
-        d = np.ascontiguousarray(dy, rows.dtype).reshape(rows.shape[0], ws[n - 1].shape[0])
-        gws, gbs = _gradient_arrays(ws, bs, n)
-        dx, ok = _backward(rows, ws, cache.acts, n, 0, n, cache.relu, d, d[:, :0], gws, gbs,
-                           True)
-        return dx, ok, gws, gbs
-    dx, ok, gws, gbs = _compiled(run, params, net, x, x.dtype)
-    if not ok:
-        raise non_finite_result("ppo_ref.fast.layers.mlp_backward")
-    return dx.reshape(cache.lead + (dx.shape[1],)), _grads(net, gws, gbs, params)
+    dx, grads = _run_backward(params, _net(params, _PLAIN), cache.x, cache.acts, cache.relu, dy,
+                              None, True, "ppo_ref.fast.layers.mlp_backward")
+    return dx.reshape(cache.lead + (dx.shape[1],)), grads

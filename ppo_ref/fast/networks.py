@@ -1,5 +1,5 @@
 """The compiled tier's MLP actor-critic: the twins of :mod:`ppo_ref.spec.networks`'
-``actor_critic_forward``, ``actor_critic_backward`` and ``value_forward`` (the readable
+``actor_critic_forward``, ``actor_critic_backward``, ``value_forward`` and ``policy_forward`` (the readable
 definitions, whose docstrings state the architecture and the equations).
 
 They take the spec's parameters (the flat dict ``pi.*``, ``vf.*`` and, with a shared trunk,
@@ -18,11 +18,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ppo_ref._checks import non_finite_result
-from ppo_ref.fast._mlp import _backward, _forward
-from ppo_ref.fast.layers import _compiled, _gradient_arrays, _grads, _net
+from ppo_ref.fast.layers import _net, _run_backward, _run_forward
 
-__all__ = ["actor_critic_forward", "actor_critic_backward", "value_forward"]
+__all__ = ["actor_critic_forward", "actor_critic_backward", "value_forward",
+           "policy_forward"]
 
 _SEPARATE, _SHARED = ("pi.", "vf."), ("trunk.", "pi.", "vf.")
 
@@ -36,28 +35,15 @@ class _Cache(NamedTuple):
     relu: bool
 
 
-def _towers(params, shared_trunk: bool):
-    """``(net, n_trunk, n_pi)``: the layers of ``params`` in network order (trunk, policy,
-    value) and the numbers of trunk and policy layers."""
+def _run(params, obs, activation, shared_trunk: bool, policy: bool, value: bool, where: str):
+    """``(x, ws, acts, pi_start, vf_start, net)``: the forward pass of the towers asked for
+    (:func:`ppo_ref.fast.layers._run_forward`; the hidden layers' outputs kept when both
+    towers run, for the backward pass)."""
     net = _net(params, _SHARED if shared_trunk else _SEPARATE)
-    return net, net.counts[0] if shared_trunk else 0, net.counts[-2]
-
-
-def _forward_pass(params, obs, activation, shared_trunk: bool, policy: bool, where: str):
-    """``(x, acts, pi_start, vf_start, n_out)`` of the forward pass (``policy`` False: the
-    value tower alone); ``n_out`` the policy output width."""
-    net, n_trunk, n_pi = _towers(params, shared_trunk)
-    relu = activation == "relu"
-
-    def run(x, ws, bs):
-        return x, ws[n_trunk + n_pi - 1].shape[0], _forward(
-            x, ws, bs, len(net.keys), n_trunk, n_pi, policy, relu)
     if np.ndim(obs) != 2:
         raise ValueError(f"obs must have shape [batch, obs_dim], got {np.shape(obs)}")
-    x, n_out, (acts, pi_start, vf_start, ok) = _compiled(run, params, net, obs)
-    if not ok:
-        raise non_finite_result(where)
-    return x, acts, pi_start, vf_start, n_out
+    return _run_forward(params, net, obs, policy, value, policy and value,
+                        activation == "relu", where) + (net,)
 
 
 def actor_critic_forward(params, obs, activation="tanh", shared_trunk=False):
@@ -68,9 +54,9 @@ def actor_critic_forward(params, obs, activation="tanh", shared_trunk=False):
     float32, per result array relative to its largest entry.
     """
     shared_trunk = bool(shared_trunk)
-    x, acts, pi_start, vf_start, n_out = _forward_pass(
-        params, obs, activation, shared_trunk, True, "ppo_ref.fast.networks.actor_critic_forward")
-    rows = x.shape[0]
+    x, ws, acts, pi_start, vf_start, net = _run(params, obs, activation, shared_trunk, True, True,
+                                                "ppo_ref.fast.networks.actor_critic_forward")
+    rows, n_out = x.shape[0], ws[net.n_trunk + net.n_pi - 1].shape[0]
     policy_out = acts[pi_start:pi_start + rows * n_out].reshape(rows, n_out)
     cache = _Cache(x, acts, shared_trunk, activation == "relu")
     return policy_out, acts[vf_start:vf_start + rows], cache
@@ -83,9 +69,23 @@ def value_forward(params, obs, activation="tanh", shared_trunk=False):
     Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
     float32, relative to the largest value.
     """
-    x, acts, _, vf_start, _ = _forward_pass(params, obs, activation, bool(shared_trunk), False,
-                                            "ppo_ref.fast.networks.value_forward")
+    x, _, acts, _, vf_start, _ = _run(params, obs, activation, bool(shared_trunk), False, True,
+                                      "ppo_ref.fast.networks.value_forward")
     return acts[vf_start:vf_start + x.shape[0]]
+
+
+def policy_forward(params, obs, activation="tanh", shared_trunk=False):
+    """Twin of :func:`ppo_ref.spec.networks.policy_forward`: ``policy_out [B, P]`` (the trunk
+    and policy tower of :func:`actor_critic_forward`, the same bits; the value tower is not
+    run).
+
+    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
+    float32, relative to the largest entry.
+    """
+    x, ws, acts, pi_start, _, net = _run(params, obs, activation, bool(shared_trunk), True, False,
+                                         "ppo_ref.fast.networks.policy_forward")
+    rows, n_out = x.shape[0], ws[net.n_trunk + net.n_pi - 1].shape[0]
+    return acts[pi_start:pi_start + rows * n_out].reshape(rows, n_out)
 
 
 def actor_critic_backward(params, cache, d_policy_out, d_values):
@@ -95,18 +95,6 @@ def actor_critic_backward(params, cache, d_policy_out, d_values):
     Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
     float32, per gradient array relative to its largest entry.
     """
-    net, n_trunk, n_pi = _towers(params, cache.shared_trunk)
-
-    def run(x, ws, bs):
-        dt, rows = x.dtype, x.shape[0]
-        d_pi = np.ascontiguousarray(d_policy_out, dt).reshape(
-            rows, ws[n_trunk + n_pi - 1].shape[0])
-        d_vf = np.ascontiguousarray(d_values, dt).reshape(rows, 1)
-        gws, gbs = _gradient_arrays(ws, bs, len(net.keys))
-        _, ok = _backward(x, ws, cache.acts, len(net.keys), n_trunk, n_pi, cache.relu, d_pi,
-                          d_vf, gws, gbs, False)
-        return ok, gws, gbs
-    ok, gws, gbs = _compiled(run, params, net, cache.x, cache.x.dtype)
-    if not ok:
-        raise non_finite_result("ppo_ref.fast.networks.actor_critic_backward")
-    return _grads(net, gws, gbs, params)
+    net = _net(params, _SHARED if cache.shared_trunk else _SEPARATE)
+    return _run_backward(params, net, cache.x, cache.acts, cache.relu, d_policy_out, d_values,
+                         False, "ppo_ref.fast.networks.actor_critic_backward")[1]

@@ -34,7 +34,7 @@ from ppo_ref.spec.layers import (ACTIVATIONS, ActivationCache, MLPCache, Params,
                                  mlp_init)
 
 __all__ = ["ActorCriticCache", "actor_critic_init", "actor_critic_forward",
-           "actor_critic_backward", "value_forward", "actor_critic_towers"]
+           "actor_critic_backward", "policy_forward", "value_forward", "actor_critic_towers"]
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -228,6 +228,24 @@ def actor_critic_forward(params: Mapping[str, np.ndarray], obs, activation: str 
     values, vf_cache = mlp_forward(vf, z, activation)
     cache = ActorCriticCache(shared_trunk, trunk_cache, trunk_act_cache, pi_cache, vf_cache)
     return policy_out, values[:, 0], cache
+
+
+def policy_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh",
+                   shared_trunk: bool = False) -> np.ndarray:
+    """Only the policy output ``policy_out`` ``[B, P]`` (float64), for acting: the policy tower
+    (with a shared trunk: trunk and policy head) of :func:`actor_critic_forward`, no cache.
+
+    Same arguments and errors as :func:`actor_critic_forward`.
+    """
+    check_choice(activation, "activation", ACTIVATIONS)
+    trunk, pi, vf = actor_critic_towers(params, bool(shared_trunk))
+    z = _as_obs(obs, trunk, pi)
+    if trunk is not None:
+        act_forward, _ = _ACTIVATION_FUNCTIONS[activation]
+        a, _ = mlp_forward(trunk, z, activation)
+        z, _ = act_forward(a)
+    policy_out, _ = mlp_forward(pi, z, activation)
+    return policy_out
 
 
 def value_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh",

@@ -303,7 +303,7 @@ class MLPPolicy(_Policy):
         return None
 
     def _step(self, cparams, obs, state, episode_starts):
-        out, _, _ = self.tier.networks.actor_critic_forward(
+        out = self.tier.networks.policy_forward(
             self._net(cparams), obs.astype(self.dtype, copy=False), *self._net_args)
         return out, None, None
 

@@ -134,8 +134,10 @@ class _CheckedEnv(gym.Wrapper):
             a = np.asarray(obs)
         except Exception:  # noqa: BLE001
             return f"an observation of type {type(obs).__name__} (not real numbers)"
-        if a.dtype.kind not in "biuf" or a.shape != self._shape:
-            return f"an observation of dtype {a.dtype} and shape {a.shape}, expected {self._shape}"
+        if a.dtype.kind not in "biuf":
+            return f"an observation of dtype {a.dtype} (not real numbers)"
+        if a.shape != self._shape:
+            return f"an observation of shape {a.shape}, expected {self._shape}"
         return None
 
     def _failure(self, text: str):
