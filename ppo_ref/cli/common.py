@@ -102,18 +102,14 @@ def _abandon(env, workers) -> None:
     """Finish a vector env whose ``close`` failed: kill its workers, close its pipes and mark it
     closed (so that its ``__del__`` does not try again and print the failure at exit)."""
     for worker in workers:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001
             if worker.is_alive():
                 worker.kill()
             worker.join(1.0)
-        except Exception:  # noqa: BLE001
-            pass
     for pipe in getattr(env, "parent_pipes", None) or []:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001
             if pipe is not None:
                 pipe.close()
-        except Exception:  # noqa: BLE001
-            pass
     if env is not None and hasattr(env, "closed"):
         env.closed = True
 
@@ -146,10 +142,8 @@ def close_quickly(trainer, seconds: float) -> None:
     if done.wait(seconds):
         return
     for worker in workers:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001  (already gone)
             worker.kill()
-        except Exception:  # noqa: BLE001  (already gone)
-            pass
     done.wait(1.0)
 
 

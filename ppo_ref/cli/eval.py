@@ -40,8 +40,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.run_dir} is a file: give a run directory or a checkpoint .npz")
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
         raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
-                         f"--checkpoint-every seconds (default {CHECKPOINT_EVERY_DEFAULT:g}), when stopped "
-                         f"and at the end")
+                         f"--checkpoint-every seconds (default "
+                         f"{CHECKPOINT_EVERY_DEFAULT:g}), when stopped and at the end")
     with user_input():
         _, meta = load_checkpoint(path)
         vet_checkpoint_metadata(meta, f"checkpoint {path!r}")
@@ -67,6 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     finally:
         close_quickly(trainer, 10.0)
     mode = "deterministic" if args.deterministic else "stochastic"
-    print(f"{meta.get('env_id')}: {len(returns)} episodes ({mode}) after {meta.get('num_timesteps')} "
-          f"steps: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} (std)")
+    print(f"{meta.get('env_id')}: {len(returns)} episodes ({mode}) after "
+          f"{meta.get('num_timesteps')} steps: mean return {np.mean(returns):.2f} +- "
+          f"{np.std(returns):.2f} (std)")
     return 0

@@ -303,7 +303,7 @@ def _training_failed(trainer, logger, exc: BaseException) -> int:
     from ppo_ref.train.rollout import EnvStepError
     log_path = os.path.join(logger.run_dir, "error.log")
     log_note = ""
-    try:
+    with contextlib.suppress(OSError):
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             actor_traceback = getattr(exc, "actor_traceback", "")
@@ -311,8 +311,6 @@ def _training_failed(trainer, logger, exc: BaseException) -> int:
                 fh.write(f"--- the traceback actor {getattr(exc, 'agent_id', '?')} sent ---\n"
                          f"{actor_traceback.rstrip()}\n")
         log_note = f" (traceback in {log_path})"
-    except OSError:
-        pass
     note = _save_last_good(logger, trainer)
     if isinstance(exc, EnvStepError):
         what = f"environment error: {one_line(exc)}"
@@ -399,7 +397,8 @@ def _open_lock_file(run_dir: str, path: str) -> int:
     except OSError as exc:
         if os.path.islink(path) or os.path.isdir(path):
             raise UsageError(refuse) from None
-        raise UsageError(f"cannot lock the run directory {run_dir}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot lock the run directory {run_dir}: "
+                         f"{exc.strerror or exc}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # 0: its holder just removed it
         os.close(fd)

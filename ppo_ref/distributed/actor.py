@@ -2,6 +2,7 @@
 thread and process entry points that run it (a process actor exits with its parent)."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue as queue_module
 import threading
@@ -37,16 +38,14 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
               learner_gone: Callable[[], bool], *, chunk_size: int = 32) -> ActorStats:
     """One actor: act in its own env with the newest broadcast policy and send experiences.
 
-    Per env step: (1) take every pending message: the newest :class:`PolicyBroadcast` replaces
-    the parameters (after the steps of the old ones are sent), :class:`Shutdown` ends the actor;
-    (2) while it holds no policy, or one more step would put it more than ``config.lead_limit``
-    steps ahead of ``(version - first) * steps_per_broadcast`` (``first``: the first version it
-    received, 0 or a resumed learner's), send the unsent steps and wait for a newer broadcast;
-    (3) sample the action with its own generator (seed ``config.seed + 1 + agent_id``, also the
-    env's reset seed), step, reset at an episode's end (the reset observation travels as
-    ``reset_observation``); (4) every ``chunk_size`` steps (and before waiting or switching
-    parameters) send the unsent steps as one :class:`ExperienceBatch`, their ``log_probs`` and
-    ``values`` computed then in one pass with the parameters that acted.
+    Per env step: take every pending message (the newest :class:`PolicyBroadcast` replaces the
+    parameters once the old ones' steps are sent; :class:`Shutdown` ends the actor); while it
+    holds no policy or is over its budget (:mod:`ppo_ref.distributed`, counted from the first
+    version it received), send and wait; act with its own generator (seed ``config.seed + 1 +
+    agent_id``, also the env's), step, reset at an episode's end. Every ``chunk_size`` steps
+    (and before waiting or switching parameters) the unsent steps go as one
+    :class:`ExperienceBatch`, their ``log_probs`` and ``values`` computed in one pass with the
+    parameters that acted.
 
     ``env``: gymnasium id or zero-argument factory; ``send(message)`` puts on the learner's
     queue; ``receive(timeout)`` returns the next learner message or None (0: do not wait);
@@ -155,10 +154,9 @@ def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, 
             stats = actor_fn(agent_id, env, config, send, receive, learner_gone,
                              chunk_size=chunk_size)
     except BaseException as exc:  # noqa: BLE001  (the learner must hear about everything)
-        try:
+        # a queue that is gone: the liveness check reports the actor
+        with contextlib.suppress(Exception):  # noqa: BLE001
             send(ActorFailed(agent_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-        except Exception:  # noqa: BLE001  (the queue is gone: the liveness check reports it)
-            pass
         return
     send(ActorFinished(agent_id, stats))
 

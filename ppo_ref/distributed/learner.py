@@ -412,22 +412,18 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
                  shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None,
                  start_version: int = 0):
-    """Run the learner (docs/specification.md §6) for ``config.num_updates`` PPO updates.
+    """Run the learner (docs/specification.md §6; the data flow: :mod:`ppo_ref.distributed`)
+    for ``config.num_updates`` PPO updates.
 
-    Broadcast the trainer's parameters as version ``start_version``; read messages into one FIFO
-    per actor (each checked: agent id, shapes, finiteness, versions) until every FIFO holds
-    ``n_steps``; take the oldest ``n_steps`` of each into a ``[n_steps, num_actors]`` buffer
-    (each row must continue from the previous row's ``next_observation``, or
-    ``reset_observation`` where an episode ended: no reordering or loss) and turn it into the
-    Rollout the synchronous collector records for the same transitions (``last_values[n] =
-    V(what actor n acts from next)``, ``final_values[t, n] = V(next_observation[t, n])`` where
-    step t truncated without terminating). Then one :meth:`PPOTrainer.iteration
-    <ppo_ref.train.ppo.PPOTrainer.iteration>` exactly as ``PPOTrainer.learn`` runs one (schedule
-    horizon ``num_updates * n_steps * num_actors`` steps; GAE, or with ``use_vtrace`` the tier's
-    :func:`ppo_ref.spec.advantages.vtrace` against the learner's policy, IMPALA; ratio
-    pi_learner / mu_actor); every ``broadcast_every`` updates broadcast version + 1. At the end
-    or on any error: :class:`Shutdown` to every actor, join (processes still running after
-    ``shutdown_timeout`` seconds are terminated; Ray actors are always killed).
+    Each buffer becomes the Rollout the synchronous collector records for the same transitions
+    (:meth:`_Learner.rollout`: ``last_values[n] = V(what actor n acts from next)``,
+    ``final_values[t, n] = V(next_observation[t, n])`` where step t truncated without
+    terminating) and gets one :meth:`PPOTrainer.iteration
+    <ppo_ref.train.ppo.PPOTrainer.iteration>` as ``PPOTrainer.learn`` runs one (schedule horizon
+    ``num_updates * n_steps * num_actors`` steps; GAE, or with ``use_vtrace`` the tier's
+    :func:`ppo_ref.spec.advantages.vtrace` against the learner's policy; ratio pi_learner /
+    mu_actor). At the end or on any error every actor gets :class:`Shutdown` and is joined
+    (processes still running after ``shutdown_timeout`` s are terminated; Ray actors killed).
 
     ``trainer``: a PPOTrainer from :func:`make_learner` (updated in place). ``actors``: an
     :class:`ActorGroup` (the loop shuts it down) or a gymnasium id / factory from which the loop

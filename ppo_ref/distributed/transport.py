@@ -3,6 +3,7 @@ actors and the channels to and from them) and :func:`start_actors` (Ray actors t
 :mod:`ppo_ref.distributed.ray_actors`)."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue as queue_module
 import threading
@@ -119,10 +120,9 @@ class ActorGroup:
             return self.final_messages
         self._closed = True
         for agent_id in range(self.num_actors):
-            try:
+            # a closed queue: the actor is gone anyway
+            with contextlib.suppress(Exception):  # noqa: BLE001
                 self.send(agent_id, Shutdown())
-            except Exception:  # noqa: BLE001  (a closed queue: the actor is gone anyway)
-                pass
         deadline = time.monotonic() + timeout
         while any(w.is_alive() for w in self.workers) and time.monotonic() < deadline:
             self._keep_final(self.get(0.02))

@@ -11,8 +11,10 @@ trainer is the trainer's check (``PPOTrainer.load``, with :func:`vet_state_array
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import math
 import os
 import stat
 import struct
@@ -31,12 +33,12 @@ METADATA_KEY = "__metadata__"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
 
 __all__ = [
-    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes",
-    "arrays_from_bytes", "write_atomic", "remove_stale_temporaries", "TEMPORARY_PREFIX",
-    "vet_state_arrays", "vet_state_record", "vet_env_value", "vet_checkpoint_metadata",
-    "RECENT_EPISODES",
-    "save_checkpoint", "load_checkpoint", "json_to_array", "array_to_json",
-    "generator_state", "generator_from_state", "set_generator_state", "to_jsonable", "from_jsonable",
+    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import",
+    "arrays_to_bytes", "arrays_from_bytes", "write_atomic", "remove_stale_temporaries",
+    "TEMPORARY_PREFIX", "vet_state_arrays", "vet_state_record", "vet_env_value",
+    "vet_checkpoint_metadata", "RECENT_EPISODES", "save_checkpoint", "load_checkpoint",
+    "json_to_array", "array_to_json", "generator_state", "generator_from_state",
+    "set_generator_state", "to_jsonable", "from_jsonable",
 ]
 
 
@@ -44,17 +46,19 @@ class CheckpointError(ValueError):
     """A checkpoint file (or byte string) is missing, corrupt, truncated or of the wrong format."""
 
 
-def _check_arrays(arrays: Mapping[str, np.ndarray], name: str = "arrays") -> Dict[str, np.ndarray]:
+def _check_arrays(arrays: Mapping[str, np.ndarray], name: str = "arrays"
+                  ) -> Dict[str, np.ndarray]:
     if not isinstance(arrays, Mapping):
-        raise ValueError(f"{name} must be a mapping from str to ndarray, got {type(arrays).__name__}")
+        raise ValueError(f"{name} must be a mapping from str to ndarray, got "
+                         f"{type(arrays).__name__}")
     out = {}
     for key, value in arrays.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"{name} keys must be non-empty strings, got {key!r}")
         arr = np.asarray(value)
         if arr.dtype.hasobject:
-            raise ValueError(f"{name}[{key!r}] has dtype object; only plain numeric/bool/str arrays "
-                             "are stored (no pickling)")
+            raise ValueError(f"{name}[{key!r}] has dtype object; only plain numeric/bool/str "
+                             "arrays are stored (no pickling)")
         out[key] = arr
     return out
 
@@ -126,9 +130,7 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
             or dtype.subdtype is not None:
         raise CheckpointError(f"{source}: member {name!r} has dtype {dtype}; ppo_ref stores plain "
                               "bool, numeric and fixed-width string arrays only")
-    count = 1
-    for n in shape:
-        count *= int(n)
+    count = math.prod(int(n) for n in shape)
     body = len(payload) - stream.tell()
     if count * dtype.itemsize != body:
         raise CheckpointError(f"{source}: member {name!r} header says shape {shape} of {dtype} "
@@ -159,7 +161,8 @@ def _read_archive(fileobj, source: str, cap: int) -> Dict[str, np.ndarray]:
             infos = zf.infolist()
             names = [info.filename for info in infos]
             if len(set(names)) != len(names):
-                raise CheckpointError(f"{source}: the archive lists a member twice (crafted or corrupt)")
+                raise CheckpointError(f"{source}: the archive lists a member twice (crafted or "
+                                      "corrupt)")
             out = {}
             for info in infos:
                 if not info.filename.endswith(".npy"):
@@ -184,7 +187,8 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
     """Decode :func:`json_to_array` output; raises :class:`CheckpointError` on bad content."""
     a = np.asarray(arr)
     if a.dtype != np.uint8 or a.ndim != 1:
-        raise CheckpointError(f"{name} must be a 1-d uint8 array of JSON text, got {a.dtype} {a.shape}")
+        raise CheckpointError(f"{name} must be a 1-d uint8 array of JSON text, got {a.dtype} "
+                              f"{a.shape}")
     try:
         return json.loads(a.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as exc:
@@ -220,13 +224,10 @@ TEMPORARY_PREFIX = ".tmp-"
 
 def _umask() -> int:
     """The file creation mask (from ``/proc/self/status``; elsewhere set and restored)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -264,19 +265,15 @@ def write_atomic(path, data: bytes) -> str:
             os.fchmod(fh.fileno(), stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
-    try:  # the rename itself durable (not supported on every platform)
+    with contextlib.suppress(OSError):  # the rename itself durable (not on every platform)
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    except OSError:
-        pass
     return path
 
 
@@ -292,11 +289,9 @@ def remove_stale_temporaries(directory, names) -> list:
     prefixes = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in names)
     for entry in entries:
         if entry.startswith(prefixes):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, entry))
                 removed.append(entry)
-            except OSError:
-                pass
     return removed
 
 
@@ -551,7 +546,7 @@ def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:
     """A new ``np.random.Generator`` positioned at ``state`` (from :func:`generator_state`)."""
     name = state.get("bit_generator") if isinstance(state, Mapping) else None
     bit_cls = getattr(np.random, str(name), None)
-    if bit_cls is None or not isinstance(bit_cls, type) or not issubclass(bit_cls, np.random.BitGenerator):
+    if not (isinstance(bit_cls, type) and issubclass(bit_cls, np.random.BitGenerator)):
         raise CheckpointError(f"unknown bit generator {name!r} in generator state")
     rng = np.random.Generator(bit_cls())
     set_generator_state(rng, state)

@@ -161,9 +161,10 @@ class RunLogger:
     ``stream``: where progress goes (stdout). :meth:`request_stop` makes the next callback
     return False, so the trainer stops at a rollout boundary.
     """
-    def __init__(self, run_dir: str, run_info: Dict[str, Any], *, resume_from: Optional[Dict[str, int]] = None,
-                 progress_every: float = 2.0, checkpoint_every: float = 60.0,
-                 stream: Optional[TextIO] = None, quiet: bool = False):
+    def __init__(self, run_dir: str, run_info: Dict[str, Any], *,
+                 resume_from: Optional[Dict[str, int]] = None, progress_every: float = 2.0,
+                 checkpoint_every: float = 60.0, stream: Optional[TextIO] = None,
+                 quiet: bool = False):
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
         self.config_path = os.path.join(run_dir, "config.json")
@@ -209,8 +210,8 @@ class RunLogger:
             info.setdefault("run_id", uuid.uuid4().hex)
             updates = int(resume_from["n_updates"])
             last = _truncate_csv(self.metrics_path, "update", updates)
-            _truncate_csv(self.timing_path, "update", updates)
-            _truncate_csv(self.episodes_path, "update", updates)
+            for path in (self.timing_path, self.episodes_path):
+                _truncate_csv(path, "update", updates)
             if updates and (last or 0) < updates:
                 self.notes.append(
                     f"metrics.csv holds updates up to {int(last or 0)}, the checkpoint is at "
@@ -263,14 +264,15 @@ class RunLogger:
         row["ep_return_mean20"] = mean_last(trainer.recent_returns, 20)
         for key in _INTEGER_METRICS & row.keys():
             value = row[key]
-            if isinstance(value, (int, float, np.integer, np.floating)) and float(value).is_integer():
+            if isinstance(value, (int, float, np.integer, np.floating)) \
+                    and float(value).is_integer():
                 row[key] = int(value)
         self._metrics[1].writerow([_fmt(row.get(c, float("nan"))) for c in METRIC_COLUMNS])
         now = time.perf_counter()
         timing = {"update": update, "timesteps": int(trainer.num_timesteps),
-                  "fps": stats.get("fps", float("nan")), "time_rollout": stats.get("time_rollout", float("nan")),
-                  "time_update": stats.get("time_update", float("nan")), "wall_time": now - self._start}
-        self._timing[1].writerow([_fmt(timing[c]) for c in TIMING_COLUMNS])
+                  "wall_time": now - self._start}
+        self._timing[1].writerow([_fmt(timing.get(c, stats.get(c, float("nan"))))
+                                  for c in TIMING_COLUMNS])
         first = int(trainer.n_episodes) - len(trainer.last_episodes)
         for j, (env_index, ret, length) in enumerate(trainer.last_episodes):
             self._episodes[1].writerow([first + j, int(env_index), _fmt(float(ret)), int(length),

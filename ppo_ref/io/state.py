@@ -24,7 +24,8 @@ _MISSING = object()
 def _is_skipped_value(value) -> bool:
     """Attribute values never saved nor restored: spaces and callables (a Generator is state)."""
     from gymnasium import Space
-    return isinstance(value, Space) or callable(value) and not isinstance(value, np.random.Generator)
+    return isinstance(value, Space) or (callable(value)
+                                        and not isinstance(value, np.random.Generator))
 
 
 def _encode_value(value):
@@ -106,9 +107,10 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
     :func:`single_env_state` never writes, or a changed limit."""
     layers = _layers(env)
     saved = state["layers"]
-    if [type(l).__name__ for l in layers] != [s["class"] for s in saved]:
+    chain = [type(layer).__name__ for layer in layers]
+    if chain != [s["class"] for s in saved]:
         raise ValueError("env state was saved for wrapper chain "
-                         f"{[s['class'] for s in saved]}, this env has {[type(l).__name__ for l in layers]}")
+                         f"{[s['class'] for s in saved]}, this env has {chain}")
     for layer, entry in zip(layers, saved):
         present = vars(layer)
         for name, obj in entry["attrs"].items():
@@ -154,7 +156,8 @@ def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
             continue
         prefix, _, name = key.partition(".")
         if prefix not in ("m", "v") or not name:
-            raise ValueError(f"arrays has unexpected key {key!r} (expected 't', 'm.<name>', 'v.<name>')")
+            raise ValueError(f"arrays has unexpected key {key!r} (expected 't', 'm.<name>', "
+                             "'v.<name>')")
         (m if prefix == "m" else v)[name] = np.array(value, copy=True)
     check_same_keys(m, "first moments (m.*)", v, "second moments (v.*)")
     return {"t": int(t_arr), "m": m, "v": v}
