@@ -245,10 +245,7 @@ class _Learner:
                 msg = self.group.get(0.05)
                 if msg is not None:
                     self.handle(msg)   # raises on the ActorFailed / ActorFinished notice
-            while True:                # what was read before end-of-file was seen
-                msg = self.group.get(0.0)
-                if msg is None:
-                    break
+            for msg in iter(lambda: self.group.get(0.0), None):  # read before end-of-file
                 self.handle(msg)
             raise ActorDiedError(agent_id, f"{self.group.exit_description(agent_id)} without "
                                            f"reporting an exception")

@@ -107,10 +107,7 @@ class ActorGroup:
 
     def _drain(self, base_get: Callable[[float], Any]) -> None:
         """Keep the last words of every message already in the inbox."""
-        while True:
-            msg = base_get(0.0)
-            if msg is None:
-                return
+        for msg in iter(lambda: base_get(0.0), None):
             self._keep_final(msg)
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
