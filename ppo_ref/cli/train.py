@@ -500,24 +500,21 @@ def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, 
                          f"{run_dir} continues with its saved settings (only --total-timesteps "
                          f"may change)")
     env_id = meta.get("env_id")
-    if args.env is not None and args.env != env_id:
-        conflict(f"--env {args.env}", f"env {env_id}")
-    policy = meta.get("policy") or policy_of_trainer(meta.get("trainer"))
-    if args.policy is not None and args.policy != policy:
-        conflict(f"--policy {args.policy}", f"policy {policy}")
-    if args.seed is not None and args.seed != meta.get("seed"):
-        conflict(f"--seed {args.seed}", f"seed {meta.get('seed')}")
-    vectorization = meta.get("vectorization", "sync")
-    if args.vectorization is not None and args.vectorization != vectorization:
-        conflict(f"--vectorization {args.vectorization}", f"vectorization {vectorization}")
-    if args.run_dir is not None and os.path.realpath(args.run_dir) != os.path.realpath(run_dir):
-        conflict(f"--run-dir {args.run_dir}", f"its directory is {run_dir}")
     with user_input(f"checkpoint of {run_dir}: bad config"):
         saved = PPOConfig.from_dict(meta.get("config", {}))
-    if args.n_envs is not None and args.n_envs != saved.n_envs:
-        conflict(f"--n-envs {args.n_envs}", f"n_envs {saved.n_envs}")
-    if args.backend is not None and args.backend != saved.backend:
-        conflict(f"--backend {args.backend}", f"backend {saved.backend}")
+    for flag, given, name, value in (
+            ("--env", args.env, "env", env_id),
+            ("--policy", args.policy, "policy",
+             meta.get("policy") or policy_of_trainer(meta.get("trainer"))),
+            ("--seed", args.seed, "seed", meta.get("seed")),
+            ("--vectorization", args.vectorization, "vectorization",
+             meta.get("vectorization", "sync")),
+            ("--n-envs", args.n_envs, "n_envs", saved.n_envs),
+            ("--backend", args.backend, "backend", saved.backend)):
+        if given is not None and given != value:
+            conflict(f"{flag} {given}", f"{name} {value}")
+    if args.run_dir is not None and os.path.realpath(args.run_dir) != os.path.realpath(run_dir):
+        conflict(f"--run-dir {args.run_dir}", f"its directory is {run_dir}")
     if args.preset is not None:
         preset = _saved_preset(info, env_id)
         if preset is None:
