@@ -7,13 +7,13 @@ import importlib
 import os
 import signal
 import sys
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "rollout_note", "check_n_envs",
-           "saved_config", "close_quickly"]
+           "saved_config", "close_quickly", "read_run_info", "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -102,18 +102,14 @@ def _abandon(env, workers) -> None:
     """Finish a vector env whose ``close`` failed: kill its workers, close its pipes and mark it
     closed (so that its ``__del__`` does not try again and print the failure at exit)."""
     for worker in workers:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001
             if worker.is_alive():
                 worker.kill()
             worker.join(1.0)
-        except Exception:  # noqa: BLE001
-            pass
     for pipe in getattr(env, "parent_pipes", None) or []:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001
             if pipe is not None:
                 pipe.close()
-        except Exception:  # noqa: BLE001
-            pass
     if env is not None and hasattr(env, "closed"):
         env.closed = True
 
@@ -146,10 +142,8 @@ def close_quickly(trainer, seconds: float) -> None:
     if done.wait(seconds):
         return
     for worker in workers:
-        try:
+        with contextlib.suppress(Exception):  # noqa: BLE001  (already gone)
             worker.kill()
-        except Exception:  # noqa: BLE001  (already gone)
-            pass
     done.wait(1.0)
 
 
@@ -184,6 +178,43 @@ def policy_of_trainer(name: Optional[str]) -> Optional[str]:
         if name and target.endswith(":" + name):
             return policy
     return None
+
+
+def read_run_info(run_dir: str) -> Dict[str, Any]:
+    """The JSON object of ``<run_dir>/config.json`` ({} when it is absent or not an object);
+    :class:`UsageError` when it cannot be read."""
+    path = os.path.join(run_dir, "config.json")
+    if not os.path.exists(path):
+        return {}
+    from ppo_ref.vectors.codec import read_json_file
+    with user_input(f"cannot read {path}"):
+        info = read_json_file(path, "run file")
+    return info if isinstance(info, dict) else {}
+
+
+def check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any],
+                   command: Optional[str] = None, advice: Optional[str] = None) -> None:
+    """Raise :class:`UsageError` unless the checkpoint metadata ``meta`` belongs to the run
+    ``info`` (config.json) describes: the same run id (a run from before run ids has none), env,
+    policy and seed. A checkpoint copied in from another run would otherwise continue that run
+    into this directory's CSV files (``--resume``) or be reported as this run's (``eval``)."""
+    command = command or f"--resume {run_dir}"
+    advice = advice or "or start that run in a directory of its own"
+
+    def refuse(what: str):
+        raise UsageError(f"{command}: checkpoint.npz is not this run's ({what}): a checkpoint "
+                         f"copied in from another run? Put the run's own checkpoint back, "
+                         f"{advice}")
+    ids = info.get("run_id"), meta.get("run_id")
+    if all(isinstance(i, str) for i in ids) and ids[0] != ids[1]:
+        refuse(f"run id {ids[1]}, config.json's {ids[0]}")
+    if "env_id" in info and info.get("env_id") != meta.get("env_id"):
+        refuse(f"env {meta.get('env_id')!r}, config.json's {info.get('env_id')!r}")
+    if "seed" in info and info.get("seed") != meta.get("seed"):
+        refuse(f"seed {meta.get('seed')!r}, config.json's {info.get('seed')!r}")
+    policy = meta.get("policy") or policy_of_trainer(meta.get("trainer"))
+    if isinstance(info.get("policy"), str) and info.get("policy") != policy:
+        refuse(f"policy {policy!r}, config.json's {info.get('policy')!r}")
 
 
 def probe_env(env_id: str) -> None:

@@ -6,8 +6,8 @@ import os
 import sys
 
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, MAX_EPISODES, MAX_SEED, UsageError,
-                                building, close_quickly, probe_env, saved_config,
-                                trainer_class_by_name, user_input)
+                                building, check_same_run, close_quickly, probe_env,
+                                read_run_info, saved_config, trainer_class_by_name, user_input)
 
 __all__ = ["configure_eval", "cmd_eval"]
 
@@ -40,21 +40,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.run_dir} is a file: give a run directory or a checkpoint .npz")
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
         raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
-                         f"--checkpoint-every seconds (default {CHECKPOINT_EVERY_DEFAULT:g}), when stopped "
-                         f"and at the end")
+                         f"--checkpoint-every seconds (default "
+                         f"{CHECKPOINT_EVERY_DEFAULT:g}), when stopped and at the end")
     with user_input():
         _, meta = load_checkpoint(path)
         vet_checkpoint_metadata(meta, f"checkpoint {path!r}")
         check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
     if path != args.run_dir:  # a run directory: its checkpoint must be its run's
-        from ppo_ref.cli.train import _check_same_run, _read_run_info
         try:
-            info = _read_run_info(args.run_dir)
+            info = read_run_info(args.run_dir)
         except UsageError:  # eval needs nothing from a damaged config.json
             info = {}
-        _check_same_run(args.run_dir, info, meta,
-                        f"eval {args.run_dir}", f"or evaluate that file itself: ppo-ref eval "
-                        f"{path}")
+        check_same_run(args.run_dir, info, meta, f"eval {args.run_dir}",
+                       f"or evaluate that file itself: ppo-ref eval {path}")
     saved_config(meta["config"], f"checkpoint {path!r}")  # bounds, before any env is made
     cls = trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
@@ -69,6 +67,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     finally:
         close_quickly(trainer, 10.0)
     mode = "deterministic" if args.deterministic else "stochastic"
-    print(f"{meta.get('env_id')}: {len(returns)} episodes ({mode}) after {meta.get('num_timesteps')} "
-          f"steps: mean return {np.mean(returns):.2f} +- {np.std(returns):.2f} (std)")
+    print(f"{meta.get('env_id')}: {len(returns)} episodes ({mode}) after "
+          f"{meta.get('num_timesteps')} steps: mean return {np.mean(returns):.2f} +- "
+          f"{np.std(returns):.2f} (std)")
     return 0

@@ -23,7 +23,8 @@ __all__ = ["SUBCOMMANDS", "register_subcommand", "build_parser", "main"]
 SUBCOMMANDS: Dict[str, Any] = {}
 
 
-def register_subcommand(name: str, help: str, configure: Callable[[argparse.ArgumentParser], None],
+def register_subcommand(name: str, help: str,
+                        configure: Callable[[argparse.ArgumentParser], None],
                         run: Callable[[argparse.Namespace], int]) -> None:
     """Add a subcommand: ``configure`` adds its arguments, ``run(args)`` returns the exit code."""
     SUBCOMMANDS[name] = (help, configure, run)
@@ -44,14 +45,13 @@ register_subcommand("details", "print the PPO implementation details table (ppo_
 
 
 # the file system ran out of room: a condition of the machine, reported as one line (exit 1)
-_FULL_ERRNOS = frozenset(e for e in (getattr(errno, "ENOSPC", None), getattr(errno, "EDQUOT", None),
-                                     getattr(errno, "EFBIG", None)) if e is not None)
+_FULL_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG")
+                         if hasattr(errno, name))
 
 
 class _OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors on one line (``<prog>: error: <message> (see <prog> --help)``,
-    exit status 2) instead of the usage block followed by the message; subcommand parsers are
-    of this class too (``add_subparsers`` uses the parent's class)."""
+    """argparse with its errors on one line, ``<prog>: error: <message> (see <prog> --help)``
+    (exit status 2; subcommand parsers are of this class too)."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -68,11 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _ReaderGone:
-    """A stdout or stderr whose reader may go away (``ppo-ref train | head``, a closed terminal):
-    the first write or flush that fails with ``OSError`` (``EPIPE``, ``EBADF``, ``EIO``, a
-    full disk) or ``ValueError`` (a closed stream) ends this stream's printing, quietly; the
-    command goes on (training is never stopped by its output). The process's own descriptor is
-    then pointed at ``/dev/null``, so the interpreter's last flush does not complain."""
+    """A stdout or stderr whose reader may go away (``ppo-ref train | head``): the first write
+    or flush that fails (``OSError``, or ``ValueError`` for a closed stream) ends its printing
+    quietly, never the command, and points the descriptor at ``/dev/null`` (so the
+    interpreter's last flush does not complain)."""
 
     def __init__(self, stream, fd: Optional[int]):
         self._stream = stream
@@ -82,12 +81,10 @@ class _ReaderGone:
     def _lost(self) -> None:
         self.gone = True
         if self._fd is not None:
-            try:
+            with contextlib.suppress(OSError):
                 null = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(null, self._fd)
                 os.close(null)
-            except OSError:
-                pass
 
     def write(self, text):
         if self.gone:
@@ -131,13 +128,10 @@ def _guarded_streams():
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``ppo-ref`` and ``python -m ppo_ref``; returns the exit code.
 
-    No subcommand means ``train`` with its defaults. A :class:`UsageError` (bad flags, unusable
-    files or env ids, corrupt checkpoints: see :func:`user_input`) is printed as one line
-    ``ppo-ref <command>: error: <message>`` with exit status 2; a full disk (``ENOSPC``,
-    ``EDQUOT``, ``EFBIG`` while writing) as one line with exit status 1; Ctrl-C outside the
-    training loop (while the trainer is built, say) as one line with exit status 130; other
-    exceptions are bugs and keep their traceback. A stdout or stderr that closes (``ppo-ref
-    train | head``) ends the printing, never the command (:class:`_ReaderGone`).
+    No subcommand means ``train``. One line ``ppo-ref <command>: error: <message>`` reports a
+    :class:`UsageError` (exit status 2) and a full disk (``ENOSPC``, ``EDQUOT``, ``EFBIG``:
+    exit status 1); Ctrl-C outside the training loop is one line and exit status 130; other
+    exceptions are bugs and keep their traceback. Output goes through :class:`_ReaderGone`.
     """
     with _guarded_streams():
         code = _main(argv)

@@ -8,6 +8,7 @@ from ppo_ref.cli.common import UsageError, user_input
 
 __all__ = ["configure_plot", "cmd_plot", "learning_curve_figure", "EV_RANGE"]
 
+
 def configure_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="DIR")
     p.add_argument("--output", default=None, help="PNG path (default DIR/learning_curve.png)")
@@ -17,19 +18,15 @@ def configure_plot(p: argparse.ArgumentParser) -> None:
                 "in early updates, are drawn on the lower edge as red triangles and counted)")
 
 
-#: The y range of the explained-variance panel of ``ppo-ref plot``. Explained variance
-#: ``1 - Var[returns - values] / Var[returns]`` is at most 1 and unbounded below (early updates
-#: can give -1e3 and worse): values below the range are drawn on its lower edge as triangles
-#: and counted in the legend, so an outlier never rescales the panel.
+#: The y range of the explained-variance panel (at most 1, unbounded below: values under it are
+#: drawn on its lower edge and counted, so an outlier never rescales the panel).
 EV_RANGE = (-1.0, 1.0)
 
 
 def learning_curve_figure(plt, episodes, metrics, title: str):
-    """The figure of ``ppo-ref plot``: four panels sharing the x axis (env steps): episode
-    returns with the mean of the last 20; approx_kl and clip_fraction; entropy; explained
-    variance on its own panel, its y axis fixed to :data:`EV_RANGE` (values below are drawn
-    on the lower edge and counted). ``episodes``/``metrics`` are :func:`ppo_ref.io.runlog.read_csv`
-    columns (``{}`` for an empty file). Returns the matplotlib figure."""
+    """The figure of ``ppo-ref plot`` (the panels of its epilog, x axis: env steps; explained
+    variance in :data:`EV_RANGE`) from :func:`ppo_ref.io.runlog.read_csv` columns ``episodes``
+    and ``metrics`` (``{}`` for an empty file). Returns the matplotlib figure."""
     import numpy as np
     fig, axes = plt.subplots(1, 4, figsize=(20, 4))
     ax = axes[0]

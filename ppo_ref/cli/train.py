@@ -1,16 +1,11 @@
 """``ppo-ref train``: a new run, ``--resume`` of a saved one, ``--list-fields``; the run
-directory's lock and the driver that saves the last good checkpoint on any failure.
+directory's lock (:func:`run_dir_lock`) and the driver that saves the last good checkpoint on
+any failure (:func:`run_training`). ``--async`` runs :mod:`ppo_ref.cli.async_train`.
 
-``ppo-ref train`` with no arguments trains CartPole-v1 with ``PPOConfig.zoo_cartpole()`` for
-100k steps into a new ``runs/<env>-<policy>-seed<S>-<timestamp>[-2, -3, ...]``. A ``--run-dir``
-that already holds a run is refused (continue it with ``--resume``); ``--resume DIR`` keeps the
-saved settings, so ``--env/--policy/--seed/--n-envs/--preset/--set`` that differ from them are
-refused (``--total-timesteps`` extends the run); a directory without a checkpoint is restarted
-from scratch with its saved settings. One process writes a run directory at a time
-(:func:`run_dir_lock`). Any exception while training saves the last good checkpoint and exits
-3 with one line (:func:`run_training`). A checkpoint's ``module:EnvId`` env id is imported only
-with ``--allow-import``. Training runs whole rollouts of ``n_steps * n_envs`` steps.
-``--async`` runs :func:`ppo_ref.cli.async_train.cli_train`.
+A ``--run-dir`` that holds a run is refused; ``--resume DIR`` keeps the saved settings (flags
+that differ are refused; ``--total-timesteps`` extends the run) and restarts a directory
+without a checkpoint from scratch with them. A checkpoint's ``module:EnvId`` env id is imported
+only with ``--allow-import``.
 """
 from __future__ import annotations
 
@@ -23,13 +18,14 @@ from typing import Any, Callable, Dict, List, Optional
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
                                 TRAINERS, SigintStopper, UsageError, building, check_n_envs,
-                                close_quickly, one_line, policy_of_trainer, probe_env,
-                                rollout_note, saved_config, trainer_class, trainer_class_by_name,
-                                user_input)
+                                check_same_run, close_quickly, one_line, policy_of_trainer,
+                                probe_env, read_run_info, rollout_note, saved_config,
+                                trainer_class, trainer_class_by_name, user_input)
 
 __all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "default_policy",
            "default_timesteps", "zoo_note", "make_unique_dir", "list_fields", "run_training",
            "run_dir_lock", "LOCK_FILE", "TRAIN_EXAMPLES"]
+
 
 def preset_names() -> List[str]:
     """Every name ``--preset`` accepts: ``zoo``, ``default`` and the PPOConfig presets."""
@@ -38,8 +34,8 @@ def preset_names() -> List[str]:
 
 
 def _resolve_preset(preset: Optional[str], env_id: str) -> str:
-    """The preset a run records: the one given, else ``zoo`` for an env in the zoo table
-    (:data:`ppo_ref.zoo.ZOO`) and ``default`` for any other."""
+    """The preset a run records: the one given, else ``zoo`` for an env of
+    :data:`ppo_ref.zoo.ZOO` and ``default`` for any other."""
     if preset is None:
         from ppo_ref.zoo import zoo_entry
         return "zoo" if zoo_entry(env_id) is not None else "default"
@@ -64,8 +60,7 @@ def default_timesteps(env_id: str, preset: Optional[str]) -> int:
 
 
 def zoo_note(env_id: str, preset: Optional[str], policy: str) -> Optional[str]:
-    """The line ``train`` prints at the start of a new run about the zoo settings it uses
-    (None when it uses none)."""
+    """The line a new run prints about the zoo settings it uses (None when it uses none)."""
     from ppo_ref.zoo import zoo_entry
     if _resolve_preset(preset, env_id) != "zoo":
         return None
@@ -80,11 +75,8 @@ def zoo_note(env_id: str, preset: Optional[str], policy: str) -> Optional[str]:
 
 
 def make_unique_dir(base: str) -> str:
-    """Create and return ``base``, or ``base-2``, ``base-3``, ... (the first that does not exist).
-
-    Each candidate is created with ``os.makedirs(exist_ok=False)``, so two processes racing for
-    the same name (two runs started in the same second) get different directories.
-    """
+    """Create and return ``base``, or ``base-2``, ``base-3``, ... (the first that does not exist;
+    ``os.makedirs(exist_ok=False)``, so two racing processes get different directories)."""
     candidate, n = base, 1
     while True:
         try:
@@ -97,11 +89,11 @@ def make_unique_dir(base: str) -> str:
 
 def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_envs: Optional[int],
                  backend: Optional[str] = None):
-    """The PPOConfig for ``train``: the zoo entry of ``env_id`` (:data:`ppo_ref.zoo.ZOO`; without
-    ``--preset`` and with ``--preset zoo``; an env without an entry gets ``PPOConfig()``, or
-    CartPole-v1's entry ``zoo_cartpole()`` with ``--preset zoo``), ``PPOConfig.preset(name)``
-    for a named preset, ``PPOConfig()`` for ``default``; then ``--n-envs`` and every ``--set
-    field=value`` (typed by :func:`ppo_ref.config.parse_overrides`)."""
+    """The PPOConfig for ``train``: the zoo entry of ``env_id`` (without ``--preset`` and with
+    ``--preset zoo``; ``PPOConfig()`` for an env without one, or ``zoo_cartpole()`` with
+    ``--preset zoo``), ``PPOConfig.preset(name)``, or ``PPOConfig()`` for ``default``; then
+    ``--n-envs``, ``--backend`` and every ``--set field=value``
+    (:func:`ppo_ref.config.parse_overrides`)."""
     from ppo_ref.config import PPOConfig, parse_overrides
     from ppo_ref.zoo import zoo_entry
     changes = parse_overrides(overrides or [])
@@ -114,9 +106,7 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
     preset = _resolve_preset(preset, env_id)
     if preset == "zoo":
         entry = zoo_entry(env_id)
-        if entry is None:
-            return PPOConfig.zoo_cartpole(**changes)
-        return entry.config(**changes)
+        return PPOConfig.zoo_cartpole(**changes) if entry is None else entry.config(**changes)
     if preset == "default":
         return PPOConfig(**changes)
     return PPOConfig.preset(preset, **changes)
@@ -132,8 +122,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
                         f"{DEFAULT_TIMESTEPS}; with --resume: the checkpoint's target)")
     p.add_argument("--n-envs", type=int, default=None,
                    help=f"parallel envs, at most {MAX_N_ENVS} (overrides the config)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the run, 0 to 2**63 - 1 "
-                                                          "(default 0)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the run, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--run-dir", default=None,
                    help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
                         "<timestamp>, with -2, -3, ... appended if taken)")
@@ -153,16 +143,16 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-import", action="store_true",
                    help="with --resume: let the saved env id of the form module:EnvId import "
                         "(run) its Python module; without it such a run is refused")
-    p.add_argument("--checkpoint-every", type=float, default=CHECKPOINT_EVERY_DEFAULT, metavar="SECONDS",
-                   help="write checkpoint.npz at least this often (and at the end); 0: after "
-                        "every update")
+    p.add_argument("--checkpoint-every", type=float, default=CHECKPOINT_EVERY_DEFAULT,
+                   metavar="SECONDS", help="write checkpoint.npz at least this often (and at the "
+                                           "end); 0: after every update")
     p.add_argument("--progress-every", type=float, default=2.0, metavar="SECONDS",
                    help="print a progress line at least this often (default 2)")
     p.add_argument("--threads", type=int, default=1, metavar="N",
-                   help="numba threads of the compiled kernels' parallel loops (the two LSTMs or "
-                        "towers of a pass, the Adam step), 1 to NUMBA_NUM_THREADS (default 1: "
-                        "more pays only on cores nothing else uses; the same results for any N; "
-                        "not saved with the run: give it again with --resume)")
+                   help="numba threads of the compiled kernels' parallel loops, 1 to "
+                        "NUMBA_NUM_THREADS (default 1: more pays only on cores nothing else "
+                        "uses; the same results for any N; not saved: give it again with "
+                        "--resume)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress lines (the closing summary line is still printed)")
     p.add_argument("--list-fields", action="store_true",
@@ -173,7 +163,8 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("asynchronous actor-learner (--async)")
     g.add_argument("--async", dest="use_async", action="store_true",
                    help="train with the actor-learner loop (ppo_ref.distributed.learner)")
-    g.add_argument("--num-actors", type=int, default=None, help=f"actors, at most {MAX_NUM_ACTORS} (default 4)")
+    g.add_argument("--num-actors", type=int, default=None,
+                   help=f"actors, at most {MAX_NUM_ACTORS} (default 4)")
     g.add_argument("--actors", default=None, choices=["process", "thread", "ray"],
                    help="where the actors run: processes of this machine (default), threads, or "
                         "Ray actors (needs ppo_ref[ray])")
@@ -183,13 +174,6 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vtrace", action="store_true", help="V-trace off-policy correction")
     g.add_argument("--broadcast-every", type=int, default=None,
                    help="updates between policy broadcasts (default 1)")
-
-
-def _bundled_env_ids() -> List[str]:
-    """The ``ppo_ref/`` ids registered with gymnasium (by :mod:`ppo_ref.envs` on import)."""
-    import gymnasium
-    import ppo_ref.envs  # noqa: F401 -- registers the ids
-    return sorted(env_id for env_id in gymnasium.registry if env_id.startswith("ppo_ref/"))
 
 
 TRAIN_EXAMPLES = (
@@ -207,6 +191,10 @@ TRAIN_EXAMPLES = (
 
 
 def _train_epilog() -> str:
+    """The examples, the zoo table and the bundled env ids (registered by :mod:`ppo_ref.envs`)."""
+    import gymnasium
+
+    import ppo_ref.envs  # noqa: F401 -- registers the ids
     from ppo_ref.zoo import ZOO
     width = max(len(cmd) for cmd, _ in TRAIN_EXAMPLES)
     lines = ["examples:"]
@@ -217,8 +205,9 @@ def _train_epilog() -> str:
     for env_id, entry in ZOO.items():
         lines.append(f"  {env_id:<{env_width}}  {entry.policy:<4}  {entry.n_timesteps:>7} steps  "
                      f"{entry.source}")
+    bundled = sorted(env_id for env_id in gymnasium.registry if env_id.startswith("ppo_ref/"))
     lines += ["", "bundled envs (ppo_ref/envs.py, registered by import ppo_ref): "
-              + ", ".join(_bundled_env_ids())]
+              + ", ".join(bundled)]
     return "\n".join(lines)
 
 
@@ -229,9 +218,8 @@ def _format_value(value) -> str:
 
 
 def list_fields(args: argparse.Namespace, stream=None) -> int:
-    """``train --list-fields``: every PPOConfig field (the ``--set`` names) with its default,
-    its help text and choices, and the value this command's settings (``--env``'s zoo entry,
-    ``--preset``, ``--set``) give it when that differs from the default; returns 0."""
+    """``train --list-fields``: every PPOConfig field with its default, help and choices, and the
+    value this command's ``--env``/``--preset``/``--set`` give it where that differs; 0."""
     import dataclasses
     from ppo_ref.config import PPOConfig
     stream = stream if stream is not None else sys.stdout
@@ -257,18 +245,14 @@ def list_fields(args: argparse.Namespace, stream=None) -> int:
 
 def run_training(trainer, logger, total_timesteps: int, *,
                  learn: Optional[Callable[[], Optional[str]]] = None) -> int:
-    """Drive ``trainer.learn`` with ``logger``: the checkpoint is written at the end, on Ctrl-C
-    and on any failure while training (an env raising in ``step``/``reset``, ``SystemExit`` or
-    any other ``BaseException`` from env code included; an env error; a non-finite update; an
-    actor or the learner of the actor-learner failing; a bug): then the last good state (the
-    snapshot of the last completed update, whose counters and CSV rows agree) is saved, one
-    line is printed and the traceback goes to ``<run_dir>/error.log``. A run that reaches its
-    target ends with the one-line summary of :meth:`ppo_ref.io.runlog.RunLogger.finish` (also
-    with ``--quiet``). ``learn``: what trains instead of ``trainer.learn(total_timesteps,
-    callback=logger.callback)`` (the actor-learner's loop); it may return text for the summary
-    line. Returns the exit code (0; 130 interrupted; 3 training failed)."""
+    """Drive ``trainer.learn(total_timesteps, callback=logger.callback)`` (or ``learn()``, the
+    actor-learner's loop, which may return text for the summary line) and return the exit code:
+    0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C; 3 after any
+    failure (an env raising anything, ``SystemExit`` included; a non-finite update; an actor or
+    the learner failing; a bug). On 130 and 3 the last good state (the snapshot of the last
+    completed update, whose counters and CSV rows agree) is saved and one line printed; the
+    traceback of a failure goes to ``<run_dir>/error.log``."""
     logger.begin(trainer)
-    code = 0
     extra = None
     try:
         with SigintStopper(logger):
@@ -278,12 +262,12 @@ def run_training(trainer, logger, total_timesteps: int, *,
                 extra = learn()
         logger.save(trainer)
     except KeyboardInterrupt:
-        path, note = _save_last_good(logger, trainer)
-        print(f"\nppo-ref: interrupted; {note}", file=sys.stderr)
+        print(f"\nppo-ref: interrupted; {_save_last_good(logger, trainer)}", file=sys.stderr)
         logger.close()
         return 130
     except BaseException as exc:  # noqa: BLE001 -- every failure keeps the finished work
         return _training_failed(trainer, logger, exc)
+    code = 0
     if logger.stop_requested:
         code = 130
         print(f"ppo-ref: stopped at {trainer.num_timesteps} steps; resume with "
@@ -294,22 +278,22 @@ def run_training(trainer, logger, total_timesteps: int, *,
     return code
 
 
-def _save_last_good(logger, trainer):
-    """Save the last good snapshot: ``(path or None, one-line note of what was kept)``."""
+def _save_last_good(logger, trainer) -> str:
+    """Save the last good snapshot; the one-line note of what was kept."""
     run_dir = logger.run_dir
     try:
         path = logger.save_last_good(trainer)
     except Exception as exc:  # noqa: BLE001 -- e.g. the disk is full
-        return None, (f"could not save the last good state ({type(exc).__name__}: "
-                      f"{one_line(exc)}); the previous checkpoint, if any, is unchanged")
+        return (f"could not save the last good state ({type(exc).__name__}: {one_line(exc)}); "
+                f"the previous checkpoint, if any, is unchanged")
     if path is not None:
-        return path, (f"saved the last good checkpoint ({logger.snapshot_timesteps} steps) to "
-                      f"{path}; continue with ppo-ref train --resume {run_dir}")
+        return (f"saved the last good checkpoint ({logger.snapshot_timesteps} steps) to "
+                f"{path}; continue with ppo-ref train --resume {run_dir}")
     if os.path.exists(logger.checkpoint_path):
-        return None, (f"no update completed in this process: the checkpoint {logger.checkpoint_path} "
-                      f"is unchanged; continue with ppo-ref train --resume {run_dir}")
-    return None, (f"no update had completed: nothing saved; start it again with ppo-ref train "
-                  f"--resume {run_dir} (from scratch, same settings) or reuse --run-dir {run_dir}")
+        return (f"no update completed in this process: the checkpoint {logger.checkpoint_path} "
+                f"is unchanged; continue with ppo-ref train --resume {run_dir}")
+    return (f"no update had completed: nothing saved; start it again with ppo-ref train "
+            f"--resume {run_dir} (from scratch, same settings) or reuse --run-dir {run_dir}")
 
 
 def _training_failed(trainer, logger, exc: BaseException) -> int:
@@ -317,18 +301,17 @@ def _training_failed(trainer, logger, exc: BaseException) -> int:
     import traceback
     from ppo_ref.distributed.messages import ActorLearnerError
     from ppo_ref.train.rollout import EnvStepError
+    log_path = os.path.join(logger.run_dir, "error.log")
     log_note = ""
-    try:
-        with open(os.path.join(logger.run_dir, "error.log"), "a", encoding="utf-8") as fh:
+    with contextlib.suppress(OSError):
+        with open(log_path, "a", encoding="utf-8") as fh:
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             actor_traceback = getattr(exc, "actor_traceback", "")
             if actor_traceback:
                 fh.write(f"--- the traceback actor {getattr(exc, 'agent_id', '?')} sent ---\n"
                          f"{actor_traceback.rstrip()}\n")
-        log_note = f" (traceback in {os.path.join(logger.run_dir, 'error.log')})"
-    except OSError:
-        pass
-    _, note = _save_last_good(logger, trainer)
+        log_note = f" (traceback in {log_path})"
+    note = _save_last_good(logger, trainer)
     if isinstance(exc, EnvStepError):
         what = f"environment error: {one_line(exc)}"
     elif isinstance(exc, ActorLearnerError):
@@ -336,10 +319,8 @@ def _training_failed(trainer, logger, exc: BaseException) -> int:
     else:
         what = f"training failed: {type(exc).__name__}: {one_line(exc)}"
     print(f"ppo-ref train: error: {what}; {note}{log_note}", file=sys.stderr)
-    try:
+    with contextlib.suppress(OSError):
         logger.close()
-    except OSError:
-        pass
     return 3
 
 
@@ -361,13 +342,8 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     if args.num_actors is not None and args.num_actors > MAX_NUM_ACTORS:
         raise UsageError(f"--num-actors must be in [1, {MAX_NUM_ACTORS}], got {args.num_actors}")
     if args.preset is not None and args.preset not in preset_names():
-        raise UsageError(f"unknown --preset {args.preset!r}; choose from {', '.join(preset_names())}")
-    async_only = [flag for flag, value in (("--num-actors", args.num_actors),
-                                           ("--vtrace", args.vtrace or None),
-                                           ("--broadcast-every", args.broadcast_every),
-                                           ("--actors", args.actors),
-                                           ("--ray-address", args.ray_address))
-                  if value is not None]
+        raise UsageError(f"unknown --preset {args.preset!r}; choose from "
+                         f"{', '.join(preset_names())}")
     if args.allow_import and not args.resume:
         raise UsageError("--allow-import only applies with --resume (an --env module:EnvId you "
                          "type yourself is imported without it)")
@@ -375,9 +351,16 @@ def _check_train_flags(args: argparse.Namespace) -> None:
         raise UsageError("--async cannot be combined with --resume: --resume continues the run "
                          "with the trainer it was started with")
     if not args.use_async:
+        async_only = [flag for flag, value in (("--num-actors", args.num_actors),
+                                               ("--vtrace", args.vtrace or None),
+                                               ("--broadcast-every", args.broadcast_every),
+                                               ("--actors", args.actors),
+                                               ("--ray-address", args.ray_address))
+                      if value is not None]
         if async_only:
-            raise UsageError(f"{', '.join(async_only)} only appl{'ies' if len(async_only) == 1 else 'y'} "
-                             "to the actor-learner: add --async (or drop the flag)")
+            verb = "applies" if len(async_only) == 1 else "apply"
+            raise UsageError(f"{', '.join(async_only)} only {verb} to the actor-learner: add "
+                             "--async (or drop the flag)")
         return
     if args.policy == "lstm":
         raise UsageError("--async --policy lstm is not supported: the actor-learner trains the MLP "
@@ -385,7 +368,8 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     if args.vectorization is not None:
         raise UsageError("--vectorization does not apply with --async (each actor process steps "
                          "its own envs)")
-    for flag, value in (("--num-actors", args.num_actors), ("--broadcast-every", args.broadcast_every)):
+    for flag, value in (("--num-actors", args.num_actors),
+                        ("--broadcast-every", args.broadcast_every)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if args.ray_address is not None and args.actors != "ray":
@@ -402,9 +386,8 @@ _HELD_LOCKS: set = set()  # lock files this process holds (real paths)
 
 
 def _open_lock_file(run_dir: str, path: str) -> int:
-    """Open (create) the lock file without following a symlink, and only if it is a plain file
-    of its own (not a FIFO, device or directory, and no hard link to a file elsewhere): it is
-    truncated and written with the pid, which must never reach another file."""
+    """Open (create) the lock file, only as a plain file of its own (no symlink followed, no
+    FIFO, device, directory or hard link): its pid is written and must reach no other file."""
     import stat
     refuse = (f"{run_dir}: its lock file {LOCK_FILE} is not a plain file of its own (a symlink, "
               f"hard link, FIFO, device or directory): refusing to write it; remove {path} if "
@@ -414,7 +397,8 @@ def _open_lock_file(run_dir: str, path: str) -> int:
     except OSError as exc:
         if os.path.islink(path) or os.path.isdir(path):
             raise UsageError(refuse) from None
-        raise UsageError(f"cannot lock the run directory {run_dir}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot lock the run directory {run_dir}: "
+                         f"{exc.strerror or exc}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:  # 0: its holder just removed it
         os.close(fd)
@@ -424,13 +408,12 @@ def _open_lock_file(run_dir: str, path: str) -> int:
 
 @contextlib.contextmanager
 def run_dir_lock(run_dir: str, created: bool = False):
-    """Hold the run directory ``run_dir`` (created if needed) for one writer: an exclusive
-    ``fcntl.flock`` on ``<run_dir>/.lock`` (which holds the writer's pid) for the whole block.
-    Raises :class:`UsageError` at once, touching nothing else in ``run_dir``, when another
-    process (or another open of the lock in this one) holds it. The lock file is removed on
-    exit (and the directory too if it is empty and this call, or the caller: ``created``, made
-    it); a writer that opened the file just before its removal notices (different inode) and
-    locks the new file instead, so two writers never both hold the directory."""
+    """Hold ``run_dir`` (created if needed) for one writer: an exclusive ``fcntl.flock`` on
+    ``<run_dir>/.lock`` (holding the writer's pid) for the block. :class:`UsageError` at once,
+    touching nothing else, when another process (or another open in this one) holds it. On exit
+    the lock file is removed, and the directory too if it is empty and this call (or the caller:
+    ``created``) made it; a writer that opened the file just before its removal sees another
+    inode and locks the new file, so two writers never both hold the directory."""
     import fcntl
     created = created or not os.path.isdir(run_dir)
     with user_input(f"cannot lock the run directory {run_dir}"):
@@ -464,24 +447,19 @@ def run_dir_lock(run_dir: str, created: bool = False):
         yield path
     finally:
         _HELD_LOCKS.discard(key)
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(path)
-        except OSError:
-            pass
         os.close(fd)
         if created:  # made here and nothing written (the run was refused): leave no trace
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(run_dir)
-            except OSError:
-                pass
 
 
 def _check_fresh_run_dir(run_dir: str) -> None:
-    """``--run-dir`` must not hold a run already (it would be overwritten)."""
+    """``--run-dir`` must not hold a run (one stopped before its first update, with header-only
+    CSVs and no checkpoint, may be reused)."""
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
-    # A run stopped before its first update leaves config.json and header-only CSVs but no
-    # checkpoint: nothing to resume and nothing to lose, so such a directory may be reused.
     if os.path.exists(os.path.join(run_dir, "checkpoint.npz")):
         raise UsageError(f"{run_dir} already holds a run (checkpoint.npz): continue it with "
                          f"--resume {run_dir}, or choose another --run-dir")
@@ -495,45 +473,9 @@ def _check_fresh_run_dir(run_dir: str) -> None:
                              "or choose another --run-dir")
 
 
-def _read_run_info(run_dir: str) -> Dict[str, Any]:
-    path = os.path.join(run_dir, "config.json")
-    if not os.path.exists(path):
-        return {}
-    from ppo_ref.vectors.codec import read_json_file
-    with user_input(f"cannot read {path}"):
-        info = read_json_file(path, "run file")
-    return info if isinstance(info, dict) else {}
-
-
-def _check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any],
-                    command: Optional[str] = None, advice: Optional[str] = None) -> None:
-    """The checkpoint must belong to the run its directory describes: the same run id (both
-    written at the run's creation; a run from before run ids has none), and the env, policy
-    and seed config.json records. A checkpoint copied in from another run would otherwise
-    continue that other run into this directory's CSV files (``--resume``), or be reported as
-    this run's (``eval``)."""
-    command = command or f"--resume {run_dir}"
-    advice = advice or "or start that run in a directory of its own"
-
-    def refuse(what: str):
-        raise UsageError(f"{command}: checkpoint.npz is not this run's ({what}): a checkpoint "
-                         f"copied in from another run? Put the run's own checkpoint back, "
-                         f"{advice}")
-    ids = info.get("run_id"), meta.get("run_id")
-    if all(isinstance(i, str) for i in ids) and ids[0] != ids[1]:
-        refuse(f"run id {ids[1]}, config.json's {ids[0]}")
-    if "env_id" in info and info.get("env_id") != meta.get("env_id"):
-        refuse(f"env {meta.get('env_id')!r}, config.json's {info.get('env_id')!r}")
-    if "seed" in info and info.get("seed") != meta.get("seed"):
-        refuse(f"seed {meta.get('seed')!r}, config.json's {info.get('seed')!r}")
-    policy = meta.get("policy") or policy_of_trainer(meta.get("trainer"))
-    if isinstance(info.get("policy"), str) and info.get("policy") != policy:
-        refuse(f"policy {policy!r}, config.json's {info.get('policy')!r}")
-
-
 def _saved_preset(info: Dict[str, Any], env_id: str) -> Optional[str]:
-    """The preset name a run was started with: recorded in config.json (``preset``), else read
-    from its recorded command line; None when neither says."""
+    """The preset a run was started with: config.json's ``preset``, else read from its recorded
+    command line; None when neither says."""
     if isinstance(info.get("preset"), str):
         return info["preset"]
     argv = info.get("argv")
@@ -554,27 +496,25 @@ def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, 
     from ppo_ref.config import PPOConfig, parse_overrides
 
     def conflict(flag: str, saved: str):
-        raise UsageError(f"{flag} conflicts with the run being resumed ({saved}); --resume {run_dir} "
-                         "continues with its saved settings (only --total-timesteps may change)")
+        raise UsageError(f"{flag} conflicts with the run being resumed ({saved}); --resume "
+                         f"{run_dir} continues with its saved settings (only --total-timesteps "
+                         f"may change)")
     env_id = meta.get("env_id")
-    if args.env is not None and args.env != env_id:
-        conflict(f"--env {args.env}", f"env {env_id}")
-    policy = meta.get("policy") or policy_of_trainer(meta.get("trainer"))
-    if args.policy is not None and args.policy != policy:
-        conflict(f"--policy {args.policy}", f"policy {policy}")
-    if args.seed is not None and args.seed != meta.get("seed"):
-        conflict(f"--seed {args.seed}", f"seed {meta.get('seed')}")
-    vectorization = meta.get("vectorization", "sync")
-    if args.vectorization is not None and args.vectorization != vectorization:
-        conflict(f"--vectorization {args.vectorization}", f"vectorization {vectorization}")
-    if args.run_dir is not None and os.path.realpath(args.run_dir) != os.path.realpath(run_dir):
-        conflict(f"--run-dir {args.run_dir}", f"its directory is {run_dir}")
     with user_input(f"checkpoint of {run_dir}: bad config"):
         saved = PPOConfig.from_dict(meta.get("config", {}))
-    if args.n_envs is not None and args.n_envs != saved.n_envs:
-        conflict(f"--n-envs {args.n_envs}", f"n_envs {saved.n_envs}")
-    if args.backend is not None and args.backend != saved.backend:
-        conflict(f"--backend {args.backend}", f"backend {saved.backend}")
+    for flag, given, name, value in (
+            ("--env", args.env, "env", env_id),
+            ("--policy", args.policy, "policy",
+             meta.get("policy") or policy_of_trainer(meta.get("trainer"))),
+            ("--seed", args.seed, "seed", meta.get("seed")),
+            ("--vectorization", args.vectorization, "vectorization",
+             meta.get("vectorization", "sync")),
+            ("--n-envs", args.n_envs, "n_envs", saved.n_envs),
+            ("--backend", args.backend, "backend", saved.backend)):
+        if given is not None and given != value:
+            conflict(f"{flag} {given}", f"{name} {value}")
+    if args.run_dir is not None and os.path.realpath(args.run_dir) != os.path.realpath(run_dir):
+        conflict(f"--run-dir {args.run_dir}", f"its directory is {run_dir}")
     if args.preset is not None:
         preset = _saved_preset(info, env_id)
         if preset is None:
@@ -590,11 +530,34 @@ def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, 
                 conflict(f"--set {item}", f"{field}={getattr(saved, field)!r}")
 
 
+def _make_trainer(policy: str, env_id: str, config, seed: int, vectorization: str):
+    """The trainer of a new or restarted run (it validates the config against the env)."""
+    kwargs = {"seed": seed}
+    if vectorization != "sync":
+        kwargs["vectorization"] = vectorization
+    with building(f"cannot train {policy} on {env_id}"):
+        return trainer_class(policy)(env_id, config, **kwargs)
+
+
+def _schedule_note(trainer, saved_total: int, total: int) -> None:
+    """Say that annealed schedules restart over a target a resume changed."""
+    annealed = [name for name, kind in (("learning rate", trainer.config.lr_schedule),
+                                        ("clip range", trainer.config.clip_range_schedule))
+                if kind != "constant"]
+    if total == saved_total or not annealed:
+        return
+    many = len(annealed) > 1
+    print(f"ppo-ref: note: the target changed from {saved_total} to {total} steps; the "
+          f"{' and '.join(annealed)} schedule{'s' if many else ''} now "
+          f"anneal{'' if many else 's'} over the new horizon (progress = 1 - "
+          f"steps / {total}), so {'they restart' if many else 'it restarts'} "
+          f"from {'their' if many else 'its'} value at {trainer.num_timesteps} "
+          f"of {total} steps", file=sys.stderr)
+
+
 def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
     """``(trainer, run_dir, run_info, resume_from, total)`` for ``--resume``, or an exit code.
-    The run directory is locked (on ``hold``) before anything in it is read or written. A
-    directory with a ``config.json`` but no checkpoint (a run that failed or was killed before
-    its first checkpoint) is restarted from scratch with its saved settings."""
+    The run directory is locked (on ``hold``) before anything in it is read or written."""
     from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
     run_dir = args.resume
     path = os.path.join(run_dir, "checkpoint.npz")
@@ -602,7 +565,7 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
                                           os.path.isfile(os.path.join(run_dir, "config.json"))):
         raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
     hold.enter_context(run_dir_lock(run_dir))
-    info = _read_run_info(run_dir)
+    info = read_run_info(run_dir)
     if os.path.lexists(path) and not os.path.isfile(path):
         # never taken for "no checkpoint": restarting would replace the run's CSV files
         raise UsageError(f"--resume {run_dir}: its checkpoint.npz is not a regular file (a "
@@ -615,10 +578,11 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
         vet_checkpoint_metadata(meta, f"checkpoint {path!r}")
         check_env_import(meta.get("env_id"), args.allow_import, f"checkpoint {path!r}")
     saved_config(meta["config"], f"checkpoint {path!r}")
-    _check_same_run(run_dir, info, meta)
+    check_same_run(run_dir, info, meta)
     _check_resume_flags(args, run_dir, meta, info)
     done = int(meta.get("num_timesteps", 0))
-    total = args.total_timesteps if args.total_timesteps is not None else int(meta["total_timesteps"])
+    saved_total = int(meta["total_timesteps"])
+    total = saved_total if args.total_timesteps is None else args.total_timesteps
     if done >= total:
         print(f"ppo-ref: {run_dir} has already reached its target ({done} steps >= {total}); to "
               f"train further, extend it: ppo-ref train --resume {run_dir} --total-timesteps N "
@@ -639,17 +603,7 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
                 "total_timesteps": total, "argv": args.argv}
     resume_from = {"n_updates": trainer.n_updates, "num_timesteps": trainer.num_timesteps}
     print(f"ppo-ref: resuming {run_dir} at {trainer.num_timesteps} steps, target {total}")
-    saved_total = int(meta["total_timesteps"])
-    annealed = [name for name, kind in (("learning rate", trainer.config.lr_schedule),
-                                        ("clip range", trainer.config.clip_range_schedule))
-                if kind != "constant"]
-    if total != saved_total and annealed:
-        print(f"ppo-ref: note: the target changed from {saved_total} to {total} steps; the "
-              f"{' and '.join(annealed)} schedule{'s' if len(annealed) > 1 else ''} now "
-              f"anneal{'' if len(annealed) > 1 else 's'} over the new horizon (progress = 1 - "
-              f"steps / {total}), so {'they restart' if len(annealed) > 1 else 'it restarts'} "
-              f"from {'their' if len(annealed) > 1 else 'its'} value at {trainer.num_timesteps} "
-              f"of {total} steps", file=sys.stderr)
+    _schedule_note(trainer, saved_total, total)
     rollout_note(trainer.config, trainer.num_timesteps, total)
     return trainer, run_dir, run_info, resume_from, total
 
@@ -658,7 +612,6 @@ def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any])
     """``--resume DIR`` of a run without a checkpoint: the run again from step 0 with the
     settings its ``config.json`` records (its CSV rows are dropped: nothing was saved)."""
     from ppo_ref.io.checkpoint import check_env_import
-    from ppo_ref.config import PPOConfig
     needed = ("env_id", "policy", "seed", "config", "total_timesteps")
     if not all(key in info for key in needed) or info.get("policy") not in TRAINERS:
         raise UsageError(f"--resume {run_dir}: no checkpoint.npz there and its config.json does "
@@ -672,17 +625,12 @@ def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any])
             raise ValueError(f"bad seed {seed!r}")
     config = saved_config(info["config"], f"--resume {run_dir}: config.json")
     _check_resume_flags(args, run_dir, info, info)
-    total = args.total_timesteps if args.total_timesteps is not None else int(info["total_timesteps"])
+    total = int(info["total_timesteps"]) if args.total_timesteps is None else args.total_timesteps
     probe_env(env_id)
     if info.get("mode") == "async":
         from ppo_ref.cli.async_train import cli_restart
         return int(cli_restart(args, run_dir, info, total))
-    vectorization = info.get("vectorization", "sync")
-    kwargs = {"seed": seed}
-    if vectorization != "sync":
-        kwargs["vectorization"] = vectorization
-    with building(f"cannot train {policy} on {env_id}"):
-        trainer = trainer_class(policy)(env_id, config, **kwargs)
+    trainer = _make_trainer(policy, env_id, config, seed, info.get("vectorization", "sync"))
     run_info = {key: info[key] for key in ("trainer", "policy", "env_id", "seed", "vectorization",
                                            "preset", "config", "argv") if key in info}
     run_info.update(total_timesteps=total, restart_argv=[args.argv])
@@ -713,28 +661,28 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     note = zoo_note(env_id, args.preset, policy)
     if note is not None:
         print(note)
+
+    def new_run_dir(kind: str) -> str:
+        with user_input("cannot create the run directory"):
+            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, kind, seed))
+        if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in _HELD_LOCKS:
+            hold.enter_context(run_dir_lock(run_dir, created=args.run_dir is None))
+        if args.run_dir is not None:
+            _check_fresh_run_dir(run_dir)
+        return run_dir
+
     if args.use_async:
         args.seed, args.env, args.total_timesteps = seed, env_id, total
         args.num_actors = 4 if args.num_actors is None else args.num_actors
         args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
         from ppo_ref.cli.async_train import cli_train
-        with user_input("cannot create the run directory"):
-            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, "async", seed))
-        _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
-        return int(cli_train(args, config, run_dir))
-    cls = trainer_class(policy)
+        return int(cli_train(args, config, new_run_dir("async")))
     vectorization = args.vectorization or "sync"
-    kwargs = {"seed": seed}
-    if vectorization != "sync":
-        kwargs["vectorization"] = vectorization
-    with building(f"cannot train {policy} on {env_id}"):  # the trainer validates config vs env
-        trainer = cls(env_id, config, **kwargs)
+    trainer = _make_trainer(policy, env_id, config, seed, vectorization)
     try:
-        with user_input("cannot create the run directory"):
-            run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, policy, seed))
-        _lock_new_run_dir(run_dir, args.run_dir is not None, hold)
+        run_dir = new_run_dir(policy)
     except BaseException:
-        _close(trainer)
+        close_quickly(trainer, 10.0)
         raise
     run_info = {"trainer": type(trainer).__name__, "policy": policy, "env_id": env_id,
                 "seed": seed, "total_timesteps": total, "vectorization": vectorization,
@@ -745,24 +693,31 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     return trainer, run_dir, run_info, None, total
 
 
-def _lock_new_run_dir(run_dir: str, given: bool, hold: contextlib.ExitStack) -> None:
-    """Lock a new run's directory (unless already held) and, for a ``--run-dir`` the user gave,
-    check again under the lock that it holds no run."""
-    held = os.path.realpath(os.path.join(run_dir, LOCK_FILE))
-    if held not in _HELD_LOCKS:  # a directory not given was just made by make_unique_dir
-        hold.enter_context(run_dir_lock(run_dir, created=not given))
-    if given:
-        _check_fresh_run_dir(run_dir)
-
-
-def _close(trainer, seconds: float = 10.0) -> None:
-    """Close the trainer's envs; workers still open after ``seconds`` are killed
-    (:func:`ppo_ref.cli.common.close_quickly`)."""
-    close_quickly(trainer, seconds)
+def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: Dict[str, Any],
+                     resume_from: Optional[Dict[str, int]], total: int, *,
+                     prepare: Optional[Callable] = None) -> int:
+    """:func:`run_training` with a :class:`~ppo_ref.io.runlog.RunLogger` of ``run_dir``;
+    ``prepare(logger)`` (the actor-learner's) returns the ``learn`` to run. The trainer's envs
+    are closed at the end: 10 s for a finished run's, 0.5 s after a failure or an interrupt
+    (they may be stuck), then their workers are killed."""
+    from ppo_ref.io.runlog import RunLogger
+    trainer.threads = args.threads
+    code = 3
+    try:
+        with user_input(f"cannot write the run directory {run_dir}"):
+            logger = RunLogger(run_dir, run_info, resume_from=resume_from,
+                               progress_every=args.progress_every,
+                               checkpoint_every=args.checkpoint_every, quiet=args.quiet)
+        for note in logger.notes:
+            print(f"ppo-ref: warning: {note}", file=sys.stderr)
+        learn = prepare(logger) if prepare is not None else None
+        code = run_training(trainer, logger, total, learn=learn)
+        return code
+    finally:
+        close_quickly(trainer, 10.0 if code == 0 else 0.5)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ppo_ref.io.runlog import RunLogger
     if args.list_fields:
         return list_fields(args)
     _check_train_flags(args)
@@ -770,19 +725,4 @@ def cmd_train(args: argparse.Namespace) -> int:
         started = _train_resume(args, hold) if args.resume else _train_new(args, hold)
         if isinstance(started, int):
             return started
-        trainer, run_dir, run_info, resume_from, total = started
-        trainer.threads = args.threads
-        code = 3
-        try:
-            with user_input(f"cannot write the run directory {run_dir}"):
-                logger = RunLogger(run_dir, run_info, resume_from=resume_from,
-                                   progress_every=args.progress_every,
-                                   checkpoint_every=args.checkpoint_every, quiet=args.quiet)
-            for note in logger.notes:
-                print(f"ppo-ref: warning: {note}", file=sys.stderr)
-            code = run_training(trainer, logger, total)
-            return code
-        finally:
-            # after a failure or an interrupt the envs may be stuck (a hung or dead worker):
-            # they get half a second, and are then killed; a finished run's envs get 10 s to close
-            _close(trainer, 10.0 if code == 0 else 0.5)
+        return train_in_run_dir(args, *started)

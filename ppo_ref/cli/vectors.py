@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from ppo_ref.cli.common import UsageError
 from ppo_ref.vectors import check_results, format_table, read_json_file, write_vectors
 from ppo_ref.vectors.cases import BACKENDS, SEED
 from ppo_ref.vectors.check import TOLERANCE_PROFILES, nothing_compared
@@ -13,15 +14,11 @@ from ppo_ref.vectors.check import TOLERANCE_PROFILES, nothing_compared
 __all__ = ["configure_vectors", "cmd_vectors", "configure_check", "cmd_check"]
 
 
-def _error(command: str, message: str) -> int:
-    print(f"ppo-ref {command}: error: {' '.join(message.split())}", file=sys.stderr)
-    return 2
-
-
 def configure_vectors(p) -> None:
     """Arguments of ``ppo-ref vectors`` on an argparse parser."""
-    p.description = ("Write golden vectors (inputs, settings, expected outputs, convention preset) "
-                     "as JSON, one file per case, plus index.json. Format: validation/README.md.")
+    p.description = ("Write golden vectors (inputs, settings, expected outputs, convention "
+                     "preset) as JSON, one file per case, plus index.json. Format: "
+                     "validation/README.md.")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
     p.add_argument("--backend", default="fast", choices=BACKENDS,
@@ -38,26 +35,26 @@ def configure_vectors(p) -> None:
 
 def cmd_vectors(args) -> int:
     """``ppo-ref vectors --out DIR``: write the cases (:func:`ppo_ref.vectors.write_vectors`);
-    print one line per case. A directory that cannot be written is one line on stderr and exit
-    status 2."""
+    print one line per case. :class:`UsageError` for a bad flag or a directory that cannot be
+    written."""
     if args.seed < 0:
-        return _error("vectors", f"--seed must be >= 0, got {args.seed}")
+        raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    settings = {}
+    for item in getattr(args, "set", None) or []:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set expects key=value, got {item!r}")
+        try:
+            settings[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            settings[key.strip()] = text
     try:
-        settings = {}
-        for item in getattr(args, "set", None) or []:
-            key, sep, text = item.partition("=")
-            if not sep:
-                return _error("vectors", f"--set expects key=value, got {item!r}")
-            try:
-                settings[key.strip()] = json.loads(text)
-            except json.JSONDecodeError:
-                settings[key.strip()] = text
         names = write_vectors(args.out, seed=args.seed, backend=args.backend,
                               preset=getattr(args, "preset", None), settings=settings)
     except ValueError as exc:
-        return _error("vectors", str(exc))
+        raise UsageError(str(exc)) from None
     except OSError as exc:
-        return _error("vectors", f"cannot write {args.out}: {exc.strerror or exc}")
+        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
     print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
     for name in names:
         print(f"  {name}")
@@ -89,11 +86,11 @@ def configure_check(p) -> None:
 def cmd_check(args) -> int:
     """``ppo-ref check DIR --results FILE``: print the table of
     :func:`ppo_ref.vectors.check_results`; 1 if a case fails or is missing, or if nothing was
-    compared (every case skipped); 2 (one line on stderr) when the vectors or the results
-    file cannot be read."""
+    compared (every case skipped); :class:`UsageError` when the vectors or the results file
+    cannot be read."""
     if not os.path.isdir(args.vectors_dir):
-        return _error("check", f"vectors directory {args.vectors_dir} does not exist (write "
-                               "one with `ppo-ref vectors --out DIR`)")
+        raise UsageError(f"vectors directory {args.vectors_dir} does not exist (write one with "
+                         "`ppo-ref vectors --out DIR`)")
     try:
         tolerances = (read_json_file(args.tolerances, "tolerances file")
                       if getattr(args, "tolerances", None) else None)
@@ -102,10 +99,10 @@ def cmd_check(args) -> int:
                              profile=getattr(args, "profile", "float64"), tolerances=tolerances,
                              skip_outputs=getattr(args, "skip_output", None) or ())
     except OSError as exc:
-        return _error("check", f"cannot read {exc.filename or args.results}: "
-                               f"{exc.strerror or exc}")
+        raise UsageError(f"cannot read {exc.filename or args.results}: "
+                         f"{exc.strerror or exc}") from None
     except ValueError as exc:
-        return _error("check", str(exc))
+        raise UsageError(str(exc)) from None
     print(format_table(rows))
     if nothing_compared(rows):
         print("ppo-ref check: nothing was compared (every case skipped, missing or unknown): "

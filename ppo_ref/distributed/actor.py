@@ -1,9 +1,8 @@
-"""One actor of the actor-learner loop: :func:`run_actor` (act with the newest broadcast
-policy, send experiences under the step budget), the policy adapter it acts with, and the
+"""One actor of the actor-learner loop: :func:`run_actor`, the policy it acts with, and the
 thread and process entry points that run it (a process actor exits with its parent)."""
-
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue as queue_module
 import threading
@@ -19,7 +18,6 @@ from ppo_ref.distributed.messages import (ActorFailed, ActorFinished, ActorLearn
                                           ExperienceBatch, PolicyBroadcast, Shutdown)
 
 __all__ = ["run_actor", "POLL_SECONDS"]
-
 
 #: Seconds an idle actor or learner waits on a queue before it re-checks liveness.
 POLL_SECONDS = 0.1
@@ -40,37 +38,19 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
               learner_gone: Callable[[], bool], *, chunk_size: int = 32) -> ActorStats:
     """One actor: act in its own env with the newest broadcast policy and send experiences.
 
-    Loop, per env step:
+    Per env step: take every pending message (the newest :class:`PolicyBroadcast` replaces the
+    parameters once the old ones' steps are sent; :class:`Shutdown` ends the actor); while it
+    holds no policy or is over its budget (:mod:`ppo_ref.distributed`, counted from the first
+    version it received), send and wait; act with its own generator (seed ``config.seed + 1 +
+    agent_id``, also the env's), step, reset at an episode's end. Every ``chunk_size`` steps
+    (and before waiting or switching parameters) the unsent steps go as one
+    :class:`ExperienceBatch`, their ``log_probs`` and ``values`` computed in one pass with the
+    parameters that acted.
 
-    1. take every pending message (non-blocking); the newest :class:`PolicyBroadcast` replaces
-       the parameters (after the steps taken with the old ones are sent); :class:`Shutdown`
-       ends the actor;
-    2. while it holds no policy yet, or producing one more step would put it more than
-       ``config.lead_limit`` steps ahead of ``(version - first) * broadcast_every * n_steps``
-       (the rows the learner provably consumed since it sent ``first``, the first version this
-       actor received: 0, or the version a resumed learner continues from), send the unsent
-       steps and wait for a newer broadcast;
-    3. sample the action with its own ``np.random.Generator`` (seeded ``seed + 1 + agent_id``);
-       step the env; reset it when the episode ended (the reset observation travels with the
-       step as ``reset_observation``);
-    4. every ``chunk_size`` steps (and before waiting or switching parameters) send the unsent
-       steps as one :class:`ExperienceBatch`; their ``log_probs`` and ``values`` are computed
-       then, in one batched pass with the parameters that chose the actions (the same
-       quantities as at acting time, up to BLAS rounding; as the synchronous collector does).
-
-    Args:
-        agent_id: this actor's column in the learner's buffer, in ``[0, num_actors)``.
-        env: gymnasium id or zero-argument env factory; the env is reset with
-            ``seed = config.seed + 1 + agent_id``.
-        config: the loop's configuration (network settings from ``config.ppo``).
-        send: puts one message on the learner's queue.
-        receive: ``receive(timeout_seconds)`` -> the next learner message or ``None`` (0 means
-            do not wait).
-        learner_gone: returns True once the learner can no longer read (then the actor stops).
-        chunk_size: steps per :class:`ExperienceBatch` message (>= 1).
-
-    Returns:
-        :class:`ActorStats`.
+    ``env``: gymnasium id or zero-argument factory; ``send(message)`` puts on the learner's
+    queue; ``receive(timeout)`` returns the next learner message or None (0: do not wait);
+    ``learner_gone()`` is True once the learner cannot read (the actor stops). Returns
+    :class:`ActorStats`.
     """
     from ppo_ref.io.checkpoint import arrays_from_bytes
 
@@ -86,22 +66,18 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         broadcasts = steps = episodes = 0
         budget = config.steps_per_broadcast
         lead = config.lead_limit
-        # Unsent steps, one list per field (all acted with `version`): observation, action,
-        # reward, next_observation, terminated, truncated, the observation acted from next (the
-        # reset one where the episode ended), and the policy output each action was drawn from
-        # (the behaviour log-probs and values are computed per chunk, with the acting
-        # parameters, when it is sent).
+        # unsent steps, all acted with `version`: observation, action, reward, next_observation,
+        # terminated, truncated, the observation acted from next, the policy output acted from
         columns: Tuple[list, ...] = ([], [], [], [], [], [], [], [])
 
         def flush():
             if columns[0]:
-                k = len(columns[0])
                 values, log_probs = policy.behaviour(columns[0], columns[1], columns[7])
                 send(ExperienceBatch(agent_id, np.array(columns[0]), np.array(columns[1]),
                                      np.array(columns[2], dtype=np.float64), np.array(columns[3]),
                                      np.array(columns[4], dtype=bool),
                                      np.array(columns[5], dtype=bool), values, log_probs,
-                                     np.full(k, version, dtype=np.int64),
+                                     np.full(len(columns[0]), version, dtype=np.int64),
                                      np.array(columns[6])))
                 for column in columns:
                     column.clear()
@@ -112,17 +88,16 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
         newest: Optional[PolicyBroadcast] = None
         first_version = -1
         while True:
-            # 1. newest pending broadcast; 2. wait while over budget or without a policy.
             waiting = False
             while True:
                 msg = receive(POLL_SECONDS if waiting and newest is None else 0.0)
                 if msg is None:
                     if newest is not None:
-                        flush()                     # steps of the old version go first
+                        flush()
                         policy.set_params(arrays_from_bytes(newest.payload,
                                                             source="PolicyBroadcast"))
                         version = newest.version
-                        if first_version < 0:       # a resumed learner starts above 0
+                        if first_version < 0:
                             first_version = version
                         newest = None
                     if version >= 0 and steps - (version - first_version) * budget < lead:
@@ -144,7 +119,6 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                     continue
                 raise ActorLearnerError(f"actor {agent_id} received an unexpected message "
                                         f"{type(msg).__name__}")
-            # 3. act and step.
             action, env_action, policy_out = policy.act(obs, rng)
             next_obs, reward, terminated, truncated, _ = env_obj.step(env_action)
             for what, value in (("reward", reward), ("terminated", terminated),
@@ -166,7 +140,6 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
             else:
                 obs = next_obs
             columns[6].append(obs)
-            # 4. send in chunks.
             if len(columns[0]) >= chunk_size:
                 flush()
     finally:
@@ -174,27 +147,23 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
 
 
 def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, chunk_size):
-    """Run ``actor_fn`` and always tell the learner how it ended (finished or failed). The
-    actor's kernels run on one numba thread (:func:`ppo_ref.train.ppo.kernel_threads`): it acts
-    on one observation at a time and shares the cores with the learner."""
+    """Run ``actor_fn`` on one numba thread and always tell the learner how it ended."""
     from ppo_ref.train.ppo import kernel_threads
     try:
         with kernel_threads(1):
             stats = actor_fn(agent_id, env, config, send, receive, learner_gone,
                              chunk_size=chunk_size)
     except BaseException as exc:  # noqa: BLE001  (the learner must hear about everything)
-        try:
+        # a queue that is gone: the liveness check reports the actor
+        with contextlib.suppress(Exception):  # noqa: BLE001
             send(ActorFailed(agent_id, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
-        except Exception:  # noqa: BLE001  (the queue is gone: the liveness check reports it)
-            pass
         return
     send(ActorFinished(agent_id, stats))
 
 
 def _queue_receiver(broadcast_queue):
-    """``receive(timeout)`` for an actor: the next message of its broadcast queue, waiting up to
-    ``timeout`` seconds (not at all for 0), or None. Works for ``queue.Queue`` and
-    ``multiprocessing.Queue`` alike."""
+    """``receive(timeout)`` on a ``queue.Queue`` or ``multiprocessing.Queue``: the next message,
+    waiting up to ``timeout`` seconds (not at all for 0), or None."""
     def receive(timeout: float):
         try:
             if timeout > 0:
@@ -207,25 +176,16 @@ def _queue_receiver(broadcast_queue):
 
 def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broadcast_queue,
                         chunk_size):
-    """Entry point of an actor process (spawn start method: everything here is picklable).
-
-    Experiences go through this actor's own pipe (``experience_writer.send``: no feeder thread,
-    no lock shared with other actors, so an actor that dies mid-write harms nobody else and the
-    learner sees end-of-file); a learner that is gone makes ``send`` raise, which ends the actor.
-    """
+    """Entry point of an actor process (spawn). Experiences go through its own pipe (no lock
+    shared with other actors; a dead actor gives the learner end-of-file); it dies with the
+    learner, ignores Ctrl-C (the learner's) and runs BLAS on one thread."""
     import signal
 
+    from ppo_ref._lifeline import exit_with_parent
     from ppo_ref.train.ppo import limit_blas_threads
 
-    from ppo_ref._lifeline import exit_with_parent
-
-    # A learner killed without shutting its actors down takes them with it, even while an
-    # actor is blocked inside env.step.
     exit_with_parent()
-    # Ctrl-C belongs to the learner, which shuts the actors down itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # One observation per forward pass: BLAS threads would only compete for the cores (numba's
-    # threads likewise: _report_actor).
     limit_blas_threads(1)
     parent = multiprocessing.parent_process()
 
@@ -251,9 +211,8 @@ def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadc
                   _queue_receiver(broadcast_queue), learner_gone, chunk_size)
 
 
-
 class _ActorPolicy:
-    """An actor's view of :class:`ppo_ref.train.policies.MLPPolicy` on the tier of
+    """An actor's :class:`ppo_ref.train.policies.MLPPolicy` on the tier of
     ``ppo_config.backend``: one observation at a time, parameters fixed between broadcasts."""
 
     def __init__(self, env, ppo_config: PPOConfig):
@@ -264,15 +223,12 @@ class _ActorPolicy:
         self.cparams = None
 
     def set_params(self, params) -> None:
-        """Install broadcast parameters (float64 arrays, cast once to the compute dtype)."""
         self.cparams = self.policy.compute_params(
             {k: np.asarray(v, dtype=np.float64) for k, v in params.items()})
 
     def observation(self, obs) -> np.ndarray:
-        """A float64 copy (envs may reuse and mutate their observation buffer), checked as the
-        synchronous collector checks one: ValueError for an observation that is not real
-        numbers (strings, complex: never converted), of another shape than the observation
-        space's, or not finite."""
+        """A float64 copy, checked as the synchronous collector checks one: ``ValueError`` for
+        one that is not real numbers (never converted), of the wrong shape, or not finite."""
         try:
             a = np.asarray(obs)
         except Exception:  # noqa: BLE001  (ragged or exotic: reported, not converted)
@@ -288,17 +244,14 @@ class _ActorPolicy:
         return out
 
     def act(self, obs: np.ndarray, rng: np.random.Generator):
-        """``(action, env_action, policy_out)`` for one observation: the action as stored
-        (int64 or the raw Gaussian sample), as the env receives it (clipped), and the policy
-        output it was drawn from."""
+        """``(action as stored, action the env receives (clipped), policy output)``."""
         acted = self.policy.act(self.cparams, obs.reshape(1, -1), None, None, rng)
         return (acted.actions[0], self.policy.head.to_env(acted.actions)[0],
                 acted.policy_out[0])
 
     def behaviour(self, observations, actions, policy_outs):
-        """``(values [k], log_probs [k])`` of ``k`` acted steps under the current parameters
-        (:meth:`ppo_ref.train.policies.MLPPolicy.behaviour`)."""
+        """``(values [k], log_probs [k])`` float64 of k acted steps under the current parameters."""
         obs = np.asarray(observations, dtype=np.float64).reshape(len(observations), -1)
         log_probs, values = self.policy.behaviour(self.cparams, obs, np.asarray(actions),
                                                   np.asarray(policy_outs), [None])
-        return (np.asarray(values, dtype=np.float64), np.asarray(log_probs, dtype=np.float64))
+        return np.asarray(values, dtype=np.float64), np.asarray(log_probs, dtype=np.float64)

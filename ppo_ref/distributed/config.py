@@ -1,7 +1,5 @@
 """Settings of the actor-learner loop: :class:`AsyncActorLearnerConfig` and
-:func:`async_config_from_ppo` (the configuration ``ppo-ref train --async`` derives from a
-synchronous :class:`~ppo_ref.config.PPOConfig`)."""
-
+:func:`async_config_from_ppo` (what ``ppo-ref train --async`` derives from a PPOConfig)."""
 from __future__ import annotations
 
 import dataclasses
@@ -14,33 +12,29 @@ import numpy as np
 from ppo_ref._checks import check_choice, check_count, check_positive, check_unit_interval
 from ppo_ref.config import PPOConfig
 
-__all__ = [
-    "AsyncActorLearnerConfig", "async_config_from_ppo", "ACTOR_KINDS", "MAX_PROCESS_ACTORS_PER_CPU",
-]
-
+__all__ = ["AsyncActorLearnerConfig", "async_config_from_ppo", "ACTOR_KINDS",
+           "MAX_PROCESS_ACTORS_PER_CPU"]
 
 ACTOR_KINDS = ("thread", "process", "ray")
-"""Where actors run: threads of the learner's process, processes of its machine, or Ray actors
-(a local Ray on loopback, or the Ray cluster at ``ray_address``)."""
+"""Where actors run: threads of the learner's process, processes of its machine, Ray actors."""
+
+MAX_PROCESS_ACTORS_PER_CPU = 16
+"""Most actor processes per CPU core :func:`async_config_from_ppo` accepts (each holds its own
+interpreter, numpy, numba and env: hundreds of them exhaust memory)."""
 
 
 @dataclass(frozen=True)
 class AsyncActorLearnerConfig:
-    """Settings of the asynchronous actor-learner loop (docs/specification.md §6). Validated at construction.
-
-    The learner's PPO update (epochs, minibatch size, learning rate, clip range, losses, network)
-    comes from ``ppo``; its ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda`` are replaced by
-    the fields of this class (see :meth:`learner_ppo_config`), which are the single source for
-    the buffer shape and the discount.
-    """
+    """Settings of the asynchronous actor-learner loop (docs/specification.md §6), validated at
+    construction. The learner's update comes from ``ppo``, whose ``n_steps``, ``n_envs``,
+    ``gamma`` and ``gae_lambda`` are replaced by this class's (:meth:`learner_ppo_config`)."""
 
     num_actors: int = 4
     """Number of actors, each with its own env; the buffer has one column per actor."""
     n_steps: int = 256
     """Rows taken from every actor per update; the buffer is [n_steps, num_actors]."""
     total_timesteps: int = 200_000
-    """Env steps to consume at least: whole updates, ceil(total_timesteps / (n_steps * num_actors))
-    of them (as the synchronous trainer runs whole rollouts)."""
+    """Env steps to consume at least, in whole updates (:attr:`num_updates`)."""
     broadcast_every: int = 1
     """A new policy version is sent to all actors after every this many updates."""
     max_lead_steps: int = 0
@@ -61,18 +55,14 @@ class AsyncActorLearnerConfig:
     starvation_timeout: float = 60.0
     """Seconds without any experience before the learner raises StarvationError."""
     env_step_timeout: float = 60.0
-    """Seconds an actor the learner is waiting for may send nothing before the learner raises
-    StarvationError naming that actor (its env is hung inside env.step or env.reset, or is
-    slower than env_step_timeout / chunk_size seconds per step). The clock starts when the
-    learner begins to wait for the actor's rows (after its last broadcast), so time the actor
-    spent legitimately waiting for a policy never counts."""
+    """Seconds an actor whose rows the learner waits for may send nothing (counted from the
+    start of that wait) before StarvationError names it (its env hung in step or reset)."""
     actors: str = "process"
     """Where the actors run (:data:`ACTOR_KINDS`): "process" (multiprocessing, spawn), "thread"
-    or "ray" (one Ray actor each: :mod:`ppo_ref.distributed.ray_actors`)."""
+    or "ray" (:mod:`ppo_ref.distributed.ray_actors`)."""
     ray_address: Optional[str] = None
-    """With ``actors="ray"``: the address of the Ray cluster to join (``ray.init(address=...)``,
-    e.g. ``"10.0.0.1:6379"`` or ``"auto"``); None starts a Ray of this machine on 127.0.0.1
-    only (or uses the Ray this process is already connected to)."""
+    """With ``actors="ray"``: the Ray cluster to join (e.g. ``"10.0.0.1:6379"`` or ``"auto"``);
+    None starts a Ray of this machine on 127.0.0.1 only (or uses the one already connected)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
     """PPO settings of the learner's update."""
 
@@ -98,7 +88,7 @@ class AsyncActorLearnerConfig:
                              f"actors='ray', got {self.ray_address!r} with actors={self.actors!r}")
         if not isinstance(self.ppo, PPOConfig):
             raise ValueError(f"ppo must be a PPOConfig, got {type(self.ppo).__name__}")
-        minimum_lead = self.broadcast_every * self.n_steps
+        minimum_lead = self.steps_per_broadcast
         if self.max_lead_steps != 0 and self.max_lead_steps < minimum_lead:
             raise ValueError(
                 f"max_lead_steps must be 0 (= 2 * broadcast_every * n_steps) or >= "
@@ -118,14 +108,13 @@ class AsyncActorLearnerConfig:
     @property
     def lead_limit(self) -> int:
         """``max_lead_steps`` with 0 resolved to ``2 * broadcast_every * n_steps``."""
-        return self.max_lead_steps or 2 * self.broadcast_every * self.n_steps
+        return self.max_lead_steps or 2 * self.steps_per_broadcast
 
     @property
     def num_updates(self) -> int:
-        """``ceil(total_timesteps / (n_steps * num_actors))``: whole updates, at least
-        ``total_timesteps`` env steps (as :meth:`ppo_ref.train.ppo.PPOTrainer.learn`)."""
-        rows = self.n_steps * self.num_actors
-        return max(1, -(-self.total_timesteps // rows))
+        """``ceil(total_timesteps / (n_steps * num_actors))``, at least 1 (as
+        :meth:`ppo_ref.train.ppo.PPOTrainer.learn` runs whole rollouts)."""
+        return max(1, -(-self.total_timesteps // (self.n_steps * self.num_actors)))
 
     @property
     def steps_per_broadcast(self) -> int:
@@ -133,8 +122,8 @@ class AsyncActorLearnerConfig:
         return self.broadcast_every * self.n_steps
 
     def learner_ppo_config(self) -> PPOConfig:
-        """``ppo`` with ``n_steps``, ``n_envs = num_actors``, ``gamma`` and ``gae_lambda`` set
-        from this config: the configuration of the learner's :class:`~ppo_ref.train.ppo.PPOTrainer`."""
+        """``ppo`` with this config's ``n_steps``, ``n_envs = num_actors``, ``gamma`` and
+        ``gae_lambda``: the configuration of the learner's PPOTrainer."""
         return self.ppo.replace(n_steps=self.n_steps, n_envs=self.num_actors,
                                 gamma=self.gamma, gae_lambda=self.gae_lambda)
 
@@ -152,8 +141,7 @@ class AsyncActorLearnerConfig:
     def from_dict(cls, d: dict) -> "AsyncActorLearnerConfig":
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
         d = dict(d)
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ValueError(f"unknown AsyncActorLearnerConfig fields: {unknown}")
         if "ppo" in d and not isinstance(d["ppo"], PPOConfig):
@@ -161,31 +149,19 @@ class AsyncActorLearnerConfig:
         return cls(**d)
 
 
-
-
-MAX_PROCESS_ACTORS_PER_CPU = 16
-"""Most actor processes per CPU core :func:`async_config_from_ppo` accepts (a guard against
-exhausting memory; each process holds its own interpreter, numpy, numba and env)."""
-
-
 def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: int,
                           use_vtrace: bool = False, broadcast_every: int = 1, seed: int = 0,
                           actors: str = "process",
                           ray_address: Optional[str] = None) -> AsyncActorLearnerConfig:
-    """The actor-learner configuration the CLI derives from a synchronous ``PPOConfig``.
-
-    Each update consumes as many rows as one synchronous update (``ppo.n_steps * ppo.n_envs``),
-    split evenly over the actors: ``n_steps = ppo.n_steps * ppo.n_envs // num_actors``;
-    ``gamma`` and ``gae_lambda`` are the PPOConfig's. So ``ppo-ref train --async`` on
-    CartPole-v1 (zoo settings: 8 envs x 32 steps) with 4 actors takes 64 steps per actor per
-    update, the same 256-row batch.
+    """The actor-learner configuration of a synchronous ``PPOConfig``: each update consumes the
+    rows of one synchronous update, split evenly: ``n_steps = ppo.n_steps * ppo.n_envs //
+    num_actors`` (CartPole-v1's zoo 8 envs x 32 steps with 4 actors: 64 steps per actor);
+    ``gamma`` and ``gae_lambda`` are the PPOConfig's.
 
     Raises:
-        ValueError: ``num_actors`` < 1, or not a divisor of ``ppo.n_steps * ppo.n_envs`` (the
-            batch would change size), or, with actor processes (or Ray actors on a local Ray),
-            more than
-            :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core (every actor is a Python process
-            holding numpy, numba and its env: hundreds of them exhaust memory).
+        ValueError: ``num_actors`` < 1 or not a divisor of ``ppo.n_steps * ppo.n_envs``, or,
+            with actor processes (or Ray actors on a local Ray), more than
+            :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core.
     """
     num_actors = check_count(num_actors, "num_actors", 1)
     rows = ppo.n_steps * ppo.n_envs
@@ -200,8 +176,7 @@ def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: i
         raise ValueError(f"num_actors ({num_actors}) is more than {MAX_PROCESS_ACTORS_PER_CPU} "
                          f"actor processes per CPU core ({cpus} cores here); use fewer actors, "
                          f"thread actors or a Ray cluster")
-    n_steps = rows // num_actors
-    return AsyncActorLearnerConfig(num_actors=num_actors, n_steps=n_steps,
+    return AsyncActorLearnerConfig(num_actors=num_actors, n_steps=rows // num_actors,
                                    total_timesteps=int(total_timesteps),
                                    broadcast_every=int(broadcast_every), gamma=ppo.gamma,
                                    gae_lambda=ppo.gae_lambda, use_vtrace=bool(use_vtrace),

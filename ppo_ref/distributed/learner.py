@@ -1,8 +1,5 @@
-"""The learner of the actor-learner loop: :func:`learner_loop` gathers every actor's experiences
-in per-actor FIFOs, checks them, turns ``n_steps`` rows per actor into the collector's Rollout,
-updates its :class:`~ppo_ref.train.ppo.PPOTrainer` and broadcasts the new policy; the loop and
-its guarantees are described in :mod:`ppo_ref.distributed`."""
-
+"""The learner of the actor-learner loop, :func:`learner_loop` (the loop and its guarantees:
+:mod:`ppo_ref.distributed`)."""
 from __future__ import annotations
 
 import functools
@@ -27,15 +24,11 @@ __all__ = ["UpdateInfo", "LearnerReport", "learner_loop", "make_learner", "train
 
 
 class UpdateInfo(NamedTuple):
-    """What :func:`learner_loop` passes to its callback after every update.
-
-    ``rollout`` is the ``[n_steps, num_actors]`` buffer the update trained on (column =
-    agent_id), ``advantages``/``returns`` what it trained with, ``policy_versions`` ``[n_steps,
-    num_actors]`` the version each row was acted with, ``version`` the learner's version while
-    the buffer was consumed (lag = ``version - policy_versions``), ``stats`` the trainer's
-    update statistics; ``episode_returns``/``episode_lengths`` the episodes completed in this
-    buffer (consumption order: row by row, columns in agent order).
-    """
+    """What :func:`learner_loop` passes to its callback after every update: ``rollout`` the
+    ``[n_steps, num_actors]`` buffer trained on (column = agent_id) with its ``advantages`` and
+    ``returns``; ``policy_versions`` ``[n_steps, num_actors]`` the version each row acted with,
+    ``version`` the learner's (lag = ``version - policy_versions``); the episodes completed in
+    the buffer, row by row, columns in agent order."""
 
     update: int
     env_steps: int
@@ -55,16 +48,11 @@ class UpdateInfo(NamedTuple):
 
 @dataclass
 class LearnerReport:
-    """Summary of a :func:`learner_loop` run.
-
-    ``broadcasts`` counts every policy broadcast round including the initial version 0, so
-    ``broadcasts = last_version + 1``. ``policy_lag_mean``/``policy_lag_max`` have one entry per
-    update (version - experience.policy_version over the buffer). ``actor_stats`` holds each
-    actor's :class:`ActorStats` (None for an actor that did not report). ``stopped_early``: the
-    callback returned False before ``config.num_updates`` updates. ``actor_errors``: actors
-    that failed after the learner already held every experience it needed (id -> exception
-    text); such a failure cannot stop the run, so it is reported here.
-    """
+    """Summary of a :func:`learner_loop` run: ``broadcasts`` counts every round including
+    version 0; ``policy_lag_mean``/``policy_lag_max`` one entry per update; ``actor_stats`` each
+    actor's :class:`ActorStats` (None: no report); ``stopped_early``: the callback returned
+    False; ``actor_errors``: actors that failed after the learner held all it needed (id ->
+    exception text; such a failure cannot stop the run)."""
 
     updates: int = 0
     env_steps: int = 0
@@ -106,7 +94,7 @@ class _ActorFifo:
             self.count += len(batch)
 
     def take(self, n: int) -> ExperienceBatch:
-        """Remove and return the oldest ``n`` rows (requires ``count >= n``)."""
+        """Remove and return the oldest ``n`` rows (``count >= n``)."""
         parts = []
         need = n
         while need:
@@ -127,8 +115,8 @@ class _ActorFifo:
 
 def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: tuple,
                             action_shape: tuple, discrete: bool, version: int) -> ExperienceBatch:
-    """Validate and normalise a message from an actor; raise :class:`ExperienceError` naming
-    the field."""
+    """The message of an actor, checked and normalised; :class:`ExperienceError` names the
+    field."""
     try:
         agent_id = check_count(batch.agent_id, "Experience.agent_id", 0)
     except ValueError as exc:
@@ -189,13 +177,10 @@ def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: 
         resets = next_observations
     else:
         resets = floats(batch.reset_observations, "reset_observation", (k,) + obs_shape)
-        # what the actor acts from next: the reset observation where the episode ended
         resets = np.where(ended.reshape((k,) + (1,) * len(obs_shape)), resets, next_observations)
     return ExperienceBatch(agent_id, observations, actions, rewards, next_observations,
                            terminated, truncated, values, log_probs,
                            versions.astype(np.int64, copy=False), resets)
-
-
 
 
 #: Seconds between liveness checks of the actors while the learner waits or reads.
@@ -204,11 +189,8 @@ LIVENESS_SECONDS = 0.5
 DEATH_NOTICE_SECONDS = 1.0
 #: Seconds actors get to exit by themselves after a failure before they are terminated.
 ERROR_SHUTDOWN_SECONDS = 0.25
-#: The promise these constants keep: an actor that dies (even by SIGKILL) while the learner
-#: waits for experience is reported as ActorDiedError within this many seconds, whatever the
-#: number of actors: found by the next liveness check (LIVENESS_SECONDS), its last words read
-#: until its pipe reaches end-of-file (immediate for a killed process), then the others stopped
-#: (ERROR_SHUTDOWN_SECONDS plus a terminate that does not wait actor by actor).
+#: An actor that dies (even by SIGKILL) while the learner waits is reported as ActorDiedError
+#: within this many seconds, whatever the number of actors (the constants above keep it).
 ACTOR_DEATH_SECONDS = 2.0
 
 
@@ -221,24 +203,21 @@ class _Learner:
         self.trainer = trainer
         self.group = group
         self.callback = callback
-        policy = trainer.policy
-        self.policy = policy
-        self.obs_shape = tuple(policy.obs_shape)
-        self.action_shape = tuple(policy.head.action_shape)
-        self.discrete = policy.head.action_dtype.kind == "i"  # categorical heads: int actions
+        self.policy = trainer.policy
+        self.obs_shape = tuple(self.policy.obs_shape)
+        self.action_shape = tuple(self.policy.head.action_shape)
+        self.discrete = self.policy.head.action_dtype.kind == "i"
         n = config.num_actors
         self.fifos = [_ActorFifo(i) for i in range(n)]
         self.version = start_version        # the first broadcast carries it
         self.report = LearnerReport()
-        self.episode_start_carry = np.ones(n, dtype=bool)      # the first step starts an episode
+        self.episode_start_carry = np.ones(n, dtype=bool)
         # [N, *obs_shape]: what each actor acts from after the last consumed row
         self.observations_after: Optional[np.ndarray] = None
-        # the unfinished episodes' running return and length (finished_episodes)
         self.episode_return = np.zeros(n, dtype=np.float64)
         self.episode_length = np.zeros(n, dtype=np.int64)
         self.t0 = time.monotonic()
 
-    # -- messages -----------------------------------------------------------------------------
     def handle(self, msg) -> bool:
         """Process one message; True when it carried experience."""
         if isinstance(msg, Experience):
@@ -266,10 +245,7 @@ class _Learner:
                 msg = self.group.get(0.05)
                 if msg is not None:
                     self.handle(msg)   # raises on the ActorFailed / ActorFinished notice
-            while True:                # what was read before end-of-file was seen
-                msg = self.group.get(0.0)
-                if msg is None:
-                    break
+            for msg in iter(lambda: self.group.get(0.0), None):  # read before end-of-file
                 self.handle(msg)
             raise ActorDiedError(agent_id, f"{self.group.exit_description(agent_id)} without "
                                            f"reporting an exception")
@@ -311,7 +287,6 @@ class _Learner:
                     f"no experience for {timeout:g} s (starvation_timeout); update "
                     f"{self.report.updates + 1} needs {n_steps} per actor, FIFO counts {counts}")
 
-    # -- one update ---------------------------------------------------------------------------
     def take_buffer(self) -> ExperienceBatch:
         """The next ``[n_steps, num_actors]`` buffer (fields stacked along axis 1)."""
         cols = [fifo.take(self.config.n_steps) for fifo in self.fifos]
@@ -336,12 +311,9 @@ class _Learner:
                 f"episode ended): experiences were reordered, dropped or duplicated")
 
     def rollout(self, buf: ExperienceBatch):
-        """The buffer as the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector would
-        have recorded for the same transitions (its ``episode_starts`` by the tier's
-        ``episode_starts``, ``final_values`` and ``last_values`` under the learner's current
-        parameters; the actors' behaviour ``values`` and ``log_probs``; the episodes finished in
-        it, raw returns and lengths in step order), counted by the trainer
-        (:meth:`~ppo_ref.train.ppo.PPOTrainer.record_rollout`)."""
+        """The buffer as the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector
+        records for the same transitions (``final_values``, ``last_values`` under the learner's
+        current parameters; the actors' ``values``, ``log_probs``), counted by the trainer."""
         from ppo_ref.train.rollout import Rollout
 
         self.check_continuity(buf)
@@ -377,13 +349,12 @@ class _Learner:
         return self.trainer.record_rollout(rollout)
 
     def update(self) -> UpdateInfo:
-        """One PPO update on the next buffer: :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` of the
-        trainer with :meth:`rollout` as its rollout source (GAE, or V-trace against the current
-        parameters with ``use_vtrace``)."""
+        """One :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` on the next buffer (GAE, or
+        V-trace against the current parameters)."""
         config = self.config
         trainer = self.trainer
         buf = self.take_buffer()
-        advantages_fn = None    # the trainer's GAE
+        advantages_fn = None
         if config.use_vtrace:
             advantages_fn = functools.partial(trainer.compute_vtrace_advantages,
                                               rho_bar=config.rho_bar, c_bar=config.c_bar)
@@ -420,9 +391,7 @@ class _Learner:
         self.report.last_version = self.version
 
     def run(self) -> LearnerReport:
-        # The schedules' horizon: the steps this run will consume (SB3's progress_remaining
-        # then reaches 0 on the last update, as in PPOTrainer.learn when total is a multiple).
-        c = self.config
+        c = self.config  # the schedules' horizon: the steps this run consumes
         self.trainer.total_timesteps = (self.trainer.num_timesteps
                                         + c.num_updates * c.n_steps * c.num_actors)
         self.broadcast()                      # version 0: the actors' initial parameters
@@ -440,66 +409,31 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
                  shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None,
                  start_version: int = 0):
-    """Run the learner of docs/specification.md §6 until ``config.num_updates`` PPO updates are done.
+    """Run the learner (docs/specification.md §6; the data flow: :mod:`ppo_ref.distributed`)
+    for ``config.num_updates`` PPO updates.
 
-    1. Broadcast version 0 (the trainer's current parameters) to every actor.
-    2. Read messages into one FIFO per actor until every FIFO holds ``n_steps`` experiences
-       (validating each: ``agent_id`` in ``[0, num_actors)``, shapes, finiteness, versions).
-    3. Take the oldest ``n_steps`` of each FIFO into a ``[n_steps, num_actors]`` buffer
-       (column = ``agent_id``; later experiences stay queued). ``episode_starts`` continue from
-       the previous buffer (all True at first); each row must continue from the previous row's
-       ``next_observation``, or its ``reset_observation`` where an episode ended (a check
-       against reordering or loss).
-    4. The buffer becomes the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector
-       records for the same transitions, bootstrapped with the learner's current values:
-       ``last_values[n] = V(the observation actor n acts from after the last row)`` (its
-       ``reset_observation`` where that row ended an episode, as the collector's observation
-       after the autoreset) and ``final_values[t, n] = V(next_observation[t, n])`` where step
-       t truncated without terminating; its finished episodes counted as the collector counts
-       them (raw return and length).
-    5. One :meth:`PPOTrainer.iteration <ppo_ref.train.ppo.PPOTrainer.iteration>` on that rollout,
-       exactly as ``PPOTrainer.learn`` runs one: counters (``num_timesteps``, ``n_episodes``,
-       ``recent_returns``, ``last_episodes``; ``progress_remaining`` before or after the
-       rollout as ``schedule_progress`` says, with the schedule horizon ``total_timesteps`` =
-       the steps this run consumes, ``num_updates * n_steps * num_actors``); advantages by
-       ``trainer.compute_advantages`` (GAE with the recorded behaviour values) or, with
-       ``use_vtrace``, ``trainer.compute_vtrace_advantages`` (the tier's ``vtrace``,
-       :func:`ppo_ref.spec.advantages.vtrace`, against the learner's current policy, IMPALA;
-       the same bootstrap values);
-       ``trainer.train_on`` (the PPO ratio is pi_learner / mu_actor; the recorded ``values``
-       are the old values of value clipping and explained variance); ``n_updates += 1``.
-    7. After every ``broadcast_every`` updates: version + 1, its parameters to every actor.
-    8. At the end (or on any error): :class:`Shutdown` to every actor, join (processes that do
-       not exit within ``shutdown_timeout`` seconds are terminated; Ray actors are always
-       killed), then return or re-raise.
+    Each buffer becomes the Rollout the synchronous collector records for the same transitions
+    (:meth:`_Learner.rollout`: ``last_values[n] = V(what actor n acts from next)``,
+    ``final_values[t, n] = V(next_observation[t, n])`` where step t truncated without
+    terminating) and gets one :meth:`PPOTrainer.iteration
+    <ppo_ref.train.ppo.PPOTrainer.iteration>` as ``PPOTrainer.learn`` runs one (schedule horizon
+    ``num_updates * n_steps * num_actors`` steps; GAE, or with ``use_vtrace`` the tier's
+    :func:`ppo_ref.spec.advantages.vtrace` against the learner's policy; ratio pi_learner /
+    mu_actor). At the end or on any error every actor gets :class:`Shutdown` and is joined
+    (processes still running after ``shutdown_timeout`` s are terminated; Ray actors killed).
 
-    Args:
-        config: :class:`AsyncActorLearnerConfig`.
-        trainer: a :class:`~ppo_ref.train.ppo.PPOTrainer` whose ``config`` holds the learner's PPO
-            settings (see :func:`make_learner`); its parameters are updated in place.
-        actors: an :class:`ActorGroup` from :func:`start_actors` (the loop shuts it down), or a
-            gymnasium id / zero-argument env factory, from which the loop starts
-            ``config.num_actors`` actors itself with ``chunk_size`` (None: the actor kind's
-            default, :func:`start_actors`).
-        callback: called with an :class:`UpdateInfo` after every update; returning ``False``
-            stops the loop after that update (then the usual shutdown).
-        shutdown_timeout: seconds to wait for actors to exit before terminating them.
-        start_version: the policy version the learner continues from: 0 for a new run; for a
-            run resumed from a checkpoint (``trainer`` loaded from it), the version saved with
-            it. The first broadcast carries it (the trainer's current parameters), later ones
-            count on from it, and actors budget their lead from the first version they receive.
-            Actors the loop starts itself get their seeds advanced
-            (:func:`resumed_actors_config`), so a resumed run does not replay the first run's
-            episodes.
-
-    Returns:
-        ``(trainer, LearnerReport)``.
+    ``trainer``: a PPOTrainer from :func:`make_learner` (updated in place). ``actors``: an
+    :class:`ActorGroup` (the loop shuts it down) or a gymnasium id / factory from which the loop
+    starts actors with ``chunk_size`` (seeds advanced by :func:`resumed_actors_config`).
+    ``callback(UpdateInfo)`` returning ``False`` stops after that update. ``start_version``: 0,
+    or the version a resumed run's checkpoint saved (actors budget from the first version they
+    receive). Returns ``(trainer, LearnerReport)``.
 
     Raises:
-        StarvationError: no experience for ``config.starvation_timeout`` seconds.
-        ActorDiedError: an actor raised or exited (its id, exception text and traceback).
+        StarvationError: no experience for ``config.starvation_timeout`` seconds, or an actor
+            silent for ``env_step_timeout``. ActorDiedError: an actor raised or exited.
         ExperienceError: (a ``ValueError``) an experience with a bad field, named.
-        ValueError: ``actors`` of the wrong size.
+        ValueError: ``actors`` of the wrong size, a trainer whose gamma/gae_lambda differ.
     """
     start_version = check_count(start_version, "start_version", 0)
     group = actors if isinstance(actors, ActorGroup) else start_actors(
@@ -515,9 +449,7 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                                  f"the trainer with make_learner(config, env)")
         learner = _Learner(config, trainer, group, callback, start_version)
         report = learner.run()
-    except BaseException:
-        # the run failed: its actors get a short grace period, then are terminated, so the
-        # error reaches the caller within ACTOR_DEATH_SECONDS of the failure at any actor count
+    except BaseException:  # a short grace, then terminated: within ACTOR_DEATH_SECONDS
         group.shutdown(min(shutdown_timeout, ERROR_SHUTDOWN_SECONDS))
         raise
     finals = group.shutdown(shutdown_timeout)
@@ -529,11 +461,9 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
 
 def resumed_actors_config(config: AsyncActorLearnerConfig,
                           start_version: int) -> AsyncActorLearnerConfig:
-    """The configuration actors start with when the learner continues from ``start_version``:
-    ``config`` itself for 0 (actor k seeds with ``seed + 1 + k``), otherwise ``seed`` advanced by
-    ``num_actors * start_version``, so actor k of a run resumed at version v seeds its RNG and
-    env with ``seed + 1 + k + num_actors * v``: seeds no earlier actor of the run used, the same
-    ones for every resume from the same checkpoint."""
+    """The actors' configuration when the learner continues from ``start_version`` v: actor k
+    seeds with ``seed + 1 + k + num_actors * v`` (seeds no earlier actor of the run used, the
+    same for every resume from the same checkpoint)."""
     if not start_version:
         return config
     return config.replace(seed=config.seed + config.num_actors * int(start_version))
@@ -543,8 +473,7 @@ def make_learner(config: AsyncActorLearnerConfig, env):
     """The learner's :class:`~ppo_ref.train.ppo.PPOTrainer` for ``env`` (gymnasium id or factory):
     ``config.learner_ppo_config()``, seed ``config.seed``."""
     from ppo_ref.train.ppo import PPOTrainer
-    if not isinstance(env, str):
-        # The trainer wants a vector env (it only reads its spaces here: the actors act).
+    if not isinstance(env, str):  # the trainer reads a vector env's spaces only
         from gymnasium.vector import AutoresetMode, SyncVectorEnv
         env = SyncVectorEnv([env] * config.num_actors, autoreset_mode=AutoresetMode.SAME_STEP)
     return PPOTrainer(env, config.learner_ppo_config(), seed=config.seed)

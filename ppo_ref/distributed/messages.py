@@ -1,13 +1,10 @@
-"""What actors and the learner send each other (experiences, policy broadcasts, shutdown,
-actor reports) and the errors of the actor-learner loop. Every message is a NamedTuple of
-plain values, picklable for the process backend."""
-
+"""What actors and the learner send each other and the errors of the actor-learner loop. Every
+message is a NamedTuple of plain values, picklable for the process backend."""
 from __future__ import annotations
 
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 import numpy as np
-
 
 __all__ = [
     "Experience", "ExperienceBatch", "PolicyBroadcast", "Shutdown", "ActorStats",
@@ -17,19 +14,15 @@ __all__ = [
 
 
 class Experience(NamedTuple):
-    """One env step of one actor, as sent to the learner (docs/specification.md §6).
+    """One env step of one actor (docs/specification.md §6).
 
-    ``observation`` ``[*obs_shape]`` float64: the observation the action was chosen from;
-    ``action``: int64 scalar (discrete) or ``[A]`` float64 raw Gaussian sample (the env got the
-    clipped one); ``reward`` float; ``next_observation``: the real observation after the step
-    (the final one when the episode ended, before any reset); ``terminated`` / ``truncated``:
-    as returned by ``env.step``; ``value`` = V(observation) and ``log_prob`` = log mu(action |
-    observation) (nats) under the parameters of ``policy_version``, the ones that acted;
-    ``reset_observation`` ``[*obs_shape]`` float64: where the step ended an episode
-    (terminated or truncated), the first observation of the next one (what ``env.reset``
-    returned, the observation the actor acts from next), else ``None``. The learner needs it
-    where a buffer's last row ended an episode: the collector's ``last_values`` is the value of
-    that observation.
+    ``observation`` ``[*obs_shape]`` float64, the one the action was chosen from; ``action``
+    int64 scalar (discrete) or ``[A]`` float64 raw Gaussian sample (the env got it clipped);
+    ``next_observation`` the real observation after the step (before any reset);
+    ``terminated``/``truncated`` as ``env.step`` returned them; ``value`` = V(observation) and
+    ``log_prob`` = log mu(action | observation) (nats) under the parameters of
+    ``policy_version``; ``reset_observation``: where the step ended an episode, the first
+    observation of the next one (the learner bootstraps a buffer's last row from it), else None.
     """
 
     agent_id: int
@@ -46,12 +39,8 @@ class Experience(NamedTuple):
 
 
 class ExperienceBatch(NamedTuple):
-    """Consecutive experiences of ONE actor in one message (the fields of :class:`Experience`
-    stacked along a leading axis of length k, in the order the steps were taken).
-
-    Sending k steps per queue message instead of one is only a transport optimisation: the
-    learner unpacks it into exactly the k experiences, same order, same content.
-    """
+    """Consecutive experiences of ONE actor, the fields of :class:`Experience` stacked along a
+    leading axis of length k in step order (one message instead of k)."""
 
     agent_id: int
     observations: np.ndarray        # [k, *obs_shape] float64
@@ -63,9 +52,8 @@ class ExperienceBatch(NamedTuple):
     values: np.ndarray              # [k] float64
     log_probs: np.ndarray           # [k] float64
     policy_versions: np.ndarray     # [k] int64
-    # [k, *obs_shape] float64: the observation the actor acts from next, i.e. reset_observation
-    # where the step ended an episode and next_observation elsewhere; None when no step of the
-    # batch ended an episode
+    # [k, *obs_shape] float64: the observation acted from next (reset_observation where the
+    # step ended an episode, next_observation elsewhere); None when no step ended an episode
     reset_observations: Optional[np.ndarray] = None
 
     def __len__(self) -> int:  # noqa: D105  (number of steps, not of tuple fields)
@@ -73,9 +61,7 @@ class ExperienceBatch(NamedTuple):
 
     @classmethod
     def from_experiences(cls, experiences: Sequence[Experience]) -> "ExperienceBatch":
-        """Stack experiences of a single actor (raises ``ValueError`` on mixed agent ids).
-        ``reset_observations`` holds each experience's ``reset_observation`` (its
-        ``next_observation`` where that is None), or is None when every one is None."""
+        """Stack experiences of a single actor (``ValueError`` on none or mixed agent ids)."""
         if not experiences:
             raise ValueError("experiences must not be empty")
         agent_id = experiences[0].agent_id
@@ -85,23 +71,12 @@ class ExperienceBatch(NamedTuple):
         if any(e.reset_observation is not None for e in experiences):
             resets = np.asarray([e.next_observation if e.reset_observation is None
                                  else e.reset_observation for e in experiences])
-        return cls(
-            agent_id,
-            np.asarray([e.observation for e in experiences]),
-            np.asarray([e.action for e in experiences]),
-            np.asarray([e.reward for e in experiences]),
-            np.asarray([e.next_observation for e in experiences]),
-            np.asarray([e.terminated for e in experiences]),
-            np.asarray([e.truncated for e in experiences]),
-            np.asarray([e.value for e in experiences]),
-            np.asarray([e.log_prob for e in experiences]),
-            np.asarray([e.policy_version for e in experiences]),
-            resets,
-        )
+        stacked = (np.asarray([getattr(e, name) for e in experiences])
+                   for name in Experience._fields[1:-1])  # observation ... policy_version
+        return cls(agent_id, *stacked, resets)
 
     def experiences(self) -> List[Experience]:
-        """The individual :class:`Experience` tuples, in order (``reset_observation`` set
-        where the step ended an episode and ``reset_observations`` is given)."""
+        """The individual :class:`Experience` tuples, in order."""
         resets = self.reset_observations
         return [Experience(self.agent_id, self.observations[i], self.actions[i],
                            float(self.rewards[i]), self.next_observations[i],
@@ -114,11 +89,8 @@ class ExperienceBatch(NamedTuple):
 
 
 class PolicyBroadcast(NamedTuple):
-    """Learner -> actor: policy parameters of ``version`` (0 = initial parameters).
-
-    ``payload`` is :func:`ppo_ref.io.checkpoint.arrays_to_bytes` of the parameter dict: npz bytes,
-    no pickle, a bit-exact round trip through :func:`~ppo_ref.io.checkpoint.arrays_from_bytes`.
-    """
+    """Learner -> actor: the parameters of ``version`` (0 = initial) as the npz bytes of
+    :func:`ppo_ref.io.checkpoint.arrays_to_bytes` (no pickle, bit exact)."""
 
     version: int
     payload: bytes
@@ -155,8 +127,6 @@ class ActorFailed(NamedTuple):
     traceback: str
 
 
-# Errors
-
 class ActorLearnerError(RuntimeError):
     """Base class of the actor-learner loop's errors."""
 
@@ -166,21 +136,15 @@ class StarvationError(ActorLearnerError):
 
 
 class ActorDiedError(ActorLearnerError):
-    """An actor raised, exited or was killed while the learner still needed it.
-
-    ``agent_id`` is the actor's id, ``reason`` its exception text (or exit code) and
-    ``actor_traceback`` the traceback the actor sent (empty when it died without a word). The
-    message is one line, ``actor <id> died: <reason>``; the traceback stays in the attribute
-    (``ppo-ref train`` writes it to the run's ``error.log``).
-    """
+    """An actor raised, exited or was killed while the learner still needed it: one line
+    ``actor <id> died: <reason>``; ``actor_traceback`` holds what the actor sent (empty when it
+    died without a word; ``ppo-ref train`` writes it to ``error.log``)."""
 
     def __init__(self, agent_id: int, reason: str, actor_traceback: str = ""):
         self.agent_id = agent_id
         self.reason = reason
         self.actor_traceback = actor_traceback
         super().__init__(f"actor {agent_id} died: {' '.join(str(reason).split())}")
-
-
 
 
 class ExperienceError(ActorLearnerError, ValueError):

@@ -1,21 +1,13 @@
-"""Ray actors of the actor-learner loop (``actors="ray"``): :class:`RayActorGroup` (the
-:class:`~ppo_ref.distributed.transport.ActorGroup` of Ray actors), :func:`start_ray_actors` and
-:func:`init_ray` (join a cluster, or start a Ray of this machine that listens on 127.0.0.1 only).
+"""Ray actors of the actor-learner loop (``actors="ray"``): :class:`RayActorGroup`,
+:func:`start_ray_actors` and :func:`init_ray` (join a cluster, or start a Ray of this machine
+that listens on 127.0.0.1 only).
 
-Each Ray actor (one CPU, no restarts, spread over the cluster's nodes) runs :func:`run_actor`
-in a thread of its worker process, exactly as a thread actor does, with a local queue each way.
-The learner keeps one ``pull`` call in flight per actor: it returns every message the actor
-produced since the previous pull (the actor sends ``n_steps`` rows per message by default, and
-flushes before it waits for a broadcast), so experiences travel in batches and, one call at a
-time per actor, in the order they were sent. A broadcast is put in the object store once and
-its reference passed to every actor. A failed pull (the actor's process, its node or the
-object holding its messages lost) marks the actor dead with Ray's error text; the learner reads
-that through :meth:`RayActorGroup.is_alive` and :meth:`RayActorGroup.exit_description` as for
-the other kinds. :meth:`RayActorGroup.shutdown` asks every actor to stop, then kills them all;
-Ray itself keeps running for the next run of this process. Ray is imported only here, and only
-when Ray actors are started.
+Each Ray actor (one CPU, no restarts, spread over the nodes) runs :func:`run_actor` in a thread
+of its worker, as a thread actor does. The learner keeps one ``pull`` in flight per actor, which
+returns every message since the previous pull (in order); a broadcast is put in the object
+store once. A failed pull marks the actor dead with Ray's error text; shutdown kills every
+actor and leaves Ray running. Ray is imported only here, and only when Ray actors start.
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -52,6 +44,7 @@ def import_ray():
 
 @contextlib.contextmanager
 def _environ(**values: str):
+    """Set environment variables for the block, then restore them."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -69,27 +62,17 @@ def _is_loopback(host: str) -> bool:
 
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
-    """Connect this process to Ray: join the cluster at ``address``, or (None) start a Ray of
-    this machine whose processes listen on 127.0.0.1 only.
+    """Connect this process to Ray: join the cluster at ``address`` (``HOST:PORT`` or
+    ``"auto"``; its port is tried for 5 s first), or (None) start a Ray of this machine whose
+    processes all listen on 127.0.0.1 only.
 
-    Ray registers a node at the machine's network address and its servers listen on every
-    interface (it even turns a 127.0.0.1 address to join into the machine's address), unless
-    it runs in its single-machine mode (the one of ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``,
-    read when Ray is imported): then the node is 127.0.0.1 and every server (GCS, raylet,
-    object manager, workers, runtime-env agent) binds 127.0.0.1. For a local start, and to
-    join a loopback address, this switches that mode on (the variable for the processes Ray
-    starts, Ray's flag for this process), restores both after ``ray.init``, and checks that
-    every node is 127.0.0.1. A local Ray's workers import ``ppo_ref`` from where this process
-    does (its parent directory goes first on their ``PYTHONPATH``); it has no dashboard.
-    Before joining ``HOST:PORT`` its port is tried (5 s), so a wrong address is one error.
-    Joining a cluster with token authentication (Ray's default) needs ``RAY_AUTH_MODE=token``
-    and the cluster's token in this process's environment, as Ray requires of any driver. A
-    local Ray reports no usage statistics.
-
-    Args:
-        address: ``HOST:PORT`` of a cluster's head (or ``"auto"``); None: start a local Ray.
-        num_cpus: local Ray only: the CPUs it may schedule (each actor takes one); None:
-            ``os.cpu_count()``.
+    Ray binds every interface unless it runs in its single-machine mode
+    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read when Ray is imported): for a local start or a
+    loopback address this switches that mode on (the variable for Ray's processes, the flag for
+    this one), restores both after ``ray.init`` and checks every node is 127.0.0.1. A local Ray
+    has no dashboard, reports no usage statistics, and its workers import ``ppo_ref`` from where
+    this process does; ``num_cpus`` (None: ``os.cpu_count()``) is what it may schedule. Joining
+    a cluster with token authentication needs ``RAY_AUTH_MODE=token`` and its token.
 
     Raises:
         ImportError: Ray is not installed. ConnectionError: nothing listens at ``address``.
@@ -142,13 +125,12 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> N
 
 
 class _RayActorHost:
-    """The body of one Ray actor: :func:`run_actor` (through ``_report_actor``, as for threads
-    and processes) in a thread, a queue of its messages for :meth:`pull` and one of the
-    learner's messages filled by :meth:`receive`."""
+    """The body of one Ray actor: ``_report_actor`` in a thread, a queue of its messages for
+    :meth:`pull` and one of the learner's filled by :meth:`receive`."""
 
     def __init__(self, actor_fn, agent_id, env, config, chunk_size):
         from ppo_ref.train.ppo import limit_blas_threads
-        limit_blas_threads(1)     # one observation per forward pass (as process actors)
+        limit_blas_threads(1)
         self.outbox: queue_module.Queue = queue_module.Queue()
         self.inbox: queue_module.Queue = queue_module.Queue()
         # the learner cannot vanish unnoticed: Ray kills the actors of a driver that died
@@ -187,9 +169,8 @@ def _error_text(exc: BaseException) -> str:
 
 
 class RayActorGroup(ActorGroup):
-    """The running Ray actors and their pulls (see the module docstring). ``workers`` are the
-    actor handles; ``pids`` and ``nodes`` say where each runs. Made by
-    :func:`start_ray_actors`."""
+    """The running Ray actors (``workers``: handles; ``pids``, ``nodes``: where each runs) and
+    their pulls."""
 
     def __init__(self, ray, handles: list):
         super().__init__("ray", handles, queue_module.Queue(), [])
@@ -280,10 +261,8 @@ class RayActorGroup(ActorGroup):
         return f"{where} ended"
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
-        """Send :class:`Shutdown`, read the actors' last words for up to ``timeout`` seconds,
-        then kill every actor (whatever it is doing) and wait (at most 2 s) until Ray reports
-        them dead. Ray itself keeps running (the next run reuses it; Ray stops a Ray it
-        started when this process exits)."""
+        """Send :class:`Shutdown`, read the last words for up to ``timeout`` seconds, then kill
+        every actor and wait (at most :data:`KILL_SECONDS`) until Ray reports them dead."""
         if self._closed:
             return self.final_messages
         self._closed = True
@@ -295,11 +274,7 @@ class RayActorGroup(ActorGroup):
         while (any(map(self.is_alive, range(self.num_actors))) and self._pulls
                and time.monotonic() < deadline):
             self._keep_final(self.get(0.05))
-        while True:
-            msg = super().get(0.0)
-            if msg is None:
-                break
-            self._keep_final(msg)
+        self._drain(super().get)
         for handle in self.workers:
             ray.kill(handle, no_restart=True)
         # every call in flight fails once Ray knows the actor is dead
@@ -313,11 +288,9 @@ class RayActorGroup(ActorGroup):
 
 def start_ray_actors(config: AsyncActorLearnerConfig, env, actor_fn, chunk_size: int
                      ) -> RayActorGroup:
-    """Start ``config.num_actors`` Ray actors (on the Ray this process is connected to,
-    else :func:`init_ray` with ``config.ray_address``) and wait until they run (at most
-    ``config.starvation_timeout`` seconds). Called by
-    :func:`~ppo_ref.distributed.transport.start_actors`. A Ray that cannot be joined or
-    started is an :class:`ActorLearnerError` (as an actor that cannot start)."""
+    """Start ``config.num_actors`` Ray actors (on the connected Ray, else :func:`init_ray` with
+    ``config.ray_address``) and wait at most ``config.starvation_timeout`` s until they run. A
+    Ray that cannot be joined or started is an :class:`ActorLearnerError`."""
     ray = import_ray()
     if not ray.is_initialized():
         try:

@@ -1,9 +1,9 @@
 """Thread and process plumbing of the actor-learner loop: :class:`ActorGroup` (the running
-actors and the channels to and from them) and :func:`start_actors` (which starts Ray actors
-through :mod:`ppo_ref.distributed.ray_actors`)."""
-
+actors and the channels to and from them) and :func:`start_actors` (Ray actors through
+:mod:`ppo_ref.distributed.ray_actors`)."""
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue as queue_module
 import threading
@@ -20,21 +20,13 @@ __all__ = ["ActorGroup", "start_actors"]
 
 
 class ActorGroup:
-    """Handles of running actors (threads or processes; Ray actors in the subclass
-    :class:`~ppo_ref.distributed.ray_actors.RayActorGroup`) and the channels between them and
-    the learner. Made by :func:`start_actors`; consumed by :func:`learner_loop`.
-
-    Actor -> learner: actor threads put on one ``queue.Queue`` (the inbox); actor processes
-    each write their own pipe, which a reader thread of the learner process drains into the
-    inbox as messages arrive, so a pipe never fills up (and never blocks its actor) while the
-    learner is busy training. Learner -> actor: one queue per actor (``broadcast_queues``).
-
-    ``get(timeout)`` returns the next message for the learner (``None`` on timeout);
-    ``send(agent_id, msg)`` and ``broadcast(msg)`` write to actors; ``is_alive(agent_id)`` and
-    ``exit_description`` report liveness; :meth:`shutdown` stops and joins everything
-    (idempotent) and returns the last message each actor sent about itself
-    (:class:`ActorFinished` or :class:`ActorFailed`).
-    """
+    """Running actors (threads or processes; Ray: the subclass
+    :class:`~ppo_ref.distributed.ray_actors.RayActorGroup`) and their channels, made by
+    :func:`start_actors`. Actor threads put on one ``queue.Queue`` (the inbox); actor processes
+    each write their own pipe, which a reader thread drains into the inbox as messages arrive (a
+    pipe never fills up while the learner trains). One queue per actor carries the learner's
+    messages. :meth:`shutdown` is idempotent and returns each actor's last
+    :class:`ActorFinished` or :class:`ActorFailed`."""
 
     def __init__(self, kind: str, workers: list, inbox: "queue_module.Queue",
                  broadcast_queues: list, stop_event: Optional[threading.Event] = None,
@@ -69,8 +61,8 @@ class ActorGroup:
             return None
 
     def _read_pipes(self) -> None:
-        """Reader thread (process actors): move every message from the actors' pipes to the
-        inbox, in arrival order per actor, until every pipe reached end-of-file or shutdown."""
+        """Reader thread: move the actors' pipe messages to the inbox (in order per actor)
+        until every pipe reached end-of-file or shutdown."""
         from multiprocessing.connection import wait
         index = {id(conn): i for i, conn in enumerate(self.readers)}
         while not self._pump_stop.is_set():
@@ -78,15 +70,14 @@ class ActorGroup:
             if not open_readers:
                 return
             for conn in wait(open_readers, POLL_SECONDS):
-                i = index[id(conn)]
                 try:
                     self.inbox.put(conn.recv())
                 except (EOFError, OSError):
-                    self._reader_done[i] = True     # the actor closed its end or died
+                    self._reader_done[index[id(conn)]] = True   # closed its end or died
 
     def channel_finished(self, agent_id: int) -> bool:
-        """True when everything the actor sent is in the inbox (process actors: its pipe
-        reached end-of-file). Always False for threads (one shared queue)."""
+        """True when everything the actor sent is in the inbox (its pipe reached end-of-file);
+        always False for threads."""
         return bool(self.readers) and self._reader_done[agent_id]
 
     def send(self, agent_id: int, message) -> None:
@@ -103,16 +94,21 @@ class ActorGroup:
 
     def exit_description(self, agent_id: int) -> str:
         worker = self.workers[agent_id]
-        if self.kind == "process":
-            text = f"process {worker.pid} exited with code {worker.exitcode}"
-            if worker.exitcode == 1:
-                text += (" (code 1 before the actor could report anything: usually its imports "
-                         "or the unpickling of its arguments failed; its traceback went to "
-                         "stderr. Process actors start with 'spawn', which "
-                         "re-imports the main script: a script must start the learner under "
-                         "`if __name__ == \"__main__\":`)")
-            return text
-        return f"thread {worker.name} ended"
+        if self.kind != "process":
+            return f"thread {worker.name} ended"
+        text = f"process {worker.pid} exited with code {worker.exitcode}"
+        if worker.exitcode == 1:
+            text += (" (code 1 before the actor could report anything: usually its imports "
+                     "or the unpickling of its arguments failed; its traceback went to "
+                     "stderr. Process actors start with 'spawn', which "
+                     "re-imports the main script: a script must start the learner under "
+                     "`if __name__ == \"__main__\":`)")
+        return text
+
+    def _drain(self, base_get: Callable[[float], Any]) -> None:
+        """Keep the last words of every message already in the inbox."""
+        for msg in iter(lambda: base_get(0.0), None):
+            self._keep_final(msg)
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
         """Send :class:`Shutdown` to all, keep reading while they exit, terminate (processes)
@@ -121,10 +117,9 @@ class ActorGroup:
             return self.final_messages
         self._closed = True
         for agent_id in range(self.num_actors):
-            try:
+            # a closed queue: the actor is gone anyway
+            with contextlib.suppress(Exception):  # noqa: BLE001
                 self.send(agent_id, Shutdown())
-            except Exception:  # noqa: BLE001  (a closed queue: the actor is gone anyway)
-                pass
         deadline = time.monotonic() + timeout
         while any(w.is_alive() for w in self.workers) and time.monotonic() < deadline:
             self._keep_final(self.get(0.02))
@@ -141,23 +136,14 @@ class ActorGroup:
                 if worker.is_alive():
                     worker.kill()
             _join_all(started, 1.0)
-        else:
-            # A thread cannot be killed: one stuck inside env.step stays behind as a daemon.
+        else:  # a thread stuck inside env.step cannot be killed: it stays behind as a daemon
             for worker in started:
                 worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
-        while True:
-            msg = self.get(0.0)
-            if msg is None:
-                break
-            self._keep_final(msg)
+        self._drain(self.get)
         if self._pump is not None:
             self._pump_stop.set()
             self._pump.join(2.0)
-        while True:
-            msg = self.get(0.0)
-            if msg is None:
-                break
-            self._keep_final(msg)
+        self._drain(self.get)
         if self.kind == "process":
             for q in self.broadcast_queues:
                 q.cancel_join_thread()      # an actor that died cannot drain its queue
@@ -180,24 +166,15 @@ def _join_all(processes, timeout: float) -> None:
 
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
                  chunk_size: Optional[int] = None, start_method: str = "spawn") -> ActorGroup:
-    """Start ``config.num_actors`` actors of kind ``config.actors`` and return their handles.
+    """Start ``config.num_actors`` actors of kind ``config.actors``; each runs
+    ``actor_fn(agent_id, env, config, send, receive, learner_gone, chunk_size=...)`` (tests
+    substitute misbehaving actors) and waits for the version-0 broadcast before its first step.
 
-    Each actor runs ``actor_fn(agent_id, env, config, send, receive, learner_gone,
-    chunk_size=...)`` (default :func:`run_actor`); it waits for the learner's version-0
-    broadcast before its first step. With process or Ray actors ``env`` and ``actor_fn`` must
-    be picklable (a gymnasium id, a module-level factory or ``functools.partial``).
-
-    Args:
-        config: the loop's configuration.
-        env: gymnasium id string or zero-argument env factory.
-        actor_fn: the actor body (tests substitute misbehaving actors).
-        chunk_size: experiences per message; None: 32 for threads and processes, ``n_steps``
-            for Ray actors (one message per update's rows, or fewer rows before a wait).
-        start_method: ``multiprocessing`` start method of process actors ("spawn" or
-            "forkserver"; fork is refused: it would copy the learner's threads and locks).
-
-    Returns:
-        :class:`ActorGroup`; stop it with :meth:`ActorGroup.shutdown` (``learner_loop`` does).
+    ``env``: gymnasium id or zero-argument factory (picklable for process and Ray actors: an id,
+    a module-level factory or ``functools.partial``); ``chunk_size``: experiences per message,
+    None: 32 for threads and processes, ``n_steps`` for Ray; ``start_method``: "spawn" or
+    "forkserver" (fork would copy the learner's threads and locks). Returns the
+    :class:`ActorGroup` (stop it with :meth:`ActorGroup.shutdown`; ``learner_loop`` does).
     """
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
     if config.actors == "ray":
@@ -233,8 +210,7 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
         group.shutdown(timeout=1.0)
         raise
     finally:
-        # The children hold the write ends now; closing ours lets a dead actor's pipe report
-        # end-of-file instead of staying open forever.
+        # the children hold the write ends: closing ours lets a dead actor's pipe end
         for _, writer in pipes:
             writer.close()
     return group

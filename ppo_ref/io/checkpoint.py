@@ -1,34 +1,20 @@
 """Checkpoint files: named NumPy arrays plus a JSON metadata record, in one ``.npz``.
 
-Format (version 1)
-------------------
-A checkpoint is an uncompressed NumPy ``.npz`` archive (a zip of ``.npy`` members):
-
-* one member per array of the trainer state (parameters ``params/<key>``, Adam moments
-  ``adam/m/<key>``, ``adam/v/<key>``, ...); float64 arrays are stored bit-exactly;
-* the member ``__metadata__``: a ``uint8`` array holding UTF-8 JSON (format version, the
-  config, counters, generator states, environment state). No member is a pickled object and
-  every load uses ``allow_pickle=False``, so loading a checkpoint never executes code.
-
-Writes are atomic (:func:`write_atomic`, also used for every other file a run directory
-rewrites): the archive goes to a temporary file in the destination directory, is flushed and
-``fsync``-ed, then ``os.replace``-d over the destination, and the directory is ``fsync``-ed. A
-crash at any instant leaves the previous checkpoint or the new one, never a mix.
-
-Reads vet every member before parsing it: stored uncompressed, at most
-:data:`MAX_MEMBER_BYTES` by its zip header (checked before it is read), read whole so its
-CRC-32 is verified, and a ``.npy`` header that describes exactly the bytes that follow with a
-plain dtype. A missing, corrupt, truncated or crafted file raises :class:`CheckpointError` (a
-``ValueError``, one line naming the file), whatever zipfile or the header parser would raise.
-Whether the arrays fit a trainer is the trainer's check (``PPOTrainer.load``).
-
-Generators (``np.random.Generator``) are saved through their ``bit_generator.state`` dict,
-which is JSON-safe (Python ints of any size), never by pickling.
+Format version 1: an uncompressed ``.npz`` (a zip of ``.npy`` members), one member per array
+of the trainer state (``params/<key>``, ``adam/m/<key>``, ...; float64 stored bit-exactly) and
+the member ``__metadata__``, a ``uint8`` array of UTF-8 JSON (format version, config, counters,
+generator states as ``bit_generator.state`` dicts, env state). Nothing is pickled and every read
+vets each member before parsing it (:func:`arrays_from_bytes`), so loading runs no code and a
+damaged or crafted file is one :class:`CheckpointError` line. Writes are atomic
+(:func:`write_atomic`, used for every file a run directory rewrites). Whether the arrays fit a
+trainer is the trainer's check (``PPOTrainer.load``, with :func:`vet_state_arrays`).
 """
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import math
 import os
 import stat
 import struct
@@ -47,12 +33,12 @@ METADATA_KEY = "__metadata__"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
 
 __all__ = [
-    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import", "arrays_to_bytes",
-    "arrays_from_bytes", "write_atomic", "remove_stale_temporaries", "TEMPORARY_PREFIX",
-    "vet_state_arrays", "vet_state_record", "vet_env_value", "vet_checkpoint_metadata",
-    "RECENT_EPISODES",
-    "save_checkpoint", "load_checkpoint", "json_to_array", "array_to_json",
-    "generator_state", "generator_from_state", "set_generator_state", "to_jsonable", "from_jsonable",
+    "CheckpointError", "FORMAT_VERSION", "MAX_MEMBER_BYTES", "check_env_import",
+    "arrays_to_bytes", "arrays_from_bytes", "write_atomic", "remove_stale_temporaries",
+    "TEMPORARY_PREFIX", "vet_state_arrays", "vet_state_record", "vet_env_value",
+    "vet_checkpoint_metadata", "RECENT_EPISODES", "save_checkpoint", "load_checkpoint",
+    "json_to_array", "array_to_json", "generator_state", "generator_from_state",
+    "set_generator_state", "to_jsonable", "from_jsonable",
 ]
 
 
@@ -60,50 +46,45 @@ class CheckpointError(ValueError):
     """A checkpoint file (or byte string) is missing, corrupt, truncated or of the wrong format."""
 
 
-def _check_arrays(arrays: Mapping[str, np.ndarray], name: str = "arrays") -> Dict[str, np.ndarray]:
+def _check_arrays(arrays: Mapping[str, np.ndarray], name: str = "arrays"
+                  ) -> Dict[str, np.ndarray]:
     if not isinstance(arrays, Mapping):
-        raise ValueError(f"{name} must be a mapping from str to ndarray, got {type(arrays).__name__}")
+        raise ValueError(f"{name} must be a mapping from str to ndarray, got "
+                         f"{type(arrays).__name__}")
     out = {}
     for key, value in arrays.items():
         if not isinstance(key, str) or not key:
             raise ValueError(f"{name} keys must be non-empty strings, got {key!r}")
         arr = np.asarray(value)
         if arr.dtype.hasobject:
-            raise ValueError(f"{name}[{key!r}] has dtype object; only plain numeric/bool/str arrays "
-                             "are stored (no pickling)")
+            raise ValueError(f"{name}[{key!r}] has dtype object; only plain numeric/bool/str "
+                             "arrays are stored (no pickling)")
         out[key] = arr
     return out
 
 
 def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """Serialize a dict of arrays to ``.npz`` bytes (in memory, uncompressed, no pickle).
-
-    ``arrays``: mapping ``str -> ndarray`` of any numeric, bool or fixed-width string dtype.
-    Returns bytes that :func:`arrays_from_bytes` turns back into bit-identical arrays (same
-    dtype, shape and values). Raises ``ValueError`` for non-string keys or object arrays.
-    """
+    """``.npz`` bytes (uncompressed, no pickle) of ``arrays`` (``str -> ndarray`` of numeric,
+    bool or fixed-width string dtype), bit-identical through :func:`arrays_from_bytes`. Raises
+    ``ValueError`` for non-string keys or object arrays."""
     checked = _check_arrays(arrays)
     buf = io.BytesIO()
     np.savez(buf, **checked)
     return buf.getvalue()
 
 
-# np.lib.format parses each member's header with ast.literal_eval; on CPython 3.11/3.12 building
-# an AST is not thread-safe ("SystemError: AST constructor recursion depth mismatch" when threads
-# parse at the same time: CPython gh-106905, fixed in 3.13), which the actor-learner's thread
-# backend triggered (actors decoding broadcasts concurrently). One lock serializes the decoding.
+# np.lib.format parses headers with ast.literal_eval, not thread-safe on CPython 3.11/3.12
+# (gh-106905; thread actors decode broadcasts concurrently): one lock serializes the decoding
 _NPZ_LOCK = threading.Lock()
 
-# The largest member (decompressed, in bytes) a load reads unless the caller states another cap:
-# 1 GiB, far above any ppo_ref trainer state (parameters, Adam moments, collector buffers of a
-# few MB) and small enough that a crafted archive cannot make every load allocate gigabytes.
+#: The largest member (bytes) a load reads unless told otherwise: far above any trainer state,
+#: small enough that a crafted archive cannot make a load allocate gigabytes.
 MAX_MEMBER_BYTES = 2 ** 30
 
 # Dtype kinds a member may hold: bool, integers, floats, complex, fixed-width bytes and text.
 _MEMBER_KINDS = "biufcSU"
 
-# Everything a damaged or crafted archive can make zipfile, the .npy header parser (ast,
-# tokenize) or the array constructor raise: each becomes one CheckpointError line.
+# what a damaged or crafted archive can make zipfile, the .npy header parser or numpy raise
 _DECODE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError,
                   KeyError, IndexError, TypeError, NotImplementedError, RuntimeError,
                   RecursionError, MemoryError, OverflowError, SyntaxError, tokenize.TokenError,
@@ -112,6 +93,11 @@ _DECODE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, V
 
 def _one_line(text) -> str:
     return " ".join(str(text).split())
+
+
+def _not_an_archive(source: str) -> CheckpointError:
+    return CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
+                           "corrupt or a foreign file)")
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
@@ -144,9 +130,7 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
             or dtype.subdtype is not None:
         raise CheckpointError(f"{source}: member {name!r} has dtype {dtype}; ppo_ref stores plain "
                               "bool, numeric and fixed-width string arrays only")
-    count = 1
-    for n in shape:
-        count *= int(n)
+    count = math.prod(int(n) for n in shape)
     body = len(payload) - stream.tell()
     if count * dtype.itemsize != body:
         raise CheckpointError(f"{source}: member {name!r} header says shape {shape} of {dtype} "
@@ -157,25 +141,17 @@ def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
 
 def arrays_from_bytes(data: bytes, *, source: str = "<bytes>",
                       max_member_bytes: Optional[int] = None) -> Dict[str, np.ndarray]:
-    """Inverse of :func:`arrays_to_bytes`; never unpickles.
-
-    Every member is vetted before it is parsed: it must be stored uncompressed with at most
-    ``max_member_bytes`` bytes (default :data:`MAX_MEMBER_BYTES`; read from the zip header, so
-    an oversized member is never read), its CRC-32 must match (the whole member is read through
-    ``zipfile``, which checks it), and its ``.npy`` header must describe exactly the data bytes
-    that follow (a header claiming fewer elements would otherwise load a truncated array).
-    Member names are unique and end in ``.npy``. Raises :class:`CheckpointError` (one line
-    naming ``source``) for any violation or any other damage.
-    """
+    """Inverse of :func:`arrays_to_bytes`; never unpickles. Each member is vetted before it is
+    parsed: stored uncompressed, at most ``max_member_bytes`` (default
+    :data:`MAX_MEMBER_BYTES`, from its zip header, so an oversized member is never read), its
+    CRC-32 verified, its ``.npy`` header a plain dtype describing exactly the bytes that follow;
+    names unique and ending in ``.npy``. Raises :class:`CheckpointError` naming ``source``."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
     data = bytes(data)
     cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
     if not data.startswith(_ZIP_MAGIC):
-        # np.load would take any non-zip, non-.npy bytes for pickled data, or return a bare
-        # array for a .npy file: neither is an archive this module wrote
-        raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
-                              "corrupt or a foreign file)")
+        raise _not_an_archive(source)
     return _read_archive(io.BytesIO(data), source, cap)
 
 
@@ -185,7 +161,8 @@ def _read_archive(fileobj, source: str, cap: int) -> Dict[str, np.ndarray]:
             infos = zf.infolist()
             names = [info.filename for info in infos]
             if len(set(names)) != len(names):
-                raise CheckpointError(f"{source}: the archive lists a member twice (crafted or corrupt)")
+                raise CheckpointError(f"{source}: the archive lists a member twice (crafted or "
+                                      "corrupt)")
             out = {}
             for info in infos:
                 if not info.filename.endswith(".npy"):
@@ -210,7 +187,8 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
     """Decode :func:`json_to_array` output; raises :class:`CheckpointError` on bad content."""
     a = np.asarray(arr)
     if a.dtype != np.uint8 or a.ndim != 1:
-        raise CheckpointError(f"{name} must be a 1-d uint8 array of JSON text, got {a.dtype} {a.shape}")
+        raise CheckpointError(f"{name} must be a 1-d uint8 array of JSON text, got {a.dtype} "
+                              f"{a.shape}")
     try:
         return json.loads(a.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError, MemoryError) as exc:
@@ -221,12 +199,9 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
 
 
 def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> str:
-    """Atomically write ``arrays`` and JSON ``metadata`` to ``path`` (an ``.npz`` file).
-
-    The metadata dict is stored as the member ``__metadata__`` (UTF-8 JSON in a uint8 array)
-    together with ``"format_version"``. The file appears at ``path`` only once complete
-    (:func:`write_atomic`). Returns the path written. Raises ``ValueError`` for bad arrays,
-    non-JSON metadata, or a ``path`` that exists and is not a regular file.
+    """Atomically write ``arrays`` and JSON ``metadata`` (plus ``format_version``, as the
+    member ``__metadata__``) to the ``.npz`` file ``path``; returns ``path``. Raises
+    ``ValueError`` for bad arrays, non-JSON metadata, or a ``path`` that is not a regular file.
     """
     checked = _check_arrays(arrays)
     if METADATA_KEY in checked:
@@ -248,15 +223,11 @@ TEMPORARY_PREFIX = ".tmp-"
 
 
 def _umask() -> int:
-    """The process's file creation mask (read from ``/proc/self/status`` where Linux gives it;
-    otherwise by setting it and restoring it at once)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    """The file creation mask (from ``/proc/self/status``; elsewhere set and restored)."""
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
@@ -264,18 +235,13 @@ def _umask() -> int:
 
 def write_atomic(path, data: bytes) -> str:
     """Replace (or create) the file ``path`` with ``data`` so that a crash at any instant leaves
-    the old file or the new one, whole, never a mix or an empty file.
+    the old file or the new one, whole: write ``<dir>/.tmp-<name>-<random>`` (same file system),
+    ``fsync``, give it the replaced file's mode (new: ``0o666`` minus the umask),
+    ``os.replace``, ``fsync`` the directory. A failure removes the temporary file and re-raises
+    (a kill -9 may leave it: :func:`remove_stale_temporaries`). Returns ``path``.
 
-    The bytes go to a temporary file beside ``path`` (``<dir>/.tmp-<name>-<random>``: the same
-    file system, so the rename is atomic), which is flushed and ``fsync``-ed, given the mode of
-    the file it replaces (a new file: ``0o666`` minus the umask), then ``os.replace``-d over
-    ``path``; finally the directory is ``fsync``-ed so the rename itself survives a power cut.
-    A failure removes the temporary file and re-raises; a kill -9 can leave it behind
-    (:func:`remove_stale_temporaries` clears such leftovers). Returns ``path``.
-
-    Raises ``ValueError`` when ``path`` exists and is not a regular file (a directory, FIFO or
-    device is never replaced; a symlink is replaced by the new file, its target untouched),
-    ``OSError`` when the directory cannot be written.
+    Raises ``ValueError`` when ``path`` exists and is not a regular file (a symlink is replaced,
+    its target untouched), ``OSError`` when the directory cannot be written.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
@@ -299,26 +265,22 @@ def write_atomic(path, data: bytes) -> str:
             os.fchmod(fh.fileno(), stat.S_IMODE(mode) if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
-    try:  # make the rename itself durable (not supported on every platform)
+    with contextlib.suppress(OSError):  # the rename itself durable (not on every platform)
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-    except OSError:
-        pass
     return path
 
 
 def remove_stale_temporaries(directory, names) -> list:
-    """Remove the temporary files :func:`write_atomic` leaves in ``directory`` when it is killed
-    mid-write, for the files ``names`` (``.tmp-<name>-*``). Only call it while no other process
-    writes those files (a run directory: under its lock). Returns the names removed."""
+    """Remove the temporary files (``.tmp-<name>-*``) a killed :func:`write_atomic` left in
+    ``directory`` for the files ``names``; only while no other process writes them (a run
+    directory: under its lock). Returns the names removed."""
     removed = []
     try:
         entries = os.listdir(directory)
@@ -327,25 +289,18 @@ def remove_stale_temporaries(directory, names) -> list:
     prefixes = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in names)
     for entry in entries:
         if entry.startswith(prefixes):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, entry))
                 removed.append(entry)
-            except OSError:
-                pass
     return removed
 
 
 def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
                     ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
-    """Read a file written by :func:`save_checkpoint`: returns ``(arrays, metadata)``.
-
-    Every member is vetted before it is parsed (see :func:`arrays_from_bytes`: stored, at most
-    ``max_member_bytes`` bytes, default :data:`MAX_MEMBER_BYTES`, CRC-32 checked, header
-    consistent with its data). The file is read member by member, never whole. Raises
-    :class:`CheckpointError` (a ``ValueError``, one line naming the file) when the file is
-    missing, is not a complete archive (truncated, corrupt, crafted), lacks the metadata
-    member, or has an unknown format version. Never unpickles.
-    """
+    """``(arrays, metadata)`` of a file written by :func:`save_checkpoint`, read member by
+    member with the vetting of :func:`arrays_from_bytes`. Raises :class:`CheckpointError` (one
+    line naming the file) when it is missing, not a complete archive, without the metadata
+    member, or of another format version. Never unpickles."""
     path = os.fspath(path)
     source = f"checkpoint {path!r}"
     cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
@@ -360,8 +315,7 @@ def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
             if not magic:
                 raise CheckpointError(f"checkpoint {path!r} is empty (truncated)")
             if magic not in _ZIP_MAGIC:
-                raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz "
-                                      "archive: corrupt or a foreign file)")
+                raise _not_an_archive(source)
             fh.seek(0)
             arrays = _read_archive(fh, source, cap)
     except OSError as exc:
@@ -380,9 +334,8 @@ def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
 
 
 def check_env_import(env_id, allow_import: bool, source: str) -> None:
-    """Refuse (``CheckpointError``) an ``env_id`` of gymnasium's ``"module:EnvId"`` form whose
-    module is not imported yet, unless ``allow_import``: making that env would import (run) the
-    module, and a checkpoint is data, so loading one runs no code without the caller's consent."""
+    """Refuse (``CheckpointError``) an ``env_id`` ``"module:EnvId"`` whose module is not imported
+    yet, unless ``allow_import``: a checkpoint is data and runs no code without consent."""
     if not isinstance(env_id, str) or ":" not in env_id:
         return
     module = env_id.rpartition(":")[0]
@@ -393,29 +346,23 @@ def check_env_import(env_id, allow_import: bool, source: str) -> None:
                               "trust it")
 
 
-# -- vetting what a checkpoint restores --------------------------------------------------------
-
 #: How many finished-episode returns a trainer remembers (and saves): ``recent_returns``.
 RECENT_EPISODES = 100
-# Saved arrays whose values are only required not to be NaN (an episode return may overflow to
-# +-inf); every other float array of a state must be finite.
+# arrays only required free of NaN (a return may overflow to +-inf); other floats: finite
 _NAN_FREE_ONLY = frozenset({"collector/episode_return", "recent_returns"})
 # arrays of variances (>= 0) and sample counts (> 0) of the state
 _NON_NEGATIVE = ("adam/v.", "collector/obs_rms.var", "collector/ret_rms.var",
                  "collector/episode_length")
 _POSITIVE = ("collector/obs_rms.count", "collector/ret_rms.count")
-# step counters are exact in float64 up to 2**53 (the schedules divide by them)
 _MAX_COUNT = 2 ** 53
 
 
 def vet_state_arrays(expected: Mapping[str, np.ndarray], arrays: Mapping[str, np.ndarray]) -> None:
-    """Raise ``ValueError`` (one line naming the entry) unless ``arrays`` can be the trainer
-    state whose fresh counterpart is ``expected`` (``state_arrays()`` of a trainer built with the
-    same settings): the same names; every array with the dtype and shape of its counterpart
-    (``recent_returns``: 1-d float64 of at most :data:`RECENT_EPISODES`; ``state_json``: 1-d
-    uint8); parameters, Adam moments, LSTM states, observations and normalization statistics
-    finite; second moments and variances >= 0; sample counts > 0; episode lengths >= 0; the
-    episode accumulators and ``recent_returns`` free of NaN."""
+    """Raise ``ValueError`` naming the entry unless ``arrays`` can be the trainer state whose
+    fresh counterpart is ``expected``: the same names, dtypes and shapes (``recent_returns``:
+    1-d float64 of at most :data:`RECENT_EPISODES`; ``state_json``: 1-d uint8); floats finite
+    (episode accumulators and ``recent_returns``: free of NaN); variances, second moments and
+    lengths >= 0; sample counts > 0."""
     missing = sorted(set(expected) - set(arrays))
     extra = sorted(set(arrays) - set(expected))
     if missing:
@@ -461,17 +408,12 @@ def _short(value) -> str:
 
 def vet_state_record(state: Any, *, n_steps: int, n_envs: int, n_recent: int,
                      episode_lengths=None) -> Dict[str, int]:
-    """Vet a trainer's JSON state record (``state_json``) against its settings and return its
-    counters ``{num_timesteps, n_updates, n_episodes, total_timesteps}``.
-
-    Each counter is an integer in ``[0, 2**53]`` and they agree with each other the way
-    training makes them: every rollout adds ``n_steps * n_envs`` steps, so ``num_timesteps``
-    is a multiple of it; an update needs a rollout (``n_updates <= num_timesteps / (n_steps *
-    n_envs)``); an episode lasts at least one step (``n_episodes <= num_timesteps``, and each
-    env's running ``episode_lengths`` at most the vector steps taken); ``n_recent`` (the saved
-    recent returns) is at most ``n_episodes``; the collector's ``vector_steps`` are
-    ``num_timesteps / n_envs`` (0 for a learner whose rollouts came from actors);
-    ``progress_remaining`` is a number in [0, 1]. Raises ``ValueError`` naming the counter."""
+    """The counters ``{num_timesteps, n_updates, n_episodes, total_timesteps}`` of a trainer's
+    ``state_json`` record, vetted: integers in ``[0, 2**53]`` that agree as training makes them
+    (``num_timesteps`` a multiple of ``n_steps * n_envs``, ``n_updates`` at most the rollouts
+    held, ``n_episodes <= num_timesteps``, ``n_recent <= n_episodes``, the collector's
+    ``vector_steps`` 0 or ``num_timesteps / n_envs``, no running episode longer than the vector
+    steps), ``progress_remaining`` in [0, 1]. Raises ``ValueError`` naming the counter."""
     if not isinstance(state, Mapping) or not isinstance(state.get("collector"), Mapping):
         raise ValueError("state_json is not a trainer state record")
     counters = {key: _count(state, key) for key in
@@ -507,20 +449,15 @@ def vet_state_record(state: Any, *, n_steps: int, n_envs: int, n_recent: int,
     return counters
 
 
-# Env attributes that are settings, not state: a restored value must equal the env's own (a
-# saved state cannot change an episode's length limit).
+# env attributes that are settings, not state: a restored value must equal the env's own
 _ENV_SETTINGS = frozenset({"_max_episode_steps", "max_episode_steps"})
 
 
 def vet_env_value(layer: str, name: str, saved: Any, current: Any, limit: Any = None) -> None:
-    """Raise ``ValueError`` naming ``layer.name`` unless ``saved`` (an env attribute decoded
-    from a checkpoint) may replace the env's ``current`` value. The env's limits are vetted; its
-    other attributes are its own business (their decoder only restores plain values):
-
-    * a setting (``_max_episode_steps``, ``max_episode_steps``) must equal the env's own: a
-      checkpoint never changes how long an episode may last;
-    * ``_elapsed_steps`` (gymnasium's ``TimeLimit``) must be an integer in ``[0, limit]``, with
-      ``limit`` the layer's ``_max_episode_steps`` (when it has one)."""
+    """Raise ``ValueError`` naming ``layer.name`` unless ``saved`` (decoded from a checkpoint)
+    may replace the env's ``current`` value: a limit (``_max_episode_steps``) must equal the
+    env's own, ``_elapsed_steps`` be an integer in ``[0, limit]``; other attributes are the
+    env's business."""
     where = f"saved env state {layer}.{name}"
     if name in _ENV_SETTINGS:
         if type(saved) is not type(current) or saved != current:
@@ -534,12 +471,11 @@ def vet_env_value(layer: str, name: str, saved: Any, current: Any, limit: Any = 
 
 
 def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint") -> None:
-    """Raise :class:`CheckpointError` (one line naming ``source`` and the key) unless the
-    metadata of a checkpoint has the types a trainer writes: ``trainer`` a non-empty string;
-    ``env_id`` None or a gymnasium id (a non-empty string of printable characters, at most 256);
-    ``config`` a JSON object; ``seed`` an integer >= 0; the counters integers in [0, 2**53];
-    ``vectorization`` "sync" or "async"; ``env_kwargs`` None or an object. Checked before
-    anything is built from it."""
+    """Raise :class:`CheckpointError` naming ``source`` and the key unless a checkpoint's
+    metadata has the types a trainer writes (checked before anything is built from it):
+    ``trainer`` a non-empty string; ``env_id`` None or a printable id of at most 256
+    characters; ``config`` an object, ``env_kwargs`` None or one; ``seed`` an integer >= 0; the
+    counters integers in [0, 2**53]; ``vectorization`` "sync" or "async"."""
     def bad(key, want):
         raise CheckpointError(f"{source}: metadata {key} must be {want}, got "
                               f"{_short(meta.get(key))}")
@@ -565,8 +501,6 @@ def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint")
         bad("env_kwargs", "a JSON object")
 
 
-# -- generators -------------------------------------------------------------------------------
-
 def generator_state(rng: np.random.Generator) -> Dict[str, Any]:
     """The JSON-safe state of a ``np.random.Generator`` (its ``bit_generator.state`` dict)."""
     if not isinstance(rng, np.random.Generator):
@@ -575,6 +509,7 @@ def generator_state(rng: np.random.Generator) -> Dict[str, Any]:
 
 
 def to_jsonable(obj):
+    """``obj`` with NumPy arrays and scalars as JSON values (inverse: :func:`from_jsonable`)."""
     if isinstance(obj, dict):
         return {k: to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -611,7 +546,7 @@ def generator_from_state(state: Mapping[str, Any]) -> np.random.Generator:
     """A new ``np.random.Generator`` positioned at ``state`` (from :func:`generator_state`)."""
     name = state.get("bit_generator") if isinstance(state, Mapping) else None
     bit_cls = getattr(np.random, str(name), None)
-    if bit_cls is None or not isinstance(bit_cls, type) or not issubclass(bit_cls, np.random.BitGenerator):
+    if not (isinstance(bit_cls, type) and issubclass(bit_cls, np.random.BitGenerator)):
         raise CheckpointError(f"unknown bit generator {name!r} in generator state")
     rng = np.random.Generator(bit_cls())
     set_generator_state(rng, state)

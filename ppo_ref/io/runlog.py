@@ -1,29 +1,15 @@
-"""Run directories: config, per-update metrics, per-episode log, progress lines, checkpoints.
-
-A run directory holds::
-
-    config.json     what was run: trainer, policy, env id, seed, total_timesteps, the PPOConfig
-    metrics.csv     one row per PPO update (deterministic columns only: the same seed gives a
-                    bit-identical file); floats written with repr() (round-trip exact)
-    timing.csv      one row per update: fps, rollout and update seconds, wall clock (varies)
-    episodes.csv    one row per finished episode: episode, env, return, length, timesteps, update
-    checkpoint.npz  the latest checkpoint (:mod:`ppo_ref.io.checkpoint`)
+"""Run directories: ``config.json`` (what was run, with a random ``run_id`` that every
+checkpoint repeats), ``metrics.csv`` (one row per update, deterministic columns, floats by
+``repr``), ``timing.csv`` (per update: fps, seconds, wall clock), ``episodes.csv`` (one row
+per finished episode) and ``checkpoint.npz`` (:mod:`ppo_ref.io.checkpoint`).
 
 Nothing is lost to a crash or a kill -9 at any instant: the CSVs are only appended to while a
-run trains (a row cut short is dropped on resume), and are ``fsync``-ed before every checkpoint;
-every file that is rewritten (``config.json``; the CSVs, cut back to the checkpoint on resume;
-the checkpoint) is replaced atomically (:func:`ppo_ref.io.checkpoint.write_atomic`: written
-beside, ``fsync``, rename, directory ``fsync``), so it is always the old file or the new one.
-
-:class:`RunLogger` is trainer-agnostic: it works with any trainer exposing ``num_timesteps``,
-``n_updates``, ``n_episodes``, ``total_timesteps``, ``recent_returns``, ``last_episodes``
-(``(env, return, length)`` tuples of the last update), ``state_arrays()``,
-``checkpoint_metadata(arrays)`` and ``save(path, arrays, metadata)`` (e.g.
-:class:`ppo_ref.train.ppo.PPOTrainer`, the recurrent trainer, the actor-learner's learner).
-Pass :meth:`RunLogger.callback` as ``learn(..., callback=...)``.
-
-A new run gets a ``run_id`` (random, in ``config.json`` and in every checkpoint it writes), so
-a checkpoint copied in from another run is recognized (``ppo-ref train --resume`` refuses it).
+run trains and ``fsync``-ed before every checkpoint; every file that is rewritten (config.json,
+the CSVs cut back to the checkpoint on resume, the checkpoint) is replaced atomically
+(:func:`ppo_ref.io.checkpoint.write_atomic`). :class:`RunLogger` works with any trainer
+exposing ``num_timesteps``, ``n_updates``, ``n_episodes``, ``total_timesteps``,
+``recent_returns``, ``last_episodes``, ``state_arrays()``, ``checkpoint_metadata(arrays)`` and
+``save(path, arrays, metadata)``.
 """
 from __future__ import annotations
 
@@ -50,9 +36,8 @@ METRIC_COLUMNS = (
 )
 TIMING_COLUMNS = ("update", "timesteps", "fps", "time_rollout", "time_update", "wall_time")
 EPISODE_COLUMNS = ("episode", "env", "return", "length", "timesteps", "update")
-#: The files of a run directory that a run writes (each replaced atomically when rewritten).
+#: The files a run writes in its directory.
 RUN_FILES = ("config.json", "metrics.csv", "timing.csv", "episodes.csv", "checkpoint.npz")
-# metric columns that are counts or 0/1 flags: written as integers
 _INTEGER_METRICS = frozenset({"n_epochs_run", "n_gradient_steps", "kl_stopped"})
 
 
@@ -76,17 +61,15 @@ def _fmt(value) -> str:
 
 
 def _complete_rows(path: str) -> List[List[str]]:
-    """The rows of a run-directory CSV whose line was written completely (a last line without
-    its line end, cut short by a full disk or a crash, is dropped); the header is the first."""
+    """The complete rows of a run-directory CSV (a last line without its line end is dropped)."""
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
         text = fh.read()
     return list(csv.reader(line + "\n" for line in text.split("\n")[:-1]))
 
 
 def read_csv(path: str) -> Dict[str, np.ndarray]:
-    """Columns of a run-directory CSV as float64 arrays (``{}`` when the file is empty).
-    A last row without its line end (cut short by a full disk or a crash) is ignored; a
-    malformed complete row raises ``ValueError``."""
+    """Columns of a run-directory CSV as float64 arrays (``{}`` when empty); a last row cut
+    short is ignored, a malformed complete row raises ``ValueError``."""
     rows = _complete_rows(path)
     if len(rows) < 2:
         return {}
@@ -99,12 +82,10 @@ def read_csv(path: str) -> Dict[str, np.ndarray]:
 
 
 def _truncate_csv(path: str, column: str, limit: float) -> Optional[float]:
-    """Keep only the complete rows whose ``column`` is a number <= ``limit`` (rows written after
-    the checkpoint a run resumes from would otherwise appear twice; a row cut short by a full
-    disk or a crash, or otherwise unreadable, is dropped, never kept as a garbage row). The kept
-    lines keep their bytes; the file is replaced atomically (:func:`write_atomic`), and only
-    when a line goes. A file without even a complete header is removed (the logger writes a new
-    one). Returns the largest ``column`` value kept (None when no row is)."""
+    """Keep the complete, readable rows whose ``column`` is a number <= ``limit`` (rows after the
+    checkpoint a run resumes from would appear twice), bytes unchanged; the file is replaced
+    atomically when a line goes, removed when it has no complete header. Returns the largest
+    ``column`` value kept (None when none)."""
     if not os.path.exists(path):
         return None
     with open(path, "rb") as fh:
@@ -134,8 +115,7 @@ def _truncate_csv(path: str, column: str, limit: float) -> Optional[float]:
 
 
 def _parse_line(line: bytes) -> Optional[List[str]]:
-    """The fields of one CSV line (without its line end), or None for a line that holds NUL
-    bytes or is not UTF-8."""
+    """The fields of one CSV line, or None for one with NUL bytes or not UTF-8."""
     if b"\x00" in line:
         return None
     try:
@@ -151,10 +131,10 @@ MAX_CONFIG_BYTES = 16 * 2 ** 20
 
 
 def read_run_config(path: str) -> Dict[str, Any]:
-    """The JSON object of a run's ``config.json``, read with bounds (at most
-    :data:`MAX_CONFIG_BYTES` bytes; an endless file such as ``/dev/zero`` is not read to the
-    end) . Raises ``ValueError`` naming the file when it is larger, not UTF-8, not JSON, nested
-    too deep for the parser, or not a JSON object; ``OSError`` when it cannot be read."""
+    """The JSON object of a run's ``config.json``, at most :data:`MAX_CONFIG_BYTES` bytes (an
+    endless file such as ``/dev/zero`` is not read to the end). Raises ``ValueError`` naming the
+    file when it is larger, not UTF-8, not JSON, nested too deep or not an object; ``OSError``
+    when it cannot be read."""
     with open(path, "rb") as fh:
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
@@ -171,26 +151,20 @@ def read_run_config(path: str) -> Dict[str, Any]:
 
 
 class RunLogger:
-    """Writes a run directory and prints progress; its :meth:`callback` drives it.
+    """Writes a run directory and prints progress; pass :meth:`callback` to ``learn``.
 
-    Args:
-        run_dir: directory (created).
-        run_info: JSON-safe dict written to ``config.json`` (on resume: kept, with a
-            ``resumed_at`` list appended).
-        resume_from: the trainer state being resumed (``n_updates``, ``num_timesteps``) or None;
-            CSV rows after it are dropped so the files continue exactly.
-        progress_every: seconds between progress lines (a line is also printed at the end).
-        checkpoint_every: seconds between periodic checkpoint writes (the in-memory snapshot of
-            the last rollout boundary is refreshed after every update regardless).
-        stream: where progress lines go (default stdout); ``quiet=True`` silences them.
-
-    Stopping: :meth:`request_stop` (e.g. from a SIGINT handler) makes the next callback return
-    False, so the trainer stops at a rollout boundary and the final checkpoint is exact.
+    ``run_info``: JSON-safe dict for ``config.json`` (on resume the first run's is kept, with
+    ``resumed_at`` and ``resume_argv`` appended); ``resume_from``: the resumed state's
+    ``n_updates`` and ``num_timesteps`` (CSV rows after it are dropped), or None;
+    ``progress_every``/``checkpoint_every``: seconds between progress lines / checkpoints (the
+    in-memory snapshot of the last rollout boundary is refreshed after every update);
+    ``stream``: where progress goes (stdout). :meth:`request_stop` makes the next callback
+    return False, so the trainer stops at a rollout boundary.
     """
-
-    def __init__(self, run_dir: str, run_info: Dict[str, Any], *, resume_from: Optional[Dict[str, int]] = None,
-                 progress_every: float = 2.0, checkpoint_every: float = 60.0,
-                 stream: Optional[TextIO] = None, quiet: bool = False):
+    def __init__(self, run_dir: str, run_info: Dict[str, Any], *,
+                 resume_from: Optional[Dict[str, int]] = None, progress_every: float = 2.0,
+                 checkpoint_every: float = 60.0, stream: Optional[TextIO] = None,
+                 quiet: bool = False):
         self.run_dir = run_dir
         os.makedirs(run_dir, exist_ok=True)
         self.config_path = os.path.join(run_dir, "config.json")
@@ -205,11 +179,12 @@ class RunLogger:
         self.stop_requested = False
         self.snapshot: Optional[Dict[str, np.ndarray]] = None
         self.snapshot_timesteps = -1
-        #: one-line warnings about the run directory found on resume (the caller prints them)
+        #: one-line warnings found on resume (the caller prints them)
         self.notes: List[str] = []
-        #: called when a checkpoint's metadata is assembled: extra JSON-safe entries (the
-        #: actor-learner's policy version); captured with each snapshot
+        #: extra JSON-safe checkpoint metadata (the policy version), captured with each snapshot
         self.extra_metadata: Optional[Callable[[], Dict[str, Any]]] = None
+        #: text appended to each progress line (the actor-learner's policy lag)
+        self.progress_suffix: Optional[Callable[[], str]] = None
         self.snapshot_metadata: Dict[str, Any] = {}
         # a writer killed mid-replace leaves its temporary file: the lock is held, clear them
         remove_stale_temporaries(run_dir, RUN_FILES)
@@ -225,8 +200,6 @@ class RunLogger:
             if os.path.exists(self.config_path):
                 info = read_run_config(self.config_path)
             info.setdefault("resumed_at", []).append(int(resume_from["num_timesteps"]))
-            # the first run's description stays; each resume adds its command line, and the
-            # target is the current one (a resume may extend it)
             resume_info = dict(run_info)
             if "argv" in resume_info:
                 info.setdefault("resume_argv", []).append(resume_info.pop("argv"))
@@ -234,11 +207,11 @@ class RunLogger:
                 info["total_timesteps"] = resume_info.pop("total_timesteps")
             for k, v in resume_info.items():
                 info.setdefault(k, v)
-            info.setdefault("run_id", uuid.uuid4().hex)  # a run from before run ids: one now
+            info.setdefault("run_id", uuid.uuid4().hex)
             updates = int(resume_from["n_updates"])
             last = _truncate_csv(self.metrics_path, "update", updates)
-            _truncate_csv(self.timing_path, "update", updates)
-            _truncate_csv(self.episodes_path, "update", updates)
+            for path in (self.timing_path, self.episodes_path):
+                _truncate_csv(path, "update", updates)
             if updates and (last or 0) < updates:
                 self.notes.append(
                     f"metrics.csv holds updates up to {int(last or 0)}, the checkpoint is at "
@@ -255,9 +228,7 @@ class RunLogger:
         self._last_progress = now
         self._last_checkpoint = now
         self._start_timesteps: Optional[int] = None
-        # (clock, timesteps) at the end of this process's first update: the rate behind fps and
-        # ETA is measured from there, so the first update's numba compilation (or cache load)
-        # does not inflate the ETA of the whole run
+        # (clock, timesteps) after this process's first update (compiling): the fps/ETA origin
         self._rate_mark: Optional[tuple] = None
 
     @staticmethod
@@ -281,7 +252,6 @@ class RunLogger:
         """Stop at the next rollout boundary (the callback returns False)."""
         self.stop_requested = True
 
-    # -- the callback ---------------------------------------------------------------------------
     def callback(self, trainer, stats: Dict[str, float]) -> bool:
         """Log one update; refresh the last-good snapshot; print/checkpoint when due."""
         if self._start_timesteps is None:
@@ -294,14 +264,15 @@ class RunLogger:
         row["ep_return_mean20"] = mean_last(trainer.recent_returns, 20)
         for key in _INTEGER_METRICS & row.keys():
             value = row[key]
-            if isinstance(value, (int, float, np.integer, np.floating)) and float(value).is_integer():
+            if isinstance(value, (int, float, np.integer, np.floating)) \
+                    and float(value).is_integer():
                 row[key] = int(value)
         self._metrics[1].writerow([_fmt(row.get(c, float("nan"))) for c in METRIC_COLUMNS])
         now = time.perf_counter()
         timing = {"update": update, "timesteps": int(trainer.num_timesteps),
-                  "fps": stats.get("fps", float("nan")), "time_rollout": stats.get("time_rollout", float("nan")),
-                  "time_update": stats.get("time_update", float("nan")), "wall_time": now - self._start}
-        self._timing[1].writerow([_fmt(timing[c]) for c in TIMING_COLUMNS])
+                  "wall_time": now - self._start}
+        self._timing[1].writerow([_fmt(timing.get(c, stats.get(c, float("nan"))))
+                                  for c in TIMING_COLUMNS])
         first = int(trainer.n_episodes) - len(trainer.last_episodes)
         for j, (env_index, ret, length) in enumerate(trainer.last_episodes):
             self._episodes[1].writerow([first + j, int(env_index), _fmt(float(ret)), int(length),
@@ -321,11 +292,8 @@ class RunLogger:
         return not self.stop_requested
 
     def progress(self, trainer, stats: Optional[Dict[str, float]] = None) -> None:
-        """Print ``steps, episodes, mean return of the last 20 episodes, fps, ETA``.
-
-        fps and ETA use the rate since the end of this process's first update (which includes
-        compiling or loading the numba kernels); before that, fps is the rate so far and the
-        ETA is shown as ``-``."""
+        """Print steps, updates, episodes, mean return of the last 20, fps, elapsed, ETA (rate
+        since this process's first update; before it, the rate so far and no ETA)."""
         if self.quiet:
             return
         now = time.perf_counter()
@@ -350,14 +318,14 @@ class RunLogger:
                 f"updates {int(trainer.n_updates)} | episodes {int(trainer.n_episodes)} | "
                 f"return(last 20) {ret:8.2f} | fps {fps:7.0f} | elapsed {elapsed:6.1f}s | "
                 f"ETA {eta_text}")
+        if self.progress_suffix is not None:
+            line += self.progress_suffix()
         print(line, file=self.stream, flush=True)
 
     def closing_line(self, trainer, extra: str = "") -> str:
-        """The one-line summary of a finished run: ``ppo-ref: done: <steps> steps, <updates>
-        updates, <episodes> episodes, return(last 20) <mean>, <wall>s -> <run_dir>``; the
-        return is the mean of the last 20 finished episodes (nan when none finished), the wall
-        time in seconds counts from :meth:`begin` (this process's training only); ``extra``
-        (e.g. the actor-learner's policy lag) is appended after `` | ``."""
+        """``ppo-ref: done: <steps> steps, <updates> updates, <episodes> episodes, return(last
+        20) <mean>, <wall>s -> <run_dir>`` (wall time of this process's training), then
+        `` | extra``."""
         wall = time.perf_counter() - self._start
         ret = mean_last(trainer.recent_returns, 20)
         line = (f"ppo-ref: done: {int(trainer.num_timesteps)} steps, {int(trainer.n_updates)} "
@@ -369,10 +337,8 @@ class RunLogger:
         """Print :meth:`closing_line` to the progress stream (also when ``quiet``)."""
         print(self.closing_line(trainer, extra), file=self.stream, flush=True)
 
-    # -- checkpoints ----------------------------------------------------------------------------
     def flush(self, sync: bool = False) -> None:
-        """Flush the CSV files; with ``sync`` also ``fsync`` them (their rows then survive a
-        power cut, as the checkpoint that follows does)."""
+        """Flush the CSV files; with ``sync`` also ``fsync`` them."""
         for fh, _ in (self._metrics, self._timing, self._episodes):
             fh.flush()
             if sync:
@@ -386,10 +352,9 @@ class RunLogger:
 
     def save(self, trainer, arrays: Optional[Dict[str, np.ndarray]] = None,
              extra: Optional[Dict[str, Any]] = None) -> str:
-        """Write ``checkpoint.npz`` (the given snapshot, or the trainer's current state),
-        atomically, after the CSV rows it covers are on disk (flushed and ``fsync``-ed). Its
-        metadata is the trainer's plus the run id and :attr:`extra_metadata` (``extra``: those
-        captured with the snapshot)."""
+        """Write ``checkpoint.npz`` (``arrays``, else the trainer's state) atomically after the
+        CSV rows it covers are ``fsync``-ed; metadata: the trainer's, the run id and
+        :attr:`extra_metadata` (``extra``: those captured with the snapshot)."""
         self.flush(sync=True)
         if arrays is None:
             arrays, extra = trainer.state_arrays(), None
@@ -398,8 +363,7 @@ class RunLogger:
         return trainer.save(self.checkpoint_path, arrays, metadata)
 
     def save_last_good(self, trainer) -> Optional[str]:
-        """Write the snapshot of the last completed rollout boundary (after an error or an
-        interrupt mid-rollout). Returns the path, or None when no update completed."""
+        """Write the snapshot of the last completed update; None when there is none."""
         if self.snapshot is None:
             return None
         return self.save(trainer, self.snapshot, self.snapshot_metadata)

@@ -1,11 +1,5 @@
-"""A trainer's state as arrays: the snapshot of each sub-env's own state and the npz form of an
-Adam state (the vetting of a saved state is :mod:`ppo_ref.io.checkpoint`'s).
-
-Exact resume needs every sub-env's dynamic state (:func:`single_env_state`: the plain attributes
-of each wrapper layer down to the unwrapped env, which covers the classic-control envs and
-gymnasium's standard wrappers; anything else is listed as unsupported, so the caller can say a
-resume will not be exact). Restoring sets only attributes the env already has, and never its
-limits (:func:`ppo_ref.io.checkpoint.vet_env_value`).
+"""A trainer's state as arrays: each sub-env's own state (:func:`single_env_state`, for exact
+resume) and an Adam state in npz form. Vetting a saved state is :mod:`ppo_ref.io.checkpoint`'s.
 """
 from __future__ import annotations
 
@@ -24,15 +18,14 @@ _SKIP_ATTRS = frozenset({"env", "_env", "spec", "_cached_spec", "metadata", "_me
                          "render_mode", "_action_space", "_observation_space", "action_space",
                          "observation_space", "_saved_kwargs", "_ezpickle_args",
                          "_ezpickle_kwargs"})
-
-
 _MISSING = object()
 
 
 def _is_skipped_value(value) -> bool:
     """Attribute values never saved nor restored: spaces and callables (a Generator is state)."""
     from gymnasium import Space
-    return isinstance(value, Space) or callable(value) and not isinstance(value, np.random.Generator)
+    return isinstance(value, Space) or (callable(value)
+                                        and not isinstance(value, np.random.Generator))
 
 
 def _encode_value(value):
@@ -53,8 +46,7 @@ def _encode_value(value):
 
 
 def _decode_value(obj, current):
-    """Inverse of :func:`_encode_value`; raises ``ValueError`` for a form it never writes (an
-    array or scalar dtype other than bool/int/uint/float, a malformed entry)."""
+    """Inverse of :func:`_encode_value`; ``ValueError`` for a form it never writes."""
     if isinstance(obj, dict):
         if "__generator__" in obj:
             if not isinstance(current, np.random.Generator):
@@ -85,17 +77,12 @@ def _layers(env) -> list:
 
 
 def single_env_state(env) -> Dict[str, Any]:
-    """A JSON-safe snapshot of one (wrapped) gymnasium env's plain attributes.
-
-    Walks the wrapper chain down to ``env.unwrapped`` and records, per layer, every instance
-    attribute that is ``None``, a bool/int/float/str, a numeric NumPy scalar or array, a tuple
-    or list of those, or an ``np.random.Generator`` (its bit-generator state). This covers the
-    whole dynamic state of the classic-control envs (``state``, ``steps_beyond_terminated``,
-    ``last_u``, the env's ``np_random``) and of the standard wrappers (``TimeLimit._elapsed_steps``,
-    ``OrderEnforcing._has_reset``). Attributes of other types (simulator handles such as MuJoCo's
-    ``MjData`` or Box2D worlds, renderers) cannot be captured: their ``layer.name`` are listed
-    under ``"unsupported"`` so the caller can warn that a resume will not be exact.
-    """
+    """A JSON-safe snapshot of one (wrapped) gymnasium env's plain attributes: per wrapper layer
+    down to ``env.unwrapped``, every instance attribute that is None, a bool/int/float/str, a
+    numeric NumPy scalar or array, a tuple or list of those, or a Generator (its state). That is
+    the whole dynamic state of the classic-control envs and the standard wrappers; other
+    attributes (MuJoCo's ``MjData``, Box2D worlds) are listed as ``"unsupported"``
+    (``layer.name``) so the caller can warn that a resume will not be exact."""
     layers_out = []
     unsupported = []
     for layer in _layers(env):
@@ -114,24 +101,19 @@ def single_env_state(env) -> Dict[str, Any]:
 
 
 def restore_single_env_state(env, state: Dict[str, Any]) -> None:
-    """Write a :func:`single_env_state` snapshot back into ``env`` (same wrapper chain).
-
-    Only attributes the env already has as plain instance attributes are set (never a new
-    attribute, a method, a space, the wrapped env or the spec), and the env's limits stay its
-    own (:func:`ppo_ref.io.checkpoint.vet_env_value`). Raises ``ValueError`` when the wrapper
-    chain differs from the one that was saved, or the snapshot names any other attribute,
-    holds a value form :func:`single_env_state` never writes, or changes a limit.
-    """
+    """Write a :func:`single_env_state` snapshot back into ``env``: only plain attributes the env
+    already has, its limits kept (:func:`ppo_ref.io.checkpoint.vet_env_value`). Raises
+    ``ValueError`` for another wrapper chain, any other attribute, a value form
+    :func:`single_env_state` never writes, or a changed limit."""
     layers = _layers(env)
     saved = state["layers"]
-    if [type(l).__name__ for l in layers] != [s["class"] for s in saved]:
+    chain = [type(layer).__name__ for layer in layers]
+    if chain != [s["class"] for s in saved]:
         raise ValueError("env state was saved for wrapper chain "
-                         f"{[s['class'] for s in saved]}, this env has {[type(l).__name__ for l in layers]}")
+                         f"{[s['class'] for s in saved]}, this env has {chain}")
     for layer, entry in zip(layers, saved):
         present = vars(layer)
         for name, obj in entry["attrs"].items():
-            # only plain attributes the env already has: a saved state never adds attributes,
-            # shadows a method or replaces a space, the wrapped env or the spec
             current = present.get(name, _MISSING)
             if current is _MISSING or name in _SKIP_ATTRS or _is_skipped_value(current):
                 raise ValueError(f"saved env state sets {type(layer).__name__}.{name}, which is "
@@ -142,14 +124,9 @@ def restore_single_env_state(env, state: Dict[str, Any]) -> None:
             setattr(layer, name, value)
 
 
-
 def adam_state_to_arrays(state: dict) -> Dict[str, np.ndarray]:
-    """Flatten an Adam state into ``{str: ndarray}`` for an npz checkpoint (no pickling).
-
-    Layout: ``"t"`` -> 0-d int64 array; ``"m." + name`` and ``"v." + name`` -> the moment arrays
-    (copies). Parameter names may themselves contain dots; only the first dot is a separator.
-    Inverse: :func:`adam_state_from_arrays`.
-    """
+    """An Adam state as ``{"t": 0-d int64, "m.<name>": m copy, "v.<name>": v copy}`` for an npz
+    checkpoint (only the first dot separates). Inverse: :func:`adam_state_from_arrays`."""
     if not isinstance(state, Mapping) or not {"t", "m", "v"} <= set(state):
         raise ValueError("state must be an Adam state from adam_init (keys 't', 'm', 'v')")
     for moment in ("m", "v"):
@@ -165,12 +142,8 @@ def adam_state_to_arrays(state: dict) -> Dict[str, np.ndarray]:
 
 
 def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
-    """Rebuild an Adam state from :func:`adam_state_to_arrays` output (bit exact).
-
-    Raises:
-        ValueError: ``"t"`` missing or not a non-negative integer, a key without the ``m.``/``v.``
-            prefix, or a moment present in ``m`` but not in ``v`` (or vice versa).
-    """
+    """The Adam state of :func:`adam_state_to_arrays` output (bit exact); ``ValueError`` for a
+    ``"t"`` that is not an integer >= 0, another key, or ``m``/``v`` of different names."""
     if not isinstance(arrays, Mapping) or "t" not in arrays:
         raise ValueError("arrays must be a dict holding 't' and 'm.<name>'/'v.<name>' entries")
     t_arr = np.asarray(arrays["t"])
@@ -183,7 +156,8 @@ def adam_state_from_arrays(arrays: Mapping[str, np.ndarray]) -> dict:
             continue
         prefix, _, name = key.partition(".")
         if prefix not in ("m", "v") or not name:
-            raise ValueError(f"arrays has unexpected key {key!r} (expected 't', 'm.<name>', 'v.<name>')")
+            raise ValueError(f"arrays has unexpected key {key!r} (expected 't', 'm.<name>', "
+                             "'v.<name>')")
         (m if prefix == "m" else v)[name] = np.array(value, copy=True)
     check_same_keys(m, "first moments (m.*)", v, "second moments (v.*)")
     return {"t": int(t_arr), "m": m, "v": v}
