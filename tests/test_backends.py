@@ -127,9 +127,6 @@ INTERPRETED_BUGS = {
             "(w_t, b) weights: ValueError",
     "recurrent_networks": "ppo_ref.fast.recurrent_networks runs ppo_ref.fast.lstm's passes "
                           "(see lstm)",
-    "f32 panels": "interpreted, the float32 register blocks of ppo_ref.fast._mlp (here for "
-                  "a layer 32 wide; the table's 64-wide float32 cases too) call numba "
-                  "intrinsics (_block_8x8, _panel_6x32): NotImplementedError",
 }
 
 
@@ -137,8 +134,6 @@ def _expected_failure(key: str):
     module = key.split(".", 1)[0]
     if module in INTERPRETED_BUGS:
         return INTERPRETED_BUGS[module]
-    if key.endswith("panels"):
-        return INTERPRETED_BUGS["f32 panels"]
     return None
 
 
