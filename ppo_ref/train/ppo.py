@@ -1,28 +1,16 @@
 """The PPO trainers: collect a rollout, compute advantages, run the epochs of the update.
 
-``PPOTrainer`` composes the pieces and re-derives nothing::
+``PPOTrainer`` composes the pieces of its tier (:func:`ppo_ref.tiers.tier_for`) and re-derives
+nothing: :class:`~ppo_ref.train.rollout.RolloutCollector`, the tier's ``advantages.gae`` and
+:func:`ppo_ref.spec.update.run_epochs`, one update per rollout. Schedules use SB3's
+``progress_remaining`` (:func:`progress_remaining`), measured after the rollout (SB3) or
+before it (CleanRL) per ``config.schedule_progress``.
 
-    tier      = tier_for(config.backend)                      # ppo_ref.tiers: spec or fast
-    rollout   = collector.collect(params, action_rng)         # ppo_ref.train.rollout
-    adv, ret  = tier.advantages.gae(rollout...)               # ppo_ref.spec.advantages.gae
-    params    = run_epochs(params, adam_state, minibatches, evaluate, backward,
-                           losses=tier.losses, optim=tier.optim)   # ppo_ref.spec.update
-
-One update per rollout. The learning rate and the clip range follow ``config.lr_schedule`` /
-``config.clip_range_schedule`` with SB3's ``progress_remaining = 1 - steps / total_timesteps``,
-measured after the rollout (``schedule_progress="after_rollout"``, SB3) or before it
-(``"before_rollout"``, CleanRL).
-
-Randomness: one ``np.random.SeedSequence(seed)`` spawns independent streams for parameter
-init, env seeds (one per sub-env, used at the first reset), action sampling, minibatch
-permutations and ``predict``. The same seed gives bit-identical runs.
-
-Checkpoints (:meth:`PPOTrainer.save` / :meth:`PPOTrainer.load`) hold the parameters, Adam
-state, the generators, the collector's state (observations, episode starts, the LSTM state,
-episode accumulators, normalization statistics, every sub-env's own state: see
-:mod:`ppo_ref.io.state`), counters and the config, at a rollout boundary, so stopping and
-resuming continues the run exactly for envs whose state is plain attributes (all
-classic-control envs).
+Randomness: ``np.random.SeedSequence(seed)`` spawns independent streams for parameter init, env
+seeds, action sampling, minibatch permutations and ``predict``; the same seed gives
+bit-identical runs. Checkpoints (:meth:`PPOTrainer.save`, :meth:`PPOTrainer.load`) capture the
+whole run state at a rollout boundary (:mod:`ppo_ref.io.state`), so a resumed run continues
+exactly for envs whose state is plain attributes (all classic-control envs).
 """
 from __future__ import annotations
 
@@ -67,19 +55,12 @@ class Iteration(NamedTuple):
 
 
 def limit_blas_threads(n_threads: int = 1) -> bool:
-    """Limit the BLAS library NumPy uses (OpenBLAS, MKL, BLIS) to ``n_threads`` threads, for
-    the whole process, from now on (``threadpoolctl.threadpool_limits(n_threads,
-    user_api="blas")``; the same as ``OPENBLAS_NUM_THREADS=1`` before start-up, but effective
-    after NumPy is imported).
-
-    PPO's matrices are tiny (``[256, 64] @ [64, 64]``): a multi-threaded BLAS spends more on
-    waking threads than on arithmetic, and on a shared 2-core machine it is ~10x slower than one
-    thread. :class:`PPOTrainer` calls this with its ``blas_threads`` argument (default 1) when it
-    is built, so the limit holds for collection and updates alike, including when a caller
-    drives ``collect_rollout``/``train_on`` itself (the actor-learner). It is not undone when
-    the trainer is closed; use ``threadpoolctl.threadpool_limits`` as a context manager around
-    a run (and ``blas_threads=None``) to scope it instead. Returns True if a BLAS thread pool
-    was found and limited.
+    """Limit NumPy's BLAS (OpenBLAS, MKL, BLIS) to ``n_threads`` threads for the whole process
+    from now on (``threadpoolctl.threadpool_limits(n_threads, user_api="blas")``); PPO's
+    matrices are too small to gain from more. :class:`PPOTrainer` calls it with
+    ``blas_threads``; it is not undone on close (to scope it, pass ``blas_threads=None`` and use
+    ``threadpool_limits`` as a context manager). Returns True if a BLAS pool was limited.
+    Raises ``ValueError`` for ``n_threads < 1``.
     """
     from threadpoolctl import threadpool_limits
     n = int(n_threads)
@@ -124,15 +105,13 @@ def kernel_threads(n_threads: Optional[int]):
         numba.set_num_threads(previous)
 
 
-# the largest total_timesteps learn accepts: every step count up to it is exact in float64 (the
-# schedules divide by it), and it is far beyond any run (2**53 steps at 10**6 steps/s: 285 years)
+# the largest total_timesteps learn accepts: every step count up to it is exact in float64
 MAX_TOTAL_TIMESTEPS = 2 ** 53
 
 
 def _check_total_timesteps(value) -> int:
-    """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]``, or ``ValueError`` naming
-    ``total_timesteps``: ``int`` and NumPy integers only (a bool, a float such as ``1e5`` or
-    ``nan``, or a string is refused rather than converted)."""
+    """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]`` (ints only, as :func:`check_count`),
+    or ``ValueError`` naming ``total_timesteps``."""
     total = check_count(value, "total_timesteps", 0)
     if total > MAX_TOTAL_TIMESTEPS:
         raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
@@ -167,10 +146,9 @@ class PPOTrainer:
         vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
         blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1).
-        threads: numba's number of threads during each :meth:`iteration`,
-            :meth:`evaluate`, :meth:`predict` and :meth:`update` (:func:`kernel_threads`;
-            default 1; None leaves numba's setting). No compiled kernel has a parallel loop at
-            present; results are the same bits for any value. Not saved with a checkpoint.
+        threads: numba's threads during :meth:`iteration`, :meth:`evaluate`, :meth:`predict`
+            and :meth:`update` (:func:`kernel_threads`; default 1; None leaves numba's
+            setting); results are the same bits for any value. Not saved with a checkpoint.
 
     Attributes: ``tier``, ``policy``, ``params`` (dict of float64 arrays), ``adam_state``,
     ``num_timesteps`` (single-env steps collected), ``n_updates``, ``n_episodes``,
@@ -593,7 +571,8 @@ class PPOTrainer:
                 raise ValueError(f"seed must be an integer, got {seed!r}")
             env_kwargs = meta.get("env_kwargs") or None
             if env_kwargs is not None and not isinstance(env_kwargs, dict):
-                raise ValueError(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
+                raise ValueError(f"env_kwargs must be a JSON object, got "
+                                 f"{type(env_kwargs).__name__}")
         except _RESTORE_ERRORS as exc:
             raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
                                   f"{_one_line(exc)}") from None
