@@ -1,11 +1,10 @@
 """``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults.
 
 One frozen dataclass holds the hyperparameters (docs/specification.md §5), the network and
-environment options, and the *convention fields* where well-known implementations choose
-differently. ``PPOConfig()`` is the reference; ``PPOConfig.preset(name)`` sets every convention
-field to one implementation's choice (docs/specification.md §8) and no hyperparameter, so
-``preset("sb3", **hp)`` and ``preset("cleanrl", **hp)`` run one experiment under two conventions.
-Each field's help text (``PPOConfig.field_help()``) documents the CLI's ``--set field=value``
+environment options, and the *convention fields* where implementations choose differently.
+``PPOConfig()`` is the reference; ``PPOConfig.preset(name)`` sets every convention field to one
+implementation's choice (docs/specification.md §8) and no hyperparameter. Each field's help
+text (``PPOConfig.field_help()``) documents the CLI's ``--set field=value``
 (:func:`parse_overrides`). Invalid values raise ``ValueError`` naming the field.
 """
 from __future__ import annotations
@@ -46,8 +45,7 @@ class PPOConfig:
     """Settings of a PPO run (feedforward, recurrent and actor-learner trainers).
 
     Units: rewards and values are in the environment's reward units; ``n_steps`` counts steps
-    per environment;
-    ``batch_size`` counts rows (one row = one env step) of the ``n_steps * n_envs`` rollout.
+    per environment; ``batch_size`` counts rows (env steps) of the ``n_steps * n_envs`` rollout.
     Schedules use SB3's ``progress_remaining = 1 - steps_done / total_timesteps``.
 
     Raises:
@@ -207,7 +205,6 @@ class PPOConfig:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "
                              f"({self.n_steps} * {self.n_envs} = {rows})")
 
-    # --- construction helpers -----------------------------------------------------------------
     def replace(self, **changes: Any) -> "PPOConfig":
         """A copy with ``changes`` applied and validated (``ValueError`` for unknown fields)."""
         _check_known(changes)
@@ -247,7 +244,6 @@ class PPOConfig:
             out[f.name] = text + ")"
         return out
 
-    # --- schedules -----------------------------------------------------------------------------
     def learning_rate_at(self, progress_remaining: float) -> float:
         """Learning rate at ``progress_remaining`` (1 at the start, 0 at the end) under
         ``lr_schedule``: ``learning_rate`` or ``learning_rate * progress_remaining``."""
@@ -258,7 +254,6 @@ class PPOConfig:
         :meth:`learning_rate_at`). ``clip_range_vf`` is never scheduled."""
         return scheduled_value(self.clip_range_schedule, self.clip_range, progress_remaining)
 
-    # --- presets -------------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
         """The conventions of one implementation, with ``overrides`` applied on top.

@@ -1,19 +1,12 @@
-"""The convention options ppo_ref can express, in one table (read by :mod:`ppo_ref.testing`
-and by the golden vectors' checker, :mod:`ppo_ref.vectors`).
+"""The convention options ppo_ref can express, in one table (:data:`OPTIONS`).
 
-Each :class:`Option` names a choice that implementations make differently, the values it can
-take, the value of the reference convention, and the quantities (``"gae"``, ``"vtrace"``,
-``"policy_loss"``, ``"value_loss"``, ``"normalize_advantages"``) whose reference result
-depends on it. Everything that compares conventions reads this table:
-:func:`resolve_convention` turns a preset name or a dict into option values,
-:func:`combinations` enumerates the conventions :func:`ppo_ref.testing.identify` tries, the
-reference computations of :mod:`ppo_ref.testing.quantities` receive the resolved options as a
-dict, and ``ppo-ref check`` (:func:`ppo_ref.vectors.check.alternative_conventions`) names the
-conventions a failing case would pass under.
-
-A new option is added by appending a row to :data:`OPTIONS` and reading it in the reference
-computation of each quantity it affects; presets name it by its :class:`ppo_ref.PPOConfig`
-field (``Option.name`` is that field's name).
+Each :class:`Option` is a choice implementations make differently: its values (the reference
+first) and the quantities (:data:`QUANTITIES`) whose reference result depends on it.
+Everything that compares conventions reads it: :mod:`ppo_ref.testing` (``identify`` tries
+:func:`combinations`; its reference computations receive :func:`resolve_convention`'s dict)
+and ``ppo-ref check`` (:mod:`ppo_ref.vectors`). A new option is a new row, read by the
+reference computation of each quantity it affects; ``Option.name`` is its
+:class:`ppo_ref.PPOConfig` field.
 """
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """The implementation details of PPO, each mapped to the ppo_ref option or function that
 implements it and the test that proves it.
 
-Source of the list: S. Huang, R. F. J. Dossa, A. Raffin, A. Kanervisto, W. Wang, "The 37
-Implementation Details of Proximal Policy Optimization", ICLR Blog Track 2022: 13 core details,
-9 Atari-specific, 9 for continuous actions, 5 for LSTM policies and 1 for MultiDiscrete actions
-(37), plus 4 auxiliary ones the blog discusses on their own (clip-range annealing, the
-parallelized gradient update, early stopping on the KL, invalid-action masking).
-
-:data:`DETAILS` holds one :class:`Detail` per item. The same data gives
-``docs/implementation_details.md`` (:func:`markdown`; the test suite checks the file is
-exactly this text and that every option, function and test it names exists) and the
-terminal table of ``ppo-ref details`` (:func:`terminal_table`).
-
-Notation in :attr:`Detail.implemented_by`: ``PPOConfig.<field>`` names an option of
-:class:`ppo_ref.config.PPOConfig`; a dotted ``ppo_ref.<module>.<name>[.<attr>]`` names an
-importable function or class (attribute). :attr:`Detail.tests` entries are
-``tests/<file>.py::<test function>``. A detail that does not apply has no implementation and
-no test, and says why in :attr:`Detail.note`.
+Source: S. Huang, R. F. J. Dossa, A. Raffin, A. Kanervisto, W. Wang, "The 37 Implementation
+Details of Proximal Policy Optimization", ICLR Blog Track 2022 (:data:`GROUPS`: the 37, plus 4
+auxiliary ones the blog discusses on their own). :data:`DETAILS` holds one :class:`Detail` per
+item; it renders ``docs/implementation_details.md`` (:func:`markdown`, checked by the tests)
+and the table of ``ppo-ref details`` (:func:`terminal_table`).
 """
 from __future__ import annotations
 
@@ -39,13 +28,13 @@ class Detail(NamedTuple):
     Attributes:
         key: ``<group>-<number>`` in the blog's order (e.g. ``core-5``).
         title: the detail's name as the blog gives it.
-        implemented_by: options (``PPOConfig.<field>``) and functions (dotted paths); empty
-            when the detail does not apply.
+        implemented_by: options (``PPOConfig.<field>``) and importable functions or classes
+            (``ppo_ref.<module>.<name>[.<attr>]``); empty when the detail does not apply.
         default: the value or behaviour of ``PPOConfig()`` (the reference).
         presets: the presets (:meth:`ppo_ref.config.PPOConfig.preset`) whose value differs
             from the default, or ``"-"``.
         tests: ``tests/<file>.py::<function>`` entries that prove the behaviour.
-        note: how ppo_ref does it, or why it does not apply.
+        note: how ppo_ref does it, or why it does not apply (then no implementation, no test).
     """
     key: str
     title: str
