@@ -71,10 +71,9 @@ def limit_blas_threads(n_threads: int = 1) -> bool:
 
 
 def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> Optional[int]:
-    """``value`` as the number of numba threads for the compiled kernels' parallel loops
-    (``ppo_ref._numba``, "Threads"): None when ``none_ok`` (leave numba's setting as it is), or
-    an ``int`` (or NumPy integer; not a bool) in ``[1, numba.config.NUMBA_NUM_THREADS]``
-    (numba's thread pool, by default one per CPU). Raises ValueError naming ``name`` otherwise."""
+    """``value`` as the number of numba threads (:mod:`ppo_ref._numba`, "Threads"): None when
+    ``none_ok`` (leave numba's setting), or an integer (not a bool) in ``[1,
+    numba.config.NUMBA_NUM_THREADS]``. Raises ValueError naming ``name`` otherwise."""
     if value is None and none_ok:
         return None
     most = numba.config.NUMBA_NUM_THREADS
@@ -88,11 +87,9 @@ def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> 
 
 @contextlib.contextmanager
 def kernel_threads(n_threads: Optional[int]):
-    """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread (numba's
-    setting is per thread), then put the previous value back (also when the block raises);
-    None, or plain loops (``ppo_ref._numba.PARALLEL_LOOPS`` False: numba's threading layer is
-    not used, and may not load), change nothing. Raises ValueError naming ``n_threads`` as
-    :func:`check_kernel_threads`."""
+    """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread, then
+    restore the previous value; None, or plain loops (``PARALLEL_LOOPS`` False), change
+    nothing. Raises ValueError naming ``n_threads`` as :func:`check_kernel_threads`."""
     n = check_kernel_threads(n_threads, "n_threads")
     if n is None or not PARALLEL_LOOPS:
         yield
@@ -247,12 +244,10 @@ class PPOTrainer:
 
     def compute_vtrace_advantages(self, rollout: Rollout, *, rho_bar: float = 1.0,
                                   c_bar: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
-        """V-trace in place of GAE (IMPALA: the actor-learner's off-policy correction):
+        """V-trace in place of GAE (the actor-learner's off-policy correction):
         :func:`ppo_ref.spec.advantages.vtrace` on the tier, of the rollout's behaviour
-        ``log_probs`` against the target log-probs and values of the current ``params`` (one
-        evaluation of the whole rollout), with the rollout's bootstrap values. Returns
-        ``(pg_advantages, vs)``, float64 ``[T, N]``; on-policy with bars >= 1 they equal
-        :meth:`compute_advantages` with ``gae_lambda = 1``."""
+        ``log_probs`` against the current ``params``' log-probs and values. Returns
+        ``(pg_advantages, vs)``, float64 ``[T, N]``."""
         c = self.config
         T, N = rollout.rewards.shape
         target_log_probs, _, target_values, _ = self.policy.evaluate(
@@ -456,14 +451,10 @@ class PPOTrainer:
         ``collector/<key>`` (:meth:`RolloutCollector.state_arrays`), ``recent_returns`` and
         ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config). Call
         it at a rollout boundary (e.g. from the :meth:`learn` callback)."""
-        arrays: Dict[str, np.ndarray] = {}
-        for k, v in self.params.items():
-            arrays["params/" + k] = np.array(v, copy=True)
-        for k, v in adam_state_to_arrays(self.adam_state).items():
-            arrays["adam/" + k] = v
         coll_arrays, coll_meta = self.collector.state_arrays()
-        for k, v in coll_arrays.items():
-            arrays["collector/" + k] = v
+        arrays = {"params/" + k: np.array(v, copy=True) for k, v in self.params.items()}
+        arrays.update({"adam/" + k: v for k, v in adam_state_to_arrays(self.adam_state).items()})
+        arrays.update({"collector/" + k: v for k, v in coll_arrays.items()})
         arrays["recent_returns"] = np.asarray(list(self.recent_returns), dtype=np.float64)
         state = {
             "trainer": type(self).__name__,
@@ -481,12 +472,9 @@ class PPOTrainer:
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
-        number of envs), after vetting it against this trainer's own
-        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`) and its JSON record
-        (:func:`ppo_ref.io.checkpoint.vet_state_record`: counters that agree with each other and
-        the settings; then generator states and sub-env states that set only attributes the
-        envs have, their limits unchanged). Raises ``ValueError`` on any mismatch; a failure
-        may leave this trainer half-restored (:meth:`load` then discards it)."""
+        number of envs), vetted against this trainer's own state
+        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`, ``vet_state_record``). Raises ``ValueError`` on any mismatch; a failure may leave this
+        trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -533,11 +521,9 @@ class PPOTrainer:
 
     def save(self, path, arrays: Optional[Dict[str, np.ndarray]] = None,
              metadata: Optional[Dict[str, Any]] = None) -> str:
-        """Write a checkpoint (``.npz``) atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`:
-        written beside, synced, renamed; a replaced file keeps its mode, a path that exists and
-        is not a regular file is refused). ``arrays``/``metadata`` default to the current
-        :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken earlier to
-        save that state instead (the last good state after a failure)."""
+        """Write a checkpoint (``.npz``) atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`).
+        ``arrays``/``metadata`` default to the current :meth:`state_arrays` /
+        :meth:`checkpoint_metadata`; pass an earlier snapshot to save that state instead."""
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
