@@ -258,88 +258,20 @@ class PPOConfig:
     def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
         """The conventions of one implementation, with ``overrides`` applied on top.
 
-        Every preset sets all of :data:`CONVENTION_FIELDS` (:data:`PRESETS`; the table is
-        docs/specification.md §8); every other field keeps its default unless overridden. A
-        field not named below keeps the reference value, because the implementation has no
-        such setting or uses the reference one. Hyperparameters a library names differently
-        (its value-loss coefficient, whether it normalizes advantages) stay hyperparameters:
-        pass them as overrides. The source of each choice:
+        Every preset sets all of :data:`CONVENTION_FIELDS` (:data:`PRESETS`; the table and the
+        source of every choice, file by file: docs/specification.md §8.1); every other field
+        keeps its default unless overridden. Hyperparameters a library names differently (its
+        value-loss coefficient, whether it normalizes advantages) stay hyperparameters: pass
+        them as overrides. The presets:
 
-        ``"reference"``: ``PPOConfig()``; the max form of the value loss when clipping is on;
-            kl_stop_rule="sb3" (1.5 x target_kl, checked before the step, stops every epoch).
-
-        ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO. truncation="bootstrap" (SB3 folds
-            gamma * V(final_obs) into the reward: the same numbers); value_loss_mode="sb3"
-            (``F.mse_loss`` of the clipped prediction, no 0.5); schedule_progress=
-            "after_rollout" (``progress_remaining`` updated after ``collect_rollouts``);
-            clip_observations/clip_rewards=10.0 when that normalization is on
-            (``VecNormalize``'s ``clip_obs``/``clip_reward``), None otherwise. sb3-contrib's
-            LSTM size is 256: pass ``lstm_hidden_size=256``.
-
-        ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``.
-            truncation="terminate" (``next_done = terminations | truncations``);
-            value_loss_scale=0.5 with the max form (``0.5 * max(unclipped, clipped)``);
-            clip_range_vf = clip_range (``clip_vloss`` uses ``clip_coef``; follows an overridden
-            ``clip_range`` unless ``clip_range_vf`` is overridden too); kl_stop_rule="cleanrl"
-            (after each epoch, 1 x target_kl, the last minibatch's estimate);
-            lr_schedule="linear" (``anneal_lr``), schedule_progress="before_rollout" (``frac =
-            1 - (iteration - 1) / num_iterations``); clip_observations/clip_rewards=10.0 when
-            normalized (``ppo_continuous_action.py`` clips to [-10, 10] after its wrappers).
-
-        ``"thrust"``: thrust-rl 0.4. truncation="ignore" (the flag is dropped: the next row's
-            value is bootstrapped and the trace runs on); bootstrap_terminal_last_row=True;
-            clip_range_vf=0.2; advantage_norm_scope="batch", advantage_norm_ddof=0 (its
-            feedforward trainer; its recurrent trainer normalizes per minibatch: override the
-            scope); kl_estimator="k1", kl_stop_rule="thrust" (after the step, ends only the
-            current epoch); value_head_gain=0.01.
-
-        ``"tianshou"``: tianshou 2.0.1, ``tianshou/algorithm/modelfree/ppo.py`` and ``a2c.py``:
-            GAE bootstraps V(obs_next) masked by ``terminated`` and cuts at ``terminated or
-            truncated``; ``value_clip`` is ``torch.max(vf1, vf2)`` of ``(returns -
-            value).pow(2)``, off by default; ``advantages.std()`` per minibatch with ``self._eps
-            = 1e-8`` added; its ``dual_clip`` is the field of that name (None by default).
-
-        ``"torchrl"``: torchrl 0.14.1, ``torchrl/objectives/ppo.py`` (``ClipPPOLoss``).
-            Bootstraps the value of ``("next", obs)`` masked by ``terminated``, cut at ``done``;
-            value_loss_mode="huber" (``loss_critic_type="smooth_l1"``, delta 1; ``clip_value``
-            takes the max form; ``critic_coeff`` is vf_coef); advantage_norm_eps=1e-6 "clamp"
-            (``torchrl._utils._standardize``: ``std.clamp_min(torch.finfo(torch.float)
-            .resolution)``; with a valid mask torchrl uses ddof 0 and 1e-4); kl_estimator="k1"
-            (``(prox_log_prob - log_prob).mean()``). ``ClipPPOLoss`` defaults to
-            ``normalize_advantage=False``; its ``clip_epsilon=(low, high)`` is
-            ``clip_range_low``/``clip_range_high``.
-
-        ``"rlax"``: rlax 0.1.9 (building blocks, no trainer). truncation="terminate" (an episode
-            boundary is ``discount_t = 0``, which also stops the bootstrap);
-            value_loss_scale=0.5 (``rlax.l2_loss = 0.5 * x**2``), no value clipping; no
-            advantage normalization (pass ``normalize_advantage=False``); its per-step
-            ``discount_t`` and ``lambda_`` are the ``gamma``/``gae_lambda`` arrays of
-            :func:`ppo_ref.gae`.
-
-        ``"skrl"``: skrl 2.1.1, ``skrl/agents/torch/ppo/ppo.py`` and ``ppo_cfg.py``.
-            truncation="ignore" (``compute_gae`` reads ``terminated`` only;
-            ``time_limit_bootstrap=False``); value_loss_mode="sb3" (the prediction is clipped,
-            then ``F.mse_loss``; skrl's ``value_loss_scale``, 2.5 by default, plays vf_coef);
-            clip_range_vf=0.2 (``value_clip``); advantage_norm_scope="batch" (``compute_gae``
-            normalizes the whole memory: ``(advantages - mean) / (advantages.std() + 1e-8)``);
-            kl_stop_rule="skrl" (``kl_threshold``, ppo.py lines 381-389 at commit c29ced63).
-
-        ``"sample_factory"``: Sample Factory 2.1.1, ``sample_factory/algo/learning/learner.py``
-            and ``cfg/cfg.py``. truncation="terminate" (``value_bootstrap=False``; ``True`` is
-            truncation="bootstrap" with ``final_values=values``, V(s_t)); max form
-            (``torch.max(value_original_loss, value_clipped_loss)``; ``value_loss_coeff`` is
-            vf_coef), clip_range_vf=1.0 (``ppo_clip_value``); advantage_norm_eps=1e-7 "clamp"
-            (``(adv - adv_mean) / torch.clamp_min(adv_std, 1e-7)`` from ``torch.std_mean``);
-            clip_interval="reciprocal" (``clip_ratio_low = 1.0 / clip_ratio_high``; its
-            ``ppo_clip_ratio`` default is 0.1: pass ``clip_range=0.1``).
-
-        ``"purejaxrl"``: PureJaxRL ``purejaxrl/ppo.py`` at commit 31756b19.
-            truncation="terminate" (``done`` of the auto-resetting env masks the bootstrap and
-            the trace); value_loss_scale=0.5 (``0.5 * jnp.maximum(value_losses,
-            value_losses_clipped).mean()``), clip_range_vf = clip_range (``CLIP_EPS``);
-            advantage_norm_ddof=0 (``gae.std()`` of jnp); lr_schedule="linear" (``ANNEAL_LR``),
-            schedule_progress="before_rollout" (``frac = 1 - (count // (NUM_MINIBATCHES *
-            UPDATE_EPOCHS)) / NUM_UPDATES``).
+        ``"reference"``: ``PPOConfig()``. ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO.
+        ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``. ``"thrust"``:
+        thrust-rl 0.4. ``"tianshou"``: tianshou 2.0.1. ``"torchrl"``: torchrl 0.14.1
+        (``ClipPPOLoss``). ``"rlax"``: rlax 0.1.9. ``"skrl"``: skrl 2.1.1. ``"sample_factory"``:
+        Sample Factory 2.1.1. ``"purejaxrl"``: PureJaxRL ``purejaxrl/ppo.py`` at commit
+        31756b19. In the CleanRL and PureJaxRL presets ``clip_range_vf`` follows an overridden
+        ``clip_range`` (unless overridden too); in the SB3 and CleanRL presets
+        ``clip_observations``/``clip_rewards`` are 10.0 when that normalization is on, else None.
 
         Raises:
             ValueError: unknown preset name or field, or an invalid resulting config.
