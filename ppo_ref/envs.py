@@ -83,12 +83,8 @@ class MemoryCueEnv(gym.Env):
 
     * ``cue`` is -1.0 or +1.0 with probability 1/2 each, drawn at reset from the env's
       ``np_random`` (so ``reset(seed=s)`` fixes it).
-    * Observation: float32 array of shape (2,): ``[cue channel, answer flag]``. The flag is 1
-      only on the answer step, so the agent always knows *when* to answer but, after step 0,
-      never *what*: the task is solvable only by remembering the cue (for every k >= 0: with
-      k = 0 the answer comes one step after the cue).
-    * Actions: ``Discrete(2)``; action 0 means cue -1, action 1 means cue +1.
-    * During steps 0 .. k the action has no effect and the reward is 0.
+    * Observation: float32 ``[cue channel, answer flag]``; after step 0 only memory tells the
+      answer. Actions: ``Discrete(2)``; action 0 means cue -1, action 1 means cue +1.
     * The answer step ends the episode with ``terminated=True`` (episode length k + 2); the env
       never truncates. ``info["correct"]`` (bool) is set on the answer step, ``info["cue"]``
       on every step.
@@ -221,8 +217,7 @@ class MultiChoiceEnv(gym.Env):
         super().reset(seed=seed)
         self._t = 0
         self._needs_reset = False
-        obs = self._draw()
-        return obs, {"cues": self._cues.copy()}
+        return self._draw(), {"cues": self._cues.copy()}
 
     def step(self, action):
         """Score ``action`` against the current cues, then draw the next ones (class docstring)."""
