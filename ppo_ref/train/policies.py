@@ -249,9 +249,6 @@ class _Policy:
                    else self.head.sample(rng, out, cparams))
         return self.head.to_env(actions), state
 
-    def _head_eval(self, cparams, out, actions):
-        return self.head.log_prob_entropy(out, cparams, actions)
-
     def _head_backward(self, cache, d_log_probs, d_entropy):
         cparams, out, actions = cache[:3]
         dtype = self.dtype
@@ -305,7 +302,7 @@ class MLPPolicy(_Policy):
         cparams = self.compute_params(params)
         out, values, net_cache = self.tier.networks.actor_critic_forward(
             self._net(cparams), obs.astype(self.dtype, copy=False), *self._net_args)
-        log_probs, entropy = self._head_eval(cparams, out, actions)
+        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
         return log_probs, entropy, values, (cparams, out, actions, net_cache)
 
     def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:
@@ -369,7 +366,7 @@ class RecurrentPolicy(_Policy):
             *self._net_args)
         out = out.reshape(T * n, -1)
         actions = actions.reshape((T * n,) + self.head.action_shape)
-        log_probs, entropy = self._head_eval(cparams, out, actions)
+        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
         return log_probs, entropy, values.reshape(-1), (cparams, out, actions, net_cache, (T, n))
 
     def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:

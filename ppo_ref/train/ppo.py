@@ -351,12 +351,10 @@ class PPOTrainer:
     def iteration(self, next_rollout: Optional[Callable[[], Rollout]] = None,
                   compute_advantages: Optional[Callable[[Rollout], Tuple[np.ndarray, np.ndarray]]]
                   = None) -> Iteration:
-        """One iteration of :meth:`learn` (and of the actor-learner's learner, which passes its
-        own rollout source and, with V-trace, :meth:`compute_vtrace_advantages`):
-        ``progress_remaining`` (before or after the rollout, ``config.schedule_progress``),
-        ``rollout = next_rollout()`` (default :meth:`collect_rollout`; a source must count the
-        rollout with :meth:`record_rollout`), ``compute_advantages(rollout)`` (default GAE),
-        :meth:`train_on`, ``n_updates += 1``.
+        """One iteration of :meth:`learn` or of the actor-learner's learner:
+        ``progress_remaining`` (per ``config.schedule_progress``), ``rollout = next_rollout()``
+        (default :meth:`collect_rollout`; another source must call :meth:`record_rollout`),
+        ``compute_advantages(rollout)`` (default GAE), :meth:`train_on`, ``n_updates += 1``.
 
         Returns :class:`Iteration`; its ``stats`` hold :meth:`train_on`'s plus ``timesteps``,
         ``updates``, ``episodes``, ``progress_remaining``, ``fps``, ``time_rollout`` and
@@ -473,8 +471,9 @@ class PPOTrainer:
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
         number of envs), vetted against this trainer's own state
-        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`, ``vet_state_record``). Raises ``ValueError`` on any mismatch; a failure may leave this
-        trainer half-restored (:meth:`load` then discards it)."""
+        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`, ``vet_state_record``). Raises
+        ``ValueError`` on any mismatch; a failure may leave this trainer half-restored
+        (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = {k: np.asarray(v) for k, v in arrays.items()}

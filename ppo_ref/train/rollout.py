@@ -255,15 +255,10 @@ class _CheckedVector(VectorWrapper):
         return self.collector._checked_step(self.env, actions)
 
 
-def _select(state: Optional[LSTMStates], envs) -> Optional[LSTMStates]:
-    return None if state is None else state.select(envs)
-
-
 class RolloutCollector:
     """Steps a vector env with a policy (:mod:`ppo_ref.train.policies`) and fills a
-    :class:`Rollout`; carries the current observations, episode-start flags, the policy's state,
-    the episode statistics and the normalization statistics from one rollout to the next
-    (:meth:`state`/:meth:`load_state` hold all of it with every sub-env's own state).
+    :class:`Rollout`; carries observations, episode starts, the policy's state and the episode
+    and normalization statistics across rollouts (:meth:`state_arrays`, :meth:`load_state`).
 
     Args:
         env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (:func:`make_vector_env`).
@@ -271,7 +266,7 @@ class RolloutCollector:
             ``compute_params``, ``obs_dim``, ``obs_shape``).
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards, gamma, clip_observations, clip_rewards:
-            module docstring (``gamma``: the discount of the reward scaling's return).
+            the :class:`~ppo_ref.config.PPOConfig` fields of those names.
     """
 
     def __init__(self, env, policy, n_steps: int, *, normalize_observations: bool = False,
@@ -458,9 +453,9 @@ class RolloutCollector:
             if cut.size:
                 if final_values is None:
                     final_values = np.zeros((T, N))
+                cut_state = None if self.state is None else self.state.select(cut)
                 final_values[t, cut] = policy.values(cparams, self._final_obs(info, cut, t),
-                                                     _select(self.state, cut),
-                                                     np.zeros(cut.size, dtype=bool))
+                                                     cut_state, np.zeros(cut.size, dtype=bool))
             for i in np.flatnonzero(done):
                 returns.append(float(info["episode"]["r"][i]))
                 lengths.append(int(info["episode"]["l"][i]))
