@@ -304,36 +304,22 @@ class PPOConfig:
         return cls(**values)
 
 
-class _SameAsClipRange:
+class _Derived:
+    """A preset value resolved by :meth:`PPOConfig.preset` from the other fields."""
+
+    def __init__(self, text: str):
+        self.text = text
+
     def __repr__(self) -> str:
-        return "<clip_range>"
+        return self.text
 
 
-_SAME_AS_CLIP_RANGE = _SameAsClipRange()
-
-
-class _TenWithNormalization:
-    def __repr__(self) -> str:
-        return "<10.0 when normalized, else None>"
-
-
-#: Preset value of clip_observations / clip_rewards for libraries whose normalizer clips at 10
-#: (SB3 ``VecNormalize(clip_obs=10.0, clip_reward=10.0)``, CleanRL ``ppo_continuous_action.py``
-#: ``np.clip(obs, -10, 10)`` / ``np.clip(reward, -10, 10)`` after its normalize wrappers): 10.0
-#: when the run normalizes that quantity, None when it does not (there is nothing to clip).
-_TEN_WITH_NORMALIZATION = _TenWithNormalization()
+_SAME_AS_CLIP_RANGE = _Derived("<clip_range>")
+#: 10.0 when the run normalizes that quantity, else None (there is nothing to clip).
+_TEN_WITH_NORMALIZATION = _Derived("<10.0 when normalized, else None>")
 
 #: Each clipping field and the normalization it applies after.
 _CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
-
-#: Fields that differ between implementations; every preset sets all of them.
-CONVENTION_FIELDS = (
-    "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
-    "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator",
-    "kl_stop_rule", "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
-    "clip_observations", "clip_rewards", "advantage_norm_eps", "advantage_norm_eps_placement",
-    "clip_interval", "clip_range_low", "clip_range_high", "huber_delta", "dual_clip",
-)
 
 #: Every convention field at its reference value: the ``"reference"`` preset, and the value of a
 #: field a library has no setting for (no KL early stop, no schedule, no value-head init of its
@@ -347,8 +333,11 @@ _REFERENCE = dict(
     advantage_norm_eps_placement="add", clip_interval="symmetric", clip_range_low=None,
     clip_range_high=None, huber_delta=1.0, dual_clip=None)
 
+#: Fields that differ between implementations; every preset sets all of them.
+CONVENTION_FIELDS = tuple(_REFERENCE)
+
 #: ``{preset name: {convention field: value}}``: each preset is :data:`_REFERENCE` with the
-#: fields its implementation sets otherwise (sources in :meth:`PPOConfig.preset`).
+#: fields its implementation sets otherwise (sources: docs/specification.md §8.1).
 PRESETS: Dict[str, Dict[str, Any]] = {
     "reference": dict(_REFERENCE),
     "sb3": dict(_REFERENCE, value_loss_mode="sb3", clip_observations=_TEN_WITH_NORMALIZATION,
