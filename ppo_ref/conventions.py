@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
 
+from ppo_ref.config import PRESETS
 from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
                                  VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
@@ -83,11 +84,6 @@ def options_for(quantity: str) -> Tuple[Option, ...]:
     return tuple(o for o in OPTIONS if quantity in o.quantities)
 
 
-def _presets() -> Dict[str, Dict[str, Any]]:
-    from ppo_ref.config import PRESETS
-    return PRESETS
-
-
 def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """``{option name: value}`` for every option of :data:`OPTIONS`.
 
@@ -100,11 +96,10 @@ def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, A
     """
     out = {o.name: o.reference for o in OPTIONS}
     if isinstance(convention, str):
-        presets = _presets()
-        if convention not in presets:
-            raise ValueError(f"convention must be a preset name {sorted(presets)} or a dict of "
+        if convention not in PRESETS:
+            raise ValueError(f"convention must be a preset name {sorted(PRESETS)} or a dict of "
                              f"options, got {convention!r}")
-        given = {k: v for k, v in presets[convention].items() if k in _BY_NAME}
+        given = {k: v for k, v in PRESETS[convention].items() if k in _BY_NAME}
     elif isinstance(convention, Mapping):
         given = dict(convention)
     else:
@@ -131,7 +126,7 @@ def combinations(quantity: str) -> Iterator[Dict[str, Any]]:
 def preset_names_matching(quantity: str, options: Mapping[str, Any]) -> List[str]:
     """The presets whose options for ``quantity`` equal ``options``."""
     names = []
-    for name in _presets():
+    for name in PRESETS:
         resolved = resolve_convention(name)
         if all(resolved[o.name] == options.get(o.name, o.reference) for o in options_for(quantity)):
             names.append(name)

@@ -183,7 +183,7 @@ class MultiChoiceEnv(gym.Env):
 
     def __init__(self, nvec=(3, 4), episode_length: int = 16, render_mode: Optional[str] = None):
         try:
-            items = [n for n in nvec]
+            items = list(nvec)
         except TypeError:
             raise ValueError(f"nvec must be a sequence of integers >= 2, got {nvec!r}") from None
         if not items:
