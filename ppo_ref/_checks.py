@@ -1,9 +1,7 @@
-"""Argument validation shared by every public function.
+"""Argument validation shared by every public function, called once at the public boundary.
 
-Each helper raises ``ValueError`` (or ``TypeError`` for a wrong kind of object) whose message
-starts with the argument's name, so a caller always learns *which* input was wrong and *how*.
-Public wrappers call these before handing arrays to a numba kernel, so a bad input never
-surfaces as a numba typing error, a silent NaN or a wrong answer.
+Each helper raises ``ValueError`` whose message starts with the argument's name and says what
+was expected, so a bad input never surfaces as a numba typing error or a silent NaN.
 """
 from __future__ import annotations
 
@@ -16,11 +14,8 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def result_dtype(*arrays: Optional[np.ndarray]) -> np.dtype:
-    """float32 when every *float* array given is float32, float64 otherwise.
-
-    Integer or bool arrays and ``None`` entries are ignored (Python scalars never reach here).
-    With no float array at all the result is float64.
-    """
+    """float32 when every float array given is float32, else float64 (integer and bool arrays
+    and ``None`` are ignored)."""
     floats = [a.dtype for a in arrays if a is not None and a.dtype.kind == "f"]  # floating
     if floats and all(d == np.float32 for d in floats):
         return np.dtype(np.float32)
@@ -31,9 +26,8 @@ def as_float_array(x, name: str, *, ndim: Optional[Sequence[int]] = None,
                    allow_nonfinite: bool = False) -> np.ndarray:
     """Convert ``x`` to a float32/float64 ndarray, checking rank and finiteness.
 
-    Integer and bool inputs become float64; float16 becomes float32; floats stored in the
-    non-native byte order (e.g. big-endian ``>f8`` read from a file) are converted to native
-    order; complex, object and string inputs are rejected. ``ndim`` is the set of accepted ranks (``None``: any).
+    Integer and bool inputs become float64, float16 float32, non-native byte order native;
+    complex, object and string inputs are rejected. ``ndim``: the accepted ranks (None: any).
     Raises ``ValueError`` naming ``name``.
     """
     try:
@@ -77,14 +71,16 @@ def as_flag_array(x, name: str, *, ndim: Optional[Sequence[int]] = None) -> np.n
     ok = (arr == 0) | (arr == 1)
     if not ok.all():
         bad = tuple(int(i) for i in np.argwhere(~ok)[0])
-        raise ValueError(f"{name} must hold booleans or 0/1 numbers: found {arr[bad]} at index {bad}")
+        raise ValueError(f"{name} must hold booleans or 0/1 numbers: found {arr[bad]} at "
+                         f"index {bad}")
     return arr.astype(np.bool_)
 
 
 def check_same_shape(arr: np.ndarray, name: str, shape: tuple, ref_name: str) -> None:
     """Raise ``ValueError`` unless ``arr.shape == shape`` (the shape of ``ref_name``)."""
     if tuple(arr.shape) != tuple(shape):
-        raise ValueError(f"{name} must have the shape of {ref_name} {tuple(shape)}, got {arr.shape}")
+        raise ValueError(f"{name} must have the shape of {ref_name} {tuple(shape)}, "
+                         f"got {arr.shape}")
 
 
 def one_line_repr(value, limit: int = 80) -> str:
@@ -94,12 +90,12 @@ def one_line_repr(value, limit: int = 80) -> str:
 
 
 def check_real_scalar(value, name: str) -> float:
-    """Return ``value`` as a Python float; raise ``ValueError`` unless it is a finite real number."""
-    if isinstance(value, (list, tuple, np.ndarray)) and not (isinstance(value, np.ndarray)
-                                                             and value.ndim == 0):
+    """``value`` as a Python float; ``ValueError`` unless it is a finite real number."""
+    if isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a real number, got {type(value).__name__} of length "
-                         f"{len(value)}" if not isinstance(value, np.ndarray) else
-                         f"{name} must be a real number, got an array of shape {value.shape}")
+                         f"{len(value)}")
+    if isinstance(value, np.ndarray) and value.ndim != 0:
+        raise ValueError(f"{name} must be a real number, got an array of shape {value.shape}")
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be a real number, got bool {value!r}")
     if isinstance(value, (str, bytes)):
@@ -145,9 +141,6 @@ def check_choice(value, name: str, choices: Sequence) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
-# --------------------------------------------------------------------------------------------
-# generators, dimensions, shapes, indices, parameters and logits
-
 def check_generator(rng, name: str = "rng") -> np.random.Generator:
     """Return ``rng``; raise ``ValueError`` unless it is a ``numpy.random.Generator``."""
     if not isinstance(rng, np.random.Generator):
@@ -156,8 +149,7 @@ def check_generator(rng, name: str = "rng") -> np.random.Generator:
 
 
 def check_positive_int(value, name: str) -> int:
-    """Return ``value`` as int; ``ValueError`` unless it is an integer (not a bool) ``>= 1``:
-    :func:`check_count` with minimum 1."""
+    """:func:`check_count` with minimum 1."""
     return check_count(value, name, 1)
 
 
@@ -179,7 +171,7 @@ def as_shape(value, name: str) -> Tuple[int, ...]:
 
 
 def check_last_dim(arr: np.ndarray, name: str, size: int) -> None:
-    """Raise ``ValueError`` unless ``arr`` has at least one dimension and ``arr.shape[-1] == size``."""
+    """Raise ``ValueError`` unless ``arr`` has a last dimension of ``size``."""
     if arr.ndim == 0:
         raise ValueError(f"{name} must have at least 1 dimension [..., {size}], got a scalar")
     if arr.shape[-1] != size:
@@ -213,11 +205,7 @@ def as_index_array(x, name: str, shape: tuple, ref_name: str,
 
 def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None) -> np.ndarray:
     """``params[key]``, checked to be a finite float64 ndarray of ``shape`` (``None`` entries:
-    any size).
-
-    Raises ``ValueError`` if ``params`` is not a mapping, the key is missing, or the value is
-    not a float64 array of that rank and those sizes, or holds NaN or inf.
-    """
+    any size); ``ValueError`` naming the mapping, the key or the entry otherwise."""
     if not isinstance(params, Mapping):
         raise ValueError(f"params must be a dict of arrays, got {type(params).__name__}")
     if key not in params:
@@ -229,7 +217,8 @@ def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None)
     if not ok:
         want = "" if shape is None else " of shape [" + ", ".join(
             "*" if s is None else str(s) for s in shape) + "]"
-        got = f"{v.dtype} array of shape {v.shape}" if isinstance(v, np.ndarray) else type(v).__name__
+        got = (f"{v.dtype} array of shape {v.shape}" if isinstance(v, np.ndarray)
+               else type(v).__name__)
         raise ValueError(f"params[{key!r}] must be a float64 array{want}, got {got}")
     check_finite_param(v, key)
     return v
@@ -237,7 +226,7 @@ def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None)
 
 def check_finite_param(value: np.ndarray, key: str) -> None:
     """Raise ``ValueError`` naming ``params[key]`` and the first bad index unless the float
-    array ``value`` is finite (a NaN or inf parameter would spread through every output)."""
+    array ``value`` is finite."""
     if value.size and not np.isfinite(value).all():
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
         raise ValueError(f"params[{key!r}] must be finite: found {value[where]} at index {where}")
@@ -254,7 +243,8 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
     if z.ndim == 0:
         raise ValueError(f"{name} must have at least 1 dimension [..., n_actions], got a scalar")
     if z.shape[-1] == 0:
-        raise ValueError(f"{name} must have at least one action (last dimension), got shape {z.shape}")
+        raise ValueError(f"{name} must have at least one action (last dimension), got shape "
+                         f"{z.shape}")
     if np.isnan(z).any():
         raise ValueError(f"{name} must not contain NaN: found at index "
                          f"{tuple(int(i) for i in np.argwhere(np.isnan(z))[0])}")
@@ -275,13 +265,9 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
                          "lie within about 1.8e308 of its maximum)")
 
 
-# -- parameter dicts and optimizer arguments (ppo_ref.spec.optim checks its arguments with
-#    these, once) ------------------------------------------------------------------------------
-
 def check_param_dict(params, name: str) -> None:
     """Raise ``ValueError`` unless ``params`` is a mapping of string keys to float32/float64
     arrays."""
-    from collections.abc import Mapping
     if not isinstance(params, Mapping):
         raise ValueError(f"{name} must be a dict of float arrays, got {type(params).__name__}")
     for key, value in params.items():
@@ -289,7 +275,8 @@ def check_param_dict(params, name: str) -> None:
             raise ValueError(f"{name} keys must be strings, got {key!r}")
         dtype = value.dtype if isinstance(value, np.ndarray) else np.asarray(value).dtype
         if dtype != np.float64 and dtype != np.float32:
-            raise ValueError(f"{name}[{key!r}] must be a float32 or float64 array, got dtype {dtype}")
+            raise ValueError(f"{name}[{key!r}] must be a float32 or float64 array, got dtype "
+                             f"{dtype}")
 
 
 def check_same_keys(a, a_name: str, b, b_name: str) -> None:
@@ -337,8 +324,6 @@ def check_count(value, name: str, minimum: int) -> int:
     return v
 
 
-# -- LSTM parameters and states (ppo_ref.spec.lstm and ppo_ref.fast.lstm check with these) -----
-
 LSTM_PARAM_KEYS = ("w_ih", "w_hh", "b")
 
 
@@ -372,10 +357,8 @@ def check_lstm_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
 
 
 def non_finite_result(where: str) -> FloatingPointError:
-    """The one error of the compiled tier for a non-finite result inside a compiled pass (an
-    overflow, or NaN or inf that reached it): ``where`` names the function. The compiled tier
-    does not re-validate its inputs; the same call on the readable tier (``backend="spec"``)
-    names the argument or the overflow that caused it."""
+    """The compiled tier's error for a non-finite result of a compiled pass (``where`` names the
+    function); the readable tier (``backend="spec"``) names the input or overflow that caused it."""
     return FloatingPointError(f"{where}: non-finite result (rerun with backend='spec' to see "
                               "which input or overflow caused it)")
 
@@ -383,11 +366,9 @@ def non_finite_result(where: str) -> FloatingPointError:
 def env_value_problem(value, what: str) -> Optional[str]:
     """What is wrong with one env's ``what`` (``"reward"``, ``"terminated"`` or
     ``"truncated"``) as ``env.step`` returned it, or None when it is fine: a reward must be a
-    real number (bool, integer or float: a string such as ``"1.0"``, a complex number, an array
-    or None is refused, never converted); a flag a bool, or an integer 0 or 1 (``"yes"`` would
-    be True to NumPy). The same rule whichever way the env is stepped (in the trainer's
-    process, in an async vector env's worker, in an actor). The text reads after "env i
-    returned ...", e.g. ``reward '1.0' of type str; expected a real number``."""
+    real number (bool, integer or float; a string, complex, array or None is refused, never
+    converted), a flag a bool or an integer 0 or 1. The text reads after "env i returned ...",
+    e.g. ``reward '1.0' of type str; expected a real number``."""
     flag = what != "reward"
     try:
         a = np.asarray(value)

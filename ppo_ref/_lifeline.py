@@ -1,16 +1,10 @@
 """Child processes that never outlive their parent.
 
 :func:`exit_with_parent` is called first thing in a process started by ``multiprocessing``
-(an actor of :mod:`ppo_ref.distributed.learner`, a sub-env worker of gymnasium's
-``AsyncVectorEnv``). Once the parent is gone (killed with SIGKILL, so it could not shut its
-children down) the child ends too, even while it is blocked inside ``env.step``: a daemon
-watchdog thread compares ``os.getppid()`` with the parent's pid every ``poll_seconds`` and
-calls ``os._exit`` when they differ (the child was re-parented). The thread runs while the main
-thread sleeps, waits on I/O or runs NumPy code that releases the GIL; an env holding the GIL in
-a compiled loop delays it until the loop returns.
-
-(Linux's ``prctl(PR_SET_PDEATHSIG)`` is not used: it fires when the *thread* that started the
-child ends, so a trainer created in a short-lived thread would lose its workers.)
+(an actor, an ``AsyncVectorEnv`` worker): when the parent dies (even by SIGKILL) the child
+ends too, even inside ``env.step``, because a daemon thread calls ``os._exit`` once
+``os.getppid()`` changes (an env holding the GIL delays it). Linux's ``PR_SET_PDEATHSIG`` is
+not used: it fires when the parent's starting *thread* ends.
 """
 from __future__ import annotations
 

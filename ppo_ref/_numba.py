@@ -1,37 +1,28 @@
 """Numba options and the compiled-code cache, in one place.
 
-Every compiled kernel in ``ppo_ref`` is made by :func:`njit` (``@njit``, or ``njit(f)`` of a
-plain function from any module) with :data:`NJIT_OPTIONS`: ``nogil=True`` (the thread backend
-can overlap kernel work with Python work) and ``fastmath=False`` (no reassociated float sums, so
-results match the oracles and ``.py_func`` bit for bit where the operation order is the same).
-``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python.
+Every compiled kernel in ``ppo_ref`` is made by :func:`njit` with :data:`NJIT_OPTIONS`:
+``nogil=True`` (the thread backend can overlap kernel work with Python work) and
+``fastmath=False`` (no reassociated float sums, so results match the oracles and ``.py_func``
+bit for bit where the operation order is the same). ``NUMBA_DISABLE_JIT=1`` runs every kernel
+as plain Python.
 
-Cache guarantee: compiled machine code is reused by a later process only if the function's own
-file and every ``.py`` file under ``ppo_ref/`` are byte for byte what they were when it was
-compiled (:func:`package_sources_hash`). A kernel embeds the compiled functions it calls and the
-globals it reads, from whichever file, so any edit to any package source (whatever its size or
-modification time) makes every cached kernel recompile, and stale code is never run. Entries
-live in ``NUMBA_CACHE_DIR`` if set, else in ``__pycache__`` beside the function's file, else in
-numba's user-wide cache directory; with none writable each process compiles afresh (no error).
-Other packages' numba functions are untouched.
+Cache: compiled code is reused by a later process only if the function's own file and every
+``.py`` file under ``ppo_ref/`` are byte for byte unchanged (:func:`package_sources_hash`; a
+kernel embeds the functions it calls and the globals it reads, from any file). Entries live in
+``NUMBA_CACHE_DIR`` if set, else in ``__pycache__`` beside the function's file, else in numba's
+user-wide cache directory; with none writable each process compiles afresh. Other packages'
+numba functions are untouched.
 
-Threads: a kernel compiled with ``njit(parallel=True)`` runs its ``numba.prange`` loops on
-numba's threads (``numba.get_num_threads()``: by default one per CPU, ``NUMBA_NUM_THREADS``;
-``numba.set_num_threads`` sets it for the calling Python thread only; the trainers set it for
-each iteration, to their ``threads``, default 1). Only a loop whose iterations write disjoint
-arrays and read nothing another iteration writes may be a ``prange`` loop, so that every result
-is the plain loop's, bit for bit, whatever the number of threads (no kernel of the compiled tier
-has one at present). Such kernels would be called from several Python threads at once (the
-actor-learner's thread backend, two trainers in one process), which only
-numba's TBB and OpenMP threading layers allow (its fallback layer, ``workqueue``, ends the
-process). So :data:`PARALLEL_LOOPS` is whether numba runs on one of those two (as numba selects
-its layer: OpenMP needs ``libgomp``, present on most Linux systems); without one,
-``njit(parallel=True)`` compiles the plain loop (the same results, on one thread). The choice
-is part of the cache stamp, and the plain builds are cached in a ``plain`` subdirectory.
-GNU OpenMP cannot run a parallel loop in a child made by ``fork`` after the parent ran one (the
-child is terminated: "fork() called from a process already using GNU OpenMP"): start such
-children with ``spawn``/``forkserver`` (as the actor-learner does), or set
-``NUMBA_THREADING_LAYER=workqueue`` (plain loops).
+Threads: ``njit(parallel=True)`` runs ``numba.prange`` loops on numba's threads
+(``numba.set_num_threads`` is per Python thread; the trainers set it to their ``threads``). A
+``prange`` loop may only write disjoint arrays and read nothing another iteration writes, so
+results are the plain loop's bit for bit for any thread count (no kernel has one at present).
+Calls from several Python threads at once need numba's TBB or OpenMP layer (``workqueue`` ends
+the process), so :data:`PARALLEL_LOOPS` is whether numba runs on one of those; without one,
+``parallel=True`` compiles the plain loop, cached apart in a ``plain`` subdirectory. GNU OpenMP
+cannot run a parallel loop in a ``fork`` child of a parent that ran one: start such children
+with ``spawn``/``forkserver`` (as the actor-learner does) or set
+``NUMBA_THREADING_LAYER=workqueue``.
 """
 from __future__ import annotations
 
@@ -49,10 +40,8 @@ NJIT_OPTIONS = {"nogil": True, "fastmath": False}
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 def _threadsafe_layer() -> bool:
-    """Whether numba's threading layer is TBB or OpenMP, as numba itself selects it (its
-    ``NUMBA_THREADING_LAYER``, ``NUMBA_THREADING_LAYER_PRIORITY`` and which layers' libraries
-    load): the layer is started here, as numba's first parallel loop would start it. False when
-    it is ``workqueue``, or when the requested layer does not load (numba would raise then)."""
+    """Whether the threading layer numba selects (started here, as its first parallel loop
+    would) is TBB or OpenMP; False for ``workqueue`` or a requested layer that does not load."""
     try:
         numba_parallel._launch_threads()
     except ValueError:
@@ -137,9 +126,8 @@ def njit(py_func=None, *, parallel: bool = False):
     """Compile ``py_func`` (a function from any module) with :data:`NJIT_OPTIONS` and the
     package-keyed cache; under ``NUMBA_DISABLE_JIT=1`` return ``py_func`` itself.
 
-    ``parallel=True`` (as ``@njit(parallel=True)``) compiles with numba's ``parallel`` option
-    when :data:`PARALLEL_LOOPS`: the function's ``numba.prange`` loops run their iterations on
-    numba's threads (module docstring, "Threads"); otherwise ``prange`` is a plain loop."""
+    ``parallel=True`` compiles ``numba.prange`` loops as parallel loops when
+    :data:`PARALLEL_LOOPS` (module docstring, "Threads"), else as plain loops."""
     if py_func is None:
         return functools.partial(njit, parallel=parallel)
     options = dict(NJIT_OPTIONS, parallel=True) if parallel and PARALLEL_LOOPS else NJIT_OPTIONS

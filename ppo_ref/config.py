@@ -1,17 +1,17 @@
 """``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults.
 
 One frozen dataclass holds the hyperparameters (docs/specification.md §5), the network and
-environment options, and the *convention fields* where well-known implementations choose
-differently. ``PPOConfig()`` is the reference; ``PPOConfig.preset(name)`` sets every convention
-field to one implementation's choice (docs/specification.md §8) and no hyperparameter, so
-``preset("sb3", **hp)`` and ``preset("cleanrl", **hp)`` run one experiment under two conventions.
-Each field's help text (``PPOConfig.field_help()``) documents the CLI's ``--set field=value``
+environment options, and the *convention fields* where implementations choose differently.
+``PPOConfig()`` is the reference; ``PPOConfig.preset(name)`` sets every convention field to one
+implementation's choice (docs/specification.md §8) and no hyperparameter. Each field's help
+text (``PPOConfig.field_help()``) documents the CLI's ``--set field=value``
 (:func:`parse_overrides`). Invalid values raise ``ValueError`` naming the field.
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import typing
@@ -45,8 +45,7 @@ class PPOConfig:
     """Settings of a PPO run (feedforward, recurrent and actor-learner trainers).
 
     Units: rewards and values are in the environment's reward units; ``n_steps`` counts steps
-    per environment;
-    ``batch_size`` counts rows (one row = one env step) of the ``n_steps * n_envs`` rollout.
+    per environment; ``batch_size`` counts rows (env steps) of the ``n_steps * n_envs`` rollout.
     Schedules use SB3's ``progress_remaining = 1 - steps_done / total_timesteps``.
 
     Raises:
@@ -206,7 +205,6 @@ class PPOConfig:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "
                              f"({self.n_steps} * {self.n_envs} = {rows})")
 
-    # --- construction helpers -----------------------------------------------------------------
     def replace(self, **changes: Any) -> "PPOConfig":
         """A copy with ``changes`` applied and validated (``ValueError`` for unknown fields)."""
         _check_known(changes)
@@ -246,7 +244,6 @@ class PPOConfig:
             out[f.name] = text + ")"
         return out
 
-    # --- schedules -----------------------------------------------------------------------------
     def learning_rate_at(self, progress_remaining: float) -> float:
         """Learning rate at ``progress_remaining`` (1 at the start, 0 at the end) under
         ``lr_schedule``: ``learning_rate`` or ``learning_rate * progress_remaining``."""
@@ -257,133 +254,24 @@ class PPOConfig:
         :meth:`learning_rate_at`). ``clip_range_vf`` is never scheduled."""
         return scheduled_value(self.clip_range_schedule, self.clip_range, progress_remaining)
 
-    # --- presets -------------------------------------------------------------------------------
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
         """The conventions of one implementation, with ``overrides`` applied on top.
 
-        Every preset sets all of :data:`CONVENTION_FIELDS`; every other field keeps its default
-        unless overridden. Field by field (docs/specification.md §8):
+        Every preset sets all of :data:`CONVENTION_FIELDS` (:data:`PRESETS`; the table and the
+        source of every choice, file by file: docs/specification.md §8.1); every other field
+        keeps its default unless overridden. Hyperparameters a library names differently (its
+        value-loss coefficient, whether it normalizes advantages) stay hyperparameters: pass
+        them as overrides. The presets:
 
-        ``"reference"``: the reference conventions, identical to ``PPOConfig()``.
-            truncation="bootstrap" (bootstrap V(final_obs), cut the trace);
-            bootstrap_terminal_last_row=False; value_loss_mode="max", value_loss_scale=1.0,
-            clip_range_vf=None (no 0.5, clipping off, the max form when switched on);
-            advantage_norm_scope="minibatch", advantage_norm_ddof=1 (size-1 unchanged);
-            kl_estimator="k3", kl_stop_rule="sb3" (1.5 x target_kl, checked before the step,
-            stops every remaining epoch); lr_schedule="constant",
-            clip_range_schedule="constant", schedule_progress="after_rollout";
-            value_head_gain=1.0; clip_observations=None, clip_rewards=None.
-
-        ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO defaults.
-            truncation="bootstrap" (SB3 folds gamma * V(final_obs) into the reward: the same
-            numbers); bootstrap_terminal_last_row=False; value_loss_mode="sb3" (MSE of the
-            clipped prediction when clip_range_vf is set), value_loss_scale=1.0
-            (``F.mse_loss``, no 0.5), clip_range_vf=None; advantage_norm_scope="minibatch",
-            advantage_norm_ddof=1; kl_estimator="k3", kl_stop_rule="sb3";
-            lr_schedule="constant", clip_range_schedule="constant" (SB3's default constant
-            schedules), schedule_progress="after_rollout" (``progress_remaining`` updated after
-            ``collect_rollouts``); value_head_gain=1.0; clip_observations=10.0 and
-            clip_rewards=10.0 when the corresponding normalization is switched on
-            (``VecNormalize``'s ``clip_obs``/``clip_reward`` defaults), None otherwise. (sb3-contrib's LSTM default size is
-            256: pass ``lstm_hidden_size=256`` to match it.)
-
-        ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``.
-            truncation="terminate" (``next_done = terminations | truncations``);
-            bootstrap_terminal_last_row=False; value_loss_mode="max" with value_loss_scale=0.5
-            (``0.5 * max(unclipped, clipped)``) and clip_range_vf = clip_range (``clip_vloss``
-            uses ``clip_coef``; follows an overridden ``clip_range`` unless ``clip_range_vf``
-            is overridden too); advantage_norm_scope="minibatch", advantage_norm_ddof=1;
-            kl_estimator="k3", kl_stop_rule="cleanrl" (after each epoch, 1 x target_kl, using
-            the last minibatch's estimate); lr_schedule="linear" (``anneal_lr=True``),
-            clip_range_schedule="constant", schedule_progress="before_rollout"
-            (``frac = 1 - (iteration - 1) / num_iterations``); value_head_gain=1.0;
-            clip_observations=10.0 and clip_rewards=10.0 when the corresponding normalization is
-            switched on (``ppo_continuous_action.py`` clips to [-10, 10] after its normalize
-            wrappers), None otherwise.
-
-        ``"thrust"``: thrust-rl 0.4.
-            truncation="ignore" (the truncated flag is dropped: the next row's value is
-            bootstrapped and the trace runs on); bootstrap_terminal_last_row=True;
-            value_loss_mode="max", value_loss_scale=1.0, clip_range_vf=0.2;
-            advantage_norm_scope="batch", advantage_norm_ddof=0 (its feedforward trainer; its
-            recurrent trainer normalizes per minibatch with ddof 0: override the scope);
-            kl_estimator="k1", kl_stop_rule="thrust" (checked after the step, ends only the
-            current epoch); lr_schedule="constant", clip_range_schedule="constant" (no schedule
-            built in), schedule_progress="after_rollout" (unused); value_head_gain=0.01;
-            clip_observations=None, clip_rewards=None (no clipping in the conventions mapped
-            for it).
-
-        The four presets above set ``advantage_norm_eps=1e-8``,
-        ``advantage_norm_eps_placement="add"``, ``clip_interval="symmetric"``,
-        ``clip_range_low=None``, ``clip_range_high=None``, ``huber_delta=1.0``,
-        ``dual_clip=None``. The library presets below set every field they do not name to the
-        reference value, because the library has no such setting (no KL early stop: the rule
-        is unused while ``target_kl`` is None; no schedule; networks the user builds:
-        ``value_head_gain=1.0``; no observation/reward clipping; no dual clip). Hyperparameters
-        a library names differently (its value-loss coefficient, whether it normalizes
-        advantages by default) stay hyperparameters: pass them as overrides.
-
-        ``"tianshou"``: tianshou 2.0.1, ``tianshou/algorithm/modelfree/ppo.py`` (``PPO``) and
-            ``a2c.py``. truncation="bootstrap" (GAE bootstraps V(obs_next), masked by
-            ``terminated`` only, and cuts the trace at ``terminated or truncated``);
-            value_loss_mode="max" (``value_clip``: ``torch.max(vf1, vf2)``),
-            value_loss_scale=1.0 (``(returns - value).pow(2).mean()``), clip_range_vf=None
-            (``value_clip=False``; when on it uses ``eps_clip``); advantage_norm_scope=
-            "minibatch", advantage_norm_ddof=1 (``advantages.std()`` per minibatch),
-            advantage_norm_eps=1e-8, placement "add" (``self._eps = 1e-8`` in a2c.py);
-            its ``dual_clip`` defaults to None (the field of that name).
-
-        ``"torchrl"``: torchrl 0.14.1, ``torchrl/objectives/ppo.py`` (``ClipPPOLoss``).
-            truncation="bootstrap" (the advantage modules read the value of ``("next", obs)``,
-            the pre-reset observation, masked by ``terminated``, and cut at ``done``);
-            value_loss_mode="huber", huber_delta=1.0 (``loss_critic_type="smooth_l1"``;
-            ``clip_value`` takes the max form), value_loss_scale=1.0 (``critic_coeff`` is
-            vf_coef), clip_range_vf=None (``clip_value=None``); advantage_norm_scope=
-            "minibatch" (normalized inside the loss call), advantage_norm_ddof=1,
-            advantage_norm_eps=1e-6, placement "clamp" (``torchrl._utils._standardize``:
-            ``std.clamp_min(torch.finfo(torch.float).resolution)``; with a valid mask torchrl
-            uses ddof 0 and 1e-4 instead); kl_estimator="k1" (``kl_approx = (prox_log_prob -
-            log_prob).mean()``). ``ClipPPOLoss`` defaults to ``normalize_advantage=False``:
-            pass that to match an unconfigured loss; its ``clip_epsilon=(low, high)`` is
-            ``clip_range_low``/``clip_range_high``.
-
-        ``"rlax"``: rlax 0.1.9 (building blocks, no trainer). truncation="terminate" (an episode
-            boundary is ``discount_t = 0``, which also stops the bootstrap); value_loss_scale=
-            0.5 (``rlax.l2_loss = 0.5 * x**2``), value_loss_mode="max" with clip_range_vf=None
-            (no value clipping in rlax); advantage normalization fields at the reference values
-            (rlax has none: pass ``normalize_advantage=False``); its per-step ``discount_t`` and
-            ``lambda_`` are the ``gamma``/``gae_lambda`` arrays of :func:`ppo_ref.gae`.
-
-        ``"skrl"``: skrl 2.1.1, ``skrl/agents/torch/ppo/ppo.py`` and ``ppo_cfg.py``.
-            truncation="ignore" (``compute_gae`` reads ``terminated`` only, and
-            ``time_limit_bootstrap=False`` by default); value_loss_mode="sb3" (the prediction
-            is clipped, then ``F.mse_loss``), value_loss_scale=1.0 (skrl's
-            ``value_loss_scale``, 2.5 by default, multiplies the MSE: it plays vf_coef),
-            clip_range_vf=0.2 (``value_clip=0.2``); advantage_norm_scope="batch",
-            advantage_norm_ddof=1, eps 1e-8 "add" (``compute_gae`` normalizes the whole
-            memory: ``(advantages - mean) / (advantages.std() + 1e-8)``); kl_estimator="k3",
-            kl_stop_rule="skrl" (``kl_threshold``, ppo.py lines 381-389 at commit c29ced63).
-
-        ``"sample_factory"``: Sample Factory 2.1.1, ``sample_factory/algo/learning/learner.py``
-            and ``cfg/cfg.py``. truncation="terminate" (``value_bootstrap=False`` by default;
-            ``value_bootstrap=True`` is truncation="bootstrap" with ``final_values=values``,
-            V(s_t)); value_loss_mode="max" (``torch.max(value_original_loss,
-            value_clipped_loss)``), value_loss_scale=1.0 (``value_loss_coeff`` is vf_coef),
-            clip_range_vf=1.0 (``ppo_clip_value=1.0``); advantage_norm_scope="minibatch",
-            advantage_norm_ddof=1, advantage_norm_eps=1e-7, placement "clamp" (``(adv -
-            adv_mean) / torch.clamp_min(adv_std, 1e-7)`` from ``torch.std_mean``);
-            clip_interval="reciprocal" (``clip_ratio_low = 1.0 / clip_ratio_high``; its
-            ``ppo_clip_ratio`` default is 0.1: pass ``clip_range=0.1``).
-
-        ``"purejaxrl"``: PureJaxRL ``purejaxrl/ppo.py`` at commit 31756b19.
-            truncation="terminate" (``done`` of the auto-resetting env masks the bootstrap and
-            the trace); value_loss_mode="max", value_loss_scale=0.5 (``0.5 *
-            jnp.maximum(value_losses, value_losses_clipped).mean()``), clip_range_vf =
-            clip_range (``CLIP_EPS``, as CleanRL); advantage_norm_scope="minibatch",
-            advantage_norm_ddof=0 (``gae.std()`` of jnp), eps 1e-8 "add"; lr_schedule="linear"
-            (``ANNEAL_LR: True``), schedule_progress="before_rollout" (``frac = 1 - (count //
-            (NUM_MINIBATCHES * UPDATE_EPOCHS)) / NUM_UPDATES``).
+        ``"reference"``: ``PPOConfig()``. ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO.
+        ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``. ``"thrust"``:
+        thrust-rl 0.4. ``"tianshou"``: tianshou 2.0.1. ``"torchrl"``: torchrl 0.14.1
+        (``ClipPPOLoss``). ``"rlax"``: rlax 0.1.9. ``"skrl"``: skrl 2.1.1. ``"sample_factory"``:
+        Sample Factory 2.1.1. ``"purejaxrl"``: PureJaxRL ``purejaxrl/ppo.py`` at commit
+        31756b19. In the CleanRL and PureJaxRL presets ``clip_range_vf`` follows an overridden
+        ``clip_range`` (unless overridden too); in the SB3 and CleanRL presets
+        ``clip_observations``/``clip_rewards`` are 10.0 when that normalization is on, else None.
 
         Raises:
             ValueError: unknown preset name or field, or an invalid resulting config.
@@ -416,126 +304,72 @@ class PPOConfig:
         return cls(**values)
 
 
-# ----------------------------------------------------------------------------------------------
-# presets
-# ----------------------------------------------------------------------------------------------
+class _Derived:
+    """A preset value resolved by :meth:`PPOConfig.preset` from the other fields."""
 
-class _SameAsClipRange:
+    def __init__(self, text: str):
+        self.text = text
+
     def __repr__(self) -> str:
-        return "<clip_range>"
+        return self.text
 
 
-_SAME_AS_CLIP_RANGE = _SameAsClipRange()
-
-
-class _TenWithNormalization:
-    def __repr__(self) -> str:
-        return "<10.0 when normalized, else None>"
-
-
-#: Preset value of clip_observations / clip_rewards for libraries whose normalizer clips at 10
-#: (SB3 ``VecNormalize(clip_obs=10.0, clip_reward=10.0)``, CleanRL ``ppo_continuous_action.py``
-#: ``np.clip(obs, -10, 10)`` / ``np.clip(reward, -10, 10)`` after its normalize wrappers): 10.0
-#: when the run normalizes that quantity, None when it does not (there is nothing to clip).
-_TEN_WITH_NORMALIZATION = _TenWithNormalization()
+_SAME_AS_CLIP_RANGE = _Derived("<clip_range>")
+#: 10.0 when the run normalizes that quantity, else None (there is nothing to clip).
+_TEN_WITH_NORMALIZATION = _Derived("<10.0 when normalized, else None>")
 
 #: Each clipping field and the normalization it applies after.
 _CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
 
+#: Every convention field at its reference value: the ``"reference"`` preset, and the value of a
+#: field a library has no setting for (no KL early stop, no schedule, no value-head init of its
+#: own, no observation/reward clipping, no dual clip, a symmetric ratio interval).
+_REFERENCE = dict(
+    truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
+    value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
+    advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
+    clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
+    clip_observations=None, clip_rewards=None, advantage_norm_eps=1e-8,
+    advantage_norm_eps_placement="add", clip_interval="symmetric", clip_range_low=None,
+    clip_range_high=None, huber_delta=1.0, dual_clip=None)
+
 #: Fields that differ between implementations; every preset sets all of them.
-CONVENTION_FIELDS = (
-    "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
-    "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator",
-    "kl_stop_rule", "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
-    "clip_observations", "clip_rewards", "advantage_norm_eps", "advantage_norm_eps_placement",
-    "clip_interval", "clip_range_low", "clip_range_high", "huber_delta", "dual_clip",
-)
+CONVENTION_FIELDS = tuple(_REFERENCE)
 
-#: The convention fields added with the library presets, at the values of the four original
-#: presets (none of those implementations uses another value).
-_PLAIN = dict(advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
-              clip_interval="symmetric", clip_range_low=None, clip_range_high=None,
-              huber_delta=1.0, dual_clip=None)
-
-#: The fields the library presets share unless they say otherwise: the reference values of the
-#: fields a library does not have (no KL early stop, no schedule, no value-head init of its own,
-#: no observation/reward clipping, no dual clip, a symmetric ratio interval).
-_COMMON_DEFAULTS = dict(
-    bootstrap_terminal_last_row=False, kl_estimator="k3", kl_stop_rule="sb3",
-    lr_schedule="constant", clip_range_schedule="constant", schedule_progress="after_rollout",
-    value_head_gain=1.0, clip_observations=None, clip_rewards=None, clip_interval="symmetric",
-    clip_range_low=None, clip_range_high=None, huber_delta=1.0, dual_clip=None)
-
-#: ``{preset name: {convention field: value}}`` (documented in :meth:`PPOConfig.preset`).
+#: ``{preset name: {convention field: value}}``: each preset is :data:`_REFERENCE` with the
+#: fields its implementation sets otherwise (sources: docs/specification.md §8.1).
 PRESETS: Dict[str, Dict[str, Any]] = {
-    "reference": dict(
-        truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
-        value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
-        advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
-        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
-        clip_observations=None, clip_rewards=None, **_PLAIN),
-    "sb3": dict(
-        truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="sb3",
-        value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
-        advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
-        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
-        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION,
-        **_PLAIN),
+    "reference": dict(_REFERENCE),
+    "sb3": dict(_REFERENCE, value_loss_mode="sb3", clip_observations=_TEN_WITH_NORMALIZATION,
+                clip_rewards=_TEN_WITH_NORMALIZATION),
     "cleanrl": dict(
-        truncation="terminate", bootstrap_terminal_last_row=False, value_loss_mode="max",
-        value_loss_scale=0.5, clip_range_vf=_SAME_AS_CLIP_RANGE,
-        advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
-        kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
-        schedule_progress="before_rollout", value_head_gain=1.0,
-        clip_observations=_TEN_WITH_NORMALIZATION, clip_rewards=_TEN_WITH_NORMALIZATION,
-        **_PLAIN),
+        _REFERENCE, truncation="terminate", value_loss_scale=0.5,
+        clip_range_vf=_SAME_AS_CLIP_RANGE, kl_stop_rule="cleanrl", lr_schedule="linear",
+        schedule_progress="before_rollout", clip_observations=_TEN_WITH_NORMALIZATION,
+        clip_rewards=_TEN_WITH_NORMALIZATION),
     "thrust": dict(
-        truncation="ignore", bootstrap_terminal_last_row=True, value_loss_mode="max",
-        value_loss_scale=1.0, clip_range_vf=0.2, advantage_norm_scope="batch",
-        advantage_norm_ddof=0, kl_estimator="k1", kl_stop_rule="thrust", lr_schedule="constant",
-        clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=0.01,
-        clip_observations=None, clip_rewards=None, **_PLAIN),
-    "tianshou": dict(
-        _COMMON_DEFAULTS, truncation="bootstrap", value_loss_mode="max", value_loss_scale=1.0,
-        clip_range_vf=None, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
-        advantage_norm_eps=1e-8, advantage_norm_eps_placement="add"),
-    "torchrl": dict(
-        _COMMON_DEFAULTS, truncation="bootstrap", value_loss_mode="huber", value_loss_scale=1.0,
-        clip_range_vf=None, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
-        advantage_norm_eps=1e-6, advantage_norm_eps_placement="clamp", kl_estimator="k1"),
-    "rlax": dict(
-        _COMMON_DEFAULTS, truncation="terminate", value_loss_mode="max", value_loss_scale=0.5,
-        clip_range_vf=None, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
-        advantage_norm_eps=1e-8, advantage_norm_eps_placement="add"),
-    "skrl": dict(
-        _COMMON_DEFAULTS, truncation="ignore", value_loss_mode="sb3", value_loss_scale=1.0,
-        clip_range_vf=0.2, advantage_norm_scope="batch", advantage_norm_ddof=1,
-        advantage_norm_eps=1e-8, advantage_norm_eps_placement="add", kl_stop_rule="skrl"),
-    "sample_factory": dict(
-        _COMMON_DEFAULTS, truncation="terminate", value_loss_mode="max", value_loss_scale=1.0,
-        clip_range_vf=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,
-        advantage_norm_eps=1e-7, advantage_norm_eps_placement="clamp",
-        clip_interval="reciprocal"),
+        _REFERENCE, truncation="ignore", bootstrap_terminal_last_row=True, clip_range_vf=0.2,
+        advantage_norm_scope="batch", advantage_norm_ddof=0, kl_estimator="k1",
+        kl_stop_rule="thrust", value_head_gain=0.01),
+    "tianshou": dict(_REFERENCE),
+    "torchrl": dict(_REFERENCE, value_loss_mode="huber", advantage_norm_eps=1e-6,
+                    advantage_norm_eps_placement="clamp", kl_estimator="k1"),
+    "rlax": dict(_REFERENCE, truncation="terminate", value_loss_scale=0.5),
+    "skrl": dict(_REFERENCE, truncation="ignore", value_loss_mode="sb3", clip_range_vf=0.2,
+                 advantage_norm_scope="batch", kl_stop_rule="skrl"),
+    "sample_factory": dict(_REFERENCE, truncation="terminate", clip_range_vf=1.0,
+                           advantage_norm_eps=1e-7, advantage_norm_eps_placement="clamp",
+                           clip_interval="reciprocal"),
     "purejaxrl": dict(
-        _COMMON_DEFAULTS, truncation="terminate", value_loss_mode="max", value_loss_scale=0.5,
-        clip_range_vf=_SAME_AS_CLIP_RANGE, advantage_norm_scope="minibatch",
-        advantage_norm_ddof=0, advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
-        lr_schedule="linear", schedule_progress="before_rollout"),
+        _REFERENCE, truncation="terminate", value_loss_scale=0.5,
+        clip_range_vf=_SAME_AS_CLIP_RANGE, advantage_norm_ddof=0, lr_schedule="linear",
+        schedule_progress="before_rollout"),
 }
 
 
-# ----------------------------------------------------------------------------------------------
-# field types: coercion at construction, parsing of CLI strings
-# ----------------------------------------------------------------------------------------------
-
-_HINTS: Optional[Dict[str, Any]] = None
-
-
+@functools.cache
 def _type_hints() -> Dict[str, Any]:
-    global _HINTS
-    if _HINTS is None:
-        _HINTS = typing.get_type_hints(PPOConfig)
-    return _HINTS
+    return typing.get_type_hints(PPOConfig)
 
 
 def _kind(hint) -> str:

@@ -1,25 +1,19 @@
-"""The convention options ppo_ref can express, in one table (read by :mod:`ppo_ref.testing`
-and by the golden vectors' checker, :mod:`ppo_ref.vectors`).
+"""The convention options ppo_ref can express, in one table (:data:`OPTIONS`).
 
-Each :class:`Option` names a choice that implementations make differently, the values it can
-take, the value of the reference convention, and the quantities (``"gae"``, ``"vtrace"``,
-``"policy_loss"``, ``"value_loss"``, ``"normalize_advantages"``) whose reference result
-depends on it. Everything that compares conventions reads this table:
-:func:`resolve_convention` turns a preset name or a dict into option values,
-:func:`combinations` enumerates the conventions :func:`ppo_ref.testing.identify` tries, the
-reference computations of :mod:`ppo_ref.testing.quantities` receive the resolved options as a
-dict, and ``ppo-ref check`` (:func:`ppo_ref.vectors.check.alternative_conventions`) names the
-conventions a failing case would pass under.
-
-A new option is added by appending a row to :data:`OPTIONS` and reading it in the reference
-computation of each quantity it affects; presets name it by its :class:`ppo_ref.PPOConfig`
-field (``Option.name`` is that field's name).
+Each :class:`Option` is a choice implementations make differently: its values (the reference
+first) and the quantities (:data:`QUANTITIES`) whose reference result depends on it.
+Everything that compares conventions reads it: :mod:`ppo_ref.testing` (``identify`` tries
+:func:`combinations`; its reference computations receive :func:`resolve_convention`'s dict)
+and ``ppo-ref check`` (:mod:`ppo_ref.vectors`). A new option is a new row, read by the
+reference computation of each quantity it affects; ``Option.name`` is its
+:class:`ppo_ref.PPOConfig` field.
 """
 from __future__ import annotations
 
 import itertools
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
 
+from ppo_ref.config import PRESETS
 from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
                                  VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
@@ -90,11 +84,6 @@ def options_for(quantity: str) -> Tuple[Option, ...]:
     return tuple(o for o in OPTIONS if quantity in o.quantities)
 
 
-def _presets() -> Dict[str, Dict[str, Any]]:
-    from ppo_ref.config import PRESETS
-    return PRESETS
-
-
 def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """``{option name: value}`` for every option of :data:`OPTIONS`.
 
@@ -107,11 +96,10 @@ def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, A
     """
     out = {o.name: o.reference for o in OPTIONS}
     if isinstance(convention, str):
-        presets = _presets()
-        if convention not in presets:
-            raise ValueError(f"convention must be a preset name {sorted(presets)} or a dict of "
+        if convention not in PRESETS:
+            raise ValueError(f"convention must be a preset name {sorted(PRESETS)} or a dict of "
                              f"options, got {convention!r}")
-        given = {k: v for k, v in presets[convention].items() if k in _BY_NAME}
+        given = {k: v for k, v in PRESETS[convention].items() if k in _BY_NAME}
     elif isinstance(convention, Mapping):
         given = dict(convention)
     else:
@@ -138,7 +126,7 @@ def combinations(quantity: str) -> Iterator[Dict[str, Any]]:
 def preset_names_matching(quantity: str, options: Mapping[str, Any]) -> List[str]:
     """The presets whose options for ``quantity`` equal ``options``."""
     names = []
-    for name in _presets():
+    for name in PRESETS:
         resolved = resolve_convention(name)
         if all(resolved[o.name] == options.get(o.name, o.reference) for o in options_for(quantity)):
             names.append(name)

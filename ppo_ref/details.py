@@ -1,22 +1,11 @@
 """The implementation details of PPO, each mapped to the ppo_ref option or function that
 implements it and the test that proves it.
 
-Source of the list: S. Huang, R. F. J. Dossa, A. Raffin, A. Kanervisto, W. Wang, "The 37
-Implementation Details of Proximal Policy Optimization", ICLR Blog Track 2022: 13 core details,
-9 Atari-specific, 9 for continuous actions, 5 for LSTM policies and 1 for MultiDiscrete actions
-(37), plus 4 auxiliary ones the blog discusses on their own (clip-range annealing, the
-parallelized gradient update, early stopping on the KL, invalid-action masking).
-
-:data:`DETAILS` holds one :class:`Detail` per item. The same data gives
-``docs/implementation_details.md`` (:func:`markdown`; the test suite checks the file is
-exactly this text and that every option, function and test it names exists) and the
-terminal table of ``ppo-ref details`` (:func:`terminal_table`).
-
-Notation in :attr:`Detail.implemented_by`: ``PPOConfig.<field>`` names an option of
-:class:`ppo_ref.config.PPOConfig`; a dotted ``ppo_ref.<module>.<name>[.<attr>]`` names an
-importable function or class (attribute). :attr:`Detail.tests` entries are
-``tests/<file>.py::<test function>``. A detail that does not apply has no implementation and
-no test, and says why in :attr:`Detail.note`.
+Source: S. Huang, R. F. J. Dossa, A. Raffin, A. Kanervisto, W. Wang, "The 37 Implementation
+Details of Proximal Policy Optimization", ICLR Blog Track 2022 (:data:`GROUPS`: the 37, plus 4
+auxiliary ones the blog discusses on their own). :data:`DETAILS` holds one :class:`Detail` per
+item; it renders ``docs/implementation_details.md`` (:func:`markdown`, checked by the tests)
+and the table of ``ppo-ref details`` (:func:`terminal_table`).
 """
 from __future__ import annotations
 
@@ -39,13 +28,13 @@ class Detail(NamedTuple):
     Attributes:
         key: ``<group>-<number>`` in the blog's order (e.g. ``core-5``).
         title: the detail's name as the blog gives it.
-        implemented_by: options (``PPOConfig.<field>``) and functions (dotted paths); empty
-            when the detail does not apply.
+        implemented_by: options (``PPOConfig.<field>``) and importable functions or classes
+            (``ppo_ref.<module>.<name>[.<attr>]``); empty when the detail does not apply.
         default: the value or behaviour of ``PPOConfig()`` (the reference).
         presets: the presets (:meth:`ppo_ref.config.PPOConfig.preset`) whose value differs
             from the default, or ``"-"``.
         tests: ``tests/<file>.py::<function>`` entries that prove the behaviour.
-        note: how ppo_ref does it, or why it does not apply.
+        note: how ppo_ref does it, or why it does not apply (then no implementation, no test).
     """
     key: str
     title: str
@@ -79,7 +68,8 @@ DETAILS: Tuple[Detail, ...] = (
            "hidden gain sqrt(2), policy head 0.01, value head 1.0, biases 0",
            "thrust: value_head_gain=0.01",
            ("tests/test_mlp.py::test_orthogonal_rows_or_columns_are_orthonormal_times_gain",
-            "tests/test_actor_critic.py::test_separate_towers_init_keys_shapes_gains_and_zero_biases"),
+            "tests/test_actor_critic.py::"
+             "test_separate_towers_init_keys_shapes_gains_and_zero_biases"),
            "torch.nn.init.orthogonal_ convention (sign-corrected QR)"),
     Detail("core-3", "The Adam optimizer's epsilon parameter",
            ("PPOConfig.adam_eps", "ppo_ref.spec.optim.adam_update"),
@@ -94,7 +84,8 @@ DETAILS: Tuple[Detail, ...] = (
             "tests/test_optim.py::test_linear_schedule"),
            "linear to 0 over total_timesteps"),
     Detail("core-5", "Generalized Advantage Estimation",
-           ("PPOConfig.gae_lambda", "PPOConfig.truncation", "ppo_ref.spec.advantages.gae_recursion"),
+           ("PPOConfig.gae_lambda", "PPOConfig.truncation",
+            "ppo_ref.spec.advantages.gae_recursion"),
            "gae_lambda=0.95, truncation=bootstrap (V(final_obs))",
            "cleanrl: truncation=terminate; thrust: truncation=ignore, "
            "bootstrap_terminal_last_row=True",
@@ -190,7 +181,8 @@ DETAILS: Tuple[Detail, ...] = (
            "diagonal covariance"),
     Detail("continuous-4", "Separate MLP networks for policy and value functions",
            ("PPOConfig.shared_trunk",), "shared_trunk=False", "-",
-           ("tests/test_actor_critic.py::test_separate_towers_init_keys_shapes_gains_and_zero_biases",),
+           ("tests/test_actor_critic.py::"
+             "test_separate_towers_init_keys_shapes_gains_and_zero_biases",),
            "as core-13"),
     Detail("continuous-5", "Handling of action clipping to valid range and storage",
            ("ppo_ref.train.policies.GaussianHead.to_env",),
@@ -198,7 +190,8 @@ DETAILS: Tuple[Detail, ...] = (
            ("tests/test_rollout.py::test_box_actions_env_gets_clipped_buffer_keeps_raw",),
            "SB3's convention"),
     Detail("continuous-6", "Normalization of Observation",
-           ("PPOConfig.normalize_observations", "ppo_ref.train.rollout.RolloutCollector.normalize_obs"),
+           ("PPOConfig.normalize_observations",
+            "ppo_ref.train.rollout.RolloutCollector.normalize_obs"),
            "off; when on: running mean/var of every batch of raw observations, eps 1e-8", "-",
            ("tests/test_rollout.py::test_observation_statistics_equal_gymnasium_running_mean_std",
             "tests/test_checkpoint.py::test_exact_resume_with_normalization_and_gaussian_policy"),
@@ -214,7 +207,8 @@ DETAILS: Tuple[Detail, ...] = (
     Detail("continuous-8", "Reward Scaling",
            ("PPOConfig.normalize_rewards", "ppo_ref.train.rollout.RolloutCollector"),
            "off; when on: divide by the running std of the discounted return", "-",
-           ("tests/test_rollout.py::test_reward_normalization_logs_raw_returns_and_obs_stats_freeze",),
+           ("tests/test_rollout.py::"
+             "test_reward_normalization_logs_raw_returns_and_obs_stats_freeze",),
            "gymnasium's vector NormalizeReward; episode returns are logged raw"),
     Detail("continuous-9", "Reward Clipping",
            ("PPOConfig.clip_rewards", "ppo_ref.train.rollout.RolloutCollector.collect"),
@@ -236,19 +230,24 @@ DETAILS: Tuple[Detail, ...] = (
     Detail("lstm-3", "Reset LSTM states at the end of the episode",
            ("ppo_ref.spec.lstm.lstm_forward", "ppo_ref.spec.masks.episode_starts_loop"),
            "state multiplied by (1 - episode_starts[t]) before step t", "-",
-           ("tests/test_spec_lstm.py::test_one_trace_with_a_reset_equals_the_two_episodes_run_separately",
+           ("tests/test_spec_lstm.py::"
+             "test_one_trace_with_a_reset_equals_the_two_episodes_run_separately",
             "tests/test_recurrent_policies.py::test_episode_start_resets_both_lstms"),
            "the gradient stops at the same points"),
     Detail("lstm-4", "Prepare sequential rollouts in mini-batches",
-           ("ppo_ref.spec.update.recurrent_minibatches", "ppo_ref.train.recurrent_ppo.envs_per_minibatch"),
+           ("ppo_ref.spec.update.recurrent_minibatches",
+            "ppo_ref.train.recurrent_ppo.envs_per_minibatch"),
            "whole environments, full T steps, per minibatch", "-",
-           ("tests/test_recurrent_ppo.py::test_recurrent_minibatches_are_whole_envs_from_their_start_state",
-            "tests/test_recurrent_ppo.py::test_train_on_replays_each_env_once_per_epoch_as_whole_sequences"),
+           ("tests/test_recurrent_ppo.py::"
+             "test_recurrent_minibatches_are_whole_envs_from_their_start_state",
+            "tests/test_recurrent_ppo.py::"
+             "test_train_on_replays_each_env_once_per_epoch_as_whole_sequences"),
            "CleanRL's scheme (sb3-contrib cuts sequences at episode starts instead)"),
     Detail("lstm-5", "Reconstruct LSTM states during training",
            ("ppo_ref.train.policies.RecurrentPolicy.evaluate",),
            "replay from the stored rollout-start state", "-",
-           ("tests/test_recurrent_ppo.py::test_first_minibatch_ratio_is_exactly_one_across_boundaries",),
+           ("tests/test_recurrent_ppo.py::"
+             "test_first_minibatch_ratio_is_exactly_one_across_boundaries",),
            "thrust-rl replays from a zero state instead (not a preset option)"),
     # -- MultiDiscrete ----------------------------------------------------------------------
     Detail("multidiscrete-1", "Independent action components (MultiDiscrete)",
@@ -281,8 +280,10 @@ DETAILS: Tuple[Detail, ...] = (
            ("ppo_ref.spec.distributions.categorical_log_prob",
             "ppo_ref.spec.distributions.categorical_sample"),
            "-inf logits mark invalid actions (probability 0, never sampled, gradient 0)", "-",
-           ("tests/test_distributions.py::test_masked_logits_have_zero_probability_and_finite_entropy",
-            "tests/test_distributions.py::test_sampling_frequencies_match_probabilities_and_masked_never_drawn"),
+           ("tests/test_distributions.py::"
+             "test_masked_logits_have_zero_probability_and_finite_entropy",
+            "tests/test_distributions.py::"
+             "test_sampling_frequencies_match_probabilities_and_masked_never_drawn"),
            "at the distribution level; the trainers do not read masks from the env"),
 )
 

@@ -1,28 +1,13 @@
 """Small environments (two that need memory, one with MultiDiscrete actions), registered with
-gymnasium when ``ppo_ref`` is imported.
+gymnasium on import (skipped when an id exists, so re-importing never fails).
 
-``ppo_ref/CartPoleNoVel-v1``
-    CartPole-v1 with the two velocity entries of the observation (cart velocity, index 1; pole
-    angular velocity, index 3) set to zero. The observation keeps its shape (4,) and its
-    ``observation_space``, exactly as rl-baselines3-zoo's ``MaskVelocityWrapper`` (whose
-    ``CartPoleNoVel-v1`` is the benchmark sb3-contrib's RecurrentPPO is tuned on). Dynamics,
-    reward (+1 per step), termination and the 500-step time limit are CartPole-v1's. A policy
-    must infer the velocities from successive positions, i.e. it needs memory.
+* ``ppo_ref/CartPoleNoVel-v1``: CartPole-v1 seen through :class:`MaskVelocityWrapper`
+  (rl-baselines3-zoo's benchmark for sb3-contrib's RecurrentPPO); a policy must infer the
+  velocities from successive positions.
+* ``ppo_ref/MemoryCue-v0``: :class:`MemoryCueEnv`, a one-bit memory task.
+* ``ppo_ref/MultiChoice-v0``: :class:`MultiChoiceEnv`, a MultiDiscrete task an MLP solves.
 
-``ppo_ref/MemoryCue-v0``
-    A one-bit memory task (a T-maze without the maze; Bakker, "Reinforcement Learning with Long
-    Short-Term Memory", NIPS 2001). See :class:`MemoryCueEnv`.
-
-``ppo_ref/MultiChoice-v0``
-    A MultiDiscrete task an MLP solves: every step shows two independent cues and each action
-    component is rewarded for matching its cue. See :class:`MultiChoiceEnv`.
-
-All three ids are registered on import of this module (which ``import ppo_ref`` does); registering is
-skipped when the id already exists, so re-importing or reloading never fails::
-
-    import gymnasium as gym
-    import ppo_ref                                   # registers the ids
-    env = gym.make("ppo_ref/MemoryCue-v0", blank_steps=4)
+Example: ``import ppo_ref; gym.make("ppo_ref/MemoryCue-v0", blank_steps=4)``.
 """
 from __future__ import annotations
 
@@ -46,9 +31,8 @@ MULTI_CHOICE_ID = "ppo_ref/MultiChoice-v0"
 class MaskVelocityWrapper(gym.ObservationWrapper):
     """Zero the velocity entries of a CartPole observation; keep its shape and space.
 
-    ``obs_out = obs`` with ``obs_out[1] = 0`` (cart velocity) and ``obs_out[3] = 0`` (pole
-    angular velocity). ``observation_space`` is the wrapped env's, unchanged (a zero lies inside
-    CartPole's velocity bounds), as in rl-baselines3-zoo's ``MaskVelocityWrapper``.
+    ``obs[1]`` (cart velocity) and ``obs[3]`` (pole angular velocity) become 0; the
+    ``observation_space`` is the wrapped env's (as rl-baselines3-zoo's ``MaskVelocityWrapper``).
 
     Args:
         env: an env whose observations are float arrays of shape (4,) in CartPole's layout
@@ -78,11 +62,8 @@ class MaskVelocityWrapper(gym.ObservationWrapper):
 
 
 def make_cartpole_no_vel(**kwargs) -> gym.Env:
-    """Entry point of ``ppo_ref/CartPoleNoVel-v1``: ``MaskVelocityWrapper(CartPoleEnv(**kwargs))``.
-
-    The 500-step time limit is added by ``gym.make`` (``max_episode_steps=500`` at registration),
-    outside the mask, as for CartPole-v1. ``kwargs`` go to ``CartPoleEnv`` (e.g. ``render_mode``).
-    """
+    """Entry point of ``ppo_ref/CartPoleNoVel-v1``: ``MaskVelocityWrapper(CartPoleEnv(**kwargs))``;
+    ``gym.make`` adds the 500-step time limit outside the mask, as for CartPole-v1."""
     return MaskVelocityWrapper(CartPoleEnv(**kwargs))
 
 
@@ -102,20 +83,14 @@ class MemoryCueEnv(gym.Env):
 
     * ``cue`` is -1.0 or +1.0 with probability 1/2 each, drawn at reset from the env's
       ``np_random`` (so ``reset(seed=s)`` fixes it).
-    * Observation: float32 array of shape (2,): ``[cue channel, answer flag]``. The flag is 1
-      only on the answer step, so the agent always knows *when* to answer but, after step 0,
-      never *what*: the task is solvable only by remembering the cue (for every k >= 0: with
-      k = 0 the answer comes one step after the cue).
-    * Actions: ``Discrete(2)``; action 0 means cue -1, action 1 means cue +1.
-    * Design choice: during steps 0 .. k the action has no effect and the reward is 0 (so a
-      policy is scored only on its answer; random actions there are harmless).
+    * Observation: float32 ``[cue channel, answer flag]``; after step 0 only memory tells the
+      answer. Actions: ``Discrete(2)``; action 0 means cue -1, action 1 means cue +1.
     * The answer step ends the episode with ``terminated=True`` (episode length k + 2); the env
       never truncates. ``info["correct"]`` (bool) is set on the answer step, ``info["cue"]``
       on every step.
 
-    Return per episode: +1 or -1, so the fraction of correct answers is ``(mean return + 1) / 2``.
-    A memoryless policy sees the same ``[0, 1]`` on every answer step whatever the cue, so its
-    expected correct fraction is exactly 1/2.
+    The fraction of correct answers is ``(mean return + 1) / 2``; a memoryless policy (the
+    same ``[0, 1]`` on every answer step) expects exactly 1/2.
 
     Args:
         blank_steps: k >= 0, the number of blank steps between the cue and the answer.
@@ -172,7 +147,6 @@ class MemoryCueEnv(gym.Env):
             info["correct"] = bool(correct)
             self._needs_reset = True
             self._t += 1
-            # The episode is over: the returned observation is never acted on; keep it blank.
             return np.zeros(2, dtype=np.float32), (1.0 if correct else -1.0), True, False, info
         self._t += 1
         return self._observation(), 0.0, False, False, info
@@ -192,10 +166,8 @@ class MultiChoiceEnv(gym.Env):
       by definition; the env never truncates). ``info["correct"]`` (bool ``[K]``) says which
       components were right, ``info["cues"]`` gives the cues the action was judged against.
 
-    Return per episode: ``episode_length * K`` for a perfect policy; a uniformly random policy
-    expects ``episode_length * sum_k 1 / nvec[k]`` (``16 * (1/3 + 1/4) = 9.33`` for the
-    defaults against 32). The observation alone determines the best action, so a
-    feedforward policy can be perfect.
+    Return per episode: ``episode_length * K`` for a perfect (feedforward) policy; a uniformly
+    random one expects ``episode_length * sum_k 1 / nvec[k]``.
 
     Args:
         nvec: the number of choices of each component (integers >= 2; default ``(3, 4)``).
@@ -211,7 +183,7 @@ class MultiChoiceEnv(gym.Env):
 
     def __init__(self, nvec=(3, 4), episode_length: int = 16, render_mode: Optional[str] = None):
         try:
-            items = [n for n in nvec]
+            items = list(nvec)
         except TypeError:
             raise ValueError(f"nvec must be a sequence of integers >= 2, got {nvec!r}") from None
         if not items:
@@ -245,8 +217,7 @@ class MultiChoiceEnv(gym.Env):
         super().reset(seed=seed)
         self._t = 0
         self._needs_reset = False
-        obs = self._draw()
-        return obs, {"cues": self._cues.copy()}
+        return self._draw(), {"cues": self._cues.copy()}
 
     def step(self, action):
         """Score ``action`` against the current cues, then draw the next ones (class docstring)."""

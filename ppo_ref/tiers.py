@@ -1,13 +1,10 @@
 """The one place a backend string becomes code: :func:`tier_for`.
 
-A *tier* is the set of leaf computations the trainers call: the modules ``masks``,
-``advantages``, ``distributions``, ``lstm``, ``networks``, ``recurrent_networks``, ``losses``
-and ``optim`` of either :mod:`ppo_ref.spec` (the readable definitions, plain NumPy float64) or
-:mod:`ppo_ref.fast` (their compiled twins: the same function names and parameters, each equal
-to its spec namesake bit for bit or within the tolerance its docstring states). The policies,
-the trainers, the rollout and the actor-learner are written once against a :class:`Tier` and
-never test which one they hold; the steps of the algorithm (:mod:`ppo_ref.spec.update`) are the
-spec's own code under both.
+A *tier* is the set of leaf computations the trainers call (:data:`TIER_MODULES`) from either
+:mod:`ppo_ref.spec` (the readable definitions, NumPy float64) or :mod:`ppo_ref.fast` (compiled
+twins with the same names and parameters, equal bit for bit or within their stated
+tolerance). Policies, trainers, rollout and actor-learner are written once against a
+:class:`Tier`; the algorithm's steps (:mod:`ppo_ref.spec.update`) are the spec's under both.
 """
 from __future__ import annotations
 

@@ -3,19 +3,13 @@
 rl-baselines3-zoo keeps one tuned hyperparameter entry per environment (``hyperparams/ppo.yml``
 for the feedforward policy, ``hyperparams/ppo_lstm.yml`` for sb3-contrib's recurrent PPO) and
 publishes the return each trained agent reaches (``benchmark.md``). :data:`ZOO` is ppo_ref's
-table in that tradition: one :class:`ZooEntry` per environment, each naming its source. An
-entry translates its source's keys into :class:`~ppo_ref.config.PPOConfig` fields on the
-reference conventions (``PPOConfig()``'s convention fields): zoo ``normalize: true`` is
-``normalize_observations`` and ``normalize_rewards`` with SB3 ``VecNormalize``'s clipping at 10
-(``clip_observations``, ``clip_rewards``); a ``lin_X`` value is ``X`` with a ``linear``
-schedule; ``batch_size`` left out keeps SB3's 64. What ppo_ref cannot reproduce (gSDE,
-``ortho_init=False``) is listed in the entry's ``deviations``.
-
-``ppo-ref train --env ID`` starts from the entry of ``ID`` when the run's policy is the entry's
-(``--policy`` defaults to it), prints ``using the zoo settings for ID``, and applies ``--n-envs``
-and ``--set`` on top; ``--preset NAME`` replaces the entry by that preset.
-``validation/zoo_check.py`` trains every entry with its settings and prints the final return
-beside the published figure.
+table in that tradition, one :class:`ZooEntry` per environment naming its source, in
+:class:`~ppo_ref.config.PPOConfig` fields on the reference conventions: zoo ``normalize:
+true`` is both normalizations clipped at 10 (SB3 ``VecNormalize``); ``lin_X`` is ``X`` with a
+``linear`` schedule; a ``batch_size`` left out keeps SB3's 64; what ppo_ref cannot reproduce
+is in ``deviations``. ``ppo-ref train --env ID`` starts from the entry when the run's policy is
+the entry's; ``validation/zoo_check.py`` compares every entry's final return with the
+published one.
 """
 from __future__ import annotations
 
@@ -87,8 +81,7 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
     ZooEntry(
         "Pendulum-v1", "mlp",
         dict(n_envs=4, n_steps=1024, gamma=0.9, gae_lambda=0.95, n_epochs=10, ent_coef=0.0,
-             learning_rate=1e-3, clip_range=0.2, normalize_observations=True,
-             normalize_rewards=True, clip_observations=10.0, clip_rewards=10.0),
+             learning_rate=1e-3, clip_range=0.2, **_NORMALIZE),
         100_000, f"{_ZOO_PPO}: Pendulum-v1",
         deviations="no gSDE (use_sde, sde_sample_freq: not implemented; a state-independent "
                    "log std instead); observations and rewards normalized as in "

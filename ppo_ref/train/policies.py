@@ -1,36 +1,21 @@
 """The policies: an actor-critic network plus a distribution head, written once against a tier.
 
-A policy composes the leaf computations of its :class:`~ppo_ref.tiers.Tier` (the readable
-:mod:`ppo_ref.spec` or the compiled :mod:`ppo_ref.fast`; ``config.backend`` picks it, in
-:func:`ppo_ref.tiers.tier_for`) and never asks which tier it holds:
+A policy composes the leaf computations of its :class:`~ppo_ref.tiers.Tier` (``config.backend``
+picks it, :func:`ppo_ref.tiers.tier_for`) and never asks which tier it holds:
+:class:`MLPPolicy` uses ``tier.networks`` (:mod:`ppo_ref.spec.networks`),
+:class:`RecurrentPolicy` ``tier.recurrent_networks`` (:mod:`ppo_ref.spec.recurrent_networks`;
+its state, :class:`~ppo_ref.spec.recurrent_networks.LSTMStates` ``[L, N, H]``, is carried by the
+rollout). A *head* turns the network's ``policy_out`` into a distribution
+(``tier.distributions``): :class:`CategoricalHead`, :class:`MultiCategoricalHead`,
+:class:`GaussianHead` (the buffer keeps the raw sample, the env receives it clipped to the Box,
+as SB3).
 
-* :class:`MLPPolicy`: ``tier.networks`` (:func:`ppo_ref.spec.networks.actor_critic_forward`
-  and its backward) and a head.
-* :class:`RecurrentPolicy`: ``tier.recurrent_networks``
-  (:func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward`, its backward and the
-  acting step) and a head; its state is an :class:`~ppo_ref.spec.recurrent_networks.LSTMStates`
-  ``[L, N, H]`` carried by the rollout.
-
-A *head* turns the network's ``policy_out`` into a distribution over actions
-(``tier.distributions``): :class:`CategoricalHead` (``Discrete``: logits ``[B, n]``, int64
-actions ``[B]``), :class:`MultiCategoricalHead` (``MultiDiscrete``: the concatenated logits of
-independent categoricals, int64 actions ``[B, K]``, log-prob and entropy summed over the
-components) and :class:`GaussianHead` (1-d ``Box``: the mean ``[B, A]`` and a
-state-independent parameter ``log_std [A]`` initialised to ``config.log_std_init``; the buffer
-keeps the raw sample, the environment receives ``clip(sample, low, high)``, SB3's convention).
-
-Parameters are one dict of float64 arrays: the network's keys (``pi.*``, ``vf.*``, ``trunk.*``,
-``lstm*.*``) plus the head's (``log_std``). Policies hold no parameters: every method takes them,
-so a trainer, a learner and an actor share one policy object. ``config.compute_dtype =
-"float32"`` runs the network and the head in float32 (the fast tier running the spec's
-computation in float32, as torch does); parameters, gradients as returned, losses and Adam stay
-float64.
-
-Every method that acts records what it computes at acting time (the behaviour log-probabilities
-and values stored with the rollout); the update's ``evaluate`` recomputes them with the same
-arithmetic per row, so the first minibatch of an update has ratio 1 (exactly on the compiled
-tier, whose products do not depend on the other rows of a call; to rounding on the readable
-tier, whose products are BLAS's).
+Parameters are one dict of float64 arrays (the network's keys plus the head's ``log_std``);
+policies hold none, so a trainer, a learner and actors share one policy object.
+``config.compute_dtype="float32"`` runs network and head in float32; parameters, returned
+gradients, losses and Adam stay float64. ``evaluate`` recomputes what acting recorded with the
+same per-row arithmetic, so the first minibatch of an update has ratio 1 (exactly on the
+compiled tier, to rounding on the readable one, whose products are BLAS's).
 """
 from __future__ import annotations
 
@@ -264,9 +249,6 @@ class _Policy:
                    else self.head.sample(rng, out, cparams))
         return self.head.to_env(actions), state
 
-    def _head_eval(self, cparams, out, actions):
-        return self.head.log_prob_entropy(out, cparams, actions)
-
     def _head_backward(self, cache, d_log_probs, d_entropy):
         cparams, out, actions = cache[:3]
         dtype = self.dtype
@@ -320,7 +302,7 @@ class MLPPolicy(_Policy):
         cparams = self.compute_params(params)
         out, values, net_cache = self.tier.networks.actor_critic_forward(
             self._net(cparams), obs.astype(self.dtype, copy=False), *self._net_args)
-        log_probs, entropy = self._head_eval(cparams, out, actions)
+        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
         return log_probs, entropy, values, (cparams, out, actions, net_cache)
 
     def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:
@@ -384,7 +366,7 @@ class RecurrentPolicy(_Policy):
             *self._net_args)
         out = out.reshape(T * n, -1)
         actions = actions.reshape((T * n,) + self.head.action_shape)
-        log_probs, entropy = self._head_eval(cparams, out, actions)
+        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
         return log_probs, entropy, values.reshape(-1), (cparams, out, actions, net_cache, (T, n))
 
     def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:

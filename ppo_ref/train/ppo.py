@@ -1,28 +1,16 @@
 """The PPO trainers: collect a rollout, compute advantages, run the epochs of the update.
 
-``PPOTrainer`` composes the pieces and re-derives nothing::
+``PPOTrainer`` composes the pieces of its tier (:func:`ppo_ref.tiers.tier_for`) and re-derives
+nothing: :class:`~ppo_ref.train.rollout.RolloutCollector`, the tier's ``advantages.gae`` and
+:func:`ppo_ref.spec.update.run_epochs`, one update per rollout. Schedules use SB3's
+``progress_remaining`` (:func:`progress_remaining`), measured after the rollout (SB3) or
+before it (CleanRL) per ``config.schedule_progress``.
 
-    tier      = tier_for(config.backend)                      # ppo_ref.tiers: spec or fast
-    rollout   = collector.collect(params, action_rng)         # ppo_ref.train.rollout
-    adv, ret  = tier.advantages.gae(rollout...)               # ppo_ref.spec.advantages.gae
-    params    = run_epochs(params, adam_state, minibatches, evaluate, backward,
-                           losses=tier.losses, optim=tier.optim)   # ppo_ref.spec.update
-
-One update per rollout. The learning rate and the clip range follow ``config.lr_schedule`` /
-``config.clip_range_schedule`` with SB3's ``progress_remaining = 1 - steps / total_timesteps``,
-measured after the rollout (``schedule_progress="after_rollout"``, SB3) or before it
-(``"before_rollout"``, CleanRL).
-
-Randomness: one ``np.random.SeedSequence(seed)`` spawns independent streams for parameter
-init, env seeds (one per sub-env, used at the first reset), action sampling, minibatch
-permutations and ``predict``. The same seed gives bit-identical runs.
-
-Checkpoints (:meth:`PPOTrainer.save` / :meth:`PPOTrainer.load`) hold the parameters, Adam
-state, the generators, the collector's state (observations, episode starts, the LSTM state,
-episode accumulators, normalization statistics, every sub-env's own state: see
-:mod:`ppo_ref.io.state`), counters and the config, at a rollout boundary, so stopping and
-resuming continues the run exactly for envs whose state is plain attributes (all
-classic-control envs).
+Randomness: ``np.random.SeedSequence(seed)`` spawns independent streams for parameter init, env
+seeds, action sampling, minibatch permutations and ``predict``; the same seed gives
+bit-identical runs. Checkpoints (:meth:`PPOTrainer.save`, :meth:`PPOTrainer.load`) capture the
+whole run state at a rollout boundary (:mod:`ppo_ref.io.state`), so a resumed run continues
+exactly for envs whose state is plain attributes (all classic-control envs).
 """
 from __future__ import annotations
 
@@ -67,19 +55,12 @@ class Iteration(NamedTuple):
 
 
 def limit_blas_threads(n_threads: int = 1) -> bool:
-    """Limit the BLAS library NumPy uses (OpenBLAS, MKL, BLIS) to ``n_threads`` threads, for
-    the whole process, from now on (``threadpoolctl.threadpool_limits(n_threads,
-    user_api="blas")``; the same as ``OPENBLAS_NUM_THREADS=1`` before start-up, but effective
-    after NumPy is imported).
-
-    PPO's matrices are tiny (``[256, 64] @ [64, 64]``): a multi-threaded BLAS spends more on
-    waking threads than on arithmetic, and on a shared 2-core machine it is ~10x slower than one
-    thread. :class:`PPOTrainer` calls this with its ``blas_threads`` argument (default 1) when it
-    is built, so the limit holds for collection and updates alike, including when a caller
-    drives ``collect_rollout``/``train_on`` itself (the actor-learner). It is not undone when
-    the trainer is closed; use ``threadpoolctl.threadpool_limits`` as a context manager around
-    a run (and ``blas_threads=None``) to scope it instead. Returns True if a BLAS thread pool
-    was found and limited.
+    """Limit NumPy's BLAS (OpenBLAS, MKL, BLIS) to ``n_threads`` threads for the whole process
+    from now on (``threadpoolctl.threadpool_limits(n_threads, user_api="blas")``); PPO's
+    matrices are too small to gain from more. :class:`PPOTrainer` calls it with
+    ``blas_threads``; it is not undone on close (to scope it, pass ``blas_threads=None`` and use
+    ``threadpool_limits`` as a context manager). Returns True if a BLAS pool was limited.
+    Raises ``ValueError`` for ``n_threads < 1``.
     """
     from threadpoolctl import threadpool_limits
     n = int(n_threads)
@@ -90,10 +71,9 @@ def limit_blas_threads(n_threads: int = 1) -> bool:
 
 
 def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> Optional[int]:
-    """``value`` as the number of numba threads for the compiled kernels' parallel loops
-    (``ppo_ref._numba``, "Threads"): None when ``none_ok`` (leave numba's setting as it is), or
-    an ``int`` (or NumPy integer; not a bool) in ``[1, numba.config.NUMBA_NUM_THREADS]``
-    (numba's thread pool, by default one per CPU). Raises ValueError naming ``name`` otherwise."""
+    """``value`` as the number of numba threads (:mod:`ppo_ref._numba`, "Threads"): None when
+    ``none_ok`` (leave numba's setting), or an integer (not a bool) in ``[1,
+    numba.config.NUMBA_NUM_THREADS]``. Raises ValueError naming ``name`` otherwise."""
     if value is None and none_ok:
         return None
     most = numba.config.NUMBA_NUM_THREADS
@@ -107,11 +87,9 @@ def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> 
 
 @contextlib.contextmanager
 def kernel_threads(n_threads: Optional[int]):
-    """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread (numba's
-    setting is per thread), then put the previous value back (also when the block raises);
-    None, or plain loops (``ppo_ref._numba.PARALLEL_LOOPS`` False: numba's threading layer is
-    not used, and may not load), change nothing. Raises ValueError naming ``n_threads`` as
-    :func:`check_kernel_threads`."""
+    """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread, then
+    restore the previous value; None, or plain loops (``PARALLEL_LOOPS`` False), change
+    nothing. Raises ValueError naming ``n_threads`` as :func:`check_kernel_threads`."""
     n = check_kernel_threads(n_threads, "n_threads")
     if n is None or not PARALLEL_LOOPS:
         yield
@@ -124,15 +102,13 @@ def kernel_threads(n_threads: Optional[int]):
         numba.set_num_threads(previous)
 
 
-# the largest total_timesteps learn accepts: every step count up to it is exact in float64 (the
-# schedules divide by it), and it is far beyond any run (2**53 steps at 10**6 steps/s: 285 years)
+# the largest total_timesteps learn accepts: every step count up to it is exact in float64
 MAX_TOTAL_TIMESTEPS = 2 ** 53
 
 
 def _check_total_timesteps(value) -> int:
-    """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]``, or ``ValueError`` naming
-    ``total_timesteps``: ``int`` and NumPy integers only (a bool, a float such as ``1e5`` or
-    ``nan``, or a string is refused rather than converted)."""
+    """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]`` (ints only, as :func:`check_count`),
+    or ``ValueError`` naming ``total_timesteps``."""
     total = check_count(value, "total_timesteps", 0)
     if total > MAX_TOTAL_TIMESTEPS:
         raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
@@ -167,10 +143,9 @@ class PPOTrainer:
         vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
         blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1).
-        threads: numba's number of threads during each :meth:`iteration`,
-            :meth:`evaluate`, :meth:`predict` and :meth:`update` (:func:`kernel_threads`;
-            default 1; None leaves numba's setting). No compiled kernel has a parallel loop at
-            present; results are the same bits for any value. Not saved with a checkpoint.
+        threads: numba's threads during :meth:`iteration`, :meth:`evaluate`, :meth:`predict`
+            and :meth:`update` (:func:`kernel_threads`; default 1; None leaves numba's
+            setting); results are the same bits for any value. Not saved with a checkpoint.
 
     Attributes: ``tier``, ``policy``, ``params`` (dict of float64 arrays), ``adam_state``,
     ``num_timesteps`` (single-env steps collected), ``n_updates``, ``n_episodes``,
@@ -269,12 +244,10 @@ class PPOTrainer:
 
     def compute_vtrace_advantages(self, rollout: Rollout, *, rho_bar: float = 1.0,
                                   c_bar: float = 1.0) -> Tuple[np.ndarray, np.ndarray]:
-        """V-trace in place of GAE (IMPALA: the actor-learner's off-policy correction):
+        """V-trace in place of GAE (the actor-learner's off-policy correction):
         :func:`ppo_ref.spec.advantages.vtrace` on the tier, of the rollout's behaviour
-        ``log_probs`` against the target log-probs and values of the current ``params`` (one
-        evaluation of the whole rollout), with the rollout's bootstrap values. Returns
-        ``(pg_advantages, vs)``, float64 ``[T, N]``; on-policy with bars >= 1 they equal
-        :meth:`compute_advantages` with ``gae_lambda = 1``."""
+        ``log_probs`` against the current ``params``' log-probs and values. Returns
+        ``(pg_advantages, vs)``, float64 ``[T, N]``."""
         c = self.config
         T, N = rollout.rewards.shape
         target_log_probs, _, target_values, _ = self.policy.evaluate(
@@ -378,12 +351,10 @@ class PPOTrainer:
     def iteration(self, next_rollout: Optional[Callable[[], Rollout]] = None,
                   compute_advantages: Optional[Callable[[Rollout], Tuple[np.ndarray, np.ndarray]]]
                   = None) -> Iteration:
-        """One iteration of :meth:`learn` (and of the actor-learner's learner, which passes its
-        own rollout source and, with V-trace, :meth:`compute_vtrace_advantages`):
-        ``progress_remaining`` (before or after the rollout, ``config.schedule_progress``),
-        ``rollout = next_rollout()`` (default :meth:`collect_rollout`; a source must count the
-        rollout with :meth:`record_rollout`), ``compute_advantages(rollout)`` (default GAE),
-        :meth:`train_on`, ``n_updates += 1``.
+        """One iteration of :meth:`learn` or of the actor-learner's learner:
+        ``progress_remaining`` (per ``config.schedule_progress``), ``rollout = next_rollout()``
+        (default :meth:`collect_rollout`; another source must call :meth:`record_rollout`),
+        ``compute_advantages(rollout)`` (default GAE), :meth:`train_on`, ``n_updates += 1``.
 
         Returns :class:`Iteration`; its ``stats`` hold :meth:`train_on`'s plus ``timesteps``,
         ``updates``, ``episodes``, ``progress_remaining``, ``fps``, ``time_rollout`` and
@@ -478,14 +449,10 @@ class PPOTrainer:
         ``collector/<key>`` (:meth:`RolloutCollector.state_arrays`), ``recent_returns`` and
         ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config). Call
         it at a rollout boundary (e.g. from the :meth:`learn` callback)."""
-        arrays: Dict[str, np.ndarray] = {}
-        for k, v in self.params.items():
-            arrays["params/" + k] = np.array(v, copy=True)
-        for k, v in adam_state_to_arrays(self.adam_state).items():
-            arrays["adam/" + k] = v
         coll_arrays, coll_meta = self.collector.state_arrays()
-        for k, v in coll_arrays.items():
-            arrays["collector/" + k] = v
+        arrays = {"params/" + k: np.array(v, copy=True) for k, v in self.params.items()}
+        arrays.update({"adam/" + k: v for k, v in adam_state_to_arrays(self.adam_state).items()})
+        arrays.update({"collector/" + k: v for k, v in coll_arrays.items()})
         arrays["recent_returns"] = np.asarray(list(self.recent_returns), dtype=np.float64)
         state = {
             "trainer": type(self).__name__,
@@ -503,12 +470,10 @@ class PPOTrainer:
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
         """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
-        number of envs), after vetting it against this trainer's own
-        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`) and its JSON record
-        (:func:`ppo_ref.io.checkpoint.vet_state_record`: counters that agree with each other and
-        the settings; then generator states and sub-env states that set only attributes the
-        envs have, their limits unchanged). Raises ``ValueError`` on any mismatch; a failure
-        may leave this trainer half-restored (:meth:`load` then discards it)."""
+        number of envs), vetted against this trainer's own state
+        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`, ``vet_state_record``). Raises
+        ``ValueError`` on any mismatch; a failure may leave this trainer half-restored
+        (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = {k: np.asarray(v) for k, v in arrays.items()}
@@ -555,11 +520,9 @@ class PPOTrainer:
 
     def save(self, path, arrays: Optional[Dict[str, np.ndarray]] = None,
              metadata: Optional[Dict[str, Any]] = None) -> str:
-        """Write a checkpoint (``.npz``) atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`:
-        written beside, synced, renamed; a replaced file keeps its mode, a path that exists and
-        is not a regular file is refused). ``arrays``/``metadata`` default to the current
-        :meth:`state_arrays` / :meth:`checkpoint_metadata`; pass a snapshot taken earlier to
-        save that state instead (the last good state after a failure)."""
+        """Write a checkpoint (``.npz``) atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`).
+        ``arrays``/``metadata`` default to the current :meth:`state_arrays` /
+        :meth:`checkpoint_metadata`; pass an earlier snapshot to save that state instead."""
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
@@ -593,7 +556,8 @@ class PPOTrainer:
                 raise ValueError(f"seed must be an integer, got {seed!r}")
             env_kwargs = meta.get("env_kwargs") or None
             if env_kwargs is not None and not isinstance(env_kwargs, dict):
-                raise ValueError(f"env_kwargs must be a JSON object, got {type(env_kwargs).__name__}")
+                raise ValueError(f"env_kwargs must be a JSON object, got "
+                                 f"{type(env_kwargs).__name__}")
         except _RESTORE_ERRORS as exc:
             raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
                                   f"{_one_line(exc)}") from None

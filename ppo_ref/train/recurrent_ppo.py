@@ -1,24 +1,14 @@
-"""The recurrent (LSTM) PPO trainer: :class:`~ppo_ref.train.ppo.PPOTrainer` with an LSTM policy.
+"""The recurrent (LSTM) PPO trainer: :class:`~ppo_ref.train.ppo.PPOTrainer` with a
+:class:`~ppo_ref.train.policies.RecurrentPolicy`.
 
-It is the same trainer with an LSTM policy
-(:class:`ppo_ref.train.policies.RecurrentPolicy`). Each env's LSTM state is carried from step to
-step and from one rollout to the next (never zeroed at a rollout boundary); before every step
-it is multiplied by ``1 - episode_starts[t]``, the LSTM's own reset rule. The state before step
-0 is stored with the rollout (``Rollout.initial_state``). Minibatches are sets of whole envs
-(:func:`ppo_ref.spec.update.recurrent_minibatches`), ``envs_per_minibatch = max(1, batch_size
-// n_steps)``, each replayed over all ``T`` steps from its stored start state with the stored
-``episode_starts``, and backpropagated through the whole rollout (BPTT cut only at episode
-starts), as CleanRL's ``ppo_atari_lstm.py`` and thrust-rl do (thrust-rl from a zero state;
-sb3-contrib instead cuts sequences at episode starts and pads them). Bootstrap values read the
-state without advancing it: ``last_values = V(obs_T | state_T, episode_starts_T)`` and
-``final_values[t] = V(final_obs[t] | state after step t)`` (no reset: it continues the cut
-episode), as sb3-contrib does.
-
-With the compiled tier every quantity of an env is computed with arithmetic that does not
-depend on which other envs share the call, so acting (one step of ``N`` envs) and the replay of
-a minibatch of any ``n`` envs give the same bits, and the first minibatch of every update
-reproduces the stored log-probs exactly (ratio 1). Checkpoints hold the carried LSTM states
-with the rest of the collector's state (``collector/state.h``, ``collector/state.c``).
+Each env's LSTM state is carried across steps and rollouts (reset only by ``episode_starts``);
+the state before step 0 is stored as ``Rollout.initial_state``. Minibatches are whole envs
+replayed over all ``T`` steps from that state (:func:`ppo_ref.spec.update.recurrent_minibatches`;
+BPTT cut only at episode starts, as CleanRL's ``ppo_atari_lstm.py`` and thrust-rl; sb3-contrib
+cuts and pads sequences instead). Bootstrap values read the state without advancing it, as
+sb3-contrib: ``last_values = V(obs_T | state_T)``, ``final_values[t] = V(final_obs[t] | state
+after step t)``. On the compiled tier an env's arithmetic does not depend on the other envs of
+a call, so the first minibatch of every update has ratio exactly 1.
 """
 from __future__ import annotations
 

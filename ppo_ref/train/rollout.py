@@ -1,30 +1,17 @@
 """Rollout collection from gymnasium vector environments (same-step autoreset), written once.
 
-Data layout (docs/specification.md §1): every array is time-major ``[T, N, ...]`` with ``T =
-n_steps`` and ``N`` parallel environments. For the action taken at step ``t``:
+Layout (docs/specification.md §1): time-major ``[T, N, ...]``, ``T = n_steps``; ``values``
+and ``log_probs`` are the behaviour policy's at acting time; ``final_values[t] =
+V(final_obs[t])`` where step ``t`` truncated without terminating (a recurrent policy reads the
+state after step ``t``, without a reset), else 0. Vector envs use
+``autoreset_mode=AutoresetMode.SAME_STEP`` (the real last observation is in
+``info["final_obs"]``: no phantom rows). Episode statistics are gymnasium's
+``RecordEpisodeStatistics`` (raw rewards), reward scaling its ``NormalizeReward`` above it,
+observation normalization :mod:`ppo_ref.spec.normalization`; ``clip_observations`` /
+``clip_rewards`` clip the normalized values (the statistics see the raw ones).
 
-* ``observations[t]`` is what the policy saw (normalized when observation normalization is on),
-* ``rewards[t]``, ``terminated[t]``, ``truncated[t]`` are what ``env.step`` returned,
-* ``values[t] = V(observations[t])``, ``log_probs[t] = log pi(actions[t] | observations[t])``,
-  recorded when the action was chosen (the behaviour policy's),
-* ``episode_starts[t]`` is True when ``observations[t]`` is the first of an episode
-  (``done[t-1]``; row 0 carries the previous rollout's last flags, True after the first reset),
-* ``final_values[t] = V(final_obs[t])`` where step ``t`` truncated and did not terminate
-  (``info["final_obs"]``: the real last observation before the reset; a recurrent policy reads
-  it from the state after step ``t``, without a reset: it continues the cut episode), else 0,
-* ``last_values = V(observation after the last step)``.
-
-Vector envs run with ``autoreset_mode=AutoresetMode.SAME_STEP``: a finished sub-env is reset
-inside the step that finished it, the step returns the reset observation and puts the real last
-one in ``info["final_obs"]``, so there are no phantom rows to filter. Episode returns and
-lengths are gymnasium's ``RecordEpisodeStatistics`` (raw rewards); reward scaling is gymnasium's
-``NormalizeReward`` above it; observation normalization is :mod:`ppo_ref.spec.normalization`.
-Clipping (``clip_observations``/``clip_rewards`` = c, each only with its normalization) clips the
-normalized value to ``[-c, c]``; the statistics see the raw values.
-
-The collector is the boundary with the environment: every step's outputs are checked (real
-numbers, finite, the right shape, flags that are bools) and a bad one raises
-:class:`EnvStepError` naming the sub-env and the step; nothing after it re-checks them.
+The collector is the boundary with the environment: every step's outputs are checked and a bad
+one raises :class:`EnvStepError` naming the sub-env and the step; nothing after it re-checks.
 """
 from __future__ import annotations
 
@@ -107,17 +94,14 @@ ENV_FAILURE_KEY = "ppo_ref_env_failure"
 
 
 class _CheckedEnv(gym.Wrapper):
-    """The wrapper of every sub-env :func:`make_vector_env` makes (not part of the saved env
-    state). Where the env runs (inside ``SyncVectorEnv.step``, or in an ``AsyncVectorEnv``
-    worker) it checks each step's reward, flags and observation with the rule of
-    :func:`ppo_ref._checks.env_value_problem` before the vector env converts them (a string
-    ``"1.0"`` or ``"yes"`` is refused, never parsed). A bad value, or any exception of the env's
-    ``step`` or ``reset`` (``SystemExit`` and other ``BaseException`` included;
-    ``KeyboardInterrupt`` excepted), is never passed on as numbers nor left to end a worker: the
-    call returns the last good observation, reward 0, not done, with ``info[ENV_FAILURE_KEY]``
-    saying what happened, which the collector raises as :class:`EnvStepError`. It also gives an
-    ``AsyncVectorEnv``'s parent the env's state (``call("ppo_ref_state")``;
-    ``set_attr("ppo_ref_pending", states)`` then ``call("ppo_ref_apply")``)."""
+    """The wrapper of every sub-env :func:`make_vector_env` makes, where the env runs: it
+    checks each step's outputs (:func:`ppo_ref._checks.env_value_problem`) before the vector
+    env converts them. A bad value or any exception of ``step``/``reset`` (but
+    ``KeyboardInterrupt``) returns the last good observation, reward 0, not done, with
+    ``info[ENV_FAILURE_KEY]`` saying what happened (raised by the collector as
+    :class:`EnvStepError`). It also serves an ``AsyncVectorEnv``'s parent the env's state
+    (``call("ppo_ref_state")``; ``set_attr("ppo_ref_pending", states)``, then
+    ``call("ppo_ref_apply")``)."""
 
     ppo_ref_pending = None
 
@@ -271,15 +255,10 @@ class _CheckedVector(VectorWrapper):
         return self.collector._checked_step(self.env, actions)
 
 
-def _select(state: Optional[LSTMStates], envs) -> Optional[LSTMStates]:
-    return None if state is None else state.select(envs)
-
-
 class RolloutCollector:
     """Steps a vector env with a policy (:mod:`ppo_ref.train.policies`) and fills a
-    :class:`Rollout`; carries the current observations, episode-start flags, the policy's state,
-    the episode statistics and the normalization statistics from one rollout to the next
-    (:meth:`state`/:meth:`load_state` hold all of it with every sub-env's own state).
+    :class:`Rollout`; carries observations, episode starts, the policy's state and the episode
+    and normalization statistics across rollouts (:meth:`state_arrays`, :meth:`load_state`).
 
     Args:
         env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (:func:`make_vector_env`).
@@ -287,7 +266,7 @@ class RolloutCollector:
             ``compute_params``, ``obs_dim``, ``obs_shape``).
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards, gamma, clip_observations, clip_rewards:
-            module docstring (``gamma``: the discount of the reward scaling's return).
+            the :class:`~ppo_ref.config.PPOConfig` fields of those names.
     """
 
     def __init__(self, env, policy, n_steps: int, *, normalize_observations: bool = False,
@@ -325,7 +304,8 @@ class RolloutCollector:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
             raise EnvStepError(f"the vector env returned observations that are not a numeric "
-                               f"array at vector step {step}: {exc}", -1, step, rollout_step) from None
+                               f"array at vector step {step}: {exc}", -1, step,
+                               rollout_step) from None
         if obs.dtype.kind not in "biuf" or obs.shape != self._obs_shape:
             raise EnvStepError(f"the vector env returned observations of dtype {obs.dtype} and "
                                f"shape {obs.shape}, expected real numbers of shape "
@@ -473,9 +453,9 @@ class RolloutCollector:
             if cut.size:
                 if final_values is None:
                     final_values = np.zeros((T, N))
+                cut_state = None if self.state is None else self.state.select(cut)
                 final_values[t, cut] = policy.values(cparams, self._final_obs(info, cut, t),
-                                                     _select(self.state, cut),
-                                                     np.zeros(cut.size, dtype=bool))
+                                                     cut_state, np.zeros(cut.size, dtype=bool))
             for i in np.flatnonzero(done):
                 returns.append(float(info["episode"]["r"][i]))
                 lengths.append(int(info["episode"]["l"][i]))
@@ -572,7 +552,8 @@ class RolloutCollector:
             base.set_attr("ppo_ref_pending", list(states))
             base.call("ppo_ref_apply")
         except Exception as exc:  # noqa: BLE001
-            raise ValueError(f"cannot restore the sub-env states of this vector env: {exc}") from exc
+            raise ValueError(f"cannot restore the sub-env states of this vector env: "
+                             f"{exc}") from exc
 
     def close(self) -> None:
         self.env.close()
