@@ -6,8 +6,8 @@ equations (``ppo_ref.spec.lstm._forward_recursion``, ``_bptt_recursion``, ``_cel
 ``_cell_backward``; equations in that module's docstring) are compiled here as they are written.
 This module supplies what the spec leaves to a tier: the products, as chains of fused
 multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`; a step's gate
-pre-activations are one product of ``[x[t], h~[t]]`` with ``[w_ih.T; w_hh.T]``,
-:func:`_gate_inputs`); the loops that apply the cell to every row and unit (:func:`_cells`,
+pre-activations are computed unit-major from the weights as stored, :func:`_gate_inputs`); the
+loops that apply the cell to every row and unit (:func:`_cells`,
 :func:`_cells_backward`); the weight gradients and ``dx`` after the recursion; and the arrays
 (reused across calls: :func:`ppo_ref.fast._products._bundle`).
 
@@ -23,9 +23,11 @@ functions do that, and name the bad one).
 """
 from __future__ import annotations
 
+from types import FunctionType
 from typing import Mapping, NamedTuple
 
 import numpy as np
+from numba import config as _numba_config
 from numba.extending import overload, register_jitable
 
 from ppo_ref._checks import non_finite_result, result_dtype
@@ -38,20 +40,31 @@ __all__ = ["lstm_forward", "lstm_backward", "lstm_step"]
 
 
 def _gate_inputs(weights, x_t, h_t, z):
-    """This tier's ``ppo_ref.spec.lstm._gate_inputs``: ``z = b + [x_t, h_t] @ w_t`` with
-    ``weights = (w_t, b)``, ``w_t = [w_ih.T; w_hh.T] [D + H, 4H]`` (one product per step: every
-    element the FMA chain from ``b[j]`` over the D input terms, then the H state terms)."""
-    w_t, b = weights
+    """This tier's ``ppo_ref.spec.lstm._gate_inputs``, the weights as stored (``weights = (w_ih,
+    w_hh, b)``, the spec's form): unit-major, ``z.T = b + w_ih @ x_t.T + w_hh @ h_t.T`` as
+    ``[4H, C]`` (``C``: N rounded up to whole vector registers, the extra columns zero), then
+    transposed into ``z [N, 4H]``. Every element is the FMA chain from ``b[j]`` over the D input
+    terms, then the H state terms, whichever other rows share the call."""
+    w_ih, w_hh, b = weights
     n_env, d_in = x_t.shape
-    xh = np.empty((n_env, w_t.shape[0]), x_t.dtype)
+    lanes = _products._vector_lanes(z)
+    cols = -(-n_env // lanes) * lanes
+    x_u = np.zeros((d_in, cols), z.dtype)
+    h_u = np.zeros((h_t.shape[1], cols), z.dtype)
+    z_u = np.empty((z.shape[1], cols), z.dtype)
     for n in range(n_env):
         for k in range(d_in):
-            xh[n, k] = x_t[n, k]
+            x_u[k, n] = x_t[n, k]
         for k in range(h_t.shape[1]):
-            xh[n, d_in + k] = h_t[n, k]
+            h_u[k, n] = h_t[n, k]
+    for j in range(z.shape[1]):
+        for c in range(cols):
+            z_u[j, c] = b[j]
+    _products._add_products(z_u, _strided(w_ih), x_u)
+    _products._add_products(z_u, _strided(w_hh), h_u)
+    for n in range(n_env):
         for j in range(z.shape[1]):
-            z[n, j] = b[j]
-    _products._add_products(z, _strided(xh), w_t)
+            z[n, j] = z_u[j, n]
 
 
 def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
@@ -102,27 +115,32 @@ overload(_spec._cells_backward)(
     lambda gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz: _cells_backward)
 _forward_recursion = njit(_spec._forward_recursion)
 _bptt_recursion = njit(_spec._bptt_recursion)
+if _numba_config.DISABLE_JIT:
+    # Interpreted, overloads do not apply: the spec's forward recursion runs with this tier's
+    # _gate_inputs given by name (its FMA chains keep a row's results independent of the other
+    # rows, as compiled), and with the spec's NumPy _cells (elementwise: the gates then take the
+    # spec's form, _gates_shape).
+    _forward_recursion = FunctionType(_spec._forward_recursion.__code__,
+                                      {**vars(_spec), "_gate_inputs": _gate_inputs})
 
 
 @njit
-def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_t, h_prev, c_prev, gates, tanh_c, h_seq):
+def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
     """The forward pass, in place; True when its final state is finite.
 
     ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, ``x [T, N, D]``, ``keep [T + 1, N]``
-    (``keep[T] = 1``), ``h0, c0 [N, H]``; scratch ``w_t [D + H, 4H]`` (``[w_ih.T; w_hh.T]``,
-    packed here); results ``h_prev, c_prev [T + 1, N, H]`` (row t: the state step t read; row
-    T: the final state), ``gates [T, 4, N, H]``, ``tanh_c, h_seq [T, N, H]``. All C-contiguous,
-    one dtype. The spec's recursion after the initial state's mask."""
-    n_steps, n_env, d_in = x.shape
+    (``keep[T] = 1``), ``h0, c0 [N, H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t:
+    the state step t read; row T: the final state), ``gates`` (:func:`_gates_shape`),
+    ``tanh_c, h_seq [T, N, H]``. All C-contiguous, one dtype. The spec's recursion after the
+    initial state's mask."""
+    n_steps, n_env, _ = x.shape
     hidden = w_hh.shape[1]
-    _products._transpose_into(w_ih, w_t[:d_in])
-    _products._transpose_into(w_hh, w_t[d_in:])
     for n in range(n_env):
         k = keep[0, n]
         for j in range(hidden):
             h_prev[0, n, j] = k * h0[n, j]
             c_prev[0, n, j] = k * c0[n, j]
-    _forward_recursion((w_t, b), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
+    _forward_recursion((w_ih, w_hh, b), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
     # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
     # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is the
     # pass's.
@@ -193,15 +211,23 @@ def _keep(episode_starts, n_steps: int, n_env: int, dtype) -> np.ndarray:
     return keep
 
 
+def _gates_shape(n_steps: int, n_env: int, hidden: int) -> tuple:
+    """The gates array's shape: ``[T, 4, N, H]`` (:func:`_cells`); interpreted
+    (``NUMBA_DISABLE_JIT=1``, where the recursions call the spec's own ``_cells`` and
+    ``_cells_backward``), the spec's ``[T, N, 4H]``."""
+    if _numba_config.DISABLE_JIT:
+        return (n_steps, n_env, 4 * hidden)
+    return (n_steps, 4, n_env, hidden)
+
+
 def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
     """The arrays of :func:`_forward_pass` (its results, then its scratch), from the pool of
     :func:`ppo_ref.fast._products._bundle`."""
     def make():
         new = _products._aligned
         state = (n_steps + 1, n_env, hidden)
-        return (new(state, dt), new(state, dt), new((n_steps, 4, n_env, hidden), dt),
-                new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
-                new((d_in + hidden, 4 * hidden), dt))
+        return (new(state, dt), new(state, dt), new(_gates_shape(n_steps, n_env, hidden), dt),
+                new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt))
     return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
 
 
@@ -210,10 +236,9 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
     (``c_T`` a view of the cache)."""
     n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
-    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _forward_arrays(n_steps, n_env, d_in, hidden,
-                                                                x.dtype)
-    if not _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_t, h_prev, c_prev, gates, tanh_c,
-                         h_seq):
+    h_prev, c_prev, gates, tanh_c, h_seq = _forward_arrays(n_steps, n_env, d_in, hidden,
+                                                           x.dtype)
+    if not _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
         raise non_finite_result(where)
     return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
@@ -291,7 +316,7 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
                                    np.ascontiguousarray(c, dtype=dt),
                                    _keep(episode_starts, 1, x.shape[0], dt),
                                    "ppo_ref.fast.lstm.lstm_step")
-    return h_seq[0], c_new
+    return h_seq[0].copy(), c_new.copy()   # (views of pooled arrays: the next call reuses them)
 
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc_T=None):
