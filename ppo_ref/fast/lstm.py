@@ -40,22 +40,35 @@ __all__ = ["lstm_forward", "lstm_backward", "lstm_step"]
 
 
 def _gate_inputs(weights, x_t, h_t, z):
-    """This tier's ``ppo_ref.spec.lstm._gate_inputs``, the weights as stored (``weights = (w_ih,
-    w_hh, b)``, the spec's form): unit-major, ``z.T = b + w_ih @ x_t.T + w_hh @ h_t.T`` as
-    ``[4H, C]`` (``C``: N rounded up to whole vector registers, the extra columns zero), then
-    transposed into ``z [N, 4H]``. Every element is the FMA chain from ``b[j]`` over the D input
-    terms, then the H state terms, whichever other rows share the call."""
-    w_ih, w_hh, b = weights
+    """This tier's ``ppo_ref.spec.lstm._gate_inputs``: ``z = b + x_t @ w_ih.T + h_t @ w_hh.T``
+    with ``weights = (w_ih, w_hh, b, w_t)``, every element the FMA chain from ``b[j]`` over the
+    D input terms, then the H state terms (the same bits by either route below, whichever other
+    rows share the call). With ``w_t = [w_ih.T; w_hh.T] [D + H, 4H]`` (packed by
+    :func:`_forward_pass` for a sequence): one product of ``[x_t, h_t]`` with it. With ``w_t``
+    empty (one step, where packing would cost more than the step's products): unit-major from
+    the weights as stored, ``z.T = b + w_ih @ x_t.T + w_hh @ h_t.T`` as ``[4H, C]`` (``C``: N
+    rounded up to whole vector registers), then transposed into ``z``."""
+    w_ih, w_hh, b, w_t = weights
     n_env, d_in = x_t.shape
+    hidden = h_t.shape[1]
+    if w_t.shape[0] > 0:
+        xh = np.empty((n_env, d_in + hidden), z.dtype)
+        for n in range(n_env):
+            for k in range(d_in):
+                xh[n, k] = x_t[n, k]
+            for k in range(hidden):
+                xh[n, d_in + k] = h_t[n, k]
+        _products._dense(z, _strided(xh), w_t, b)
+        return
     lanes = _products._vector_lanes(z)
     cols = -(-n_env // lanes) * lanes
     x_u = np.zeros((d_in, cols), z.dtype)
-    h_u = np.zeros((h_t.shape[1], cols), z.dtype)
+    h_u = np.zeros((hidden, cols), z.dtype)
     z_u = np.empty((z.shape[1], cols), z.dtype)
     for n in range(n_env):
         for k in range(d_in):
             x_u[k, n] = x_t[n, k]
-        for k in range(h_t.shape[1]):
+        for k in range(hidden):
             h_u[k, n] = h_t[n, k]
     for j in range(z.shape[1]):
         for c in range(cols):
@@ -125,22 +138,26 @@ if _numba_config.DISABLE_JIT:
 
 
 @njit
-def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
+def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
     """The forward pass, in place; True when its final state is finite.
 
-    ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, ``x [T, N, D]``, ``keep [T + 1, N]``
+    ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, scratch ``w_t``: ``[D + H, 4H]`` (packed
+    here, :func:`_gate_inputs`) or ``[0, 4H]`` (not packed), ``x [T, N, D]``, ``keep [T + 1, N]``
     (``keep[T] = 1``), ``h0, c0 [N, H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t:
     the state step t read; row T: the final state), ``gates`` (:func:`_gates_shape`),
     ``tanh_c, h_seq [T, N, H]``. All C-contiguous, one dtype. The spec's recursion after the
     initial state's mask."""
-    n_steps, n_env, _ = x.shape
+    n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
+    if w_t.shape[0] > 0:
+        _products._transpose_into(w_ih, w_t[:d_in])
+        _products._transpose_into(w_hh, w_t[d_in:])
     for n in range(n_env):
         k = keep[0, n]
         for j in range(hidden):
             h_prev[0, n, j] = k * h0[n, j]
             c_prev[0, n, j] = k * c0[n, j]
-    _forward_recursion((w_ih, w_hh, b), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
+    _forward_recursion((w_ih, w_hh, b, w_t), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
     # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
     # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is the
     # pass's.
@@ -187,6 +204,32 @@ def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, d
     return finite
 
 
+@njit
+def _step_pass(lstms, x, starts, h, c, gates, h_new, c_new):
+    """One step of every LSTM of ``lstms`` (a tuple of ``(w_ih, w_hh, b)``; LSTM l from the
+    state ``h[l], c[l]`` into ``h_new[l], c_new[l]``, all ``[L, N, H]``), for acting: the pass
+    of :func:`_forward_pass` with T = 1 (so the same bits), ``keep`` from the flags ``starts
+    [N]`` (bool), scratch ``gates`` (``[L]`` + :func:`_gates_shape` of one step). True when
+    every new state is finite."""
+    n_env, hidden = h.shape[1], h.shape[2]
+    keep = np.ones((2, n_env), x.dtype)
+    for n in range(n_env):
+        if starts[n]:
+            keep[0, n] = 0.0
+    x_seq = x.reshape(1, n_env, x.shape[1])
+    finite = True
+    for l in range(len(lstms)):
+        w_ih, w_hh, b = lstms[l]
+        h_prev = np.empty((2, n_env, hidden), x.dtype)
+        c_prev = np.empty((2, n_env, hidden), x.dtype)
+        finite = _forward_pass(w_ih, w_hh, b, np.empty((0, 4 * hidden), x.dtype), x_seq, keep,
+                               h[l], c[l], h_prev, c_prev, gates[l],
+                               np.empty((1, n_env, hidden), x.dtype),
+                               h_new[l].reshape(1, n_env, hidden)) and finite
+        c_new[l] = c_prev[1]
+    return finite
+
+
 class _LSTMCache(NamedTuple):
     """What :func:`lstm_backward` reads (the arrays of :func:`_forward_pass`, compute dtype)."""
     x: np.ndarray
@@ -227,7 +270,8 @@ def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
         new = _products._aligned
         state = (n_steps + 1, n_env, hidden)
         return (new(state, dt), new(state, dt), new(_gates_shape(n_steps, n_env, hidden), dt),
-                new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt))
+                new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
+                new((d_in + hidden if n_steps > 1 else 0, 4 * hidden), dt))
     return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
 
 
@@ -236,9 +280,10 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
     (``c_T`` a view of the cache)."""
     n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
-    h_prev, c_prev, gates, tanh_c, h_seq = _forward_arrays(n_steps, n_env, d_in, hidden,
-                                                           x.dtype)
-    if not _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
+    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _forward_arrays(n_steps, n_env, d_in, hidden,
+                                                                x.dtype)
+    if not _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c,
+                         h_seq):
         raise non_finite_result(where)
     return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
@@ -270,6 +315,22 @@ def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bo
         raise non_finite_result(where)
     grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
     return (dx if with_dx else None), grads, dh_T, dc_T
+
+
+def _step(lstms, x, h, c, episode_starts, where: str):
+    """:func:`_step_pass` on ``x [N, D]`` (C-contiguous, the compute dtype) and the states
+    ``h, c [L, N, H]``: fresh ``(h_new, c_new) [L, N, H]``. A non-finite result raises
+    ``FloatingPointError`` naming ``where``."""
+    dt = x.dtype
+    starts = np.asarray(episode_starts)
+    starts = np.ascontiguousarray(starts if starts.dtype == np.bool_ else starts != 0)
+    n_lstm, n_env, hidden = h.shape
+    h_new, c_new = np.empty(h.shape, dt), np.empty(h.shape, dt)
+    gates = np.empty((n_lstm,) + _gates_shape(1, n_env, hidden), dt)
+    if not _step_pass(lstms, x, starts, np.ascontiguousarray(h, dt), np.ascontiguousarray(c, dt),
+                      gates, h_new, c_new):
+        raise non_finite_result(where)
+    return h_new, c_new
 
 
 def _float_dtype(arrays, params: Mapping[str, np.ndarray], keys=("w_ih", "w_hh", "b")):
@@ -305,18 +366,15 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     :func:`ppo_ref.spec.lstm.lstm_step` (arguments and results there).
 
     Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6); the
-    pass of :func:`lstm_forward` with T = 1, so stepping a sequence gives its states bit for bit.
+    pass of :func:`lstm_forward` with T = 1 (:func:`_step_pass`), so stepping a sequence gives
+    its states bit for bit.
     Returns ``(h_new, c_new) [N, H]`` in the compute dtype (fresh arrays).
     """
     x, h, c = np.asarray(x), np.asarray(h), np.asarray(c)
     dt = _float_dtype((x, h, c), params)
-    w_ih, w_hh, b = _weights(params, dt)
-    x = np.ascontiguousarray(x, dtype=dt)
-    h_seq, c_new, _ = _run_forward(w_ih, w_hh, b, x[None], np.ascontiguousarray(h, dtype=dt),
-                                   np.ascontiguousarray(c, dtype=dt),
-                                   _keep(episode_starts, 1, x.shape[0], dt),
-                                   "ppo_ref.fast.lstm.lstm_step")
-    return h_seq[0].copy(), c_new.copy()   # (views of pooled arrays: the next call reuses them)
+    h_new, c_new = _step((_weights(params, dt),), np.ascontiguousarray(x, dtype=dt), h[None],
+                         c[None], episode_starts, "ppo_ref.fast.lstm.lstm_step")
+    return h_new[0], c_new[0]
 
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc_T=None):
