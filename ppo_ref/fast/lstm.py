@@ -58,7 +58,9 @@ def _gate_inputs(weights, x_t, h_t, z):
                 xh[n, k] = x_t[n, k]
             for k in range(hidden):
                 xh[n, d_in + k] = h_t[n, k]
-        _products._dense(z, _strided(xh), w_t, b)
+            for j in range(z.shape[1]):
+                z[n, j] = b[j]
+        _products._add_products(z, _strided(xh), w_t)
         return
     lanes = _products._vector_lanes(z)
     cols = -(-n_env // lanes) * lanes
@@ -204,32 +206,6 @@ def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, d
     return finite
 
 
-@njit
-def _step_pass(lstms, x, starts, h, c, gates, h_new, c_new):
-    """One step of every LSTM of ``lstms`` (a tuple of ``(w_ih, w_hh, b)``; LSTM l from the
-    state ``h[l], c[l]`` into ``h_new[l], c_new[l]``, all ``[L, N, H]``), for acting: the pass
-    of :func:`_forward_pass` with T = 1 (so the same bits), ``keep`` from the flags ``starts
-    [N]`` (bool), scratch ``gates`` (``[L]`` + :func:`_gates_shape` of one step). True when
-    every new state is finite."""
-    n_env, hidden = h.shape[1], h.shape[2]
-    keep = np.ones((2, n_env), x.dtype)
-    for n in range(n_env):
-        if starts[n]:
-            keep[0, n] = 0.0
-    x_seq = x.reshape(1, n_env, x.shape[1])
-    finite = True
-    for l in range(len(lstms)):
-        w_ih, w_hh, b = lstms[l]
-        h_prev = np.empty((2, n_env, hidden), x.dtype)
-        c_prev = np.empty((2, n_env, hidden), x.dtype)
-        finite = _forward_pass(w_ih, w_hh, b, np.empty((0, 4 * hidden), x.dtype), x_seq, keep,
-                               h[l], c[l], h_prev, c_prev, gates[l],
-                               np.empty((1, n_env, hidden), x.dtype),
-                               h_new[l].reshape(1, n_env, hidden)) and finite
-        c_new[l] = c_prev[1]
-    return finite
-
-
 class _LSTMCache(NamedTuple):
     """What :func:`lstm_backward` reads (the arrays of :func:`_forward_pass`, compute dtype)."""
     x: np.ndarray
@@ -318,18 +294,26 @@ def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bo
 
 
 def _step(lstms, x, h, c, episode_starts, where: str):
-    """:func:`_step_pass` on ``x [N, D]`` (C-contiguous, the compute dtype) and the states
-    ``h, c [L, N, H]``: fresh ``(h_new, c_new) [L, N, H]``. A non-finite result raises
-    ``FloatingPointError`` naming ``where``."""
+    """One step of every LSTM of ``lstms`` (a sequence of ``(w_ih, w_hh, b)``; LSTM l from the
+    state ``h[l], c[l]``, ``[L, N, H]``) on ``x [N, D]`` (C-contiguous, the compute dtype), for
+    acting: :func:`_forward_pass` with T = 1 (so the bits of a sequence's step), the weights not
+    packed (:func:`_gate_inputs`) and fresh arrays (no pool: they are small). Returns ``(h_new,
+    c_new) [L, N, H]``; a non-finite result raises ``FloatingPointError`` naming ``where``."""
     dt = x.dtype
-    starts = np.asarray(episode_starts)
-    starts = np.ascontiguousarray(starts if starts.dtype == np.bool_ else starts != 0)
     n_lstm, n_env, hidden = h.shape
+    keep = np.ones((2, n_env), dt)
+    keep[0] -= np.asarray(episode_starts).reshape(n_env)
+    h, c = np.ascontiguousarray(h, dt), np.ascontiguousarray(c, dt)
+    x_seq = x.reshape(1, n_env, x.shape[1])
+    no_pack = np.empty((0, 4 * hidden), dt)
     h_new, c_new = np.empty(h.shape, dt), np.empty(h.shape, dt)
-    gates = np.empty((n_lstm,) + _gates_shape(1, n_env, hidden), dt)
-    if not _step_pass(lstms, x, starts, np.ascontiguousarray(h, dt), np.ascontiguousarray(c, dt),
-                      gates, h_new, c_new):
-        raise non_finite_result(where)
+    for l, (w_ih, w_hh, b) in enumerate(lstms):
+        h_prev, c_prev = np.empty((2, n_env, hidden), dt), np.empty((2, n_env, hidden), dt)
+        if not _forward_pass(w_ih, w_hh, b, no_pack, x_seq, keep, h[l], c[l], h_prev, c_prev,
+                             np.empty(_gates_shape(1, n_env, hidden), dt),
+                             np.empty((1, n_env, hidden), dt), h_new[l:l + 1]):
+            raise non_finite_result(where)
+        c_new[l] = c_prev[1]
     return h_new, c_new
 
 
@@ -366,8 +350,8 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     :func:`ppo_ref.spec.lstm.lstm_step` (arguments and results there).
 
     Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6); the
-    pass of :func:`lstm_forward` with T = 1 (:func:`_step_pass`), so stepping a sequence gives
-    its states bit for bit.
+    pass of :func:`lstm_forward` with T = 1 (:func:`_step`), so stepping a sequence gives its
+    states bit for bit.
     Returns ``(h_new, c_new) [N, H]`` in the compute dtype (fresh arrays).
     """
     x, h, c = np.asarray(x), np.asarray(h), np.asarray(c)
