@@ -6,10 +6,11 @@ equations (``ppo_ref.spec.lstm._forward_recursion``, ``_bptt_recursion``, ``_cel
 ``_cell_backward``; equations in that module's docstring) are compiled here as they are written.
 This module supplies what the spec leaves to a tier: the products, as chains of fused
 multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`; a step's gate
-pre-activations are computed unit-major from the weights as stored, :func:`_gate_inputs`); the
-loops that apply the cell to every row and unit (:func:`_cells`,
-:func:`_cells_backward`); the weight gradients and ``dx`` after the recursion; and the arrays
-(reused across calls: :func:`ppo_ref.fast._products._bundle`).
+pre-activations: :func:`_gate_inputs`); the loops that apply the cell to every row and unit
+(:func:`_cells`, :func:`_cells_backward`); the weight gradients and ``dx`` after the recursion;
+and the arrays (of a sequence, reused across calls: :func:`ppo_ref.fast._products._bundle`).
+Interpreted (``NUMBA_DISABLE_JIT=1``) the recursions run as Python with these same leaves, so
+the results are the compiled ones, bit for bit (slowly).
 
 Numerics. float64 inputs compute in float64; when every float input (the parameters included)
 is float32, the same functions run in float32 and return float32 (``tanh`` in float32
@@ -131,12 +132,13 @@ overload(_spec._cells_backward)(
 _forward_recursion = njit(_spec._forward_recursion)
 _bptt_recursion = njit(_spec._bptt_recursion)
 if _numba_config.DISABLE_JIT:
-    # Interpreted, overloads do not apply: the spec's forward recursion runs with this tier's
-    # _gate_inputs given by name (its FMA chains keep a row's results independent of the other
-    # rows, as compiled), and with the spec's NumPy _cells (elementwise: the gates then take the
-    # spec's form, _gates_shape).
-    _forward_recursion = FunctionType(_spec._forward_recursion.__code__,
-                                      {**vars(_spec), "_gate_inputs": _gate_inputs})
+    # Interpreted, overloads do not apply: the spec's recursions run with this tier's leaves
+    # given by name, so the results are the compiled ones, bit for bit.
+    _LEAVES = {**vars(_spec), "_gate_inputs": _gate_inputs, "_cells": _cells,
+               "_cells_backward": _cells_backward,
+               "_add_products": lambda out, a, w_t: _products._add_products(out, a, w_t)}
+    _forward_recursion = FunctionType(_spec._forward_recursion.__code__, _LEAVES)
+    _bptt_recursion = FunctionType(_spec._bptt_recursion.__code__, _LEAVES)
 
 
 @njit
@@ -146,7 +148,7 @@ def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, ta
     ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, scratch ``w_t``: ``[D + H, 4H]`` (packed
     here, :func:`_gate_inputs`) or ``[0, 4H]`` (not packed), ``x [T, N, D]``, ``keep [T + 1, N]``
     (``keep[T] = 1``), ``h0, c0 [N, H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t:
-    the state step t read; row T: the final state), ``gates`` (:func:`_gates_shape`),
+    the state step t read; row T: the final state), ``gates [T, 4, N, H]``,
     ``tanh_c, h_seq [T, N, H]``. All C-contiguous, one dtype. The spec's recursion after the
     initial state's mask."""
     n_steps, n_env, d_in = x.shape
@@ -230,22 +232,13 @@ def _keep(episode_starts, n_steps: int, n_env: int, dtype) -> np.ndarray:
     return keep
 
 
-def _gates_shape(n_steps: int, n_env: int, hidden: int) -> tuple:
-    """The gates array's shape: ``[T, 4, N, H]`` (:func:`_cells`); interpreted
-    (``NUMBA_DISABLE_JIT=1``, where the recursions call the spec's own ``_cells`` and
-    ``_cells_backward``), the spec's ``[T, N, 4H]``."""
-    if _numba_config.DISABLE_JIT:
-        return (n_steps, n_env, 4 * hidden)
-    return (n_steps, 4, n_env, hidden)
-
-
 def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
     """The arrays of :func:`_forward_pass` (its results, then its scratch), from the pool of
     :func:`ppo_ref.fast._products._bundle`."""
     def make():
         new = _products._aligned
         state = (n_steps + 1, n_env, hidden)
-        return (new(state, dt), new(state, dt), new(_gates_shape(n_steps, n_env, hidden), dt),
+        return (new(state, dt), new(state, dt), new((n_steps, 4, n_env, hidden), dt),
                 new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
                 new((d_in + hidden if n_steps > 1 else 0, 4 * hidden), dt))
     return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
@@ -310,7 +303,7 @@ def _step(lstms, x, h, c, episode_starts, where: str):
     for l, (w_ih, w_hh, b) in enumerate(lstms):
         h_prev, c_prev = np.empty((2, n_env, hidden), dt), np.empty((2, n_env, hidden), dt)
         if not _forward_pass(w_ih, w_hh, b, no_pack, x_seq, keep, h[l], c[l], h_prev, c_prev,
-                             np.empty(_gates_shape(1, n_env, hidden), dt),
+                             np.empty((1, 4, n_env, hidden), dt),
                              np.empty((1, n_env, hidden), dt), h_new[l:l + 1]):
             raise non_finite_result(where)
         c_new[l] = c_prev[1]
