@@ -6,10 +6,11 @@ equations (``ppo_ref.spec.lstm._forward_recursion``, ``_bptt_recursion``, ``_cel
 ``_cell_backward``; equations in that module's docstring) are compiled here as they are written.
 This module supplies what the spec leaves to a tier: the products, as chains of fused
 multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`; a step's gate
-pre-activations are one product of ``[x[t], h~[t]]`` with ``[w_ih.T; w_hh.T]``,
-:func:`_gate_inputs`); the loops that apply the cell to every row and unit (:func:`_cells`,
-:func:`_cells_backward`); the weight gradients and ``dx`` after the recursion; and the arrays
-(reused across calls: :func:`ppo_ref.fast._products._bundle`).
+pre-activations: :func:`_gate_inputs`); the loops that apply the cell to every row and unit
+(:func:`_cells`, :func:`_cells_backward`); the weight gradients and ``dx`` after the recursion;
+and the arrays (of a sequence, reused across calls: :func:`ppo_ref.fast._products._bundle`).
+Interpreted (``NUMBA_DISABLE_JIT=1``) the recursions run as Python with these same leaves, so
+the results are the compiled ones, bit for bit (slowly).
 
 Numerics. float64 inputs compute in float64; when every float input (the parameters included)
 is float32, the same functions run in float32 and return float32 (``tanh`` in float32
@@ -23,9 +24,11 @@ functions do that, and name the bad one).
 """
 from __future__ import annotations
 
+from types import FunctionType
 from typing import Mapping, NamedTuple
 
 import numpy as np
+from numba import config as _numba_config
 from numba.extending import overload, register_jitable
 
 from ppo_ref._checks import non_finite_result, result_dtype
@@ -38,20 +41,46 @@ __all__ = ["lstm_forward", "lstm_backward", "lstm_step"]
 
 
 def _gate_inputs(weights, x_t, h_t, z):
-    """This tier's ``ppo_ref.spec.lstm._gate_inputs``: ``z = b + [x_t, h_t] @ w_t`` with
-    ``weights = (w_t, b)``, ``w_t = [w_ih.T; w_hh.T] [D + H, 4H]`` (one product per step: every
-    element the FMA chain from ``b[j]`` over the D input terms, then the H state terms)."""
-    w_t, b = weights
+    """This tier's ``ppo_ref.spec.lstm._gate_inputs``: ``z = b + x_t @ w_ih.T + h_t @ w_hh.T``
+    with ``weights = (w_ih, w_hh, b, w_t)``, every element the FMA chain from ``b[j]`` over the
+    D input terms, then the H state terms (the same bits by either route below, whichever other
+    rows share the call). With ``w_t = [w_ih.T; w_hh.T] [D + H, 4H]`` (packed by
+    :func:`_forward_pass` for a sequence): one product of ``[x_t, h_t]`` with it. With ``w_t``
+    empty (one step, where packing would cost more than the step's products): unit-major from
+    the weights as stored, ``z.T = b + w_ih @ x_t.T + w_hh @ h_t.T`` as ``[4H, C]`` (``C``: N
+    rounded up to whole vector registers), then transposed into ``z``."""
+    w_ih, w_hh, b, w_t = weights
     n_env, d_in = x_t.shape
-    xh = np.empty((n_env, w_t.shape[0]), x_t.dtype)
+    hidden = h_t.shape[1]
+    if w_t.shape[0] > 0:
+        xh = np.empty((n_env, d_in + hidden), z.dtype)
+        for n in range(n_env):
+            for k in range(d_in):
+                xh[n, k] = x_t[n, k]
+            for k in range(hidden):
+                xh[n, d_in + k] = h_t[n, k]
+            for j in range(z.shape[1]):
+                z[n, j] = b[j]
+        _products._add_products(z, _strided(xh), w_t)
+        return
+    lanes = _products._vector_lanes(z)
+    cols = -(-n_env // lanes) * lanes
+    x_u = np.zeros((d_in, cols), z.dtype)
+    h_u = np.zeros((hidden, cols), z.dtype)
+    z_u = np.empty((z.shape[1], cols), z.dtype)
     for n in range(n_env):
         for k in range(d_in):
-            xh[n, k] = x_t[n, k]
-        for k in range(h_t.shape[1]):
-            xh[n, d_in + k] = h_t[n, k]
+            x_u[k, n] = x_t[n, k]
+        for k in range(hidden):
+            h_u[k, n] = h_t[n, k]
+    for j in range(z.shape[1]):
+        for c in range(cols):
+            z_u[j, c] = b[j]
+    _products._add_products(z_u, _strided(w_ih), x_u)
+    _products._add_products(z_u, _strided(w_hh), h_u)
+    for n in range(n_env):
         for j in range(z.shape[1]):
-            z[n, j] = b[j]
-    _products._add_products(z, _strided(xh), w_t)
+            z[n, j] = z_u[j, n]
 
 
 def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
@@ -102,27 +131,37 @@ overload(_spec._cells_backward)(
     lambda gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz: _cells_backward)
 _forward_recursion = njit(_spec._forward_recursion)
 _bptt_recursion = njit(_spec._bptt_recursion)
+if _numba_config.DISABLE_JIT:
+    # Interpreted, overloads do not apply: the spec's recursions run with this tier's leaves
+    # given by name, so the results are the compiled ones, bit for bit.
+    _LEAVES = {**vars(_spec), "_gate_inputs": _gate_inputs, "_cells": _cells,
+               "_cells_backward": _cells_backward,
+               "_add_products": lambda out, a, w_t: _products._add_products(out, a, w_t)}
+    _forward_recursion = FunctionType(_spec._forward_recursion.__code__, _LEAVES)
+    _bptt_recursion = FunctionType(_spec._bptt_recursion.__code__, _LEAVES)
 
 
 @njit
-def _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_t, h_prev, c_prev, gates, tanh_c, h_seq):
+def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
     """The forward pass, in place; True when its final state is finite.
 
-    ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, ``x [T, N, D]``, ``keep [T + 1, N]``
-    (``keep[T] = 1``), ``h0, c0 [N, H]``; scratch ``w_t [D + H, 4H]`` (``[w_ih.T; w_hh.T]``,
-    packed here); results ``h_prev, c_prev [T + 1, N, H]`` (row t: the state step t read; row
-    T: the final state), ``gates [T, 4, N, H]``, ``tanh_c, h_seq [T, N, H]``. All C-contiguous,
-    one dtype. The spec's recursion after the initial state's mask."""
+    ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, scratch ``w_t``: ``[D + H, 4H]`` (packed
+    here, :func:`_gate_inputs`) or ``[0, 4H]`` (not packed), ``x [T, N, D]``, ``keep [T + 1, N]``
+    (``keep[T] = 1``), ``h0, c0 [N, H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t:
+    the state step t read; row T: the final state), ``gates [T, 4, N, H]``,
+    ``tanh_c, h_seq [T, N, H]``. All C-contiguous, one dtype. The spec's recursion after the
+    initial state's mask."""
     n_steps, n_env, d_in = x.shape
     hidden = w_hh.shape[1]
-    _products._transpose_into(w_ih, w_t[:d_in])
-    _products._transpose_into(w_hh, w_t[d_in:])
+    if w_t.shape[0] > 0:
+        _products._transpose_into(w_ih, w_t[:d_in])
+        _products._transpose_into(w_hh, w_t[d_in:])
     for n in range(n_env):
         k = keep[0, n]
         for j in range(hidden):
             h_prev[0, n, j] = k * h0[n, j]
             c_prev[0, n, j] = k * c0[n, j]
-    _forward_recursion((w_t, b), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
+    _forward_recursion((w_ih, w_hh, b, w_t), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
     # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
     # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is the
     # pass's.
@@ -201,7 +240,7 @@ def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
         state = (n_steps + 1, n_env, hidden)
         return (new(state, dt), new(state, dt), new((n_steps, 4, n_env, hidden), dt),
                 new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
-                new((d_in + hidden, 4 * hidden), dt))
+                new((d_in + hidden if n_steps > 1 else 0, 4 * hidden), dt))
     return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
 
 
@@ -212,7 +251,7 @@ def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
     hidden = w_hh.shape[1]
     h_prev, c_prev, gates, tanh_c, h_seq, w_t = _forward_arrays(n_steps, n_env, d_in, hidden,
                                                                 x.dtype)
-    if not _forward_pass(w_ih, w_hh, b, x, keep, h0, c0, w_t, h_prev, c_prev, gates, tanh_c,
+    if not _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c,
                          h_seq):
         raise non_finite_result(where)
     return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
@@ -245,6 +284,30 @@ def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bo
         raise non_finite_result(where)
     grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
     return (dx if with_dx else None), grads, dh_T, dc_T
+
+
+def _step(lstms, x, h, c, episode_starts, where: str):
+    """One step of every LSTM of ``lstms`` (a sequence of ``(w_ih, w_hh, b)``; LSTM l from the
+    state ``h[l], c[l]``, ``[L, N, H]``) on ``x [N, D]`` (C-contiguous, the compute dtype), for
+    acting: :func:`_forward_pass` with T = 1 (so the bits of a sequence's step), the weights not
+    packed (:func:`_gate_inputs`) and fresh arrays (no pool: they are small). Returns ``(h_new,
+    c_new) [L, N, H]``; a non-finite result raises ``FloatingPointError`` naming ``where``."""
+    dt = x.dtype
+    n_lstm, n_env, hidden = h.shape
+    keep = np.ones((2, n_env), dt)
+    keep[0] -= np.asarray(episode_starts).reshape(n_env)
+    h, c = np.ascontiguousarray(h, dt), np.ascontiguousarray(c, dt)
+    x_seq = x.reshape(1, n_env, x.shape[1])
+    no_pack = np.empty((0, 4 * hidden), dt)
+    h_new, c_new = np.empty(h.shape, dt), np.empty(h.shape, dt)
+    for l, (w_ih, w_hh, b) in enumerate(lstms):
+        h_prev, c_prev = np.empty((2, n_env, hidden), dt), np.empty((2, n_env, hidden), dt)
+        if not _forward_pass(w_ih, w_hh, b, no_pack, x_seq, keep, h[l], c[l], h_prev, c_prev,
+                             np.empty((1, 4, n_env, hidden), dt),
+                             np.empty((1, n_env, hidden), dt), h_new[l:l + 1]):
+            raise non_finite_result(where)
+        c_new[l] = c_prev[1]
+    return h_new, c_new
 
 
 def _float_dtype(arrays, params: Mapping[str, np.ndarray], keys=("w_ih", "w_hh", "b")):
@@ -280,18 +343,15 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
     :func:`ppo_ref.spec.lstm.lstm_step` (arguments and results there).
 
     Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6); the
-    pass of :func:`lstm_forward` with T = 1, so stepping a sequence gives its states bit for bit.
+    pass of :func:`lstm_forward` with T = 1 (:func:`_step`), so stepping a sequence gives its
+    states bit for bit.
     Returns ``(h_new, c_new) [N, H]`` in the compute dtype (fresh arrays).
     """
     x, h, c = np.asarray(x), np.asarray(h), np.asarray(c)
     dt = _float_dtype((x, h, c), params)
-    w_ih, w_hh, b = _weights(params, dt)
-    x = np.ascontiguousarray(x, dtype=dt)
-    h_seq, c_new, _ = _run_forward(w_ih, w_hh, b, x[None], np.ascontiguousarray(h, dtype=dt),
-                                   np.ascontiguousarray(c, dtype=dt),
-                                   _keep(episode_starts, 1, x.shape[0], dt),
-                                   "ppo_ref.fast.lstm.lstm_step")
-    return h_seq[0], c_new
+    h_new, c_new = _step((_weights(params, dt),), np.ascontiguousarray(x, dtype=dt), h[None],
+                         c[None], episode_starts, "ppo_ref.fast.lstm.lstm_step")
+    return h_new[0], c_new[0]
 
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc_T=None):

@@ -175,14 +175,13 @@ def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, ep
     names = _spec.lstm_names(bool(lstm_shared))
     parts = _parts(params, names)
     x, h, c, dt = _inputs(parts, obs, state)
-    runs = _lstm_steps(parts, names, x[None], h, c, episode_starts, dt, where)
-    policy_out, _ = _tower(parts["pi"], runs[0][0][0], activation, where)
+    h_new, c_new = _lstm._step(tuple([_lstm._weights(parts[name], dt) for name in names]), x,
+                               h, c, episode_starts, where)
+    policy_out, _ = _tower(parts["pi"], h_new[0], activation, where)
     values = None
     if with_values:
-        values = _tower(parts["vf"], runs[-1][0][0], activation, where)[0][:, 0]
-    new_state = _spec.LSTMStates(np.stack([h_seq[0] for h_seq, _, _ in runs]),
-                                 np.stack([c_new for _, c_new, _ in runs]))
-    return policy_out, values, new_state
+        values = _tower(parts["vf"], h_new[-1], activation, where)[0][:, 0]
+    return policy_out, values, _spec.LSTMStates(h_new, c_new)
 
 
 def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_starts,
@@ -196,7 +195,7 @@ def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_s
     names = _spec.lstm_names(bool(lstm_shared))
     parts = _parts(params, names)
     x, h, c, dt = _inputs(parts, obs, state)
-    critic = names[-1:]
-    runs = _lstm_steps(parts, critic, x[None], h[-1:], c[-1:], episode_starts, dt, where)
-    values, _ = _tower(parts["vf"], runs[0][0][0], activation, where)
+    h_new, _ = _lstm._step((_lstm._weights(parts[names[-1]], dt),), x, h[-1:], c[-1:],
+                           episode_starts, where)
+    values, _ = _tower(parts["vf"], h_new[0], activation, where)
     return values[:, 0]
