@@ -119,31 +119,6 @@ def _dump(path: str) -> None:
         pickle.dump(fast_results(), f)
 
 
-#: Cases that fail interpreted today, with the reason (reported to the lead; each flips to an
-#: unexpected pass when fixed, and then its entry goes).
-INTERPRETED_BUGS = {
-    "lstm": "interpreted, ppo_ref.fast.lstm runs the spec's _gate_inputs (the numba overload "
-            "of it applies to compiled code only), which cannot unpack the fast tier's "
-            "(w_t, b) weights: ValueError",
-    "recurrent_networks": "ppo_ref.fast.recurrent_networks runs ppo_ref.fast.lstm's passes "
-                          "(see lstm)",
-}
-
-
-def _expected_failure(key: str):
-    module = key.split(".", 1)[0]
-    if module in INTERPRETED_BUGS:
-        return INTERPRETED_BUGS[module]
-    return None
-
-
-def _params():
-    for key in interpreted_cases():
-        reason = _expected_failure(key)
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        yield pytest.param(key, id=key, marks=marks)
-
-
 @pytest.fixture(scope="module")
 def interpreted(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("interpreted") / "results.pickle")
@@ -165,7 +140,7 @@ def compiled():
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1",
                     reason="this process is interpreted")
-@pytest.mark.parametrize("key", list(_params()))
+@pytest.mark.parametrize("key", interpreted_cases())
 def test_compiled_equals_interpreted(key, compiled, interpreted):
     """The case's fast side compiled and interpreted: no error, the same bits (float32
     categoricals: within :data:`F32_LIBM`)."""
