@@ -122,3 +122,21 @@ def test_float32_compute_is_close_to_float64_behind_float64_interfaces(rng, kind
     scale = max(np.abs(g).max() for g in g64.values())
     for k in g64:
         np.testing.assert_allclose(g32[k], g64[k], rtol=0, atol=1e-4 * scale, err_msg=k)
+
+
+@pytest.mark.parametrize("shared_trunk", [False, True])
+def test_results_held_across_calls_are_not_overwritten(rng, shared_trunk):
+    """Evaluating many minibatches while holding every result (the fast tier reuses its
+    buffers between calls) leaves each result and its cache as they were: re-evaluating a
+    minibatch alone gives the same bits, and the backward pass of an old cache gives that
+    minibatch's gradients."""
+    policy, params = make_policy(rng, shared_trunk=shared_trunk)
+    batches = [batch(rng, 40, "discrete") for _ in range(7)]
+    held = [policy.evaluate(params, b) for b in batches]
+    d = [rng.standard_normal(40) for _ in range(3)]
+    first_grads = policy.backward(params, held[0][3], *d)
+    for b, old in zip(batches, held):
+        new = policy.evaluate(params, b)
+        assert all(np.array_equal(u, v) for u, v in zip(old[:3], new[:3]))
+    fresh = policy.backward(params, policy.evaluate(params, batches[0])[3], *d)
+    assert all(np.array_equal(first_grads[k], fresh[k]) for k in params)
