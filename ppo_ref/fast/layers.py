@@ -23,7 +23,7 @@ from numba.core.errors import TypingError
 
 from ppo_ref._checks import non_finite_result
 from ppo_ref.fast._mlp import _FEW, _backward, _forward
-from ppo_ref.fast._products import _bundle
+from ppo_ref.fast._products import _aligned, _bundle
 
 __all__ = ["mlp_forward", "mlp_backward"]
 
@@ -128,7 +128,7 @@ def _run_forward(params: Mapping, net: _Net, x, policy: bool, value: bool, keep:
         n, dt = len(net.keys), rows.dtype
         if rows.shape[0] > _FEW:    # (a few rows' buffer: quicker to allocate than to pool)
             size = rows.shape[0] * sum([w.shape[0] for w in ws[:n]])
-            buffer = _bundle(("mlp.acts", size, dt), lambda: (np.empty(size, dt),))[0]
+            buffer = _bundle(("mlp.acts", size, dt), lambda: (_aligned(size, dt),))[0]
         else:
             buffer = _PAD[dt][1][0]
         return rows, ws, bs, _forward(rows, ws, bs, n, net.n_trunk, net.n_pi, policy, value,
