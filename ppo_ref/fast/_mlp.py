@@ -36,7 +36,7 @@ import numpy as np
 from numba.extending import overload
 
 from ppo_ref._numba import njit
-from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _dense, _select,
+from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _select,
                                     _strided, _tanh_any, _vector_lanes, _wide)
 
 #: A forward pass of at most this many rows runs feature-major: each layer's output ``a.T =
@@ -166,7 +166,10 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu, buff
             _transpose(w, w_t)
             for lo in range(0, rows, _CHUNK):     # a chunk's outputs stay in the L1 cache
                 hi = min(lo + _CHUNK, rows)
-                _dense(a[lo:hi], _strided(h[lo:hi]), w_t, b)
+                for n in range(lo, hi):
+                    for j in range(n_out):
+                        a[n, j] = b[j]
+                _add_products(a[lo:hi], _strided(h[lo:hi]), w_t)
                 if activate:
                     _activate(a[lo:hi].reshape(-1), relu)
         h = a
