@@ -122,3 +122,25 @@ def test_float32_compute_is_close_to_float64_behind_float64_interfaces(rng, kind
     scale = max(np.abs(g).max() for g in g64.values())
     for k in g64:
         np.testing.assert_allclose(g32[k], g64[k], rtol=0, atol=1e-4 * scale, err_msg=k)
+
+
+@pytest.mark.parametrize("shared_trunk", [False, True])
+def test_results_held_across_calls_are_not_overwritten(rng, shared_trunk):
+    """Evaluating, acting on and valuing many batches while holding every result (the fast
+    tier reuses its buffers between calls) leaves each result and cache as it was: calling
+    again on a batch alone gives the same bits, and the backward pass of an old cache gives
+    that batch's gradients."""
+    policy, params = make_policy(rng, shared_trunk=shared_trunk)
+    batches = [batch(rng, 40, "discrete") for _ in range(7)]
+    outs = [policy.act(params, b[0], None, None, rng).policy_out for b in batches]
+    values = [policy.values(params, b[0], None, None) for b in batches]
+    held = [policy.evaluate(params, b) for b in batches]
+    d = [rng.standard_normal(40) for _ in range(3)]
+    first_grads = policy.backward(params, held[0][3], *d)
+    for b, old, out, value in zip(batches, held, outs, values):
+        new = policy.evaluate(params, b)
+        assert all(np.array_equal(u, v) for u, v in zip(old[:3], new[:3]))
+        assert np.array_equal(out, policy.act(params, b[0], None, None, rng).policy_out)
+        assert np.array_equal(value, policy.values(params, b[0], None, None))
+    fresh = policy.backward(params, policy.evaluate(params, batches[0])[3], *d)
+    assert all(np.array_equal(first_grads[k], fresh[k]) for k in params)

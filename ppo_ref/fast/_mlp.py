@@ -87,16 +87,17 @@ def _transpose(a, a_t):
 
 
 @njit
-def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu):
+def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu, buffer):
     """The forward pass of the network of the first ``n_layers`` entries of ``ws`` and ``bs``
     (module docstring; the tuples may hold more, unread) on ``x [M, D]``.
 
     ``policy`` / ``value`` False skip the policy / value tower (its blocks of ``acts`` are left
     unwritten); ``keep`` False leaves the hidden layers' blocks unwritten where they are not
-    computed in place (a pass whose cache is not wanted). Returns ``(acts, pi_start, vf_start,
-    ok)``: the outputs buffer, the offsets in it of the last blocks of the policy and of the
-    value tower, and whether the blocks of the towers run are finite. Raises ``ValueError``
-    when the widths do not chain.
+    computed in place (a pass whose cache is not wanted). ``acts`` is the first ``M * sum_i
+    out_i`` entries of the 1-D ``buffer`` (of the dtype of ``x``), a new array when it is
+    shorter. Returns ``(acts, pi_start, vf_start, ok)``: the outputs buffer, the offsets in it
+    of the last blocks of the policy and of the value tower, and whether the blocks of the
+    towers run are finite. Raises ``ValueError`` when the widths do not chain.
     """
     rows, d_in = x.shape
     dt = x.dtype
@@ -116,7 +117,7 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu):
                              "input's last dimension), or a bias does not match its weight")
         total += n_out
         biggest = max(biggest, n_out * n_in)
-    acts = np.empty(rows * total, dt)
+    acts = buffer[:rows * total] if buffer.size >= rows * total else np.empty(rows * total, dt)
     few = rows <= _FEW
     lanes = _vector_lanes(x)
     cols = -(-rows // lanes) * lanes if few else 0   # feature-major: rows padded to vectors

@@ -718,24 +718,36 @@ def _column_sums(d, out):
 # from mmap or the top of the heap and gives them back to the kernel when they are freed, so
 # fresh arrays are faulted in page by page at every call (at the LSTM benchmark's shapes, as
 # long as the compiled pass itself). A twin therefore takes its arrays as one bundle from this
-# pool: a bundle is handed out again only when none of its arrays (nor a view of one: a view
-# holds its base) is referenced outside the pool, as CPython counts references. So results a
-# caller still holds (a cache waiting for its backward pass) are never overwritten: that call
-# gets another bundle. Per thread; at most _BUNDLES_PER_KEY bundles per key and _KEYS keys
-# (the least recently used key is dropped).
+# pool: a bundle is handed out again only when none of its arrays is referenced outside the
+# pool, as CPython counts references, nor, for an array that is a view (:func:`_aligned`), the
+# array owning its memory (NumPy makes a view of a view hold the owner, not the view). So
+# results a caller still holds (a cache waiting for its backward pass) are never overwritten:
+# that call gets another bundle. Per thread; at most _BUNDLES_PER_KEY bundles per key and
+# _KEYS keys (the least recently used key is dropped).
 
 _BUNDLES_PER_KEY = 4
 _KEYS = 16
 _pools = threading.local()
 
 
-def _free_refcount() -> int:
-    """``sys.getrefcount`` of an array held only by a bundle, as :func:`_bundle` calls it."""
-    bundle = (np.empty(0),)
-    return max(sys.getrefcount(a) for a in bundle)
+def _free_refcounts():
+    """``sys.getrefcount`` of a view held only by a bundle and of its owner held only by it,
+    as :func:`_free` calls it."""
+    for a in (np.empty(8)[:4],):
+        return sys.getrefcount(a), sys.getrefcount(a.base)
 
 
-_FREE = _free_refcount()
+_FREE, _FREE_OWNER = _free_refcounts()
+
+
+def _free(bundle) -> bool:
+    """Whether no array of ``bundle`` (nor the owner of one that is a view) is referenced
+    outside the pool."""
+    for a in bundle:
+        if sys.getrefcount(a) > _FREE or (a.base is not None
+                                          and sys.getrefcount(a.base) > _FREE_OWNER):
+            return False
+    return True
 
 
 def _bundle(key, make):
@@ -752,7 +764,7 @@ def _bundle(key, make):
             pools.pop(next(iter(pools)))
     pools[key] = bundles   # most recently used last
     for bundle in bundles:
-        if max(sys.getrefcount(a) for a in bundle) <= _FREE:
+        if _free(bundle):
             return bundle
     bundle = make()
     if len(bundles) < _BUNDLES_PER_KEY:

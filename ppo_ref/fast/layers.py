@@ -22,7 +22,8 @@ from numba.core import config as _numba_config
 from numba.core.errors import TypingError
 
 from ppo_ref._checks import non_finite_result
-from ppo_ref.fast._mlp import _backward, _forward
+from ppo_ref.fast._mlp import _FEW, _backward, _forward
+from ppo_ref.fast._products import _aligned, _bundle
 
 __all__ = ["mlp_forward", "mlp_backward"]
 
@@ -119,16 +120,23 @@ def _run_forward(params: Mapping, net: _Net, x, policy: bool, value: bool, keep:
                  relu: bool, where: str):
     """:func:`ppo_ref.fast._mlp._forward` on :func:`_arrays` of the arguments (again on
     converted ones when the compiled call cannot be typed: parameters of mixed dtypes, ranks
-    or layouts): ``(rows [M, in], ws, acts, pi_start, vf_start)``. A non-finite result raises
-    ``FloatingPointError`` naming ``where``."""
+    or layouts): ``(rows [M, in], ws, acts, pi_start, vf_start)``, ``acts`` from the pool of
+    :func:`ppo_ref.fast._products._bundle` when ``M > _FEW`` (never one the caller still
+    holds, directly or through a view). A non-finite result raises ``FloatingPointError``
+    naming ``where``."""
+    def run(rows, ws, bs):
+        n, dt = len(net.keys), rows.dtype
+        if rows.shape[0] > _FEW:    # (a few rows' buffer: quicker to allocate than to pool)
+            size = rows.shape[0] * sum([w.shape[0] for w in ws[:n]])
+            buffer = _bundle(("mlp.acts", size, dt), lambda: (_aligned(size, dt),))[0]
+        else:
+            buffer = _PAD[dt][1][0]
+        return rows, ws, bs, _forward(rows, ws, bs, n, net.n_trunk, net.n_pi, policy, value,
+                                      keep, relu, buffer)
     try:
-        rows, ws, bs = _arrays(params, net, x)
-        acts, pi_start, vf_start, ok = _forward(rows, ws, bs, len(net.keys), net.n_trunk,
-                                                net.n_pi, policy, value, keep, relu)
+        rows, ws, bs, (acts, pi_start, vf_start, ok) = run(*_arrays(params, net, x))
     except TypingError:
-        rows, ws, bs = _arrays(params, net, x, convert=True)
-        acts, pi_start, vf_start, ok = _forward(rows, ws, bs, len(net.keys), net.n_trunk,
-                                                net.n_pi, policy, value, keep, relu)
+        rows, ws, bs, (acts, pi_start, vf_start, ok) = run(*_arrays(params, net, x, convert=True))
     if not ok:
         raise non_finite_result(where)
     return rows, ws, acts, pi_start, vf_start

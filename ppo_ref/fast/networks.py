@@ -1,6 +1,6 @@
 """The compiled tier's MLP actor-critic: the twins of :mod:`ppo_ref.spec.networks`'
-``actor_critic_forward``, ``actor_critic_backward``, ``value_forward`` and ``policy_forward`` (the readable
-definitions, whose docstrings state the architecture and the equations).
+``actor_critic_forward``, ``actor_critic_backward``, ``value_forward`` and ``policy_forward``
+(the readable definitions, whose docstrings state the architecture and the equations).
 
 They take the spec's parameters (the flat dict ``pi.*``, ``vf.*`` and, with a shared trunk,
 ``trunk.*`` of :func:`ppo_ref.spec.networks.actor_critic_init`) and run the whole network in
