@@ -529,3 +529,35 @@ def test_a_valid_recurrent_checkpoint_still_loads_exactly(small_lstm_run):
     assert set(again) == set(arrays) and "collector/state.h" in arrays
     for k in arrays:
         assert again[k].dtype == arrays[k].dtype and again[k].tobytes() == arrays[k].tobytes(), k
+
+
+EARLIER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data",
+                       "checkpoints_a09f02a")
+
+
+@pytest.mark.parametrize("name", ["lstm_cartpolenovel.npz", "pendulum_normalized.npz"])
+def test_checkpoints_of_the_earlier_layout_load_and_resume(name):
+    """Checkpoints of the layout before the collector carried the LSTM states (tests/data/
+    checkpoints_a09f02a/README.md: ``lstm/h``, ``lstm/c``, float32 reward-normalizer entries)
+    load into the current trainers with every entry's values, and training continues."""
+    from ppo_ref import RecurrentPPOTrainer
+    path = os.path.join(EARLIER, name)
+    with np.load(path, allow_pickle=False) as f:
+        raw = {k: f[k] for k in f.files}
+    recurrent = name.startswith("lstm")
+    trainer = (RecurrentPPOTrainer if recurrent else PPOTrainer).load(path)
+    for key, value in trainer.params.items():
+        np.testing.assert_array_equal(value, raw["params/" + key])
+    np.testing.assert_array_equal(trainer.collector.obs, raw["collector/obs"])
+    if recurrent:
+        np.testing.assert_array_equal(trainer.collector.state.h, raw["lstm/h"])
+        np.testing.assert_array_equal(trainer.collector.state.c, raw["lstm/c"])
+    else:
+        rn = trainer.collector.reward_normalizer
+        assert raw["collector/ret_accumulated"].dtype == np.float32
+        np.testing.assert_array_equal(rn.accumulated_reward, raw["collector/ret_accumulated"])
+    steps = trainer.num_timesteps
+    trainer.learn(steps + trainer.config.n_steps * trainer.config.n_envs)
+    assert trainer.num_timesteps > steps
+    assert all(np.isfinite(v).all() for v in trainer.params.values())
+    trainer.close()

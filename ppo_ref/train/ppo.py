@@ -476,7 +476,7 @@ class PPOTrainer:
         (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
-        arrays = {k: np.asarray(v) for k, v in arrays.items()}
+        arrays = _current_layout({k: np.asarray(v) for k, v in arrays.items()})
         vet_state_arrays(self.state_arrays(), arrays)
         state = array_to_json(arrays["state_json"], name="state_json")
         counters = vet_state_record(state, n_steps=self.config.n_steps, n_envs=self.config.n_envs,
@@ -588,3 +588,23 @@ class PPOTrainer:
     def close(self) -> None:
         """Close the vector env."""
         self.collector.close()
+
+
+#: Entries of the snapshot layout of ppo_ref 0.1.0 before the collector carried the LSTM states
+#: (checkpoints of the same ``FORMAT_VERSION``), by their current names.
+_EARLIER_NAMES = {"collector/state.h": "lstm/h", "collector/state.c": "lstm/c"}
+
+
+def _current_layout(arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """``arrays`` in the current snapshot layout: the earlier layout's LSTM states renamed
+    (:data:`_EARLIER_NAMES`) and its float32 reward-normalizer entries (``ret_accumulated``,
+    ``ret_prev_dones``: gymnasium's dtype) widened to float64, which is exact. A snapshot
+    already in the current layout is returned unchanged."""
+    out = dict(arrays)
+    for name, earlier in _EARLIER_NAMES.items():
+        if earlier in out and name not in out:
+            out[name] = out.pop(earlier)
+    for name in ("collector/ret_accumulated", "collector/ret_prev_dones"):
+        if name in out and out[name].dtype == np.float32:
+            out[name] = out[name].astype(np.float64)
+    return out
