@@ -25,3 +25,19 @@ class HangingEnv(gym.Wrapper):
 
 def hanging_env(after=40, pid_file=None):
     return HangingEnv(after, pid_file)
+
+
+class HangingCloseEnv(gym.Wrapper):
+    """CartPole whose ``close`` blocks (sleeps for an hour) in a worker process only (the
+    main process's probe copy closes normally)."""
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1", disable_env_checker=True))
+
+    def close(self):
+        if multiprocessing.parent_process() is not None:
+            time.sleep(3600)
+        super().close()
+
+
+gym.register("ppo_ref_test/HangingClose-v0", entry_point=HangingCloseEnv, max_episode_steps=500)

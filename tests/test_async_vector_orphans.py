@@ -53,3 +53,30 @@ def test_killed_trainer_takes_its_async_env_workers_with_it():
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_close_quickly_kills_async_env_workers_whose_close_hangs():
+    # each sub-env's close() blocks in its worker: close_quickly must kill the workers and return
+    from ppo_ref.cli.common import close_quickly
+    from ppo_ref.config import PPOConfig
+    from ppo_ref.train.ppo import PPOTrainer
+    before = set(_children(os.getpid()))
+    trainer = PPOTrainer("test_actor_learner_liveness_helpers:ppo_ref_test/HangingClose-v0",
+                         PPOConfig(n_envs=2, n_steps=16, batch_size=32), seed=0,
+                         vectorization="async")
+    workers = [p for p in set(_children(os.getpid())) - before if _alive(p)]
+    try:
+        assert len(workers) >= 2
+        start = time.monotonic()
+        close_quickly(trainer, 0.5)
+        assert time.monotonic() - start < 5.0
+        deadline = time.monotonic() + 5.0
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in alive if _alive(p)]
+            time.sleep(0.1)
+        assert alive == [], f"async env workers {alive} outlived close_quickly"
+    finally:
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

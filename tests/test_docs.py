@@ -5,9 +5,10 @@
 (b) Every ``docs/specification.md §N`` citation names a section that exists.
 (c) Every PPOConfig field appears in the specification's config table (§5.1), and nothing
     else does.
-(d) README.md and docs/*.md name only real code: every ``ppo_ref/...`` file or directory path
-    exists, every dotted ``ppo_ref.x.y`` name imports (the longest importable module, then
-    attributes), and every relative Markdown link points at a file that exists.
+(d) README.md, docs/*.md and validation/README.md name only real code: every ``ppo_ref/...``,
+    ``validation/...``, ``tests/...`` or ``docs/...`` file or directory path exists, every dotted
+    ``ppo_ref.x.y`` name imports (the longest importable module, then attributes), and every
+    relative Markdown link points at a file that exists.
 """
 from __future__ import annotations
 
@@ -138,13 +139,16 @@ def test_config_table_defaults_match_the_code():
 
 # -- (d) the documents name only real code ------------------------------------------------------
 
-DOCUMENTS = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+DOCUMENTS = ([ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+             + [ROOT / "validation" / "README.md"])
 # a dotted name of the package (not the start of a longer path or name: "x.ppo_ref.y", and not
 # a format tag such as "ppo_ref.vectors/1": followed by "/")
 _DOTTED = re.compile(r"(?<![\w./])ppo_ref(?:\.[A-Za-z_][A-Za-z0-9_]*)+(?![\w/])")
-# a file or directory path in the package: ends in ".py" or "/" (env ids such as
-# "ppo_ref/CartPoleNoVel-v1" are neither)
-_PATH = re.compile(r"(?<![\w./])ppo_ref/(?:[A-Za-z0-9_]+/)*(?:[A-Za-z0-9_]+\.py\b)?")
+# a file or directory path of the repository (in ppo_ref/, validation/, tests/ or docs/; not
+# the tail of a longer path or URL): ends in a file name with an extension or in "/" (env ids
+# such as "ppo_ref/CartPoleNoVel-v1" are neither)
+_PATH = re.compile(r"(?<![\w./-])(?:ppo_ref|validation|tests|docs)/(?:[A-Za-z0-9_.-]+/)*"
+                   r"(?:[A-Za-z0-9_-]+(?:\.[A-Za-z0-9_]+)+\b)?")
 _LINK = re.compile(r"\]\(([^)\s#]+)(?:#[^)\s]*)?\)")
 
 
@@ -218,4 +222,11 @@ def test_the_path_and_name_checks_reject_what_they_must():
         "`ppo_ref/spec/losses.py`, `ppo_ref/fast/`, env `ppo_ref/CartPoleNoVel-v1`, format "
         '"ppo_ref.vectors/1", `ppo_ref.nn.lstm` and [x](docs/README.md#a), [y](https://a.b)'))
     assert found == [("path", "ppo_ref/spec/losses.py"), ("path", "ppo_ref/fast/"),
-                     ("name", "ppo_ref.nn.lstm"), ("link", "docs/README.md")]
+                     ("path", "docs/README.md"), ("name", "ppo_ref.nn.lstm"),
+                     ("link", "docs/README.md")]
+    found = list(_named_code(
+        "run `python validation/bench_elements.py --kind mlp` (see tests/test_tiers.py:12, "
+        "validation/data/x.json and https://example.org/docs/a.md)"))
+    assert found == [("path", "validation/bench_elements.py"), ("path", "tests/test_tiers.py"),
+                     ("path", "validation/data/x.json")]
+    assert not (ROOT / "validation" / "bench_elements.py").exists()

@@ -127,20 +127,42 @@ def test_float32_compute_is_close_to_float64_behind_float64_interfaces(rng, kind
 @pytest.mark.parametrize("shared_trunk", [False, True])
 def test_results_held_across_calls_are_not_overwritten(rng, shared_trunk):
     """Evaluating, acting on and valuing many batches while holding every result (the fast
-    tier reuses its buffers between calls) leaves each result and cache as it was: calling
-    again on a batch alone gives the same bits, and the backward pass of an old cache gives
-    that batch's gradients."""
+    tier reuses its buffers between calls) leaves each result and cache as it was: each held
+    result keeps the bits it had when it was returned, calling again on a batch alone gives
+    those bits in new memory, and the backward pass of an old cache gives that batch's
+    gradients."""
     policy, params = make_policy(rng, shared_trunk=shared_trunk)
     batches = [batch(rng, 40, "discrete") for _ in range(7)]
-    outs = [policy.act(params, b[0], None, None, rng).policy_out for b in batches]
-    values = [policy.values(params, b[0], None, None) for b in batches]
-    held = [policy.evaluate(params, b) for b in batches]
+    outs, out_copies, values, value_copies, held, held_copies = [], [], [], [], [], []
+    for b in batches:
+        out = policy.act(params, b[0], None, None, rng).policy_out
+        outs.append(out)
+        out_copies.append(out.copy())
+    for b in batches:
+        value = policy.values(params, b[0], None, None)
+        values.append(value)
+        value_copies.append(value.copy())
+    for b in batches:
+        result = policy.evaluate(params, b)
+        held.append(result)
+        held_copies.append([np.array(a, copy=True) for a in result[:3]])
     d = [rng.standard_normal(40) for _ in range(3)]
     first_grads = policy.backward(params, held[0][3], *d)
-    for b, old, out, value in zip(batches, held, outs, values):
+    first_grad_copies = {k: g.copy() for k, g in first_grads.items()}
+    for b, old, old_copy, out, out_copy, value, value_copy in zip(
+            batches, held, held_copies, outs, out_copies, values, value_copies):
         new = policy.evaluate(params, b)
-        assert all(np.array_equal(u, v) for u, v in zip(old[:3], new[:3]))
-        assert np.array_equal(out, policy.act(params, b[0], None, None, rng).policy_out)
-        assert np.array_equal(value, policy.values(params, b[0], None, None))
+        for u, u_copy, v in zip(old[:3], old_copy, new[:3]):
+            assert np.array_equal(u, u_copy) and np.array_equal(v, u_copy)
+            assert not np.shares_memory(u, v)
+        new_out = policy.act(params, b[0], None, None, rng).policy_out
+        assert np.array_equal(out, out_copy) and np.array_equal(new_out, out_copy)
+        assert not np.shares_memory(out, new_out)
+        new_value = policy.values(params, b[0], None, None)
+        assert np.array_equal(value, value_copy) and np.array_equal(new_value, value_copy)
+        assert not np.shares_memory(value, new_value)
     fresh = policy.backward(params, policy.evaluate(params, batches[0])[3], *d)
-    assert all(np.array_equal(first_grads[k], fresh[k]) for k in params)
+    for k in params:
+        assert np.array_equal(first_grads[k], first_grad_copies[k]), k
+        assert np.array_equal(fresh[k], first_grad_copies[k]), k
+        assert not np.shares_memory(first_grads[k], fresh[k]), k

@@ -96,6 +96,17 @@ def test_minibatch_loss_on_the_compiled_losses_is_the_spec_loss_bit_for_bit(
                          spec.minibatch_loss(*args, **kw, losses=SPEC.losses))
 
 
+@pytest.mark.parametrize("clip_range", [-0.5, float("nan"), float("inf")])
+@pytest.mark.parametrize("tier", [SPEC, FAST], ids=["spec", "fast"])
+def test_minibatch_loss_rejects_a_bad_clip_range_naming_it(rng, clip_range, tier):
+    """A negative or non-finite clip range is refused (not replaced by the tiny stand-in for 0)
+    under either tier's losses."""
+    args = _loss_inputs(rng, 8)
+    with pytest.raises(ValueError, match="clip_range"):
+        spec.minibatch_loss(*args, config=PPOConfig(), clip_range=clip_range,
+                            losses=tier.losses)
+
+
 # -- the epoch loop on a linear softmax policy with a linear value head -----------------------
 
 N_ROWS, N_FEATURES, N_ACTIONS, BATCH = 96, 5, 3, 24

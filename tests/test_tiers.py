@@ -10,7 +10,11 @@ generator of the same seed, so sampling functions see the same draws.
 
 A result compares equal when every array or float in it satisfies
 ``|fast - spec| <= atol + rtol * max|spec|`` (per array; ``rtol = atol = 0``: the same bits, NaN
-equal to NaN), with the same shape, and the same integer or boolean values.
+equal to NaN), with the same shape, and the same integer or boolean values; the containers are of
+the same types (NamedTuples: the same field names) and every leaf of the fast result has the spec
+result's type and dtype, except on a row with a ``compute_dtype``: there the fast twin computes in
+that dtype (float32 inputs to a network, distribution or LSTM function) while the spec computes in
+float64, and each float array or NumPy float of the fast result is of ``compute_dtype``.
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ class Case(NamedTuple):
     rtol: float = 0.0
     atol: float = 0.0
     whole_tier: bool = False
+    #: None: the fast result's dtypes are the spec result's; a float dtype: the fast twin computes
+    #: in it (the spec in float64), and its float results are of that dtype
+    compute_dtype: Any = None
 
 
 BITS = dict(rtol=0.0, atol=0.0)
@@ -154,7 +161,7 @@ ROWS[("advantages", "vtrace")] = [
 #: the categorical twins (compiled row loops, libm exp/log, sums left to right): rtol 1e-12,
 #: atol 1e-15 against the spec's NumPy; float32 inputs are computed in float32
 CAT_TOL = dict(rtol=1e-12, atol=1e-15)
-F32_TOL = dict(rtol=1e-5, atol=1e-6)
+F32_TOL = dict(rtol=1e-5, atol=1e-6, compute_dtype=np.float32)
 
 
 def _logits(rng, shape=(40, 5), masked=0.0, dtype=np.float64):
@@ -462,7 +469,7 @@ ROWS[("optim", "clip_by_global_norm")] = [
 from ppo_ref.spec import layers as spec_layers, networks as spec_networks  # noqa: E402
 
 MLP_F64 = dict(rtol=1e-12, atol=1e-14)
-MLP_F32 = dict(rtol=1e-4, atol=1e-6)
+MLP_F32 = dict(rtol=1e-4, atol=1e-6, compute_dtype=np.float32)
 
 
 def _as(tier, dtype, arrays):
@@ -643,8 +650,8 @@ from ppo_ref.spec import lstm as spec_lstm, recurrent_networks as spec_rn  # noq
 # float64: FMA chains against BLAS, at most 1e-15 of the largest entry on these cases. float32:
 # at most 7e-7 on these cases (32 steps of 64 units; float32's unit roundoff is 6e-8).
 LSTM_F64 = dict(rtol=1e-12, atol=1e-14)
-LSTM_F32 = dict(rtol=1e-5, atol=1e-6)
-LSTM_F32_BACKWARD = dict(rtol=2e-5, atol=1e-6)
+LSTM_F32 = dict(rtol=1e-5, atol=1e-6, compute_dtype=np.float32)
+LSTM_F32_BACKWARD = dict(rtol=2e-5, atol=1e-6, compute_dtype=np.float32)
 
 
 def _widened(tier, dtype, arrays):
@@ -850,20 +857,40 @@ def twins() -> List[Tuple[str, str]]:
     return out
 
 
-def _compare(spec_out, fast_out, rtol: float, atol: float, where: str) -> None:
+def _compare(spec_out, fast_out, rtol: float, atol: float, where: str,
+             compute_dtype=None) -> None:
     if isinstance(spec_out, (tuple, list)):
-        assert isinstance(fast_out, (tuple, list)) and len(fast_out) == len(spec_out), where
+        if hasattr(spec_out, "_fields"):  # a NamedTuple: each tier may define its own class
+            fields = getattr(fast_out, "_fields", None)
+            assert fields == spec_out._fields, (
+                f"{where}: {type(fast_out).__name__} fields {fields} != "
+                f"{type(spec_out).__name__} fields {spec_out._fields}")
+        else:
+            assert type(fast_out) is type(spec_out), (
+                f"{where}: {type(fast_out).__name__} != {type(spec_out).__name__}")
+        assert len(fast_out) == len(spec_out), where
         for i, (s, f) in enumerate(zip(spec_out, fast_out)):
-            _compare(s, f, rtol, atol, f"{where}[{i}]")
+            _compare(s, f, rtol, atol, f"{where}[{i}]", compute_dtype)
         return
     if isinstance(spec_out, dict):
-        assert isinstance(fast_out, dict) and list(fast_out) == list(spec_out), where
+        assert type(fast_out) is type(spec_out) and list(fast_out) == list(spec_out), where
         for k in spec_out:
-            _compare(spec_out[k], fast_out[k], rtol, atol, f"{where}[{k!r}]")
+            _compare(spec_out[k], fast_out[k], rtol, atol, f"{where}[{k!r}]", compute_dtype)
         return
     if spec_out is None:
         assert fast_out is None, where
         return
+    numpy_float = (isinstance(spec_out, (np.ndarray, np.generic))
+                   and spec_out.dtype.kind == "f")
+    if compute_dtype is not None and numpy_float:
+        want = np.dtype(compute_dtype)
+        want_type = np.ndarray if isinstance(spec_out, np.ndarray) else want.type
+    else:
+        want, want_type = np.asarray(spec_out).dtype, type(spec_out)
+    assert type(fast_out) is want_type, (
+        f"{where}: type {type(fast_out).__name__} != {want_type.__name__}")
+    got = np.asarray(fast_out).dtype
+    assert got == want, f"{where}: dtype {got} != {want}"
     s, f = np.asarray(spec_out), np.asarray(fast_out)
     assert s.shape == f.shape, f"{where}: shape {f.shape} != {s.shape}"
     if s.dtype.kind in "biu":
@@ -912,4 +939,5 @@ def test_twin_equals_spec(module, name, case):
         fast_side = importlib.import_module(f"ppo_ref.fast.{module}")
     spec_out = case.run(spec_side, np.random.default_rng(20261207))
     fast_out = case.run(fast_side, np.random.default_rng(20261207))
-    _compare(spec_out, fast_out, case.rtol, case.atol, f"{module}.{name}:{case.name}")
+    _compare(spec_out, fast_out, case.rtol, case.atol, f"{module}.{name}:{case.name}",
+             case.compute_dtype)

@@ -124,7 +124,9 @@ def close_quickly(trainer, seconds: float) -> None:
     close = getattr(trainer, "close", None)
     if close is None:
         return
-    env = getattr(trainer, "env", None)
+    # the vector env of a PPOTrainer or RecurrentPPOTrainer (the actor-learner's learner is a
+    # PPOTrainer; its actors are stopped by the learner loop)
+    env = getattr(getattr(trainer, "collector", None), "base_env", None)
     workers = list(getattr(env, "processes", None) or [])  # gymnasium's AsyncVectorEnv
     done = threading.Event()
 

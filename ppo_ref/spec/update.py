@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Iterable, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._checks import check_nonnegative
 from ppo_ref.spec import losses as spec_losses
 from ppo_ref.spec import optim as spec_optim
 
@@ -33,13 +34,16 @@ STATS_KEYS = ("policy_loss", "value_loss", "entropy", "loss", "approx_kl", "clip
 _MEANS = ("policy_loss", "value_loss", "entropy", "loss", "approx_kl", "clip_fraction")
 
 # A linearly annealed clip range reaches 0 on the last update; policy_loss requires > 0, and
-# the smallest positive double clips identically (1 +- 5e-324 == 1), so it stands in for 0.
+# the smallest positive normal double, finfo(float64).tiny = 2**-1022 (about 2.2e-308), clips
+# identically (1 +- 2**-1022 == 1), so it stands in for 0.
 _TINY_CLIP = float(np.finfo(np.float64).tiny)
 
 
 def effective_clip_range(clip_range: float) -> float:
-    """``clip_range`` (finite, >= 0), or the smallest positive float64 for 0."""
-    return float(clip_range) if clip_range > 0.0 else _TINY_CLIP
+    """``clip_range`` as a float, or ``finfo(float64).tiny`` for 0. Raises ``ValueError``
+    naming ``clip_range`` unless it is a finite real number >= 0."""
+    clip_range = check_nonnegative(clip_range, "clip_range")
+    return clip_range if clip_range > 0.0 else _TINY_CLIP
 
 
 class Minibatch(NamedTuple):
