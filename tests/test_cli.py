@@ -128,6 +128,34 @@ def test_eval_and_plot(tmp_path, capsys):
         assert not os.path.exists(png)
 
 
+@pytest.mark.parametrize("how", ["plain", "inside a compiled call", "other"])
+def test_ctrl_c_during_eval_is_one_line_and_exit_130(tmp_path, capsys, monkeypatch, how):
+    """Ctrl-C while evaluating: exit 130 and one line, also when it lands while numba runs
+    Python code inside a compiled call (numba then raises SystemError from the
+    KeyboardInterrupt); any other SystemError is not taken for an interrupt."""
+    from ppo_ref.train.ppo import PPOTrainer
+    _, run_dir = _train(tmp_path, "a")
+    capsys.readouterr()
+
+    def evaluate(self, *args, **kwargs):
+        if how == "plain":
+            raise KeyboardInterrupt
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            if how == "other":
+                raise SystemError("a real failure")
+            raise SystemError("returned a result with an exception set") from interrupt
+    monkeypatch.setattr(PPOTrainer, "evaluate", evaluate)
+    if how == "other":
+        with pytest.raises(SystemError, match="a real failure"):
+            cli.main(["eval", run_dir])
+        return
+    assert cli.main(["eval", run_dir]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "ppo-ref eval: interrupted (Ctrl-C); no result"
+
+
 def test_plot_without_matplotlib_gives_a_clear_message(tmp_path, capsys, monkeypatch):
     real_import = builtins.__import__
 

@@ -19,12 +19,7 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=10_000,
                    help="episode i is reset with seed + i (seed >= 0)")
     p.add_argument("--allow-import", action="store_true",
-                   help="let a checkpoint's env id of the form module:EnvId import (run) its "
-                        "Python module; without it such a checkpoint is refused")
-
-
-def _checkpoint_path(path: str) -> str:
-    return path if path.endswith(".npz") else os.path.join(path, "checkpoint.npz")
+                   help="let a checkpoint's env id module:EnvId import (run) its module")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -35,7 +30,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
         raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
                          f"seed + i), got {args.seed}")
-    path = _checkpoint_path(args.run_dir)
+    path = args.run_dir
+    if not path.endswith(".npz"):
+        path = os.path.join(path, "checkpoint.npz")
     if os.path.isfile(args.run_dir) and path != args.run_dir:
         raise UsageError(f"{args.run_dir} is a file: give a run directory or a checkpoint .npz")
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
@@ -61,7 +58,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         trainer = cls.load(path, allow_import=args.allow_import)
     try:
         returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as exc:  # numba: SystemError from a Ctrl-C
+        if KeyboardInterrupt not in (type(exc), type(exc.__cause__)):
+            raise
         print("ppo-ref eval: interrupted (Ctrl-C); no result", file=sys.stderr)
         return 130
     finally:
