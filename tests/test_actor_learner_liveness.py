@@ -87,15 +87,21 @@ def test_actor_hung_in_env_step_does_not_outlive_a_killed_learner(tmp_path):
         time.sleep(0.5)  # the actors are inside the hanging step now
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        deadline = time.monotonic() + 5.0
-        alive = actor_pids
-        while alive and time.monotonic() < deadline:
-            alive = [p for p in alive if _alive(p)]
-            time.sleep(0.1)
+        alive = _survivors(actor_pids, 5.0)
         assert alive == [], f"actor processes {alive} outlived the killed learner"
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _survivors(pids, seconds):
+    """The processes of ``pids`` still alive after waiting up to ``seconds`` for them to end."""
+    deadline = time.monotonic() + seconds
+    alive = [p for p in pids if _alive(p)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in alive if _alive(p)]
+    return alive
 
 
 def _alive(pid):

@@ -6,7 +6,7 @@ import sys
 import textwrap
 import time
 
-from test_actor_learner_liveness import _alive
+from test_actor_learner_liveness import _alive, _survivors
 
 
 def _children(pid):
@@ -44,11 +44,7 @@ def test_killed_trainer_takes_its_async_env_workers_with_it():
         assert len(workers) >= 2
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        deadline = time.monotonic() + 5.0
-        alive = workers
-        while alive and time.monotonic() < deadline:
-            alive = [p for p in alive if _alive(p)]
-            time.sleep(0.1)
+        alive = _survivors(workers, 5.0)
         assert alive == [], f"async env workers {alive} outlived the killed trainer"
     finally:
         if proc.poll() is None:
@@ -70,11 +66,7 @@ def test_close_quickly_kills_async_env_workers_whose_close_hangs():
         start = time.monotonic()
         close_quickly(trainer, 0.5)
         assert time.monotonic() - start < 5.0
-        deadline = time.monotonic() + 5.0
-        alive = workers
-        while alive and time.monotonic() < deadline:
-            alive = [p for p in alive if _alive(p)]
-            time.sleep(0.1)
+        alive = _survivors(workers, 5.0)
         assert alive == [], f"async env workers {alive} outlived close_quickly"
     finally:
         for pid in workers:
