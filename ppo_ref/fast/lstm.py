@@ -294,8 +294,7 @@ def _step(lstms, x, h, c, episode_starts, where: str):
     c_new) [L, N, H]``; a non-finite result raises ``FloatingPointError`` naming ``where``."""
     dt = x.dtype
     n_lstm, n_env, hidden = h.shape
-    keep = np.ones((2, n_env), dt)
-    keep[0] -= np.asarray(episode_starts).reshape(n_env)
+    keep = _keep(episode_starts, 1, n_env, dt)
     h, c = np.ascontiguousarray(h, dt), np.ascontiguousarray(c, dt)
     x_seq = x.reshape(1, n_env, x.shape[1])
     no_pack = np.empty((0, 4 * hidden), dt)
