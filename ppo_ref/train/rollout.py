@@ -205,19 +205,29 @@ def _make_single(env_id: str, env_kwargs: Optional[dict], index: int, in_worker:
     return thunk
 
 
+#: The ways :func:`make_vector_env` can step ``n_envs`` envs.
+VECTORIZATIONS = ("sync", "async", "envpool")
+
+
 def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
                     env_kwargs: Optional[dict] = None) -> VectorEnv:
     """``n_envs`` copies of ``env_id`` in a gymnasium ``SyncVectorEnv`` (``vectorization =
-    "sync"``) or ``AsyncVectorEnv`` (``"async"``, one process per env) in SAME_STEP autoreset
-    mode. Raises ``ValueError`` naming a bad ``vectorization``, ``n_envs`` or an ``env_id``
-    gymnasium cannot make (``"module:EnvId"`` imports ``module`` first, as ``gym.make``)."""
-    if vectorization not in ("sync", "async"):
-        raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+    "sync"``), ``AsyncVectorEnv`` (``"async"``, one process per env) or envpool's C++ vector env
+    (``"envpool"``, :class:`~ppo_ref.train.envpool_env.EnvpoolVectorEnv`), in SAME_STEP
+    autoreset mode. Raises ``ValueError`` naming a bad ``vectorization``, ``n_envs`` or an
+    ``env_id`` gymnasium (or envpool) cannot make (``"module:EnvId"`` imports ``module`` first,
+    as ``gym.make``)."""
+    if vectorization not in VECTORIZATIONS:
+        raise ValueError(f"vectorization must be one of {list(VECTORIZATIONS)}, got "
+                         f"{vectorization!r}")
     if int(n_envs) < 1:
         raise ValueError(f"n_envs must be >= 1, got {n_envs}")
     if not isinstance(env_id, str):
         raise ValueError(f"env must be a gymnasium id or a gymnasium.vector.VectorEnv, got "
                          f"{type(env_id).__name__}")
+    if vectorization == "envpool":
+        from ppo_ref.train.envpool_env import EnvpoolVectorEnv
+        return EnvpoolVectorEnv(env_id, int(n_envs), env_kwargs)
     module, _, name = env_id.rpartition(":")
     try:
         if module:
