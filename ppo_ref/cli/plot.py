@@ -10,7 +10,9 @@ __all__ = ["configure_plot", "cmd_plot", "learning_curve_figure", "EV_RANGE"]
 
 
 def configure_plot(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_dir", metavar="DIR")
+    p.add_argument("run_dir", metavar="DIR",
+                   help="a run directory, or a --seeds directory (then: every seed's curve, "
+                        "their mean and +- 1 std)")
     p.add_argument("--output", default=None, help="PNG path (default DIR/learning_curve.png)")
     p.epilog = ("panels: episode returns (and the mean of the last 20); approx_kl and "
                 "clip_fraction; entropy; explained variance on its own panel with its y axis "
@@ -72,6 +74,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise UsageError("needs matplotlib: install the plot extra (pip install -e '.[plot]' in a "
                          "checkout, or pip install matplotlib)") from None
     from ppo_ref.io.runlog import read_csv
+    from ppo_ref.cli.seeds import read_seed_runs, seeds_figure
+    with user_input(f"cannot read the seeds of {args.run_dir}"):
+        curves = read_seed_runs(args.run_dir)
+    if curves:
+        title = os.path.basename(os.path.normpath(args.run_dir))
+        return _save_figure(plt, seeds_figure(plt, curves, title),
+                            args.output or os.path.join(args.run_dir, "learning_curves.png"))
     episodes_path = os.path.join(args.run_dir, "episodes.csv")
     metrics_path = os.path.join(args.run_dir, "metrics.csv")
     if not os.path.exists(episodes_path) or not os.path.exists(metrics_path):
@@ -91,7 +100,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
         columns[path] = table
     ep, mx = columns[episodes_path], columns[metrics_path]
     fig = learning_curve_figure(plt, ep, mx, os.path.basename(os.path.normpath(args.run_dir)))
-    out = args.output or os.path.join(args.run_dir, "learning_curve.png")
+    return _save_figure(plt, fig, args.output or os.path.join(args.run_dir,
+                                                              "learning_curve.png"))
+
+
+def _save_figure(plt, fig, out: str) -> int:
+    """Write ``fig`` to ``out`` atomically (the format from its extension) and close it."""
     try:
         with user_input(f"cannot write {out}"):
             import io

@@ -124,6 +124,12 @@ def configure_train(p: argparse.ArgumentParser) -> None:
                    help=f"parallel envs, at most {MAX_N_ENVS} (overrides the config)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the run, 0 to 2**63 - 1 (default 0)")
+    p.add_argument("--seeds", default=None, metavar="SEEDS",
+                   help="train one run per seed (e.g. 0-7 or 0,3,5), --jobs at a time, each in "
+                        "--run-dir/seed<S>, then print and write summary.json: mean, std, min "
+                        "and max of the final return and of steps/s over the seeds")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="with --seeds: runs at a time (default: one per core)")
     p.add_argument("--run-dir", default=None,
                    help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
                         "<timestamp>, with -2, -3, ... appended if taken)")
@@ -344,6 +350,17 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     if args.preset is not None and args.preset not in preset_names():
         raise UsageError(f"unknown --preset {args.preset!r}; choose from "
                          f"{', '.join(preset_names())}")
+    if args.seeds is not None:
+        clash = [flag for flag, given in (("--seed", args.seed is not None),
+                                          ("--resume", bool(args.resume)),
+                                          ("--async", args.use_async)) if given]
+        if clash:
+            raise UsageError(f"--seeds cannot be combined with {', '.join(clash)} (resume one "
+                             f"seed's run with ppo-ref train --resume DIR/seed<S>)")
+        from ppo_ref.cli.seeds import parse_seeds
+        parse_seeds(args.seeds)
+    if args.jobs is not None and (args.seeds is None or args.jobs < 1):
+        raise UsageError(f"--jobs must be >= 1 and only applies with --seeds, got {args.jobs}")
     if args.allow_import and not args.resume:
         raise UsageError("--allow-import only applies with --resume (an --env module:EnvId you "
                          "type yourself is imported without it)")
@@ -721,8 +738,35 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.list_fields:
         return list_fields(args)
     _check_train_flags(args)
+    if args.seeds is not None:
+        return _train_seeds(args)
     with contextlib.ExitStack() as hold:  # the run directory's lock, held for the whole run
         started = _train_resume(args, hold) if args.resume else _train_new(args, hold)
         if isinstance(started, int):
             return started
         return train_in_run_dir(args, *started)
+
+
+def _train_seeds(args: argparse.Namespace) -> int:
+    """``--seeds``: the settings checked once here, then one run per seed
+    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory."""
+    from ppo_ref.cli.seeds import cmd_train_seeds
+    from ppo_ref.io.runlog import default_run_dir
+    env_id = args.env or DEFAULT_ENV
+    with user_input():
+        build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
+    probe_env(env_id)
+    if args.run_dir is not None:
+        if os.path.exists(args.run_dir) and (not os.path.isdir(args.run_dir)
+                                             or os.listdir(args.run_dir)):
+            raise UsageError(f"--run-dir {args.run_dir} must be a new or empty directory with "
+                             f"--seeds")
+        with user_input("cannot create the run directory"):
+            os.makedirs(args.run_dir, exist_ok=True)
+        run_dir = args.run_dir
+    else:
+        policy = args.policy or default_policy(env_id)
+        tag = "s" + args.seeds.replace(",", "_")
+        with user_input("cannot create the run directory"):
+            run_dir = make_unique_dir(default_run_dir(env_id, policy, tag))
+    return cmd_train_seeds(args, run_dir)

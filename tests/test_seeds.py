@@ -1,0 +1,94 @@
+"""``ppo-ref train --seeds``: one ordinary run per seed, run concurrently, and their summary."""
+import csv
+import json
+import os
+
+import numpy as np
+import pytest
+
+from ppo_ref import cli
+from ppo_ref.cli.common import UsageError
+from ppo_ref.cli.seeds import parse_seeds
+
+STEPS = ["--total-timesteps", "1024", "--set", "n_epochs=2"]
+
+
+def _returns(run_dir):
+    with open(os.path.join(run_dir, "episodes.csv"), newline="") as f:
+        return [float(row["return"]) for row in csv.DictReader(f)]
+
+
+@pytest.fixture(scope="module")
+def seeds_dir(tmp_path_factory):
+    run_dir = str(tmp_path_factory.mktemp("seeds") / "runs")
+    code = cli.main(["train", "--seeds", "0-1", "--jobs", "2", "--run-dir", run_dir, *STEPS])
+    assert code == 0
+    return run_dir
+
+
+def test_each_seed_is_the_run_that_seed_gives_alone(seeds_dir, tmp_path):
+    alone = str(tmp_path / "alone")
+    assert cli.main(["train", "--seed", "1", "--run-dir", alone, "--quiet", *STEPS]) == 0
+    for name in ("metrics.csv", "episodes.csv"):
+        with open(os.path.join(alone, name), "rb") as a, \
+                open(os.path.join(seeds_dir, "seed1", name), "rb") as b:
+            assert a.read() == b.read(), name
+    assert _returns(os.path.join(seeds_dir, "seed0")) != _returns(os.path.join(seeds_dir, "seed1"))
+
+
+def test_summary_states_the_spread_of_the_final_return(seeds_dir):
+    with open(os.path.join(seeds_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["seeds"] == [0, 1]
+    assert [r["seed"] for r in summary["runs"]] == [0, 1]
+    finals = []
+    for run in summary["runs"]:
+        assert run["exit_code"] == 0 and run["timesteps"] == 1024
+        last = _returns(os.path.join(seeds_dir, f"seed{run['seed']}"))[-20:]
+        finals.append(sum(last) / len(last))
+        assert run["final_return"] == pytest.approx(finals[-1], rel=1e-12)
+        assert run["steps_per_second"] > 0
+    stats = summary["final_return"]
+    assert stats["n"] == 2
+    assert stats["mean"] == pytest.approx(np.mean(finals), rel=1e-12)
+    assert stats["std"] == pytest.approx(np.std(finals, ddof=1), rel=1e-12)
+    assert (stats["min"], stats["max"]) == (min(finals), max(finals))
+
+
+def test_plot_draws_the_seeds(seeds_dir):
+    pytest.importorskip("matplotlib")
+    assert cli.main(["plot", seeds_dir]) == 0
+    with open(os.path.join(seeds_dir, "learning_curves.png"), "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("text, seeds", [("0-3", [0, 1, 2, 3]), ("5", [5]),
+                                         ("0,3,5", [0, 3, 5]), ("0-1,7", [0, 1, 7])])
+def test_parse_seeds(text, seeds):
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["3-1", "a", "0,0", "0-1,1", "-1", "0-300", ""])
+def test_bad_seeds_name_the_flag(text):
+    with pytest.raises(UsageError, match="--seeds"):
+        parse_seeds(text)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--seeds", "0-1", "--seed", "3"], "--seeds cannot be combined with --seed"),
+    (["--seeds", "0-1", "--async"], "--seeds cannot be combined with --async"),
+    (["--seeds", "0-1", "--resume", "x"], "--seeds cannot be combined with --resume"),
+    (["--jobs", "2"], "--jobs must be >= 1 and only applies with --seeds"),
+    (["--seeds", "0-1", "--jobs", "0"], "--jobs must be >= 1"),
+])
+def test_flag_clashes_are_usage_errors(extra, message, capsys, tmp_path):
+    assert cli.main(["train", "--run-dir", str(tmp_path / "r"), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "r")
+
+
+def test_a_run_dir_that_is_not_empty_is_refused(tmp_path, capsys):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "keep.txt").write_text("x")
+    assert cli.main(["train", "--seeds", "0-1", "--run-dir", str(tmp_path / "r"), *STEPS]) == 2
+    assert "must be a new or empty directory" in capsys.readouterr().err
