@@ -124,3 +124,13 @@ def test_trainer_learns_cartpole_with_envpool():
                          vectorization="envpool")
     trainer.learn(40_000)
     assert np.mean(trainer.recent_returns) > 150
+
+
+def test_an_envpool_run_trains_from_the_cli_and_refuses_an_inexact_resume(tmp_path, capsys):
+    from ppo_ref import cli
+    run_dir = str(tmp_path / "run")
+    assert cli.main(["train", "--vectorization", "envpool", "--total-timesteps", "512",
+                     "--run-dir", run_dir, "--quiet"]) == 0
+    assert "512 steps" in capsys.readouterr().out
+    assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "1024"]) != 0
+    assert "cannot be resumed" in capsys.readouterr().err

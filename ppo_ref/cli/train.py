@@ -144,8 +144,9 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default=None, choices=["fast", "spec"],
                    help="fast (default: the compiled tier) or spec (the readable NumPy tier of "
                         "ppo_ref/spec/, slower, float64); same as --set backend=...")
-    p.add_argument("--vectorization", default=None, choices=["sync", "async"],
-                   help="gymnasium SyncVectorEnv (default) or AsyncVectorEnv")
+    p.add_argument("--vectorization", default=None, choices=["sync", "async", "envpool"],
+                   help="gymnasium SyncVectorEnv (default), AsyncVectorEnv, or envpool's C++ "
+                        "vector env (needs ppo_ref[envpool]; a run cannot be resumed exactly)")
     p.add_argument("--allow-import", action="store_true",
                    help="with --resume: let the saved env id of the form module:EnvId import "
                         "(run) its Python module; without it such a run is refused")

@@ -495,8 +495,8 @@ def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint")
         value = meta.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
             bad(key, "an integer in [0, 2**53]")
-    if meta.get("vectorization", "sync") not in ("sync", "async"):
-        bad("vectorization", "'sync' or 'async'")
+    if meta.get("vectorization", "sync") not in ("sync", "async", "envpool"):
+        bad("vectorization", "'sync', 'async' or 'envpool'")
     if meta.get("env_kwargs") is not None and not isinstance(meta.get("env_kwargs"), Mapping):
         bad("env_kwargs", "a JSON object")
 

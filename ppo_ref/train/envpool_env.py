@@ -23,6 +23,7 @@ seeds makes the pool anew, env ``i`` seeded with ``seeds[i] mod 2**31``.
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 from typing import List, Optional
 
@@ -34,6 +35,16 @@ from gymnasium.vector.utils import batch_space
 __all__ = ["EnvpoolVectorEnv"]
 
 _NO_LIMIT = 2**30  # envpool's own step limit, never reached: the adapter truncates
+
+
+@contextlib.contextmanager
+def _float32_bounds_quiet():
+    """Silence gymnasium's warning that envpool's float64 Box bounds become float32 (envpool
+    builds its spaces when made and on every reset)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32",
+                                category=UserWarning)
+        yield
 
 
 class EnvpoolVectorEnv(VectorEnv):
@@ -73,16 +84,16 @@ class EnvpoolVectorEnv(VectorEnv):
             limit = gym.spec(env_id).max_episode_steps
         self.max_episode_steps = None if limit is None else int(limit)
         self._pool = self._make(list(range(self.num_envs)))
-        self.single_observation_space = self._pool.observation_space
-        self.single_action_space = self._pool.action_space
+        with _float32_bounds_quiet():
+            self.single_observation_space = self._pool.observation_space
+            self.single_action_space = self._pool.action_space
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         self._episode_steps = np.zeros(self.num_envs, dtype=np.int64)
 
     def _make(self, seeds: List[int]):
         try:
-            with warnings.catch_warnings():  # envpool's Box bounds are float64, cast to float32
-                warnings.simplefilter("ignore", UserWarning)
+            with _float32_bounds_quiet():
                 return self._envpool.make(self.env_id, env_type="gymnasium",
                                           num_envs=self.num_envs,
                                           env_seed=[int(s) % 2**31 for s in seeds],
@@ -101,7 +112,8 @@ class EnvpoolVectorEnv(VectorEnv):
                 raise ValueError(f"seed: expected {self.num_envs} seeds, got {len(seeds)}")
             self._pool.close()
             self._pool = self._make(seeds)
-        obs, info = self._pool.reset()
+        with _float32_bounds_quiet():
+            obs, info = self._pool.reset()
         self._episode_steps[:] = 0
         return obs[np.argsort(info["env_id"])], {}
 
@@ -120,7 +132,8 @@ class EnvpoolVectorEnv(VectorEnv):
         final_obs = np.empty(self.num_envs, dtype=object)
         for i in ended:
             final_obs[i] = obs[i].copy()
-        first, reset_info = self._pool.reset(ended.astype(np.int32))
+        with _float32_bounds_quiet():
+            first, reset_info = self._pool.reset(ended.astype(np.int32))
         obs[reset_info["env_id"]] = first
         self._episode_steps[ended] = 0
         mask = np.zeros(self.num_envs, dtype=bool)
@@ -131,8 +144,8 @@ class EnvpoolVectorEnv(VectorEnv):
         self._pool.close()
 
     # The rollout's checkpoint protocol (RolloutCollector.state_arrays / load_state): envpool
-    # does not expose its envs' state, so a checkpoint records that a resume cannot be exact,
-    # and restoring one refuses rather than continue from states it does not have.
+    # does not expose its envs' state, so a checkpoint records that, and restoring one refuses
+    # rather than continue from states it does not have.
     def call(self, name: str, *args, **kwargs):
         if name == "ppo_ref_state":
             return [{"layers": [], "unsupported": ["envpool (its C++ envs' state)"]}
@@ -141,6 +154,6 @@ class EnvpoolVectorEnv(VectorEnv):
 
     def set_attr(self, name: str, values) -> None:
         raise ValueError("envpool does not expose its envs' state, so a run made with "
-                         "vectorization 'envpool' cannot be resumed exactly (its checkpoint "
-                         "can be evaluated)")
-
+                         "vectorization 'envpool' cannot be resumed nor loaded into a trainer; "
+                         "its parameters are the checkpoint's params/ entries "
+                         "(ppo_ref.io.checkpoint.load_checkpoint)")
