@@ -24,12 +24,15 @@ of them once, then all again, ...), and prints each run's steps per second and r
 table of the medians (wall seconds, steps per second, ratio of the median steps per second):
 on a shared machine a single pair of runs can be off by +-10% in either direction.
 
+``--vectorization envpool`` steps ppo_ref's envs with envpool (the SB3 run keeps its
+``DummyVecEnv``).
+
 Usage::
 
     python validation/bench_vs_sb3.py [--timesteps 100000] [--dtypes float64,float32]
                                       [--skip-first-run] [--skip-sb3] [--repeats 1]
                                       [--spec-timesteps 10000] [--threads N]
-                                      [--torch-threads 1]
+                                      [--torch-threads 1] [--vectorization sync]
 """
 from __future__ import annotations
 
@@ -49,11 +52,12 @@ ZOO = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_la
 
 
 def run_ppo_ref(timesteps: int, seed: int = 0, compute_dtype: str = "float64",
-                backend: str = "fast", threads: int = 1):
+                backend: str = "fast", threads: int = 1, vectorization: str = "sync"):
     from ppo_ref.config import PPOConfig
     from ppo_ref import PPOTrainer
     config = PPOConfig.zoo_cartpole(compute_dtype=compute_dtype, backend=backend)
-    trainer = PPOTrainer("CartPole-v1", config, seed=seed, threads=threads)
+    trainer = PPOTrainer("CartPole-v1", config, seed=seed, threads=threads,
+                         vectorization=vectorization)
     t0 = time.perf_counter()
     trainer.learn(timesteps)
     wall = time.perf_counter() - t0
@@ -128,6 +132,8 @@ def main(argv=None) -> int:
                    help="steps of the spec-backend (readable tier) run; 0 skips it")
     p.add_argument("--repeats", type=int, default=1,
                    help="run every implementation this many times (alternating); print medians")
+    p.add_argument("--vectorization", default="sync", choices=["sync", "envpool"],
+                   help="how ppo_ref steps its 8 envs: gymnasium's SyncVectorEnv or envpool")
     add_thread_options(p, "SB3")
     args = p.parse_args(argv)
     if args.repeats < 1:
@@ -145,7 +151,8 @@ def main(argv=None) -> int:
         rows = {}
         for dtype in dtypes:
             rows[("ppo_ref", dtype)] = run_ppo_ref(args.timesteps, compute_dtype=dtype,
-                                                   threads=args.threads)
+                                                   threads=args.threads,
+                                                   vectorization=args.vectorization)
         if args.spec_timesteps > 0:
             rows[("ppo_ref spec", "float64")] = run_ppo_ref(args.spec_timesteps, backend="spec",
                                                             threads=args.threads)
