@@ -81,11 +81,10 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
     ZooEntry(
         "Pendulum-v1", "mlp",
         dict(n_envs=4, n_steps=1024, gamma=0.9, gae_lambda=0.95, n_epochs=10, ent_coef=0.0,
-             learning_rate=1e-3, clip_range=0.2, **_NORMALIZE),
+             learning_rate=1e-3, clip_range=0.2),
         100_000, f"{_ZOO_PPO}: Pendulum-v1",
         deviations="no gSDE (use_sde, sde_sample_freq: not implemented; a state-independent "
-                   "log std instead); observations and rewards normalized as in "
-                   "validation/learning_pendulum.py, which learns with them",
+                   "log std instead)",
         published=-172.225, published_source=f"{_BENCHMARK}: ppo Pendulum-v1"),
     ZooEntry(
         "MountainCarContinuous-v0", "mlp",
@@ -104,7 +103,8 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
              clip_range_schedule="linear", ent_coef=0.0, activation="relu",
              lstm_hidden_size=64, lstm_shared=False, net_arch=(64,), **_NORMALIZE),
         100_000, f"{_ZOO_LSTM}: CartPoleNoVel-v1",
-        deviations="orthogonal init kept (ortho_init=False not implemented)",
+        deviations="orthogonal init kept where the zoo has ortho_init=False (torch's init): "
+                   "with it this row learns less well here (docs/BENCHMARKS.md)",
         published=500.0, published_source=f"{_BENCHMARK}: ppo_lstm CartPoleNoVel-v1"),
     ZooEntry(
         "ppo_ref/MemoryCue-v0", "lstm",
