@@ -86,6 +86,8 @@ class PPOConfig:
     shared_trunk: bool = _f(False, "share the hidden layers between policy and value heads")
     policy_head_gain: float = _f(0.01, "orthogonal-init gain of the policy output layer (>= 0)")
     value_head_gain: float = _f(1.0, "orthogonal-init gain of the value output layer (>= 0)")
+    ortho_init: bool = _f(True, "orthogonal initialization with the gains above (False: torch's "
+                                "own nn.Linear / nn.LSTM initialization, SB3's ortho_init=False)")
     log_std_init: float = _f(0.0, "initial log standard deviation of Gaussian policies")
     lstm_hidden_size: int = _f(64, "LSTM hidden size H (recurrent policy)")
     lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")

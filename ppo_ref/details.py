@@ -64,8 +64,9 @@ DETAILS: Tuple[Detail, ...] = (
            "one vector env of N sub-envs; rollouts are time-major [T, N]"),
     Detail("core-2", "Orthogonal initialization of weights and constant initialization of biases",
            ("ppo_ref.spec.layers.orthogonal", "ppo_ref.spec.networks.actor_critic_init",
-            "PPOConfig.policy_head_gain", "PPOConfig.value_head_gain"),
-           "hidden gain sqrt(2), policy head 0.01, value head 1.0, biases 0",
+            "PPOConfig.policy_head_gain", "PPOConfig.value_head_gain", "PPOConfig.ortho_init"),
+           "hidden gain sqrt(2), policy head 0.01, value head 1.0, biases 0 (ortho_init=False: "
+           "torch's own init, ppo_ref.spec.layers.torch_linear_init)",
            "thrust: value_head_gain=0.01",
            ("tests/test_mlp.py::test_orthogonal_rows_or_columns_are_orthonormal_times_gain",
             "tests/test_actor_critic.py::"

@@ -81,20 +81,18 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
     ZooEntry(
         "Pendulum-v1", "mlp",
         dict(n_envs=4, n_steps=1024, gamma=0.9, gae_lambda=0.95, n_epochs=10, ent_coef=0.0,
-             learning_rate=1e-3, clip_range=0.2, **_NORMALIZE),
+             learning_rate=1e-3, clip_range=0.2),
         100_000, f"{_ZOO_PPO}: Pendulum-v1",
         deviations="no gSDE (use_sde, sde_sample_freq: not implemented; a state-independent "
-                   "log std instead); observations and rewards normalized as in "
-                   "validation/learning_pendulum.py, which learns with them",
+                   "log std instead)",
         published=-172.225, published_source=f"{_BENCHMARK}: ppo Pendulum-v1"),
     ZooEntry(
         "MountainCarContinuous-v0", "mlp",
         dict(n_envs=1, n_steps=8, batch_size=8, gamma=0.9999, learning_rate=7.77e-5,
              ent_coef=0.00429, clip_range=0.1, n_epochs=10, gae_lambda=0.9, max_grad_norm=5.0,
-             vf_coef=0.19, log_std_init=-3.29, **_NORMALIZE),
+             vf_coef=0.19, log_std_init=-3.29, ortho_init=False, **_NORMALIZE),
         20_000, f"{_ZOO_PPO}: MountainCarContinuous-v0",
-        deviations="no gSDE (use_sde: not implemented), orthogonal init kept (ortho_init=False "
-                   "not implemented); batch_size 8 = n_steps * n_envs where the zoo writes 256 "
+        deviations="no gSDE (use_sde: not implemented); batch_size 8 = n_steps * n_envs where the zoo writes 256 "
                    "(SB3 then takes the whole 8-row rollout as one minibatch). Without gSDE's "
                    "exploration the zoo's small log_std_init rarely finds the goal in 20k steps",
         published=88.343, published_source=f"{_BENCHMARK}: ppo MountainCarContinuous-v0"),
@@ -105,7 +103,8 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
              clip_range_schedule="linear", ent_coef=0.0, activation="relu",
              lstm_hidden_size=64, lstm_shared=False, net_arch=(64,), **_NORMALIZE),
         100_000, f"{_ZOO_LSTM}: CartPoleNoVel-v1",
-        deviations="orthogonal init kept (ortho_init=False not implemented)",
+        deviations="orthogonal init kept where the zoo has ortho_init=False (torch's init): "
+                   "with it this row learns less well here (docs/BENCHMARKS.md)",
         published=500.0, published_source=f"{_BENCHMARK}: ppo_lstm CartPoleNoVel-v1"),
     ZooEntry(
         "ppo_ref/MemoryCue-v0", "lstm",

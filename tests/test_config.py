@@ -17,7 +17,8 @@ REFERENCE_DEFAULTS = dict(
 EXTRA_DEFAULTS = dict(
     n_envs=1, lr_schedule="constant", clip_range_schedule="constant",
     schedule_progress="after_rollout", net_arch=(64, 64), activation="tanh", shared_trunk=False,
-    policy_head_gain=0.01, value_head_gain=1.0, log_std_init=0.0, lstm_hidden_size=64,
+    policy_head_gain=0.01, value_head_gain=1.0, ortho_init=True, log_std_init=0.0,
+    lstm_hidden_size=64,
     lstm_shared=False, normalize_observations=False, normalize_rewards=False,
     truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
     value_loss_scale=1.0, advantage_norm_scope="minibatch", advantage_norm_ddof=1,

@@ -21,7 +21,7 @@ from ppo_ref._checks import (as_float_array, check_choice, check_count, check_ge
 
 __all__ = [
     "ACTIVATIONS", "LinearCache", "ActivationCache", "MLPCache",
-    "orthogonal", "linear_init", "linear_forward", "linear_backward",
+    "orthogonal", "linear_init", "torch_linear_init", "linear_forward", "linear_backward",
     "tanh_forward", "tanh_backward", "relu_forward", "relu_backward",
     "mlp_init", "mlp_forward", "mlp_backward", "mlp_depth",
 ]
@@ -149,6 +149,22 @@ def linear_init(rng: np.random.Generator, in_dim: int, out_dim: int, gain: float
     return {"w": orthogonal(rng, (out_dim, in_dim), gain), "b": np.zeros(out_dim)}
 
 
+def torch_linear_init(rng: np.random.Generator, in_dim: int, out_dim: int) -> Params:
+    """A linear layer as ``torch.nn.Linear`` initializes itself (its ``reset_parameters``)::
+
+        w [out_dim, in_dim], b [out_dim] ~ U(-k, k),    k = 1 / sqrt(in_dim)
+
+    (``kaiming_uniform_`` with ``a = sqrt(5)`` has that bound), ``w`` drawn from ``rng`` before
+    ``b``: SB3's ``ortho_init=False``. The same distribution as torch, not the same values for a
+    seed. Returns float64 arrays. Raises ``ValueError`` for a dimension that is not a positive
+    int."""
+    in_dim = check_positive_int(in_dim, "in_dim")
+    out_dim = check_positive_int(out_dim, "out_dim")
+    k = 1.0 / math.sqrt(in_dim)
+    w = rng.uniform(-k, k, size=(out_dim, in_dim))
+    return {"w": w, "b": rng.uniform(-k, k, size=out_dim)}
+
+
 def _linear_params(params: Mapping, wkey: str = "w",
                    bkey: str = "b") -> Tuple[np.ndarray, np.ndarray]:
     """``(params[wkey] [out, in], params[bkey] [out])``, checked float64."""
@@ -237,11 +253,13 @@ _ACTIVATION_FUNCTIONS = {
 
 
 def mlp_init(rng: np.random.Generator, in_dim: int, hidden_sizes: Sequence[int], out_dim: int, *,
-             hidden_gain: float = math.sqrt(2.0), out_gain: float = 1.0) -> Params:
+             hidden_gain: float = math.sqrt(2.0), out_gain: float = 1.0,
+             ortho_init: bool = True) -> Params:
     """Parameters of an MLP ``in_dim -> hidden_sizes... -> out_dim``: keys ``w0, b0, ..., wL,
     bL`` in order (``L = len(hidden_sizes)``, which may be 0), ``w_i =`` :func:`orthogonal`
     ``(rng, (out_i, in_i), gain_i)`` drawn in layer order with ``hidden_gain`` for the hidden
-    layers and ``out_gain`` for the last, zero biases (SB3, CleanRL). Returns float64 arrays.
+    layers and ``out_gain`` for the last, zero biases (SB3, CleanRL); with ``ortho_init=False``
+    each layer is :func:`torch_linear_init` instead (the gains unused). Returns float64 arrays.
     Raises ``ValueError`` for non-positive or non-int sizes or non-finite gains."""
     in_dim = check_positive_int(in_dim, "in_dim")
     out_dim = check_positive_int(out_dim, "out_dim")
@@ -255,9 +273,13 @@ def mlp_init(rng: np.random.Generator, in_dim: int, hidden_sizes: Sequence[int],
     n_layers = len(sizes) - 1
     params: Params = {}
     for i in range(n_layers):
-        gain = out_gain if i == n_layers - 1 else hidden_gain
-        params[f"w{i}"] = orthogonal(rng, (sizes[i + 1], sizes[i]), gain)
-        params[f"b{i}"] = np.zeros(sizes[i + 1])
+        if ortho_init:
+            gain = out_gain if i == n_layers - 1 else hidden_gain
+            layer = {"w": orthogonal(rng, (sizes[i + 1], sizes[i]), gain),
+                     "b": np.zeros(sizes[i + 1])}
+        else:
+            layer = torch_linear_init(rng, sizes[i], sizes[i + 1])
+        params[f"w{i}"], params[f"b{i}"] = layer["w"], layer["b"]
     return params
 
 

@@ -16,6 +16,7 @@ Float64 throughout (inputs are cast on entry).
 """
 from __future__ import annotations
 
+import math
 from typing import Dict, Mapping, NamedTuple, Tuple
 
 import numpy as np
@@ -226,15 +227,25 @@ def _check_cache(cache, cls, w_ih: np.ndarray, w_hh: np.ndarray, producer: str):
                          f"params['w_hh'] {w_hh.shape}; cache has D = {d_in}, H = {hidden}")
 
 
-def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int) -> Params:
+def lstm_init(rng: np.random.Generator, input_size: int, hidden_size: int, *,
+              ortho_init: bool = True) -> Params:
     """Parameters of an LSTM of ``input_size`` D >= 1 inputs and ``hidden_size`` H >= 1 units:
     ``w_ih [4H, D]`` then ``w_hh [4H, H]``, each one :func:`ppo_ref.spec.layers.orthogonal`
     matrix of gain 1 drawn from ``rng``, and ``b = zeros(4H)`` (CleanRL ``ppo_atari_lstm``).
+    ``ortho_init=False``: ``torch.nn.LSTM``'s own initialization (sb3-contrib's, whose LSTM is
+    never orthogonally initialized) ``w_ih, w_hh, b_ih, b_hh ~ U(-k, k)``, ``k = 1 / sqrt(H)``,
+    drawn in that order, ``b = b_ih + b_hh`` (torch's two biases are only ever summed).
     Returns float64 arrays. Raises ``ValueError`` for ``rng`` not a Generator or a size that is
     not a positive integer."""
     if not isinstance(rng, np.random.Generator):
         raise ValueError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     d, h = check_count(input_size, "input_size", 1), check_count(hidden_size, "hidden_size", 1)
+    if not ortho_init:
+        k = 1.0 / math.sqrt(h)
+        w_ih = rng.uniform(-k, k, size=(4 * h, d))
+        w_hh = rng.uniform(-k, k, size=(4 * h, h))
+        b_ih = rng.uniform(-k, k, size=4 * h)
+        return {"w_ih": w_ih, "w_hh": w_hh, "b": b_ih + rng.uniform(-k, k, size=4 * h)}
     return {"w_ih": orthogonal(rng, (4 * h, d), gain=1.0),
             "w_hh": orthogonal(rng, (4 * h, h), gain=1.0),
             "b": np.zeros(4 * h)}

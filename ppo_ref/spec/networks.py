@@ -39,7 +39,7 @@ class ActorCriticCache(NamedTuple):
 def actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: int, *,
                       net_arch: Sequence[int] = (64, 64), activation: str = "tanh",
                       shared_trunk: bool = False, policy_gain: float = 0.01,
-                      value_gain: float = 1.0) -> Params:
+                      value_gain: float = 1.0, ortho_init: bool = True) -> Params:
     """Initial actor-critic parameters, float64 (SB3 ``ActorCriticPolicy``, CleanRL ``ppo.py``;
     Huang et al. 2022, "The 37 Implementation Details of PPO", details 2 and 13).
 
@@ -51,8 +51,10 @@ def actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: in
 
     ``policy_out_dim``: P, the number of logits or the action dimension (Gaussian mean);
     ``net_arch``: hidden widths (may be empty); ``activation`` is only validated (the
-    initialisation is the same for every activation). Raises ``ValueError`` for bad dimensions,
-    an unknown activation or non-finite gains.
+    initialisation is the same for every activation); ``ortho_init=False``: every layer
+    :func:`~ppo_ref.spec.layers.torch_linear_init` instead, the gains unused (SB3's
+    ``ortho_init=False``). Raises ``ValueError`` for bad dimensions, an unknown activation or
+    non-finite gains.
     """
     obs_dim = check_positive_int(obs_dim, "obs_dim")
     policy_out_dim = check_positive_int(policy_out_dim, "policy_out_dim")
@@ -66,20 +68,22 @@ def actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: in
     params: Params = {}
     if not shared_trunk:
         pi = mlp_init(rng, obs_dim, arch, policy_out_dim, hidden_gain=HIDDEN_GAIN,
-                      out_gain=policy_gain)
-        vf = mlp_init(rng, obs_dim, arch, 1, hidden_gain=HIDDEN_GAIN, out_gain=value_gain)
+                      out_gain=policy_gain, ortho_init=ortho_init)
+        vf = mlp_init(rng, obs_dim, arch, 1, hidden_gain=HIDDEN_GAIN, out_gain=value_gain,
+                      ortho_init=ortho_init)
         params.update(_with_prefix("pi.", pi))
         params.update(_with_prefix("vf.", vf))
         return params
     head_in = obs_dim
     if arch:
         trunk = mlp_init(rng, obs_dim, arch[:-1], arch[-1], hidden_gain=HIDDEN_GAIN,
-                         out_gain=HIDDEN_GAIN)
+                         out_gain=HIDDEN_GAIN, ortho_init=ortho_init)
         params.update(_with_prefix("trunk.", trunk))
         head_in = arch[-1]
     params.update(_with_prefix("pi.", mlp_init(rng, head_in, (), policy_out_dim,
-                                               out_gain=policy_gain)))
-    params.update(_with_prefix("vf.", mlp_init(rng, head_in, (), 1, out_gain=value_gain)))
+                                               out_gain=policy_gain, ortho_init=ortho_init)))
+    params.update(_with_prefix("vf.", mlp_init(rng, head_in, (), 1, out_gain=value_gain,
+                                               ortho_init=ortho_init)))
     return params
 
 

@@ -157,22 +157,24 @@ def _check_state(state, n_lstm: int, n_env: int, hidden: int) -> Tuple[np.ndarra
 def recurrent_actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_out_dim: int, *,
                                 hidden_size: int = 64, lstm_shared: bool = False,
                                 net_arch: Sequence[int] = (64, 64), activation: str = "tanh",
-                                policy_gain: float = 0.01, value_gain: float = 1.0) -> Params:
+                                policy_gain: float = 0.01, value_gain: float = 1.0,
+                                ortho_init: bool = True) -> Params:
     """Initial parameters, float64, in the module docstring's key order: each LSTM
     (:func:`~ppo_ref.spec.lstm.lstm_init` of ``obs_dim`` D inputs and ``hidden_size`` H units,
     actor first), then the separate towers of :func:`~ppo_ref.spec.networks.actor_critic_init`
-    on input width H (``net_arch``, ``activation``, ``policy_gain``, ``value_gain``), all
-    drawn from ``rng`` in that order. ``policy_out_dim``: P. Raises ``ValueError`` for bad
+    on input width H (``net_arch``, ``activation``, ``policy_gain``, ``value_gain``,
+    ``ortho_init``: the LSTMs' too), all drawn from ``rng`` in that order. ``policy_out_dim``: P. Raises ``ValueError`` for bad
     sizes, activation or gains."""
     if not isinstance(lstm_shared, (bool, np.bool_)):
         raise ValueError(f"lstm_shared must be a bool, got {lstm_shared!r}")
     params: Params = {}
     for name in lstm_names(bool(lstm_shared)):
-        for key, value in lstm_init(rng, obs_dim, hidden_size).items():
+        for key, value in lstm_init(rng, obs_dim, hidden_size, ortho_init=ortho_init).items():
             params[f"{name}.{key}"] = value
     params.update(actor_critic_init(rng, hidden_size, policy_out_dim, net_arch=tuple(net_arch),
                                     activation=activation, shared_trunk=False,
-                                    policy_gain=policy_gain, value_gain=value_gain))
+                                    policy_gain=policy_gain, value_gain=value_gain,
+                                    ortho_init=ortho_init))
     return params
 
 

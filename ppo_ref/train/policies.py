@@ -276,7 +276,8 @@ class MLPPolicy(_Policy):
         params = actor_critic_init(rng, self.obs_dim, self.head.out_dim,
                                    net_arch=tuple(c.net_arch), activation=c.activation,
                                    shared_trunk=bool(c.shared_trunk),
-                                   policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
+                                   policy_gain=c.policy_head_gain, value_gain=c.value_head_gain,
+                                   ortho_init=bool(c.ortho_init))
         params.update(self.head.init_params())
         return params
 
@@ -333,7 +334,8 @@ class RecurrentPolicy(_Policy):
         params = recurrent_actor_critic_init(
             rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
             lstm_shared=bool(c.lstm_shared), net_arch=tuple(c.net_arch), activation=c.activation,
-            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain)
+            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain,
+            ortho_init=bool(c.ortho_init))
         params.update(self.head.init_params())
         return params
 
