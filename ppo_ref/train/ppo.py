@@ -190,8 +190,7 @@ class PPOTrainer:
         self.last_episodes: List[Tuple[int, float, int]] = []
 
     def _check_config(self, config: PPOConfig) -> None:
-        """What this trainer requires of a config beyond its own checks (the recurrent
-        trainer: whole-env minibatches)."""
+        """What a subclass requires of a config beyond its own checks."""
 
     # -- the three steps of an update ---------------------------------------------------------
     def collect_rollout(self) -> Rollout:
@@ -201,9 +200,8 @@ class PPOTrainer:
         return self.record_rollout(self.collector.collect(self.params, self.action_rng))
 
     def record_rollout(self, rollout: Rollout) -> Rollout:
-        """Count a rollout this trainer consumes (collected by it, or assembled by the
-        actor-learner's learner): ``num_timesteps += n_steps * n_envs``; its finished episodes
-        become ``last_episodes`` and are added to ``n_episodes`` and ``recent_returns``."""
+        """Count a rollout this trainer consumes (collected, or assembled by the actor-learner's
+        learner) in ``num_timesteps``, ``last_episodes``, ``n_episodes``, ``recent_returns``."""
         self.num_timesteps += rollout.n_steps * rollout.n_envs
         self.last_episodes = list(zip(rollout.episode_envs, rollout.episode_returns,
                                       rollout.episode_lengths))
@@ -266,15 +264,10 @@ class PPOTrainer:
 
     def train_on(self, rollout: Rollout, advantages: np.ndarray,
                  returns: np.ndarray) -> Dict[str, float]:
-        """The epochs of one PPO update on a rollout: :func:`ppo_ref.spec.update.run_epochs`
-        with this trainer's minibatches, the policy's ``evaluate``/``backward`` and the tier's
-        losses and optimizer. Replaces ``params`` and ``adam_state`` and returns the stats of
-        ``run_epochs`` plus ``explained_variance`` (rollout values against returns).
-
-        Raises:
-            FloatingPointError: a non-finite result, naming the update, epoch and minibatch
-                (the parameters are those before this update).
-        """
+        """The epochs of one PPO update (:func:`ppo_ref.spec.update.run_epochs` with this
+        trainer's minibatches, policy and tier): replaces ``params`` and ``adam_state``; returns
+        the stats of ``run_epochs`` plus ``explained_variance``. ``FloatingPointError`` naming
+        the update, epoch and minibatch for a non-finite result (parameters left unchanged)."""
         c = self.config
         advantages = batch_advantages(advantages, c, self.tier.losses)
         returns = np.asarray(returns, dtype=np.float64)
@@ -298,8 +291,7 @@ class PPOTrainer:
 
     @property
     def threads(self) -> Optional[int]:
-        """numba threads of each :meth:`iteration` (ValueError as :func:`check_kernel_threads`
-        on assignment)."""
+        """numba threads of each :meth:`iteration` (checked by :func:`check_kernel_threads`)."""
         return self._threads
 
     @threads.setter
@@ -310,15 +302,9 @@ class PPOTrainer:
     def learn(self, total_timesteps: int, callback: Optional[Callback] = None) -> "PPOTrainer":
         """Train until ``num_timesteps >= total_timesteps`` (an absolute target, also the horizon
         of the linear schedules, so a resumed run anneals exactly as an uninterrupted one).
-
-        After every update ``callback(trainer, stats)`` is called at a rollout boundary (the
-        state a checkpoint captures); returning ``False`` stops training there. ``stats`` are
-        :meth:`iteration`'s.
-
-        Raises:
-            ValueError: ``total_timesteps`` not an integer in ``[0, 2**53]``.
-            EnvStepError: from the collection.
-        """
+        After every update ``callback(trainer, stats)`` (:meth:`iteration`'s stats) is called at
+        a rollout boundary; returning ``False`` stops training there. Raises ``ValueError`` for
+        ``total_timesteps`` not an integer in ``[0, 2**53]``, :class:`EnvStepError`."""
         total = check_count(total_timesteps, "total_timesteps", 0)
         if total > 2 ** 53:  # every step count up to it is exact in float64
             raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
@@ -337,9 +323,8 @@ class PPOTrainer:
         (default :meth:`collect_rollout`; another source must call :meth:`record_rollout`),
         ``compute_advantages(rollout)`` (default GAE), :meth:`train_on`, ``n_updates += 1``.
 
-        Returns :class:`Iteration`; its ``stats`` hold :meth:`train_on`'s plus ``timesteps``,
-        ``updates``, ``episodes``, ``progress_remaining``, ``fps``, ``time_rollout`` and
-        ``time_update`` (seconds).
+        Returns :class:`Iteration`; its ``stats`` add ``timesteps``, ``updates``, ``episodes``,
+        ``progress_remaining``, ``fps``, ``time_rollout`` and ``time_update`` (seconds).
         """
         before = self.config.schedule_progress == "before_rollout"
         with kernel_threads(self.threads):
@@ -425,11 +410,9 @@ class PPOTrainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_arrays(self) -> Dict[str, np.ndarray]:
-        """Everything needed to continue this run exactly, as ``{name: ndarray}``:
-        ``params/<key>``, ``adam/<key>`` (:func:`ppo_ref.io.state.adam_state_to_arrays`),
-        ``collector/<key>`` (:meth:`RolloutCollector.state_arrays`), ``recent_returns`` and
-        ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config). Call
-        it at a rollout boundary (e.g. from the :meth:`learn` callback)."""
+        """Everything needed to continue this run exactly (call it at a rollout boundary):
+        ``params/<key>``, ``adam/<key>``, ``collector/<key>``, ``recent_returns`` and
+        ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config)."""
         coll_arrays, coll_meta = self.collector.state_arrays()
         arrays = {"params/" + k: np.array(v, copy=True) for k, v in self.params.items()}
         arrays.update({"adam/" + k: v for k, v in adam_state_to_arrays(self.adam_state).items()})
