@@ -23,11 +23,10 @@ __all__ = ["UpdateInfo", "LearnerReport", "learner_loop", "make_learner", "train
 
 
 class UpdateInfo(NamedTuple):
-    """What :func:`learner_loop` passes to its callback after every update: ``rollout`` the
-    ``[n_steps, num_actors]`` buffer trained on (column = agent_id) with its ``advantages`` and
-    ``returns``; ``policy_versions`` ``[n_steps, num_actors]`` the version each row acted with,
-    ``version`` the learner's (lag = ``version - policy_versions``); the episodes completed in
-    the buffer, row by row, columns in agent order."""
+    """What :func:`learner_loop` passes to its callback after every update: the ``rollout``
+    (``[n_steps, num_actors]``, column = agent_id) trained on, its ``advantages`` and
+    ``returns``, the version each row acted with (``policy_versions``; lag = ``version -
+    policy_versions``) and the episodes completed in it (row by row, columns in agent order)."""
 
     update: int
     env_steps: int
@@ -47,11 +46,11 @@ class UpdateInfo(NamedTuple):
 
 @dataclass
 class LearnerReport:
-    """Summary of a :func:`learner_loop` run: ``broadcasts`` counts every round including
-    version 0; ``policy_lag_mean``/``policy_lag_max`` one entry per update; ``actor_stats`` each
-    actor's :class:`ActorStats` (None: no report); ``stopped_early``: the callback returned
-    False; ``actor_errors``: actors that failed after the learner held all it needed (id ->
-    exception text; such a failure cannot stop the run)."""
+    """Summary of a :func:`learner_loop` run: ``broadcasts`` counts version 0 too;
+    ``policy_lag_mean``/``policy_lag_max`` one entry per update; ``actor_stats`` each actor's
+    :class:`ActorStats` (None: no report); ``stopped_early``: the callback returned False;
+    ``actor_errors``: id -> exception text of actors that failed after the learner held all it
+    needed."""
 
     updates: int = 0
     env_steps: int = 0
