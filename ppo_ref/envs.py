@@ -193,17 +193,12 @@ class MultiChoiceEnv(gym.Env):
         return self._draw(), reward, terminated, False, info
 
 
-def _register() -> None:
-    """Register the ``ppo_ref/`` ids with gymnasium unless they are registered already."""
-    if CARTPOLE_NO_VEL_ID not in gym.registry:
-        gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
-                     max_episode_steps=500, reward_threshold=475.0)
-    if MEMORY_CUE_ID not in gym.registry:
-        gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
-                     reward_threshold=0.9, kwargs={"blank_steps": 8})
-    if MULTI_CHOICE_ID not in gym.registry:
-        gym.register(id=MULTI_CHOICE_ID, entry_point="ppo_ref.envs:MultiChoiceEnv",
-                     kwargs={"nvec": (3, 4), "episode_length": 16})
-
-
-_register()
+if CARTPOLE_NO_VEL_ID not in gym.registry:
+    gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
+                 max_episode_steps=500, reward_threshold=475.0)
+if MEMORY_CUE_ID not in gym.registry:
+    gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
+                 reward_threshold=0.9, kwargs={"blank_steps": 8})
+if MULTI_CHOICE_ID not in gym.registry:
+    gym.register(id=MULTI_CHOICE_ID, entry_point="ppo_ref.envs:MultiChoiceEnv",
+                 kwargs={"nvec": (3, 4), "episode_length": 16})

@@ -53,7 +53,8 @@ _CARTPOLE = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, 
 #: ``{env id: ZooEntry}``: the default settings of ``ppo-ref train --env ID``.
 ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
     ZooEntry(
-        "CartPole-v1", "mlp", _CARTPOLE, 100_000, f"{_ZOO_PPO}: CartPole-v1 (= PPOConfig.zoo_cartpole())",
+        "CartPole-v1", "mlp", _CARTPOLE,
+        100_000, f"{_ZOO_PPO}: CartPole-v1 (= PPOConfig.zoo_cartpole())",
         published=500.0, published_source=f"{_BENCHMARK}: ppo CartPole-v1"),
     ZooEntry(
         "Acrobot-v1", "mlp",

@@ -38,10 +38,6 @@ def import_ray():
     return ray
 
 
-def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
-
-
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
     """Connect this process to Ray: join the cluster at ``address`` (``HOST:PORT`` or
     ``"auto"``; its port is tried for 5 s first), or (None) start a Ray of this machine whose
@@ -70,7 +66,7 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> N
             socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
         except OSError as exc:
             raise ConnectionError(f"no Ray cluster at {address}: {exc}") from None
-    loopback = address is None or _is_loopback(host)
+    loopback = address is None or host in ("localhost", "::1", "[::1]") or host.startswith("127.")
     root = os.path.dirname(os.path.dirname(os.path.abspath(ppo_ref.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     mode = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback else {}

@@ -55,17 +55,12 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _complete_rows(path: str) -> List[List[str]]:
-    """The complete rows of a run-directory CSV (a last line without its line end is dropped)."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    return list(csv.reader(line + "\n" for line in text.split("\n")[:-1]))
-
-
 def read_csv(path: str) -> Dict[str, np.ndarray]:
     """Columns of a run-directory CSV as float64 arrays (``{}`` when empty); a last row cut
     short is ignored, a malformed complete row raises ``ValueError``."""
-    rows = _complete_rows(path)
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().split("\n")[:-1]  # complete lines only
+    rows = list(csv.reader(line + "\n" for line in lines))
     if len(rows) < 2:
         return {}
     header, body = rows[0], rows[1:]
