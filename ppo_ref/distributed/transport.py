@@ -161,16 +161,12 @@ def _join_all(processes, timeout: float) -> None:
 
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
                  chunk_size: Optional[int] = None, start_method: str = "spawn") -> ActorGroup:
-    """Start ``config.num_actors`` actors of kind ``config.actors``; each runs
-    ``actor_fn(agent_id, env, config, send, receive, learner_gone, chunk_size=...)`` (tests
-    substitute misbehaving actors) and waits for the version-0 broadcast before its first step.
-
-    ``env``: gymnasium id or zero-argument factory (picklable for process and Ray actors: an id,
-    a module-level factory or ``functools.partial``); ``chunk_size``: experiences per message,
-    None: 32 for threads and processes, ``n_steps`` for Ray; ``start_method``: "spawn" or
-    "forkserver" (fork would copy the learner's threads and locks). Returns the
-    :class:`ActorGroup` (stop it with :meth:`ActorGroup.shutdown`; ``learner_loop`` does).
-    """
+    """The :class:`ActorGroup` of ``config.num_actors`` actors of kind ``config.actors``, each
+    running ``actor_fn(agent_id, env, config, send, receive, learner_gone, chunk_size=...)``
+    (default :func:`run_actor`). ``env``: gymnasium id or zero-argument factory (picklable for
+    process and Ray actors); ``chunk_size``: experiences per message (None: 32, for Ray
+    ``n_steps``); ``start_method``: "spawn" or "forkserver" (fork would copy the learner's
+    threads and locks)."""
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
     if config.actors == "ray":
         from ppo_ref.distributed.ray_actors import start_ray_actors
