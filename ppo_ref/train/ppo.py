@@ -326,16 +326,13 @@ class PPOTrainer:
         Returns :class:`Iteration`; its ``stats`` add ``timesteps``, ``updates``, ``episodes``,
         ``progress_remaining``, ``fps``, ``time_rollout`` and ``time_update`` (seconds).
         """
-        before = self.config.schedule_progress == "before_rollout"
         with kernel_threads(self.threads):
             t0 = time.perf_counter()
-            if before:
-                self.progress_remaining = progress_remaining(self.num_timesteps,
-                                                             self.total_timesteps)
+            steps_before = self.num_timesteps
             rollout = (next_rollout or self.collect_rollout)()
-            if not before:
-                self.progress_remaining = progress_remaining(self.num_timesteps,
-                                                             self.total_timesteps)
+            steps = (steps_before if self.config.schedule_progress == "before_rollout"
+                     else self.num_timesteps)
+            self.progress_remaining = progress_remaining(steps, self.total_timesteps)
             t1 = time.perf_counter()
             advantages, returns = (compute_advantages or self.compute_advantages)(rollout)
             stats = self.train_on(rollout, advantages, returns)
