@@ -201,11 +201,8 @@ class PPOConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-safe ``{field: value}`` (tuples become lists); inverse of :meth:`from_dict`."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
+        return {name: list(value) if isinstance(value, tuple) else value
+                for name, value in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "PPOConfig":
