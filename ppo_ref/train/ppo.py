@@ -430,11 +430,10 @@ class PPOTrainer:
         return arrays
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
-        """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
-        number of envs), vetted against this trainer's own state
-        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`, ``vet_state_record``). Raises
-        ``ValueError`` on any mismatch; a failure may leave this trainer half-restored
-        (:meth:`load` then discards it)."""
+        """Restore a :meth:`state_arrays` snapshot (same env id, config and number of envs),
+        vetted against this trainer's own state (``vet_state_arrays``, ``vet_state_record`` of
+        :mod:`ppo_ref.io.checkpoint`). ``ValueError`` on any mismatch, which may leave this
+        trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = _current_layout({k: np.asarray(v) for k, v in arrays.items()})
@@ -490,18 +489,13 @@ class PPOTrainer:
 
     @classmethod
     def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":
-        """A trainer restored from a checkpoint written by :meth:`save`, its every array
-        compared with the new trainer's own state (:meth:`load_state_arrays`).
-
-        ``env``: a vector env to use instead of re-making ``env_id`` (required when the
-        checkpoint was made from a user-built vector env). ``allow_import``: consent to import
-        the module of an ``env_id`` of the form ``"module:EnvId"``
-        (:func:`ppo_ref.io.checkpoint.check_env_import`).
-
-        Raises :class:`~ppo_ref.io.checkpoint.CheckpointError` (one line naming ``path``) on a
+        """A trainer restored from a checkpoint written by :meth:`save`, every array compared
+        with the new trainer's own state (:meth:`load_state_arrays`). ``env``: a vector env to
+        use instead of re-making ``env_id`` (required for a user-built one); ``allow_import``:
+        consent to import the module of an ``env_id`` ``"module:EnvId"``. Raises
+        :class:`~ppo_ref.io.checkpoint.CheckpointError` (one line naming ``path``) for a
         missing, corrupt, truncated or crafted file, a state that does not fit the trainer its
-        settings build, or an env module import without consent.
-        """
+        settings build, or an env module import without consent."""
         arrays, meta = load_checkpoint(path)
         where = f"checkpoint {str(path)!r}"
         vet_checkpoint_metadata(meta, where)  # seed, env_id and env_kwargs of the right types
