@@ -11,7 +11,6 @@ import os
 import queue as queue_module
 import threading
 import time
-from unittest import mock
 from typing import Any, Dict, Optional
 
 from ppo_ref.distributed.actor import _queue_receiver, _report_actor
@@ -36,6 +35,22 @@ def import_ray():
     except ImportError:
         raise ImportError(RAY_MISSING) from None
     return ray
+
+
+@contextlib.contextmanager
+def _environ(**values: str):
+    """Set environment variables for the block, then restore those (only: what Ray sets in
+    ``os.environ`` during ``ray.init`` stays)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
@@ -75,7 +90,7 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> N
     saved = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = saved and not loopback
     try:
-        with mock.patch.dict(os.environ, **mode, PYTHONPATH=path):
+        with _environ(**mode, PYTHONPATH=path):
             if address is None:
                 # "local": a new Ray even when `ray start` runs one on this machine
                 ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
