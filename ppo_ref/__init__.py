@@ -22,14 +22,9 @@ optimizer)::
     testing/         property checks of another implementation (hypothesis), update traces
     cli/             the ``ppo-ref`` command; nothing imports it
 
-Imports run one way, down this list of ranks (a module imports only from lower ranks)::
-
-    cli > testing > vectors, zoo, distributed > train, conventions > io, config, tiers, envs,
-    details > fast > spec > _checks, _numba, _lifeline
-
-The advantage kernels re-exported here are the compiled ones (:mod:`ppo_ref.fast.advantages`,
-:mod:`ppo_ref.fast.masks`): the spec's loops compiled, the same bits as
-:mod:`ppo_ref.spec.advantages` and :mod:`ppo_ref.spec.masks`.
+Imports run one way: a module imports only from lower ranks (tests/test_architecture.py). The
+kernels re-exported here are the compiled twins (:mod:`ppo_ref.fast.advantages`,
+:mod:`ppo_ref.fast.masks`), the same bits as :mod:`ppo_ref.spec.advantages` and ``masks``.
 """
 __version__ = "0.1.0"
 

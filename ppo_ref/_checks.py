@@ -1,8 +1,6 @@
-"""Argument validation shared by every public function, called once at the public boundary.
-
-Each helper raises ``ValueError`` whose message starts with the argument's name and says what
-was expected, so a bad input never surfaces as a numba typing error or a silent NaN.
-"""
+"""Argument validation at the public boundary: each helper raises ``ValueError`` whose message
+starts with the argument's name and says what was expected (never a numba typing error or a
+silent NaN)."""
 from __future__ import annotations
 
 import math
@@ -14,9 +12,8 @@ FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def result_dtype(*arrays: Optional[np.ndarray]) -> np.dtype:
-    """float32 when every float array given is float32, else float64 (integer and bool arrays
-    and ``None`` are ignored)."""
-    floats = [a.dtype for a in arrays if a is not None and a.dtype.kind == "f"]  # floating
+    """float32 when every float array given is float32, else float64 (others are ignored)."""
+    floats = [a.dtype for a in arrays if a is not None and a.dtype.kind == "f"]
     if floats and all(d == np.float32 for d in floats):
         return np.dtype(np.float32)
     return np.dtype(np.float64)
@@ -24,12 +21,9 @@ def result_dtype(*arrays: Optional[np.ndarray]) -> np.dtype:
 
 def as_float_array(x, name: str, *, ndim: Optional[Sequence[int]] = None,
                    allow_nonfinite: bool = False) -> np.ndarray:
-    """Convert ``x`` to a float32/float64 ndarray, checking rank and finiteness.
-
-    Integer and bool inputs become float64, float16 float32, non-native byte order native;
-    complex, object and string inputs are rejected. ``ndim``: the accepted ranks (None: any).
-    Raises ``ValueError`` naming ``name``.
-    """
+    """``x`` as a float32/float64 ndarray of a rank in ``ndim`` (None: any), finite unless
+    ``allow_nonfinite``: integers and bools become float64, float16 float32, non-native byte
+    order native; complex, object and string inputs raise ``ValueError`` naming ``name``."""
     try:
         arr = np.asarray(x)
     except Exception as exc:  # ragged lists and the like
@@ -53,10 +47,8 @@ def as_float_array(x, name: str, *, ndim: Optional[Sequence[int]] = None,
 
 
 def as_flag_array(x, name: str, *, ndim: Optional[Sequence[int]] = None) -> np.ndarray:
-    """Convert a bool or 0/1-number array to a bool ndarray.
-
-    Any value other than 0 or 1 (including NaN) raises ``ValueError`` naming ``name``.
-    """
+    """A bool or 0/1-number array as a bool ndarray; any other value (NaN too) raises
+    ``ValueError`` naming ``name``."""
     try:
         arr = np.asarray(x)
     except Exception as exc:
@@ -154,10 +146,8 @@ def check_positive_int(value, name: str) -> int:
 
 
 def as_shape(value, name: str) -> Tuple[int, ...]:
-    """An int or a sequence of ints as a tuple of non-negative ints (an array shape).
-
-    Raises ``ValueError`` naming ``name`` for anything else or a negative entry.
-    """
+    """An int or a sequence of ints as a tuple of non-negative ints (an array shape);
+    ``ValueError`` naming ``name`` otherwise."""
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         shape = (int(value),)
     else:
@@ -180,13 +170,9 @@ def check_last_dim(arr: np.ndarray, name: str, size: int) -> None:
 
 def as_index_array(x, name: str, shape: tuple, ref_name: str,
                    upper: Union[int, Sequence[int]]) -> np.ndarray:
-    """Integer indices of exactly ``shape`` with ``0 <= x < upper``, as int64.
-
-    Integer arrays and integral floats are accepted; bool, non-integral or non-finite values,
-    another shape (that of ``ref_name``) or an index out of range raise ``ValueError`` naming
-    ``name``. ``upper`` is one bound for every entry, or a 1-D sequence of bounds, one per
-    position along the last axis (MultiDiscrete ``nvec``).
-    """
+    """Integer indices (integers or integral floats) of exactly ``shape`` (that of
+    ``ref_name``) with ``0 <= x < upper``, as int64; ``upper`` is one bound, or one per
+    position along the last axis (MultiDiscrete ``nvec``). ``ValueError`` naming ``name``."""
     a = np.asarray(x)
     kind = a.dtype.kind  # "i"/"u" integers, "f" floats, "b" bool, ...
     if kind not in "iuf":
@@ -225,20 +211,17 @@ def get_param(params, key: str, shape: Optional[Sequence[Optional[int]]] = None)
 
 
 def check_finite_param(value: np.ndarray, key: str) -> None:
-    """Raise ``ValueError`` naming ``params[key]`` and the first bad index unless the float
-    array ``value`` is finite."""
+    """Raise ``ValueError`` naming ``params[key]`` and the first bad index unless ``value`` is
+    finite."""
     if value.size and not np.isfinite(value).all():
         where = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
         raise ValueError(f"params[{key!r}] must be finite: found {value[where]} at index {where}")
 
 
 def check_logits(z: np.ndarray, name: str = "logits") -> None:
-    """Raise ``ValueError`` unless ``z [..., A]`` defines a categorical distribution per row.
-
-    ``z`` must have at least one dimension and one action; ``-inf`` entries (masked actions)
-    are allowed, NaN and ``+inf`` are not, every row needs at least one entry ``> -inf``, and
-    every finite entry must lie within the float64 range of its row's maximum (``z - max z``
-    finite: the shift of a stable log-softmax).
+    """Raise ``ValueError`` unless ``z [..., A]`` (A >= 1) defines a categorical distribution
+    per row: ``-inf`` entries (masked actions) are allowed, NaN and ``+inf`` are not, a row
+    needs an entry ``> -inf``, and ``z - max z`` must be finite (a stable log-softmax's shift).
     """
     if z.ndim == 0:
         raise ValueError(f"{name} must have at least 1 dimension [..., n_actions], got a scalar")
@@ -266,8 +249,7 @@ def check_logits(z: np.ndarray, name: str = "logits") -> None:
 
 
 def check_param_dict(params, name: str) -> None:
-    """Raise ``ValueError`` unless ``params`` is a mapping of string keys to float32/float64
-    arrays."""
+    """Raise ``ValueError`` unless ``params`` maps strings to float32/float64 arrays."""
     if not isinstance(params, Mapping):
         raise ValueError(f"{name} must be a dict of float arrays, got {type(params).__name__}")
     for key, value in params.items():
@@ -290,8 +272,7 @@ def check_same_keys(a, a_name: str, b, b_name: str) -> None:
 
 
 def check_step_count(t) -> int:
-    """Return the Adam step count ``state["t"]`` as int; ``ValueError`` unless a non-negative
-    integer (not a bool)."""
+    """The Adam step count ``state["t"]`` as int; ``ValueError`` unless an integer >= 0."""
     if isinstance(t, (bool, np.bool_)) or not isinstance(t, (int, np.integer)) or t < 0:
         raise ValueError(f"state['t'] must be a non-negative int, got {t!r}")
     return int(t)
@@ -357,18 +338,17 @@ def check_lstm_state(arr, name: str, n_env: int, hidden: int) -> np.ndarray:
 
 
 def non_finite_result(where: str) -> FloatingPointError:
-    """The compiled tier's error for a non-finite result of a compiled pass (``where`` names the
-    function); the readable tier (``backend="spec"``) names the input or overflow that caused it."""
+    """The compiled tier's error for a non-finite result of the function ``where`` (the
+    readable tier names the input or overflow that caused it)."""
     return FloatingPointError(f"{where}: non-finite result (rerun with backend='spec' to see "
                               "which input or overflow caused it)")
 
 
 def env_value_problem(value, what: str) -> Optional[str]:
     """What is wrong with one env's ``what`` (``"reward"``, ``"terminated"`` or
-    ``"truncated"``) as ``env.step`` returned it, or None when it is fine: a reward must be a
-    real number (bool, integer or float; a string, complex, array or None is refused, never
-    converted), a flag a bool or an integer 0 or 1. The text reads after "env i returned ...",
-    e.g. ``reward '1.0' of type str; expected a real number``."""
+    ``"truncated"``) as ``env.step`` returned it, or None: a reward must be a real number (never
+    converted from a string, complex, array or None), a flag a bool or an integer 0 or 1. The
+    text follows "env i returned ", e.g. ``reward '1.0' of type str; expected a real number``."""
     flag = what != "reward"
     try:
         a = np.asarray(value)

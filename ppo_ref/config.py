@@ -1,11 +1,7 @@
-"""``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults.
-
-One frozen dataclass holds the hyperparameters (docs/specification.md §5), the network and
-environment options, and the *convention fields* where implementations choose differently.
-``PPOConfig()`` is the reference; ``PPOConfig.preset(name)`` sets every convention field to one
-implementation's choice (docs/specification.md §8) and no hyperparameter. Each field's help
-text (``PPOConfig.field_help()``) documents the CLI's ``--set field=value``
-(:func:`parse_overrides`). Invalid values raise ``ValueError`` naming the field.
+"""``PPOConfig``: every setting of a PPO run, with Stable-Baselines3 names and defaults: the
+hyperparameters (docs/specification.md §5), network and environment options, and the
+*convention fields* where implementations choose differently (``PPOConfig.preset``, §8). Each
+field's help text documents the CLI's ``--set field=value`` (:func:`parse_overrides`).
 """
 from __future__ import annotations
 
@@ -18,7 +14,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ppo_ref._checks import one_line_repr
+from ppo_ref._checks import (check_nonnegative, check_positive, check_unit_interval,
+                             one_line_repr)
 from ppo_ref.spec.layers import ACTIVATIONS
 from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
                                  VALUE_LOSS_MODES)
@@ -42,15 +39,10 @@ _SCHEDULES = ("constant", "linear")
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """Settings of a PPO run (feedforward, recurrent and actor-learner trainers).
-
-    Units: rewards and values are in the environment's reward units; ``n_steps`` counts steps
-    per environment; ``batch_size`` counts rows (env steps) of the ``n_steps * n_envs`` rollout.
-    Schedules use SB3's ``progress_remaining = 1 - steps_done / total_timesteps``.
-
-    Raises:
-        ValueError: at construction (and in ``replace``/``from_dict``) for any invalid field; the
-            message starts with the field's name.
+    """Settings of a PPO run (every trainer); ``PPOConfig()`` is the reference. Rewards and
+    values are in the env's reward units; ``n_steps`` counts steps per env, ``batch_size`` rows
+    of the ``n_steps * n_envs`` rollout. ``ValueError`` at construction (and in ``replace``,
+    ``from_dict``) for an invalid field, the message starting with the field's name.
     """
 
     # --- Stable-Baselines3 hyperparameters (docs/specification.md §5) ---------------------------
@@ -168,15 +160,12 @@ class PPOConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         for name in ("learning_rate", "clip_range", "max_grad_norm", "adam_eps", "huber_delta",
                      "advantage_norm_eps"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+            check_positive(getattr(self, name), name)
         for name in ("ent_coef", "vf_coef", "value_loss_scale", "policy_head_gain",
                      "value_head_gain"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            check_nonnegative(getattr(self, name), name)
         for name in ("gamma", "gae_lambda"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+            check_unit_interval(getattr(self, name), name)
         for name in ("clip_range_vf", "target_kl", "clip_observations", "clip_rewards",
                      "clip_range_low", "clip_range_high"):
             value = getattr(self, name)
@@ -214,18 +203,13 @@ class PPOConfig:
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-safe ``{field: value}`` (tuples become lists); inverse of :meth:`from_dict`."""
-        out = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = list(value) if isinstance(value, tuple) else value
-        return out
+        return {name: list(value) if isinstance(value, tuple) else value
+                for name, value in dataclasses.asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any]) -> "PPOConfig":
-        """Build from :meth:`to_dict` output (or a parsed ``config.json``).
-
-        Missing fields take their defaults; unknown keys raise ``ValueError`` naming them.
-        """
+        """Inverse of :meth:`to_dict`: missing fields take their defaults, unknown keys raise
+        ``ValueError`` naming them."""
         if not isinstance(d, dict):
             raise ValueError(f"from_dict expects a dict, got {type(d).__name__}")
         _check_known(d)
@@ -258,13 +242,9 @@ class PPOConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "PPOConfig":
-        """The conventions of one implementation, with ``overrides`` applied on top.
-
-        Every preset sets all of :data:`CONVENTION_FIELDS` (:data:`PRESETS`; the table and the
-        source of every choice, file by file: docs/specification.md §8.1); every other field
-        keeps its default unless overridden. Hyperparameters a library names differently (its
-        value-loss coefficient, whether it normalizes advantages) stay hyperparameters: pass
-        them as overrides. The presets:
+        """The conventions of one implementation (every field of :data:`CONVENTION_FIELDS`,
+        :data:`PRESETS`; the source of every choice: docs/specification.md §8.1), with
+        ``overrides`` on top; hyperparameters keep their defaults unless overridden.
 
         ``"reference"``: ``PPOConfig()``. ``"sb3"``: Stable-Baselines3 / sb3-contrib PPO.
         ``"cleanrl"``: CleanRL ``ppo.py`` / ``ppo_continuous_action.py``. ``"thrust"``:
@@ -272,11 +252,9 @@ class PPOConfig:
         (``ClipPPOLoss``). ``"rlax"``: rlax 0.1.9. ``"skrl"``: skrl 2.1.1. ``"sample_factory"``:
         Sample Factory 2.1.1. ``"purejaxrl"``: PureJaxRL ``purejaxrl/ppo.py`` at commit
         31756b19. In the CleanRL and PureJaxRL presets ``clip_range_vf`` follows an overridden
-        ``clip_range`` (unless overridden too); in the SB3 and CleanRL presets
-        ``clip_observations``/``clip_rewards`` are 10.0 when that normalization is on, else None.
-
-        Raises:
-            ValueError: unknown preset name or field, or an invalid resulting config.
+        ``clip_range``; in the SB3 and CleanRL presets ``clip_observations``/``clip_rewards``
+        are 10.0 when that normalization is on, else None. ``ValueError`` for an unknown preset
+        name or field, or an invalid resulting config.
         """
         if name not in PRESETS:
             raise ValueError(f"preset name must be one of {list(PRESETS)}, got {name!r}")
@@ -292,12 +270,8 @@ class PPOConfig:
 
     @classmethod
     def zoo_cartpole(cls, **overrides: Any) -> "PPOConfig":
-        """rl-baselines3-zoo's CartPole-v1 PPO settings on the reference conventions.
-
-        n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-        learning_rate=1e-3 and clip_range=0.2 both linearly annealed (zoo ``lin_1e-3``,
-        ``lin_0.2``), ent_coef=0.0; ``overrides`` applied on top.
-        """
+        """rl-baselines3-zoo's CartPole-v1 PPO settings (``lin_1e-3``, ``lin_0.2``: linear
+        schedules) on the reference conventions, ``overrides`` on top."""
         _check_known(overrides)
         values = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
                       gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
@@ -489,20 +463,12 @@ def _parse_value(name: str, text: str):
 
 
 def parse_overrides(items: Iterable[str]) -> Dict[str, Any]:
-    """Parse CLI ``field=value`` strings into typed values for ``PPOConfig.replace``.
-
-    Types come from the field annotations: numbers (``gamma=0.98``, ``n_steps=32``), bools
-    (``true``/``false``, ``1``/``0``, ``yes``/``no``), ``none``/``null`` for optional numbers
-    (``target_kl=none``), comma-separated integers for ``net_arch`` (``64,64``, ``[64, 64]``,
-    ``()`` for none), plain text for choice fields (validated by ``PPOConfig``).
-
-    Returns:
-        ``{field: value}`` in the order given.
-
-    Raises:
-        ValueError: an item without ``=``, an unknown field (with a suggestion), a field given
-            twice, or a value that does not parse as the field's type; the message names the
-            field or the item.
+    """``{field: value}`` (in the order given) of CLI ``field=value`` strings, typed by the
+    field annotations: numbers, bools (``true``/``false``, ``1``/``0``, ``yes``/``no``),
+    ``none``/``null`` for optional numbers, comma-separated integers for ``net_arch`` (``64,64``,
+    ``[64, 64]``, ``()`` for none), plain text for choice fields (checked by ``PPOConfig``).
+    ``ValueError`` naming the field or item for an item without ``=``, an unknown field (with a
+    suggestion), a field given twice, or a value that does not parse as the field's type.
     """
     if isinstance(items, str):
         raise ValueError("items must be a list of 'field=value' strings, not a single string")

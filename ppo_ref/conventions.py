@@ -1,12 +1,7 @@
-"""The convention options ppo_ref can express, in one table (:data:`OPTIONS`).
-
-Each :class:`Option` is a choice implementations make differently: its values (the reference
-first) and the quantities (:data:`QUANTITIES`) whose reference result depends on it.
-Everything that compares conventions reads it: :mod:`ppo_ref.testing` (``identify`` tries
+"""The convention options ppo_ref can express, in one table (:data:`OPTIONS`), read by
+everything that compares conventions: :mod:`ppo_ref.testing` (``identify`` tries
 :func:`combinations`; its reference computations receive :func:`resolve_convention`'s dict)
-and ``ppo-ref check`` (:mod:`ppo_ref.vectors`). A new option is a new row, read by the
-reference computation of each quantity it affects; ``Option.name`` is its
-:class:`ppo_ref.PPOConfig` field.
+and ``ppo-ref check`` (:mod:`ppo_ref.vectors`).
 """
 from __future__ import annotations
 
@@ -25,14 +20,9 @@ QUANTITIES = ("gae", "vtrace", "policy_loss", "value_loss", "normalize_advantage
 
 
 class Option(NamedTuple):
-    """One convention option.
-
-    Attributes:
-        name: the :class:`ppo_ref.PPOConfig` field (and the key of a convention dict).
-        values: every value it can take, the reference value first.
-        quantities: the quantities whose reference result depends on it.
-        help: one line: what the option changes and who uses each value.
-    """
+    """One choice implementations make differently: ``name`` (its :class:`ppo_ref.PPOConfig`
+    field and convention-dict key), every value it can take (``values``, the reference first),
+    the :data:`QUANTITIES` whose reference result depends on it, and a one-line ``help``."""
     name: str
     values: Tuple[Any, ...]
     quantities: Tuple[str, ...]
@@ -85,15 +75,10 @@ def options_for(quantity: str) -> Tuple[Option, ...]:
 
 
 def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
-    """``{option name: value}`` for every option of :data:`OPTIONS`.
-
-    ``convention`` is a preset name of :meth:`ppo_ref.PPOConfig.preset` (its convention fields
-    that appear in the table) or a dict of option values; options a dict leaves out keep
-    their reference value.
-
-    Raises:
-        ValueError: an unknown preset, an unknown option name or a value not in its row.
-    """
+    """``{option name: value}`` for every option of :data:`OPTIONS`, from a preset name of
+    :meth:`ppo_ref.PPOConfig.preset` or a dict of option values (the options it leaves out keep
+    their reference value). ``ValueError`` for an unknown preset, an unknown option name or a
+    value not in its row."""
     out = {o.name: o.reference for o in OPTIONS}
     if isinstance(convention, str):
         if convention not in PRESETS:

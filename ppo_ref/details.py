@@ -1,11 +1,9 @@
-"""The implementation details of PPO, each mapped to the ppo_ref option or function that
-implements it and the test that proves it.
-
-Source: S. Huang, R. F. J. Dossa, A. Raffin, A. Kanervisto, W. Wang, "The 37 Implementation
-Details of Proximal Policy Optimization", ICLR Blog Track 2022 (:data:`GROUPS`: the 37, plus 4
-auxiliary ones the blog discusses on their own). :data:`DETAILS` holds one :class:`Detail` per
-item; it renders ``docs/implementation_details.md`` (:func:`markdown`, checked by the tests)
-and the table of ``ppo-ref details`` (:func:`terminal_table`).
+"""The implementation details of PPO (:data:`DETAILS`), each mapped to the ppo_ref option or
+function that implements it and the test that proves it; rendered as
+``docs/implementation_details.md`` (:func:`markdown`) and by ``ppo-ref details``
+(:func:`terminal_table`). Source: S. Huang, R. F. J. Dossa, A. Raffin, A. Kanervisto, W. Wang,
+"The 37 Implementation Details of Proximal Policy Optimization", ICLR Blog Track 2022 (the 37,
+plus 4 auxiliary ones the blog discusses on their own).
 """
 from __future__ import annotations
 
@@ -23,19 +21,12 @@ GROUPS = {"core": 13, "atari": 9, "continuous": 9, "lstm": 5, "multidiscrete": 1
 
 
 class Detail(NamedTuple):
-    """One implementation detail.
-
-    Attributes:
-        key: ``<group>-<number>`` in the blog's order (e.g. ``core-5``).
-        title: the detail's name as the blog gives it.
-        implemented_by: options (``PPOConfig.<field>``) and importable functions or classes
-            (``ppo_ref.<module>.<name>[.<attr>]``); empty when the detail does not apply.
-        default: the value or behaviour of ``PPOConfig()`` (the reference).
-        presets: the presets (:meth:`ppo_ref.config.PPOConfig.preset`) whose value differs
-            from the default, or ``"-"``.
-        tests: ``tests/<file>.py::<function>`` entries that prove the behaviour.
-        note: how ppo_ref does it, or why it does not apply (then no implementation, no test).
-    """
+    """One implementation detail: ``key`` (``<group>-<number>`` in the blog's order),
+    ``title`` (the blog's), ``implemented_by`` (``PPOConfig.<field>`` options and importable
+    ``ppo_ref.<module>.<name>[.<attr>]``; empty when the detail does not apply), ``default``
+    (the behaviour of ``PPOConfig()``), ``presets`` whose value differs (or ``"-"``), ``tests``
+    (``tests/<file>.py::<function>``) and ``note`` (how ppo_ref does it, or why it does not
+    apply)."""
     key: str
     title: str
     implemented_by: Tuple[str, ...]

@@ -1,12 +1,7 @@
-"""Small environments (two that need memory, one with MultiDiscrete actions), registered with
-gymnasium on import (skipped when an id exists, so re-importing never fails).
-
-* ``ppo_ref/CartPoleNoVel-v1``: CartPole-v1 seen through :class:`MaskVelocityWrapper`
-  (rl-baselines3-zoo's benchmark for sb3-contrib's RecurrentPPO); a policy must infer the
-  velocities from successive positions.
-* ``ppo_ref/MemoryCue-v0``: :class:`MemoryCueEnv`, a one-bit memory task.
-* ``ppo_ref/MultiChoice-v0``: :class:`MultiChoiceEnv`, a MultiDiscrete task an MLP solves.
-
+"""Small environments, registered with gymnasium on import (unless the id exists):
+``ppo_ref/CartPoleNoVel-v1`` (CartPole-v1 through :class:`MaskVelocityWrapper`, the benchmark
+of sb3-contrib's RecurrentPPO), ``ppo_ref/MemoryCue-v0`` (:class:`MemoryCueEnv`, a one-bit
+memory task) and ``ppo_ref/MultiChoice-v0`` (:class:`MultiChoiceEnv`, MultiDiscrete actions).
 Example: ``import ppo_ref; gym.make("ppo_ref/MemoryCue-v0", blank_steps=4)``.
 """
 from __future__ import annotations
@@ -29,19 +24,10 @@ MULTI_CHOICE_ID = "ppo_ref/MultiChoice-v0"
 
 
 class MaskVelocityWrapper(gym.ObservationWrapper):
-    """Zero the velocity entries of a CartPole observation; keep its shape and space.
-
-    ``obs[1]`` (cart velocity) and ``obs[3]`` (pole angular velocity) become 0; the
-    ``observation_space`` is the wrapped env's (as rl-baselines3-zoo's ``MaskVelocityWrapper``).
-
-    Args:
-        env: an env whose observations are float arrays of shape (4,) in CartPole's layout
-            ``[x, x_dot, theta, theta_dot]``.
-        velocity_indices: entries to zero (default ``(1, 3)``).
-
-    Raises:
-        ValueError: the observation space is not a Box of rank 1 or an index is out of range.
-    """
+    """Zero the ``velocity_indices`` entries of the observations of ``env`` (default
+    ``(1, 3)``: CartPole's ``x_dot`` and ``theta_dot``), keeping the wrapped observation space
+    (as rl-baselines3-zoo's ``MaskVelocityWrapper``). ``ValueError`` when the observation space
+    is not a rank-1 Box or an index is out of range."""
 
     def __init__(self, env: gym.Env, velocity_indices=(1, 3)):
         super().__init__(env)
@@ -68,36 +54,17 @@ def make_cartpole_no_vel(**kwargs) -> gym.Env:
 
 
 class MemoryCueEnv(gym.Env):
-    """Remember a cue for ``blank_steps`` steps, then answer it.
+    """Remember a cue for ``blank_steps`` = k steps, then answer it.
 
-    Episode layout with k = ``blank_steps`` (t counts steps, the observation at t is seen before
-    the action at t):
+    The observation (float32 ``[cue channel, answer flag]``) at step t is ``[cue, 0]`` at t = 0,
+    ``[0, 0]`` for t = 1 .. k and ``[0, 1]`` at t = k + 1, the answer step: its action
+    (``Discrete(2)``: 0 means cue -1, 1 means cue +1) earns +1 if right, -1 if wrong, and ends
+    the episode (``terminated``; length k + 2; never truncated); every other reward is 0.
+    ``cue`` is -1.0 or +1.0 with probability 1/2, drawn at reset from ``np_random``.
+    ``info["cue"]`` on every step, ``info["correct"]`` on the answer step. A memoryless policy
+    answers right with probability exactly 1/2 (mean return 0).
 
-    ====================  ==================  =======================  ===================
-    t                     observation         action                   reward
-    ====================  ==================  =======================  ===================
-    0                     ``[cue, 0]``        ignored                  0
-    1 .. k                ``[0, 0]``          ignored                  0
-    k + 1 (last)          ``[0, 1]``          the answer               +1 right, -1 wrong
-    ====================  ==================  =======================  ===================
-
-    * ``cue`` is -1.0 or +1.0 with probability 1/2 each, drawn at reset from the env's
-      ``np_random`` (so ``reset(seed=s)`` fixes it).
-    * Observation: float32 ``[cue channel, answer flag]``; after step 0 only memory tells the
-      answer. Actions: ``Discrete(2)``; action 0 means cue -1, action 1 means cue +1.
-    * The answer step ends the episode with ``terminated=True`` (episode length k + 2); the env
-      never truncates. ``info["correct"]`` (bool) is set on the answer step, ``info["cue"]``
-      on every step.
-
-    The fraction of correct answers is ``(mean return + 1) / 2``; a memoryless policy (the
-    same ``[0, 1]`` on every answer step) expects exactly 1/2.
-
-    Args:
-        blank_steps: k >= 0, the number of blank steps between the cue and the answer.
-        render_mode: only ``None`` (no rendering).
-
-    Raises:
-        ValueError: ``blank_steps`` is not a non-negative integer, or ``render_mode`` is not None.
+    ``ValueError`` for ``blank_steps`` not an integer >= 0, or ``render_mode`` not None.
     """
 
     metadata = {"render_modes": []}
@@ -136,7 +103,7 @@ class MemoryCueEnv(gym.Env):
         return self._observation(), {"cue": self._cue}
 
     def step(self, action):
-        """Advance one step; see the class docstring for observation, reward and termination."""
+        """Advance one step (class docstring)."""
         if self._needs_reset:
             raise RuntimeError("MemoryCueEnv.step called before reset() or after the episode ended")
         if not self.action_space.contains(action):
@@ -153,30 +120,18 @@ class MemoryCueEnv(gym.Env):
 
 
 class MultiChoiceEnv(gym.Env):
-    """Two independent cues per step, one action component for each: a MultiDiscrete test bed.
+    """One cue per action component each step: a MultiDiscrete test bed.
 
-    * Each step draws cue ``c_k`` uniformly from ``{0, ..., nvec[k] - 1}`` for every component
-      ``k`` (from the env's ``np_random``, so ``reset(seed=s)`` fixes the sequence).
-    * Observation: float32 ``[sum(nvec)]``, the one-hot codes of the cues concatenated
-      (component 0's ``nvec[0]`` entries first).
-    * Actions: ``MultiDiscrete(nvec)``; the reward of a step is the number of components whose
-      action equals its cue (``sum_k [a_k = c_k]``, in ``{0, ..., K}``): each component is
-      rewarded on its own, so the components can be learned independently.
-    * An episode has ``episode_length`` steps; the last one terminates it (the task ends there
-      by definition; the env never truncates). ``info["correct"]`` (bool ``[K]``) says which
-      components were right, ``info["cues"]`` gives the cues the action was judged against.
+    Each step draws cue ``c_k`` uniformly from ``{0, ..., nvec[k] - 1}`` for every component
+    ``k`` (from ``np_random``); the observation (float32 ``[sum(nvec)]``) is their one-hot codes
+    concatenated. The reward of an action (``MultiDiscrete(nvec)``) is ``sum_k [a_k = c_k]``:
+    each component is rewarded on its own. The ``episode_length``-th step terminates the episode
+    (never truncated). ``info["correct"]`` (bool ``[K]``) and ``info["cues"]`` describe the step.
+    A perfect policy returns ``episode_length * K``, a uniformly random one
+    ``episode_length * sum_k 1 / nvec[k]``.
 
-    Return per episode: ``episode_length * K`` for a perfect (feedforward) policy; a uniformly
-    random one expects ``episode_length * sum_k 1 / nvec[k]``.
-
-    Args:
-        nvec: the number of choices of each component (integers >= 2; default ``(3, 4)``).
-        episode_length: steps per episode, >= 1 (default 16).
-        render_mode: only ``None``.
-
-    Raises:
-        ValueError: ``nvec`` not a non-empty sequence of integers >= 2, ``episode_length`` not
-            an integer >= 1, or ``render_mode`` not None.
+    ``ValueError`` for ``nvec`` not a non-empty sequence of integers >= 2, ``episode_length``
+    not an integer >= 1, or ``render_mode`` not None.
     """
 
     metadata = {"render_modes": []}
@@ -238,17 +193,12 @@ class MultiChoiceEnv(gym.Env):
         return self._draw(), reward, terminated, False, info
 
 
-def _register() -> None:
-    """Register the ``ppo_ref/`` ids with gymnasium unless they are registered already."""
-    if CARTPOLE_NO_VEL_ID not in gym.registry:
-        gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
-                     max_episode_steps=500, reward_threshold=475.0)
-    if MEMORY_CUE_ID not in gym.registry:
-        gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
-                     reward_threshold=0.9, kwargs={"blank_steps": 8})
-    if MULTI_CHOICE_ID not in gym.registry:
-        gym.register(id=MULTI_CHOICE_ID, entry_point="ppo_ref.envs:MultiChoiceEnv",
-                     kwargs={"nvec": (3, 4), "episode_length": 16})
-
-
-_register()
+if CARTPOLE_NO_VEL_ID not in gym.registry:
+    gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
+                 max_episode_steps=500, reward_threshold=475.0)
+if MEMORY_CUE_ID not in gym.registry:
+    gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
+                 reward_threshold=0.9, kwargs={"blank_steps": 8})
+if MULTI_CHOICE_ID not in gym.registry:
+    gym.register(id=MULTI_CHOICE_ID, entry_point="ppo_ref.envs:MultiChoiceEnv",
+                 kwargs={"nvec": (3, 4), "episode_length": 16})

@@ -1,15 +1,9 @@
-"""Per-environment default settings of ``ppo-ref train --env ID`` (the rl-baselines3-zoo tradition).
-
-rl-baselines3-zoo keeps one tuned hyperparameter entry per environment (``hyperparams/ppo.yml``
-for the feedforward policy, ``hyperparams/ppo_lstm.yml`` for sb3-contrib's recurrent PPO) and
-publishes the return each trained agent reaches (``benchmark.md``). :data:`ZOO` is ppo_ref's
-table in that tradition, one :class:`ZooEntry` per environment naming its source, in
-:class:`~ppo_ref.config.PPOConfig` fields on the reference conventions: zoo ``normalize:
-true`` is both normalizations clipped at 10 (SB3 ``VecNormalize``); ``lin_X`` is ``X`` with a
-``linear`` schedule; a ``batch_size`` left out keeps SB3's 64; what ppo_ref cannot reproduce
-is in ``deviations``. ``ppo-ref train --env ID`` starts from the entry when the run's policy is
-the entry's; ``validation/zoo_check.py`` compares every entry's final return with the
-published one.
+"""Per-environment default settings of ``ppo-ref train --env ID``, in the tradition of
+rl-baselines3-zoo (``hyperparams/ppo.yml``, ``hyperparams/ppo_lstm.yml`` and the returns of
+``benchmark.md``): one :class:`ZooEntry` per env, in :class:`~ppo_ref.config.PPOConfig` fields
+on the reference conventions (zoo ``normalize: true`` is both normalizations clipped at 10;
+``lin_X`` is ``X`` with a ``linear`` schedule; a ``batch_size`` left out keeps SB3's 64).
+``validation/zoo_check.py`` compares every entry's final return with the published one.
 """
 from __future__ import annotations
 
@@ -21,21 +15,12 @@ __all__ = ["ZooEntry", "ZOO", "zoo_entry"]
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """The default settings of one environment.
-
-    Attributes:
-        env_id: gymnasium id.
-        policy: ``"mlp"`` or ``"lstm"``: the policy the settings are for.
-        settings: ``{PPOConfig field: value}`` applied on top of ``PPOConfig()``.
-        n_timesteps: the training budget of the source (env steps); ``ppo-ref train``'s default
-            ``--total-timesteps`` for this env.
-        source: where the settings come from: ``"rl-baselines3-zoo hyperparams/<file>: <key>"``
-            or ``"ppo_ref's own tuning (<the test or script that checks it>)"``.
-        deviations: what differs from the source and why (empty when nothing does).
-        published: the source's published final return (rl-baselines3-zoo ``benchmark.md``,
-            mean deterministic evaluation return) or None when there is none.
-        published_source: where ``published`` comes from (or why there is none).
-    """
+    """The default settings of one environment: ``settings`` (``{PPOConfig field: value}``
+    on top of ``PPOConfig()``) for the ``policy`` ``"mlp"`` or ``"lstm"``; ``n_timesteps``, the
+    source's training budget (the default ``--total-timesteps``); ``source`` (rl-baselines3-zoo
+    file and key, or the test that checks ppo_ref's own tuning); ``deviations`` from it;
+    ``published``, the source's final mean deterministic return (None: none), and
+    ``published_source``."""
 
     env_id: str
     policy: str
@@ -55,21 +40,20 @@ class ZooEntry:
         return PPOConfig(**values)
 
 
-# SB3 VecNormalize (rl-baselines3-zoo ``normalize: true``): observations and rewards
-# normalized, both clipped to [-10, 10]; the reward scale uses the run's gamma.
+# SB3 VecNormalize (rl-baselines3-zoo ``normalize: true``)
 _NORMALIZE = dict(normalize_observations=True, normalize_rewards=True, clip_observations=10.0,
                   clip_rewards=10.0)
 _ZOO_PPO = "rl-baselines3-zoo hyperparams/ppo.yml"
 _ZOO_LSTM = "rl-baselines3-zoo hyperparams/ppo_lstm.yml"
 _BENCHMARK = "rl-baselines3-zoo benchmark.md"
+_CARTPOLE = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
+                 learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+                 clip_range_schedule="linear", ent_coef=0.0)
 
 #: ``{env id: ZooEntry}``: the default settings of ``ppo-ref train --env ID``.
 ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
     ZooEntry(
-        "CartPole-v1", "mlp",
-        dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-             learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
-             clip_range_schedule="linear", ent_coef=0.0),
+        "CartPole-v1", "mlp", _CARTPOLE,
         100_000, f"{_ZOO_PPO}: CartPole-v1 (= PPOConfig.zoo_cartpole())",
         published=500.0, published_source=f"{_BENCHMARK}: ppo CartPole-v1"),
     ZooEntry(
@@ -98,10 +82,8 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
         published=88.343, published_source=f"{_BENCHMARK}: ppo MountainCarContinuous-v0"),
     ZooEntry(
         "ppo_ref/CartPoleNoVel-v1", "lstm",
-        dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98, gae_lambda=0.8,
-             learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
-             clip_range_schedule="linear", ent_coef=0.0, activation="relu",
-             lstm_hidden_size=64, lstm_shared=False, net_arch=(64,), **_NORMALIZE),
+        dict(_CARTPOLE, activation="relu", lstm_hidden_size=64, lstm_shared=False,
+             net_arch=(64,), **_NORMALIZE),
         100_000, f"{_ZOO_LSTM}: CartPoleNoVel-v1",
         deviations="orthogonal init kept where the zoo has ortho_init=False (torch's init): "
                    "with it this row learns less well here (docs/BENCHMARKS.md)",

@@ -40,17 +40,15 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
 
     Per env step: take every pending message (the newest :class:`PolicyBroadcast` replaces the
     parameters once the old ones' steps are sent; :class:`Shutdown` ends the actor); while it
-    holds no policy or is over its budget (:mod:`ppo_ref.distributed`, counted from the first
-    version it received), send and wait; act with its own generator (seed ``config.seed + 1 +
-    agent_id``, also the env's), step, reset at an episode's end. Every ``chunk_size`` steps
-    (and before waiting or switching parameters) the unsent steps go as one
-    :class:`ExperienceBatch`, their ``log_probs`` and ``values`` computed in one pass with the
-    parameters that acted.
+    holds no policy or is over its budget (docs/specification.md §6, flow control), send and
+    wait; act with its own generator (seed ``config.seed + 1 + agent_id``, also the env's),
+    step, reset at an episode's end. Every ``chunk_size`` steps (and before waiting or
+    switching parameters) the unsent steps go as one :class:`ExperienceBatch`, their
+    ``log_probs`` and ``values`` computed in one pass with the parameters that acted.
 
     ``env``: gymnasium id or zero-argument factory; ``send(message)`` puts on the learner's
     queue; ``receive(timeout)`` returns the next learner message or None (0: do not wait);
-    ``learner_gone()`` is True once the learner cannot read (the actor stops). Returns
-    :class:`ActorStats`.
+    ``learner_gone()`` is True once the learner cannot read. Returns :class:`ActorStats`.
     """
     from ppo_ref.io.checkpoint import arrays_from_bytes
 

@@ -15,72 +15,68 @@ from ppo_ref.config import PPOConfig
 __all__ = ["AsyncActorLearnerConfig", "async_config_from_ppo", "ACTOR_KINDS",
            "MAX_PROCESS_ACTORS_PER_CPU"]
 
+#: Where actors run: threads of the learner's process, processes of its machine, Ray actors.
 ACTOR_KINDS = ("thread", "process", "ray")
-"""Where actors run: threads of the learner's process, processes of its machine, Ray actors."""
 
+#: Most actor processes per CPU core :func:`async_config_from_ppo` accepts (each holds its own
+#: interpreter, numpy, numba and env: hundreds of them exhaust memory).
 MAX_PROCESS_ACTORS_PER_CPU = 16
-"""Most actor processes per CPU core :func:`async_config_from_ppo` accepts (each holds its own
-interpreter, numpy, numba and env: hundreds of them exhaust memory)."""
 
 
 @dataclass(frozen=True)
 class AsyncActorLearnerConfig:
     """Settings of the asynchronous actor-learner loop (docs/specification.md §6), validated at
-    construction. The learner's update comes from ``ppo``, whose ``n_steps``, ``n_envs``,
-    ``gamma`` and ``gae_lambda`` are replaced by this class's (:meth:`learner_ppo_config`)."""
+    construction (``ValueError`` naming the field).
+
+    Attributes:
+        num_actors: actors, each with its own env: the buffer has one column per actor.
+        n_steps: rows taken from every actor per update: the buffer is [n_steps, num_actors].
+        total_timesteps: env steps to consume at least, in whole updates (:attr:`num_updates`).
+        broadcast_every: a new policy version goes to every actor after this many updates.
+        max_lead_steps: how far (env steps) an actor may run ahead of what the learner provably
+            consumed; 0: 2 * broadcast_every * n_steps (:attr:`lead_limit`).
+        gamma, gae_lambda: discount and GAE lambda in [0, 1] (lambda unused with V-trace).
+        use_vtrace: advantages and value targets by V-trace against the learner's policy,
+            truncated at ``rho_bar`` (importance weight) and ``c_bar`` (traces), both > 0.
+        seed: the learner's seed; actor k seeds its generator and env with seed + 1 + k.
+        starvation_timeout: seconds without any experience before StarvationError.
+        env_step_timeout: seconds an actor whose rows the learner waits for may send nothing
+            before StarvationError names it (its env hung in step or reset).
+        actors: where the actors run (:data:`ACTOR_KINDS`).
+        ray_address: with ``actors="ray"``, the Ray cluster to join (``"HOST:PORT"`` or
+            ``"auto"``); None starts a Ray of this machine on 127.0.0.1 only (or uses the one
+            already connected).
+        ppo: the PPO settings of the learner's update, whose ``n_steps``, ``n_envs``,
+            ``gamma`` and ``gae_lambda`` this config replaces (:meth:`learner_ppo_config`).
+    """
 
     num_actors: int = 4
-    """Number of actors, each with its own env; the buffer has one column per actor."""
     n_steps: int = 256
-    """Rows taken from every actor per update; the buffer is [n_steps, num_actors]."""
     total_timesteps: int = 200_000
-    """Env steps to consume at least, in whole updates (:attr:`num_updates`)."""
     broadcast_every: int = 1
-    """A new policy version is sent to all actors after every this many updates."""
     max_lead_steps: int = 0
-    """How far (env steps) an actor may run ahead of what the learner provably consumed;
-    0 means 2 * broadcast_every * n_steps; below broadcast_every * n_steps it would deadlock."""
     gamma: float = 0.99
-    """Discount factor in [0, 1]."""
     gae_lambda: float = 0.95
-    """GAE lambda in [0, 1] (ignored with use_vtrace)."""
     use_vtrace: bool = False
-    """Advantages and value targets by V-trace against the learner's current policy."""
     rho_bar: float = 1.0
-    """V-trace truncation of the importance weight (> 0)."""
     c_bar: float = 1.0
-    """V-trace truncation of the trace coefficients (> 0)."""
     seed: int = 0
-    """Learner seed; actor k seeds its RNG and env with seed + 1 + k."""
     starvation_timeout: float = 60.0
-    """Seconds without any experience before the learner raises StarvationError."""
     env_step_timeout: float = 60.0
-    """Seconds an actor whose rows the learner waits for may send nothing (counted from the
-    start of that wait) before StarvationError names it (its env hung in step or reset)."""
     actors: str = "process"
-    """Where the actors run (:data:`ACTOR_KINDS`): "process" (multiprocessing, spawn), "thread"
-    or "ray" (:mod:`ppo_ref.distributed.ray_actors`)."""
     ray_address: Optional[str] = None
-    """With ``actors="ray"``: the Ray cluster to join (e.g. ``"10.0.0.1:6379"`` or ``"auto"``);
-    None starts a Ray of this machine on 127.0.0.1 only (or uses the one already connected)."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO settings of the learner's update."""
 
     def __post_init__(self):
-        check_count(self.num_actors, "num_actors", 1)
-        check_count(self.n_steps, "n_steps", 1)
-        check_count(self.total_timesteps, "total_timesteps", 1)
-        check_count(self.broadcast_every, "broadcast_every", 1)
-        check_count(self.max_lead_steps, "max_lead_steps", 0)
-        check_unit_interval(self.gamma, "gamma")
-        check_unit_interval(self.gae_lambda, "gae_lambda")
+        for name, minimum in (("num_actors", 1), ("n_steps", 1), ("total_timesteps", 1),
+                              ("broadcast_every", 1), ("max_lead_steps", 0), ("seed", 0)):
+            check_count(getattr(self, name), name, minimum)
+        for name in ("gamma", "gae_lambda"):
+            check_unit_interval(getattr(self, name), name)
+        for name in ("rho_bar", "c_bar", "starvation_timeout", "env_step_timeout"):
+            check_positive(getattr(self, name), name)
         if not isinstance(self.use_vtrace, (bool, np.bool_)):
             raise ValueError(f"use_vtrace must be a bool, got {self.use_vtrace!r}")
-        check_positive(self.rho_bar, "rho_bar")
-        check_positive(self.c_bar, "c_bar")
-        check_count(self.seed, "seed", 0)
-        check_positive(self.starvation_timeout, "starvation_timeout")
-        check_positive(self.env_step_timeout, "env_step_timeout")
         check_choice(self.actors, "actors", ACTOR_KINDS)
         if self.ray_address is not None and (self.actors != "ray" or not isinstance(
                 self.ray_address, str) or not self.ray_address.strip()):
@@ -112,8 +108,7 @@ class AsyncActorLearnerConfig:
 
     @property
     def num_updates(self) -> int:
-        """``ceil(total_timesteps / (n_steps * num_actors))``, at least 1 (as
-        :meth:`ppo_ref.train.ppo.PPOTrainer.learn` runs whole rollouts)."""
+        """``ceil(total_timesteps / (n_steps * num_actors))``, at least 1 (whole updates)."""
         return max(1, -(-self.total_timesteps // (self.n_steps * self.num_actors)))
 
     @property
@@ -154,15 +149,11 @@ def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: i
                           actors: str = "process",
                           ray_address: Optional[str] = None) -> AsyncActorLearnerConfig:
     """The actor-learner configuration of a synchronous ``PPOConfig``: each update consumes the
-    rows of one synchronous update, split evenly: ``n_steps = ppo.n_steps * ppo.n_envs //
-    num_actors`` (CartPole-v1's zoo 8 envs x 32 steps with 4 actors: 64 steps per actor);
-    ``gamma`` and ``gae_lambda`` are the PPOConfig's.
-
-    Raises:
-        ValueError: ``num_actors`` < 1 or not a divisor of ``ppo.n_steps * ppo.n_envs``, or,
-            with actor processes (or Ray actors on a local Ray), more than
-            :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core.
-    """
+    rows of one synchronous update, split evenly (``n_steps = ppo.n_steps * ppo.n_envs //
+    num_actors``), with the PPOConfig's ``gamma`` and ``gae_lambda``. ``ValueError`` for
+    ``num_actors`` < 1 or not a divisor of ``ppo.n_steps * ppo.n_envs``, or, with actor
+    processes (or Ray actors on a local Ray), more than :data:`MAX_PROCESS_ACTORS_PER_CPU` per
+    CPU core."""
     num_actors = check_count(num_actors, "num_actors", 1)
     rows = ppo.n_steps * ppo.n_envs
     if rows % num_actors:

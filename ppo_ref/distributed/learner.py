@@ -1,5 +1,4 @@
-"""The learner of the actor-learner loop, :func:`learner_loop` (the loop and its guarantees:
-:mod:`ppo_ref.distributed`)."""
+"""The learner of the actor-learner loop: :func:`learner_loop` (docs/specification.md §6)."""
 from __future__ import annotations
 
 import functools
@@ -24,11 +23,10 @@ __all__ = ["UpdateInfo", "LearnerReport", "learner_loop", "make_learner", "train
 
 
 class UpdateInfo(NamedTuple):
-    """What :func:`learner_loop` passes to its callback after every update: ``rollout`` the
-    ``[n_steps, num_actors]`` buffer trained on (column = agent_id) with its ``advantages`` and
-    ``returns``; ``policy_versions`` ``[n_steps, num_actors]`` the version each row acted with,
-    ``version`` the learner's (lag = ``version - policy_versions``); the episodes completed in
-    the buffer, row by row, columns in agent order."""
+    """What :func:`learner_loop` passes to its callback after every update: the ``rollout``
+    (``[n_steps, num_actors]``, column = agent_id) trained on, its ``advantages`` and
+    ``returns``, the version each row acted with (``policy_versions``; lag = ``version -
+    policy_versions``) and the episodes completed in it (row by row, columns in agent order)."""
 
     update: int
     env_steps: int
@@ -48,11 +46,11 @@ class UpdateInfo(NamedTuple):
 
 @dataclass
 class LearnerReport:
-    """Summary of a :func:`learner_loop` run: ``broadcasts`` counts every round including
-    version 0; ``policy_lag_mean``/``policy_lag_max`` one entry per update; ``actor_stats`` each
-    actor's :class:`ActorStats` (None: no report); ``stopped_early``: the callback returned
-    False; ``actor_errors``: actors that failed after the learner held all it needed (id ->
-    exception text; such a failure cannot stop the run)."""
+    """Summary of a :func:`learner_loop` run: ``broadcasts`` counts version 0 too;
+    ``policy_lag_mean``/``policy_lag_max`` one entry per update; ``actor_stats`` each actor's
+    :class:`ActorStats` (None: no report); ``stopped_early``: the callback returned False;
+    ``actor_errors``: id -> exception text of actors that failed after the learner held all it
+    needed."""
 
     updates: int = 0
     env_steps: int = 0
@@ -312,8 +310,10 @@ class _Learner:
 
     def rollout(self, buf: ExperienceBatch):
         """The buffer as the :class:`~ppo_ref.train.rollout.Rollout` the synchronous collector
-        records for the same transitions (``final_values``, ``last_values`` under the learner's
-        current parameters; the actors' ``values``, ``log_probs``), counted by the trainer."""
+        records for the same transitions, counted by the trainer: the actors' ``values`` and
+        ``log_probs``; ``last_values[n] = V(what actor n acts from next)`` and, where step t
+        truncated without terminating, ``final_values[t, n] = V(next_observation[t, n])``
+        under the learner's current parameters."""
         from ppo_ref.train.rollout import Rollout
 
         self.check_continuity(buf)
@@ -409,25 +409,19 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  callback: Optional[Callable[[UpdateInfo], None]] = None,
                  shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None,
                  start_version: int = 0):
-    """Run the learner (docs/specification.md §6; the data flow: :mod:`ppo_ref.distributed`)
-    for ``config.num_updates`` PPO updates.
-
-    Each buffer becomes the Rollout the synchronous collector records for the same transitions
-    (:meth:`_Learner.rollout`: ``last_values[n] = V(what actor n acts from next)``,
-    ``final_values[t, n] = V(next_observation[t, n])`` where step t truncated without
-    terminating) and gets one :meth:`PPOTrainer.iteration
-    <ppo_ref.train.ppo.PPOTrainer.iteration>` as ``PPOTrainer.learn`` runs one (schedule horizon
-    ``num_updates * n_steps * num_actors`` steps; GAE, or with ``use_vtrace`` the tier's
-    :func:`ppo_ref.spec.advantages.vtrace` against the learner's policy; ratio pi_learner /
-    mu_actor). At the end or on any error every actor gets :class:`Shutdown` and is joined
-    (processes still running after ``shutdown_timeout`` s are terminated; Ray actors killed).
+    """Run the learner for ``config.num_updates`` PPO updates (docs/specification.md §6): each
+    ``[n_steps, num_actors]`` buffer becomes the Rollout the synchronous collector records for
+    the same transitions (:meth:`_Learner.rollout`) and gets one
+    :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` (GAE, or with ``use_vtrace`` V-trace
+    against the learner's policy). At the end or on any error every actor gets
+    :class:`Shutdown` and is joined (processes still running after ``shutdown_timeout`` s are
+    terminated; Ray actors killed).
 
     ``trainer``: a PPOTrainer from :func:`make_learner` (updated in place). ``actors``: an
     :class:`ActorGroup` (the loop shuts it down) or a gymnasium id / factory from which the loop
     starts actors with ``chunk_size`` (seeds advanced by :func:`resumed_actors_config`).
     ``callback(UpdateInfo)`` returning ``False`` stops after that update. ``start_version``: 0,
-    or the version a resumed run's checkpoint saved (actors budget from the first version they
-    receive). Returns ``(trainer, LearnerReport)``.
+    or the version a resumed run's checkpoint saved. Returns ``(trainer, LearnerReport)``.
 
     Raises:
         StarvationError: no experience for ``config.starvation_timeout`` seconds, or an actor

@@ -14,15 +14,11 @@ __all__ = [
 
 
 class Experience(NamedTuple):
-    """One env step of one actor (docs/specification.md §6).
-
-    ``observation`` ``[*obs_shape]`` float64, the one the action was chosen from; ``action``
-    int64 scalar (discrete) or ``[A]`` float64 raw Gaussian sample (the env got it clipped);
-    ``next_observation`` the real observation after the step (before any reset);
-    ``terminated``/``truncated`` as ``env.step`` returned them; ``value`` = V(observation) and
-    ``log_prob`` = log mu(action | observation) (nats) under the parameters of
-    ``policy_version``; ``reset_observation``: where the step ended an episode, the first
-    observation of the next one (the learner bootstraps a buffer's last row from it), else None.
+    """One env step of one actor (docs/specification.md §6): ``observation`` ``[*obs_shape]``
+    float64 (acted from); ``action`` int64 (discrete) or the ``[A]`` float64 raw Gaussian sample;
+    ``next_observation`` the real one after the step (before any reset); ``value`` and
+    ``log_prob`` (nats) under the parameters of ``policy_version``; ``reset_observation``: where
+    the step ended an episode, the first observation of the next one, else None.
     """
 
     agent_id: int
@@ -39,8 +35,8 @@ class Experience(NamedTuple):
 
 
 class ExperienceBatch(NamedTuple):
-    """Consecutive experiences of ONE actor, the fields of :class:`Experience` stacked along a
-    leading axis of length k in step order (one message instead of k)."""
+    """Consecutive experiences of one actor, the fields of :class:`Experience` stacked along a
+    leading axis of length k in step order."""
 
     agent_id: int
     observations: np.ndarray        # [k, *obs_shape] float64
@@ -137,8 +133,7 @@ class StarvationError(ActorLearnerError):
 
 class ActorDiedError(ActorLearnerError):
     """An actor raised, exited or was killed while the learner still needed it: one line
-    ``actor <id> died: <reason>``; ``actor_traceback`` holds what the actor sent (empty when it
-    died without a word; ``ppo-ref train`` writes it to ``error.log``)."""
+    ``actor <id> died: <reason>``; ``actor_traceback`` holds what the actor sent (or "")."""
 
     def __init__(self, agent_id: int, reason: str, actor_traceback: str = ""):
         self.agent_id = agent_id

@@ -1,12 +1,7 @@
-"""Ray actors of the actor-learner loop (``actors="ray"``): :class:`RayActorGroup`,
-:func:`start_ray_actors` and :func:`init_ray` (join a cluster, or start a Ray of this machine
-that listens on 127.0.0.1 only).
-
-Each Ray actor (one CPU, no restarts, spread over the nodes) runs :func:`run_actor` in a thread
-of its worker, as a thread actor does. The learner keeps one ``pull`` in flight per actor, which
-returns every message since the previous pull (in order); a broadcast is put in the object
-store once. A failed pull marks the actor dead with Ray's error text; shutdown kills every
-actor and leaves Ray running. Ray is imported only here, and only when Ray actors start.
+"""Ray actors of the actor-learner loop (``actors="ray"``, docs/specification.md §6.1):
+:class:`RayActorGroup`, :func:`start_ray_actors` and :func:`init_ray`. Each Ray actor runs
+:func:`run_actor` in a thread of its worker; the learner keeps one ``pull`` in flight per actor.
+Ray is imported only here, and only when Ray actors start.
 """
 from __future__ import annotations
 
@@ -44,7 +39,8 @@ def import_ray():
 
 @contextlib.contextmanager
 def _environ(**values: str):
-    """Set environment variables for the block, then restore them."""
+    """Set environment variables for the block, then restore those (only: what Ray sets in
+    ``os.environ`` during ``ray.init`` stays)."""
     saved = {k: os.environ.get(k) for k in values}
     os.environ.update(values)
     try:
@@ -57,22 +53,17 @@ def _environ(**values: str):
                 os.environ[key] = value
 
 
-def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1", "[::1]") or host.startswith("127.")
-
-
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
     """Connect this process to Ray: join the cluster at ``address`` (``HOST:PORT`` or
     ``"auto"``; its port is tried for 5 s first), or (None) start a Ray of this machine whose
-    processes all listen on 127.0.0.1 only.
+    processes all listen on 127.0.0.1 only, with ``num_cpus`` (None: ``os.cpu_count()``).
 
     Ray binds every interface unless it runs in its single-machine mode
     (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read when Ray is imported): for a local start or a
     loopback address this switches that mode on (the variable for Ray's processes, the flag for
     this one), restores both after ``ray.init`` and checks every node is 127.0.0.1. A local Ray
     has no dashboard, reports no usage statistics, and its workers import ``ppo_ref`` from where
-    this process does; ``num_cpus`` (None: ``os.cpu_count()``) is what it may schedule. Joining
-    a cluster with token authentication needs ``RAY_AUTH_MODE=token`` and its token.
+    this process does.
 
     Raises:
         ImportError: Ray is not installed. ConnectionError: nothing listens at ``address``.
@@ -90,7 +81,7 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> N
             socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
         except OSError as exc:
             raise ConnectionError(f"no Ray cluster at {address}: {exc}") from None
-    loopback = address is None or _is_loopback(host)
+    loopback = address is None or host in ("localhost", "::1", "[::1]") or host.startswith("127.")
     root = os.path.dirname(os.path.dirname(os.path.abspath(ppo_ref.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     mode = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback else {}
@@ -152,15 +143,9 @@ class _RayActorHost:
     def pull(self, wait: float) -> list:
         """Every message sent since the last pull, in order; waits up to ``wait`` seconds for
         the first (an empty list when none came)."""
-        try:
-            messages = [self.outbox.get(timeout=wait)]
-        except queue_module.Empty:
-            return []
-        while True:
-            try:
-                messages.append(self.outbox.get_nowait())
-            except queue_module.Empty:
-                return messages
+        receive = _queue_receiver(self.outbox)
+        first = receive(wait)
+        return [] if first is None else [first, *iter(lambda: receive(0.0), None)]
 
 
 def _error_text(exc: BaseException) -> str:

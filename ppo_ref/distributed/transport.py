@@ -11,8 +11,8 @@ import time
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from ppo_ref._checks import check_choice, check_count
-from ppo_ref.distributed.actor import (POLL_SECONDS, _process_actor_main, _thread_actor_main,
-                                       run_actor)
+from ppo_ref.distributed.actor import (POLL_SECONDS, _process_actor_main, _queue_receiver,
+                                       _thread_actor_main, run_actor)
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import ActorFailed, ActorFinished, Shutdown
 
@@ -23,10 +23,8 @@ class ActorGroup:
     """Running actors (threads or processes; Ray: the subclass
     :class:`~ppo_ref.distributed.ray_actors.RayActorGroup`) and their channels, made by
     :func:`start_actors`. Actor threads put on one ``queue.Queue`` (the inbox); actor processes
-    each write their own pipe, which a reader thread drains into the inbox as messages arrive (a
-    pipe never fills up while the learner trains). One queue per actor carries the learner's
-    messages. :meth:`shutdown` is idempotent and returns each actor's last
-    :class:`ActorFinished` or :class:`ActorFailed`."""
+    each write their own pipe, which a reader thread drains into the inbox (a pipe never fills
+    up while the learner trains). One queue per actor carries the learner's messages."""
 
     def __init__(self, kind: str, workers: list, inbox: "queue_module.Queue",
                  broadcast_queues: list, stop_event: Optional[threading.Event] = None,
@@ -37,6 +35,7 @@ class ActorGroup:
         self.broadcast_queues = broadcast_queues
         self.readers = list(readers)
         self._stop_event = stop_event
+        self._receive = _queue_receiver(inbox)
         self._closed = False
         self._reader_done = [False] * len(self.readers)
         self._pump_stop = threading.Event()
@@ -53,12 +52,7 @@ class ActorGroup:
 
     def get(self, timeout: float):
         """Next message for the learner, or ``None`` after ``timeout`` seconds (0: no wait)."""
-        try:
-            if timeout > 0:
-                return self.inbox.get(timeout=timeout)
-            return self.inbox.get_nowait()
-        except queue_module.Empty:
-            return None
+        return self._receive(timeout)
 
     def _read_pipes(self) -> None:
         """Reader thread: move the actors' pipe messages to the inbox (in order per actor)
@@ -112,7 +106,8 @@ class ActorGroup:
 
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
         """Send :class:`Shutdown` to all, keep reading while they exit, terminate (processes)
-        whatever still runs after ``timeout`` seconds, join, close the channels."""
+        whatever still runs after ``timeout`` seconds, join, close the channels. Idempotent;
+        returns each actor's last :class:`ActorFinished` or :class:`ActorFailed` by id."""
         if self._closed:
             return self.final_messages
         self._closed = True
@@ -166,16 +161,12 @@ def _join_all(processes, timeout: float) -> None:
 
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
                  chunk_size: Optional[int] = None, start_method: str = "spawn") -> ActorGroup:
-    """Start ``config.num_actors`` actors of kind ``config.actors``; each runs
-    ``actor_fn(agent_id, env, config, send, receive, learner_gone, chunk_size=...)`` (tests
-    substitute misbehaving actors) and waits for the version-0 broadcast before its first step.
-
-    ``env``: gymnasium id or zero-argument factory (picklable for process and Ray actors: an id,
-    a module-level factory or ``functools.partial``); ``chunk_size``: experiences per message,
-    None: 32 for threads and processes, ``n_steps`` for Ray; ``start_method``: "spawn" or
-    "forkserver" (fork would copy the learner's threads and locks). Returns the
-    :class:`ActorGroup` (stop it with :meth:`ActorGroup.shutdown`; ``learner_loop`` does).
-    """
+    """The :class:`ActorGroup` of ``config.num_actors`` actors of kind ``config.actors``, each
+    running ``actor_fn(agent_id, env, config, send, receive, learner_gone, chunk_size=...)``
+    (default :func:`run_actor`). ``env``: gymnasium id or zero-argument factory (picklable for
+    process and Ray actors); ``chunk_size``: experiences per message (None: 32, for Ray
+    ``n_steps``); ``start_method``: "spawn" or "forkserver" (fork would copy the learner's
+    threads and locks)."""
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
     if config.actors == "ray":
         from ppo_ref.distributed.ray_actors import start_ray_actors

@@ -1,13 +1,11 @@
 """Checkpoint files: named NumPy arrays plus a JSON metadata record, in one ``.npz``.
 
 Format version 1: an uncompressed ``.npz`` (a zip of ``.npy`` members), one member per array
-of the trainer state (``params/<key>``, ``adam/m/<key>``, ...; float64 stored bit-exactly) and
-the member ``__metadata__``, a ``uint8`` array of UTF-8 JSON (format version, config, counters,
-generator states as ``bit_generator.state`` dicts, env state). Nothing is pickled and every read
-vets each member before parsing it (:func:`arrays_from_bytes`), so loading runs no code and a
-damaged or crafted file is one :class:`CheckpointError` line. Writes are atomic
-(:func:`write_atomic`, used for every file a run directory rewrites). Whether the arrays fit a
-trainer is the trainer's check (``PPOTrainer.load``, with :func:`vet_state_arrays`).
+of the trainer state (float64 stored bit-exactly) and the member ``__metadata__``, a ``uint8``
+array of UTF-8 JSON. Nothing is pickled and every member is vetted before it is parsed
+(:func:`arrays_from_bytes`), so loading runs no code and a damaged or crafted file is one
+:class:`CheckpointError` line. Writes are atomic (:func:`write_atomic`). Whether the arrays fit
+a trainer is checked by ``PPOTrainer.load`` with the ``vet_*`` functions here.
 """
 from __future__ import annotations
 
@@ -64,9 +62,9 @@ def _check_arrays(arrays: Mapping[str, np.ndarray], name: str = "arrays"
 
 
 def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
-    """``.npz`` bytes (uncompressed, no pickle) of ``arrays`` (``str -> ndarray`` of numeric,
-    bool or fixed-width string dtype), bit-identical through :func:`arrays_from_bytes`. Raises
-    ``ValueError`` for non-string keys or object arrays."""
+    """Uncompressed ``.npz`` bytes of ``arrays`` (``str -> ndarray`` of numeric, bool or
+    fixed-width string dtype; ``ValueError`` otherwise), bit-identical through
+    :func:`arrays_from_bytes`."""
     checked = _check_arrays(arrays)
     buf = io.BytesIO()
     np.savez(buf, **checked)
@@ -102,8 +100,7 @@ def _not_an_archive(source: str) -> CheckpointError:
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
                  max_member_bytes: int) -> np.ndarray:
-    """One member: checked from its zip header (stored, size within the cap), read whole (which
-    verifies its CRC-32), then parsed as exactly one ``.npy`` array with nothing left over."""
+    """One member, vetted as :func:`arrays_from_bytes` says."""
     name = info.filename
     if info.compress_type != zipfile.ZIP_STORED:
         raise CheckpointError(f"{source}: member {name!r} is compressed (method "
@@ -199,10 +196,9 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
 
 
 def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> str:
-    """Atomically write ``arrays`` and JSON ``metadata`` (plus ``format_version``, as the
-    member ``__metadata__``) to the ``.npz`` file ``path``; returns ``path``. Raises
-    ``ValueError`` for bad arrays, non-JSON metadata, or a ``path`` that is not a regular file.
-    """
+    """Atomically write ``arrays`` and JSON ``metadata`` (plus ``format_version``) to the
+    ``.npz`` file ``path``; returns ``path``. ``ValueError`` for bad arrays, non-JSON metadata,
+    or a ``path`` that is not a regular file."""
     checked = _check_arrays(arrays)
     if METADATA_KEY in checked:
         raise ValueError(f"arrays must not contain the reserved key {METADATA_KEY!r}")
@@ -238,11 +234,9 @@ def write_atomic(path, data: bytes) -> str:
     the old file or the new one, whole: write ``<dir>/.tmp-<name>-<random>`` (same file system),
     ``fsync``, give it the replaced file's mode (new: ``0o666`` minus the umask),
     ``os.replace``, ``fsync`` the directory. A failure removes the temporary file and re-raises
-    (a kill -9 may leave it: :func:`remove_stale_temporaries`). Returns ``path``.
-
-    Raises ``ValueError`` when ``path`` exists and is not a regular file (a symlink is replaced,
-    its target untouched), ``OSError`` when the directory cannot be written.
-    """
+    (a kill -9 may leave it: :func:`remove_stale_temporaries`). Returns ``path``. Raises
+    ``ValueError`` when ``path`` exists and is not a regular file (a symlink is replaced, its
+    target untouched), ``OSError`` when the directory cannot be written."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
     path = os.fspath(path)
@@ -297,10 +291,10 @@ def remove_stale_temporaries(directory, names) -> list:
 
 def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
                     ) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
-    """``(arrays, metadata)`` of a file written by :func:`save_checkpoint`, read member by
-    member with the vetting of :func:`arrays_from_bytes`. Raises :class:`CheckpointError` (one
-    line naming the file) when it is missing, not a complete archive, without the metadata
-    member, or of another format version. Never unpickles."""
+    """``(arrays, metadata)`` of a file written by :func:`save_checkpoint`, vetted as
+    :func:`arrays_from_bytes`. Raises :class:`CheckpointError` (one line naming the file) when
+    it is missing, not a complete archive, without the metadata member, or of another format
+    version."""
     path = os.fspath(path)
     source = f"checkpoint {path!r}"
     cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
@@ -393,9 +387,13 @@ def vet_state_arrays(expected: Mapping[str, np.ndarray], arrays: Mapping[str, np
             raise ValueError(f"entry {key!r} must be > 0 (a sample count)")
 
 
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_COUNT
+
+
 def _count(record: Mapping[str, Any], key: str, where: str = "state_json") -> int:
     value = record.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+    if not _is_count(value):
         raise ValueError(f"{where}[{key!r}] must be an integer in [0, 2**53], got "
                          f"{_short(value)}")
     return value
@@ -492,8 +490,7 @@ def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         bad("seed", "an integer >= 0")
     for key in ("num_timesteps", "n_updates", "n_episodes", "total_timesteps"):
-        value = meta.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_COUNT:
+        if not _is_count(meta.get(key)):
             bad(key, "an integer in [0, 2**53]")
     if meta.get("vectorization", "sync") not in ("sync", "async", "envpool"):
         bad("vectorization", "'sync', 'async' or 'envpool'")
@@ -524,6 +521,7 @@ def to_jsonable(obj):
 
 
 def from_jsonable(obj):
+    """Inverse of :func:`to_jsonable`."""
     if isinstance(obj, dict):
         if "__ndarray__" in obj:
             return np.asarray(obj["__ndarray__"], dtype=obj["dtype"])

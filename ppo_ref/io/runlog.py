@@ -1,15 +1,10 @@
 """Run directories: ``config.json`` (what was run, with a random ``run_id`` that every
-checkpoint repeats), ``metrics.csv`` (one row per update, deterministic columns, floats by
-``repr``), ``timing.csv`` (per update: fps, seconds, wall clock), ``episodes.csv`` (one row
-per finished episode) and ``checkpoint.npz`` (:mod:`ppo_ref.io.checkpoint`).
-
-Nothing is lost to a crash or a kill -9 at any instant: the CSVs are only appended to while a
-run trains and ``fsync``-ed before every checkpoint; every file that is rewritten (config.json,
-the CSVs cut back to the checkpoint on resume, the checkpoint) is replaced atomically
-(:func:`ppo_ref.io.checkpoint.write_atomic`). :class:`RunLogger` works with any trainer
-exposing ``num_timesteps``, ``n_updates``, ``n_episodes``, ``total_timesteps``,
-``recent_returns``, ``last_episodes``, ``state_arrays()``, ``checkpoint_metadata(arrays)`` and
-``save(path, arrays, metadata)``.
+checkpoint repeats), ``metrics.csv`` (one row per update, floats by ``repr``), ``timing.csv``
+(fps, seconds, wall clock per update), ``episodes.csv`` (one row per finished episode) and
+``checkpoint.npz``. Nothing is lost to a crash or a kill -9 at any instant: the CSVs are only
+appended to while a run trains and ``fsync``-ed before every checkpoint; every file that is
+rewritten (config.json, the CSVs cut back to the checkpoint on resume, the checkpoint) is
+replaced atomically (:func:`ppo_ref.io.checkpoint.write_atomic`).
 """
 from __future__ import annotations
 
@@ -60,17 +55,12 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _complete_rows(path: str) -> List[List[str]]:
-    """The complete rows of a run-directory CSV (a last line without its line end is dropped)."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
-    return list(csv.reader(line + "\n" for line in text.split("\n")[:-1]))
-
-
 def read_csv(path: str) -> Dict[str, np.ndarray]:
     """Columns of a run-directory CSV as float64 arrays (``{}`` when empty); a last row cut
     short is ignored, a malformed complete row raises ``ValueError``."""
-    rows = _complete_rows(path)
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        lines = fh.read().split("\n")[:-1]  # complete lines only
+    rows = list(csv.reader(line + "\n" for line in lines))
     if len(rows) < 2:
         return {}
     header, body = rows[0], rows[1:]
@@ -82,10 +72,9 @@ def read_csv(path: str) -> Dict[str, np.ndarray]:
 
 
 def _truncate_csv(path: str, column: str, limit: float) -> Optional[float]:
-    """Keep the complete, readable rows whose ``column`` is a number <= ``limit`` (rows after the
-    checkpoint a run resumes from would appear twice), bytes unchanged; the file is replaced
-    atomically when a line goes, removed when it has no complete header. Returns the largest
-    ``column`` value kept (None when none)."""
+    """Keep the complete, readable rows whose ``column`` is a number <= ``limit`` (later rows
+    would appear twice after a resume), bytes unchanged; the file is replaced atomically when a
+    line goes, removed without a complete header. Returns the largest value kept (or None)."""
     if not os.path.exists(path):
         return None
     with open(path, "rb") as fh:
@@ -131,10 +120,9 @@ MAX_CONFIG_BYTES = 16 * 2 ** 20
 
 
 def read_run_config(path: str) -> Dict[str, Any]:
-    """The JSON object of a run's ``config.json``, at most :data:`MAX_CONFIG_BYTES` bytes (an
-    endless file such as ``/dev/zero`` is not read to the end). Raises ``ValueError`` naming the
-    file when it is larger, not UTF-8, not JSON, nested too deep or not an object; ``OSError``
-    when it cannot be read."""
+    """The JSON object of a run's ``config.json`` (at most :data:`MAX_CONFIG_BYTES` are read).
+    ``ValueError`` naming the file when it is larger, not UTF-8, not JSON, nested too deep or
+    not an object; ``OSError`` when it cannot be read."""
     with open(path, "rb") as fh:
         data = fh.read(MAX_CONFIG_BYTES + 1)
     if len(data) > MAX_CONFIG_BYTES:
@@ -151,15 +139,14 @@ def read_run_config(path: str) -> Dict[str, Any]:
 
 
 class RunLogger:
-    """Writes a run directory and prints progress; pass :meth:`callback` to ``learn``.
+    """Writes a run directory and prints progress; pass :meth:`callback` to a trainer's
+    ``learn`` (any trainer with PPOTrainer's counters and checkpoint methods).
 
     ``run_info``: JSON-safe dict for ``config.json`` (on resume the first run's is kept, with
     ``resumed_at`` and ``resume_argv`` appended); ``resume_from``: the resumed state's
     ``n_updates`` and ``num_timesteps`` (CSV rows after it are dropped), or None;
-    ``progress_every``/``checkpoint_every``: seconds between progress lines / checkpoints (the
-    in-memory snapshot of the last rollout boundary is refreshed after every update);
-    ``stream``: where progress goes (stdout). :meth:`request_stop` makes the next callback
-    return False, so the trainer stops at a rollout boundary.
+    ``progress_every``/``checkpoint_every``: seconds between progress lines / checkpoints;
+    ``stream``: where progress goes (stdout).
     """
     def __init__(self, run_dir: str, run_info: Dict[str, Any], *,
                  resume_from: Optional[Dict[str, int]] = None, progress_every: float = 2.0,
@@ -223,10 +210,7 @@ class RunLogger:
         self._metrics = self._open(self.metrics_path, METRIC_COLUMNS)
         self._timing = self._open(self.timing_path, TIMING_COLUMNS)
         self._episodes = self._open(self.episodes_path, EPISODE_COLUMNS)
-        now = time.perf_counter()
-        self._start = now
-        self._last_progress = now
-        self._last_checkpoint = now
+        self._start = self._last_progress = self._last_checkpoint = time.perf_counter()
         self._start_timesteps: Optional[int] = None
         # (clock, timesteps) after this process's first update (compiling): the fps/ETA origin
         self._rate_mark: Optional[tuple] = None

@@ -1,16 +1,12 @@
 """The PPO trainers: collect a rollout, compute advantages, run the epochs of the update.
 
-``PPOTrainer`` composes the pieces of its tier (:func:`ppo_ref.tiers.tier_for`) and re-derives
-nothing: :class:`~ppo_ref.train.rollout.RolloutCollector`, the tier's ``advantages.gae`` and
-:func:`ppo_ref.spec.update.run_epochs`, one update per rollout. Schedules use SB3's
-``progress_remaining`` (:func:`progress_remaining`), measured after the rollout (SB3) or
-before it (CleanRL) per ``config.schedule_progress``.
-
-Randomness: ``np.random.SeedSequence(seed)`` spawns independent streams for parameter init, env
-seeds, action sampling, minibatch permutations and ``predict``; the same seed gives
-bit-identical runs. Checkpoints (:meth:`PPOTrainer.save`, :meth:`PPOTrainer.load`) capture the
-whole run state at a rollout boundary (:mod:`ppo_ref.io.state`), so a resumed run continues
-exactly for envs whose state is plain attributes (all classic-control envs).
+``PPOTrainer`` composes the pieces of its tier (:func:`ppo_ref.tiers.tier_for`):
+:class:`~ppo_ref.train.rollout.RolloutCollector`, the tier's ``advantages.gae`` and
+:func:`ppo_ref.spec.update.run_epochs`, one update per rollout. ``np.random.SeedSequence(seed)``
+spawns the streams of parameter init, env seeds, action sampling, minibatch permutations and
+``predict``: the same seed gives bit-identical runs, and a checkpoint (:meth:`PPOTrainer.save`)
+captures the whole run state at a rollout boundary, so a resumed run continues exactly for envs
+whose state is plain attributes (all classic-control envs; :mod:`ppo_ref.io.state`).
 """
 from __future__ import annotations
 
@@ -55,13 +51,10 @@ class Iteration(NamedTuple):
 
 
 def limit_blas_threads(n_threads: int = 1) -> bool:
-    """Limit NumPy's BLAS (OpenBLAS, MKL, BLIS) to ``n_threads`` threads for the whole process
-    from now on (``threadpoolctl.threadpool_limits(n_threads, user_api="blas")``); PPO's
-    matrices are too small to gain from more. :class:`PPOTrainer` calls it with
-    ``blas_threads``; it is not undone on close (to scope it, pass ``blas_threads=None`` and use
-    ``threadpool_limits`` as a context manager). Returns True if a BLAS pool was limited.
-    Raises ``ValueError`` for ``n_threads < 1``.
-    """
+    """Limit NumPy's BLAS to ``n_threads`` threads for the rest of the process
+    (``threadpoolctl.threadpool_limits(n_threads, user_api="blas")``: PPO's matrices are too
+    small to gain from more; use ``threadpool_limits`` as a context manager to scope it).
+    Returns True if a BLAS pool was limited; ``ValueError`` for ``n_threads < 1``."""
     from threadpoolctl import threadpool_limits
     n = int(n_threads)
     if n < 1:
@@ -71,9 +64,9 @@ def limit_blas_threads(n_threads: int = 1) -> bool:
 
 
 def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> Optional[int]:
-    """``value`` as the number of numba threads (:mod:`ppo_ref._numba`, "Threads"): None when
-    ``none_ok`` (leave numba's setting), or an integer (not a bool) in ``[1,
-    numba.config.NUMBA_NUM_THREADS]``. Raises ValueError naming ``name`` otherwise."""
+    """``value`` as a number of numba threads: None when ``none_ok`` (numba's setting stays),
+    or an integer (not a bool) in ``[1, numba.config.NUMBA_NUM_THREADS]``; ``ValueError``
+    naming ``name`` otherwise."""
     if value is None and none_ok:
         return None
     most = numba.config.NUMBA_NUM_THREADS
@@ -89,7 +82,7 @@ def check_kernel_threads(value, name: str = "threads", none_ok: bool = True) -> 
 def kernel_threads(n_threads: Optional[int]):
     """Run the block with ``numba.set_num_threads(n_threads)`` for the calling thread, then
     restore the previous value; None, or plain loops (``PARALLEL_LOOPS`` False), change
-    nothing. Raises ValueError naming ``n_threads`` as :func:`check_kernel_threads`."""
+    nothing. ``ValueError`` as :func:`check_kernel_threads`."""
     n = check_kernel_threads(n_threads, "n_threads")
     if n is None or not PARALLEL_LOOPS:
         yield
@@ -100,19 +93,6 @@ def kernel_threads(n_threads: Optional[int]):
         yield
     finally:
         numba.set_num_threads(previous)
-
-
-# the largest total_timesteps learn accepts: every step count up to it is exact in float64
-MAX_TOTAL_TIMESTEPS = 2 ** 53
-
-
-def _check_total_timesteps(value) -> int:
-    """``value`` as an int in ``[0, MAX_TOTAL_TIMESTEPS]`` (ints only, as :func:`check_count`),
-    or ``ValueError`` naming ``total_timesteps``."""
-    total = check_count(value, "total_timesteps", 0)
-    if total > MAX_TOTAL_TIMESTEPS:
-        raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
-    return total
 
 
 def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
@@ -135,17 +115,16 @@ class PPOTrainer:
     """Feedforward PPO on a gymnasium vector environment (module docstring).
 
     Args:
-        env: a gymnasium id (``"CartPole-v1"``; ``config.n_envs`` copies are made) or a
-            gymnasium ``VectorEnv`` in SAME_STEP autoreset mode with ``config.n_envs`` envs.
+        env: a gymnasium id (``config.n_envs`` copies are made) or a gymnasium ``VectorEnv``
+            in SAME_STEP autoreset mode with ``config.n_envs`` envs.
         config: :class:`~ppo_ref.config.PPOConfig` (default ``PPOConfig()``); its ``backend``
-            picks the tier (:func:`ppo_ref.tiers.tier_for`).
+            picks the tier.
         seed: the run's seed (int >= 0).
-        vectorization: ``"sync"`` (default) or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
+        vectorization: ``"sync"`` or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
-        blas_threads: if not None, :func:`limit_blas_threads` is called with it (default 1).
-        threads: numba's threads during :meth:`iteration`, :meth:`evaluate`, :meth:`predict`
-            and :meth:`update` (:func:`kernel_threads`; default 1; None leaves numba's
-            setting); results are the same bits for any value. Not saved with a checkpoint.
+        blas_threads: if not None, passed to :func:`limit_blas_threads`.
+        threads: numba's threads while the trainer computes (:func:`kernel_threads`; None
+            leaves numba's setting); the same bits for any value. Not saved with a checkpoint.
 
     Attributes: ``tier``, ``policy``, ``params`` (dict of float64 arrays), ``adam_state``,
     ``num_timesteps`` (single-env steps collected), ``n_updates``, ``n_episodes``,
@@ -211,8 +190,7 @@ class PPOTrainer:
         self.last_episodes: List[Tuple[int, float, int]] = []
 
     def _check_config(self, config: PPOConfig) -> None:
-        """What this trainer requires of a config beyond its own checks (the recurrent
-        trainer: whole-env minibatches)."""
+        """What a subclass requires of a config beyond its own checks."""
 
     # -- the three steps of an update ---------------------------------------------------------
     def collect_rollout(self) -> Rollout:
@@ -222,9 +200,8 @@ class PPOTrainer:
         return self.record_rollout(self.collector.collect(self.params, self.action_rng))
 
     def record_rollout(self, rollout: Rollout) -> Rollout:
-        """Count a rollout this trainer consumes (collected by it, or assembled by the
-        actor-learner's learner): ``num_timesteps += n_steps * n_envs``; its finished episodes
-        become ``last_episodes`` and are added to ``n_episodes`` and ``recent_returns``."""
+        """Count a rollout this trainer consumes (collected, or assembled by the actor-learner's
+        learner) in ``num_timesteps``, ``last_episodes``, ``n_episodes``, ``recent_returns``."""
         self.num_timesteps += rollout.n_steps * rollout.n_envs
         self.last_episodes = list(zip(rollout.episode_envs, rollout.episode_returns,
                                       rollout.episode_lengths))
@@ -287,15 +264,10 @@ class PPOTrainer:
 
     def train_on(self, rollout: Rollout, advantages: np.ndarray,
                  returns: np.ndarray) -> Dict[str, float]:
-        """The epochs of one PPO update on a rollout: :func:`ppo_ref.spec.update.run_epochs`
-        with this trainer's minibatches, the policy's ``evaluate``/``backward`` and the tier's
-        losses and optimizer. Replaces ``params`` and ``adam_state`` and returns the stats of
-        ``run_epochs`` plus ``explained_variance`` (rollout values against returns).
-
-        Raises:
-            FloatingPointError: a non-finite result, naming the update, epoch and minibatch
-                (the parameters are those before this update).
-        """
+        """The epochs of one PPO update (:func:`ppo_ref.spec.update.run_epochs` with this
+        trainer's minibatches, policy and tier): replaces ``params`` and ``adam_state``; returns
+        the stats of ``run_epochs`` plus ``explained_variance``. ``FloatingPointError`` naming
+        the update, epoch and minibatch for a non-finite result (parameters left unchanged)."""
         c = self.config
         advantages = batch_advantages(advantages, c, self.tier.losses)
         returns = np.asarray(returns, dtype=np.float64)
@@ -319,8 +291,7 @@ class PPOTrainer:
 
     @property
     def threads(self) -> Optional[int]:
-        """numba threads of each :meth:`iteration` (ValueError as :func:`check_kernel_threads`
-        on assignment)."""
+        """numba threads of each :meth:`iteration` (checked by :func:`check_kernel_threads`)."""
         return self._threads
 
     @threads.setter
@@ -331,16 +302,12 @@ class PPOTrainer:
     def learn(self, total_timesteps: int, callback: Optional[Callback] = None) -> "PPOTrainer":
         """Train until ``num_timesteps >= total_timesteps`` (an absolute target, also the horizon
         of the linear schedules, so a resumed run anneals exactly as an uninterrupted one).
-
-        After every update ``callback(trainer, stats)`` is called at a rollout boundary (the
-        state a checkpoint captures); returning ``False`` stops training there. ``stats`` are
-        :meth:`iteration`'s.
-
-        Raises:
-            ValueError: ``total_timesteps`` not an integer in ``[0, 2**53]``.
-            EnvStepError: from the collection.
-        """
-        total = _check_total_timesteps(total_timesteps)
+        After every update ``callback(trainer, stats)`` (:meth:`iteration`'s stats) is called at
+        a rollout boundary; returning ``False`` stops training there. Raises ``ValueError`` for
+        ``total_timesteps`` not an integer in ``[0, 2**53]``, :class:`EnvStepError`."""
+        total = check_count(total_timesteps, "total_timesteps", 0)
+        if total > 2 ** 53:  # every step count up to it is exact in float64
+            raise ValueError(f"total_timesteps must be in [0, 2**53], got {total}")
         self.total_timesteps = total
         while self.num_timesteps < total:
             stats = self.iteration().stats
@@ -356,20 +323,16 @@ class PPOTrainer:
         (default :meth:`collect_rollout`; another source must call :meth:`record_rollout`),
         ``compute_advantages(rollout)`` (default GAE), :meth:`train_on`, ``n_updates += 1``.
 
-        Returns :class:`Iteration`; its ``stats`` hold :meth:`train_on`'s plus ``timesteps``,
-        ``updates``, ``episodes``, ``progress_remaining``, ``fps``, ``time_rollout`` and
-        ``time_update`` (seconds).
+        Returns :class:`Iteration`; its ``stats`` add ``timesteps``, ``updates``, ``episodes``,
+        ``progress_remaining``, ``fps``, ``time_rollout`` and ``time_update`` (seconds).
         """
-        before = self.config.schedule_progress == "before_rollout"
         with kernel_threads(self.threads):
             t0 = time.perf_counter()
-            if before:
-                self.progress_remaining = progress_remaining(self.num_timesteps,
-                                                             self.total_timesteps)
+            steps_before = self.num_timesteps
             rollout = (next_rollout or self.collect_rollout)()
-            if not before:
-                self.progress_remaining = progress_remaining(self.num_timesteps,
-                                                             self.total_timesteps)
+            steps = (steps_before if self.config.schedule_progress == "before_rollout"
+                     else self.num_timesteps)
+            self.progress_remaining = progress_remaining(steps, self.total_timesteps)
             t1 = time.perf_counter()
             advantages, returns = (compute_advantages or self.compute_advantages)(rollout)
             stats = self.train_on(rollout, advantages, returns)
@@ -444,11 +407,9 @@ class PPOTrainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def state_arrays(self) -> Dict[str, np.ndarray]:
-        """Everything needed to continue this run exactly, as ``{name: ndarray}``:
-        ``params/<key>``, ``adam/<key>`` (:func:`ppo_ref.io.state.adam_state_to_arrays`),
-        ``collector/<key>`` (:meth:`RolloutCollector.state_arrays`), ``recent_returns`` and
-        ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config). Call
-        it at a rollout boundary (e.g. from the :meth:`learn` callback)."""
+        """Everything needed to continue this run exactly (call it at a rollout boundary):
+        ``params/<key>``, ``adam/<key>``, ``collector/<key>``, ``recent_returns`` and
+        ``state_json`` (uint8 JSON: counters, generator states, sub-env states, config)."""
         coll_arrays, coll_meta = self.collector.state_arrays()
         arrays = {"params/" + k: np.array(v, copy=True) for k, v in self.params.items()}
         arrays.update({"adam/" + k: v for k, v in adam_state_to_arrays(self.adam_state).items()})
@@ -469,11 +430,10 @@ class PPOTrainer:
         return arrays
 
     def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
-        """Restore a :meth:`state_arrays` snapshot into this trainer (same env id, config and
-        number of envs), vetted against this trainer's own state
-        (:func:`ppo_ref.io.checkpoint.vet_state_arrays`, ``vet_state_record``). Raises
-        ``ValueError`` on any mismatch; a failure may leave this trainer half-restored
-        (:meth:`load` then discards it)."""
+        """Restore a :meth:`state_arrays` snapshot (same env id, config and number of envs),
+        vetted against this trainer's own state (``vet_state_arrays``, ``vet_state_record`` of
+        :mod:`ppo_ref.io.checkpoint`). ``ValueError`` on any mismatch, which may leave this
+        trainer half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = _current_layout({k: np.asarray(v) for k, v in arrays.items()})
@@ -482,7 +442,6 @@ class PPOTrainer:
         counters = vet_state_record(state, n_steps=self.config.n_steps, n_envs=self.config.n_envs,
                                     n_recent=len(arrays["recent_returns"]),
                                     episode_lengths=arrays["collector/episode_length"])
-        progress = state["progress_remaining"]
 
         def part(prefix):
             return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
@@ -495,9 +454,8 @@ class PPOTrainer:
             set_generator_state(getattr(self, name), state[name])
         for key, value in counters.items():
             setattr(self, key, value)
-        self.progress_remaining = float(progress)
-        self.recent_returns = deque((float(x) for x in arrays.get("recent_returns", [])),
-                                    maxlen=RECENT_EPISODES)
+        self.progress_remaining = float(state["progress_remaining"])
+        self.recent_returns = deque(arrays["recent_returns"].tolist(), maxlen=RECENT_EPISODES)
         self.last_episodes = []
         self.env_seeds = list(state.get("env_seeds", self.env_seeds))
 
@@ -520,9 +478,9 @@ class PPOTrainer:
 
     def save(self, path, arrays: Optional[Dict[str, np.ndarray]] = None,
              metadata: Optional[Dict[str, Any]] = None) -> str:
-        """Write a checkpoint (``.npz``) atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`).
-        ``arrays``/``metadata`` default to the current :meth:`state_arrays` /
-        :meth:`checkpoint_metadata`; pass an earlier snapshot to save that state instead."""
+        """Write a checkpoint atomically (:func:`ppo_ref.io.checkpoint.save_checkpoint`) of
+        ``arrays`` and ``metadata`` (default: the current :meth:`state_arrays` and
+        :meth:`checkpoint_metadata`; pass an earlier snapshot to save that state)."""
         if arrays is None:
             arrays = self.state_arrays()
         if metadata is None:
@@ -531,51 +489,36 @@ class PPOTrainer:
 
     @classmethod
     def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":
-        """A trainer restored from a checkpoint written by :meth:`save`.
-
-        ``env``: a vector env to use instead of re-making ``env_id`` (required when the
-        checkpoint was made from a user-built vector env). ``allow_import``: a checkpoint whose
-        ``env_id`` has gymnasium's ``"module:EnvId"`` form names a Python module that making
-        the env imports (runs); it is imported only with ``allow_import=True`` (or when already
-        imported). Every array is compared with this trainer's own state (names, shapes, dtypes,
-        finite values: :meth:`load_state_arrays`).
-
-        Raises :class:`~ppo_ref.io.checkpoint.CheckpointError` (one line naming ``path``) on a
+        """A trainer restored from a checkpoint written by :meth:`save`, every array compared
+        with the new trainer's own state (:meth:`load_state_arrays`). ``env``: a vector env to
+        use instead of re-making ``env_id`` (required for a user-built one); ``allow_import``:
+        consent to import the module of an ``env_id`` ``"module:EnvId"``. Raises
+        :class:`~ppo_ref.io.checkpoint.CheckpointError` (one line naming ``path``) for a
         missing, corrupt, truncated or crafted file, a state that does not fit the trainer its
-        settings build, or an env module import without consent.
-        """
+        settings build, or an env module import without consent."""
         arrays, meta = load_checkpoint(path)
         where = f"checkpoint {str(path)!r}"
-        vet_checkpoint_metadata(meta, where)
-        if meta.get("trainer") != cls.__name__:
-            raise CheckpointError(f"{where} holds a {meta.get('trainer')!r}, not a {cls.__name__}")
+        vet_checkpoint_metadata(meta, where)  # seed, env_id and env_kwargs of the right types
+        if meta["trainer"] != cls.__name__:
+            raise CheckpointError(f"{where} holds a {meta['trainer']!r}, not a {cls.__name__}")
         try:
             config = PPOConfig.from_dict(meta["config"])
-            seed = meta["seed"]
-            if isinstance(seed, bool) or not isinstance(seed, int):
-                raise ValueError(f"seed must be an integer, got {seed!r}")
-            env_kwargs = meta.get("env_kwargs") or None
-            if env_kwargs is not None and not isinstance(env_kwargs, dict):
-                raise ValueError(f"env_kwargs must be a JSON object, got "
-                                 f"{type(env_kwargs).__name__}")
         except _RESTORE_ERRORS as exc:
             raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
                                   f"{_one_line(exc)}") from None
         if env is None:
-            if meta.get("env_id") is None:
+            env = meta.get("env_id")
+            if env is None:
                 raise CheckpointError(f"{where} has no env id: pass env=")
-            env = meta["env_id"]
-            if not isinstance(env, str):
-                raise CheckpointError(f"{where} has env id {env!r}, not a string")
             check_env_import(env, allow_import, where)
-        trainer = cls(env, config, seed=seed,
+        trainer = cls(env, config, seed=meta["seed"],
                       vectorization=kwargs.pop("vectorization", meta.get("vectorization", "sync")),
-                      env_kwargs=env_kwargs, **kwargs)
+                      env_kwargs=meta.get("env_kwargs") or None, **kwargs)
         try:
             trainer.load_state_arrays(arrays)
             for key in ("num_timesteps", "n_updates", "n_episodes", "total_timesteps"):
-                if meta.get(key) != getattr(trainer, key):
-                    raise ValueError(f"metadata {key}={meta.get(key)!r} differs from the "
+                if meta[key] != getattr(trainer, key):
+                    raise ValueError(f"metadata {key}={meta[key]!r} differs from the "
                                      f"state's {getattr(trainer, key)!r}")
         except BaseException as exc:
             trainer.close()
@@ -590,18 +533,13 @@ class PPOTrainer:
         self.collector.close()
 
 
-#: Entries of the snapshot layout of ppo_ref 0.1.0 before the collector carried the LSTM states
-#: (checkpoints of the same ``FORMAT_VERSION``), by their current names.
-_EARLIER_NAMES = {"collector/state.h": "lstm/h", "collector/state.c": "lstm/c"}
-
-
 def _current_layout(arrays: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """``arrays`` in the current snapshot layout: the earlier layout's LSTM states renamed
-    (:data:`_EARLIER_NAMES`) and its float32 reward-normalizer entries (``ret_accumulated``,
-    ``ret_prev_dones``: gymnasium's dtype) widened to float64, which is exact. A snapshot
-    already in the current layout is returned unchanged."""
+    """``arrays`` in the current snapshot layout. The layout of ppo_ref 0.1.0 before the
+    collector carried the LSTM states (same ``FORMAT_VERSION``) named them ``lstm/h``,
+    ``lstm/c`` and stored the reward normalizer's ``ret_accumulated``, ``ret_prev_dones`` as
+    float32 (gymnasium's dtype): renamed, and widened to float64, which is exact."""
     out = dict(arrays)
-    for name, earlier in _EARLIER_NAMES.items():
+    for name, earlier in (("collector/state.h", "lstm/h"), ("collector/state.c", "lstm/c")):
         if earlier in out and name not in out:
             out[name] = out.pop(earlier)
     for name in ("collector/ret_accumulated", "collector/ret_prev_dones"):

@@ -2,13 +2,10 @@
 :class:`~ppo_ref.train.policies.RecurrentPolicy`.
 
 Each env's LSTM state is carried across steps and rollouts (reset only by ``episode_starts``);
-the state before step 0 is stored as ``Rollout.initial_state``. Minibatches are whole envs
-replayed over all ``T`` steps from that state (:func:`ppo_ref.spec.update.recurrent_minibatches`;
-BPTT cut only at episode starts, as CleanRL's ``ppo_atari_lstm.py`` and thrust-rl; sb3-contrib
-cuts and pads sequences instead). Bootstrap values read the state without advancing it, as
-sb3-contrib: ``last_values = V(obs_T | state_T)``, ``final_values[t] = V(final_obs[t] | state
-after step t)``. On the compiled tier an env's arithmetic does not depend on the other envs of
-a call, so the first minibatch of every update has ratio exactly 1.
+the state before step 0 is ``Rollout.initial_state``, from which minibatches of whole envs are
+replayed over all ``T`` steps (:func:`ppo_ref.spec.update.recurrent_minibatches`: BPTT cut only
+at episode starts, as CleanRL's ``ppo_atari_lstm.py``; sb3-contrib pads sequences instead).
+Bootstrap values read the state without advancing it, as sb3-contrib.
 """
 from __future__ import annotations
 
@@ -44,16 +41,11 @@ def envs_per_minibatch(n_envs: int, n_steps: int, batch_size: int) -> int:
 
 
 class RecurrentPPOTrainer(PPOTrainer):
-    """PPO with an LSTM actor-critic (module docstring). Same constructor and methods as
-    :class:`~ppo_ref.train.ppo.PPOTrainer`; the policy follows ``config.lstm_hidden_size``,
-    ``config.lstm_shared``, ``config.net_arch`` (towers after the LSTM) and ``config.activation``.
-
-    Extra attributes: ``lstm_states`` (the carried :class:`LSTMStates` ``[L, N, H]``),
-    ``envs_per_minibatch``.
-
-    Raises:
-        ValueError: everything PPOTrainer raises, and ``n_envs`` not divisible by
-            ``max(1, batch_size // n_steps)`` (:func:`envs_per_minibatch`).
+    """PPO with an LSTM actor-critic: :class:`~ppo_ref.train.ppo.PPOTrainer`'s constructor and
+    methods; the policy follows ``config.lstm_hidden_size``, ``lstm_shared``, ``net_arch``
+    (towers after the LSTM) and ``activation``. Extra attributes: ``lstm_states``,
+    ``envs_per_minibatch``. Raises ``ValueError`` as PPOTrainer, and for ``n_envs`` not
+    divisible by :func:`envs_per_minibatch`.
     """
 
     policy_kind = "lstm"
@@ -69,8 +61,7 @@ class RecurrentPPOTrainer(PPOTrainer):
         return self.collector.state
 
     def _whole_rollout(self, rollout: Rollout):
-        """The replay of the whole rollout from its start state (the policy's ``evaluate``
-        data)."""
+        """The policy's ``evaluate`` data: the whole rollout replayed from its start state."""
         return (rollout.observations, rollout.actions, rollout.initial_state,
                 rollout.episode_starts)
 
@@ -135,8 +126,7 @@ class RecurrentPPOTrainer(PPOTrainer):
             return (actions[0] if single else actions), new_state
 
     def _episode_actor(self, deterministic: bool):
-        """``act(obs)`` for one evaluation episode: the memory starts from a reset and is
-        carried through the episode."""
+        """``act(obs)`` for one evaluation episode, its memory reset at the start."""
         state, first = None, True
 
         def act(obs):
