@@ -239,6 +239,16 @@ def test_malformed_case_files_are_one_line(vectors_dir, reference, tmp_path, cap
     assert os.path.basename(path) in _one_line_error(capsys, "check")
 
 
+@pytest.mark.parametrize("extra", [[], ["--list-fields"], ["--async"]])
+def test_an_empty_env_is_refused_not_read_as_the_default_env(tmp_path, capsys, extra):
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--env", "", "--run-dir", str(run_dir), "--total-timesteps",
+                     "256", "--quiet", *extra]) == 2
+    line = _one_line_error(capsys, "train")
+    assert "--env" in line and "''" in line
+    assert not run_dir.exists()  # nothing trained (CartPole-v1 was, silently)
+
+
 # -- found by a fresh user's run of the README ----------------------------------------------
 
 @pytest.mark.parametrize("value", ["", "64,,64", ",64"])

@@ -718,6 +718,9 @@ def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: 
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.env is not None and not args.env.strip():  # not taken for "no --env"
+        raise UsageError(f"--env must be a gymnasium id such as {DEFAULT_ENV} (leave it out for "
+                         f"{DEFAULT_ENV}), got {args.env!r}")
     if args.list_fields:
         return list_fields(args)
     _check_train_flags(args)
