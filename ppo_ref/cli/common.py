@@ -12,8 +12,8 @@ from typing import Any, Dict, Optional
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
-           "policy_of_trainer", "probe_env", "SigintStopper", "rollout_note", "check_n_envs",
-           "saved_config", "close_quickly", "read_run_info", "check_same_run"]
+           "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "rollout_note",
+           "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -237,39 +237,53 @@ def probe_env(env_id: str) -> None:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during training: the last good state is saved and the exit status is 143."""
+
+
 class SigintStopper:
     """First Ctrl-C: stop at the next rollout boundary (exact checkpoint). Second: interrupt now
-    (the last boundary's snapshot is saved)."""
+    (the last boundary's snapshot is saved). SIGTERM: as a second Ctrl-C, raising
+    :class:`Terminated` (exit status 128 + 15)."""
 
     def __init__(self, logger):
         self.logger = logger
-        self.previous = None
+        self.previous = {}
 
     def __enter__(self):
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not in the main thread
-            self.previous = None
+        for signum, handler in ((signal.SIGINT, self._handle), (signal.SIGTERM, self._terminate)):
+            try:
+                self.previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not in the main thread
+                pass
         return self
+
+    def _nothing_saved(self, code: int) -> None:
+        """No update has completed in this process (e.g. the first one, which compiles the
+        kernels): there is nothing to save, so stop at once; raising here could land inside the
+        compiler, which would turn it into another error."""
+        if getattr(self.logger, "snapshot", None) is None:
+            print("\nppo-ref: interrupted before the first update completed: nothing was "
+                  "saved (the run directory's previous checkpoint, if any, is unchanged)",
+                  file=sys.stderr, flush=True)
+            os._exit(code)
 
     def _handle(self, signum, frame):
         if self.logger.stop_requested:
-            if getattr(self.logger, "snapshot", None) is None:
-                # no update has completed in this process (e.g. the first one, which compiles
-                # the kernels): there is nothing to save, so stop at once; raising here could
-                # land inside the compiler, which would turn it into another error
-                print("\nppo-ref: interrupted before the first update completed: nothing was "
-                      "saved (the run directory's previous checkpoint, if any, is unchanged)",
-                      file=sys.stderr, flush=True)
-                os._exit(130)
+            self._nothing_saved(130)
             raise KeyboardInterrupt
         self.logger.request_stop()
         print("\nppo-ref: stopping at the end of this update (Ctrl-C again to stop now)",
               file=sys.stderr, flush=True)
 
+    def _terminate(self, signum, frame):
+        self._nothing_saved(143)
+        raise Terminated
+
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for signum, previous in self.previous.items():
+            if previous is not None:
+                signal.signal(signum, previous)
         return False
 
 

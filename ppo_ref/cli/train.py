@@ -17,10 +17,10 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
-                                TRAINERS, SigintStopper, UsageError, building, check_n_envs,
-                                check_same_run, close_quickly, one_line, policy_of_trainer,
-                                probe_env, read_run_info, rollout_note, saved_config,
-                                trainer_class, trainer_class_by_name, user_input)
+                                TRAINERS, SigintStopper, Terminated, UsageError, building,
+                                check_n_envs, check_same_run, close_quickly, one_line,
+                                policy_of_trainer, probe_env, read_run_info, rollout_note,
+                                saved_config, trainer_class, trainer_class_by_name, user_input)
 
 __all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "default_policy",
            "default_timesteps", "zoo_note", "make_unique_dir", "list_fields", "run_training",
@@ -247,7 +247,8 @@ def run_training(trainer, logger, total_timesteps: int, *,
                  learn: Optional[Callable[[], Optional[str]]] = None) -> int:
     """Drive ``trainer.learn(total_timesteps, callback=logger.callback)`` (or ``learn()``, the
     actor-learner's loop, which may return text for the summary line) and return the exit code:
-    0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C; 3 after any
+    0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C, 143 after
+    SIGTERM (:class:`~ppo_ref.cli.common.SigintStopper`); 3 after any
     failure (an env raising anything, ``SystemExit`` included; a non-finite update; an actor or
     the learner failing; a bug). On 130 and 3 the last good state (the snapshot of the last
     completed update, whose counters and CSV rows agree) is saved and one line printed; the
@@ -261,12 +262,16 @@ def run_training(trainer, logger, total_timesteps: int, *,
             else:
                 extra = learn()
         logger.save(trainer)
-    except KeyboardInterrupt:
-        print(f"\nppo-ref: interrupted; {_save_last_good(logger, trainer)}", file=sys.stderr)
-        logger.close()
-        return 130
     except BaseException as exc:  # noqa: BLE001 -- every failure keeps the finished work
-        return _training_failed(trainer, logger, exc)
+        # a signal's exception raised while a compiled kernel runs reaches here as its cause
+        stop = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
+        if not isinstance(stop, KeyboardInterrupt):
+            return _training_failed(trainer, logger, exc)
+        terminated = isinstance(stop, Terminated)
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"\nppo-ref: {what}; {_save_last_good(logger, trainer)}", file=sys.stderr)
+        logger.close()
+        return 143 if terminated else 130
     code = 0
     if logger.stop_requested:
         code = 130
