@@ -199,13 +199,8 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
     return ex
 
 
-def _advantage_functions():
-    from ppo_ref.fast.advantages import gae, vtrace
-    return gae, vtrace
-
-
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    gae, _ = _advantage_functions()
+    from ppo_ref.spec.advantages import gae
     adv, ret = gae(_f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                    _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
                    gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
@@ -214,7 +209,7 @@ def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
 
 
 def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    _, vtrace = _advantage_functions()
+    from ppo_ref.spec.advantages import vtrace
     vs, pg = vtrace(_f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]),
                     _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
                     _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
