@@ -23,6 +23,8 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTupl
 
 import numpy as np
 
+from ppo_ref.tiers import tier_for
+
 __all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
            "finish"]
 
@@ -77,6 +79,10 @@ def _input_magnitude(ex: Mapping[str, Any], options=None) -> float:
             m = max(m, abs(v))
     return m
 
+
+#: What every check compares with: the readable definitions (the compiled tier is itself checked
+#: against them, tests/test_seam.py).
+_REFERENCE = tier_for("spec")
 
 _TRAJ_FLOATS = ("rewards", "values", "last_values", "final_values")
 #: The float inputs of each quantity (cast to the example's dtype).
@@ -169,22 +175,22 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
 
 
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.advantages import gae
-    adv, ret = gae(_f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
-                   _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
-                   gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
-                   bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
+    adv, ret = _REFERENCE.advantages.gae(
+        _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
+        _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
+        gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
+        bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
     return {"advantages": adv, "returns": ret}
 
 
 def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.advantages import vtrace
-    vs, pg = vtrace(_f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]),
-                    _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
-                    _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
-                    rho_bar=ex["rho_bar"], c_bar=ex["c_bar"], pg_rho_bar=ex["pg_rho_bar"],
-                    lambda_=ex["lambda_"], truncation=options["truncation"],
-                    bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
+    vs, pg = _REFERENCE.advantages.vtrace(
+        _f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]), _f64(ex["rewards"]),
+        _f64(ex["values"]), ex["terminated"], ex["truncated"], _f64(ex["last_values"]),
+        _f64(ex["final_values"]), gamma=float(ex["gamma"]), rho_bar=ex["rho_bar"],
+        c_bar=ex["c_bar"], pg_rho_bar=ex["pg_rho_bar"], lambda_=ex["lambda_"],
+        truncation=options["truncation"],
+        bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
     return {"vs": vs, "pg_advantages": pg}
 
 
@@ -332,13 +338,13 @@ def _scaled(ex: dict, loss: float, grad: np.ndarray, factor: float = 1.0):
 
 
 def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.losses import approx_kl, policy_loss
     new, old = _f64(ex["new_log_probs"]), _f64(ex["old_log_probs"])
     weights = ex.get("weights")
-    loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
-                                    clip_interval=options["clip_interval"],
-                                    dual_clip=options["dual_clip"], weights=weights)
-    kl = info["approx_kl"] if options["kl_estimator"] == "k3" else approx_kl(
+    losses = _REFERENCE.losses
+    loss, d_new, info = losses.policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
+                                           clip_interval=options["clip_interval"],
+                                           dual_clip=options["dual_clip"], weights=weights)
+    kl = info["approx_kl"] if options["kl_estimator"] == "k3" else losses.approx_kl(
         old, new, options["kl_estimator"], weights=weights)
     loss, d_new = _scaled(ex, loss, d_new)
     return {"loss": loss, "d_new_log_probs": d_new, "clip_fraction": info["clip_fraction"],
@@ -409,10 +415,9 @@ def _draw_value(draw, st, exclude, dtype):
 
 
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.losses import value_loss
-    loss, d_v = value_loss(_f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]),
-                           ex["clip_range_vf"], mode=options["value_loss_mode"], huber_delta=1.0,
-                           weights=ex.get("weights"))
+    loss, d_v = _REFERENCE.losses.value_loss(
+        _f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]), ex["clip_range_vf"],
+        mode=options["value_loss_mode"], huber_delta=1.0, weights=ex.get("weights"))
     loss, d_v = _scaled(ex, loss, d_v, float(options["value_loss_scale"]))
     return {"loss": loss, "d_values": d_v}
 
@@ -450,8 +455,7 @@ def _draw_normalize(draw, st, exclude, dtype):
 
 
 def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.losses import normalize_advantages
-    return {"advantages": normalize_advantages(
+    return {"advantages": _REFERENCE.losses.normalize_advantages(
         _f64(ex["advantages"]), ddof=options["advantage_norm_ddof"],
         eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"])}
 
