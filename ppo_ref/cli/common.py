@@ -7,7 +7,14 @@ import importlib
 import os
 import signal
 import sys
+import threading
+import warnings
 from typing import Any, Dict, Optional
+
+import gymnasium
+
+from ppo_ref.config import PPOConfig
+from ppo_ref.vectors.codec import read_json_file
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
@@ -89,7 +96,6 @@ def saved_config(config_dict, source: str):
     """The :class:`~ppo_ref.config.PPOConfig` a checkpoint or config.json records, checked
     (:func:`check_n_envs`) before anything is built from it; :class:`UsageError` naming
     ``source`` otherwise."""
-    from ppo_ref.config import PPOConfig
     with user_input(f"{source}: bad config"):
         if not isinstance(config_dict, dict):
             raise ValueError("not a JSON object")
@@ -119,8 +125,6 @@ def close_quickly(trainer, seconds: float) -> None:
     not closed by then (an env hung in ``step`` or ``close``, a dead worker's pipe) are killed,
     so the command always ends; what closing raises is not reported (the run's outcome was
     reported already)."""
-    import threading
-    import warnings
     close = getattr(trainer, "close", None)
     if close is None:
         return
@@ -188,7 +192,6 @@ def read_run_info(run_dir: str) -> Dict[str, Any]:
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         return {}
-    from ppo_ref.vectors.codec import read_json_file
     with user_input(f"cannot read {path}"):
         info = read_json_file(path, "run file")
     return info if isinstance(info, dict) else {}
@@ -222,9 +225,6 @@ def check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any],
 def probe_env(env_id: str) -> None:
     """Make (and close) ``env_id`` once so a missing, deprecated or uninstalled env is reported
     as one line before anything is created (gymnasium's own error text is kept)."""
-    import warnings
-
-    import gymnasium
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
