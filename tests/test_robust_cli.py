@@ -304,3 +304,25 @@ def test_a_second_ctrl_c_before_the_first_update_stops_at_once(monkeypatch, caps
     stopper._handle(2, None)
     with pytest.raises(KeyboardInterrupt):  # an update completed: interrupt, save it
         stopper._handle(2, None)
+
+
+def test_sigterm_before_the_first_update_exits_143_at_once(monkeypatch, capsys):
+    """As a second Ctrl-C: nothing to save yet exits 143 at once; after an update, Terminated
+    (a KeyboardInterrupt: saved as one) is raised."""
+    from ppo_ref.cli.common import SigintStopper, Terminated
+
+    class Logger:
+        stop_requested = False
+        snapshot = None
+
+    def fake_exit(code):
+        raise SystemExit(code)
+    monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
+    with pytest.raises(SystemExit) as info:
+        SigintStopper(Logger())._terminate(15, None)
+    assert info.value.code == 143
+    assert "nothing was saved" in capsys.readouterr().err
+    logger = Logger()
+    logger.snapshot = {"state": 1}
+    with pytest.raises(Terminated):
+        SigintStopper(logger)._terminate(15, None)

@@ -128,6 +128,12 @@ def test_convention_dict_and_bad_arguments():
         check_policy_loss(policy_loss, layout="dones")
     with pytest.raises(ValueError, match="skip names an unknown output"):
         check_policy_loss(policy_loss, skip=("clipfrac",))
+    # identify checks its arguments as the checks do (it searched with float64 for any dtype)
+    for bad, match in (({"dtype": "float16"}, "dtype must be one of"),
+                       ({"max_examples": 0}, "max_examples must be >= 1"),
+                       ({"skip": ("clipfrac",)}, "skip names an unknown output")):
+        with pytest.raises(ValueError, match=match):
+            identify(policy_loss, "policy_loss", **bad)
 
 
 # --- planted bugs ---------------------------------------------------------------------------

@@ -448,14 +448,8 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
           max_examples: Optional[int] = None, skip: Sequence[str] = (),
           fixed: Optional[Mapping[str, Any]] = None, exclude: Sequence[str] = (),
           deadline: Optional[float] = DEFAULT_DEADLINE) -> None:
-    """Fuzz ``fn`` against the reference ``quantity``; the ``check_*`` functions call this.
-
-    Raises:
-        Mismatch: on the first (shrunk) difference.
-        ValueError: an unknown quantity, layout, convention, dtype, skipped output or
-            excluded condition, or a bad deadline.
-        ImportError: hypothesis is not installed (``pip install ppo_ref[testing]``).
-    """
+    """Fuzz ``fn`` against the reference ``quantity`` (``"gae"``, ...): the ``check_*``
+    functions (:func:`check_gae` documents the arguments and what is raised)."""
     __tracebackhide__ = True  # pytest: the test's line, then the message
     q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
                                                    exclude, deadline, DEFAULT_MAX_EXAMPLES)
@@ -509,7 +503,8 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
             conventions ``fn`` agrees with on that example; also when ``fn`` raises, writes
             into an input, returns anything but real floats of the expected shape, or is
             slower than ``deadline``.
-        ValueError: an unknown layout, convention option, dtype, output name or condition.
+        ValueError: an unknown layout, convention option, dtype, output name or condition,
+            or a bad deadline or max_examples.
         ImportError: hypothesis is missing (``pip install ppo_ref[testing]``).
     """
 

@@ -134,6 +134,11 @@ def _front(quantity: str, ex: Mapping[str, Any]) -> list:
     return []
 
 
+def _first_input(quantity: str) -> str:
+    """The input whose shape a row quantity's per-token outputs have."""
+    return "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
+
+
 def _scalar(quantity: str, ex: Mapping[str, Any]) -> list:
     return [ex[_SCALAR[quantity]]] if quantity in _SCALAR else []
 
@@ -414,8 +419,7 @@ class MaskedRows(Layout):
         rows, boot = self.rows(quantity, ex)
         cols, L = self._grid(rows, ex)
         seed = int(ex.get("_rows", 0))
-        first = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
-        mask = np.zeros((len(rows), L), np.asarray(ex[first]).dtype)
+        mask = np.zeros((len(rows), L), np.asarray(ex[_first_input(quantity)]).dtype)
         for b, c in enumerate(cols):
             mask[b, c] = 1.0
         if quantity == "gae":
@@ -428,8 +432,9 @@ class MaskedRows(Layout):
         return args + [mask] + _scalar(quantity, ex), {}
 
     # -- outputs ---------------------------------------------------------------------------
-    def _unpack(self, value, rows, cols, L, shape):
-        """A ``[B, L]`` result read back into the reference layout ``shape``."""
+    def _read(self, quantity, value, ex, rows):
+        """A ``[B, L]`` result read back into the reference layout."""
+        cols, L = self._grid(rows, ex)
         arr = as_numpy(value)
         try:
             arr = np.asarray(arr)
@@ -437,15 +442,10 @@ class MaskedRows(Layout):
             return BadOutput(f"not an array ({type(value).__name__})")
         if arr.shape != (len(rows), L):
             return BadOutput(f"shape {arr.shape}, expected the mask's {(len(rows), L)}")
-        out = np.empty(shape, arr.dtype)
+        out = np.empty(np.shape(ex[_first_input(quantity)]), arr.dtype)
         for b, (r, c) in enumerate(zip(rows, cols)):
             out[r] = arr[b, c]
         return out
-
-    def _read(self, quantity, value, ex, rows):
-        cols, L = self._grid(rows, ex)
-        key = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
-        return self._unpack(value, rows, cols, L, np.shape(ex[key]))
 
     def outputs(self, quantity, result, ex):
         rows, _ = self.rows(quantity, ex)
@@ -479,7 +479,6 @@ class Episodes(MaskedRows):
         return MaskedRows.outputs(self, quantity, result, ex)
 
     def _read(self, quantity, value, ex, rows):
-        key = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
         value = as_numpy(value)
         if isinstance(value, np.ndarray) and value.dtype != object and value.ndim < 2:
             return BadOutput(f"a {value.ndim}-d array, expected a list of {len(rows)} arrays")
@@ -490,7 +489,7 @@ class Episodes(MaskedRows):
         if [p.shape for p in parts] != [(len(r[0]),) for r in rows]:
             return BadOutput(f"shapes {[p.shape for p in parts]}, expected "
                              f"{[(len(r[0]),) for r in rows]}")
-        out = np.empty(np.shape(ex[key]), np.result_type(*parts))
+        out = np.empty(np.shape(ex[_first_input(quantity)]), np.result_type(*parts))
         for r, p in zip(rows, parts):
             out[r] = p
         return out

@@ -23,6 +23,7 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTupl
 
 import numpy as np
 
+from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.tiers import tier_for
 
 __all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
@@ -58,11 +59,6 @@ class Quantity(NamedTuple):
     reductions: Callable[[dict], Iterator[dict]]
     magnitude: Callable[[dict, Mapping[str, Any]], float]
     edges: Tuple[dict, ...] = ()
-
-
-def _hypothesis():
-    from ppo_ref.testing._hyp import require_hypothesis
-    return require_hypothesis()
 
 
 def _f64(x):
@@ -207,7 +203,7 @@ def _strategy(quantity: str, draw_example: Callable):
     """The ``strategy`` of ``quantity``: ``draw_example(draw, st, exclude, dtype) -> (example,
     its dtype)`` draws the float64 numbers, then :func:`finish` and, ``seeded``, the row seed."""
     def strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
-        st = _hypothesis().strategies
+        st = require_hypothesis().strategies
 
         @st.composite
         def examples(draw):
