@@ -226,6 +226,35 @@ def test_ctrl_c_saves_a_checkpoint_at_a_rollout_boundary(tmp_path):
     assert meta["num_timesteps"] < 1_000_000
 
 
+def test_sigterm_saves_the_last_good_state_and_the_run_resumes(tmp_path):
+    """SIGTERM (a scheduler's stop) after the first checkpoint interval: the state of the last
+    completed update is saved (newer than the first periodic checkpoint), the exit status is 143."""
+    import signal
+    import time
+    run_dir = str(tmp_path / "sigterm")
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--total-timesteps", "1000000",
+                             "--run-dir", run_dir, "--quiet", "--checkpoint-every", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    checkpoint = os.path.join(run_dir, "checkpoint.npz")
+    metrics = os.path.join(run_dir, "metrics.csv")
+    deadline = time.time() + 90
+    while time.time() < deadline and not os.path.exists(checkpoint):
+        time.sleep(0.1)
+    first = load_checkpoint(checkpoint)[1]["num_timesteps"]
+    while time.time() < deadline and read_csv(metrics)["timesteps"][-1] < first + 2 * 256:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "terminated (SIGTERM); saved the last good checkpoint" in err
+    _, meta = load_checkpoint(checkpoint)
+    assert meta["num_timesteps"] > first and meta["num_timesteps"] % 256 == 0
+    assert meta["num_timesteps"] in read_csv(metrics)["timesteps"]
+    assert cli.main(["train", "--resume", run_dir, "--total-timesteps",
+                     str(meta["num_timesteps"] + 256), "--quiet"]) == 0
+    assert load_checkpoint(checkpoint)[1]["num_timesteps"] == meta["num_timesteps"] + 256
+
+
 # -- problems reported by a fresh user (README in a clean venv) ---------------------------------
 
 def _one_line_error(capsys, cmd):

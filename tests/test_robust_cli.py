@@ -239,6 +239,16 @@ def test_malformed_case_files_are_one_line(vectors_dir, reference, tmp_path, cap
     assert os.path.basename(path) in _one_line_error(capsys, "check")
 
 
+@pytest.mark.parametrize("extra", [[], ["--list-fields"], ["--async"]])
+def test_an_empty_env_is_refused_not_read_as_the_default_env(tmp_path, capsys, extra):
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--env", "", "--run-dir", str(run_dir), "--total-timesteps",
+                     "256", "--quiet", *extra]) == 2
+    line = _one_line_error(capsys, "train")
+    assert "--env" in line and "''" in line
+    assert not run_dir.exists()  # nothing trained (CartPole-v1 was, silently)
+
+
 # -- found by a fresh user's run of the README ----------------------------------------------
 
 @pytest.mark.parametrize("value", ["", "64,,64", ",64"])
@@ -294,3 +304,25 @@ def test_a_second_ctrl_c_before_the_first_update_stops_at_once(monkeypatch, caps
     stopper._handle(2, None)
     with pytest.raises(KeyboardInterrupt):  # an update completed: interrupt, save it
         stopper._handle(2, None)
+
+
+def test_sigterm_before_the_first_update_exits_143_at_once(monkeypatch, capsys):
+    """As a second Ctrl-C: nothing to save yet exits 143 at once; after an update, Terminated
+    (a KeyboardInterrupt: saved as one) is raised."""
+    from ppo_ref.cli.common import SigintStopper, Terminated
+
+    class Logger:
+        stop_requested = False
+        snapshot = None
+
+    def fake_exit(code):
+        raise SystemExit(code)
+    monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
+    with pytest.raises(SystemExit) as info:
+        SigintStopper(Logger())._terminate(15, None)
+    assert info.value.code == 143
+    assert "nothing was saved" in capsys.readouterr().err
+    logger = Logger()
+    logger.snapshot = {"state": 1}
+    with pytest.raises(Terminated):
+        SigintStopper(logger)._terminate(15, None)

@@ -103,6 +103,22 @@ def test_loss_checks_pass_on_the_reference_in_both_dtypes():
     check_gae(ppo_ref.gae, dtype="float32", max_examples=FEW)
 
 
+@pytest.mark.parametrize("name, check", [("gae", check_gae), ("vtrace", check_vtrace)])
+def test_the_reference_is_the_spec_tier(monkeypatch, name, check):
+    """The checks compare with ppo_ref.spec (the readable definitions), not with the compiled
+    tier, which is itself checked against the spec (tests/test_seam.py)."""
+    import ppo_ref.spec.advantages as spec_advantages
+    from ppo_ref.tiers import tier_for
+    real, calls = getattr(spec_advantages, name), []
+
+    def recording(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(spec_advantages, name, recording)
+    check(getattr(tier_for("fast").advantages, name), max_examples=5)
+    assert calls
+
+
 def test_convention_dict_and_bad_arguments():
     check_gae(lambda *a, **k: ppo_ref.gae(*a, truncation="terminate", **k),
               convention={"truncation": "terminate"}, max_examples=FEW)
@@ -112,6 +128,12 @@ def test_convention_dict_and_bad_arguments():
         check_policy_loss(policy_loss, layout="dones")
     with pytest.raises(ValueError, match="skip names an unknown output"):
         check_policy_loss(policy_loss, skip=("clipfrac",))
+    # identify checks its arguments as the checks do (it searched with float64 for any dtype)
+    for bad, match in (({"dtype": "float16"}, "dtype must be one of"),
+                       ({"max_examples": 0}, "max_examples must be >= 1"),
+                       ({"skip": ("clipfrac",)}, "skip names an unknown output")):
+        with pytest.raises(ValueError, match=match):
+            identify(policy_loss, "policy_loss", **bad)
 
 
 # --- planted bugs ---------------------------------------------------------------------------

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, Optional
 
-from ppo_ref.cli.common import (DEFAULT_ENV, DEFAULT_TIMESTEPS, MAX_NUM_ACTORS, UsageError,
-                                building, read_run_info, rollout_note, user_input)
+from ppo_ref.cli.common import (MAX_NUM_ACTORS, UsageError, building, read_run_info,
+                                rollout_note, user_input)
 from ppo_ref.config import PPOConfig
 from ppo_ref.distributed import (AsyncActorLearnerConfig, UpdateInfo, async_config_from_ppo,
                                  learner_loop, make_learner)
+from ppo_ref.train.ppo import PPOTrainer
 
 __all__ = ["cli_train", "cli_resume", "cli_restart"]
 
@@ -26,8 +27,7 @@ def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
     """``ppo-ref train --async`` into ``run_dir`` with ``args.env``, ``total_timesteps``,
     ``num_actors``, ``vtrace``, ``broadcast_every``, ``seed``, ``actors`` (None: "process") and
     ``ray_address``; the progress line adds the policy lag. Returns the exit code."""
-    env_id = args.env or DEFAULT_ENV
-    total = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
+    env_id, total = args.env, args.total_timesteps
     with user_input("--async"):  # nothing written yet: the run-directory lock removes the dir
         config = async_config_from_ppo(
             ppo, num_actors=args.num_actors, total_timesteps=total, use_vtrace=args.vtrace,
@@ -51,7 +51,6 @@ def cli_resume(args, run_dir: str, path: str, meta: Dict[str, Any], total: int) 
     the checkpoint and its policy version; new actors start from that version with advanced
     seeds (:func:`ppo_ref.distributed.resumed_actors_config`). What they collect is new
     experience (docs/specification.md, "Resuming an actor-learner run")."""
-    from ppo_ref.train.ppo import PPOTrainer
     saved = meta.get("actor_learner")
     done = int(meta["num_timesteps"])
     source = f"checkpoint {path!r}"

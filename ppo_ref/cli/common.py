@@ -7,13 +7,20 @@ import importlib
 import os
 import signal
 import sys
+import threading
+import warnings
 from typing import Any, Dict, Optional
+
+import gymnasium
+
+from ppo_ref.config import PPOConfig
+from ppo_ref.vectors.codec import read_json_file
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
-           "policy_of_trainer", "probe_env", "SigintStopper", "rollout_note", "check_n_envs",
-           "saved_config", "close_quickly", "read_run_info", "check_same_run"]
+           "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "rollout_note",
+           "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -89,7 +96,6 @@ def saved_config(config_dict, source: str):
     """The :class:`~ppo_ref.config.PPOConfig` a checkpoint or config.json records, checked
     (:func:`check_n_envs`) before anything is built from it; :class:`UsageError` naming
     ``source`` otherwise."""
-    from ppo_ref.config import PPOConfig
     with user_input(f"{source}: bad config"):
         if not isinstance(config_dict, dict):
             raise ValueError("not a JSON object")
@@ -119,8 +125,6 @@ def close_quickly(trainer, seconds: float) -> None:
     not closed by then (an env hung in ``step`` or ``close``, a dead worker's pipe) are killed,
     so the command always ends; what closing raises is not reported (the run's outcome was
     reported already)."""
-    import threading
-    import warnings
     close = getattr(trainer, "close", None)
     if close is None:
         return
@@ -188,7 +192,6 @@ def read_run_info(run_dir: str) -> Dict[str, Any]:
     path = os.path.join(run_dir, "config.json")
     if not os.path.exists(path):
         return {}
-    from ppo_ref.vectors.codec import read_json_file
     with user_input(f"cannot read {path}"):
         info = read_json_file(path, "run file")
     return info if isinstance(info, dict) else {}
@@ -222,9 +225,6 @@ def check_same_run(run_dir: str, info: Dict[str, Any], meta: Dict[str, Any],
 def probe_env(env_id: str) -> None:
     """Make (and close) ``env_id`` once so a missing, deprecated or uninstalled env is reported
     as one line before anything is created (gymnasium's own error text is kept)."""
-    import warnings
-
-    import gymnasium
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -237,39 +237,53 @@ def probe_env(env_id: str) -> None:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM during training: the last good state is saved and the exit status is 143."""
+
+
 class SigintStopper:
     """First Ctrl-C: stop at the next rollout boundary (exact checkpoint). Second: interrupt now
-    (the last boundary's snapshot is saved)."""
+    (the last boundary's snapshot is saved). SIGTERM: as a second Ctrl-C, raising
+    :class:`Terminated` (exit status 128 + 15)."""
 
     def __init__(self, logger):
         self.logger = logger
-        self.previous = None
+        self.previous = {}
 
     def __enter__(self):
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not in the main thread
-            self.previous = None
+        for signum, handler in ((signal.SIGINT, self._handle), (signal.SIGTERM, self._terminate)):
+            try:
+                self.previous[signum] = signal.signal(signum, handler)
+            except ValueError:  # not in the main thread
+                pass
         return self
+
+    def _nothing_saved(self, code: int) -> None:
+        """No update has completed in this process (e.g. the first one, which compiles the
+        kernels): there is nothing to save, so stop at once; raising here could land inside the
+        compiler, which would turn it into another error."""
+        if getattr(self.logger, "snapshot", None) is None:
+            print("\nppo-ref: interrupted before the first update completed: nothing was "
+                  "saved (the run directory's previous checkpoint, if any, is unchanged)",
+                  file=sys.stderr, flush=True)
+            os._exit(code)
 
     def _handle(self, signum, frame):
         if self.logger.stop_requested:
-            if getattr(self.logger, "snapshot", None) is None:
-                # no update has completed in this process (e.g. the first one, which compiles
-                # the kernels): there is nothing to save, so stop at once; raising here could
-                # land inside the compiler, which would turn it into another error
-                print("\nppo-ref: interrupted before the first update completed: nothing was "
-                      "saved (the run directory's previous checkpoint, if any, is unchanged)",
-                      file=sys.stderr, flush=True)
-                os._exit(130)
+            self._nothing_saved(130)
             raise KeyboardInterrupt
         self.logger.request_stop()
         print("\nppo-ref: stopping at the end of this update (Ctrl-C again to stop now)",
               file=sys.stderr, flush=True)
 
+    def _terminate(self, signum, frame):
+        self._nothing_saved(143)
+        raise Terminated
+
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for signum, previous in self.previous.items():
+            if previous is not None:
+                signal.signal(signum, previous)
         return False
 
 

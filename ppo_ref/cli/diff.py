@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-import sys
+
+from ppo_ref.cli.common import UsageError
 
 __all__ = ["configure_diff", "cmd_diff"]
 
@@ -21,22 +22,18 @@ def configure_diff(p) -> None:
 
 
 def cmd_diff(args) -> int:
-    """``ppo-ref diff A B``: 0 when the traces agree, 1 when they differ, 2 on unreadable input."""
+    """``ppo-ref diff A B``: 0 when the traces agree, 1 when they differ; :class:`UsageError`
+    (exit status 2) on a bad tolerance or unreadable input."""
     for name, tol in (("--rtol", args.rtol), ("--atol", args.atol)):
         if not (math.isfinite(tol) and tol >= 0):
-            print(f"ppo-ref diff: error: {name} must be a finite number >= 0, got {tol}",
-                  file=sys.stderr)
-            return 2
+            raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
     from ppo_ref.testing.trace import diff_traces, format_diff, load_trace, quantity_count
     try:
         a, b = load_trace(args.a), load_trace(args.b)
     except OSError as exc:
-        print(f"ppo-ref diff: error: cannot read {exc.filename}: {exc.strerror or exc}",
-              file=sys.stderr)
-        return 2
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        print(f"ppo-ref diff: error: {exc}", file=sys.stderr)
-        return 2
+        raise UsageError(str(exc)) from None
     rows = diff_traces(a, b, rtol=args.rtol, atol=args.atol)
     print(format_diff(rows, quantity_count(a)))
     return 1 if rows else 0

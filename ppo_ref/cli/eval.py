@@ -5,9 +5,12 @@ import argparse
 import os
 import sys
 
+import numpy as np
+
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, MAX_EPISODES, MAX_SEED, UsageError,
                                 building, check_same_run, close_quickly, probe_env,
                                 read_run_info, saved_config, trainer_class_by_name, user_input)
+from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
 
 __all__ = ["configure_eval", "cmd_eval"]
 
@@ -23,8 +26,6 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import numpy as np
-    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UsageError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
     if not 0 <= args.seed <= MAX_SEED - args.episodes:

@@ -11,16 +11,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
+import fcntl
+import importlib.util
 import os
+import stat
 import sys
+import traceback
 from typing import Any, Callable, Dict, List, Optional
 
+import gymnasium
+
+from ppo_ref.cli.async_train import cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
-                                TRAINERS, SigintStopper, UsageError, building, check_n_envs,
-                                check_same_run, close_quickly, one_line, policy_of_trainer,
-                                probe_env, read_run_info, rollout_note, saved_config,
-                                trainer_class, trainer_class_by_name, user_input)
+                                TRAINERS, SigintStopper, Terminated, UsageError, building,
+                                check_n_envs, check_same_run, close_quickly, one_line,
+                                policy_of_trainer, probe_env, read_run_info, rollout_note,
+                                saved_config, trainer_class, trainer_class_by_name, user_input)
+from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
+from ppo_ref.distributed.messages import ActorLearnerError
+from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
+from ppo_ref.io.runlog import RunLogger, default_run_dir
+from ppo_ref.train.ppo import check_kernel_threads
+from ppo_ref.train.rollout import EnvStepError
+from ppo_ref.zoo import ZOO, zoo_entry
 
 __all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "default_policy",
            "default_timesteps", "zoo_note", "make_unique_dir", "list_fields", "run_training",
@@ -29,7 +44,6 @@ __all__ = ["configure_train", "cmd_train", "build_config", "preset_names", "defa
 
 def preset_names() -> List[str]:
     """Every name ``--preset`` accepts: ``zoo``, ``default`` and the PPOConfig presets."""
-    from ppo_ref.config import PRESETS
     return ["zoo", "default", *PRESETS]
 
 
@@ -37,14 +51,12 @@ def _resolve_preset(preset: Optional[str], env_id: str) -> str:
     """The preset a run records: the one given, else ``zoo`` for an env of
     :data:`ppo_ref.zoo.ZOO` and ``default`` for any other."""
     if preset is None:
-        from ppo_ref.zoo import zoo_entry
         return "zoo" if zoo_entry(env_id) is not None else "default"
     return preset
 
 
 def default_policy(env_id: str) -> str:
     """The policy ``train`` uses without ``--policy``: the zoo entry's, else ``mlp``."""
-    from ppo_ref.zoo import zoo_entry
     entry = zoo_entry(env_id)
     return entry.policy if entry is not None else "mlp"
 
@@ -52,7 +64,6 @@ def default_policy(env_id: str) -> str:
 def default_timesteps(env_id: str, preset: Optional[str]) -> int:
     """``--total-timesteps`` when not given: the zoo entry's budget when the run uses the zoo
     settings of ``env_id``, else :data:`DEFAULT_TIMESTEPS`."""
-    from ppo_ref.zoo import zoo_entry
     entry = zoo_entry(env_id)
     if entry is not None and _resolve_preset(preset, env_id) == "zoo":
         return int(entry.n_timesteps)
@@ -61,7 +72,6 @@ def default_timesteps(env_id: str, preset: Optional[str]) -> int:
 
 def zoo_note(env_id: str, preset: Optional[str], policy: str) -> Optional[str]:
     """The line a new run prints about the zoo settings it uses (None when it uses none)."""
-    from ppo_ref.zoo import zoo_entry
     if _resolve_preset(preset, env_id) != "zoo":
         return None
     entry = zoo_entry(env_id)
@@ -94,8 +104,6 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
     ``--preset zoo``), ``PPOConfig.preset(name)``, or ``PPOConfig()`` for ``default``; then
     ``--n-envs``, ``--backend`` and every ``--set field=value``
     (:func:`ppo_ref.config.parse_overrides`)."""
-    from ppo_ref.config import PPOConfig, parse_overrides
-    from ppo_ref.zoo import zoo_entry
     changes = parse_overrides(overrides or [])
     if n_envs is not None:
         changes["n_envs"] = int(n_envs)
@@ -199,10 +207,6 @@ TRAIN_EXAMPLES = (
 
 def _train_epilog() -> str:
     """The examples, the zoo table and the bundled env ids (registered by :mod:`ppo_ref.envs`)."""
-    import gymnasium
-
-    import ppo_ref.envs  # noqa: F401 -- registers the ids
-    from ppo_ref.zoo import ZOO
     width = max(len(cmd) for cmd, _ in TRAIN_EXAMPLES)
     lines = ["examples:"]
     lines += [f"  {cmd:<{width}}  # {what}" for cmd, what in TRAIN_EXAMPLES]
@@ -227,8 +231,6 @@ def _format_value(value) -> str:
 def list_fields(args: argparse.Namespace, stream=None) -> int:
     """``train --list-fields``: every PPOConfig field with its default, help and choices, and the
     value this command's ``--env``/``--preset``/``--set`` give it where that differs; 0."""
-    import dataclasses
-    from ppo_ref.config import PPOConfig
     stream = stream if stream is not None else sys.stdout
     env_id = args.env or DEFAULT_ENV
     with user_input():
@@ -254,11 +256,12 @@ def run_training(trainer, logger, total_timesteps: int, *,
                  learn: Optional[Callable[[], Optional[str]]] = None) -> int:
     """Drive ``trainer.learn(total_timesteps, callback=logger.callback)`` (or ``learn()``, the
     actor-learner's loop, which may return text for the summary line) and return the exit code:
-    0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C; 3 after any
-    failure (an env raising anything, ``SystemExit`` included; a non-finite update; an actor or
-    the learner failing; a bug). On 130 and 3 the last good state (the snapshot of the last
-    completed update, whose counters and CSV rows agree) is saved and one line printed; the
-    traceback of a failure goes to ``<run_dir>/error.log``."""
+    0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C; 143 after
+    SIGTERM (:class:`~ppo_ref.cli.common.SigintStopper`); 3 after any failure (an env raising
+    anything, ``SystemExit`` included; a non-finite update; an actor or the learner failing; a
+    bug). Then the last good state (the snapshot of the last completed update, whose counters
+    and CSV rows agree) is saved and one line printed; a failure's traceback goes to
+    ``<run_dir>/error.log``."""
     logger.begin(trainer)
     extra = None
     try:
@@ -268,12 +271,16 @@ def run_training(trainer, logger, total_timesteps: int, *,
             else:
                 extra = learn()
         logger.save(trainer)
-    except KeyboardInterrupt:
-        print(f"\nppo-ref: interrupted; {_save_last_good(logger, trainer)}", file=sys.stderr)
-        logger.close()
-        return 130
     except BaseException as exc:  # noqa: BLE001 -- every failure keeps the finished work
-        return _training_failed(trainer, logger, exc)
+        # a signal's exception raised while a compiled kernel runs reaches here as its cause
+        stop = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
+        if not isinstance(stop, KeyboardInterrupt):
+            return _training_failed(trainer, logger, exc)
+        terminated = isinstance(stop, Terminated)
+        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"\nppo-ref: {what}; {_save_last_good(logger, trainer)}", file=sys.stderr)
+        logger.close()
+        return 143 if terminated else 130
     code = 0
     if logger.stop_requested:
         code = 130
@@ -305,9 +312,6 @@ def _save_last_good(logger, trainer) -> str:
 
 def _training_failed(trainer, logger, exc: BaseException) -> int:
     """The one-line report of a training failure after saving the last good state; exit 3."""
-    import traceback
-    from ppo_ref.distributed.messages import ActorLearnerError
-    from ppo_ref.train.rollout import EnvStepError
     log_path = os.path.join(logger.run_dir, "error.log")
     log_note = ""
     with contextlib.suppress(OSError):
@@ -339,7 +343,6 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                         ("--progress-every", args.progress_every)):
         if not value >= 0:  # also rejects nan
             raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
-    from ppo_ref.train.ppo import check_kernel_threads
     with user_input():
         check_kernel_threads(args.threads, "--threads", none_ok=False)
     if args.n_envs is not None:
@@ -393,7 +396,6 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     if args.ray_address is not None and args.actors != "ray":
         raise UsageError("--ray-address only applies with --actors ray")
     if args.actors == "ray":
-        import importlib.util
         if importlib.util.find_spec("ray") is None:
             raise UsageError("--actors ray needs Ray, which is not installed: "
                              "pip install 'ppo_ref[ray]'")
@@ -406,7 +408,6 @@ _HELD_LOCKS: set = set()  # lock files this process holds (real paths)
 def _open_lock_file(run_dir: str, path: str) -> int:
     """Open (create) the lock file, only as a plain file of its own (no symlink followed, no
     FIFO, device, directory or hard link): its pid is written and must reach no other file."""
-    import stat
     refuse = (f"{run_dir}: its lock file {LOCK_FILE} is not a plain file of its own (a symlink, "
               f"hard link, FIFO, device or directory): refusing to write it; remove {path} if "
               "no ppo-ref process uses the directory")
@@ -432,7 +433,6 @@ def run_dir_lock(run_dir: str, created: bool = False):
     the lock file is removed, and the directory too if it is empty and this call (or the caller:
     ``created``) made it; a writer that opened the file just before its removal sees another
     inode and locks the new file, so two writers never both hold the directory."""
-    import fcntl
     created = created or not os.path.isdir(run_dir)
     with user_input(f"cannot lock the run directory {run_dir}"):
         os.makedirs(run_dir, exist_ok=True)
@@ -511,7 +511,6 @@ def _saved_preset(info: Dict[str, Any], env_id: str) -> Optional[str]:
 def _check_resume_flags(args: argparse.Namespace, run_dir: str, meta: Dict[str, Any],
                         info: Dict[str, Any]) -> None:
     """Flags given with ``--resume`` must agree with the saved run (they cannot change it)."""
-    from ppo_ref.config import PPOConfig, parse_overrides
 
     def conflict(flag: str, saved: str):
         raise UsageError(f"{flag} conflicts with the run being resumed ({saved}); --resume "
@@ -576,7 +575,6 @@ def _schedule_note(trainer, saved_total: int, total: int) -> None:
 def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
     """``(trainer, run_dir, run_info, resume_from, total)`` for ``--resume``, or an exit code.
     The run directory is locked (on ``hold``) before anything in it is read or written."""
-    from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
     run_dir = args.resume
     path = os.path.join(run_dir, "checkpoint.npz")
     if not os.path.isdir(run_dir) or not (os.path.isfile(path) or
@@ -607,7 +605,6 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
               f"(N > {done})")
         return 0
     if isinstance(meta.get("actor_learner"), dict) or info.get("mode") == "async":
-        from ppo_ref.cli.async_train import cli_resume
         return int(cli_resume(args, run_dir, path, meta, total))
     cls = trainer_class_by_name(meta.get("trainer", ""))
     if meta.get("env_id") is not None:
@@ -629,7 +626,6 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
 def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any]):
     """``--resume DIR`` of a run without a checkpoint: the run again from step 0 with the
     settings its ``config.json`` records (its CSV rows are dropped: nothing was saved)."""
-    from ppo_ref.io.checkpoint import check_env_import
     needed = ("env_id", "policy", "seed", "config", "total_timesteps")
     if not all(key in info for key in needed) or info.get("policy") not in TRAINERS:
         raise UsageError(f"--resume {run_dir}: no checkpoint.npz there and its config.json does "
@@ -646,7 +642,6 @@ def _train_restart(args: argparse.Namespace, run_dir: str, info: Dict[str, Any])
     total = int(info["total_timesteps"]) if args.total_timesteps is None else args.total_timesteps
     probe_env(env_id)
     if info.get("mode") == "async":
-        from ppo_ref.cli.async_train import cli_restart
         return int(cli_restart(args, run_dir, info, total))
     trainer = _make_trainer(policy, env_id, config, seed, info.get("vectorization", "sync"))
     run_info = {key: info[key] for key in ("trainer", "policy", "env_id", "seed", "vectorization",
@@ -662,7 +657,6 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     """``(trainer, run_dir, run_info, None, total)`` for a new run, or the --async exit code.
     The run directory is locked (on ``hold``) as it is created and checked again under the
     lock (another process may have started a run there meanwhile)."""
-    from ppo_ref.io.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
     policy = "mlp" if args.use_async else (args.policy or default_policy(env_id))
     seed = 0 if args.seed is None else args.seed
@@ -693,7 +687,6 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
         args.seed, args.env, args.total_timesteps = seed, env_id, total
         args.num_actors = 4 if args.num_actors is None else args.num_actors
         args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
-        from ppo_ref.cli.async_train import cli_train
         return int(cli_train(args, config, new_run_dir("async")))
     vectorization = args.vectorization or "sync"
     trainer = _make_trainer(policy, env_id, config, seed, vectorization)
@@ -718,7 +711,6 @@ def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: 
     ``prepare(logger)`` (the actor-learner's) returns the ``learn`` to run. The trainer's envs
     are closed at the end: 10 s for a finished run's, 0.5 s after a failure or an interrupt
     (they may be stuck), then their workers are killed."""
-    from ppo_ref.io.runlog import RunLogger
     trainer.threads = args.threads
     code = 3
     try:
@@ -736,6 +728,9 @@ def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: 
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.env is not None and not args.env.strip():  # not taken for "no --env"
+        raise UsageError(f"--env must be a gymnasium id such as {DEFAULT_ENV} (leave it out for "
+                         f"{DEFAULT_ENV}), got {args.env!r}")
     if args.list_fields:
         return list_fields(args)
     _check_train_flags(args)

@@ -5,19 +5,14 @@
     def test_my_gae():
         check_gae(my_gae, layout="episode_starts", convention="cleanrl")
 
-Each ``check_*`` draws examples with hypothesis (edge patterns on purpose: both flags on one
-step, flags on the last row, gamma and lambda 0 and 1, long rollouts, ratios exactly on the
-clip bounds, junk wherever the reference does not read), calls the user's function through a
-*layout* (how the arguments are arranged: :mod:`ppo_ref.testing.layouts`) and compares with
-ppo_ref under a *convention* (a preset name or a dict of :data:`OPTIONS`). A difference raises
-:class:`Mismatch` (an ``AssertionError``) carrying the shrunk minimal input, the first
-differing output and index, both values, whether the gap is float32-rounding sized, and the
-other conventions the function agrees with on that input. :func:`identify` names the
-convention a function implements. :func:`trace_update` writes every intermediate of one PPO
-minibatch update; ``ppo-ref diff A B`` names the first quantity where two traces part.
-
-Requires hypothesis for the checks and ``identify`` (``pip install ppo_ref[testing]``);
-``trace_update`` and the diff do not. Nothing in the rest of ppo_ref imports this package.
+Each ``check_*`` draws examples with hypothesis (edge patterns on purpose:
+:mod:`ppo_ref.testing.quantities`), calls the user's function through a *layout*
+(:mod:`ppo_ref.testing.layouts`) and compares with ppo_ref under a *convention* (a preset name
+or a dict of :data:`OPTIONS`); a difference raises :class:`Mismatch` (:mod:`ppo_ref.testing.core`).
+:func:`identify` names the convention a function implements; :func:`trace_update` writes every
+intermediate of one PPO minibatch update, and ``ppo-ref diff A B`` names the first quantity where
+two traces part. The checks and ``identify`` need hypothesis (``pip install ppo_ref[testing]``).
+Nothing in the rest of ppo_ref imports this package.
 """
 from ppo_ref.testing.core import (DEFAULT_DEADLINE, DEFAULT_MAX_EXAMPLES, IdentifyReport,
                                   Mismatch, check, check_gae, check_normalize_advantages,

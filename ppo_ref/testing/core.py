@@ -1,23 +1,17 @@
 """``check_*``, :class:`Mismatch` and :func:`identify`.
 
 A check draws examples (:mod:`ppo_ref.testing.quantities`), hands each to the user's function
-through a layout (:mod:`ppo_ref.testing.layouts`) and compares every output with ppo_ref's
-result under the chosen convention. The first differing example is shrunk by hypothesis, cut
-down to fewer envs, rows or elements while the same kind of difference persists, and raised as
-:class:`Mismatch`.
+through a layout (:mod:`ppo_ref.testing.layouts`) and compares every output with the reference
+under the chosen convention; the first difference is shrunk by hypothesis, then cut down to fewer
+envs, rows or elements while the same kind of difference persists. No false pass: each call gets
+fresh copies of its inputs, compared with a second copy afterwards; outputs must be real floats
+of the expected shape; a call slower than ``deadline`` twice in a row stops the check.
 
-No false pass: each call gets fresh copies of its inputs, compared with a second copy
-afterwards (a write into an input is a mismatch naming it); every output must be real floats
-(a real scalar for a scalar output) of the expected shape (torch, JAX and TensorFlow arrays
-are converted first); a call slower than ``deadline`` seconds twice in a row stops the check.
-
-Tolerance: with ``L`` the longest accumulation (T for GAE/V-trace, the elements of a mean for
-the losses) and ``M`` the quantity's ``magnitude`` (at least the largest expected output, and
-1), an output passes when ``|got - expected| <= 16 * u * M * (L + 1)`` elementwise, ``u`` the
-unit roundoff (2**-53, or 2**-24 when the example's arrays are float32). A gap within the same
-bound with float32's ``u`` is *precision-sized* (what one float32 step leaves); larger gaps are
-logic differences. :func:`identify` uses the float32 bound (``loose``) to tell a convention
-matched up to float32 rounding from one that differs in logic.
+Tolerance: an output passes when ``|got - expected| <= 16 * u * M * (L + 1)`` elementwise, ``L``
+the quantity's ``length`` (longest accumulation), ``M`` its ``magnitude`` (at least the largest
+expected output, and 1), ``u`` the unit roundoff (2**-53; 2**-24 for float32 examples). A gap
+within the bound with float32's ``u`` is *precision-sized*; larger gaps are logic differences
+(``loose``: :func:`identify` takes the float32 bound as the tolerance).
 """
 from __future__ import annotations
 
@@ -53,37 +47,22 @@ _FIELDS = ("output", "index", "expected", "actual", "precision", "gap", "toleran
 class Mismatch(AssertionError):
     """The user's function and the reference differ on an example.
 
-    Attributes:
-        quantity: the checked quantity (``"gae"``, ...).
-        output: the first differing output in data-flow order (``"advantages"``, ...), or
-            ``None`` when ``fn`` raised, wrote into an input or was too slow.
-        index: the first differing index (a tuple; ``()`` for a scalar output), or ``None``.
-        expected: the reference's value there (``None`` when ``fn`` raised).
-        actual: ``fn``'s value there (or the exception ``fn`` raised).
-        precision: True when the gap is float32-rounding sized (see the module docstring),
-            False for a logic difference.
-        kink_only: True when every example without an input exactly on a kink (a clip bound)
-            agrees: the difference is confined to the kinks.
-        example: the shrunk, minimal example: ``{input name: value}`` in the reference layout.
-        convention: the options the reference used.
-        alternatives: descriptions of other conventions under which the reference gives
-            ``fn``'s outputs on this example (empty when none does).
-        properties: the named conditions of the example (``"steps with both flags"``, ...).
-        tolerance, gap: the allowed and the observed absolute difference.
-        raised: the exception ``fn`` raised, or None.
-        mutated: the name of the input ``fn`` wrote into, or None.
-        seconds: the duration of a call over the deadline, or None.
+    Attributes: ``quantity``; ``output``, ``index`` (a tuple, ``()`` for a scalar), ``expected``
+    and ``actual`` of the first difference in data-flow order (None when ``fn`` raised, wrote
+    into an input or was too slow); ``precision`` (the gap is float32-rounding sized, module
+    docstring), ``kink_only`` (every example without an input exactly on a clip bound agrees);
+    ``example`` (the minimal ``{input name: value}``, reference layout); ``convention`` (the
+    options used); ``alternatives`` (other conventions giving ``fn``'s outputs on it);
+    ``properties`` (its named conditions); ``tolerance``, ``gap``; ``raised`` (what ``fn``
+    raised), ``mutated`` (the input it wrote into), ``seconds`` (a call over the deadline).
     """
 
     def __init__(self, message: str = "", **fields: Any):
         super().__init__(message)
-        self.quantity = fields.get("quantity")
-        for name in _FIELDS:
+        for name in ("quantity", "example", "convention", *_FIELDS):
             setattr(self, name, fields.get(name))
         self.precision = bool(self.precision)
         self.kink_only = bool(fields.get("kink_only", False))
-        self.example = fields.get("example")
-        self.convention = fields.get("convention")
         self.alternatives: List[str] = list(fields.get("alternatives", ()))
         self.properties: List[str] = list(fields.get("properties", ()))
 
@@ -441,33 +420,12 @@ def _kink_keys(quantity: str) -> frozenset:
     return frozenset(p.key for p in get_quantity(quantity).properties if p.kink)
 
 
-def _check_deadline(deadline) -> Optional[float]:
-    if deadline is None:
-        return None
-    if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
-        raise ValueError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
-    return float(deadline)
-
-
-def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
-          convention: Union[str, Mapping[str, Any]] = "reference", dtype: str = "float64",
-          max_examples: Optional[int] = None, skip: Sequence[str] = (),
-          fixed: Optional[Mapping[str, Any]] = None, exclude: Sequence[str] = (),
-          deadline: Optional[float] = DEFAULT_DEADLINE) -> None:
-    """Fuzz ``fn`` against the reference ``quantity``; the ``check_*`` functions call this.
-
-    Raises:
-        Mismatch: on the first (shrunk) difference.
-        ValueError: an unknown quantity, layout, convention, dtype, skipped output or
-            excluded condition, or a bad deadline.
-        ImportError: hypothesis is not installed (``pip install ppo_ref[testing]``).
-    """
-    __tracebackhide__ = True  # pytest: the test's line, then the message
+def _checked(quantity: str, layout, dtype: str, max_examples, skip, exclude, deadline,
+             default_examples: int):
+    """The arguments :func:`check` and :func:`identify` share, checked: ``(quantity, layout,
+    skip, excluded condition keys, deadline, number of examples)``; ValueError names a bad one."""
     q = get_quantity(quantity)
     lay = get_layout(layout, quantity)
-    ref = resolve_convention("reference")
-    options = {**resolve_convention(convention),
-               **{k: ref[k] for k in getattr(lay, "decides", ())}}
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
     skip = tuple(skip)
@@ -476,10 +434,28 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
             raise ValueError(f"skip names an unknown output {name!r} of {quantity}; outputs: "
                              f"{list(q.outputs)}")
     excluded = property_keys(quantity, exclude)
-    deadline = _check_deadline(deadline)
-    n = DEFAULT_MAX_EXAMPLES if max_examples is None else int(max_examples)
+    if deadline is not None and (isinstance(deadline, bool) or not isinstance(
+            deadline, (int, float)) or not deadline > 0):
+        raise ValueError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
+    n = default_examples if max_examples is None else int(max_examples)
     if n < 1:
         raise ValueError(f"max_examples must be >= 1, got {max_examples!r}")
+    return q, lay, skip, excluded, None if deadline is None else float(deadline), n
+
+
+def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
+          convention: Union[str, Mapping[str, Any]] = "reference", dtype: str = "float64",
+          max_examples: Optional[int] = None, skip: Sequence[str] = (),
+          fixed: Optional[Mapping[str, Any]] = None, exclude: Sequence[str] = (),
+          deadline: Optional[float] = DEFAULT_DEADLINE) -> None:
+    """Fuzz ``fn`` against the reference ``quantity`` (``"gae"``, ...): the ``check_*``
+    functions (:func:`check_gae` documents the arguments and what is raised)."""
+    __tracebackhide__ = True  # pytest: the test's line, then the message
+    q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
+                                                   exclude, deadline, DEFAULT_MAX_EXAMPLES)
+    ref = resolve_convention("reference")
+    options = {**resolve_convention(convention),
+               **{k: ref[k] for k in getattr(lay, "decides", ())}}
     found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
                     exclude=excluded, fixed=fixed, deadline=deadline)
     if found is None:
@@ -527,7 +503,8 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
             conventions ``fn`` agrees with on that example; also when ``fn`` raises, writes
             into an input, returns anything but real floats of the expected shape, or is
             slower than ``deadline``.
-        ValueError: an unknown layout, convention option, dtype, output name or condition.
+        ValueError: an unknown layout, convention option, dtype, output name or condition,
+            or a bad deadline or max_examples.
         ImportError: hypothesis is missing (``pip install ppo_ref[testing]``).
     """
 
@@ -561,21 +538,13 @@ check_normalize_advantages = _make_check(
 class IdentifyReport:
     """Result of :func:`identify`.
 
-    Attributes:
-        quantity: the quantity examined.
-        matches: option dicts under which every drawn example agreed within the strict
-            (float64) tolerance, reference values first.
-        precision_only: option dicts under which every drawn example agreed up to
-            float32-rounding-sized gaps (and some gap exceeded the strict tolerance): the
-            implementation has a float32 step but the same logic.
-        except_on: ``[(options, condition names, rounded)]``: conventions that agree on every
-            example without those conditions (one or two names; ``rounded``: only up to
-            float32 rounding); searched whenever ``matches`` is empty (when
-            ``precision_only`` is not empty, only the strict ones are kept: a float32 match
-            already covers the rest).
-        counterexample: the :class:`Mismatch` against the reference convention when nothing
-            matches (its ``example`` is minimal), else None.
-        excluded: the names of the conditions the search left out (``exclude=``).
+    Attributes: ``quantity``; ``matches`` (option dicts under which every example agreed within
+    the float64 tolerance, reference values first); ``precision_only`` (those that agreed only
+    up to float32 rounding: the same logic with a float32 step); ``except_on`` (``[(options,
+    condition names, rounded)]``: agreement on every example without one or two conditions,
+    searched when nothing matches; with a ``precision_only`` match only strict ones are kept);
+    ``counterexample`` (the minimal :class:`Mismatch` against the reference convention when
+    nothing matches); ``excluded`` (the condition names ``exclude=`` left out).
     """
 
     def __init__(self, quantity, matches, except_on, counterexample, precision_only,
@@ -679,29 +648,20 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     """Which convention does ``fn`` implement?
 
     Searches every combination of the :data:`ppo_ref.conventions.OPTIONS` that affect
-    ``quantity`` (less those the layout decides; ``max_examples`` examples each, default 60)
-    with the float32 bound as tolerance, and sorts each into an exact match, a match up to
-    float32 rounding (the same logic with a float32 step), or a logic difference. Without an
-    exact match, the combinations that differ in logic are searched again with one condition
-    of their counterexample excluded (narrow conditions first, then broad ones such as
-    "truncated steps"), then two, giving "matches X except on inputs with <condition>" (with
-    "(up to float32 rounding)" where that agreement is float32-sized); failing all, "no known
-    convention matches" with the minimal counterexample against the reference. ``exclude``
-    leaves conditions out of every example from the start; the other arguments are the
-    checks'.
+    ``quantity`` (less those the layout decides; ``max_examples`` each, default 60) with the
+    float32 bound, sorting each into an exact match, a match up to float32 rounding, or a logic
+    difference. Without an exact match, those that differ in logic are searched again with one
+    condition of their counterexample excluded (narrow ones first), then two (:func:`_except_on`);
+    failing all, the minimal counterexample against the reference. ``exclude`` and the other
+    arguments are the checks'.
 
     Returns an :class:`IdentifyReport` (``str(report)`` names the options and the presets
-    sharing them). Raises ``ValueError``, ``ImportError`` and, for a function that raises,
-    writes into its inputs, returns no readable output or is too slow, :class:`Mismatch`, as
-    the ``check_*`` functions.
+    sharing them). Raises as the ``check_*`` functions (a function that raises, writes into its
+    inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`).
     """
     __tracebackhide__ = True
-    q = get_quantity(quantity)
-    lay = get_layout(layout, quantity)
-    n = 60 if max_examples is None else int(max_examples)
-    skip = tuple(skip)
-    excluded = property_keys(quantity, exclude)
-    deadline = _check_deadline(deadline)
+    q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
+                                                   exclude, deadline, 60)
     base = resolve_convention("reference")
 
     def search(combo, extra=frozenset()):

@@ -1,111 +1,74 @@
-"""Input layouts: how an example in the reference layout is handed to the user's function and
-how its results are read back.
+"""Input layouts: how an example (reference layout, :mod:`ppo_ref.testing.quantities`) is handed
+to the user's function ``fn`` and how its results are read back.
 
-A layout is an object with these methods (subclass :class:`Layout` to write your own)::
+A layout (subclass :class:`Layout` to write one) has ``arguments(quantity, example) -> (args,
+kwargs)`` (``fn(*args, **kwargs)`` is called), ``outputs(quantity, result, example) -> {name:
+value}`` (``fn``'s result in the reference names and shapes), ``expected(quantity, reference,
+example) -> {name: value}`` (the reference outputs to compare with), optionally ``prepare(quantity,
+example) -> example`` (the example as the layout states it), and the attributes ``name``,
+``quantities`` (those it applies to), ``seeded`` (examples carry ``_rows``, the seed of a row
+arrangement) and ``decides`` (convention options the layout fixes at their reference value).
+Results may be NumPy arrays or scalars, or torch/JAX/TensorFlow arrays (converted,
+:func:`as_numpy`); outputs must be real floats.
 
-    arguments(quantity, example) -> (args, kwargs)     # fn(*args, **kwargs) is called
-    outputs(quantity, result, example) -> {name: value}  # fn's result, reference names/shapes
-    expected(quantity, reference, example) -> {name: value}  # the reference outputs to compare
-                                                             # with (default: unchanged)
-    prepare(quantity, example) -> example              # optional: the example as this layout
-                                                       # states it, before anything else runs
-
-and the attributes ``name``, ``quantities`` (those it applies to), ``seeded`` (True: examples
-carry ``_rows``, the seed of a row arrangement) and ``decides`` (convention options whose
-choice the layout makes for the function: they keep their reference value).
-
-``example`` is in the reference layout (time-major ``[T, N]`` arrays, ``last_values [N]``;
-flat ``[n]`` arrays for the losses; see :mod:`ppo_ref.testing.quantities`). The checks hand
-``fn`` fresh copies and compare them afterwards (``fn`` must not write into its inputs).
-Results may be NumPy arrays, Python or NumPy scalars, or torch/JAX/TensorFlow arrays (detached
-and converted); outputs must be real floats (complex, strings, objects are a mismatch).
-
-The named layouts for GAE and V-trace (the *trajectory block* is ``rewards, values,
-terminated, truncated, last_values, final_values, gamma``; V-trace puts ``behaviour_log_probs,
-target_log_probs`` in front of it and passes ``rho_bar, c_bar, pg_rho_bar, lambda_`` as
-keywords, GAE passes ``gae_lambda``):
+GAE and V-trace (the *trajectory block* ``rewards, values, terminated, truncated, last_values,
+final_values`` with ``gamma``; V-trace puts ``behaviour_log_probs, target_log_probs`` in front and
+takes ``rho_bar, c_bar, pg_rho_bar, lambda_`` as keywords where GAE takes ``gae_lambda``):
 
 ``"reference"``
-    ``fn`` has the signature of the ppo_ref function and returns what it returns:
-    ``gae(rewards, values, terminated, truncated, last_values, final_values, *, gamma,
-    gae_lambda) -> (advantages, returns)``; ``vtrace(...) -> (vs, pg_advantages)``;
-    ``policy_loss(new_log_probs, old_log_probs, advantages, clip_range) -> (loss,
-    d_new_log_probs, info)`` with ``info["clip_fraction"]``, ``info["approx_kl"]``;
-    ``value_loss(values, old_values, returns, clip_range_vf) -> (loss, d_values)``;
-    ``normalize_advantages(advantages) -> advantages``. Convention options are never passed:
-    ``fn`` implements one convention, and ``convention=`` says which one it is checked against.
+    ``fn`` has the ppo_ref function's signature and returns what it returns (``gae -> (advantages,
+    returns)``, ``vtrace -> (vs, pg_advantages)``, ``policy_loss(new_log_probs, old_log_probs,
+    advantages, clip_range) -> (loss, d_new_log_probs, info)`` with ``info["clip_fraction"]``,
+    ``info["approx_kl"]``, ``value_loss(values, old_values, returns, clip_range_vf) -> (loss,
+    d_values)``, ``normalize_advantages(advantages)``); convention options are never passed.
 ``"next_values"`` (tianshou, torchrl)
-    ``fn(rewards, values, next_values, terminated, truncated, *, gamma, gae_lambda)`` where
-    ``next_values[t] = V(s_{t+1})`` of transition t: ``final_values[t]`` where step t ended
-    (terminated or truncated; at a terminal step this is the value of the terminal observation,
-    junk the reference never reads), ``values[t+1]`` otherwise, ``last_values`` on the last row.
+    ``fn(rewards, values, next_values, terminated, truncated, *, gamma, gae_lambda)``,
+    ``next_values[t]`` = ``final_values[t]`` where step t ended (junk where it terminated),
+    ``values[t+1]`` otherwise, ``last_values`` on the last row.
 ``"episode_starts"`` (CleanRL, Stable-Baselines3)
     ``fn(rewards, values, episode_starts, last_values, last_episode_starts, *, gamma,
-    gae_lambda)`` where ``episode_starts[t] = done[t-1]`` (``episode_starts[0]`` is a random
-    carry from the previous rollout, never read by GAE) and ``last_episode_starts = done[T-1]``
-    (CleanRL's ``next_done``, SB3's ``dones`` argument of ``compute_returns_and_advantage``);
-    ``done = terminated or truncated``. The flags cannot tell a truncation from a termination:
-    with ``EpisodeStarts(fold_truncation_bootstrap=True)`` the rewards of steps that truncated
-    without terminating carry ``+ gamma * final_values[t]`` (SB3 folds the bootstrap into the
-    reward during collection); by default they do not (CleanRL).
+    gae_lambda)``, ``episode_starts[t] = done[t-1]`` (``[0]`` a carry GAE never reads),
+    ``last_episode_starts = done[T-1]`` (CleanRL's ``next_done``, SB3's ``dones``), ``done =
+    terminated or truncated``. ``EpisodeStarts(fold_truncation_bootstrap=True)`` adds ``gamma *
+    final_values[t]`` to the reward of a step that truncated without terminating (SB3).
 ``"dones"`` (PureJaxRL, Sample Factory, IMPALA)
-    ``fn(rewards, values, dones, *, gamma, gae_lambda)`` with ``values`` ``[T+1, N]`` (the
-    rollout's values, then ``last_values``) and ``dones[t] = terminated or truncated`` of
-    transition t. ``Dones(fold_truncation_bootstrap=True)`` folds the truncation bootstrap into
-    the rewards as above.
+    ``fn(rewards, values, dones, *, gamma, gae_lambda)``, ``values`` ``[T+1, N]`` (then
+    ``last_values``), ``dones[t] = done[t]``; ``Dones(fold_truncation_bootstrap=True)`` as above.
 ``"discounts"`` (rlax)
-    ``fn(rewards, discounts, values, *, gae_lambda)`` (V-trace: ``lambda_``, ``rho_bar``, ...)
-    with ``values`` ``[T+1, N]`` and ``discounts[t] = gamma * (1 - done[t])`` (rlax's
-    ``discount_t``). GAE may return the advantages alone: ``returns = advantages + values``.
+    ``fn(rewards, discounts, values, *, gae_lambda)`` (V-trace: ``lambda_``, ...), ``values``
+    ``[T+1, N]``, ``discounts[t] = gamma * (1 - done[t])``; GAE may return the advantages alone
+    (``returns = advantages + values``).
 ``"env_major"``
-    The reference signature with every ``[T, N]`` array transposed to ``[N, T]``; results are
-    ``[N, T]`` and are transposed back.
-``"normalized_outputs"`` (skrl)
-    The reference signature; ``fn`` returns normalized advantages
-    ``(A - mean(A)) / (std(A, ddof=1) + 1e-8)`` over the whole ``[T, N]`` array (and the
-    unnormalized returns): the expected advantages are normalized the same way.
+    The reference signature with every ``[T, N]`` array as ``[N, T]``, results too.
+``"normalized_outputs"`` (skrl; GAE only)
+    The reference signature; the advantages come back normalized over the whole array,
+    ``(A - mean) / (std(ddof=1) + 1e-8)`` (:func:`ppo_ref.spec.losses.normalize_advantages`).
 
-Rows of one trajectory each, for GAE, the normalization and the losses:
+Rows of one trajectory each (GAE, the normalization, the losses):
 
-``"masked_rows"`` (token-level PPO of LLM fine-tuning: TRL, OpenRLHF, verl)
-    Batch-major ``[B, L]`` arrays and a 0/1 ``mask`` ``[B, L]`` (1.0 on valid tokens, in the
-    float dtype of the data). Padding sits anywhere: before, between and after the valid
-    tokens of a row (drawn; the seed 0, which failures shrink towards, is one row per
-    trajectory, left-aligned, padded after); padded entries hold junk (``MaskedRows(pad_value=
-    0.0)`` for code that expects zeros there). Padded entries of the outputs are not read.
-
-    * GAE: ``fn(rewards, values, mask, *, gamma, gae_lambda) -> advantages`` (or
-      ``(advantages, returns)``). Row b is one episode of the example (its valid tokens in time
-      order); after its last valid token the value is 0 (the row ends), and the episode's
-      bootstrap is folded into the last valid reward: ``r + gamma * final_values[t]`` where the
-      episode was truncated, ``r + gamma * last_values[n]`` where the rollout cut it, nothing
-      where it terminated. So ``truncation`` and ``bootstrap_terminal_last_row`` are the
-      layout's (their reference values), not the function's.
-    * normalization: ``fn(advantages, mask) -> advantages``, statistics over the valid
-      tokens of the whole batch.
-    * policy loss: ``fn(new_log_probs, old_log_probs, advantages, mask, clip_range) -> (loss,
-      d_new_log_probs, info)``; value loss: ``fn(values, old_values, returns, mask,
-      clip_range_vf) -> (loss, d_values)``. The example's elements are split into 1..4 rows.
-      ``MaskedRows(aggregation=...)`` says how ``fn`` reduces the per-token terms ``x``, with
-      ``n_b`` valid tokens in row b, ``N`` in all, ``B`` rows (the reference applies the same
-      per-token weights, or the same factor, to its loss and gradient; ``clip_fraction`` and
-      ``approx_kl`` carry the weights too): ``"token-mean"`` ``sum x / N`` (default);
-      ``"seq-mean-token-mean"`` ``mean_b(sum_row x / n_b)`` (weights ``1 / n_b``);
-      ``"token-sum"`` ``sum x``; ``"seq-mean-token-sum"`` ``sum x / B``;
-      ``"seq-mean-token-sum-norm"`` ``sum x / norm`` (``norm=``; default the row length L).
-``"episodes"`` (libraries that store a list of episodes)
-    As ``"masked_rows"`` with each row a 1-D array of its valid entries, no mask, no padding:
-    GAE ``fn(rewards, values, bootstrap_values, *, gamma, gae_lambda)`` with ``rewards`` and
-    ``values`` lists of ``[n_b]`` arrays and ``bootstrap_values`` a list of floats (0.0 where
-    the episode terminated; nothing is folded into the rewards), returning a list of
-    advantages (or ``(advantages, returns)``); normalization ``fn(advantages)``; losses
-    ``fn(new_log_probs, old_log_probs, advantages, clip_range)`` and ``fn(values, old_values,
-    returns, clip_range_vf)`` with lists, gradients returned as lists. ``norm`` defaults to the
-    longest episode. A function of one episode is checked with a list comprehension around it.
-
-Every named layout but the row layouts applies to ``"gae"`` and ``"vtrace"``
-(``"normalized_outputs"`` to ``"gae"`` only); the loss quantities and the normalization take
-``"reference"``, ``"masked_rows"`` and ``"episodes"``.
+``"masked_rows"`` (token-level PPO: TRL, OpenRLHF, verl)
+    ``[B, L]`` arrays and a 0/1 ``mask`` (1.0 on valid tokens, in the data's float dtype);
+    padding before, between and after a row's valid tokens (seed 0, where failures shrink to:
+    left-aligned, padded after) holds junk (``MaskedRows(pad_value=0.0)`` for zeros) and is
+    not read back. GAE ``fn(rewards, values, mask, *, gamma, gae_lambda) -> advantages`` (or
+    ``(advantages, returns)``): a row is one episode, its bootstrap folded into its last valid
+    reward (``gamma * final_values[t]`` if truncated, ``gamma * last_values[n]`` if the rollout
+    cut it), so ``truncation`` and ``bootstrap_terminal_last_row`` are the layout's.
+    Normalization ``fn(advantages, mask)`` (statistics over every valid token); losses
+    ``fn(new_log_probs, old_log_probs, advantages, mask, clip_range)`` and ``fn(values,
+    old_values, returns, mask, clip_range_vf)``, the elements split into 1..4 rows.
+    ``MaskedRows(aggregation=...)``: how ``fn`` reduces per-token terms ``x`` (``n_b`` valid
+    in row b, ``N`` in all, ``B`` rows): ``"token-mean"`` ``sum x / N`` (default),
+    ``"seq-mean-token-mean"`` ``mean_b(sum_row x / n_b)``, ``"token-sum"`` ``sum x``,
+    ``"seq-mean-token-sum"`` ``sum x / B``, ``"seq-mean-token-sum-norm"`` ``sum x / norm``
+    (``norm=``, default L); the reference weights its loss, gradient, clip_fraction and
+    approx_kl alike.
+``"episodes"``
+    As ``"masked_rows"`` with each row a 1-D array of its valid entries (lists, no mask):
+    GAE ``fn(rewards, values, bootstrap_values, *, gamma, gae_lambda)`` (``bootstrap_values``
+    one float per episode, 0.0 where it terminated; nothing folded) returning a list (or
+    ``(advantages, returns)``); ``fn(advantages)``; the losses without ``mask``, gradients
+    as lists; ``norm`` defaults to the longest episode.
 """
 from __future__ import annotations
 
@@ -118,6 +81,16 @@ __all__ = ["Layout", "Reference", "NextValues", "EpisodeStarts", "Dones", "Disco
            "LAYOUTS", "get_layout", "as_numpy", "BadOutput"]
 
 _TRAJECTORY = ("gae", "vtrace")
+_TRAJECTORY_BLOCK = ("rewards", "values", "terminated", "truncated", "last_values",
+                     "final_values")
+#: The positional results of each quantity's reference function.
+_RESULTS = {"gae": ("advantages", "returns"), "vtrace": ("vs", "pg_advantages"),
+            "policy_loss": ("loss", "d_new_log_probs"), "value_loss": ("loss", "d_values")}
+#: The flat inputs of each row quantity, in argument order, and the scalar after them.
+_ROW_INPUTS = {"normalize_advantages": ("advantages",),
+               "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),
+               "value_loss": ("values", "old_values", "returns")}
+_SCALAR = {"policy_loss": "clip_range", "value_loss": "clip_range_vf"}
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "token-sum", "seq-mean-token-sum",
                 "seq-mean-token-sum-norm")
 
@@ -161,6 +134,15 @@ def _front(quantity: str, ex: Mapping[str, Any]) -> list:
     return []
 
 
+def _first_input(quantity: str) -> str:
+    """The input whose shape a row quantity's per-token outputs have."""
+    return "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
+
+
+def _scalar(quantity: str, ex: Mapping[str, Any]) -> list:
+    return [ex[_SCALAR[quantity]]] if quantity in _SCALAR else []
+
+
 def _done(ex) -> np.ndarray:
     return np.asarray(ex["terminated"], bool) | np.asarray(ex["truncated"], bool)
 
@@ -188,13 +170,6 @@ def _as_tuple(quantity: str, result) -> tuple:
                         f"{type(result).__name__}") from None
 
 
-def _info(got: dict, info) -> dict:
-    for key in ("clip_fraction", "approx_kl"):
-        if isinstance(info, Mapping) and key in info:
-            got[key] = info[key]
-    return got
-
-
 class Layout:
     """Base class; also the ``"reference"`` layout. Subclasses override the methods."""
     name = "reference"
@@ -215,39 +190,28 @@ class Layout:
     def arguments(self, quantity: str, ex: Mapping[str, Any]) -> Tuple[list, dict]:
         """``(args, kwargs)`` of the user's function for one example."""
         if quantity in _TRAJECTORY:
-            args = _front(quantity, ex) + [ex["rewards"], ex["values"], ex["terminated"],
-                                           ex["truncated"], ex["last_values"], ex["final_values"]]
+            args = _front(quantity, ex) + [ex[k] for k in _TRAJECTORY_BLOCK]
             return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
-        if quantity == "policy_loss":
-            return [ex["new_log_probs"], ex["old_log_probs"], ex["advantages"],
-                    ex["clip_range"]], {}
-        if quantity == "value_loss":
-            return [ex["values"], ex["old_values"], ex["returns"], ex["clip_range_vf"]], {}
-        return [ex["advantages"]], {}
+        return [ex[k] for k in _ROW_INPUTS[quantity]] + _scalar(quantity, ex), {}
 
     def outputs(self, quantity: str, result, ex: Mapping[str, Any]) -> Dict[str, Any]:
-        """The user's result as ``{output name: value}`` in the reference layout. Outputs the
-        function does not produce are left out (the check then reports them as missing unless
-        they are skipped)."""
-        if quantity == "gae":
-            out = _as_tuple(quantity, result)
+        """The user's result as ``{output name: value}`` in the reference layout; outputs the
+        function does not produce are left out (reported as missing unless skipped)."""
+        if quantity == "normalize_advantages":
+            return {"advantages": result}
+        out = _as_tuple(quantity, result)
+        if quantity == "gae" and len(out) < 2:  # the advantages alone
             adv = as_numpy(out[0])
-            if len(out) > 1:
-                return {"advantages": adv, "returns": out[1]}
             try:
                 ret = np.asarray(adv, np.float64) + np.asarray(ex["values"], np.float64)
             except (TypeError, ValueError):
                 ret = adv  # not numbers: reported with the advantages
             return {"advantages": adv, "returns": ret}
-        if quantity == "vtrace":
-            return dict(zip(("vs", "pg_advantages"), _as_tuple(quantity, result)))
-        if quantity == "policy_loss":
-            out = _as_tuple(quantity, result)
-            got = dict(zip(("loss", "d_new_log_probs"), out[:2]))
-            return _info(got, out[2] if len(out) > 2 else {})
-        if quantity == "value_loss":
-            return dict(zip(("loss", "d_values"), _as_tuple(quantity, result)))
-        return {"advantages": result}
+        got = dict(zip(_RESULTS[quantity], out))
+        info = out[2] if quantity == "policy_loss" and len(out) > 2 else None
+        if isinstance(info, Mapping):
+            got.update({k: info[k] for k in ("clip_fraction", "approx_kl") if k in info})
+        return got
 
     def expected(self, quantity: str, reference: Dict[str, Any],
                  ex: Mapping[str, Any]) -> Dict[str, Any]:
@@ -353,11 +317,6 @@ class NormalizedOutputs(Layout):
         return out
 
 
-#: The flat inputs of each row quantity, in argument order.
-_ROW_INPUTS = {"normalize_advantages": ("advantages",),
-               "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),
-               "value_loss": ("values", "old_values", "returns")}
-_SCALAR = {"policy_loss": "clip_range", "value_loss": "clip_range_vf"}
 
 
 def _episodes(ex) -> List[Tuple[int, int, int, float]]:
@@ -460,8 +419,7 @@ class MaskedRows(Layout):
         rows, boot = self.rows(quantity, ex)
         cols, L = self._grid(rows, ex)
         seed = int(ex.get("_rows", 0))
-        first = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
-        mask = np.zeros((len(rows), L), np.asarray(ex[first]).dtype)
+        mask = np.zeros((len(rows), L), np.asarray(ex[_first_input(quantity)]).dtype)
         for b, c in enumerate(cols):
             mask[b, c] = 1.0
         if quantity == "gae":
@@ -471,11 +429,12 @@ class MaskedRows(Layout):
             return [rewards, self._pack(ex["values"], rows, cols, L, seed), mask], {
                 "gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
         args = [self._pack(ex[k], rows, cols, L, seed) for k in _ROW_INPUTS[quantity]]
-        return args + [mask] + ([ex[_SCALAR[quantity]]] if quantity in _SCALAR else []), {}
+        return args + [mask] + _scalar(quantity, ex), {}
 
     # -- outputs ---------------------------------------------------------------------------
-    def _unpack(self, value, rows, cols, L, shape):
-        """A ``[B, L]`` result read back into the reference layout ``shape``."""
+    def _read(self, quantity, value, ex, rows):
+        """A ``[B, L]`` result read back into the reference layout."""
+        cols, L = self._grid(rows, ex)
         arr = as_numpy(value)
         try:
             arr = np.asarray(arr)
@@ -483,15 +442,10 @@ class MaskedRows(Layout):
             return BadOutput(f"not an array ({type(value).__name__})")
         if arr.shape != (len(rows), L):
             return BadOutput(f"shape {arr.shape}, expected the mask's {(len(rows), L)}")
-        out = np.empty(shape, arr.dtype)
+        out = np.empty(np.shape(ex[_first_input(quantity)]), arr.dtype)
         for b, (r, c) in enumerate(zip(rows, cols)):
             out[r] = arr[b, c]
         return out
-
-    def _read(self, quantity, value, ex, rows):
-        cols, L = self._grid(rows, ex)
-        key = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
-        return self._unpack(value, rows, cols, L, np.shape(ex[key]))
 
     def outputs(self, quantity, result, ex):
         rows, _ = self.rows(quantity, ex)
@@ -517,7 +471,7 @@ class Episodes(MaskedRows):
                     [np.asarray(ex["values"])[r].copy() for r in rows], list(boot)], {
                 "gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
         args = [[np.asarray(ex[k])[r].copy() for r in rows] for k in _ROW_INPUTS[quantity]]
-        return args + ([ex[_SCALAR[quantity]]] if quantity in _SCALAR else []), {}
+        return args + _scalar(quantity, ex), {}
 
     def outputs(self, quantity, result, ex):
         if quantity == "gae" and not isinstance(result, tuple):
@@ -525,7 +479,6 @@ class Episodes(MaskedRows):
         return MaskedRows.outputs(self, quantity, result, ex)
 
     def _read(self, quantity, value, ex, rows):
-        key = "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
         value = as_numpy(value)
         if isinstance(value, np.ndarray) and value.dtype != object and value.ndim < 2:
             return BadOutput(f"a {value.ndim}-d array, expected a list of {len(rows)} arrays")
@@ -536,7 +489,7 @@ class Episodes(MaskedRows):
         if [p.shape for p in parts] != [(len(r[0]),) for r in rows]:
             return BadOutput(f"shapes {[p.shape for p in parts]}, expected "
                              f"{[(len(r[0]),) for r in rows]}")
-        out = np.empty(np.shape(ex[key]), np.result_type(*parts))
+        out = np.empty(np.shape(ex[_first_input(quantity)]), np.result_type(*parts))
         for r, p in zip(rows, parts):
             out[r] = p
         return out

@@ -1,27 +1,18 @@
-"""What is checked, per quantity: the reference computation, the input strategy, the outputs,
-the named input properties and the size of the numbers involved.
+"""What is checked, per quantity (:data:`QUANTITY_SPECS`): the reference computation
+(:mod:`ppo_ref.spec`, float64), the input strategy, the outputs, the named input conditions and
+the size of the numbers involved.
 
 An *example* is a dict of the reference function's inputs in its own layout (time-major
 ``[T, N]`` arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the
-normalization) plus its hyperparameters. A row layout
-(:class:`ppo_ref.testing.layouts.MaskedRows`) also gets ``_rows``, the seed of its arrangement
-(0: one row, no padding), and may add ``weights`` and ``loss_scale`` to a loss example. The
-reference result under a convention is ``{output name: float64 array or float}`` in data-flow
-order, computed by ppo_ref in float64 from the example's (possibly float32) numbers.
-
-Edge patterns are drawn on purpose: flags per step from (none, terminated, truncated, both);
-``gamma`` and lambda often 0 or 1; about one example in ten a long rollout (T = 65..2048); N = 1
-the count examples shrink to; ``final_values`` and ``last_values`` never 0, so junk sits
-wherever the reference does not read; loss examples with a ratio exactly on ``1 +- clip_range``
-and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64 only); normalization examples with
-constant arrays and spreads of 1e-8..1e-4.
-
-Hypothesis shrinks a failing example's contents but cannot shorten a ``[T, N]`` grid drawn
-before them, so each quantity also lists *reductions* (one env column kept or dropped, a window
-of rows or elements kept; smallest first), which :func:`ppo_ref.testing.check` tries after the
-shrink. A :class:`Property` names a condition of an example (``"both_flags"``: "steps with both
-flags"); ``exclude=`` takes keys or names, and the strategy then never yields an example with
-that condition (``remove`` rewrites one that has it).
+normalization) and its hyperparameters; a row layout adds ``_rows`` (the seed of its
+arrangement, 0: one row, no padding) and may add ``weights`` or ``loss_scale`` to a loss example.
+Edge patterns are drawn on purpose: flags per step from (none, terminated, truncated, both),
+gamma and lambda often 0 or 1, one example in ten a long rollout (T = 65..2048), junk (never 0)
+in ``final_values``/``last_values`` wherever the reference does not read, ratios exactly on
+``1 +- clip_range`` and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64), constant
+advantages and spreads of 1e-8..1e-4. Hypothesis cannot shorten a ``[T, N]`` grid drawn before
+its contents, so each quantity also lists *reductions* (fewer envs, rows or elements), which
+:func:`ppo_ref.testing.check` tries after the shrink.
 """
 from __future__ import annotations
 
@@ -32,21 +23,18 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTupl
 
 import numpy as np
 
+from ppo_ref.testing._hyp import require_hypothesis
+from ppo_ref.tiers import tier_for
+
 __all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
            "finish"]
 
 
 class Property(NamedTuple):
-    """A named condition of an example.
-
-    Attributes:
-        key: the short name ``exclude=`` takes (``"both_flags"``).
-        name: how messages say it (``"steps with both flags"``).
-        holds: ``example -> bool``.
-        remove: ``example -> example`` without the condition (applied after drawing).
-        kink: the condition puts an input exactly on a non-differentiable point (a clip bound).
-        broad: the condition covers most examples (``identify`` tries it after the narrow ones).
-    """
+    """A named condition of an example: ``key`` (what ``exclude=`` takes, ``"both_flags"``),
+    ``name`` (what messages say, ``"steps with both flags"``), ``holds(example) -> bool``,
+    ``remove(example) -> example`` without it (applied after drawing), ``kink`` (an input
+    exactly on a clip bound), ``broad`` (covers most examples: ``identify`` tries it last)."""
     key: str
     name: str
     holds: Callable[[dict], bool]
@@ -56,28 +44,12 @@ class Property(NamedTuple):
 
 
 class Quantity(NamedTuple):
-    """One checked quantity.
-
-    Attributes:
-        name: ``"gae"``, ``"vtrace"``, ``"policy_loss"``, ``"value_loss"``,
-            ``"normalize_advantages"``.
-        outputs: output names in data-flow order (as in the reference's return value).
-        reference: ``(example, options) -> {output: float64 array or float}``.
-        strategy: ``(dtype, exclude, fixed, seeded) -> hypothesis strategy of examples``
-            (``seeded``: also draw the ``_rows`` seed of a row layout).
-        properties: the named input conditions (narrowest first).
-        length: ``example -> int``, the longest chain of accumulated rounding (T, or the
-            number of elements of a mean), which scales the tolerance.
-        reductions: ``example -> iterator of smaller examples`` (fewer envs, rows or
-            elements; smallest first), tried after hypothesis's shrink.
-        magnitude: ``(example, options) -> float``, the size of the numbers an output's
-            rounding error is proportional to (the largest input, or for the normalization
-            ``max|A| / (std + eps)``: the division by a small std magnifies the rounding of
-            ``A - mean``).
-        edges: float64 examples every search tries first, before the drawn ones (the
-            normalization: one element, a constant, spreads on both sides of each eps, which
-            draws alone may miss).
-    """
+    """One checked quantity: ``outputs`` in data-flow order; ``reference(example, options) ->
+    {output: float64 array or float}``; ``strategy(dtype, exclude, fixed, seeded)`` (hypothesis;
+    ``seeded``: draw ``_rows`` too); ``properties`` (narrowest first); ``length(example)``, the
+    longest accumulation (T, or the elements of a mean) and ``magnitude(example, options)``, the
+    size of the numbers, which scale the tolerance; ``reductions(example)``, smaller examples,
+    smallest first; ``edges``, float64 examples every search tries first."""
     name: str
     outputs: Tuple[str, ...]
     reference: Callable[[dict, Mapping[str, Any]], Dict[str, Any]]
@@ -87,11 +59,6 @@ class Quantity(NamedTuple):
     reductions: Callable[[dict], Iterator[dict]]
     magnitude: Callable[[dict, Mapping[str, Any]], float]
     edges: Tuple[dict, ...] = ()
-
-
-def _hypothesis():
-    from ppo_ref.testing._hyp import require_hypothesis
-    return require_hypothesis()
 
 
 def _f64(x):
@@ -108,6 +75,10 @@ def _input_magnitude(ex: Mapping[str, Any], options=None) -> float:
             m = max(m, abs(v))
     return m
 
+
+#: What every check compares with: the readable definitions (the compiled tier is itself checked
+#: against them, tests/test_seam.py).
+_REFERENCE = tier_for("spec")
 
 _TRAJ_FLOATS = ("rewards", "values", "last_values", "final_values")
 #: The float inputs of each quantity (cast to the example's dtype).
@@ -199,28 +170,23 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
     return ex
 
 
-def _advantage_functions():
-    from ppo_ref.fast.advantages import gae, vtrace
-    return gae, vtrace
-
-
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    gae, _ = _advantage_functions()
-    adv, ret = gae(_f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
-                   _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
-                   gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
-                   bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
+    adv, ret = _REFERENCE.advantages.gae(
+        _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
+        _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
+        gae_lambda=float(ex["gae_lambda"]), truncation=options["truncation"],
+        bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
     return {"advantages": adv, "returns": ret}
 
 
 def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    _, vtrace = _advantage_functions()
-    vs, pg = vtrace(_f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]),
-                    _f64(ex["rewards"]), _f64(ex["values"]), ex["terminated"], ex["truncated"],
-                    _f64(ex["last_values"]), _f64(ex["final_values"]), gamma=float(ex["gamma"]),
-                    rho_bar=ex["rho_bar"], c_bar=ex["c_bar"], pg_rho_bar=ex["pg_rho_bar"],
-                    lambda_=ex["lambda_"], truncation=options["truncation"],
-                    bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
+    vs, pg = _REFERENCE.advantages.vtrace(
+        _f64(ex["behaviour_log_probs"]), _f64(ex["target_log_probs"]), _f64(ex["rewards"]),
+        _f64(ex["values"]), ex["terminated"], ex["truncated"], _f64(ex["last_values"]),
+        _f64(ex["final_values"]), gamma=float(ex["gamma"]), rho_bar=ex["rho_bar"],
+        c_bar=ex["c_bar"], pg_rho_bar=ex["pg_rho_bar"], lambda_=ex["lambda_"],
+        truncation=options["truncation"],
+        bootstrap_terminal_last_row=options["bootstrap_terminal_last_row"])
     return {"vs": vs, "pg_advantages": pg}
 
 
@@ -233,13 +199,21 @@ def finish(ex: dict, quantity: str, exclude, fixed, dtype: str) -> dict:
     return ex
 
 
-def _finish(draw, st, ex: dict, quantity: str, exclude, fixed, dtype: str,
-            seeded: bool) -> dict:
-    """:func:`finish`, and draw the row seed."""
-    ex = finish(ex, quantity, exclude, fixed, dtype)
-    if seeded:
-        ex["_rows"] = draw(st.integers(0, 2 ** 16))
-    return ex
+def _strategy(quantity: str, draw_example: Callable):
+    """The ``strategy`` of ``quantity``: ``draw_example(draw, st, exclude, dtype) -> (example,
+    its dtype)`` draws the float64 numbers, then :func:`finish` and, ``seeded``, the row seed."""
+    def strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
+        st = require_hypothesis().strategies
+
+        @st.composite
+        def examples(draw):
+            ex, chosen = draw_example(draw, st, exclude, dtype)
+            ex = finish(ex, quantity, exclude, fixed, chosen)
+            if seeded:
+                ex["_rows"] = draw(st.integers(0, 2 ** 16))
+            return ex
+        return examples()
+    return strategy
 
 
 def _with(ex: dict, **changes) -> dict:
@@ -294,31 +268,19 @@ _VTRACE_PROPERTIES = _TRAJ_PROPERTIES + (
 )
 
 
-def _gae_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
-    st = _hypothesis().strategies
-
-    @st.composite
-    def examples(draw):
-        ex = _draw_trajectory(draw, st, exclude, logprobs=False)
-        ex["gae_lambda"] = draw(_unit(st, first=1.0))
-        return _finish(draw, st, ex, "gae", exclude, fixed, _pick_dtype(draw, st, dtype),
-                       seeded)
-    return examples()
+def _draw_gae(draw, st, exclude, dtype):
+    ex = _draw_trajectory(draw, st, exclude, logprobs=False)
+    ex["gae_lambda"] = draw(_unit(st, first=1.0))
+    return ex, _pick_dtype(draw, st, dtype)
 
 
-def _vtrace_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
-    st = _hypothesis().strategies
-
-    @st.composite
-    def examples(draw):
-        ex = _draw_trajectory(draw, st, exclude, logprobs=True)
-        ex["rho_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
-        ex["c_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
-        ex["pg_rho_bar"] = draw(st.sampled_from([None, 1.0, 0.5]))
-        ex["lambda_"] = draw(_unit(st, first=1.0))
-        return _finish(draw, st, ex, "vtrace", exclude, fixed, _pick_dtype(draw, st, dtype),
-                       seeded)
-    return examples()
+def _draw_vtrace(draw, st, exclude, dtype):
+    ex = _draw_trajectory(draw, st, exclude, logprobs=True)
+    ex["rho_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
+    ex["c_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
+    ex["pg_rho_bar"] = draw(st.sampled_from([None, 1.0, 0.5]))
+    ex["lambda_"] = draw(_unit(st, first=1.0))
+    return ex, _pick_dtype(draw, st, dtype)
 
 
 def _pick_dtype(draw, st, dtype: str) -> str:
@@ -340,33 +302,28 @@ def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
     return new, clip
 
 
-def _policy_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
-    st = _hypothesis().strategies
-
-    @st.composite
-    def examples(draw):
-        n = draw(st.integers(1, 10))
-        old = np.array(draw(st.lists(_log_probs(st), min_size=n, max_size=n)))
-        dlog = st.one_of(st.sampled_from([0.0, 0.1, -0.1, 0.5, -0.5]), st.floats(-1.0, 1.0))
-        new = old + np.array(draw(st.lists(dlog, min_size=n, max_size=n)))
-        adv = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, -1.0, 0.0]),
-                                                _small_floats(st)), min_size=n, max_size=n)))
-        clip_range = draw(st.sampled_from([0.2, 0.1, 0.3]))
-        if "far_negative" not in exclude and draw(st.booleans()):
-            # the last element far out (ratio e^1.5 ~ 4.5, A < 0): where a dual clip acts
-            new[-1] = old[-1] + 1.5
-            adv[-1] = -abs(adv[-1]) - 0.5
-        chosen = _pick_dtype(draw, st, dtype)
-        if chosen == "float64" and "clip_boundary" not in exclude:
-            kink = draw(st.sampled_from([None, 0.2, -0.2, 0.1, -0.3]))
-            if kink is not None:  # element 0 sits exactly on the kink
-                made = _kink_log_ratio(float(old[0]), kink)
-                if made is not None:
-                    new[0], clip_range = made
-        ex = {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
-              "clip_range": float(clip_range)}
-        return _finish(draw, st, ex, "policy_loss", exclude, fixed, chosen, seeded)
-    return examples()
+def _draw_policy(draw, st, exclude, dtype):
+    n = draw(st.integers(1, 10))
+    old = np.array(draw(st.lists(_log_probs(st), min_size=n, max_size=n)))
+    dlog = st.one_of(st.sampled_from([0.0, 0.1, -0.1, 0.5, -0.5]), st.floats(-1.0, 1.0))
+    new = old + np.array(draw(st.lists(dlog, min_size=n, max_size=n)))
+    adv = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, -1.0, 0.0]),
+                                            _small_floats(st)), min_size=n, max_size=n)))
+    clip_range = draw(st.sampled_from([0.2, 0.1, 0.3]))
+    if "far_negative" not in exclude and draw(st.booleans()):
+        # the last element far out (ratio e^1.5 ~ 4.5, A < 0): where a dual clip acts
+        new[-1] = old[-1] + 1.5
+        adv[-1] = -abs(adv[-1]) - 0.5
+    chosen = _pick_dtype(draw, st, dtype)
+    if chosen == "float64" and "clip_boundary" not in exclude:
+        kink = draw(st.sampled_from([None, 0.2, -0.2, 0.1, -0.3]))
+        if kink is not None:  # element 0 sits exactly on the kink
+            made = _kink_log_ratio(float(old[0]), kink)
+            if made is not None:
+                new[0], clip_range = made
+    ex = {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
+          "clip_range": float(clip_range)}
+    return ex, chosen
 
 
 def _scaled(ex: dict, loss: float, grad: np.ndarray, factor: float = 1.0):
@@ -377,13 +334,13 @@ def _scaled(ex: dict, loss: float, grad: np.ndarray, factor: float = 1.0):
 
 
 def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.losses import approx_kl, policy_loss
     new, old = _f64(ex["new_log_probs"]), _f64(ex["old_log_probs"])
     weights = ex.get("weights")
-    loss, d_new, info = policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
-                                    clip_interval=options["clip_interval"],
-                                    dual_clip=options["dual_clip"], weights=weights)
-    kl = info["approx_kl"] if options["kl_estimator"] == "k3" else approx_kl(
+    losses = _REFERENCE.losses
+    loss, d_new, info = losses.policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
+                                           clip_interval=options["clip_interval"],
+                                           dual_clip=options["dual_clip"], weights=weights)
+    kl = info["approx_kl"] if options["kl_estimator"] == "k3" else losses.approx_kl(
         old, new, options["kl_estimator"], weights=weights)
     loss, d_new = _scaled(ex, loss, d_new)
     return {"loss": loss, "d_new_log_probs": d_new, "clip_fraction": info["clip_fraction"],
@@ -435,35 +392,28 @@ _POLICY_PROPERTIES = (
 )
 
 
-def _value_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
-    st = _hypothesis().strategies
-
-    @st.composite
-    def examples(draw):
-        n = draw(st.integers(1, 10))
-        floats = _small_floats(st)
-        values = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-        old = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-        returns = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-        clip = draw(st.sampled_from([None, 0.5, 0.25, 1.0]))
-        if clip is not None and "value_clip_boundary" not in exclude:
-            # dyadic old values and clip: V = V_old +- clip is exact
-            for i, kind in enumerate(draw(st.lists(st.sampled_from([0, 1, -1]),
-                                                   min_size=n, max_size=n))):
-                if kind:
-                    old[i] = float(draw(st.integers(-8, 8))) / 4.0
-                    values[i] = old[i] + kind * clip
-        ex = {"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip}
-        return _finish(draw, st, ex, "value_loss", exclude, fixed, _pick_dtype(draw, st, dtype),
-                       seeded)
-    return examples()
+def _draw_value(draw, st, exclude, dtype):
+    n = draw(st.integers(1, 10))
+    floats = _small_floats(st)
+    values = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
+    old = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
+    returns = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
+    clip = draw(st.sampled_from([None, 0.5, 0.25, 1.0]))
+    if clip is not None and "value_clip_boundary" not in exclude:
+        # dyadic old values and clip: V = V_old +- clip is exact
+        for i, kind in enumerate(draw(st.lists(st.sampled_from([0, 1, -1]),
+                                               min_size=n, max_size=n))):
+            if kind:
+                old[i] = float(draw(st.integers(-8, 8))) / 4.0
+                values[i] = old[i] + kind * clip
+    ex = {"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip}
+    return ex, _pick_dtype(draw, st, dtype)
 
 
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.losses import value_loss
-    loss, d_v = value_loss(_f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]),
-                           ex["clip_range_vf"], mode=options["value_loss_mode"], huber_delta=1.0,
-                           weights=ex.get("weights"))
+    loss, d_v = _REFERENCE.losses.value_loss(
+        _f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]), ex["clip_range_vf"],
+        mode=options["value_loss_mode"], huber_delta=1.0, weights=ex.get("weights"))
     loss, d_v = _scaled(ex, loss, d_v, float(options["value_loss_scale"]))
     return {"loss": loss, "d_values": d_v}
 
@@ -485,30 +435,23 @@ _VALUE_PROPERTIES = (
 )
 
 
-def _normalize_strategy(dtype: str, exclude=frozenset(), fixed=None, seeded=False):
-    st = _hypothesis().strategies
-
-    @st.composite
-    def examples(draw):
-        n = draw(st.integers(1, 12))
-        kind = draw(st.integers(0, 5))
-        if kind == 0:
-            adv = np.full(n, draw(_small_floats(st)))
-        elif kind <= 3:  # a spread near the eps values: where the eps and its placement show
-            spread = draw(st.sampled_from([1e-8, 1e-7, 1e-6, 1e-5, 1e-4]))
-            steps = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)))
-            steps[-1] += n > 1 and steps.min() == steps.max()  # never constant
-            adv = steps.astype(np.float64) * spread
-        else:
-            adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
-        return _finish(draw, st, {"advantages": adv}, "normalize_advantages", exclude, fixed,
-                       _pick_dtype(draw, st, dtype), seeded)
-    return examples()
+def _draw_normalize(draw, st, exclude, dtype):
+    n = draw(st.integers(1, 12))
+    kind = draw(st.integers(0, 5))
+    if kind == 0:
+        adv = np.full(n, draw(_small_floats(st)))
+    elif kind <= 3:  # a spread near the eps values: where the eps and its placement show
+        spread = draw(st.sampled_from([1e-8, 1e-7, 1e-6, 1e-5, 1e-4]))
+        steps = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)))
+        steps[-1] += n > 1 and steps.min() == steps.max()  # never constant
+        adv = steps.astype(np.float64) * spread
+    else:
+        adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
+    return {"advantages": adv}, _pick_dtype(draw, st, dtype)
 
 
 def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
-    from ppo_ref.spec.losses import normalize_advantages
-    return {"advantages": normalize_advantages(
+    return {"advantages": _REFERENCE.losses.normalize_advantages(
         _f64(ex["advantages"]), ddof=options["advantage_norm_ddof"],
         eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"])}
 
@@ -606,27 +549,25 @@ def _size(key):
     return lambda ex: int(np.asarray(ex[key]).size)
 
 
-QUANTITY_SPECS: Dict[str, Quantity] = {
-    "gae": Quantity("gae", ("advantages", "returns"), _gae_reference, _gae_strategy,
-                    _TRAJ_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
-    "vtrace": Quantity("vtrace", ("vs", "pg_advantages"), _vtrace_reference, _vtrace_strategy,
-                       _VTRACE_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
-    "policy_loss": Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction",
-                                            "approx_kl"),
-                            _policy_reference, _policy_strategy, _POLICY_PROPERTIES,
-                            _size("advantages"),
-                            _element_reductions("new_log_probs", "old_log_probs", "advantages"),
-                            _input_magnitude),
-    "value_loss": Quantity("value_loss", ("loss", "d_values"), _value_reference, _value_strategy,
-                           _VALUE_PROPERTIES, _size("values"),
-                           _element_reductions("values", "old_values", "returns"),
-                           _input_magnitude),
-    "normalize_advantages": Quantity("normalize_advantages", ("advantages",),
-                                     _normalize_reference, _normalize_strategy,
-                                     _NORMALIZE_PROPERTIES, _size("advantages"),
-                                     _element_reductions("advantages"), _normalize_magnitude,
-                                     _NORMALIZE_EDGES),
-}
+QUANTITY_SPECS: Dict[str, Quantity] = {q.name: q for q in (
+    Quantity("gae", ("advantages", "returns"), _gae_reference, _strategy("gae", _draw_gae),
+             _TRAJ_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
+    Quantity("vtrace", ("vs", "pg_advantages"), _vtrace_reference,
+             _strategy("vtrace", _draw_vtrace), _VTRACE_PROPERTIES, _rows,
+             _trajectory_reductions, _input_magnitude),
+    Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction", "approx_kl"),
+             _policy_reference, _strategy("policy_loss", _draw_policy), _POLICY_PROPERTIES,
+             _size("advantages"),
+             _element_reductions("new_log_probs", "old_log_probs", "advantages"),
+             _input_magnitude),
+    Quantity("value_loss", ("loss", "d_values"), _value_reference,
+             _strategy("value_loss", _draw_value), _VALUE_PROPERTIES, _size("values"),
+             _element_reductions("values", "old_values", "returns"), _input_magnitude),
+    Quantity("normalize_advantages", ("advantages",), _normalize_reference,
+             _strategy("normalize_advantages", _draw_normalize), _NORMALIZE_PROPERTIES,
+             _size("advantages"), _element_reductions("advantages"), _normalize_magnitude,
+             _NORMALIZE_EDGES),
+)}
 
 
 def get_quantity(name: str) -> Quantity:

@@ -1,33 +1,23 @@
 """``trace_update``: every intermediate of one PPO minibatch update, and the diff of two traces.
 
-The update is the trainer's (:mod:`ppo_ref.spec.update`) written out step by step on a tiny fixed
-network (observation dim 3, one hidden layer of 4 tanh units per tower, 2 actions; rollout
-``T = 3`` steps of ``N = 2`` envs with a step that is both terminated and truncated, one
-truncated step and one terminal step; the six rows form one minibatch), in data-flow order:
+The update is the trainer's (:mod:`ppo_ref.spec.update`) written out step by step with the spec
+functions on a tiny fixed network (observation dim 3, one hidden layer of 4 tanh units per
+tower, 2 actions; a rollout of ``T = 3`` steps of ``N = 2`` envs with a step both terminated and
+truncated, one truncated and one terminal step; its six rows one minibatch). The quantities, in
+data-flow order (:data:`TRACE_ORDER`): GAE ``advantages``, ``returns``;
+``normalized_advantages``; the network's ``logits``, ``values``; ``new_log_probs``,
+``entropy``, ``ratios``, ``clip_mask`` (1.0 where ``|ratio - 1| > clip_range``);
+``policy_loss``, ``clip_fraction``, ``approx_kl`` (the convention's estimator); ``value_loss``
+(times ``value_loss_scale``), ``entropy_loss``, ``loss``; the gradients ``d_log_probs``,
+``d_values``, ``d_entropy`` of ``loss``, ``d_logits``, ``grads`` (per parameter);
+``grad_norm``, ``clip_scale``, ``clipped_grads``; ``adam_m``, ``adam_v`` (one step from a fresh
+state) and ``params_after``.
 
-    advantages, returns           GAE of the rollout (the convention's truncation options)
-    normalized_advantages         (A - mean) / (std(ddof) + 1e-8) when normalize_advantage
-    logits, values                actor_critic_forward(params, observations)
-    new_log_probs, entropy        categorical log-prob of the actions, entropy
-    ratios                        exp(new_log_probs - old_log_probs)
-    clip_mask                     |ratio - 1| > clip_range (1.0 where clipped, as float)
-    policy_loss, clip_fraction, approx_kl   (approx_kl with the convention's estimator)
-    value_loss                    value_loss_scale * value_loss(values, old_values, returns)
-    entropy_loss                  -mean(entropy)
-    loss                          policy_loss + vf_coef * value_loss + ent_coef * entropy_loss
-    d_log_probs, d_values, d_entropy   gradients of ``loss`` w.r.t. those outputs
-    d_logits                      through the categorical log-prob and entropy
-    grads                         {parameter name: gradient}
-    grad_norm, clip_scale         global L2 norm before clipping; min(1, max/(norm + 1e-6))
-    clipped_grads
-    adam_m, adam_v                Adam moments after the step (fresh state, t = 1)
-    params_after                  the new parameters
-
-The file uses the golden-vector codec (:mod:`ppo_ref.vectors.codec`: nested lists, float64 shortest
-repr, dicts of arrays as objects) with ``"format": "ppo_ref.trace/1"``, the ``settings``
-(the PPOConfig as a dict), the ``inputs`` and the ``trace`` (an object whose key order is the
-data-flow order above). Another implementation writes the same file from the same inputs;
-``ppo-ref diff A B`` (:func:`diff_traces`) reports the first quantity where they part.
+The file uses the golden-vector codec (:mod:`ppo_ref.vectors.codec`) with ``"format":
+"ppo_ref.trace/1"``, the ``settings`` (the PPOConfig as a dict), the ``inputs`` and the
+``trace`` (an object in data-flow order). Another implementation writes the same file from the
+same inputs; ``ppo-ref diff A B`` (:func:`diff_traces`) reports the first quantity where they
+part.
 """
 from __future__ import annotations
 
@@ -35,6 +25,16 @@ import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
+
+from ppo_ref.config import PPOConfig
+from ppo_ref.spec.advantages import gae
+from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
+                                        categorical_log_prob, categorical_log_prob_backward)
+from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages, policy_loss,
+                                 value_loss)
+from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward, actor_critic_init
+from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
+from ppo_ref.vectors.codec import decode, dumps, encode, read_json_file
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
            "diff_traces", "format_diff", "quantity_count"]
@@ -49,7 +49,6 @@ TRACE_ORDER = ("advantages", "returns", "normalized_advantages", "logits", "valu
 
 def trace_inputs(seed: int = 0) -> Dict[str, Any]:
     """The fixed inputs of the traced update (numbers rounded to 6 decimals)."""
-    from ppo_ref.spec.networks import actor_critic_init
     rng = np.random.default_rng(seed)
     T, N, obs_dim, n_actions = 3, 2, 3, 2
     params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
@@ -90,16 +89,6 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     Raises:
         ValueError: an unknown preset or config field, or inputs of the wrong shapes.
     """
-    from ppo_ref.spec.advantages import gae
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages,
-                                     policy_loss, value_loss)
-    from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
-    from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
-                                            categorical_log_prob,
-                                            categorical_log_prob_backward)
-    from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward
-
     inp = dict(trace_inputs(seed) if inputs is None else inputs)
     T, N = np.shape(inp["rewards"])
     overrides = dict(ent_coef=0.01, learning_rate=learning_rate)
@@ -162,7 +151,6 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     doc = {"format": TRACE_FORMAT, "preset": preset, "settings": config.to_dict(),
            "inputs": inp, "trace": {k: tr[k] for k in TRACE_ORDER}}
     if path is not None:
-        from ppo_ref.vectors.codec import dumps, encode
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(dumps({k: encode(v) if k in ("inputs", "trace") else v
                             for k, v in doc.items()}) + "\n")
@@ -180,7 +168,6 @@ def load_trace(path: str) -> Dict[str, Any]:
             ``trace`` object.
         OSError: the file cannot be read.
     """
-    from ppo_ref.vectors.codec import decode, read_json_file
     raw = read_json_file(path, "trace file")  # bounded: size, nesting, integer digits
     if not isinstance(raw, dict) or raw.get("format") != TRACE_FORMAT or not isinstance(
             raw.get("trace"), dict):

@@ -13,8 +13,14 @@ import os
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
+from gymnasium import spaces
 
+from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
+from ppo_ref.spec.networks import actor_critic_init
+from ppo_ref.spec.optim import adam_init
+from ppo_ref.spec.update import Minibatch, run_epochs
 from ppo_ref.tiers import BACKENDS, tier_for
+from ppo_ref.train.policies import MLPPolicy
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, decode, decode_settings,
                                    dumps, encode)
 
@@ -112,7 +118,6 @@ def _approx_kl(inputs, settings, tier):
 
 
 def _adam(inputs, settings, tier):
-    from ppo_ref.spec.optim import adam_init
     params = dict(inputs["params"])
     state = adam_init(params)
     out = {}
@@ -142,13 +147,6 @@ def _lstm(inputs, settings, tier):
 def _ppo_minibatch_update(inputs, settings, tier):
     """One epoch of one minibatch: :func:`ppo_ref.spec.update.run_epochs` with the tier's
     policy, losses and optimizer."""
-    from gymnasium import spaces
-
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.spec.optim import adam_init
-    from ppo_ref.spec.update import Minibatch, run_epochs
-    from ppo_ref.train.policies import MLPPolicy
-
     config = PPOConfig.from_dict(settings["config"]).replace(backend=tier.name)
     obs = inputs["observations"]
     policy = MLPPolicy(spaces.Box(-np.inf, np.inf, (obs.shape[1],), np.float64),
@@ -469,9 +467,6 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
 
 def _ppo_cases(rng) -> List[dict]:
     """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
-    from ppo_ref.config import PPOConfig
-    from ppo_ref.spec.networks import actor_critic_init
-
     B, obs_dim, n_actions = 6, 3, 2
     params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
     params = {k: v.round(6) for k, v in params.items()}
@@ -518,7 +513,6 @@ def apply_preset(case: dict, preset: str) -> dict:
     Raises:
         ValueError: an unknown preset.
     """
-    from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
     config = PPOConfig.preset(preset)
     settings = dict(case["settings"])
     kind = case["kind"]

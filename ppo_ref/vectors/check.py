@@ -161,31 +161,24 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
                   skip_outputs: Sequence[str] = (), explain: bool = True) -> List[dict]:
     """Compare another implementation's results file with the vectors, case by case.
 
-    Args:
-        vectors_dir: directory written by :func:`ppo_ref.vectors.write_vectors`.
-        results_file: JSON in the results format (module docstring).
-        atol, rtol: override every case's tolerance.
-        allow_missing: a case absent from the results is ``SKIP`` instead of ``MISSING``.
-        profile: a key of :data:`TOLERANCE_PROFILES`.
-        tolerances: overrides ``{"<case>": {"atol": .., "rtol": ..}, "<case>/<output>": {...},
-            "*/<output>": {...}}``; the most specific wins, over ``atol``/``rtol`` and the
-            profile.
-        skip_outputs: outputs (``"clip_fraction"`` or ``"<case>/<output>"``) not compared; a
-            results case may list its own in ``"skip": [...]``.
-        explain: for a FAIL of a kind with convention options, name the conventions under which
-            it would pass (:func:`alternative_conventions`).
+    ``vectors_dir`` is written by :func:`ppo_ref.vectors.write_vectors`, ``results_file`` a
+    results document (module docstring). ``atol``/``rtol`` override every case's tolerance,
+    ``profile`` (a key of :data:`TOLERANCE_PROFILES`) sets its floor, and ``tolerances``
+    (``{"<case>": {"atol": .., "rtol": ..}, "<case>/<output>": {..}, "*/<output>": {..}}``)
+    overrides all three, the most specific entry winning. ``skip_outputs`` (``"clip_fraction"``
+    or ``"<case>/<output>"``; a results case may list its own in ``"skip"``) are not compared;
+    ``allow_missing`` makes an absent case ``SKIP`` instead of ``MISSING``; ``explain`` names,
+    for a FAIL, the conventions under which it would pass (:func:`alternative_conventions`).
 
-    Returns:
-        One dict per case in index order, then an ``UNKNOWN`` row per results case the vectors
-        lack: ``case``, ``kind``, ``preset``, ``status`` (``PASS``, ``FAIL``: a difference, an
-        unexpected output or key, or non-numbers; ``MISSING``; ``SKIP``: absent with
-        ``allow_missing`` or every output skipped, so nothing was compared), ``max_err``
-        (``inf`` for a shape or special-value mismatch, ``nan`` when nothing was compared),
-        ``worst`` (the output holding it), ``atol``, ``rtol``, ``detail``, ``alternatives``.
+    Returns one dict per case in index order, then an ``UNKNOWN`` row per results case the
+    vectors lack: ``case``, ``kind``, ``preset``, ``status`` (``PASS``; ``FAIL``: a difference,
+    an unexpected output or key, or non-numbers; ``MISSING``; ``SKIP``: absent with
+    ``allow_missing``, or every output skipped), ``max_err`` (``inf`` for a shape or
+    special-value mismatch, ``nan`` when nothing was compared), ``worst`` (its output),
+    ``atol``, ``rtol``, ``detail``, ``alternatives``.
 
-    Raises:
-        ValueError: a bad ``profile``, ``atol``, ``rtol`` or ``tolerances`` entry, a results
-            file that is not a results document, or vectors that do not load.
+    Raises ``ValueError`` for a bad ``profile``, ``atol``, ``rtol`` or ``tolerances`` entry, a
+    results file that is not a results document, or vectors that do not load.
     """
     if profile not in TOLERANCE_PROFILES:
         raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
