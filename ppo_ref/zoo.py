@@ -76,9 +76,8 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
              ent_coef=0.00429, clip_range=0.1, n_epochs=10, gae_lambda=0.9, max_grad_norm=5.0,
              vf_coef=0.19, log_std_init=-3.29, ortho_init=False, **_NORMALIZE),
         20_000, f"{_ZOO_PPO}: MountainCarContinuous-v0",
-        deviations="no gSDE (use_sde: not implemented); batch_size 8 = n_steps * n_envs where the zoo writes 256 "
-                   "(SB3 then takes the whole 8-row rollout as one minibatch). Without gSDE's "
-                   "exploration the zoo's small log_std_init rarely finds the goal in 20k steps",
+        deviations="no gSDE (use_sde: not implemented); batch_size 8 = n_steps * n_envs where "
+                   "the zoo writes 256 (SB3 then takes the whole 8-row rollout as one minibatch)",
         published=88.343, published_source=f"{_BENCHMARK}: ppo MountainCarContinuous-v0"),
     ZooEntry(
         "ppo_ref/CartPoleNoVel-v1", "lstm",
