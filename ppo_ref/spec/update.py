@@ -161,7 +161,8 @@ def feedforward_minibatches(rng: np.random.Generator, batch_size: int, old_log_p
         for i in range(0, n_rows, batch_size):
             rows = perm[i:i + batch_size]
             yield Minibatch(old_log_probs[rows], advantages[rows], returns[rows],
-                            old_values[rows], (observations[rows], actions[rows]))
+                            old_values[rows], (observations.take(rows, axis=0),
+                                               actions.take(rows, axis=0)))
     return per_epoch
 
 
@@ -180,10 +181,11 @@ def recurrent_minibatches(rng: np.random.Generator, envs_per_minibatch: int, old
         perm = rng.permutation(n_envs)
         for i in range(0, n_envs, envs_per_minibatch):
             envs = perm[i:i + envs_per_minibatch]
-            yield Minibatch(old_log_probs[:, envs].reshape(-1), advantages[:, envs].reshape(-1),
-                            returns[:, envs].reshape(-1), old_values[:, envs].reshape(-1),
-                            (observations[:, envs], actions[:, envs],
-                             initial_states.select(envs), episode_starts[:, envs]))
+            lp, adv, ret, v, obs, act, starts = (x.take(envs, axis=1) for x in (
+                old_log_probs, advantages, returns, old_values, observations, actions,
+                episode_starts))
+            yield Minibatch(lp.reshape(-1), adv.reshape(-1), ret.reshape(-1), v.reshape(-1),
+                            (obs, act, initial_states.select(envs), starts))
     return per_epoch
 
 
