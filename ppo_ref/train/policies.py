@@ -219,6 +219,8 @@ class _Policy:
 
     def _grads(self, params: Params, net_grads: Params, head_grads: Params) -> Params:
         """float64 gradients with the keys (and key order) of ``params``."""
+        if not head_grads and self.dtype == np.float64:  # the network's, in the key order
+            return net_grads
         grads = {**net_grads, **head_grads}
         return {k: np.asarray(grads[k], dtype=np.float64) for k in params}
 
