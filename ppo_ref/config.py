@@ -125,8 +125,9 @@ class PPOConfig:
     advantage_norm_eps: float = _f(
         1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
     advantage_norm_eps_placement: str = _f(
-        "add", "(A - mean) / (std + eps) (SB3, CleanRL) or / max(std, eps) (torchrl, Sample "
-               "Factory)", NORM_EPS_PLACEMENTS)
+        "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
+               "Factory) or / sqrt(var + eps) (LLM fine-tuning's masked_whiten)",
+        NORM_EPS_PLACEMENTS)
     clip_interval: str = _f(
         "symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or Sample Factory's "
                      "[1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
@@ -138,7 +139,8 @@ class PPOConfig:
     dual_clip: Optional[float] = _f(
         None, "dual clip c > 1: for A < 0 the surrogate is max(min(...), c * A) (tianshou); "
               "None: off")
-    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3 or k1", KL_ESTIMATORS)
+    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3, k1 or k2",
+                           KL_ESTIMATORS)
     kl_stop_rule: str = _f(
         "sb3",
         "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, 1x), "

@@ -52,16 +52,16 @@ OPTIONS: Tuple[Option, ...] = (
            "eps of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: 1e-8; "
            "Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)"),
     Option("advantage_norm_eps_placement", NORM_EPS_PLACEMENTS, ("normalize_advantages",),
-           "(A - mean) / (std + eps) (SB3, CleanRL) or / max(std, eps) (torchrl, Sample "
-           "Factory)"),
+           "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
+           "Factory) or / sqrt(var + eps) (masked_whiten of LLM fine-tuning code)"),
     Option("clip_interval", CLIP_INTERVALS, ("policy_loss",),
            "ratio interval [1 - eps, 1 + eps] (the paper) or [1 / (1 + eps), 1 + eps] (Sample "
            "Factory)"),
     Option("dual_clip", (None, 2.0, 3.0), ("policy_loss",),
            "tianshou's dual clip c: for A < 0 the term is max(min(...), c * A) (None: off)"),
     Option("kl_estimator", KL_ESTIMATORS, ("policy_loss",),
-           "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL) "
-           "or k1 = mean(old - new) (thrust-rl, torchrl)"),
+           "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL), "
+           "k1 = mean(old - new) (thrust-rl, torchrl) or k2 = mean(r^2 / 2)"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

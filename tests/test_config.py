@@ -159,7 +159,7 @@ def test_frozen():
     ("net_arch", (64, 0)), ("net_arch", (64, -1)), ("net_arch", "64,64"), ("net_arch", (64.0,)),
     ("activation", "gelu"), ("lr_schedule", "cosine"), ("clip_range_schedule", "exp"),
     ("schedule_progress", "during"), ("truncation", "drop"), ("value_loss_mode", "l1"),
-    ("advantage_norm_scope", "epoch"), ("advantage_norm_ddof", 2), ("kl_estimator", "k2"),
+    ("advantage_norm_scope", "epoch"), ("advantage_norm_ddof", 2), ("kl_estimator", "k4"),
     ("kl_stop_rule", "spinningup"), ("huber_delta", 0.0), ("advantage_norm_eps", 0.0),
     ("advantage_norm_eps_placement", "max"), ("clip_interval", "log"),
     ("clip_range_low", 0.0), ("clip_range_low", 1.0), ("clip_range_high", -0.1),

@@ -301,7 +301,7 @@ def test_approx_kl_k3_overflow_is_refused_not_inf():
 
 def test_approx_kl_bad_inputs():
     with pytest.raises(ValueError, match="estimator"):
-        approx_kl([0.0], [0.0], "k2")
+        approx_kl([0.0], [0.0], "k4")
     with pytest.raises(ValueError, match="new_log_probs"):
         approx_kl([0.0, 0.0], [0.0], "k3")
     with pytest.raises(ValueError, match="old_log_probs"):
@@ -449,7 +449,7 @@ def test_float32_inputs_give_the_float64_results_of_the_same_numbers():
         loss64, d64 = value_loss(up[3], up[4], up[5], 0.5, mode=mode)
         assert loss32 == loss64
         np.testing.assert_array_equal(d32, d64.astype(np.float32))
-    for estimator in ("k3", "k1"):
+    for estimator in ("k3", "k1", "k2"):
         assert approx_kl(old, new, estimator) == approx_kl(up[1], up[0], estimator)
     np.testing.assert_array_equal(normalize_advantages(adv),
                                   normalize_advantages(up[2]).astype(np.float32))
@@ -492,3 +492,32 @@ def test_fast_twins_raise_one_error_for_a_non_finite_result(loss, damage):
         getattr(fast, loss)(*args, **kwargs)
     with pytest.raises(ValueError):
         getattr(spec, loss)(*args, **kwargs)
+
+
+def test_k2_estimator_is_half_the_mean_squared_log_ratio():
+    """k2 (Schulman 2020, "Approximating KL divergence"): mean((log pi_new - log pi_old)^2 / 2),
+    weighted by the weights when given."""
+    rng = np.random.default_rng(11)
+    old, new = rng.normal(size=50), rng.normal(size=50)
+    r = new - old
+    assert approx_kl(old, new, "k2") == pytest.approx(np.mean(r ** 2) / 2, rel=1e-14)
+    w = rng.uniform(0.0, 2.0, size=50)
+    assert approx_kl(old, new, "k2", weights=w) == pytest.approx(
+        np.sum(w * r ** 2 / 2) / np.sum(w), rel=1e-14)
+    assert approx_kl(old, old, "k2") == 0.0
+
+
+@pytest.mark.parametrize("ddof", [0, 1])
+def test_sqrt_placement_whitens_with_eps_inside_the_root(ddof):
+    """placement "sqrt": (A - mean) / sqrt(var + eps), var the ddof-variance: the eps moves the
+    result where var is near eps (unlike std + eps)."""
+    rng = np.random.default_rng(12)
+    for scale in (1.0, 1e-4, 1e-6):
+        a = scale * rng.normal(size=40)
+        eps = 1e-8
+        expected = (a - a.mean()) / np.sqrt(np.var(a, ddof=ddof) + eps)
+        np.testing.assert_allclose(
+            normalize_advantages(a, ddof=ddof, eps=eps, placement="sqrt"), expected,
+            rtol=1e-12, atol=0)
+    one = np.array([3.0])
+    np.testing.assert_array_equal(normalize_advantages(one, placement="sqrt"), one)

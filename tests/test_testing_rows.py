@@ -123,22 +123,23 @@ def test_masked_whitening_of_openrlhf_is_torchrls_convention_past_one_element():
     assert report.except_on[0][:2] == (OPENRLHF, ("a single element",))
 
 
-def test_eps_inside_the_sqrt_differs_where_eps_shows_and_by_rounding_elsewhere():
-    # (A - mean) / sqrt(var + 1e-8) against / (std + 1e-8): not an option yet (issue 24 item 3)
-    with pytest.raises(Mismatch) as info:
+TRL = {"advantage_norm_eps_placement": "sqrt"}
+
+
+def test_trl_masked_whiten_is_the_sqrt_placement_past_one_element():
+    # (A - mean) / sqrt(var + 1e-8), var with Bessel's correction: placement "sqrt", ddof 1
+    check_normalize_advantages(trl_masked_whiten, layout="masked_rows", convention=TRL,
+                               exclude=("single_element",), max_examples=FEW)
+    with pytest.raises(Mismatch) as info:  # against / (std + eps): where eps shows
         check_normalize_advantages(trl_masked_whiten, layout="masked_rows",
                                    exclude=("single_element",), max_examples=FEW)
     assert not info.value.precision
     assert "a spread below 1e-3 (where eps shows)" in info.value.properties
-    with pytest.raises(Mismatch) as info:
-        check_normalize_advantages(trl_masked_whiten, layout="masked_rows",
-                                   exclude=("single_element", "tiny_spread"), max_examples=FEW)
-    assert info.value.precision
     report = identify(trl_masked_whiten, "normalize_advantages", layout="masked_rows",
                       exclude=("single_element",), max_examples=FEW)
-    assert report.verdict == "match_except" and report.excluded == ["a single element"]
-    assert {(p, r) for _, p, r in report.except_on} == {
-        (("a spread below 1e-3 (where eps shows)",), True)}
+    assert report.verdict == "match"
+    assert {m["advantage_norm_eps_placement"] for m in report.matches} == {"sqrt"}
+    assert all(m["advantage_norm_ddof"] == 1 for m in report.matches)
 
 
 # -- the dual-clip policy loss (torch, autograd) ---------------------------------------------

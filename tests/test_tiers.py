@@ -390,10 +390,12 @@ ROWS[("losses", "approx_kl")] = [
     Case("k3", _approx_kl_case("k3"), **BITS),
     Case("k1_weights", _approx_kl_case("k1", weighted=True), **BITS),
     Case("k3_weights_float32", _approx_kl_case("k3", True, np.float32), **BITS),
+    Case("k2_weights", _approx_kl_case("k2", weighted=True), **BITS),
 ]
 ROWS[("losses", "normalize_advantages")] = [
     Case("ddof1_add", _normalize_case(), **BITS),
     Case("ddof0_clamp_float32", _normalize_case(np.float32, ddof=0, placement="clamp"), **BITS),
+    Case("ddof1_sqrt", _normalize_case(placement="sqrt"), **BITS),
     Case("one_element", _normalize_case(n=1), **BITS),
     Case("constant", lambda m, rng: m.normalize_advantages(np.full(9, 2.5)), **BITS),
 ]

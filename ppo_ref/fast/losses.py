@@ -38,15 +38,17 @@ from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import losses as _spec
 from ppo_ref.spec.losses import MAX_LOG_RATIO
 from ppo_ref.spec.losses import advantage_moments as _advantage_moments
+from ppo_ref.spec.losses import eps_scale as _eps_scale
 from ppo_ref.spec.losses import clipped_surrogate_element as _clipped_surrogate_element
 from ppo_ref.spec.losses import k3_element as _k3_element
+from ppo_ref.spec.losses import kl_term as _kl_term
 from ppo_ref.spec.losses import value_element as _value_element
 
 __all__ = ["policy_loss", "value_loss", "entropy_loss", "approx_kl", "normalize_advantages"]
 
 # the element functions, usable from compiled code (the spec functions are returned unchanged)
 for _element in (_spec.k3_element, _spec.clipped_surrogate_element, _spec.value_distance,
-                 _spec.value_element, _spec.advantage_moments):
+                 _spec.value_element, _spec.advantage_moments, _spec.kl_term, _spec.eps_scale):
     register_jitable(**NJIT_OPTIONS)(_element)
 del _element
 
@@ -367,10 +369,10 @@ def entropy_loss(entropy, weights=None):
 
 
 @njit
-def _kl_pass(old, new, weights, k3):
+def _kl_pass(old, new, weights, code):
     """The loop of :func:`ppo_ref.spec.losses.approx_kl`: ``sum(w[i] * term(new[i] - old[i]))``
-    in element order with ``term`` :func:`~ppo_ref.spec.losses.k3_element` (``k3``) or ``-r``
-    (k1). Returns ``(n, total)``."""
+    in element order with ``term`` :func:`~ppo_ref.spec.losses.kl_term` of the estimator's
+    ``code``. Returns ``(n, total)``."""
     size = old.size
     weighted = weights.size > 0
     n = _weight_sum(weights, size)
@@ -378,7 +380,7 @@ def _kl_pass(old, new, weights, k3):
     for i in range(size):
         w = weights[i] if weighted else 1.0
         log_ratio = new[i] - old[i]
-        total += w * (_k3_element(log_ratio) if k3 else -log_ratio)
+        total += w * _kl_term(log_ratio, code)
     return n, total
 
 
@@ -386,26 +388,26 @@ def approx_kl(old_log_probs, new_log_probs, estimator="k3", weights=None):
     """:func:`ppo_ref.spec.losses.approx_kl`, compiled; bit for bit. Raises
     ``FloatingPointError`` for a result that is not finite."""
     where = "ppo_ref.fast.losses.approx_kl"
-    k3 = _spec.KL_ESTIMATORS.index(estimator) == 0
+    code = _spec.KL_ESTIMATORS.index(estimator)
     (old, new), _, _ = _inputs(where, old_log_probs, new_log_probs)
     w = _NO_WEIGHTS if weights is None else _weights(where, weights, old.size)
-    n, total = _kl_pass(old, new, w, k3)
+    n, total = _kl_pass(old, new, w, code)
     if not (n > 0.0 and math.isfinite(total)):
         raise non_finite_result(where)
     return total / n
 
 
 @njit
-def _normalize_pass(adv, ddof, eps, clamp, out):
+def _normalize_pass(adv, ddof, eps, code, out):
     """:func:`ppo_ref.spec.losses.normalize_advantages` of a 1-D float64 array of n >= 2
     entries, written into ``out`` (float64 ``[n]``), bit for bit: the compiled
     :func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A_i - mean) / scale`` per element
-    with ``scale = std + eps`` (placement ``"add"``) or ``max(std, eps)`` (``clamp`` True:
-    ``"clamp"``). Returns False (``out`` untouched) when the mean or std is not finite."""
+    with :func:`~ppo_ref.spec.losses.eps_scale` of the placement's ``code``. Returns False
+    (``out`` untouched) when the mean or std is not finite."""
     mean, std = _advantage_moments(adv, ddof)
     if not (math.isfinite(mean) and math.isfinite(std)):
         return False
-    scale = max(std, eps) if clamp else std + eps
+    scale = _eps_scale(std, eps, code)
     for i in range(adv.size):
         out[i] = np.divide(adv[i] - mean, scale)
     return True
@@ -416,14 +418,11 @@ def normalize_advantages(advantages, ddof=1, eps=1e-8, placement="add"):
     (:func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A - mean) / scale`` per entry);
     bit for bit. Raises ``FloatingPointError`` when the moments are not finite."""
     adv = _floats(advantages)
-    if placement == "add":
-        clamp = False
-    else:
-        clamp = _spec.NORM_EPS_PLACEMENTS.index(placement) == 1
+    code = 0 if placement == "add" else _spec.NORM_EPS_PLACEMENTS.index(placement)
     if adv.size <= 1:
         return adv.copy()
     out = np.empty(adv.size)
-    if not _normalize_pass(_vector(adv), int(ddof), float(eps), clamp, out):
+    if not _normalize_pass(_vector(adv), int(ddof), float(eps), code, out):
         raise non_finite_result("ppo_ref.fast.losses.normalize_advantages")
     if adv.dtype == _F64 and adv.ndim == 1:
         return out

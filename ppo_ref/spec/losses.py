@@ -13,8 +13,8 @@ ulp beyond a bound whose products round equal passes no gradient here; torch: ha
 
 Sources: Schulman et al., "Proximal Policy Optimization Algorithms" (arXiv:1707.06347), eq. (7)
 and (9); value clipping from OpenAI baselines ``ppo2`` (Huang et al., "The 37 Implementation
-Details of PPO", 2022, detail 9); KL estimators k1 and k3 from J. Schulman, "Approximating KL
-divergence" (2020).
+Details of PPO", 2022, detail 9); KL estimators k1, k2 and k3 from J. Schulman, "Approximating
+KL divergence" (2020).
 """
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ __all__ = [
     "approx_kl",
     "normalize_advantages",
     "advantage_moments",
+    "kl_term",
+    "eps_scale",
     "explained_variance",
     "clipped_surrogate_element",
     "value_element",
@@ -49,9 +51,9 @@ __all__ = [
 VALUE_LOSS_MODES = ("max", "sb3", "huber")
 #: The codes of :data:`VALUE_LOSS_MODES` the element functions take (its indices).
 VALUE_MODE_MAX, VALUE_MODE_SB3, VALUE_MODE_HUBER = 0, 1, 2
-KL_ESTIMATORS = ("k3", "k1")
+KL_ESTIMATORS = ("k3", "k1", "k2")
 CLIP_INTERVALS = ("symmetric", "reciprocal")
-NORM_EPS_PLACEMENTS = ("add", "clamp")
+NORM_EPS_PLACEMENTS = ("add", "clamp", "sqrt")
 
 #: ``exp(r)`` is finite for ``r <= 709.78``; past this bound a ratio counts as overflowing.
 MAX_LOG_RATIO = 709.0
@@ -244,8 +246,8 @@ def ratio_overflow_error(new_log_probs, old_log_probs, flat_index: int, dtype) -
 
 
 def log_ratio_overflow_error(estimator: str) -> ValueError:
-    """The error for log-ratios ``r`` whose k3/k1 ``estimator`` sum overflows float64."""
-    what = "exp(r) - 1 - r" if estimator == "k3" else "-r"
+    """The error for log-ratios ``r`` whose ``estimator`` (k3, k1, k2) sum overflows float64."""
+    what = {"k3": "exp(r) - 1 - r", "k1": "-r", "k2": "r^2 / 2"}[estimator]
     return ValueError(f"new_log_probs - old_log_probs is too large in magnitude: r or the sum "
                       f"of the {estimator} terms {what} overflows float64; the policy moved too "
                       "far from the one that collected the data")
@@ -393,7 +395,8 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None)
 
     With ``r = new_log_probs - old_log_probs``: ``"k3"`` (SB3, CleanRL) ``mean(exp(r) - 1 -
     r)`` (:func:`k3_element`; unbiased, never negative); ``"k1"`` (thrust-rl) ``mean(-r)``
-    (unbiased, can be negative); with ``weights`` the weighted mean. Returns a finite Python
+    (unbiased, can be negative); ``"k2"`` ``mean(r^2 / 2)`` (biased, never negative, low
+    variance; as some LLM fine-tuning code reports it); with ``weights`` the weighted mean. Returns a finite Python
     float (float64, summed in element order). Raises ``ValueError``: shapes differ, an input is
     empty or not finite, an unknown ``estimator``, bad ``weights``, or ``r``, ``exp(r)`` (``r``
     above about 709.78) or the sum overflows.
@@ -404,10 +407,32 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None)
     total = 0.0
     for w_i, old_i, new_i in zip(w, _elements(old), _elements(new)):
         log_ratio = new_i - old_i
-        total += w_i * (k3_element(log_ratio) if estimator == "k3" else -log_ratio)
+        total += w_i * kl_term(log_ratio, KL_ESTIMATORS.index(estimator))
     if not math.isfinite(total):
         raise log_ratio_overflow_error(estimator)
     return total / n
+
+
+def kl_term(log_ratio, code):
+    """One term of :func:`approx_kl` for the log-ratio ``r``: :func:`k3_element` (``code`` 0,
+    the index of ``"k3"`` in :data:`KL_ESTIMATORS`), ``-r`` (1, ``"k1"``) or ``r * r / 2`` (2,
+    ``"k2"``)."""
+    if code == 0:
+        return k3_element(log_ratio)
+    if code == 1:
+        return -log_ratio
+    return 0.5 * (log_ratio * log_ratio)
+
+
+def eps_scale(std, eps, code):
+    """The divisor of :func:`normalize_advantages`: ``std + eps`` (``code`` 0, the index of
+    ``"add"`` in :data:`NORM_EPS_PLACEMENTS`), ``max(std, eps)`` (1, ``"clamp"``) or
+    ``sqrt(std * std + eps)`` (2, ``"sqrt"``)."""
+    if code == 0:
+        return std + eps
+    if code == 1:
+        return max(std, eps)
+    return math.sqrt(std * std + eps)
 
 
 def advantage_moments(advantages, ddof):
@@ -435,11 +460,15 @@ def advantage_moments(advantages, ddof):
 def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
                          placement: str = "add") -> np.ndarray:
     """Standardize advantages: ``(A - mean) / (std + eps)`` (``placement="add"``: SB3, CleanRL,
-    tianshou, skrl, PureJaxRL) or ``(A - mean) / max(std, eps)`` (``"clamp"``: torchrl,
-    Sample Factory), with :func:`advantage_moments` over all elements.
+    tianshou, skrl, PureJaxRL), ``(A - mean) / max(std, eps)`` (``"clamp"``: torchrl,
+    Sample Factory) or ``(A - mean) / sqrt(var + eps)`` (``"sqrt"``, ``var = std^2``: the
+    ``masked_whiten`` of LLM fine-tuning code), with :func:`advantage_moments` over all
+    elements.
 
     ``ddof``: 0 or 1 (SB3 and CleanRL: 1 per minibatch; thrust-rl: 0 per batch); ``eps`` > 0.
-    One element is returned unchanged (as SB3); a constant array maps to (near) zeros. Returns
+    One element is returned unchanged (as SB3); a constant array ``c`` maps to ``(c - mean) /
+    scale``: 0 where the rounded mean equals ``c``, else the rounding of the mean over the eps
+    (``[0.1, 0.1, 0.1]`` gives ``-1.39e-09`` each with eps 1e-8, ``add``). Returns
     a new array of the input's shape and dtype. Raises ``ValueError`` for non-finite
     ``advantages``, ``ddof`` not 0 or 1, ``eps`` <= 0, an unknown ``placement``, or values so
     large (> ~1e150) that the variance overflows.
@@ -456,7 +485,7 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
     if not (math.isfinite(mean) and math.isfinite(std)):
         raise ValueError("advantages are too large to normalize: their variance overflows "
                          "float64")
-    scale = std + eps if placement == "add" else max(std, eps)
+    scale = eps_scale(std, eps, NORM_EPS_PLACEMENTS.index(placement))
     return ((a - mean) / scale).astype(adv.dtype)
 
 

@@ -23,6 +23,7 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTupl
 
 import numpy as np
 
+from ppo_ref.spec.losses import NORM_EPS_PLACEMENTS, eps_scale
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.tiers import tier_for
 
@@ -457,7 +458,7 @@ def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]
 
 
 def _normalize_magnitude(ex: dict, options: Mapping[str, Any]) -> float:
-    """``max|A| / (std(A, ddof) + eps)`` (or ``/ max(std, eps)``): the factor by which the
+    """``max|A| / scale`` (:func:`ppo_ref.spec.losses.eps_scale`): the factor by which the
     division magnifies the rounding of ``A - mean``."""
     a = _f64(ex["advantages"]).ravel()
     m = _input_magnitude(ex)
@@ -465,8 +466,8 @@ def _normalize_magnitude(ex: dict, options: Mapping[str, Any]) -> float:
         return m
     std = float(np.std(a, ddof=options["advantage_norm_ddof"]))
     eps = float(options["advantage_norm_eps"])
-    scale = std + eps if options["advantage_norm_eps_placement"] == "add" else max(std, eps)
-    return max(m, float(np.max(np.abs(a))) / scale)
+    placement = NORM_EPS_PLACEMENTS.index(options["advantage_norm_eps_placement"])
+    return max(m, float(np.max(np.abs(a))) / eps_scale(std, eps, placement))
 
 
 def _spread(ex) -> float:
