@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
 
-from ppo_ref.config import PRESETS
+from ppo_ref.config import PRESETS, PPOConfig
 from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
                                  VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
@@ -77,8 +77,10 @@ def options_for(quantity: str) -> Tuple[Option, ...]:
 def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
     """``{option name: value}`` for every option of :data:`OPTIONS`, from a preset name of
     :meth:`ppo_ref.PPOConfig.preset` or a dict of option values (the options it leaves out keep
-    their reference value). ``ValueError`` for an unknown preset, an unknown option name or a
-    value not in its row."""
+    their reference value). A value may be any its :class:`~ppo_ref.PPOConfig` field accepts
+    (e.g. ``dual_clip=1.5``), not only those of its row (the ones :func:`combinations` tries).
+    ``ValueError`` for an unknown preset, an unknown option name or a value its field refuses
+    (the field's message)."""
     out = {o.name: o.reference for o in OPTIONS}
     if isinstance(convention, str):
         if convention not in PRESETS:
@@ -94,9 +96,11 @@ def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, A
         if name not in _BY_NAME:
             raise ValueError(f"convention has an unknown option {name!r}; options: "
                              f"{[o.name for o in OPTIONS]}")
-        if value not in _BY_NAME[name].values:
-            raise ValueError(f"convention option {name} must be one of "
-                             f"{list(_BY_NAME[name].values)}, got {value!r}")
+        if value not in _BY_NAME[name].values:  # a value identify does not try, if valid
+            try:
+                PPOConfig(**{name: value})
+            except ValueError as exc:
+                raise ValueError(f"convention option {exc}") from None
         out[name] = value
     return out
 

@@ -3,6 +3,7 @@
 The functions below are written from the usual definitions in LLM-PPO code (verl's
 compute_gae_advantage_return and compute_policy_loss, TRL's masked_whiten, OpenRLHF's advantage
 normalization), re-typed in NumPy or torch, and checked through layout="masked_rows"."""
+import functools
 import re
 from pathlib import Path
 
@@ -185,6 +186,17 @@ def test_dual_clip_loss_through_masked_rows():
                       skip=("clip_fraction",), max_examples=FEW)
     assert report.verdict == "match"
     assert report.matches[0] == {"clip_interval": "symmetric", **VERL}
+
+
+def test_a_dual_clip_identify_does_not_try_is_a_convention_too():
+    fn = functools.partial(_verl_policy_loss("token-mean"), clip_ratio_c=1.5)
+    check_policy_loss(fn, layout="masked_rows", convention={**VERL, "dual_clip": 1.5},
+                      skip=("clip_fraction",), max_examples=FEW)
+    with pytest.raises(Mismatch):
+        check_policy_loss(fn, layout="masked_rows", convention=VERL, skip=("clip_fraction",),
+                          max_examples=FEW)
+    with pytest.raises(ValueError, match="convention option dual_clip must be > 1"):
+        check_policy_loss(fn, layout="masked_rows", convention={"dual_clip": 0.5})
 
 
 @pytest.mark.parametrize("aggregation", ["seq-mean-token-mean", "seq-mean-token-sum-norm"])
