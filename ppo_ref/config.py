@@ -17,8 +17,8 @@ from typing import Any, Dict, Iterable, Optional, Tuple
 from ppo_ref._checks import (check_nonnegative, check_positive, check_unit_interval,
                              one_line_repr)
 from ppo_ref.spec.layers import ACTIVATIONS
-from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
-                                 VALUE_LOSS_MODES)
+from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
+                                 NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
 from ppo_ref.spec.optim import scheduled_value
 from ppo_ref.spec.update import KL_STOP_RULES
@@ -139,6 +139,9 @@ class PPOConfig:
     dual_clip: Optional[float] = _f(
         None, "dual clip c > 1: for A < 0 the surrogate is max(min(...), c * A) (tianshou); "
               "None: off")
+    clip_fraction_mode: str = _f(
+        "outside", "what clip_fraction counts: the ratio outside the clip interval (SB3, CleanRL) "
+                   "or where the clip changes the loss (active: verl)", CLIP_FRACTION_MODES)
     kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3, k1 or k2",
                            KL_ESTIMATORS)
     kl_stop_rule: str = _f(
@@ -309,7 +312,7 @@ _REFERENCE = dict(
     clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
     clip_observations=None, clip_rewards=None, advantage_norm_eps=1e-8,
     advantage_norm_eps_placement="add", clip_interval="symmetric", clip_range_low=None,
-    clip_range_high=None, huber_delta=1.0, dual_clip=None)
+    clip_range_high=None, huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside")
 
 #: Fields that differ between implementations; every preset sets all of them.
 CONVENTION_FIELDS = tuple(_REFERENCE)

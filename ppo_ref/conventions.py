@@ -9,8 +9,8 @@ import itertools
 from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
 
 from ppo_ref.config import PRESETS, PPOConfig
-from ppo_ref.spec.losses import (CLIP_INTERVALS, KL_ESTIMATORS, NORM_EPS_PLACEMENTS,
-                                 VALUE_LOSS_MODES)
+from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
+                                 NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
 
 __all__ = ["Option", "OPTIONS", "QUANTITIES", "options_for", "resolve_convention",
@@ -59,6 +59,9 @@ OPTIONS: Tuple[Option, ...] = (
            "Factory)"),
     Option("dual_clip", (None, 2.0, 3.0), ("policy_loss",),
            "tianshou's dual clip c: for A < 0 the term is max(min(...), c * A) (None: off)"),
+    Option("clip_fraction_mode", CLIP_FRACTION_MODES, ("policy_loss",),
+           "clip_fraction counts the ratio outside the clip interval (SB3, CleanRL) or where the "
+           "clip changes the loss (verl's pg_clipfrac)"),
     Option("kl_estimator", KL_ESTIMATORS, ("policy_loss",),
            "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL), "
            "k1 = mean(old - new) (thrust-rl, torchrl) or k2 = mean(r^2 / 2)"),

@@ -26,6 +26,7 @@ EXTRA_DEFAULTS = dict(
     clip_observations=None, clip_rewards=None,
     huber_delta=1.0, advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
     clip_interval="symmetric", clip_range_low=None, clip_range_high=None, dual_clip=None,
+    clip_fraction_mode="outside",
     compute_dtype="float64",  # PERF: float32 network passes as an option; float64 the default
     backend="fast",  # the compiled tier by default; "spec" runs the readable tier
 )
@@ -33,7 +34,7 @@ EXTRA_DEFAULTS = dict(
 # the fields the library options added, at the values every original preset has
 PLAIN = dict(advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
              clip_interval="symmetric", clip_range_low=None, clip_range_high=None,
-             huber_delta=1.0, dual_clip=None)
+             huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside")
 # what a library without the setting gets: no KL stop, no schedule, gain 1, no obs clipping
 ABSENT = dict(bootstrap_terminal_last_row=False, kl_estimator="k3", kl_stop_rule="sb3",
               lr_schedule="constant", clip_range_schedule="constant",

@@ -521,3 +521,21 @@ def test_sqrt_placement_whitens_with_eps_inside_the_root(ddof):
             rtol=1e-12, atol=0)
     one = np.array([3.0])
     np.testing.assert_array_equal(normalize_advantages(one, placement="sqrt"), one)
+
+
+def test_active_clip_fraction_counts_where_the_clip_changes_the_term():
+    """clip_fraction_mode="active" (verl's pg_clipfrac): A > 0 and ratio > 1 + eps, or A < 0
+    and ratio < 1 - eps; "outside" counts |ratio - 1| > eps whatever the sign of A."""
+    rng = np.random.default_rng(13)
+    new, old, adv = rng.normal(0, 0.3, 200), rng.normal(0, 0.3, 200), rng.normal(size=200)
+    ratio = np.exp(new - old)
+    active = ((adv > 0) & (ratio > 1.2)) | ((adv < 0) & (ratio < 0.8))
+    outside = np.abs(ratio - 1) > 0.2
+    assert 0 < active.sum() < outside.sum()
+    loss_a, d_a, info_a = policy_loss(new, old, adv, 0.2, clip_fraction_mode="active")
+    loss_o, d_o, info_o = policy_loss(new, old, adv, 0.2)
+    assert info_a["clip_fraction"] == pytest.approx(active.mean(), rel=1e-15)
+    assert info_o["clip_fraction"] == pytest.approx(outside.mean(), rel=1e-15)
+    assert loss_a == loss_o and np.array_equal(d_a, d_o)  # only the count differs
+    with pytest.raises(ValueError, match="clip_fraction_mode must be one of"):
+        policy_loss(new, old, adv, 0.2, clip_fraction_mode="inside")

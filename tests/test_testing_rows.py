@@ -170,20 +170,27 @@ def _verl_policy_loss(aggregation):
         clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
         pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
         pg_loss = agg(pg_losses, response_mask)
+        pg_clipfrac = ((pg_losses2 > pg_losses1).double() * response_mask).sum() / \
+            response_mask.sum()
         (grad,) = torch.autograd.grad(pg_loss, log_prob)
-        return pg_loss, grad, {"approx_kl": ppo_kl}
+        return pg_loss, grad, {"approx_kl": ppo_kl, "clip_fraction": pg_clipfrac}
     return compute_policy_loss
 
 
-VERL = {"dual_clip": 3.0, "kl_estimator": "k1"}
+VERL = {"dual_clip": 3.0, "kl_estimator": "k1", "clip_fraction_mode": "active"}
 
 
 def test_dual_clip_loss_through_masked_rows():
-    # verl counts clip_fraction only where clipping changes the loss: not an option yet
+    # verl counts clip_fraction only where clipping changes the loss ("active")
     check_policy_loss(_verl_policy_loss("token-mean"), layout="masked_rows", convention=VERL,
-                      skip=("clip_fraction",), max_examples=FEW)
+                      max_examples=FEW)
+    with pytest.raises(Mismatch) as info:
+        check_policy_loss(_verl_policy_loss("token-mean"), layout="masked_rows",
+                          convention={**VERL, "clip_fraction_mode": "outside"},
+                          max_examples=FEW)
+    assert info.value.output == "clip_fraction"
     report = identify(_verl_policy_loss("token-mean"), "policy_loss", layout="masked_rows",
-                      skip=("clip_fraction",), max_examples=FEW)
+                      max_examples=FEW)
     assert report.verdict == "match"
     assert report.matches[0] == {"clip_interval": "symmetric", **VERL}
 

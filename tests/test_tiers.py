@@ -371,6 +371,8 @@ ROWS[("losses", "policy_loss")] = [
                                                    clip_range_high=0.3), **BITS),
     Case("reciprocal_weights", _policy_loss_case(weighted=True, clip_interval="reciprocal"),
          **BITS),
+    Case("active_clip_fraction", _policy_loss_case(weighted=True, dual_clip=2.0,
+                                                   clip_fraction_mode="active"), **BITS),
 ]
 ROWS[("losses", "value_loss")] = [
     Case("unclipped_no_old", _value_loss_case(None, no_old=True), **BITS),

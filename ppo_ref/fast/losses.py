@@ -139,12 +139,12 @@ def _weight_sum(weights, size):
 
 @njit
 def _policy_loss_pass(new, old, adv, weights, low, high, clip_range, symmetric, dual_clip,
-                      d_new):
+                      count_active, d_new):
     """The loop of :func:`ppo_ref.spec.losses.policy_loss`: per element
     :func:`~ppo_ref.spec.losses.clipped_surrogate_element` and
     :func:`~ppo_ref.spec.losses.k3_element` of ``new[i] - old[i]``, ``d_new[i] = -(w[i] *
     d_surrogate) / n`` (``n = sum(w)``), the sums of ``w[i] * term`` in element order. Returns
-    ``(ok, -surrogate_sum / n, outside_sum / n, k3_sum / n)``; ``ok`` is False (and the rest
+    ``(ok, -surrogate_sum / n, counted_sum / n, k3_sum / n)``; ``ok`` is False (and the rest
     meaningless) when a log-ratio passes ``MAX_LOG_RATIO``, ``n`` is not > 0 or a result is
     not finite."""
     size = new.size
@@ -153,7 +153,7 @@ def _policy_loss_pass(new, old, adv, weights, low, high, clip_range, symmetric, 
     if not n > 0.0:
         return False, 0.0, 0.0, 0.0
     surrogate_sum = 0.0
-    outside_sum = 0.0
+    counted_sum = 0.0
     k3_sum = 0.0
     finite = True
     for i in range(size):
@@ -161,21 +161,21 @@ def _policy_loss_pass(new, old, adv, weights, low, high, clip_range, symmetric, 
         log_ratio = new[i] - old[i]
         if log_ratio > MAX_LOG_RATIO:
             return False, 0.0, 0.0, 0.0
-        surrogate, d_surrogate, outside = _clipped_surrogate_element(
-            log_ratio, adv[i], low, high, clip_range, symmetric, dual_clip)
+        surrogate, d_surrogate, counted = _clipped_surrogate_element(
+            log_ratio, adv[i], low, high, clip_range, symmetric, dual_clip, count_active)
         surrogate_sum += w * surrogate
         d = -(w * d_surrogate) / n
         d_new[i] = d
         finite &= math.isfinite(d)
-        outside_sum += w * outside
+        counted_sum += w * counted
         k3_sum += w * _k3_element(log_ratio)
     ok = finite and math.isfinite(surrogate_sum) and math.isfinite(k3_sum)
-    return ok, -surrogate_sum / n, outside_sum / n, k3_sum / n
+    return ok, -surrogate_sum / n, counted_sum / n, k3_sum / n
 
 
 def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
                 clip_range_low=None, clip_range_high=None, clip_interval="symmetric",
-                dual_clip=None, weights=None):
+                dual_clip=None, weights=None, clip_fraction_mode="outside"):
     """:func:`ppo_ref.spec.losses.policy_loss`, compiled; bit for bit. Raises
     ``FloatingPointError`` for a result that is not finite (module docstring)."""
     where = "ppo_ref.fast.losses.policy_loss"
@@ -190,7 +190,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
     d_new = np.empty(new.size)
     ok, loss, clip_fraction, kl = _policy_loss_pass(
         new, old, adv, w, low, high, float(clip_range), symmetric,
-        0.0 if dual_clip is None else _spec.check_dual_clip(dual_clip), d_new)
+        0.0 if dual_clip is None else _spec.check_dual_clip(dual_clip),
+        clip_fraction_mode == "active", d_new)
     if not ok:
         raise non_finite_result(where)
     return loss, _as_result(d_new, shape, narrow, where), {"clip_fraction": clip_fraction,

@@ -45,6 +45,7 @@ __all__ = [
     "CLIP_INTERVALS",
     "NORM_EPS_PLACEMENTS",
     "KL_ESTIMATORS",
+    "CLIP_FRACTION_MODES",
     "MAX_LOG_RATIO",
 ]
 
@@ -54,6 +55,7 @@ VALUE_MODE_MAX, VALUE_MODE_SB3, VALUE_MODE_HUBER = 0, 1, 2
 KL_ESTIMATORS = ("k3", "k1", "k2")
 CLIP_INTERVALS = ("symmetric", "reciprocal")
 NORM_EPS_PLACEMENTS = ("add", "clamp", "sqrt")
+CLIP_FRACTION_MODES = ("outside", "active")
 
 #: ``exp(r)`` is finite for ``r <= 709.78``; past this bound a ratio counts as overflowing.
 MAX_LOG_RATIO = 709.0
@@ -69,7 +71,7 @@ def k3_element(log_ratio):
 
 
 def clipped_surrogate_element(log_ratio, advantage, low, high, clip_range, symmetric,
-                              dual_clip):
+                              dual_clip, count_active=False):
     """One term of the clipped surrogate (PPO eq. 7) and its derivative in ``log_ratio``.
 
     With ``ratio = exp(log_ratio)`` (``log_ratio <= MAX_LOG_RATIO``) and the interval
@@ -81,9 +83,11 @@ def clipped_surrogate_element(log_ratio, advantage, low, high, clip_range, symme
 
     Dual clip (``dual_clip`` = c > 1, 0 is off; Ye et al. 2020, arXiv:1912.09729, eq. 5;
     tianshou): for ``A < 0`` the term is ``max(surrogate, c * A)``, derivative 0 where ``c * A``
-    is larger, halved on a tie. Returns ``(surrogate, d_surrogate, outside)``; ``outside`` (the
+    is larger, halved on a tie. Returns ``(surrogate, d_surrogate, counted)``; ``counted`` (the
     clip fraction's count) is ``|ratio - 1| > clip_range`` when ``symmetric`` (SB3, CleanRL),
-    else ``ratio < low or ratio > high``.
+    else ``ratio < low or ratio > high``; with ``count_active`` it is whether the clip changes
+    the term instead, ``A > 0 and ratio > high or A < 0 and ratio < low`` (verl's
+    ``pg_clipfrac``, the first clip only).
     """
     ratio = math.exp(log_ratio)
     clipped_ratio = min(max(ratio, low), high)
@@ -99,11 +103,13 @@ def clipped_surrogate_element(log_ratio, advantage, low, high, clip_range, symme
             d_surrogate = 0.0
         elif floor == surrogate:
             d_surrogate = 0.5 * d_surrogate
-    if symmetric:
-        outside = abs(ratio - 1.0) > clip_range
+    if count_active:
+        counted = (advantage > 0.0 and ratio > high) or (advantage < 0.0 and ratio < low)
+    elif symmetric:
+        counted = abs(ratio - 1.0) > clip_range
     else:
-        outside = ratio < low or ratio > high
-    return surrogate, d_surrogate, outside
+        counted = ratio < low or ratio > high
+    return surrogate, d_surrogate, counted
 
 
 def value_distance(err, mode, huber_delta):
@@ -256,7 +262,8 @@ def log_ratio_overflow_error(estimator: str) -> ValueError:
 def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
                 clip_range_low: Optional[float] = None, clip_range_high: Optional[float] = None,
                 clip_interval: str = "symmetric", dual_clip: Optional[float] = None,
-                weights=None) -> Tuple[float, np.ndarray, Dict[str, float]]:
+                weights=None, clip_fraction_mode: str = "outside"
+                ) -> Tuple[float, np.ndarray, Dict[str, float]]:
     """PPO clipped surrogate loss and its gradient with respect to ``new_log_probs``::
 
         loss = -sum_i w_i surrogate_i / sum_i w_i,    d loss / d new_log_probs[i]
@@ -267,13 +274,17 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
     paper, SB3, CleanRL); ``clip_range_low``, ``clip_range_high``, ``clip_interval``: the ratio
     interval (:func:`clip_bounds`); ``dual_clip``: None or c > 1 (tianshou); ``weights``: None
     (all 1, the same bits as the plain mean) or weights >= 0 of the input shape (a 0/1 valid
-    mask: torchrl, Sample Factory), which also weight both ``info`` means.
+    mask: torchrl, Sample Factory), which also weight both ``info`` means;
+    ``clip_fraction_mode``: a key of :data:`CLIP_FRACTION_MODES`, what ``clip_fraction`` counts
+    (the ratio outside the interval, or where the clip changes the term: the ``counted`` of
+    :func:`clipped_surrogate_element`).
 
     Returns ``(loss, d_new_log_probs, info)``: a Python float; an array of the input shape,
     float32 if every input is float32, else float64; ``info`` with ``clip_fraction`` (the mean
-    of ``outside``) and ``approx_kl`` (k3, :func:`approx_kl`). Raises ``ValueError``: shapes
+    of ``counted``) and ``approx_kl`` (k3, :func:`approx_kl`). Raises ``ValueError``: shapes
     differ, an input is empty or not finite, a bad ``clip_range``, ``clip_range_low``,
-    ``clip_range_high``, ``clip_interval``, ``dual_clip`` or ``weights``; a log-ratio so large
+    ``clip_range_high``, ``clip_interval``, ``dual_clip``, ``weights`` or
+    ``clip_fraction_mode``; a log-ratio so large
     that ``exp`` or an active gradient overflows the result dtype (float32: above about 88),
     or so negative that it or the k3 sum overflows float64; a surrogate sum that overflows.
     """
@@ -282,22 +293,24 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
     eps = check_positive(clip_range, "clip_range")
     low, high, symmetric = clip_bounds(eps, clip_range_low, clip_range_high, clip_interval)
     dual = check_dual_clip(dual_clip)
+    check_choice(clip_fraction_mode, "clip_fraction_mode", CLIP_FRACTION_MODES)
+    active = clip_fraction_mode == "active"
     dtype = result_dtype(new, old, adv)
     w, n = _weights(weights, new.shape, "new_log_probs")  # n: sum of the weights
 
     d_new = np.empty(new.size, dtype=np.float64)
     surrogate_sum = 0.0
-    n_outside = 0.0
+    n_counted = 0.0
     k3_sum = 0.0
     for i, (new_i, old_i, a) in enumerate(zip(_elements(new), _elements(old), _elements(adv))):
         log_ratio = new_i - old_i
         if log_ratio > MAX_LOG_RATIO:
             raise ratio_overflow_error(new, old, i, dtype)
-        surrogate, d_surrogate, outside = clipped_surrogate_element(log_ratio, a, low, high, eps,
-                                                                    symmetric, dual)
+        surrogate, d_surrogate, counted = clipped_surrogate_element(log_ratio, a, low, high, eps,
+                                                                    symmetric, dual, active)
         surrogate_sum += w[i] * surrogate
         d_new[i] = -(w[i] * d_surrogate) / n
-        n_outside += w[i] * outside
+        n_counted += w[i] * counted
         k3_sum += w[i] * k3_element(log_ratio)
     with np.errstate(over="ignore"):
         d_new = d_new.astype(dtype)
@@ -308,7 +321,7 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
     if not math.isfinite(surrogate_sum):
         raise ValueError("advantages are too large: the sum of the surrogate terms "
                          "ratio * advantages overflows float64")
-    info = {"clip_fraction": n_outside / n, "approx_kl": k3_sum / n}
+    info = {"clip_fraction": n_counted / n, "approx_kl": k3_sum / n}
     return -surrogate_sum / n, d_new.reshape(new.shape), info
 
 

@@ -118,7 +118,8 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     p_loss, d_log_probs, info = losses.policy_loss(
         new_log_probs, old_log_probs, advantages, effective_clip_range(clip_range),
         clip_range_low=config.clip_range_low, clip_range_high=config.clip_range_high,
-        clip_interval=config.clip_interval, dual_clip=config.dual_clip, weights=weights)
+        clip_interval=config.clip_interval, dual_clip=config.dual_clip, weights=weights,
+        clip_fraction_mode=config.clip_fraction_mode)
     v_loss, d_values = losses.value_loss(values, old_values, returns, config.clip_range_vf,
                                          mode=config.value_loss_mode,
                                          huber_delta=config.huber_delta, weights=weights)

@@ -340,7 +340,8 @@ def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     losses = _REFERENCE.losses
     loss, d_new, info = losses.policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
                                            clip_interval=options["clip_interval"],
-                                           dual_clip=options["dual_clip"], weights=weights)
+                                           dual_clip=options["dual_clip"], weights=weights,
+                                           clip_fraction_mode=options["clip_fraction_mode"])
     kl = info["approx_kl"] if options["kl_estimator"] == "k3" else losses.approx_kl(
         old, new, options["kl_estimator"], weights=weights)
     loss, d_new = _scaled(ex, loss, d_new)

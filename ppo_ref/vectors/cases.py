@@ -83,7 +83,8 @@ def _policy_loss(inputs, settings, tier):
         settings["clip_range"], clip_range_low=settings.get("clip_range_low"),
         clip_range_high=settings.get("clip_range_high"),
         clip_interval=settings.get("clip_interval", "symmetric"),
-        dual_clip=settings.get("dual_clip"), weights=inputs.get("weights"))
+        dual_clip=settings.get("dual_clip"), weights=inputs.get("weights"),
+        clip_fraction_mode=settings.get("clip_fraction_mode", "outside"))
     estimator = settings.get("kl_estimator", "k3")
     kl = info["approx_kl"] if estimator == "k3" else tier.losses.approx_kl(
         inputs["old_log_probs"], inputs["new_log_probs"], estimator,
@@ -501,7 +502,7 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
                              "advantage_norm_eps_placement": "placement"},
     "approx_kl": {"kl_estimator": "estimator"},
     "policy_loss": {"clip_interval": "clip_interval", "dual_clip": "dual_clip",
-                    "kl_estimator": "kl_estimator"},
+                    "kl_estimator": "kl_estimator", "clip_fraction_mode": "clip_fraction_mode"},
 }
 
 
