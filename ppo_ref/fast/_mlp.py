@@ -79,7 +79,6 @@ def _activate_compiled(a, relu):
 def _transpose(a, a_t):
     """``a_t[j, n] = a[n, j]`` for the rows and columns of ``a`` (2-D; a copy, no
     arithmetic)."""
-    _wide()
     rows, cols = a.shape
     for j in range(cols):
         for n in range(rows):
@@ -197,7 +196,6 @@ def _activation_grad(d, h, relu, sums):
 @overload(_activation_grad)
 def _activation_grad_compiled(d, h, relu, sums):
     def activation_grad(d, h, relu, sums):
-        _wide()
         rows, cols = d.shape
         sums[:] = _ZERO
         if relu:
