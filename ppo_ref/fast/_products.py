@@ -644,31 +644,13 @@ _INF = np.float32(np.inf)   # abs(v) < inf is False exactly for inf and NaN (in 
 
 @njit
 def _transpose_into(a, a_t):
-    """``a_t[j, n] = a[n, j]`` (2-D): in tiles of 8 x 8, the leftover rows and columns one by
-    one."""
+    """``a_t[j, n] = a[n, j]`` for the rows and columns of ``a`` (2-D; a copy, no
+    arithmetic), eight rows of ``a`` at a time (a cache line of ``a_t`` per column)."""
     rows, cols = a.shape
-    r8 = rows - rows % 8
-    c8 = cols - cols % 8
-    for n0 in range(0, r8, 8):
-        for j0 in range(0, c8, 8):
-            for j in range(j0, j0 + 8):
-                for n in range(n0, n0 + 8):
-                    a_t[j, n] = a[n, j]
-        for j in range(c8, cols):
-            for n in range(n0, n0 + 8):
-                a_t[j, n] = a[n, j]
-    for n in range(r8, rows):
+    for n0 in range(0, rows, 8):
         for j in range(cols):
-            a_t[j, n] = a[n, j]
-
-
-@njit
-def _column_sums(d, out):
-    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
-    out[:] = 0.0
-    for n in range(d.shape[0]):
-        for j in range(d.shape[1]):
-            out[j] += d[n, j]
+            for n in range(n0, min(n0 + 8, rows)):
+                a_t[j, n] = a[n, j]
 
 
 # --------------------------------------------------------------------------------------------
