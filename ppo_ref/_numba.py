@@ -173,39 +173,36 @@ def njit(py_func=None, *, parallel: bool = False):
 
 
 class _CompileNotice(event.Listener):
-    """Numba compile events: once compiling (outermost compiles, summed) has taken ``after``
-    seconds in this process, one line on ``stream`` (from a timer thread, so it shows while
-    a long compile runs)."""
+    """Once outermost numba compiles have taken ``after`` seconds in all, one line on
+    ``stream`` (printed by a timer thread while a compile runs, so a long one shows)."""
 
     def __init__(self, stream, after: float):
-        self.stream, self.after = stream, after
-        self.depth, self.spent, self.started, self.timer = 0, 0.0, 0.0, None
+        self.stream, self.left, self.depth, self.timer = stream, after, 0, None
         self.lock = threading.Lock()
 
     def on_start(self, ev):
         with self.lock:
             self.depth += 1
-            if self.depth == 1 and self.after is not None:
+            if self.depth == 1 and self.left is not None:
                 self.started = time.perf_counter()
-                self.timer = threading.Timer(max(self.after - self.spent, 0.0), self.notice)
+                self.timer = threading.Timer(max(self.left, 0.0), self.notice)
                 self.timer.daemon = True
                 self.timer.start()
 
     def on_end(self, ev):
         with self.lock:
             self.depth -= 1
-            if self.depth == 0 and self.timer is not None:
+            if self.depth == 0 and self.left is not None:
                 self.timer.cancel()
-                self.spent += time.perf_counter() - self.started
+                self.left -= time.perf_counter() - self.started
 
     def notice(self):
         with self.lock:
-            if self.after is None or self.depth == 0:
+            if self.left is None or self.depth == 0:
                 return
-            self.after = None      # once per process
-        where = config.CACHE_DIR or USER_CACHE_DIR
-        print(f"compiling kernels, once per machine: later runs load them from {where}",
-              file=self.stream or sys.stderr, flush=True)
+            self.left = None      # once per process
+        print("compiling kernels, once per machine: later runs load them from "
+              f"{config.CACHE_DIR or USER_CACHE_DIR}", file=self.stream or sys.stderr, flush=True)
 
 
 _notice = None

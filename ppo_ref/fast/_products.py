@@ -446,9 +446,15 @@ def _block_intrinsic(rows, vectors):
     fma(a[m, 0], w_t[0, j], out[m, j]))``. The accumulators stay in vector registers for the
     whole k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` broadcast
     into an ``llvm.fma`` per accumulator: element for element the chain of the scalar loop, no
-    reassociation. ``out`` and ``w_t`` C-contiguous (read and written as vectors), ``a`` of
-    any strides (read as scalars); float64 or float32 (:func:`_check_operands`)."""
+    reassociation. ``out`` and ``w_t`` 2-D C-contiguous (read and written as vectors), ``a``
+    2-D of any strides (read as scalars), one dtype, float64 or float32 (else a
+    ``TypingError``)."""
     def block(typingctx, out, a, w_t, n, j0):
+        if not (all(isinstance(t, types.Array) and t.ndim == 2 and t.dtype == out.dtype
+                    for t in (out, a, w_t)) and out.layout == w_t.layout == "C"
+                and out.dtype in (types.float32, types.float64)):
+            raise NumbaTypingError("_add_products takes 2-D float64 or float32 arrays of one "
+                                   f"dtype, out and w_t C-contiguous, got {out}, {a}, {w_t}")
         is_f32 = out.dtype == types.float32
 
         def codegen(context, builder, signature, args):
@@ -509,30 +515,9 @@ def _block_intrinsic(rows, vectors):
     return intrinsic(block)
 
 
-def _check_operands(out, a, w_t):
-    """Typing-time check of the products' operands: 2-D arrays of one dtype, float64 or
-    float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a`` of any
-    strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy); anything
-    else is refused when the caller is compiled (a ``TypingError``)."""
-
-
-@overload(_check_operands)
-def _check_operands_compiled(out, a, w_t):
-    if not (all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t))
-            and out.layout == "C" and w_t.layout == "C"
-            and out.dtype in (types.float32, types.float64)
-            and a.dtype == out.dtype and w_t.dtype == out.dtype):
-        raise NumbaTypingError(
-            "_add_products takes 2-D float64 or float32 arrays of one dtype, out and w_t "
-            f"C-contiguous, got {out}, {a}, {w_t}: pass np.ascontiguousarray copies")
-    return lambda out, a, w_t: None
-
-
 _WIDE_BLOCK = _block_intrinsic(_WIDE_ROWS, 4)
-_PAIR_BLOCKS = tuple(_block_intrinsic(rows, 2) for rows in (_ROWS, _HALF_ROWS, 1))
-_ONE_BLOCKS = tuple(_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROWS, 1))
-_FULL2, _HALF2, _ONE2 = _PAIR_BLOCKS
-_FULL1, _HALF1, _ONE1 = _ONE_BLOCKS
+_FULL2, _HALF2, _ONE2 = (_block_intrinsic(rows, 2) for rows in (_ROWS, _HALF_ROWS, 1))
+_FULL1, _HALF1, _ONE1 = (_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROWS, 1))
 
 
 def _add_products(out, a, w_t):
@@ -543,7 +528,8 @@ def _add_products(out, a, w_t):
     ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]`` (the weight pre-transposed so j is
     contiguous): 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t``
     C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views, so that one
-    compiled version per dtype serves every call; :func:`_check_operands`).
+    compiled version per dtype serves every call); other operands are refused when the caller
+    is compiled (a ``TypingError``).
 
     Compiled (:func:`_add_products_compiled`): register blocks of rows by vectors of columns.
     Interpreted: one whole-array FMA per k (:func:`_fma`), the same chains.
@@ -553,14 +539,10 @@ def _add_products(out, a, w_t):
 
 
 def _add_products_compiled(out, a, w_t):
-    """Compiled :func:`_add_products`: register blocks (:func:`_block_intrinsic`) of four
-    vectors of columns by _WIDE_ROWS rows while they fit (calls of at least _WIDE_MIN_ROWS rows
-    whose width they divide), then of two vectors and one by _ROWS, _HALF_ROWS and one row;
-    columns right of the last vector (fewer than a vector's lanes: a value head, a policy head
-    of a few actions) as eight rows' chains at a time, in registers. The arithmetic of an
-    element is the same chain whichever of them computes it, so a row's result does not depend
-    on the other rows of the call."""
-    _check_operands(out, a, w_t)
+    """Compiled :func:`_add_products`: the register blocks (:func:`_block_intrinsic`; the
+    comment above them), then the columns right of the last vector (fewer than a vector's
+    lanes: a value head, a policy head of a few actions) as eight rows' chains at a time, in
+    registers. An element's chain is the same whichever of them computes it."""
     lanes = _vector_lanes(out)
     pair, wide = 2 * lanes, 4 * lanes
     n_rows, n_k = a.shape
