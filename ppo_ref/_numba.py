@@ -9,9 +9,15 @@ as plain Python.
 Cache: compiled code is reused by a later process only if the function's own file and every
 ``.py`` file under ``ppo_ref/`` are byte for byte unchanged (:func:`package_sources_hash`; a
 kernel embeds the functions it calls and the globals it reads, from any file). Entries live in
-``NUMBA_CACHE_DIR`` if set, else in ``__pycache__`` beside the function's file, else in numba's
-user-wide cache directory; with none writable each process compiles afresh. Other packages'
-numba functions are untouched.
+``NUMBA_CACHE_DIR`` if set, else in the per-user cache directory (:data:`USER_CACHE_DIR`), else
+in ``__pycache__`` beside the function's file; with none writable each process compiles
+afresh. Inside the cache directory a package file's entries are under
+``ppo_ref-<sources hash>/`` and its path in the package, not its path on disk, so a second
+virtual environment or a non-editable install of the same sources loads what the first compiled
+(numba's cache index also holds the CPU model and features, the Python and numba versions),
+and installs of different sources never write the same files. Only the
+:data:`KEPT_VERSIONS` most recently created of those directories are kept. Other packages'
+numba functions are untouched. :func:`announce_compiling` prints one line on stderr when compiling takes long.
 
 Threads: ``njit(parallel=True)`` runs ``numba.prange`` loops on numba's threads
 (``numba.set_num_threads`` is per Python thread; the trainers set it to their ``threads``). A
@@ -29,15 +35,23 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import shutil
+import sys
+import threading
+import time
 
 import numba
-from numba.core import caching, config
+from numba.core import caching, config, event
 from numba.core.dispatcher import Dispatcher
 from numba.misc.appdirs import AppDirs
 from numba.np.ufunc import parallel as numba_parallel
 
 NJIT_OPTIONS = {"nogil": True, "fastmath": False}
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: The per-user cache directory (``$XDG_CACHE_HOME/ppo_ref`` or ``~/.cache/ppo_ref`` on Linux).
+USER_CACHE_DIR = AppDirs(appname="ppo_ref", appauthor=False).user_cache_dir
+#: Directories of compiled code of different package sources kept in a cache directory.
+KEPT_VERSIONS = 8
 
 def _threadsafe_layer() -> bool:
     """Whether the threading layer numba selects (started here, as its first parallel loop
@@ -69,6 +83,24 @@ def package_sources_hash() -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def _version_directory(base: str) -> str:
+    """``ppo_ref-<first 16 hex digits of the sources hash>``, the directory of this package's
+    compiled code in the cache directory ``base``; when it does not exist yet, the oldest
+    sibling directories beyond the :data:`KEPT_VERSIONS` - 1 newest are removed first."""
+    name = "ppo_ref-" + package_sources_hash()[:16]
+    if not os.path.isdir(os.path.join(base, name)):
+        try:
+            siblings = [e for e in os.scandir(base)
+                        if e.name.startswith("ppo_ref-") and e.is_dir(follow_symlinks=False)]
+        except OSError:
+            siblings = []
+        siblings.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime, reverse=True)
+        for old in siblings[KEPT_VERSIONS - 1:]:
+            shutil.rmtree(old.path, ignore_errors=True)
+    return name
+
+
 class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
     """Numba cache locator whose freshness stamp is (the function's own file, every package
     source): an entry written before any edit to the package is never loaded."""
@@ -87,11 +119,14 @@ class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
     def from_function(cls, py_func, py_file):
         if not os.path.isfile(py_file):
             return None
-        subpath = cls.get_suitable_cache_subpath(py_file)
-        user_wide = AppDirs(appname="numba", appauthor=False).user_cache_dir
-        candidates = [os.path.join(config.CACHE_DIR, subpath)] if config.CACHE_DIR else []
-        candidates += [os.path.join(os.path.dirname(py_file), "__pycache__"),
-                       os.path.join(user_wide, subpath)]
+        base = config.CACHE_DIR or USER_CACHE_DIR
+        relative = os.path.relpath(os.path.dirname(os.path.abspath(py_file)), PACKAGE_DIR)
+        if relative == os.pardir or relative.startswith(os.pardir + os.sep):
+            subpath = cls.get_suitable_cache_subpath(py_file)   # a file outside the package
+        else:
+            subpath = os.path.normpath(os.path.join(_version_directory(base), relative))
+        candidates = [os.path.join(base, subpath),
+                      os.path.join(os.path.dirname(py_file), "__pycache__")]
         if not PARALLEL_LOOPS:   # the plain-loop builds apart: both kinds stay cached
             candidates = [os.path.join(path, "plain") for path in candidates]
         for path in candidates:
@@ -135,3 +170,49 @@ def njit(py_func=None, *, parallel: bool = False):
     if isinstance(dispatcher, Dispatcher):
         dispatcher._cache = _package_cache(dispatcher.py_func)
     return dispatcher
+
+
+class _CompileNotice(event.Listener):
+    """Once outermost numba compiles have taken ``after`` seconds in all, one line on
+    ``stream`` (printed by a timer thread while a compile runs, so a long one shows)."""
+
+    def __init__(self, stream, after: float):
+        self.stream, self.left, self.depth, self.timer = stream, after, 0, None
+        self.lock = threading.Lock()
+
+    def on_start(self, ev):
+        with self.lock:
+            self.depth += 1
+            if self.depth == 1 and self.left is not None:
+                self.started = time.perf_counter()
+                self.timer = threading.Timer(max(self.left, 0.0), self.notice)
+                self.timer.daemon = True
+                self.timer.start()
+
+    def on_end(self, ev):
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0 and self.left is not None:
+                self.timer.cancel()
+                self.left -= time.perf_counter() - self.started
+
+    def notice(self):
+        with self.lock:
+            if self.left is None or self.depth == 0:
+                return
+            self.left = None      # once per process
+        print("compiling kernels, once per machine: later runs load them from "
+              f"{config.CACHE_DIR or USER_CACHE_DIR}", file=self.stream or sys.stderr, flush=True)
+
+
+_notice = None
+
+
+def announce_compiling(stream=None, after: float = 1.0) -> None:
+    """Print ``compiling kernels, once per machine: ...`` on ``stream`` (default
+    ``sys.stderr``) once numba has spent ``after`` seconds compiling in this process, so that a
+    first run never looks hung. Idempotent; does nothing under ``NUMBA_DISABLE_JIT=1``."""
+    global _notice
+    if _notice is None and not config.DISABLE_JIT:
+        _notice = _CompileNotice(stream, after)
+        event.register("numba:compile", _notice)

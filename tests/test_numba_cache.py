@@ -129,7 +129,7 @@ def _make_tree(root: Path) -> Path:
 def _run(root: Path, xdg_cache_home: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_CACHE_DIR", "NUMBA_CACHE_LOCATOR_CLASSES", "PYTHONPATH")}
-    env["XDG_CACHE_HOME"] = str(xdg_cache_home)  # numba's user-wide fallback directory
+    env["XDG_CACHE_HOME"] = str(xdg_cache_home)  # the per-user cache directory's parent
     proc = subprocess.run([sys.executable, "-B", "-c", RUN], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -153,7 +153,7 @@ def test_editing_a_callee_file_recompiles_its_callers(tmp_path):
     first = _run(tmp_path, xdg)
     assert first["values"] == {"via_plain": 2.5, "via_jitted": 1.0}
     assert (first["hits"], first["misses"]) == (0, 2)
-    index_files = sorted((package / "__pycache__").glob("probe_caller.*.nbi"))
+    index_files = sorted((xdg / "ppo_ref").glob("ppo_ref-*/probe_caller.*.nbi"))
     assert len(index_files) == 2
     index_bytes = [p.read_bytes() for p in index_files]
 
@@ -168,21 +168,57 @@ def test_editing_a_callee_file_recompiles_its_callers(tmp_path):
     third = _run(tmp_path, xdg)
     assert third["values"] == {"via_plain": 3.5, "via_jitted": 0.5}
     assert (third["hits"], third["misses"]) == (0, 2)
-    assert not xdg.exists()  # the in-tree cache was writable: nothing went user-wide
+    assert not (package / "__pycache__").exists()  # the per-user directory was writable
 
 
-def test_unwritable_package_directory_falls_back_then_degrades_to_no_cache(tmp_path):
-    package = _make_tree(tmp_path)
-    (package / "__pycache__").write_text("")  # a file: the in-tree cache cannot be created
+def test_a_second_install_of_the_same_sources_loads_the_first_ones_kernels(tmp_path):
+    """Two copies of the package at different paths (two virtual environments) share the
+    per-user cache; a copy whose sources differ compiles afresh."""
     xdg = tmp_path / "xdg"
-    for expected in ((0, 2), (2, 0)):  # numba's user-wide directory serves as the cache
-        out = _run(tmp_path, xdg)
+    first, second, edited = (tmp_path / name for name in ("venv1", "venv2", "venv3"))
+    for root in (first, second, edited):
+        root.mkdir()
+        _make_tree(root)
+    for root, expected in ((first, (0, 2)), (second, (2, 0))):
+        out = _run(root, xdg)
+        assert (out["hits"], out["misses"]) == expected
+    _edit_keeping_size_and_mtime(edited / "ppo_ref" / "probe_callee.py", "1.25", "1.75")
+    out = _run(edited, xdg)
+    assert out["values"]["via_plain"] == 3.5 and (out["hits"], out["misses"]) == (0, 2)
+    assert len(list((xdg / "ppo_ref").glob("ppo_ref-*"))) == 2   # one per version of sources
+    out = _run(second, xdg)    # the edited copy wrote elsewhere
+    assert out["values"]["via_plain"] == 2.5 and (out["hits"], out["misses"]) == (2, 0)
+
+
+def test_only_the_newest_versions_of_the_sources_stay_cached(tmp_path):
+    xdg = tmp_path / "xdg"
+    _make_tree(tmp_path)
+    versions = xdg / "ppo_ref"
+    versions.mkdir(parents=True)
+    for i in range(_numba.KEPT_VERSIONS + 2):
+        old = versions / f"ppo_ref-{i:016x}"
+        old.mkdir()
+        os.utime(old, (1e9 + i, 1e9 + i))
+    (versions / "unrelated").mkdir()
+    _run(tmp_path, xdg)
+    kept = sorted(p.name for p in versions.iterdir())
+    newest = [f"ppo_ref-{i:016x}" for i in range(3, _numba.KEPT_VERSIONS + 2)]
+    assert len(kept) == _numba.KEPT_VERSIONS + 1
+    assert set(newest) < set(kept) and "unrelated" in kept
+
+
+def test_unwritable_user_directory_falls_back_then_degrades_to_no_cache(tmp_path):
+    package = _make_tree(tmp_path)
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")  # a file: the per-user cache directory cannot be created
+    for expected in ((0, 2), (2, 0)):  # the in-tree __pycache__ serves as the cache
+        out = _run(tmp_path, blocked / "cache")
         assert out["values"] == {"via_plain": 2.5, "via_jitted": 1.0}
         assert (out["hits"], out["misses"]) == expected
-    assert list(xdg.rglob("probe_caller.*.nbi"))
+    assert list((package / "__pycache__").glob("probe_caller.*.nbi"))
 
-    blocked = tmp_path / "blocked"
-    blocked.write_text("")  # a file: no user-wide cache either
+    shutil.rmtree(package / "__pycache__")
+    (package / "__pycache__").write_text("")  # a file: no in-tree cache either
     for _ in range(2):  # compiled in each process, no error
         out = _run(tmp_path, blocked / "cache")
         assert out["values"] == {"via_plain": 2.5, "via_jitted": 1.0}
@@ -219,3 +255,30 @@ def test_a_second_process_loads_the_kernels_the_first_compiled(tmp_path):
     assert len(saved) >= 4 and not loaded   # two loops, two dtypes: at least four entries
     saved_again, loaded = trace()
     assert not saved_again and len(loaded) == len(saved)
+
+
+_NOTICE = """
+import io, sys
+from ppo_ref import _numba
+stream = io.StringIO()
+_numba.announce_compiling(stream, after={after})
+_numba.announce_compiling(stream, after={after})   # idempotent
+@_numba.njit
+def f(x):
+    return x + 1
+print(f(1), repr(stream.getvalue()))
+"""
+
+
+@pytest.mark.parametrize("after, lines", [(0.0, 1), (600.0, 0)])
+def test_a_long_compile_announces_itself_once(tmp_path, after, lines):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.path.dirname(_numba.PACKAGE_DIR))
+    proc = subprocess.run([sys.executable, "-c", _NOTICE.format(after=after)], env=env,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    value, printed = proc.stdout.split(" ", 1)
+    assert value == "2"
+    printed = eval(printed)
+    assert printed.count("\n") == lines
+    assert printed.startswith("compiling kernels, once per machine: ") == bool(lines)

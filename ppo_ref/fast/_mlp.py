@@ -37,7 +37,8 @@ from numba.extending import overload
 
 from ppo_ref._numba import njit
 from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _select,
-                                    _strided, _tanh_any, _vector_lanes, _wide)
+                                    _strided, _tanh_any, _transpose_into, _vector_lanes,
+                                    _wide)
 
 #: A forward pass of at most this many rows runs feature-major: each layer's output ``a.T =
 #: b + w @ h.T`` (``[out, C]``, the rows in its first columns, ``C`` padded to whole vector
@@ -73,17 +74,6 @@ def _activate_compiled(a, relu):
             for i in range(a.size):
                 a[i] = _tanh_any(a[i])
     return activate
-
-
-@njit
-def _transpose(a, a_t):
-    """``a_t[j, n] = a[n, j]`` for the rows and columns of ``a`` (2-D; a copy, no
-    arithmetic)."""
-    _wide()
-    rows, cols = a.shape
-    for j in range(cols):
-        for n in range(rows):
-            a_t[j, n] = a[n, j]
 
 
 @njit
@@ -163,7 +153,7 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu, buff
             h_t = a_t
         else:
             w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
-            _transpose(w, w_t)
+            _transpose_into(w, w_t)
             for lo in range(0, rows, _CHUNK):     # a chunk's outputs stay in the L1 cache
                 hi = min(lo + _CHUNK, rows)
                 for n in range(lo, hi):
@@ -197,7 +187,6 @@ def _activation_grad(d, h, relu, sums):
 @overload(_activation_grad)
 def _activation_grad_compiled(d, h, relu, sums):
     def activation_grad(d, h, relu, sums):
-        _wide()
         rows, cols = d.shape
         sums[:] = _ZERO
         if relu:
@@ -257,7 +246,7 @@ def _backward(x, ws, acts, n_layers, n_trunk, n_pi, relu, d_pi, d_vf, gws, gbs, 
             if n_in < _NARROW <= n_out:       # gw.T = h.T @ d, the same chains
                 gw_t = np.zeros((n_in, n_out), dt)
                 _add_products(gw_t, _strided(h.T), d)
-                _transpose(gw_t, gw)
+                _transpose_into(gw_t, gw)
             else:
                 gw[:, :] = _ZERO
                 _add_products(gw, _strided(d.T), h)

@@ -35,6 +35,7 @@ from fractions import Fraction
 import numpy as np
 from llvmlite import ir as llvm_ir
 from numba.core import cgutils, types
+from numba.core import config as _numba_config
 from numba.core.errors import TypingError as NumbaTypingError
 from numba.extending import intrinsic, overload, register_jitable
 
@@ -440,26 +441,29 @@ def _vector_lanes_compiled(a):
 
 def _block_intrinsic(rows, vectors):
     """The register block of ``rows`` rows by ``vectors`` vector registers of columns, an
-    intrinsic ``(out, a, w_t, b, n, j0)``: for ``m = n .. n + rows - 1`` and the ``vectors *
+    intrinsic ``(out, a, w_t, n, j0)``: for ``m = n .. n + rows - 1`` and the ``vectors *
     lanes`` columns ``j`` from ``j0``, ``out[m, j] = fma(a[m, K-1], w_t[K-1, j], ...
-    fma(a[m, 0], w_t[0, j], s))`` with ``s = out[m, j]``, or ``s = b[j]`` when ``b`` is an
-    array (``None``: accumulate). The accumulators stay in vector registers for the whole k
-    loop; per k, the weight row segment is loaded once and each ``a[m, k]`` broadcast into an
-    ``llvm.fma`` per accumulator: element for element the chain of the scalar loop, no
-    reassociation. ``out``, ``w_t`` and ``b`` C-contiguous (read and written as vectors),
-    ``a`` of any strides (read as scalars); float64 or float32 (:func:`_check_operands`)."""
-    def block(typingctx, out, a, w_t, b, n, j0):
+    fma(a[m, 0], w_t[0, j], out[m, j]))``. The accumulators stay in vector registers for the
+    whole k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` broadcast
+    into an ``llvm.fma`` per accumulator: element for element the chain of the scalar loop, no
+    reassociation. ``out`` and ``w_t`` 2-D C-contiguous (read and written as vectors), ``a``
+    2-D of any strides (read as scalars), one dtype, float64 or float32 (else a
+    ``TypingError``)."""
+    def block(typingctx, out, a, w_t, n, j0):
+        if not (all(isinstance(t, types.Array) and t.ndim == 2 and t.dtype == out.dtype
+                    for t in (out, a, w_t)) and out.layout == w_t.layout == "C"
+                and out.dtype in (types.float32, types.float64)):
+            raise NumbaTypingError("_add_products takes 2-D float64 or float32 arrays of one "
+                                   f"dtype, out and w_t C-contiguous, got {out}, {a}, {w_t}")
         is_f32 = out.dtype == types.float32
-        with_bias = isinstance(b, types.Array)
 
         def codegen(context, builder, signature, args):
-            arrays = [context.make_array(ty)(context, builder, v)
-                      for ty, v in zip(signature.args[:4], args[:4]) if isinstance(ty, types.Array)]
-            out_arr, a_arr, w_arr = arrays[:3]
-            out_ty, a_ty, w_ty, b_ty = signature.args[:4]
+            out_arr, a_arr, w_arr = [context.make_array(ty)(context, builder, v)
+                                     for ty, v in zip(signature.args[:3], args[:3])]
+            out_ty, a_ty, w_ty = signature.args[:3]
             intp = context.get_value_type(types.intp)
-            n_ = context.cast(builder, args[4], signature.args[4], types.intp)
-            j_ = context.cast(builder, args[5], signature.args[5], types.intp)
+            n_ = context.cast(builder, args[3], signature.args[3], types.intp)
+            j_ = context.cast(builder, args[4], signature.args[4], types.intp)
             elem = llvm_ir.FloatType() if is_f32 else llvm_ir.DoubleType()
             lanes = _lanes(out_ty.dtype)
             vec = llvm_ir.VectorType(elem, lanes)
@@ -486,11 +490,8 @@ def _block_intrinsic(rows, vectors):
                 for v in range(vectors):
                     ptr = builder.bitcast(pointer(out_arr, out_ty, builder.add(n_, const(r)),
                                                   builder.add(j_, const(lanes * v))), vec_ptr)
-                    start = builder.bitcast(pointer(arrays[3], b_ty,
-                                                    builder.add(j_, const(lanes * v))),
-                                            vec_ptr) if with_bias else ptr
                     slot = cgutils.alloca_once(builder, vec)
-                    builder.store(builder.load(start, align=item), slot)
+                    builder.store(builder.load(ptr, align=item), slot)
                     slots.append((slot, ptr))
             n_k = cgutils.unpack_tuple(builder, a_arr.shape)[1]
             with cgutils.for_range(builder, n_k) as loop:
@@ -509,152 +510,96 @@ def _block_intrinsic(rows, vectors):
             for slot, ptr in slots:
                 builder.store(builder.load(slot), ptr, align=item)
             return context.get_dummy_value()
-        return types.none(out, a, w_t, b, n, j0), codegen
+        return types.none(out, a, w_t, n, j0), codegen
     block.__name__ = block.__qualname__ = f"_block_{rows}x{vectors}"
     return intrinsic(block)
 
 
-def _check_operands(out, a, w_t, b):
-    """Typing-time check of the products' operands: 2-D arrays of one dtype, float64 or
-    float32, ``out`` and ``w_t`` C-contiguous (read and written as vectors) and ``a`` of any
-    strides (read as scalars: e.g. the transposed view ``d.T`` of a C array, no copy); ``b``
-    None or a C-contiguous 1-D array of that dtype; anything else is refused when the caller
-    is compiled (a ``TypingError``)."""
-    if not (all(isinstance(t, types.Array) and t.ndim == 2 for t in (out, a, w_t))
-            and out.layout == "C" and w_t.layout == "C"
-            and out.dtype in (types.float32, types.float64)
-            and a.dtype == out.dtype and w_t.dtype == out.dtype
-            and (isinstance(b, types.NoneType) or (isinstance(b, types.Array) and b.ndim == 1
-                                                   and b.layout == "C"
-                                                   and b.dtype == out.dtype))):
-        raise NumbaTypingError(
-            "_add_products and _dense take 2-D float64 or float32 arrays of one dtype, out and "
-            f"w_t C-contiguous (and a C 1-D b), got {out}, {a}, {w_t}, {b}: pass "
-            "np.ascontiguousarray copies")
-
-
 _WIDE_BLOCK = _block_intrinsic(_WIDE_ROWS, 4)
-_PAIR_BLOCKS = tuple(_block_intrinsic(rows, 2) for rows in (_ROWS, _HALF_ROWS, 1))
-_ONE_BLOCKS = tuple(_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROWS, 1))
+_FULL2, _HALF2, _ONE2 = (_block_intrinsic(rows, 2) for rows in (_ROWS, _HALF_ROWS, 1))
+_FULL1, _HALF1, _ONE1 = (_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROWS, 1))
 
 
 def _add_products(out, a, w_t):
     """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
-    K-1, each term added by one fused multiply-add: ``o <- fma(a[n, k], w_t[k, j], o)``.
+    K-1, each term added by one fused multiply-add: every element ``out[n, j]`` the chain
+    ``fma(a[n, K-1], w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], out[n, j]))``.
 
     ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]`` (the weight pre-transposed so j is
     contiguous): 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t``
     C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views, so that one
-    compiled version per dtype serves every call). Computed by :func:`_products_into`.
+    compiled version per dtype serves every call); other operands are refused when the caller
+    is compiled (a ``TypingError``).
+
+    Compiled (:func:`_add_products_compiled`): register blocks of rows by vectors of columns.
+    Interpreted: one whole-array FMA per k (:func:`_fma`), the same chains.
     """
-    _products_into(out, a, w_t, None)
-
-
-@overload(_add_products, inline="always")
-def _add_products_compiled(out, a, w_t):
-    return lambda out, a, w_t: _products_into(out, a, w_t, None)
-
-
-def _dense(out, a, w_t, b):
-    """``out[n, j] = b[j] + sum_k a[n, k] * w_t[k, j]`` (a dense layer ``a @ w.T + b``,
-    ``w_t = w.T``): the chains of :func:`_add_products` started from ``b[j]`` instead of
-    ``out[n, j]`` (``b [J]`` C-contiguous, of the dtype of ``out``), so the same bits as
-    writing ``b`` into ``out`` first, without that pass. Computed by :func:`_products_into`.
-    """
-    _products_into(out, a, w_t, b)
-
-
-@overload(_dense, inline="always")
-def _dense_compiled(out, a, w_t, b):
-    return lambda out, a, w_t, b: _products_into(out, a, w_t, b)
-
-
-def _products_into(out, a, w_t, b):
-    """:func:`_add_products` (``b`` None) or :func:`_dense` (``b`` an array): every element
-    ``out[n, j]`` the chain ``fma(a[n, K-1], w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], s))``
-    from ``s = out[n, j]`` or ``b[j]``.
-
-    Compiled: register blocks (:func:`_block_intrinsic`) of four vectors of columns by
-    _WIDE_ROWS rows while they fit (calls of at least _WIDE_MIN_ROWS rows whose width they
-    divide), then of two vectors and one by _ROWS, _HALF_ROWS and one row; columns right of the
-    last vector (fewer than a vector's lanes: a value head, a policy head of a few actions) as
-    eight rows' chains at a time, in registers. The arithmetic of an element is the same chain
-    whichever of them computes it, so a row's result does not depend on the other rows of the
-    call. Interpreted: one whole-array FMA per k (:func:`_fma`), the same chains.
-    """
-    if b is not None:
-        out[...] = b
     for k in range(a.shape[1]):
         out[...] = _fma(a[:, k:k + 1], w_t[k:k + 1, :], out)
 
 
-@overload(_products_into)
-def _products_into_compiled(out, a, w_t, b):
-    _check_operands(out, a, w_t, b)
-    lanes = _lanes(out.dtype)
+def _add_products_compiled(out, a, w_t):
+    """Compiled :func:`_add_products`: the register blocks (:func:`_block_intrinsic`; the
+    comment above them), then the columns right of the last vector (fewer than a vector's
+    lanes: a value head, a policy head of a few actions) as eight rows' chains at a time, in
+    registers. An element's chain is the same whichever of them computes it."""
+    lanes = _vector_lanes(out)
     pair, wide = 2 * lanes, 4 * lanes
-    wide_block, wide_rows, wide_min = _WIDE_BLOCK, _WIDE_ROWS, _WIDE_MIN_ROWS
-    rows_full, rows_half = _ROWS, _HALF_ROWS
-    full2, half2, one2 = _PAIR_BLOCKS
-    full1, half1, one1 = _ONE_BLOCKS
+    n_rows, n_k = a.shape
+    n_j = w_t.shape[1]
+    n = 0
+    if n_rows >= _WIDE_MIN_ROWS and n_j % wide == 0:
+        while n + _WIDE_ROWS <= n_rows:
+            for j0 in range(0, n_j, wide):
+                _WIDE_BLOCK(out, a, w_t, n, j0)
+            n += _WIDE_ROWS
+    j_pairs = n_j - n_j % pair        # columns in blocks of two vectors
+    j_vectors = n_j - n_j % lanes     # and in one block of one vector
+    while n < n_rows:
+        if n_rows - n >= _ROWS:
+            for j0 in range(0, j_pairs, pair):
+                _FULL2(out, a, w_t, n, j0)
+            if j_vectors > j_pairs:
+                _FULL1(out, a, w_t, n, j_pairs)
+            n += _ROWS
+        elif n_rows - n >= _HALF_ROWS:
+            for j0 in range(0, j_pairs, pair):
+                _HALF2(out, a, w_t, n, j0)
+            if j_vectors > j_pairs:
+                _HALF1(out, a, w_t, n, j_pairs)
+            n += _HALF_ROWS
+        else:
+            for j0 in range(0, j_pairs, pair):
+                _ONE2(out, a, w_t, n, j0)
+            if j_vectors > j_pairs:
+                _ONE1(out, a, w_t, n, j_pairs)
+            n += 1
+    n8 = n_rows - n_rows % 8
+    for j in range(j_vectors, n_j):   # the last columns: eight rows' chains at a time
+        for m in range(0, n8, 8):
+            o0, o1, o2, o3 = out[m, j], out[m + 1, j], out[m + 2, j], out[m + 3, j]
+            o4, o5, o6, o7 = out[m + 4, j], out[m + 5, j], out[m + 6, j], out[m + 7, j]
+            for k in range(n_k):
+                w = w_t[k, j]
+                o0 = _fma(a[m, k], w, o0)
+                o1 = _fma(a[m + 1, k], w, o1)
+                o2 = _fma(a[m + 2, k], w, o2)
+                o3 = _fma(a[m + 3, k], w, o3)
+                o4 = _fma(a[m + 4, k], w, o4)
+                o5 = _fma(a[m + 5, k], w, o5)
+                o6 = _fma(a[m + 6, k], w, o6)
+                o7 = _fma(a[m + 7, k], w, o7)
+            out[m, j], out[m + 1, j], out[m + 2, j], out[m + 3, j] = o0, o1, o2, o3
+            out[m + 4, j], out[m + 5, j], out[m + 6, j], out[m + 7, j] = o4, o5, o6, o7
+        for m in range(n8, n_rows):
+            o = out[m, j]
+            for k in range(n_k):
+                o = _fma(a[m, k], w_t[k, j], o)
+            out[m, j] = o
 
-    def products_into(out, a, w_t, b):
-        _wide()
-        n_rows, n_k = a.shape
-        n_j = w_t.shape[1]
-        n = 0
-        if n_rows >= wide_min and n_j % wide == 0:
-            while n + wide_rows <= n_rows:
-                for j0 in range(0, n_j, wide):
-                    wide_block(out, a, w_t, b, n, j0)
-                n += wide_rows
-        j_pairs = n_j - n_j % pair        # columns in blocks of two vectors
-        j_vectors = n_j - n_j % lanes     # and in one block of one vector
-        while n < n_rows:
-            if n_rows - n >= rows_full:
-                for j0 in range(0, j_pairs, pair):
-                    full2(out, a, w_t, b, n, j0)
-                if j_vectors > j_pairs:
-                    full1(out, a, w_t, b, n, j_pairs)
-                n += rows_full
-            elif n_rows - n >= rows_half:
-                for j0 in range(0, j_pairs, pair):
-                    half2(out, a, w_t, b, n, j0)
-                if j_vectors > j_pairs:
-                    half1(out, a, w_t, b, n, j_pairs)
-                n += rows_half
-            else:
-                for j0 in range(0, j_pairs, pair):
-                    one2(out, a, w_t, b, n, j0)
-                if j_vectors > j_pairs:
-                    one1(out, a, w_t, b, n, j_pairs)
-                n += 1
-        n8 = n_rows - n_rows % 8
-        for j in range(j_vectors, n_j):   # the last columns: eight rows' chains at a time
-            for m in range(0, n8, 8):
-                if b is None:
-                    o0, o1, o2, o3 = out[m, j], out[m + 1, j], out[m + 2, j], out[m + 3, j]
-                    o4, o5, o6, o7 = out[m + 4, j], out[m + 5, j], out[m + 6, j], out[m + 7, j]
-                else:
-                    o0 = o1 = o2 = o3 = o4 = o5 = o6 = o7 = b[j]
-                for k in range(n_k):
-                    w = w_t[k, j]
-                    o0 = _fma(a[m, k], w, o0)
-                    o1 = _fma(a[m + 1, k], w, o1)
-                    o2 = _fma(a[m + 2, k], w, o2)
-                    o3 = _fma(a[m + 3, k], w, o3)
-                    o4 = _fma(a[m + 4, k], w, o4)
-                    o5 = _fma(a[m + 5, k], w, o5)
-                    o6 = _fma(a[m + 6, k], w, o6)
-                    o7 = _fma(a[m + 7, k], w, o7)
-                out[m, j], out[m + 1, j], out[m + 2, j], out[m + 3, j] = o0, o1, o2, o3
-                out[m + 4, j], out[m + 5, j], out[m + 6, j], out[m + 7, j] = o4, o5, o6, o7
-            for m in range(n8, n_rows):
-                o = out[m, j] if b is None else b[j]
-                for k in range(n_k):
-                    o = _fma(a[m, k], w_t[k, j], o)
-                out[m, j] = o
-    return products_into
+
+if not _numba_config.DISABLE_JIT:
+    _add_products = njit(_add_products_compiled)
 
 
 @register_jitable(inline="always")
@@ -670,7 +615,6 @@ def _strided(a):
 def _all_finite(a):
     """True if every entry of the 1-D array ``a`` is finite (a count of comparisons, which
     vectorizes; callers pass ``.reshape(-1)`` views, so one compiled version per dtype)."""
-    _wide()
     n_finite = 0
     for i in range(a.size):
         n_finite += abs(a[i]) < _INF
@@ -682,32 +626,13 @@ _INF = np.float32(np.inf)   # abs(v) < inf is False exactly for inf and NaN (in 
 
 @njit
 def _transpose_into(a, a_t):
-    """``a_t[j, n] = a[n, j]`` (2-D): in tiles of 8 x 8, the leftover rows and columns one by
-    one."""
+    """``a_t[j, n] = a[n, j]`` for the rows and columns of ``a`` (2-D; a copy, no
+    arithmetic), eight rows of ``a`` at a time (a cache line of ``a_t`` per column)."""
     rows, cols = a.shape
-    r8 = rows - rows % 8
-    c8 = cols - cols % 8
-    for n0 in range(0, r8, 8):
-        for j0 in range(0, c8, 8):
-            for j in range(j0, j0 + 8):
-                for n in range(n0, n0 + 8):
-                    a_t[j, n] = a[n, j]
-        for j in range(c8, cols):
-            for n in range(n0, n0 + 8):
-                a_t[j, n] = a[n, j]
-    for n in range(r8, rows):
+    for n0 in range(0, rows, 8):
         for j in range(cols):
-            a_t[j, n] = a[n, j]
-
-
-@njit
-def _column_sums(d, out):
-    """``out[j] = sum_n d[n, j]``, rows added in order from 0 (2-D ``d``, 1-D ``out``)."""
-    _wide()
-    out[:] = 0.0
-    for n in range(d.shape[0]):
-        for j in range(d.shape[1]):
-            out[j] += d[n, j]
+            for n in range(n0, min(n0 + 8, rows)):
+                a_t[j, n] = a[n, j]
 
 
 # --------------------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ register_jitable(inline="always")(_spec._cell_forward)
 register_jitable(inline="always")(_spec._cell_backward)
 register_jitable(_spec._sigmoid)
 overload(_spec._gate_inputs)(lambda weights, x_t, h_t, z: _gate_inputs)
-overload(_spec._add_products, inline="always")(
+overload(_spec._add_products)(
     lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, _strided(a), w_t))
 overload(_spec._cells)(lambda z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next: _cells)
 overload(_spec._cells_backward)(
@@ -196,7 +196,10 @@ def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, d
     g_w_ih_t[:, :] = 0.0
     _products._add_products(g_w_ih_t, _strided(x.reshape(rows, d_in).T), dz_rows)
     _products._transpose_into(g_w_ih_t, g_w_ih)
-    _products._column_sums(dz_rows, g_b)
+    g_b[:] = 0.0
+    for m in range(rows):
+        for j in range(4 * hidden):
+            g_b[j] += dz_rows[m, j]
     finite = True
     for a in (g_w_ih.reshape(-1), g_w_hh.reshape(-1), g_b, dh_next.reshape(-1),
               dc_next.reshape(-1)):
