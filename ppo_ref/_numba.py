@@ -17,7 +17,8 @@ virtual environment or a non-editable install of the same sources loads what the
 (numba's cache index also holds the CPU model and features, the Python and numba versions),
 and installs of different sources never write the same files. Only the
 :data:`KEPT_VERSIONS` most recently created of those directories are kept. Other packages'
-numba functions are untouched. :func:`announce_compiling` prints one line on stderr when compiling takes long.
+numba functions are untouched. :func:`announce_compiling` prints one line on stderr when
+compiling takes long.
 
 Threads: ``njit(parallel=True)`` runs ``numba.prange`` loops on numba's threads
 (``numba.set_num_threads`` is per Python thread; the trainers set it to their ``threads``). A

@@ -126,7 +126,7 @@ class PPOConfig:
         1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
     advantage_norm_eps_placement: str = _f(
         "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
-               "Factory) or / sqrt(var + eps) (LLM fine-tuning's masked_whiten)",
+               "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)",
         NORM_EPS_PLACEMENTS)
     clip_interval: str = _f(
         "symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or Sample Factory's "

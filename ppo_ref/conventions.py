@@ -53,7 +53,7 @@ OPTIONS: Tuple[Option, ...] = (
            "Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)"),
     Option("advantage_norm_eps_placement", NORM_EPS_PLACEMENTS, ("normalize_advantages",),
            "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
-           "Factory) or / sqrt(var + eps) (masked_whiten of LLM fine-tuning code)"),
+           "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)"),
     Option("clip_interval", CLIP_INTERVALS, ("policy_loss",),
            "ratio interval [1 - eps, 1 + eps] (the paper) or [1 / (1 + eps), 1 + eps] (Sample "
            "Factory)"),
@@ -99,12 +99,10 @@ def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, A
         if name not in _BY_NAME:
             raise ValueError(f"convention has an unknown option {name!r}; options: "
                              f"{[o.name for o in OPTIONS]}")
-        if value not in _BY_NAME[name].values:  # a value identify does not try, if valid
-            try:
-                PPOConfig(**{name: value})
-            except ValueError as exc:
-                raise ValueError(f"convention option {exc}") from None
-        out[name] = value
+        try:  # the field's own check: also values identify does not try
+            out[name] = getattr(PPOConfig(**{name: value}), name)
+        except ValueError as exc:
+            raise ValueError(f"convention option {exc}") from None
     return out
 
 

@@ -134,3 +134,51 @@ def test_an_envpool_run_trains_from_the_cli_and_refuses_an_inexact_resume(tmp_pa
     assert "512 steps" in capsys.readouterr().out
     assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "1024"]) != 0
     assert "cannot be resumed" in capsys.readouterr().err
+
+
+def test_an_id_gymnasium_does_not_register_keeps_envpools_step_limit():
+    env = make_vector_env("NChain-v0", 2, vectorization="envpool")
+    limit = envpool.make_spec("NChain-v0").config.max_episode_steps
+    assert env.max_episode_steps == limit
+    env.reset(seed=[5, 6])
+    for step in range(1, limit + 1):
+        _, _, terminated, truncated, info = env.step(np.zeros(2, dtype=np.int64))
+        assert not terminated.any()
+        assert truncated.all() == (step == limit)
+    assert all(info["final_obs"][i] is not None for i in range(2))
+    env.close()
+
+
+class _PendulumStartsAt(gym.envs.classic_control.pendulum.PendulumEnv):
+    """gymnasium's Pendulum whose episodes start in given states (read from observations)."""
+
+    def __init__(self, starts):
+        super().__init__()
+        self.starts = list(starts)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        cos, sin, velocity = np.asarray(self.starts.pop(0), dtype=np.float64)
+        self.state = np.array([np.arctan2(sin, cos), velocity])
+        return self._get_obs(), {}
+
+
+def test_box_actions_record_the_same_transitions_as_gymnasium():
+    """Pendulum (a Box action, clipped to the bounds before the env sees it; a 30-step limit)."""
+    config = PPOConfig(n_envs=2, n_steps=64, batch_size=64)
+    pool = make_vector_env("Pendulum-v1", 2, vectorization="envpool",
+                           env_kwargs={"max_episode_steps": MAX_STEPS})
+    reference = PPOTrainer(pool, config, seed=4)
+    ours = reference.collect_rollout()
+    last_obs = reference.collector.obs
+    mirror = SyncVectorEnv(
+        [lambda i=i: gym.wrappers.TimeLimit(
+            _PendulumStartsAt(_episode_starts(ours, last_obs, i)), MAX_STEPS)
+         for i in range(2)], autoreset_mode=AutoresetMode.SAME_STEP)
+    theirs = PPOTrainer(mirror, config, seed=4).collect_rollout()
+    assert ours.truncated.sum() >= 4 and not ours.terminated.any()
+    for name in ("truncated", "terminated", "episode_starts"):
+        np.testing.assert_array_equal(getattr(ours, name), getattr(theirs, name), err_msg=name)
+    for name in ("observations", "actions", "rewards", "values", "final_values"):
+        np.testing.assert_allclose(getattr(ours, name), getattr(theirs, name), rtol=1e-4,
+                                   atol=1e-4, err_msg=name)

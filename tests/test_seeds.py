@@ -92,3 +92,36 @@ def test_a_run_dir_that_is_not_empty_is_refused(tmp_path, capsys):
     (tmp_path / "r" / "keep.txt").write_text("x")
     assert cli.main(["train", "--seeds", "0-1", "--run-dir", str(tmp_path / "r"), *STEPS]) == 2
     assert "must be a new or empty directory" in capsys.readouterr().err
+
+
+def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path):
+    """SIGTERM to the --seeds parent reaches every running seed (each saves its last completed
+    update and can be resumed) and the summary of the stopped runs is written; nothing is left
+    running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    run_dir = str(tmp_path / "runs")
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--seeds", "0-1",
+                             "--jobs", "2", "--run-dir", run_dir, "--total-timesteps",
+                             "1000000", "--checkpoint-every", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    checkpoints = [os.path.join(run_dir, f"seed{s}", "checkpoint.npz") for s in (0, 1)]
+    while not all(os.path.exists(c) for c in checkpoints):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        runs = json.load(f)["runs"]
+    assert [r["exit_code"] for r in runs] == [143, 143]
+    for r in runs:  # each stopped run resumes where it stopped
+        saved = r["timesteps"]
+        assert 0 < saved < 1_000_000
+        assert cli.main(["train", "--resume", r["run_dir"], "--total-timesteps",
+                         str(saved + 256), "--quiet"]) == 0
+        with open(os.path.join(r["run_dir"], "metrics.csv")) as f:
+            assert f.read().splitlines()[-1].split(",")[1] == str(saved + 256)

@@ -9,6 +9,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
+from ppo_ref._numba import announce_compiling
 from ppo_ref.cli.common import UsageError, one_line
 from ppo_ref.cli.details import cmd_details, configure_details
 from ppo_ref.cli.diff import cmd_diff, configure_diff
@@ -150,6 +151,8 @@ def _main(argv: Optional[List[str]]) -> int:
     args = build_parser().parse_args(argv)
     args.argv = argv  # the command line as given (recorded in config.json)
     _, _, run = SUBCOMMANDS[args.command]
+    if sys.stderr.isatty():  # on a terminal: one line once numba has compiled for a second
+        announce_compiling()
     try:
         return int(run(args))
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (it has its own handler)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -100,49 +101,81 @@ def _statistics(values: List[float]) -> Dict[str, float]:
             "min": float(a.min()), "max": float(a.max())}
 
 
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _start(args: argparse.Namespace, seed: int, run_dir: str) -> Dict[str, Any]:
+    """Start the run of ``seed`` (its output to ``run_dir/seed<S>.log``)."""
+    seed_dir = os.path.join(run_dir, f"seed{seed}")
+    with open(os.path.join(run_dir, f"seed{seed}.log"), "wb") as log:  # the child keeps its fd
+        proc = subprocess.Popen(_child_argv(args, seed, seed_dir), stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return {"proc": proc, "start": time.perf_counter(), "run_dir": seed_dir}
+
+
+def _finished(seed: int, child: Dict[str, Any]) -> Dict[str, Any]:
+    return dict(seed=seed, run_dir=child["run_dir"], exit_code=child["proc"].returncode,
+                wall_seconds=time.perf_counter() - child["start"],
+                **_seed_result(child["run_dir"]))
+
+
+def _stop(running: Dict[int, Dict[str, Any]], grace: float = 60.0) -> None:
+    """SIGTERM every running child (each saves its last completed update and exits 143), wait
+    up to ``grace`` seconds for all of them, then SIGKILL the rest. Further Ctrl-C and SIGTERM
+    are ignored meanwhile."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT,
+                                                                    signal.SIGTERM)}
+    try:
+        for child in running.values():
+            if child["proc"].poll() is None:
+                child["proc"].send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for child in running.values():
+            try:
+                child["proc"].wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child["proc"].kill()
+                child["proc"].wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
     """Run every seed of ``args.seeds`` in ``run_dir/seed<S>`` (``args.jobs`` at a time), then
-    write and print the summary. Exit status: 0 when every seed finished, 130 after Ctrl-C,
+    write and print the summary. Ctrl-C or SIGTERM stops every running seed (each saves its
+    last completed update, as ``ppo-ref train`` does) and still writes the summary of the
+    seeds that finished. Exit status: 0 when every seed finished, 130 after Ctrl-C or SIGTERM,
     else 3 (the failed seeds' logs are named)."""
     from ppo_ref.io.checkpoint import write_atomic
     seeds = parse_seeds(args.seeds)
-    jobs = max(1, min(args.jobs or len(os.sched_getaffinity(0)), len(seeds)))
+    jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(seeds)))
     print(f"ppo-ref: {len(seeds)} seeds, {jobs} at a time -> {run_dir}")
     pending, running, runs = list(seeds), {}, {}
     interrupted = False
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while pending or running:
             while pending and len(running) < jobs:
                 seed = pending.pop(0)
-                seed_dir = os.path.join(run_dir, f"seed{seed}")
-                log = open(os.path.join(run_dir, f"seed{seed}.log"), "wb")
-                proc = subprocess.Popen(_child_argv(args, seed, seed_dir), stdout=log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                running[seed] = (proc, log, time.perf_counter(), seed_dir)
+                running[seed] = _start(args, seed, run_dir)
             time.sleep(0.05)
-            for seed, (proc, log, start, seed_dir) in list(running.items()):
-                if proc.poll() is None:
+            for seed, child in list(running.items()):
+                if child["proc"].poll() is None:
                     continue
-                log.close()
                 del running[seed]
-                runs[seed] = dict(seed=seed, run_dir=seed_dir, exit_code=proc.returncode,
-                                  wall_seconds=time.perf_counter() - start,
-                                  **_seed_result(seed_dir))
+                runs[seed] = _finished(seed, child)
                 ret = runs[seed]["final_return"]
-                print(f"  seed {seed}: exit {proc.returncode}, return(last 20) "
+                print(f"  seed {seed}: exit {child['proc'].returncode}, return(last 20) "
                       f"{'-' if ret is None else f'{ret:.2f}'}, "
                       f"{runs[seed]['wall_seconds']:.1f}s")
-    except KeyboardInterrupt:  # the children got the same Ctrl-C and save their last good state
+    except KeyboardInterrupt:
         interrupted = True
-        for seed, (proc, log, start, seed_dir) in running.items():
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-            runs[seed] = dict(seed=seed, run_dir=seed_dir, exit_code=proc.returncode,
-                              wall_seconds=time.perf_counter() - start, **_seed_result(seed_dir))
+        _stop(running)
+        runs.update({seed: _finished(seed, child) for seed, child in running.items()})
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
     ordered = [runs[s] for s in seeds if s in runs]
     summary: Dict[str, Any] = {"argv": args.argv, "seeds": seeds, "runs": ordered}
     for key in ("final_return", "steps_per_second"):
@@ -167,28 +200,33 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
 
 def read_seed_runs(run_dir: str) -> Dict[int, Dict[str, np.ndarray]]:
     """``{seed: episodes.csv columns}`` of a ``--seeds`` directory (from its summary), or ``{}``
-    when ``run_dir`` is not one."""
+    when ``run_dir`` is not one. Raises ``ValueError`` for a summary that is not one this
+    module writes."""
     from ppo_ref.io.runlog import read_csv
+    from ppo_ref.vectors.codec import read_json_file
     path = os.path.join(run_dir, SUMMARY_FILE)
     if not os.path.isfile(path):
         return {}
-    with open(path, encoding="utf-8") as f:
-        summary = json.load(f)
+    summary = read_json_file(path, "--seeds summary")
+    seeds = summary.get("seeds") if isinstance(summary, dict) else None
+    if not (isinstance(seeds, list) and all(type(s) is int and s >= 0 for s in seeds)):
+        raise ValueError(f"{path} has no list of seeds: not a ppo-ref train --seeds summary")
     curves = {}
-    for seed in summary["seeds"]:
-        episodes = os.path.join(run_dir, f"seed{int(seed)}", "episodes.csv")
+    for seed in seeds:
+        episodes = os.path.join(run_dir, f"seed{seed}", "episodes.csv")
         if os.path.isfile(episodes):
             table = read_csv(episodes)
             if table:
-                curves[int(seed)] = table
+                curves[seed] = table
     return curves
 
 
 def seeds_figure(plt, curves: Dict[int, Dict[str, np.ndarray]], title: str, points: int = 200):
     """The learning curves of several seeds: each seed's mean of its last 20 episode returns
     against env steps (thin lines), their mean over seeds (thick) and the band of one standard
-    deviation around it, on a common grid of ``points`` env steps up to the shortest run
-    (linear interpolation; a seed counts from its first finished episode on)."""
+    deviation (``ddof=1``, as the summary's) around it, on a common grid of ``points`` env
+    steps up to the shortest run (linear interpolation; a seed counts from its first finished
+    episode on)."""
     fig, ax = plt.subplots(figsize=(8, 5))
     end = min(float(c["timesteps"][-1]) for c in curves.values())
     start = max(float(c["timesteps"][0]) for c in curves.values())
@@ -200,7 +238,8 @@ def seeds_figure(plt, curves: Dict[int, Dict[str, np.ndarray]], title: str, poin
         ax.plot(c["timesteps"], rolling, linewidth=0.6, alpha=0.5, label=f"seed {seed}")
         rows.append(np.interp(grid, c["timesteps"], rolling))
     rows = np.array(rows)
-    mean, std = rows.mean(axis=0), rows.std(axis=0)
+    mean = rows.mean(axis=0)
+    std = rows.std(axis=0, ddof=1) if len(rows) > 1 else np.zeros_like(mean)
     ax.plot(grid, mean, color="black", linewidth=2, label=f"mean of {len(rows)} seeds")
     ax.fill_between(grid, mean - std, mean + std, color="gray", alpha=0.3, label="+- 1 std")
     ax.set_xlabel("env steps")

@@ -752,6 +752,10 @@ def _train_seeds(args: argparse.Namespace) -> int:
     with user_input():
         build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     probe_env(env_id)
+    if args.vectorization == "envpool":  # one line here, not one failure per seed
+        from ppo_ref.train.rollout import make_vector_env
+        with user_input():
+            make_vector_env(env_id, 1, vectorization="envpool").close()
     if args.run_dir is not None:
         if os.path.exists(args.run_dir) and (not os.path.isdir(args.run_dir)
                                              or os.listdir(args.run_dir)):
@@ -762,7 +766,7 @@ def _train_seeds(args: argparse.Namespace) -> int:
         run_dir = args.run_dir
     else:
         policy = args.policy or default_policy(env_id)
-        tag = "s" + args.seeds.replace(",", "_")
+        tag = "s" + "".join(args.seeds.split()).replace(",", "_")
         with user_input("cannot create the run directory"):
             run_dir = make_unique_dir(default_run_dir(env_id, policy, tag))
     return cmd_train_seeds(args, run_dir)

@@ -159,14 +159,14 @@ def _report_actor(actor_fn, agent_id, env, config, send, receive, learner_gone, 
     send(ActorFinished(agent_id, stats))
 
 
-def _queue_receiver(broadcast_queue):
+def _queue_receiver(messages):
     """``receive(timeout)`` on a ``queue.Queue`` or ``multiprocessing.Queue``: the next message,
     waiting up to ``timeout`` seconds (not at all for 0), or None."""
     def receive(timeout: float):
         try:
             if timeout > 0:
-                return broadcast_queue.get(timeout=timeout)
-            return broadcast_queue.get_nowait()
+                return messages.get(timeout=timeout)
+            return messages.get_nowait()
         except queue_module.Empty:
             return None
     return receive

@@ -144,8 +144,12 @@ class _RayActorHost:
         """Every message sent since the last pull, in order; waits up to ``wait`` seconds for
         the first (an empty list when none came)."""
         receive = _queue_receiver(self.outbox)
-        first = receive(wait)
-        return [] if first is None else [first, *iter(lambda: receive(0.0), None)]
+        messages = []
+        message = receive(wait)
+        while message is not None:
+            messages.append(message)
+            message = receive(0.0)
+        return messages
 
 
 def _error_text(exc: BaseException) -> str:

@@ -10,7 +10,8 @@ summed in the spec's element order.
 
 Each loop calls the spec's :func:`~ppo_ref.spec.losses.clipped_surrogate_element`,
 :func:`~ppo_ref.spec.losses.value_element` (with :func:`~ppo_ref.spec.losses.value_distance`),
-:func:`~ppo_ref.spec.losses.k3_element` or :func:`~ppo_ref.spec.losses.advantage_moments`,
+:func:`~ppo_ref.spec.losses.kl_term` (with :func:`~ppo_ref.spec.losses.k3_element`),
+:func:`~ppo_ref.spec.losses.advantage_moments` or :func:`~ppo_ref.spec.losses.eps_scale`,
 registered with numba's ``register_jitable`` (compiled code calling them gets a compiled
 version), on float64 entries (float32 inputs are widened exactly, as the spec's ``float()``
 does) and accumulates ``w[i] * term`` from 0.0 in element order, the spec's order; the means
@@ -33,7 +34,7 @@ import math
 import numpy as np
 from numba.extending import register_jitable
 
-from ppo_ref._checks import non_finite_result
+from ppo_ref._checks import check_choice, non_finite_result
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import losses as _spec
 from ppo_ref.spec.losses import MAX_LOG_RATIO
@@ -186,6 +187,7 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
     else:
         low, high, symmetric = _spec.clip_bounds(clip_range, clip_range_low, clip_range_high,
                                                  clip_interval)
+    check_choice(clip_fraction_mode, "clip_fraction_mode", _spec.CLIP_FRACTION_MODES)
     w = _NO_WEIGHTS if weights is None else _weights(where, weights, new.size)
     d_new = np.empty(new.size)
     ok, loss, clip_fraction, kl = _policy_loss_pass(
@@ -389,6 +391,7 @@ def approx_kl(old_log_probs, new_log_probs, estimator="k3", weights=None):
     """:func:`ppo_ref.spec.losses.approx_kl`, compiled; bit for bit. Raises
     ``FloatingPointError`` for a result that is not finite."""
     where = "ppo_ref.fast.losses.approx_kl"
+    check_choice(estimator, "estimator", _spec.KL_ESTIMATORS)
     code = _spec.KL_ESTIMATORS.index(estimator)
     (old, new), _, _ = _inputs(where, old_log_probs, new_log_probs)
     w = _NO_WEIGHTS if weights is None else _weights(where, weights, old.size)
@@ -419,7 +422,8 @@ def normalize_advantages(advantages, ddof=1, eps=1e-8, placement="add"):
     (:func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A - mean) / scale`` per entry);
     bit for bit. Raises ``FloatingPointError`` when the moments are not finite."""
     adv = _floats(advantages)
-    code = 0 if placement == "add" else _spec.NORM_EPS_PLACEMENTS.index(placement)
+    check_choice(placement, "placement", _spec.NORM_EPS_PLACEMENTS)
+    code = _spec.NORM_EPS_PLACEMENTS.index(placement)
     if adv.size <= 1:
         return adv.copy()
     out = np.empty(adv.size)

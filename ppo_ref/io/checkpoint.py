@@ -473,7 +473,7 @@ def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint")
     metadata has the types a trainer writes (checked before anything is built from it):
     ``trainer`` a non-empty string; ``env_id`` None or a printable id of at most 256
     characters; ``config`` an object, ``env_kwargs`` None or one; ``seed`` an integer >= 0; the
-    counters integers in [0, 2**53]; ``vectorization`` "sync" or "async"."""
+    counters integers in [0, 2**53]; ``vectorization`` "sync", "async" or "envpool"."""
     def bad(key, want):
         raise CheckpointError(f"{source}: metadata {key} must be {want}, got "
                               f"{_short(meta.get(key))}")

@@ -45,6 +45,12 @@ __all__ = [
     "CLIP_INTERVALS",
     "NORM_EPS_PLACEMENTS",
     "KL_ESTIMATORS",
+    "KL_K3",
+    "KL_K1",
+    "KL_K2",
+    "EPS_ADD",
+    "EPS_CLAMP",
+    "EPS_SQRT",
     "CLIP_FRACTION_MODES",
     "MAX_LOG_RATIO",
 ]
@@ -53,8 +59,12 @@ VALUE_LOSS_MODES = ("max", "sb3", "huber")
 #: The codes of :data:`VALUE_LOSS_MODES` the element functions take (its indices).
 VALUE_MODE_MAX, VALUE_MODE_SB3, VALUE_MODE_HUBER = 0, 1, 2
 KL_ESTIMATORS = ("k3", "k1", "k2")
+#: The codes of :data:`KL_ESTIMATORS` :func:`kl_term` takes (its indices).
+KL_K3, KL_K1, KL_K2 = 0, 1, 2
 CLIP_INTERVALS = ("symmetric", "reciprocal")
 NORM_EPS_PLACEMENTS = ("add", "clamp", "sqrt")
+#: The codes of :data:`NORM_EPS_PLACEMENTS` :func:`eps_scale` takes (its indices).
+EPS_ADD, EPS_CLAMP, EPS_SQRT = 0, 1, 2
 CLIP_FRACTION_MODES = ("outside", "active")
 
 #: ``exp(r)`` is finite for ``r <= 709.78``; past this bound a ratio counts as overflowing.
@@ -86,16 +96,15 @@ def clipped_surrogate_element(log_ratio, advantage, low, high, clip_range, symme
     is larger, halved on a tie. Returns ``(surrogate, d_surrogate, counted)``; ``counted`` (the
     clip fraction's count) is ``|ratio - 1| > clip_range`` when ``symmetric`` (SB3, CleanRL),
     else ``ratio < low or ratio > high``; with ``count_active`` it is whether the clip changes
-    the term instead, ``A > 0 and ratio > high or A < 0 and ratio < low`` (verl's
-    ``pg_clipfrac``, the first clip only).
+    the term instead, the zero-derivative case above (verl's ``pg_clipfrac``, the first clip
+    only; verl compares the rounded products, which can differ at a ratio an ulp from a bound:
+    module docstring).
     """
     ratio = math.exp(log_ratio)
     clipped_ratio = min(max(ratio, low), high)
     surrogate = min(ratio * advantage, clipped_ratio * advantage)
-    if (advantage > 0.0 and ratio > high) or (advantage < 0.0 and ratio < low):
-        d_surrogate = 0.0
-    else:
-        d_surrogate = advantage * ratio
+    clip_active = (advantage > 0.0 and ratio > high) or (advantage < 0.0 and ratio < low)
+    d_surrogate = 0.0 if clip_active else advantage * ratio
     if dual_clip > 0.0 and advantage < 0.0:
         floor = dual_clip * advantage
         if floor > surrogate:
@@ -104,7 +113,7 @@ def clipped_surrogate_element(log_ratio, advantage, low, high, clip_range, symme
         elif floor == surrogate:
             d_surrogate = 0.5 * d_surrogate
     if count_active:
-        counted = (advantage > 0.0 and ratio > high) or (advantage < 0.0 and ratio < low)
+        counted = clip_active
     elif symmetric:
         counted = abs(ratio - 1.0) > clip_range
     else:
@@ -409,7 +418,8 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None)
     With ``r = new_log_probs - old_log_probs``: ``"k3"`` (SB3, CleanRL) ``mean(exp(r) - 1 -
     r)`` (:func:`k3_element`; unbiased, never negative); ``"k1"`` (thrust-rl) ``mean(-r)``
     (unbiased, can be negative); ``"k2"`` ``mean(r^2 / 2)`` (biased, never negative, low
-    variance; as some LLM fine-tuning code reports it); with ``weights`` the weighted mean. Returns a finite Python
+    variance; OpenRLHF ``kl_estimator="k2"``, verl ``kl_penalty="mse"``); with ``weights``
+    the weighted mean. Returns a finite Python
     float (float64, summed in element order). Raises ``ValueError``: shapes differ, an input is
     empty or not finite, an unknown ``estimator``, bad ``weights``, or ``r``, ``exp(r)`` (``r``
     above about 709.78) or the sum overflows.
@@ -427,23 +437,21 @@ def approx_kl(old_log_probs, new_log_probs, estimator: str = "k3", weights=None)
 
 
 def kl_term(log_ratio, code):
-    """One term of :func:`approx_kl` for the log-ratio ``r``: :func:`k3_element` (``code`` 0,
-    the index of ``"k3"`` in :data:`KL_ESTIMATORS`), ``-r`` (1, ``"k1"``) or ``r * r / 2`` (2,
-    ``"k2"``)."""
-    if code == 0:
+    """One term of :func:`approx_kl` for the log-ratio ``r``: :func:`k3_element` (``code``
+    ``KL_K3``), ``-r`` (``KL_K1``) or ``r * r / 2`` (``KL_K2``)."""
+    if code == KL_K3:
         return k3_element(log_ratio)
-    if code == 1:
+    if code == KL_K1:
         return -log_ratio
     return 0.5 * (log_ratio * log_ratio)
 
 
 def eps_scale(std, eps, code):
-    """The divisor of :func:`normalize_advantages`: ``std + eps`` (``code`` 0, the index of
-    ``"add"`` in :data:`NORM_EPS_PLACEMENTS`), ``max(std, eps)`` (1, ``"clamp"``) or
-    ``sqrt(std * std + eps)`` (2, ``"sqrt"``)."""
-    if code == 0:
+    """The divisor of :func:`normalize_advantages`: ``std + eps`` (``code`` ``EPS_ADD``),
+    ``max(std, eps)`` (``EPS_CLAMP``) or ``sqrt(std * std + eps)`` (``EPS_SQRT``)."""
+    if code == EPS_ADD:
         return std + eps
-    if code == 1:
+    if code == EPS_CLAMP:
         return max(std, eps)
     return math.sqrt(std * std + eps)
 
@@ -474,9 +482,8 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
                          placement: str = "add") -> np.ndarray:
     """Standardize advantages: ``(A - mean) / (std + eps)`` (``placement="add"``: SB3, CleanRL,
     tianshou, skrl, PureJaxRL), ``(A - mean) / max(std, eps)`` (``"clamp"``: torchrl,
-    Sample Factory) or ``(A - mean) / sqrt(var + eps)`` (``"sqrt"``, ``var = std^2``: the
-    ``masked_whiten`` of LLM fine-tuning code), with :func:`advantage_moments` over all
-    elements.
+    Sample Factory) or ``(A - mean) / sqrt(var + eps)`` (``"sqrt"``, ``var = std^2``: TRL's
+    and verl's ``masked_whiten``), with :func:`advantage_moments` over all elements.
 
     ``ddof``: 0 or 1 (SB3 and CleanRL: 1 per minibatch; thrust-rl: 0 per batch); ``eps`` > 0.
     One element is returned unchanged (as SB3); a constant array ``c`` maps to ``(c - mean) /

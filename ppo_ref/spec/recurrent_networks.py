@@ -163,8 +163,8 @@ def recurrent_actor_critic_init(rng: np.random.Generator, obs_dim: int, policy_o
     (:func:`~ppo_ref.spec.lstm.lstm_init` of ``obs_dim`` D inputs and ``hidden_size`` H units,
     actor first), then the separate towers of :func:`~ppo_ref.spec.networks.actor_critic_init`
     on input width H (``net_arch``, ``activation``, ``policy_gain``, ``value_gain``,
-    ``ortho_init``: the LSTMs' too), all drawn from ``rng`` in that order. ``policy_out_dim``: P. Raises ``ValueError`` for bad
-    sizes, activation or gains."""
+    ``ortho_init``: the LSTMs' too), all drawn from ``rng`` in that order. ``policy_out_dim``:
+    P. Raises ``ValueError`` for bad sizes, activation or gains."""
     if not isinstance(lstm_shared, (bool, np.bool_)):
         raise ValueError(f"lstm_shared must be a bool, got {lstm_shared!r}")
     params: Params = {}

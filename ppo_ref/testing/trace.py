@@ -105,7 +105,9 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     # the minibatch is the whole rollout, rows in time-major order (row = t * N + n)
     adv_rows, ret_rows = adv.reshape(-1), ret.reshape(-1)
     old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
-    norm = (normalize_advantages(adv_rows, ddof=config.advantage_norm_ddof)
+    norm = (normalize_advantages(adv_rows, ddof=config.advantage_norm_ddof,
+                                 eps=config.advantage_norm_eps,
+                                 placement=config.advantage_norm_eps_placement)
             if config.normalize_advantage else adv_rows.copy())
     tr["normalized_advantages"] = norm
 
@@ -122,12 +124,15 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     clip_range = config.clip_range
     tr["clip_mask"] = (np.abs(ratios - 1.0) > clip_range).astype(np.float64)
 
-    p_loss, d_lp, info = policy_loss(new_lp, old_lp, norm, clip_range)
+    p_loss, d_lp, info = policy_loss(
+        new_lp, old_lp, norm, clip_range, clip_range_low=config.clip_range_low,
+        clip_range_high=config.clip_range_high, clip_interval=config.clip_interval,
+        dual_clip=config.dual_clip, clip_fraction_mode=config.clip_fraction_mode)
     tr["policy_loss"], tr["clip_fraction"] = p_loss, info["clip_fraction"]
     tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
                        else approx_kl(old_lp, new_lp, config.kl_estimator))
     v_loss, d_v = value_loss(values, old_values, ret_rows, config.clip_range_vf,
-                             mode=config.value_loss_mode)
+                             mode=config.value_loss_mode, huber_delta=config.huber_delta)
     tr["value_loss"] = config.value_loss_scale * v_loss
     e_loss, d_e = entropy_loss(entropy)
     tr["entropy_loss"] = e_loss

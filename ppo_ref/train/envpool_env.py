@@ -9,8 +9,8 @@ from gymnasium's vector envs in two ways that change what a rollout records, and
   envpool reports ``truncated`` only, where gymnasium (its ``TimeLimit`` over the env) reports
   ``terminated`` and ``truncated``; PPO would then bootstrap from a terminal state. So envpool
   runs without a limit and the adapter truncates: ``truncated[i]`` is true on the
-  ``max_episode_steps``-th step of an episode (gymnasium's registered limit for the id unless
-  ``env_kwargs`` gives one), ``terminated[i]`` is the env's own.
+  ``max_episode_steps``-th step of an episode (``env_kwargs["max_episode_steps"]``, else
+  gymnasium's registered limit for the id, else envpool's), ``terminated[i]`` is the env's own.
 * **The reset.** envpool resets an env on the step after the one that ended its episode (that
   step ignores the action and returns reward 0: gymnasium's NEXT_STEP mode). The adapter resets
   the envs that ended in the same call (envpool's ``reset`` of those env ids), as gymnasium's
@@ -19,7 +19,10 @@ from gymnasium's vector envs in two ways that change what a rollout records, and
   reset step is ever a transition of the rollout.
 
 Seeds: envpool seeds an env only when the pool is made, with a 31-bit integer; a reset with
-seeds makes the pool anew, env ``i`` seeded with ``seeds[i] mod 2**31``.
+seeds makes the pool anew, env ``i`` seeded with ``seeds[i] mod 2**31`` (two seeds that differ
+by a multiple of 2**31 give the same env); before the first such reset env ``i`` has seed ``i``.
+Otherwise as gymnasium's vector envs, but: rewards are float32 (the rollout widens them), and
+``reset(options=...)`` has nothing to pass them to (envpool takes none).
 """
 from __future__ import annotations
 
@@ -80,8 +83,9 @@ class EnvpoolVectorEnv(VectorEnv):
         self.num_envs = int(num_envs)
         self._kwargs = {"num_threads": 1, **(env_kwargs or {})}
         limit = self._kwargs.pop("max_episode_steps", None)
-        if limit is None and env_id in gym.registry:
-            limit = gym.spec(env_id).max_episode_steps
+        if limit is None:  # gymnasium's registered limit, else envpool's own
+            limit = (gym.spec(env_id).max_episode_steps if env_id in gym.registry
+                     else envpool.make_spec(env_id).config.max_episode_steps)
         self.max_episode_steps = None if limit is None else int(limit)
         self._pool = self._make(list(range(self.num_envs)))
         with _float32_bounds_quiet():

@@ -120,7 +120,8 @@ class PPOTrainer:
         config: :class:`~ppo_ref.config.PPOConfig` (default ``PPOConfig()``); its ``backend``
             picks the tier.
         seed: the run's seed (int >= 0).
-        vectorization: ``"sync"`` or ``"async"`` (AsyncVectorEnv), when ``env`` is an id.
+        vectorization: ``"sync"``, ``"async"`` (AsyncVectorEnv) or ``"envpool"``
+            (:class:`~ppo_ref.train.envpool_env.EnvpoolVectorEnv`), when ``env`` is an id.
         env_kwargs: extra keyword arguments of ``gym.make``.
         blas_threads: if not None, passed to :func:`limit_blas_threads`.
         threads: numba's threads while the trainer computes (:func:`kernel_threads`; None

@@ -476,12 +476,12 @@ class RolloutCollector:
             cparams, observations.reshape(T * N, -1),
             act_buf.reshape((T * N,) + head.action_shape), np.concatenate(outs), acted_values)
         last_values = policy.values(cparams, self.obs, self.state, self.episode_starts)
-        # (values copied: the compiled tier's may view its pooled pass buffer, kept from reuse
-        # while the rollout lives)
+        # (copies: the compiled tier's results may view its pooled pass buffer, which would
+        # be kept from reuse while the rollout lives)
         return Rollout(observations, act_buf, rew_buf, term_buf, trunc_buf, start_buf,
                        np.array(values, dtype=np.float64).reshape(T, N),
-                       np.asarray(log_probs, dtype=np.float64).reshape(T, N), final_values,
-                       np.asarray(last_values, dtype=np.float64), returns, lengths, envs,
+                       np.array(log_probs, dtype=np.float64).reshape(T, N), final_values,
+                       np.array(last_values, dtype=np.float64), returns, lengths, envs,
                        start_state)
 
     # -- state for checkpoints ----------------------------------------------------------------
