@@ -126,7 +126,8 @@ def test_trainer_learns_cartpole_with_envpool():
     assert np.mean(trainer.recent_returns) > 150
 
 
-def test_an_envpool_run_trains_from_the_cli_and_refuses_an_inexact_resume(tmp_path, capsys):
+def test_an_envpool_run_trains_and_evaluates_from_the_cli_and_refuses_an_inexact_resume(
+        tmp_path, capsys):
     from ppo_ref import cli
     run_dir = str(tmp_path / "run")
     assert cli.main(["train", "--vectorization", "envpool", "--total-timesteps", "512",
@@ -134,6 +135,8 @@ def test_an_envpool_run_trains_from_the_cli_and_refuses_an_inexact_resume(tmp_pa
     assert "512 steps" in capsys.readouterr().out
     assert cli.main(["train", "--resume", run_dir, "--total-timesteps", "1024"]) != 0
     assert "cannot be resumed" in capsys.readouterr().err
+    assert cli.main(["eval", run_dir, "--episodes", "2"]) == 0  # eval needs no env state
+    assert "CartPole-v1: 2 episodes" in capsys.readouterr().out
 
 
 def test_an_id_gymnasium_does_not_register_keeps_envpools_step_limit():

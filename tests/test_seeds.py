@@ -68,17 +68,21 @@ def test_parse_seeds(text, seeds):
     assert parse_seeds(text) == seeds
 
 
-@pytest.mark.parametrize("text", ["3-1", "a", "0,0", "0-1,1", "-1", "0-300", ""])
-def test_bad_seeds_name_the_flag(text):
-    with pytest.raises(UsageError, match="--seeds"):
+@pytest.mark.parametrize("text, words", [
+    ("3-1", "increasing"), ("a", "ranges like"), ("0,0", "seed 0 more than once"),
+    ("0-1,1", "seed 1 more than once"), ("-1", "ranges like"), ("0-300", "at most 256"),
+    ("", "ranges like")])
+def test_bad_seeds_name_the_flag(text, words):
+    with pytest.raises(UsageError, match="--seeds") as info:
         parse_seeds(text)
+    assert words in str(info.value)
 
 
 @pytest.mark.parametrize("extra, message", [
     (["--seeds", "0-1", "--seed", "3"], "--seeds cannot be combined with --seed"),
     (["--seeds", "0-1", "--async"], "--seeds cannot be combined with --async"),
     (["--seeds", "0-1", "--resume", "x"], "--seeds cannot be combined with --resume"),
-    (["--jobs", "2"], "--jobs must be >= 1 and only applies with --seeds"),
+    (["--jobs", "2"], "--jobs only applies with --seeds"),
     (["--seeds", "0-1", "--jobs", "0"], "--jobs must be >= 1"),
 ])
 def test_flag_clashes_are_usage_errors(extra, message, capsys, tmp_path):
@@ -114,7 +118,7 @@ def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path):
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out
+    assert proc.returncode == 143, out
     with open(os.path.join(run_dir, "summary.json")) as f:
         runs = json.load(f)["runs"]
     assert [r["exit_code"] for r in runs] == [143, 143]
@@ -125,3 +129,32 @@ def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path):
                          str(saved + 256), "--quiet"]) == 0
         with open(os.path.join(r["run_dir"], "metrics.csv")) as f:
             assert f.read().splitlines()[-1].split(",")[1] == str(saved + 256)
+
+
+def test_one_ctrl_c_lets_every_seed_finish_its_update(tmp_path):
+    """Ctrl-C in the terminal reaches the parent and every seed: each seed finishes its update,
+    saves and exits 130 (not SIGTERM's 143), and the parent writes the summary; the seed not
+    yet started is named."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    run_dir = str(tmp_path / "runs")
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--seeds", "0-2",
+                             "--jobs", "2", "--run-dir", run_dir, "--total-timesteps",
+                             "1000000", "--checkpoint-every", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    deadline = time.monotonic() + 120
+    checkpoints = [os.path.join(run_dir, f"seed{s}", "checkpoint.npz") for s in (0, 1)]
+    while not all(os.path.exists(c) for c in checkpoints):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # what the terminal does
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    assert [r["exit_code"] for r in summary["runs"]] == [130, 130]
+    assert summary["not_started"] == [2]
+    assert b"seeds not started: 2" in out

@@ -56,7 +56,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if meta.get("env_id") is not None:
         probe_env(meta["env_id"])
     with building(f"cannot load {path}"):
-        trainer = cls.load(path, allow_import=args.allow_import)
+        trainer = cls.load(path, allow_import=args.allow_import, env_state=False)
     try:
         returns = trainer.evaluate(args.episodes, deterministic=args.deterministic, seed=args.seed)
     except (KeyboardInterrupt, SystemError) as exc:  # numba: SystemError from a Ctrl-C

@@ -14,6 +14,7 @@ first one's compiling left out; from ``timing.csv``).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import signal
@@ -51,8 +52,11 @@ def parse_seeds(text: str) -> List[int]:
         if high - low >= MAX_SEEDS:
             raise UsageError(f"--seeds: at most {MAX_SEEDS} seeds, got {part.strip()!r}")
         seeds.extend(range(low, high + 1))
-    if len(set(seeds)) != len(seeds) or len(seeds) > MAX_SEEDS:
-        raise UsageError(f"--seeds must list at most {MAX_SEEDS} distinct seeds, got {text!r}")
+        if len(seeds) > MAX_SEEDS:
+            raise UsageError(f"--seeds must list at most {MAX_SEEDS} seeds, got {text!r}")
+    repeated = sorted(seed for seed, n in collections.Counter(seeds).items() if n > 1)
+    if repeated:
+        raise UsageError(f"--seeds lists seed {repeated[0]} more than once: {text!r}")
     return seeds
 
 
@@ -101,8 +105,12 @@ def _statistics(values: List[float]) -> Dict[str, float]:
             "min": float(a.min()), "max": float(a.max())}
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM to the ``--seeds`` parent."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated
 
 
 def _start(args: argparse.Namespace, seed: int, run_dir: str) -> Dict[str, Any]:
@@ -120,23 +128,37 @@ def _finished(seed: int, child: Dict[str, Any]) -> Dict[str, Any]:
                 **_seed_result(child["run_dir"]))
 
 
-def _stop(running: Dict[int, Dict[str, Any]], grace: float = 60.0) -> None:
-    """SIGTERM every running child (each saves its last completed update and exits 143), wait
-    up to ``grace`` seconds for all of them, then SIGKILL the rest. Further Ctrl-C and SIGTERM
-    are ignored meanwhile."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT,
-                                                                    signal.SIGTERM)}
+def _stop(running: Dict[int, Dict[str, Any]], terminate_now: bool, grace: float = 60.0) -> None:
+    """Stop the running seeds as ``ppo-ref train`` stops: after one Ctrl-C (which the seeds
+    got too, from the terminal) each finishes its update and saves; a second Ctrl-C, a SIGTERM
+    (``terminate_now``) or ``grace`` seconds without an end send each SIGTERM (it saves its
+    last completed update at once); ``grace`` seconds after that, SIGKILL."""
+    procs = [child["proc"] for child in running.values()]
+    sent = []
+
+    def terminate(signum=None, frame=None):
+        if not sent:
+            sent.append(True)
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+
+    def wait(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for child in running.values():
-            if child["proc"].poll() is None:
-                child["proc"].send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for child in running.values():
-            try:
-                child["proc"].wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child["proc"].kill()
-                child["proc"].wait()
+        if terminate_now:
+            terminate()
+        wait(grace)
+        terminate()
+        wait(grace)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -144,17 +166,17 @@ def _stop(running: Dict[int, Dict[str, Any]], grace: float = 60.0) -> None:
 
 def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
     """Run every seed of ``args.seeds`` in ``run_dir/seed<S>`` (``args.jobs`` at a time), then
-    write and print the summary. Ctrl-C or SIGTERM stops every running seed (each saves its
-    last completed update, as ``ppo-ref train`` does) and still writes the summary of the
-    seeds that finished. Exit status: 0 when every seed finished, 130 after Ctrl-C or SIGTERM,
-    else 3 (the failed seeds' logs are named)."""
+    write and print the summary. Ctrl-C or SIGTERM stops every running seed (:func:`_stop`:
+    each saves, as ``ppo-ref train`` does) and still writes the summary of the seeds that
+    ran; the seeds not started are named. Exit status: 0 when every seed finished, 130 after
+    Ctrl-C, 143 after SIGTERM, else 3 (the failed seeds' logs are named)."""
     from ppo_ref.io.checkpoint import write_atomic
     seeds = parse_seeds(args.seeds)
     jobs = max(1, min(args.jobs or os.cpu_count() or 1, len(seeds)))
     print(f"ppo-ref: {len(seeds)} seeds, {jobs} at a time -> {run_dir}")
     pending, running, runs = list(seeds), {}, {}
-    interrupted = False
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = None
+    previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         while pending or running:
             while pending and len(running) < jobs:
@@ -170,14 +192,15 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
                 print(f"  seed {seed}: exit {child['proc'].returncode}, return(last 20) "
                       f"{'-' if ret is None else f'{ret:.2f}'}, "
                       f"{runs[seed]['wall_seconds']:.1f}s")
-    except KeyboardInterrupt:
-        interrupted = True
-        _stop(running)
+    except KeyboardInterrupt as stop:
+        interrupted = 143 if isinstance(stop, _Terminated) else 130
+        _stop(running, terminate_now=interrupted == 143)
         runs.update({seed: _finished(seed, child) for seed, child in running.items()})
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
     ordered = [runs[s] for s in seeds if s in runs]
-    summary: Dict[str, Any] = {"argv": args.argv, "seeds": seeds, "runs": ordered}
+    summary: Dict[str, Any] = {"argv": args.argv, "seeds": seeds, "runs": ordered,
+                               "not_started": pending}
     for key in ("final_return", "steps_per_second"):
         values = [r[key] for r in ordered if r["exit_code"] == 0 and r[key] is not None]
         summary[key] = _statistics(values) if values else None
@@ -192,9 +215,12 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
     for r in failed:
         print(f"ppo-ref: seed {r['seed']} ended with exit status {r['exit_code']}: see "
               f"{os.path.join(run_dir, 'seed%d.log' % r['seed'])}", file=sys.stderr)
+    if pending:
+        print(f"ppo-ref: seeds not started: {', '.join(map(str, pending))} (run them with "
+              f"--seeds into another directory)", file=sys.stderr)
     print(f"ppo-ref: summary -> {os.path.join(run_dir, SUMMARY_FILE)}")
     if interrupted:
-        return 130
+        return interrupted
     return 3 if failed else 0
 
 

@@ -363,8 +363,10 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                              f"seed's run with ppo-ref train --resume DIR/seed<S>)")
         from ppo_ref.cli.seeds import parse_seeds
         parse_seeds(args.seeds)
-    if args.jobs is not None and (args.seeds is None or args.jobs < 1):
-        raise UsageError(f"--jobs must be >= 1 and only applies with --seeds, got {args.jobs}")
+    if args.jobs is not None and args.seeds is None:
+        raise UsageError("--jobs only applies with --seeds")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be >= 1, got {args.jobs}")
     if args.allow_import and not args.resume:
         raise UsageError("--allow-import only applies with --resume (an --env module:EnvId you "
                          "type yourself is imported without it)")

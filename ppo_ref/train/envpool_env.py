@@ -157,7 +157,5 @@ class EnvpoolVectorEnv(VectorEnv):
         raise AttributeError(f"EnvpoolVectorEnv has no sub-env method {name!r}")
 
     def set_attr(self, name: str, values) -> None:
-        raise ValueError("envpool does not expose its envs' state, so a run made with "
-                         "vectorization 'envpool' cannot be resumed nor loaded into a trainer; "
-                         "its parameters are the checkpoint's params/ entries "
-                         "(ppo_ref.io.checkpoint.load_checkpoint)")
+        raise ValueError("a run made with vectorization 'envpool' cannot be resumed: envpool "
+                         "does not expose its envs' state (ppo-ref eval evaluates it)")

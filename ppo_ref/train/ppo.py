@@ -430,11 +430,12 @@ class PPOTrainer:
         arrays["state_json"] = json_to_array(state)
         return arrays
 
-    def load_state_arrays(self, arrays: Dict[str, np.ndarray]) -> None:
+    def load_state_arrays(self, arrays: Dict[str, np.ndarray], *, env_state: bool = True) -> None:
         """Restore a :meth:`state_arrays` snapshot (same env id, config and number of envs),
         vetted against this trainer's own state (``vet_state_arrays``, ``vet_state_record`` of
-        :mod:`ppo_ref.io.checkpoint`). ``ValueError`` on any mismatch, which may leave this
-        trainer half-restored (:meth:`load` then discards it)."""
+        :mod:`ppo_ref.io.checkpoint`); ``env_state=False``: not the sub-envs' own state (as
+        :meth:`load`). ``ValueError`` on any mismatch, which may leave this trainer
+        half-restored (:meth:`load` then discards it)."""
         if "state_json" not in arrays:
             raise ValueError("arrays has no 'state_json' entry: not a PPOTrainer state")
         arrays = _current_layout({k: np.asarray(v) for k, v in arrays.items()})
@@ -447,7 +448,7 @@ class PPOTrainer:
         def part(prefix):
             return {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
 
-        self.collector.load_state(part("collector/"), state["collector"])
+        self.collector.load_state(part("collector/"), state["collector"], env_state=env_state)
         params = part("params/")
         self.params = {k: np.array(params[k]) for k in self.params}  # this policy's key order
         self.adam_state = adam_state_from_arrays(part("adam/"))
@@ -489,11 +490,14 @@ class PPOTrainer:
         return save_checkpoint(path, arrays, metadata)
 
     @classmethod
-    def load(cls, path, env=None, *, allow_import: bool = False, **kwargs) -> "PPOTrainer":
+    def load(cls, path, env=None, *, allow_import: bool = False, env_state: bool = True,
+             **kwargs) -> "PPOTrainer":
         """A trainer restored from a checkpoint written by :meth:`save`, every array compared
         with the new trainer's own state (:meth:`load_state_arrays`). ``env``: a vector env to
         use instead of re-making ``env_id`` (required for a user-built one); ``allow_import``:
-        consent to import the module of an ``env_id`` ``"module:EnvId"``. Raises
+        consent to import the module of an ``env_id`` ``"module:EnvId"``; ``env_state=False``
+        leaves the sub-envs as made instead of restoring their saved state (to evaluate or
+        predict: the next rollout would not continue the saved episodes). Raises
         :class:`~ppo_ref.io.checkpoint.CheckpointError` (one line naming ``path``) for a
         missing, corrupt, truncated or crafted file, a state that does not fit the trainer its
         settings build, or an env module import without consent."""
@@ -516,7 +520,7 @@ class PPOTrainer:
                       vectorization=kwargs.pop("vectorization", meta.get("vectorization", "sync")),
                       env_kwargs=meta.get("env_kwargs") or None, **kwargs)
         try:
-            trainer.load_state_arrays(arrays)
+            trainer.load_state_arrays(arrays, env_state=env_state)
             for key in ("num_timesteps", "n_updates", "n_episodes", "total_timesteps"):
                 if meta[key] != getattr(trainer, key):
                     raise ValueError(f"metadata {key}={meta[key]!r} differs from the "

@@ -516,9 +516,11 @@ class RolloutCollector:
         return arrays, {"vector_steps": int(self.vector_steps), "sub_envs": subs,
                         "unsupported": unsupported}
 
-    def load_state(self, arrays: Dict[str, np.ndarray], meta: Dict[str, Any]) -> None:
+    def load_state(self, arrays: Dict[str, np.ndarray], meta: Dict[str, Any], *,
+                   env_state: bool = True) -> None:
         """Inverse of :meth:`state_arrays` (the arrays vetted by the caller against a fresh
-        collector's; the env built the same way)."""
+        collector's; the env built the same way); ``env_state=False`` leaves the sub-envs' own
+        state as it is."""
         from gymnasium.wrappers.utils import RunningMeanStd
         if self.obs_moments is not None:
             self.obs_moments = self.obs_moments._replace(
@@ -532,7 +534,8 @@ class RolloutCollector:
             # (saved as float64, exactly; restored in the wrapper's own dtypes)
             rn.accumulated_reward = arrays["ret_accumulated"].astype(rn.accumulated_reward.dtype)
             rn._prev_dones = arrays["ret_prev_dones"].astype(rn._prev_dones.dtype)
-        self._restore_sub_envs(meta["sub_envs"])
+        if env_state:
+            self._restore_sub_envs(meta["sub_envs"])
         self.obs = arrays["obs"].copy()
         self.episode_starts = arrays["episode_starts"].copy()
         self.episode_stats.episode_returns = arrays["episode_return"].copy()
