@@ -113,6 +113,10 @@ def _raise_terminated(signum, frame):
     raise _Terminated
 
 
+def _raise_interrupted(signum, frame):
+    raise KeyboardInterrupt
+
+
 def _start(args: argparse.Namespace, seed: int, run_dir: str) -> Dict[str, Any]:
     """Start the run of ``seed`` (its output to ``run_dir/seed<S>.log``)."""
     seed_dir = os.path.join(run_dir, f"seed{seed}")
@@ -176,7 +180,9 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
     print(f"ppo-ref: {len(seeds)} seeds, {jobs} at a time -> {run_dir}")
     pending, running, runs = list(seeds), {}, {}
     interrupted = None
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+    # set here, not inherited: a shell's background job starts with Ctrl-C ignored
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupted),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated)}
     try:
         while pending or running:
             while pending and len(running) < jobs:
@@ -197,7 +203,8 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
         _stop(running, terminate_now=interrupted == 143)
         runs.update({seed: _finished(seed, child) for seed, child in running.items()})
     finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     ordered = [runs[s] for s in seeds if s in runs]
     summary: Dict[str, Any] = {"argv": args.argv, "seeds": seeds, "runs": ordered,
                                "not_started": pending}

@@ -181,12 +181,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
     ``FloatingPointError`` for a result that is not finite (module docstring)."""
     where = "ppo_ref.fast.losses.policy_loss"
     (new, old, adv), shape, narrow = _inputs(where, new_log_probs, old_log_probs, advantages)
-    if (type(clip_range) is float and 0.0 < clip_range < math.inf and clip_range_low is None
-            and clip_range_high is None and clip_interval == "symmetric"):
-        low, high, symmetric = 1.0 - clip_range, 1.0 + clip_range, True  # as spec.clip_bounds
-    else:
-        low, high, symmetric = _spec.clip_bounds(clip_range, clip_range_low, clip_range_high,
-                                                 clip_interval)
+    low, high, symmetric = _spec.clip_bounds(clip_range, clip_range_low, clip_range_high,
+                                             clip_interval)
     check_choice(clip_fraction_mode, "clip_fraction_mode", _spec.CLIP_FRACTION_MODES)
     w = _NO_WEIGHTS if weights is None else _weights(where, weights, new.size)
     d_new = np.empty(new.size)
