@@ -95,14 +95,15 @@ def resolve_convention(convention: Union[str, Mapping[str, Any]]) -> Dict[str, A
     else:
         raise ValueError(f"convention must be a preset name or a dict of options, got "
                          f"{type(convention).__name__}")
-    for name, value in given.items():
+    for name in given:
         if name not in _BY_NAME:
             raise ValueError(f"convention has an unknown option {name!r}; options: "
                              f"{[o.name for o in OPTIONS]}")
-        try:  # the field's own check: also values identify does not try
-            out[name] = getattr(PPOConfig(**{name: value}), name)
-        except ValueError as exc:
-            raise ValueError(f"convention option {exc}") from None
+    try:  # the fields' own checks (in one config): also values identify does not try
+        config = PPOConfig(**given)
+    except ValueError as exc:
+        raise ValueError(f"convention option {exc}") from None
+    out.update({name: getattr(config, name) for name in given})
     return out
 
 

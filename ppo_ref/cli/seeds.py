@@ -25,7 +25,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from ppo_ref.cli.common import UsageError
+from ppo_ref.cli.common import Terminated, UsageError
 
 __all__ = ["parse_seeds", "cmd_train_seeds", "read_seed_runs", "seeds_figure", "SUMMARY_FILE"]
 
@@ -105,12 +105,8 @@ def _statistics(values: List[float]) -> Dict[str, float]:
             "min": float(a.min()), "max": float(a.max())}
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM to the ``--seeds`` parent."""
-
-
 def _raise_terminated(signum, frame):
-    raise _Terminated
+    raise Terminated
 
 
 def _raise_interrupted(signum, frame):
@@ -199,7 +195,7 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
                       f"{'-' if ret is None else f'{ret:.2f}'}, "
                       f"{runs[seed]['wall_seconds']:.1f}s")
     except KeyboardInterrupt as stop:
-        interrupted = 143 if isinstance(stop, _Terminated) else 130
+        interrupted = 143 if isinstance(stop, Terminated) else 130
         _stop(running, terminate_now=interrupted == 143)
         runs.update({seed: _finished(seed, child) for seed, child in running.items()})
     finally:
