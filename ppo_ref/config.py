@@ -18,10 +18,10 @@ from ppo_ref._checks import (check_nonnegative, check_positive, check_unit_inter
                              one_line_repr)
 from ppo_ref.spec.layers import ACTIVATIONS
 from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
-                                 NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES)
+                                 NORM_EPS_PLACEMENTS, SINGLE_ELEMENT_RESULTS, VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
 from ppo_ref.spec.optim import scheduled_value
-from ppo_ref.spec.update import KL_STOP_RULES
+from ppo_ref.spec.update import KL_STOP_RULES, LOSS_AGGREGATIONS
 from ppo_ref.tiers import BACKENDS, COMPUTE_DTYPES
 
 __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS"]
@@ -150,6 +150,24 @@ class PPOConfig:
         "thrust (after the step, end the current epoch only), skrl (before the step, 1x, end "
         "the current epoch only)",
         KL_STOP_RULES)
+    value_clip_boundary_grad: float = _f(
+        1.0, "fraction in [0, 1] of the unclipped value gradient where |V - V_old| == "
+             "clip_range_vf exactly (max forms): 1 torch/TF autodiff, 0.75 JAX (PureJaxRL), "
+             "0.5 or 0 a clip that passes nothing at its bound")
+    advantage_norm_single_element: str = _f(
+        "unchanged", "what advantage normalization makes of one element: unchanged (SB3), zero "
+                     "(ddof=0 std: PureJaxRL) or nan (torch std of one element: CleanRL)",
+        SINGLE_ELEMENT_RESULTS)
+    drop_truncated_steps: bool = _f(
+        False, "give steps that ended by truncation (truncated and not terminated) weight 0 in "
+               "every loss mean (they still feed the advantages of earlier steps)")
+    loss_aggregation: str = _f(
+        "token-mean", "how the minibatch loss reduces per-row terms (verl's loss_agg_mode; "
+                      "a sequence is a recurrent minibatch's env column, else the minibatch)",
+        LOSS_AGGREGATIONS)
+    loss_aggregation_norm: Optional[float] = _f(
+        None, "the constant of loss_aggregation='seq-mean-token-sum-norm', > 0 (None: the row "
+              "count of the longest sequence)")
 
     def __post_init__(self) -> None:
         hints = _type_hints()
@@ -169,10 +187,10 @@ class PPOConfig:
         for name in ("ent_coef", "vf_coef", "value_loss_scale", "policy_head_gain",
                      "value_head_gain"):
             check_nonnegative(getattr(self, name), name)
-        for name in ("gamma", "gae_lambda"):
+        for name in ("gamma", "gae_lambda", "value_clip_boundary_grad"):
             check_unit_interval(getattr(self, name), name)
         for name in ("clip_range_vf", "target_kl", "clip_observations", "clip_rewards",
-                     "clip_range_low", "clip_range_high"):
+                     "clip_range_low", "clip_range_high", "loss_aggregation_norm"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be > 0 or None, got {value}")
@@ -312,7 +330,9 @@ _REFERENCE = dict(
     clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
     clip_observations=None, clip_rewards=None, advantage_norm_eps=1e-8,
     advantage_norm_eps_placement="add", clip_interval="symmetric", clip_range_low=None,
-    clip_range_high=None, huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside")
+    clip_range_high=None, huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside",
+    value_clip_boundary_grad=1.0, advantage_norm_single_element="unchanged",
+    drop_truncated_steps=False, loss_aggregation="token-mean", loss_aggregation_norm=None)
 
 #: Fields that differ between implementations; every preset sets all of them.
 CONVENTION_FIELDS = tuple(_REFERENCE)
@@ -327,7 +347,7 @@ PRESETS: Dict[str, Dict[str, Any]] = {
         _REFERENCE, truncation="terminate", value_loss_scale=0.5,
         clip_range_vf=_SAME_AS_CLIP_RANGE, kl_stop_rule="cleanrl", lr_schedule="linear",
         schedule_progress="before_rollout", clip_observations=_TEN_WITH_NORMALIZATION,
-        clip_rewards=_TEN_WITH_NORMALIZATION),
+        clip_rewards=_TEN_WITH_NORMALIZATION, advantage_norm_single_element="NaN"),
     "thrust": dict(
         _REFERENCE, truncation="ignore", bootstrap_terminal_last_row=True, clip_range_vf=0.2,
         advantage_norm_scope="batch", advantage_norm_ddof=0, kl_estimator="k1",
@@ -344,7 +364,8 @@ PRESETS: Dict[str, Dict[str, Any]] = {
     "purejaxrl": dict(
         _REFERENCE, truncation="terminate", value_loss_scale=0.5,
         clip_range_vf=_SAME_AS_CLIP_RANGE, advantage_norm_ddof=0, lr_schedule="linear",
-        schedule_progress="before_rollout"),
+        schedule_progress="before_rollout", advantage_norm_single_element="zero",
+        value_clip_boundary_grad=0.75),
 }
 
 

@@ -10,8 +10,10 @@ from typing import Any, Dict, Iterator, List, Mapping, NamedTuple, Tuple, Union
 
 from ppo_ref.config import PRESETS, PPOConfig
 from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
-                                 NORM_EPS_PLACEMENTS, VALUE_LOSS_MODES)
+                                 NORM_EPS_PLACEMENTS, SINGLE_ELEMENT_RESULTS,
+                                 VALUE_CLIP_BOUNDARY_GRADS, VALUE_LOSS_MODES)
 from ppo_ref.spec.masks import TRUNCATION_MODES
+from ppo_ref.spec.update import LOSS_AGGREGATIONS
 
 __all__ = ["Option", "OPTIONS", "QUANTITIES", "options_for", "resolve_convention",
            "combinations", "describe", "preset_names_matching"]
@@ -46,6 +48,10 @@ OPTIONS: Tuple[Option, ...] = (
            "when clipped (torchrl's default smooth_l1)"),
     Option("value_loss_scale", (1.0, 0.5), ("value_loss",),
            "factor on the value loss and its gradient (CleanRL, rlax: 0.5)"),
+    Option("value_clip_boundary_grad", VALUE_CLIP_BOUNDARY_GRADS, ("value_loss",),
+           "fraction of the unclipped gradient where |V - V_old| == clip_range_vf exactly: "
+           "torch/TF autodiff 1, JAX 0.75 (PureJaxRL), a clip passing nothing at its bound 0.5 "
+           "or 0"),
     Option("advantage_norm_ddof", (1, 0), ("normalize_advantages",),
            "ddof of the advantage standard deviation (torch std: 1; numpy/jnp std: 0)"),
     Option("advantage_norm_eps", (1e-8, 1e-7, 1e-6, 1e-5, 1e-4), ("normalize_advantages",),
@@ -54,6 +60,9 @@ OPTIONS: Tuple[Option, ...] = (
     Option("advantage_norm_eps_placement", NORM_EPS_PLACEMENTS, ("normalize_advantages",),
            "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
            "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)"),
+    Option("advantage_norm_single_element", SINGLE_ELEMENT_RESULTS, ("normalize_advantages",),
+           "one element stays unchanged (SB3), becomes 0 (ddof-0 std: PureJaxRL) or NaN (torch "
+           "std of one element: CleanRL)"),
     Option("clip_interval", CLIP_INTERVALS, ("policy_loss",),
            "ratio interval [1 - eps, 1 + eps] (the paper) or [1 / (1 + eps), 1 + eps] (Sample "
            "Factory)"),
@@ -65,6 +74,10 @@ OPTIONS: Tuple[Option, ...] = (
     Option("kl_estimator", KL_ESTIMATORS, ("policy_loss",),
            "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL), "
            "k1 = mean(old - new) (thrust-rl, torchrl) or k2 = mean(r^2 / 2)"),
+    Option("loss_aggregation", LOSS_AGGREGATIONS, ("policy_loss", "value_loss"),
+           "the reduction of per-token terms (verl's loss_agg_mode): token-mean (TRL, "
+           "OpenRLHF), seq-mean-token-mean, token-sum, seq-mean-token-sum, or the sum over a "
+           "constant (Dr. GRPO); searched through the row layouts only"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

@@ -111,17 +111,20 @@ OPENRLHF = {"advantage_norm_ddof": 0, "advantage_norm_eps": 1e-4,
             "advantage_norm_eps_placement": "clamp"}
 
 
-def test_masked_whitening_of_openrlhf_is_torchrls_convention_past_one_element():
+def test_masked_whitening_of_openrlhf_is_torchrls_convention_with_one_element_zero():
     check_normalize_advantages(openrlhf_normalize, layout="masked_rows", convention=OPENRLHF,
                                exclude=("single_element",), max_examples=FEW)
     with pytest.raises(Mismatch) as info:  # one token normalizes to 0, not unchanged
         check_normalize_advantages(openrlhf_normalize, layout="masked_rows",
                                    convention=OPENRLHF, max_examples=FEW)
     assert info.value.example["advantages"].size == 1
+    check_normalize_advantages(openrlhf_normalize, layout="masked_rows",
+                               convention={**OPENRLHF, "advantage_norm_single_element": "zero"},
+                               max_examples=FEW)
     report = identify(openrlhf_normalize, "normalize_advantages", layout="masked_rows",
                       max_examples=FEW)
-    assert report.verdict == "match_except"
-    assert report.except_on[0][:2] == (OPENRLHF, ("a single element",))
+    assert report.verdict == "match"
+    assert report.matches[0] == {**OPENRLHF, "advantage_norm_single_element": "zero"}
 
 
 TRL = {"advantage_norm_eps_placement": "sqrt"}
@@ -141,6 +144,11 @@ def test_trl_masked_whiten_is_the_sqrt_placement_past_one_element():
     assert report.verdict == "match"
     assert {m["advantage_norm_eps_placement"] for m in report.matches} == {"sqrt"}
     assert all(m["advantage_norm_ddof"] == 1 for m in report.matches)
+    # one token: the Bessel factor 1 / (n - 1) makes it NaN
+    report = identify(trl_masked_whiten, "normalize_advantages", layout="masked_rows",
+                      max_examples=FEW)
+    assert report.verdict == "match"
+    assert {m["advantage_norm_single_element"] for m in report.matches} == {"NaN"}
 
 
 # -- the dual-clip policy loss (torch, autograd) ---------------------------------------------
@@ -192,7 +200,8 @@ def test_dual_clip_loss_through_masked_rows():
     report = identify(_verl_policy_loss("token-mean"), "policy_loss", layout="masked_rows",
                       max_examples=FEW)
     assert report.verdict == "match"
-    assert report.matches[0] == {"clip_interval": "symmetric", **VERL}
+    assert report.matches[0] == {"clip_interval": "symmetric", **VERL,
+                                 "loss_aggregation": "token-mean"}
 
 
 def test_a_dual_clip_identify_does_not_try_is_a_convention_too():
@@ -215,6 +224,35 @@ def test_loss_aggregations_through_masked_rows(aggregation):
         check_policy_loss(fn, layout="masked_rows", convention=VERL,
                           skip=("clip_fraction", "approx_kl"), max_examples=FEW)
     assert info.value.output in ("loss", "d_new_log_probs") and info.value.example["_rows"]
+
+
+def _token_sum_value_loss(aggregation):
+    """A masked squared error reduced as verl's ``agg_loss`` does, gradient by hand."""
+    def fn(values, old_values, returns, mask, clip_range_vf):
+        err = (values - returns) * mask
+        per_row = (err ** 2).sum(-1)
+        if aggregation == "token-sum":
+            scale = np.ones(len(values))
+        elif aggregation == "seq-mean-token-sum":
+            scale = np.full(len(values), 1.0 / len(values))
+        else:  # seq-mean-token-mean
+            scale = 1.0 / (len(values) * mask.sum(-1))
+        return float((per_row * scale).sum()), 2.0 * err * scale[:, None]
+    return fn
+
+
+@pytest.mark.parametrize("aggregation", ["token-sum", "seq-mean-token-sum",
+                                         "seq-mean-token-mean"])
+def test_identify_names_the_loss_aggregation(aggregation):
+    fn = _token_sum_value_loss(aggregation)
+    unclipped = {"clip_range_vf": None}
+    check_value_loss(fn, layout=MaskedRows(aggregation=aggregation), fixed=unclipped,
+                     max_examples=FEW)
+    report = identify(fn, "value_loss", layout=MaskedRows(aggregation=None), fixed=unclipped,
+                      max_examples=FEW)
+    assert report.verdict == "match"
+    assert {m["loss_aggregation"] for m in report.matches} == {aggregation}
+    assert {m["value_loss_scale"] for m in report.matches} == {1.0}
 
 
 def test_value_loss_and_reference_losses_through_rows():

@@ -198,7 +198,7 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range, *,
 
 @njit
 def _value_loss_pass(values, old_values, returns, weights, clip_range_vf, clip_on, mode,
-                     huber_delta, d_values):
+                     huber_delta, boundary_grad, d_values):
     """The loop of :func:`ppo_ref.spec.losses.value_loss`: per element
     :func:`~ppo_ref.spec.losses.value_element`, ``d_values[i] = (w[i] * d_term) / n``, the sum
     of ``w[i] * term`` in element order. Returns ``(ok, total / n)``; ``ok`` is False when ``n``
@@ -213,7 +213,7 @@ def _value_loss_pass(values, old_values, returns, weights, clip_range_vf, clip_o
     for i in range(size):
         w = weights[i] if weighted else 1.0
         term, d_term = _value_element(values[i], old_values[i], returns[i], clip_range_vf,
-                                     clip_on, mode, huber_delta)
+                                     clip_on, mode, huber_delta, boundary_grad)
         total += w * term
         d = (w * d_term) / n
         d_values[i] = d
@@ -222,7 +222,7 @@ def _value_loss_pass(values, old_values, returns, weights, clip_range_vf, clip_o
 
 
 def value_loss(values, old_values, returns, clip_range_vf=None, mode="max", *,
-               huber_delta=1.0, weights=None):
+               huber_delta=1.0, weights=None, boundary_grad=1.0):
     """:func:`ppo_ref.spec.losses.value_loss`, compiled; bit for bit. Raises
     ``FloatingPointError`` for a result that is not finite (module docstring)."""
     where = "ppo_ref.fast.losses.value_loss"
@@ -240,7 +240,7 @@ def value_loss(values, old_values, returns, clip_range_vf=None, mode="max", *,
     w = _NO_WEIGHTS if weights is None else _weights(where, weights, v.size)
     d_v = np.empty(v.size)
     ok, loss = _value_loss_pass(v, old, ret, w, float(clip_range_vf) if clip_on else 0.0,
-                                clip_on, code, float(huber_delta), d_v)
+                                clip_on, code, float(huber_delta), float(boundary_grad), d_v)
     if not ok:
         raise non_finite_result(where)
     return loss, _as_result(d_v, shape, narrow, where)
@@ -413,15 +413,17 @@ def _normalize_pass(adv, ddof, eps, code, out):
     return True
 
 
-def normalize_advantages(advantages, ddof=1, eps=1e-8, placement="add"):
+def normalize_advantages(advantages, ddof=1, eps=1e-8, placement="add",
+                         single_element="unchanged"):
     """:func:`ppo_ref.spec.losses.normalize_advantages`, compiled
     (:func:`~ppo_ref.spec.losses.advantage_moments`, then ``(A - mean) / scale`` per entry);
     bit for bit. Raises ``FloatingPointError`` when the moments are not finite."""
     adv = _floats(advantages)
     check_choice(placement, "placement", _spec.NORM_EPS_PLACEMENTS)
     code = _spec.NORM_EPS_PLACEMENTS.index(placement)
+    check_choice(single_element, "single_element", _spec.SINGLE_ELEMENT_RESULTS)
     if adv.size <= 1:
-        return adv.copy()
+        return _spec.single_element_result(adv, single_element)
     out = np.empty(adv.size)
     if not _normalize_pass(_vector(adv), int(ddof), float(eps), code, out):
         raise non_finite_result("ppo_ref.fast.losses.normalize_advantages")

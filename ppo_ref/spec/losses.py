@@ -24,7 +24,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ppo_ref._checks import (as_float_array, check_choice, check_positive, check_same_shape,
-                             result_dtype)
+                             check_unit_interval, result_dtype)
 
 __all__ = [
     "policy_loss",
@@ -33,6 +33,7 @@ __all__ = [
     "approx_kl",
     "normalize_advantages",
     "advantage_moments",
+    "single_element_result",
     "kl_term",
     "eps_scale",
     "explained_variance",
@@ -52,6 +53,8 @@ __all__ = [
     "EPS_CLAMP",
     "EPS_SQRT",
     "CLIP_FRACTION_MODES",
+    "SINGLE_ELEMENT_RESULTS",
+    "VALUE_CLIP_BOUNDARY_GRADS",
     "MAX_LOG_RATIO",
 ]
 
@@ -66,6 +69,11 @@ NORM_EPS_PLACEMENTS = ("add", "clamp", "sqrt")
 #: The codes of :data:`NORM_EPS_PLACEMENTS` :func:`eps_scale` takes (its indices).
 EPS_ADD, EPS_CLAMP, EPS_SQRT = 0, 1, 2
 CLIP_FRACTION_MODES = ("outside", "active")
+#: What :func:`normalize_advantages` returns for one element (the reference first).
+SINGLE_ELEMENT_RESULTS = ("unchanged", "zero", "NaN")
+#: The fractions of the unclipped gradient at the exact value-clip bound that autodiff of the
+#: usual formulations gives (:func:`value_element`; the reference first).
+VALUE_CLIP_BOUNDARY_GRADS = (1.0, 0.75, 0.5, 0.0)
 
 #: ``exp(r)`` is finite for ``r <= 709.78``; past this bound a ratio counts as overflowing.
 MAX_LOG_RATIO = 709.0
@@ -134,18 +142,32 @@ def value_distance(err, mode, huber_delta):
     return err * err, 2.0 * err
 
 
-def value_element(value, old_value, target, clip_range_vf, clip_on, mode, huber_delta):
+def value_element(value, old_value, target, clip_range_vf, clip_on, mode, huber_delta,
+                  boundary_grad=1.0):
     """One term of the value loss (no 0.5 factor) and its derivative in ``value``.
 
     With ``d`` = :func:`value_distance`, unclipped: ``d(V - R)``. Clipped, with c =
     ``clip_range_vf`` and ``V_clip = V_old + clip(V - V_old, -c, c)``:
 
     * ``VALUE_MODE_MAX``, ``VALUE_MODE_HUBER`` (baselines ppo2, CleanRL; torchrl
-      ``clip_value``): ``max(d(V - R), d(V_clip - R))``; derivative ``d'(V - R)`` where
-      ``|V - V_old| <= c`` or the unclipped term is strictly larger, 0 where the clipped term
-      is, half on a tie while clipping is active.
+      ``clip_value``): ``max(d(V - R), d(V_clip - R))``; derivative::
+
+          d'(V - R) * 1              where |V - V_old| < c, or the unclipped term is larger
+                    * boundary_grad  where |V - V_old| == c exactly (V_clip = V: a tie)
+                    * 0.5            on a tie while clipping is active (the max splits it)
+                    * 0              where the clipped term is larger
+
+      ``boundary_grad`` is what autodiff of the formulation gives at the bound: 1 for torch
+      (``torch.max`` gives half to each tied term, ``torch.clamp`` passes the gradient at its
+      bounds: 0.5 + 0.5) and TensorFlow (``tf.maximum`` gives a tie to its first argument, the
+      unclipped term, and ``tf.clip_by_value`` passes at its bounds: baselines ppo2); 0.75 for
+      JAX (``jnp.maximum`` splits the tie, ``jnp.clip`` = ``minimum(maximum(x, lo), hi)``
+      passes half at a bound: 0.5 + 0.25; PureJaxRL); 0.5 where the clipped branch passes
+      nothing at the bound (a clip written with a strict ``where``, or detached); 0 where the
+      tie goes to a clipped branch that passes nothing (a hand-derived gradient with a strict
+      ``|V - V_old| < c``). The spec's tie is the computed ``|V - V_old| == c``.
     * ``VALUE_MODE_SB3``: ``d(V_clip - R)``; derivative ``d'(V_clip - R)`` where
-      ``|V - V_old| <= c``, else 0.
+      ``|V - V_old| <= c``, else 0 (``boundary_grad`` is not read).
 
     Returns ``(term, d_term)``.
     """
@@ -159,7 +181,9 @@ def value_element(value, old_value, target, clip_range_vf, clip_on, mode, huber_
     if mode == VALUE_MODE_SB3:
         return sq_clip, (d_clip if inside else 0.0)
     sq, d_sq = value_distance(err, mode, huber_delta)
-    if inside or sq > sq_clip:
+    if abs(delta) == clip_range_vf:
+        weight = boundary_grad
+    elif inside or sq > sq_clip:
         weight = 1.0
     elif sq == sq_clip:
         weight = 0.5
@@ -335,8 +359,8 @@ def policy_loss(new_log_probs, old_log_probs, advantages, clip_range: float, *,
 
 
 def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = None,
-               mode: str = "max", *, huber_delta: float = 1.0,
-               weights=None) -> Tuple[float, np.ndarray]:
+               mode: str = "max", *, huber_delta: float = 1.0, weights=None,
+               boundary_grad: float = 1.0) -> Tuple[float, np.ndarray]:
     """Value-function loss (no 0.5 factor) and its gradient with respect to ``values``::
 
         loss = sum_i w_i term_i / sum_i w_i,    d loss / d values[i] = w_i d_term_i / sum_i w_i
@@ -346,12 +370,15 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
     one shape. ``clip_range_vf``: c > 0 (value units) or None; ``mode``: a key of
     :data:`VALUE_LOSS_MODES`, checked even without clipping: ``"max"`` (baselines ppo2,
     CleanRL, thrust-rl), ``"sb3"``, ``"huber"`` (torchrl ``smooth_l1``; note its 0.5);
-    ``huber_delta`` > 0; ``weights`` as :func:`policy_loss`. The caller scales by ``vf_coef``.
+    ``huber_delta`` > 0; ``weights`` as :func:`policy_loss`; ``boundary_grad`` in [0, 1]: the
+    fraction of the unclipped gradient where ``|V - V_old| == clip_range_vf`` exactly in the
+    max forms (:func:`value_element`; :data:`VALUE_CLIP_BOUNDARY_GRADS` lists those autodiff
+    gives). The caller scales by ``vf_coef``.
 
     Returns ``(loss, d_values)``: a Python float and an array shaped like ``values``, float32
     if every input is float32, else float64. Raises ``ValueError``: shapes differ, an input is
     empty or not finite, ``clip_range_vf`` <= 0, ``old_values`` None while clipping, an unknown
-    ``mode``, bad ``weights``, or the loss or its gradient overflows (``|values - returns|``
+    ``mode``, bad ``weights``, ``boundary_grad`` outside [0, 1], or the loss or its gradient overflows (``|values - returns|``
     above about 1.3e154).
     """
     check_choice(mode, "mode", VALUE_LOSS_MODES)
@@ -368,12 +395,13 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
     dtype = result_dtype(v, ret, None if old_values is None else old)
 
     delta = check_positive(huber_delta, "huber_delta")
+    boundary = check_unit_interval(boundary_grad, "boundary_grad")
     code = VALUE_LOSS_MODES.index(mode)
     w, n = _weights(weights, v.shape, "values")  # n: sum of the weights
     d_v = np.empty(v.size, dtype=np.float64)
     total = 0.0
     for i, (v_i, old_i, r_i) in enumerate(zip(_elements(v), _elements(old), _elements(ret))):
-        term, d_term = value_element(v_i, old_i, r_i, c, clip_on, code, delta)
+        term, d_term = value_element(v_i, old_i, r_i, c, clip_on, code, delta, boundary)
         total += w[i] * term
         d_v[i] = (w[i] * d_term) / n
     with np.errstate(over="ignore", invalid="ignore"):
@@ -479,27 +507,32 @@ def advantage_moments(advantages, ddof):
 
 
 def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
-                         placement: str = "add") -> np.ndarray:
+                         placement: str = "add", single_element: str = "unchanged"
+                         ) -> np.ndarray:
     """Standardize advantages: ``(A - mean) / (std + eps)`` (``placement="add"``: SB3, CleanRL,
     tianshou, skrl, PureJaxRL), ``(A - mean) / max(std, eps)`` (``"clamp"``: torchrl,
     Sample Factory) or ``(A - mean) / sqrt(var + eps)`` (``"sqrt"``, ``var = std^2``: TRL's
     and verl's ``masked_whiten``), with :func:`advantage_moments` over all elements.
 
     ``ddof``: 0 or 1 (SB3 and CleanRL: 1 per minibatch; thrust-rl: 0 per batch); ``eps`` > 0.
-    One element is returned unchanged (as SB3); a constant array ``c`` maps to ``(c - mean) /
-    scale``: 0 where the rounded mean equals ``c``, else the rounding of the mean over the eps
-    (``[0.1, 0.1, 0.1]`` gives ``-1.39e-09`` each with eps 1e-8, ``add``). Returns
-    a new array of the input's shape and dtype. Raises ``ValueError`` for non-finite
-    ``advantages``, ``ddof`` not 0 or 1, ``eps`` <= 0, an unknown ``placement``, or values so
-    large (> ~1e150) that the variance overflows.
+    ``single_element`` (a key of :data:`SINGLE_ELEMENT_RESULTS`): what one element becomes:
+    ``"unchanged"`` (SB3 normalizes only when ``len > 1``), ``"zero"`` (``ddof=0``: ``(A -
+    A) / (0 + eps)``, NumPy/JAX std) or ``"NaN"`` (``ddof=1``: torch's ``std`` of one element
+    is NaN, unguarded); an empty array is returned as it is. A constant array ``c`` maps to
+    ``(c - mean) / scale``: 0 where the rounded mean equals ``c``, else the rounding of the
+    mean over the eps (``[0.1, 0.1, 0.1]`` gives ``-1.39e-09`` each with eps 1e-8, ``add``).
+    Returns a new array of the input's shape and dtype. Raises ``ValueError`` for non-finite
+    ``advantages``, ``ddof`` not 0 or 1, ``eps`` <= 0, an unknown ``placement`` or
+    ``single_element``, or values so large (> ~1e150) that the variance overflows.
     """
     adv = as_float_array(advantages, "advantages")
     if isinstance(ddof, (bool, np.bool_)) or ddof not in (0, 1):
         raise ValueError(f"ddof must be 0 or 1, got {ddof!r}")
     eps = check_positive(eps, "eps")
     check_choice(placement, "placement", NORM_EPS_PLACEMENTS)
+    check_choice(single_element, "single_element", SINGLE_ELEMENT_RESULTS)
     if adv.size <= 1:
-        return adv.copy()
+        return single_element_result(adv, single_element)
     a = adv.astype(np.float64)
     mean, std = advantage_moments(a.ravel().tolist(), int(ddof))
     if not (math.isfinite(mean) and math.isfinite(std)):
@@ -507,6 +540,16 @@ def normalize_advantages(advantages, ddof: int = 1, eps: float = 1e-8,
                          "float64")
     scale = eps_scale(std, eps, NORM_EPS_PLACEMENTS.index(placement))
     return ((a - mean) / scale).astype(adv.dtype)
+
+
+def single_element_result(advantages: np.ndarray, single_element: str) -> np.ndarray:
+    """:func:`normalize_advantages` of an array of at most one element: a copy, zeros or NaN
+    (``single_element``), in its shape and dtype."""
+    if single_element == "zero":
+        return np.zeros_like(advantages)
+    if single_element == "NaN":
+        return np.full_like(advantages, np.nan)
+    return advantages.copy()
 
 
 def explained_variance(y_pred, y_true) -> float:

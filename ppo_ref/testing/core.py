@@ -195,8 +195,10 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
         tol = 16.0 * u * mag * (length + 1)
         band32 = 16.0 * _U32 * mag * (length + 1)
         with np.errstate(invalid="ignore"):
-            gap = np.abs(act - exp)
-        bad = ~(gap <= tol)  # nan counts as a difference
+            gap = np.asarray(np.abs(act - exp))
+        # equal infinities and NaN where NaN is expected agree; any other nan is a difference
+        gap[(act == exp) | (np.isnan(act) & np.isnan(exp))] = 0.0
+        bad = ~(gap <= tol)
         if loose and np.any(bad):
             logic = ~(gap <= band32)
             if not np.any(logic):
@@ -320,12 +322,24 @@ def _conditions(quantity: str, ex) -> List[Tuple[str, str]]:
     return [(p.key, p.name) for p in get_quantity(quantity).properties if p.holds(ex)]
 
 
+def _decided(layout) -> Dict[str, Any]:
+    """The options ``layout`` fixes (``decided_options()``, else ``decides`` at their
+    reference values)."""
+    method = getattr(layout, "decided_options", None)
+    if method is not None:
+        return dict(method())
+    ref = resolve_convention("reference")
+    return {k: ref[k] for k in getattr(layout, "decides", ())}
+
+
 def _combos(quantity: str, layout) -> List[Dict[str, Any]]:
     """The option combinations of ``quantity`` (:func:`ppo_ref.conventions.combinations`) that
-    leave the options the layout decides (``layout.decides``) at their reference values."""
-    ref = resolve_convention("reference")
-    decided = getattr(layout, "decides", ())
-    return [c for c in combinations(quantity) if all(c.get(k, ref[k]) == ref[k] for k in decided)]
+    leave the options the layout decides at their values; a layout without rows (not
+    ``seeded``) also keeps ``loss_aggregation`` at its reference (one sequence)."""
+    fixed = {} if getattr(layout, "seeded", False) else {
+        "loss_aggregation": resolve_convention("reference")["loss_aggregation"]}
+    fixed.update(_decided(layout))
+    return [c for c in combinations(quantity) if all(c.get(k, v) == v for k, v in fixed.items())]
 
 
 def _alternatives(fn, quantity: str, layout, ex, options, skip, deadline,
@@ -453,9 +467,7 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     __tracebackhide__ = True  # pytest: the test's line, then the message
     q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
                                                    exclude, deadline, DEFAULT_MAX_EXAMPLES)
-    ref = resolve_convention("reference")
-    options = {**resolve_convention(convention),
-               **{k: ref[k] for k in getattr(lay, "decides", ())}}
+    options = {**resolve_convention(convention), **_decided(lay)}
     found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
                     exclude=excluded, fixed=fixed, deadline=deadline)
     if found is None:

@@ -7,7 +7,10 @@ value}`` (``fn``'s result in the reference names and shapes), ``expected(quantit
 example) -> {name: value}`` (the reference outputs to compare with), optionally ``prepare(quantity,
 example) -> example`` (the example as the layout states it), and the attributes ``name``,
 ``quantities`` (those it applies to), ``seeded`` (examples carry ``_rows``, the seed of a row
-arrangement) and ``decides`` (convention options the layout fixes at their reference value).
+arrangement) and ``decides`` (convention options the layout fixes at their reference value; or
+a method ``decided_options() -> {option: value}``). A layout without rows (not ``seeded``)
+passes a loss as one sequence: :func:`~ppo_ref.testing.identify` does not search its
+``loss_aggregation`` there (a check takes the convention's).
 Results may be NumPy arrays or scalars, or torch/JAX/TensorFlow arrays (converted,
 :func:`as_numpy`); outputs must be real floats.
 
@@ -76,6 +79,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from ppo_ref.spec.update import LOSS_AGGREGATIONS
+
 __all__ = ["Layout", "Reference", "NextValues", "EpisodeStarts", "Dones", "Discounts",
            "EnvMajor", "NormalizedOutputs", "MaskedRows", "Episodes", "AGGREGATIONS",
            "LAYOUTS", "get_layout", "as_numpy", "BadOutput"]
@@ -91,8 +96,7 @@ _ROW_INPUTS = {"normalize_advantages": ("advantages",),
                "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),
                "value_loss": ("values", "old_values", "returns")}
 _SCALAR = {"policy_loss": "clip_range", "value_loss": "clip_range_vf"}
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "token-sum", "seq-mean-token-sum",
-                "seq-mean-token-sum-norm")
+AGGREGATIONS = LOSS_AGGREGATIONS
 
 
 class BadOutput(str):
@@ -360,16 +364,25 @@ class MaskedRows(Layout):
     name = "masked_rows"
     quantities = ("gae", "normalize_advantages", "policy_loss", "value_loss")
     seeded = True
-    decides = ("truncation", "bootstrap_terminal_last_row")
 
-    def __init__(self, aggregation: str = "token-mean", norm: Optional[float] = None,
+    def __init__(self, aggregation: Optional[str] = "token-mean", norm: Optional[float] = None,
                  pad_value: Optional[float] = None):
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)}, got "
+        if aggregation is not None and aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {list(AGGREGATIONS)} or None, got "
                              f"{aggregation!r}")
         if norm is not None and not norm > 0:
             raise ValueError(f"norm must be > 0, got {norm!r}")
         self.aggregation, self.norm, self.pad_value = aggregation, norm, pad_value
+
+    def decided_options(self) -> Dict[str, Any]:
+        """The options this layout fixes: the truncation options at their reference values
+        (a row is one episode, its bootstrap folded in) and ``loss_aggregation`` unless the
+        layout was made with ``aggregation=None`` (then :func:`~ppo_ref.testing.identify`
+        searches it)."""
+        out: Dict[str, Any] = {"truncation": "bootstrap", "bootstrap_terminal_last_row": False}
+        if self.aggregation is not None:
+            out["loss_aggregation"] = self.aggregation
+        return out
 
     # -- the arrangement -------------------------------------------------------------------
     def rows(self, quantity: str, ex) -> Tuple[list, Optional[list]]:
@@ -388,20 +401,19 @@ class MaskedRows(Layout):
         return float(self._grid(rows, ex)[1])
 
     def prepare(self, quantity, ex):
-        if quantity not in _SCALAR or self.aggregation == "token-mean":
+        """A loss example with its rows: ``_sequences`` (the row of every element) and
+        ``_norm`` (the constant of ``"seq-mean-token-sum-norm"`` unless ``norm=`` is given:
+        the row length ``L``), read by the reference's aggregation
+        (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+        if quantity not in _SCALAR:
             return ex
         rows, _ = self.rows(quantity, ex)
-        n, B = sum(len(r[0]) for r in rows), len(rows)
-        if self.aggregation == "seq-mean-token-mean":
-            first = np.asarray(ex[_ROW_INPUTS[quantity][0]])
-            w = np.empty(first.shape, first.dtype)
-            for r in rows:
-                w[r] = 1.0 / len(r[0])
-            return {**ex, "weights": w}
-        norm = self.norm or self._default_norm(rows, ex)
-        scale = {"token-sum": n, "seq-mean-token-sum": n / B,
-                 "seq-mean-token-sum-norm": n / norm}[self.aggregation]
-        return {**ex, "loss_scale": float(scale)}
+        first = np.asarray(ex[_ROW_INPUTS[quantity][0]])
+        sequences = np.empty(first.size, np.int64)
+        for b, r in enumerate(rows):
+            sequences[r[0]] = b
+        return {**ex, "_sequences": sequences,
+                "_norm": float(self.norm or self._default_norm(rows, ex))}
 
     # -- inputs ----------------------------------------------------------------------------
     def _pack(self, arr, rows, cols, L, seed):

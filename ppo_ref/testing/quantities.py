@@ -5,7 +5,8 @@ the size of the numbers involved.
 An *example* is a dict of the reference function's inputs in its own layout (time-major
 ``[T, N]`` arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the
 normalization) and its hyperparameters; a row layout adds ``_rows`` (the seed of its
-arrangement, 0: one row, no padding) and may add ``weights`` or ``loss_scale`` to a loss example.
+arrangement, 0: one row, no padding) and adds ``_sequences`` and ``_norm`` to a loss example (its
+rows, for the option ``loss_aggregation``).
 Edge patterns are drawn on purpose: flags per step from (none, terminated, truncated, both),
 gamma and lambda often 0 or 1, one example in ten a long rollout (T = 65..2048), junk (never 0)
 in ``final_values``/``last_values`` wherever the reference does not read, ratios exactly on
@@ -24,6 +25,7 @@ from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTupl
 import numpy as np
 
 from ppo_ref.spec.losses import NORM_EPS_PLACEMENTS, eps_scale
+from ppo_ref.spec.update import aggregation_weights
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.tiers import tier_for
 
@@ -69,7 +71,9 @@ def _f64(x):
 def _input_magnitude(ex: Mapping[str, Any], options=None) -> float:
     """The largest absolute finite float among the example's inputs, at least 1."""
     m = 1.0
-    for v in ex.values():
+    for k, v in ex.items():
+        if k.startswith("_"):  # a layout's arrangement, not an input
+            continue
         if isinstance(v, np.ndarray) and v.dtype.kind == "f" and v.size:
             m = max(m, float(np.max(np.abs(v))))
         elif isinstance(v, float) and math.isfinite(v):
@@ -327,16 +331,17 @@ def _draw_policy(draw, st, exclude, dtype):
     return ex, chosen
 
 
-def _scaled(ex: dict, loss: float, grad: np.ndarray, factor: float = 1.0):
-    """A loss and its gradient times ``factor * ex["loss_scale"]`` (a row layout's sum
-    aggregation, :class:`ppo_ref.testing.layouts.MaskedRows`)."""
-    s = factor * float(ex.get("loss_scale", 1.0))
-    return s * loss, s * grad
+def _aggregated(ex: dict, options: Mapping[str, Any], n: int):
+    """``(weights, factor)`` of the option ``loss_aggregation`` for a loss example
+    (:func:`ppo_ref.spec.update.aggregation_weights`): its rows are ``_sequences`` where a row
+    layout set them (one sequence otherwise), the norm ``_norm`` (else the element count)."""
+    return aggregation_weights(options["loss_aggregation"], n, None, ex.get("_sequences"),
+                               ex.get("_norm"))
 
 
 def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     new, old = _f64(ex["new_log_probs"]), _f64(ex["old_log_probs"])
-    weights = ex.get("weights")
+    weights, factor = _aggregated(ex, options, new.size)
     losses = _REFERENCE.losses
     loss, d_new, info = losses.policy_loss(new, old, _f64(ex["advantages"]), ex["clip_range"],
                                            clip_interval=options["clip_interval"],
@@ -344,9 +349,8 @@ def _policy_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
                                            clip_fraction_mode=options["clip_fraction_mode"])
     kl = info["approx_kl"] if options["kl_estimator"] == "k3" else losses.approx_kl(
         old, new, options["kl_estimator"], weights=weights)
-    loss, d_new = _scaled(ex, loss, d_new)
-    return {"loss": loss, "d_new_log_probs": d_new, "clip_fraction": info["clip_fraction"],
-            "approx_kl": kl}
+    return {"loss": factor * loss, "d_new_log_probs": factor * d_new,
+            "clip_fraction": info["clip_fraction"], "approx_kl": kl}
 
 
 def _ratios(ex) -> np.ndarray:
@@ -413,11 +417,14 @@ def _draw_value(draw, st, exclude, dtype):
 
 
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
+    values = _f64(ex["values"])
+    weights, factor = _aggregated(ex, options, values.size)
     loss, d_v = _REFERENCE.losses.value_loss(
-        _f64(ex["values"]), _f64(ex["old_values"]), _f64(ex["returns"]), ex["clip_range_vf"],
-        mode=options["value_loss_mode"], huber_delta=1.0, weights=ex.get("weights"))
-    loss, d_v = _scaled(ex, loss, d_v, float(options["value_loss_scale"]))
-    return {"loss": loss, "d_values": d_v}
+        values, _f64(ex["old_values"]), _f64(ex["returns"]), ex["clip_range_vf"],
+        mode=options["value_loss_mode"], huber_delta=1.0, weights=weights,
+        boundary_grad=options["value_clip_boundary_grad"])
+    scale = factor * float(options["value_loss_scale"])
+    return {"loss": scale * loss, "d_values": scale * d_v}
 
 
 def _vf_kink(ex) -> np.ndarray:
@@ -455,7 +462,8 @@ def _draw_normalize(draw, st, exclude, dtype):
 def _normalize_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
     return {"advantages": _REFERENCE.losses.normalize_advantages(
         _f64(ex["advantages"]), ddof=options["advantage_norm_ddof"],
-        eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"])}
+        eps=options["advantage_norm_eps"], placement=options["advantage_norm_eps_placement"],
+        single_element=options["advantage_norm_single_element"])}
 
 
 def _normalize_magnitude(ex: dict, options: Mapping[str, Any]) -> float:

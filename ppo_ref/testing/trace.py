@@ -107,7 +107,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
     norm = (normalize_advantages(adv_rows, ddof=config.advantage_norm_ddof,
                                  eps=config.advantage_norm_eps,
-                                 placement=config.advantage_norm_eps_placement)
+                                 placement=config.advantage_norm_eps_placement,
+                                 single_element=config.advantage_norm_single_element)
             if config.normalize_advantage else adv_rows.copy())
     tr["normalized_advantages"] = norm
 
@@ -132,7 +133,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
                        else approx_kl(old_lp, new_lp, config.kl_estimator))
     v_loss, d_v = value_loss(values, old_values, ret_rows, config.clip_range_vf,
-                             mode=config.value_loss_mode, huber_delta=config.huber_delta)
+                             mode=config.value_loss_mode, huber_delta=config.huber_delta,
+                             boundary_grad=config.value_clip_boundary_grad)
     tr["value_loss"] = config.value_loss_scale * v_loss
     e_loss, d_e = entropy_loss(entropy)
     tr["entropy_loss"] = e_loss

@@ -28,7 +28,8 @@ from ppo_ref.io.checkpoint import (RECENT_EPISODES, CheckpointError, array_to_js
 from ppo_ref.io.state import adam_state_from_arrays, adam_state_to_arrays
 from ppo_ref.spec.losses import explained_variance
 from ppo_ref.spec.optim import adam_init
-from ppo_ref.spec.update import batch_advantages, feedforward_minibatches, run_epochs
+from ppo_ref.spec.update import (batch_advantages, feedforward_minibatches, run_epochs,
+                                 truncation_weights)
 from ppo_ref.tiers import tier_for
 from ppo_ref.train.policies import make_policy
 from ppo_ref.train.rollout import (EnvStepError, Rollout, RolloutCollector, check_vector_env,
@@ -254,14 +255,17 @@ class PPOTrainer:
 
     def _minibatches(self, rollout: Rollout, advantages: np.ndarray, returns: np.ndarray):
         """The update's minibatches (:func:`ppo_ref.spec.update.feedforward_minibatches`: the
-        ``T*N`` rows flattened time-major, row ``t * N + n``)."""
+        ``T*N`` rows flattened time-major, row ``t * N + n``; ``config.drop_truncated_steps``:
+        :func:`ppo_ref.spec.update.truncation_weights`)."""
         T, N = rollout.rewards.shape
         B = T * N
         obs, actions = self._whole_rollout(rollout)
+        weights = truncation_weights(rollout.terminated, rollout.truncated,
+                                     self.config.drop_truncated_steps)
         return feedforward_minibatches(self.minibatch_rng, self.config.batch_size,
                                        rollout.log_probs.reshape(B), advantages.reshape(B),
                                        returns.reshape(B), rollout.values.reshape(B), obs,
-                                       actions)
+                                       actions, None if weights is None else weights.reshape(B))
 
     def train_on(self, rollout: Rollout, advantages: np.ndarray,
                  returns: np.ndarray) -> Dict[str, float]:

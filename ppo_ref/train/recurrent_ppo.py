@@ -15,7 +15,7 @@ import numpy as np
 
 from ppo_ref._checks import as_flag_array, check_count
 from ppo_ref.spec.recurrent_networks import LSTMStates
-from ppo_ref.spec.update import recurrent_minibatches
+from ppo_ref.spec.update import recurrent_minibatches, truncation_weights
 from ppo_ref.train.ppo import PPOTrainer, kernel_threads
 from ppo_ref.train.rollout import Rollout
 
@@ -72,7 +72,9 @@ class RecurrentPPOTrainer(PPOTrainer):
         return recurrent_minibatches(self.minibatch_rng, self.envs_per_minibatch,
                                      rollout.log_probs, advantages, returns, rollout.values,
                                      rollout.observations, rollout.actions,
-                                     rollout.initial_state, rollout.episode_starts)
+                                     rollout.initial_state, rollout.episode_starts,
+                                     truncation_weights(rollout.terminated, rollout.truncated,
+                                                        self.config.drop_truncated_steps))
 
     # -- acting -----------------------------------------------------------------------------------
     def initial_state(self, n_envs: int = 1) -> LSTMStates:

@@ -18,7 +18,7 @@ from gymnasium import spaces
 from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
 from ppo_ref.spec.networks import actor_critic_init
 from ppo_ref.spec.optim import adam_init
-from ppo_ref.spec.update import Minibatch, run_epochs
+from ppo_ref.spec.update import Minibatch, aggregation_weights, run_epochs, truncation_weights
 from ppo_ref.tiers import BACKENDS, tier_for
 from ppo_ref.train.policies import MLPPolicy
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, decode, decode_settings,
@@ -77,28 +77,38 @@ def _categorical(inputs, settings, tier):
     }
 
 
+def _aggregation(inputs, settings, first: str):
+    """``(weights, factor)`` of the case's ``aggregation`` setting (default token-mean) with its
+    optional ``weights`` and ``sequences`` inputs (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+    return aggregation_weights(settings.get("aggregation", "token-mean"),
+                               np.size(inputs[first]), inputs.get("weights"),
+                               inputs.get("sequences"), settings.get("aggregation_norm"))
+
+
 def _policy_loss(inputs, settings, tier):
+    weights, factor = _aggregation(inputs, settings, "new_log_probs")
     loss, grad, info = tier.losses.policy_loss(
         inputs["new_log_probs"], inputs["old_log_probs"], inputs["advantages"],
         settings["clip_range"], clip_range_low=settings.get("clip_range_low"),
         clip_range_high=settings.get("clip_range_high"),
         clip_interval=settings.get("clip_interval", "symmetric"),
-        dual_clip=settings.get("dual_clip"), weights=inputs.get("weights"),
+        dual_clip=settings.get("dual_clip"), weights=weights,
         clip_fraction_mode=settings.get("clip_fraction_mode", "outside"))
     estimator = settings.get("kl_estimator", "k3")
     kl = info["approx_kl"] if estimator == "k3" else tier.losses.approx_kl(
-        inputs["old_log_probs"], inputs["new_log_probs"], estimator,
-        weights=inputs.get("weights"))
-    return {"loss": loss, "d_new_log_probs": grad, "clip_fraction": info["clip_fraction"],
-            "approx_kl": kl}
+        inputs["old_log_probs"], inputs["new_log_probs"], estimator, weights=weights)
+    return {"loss": factor * loss, "d_new_log_probs": factor * grad,
+            "clip_fraction": info["clip_fraction"], "approx_kl": kl}
 
 
 def _value_loss(inputs, settings, tier):
+    weights, factor = _aggregation(inputs, settings, "values")
     loss, grad = tier.losses.value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
                                         settings["clip_range_vf"], mode=settings["mode"],
                                         huber_delta=settings.get("huber_delta", 1.0),
-                                        weights=inputs.get("weights"))
-    scale = float(settings.get("scale", 1.0))
+                                        weights=weights,
+                                        boundary_grad=settings.get("boundary_grad", 1.0))
+    scale = factor * float(settings.get("scale", 1.0))
     return {"loss": scale * loss, "d_values": scale * grad}
 
 
@@ -110,7 +120,8 @@ def _entropy_loss(inputs, settings, tier):
 def _normalize_advantages(inputs, settings, tier):
     return {"normalized": tier.losses.normalize_advantages(
         inputs["advantages"], ddof=settings["ddof"], eps=settings.get("eps", 1e-8),
-        placement=settings.get("placement", "add"))}
+        placement=settings.get("placement", "add"),
+        single_element=settings.get("single_element", "unchanged"))}
 
 
 def _approx_kl(inputs, settings, tier):
@@ -167,8 +178,13 @@ def _ppo_minibatch_update(inputs, settings, tier):
         seen.setdefault("grads", {k: np.array(v) for k, v in grads.items()})
         return grads
 
+    weights = inputs.get("weights")
+    if "truncated" in inputs:
+        weights = truncation_weights(inputs["terminated"], inputs["truncated"],
+                                     config.drop_truncated_steps)
     mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
-                   inputs["old_values"], (obs, inputs["actions"]))
+                   inputs["old_values"], (obs, inputs["actions"]), weights,
+                   inputs.get("sequences"))
     new_params, _, stats = run_epochs(params, adam_init(params), config=config,
                                       lr=settings["learning_rate"],
                                       clip_range=settings["clip_range"],
@@ -466,6 +482,109 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
     return cases
 
 
+def _convention_cases(rng: np.random.Generator) -> List[dict]:
+    """One case per convention option value no earlier case pins down: the k2 KL estimator,
+    the clip-fraction counts, the sqrt eps placement, the one-element normalizations, the
+    value-clip subgradient at the exact bound, the loss aggregations and dropped truncated
+    steps (:data:`OPTION_KEYS`; a preset of ``"-"``: no preset uses that value)."""
+    cases = []
+    B = 10
+    old = (-rng.exponential(1.0, B)).round(6)
+    new = (old + rng.normal(scale=0.4, size=B)).round(6)
+    adv = rng.normal(size=B).round(6)
+    ratio = np.exp(new - old)
+    outside = (ratio < 0.8) | (ratio > 1.2)
+    active = ((adv > 0) & (ratio > 1.2)) | ((adv < 0) & (ratio < 0.8))
+    assert np.sum(outside & ~active) >= 1 and np.sum(active) >= 1
+    pol = {"new_log_probs": new, "old_log_probs": old, "advantages": adv}
+    cases.append(_case("approx_kl_k2", "approx_kl", "-", "k2 = mean(r^2 / 2), r = new - old",
+                       {"old_log_probs": old, "new_log_probs": new}, {"estimator": "k2"}))
+    cases.append(_case("policy_loss_kl_k2", "policy_loss", "-",
+                       "clipped surrogate with approx_kl by the k2 estimator", pol,
+                       {"clip_range": 0.2, "kl_estimator": "k2"}))
+    for mode, preset, what in (("outside", "reference", "the ratio outside [0.8, 1.2]"),
+                               ("active", "-", "where the clip changes the term (verl)")):
+        cases.append(_case(f"policy_loss_clip_fraction_{mode}", "policy_loss", preset,
+                           f"clip_fraction counts {what}; ratios outside the interval on the "
+                           "unclipped side of min(...) make the two counts differ", pol,
+                           {"clip_range": 0.2, "clip_fraction_mode": mode}))
+    spread = {"advantages": np.array([0.0, 1e-7, -1e-7, 2e-7, 0.0, -3e-7])}
+    plain = {"advantages": rng.normal(size=8).round(6)}
+    for name, inputs in (("sqrt_1e-8", spread), ("sqrt", plain)):
+        cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", "-",
+                           "(A - mean) / sqrt(var + 1e-8), var with ddof 1 (TRL's and verl's "
+                           "masked_whiten)", inputs, {"ddof": 1, "eps": 1e-8,
+                                                      "placement": "sqrt"}))
+    for result, preset, ddof in (("unchanged", "reference", 1), ("zero", "purejaxrl", 0),
+                                 ("NaN", "cleanrl", 1)):
+        cases.append(_case(f"normalize_advantages_single_{result}", "normalize_advantages",
+                           preset, f"one element normalizes to: {result}",
+                           {"advantages": np.array([1.5])},
+                           {"ddof": ddof, "single_element": result}))
+    # dyadic numbers: V - V_old == +-c exactly, V_old + clip(V - V_old) == V; rows 0-3 on the
+    # bound (both signs, with and without a larger clipped term elsewhere), 4 inside, 5 outside
+    # with the clipped term larger, 6 outside with the unclipped term larger, 7 a mirror tie
+    c = 0.25
+    old_v = np.array([0.5, -1.0, 2.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    values = old_v + np.array([c, -c, c, -c, 0.125, 0.5, 0.5, 0.5])
+    returns = np.array([0.0, 1.0, -2.0, 3.0, 0.5, 0.75, -1.0, 0.375])
+    vinputs = {"values": values, "old_values": old_v, "returns": returns}
+    for grad, preset in ((1.0, "reference"), (0.75, "purejaxrl"), (0.5, "-"), (0.0, "-")):
+        cases.append(_case(f"value_loss_boundary_grad_{grad:g}", "value_loss", preset,
+                           f"clipped max form; where |V - V_old| == clip_range_vf exactly the "
+                           f"gradient is {grad:g} x the unclipped one", vinputs,
+                           {"clip_range_vf": c, "mode": "max", "boundary_grad": grad}))
+    # three sequences of 4, 2 and 3 rows, one row masked out
+    seq = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 2])
+    mask = np.array([1.0, 1, 1, 1, 1, 1, 1, 1, 1, 0])
+    rows = {**pol, "weights": mask, "sequences": seq}
+    for mode, extra in (("seq-mean-token-mean", {}), ("token-sum", {}),
+                        ("seq-mean-token-sum", {}),
+                        ("seq-mean-token-sum-norm", {"aggregation_norm": 8.0})):
+        cases.append(_case(f"policy_loss_aggregation_{mode}", "policy_loss", "-",
+                           f"a 0/1 mask and three sequences (4, 2, 3 valid rows), loss "
+                           f"aggregation {mode}", rows,
+                           {"clip_range": 0.2, "aggregation": mode, **extra}))
+    cases.append(_case("value_loss_aggregation_seq-mean-token-mean", "value_loss", "-",
+                       "the mean over sequences of each sequence's masked mean",
+                       {**vinputs, "weights": mask[:8], "sequences": seq[:8]},
+                       {"clip_range_vf": c, "mode": "max", "aggregation":
+                        "seq-mean-token-mean"}))
+    cases.extend(_ppo_convention_cases(rng))
+    return cases
+
+
+def _ppo_convention_cases(rng) -> List[dict]:
+    """The minibatch update with a loss aggregation over sequences and with truncated steps
+    dropped (the tiny MLP actor-critic of :func:`_ppo_cases`)."""
+    B, obs_dim, n_actions = 6, 3, 2
+    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
+    inputs = {"params": {k: v.round(6) for k, v in params.items()},
+              "observations": rng.normal(size=(B, obs_dim)).round(6),
+              "actions": rng.integers(0, n_actions, B),
+              "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
+              "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
+              "old_values": rng.normal(size=B).round(6)}
+    out = []
+    for name, extra_inputs, fields, what in (
+            ("seq_mean_token_sum", {"sequences": np.array([0, 0, 0, 1, 1, 2])},
+             {"loss_aggregation": "seq-mean-token-sum"},
+             "loss aggregation seq-mean-token-sum over sequences of 3, 2 and 1 rows"),
+            ("drop_truncated", {"terminated": np.array([False, True, False, True, False, False]),
+                                "truncated": np.array([False, False, True, True, False, True])},
+             {"drop_truncated_steps": True},
+             "rows 2 and 5 truncated without terminating (dropped: weight 0), row 3 both "
+             "(kept)")):
+        config = PPOConfig(n_steps=B, batch_size=B, n_epochs=1, net_arch=(4,), ent_coef=0.01,
+                           learning_rate=0.01, **fields)
+        out.append(_case(f"ppo_minibatch_update_{name}", "ppo_minibatch_update", "-",
+                         f"one PPO minibatch step as ppo_minibatch_update_reference; {what}",
+                         {**inputs, **extra_inputs},
+                         {"config": config.to_dict(), "n_actions": n_actions,
+                          "learning_rate": 0.01, "clip_range": config.clip_range}))
+    return out
+
+
 def _ppo_cases(rng) -> List[dict]:
     """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
     B, obs_dim, n_actions = 6, 3, 2
@@ -497,12 +616,16 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
             "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
     "vtrace": {"truncation": "truncation",
                "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
-    "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale"},
+    "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale",
+                   "value_clip_boundary_grad": "boundary_grad",
+                   "loss_aggregation": "aggregation"},
     "normalize_advantages": {"advantage_norm_ddof": "ddof", "advantage_norm_eps": "eps",
-                             "advantage_norm_eps_placement": "placement"},
+                             "advantage_norm_eps_placement": "placement",
+                             "advantage_norm_single_element": "single_element"},
     "approx_kl": {"kl_estimator": "estimator"},
     "policy_loss": {"clip_interval": "clip_interval", "dual_clip": "dual_clip",
-                    "kl_estimator": "kl_estimator", "clip_fraction_mode": "clip_fraction_mode"},
+                    "kl_estimator": "kl_estimator", "clip_fraction_mode": "clip_fraction_mode",
+                    "loss_aggregation": "aggregation"},
 }
 
 
@@ -550,7 +673,8 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
     """
     os.makedirs(out_dir, exist_ok=True)
     cases = (_build_cases(np.random.default_rng(seed))
-             + _edge_cases(np.random.default_rng([seed, 1])))
+             + _edge_cases(np.random.default_rng([seed, 1]))
+             + _convention_cases(np.random.default_rng([seed, 2])))
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]
     names, index = [], []
