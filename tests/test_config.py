@@ -27,6 +27,8 @@ EXTRA_DEFAULTS = dict(
     huber_delta=1.0, advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
     clip_interval="symmetric", clip_range_low=None, clip_range_high=None, dual_clip=None,
     clip_fraction_mode="outside",
+    value_clip_boundary_grad=1.0, advantage_norm_single_element="unchanged",
+    drop_truncated_steps=False, loss_aggregation="token-mean", loss_aggregation_norm=None,
     compute_dtype="float64",  # PERF: float32 network passes as an option; float64 the default
     backend="fast",  # the compiled tier by default; "spec" runs the readable tier
 )
@@ -34,7 +36,10 @@ EXTRA_DEFAULTS = dict(
 # the fields the library options added, at the values every original preset has
 PLAIN = dict(advantage_norm_eps=1e-8, advantage_norm_eps_placement="add",
              clip_interval="symmetric", clip_range_low=None, clip_range_high=None,
-             huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside")
+             huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside",
+             value_clip_boundary_grad=1.0, advantage_norm_single_element="unchanged",
+             drop_truncated_steps=False, loss_aggregation="token-mean",
+             loss_aggregation_norm=None)
 # what a library without the setting gets: no KL stop, no schedule, gain 1, no obs clipping
 ABSENT = dict(bootstrap_terminal_last_row=False, kl_estimator="k3", kl_stop_rule="sb3",
               lr_schedule="constant", clip_range_schedule="constant",
@@ -58,14 +63,15 @@ PRESET_TABLE = {
                 kl_stop_rule="sb3", lr_schedule="constant", clip_range_schedule="constant",
                 schedule_progress="after_rollout", value_head_gain=1.0,
                       clip_observations=None, clip_rewards=None, **PLAIN),
-    # CleanRL: truncation terminal; 0.5 * max form, clip on with clip_range; per minibatch ddof 1;
-    # k3 after each epoch 1x; annealed before rollout; gain 1.0
+    # CleanRL: truncation terminal; 0.5 * max form, clip on with clip_range; per minibatch ddof 1
+    # (torch std of one element: NaN); k3 after each epoch 1x; annealed before rollout; gain 1.0
     "cleanrl": dict(truncation="terminate", bootstrap_terminal_last_row=False,
                     value_loss_mode="max", value_loss_scale=0.5, clip_range_vf=0.2,
                     advantage_norm_scope="minibatch", advantage_norm_ddof=1, kl_estimator="k3",
                     kl_stop_rule="cleanrl", lr_schedule="linear", clip_range_schedule="constant",
                     schedule_progress="before_rollout", value_head_gain=1.0,
-                      clip_observations=None, clip_rewards=None, **PLAIN),
+                    clip_observations=None, clip_rewards=None,
+                    **{**PLAIN, "advantage_norm_single_element": "NaN"}),
     # thrust-rl 0.4: truncation ignored; last-row terminal bootstraps; max form, no 0.5, clip 0.2;
     # ff whole batch ddof 0; k1 after step, current epoch; no schedule; gain 0.01
     "thrust": dict(truncation="ignore", bootstrap_terminal_last_row=True,
@@ -102,11 +108,14 @@ PRESET_TABLE = {
                                         advantage_norm_eps=1e-7,
                                         advantage_norm_eps_placement="clamp",
                                         clip_interval="reciprocal")},
-    # PureJaxRL: done masks; 0.5 * max form with CLIP_EPS; jnp std (ddof 0); annealed lr
+    # PureJaxRL: done masks; 0.5 * max form with CLIP_EPS (jnp.maximum of jnp.clip: 0.75 of
+    # the gradient on the exact bound); jnp std (ddof 0: one element -> 0); annealed lr
     "purejaxrl": {**ABSENT, **dict(truncation="terminate", value_loss_mode="max",
                                    value_loss_scale=0.5, clip_range_vf=0.2,
                                    advantage_norm_scope="minibatch", advantage_norm_ddof=0,
-                                   lr_schedule="linear", schedule_progress="before_rollout")},
+                                   lr_schedule="linear", schedule_progress="before_rollout",
+                                   value_clip_boundary_grad=0.75,
+                                   advantage_norm_single_element="zero")},
 }
 
 # Without normalization there is nothing to clip: every preset leaves both clips off (above);
@@ -165,6 +174,9 @@ def test_frozen():
     ("advantage_norm_eps_placement", "max"), ("clip_interval", "log"),
     ("clip_range_low", 0.0), ("clip_range_low", 1.0), ("clip_range_high", -0.1),
     ("dual_clip", 1.0), ("dual_clip", 0.5),
+    ("value_clip_boundary_grad", 1.5), ("value_clip_boundary_grad", -0.25),
+    ("advantage_norm_single_element", "nan"), ("drop_truncated_steps", 1),
+    ("loss_aggregation", "mean"), ("loss_aggregation_norm", 0.0),
 ])
 def test_every_validation_names_the_field(name, value):
     with pytest.raises(ValueError, match=rf"^{name}"):

@@ -11,6 +11,7 @@ from ppo_ref import vectors
 from ppo_ref.conventions import QUANTITIES, options_for
 from ppo_ref import gae
 from ppo_ref.spec.losses import approx_kl, value_loss
+from ppo_ref.spec.update import aggregation_weights
 from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages, check_value_loss,
                              identify)
 from ppo_ref.testing.quantities import QUANTITY_SPECS
@@ -71,15 +72,16 @@ def test_identify_names_two_differences():
 
 # -- kinks -----------------------------------------------------------------------------------
 
-def _half_gradient_on_the_value_clip_bound(values, old_values, returns, clip_range_vf):
+def _quarter_gradient_on_the_value_clip_bound(values, old_values, returns, clip_range_vf):
+    """A quarter of the unclipped gradient on the exact bound: no autodiff rule gives it."""
     loss, d = value_loss(values, old_values, returns, clip_range_vf)
     if clip_range_vf is not None:
-        d = np.where(np.abs(values - old_values) == clip_range_vf, 0.5 * d, d)
+        d = np.where(np.abs(values - old_values) == clip_range_vf, 0.25 * d, d)
     return loss, d
 
 
 def test_a_difference_only_at_the_exact_clip_bound_is_reported_as_such():
-    fn = _half_gradient_on_the_value_clip_bound
+    fn = _quarter_gradient_on_the_value_clip_bound
     with pytest.raises(Mismatch) as info:
         check_value_loss(fn, max_examples=FEW)
     m = info.value
@@ -88,6 +90,35 @@ def test_a_difference_only_at_the_exact_clip_bound_is_reported_as_such():
     check_value_loss(fn, exclude=("value_clip_boundary",), max_examples=FEW)
     report = identify(fn, "value_loss", max_examples=FEW)
     assert report.except_on[0][1] == ("V - V_old exactly at +-clip_range_vf",)
+
+
+def _jax_style_value_loss(values, old_values, returns, clip_range_vf):
+    """PureJaxRL's clipped value loss (no 0.5) with JAX's subgradients written out: on the
+    exact bound ``jnp.maximum`` gives half to each tied term and ``jnp.clip`` (``minimum(maximum(
+    x, lo), hi)``) passes half: 0.5 + 0.5 * 0.5 of the unclipped gradient."""
+    if clip_range_vf is None:
+        return value_loss(values, old_values, returns, None)
+    delta = values - old_values
+    clipped = old_values + np.clip(delta, -clip_range_vf, clip_range_vf)
+    err, err_clip = values - returns, clipped - returns
+    sq, sq_clip = err ** 2, err_clip ** 2
+    through_clip = np.where(np.abs(delta) < clip_range_vf, 1.0,
+                            np.where(np.abs(delta) == clip_range_vf, 0.5, 0.0))
+    w_unclipped = np.where(sq > sq_clip, 1.0, np.where(sq == sq_clip, 0.5, 0.0))
+    grad = w_unclipped * 2 * err + (1.0 - w_unclipped) * 2 * err_clip * through_clip
+    return float(np.mean(np.maximum(sq, sq_clip))), grad / values.size
+
+
+def test_identify_names_the_jax_subgradient_on_the_value_clip_bound():
+    fn = _jax_style_value_loss
+    with pytest.raises(Mismatch) as info:
+        check_value_loss(fn, max_examples=FEW)
+    assert info.value.kink_only
+    check_value_loss(fn, convention={"value_clip_boundary_grad": 0.75}, max_examples=FEW)
+    report = identify(fn, "value_loss", max_examples=FEW)
+    assert report.verdict == "match"
+    assert {m["value_clip_boundary_grad"] for m in report.matches} == {0.75}
+    assert "purejaxrl" not in str(report)  # (its value_loss_scale is 0.5)
 
 
 # -- precision follows the conditioning ------------------------------------------------------
@@ -126,9 +157,12 @@ def test_ppo_ref_check_names_k1_for_a_policy_loss_case(tmp_path):
     for case in vectors.load_cases(str(vec)):
         if case["kind"] == "policy_loss":
             out = vectors.compute_outputs(case, backend="spec")
-            out["approx_kl"] = approx_kl(case["inputs"]["old_log_probs"],
-                                         case["inputs"]["new_log_probs"], "k1",
-                                         weights=case["inputs"].get("weights"))
+            inputs, settings = case["inputs"], case["settings"]
+            weights, _ = aggregation_weights(  # the weights of the case's means
+                settings.get("aggregation", "token-mean"), inputs["new_log_probs"].size,
+                inputs.get("weights"), inputs.get("sequences"), settings.get("aggregation_norm"))
+            out["approx_kl"] = approx_kl(inputs["old_log_probs"], inputs["new_log_probs"], "k1",
+                                         weights=weights)
             cases[case["name"]] = {"outputs": vectors.encode(out)}
     path = tmp_path / "k1.json"
     path.write_text(json.dumps({"format": vectors.RESULTS_FORMAT, "implementation": "k1",

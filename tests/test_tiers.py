@@ -341,6 +341,17 @@ def _value_loss_case(clip_range_vf, mode="max", dtype=np.float64, weighted=False
     return run
 
 
+def _value_bound_case(mode, boundary_grad):
+    """Dyadic values, a third of them exactly on ``old_values +- 0.25``: where
+    ``boundary_grad`` acts."""
+    def run(m, rng):
+        old = rng.integers(-16, 16, 48) / 8.0
+        step = rng.choice([-0.25, 0.25, 0.125, -0.5, 0.75], 48)
+        returns = rng.integers(-16, 16, 48) / 4.0
+        return m.value_loss(old + step, old, returns, 0.25, mode, boundary_grad=boundary_grad)
+    return run
+
+
 def _entropy_loss_case(dtype=np.float64, weighted=False, n=96):
     def run(m, rng):
         a = _loss_arrays(rng, n=n, dtype=dtype)
@@ -381,6 +392,8 @@ ROWS[("losses", "value_loss")] = [
     Case("huber_weights", _value_loss_case(0.3, "huber", weighted=True, huber_delta=0.5),
          **BITS),
     Case("huber_unclipped", _value_loss_case(None, "huber"), **BITS),
+    Case("on_the_bound_0.75", _value_bound_case("max", 0.75), **BITS),
+    Case("huber_on_the_bound_0", _value_bound_case("huber", 0.0), **BITS),
 ]
 ROWS[("losses", "entropy_loss")] = [
     Case("plain", _entropy_loss_case(), **BITS),
@@ -399,6 +412,9 @@ ROWS[("losses", "normalize_advantages")] = [
     Case("ddof0_clamp_float32", _normalize_case(np.float32, ddof=0, placement="clamp"), **BITS),
     Case("ddof1_sqrt", _normalize_case(placement="sqrt"), **BITS),
     Case("one_element", _normalize_case(n=1), **BITS),
+    Case("one_element_zero", _normalize_case(n=1, single_element="zero"), **BITS),
+    Case("one_element_nan_float32", _normalize_case(np.float32, n=1, single_element="NaN"),
+         **BITS),
     Case("constant", lambda m, rng: m.normalize_advantages(np.full(9, 2.5)), **BITS),
 ]
 
