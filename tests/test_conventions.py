@@ -1,6 +1,7 @@
 """The convention options found in other libraries: per-step discounts and lambdas, the
-advantage-normalization eps placement, asymmetric and reciprocal ratio intervals, dual clip,
-the Huber value loss, per-row weights (valid masks) and skrl's KL stop rule.
+advantage-normalization eps placement and one-element result, asymmetric and reciprocal ratio
+intervals, dual clip, the Huber value loss, the value-clip subgradient on the exact bound, per-row
+weights (valid masks) and skrl's KL stop rule.
 
 Each is checked on the readable tier (ppo_ref.spec) against an oracle in the notation of its
 source (written here, or tests/oracles.py's GAE and V-trace) and against finite differences for
@@ -130,6 +131,24 @@ def test_normalize_clamp_divides_by_max_std_eps():
         normalize_advantages(adv, placement="max")
 
 
+def test_one_element_normalizes_as_the_libraries_formulas():
+    one = np.array([1.5])
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(one)
+    with pytest.warns(UserWarning):  # torch: "std(): degrees of freedom is <= 0"
+        torch_result = ((t - t.mean()) / (t.std() + 1e-8)).numpy()   # CleanRL
+    numpy_result = (one - one.mean()) / (one.std() + 1e-8)             # PureJaxRL (jnp std)
+    np.testing.assert_array_equal(normalize_advantages(one, single_element="NaN"), torch_result)
+    np.testing.assert_array_equal(normalize_advantages(one, single_element="zero"), numpy_result)
+    np.testing.assert_array_equal(normalize_advantages(one), one)      # SB3: len > 1 only
+    f32 = normalize_advantages(one.astype(np.float32), single_element="zero")
+    assert f32.dtype == np.float32 and f32.shape == (1,)
+    empty = normalize_advantages(np.zeros(0), single_element="NaN")
+    assert empty.shape == (0,)
+    with pytest.raises(ValueError, match="single_element must be one of"):
+        normalize_advantages(one, single_element="nan")
+
+
 def test_minibatch_loss_uses_the_configured_normalization():
     r = np.random.default_rng(1)
     n = 12
@@ -233,6 +252,60 @@ def test_dual_clip_bounds_negative_advantages_only():
 def _huber(e, delta):
     z = np.abs(e)
     return np.where(z < delta, 0.5 * e * e, delta * (z - 0.5 * delta))
+
+
+# the value clip on the exact bound: what autodiff of each formulation gives (torch written out
+# five ways: its own max/clamp; TensorFlow's tie to the first operand; JAX's clip as
+# minimum(maximum(x, lo), hi) with a max that splits ties; a clip that passes nothing at its
+# bound, with the tie split and with the tie sent to the clipped term)
+def _torch_value_loss(torch, values, old_values, returns, c, form):
+    v = torch.tensor(values, requires_grad=True)
+    old, ret = torch.tensor(old_values), torch.tensor(returns)
+    delta = v - old
+    c_t = torch.full_like(delta, c)
+    if form in ("torch", "tf"):
+        clipped = old + torch.clamp(delta, -c, c)
+    elif form == "jax":
+        clipped = old + torch.minimum(torch.maximum(delta, -c_t), c_t)
+    else:  # no gradient through the clip at (and beyond) its bound
+        clipped = torch.where(delta.abs() < c, v, old + c * torch.sign(delta.detach()))
+    sq, sq_clip = (v - ret) ** 2, (clipped - ret) ** 2
+    if form == "tf":
+        term = torch.where(sq >= sq_clip, sq, sq_clip)
+    elif form == "clipped_wins":
+        term = torch.where(sq > sq_clip, sq, sq_clip)
+    else:
+        term = torch.maximum(sq, sq_clip)
+    loss = term.mean()
+    (grad,) = torch.autograd.grad(loss, v)
+    return float(loss.detach()), grad.numpy()
+
+
+@pytest.mark.parametrize("form, fraction", [("torch", 1.0), ("tf", 1.0), ("jax", 0.75),
+                                            ("no_grad_at_bound", 0.5), ("clipped_wins", 0.0)])
+def test_value_clip_boundary_grad_is_what_autodiff_gives(form, fraction):
+    torch = pytest.importorskip("torch")
+    c = 0.25
+    old = np.array([0.5, -1.0, 2.0, 0.0, 1.0, 0.0, 0.0])
+    values = old + np.array([c, -c, c, -c, 0.125, 0.5, 0.5])   # 4 on the bound, 1 inside
+    returns = np.array([0.0, 1.0, -2.0, 3.0, 0.5, 0.75, -1.0])  # 2 outside (no mirror tie)
+    want_loss, want_grad = _torch_value_loss(torch, values, old, returns, c, form)
+    loss, grad = value_loss(values, old, returns, c, "max", boundary_grad=fraction)
+    assert loss == pytest.approx(want_loss, rel=1e-15)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-15, atol=0.0)  # (1/n: rounding)
+    # the reference (1.0) differs from the others exactly on the bound
+    _, reference = value_loss(values, old, returns, c)
+    on_bound = np.abs(values - old) == c
+    np.testing.assert_allclose(reference[~on_bound], want_grad[~on_bound], rtol=1e-15)
+    np.testing.assert_allclose(reference[on_bound] * fraction, want_grad[on_bound], rtol=1e-15)
+
+
+def test_value_clip_boundary_grad_is_validated_and_ignored_by_sb3():
+    v, old, ret = np.array([1.25, 0.0]), np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    with pytest.raises(ValueError, match="boundary_grad must be in"):
+        value_loss(v, old, ret, 0.25, boundary_grad=1.5)
+    assert np.array_equal(value_loss(v, old, ret, 0.25, "sb3", boundary_grad=0.0)[1],
+                          value_loss(v, old, ret, 0.25, "sb3")[1])
 
 
 @pytest.mark.parametrize("clip, delta", [(None, 1.0), (None, 0.3), (0.2, 1.0), (0.5, 0.7)])

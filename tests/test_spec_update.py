@@ -5,6 +5,7 @@ spec's own (the loss bit for bit; the epochs within the global norm's summation 
 minibatch draws against ``rng.permutation`` written out here; a bad loss setting found at the
 first minibatch."""
 import math
+from dataclasses import replace as dataclasses_replace
 
 import numpy as np
 import pytest
@@ -53,6 +54,11 @@ LOSS_CONFIGS = [
     PPOConfig(ent_coef=0.01, clip_range_vf=0.3, value_loss_mode="huber", huber_delta=0.5,
               clip_range_low=0.1, clip_range_high=0.3, advantage_norm_eps_placement="clamp",
               advantage_norm_eps=1e-6, kl_estimator="k3"),
+    PPOConfig(ent_coef=0.01, clip_range_vf=0.2, loss_aggregation="token-sum",
+              value_clip_boundary_grad=0.75, advantage_norm_single_element="zero",
+              kl_estimator="k2"),
+    PPOConfig(ent_coef=0.01, loss_aggregation="seq-mean-token-sum-norm",
+              loss_aggregation_norm=32.0),
 ]
 
 
@@ -296,3 +302,155 @@ def test_recurrent_minibatches_are_groups_of_envs_replayed_whole():
             np.testing.assert_array_equal(state.h, states.h[:, envs])
             np.testing.assert_array_equal(state.c, states.c[:, envs])
     assert drawn.bit_generator.state == mine.bit_generator.state
+
+
+# -- loss aggregation and dropped truncated steps ----------------------------------------------
+
+SEQUENCES = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 5])   # four sequences (labels need not be 0..)
+MASK = np.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0])  # sequence 5 all masked
+
+
+def _aggregate(mode, x, norm=None):
+    """The equations of ``aggregation_weights``, written out per sequence."""
+    kept = [b for b in np.unique(SEQUENCES) if MASK[SEQUENCES == b].sum() > 0]
+    total = float(np.sum(MASK * x))
+    if mode == "token-mean":
+        return total / MASK.sum()
+    if mode == "seq-mean-token-mean":
+        return float(np.mean([np.sum((MASK * x)[SEQUENCES == b]) / MASK[SEQUENCES == b].sum()
+                              for b in kept]))
+    if mode == "token-sum":
+        return total
+    if mode == "seq-mean-token-sum":
+        return total / len(kept)
+    return total / (4.0 if norm is None else norm)  # the longest sequence has 4 rows
+
+
+@pytest.mark.parametrize("mode, norm", [("token-mean", None), ("seq-mean-token-mean", None),
+                                        ("token-sum", None), ("seq-mean-token-sum", None),
+                                        ("seq-mean-token-sum-norm", None),
+                                        ("seq-mean-token-sum-norm", 3.0)])
+def test_loss_aggregations_equal_their_equations(mode, norm):
+    """Each part of the minibatch loss is the aggregation of its per-row terms (the elements
+    written out with the spec's element functions), and the gradients are the loss's."""
+    r = np.random.default_rng(5)
+    new, entropy, values, old, adv, ret, old_values = _loss_inputs(r, n=len(MASK))
+    config = PPOConfig(normalize_advantage=False, ent_coef=0.01, vf_coef=0.5,
+                       loss_aggregation=mode, loss_aggregation_norm=norm)
+    out = spec.minibatch_loss(new, entropy, values, old, adv, ret, old_values, config=config,
+                              clip_range=0.2, weights=MASK, sequences=SEQUENCES)
+    surrogate = np.array([SPEC.losses.clipped_surrogate_element(n - o, a, 0.8, 1.2, 0.2, True,
+                                                                0.0)[0]
+                          for n, o, a in zip(new, old, adv)])
+    p, v, e = -surrogate, (values - ret) ** 2, -entropy
+    assert out.policy_loss == pytest.approx(_aggregate(mode, p, norm), rel=1e-14)
+    assert out.value_loss == pytest.approx(_aggregate(mode, v, norm), rel=1e-14)
+    expected = (_aggregate(mode, p, norm) + 0.5 * _aggregate(mode, v, norm)
+                + 0.01 * _aggregate(mode, e, norm))
+    assert out.loss == pytest.approx(expected, rel=1e-14)
+    mean_weights = spec.aggregation_weights(mode, len(MASK), MASK, SEQUENCES, norm)[0]
+    w = MASK if mean_weights is None else mean_weights
+    assert out.entropy == pytest.approx(np.sum(w * entropy) / np.sum(w), rel=1e-14)
+    inputs = {"new": new, "entropy": entropy, "values": values}
+    grads = {"new": out.d_log_probs, "entropy": out.d_entropy, "values": out.d_values}
+    check_gradients(lambda: spec.minibatch_loss(
+        new, entropy, values, old, adv, ret, old_values, config=config, clip_range=0.2,
+        weights=MASK, sequences=SEQUENCES).loss, inputs, grads)
+
+
+def test_token_mean_is_the_plain_weighted_mean_and_sequences_are_checked():
+    assert spec.aggregation_weights("token-mean", 10, MASK, SEQUENCES) == (MASK, 1.0)
+    assert spec.aggregation_weights("token-mean", 10) == (None, 1.0)
+    w, f = spec.aggregation_weights("seq-mean-token-mean", 10, MASK, SEQUENCES)
+    assert f == 1.0 and w.sum() == pytest.approx(3.0)  # three sequences with a valid row
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        spec.aggregation_weights("mean", 10)
+    with pytest.raises(ValueError, match="sequences must have 10 entries"):
+        spec.aggregation_weights("token-sum", 10, None, SEQUENCES[:4])
+    with pytest.raises(ValueError, match="norm must be > 0"):
+        spec.aggregation_weights("seq-mean-token-sum-norm", 10, norm=0.0)
+    with pytest.raises(ValueError, match="positive sum"):
+        spec.aggregation_weights("token-sum", 3, np.zeros(3))
+
+
+def test_truncation_weights_drop_steps_that_ended_by_truncation_only():
+    term = np.array([[False, True], [False, False], [True, False]])
+    trunc = np.array([[True, True], [False, False], [False, True]])
+    assert spec.truncation_weights(term, trunc, False) is None
+    np.testing.assert_array_equal(spec.truncation_weights(term, trunc, True),
+                                  [[0.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="truncated must have the shape"):
+        spec.truncation_weights(term, trunc[:2], True)
+
+
+def test_dropped_steps_weigh_as_if_removed():
+    """Weight 0 on the truncated rows gives the loss of the other rows alone (the advantages
+    given as they are: no per-minibatch normalization)."""
+    r = np.random.default_rng(8)
+    args = _loss_inputs(r, n=12)
+    term = r.random(12) < 0.2
+    trunc = r.random(12) < 0.4
+    trunc[0], term[0] = True, False
+    w = spec.truncation_weights(term, trunc, True)
+    config = PPOConfig(normalize_advantage=False, ent_coef=0.01, clip_range_vf=0.2,
+                       drop_truncated_steps=True)
+    out = spec.minibatch_loss(*args, config=config, clip_range=0.2, weights=w)
+    keep = w > 0
+    alone = spec.minibatch_loss(*(a[keep] for a in args), config=config, clip_range=0.2)
+    for name in ("loss", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction"):
+        assert getattr(out, name) == pytest.approx(getattr(alone, name), rel=1e-13), name
+    np.testing.assert_allclose(out.d_log_probs[keep], alone.d_log_probs, rtol=1e-13)
+    assert np.all(out.d_log_probs[~keep] == 0.0) and np.all(out.d_values[~keep] == 0.0)
+
+
+def test_minibatches_carry_weights_and_recurrent_sequences():
+    r = np.random.default_rng(4)
+    n_steps, n_envs = 4, 6
+    arrays = [r.standard_normal((n_steps, n_envs)) for _ in range(4)]
+    weights = (r.random((n_steps, n_envs)) < 0.7).astype(float)
+    obs, actions = r.standard_normal((n_steps, n_envs, 3)), r.integers(0, 4, (n_steps, n_envs))
+    states = LSTMStates(r.standard_normal((1, n_envs, 5)), r.standard_normal((1, n_envs, 5)))
+    starts = np.zeros((n_steps, n_envs), bool)
+    drawn, mine = np.random.default_rng(1), np.random.default_rng(1)
+    perm = mine.permutation(n_envs)
+    for g, mb in enumerate(spec.recurrent_minibatches(drawn, 2, *arrays, obs, actions, states,
+                                                      starts, weights)(0)):
+        envs = perm[2 * g:2 * g + 2]
+        assert mb.sequences.tolist() == [0, 1] * n_steps  # row t * n + j: sequence j
+        np.testing.assert_array_equal(mb.weights, weights[:, envs].reshape(-1))
+    flat = [a.reshape(-1) for a in arrays]
+    w = weights.reshape(-1)
+    drawn, mine = np.random.default_rng(2), np.random.default_rng(2)
+    for mb, rows in zip(spec.feedforward_minibatches(drawn, 8, *flat, obs.reshape(-1, 3),
+                                                     actions.reshape(-1), w)(0),
+                        np.array_split(mine.permutation(n_steps * n_envs), 3)):
+        np.testing.assert_array_equal(mb.weights, w[rows])
+        assert mb.sequences is None
+
+
+def test_the_trainer_drops_truncated_steps_only_when_asked():
+    """The same rollout trained with drop_truncated_steps: the same bits when nothing was
+    truncated, other parameters when something was."""
+    from ppo_ref.train.ppo import PPOTrainer
+    base = PPOConfig(n_steps=64, batch_size=32, n_epochs=1, net_arch=(8,), n_envs=2,
+                     backend="spec", truncation="terminate")
+    results = {}
+    for drop in (False, True):
+        tr = PPOTrainer("CartPole-v1", base.replace(drop_truncated_steps=drop), seed=0)
+        rollout = tr.collect_rollout()
+        rollout.truncated[:] = False
+        rollout.truncated[5, 0] = True
+        rollout.terminated[5, 0] = False
+        untouched = {k: v.copy() for k, v in tr.params.items()}
+        advantages, returns = tr.compute_advantages(rollout)
+        plain = dataclasses_replace(rollout, truncated=np.zeros_like(rollout.truncated))
+        tr.train_on(plain, advantages, returns)
+        results[(drop, "none")] = tr.params
+        tr.params, tr.adam_state = untouched, adam_init(untouched)
+        tr.minibatch_rng = np.random.default_rng(7)
+        tr.train_on(rollout, advantages, returns)
+        results[(drop, "one")] = tr.params
+    for k in results[(False, "none")]:
+        assert np.array_equal(results[(False, "none")][k], results[(True, "none")][k])
+    assert any(not np.array_equal(results[(False, "one")][k], results[(True, "one")][k])
+               for k in results[(False, "one")])

@@ -486,7 +486,8 @@ def test_identify_names_the_eps_placement():
     report = identify(_clamped_normalize(1e-7), "normalize_advantages", max_examples=60)
     assert report.verdict == "match"
     assert report.matches[0] == {"advantage_norm_ddof": 1, "advantage_norm_eps": 1e-7,
-                                 "advantage_norm_eps_placement": "clamp"}
+                                 "advantage_norm_eps_placement": "clamp",
+                                 "advantage_norm_single_element": "unchanged"}
     assert "sample_factory" in str(report)
 
 
