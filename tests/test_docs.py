@@ -9,6 +9,8 @@
     ``validation/...``, ``tests/...`` or ``docs/...`` file or directory path exists, every dotted
     ``ppo_ref.x.y`` name imports (the longest importable module, then attributes), and every
     relative Markdown link points at a file that exists.
+(e) validation/README.md lists every golden-vector case the code writes (its case table is
+    ``ppo_ref.vectors.cases.case_table()``'s output).
 """
 from __future__ import annotations
 
@@ -230,3 +232,26 @@ def test_the_path_and_name_checks_reject_what_they_must():
     assert found == [("path", "validation/bench_elements.py"), ("path", "tests/test_tiers.py"),
                      ("path", "validation/data/x.json")]
     assert not (ROOT / "validation" / "bench_elements.py").exists()
+
+
+# -- (e) validation/README.md lists every golden-vector case ------------------------------------
+
+def test_validation_readme_lists_every_golden_vector_case(tmp_path):
+    """The case table of validation/README.md is ``case_table()``'s output: every case the code
+    writes, in order, with its settings (a case added to ppo_ref/vectors/cases.py and not to the
+    README, or a README row the code no longer writes, fails here)."""
+    from ppo_ref.vectors import write_vectors
+    from ppo_ref.vectors.cases import case_table
+    text = (ROOT / "validation" / "README.md").read_text(encoding="utf-8")
+    table = case_table()
+    names = re.findall(r"^\| `([^`]+)` \| ", table, re.MULTILINE)
+    assert names == write_vectors(str(tmp_path), backend="spec")  # the cases written
+    section = text[text.index("cases written"):]
+    section = section[:section.index("\n\n", section.index("| case |"))]
+    listed = re.findall(r"^\| `([^`]+)` \| ", section, re.MULTILINE)
+    missing = [n for n in names if n not in listed]
+    unknown = [n for n in listed if n not in names]
+    assert not missing, f"golden-vector cases missing from validation/README.md: {missing}"
+    assert not unknown, f"validation/README.md lists cases the code does not write: {unknown}"
+    assert table in text, "the case table of validation/README.md differs from case_table()"
+    assert f"The {len(names)} cases written" in text

@@ -25,7 +25,7 @@ from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, decode, decode_set
                                    dumps, encode)
 
 __all__ = ["SEED", "BACKENDS", "KINDS", "OPTION_KEYS", "compute_outputs", "apply_preset",
-           "write_vectors"]
+           "write_vectors", "case_table"]
 
 SEED = 20261129
 
@@ -656,6 +656,44 @@ def apply_preset(case: dict, preset: str) -> dict:
     return {**case, "preset": preset, "settings": settings}
 
 
+def _all_cases(seed: int) -> List[dict]:
+    """Every case of :func:`write_vectors` (inputs and settings; no expected outputs yet)."""
+    return (_build_cases(np.random.default_rng(seed))
+            + _edge_cases(np.random.default_rng([seed, 1]))
+            + _convention_cases(np.random.default_rng([seed, 2])))
+
+
+def _settings_text(settings: Mapping[str, Any]) -> str:
+    """A case's settings in one line: scalars as ``k=v``, arrays by their shape, a PPO config
+    by the fields it sets otherwise than ``PPOConfig()``."""
+    parts = []
+    for key, value in settings.items():
+        if key == "config":
+            default = PPOConfig().to_dict()
+            changed = {k: v for k, v in value.items() if default[k] != v}
+            parts.append("config: " + ", ".join(f"{k}={v!r}" for k, v in changed.items())
+                         + ";")
+        elif isinstance(value, np.ndarray) or (isinstance(value, (list, tuple))
+                                               and key != "betas"):
+            parts.append(f"{key}=<{'x'.join(map(str, np.shape(value)))} array>")
+        else:
+            parts.append(f"{key}={value!r}")
+    return ", ".join(parts).replace(";,", ";") if parts else "-"
+
+
+def case_table(seed: int = SEED) -> str:
+    """The Markdown table of every case :func:`write_vectors` writes, in ``index.json``'s
+    order, one row each: ``| case | kind | preset | settings | description |`` (a preset of
+    ``-``: no preset uses the case's option values). validation/README.md holds this table; a
+    test keeps the two equal."""
+    lines = ["| case | kind | preset | settings | description |", "|---|---|---|---|---|"]
+    for case in _all_cases(seed):
+        cells = [f"`{case['name']}`", case["kind"], case["preset"],
+                 _settings_text(case["settings"]), case["description"]]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
 def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
                   preset: Optional[str] = None,
                   settings: Optional[Mapping[str, Any]] = None) -> List[str]:
@@ -672,9 +710,7 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
         ValueError: an unknown preset or backend.
     """
     os.makedirs(out_dir, exist_ok=True)
-    cases = (_build_cases(np.random.default_rng(seed))
-             + _edge_cases(np.random.default_rng([seed, 1]))
-             + _convention_cases(np.random.default_rng([seed, 2])))
+    cases = _all_cases(seed)
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]
     names, index = [], []
