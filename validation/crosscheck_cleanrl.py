@@ -11,6 +11,8 @@ The functions below restate its equations in NumPy (written for this check, not 
 
 Run: ``python validation/crosscheck_cleanrl.py`` (numpy only; CI runs it).
 """
+import warnings
+
 import numpy as np
 
 from crosscheck_common import run_table
@@ -35,10 +37,12 @@ def cleanrl_gae(rewards, values, episode_starts, last_values, last_episode_start
 
 
 def cleanrl_normalize(advantages):
+    # ``(mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)``, unguarded:
+    # torch's unbiased std of one element is NaN (the preset's advantage_norm_single_element)
     a = np.asarray(advantages, np.float64)
-    if a.size <= 1:  # torch's std of one element is nan; CleanRL minibatches are larger
-        return a.copy()
-    return (a - a.mean()) / (a.std(ddof=1) + 1e-8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's "degrees of freedom <= 0"
+        return (a - a.mean()) / (a.std(ddof=1) + 1e-8)
 
 
 def main():
