@@ -288,10 +288,13 @@ def test_row_results_of_the_wrong_shape_are_mismatches():
         MaskedRows(aggregation="mean")
 
 
-def test_the_readme_example_checks_a_token_level_gae():
+def test_the_readme_example_checks_a_token_level_gae_and_value_loss():
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     (block,) = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S)
                 if 'layout="masked_rows"' in b]
     namespace = {}
     exec(compile(block, "README.md", "exec"), namespace)
-    namespace["test_token_gae"]()
+    tests = sorted(name for name in namespace if name.startswith("test_"))
+    assert tests == ["test_token_gae", "test_token_value_loss"]
+    for name in tests:
+        namespace[name]()
