@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from ppo_ref import vectors
 from ppo_ref.conventions import QUANTITIES, options_for
 from ppo_ref import gae
-from ppo_ref.spec.losses import approx_kl, value_loss
+from ppo_ref.spec.losses import approx_kl, policy_loss, value_loss
 from ppo_ref.spec.update import aggregation_weights
-from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages, check_value_loss,
-                             identify)
+from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages,
+                             check_policy_loss, check_value_loss, identify)
 from ppo_ref.testing.quantities import QUANTITY_SPECS
 from ppo_ref.vectors.cases import OPTION_KEYS
 
@@ -172,3 +172,23 @@ def test_ppo_ref_check_names_k1_for_a_policy_loss_case(tmp_path):
     assert rows and all(r["status"] == "FAIL" for r in rows)
     for r in rows:
         assert any("kl_estimator='k1'" in a for a in r["alternatives"]), r
+
+
+def _k2_policy_loss(new_log_probs, old_log_probs, advantages, clip_range):
+    """The reference surrogate with approx_kl reported as k2 = mean(r^2) / 2 (OpenRLHF's
+    ``kl_estimator="k2"``, verl's ``kl_penalty="mse"``), written out."""
+    loss, grad, info = policy_loss(new_log_probs, old_log_probs, advantages, clip_range)
+    r = np.asarray(new_log_probs, np.float64) - np.asarray(old_log_probs, np.float64)
+    return loss, grad, {"clip_fraction": info["clip_fraction"],
+                        "approx_kl": 0.5 * float(np.mean(r * r))}
+
+
+def test_identify_names_the_k2_estimator():
+    with pytest.raises(Mismatch) as info:
+        check_policy_loss(_k2_policy_loss, max_examples=FEW)
+    assert info.value.output == "approx_kl"
+    assert any("kl_estimator='k2'" in a for a in info.value.alternatives)
+    check_policy_loss(_k2_policy_loss, convention={"kl_estimator": "k2"}, max_examples=FEW)
+    report = identify(_k2_policy_loss, "policy_loss", max_examples=FEW)
+    assert report.verdict == "match"
+    assert {m["kl_estimator"] for m in report.matches} == {"k2"}
