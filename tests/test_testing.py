@@ -427,14 +427,18 @@ def test_trace_update_is_the_trainers_update(backend):
     """trace_update's intermediates end where the trainers' minibatch update of either tier
     (the golden-vector case ppo_minibatch_update) ends."""
     from ppo_ref.vectors import compute_outputs
-    for preset in ("reference", "cleanrl"):
-        doc = trace_update(preset=preset)
+    for preset, overrides in (("reference", {}), ("cleanrl", {}),
+                              ("reference", {"drop_truncated_steps": True,
+                                             "loss_aggregation": "token-sum"})):
+        doc = trace_update(preset=preset, **overrides)
         tr, inp = doc["trace"], doc["inputs"]
         case = {"kind": "ppo_minibatch_update", "inputs": {
             "params": inp["params"], "observations": inp["observations"],
             "actions": inp["actions"], "old_log_probs": inp["old_log_probs"],
             "advantages": tr["advantages"].reshape(-1), "returns": tr["returns"].reshape(-1),
-            "old_values": inp["old_values"].reshape(-1)},
+            "old_values": inp["old_values"].reshape(-1),
+            "terminated": inp["terminated"].reshape(-1),
+            "truncated": inp["truncated"].reshape(-1)},
             "settings": {"config": doc["settings"], "n_actions": 2, "learning_rate": 0.01,
                          "clip_range": doc["settings"]["clip_range"]}}
         out = compute_outputs(case, backend=backend)

@@ -8,7 +8,9 @@ data-flow order (:data:`TRACE_ORDER`): GAE ``advantages``, ``returns``;
 ``normalized_advantages``; the network's ``logits``, ``values``; ``new_log_probs``,
 ``entropy``, ``ratios``, ``clip_mask`` (1.0 where ``|ratio - 1| > clip_range``);
 ``policy_loss``, ``clip_fraction``, ``approx_kl`` (the convention's estimator); ``value_loss``
-(times ``value_loss_scale``), ``entropy_loss``, ``loss``; the gradients ``d_log_probs``,
+(times ``value_loss_scale``), ``entropy_loss``, ``loss`` (the rows weighted and aggregated as
+the config's ``drop_truncated_steps`` and ``loss_aggregation`` say, the six rows one sequence:
+:func:`ppo_ref.spec.update.minibatch_loss`); the gradients ``d_log_probs``,
 ``d_values``, ``d_entropy`` of ``loss``, ``d_logits``, ``grads`` (per parameter);
 ``grad_norm``, ``clip_scale``, ``clipped_grads``; ``adam_m``, ``adam_v`` (one step from a fresh
 state) and ``params_after``.
@@ -34,6 +36,7 @@ from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages, 
                                  value_loss)
 from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward, actor_critic_init
 from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
+from ppo_ref.spec.update import aggregation_weights, truncation_weights
 from ppo_ref.vectors.codec import decode, dumps, encode, read_json_file
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
@@ -125,18 +128,30 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     clip_range = config.clip_range
     tr["clip_mask"] = (np.abs(ratios - 1.0) > clip_range).astype(np.float64)
 
+    # the row weights and the factor of the loss aggregation (the six rows: one sequence)
+    weights = truncation_weights(inp["terminated"], inp["truncated"],
+                                 config.drop_truncated_steps)
+    weights, factor = aggregation_weights(config.loss_aggregation, old_lp.size,
+                                          None if weights is None else weights.reshape(-1),
+                                          None, config.loss_aggregation_norm)
     p_loss, d_lp, info = policy_loss(
         new_lp, old_lp, norm, clip_range, clip_range_low=config.clip_range_low,
         clip_range_high=config.clip_range_high, clip_interval=config.clip_interval,
-        dual_clip=config.dual_clip, clip_fraction_mode=config.clip_fraction_mode)
-    tr["policy_loss"], tr["clip_fraction"] = p_loss, info["clip_fraction"]
+        dual_clip=config.dual_clip, weights=weights,
+        clip_fraction_mode=config.clip_fraction_mode)
+    tr["clip_fraction"] = info["clip_fraction"]
     tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
-                       else approx_kl(old_lp, new_lp, config.kl_estimator))
+                       else approx_kl(old_lp, new_lp, config.kl_estimator, weights=weights))
     v_loss, d_v = value_loss(values, old_values, ret_rows, config.clip_range_vf,
                              mode=config.value_loss_mode, huber_delta=config.huber_delta,
-                             boundary_grad=config.value_clip_boundary_grad)
+                             weights=weights, boundary_grad=config.value_clip_boundary_grad)
+    e_loss, d_e = entropy_loss(entropy, weights=weights)
+    if factor != 1.0:
+        p_loss, d_lp, v_loss, d_v, e_loss, d_e = (factor * p_loss, factor * d_lp,
+                                                  factor * v_loss, factor * d_v,
+                                                  factor * e_loss, factor * d_e)
+    tr["policy_loss"] = p_loss
     tr["value_loss"] = config.value_loss_scale * v_loss
-    e_loss, d_e = entropy_loss(entropy)
     tr["entropy_loss"] = e_loss
     tr["loss"] = p_loss + config.vf_coef * tr["value_loss"] + config.ent_coef * e_loss
     tr["d_log_probs"] = d_lp
