@@ -378,8 +378,8 @@ def value_loss(values, old_values, returns, clip_range_vf: Optional[float] = Non
     Returns ``(loss, d_values)``: a Python float and an array shaped like ``values``, float32
     if every input is float32, else float64. Raises ``ValueError``: shapes differ, an input is
     empty or not finite, ``clip_range_vf`` <= 0, ``old_values`` None while clipping, an unknown
-    ``mode``, bad ``weights``, ``boundary_grad`` outside [0, 1], or the loss or its gradient overflows (``|values - returns|``
-    above about 1.3e154).
+    ``mode``, bad ``weights``, ``boundary_grad`` outside [0, 1], or the loss or its gradient
+    overflows (``|values - returns|`` above about 1.3e154).
     """
     check_choice(mode, "mode", VALUE_LOSS_MODES)
     v, ret = _same_shape_inputs(values=values, returns=returns)

@@ -133,11 +133,12 @@ def aggregation_weights(aggregation: str, n_rows: int, weights=None, sequences=N
     (``sequences``; None: one sequence), ``n_b = sum_{s_i = b} m_i``, ``B`` the sequences with
     ``n_b > 0`` and ``N = sum_i m_i``::
 
-        "token-mean"               sum_i m_i x_i / N                     w = m,          f = 1
-        "seq-mean-token-mean"      (1/B) sum_b sum_{s_i=b} m_i x_i / n_b  w_i = m_i / n_b, f = 1
-        "token-sum"                sum_i m_i x_i                         w = m,          f = N
-        "seq-mean-token-sum"       sum_i m_i x_i / B                     w = m,          f = N / B
-        "seq-mean-token-sum-norm"  sum_i m_i x_i / norm                  w = m,          f = N / norm
+        aggregation                loss                                   w            f
+        "token-mean"               sum_i m_i x_i / N                      m            1
+        "seq-mean-token-mean"      (1/B) sum_b sum_{s_i=b} m_i x_i / n_b  m_i / n_b    1
+        "token-sum"                sum_i m_i x_i                          m            N
+        "seq-mean-token-sum"       sum_i m_i x_i / B                      m            N / B
+        "seq-mean-token-sum-norm"  sum_i m_i x_i / norm                   m            N / norm
 
     (verl's ``loss_agg_mode``; TRL, OpenRLHF: token-mean; Dr. GRPO: the constant norm).
     ``norm`` > 0 or None: the row count of the longest sequence (weights not counted).

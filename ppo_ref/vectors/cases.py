@@ -79,7 +79,8 @@ def _categorical(inputs, settings, tier):
 
 def _aggregation(inputs, settings, first: str):
     """``(weights, factor)`` of the case's ``aggregation`` setting (default token-mean) with its
-    optional ``weights`` and ``sequences`` inputs (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+    optional ``weights`` and ``sequences`` inputs
+    (:func:`ppo_ref.spec.update.aggregation_weights`)."""
     return aggregation_weights(settings.get("aggregation", "token-mean"),
                                np.size(inputs[first]), inputs.get("weights"),
                                inputs.get("sequences"), settings.get("aggregation_norm"))
