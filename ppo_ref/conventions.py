@@ -75,9 +75,9 @@ OPTIONS: Tuple[Option, ...] = (
            "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL), "
            "k1 = mean(old - new) (thrust-rl, torchrl) or k2 = mean(r^2 / 2)"),
     Option("loss_aggregation", LOSS_AGGREGATIONS, ("policy_loss", "value_loss"),
-           "the reduction of per-token terms (verl's loss_agg_mode): token-mean (TRL, "
-           "OpenRLHF), seq-mean-token-mean, token-sum, seq-mean-token-sum, or the sum over a "
-           "constant (Dr. GRPO); searched through the row layouts only"),
+           "the reduction of per-token terms (verl's loss_agg_mode names): token-mean (TRL), "
+           "seq-mean-token-mean, token-sum, seq-mean-token-sum, or the sum over a constant "
+           "(Dr. GRPO); searched through the row layouts only"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

@@ -140,7 +140,8 @@ def aggregation_weights(aggregation: str, n_rows: int, weights=None, sequences=N
         "seq-mean-token-sum"       sum_i m_i x_i / B                      m            N / B
         "seq-mean-token-sum-norm"  sum_i m_i x_i / norm                   m            N / norm
 
-    (verl's ``loss_agg_mode``; TRL, OpenRLHF: token-mean; Dr. GRPO: the constant norm).
+    (the names of verl's ``loss_agg_mode``; TRL's masked mean is token-mean; Dr. GRPO divides
+    by a constant).
     ``norm`` > 0 or None: the row count of the longest sequence (weights not counted).
     ``n_rows``: the minibatch's rows. Returns ``(w, f)``: ``w`` None (every row 1) or float64
     ``[n_rows]``; ``f`` a Python float (exactly 1.0 for the means). Raises ``ValueError`` for

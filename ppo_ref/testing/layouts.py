@@ -64,8 +64,10 @@ Rows of one trajectory each (GAE, the normalization, the losses):
     in row b, ``N`` in all, ``B`` rows): ``"token-mean"`` ``sum x / N`` (default),
     ``"seq-mean-token-mean"`` ``mean_b(sum_row x / n_b)``, ``"token-sum"`` ``sum x``,
     ``"seq-mean-token-sum"`` ``sum x / B``, ``"seq-mean-token-sum-norm"`` ``sum x / norm``
-    (``norm=``, default L); the reference weights its loss, gradient, clip_fraction and
-    approx_kl alike.
+    (``norm=``, default L): the option ``loss_aggregation``, which the reference computes with
+    :func:`ppo_ref.spec.update.aggregation_weights` over the example's rows (clip_fraction and
+    approx_kl stay means, under the sequence weights for ``"seq-mean-token-mean"``);
+    ``aggregation=None`` leaves it to the convention (``identify`` then searches it).
 ``"episodes"``
     As ``"masked_rows"`` with each row a 1-D array of its valid entries (lists, no mask):
     GAE ``fn(rewards, values, bootstrap_values, *, gamma, gae_lambda)`` (``bootstrap_values``
