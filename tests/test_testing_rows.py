@@ -286,6 +286,10 @@ def test_row_results_of_the_wrong_shape_are_mismatches():
                   max_examples=5)
     with pytest.raises(ValueError, match="aggregation must be one of"):
         MaskedRows(aggregation="mean")
+    with pytest.raises(ValueError, match=r"convention sets loss_aggregation='token-sum', but "
+                                         r"layout 'masked_rows' fixes .*MaskedRows\(aggregation"):
+        check_value_loss(lambda *a: None, layout="masked_rows",
+                         convention={"loss_aggregation": "token-sum"})
 
 
 def test_the_readme_example_checks_a_token_level_gae_and_value_loss():

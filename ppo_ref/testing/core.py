@@ -467,7 +467,16 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     __tracebackhide__ = True  # pytest: the test's line, then the message
     q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
                                                    exclude, deadline, DEFAULT_MAX_EXAMPLES)
-    options = {**resolve_convention(convention), **_decided(lay)}
+    decided = _decided(lay)
+    if isinstance(convention, Mapping):
+        for name, value in convention.items():
+            if name in decided and value != decided[name]:
+                raise ValueError(
+                    f"convention sets {name}={value!r}, but layout "
+                    f"{getattr(lay, 'name', type(lay).__name__)!r} fixes {name}="
+                    f"{decided[name]!r}" + (" (pass MaskedRows(aggregation=...))"
+                                            if name == "loss_aggregation" else ""))
+    options = {**resolve_convention(convention), **decided}
     found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
                     exclude=excluded, fixed=fixed, deadline=deadline)
     if found is None:
@@ -516,7 +525,8 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
             into an input, returns anything but real floats of the expected shape, or is
             slower than ``deadline``.
         ValueError: an unknown layout, convention option, dtype, output name or condition,
-            or a bad deadline or max_examples.
+            a convention option the layout fixes to another value (``masked_rows``: the
+            truncation options, ``loss_aggregation``), or a bad deadline or max_examples.
         ImportError: hypothesis is missing (``pip install ppo_ref[testing]``).
     """
 
