@@ -111,7 +111,8 @@ def truncation_weights(terminated, truncated, drop_truncated: bool) -> Optional[
     as is every step of the episode before the cut. The dropped steps take no part in any loss
     mean, gradient, ``approx_kl`` or ``clip_fraction``; they still enter the advantage
     computation of the earlier steps (as ``truncation`` says) and the advantage normalization.
-    ``terminated``, ``truncated``: bool arrays of one shape (the rollout's ``[T, N]``). Returns
+    A minibatch whose every row is dropped has no loss: the losses raise ``ValueError`` (their
+    weights must have a positive sum). ``terminated``, ``truncated``: bool arrays of one shape (the rollout's ``[T, N]``). Returns
     None when ``drop_truncated`` is False (every row weighs 1), else float64 weights of that
     shape. Raises ``ValueError`` when the shapes differ.
     """
