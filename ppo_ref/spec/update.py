@@ -112,9 +112,9 @@ def truncation_weights(terminated, truncated, drop_truncated: bool) -> Optional[
     mean, gradient, ``approx_kl`` or ``clip_fraction``; they still enter the advantage
     computation of the earlier steps (as ``truncation`` says) and the advantage normalization.
     A minibatch whose every row is dropped has no loss: the losses raise ``ValueError`` (their
-    weights must have a positive sum). ``terminated``, ``truncated``: bool arrays of one shape (the rollout's ``[T, N]``). Returns
-    None when ``drop_truncated`` is False (every row weighs 1), else float64 weights of that
-    shape. Raises ``ValueError`` when the shapes differ.
+    weights must have a positive sum). ``terminated``, ``truncated``: bool arrays of one shape
+    (the rollout's ``[T, N]``). Returns None when ``drop_truncated`` is False (every row weighs
+    1), else float64 weights of that shape. Raises ``ValueError`` when the shapes differ.
     """
     if not drop_truncated:
         return None
