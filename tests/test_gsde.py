@@ -254,6 +254,9 @@ def test_use_sde_errors_name_the_field():
     with pytest.raises(ValueError, match="use_sde"):
         RecurrentPPOTrainer("Pendulum-v1", PPOConfig(n_envs=1, n_steps=8, batch_size=8,
                                                      use_sde=True))
+    from ppo_ref.distributed.config import AsyncActorLearnerConfig
+    with pytest.raises(ValueError, match="use_sde"):
+        AsyncActorLearnerConfig(ppo=PPOConfig(use_sde=True))
 
 
 def test_full_std_false_and_log_std_init_shape_the_parameter():

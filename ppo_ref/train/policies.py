@@ -54,11 +54,11 @@ class CategoricalHead:
         self.action_shape: Tuple[int, ...] = ()
         self.action_dtype = np.dtype(np.int64)
 
-    def init_params(self) -> Params:
-        return {}
-
     #: whether ``policy_out`` carries the latent features after the head's own outputs (gSDE)
     uses_latent = False
+
+    def init_params(self) -> Params:
+        return {}
 
     def sample(self, rng, out, params, noise=None):
         """Actions drawn with ``rng`` (``noise``: :class:`GSDEHead`'s alone)."""
@@ -122,6 +122,8 @@ class GaussianHead:
     """Diagonal Gaussian with a state-independent ``log_std``; ``policy_out`` = mean ``[B, A]``;
     ``low``/``high`` are the Box bounds that clip what the environment receives."""
 
+    uses_latent = False
+
     def __init__(self, action_dim: int, low, high, log_std_init: float, dist):
         self.dist = dist
         self.out_dim = int(action_dim)
@@ -130,8 +132,6 @@ class GaussianHead:
         self.low = np.asarray(low, dtype=np.float64).reshape(-1)
         self.high = np.asarray(high, dtype=np.float64).reshape(-1)
         self.log_std_init = float(log_std_init)
-
-    uses_latent = False
 
     def init_params(self) -> Params:
         return {"log_std": np.full(self.out_dim, self.log_std_init)}
@@ -373,7 +373,7 @@ class MLPPolicy(_Policy):
         obs = obs.astype(self.dtype, copy=False)
         if self.head.uses_latent:  # (the latent features come from the whole pass's cache)
             out, values, _ = self._forward(self._net(cparams), obs)
-            return out, values, None
+            return out, np.array(values), None   # (a copy: not a view of a pass buffer)
         out = self.tier.networks.policy_forward(self._net(cparams), obs, *self._net_args)
         return out, None, None
 
