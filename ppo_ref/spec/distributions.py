@@ -478,7 +478,8 @@ def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # gSDE: generalized state-dependent exploration
 #
-# Notation (arXiv:2005.05719, section 3, with SB3's parametrization): ``phi(s) [L]`` are the
+# Notation (SB3's parametrization of arXiv:2005.05719, whose features ``z_mu(s)`` and
+# exploration parameters ``theta_eps`` are ``phi`` and ``E`` here): ``phi(s) [L]`` are the
 # latent features (the policy tower's last hidden activation), ``theta [L, A]`` (``full_std``)
 # or ``[L, 1]`` (one parameter per feature, shared by the A action dimensions: SB3
 # ``full_std=False``) the trained ``log_std``, ``sigma = std(theta)`` the standard deviations
@@ -492,11 +493,11 @@ def gsde_std(log_std, use_expln: bool = False) -> np.ndarray:
 
         sigma = exp(theta)                                          (use_expln False)
         sigma = exp(theta)                   where theta <= 0       (use_expln True: "expln",
-                log1p(theta + GSDE_EPS) + 1  where theta > 0         linear growth in log)
+                log1p(theta + GSDE_EPS) + 1  where theta > 0         logarithmic above 0)
 
     ``log_std``: finite ``[L, A]`` or ``[L, 1]``. Returns float64 of its shape. Raises
     ``ValueError`` for a ``log_std`` that is not a finite 2-D array or whose ``exp`` overflows
-    float64. Source: SB3 ``StateDependentNoiseDistribution.get_std``; the paper, section 3.
+    float64. Source: SB3 ``StateDependentNoiseDistribution.get_std`` (expln: the paper).
     """
     theta = as_float_array(log_std, "log_std", ndim=(2,)).astype(np.float64, copy=False)
     return _gsde_std(theta, bool(use_expln))
@@ -598,7 +599,7 @@ def gsde_log_prob(mean, log_std, features, actions, use_expln: bool = False) -> 
         use_expln: as :func:`gsde_std`.
 
     Returns float64 ``[B]``. Raises ``ValueError`` for non-finite input, mismatched shapes or a
-    result that overflows. Source: the paper, section 3 (the variance of ``phi(s) @ E``); SB3
+    result that overflows. Source: the paper (the variance of the noise ``theta_eps z_mu(s)``); SB3
     ``StateDependentNoiseDistribution.proba_distribution`` and ``log_prob`` (which add
     ``GSDE_EPS`` to the variance).
     """
@@ -708,8 +709,9 @@ def gsde_action(mean, features, exploration_matrices) -> np.ndarray:
     ``mean``: finite ``[B, A]``; ``features``: finite ``[B, L]``; ``exploration_matrices``:
     finite ``[B, L, A]`` (:func:`gsde_exploration_matrices`; row ``b`` is env ``b``). Returns
     float64 ``[B, A]`` (raw, unclipped). Raises ``ValueError`` for non-finite input, mismatched
-    shapes or a result that overflows. Source: the paper, section 3 (``a = mu(s) + eps(s;
-    theta_eps)``); SB3 ``StateDependentNoiseDistribution.get_noise`` and ``sample``.
+    shapes or a result that overflows. Source: the paper (``a = mu(s) + eps(s; theta_eps)``,
+    ``eps(s; theta_eps) = theta_eps z_mu(s)``); SB3 ``StateDependentNoiseDistribution.get_noise``
+    and ``sample``.
     """
     mu = _gsde_mean(mean)
     phi = as_float_array(features, "features", ndim=(2,)).astype(np.float64, copy=False)

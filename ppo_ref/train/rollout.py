@@ -502,8 +502,9 @@ class RolloutCollector:
     def state_arrays(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """``(arrays, json)``: everything the next :meth:`collect` depends on. Arrays: ``obs``,
         ``episode_starts``, ``episode_return``, ``episode_length``, the policy state
-        (``state.h``, ``state.c``), gSDE's ``exploration_matrices``, the observation statistics (``obs_rms.*``) and the reward
-        scaling's (``ret_rms.*``, ``ret_accumulated``, ``ret_prev_dones``). JSON:
+        (``state.h``, ``state.c``), gSDE's ``exploration_matrices``, the observation statistics
+        (``obs_rms.*``) and the reward scaling's (``ret_rms.*``, ``ret_accumulated``,
+        ``ret_prev_dones``). JSON:
         ``vector_steps``, ``sub_envs`` (per sub-env snapshots) and ``unsupported`` (attributes
         that could not be captured: when non-empty a resume is not exact)."""
         if self.obs is None:
