@@ -306,3 +306,19 @@ def test_pendulum_learning_smoke():
     changed = [t for t in range(1, len(seen)) if not np.array_equal(seen[t][0], seen[t - 1][0])]
     assert changed == [t for t in range(1, len(seen)) if t % 4 == 0]
     assert not np.array_equal(trainer.params["log_std"], np.full((64, 1), -1.0))
+
+
+def test_predict_mode_is_the_clipped_mean_and_sampling_adds_state_dependent_noise():
+    cfg = PPOConfig(n_envs=1, n_steps=8, batch_size=8, use_sde=True, log_std_init=0.5,
+                    net_arch=(8,))
+    trainer = PPOTrainer("Pendulum-v1", cfg, seed=0)
+    from ppo_ref.spec.networks import policy_forward
+    obs = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -2.0]])
+    net = {k: v for k, v in trainer.params.items() if k != "log_std"}
+    np.testing.assert_allclose(trainer.predict(obs, deterministic=True),
+                               np.clip(policy_forward(net, obs), -2.0, 2.0), rtol=1e-12)
+    before = trainer.predict_rng.bit_generator.state
+    sampled = trainer.predict(obs)
+    assert trainer.predict_rng.bit_generator.state != before   # a new matrix per row
+    assert not np.array_equal(sampled, trainer.predict(obs, deterministic=True))
+    trainer.close()
