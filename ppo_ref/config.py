@@ -81,6 +81,15 @@ class PPOConfig:
     ortho_init: bool = _f(True, "orthogonal initialization with the gains above (False: torch's "
                                 "own nn.Linear / nn.LSTM initialization, SB3's ortho_init=False)")
     log_std_init: float = _f(0.0, "initial log standard deviation of Gaussian policies")
+    # gSDE (generalized state-dependent exploration, Box actions; SB3's names and defaults)
+    use_sde: bool = _f(False, "gSDE: state-dependent exploration noise phi(s) @ E with E drawn "
+                              "from a learned std (Box actions, feedforward policy only)")
+    sde_sample_freq: int = _f(-1, "gSDE: draw new exploration matrices every this many steps "
+                                  "(a positive int), or -1: once at the start of each rollout")
+    full_std: bool = _f(True, "gSDE: one std per (feature, action dimension); False: one per "
+                              "feature, shared by the action dimensions")
+    use_expln: bool = _f(False, "gSDE: std = expln(log_std) (exp below 0, log1p(x) + 1 above) "
+                                "instead of exp(log_std)")
     lstm_hidden_size: int = _f(64, "LSTM hidden size H (recurrent policy)")
     lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")
     normalize_observations: bool = _f(False, "running mean/std observation normalization")
@@ -207,6 +216,10 @@ class PPOConfig:
                 raise ValueError(f"{name} clips the normalized values: it needs {flag}=True "
                                  f"(or {name}=None), got {name}={getattr(self, name)} with "
                                  f"{flag}=False")
+        if self.sde_sample_freq != -1 and self.sde_sample_freq <= 0:
+            raise ValueError(f"sde_sample_freq must be -1 (new exploration matrices only at the "
+                             f"start of each rollout) or a positive number of steps, got "
+                             f"{self.sde_sample_freq}")
         for i, width in enumerate(self.net_arch):
             if width <= 0:
                 raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")

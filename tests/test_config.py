@@ -18,6 +18,7 @@ EXTRA_DEFAULTS = dict(
     n_envs=1, lr_schedule="constant", clip_range_schedule="constant",
     schedule_progress="after_rollout", net_arch=(64, 64), activation="tanh", shared_trunk=False,
     policy_head_gain=0.01, value_head_gain=1.0, ortho_init=True, log_std_init=0.0,
+    use_sde=False, sde_sample_freq=-1, full_std=True, use_expln=False,  # SB3's gSDE defaults
     lstm_hidden_size=64,
     lstm_shared=False, normalize_observations=False, normalize_rewards=False,
     truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
@@ -163,6 +164,8 @@ def test_frozen():
     ("policy_head_gain", -0.01), ("value_head_gain", -1.0),
     ("max_grad_norm", 0.0), ("target_kl", 0.0), ("target_kl", -0.01), ("adam_eps", 0.0),
     ("log_std_init", float("inf")),
+    ("use_sde", "yes"), ("sde_sample_freq", 0), ("sde_sample_freq", -2),
+    ("sde_sample_freq", 1.5), ("full_std", None), ("use_expln", 2),
     ("normalize_advantage", 1), ("shared_trunk", "yes"), ("lstm_shared", None),
     ("normalize_observations", 0), ("normalize_rewards", 1.0),
     ("bootstrap_terminal_last_row", "true"),

@@ -297,6 +297,47 @@ for _fn in ("gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy
         Case("batch_2d", _gaussian_case(_fn, batch=(4, 5)), **BITS),
         Case("float32", _gaussian_case(_fn, np.float32), **F32_TOL),
     ]
+
+
+#: the gSDE twins: gsde_std, the matrices and the action the spec's NumPy arithmetic (bits);
+#: the rest read a variance summed by a compiled loop (the spec's is BLAS's)
+GSDE_F64 = dict(rtol=1e-12, atol=1e-14)
+GSDE_BITS_FNS = ("gsde_std", "gsde_exploration_matrices", "gsde_action")
+
+
+def _gsde_case(fn, dtype=np.float64, full_std=True, use_expln=False, batch=32, latent=16):
+    def run(m, rng):
+        n_actions = 3
+        mean = rng.standard_normal((batch, n_actions)).astype(dtype)
+        log_std = rng.uniform(-1.5, 1.0, (latent, n_actions if full_std else 1)).astype(dtype)
+        features = np.tanh(rng.standard_normal((batch, latent))).astype(dtype)
+        actions = (mean + rng.standard_normal(mean.shape)).astype(dtype)
+        d = rng.standard_normal(batch).astype(dtype)
+        matrices = (0.3 * rng.standard_normal((batch, latent, n_actions))).astype(dtype)
+        args = {"gsde_std": (log_std, use_expln),
+                "gsde_log_prob": (mean, log_std, features, actions, use_expln),
+                "gsde_log_prob_backward": (mean, log_std, features, actions, d, use_expln),
+                "gsde_entropy": (log_std, features, n_actions, use_expln),
+                "gsde_entropy_backward": (log_std, features, n_actions, d, use_expln),
+                "gsde_exploration_matrices": (rng, log_std, batch, n_actions, use_expln),
+                "gsde_action": (mean, features, matrices)}[fn]
+        out = getattr(m, fn)(*args)
+        return (out, rng.random()) if fn == "gsde_exploration_matrices" else out
+    return run
+
+
+for _fn in ("gsde_std", "gsde_log_prob", "gsde_log_prob_backward", "gsde_entropy",
+            "gsde_entropy_backward", "gsde_exploration_matrices", "gsde_action"):
+    _tol = BITS if _fn in GSDE_BITS_FNS else GSDE_F64
+    ROWS[("distributions", _fn)] = [
+        Case("full_std", _gsde_case(_fn), **_tol),
+        Case("one_std_per_feature", _gsde_case(_fn, full_std=False), **_tol),
+        Case("expln", _gsde_case(_fn, use_expln=True), **_tol),
+        Case("expln_one_std_per_feature", _gsde_case(_fn, full_std=False, use_expln=True),
+             **_tol),
+        Case("one_row", _gsde_case(_fn, batch=1, latent=4), **_tol),
+        Case("float32", _gsde_case(_fn, np.float32, use_expln=True), **F32_TOL),
+    ]
 del _fn, _tol
 
 
@@ -548,6 +589,8 @@ def _net_case(what, net_arch=(64, 64), shared_trunk=False, activation="tanh",
                                                               shared_trunk)
         if what == "forward":
             return policy_out, values
+        if what == "latent":
+            return tier.policy_latent(params, cache)
         d_policy_out, d_values = (_as(tier, dtype, rng.standard_normal(a.shape))
                                   for a in (policy_out, values))
         return tier.actor_critic_backward(params, cache, d_policy_out, d_values)
@@ -577,6 +620,8 @@ ROWS[("networks", "policy_forward")] = (
     _net_cases("policy") + [Case("f64 8 rows", _net_case("policy", rows=8), **MLP_F64),
                             Case("f32 8 rows", _net_case("policy", dtype=np.float32, rows=8),
                                  **MLP_F32)])
+ROWS[("networks", "policy_latent")] = (
+    _net_cases("latent") + [Case("f64 8 rows", _net_case("latent", rows=8), **MLP_F64)])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

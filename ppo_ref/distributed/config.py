@@ -95,6 +95,9 @@ class AsyncActorLearnerConfig:
             if getattr(self.ppo, name, False):
                 raise ValueError(f"ppo.{name} is not supported by the actor-learner loop "
                                  f"(actors would each hold different running statistics)")
+        if self.ppo.use_sde:
+            raise ValueError("ppo.use_sde is not supported by the actor-learner loop (its actors "
+                             "do not hold gSDE's exploration matrices); use the PPOTrainer")
         try:
             self.learner_ppo_config()
         except ValueError as exc:

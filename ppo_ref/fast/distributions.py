@@ -10,6 +10,11 @@ Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float
 * ``gaussian_log_prob``, ``gaussian_log_prob_backward``, ``gaussian_entropy``,
   ``gaussian_entropy_backward``, ``gaussian_sample``: bit for bit (the spec's NumPy
   arithmetic, without its checks);
+* ``gsde_std``, ``gsde_exploration_matrices``, ``gsde_action``: bit for bit (the spec's NumPy
+  arithmetic, without its checks); ``gsde_log_prob``, ``gsde_entropy`` and their backward
+  functions: rtol 1e-12, atol 1e-14 (the variance ``phi^2 @ sigma^2`` is a compiled loop,
+  :func:`_gsde_variance`, summed in feature order per row, so that a row's log-probability does
+  not depend on the other rows of the call; the spec's product is BLAS's);
 * ``log_softmax``, ``categorical_log_prob``, ``categorical_entropy``,
   ``categorical_log_prob_backward``, ``categorical_entropy_backward``,
   ``categorical_log_prob_entropy``, ``categorical_log_prob_entropy_backward`` and the
@@ -45,7 +50,7 @@ from numba.extending import register_jitable
 from ppo_ref._checks import non_finite_result
 from ppo_ref._numba import NJIT_OPTIONS, njit
 from ppo_ref.spec import distributions as _spec
-from ppo_ref.spec.distributions import LOG_2PI
+from ppo_ref.spec.distributions import GSDE_EPS, LOG_2PI
 
 __all__ = [
     "log_softmax", "categorical_log_prob", "categorical_entropy",
@@ -57,6 +62,8 @@ __all__ = [
     "multi_categorical_sample", "multi_categorical_mode",
     "gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
     "gaussian_entropy_backward", "gaussian_sample",
+    "gsde_std", "gsde_log_prob", "gsde_log_prob_backward", "gsde_entropy",
+    "gsde_entropy_backward", "gsde_exploration_matrices", "gsde_action",
 ]
 
 # the spec's sampling loop and its row check, usable from compiled code (returned unchanged)
@@ -530,3 +537,140 @@ def gaussian_sample(rng, mean, log_std):
         eps = rng.standard_normal(mu.shape).astype(mu.dtype, copy=False)
         sample = mu + sigma * eps
     return _finite(sample, "ppo_ref.fast.distributions.gaussian_sample")
+
+
+# --------------------------------------------------------------------------------------------
+# gSDE: the spec's NumPy arithmetic, unchecked, in the inputs' common dtype; the variance a
+# compiled row loop
+
+def _expln(theta, use_expln: bool):
+    """:func:`ppo_ref.spec.distributions.gsde_std`'s arithmetic and ``d sigma / d theta``."""
+    with np.errstate(over="ignore"):
+        sigma = np.exp(theta)
+    if not use_expln:
+        return sigma, sigma
+    above = theta > 0
+    zero = theta.dtype.type(0.0)
+    positive = np.where(above, theta, zero)
+    sigma = np.where(above, np.log1p(positive + GSDE_EPS) + 1.0, sigma).astype(theta.dtype)
+    slope = np.where(above, 1.0 / (1.0 + positive + GSDE_EPS), sigma).astype(theta.dtype)
+    return sigma, slope
+
+
+@njit
+def _gsde_variance(phi, sigma, action_dim, eps):
+    """``var [B, A]``: ``var[b, j] = (sum_i phi[b, i]^2 sigma[i, j']^2, from 0 in feature
+    order) + eps`` (``j' = 0`` when ``sigma`` is ``[L, 1]``); False when a value is not
+    finite."""
+    rows, n = phi.shape
+    var = np.empty((rows, action_dim), phi.dtype)
+    col = sigma.shape[1] != 1
+    zero = np.zeros(1, phi.dtype)[0]
+    ok = True
+    for b in range(rows):
+        for j in range(action_dim):
+            jj = j if col else 0
+            v = zero
+            for i in range(n):
+                p = phi[b, i] * phi[b, i]
+                s = sigma[i, jj] * sigma[i, jj]
+                v += p * s
+            v += eps
+            var[b, j] = v
+            ok = ok and np.isfinite(v)
+    return var, ok
+
+
+def _variance(phi, sigma, action_dim: int, where: str):
+    var, ok = _gsde_variance(np.ascontiguousarray(phi), np.ascontiguousarray(sigma),
+                             int(action_dim), phi.dtype.type(GSDE_EPS))
+    if not ok:
+        raise non_finite_result(where)
+    return var
+
+
+def _variance_backward(theta, sigma, slope, phi, d_var, where: str):
+    """The spec's ``_gsde_variance_backward`` arithmetic."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        d_sigma2 = (phi * phi).T @ d_var
+        if theta.shape[1] == 1:
+            d_sigma2 = np.sum(d_sigma2, axis=1, keepdims=True)
+        d_log_std = d_sigma2 * 2.0 * sigma * slope
+        sigma2 = np.broadcast_to(sigma * sigma, (sigma.shape[0], d_var.shape[1]))
+        d_features = 2.0 * phi * (d_var @ sigma2.T)
+    return _finite(d_log_std, where), _finite(d_features, where)
+
+
+def gsde_std(log_std, use_expln=False):
+    """:func:`ppo_ref.spec.distributions.gsde_std`; bit for bit (float32 in, float32 out)."""
+    sigma, _ = _expln(_float(log_std), bool(use_expln))
+    return _finite(sigma, "ppo_ref.fast.distributions.gsde_std")
+
+
+def gsde_log_prob(mean, log_std, features, actions, use_expln=False):
+    """:func:`ppo_ref.spec.distributions.gsde_log_prob`; rtol 1e-12, atol 1e-14 (module
+    docstring)."""
+    where = "ppo_ref.fast.distributions.gsde_log_prob"
+    mu, theta, phi, a = _common(_float(mean), _float(log_std), _float(features),
+                                _float(actions))
+    sigma, _ = _expln(theta, bool(use_expln))
+    var = _variance(phi, sigma, mu.shape[1], where)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = a - mu
+        log_prob = -0.5 * np.sum(diff * diff / var + np.log(var) + LOG_2PI, axis=-1)
+    return _finite(log_prob, where)
+
+
+def gsde_log_prob_backward(mean, log_std, features, actions, d_log_probs, use_expln=False):
+    """:func:`ppo_ref.spec.distributions.gsde_log_prob_backward`; rtol 1e-12, atol 1e-14."""
+    where = "ppo_ref.fast.distributions.gsde_log_prob_backward"
+    mu, theta, phi, a, g = _common(_float(mean), _float(log_std), _float(features),
+                                   _float(actions), _float(d_log_probs))
+    sigma, slope = _expln(theta, bool(use_expln))
+    var = _variance(phi, sigma, mu.shape[1], where)
+    g = g[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = a - mu
+        d_mean = g * diff / var
+        d_var = g * ((diff * diff / var - 1.0) / (2.0 * var))
+    d_log_std, d_features = _variance_backward(theta, sigma, slope, phi, _finite(d_var, where),
+                                               where)
+    return _finite(d_mean, where), d_log_std, d_features
+
+
+def gsde_entropy(log_std, features, action_dim, use_expln=False):
+    """:func:`ppo_ref.spec.distributions.gsde_entropy`; rtol 1e-12, atol 1e-14."""
+    where = "ppo_ref.fast.distributions.gsde_entropy"
+    theta, phi = _common(_float(log_std), _float(features))
+    sigma, _ = _expln(theta, bool(use_expln))
+    var = _variance(phi, sigma, action_dim, where)
+    return 0.5 * np.sum(1.0 + LOG_2PI + np.log(var), axis=-1)
+
+
+def gsde_entropy_backward(log_std, features, action_dim, d_entropy, use_expln=False):
+    """:func:`ppo_ref.spec.distributions.gsde_entropy_backward`; rtol 1e-12, atol 1e-14."""
+    where = "ppo_ref.fast.distributions.gsde_entropy_backward"
+    theta, phi, d = _common(_float(log_std), _float(features), _float(d_entropy))
+    sigma, slope = _expln(theta, bool(use_expln))
+    var = _variance(phi, sigma, action_dim, where)
+    return _variance_backward(theta, sigma, slope, phi, d[:, None] / (2.0 * var), where)
+
+
+def gsde_exploration_matrices(rng, log_std, n_envs, action_dim, use_expln=False):
+    """:func:`ppo_ref.spec.distributions.gsde_exploration_matrices`: the same normals
+    (``rng.standard_normal``, float64), bit for bit (float32 ``log_std``: the product in
+    float32)."""
+    sigma, _ = _expln(_float(log_std), bool(use_expln))
+    sigma = np.broadcast_to(sigma, (sigma.shape[0], int(action_dim)))
+    eps = rng.standard_normal((int(n_envs),) + sigma.shape).astype(sigma.dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):
+        matrices = sigma * eps
+    return _finite(matrices, "ppo_ref.fast.distributions.gsde_exploration_matrices")
+
+
+def gsde_action(mean, features, exploration_matrices):
+    """:func:`ppo_ref.spec.distributions.gsde_action`; bit for bit (one product per row)."""
+    mu, phi, e = _common(_float(mean), _float(features), _float(exploration_matrices))
+    with np.errstate(over="ignore", invalid="ignore"):
+        action = mu + np.matmul(phi[:, None, :], e)[:, 0, :]
+    return _finite(action, "ppo_ref.fast.distributions.gsde_action")

@@ -1,5 +1,6 @@
 """The compiled tier's MLP actor-critic: the twins of :mod:`ppo_ref.spec.networks`'
-``actor_critic_forward``, ``actor_critic_backward``, ``value_forward`` and ``policy_forward``
+``actor_critic_forward``, ``actor_critic_backward``, ``value_forward``, ``policy_forward`` and
+``policy_latent``
 (the readable definitions, whose docstrings state the architecture and the equations).
 
 They take the spec's parameters (the flat dict ``pi.*``, ``vf.*`` and, with a shared trunk,
@@ -21,7 +22,7 @@ import numpy as np
 from ppo_ref.fast.layers import _net, _run_backward, _run_forward
 
 __all__ = ["actor_critic_forward", "actor_critic_backward", "value_forward",
-           "policy_forward"]
+           "policy_forward", "policy_latent"]
 
 _SEPARATE, _SHARED = ("pi.", "vf."), ("trunk.", "pi.", "vf.")
 
@@ -86,6 +87,24 @@ def policy_forward(params, obs, activation="tanh", shared_trunk=False):
                                          "ppo_ref.fast.networks.policy_forward")
     rows, n_out = x.shape[0], ws[net.n_trunk + net.n_pi - 1].shape[0]
     return acts[pi_start:pi_start + rows * n_out].reshape(rows, n_out)
+
+
+def policy_latent(params, cache):
+    """Twin of :func:`ppo_ref.spec.networks.policy_latent`: the input rows of the policy
+    tower's output layer, copied from the pass's outputs buffer (or its input rows when the
+    tower reads ``obs``), ``[B, L]`` in the dtype of the forward pass.
+
+    The same bits as the activations of :func:`actor_critic_forward`; against the spec within
+    rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in float32.
+    """
+    net = _net(params, _SHARED if cache.shared_trunk else _SEPARATE)
+    rows = cache.x.shape[0]
+    last = net.n_trunk + net.n_pi - 1   # the policy output layer; its input is layer last - 1's
+    if net.n_pi == 1 and net.n_trunk == 0:
+        return cache.x.copy()
+    widths = [params[w].shape[0] for w, _ in net.keys]
+    start = rows * sum(widths[:last - 1])
+    return cache.acts[start:start + rows * widths[last - 1]].reshape(rows, -1).copy()
 
 
 def actor_critic_backward(params, cache, d_policy_out, d_values):

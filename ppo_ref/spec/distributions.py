@@ -9,7 +9,9 @@ MultiDiscrete (``gymnasium.spaces.MultiDiscrete(nvec)``, SB3 ``MultiCategoricalD
 independent categoricals over consecutive slices of ``z [..., sum(nvec)]``, actions ``[...,
 len(nvec)]``. Diagonal Gaussian with a state-independent ``log_std [A]`` (SB3
 ``DiagGaussianDistribution``, CleanRL ``ppo_continuous_action.py``); the action is the raw,
-unclipped sample.
+unclipped sample. Generalized state-dependent exploration (gSDE; Raffin, Kober & Stulp 2021,
+"Smooth Exploration for Robotic Reinforcement Learning", arXiv:2005.05719; SB3
+``StateDependentNoiseDistribution`` without squashing): the ``gsde_*`` functions.
 """
 from __future__ import annotations
 
@@ -31,9 +33,14 @@ __all__ = [
     "multi_categorical_sample", "multi_categorical_mode",
     "gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy",
     "gaussian_entropy_backward", "gaussian_sample",
+    "gsde_std", "gsde_log_prob", "gsde_log_prob_backward", "gsde_entropy",
+    "gsde_entropy_backward", "gsde_exploration_matrices", "gsde_action",
 ]
 
 LOG_2PI = math.log(2.0 * math.pi)
+#: gSDE's epsilon: added to the variance, and to ``theta`` inside ``log1p`` of ``expln``
+#: (SB3 ``StateDependentNoiseDistribution(epsilon=1e-6)``)
+GSDE_EPS = 1e-6
 
 
 def _as_float64(x, name: str, allow_nonfinite: bool = False) -> np.ndarray:
@@ -466,3 +473,254 @@ def gaussian_sample(rng: np.random.Generator, mean, log_std) -> np.ndarray:
         sample = mu + sigma * eps
     return _finite_result(sample, "mean or log_std is too large: the sample mean + "
                                   "exp(log_std) * eps")
+
+
+# --------------------------------------------------------------------------------------------
+# gSDE: generalized state-dependent exploration
+#
+# Notation (SB3's parametrization of arXiv:2005.05719, whose features ``z_mu(s)`` and
+# exploration parameters ``theta_eps`` are ``phi`` and ``E`` here): ``phi(s) [L]`` are the
+# latent features (the policy tower's last hidden activation), ``theta [L, A]`` (``full_std``)
+# or ``[L, 1]`` (one parameter per feature, shared by the A action dimensions: SB3
+# ``full_std=False``) the trained ``log_std``, ``sigma = std(theta)`` the standard deviations
+# of the entries of the exploration matrix ``E ~ N(0, sigma^2) [L, A]``. Given ``s`` and ``E``
+# the action is ``a = mu(s) + phi(s) @ E``; over ``E`` it is Gaussian with independent
+# dimensions of variance ``var_j(s) = sum_i phi_i(s)^2 sigma_ij^2`` (+ ``GSDE_EPS``).
+
+def gsde_std(log_std, use_expln: bool = False) -> np.ndarray:
+    """The standard deviations ``sigma`` of the exploration matrix's entries from ``log_std``
+    (``theta``), entry by entry::
+
+        sigma = exp(theta)                                          (use_expln False)
+        sigma = exp(theta)                   where theta <= 0       (use_expln True: "expln",
+                log1p(theta + GSDE_EPS) + 1  where theta > 0         logarithmic above 0)
+
+    ``log_std``: finite ``[L, A]`` or ``[L, 1]``. Returns float64 of its shape. Raises
+    ``ValueError`` for a ``log_std`` that is not a finite 2-D array or whose ``exp`` overflows
+    float64. Source: SB3 ``StateDependentNoiseDistribution.get_std`` (expln: the paper).
+    """
+    theta = as_float_array(log_std, "log_std", ndim=(2,)).astype(np.float64, copy=False)
+    return _gsde_std(theta, bool(use_expln))
+
+
+def _gsde_std(theta: np.ndarray, use_expln: bool) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        sigma = np.exp(theta)
+    if use_expln:
+        above = theta > 0.0
+        sigma = np.where(above, np.log1p(np.where(above, theta, 0.0) + GSDE_EPS) + 1.0, sigma)
+    if not np.isfinite(sigma).all():
+        where = tuple(int(i) for i in np.argwhere(~np.isfinite(sigma))[0])
+        raise ValueError(f"log_std is too large: exp(log_std) overflows float64 at index "
+                         f"{where} (log_std {theta[where]})")
+    return sigma
+
+
+def _gsde_std_derivative(theta: np.ndarray, sigma: np.ndarray, use_expln: bool) -> np.ndarray:
+    """``d sigma / d theta``: ``sigma`` (exp), or ``1 / (1 + theta + GSDE_EPS)`` where expln
+    takes the log branch."""
+    if not use_expln:
+        return sigma
+    return np.where(theta > 0.0, 1.0 / (1.0 + np.where(theta > 0.0, theta, 0.0) + GSDE_EPS),
+                    sigma)
+
+
+def _gsde_inputs(log_std, features, action_dim: int
+                 ) -> Tuple[np.ndarray, np.ndarray, int]:
+    """Checked ``(theta [L, A or 1], phi [B, L], A)``."""
+    theta = as_float_array(log_std, "log_std", ndim=(2,)).astype(np.float64, copy=False)
+    phi = as_float_array(features, "features", ndim=(2,)).astype(np.float64, copy=False)
+    a_dim = check_positive_int(action_dim, "action_dim")
+    if phi.shape[1] != theta.shape[0]:
+        raise ValueError(f"features must have shape [batch, L] with L = log_std.shape[0] = "
+                         f"{theta.shape[0]}, got {phi.shape}")
+    if theta.shape[1] not in (a_dim, 1):
+        raise ValueError(f"log_std must have shape [L, {a_dim}] (full_std) or [L, 1], got "
+                         f"{theta.shape}")
+    return theta, phi, a_dim
+
+
+def _gsde_variance(phi: np.ndarray, sigma: np.ndarray, a_dim: int) -> np.ndarray:
+    """``var [B, A] = phi^2 @ sigma^2 + GSDE_EPS`` (columns repeated when ``sigma`` is
+    ``[L, 1]``)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        var = (phi * phi) @ (sigma * sigma) + GSDE_EPS
+    _finite_result(var, "features or log_std are too large: the variance phi^2 @ sigma^2")
+    return np.broadcast_to(var, (phi.shape[0], a_dim))
+
+
+def _gsde_mean(mean) -> np.ndarray:
+    mu = as_float_array(mean, "mean", ndim=(2,)).astype(np.float64, copy=False)
+    if mu.shape[1] == 0:
+        raise ValueError(f"mean must have shape [batch, action_dim >= 1], got {mu.shape}")
+    return mu
+
+
+def _gsde_actions(mu: np.ndarray, actions, batch: int) -> np.ndarray:
+    """Checked ``actions`` of ``mean``'s shape, ``mean`` with one row per row of features."""
+    check_same_shape(mu, "mean", (batch, mu.shape[1]), "[batch of features, action_dim]")
+    a = _as_float64(actions, "actions")
+    check_same_shape(a, "actions", mu.shape, "mean")
+    return a
+
+
+def _gsde_variance_backward(theta, sigma, phi, d_var, use_expln: bool
+                            ) -> Tuple[np.ndarray, np.ndarray]:
+    """``(d_log_std, d_features)`` of ``sum d_var * var`` (``d_var [B, A]``)::
+
+        d sigma_ij^2   = sum_b phi_bi^2 d_var_bj        (summed over j when sigma is [L, 1])
+        d_log_std_ij   = d sigma_ij^2 * 2 sigma_ij * dsigma/dtheta_ij
+        d_features_bi  = 2 phi_bi sum_j d_var_bj sigma_ij^2
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        d_sigma2 = (phi * phi).T @ d_var
+        if theta.shape[1] == 1:
+            d_sigma2 = np.sum(d_sigma2, axis=1, keepdims=True)
+        d_log_std = d_sigma2 * 2.0 * sigma * _gsde_std_derivative(theta, sigma, use_expln)
+        sigma2 = np.broadcast_to(sigma * sigma, (sigma.shape[0], d_var.shape[1]))
+        d_features = 2.0 * phi * (d_var @ sigma2.T)
+    what = "the gradient overflows float64 (inputs or upstream gradients too large):"
+    return (_finite_result(d_log_std, what + " d_log_std"),
+            _finite_result(d_features, what + " d_features"))
+
+
+def gsde_log_prob(mean, log_std, features, actions, use_expln: bool = False) -> np.ndarray:
+    """``log N(a; mean, diag(var))`` of gSDE's action distribution, summed over dimensions::
+
+        sigma    = gsde_std(theta, use_expln)
+        var_bj   = sum_i phi_bi^2 sigma_ij^2 + GSDE_EPS       (sigma_i0 for every j if [L, 1])
+        log pi(a_b | s_b) = -1/2 sum_j [(a_bj - mean_bj)^2 / var_bj + log var_bj + log(2 pi)]
+
+    Args:
+        mean: finite ``[B, A]``, the mean action ``mu(s)`` (the policy tower's output).
+        log_std: finite ``[L, A]`` (full_std) or ``[L, 1]``.
+        features: finite ``[B, L]``, the latent features ``phi(s)``.
+        actions: finite ``[B, A]``, raw (unclipped) actions.
+        use_expln: as :func:`gsde_std`.
+
+    Returns float64 ``[B]``. Raises ``ValueError`` for non-finite input, mismatched shapes or a
+    result that overflows. Source: the paper (the variance of the noise ``theta_eps z_mu(s)``); SB3
+    ``StateDependentNoiseDistribution.proba_distribution`` and ``log_prob`` (which add
+    ``GSDE_EPS`` to the variance).
+    """
+    mu = _gsde_mean(mean)
+    theta, phi, a_dim = _gsde_inputs(log_std, features, mu.shape[1])
+    a = _gsde_actions(mu, actions, phi.shape[0])
+    var = _gsde_variance(phi, _gsde_std(theta, bool(use_expln)), a_dim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = a - mu
+        log_prob = -0.5 * np.sum(diff * diff / var + np.log(var) + LOG_2PI, axis=-1)
+    return _finite_result(log_prob, "actions - mean is too large: the log-density")
+
+
+def gsde_log_prob_backward(mean, log_std, features, actions, d_log_probs,
+                           use_expln: bool = False
+                           ) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of ``sum_b g_b log pi(a_b | s_b)`` (:func:`gsde_log_prob`, ``g =
+    d_log_probs`` finite ``[B]``)::
+
+        d_mean_bj = g_b (a_bj - mean_bj) / var_bj
+        d_var_bj  = g_b (((a_bj - mean_bj)^2 / var_bj - 1) / (2 var_bj))
+
+    then ``(d_log_std, d_features)`` from ``d_var`` by the chain rule through ``var = phi^2 @
+    sigma^2 + eps`` and :func:`gsde_std`::
+
+        d_log_std_ij  = 2 sigma_ij dsigma_ij/dtheta_ij sum_b phi_bi^2 d_var_bj
+                        (dsigma/dtheta = sigma, or 1 / (1 + theta + eps) on expln's log branch;
+                        summed over j when ``log_std`` is ``[L, 1]``)
+        d_features_bi = 2 phi_bi sum_j d_var_bj sigma_ij^2
+
+    Returns float64 ``(d_mean [B, A], d_log_std`` of ``log_std``'s shape``, d_features [B,
+    L])``. SB3's PPO does not propagate ``d_features`` (``learn_features=False``). Raises
+    ``ValueError`` as :func:`gsde_log_prob`, for a bad ``d_log_probs`` or a gradient that
+    overflows.
+    """
+    mu = _gsde_mean(mean)
+    theta, phi, a_dim = _gsde_inputs(log_std, features, mu.shape[1])
+    a = _gsde_actions(mu, actions, phi.shape[0])
+    g = as_upstream(d_log_probs, "d_log_probs", (phi.shape[0],), "features[:, 0]")[:, None]
+    sigma = _gsde_std(theta, bool(use_expln))
+    var = _gsde_variance(phi, sigma, a_dim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        diff = a - mu
+        d_mean = g * diff / var
+        d_var = g * ((diff * diff / var - 1.0) / (2.0 * var))
+    _finite_result(d_var, "actions - mean is too large: the gradient")
+    d_log_std, d_features = _gsde_variance_backward(theta, sigma, phi, d_var, bool(use_expln))
+    return _finite_result(d_mean, "the gradient d_mean"), d_log_std, d_features
+
+
+def gsde_entropy(log_std, features, action_dim: int, use_expln: bool = False) -> np.ndarray:
+    """The entropy of gSDE's action distribution at each state::
+
+        H_b = sum_j 1/2 (1 + log(2 pi) + log var_bj)      (var as :func:`gsde_log_prob`)
+
+    ``log_std``: finite ``[L, A]`` or ``[L, 1]``; ``features``: finite ``[B, L]``;
+    ``action_dim``: A. Returns float64 ``[B]``. Raises ``ValueError`` for non-finite input or
+    mismatched shapes. Source: SB3 ``StateDependentNoiseDistribution.entropy`` (the Normal's
+    entropy summed over dimensions).
+    """
+    theta, phi, a_dim = _gsde_inputs(log_std, features, action_dim)
+    var = _gsde_variance(phi, _gsde_std(theta, bool(use_expln)), a_dim)
+    return 0.5 * np.sum(1.0 + LOG_2PI + np.log(var), axis=-1)
+
+
+def gsde_entropy_backward(log_std, features, action_dim: int, d_entropy,
+                          use_expln: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradients of ``sum_b d_entropy_b H_b`` (:func:`gsde_entropy`): ``d_var_bj = d_entropy_b
+    / (2 var_bj)``, then ``(d_log_std, d_features)`` as :func:`gsde_log_prob_backward`.
+    ``d_entropy``: finite ``[B]``. Returns float64 ``(d_log_std, d_features [B, L])``; raises
+    ``ValueError`` as :func:`gsde_entropy` or for a bad ``d_entropy``."""
+    theta, phi, a_dim = _gsde_inputs(log_std, features, action_dim)
+    d = as_upstream(d_entropy, "d_entropy", (phi.shape[0],), "features[:, 0]")[:, None]
+    sigma = _gsde_std(theta, bool(use_expln))
+    var = _gsde_variance(phi, sigma, a_dim)
+    return _gsde_variance_backward(theta, sigma, phi, d / (2.0 * var), bool(use_expln))
+
+
+def gsde_exploration_matrices(rng: np.random.Generator, log_std, n_envs: int, action_dim: int,
+                              use_expln: bool = False) -> np.ndarray:
+    """One exploration matrix per env, ``E_n = sigma * eps_n``, ``eps = rng.standard_normal((
+    n_envs, L, A))`` drawn after the arguments are checked (``sigma`` of :func:`gsde_std`,
+    its columns repeated when ``[L, 1]``): each entry ``E_nij ~ N(0, sigma_ij^2)``.
+
+    Returns float64 ``[n_envs, L, A]``. Raises ``ValueError`` for ``rng`` not a Generator, a
+    bad ``log_std`` (as :func:`gsde_std`), or ``n_envs``/``action_dim`` not positive ints or
+    not matching ``log_std``. Source: SB3 ``StateDependentNoiseDistribution.sample_weights``
+    (``exploration_matrices``; its separate single ``exploration_mat`` is not kept).
+    """
+    check_generator(rng)
+    theta = as_float_array(log_std, "log_std", ndim=(2,)).astype(np.float64, copy=False)
+    n = check_positive_int(n_envs, "n_envs")
+    a_dim = check_positive_int(action_dim, "action_dim")
+    if theta.shape[1] not in (a_dim, 1):
+        raise ValueError(f"log_std must have shape [L, {a_dim}] (full_std) or [L, 1], got "
+                         f"{theta.shape}")
+    sigma = np.broadcast_to(_gsde_std(theta, bool(use_expln)), (theta.shape[0], a_dim))
+    eps = rng.standard_normal((n, theta.shape[0], a_dim))
+    return _finite_result(sigma * eps, "log_std is too large: the exploration matrices")
+
+
+def gsde_action(mean, features, exploration_matrices) -> np.ndarray:
+    """The noisy action of each row with its own matrix::
+
+        a_b = mean_b + phi_b @ E_b
+
+    ``mean``: finite ``[B, A]``; ``features``: finite ``[B, L]``; ``exploration_matrices``:
+    finite ``[B, L, A]`` (:func:`gsde_exploration_matrices`; row ``b`` is env ``b``). Returns
+    float64 ``[B, A]`` (raw, unclipped). Raises ``ValueError`` for non-finite input, mismatched
+    shapes or a result that overflows. Source: the paper (``a = mu(s) + eps(s; theta_eps)``,
+    ``eps(s; theta_eps) = theta_eps z_mu(s)``); SB3 ``StateDependentNoiseDistribution.get_noise``
+    and ``sample``.
+    """
+    mu = _gsde_mean(mean)
+    phi = as_float_array(features, "features", ndim=(2,)).astype(np.float64, copy=False)
+    e = as_float_array(exploration_matrices, "exploration_matrices",
+                       ndim=(3,)).astype(np.float64, copy=False)
+    check_same_shape(e, "exploration_matrices", (mu.shape[0], phi.shape[1], mu.shape[1]),
+                     "[batch of mean, L of features, A of mean]")
+    check_same_shape(phi, "features", (mu.shape[0], e.shape[1]), "[batch of mean, L]")
+    with np.errstate(over="ignore", invalid="ignore"):
+        action = mu + np.matmul(phi[:, None, :], e)[:, 0, :]
+    return _finite_result(action, "mean, features or exploration_matrices are too large: the "
+                                  "action")

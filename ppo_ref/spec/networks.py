@@ -20,7 +20,8 @@ from ppo_ref.spec.layers import (ACTIVATIONS, ActivationCache, MLPCache, Params,
                                  mlp_init)
 
 __all__ = ["ActorCriticCache", "actor_critic_init", "actor_critic_forward",
-           "actor_critic_backward", "policy_forward", "value_forward", "actor_critic_towers"]
+           "actor_critic_backward", "policy_forward", "value_forward", "actor_critic_towers",
+           "policy_latent"]
 
 HIDDEN_GAIN = math.sqrt(2.0)
 
@@ -207,6 +208,21 @@ def value_forward(params: Mapping[str, np.ndarray], obs, activation: str = "tanh
     z, _, vf, _, _ = _features(params, obs, activation, bool(shared_trunk))
     values, _ = mlp_forward(vf, z, activation)
     return values[:, 0]
+
+
+def policy_latent(params: Mapping[str, np.ndarray], cache: ActorCriticCache) -> np.ndarray:
+    """The latent features of the policy, ``latent_pi [B, L]``: the input of the policy tower's
+    output layer in the :func:`actor_critic_forward` pass that gave ``cache`` (its last hidden
+    activation; with a shared trunk ``z``; ``obs`` when there is no hidden layer), which gSDE
+    reads (:func:`ppo_ref.spec.distributions.gsde_log_prob`; SB3 ``latent_pi``).
+
+    Returns float64 ``[B, L]`` (a view of the cache). Raises ``ValueError`` for a cache that is
+    not an :class:`ActorCriticCache` or malformed ``params``.
+    """
+    if not isinstance(cache, ActorCriticCache):
+        raise ValueError(f"cache must be an ActorCriticCache, got {type(cache).__name__}")
+    actor_critic_towers(params, cache.shared_trunk)
+    return cache.pi.linear[-1].x
 
 
 def actor_critic_backward(params: Mapping[str, np.ndarray], cache: ActorCriticCache,

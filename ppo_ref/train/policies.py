@@ -8,7 +8,9 @@ its state, :class:`~ppo_ref.spec.recurrent_networks.LSTMStates` ``[L, N, H]``, i
 rollout). A *head* turns the network's ``policy_out`` into a distribution
 (``tier.distributions``): :class:`CategoricalHead`, :class:`MultiCategoricalHead`,
 :class:`GaussianHead` (the buffer keeps the raw sample, the env receives it clipped to the Box,
-as SB3).
+as SB3), :class:`GSDEHead` (gSDE, ``config.use_sde``: its ``policy_out`` is the mean followed
+by the policy tower's latent features, and its noise, one exploration matrix per env, is drawn
+and held by the rollout).
 
 Parameters are one dict of float64 arrays (the network's keys plus the head's ``log_std``);
 policies hold none, so a trainer, a learner and actors share one policy object.
@@ -26,7 +28,7 @@ import numpy as np
 from ppo_ref.spec.networks import actor_critic_init
 from ppo_ref.spec.recurrent_networks import LSTMStates, lstm_names, recurrent_actor_critic_init
 
-__all__ = ["CategoricalHead", "MultiCategoricalHead", "GaussianHead", "make_head",
+__all__ = ["CategoricalHead", "MultiCategoricalHead", "GaussianHead", "GSDEHead", "make_head",
            "observation_dim", "Acted", "MLPPolicy", "RecurrentPolicy", "make_policy"]
 
 Params = Dict[str, np.ndarray]
@@ -52,10 +54,14 @@ class CategoricalHead:
         self.action_shape: Tuple[int, ...] = ()
         self.action_dtype = np.dtype(np.int64)
 
+    #: whether ``policy_out`` carries the latent features after the head's own outputs (gSDE)
+    uses_latent = False
+
     def init_params(self) -> Params:
         return {}
 
-    def sample(self, rng, out, params):
+    def sample(self, rng, out, params, noise=None):
+        """Actions drawn with ``rng`` (``noise``: :class:`GSDEHead`'s alone)."""
         return self.dist.categorical_sample(rng, out)
 
     def mode(self, out, params):
@@ -90,7 +96,7 @@ class MultiCategoricalHead(CategoricalHead):
         self.nvec = np.asarray(nvec, dtype=np.int64)
         self.action_shape = (int(self.nvec.size),)
 
-    def sample(self, rng, out, params):
+    def sample(self, rng, out, params, noise=None):
         return self.dist.multi_categorical_sample(rng, out, self.nvec)
 
     def mode(self, out, params):
@@ -116,6 +122,8 @@ class GaussianHead:
     """Diagonal Gaussian with a state-independent ``log_std``; ``policy_out`` = mean ``[B, A]``;
     ``low``/``high`` are the Box bounds that clip what the environment receives."""
 
+    uses_latent = False
+
     def __init__(self, action_dim: int, low, high, log_std_init: float, dist):
         self.dist = dist
         self.out_dim = int(action_dim)
@@ -128,7 +136,7 @@ class GaussianHead:
     def init_params(self) -> Params:
         return {"log_std": np.full(self.out_dim, self.log_std_init)}
 
-    def sample(self, rng, out, params):
+    def sample(self, rng, out, params, noise=None):
         return self.dist.gaussian_sample(rng, out, params["log_std"])
 
     def mode(self, out, params):
@@ -156,11 +164,77 @@ class GaussianHead:
         return np.clip(actions, self.low, self.high)
 
 
-def make_head(action_space, config, dist):
-    """The head of a gymnasium action space (Discrete, 1-d MultiDiscrete, 1-d Box) on the
-    distribution module ``dist`` (``tier.distributions``). Raises ``ValueError`` for other
-    spaces, or ones that do not start at 0."""
+class GSDEHead(GaussianHead):
+    """gSDE (:func:`ppo_ref.spec.distributions.gsde_log_prob`; ``config.use_sde``): ``policy_out
+    [B, A + L]`` is the mean ``[B, A]`` followed by the latent features ``phi [B, L]``
+    (:func:`ppo_ref.spec.networks.policy_latent`); the parameter ``log_std`` is ``[L, A]``
+    (``config.full_std``) or ``[L, 1]``, every entry ``config.log_std_init``. Acting adds
+    ``phi @ E`` with the env's exploration matrix ``E`` (:meth:`exploration_matrices`, drawn by
+    the rollout at its start and every ``config.sde_sample_freq`` steps); the mode is the mean.
+
+    The features receive gradient through the mean only: the distribution's gradient in them
+    (``d_features``, which the spec computes) is not propagated, as in SB3's PPO, which fixes
+    ``learn_features=False`` and offers no option for it.
+    """
+
+    uses_latent = True
+
+    def __init__(self, action_dim: int, low, high, latent_dim: int, config, dist):
+        super().__init__(action_dim, low, high, config.log_std_init, dist)
+        self.latent_dim = int(latent_dim)
+        self.std_cols = self.out_dim if config.full_std else 1
+        self.use_expln = bool(config.use_expln)
+
+    def init_params(self) -> Params:
+        return {"log_std": np.full((self.latent_dim, self.std_cols), self.log_std_init)}
+
+    def _split(self, out):
+        return out[:, :self.out_dim], out[:, self.out_dim:]
+
+    def exploration_matrices(self, rng, params, n: int):
+        """``[n, L, A]`` exploration matrices drawn with ``rng`` from ``params["log_std"]``."""
+        return self.dist.gsde_exploration_matrices(rng, params["log_std"], n, self.out_dim,
+                                                   self.use_expln)
+
+    def sample(self, rng, out, params, noise=None):
+        """``mean + phi @ E`` per row, ``E = noise[row]``; ``noise`` None (``predict``): a new
+        matrix per row drawn with ``rng``."""
+        if noise is None:
+            noise = self.exploration_matrices(rng, params, out.shape[0])
+        mean, phi = self._split(out)
+        return self.dist.gsde_action(mean, phi, noise)
+
+    def mode(self, out, params):
+        return np.array(self._split(out)[0], dtype=np.float64)
+
+    def log_prob(self, out, params, actions):
+        mean, phi = self._split(out)
+        return self.dist.gsde_log_prob(mean, params["log_std"], phi, actions, self.use_expln)
+
+    def entropy(self, out, params):
+        return self.dist.gsde_entropy(params["log_std"], self._split(out)[1], self.out_dim,
+                                      self.use_expln)
+
+    def backward(self, out, params, actions, d_log_probs, d_entropy):
+        """``(d_mean [B, A], {"log_std": ...})``: the gradient in the mean, for the network."""
+        mean, phi = self._split(out)
+        d_mean, d_log_std, _ = self.dist.gsde_log_prob_backward(
+            mean, params["log_std"], phi, actions, d_log_probs, self.use_expln)
+        if d_entropy is not None:
+            d_log_std = d_log_std + self.dist.gsde_entropy_backward(
+                params["log_std"], phi, self.out_dim, d_entropy, self.use_expln)[0]
+        return d_mean, {"log_std": d_log_std}
+
+
+def make_head(action_space, config, dist, latent_dim: Optional[int] = None):
+    """The head of a gymnasium action space (Discrete, 1-d MultiDiscrete, 1-d Box; with
+    ``config.use_sde`` a :class:`GSDEHead` on ``latent_dim`` features) on the distribution
+    module ``dist`` (``tier.distributions``). Raises ``ValueError`` for other spaces, ones that
+    do not start at 0, or ``use_sde`` with an action space that is not a Box."""
     from gymnasium import spaces
+    if config.use_sde and not isinstance(action_space, spaces.Box):
+        raise ValueError(f"use_sde=True needs a Box action space (gSDE is continuous "
+                         f"exploration), got {action_space!r}")
     if isinstance(action_space, spaces.MultiDiscrete):
         if len(action_space.shape) != 1 or np.any(action_space.start != 0):
             raise ValueError(f"action_space MultiDiscrete must be 1-d and start at 0, got "
@@ -174,6 +248,9 @@ def make_head(action_space, config, dist):
     if isinstance(action_space, spaces.Box):
         if len(action_space.shape) != 1:
             raise ValueError(f"action_space Box must be 1-d, got shape {action_space.shape}")
+        if config.use_sde:
+            return GSDEHead(action_space.shape[0], action_space.low, action_space.high,
+                            latent_dim, config, dist)
         return GaussianHead(action_space.shape[0], action_space.low, action_space.high,
                             config.log_std_init, dist)
     raise ValueError(f"action_space must be gymnasium Discrete, 1-d MultiDiscrete or 1-d Box, "
@@ -201,7 +278,11 @@ class _Policy:
         self.config = config
         self.obs_dim = observation_dim(observation_space)
         self.obs_shape = tuple(observation_space.shape)
-        self.head = make_head(action_space, config, tier.distributions)
+        if config.use_sde and self.recurrent:
+            raise ValueError("use_sde=True is not supported with the recurrent (LSTM) policy: "
+                             "gSDE runs with the feedforward policy only")
+        latent_dim = config.net_arch[-1] if config.net_arch else self.obs_dim
+        self.head = make_head(action_space, config, tier.distributions, latent_dim)
         self.head_keys = tuple(self.head.init_params())
         self.dtype = np.dtype(config.compute_dtype)
 
@@ -224,12 +305,13 @@ class _Policy:
         grads = {**net_grads, **head_grads}
         return {k: np.asarray(grads[k], dtype=np.float64) for k in params}
 
-    def act(self, cparams: Params, obs, state, episode_starts, rng) -> Acted:
+    def act(self, cparams: Params, obs, state, episode_starts, rng, noise=None) -> Acted:
         """One acting step for ``N`` envs with parameters in the compute dtype
         (:meth:`compute_params`): actions sampled with ``rng`` from ``obs [N, obs_dim]`` (and,
-        for the recurrent policy, the state before the step, reset where ``episode_starts``)."""
+        for the recurrent policy, the state before the step, reset where ``episode_starts``;
+        for :class:`GSDEHead`, ``noise``: the envs' exploration matrices ``[N, L, A]``)."""
         out, values, state = self._step(cparams, obs, state, episode_starts)
-        return Acted(self.head.sample(rng, out, cparams), out, values, state)
+        return Acted(self.head.sample(rng, out, cparams, noise), out, values, state)
 
     def behaviour(self, cparams: Params, observations, actions, policy_outs, acted_values):
         """``(log_probs, values)`` ``[B]`` of acted rows: the behaviour log-probabilities of
@@ -288,9 +370,21 @@ class MLPPolicy(_Policy):
         return None
 
     def _step(self, cparams, obs, state, episode_starts):
-        out = self.tier.networks.policy_forward(
-            self._net(cparams), obs.astype(self.dtype, copy=False), *self._net_args)
+        obs = obs.astype(self.dtype, copy=False)
+        if self.head.uses_latent:  # (the latent features come from the whole pass's cache)
+            out, values, _ = self._forward(self._net(cparams), obs)
+            return out, np.array(values), None   # (a copy: not a view of a pass buffer)
+        out = self.tier.networks.policy_forward(self._net(cparams), obs, *self._net_args)
         return out, None, None
+
+    def _forward(self, net_params: Params, obs):
+        """``(policy_out, values, cache)`` of the network; with a head that
+        ``uses_latent``, ``policy_out`` followed by the latent features."""
+        networks = self.tier.networks
+        out, values, cache = networks.actor_critic_forward(net_params, obs, *self._net_args)
+        if self.head.uses_latent:
+            out = np.concatenate([out, networks.policy_latent(net_params, cache)], axis=1)
+        return out, values, cache
 
     def values(self, cparams: Params, obs, state, episode_starts) -> np.ndarray:
         """``V(obs)`` ``[B]`` (bootstrap values) with compute-dtype parameters."""
@@ -303,8 +397,8 @@ class MLPPolicy(_Policy):
         actions [B, ...])`` under ``params``: what :func:`ppo_ref.spec.update.run_epochs` calls."""
         obs, actions = data
         cparams = self.compute_params(params)
-        out, values, net_cache = self.tier.networks.actor_critic_forward(
-            self._net(cparams), obs.astype(self.dtype, copy=False), *self._net_args)
+        out, values, net_cache = self._forward(self._net(cparams),
+                                               obs.astype(self.dtype, copy=False))
         log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
         return log_probs, entropy, values, (cparams, out, actions, net_cache)
 

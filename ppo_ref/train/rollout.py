@@ -8,7 +8,10 @@ state after step ``t``, without a reset), else 0. Vector envs use
 ``info["final_obs"]``: no phantom rows). Episode statistics are gymnasium's
 ``RecordEpisodeStatistics`` (raw rewards), reward scaling its ``NormalizeReward`` above it,
 observation normalization :mod:`ppo_ref.spec.normalization`; ``clip_observations`` /
-``clip_rewards`` clip the normalized values (the statistics see the raw ones).
+``clip_rewards`` clip the normalized values (the statistics see the raw ones). With gSDE
+(:class:`~ppo_ref.train.policies.GSDEHead`) the collector holds one exploration matrix per env,
+drawn with the acting ``rng`` at the start of every rollout and, when ``config.sde_sample_freq =
+k > 0``, before every step ``t`` with ``t % k == 0`` (SB3 ``collect_rollouts``).
 
 The collector is the boundary with the environment: every step's outputs are checked and a bad
 one raises :class:`EnvStepError` naming the sub-env and the step; nothing after it re-checks.
@@ -273,7 +276,7 @@ class RolloutCollector:
     Args:
         env: a gymnasium ``VectorEnv`` in SAME_STEP autoreset mode (:func:`make_vector_env`).
         policy: the policy that acts (``act``, ``values``, ``initial_state``, ``head``,
-            ``compute_params``, ``obs_dim``, ``obs_shape``).
+            ``compute_params``, ``obs_dim``, ``obs_shape``, ``dtype``, ``config``).
         n_steps: T, steps per env per rollout.
         normalize_observations, normalize_rewards, gamma, clip_observations, clip_rewards:
             the :class:`~ppo_ref.config.PPOConfig` fields of those names.
@@ -301,6 +304,13 @@ class RolloutCollector:
         self.obs: Optional[np.ndarray] = None
         self.episode_starts = np.ones(self.n_envs, dtype=bool)
         self.state = policy.initial_state(self.n_envs)
+        #: gSDE's exploration matrices ``[N, L, A]`` (compute dtype; None for other heads),
+        #: drawn anew by :meth:`collect`
+        self.exploration_matrices: Optional[np.ndarray] = None
+        if policy.head.uses_latent:
+            head = policy.head
+            self.exploration_matrices = np.zeros((self.n_envs, head.latent_dim, head.out_dim),
+                                                 policy.dtype)
         self.vector_steps = 0
         self._rollout_step = -1
         self._obs_shape = (self.n_envs,) + tuple(policy.obs_shape)
@@ -445,9 +455,13 @@ class RolloutCollector:
         returns, lengths, envs = [], [], []
         start_state = self.state
         obs_buf[0] = self.obs
+        sde_freq = policy.config.sde_sample_freq
         for t in range(T):
             start_buf[t] = self.episode_starts
-            acted = policy.act(cparams, obs_buf[t], self.state, self.episode_starts, rng)
+            if head.uses_latent and (t == 0 or (sde_freq > 0 and t % sde_freq == 0)):
+                self.exploration_matrices = head.exploration_matrices(rng, cparams, N)
+            acted = policy.act(cparams, obs_buf[t], self.state, self.episode_starts, rng,
+                               self.exploration_matrices)
             act_buf[t] = acted.actions
             outs.append(acted.policy_out)
             acted_values.append(acted.values)
@@ -488,8 +502,9 @@ class RolloutCollector:
     def state_arrays(self) -> Tuple[Dict[str, np.ndarray], Dict[str, Any]]:
         """``(arrays, json)``: everything the next :meth:`collect` depends on. Arrays: ``obs``,
         ``episode_starts``, ``episode_return``, ``episode_length``, the policy state
-        (``state.h``, ``state.c``), the observation statistics (``obs_rms.*``) and the reward
-        scaling's (``ret_rms.*``, ``ret_accumulated``, ``ret_prev_dones``). JSON:
+        (``state.h``, ``state.c``), gSDE's ``exploration_matrices``, the observation statistics
+        (``obs_rms.*``) and the reward scaling's (``ret_rms.*``, ``ret_accumulated``,
+        ``ret_prev_dones``). JSON:
         ``vector_steps``, ``sub_envs`` (per sub-env snapshots) and ``unsupported`` (attributes
         that could not be captured: when non-empty a resume is not exact)."""
         if self.obs is None:
@@ -500,6 +515,8 @@ class RolloutCollector:
                   "episode_length": np.array(stats.episode_lengths, dtype=np.int64)}
         if self.state is not None:
             arrays["state.h"], arrays["state.c"] = self.state.h.copy(), self.state.c.copy()
+        if self.exploration_matrices is not None:
+            arrays["exploration_matrices"] = self.exploration_matrices.copy()
         if self.obs_moments is not None:
             m = self.obs_moments
             arrays.update({"obs_rms.mean": m.mean.copy(), "obs_rms.var": m.var.copy(),
@@ -542,6 +559,8 @@ class RolloutCollector:
         self.episode_stats.episode_lengths = arrays["episode_length"].copy()
         if self.state is not None:
             self.state = LSTMStates(arrays["state.h"].copy(), arrays["state.c"].copy())
+        if self.exploration_matrices is not None:
+            self.exploration_matrices = arrays["exploration_matrices"].copy()
         self.vector_steps = int(meta["vector_steps"])
 
     def _sub_env_states(self) -> List[Dict[str, Any]]:
