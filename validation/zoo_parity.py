@@ -508,7 +508,8 @@ def plot(doc: Dict[str, Any], path: str) -> None:
         ax.set_ylabel(f"return, last {LAST_N} training episodes", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
