@@ -214,3 +214,17 @@ def test_tiny_run_writes_table_json_cache_and_plot(tmp_path, capsys, monkeypatch
     assert zp.main(argv[:-2] + ["ppo_ref/MultiChoice-v0=256", "ppo_ref/MemoryCue-v0=1024",
                                 "--table-only"]) == 0
     assert "not in the cache at today's settings" in capsys.readouterr().err
+
+
+def test_jobs_run_in_spawned_processes_and_fill_the_cache(tmp_path, capsys):
+    argv = ["--rows", "ppo_ref/MultiChoice-v0", "--seeds", "0-1", "--libs", "ppo_ref",
+            "--eval-episodes", "0", "--out", str(tmp_path), "--no-plot",
+            "--timesteps", "ppo_ref/MultiChoice-v0=256"]
+    assert zp.main(argv + ["--jobs", "2"]) == 0
+    doc = json.loads((tmp_path / "zoo_parity.json").read_text())
+    runs = doc["rows"]["ppo_ref/MultiChoice-v0"]["libs"]["ppo_ref"]["runs"]
+    assert [run["seed"] for run in runs] == [0, 1]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [
+        "ppo_ref_MultiChoice-v0__ppo_ref__seed0.json",
+        "ppo_ref_MultiChoice-v0__ppo_ref__seed1.json"]
+    assert "PASS" not in capsys.readouterr().out                   # no SB3 side: n/a

@@ -458,6 +458,8 @@ def table(doc: Dict[str, Any]) -> str:
             f"{item['timesteps']} (not the zoo's {item['zoo_timesteps']})"
         seeds = sorted(set(p["seeds"]) | set(s["seeds"]))
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[item["passes"]]
+        if item["passes"] is not None and s["final"]["n"] < 3:
+            verdict += f" ({s['final']['n']} SB3 seed(s): not a spread)"
         published = item["published_source"] if item["published"] is None else \
             f"{item['published']:.1f}"
         cells = [row, item["policy"], steps, ",".join(map(str, seeds))]
@@ -511,7 +513,7 @@ def plot(doc: Dict[str, Any], path: str) -> None:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
