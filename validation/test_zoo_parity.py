@@ -207,6 +207,21 @@ def test_tiny_run_writes_table_json_cache_and_plot(tmp_path, capsys, monkeypatch
     table = (tmp_path / "zoo_parity.md").read_text()
     assert "Rule: a row passes when ppo_ref's mean final return lies within [min, max]" in table
 
+    # a cached config lacking a field (one PPOConfig gained since) counts at its default;
+    # a changed field or a field PPOConfig does not have makes the run stale
+    path = zp.cache_path(str(tmp_path), "ppo_ref/MemoryCue-v0", "sb3", 1)
+    record = json.loads(open(path).read())
+    load = lambda: zp.load_cached(str(tmp_path), "ppo_ref/MemoryCue-v0", "sb3", 1,  # noqa: E731
+                                  1024, 2)
+    assert load() == record
+    for config in ({k: v for k, v in record["config"].items() if k != "huber_delta"},
+                   dict(record["config"], gamma=0.5), dict(record["config"], no_such=1)):
+        with open(path, "w") as fh:
+            json.dump(dict(record, config=config), fh)
+        assert (load() is not None) == (config.get("gamma") != 0.5 and "no_such" not in config)
+    with open(path, "w") as fh:
+        json.dump(record, fh)
+
     # rebuilt from the cache alone; a changed budget is not served from it
     monkeypatch.setattr(zp, "run_one", lambda job: pytest.fail(f"trained {job}"))
     assert zp.main(argv + ["--table-only"]) == 0

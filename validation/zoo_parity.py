@@ -378,7 +378,10 @@ def run_one(job: Dict[str, Any]) -> Dict[str, Any]:
 def load_cached(out: str, row: str, lib: str, seed: int, timesteps: int,
                 eval_episodes: int) -> Optional[Dict[str, Any]]:
     """The cached run of ``(row, lib, seed)`` when its settings and budget equal today's, else
-    None (absent, unreadable or stale)."""
+    None (absent, unreadable or stale). The configs are compared as PPOConfigs: a field the
+    cached record lacks (one added to PPOConfig since) counts at its default, the only value
+    it could have had; a field PPOConfig no longer has makes the record stale."""
+    from ppo_ref.config import PPOConfig
     path = cache_path(out, row, lib, seed)
     try:
         with open(path, encoding="utf-8") as fh:
@@ -386,7 +389,13 @@ def load_cached(out: str, row: str, lib: str, seed: int, timesteps: int,
     except (OSError, ValueError):
         return None
     wanted = _settings_record(row, lib, seed, timesteps, eval_episodes)
+    config = wanted.pop("config")
     if any(record.get(key) != value for key, value in wanted.items()):
+        return None
+    try:
+        if PPOConfig.from_dict(record.get("config")) != PPOConfig.from_dict(config):
+            return None
+    except ValueError:
         return None
     return record
 
