@@ -30,7 +30,6 @@ def _activations(sequential):
 
 def assert_model_has_config(model, config, policy: str, env_id: str):
     """Every setting of ``config`` read back from the SB3 model (not from zp.sb3_settings)."""
-    import torch as th
     from stable_baselines3.common.vec_env import VecNormalize
     c, env = config, model.get_env()
     assert type(model).__name__ == ("RecurrentPPO" if policy == "lstm" else "PPO")
