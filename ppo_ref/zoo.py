@@ -3,8 +3,7 @@ rl-baselines3-zoo (``hyperparams/ppo.yml``, ``hyperparams/ppo_lstm.yml`` and the
 ``benchmark.md``): one :class:`ZooEntry` per env, in :class:`~ppo_ref.config.PPOConfig` fields
 on the reference conventions (zoo ``normalize: true`` is both normalizations clipped at 10;
 ``lin_X`` is ``X`` with a ``linear`` schedule; a ``batch_size`` left out keeps SB3's 64).
-``validation/zoo_parity.py`` trains every entry beside Stable-Baselines3 at the same settings
-and prints both final returns with the published one.
+``validation/zoo_parity.py`` trains every entry beside SB3 with the same settings and seeds.
 """
 from __future__ import annotations
 
