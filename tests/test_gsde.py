@@ -322,3 +322,38 @@ def test_predict_mode_is_the_clipped_mean_and_sampling_adds_state_dependent_nois
     assert trainer.predict_rng.bit_generator.state != before   # a new matrix per row
     assert not np.array_equal(sampled, trainer.predict(obs, deterministic=True))
     trainer.close()
+
+
+_BLAS_RUN = """
+import json, sys
+from ppo_ref.config import PPOConfig
+from ppo_ref.train.ppo import PPOTrainer
+out = {}
+for dtype in ("float64", "float32"):
+    cfg = PPOConfig(n_envs=4, n_steps=64, batch_size=64, n_epochs=2, use_sde=True,
+                    sde_sample_freq=4, net_arch=(64, 64), compute_dtype=dtype)
+    trainer = PPOTrainer("Pendulum-v1", cfg, seed=0)
+    trainer.learn(512)
+    out[dtype] = {k: v.tobytes().hex() for k, v in sorted(trainer.params.items())}
+    trainer.close()
+json.dump(out, sys.stdout)
+"""
+
+
+def test_fast_gsde_run_is_the_same_bits_under_two_openblas_kernels():
+    """As the MLP trainer (tests/test_same_bits.py): the actions ``mean + phi @ E`` and the
+    gradients of ``log_std`` sum in the code's order, so OpenBLAS's kernel for the CPU
+    (Haswell: AVX2 + FMA; Sandybridge: no FMA) changes no parameter bit."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = []
+    for coretype in ("Haswell", "Sandybridge"):
+        env = dict(os.environ, OPENBLAS_CORETYPE=coretype, PYTHONPATH=root)
+        proc = subprocess.run([sys.executable, "-c", _BLAS_RUN], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout))
+    assert runs[0] == runs[1]
