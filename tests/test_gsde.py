@@ -257,6 +257,12 @@ def test_use_sde_errors_name_the_field():
     from ppo_ref.distributed.config import AsyncActorLearnerConfig
     with pytest.raises(ValueError, match="use_sde"):
         AsyncActorLearnerConfig(ppo=PPOConfig(use_sde=True))
+    import gymnasium as gym
+    from ppo_ref.train.policies import make_head
+    box = gym.spaces.Box(-1.0, 1.0, (2,))
+    for latent_dim in (None, 0):
+        with pytest.raises(ValueError, match="^latent_dim"):
+            make_head(box, PPOConfig(use_sde=True), spec, latent_dim)
 
 
 def test_full_std_false_and_log_std_init_shape_the_parameter():
