@@ -63,14 +63,19 @@ def test_entropy_gradients_in_log_std_and_features(full_std, use_expln):
 
 
 def test_std_derivative_on_both_expln_branches():
-    """``gsde_std``'s slope (through the log-probability's ``d_log_std`` of a one-feature,
-    one-action distribution) on each branch: exp below 0, ``1 / (1 + theta + eps)`` above."""
+    """``gsde_std``'s slope through the log-probability's ``d_log_std`` of a one-feature,
+    one-action distribution (``phi = 1``: ``var = sigma^2 + eps``) on each branch of expln:
+    ``d_log_std = d log p / d var * 2 sigma * sigma'`` with ``sigma' = exp(theta)`` below 0 and
+    ``1 / (1 + theta + eps)`` above."""
+    mean, features, actions = np.array([[0.2]]), np.array([[1.0]]), np.array([[1.1]])
     for theta in (-0.7, 0.9):
-        log_std = np.array([[theta]])
-        h = 1e-6
-        numeric = (spec.gsde_std(log_std + h, True) - spec.gsde_std(log_std - h, True)) / (2 * h)
-        expected = math.exp(theta) if theta <= 0 else 1.0 / (1.0 + theta + GSDE_EPS)
-        assert numeric[0, 0] == pytest.approx(expected, rel=1e-8)
+        sigma = math.exp(theta) if theta <= 0 else math.log1p(theta + GSDE_EPS) + 1.0
+        slope = math.exp(theta) if theta <= 0 else 1.0 / (1.0 + theta + GSDE_EPS)
+        var = sigma * sigma + GSDE_EPS
+        d_var = ((1.1 - 0.2) ** 2 / var - 1.0) / (2.0 * var)
+        d_log_std = spec.gsde_log_prob_backward(mean, np.array([[theta]]), features, actions,
+                                                np.ones(1), True)[1]
+        assert d_log_std[0, 0] == pytest.approx(d_var * 2.0 * sigma * slope, rel=1e-13)
 
 
 # --------------------------------------------------------------------------------------------
