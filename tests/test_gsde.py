@@ -63,14 +63,19 @@ def test_entropy_gradients_in_log_std_and_features(full_std, use_expln):
 
 
 def test_std_derivative_on_both_expln_branches():
-    """``gsde_std``'s slope (through the log-probability's ``d_log_std`` of a one-feature,
-    one-action distribution) on each branch: exp below 0, ``1 / (1 + theta + eps)`` above."""
+    """``gsde_std``'s slope through the log-probability's ``d_log_std`` of a one-feature,
+    one-action distribution (``phi = 1``: ``var = sigma^2 + eps``) on each branch of expln:
+    ``d_log_std = d log p / d var * 2 sigma * sigma'`` with ``sigma' = exp(theta)`` below 0 and
+    ``1 / (1 + theta + eps)`` above."""
+    mean, features, actions = np.array([[0.2]]), np.array([[1.0]]), np.array([[1.1]])
     for theta in (-0.7, 0.9):
-        log_std = np.array([[theta]])
-        h = 1e-6
-        numeric = (spec.gsde_std(log_std + h, True) - spec.gsde_std(log_std - h, True)) / (2 * h)
-        expected = math.exp(theta) if theta <= 0 else 1.0 / (1.0 + theta + GSDE_EPS)
-        assert numeric[0, 0] == pytest.approx(expected, rel=1e-8)
+        sigma = math.exp(theta) if theta <= 0 else math.log1p(theta + GSDE_EPS) + 1.0
+        slope = math.exp(theta) if theta <= 0 else 1.0 / (1.0 + theta + GSDE_EPS)
+        var = sigma * sigma + GSDE_EPS
+        d_var = ((1.1 - 0.2) ** 2 / var - 1.0) / (2.0 * var)
+        d_log_std = spec.gsde_log_prob_backward(mean, np.array([[theta]]), features, actions,
+                                                np.ones(1), True)[1]
+        assert d_log_std[0, 0] == pytest.approx(d_var * 2.0 * sigma * slope, rel=1e-13)
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,6 +262,12 @@ def test_use_sde_errors_name_the_field():
     from ppo_ref.distributed.config import AsyncActorLearnerConfig
     with pytest.raises(ValueError, match="use_sde"):
         AsyncActorLearnerConfig(ppo=PPOConfig(use_sde=True))
+    import gymnasium as gym
+    from ppo_ref.train.policies import make_head
+    box = gym.spaces.Box(-1.0, 1.0, (2,))
+    for latent_dim in (None, 0):
+        with pytest.raises(ValueError, match="^latent_dim"):
+            make_head(box, PPOConfig(use_sde=True), spec, latent_dim)
 
 
 def test_full_std_false_and_log_std_init_shape_the_parameter():
@@ -322,3 +333,38 @@ def test_predict_mode_is_the_clipped_mean_and_sampling_adds_state_dependent_nois
     assert trainer.predict_rng.bit_generator.state != before   # a new matrix per row
     assert not np.array_equal(sampled, trainer.predict(obs, deterministic=True))
     trainer.close()
+
+
+_BLAS_RUN = """
+import json, sys
+from ppo_ref.config import PPOConfig
+from ppo_ref.train.ppo import PPOTrainer
+out = {}
+for dtype in ("float64", "float32"):
+    cfg = PPOConfig(n_envs=4, n_steps=64, batch_size=64, n_epochs=2, use_sde=True,
+                    sde_sample_freq=4, net_arch=(64, 64), compute_dtype=dtype)
+    trainer = PPOTrainer("Pendulum-v1", cfg, seed=0)
+    trainer.learn(512)
+    out[dtype] = {k: v.tobytes().hex() for k, v in sorted(trainer.params.items())}
+    trainer.close()
+json.dump(out, sys.stdout)
+"""
+
+
+def test_fast_gsde_run_is_the_same_bits_under_two_openblas_kernels():
+    """As the MLP trainer (tests/test_same_bits.py): the actions ``mean + phi @ E`` and the
+    gradients of ``log_std`` sum in the code's order, so OpenBLAS's kernel for the CPU
+    (Haswell: AVX2 + FMA; Sandybridge: no FMA) changes no parameter bit."""
+    import json
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = []
+    for coretype in ("Haswell", "Sandybridge"):
+        env = dict(os.environ, OPENBLAS_CORETYPE=coretype, PYTHONPATH=root)
+        proc = subprocess.run([sys.executable, "-c", _BLAS_RUN], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout))
+    assert runs[0] == runs[1]

@@ -454,3 +454,33 @@ def test_the_trainer_drops_truncated_steps_only_when_asked():
         assert np.array_equal(results[(False, "none")][k], results[(True, "none")][k])
     assert any(not np.array_equal(results[(False, "one")][k], results[(True, "one")][k])
                for k in results[(False, "one")])
+
+
+@pytest.mark.parametrize("tier", [SPEC, FAST], ids=["spec", "fast"])
+def test_a_minibatch_whose_rows_all_weigh_zero_is_skipped(tier):
+    """Every row of the first minibatch dropped (weight 0, as ``truncation_weights`` gives a
+    minibatch of truncated steps): that minibatch takes no step and is not in the stats; the
+    update is the one of the other minibatches alone."""
+    params, rollout, evaluate, backward = linear_problem()
+    weights = np.ones(N_ROWS)
+    weights[np.random.default_rng(7).permutation(N_ROWS)[:BATCH]] = 0.0
+    config = PPOConfig(n_steps=N_ROWS, batch_size=BATCH, n_epochs=1, drop_truncated_steps=True)
+
+    def minibatches():
+        return spec.feedforward_minibatches(np.random.default_rng(7), BATCH, **rollout,
+                                            weights=weights)
+    with_all = minibatches()
+    kw = dict(config=config, lr=0.05, clip_range=0.2, evaluate=evaluate, backward=backward,
+              losses=tier.losses, optim=tier.optim)
+    got = spec.run_epochs(params, adam_init(params), minibatches=with_all, **kw)
+    every = minibatches()
+    want = spec.run_epochs(params, adam_init(params),
+                           minibatches=lambda epoch: list(every(epoch))[1:], **kw)
+    assert got[2]["n_gradient_steps"] == want[2]["n_gradient_steps"] == N_ROWS // BATCH - 1
+    assert got[1]["t"] == want[1]["t"]
+    for k in params:
+        np.testing.assert_array_equal(got[0][k], want[0][k], err_msg=k)
+    assert got[2].keys() == want[2].keys()
+    for key in got[2]:
+        assert got[2][key] == want[2][key] or (math.isnan(got[2][key])
+                                               and math.isnan(want[2][key])), key

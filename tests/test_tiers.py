@@ -299,10 +299,10 @@ for _fn in ("gaussian_log_prob", "gaussian_log_prob_backward", "gaussian_entropy
     ]
 
 
-#: the gSDE twins: gsde_std, the matrices and the action the spec's NumPy arithmetic (bits);
-#: the rest read a variance summed by a compiled loop (the spec's is BLAS's)
+#: the gSDE twins: gsde_std and the matrices the spec's NumPy arithmetic (bits); the rest sum
+#: their products in compiled loops (the spec's are BLAS's)
 GSDE_F64 = dict(rtol=1e-12, atol=1e-14)
-GSDE_BITS_FNS = ("gsde_std", "gsde_exploration_matrices", "gsde_action")
+GSDE_BITS_FNS = ("gsde_std", "gsde_exploration_matrices")
 
 
 def _gsde_case(fn, dtype=np.float64, full_std=True, use_expln=False, batch=32, latent=16):

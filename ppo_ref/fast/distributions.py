@@ -10,11 +10,12 @@ Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float
 * ``gaussian_log_prob``, ``gaussian_log_prob_backward``, ``gaussian_entropy``,
   ``gaussian_entropy_backward``, ``gaussian_sample``: bit for bit (the spec's NumPy
   arithmetic, without its checks);
-* ``gsde_std``, ``gsde_exploration_matrices``, ``gsde_action``: bit for bit (the spec's NumPy
-  arithmetic, without its checks); ``gsde_log_prob``, ``gsde_entropy`` and their backward
-  functions: rtol 1e-12, atol 1e-14 (the variance ``phi^2 @ sigma^2`` is a compiled loop,
-  :func:`_gsde_variance`, summed in feature order per row, so that a row's log-probability does
-  not depend on the other rows of the call; the spec's product is BLAS's);
+* ``gsde_std``, ``gsde_exploration_matrices``: bit for bit (the spec's NumPy arithmetic,
+  without its checks); ``gsde_action``, ``gsde_log_prob``, ``gsde_entropy`` and their backward
+  functions: rtol 1e-12, atol 1e-14 (their products ``phi @ E``, ``phi^2 @ sigma^2`` and the
+  gradients' sums are compiled loops in a fixed order, :func:`_gsde_noise`,
+  :func:`_gsde_variance`, :func:`_gsde_variance_grads`, so that a row's results do not depend on
+  the other rows of the call nor on the BLAS kernel; the spec's products are BLAS's);
 * ``log_softmax``, ``categorical_log_prob``, ``categorical_entropy``,
   ``categorical_log_prob_backward``, ``categorical_entropy_backward``,
   ``categorical_log_prob_entropy``, ``categorical_log_prob_entropy_backward`` and the
@@ -589,15 +590,50 @@ def _variance(phi, sigma, action_dim: int, where: str):
     return var
 
 
+@njit
+def _gsde_variance_grads(phi, sigma, d_var):
+    """``(d sigma^2 [L, A or 1], d_features [B, L])`` of ``sum d_var * var``: the spec's
+    ``_gsde_variance_backward`` products, summed from 0 in row then action order (no BLAS)."""
+    rows, n = phi.shape
+    a_dim, cols = d_var.shape[1], sigma.shape[1]
+    zero = np.zeros(1, phi.dtype)[0]
+    d_sigma2 = np.zeros((n, cols), phi.dtype)
+    d_features = np.empty((rows, n), phi.dtype)
+    for b in range(rows):
+        for i in range(n):
+            p = phi[b, i] * phi[b, i]
+            acc = zero
+            for j in range(a_dim):
+                jj = j if cols != 1 else 0
+                d_sigma2[i, jj] += p * d_var[b, j]
+                acc += d_var[b, j] * (sigma[i, jj] * sigma[i, jj])
+            d_features[b, i] = (phi[b, i] + phi[b, i]) * acc
+    return d_sigma2, d_features
+
+
+@njit
+def _gsde_noise(phi, exploration_matrices):
+    """``phi_b @ E_b`` per row ``[B, A]``, summed from 0 in feature order (no BLAS)."""
+    rows, n = phi.shape
+    a_dim = exploration_matrices.shape[2]
+    zero = np.zeros(1, phi.dtype)[0]
+    noise = np.empty((rows, a_dim), phi.dtype)
+    for b in range(rows):
+        for j in range(a_dim):
+            acc = zero
+            for i in range(n):
+                acc += phi[b, i] * exploration_matrices[b, i, j]
+            noise[b, j] = acc
+    return noise
+
+
 def _variance_backward(theta, sigma, slope, phi, d_var, where: str):
-    """The spec's ``_gsde_variance_backward`` arithmetic."""
+    """The spec's ``_gsde_variance_backward``: its products by :func:`_gsde_variance_grads`."""
+    d_sigma2, d_features = _gsde_variance_grads(np.ascontiguousarray(phi),
+                                                np.ascontiguousarray(sigma),
+                                                np.ascontiguousarray(d_var))
     with np.errstate(over="ignore", invalid="ignore"):
-        d_sigma2 = (phi * phi).T @ d_var
-        if theta.shape[1] == 1:
-            d_sigma2 = np.sum(d_sigma2, axis=1, keepdims=True)
         d_log_std = d_sigma2 * 2.0 * sigma * slope
-        sigma2 = np.broadcast_to(sigma * sigma, (sigma.shape[0], d_var.shape[1]))
-        d_features = 2.0 * phi * (d_var @ sigma2.T)
     return _finite(d_log_std, where), _finite(d_features, where)
 
 
@@ -669,8 +705,10 @@ def gsde_exploration_matrices(rng, log_std, n_envs, action_dim, use_expln=False)
 
 
 def gsde_action(mean, features, exploration_matrices):
-    """:func:`ppo_ref.spec.distributions.gsde_action`; bit for bit (one product per row)."""
+    """:func:`ppo_ref.spec.distributions.gsde_action`; rtol 1e-12, atol 1e-14 (module
+    docstring)."""
     mu, phi, e = _common(_float(mean), _float(features), _float(exploration_matrices))
+    noise = _gsde_noise(np.ascontiguousarray(phi), np.ascontiguousarray(e))
     with np.errstate(over="ignore", invalid="ignore"):
-        action = mu + np.matmul(phi[:, None, :], e)[:, 0, :]
+        action = mu + noise
     return _finite(action, "ppo_ref.fast.distributions.gsde_action")

@@ -111,10 +111,10 @@ def truncation_weights(terminated, truncated, drop_truncated: bool) -> Optional[
     as is every step of the episode before the cut. The dropped steps take no part in any loss
     mean, gradient, ``approx_kl`` or ``clip_fraction``; they still enter the advantage
     computation of the earlier steps (as ``truncation`` says) and the advantage normalization.
-    A minibatch whose every row is dropped has no loss: the losses raise ``ValueError`` (their
-    weights must have a positive sum). ``terminated``, ``truncated``: bool arrays of one shape
-    (the rollout's ``[T, N]``). Returns None when ``drop_truncated`` is False (every row weighs
-    1), else float64 weights of that shape. Raises ``ValueError`` when the shapes differ.
+    A minibatch whose every row is dropped has no loss: :func:`run_epochs` skips it.
+    ``terminated``, ``truncated``: bool arrays of one shape (the rollout's ``[T, N]``). Returns
+    None when ``drop_truncated`` is False (every row weighs 1), else float64 weights of that
+    shape. Raises ``ValueError`` when the shapes differ.
     """
     if not drop_truncated:
         return None
@@ -317,7 +317,9 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
 
     Each step: ``evaluate`` the minibatch, :func:`minibatch_loss`, the KL stop rule,
     ``backward``, then ``optim.clip_by_global_norm(grads, config.max_grad_norm)`` and
-    ``optim.adam_update(params, clipped, adam_state, lr=lr, eps=config.adam_eps)``. KL stop
+    ``optim.adam_update(params, clipped, adam_state, lr=lr, eps=config.adam_eps)``. A
+    minibatch whose ``weights`` are all 0 (e.g. every row a dropped truncated step) has no
+    loss: it is skipped (not evaluated, no step, not in the stats or the KL rules). KL stop
     rules (``config.target_kl`` not None; ``config.kl_stop_rule``, with ``approx_kl`` of
     ``config.kl_estimator``):
 
@@ -355,6 +357,8 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
     for epoch in range(int(config.n_epochs)):
         last_kl = None
         for j, mb in enumerate(minibatches(epoch)):
+            if mb.weights is not None and not np.any(mb.weights > 0):
+                continue  # no row carries loss: no loss, no step
             try:
                 new_log_probs, entropy, values, cache = evaluate(params, mb.data)
                 out = minibatch_loss(new_log_probs, entropy, values, mb.old_log_probs,

@@ -25,6 +25,7 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._checks import check_positive_int
 from ppo_ref.spec.networks import actor_critic_init
 from ppo_ref.spec.recurrent_networks import LSTMStates, lstm_names, recurrent_actor_critic_init
 
@@ -181,7 +182,7 @@ class GSDEHead(GaussianHead):
 
     def __init__(self, action_dim: int, low, high, latent_dim: int, config, dist):
         super().__init__(action_dim, low, high, config.log_std_init, dist)
-        self.latent_dim = int(latent_dim)
+        self.latent_dim = check_positive_int(latent_dim, "latent_dim")
         self.std_cols = self.out_dim if config.full_std else 1
         self.use_expln = bool(config.use_expln)
 
@@ -230,7 +231,8 @@ def make_head(action_space, config, dist, latent_dim: Optional[int] = None):
     """The head of a gymnasium action space (Discrete, 1-d MultiDiscrete, 1-d Box; with
     ``config.use_sde`` a :class:`GSDEHead` on ``latent_dim`` features) on the distribution
     module ``dist`` (``tier.distributions``). Raises ``ValueError`` for other spaces, ones that
-    do not start at 0, or ``use_sde`` with an action space that is not a Box."""
+    do not start at 0, or ``use_sde`` with an action space that is not a Box or a
+    ``latent_dim`` that is not a positive int."""
     from gymnasium import spaces
     if config.use_sde and not isinstance(action_space, spaces.Box):
         raise ValueError(f"use_sde=True needs a Box action space (gSDE is continuous "
