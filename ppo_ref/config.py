@@ -165,7 +165,7 @@ class PPOConfig:
              "0.5 or 0 a clip that passes nothing at its bound")
     advantage_norm_single_element: str = _f(
         "unchanged", "what advantage normalization makes of one element: unchanged (SB3), zero "
-                     "(ddof=0 std: PureJaxRL) or nan (torch std of one element: CleanRL)",
+                     "(ddof=0 std: PureJaxRL) or NaN (torch std of one element: CleanRL)",
         SINGLE_ELEMENT_RESULTS)
     drop_truncated_steps: bool = _f(
         False, "give steps that ended by truncation (truncated and not terminated) weight 0 in "
@@ -231,6 +231,13 @@ class PPOConfig:
         if self.batch_size > rows:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "
                              f"({self.n_steps} * {self.n_envs} = {rows})")
+        one_row = rows == 1 if self.advantage_norm_scope == "batch" else (
+            self.batch_size == 1 or rows % self.batch_size == 1)  # the last minibatch
+        if self.normalize_advantage and self.advantage_norm_single_element == "NaN" and one_row:
+            raise ValueError("advantage_norm_single_element='NaN' with a one-row "
+                             f"{self.advantage_norm_scope} (n_steps * n_envs = {rows}, "
+                             f"batch_size = {self.batch_size}) makes every update's loss NaN: "
+                             "change batch_size or advantage_norm_single_element")
 
     def replace(self, **changes: Any) -> "PPOConfig":
         """A copy with ``changes`` applied and validated (``ValueError`` for unknown fields)."""

@@ -192,6 +192,17 @@ def test_batch_size_bound_uses_all_envs():
         PPOConfig(n_steps=32, n_envs=8, batch_size=257)
 
 
+def test_nan_single_element_refuses_a_one_row_minibatch():
+    """A one-row last minibatch would make every update's loss NaN: refused at the config."""
+    nan = dict(advantage_norm_single_element="NaN")
+    PPOConfig(n_steps=128, n_envs=1, batch_size=64, **nan)  # 64 + 64 rows: allowed
+    PPOConfig(n_steps=129, n_envs=1, batch_size=64, normalize_advantage=False, **nan)
+    with pytest.raises(ValueError, match=r"^advantage_norm_single_element='NaN'.*129"):
+        PPOConfig.preset("cleanrl", n_envs=1, n_steps=129, batch_size=64)
+    with pytest.raises(ValueError, match=r"^advantage_norm_single_element"):
+        PPOConfig(n_steps=1, n_envs=1, batch_size=1, advantage_norm_scope="batch", **nan)
+
+
 def test_boundary_values_are_accepted():
     config = PPOConfig(gamma=1.0, gae_lambda=0.0, ent_coef=0.0, vf_coef=0.0, net_arch=(),
                        policy_head_gain=0.0, batch_size=2048, advantage_norm_ddof=0)
