@@ -24,7 +24,8 @@ QUANTITIES = ("gae", "vtrace", "policy_loss", "value_loss", "normalize_advantage
 class Option(NamedTuple):
     """One choice implementations make differently: ``name`` (its :class:`ppo_ref.PPOConfig`
     field and convention-dict key), every value it can take (``values``, the reference first),
-    the :data:`QUANTITIES` whose reference result depends on it, and a one-line ``help``."""
+    the :data:`QUANTITIES` whose reference result depends on it (``"update"``: only the whole
+    update, :func:`ppo_ref.testing.trace.identify_trace`), and a one-line ``help``."""
     name: str
     values: Tuple[Any, ...]
     quantities: Tuple[str, ...]
@@ -78,6 +79,9 @@ OPTIONS: Tuple[Option, ...] = (
            "the reduction of per-token terms (verl's loss_agg_mode names): token-mean (TRL), "
            "seq-mean-token-mean, token-sum, seq-mean-token-sum, or the sum over a constant "
            "(Dr. GRPO); searched through the row layouts only"),
+    Option("drop_truncated_steps", (False, True), ("update",),
+           "steps truncated without terminating weigh 0 in the losses; no function quantity "
+           "takes the flags, so only a whole update's trace shows it (identify_trace)"),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}

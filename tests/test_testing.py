@@ -11,7 +11,7 @@ from ppo_ref import cli
 from ppo_ref.spec.losses import normalize_advantages, policy_loss, value_loss
 from ppo_ref.testing import (Mismatch, check_gae, check_normalize_advantages,
                              check_policy_loss, check_value_loss, check_vtrace, diff_traces,
-                             identify, load_trace, trace_update)
+                             identify, identify_trace, load_trace, trace_update)
 
 FEW = 40
 
@@ -466,6 +466,30 @@ def test_diff_names_the_first_quantity_in_data_flow_order(tmp_path, capsys):
     rows = diff_traces(load_trace(str(a)), load_trace(str(b)), rtol=1e-4, atol=1e-5)
     assert [r["quantity"] for r in rows] == ["grad_norm"]
     assert cli.main(["diff", str(a), str(tmp_path / "missing.json")]) == 2
+
+
+def test_identify_trace_names_dropped_truncated_steps(tmp_path, capsys):
+    """A trace whose losses drop the truncated steps (only a whole update shows this
+    convention) is named, alone and beside a second option; a broken trace is not."""
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    reference = trace_update(str(a))
+    trace_update(str(b), drop_truncated_steps=True)
+    assert identify_trace(load_trace(str(b)), reference) == [{"drop_truncated_steps": True}]
+    assert cli.main(["diff", str(a), str(b), "--identify"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("first difference: policy_loss")  # GAE and normalization unchanged
+    assert "with: drop_truncated_steps=True" in out
+    both = trace_update(drop_truncated_steps=True, kl_estimator="k1")
+    assert identify_trace(both, reference) == [{"kl_estimator": "k1",
+                                                 "drop_truncated_steps": True}]
+    assert identify_trace(reference) == [{}]
+    doc = json.loads(b.read_text())
+    doc["trace"]["grad_norm"] += 1e-3
+    b.write_text(json.dumps(doc))
+    assert cli.main(["diff", str(a), str(b), "--identify"]) == 1
+    assert "no change of up to two convention options gives B" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="inputs"):
+        identify_trace({"trace": reference["trace"]})
 
 
 def test_diff_of_two_conventions_parts_at_the_advantages():

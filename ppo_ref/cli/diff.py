@@ -19,6 +19,9 @@ def configure_diff(p) -> None:
     p.add_argument("b", help="trace JSON B")
     p.add_argument("--rtol", type=float, default=1e-9, help="relative tolerance (default 1e-9)")
     p.add_argument("--atol", type=float, default=1e-12, help="absolute tolerance (default 1e-12)")
+    p.add_argument("--identify", action="store_true",
+                   help="when they differ, name the changes of up to two convention options "
+                        "under which ppo_ref's update on A's inputs and settings gives B")
 
 
 def cmd_diff(args) -> int:
@@ -27,7 +30,8 @@ def cmd_diff(args) -> int:
     for name, tol in (("--rtol", args.rtol), ("--atol", args.atol)):
         if not (math.isfinite(tol) and tol >= 0):
             raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
-    from ppo_ref.testing.trace import diff_traces, format_diff, load_trace, quantity_count
+    from ppo_ref.testing.trace import (diff_traces, format_diff, identify_trace, load_trace,
+                                       quantity_count)
     try:
         a, b = load_trace(args.a), load_trace(args.b)
     except OSError as exc:
@@ -36,4 +40,12 @@ def cmd_diff(args) -> int:
         raise UsageError(str(exc)) from None
     rows = diff_traces(a, b, rtol=args.rtol, atol=args.atol)
     print(format_diff(rows, quantity_count(a)))
+    if rows and args.identify:
+        try:
+            found = identify_trace(b, a, rtol=args.rtol, atol=args.atol)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        print("B is ppo_ref's update on A's inputs with: " + "; or ".join(
+            ", ".join(f"{k}={v!r}" for k, v in c.items()) for c in found) if found else
+            "no change of up to two convention options gives B")
     return 1 if rows else 0

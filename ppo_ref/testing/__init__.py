@@ -11,7 +11,9 @@ Each ``check_*`` draws examples with hypothesis (edge patterns on purpose:
 or a dict of :data:`OPTIONS`); a difference raises :class:`Mismatch` (:mod:`ppo_ref.testing.core`).
 :func:`identify` names the convention a function implements; :func:`trace_update` writes every
 intermediate of one PPO minibatch update, and ``ppo-ref diff A B`` names the first quantity where
-two traces part. The checks and ``identify`` need hypothesis (``pip install ppo_ref[testing]``).
+two traces part (``--identify``, :func:`identify_trace`: the convention options under which
+ppo_ref's update gives the other trace). The checks and ``identify`` need hypothesis (``pip
+install ppo_ref[testing]``).
 Nothing in the rest of ppo_ref imports this package.
 """
 from ppo_ref.testing.core import (DEFAULT_DEADLINE, DEFAULT_MAX_EXAMPLES, IdentifyReport,
@@ -19,10 +21,12 @@ from ppo_ref.testing.core import (DEFAULT_DEADLINE, DEFAULT_MAX_EXAMPLES, Identi
                                   check_policy_loss, check_value_loss, check_vtrace, identify)
 from ppo_ref.testing.layouts import AGGREGATIONS, LAYOUTS, Episodes, Layout, MaskedRows
 from ppo_ref.conventions import OPTIONS, Option, resolve_convention
-from ppo_ref.testing.trace import TRACE_FORMAT, diff_traces, load_trace, trace_update
+from ppo_ref.testing.trace import (TRACE_FORMAT, diff_traces, identify_trace, load_trace,
+                                   trace_update)
 
 __all__ = ["check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport", "Mismatch",
            "Layout", "LAYOUTS", "MaskedRows", "Episodes", "AGGREGATIONS", "OPTIONS", "Option",
-           "resolve_convention", "trace_update", "diff_traces", "load_trace", "TRACE_FORMAT",
+           "resolve_convention", "trace_update", "diff_traces", "identify_trace", "load_trace",
+           "TRACE_FORMAT",
            "DEFAULT_MAX_EXAMPLES", "DEFAULT_DEADLINE"]

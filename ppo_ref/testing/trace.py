@@ -19,16 +19,19 @@ The file uses the golden-vector codec (:mod:`ppo_ref.vectors.codec`) with ``"for
 "ppo_ref.trace/1"``, the ``settings`` (the PPOConfig as a dict), the ``inputs`` and the
 ``trace`` (an object in data-flow order). Another implementation writes the same file from the
 same inputs; ``ppo-ref diff A B`` (:func:`diff_traces`) reports the first quantity where they
-part.
+part; :func:`identify_trace` names the convention options under which ppo_ref's update
+reproduces another implementation's trace.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from ppo_ref.config import PPOConfig
+from ppo_ref.conventions import OPTIONS
 from ppo_ref.spec.advantages import gae
 from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
                                         categorical_log_prob, categorical_log_prob_backward)
@@ -40,7 +43,7 @@ from ppo_ref.spec.update import aggregation_weights, truncation_weights
 from ppo_ref.vectors.codec import decode, dumps, encode, read_json_file
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
-           "diff_traces", "format_diff", "quantity_count"]
+           "diff_traces", "format_diff", "quantity_count", "identify_trace"]
 
 TRACE_FORMAT = "ppo_ref.trace/1"
 TRACE_ORDER = ("advantages", "returns", "normalized_advantages", "logits", "values",
@@ -269,3 +272,52 @@ def format_diff(rows: List[Dict[str, Any]], n_quantities: int) -> str:
     if len(rows) > 1:
         lines.append("also differ downstream: " + ", ".join(r["quantity"] for r in rows[1:]))
     return "\n".join(lines)
+
+
+#: Fields :func:`trace_update` fixes from its inputs (not taken from a trace's settings).
+_FIXED = ("n_steps", "n_envs", "batch_size", "n_epochs", "net_arch")
+
+
+def identify_trace(trace: Mapping[str, Any], reference: Optional[Mapping[str, Any]] = None, *,
+                   rtol: float = 1e-9, atol: float = 1e-12, max_changes: int = 2
+                   ) -> List[Dict[str, Any]]:
+    """The convention changes under which ppo_ref's traced update equals ``trace``.
+
+    ppo_ref's update is :func:`trace_update` on the ``inputs`` and ``settings`` of
+    ``reference`` (a trace document, e.g. the reference trace the other implementation was
+    given; default ``trace`` itself). Every change of one option of
+    :data:`ppo_ref.conventions.OPTIONS` to another of its values is tried, then (when none
+    matches and ``max_changes >= 2``) every change of two; a change matches when
+    :func:`diff_traces` of ``trace`` and ppo_ref's trace with it finds no difference. This is
+    how a convention no function quantity shows is named, such as ``drop_truncated_steps``.
+
+    Returns the matching changes, each ``{option name: value}``, the fewest options first;
+    ``[{}]`` when ``trace`` already equals ppo_ref's trace with the unchanged settings; ``[]``
+    when nothing matches. Raises ``ValueError`` when the documents lack ``inputs`` or
+    ``settings`` or for ``max_changes`` not 1 or 2.
+    """
+    base_doc = trace if reference is None else reference
+    if not (isinstance(base_doc, Mapping) and "inputs" in base_doc and "settings" in base_doc):
+        raise ValueError("identify_trace needs trace documents with 'inputs' and 'settings' "
+                         "(as trace_update writes them)")
+    if max_changes not in (1, 2):
+        raise ValueError(f"max_changes must be 1 or 2, got {max_changes!r}")
+    base = PPOConfig.from_dict(dict(base_doc["settings"]))
+    fields = {k: v for k, v in vars(base).items() if k not in _FIXED}
+
+    def matches(changes: Dict[str, Any]) -> bool:
+        try:
+            ours = trace_update(inputs=base_doc["inputs"], **{**fields, **changes})
+        except ValueError:  # a combination the config refuses
+            return False
+        return not diff_traces(ours, trace, rtol=rtol, atol=atol)
+
+    if matches({}):
+        return [{}]
+    alternatives = [(o.name, v) for o in OPTIONS for v in o.values if v != fields[o.name]]
+    for n in range(1, max_changes + 1):
+        found = [dict(c) for c in itertools.combinations(alternatives, n)
+                 if len({name for name, _ in c}) == n and matches(dict(c))]
+        if found:
+            return found
+    return []
