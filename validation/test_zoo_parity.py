@@ -165,12 +165,30 @@ def test_main_refuses_an_unmappable_row_before_training(monkeypatch, tmp_path, c
 
 
 def test_the_rule_and_the_statistics():
-    assert zp.row_passes([1.0, 2.0, 3.0], [2.0, 5.0]) is True      # mean 2 = SB3's min
-    assert zp.row_passes([10.0], [0.0, 5.0]) is False
+    assert zp.row_passes([1.0, 2.0, 3.0], [2.0, 5.0]) == "range"   # mean 2 = SB3's min
+    assert zp.row_passes([10.0], [0.0, 5.0]) == ""                 # one seed: no Welch test
     assert zp.row_passes([], [1.0]) is None
+    # mean 1/3 outside [1, 3]; Welch: t = -(5/3) / sqrt(19/9 + 1/3) = -1.07: not rejected
+    assert zp.row_passes([-2.0, 0.0, 3.0], [1.0, 2.0, 3.0]) == "welch"
+    assert zp.row_passes([10.0, 11.0, 12.0], [1.0, 2.0, 3.0]) == ""  # t = 11.0: rejected
     s = zp.statistics([1.0, 2.0, 6.0])
     assert (s["n"], s["mean"], s["min"], s["max"]) == (3, 3.0, 1.0, 6.0)
     assert s["std"] == pytest.approx(np.sqrt(7.0))                 # ddof 1: 14 / 2
+
+
+@pytest.mark.parametrize("t, nu, p", [(4.303, 2.0, 0.05), (2.776, 4.0, 0.05),
+                                      (2.447, 6.0, 0.05), (4.604, 4.0, 0.01),
+                                      (2.228, 10.0, 0.05), (1.96, 1e6, 0.05), (0.0, 4.0, 1.0)])
+def test_welch_p_value_is_the_student_t_tail(t, nu, p):
+    """Equal sizes and variances make Welch's nu = 2 (n - 1): samples built to a given t give
+    the two-sided p of Student's t tables (rounded to the tables' 3 decimals)."""
+    n = int(round(nu / 2)) + 1
+    if nu > 1e5:    # the normal limit: a large n with the same t
+        n = 500_001
+    base = np.linspace(-1.0, 1.0, n)
+    se = math.sqrt(2.0 * np.var(base, ddof=1) / n)
+    got = zp.welch_p_value(base + t * se, base)
+    assert got == pytest.approx(p, abs=5e-4 if p < 1 else 1e-12)
 
 
 def test_tiny_run_writes_table_json_cache_and_plot(tmp_path, capsys, monkeypatch):
@@ -198,7 +216,7 @@ def test_tiny_run_writes_table_json_cache_and_plot(tmp_path, capsys, monkeypatch
                 assert run["config"] == ZOO[row].config().to_dict()
         ppo_mean = item["libs"]["ppo_ref"]["final"]["mean"]
         sb3 = item["libs"]["sb3"]["final"]
-        assert item["passes"] == (sb3["min"] <= ppo_mean <= sb3["max"])
+        assert item["passes"] == ("range" if sb3["min"] <= ppo_mean <= sb3["max"] else "")
         assert item["libs"]["sb3"]["runs"][0]["sb3"]["algo"] == \
             ("RecurrentPPO" if ZOO[row].policy == "lstm" else "PPO")
     assert len(list((tmp_path / "runs").glob("*.json"))) == 8

@@ -52,7 +52,8 @@ of the run (what ``ppo-ref train`` reports; ppo_ref ``trainer.recent_returns``, 
 learning curves. Beside it, a deterministic evaluation of ``--eval-episodes`` episodes on fresh
 env seeds (rl-baselines3-zoo's ``benchmark.md`` figure, the zoo's published column, is such an
 evaluation). A row PASSES when ppo_ref's mean final return lies within [min, max] of SB3's
-final returns over the seeds (:func:`row_passes`).
+final returns over the seeds, or else when Welch's t-test does not reject equal means
+(:func:`row_passes`).
 
 Every run is cached as ``OUT/runs/<row>__<lib>__seed<S>.json`` with its settings and budget; a
 rerun reuses a cached run whose settings and budget are unchanged, so a long run can be
@@ -90,8 +91,12 @@ LAST_N = 20
 #: The deterministic evaluation's env seeds start here (far from the training seeds).
 EVAL_SEED = 10_000
 LIBS = ("ppo_ref", "sb3")
+#: Welch's test level of the second criterion of :func:`row_passes`.
+ALPHA = 0.05
 RULE = ("a row passes when ppo_ref's mean final return lies within [min, max] of SB3's final "
-        f"returns over the seeds (final return: mean of the last {LAST_N} training episodes)")
+        "returns over the seeds, or else when Welch's two-sided t-test over the seeds (each "
+        f"side >= 3) does not reject equal means at {ALPHA} (final return: mean of the last "
+        f"{LAST_N} training episodes)")
 
 # -- PPOConfig -> SB3 ----------------------------------------------------------------------------
 
@@ -412,13 +417,65 @@ def statistics(values: Sequence[float]) -> Dict[str, float]:
             "min": float(a.min()), "max": float(a.max())}
 
 
-def row_passes(ppo_ref_finals: Sequence[float], sb3_finals: Sequence[float]) -> Optional[bool]:
-    """The parity rule: ``min(sb3) <= mean(ppo_ref) <= max(sb3)`` (None when a side has no
-    run)."""
+def _incomplete_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function ``I_x(a, b)``, by its continued fraction
+    (modified Lentz), evaluated on the side where it converges (``x < (a + 1) / (a + b + 2)``)."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - _incomplete_beta(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+                     + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + num / c
+        c = c if abs(c) > tiny else tiny
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-14:
+            break
+    return front * (f - 1.0)
+
+
+def welch_p_value(x: Sequence[float], y: Sequence[float]) -> float:
+    """Two-sided p-value of Welch's t-test of equal means (Welch 1947): ``t = (mean_x -
+    mean_y) / sqrt(s_x^2 / n_x + s_y^2 / n_y)`` (``s``: ddof-1 std) with the
+    Welch-Satterthwaite degrees of freedom ``nu``; ``p = I_{nu / (nu + t^2)}(nu / 2, 1 / 2)``.
+    Both samples constant: 1 when the means are equal, else 0. Needs >= 2 values per side."""
+    a, b = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if a.size < 2 or b.size < 2:
+        raise ValueError("welch_p_value needs at least 2 values per sample")
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    diff = float(a.mean() - b.mean())
+    if va + vb == 0.0:
+        return 1.0 if diff == 0.0 else 0.0
+    t = diff / math.sqrt(va + vb)
+    nu = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    return _incomplete_beta(nu / (nu + t * t), nu / 2.0, 0.5)
+
+
+def row_passes(ppo_ref_finals: Sequence[float], sb3_finals: Sequence[float]) -> Optional[str]:
+    """The parity rule (:data:`RULE`): ``"range"`` when ``min(sb3) <= mean(ppo_ref) <=
+    max(sb3)``, else ``"welch"`` when both sides have >= 3 seeds and :func:`welch_p_value` >=
+    :data:`ALPHA`, else ``""`` (fails); None when a side has no run."""
     if len(ppo_ref_finals) == 0 or len(sb3_finals) == 0:
         return None
     mean = float(np.mean(ppo_ref_finals))
-    return bool(min(sb3_finals) <= mean <= max(sb3_finals))
+    if min(sb3_finals) <= mean <= max(sb3_finals):
+        return "range"
+    if min(len(ppo_ref_finals), len(sb3_finals)) >= 3 and \
+            welch_p_value(ppo_ref_finals, sb3_finals) >= ALPHA:
+        return "welch"
+    return ""
 
 
 def summarize(rows: Dict[str, Dict[str, List[Dict[str, Any]]]],
@@ -444,6 +501,8 @@ def summarize(rows: Dict[str, Dict[str, List[Dict[str, Any]]]],
                 "runs": runs}
         finals = {lib: [r["final_return"] for r in libs.get(lib, [])] for lib in LIBS}
         item["passes"] = row_passes(finals["ppo_ref"], finals["sb3"])
+        item["welch_p"] = (welch_p_value(finals["ppo_ref"], finals["sb3"])
+                           if min(len(finals["ppo_ref"]), len(finals["sb3"])) >= 2 else None)
         doc["rows"][row] = item
     return doc
 
@@ -455,7 +514,7 @@ def _num(x: float, digits: int = 1) -> str:
 def table(doc: Dict[str, Any]) -> str:
     """The Markdown table of :func:`summarize`'s document, with the rule under it."""
     head = ("| row | policy | steps per run | seeds | ppo_ref mean | std | min | max | "
-            "SB3 mean | std | min | max | within SB3 range | det. eval ppo_ref / SB3 | "
+            "SB3 mean | std | min | max | verdict | det. eval ppo_ref / SB3 | "
             "published | s per run ppo_ref / SB3 |")
     lines = [head, "|---|---|---|---|" + "---:|" * 8 + "---|---|---|---|"]
     for row, item in doc["rows"].items():
@@ -466,7 +525,9 @@ def table(doc: Dict[str, Any]) -> str:
         steps = str(item["timesteps"]) if item["zoo_budget"] else \
             f"{item['timesteps']} (not the zoo's {item['zoo_timesteps']})"
         seeds = sorted(set(p["seeds"]) | set(s["seeds"]))
-        verdict = {True: "PASS", False: "FAIL", None: "n/a"}[item["passes"]]
+        welch = "" if item.get("welch_p") is None else f"; Welch p {item['welch_p']:.2f}"
+        verdict = {None: "n/a", "": "FAIL", "range": "PASS (range)",
+                   "welch": "PASS (Welch)"}[item["passes"]] + welch
         if item["passes"] is not None and s["final"]["n"] < 3:
             verdict += f" ({s['final']['n']} SB3 seed(s): not a spread)"
         published = item["published_source"] if item["published"] is None else \
