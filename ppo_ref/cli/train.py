@@ -24,11 +24,12 @@ import gymnasium
 
 from ppo_ref.cli.async_train import cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
-                                MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
-                                TRAINERS, SigintStopper, Terminated, UsageError, building,
-                                check_n_envs, check_same_run, close_quickly, one_line,
-                                policy_of_trainer, probe_env, read_run_info, rollout_note,
-                                saved_config, trainer_class, trainer_class_by_name, user_input)
+                                HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
+                                MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
+                                UsageError, building, check_n_envs, check_same_run,
+                                close_quickly, one_line, policy_of_trainer, probe_env,
+                                read_run_info, rollout_note, saved_config, trainer_class,
+                                trainer_class_by_name, user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
@@ -404,7 +405,6 @@ def _check_train_flags(args: argparse.Namespace) -> None:
 
 
 LOCK_FILE = ".lock"
-_HELD_LOCKS: set = set()  # lock files this process holds (real paths)
 
 
 def _open_lock_file(run_dir: str, path: str) -> int:
@@ -460,13 +460,13 @@ def run_dir_lock(run_dir: str, created: bool = False):
             break
         os.close(fd)  # the holder removed the file between our open and our lock: retry
     key = os.path.realpath(path)
-    _HELD_LOCKS.add(key)
+    HELD_LOCKS.add(key)
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         yield path
     finally:
-        _HELD_LOCKS.discard(key)
+        HELD_LOCKS.discard(key)
         with contextlib.suppress(OSError):
             os.unlink(path)
         os.close(fd)
@@ -679,7 +679,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     def new_run_dir(kind: str) -> str:
         with user_input("cannot create the run directory"):
             run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, kind, seed))
-        if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in _HELD_LOCKS:
+        if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in HELD_LOCKS:
             hold.enter_context(run_dir_lock(run_dir, created=args.run_dir is None))
         if args.run_dir is not None:
             _check_fresh_run_dir(run_dir)
@@ -747,7 +747,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the settings checked once here, then one run per seed
-    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory."""
+    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory, held locked
+    (:func:`run_dir_lock`) until every seed has ended."""
     from ppo_ref.cli.seeds import cmd_train_seeds
     from ppo_ref.io.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
@@ -758,17 +759,18 @@ def _train_seeds(args: argparse.Namespace) -> int:
         from ppo_ref.train.rollout import make_vector_env
         with user_input():
             make_vector_env(env_id, 1, vectorization="envpool").close()
-    if args.run_dir is not None:
-        if os.path.exists(args.run_dir) and (not os.path.isdir(args.run_dir)
-                                             or os.listdir(args.run_dir)):
-            raise UsageError(f"--run-dir {args.run_dir} must be a new or empty directory with "
-                             f"--seeds")
-        with user_input("cannot create the run directory"):
-            os.makedirs(args.run_dir, exist_ok=True)
-        run_dir = args.run_dir
+    run_dir = args.run_dir
+    refuse = f"--run-dir {run_dir} must be a new or empty directory with --seeds"
+    if run_dir is not None:
+        if os.path.exists(run_dir) and not os.path.isdir(run_dir):
+            raise UsageError(refuse)
     else:
         policy = args.policy or default_policy(env_id)
         tag = "s" + "".join(args.seeds.split()).replace(",", "_")
         with user_input("cannot create the run directory"):
             run_dir = make_unique_dir(default_run_dir(env_id, policy, tag))
-    return cmd_train_seeds(args, run_dir)
+    with run_dir_lock(run_dir, created=args.run_dir is None):
+        with user_input(f"cannot read the run directory {run_dir}"):
+            if set(os.listdir(run_dir)) - {LOCK_FILE}:  # checked under the lock
+                raise UsageError(refuse)
+        return cmd_train_seeds(args, run_dir)
