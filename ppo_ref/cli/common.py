@@ -20,8 +20,7 @@ __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENV
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "rollout_note",
-           "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run",
-           "HELD_LOCKS", "remove_held_locks"]
+           "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -42,22 +41,7 @@ TRAINERS: Dict[str, str] = {
     "mlp": "ppo_ref.train.ppo:PPOTrainer",
     "lstm": "ppo_ref.train.recurrent_ppo:RecurrentPPOTrainer",
 }
-
-
-#: The lock files (real paths) of the run directories this process holds; kept by
-#: :func:`ppo_ref.cli.train.run_dir_lock`.
-HELD_LOCKS: set = set()
-
-
-def remove_held_locks() -> None:
-    """Unlink every lock file in :data:`HELD_LOCKS`, for an exit that skips ``finally`` blocks
-    (``os._exit``): the locks end with the process, their files would stay behind. A writer
-    that opened a file just before its removal finds another inode and retries
-    (:func:`~ppo_ref.cli.train.run_dir_lock`)."""
-    for path in list(HELD_LOCKS):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        HELD_LOCKS.discard(path)
+HELD_LOCKS: set = set()  # the lock files (real paths) this process holds (train.run_dir_lock)
 
 
 class UsageError(Exception):
@@ -277,14 +261,16 @@ class SigintStopper:
 
     def _nothing_saved(self, code: int) -> None:
         """No update has completed in this process (e.g. the first one, which compiles the
-        kernels): there is nothing to save, so stop at once, removing the run directory's lock
-        file first (:func:`remove_held_locks`); raising here could land inside the compiler,
-        which would turn it into another error."""
+        kernels): there is nothing to save, so stop at once (the run directory's lock file
+        removed first: ``os._exit`` skips its ``finally``); raising here could land inside the
+        compiler, which would turn it into another error."""
         if getattr(self.logger, "snapshot", None) is None:
             print("\nppo-ref: interrupted before the first update completed: nothing was "
                   "saved (the run directory's previous checkpoint, if any, is unchanged)",
                   file=sys.stderr, flush=True)
-            remove_held_locks()
+            for path in HELD_LOCKS:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             os._exit(code)
 
     def _handle(self, signum, frame):

@@ -26,10 +26,9 @@ from ppo_ref.cli.async_train import cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
-                                UsageError, building, check_n_envs, check_same_run,
-                                close_quickly, one_line, policy_of_trainer, probe_env,
-                                read_run_info, rollout_note, saved_config, trainer_class,
-                                trainer_class_by_name, user_input)
+                                UsageError, building, check_n_envs, check_same_run, close_quickly,
+                                one_line, policy_of_trainer, probe_env, read_run_info, rollout_note,
+                                saved_config, trainer_class, trainer_class_by_name, user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
@@ -747,8 +746,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the settings checked once here, then one run per seed
-    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory, held locked
-    (:func:`run_dir_lock`) until every seed has ended."""
+    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory, locked meanwhile."""
     from ppo_ref.cli.seeds import cmd_train_seeds
     from ppo_ref.io.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
@@ -760,17 +758,14 @@ def _train_seeds(args: argparse.Namespace) -> int:
         with user_input():
             make_vector_env(env_id, 1, vectorization="envpool").close()
     run_dir = args.run_dir
-    refuse = f"--run-dir {run_dir} must be a new or empty directory with --seeds"
-    if run_dir is not None:
-        if os.path.exists(run_dir) and not os.path.isdir(run_dir):
-            raise UsageError(refuse)
-    else:
+    if run_dir is None:
         policy = args.policy or default_policy(env_id)
         tag = "s" + "".join(args.seeds.split()).replace(",", "_")
         with user_input("cannot create the run directory"):
             run_dir = make_unique_dir(default_run_dir(env_id, policy, tag))
-    with run_dir_lock(run_dir, created=args.run_dir is None):
+    with run_dir_lock(run_dir, created=args.run_dir is None):  # a file there: a one-line error
         with user_input(f"cannot read the run directory {run_dir}"):
             if set(os.listdir(run_dir)) - {LOCK_FILE}:  # checked under the lock
-                raise UsageError(refuse)
+                raise UsageError(f"--run-dir {run_dir} must be a new or empty directory "
+                                 "with --seeds")
         return cmd_train_seeds(args, run_dir)
