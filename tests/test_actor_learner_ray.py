@@ -28,7 +28,8 @@ from ppo_ref.distributed import (ActorDiedError, AsyncActorLearnerConfig,  # noq
                                  start_actors)
 from ppo_ref.distributed.ray_actors import init_ray  # noqa: E402
 
-from test_actor_learner import LEARN_PPO, crashing_env  # noqa: E402
+from test_actor_learner import (LEARN_BAR, LEARN_PPO, crashing_env,  # noqa: E402
+                                until_learned)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 # ACTOR_DEATH_SECONDS plus slack for a loaded machine (as tests/test_actor_learner_liveness.py)
@@ -205,9 +206,10 @@ def test_ray_actors_learn_cartpole(num_actors):
                                      total_timesteps=40_000, gamma=0.98, gae_lambda=0.8,
                                      actors="ray", ppo=LEARN_PPO, starvation_timeout=120.0)
     group = start_actors(config, "CartPole-v1")
-    trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"), group)
+    trainer, report = learner_loop(config, make_learner(config, "CartPole-v1"), group,
+                                   callback=until_learned())
     assert report.env_steps <= 50_000
-    assert np.mean(report.episode_returns[-30:]) >= 150
+    assert np.mean(report.episode_returns[-30:]) >= LEARN_BAR
     assert all(s is not None and s.steps_sent >= report.env_steps // num_actors
                for s in report.actor_stats)
     assert set(group.nodes) == {"127.0.0.1"} and gone(group.pids)

@@ -326,3 +326,60 @@ def test_sigterm_before_the_first_update_exits_143_at_once(monkeypatch, capsys):
     logger.snapshot = {"state": 1}
     with pytest.raises(Terminated):
         SigintStopper(logger)._terminate(15, None)
+
+
+def test_sigterm_before_the_first_update_removes_the_run_dir_lock_file(tmp_path, monkeypatch,
+                                                                       capsys):
+    """The exit before the first update skips ``finally`` blocks (``os._exit``): the run
+    directory's lock file is removed before it, and the next run takes the directory."""
+    from ppo_ref.cli.common import SigintStopper
+
+    class Logger:
+        stop_requested = False
+        snapshot = None
+
+    def fake_exit(code):
+        raise SystemExit(code)
+    monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
+    run_dir = str(tmp_path / "run")
+    with cli.run_dir_lock(run_dir) as lock:
+        assert os.path.exists(lock)
+        with pytest.raises(SystemExit):
+            SigintStopper(Logger())._terminate(15, None)
+        assert not os.path.exists(lock)
+        with cli.run_dir_lock(run_dir):  # a new lock file: the next run is not blocked
+            with open(lock) as f:
+                assert f.read() == f"{os.getpid()}\n"
+    assert "nothing was saved" in capsys.readouterr().err
+
+
+def test_a_lock_file_left_by_a_dead_process_does_not_block_the_next_run(tmp_path):
+    """A process killed while holding the run directory (SIGKILL: no cleanup) leaves its
+    ``.lock`` with its pid; the lock itself (``flock``) ended with it, so the next run takes
+    the directory and writes its own pid."""
+    import signal
+    import subprocess
+    import sys
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    lock = run_dir / ".lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(lock)!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+         "os.write(fd, f'{os.getpid()}\\n'.encode())\n"
+         "print('held', flush=True)\n"
+         "time.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(cli.UsageError, match=f"in use by another ppo-ref process "
+                                                 rf"\(pid {holder.pid}\)"):
+            with cli.run_dir_lock(str(run_dir)):
+                pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.communicate(timeout=30)
+    assert lock.read_text() == f"{holder.pid}\n"  # left behind
+    with cli.run_dir_lock(str(run_dir)):
+        assert lock.read_text() == f"{os.getpid()}\n"
+    assert not lock.exists()

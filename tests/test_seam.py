@@ -15,6 +15,7 @@ that run under both (``tests/test_readme_map.py`` uses it).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -37,43 +38,61 @@ import json, sys
 import ppo_ref
 from ppo_ref.config import PPOConfig
 from ppo_ref.zoo import zoo_entry
-env_id, trainer_name, backend, overrides = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-settings = dict(zoo_entry(env_id).settings, backend=backend, **overrides)
-config = PPOConfig(**settings)
-trainer = getattr(ppo_ref, trainer_name)(env_id, config, seed=0)
-trainer.iteration()            # compile (when compiled), fill the caches
-calls = []
 
-def hook(frame, event, arg):
-    if event != "call":
-        return
-    name = frame.f_globals.get("__name__", "")
-    if not name.startswith("ppo_ref."):
-        return
-    caller = frame.f_back
-    calls.append((name, frame.f_code.co_name,
-                  caller.f_globals.get("__name__", "") if caller is not None else ""))
 
-sys.setprofile(hook)
-trainer.total_timesteps = 10 ** 6   # a learning rate > 0 (learn() sets it)
-trainer.iteration()
-sys.setprofile(None)
-trainer.close()
-print(json.dumps(sorted(set(map(tuple, calls)))))
+def trace(env_id, trainer_name, backend, overrides):
+    settings = dict(zoo_entry(env_id).settings, backend=backend, **overrides)
+    config = PPOConfig(**settings)
+    trainer = getattr(ppo_ref, trainer_name)(env_id, config, seed=0)
+    trainer.iteration()            # compile (when compiled), fill the caches
+    calls = []
+
+    def hook(frame, event, arg):
+        if event != "call":
+            return
+        name = frame.f_globals.get("__name__", "")
+        if not name.startswith("ppo_ref."):
+            return
+        caller = frame.f_back
+        calls.append((name, frame.f_code.co_name,
+                      caller.f_globals.get("__name__", "") if caller is not None else ""))
+
+    sys.setprofile(hook)
+    trainer.total_timesteps = 10 ** 6   # a learning rate > 0 (learn() sets it)
+    trainer.iteration()
+    sys.setprofile(None)
+    trainer.close()
+    return sorted(set(map(tuple, calls)))
+
+
+print(json.dumps([trace(*run) for run in json.loads(sys.argv[1])]))
 """
 
 
-def _trace(kind: str, backend: str, disable_jit: bool = False, overrides=None):
-    env_id, trainer_name, base = RUNS[kind]
+def _traces(runs, disable_jit: bool = False):
+    """The calls of one traced iteration of each run ``(kind, backend, overrides)``, all in one
+    fresh process (each run builds its own trainer and runs one iteration before its traced
+    one, as a process of its own would): ``[[(module, function, caller module), ...], ...]``."""
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     if disable_jit:
         env["NUMBA_DISABLE_JIT"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", _TRACE_SCRIPT, env_id, trainer_name, backend,
-         json.dumps(dict(base, **(overrides or {})))],
-        capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    args = [(RUNS[kind][0], RUNS[kind][1], backend, dict(RUNS[kind][2], **(overrides or {})))
+            for kind, backend, overrides in runs]
+    out = subprocess.run([sys.executable, "-c", _TRACE_SCRIPT, json.dumps(args)],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
-    return [tuple(c) for c in json.loads(out.stdout.strip().splitlines()[-1])]
+    return [[tuple(c) for c in calls] for calls in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+@functools.cache
+def _compiled_traces():
+    """``{(kind, backend): calls}`` of every trainer kind on both backends, compiled."""
+    keys = [(kind, backend) for kind in sorted(RUNS) for backend in ("fast", "spec")]
+    return dict(zip(keys, _traces([(kind, backend, None) for kind, backend in keys])))
+
+
+def _trace(kind: str, backend: str):
+    return _compiled_traces()[kind, backend]
 
 
 def _is_public_twin(module: str, function: str) -> bool:
@@ -113,9 +132,19 @@ def spec_functions_run_by_both_backends(kind: str):
     """The ``(module, function)`` of ``ppo_ref.spec`` executed by one iteration under both
     backends, with compiled code run as Python (``NUMBA_DISABLE_JIT=1``; a tiny network keeps
     the interpreted products quick)."""
-    tiny = {"n_steps": 8, "batch_size": 64, "n_epochs": 2, "net_arch": [8]}
-    if kind == "lstm":
-        tiny["lstm_hidden_size"] = 4
-    sets = [{(m, f) for m, f, _ in _trace(kind, backend, True, tiny)
+    sets = [{(m, f) for m, f, _ in _interpreted_traces()[kind, backend]
              if m.startswith("ppo_ref.spec.")} for backend in ("fast", "spec")]
     return sets[0] & sets[1]
+
+
+@functools.cache
+def _interpreted_traces():
+    """``{(kind, backend): calls}`` of every trainer kind on both backends, run as Python."""
+    keys = [(kind, backend) for kind in sorted(RUNS) for backend in ("fast", "spec")]
+    runs = []
+    for kind, backend in keys:
+        tiny = {"n_steps": 8, "batch_size": 64, "n_epochs": 2, "net_arch": [8]}
+        if kind == "lstm":
+            tiny["lstm_hidden_size"] = 4
+        runs.append((kind, backend, tiny))
+    return dict(zip(keys, _traces(runs, disable_jit=True)))

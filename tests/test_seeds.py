@@ -158,3 +158,29 @@ def test_one_ctrl_c_lets_every_seed_finish_its_update(tmp_path):
     assert [r["exit_code"] for r in summary["runs"]] == [130, 130]
     assert summary["not_started"] == [2]
     assert b"seeds not started: 2" in out
+
+
+def test_a_second_seeds_run_into_a_busy_directory_is_refused(tmp_path, capsys, monkeypatch):
+    """The --seeds parent holds its run directory's lock while its seeds run: a second
+    ``--seeds`` into the directory is refused with the single run's line, writing nothing
+    there; the lock file is removed when the seeds end."""
+    import ppo_ref.cli.seeds as seeds_module
+    run_dir = str(tmp_path / "runs")
+    os.mkdir(run_dir)  # an empty directory is accepted (a new one too)
+    second = []
+
+    def seeds_running(args, directory):
+        assert os.listdir(directory) == [".lock"]
+        second.append(cli.main(["train", "--seeds", "0-1", "--run-dir", run_dir, *STEPS]))
+        second.append(capsys.readouterr().err)
+        assert os.listdir(directory) == [".lock"]
+        return 0
+    monkeypatch.setattr(seeds_module, "cmd_train_seeds", seeds_running)
+    assert cli.main(["train", "--seeds", "0-1", "--run-dir", run_dir, *STEPS]) == 0
+    code, err = second
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert run_dir in lines[0] and "in use by another ppo-ref process" in lines[0]
+    assert f"pid {os.getpid()}" in lines[0]
+    assert os.listdir(run_dir) == []  # the lock file is removed

@@ -41,6 +41,7 @@ TRAINERS: Dict[str, str] = {
     "mlp": "ppo_ref.train.ppo:PPOTrainer",
     "lstm": "ppo_ref.train.recurrent_ppo:RecurrentPPOTrainer",
 }
+HELD_LOCKS: set = set()  # the lock files (real paths) this process holds (train.run_dir_lock)
 
 
 class UsageError(Exception):
@@ -260,12 +261,16 @@ class SigintStopper:
 
     def _nothing_saved(self, code: int) -> None:
         """No update has completed in this process (e.g. the first one, which compiles the
-        kernels): there is nothing to save, so stop at once; raising here could land inside the
+        kernels): there is nothing to save, so stop at once (the run directory's lock file
+        removed first: ``os._exit`` skips its ``finally``); raising here could land inside the
         compiler, which would turn it into another error."""
         if getattr(self.logger, "snapshot", None) is None:
             print("\nppo-ref: interrupted before the first update completed: nothing was "
                   "saved (the run directory's previous checkpoint, if any, is unchanged)",
                   file=sys.stderr, flush=True)
+            for path in HELD_LOCKS:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             os._exit(code)
 
     def _handle(self, signum, frame):

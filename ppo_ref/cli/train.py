@@ -24,10 +24,10 @@ import gymnasium
 
 from ppo_ref.cli.async_train import cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
-                                MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED, MAX_TOTAL_TIMESTEPS,
-                                TRAINERS, SigintStopper, Terminated, UsageError, building,
-                                check_n_envs, check_same_run, close_quickly, one_line,
-                                policy_of_trainer, probe_env, read_run_info, rollout_note,
+                                HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
+                                MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
+                                UsageError, building, check_n_envs, check_same_run, close_quickly,
+                                one_line, policy_of_trainer, probe_env, read_run_info, rollout_note,
                                 saved_config, trainer_class, trainer_class_by_name, user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
@@ -404,7 +404,6 @@ def _check_train_flags(args: argparse.Namespace) -> None:
 
 
 LOCK_FILE = ".lock"
-_HELD_LOCKS: set = set()  # lock files this process holds (real paths)
 
 
 def _open_lock_file(run_dir: str, path: str) -> int:
@@ -460,13 +459,13 @@ def run_dir_lock(run_dir: str, created: bool = False):
             break
         os.close(fd)  # the holder removed the file between our open and our lock: retry
     key = os.path.realpath(path)
-    _HELD_LOCKS.add(key)
+    HELD_LOCKS.add(key)
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode("ascii"))
         yield path
     finally:
-        _HELD_LOCKS.discard(key)
+        HELD_LOCKS.discard(key)
         with contextlib.suppress(OSError):
             os.unlink(path)
         os.close(fd)
@@ -679,7 +678,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     def new_run_dir(kind: str) -> str:
         with user_input("cannot create the run directory"):
             run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, kind, seed))
-        if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in _HELD_LOCKS:
+        if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in HELD_LOCKS:
             hold.enter_context(run_dir_lock(run_dir, created=args.run_dir is None))
         if args.run_dir is not None:
             _check_fresh_run_dir(run_dir)
@@ -747,7 +746,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _train_seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the settings checked once here, then one run per seed
-    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory."""
+    (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory, locked meanwhile."""
     from ppo_ref.cli.seeds import cmd_train_seeds
     from ppo_ref.io.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
@@ -758,17 +757,15 @@ def _train_seeds(args: argparse.Namespace) -> int:
         from ppo_ref.train.rollout import make_vector_env
         with user_input():
             make_vector_env(env_id, 1, vectorization="envpool").close()
-    if args.run_dir is not None:
-        if os.path.exists(args.run_dir) and (not os.path.isdir(args.run_dir)
-                                             or os.listdir(args.run_dir)):
-            raise UsageError(f"--run-dir {args.run_dir} must be a new or empty directory with "
-                             f"--seeds")
-        with user_input("cannot create the run directory"):
-            os.makedirs(args.run_dir, exist_ok=True)
-        run_dir = args.run_dir
-    else:
+    run_dir = args.run_dir
+    if run_dir is None:
         policy = args.policy or default_policy(env_id)
         tag = "s" + "".join(args.seeds.split()).replace(",", "_")
         with user_input("cannot create the run directory"):
             run_dir = make_unique_dir(default_run_dir(env_id, policy, tag))
-    return cmd_train_seeds(args, run_dir)
+    with run_dir_lock(run_dir, created=args.run_dir is None):  # a file there: a one-line error
+        with user_input(f"cannot read the run directory {run_dir}"):
+            if set(os.listdir(run_dir)) - {LOCK_FILE}:  # checked under the lock
+                raise UsageError(f"--run-dir {run_dir} must be a new or empty directory "
+                                 "with --seeds")
+        return cmd_train_seeds(args, run_dir)
