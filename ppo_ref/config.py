@@ -216,10 +216,10 @@ class PPOConfig:
                 raise ValueError(f"{name} clips the normalized values: it needs {flag}=True "
                                  f"(or {name}=None), got {name}={getattr(self, name)} with "
                                  f"{flag}=False")
-        if self.sde_sample_freq != -1 and self.sde_sample_freq <= 0:
+        if self.sde_sample_freq != -1 and not 0 < self.sde_sample_freq < 2 ** 31:
             raise ValueError(f"sde_sample_freq must be -1 (new exploration matrices only at the "
-                             f"start of each rollout) or a positive number of steps, got "
-                             f"{self.sde_sample_freq}")
+                             f"start of each rollout) or a positive number of steps below 2**31, "
+                             f"got {self.sde_sample_freq}")
         for i, width in enumerate(self.net_arch):
             if width <= 0:
                 raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")

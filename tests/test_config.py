@@ -165,6 +165,7 @@ def test_frozen():
     ("max_grad_norm", 0.0), ("target_kl", 0.0), ("target_kl", -0.01), ("adam_eps", 0.0),
     ("log_std_init", float("inf")),
     ("use_sde", "yes"), ("sde_sample_freq", 0), ("sde_sample_freq", -2),
+    ("sde_sample_freq", 2 ** 31),
     ("sde_sample_freq", 1.5), ("full_std", None), ("use_expln", 2),
     ("normalize_advantage", 1), ("shared_trunk", "yes"), ("lstm_shared", None),
     ("normalize_observations", 0), ("normalize_rewards", 1.0),

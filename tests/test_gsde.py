@@ -256,12 +256,15 @@ def test_use_sde_errors_name_the_field():
     with pytest.raises(ValueError, match="use_sde"):
         PPOTrainer("CartPole-v1", PPOConfig(n_envs=1, n_steps=8, batch_size=8, use_sde=True))
     from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
-    with pytest.raises(ValueError, match="use_sde"):
+    with pytest.raises(ValueError, match="use_sde.*set use_sde=False"):  # how to turn it off
         RecurrentPPOTrainer("Pendulum-v1", PPOConfig(n_envs=1, n_steps=8, batch_size=8,
                                                      use_sde=True))
     from ppo_ref.distributed.config import AsyncActorLearnerConfig
-    with pytest.raises(ValueError, match="use_sde"):
+    with pytest.raises(ValueError, match="use_sde.*set use_sde=False"):
         AsyncActorLearnerConfig(ppo=PPOConfig(use_sde=True))
+    from ppo_ref.cli.train import zoo_note
+    assert "use_sde=True" in zoo_note("Pendulum-v1", None, "mlp")  # the printed settings say so
+    assert "use_sde" not in zoo_note("CartPole-v1", None, "mlp")
     import gymnasium as gym
     from ppo_ref.train.policies import make_head
     box = gym.spaces.Box(-1.0, 1.0, (2,))

@@ -79,8 +79,9 @@ def zoo_note(env_id: str, preset: Optional[str], policy: str) -> Optional[str]:
         return (f"ppo-ref: using the zoo settings for {DEFAULT_ENV} (--preset zoo; {env_id} has "
                 f"no zoo entry, see ppo_ref/zoo.py)")
     tuned = "" if entry.policy == policy else f", tuned for the {entry.policy} policy"
+    sde = ", gSDE exploration (use_sde=True)" if entry.settings.get("use_sde") else ""
     changed = f"; differs from it: {entry.deviations}" if entry.deviations else ""
-    return (f"ppo-ref: using the zoo settings for {env_id} ({entry.source}{tuned}{changed}); "
+    return (f"ppo-ref: using the zoo settings for {env_id} ({entry.source}{sde}{tuned}{changed}); "
             f"--set FIELD=VALUE overrides a field, --preset NAME replaces them")
 
 

@@ -97,7 +97,8 @@ class AsyncActorLearnerConfig:
                                  f"(actors would each hold different running statistics)")
         if self.ppo.use_sde:
             raise ValueError("ppo.use_sde is not supported by the actor-learner loop (its actors "
-                             "do not hold gSDE's exploration matrices); use the PPOTrainer")
+                             "do not hold gSDE's exploration matrices): set use_sde=False "
+                             "(--set use_sde=false) or train without it (PPOTrainer)")
         try:
             self.learner_ppo_config()
         except ValueError as exc:

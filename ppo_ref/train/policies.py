@@ -281,8 +281,9 @@ class _Policy:
         self.obs_dim = observation_dim(observation_space)
         self.obs_shape = tuple(observation_space.shape)
         if config.use_sde and self.recurrent:
-            raise ValueError("use_sde=True is not supported with the recurrent (LSTM) policy: "
-                             "gSDE runs with the feedforward policy only")
+            raise ValueError("use_sde=True (gSDE; a zoo default of the Pendulum-v1 and "
+                             "MountainCarContinuous-v0 rows) is not supported with the recurrent "
+                             "(LSTM) policy: set use_sde=False (--set use_sde=false)")
         latent_dim = config.net_arch[-1] if config.net_arch else self.obs_dim
         self.head = make_head(action_space, config, tier.distributions, latent_dim)
         self.head_keys = tuple(self.head.init_params())
