@@ -154,6 +154,22 @@ def test_a_field_without_a_known_mapping_fails_when_not_at_its_default(monkeypat
         zp.sb3_settings(PPOConfig(gae_lambda=0.9), "mlp")
 
 
+def test_main_refuses_missing_packages_and_stray_budgets_before_training(monkeypatch, tmp_path,
+                                                                         capsys):
+    monkeypatch.setattr(zp, "run_one", lambda job: pytest.fail("trained"))
+    real = zp.importlib.util.find_spec
+    monkeypatch.setattr(zp.importlib.util, "find_spec",
+                        lambda name: None if name == "matplotlib" else real(name))
+    with pytest.raises(SystemExit) as exc:
+        zp.main(["--rows", "CartPole-v1", "--libs", "ppo_ref", "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "matplotlib is not installed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        zp.main(["--rows", "CartPole-v1", "--timesteps", "Pendulum-v1=4000", "--no-plot",
+                 "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "Pendulum-v1 is not one of the --rows" in \
+        capsys.readouterr().err
+
+
 def test_main_refuses_an_unmappable_row_before_training(monkeypatch, tmp_path, capsys):
     entry = ZOO["CartPole-v1"]
     bad = type(entry)(entry.env_id, entry.policy, dict(entry.settings, truncation="terminate"),

@@ -77,6 +77,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import math
 import os
@@ -597,6 +598,8 @@ def _parse_budgets(items: Sequence[str], rows: Sequence[str], parser) -> Dict[st
         if not sep or row not in ZOO:
             parser.error(f"--timesteps takes ROW=N with ROW a zoo row ({list(ZOO)}), "
                          f"got {item!r}")
+        if row not in rows:
+            parser.error(f"--timesteps {item!r}: {row} is not one of the --rows {list(rows)}")
         try:
             n = int(text)
         except ValueError:
@@ -644,6 +647,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.jobs < 1 or args.eval_episodes < 0:
         parser.error("--jobs must be >= 1 and --eval-episodes >= 0")
     budgets = _parse_budgets(args.timesteps, args.rows, parser)
+    needed = [] if args.no_plot else [("matplotlib", "plot", " (or --no-plot)")]
+    if "sb3" in libs and not args.table_only:
+        needed += [("stable_baselines3", "validation", "")]
+        if any(ZOO[row].policy == "lstm" for row in args.rows):
+            needed += [("sb3_contrib", "validation", "")]
+    for module, extra, alternative in needed:  # refuse before any training
+        if importlib.util.find_spec(module) is None:
+            parser.error(f"{module} is not installed: pip install -e '.[{extra}]'{alternative}")
     if "sb3" in libs:
         for row in args.rows:       # refuse before any training, naming the row
             try:
