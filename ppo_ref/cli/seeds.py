@@ -117,8 +117,11 @@ def _start(args: argparse.Namespace, seed: int, run_dir: str) -> Dict[str, Any]:
     """Start the run of ``seed`` (its output to ``run_dir/seed<S>.log``)."""
     seed_dir = os.path.join(run_dir, f"seed{seed}")
     with open(os.path.join(run_dir, f"seed{seed}.log"), "wb") as log:  # the child keeps its fd
+        # its own process group: a terminal's Ctrl-C reaches the parent only, which passes it
+        # on once (:func:`_stop`), as it does a SIGINT sent to the parent alone
         proc = subprocess.Popen(_child_argv(args, seed, seed_dir), stdout=log,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                process_group=0)
     return {"proc": proc, "start": time.perf_counter(), "run_dir": seed_dir}
 
 
@@ -129,12 +132,16 @@ def _finished(seed: int, child: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _stop(running: Dict[int, Dict[str, Any]], terminate_now: bool, grace: float = 60.0) -> None:
-    """Stop the running seeds as ``ppo-ref train`` stops: after one Ctrl-C (which the seeds
-    got too, from the terminal) each finishes its update and saves; a second Ctrl-C, a SIGTERM
+    """Stop the running seeds as ``ppo-ref train`` stops: after one Ctrl-C (passed on to each
+    seed as one SIGINT) each finishes its update and saves; a second Ctrl-C, a SIGTERM
     (``terminate_now``) or ``grace`` seconds without an end send each SIGTERM (it saves its
     last completed update at once); ``grace`` seconds after that, SIGKILL."""
     procs = [child["proc"] for child in running.values()]
     sent = []
+    if not terminate_now:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
 
     def terminate(signum=None, frame=None):
         if not sent:
