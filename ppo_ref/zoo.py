@@ -80,10 +80,8 @@ ZOO: Dict[str, ZooEntry] = {e.env_id: e for e in (
     ZooEntry(
         "ppo_ref/CartPoleNoVel-v1", "lstm",
         dict(_CARTPOLE, activation="relu", lstm_hidden_size=64, lstm_shared=False,
-             net_arch=(64,), **_NORMALIZE),
+             net_arch=(64,), ortho_init=False, **_NORMALIZE),
         100_000, f"{_ZOO_LSTM}: CartPoleNoVel-v1",
-        deviations="orthogonal init kept where the zoo has ortho_init=False (torch's init): "
-                   "with it this row learns less well here (docs/BENCHMARKS.md)",
         published=500.0, published_source=f"{_BENCHMARK}: ppo_lstm CartPoleNoVel-v1"),
     ZooEntry(
         "ppo_ref/MemoryCue-v0", "lstm",
