@@ -14,3 +14,21 @@ import hypothesis_profiles  # noqa: E402,F401  (registers and loads the bounded 
 def rng():
     """A fresh, seeded generator for each test (never global random state)."""
     return np.random.default_rng(12345)
+
+
+@pytest.fixture
+def resumed_half_way(tmp_path):
+    """``make(cfg) -> (full, part, resumed)``: PPOTrainer("Pendulum-v1", cfg, seed=3) trained
+    for 1024 steps (``full``), the same run stopped at 512 steps and saved (``part``), and that
+    checkpoint loaded (``resumed``, not yet continued): the exact-resume tests' setup."""
+    from ppo_ref import PPOTrainer
+
+    def make(cfg):
+        full = PPOTrainer("Pendulum-v1", cfg, seed=3)
+        full.learn(1024)
+        part = PPOTrainer("Pendulum-v1", cfg, seed=3)
+        part.learn(1024, lambda t, s: t.num_timesteps < 512)
+        path = tmp_path / "ckpt.npz"
+        part.save(path)
+        return full, part, PPOTrainer.load(path)
+    return make

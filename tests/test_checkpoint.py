@@ -131,16 +131,10 @@ def test_exact_resume_cartpole_8k_plus_8k_equals_16k(tmp_path):
     assert list(resumed.recent_returns) == list(full.recent_returns)
 
 
-def test_exact_resume_with_normalization_and_gaussian_policy(tmp_path):
+def test_exact_resume_with_normalization_and_gaussian_policy(resumed_half_way):
     cfg = PPOConfig(n_envs=2, n_steps=128, batch_size=64, n_epochs=2,
                     normalize_observations=True, normalize_rewards=True)
-    full = PPOTrainer("Pendulum-v1", cfg, seed=3)
-    full.learn(1024)
-    part = PPOTrainer("Pendulum-v1", cfg, seed=3)
-    part.learn(1024, lambda t, s: t.num_timesteps < 512)
-    path = tmp_path / "ckpt.npz"
-    part.save(path)
-    resumed = PPOTrainer.load(path)
+    full, part, resumed = resumed_half_way(cfg)
     np.testing.assert_array_equal(resumed.collector.obs_moments.mean, part.collector.obs_moments.mean)
     resumed.learn(1024)
     assert _params_equal(resumed.params, full.params)

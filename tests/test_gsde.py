@@ -281,18 +281,12 @@ def test_full_std_false_and_log_std_init_shape_the_parameter():
     trainer.close()
 
 
-def test_exact_resume_with_gsde(tmp_path):
+def test_exact_resume_with_gsde(resumed_half_way):
     """Stop at 512 of 1024 steps, save, load, continue: the same parameters, exploration
     matrices and acting stream as the uninterrupted run."""
     cfg = PPOConfig(n_envs=2, n_steps=128, batch_size=64, n_epochs=2, use_sde=True,
                     sde_sample_freq=5, net_arch=(16, 16))
-    full = PPOTrainer("Pendulum-v1", cfg, seed=3)
-    full.learn(1024)
-    part = PPOTrainer("Pendulum-v1", cfg, seed=3)
-    part.learn(1024, lambda t, s: t.num_timesteps < 512)
-    path = tmp_path / "ckpt.npz"
-    part.save(path)
-    resumed = PPOTrainer.load(path)
+    full, part, resumed = resumed_half_way(cfg)
     np.testing.assert_array_equal(resumed.collector.exploration_matrices,
                                   part.collector.exploration_matrices)
     resumed.learn(1024)

@@ -278,27 +278,34 @@ def test_ctrl_c_while_the_trainer_is_built_is_one_line(tmp_path, monkeypatch, ca
     assert err == ["ppo-ref train: interrupted"]
 
 
-def test_a_second_ctrl_c_before_the_first_update_stops_at_once(monkeypatch, capsys):
-    """Nothing to save yet (the first update compiles the kernels): the second Ctrl-C exits
-    130 at once with one line, instead of raising inside whatever is running."""
-    from ppo_ref.cli.common import SigintStopper
+class _Logger:
+    """The part of the run logger :class:`ppo_ref.cli.common.SigintStopper` reads."""
+    stop_requested = False
+    snapshot = None
 
-    class Logger:
-        stop_requested = False
-        snapshot = None
+    def request_stop(self):
+        self.stop_requested = True
 
-        def request_stop(self):
-            self.stop_requested = True
+
+@pytest.fixture
+def exit_raises(monkeypatch):
+    """``os._exit`` in ``ppo_ref.cli.common`` raises SystemExit (the test process lives on)."""
     def fake_exit(code):
         raise SystemExit(code)
     monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
-    stopper = SigintStopper(Logger())
+
+
+def test_a_second_ctrl_c_before_the_first_update_stops_at_once(exit_raises, capsys):
+    """Nothing to save yet (the first update compiles the kernels): the second Ctrl-C exits
+    130 at once with one line, instead of raising inside whatever is running."""
+    from ppo_ref.cli.common import SigintStopper
+    stopper = SigintStopper(_Logger())
     stopper._handle(2, None)          # first: stop at the end of this update
     with pytest.raises(SystemExit) as info:
         stopper._handle(2, None)      # second, before any update completed: exit now
     assert info.value.code == 130
     assert "nothing was saved" in capsys.readouterr().err
-    logger = Logger()
+    logger = _Logger()
     logger.snapshot = {"state": 1}
     stopper = SigintStopper(logger)
     stopper._handle(2, None)
@@ -306,46 +313,30 @@ def test_a_second_ctrl_c_before_the_first_update_stops_at_once(monkeypatch, caps
         stopper._handle(2, None)
 
 
-def test_sigterm_before_the_first_update_exits_143_at_once(monkeypatch, capsys):
+def test_sigterm_before_the_first_update_exits_143_at_once(exit_raises, capsys):
     """As a second Ctrl-C: nothing to save yet exits 143 at once; after an update, Terminated
     (a KeyboardInterrupt: saved as one) is raised."""
     from ppo_ref.cli.common import SigintStopper, Terminated
-
-    class Logger:
-        stop_requested = False
-        snapshot = None
-
-    def fake_exit(code):
-        raise SystemExit(code)
-    monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
     with pytest.raises(SystemExit) as info:
-        SigintStopper(Logger())._terminate(15, None)
+        SigintStopper(_Logger())._terminate(15, None)
     assert info.value.code == 143
     assert "nothing was saved" in capsys.readouterr().err
-    logger = Logger()
+    logger = _Logger()
     logger.snapshot = {"state": 1}
     with pytest.raises(Terminated):
         SigintStopper(logger)._terminate(15, None)
 
 
-def test_sigterm_before_the_first_update_removes_the_run_dir_lock_file(tmp_path, monkeypatch,
+def test_sigterm_before_the_first_update_removes_the_run_dir_lock_file(tmp_path, exit_raises,
                                                                        capsys):
     """The exit before the first update skips ``finally`` blocks (``os._exit``): the run
     directory's lock file is removed before it, and the next run takes the directory."""
     from ppo_ref.cli.common import SigintStopper
-
-    class Logger:
-        stop_requested = False
-        snapshot = None
-
-    def fake_exit(code):
-        raise SystemExit(code)
-    monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
     run_dir = str(tmp_path / "run")
     with cli.run_dir_lock(run_dir) as lock:
         assert os.path.exists(lock)
         with pytest.raises(SystemExit):
-            SigintStopper(Logger())._terminate(15, None)
+            SigintStopper(_Logger())._terminate(15, None)
         assert not os.path.exists(lock)
         with cli.run_dir_lock(run_dir):  # a new lock file: the next run is not blocked
             with open(lock) as f:

@@ -312,16 +312,10 @@ def test_clipping_stores_clipped_values_and_keeps_statistics_raw():
                                   np.clip(plain.collector.normalize_obs(raw), -clip, clip))
 
 
-def test_clipping_resume_is_exact(tmp_path):
+def test_clipping_resume_is_exact(resumed_half_way):
     cfg = PPOConfig(n_envs=2, n_steps=128, batch_size=64, n_epochs=2, normalize_observations=True,
                     normalize_rewards=True, clip_observations=1.0, clip_rewards=0.5)
-    full = PPOTrainer("Pendulum-v1", cfg, seed=3)
-    full.learn(1024)
-    part = PPOTrainer("Pendulum-v1", cfg, seed=3)
-    part.learn(1024, lambda t, s: t.num_timesteps < 512)
-    path = tmp_path / "ckpt.npz"
-    part.save(path)
-    resumed = PPOTrainer.load(path)
+    full, part, resumed = resumed_half_way(cfg)
     assert resumed.config.clip_observations == 1.0 and resumed.config.clip_rewards == 0.5
     assert resumed.collector.clip_observations == 1.0 and resumed.collector.clip_rewards == 0.5
     for name in ("mean", "var", "count"):
