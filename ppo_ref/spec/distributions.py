@@ -525,18 +525,24 @@ def _gsde_std_derivative(theta: np.ndarray, sigma: np.ndarray, use_expln: bool) 
                     sigma)
 
 
-def _gsde_inputs(log_std, features, action_dim: int
-                 ) -> Tuple[np.ndarray, np.ndarray, int]:
-    """Checked ``(theta [L, A or 1], phi [B, L], A)``."""
+def _gsde_log_std(log_std, action_dim: int) -> Tuple[np.ndarray, int]:
+    """Checked ``(theta [L, A or 1], A)``."""
     theta = as_float_array(log_std, "log_std", ndim=(2,)).astype(np.float64, copy=False)
-    phi = as_float_array(features, "features", ndim=(2,)).astype(np.float64, copy=False)
     a_dim = check_positive_int(action_dim, "action_dim")
-    if phi.shape[1] != theta.shape[0]:
-        raise ValueError(f"features must have shape [batch, L] with L = log_std.shape[0] = "
-                         f"{theta.shape[0]}, got {phi.shape}")
     if theta.shape[1] not in (a_dim, 1):
         raise ValueError(f"log_std must have shape [L, {a_dim}] (full_std) or [L, 1], got "
                          f"{theta.shape}")
+    return theta, a_dim
+
+
+def _gsde_inputs(log_std, features, action_dim: int
+                 ) -> Tuple[np.ndarray, np.ndarray, int]:
+    """Checked ``(theta [L, A or 1], phi [B, L], A)``."""
+    theta, a_dim = _gsde_log_std(log_std, action_dim)
+    phi = as_float_array(features, "features", ndim=(2,)).astype(np.float64, copy=False)
+    if phi.shape[1] != theta.shape[0]:
+        raise ValueError(f"features must have shape [batch, L] with L = log_std.shape[0] = "
+                         f"{theta.shape[0]}, got {phi.shape}")
     return theta, phi, a_dim
 
 
@@ -566,12 +572,8 @@ def _gsde_actions(mu: np.ndarray, actions, batch: int) -> np.ndarray:
 
 def _gsde_variance_backward(theta, sigma, phi, d_var, use_expln: bool
                             ) -> Tuple[np.ndarray, np.ndarray]:
-    """``(d_log_std, d_features)`` of ``sum d_var * var`` (``d_var [B, A]``)::
-
-        d sigma_ij^2   = sum_b phi_bi^2 d_var_bj        (summed over j when sigma is [L, 1])
-        d_log_std_ij   = d sigma_ij^2 * 2 sigma_ij * dsigma/dtheta_ij
-        d_features_bi  = 2 phi_bi sum_j d_var_bj sigma_ij^2
-    """
+    """``(d_log_std, d_features)`` of ``sum d_var * var`` (``d_var [B, A]``): the chain rule
+    stated in :func:`gsde_log_prob_backward`."""
     with np.errstate(over="ignore", invalid="ignore"):
         d_sigma2 = (phi * phi).T @ d_var
         if theta.shape[1] == 1:
@@ -690,12 +692,8 @@ def gsde_exploration_matrices(rng: np.random.Generator, log_std, n_envs: int, ac
     (``exploration_matrices``; its separate single ``exploration_mat`` is not kept).
     """
     check_generator(rng)
-    theta = as_float_array(log_std, "log_std", ndim=(2,)).astype(np.float64, copy=False)
     n = check_positive_int(n_envs, "n_envs")
-    a_dim = check_positive_int(action_dim, "action_dim")
-    if theta.shape[1] not in (a_dim, 1):
-        raise ValueError(f"log_std must have shape [L, {a_dim}] (full_std) or [L, 1], got "
-                         f"{theta.shape}")
+    theta, a_dim = _gsde_log_std(log_std, action_dim)
     sigma = np.broadcast_to(_gsde_std(theta, bool(use_expln)), (theta.shape[0], a_dim))
     eps = rng.standard_normal((n, theta.shape[0], a_dim))
     return _finite_result(sigma * eps, "log_std is too large: the exploration matrices")
