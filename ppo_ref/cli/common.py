@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 
 import gymnasium
 
+from ppo_ref._checks import one_line
 from ppo_ref.config import PPOConfig
 from ppo_ref.vectors.codec import read_json_file
 
@@ -78,10 +79,6 @@ def building(what: str):
         raise
     except BaseException as exc:  # noqa: BLE001 -- an env's own failure (SystemExit too)
         raise UsageError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from None
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 def check_n_envs(value, source: str) -> None:

@@ -29,7 +29,7 @@ from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_T
                                 UsageError, building, check_n_envs, check_same_run, close_quickly,
                                 one_line, policy_of_trainer, probe_env, read_run_info, rollout_note,
                                 saved_config, trainer_class, trainer_class_by_name, user_input)
-from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
+from ppo_ref.config import PRESETS, PPOConfig, _format, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
 from ppo_ref.io.runlog import RunLogger, default_run_dir
@@ -223,12 +223,6 @@ def _train_epilog() -> str:
     return "\n".join(lines)
 
 
-def _format_value(value) -> str:
-    if isinstance(value, tuple):
-        return ",".join(str(v) for v in value) if value else "()"
-    return str(value)
-
-
 def list_fields(args: argparse.Namespace, stream=None) -> int:
     """``train --list-fields``: every PPOConfig field with its default, help and choices, and the
     value this command's ``--env``/``--preset``/``--set`` give it where that differs; 0."""
@@ -242,8 +236,8 @@ def list_fields(args: argparse.Namespace, stream=None) -> int:
     print(f"PPOConfig fields (ppo-ref train --set FIELD=VALUE); 'default' is PPOConfig()'s, "
           f"'{label}' the value this command would use where it differs:", file=stream)
     for f in dataclasses.fields(PPOConfig):
-        default = _format_value(getattr(base, f.name))
-        here = _format_value(getattr(chosen, f.name))
+        default = _format(getattr(base, f.name))
+        here = _format(getattr(chosen, f.name))
         used = f"  [{label}: {here}]" if here != default else ""
         print(f"  {f.name} (default {default}){used}", file=stream)
         help_text = f.metadata.get("help", "")
@@ -749,7 +743,6 @@ def _train_seeds(args: argparse.Namespace) -> int:
     """``--seeds``: the settings checked once here, then one run per seed
     (:func:`ppo_ref.cli.seeds.cmd_train_seeds`) in a new (or empty) directory, locked meanwhile."""
     from ppo_ref.cli.seeds import cmd_train_seeds
-    from ppo_ref.io.runlog import default_run_dir
     env_id = args.env or DEFAULT_ENV
     with user_input():
         build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)

@@ -26,6 +26,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
+from ppo_ref._checks import one_line, one_line_repr
+
 FORMAT_VERSION = 1
 METADATA_KEY = "__metadata__"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a local file header; an empty archive
@@ -87,10 +89,6 @@ _DECODE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, V
                   KeyError, IndexError, TypeError, NotImplementedError, RuntimeError,
                   RecursionError, MemoryError, OverflowError, SyntaxError, tokenize.TokenError,
                   UnicodeDecodeError, struct.error, zlib.error)
-
-
-def _one_line(text) -> str:
-    return " ".join(str(text).split())
 
 
 def _not_an_archive(source: str) -> CheckpointError:
@@ -171,7 +169,7 @@ def _read_archive(fileobj, source: str, cap: int) -> Dict[str, np.ndarray]:
         raise
     except _DECODE_ERRORS as exc:
         raise CheckpointError(f"{source} is not a valid checkpoint archive (corrupt or truncated): "
-                              f"{type(exc).__name__}: {_one_line(exc)[:300]}") from None
+                              f"{type(exc).__name__}: {one_line(exc)[:300]}") from None
 
 
 def json_to_array(obj: Any) -> np.ndarray:
@@ -192,7 +190,7 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
         # ValueError covers JSONDecodeError and integers beyond Python's digit limit;
         # RecursionError: nesting deeper than the parser's stack
         raise CheckpointError(f"{name} is not valid JSON: {type(exc).__name__}: "
-                              f"{_one_line(exc)[:200]}") from None
+                              f"{one_line(exc)[:200]}") from None
 
 
 def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> str:
@@ -395,13 +393,8 @@ def _count(record: Mapping[str, Any], key: str, where: str = "state_json") -> in
     value = record.get(key)
     if not _is_count(value):
         raise ValueError(f"{where}[{key!r}] must be an integer in [0, 2**53], got "
-                         f"{_short(value)}")
+                         f"{one_line_repr(value, 60)}")
     return value
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def vet_state_record(state: Any, *, n_steps: int, n_envs: int, n_recent: int,
@@ -443,7 +436,7 @@ def vet_state_record(state: Any, *, n_steps: int, n_envs: int, n_recent: int,
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) \
             or not 0.0 <= progress <= 1.0:
         raise ValueError(f"state_json['progress_remaining'] must be a number in [0, 1], "
-                         f"got {_short(progress)}")
+                         f"got {one_line_repr(progress, 60)}")
     return counters
 
 
@@ -456,16 +449,16 @@ def vet_env_value(layer: str, name: str, saved: Any, current: Any, limit: Any = 
     may replace the env's ``current`` value: a limit (``_max_episode_steps``) must equal the
     env's own, ``_elapsed_steps`` be an integer in ``[0, limit]``; other attributes are the
     env's business."""
-    where = f"saved env state {layer}.{name}"
+    where = f"saved env state {layer}.{name} = {one_line_repr(saved, 60)}"
     if name in _ENV_SETTINGS:
         if type(saved) is not type(current) or saved != current:
-            raise ValueError(f"{where} = {_short(saved)} differs from this env's own "
-                             f"{_short(current)} (a limit of the env, not state)")
+            raise ValueError(f"{where} differs from this env's own "
+                             f"{one_line_repr(current, 60)} (a limit of the env, not state)")
     elif name == "_elapsed_steps" and limit is not None:
         if isinstance(saved, (bool, np.bool_)) or not isinstance(saved, (int, np.integer)) \
                 or not 0 <= saved <= limit:
-            raise ValueError(f"{where} = {_short(saved)} must be an integer in [0, {limit}] (the "
-                             f"env's _max_episode_steps)")
+            raise ValueError(f"{where} must be an integer in [0, {limit}] (the env's "
+                             f"_max_episode_steps)")
 
 
 def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint") -> None:
@@ -476,7 +469,7 @@ def vet_checkpoint_metadata(meta: Mapping[str, Any], source: str = "checkpoint")
     counters integers in [0, 2**53]; ``vectorization`` "sync", "async" or "envpool"."""
     def bad(key, want):
         raise CheckpointError(f"{source}: metadata {key} must be {want}, got "
-                              f"{_short(meta.get(key))}")
+                              f"{one_line_repr(meta.get(key), 60)}")
     trainer = meta.get("trainer")
     if not isinstance(trainer, str) or not trainer:
         bad("trainer", "the name of a trainer class")
