@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 
@@ -40,7 +40,7 @@ from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages, 
 from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward, actor_critic_init
 from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
 from ppo_ref.spec.update import aggregation_weights, truncation_weights
-from ppo_ref.vectors.codec import decode, dumps, encode, read_json_file
+from ppo_ref.vectors.codec import decode, dumps, encode, flatten, read_json_file
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
            "diff_traces", "format_diff", "quantity_count", "identify_trace"]
@@ -204,19 +204,10 @@ def load_trace(path: str) -> Dict[str, Any]:
     return raw
 
 
-def _leaves(name: str, value) -> List[Tuple[str, Any]]:
-    if isinstance(value, Mapping):
-        out = []
-        for k in value:
-            out.extend(_leaves(f"{name}/{k}", value[k]))
-        return out
-    return [(name, value)]
-
-
 def quantity_count(trace: Mapping[str, Any]) -> int:
     """The number of quantities in the ``trace`` of a loaded trace, each entry of a dict (such
     as ``grads``) counted on its own: the count :func:`format_diff` reports when traces agree."""
-    return sum(len(_leaves(k, v)) for k, v in trace["trace"].items())
+    return len(flatten(trace["trace"]))
 
 
 def diff_traces(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: float = 1e-9,
@@ -234,27 +225,26 @@ def diff_traces(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: float = 1e-
     ta = a.get("trace", a) if isinstance(a, Mapping) else a
     tb = b.get("trace", b) if isinstance(b, Mapping) else b
     rows = []
-    flat_b = dict(kv for k in tb for kv in _leaves(k, tb[k]))
-    for key in ta:
-        for name, va in _leaves(key, ta[key]):
-            if name not in flat_b:
-                rows.append({"quantity": name, "index": None, "a": None, "b": None,
-                             "abs_diff": math.inf, "detail": "missing in B"})
-                continue
-            xa = np.asarray(va, dtype=np.float64)
-            xb = np.asarray(flat_b[name], dtype=np.float64)
-            if xa.shape != xb.shape:
-                rows.append({"quantity": name, "index": None, "a": None, "b": None,
-                             "abs_diff": math.inf, "detail": f"shape {xa.shape} vs {xb.shape}"})
-                continue
-            with np.errstate(invalid="ignore"):
-                gap = np.abs(xa - xb)
-                bad = ~(gap <= atol + rtol * np.abs(xa)) & ~((xa == xb) | (np.isnan(xa) &
-                                                                          np.isnan(xb)))
-            if np.any(bad):
-                idx = tuple(int(i) for i in np.argwhere(bad)[0]) if xa.ndim else ()
-                rows.append({"quantity": name, "index": idx, "a": float(xa[idx]),
-                             "b": float(xb[idx]), "abs_diff": float(gap[idx]), "detail": ""})
+    flat_b = flatten(tb)
+    for name, va in flatten(ta).items():
+        if name not in flat_b:
+            rows.append({"quantity": name, "index": None, "a": None, "b": None,
+                         "abs_diff": math.inf, "detail": "missing in B"})
+            continue
+        xa = np.asarray(va, dtype=np.float64)
+        xb = np.asarray(flat_b[name], dtype=np.float64)
+        if xa.shape != xb.shape:
+            rows.append({"quantity": name, "index": None, "a": None, "b": None,
+                         "abs_diff": math.inf, "detail": f"shape {xa.shape} vs {xb.shape}"})
+            continue
+        with np.errstate(invalid="ignore"):
+            gap = np.abs(xa - xb)
+            bad = ~(gap <= atol + rtol * np.abs(xa)) & ~((xa == xb) | (np.isnan(xa)
+                                                                     & np.isnan(xb)))
+        if np.any(bad):
+            idx = tuple(int(i) for i in np.argwhere(bad)[0]) if xa.ndim else ()
+            rows.append({"quantity": name, "index": idx, "a": float(xa[idx]),
+                         "b": float(xb[idx]), "abs_diff": float(gap[idx]), "detail": ""})
     return rows
 
 

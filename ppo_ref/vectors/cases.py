@@ -558,14 +558,7 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
 def _ppo_convention_cases(rng) -> List[dict]:
     """The minibatch update with a loss aggregation over sequences and with truncated steps
     dropped (the tiny MLP actor-critic of :func:`_ppo_cases`)."""
-    B, obs_dim, n_actions = 6, 3, 2
-    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
-    inputs = {"params": {k: v.round(6) for k, v in params.items()},
-              "observations": rng.normal(size=(B, obs_dim)).round(6),
-              "actions": rng.integers(0, n_actions, B),
-              "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
-              "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
-              "old_values": rng.normal(size=B).round(6)}
+    B, n_actions, inputs = _ppo_inputs(rng)
     out = []
     for name, extra_inputs, fields, what in (
             ("seq_mean_token_sum", {"sequences": np.array([0, 0, 0, 1, 1, 2])},
@@ -586,16 +579,23 @@ def _ppo_convention_cases(rng) -> List[dict]:
     return out
 
 
-def _ppo_cases(rng) -> List[dict]:
-    """Full minibatch update of a tiny MLP actor-critic: obs_dim 3, net_arch (4,), 2 actions."""
+def _ppo_inputs(rng):
+    """``(B, n_actions, inputs)`` of a minibatch update of a tiny MLP actor-critic: B = 6 rows,
+    obs_dim 3, net_arch (4,), 2 actions."""
     B, obs_dim, n_actions = 6, 3, 2
     params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
-    params = {k: v.round(6) for k, v in params.items()}
-    inputs = {"params": params, "observations": rng.normal(size=(B, obs_dim)).round(6),
-              "actions": rng.integers(0, n_actions, B),
-              "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
-              "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
-              "old_values": rng.normal(size=B).round(6)}
+    return B, n_actions, {
+        "params": {k: v.round(6) for k, v in params.items()},
+        "observations": rng.normal(size=(B, obs_dim)).round(6),
+        "actions": rng.integers(0, n_actions, B),
+        "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
+        "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
+        "old_values": rng.normal(size=B).round(6)}
+
+
+def _ppo_cases(rng) -> List[dict]:
+    """Full minibatch update of the tiny MLP actor-critic of :func:`_ppo_inputs`."""
+    B, n_actions, inputs = _ppo_inputs(rng)
     out = []
     for preset in ("reference", "cleanrl"):
         config = PPOConfig.preset(preset, n_steps=B, batch_size=B, n_epochs=1, net_arch=(4,),

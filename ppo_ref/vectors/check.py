@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -23,7 +23,7 @@ from ppo_ref.config import PRESETS
 from ppo_ref.conventions import OPTIONS
 from ppo_ref.vectors.cases import OPTION_KEYS, compute_outputs
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, RESULTS_FORMAT, decode,
-                                   decode_settings, encode, read_json_file)
+                                   decode_settings, encode, flatten, read_json_file)
 
 __all__ = ["TOLERANCE_PROFILES", "load_case", "load_cases", "reference_results",
            "check_results", "format_table", "alternative_conventions", "encode_decode",
@@ -119,16 +119,6 @@ def reference_results(vectors_dir: str, implementation: str = "ppo_ref") -> dict
              for case in load_cases(vectors_dir)}
     return {"format": RESULTS_FORMAT, "implementation": f"{implementation} {ppo_ref.__version__}",
             "cases": cases}
-
-
-def flatten(value, prefix="") -> Dict[str, Any]:
-    """Nested outputs as ``{"grads/w_ih": array, ...}`` (the names ``skip`` lists take)."""
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(flatten(v, f"{prefix}{k}/"))
-        return out
-    return {prefix[:-1]: value}
 
 
 def _compare(got, expected, atol: float, rtol: float):

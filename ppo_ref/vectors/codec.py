@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 __all__ = ["FORMAT", "RESULTS_FORMAT", "DEFAULT_TOLERANCE", "encode", "decode",
-           "decode_settings", "dumps", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
+           "decode_settings", "dumps", "flatten", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
            "MAX_JSON_INT_DIGITS"]
 
 #: The largest JSON file that is read: larger files, and endless ones such as a device, are
@@ -117,6 +117,17 @@ def decode_settings(settings: Mapping) -> dict:
     lists)."""
     return {k: _SPECIAL[v] if isinstance(v, str) and v in _SPECIAL else v
             for k, v in settings.items()}
+
+
+def flatten(value, prefix: str = "") -> dict:
+    """Nested dicts as one ``{"grads/w_ih": array, ...}`` (keys joined by ``/``, order kept;
+    a non-dict ``value`` is ``{prefix without its last "/": value}``)."""
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}{k}/"))
+        return out
+    return {prefix[:-1]: value}
 
 
 def dumps(doc: Mapping, indent: int = 1) -> str:
