@@ -323,8 +323,6 @@ class NormalizedOutputs(Layout):
         return out
 
 
-
-
 def _episodes(ex) -> List[Tuple[int, int, int, float]]:
     """``(env, first row, end row, bootstrap)`` of every episode, env by env in time order;
     the bootstrap is 0 where it terminated, ``final_values`` where it truncated, and

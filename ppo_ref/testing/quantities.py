@@ -239,8 +239,9 @@ def _lambda_key(ex):
     return "gae_lambda" if "gae_lambda" in ex else "lambda_"
 
 
-def _first_rows(ex: dict, rows: int) -> dict:
-    return {k: (np.asarray(v)[:rows].copy() if k in _GRID_KEYS else v) for k, v in ex.items()}
+def _take(ex: dict, index) -> dict:
+    """``ex`` with each ``[T, N]`` array (:data:`_GRID_KEYS`) indexed by ``index``."""
+    return {k: (np.asarray(v)[index].copy() if k in _GRID_KEYS else v) for k, v in ex.items()}
 
 
 _TRAJ_PROPERTIES = (
@@ -260,7 +261,7 @@ _TRAJ_PROPERTIES = (
     Property("lambda_1", "lambda = 1", lambda ex: ex[_lambda_key(ex)] == 1.0,
              lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
     Property("long_rollout", "a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
-             lambda ex: _first_rows(ex, 64)),
+             lambda ex: _take(ex, slice(64))),
     Property("truncated", "truncated steps", lambda ex: bool(np.any(ex["truncated"])),
              lambda ex: _with(ex, truncated=np.zeros_like(ex["truncated"])), broad=True),
 )
@@ -527,18 +528,10 @@ def _trajectory_reductions(ex: dict) -> Iterator[dict]:
     keeps = [[n] for n in range(N)] + ([[m for m in range(N) if m != n] for n in range(N)]
                                       if N > 2 else [])
     for cols in keeps if N > 1 else []:
-        out = dict(ex)
-        for k in _GRID_KEYS:
-            if k in ex:
-                out[k] = np.asarray(ex[k])[:, cols].copy()
-        out["last_values"] = np.asarray(ex["last_values"])[cols].copy()
-        yield out
+        yield _with(_take(ex, (slice(None), cols)),
+                    last_values=np.asarray(ex["last_values"])[cols].copy())
     for rows in _windows(T):
-        out = dict(ex)
-        for k in _GRID_KEYS:
-            if k in ex:
-                out[k] = np.asarray(ex[k])[rows].copy()
-        yield out
+        yield _take(ex, rows)
 
 
 def _element_reductions(*keys: str):
