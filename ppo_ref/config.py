@@ -314,11 +314,13 @@ class PPOConfig:
     @classmethod
     def zoo_cartpole(cls, **overrides: Any) -> "PPOConfig":
         """rl-baselines3-zoo's CartPole-v1 PPO settings (``lin_1e-3``, ``lin_0.2``: linear
-        schedules; :data:`ppo_ref.zoo.ZOO`'s entry) on the reference conventions,
-        ``overrides`` on top."""
-        from ppo_ref.zoo import ZOO
+        schedules) on the reference conventions, ``overrides`` on top."""
         _check_known(overrides)
-        return ZOO["CartPole-v1"].config(**overrides)
+        values = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                      gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
+                      clip_range_schedule="linear", ent_coef=0.0)
+        values.update(overrides)
+        return cls(**values)
 
 
 class _Derived:

@@ -87,22 +87,20 @@ class _ReaderGone:
                 os.dup2(null, self._fd)
                 os.close(null)
 
+    def _call(self, method: str, *args):
+        if not self.gone:
+            try:
+                return getattr(self._stream, method)(*args)
+            except (OSError, ValueError):
+                self._lost()
+        return None
+
     def write(self, text):
-        if self.gone:
-            return len(text)
-        try:
-            return self._stream.write(text)
-        except (OSError, ValueError):
-            self._lost()
-            return len(text)
+        written = self._call("write", text)
+        return len(text) if written is None else written
 
     def flush(self):
-        if self.gone:
-            return
-        try:
-            self._stream.flush()
-        except (OSError, ValueError):
-            self._lost()
+        self._call("flush")
 
     def isatty(self) -> bool:
         return not self.gone and bool(getattr(self._stream, "isatty", lambda: False)())

@@ -29,7 +29,7 @@ from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_T
                                 UsageError, building, check_n_envs, check_same_run, close_quickly,
                                 one_line, policy_of_trainer, probe_env, read_run_info, rollout_note,
                                 saved_config, trainer_class, trainer_class_by_name, user_input)
-from ppo_ref.config import PRESETS, PPOConfig, _format, parse_overrides
+from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
 from ppo_ref.io.runlog import RunLogger, default_run_dir
@@ -223,6 +223,12 @@ def _train_epilog() -> str:
     return "\n".join(lines)
 
 
+def _format_value(value) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value) if value else "()"
+    return str(value)
+
+
 def list_fields(args: argparse.Namespace, stream=None) -> int:
     """``train --list-fields``: every PPOConfig field with its default, help and choices, and the
     value this command's ``--env``/``--preset``/``--set`` give it where that differs; 0."""
@@ -236,8 +242,8 @@ def list_fields(args: argparse.Namespace, stream=None) -> int:
     print(f"PPOConfig fields (ppo-ref train --set FIELD=VALUE); 'default' is PPOConfig()'s, "
           f"'{label}' the value this command would use where it differs:", file=stream)
     for f in dataclasses.fields(PPOConfig):
-        default = _format(getattr(base, f.name))
-        here = _format(getattr(chosen, f.name))
+        default = _format_value(getattr(base, f.name))
+        here = _format_value(getattr(chosen, f.name))
         used = f"  [{label}: {here}]" if here != default else ""
         print(f"  {f.name} (default {default}){used}", file=stream)
         help_text = f.metadata.get("help", "")

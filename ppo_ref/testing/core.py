@@ -66,9 +66,6 @@ class Mismatch(AssertionError):
         self.alternatives: List[str] = list(fields.get("alternatives", ()))
         self.properties: List[str] = list(fields.get("properties", ()))
 
-    def __str__(self) -> str:
-        return self.args[0] if self.args else ""
-
 
 class _Found(Exception):
     """Raised inside the hypothesis search; carries the mismatch fields of one example."""
