@@ -473,16 +473,12 @@ def _parse_value(name: str, text: str):
     raw = text.strip()
     if kind == "optional_float" and raw.lower() in ("none", "null"):
         return None
-    if kind in ("float", "optional_float"):
+    if kind in ("float", "optional_float", "int"):
+        parse, what = (int, "an integer") if kind == "int" else (float, "a number")
         try:
-            return float(raw)
+            return parse(raw)
         except ValueError:
-            raise ValueError(f"{name}: cannot parse {text!r} as a number") from None
-    if kind == "int":
-        try:
-            return int(raw)
-        except ValueError:
-            raise ValueError(f"{name}: cannot parse {text!r} as an integer") from None
+            raise ValueError(f"{name}: cannot parse {text!r} as {what}") from None
     if kind == "bool":
         if raw.lower() in _TRUE:
             return True

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ppo_ref._checks import result_dtype
 from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import BadOutput, Layout, as_numpy, get_layout
@@ -130,11 +131,6 @@ def _real(value) -> Tuple[Optional[np.ndarray], Optional[str]]:
     return None, f"{what} {'array' if arr.ndim else 'value'} ({arr.dtype}), not real floats"
 
 
-def _where(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    return f" (at {frames[-1].filename}:{frames[-1].lineno})" if len(frames) > 1 else ""
-
-
 def _call(fn, quantity: str, layout, ex, deadline) -> Tuple[Any, Optional[dict]]:
     """``(result, None)``, or ``(None, fields)`` when ``fn`` raised, wrote into an input or
     took longer than ``deadline`` seconds twice."""
@@ -156,11 +152,6 @@ def _call(fn, quantity: str, layout, ex, deadline) -> Tuple[Any, Optional[dict]]
     return None, {"seconds": seconds}
 
 
-def _is_float32(ex: Mapping[str, Any]) -> bool:
-    floats = [v for v in ex.values() if isinstance(v, np.ndarray) and v.dtype.kind == "f"]
-    return bool(floats) and all(v.dtype == np.float32 for v in floats)
-
-
 def _fail(**fields) -> dict:
     return {"output": None, "index": None, "expected": None, "actual": None,
             "precision": False, "gap": math.inf, "tolerance": 0.0, **fields}
@@ -175,7 +166,8 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
     between the strict and the float32 bound then sets ``seen["rounding"] = True``."""
     q = get_quantity(quantity)
     length = q.length(ex)
-    u = _U32 if _is_float32(ex) else _U64
+    arrays = [v for v in ex.values() if isinstance(v, np.ndarray)]
+    u = _U32 if result_dtype(*arrays) == np.float32 else _U64
     base = q.magnitude(ex, options)
     for name in q.outputs:
         if name in skip or name not in expected:
@@ -372,7 +364,9 @@ def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
                 deadline, max_examples: int) -> str:
     if fields.get("raised") is not None:
         exc = fields["raised"]
-        return f"{quantity}: {name} raised {type(exc).__name__}: {exc}{_where(exc)}"
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if len(frames) > 1 else ""
+        return f"{quantity}: {name} raised {type(exc).__name__}: {exc}{where}"
     if fields.get("mutated") is not None:
         return (f"{quantity}: {name} wrote into its input {fields['mutated']!r}: "
                 f"{fields['change']} (the check passes a copy and compares it afterwards; "
