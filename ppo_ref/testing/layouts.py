@@ -60,14 +60,13 @@ Rows of one trajectory each (GAE, the normalization, the losses):
     Normalization ``fn(advantages, mask)`` (statistics over every valid token); losses
     ``fn(new_log_probs, old_log_probs, advantages, mask, clip_range)`` and ``fn(values,
     old_values, returns, mask, clip_range_vf)``, the elements split into 1..4 rows.
-    ``MaskedRows(aggregation=...)``: how ``fn`` reduces per-token terms ``x`` (``n_b`` valid
-    in row b, ``N`` in all, ``B`` rows): ``"token-mean"`` ``sum x / N`` (default),
-    ``"seq-mean-token-mean"`` ``mean_b(sum_row x / n_b)``, ``"token-sum"`` ``sum x``,
-    ``"seq-mean-token-sum"`` ``sum x / B``, ``"seq-mean-token-sum-norm"`` ``sum x / norm``
-    (``norm=``, default L): the option ``loss_aggregation``, which the reference computes with
-    :func:`ppo_ref.spec.update.aggregation_weights` over the example's rows (clip_fraction and
-    approx_kl stay means, under the sequence weights for ``"seq-mean-token-mean"``);
-    ``aggregation=None`` leaves it to the convention (``identify`` then searches it).
+    ``MaskedRows(aggregation=...)``: how ``fn`` reduces per-token terms, a row being a
+    sequence (default ``"token-mean"``; ``norm=``: the constant of
+    ``"seq-mean-token-sum-norm"``, default L): the option ``loss_aggregation``, each defined
+    by :func:`ppo_ref.spec.update.aggregation_weights`, computed over the example's rows
+    (clip_fraction and approx_kl stay means, under the sequence weights for
+    ``"seq-mean-token-mean"``); ``aggregation=None`` leaves it to the convention
+    (``identify`` then searches it).
 ``"episodes"``
     As ``"masked_rows"`` with each row a 1-D array of its valid entries (lists, no mask):
     GAE ``fn(rewards, values, bootstrap_values, *, gamma, gae_lambda)`` (``bootstrap_values``

@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import numpy as np
 from gymnasium import spaces
 
-from ppo_ref.config import CONVENTION_FIELDS, PPOConfig
+from ppo_ref.config import CONVENTION_FIELDS, PRESETS, PPOConfig
 from ppo_ref.spec.networks import actor_critic_init
 from ppo_ref.spec.optim import adam_init
 from ppo_ref.spec.update import Minibatch, aggregation_weights, run_epochs, truncation_weights
@@ -271,11 +271,9 @@ def _rollout(rng, T, N):
             "final_values": np.where(truncated, rng.normal(size=(T, N)).round(6), 0.0)}
 
 
-_CONVENTIONS = {
-    "reference": {"truncation": "bootstrap", "bootstrap_terminal_last_row": False},
-    "cleanrl": {"truncation": "terminate", "bootstrap_terminal_last_row": False},
-    "thrust": {"truncation": "ignore", "bootstrap_terminal_last_row": True},
-}
+def _truncation(preset: str) -> dict:
+    """The truncation options of ``preset`` (:data:`ppo_ref.config.PRESETS`)."""
+    return {k: PRESETS[preset][k] for k in ("truncation", "bootstrap_terminal_last_row")}
 
 
 def _build_cases(rng: np.random.Generator) -> List[dict]:
@@ -293,12 +291,12 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                          ("cleanrl", "CleanRL: truncation treated as termination"),
                          ("thrust", "thrust-rl: truncated ignored; terminal last row bootstraps")):
         cases.append(_case(f"gae_{preset}", "gae", preset, desc, roll,
-                           {"gamma": 0.99, "gae_lambda": 0.95, **_CONVENTIONS[preset]}))
+                           {"gamma": 0.99, "gae_lambda": 0.95, **_truncation(preset)}))
     single = _rollout(rng, 6, 1)
     single = {k: (v[:, 0] if np.ndim(v) == 2 else v[0]) for k, v in single.items()}
     cases.append(_case("gae_single_env", "gae", "reference",
                        "one env as [T] arrays with a scalar last_values", single,
-                       {"gamma": 0.9, "gae_lambda": 0.8, **_CONVENTIONS["reference"]}))
+                       {"gamma": 0.9, "gae_lambda": 0.8, **_truncation("reference")}))
 
     vt = dict(roll)
     vt["behaviour_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
@@ -306,11 +304,11 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
     cases.append(_case("vtrace_reference", "vtrace", "reference",
                        "IMPALA V-trace with truncation bootstrap, lambda_ 0.9, distinct bars", vt,
                        {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.5,
-                        "lambda_": 0.9, **_CONVENTIONS["reference"]}))
+                        "lambda_": 0.9, **_truncation("reference")}))
     cases.append(_case("vtrace_thrust", "vtrace", "thrust",
                        "thrust-rl conventions (no lambda, pg weight = rho)", vt,
                        {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 1.0, "pg_rho_bar": None,
-                        "lambda_": 1.0, **_CONVENTIONS["thrust"]}))
+                        "lambda_": 1.0, **_truncation("thrust")}))
 
     logits = (rng.normal(size=(5, 4)) * 3.0).round(6)
     logits[1, 2] = -np.inf                     # a masked action
@@ -388,7 +386,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
     """The cases that catch logic bugs (module docstring); ``final_values`` holds non-zero junk
     wherever the reference does not read it, so code that reads it there fails."""
     cases = []
-    ref = _CONVENTIONS["reference"]
+    ref = _truncation("reference")
     # the minimal both-flags input (skrl, Sample Factory, torchrl auto_reset_env bootstrap it:
     # skrl gives advantages [1, 0], the reference [0, 0]) next to a both-flags step mid-rollout
     # and on the last row
@@ -402,7 +400,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
         cases.append(_case(f"gae_both_flags_{preset}", "gae", preset,
                            "steps terminated and truncated at once (termination wins: no "
                            "bootstrap); final_values junk where not read", both,
-                           {"gamma": 0.5, "gae_lambda": 0.9, **_CONVENTIONS[preset]}))
+                           {"gamma": 0.5, "gae_lambda": 0.9, **_truncation(preset)}))
     roll = _rollout(rng, 6, 3)
     roll["terminated"][1, 1] = roll["truncated"][1, 1] = True    # both flags mid-rollout
     roll["final_values"] = np.where(roll["final_values"] == 0.0,
