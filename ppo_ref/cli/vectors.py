@@ -7,6 +7,7 @@ import os
 import sys
 
 from ppo_ref.cli.common import UsageError
+from ppo_ref.config import PRESETS
 from ppo_ref.vectors import check_results, format_table, read_json_file, write_vectors
 from ppo_ref.vectors.cases import BACKENDS, SEED
 from ppo_ref.vectors.check import TOLERANCE_PROFILES, nothing_compared
@@ -24,10 +25,9 @@ def configure_vectors(p) -> None:
     p.add_argument("--backend", default="fast", choices=BACKENDS,
                    help="the tier that computes the expected outputs: fast (compiled, default) "
                         "or spec (the readable tier); they agree within the vectors' tolerance")
-    p.add_argument("--preset", default=None,
+    p.add_argument("--preset", default=None, choices=tuple(PRESETS), metavar="PRESET",
                    help="compute every convention-dependent case under this PPOConfig preset's "
-                        "conventions (reference, sb3, cleanrl, thrust, tianshou, torchrl, rlax, "
-                        "skrl, sample_factory, purejaxrl)")
+                        "conventions: " + ", ".join(PRESETS))
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="replace a setting in every case that has it (value as JSON, e.g. "
                         "gamma=0.9, dual_clip=2.0); repeatable")
