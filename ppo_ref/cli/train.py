@@ -142,7 +142,7 @@ def configure_train(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None,
                    help="output directory, new or empty (default runs/<env>-<policy>-seed<S>-"
                         "<timestamp>, with -2, -3, ... appended if taken)")
-    p.add_argument("--preset", default=None, choices=preset_names(), metavar="NAME",
+    p.add_argument("--preset", default=None,
                    help="config base: zoo (the default: the zoo settings of --env), default "
                         "(SB3's defaults), or one of " + ", ".join(preset_names()[2:]))
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -352,6 +352,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
         raise UsageError(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
     if args.num_actors is not None and args.num_actors > MAX_NUM_ACTORS:
         raise UsageError(f"--num-actors must be in [1, {MAX_NUM_ACTORS}], got {args.num_actors}")
+    if args.preset is not None and args.preset not in preset_names():
+        raise UsageError(f"unknown --preset {args.preset!r}; choose from "
+                         f"{', '.join(preset_names())}")
     if args.seeds is not None:
         clash = [flag for flag, given in (("--seed", args.seed is not None),
                                           ("--resume", bool(args.resume)),
