@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import typing
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
@@ -238,6 +239,12 @@ class PPOConfig:
                              f"{self.advantage_norm_scope} (n_steps * n_envs = {rows}, "
                              f"batch_size = {self.batch_size}) makes every update's loss NaN: "
                              "change batch_size or advantage_norm_single_element")
+        inert = [f"{name}={getattr(self, name)!r} (it needs {needs})"
+                 for name, (active, needs) in _NEEDS.items()
+                 if getattr(self, name) != _default(name) and not active(self)]
+        if inert:
+            warnings.warn(f"PPOConfig: settings that have no effect in this configuration: "
+                          f"{'; '.join(inert)}", UserWarning, stacklevel=3)
 
     def replace(self, **changes: Any) -> "PPOConfig":
         """A copy with ``changes`` applied and validated (``ValueError`` for unknown fields)."""
@@ -339,6 +346,17 @@ _TEN_WITH_NORMALIZATION = _Derived("<10.0 when normalized, else None>")
 
 #: Each clipping field and the normalization it applies after.
 _CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
+
+#: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``.
+#: A field set away from its default where it does not act gets a ``UserWarning``.
+_NEEDS = {
+    "sde_sample_freq": (lambda c: c.use_sde, "use_sde=True"),
+    "full_std": (lambda c: c.use_sde, "use_sde=True"),
+    "use_expln": (lambda c: c.use_sde, "use_sde=True"),
+    "huber_delta": (lambda c: c.value_loss_mode == "huber", "value_loss_mode='huber'"),
+    "loss_aggregation_norm": (lambda c: c.loss_aggregation == "seq-mean-token-sum-norm",
+                              "loss_aggregation='seq-mean-token-sum-norm'"),
+}
 
 #: Every convention field at its reference value: the ``"reference"`` preset, and the value of a
 #: field a library has no setting for (no KL early stop, no schedule, no value-head init of its

@@ -1,11 +1,12 @@
 """PPOConfig: docs/specification.md §5 defaults, validation naming the field, presets vs §8, round trips."""
 import dataclasses
 import json
+import warnings
 
 import numpy as np
 import pytest
 
-from ppo_ref.config import CONVENTION_FIELDS, PPOConfig, parse_overrides
+from ppo_ref.config import CONVENTION_FIELDS, PRESETS, PPOConfig, parse_overrides
 
 # docs/specification.md §5 (SB3 names and defaults) and ppo_ref's extra fields, typed out here
 # independently of ppo_ref/config.py.
@@ -377,3 +378,30 @@ def test_clip_fields_validated(name, flag):
         PPOConfig(**{name: 10.0})
     assert parse_overrides([f"{name}=none"]) == {name: None}
     assert parse_overrides([f"{name}=10"]) == {name: 10.0}
+
+
+@pytest.mark.parametrize("name,value,needs", [
+    ("sde_sample_freq", 4, {"use_sde": True}),
+    ("full_std", False, {"use_sde": True}),
+    ("use_expln", True, {"use_sde": True}),
+    ("huber_delta", 2.0, {"value_loss_mode": "huber"}),
+    ("loss_aggregation_norm", 3.0, {"loss_aggregation": "seq-mean-token-sum-norm"}),
+])
+def test_a_setting_without_effect_warns_naming_it(name, value, needs):
+    (needed, setting), = needs.items()
+    with pytest.warns(UserWarning, match=f"no effect .*{name}={value!r} \\(it needs {needed}"):
+        PPOConfig(**{name: value})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert getattr(PPOConfig(**{name: value, needed: setting}), name) == value
+        PPOConfig(**{name: PPOConfig.__dataclass_fields__[name].default})  # the default: quiet
+
+
+def test_presets_and_zoo_rows_set_nothing_without_effect():
+    from ppo_ref.zoo import ZOO
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in PRESETS:
+            PPOConfig.preset(name)
+        for row in ZOO.values():
+            row.config
