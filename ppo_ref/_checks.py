@@ -75,15 +75,16 @@ def check_same_shape(arr: np.ndarray, name: str, shape: tuple, ref_name: str) ->
                          f"got {arr.shape}")
 
 
-def one_line(text) -> str:
-    """``str(text)`` with every run of white space (newlines too) as one space."""
-    return " ".join(str(text).split())
+def one_line(text, limit: Optional[int] = None) -> str:
+    """``str(text)`` with every run of white space (newlines too) as one space, cut to
+    ``limit`` characters (ending ``...``) when longer."""
+    text = " ".join(str(text).split())
+    return text if limit is None or len(text) <= limit else text[:limit - 3] + "..."
 
 
 def one_line_repr(value, limit: int = 80) -> str:
     """``repr(value)`` on one line, cut to ``limit`` characters (arrays print over many)."""
-    text = one_line(repr(value))
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return one_line(repr(value), limit)
 
 
 def check_real_scalar(value, name: str) -> float:

@@ -19,7 +19,7 @@ from ppo_ref.vectors.codec import read_json_file
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
-           "building", "one_line", "import_target", "trainer_class", "trainer_class_by_name",
+           "building", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "rollout_note",
            "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run"]
 

@@ -9,8 +9,9 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
+from ppo_ref._checks import one_line
 from ppo_ref._numba import announce_compiling
-from ppo_ref.cli.common import UsageError, one_line
+from ppo_ref.cli.common import UsageError
 from ppo_ref.cli.details import cmd_details, configure_details
 from ppo_ref.cli.diff import cmd_diff, configure_diff
 from ppo_ref.cli.eval import cmd_eval, configure_eval

@@ -22,12 +22,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import gymnasium
 
+from ppo_ref._checks import one_line
 from ppo_ref.cli.async_train import cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
                                 UsageError, building, check_n_envs, check_same_run, close_quickly,
-                                one_line, policy_of_trainer, probe_env, read_run_info, rollout_note,
+                                policy_of_trainer, probe_env, read_run_info, rollout_note,
                                 saved_config, trainer_class, trainer_class_by_name, user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError

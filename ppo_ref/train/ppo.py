@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 import numba
 import numpy as np
 
-from ppo_ref._checks import as_float_array, check_count
+from ppo_ref._checks import as_float_array, check_count, one_line
 from ppo_ref._numba import PARALLEL_LOOPS
 from ppo_ref.config import PPOConfig
 from ppo_ref.io.checkpoint import (RECENT_EPISODES, CheckpointError, array_to_json,
@@ -106,10 +106,6 @@ def progress_remaining(num_timesteps: int, total_timesteps: int) -> float:
 #: What a crafted checkpoint can make a restore raise besides ValueError.
 _RESTORE_ERRORS = (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError,
                    RecursionError, MemoryError, NotImplementedError)
-
-
-def _one_line(text) -> str:
-    return " ".join(str(text).split())[:300]
 
 
 class PPOTrainer:
@@ -514,7 +510,7 @@ class PPOTrainer:
             config = PPOConfig.from_dict(meta["config"])
         except _RESTORE_ERRORS as exc:
             raise CheckpointError(f"{where} has bad settings: {type(exc).__name__}: "
-                                  f"{_one_line(exc)}") from None
+                                  f"{one_line(exc, 300)}") from None
         if env is None:
             env = meta.get("env_id")
             if env is None:
@@ -533,7 +529,7 @@ class PPOTrainer:
             trainer.close()
             if isinstance(exc, _RESTORE_ERRORS):
                 raise CheckpointError(f"{where} does not hold a valid {cls.__name__} state: "
-                                      f"{type(exc).__name__}: {_one_line(exc)}") from None
+                                      f"{type(exc).__name__}: {one_line(exc, 300)}") from None
             raise
         return trainer
 

@@ -27,7 +27,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv, VectorWrapper
 from gymnasium.wrappers.vector import NormalizeReward, RecordEpisodeStatistics
 
-from ppo_ref._checks import env_value_problem
+from ppo_ref._checks import env_value_problem, one_line
 from ppo_ref.io.state import restore_single_env_state, single_env_state
 from ppo_ref.spec.normalization import initial_moments, normalize_observations, update_moments
 from ppo_ref.spec.recurrent_networks import LSTMStates
@@ -137,7 +137,7 @@ class _CheckedEnv(gym.Wrapper):
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001  (the env's failure, reported as such)
-            return self._failure(f"raised {type(exc).__name__}: {_one_line(exc)} in reset")
+            return self._failure(f"raised {type(exc).__name__}: {one_line(exc, 200)} in reset")
         problem = self._problem(obs)
         if problem is not None:
             return self._failure(f"returned {problem} from reset")
@@ -150,7 +150,7 @@ class _CheckedEnv(gym.Wrapper):
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # noqa: BLE001  (the env's failure, reported as such)
-            obs, info = self._failure(f"raised {type(exc).__name__}: {_one_line(exc)}")
+            obs, info = self._failure(f"raised {type(exc).__name__}: {one_line(exc, 200)}")
             return obs, 0.0, False, False, info
         obs, reward, terminated, truncated, _ = result
         if (type(reward) not in _REWARD_TYPES or type(terminated) not in _FLAG_TYPES
@@ -171,11 +171,6 @@ class _CheckedEnv(gym.Wrapper):
         restore_single_env_state(self.env, self.ppo_ref_pending)
         self.ppo_ref_pending = None
         return True
-
-
-def _one_line(exc) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def _raise_env_failure(info, vector_step: int, rollout_step: int) -> None:
@@ -397,7 +392,7 @@ class RolloutCollector:
             raw_obs, rewards, terminated, truncated, info = env.step(actions)
         except (ValueError, TypeError) as exc:  # observations the vector env cannot stack
             raise EnvStepError(f"the vector env failed at vector step {step}: "
-                               f"{type(exc).__name__}: {_one_line(exc)}", -1, step,
+                               f"{type(exc).__name__}: {one_line(exc, 200)}", -1, step,
                                rollout_step) from None
         except (EOFError, ConnectionError) as exc:  # an AsyncVectorEnv worker died
             raise EnvStepError(f"an env worker process of the async vector env ended (killed, "
