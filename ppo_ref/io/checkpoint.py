@@ -169,7 +169,7 @@ def _read_archive(fileobj, source: str, cap: int) -> Dict[str, np.ndarray]:
         raise
     except _DECODE_ERRORS as exc:
         raise CheckpointError(f"{source} is not a valid checkpoint archive (corrupt or truncated): "
-                              f"{type(exc).__name__}: {one_line(exc)[:300]}") from None
+                              f"{type(exc).__name__}: {one_line(exc, 300)}") from None
 
 
 def json_to_array(obj: Any) -> np.ndarray:
@@ -190,7 +190,7 @@ def array_to_json(arr: np.ndarray, *, name: str = "metadata") -> Any:
         # ValueError covers JSONDecodeError and integers beyond Python's digit limit;
         # RecursionError: nesting deeper than the parser's stack
         raise CheckpointError(f"{name} is not valid JSON: {type(exc).__name__}: "
-                              f"{one_line(exc)[:200]}") from None
+                              f"{one_line(exc, 200)}") from None
 
 
 def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, Any]) -> str:
