@@ -578,6 +578,14 @@ def test_vectors_to_an_unwritable_dir(tmp_path, capsys):
         assert "/proc/nope" in _one_line_error(capsys, "vectors")
 
 
+@pytest.mark.parametrize("flags", [["--preset", "nope"], ["--set", "gamma=\"x\""]])
+def test_vectors_refused_before_anything_is_written(tmp_path, capsys, flags):
+    out = tmp_path / "vectors"
+    assert cli.main(["vectors", "--out", str(out)] + flags) == 2
+    _one_line_error(capsys, "vectors")
+    assert not out.exists()
+
+
 @pytest.fixture(scope="module")
 def vectors_dir(tmp_path_factory):
     from ppo_ref.vectors import write_vectors

@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from ppo_ref.config import CONVENTION_FIELDS, PRESETS, PPOConfig
+from ppo_ref.io.checkpoint import write_atomic
 from ppo_ref.spec.networks import actor_critic_init
 from ppo_ref.spec.optim import adam_init
 from ppo_ref.spec.update import Minibatch, aggregation_weights, run_epochs, truncation_weights
@@ -705,27 +706,28 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
     convention-dependent case under that preset (:func:`apply_preset`); ``settings`` replaces
     those settings in every case that has them (``{"gamma": 0.9}``).
 
+    Every case is computed before anything is written (a bad preset, backend or setting leaves
+    ``out_dir`` as it was); each file is then replaced atomically
+    (:func:`ppo_ref.io.checkpoint.write_atomic`), ``index.json`` last.
+
     Raises:
         ValueError: an unknown preset or backend.
     """
-    os.makedirs(out_dir, exist_ok=True)
     cases = _all_cases(seed)
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]
-    names, index = [], []
+    files, index = [], []
     for case in cases:
         case["settings"] = {k: (settings or {}).get(k, v) for k, v in case["settings"].items()}
         encoded = {k: encode(v) if k in ("inputs", "settings") else v for k, v in case.items()}
         decoded = {**encoded, "inputs": decode(encoded["inputs"]),
                    "settings": decode_settings(encoded["settings"])}
         encoded["expected"] = encode(compute_outputs(decoded, backend))
-        path = os.path.join(out_dir, f"{case['name']}.json")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(dumps(encoded) + "\n")
-        names.append(case["name"])
+        files.append((f"{case['name']}.json", dumps(encoded) + "\n"))
         index.append({"name": case["name"], "kind": case["kind"], "preset": case["preset"],
                       "file": f"{case['name']}.json"})
-    with open(os.path.join(out_dir, "index.json"), "w", encoding="utf-8") as fh:
-        json.dump({"format": FORMAT, "seed": seed, "cases": index}, fh, indent=1)
-        fh.write("\n")
-    return names
+    files.append(("index.json", json.dumps({"format": FORMAT, "seed": seed, "cases": index},
+                                           indent=1) + "\n"))
+    for name, text in files:
+        write_atomic(os.path.join(out_dir, name), text.encode("utf-8"))
+    return [entry["name"] for entry in index]
