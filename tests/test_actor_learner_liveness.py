@@ -61,20 +61,25 @@ def test_hung_env_is_reported_within_the_configured_time():
     assert multiprocessing.active_children() == []
 
 
-def test_actor_hung_in_env_step_does_not_outlive_a_killed_learner(tmp_path):
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_actor_hung_in_env_step_does_not_outlive_a_killed_learner(tmp_path, start_method):
+    # (the actors run 40 steps, write their pids and hang: with forkserver their OS parent is
+    # the fork server, not the learner, and they must still run, then end with the learner)
     pids = tmp_path / "pids"
     script = textwrap.dedent(f"""
         import functools, os, sys
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         import test_actor_learner_liveness_helpers as helpers
-        from ppo_ref.distributed import AsyncActorLearnerConfig, learner_loop, make_learner
+        from ppo_ref.distributed import (AsyncActorLearnerConfig, learner_loop, make_learner,
+                                         start_actors)
         from ppo_ref.config import PPOConfig
         if __name__ == "__main__":
             config = AsyncActorLearnerConfig(num_actors=2, n_steps=16, total_timesteps=10**6,
                 actors="process", ppo=PPOConfig(n_epochs=1, batch_size=32))
             trainer = make_learner(config, "CartPole-v1")
             env = functools.partial(helpers.hanging_env, after=40, pid_file={str(pids)!r})
-            learner_loop(config, trainer, env)
+            group = start_actors(config, env, start_method={start_method!r})
+            learner_loop(config, trainer, group)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=os.getcwd())
     try:
