@@ -1,19 +1,21 @@
-"""Commands started at the end of collection: the marker ``early_command(argv, env=None)``, the
+"""Commands started at the end of collection: the marker ``early_command(argv, ...)``, the
 fixture ``early_command`` and the hooks that start and stop the commands (imported by the
 conftest.py files of tests/ and validation/).
 
-A test marked ``early_command(argv, env=None)`` checks what the command ``argv`` did once it
-ended (its exit code, output and files; ``{dir}`` in an argument is a fresh empty directory of
-its own). Such commands take seconds to minutes of CPU in their own processes while the other
-tests run in pytest's process, mostly on one core: each is started as soon as collection has
-selected its test, at a lower priority (nice + 10) so the tests running meanwhile keep their
-core, and its test waits for it to end.
+A test marked ``early_command(argv, env=None, timeout=None)`` checks what the command ``argv``
+did once it ended (its exit code, output and files; ``{dir}`` in an argument is a fresh empty
+directory of its own; a command still running ``timeout`` seconds after its start is killed and
+its test fails). Such commands take seconds to minutes of CPU in their own processes while the
+other tests run in pytest's process, mostly on one core: each is started as soon as collection
+has selected its test, at a lower priority (nice + 10) so the tests running meanwhile keep
+their core, and its test waits for it to end.
 """
 import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import pytest
 
@@ -23,8 +25,9 @@ _early: dict = {}
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "early_command(argv, env=None): the test reads the result of argv ({dir}: "
-                   "a fresh directory), started at the end of collection (fixture early_command)")
+        "markers", "early_command(argv, env=None, timeout=None): the test reads the result of "
+                   "argv ({dir}: a fresh directory), started at the end of collection (fixture "
+                   "early_command)")
 
 
 def _start_early(marker) -> dict:
@@ -40,7 +43,7 @@ def _start_early(marker) -> dict:
                                 env=marker.kwargs.get("env"))
     with contextlib.suppress(OSError):  # it may have ended already; lowering is only a courtesy
         os.setpriority(os.PRIO_PROCESS, proc.pid, EARLY_NICE)
-    return {"proc": proc, "argv": argv, "base": base, "dir": work}
+    return {"proc": proc, "argv": argv, "base": base, "dir": work, "start": time.monotonic()}
 
 
 def pytest_collection_finish(session):
@@ -77,7 +80,14 @@ def early_command(request):
     started = _early.get(request.node.nodeid)
     if started is None:
         started = _early[request.node.nodeid] = _start_early(marker)
-    code = started["proc"].wait()
+    timeout = marker.kwargs.get("timeout")
+    try:
+        code = started["proc"].wait(
+            None if timeout is None else max(0.0, started["start"] + timeout - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        started["proc"].kill()
+        started["proc"].wait()
+        pytest.fail(f"{started['argv']} still ran after {marker.kwargs['timeout']} s: killed")
     output = {}
     for stream in ("stdout", "stderr"):
         with open(os.path.join(started["base"], stream), errors="replace") as f:

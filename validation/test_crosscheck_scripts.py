@@ -28,7 +28,7 @@ def _run(name):
 
 # these two run for seconds: started at the end of collection (tests/early_commands.py)
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.early_command(
-    _argv(name), env=ENV)) for name in ("cleanrl", "purejaxrl")])
+    _argv(name), env=ENV, timeout=900)) for name in ("cleanrl", "purejaxrl")])
 def test_re_expressed_scripts_pass(name, early_command):
     done, _ = early_command
     assert done.returncode == 0, done.stderr[-2000:]
