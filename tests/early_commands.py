@@ -117,11 +117,17 @@ def pytest_configure(config):
                    "early_command)")
 
 
+def _skipped(item) -> bool:
+    """Whether ``item`` is marked skip, or skipif with a condition that is True."""
+    return (item.get_closest_marker("skip") is not None
+            or any(m.args and m.args[0] is True for m in item.iter_markers("skipif")))
+
+
 def pytest_collection_finish(session):
     queue = []
     for item in session.items:
         marker = item.get_closest_marker("early_command")
-        if marker is not None and item.nodeid not in _commands:
+        if marker is not None and item.nodeid not in _commands and not _skipped(item):
             _commands[item.nodeid] = _Command(marker)
             queue.append(_commands[item.nodeid])
     if queue:
