@@ -28,15 +28,17 @@ EARLY_NICE = 10
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
 
 
-def python_call(function) -> list:
+def python_call(function, *args: str) -> list:
     """The argv of a Python process that imports ``function``'s module (its directory and the
-    repository first on ``sys.path``) and calls ``function()``: exit code 0 when it returned,
-    1 with its traceback on stderr when it raised (a failed ``assert`` among them)."""
+    repository first on ``sys.path``) and calls ``function(*args)`` (strings: ``"{dir}"`` is the
+    command's directory): exit code 0 when it returned, 1 with its traceback on stderr when it
+    raised (a failed ``assert`` among them)."""
     module = sys.modules[function.__module__]
     directory = os.path.dirname(os.path.abspath(module.__file__))
     return [sys.executable, "-c",
             f"import sys; sys.path[:0] = [{directory!r}, {ROOT!r}]; "
-            f"import {function.__module__} as m; m.{function.__qualname__}()"]
+            f"import {function.__module__} as m; m.{function.__qualname__}(*sys.argv[1:])",
+            *args]
 
 
 class _Command:
