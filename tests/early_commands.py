@@ -126,6 +126,8 @@ def _skipped(item) -> bool:
 
 
 def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
     queue = []
     for item in session.items:
         marker = item.get_closest_marker("early_command")
