@@ -8,6 +8,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))  # tests/oracles.py, tests/gradcheck.py
 
 import hypothesis_profiles  # noqa: E402,F401  (registers and loads the bounded profile)
+from early_commands import (early_command, pytest_collection_finish,  # noqa: E402,F401
+                            pytest_configure, pytest_sessionfinish)
 
 
 @pytest.fixture
@@ -32,3 +34,4 @@ def resumed_half_way(tmp_path):
         part.save(path)
         return full, part, PPOTrainer.load(path)
     return make
+

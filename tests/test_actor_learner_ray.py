@@ -8,7 +8,6 @@ updates; failures (an actor's exception, a killed worker process, a silent actor
 in the learner) are reported fast and leave no actor process alive. Nodes on several machines
 cannot run here (docs/specification.md §6, "Actors on Ray").
 """
-import contextlib
 import functools
 import os
 import signal
@@ -303,49 +302,27 @@ def test_cli_trains_with_ray_actors_on_loopback_only(tmp_path):
 
 
 def test_cli_joins_a_ray_cluster_at_an_address(tmp_path):
-    """``--ray-address`` joins a running Ray (a head started here by ``ray start --head``, in
-    Ray's single-machine mode so it stays on loopback: joining nodes of other machines cannot
-    run here). The run's actors are the cluster's, its driver disconnects at the end and the
-    head keeps running."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
-    head = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head", "--block",
-         f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    """``--ray-address`` joins a running Ray: the module's, a cluster of this machine on
+    loopback (joining nodes of other machines cannot run here; Ray's start-up is paid once).
+    The run's actors are the cluster's, its driver disconnects at the end and the cluster keeps
+    running; every socket of the cluster's and the run's process trees is on loopback."""
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:")
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ppo_ref", "train", "--async", "--actors", "ray",
+         "--ray-address", address, "--num-actors", "2",
+         "--total-timesteps", "2000", "--run-dir", str(run_dir), "--quiet"],
+        env=dict(os.environ, RAY_AUTH_MODE="token"), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
     seen: list = []
-    try:
-        deadline = time.monotonic() + 60
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            assert head.poll() is None and time.monotonic() < deadline
-            time.sleep(0.2)
-        run_dir = tmp_path / "run"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ppo_ref", "train", "--async", "--actors", "ray",
-             "--ray-address", f"127.0.0.1:{port}", "--num-actors", "2",
-             "--total-timesteps", "2000", "--run-dir", str(run_dir), "--quiet"],
-            env=dict(os.environ, RAY_AUTH_MODE="token"), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
-        code = _poll_sockets(proc, seen)
-        out = proc.stdout.read()
-        assert code == 0, out
-        assert (run_dir / "checkpoint.npz").exists()
-        assert head.poll() is None                     # the cluster outlives the run
-        seen.extend(tree_sockets(head.pid))
-    finally:
-        head.terminate()                   # `ray start --block` stops the processes it started
-        try:
-            head.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait(5)
-        # what `ray stop` would remove (a plain ray.init() would try to join it)
-        marker = "/tmp/ray/ray_current_cluster"
-        with contextlib.suppress(OSError):
-            if open(marker).read().strip() == f"127.0.0.1:{port}":
-                os.remove(marker)
+    code = _poll_sockets(proc, seen)
+    out = proc.stdout.read()
+    assert code == 0, out
+    assert (run_dir / "checkpoint.npz").exists()
+    # the cluster outlives the run: its node is alive and it still runs work
+    assert [node["Alive"] for node in ray.nodes()] == [True]
+    assert ray.get(ray.remote(lambda: 7).remote(), timeout=60) == 7
+    seen.extend(tree_sockets(os.getpid()))
     assert {"gcs_server", "raylet"} <= {s[0] for s in seen}
     assert off_loopback(seen) == [], sorted(set(off_loopback(seen)))

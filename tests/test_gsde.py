@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from early_commands import python_call
 from gradcheck import check_gradients
 from ppo_ref.config import PPOConfig
 from ppo_ref.spec import distributions as spec
@@ -348,7 +349,7 @@ json.dump(out, sys.stdout)
 """
 
 
-def test_fast_gsde_run_is_the_same_bits_under_two_openblas_kernels():
+def gsde_two_openblas_kernels_run():
     """As the MLP trainer (tests/test_same_bits.py): the actions ``mean + phi @ E`` and the
     gradients of ``log_std`` sum in the code's order, so OpenBLAS's kernel for the CPU
     (Haswell: AVX2 + FMA; Sandybridge: no FMA) changes no parameter bit."""
@@ -365,3 +366,11 @@ def test_fast_gsde_run_is_the_same_bits_under_two_openblas_kernels():
         assert proc.returncode == 0, proc.stderr[-2000:]
         runs.append(json.loads(proc.stdout))
     assert runs[0] == runs[1]
+
+
+@pytest.mark.early_command(python_call(gsde_two_openblas_kernels_run), timeout=1200)
+def test_fast_gsde_run_is_the_same_bits_under_two_openblas_kernels(early_command):
+    """:func:`gsde_two_openblas_kernels_run` in a process of its own, started at the end of
+    collection (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -18,6 +18,8 @@ from numba.core.registry import CPUDispatcher
 import ppo_ref
 from ppo_ref import _numba
 
+from early_commands import python_call
+
 pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1",
                                 reason="needs the compiler")
 
@@ -147,7 +149,8 @@ def _edit_keeping_size_and_mtime(path: Path, old: str, new: str) -> None:
     assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
 
 
-def test_editing_a_callee_file_recompiles_its_callers(tmp_path):
+def editing_a_callee_run(directory):
+    tmp_path = Path(directory)
     package = _make_tree(tmp_path)
     xdg = tmp_path / "xdg"
     first = _run(tmp_path, xdg)
@@ -171,9 +174,18 @@ def test_editing_a_callee_file_recompiles_its_callers(tmp_path):
     assert not (package / "__pycache__").exists()  # the per-user directory was writable
 
 
-def test_a_second_install_of_the_same_sources_loads_the_first_ones_kernels(tmp_path):
+@pytest.mark.early_command(python_call(editing_a_callee_run, "{dir}"), timeout=600)
+def test_editing_a_callee_file_recompiles_its_callers(early_command):
+    """:func:`editing_a_callee_run` in a process of its own, started at the end of collection
+    (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def second_install_run(directory):
     """Two copies of the package at different paths (two virtual environments) share the
     per-user cache; a copy whose sources differ compiles afresh."""
+    tmp_path = Path(directory)
     xdg = tmp_path / "xdg"
     first, second, edited = (tmp_path / name for name in ("venv1", "venv2", "venv3"))
     for root in (first, second, edited):
@@ -188,6 +200,14 @@ def test_a_second_install_of_the_same_sources_loads_the_first_ones_kernels(tmp_p
     assert len(list((xdg / "ppo_ref").glob("ppo_ref-*"))) == 2   # one per version of sources
     out = _run(second, xdg)    # the edited copy wrote elsewhere
     assert out["values"]["via_plain"] == 2.5 and (out["hits"], out["misses"]) == (2, 0)
+
+
+@pytest.mark.early_command(python_call(second_install_run, "{dir}"), timeout=600)
+def test_a_second_install_of_the_same_sources_loads_the_first_ones_kernels(early_command):
+    """:func:`second_install_run` in a process of its own, started at the end of collection
+    (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_only_the_newest_versions_of_the_sources_stay_cached(tmp_path):
@@ -207,7 +227,8 @@ def test_only_the_newest_versions_of_the_sources_stay_cached(tmp_path):
     assert set(newest) < set(kept) and "unrelated" in kept
 
 
-def test_unwritable_user_directory_falls_back_then_degrades_to_no_cache(tmp_path):
+def unwritable_directory_run(directory):
+    tmp_path = Path(directory)
     package = _make_tree(tmp_path)
     blocked = tmp_path / "blocked"
     blocked.write_text("")  # a file: the per-user cache directory cannot be created
@@ -225,6 +246,14 @@ def test_unwritable_user_directory_falls_back_then_degrades_to_no_cache(tmp_path
         assert (out["hits"], out["misses"]) == (0, 2)
 
 
+@pytest.mark.early_command(python_call(unwritable_directory_run, "{dir}"), timeout=600)
+def test_unwritable_user_directory_falls_back_then_degrades_to_no_cache(early_command):
+    """:func:`unwritable_directory_run` in a process of its own, started at the end of
+    collection (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 # --- behaviour: the package's own kernels, in two fresh processes ----------------------------
 
 _ADVANTAGES = """
@@ -237,10 +266,11 @@ for dtype in (np.float32, np.float64):
 """
 
 
-def test_a_second_process_loads_the_kernels_the_first_compiled(tmp_path):
+def second_process_run(directory):
     """With an empty ``NUMBA_CACHE_DIR``, the first process compiles and saves the kernels of
     gae and vtrace (float32 and float64); a second process loads every one of them and
     compiles nothing (numba's ``NUMBA_DEBUG_CACHE`` trace)."""
+    tmp_path = Path(directory)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"), NUMBA_DEBUG_CACHE="1",
                PYTHONPATH=os.path.dirname(_numba.PACKAGE_DIR))
 
@@ -255,6 +285,14 @@ def test_a_second_process_loads_the_kernels_the_first_compiled(tmp_path):
     assert len(saved) >= 4 and not loaded   # two loops, two dtypes: at least four entries
     saved_again, loaded = trace()
     assert not saved_again and len(loaded) == len(saved)
+
+
+@pytest.mark.early_command(python_call(second_process_run, "{dir}"), timeout=600)
+def test_a_second_process_loads_the_kernels_the_first_compiled(early_command):
+    """:func:`second_process_run` in a process of its own, started at the end of collection
+    (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 _NOTICE = """

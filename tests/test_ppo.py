@@ -12,6 +12,8 @@ from ppo_ref.spec.update import Minibatch, feedforward_minibatches, minibatch_lo
 from ppo_ref.tiers import tier_for
 from ppo_ref.train.ppo import PPOTrainer, progress_remaining
 
+from early_commands import python_call
+
 
 # -- a synthetic policy for run_epochs: log-probs shift along a fixed direction -------------------
 
@@ -249,14 +251,22 @@ def test_stats_are_reported_and_finite():
 
 # -- learning -------------------------------------------------------------------------------------
 
-@pytest.mark.slow
-def test_cartpole_zoo_settings_solve_within_100k_steps():
+def cartpole_zoo_run():
     """The README's default run: CartPole-v1, rl-zoo settings, seed 0, 100k steps."""
     tr = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(), seed=0)
     tr.learn(100_000)
     last20 = list(tr.recent_returns)[-20:]
     assert len(last20) == 20
     assert np.mean(last20) >= 475.0, np.mean(last20)
+
+
+@pytest.mark.slow
+@pytest.mark.early_command(python_call(cartpole_zoo_run), timeout=900)
+def test_cartpole_zoo_settings_solve_within_100k_steps(early_command):
+    """:func:`cartpole_zoo_run` in a process of its own, started at the end of collection
+    (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -3,18 +3,22 @@ directory, and at a few later points, loses nothing and still resumes to the uni
 run's files (tests/resume_kill_driver.py does the work, in its own processes)."""
 import json
 import os
-import subprocess
 import sys
 
+import pytest
+
 DRIVER = os.path.join(os.path.dirname(__file__), "resume_kill_driver.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    [ROOT] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
 
 
-def test_a_resume_killed_at_any_point_of_its_rewrite_loses_nothing(tmp_path):
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, DRIVER, str(tmp_path), "--points", "1", "--chain-every", "4"],
-                          capture_output=True, text=True, timeout=600, env=env)
+# the driver runs for seconds in its own processes: started at the end of collection
+# (tests/early_commands.py)
+@pytest.mark.early_command([sys.executable, DRIVER, "{dir}", "--points", "1",
+                            "--chain-every", "4"], env=ENV, timeout=600)
+def test_a_resume_killed_at_any_point_of_its_rewrite_loses_nothing(early_command):
+    proc, _ = early_command
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr[-2000:]
     report = json.loads(lines[-1])

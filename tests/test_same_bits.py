@@ -28,6 +28,8 @@ from ppo_ref import PPOConfig, PPOTrainer
 from ppo_ref.tiers import tier_for
 from ppo_ref.train.policies import MLPPolicy
 
+from early_commands import python_call
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # SHA-256 of the header and the first 20 rows of metrics.csv of `ppo-ref train` with its
@@ -127,8 +129,7 @@ print(digest.hexdigest())
 """
 
 
-@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no target")
-def test_mlp_twins_compiled_for_an_avx2_target_give_the_same_bits():
+def avx2_target_run():
     """The compiled MLP picks its register blocks by the target's vectors (AVX-512 or AVX2);
     compiled for an AVX2-only target, its forward and backward passes (float64 and float32,
     tanh and relu, full and partial blocks) give the bits of the default target. The AVX2
@@ -142,6 +143,15 @@ def test_mlp_twins_compiled_for_an_avx2_target_give_the_same_bits():
         return proc.stdout.split()[-1]
     avx2 = run({"NUMBA_CPU_NAME": "haswell", "NUMBA_CPU_FEATURES": AVX2_FEATURES})
     assert run({}) == avx2
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1", reason="interpreted: no target")
+@pytest.mark.early_command(python_call(avx2_target_run), timeout=1800)
+def test_mlp_twins_compiled_for_an_avx2_target_give_the_same_bits(early_command):
+    """:func:`avx2_target_run` in a process of its own, started at the end of collection
+    (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 _RUN_SCRIPT = r"""
@@ -178,7 +188,7 @@ def _run_with_coretype(coretype: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def test_metrics_and_parameters_identical_under_two_openblas_kernels():
+def two_openblas_kernels_run():
     """Haswell (AVX2 + FMA) and Sandybridge (AVX, no FMA) kernels exist on every x86-64 AVX2
     machine (Intel or AMD); their matrix products round differently, so any result that went
     through a BLAS product of the MLP would differ between the two runs."""
@@ -187,6 +197,14 @@ def test_metrics_and_parameters_identical_under_two_openblas_kernels():
     if a["arch"] and b["arch"]:  # threadpoolctl present: the kernels really differed
         assert a["arch"] != b["arch"], (a["arch"], b["arch"])
     assert a["runs"] == b["runs"]
+
+
+@pytest.mark.early_command(python_call(two_openblas_kernels_run), timeout=1200)
+def test_metrics_and_parameters_identical_under_two_openblas_kernels(early_command):
+    """:func:`two_openblas_kernels_run` in a process of its own, started at the end of
+    collection (tests/early_commands.py)."""
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_default_cli_run_metrics_are_pinned(tmp_path):

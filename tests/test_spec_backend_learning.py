@@ -31,6 +31,7 @@ from ppo_ref.io.checkpoint import load_checkpoint
 from ppo_ref.train.ppo import PPOTrainer
 from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
 
+from early_commands import python_call
 from test_recurrent_learning import BUDGET, CONFIG, ENV_ID, answers_learned, correct_fraction
 
 SOLVED = 475.0
@@ -50,8 +51,7 @@ def test_cli_train_backend_spec_runs_the_readable_tier(tmp_path):
     trainer.close()
 
 
-@pytest.mark.slow
-def test_spec_backend_solves_cartpole_within_100k_steps():
+def spec_backend_cartpole_run():
     trainer = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(backend="spec"), seed=0)
 
     def last20(t):
@@ -63,9 +63,23 @@ def test_spec_backend_solves_cartpole_within_100k_steps():
                                        f"{last20(trainer):.1f} after {trainer.num_timesteps} steps")
 
 
-@pytest.mark.slow
-def test_spec_lstm_policy_solves_memory_cue():
+def spec_lstm_memory_cue_run():
     trainer = RecurrentPPOTrainer(ENV_ID, CONFIG.replace(net_arch=(), backend="spec"), seed=0)
     trainer.learn(BUDGET, lambda t, s: not answers_learned(t))
     score = correct_fraction(trainer)
     assert score >= 0.95, f"the spec LSTM answered {score:.1%} correctly"
+
+
+# each run in a process of its own, started at the end of collection (tests/early_commands.py)
+@pytest.mark.slow
+@pytest.mark.early_command(python_call(spec_backend_cartpole_run), timeout=900)
+def test_spec_backend_solves_cartpole_within_100k_steps(early_command):
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.early_command(python_call(spec_lstm_memory_cue_run), timeout=900)
+def test_spec_lstm_policy_solves_memory_cue(early_command):
+    done, _ = early_command
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -14,16 +14,23 @@ LIBRARY_SCRIPTS = {"tianshou": "tianshou", "torchrl": "torchrl", "rlax": "rlax",
                    "sample_factory": "sample_factory"}
 
 
+def _argv(name):
+    return [sys.executable, os.path.join(HERE, f"crosscheck_{name}.py")]
+
+
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(
+    [os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")]))
+
+
 def _run(name):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(HERE), HERE, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, os.path.join(HERE, f"crosscheck_{name}.py")],
-                          capture_output=True, text=True, timeout=900, env=env)
+    return subprocess.run(_argv(name), capture_output=True, text=True, timeout=900, env=ENV)
 
 
-@pytest.mark.parametrize("name", ["cleanrl", "purejaxrl"])
-def test_re_expressed_scripts_pass(name):
-    done = _run(name)
+# these two run for seconds: started at the end of collection (tests/early_commands.py)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.early_command(
+    _argv(name), env=ENV, timeout=900)) for name in ("cleanrl", "purejaxrl")])
+def test_re_expressed_scripts_pass(name, early_command):
+    done, _ = early_command
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0].startswith("== ")

@@ -1,0 +1,175 @@
+"""Commands started at the end of collection: the marker ``early_command(argv, ...)``, the
+fixture ``early_command`` and the hooks that run and stop the commands (imported by the
+conftest.py files of tests/ and validation/).
+
+A test marked ``early_command(argv, env=None, timeout=None)`` checks what the command ``argv``
+did once it ended (its exit code, output and files; ``{dir}`` in an argument is a fresh empty
+directory of its own; a command still running ``timeout`` seconds after its start is killed and
+its test fails). Such commands take seconds to minutes of CPU in their own processes while the
+other tests run in pytest's process, mostly on one core. So once collection has selected their
+tests, a thread starts them in the order of their tests, ``os.cpu_count() - 1`` running at a
+time (at least one), each in a session of its own (a terminal's Ctrl-C reaches pytest only,
+which stops them) and at a lower priority (nice + 10: the tests running meanwhile keep their
+core). A test starts its command if the thread has not yet, and waits for it to end.
+:func:`python_call` makes the command of a test whose body runs in a process of its own.
+"""
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+EARLY_NICE = 10
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))   # the repository
+
+
+def python_call(function, *args: str) -> list:
+    """The argv of a Python process that imports ``function``'s module (its directory and the
+    repository first on ``sys.path``) and calls ``function(*args)`` (strings: ``"{dir}"`` is the
+    command's directory): exit code 0 when it returned, 1 with its traceback on stderr when it
+    raised (a failed ``assert`` among them)."""
+    module = sys.modules[function.__module__]
+    directory = os.path.dirname(os.path.abspath(module.__file__))
+    return [sys.executable, "-c",
+            f"import sys; sys.path[:0] = [{directory!r}, {ROOT!r}]; "
+            f"import {function.__module__} as m; m.{function.__qualname__}(*sys.argv[1:])",
+            *args]
+
+
+class _Command:
+    """One marked test's command, started once (under ``_lock``) by the runner thread or its
+    test."""
+
+    def __init__(self, marker):
+        self.base = tempfile.mkdtemp(prefix="ppo_ref-early-")
+        self.dir = os.path.join(self.base, "dir")
+        os.mkdir(self.dir)
+        self.argv = [str(arg).replace("{dir}", self.dir) for arg in marker.args[0]]
+        self.env = marker.kwargs.get("env")
+        self.timeout = marker.kwargs.get("timeout")
+        self.proc = None
+        self.start_time = None
+
+    def start(self) -> None:
+        if self.proc is not None:
+            return
+        with open(os.path.join(self.base, "stdout"), "wb") as out, \
+                open(os.path.join(self.base, "stderr"), "wb") as err:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err,
+                                         stdin=subprocess.DEVNULL, env=self.env,
+                                         start_new_session=True)
+        self.start_time = time.monotonic()
+        with contextlib.suppress(OSError):  # it may have ended already: lowering is a courtesy
+            os.setpriority(os.PRIO_PROCESS, self.proc.pid, EARLY_NICE)
+
+    def wait(self) -> int:
+        """Its exit code; kills it once ``timeout`` seconds have passed since its start."""
+        if self.timeout is None:
+            return self.proc.wait()
+        try:
+            return self.proc.wait(max(0.0, self.start_time + self.timeout - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.stop(grace=0.0)
+            raise
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM (``ppo-ref train`` saves and stops), SIGKILL ``grace`` seconds later."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def output(self, stream: str) -> str:
+        with open(os.path.join(self.base, stream), errors="replace") as f:
+            return f.read()
+
+
+_commands: dict = {}          # test node id -> _Command
+_lock = threading.Lock()      # starting a command
+_stopping = threading.Event()
+_runner = []                  # the runner thread
+
+
+def _run_all(queue) -> None:
+    """Start the commands of ``queue`` in order while fewer than ``os.cpu_count() - 1`` (at
+    least 1) of them run."""
+    width = max(1, (os.cpu_count() or 1) - 1)
+    for command in queue:
+        while not _stopping.is_set():
+            with _lock:
+                if sum(c.proc is not None and c.proc.poll() is None for c in queue) < width:
+                    command.start()
+                    break
+            time.sleep(0.05)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "early_command(argv, env=None, timeout=None): the test reads the result of "
+                   "argv ({dir}: a fresh directory), started at the end of collection (fixture "
+                   "early_command)")
+
+
+def _skipped(item) -> bool:
+    """Whether ``item`` is marked skip, or skipif with a condition that is True."""
+    return (item.get_closest_marker("skip") is not None
+            or any(m.args and m.args[0] is True for m in item.iter_markers("skipif")))
+
+
+def pytest_collection_finish(session):
+    if session.config.option.collectonly:
+        return
+    queue = []
+    for item in session.items:
+        marker = item.get_closest_marker("early_command")
+        if marker is not None and item.nodeid not in _commands and not _skipped(item):
+            _commands[item.nodeid] = _Command(marker)
+            queue.append(_commands[item.nodeid])
+    if queue:
+        thread = threading.Thread(target=_run_all, args=(queue,), daemon=True,
+                                  name="early-commands")
+        thread.start()
+        _runner.append(thread)
+
+
+def pytest_sessionfinish(session):
+    """Stop the runner and every command still running (a stopped or failing session):
+    SIGTERM, SIGKILL after 90 s; remove their files."""
+    _stopping.set()
+    for thread in _runner:
+        thread.join()
+    for command in _commands.values():
+        command.stop(grace=90.0)
+        shutil.rmtree(command.base, ignore_errors=True)
+    _commands.clear()
+    _runner.clear()
+    _stopping.clear()
+
+
+@pytest.fixture
+def early_command(request):
+    """``(completed, directory)`` of the test's ``early_command`` marker once the command has
+    ended: a ``subprocess.CompletedProcess`` (text output) and the directory given as
+    ``{dir}``."""
+    marker = request.node.get_closest_marker("early_command")
+    assert marker is not None, "the fixture early_command needs the marker early_command(argv)"
+    with _lock:
+        command = _commands.get(request.node.nodeid)
+        if command is None:
+            command = _commands[request.node.nodeid] = _Command(marker)
+        command.start()          # unless the runner thread has started it
+    try:
+        code = command.wait()
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{command.argv} still ran {command.timeout} s after its start: killed")
+    return (subprocess.CompletedProcess(command.argv, code, command.output("stdout"),
+                                        command.output("stderr")), command.dir)
