@@ -27,9 +27,8 @@ from __future__ import annotations
 from types import FunctionType
 from typing import Mapping, NamedTuple
 
+import numba
 import numpy as np
-from numba import config as _numba_config
-from numba.extending import overload, register_jitable
 
 from ppo_ref._checks import non_finite_result, result_dtype
 from ppo_ref._numba import njit
@@ -94,7 +93,7 @@ def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
         k = keep_next[n]
         for j in range(hidden):
             (gates[0, n, j], gates[1, n, j], gates[2, n, j], gates[3, n, j], tanh_c[n, j],
-             h[n, j], h_next[n, j], c_next[n, j]) = _spec._cell_forward(
+             h[n, j], h_next[n, j], c_next[n, j]) = _cell_forward(
                 z[n, j], z[n, hidden + j], z[n, 2 * hidden + j], z[n, 3 * hidden + j],
                 c_prev[n, j], k, _tanh_any)
 
@@ -109,36 +108,46 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
         k = keep_next[n]
         for j in range(hidden):
             (dz[n, j], dz[n, hidden + j], dz[n, 2 * hidden + j], dz[n, 3 * hidden + j],
-             dc_next[n, j]) = _spec._cell_backward(
+             dc_next[n, j]) = _cell_backward(
                 gates[0, n, j], gates[1, n, j], gates[2, n, j], gates[3, n, j], c_prev[n, j],
                 tanh_c[n, j], dh_out[n, j], k, dh_next[n, j], dc_next[n, j])
 
 
+def _add_products(out, a, w_t):
+    """This tier's ``ppo_ref.spec.lstm._add_products``: ``out += a @ w_t``
+    (:func:`ppo_ref.fast._products._add_products`)."""
+    _products._add_products(out, _strided(a), w_t)
+
+
+def _inlined(function):
+    """``function`` compiled only where it is called: numba inlines it into its compiled
+    caller before typing (interpreted, ``NUMBA_DISABLE_JIT=1``: the function itself)."""
+    return numba.njit(inline="always")(function)
+
+
+def _with_leaves(function, **leaves):
+    """The spec's ``function`` (its own code) reading ``leaves`` in place of the spec module's
+    names, :func:`_inlined`."""
+    return _inlined(FunctionType(function.__code__, {**vars(_spec), **leaves},
+                                 function.__name__))
+
+
 # The spec's recursions and cell equations compiled as they are written, with this tier's
-# _gate_inputs, _add_products, _cells and _cells_backward in place of the spec's (numba
-# overloads of those names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The
-# cell equations are compiled inline into the loops over elements (a call per element would
-# keep LLVM from vectorizing them); the recursions are compiled functions of their own, called
-# by the two passes below (a function inlined by numba is compiled twice: slower to compile).
-register_jitable(inline="always")(_spec._cell_forward)
-register_jitable(inline="always")(_spec._cell_backward)
-register_jitable(_spec._sigmoid)
-overload(_spec._gate_inputs)(lambda weights, x_t, h_t, z: _gate_inputs)
-overload(_spec._add_products)(
-    lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, _strided(a), w_t))
-overload(_spec._cells)(lambda z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next: _cells)
-overload(_spec._cells_backward)(
-    lambda gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz: _cells_backward)
-_forward_recursion = njit(_spec._forward_recursion)
-_bptt_recursion = njit(_spec._bptt_recursion)
-if _numba_config.DISABLE_JIT:
-    # Interpreted, overloads do not apply: the spec's recursions run with this tier's leaves
-    # given by name, so the results are the compiled ones, bit for bit.
-    _LEAVES = {**vars(_spec), "_gate_inputs": _gate_inputs, "_cells": _cells,
-               "_cells_backward": _cells_backward,
-               "_add_products": lambda out, a, w_t: _products._add_products(out, a, w_t)}
-    _forward_recursion = FunctionType(_spec._forward_recursion.__code__, _LEAVES)
-    _bptt_recursion = FunctionType(_spec._bptt_recursion.__code__, _LEAVES)
+# _gate_inputs, _add_products, _cells and _cells_backward in place of the spec's (what a tier
+# supplies, ppo_ref.spec.lstm's module docstring). Everything down to the products is inlined
+# into the two passes below before typing, so each pass is one function for LLVM, optimized
+# once (numba optimizes a caller's module again with every compiled callee linked in, so
+# nested compiled functions are slow to compile), and the cell equations inlined into the
+# loops over elements let LLVM vectorize those loops. Interpreted, the same recursions run as
+# Python with these same leaves, so the results are the compiled ones, bit for bit (slowly).
+_cell_forward = _with_leaves(_spec._cell_forward, _sigmoid=_with_leaves(_spec._sigmoid))
+_cell_backward = _with_leaves(_spec._cell_backward)
+_forward_recursion = _with_leaves(_spec._forward_recursion,
+                                  _gate_inputs=_inlined(_gate_inputs),
+                                  _cells=_inlined(_cells))
+_bptt_recursion = _with_leaves(_spec._bptt_recursion,
+                               _cells_backward=_inlined(_cells_backward),
+                               _add_products=_inlined(_add_products))
 
 
 @njit
