@@ -113,55 +113,37 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
                 tanh_c[n, j], dh_out[n, j], k, dh_next[n, j], dc_next[n, j])
 
 
-def _add_products(out, a, w_t):
-    """This tier's ``ppo_ref.spec.lstm._add_products``: ``out += a @ w_t``
-    (:func:`ppo_ref.fast._products._add_products`)."""
-    _products._add_products(out, _strided(a), w_t)
-
-
-def _inlined(function):
-    """``function`` compiled only where it is called: numba inlines it into its compiled
-    caller before typing (interpreted, ``NUMBA_DISABLE_JIT=1``: the function itself)."""
-    return numba.njit(inline="always")(function)
+# The spec's recursions and cell equations compiled as they are written, with this tier's
+# leaves in place of the spec's (what a tier supplies: ppo_ref.spec.lstm's module docstring),
+# all inlined by numba before typing into the two passes below: each pass is one function for
+# LLVM, optimized once (numba optimizes a caller again with each compiled callee linked in),
+# and the cell loops vectorize. Interpreted, the same Python with the same leaves: the same bits.
+_inlined = numba.njit(inline="always")   # (NUMBA_DISABLE_JIT=1: the function itself)
 
 
 def _with_leaves(function, **leaves):
-    """The spec's ``function`` (its own code) reading ``leaves`` in place of the spec module's
-    names, :func:`_inlined`."""
-    return _inlined(FunctionType(function.__code__, {**vars(_spec), **leaves},
-                                 function.__name__))
+    """The spec's ``function`` reading ``leaves`` in place of the spec module's names."""
+    return _inlined(FunctionType(function.__code__, {**vars(_spec), **leaves}, function.__name__))
 
 
-# The spec's recursions and cell equations compiled as they are written, with this tier's
-# _gate_inputs, _add_products, _cells and _cells_backward in place of the spec's (what a tier
-# supplies, ppo_ref.spec.lstm's module docstring). Everything down to the products is inlined
-# into the two passes below before typing, so each pass is one function for LLVM, optimized
-# once (numba optimizes a caller's module again with every compiled callee linked in, so
-# nested compiled functions are slow to compile), and the cell equations inlined into the
-# loops over elements let LLVM vectorize those loops. Interpreted, the same recursions run as
-# Python with these same leaves, so the results are the compiled ones, bit for bit (slowly).
 _cell_forward = _with_leaves(_spec._cell_forward, _sigmoid=_with_leaves(_spec._sigmoid))
 _cell_backward = _with_leaves(_spec._cell_backward)
-_forward_recursion = _with_leaves(_spec._forward_recursion,
-                                  _gate_inputs=_inlined(_gate_inputs),
+_forward_recursion = _with_leaves(_spec._forward_recursion, _gate_inputs=_inlined(_gate_inputs),
                                   _cells=_inlined(_cells))
-_bptt_recursion = _with_leaves(_spec._bptt_recursion,
-                               _cells_backward=_inlined(_cells_backward),
-                               _add_products=_inlined(_add_products))
+_bptt_recursion = _with_leaves(
+    _spec._bptt_recursion, _cells_backward=_inlined(_cells_backward),
+    _add_products=_inlined(lambda out, a, w_t: _products._add_products(out, _strided(a), w_t)))
 
 
 @njit
 def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
-    """The forward passes of L LSTMs reading the same ``x`` and ``keep``, in place; True when
-    every final state is finite.
-
-    ``w_ih``, ``w_hh``, ``b``: tuples of the L LSTMs' ``[4H, D]``, ``[4H, H]``, ``[4H]``;
-    scratch ``w_t``: ``[L, D + H, 4H]`` (packed here, :func:`_gate_inputs`) or ``[L, 0, 4H]``
-    (not packed); ``x [T, N, D]``, ``keep [T + 1, N]`` (``keep[T] = 1``), ``h0, c0 [L, N, H]``;
-    results ``h_prev, c_prev [L, T + 1, N, H]`` (row t: the state step t read; row T: the final
-    state), ``gates [L, T, 4, N, H]``, ``tanh_c, h_seq [L, T, N, H]``. All C-contiguous, one
-    dtype. Per LSTM, the spec's recursion after the initial state's mask: one call runs them
-    all, so a policy's actor and critic LSTMs cost one call from Python."""
+    """The forward passes of L LSTMs on one ``x [T, N, D]`` and ``keep [T + 1, N]`` (``keep[T]
+    = 1``), in place (per LSTM the spec's recursion after the initial state's mask); True when
+    every final state is finite. ``w_ih``, ``w_hh``, ``b``: tuples of L ``[4H, D]``, ``[4H,
+    H]``, ``[4H]``; ``h0, c0 [L, N, H]``; scratch ``w_t [L, D + H, 4H]`` (packed here) or ``[L,
+    0, 4H]`` (not packed: :func:`_gate_inputs`); results ``h_prev, c_prev [L, T + 1, N, H]`` (row
+    t: the state step t read; row T: the final state), ``gates [L, T, 4, N, H]``, ``tanh_c,
+    h_seq [L, T, N, H]``. All C-contiguous, one dtype."""
     n_steps, n_env, d_in = x.shape
     hidden = h0.shape[2]
     finite = True
@@ -176,9 +158,8 @@ def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, ta
                 c_prev[l, 0, n, j] = k * c0[l, n, j]
         _forward_recursion((w_ih[l], w_hh[l], b[l], w_t[l]), x, keep, h_prev[l], c_prev[l],
                            gates[l], tanh_c[l], h_seq[l])
-        # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
-        # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is
-        # the pass's.
+        # A NaN or inf anywhere reaches the final state (c is carried on as f * c, masking
+        # multiplies by 0, tanh(inf) would not hide an inf c): its check is the pass's.
         finite = (finite and _products._all_finite(h_prev[l, n_steps].reshape(-1))
                   and _products._all_finite(c_prev[l, n_steps].reshape(-1)))
     return finite
@@ -187,18 +168,14 @@ def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, ta
 @njit
 def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, dz, dh_next,
                    dc_next, g_w_ih, g_w_hh, g_b, g_w_ih_t, w_hh_copy, dx):
-    """BPTT of the L LSTMs of :func:`_forward_pass`, in place.
-
-    ``w_ih``, ``w_hh``: tuples of the L LSTMs' weights; ``dh_seq``: a tuple of their ``[T, N,
-    H]`` upstream gradients; the arrays of :func:`_forward_pass` (``h_prev``, ``c_prev`` with
-    their T + 1 rows); ``dh_next, dc_next [L, N, H]`` holding ``dh_T, dc_T`` (left holding
-    ``dh~[0], dc~[0]``). Writes ``dz [L, T, N, 4H]``, the weight gradients ``g_w_ih [L, 4H,
-    D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` and, when ``dx`` has T rows (``[L, T, N, D]``;
-    else it is not computed), ``dx = dz @ w_ih``. Scratch ``g_w_ih_t [L, D, 4H]`` (``x^T dz``,
-    then transposed: its few rows D would not fill the blocks as columns) and ``w_hh_copy [L,
-    4H, H]`` (the recursion reads a copy of ``w_hh`` that starts at a cache line, as
-    :func:`_forward_pass` reads its transposed copies). Every sum over the ``T N`` rows runs in
-    the order ``m = t N + n``, one FMA per product term."""
+    """BPTT of the L LSTMs of :func:`_forward_pass` (its arrays; ``w_ih``, ``w_hh``,
+    ``dh_seq``: tuples of L ``[4H, D]``, ``[4H, H]``, ``[T, N, H]``), in place: ``dh_next,
+    dc_next [L, N, H]`` hold ``dh_T, dc_T`` (left holding ``dh~[0], dc~[0]``); writes ``dz [L,
+    T, N, 4H]``, ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` and, when ``dx``
+    has T rows (``[L, T, N, D]``), ``dx = dz @ w_ih``. Scratch ``g_w_ih_t [L, D, 4H]`` (``x^T
+    dz``, then transposed: D rows would not fill the blocks as columns), ``w_hh_copy [L, 4H, H]``
+    (a copy starting at a cache line). Every sum over the ``T N`` rows runs in the order ``m = t
+    N + n``, one FMA per product term."""
     n_steps, n_env, d_in = x.shape
     hidden = dh_next.shape[2]
     rows = n_steps * n_env
@@ -256,27 +233,22 @@ def _keep(episode_starts, n_steps: int, n_env: int, dtype) -> np.ndarray:
     return keep
 
 
-def _forward_arrays(n_lstm: int, n_steps: int, n_env: int, d_in: int, hidden: int, dt):
-    """The arrays of :func:`_forward_pass` (its results, then its scratch), from the pool of
-    :func:`ppo_ref.fast._products._bundle`."""
-    def make():
-        new = _products._aligned
-        state = (n_lstm, n_steps + 1, n_env, hidden)
-        seq = (n_lstm, n_steps, n_env, hidden)
-        return (new(state, dt), new(state, dt), new((n_lstm, n_steps, 4, n_env, hidden), dt),
-                new(seq, dt), new(seq, dt),
-                new((n_lstm, d_in + hidden if n_steps > 1 else 0, 4 * hidden), dt))
-    return _products._bundle(("lstm.forward", n_lstm, n_steps, n_env, d_in, hidden, dt), make)
+def _pooled(name: str, dt, *shapes):
+    """Arrays of ``shapes`` and ``dt`` from the pool of :func:`ppo_ref.fast._products._bundle`
+    (reused across calls; contents undefined)."""
+    return _products._bundle((name, dt) + shapes,
+                             lambda: tuple(_products._aligned(shape, dt) for shape in shapes))
 
 
 def _run_forward(lstms, x, h0, c0, keep, where: str):
     """:func:`_forward_pass` of the LSTMs ``lstms`` (a sequence of ``(w_ih, w_hh, b)``) on
     C-contiguous arrays of one dtype, from ``h0, c0 [L, N, H]``: ``(h_seq [L, T, N, H], c_T [L,
     N, H], cache)`` (``c_T`` a view of the cache)."""
-    n_steps, n_env, d_in = x.shape
-    n_lstm, _, hidden = h0.shape
-    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _forward_arrays(n_lstm, n_steps, n_env, d_in,
-                                                                hidden, x.dtype)
+    (n_steps, n_env, d_in), (n_lstm, _, hidden), dt = x.shape, h0.shape, x.dtype
+    state, seq = (n_lstm, n_steps + 1, n_env, hidden), (n_lstm, n_steps, n_env, hidden)
+    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _pooled(
+        "lstm.forward", dt, state, state, (n_lstm, n_steps, 4, n_env, hidden), seq, seq,
+        (n_lstm, d_in + hidden if n_steps > 1 else 0, 4 * hidden))
     w_ih, w_hh, b = zip(*lstms)
     if not _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c,
                          h_seq):
@@ -284,31 +256,17 @@ def _run_forward(lstms, x, h0, c0, keep, where: str):
     return h_seq, c_prev[:, n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
 
-def _backward_arrays(n_lstm: int, n_steps: int, n_env: int, d_in: int, hidden: int, dt,
-                     with_dx: bool):
-    """The arrays of :func:`_backward_pass`: the weight gradients and ``dx`` (its results),
-    then its scratch, from the pool of :func:`ppo_ref.fast._products._bundle`."""
-    def make():
-        new = _products._aligned
-        four_h = 4 * hidden
-        return (new((n_lstm, four_h, d_in), dt), new((n_lstm, four_h, hidden), dt),
-                new((n_lstm, four_h), dt),
-                new((n_lstm, n_steps if with_dx else 0, n_env, d_in), dt),
-                new((n_lstm, n_steps, n_env, four_h), dt), new((n_lstm, d_in, four_h), dt),
-                new((n_lstm, four_h, hidden), dt))
-    return _products._bundle(("lstm.backward", n_lstm, n_steps, n_env, d_in, hidden, dt,
-                              with_dx), make)
-
-
 def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bool, where: str):
     """:func:`_backward_pass` for the cache of :func:`_run_forward` (``w_ih``, ``w_hh``,
     ``dh_seq``: tuples over its L LSTMs; all of the cache's dtype): ``(dx [L, T, N, D] or None,
     (g_w_ih, g_w_hh, g_b) [L, ...], dh~[0], dc~[0])`` (``dh_T``, ``dc_T`` ``[L, N, H]`` are
     overwritten)."""
-    n_steps, n_env, d_in = cache.x.shape
-    n_lstm, _, hidden = dh_T.shape
-    g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _backward_arrays(
-        n_lstm, n_steps, n_env, d_in, hidden, cache.x.dtype, with_dx)
+    (n_steps, n_env, d_in), (n_lstm, _, hidden), dt = cache.x.shape, dh_T.shape, cache.x.dtype
+    four_h = 4 * hidden
+    g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _pooled(
+        "lstm.backward", dt, (n_lstm, four_h, d_in), (n_lstm, four_h, hidden), (n_lstm, four_h),
+        (n_lstm, n_steps if with_dx else 0, n_env, d_in), (n_lstm, n_steps, n_env, four_h),
+        (n_lstm, d_in, four_h), (n_lstm, four_h, hidden))
     if not _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev,
                           cache.gates, cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b,
                           g_w_ih_t, w_hh_copy, dx):
