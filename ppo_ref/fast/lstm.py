@@ -27,9 +27,8 @@ from __future__ import annotations
 from types import FunctionType
 from typing import Mapping, NamedTuple
 
+import numba
 import numpy as np
-from numba import config as _numba_config
-from numba.extending import overload, register_jitable
 
 from ppo_ref._checks import non_finite_result, result_dtype
 from ppo_ref._numba import njit
@@ -94,7 +93,7 @@ def _cells(z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next):
         k = keep_next[n]
         for j in range(hidden):
             (gates[0, n, j], gates[1, n, j], gates[2, n, j], gates[3, n, j], tanh_c[n, j],
-             h[n, j], h_next[n, j], c_next[n, j]) = _spec._cell_forward(
+             h[n, j], h_next[n, j], c_next[n, j]) = _cell_forward(
                 z[n, j], z[n, hidden + j], z[n, 2 * hidden + j], z[n, 3 * hidden + j],
                 c_prev[n, j], k, _tanh_any)
 
@@ -109,110 +108,109 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
         k = keep_next[n]
         for j in range(hidden):
             (dz[n, j], dz[n, hidden + j], dz[n, 2 * hidden + j], dz[n, 3 * hidden + j],
-             dc_next[n, j]) = _spec._cell_backward(
+             dc_next[n, j]) = _cell_backward(
                 gates[0, n, j], gates[1, n, j], gates[2, n, j], gates[3, n, j], c_prev[n, j],
                 tanh_c[n, j], dh_out[n, j], k, dh_next[n, j], dc_next[n, j])
 
 
 # The spec's recursions and cell equations compiled as they are written, with this tier's
-# _gate_inputs, _add_products, _cells and _cells_backward in place of the spec's (numba
-# overloads of those names: what a tier supplies, ppo_ref.spec.lstm's module docstring). The
-# cell equations are compiled inline into the loops over elements (a call per element would
-# keep LLVM from vectorizing them); the recursions are compiled functions of their own, called
-# by the two passes below (a function inlined by numba is compiled twice: slower to compile).
-register_jitable(inline="always")(_spec._cell_forward)
-register_jitable(inline="always")(_spec._cell_backward)
-register_jitable(_spec._sigmoid)
-overload(_spec._gate_inputs)(lambda weights, x_t, h_t, z: _gate_inputs)
-overload(_spec._add_products)(
-    lambda out, a, w_t: lambda out, a, w_t: _products._add_products(out, _strided(a), w_t))
-overload(_spec._cells)(lambda z, c_prev, keep_next, gates, tanh_c, h, h_next, c_next: _cells)
-overload(_spec._cells_backward)(
-    lambda gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, dz: _cells_backward)
-_forward_recursion = njit(_spec._forward_recursion)
-_bptt_recursion = njit(_spec._bptt_recursion)
-if _numba_config.DISABLE_JIT:
-    # Interpreted, overloads do not apply: the spec's recursions run with this tier's leaves
-    # given by name, so the results are the compiled ones, bit for bit.
-    _LEAVES = {**vars(_spec), "_gate_inputs": _gate_inputs, "_cells": _cells,
-               "_cells_backward": _cells_backward,
-               "_add_products": lambda out, a, w_t: _products._add_products(out, a, w_t)}
-    _forward_recursion = FunctionType(_spec._forward_recursion.__code__, _LEAVES)
-    _bptt_recursion = FunctionType(_spec._bptt_recursion.__code__, _LEAVES)
+# leaves in place of the spec's (what a tier supplies: ppo_ref.spec.lstm's module docstring),
+# all inlined by numba before typing into the two passes below: each pass is one function for
+# LLVM, optimized once (numba optimizes a caller again with each compiled callee linked in),
+# and the cell loops vectorize. Interpreted, the same Python with the same leaves: the same bits.
+_inlined = numba.njit(inline="always")   # (NUMBA_DISABLE_JIT=1: the function itself)
+
+
+def _with_leaves(function, **leaves):
+    """The spec's ``function`` reading ``leaves`` in place of the spec module's names."""
+    return _inlined(FunctionType(function.__code__, {**vars(_spec), **leaves}, function.__name__))
+
+
+_cell_forward = _with_leaves(_spec._cell_forward, _sigmoid=_with_leaves(_spec._sigmoid))
+_cell_backward = _with_leaves(_spec._cell_backward)
+_forward_recursion = _with_leaves(_spec._forward_recursion, _gate_inputs=_inlined(_gate_inputs),
+                                  _cells=_inlined(_cells))
+_bptt_recursion = _with_leaves(
+    _spec._bptt_recursion, _cells_backward=_inlined(_cells_backward),
+    _add_products=_inlined(lambda out, a, w_t: _products._add_products(out, _strided(a), w_t)))
 
 
 @njit
 def _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c, h_seq):
-    """The forward pass, in place; True when its final state is finite.
-
-    ``w_ih [4H, D]``, ``w_hh [4H, H]``, ``b [4H]``, scratch ``w_t``: ``[D + H, 4H]`` (packed
-    here, :func:`_gate_inputs`) or ``[0, 4H]`` (not packed), ``x [T, N, D]``, ``keep [T + 1, N]``
-    (``keep[T] = 1``), ``h0, c0 [N, H]``; results ``h_prev, c_prev [T + 1, N, H]`` (row t:
-    the state step t read; row T: the final state), ``gates [T, 4, N, H]``,
-    ``tanh_c, h_seq [T, N, H]``. All C-contiguous, one dtype. The spec's recursion after the
-    initial state's mask."""
+    """The forward passes of L LSTMs on one ``x [T, N, D]`` and ``keep [T + 1, N]`` (``keep[T]
+    = 1``), in place (per LSTM the spec's recursion after the initial state's mask); True when
+    every final state is finite. ``w_ih``, ``w_hh``, ``b``: tuples of L ``[4H, D]``, ``[4H,
+    H]``, ``[4H]``; ``h0, c0 [L, N, H]``; scratch ``w_t [L, D + H, 4H]`` (packed here) or ``[L,
+    0, 4H]`` (not packed: :func:`_gate_inputs`); results ``h_prev, c_prev [L, T + 1, N, H]`` (row
+    t: the state step t read; row T: the final state), ``gates [L, T, 4, N, H]``, ``tanh_c,
+    h_seq [L, T, N, H]``. All C-contiguous, one dtype."""
     n_steps, n_env, d_in = x.shape
-    hidden = w_hh.shape[1]
-    if w_t.shape[0] > 0:
-        _products._transpose_into(w_ih, w_t[:d_in])
-        _products._transpose_into(w_hh, w_t[d_in:])
-    for n in range(n_env):
-        k = keep[0, n]
-        for j in range(hidden):
-            h_prev[0, n, j] = k * h0[n, j]
-            c_prev[0, n, j] = k * c0[n, j]
-    _forward_recursion((w_ih, w_hh, b, w_t), x, keep, h_prev, c_prev, gates, tanh_c, h_seq)
-    # A NaN or inf anywhere in the recursion reaches the final state (c is carried on as
-    # f * c, masking multiplies by 0, and tanh(inf) would not hide an inf c): its check is the
-    # pass's.
-    return (_products._all_finite(h_prev[n_steps].reshape(-1))
-            and _products._all_finite(c_prev[n_steps].reshape(-1)))
+    hidden = h0.shape[2]
+    finite = True
+    for l in range(h0.shape[0]):
+        if w_t.shape[1] > 0:
+            _products._transpose_into(w_ih[l], w_t[l, :d_in])
+            _products._transpose_into(w_hh[l], w_t[l, d_in:])
+        for n in range(n_env):
+            k = keep[0, n]
+            for j in range(hidden):
+                h_prev[l, 0, n, j] = k * h0[l, n, j]
+                c_prev[l, 0, n, j] = k * c0[l, n, j]
+        _forward_recursion((w_ih[l], w_hh[l], b[l], w_t[l]), x, keep, h_prev[l], c_prev[l],
+                           gates[l], tanh_c[l], h_seq[l])
+        # A NaN or inf anywhere reaches the final state (c is carried on as f * c, masking
+        # multiplies by 0, tanh(inf) would not hide an inf c): its check is the pass's.
+        finite = (finite and _products._all_finite(h_prev[l, n_steps].reshape(-1))
+                  and _products._all_finite(c_prev[l, n_steps].reshape(-1)))
+    return finite
 
 
 @njit
 def _backward_pass(w_ih, w_hh, x, keep, h_prev, c_prev, gates, tanh_c, dh_seq, dz, dh_next,
                    dc_next, g_w_ih, g_w_hh, g_b, g_w_ih_t, w_hh_copy, dx):
-    """BPTT, in place.
-
-    The arrays of :func:`_forward_pass` (``h_prev``, ``c_prev`` with their T + 1 rows),
-    ``dh_seq [T, N, H]``, ``dh_next, dc_next [N, H]`` holding ``dh_T, dc_T`` (left holding
-    ``dh~[0], dc~[0]``); writes ``dz [T, N, 4H]``, the weight gradients ``g_w_ih [4H, D]``,
-    ``g_w_hh [4H, H]``, ``g_b [4H]`` and, when ``dx`` has T rows (``[T, N, D]``; else it is not
-    computed), ``dx = dz @ w_ih``. Scratch ``g_w_ih_t [D, 4H]`` (``x^T dz``, then transposed:
-    its few rows D would not fill the blocks as columns) and ``w_hh_copy [4H, H]`` (the
-    recursion reads a copy of ``w_hh`` that starts at a cache line, as :func:`_forward_pass`
-    reads its transposed copies). Every sum over the ``T N`` rows runs in the order ``m = t N +
-    n``, one FMA per product term."""
+    """BPTT of the L LSTMs of :func:`_forward_pass` (its arrays; ``w_ih``, ``w_hh``,
+    ``dh_seq``: tuples of L ``[4H, D]``, ``[4H, H]``, ``[T, N, H]``), in place: ``dh_next,
+    dc_next [L, N, H]`` hold ``dh_T, dc_T`` (left holding ``dh~[0], dc~[0]``); writes ``dz [L,
+    T, N, 4H]``, ``g_w_ih [L, 4H, D]``, ``g_w_hh [L, 4H, H]``, ``g_b [L, 4H]`` and, when ``dx``
+    has T rows (``[L, T, N, D]``), ``dx = dz @ w_ih``. Scratch ``g_w_ih_t [L, D, 4H]`` (``x^T
+    dz``, then transposed: D rows would not fill the blocks as columns), ``w_hh_copy [L, 4H, H]``
+    (a copy starting at a cache line). Every sum over the ``T N`` rows runs in the order ``m = t
+    N + n``, one FMA per product term."""
     n_steps, n_env, d_in = x.shape
-    hidden = w_hh.shape[1]
+    hidden = dh_next.shape[2]
     rows = n_steps * n_env
-    for j in range(4 * hidden):
-        for k in range(hidden):
-            w_hh_copy[j, k] = w_hh[j, k]
-    _bptt_recursion(w_hh_copy, keep, gates, c_prev, tanh_c, dh_seq, dz, dh_next, dc_next)
-    dz_rows = dz.reshape(rows, 4 * hidden)
-    g_w_hh[:, :] = 0.0
-    _products._add_products(g_w_hh, _strided(dz_rows.T), h_prev[:n_steps].reshape(rows, hidden))
-    g_w_ih_t[:, :] = 0.0
-    _products._add_products(g_w_ih_t, _strided(x.reshape(rows, d_in).T), dz_rows)
-    _products._transpose_into(g_w_ih_t, g_w_ih)
-    g_b[:] = 0.0
-    for m in range(rows):
-        for j in range(4 * hidden):
-            g_b[j] += dz_rows[m, j]
+    x_rows = x.reshape(rows, d_in)
     finite = True
-    for a in (g_w_ih.reshape(-1), g_w_hh.reshape(-1), g_b, dh_next.reshape(-1),
-              dc_next.reshape(-1)):
-        finite = finite and _products._all_finite(a)
-    if dx.shape[0] == n_steps:
-        dx[:, :, :] = 0.0
-        _products._add_products(dx.reshape(rows, d_in), _strided(dz_rows), w_ih)
-        finite = finite and _products._all_finite(dx.reshape(-1))
+    for l in range(dh_next.shape[0]):
+        for j in range(4 * hidden):
+            for k in range(hidden):
+                w_hh_copy[l, j, k] = w_hh[l][j, k]
+        _bptt_recursion(w_hh_copy[l], keep, gates[l], c_prev[l], tanh_c[l], dh_seq[l], dz[l],
+                        dh_next[l], dc_next[l])
+        dz_rows = dz[l].reshape(rows, 4 * hidden)
+        g_w_hh[l] = 0.0
+        _products._add_products(g_w_hh[l], _strided(dz_rows.T),
+                                h_prev[l, :n_steps].reshape(rows, hidden))
+        g_w_ih_t[l] = 0.0
+        _products._add_products(g_w_ih_t[l], _strided(x_rows.T), dz_rows)
+        _products._transpose_into(g_w_ih_t[l], g_w_ih[l])
+        g_b[l] = 0.0
+        for m in range(rows):
+            for j in range(4 * hidden):
+                g_b[l, j] += dz_rows[m, j]
+        for a in (g_w_ih[l].reshape(-1), g_w_hh[l].reshape(-1), g_b[l], dh_next[l].reshape(-1),
+                  dc_next[l].reshape(-1)):
+            finite = finite and _products._all_finite(a)
+        if dx.shape[1] == n_steps:
+            dx[l] = 0.0
+            _products._add_products(dx[l].reshape(rows, d_in), _strided(dz_rows), w_ih[l])
+            finite = finite and _products._all_finite(dx[l].reshape(-1))
     return finite
 
 
 class _LSTMCache(NamedTuple):
-    """What :func:`lstm_backward` reads (the arrays of :func:`_forward_pass`, compute dtype)."""
+    """What :func:`lstm_backward` reads: the arrays of :func:`_forward_pass` for L LSTMs
+    (compute dtype; ``x``, ``keep`` shared, the others with a leading ``[L]``)."""
     x: np.ndarray
     keep: np.ndarray
     h_prev: np.ndarray
@@ -235,58 +233,45 @@ def _keep(episode_starts, n_steps: int, n_env: int, dtype) -> np.ndarray:
     return keep
 
 
-def _forward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt):
-    """The arrays of :func:`_forward_pass` (its results, then its scratch), from the pool of
-    :func:`ppo_ref.fast._products._bundle`."""
-    def make():
-        new = _products._aligned
-        state = (n_steps + 1, n_env, hidden)
-        return (new(state, dt), new(state, dt), new((n_steps, 4, n_env, hidden), dt),
-                new((n_steps, n_env, hidden), dt), new((n_steps, n_env, hidden), dt),
-                new((d_in + hidden if n_steps > 1 else 0, 4 * hidden), dt))
-    return _products._bundle(("lstm.forward", n_steps, n_env, d_in, hidden, dt), make)
+def _pooled(name: str, dt, *shapes):
+    """Arrays of ``shapes`` and ``dt`` from the pool of :func:`ppo_ref.fast._products._bundle`
+    (reused across calls; contents undefined)."""
+    return _products._bundle((name, dt) + shapes,
+                             lambda: tuple(_products._aligned(shape, dt) for shape in shapes))
 
 
-def _run_forward(w_ih, w_hh, b, x, h0, c0, keep, where: str):
-    """:func:`_forward_pass` on C-contiguous arrays of one dtype: ``(h_seq, c_T, cache)``
-    (``c_T`` a view of the cache)."""
-    n_steps, n_env, d_in = x.shape
-    hidden = w_hh.shape[1]
-    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _forward_arrays(n_steps, n_env, d_in, hidden,
-                                                                x.dtype)
+def _run_forward(lstms, x, h0, c0, keep, where: str):
+    """:func:`_forward_pass` of the LSTMs ``lstms`` (a sequence of ``(w_ih, w_hh, b)``) on
+    C-contiguous arrays of one dtype, from ``h0, c0 [L, N, H]``: ``(h_seq [L, T, N, H], c_T [L,
+    N, H], cache)`` (``c_T`` a view of the cache)."""
+    (n_steps, n_env, d_in), (n_lstm, _, hidden), dt = x.shape, h0.shape, x.dtype
+    state, seq = (n_lstm, n_steps + 1, n_env, hidden), (n_lstm, n_steps, n_env, hidden)
+    h_prev, c_prev, gates, tanh_c, h_seq, w_t = _pooled(
+        "lstm.forward", dt, state, state, (n_lstm, n_steps, 4, n_env, hidden), seq, seq,
+        (n_lstm, d_in + hidden if n_steps > 1 else 0, 4 * hidden))
+    w_ih, w_hh, b = zip(*lstms)
     if not _forward_pass(w_ih, w_hh, b, w_t, x, keep, h0, c0, h_prev, c_prev, gates, tanh_c,
                          h_seq):
         raise non_finite_result(where)
-    return h_seq, c_prev[n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
-
-
-def _backward_arrays(n_steps: int, n_env: int, d_in: int, hidden: int, dt, with_dx: bool):
-    """The arrays of :func:`_backward_pass`: the weight gradients and ``dx`` (its results),
-    then its scratch, from the pool of :func:`ppo_ref.fast._products._bundle`."""
-    def make():
-        new = _products._aligned
-        four_h = 4 * hidden
-        return (new((four_h, d_in), dt), new((four_h, hidden), dt), new(four_h, dt),
-                new((n_steps if with_dx else 0, n_env, d_in), dt),
-                new((n_steps, n_env, four_h), dt), new((d_in, four_h), dt),
-                new((four_h, hidden), dt))
-    return _products._bundle(("lstm.backward", n_steps, n_env, d_in, hidden, dt, with_dx),
-                             make)
+    return h_seq, c_prev[:, n_steps], _LSTMCache(x, keep, h_prev, c_prev, gates, tanh_c)
 
 
 def _run_backward(w_ih, w_hh, cache: _LSTMCache, dh_seq, dh_T, dc_T, with_dx: bool, where: str):
-    """:func:`_backward_pass` on arrays of the cache's dtype: ``(dx or None, grads, dh~[0],
-    dc~[0])`` (``dh_T``, ``dc_T`` are overwritten)."""
-    n_steps, n_env, d_in = cache.x.shape
-    hidden = w_hh.shape[1]
-    g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _backward_arrays(
-        n_steps, n_env, d_in, hidden, cache.x.dtype, with_dx)
+    """:func:`_backward_pass` for the cache of :func:`_run_forward` (``w_ih``, ``w_hh``,
+    ``dh_seq``: tuples over its L LSTMs; all of the cache's dtype): ``(dx [L, T, N, D] or None,
+    (g_w_ih, g_w_hh, g_b) [L, ...], dh~[0], dc~[0])`` (``dh_T``, ``dc_T`` ``[L, N, H]`` are
+    overwritten)."""
+    (n_steps, n_env, d_in), (n_lstm, _, hidden), dt = cache.x.shape, dh_T.shape, cache.x.dtype
+    four_h = 4 * hidden
+    g_w_ih, g_w_hh, g_b, dx, dz, g_w_ih_t, w_hh_copy = _pooled(
+        "lstm.backward", dt, (n_lstm, four_h, d_in), (n_lstm, four_h, hidden), (n_lstm, four_h),
+        (n_lstm, n_steps if with_dx else 0, n_env, d_in), (n_lstm, n_steps, n_env, four_h),
+        (n_lstm, d_in, four_h), (n_lstm, four_h, hidden))
     if not _backward_pass(w_ih, w_hh, cache.x, cache.keep, cache.h_prev, cache.c_prev,
                           cache.gates, cache.tanh_c, dh_seq, dz, dh_T, dc_T, g_w_ih, g_w_hh, g_b,
                           g_w_ih_t, w_hh_copy, dx):
         raise non_finite_result(where)
-    grads = {"w_ih": g_w_ih, "w_hh": g_w_hh, "b": g_b}
-    return (dx if with_dx else None), grads, dh_T, dc_T
+    return (dx if with_dx else None), (g_w_ih, g_w_hh, g_b), dh_T, dc_T
 
 
 def _step(lstms, x, h, c, episode_starts, where: str):
@@ -299,17 +284,16 @@ def _step(lstms, x, h, c, episode_starts, where: str):
     n_lstm, n_env, hidden = h.shape
     keep = _keep(episode_starts, 1, n_env, dt)
     h, c = np.ascontiguousarray(h, dt), np.ascontiguousarray(c, dt)
-    x_seq = x.reshape(1, n_env, x.shape[1])
-    no_pack = np.empty((0, 4 * hidden), dt)
-    h_new, c_new = np.empty(h.shape, dt), np.empty(h.shape, dt)
-    for l, (w_ih, w_hh, b) in enumerate(lstms):
-        h_prev, c_prev = np.empty((2, n_env, hidden), dt), np.empty((2, n_env, hidden), dt)
-        if not _forward_pass(w_ih, w_hh, b, no_pack, x_seq, keep, h[l], c[l], h_prev, c_prev,
-                             np.empty((1, 4, n_env, hidden), dt),
-                             np.empty((1, n_env, hidden), dt), h_new[l:l + 1]):
-            raise non_finite_result(where)
-        c_new[l] = c_prev[1]
-    return h_new, c_new
+    w_ih, w_hh, b = zip(*lstms)
+    state = (n_lstm, 2, n_env, hidden)
+    h_prev, c_prev, h_new = np.empty(state, dt), np.empty(state, dt), np.empty(h.shape, dt)
+    if not _forward_pass(w_ih, w_hh, b, np.empty((n_lstm, 0, 4 * hidden), dt),
+                         x.reshape(1, n_env, x.shape[1]), keep, h, c, h_prev, c_prev,
+                         np.empty((n_lstm, 1, 4, n_env, hidden), dt),
+                         np.empty((n_lstm, 1, n_env, hidden), dt),
+                         h_new.reshape(n_lstm, 1, n_env, hidden)):
+        raise non_finite_result(where)
+    return h_new, c_prev[:, 1].copy()
 
 
 def _float_dtype(arrays, params: Mapping[str, np.ndarray], keys=("w_ih", "w_hh", "b")):
@@ -330,14 +314,14 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
     """
     x, h0, c0 = np.asarray(x), np.asarray(h0), np.asarray(c0)
     dt = _float_dtype((x, h0, c0), params)
-    w_ih, w_hh, b = _weights(params, dt)
     x = np.ascontiguousarray(x, dtype=dt)
     n_steps, n_env = x.shape[:2]
-    h_seq, c_T, cache = _run_forward(w_ih, w_hh, b, x, np.ascontiguousarray(h0, dtype=dt),
-                                     np.ascontiguousarray(c0, dtype=dt),
+    h_seq, c_T, cache = _run_forward((_weights(params, dt),), x,
+                                     np.ascontiguousarray(h0, dtype=dt)[None],
+                                     np.ascontiguousarray(c0, dtype=dt)[None],
                                      _keep(episode_starts, n_steps, n_env, dt),
                                      "ppo_ref.fast.lstm.lstm_forward")
-    return h_seq, (h_seq[n_steps - 1].copy(), c_T.copy()), cache
+    return h_seq[0], (h_seq[0, n_steps - 1].copy(), c_T[0].copy()), cache
 
 
 def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
@@ -372,10 +356,13 @@ def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc
     if dt != cache.x.dtype:
         cache = _LSTMCache(*(a.astype(dt) for a in cache))
     w_ih, w_hh = _weights(params, dt, ("w_ih", "w_hh"))
-    n_env, hidden = cache.h_prev.shape[1:]
-    dh = np.zeros((n_env, hidden), dt) if dh_T is None else np.array(dh_T, dtype=dt)
-    dc = np.zeros((n_env, hidden), dt) if dc_T is None else np.array(dc_T, dtype=dt)
-    dx, grads, dh, dc = _run_backward(w_ih, w_hh, cache, np.ascontiguousarray(dh_seq, dtype=dt),
-                                      dh, dc, True, "ppo_ref.fast.lstm.lstm_backward")
+    n_env, hidden = cache.h_prev.shape[2:]
+    state = (1, n_env, hidden)
+    dh = np.zeros(state, dt) if dh_T is None else np.array(dh_T, dtype=dt).reshape(state)
+    dc = np.zeros(state, dt) if dc_T is None else np.array(dc_T, dtype=dt).reshape(state)
+    dx, (g_w_ih, g_w_hh, g_b), dh, dc = _run_backward(
+        (w_ih,), (w_hh,), cache, (np.ascontiguousarray(dh_seq, dtype=dt),), dh, dc, True,
+        "ppo_ref.fast.lstm.lstm_backward")
     keep0 = cache.keep[0, :, None]
-    return dx, grads, (keep0 * dh, keep0 * dc)
+    return dx[0], {"w_ih": g_w_ih[0], "w_hh": g_w_hh[0], "b": g_b[0]}, (keep0 * dh[0],
+                                                                         keep0 * dc[0])

@@ -36,10 +36,10 @@ _LSTM_KEYS = ("w_ih", "w_hh", "b")
 
 
 class _Cache(NamedTuple):
-    """What :func:`recurrent_actor_critic_backward` reads: ``lstm_shared``, the caches of this
-    tier's LSTM passes (:func:`lstm_names` order) and of the two towers."""
+    """What :func:`recurrent_actor_critic_backward` reads: ``lstm_shared``, the cache of this
+    tier's LSTM passes (all LSTMs, :func:`lstm_names` order) and those of the two towers."""
     lstm_shared: bool
-    lstm: Tuple
+    lstm: object
     pi: object
     vf: object
 
@@ -82,15 +82,12 @@ def _tower_backward(part: dict, cache, dy, where: str):
 
 def _lstm_steps(parts, names, x, h0, c0, episode_starts, dt, where: str):
     """Every LSTM of ``names`` over ``x [T, N, D]`` (compute dtype, C-contiguous) from the
-    states ``h0, c0 [L, N, H]``: the list of :func:`ppo_ref.fast.lstm._run_forward`'s
-    ``(h_seq, c_T, cache)``."""
+    states ``h0, c0 [L, N, H]``, in one pass: :func:`ppo_ref.fast.lstm._run_forward`'s
+    ``(h_seq [L, T, N, H], c_T [L, N, H], cache)``."""
     keep = _lstm._keep(episode_starts, x.shape[0], x.shape[1], dt)
-    runs = []
-    for l, name in enumerate(names):
-        w_ih, w_hh, b = _lstm._weights(parts[name], dt)
-        runs.append(_lstm._run_forward(w_ih, w_hh, b, x, np.ascontiguousarray(h0[l], dt),
-                                       np.ascontiguousarray(c0[l], dt), keep, where))
-    return runs
+    return _lstm._run_forward([_lstm._weights(parts[name], dt) for name in names], x,
+                              np.ascontiguousarray(h0, dt), np.ascontiguousarray(c0, dt), keep,
+                              where)
 
 
 def _inputs(parts, obs, state):
@@ -118,12 +115,11 @@ def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
     names = _spec.lstm_names(bool(lstm_shared))
     parts = _parts(params, names)
     x, h0, c0, dt = _inputs(parts, obs, state)
-    runs = _lstm_steps(parts, names, x, h0, c0, episode_starts, dt, where)
-    policy_out, pi_cache = _tower(parts["pi"], runs[0][0], activation, where)
-    values, vf_cache = _tower(parts["vf"], runs[-1][0], activation, where)
-    final = _spec.LSTMStates(np.stack([h_seq[-1] for h_seq, _, _ in runs]),
-                             np.stack([c_T for _, c_T, _ in runs]))
-    cache = _Cache(bool(lstm_shared), tuple(run[2] for run in runs), pi_cache, vf_cache)
+    h_seq, c_T, lstm_cache = _lstm_steps(parts, names, x, h0, c0, episode_starts, dt, where)
+    policy_out, pi_cache = _tower(parts["pi"], h_seq[0], activation, where)
+    values, vf_cache = _tower(parts["vf"], h_seq[-1], activation, where)
+    final = _spec.LSTMStates(h_seq[:, -1].copy(), c_T.copy())
+    cache = _Cache(bool(lstm_shared), lstm_cache, pi_cache, vf_cache)
     return policy_out, values[..., 0], final, cache
 
 
@@ -144,16 +140,17 @@ def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray], cache, d_p
     dh_pi, pi_grads = _tower_backward(parts["pi"], cache.pi, d_policy_out, where)
     dh_vf, vf_grads = _tower_backward(parts["vf"], cache.vf, np.asarray(d_values)[..., None],
                                       where)
+    lstm_cache = cache.lstm
+    dt = lstm_cache.x.dtype
     dh_seqs = (dh_pi + dh_vf,) if cache.lstm_shared else (dh_pi, dh_vf)
+    w_ih, w_hh = zip(*[_lstm._weights(parts[name], dt, ("w_ih", "w_hh")) for name in names])
+    state = (len(names),) + lstm_cache.h_prev.shape[2:]
+    _, (g_w_ih, g_w_hh, g_b), _, _ = _lstm._run_backward(
+        w_ih, w_hh, lstm_cache, tuple(np.ascontiguousarray(dh, dt) for dh in dh_seqs),
+        np.zeros(state, dt), np.zeros(state, dt), False, where)
     grads = {}
-    for name, lstm_cache, dh_seq in zip(names, cache.lstm, dh_seqs):
-        dt = lstm_cache.x.dtype
-        w_ih, w_hh = _lstm._weights(parts[name], dt, ("w_ih", "w_hh"))
-        n_env, hidden = lstm_cache.h_prev.shape[1:]
-        _, lstm_grads, _, _ = _lstm._run_backward(
-            w_ih, w_hh, lstm_cache, np.ascontiguousarray(dh_seq, dt), np.zeros((n_env, hidden), dt),
-            np.zeros((n_env, hidden), dt), False, where)
-        grads.update({f"{name}.{k}": v for k, v in lstm_grads.items()})
+    for l, name in enumerate(names):
+        grads.update({f"{name}.w_ih": g_w_ih[l], f"{name}.w_hh": g_w_hh[l], f"{name}.b": g_b[l]})
     grads.update({f"pi.{k}": v for k, v in pi_grads.items()})
     grads.update({f"vf.{k}": v for k, v in vf_grads.items()})
     return {k: grads[k] for k in params}
@@ -175,8 +172,8 @@ def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, ep
     names = _spec.lstm_names(bool(lstm_shared))
     parts = _parts(params, names)
     x, h, c, dt = _inputs(parts, obs, state)
-    h_new, c_new = _lstm._step(tuple([_lstm._weights(parts[name], dt) for name in names]), x,
-                               h, c, episode_starts, where)
+    h_new, c_new = _lstm._step([_lstm._weights(parts[name], dt) for name in names], x, h, c,
+                               episode_starts, where)
     policy_out, _ = _tower(parts["pi"], h_new[0], activation, where)
     values = None
     if with_values:
@@ -195,7 +192,8 @@ def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_s
     names = _spec.lstm_names(bool(lstm_shared))
     parts = _parts(params, names)
     x, h, c, dt = _inputs(parts, obs, state)
-    h_new, _ = _lstm._step((_lstm._weights(parts[names[-1]], dt),), x, h[-1:], c[-1:],
+    # every LSTM steps (the critic's is the last), so this is the acting step's compiled pass
+    h_new, _ = _lstm._step([_lstm._weights(parts[name], dt) for name in names], x, h, c,
                            episode_starts, where)
-    values, _ = _tower(parts["vf"], h_new[0], activation, where)
+    values, _ = _tower(parts["vf"], h_new[-1], activation, where)
     return values[:, 0]

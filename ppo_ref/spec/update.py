@@ -381,6 +381,7 @@ def run_epochs(params: Dict[str, np.ndarray], adam_state: dict, *, config, lr: f
                 clipped, norm = optim.clip_by_global_norm(grads, config.max_grad_norm)
                 params, adam_state = optim.adam_update(params, clipped, adam_state, lr=lr,
                                                        eps=config.adam_eps)
+                del cache, grads, clipped  # (a tier may then reuse their arrays)
             except FloatingPointError as exc:
                 raise FloatingPointError(f"epoch {epoch}, minibatch {j}: {exc}") from None
             grad_norm_sum += norm
