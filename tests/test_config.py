@@ -404,4 +404,4 @@ def test_presets_and_zoo_rows_set_nothing_without_effect():
         for name in PRESETS:
             PPOConfig.preset(name)
         for row in ZOO.values():
-            row.config
+            row.config()
