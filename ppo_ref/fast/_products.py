@@ -511,12 +511,27 @@ def _block_intrinsic(rows, vectors):
                         slot = slots[r * vectors + v][0]
                         builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
                                       slot)
+            _not_unrolled(builder, loop.index)
             for slot, ptr in slots:
                 builder.store(builder.load(slot), ptr, align=item)
             return context.get_dummy_value()
         return types.none(out, a, w_t, n, j0), codegen
     block.__name__ = block.__qualname__ = f"_block_{rows}x{vectors}"
     return intrinsic(block)
+
+
+def _not_unrolled(builder, index):
+    """Mark the loop of ``cgutils.for_range`` whose index is the phi ``index`` (just closed)
+    ``llvm.loop.unroll.disable``: the register block's body is already as wide as the
+    registers allow, and unrolling it would only multiply the code LLVM optimizes and emits in
+    every kernel linking the products."""
+    module = builder.module
+    disable = module.add_metadata([llvm_ir.MetaDataString(module, "llvm.loop.unroll.disable")])
+    loop_id = module.add_metadata([llvm_ir.MetaDataString(module, f"ppo_ref.loop.{id(index)}"),
+                                   disable])
+    loop_id.operands = (loop_id, disable)   # a loop's ID refers to itself
+    latch = index.incomings[-1][1]
+    latch.terminator.set_metadata("llvm.loop", loop_id)
 
 
 _WIDE_BLOCK = _block_intrinsic(_WIDE_ROWS, 4)
