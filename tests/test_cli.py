@@ -578,6 +578,15 @@ def test_vectors_to_an_unwritable_dir(tmp_path, capsys):
         assert "/proc/nope" in _one_line_error(capsys, "vectors")
 
 
+def test_vectors_are_computed_by_the_spec_tier_by_default(tmp_path, capsys):
+    from ppo_ref.vectors import write_vectors
+    cli_dir, spec_dir = tmp_path / "cli", tmp_path / "spec"
+    assert cli.main(["vectors", "--out", str(cli_dir)]) == 0
+    names = write_vectors(str(spec_dir), backend="spec")
+    for name in names + ["index"]:
+        assert (cli_dir / f"{name}.json").read_bytes() == (spec_dir / f"{name}.json").read_bytes()
+
+
 @pytest.fixture(scope="module")
 def vectors_dir(tmp_path_factory):
     from ppo_ref.vectors import write_vectors
