@@ -22,9 +22,8 @@ def configure_vectors(p) -> None:
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
     p.add_argument("--backend", default="spec", choices=BACKENDS,
-                   help="the tier that computes the expected outputs: spec (the readable "
-                        "tier, default: nothing to compile) or fast (compiled); they agree "
-                        "within the vectors' tolerance")
+                   help="the tier computing the expected outputs: spec (readable, default: "
+                        "nothing to compile) or fast (compiled); they agree within tolerance")
     p.add_argument("--preset", default=None,
                    help="compute every convention-dependent case under this PPOConfig preset's "
                         "conventions (reference, sb3, cleanrl, thrust, tianshou, torchrl, rlax, "

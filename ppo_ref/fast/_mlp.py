@@ -33,7 +33,6 @@ of the arithmetic). A forward pass of at most :data:`_FEW` rows computes each la
 from __future__ import annotations
 
 import numpy as np
-from numba.core import types
 from numba.extending import overload
 
 from ppo_ref._numba import njit
@@ -65,8 +64,7 @@ def _activate(a, relu):
 
 @overload(_activate)
 def _activate_compiled(a, relu):
-    tanh = _tanh_f32 if a.dtype == types.float32 else _tanh   # (what _tanh_any picks)
-
+    tanh = _tanh_f32 if a.dtype.bitwidth == 32 else _tanh   # (what _tanh_any picks)
     def activate(a, relu):
         _wide()
         if relu:

@@ -27,6 +27,7 @@ operations), so an interpreted network pass takes seconds, not hours.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -174,16 +175,19 @@ def _fma_arrays(a, b, c):
     return z
 
 
-@type_callable(_fma)
-def _fma_type(context):
-    """Compiled :func:`_fma` (typing): float32 for three float32 operands, else float64."""
-    def typer(a, b, c):
-        if all(isinstance(t, (types.Float, types.Integer)) for t in (a, b, c)):
-            return types.float32 if a == b == c == types.float32 else types.float64
-    return typer
+def _lowered(py_func, typer, *arg_types):
+    """Compile calls of ``py_func`` into the caller's code (no function of their own): typed by
+    ``typer(context, *argument types)`` (None: not typed), lowered by the decorated function."""
+    type_callable(py_func)(lambda context: functools.partial(typer, context))
+    return lower_builtin(py_func, *arg_types)
 
 
-@lower_builtin(_fma, types.Number, types.Number, types.Number)
+def _fma_type(context, a, b, c):
+    if all(isinstance(t, (types.Float, types.Integer)) for t in (a, b, c)):
+        return types.float32 if a == b == c == types.float32 else types.float64
+
+
+@_lowered(_fma, _fma_type, types.Number, types.Number, types.Number)
 def _fma_lower(context, builder, sig, args):
     """Compiled :func:`_fma`: the operands cast to the result type, then ``llvm.fma.f64``
     (``llvm.fma.f32``), emitted in the caller. An explicit operation, not a compiler
@@ -200,20 +204,14 @@ def _select(cond, a, b):
     return np.where(cond, a, b)
 
 
-@type_callable(_select)
-def _select_type(context):
-    """Compiled :func:`_select` (typing): scalars only, the result the two values' common
-    type."""
-    def typer(cond, a, b):
-        if all(isinstance(t, (types.Boolean, types.Number)) for t in (cond, a, b)):
-            return context.unify_pairs(a, b)
-    return typer
+def _select_type(context, cond, a, b):
+    if all(isinstance(t, (types.Boolean, types.Number)) for t in (cond, a, b)):
+        return context.unify_pairs(a, b)   # scalars only
 
 
-@lower_builtin(_select, types.Any, types.Number, types.Number)
+@_lowered(_select, _select_type, types.Any, types.Number, types.Number)
 def _select_lower(context, builder, sig, args):
-    """Compiled :func:`_select`: an LLVM ``select`` of the two values cast to the result
-    type."""
+    """Compiled :func:`_select`: an LLVM ``select`` of the values cast to the result type."""
     cond = context.is_true(builder, sig.args[0], args[0])
     a, b = (context.cast(builder, v, t, sig.return_type) for v, t in zip(args[1:], sig.args[1:]))
     return builder.select(cond, a, b)
@@ -233,12 +231,7 @@ def _wide():
     """
 
 
-@type_callable(_wide)
-def _wide_type(context):
-    return lambda: types.none
-
-
-@lower_builtin(_wide)
+@_lowered(_wide, lambda context: types.none)
 def _wide_lower(context, builder, sig, args):
     """Compiled :func:`_wide`: adds the attribute to the function being lowered (the caller).
     llvmlite checks attribute names against a list without key-value attributes, so the set's
@@ -279,11 +272,8 @@ def _compile_exponent(py_func, nb_float, ll_float, int_bits, bias, mantissa_bits
     float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
     a bit cast, emitted in the caller, which LLVM vectorizes; ``math.ldexp`` is a scalar
     library call)."""
-    @type_callable(py_func)
-    def exponent_type(context):
-        return lambda k: nb_float if isinstance(k, (types.Float, types.Integer)) else None
-
-    @lower_builtin(py_func, types.Number)
+    @_lowered(py_func, lambda context, k: nb_float if isinstance(k, types.Float) else None,
+              types.Number)
     def exponent_lower(context, builder, sig, args):
         int_type = llvm_ir.IntType(int_bits)
         k_int = builder.fptosi(context.cast(builder, args[0], sig.args[0], nb_float), int_type)
@@ -432,12 +422,8 @@ def _vector_lanes(a):
     return _lanes(a.dtype)
 
 
-@type_callable(_vector_lanes)
-def _vector_lanes_type(context):
-    return lambda a: types.intp if isinstance(a, types.Array) else None
-
-
-@lower_builtin(_vector_lanes, types.Array)
+@_lowered(_vector_lanes, lambda context, a: types.intp if isinstance(a, types.Array) else None,
+          types.Array)
 def _vector_lanes_lower(context, builder, sig, args):
     """Compiled :func:`_vector_lanes`: the constant."""
     return context.get_constant(types.intp, _lanes(sig.args[0].dtype))
@@ -511,27 +497,12 @@ def _block_intrinsic(rows, vectors):
                         slot = slots[r * vectors + v][0]
                         builder.store(builder.call(fma, [a_vec, w_vecs[v], builder.load(slot)]),
                                       slot)
-            _not_unrolled(builder, loop.index)
             for slot, ptr in slots:
                 builder.store(builder.load(slot), ptr, align=item)
             return context.get_dummy_value()
         return types.none(out, a, w_t, n, j0), codegen
     block.__name__ = block.__qualname__ = f"_block_{rows}x{vectors}"
     return intrinsic(block)
-
-
-def _not_unrolled(builder, index):
-    """Mark the loop of ``cgutils.for_range`` whose index is the phi ``index`` (just closed)
-    ``llvm.loop.unroll.disable``: the register block's body is already as wide as the
-    registers allow, and unrolling it would only multiply the code LLVM optimizes and emits in
-    every kernel linking the products."""
-    module = builder.module
-    disable = module.add_metadata([llvm_ir.MetaDataString(module, "llvm.loop.unroll.disable")])
-    loop_id = module.add_metadata([llvm_ir.MetaDataString(module, f"ppo_ref.loop.{id(index)}"),
-                                   disable])
-    loop_id.operands = (loop_id, disable)   # a loop's ID refers to itself
-    latch = index.incomings[-1][1]
-    latch.terminator.set_metadata("llvm.loop", loop_id)
 
 
 _WIDE_BLOCK = _block_intrinsic(_WIDE_ROWS, 4)
@@ -622,23 +593,19 @@ if not _numba_config.DISABLE_JIT:
 
 
 def _strided(a):
-    """``a`` (2-D) as a view typed of any strides (layout ``"A"``), so that every product
-    passes :func:`_add_products` the same operand types: one compiled version per dtype serves
-    row-major operands and transposed views alike (its first operand is read as scalars,
-    whatever its strides). Compiled: the same array, retyped (the array's data model does not
-    depend on its layout); interpreted: a view of all of ``a``."""
+    """``a`` (2-D) typed of any strides (layout ``"A"``; compiled: the same array retyped), so
+    that every product passes :func:`_add_products` the same operand types: one compiled
+    version per dtype serves row-major operands and transposed views alike (its first operand
+    is read as scalars, whatever its strides)."""
     return a[:, 0:a.shape[1]]
 
 
-@type_callable(_strided)
-def _strided_type(context):
-    def typer(a):
-        if isinstance(a, types.Array) and a.ndim == 2:
-            return a.copy(layout="A")
-    return typer
+def _strided_type(context, a):
+    if isinstance(a, types.Array) and a.ndim == 2:
+        return a.copy(layout="A")
 
 
-@lower_builtin(_strided, types.Array)
+@_lowered(_strided, _strided_type, types.Array)
 def _strided_lower(context, builder, sig, args):
     return impl_ret_borrowed(context, builder, sig.return_type, args[0])
 
