@@ -586,6 +586,15 @@ def test_vectors_refused_before_anything_is_written(tmp_path, capsys, flags):
     assert not out.exists()
 
 
+def test_vectors_are_computed_by_the_spec_tier_by_default(tmp_path, capsys):
+    from ppo_ref.vectors import write_vectors
+    cli_dir, spec_dir = tmp_path / "cli", tmp_path / "spec"
+    assert cli.main(["vectors", "--out", str(cli_dir)]) == 0
+    names = write_vectors(str(spec_dir), backend="spec")
+    for name in names + ["index"]:
+        assert (cli_dir / f"{name}.json").read_bytes() == (spec_dir / f"{name}.json").read_bytes()
+
+
 @pytest.fixture(scope="module")
 def vectors_dir(tmp_path_factory):
     from ppo_ref.vectors import write_vectors

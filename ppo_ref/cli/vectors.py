@@ -22,9 +22,9 @@ def configure_vectors(p) -> None:
                      "validation/README.md.")
     p.add_argument("--out", required=True, help="output directory (created if missing)")
     p.add_argument("--seed", type=int, default=SEED, help="seed of the generated inputs")
-    p.add_argument("--backend", default="fast", choices=BACKENDS,
-                   help="the tier that computes the expected outputs: fast (compiled, default) "
-                        "or spec (the readable tier); they agree within the vectors' tolerance")
+    p.add_argument("--backend", default="spec", choices=BACKENDS,
+                   help="the tier computing the expected outputs: spec (readable, default: "
+                        "nothing to compile) or fast (compiled); they agree within tolerance")
     p.add_argument("--preset", default=None,
                    help="compute every convention-dependent case under this PPOConfig preset's "
                         "conventions: " + ", ".join(PRESETS))

@@ -37,8 +37,8 @@ from numba.extending import overload
 
 from ppo_ref._numba import njit
 from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _select,
-                                    _strided, _tanh_any, _transpose_into, _vector_lanes,
-                                    _wide)
+                                    _strided, _tanh, _tanh_any, _tanh_f32, _transpose_into,
+                                    _vector_lanes, _wide)
 
 #: A forward pass of at most this many rows runs feature-major: each layer's output ``a.T =
 #: b + w @ h.T`` (``[out, C]``, the rows in its first columns, ``C`` padded to whole vector
@@ -64,6 +64,7 @@ def _activate(a, relu):
 
 @overload(_activate)
 def _activate_compiled(a, relu):
+    tanh = _tanh_f32 if a.dtype.bitwidth == 32 else _tanh   # (what _tanh_any picks)
     def activate(a, relu):
         _wide()
         if relu:
@@ -72,7 +73,7 @@ def _activate_compiled(a, relu):
                 a[i] = v if v > _ZERO else _ZERO
         else:
             for i in range(a.size):
-                a[i] = _tanh_any(a[i])
+                a[i] = tanh(a[i])
     return activate
 
 

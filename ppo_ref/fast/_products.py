@@ -27,6 +27,7 @@ operations), so an interpreted network pass takes seconds, not hours.
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import threading
@@ -37,7 +38,8 @@ from llvmlite import ir as llvm_ir
 from numba.core import cgutils, types
 from numba.core import config as _numba_config
 from numba.core.errors import TypingError as NumbaTypingError
-from numba.extending import intrinsic, overload, register_jitable
+from numba.core.imputils import impl_ret_borrowed
+from numba.extending import intrinsic, lower_builtin, overload, type_callable
 
 from ppo_ref._numba import njit
 
@@ -173,23 +175,25 @@ def _fma_arrays(a, b, c):
     return z
 
 
-@intrinsic
-def _fma_llvm(typingctx, a, b, c):
-    """Compiled :func:`_fma`: ``llvm.fma.f64`` (``llvm.fma.f32`` for three float32 operands).
-    An explicit operation, not a compiler contraction: every sum keeps its written order."""
-    if all(t == types.float32 for t in (a, b, c)):
-        sig = types.float32(types.float32, types.float32, types.float32)
-    else:
-        sig = types.float64(types.float64, types.float64, types.float64)
-
-    def codegen(context, builder, signature, args):
-        return builder.fma(*args)
-    return sig, codegen
+def _lowered(py_func, typer, *arg_types):
+    """Compile calls of ``py_func`` into the caller's code (no function of their own): typed by
+    ``typer(context, *argument types)`` (None: not typed), lowered by the decorated function."""
+    type_callable(py_func)(lambda context: functools.partial(typer, context))
+    return lower_builtin(py_func, *arg_types)
 
 
-@overload(_fma, inline="always")
-def _fma_compiled(a, b, c):
-    return lambda a, b, c: _fma_llvm(a, b, c)
+def _fma_type(context, a, b, c):
+    if all(isinstance(t, (types.Float, types.Integer)) for t in (a, b, c)):
+        return types.float32 if a == b == c == types.float32 else types.float64
+
+
+@_lowered(_fma, _fma_type, types.Number, types.Number, types.Number)
+def _fma_lower(context, builder, sig, args):
+    """Compiled :func:`_fma`: the operands cast to the result type, then ``llvm.fma.f64``
+    (``llvm.fma.f32``), emitted in the caller. An explicit operation, not a compiler
+    contraction: every sum keeps its written order."""
+    operands = [context.cast(builder, v, t, sig.return_type) for v, t in zip(args, sig.args)]
+    return builder.fma(*operands)
 
 
 def _select(cond, a, b):
@@ -200,9 +204,17 @@ def _select(cond, a, b):
     return np.where(cond, a, b)
 
 
-@overload(_select)
-def _select_compiled(cond, a, b):
-    return lambda cond, a, b: a if cond else b
+def _select_type(context, cond, a, b):
+    if all(isinstance(t, (types.Boolean, types.Number)) for t in (cond, a, b)):
+        return context.unify_pairs(a, b)   # scalars only
+
+
+@_lowered(_select, _select_type, types.Any, types.Number, types.Number)
+def _select_lower(context, builder, sig, args):
+    """Compiled :func:`_select`: an LLVM ``select`` of the values cast to the result type."""
+    cond = context.is_true(builder, sig.args[0], args[0])
+    a, b = (context.cast(builder, v, t, sig.return_type) for v, t in zip(args[1:], sig.args[1:]))
+    return builder.select(cond, a, b)
 
 
 # --------------------------------------------------------------------------------------------
@@ -219,25 +231,16 @@ def _wide():
     """
 
 
-@intrinsic
-def _wide_attribute(typingctx):
-    """Compiled :func:`_wide`: adds the attribute to the function being lowered (intrinsics
-    are emitted inline, so that is the caller). llvmlite checks attribute names against a list
-    without key-value attributes, so the set's own ``add`` writes it verbatim; should a later
-    llvmlite store attributes otherwise, nothing is added (the same results)."""
-    sig = types.none()
-
-    def codegen(context, builder, signature, args):
-        attributes = builder.function.attributes
-        if isinstance(attributes, set):
-            set.add(attributes, '"prefer-vector-width"="512"')
-        return context.get_dummy_value()
-    return sig, codegen
-
-
-@overload(_wide, inline="always")
-def _wide_compiled():
-    return lambda: _wide_attribute()
+@_lowered(_wide, lambda context: types.none)
+def _wide_lower(context, builder, sig, args):
+    """Compiled :func:`_wide`: adds the attribute to the function being lowered (the caller).
+    llvmlite checks attribute names against a list without key-value attributes, so the set's
+    own ``add`` writes it verbatim; should a later llvmlite store attributes otherwise, nothing
+    is added (the same results)."""
+    attributes = builder.function.attributes
+    if isinstance(attributes, set):
+        set.add(attributes, '"prefer-vector-width"="512"')
+    return context.get_dummy_value()
 
 
 def _target_vector_bits() -> int:
@@ -264,22 +267,19 @@ _INV_LN2 = 1.44269504088896338700e+00  # 1 / ln 2
 _ROUND = 6755399441055744.0            # 1.5 * 2^52: (v + _ROUND) - _ROUND = v rounded to integer
 
 
-def _exponent_intrinsic(name, nb_float, ll_float, int_bits, bias, mantissa_bits):
-    """An intrinsic ``k -> 2.0 ** k`` for an integer-valued ``k`` of type ``nb_float``: the
+def _compile_exponent(py_func, nb_float, ll_float, int_bits, bias, mantissa_bits):
+    """Compile ``py_func(k)`` (``k`` of type ``nb_float``, integer-valued) as ``2.0 ** k``: the
     float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
-    a bit cast, which LLVM vectorizes; ``math.ldexp`` is a scalar library call)."""
-    def exponent_bits(typingctx, k):
-        sig = nb_float(nb_float)
-
-        def codegen(context, builder, signature, args):
-            int_type = llvm_ir.IntType(int_bits)
-            k_int = builder.fptosi(args[0], int_type)
-            bits = builder.shl(builder.add(k_int, llvm_ir.Constant(int_type, bias)),
-                               llvm_ir.Constant(int_type, mantissa_bits))
-            return builder.bitcast(bits, ll_float)
-        return sig, codegen
-    exponent_bits.__name__ = exponent_bits.__qualname__ = name
-    return intrinsic(exponent_bits)
+    a bit cast, emitted in the caller, which LLVM vectorizes; ``math.ldexp`` is a scalar
+    library call)."""
+    @_lowered(py_func, lambda context, k: nb_float if isinstance(k, types.Float) else None,
+              types.Number)
+    def exponent_lower(context, builder, sig, args):
+        int_type = llvm_ir.IntType(int_bits)
+        k_int = builder.fptosi(context.cast(builder, args[0], sig.args[0], nb_float), int_type)
+        bits = builder.shl(builder.add(k_int, llvm_ir.Constant(int_type, bias)),
+                           llvm_ir.Constant(int_type, mantissa_bits))
+        return builder.bitcast(bits, ll_float)
 
 
 def _pow2(k, one=1.0):
@@ -291,12 +291,7 @@ def _pow2(k, one=1.0):
     return np.ldexp(one, np.where(np.isfinite(k), k, 0.0).astype(np.int64))
 
 
-_pow2_bits = _exponent_intrinsic("_pow2_bits", types.float64, llvm_ir.DoubleType(), 64, 1023, 52)
-
-
-@overload(_pow2, inline="always")
-def _pow2_compiled(k, one=1.0):
-    return lambda k, one=1.0: _pow2_bits(k)
+_compile_exponent(_pow2, types.float64, llvm_ir.DoubleType(), 64, 1023, 52)  # compiled: k only
 
 
 @njit
@@ -357,13 +352,7 @@ def _pow2_f32(k):
     return _pow2(k, _ONE)
 
 
-_pow2_f32_bits = _exponent_intrinsic("_pow2_f32_bits", types.float32, llvm_ir.FloatType(), 32,
-                                     127, 23)
-
-
-@overload(_pow2_f32, inline="always")
-def _pow2_f32_compiled(k):
-    return lambda k: _pow2_f32_bits(k)
+_compile_exponent(_pow2_f32, types.float32, llvm_ir.FloatType(), 32, 127, 23)
 
 
 @njit
@@ -433,10 +422,11 @@ def _vector_lanes(a):
     return _lanes(a.dtype)
 
 
-@overload(_vector_lanes, inline="always")
-def _vector_lanes_compiled(a):
-    lanes = _lanes(a.dtype)
-    return lambda a: lanes
+@_lowered(_vector_lanes, lambda context, a: types.intp if isinstance(a, types.Array) else None,
+          types.Array)
+def _vector_lanes_lower(context, builder, sig, args):
+    """Compiled :func:`_vector_lanes`: the constant."""
+    return context.get_constant(types.intp, _lanes(sig.args[0].dtype))
 
 
 def _block_intrinsic(rows, vectors):
@@ -602,13 +592,22 @@ if not _numba_config.DISABLE_JIT:
     _add_products = njit(_add_products_compiled)
 
 
-@register_jitable(inline="always")
 def _strided(a):
-    """``a`` (2-D) as a view typed of any strides (numba types ``a[:, 0:n]`` so), so that every
-    product passes :func:`_add_products` the same operand types: one compiled version per dtype
-    serves row-major operands and transposed views alike (its first operand is read as scalars,
-    whatever its strides)."""
+    """``a`` (2-D) typed of any strides (layout ``"A"``; compiled: the same array retyped), so
+    that every product passes :func:`_add_products` the same operand types: one compiled
+    version per dtype serves row-major operands and transposed views alike (its first operand
+    is read as scalars, whatever its strides)."""
     return a[:, 0:a.shape[1]]
+
+
+def _strided_type(context, a):
+    if isinstance(a, types.Array) and a.ndim == 2:
+        return a.copy(layout="A")
+
+
+@_lowered(_strided, _strided_type, types.Array)
+def _strided_lower(context, builder, sig, args):
+    return impl_ret_borrowed(context, builder, sig.return_type, args[0])
 
 
 @njit
