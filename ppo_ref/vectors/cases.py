@@ -237,9 +237,10 @@ _FUNCTIONS = {
 }
 
 
-def compute_outputs(case: Mapping, backend: str = "fast") -> Dict[str, Any]:
+def compute_outputs(case: Mapping, backend: str = "spec") -> Dict[str, Any]:
     """ppo_ref's outputs ``{name: array or dict}`` for a decoded case, computed by the tier of
-    ``backend`` (a value of ``PPOConfig.backend``, :func:`ppo_ref.tiers.tier_for`).
+    ``backend`` (a value of ``PPOConfig.backend``, :func:`ppo_ref.tiers.tier_for`; by default
+    the spec tier, as every function of this module).
 
     Raises:
         ValueError: an unknown case kind or backend.
@@ -694,7 +695,7 @@ def case_table(seed: int = SEED) -> str:
     return "\n".join(lines)
 
 
-def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "fast",
+def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "spec",
                   preset: Optional[str] = None,
                   settings: Optional[Mapping[str, Any]] = None) -> List[str]:
     """Write every case to ``out_dir/<name>.json`` (format in :mod:`ppo_ref.vectors`) and
