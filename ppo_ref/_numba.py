@@ -158,16 +158,18 @@ def _package_cache(py_func) -> caching._Cache:
     return cache if isinstance(cache._impl.locator, PackageCacheLocator) else caching.NullCache()
 
 
-def njit(py_func=None, *, parallel: bool = False):
+def njit(py_func=None, *, parallel: bool = False, inline: str = "never"):
     """Compile ``py_func`` (a function from any module) with :data:`NJIT_OPTIONS` and the
     package-keyed cache; under ``NUMBA_DISABLE_JIT=1`` return ``py_func`` itself.
 
     ``parallel=True`` compiles ``numba.prange`` loops as parallel loops when
-    :data:`PARALLEL_LOOPS` (module docstring, "Threads"), else as plain loops."""
+    :data:`PARALLEL_LOOPS` (module docstring, "Threads"), else as plain loops.
+    ``inline="always"``: numba inlines the function's code into every compiled caller before
+    typing (numba's ``inline`` option)."""
     if py_func is None:
-        return functools.partial(njit, parallel=parallel)
+        return functools.partial(njit, parallel=parallel, inline=inline)
     options = dict(NJIT_OPTIONS, parallel=True) if parallel and PARALLEL_LOOPS else NJIT_OPTIONS
-    dispatcher = numba.njit(**options)(py_func)
+    dispatcher = numba.njit(**options, inline=inline)(py_func)
     if isinstance(dispatcher, Dispatcher):
         dispatcher._cache = _package_cache(dispatcher.py_func)
     return dispatcher

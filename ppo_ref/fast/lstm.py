@@ -27,7 +27,6 @@ from __future__ import annotations
 from types import FunctionType
 from typing import Mapping, NamedTuple
 
-import numba
 import numpy as np
 
 from ppo_ref._checks import non_finite_result, result_dtype
@@ -118,7 +117,7 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
 # all inlined by numba before typing into the two passes below: each pass is one function for
 # LLVM, optimized once (numba optimizes a caller again with each compiled callee linked in),
 # and the cell loops vectorize. Interpreted, the same Python with the same leaves: the same bits.
-_inlined = numba.njit(inline="always")   # (NUMBA_DISABLE_JIT=1: the function itself)
+_inlined = njit(inline="always")   # (NUMBA_DISABLE_JIT=1: the function itself)
 
 
 def _with_leaves(function, **leaves):
