@@ -16,6 +16,7 @@ core). A test starts its command if the thread has not yet, and waits for it to 
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -68,25 +69,37 @@ class _Command:
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, EARLY_NICE)
 
     def wait(self) -> int:
-        """Its exit code; kills it once ``timeout`` seconds have passed since its start."""
+        """Its exit code; kills it once ``timeout`` seconds have passed since its start or, if
+        later, since this wait began (before it, the command ran at a lower priority)."""
         if self.timeout is None:
             return self.proc.wait()
+        deadline = max(self.start_time, time.monotonic()) + self.timeout
         try:
-            return self.proc.wait(max(0.0, self.start_time + self.timeout - time.monotonic()))
+            return self.proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
+            self.terminate()
             self.stop(grace=0.0)
             raise
 
+    def terminate(self) -> None:
+        """SIGTERM to its session's process group (``ppo-ref train`` saves and stops; the
+        processes it started get the signal too)."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+
     def stop(self, grace: float) -> None:
-        """SIGTERM (``ppo-ref train`` saves and stops), SIGKILL ``grace`` seconds later."""
-        if self.proc is None or self.proc.poll() is not None:
+        """After :meth:`terminate`: wait up to ``grace`` seconds for it, then SIGKILL its whole
+        process group (children left behind included)."""
+        if self.proc is None:
             return
-        self.proc.terminate()
         try:
             self.proc.wait(grace)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     def output(self, stream: str) -> str:
         with open(os.path.join(self.base, stream), errors="replace") as f:
@@ -143,12 +156,16 @@ def pytest_collection_finish(session):
 
 def pytest_sessionfinish(session):
     """Stop the runner and every command still running (a stopped or failing session):
-    SIGTERM, SIGKILL after 90 s; remove their files."""
+    SIGTERM to each one's process group, SIGKILL to the groups still there 90 s later; remove
+    their files."""
     _stopping.set()
     for thread in _runner:
         thread.join()
     for command in _commands.values():
-        command.stop(grace=90.0)
+        command.terminate()
+    deadline = time.monotonic() + 90.0
+    for command in _commands.values():
+        command.stop(grace=max(0.0, deadline - time.monotonic()))
         shutil.rmtree(command.base, ignore_errors=True)
     _commands.clear()
     _runner.clear()
