@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, Dict, Optional
 
+from ppo_ref._checks import one_line
 from ppo_ref.distributed.actor import _queue_receiver, _report_actor
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFinished,
@@ -152,11 +153,6 @@ class _RayActorHost:
         return messages
 
 
-def _error_text(exc: BaseException) -> str:
-    """Ray's error text on one line (it spreads the death cause over several)."""
-    return " ".join(str(exc).split())[:2000]
-
-
 class RayActorGroup(ActorGroup):
     """The running Ray actors (``workers``: handles; ``pids``, ``nodes``: where each runs) and
     their pulls."""
@@ -183,7 +179,7 @@ class RayActorGroup(ActorGroup):
             try:
                 self.pids[agent_id], self.nodes[agent_id], version = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                raise ActorDiedError(agent_id, f"Ray actor failed to start: {_error_text(exc)}")
+                raise ActorDiedError(agent_id, f"Ray actor failed to start: {one_line(exc, 2000)}")
             if version != ppo_ref.__version__:
                 raise ActorLearnerError(
                     f"Ray actor {agent_id} on {self.nodes[agent_id]} runs ppo_ref {version}, the "
@@ -211,7 +207,7 @@ class RayActorGroup(ActorGroup):
             try:
                 messages = ray.get(ref)
             except ray.exceptions.RayError as exc:
-                self._dead[agent_id] = _error_text(exc)
+                self._dead[agent_id] = one_line(exc, 2000)
                 continue
             for msg in messages:
                 self.inbox.put(msg)

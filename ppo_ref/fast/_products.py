@@ -205,8 +205,9 @@ def _select(cond, a, b):
 
 
 def _select_type(context, cond, a, b):
-    if all(isinstance(t, (types.Boolean, types.Number)) for t in (cond, a, b)):
-        return context.unify_pairs(a, b)   # scalars only
+    if isinstance(cond, (types.Boolean, types.Number)) and all(
+            isinstance(t, types.Number) for t in (a, b)):
+        return context.unify_pairs(a, b)   # numbers only (as the lowering)
 
 
 @_lowered(_select, _select_type, types.Any, types.Number, types.Number)

@@ -183,8 +183,9 @@ def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, ep
 
 def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_starts,
                          activation: str = "tanh", lstm_shared: bool = False) -> np.ndarray:
-    """Values ``[N]`` after one step of the critic's LSTM only (the state is not returned): the
-    twin of :func:`ppo_ref.spec.recurrent_networks.recurrent_value_step` (arguments there).
+    """Values ``[N]`` after one step of the critic's LSTM (the state is not returned): the twin
+    of :func:`ppo_ref.spec.recurrent_networks.recurrent_value_step` (arguments there). Every
+    LSTM of ``params`` steps, in the acting step's compiled pass; the critic's gives the values.
 
     Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
     """

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO
 
 import numpy as np
 
+from ppo_ref._checks import one_line
 from ppo_ref.io.checkpoint import remove_stale_temporaries, write_atomic
 
 __all__ = ["RunLogger", "METRIC_COLUMNS", "TIMING_COLUMNS", "EPISODE_COLUMNS", "RUN_FILES",
@@ -132,7 +133,7 @@ def read_run_config(path: str) -> Dict[str, Any]:
     except RecursionError:
         raise ValueError(f"{path} nests deeper than the JSON parser allows") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+        raise ValueError(f"{path} is not valid JSON ({one_line(exc, 200)})") from None
     if not isinstance(info, dict):
         raise ValueError(f"{path} does not hold a JSON object")
     return info

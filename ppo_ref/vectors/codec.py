@@ -16,7 +16,7 @@ from typing import Mapping
 import numpy as np
 
 __all__ = ["FORMAT", "RESULTS_FORMAT", "DEFAULT_TOLERANCE", "encode", "decode",
-           "decode_settings", "dumps", "flatten", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
+           "decode_settings", "dumps", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
            "MAX_JSON_INT_DIGITS"]
 
 #: The largest JSON file that is read: larger files, and endless ones such as a device, are
