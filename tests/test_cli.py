@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ppo_ref import cli
+from ppo_ref.config import PRESETS
 from ppo_ref.io.checkpoint import load_checkpoint
 from ppo_ref.io.runlog import EPISODE_COLUMNS, METRIC_COLUMNS, RunLogger, read_csv
 from test_rollout_helpers import register_faulty
@@ -584,6 +585,13 @@ def test_vectors_refused_before_anything_is_written(tmp_path, capsys, flags):
     assert cli.main(["vectors", "--out", str(out)] + flags) == 2
     _one_line_error(capsys, "vectors")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_vectors_under_every_preset(tmp_path, capsys, preset):
+    # (the policy-loss case with asymmetric bounds under a reciprocal-interval preset raised)
+    assert cli.main(["vectors", "--preset", preset, "--out", str(tmp_path)]) == 0, \
+        capsys.readouterr().err
 
 
 def test_vectors_are_computed_by_the_spec_tier_by_default(tmp_path, capsys):

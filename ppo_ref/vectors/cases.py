@@ -632,7 +632,8 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
 
 def apply_preset(case: dict, preset: str) -> dict:
     """``case`` (a new dict; inputs shared) with the settings of :data:`OPTION_KEYS` (and the
-    value loss's ``huber_delta``) taken from ``preset``; the minibatch update gets the whole
+    value loss's ``huber_delta``, the policy loss's ``clip_range_low`` and ``clip_range_high``)
+    taken from ``preset``; the minibatch update gets the whole
     preset config with the case's hyperparameters. Other kinds keep their settings.
 
     Raises:
@@ -654,6 +655,9 @@ def apply_preset(case: dict, preset: str) -> dict:
             settings[key] = getattr(config, option)
         if kind == "value_loss":
             settings["huber_delta"] = config.huber_delta
+        if kind == "policy_loss":  # the ratio interval is the preset's as a whole
+            settings["clip_range_low"] = config.clip_range_low
+            settings["clip_range_high"] = config.clip_range_high
     return {**case, "preset": preset, "settings": settings}
 
 
