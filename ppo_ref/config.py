@@ -25,7 +25,8 @@ from ppo_ref.spec.optim import scheduled_value
 from ppo_ref.spec.update import KL_STOP_RULES, LOSS_AGGREGATIONS
 from ppo_ref.tiers import BACKENDS, COMPUTE_DTYPES
 
-__all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS"]
+__all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS",
+           "IneffectiveSettingWarning"]
 
 
 def _f(default, help: str, choices: Optional[Tuple] = None):
@@ -244,7 +245,7 @@ class PPOConfig:
                  if getattr(self, name) != _default(name) and not active(self)]
         if inert:
             warnings.warn(f"PPOConfig: settings that have no effect in this configuration: "
-                          f"{'; '.join(inert)}", UserWarning, stacklevel=3)
+                          f"{'; '.join(inert)}", IneffectiveSettingWarning, stacklevel=3)
 
     def replace(self, **changes: Any) -> "PPOConfig":
         """A copy with ``changes`` applied and validated (``ValueError`` for unknown fields)."""
@@ -346,6 +347,11 @@ _TEN_WITH_NORMALIZATION = _Derived("<10.0 when normalized, else None>")
 
 #: Each clipping field and the normalization it applies after.
 _CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
+
+class IneffectiveSettingWarning(UserWarning):
+    """A :class:`PPOConfig` field set away from its default where it has no effect (it needs
+    another setting, named in the message: :data:`_NEEDS`)."""
+
 
 #: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``.
 #: A field set away from its default where it does not act gets a ``UserWarning``.

@@ -978,3 +978,10 @@ def test_advantages_overflowing_end_the_run_with_one_line(tmp_path, capsys):
     assert os.path.exists(os.path.join(run_dir, "error.log"))
     assert cli.main(["train", "--total-timesteps", "256", "--run-dir", run_dir, "--quiet"]) == 0
     assert not os.path.exists(os.path.join(run_dir, "error.log"))  # the failed attempt's, gone
+
+
+def test_a_setting_without_effect_is_one_warning_line(capsys):
+    assert cli.main(["train", "--list-fields", "--set", "huber_delta=2"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert lines == ["ppo-ref train: warning: PPOConfig: settings that have no effect in this "
+                     "configuration: huber_delta=2.0 (it needs value_loss_mode='huber')"]

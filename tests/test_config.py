@@ -6,7 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
-from ppo_ref.config import CONVENTION_FIELDS, PRESETS, PPOConfig, parse_overrides
+from ppo_ref.config import (CONVENTION_FIELDS, PRESETS, IneffectiveSettingWarning, PPOConfig,
+                            parse_overrides)
 
 # docs/specification.md §5 (SB3 names and defaults) and ppo_ref's extra fields, typed out here
 # independently of ppo_ref/config.py.
@@ -389,7 +390,7 @@ def test_clip_fields_validated(name, flag):
 ])
 def test_a_setting_without_effect_warns_naming_it(name, value, needs):
     (needed, setting), = needs.items()
-    with pytest.warns(UserWarning, match=f"no effect .*{name}={value!r} \\(it needs {needed}"):
+    with pytest.warns(IneffectiveSettingWarning, match=f"no effect .*{name}={value!r} \\(it needs {needed}"):
         PPOConfig(**{name: value})
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -7,6 +7,7 @@ import contextlib
 import errno
 import os
 import sys
+import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 from ppo_ref._checks import one_line
@@ -18,6 +19,7 @@ from ppo_ref.cli.eval import cmd_eval, configure_eval
 from ppo_ref.cli.plot import cmd_plot, configure_plot
 from ppo_ref.cli.train import cmd_train, configure_train
 from ppo_ref.cli.vectors import cmd_check, cmd_vectors, configure_check, configure_vectors
+from ppo_ref.config import IneffectiveSettingWarning
 
 __all__ = ["SUBCOMMANDS", "register_subcommand", "build_parser", "main"]
 
@@ -143,6 +145,28 @@ def main(argv: Optional[List[str]] = None) -> int:
     return code
 
 
+@contextlib.contextmanager
+def _one_line_warnings(command: str):
+    """An :class:`~ppo_ref.config.IneffectiveSettingWarning` as one line ``ppo-ref <command>:
+    warning: <message>``, each message once (a config is copied several times); others as
+    Python shows them."""
+    shown = set()
+    show = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, IneffectiveSettingWarning):
+            return show(message, category, filename, lineno, file, line)
+        text = one_line(message)
+        if text not in shown:
+            shown.add(text)
+            print(f"ppo-ref {command}: warning: {text}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", IneffectiveSettingWarning)
+        warnings.showwarning = showwarning
+        yield
+
+
 def _main(argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
@@ -153,7 +177,8 @@ def _main(argv: Optional[List[str]]) -> int:
     if sys.stderr.isatty():  # on a terminal: one line once numba has compiled for a second
         announce_compiling()
     try:
-        return int(run(args))
+        with _one_line_warnings(args.command):
+            return int(run(args))
     except KeyboardInterrupt:  # Ctrl-C outside the training loop (it has its own handler)
         print(f"\nppo-ref {args.command}: interrupted", file=sys.stderr)
         return 130
