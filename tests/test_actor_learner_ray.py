@@ -320,6 +320,8 @@ def test_cli_joins_a_ray_cluster_at_an_address(tmp_path):
     out = proc.stdout.read()
     assert code == 0, out
     assert (run_dir / "checkpoint.npz").exists()
+    # the run joined: its own process tree started no Ray of its own
+    assert not {"gcs_server", "raylet"} & {s[0] for s in seen}, sorted({s[0] for s in seen})
     # the cluster outlives the run: its node is alive and it still runs work
     assert [node["Alive"] for node in ray.nodes()] == [True]
     assert ray.get(ray.remote(lambda: 7).remote(), timeout=60) == 7
