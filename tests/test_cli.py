@@ -377,6 +377,10 @@ def test_env_problems_are_one_line_errors(tmp_path, capsys, env_id, message, mod
     (["--num-actors", "2"], ["--num-actors", "--async"]),
     (["--broadcast-every", "3"], ["--broadcast-every", "--async"]),
     (["--async", "--policy", "lstm"], ["--async", "lstm", "not supported"]),
+    (["--async", "--env", "ppo_ref/MemoryCue-v0"], ["--async", "LSTM", "--policy mlp"]),
+    (["--async", "--env", "Acrobot-v1"],   # every setting to turn off, in one line
+     ["normalize_observations=false", "normalize_rewards=false", "clip_observations=none",
+      "clip_rewards=none"]),
     (["--async", "--num-actors", "0"], ["--num-actors"]),
     (["--total-timesteps", "-5"], ["--total-timesteps"]),
     (["--total-timesteps", "0"], ["--total-timesteps"]),

@@ -15,7 +15,7 @@ from ppo_ref.distributed import (AsyncActorLearnerConfig, UpdateInfo, async_conf
                                  learner_loop, make_learner)
 from ppo_ref.train.ppo import PPOTrainer
 
-__all__ = ["cli_train", "cli_resume", "cli_restart"]
+__all__ = ["cli_async_config", "cli_train", "cli_resume", "cli_restart"]
 
 
 def _note(trainer, start: int, total: int) -> None:
@@ -23,16 +23,21 @@ def _note(trainer, start: int, total: int) -> None:
     rollout_note(trainer.config, start, total, unit="update", factors="num_actors*n_steps")
 
 
-def cli_train(args, ppo: PPOConfig, run_dir: str) -> int:
-    """``ppo-ref train --async`` into ``run_dir`` with ``args.env``, ``total_timesteps``,
-    ``num_actors``, ``vtrace``, ``broadcast_every``, ``seed``, ``actors`` (None: "process") and
-    ``ray_address``; the progress line adds the policy lag. Returns the exit code."""
-    env_id, total = args.env, args.total_timesteps
-    with user_input("--async"):  # nothing written yet: the run-directory lock removes the dir
-        config = async_config_from_ppo(
-            ppo, num_actors=args.num_actors, total_timesteps=total, use_vtrace=args.vtrace,
-            broadcast_every=args.broadcast_every, seed=args.seed,
+def cli_async_config(args, ppo: PPOConfig) -> AsyncActorLearnerConfig:
+    """The actor-learner configuration of ``ppo-ref train --async`` (``args.total_timesteps``,
+    ``num_actors``, ``vtrace``, ``broadcast_every``, ``seed``, ``actors`` (None: "process"),
+    ``ray_address``); :class:`UsageError` naming what it refuses (before any run directory)."""
+    with user_input("--async"):
+        return async_config_from_ppo(
+            ppo, num_actors=args.num_actors, total_timesteps=args.total_timesteps,
+            use_vtrace=args.vtrace, broadcast_every=args.broadcast_every, seed=args.seed,
             actors=args.actors or "process", ray_address=args.ray_address)
+
+
+def cli_train(args, config: AsyncActorLearnerConfig, run_dir: str) -> int:
+    """``ppo-ref train --async`` of :func:`cli_async_config`'s ``config`` into ``run_dir`` on
+    ``args.env``; the progress line adds the policy lag. Returns the exit code."""
+    env_id, total = args.env, args.total_timesteps
     trainer = make_learner(config, env_id)
     run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",
                 "env_id": env_id, "seed": args.seed, "total_timesteps": total,

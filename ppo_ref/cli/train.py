@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 import gymnasium
 
 from ppo_ref._checks import one_line
-from ppo_ref.cli.async_train import cli_restart, cli_resume, cli_train
+from ppo_ref.cli.async_train import cli_async_config, cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
@@ -661,6 +661,9 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     The run directory is locked (on ``hold``) as it is created and checked again under the
     lock (another process may have started a run there meanwhile)."""
     env_id = args.env or DEFAULT_ENV
+    if args.use_async and args.policy is None and default_policy(env_id) == "lstm":
+        raise UsageError(f"--async trains the MLP policy only and {env_id}'s zoo row is for the "
+                         f"LSTM policy: add --policy mlp to train an MLP on it, or drop --async")
     policy = "mlp" if args.use_async else (args.policy or default_policy(env_id))
     seed = 0 if args.seed is None else args.seed
     total = args.total_timesteps if args.total_timesteps is not None \
@@ -668,6 +671,11 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     with user_input():
         config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     check_n_envs(config.n_envs, "--set n_envs" if args.n_envs is None else "--n-envs")
+    if args.use_async:  # refused before anything is printed or created
+        args.seed, args.env, args.total_timesteps = seed, env_id, total
+        args.num_actors = 4 if args.num_actors is None else args.num_actors
+        args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
+        async_config = cli_async_config(args, config)
     if args.run_dir is not None:
         if os.path.isdir(args.run_dir):  # lock it now: a busy directory is reported as such
             hold.enter_context(run_dir_lock(args.run_dir))
@@ -687,10 +695,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
         return run_dir
 
     if args.use_async:
-        args.seed, args.env, args.total_timesteps = seed, env_id, total
-        args.num_actors = 4 if args.num_actors is None else args.num_actors
-        args.broadcast_every = 1 if args.broadcast_every is None else args.broadcast_every
-        return int(cli_train(args, config, new_run_dir("async")))
+        return int(cli_train(args, async_config, new_run_dir("async")))
     vectorization = args.vectorization or "sync"
     trainer = _make_trainer(policy, env_id, config, seed, vectorization)
     try:

@@ -23,6 +23,13 @@ ACTOR_KINDS = ("thread", "process", "ray")
 MAX_PROCESS_ACTORS_PER_CPU = 16
 
 
+#: PPOConfig settings the actor-learner does not support, and why.
+_UNSUPPORTED = {
+    "normalize_observations": "actors would each hold different running statistics",
+    "normalize_rewards": "actors would each hold different running statistics",
+    "use_sde": "its actors do not hold gSDE's exploration matrices",
+}
+
 @dataclass(frozen=True)
 class AsyncActorLearnerConfig:
     """Settings of the asynchronous actor-learner loop (docs/specification.md §6), validated at
@@ -91,14 +98,18 @@ class AsyncActorLearnerConfig:
                 f"broadcast_every * n_steps = {minimum_lead}, got {self.max_lead_steps}: the "
                 f"learner needs that many rows from every actor between two broadcasts, so a "
                 f"smaller lead deadlocks")
-        for name in ("normalize_observations", "normalize_rewards"):
-            if getattr(self.ppo, name, False):
-                raise ValueError(f"ppo.{name} is not supported by the actor-learner loop "
-                                 f"(actors would each hold different running statistics)")
-        if self.ppo.use_sde:
-            raise ValueError("ppo.use_sde is not supported by the actor-learner loop (its actors "
-                             "do not hold gSDE's exploration matrices): set use_sde=False "
-                             "(--set use_sde=false) or train without it (PPOTrainer)")
+        unsupported = [name for name in _UNSUPPORTED if getattr(self.ppo, name)]
+        if unsupported:  # one error naming every one, and every setting that turns them off
+            off = [f"{name}=False" for name in unsupported] + [
+                f"{clip}=None" for clip, flag in (("clip_observations", "normalize_observations"),
+                                                  ("clip_rewards", "normalize_rewards"))
+                if flag in unsupported and getattr(self.ppo, clip) is not None]
+            flags = " ".join(f"--set {item.lower()}" for item in off)
+            why = "; ".join(dict.fromkeys(_UNSUPPORTED[n] for n in unsupported))
+            raise ValueError(f"{', '.join(f'ppo.{n}' for n in unsupported)} "
+                             f"{'is' if len(unsupported) == 1 else 'are'} not supported by the "
+                             f"actor-learner loop ({why}): set {', '.join(off)} ({flags}) or "
+                             f"train without it (PPOTrainer)")
         try:
             self.learner_ppo_config()
         except ValueError as exc:
