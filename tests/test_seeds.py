@@ -188,3 +188,13 @@ def test_a_second_seeds_run_into_a_busy_directory_is_refused(tmp_path, capsys, m
     assert run_dir in lines[0] and "in use by another ppo-ref process" in lines[0]
     assert f"pid {os.getpid()}" in lines[0]
     assert os.listdir(run_dir) == []  # the lock file is removed
+
+
+@pytest.mark.parametrize("argv", [["eval"], ["train", "--resume"]])
+def test_eval_and_resume_of_a_seeds_directory_name_a_seed_run(tmp_path, capsys, argv):
+    for seed in (0, 1):
+        (tmp_path / f"seed{seed}").mkdir()
+    assert cli.main([*argv, str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "holds the runs of --seeds" in err[0], err
+    assert str(tmp_path / "seed0") in err[0]

@@ -10,6 +10,7 @@ import numpy as np
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, MAX_EPISODES, MAX_SEED, UsageError,
                                 building, check_same_run, close_quickly, probe_env,
                                 read_run_info, saved_config, trainer_class_by_name, user_input)
+from ppo_ref.cli.seeds import seeds_hint
 from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
 
 __all__ = ["configure_eval", "cmd_eval"]
@@ -37,6 +38,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if os.path.isfile(args.run_dir) and path != args.run_dir:
         raise UsageError(f"{args.run_dir} is a file: give a run directory or a checkpoint .npz")
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
+        hint = seeds_hint(args.run_dir)
+        if hint:
+            raise UsageError(f"{args.run_dir} holds no checkpoint.npz{hint}")
         raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
                          f"--checkpoint-every seconds (default "
                          f"{CHECKPOINT_EVERY_DEFAULT:g}), when stopped and at the end")

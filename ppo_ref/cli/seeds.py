@@ -27,11 +27,26 @@ import numpy as np
 
 from ppo_ref.cli.common import Terminated, UsageError
 
-__all__ = ["parse_seeds", "cmd_train_seeds", "read_seed_runs", "seeds_figure", "SUMMARY_FILE"]
+__all__ = ["parse_seeds", "cmd_train_seeds", "read_seed_runs", "seeds_figure", "SUMMARY_FILE",
+           "seeds_hint"]
 
 SUMMARY_FILE = "summary.json"
 MAX_SEEDS = 256
 
+
+def seeds_hint(run_dir: str) -> str:
+    """For an error about ``run_dir``: what to give instead when it is a ``--seeds`` directory
+    (one seed's run, ``DIR/seed<S>``, names the first), else ``""``."""
+    try:
+        seeds = sorted(d for d in os.listdir(run_dir)
+                       if d.startswith("seed") and d[4:].isdigit()
+                       and os.path.isdir(os.path.join(run_dir, d)))
+    except OSError:
+        return ""
+    if not seeds:
+        return ""
+    return (f" ({run_dir} holds the runs of --seeds: give one seed's run, e.g. "
+            f"{os.path.join(run_dir, seeds[0])})")
 
 def parse_seeds(text: str) -> List[int]:
     """The seeds of ``--seeds``: comma-separated seeds and inclusive ranges (``0-7``,

@@ -582,7 +582,9 @@ def _train_resume(args: argparse.Namespace, hold: contextlib.ExitStack):
     path = os.path.join(run_dir, "checkpoint.npz")
     if not os.path.isdir(run_dir) or not (os.path.isfile(path) or
                                           os.path.isfile(os.path.join(run_dir, "config.json"))):
-        raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)")
+        from ppo_ref.cli.seeds import seeds_hint
+        raise UsageError(f"--resume {run_dir}: no checkpoint.npz there (nothing to resume)"
+                         f"{seeds_hint(run_dir) if os.path.isdir(run_dir) else ''}")
     hold.enter_context(run_dir_lock(run_dir))
     info = read_run_info(run_dir)
     if os.path.lexists(path) and not os.path.isfile(path):
