@@ -25,7 +25,7 @@ from ppo_ref.spec.optim import scheduled_value
 from ppo_ref.spec.update import KL_STOP_RULES, LOSS_AGGREGATIONS
 from ppo_ref.tiers import BACKENDS, COMPUTE_DTYPES
 
-__all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS",
+__all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS", "CLIP_NEEDS",
            "IneffectiveSettingWarning"]
 
 
@@ -213,7 +213,7 @@ class PPOConfig:
                              "lower bound is 1 / (1 + eps))")
         if self.dual_clip is not None and not self.dual_clip > 1.0:
             raise ValueError(f"dual_clip must be > 1 or None, got {self.dual_clip}")
-        for name, flag in _CLIP_NEEDS.items():
+        for name, flag in CLIP_NEEDS.items():
             if getattr(self, name) is not None and not getattr(self, flag):
                 raise ValueError(f"{name} clips the normalized values: it needs {flag}=True "
                                  f"(or {name}=None), got {name}={getattr(self, name)} with "
@@ -313,7 +313,7 @@ class PPOConfig:
         values = dict(PRESETS[name])
         if values.get("clip_range_vf") is _SAME_AS_CLIP_RANGE:
             values["clip_range_vf"] = overrides.get("clip_range", _default("clip_range"))
-        for clip_name, flag in _CLIP_NEEDS.items():
+        for clip_name, flag in CLIP_NEEDS.items():
             if values.get(clip_name) is _TEN_WITH_NORMALIZATION:
                 values[clip_name] = 10.0 if overrides.get(flag, _default(flag)) else None
         values.update(overrides)
@@ -346,7 +346,8 @@ _SAME_AS_CLIP_RANGE = _Derived("<clip_range>")
 _TEN_WITH_NORMALIZATION = _Derived("<10.0 when normalized, else None>")
 
 #: Each clipping field and the normalization it applies after.
-_CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
+CLIP_NEEDS = {"clip_observations": "normalize_observations", "clip_rewards": "normalize_rewards"}
+
 
 class IneffectiveSettingWarning(UserWarning):
     """A :class:`PPOConfig` field set away from its default where it has no effect (it needs
@@ -354,7 +355,8 @@ class IneffectiveSettingWarning(UserWarning):
 
 
 #: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``.
-#: A field set away from its default where it does not act gets a ``UserWarning``.
+#: A field set away from its default where it does not act gets an
+#: :class:`IneffectiveSettingWarning`.
 _NEEDS = {
     "sde_sample_freq": (lambda c: c.use_sde, "use_sde=True"),
     "full_std": (lambda c: c.use_sde, "use_sde=True"),

@@ -48,6 +48,7 @@ def seeds_hint(run_dir: str) -> str:
     return (f" ({run_dir} holds the runs of --seeds: give one seed's run, e.g. "
             f"{os.path.join(run_dir, seeds[0])})")
 
+
 def parse_seeds(text: str) -> List[int]:
     """The seeds of ``--seeds``: comma-separated seeds and inclusive ranges (``0-7``,
     ``0,3,5``, ``0-3,10``), each in [0, 2**63 - 1], no repeats, at most :data:`MAX_SEEDS`.

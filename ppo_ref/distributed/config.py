@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ppo_ref._checks import check_choice, check_count, check_positive, check_unit_interval
-from ppo_ref.config import PPOConfig
+from ppo_ref.config import CLIP_NEEDS, PPOConfig
 
 __all__ = ["AsyncActorLearnerConfig", "async_config_from_ppo", "ACTOR_KINDS",
            "MAX_PROCESS_ACTORS_PER_CPU"]
@@ -29,6 +29,7 @@ _UNSUPPORTED = {
     "normalize_rewards": "actors would each hold different running statistics",
     "use_sde": "its actors do not hold gSDE's exploration matrices",
 }
+
 
 @dataclass(frozen=True)
 class AsyncActorLearnerConfig:
@@ -101,8 +102,7 @@ class AsyncActorLearnerConfig:
         unsupported = [name for name in _UNSUPPORTED if getattr(self.ppo, name)]
         if unsupported:  # one error naming every one, and every setting that turns them off
             off = [f"{name}=False" for name in unsupported] + [
-                f"{clip}=None" for clip, flag in (("clip_observations", "normalize_observations"),
-                                                  ("clip_rewards", "normalize_rewards"))
+                f"{clip}=None" for clip, flag in CLIP_NEEDS.items()
                 if flag in unsupported and getattr(self.ppo, clip) is not None]
             flags = " ".join(f"--set {item.lower()}" for item in off)
             why = "; ".join(dict.fromkeys(_UNSUPPORTED[n] for n in unsupported))
