@@ -42,6 +42,14 @@ def python_call(function, *args: str) -> list:
             *args]
 
 
+def assert_succeeded(early_command) -> str:
+    """Assert that the command of the fixture ``early_command`` exited 0 (the end of its stderr
+    in the message: a :func:`python_call` body's traceback); return its directory."""
+    done, directory = early_command
+    assert done.returncode == 0, done.stderr[-3000:]
+    return directory
+
+
 class _Command:
     """One marked test's command, started once (under ``_lock``) by the runner thread or its
     test."""

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from early_commands import python_call
+from early_commands import assert_succeeded, python_call
 from gradcheck import check_gradients
 from ppo_ref.config import PPOConfig
 from ppo_ref.spec import distributions as spec
@@ -372,5 +372,4 @@ def gsde_two_openblas_kernels_run():
 def test_fast_gsde_run_is_the_same_bits_under_two_openblas_kernels(early_command):
     """:func:`gsde_two_openblas_kernels_run` in a process of its own, started at the end of
     collection (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)

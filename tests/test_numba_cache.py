@@ -18,7 +18,7 @@ from numba.core.registry import CPUDispatcher
 import ppo_ref
 from ppo_ref import _numba
 
-from early_commands import python_call
+from early_commands import assert_succeeded, python_call
 
 pytestmark = pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1",
                                 reason="needs the compiler")
@@ -178,8 +178,7 @@ def editing_a_callee_run(directory):
 def test_editing_a_callee_file_recompiles_its_callers(early_command):
     """:func:`editing_a_callee_run` in a process of its own, started at the end of collection
     (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 def second_install_run(directory):
@@ -206,8 +205,7 @@ def second_install_run(directory):
 def test_a_second_install_of_the_same_sources_loads_the_first_ones_kernels(early_command):
     """:func:`second_install_run` in a process of its own, started at the end of collection
     (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 def test_only_the_newest_versions_of_the_sources_stay_cached(tmp_path):
@@ -250,8 +248,7 @@ def unwritable_directory_run(directory):
 def test_unwritable_user_directory_falls_back_then_degrades_to_no_cache(early_command):
     """:func:`unwritable_directory_run` in a process of its own, started at the end of
     collection (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 # --- behaviour: the package's own kernels, in two fresh processes ----------------------------
@@ -291,8 +288,7 @@ def second_process_run(directory):
 def test_a_second_process_loads_the_kernels_the_first_compiled(early_command):
     """:func:`second_process_run` in a process of its own, started at the end of collection
     (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 _NOTICE = """

@@ -12,7 +12,7 @@ from ppo_ref.spec.update import Minibatch, feedforward_minibatches, minibatch_lo
 from ppo_ref.tiers import tier_for
 from ppo_ref.train.ppo import PPOTrainer, progress_remaining
 
-from early_commands import python_call
+from early_commands import assert_succeeded, python_call
 
 
 # -- a synthetic policy for run_epochs: log-probs shift along a fixed direction -------------------
@@ -265,8 +265,7 @@ def cartpole_zoo_run():
 def test_cartpole_zoo_settings_solve_within_100k_steps(early_command):
     """:func:`cartpole_zoo_run` in a process of its own, started at the end of collection
     (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 @pytest.mark.slow

@@ -28,7 +28,7 @@ from ppo_ref import PPOConfig, PPOTrainer
 from ppo_ref.tiers import tier_for
 from ppo_ref.train.policies import MLPPolicy
 
-from early_commands import python_call
+from early_commands import assert_succeeded, python_call
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -150,8 +150,7 @@ def avx2_target_run():
 def test_mlp_twins_compiled_for_an_avx2_target_give_the_same_bits(early_command):
     """:func:`avx2_target_run` in a process of its own, started at the end of collection
     (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 _RUN_SCRIPT = r"""
@@ -203,8 +202,7 @@ def two_openblas_kernels_run():
 def test_metrics_and_parameters_identical_under_two_openblas_kernels(early_command):
     """:func:`two_openblas_kernels_run` in a process of its own, started at the end of
     collection (tests/early_commands.py)."""
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 def test_default_cli_run_metrics_are_pinned(tmp_path):

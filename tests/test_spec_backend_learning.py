@@ -31,7 +31,7 @@ from ppo_ref.io.checkpoint import load_checkpoint
 from ppo_ref.train.ppo import PPOTrainer
 from ppo_ref.train.recurrent_ppo import RecurrentPPOTrainer
 
-from early_commands import python_call
+from early_commands import assert_succeeded, python_call
 from test_recurrent_learning import BUDGET, CONFIG, ENV_ID, answers_learned, correct_fraction
 
 SOLVED = 475.0
@@ -74,12 +74,10 @@ def spec_lstm_memory_cue_run():
 @pytest.mark.slow
 @pytest.mark.early_command(python_call(spec_backend_cartpole_run), timeout=900)
 def test_spec_backend_solves_cartpole_within_100k_steps(early_command):
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
 
 
 @pytest.mark.slow
 @pytest.mark.early_command(python_call(spec_lstm_memory_cue_run), timeout=900)
 def test_spec_lstm_policy_solves_memory_cue(early_command):
-    done, _ = early_command
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert_succeeded(early_command)
