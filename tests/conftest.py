@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/oracles.py, tests/gradche
 
 import hypothesis_profiles  # noqa: E402,F401  (registers and loads the bounded profile)
 from early_commands import (early_command, pytest_collection_finish,  # noqa: E402,F401
-                            pytest_configure, pytest_sessionfinish)
+                            pytest_configure, pytest_pyfunc_call, pytest_sessionfinish)
 
 
 @pytest.fixture

@@ -63,6 +63,7 @@ class _Command:
         self.timeout = marker.kwargs.get("timeout")
         self.proc = None
         self.start_time = None
+        self.timed_out = False
 
     def start(self) -> None:
         if self.proc is not None:
@@ -195,6 +196,17 @@ def early_command(request):
     try:
         code = command.wait()
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{command.argv} still ran {command.timeout} s after its start: killed")
+        command.timed_out = True   # the test fails in its call (pytest_pyfunc_call), not here
+        code = command.proc.returncode
     return (subprocess.CompletedProcess(command.argv, code, command.output("stdout"),
                                         command.output("stderr")), command.dir)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Fail a test whose command was killed at its ``timeout`` before its body runs (a failure
+    of the test naming the command, not an error of the fixture ``early_command``)."""
+    command = _commands.get(pyfuncitem.nodeid)
+    if command is not None and command.timed_out:
+        pytest.fail(f"{command.argv} still ran {command.timeout} s after its start: killed",
+                    pytrace=False)

@@ -10,4 +10,4 @@ sys.path.insert(0, HERE)
 
 import hypothesis_profiles  # noqa: E402,F401
 from early_commands import (early_command, pytest_collection_finish,  # noqa: E402,F401
-                            pytest_configure, pytest_sessionfinish)
+                            pytest_configure, pytest_pyfunc_call, pytest_sessionfinish)
