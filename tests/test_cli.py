@@ -401,6 +401,26 @@ def test_bad_train_flags_are_rejected_before_a_run_dir_exists(tmp_path, capsys, 
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--set", "use_sde=true"], ["use_sde", "Box", "Discrete"]),   # CartPole: the trainer's refusal
+    (["--vectorization", "envpool", "--env", "ppo_ref/CartPoleNoVel-v1"],
+     ["envpool", "ppo_ref/CartPoleNoVel-v1"]),   # an id envpool lacks (or envpool not installed)
+])
+def test_settings_the_trainer_refuses_are_refused_before_anything_is_printed(
+        tmp_path, capsys, monkeypatch, argv, words):
+    """A refusal at the trainer's construction comes before the zoo note: no output on stdout,
+    one line on stderr, no run directory."""
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    for run_dir in ([], ["--run-dir", str(tmp_path / "r")]):
+        assert cli.main(["train", *run_dir, *argv]) == 2
+        out, err = capsys.readouterr()
+        assert out == "", out
+        assert len(err.strip().splitlines()) == 1 and err.startswith("ppo-ref train: "), err
+        assert all(word in err for word in words), err
+        assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("argv, flag", [
     (["--env", "Acrobot-v1"], "--env"),
     (["--policy", "lstm"], "--policy"),

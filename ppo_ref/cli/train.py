@@ -683,23 +683,23 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
             hold.enter_context(run_dir_lock(args.run_dir))
         _check_fresh_run_dir(args.run_dir)
     probe_env(env_id)
-    note = zoo_note(env_id, args.preset, policy)
-    if note is not None:
-        print(note)
 
     def new_run_dir(kind: str) -> str:
+        """The run directory, created and locked; then the zoo note (nothing printed before)."""
         with user_input("cannot create the run directory"):
             run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, kind, seed))
         if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in HELD_LOCKS:
             hold.enter_context(run_dir_lock(run_dir, created=args.run_dir is None))
         if args.run_dir is not None:
             _check_fresh_run_dir(run_dir)
+        if (note := zoo_note(env_id, args.preset, policy)) is not None:
+            print(note)
         return run_dir
 
     if args.use_async:
         return int(cli_train(args, async_config, new_run_dir("async")))
     vectorization = args.vectorization or "sync"
-    trainer = _make_trainer(policy, env_id, config, seed, vectorization)
+    trainer = _make_trainer(policy, env_id, config, seed, vectorization)  # it may refuse config
     try:
         run_dir = new_run_dir(policy)
     except BaseException:
