@@ -316,6 +316,22 @@ def test_train_into_an_existing_empty_dir_is_fine(tmp_path):
     assert (run_dir / "checkpoint.npz").exists()
 
 
+@pytest.mark.parametrize("async_", [False, True])
+def test_train_refuses_an_existing_dir_holding_files_of_no_run(tmp_path, capsys, async_):
+    run_dir = tmp_path / "thesis"
+    (run_dir / "figures").mkdir(parents=True)
+    for name in ("thesis.tex", "config.json.bak", ".tmp-notes.txt-1"):
+        (run_dir / name).write_text("mine")
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    capsys.readouterr()
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet",
+                     *(["--async"] if async_ else [])]) == 2
+    line = _one_line_error(capsys, "train")
+    assert f"--run-dir {run_dir} is not empty" in line and "(.tmp-notes.txt-1, config.json.bak, " \
+        "figures, ...)" in line, line
+    assert sorted(p.name for p in run_dir.rglob("*")) == before   # nothing written or removed
+
+
 def test_default_run_dirs_started_in_the_same_second_do_not_collide(tmp_path, monkeypatch):
     import ppo_ref.io.runlog as runlog
     monkeypatch.chdir(tmp_path)

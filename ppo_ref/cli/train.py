@@ -32,8 +32,9 @@ from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_T
                                 saved_config, trainer_class, trainer_class_by_name, user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
-from ppo_ref.io.checkpoint import check_env_import, load_checkpoint, vet_checkpoint_metadata
-from ppo_ref.io.runlog import RunLogger, default_run_dir
+from ppo_ref.io.checkpoint import (TEMPORARY_PREFIX, check_env_import, load_checkpoint,
+                                   vet_checkpoint_metadata)
+from ppo_ref.io.runlog import RUN_FILES, RunLogger, default_run_dir
 from ppo_ref.train.ppo import check_kernel_threads
 from ppo_ref.train.rollout import EnvStepError
 from ppo_ref.zoo import ZOO, zoo_entry
@@ -477,8 +478,8 @@ def run_dir_lock(run_dir: str, created: bool = False):
 
 
 def _check_fresh_run_dir(run_dir: str) -> None:
-    """``--run-dir`` must not hold a run (one stopped before its first update, with header-only
-    CSVs and no checkpoint, may be reused)."""
+    """``--run-dir`` must be new, empty, or hold only a run stopped before its first update
+    (header-only CSVs, no checkpoint: reused); a run, or files that are no run's, are refused."""
     if os.path.exists(run_dir) and not os.path.isdir(run_dir):
         raise UsageError(f"--run-dir {run_dir} exists and is not a directory")
     if os.path.exists(os.path.join(run_dir, "checkpoint.npz")):
@@ -492,6 +493,15 @@ def _check_fresh_run_dir(run_dir: str) -> None:
             raise UsageError(f"{run_dir} already holds a run (metrics.csv has updates but there "
                              f"is no checkpoint): restart it from scratch with --resume {run_dir}, "
                              "or choose another --run-dir")
+    temporaries = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in RUN_FILES)  # a killed write's
+    with user_input(f"cannot read the run directory {run_dir}"):
+        others = sorted(name for name in (os.listdir(run_dir) if os.path.isdir(run_dir) else ())
+                        if name not in (*RUN_FILES, "error.log", LOCK_FILE)
+                        and not name.startswith(temporaries))
+    if others:
+        raise UsageError(f"--run-dir {run_dir} is not empty and holds no run ("
+                         f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): choose "
+                         "a new or empty directory")
 
 
 def _saved_preset(info: Dict[str, Any], env_id: str) -> Optional[str]:
