@@ -2,6 +2,9 @@
 import json
 import multiprocessing
 import os
+import re
+
+import numpy as np
 
 from ppo_ref.cli import main
 from ppo_ref.io.runlog import read_csv
@@ -14,7 +17,15 @@ def test_train_async_writes_the_run_directory(tmp_path, capsys):
                  "--progress-every", "0"])
     assert code == 0
     out = capsys.readouterr().out
-    assert "lag mean" in out and "2 process actors" in out
+    assert "2 process actors" in out
+    # the progress lines give each update's lag, the closing line their mean over the run (update
+    # 1 acts with version 0: lag 0) next to the last update's, so 0.99 and 1.00 are not a clash
+    each = re.findall(r"\| policy lag mean (\d\.\d\d) max (\d+)\n", out)
+    closing = re.search(r"policy lag mean (\d\.\d\d) over 4 updates \(the last (\d\.\d\d)\) "
+                        r"max (\d+), ", out)
+    assert len(each) == 4 and closing is not None, out
+    assert abs(float(closing[1]) - np.mean([float(m) for m, _ in each])) <= 0.01, out
+    assert closing[2] == each[-1][0] and closing[3] == max(n for _, n in each), out
     info = json.load(open(os.path.join(run_dir, "config.json")))
     assert info["mode"] == "async"
     al = info["actor_learner"]

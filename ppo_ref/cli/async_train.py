@@ -141,9 +141,10 @@ def _run(args, trainer, config: AsyncActorLearnerConfig, env_id: str, run_dir: s
         def learn() -> str:
             _, report = learner_loop(config, trainer, env_id, callback=on_update,
                                      start_version=start_version)
-            lags = report.policy_lag_mean
-            return (f"{report.steps_per_second:.0f} steps/s, policy lag mean "
-                    f"{(sum(lags) / len(lags)) if lags else float('nan'):.2f} max "
+            lags = report.policy_lag_mean or [float("nan")]  # per update (of as many rows)
+            mean = sum(lags) / len(lags)
+            return (f"{report.steps_per_second:.0f} steps/s, policy lag mean {mean:.2f} over "
+                    f"{report.updates} updates (the last {lags[-1]:.2f}) max "
                     f"{max(report.policy_lag_max, default=0)}, {report.broadcasts} broadcasts")
         return learn
 
