@@ -282,6 +282,8 @@ class _Logger:
     """The part of the run logger :class:`ppo_ref.cli.common.SigintStopper` reads."""
     stop_requested = False
     snapshot = None
+    run_dir = "/nonexistent/run"
+    checkpoint_path = "/nonexistent/run/checkpoint.npz"
 
     def request_stop(self):
         self.stop_requested = True
@@ -295,22 +297,63 @@ def exit_raises(monkeypatch):
     monkeypatch.setattr("ppo_ref.cli.common.os._exit", fake_exit)
 
 
-def test_a_second_ctrl_c_before_the_first_update_stops_at_once(exit_raises, capsys):
-    """Nothing to save yet (the first update compiles the kernels): the second Ctrl-C exits
-    130 at once with one line, instead of raising inside whatever is running."""
+NOTHING_SAVED = ("no update had completed: nothing saved; start it again with ppo-ref train "
+                 "--resume /nonexistent/run (from scratch, same settings) or reuse --run-dir "
+                 "/nonexistent/run\n")
+
+
+def test_a_ctrl_c_before_the_first_update_stops_at_once(exit_raises, capsys):
+    """Nothing to save yet (the first update compiles the kernels): the first Ctrl-C exits 130
+    at once with the usual line, instead of waiting for the update or raising inside whatever
+    is running; after an update, the first stops at the next boundary, the second raises."""
     from ppo_ref.cli.common import SigintStopper
-    stopper = SigintStopper(_Logger())
-    stopper._handle(2, None)          # first: stop at the end of this update
     with pytest.raises(SystemExit) as info:
-        stopper._handle(2, None)      # second, before any update completed: exit now
+        SigintStopper(_Logger())._handle(2, None)
     assert info.value.code == 130
-    assert "nothing was saved" in capsys.readouterr().err
+    assert capsys.readouterr().err == "\nppo-ref: interrupted; " + NOTHING_SAVED
     logger = _Logger()
     logger.snapshot = {"state": 1}
     stopper = SigintStopper(logger)
     stopper._handle(2, None)
+    assert logger.stop_requested and "stopping at the end of this update" in capsys.readouterr().err
     with pytest.raises(KeyboardInterrupt):  # an update completed: interrupt, save it
         stopper._handle(2, None)
+
+
+def test_ctrl_c_while_the_first_update_compiles_stops_at_once(tmp_path):
+    """``ppo-ref train`` with an empty numba cache compiles its kernels in the first update
+    (seconds): a Ctrl-C then exits 130 within seconds with the usual line, leaving a run
+    stopped before its first update (config.json and header-only CSVs, no checkpoint, no
+    lock)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba-cache"))
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--run-dir", str(run_dir),
+                             "--total-timesteps", "512", "--quiet"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run_dir / "config.json").exists():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        time.sleep(1.0)                     # in the first update: numba compiling
+        proc.send_signal(signal.SIGINT)
+        start = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and took < 5.0, (took, err)
+    assert err.endswith("\nppo-ref: interrupted; " + NOTHING_SAVED.replace("/nonexistent/run",
+                                                                           str(run_dir))), err
+    assert sorted(os.listdir(run_dir)) == ["config.json", "episodes.csv", "metrics.csv",
+                                           "timing.csv"]
+    assert len((run_dir / "metrics.csv").read_text().splitlines()) == 1
 
 
 def test_sigterm_before_the_first_update_exits_143_at_once(exit_raises, capsys):
@@ -320,7 +363,7 @@ def test_sigterm_before_the_first_update_exits_143_at_once(exit_raises, capsys):
     with pytest.raises(SystemExit) as info:
         SigintStopper(_Logger())._terminate(15, None)
     assert info.value.code == 143
-    assert "nothing was saved" in capsys.readouterr().err
+    assert capsys.readouterr().err == "\nppo-ref: terminated (SIGTERM); " + NOTHING_SAVED
     logger = _Logger()
     logger.snapshot = {"state": 1}
     with pytest.raises(Terminated):
@@ -341,7 +384,7 @@ def test_sigterm_before_the_first_update_removes_the_run_dir_lock_file(tmp_path,
         with cli.run_dir_lock(run_dir):  # a new lock file: the next run is not blocked
             with open(lock) as f:
                 assert f.read() == f"{os.getpid()}\n"
-    assert "nothing was saved" in capsys.readouterr().err
+    assert capsys.readouterr().err == "\nppo-ref: terminated (SIGTERM); " + NOTHING_SAVED
 
 
 def test_a_lock_file_left_by_a_dead_process_does_not_block_the_next_run(tmp_path):

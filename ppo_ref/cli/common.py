@@ -20,7 +20,8 @@ from ppo_ref.vectors.codec import read_json_file
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "import_target", "trainer_class", "trainer_class_by_name",
-           "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "rollout_note",
+           "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "nothing_saved",
+           "rollout_note",
            "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
@@ -240,9 +241,10 @@ class Terminated(KeyboardInterrupt):
 
 
 class SigintStopper:
-    """First Ctrl-C: stop at the next rollout boundary (exact checkpoint). Second: interrupt now
-    (the last boundary's snapshot is saved). SIGTERM: as a second Ctrl-C, raising
-    :class:`Terminated` (exit status 128 + 15)."""
+    """Ctrl-C: stop at the next rollout boundary (exact checkpoint); a second one, or the first
+    before this process's first update completed (nothing to save: no wait for the kernels'
+    compiling), stops now (the last boundary's snapshot is saved). SIGTERM: as a second Ctrl-C,
+    raising :class:`Terminated` (exit status 128 + 15)."""
 
     def __init__(self, logger):
         self.logger = logger
@@ -257,22 +259,23 @@ class SigintStopper:
         return self
 
     def _nothing_saved(self, code: int) -> None:
-        """No update has completed in this process (e.g. the first one, which compiles the
-        kernels): there is nothing to save, so stop at once (the run directory's lock file
-        removed first: ``os._exit`` skips its ``finally``); raising here could land inside the
-        compiler, which would turn it into another error."""
+        """No update has completed in this process (the first one compiles the kernels): stop
+        at once with :func:`nothing_saved`'s line, the run directory's lock file removed first
+        (``os._exit`` skips its ``finally``; raising here could land inside the compiler, which
+        would turn it into another error)."""
         if getattr(self.logger, "snapshot", None) is None:
-            print("\nppo-ref: interrupted before the first update completed: nothing was "
-                  "saved (the run directory's previous checkpoint, if any, is unchanged)",
-                  file=sys.stderr, flush=True)
+            what = "terminated (SIGTERM)" if code == 143 else "interrupted"
+            with contextlib.suppress(OSError, ValueError):
+                sys.stdout.flush()
+            print(f"\nppo-ref: {what}; {nothing_saved(self.logger)}", file=sys.stderr, flush=True)
             for path in HELD_LOCKS:
                 with contextlib.suppress(OSError):
                     os.unlink(path)
             os._exit(code)
 
     def _handle(self, signum, frame):
+        self._nothing_saved(130)
         if self.logger.stop_requested:
-            self._nothing_saved(130)
             raise KeyboardInterrupt
         self.logger.request_stop()
         print("\nppo-ref: stopping at the end of this update (Ctrl-C again to stop now)",
@@ -287,6 +290,16 @@ class SigintStopper:
             if previous is not None:
                 signal.signal(signum, previous)
         return False
+
+
+def nothing_saved(logger) -> str:
+    """The note of a stop before the first update of this process completed: nothing saved,
+    and how to go on (``logger``: a :class:`~ppo_ref.io.runlog.RunLogger`)."""
+    if os.path.exists(logger.checkpoint_path):
+        return (f"no update completed in this process: the checkpoint {logger.checkpoint_path} "
+                f"is unchanged; continue with ppo-ref train --resume {logger.run_dir}")
+    return (f"no update had completed: nothing saved; start it again with ppo-ref train --resume "
+            f"{logger.run_dir} (from scratch, same settings) or reuse --run-dir {logger.run_dir}")
 
 
 def rollout_note(config, start: int, total: int, *, unit: str = "rollout",

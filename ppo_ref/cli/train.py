@@ -28,8 +28,9 @@ from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_T
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
                                 UsageError, building, check_n_envs, check_same_run, close_quickly,
-                                policy_of_trainer, probe_env, read_run_info, rollout_note,
-                                saved_config, trainer_class, trainer_class_by_name, user_input)
+                                nothing_saved, policy_of_trainer, probe_env, read_run_info,
+                                rollout_note, saved_config, trainer_class, trainer_class_by_name,
+                                user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import (TEMPORARY_PREFIX, check_env_import, load_checkpoint,
@@ -297,7 +298,6 @@ def run_training(trainer, logger, total_timesteps: int, *,
 
 def _save_last_good(logger, trainer) -> str:
     """Save the last good snapshot; the one-line note of what was kept."""
-    run_dir = logger.run_dir
     try:
         path = logger.save_last_good(trainer)
     except Exception as exc:  # noqa: BLE001 -- e.g. the disk is full
@@ -305,12 +305,8 @@ def _save_last_good(logger, trainer) -> str:
                 f"the previous checkpoint, if any, is unchanged")
     if path is not None:
         return (f"saved the last good checkpoint ({logger.snapshot_timesteps} steps) to "
-                f"{path}; continue with ppo-ref train --resume {run_dir}")
-    if os.path.exists(logger.checkpoint_path):
-        return (f"no update completed in this process: the checkpoint {logger.checkpoint_path} "
-                f"is unchanged; continue with ppo-ref train --resume {run_dir}")
-    return (f"no update had completed: nothing saved; start it again with ppo-ref train "
-            f"--resume {run_dir} (from scratch, same settings) or reuse --run-dir {run_dir}")
+                f"{path}; continue with ppo-ref train --resume {logger.run_dir}")
+    return nothing_saved(logger)
 
 
 def _training_failed(trainer, logger, exc: BaseException) -> int:
