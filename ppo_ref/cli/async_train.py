@@ -131,9 +131,8 @@ def _run(args, trainer, config: AsyncActorLearnerConfig, env_id: str, run_dir: s
                                           f"{lag['max']}")
 
         def on_update(info: UpdateInfo):
-            stats = dict(info.stats)
-            stats.update({"fps": info.env_steps / max(info.wall_seconds, 1e-12),
-                          "progress_remaining": trainer.progress_remaining})
+            stats = dict(info.stats, fps=info.env_steps / max(info.wall_seconds, 1e-12),
+                         progress_remaining=trainer.progress_remaining)
             version["current"] = info.version + 1  # broadcast as that, or newer than info's
             lag.update(mean=info.policy_lag_mean, max=info.policy_lag_max)
             return logger.callback(trainer, stats)

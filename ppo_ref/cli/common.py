@@ -21,8 +21,8 @@ __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENV
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "nothing_saved",
-           "rollout_note",
-           "check_n_envs", "saved_config", "close_quickly", "read_run_info", "check_same_run"]
+           "rollout_note", "check_n_envs", "saved_config", "close_quickly", "read_run_info",
+           "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
@@ -60,8 +60,7 @@ def user_input(what: str = ""):
         yield
     except OSError as exc:
         if what:
-            detail = exc.strerror or str(exc)
-            raise UsageError(f"{what}: {detail}") from None
+            raise UsageError(f"{what}: {exc.strerror or exc}") from None
         where = f": {exc.filename}" if exc.filename else ""
         raise UsageError(f"{exc.strerror or exc}{where}") from None
     except ValueError as exc:
@@ -127,8 +126,7 @@ def close_quickly(trainer, seconds: float) -> None:
     close = getattr(trainer, "close", None)
     if close is None:
         return
-    # the vector env of a PPOTrainer or RecurrentPPOTrainer (the actor-learner's learner is a
-    # PPOTrainer; its actors are stopped by the learner loop)
+    # a PPOTrainer's or RecurrentPPOTrainer's vector env (the actor-learner's actors stop alone)
     env = getattr(getattr(trainer, "collector", None), "base_env", None)
     workers = list(getattr(env, "processes", None) or [])  # gymnasium's AsyncVectorEnv
     done = threading.Event()
@@ -179,10 +177,8 @@ def trainer_class_by_name(name: str):
 
 
 def policy_of_trainer(name: Optional[str]) -> Optional[str]:
-    for policy, target in TRAINERS.items():
-        if name and target.endswith(":" + name):
-            return policy
-    return None
+    return next((policy for policy, target in TRAINERS.items()
+                 if name and target.endswith(":" + name)), None)
 
 
 def read_run_info(run_dir: str) -> Dict[str, Any]:
@@ -241,10 +237,9 @@ class Terminated(KeyboardInterrupt):
 
 
 class SigintStopper:
-    """Ctrl-C: stop at the next rollout boundary (exact checkpoint); a second one, or the first
-    before this process's first update completed (nothing to save: no wait for the kernels'
-    compiling), stops now (the last boundary's snapshot is saved). SIGTERM: as a second Ctrl-C,
-    raising :class:`Terminated` (exit status 128 + 15)."""
+    """Ctrl-C: stop at the next rollout boundary (exact checkpoint); a second, or the first
+    before any update of this process completed (nothing to save), stops now (the last
+    boundary's snapshot saved). SIGTERM: as a second Ctrl-C, raising :class:`Terminated` (143)."""
 
     def __init__(self, logger):
         self.logger = logger
@@ -259,14 +254,12 @@ class SigintStopper:
         return self
 
     def _nothing_saved(self, code: int) -> None:
-        """No update has completed in this process (the first one compiles the kernels): stop
-        at once with :func:`nothing_saved`'s line, the run directory's lock file removed first
-        (``os._exit`` skips its ``finally``; raising here could land inside the compiler, which
-        would turn it into another error)."""
+        """No update has completed in this process (the first compiles the kernels): exit now
+        with :func:`nothing_saved`'s line, the lock file removed first (``os._exit`` skips its
+        ``finally``; raising could land inside the compiler, making it another error)."""
         if getattr(self.logger, "snapshot", None) is None:
             what = "terminated (SIGTERM)" if code == 143 else "interrupted"
-            with contextlib.suppress(OSError, ValueError):
-                sys.stdout.flush()
+            sys.stdout.flush()  # main's guarded stream: a reader gone is no error
             print(f"\nppo-ref: {what}; {nothing_saved(self.logger)}", file=sys.stderr, flush=True)
             for path in HELD_LOCKS:
                 with contextlib.suppress(OSError):

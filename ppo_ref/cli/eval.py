@@ -32,14 +32,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if not 0 <= args.seed <= MAX_SEED - args.episodes:
         raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
                          f"seed + i), got {args.seed}")
-    path = args.run_dir
-    if not path.endswith(".npz"):
-        path = os.path.join(path, "checkpoint.npz")
+    path = args.run_dir if args.run_dir.endswith(".npz") else \
+        os.path.join(args.run_dir, "checkpoint.npz")
     if os.path.isfile(args.run_dir) and path != args.run_dir:
         raise UsageError(f"{args.run_dir} is a file: give a run directory or a checkpoint .npz")
     if os.path.isdir(args.run_dir) and not os.path.exists(path):
-        hint = seeds_hint(args.run_dir)
-        if hint:
+        if hint := seeds_hint(args.run_dir):
             raise UsageError(f"{args.run_dir} holds no checkpoint.npz{hint}")
         raise UsageError(f"{args.run_dir} holds no checkpoint.npz yet: a run writes it every "
                          f"--checkpoint-every seconds (default "

@@ -98,10 +98,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read {path}: missing columns "
                              f"{[name for name in needed if name not in table]}")
         columns[path] = table
-    ep, mx = columns[episodes_path], columns[metrics_path]
-    fig = learning_curve_figure(plt, ep, mx, os.path.basename(os.path.normpath(args.run_dir)))
-    return _save_figure(plt, fig, args.output or os.path.join(args.run_dir,
-                                                              "learning_curve.png"))
+    fig = learning_curve_figure(plt, columns[episodes_path], columns[metrics_path],
+                                os.path.basename(os.path.normpath(args.run_dir)))
+    return _save_figure(plt, fig, args.output or os.path.join(args.run_dir, "learning_curve.png"))
 
 
 def _save_figure(plt, fig, out: str) -> int:

@@ -4,12 +4,10 @@ Each seed is an ordinary run (``ppo-ref train --seed S --run-dir DIR/seedS``, it
 ``--jobs`` of them at a time: one per core by default), so each can be resumed, evaluated and
 plotted on its own. When they end, ``DIR/summary.json`` (replaced atomically) and the printed
 table give, over the seeds, the mean, sample standard deviation (``ddof=1``; 0 for one seed),
-min and max of the final
-return (the mean of each run's last 20 episode returns, as its closing line) and of the
-training speed (env steps per second of rollouts and updates from the second update on, the
-first one's compiling left out; from ``timing.csv``).
-``ppo-ref plot DIR`` draws the seeds' mean learning curve and its spread
-(:func:`seeds_figure`).
+min and max of the final return (the mean of each run's last 20 episode returns, as its closing
+line) and of the training speed (env steps per second of rollouts and updates from the second
+update on, the first one's compiling left out; from ``timing.csv``). ``ppo-ref plot DIR`` draws
+the seeds' mean learning curve and its spread (:func:`seeds_figure`).
 """
 from __future__ import annotations
 
@@ -43,10 +41,8 @@ def seeds_hint(run_dir: str) -> str:
                        and os.path.isdir(os.path.join(run_dir, d)))
     except OSError:
         return ""
-    if not seeds:
-        return ""
     return (f" ({run_dir} holds the runs of --seeds: give one seed's run, e.g. "
-            f"{os.path.join(run_dir, seeds[0])})")
+            f"{os.path.join(run_dir, seeds[0])})") if seeds else ""
 
 
 def parse_seeds(text: str) -> List[int]:
@@ -245,9 +241,7 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
         print(f"ppo-ref: seeds not started: {', '.join(map(str, pending))} (run them with "
               f"--seeds into another directory)", file=sys.stderr)
     print(f"ppo-ref: summary -> {os.path.join(run_dir, SUMMARY_FILE)}")
-    if interrupted:
-        return interrupted
-    return 3 if failed else 0
+    return interrupted or (3 if failed else 0)
 
 
 def read_seed_runs(run_dir: str) -> Dict[int, Dict[str, np.ndarray]]:

@@ -2,10 +2,10 @@
 directory's lock (:func:`run_dir_lock`) and the driver that saves the last good checkpoint on
 any failure (:func:`run_training`). ``--async`` runs :mod:`ppo_ref.cli.async_train`.
 
-A ``--run-dir`` that holds a run is refused; ``--resume DIR`` keeps the saved settings (flags
-that differ are refused; ``--total-timesteps`` extends the run) and restarts a directory
-without a checkpoint from scratch with them. A checkpoint's ``module:EnvId`` env id is imported
-only with ``--allow-import``.
+A ``--run-dir`` must be new or empty (or hold a run stopped before its first update); ``--resume
+DIR`` keeps the saved settings (flags that differ are refused; ``--total-timesteps`` extends the
+run) and restarts a directory without a checkpoint from scratch with them. A checkpoint's
+``module:EnvId`` env id is imported only with ``--allow-import``.
 """
 from __future__ import annotations
 
@@ -316,8 +316,7 @@ def _training_failed(trainer, logger, exc: BaseException) -> int:
     with contextlib.suppress(OSError):
         with open(log_path, "a", encoding="utf-8") as fh:
             fh.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            actor_traceback = getattr(exc, "actor_traceback", "")
-            if actor_traceback:
+            if actor_traceback := getattr(exc, "actor_traceback", ""):
                 fh.write(f"--- the traceback actor {getattr(exc, 'agent_id', '?')} sent ---\n"
                          f"{actor_traceback.rstrip()}\n")
         log_note = f" (traceback in {log_path})"
@@ -396,10 +395,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be >= 1, got {value}")
     if args.ray_address is not None and args.actors != "ray":
         raise UsageError("--ray-address only applies with --actors ray")
-    if args.actors == "ray":
-        if importlib.util.find_spec("ray") is None:
-            raise UsageError("--actors ray needs Ray, which is not installed: "
-                             "pip install 'ppo_ref[ray]'")
+    if args.actors == "ray" and importlib.util.find_spec("ray") is None:
+        raise UsageError("--actors ray needs Ray, which is not installed: "
+                         "pip install 'ppo_ref[ray]'")
 
 
 LOCK_FILE = ".lock"
@@ -492,7 +490,7 @@ def _check_fresh_run_dir(run_dir: str) -> None:
     temporaries = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in RUN_FILES)  # a killed write's
     with user_input(f"cannot read the run directory {run_dir}"):
         others = sorted(name for name in (os.listdir(run_dir) if os.path.isdir(run_dir) else ())
-                        if name not in (*RUN_FILES, "error.log", LOCK_FILE)
+                        if name not in (*RUN_FILES, "error.log", LOCK_FILE, "learning_curve.png")
                         and not name.startswith(temporaries))
     if others:
         raise UsageError(f"--run-dir {run_dir} is not empty and holds no run ("
@@ -691,7 +689,6 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     probe_env(env_id)
 
     def new_run_dir(kind: str) -> str:
-        """The run directory, created and locked; then the zoo note (nothing printed before)."""
         with user_input("cannot create the run directory"):
             run_dir = args.run_dir or make_unique_dir(default_run_dir(env_id, kind, seed))
         if os.path.realpath(os.path.join(run_dir, LOCK_FILE)) not in HELD_LOCKS:
@@ -754,9 +751,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return _train_seeds(args)
     with contextlib.ExitStack() as hold:  # the run directory's lock, held for the whole run
         started = _train_resume(args, hold) if args.resume else _train_new(args, hold)
-        if isinstance(started, int):
-            return started
-        return train_in_run_dir(args, *started)
+        return started if isinstance(started, int) else train_in_run_dir(args, *started)
 
 
 def _train_seeds(args: argparse.Namespace) -> int:
