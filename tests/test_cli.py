@@ -304,6 +304,8 @@ def test_a_run_dir_stopped_before_its_first_update_can_be_reused(saved_run, tmp_
         with open(os.path.join(saved_run, name), "rb") as src:
             head = src.read() if name == "config.json" else src.readline()
         (run_dir / name).write_bytes(head)
+    (run_dir / "error.log").write_text("a failed earlier attempt's traceback\n")
+    (run_dir / "learning_curve.png").write_bytes(b"ppo-ref plot DIR's output")
     assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 0
     assert (run_dir / "checkpoint.npz").exists()
     assert len((run_dir / "metrics.csv").read_text().strip().splitlines()) == 2  # header + 1 update
