@@ -259,7 +259,8 @@ class SigintStopper:
         ``finally``; raising could land inside the compiler, making it another error)."""
         if getattr(self.logger, "snapshot", None) is None:
             what = "terminated (SIGTERM)" if code == 143 else "interrupted"
-            sys.stdout.flush()  # main's guarded stream: a reader gone is no error
+            with contextlib.suppress(OSError, ValueError):  # the lines printed so far
+                sys.stdout.flush()
             print(f"\nppo-ref: {what}; {nothing_saved(self.logger)}", file=sys.stderr, flush=True)
             for path in HELD_LOCKS:
                 with contextlib.suppress(OSError):

@@ -702,7 +702,7 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
     if args.use_async:
         return int(cli_train(args, async_config, new_run_dir("async")))
     vectorization = args.vectorization or "sync"
-    trainer = _make_trainer(policy, env_id, config, seed, vectorization)  # it may refuse config
+    trainer = _make_trainer(policy, env_id, config, seed, vectorization)  # refuses before output
     try:
         run_dir = new_run_dir(policy)
     except BaseException:
