@@ -3,7 +3,7 @@
 A run whose kernels are not in the cache (:mod:`ppo_ref._numba`) compiles each when it first
 calls it, one after another on one core. So the first ``ppo-ref train`` of a policy kind,
 backend and compute dtype with a cache (:func:`ppo_ref._numba.claim_first`) starts a Python
-process (:func:`_main`) that runs one update of the same trainer with its policy on the spec tier
+process that runs one update of the same trainer with its policy on the spec tier
 (:func:`compile_update`; nothing of the policy is compiled): GAE, the losses, the clip and Adam
 run as in the run and are compiled, with the run's argument types, into the cache on the other
 core while the run compiles its networks and collects its first rollout. The run loads each
@@ -17,33 +17,51 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from typing import Optional
 
 from ppo_ref._numba import PACKAGE_DIR, claim_first
 
-__all__ = ["start_compiling_ahead", "compile_update"]
-#: The helper's program: this copy of the package first on its path.
-_HELPER = (f"import sys; sys.path.insert(0, {os.path.dirname(PACKAGE_DIR)!r}); "
-           "from ppo_ref.cli.ahead import _main; _main()")
+__all__ = ["start_compiling_ahead", "stop_compiling_ahead", "compile_update"]
+#: The helper's program: the job is its first line of stdin; the end of stdin ends it (watched
+#: before the imports); this copy of the package first on its path.
+_HELPER = ("import os, sys, threading; job = sys.stdin.buffer.readline(); threading.Thread("
+           "target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start(); "
+           f"sys.path.insert(0, {os.path.dirname(PACKAGE_DIR)!r}); "
+           "from ppo_ref.cli.ahead import compile_update; import json; "
+           "compile_update(**json.loads(job))")
 
 
 def start_compiling_ahead(trainer) -> Optional[subprocess.Popen]:
     """The helper for ``trainer`` (made from an env id), started when the cache has not had one
-    for its policy kind, backend and compute dtype; else None. Closing its ``stdin`` ends it."""
+    for its policy kind, backend and compute dtype; else None."""
     c = trainer.config
     if trainer.env_id is None or not claim_first(
             f"compile-ahead-{trainer.policy_kind}-{c.backend}-{c.compute_dtype}"):
         return None
-    job = json.dumps({"policy": trainer.policy_kind, "env_id": trainer.env_id,
-                      "config": c.to_dict(), "env_kwargs": trainer.env_kwargs,
-                      "vectorization": trainer.vectorization.replace("async", "sync")})
-    helper = subprocess.Popen([sys.executable, "-c", _HELPER], stdin=subprocess.PIPE,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              start_new_session=True)
-    helper.stdin.write(job.encode() + b"\n")
-    helper.stdin.flush()
+    vectorization = "sync" if trainer.vectorization == "async" else trainer.vectorization
+    try:  # (a helper that cannot start only leaves the run to compile everything)
+        job = json.dumps({"policy": trainer.policy_kind, "env_id": trainer.env_id,
+                          "config": c.to_dict(), "env_kwargs": trainer.env_kwargs,
+                          "vectorization": vectorization})
+        helper = subprocess.Popen([sys.executable, "-c", _HELPER], stdin=subprocess.PIPE,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True)
+        helper.stdin.write(job.encode() + b"\n")
+        helper.stdin.flush()
+    except (OSError, TypeError, ValueError):
+        return None
     return helper
+
+
+def stop_compiling_ahead(helper: Optional[subprocess.Popen]) -> None:
+    """End ``helper`` (None: nothing to do) and wait for it (killed after 5 s)."""
+    if helper is not None:
+        helper.stdin.close()
+        try:
+            helper.wait(5.0)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+            helper.wait()
 
 
 def compile_update(policy: str, env_id: str, config: dict, vectorization: str = "sync",
@@ -73,10 +91,3 @@ def compile_update(policy: str, env_id: str, config: dict, vectorization: str = 
         trainer.update(trainer.collect_rollout())
     finally:
         trainer.close()
-
-
-def _main() -> None:
-    """The helper: the job from the first line of stdin; ends when stdin closes."""
-    job = json.loads(sys.stdin.buffer.readline())
-    threading.Thread(target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start()
-    compile_update(**job)

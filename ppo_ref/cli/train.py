@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 import gymnasium
 
 from ppo_ref._checks import one_line
-from ppo_ref.cli.ahead import start_compiling_ahead
+from ppo_ref.cli.ahead import start_compiling_ahead, stop_compiling_ahead
 from ppo_ref.cli.async_train import cli_async_config, cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
@@ -736,8 +736,7 @@ def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: 
         code = run_training(trainer, logger, total, learn=learn)
         return code
     finally:
-        if helper is not None:
-            helper.stdin.close()  # which ends it
+        stop_compiling_ahead(helper)
         close_quickly(trainer, 10.0 if code == 0 else 0.5)
 
 
