@@ -175,6 +175,23 @@ def njit(py_func=None, *, parallel: bool = False, inline: str = "never"):
     return dispatcher
 
 
+def claim_first(name: str) -> bool:
+    """Whether this is the first call with ``name`` for these sources' compiled code in the
+    cache directory (:class:`PackageCacheLocator`): it makes the file ``name`` beside that code,
+    exclusively. False when the file exists, no cache directory is writable, or under
+    ``NUMBA_DISABLE_JIT=1``."""
+    base = config.CACHE_DIR or USER_CACHE_DIR
+    if config.DISABLE_JIT:
+        return False
+    directory = os.path.join(base, _version_directory(base), "" if PARALLEL_LOOPS else "plain")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        os.close(os.open(os.path.join(directory, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:
+        return False
+    return True
+
+
 class _CompileNotice(event.Listener):
     """Once outermost numba compiles have taken ``after`` seconds in all, one line on
     ``stream`` (printed by a timer thread while a compile runs, so a long one shows)."""

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional
 import gymnasium
 
 from ppo_ref._checks import one_line
+from ppo_ref.cli.ahead import start_compiling_ahead, stop_compiling_ahead
 from ppo_ref.cli.async_train import cli_async_config, cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
@@ -725,6 +726,7 @@ def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: 
     are closed at the end: 10 s for a finished run's, 0.5 s after a failure or an interrupt
     (they may be stuck), then their workers are killed."""
     trainer.threads = args.threads
+    helper = start_compiling_ahead(trainer) if prepare is None else None
     code = 3
     try:
         with user_input(f"cannot write the run directory {run_dir}"):
@@ -737,6 +739,7 @@ def train_in_run_dir(args: argparse.Namespace, trainer, run_dir: str, run_info: 
         code = run_training(trainer, logger, total, learn=learn)
         return code
     finally:
+        stop_compiling_ahead(helper)
         close_quickly(trainer, 10.0 if code == 0 else 0.5)
 
 
