@@ -198,3 +198,18 @@ def test_eval_and_resume_of_a_seeds_directory_name_a_seed_run(tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "holds the runs of --seeds" in err[0], err
     assert str(tmp_path / "seed0") in err[0]
+
+
+@pytest.mark.parametrize("settings, words", [
+    (["--set", "use_sde=true"], "use_sde"),       # the trainer refuses it for a discrete space
+    (["--env", "ppo_ref/CartPoleNoVel-v1", "--vectorization", "envpool"], "envpool"),
+])
+def test_settings_the_trainer_refuses_are_one_line_before_any_seed(settings, words, tmp_path,
+                                                                  capsys):
+    if "envpool" in settings:
+        pytest.importorskip("envpool")
+    assert cli.main(["train", "--seeds", "0-1", "--run-dir", str(tmp_path / "r"), *STEPS,
+                     *settings]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and words in captured.err and len(captured.err.splitlines()) == 1
+    assert not os.path.exists(tmp_path / "r")

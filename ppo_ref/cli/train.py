@@ -763,15 +763,14 @@ def _train_seeds(args: argparse.Namespace) -> int:
     from ppo_ref.cli.seeds import cmd_train_seeds
     env_id = args.env or DEFAULT_ENV
     with user_input():
-        build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
+        config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     probe_env(env_id)
-    if args.vectorization == "envpool":  # one line here, not one failure per seed
-        from ppo_ref.train.rollout import make_vector_env
-        with user_input():
-            make_vector_env(env_id, 1, vectorization="envpool").close()
+    policy = args.policy or default_policy(env_id)
+    vectorization = "sync" if args.vectorization in (None, "async") else args.vectorization
+    # what the trainer refuses: one line here, not one failure per seed
+    close_quickly(_make_trainer(policy, env_id, config, 0, vectorization), 10.0)
     run_dir = args.run_dir
     if run_dir is None:
-        policy = args.policy or default_policy(env_id)
         tag = "s" + "".join(args.seeds.split()).replace(",", "_")
         with user_input("cannot create the run directory"):
             run_dir = make_unique_dir(default_run_dir(env_id, policy, tag))
