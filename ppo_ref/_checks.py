@@ -89,8 +89,6 @@ def one_line_repr(value, limit: int = 80) -> str:
 
 def check_real_scalar(value, name: str) -> float:
     """``value`` as a Python float; ``ValueError`` unless it is a finite real number."""
-    if type(value) is float and math.isfinite(value):  # (the common case, decided at once)
-        return value
     if isinstance(value, (list, tuple)):
         raise ValueError(f"{name} must be a real number, got {type(value).__name__} of length "
                          f"{len(value)}")

@@ -35,13 +35,11 @@ _PAD = {dt: ((np.empty((0, 0), dt),) * 7, (np.empty(0, dt),) * 7) for dt in (_F6
 
 class _Net(NamedTuple):
     """The layers of a parameter dict: ``keys`` the ``(w, b)`` key pairs in network order,
-    ``counts`` the number of layers under each prefix, ``weights`` / ``biases``: ``params ->``
-    the tuple of its weights / biases in that order; ``names`` the keys in that order (``w0,
-    b0, w1, ...``) and ``in_order`` whether they are exactly the keys of ``params`` in order;
-    ``n_trunk`` and ``n_pi`` the segments of :mod:`ppo_ref.fast._mlp` (trunk layers, then
-    policy layers; the value layers after them)."""
+    ``weights`` / ``biases``: ``params ->`` the tuple of its weights / biases in that order;
+    ``names`` the keys in that order (``w0, b0, w1, ...``) and ``in_order`` whether they are
+    exactly the keys of ``params`` in order; ``n_trunk`` and ``n_pi`` the segments of
+    :mod:`ppo_ref.fast._mlp` (trunk layers, then policy layers; the value layers after them)."""
     keys: Tuple[Tuple[str, str], ...]
-    counts: Tuple[int, ...]
     weights: Callable
     biases: Callable
     names: Tuple[str, ...]
@@ -76,7 +74,7 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
             _NETS.clear()
         flat = tuple(k for pair in keys for k in pair)
         trunk = prefixes[0] == "trunk."
-        net = _NETS[names] = _Net(tuple(keys), tuple(counts), getter([w for w, _ in keys]),
+        net = _NETS[names] = _Net(tuple(keys), getter([w for w, _ in keys]),
                                   getter([b for _, b in keys]), flat, flat == names[1],
                                   counts[0] if trunk else 0, counts[1 if trunk else 0])
     return net
@@ -169,15 +167,12 @@ def _run_backward(params: Mapping, net: _Net, x, acts, relu: bool, d_pi, d_vf,
 
 
 def _gradient_arrays(net: _Net, ws, bs, n: int):
-    """``(grads, gws, gbs)``: uninitialized gradient arrays of the shapes and dtype of the
-    first ``n`` layers, as a dict in ``net.names`` order and as tuples padded as ``ws`` and
-    ``bs`` are (with their own empty arrays, which no pass writes). float64: views of one new
-    vector, which :func:`ppo_ref.fast.optim.clip_by_global_norm` reads in place."""
+    """``(grads, gws, gbs)``: uninitialized gradient arrays of the first ``n`` layers, a dict in
+    ``net.names`` order and tuples padded as ``ws``, ``bs`` are; float64: a result vector of
+    :func:`ppo_ref.fast.optim._results`, which the twins of clip and Adam read in place."""
     shapes = tuple(chain.from_iterable((w.shape, b.shape) for w, b in zip(ws[:n], bs[:n])))
-    if ws[0].dtype == _F64:
-        grads = _results(_layout(net.names, shapes), 1)[1][0]
-    else:
-        grads = {k: np.empty(shape, ws[0].dtype) for k, shape in zip(net.names, shapes)}
+    grads = (_results(_layout(net.names, shapes), 1)[1][0] if ws[0].dtype == _F64 else
+             {k: np.empty(shape, ws[0].dtype) for k, shape in zip(net.names, shapes)})
     return grads, net.weights(grads) + ws[n:], net.biases(grads) + bs[n:]
 
 
