@@ -101,6 +101,7 @@ def _refcounts(entry) -> tuple:
 
 
 def _forget(entries) -> None:
+    """Drop the blocks of ``entries`` from ``_REMEMBERED``."""
     for views in chain.from_iterable(entry[1] for entry in entries):
         _REMEMBERED.pop(id(views[0]) if views else None, None)
 
