@@ -429,6 +429,14 @@ def test_fast_twins_never_rewrite_results_the_caller_keeps():
     np.testing.assert_array_equal(part, before[1])
     if weak() is not None:
         np.testing.assert_array_equal(weak(), before[2])
+    # a weak reference alone (nothing else of that result held)
+    kept.clear()
+    held = fast.adam_update(fp, _dicts(rng, 0.3), fs, lr=1e-2)[0]
+    weak, before = weakref.ref(held["w"]), held["w"].copy()
+    del held
+    _chain(fast, fp, grads_seq[:10])
+    if weak() is not None:
+        np.testing.assert_array_equal(weak(), before)
 
 
 def test_fast_twins_in_two_threads_give_each_its_own_results():

@@ -24,6 +24,7 @@ from numba.core.errors import TypingError
 from ppo_ref._checks import non_finite_result
 from ppo_ref.fast._mlp import _FEW, _backward, _forward
 from ppo_ref.fast._products import _aligned, _bundle
+from ppo_ref.fast.optim import _layout, _results
 
 __all__ = ["mlp_forward", "mlp_backward"]
 
@@ -34,13 +35,11 @@ _PAD = {dt: ((np.empty((0, 0), dt),) * 7, (np.empty(0, dt),) * 7) for dt in (_F6
 
 class _Net(NamedTuple):
     """The layers of a parameter dict: ``keys`` the ``(w, b)`` key pairs in network order,
-    ``counts`` the number of layers under each prefix, ``weights`` / ``biases``: ``params ->``
-    the tuple of its weights / biases in that order; ``names`` the keys in that order (``w0,
-    b0, w1, ...``) and ``in_order`` whether they are exactly the keys of ``params`` in order;
-    ``n_trunk`` and ``n_pi`` the segments of :mod:`ppo_ref.fast._mlp` (trunk layers, then
-    policy layers; the value layers after them)."""
+    ``weights`` / ``biases``: ``params ->`` the tuple of its weights / biases in that order;
+    ``names`` the keys in that order (``w0, b0, w1, ...``) and ``in_order`` whether they are
+    exactly the keys of ``params`` in order; ``n_trunk`` and ``n_pi`` the segments of
+    :mod:`ppo_ref.fast._mlp` (trunk layers, then policy layers; the value layers after them)."""
     keys: Tuple[Tuple[str, str], ...]
-    counts: Tuple[int, ...]
     weights: Callable
     biases: Callable
     names: Tuple[str, ...]
@@ -75,7 +74,7 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
             _NETS.clear()
         flat = tuple(k for pair in keys for k in pair)
         trunk = prefixes[0] == "trunk."
-        net = _NETS[names] = _Net(tuple(keys), tuple(counts), getter([w for w, _ in keys]),
+        net = _NETS[names] = _Net(tuple(keys), getter([w for w, _ in keys]),
                                   getter([b for _, b in keys]), flat, flat == names[1],
                                   counts[0] if trunk else 0, counts[1 if trunk else 0])
     return net
@@ -152,33 +151,29 @@ def _run_backward(params: Mapping, net: _Net, x, acts, relu: bool, d_pi, d_vf,
     n = len(net.keys)
 
     def run(ws, bs):
-        gws, gbs = _gradient_arrays(ws, bs, n)
+        grads, gws, gbs = _gradient_arrays(net, ws, bs, n)
         g_pi = np.ascontiguousarray(d_pi, dt).reshape(rows, ws[net.n_trunk + net.n_pi - 1].shape[0])
         g_vf = g_pi[:, :0] if d_vf is None else np.ascontiguousarray(d_vf, dt).reshape(rows, 1)
         dx, ok = _backward(x, ws, acts, n, net.n_trunk, net.n_pi, relu, g_pi, g_vf, gws, gbs,
                            want_dx)
-        return dx, ok, gws, gbs
+        return dx, ok, grads
     try:
-        dx, ok, gws, gbs = run(*_arrays(params, net, x, dt)[1:])
+        dx, ok, grads = run(*_arrays(params, net, x, dt)[1:])
     except TypingError:
-        dx, ok, gws, gbs = run(*_arrays(params, net, x, dt, convert=True)[1:])
+        dx, ok, grads = run(*_arrays(params, net, x, dt, convert=True)[1:])
     if not ok:
         raise non_finite_result(where)
-    return dx, _grads(net, gws, gbs, params)
+    return dx, grads if net.in_order else {k: grads[k] for k in params if k in grads}
 
 
-def _grads(net: _Net, gws, gbs, params: Mapping) -> dict:
-    """The gradients ``gws``, ``gbs`` of the layers of ``net`` as a dict in the key order of
-    ``params``."""
-    grads = dict(zip(net.names, chain.from_iterable(zip(gws, gbs))))
-    return grads if net.in_order else {k: grads[k] for k in params if k in grads}
-
-
-def _gradient_arrays(ws, bs, n: int):
-    """Uninitialized gradient arrays of the shapes and dtype of the first ``n`` layers, padded
-    as ``ws`` and ``bs`` are (with their own empty arrays, which no pass writes)."""
-    return (tuple(map(np.empty_like, ws[:n])) + ws[n:],
-            tuple(map(np.empty_like, bs[:n])) + bs[n:])
+def _gradient_arrays(net: _Net, ws, bs, n: int):
+    """``(grads, gws, gbs)``: uninitialized gradient arrays of the first ``n`` layers, a dict in
+    ``net.names`` order and tuples padded as ``ws``, ``bs`` are; float64: a result vector of
+    :func:`ppo_ref.fast.optim._results`, which the twins of clip and Adam read in place."""
+    shapes = tuple(chain.from_iterable((w.shape, b.shape) for w, b in zip(ws[:n], bs[:n])))
+    grads = (_results(_layout(net.names, shapes), 1)[1][0] if ws[0].dtype == _F64 else
+             {k: np.empty(shape, ws[0].dtype) for k, shape in zip(net.names, shapes)})
+    return grads, net.weights(grads) + ws[n:], net.biases(grads) + bs[n:]
 
 
 class _Cache(NamedTuple):

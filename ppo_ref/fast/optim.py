@@ -17,12 +17,13 @@
 
 Machinery (private), for float64 arrays. One compiled call steps every entry: the arrays of a
 dict are one float64 vector in key order (``np.concatenate``), and a result is written into one
-new vector (Adam: the new parameters, first and second moments one after the other) and
-returned as views of it, one per key (new arrays: the inputs are untouched). The views of the
-last :data:`_KEEP` results are remembered with the vector they view, so that a dict whose values
+vector (Adam: the new parameters, first and second moments one after the other) and returned as
+new dicts of views of it, one per key (the inputs are untouched). Result vectors and their views
+are made once and reused (:func:`_results`) when no longer referenced outside this module, as
+CPython counts references: results a caller holds are never overwritten. A dict whose values
 are, in key order, the very views of one result (the parameters and moments of the previous
-step, the clipped gradients) is read in place, without the copy (recognised by identity:
-:func:`_vector_of`; a dict of other arrays, or of those arrays in another order, is gathered).
+step, the clipped gradients, the gradients of :mod:`ppo_ref.fast.layers`) is read in place
+(recognised by identity: :func:`_vector_of`; other arrays are gathered).
 
 Non-finite results (a gradient norm that is inf or nan, a step that overflows or starts from
 non-finite values) raise ``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`);
@@ -31,10 +32,12 @@ the spec functions, given the same arguments, name the arrays.
 from __future__ import annotations
 
 import math
+import sys
 import threading
-from collections import OrderedDict
+from itertools import chain
 from operator import is_
-from typing import NamedTuple
+from typing import Dict, NamedTuple
+from weakref import getweakrefcount
 
 import numpy as np
 from numba.extending import register_jitable
@@ -58,16 +61,12 @@ _FLOAT64_MAX = float(np.finfo(np.float64).max)
 
 class _Layout(NamedTuple):
     """The keys and shapes of a dict of arrays, and where each array sits in its vector
-    (``starts[j]:stops[j]``, ``total`` entries in all). ``spans[b]``: for block ``b`` of a vector
-    holding three such dicts one after the other, each array's ``(key, slice, shape)``
-    (``shape`` None for a 1-D array); ``blocks[b]``: the slice of block ``b``."""
+    (``starts[j]:stops[j]``, ``total`` entries in all)."""
     keys: tuple
     shapes: tuple
     starts: np.ndarray
     stops: np.ndarray
     total: int
-    spans: tuple
-    blocks: tuple
 
 
 _LAYOUTS = {}
@@ -76,42 +75,64 @@ _LAYOUTS = {}
 def _layout(keys: tuple, shapes: tuple) -> _Layout:
     layout = _LAYOUTS.get((keys, shapes))
     if layout is None:
-        sizes = [math.prod(shape) for shape in shapes]
-        stops = np.cumsum(np.array(sizes, dtype=np.int64))
-        starts = stops - np.array(sizes, dtype=np.int64)
-        n = int(stops[-1]) if sizes else 0
-        spans = tuple(tuple((k, slice(b * n + a, b * n + e), None if len(s) == 1 else s)
-                            for k, a, e, s in zip(keys, starts.tolist(), stops.tolist(), shapes))
-                      for b in range(3))
-        layout = _LAYOUTS[(keys, shapes)] = _Layout(
-            keys, shapes, starts, stops, n, spans,
-            tuple(slice(b * n, (b + 1) * n) for b in range(3)))
+        sizes = np.array([math.prod(shape) for shape in shapes], dtype=np.int64)
+        stops = np.cumsum(sizes)
+        layout = _LAYOUTS[(keys, shapes)] = _Layout(keys, shapes, stops - sizes, stops,
+                                                    int(np.sum(sizes)))
     return layout
 
 
-#: id(first view) -> (the views, the vector they view, their layout), for the last :data:`_KEEP`
-#: blocks of views returned here (oldest first; their arrays are kept alive until forgotten):
-#: four steps of a trainer (Adam's three blocks and the clipped gradients). Written under
-#: ``_LOCK``; a read is one ``dict.get``.
-_KEEP = 16
-_REMEMBERED: "OrderedDict[int, tuple]" = OrderedDict()
+#: (id(layout), blocks) -> :func:`_results`'s entries, oldest first, ``[vector, views per block,
+#: block vectors, _refcounts when only held here]``: _POOLED per key, 2 * _POOLED keys (the oldest
+#: dropped; layouts live on in _LAYOUTS); id(a block's first view) -> (its views, its vector,
+#: layout) for their blocks. Written under _LOCK; a read of _REMEMBERED is one dict.get.
+_POOLED = 4
+_POOL: Dict[tuple, list] = {}
+_REMEMBERED: Dict[int, tuple] = {}
 _LOCK = threading.Lock()
 
 
-def _views(vector: np.ndarray, layout: _Layout, blocks: int) -> list:
-    """Per block ``b`` of ``vector`` (``blocks`` of ``layout.total`` entries, at most 3), a new
-    dict of ``layout``'s keys, each a view of the block shaped as its array; remembered
-    (:func:`_vector_of`)."""
-    dicts = [{key: vector[part] if shape is None else vector[part].reshape(shape)
-              for key, part, shape in layout.spans[b]} for b in range(blocks)]
-    if layout.total:
-        with _LOCK:
-            for b, d in enumerate(dicts):
-                views = tuple(d.values())
-                _REMEMBERED[id(views[0])] = (views, vector[layout.blocks[b]], layout)
-            while len(_REMEMBERED) > _KEEP:
-                _REMEMBERED.popitem(last=False)
-    return dicts
+def _refcounts(entry) -> tuple:
+    """``sys.getrefcount`` of an entry's vector and the sum of its views', each plus its weak
+    references (a result the caller watches through one is not reused either)."""
+    views = tuple(chain.from_iterable(entry[1]))
+    return (sys.getrefcount(entry[0]) + getweakrefcount(entry[0]),
+            sum(map(sys.getrefcount, views)) + sum(map(getweakrefcount, views)))
+
+
+def _forget(entries) -> None:
+    """Drop the blocks of ``entries`` from ``_REMEMBERED``."""
+    for views in chain.from_iterable(entry[1] for entry in entries):
+        _REMEMBERED.pop(id(views[0]) if views else None, None)
+
+
+def _results(layout: _Layout, blocks: int) -> tuple:
+    """``(vector, dicts)``: a float64 vector of ``blocks`` blocks of ``layout.total`` entries,
+    contents undefined, and per block a new dict of ``layout``'s keys, each a view of the block
+    shaped as its array; remembered (:func:`_vector_of`). A vector and its views are reused
+    when neither is referenced outside this module."""
+    with _LOCK:
+        entries = _POOL.setdefault((id(layout), blocks), [])
+        for entry in entries:
+            counts = _refcounts(entry)
+            if counts[0] <= entry[3][0] and counts[1] <= entry[3][1]:
+                break
+        else:
+            n, vector = layout.total, np.empty(blocks * layout.total)
+            parts = tuple(vector[b * n:(b + 1) * n] for b in range(blocks))
+            entry = [vector, tuple(tuple(part[a:e].reshape(shape) for a, e, shape in zip(
+                layout.starts.tolist(), layout.stops.tolist(), layout.shapes)) for part in parts),
+                parts, None]
+            del vector, parts
+            entry[3] = _refcounts(entry)
+            entries.append(entry)
+            _REMEMBERED.update((id(views[0]), (views, part, layout))
+                               for views, part in zip(entry[1], entry[2]) if views)
+            if len(entries) > _POOLED:
+                _forget([entries.pop(0)])
+            if len(_POOL) > 2 * _POOLED:
+                _forget(_POOL.pop(next(iter(_POOL))))
+        return entry[0], [dict(zip(layout.keys, views)) for views in entry[1]]
 
 
 def _vector_of(values: tuple, layout: _Layout):
@@ -142,8 +163,7 @@ def _arrays_of(arrays) -> tuple:
     """``(layout, values, vector)`` of a dict of arrays: its layout, its values in key order
     and, when they are remembered views (:func:`_vector_of`), the vector they view (else
     None)."""
-    values = tuple(arrays.values())
-    keys = tuple(arrays)
+    values, keys = tuple(arrays.values()), tuple(arrays)
     hit = _REMEMBERED.get(id(values[0])) if values else None
     if hit is not None and hit[2].keys == keys and all(map(is_, values, hit[0])):
         return hit[2], values, hit[1]
@@ -191,21 +211,17 @@ def adam_update(params, grads, state, *, lr, betas=(0.9, 0.999), eps=1e-5):
     t = state["t"] + 1
     beta1, beta2 = float(betas[0]), float(betas[1])
     step_size, bias_correction2_sqrt = _adam_step_scalars(t, float(lr), beta1, beta2)
-    dtypes = None
-    if p is None:
-        dtypes = [x.dtype for x in values]
-        if all([d == _F64 for d in dtypes]):
-            dtypes = None
-            p = np.concatenate(values, axis=None) if values else np.empty(0)
-        else:  # the spec's casts: each entry to its parameter's dtype, then float64
-            g, m, v = (np.concatenate([x[a:b].astype(d).astype(_F64) for a, b, d in zip(
-                layout.starts, layout.stops, dtypes)]) for x in (g, m, v))
-            p = np.concatenate([np.asarray(x).astype(_F64).ravel() for x in values])
-    out = np.empty(3 * layout.total)
+    dtypes = None if p is not None else [x.dtype for x in values]
+    if dtypes is not None and all([d == _F64 for d in dtypes]):
+        dtypes, p = None, (np.concatenate(values, axis=None) if values else np.empty(0))
+    elif dtypes is not None:  # the spec's casts: each entry to its parameter's dtype, then float64
+        g, m, v = (np.concatenate([x[a:b].astype(d).astype(_F64) for a, b, d in zip(
+            layout.starts, layout.stops, dtypes)]) for x in (g, m, v))
+        p = np.concatenate([np.asarray(x).astype(_F64).ravel() for x in values])
+    out, new = _results(layout, 3)
     if not _adam_pass(p, g, m, v, out, beta1, beta2, step_size, bias_correction2_sqrt,
                       float(eps)):
         raise non_finite_result(where)
-    new = _views(out, layout, 3)
     if dtypes is not None:  # rounded once to each parameter's dtype
         new = [{key: a.astype(d) for (key, a), d in zip(x.items(), dtypes)} for x in new]
         if not all(np.isfinite(a).all() for x in new for a in x.values()):
@@ -270,24 +286,13 @@ def clip_by_global_norm(grads, max_norm):
     (module docstring). Returns a new plain dict (of views of one vector when every gradient
     is float64) and the norm. Raises ``FloatingPointError`` when the norm is not finite."""
     layout, values, g = _arrays_of(grads)
+    mixed = g is None and not all([v.dtype == _F64 for v in values])
     if g is None:
-        if not all([v.dtype == _F64 for v in values]):  # the spec's products
-            return _clip_mixed(values, layout, float(max_norm))
-        g = np.concatenate(values, axis=None) if values else np.empty(0)
-    out = np.empty(layout.total)
-    norm, _ = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
+        g = np.concatenate(values, axis=None, dtype=np.float64) if values else np.empty(0)
+    out, (clipped,) = _results(layout, 1)
+    norm, scale = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
     if not math.isfinite(norm):
         raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
-    return _views(out, layout, 1)[0], norm
-
-
-def _clip_mixed(values: tuple, layout: _Layout, max_norm: float):
-    """:func:`clip_by_global_norm` of arrays not all float64: the compiled norm, then the
-    spec's products (a float32 array times the Python float scale stays float32)."""
-    g = np.concatenate(values, axis=None, dtype=np.float64)
-    norm, scale = _clip_pass(g, layout.starts, layout.stops, max_norm, np.empty(g.size))
-    if not math.isfinite(norm):
-        raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
-    if scale < 1.0:
-        return {k: np.asarray(v) * scale for k, v in zip(layout.keys, values)}, norm
-    return {k: np.array(v, copy=True) for k, v in zip(layout.keys, values)}, norm
+    if mixed:  # the spec's products (a float32 array times the Python float stays float32)
+        clipped = {k: v * scale if scale < 1.0 else v.copy() for k, v in zip(layout.keys, values)}
+    return clipped, norm
