@@ -39,6 +39,11 @@ def _f(default, help: str, choices: Optional[Tuple] = None):
 _SCHEDULES = ("constant", "linear")
 
 
+def _clip_help(what: str) -> str:
+    return (f"clip normalized {what} to [-c, c], c > 0 (needs normalize_{what}; None: no "
+            "clipping; SB3 VecNormalize and CleanRL continuous use 10)")
+
+
 @dataclass(frozen=True)
 class PPOConfig:
     """Settings of a PPO run (every trainer); ``PPOConfig()`` is the reference. Rewards and
@@ -71,9 +76,8 @@ class PPOConfig:
     lr_schedule: str = _f("constant", "learning-rate schedule", _SCHEDULES)
     clip_range_schedule: str = _f("constant", "clip_range schedule", _SCHEDULES)
     schedule_progress: str = _f(
-        "after_rollout",
-        "schedule progress counts steps after the rollout (SB3) or before it (CleanRL)",
-        ("after_rollout", "before_rollout"))
+        "after_rollout", "schedule progress counts steps after the rollout (SB3) or before it "
+        "(CleanRL)", ("after_rollout", "before_rollout"))
     net_arch: Tuple[int, ...] = _f(
         (64, 64), "hidden layer sizes of each MLP tower, e.g. 64,64; () for none (linear heads)")
     activation: str = _f("tanh", "hidden-layer activation", ACTIVATIONS)
@@ -96,29 +100,21 @@ class PPOConfig:
     lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")
     normalize_observations: bool = _f(False, "running mean/std observation normalization")
     normalize_rewards: bool = _f(False, "running return-std reward scaling")
-    clip_observations: Optional[float] = _f(
-        None, "clip normalized observations to [-c, c], c > 0 (needs normalize_observations; "
-              "None: no clipping; SB3 VecNormalize and CleanRL continuous use 10)")
-    clip_rewards: Optional[float] = _f(
-        None, "clip normalized rewards to [-c, c], c > 0 (needs normalize_rewards; None: no "
-              "clipping; SB3 VecNormalize and CleanRL continuous use 10)")
+    clip_observations: Optional[float] = _f(None, _clip_help("observations"))
+    clip_rewards: Optional[float] = _f(None, _clip_help("rewards"))
     compute_dtype: str = _f(
-        "float64",
-        "arithmetic of the policy's network and head, acting and training: float64 (reference) "
-        "or float32 (backend fast only, as torch; parameters, losses and Adam stay float64)",
-        ("float64", "float32"))
+        "float64", "arithmetic of the policy's network and head, acting and training: float64 "
+        "(reference) or float32 (backend fast only, as torch; parameters, losses and Adam stay "
+        "float64)", ("float64", "float32"))
     backend: str = _f(
-        "fast",
-        "which tier runs the computation: fast (compiled, declared equal to the readable tier "
-        "and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
+        "fast", "which tier runs the computation: fast (compiled, declared equal to the readable "
+        "tier and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
         BACKENDS)
 
     # --- convention knobs (docs/specification.md §8) -------------------------------------------
     truncation: str = _f(
-        "bootstrap",
-        "truncated steps: bootstrap V(final_obs) (reference), treat as terminal (CleanRL), or "
-        "ignore the flag (thrust-rl)",
-        tuple(TRUNCATION_MODES))
+        "bootstrap", "truncated steps: bootstrap V(final_obs) (reference), treat as terminal "
+        "(CleanRL), or ignore the flag (thrust-rl)", TRUNCATION_MODES)
     bootstrap_terminal_last_row: bool = _f(
         False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl)")
     value_loss_mode: str = _f(
@@ -128,9 +124,8 @@ class PPOConfig:
     huber_delta: float = _f(1.0, "Huber threshold > 0 of value_loss_mode='huber' (torchrl: 1)")
     value_loss_scale: float = _f(
         1.0, "factor on the value loss before vf_coef (CleanRL's 0.5 * MSE: 0.5), >= 0")
-    advantage_norm_scope: str = _f(
-        "minibatch", "normalize advantages per minibatch or once over the whole batch",
-        ("minibatch", "batch"))
+    advantage_norm_scope: str = _f("minibatch", "normalize advantages per minibatch or once "
+                                   "over the whole batch", ("minibatch", "batch"))
     advantage_norm_ddof: int = _f(
         1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)", (0, 1))
     advantage_norm_eps: float = _f(
@@ -139,14 +134,13 @@ class PPOConfig:
         "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
                "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)",
         NORM_EPS_PLACEMENTS)
-    clip_interval: str = _f(
-        "symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or Sample Factory's "
-                     "[1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
+    clip_interval: str = _f("symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or "
+                            "Sample Factory's [1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
     clip_range_low: Optional[float] = _f(
         None, "eps of the lower ratio bound 1 - eps, in (0, 1) (None: clip_range; torchrl's "
               "clip_epsilon=(low, high))")
-    clip_range_high: Optional[float] = _f(
-        None, "eps of the upper ratio bound 1 + eps, > 0 (None: clip_range)")
+    clip_range_high: Optional[float] = _f(None, "eps of the upper ratio bound 1 + eps, > 0 "
+                                              "(None: clip_range)")
     dual_clip: Optional[float] = _f(
         None, "dual clip c > 1: for A < 0 the surrogate is max(min(...), c * A) (tianshou); "
               "None: off")
@@ -156,11 +150,9 @@ class PPOConfig:
     kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3, k1 or k2",
                            KL_ESTIMATORS)
     kl_stop_rule: str = _f(
-        "sb3",
-        "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, 1x), "
-        "thrust (after the step, end the current epoch only), skrl (before the step, 1x, end "
-        "the current epoch only)",
-        KL_STOP_RULES)
+        "sb3", "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, "
+        "1x), thrust (after the step, end the current epoch only), skrl (before the step, 1x, "
+        "end the current epoch only)", KL_STOP_RULES)
     value_clip_boundary_grad: float = _f(
         1.0, "fraction in [0, 1] of the unclipped value gradient where |V - V_old| == "
              "clip_range_vf exactly (max forms): 1 torch/TF autodiff, 0.75 JAX (PureJaxRL), "
@@ -324,11 +316,10 @@ class PPOConfig:
         """rl-baselines3-zoo's CartPole-v1 PPO settings (``lin_1e-3``, ``lin_0.2``: linear
         schedules) on the reference conventions, ``overrides`` on top."""
         _check_known(overrides)
-        values = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
-                      gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
-                      clip_range_schedule="linear", ent_coef=0.0)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**{**dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                             gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear",
+                             clip_range=0.2, clip_range_schedule="linear", ent_coef=0.0),
+                      **overrides})
 
 
 class _Derived:
@@ -442,9 +433,13 @@ def _check_known(names: Iterable[str]) -> None:
             raise ValueError(f"unknown PPOConfig field {name!r}{hint}")
 
 
+def _numpy_scalar(value, kinds: str) -> bool:
+    """A NumPy scalar (or 0-d array) whose dtype kind is one of ``kinds``."""
+    return hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in kinds
+
+
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) or (
-        hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iu")
+    return isinstance(value, int) and not isinstance(value, bool) or _numpy_scalar(value, "iu")
 
 
 def _coerce(name: str, value, hint):
@@ -461,9 +456,8 @@ def _coerce(name: str, value, hint):
             return int(value)
         raise ValueError(f"{name} must be an integer, got {one_line_repr(value)}")
     if kind == "float":
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) or (
-                hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0
-                and value.dtype.kind in "iuf")):
+        if isinstance(value, bool) or not (isinstance(value, (int, float))
+                                           or _numpy_scalar(value, "iuf")):
             raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}")
         value = float(value)
         if not math.isfinite(value):

@@ -29,16 +29,17 @@ __all__ = ["SEED", "BACKENDS", "KINDS", "OPTION_KEYS", "compute_outputs", "apply
            "write_vectors", "case_table"]
 
 SEED = 20261129
+#: The options that say how the advantage kernels read the truncation flags.
+_TRUNCATION_OPTIONS = ("truncation", "bootstrap_terminal_last_row")
 
 
 def _episode_starts(inputs, settings, tier):
-    return {"episode_starts": tier.masks.episode_starts(inputs["terminated"], inputs["truncated"],
-                                                        inputs["initial"])}
+    return {"episode_starts": tier.masks.episode_starts(
+        inputs["terminated"], inputs["truncated"], inputs["initial"])}
 
 
 def _kernel_options(settings):
-    return {"truncation": settings["truncation"],
-            "bootstrap_terminal_last_row": settings["bootstrap_terminal_last_row"]}
+    return {k: settings[k] for k in _TRUNCATION_OPTIONS}
 
 
 def _per_step(value):
@@ -68,23 +69,19 @@ def _vtrace(inputs, settings, tier):
 def _categorical(inputs, settings, tier):
     d = tier.distributions
     logits, actions = inputs["logits"], inputs["actions"]
-    return {
-        "log_softmax": d.log_softmax(logits),
-        "entropy": d.categorical_entropy(logits),
-        "log_probs": d.categorical_log_prob(logits, actions),
-        "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
-                                                                   inputs["d_log_probs"]),
-        "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"]),
-    }
+    return {"log_softmax": d.log_softmax(logits), "entropy": d.categorical_entropy(logits),
+            "log_probs": d.categorical_log_prob(logits, actions),
+            "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
+                                                                       inputs["d_log_probs"]),
+            "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"])}
 
 
 def _aggregation(inputs, settings, first: str):
     """``(weights, factor)`` of the case's ``aggregation`` setting (default token-mean) with its
-    optional ``weights`` and ``sequences`` inputs
-    (:func:`ppo_ref.spec.update.aggregation_weights`)."""
-    return aggregation_weights(settings.get("aggregation", "token-mean"),
-                               np.size(inputs[first]), inputs.get("weights"),
-                               inputs.get("sequences"), settings.get("aggregation_norm"))
+    optional inputs ``weights``, ``sequences`` (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+    return aggregation_weights(settings.get("aggregation", "token-mean"), np.size(inputs[first]),
+                               inputs.get("weights"), inputs.get("sequences"),
+                               settings.get("aggregation_norm"))
 
 
 def _policy_loss(inputs, settings, tier):
@@ -105,11 +102,10 @@ def _policy_loss(inputs, settings, tier):
 
 def _value_loss(inputs, settings, tier):
     weights, factor = _aggregation(inputs, settings, "values")
-    loss, grad = tier.losses.value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
-                                        settings["clip_range_vf"], mode=settings["mode"],
-                                        huber_delta=settings.get("huber_delta", 1.0),
-                                        weights=weights,
-                                        boundary_grad=settings.get("boundary_grad", 1.0))
+    loss, grad = tier.losses.value_loss(
+        inputs["values"], inputs["old_values"], inputs["returns"], settings["clip_range_vf"],
+        mode=settings["mode"], huber_delta=settings.get("huber_delta", 1.0), weights=weights,
+        boundary_grad=settings.get("boundary_grad", 1.0))
     scale = factor * float(settings.get("scale", 1.0))
     return {"loss": scale * loss, "d_values": scale * grad}
 
@@ -149,9 +145,8 @@ def _clip(inputs, settings, tier):
 
 
 def _lstm(inputs, settings, tier):
-    h_seq, (h_T, c_T), cache = tier.lstm.lstm_forward(inputs["params"], inputs["x"],
-                                                      inputs["h0"], inputs["c0"],
-                                                      inputs["episode_starts"])
+    h_seq, (h_T, c_T), cache = tier.lstm.lstm_forward(
+        inputs["params"], inputs["x"], inputs["h0"], inputs["c0"], inputs["episode_starts"])
     dx, grads, (dh0, dc0) = tier.lstm.lstm_backward(inputs["params"], cache, inputs["dh_seq"],
                                                     inputs["dh_T"], inputs["dc_T"])
     return {"h_seq": h_seq, "h_T": h_T, "c_T": c_T, "dx": dx, "grads": dict(grads),
@@ -169,11 +164,10 @@ def _ppo_minibatch_update(inputs, settings, tier):
     seen = {}
 
     def evaluate(p, data):
-        log_probs, entropy, values, cache = policy.evaluate(p, data)
-        seen.setdefault("log_probs", log_probs)
-        seen.setdefault("entropy", entropy)
-        seen.setdefault("values", values)
-        return log_probs, entropy, values, cache
+        out = policy.evaluate(p, data)  # (log_probs, entropy, values, cache)
+        for key, value in zip(("log_probs", "entropy", "values"), out):
+            seen.setdefault(key, value)
+        return out
 
     def backward(p, cache, d_log_probs, d_entropy, d_values):
         grads = policy.backward(p, cache, d_log_probs, d_entropy, d_values)
@@ -187,11 +181,10 @@ def _ppo_minibatch_update(inputs, settings, tier):
     mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
                    inputs["old_values"], (obs, inputs["actions"]), weights,
                    inputs.get("sequences"))
-    new_params, _, stats = run_epochs(params, adam_init(params), config=config,
-                                      lr=settings["learning_rate"],
-                                      clip_range=settings["clip_range"],
-                                      minibatches=lambda epoch: [mb], evaluate=evaluate,
-                                      backward=backward, losses=tier.losses, optim=tier.optim)
+    new_params, _, stats = run_epochs(
+        params, adam_init(params), config=config, lr=settings["learning_rate"],
+        clip_range=settings["clip_range"], minibatches=lambda epoch: [mb], evaluate=evaluate,
+        backward=backward, losses=tier.losses, optim=tier.optim)
     return {"new_log_probs": seen["log_probs"], "entropy": seen["entropy"],
             "values": seen["values"], "loss": stats["loss"], "policy_loss": stats["policy_loss"],
             "value_loss": stats["value_loss"], "mean_entropy": stats["entropy"],
@@ -240,10 +233,7 @@ _FUNCTIONS = {
 def compute_outputs(case: Mapping, backend: str = "spec") -> Dict[str, Any]:
     """ppo_ref's outputs ``{name: array or dict}`` for a decoded case, computed by the tier of
     ``backend`` (a value of ``PPOConfig.backend``, :func:`ppo_ref.tiers.tier_for`; by default
-    the spec tier, as every function of this module).
-
-    Raises:
-        ValueError: an unknown case kind or backend.
+    the spec tier, as every function of this module). ``ValueError``: an unknown kind or backend.
     """
     kind = case["kind"]
     if kind not in KINDS:
@@ -275,7 +265,7 @@ def _rollout(rng, T, N):
 
 def _truncation(preset: str) -> dict:
     """The truncation options of ``preset`` (:data:`ppo_ref.config.PRESETS`)."""
-    return {k: PRESETS[preset][k] for k in ("truncation", "bootstrap_terminal_last_row")}
+    return {k: PRESETS[preset][k] for k in _TRUNCATION_OPTIONS}
 
 
 def _build_cases(rng: np.random.Generator) -> List[dict]:
@@ -300,9 +290,8 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                        "one env as [T] arrays with a scalar last_values", single,
                        {"gamma": 0.9, "gae_lambda": 0.8, **_truncation("reference")}))
 
-    vt = dict(roll)
-    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
-    vt["target_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
+    vt = {**roll, "behaviour_log_probs": (-rng.exponential(1.0, (T, N))).round(6),
+          "target_log_probs": (-rng.exponential(1.0, (T, N))).round(6)}
     cases.append(_case("vtrace_reference", "vtrace", "reference",
                        "IMPALA V-trace with truncation bootstrap, lambda_ 0.9, distinct bars", vt,
                        {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.5,
@@ -316,9 +305,8 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
     logits[1, 2] = -np.inf                     # a masked action
     actions = np.array([0, 3, 1, 2, 3])
     cases.append(_case(
-        "categorical", "categorical", "reference",
-        "log-softmax (max-shifted), entropy, log-probs and both gradients; row 1 has a masked "
-        "action (-inf logit)",
+        "categorical", "categorical", "reference", "log-softmax (max-shifted), entropy, "
+        "log-probs and both gradients; row 1 has a masked action (-inf logit)",
         {"logits": logits, "actions": actions, "d_log_probs": rng.normal(size=5).round(6),
          "d_entropy": rng.normal(size=5).round(6)}, {}))
 
@@ -342,13 +330,11 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                            {"clip_range_vf": clip, "mode": mode}))
     cases.append(_case("entropy_loss", "entropy_loss", "reference", "-mean(entropy)",
                        {"entropy": rng.uniform(0.1, 1.4, B).round(6)}, {}))
-    for ddof in (1, 0):
-        cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages",
-                           "reference" if ddof else "thrust",
+    for ddof, _, preset in ((1, "k3", "reference"), (0, "k1", "thrust")):
+        cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages", preset,
                            "(A - mean) / (std(ddof) + 1e-8)", {"advantages": adv}, {"ddof": ddof}))
-    for est in ("k3", "k1"):
-        kl_preset = "reference" if est == "k3" else "thrust"
-        cases.append(_case(f"approx_kl_{est}", "approx_kl", kl_preset, "KL(old || new) estimator",
+    for _, est, preset in ((1, "k3", "reference"), (0, "k1", "thrust")):
+        cases.append(_case(f"approx_kl_{est}", "approx_kl", preset, "KL(old || new) estimator",
                            {"old_log_probs": old, "new_log_probs": new}, {"estimator": est}))
 
     params = {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
@@ -425,9 +411,8 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
                        "T = 2000: a long accumulation (gamma 0.999, lambda 0.99)", long,
                        {"gamma": 0.999, "gae_lambda": 0.99, **ref},
                        tolerance={"atol": 1e-9, "rtol": 1e-9}))
-    vt = dict(roll)
-    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
-    vt["target_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
+    vt = {**roll, "behaviour_log_probs": (-rng.exponential(1.0, (6, 3))).round(6),
+          "target_log_probs": (-rng.exponential(1.0, (6, 3))).round(6)}
     for name, gamma, lam in (("both_flags", 0.9, 0.9), ("gamma0", 0.0, 1.0),
                              ("lambda0", 0.95, 0.0)):
         cases.append(_case(f"vtrace_{name}", "vtrace", "reference",
@@ -573,10 +558,13 @@ def _ppo_convention_cases(rng) -> List[dict]:
                            learning_rate=0.01, **fields)
         out.append(_case(f"ppo_minibatch_update_{name}", "ppo_minibatch_update", "-",
                          f"one PPO minibatch step as ppo_minibatch_update_reference; {what}",
-                         {**inputs, **extra_inputs},
-                         {"config": config.to_dict(), "n_actions": n_actions,
-                          "learning_rate": 0.01, "clip_range": config.clip_range}))
+                         {**inputs, **extra_inputs}, _ppo_settings(config, n_actions)))
     return out
+
+
+def _ppo_settings(config: PPOConfig, n_actions: int) -> dict:
+    return {"config": config.to_dict(), "n_actions": n_actions, "learning_rate": 0.01,
+            "clip_range": config.clip_range}
 
 
 def _ppo_inputs(rng):
@@ -605,18 +593,15 @@ def _ppo_cases(rng) -> List[dict]:
             "one PPO minibatch step: evaluate, loss (per-minibatch advantage normalization), "
             "backward, global-norm clip, one Adam step from a fresh state; params: pi.w0 [4,3], "
             "pi.b0, pi.w1 [2,4], pi.b1, vf.w0, vf.b0, vf.w1 [1,4], vf.b1 (y = x @ w.T + b, tanh)",
-            inputs, {"config": config.to_dict(), "n_actions": n_actions,
-                     "learning_rate": 0.01, "clip_range": config.clip_range}))
+            inputs, _ppo_settings(config, n_actions)))
     return out
 
 
 #: For each kind whose result depends on convention options: ``{option name of
 #: ppo_ref.conventions.OPTIONS: settings key}``.
 OPTION_KEYS: Dict[str, Dict[str, str]] = {
-    "gae": {"truncation": "truncation",
-            "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
-    "vtrace": {"truncation": "truncation",
-               "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
+    "gae": {k: k for k in _TRUNCATION_OPTIONS},
+    "vtrace": {k: k for k in _TRUNCATION_OPTIONS},
     "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale",
                    "value_clip_boundary_grad": "boundary_grad",
                    "loss_aggregation": "aggregation"},
