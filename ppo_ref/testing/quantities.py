@@ -131,8 +131,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
     """One trajectory example (float64 numbers, cast to the dtype by the caller)."""
     long = "long_rollout" not in exclude and draw(st.integers(0, 9)) == 9  # shrinks to short
     if long:
-        T = draw(st.integers(65, 2048))
-        N = draw(st.integers(1, 2))
+        T, N = draw(st.integers(65, 2048)), draw(st.integers(1, 2))
         rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
         p_flag = draw(st.sampled_from([0.01, 0.05, 0.2]))
         rewards = rng.normal(size=(T, N)).round(3)
@@ -149,8 +148,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
             ex["target_log_probs"] = np.where(rng.random((T, N)) < 0.3, ex["behaviour_log_probs"],
                                               -rng.uniform(0.1, 2.0, (T, N)).round(3))
     else:
-        T = draw(st.integers(1, 8))
-        N = draw(st.integers(1, 3))
+        T, N = draw(st.integers(1, 8)), draw(st.integers(1, 3))
 
         def grid(elements):
             return np.array(draw(st.lists(elements, min_size=T * N, max_size=T * N)),
@@ -222,9 +220,7 @@ def _strategy(quantity: str, draw_example: Callable):
 
 
 def _with(ex: dict, **changes) -> dict:
-    out = dict(ex)
-    out.update(changes)
-    return out
+    return {**ex, **changes}
 
 
 def _set_last_row(name: str, value: bool):
@@ -290,9 +286,7 @@ def _draw_vtrace(draw, st, exclude, dtype):
 
 
 def _pick_dtype(draw, st, dtype: str) -> str:
-    if dtype == "any":
-        return draw(st.sampled_from(["float64", "float32"]))
-    return dtype
+    return draw(st.sampled_from(["float64", "float32"])) if dtype == "any" else dtype
 
 
 def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
@@ -327,9 +321,8 @@ def _draw_policy(draw, st, exclude, dtype):
             made = _kink_log_ratio(float(old[0]), kink)
             if made is not None:
                 new[0], clip_range = made
-    ex = {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
-          "clip_range": float(clip_range)}
-    return ex, chosen
+    return {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
+            "clip_range": float(clip_range)}, chosen
 
 
 def _aggregated(ex: dict, options: Mapping[str, Any], n: int):
@@ -401,10 +394,8 @@ _POLICY_PROPERTIES = (
 
 def _draw_value(draw, st, exclude, dtype):
     n = draw(st.integers(1, 10))
-    floats = _small_floats(st)
-    values = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-    old = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-    returns = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
+    values, old, returns = (np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
+                            for _ in range(3))
     clip = draw(st.sampled_from([None, 0.5, 0.25, 1.0]))
     if clip is not None and "value_clip_boundary" not in exclude:
         # dyadic old values and clip: V = V_old +- clip is exact
@@ -413,8 +404,8 @@ def _draw_value(draw, st, exclude, dtype):
             if kind:
                 old[i] = float(draw(st.integers(-8, 8))) / 4.0
                 values[i] = old[i] + kind * clip
-    ex = {"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip}
-    return ex, _pick_dtype(draw, st, dtype)
+    return ({"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip},
+            _pick_dtype(draw, st, dtype))
 
 
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -537,10 +528,7 @@ def _trajectory_reductions(ex: dict) -> Iterator[dict]:
 def _element_reductions(*keys: str):
     def reductions(ex: dict) -> Iterator[dict]:
         for part in _windows(int(np.asarray(ex[keys[0]]).size)):
-            out = dict(ex)
-            for k in keys:
-                out[k] = np.asarray(ex[k])[part].copy()
-            yield out
+            yield {**ex, **{k: np.asarray(ex[k])[part].copy() for k in keys}}
     return reductions
 
 
@@ -560,9 +548,7 @@ QUANTITY_SPECS: Dict[str, Quantity] = {q.name: q for q in (
              _trajectory_reductions, _input_magnitude),
     Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction", "approx_kl"),
              _policy_reference, _strategy("policy_loss", _draw_policy), _POLICY_PROPERTIES,
-             _size("advantages"),
-             _element_reductions("new_log_probs", "old_log_probs", "advantages"),
-             _input_magnitude),
+             _size("advantages"), _element_reductions(*_FLOATS["policy_loss"]), _input_magnitude),
     Quantity("value_loss", ("loss", "d_values"), _value_reference,
              _strategy("value_loss", _draw_value), _VALUE_PROPERTIES, _size("values"),
              _element_reductions("values", "old_values", "returns"), _input_magnitude),

@@ -97,10 +97,9 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     """
     inp = dict(trace_inputs(seed) if inputs is None else inputs)
     T, N = np.shape(inp["rewards"])
-    overrides = dict(ent_coef=0.01, learning_rate=learning_rate)
-    overrides.update(config_overrides)
-    overrides.update(n_steps=T, n_envs=N, batch_size=T * N, n_epochs=1, net_arch=(4,))
-    config = PPOConfig.preset(preset, **overrides)
+    config = PPOConfig.preset(preset, **{"ent_coef": 0.01, "learning_rate": learning_rate,
+                                         **config_overrides, "n_steps": T, "n_envs": N,
+                                         "batch_size": T * N, "n_epochs": 1, "net_arch": (4,)})
     tr: Dict[str, Any] = {}
 
     adv, ret = gae(inp["rewards"], inp["old_values"], inp["terminated"], inp["truncated"],
@@ -122,14 +121,11 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     logits, values, cache = actor_critic_forward(params, inp["observations"])
     tr["logits"], tr["values"] = logits, values
     actions = np.asarray(inp["actions"])
-    new_lp = categorical_log_prob(logits, actions)
-    entropy = categorical_entropy(logits)
-    tr["new_log_probs"], tr["entropy"] = new_lp, entropy
+    tr["new_log_probs"] = new_lp = categorical_log_prob(logits, actions)
+    tr["entropy"] = entropy = categorical_entropy(logits)
     old_lp = np.asarray(inp["old_log_probs"], np.float64)
-    ratios = np.exp(new_lp - old_lp)
-    tr["ratios"] = ratios
-    clip_range = config.clip_range
-    tr["clip_mask"] = (np.abs(ratios - 1.0) > clip_range).astype(np.float64)
+    tr["ratios"] = ratios = np.exp(new_lp - old_lp)
+    tr["clip_mask"] = (np.abs(ratios - 1.0) > config.clip_range).astype(np.float64)
 
     # the row weights and the factor of the loss aggregation (the six rows: one sequence)
     weights = truncation_weights(inp["terminated"], inp["truncated"],
@@ -138,7 +134,7 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
                                           None if weights is None else weights.reshape(-1),
                                           None, config.loss_aggregation_norm)
     p_loss, d_lp, info = policy_loss(
-        new_lp, old_lp, norm, clip_range, clip_range_low=config.clip_range_low,
+        new_lp, old_lp, norm, config.clip_range, clip_range_low=config.clip_range_low,
         clip_range_high=config.clip_range_high, clip_interval=config.clip_interval,
         dual_clip=config.dual_clip, weights=weights,
         clip_fraction_mode=config.clip_fraction_mode)
@@ -150,9 +146,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
                              weights=weights, boundary_grad=config.value_clip_boundary_grad)
     e_loss, d_e = entropy_loss(entropy, weights=weights)
     if factor != 1.0:
-        p_loss, d_lp, v_loss, d_v, e_loss, d_e = (factor * p_loss, factor * d_lp,
-                                                  factor * v_loss, factor * d_v,
-                                                  factor * e_loss, factor * d_e)
+        p_loss, d_lp, v_loss, d_v, e_loss, d_e = (factor * x for x in (p_loss, d_lp, v_loss, d_v,
+                                                                       e_loss, d_e))
     tr["policy_loss"] = p_loss
     tr["value_loss"] = config.value_loss_scale * v_loss
     tr["entropy_loss"] = e_loss
@@ -160,9 +155,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     tr["d_log_probs"] = d_lp
     tr["d_values"] = d_v * (config.vf_coef * config.value_loss_scale)
     tr["d_entropy"] = d_e * config.ent_coef
-    d_logits = (categorical_log_prob_backward(logits, actions, tr["d_log_probs"])
-                + categorical_entropy_backward(logits, tr["d_entropy"]))
-    tr["d_logits"] = d_logits
+    tr["d_logits"] = d_logits = (categorical_log_prob_backward(logits, actions, tr["d_log_probs"])
+                                 + categorical_entropy_backward(logits, tr["d_entropy"]))
     grads = actor_critic_backward(params, cache, d_logits, tr["d_values"])
     tr["grads"] = dict(grads)
     clipped, norm_value = clip_by_global_norm(grads, config.max_grad_norm)
@@ -193,7 +187,7 @@ def load_trace(path: str) -> Dict[str, Any]:
             ``trace`` object.
         OSError: the file cannot be read.
     """
-    raw = read_json_file(path, "trace file")  # bounded: size, nesting, integer digits
+    raw = read_json_file(path, "trace file")
     if not isinstance(raw, dict) or raw.get("format") != TRACE_FORMAT or not isinstance(
             raw.get("trace"), dict):
         raise ValueError(f"trace file {path} must be a {TRACE_FORMAT!r} document with a "
@@ -227,15 +221,12 @@ def diff_traces(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: float = 1e-
     rows = []
     flat_b = flatten(tb)
     for name, va in flatten(ta).items():
-        if name not in flat_b:
-            rows.append({"quantity": name, "index": None, "a": None, "b": None,
-                         "abs_diff": math.inf, "detail": "missing in B"})
-            continue
         xa = np.asarray(va, dtype=np.float64)
-        xb = np.asarray(flat_b[name], dtype=np.float64)
-        if xa.shape != xb.shape:
+        xb = np.asarray(flat_b[name], dtype=np.float64) if name in flat_b else None
+        if xb is None or xa.shape != xb.shape:
             rows.append({"quantity": name, "index": None, "a": None, "b": None,
-                         "abs_diff": math.inf, "detail": f"shape {xa.shape} vs {xb.shape}"})
+                         "abs_diff": math.inf, "detail": "missing in B" if xb is None
+                         else f"shape {xa.shape} vs {xb.shape}"})
             continue
         with np.errstate(invalid="ignore"):
             gap = np.abs(xa - xb)
