@@ -345,9 +345,8 @@ class IneffectiveSettingWarning(UserWarning):
     another setting, named in the message: :data:`_NEEDS`)."""
 
 
-#: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``.
-#: A field set away from its default where it does not act gets an
-#: :class:`IneffectiveSettingWarning`.
+#: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``
+#: (:class:`IneffectiveSettingWarning`).
 _NEEDS = {
     "sde_sample_freq": (lambda c: c.use_sde, "use_sde=True"),
     "full_std": (lambda c: c.use_sde, "use_sde=True"),

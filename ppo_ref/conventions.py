@@ -133,12 +133,9 @@ def combinations(quantity: str) -> Iterator[Dict[str, Any]]:
 
 def preset_names_matching(quantity: str, options: Mapping[str, Any]) -> List[str]:
     """The presets whose options for ``quantity`` equal ``options``."""
-    names = []
-    for name in PRESETS:
-        resolved = resolve_convention(name)
-        if all(resolved[o.name] == options.get(o.name, o.reference) for o in options_for(quantity)):
-            names.append(name)
-    return names
+    resolved = {name: resolve_convention(name) for name in PRESETS}
+    return [name for name, r in resolved.items()
+            if all(r[o.name] == options.get(o.name, o.reference) for o in options_for(quantity))]
 
 
 def describe(quantity: str, options: Mapping[str, Any]) -> str:

@@ -80,6 +80,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from ppo_ref.spec.losses import normalize_advantages
 from ppo_ref.spec.update import LOSS_AGGREGATIONS
 
 __all__ = ["Layout", "Reference", "NextValues", "EpisodeStarts", "Dones", "Discounts",
@@ -237,7 +238,7 @@ class NextValues(Layout):
 
     def arguments(self, quantity, ex):
         done = _done(ex)
-        following = np.concatenate([ex["values"][1:], ex["last_values"][None]], axis=0)
+        following = _values_ext(ex)[1:]  # values[t + 1], last_values on the last row
         next_values = np.where(done, ex["final_values"], following).astype(ex["values"].dtype)
         args = _front(quantity, ex) + [ex["rewards"], ex["values"], next_values,
                                        ex["terminated"], ex["truncated"]]
@@ -249,8 +250,7 @@ class EpisodeStarts(Layout):
     quantities = _TRAJECTORY
 
     def __init__(self, fold_truncation_bootstrap: bool = False, carry: bool = True):
-        self.fold_truncation_bootstrap = fold_truncation_bootstrap
-        self.carry = carry
+        self.fold_truncation_bootstrap, self.carry = fold_truncation_bootstrap, carry
 
     def arguments(self, quantity, ex):
         done = _done(ex)
@@ -311,15 +311,11 @@ class NormalizedOutputs(Layout):
     quantities = ("gae",)
 
     def __init__(self, ddof: int = 1, eps: float = 1e-8):
-        self.ddof = ddof
-        self.eps = eps
+        self.ddof, self.eps = ddof, eps
 
     def expected(self, quantity, reference, ex):
-        from ppo_ref.spec.losses import normalize_advantages
-        out = dict(reference)
-        out["advantages"] = normalize_advantages(reference["advantages"], ddof=self.ddof,
-                                                 eps=self.eps)
-        return out
+        return {**reference, "advantages": normalize_advantages(reference["advantages"],
+                                                                ddof=self.ddof, eps=self.eps)}
 
 
 def _episodes(ex) -> List[Tuple[int, int, int, float]]:
@@ -374,10 +370,7 @@ class MaskedRows(Layout):
         self.aggregation, self.norm, self.pad_value = aggregation, norm, pad_value
 
     def decided_options(self) -> Dict[str, Any]:
-        """The options this layout fixes: the truncation options at their reference values
-        (a row is one episode, its bootstrap folded in) and ``loss_aggregation`` unless the
-        layout was made with ``aggregation=None`` (then :func:`~ppo_ref.testing.identify`
-        searches it)."""
+        """The options this layout fixes (module docstring, ``"masked_rows"``)."""
         out: Dict[str, Any] = {"truncation": "bootstrap", "bootstrap_terminal_last_row": False}
         if self.aggregation is not None:
             out["loss_aggregation"] = self.aggregation
@@ -400,10 +393,8 @@ class MaskedRows(Layout):
         return float(self._grid(rows, ex)[1])
 
     def prepare(self, quantity, ex):
-        """A loss example with its rows: ``_sequences`` (the row of every element) and
-        ``_norm`` (the constant of ``"seq-mean-token-sum-norm"`` unless ``norm=`` is given:
-        the row length ``L``), read by the reference's aggregation
-        (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+        """A loss example with its rows for the reference's aggregation: ``_sequences`` (the row
+        of every element) and ``_norm`` (``norm=``, default the row length ``L``)."""
         if quantity not in _SCALAR:
             return ex
         rows, _ = self.rows(quantity, ex)

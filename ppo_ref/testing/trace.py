@@ -57,21 +57,18 @@ def trace_inputs(seed: int = 0) -> Dict[str, Any]:
     """The fixed inputs of the traced update (numbers rounded to 6 decimals)."""
     rng = np.random.default_rng(seed)
     T, N, obs_dim, n_actions = 3, 2, 3, 2
-    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
-    params = {k: v.round(6) for k, v in params.items()}
+    params = {k: v.round(6) for k, v in actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,),
+                                                           policy_gain=1.0).items()}
     terminated = np.array([[True, False], [False, False], [False, True]])
     truncated = np.array([[True, False], [False, True], [False, False]])
-    return {
-        "params": params,
-        "observations": rng.normal(size=(T * N, obs_dim)).round(6),
-        "actions": rng.integers(0, n_actions, T * N),
-        "old_log_probs": (-rng.uniform(0.4, 1.0, T * N)).round(6),
-        "rewards": rng.normal(size=(T, N)).round(6),
-        "old_values": rng.normal(size=(T, N)).round(6),
-        "terminated": terminated, "truncated": truncated,
-        "last_values": rng.normal(size=N).round(6),
-        "final_values": rng.normal(size=(T, N)).round(6),
-    }
+    return {"params": params, "observations": rng.normal(size=(T * N, obs_dim)).round(6),
+            "actions": rng.integers(0, n_actions, T * N),
+            "old_log_probs": (-rng.uniform(0.4, 1.0, T * N)).round(6),
+            "rewards": rng.normal(size=(T, N)).round(6),
+            "old_values": rng.normal(size=(T, N)).round(6),
+            "terminated": terminated, "truncated": truncated,
+            "last_values": rng.normal(size=N).round(6),
+            "final_values": rng.normal(size=(T, N)).round(6)}
 
 
 def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed: int = 0,
@@ -110,12 +107,11 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     # the minibatch is the whole rollout, rows in time-major order (row = t * N + n)
     adv_rows, ret_rows = adv.reshape(-1), ret.reshape(-1)
     old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
-    norm = (normalize_advantages(adv_rows, ddof=config.advantage_norm_ddof,
-                                 eps=config.advantage_norm_eps,
-                                 placement=config.advantage_norm_eps_placement,
-                                 single_element=config.advantage_norm_single_element)
-            if config.normalize_advantage else adv_rows.copy())
-    tr["normalized_advantages"] = norm
+    tr["normalized_advantages"] = norm = (normalize_advantages(
+        adv_rows, ddof=config.advantage_norm_ddof, eps=config.advantage_norm_eps,
+        placement=config.advantage_norm_eps_placement,
+        single_element=config.advantage_norm_single_element)
+        if config.normalize_advantage else adv_rows.copy())
 
     params = {k: np.asarray(v, np.float64) for k, v in inp["params"].items()}
     logits, values, cache = actor_critic_forward(params, inp["observations"])
@@ -128,16 +124,14 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     tr["clip_mask"] = (np.abs(ratios - 1.0) > config.clip_range).astype(np.float64)
 
     # the row weights and the factor of the loss aggregation (the six rows: one sequence)
-    weights = truncation_weights(inp["terminated"], inp["truncated"],
-                                 config.drop_truncated_steps)
+    weights = truncation_weights(inp["terminated"], inp["truncated"], config.drop_truncated_steps)
     weights, factor = aggregation_weights(config.loss_aggregation, old_lp.size,
                                           None if weights is None else weights.reshape(-1),
                                           None, config.loss_aggregation_norm)
     p_loss, d_lp, info = policy_loss(
         new_lp, old_lp, norm, config.clip_range, clip_range_low=config.clip_range_low,
         clip_range_high=config.clip_range_high, clip_interval=config.clip_interval,
-        dual_clip=config.dual_clip, weights=weights,
-        clip_fraction_mode=config.clip_fraction_mode)
+        dual_clip=config.dual_clip, weights=weights, clip_fraction_mode=config.clip_fraction_mode)
     tr["clip_fraction"] = info["clip_fraction"]
     tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
                        else approx_kl(old_lp, new_lp, config.kl_estimator, weights=weights))
