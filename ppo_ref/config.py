@@ -113,23 +113,25 @@ class PPOConfig:
 
     # --- convention knobs (docs/specification.md §8) -------------------------------------------
     truncation: str = _f(
-        "bootstrap", "truncated steps: bootstrap V(final_obs) (reference), treat as terminal "
-        "(CleanRL), or ignore the flag (thrust-rl)", TRUNCATION_MODES)
+        "bootstrap", "truncated steps: bootstrap V(final_obs) and cut the trace (reference, SB3), "
+        "treat as terminal (CleanRL, PureJaxRL), or ignore the flag (thrust-rl 0.4)",
+        TRUNCATION_MODES)
     bootstrap_terminal_last_row: bool = _f(
-        False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl)")
+        False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl 0.4)")
     value_loss_mode: str = _f(
-        "max", "value loss: max of both squared errors when clipped (baselines, CleanRL), SB3's "
-               "clipped MSE, or the Huber loss (torchrl smooth_l1; max form when clipped)",
-        VALUE_LOSS_MODES)
+        "max", "value loss when clipped (clip_range_vf): max of both squared errors (baselines, "
+        "CleanRL), the clipped prediction's squared error (SB3's clipped MSE), or the Huber loss "
+        "(torchrl's default smooth_l1, delta 1; max form when clipped)", VALUE_LOSS_MODES)
     huber_delta: float = _f(1.0, "Huber threshold > 0 of value_loss_mode='huber' (torchrl: 1)")
-    value_loss_scale: float = _f(
-        1.0, "factor on the value loss before vf_coef (CleanRL's 0.5 * MSE: 0.5), >= 0")
+    value_loss_scale: float = _f(1.0, "factor >= 0 on the value loss and its gradient before "
+                                      "vf_coef (CleanRL's 0.5 * MSE, rlax: 0.5)")
     advantage_norm_scope: str = _f("minibatch", "normalize advantages per minibatch or once "
                                    "over the whole batch", ("minibatch", "batch"))
-    advantage_norm_ddof: int = _f(
-        1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)", (0, 1))
+    advantage_norm_ddof: int = _f(1, "ddof of the advantage std: 1 (torch std: SB3, CleanRL) or 0 "
+                                     "(numpy/jnp std: thrust-rl)", (0, 1))
     advantage_norm_eps: float = _f(
-        1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
+        1e-8, "eps > 0 of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: "
+        "1e-8; Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)")
     advantage_norm_eps_placement: str = _f(
         "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
                "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)",
@@ -146,9 +148,12 @@ class PPOConfig:
               "None: off")
     clip_fraction_mode: str = _f(
         "outside", "what clip_fraction counts: the ratio outside the clip interval (SB3, CleanRL) "
-                   "or where the clip changes the loss (active: verl)", CLIP_FRACTION_MODES)
-    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3, k1 or k2",
-                           KL_ESTIMATORS)
+                   "or where the clip changes the loss (active: verl's pg_clipfrac)",
+        CLIP_FRACTION_MODES)
+    kl_estimator: str = _f(
+        "k3", "approx_kl estimator (reported by the policy loss, read by the early stop): k3 = "
+        "mean(exp(r) - 1 - r) (SB3, CleanRL), k1 = mean(old - new) (thrust-rl, torchrl) or k2 = "
+        "mean(r^2 / 2)", KL_ESTIMATORS)
     kl_stop_rule: str = _f(
         "sb3", "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, "
         "1x), thrust (after the step, end the current epoch only), skrl (before the step, 1x, "
@@ -163,11 +168,14 @@ class PPOConfig:
         SINGLE_ELEMENT_RESULTS)
     drop_truncated_steps: bool = _f(
         False, "give steps that ended by truncation (truncated and not terminated) weight 0 in "
-               "every loss mean (they still feed the advantages of earlier steps)")
+               "every loss mean (they still feed the advantages of earlier steps; no function "
+               "quantity takes the flags, only a whole update's trace shows it: identify_trace)")
     loss_aggregation: str = _f(
-        "token-mean", "how the minibatch loss reduces per-row terms (verl's loss_agg_mode; "
-                      "a sequence is a recurrent minibatch's env column, else the minibatch)",
-        LOSS_AGGREGATIONS)
+        "token-mean", "how the minibatch loss reduces per-row (per-token) terms, verl's "
+        "loss_agg_mode names: token-mean (TRL), seq-mean-token-mean, token-sum, "
+        "seq-mean-token-sum, or the sum over a constant (seq-mean-token-sum-norm: Dr. GRPO); a "
+        "sequence is a recurrent minibatch's env column, else the minibatch (ppo_ref.testing "
+        "searches it through the row layouts only)", LOSS_AGGREGATIONS)
     loss_aggregation_norm: Optional[float] = _f(
         None, "the constant of loss_aggregation='seq-mean-token-sum-norm', > 0 (None: the row "
               "count of the longest sequence)")
