@@ -198,8 +198,8 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
             idx = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
             g = float(gap[idx])
             return {"output": name, "index": idx, "expected": float(exp[idx]),
-                    "actual": float(act[idx]), "precision": bool(g <= band32),
-                    "gap": g, "tolerance": tol}
+                    "actual": float(act[idx]), "precision": bool(g <= band32), "gap": g,
+                    "tolerance": tol}
     return None
 
 
@@ -383,9 +383,8 @@ def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
             f"{fields['tolerance']:.3g}: {kind}")
 
 
-def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str,
-             alternatives: List[str], conditions, layout, kink_only: bool, deadline,
-             max_examples: int) -> str:
+def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str, alternatives,
+             conditions, layout, kink_only: bool, deadline, max_examples: int) -> str:
     name = getattr(fn, "__name__", repr(fn))
     lines = [_first_line(quantity, name, fields, convention_text, deadline, max_examples)]
     if fields.get("seconds") is not None:
@@ -454,11 +453,10 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     if isinstance(convention, Mapping):
         for name, value in convention.items():
             if name in decided and value != decided[name]:
-                raise ValueError(
-                    f"convention sets {name}={value!r}, but layout "
-                    f"{getattr(lay, 'name', type(lay).__name__)!r} fixes {name}="
-                    f"{decided[name]!r}" + (" (pass MaskedRows(aggregation=...))"
-                                            if name == "loss_aggregation" else ""))
+                hint = " (pass MaskedRows(aggregation=...))" if name == "loss_aggregation" else ""
+                raise ValueError(f"convention sets {name}={value!r}, but layout "
+                                 f"{getattr(lay, 'name', type(lay).__name__)!r} fixes "
+                                 f"{name}={decided[name]!r}{hint}")
     options = {**resolve_convention(convention), **decided}
     found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
                     exclude=excluded, fixed=fixed, deadline=deadline)
@@ -707,7 +705,6 @@ def _raise_broken(fn, quantity, layout, found, n, deadline):
     __tracebackhide__ = True
     ex, fields = found
     ex = _prepared(layout, quantity, ex)
-    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex),
-                            layout, False, deadline, n),
-                   quantity=quantity, example=ex,
+    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex), layout,
+                            False, deadline, n), quantity=quantity, example=ex,
                    **{k: v for k, v in fields.items() if k in _FIELDS})

@@ -500,9 +500,7 @@ class Episodes(MaskedRows):
 LAYOUTS: Dict[str, Layout] = {
     "reference": Layout(), "next_values": NextValues(), "episode_starts": EpisodeStarts(),
     "dones": Dones(), "discounts": Discounts(), "env_major": EnvMajor(),
-    "normalized_outputs": NormalizedOutputs(), "masked_rows": MaskedRows(),
-    "episodes": Episodes(),
-}
+    "normalized_outputs": NormalizedOutputs(), "masked_rows": MaskedRows(), "episodes": Episodes()}
 
 
 def get_layout(layout: Union[str, Layout], quantity: str) -> Layout:

@@ -29,8 +29,7 @@ from ppo_ref.spec.update import aggregation_weights
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.tiers import tier_for
 
-__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
-           "finish"]
+__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys", "finish"]
 
 
 class Property(NamedTuple):
@@ -231,8 +230,13 @@ def _set_last_row(name: str, value: bool):
     return remove
 
 
-def _lambda_key(ex):
-    return "gae_lambda" if "gae_lambda" in ex else "lambda_"
+def _hyper_equals(name: str, value: float) -> Property:
+    """``gamma`` or the lambda (``gae_lambda``, V-trace's ``lambda_``) equal to ``value``;
+    removed by setting it to 0.5."""
+    def key(ex):
+        return name if name == "gamma" else ("gae_lambda" if "gae_lambda" in ex else "lambda_")
+    return Property(f"{name}_{value:g}", f"{name} = {value:g}", lambda ex: ex[key(ex)] == value,
+                    lambda ex: _with(ex, **{key(ex): 0.5}))
 
 
 def _take(ex: dict, index) -> dict:
@@ -248,14 +252,7 @@ _TRAJ_PROPERTIES = (
              lambda ex: bool(np.any(ex["terminated"][-1])), _set_last_row("terminated", False)),
     Property("truncated_last_row", "a truncated step on the last row",
              lambda ex: bool(np.any(ex["truncated"][-1])), _set_last_row("truncated", False)),
-    Property("gamma_0", "gamma = 0", lambda ex: ex["gamma"] == 0.0,
-             lambda ex: _with(ex, gamma=0.5)),
-    Property("lambda_0", "lambda = 0", lambda ex: ex[_lambda_key(ex)] == 0.0,
-             lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
-    Property("gamma_1", "gamma = 1", lambda ex: ex["gamma"] == 1.0,
-             lambda ex: _with(ex, gamma=0.5)),
-    Property("lambda_1", "lambda = 1", lambda ex: ex[_lambda_key(ex)] == 1.0,
-             lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
+    *(_hyper_equals(name, value) for value in (0.0, 1.0) for name in ("gamma", "lambda")),
     Property("long_rollout", "a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
              lambda ex: _take(ex, slice(64))),
     Property("truncated", "truncated steps", lambda ex: bool(np.any(ex["truncated"])),
@@ -265,8 +262,7 @@ _TRAJ_PROPERTIES = (
 _VTRACE_PROPERTIES = _TRAJ_PROPERTIES + (
     Property("off_policy", "off-policy steps (ratio != 1)",
              lambda ex: bool(np.any(ex["behaviour_log_probs"] != ex["target_log_probs"])),
-             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()),
-             broad=True),
+             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()), broad=True),
 )
 
 
@@ -387,8 +383,7 @@ _POLICY_PROPERTIES = (
     Property("zero_advantage", "zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
              lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
                                                       ex["advantages"]))),
-    Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
-             _doubled),
+    Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1, _doubled),
 )
 
 
@@ -551,7 +546,7 @@ QUANTITY_SPECS: Dict[str, Quantity] = {q.name: q for q in (
              _size("advantages"), _element_reductions(*_FLOATS["policy_loss"]), _input_magnitude),
     Quantity("value_loss", ("loss", "d_values"), _value_reference,
              _strategy("value_loss", _draw_value), _VALUE_PROPERTIES, _size("values"),
-             _element_reductions("values", "old_values", "returns"), _input_magnitude),
+             _element_reductions(*_FLOATS["value_loss"]), _input_magnitude),
     Quantity("normalize_advantages", ("advantages",), _normalize_reference,
              _strategy("normalize_advantages", _draw_normalize), _NORMALIZE_PROPERTIES,
              _size("advantages"), _element_reductions("advantages"), _normalize_magnitude,
