@@ -89,9 +89,8 @@ def _policy_loss(inputs, settings, tier):
     loss, grad, info = tier.losses.policy_loss(
         inputs["new_log_probs"], inputs["old_log_probs"], inputs["advantages"],
         settings["clip_range"], clip_range_low=settings.get("clip_range_low"),
-        clip_range_high=settings.get("clip_range_high"),
-        clip_interval=settings.get("clip_interval", "symmetric"),
-        dual_clip=settings.get("dual_clip"), weights=weights,
+        clip_range_high=settings.get("clip_range_high"), dual_clip=settings.get("dual_clip"),
+        clip_interval=settings.get("clip_interval", "symmetric"), weights=weights,
         clip_fraction_mode=settings.get("clip_fraction_mode", "outside"))
     estimator = settings.get("kl_estimator", "k3")
     kl = info["approx_kl"] if estimator == "k3" else tier.losses.approx_kl(
@@ -179,8 +178,7 @@ def _ppo_minibatch_update(inputs, settings, tier):
         weights = truncation_weights(inputs["terminated"], inputs["truncated"],
                                      config.drop_truncated_steps)
     mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
-                   inputs["old_values"], (obs, inputs["actions"]), weights,
-                   inputs.get("sequences"))
+                   inputs["old_values"], (obs, inputs["actions"]), weights, inputs.get("sequences"))
     new_params, _, stats = run_epochs(
         params, adam_init(params), config=config, lr=settings["learning_rate"],
         clip_range=settings["clip_range"], minibatches=lambda epoch: [mb], evaluate=evaluate,
@@ -357,14 +355,12 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
     starts[0, 1] = True
     starts[3, 0] = True
     cases.append(_case(
-        "lstm_resets", "lstm", "reference",
-        "torch gate order (i, f, g, o), b = b_ih + b_hh; state zeroed where episode_starts; "
-        "BPTT with dh_seq, dh_T, dc_T",
+        "lstm_resets", "lstm", "reference", "torch gate order (i, f, g, o), b = b_ih + b_hh; "
+        "state zeroed where episode_starts; BPTT with dh_seq, dh_T, dc_T",
         {"params": lstm_params, "x": rng.normal(size=(T, N, D)).round(6),
          "h0": rng.normal(size=(N, H)).round(6), "c0": rng.normal(size=(N, H)).round(6),
          "episode_starts": starts, "dh_seq": rng.normal(size=(T, N, H)).round(6),
-         "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)},
-        {}))
+         "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)}, {}))
 
     cases.extend(_ppo_cases(rng))
     return cases
@@ -458,10 +454,9 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
                        {**vinputs, "weights": np.array([1.0, 1, 0, 1, 0, 0, 1, 1])},
                        {"clip_range_vf": 1.0, "mode": "max"}))
     spread = {"advantages": np.array([0.0, 1e-7, -1e-7, 2e-7, 0.0, -3e-7])}
-    for name, ddof, eps_n, placement, preset in (
-            ("clamp_1e-6", 1, 1e-6, "clamp", "torchrl"), ("clamp_1e-7", 1, 1e-7, "clamp",
-                                                          "sample_factory"),
-            ("add_1e-8", 1, 1e-8, "add", "reference")):
+    for name, ddof, eps_n, placement, preset in (("clamp_1e-6", 1, 1e-6, "clamp", "torchrl"),
+                                                 ("clamp_1e-7", 1, 1e-7, "clamp", "sample_factory"),
+                                                 ("add_1e-8", 1, 1e-8, "add", "reference")):
         cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", preset,
                            "a spread of 1e-7: where the eps and its placement show", spread,
                            {"ddof": ddof, "eps": eps_n, "placement": placement}))
@@ -499,8 +494,7 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
     for name, inputs in (("sqrt_1e-8", spread), ("sqrt", plain)):
         cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", "-",
                            "(A - mean) / sqrt(var + 1e-8), var with ddof 1 (TRL's and verl's "
-                           "masked_whiten)", inputs, {"ddof": 1, "eps": 1e-8,
-                                                      "placement": "sqrt"}))
+                           "masked_whiten)", inputs, {"ddof": 1, "eps": 1e-8, "placement": "sqrt"}))
     for result, preset, ddof in (("unchanged", "reference", 1), ("zero", "purejaxrl", 0),
                                  ("NaN", "cleanrl", 1)):
         cases.append(_case(f"normalize_advantages_single_{result}", "normalize_advantages",
@@ -524,8 +518,7 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
     seq = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 2])
     mask = np.array([1.0, 1, 1, 1, 1, 1, 1, 1, 1, 0])
     rows = {**pol, "weights": mask, "sequences": seq}
-    for mode, extra in (("seq-mean-token-mean", {}), ("token-sum", {}),
-                        ("seq-mean-token-sum", {}),
+    for mode, extra in (("seq-mean-token-mean", {}), ("token-sum", {}), ("seq-mean-token-sum", {}),
                         ("seq-mean-token-sum-norm", {"aggregation_norm": 8.0})):
         cases.append(_case(f"policy_loss_aggregation_{mode}", "policy_loss", "-",
                            f"a 0/1 mask and three sequences (4, 2, 3 valid rows), loss "
@@ -534,8 +527,7 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
     cases.append(_case("value_loss_aggregation_seq-mean-token-mean", "value_loss", "-",
                        "the mean over sequences of each sequence's masked mean",
                        {**vinputs, "weights": mask[:8], "sequences": seq[:8]},
-                       {"clip_range_vf": c, "mode": "max", "aggregation":
-                        "seq-mean-token-mean"}))
+                       {"clip_range_vf": c, "mode": "max", "aggregation": "seq-mean-token-mean"}))
     cases.extend(_ppo_convention_cases(rng))
     return cases
 
