@@ -15,8 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ppo_ref._checks import (check_nonnegative, check_positive, check_unit_interval,
-                             one_line_repr)
+from ppo_ref._checks import check_nonnegative, check_positive, check_unit_interval, one_line_repr
 from ppo_ref.spec.layers import ACTIVATIONS
 from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
                                  NORM_EPS_PLACEMENTS, SINGLE_ELEMENT_RESULTS, VALUE_LOSS_MODES)
@@ -49,8 +48,7 @@ class PPOConfig:
     """Settings of a PPO run (every trainer); ``PPOConfig()`` is the reference. Rewards and
     values are in the env's reward units; ``n_steps`` counts steps per env, ``batch_size`` rows
     of the ``n_steps * n_envs`` rollout. ``ValueError`` at construction (and in ``replace``,
-    ``from_dict``) for an invalid field, the message starting with the field's name.
-    """
+    ``from_dict``) for an invalid field, the message starting with the field's name."""
 
     # --- Stable-Baselines3 hyperparameters (docs/specification.md §5) ---------------------------
     learning_rate: float = _f(3e-4, "Adam step size; the initial value when lr_schedule='linear'")
@@ -305,8 +303,7 @@ class PPOConfig:
         31756b19. In the CleanRL and PureJaxRL presets ``clip_range_vf`` follows an overridden
         ``clip_range``; in the SB3 and CleanRL presets ``clip_observations``/``clip_rewards``
         are 10.0 when that normalization is on, else None. ``ValueError`` for an unknown preset
-        name or field, or an invalid resulting config.
-        """
+        name or field, or an invalid resulting config."""
         if name not in PRESETS:
             raise ValueError(f"preset name must be one of {list(PRESETS)}, got {name!r}")
         _check_known(overrides)
@@ -364,22 +361,21 @@ _NEEDS = {
                               "loss_aggregation='seq-mean-token-sum-norm'"),
 }
 
-#: Every convention field at its reference value: the ``"reference"`` preset, and the value of a
-#: field a library has no setting for (no KL early stop, no schedule, no value-head init of its
-#: own, no observation/reward clipping, no dual clip, a symmetric ratio interval).
-_REFERENCE = dict(
-    truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
-    value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
-    advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
-    clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
-    clip_observations=None, clip_rewards=None, advantage_norm_eps=1e-8,
-    advantage_norm_eps_placement="add", clip_interval="symmetric", clip_range_low=None,
-    clip_range_high=None, huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside",
-    value_clip_boundary_grad=1.0, advantage_norm_single_element="unchanged",
-    drop_truncated_steps=False, loss_aggregation="token-mean", loss_aggregation_norm=None)
-
 #: Fields that differ between implementations; every preset sets all of them.
-CONVENTION_FIELDS = tuple(_REFERENCE)
+CONVENTION_FIELDS = (
+    "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
+    "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator", "kl_stop_rule",
+    "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
+    "clip_observations", "clip_rewards", "advantage_norm_eps", "advantage_norm_eps_placement",
+    "clip_interval", "clip_range_low", "clip_range_high", "huber_delta", "dual_clip",
+    "clip_fraction_mode", "value_clip_boundary_grad", "advantage_norm_single_element",
+    "drop_truncated_steps", "loss_aggregation", "loss_aggregation_norm")
+
+#: Every convention field at its reference value, its ``PPOConfig()`` default: the
+#: ``"reference"`` preset, and the value of a field a library has no setting for (no KL early
+#: stop, no schedule, no value-head init of its own, no observation/reward clipping, no dual
+#: clip, a symmetric ratio interval).
+_REFERENCE = {name: PPOConfig.__dataclass_fields__[name].default for name in CONVENTION_FIELDS}
 
 #: ``{preset name: {convention field: value}}``: each preset is :data:`_REFERENCE` with the
 #: fields its implementation sets otherwise (sources: docs/specification.md §8.1).
@@ -507,10 +503,8 @@ def _parse_value(name: str, text: str):
         except ValueError:
             raise ValueError(f"{name}: cannot parse {text!r} as {what}") from None
     if kind == "bool":
-        if raw.lower() in _TRUE:
-            return True
-        if raw.lower() in _FALSE:
-            return False
+        if raw.lower() in _TRUE + _FALSE:
+            return raw.lower() in _TRUE
         raise ValueError(f"{name}: cannot parse {text!r} as a bool (true/false, 1/0, yes/no)")
     if kind == "int_tuple":
         # "()" or "[]" is the empty tuple (no hidden layers: linear heads); an empty value or
@@ -537,8 +531,7 @@ def parse_overrides(items: Iterable[str]) -> Dict[str, Any]:
     ``none``/``null`` for optional numbers, comma-separated integers for ``net_arch`` (``64,64``,
     ``[64, 64]``, ``()`` for none), plain text for choice fields (checked by ``PPOConfig``).
     ``ValueError`` naming the field or item for an item without ``=``, an unknown field (with a
-    suggestion), a field given twice, or a value that does not parse as the field's type.
-    """
+    suggestion), a field given twice, or a value that does not parse as the field's type."""
     if isinstance(items, str):
         raise ValueError("items must be a list of 'field=value' strings, not a single string")
     out: Dict[str, Any] = {}

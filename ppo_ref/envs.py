@@ -69,8 +69,7 @@ class MemoryCueEnv(gym.Env):
     ``info["cue"]`` on every step, ``info["correct"]`` on the answer step. A memoryless policy
     answers right with probability exactly 1/2 (mean return 0).
 
-    ``ValueError`` for ``blank_steps`` not an integer >= 0, or ``render_mode`` not None.
-    """
+    ``ValueError`` for ``blank_steps`` not an integer >= 0, or ``render_mode`` not None."""
 
     metadata = {"render_modes": []}
 
@@ -133,8 +132,7 @@ class MultiChoiceEnv(gym.Env):
     ``episode_length * sum_k 1 / nvec[k]``.
 
     ``ValueError`` for ``nvec`` not a non-empty sequence of integers >= 2, ``episode_length``
-    not an integer >= 1, or ``render_mode`` not None.
-    """
+    not an integer >= 1, or ``render_mode`` not None."""
 
     metadata = {"render_modes": []}
 
@@ -187,9 +185,7 @@ class MultiChoiceEnv(gym.Env):
         info = {"correct": correct, "cues": self._cues.copy()}
         reward = float(np.count_nonzero(correct))
         self._t += 1
-        terminated = self._t == self.episode_length
-        if terminated:
-            self._needs_reset = True
+        self._needs_reset = terminated = self._t == self.episode_length
         return self._draw(), reward, terminated, False, info
 
 

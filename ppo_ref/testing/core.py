@@ -55,8 +55,7 @@ class Mismatch(AssertionError):
     ``example`` (the minimal ``{input name: value}``, reference layout); ``convention`` (the
     options used); ``alternatives`` (other conventions giving ``fn``'s outputs on it);
     ``properties`` (its named conditions); ``tolerance``, ``gap``; ``raised`` (what ``fn``
-    raised), ``mutated`` (the input it wrote into), ``seconds`` (a call over the deadline).
-    """
+    raised), ``mutated`` (the input it wrote into), ``seconds`` (a call over the deadline)."""
 
     def __init__(self, message: str = "", **fields: Any):
         super().__init__(message)
@@ -547,8 +546,7 @@ class IdentifyReport:
     condition names, rounded)]``: agreement on every example without one or two conditions,
     searched when nothing matches; with a ``precision_only`` match only strict ones are kept);
     ``counterexample`` (the minimal :class:`Mismatch` against the reference convention when
-    nothing matches); ``excluded`` (the condition names ``exclude=`` left out).
-    """
+    nothing matches); ``excluded`` (the condition names ``exclude=`` left out)."""
 
     def __init__(self, quantity, matches, except_on, counterexample, precision_only,
                  excluded=()):
@@ -657,8 +655,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
 
     Returns an :class:`IdentifyReport` (``str(report)`` names the options and the presets
     sharing them). Raises as the ``check_*`` functions (a function that raises, writes into its
-    inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`).
-    """
+    inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`)."""
     __tracebackhide__ = True
     q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
                                                    exclude, deadline, 60)

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional,
-                    Tuple)
+from typing import Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 

@@ -269,8 +269,7 @@ def identify_trace(trace: Mapping[str, Any], reference: Optional[Mapping[str, An
     Returns the matching changes, each ``{option name: value}``, the fewest options first;
     ``[{}]`` when ``trace`` already equals ppo_ref's trace with the unchanged settings; ``[]``
     when nothing matches. Raises ``ValueError`` when the documents lack ``inputs`` or
-    ``settings`` or for ``max_changes`` not 1 or 2.
-    """
+    ``settings`` or for ``max_changes`` not 1 or 2."""
     base_doc = trace if reference is None else reference
     if not (isinstance(base_doc, Mapping) and "inputs" in base_doc and "settings" in base_doc):
         raise ValueError("identify_trace needs trace documents with 'inputs' and 'settings' "

@@ -231,8 +231,7 @@ _FUNCTIONS = {
 def compute_outputs(case: Mapping, backend: str = "spec") -> Dict[str, Any]:
     """ppo_ref's outputs ``{name: array or dict}`` for a decoded case, computed by the tier of
     ``backend`` (a value of ``PPOConfig.backend``, :func:`ppo_ref.tiers.tier_for`; by default
-    the spec tier, as every function of this module). ``ValueError``: an unknown kind or backend.
-    """
+    the spec tier, as every function of this module). ``ValueError``: an unknown kind or backend."""
     kind = case["kind"]
     if kind not in KINDS:
         raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
