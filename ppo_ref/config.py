@@ -131,9 +131,8 @@ class PPOConfig:
         1e-8, "eps > 0 of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: "
         "1e-8; Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)")
     advantage_norm_eps_placement: str = _f(
-        "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
-               "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)",
-        NORM_EPS_PLACEMENTS)
+        "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample Factory) "
+        "or / sqrt(var + eps) (TRL's and verl's masked_whiten)", NORM_EPS_PLACEMENTS)
     clip_interval: str = _f("symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or "
                             "Sample Factory's [1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
     clip_range_low: Optional[float] = _f(
@@ -146,8 +145,7 @@ class PPOConfig:
               "None: off")
     clip_fraction_mode: str = _f(
         "outside", "what clip_fraction counts: the ratio outside the clip interval (SB3, CleanRL) "
-                   "or where the clip changes the loss (active: verl's pg_clipfrac)",
-        CLIP_FRACTION_MODES)
+        "or where the clip changes the loss (active: verl's pg_clipfrac)", CLIP_FRACTION_MODES)
     kl_estimator: str = _f(
         "k3", "approx_kl estimator (reported by the policy loss, read by the early stop): k3 = "
         "mean(exp(r) - 1 - r) (SB3, CleanRL), k1 = mean(old - new) (thrust-rl, torchrl) or k2 = "

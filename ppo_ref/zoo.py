@@ -15,12 +15,11 @@ __all__ = ["ZooEntry", "ZOO", "zoo_entry"]
 
 @dataclass(frozen=True)
 class ZooEntry:
-    """The default settings of one environment: ``settings`` (``{PPOConfig field: value}``
-    on top of ``PPOConfig()``) for the ``policy`` ``"mlp"`` or ``"lstm"``; ``n_timesteps``, the
-    source's training budget (the default ``--total-timesteps``); ``source`` (rl-baselines3-zoo
-    file and key, or the test that checks ppo_ref's own tuning); ``deviations`` from it;
-    ``published``, the source's final mean deterministic return (None: none), and
-    ``published_source``."""
+    """The default settings of one environment: ``settings`` (``{PPOConfig field: value}`` on top of
+    ``PPOConfig()``) for the ``policy`` ``"mlp"`` or ``"lstm"``; ``n_timesteps``, the source's
+    training budget (the default ``--total-timesteps``); ``source`` (rl-baselines3-zoo file and key,
+    or the test that checks ppo_ref's own tuning); ``deviations`` from it; ``published``, the
+    source's final mean deterministic return (None: none), and ``published_source``."""
 
     env_id: str
     policy: str

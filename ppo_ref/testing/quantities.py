@@ -2,17 +2,16 @@
 (:mod:`ppo_ref.spec`, float64), the input strategy, the outputs, the named input conditions and
 the size of the numbers involved.
 
-An *example* is a dict of the reference function's inputs in its own layout (time-major
-``[T, N]`` arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the
-normalization) and its hyperparameters; a row layout adds ``_rows`` (the seed of its
-arrangement, 0: one row, no padding) and adds ``_sequences`` and ``_norm`` to a loss example (its
-rows, for the option ``loss_aggregation``).
-Edge patterns are drawn on purpose: flags per step from (none, terminated, truncated, both),
-gamma and lambda often 0 or 1, one example in ten a long rollout (T = 65..2048), junk (never 0)
-in ``final_values``/``last_values`` wherever the reference does not read, ratios exactly on
-``1 +- clip_range`` and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64), constant
-advantages and spreads of 1e-8..1e-4. Hypothesis cannot shorten a ``[T, N]`` grid drawn before
-its contents, so each quantity also lists *reductions* (fewer envs, rows or elements), which
+An *example* is a dict of the reference function's inputs in its own layout (time-major ``[T, N]``
+arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the normalization) and its
+hyperparameters; a row layout adds ``_rows`` (the seed of its arrangement, 0: one row, no padding)
+and adds ``_sequences`` and ``_norm`` to a loss example (its rows, for the option
+``loss_aggregation``). Edge patterns are drawn on purpose: flags per step from (none, terminated,
+truncated, both), gamma and lambda often 0 or 1, one example in ten a long rollout (T = 65..2048),
+junk (never 0) in ``final_values``/``last_values`` wherever the reference does not read, ratios
+exactly on ``1 +- clip_range`` and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64), constant
+advantages and spreads of 1e-8..1e-4. Hypothesis cannot shorten a ``[T, N]`` grid drawn before its
+contents, so each quantity also lists *reductions* (fewer envs, rows or elements), which
 :func:`ppo_ref.testing.check` tries after the shrink.
 """
 from __future__ import annotations

@@ -258,13 +258,12 @@ def identify_trace(trace: Mapping[str, Any], reference: Optional[Mapping[str, An
                    ) -> List[Dict[str, Any]]:
     """The convention changes under which ppo_ref's traced update equals ``trace``.
 
-    ppo_ref's update is :func:`trace_update` on the ``inputs`` and ``settings`` of
-    ``reference`` (a trace document, e.g. the reference trace the other implementation was
-    given; default ``trace`` itself). Every change of one option of
-    :data:`ppo_ref.conventions.OPTIONS` to another of its values is tried, then (when none
-    matches and ``max_changes >= 2``) every change of two; a change matches when
-    :func:`diff_traces` of ``trace`` and ppo_ref's trace with it finds no difference. This is
-    how a convention no function quantity shows is named, such as ``drop_truncated_steps``.
+    ppo_ref's update is :func:`trace_update` on the ``inputs`` and ``settings`` of ``reference`` (a
+    trace document, e.g. the reference trace the other implementation was given; default ``trace``
+    itself). Every change of one option of :data:`ppo_ref.conventions.OPTIONS` to another of its
+    values is tried, then (when none matches and ``max_changes >= 2``) every change of two; a change
+    matches when :func:`diff_traces` of ``trace`` and ppo_ref's trace with it finds no difference.
+    This is how a convention no function quantity shows is named, such as ``drop_truncated_steps``.
 
     Returns the matching changes, each ``{option name: value}``, the fewest options first;
     ``[{}]`` when ``trace`` already equals ppo_ref's trace with the unchanged settings; ``[]``

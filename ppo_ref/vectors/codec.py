@@ -112,8 +112,7 @@ def decode(value):
 
 
 def decode_settings(settings: Mapping) -> dict:
-    """Settings with only the special-float strings decoded (lists such as ``betas`` stay
-    lists)."""
+    """Settings with only the special-float strings decoded (lists such as ``betas`` stay lists)."""
     return {k: _SPECIAL[v] if isinstance(v, str) and v in _SPECIAL else v
             for k, v in settings.items()}
 
