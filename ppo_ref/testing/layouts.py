@@ -134,10 +134,12 @@ def _hyper(quantity: str, ex: Mapping[str, Any]) -> Dict[str, Any]:
     return {k: ex[k] for k in ("rho_bar", "c_bar", "pg_rho_bar", "lambda_")}
 
 
-def _front(quantity: str, ex: Mapping[str, Any]) -> list:
-    if quantity == "vtrace":
-        return [ex["behaviour_log_probs"], ex["target_log_probs"]]
-    return []
+def _trajectory_call(quantity: str, ex: Mapping[str, Any], block: list,
+                     gamma: bool = True) -> Tuple[list, dict]:
+    """``(args, kwargs)``: V-trace's log-probs, then ``block``; ``gamma`` (unless ``False``: the
+    block carries it) and the quantity's hyperparameters as keywords."""
+    front = [ex["behaviour_log_probs"], ex["target_log_probs"]] if quantity == "vtrace" else []
+    return front + block, {**({"gamma": ex["gamma"]} if gamma else {}), **_hyper(quantity, ex)}
 
 
 def _first_input(quantity: str) -> str:
@@ -196,8 +198,7 @@ class Layout:
     def arguments(self, quantity: str, ex: Mapping[str, Any]) -> Tuple[list, dict]:
         """``(args, kwargs)`` of the user's function for one example."""
         if quantity in _TRAJECTORY:
-            args = _front(quantity, ex) + [ex[k] for k in _TRAJECTORY_BLOCK]
-            return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+            return _trajectory_call(quantity, ex, [ex[k] for k in _TRAJECTORY_BLOCK])
         return [ex[k] for k in _ROW_INPUTS[quantity]] + _scalar(quantity, ex), {}
 
     def outputs(self, quantity: str, result, ex: Mapping[str, Any]) -> Dict[str, Any]:
@@ -240,9 +241,8 @@ class NextValues(Layout):
         done = _done(ex)
         following = _values_ext(ex)[1:]  # values[t + 1], last_values on the last row
         next_values = np.where(done, ex["final_values"], following).astype(ex["values"].dtype)
-        args = _front(quantity, ex) + [ex["rewards"], ex["values"], next_values,
-                                       ex["terminated"], ex["truncated"]]
-        return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+        return _trajectory_call(quantity, ex, [ex["rewards"], ex["values"], next_values,
+                                               ex["terminated"], ex["truncated"]])
 
 
 class EpisodeStarts(Layout):
@@ -258,9 +258,8 @@ class EpisodeStarts(Layout):
         starts[1:] = done[:-1]
         starts[0] = self.carry
         rewards = _folded_rewards(ex) if self.fold_truncation_bootstrap else ex["rewards"]
-        args = _front(quantity, ex) + [rewards, ex["values"], starts, ex["last_values"],
-                                       done[-1].copy()]
-        return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+        return _trajectory_call(quantity, ex, [rewards, ex["values"], starts, ex["last_values"],
+                                               done[-1].copy()])
 
 
 class Dones(Layout):
@@ -272,8 +271,7 @@ class Dones(Layout):
 
     def arguments(self, quantity, ex):
         rewards = _folded_rewards(ex) if self.fold_truncation_bootstrap else ex["rewards"]
-        args = _front(quantity, ex) + [rewards, _values_ext(ex), _done(ex)]
-        return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+        return _trajectory_call(quantity, ex, [rewards, _values_ext(ex), _done(ex)])
 
 
 class Discounts(Layout):
@@ -283,8 +281,8 @@ class Discounts(Layout):
     def arguments(self, quantity, ex):
         dtype = ex["rewards"].dtype
         discounts = (ex["gamma"] * (1.0 - _done(ex).astype(np.float64))).astype(dtype)
-        args = _front(quantity, ex) + [ex["rewards"], discounts, _values_ext(ex)]
-        return args, _hyper(quantity, ex)
+        return _trajectory_call(quantity, ex, [ex["rewards"], discounts, _values_ext(ex)],
+                                gamma=False)
 
 
 def _transpose(x):

@@ -193,25 +193,14 @@ def _ppo_minibatch_update(inputs, settings, tier):
 
 #: Case kind -> the function computing its outputs ``(inputs, settings, tier) -> dict``.
 KINDS: Dict[str, Callable] = {
-    "episode_starts": _episode_starts,
-    "gae": _gae,
-    "vtrace": _vtrace,
-    "categorical": _categorical,
-    "policy_loss": _policy_loss,
-    "value_loss": _value_loss,
-    "entropy_loss": _entropy_loss,
-    "normalize_advantages": _normalize_advantages,
-    "approx_kl": _approx_kl,
-    "adam": _adam,
-    "clip_by_global_norm": _clip,
-    "lstm": _lstm,
-    "ppo_minibatch_update": _ppo_minibatch_update,
-}
+    "episode_starts": _episode_starts, "gae": _gae, "vtrace": _vtrace, "categorical": _categorical,
+    "policy_loss": _policy_loss, "value_loss": _value_loss, "entropy_loss": _entropy_loss,
+    "normalize_advantages": _normalize_advantages, "approx_kl": _approx_kl, "adam": _adam,
+    "clip_by_global_norm": _clip, "lstm": _lstm, "ppo_minibatch_update": _ppo_minibatch_update}
 
+#: Case kind -> the ppo_ref function it documents (a case file's ``function``).
 _FUNCTIONS = {
-    "episode_starts": "ppo_ref.episode_starts",
-    "gae": "ppo_ref.gae",
-    "vtrace": "ppo_ref.vtrace",
+    "episode_starts": "ppo_ref.episode_starts", "gae": "ppo_ref.gae", "vtrace": "ppo_ref.vtrace",
     "categorical": "ppo_ref.spec.distributions (log_softmax, categorical_entropy, "
                    "categorical_log_prob and their backward)",
     "policy_loss": "ppo_ref.spec.losses.policy_loss (approx_kl: ppo_ref.spec.losses.approx_kl "
@@ -651,9 +640,8 @@ def _settings_text(settings: Mapping[str, Any]) -> str:
     for key, value in settings.items():
         if key == "config":
             default = PPOConfig().to_dict()
-            changed = {k: v for k, v in value.items() if default[k] != v}
-            parts.append("config: " + ", ".join(f"{k}={v!r}" for k, v in changed.items())
-                         + ";")
+            parts.append("config: " + ", ".join(f"{k}={v!r}" for k, v in value.items()
+                                                if default[k] != v) + ";")
         elif isinstance(value, np.ndarray) or (isinstance(value, (list, tuple))
                                                and key != "betas"):
             parts.append(f"{key}=<{'x'.join(map(str, np.shape(value)))} array>")
