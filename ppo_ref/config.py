@@ -443,30 +443,29 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) or _numpy_scalar(value, "iu")
 
 
+#: The scalar field kinds: ``kind -> (accepts(value), what the value must be, normalize)``.
+_SCALARS = {
+    "bool": (lambda v: type(v).__name__ in ("bool", "bool_"), "a bool", bool),
+    "int": (_is_int, "an integer", int),
+    "float": (lambda v: not isinstance(v, bool) and (isinstance(v, (int, float))
+                                                     or _numpy_scalar(v, "iuf")),
+              "a real number", float),
+    "str": (lambda v: isinstance(v, str), "a string", lambda v: v),
+}
+
+
 def _coerce(name: str, value, hint):
     """Check a field's Python type and normalize it (numpy scalars -> Python, list -> tuple)."""
     kind = _kind(hint)
     if kind == "optional_float":
         return None if value is None else _coerce(name, value, float)
-    if kind == "bool":
-        if type(value).__name__ in ("bool", "bool_"):
-            return bool(value)
-        raise ValueError(f"{name} must be a bool, got {one_line_repr(value)}")
-    if kind == "int":
-        if _is_int(value):
-            return int(value)
-        raise ValueError(f"{name} must be an integer, got {one_line_repr(value)}")
-    if kind == "float":
-        if isinstance(value, bool) or not (isinstance(value, (int, float))
-                                           or _numpy_scalar(value, "iuf")):
-            raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}")
-        value = float(value)
-        if not math.isfinite(value):
+    if kind in _SCALARS:
+        accepts, what, convert = _SCALARS[kind]
+        if not accepts(value):
+            raise ValueError(f"{name} must be {what}, got {one_line_repr(value)}")
+        value = convert(value)
+        if kind == "float" and not math.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value}")
-        return value
-    if kind == "str":
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {one_line_repr(value)}")
         return value
     if kind == "int_tuple":
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):

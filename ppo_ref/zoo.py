@@ -34,9 +34,7 @@ class ZooEntry:
         """``PPOConfig(**settings)`` with ``overrides`` on top (validated by PPOConfig: a
         ``ValueError`` names a bad field)."""
         from ppo_ref.config import PPOConfig
-        values = dict(self.settings)
-        values.update(overrides)
-        return PPOConfig(**values)
+        return PPOConfig(**{**self.settings, **overrides})
 
 
 # SB3 VecNormalize (rl-baselines3-zoo ``normalize: true``)

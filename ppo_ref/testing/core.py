@@ -82,8 +82,7 @@ def _named(fn, args, kwargs) -> List[Tuple[str, Any]]:
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    names = [params[i].name if i < len(params) else f"argument {i + 1}"
-             for i in range(len(args))]
+    names = [params[i].name if i < len(params) else f"argument {i + 1}" for i in range(len(args))]
     return list(zip(names, args)) + list(kwargs.items())
 
 

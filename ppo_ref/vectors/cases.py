@@ -238,8 +238,7 @@ def _case(name, kind, preset, description, inputs, settings, tolerance=None):
 
 
 def _rollout(rng, T, N):
-    terminated = _flags(rng, (T, N), 0.15)
-    truncated = _flags(rng, (T, N), 0.15)
+    terminated, truncated = _flags(rng, (T, N), 0.15), _flags(rng, (T, N), 0.15)
     terminated[-1, 0] = True           # a terminal on the last row (thrust-rl differs there)
     truncated[T // 2, -1] = True       # a truncation mid-rollout
     terminated[T // 2, -1] = False
@@ -580,11 +579,9 @@ def _ppo_cases(rng) -> List[dict]:
 #: For each kind whose result depends on convention options: ``{option name of
 #: ppo_ref.conventions.OPTIONS: settings key}``.
 OPTION_KEYS: Dict[str, Dict[str, str]] = {
-    "gae": {k: k for k in _TRUNCATION_OPTIONS},
-    "vtrace": {k: k for k in _TRUNCATION_OPTIONS},
+    "gae": {k: k for k in _TRUNCATION_OPTIONS}, "vtrace": {k: k for k in _TRUNCATION_OPTIONS},
     "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale",
-                   "value_clip_boundary_grad": "boundary_grad",
-                   "loss_aggregation": "aggregation"},
+                   "value_clip_boundary_grad": "boundary_grad", "loss_aggregation": "aggregation"},
     "normalize_advantages": {"advantage_norm_ddof": "ddof", "advantage_norm_eps": "eps",
                              "advantage_norm_eps_placement": "placement",
                              "advantage_norm_single_element": "single_element"},
