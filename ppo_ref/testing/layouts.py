@@ -88,6 +88,7 @@ __all__ = ["Layout", "Reference", "NextValues", "EpisodeStarts", "Dones", "Disco
            "LAYOUTS", "get_layout", "as_numpy", "BadOutput"]
 
 _TRAJECTORY = ("gae", "vtrace")
+_VTRACE_HYPER = ("rho_bar", "c_bar", "pg_rho_bar", "lambda_")
 _TRAJECTORY_BLOCK = ("rewards", "values", "terminated", "truncated", "last_values",
                      "final_values")
 #: The positional results of each quantity's reference function.
@@ -128,18 +129,15 @@ def as_numpy(x):
     return x
 
 
-def _hyper(quantity: str, ex: Mapping[str, Any]) -> Dict[str, Any]:
-    if quantity == "gae":
-        return {"gae_lambda": ex["gae_lambda"]}
-    return {k: ex[k] for k in ("rho_bar", "c_bar", "pg_rho_bar", "lambda_")}
-
-
 def _trajectory_call(quantity: str, ex: Mapping[str, Any], block: list,
                      gamma: bool = True) -> Tuple[list, dict]:
     """``(args, kwargs)``: V-trace's log-probs, then ``block``; ``gamma`` (unless ``False``: the
     block carries it) and the quantity's hyperparameters as keywords."""
-    front = [ex["behaviour_log_probs"], ex["target_log_probs"]] if quantity == "vtrace" else []
-    return front + block, {**({"gamma": ex["gamma"]} if gamma else {}), **_hyper(quantity, ex)}
+    if quantity == "gae":
+        front, keys = [], ("gae_lambda",)
+    else:
+        front, keys = [ex["behaviour_log_probs"], ex["target_log_probs"]], _VTRACE_HYPER
+    return front + block, {k: ex[k] for k in (("gamma",) if gamma else ()) + keys}
 
 
 def _first_input(quantity: str) -> str:

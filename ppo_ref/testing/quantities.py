@@ -92,10 +92,8 @@ _FLOATS = {"gae": _TRAJ_FLOATS,
 
 
 def _cast(example: dict, names, dtype: str) -> dict:
-    out = dict(example)
-    for name in names:
-        out[name] = np.asarray(out[name], dtype=np.float32 if dtype == "float32" else np.float64)
-    return out
+    dt = np.float32 if dtype == "float32" else np.float64
+    return {**example, **{name: np.asarray(example[name], dtype=dt) for name in names}}
 
 
 # the element strategies are built once (building one per draw costs more than the draw)
@@ -430,8 +428,7 @@ _VALUE_PROPERTIES = (
 
 
 def _draw_normalize(draw, st, exclude, dtype):
-    n = draw(st.integers(1, 12))
-    kind = draw(st.integers(0, 5))
+    n, kind = draw(st.integers(1, 12)), draw(st.integers(0, 5))
     if kind == 0:
         adv = np.full(n, draw(_small_floats(st)))
     elif kind <= 3:  # a spread near the eps values: where the eps and its placement show

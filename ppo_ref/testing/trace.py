@@ -153,9 +153,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
                                  + categorical_entropy_backward(logits, tr["d_entropy"]))
     grads = actor_critic_backward(params, cache, d_logits, tr["d_values"])
     tr["grads"] = dict(grads)
-    clipped, norm_value = clip_by_global_norm(grads, config.max_grad_norm)
-    tr["grad_norm"] = norm_value
-    tr["clip_scale"] = min(1.0, config.max_grad_norm / (norm_value + 1e-6))
+    clipped, tr["grad_norm"] = clip_by_global_norm(grads, config.max_grad_norm)
+    tr["clip_scale"] = min(1.0, config.max_grad_norm / (tr["grad_norm"] + 1e-6))
     tr["clipped_grads"] = dict(clipped)
     new_params, state = adam_update(params, clipped, adam_init(params), lr=config.learning_rate,
                                     eps=config.adam_eps)
