@@ -28,7 +28,7 @@ import numpy as np
 from ppo_ref._checks import result_dtype
 from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
 from ppo_ref.testing._hyp import require_hypothesis
-from ppo_ref.testing.layouts import BadOutput, Layout, as_numpy, get_layout
+from ppo_ref.testing.layouts import LAYOUTS, BadOutput, Layout, as_numpy, get_layout
 from ppo_ref.testing.quantities import finish, get_quantity, property_keys
 
 __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
@@ -510,7 +510,7 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
     """
 
 
-def _make_check(quantity: str, ref: str, layouts: str):
+def _make_check(quantity: str, ref: str):
     def checker(fn, *, layout="reference", convention="reference", dtype="float64",
                 max_examples=None, skip=(), fixed=None, exclude=(), deadline=DEFAULT_DEADLINE):
         __tracebackhide__ = True
@@ -519,21 +519,19 @@ def _make_check(quantity: str, ref: str, layouts: str):
                      deadline=deadline)
     q = get_quantity(quantity)
     checker.__name__ = checker.__qualname__ = f"check_{quantity}"
+    layouts = ", ".join(name for name, lay in LAYOUTS.items() if quantity in lay.quantities)
     checker.__doc__ = _CHECK_DOC.format(
         ref=ref, layouts=layouts, n=DEFAULT_MAX_EXAMPLES, outputs=", ".join(q.outputs),
         conditions=", ".join(repr(p.key) for p in q.properties), deadline=DEFAULT_DEADLINE)
     return checker
 
 
-_TRAJ_LAYOUTS = ("reference, next_values, episode_starts, dones, discounts, env_major, "
-                 "normalized_outputs (GAE only)")
-_ROWS = "reference, masked_rows, episodes"
-check_gae = _make_check("gae", "ppo_ref.gae", _TRAJ_LAYOUTS + ", masked_rows, episodes")
-check_vtrace = _make_check("vtrace", "ppo_ref.vtrace", _TRAJ_LAYOUTS)
-check_policy_loss = _make_check("policy_loss", "ppo_ref.spec.losses.policy_loss", _ROWS)
-check_value_loss = _make_check("value_loss", "ppo_ref.spec.losses.value_loss", _ROWS)
-check_normalize_advantages = _make_check(
-    "normalize_advantages", "ppo_ref.spec.losses.normalize_advantages", _ROWS)
+check_gae = _make_check("gae", "ppo_ref.gae")
+check_vtrace = _make_check("vtrace", "ppo_ref.vtrace")
+check_policy_loss = _make_check("policy_loss", "ppo_ref.spec.losses.policy_loss")
+check_value_loss = _make_check("value_loss", "ppo_ref.spec.losses.value_loss")
+check_normalize_advantages = _make_check("normalize_advantages",
+                                         "ppo_ref.spec.losses.normalize_advantages")
 
 
 class IdentifyReport:
