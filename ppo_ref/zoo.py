@@ -37,7 +37,6 @@ class ZooEntry:
         return PPOConfig(**{**self.settings, **overrides})
 
 
-# SB3 VecNormalize (rl-baselines3-zoo ``normalize: true``)
 _NORMALIZE = dict(normalize_observations=True, normalize_rewards=True, clip_observations=10.0,
                   clip_rewards=10.0)
 _ZOO_PPO = "rl-baselines3-zoo hyperparams/ppo.yml"

@@ -339,8 +339,7 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                    "w_hh": (rng.normal(size=(4 * H, H)) * 0.5).round(6),
                    "b": (rng.normal(size=4 * H) * 0.1).round(6)}
     starts = np.zeros((T, N), dtype=bool)
-    starts[0, 1] = True
-    starts[3, 0] = True
+    starts[0, 1] = starts[3, 0] = True
     cases.append(_case(
         "lstm_resets", "lstm", "reference", "torch gate order (i, f, g, o), b = b_ih + b_hh; "
         "state zeroed where episode_starts; BPTT with dh_seq, dh_T, dc_T",
@@ -409,8 +408,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
                         "lambda_": rng.choice([0.5, 1.0], (6, 3)).tolist(), **ref}))
     # ratios exactly on 1 +- eps (exp(new - old) == 1 +- eps in float64), both signs of A
     old = np.array([-1.0, -0.5, -2.0, -1.0, -0.75, -1.25])
-    d = np.log(np.array([1.25, 0.75, 1.25, 0.75, 1.0, 2.0]))
-    new = old + d
+    new = old + np.log(np.array([1.25, 0.75, 1.25, 0.75, 1.0, 2.0]))
     ratio = np.exp(new - old)
     eps = 0.25
     assert np.sum((ratio == 1.0 + eps) | (ratio == 1.0 - eps)) >= 2
@@ -501,7 +499,6 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
                            f"clipped max form; where |V - V_old| == clip_range_vf exactly the "
                            f"gradient is {grad:g} x the unclipped one", vinputs,
                            {"clip_range_vf": c, "mode": "max", "boundary_grad": grad}))
-    # three sequences of 4, 2 and 3 rows, one row masked out
     seq = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 2])
     mask = np.array([1.0, 1, 1, 1, 1, 1, 1, 1, 1, 0])
     rows = {**pol, "weights": mask, "sequences": seq}
