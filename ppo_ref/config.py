@@ -29,9 +29,7 @@ __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS", "CLIP
 
 
 def _f(default, help: str, choices: Optional[Tuple] = None):
-    meta = {"help": help}
-    if choices is not None:
-        meta["choices"] = tuple(choices)
+    meta = {"help": help} if choices is None else {"help": help, "choices": tuple(choices)}
     return field(default=default, metadata=meta)
 
 
@@ -311,8 +309,7 @@ class PPOConfig:
         for clip_name, flag in CLIP_NEEDS.items():
             if values.get(clip_name) is _TEN_WITH_NORMALIZATION:
                 values[clip_name] = 10.0 if overrides.get(flag, _default(flag)) else None
-        values.update(overrides)
-        return cls(**values)
+        return cls(**{**values, **overrides})
 
     @classmethod
     def zoo_cartpole(cls, **overrides: Any) -> "PPOConfig":
@@ -484,8 +481,7 @@ def _format(value) -> str:
     return str(value)
 
 
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def _parse_value(name: str, text: str):

@@ -81,9 +81,7 @@ class MemoryCueEnv(gym.Env):
         self.observation_space = spaces.Box(np.array([-1.0, 0.0], np.float32),
                                             np.array([1.0, 1.0], np.float32), dtype=np.float32)
         self.action_space = spaces.Discrete(2)
-        self._cue = 0.0
-        self._t = 0
-        self._needs_reset = True
+        self._cue, self._t, self._needs_reset = 0.0, 0, True
 
     def _observation(self) -> np.ndarray:
         cue = self._cue if self._t == 0 else 0.0
@@ -155,12 +153,10 @@ class MultiChoiceEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete(self.nvec)
         self._offsets = np.concatenate([[0], np.cumsum(self.nvec)[:-1]])
         self._cues = np.zeros(self.nvec.size, dtype=np.int64)
-        self._t = 0
-        self._needs_reset = True
+        self._t, self._needs_reset = 0, True
 
     def _draw(self) -> np.ndarray:
-        self._cues = np.array([int(self.np_random.integers(n)) for n in self.nvec],
-                              dtype=np.int64)
+        self._cues = np.array([int(self.np_random.integers(n)) for n in self.nvec], np.int64)
         obs = np.zeros(int(self.nvec.sum()), dtype=np.float32)
         obs[self._offsets + self._cues] = 1.0
         return obs

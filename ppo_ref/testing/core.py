@@ -38,8 +38,7 @@ __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_
 DEFAULT_MAX_EXAMPLES = 100
 #: Seconds one call of the function under test may take (twice in a row) before the check stops.
 DEFAULT_DEADLINE = 5.0
-_U64 = 2.0 ** -53
-_U32 = 2.0 ** -24
+_U64, _U32 = 2.0 ** -53, 2.0 ** -24  # the unit roundoff of float64 and of float32
 _DTYPES = ("float64", "float32", "any")
 _FIELDS = ("output", "index", "expected", "actual", "precision", "gap", "tolerance", "raised",
            "mutated", "seconds")
@@ -555,12 +554,10 @@ class IdentifyReport:
     def verdict(self) -> str:
         """``"match"``, ``"match_float32"`` (only up to float32 rounding), ``"match_except"``
         or ``"none"``."""
-        if self.matches:
-            return "match"
-        if self.precision_only:
-            return "match_float32"
-        if self.except_on:
-            return "match_except"
+        for verdict, found in (("match", self.matches), ("match_float32", self.precision_only),
+                               ("match_except", self.except_on)):
+            if found:
+                return verdict
         return "none"
 
     def __str__(self) -> str:

@@ -394,8 +394,7 @@ class MaskedRows(Layout):
         if quantity not in _SCALAR:
             return ex
         rows, _ = self.rows(quantity, ex)
-        first = np.asarray(ex[_ROW_INPUTS[quantity][0]])
-        sequences = np.empty(first.size, np.int64)
+        sequences = np.empty(np.asarray(ex[_ROW_INPUTS[quantity][0]]).size, np.int64)
         for b, r in enumerate(rows):
             sequences[r[0]] = b
         return {**ex, "_sequences": sequences,

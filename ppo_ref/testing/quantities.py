@@ -129,10 +129,8 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
         T, N = draw(st.integers(65, 2048)), draw(st.integers(1, 2))
         rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
         p_flag = draw(st.sampled_from([0.01, 0.05, 0.2]))
-        rewards = rng.normal(size=(T, N)).round(3)
-        values = rng.normal(size=(T, N)).round(3)
-        terminated = rng.random((T, N)) < p_flag
-        truncated = rng.random((T, N)) < p_flag
+        rewards, values = rng.normal(size=(T, N)).round(3), rng.normal(size=(T, N)).round(3)
+        terminated, truncated = rng.random((T, N)) < p_flag, rng.random((T, N)) < p_flag
         terminated[-1] |= draw(st.booleans())
         truncated[-1] |= draw(st.booleans())
         final_values = rng.uniform(0.5, 5.0, (T, N)).round(3) * rng.choice([-1.0, 1.0], (T, N))
@@ -156,8 +154,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
             same = grid(st.booleans()).astype(bool)
             ex["target_log_probs"] = np.where(~same, ex["behaviour_log_probs"],
                                               grid(lp).astype(np.float64))
-        rewards = grid(_small_floats(st)).astype(np.float64)
-        values = grid(_small_floats(st)).astype(np.float64)
+        rewards, values = (grid(_small_floats(st)).astype(np.float64) for _ in range(2))
         kinds = grid(st.integers(0, 3)).astype(np.int64)  # none, terminated, truncated, both
         terminated = (kinds == 1) | (kinds == 3)
         truncated = (kinds == 2) | (kinds == 3)
@@ -286,10 +283,9 @@ def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
     (checked with both ``math.exp`` and ``numpy.exp``), or None."""
     new = old + d
     r = math.exp(new - old)
-    if float(np.exp(np.float64(new) - np.float64(old))) != r:
-        return None
     clip = abs(r - 1.0)
-    if not clip > 0.0 or (r > 1.0 and 1.0 + clip != r) or (r < 1.0 and 1.0 - clip != r):
+    if (float(np.exp(np.float64(new) - np.float64(old))) != r or not clip > 0.0
+            or (r > 1.0 and 1.0 + clip != r) or (r < 1.0 and 1.0 - clip != r)):
         return None
     return new, clip
 
