@@ -15,8 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ppo_ref._checks import (check_nonnegative, check_positive, check_unit_interval,
-                             one_line_repr)
+from ppo_ref._checks import check_nonnegative, check_positive, check_unit_interval, one_line_repr
 from ppo_ref.spec.layers import ACTIVATIONS
 from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
                                  NORM_EPS_PLACEMENTS, SINGLE_ELEMENT_RESULTS, VALUE_LOSS_MODES)
@@ -30,13 +29,16 @@ __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS", "CLIP
 
 
 def _f(default, help: str, choices: Optional[Tuple] = None):
-    meta = {"help": help}
-    if choices is not None:
-        meta["choices"] = tuple(choices)
+    meta = {"help": help} if choices is None else {"help": help, "choices": tuple(choices)}
     return field(default=default, metadata=meta)
 
 
 _SCHEDULES = ("constant", "linear")
+
+
+def _clip_help(what: str) -> str:
+    return (f"clip normalized {what} to [-c, c], c > 0 (needs normalize_{what}; None: no "
+            "clipping; SB3 VecNormalize and CleanRL continuous use 10)")
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,7 @@ class PPOConfig:
     """Settings of a PPO run (every trainer); ``PPOConfig()`` is the reference. Rewards and
     values are in the env's reward units; ``n_steps`` counts steps per env, ``batch_size`` rows
     of the ``n_steps * n_envs`` rollout. ``ValueError`` at construction (and in ``replace``,
-    ``from_dict``) for an invalid field, the message starting with the field's name.
-    """
+    ``from_dict``) for an invalid field, the message starting with the field's name."""
 
     # --- Stable-Baselines3 hyperparameters (docs/specification.md §5) ---------------------------
     learning_rate: float = _f(3e-4, "Adam step size; the initial value when lr_schedule='linear'")
@@ -71,9 +72,8 @@ class PPOConfig:
     lr_schedule: str = _f("constant", "learning-rate schedule", _SCHEDULES)
     clip_range_schedule: str = _f("constant", "clip_range schedule", _SCHEDULES)
     schedule_progress: str = _f(
-        "after_rollout",
-        "schedule progress counts steps after the rollout (SB3) or before it (CleanRL)",
-        ("after_rollout", "before_rollout"))
+        "after_rollout", "schedule progress counts steps after the rollout (SB3) or before it "
+        "(CleanRL)", ("after_rollout", "before_rollout"))
     net_arch: Tuple[int, ...] = _f(
         (64, 64), "hidden layer sizes of each MLP tower, e.g. 64,64; () for none (linear heads)")
     activation: str = _f("tanh", "hidden-layer activation", ACTIVATIONS)
@@ -96,71 +96,62 @@ class PPOConfig:
     lstm_shared: bool = _f(False, "one LSTM for actor and critic (False: a separate critic LSTM)")
     normalize_observations: bool = _f(False, "running mean/std observation normalization")
     normalize_rewards: bool = _f(False, "running return-std reward scaling")
-    clip_observations: Optional[float] = _f(
-        None, "clip normalized observations to [-c, c], c > 0 (needs normalize_observations; "
-              "None: no clipping; SB3 VecNormalize and CleanRL continuous use 10)")
-    clip_rewards: Optional[float] = _f(
-        None, "clip normalized rewards to [-c, c], c > 0 (needs normalize_rewards; None: no "
-              "clipping; SB3 VecNormalize and CleanRL continuous use 10)")
+    clip_observations: Optional[float] = _f(None, _clip_help("observations"))
+    clip_rewards: Optional[float] = _f(None, _clip_help("rewards"))
     compute_dtype: str = _f(
-        "float64",
-        "arithmetic of the policy's network and head, acting and training: float64 (reference) "
-        "or float32 (backend fast only, as torch; parameters, losses and Adam stay float64)",
-        ("float64", "float32"))
+        "float64", "arithmetic of the policy's network and head, acting and training: float64 "
+        "(reference) or float32 (backend fast only, as torch; parameters, losses and Adam stay "
+        "float64)", ("float64", "float32"))
     backend: str = _f(
-        "fast",
-        "which tier runs the computation: fast (compiled, declared equal to the readable tier "
-        "and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
+        "fast", "which tier runs the computation: fast (compiled, declared equal to the readable "
+        "tier and tested against it) or spec (the readable NumPy tier of ppo_ref/spec/, float64)",
         BACKENDS)
 
     # --- convention knobs (docs/specification.md §8) -------------------------------------------
     truncation: str = _f(
-        "bootstrap",
-        "truncated steps: bootstrap V(final_obs) (reference), treat as terminal (CleanRL), or "
-        "ignore the flag (thrust-rl)",
-        tuple(TRUNCATION_MODES))
+        "bootstrap", "truncated steps: bootstrap V(final_obs) and cut the trace (reference, SB3), "
+        "treat as terminal (CleanRL, PureJaxRL), or ignore the flag (thrust-rl 0.4)",
+        TRUNCATION_MODES)
     bootstrap_terminal_last_row: bool = _f(
-        False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl)")
+        False, "a terminal on the last rollout row still bootstraps last_values (thrust-rl 0.4)")
     value_loss_mode: str = _f(
-        "max", "value loss: max of both squared errors when clipped (baselines, CleanRL), SB3's "
-               "clipped MSE, or the Huber loss (torchrl smooth_l1; max form when clipped)",
-        VALUE_LOSS_MODES)
+        "max", "value loss when clipped (clip_range_vf): max of both squared errors (baselines, "
+        "CleanRL), the clipped prediction's squared error (SB3's clipped MSE), or the Huber loss "
+        "(torchrl's default smooth_l1, delta 1; max form when clipped)", VALUE_LOSS_MODES)
     huber_delta: float = _f(1.0, "Huber threshold > 0 of value_loss_mode='huber' (torchrl: 1)")
-    value_loss_scale: float = _f(
-        1.0, "factor on the value loss before vf_coef (CleanRL's 0.5 * MSE: 0.5), >= 0")
-    advantage_norm_scope: str = _f(
-        "minibatch", "normalize advantages per minibatch or once over the whole batch",
-        ("minibatch", "batch"))
-    advantage_norm_ddof: int = _f(
-        1, "ddof of the advantage std: 1 (SB3, CleanRL) or 0 (thrust-rl)", (0, 1))
+    value_loss_scale: float = _f(1.0, "factor >= 0 on the value loss and its gradient before "
+                                      "vf_coef (CleanRL's 0.5 * MSE, rlax: 0.5)")
+    advantage_norm_scope: str = _f("minibatch", "normalize advantages per minibatch or once "
+                                   "over the whole batch", ("minibatch", "batch"))
+    advantage_norm_ddof: int = _f(1, "ddof of the advantage std: 1 (torch std: SB3, CleanRL) or 0 "
+                                     "(numpy/jnp std: thrust-rl)", (0, 1))
     advantage_norm_eps: float = _f(
-        1e-8, "eps > 0 of the advantage normalization (torchrl 1e-6, Sample Factory 1e-7)")
+        1e-8, "eps > 0 of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: "
+        "1e-8; Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)")
     advantage_norm_eps_placement: str = _f(
-        "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
-               "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)",
-        NORM_EPS_PLACEMENTS)
-    clip_interval: str = _f(
-        "symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or Sample Factory's "
-                     "[1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
+        "add", "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample Factory) "
+        "or / sqrt(var + eps) (TRL's and verl's masked_whiten)", NORM_EPS_PLACEMENTS)
+    clip_interval: str = _f("symmetric", "ratio clip interval [1 - eps, 1 + eps] (the paper) or "
+                            "Sample Factory's [1 / (1 + eps), 1 + eps]", CLIP_INTERVALS)
     clip_range_low: Optional[float] = _f(
         None, "eps of the lower ratio bound 1 - eps, in (0, 1) (None: clip_range; torchrl's "
               "clip_epsilon=(low, high))")
-    clip_range_high: Optional[float] = _f(
-        None, "eps of the upper ratio bound 1 + eps, > 0 (None: clip_range)")
+    clip_range_high: Optional[float] = _f(None, "eps of the upper ratio bound 1 + eps, > 0 "
+                                              "(None: clip_range)")
     dual_clip: Optional[float] = _f(
         None, "dual clip c > 1: for A < 0 the surrogate is max(min(...), c * A) (tianshou); "
               "None: off")
     clip_fraction_mode: str = _f(
         "outside", "what clip_fraction counts: the ratio outside the clip interval (SB3, CleanRL) "
-                   "or where the clip changes the loss (active: verl)", CLIP_FRACTION_MODES)
-    kl_estimator: str = _f("k3", "approx_kl estimator for the early stop: k3, k1 or k2",
-                           KL_ESTIMATORS)
+        "or where the clip changes the loss (active: verl's pg_clipfrac)", CLIP_FRACTION_MODES)
+    kl_estimator: str = _f(
+        "k3", "approx_kl estimator (reported by the policy loss, read by the early stop): k3 = "
+        "mean(exp(r) - 1 - r) (SB3, CleanRL), k1 = mean(old - new) (thrust-rl, torchrl) or k2 = "
+        "mean(r^2 / 2)", KL_ESTIMATORS)
     kl_stop_rule: str = _f(
-        "sb3",
-        "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, 1x), "
-        "thrust (after the step, end the current epoch only), skrl (before the step, 1x, end "
-        "the current epoch only)",
-        KL_STOP_RULES)
+        "sb3", "early stop: sb3 (before the step, 1.5x, stop all), cleanrl (after each epoch, "
+        "1x), thrust (after the step, end the current epoch only), skrl (before the step, 1x, "
+        "end the current epoch only)", KL_STOP_RULES)
     value_clip_boundary_grad: float = _f(
         1.0, "fraction in [0, 1] of the unclipped value gradient where |V - V_old| == "
              "clip_range_vf exactly (max forms): 1 torch/TF autodiff, 0.75 JAX (PureJaxRL), "
@@ -171,11 +162,14 @@ class PPOConfig:
         SINGLE_ELEMENT_RESULTS)
     drop_truncated_steps: bool = _f(
         False, "give steps that ended by truncation (truncated and not terminated) weight 0 in "
-               "every loss mean (they still feed the advantages of earlier steps)")
+               "every loss mean (they still feed the advantages of earlier steps; no function "
+               "quantity takes the flags, only a whole update's trace shows it: identify_trace)")
     loss_aggregation: str = _f(
-        "token-mean", "how the minibatch loss reduces per-row terms (verl's loss_agg_mode; "
-                      "a sequence is a recurrent minibatch's env column, else the minibatch)",
-        LOSS_AGGREGATIONS)
+        "token-mean", "how the minibatch loss reduces per-row (per-token) terms, verl's "
+        "loss_agg_mode names: token-mean (TRL), seq-mean-token-mean, token-sum, "
+        "seq-mean-token-sum, or the sum over a constant (seq-mean-token-sum-norm: Dr. GRPO); a "
+        "sequence is a recurrent minibatch's env column, else the minibatch (ppo_ref.testing "
+        "searches it through the row layouts only)", LOSS_AGGREGATIONS)
     loss_aggregation_norm: Optional[float] = _f(
         None, "the constant of loss_aggregation='seq-mean-token-sum-norm', > 0 (None: the row "
               "count of the longest sequence)")
@@ -305,8 +299,7 @@ class PPOConfig:
         31756b19. In the CleanRL and PureJaxRL presets ``clip_range_vf`` follows an overridden
         ``clip_range``; in the SB3 and CleanRL presets ``clip_observations``/``clip_rewards``
         are 10.0 when that normalization is on, else None. ``ValueError`` for an unknown preset
-        name or field, or an invalid resulting config.
-        """
+        name or field, or an invalid resulting config."""
         if name not in PRESETS:
             raise ValueError(f"preset name must be one of {list(PRESETS)}, got {name!r}")
         _check_known(overrides)
@@ -316,19 +309,17 @@ class PPOConfig:
         for clip_name, flag in CLIP_NEEDS.items():
             if values.get(clip_name) is _TEN_WITH_NORMALIZATION:
                 values[clip_name] = 10.0 if overrides.get(flag, _default(flag)) else None
-        values.update(overrides)
-        return cls(**values)
+        return cls(**{**values, **overrides})
 
     @classmethod
     def zoo_cartpole(cls, **overrides: Any) -> "PPOConfig":
         """rl-baselines3-zoo's CartPole-v1 PPO settings (``lin_1e-3``, ``lin_0.2``: linear
         schedules) on the reference conventions, ``overrides`` on top."""
         _check_known(overrides)
-        values = dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
-                      gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear", clip_range=0.2,
-                      clip_range_schedule="linear", ent_coef=0.0)
-        values.update(overrides)
-        return cls(**values)
+        return cls(**{**dict(n_envs=8, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                             gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear",
+                             clip_range=0.2, clip_range_schedule="linear", ent_coef=0.0),
+                      **overrides})
 
 
 class _Derived:
@@ -354,9 +345,8 @@ class IneffectiveSettingWarning(UserWarning):
     another setting, named in the message: :data:`_NEEDS`)."""
 
 
-#: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``.
-#: A field set away from its default where it does not act gets an
-#: :class:`IneffectiveSettingWarning`.
+#: Fields that act only in some configurations: ``field -> (whether it acts, what it needs)``
+#: (:class:`IneffectiveSettingWarning`).
 _NEEDS = {
     "sde_sample_freq": (lambda c: c.use_sde, "use_sde=True"),
     "full_std": (lambda c: c.use_sde, "use_sde=True"),
@@ -366,22 +356,21 @@ _NEEDS = {
                               "loss_aggregation='seq-mean-token-sum-norm'"),
 }
 
-#: Every convention field at its reference value: the ``"reference"`` preset, and the value of a
-#: field a library has no setting for (no KL early stop, no schedule, no value-head init of its
-#: own, no observation/reward clipping, no dual clip, a symmetric ratio interval).
-_REFERENCE = dict(
-    truncation="bootstrap", bootstrap_terminal_last_row=False, value_loss_mode="max",
-    value_loss_scale=1.0, clip_range_vf=None, advantage_norm_scope="minibatch",
-    advantage_norm_ddof=1, kl_estimator="k3", kl_stop_rule="sb3", lr_schedule="constant",
-    clip_range_schedule="constant", schedule_progress="after_rollout", value_head_gain=1.0,
-    clip_observations=None, clip_rewards=None, advantage_norm_eps=1e-8,
-    advantage_norm_eps_placement="add", clip_interval="symmetric", clip_range_low=None,
-    clip_range_high=None, huber_delta=1.0, dual_clip=None, clip_fraction_mode="outside",
-    value_clip_boundary_grad=1.0, advantage_norm_single_element="unchanged",
-    drop_truncated_steps=False, loss_aggregation="token-mean", loss_aggregation_norm=None)
-
 #: Fields that differ between implementations; every preset sets all of them.
-CONVENTION_FIELDS = tuple(_REFERENCE)
+CONVENTION_FIELDS = (
+    "truncation", "bootstrap_terminal_last_row", "value_loss_mode", "value_loss_scale",
+    "clip_range_vf", "advantage_norm_scope", "advantage_norm_ddof", "kl_estimator", "kl_stop_rule",
+    "lr_schedule", "clip_range_schedule", "schedule_progress", "value_head_gain",
+    "clip_observations", "clip_rewards", "advantage_norm_eps", "advantage_norm_eps_placement",
+    "clip_interval", "clip_range_low", "clip_range_high", "huber_delta", "dual_clip",
+    "clip_fraction_mode", "value_clip_boundary_grad", "advantage_norm_single_element",
+    "drop_truncated_steps", "loss_aggregation", "loss_aggregation_norm")
+
+#: Every convention field at its reference value, its ``PPOConfig()`` default: the
+#: ``"reference"`` preset, and the value of a field a library has no setting for (no KL early
+#: stop, no schedule, no value-head init of its own, no observation/reward clipping, no dual
+#: clip, a symmetric ratio interval).
+_REFERENCE = {name: PPOConfig.__dataclass_fields__[name].default for name in CONVENTION_FIELDS}
 
 #: ``{preset name: {convention field: value}}``: each preset is :data:`_REFERENCE` with the
 #: fields its implementation sets otherwise (sources: docs/specification.md §8.1).
@@ -442,9 +431,24 @@ def _check_known(names: Iterable[str]) -> None:
             raise ValueError(f"unknown PPOConfig field {name!r}{hint}")
 
 
+def _numpy_scalar(value, kinds: str) -> bool:
+    """A NumPy scalar (or 0-d array) whose dtype kind is one of ``kinds``."""
+    return hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in kinds
+
+
 def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) or (
-        hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0 and value.dtype.kind in "iu")
+    return isinstance(value, int) and not isinstance(value, bool) or _numpy_scalar(value, "iu")
+
+
+#: The scalar field kinds: ``kind -> (accepts(value), what the value must be, normalize)``.
+_SCALARS = {
+    "bool": (lambda v: type(v).__name__ in ("bool", "bool_"), "a bool", bool),
+    "int": (_is_int, "an integer", int),
+    "float": (lambda v: not isinstance(v, bool) and (isinstance(v, (int, float))
+                                                     or _numpy_scalar(v, "iuf")),
+              "a real number", float),
+    "str": (lambda v: isinstance(v, str), "a string", lambda v: v),
+}
 
 
 def _coerce(name: str, value, hint):
@@ -452,26 +456,13 @@ def _coerce(name: str, value, hint):
     kind = _kind(hint)
     if kind == "optional_float":
         return None if value is None else _coerce(name, value, float)
-    if kind == "bool":
-        if type(value).__name__ in ("bool", "bool_"):
-            return bool(value)
-        raise ValueError(f"{name} must be a bool, got {one_line_repr(value)}")
-    if kind == "int":
-        if _is_int(value):
-            return int(value)
-        raise ValueError(f"{name} must be an integer, got {one_line_repr(value)}")
-    if kind == "float":
-        if isinstance(value, bool) or not (isinstance(value, (int, float)) or (
-                hasattr(value, "dtype") and getattr(value, "ndim", 1) == 0
-                and value.dtype.kind in "iuf")):
-            raise ValueError(f"{name} must be a real number, got {one_line_repr(value)}")
-        value = float(value)
-        if not math.isfinite(value):
+    if kind in _SCALARS:
+        accepts, what, convert = _SCALARS[kind]
+        if not accepts(value):
+            raise ValueError(f"{name} must be {what}, got {one_line_repr(value)}")
+        value = convert(value)
+        if kind == "float" and not math.isfinite(value):
             raise ValueError(f"{name} must be finite, got {value}")
-        return value
-    if kind == "str":
-        if not isinstance(value, str):
-            raise ValueError(f"{name} must be a string, got {one_line_repr(value)}")
         return value
     if kind == "int_tuple":
         if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -490,8 +481,7 @@ def _format(value) -> str:
     return str(value)
 
 
-_TRUE = ("true", "1", "yes", "on")
-_FALSE = ("false", "0", "no", "off")
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 
 def _parse_value(name: str, text: str):
@@ -506,10 +496,8 @@ def _parse_value(name: str, text: str):
         except ValueError:
             raise ValueError(f"{name}: cannot parse {text!r} as {what}") from None
     if kind == "bool":
-        if raw.lower() in _TRUE:
-            return True
-        if raw.lower() in _FALSE:
-            return False
+        if raw.lower() in _TRUE + _FALSE:
+            return raw.lower() in _TRUE
         raise ValueError(f"{name}: cannot parse {text!r} as a bool (true/false, 1/0, yes/no)")
     if kind == "int_tuple":
         # "()" or "[]" is the empty tuple (no hidden layers: linear heads); an empty value or
@@ -536,8 +524,7 @@ def parse_overrides(items: Iterable[str]) -> Dict[str, Any]:
     ``none``/``null`` for optional numbers, comma-separated integers for ``net_arch`` (``64,64``,
     ``[64, 64]``, ``()`` for none), plain text for choice fields (checked by ``PPOConfig``).
     ``ValueError`` naming the field or item for an item without ``=``, an unknown field (with a
-    suggestion), a field given twice, or a value that does not parse as the field's type.
-    """
+    suggestion), a field given twice, or a value that does not parse as the field's type."""
     if isinstance(items, str):
         raise ValueError("items must be a list of 'field=value' strings, not a single string")
     out: Dict[str, Any] = {}

@@ -36,52 +36,29 @@ class Option(NamedTuple):
         return self.values[0]
 
 
+def _option(name: str, values, quantities: Tuple[str, ...]) -> Option:
+    """The option of the :class:`~ppo_ref.PPOConfig` field ``name``, its ``help`` the field's."""
+    return Option(name, tuple(values), quantities,
+                  PPOConfig.__dataclass_fields__[name].metadata["help"])
+
+
 #: The options, one row each (reference value first).
 OPTIONS: Tuple[Option, ...] = (
-    Option("truncation", tuple(TRUNCATION_MODES), ("gae", "vtrace"),
-           "truncated steps bootstrap V(final_obs) and cut the trace (SB3), count as terminal "
-           "(CleanRL, PureJaxRL), or the flag is ignored (thrust-rl 0.4)"),
-    Option("bootstrap_terminal_last_row", (False, True), ("gae", "vtrace"),
-           "a terminal on the last rollout row still bootstraps last_values (thrust-rl 0.4)"),
-    Option("value_loss_mode", VALUE_LOSS_MODES, ("value_loss",),
-           "with clip_range_vf: max of the two squared errors (baselines, CleanRL) or the "
-           "clipped prediction's squared error (SB3); or the Huber loss with delta 1, max form "
-           "when clipped (torchrl's default smooth_l1)"),
-    Option("value_loss_scale", (1.0, 0.5), ("value_loss",),
-           "factor on the value loss and its gradient (CleanRL, rlax: 0.5)"),
-    Option("value_clip_boundary_grad", VALUE_CLIP_BOUNDARY_GRADS, ("value_loss",),
-           "fraction of the unclipped gradient where |V - V_old| == clip_range_vf exactly: "
-           "torch/TF autodiff 1, JAX 0.75 (PureJaxRL), a clip passing nothing at its bound 0.5 "
-           "or 0"),
-    Option("advantage_norm_ddof", (1, 0), ("normalize_advantages",),
-           "ddof of the advantage standard deviation (torch std: 1; numpy/jnp std: 0)"),
-    Option("advantage_norm_eps", (1e-8, 1e-7, 1e-6, 1e-5, 1e-4), ("normalize_advantages",),
-           "eps of the advantage normalization (SB3, CleanRL, tianshou, skrl, PureJaxRL: 1e-8; "
-           "Sample Factory 1e-7; torchrl 1e-6, masked 1e-4)"),
-    Option("advantage_norm_eps_placement", NORM_EPS_PLACEMENTS, ("normalize_advantages",),
-           "(A - mean) / (std + eps) (SB3, CleanRL), / max(std, eps) (torchrl, Sample "
-           "Factory) or / sqrt(var + eps) (TRL's and verl's masked_whiten)"),
-    Option("advantage_norm_single_element", SINGLE_ELEMENT_RESULTS, ("normalize_advantages",),
-           "one element stays unchanged (SB3), becomes 0 (ddof-0 std: PureJaxRL) or NaN (torch "
-           "std of one element: CleanRL)"),
-    Option("clip_interval", CLIP_INTERVALS, ("policy_loss",),
-           "ratio interval [1 - eps, 1 + eps] (the paper) or [1 / (1 + eps), 1 + eps] (Sample "
-           "Factory)"),
-    Option("dual_clip", (None, 2.0, 3.0), ("policy_loss",),
-           "tianshou's dual clip c: for A < 0 the term is max(min(...), c * A) (None: off)"),
-    Option("clip_fraction_mode", CLIP_FRACTION_MODES, ("policy_loss",),
-           "clip_fraction counts the ratio outside the clip interval (SB3, CleanRL) or where the "
-           "clip changes the loss (verl's pg_clipfrac)"),
-    Option("kl_estimator", KL_ESTIMATORS, ("policy_loss",),
-           "approx_kl reported by the policy loss: k3 = mean(exp(r) - 1 - r) (SB3, CleanRL), "
-           "k1 = mean(old - new) (thrust-rl, torchrl) or k2 = mean(r^2 / 2)"),
-    Option("loss_aggregation", LOSS_AGGREGATIONS, ("policy_loss", "value_loss"),
-           "the reduction of per-token terms (verl's loss_agg_mode names): token-mean (TRL), "
-           "seq-mean-token-mean, token-sum, seq-mean-token-sum, or the sum over a constant "
-           "(Dr. GRPO); searched through the row layouts only"),
-    Option("drop_truncated_steps", (False, True), ("update",),
-           "steps truncated without terminating weigh 0 in the losses; no function quantity "
-           "takes the flags, so only a whole update's trace shows it (identify_trace)"),
+    _option("truncation", TRUNCATION_MODES, ("gae", "vtrace")),
+    _option("bootstrap_terminal_last_row", (False, True), ("gae", "vtrace")),
+    _option("value_loss_mode", VALUE_LOSS_MODES, ("value_loss",)),
+    _option("value_loss_scale", (1.0, 0.5), ("value_loss",)),
+    _option("value_clip_boundary_grad", VALUE_CLIP_BOUNDARY_GRADS, ("value_loss",)),
+    _option("advantage_norm_ddof", (1, 0), ("normalize_advantages",)),
+    _option("advantage_norm_eps", (1e-8, 1e-7, 1e-6, 1e-5, 1e-4), ("normalize_advantages",)),
+    _option("advantage_norm_eps_placement", NORM_EPS_PLACEMENTS, ("normalize_advantages",)),
+    _option("advantage_norm_single_element", SINGLE_ELEMENT_RESULTS, ("normalize_advantages",)),
+    _option("clip_interval", CLIP_INTERVALS, ("policy_loss",)),
+    _option("dual_clip", (None, 2.0, 3.0), ("policy_loss",)),
+    _option("clip_fraction_mode", CLIP_FRACTION_MODES, ("policy_loss",)),
+    _option("kl_estimator", KL_ESTIMATORS, ("policy_loss",)),
+    _option("loss_aggregation", LOSS_AGGREGATIONS, ("policy_loss", "value_loss")),
+    _option("drop_truncated_steps", (False, True), ("update",)),
 )
 
 _BY_NAME = {o.name: o for o in OPTIONS}
@@ -133,12 +110,9 @@ def combinations(quantity: str) -> Iterator[Dict[str, Any]]:
 
 def preset_names_matching(quantity: str, options: Mapping[str, Any]) -> List[str]:
     """The presets whose options for ``quantity`` equal ``options``."""
-    names = []
-    for name in PRESETS:
-        resolved = resolve_convention(name)
-        if all(resolved[o.name] == options.get(o.name, o.reference) for o in options_for(quantity)):
-            names.append(name)
-    return names
+    resolved = {name: resolve_convention(name) for name in PRESETS}
+    return [name for name, r in resolved.items()
+            if all(r[o.name] == options.get(o.name, o.reference) for o in options_for(quantity))]
 
 
 def describe(quantity: str, options: Mapping[str, Any]) -> str:

@@ -100,8 +100,7 @@ DETAILS: Tuple[Detail, ...] = (
             "tests/test_ppo.py::test_advantages_use_the_config_conventions"),
            "a minibatch of one row is left unchanged"),
     Detail("core-8", "Clipped surrogate objective",
-           ("PPOConfig.clip_range", "ppo_ref.spec.losses.policy_loss"),
-           "clip_range=0.2", "-",
+           ("PPOConfig.clip_range", "ppo_ref.spec.losses.policy_loss"), "clip_range=0.2", "-",
            ("tests/test_losses.py::test_policy_loss_by_hand",
             "tests/test_losses.py::test_policy_loss_gradcheck"),
            "-mean(min(r A, clip(r, 1-eps, 1+eps) A))"),
@@ -116,8 +115,7 @@ DETAILS: Tuple[Detail, ...] = (
            "the blog finds clipping does not help; off by default as in SB3"),
     Detail("core-10", "Overall Loss and Entropy Bonus",
            ("PPOConfig.ent_coef", "PPOConfig.vf_coef", "ppo_ref.spec.losses.entropy_loss",
-            "ppo_ref.spec.update.minibatch_loss"),
-           "ent_coef=0.0, vf_coef=0.5", "-",
+            "ppo_ref.spec.update.minibatch_loss"), "ent_coef=0.0, vf_coef=0.5", "-",
            ("tests/test_ppo.py::test_minibatch_loss_gradients_scale_with_coefficients",
             "tests/test_losses.py::test_entropy_loss"),
            "loss = policy - ent_coef * entropy + vf_coef * value"),
@@ -144,15 +142,10 @@ DETAILS: Tuple[Detail, ...] = (
             "tests/test_actor_critic.py::test_shared_forward_equals_trunk_then_heads"),
            "separate towers by default; shared_trunk=True shares the hidden layers"),
     # -- Atari ------------------------------------------------------------------------------
-    Detail("atari-1", "NoopResetEnv", (), "-", "-", (), _ATARI),
-    Detail("atari-2", "MaxAndSkipEnv", (), "-", "-", (), _ATARI),
-    Detail("atari-3", "EpisodicLifeEnv", (), "-", "-", (), _ATARI),
-    Detail("atari-4", "FireResetEnv", (), "-", "-", (), _ATARI),
-    Detail("atari-5", "WarpFrame (Image transformation)", (), "-", "-", (), _ATARI),
-    Detail("atari-6", "ClipRewardEnv", (), "-", "-", (), _ATARI),
-    Detail("atari-7", "FrameStack", (), "-", "-", (), _ATARI),
-    Detail("atari-8", "Shared Nature-CNN network", (), "-", "-", (), _ATARI),
-    Detail("atari-9", "Scaling the Images to Range [0, 1]", (), "-", "-", (), _ATARI),
+    *(Detail(f"atari-{i}", title, (), "-", "-", (), _ATARI) for i, title in enumerate((
+        "NoopResetEnv", "MaxAndSkipEnv", "EpisodicLifeEnv", "FireResetEnv",
+        "WarpFrame (Image transformation)", "ClipRewardEnv", "FrameStack",
+        "Shared Nature-CNN network", "Scaling the Images to Range [0, 1]"), start=1)),
     # -- continuous actions -----------------------------------------------------------------
     Detail("continuous-1", "Continuous actions via normal distributions",
            ("ppo_ref.train.policies.GaussianHead", "ppo_ref.spec.distributions.gaussian_log_prob"),
@@ -204,8 +197,7 @@ DETAILS: Tuple[Detail, ...] = (
            "gymnasium's vector NormalizeReward; episode returns are logged raw"),
     Detail("continuous-9", "Reward Clipping",
            ("PPOConfig.clip_rewards", "ppo_ref.train.rollout.RolloutCollector.collect"),
-           "None (off); needs normalize_rewards",
-           "sb3, cleanrl: 10.0 when normalize_rewards=True",
+           "None (off); needs normalize_rewards", "sb3, cleanrl: 10.0 when normalize_rewards=True",
            ("tests/test_rollout.py::test_clipping_stores_clipped_values_and_keeps_statistics_raw",
             "tests/test_config.py::test_clip_fields_validated"),
            "clips the scaled reward the buffer stores; the return statistics use raw rewards"),
@@ -279,8 +271,7 @@ DETAILS: Tuple[Detail, ...] = (
            "at the distribution level; the trainers do not read masks from the env"),
 )
 
-_COLUMNS = ("key", "detail", "implemented by", "default", "presets that differ", "tests",
-            "note")
+_COLUMNS = ("key", "detail", "implemented by", "default", "presets that differ", "tests", "note")
 
 
 def _code(items) -> str:

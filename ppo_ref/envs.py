@@ -53,6 +53,11 @@ def make_cartpole_no_vel(**kwargs) -> gym.Env:
     return MaskVelocityWrapper(CartPoleEnv(**kwargs))
 
 
+def _check_render_mode(render_mode, env: str) -> None:
+    if render_mode is not None:
+        raise ValueError(f"render_mode must be None ({env} has no rendering), got {render_mode!r}")
+
+
 class MemoryCueEnv(gym.Env):
     """Remember a cue for ``blank_steps`` = k steps, then answer it.
 
@@ -64,25 +69,19 @@ class MemoryCueEnv(gym.Env):
     ``info["cue"]`` on every step, ``info["correct"]`` on the answer step. A memoryless policy
     answers right with probability exactly 1/2 (mean return 0).
 
-    ``ValueError`` for ``blank_steps`` not an integer >= 0, or ``render_mode`` not None.
-    """
+    ``ValueError`` for ``blank_steps`` not an integer >= 0, or ``render_mode`` not None."""
 
     metadata = {"render_modes": []}
 
     def __init__(self, blank_steps: int = 8, render_mode: Optional[str] = None):
         check_count(blank_steps, "blank_steps", 0)
-        if render_mode is not None:
-            raise ValueError(f"render_mode must be None (MemoryCue has no rendering), "
-                             f"got {render_mode!r}")
+        _check_render_mode(render_mode, "MemoryCue")
         self.blank_steps = int(blank_steps)
         self.render_mode = render_mode
-        self.observation_space = spaces.Box(low=np.array([-1.0, 0.0], dtype=np.float32),
-                                            high=np.array([1.0, 1.0], dtype=np.float32),
-                                            dtype=np.float32)
+        self.observation_space = spaces.Box(np.array([-1.0, 0.0], np.float32),
+                                            np.array([1.0, 1.0], np.float32), dtype=np.float32)
         self.action_space = spaces.Discrete(2)
-        self._cue = 0.0
-        self._t = 0
-        self._needs_reset = True
+        self._cue, self._t, self._needs_reset = 0.0, 0, True
 
     def _observation(self) -> np.ndarray:
         cue = self._cue if self._t == 0 else 0.0
@@ -131,8 +130,7 @@ class MultiChoiceEnv(gym.Env):
     ``episode_length * sum_k 1 / nvec[k]``.
 
     ``ValueError`` for ``nvec`` not a non-empty sequence of integers >= 2, ``episode_length``
-    not an integer >= 1, or ``render_mode`` not None.
-    """
+    not an integer >= 1, or ``render_mode`` not None."""
 
     metadata = {"render_modes": []}
 
@@ -146,9 +144,7 @@ class MultiChoiceEnv(gym.Env):
         for i, n in enumerate(items):
             check_count(n, f"nvec[{i}]", 2)
         check_count(episode_length, "episode_length", 1)
-        if render_mode is not None:
-            raise ValueError(f"render_mode must be None (MultiChoice has no rendering), "
-                             f"got {render_mode!r}")
+        _check_render_mode(render_mode, "MultiChoice")
         self.nvec = np.array([int(n) for n in items], dtype=np.int64)
         self.episode_length = int(episode_length)
         self.render_mode = render_mode
@@ -157,12 +153,10 @@ class MultiChoiceEnv(gym.Env):
         self.action_space = spaces.MultiDiscrete(self.nvec)
         self._offsets = np.concatenate([[0], np.cumsum(self.nvec)[:-1]])
         self._cues = np.zeros(self.nvec.size, dtype=np.int64)
-        self._t = 0
-        self._needs_reset = True
+        self._t, self._needs_reset = 0, True
 
     def _draw(self) -> np.ndarray:
-        self._cues = np.array([int(self.np_random.integers(n)) for n in self.nvec],
-                              dtype=np.int64)
+        self._cues = np.array([int(self.np_random.integers(n)) for n in self.nvec], np.int64)
         obs = np.zeros(int(self.nvec.sum()), dtype=np.float32)
         obs[self._offsets + self._cues] = 1.0
         return obs
@@ -187,18 +181,14 @@ class MultiChoiceEnv(gym.Env):
         info = {"correct": correct, "cues": self._cues.copy()}
         reward = float(np.count_nonzero(correct))
         self._t += 1
-        terminated = self._t == self.episode_length
-        if terminated:
-            self._needs_reset = True
+        self._needs_reset = terminated = self._t == self.episode_length
         return self._draw(), reward, terminated, False, info
 
 
-if CARTPOLE_NO_VEL_ID not in gym.registry:
-    gym.register(id=CARTPOLE_NO_VEL_ID, entry_point="ppo_ref.envs:make_cartpole_no_vel",
-                 max_episode_steps=500, reward_threshold=475.0)
-if MEMORY_CUE_ID not in gym.registry:
-    gym.register(id=MEMORY_CUE_ID, entry_point="ppo_ref.envs:MemoryCueEnv",
-                 reward_threshold=0.9, kwargs={"blank_steps": 8})
-if MULTI_CHOICE_ID not in gym.registry:
-    gym.register(id=MULTI_CHOICE_ID, entry_point="ppo_ref.envs:MultiChoiceEnv",
-                 kwargs={"nvec": (3, 4), "episode_length": 16})
+for _id, _entry, _options in (
+        (CARTPOLE_NO_VEL_ID, "make_cartpole_no_vel",
+         dict(max_episode_steps=500, reward_threshold=475.0)),
+        (MEMORY_CUE_ID, "MemoryCueEnv", dict(reward_threshold=0.9, kwargs={"blank_steps": 8})),
+        (MULTI_CHOICE_ID, "MultiChoiceEnv", dict(kwargs={"nvec": (3, 4), "episode_length": 16}))):
+    if _id not in gym.registry:
+        gym.register(id=_id, entry_point=f"ppo_ref.envs:{_entry}", **_options)

@@ -28,5 +28,4 @@ __all__ = ["check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport", "Mismatch",
            "Layout", "LAYOUTS", "MaskedRows", "Episodes", "AGGREGATIONS", "OPTIONS", "Option",
            "resolve_convention", "trace_update", "diff_traces", "identify_trace", "load_trace",
-           "TRACE_FORMAT",
-           "DEFAULT_MAX_EXAMPLES", "DEFAULT_DEADLINE"]
+           "TRACE_FORMAT", "DEFAULT_MAX_EXAMPLES", "DEFAULT_DEADLINE"]

@@ -28,7 +28,7 @@ import numpy as np
 from ppo_ref._checks import result_dtype
 from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
 from ppo_ref.testing._hyp import require_hypothesis
-from ppo_ref.testing.layouts import BadOutput, Layout, as_numpy, get_layout
+from ppo_ref.testing.layouts import LAYOUTS, BadOutput, Layout, as_numpy, get_layout
 from ppo_ref.testing.quantities import finish, get_quantity, property_keys
 
 __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
@@ -38,8 +38,7 @@ __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_
 DEFAULT_MAX_EXAMPLES = 100
 #: Seconds one call of the function under test may take (twice in a row) before the check stops.
 DEFAULT_DEADLINE = 5.0
-_U64 = 2.0 ** -53
-_U32 = 2.0 ** -24
+_U64, _U32 = 2.0 ** -53, 2.0 ** -24  # the unit roundoff of float64 and of float32
 _DTYPES = ("float64", "float32", "any")
 _FIELDS = ("output", "index", "expected", "actual", "precision", "gap", "tolerance", "raised",
            "mutated", "seconds")
@@ -55,8 +54,7 @@ class Mismatch(AssertionError):
     ``example`` (the minimal ``{input name: value}``, reference layout); ``convention`` (the
     options used); ``alternatives`` (other conventions giving ``fn``'s outputs on it);
     ``properties`` (its named conditions); ``tolerance``, ``gap``; ``raised`` (what ``fn``
-    raised), ``mutated`` (the input it wrote into), ``seconds`` (a call over the deadline).
-    """
+    raised), ``mutated`` (the input it wrote into), ``seconds`` (a call over the deadline)."""
 
     def __init__(self, message: str = "", **fields: Any):
         super().__init__(message)
@@ -83,8 +81,7 @@ def _named(fn, args, kwargs) -> List[Tuple[str, Any]]:
                   if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     except (TypeError, ValueError):
         params = []
-    names = [params[i].name if i < len(params) else f"argument {i + 1}"
-             for i in range(len(args))]
+    names = [params[i].name if i < len(params) else f"argument {i + 1}" for i in range(len(args))]
     return list(zip(names, args)) + list(kwargs.items())
 
 
@@ -157,9 +154,8 @@ def _fail(**fields) -> dict:
             "precision": False, "gap": math.inf, "tolerance": 0.0, **fields}
 
 
-def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex,
-                     options, skip, loose: bool = False,
-                     seen: Optional[dict] = None) -> Optional[dict]:
+def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex, options,
+                     skip, loose: bool = False, seen: Optional[dict] = None) -> Optional[dict]:
     """Fields of the first difference (outputs in data-flow order), or None.
 
     ``loose``: the float32 bound is the tolerance (only logic differences count); a gap
@@ -199,14 +195,13 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
             idx = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
             g = float(gap[idx])
             return {"output": name, "index": idx, "expected": float(exp[idx]),
-                    "actual": float(act[idx]), "precision": bool(g <= band32),
-                    "gap": g, "tolerance": tol}
+                    "actual": float(act[idx]), "precision": bool(g <= band32), "gap": g,
+                    "tolerance": tol}
     return None
 
 
-def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[str, Any],
-             skip, loose: bool = False, seen: Optional[dict] = None,
-             deadline: Optional[float] = None) -> Optional[dict]:
+def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[str, Any], skip,
+             loose: bool = False, seen: Optional[dict] = None, deadline=None) -> Optional[dict]:
     q = get_quantity(quantity)
     ex = _prepared(layout, quantity, ex)
     expected = layout.expected(quantity, q.reference(ex, options), ex)
@@ -262,24 +257,20 @@ def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
 
 def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int, skip,
             exclude=frozenset(), fixed=None, shrink: bool = True, loose: bool = False,
-            seen: Optional[dict] = None,
-            deadline: Optional[float] = None) -> Optional[Tuple[dict, dict]]:
-    """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one
-    and then reduced when ``shrink``), or None. ``loose``, ``seen``: as
-    :func:`_compare_outputs`."""
+            seen: Optional[dict] = None, deadline=None) -> Optional[Tuple[dict, dict]]:
+    """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one,
+    then reduced, when ``shrink``), or None. ``loose``, ``seen``: as :func:`_compare_outputs`."""
     hyp = require_hypothesis()
     q = get_quantity(quantity)
-    strategy = q.strategy(dtype, frozenset(exclude), fixed, bool(getattr(layout, "seeded",
-                                                                         False)))
+    seeded = bool(getattr(layout, "seeded", False))
     last: Dict[str, Any] = {}
+    phases = [hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate, hyp.Phase.target]
+    phases += [hyp.Phase.shrink] if shrink else []
 
     @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
                   print_blob=False, suppress_health_check=list(hyp.HealthCheck),
-                  report_multiple_bugs=False,
-                  phases=(hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate,
-                          hyp.Phase.target) + (
-                      (hyp.Phase.shrink,) if shrink else ()))
-    @hyp.given(strategy)
+                  report_multiple_bugs=False, phases=phases)
+    @hyp.given(q.strategy(dtype, frozenset(exclude), fixed, seeded))
     def prop(ex):
         slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
         fields = last["fields"] if slow else _run_one(fn, quantity, layout, ex, options, skip,
@@ -290,10 +281,8 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
             raise _Found(fields)
 
     for edge in q.edges:  # tried first, in the check's dtype (float64 for "any")
-        ex = finish(edge, quantity, exclude, fixed, "float32" if dtype == "float32" else
-                    "float64")
-        prop = hyp.example(ex={**ex, "_rows": 0} if getattr(layout, "seeded", False) else ex)(
-            prop)
+        ex = finish(edge, quantity, exclude, fixed, "float32" if dtype == "float32" else "float64")
+        prop = hyp.example(ex={**ex, "_rows": 0} if seeded else ex)(prop)
     try:
         with warnings.catch_warnings():  # hypothesis's note on a long example's repr
             warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
@@ -391,9 +380,8 @@ def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
             f"{fields['tolerance']:.3g}: {kind}")
 
 
-def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str,
-             alternatives: List[str], conditions, layout, kink_only: bool, deadline,
-             max_examples: int) -> str:
+def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str, alternatives,
+             conditions, layout, kink_only: bool, deadline, max_examples: int) -> str:
     name = getattr(fn, "__name__", repr(fn))
     lines = [_first_line(quantity, name, fields, convention_text, deadline, max_examples)]
     if fields.get("seconds") is not None:
@@ -462,11 +450,10 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     if isinstance(convention, Mapping):
         for name, value in convention.items():
             if name in decided and value != decided[name]:
-                raise ValueError(
-                    f"convention sets {name}={value!r}, but layout "
-                    f"{getattr(lay, 'name', type(lay).__name__)!r} fixes {name}="
-                    f"{decided[name]!r}" + (" (pass MaskedRows(aggregation=...))"
-                                            if name == "loss_aggregation" else ""))
+                hint = " (pass MaskedRows(aggregation=...))" if name == "loss_aggregation" else ""
+                raise ValueError(f"convention sets {name}={value!r}, but layout "
+                                 f"{getattr(lay, 'name', type(lay).__name__)!r} fixes "
+                                 f"{name}={decided[name]!r}{hint}")
     options = {**resolve_convention(convention), **decided}
     found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
                     exclude=excluded, fixed=fixed, deadline=deadline)
@@ -522,7 +509,7 @@ _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismat
     """
 
 
-def _make_check(quantity: str, ref: str, layouts: str):
+def _make_check(quantity: str, ref: str):
     def checker(fn, *, layout="reference", convention="reference", dtype="float64",
                 max_examples=None, skip=(), fixed=None, exclude=(), deadline=DEFAULT_DEADLINE):
         __tracebackhide__ = True
@@ -531,21 +518,19 @@ def _make_check(quantity: str, ref: str, layouts: str):
                      deadline=deadline)
     q = get_quantity(quantity)
     checker.__name__ = checker.__qualname__ = f"check_{quantity}"
+    layouts = ", ".join(name for name, lay in LAYOUTS.items() if quantity in lay.quantities)
     checker.__doc__ = _CHECK_DOC.format(
         ref=ref, layouts=layouts, n=DEFAULT_MAX_EXAMPLES, outputs=", ".join(q.outputs),
         conditions=", ".join(repr(p.key) for p in q.properties), deadline=DEFAULT_DEADLINE)
     return checker
 
 
-_TRAJ_LAYOUTS = ("reference, next_values, episode_starts, dones, discounts, env_major, "
-                 "normalized_outputs (GAE only)")
-_ROWS = "reference, masked_rows, episodes"
-check_gae = _make_check("gae", "ppo_ref.gae", _TRAJ_LAYOUTS + ", masked_rows, episodes")
-check_vtrace = _make_check("vtrace", "ppo_ref.vtrace", _TRAJ_LAYOUTS)
-check_policy_loss = _make_check("policy_loss", "ppo_ref.spec.losses.policy_loss", _ROWS)
-check_value_loss = _make_check("value_loss", "ppo_ref.spec.losses.value_loss", _ROWS)
-check_normalize_advantages = _make_check(
-    "normalize_advantages", "ppo_ref.spec.losses.normalize_advantages", _ROWS)
+check_gae = _make_check("gae", "ppo_ref.gae")
+check_vtrace = _make_check("vtrace", "ppo_ref.vtrace")
+check_policy_loss = _make_check("policy_loss", "ppo_ref.spec.losses.policy_loss")
+check_value_loss = _make_check("value_loss", "ppo_ref.spec.losses.value_loss")
+check_normalize_advantages = _make_check("normalize_advantages",
+                                         "ppo_ref.spec.losses.normalize_advantages")
 
 
 class IdentifyReport:
@@ -557,28 +542,22 @@ class IdentifyReport:
     condition names, rounded)]``: agreement on every example without one or two conditions,
     searched when nothing matches; with a ``precision_only`` match only strict ones are kept);
     ``counterexample`` (the minimal :class:`Mismatch` against the reference convention when
-    nothing matches); ``excluded`` (the condition names ``exclude=`` left out).
-    """
+    nothing matches); ``excluded`` (the condition names ``exclude=`` left out)."""
 
     def __init__(self, quantity, matches, except_on, counterexample, precision_only,
                  excluded=()):
-        self.quantity = quantity
-        self.matches = matches
-        self.except_on = except_on
-        self.counterexample = counterexample
-        self.precision_only = precision_only
+        self.quantity, self.matches, self.except_on = quantity, matches, except_on
+        self.counterexample, self.precision_only = counterexample, precision_only
         self.excluded = list(excluded)
 
     @property
     def verdict(self) -> str:
         """``"match"``, ``"match_float32"`` (only up to float32 rounding), ``"match_except"``
         or ``"none"``."""
-        if self.matches:
-            return "match"
-        if self.precision_only:
-            return "match_float32"
-        if self.except_on:
-            return "match_except"
+        for verdict, found in (("match", self.matches), ("match_float32", self.precision_only),
+                               ("match_except", self.except_on)):
+            if found:
+                return verdict
         return "none"
 
     def __str__(self) -> str:
@@ -597,8 +576,8 @@ class IdentifyReport:
                   for o, p, r in self.except_on]
         if lines:
             return "\n".join(lines)
-        return f"{q}: no known convention matches{tail}; minimal counterexample against the " \
-               f"reference convention:\n{self.counterexample}"
+        return (f"{q}: no known convention matches{tail}; minimal counterexample against the "
+                f"reference convention:\n{self.counterexample}")
 
     __repr__ = __str__
 
@@ -670,8 +649,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
 
     Returns an :class:`IdentifyReport` (``str(report)`` names the options and the presets
     sharing them). Raises as the ``check_*`` functions (a function that raises, writes into its
-    inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`).
-    """
+    inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`)."""
     __tracebackhide__ = True
     q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
                                                    exclude, deadline, 60)
@@ -683,8 +661,7 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
         found = _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
                         skip=skip, exclude=excluded | frozenset(extra), fixed=fixed,
                         shrink=False, loose=True, seen=seen, deadline=deadline)
-        if found is not None and _kind(found[1])[0] in ("raised", "mutated", "seconds",
-                                                          "output"):
+        if found is not None and _kind(found[1])[0] not in ("precision", "logic"):
             _raise_broken(fn, quantity, lay, found, n, deadline)
         return found, bool(seen.get("rounding"))
 
@@ -719,7 +696,6 @@ def _raise_broken(fn, quantity, layout, found, n, deadline):
     __tracebackhide__ = True
     ex, fields = found
     ex = _prepared(layout, quantity, ex)
-    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex),
-                            layout, False, deadline, n),
-                   quantity=quantity, example=ex,
+    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex), layout,
+                            False, deadline, n), quantity=quantity, example=ex,
                    **{k: v for k, v in fields.items() if k in _FIELDS})

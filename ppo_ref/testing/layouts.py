@@ -80,6 +80,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
+from ppo_ref.spec.losses import normalize_advantages
 from ppo_ref.spec.update import LOSS_AGGREGATIONS
 
 __all__ = ["Layout", "Reference", "NextValues", "EpisodeStarts", "Dones", "Discounts",
@@ -87,6 +88,7 @@ __all__ = ["Layout", "Reference", "NextValues", "EpisodeStarts", "Dones", "Disco
            "LAYOUTS", "get_layout", "as_numpy", "BadOutput"]
 
 _TRAJECTORY = ("gae", "vtrace")
+_VTRACE_HYPER = ("rho_bar", "c_bar", "pg_rho_bar", "lambda_")
 _TRAJECTORY_BLOCK = ("rewards", "values", "terminated", "truncated", "last_values",
                      "final_values")
 #: The positional results of each quantity's reference function.
@@ -127,16 +129,15 @@ def as_numpy(x):
     return x
 
 
-def _hyper(quantity: str, ex: Mapping[str, Any]) -> Dict[str, Any]:
+def _trajectory_call(quantity: str, ex: Mapping[str, Any], block: list,
+                     gamma: bool = True) -> Tuple[list, dict]:
+    """``(args, kwargs)``: V-trace's log-probs, then ``block``; ``gamma`` (unless ``False``: the
+    block carries it) and the quantity's hyperparameters as keywords."""
     if quantity == "gae":
-        return {"gae_lambda": ex["gae_lambda"]}
-    return {k: ex[k] for k in ("rho_bar", "c_bar", "pg_rho_bar", "lambda_")}
-
-
-def _front(quantity: str, ex: Mapping[str, Any]) -> list:
-    if quantity == "vtrace":
-        return [ex["behaviour_log_probs"], ex["target_log_probs"]]
-    return []
+        front, keys = [], ("gae_lambda",)
+    else:
+        front, keys = [ex["behaviour_log_probs"], ex["target_log_probs"]], _VTRACE_HYPER
+    return front + block, {k: ex[k] for k in (("gamma",) if gamma else ()) + keys}
 
 
 def _first_input(quantity: str) -> str:
@@ -195,8 +196,7 @@ class Layout:
     def arguments(self, quantity: str, ex: Mapping[str, Any]) -> Tuple[list, dict]:
         """``(args, kwargs)`` of the user's function for one example."""
         if quantity in _TRAJECTORY:
-            args = _front(quantity, ex) + [ex[k] for k in _TRAJECTORY_BLOCK]
-            return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+            return _trajectory_call(quantity, ex, [ex[k] for k in _TRAJECTORY_BLOCK])
         return [ex[k] for k in _ROW_INPUTS[quantity]] + _scalar(quantity, ex), {}
 
     def outputs(self, quantity: str, result, ex: Mapping[str, Any]) -> Dict[str, Any]:
@@ -237,11 +237,10 @@ class NextValues(Layout):
 
     def arguments(self, quantity, ex):
         done = _done(ex)
-        following = np.concatenate([ex["values"][1:], ex["last_values"][None]], axis=0)
+        following = _values_ext(ex)[1:]  # values[t + 1], last_values on the last row
         next_values = np.where(done, ex["final_values"], following).astype(ex["values"].dtype)
-        args = _front(quantity, ex) + [ex["rewards"], ex["values"], next_values,
-                                       ex["terminated"], ex["truncated"]]
-        return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+        return _trajectory_call(quantity, ex, [ex["rewards"], ex["values"], next_values,
+                                               ex["terminated"], ex["truncated"]])
 
 
 class EpisodeStarts(Layout):
@@ -249,8 +248,7 @@ class EpisodeStarts(Layout):
     quantities = _TRAJECTORY
 
     def __init__(self, fold_truncation_bootstrap: bool = False, carry: bool = True):
-        self.fold_truncation_bootstrap = fold_truncation_bootstrap
-        self.carry = carry
+        self.fold_truncation_bootstrap, self.carry = fold_truncation_bootstrap, carry
 
     def arguments(self, quantity, ex):
         done = _done(ex)
@@ -258,9 +256,8 @@ class EpisodeStarts(Layout):
         starts[1:] = done[:-1]
         starts[0] = self.carry
         rewards = _folded_rewards(ex) if self.fold_truncation_bootstrap else ex["rewards"]
-        args = _front(quantity, ex) + [rewards, ex["values"], starts, ex["last_values"],
-                                       done[-1].copy()]
-        return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+        return _trajectory_call(quantity, ex, [rewards, ex["values"], starts, ex["last_values"],
+                                               done[-1].copy()])
 
 
 class Dones(Layout):
@@ -272,8 +269,7 @@ class Dones(Layout):
 
     def arguments(self, quantity, ex):
         rewards = _folded_rewards(ex) if self.fold_truncation_bootstrap else ex["rewards"]
-        args = _front(quantity, ex) + [rewards, _values_ext(ex), _done(ex)]
-        return args, {"gamma": ex["gamma"], **_hyper(quantity, ex)}
+        return _trajectory_call(quantity, ex, [rewards, _values_ext(ex), _done(ex)])
 
 
 class Discounts(Layout):
@@ -283,8 +279,8 @@ class Discounts(Layout):
     def arguments(self, quantity, ex):
         dtype = ex["rewards"].dtype
         discounts = (ex["gamma"] * (1.0 - _done(ex).astype(np.float64))).astype(dtype)
-        args = _front(quantity, ex) + [ex["rewards"], discounts, _values_ext(ex)]
-        return args, _hyper(quantity, ex)
+        return _trajectory_call(quantity, ex, [ex["rewards"], discounts, _values_ext(ex)],
+                                gamma=False)
 
 
 def _transpose(x):
@@ -311,15 +307,11 @@ class NormalizedOutputs(Layout):
     quantities = ("gae",)
 
     def __init__(self, ddof: int = 1, eps: float = 1e-8):
-        self.ddof = ddof
-        self.eps = eps
+        self.ddof, self.eps = ddof, eps
 
     def expected(self, quantity, reference, ex):
-        from ppo_ref.spec.losses import normalize_advantages
-        out = dict(reference)
-        out["advantages"] = normalize_advantages(reference["advantages"], ddof=self.ddof,
-                                                 eps=self.eps)
-        return out
+        return {**reference, "advantages": normalize_advantages(reference["advantages"],
+                                                                ddof=self.ddof, eps=self.eps)}
 
 
 def _episodes(ex) -> List[Tuple[int, int, int, float]]:
@@ -374,10 +366,7 @@ class MaskedRows(Layout):
         self.aggregation, self.norm, self.pad_value = aggregation, norm, pad_value
 
     def decided_options(self) -> Dict[str, Any]:
-        """The options this layout fixes: the truncation options at their reference values
-        (a row is one episode, its bootstrap folded in) and ``loss_aggregation`` unless the
-        layout was made with ``aggregation=None`` (then :func:`~ppo_ref.testing.identify`
-        searches it)."""
+        """The options this layout fixes (module docstring, ``"masked_rows"``)."""
         out: Dict[str, Any] = {"truncation": "bootstrap", "bootstrap_terminal_last_row": False}
         if self.aggregation is not None:
             out["loss_aggregation"] = self.aggregation
@@ -400,15 +389,12 @@ class MaskedRows(Layout):
         return float(self._grid(rows, ex)[1])
 
     def prepare(self, quantity, ex):
-        """A loss example with its rows: ``_sequences`` (the row of every element) and
-        ``_norm`` (the constant of ``"seq-mean-token-sum-norm"`` unless ``norm=`` is given:
-        the row length ``L``), read by the reference's aggregation
-        (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+        """A loss example with its rows for the reference's aggregation: ``_sequences`` (the row
+        of every element) and ``_norm`` (``norm=``, default the row length ``L``)."""
         if quantity not in _SCALAR:
             return ex
         rows, _ = self.rows(quantity, ex)
-        first = np.asarray(ex[_ROW_INPUTS[quantity][0]])
-        sequences = np.empty(first.size, np.int64)
+        sequences = np.empty(np.asarray(ex[_ROW_INPUTS[quantity][0]]).size, np.int64)
         for b, r in enumerate(rows):
             sequences[r[0]] = b
         return {**ex, "_sequences": sequences,
@@ -509,9 +495,7 @@ class Episodes(MaskedRows):
 LAYOUTS: Dict[str, Layout] = {
     "reference": Layout(), "next_values": NextValues(), "episode_starts": EpisodeStarts(),
     "dones": Dones(), "discounts": Discounts(), "env_major": EnvMajor(),
-    "normalized_outputs": NormalizedOutputs(), "masked_rows": MaskedRows(),
-    "episodes": Episodes(),
-}
+    "normalized_outputs": NormalizedOutputs(), "masked_rows": MaskedRows(), "episodes": Episodes()}
 
 
 def get_layout(layout: Union[str, Layout], quantity: str) -> Layout:

@@ -2,25 +2,23 @@
 (:mod:`ppo_ref.spec`, float64), the input strategy, the outputs, the named input conditions and
 the size of the numbers involved.
 
-An *example* is a dict of the reference function's inputs in its own layout (time-major
-``[T, N]`` arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the
-normalization) and its hyperparameters; a row layout adds ``_rows`` (the seed of its
-arrangement, 0: one row, no padding) and adds ``_sequences`` and ``_norm`` to a loss example (its
-rows, for the option ``loss_aggregation``).
-Edge patterns are drawn on purpose: flags per step from (none, terminated, truncated, both),
-gamma and lambda often 0 or 1, one example in ten a long rollout (T = 65..2048), junk (never 0)
-in ``final_values``/``last_values`` wherever the reference does not read, ratios exactly on
-``1 +- clip_range`` and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64), constant
-advantages and spreads of 1e-8..1e-4. Hypothesis cannot shorten a ``[T, N]`` grid drawn before
-its contents, so each quantity also lists *reductions* (fewer envs, rows or elements), which
+An *example* is a dict of the reference function's inputs in its own layout (time-major ``[T, N]``
+arrays and ``last_values [N]``; flat ``[n]`` arrays for the losses and the normalization) and its
+hyperparameters; a row layout adds ``_rows`` (the seed of its arrangement, 0: one row, no padding)
+and adds ``_sequences`` and ``_norm`` to a loss example (its rows, for the option
+``loss_aggregation``). Edge patterns are drawn on purpose: flags per step from (none, terminated,
+truncated, both), gamma and lambda often 0 or 1, one example in ten a long rollout (T = 65..2048),
+junk (never 0) in ``final_values``/``last_values`` wherever the reference does not read, ratios
+exactly on ``1 +- clip_range`` and ``V - V_old`` exactly on ``+-clip_range_vf`` (float64), constant
+advantages and spreads of 1e-8..1e-4. Hypothesis cannot shorten a ``[T, N]`` grid drawn before its
+contents, so each quantity also lists *reductions* (fewer envs, rows or elements), which
 :func:`ppo_ref.testing.check` tries after the shrink.
 """
 from __future__ import annotations
 
 import functools
 import math
-from typing import (Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional,
-                    Tuple)
+from typing import Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -29,8 +27,7 @@ from ppo_ref.spec.update import aggregation_weights
 from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.tiers import tier_for
 
-__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys",
-           "finish"]
+__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys", "finish"]
 
 
 class Property(NamedTuple):
@@ -95,10 +92,8 @@ _FLOATS = {"gae": _TRAJ_FLOATS,
 
 
 def _cast(example: dict, names, dtype: str) -> dict:
-    out = dict(example)
-    for name in names:
-        out[name] = np.asarray(out[name], dtype=np.float32 if dtype == "float32" else np.float64)
-    return out
+    dt = np.float32 if dtype == "float32" else np.float64
+    return {**example, **{name: np.asarray(example[name], dtype=dt) for name in names}}
 
 
 # the element strategies are built once (building one per draw costs more than the draw)
@@ -131,14 +126,11 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
     """One trajectory example (float64 numbers, cast to the dtype by the caller)."""
     long = "long_rollout" not in exclude and draw(st.integers(0, 9)) == 9  # shrinks to short
     if long:
-        T = draw(st.integers(65, 2048))
-        N = draw(st.integers(1, 2))
+        T, N = draw(st.integers(65, 2048)), draw(st.integers(1, 2))
         rng = np.random.default_rng(draw(st.integers(0, 2 ** 32 - 1)))
         p_flag = draw(st.sampled_from([0.01, 0.05, 0.2]))
-        rewards = rng.normal(size=(T, N)).round(3)
-        values = rng.normal(size=(T, N)).round(3)
-        terminated = rng.random((T, N)) < p_flag
-        truncated = rng.random((T, N)) < p_flag
+        rewards, values = rng.normal(size=(T, N)).round(3), rng.normal(size=(T, N)).round(3)
+        terminated, truncated = rng.random((T, N)) < p_flag, rng.random((T, N)) < p_flag
         terminated[-1] |= draw(st.booleans())
         truncated[-1] |= draw(st.booleans())
         final_values = rng.uniform(0.5, 5.0, (T, N)).round(3) * rng.choice([-1.0, 1.0], (T, N))
@@ -149,8 +141,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
             ex["target_log_probs"] = np.where(rng.random((T, N)) < 0.3, ex["behaviour_log_probs"],
                                               -rng.uniform(0.1, 2.0, (T, N)).round(3))
     else:
-        T = draw(st.integers(1, 8))
-        N = draw(st.integers(1, 3))
+        T, N = draw(st.integers(1, 8)), draw(st.integers(1, 3))
 
         def grid(elements):
             return np.array(draw(st.lists(elements, min_size=T * N, max_size=T * N)),
@@ -163,8 +154,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
             same = grid(st.booleans()).astype(bool)
             ex["target_log_probs"] = np.where(~same, ex["behaviour_log_probs"],
                                               grid(lp).astype(np.float64))
-        rewards = grid(_small_floats(st)).astype(np.float64)
-        values = grid(_small_floats(st)).astype(np.float64)
+        rewards, values = (grid(_small_floats(st)).astype(np.float64) for _ in range(2))
         kinds = grid(st.integers(0, 3)).astype(np.int64)  # none, terminated, truncated, both
         terminated = (kinds == 1) | (kinds == 3)
         truncated = (kinds == 2) | (kinds == 3)
@@ -222,9 +212,7 @@ def _strategy(quantity: str, draw_example: Callable):
 
 
 def _with(ex: dict, **changes) -> dict:
-    out = dict(ex)
-    out.update(changes)
-    return out
+    return {**ex, **changes}
 
 
 def _set_last_row(name: str, value: bool):
@@ -235,8 +223,13 @@ def _set_last_row(name: str, value: bool):
     return remove
 
 
-def _lambda_key(ex):
-    return "gae_lambda" if "gae_lambda" in ex else "lambda_"
+def _hyper_equals(name: str, value: float) -> Property:
+    """``gamma`` or the lambda (``gae_lambda``, V-trace's ``lambda_``) equal to ``value``;
+    removed by setting it to 0.5."""
+    def key(ex):
+        return name if name == "gamma" else ("gae_lambda" if "gae_lambda" in ex else "lambda_")
+    return Property(f"{name}_{value:g}", f"{name} = {value:g}", lambda ex: ex[key(ex)] == value,
+                    lambda ex: _with(ex, **{key(ex): 0.5}))
 
 
 def _take(ex: dict, index) -> dict:
@@ -252,14 +245,7 @@ _TRAJ_PROPERTIES = (
              lambda ex: bool(np.any(ex["terminated"][-1])), _set_last_row("terminated", False)),
     Property("truncated_last_row", "a truncated step on the last row",
              lambda ex: bool(np.any(ex["truncated"][-1])), _set_last_row("truncated", False)),
-    Property("gamma_0", "gamma = 0", lambda ex: ex["gamma"] == 0.0,
-             lambda ex: _with(ex, gamma=0.5)),
-    Property("lambda_0", "lambda = 0", lambda ex: ex[_lambda_key(ex)] == 0.0,
-             lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
-    Property("gamma_1", "gamma = 1", lambda ex: ex["gamma"] == 1.0,
-             lambda ex: _with(ex, gamma=0.5)),
-    Property("lambda_1", "lambda = 1", lambda ex: ex[_lambda_key(ex)] == 1.0,
-             lambda ex: _with(ex, **{_lambda_key(ex): 0.5})),
+    *(_hyper_equals(name, value) for value in (0.0, 1.0) for name in ("gamma", "lambda")),
     Property("long_rollout", "a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
              lambda ex: _take(ex, slice(64))),
     Property("truncated", "truncated steps", lambda ex: bool(np.any(ex["truncated"])),
@@ -269,8 +255,7 @@ _TRAJ_PROPERTIES = (
 _VTRACE_PROPERTIES = _TRAJ_PROPERTIES + (
     Property("off_policy", "off-policy steps (ratio != 1)",
              lambda ex: bool(np.any(ex["behaviour_log_probs"] != ex["target_log_probs"])),
-             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()),
-             broad=True),
+             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()), broad=True),
 )
 
 
@@ -290,9 +275,7 @@ def _draw_vtrace(draw, st, exclude, dtype):
 
 
 def _pick_dtype(draw, st, dtype: str) -> str:
-    if dtype == "any":
-        return draw(st.sampled_from(["float64", "float32"]))
-    return dtype
+    return draw(st.sampled_from(["float64", "float32"])) if dtype == "any" else dtype
 
 
 def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
@@ -300,10 +283,9 @@ def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
     (checked with both ``math.exp`` and ``numpy.exp``), or None."""
     new = old + d
     r = math.exp(new - old)
-    if float(np.exp(np.float64(new) - np.float64(old))) != r:
-        return None
     clip = abs(r - 1.0)
-    if not clip > 0.0 or (r > 1.0 and 1.0 + clip != r) or (r < 1.0 and 1.0 - clip != r):
+    if (float(np.exp(np.float64(new) - np.float64(old))) != r or not clip > 0.0
+            or (r > 1.0 and 1.0 + clip != r) or (r < 1.0 and 1.0 - clip != r)):
         return None
     return new, clip
 
@@ -327,9 +309,8 @@ def _draw_policy(draw, st, exclude, dtype):
             made = _kink_log_ratio(float(old[0]), kink)
             if made is not None:
                 new[0], clip_range = made
-    ex = {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
-          "clip_range": float(clip_range)}
-    return ex, chosen
+    return {"new_log_probs": new, "old_log_probs": old, "advantages": adv,
+            "clip_range": float(clip_range)}, chosen
 
 
 def _aggregated(ex: dict, options: Mapping[str, Any], n: int):
@@ -394,17 +375,14 @@ _POLICY_PROPERTIES = (
     Property("zero_advantage", "zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
              lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
                                                       ex["advantages"]))),
-    Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
-             _doubled),
+    Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1, _doubled),
 )
 
 
 def _draw_value(draw, st, exclude, dtype):
     n = draw(st.integers(1, 10))
-    floats = _small_floats(st)
-    values = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-    old = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
-    returns = np.array(draw(st.lists(floats, min_size=n, max_size=n)))
+    values, old, returns = (np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
+                            for _ in range(3))
     clip = draw(st.sampled_from([None, 0.5, 0.25, 1.0]))
     if clip is not None and "value_clip_boundary" not in exclude:
         # dyadic old values and clip: V = V_old +- clip is exact
@@ -413,8 +391,8 @@ def _draw_value(draw, st, exclude, dtype):
             if kind:
                 old[i] = float(draw(st.integers(-8, 8))) / 4.0
                 values[i] = old[i] + kind * clip
-    ex = {"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip}
-    return ex, _pick_dtype(draw, st, dtype)
+    return ({"values": values, "old_values": old, "returns": returns, "clip_range_vf": clip},
+            _pick_dtype(draw, st, dtype))
 
 
 def _value_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -446,8 +424,7 @@ _VALUE_PROPERTIES = (
 
 
 def _draw_normalize(draw, st, exclude, dtype):
-    n = draw(st.integers(1, 12))
-    kind = draw(st.integers(0, 5))
+    n, kind = draw(st.integers(1, 12)), draw(st.integers(0, 5))
     if kind == 0:
         adv = np.full(n, draw(_small_floats(st)))
     elif kind <= 3:  # a spread near the eps values: where the eps and its placement show
@@ -537,10 +514,7 @@ def _trajectory_reductions(ex: dict) -> Iterator[dict]:
 def _element_reductions(*keys: str):
     def reductions(ex: dict) -> Iterator[dict]:
         for part in _windows(int(np.asarray(ex[keys[0]]).size)):
-            out = dict(ex)
-            for k in keys:
-                out[k] = np.asarray(ex[k])[part].copy()
-            yield out
+            yield {**ex, **{k: np.asarray(ex[k])[part].copy() for k in keys}}
     return reductions
 
 
@@ -560,12 +534,10 @@ QUANTITY_SPECS: Dict[str, Quantity] = {q.name: q for q in (
              _trajectory_reductions, _input_magnitude),
     Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction", "approx_kl"),
              _policy_reference, _strategy("policy_loss", _draw_policy), _POLICY_PROPERTIES,
-             _size("advantages"),
-             _element_reductions("new_log_probs", "old_log_probs", "advantages"),
-             _input_magnitude),
+             _size("advantages"), _element_reductions(*_FLOATS["policy_loss"]), _input_magnitude),
     Quantity("value_loss", ("loss", "d_values"), _value_reference,
              _strategy("value_loss", _draw_value), _VALUE_PROPERTIES, _size("values"),
-             _element_reductions("values", "old_values", "returns"), _input_magnitude),
+             _element_reductions(*_FLOATS["value_loss"]), _input_magnitude),
     Quantity("normalize_advantages", ("advantages",), _normalize_reference,
              _strategy("normalize_advantages", _draw_normalize), _NORMALIZE_PROPERTIES,
              _size("advantages"), _element_reductions("advantages"), _normalize_magnitude,

@@ -57,21 +57,18 @@ def trace_inputs(seed: int = 0) -> Dict[str, Any]:
     """The fixed inputs of the traced update (numbers rounded to 6 decimals)."""
     rng = np.random.default_rng(seed)
     T, N, obs_dim, n_actions = 3, 2, 3, 2
-    params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
-    params = {k: v.round(6) for k, v in params.items()}
+    params = {k: v.round(6) for k, v in actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,),
+                                                           policy_gain=1.0).items()}
     terminated = np.array([[True, False], [False, False], [False, True]])
     truncated = np.array([[True, False], [False, True], [False, False]])
-    return {
-        "params": params,
-        "observations": rng.normal(size=(T * N, obs_dim)).round(6),
-        "actions": rng.integers(0, n_actions, T * N),
-        "old_log_probs": (-rng.uniform(0.4, 1.0, T * N)).round(6),
-        "rewards": rng.normal(size=(T, N)).round(6),
-        "old_values": rng.normal(size=(T, N)).round(6),
-        "terminated": terminated, "truncated": truncated,
-        "last_values": rng.normal(size=N).round(6),
-        "final_values": rng.normal(size=(T, N)).round(6),
-    }
+    return {"params": params, "observations": rng.normal(size=(T * N, obs_dim)).round(6),
+            "actions": rng.integers(0, n_actions, T * N),
+            "old_log_probs": (-rng.uniform(0.4, 1.0, T * N)).round(6),
+            "rewards": rng.normal(size=(T, N)).round(6),
+            "old_values": rng.normal(size=(T, N)).round(6),
+            "terminated": terminated, "truncated": truncated,
+            "last_values": rng.normal(size=N).round(6),
+            "final_values": rng.normal(size=(T, N)).round(6)}
 
 
 def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed: int = 0,
@@ -97,10 +94,9 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     """
     inp = dict(trace_inputs(seed) if inputs is None else inputs)
     T, N = np.shape(inp["rewards"])
-    overrides = dict(ent_coef=0.01, learning_rate=learning_rate)
-    overrides.update(config_overrides)
-    overrides.update(n_steps=T, n_envs=N, batch_size=T * N, n_epochs=1, net_arch=(4,))
-    config = PPOConfig.preset(preset, **overrides)
+    config = PPOConfig.preset(preset, **{"ent_coef": 0.01, "learning_rate": learning_rate,
+                                         **config_overrides, "n_steps": T, "n_envs": N,
+                                         "batch_size": T * N, "n_epochs": 1, "net_arch": (4,)})
     tr: Dict[str, Any] = {}
 
     adv, ret = gae(inp["rewards"], inp["old_values"], inp["terminated"], inp["truncated"],
@@ -111,37 +107,31 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     # the minibatch is the whole rollout, rows in time-major order (row = t * N + n)
     adv_rows, ret_rows = adv.reshape(-1), ret.reshape(-1)
     old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
-    norm = (normalize_advantages(adv_rows, ddof=config.advantage_norm_ddof,
-                                 eps=config.advantage_norm_eps,
-                                 placement=config.advantage_norm_eps_placement,
-                                 single_element=config.advantage_norm_single_element)
-            if config.normalize_advantage else adv_rows.copy())
-    tr["normalized_advantages"] = norm
+    tr["normalized_advantages"] = norm = (normalize_advantages(
+        adv_rows, ddof=config.advantage_norm_ddof, eps=config.advantage_norm_eps,
+        placement=config.advantage_norm_eps_placement,
+        single_element=config.advantage_norm_single_element)
+        if config.normalize_advantage else adv_rows.copy())
 
     params = {k: np.asarray(v, np.float64) for k, v in inp["params"].items()}
     logits, values, cache = actor_critic_forward(params, inp["observations"])
     tr["logits"], tr["values"] = logits, values
     actions = np.asarray(inp["actions"])
-    new_lp = categorical_log_prob(logits, actions)
-    entropy = categorical_entropy(logits)
-    tr["new_log_probs"], tr["entropy"] = new_lp, entropy
+    tr["new_log_probs"] = new_lp = categorical_log_prob(logits, actions)
+    tr["entropy"] = entropy = categorical_entropy(logits)
     old_lp = np.asarray(inp["old_log_probs"], np.float64)
-    ratios = np.exp(new_lp - old_lp)
-    tr["ratios"] = ratios
-    clip_range = config.clip_range
-    tr["clip_mask"] = (np.abs(ratios - 1.0) > clip_range).astype(np.float64)
+    tr["ratios"] = ratios = np.exp(new_lp - old_lp)
+    tr["clip_mask"] = (np.abs(ratios - 1.0) > config.clip_range).astype(np.float64)
 
     # the row weights and the factor of the loss aggregation (the six rows: one sequence)
-    weights = truncation_weights(inp["terminated"], inp["truncated"],
-                                 config.drop_truncated_steps)
+    weights = truncation_weights(inp["terminated"], inp["truncated"], config.drop_truncated_steps)
     weights, factor = aggregation_weights(config.loss_aggregation, old_lp.size,
                                           None if weights is None else weights.reshape(-1),
                                           None, config.loss_aggregation_norm)
     p_loss, d_lp, info = policy_loss(
-        new_lp, old_lp, norm, clip_range, clip_range_low=config.clip_range_low,
+        new_lp, old_lp, norm, config.clip_range, clip_range_low=config.clip_range_low,
         clip_range_high=config.clip_range_high, clip_interval=config.clip_interval,
-        dual_clip=config.dual_clip, weights=weights,
-        clip_fraction_mode=config.clip_fraction_mode)
+        dual_clip=config.dual_clip, weights=weights, clip_fraction_mode=config.clip_fraction_mode)
     tr["clip_fraction"] = info["clip_fraction"]
     tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
                        else approx_kl(old_lp, new_lp, config.kl_estimator, weights=weights))
@@ -150,9 +140,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
                              weights=weights, boundary_grad=config.value_clip_boundary_grad)
     e_loss, d_e = entropy_loss(entropy, weights=weights)
     if factor != 1.0:
-        p_loss, d_lp, v_loss, d_v, e_loss, d_e = (factor * p_loss, factor * d_lp,
-                                                  factor * v_loss, factor * d_v,
-                                                  factor * e_loss, factor * d_e)
+        p_loss, d_lp, v_loss, d_v, e_loss, d_e = (factor * x for x in (p_loss, d_lp, v_loss, d_v,
+                                                                       e_loss, d_e))
     tr["policy_loss"] = p_loss
     tr["value_loss"] = config.value_loss_scale * v_loss
     tr["entropy_loss"] = e_loss
@@ -160,14 +149,12 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     tr["d_log_probs"] = d_lp
     tr["d_values"] = d_v * (config.vf_coef * config.value_loss_scale)
     tr["d_entropy"] = d_e * config.ent_coef
-    d_logits = (categorical_log_prob_backward(logits, actions, tr["d_log_probs"])
-                + categorical_entropy_backward(logits, tr["d_entropy"]))
-    tr["d_logits"] = d_logits
+    tr["d_logits"] = d_logits = (categorical_log_prob_backward(logits, actions, tr["d_log_probs"])
+                                 + categorical_entropy_backward(logits, tr["d_entropy"]))
     grads = actor_critic_backward(params, cache, d_logits, tr["d_values"])
     tr["grads"] = dict(grads)
-    clipped, norm_value = clip_by_global_norm(grads, config.max_grad_norm)
-    tr["grad_norm"] = norm_value
-    tr["clip_scale"] = min(1.0, config.max_grad_norm / (norm_value + 1e-6))
+    clipped, tr["grad_norm"] = clip_by_global_norm(grads, config.max_grad_norm)
+    tr["clip_scale"] = min(1.0, config.max_grad_norm / (tr["grad_norm"] + 1e-6))
     tr["clipped_grads"] = dict(clipped)
     new_params, state = adam_update(params, clipped, adam_init(params), lr=config.learning_rate,
                                     eps=config.adam_eps)
@@ -193,7 +180,7 @@ def load_trace(path: str) -> Dict[str, Any]:
             ``trace`` object.
         OSError: the file cannot be read.
     """
-    raw = read_json_file(path, "trace file")  # bounded: size, nesting, integer digits
+    raw = read_json_file(path, "trace file")
     if not isinstance(raw, dict) or raw.get("format") != TRACE_FORMAT or not isinstance(
             raw.get("trace"), dict):
         raise ValueError(f"trace file {path} must be a {TRACE_FORMAT!r} document with a "
@@ -227,15 +214,12 @@ def diff_traces(a: Mapping[str, Any], b: Mapping[str, Any], *, rtol: float = 1e-
     rows = []
     flat_b = flatten(tb)
     for name, va in flatten(ta).items():
-        if name not in flat_b:
-            rows.append({"quantity": name, "index": None, "a": None, "b": None,
-                         "abs_diff": math.inf, "detail": "missing in B"})
-            continue
         xa = np.asarray(va, dtype=np.float64)
-        xb = np.asarray(flat_b[name], dtype=np.float64)
-        if xa.shape != xb.shape:
+        xb = np.asarray(flat_b[name], dtype=np.float64) if name in flat_b else None
+        if xb is None or xa.shape != xb.shape:
             rows.append({"quantity": name, "index": None, "a": None, "b": None,
-                         "abs_diff": math.inf, "detail": f"shape {xa.shape} vs {xb.shape}"})
+                         "abs_diff": math.inf, "detail": "missing in B" if xb is None
+                         else f"shape {xa.shape} vs {xb.shape}"})
             continue
         with np.errstate(invalid="ignore"):
             gap = np.abs(xa - xb)
@@ -273,19 +257,17 @@ def identify_trace(trace: Mapping[str, Any], reference: Optional[Mapping[str, An
                    ) -> List[Dict[str, Any]]:
     """The convention changes under which ppo_ref's traced update equals ``trace``.
 
-    ppo_ref's update is :func:`trace_update` on the ``inputs`` and ``settings`` of
-    ``reference`` (a trace document, e.g. the reference trace the other implementation was
-    given; default ``trace`` itself). Every change of one option of
-    :data:`ppo_ref.conventions.OPTIONS` to another of its values is tried, then (when none
-    matches and ``max_changes >= 2``) every change of two; a change matches when
-    :func:`diff_traces` of ``trace`` and ppo_ref's trace with it finds no difference. This is
-    how a convention no function quantity shows is named, such as ``drop_truncated_steps``.
+    ppo_ref's update is :func:`trace_update` on the ``inputs`` and ``settings`` of ``reference`` (a
+    trace document, e.g. the reference trace the other implementation was given; default ``trace``
+    itself). Every change of one option of :data:`ppo_ref.conventions.OPTIONS` to another of its
+    values is tried, then (when none matches and ``max_changes >= 2``) every change of two; a change
+    matches when :func:`diff_traces` of ``trace`` and ppo_ref's trace with it finds no difference.
+    This is how a convention no function quantity shows is named, such as ``drop_truncated_steps``.
 
     Returns the matching changes, each ``{option name: value}``, the fewest options first;
     ``[{}]`` when ``trace`` already equals ppo_ref's trace with the unchanged settings; ``[]``
     when nothing matches. Raises ``ValueError`` when the documents lack ``inputs`` or
-    ``settings`` or for ``max_changes`` not 1 or 2.
-    """
+    ``settings`` or for ``max_changes`` not 1 or 2."""
     base_doc = trace if reference is None else reference
     if not (isinstance(base_doc, Mapping) and "inputs" in base_doc and "settings" in base_doc):
         raise ValueError("identify_trace needs trace documents with 'inputs' and 'settings' "

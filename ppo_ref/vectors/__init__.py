@@ -17,8 +17,7 @@ encoded by :mod:`ppo_ref.vectors.codec`)::
 from ppo_ref.vectors.codec import (DEFAULT_TOLERANCE, FORMAT, MAX_JSON_BYTES, MAX_JSON_DEPTH,
                                    MAX_JSON_INT_DIGITS, RESULTS_FORMAT, decode, dumps, encode,
                                    read_json_file)
-from ppo_ref.vectors.cases import (BACKENDS, SEED, apply_preset, compute_outputs,
-                                   write_vectors)
+from ppo_ref.vectors.cases import BACKENDS, SEED, apply_preset, compute_outputs, write_vectors
 from ppo_ref.vectors.check import (TOLERANCE_PROFILES, alternative_conventions, check_results,
                                    encode_decode, format_table, load_case, load_cases,
                                    reference_results)

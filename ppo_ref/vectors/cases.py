@@ -29,16 +29,17 @@ __all__ = ["SEED", "BACKENDS", "KINDS", "OPTION_KEYS", "compute_outputs", "apply
            "write_vectors", "case_table"]
 
 SEED = 20261129
+#: The options that say how the advantage kernels read the truncation flags.
+_TRUNCATION_OPTIONS = ("truncation", "bootstrap_terminal_last_row")
 
 
 def _episode_starts(inputs, settings, tier):
-    return {"episode_starts": tier.masks.episode_starts(inputs["terminated"], inputs["truncated"],
-                                                        inputs["initial"])}
+    return {"episode_starts": tier.masks.episode_starts(
+        inputs["terminated"], inputs["truncated"], inputs["initial"])}
 
 
 def _kernel_options(settings):
-    return {"truncation": settings["truncation"],
-            "bootstrap_terminal_last_row": settings["bootstrap_terminal_last_row"]}
+    return {k: settings[k] for k in _TRUNCATION_OPTIONS}
 
 
 def _per_step(value):
@@ -68,23 +69,19 @@ def _vtrace(inputs, settings, tier):
 def _categorical(inputs, settings, tier):
     d = tier.distributions
     logits, actions = inputs["logits"], inputs["actions"]
-    return {
-        "log_softmax": d.log_softmax(logits),
-        "entropy": d.categorical_entropy(logits),
-        "log_probs": d.categorical_log_prob(logits, actions),
-        "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
-                                                                   inputs["d_log_probs"]),
-        "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"]),
-    }
+    return {"log_softmax": d.log_softmax(logits), "entropy": d.categorical_entropy(logits),
+            "log_probs": d.categorical_log_prob(logits, actions),
+            "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
+                                                                       inputs["d_log_probs"]),
+            "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"])}
 
 
 def _aggregation(inputs, settings, first: str):
     """``(weights, factor)`` of the case's ``aggregation`` setting (default token-mean) with its
-    optional ``weights`` and ``sequences`` inputs
-    (:func:`ppo_ref.spec.update.aggregation_weights`)."""
-    return aggregation_weights(settings.get("aggregation", "token-mean"),
-                               np.size(inputs[first]), inputs.get("weights"),
-                               inputs.get("sequences"), settings.get("aggregation_norm"))
+    optional inputs ``weights``, ``sequences`` (:func:`ppo_ref.spec.update.aggregation_weights`)."""
+    return aggregation_weights(settings.get("aggregation", "token-mean"), np.size(inputs[first]),
+                               inputs.get("weights"), inputs.get("sequences"),
+                               settings.get("aggregation_norm"))
 
 
 def _policy_loss(inputs, settings, tier):
@@ -92,9 +89,8 @@ def _policy_loss(inputs, settings, tier):
     loss, grad, info = tier.losses.policy_loss(
         inputs["new_log_probs"], inputs["old_log_probs"], inputs["advantages"],
         settings["clip_range"], clip_range_low=settings.get("clip_range_low"),
-        clip_range_high=settings.get("clip_range_high"),
-        clip_interval=settings.get("clip_interval", "symmetric"),
-        dual_clip=settings.get("dual_clip"), weights=weights,
+        clip_range_high=settings.get("clip_range_high"), dual_clip=settings.get("dual_clip"),
+        clip_interval=settings.get("clip_interval", "symmetric"), weights=weights,
         clip_fraction_mode=settings.get("clip_fraction_mode", "outside"))
     estimator = settings.get("kl_estimator", "k3")
     kl = info["approx_kl"] if estimator == "k3" else tier.losses.approx_kl(
@@ -105,11 +101,10 @@ def _policy_loss(inputs, settings, tier):
 
 def _value_loss(inputs, settings, tier):
     weights, factor = _aggregation(inputs, settings, "values")
-    loss, grad = tier.losses.value_loss(inputs["values"], inputs["old_values"], inputs["returns"],
-                                        settings["clip_range_vf"], mode=settings["mode"],
-                                        huber_delta=settings.get("huber_delta", 1.0),
-                                        weights=weights,
-                                        boundary_grad=settings.get("boundary_grad", 1.0))
+    loss, grad = tier.losses.value_loss(
+        inputs["values"], inputs["old_values"], inputs["returns"], settings["clip_range_vf"],
+        mode=settings["mode"], huber_delta=settings.get("huber_delta", 1.0), weights=weights,
+        boundary_grad=settings.get("boundary_grad", 1.0))
     scale = factor * float(settings.get("scale", 1.0))
     return {"loss": scale * loss, "d_values": scale * grad}
 
@@ -149,9 +144,8 @@ def _clip(inputs, settings, tier):
 
 
 def _lstm(inputs, settings, tier):
-    h_seq, (h_T, c_T), cache = tier.lstm.lstm_forward(inputs["params"], inputs["x"],
-                                                      inputs["h0"], inputs["c0"],
-                                                      inputs["episode_starts"])
+    h_seq, (h_T, c_T), cache = tier.lstm.lstm_forward(
+        inputs["params"], inputs["x"], inputs["h0"], inputs["c0"], inputs["episode_starts"])
     dx, grads, (dh0, dc0) = tier.lstm.lstm_backward(inputs["params"], cache, inputs["dh_seq"],
                                                     inputs["dh_T"], inputs["dc_T"])
     return {"h_seq": h_seq, "h_T": h_T, "c_T": c_T, "dx": dx, "grads": dict(grads),
@@ -169,11 +163,10 @@ def _ppo_minibatch_update(inputs, settings, tier):
     seen = {}
 
     def evaluate(p, data):
-        log_probs, entropy, values, cache = policy.evaluate(p, data)
-        seen.setdefault("log_probs", log_probs)
-        seen.setdefault("entropy", entropy)
-        seen.setdefault("values", values)
-        return log_probs, entropy, values, cache
+        out = policy.evaluate(p, data)  # (log_probs, entropy, values, cache)
+        for key, value in zip(("log_probs", "entropy", "values"), out):
+            seen.setdefault(key, value)
+        return out
 
     def backward(p, cache, d_log_probs, d_entropy, d_values):
         grads = policy.backward(p, cache, d_log_probs, d_entropy, d_values)
@@ -185,13 +178,11 @@ def _ppo_minibatch_update(inputs, settings, tier):
         weights = truncation_weights(inputs["terminated"], inputs["truncated"],
                                      config.drop_truncated_steps)
     mb = Minibatch(inputs["old_log_probs"], inputs["advantages"], inputs["returns"],
-                   inputs["old_values"], (obs, inputs["actions"]), weights,
-                   inputs.get("sequences"))
-    new_params, _, stats = run_epochs(params, adam_init(params), config=config,
-                                      lr=settings["learning_rate"],
-                                      clip_range=settings["clip_range"],
-                                      minibatches=lambda epoch: [mb], evaluate=evaluate,
-                                      backward=backward, losses=tier.losses, optim=tier.optim)
+                   inputs["old_values"], (obs, inputs["actions"]), weights, inputs.get("sequences"))
+    new_params, _, stats = run_epochs(
+        params, adam_init(params), config=config, lr=settings["learning_rate"],
+        clip_range=settings["clip_range"], minibatches=lambda epoch: [mb], evaluate=evaluate,
+        backward=backward, losses=tier.losses, optim=tier.optim)
     return {"new_log_probs": seen["log_probs"], "entropy": seen["entropy"],
             "values": seen["values"], "loss": stats["loss"], "policy_loss": stats["policy_loss"],
             "value_loss": stats["value_loss"], "mean_entropy": stats["entropy"],
@@ -202,25 +193,14 @@ def _ppo_minibatch_update(inputs, settings, tier):
 
 #: Case kind -> the function computing its outputs ``(inputs, settings, tier) -> dict``.
 KINDS: Dict[str, Callable] = {
-    "episode_starts": _episode_starts,
-    "gae": _gae,
-    "vtrace": _vtrace,
-    "categorical": _categorical,
-    "policy_loss": _policy_loss,
-    "value_loss": _value_loss,
-    "entropy_loss": _entropy_loss,
-    "normalize_advantages": _normalize_advantages,
-    "approx_kl": _approx_kl,
-    "adam": _adam,
-    "clip_by_global_norm": _clip,
-    "lstm": _lstm,
-    "ppo_minibatch_update": _ppo_minibatch_update,
-}
+    "episode_starts": _episode_starts, "gae": _gae, "vtrace": _vtrace, "categorical": _categorical,
+    "policy_loss": _policy_loss, "value_loss": _value_loss, "entropy_loss": _entropy_loss,
+    "normalize_advantages": _normalize_advantages, "approx_kl": _approx_kl, "adam": _adam,
+    "clip_by_global_norm": _clip, "lstm": _lstm, "ppo_minibatch_update": _ppo_minibatch_update}
 
+#: Case kind -> the ppo_ref function it documents (a case file's ``function``).
 _FUNCTIONS = {
-    "episode_starts": "ppo_ref.episode_starts",
-    "gae": "ppo_ref.gae",
-    "vtrace": "ppo_ref.vtrace",
+    "episode_starts": "ppo_ref.episode_starts", "gae": "ppo_ref.gae", "vtrace": "ppo_ref.vtrace",
     "categorical": "ppo_ref.spec.distributions (log_softmax, categorical_entropy, "
                    "categorical_log_prob and their backward)",
     "policy_loss": "ppo_ref.spec.losses.policy_loss (approx_kl: ppo_ref.spec.losses.approx_kl "
@@ -240,11 +220,7 @@ _FUNCTIONS = {
 def compute_outputs(case: Mapping, backend: str = "spec") -> Dict[str, Any]:
     """ppo_ref's outputs ``{name: array or dict}`` for a decoded case, computed by the tier of
     ``backend`` (a value of ``PPOConfig.backend``, :func:`ppo_ref.tiers.tier_for`; by default
-    the spec tier, as every function of this module).
-
-    Raises:
-        ValueError: an unknown case kind or backend.
-    """
+    the spec tier, as every function of this module). ``ValueError``: an unknown kind or backend."""
     kind = case["kind"]
     if kind not in KINDS:
         raise ValueError(f"case kind must be one of {sorted(KINDS)}, got {kind!r}")
@@ -262,8 +238,7 @@ def _case(name, kind, preset, description, inputs, settings, tolerance=None):
 
 
 def _rollout(rng, T, N):
-    terminated = _flags(rng, (T, N), 0.15)
-    truncated = _flags(rng, (T, N), 0.15)
+    terminated, truncated = _flags(rng, (T, N), 0.15), _flags(rng, (T, N), 0.15)
     terminated[-1, 0] = True           # a terminal on the last row (thrust-rl differs there)
     truncated[T // 2, -1] = True       # a truncation mid-rollout
     terminated[T // 2, -1] = False
@@ -275,7 +250,7 @@ def _rollout(rng, T, N):
 
 def _truncation(preset: str) -> dict:
     """The truncation options of ``preset`` (:data:`ppo_ref.config.PRESETS`)."""
-    return {k: PRESETS[preset][k] for k in ("truncation", "bootstrap_terminal_last_row")}
+    return {k: PRESETS[preset][k] for k in _TRUNCATION_OPTIONS}
 
 
 def _build_cases(rng: np.random.Generator) -> List[dict]:
@@ -300,9 +275,8 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                        "one env as [T] arrays with a scalar last_values", single,
                        {"gamma": 0.9, "gae_lambda": 0.8, **_truncation("reference")}))
 
-    vt = dict(roll)
-    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
-    vt["target_log_probs"] = (-rng.exponential(1.0, (T, N))).round(6)
+    vt = {**roll, "behaviour_log_probs": (-rng.exponential(1.0, (T, N))).round(6),
+          "target_log_probs": (-rng.exponential(1.0, (T, N))).round(6)}
     cases.append(_case("vtrace_reference", "vtrace", "reference",
                        "IMPALA V-trace with truncation bootstrap, lambda_ 0.9, distinct bars", vt,
                        {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.5,
@@ -316,9 +290,8 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
     logits[1, 2] = -np.inf                     # a masked action
     actions = np.array([0, 3, 1, 2, 3])
     cases.append(_case(
-        "categorical", "categorical", "reference",
-        "log-softmax (max-shifted), entropy, log-probs and both gradients; row 1 has a masked "
-        "action (-inf logit)",
+        "categorical", "categorical", "reference", "log-softmax (max-shifted), entropy, "
+        "log-probs and both gradients; row 1 has a masked action (-inf logit)",
         {"logits": logits, "actions": actions, "d_log_probs": rng.normal(size=5).round(6),
          "d_entropy": rng.normal(size=5).round(6)}, {}))
 
@@ -342,13 +315,11 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                            {"clip_range_vf": clip, "mode": mode}))
     cases.append(_case("entropy_loss", "entropy_loss", "reference", "-mean(entropy)",
                        {"entropy": rng.uniform(0.1, 1.4, B).round(6)}, {}))
-    for ddof in (1, 0):
-        cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages",
-                           "reference" if ddof else "thrust",
+    for ddof, _, preset in ((1, "k3", "reference"), (0, "k1", "thrust")):
+        cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages", preset,
                            "(A - mean) / (std(ddof) + 1e-8)", {"advantages": adv}, {"ddof": ddof}))
-    for est in ("k3", "k1"):
-        kl_preset = "reference" if est == "k3" else "thrust"
-        cases.append(_case(f"approx_kl_{est}", "approx_kl", kl_preset, "KL(old || new) estimator",
+    for _, est, preset in ((1, "k3", "reference"), (0, "k1", "thrust")):
+        cases.append(_case(f"approx_kl_{est}", "approx_kl", preset, "KL(old || new) estimator",
                            {"old_log_probs": old, "new_log_probs": new}, {"estimator": est}))
 
     params = {"w": rng.normal(size=(3, 2)).round(6), "b": rng.normal(size=3).round(6)}
@@ -368,17 +339,14 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                    "w_hh": (rng.normal(size=(4 * H, H)) * 0.5).round(6),
                    "b": (rng.normal(size=4 * H) * 0.1).round(6)}
     starts = np.zeros((T, N), dtype=bool)
-    starts[0, 1] = True
-    starts[3, 0] = True
+    starts[0, 1] = starts[3, 0] = True
     cases.append(_case(
-        "lstm_resets", "lstm", "reference",
-        "torch gate order (i, f, g, o), b = b_ih + b_hh; state zeroed where episode_starts; "
-        "BPTT with dh_seq, dh_T, dc_T",
+        "lstm_resets", "lstm", "reference", "torch gate order (i, f, g, o), b = b_ih + b_hh; "
+        "state zeroed where episode_starts; BPTT with dh_seq, dh_T, dc_T",
         {"params": lstm_params, "x": rng.normal(size=(T, N, D)).round(6),
          "h0": rng.normal(size=(N, H)).round(6), "c0": rng.normal(size=(N, H)).round(6),
          "episode_starts": starts, "dh_seq": rng.normal(size=(T, N, H)).round(6),
-         "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)},
-        {}))
+         "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)}, {}))
 
     cases.extend(_ppo_cases(rng))
     return cases
@@ -425,9 +393,8 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
                        "T = 2000: a long accumulation (gamma 0.999, lambda 0.99)", long,
                        {"gamma": 0.999, "gae_lambda": 0.99, **ref},
                        tolerance={"atol": 1e-9, "rtol": 1e-9}))
-    vt = dict(roll)
-    vt["behaviour_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
-    vt["target_log_probs"] = (-rng.exponential(1.0, (6, 3))).round(6)
+    vt = {**roll, "behaviour_log_probs": (-rng.exponential(1.0, (6, 3))).round(6),
+          "target_log_probs": (-rng.exponential(1.0, (6, 3))).round(6)}
     for name, gamma, lam in (("both_flags", 0.9, 0.9), ("gamma0", 0.0, 1.0),
                              ("lambda0", 0.95, 0.0)):
         cases.append(_case(f"vtrace_{name}", "vtrace", "reference",
@@ -441,8 +408,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
                         "lambda_": rng.choice([0.5, 1.0], (6, 3)).tolist(), **ref}))
     # ratios exactly on 1 +- eps (exp(new - old) == 1 +- eps in float64), both signs of A
     old = np.array([-1.0, -0.5, -2.0, -1.0, -0.75, -1.25])
-    d = np.log(np.array([1.25, 0.75, 1.25, 0.75, 1.0, 2.0]))
-    new = old + d
+    new = old + np.log(np.array([1.25, 0.75, 1.25, 0.75, 1.0, 2.0]))
     ratio = np.exp(new - old)
     eps = 0.25
     assert np.sum((ratio == 1.0 + eps) | (ratio == 1.0 - eps)) >= 2
@@ -473,10 +439,9 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
                        {**vinputs, "weights": np.array([1.0, 1, 0, 1, 0, 0, 1, 1])},
                        {"clip_range_vf": 1.0, "mode": "max"}))
     spread = {"advantages": np.array([0.0, 1e-7, -1e-7, 2e-7, 0.0, -3e-7])}
-    for name, ddof, eps_n, placement, preset in (
-            ("clamp_1e-6", 1, 1e-6, "clamp", "torchrl"), ("clamp_1e-7", 1, 1e-7, "clamp",
-                                                          "sample_factory"),
-            ("add_1e-8", 1, 1e-8, "add", "reference")):
+    for name, ddof, eps_n, placement, preset in (("clamp_1e-6", 1, 1e-6, "clamp", "torchrl"),
+                                                 ("clamp_1e-7", 1, 1e-7, "clamp", "sample_factory"),
+                                                 ("add_1e-8", 1, 1e-8, "add", "reference")):
         cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", preset,
                            "a spread of 1e-7: where the eps and its placement show", spread,
                            {"ddof": ddof, "eps": eps_n, "placement": placement}))
@@ -514,8 +479,7 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
     for name, inputs in (("sqrt_1e-8", spread), ("sqrt", plain)):
         cases.append(_case(f"normalize_advantages_{name}", "normalize_advantages", "-",
                            "(A - mean) / sqrt(var + 1e-8), var with ddof 1 (TRL's and verl's "
-                           "masked_whiten)", inputs, {"ddof": 1, "eps": 1e-8,
-                                                      "placement": "sqrt"}))
+                           "masked_whiten)", inputs, {"ddof": 1, "eps": 1e-8, "placement": "sqrt"}))
     for result, preset, ddof in (("unchanged", "reference", 1), ("zero", "purejaxrl", 0),
                                  ("NaN", "cleanrl", 1)):
         cases.append(_case(f"normalize_advantages_single_{result}", "normalize_advantages",
@@ -535,12 +499,10 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
                            f"clipped max form; where |V - V_old| == clip_range_vf exactly the "
                            f"gradient is {grad:g} x the unclipped one", vinputs,
                            {"clip_range_vf": c, "mode": "max", "boundary_grad": grad}))
-    # three sequences of 4, 2 and 3 rows, one row masked out
     seq = np.array([0, 0, 0, 0, 1, 1, 2, 2, 2, 2])
     mask = np.array([1.0, 1, 1, 1, 1, 1, 1, 1, 1, 0])
     rows = {**pol, "weights": mask, "sequences": seq}
-    for mode, extra in (("seq-mean-token-mean", {}), ("token-sum", {}),
-                        ("seq-mean-token-sum", {}),
+    for mode, extra in (("seq-mean-token-mean", {}), ("token-sum", {}), ("seq-mean-token-sum", {}),
                         ("seq-mean-token-sum-norm", {"aggregation_norm": 8.0})):
         cases.append(_case(f"policy_loss_aggregation_{mode}", "policy_loss", "-",
                            f"a 0/1 mask and three sequences (4, 2, 3 valid rows), loss "
@@ -549,8 +511,7 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
     cases.append(_case("value_loss_aggregation_seq-mean-token-mean", "value_loss", "-",
                        "the mean over sequences of each sequence's masked mean",
                        {**vinputs, "weights": mask[:8], "sequences": seq[:8]},
-                       {"clip_range_vf": c, "mode": "max", "aggregation":
-                        "seq-mean-token-mean"}))
+                       {"clip_range_vf": c, "mode": "max", "aggregation": "seq-mean-token-mean"}))
     cases.extend(_ppo_convention_cases(rng))
     return cases
 
@@ -573,10 +534,13 @@ def _ppo_convention_cases(rng) -> List[dict]:
                            learning_rate=0.01, **fields)
         out.append(_case(f"ppo_minibatch_update_{name}", "ppo_minibatch_update", "-",
                          f"one PPO minibatch step as ppo_minibatch_update_reference; {what}",
-                         {**inputs, **extra_inputs},
-                         {"config": config.to_dict(), "n_actions": n_actions,
-                          "learning_rate": 0.01, "clip_range": config.clip_range}))
+                         {**inputs, **extra_inputs}, _ppo_settings(config, n_actions)))
     return out
+
+
+def _ppo_settings(config: PPOConfig, n_actions: int) -> dict:
+    return {"config": config.to_dict(), "n_actions": n_actions, "learning_rate": 0.01,
+            "clip_range": config.clip_range}
 
 
 def _ppo_inputs(rng):
@@ -605,21 +569,16 @@ def _ppo_cases(rng) -> List[dict]:
             "one PPO minibatch step: evaluate, loss (per-minibatch advantage normalization), "
             "backward, global-norm clip, one Adam step from a fresh state; params: pi.w0 [4,3], "
             "pi.b0, pi.w1 [2,4], pi.b1, vf.w0, vf.b0, vf.w1 [1,4], vf.b1 (y = x @ w.T + b, tanh)",
-            inputs, {"config": config.to_dict(), "n_actions": n_actions,
-                     "learning_rate": 0.01, "clip_range": config.clip_range}))
+            inputs, _ppo_settings(config, n_actions)))
     return out
 
 
 #: For each kind whose result depends on convention options: ``{option name of
 #: ppo_ref.conventions.OPTIONS: settings key}``.
 OPTION_KEYS: Dict[str, Dict[str, str]] = {
-    "gae": {"truncation": "truncation",
-            "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
-    "vtrace": {"truncation": "truncation",
-               "bootstrap_terminal_last_row": "bootstrap_terminal_last_row"},
+    "gae": {k: k for k in _TRUNCATION_OPTIONS}, "vtrace": {k: k for k in _TRUNCATION_OPTIONS},
     "value_loss": {"value_loss_mode": "mode", "value_loss_scale": "scale",
-                   "value_clip_boundary_grad": "boundary_grad",
-                   "loss_aggregation": "aggregation"},
+                   "value_clip_boundary_grad": "boundary_grad", "loss_aggregation": "aggregation"},
     "normalize_advantages": {"advantage_norm_ddof": "ddof", "advantage_norm_eps": "eps",
                              "advantage_norm_eps_placement": "placement",
                              "advantage_norm_single_element": "single_element"},
@@ -675,9 +634,8 @@ def _settings_text(settings: Mapping[str, Any]) -> str:
     for key, value in settings.items():
         if key == "config":
             default = PPOConfig().to_dict()
-            changed = {k: v for k, v in value.items() if default[k] != v}
-            parts.append("config: " + ", ".join(f"{k}={v!r}" for k, v in changed.items())
-                         + ";")
+            parts.append("config: " + ", ".join(f"{k}={v!r}" for k, v in value.items()
+                                                if default[k] != v) + ";")
         elif isinstance(value, np.ndarray) or (isinstance(value, (list, tuple))
                                                and key != "betas"):
             parts.append(f"{key}=<{'x'.join(map(str, np.shape(value)))} array>")

@@ -168,8 +168,7 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
     ``atol``, ``rtol``, ``detail``, ``alternatives``.
 
     Raises ``ValueError`` for a bad ``profile``, ``atol``, ``rtol`` or ``tolerances`` entry, a
-    results file that is not a results document, or vectors that do not load.
-    """
+    results file that is not a results document, or vectors that do not load."""
     if profile not in TOLERANCE_PROFILES:
         raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
     tolerances = dict(tolerances or {})
@@ -197,10 +196,9 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
     for case in load_cases(vectors_dir):
         name = case["name"]
         tol = case.get("tolerance", DEFAULT_TOLERANCE)
-        a = max(tol["atol"] if atol is None else atol, floor["atol"])
-        r = max(tol["rtol"] if rtol is None else rtol, floor["rtol"])
-        a = tolerances.get(name, {}).get("atol", a)
-        r = tolerances.get(name, {}).get("rtol", r)
+        own = tolerances.get(name, {})
+        a = own.get("atol", max(tol["atol"] if atol is None else atol, floor["atol"]))
+        r = own.get("rtol", max(tol["rtol"] if rtol is None else rtol, floor["rtol"]))
         row = {"case": name, "kind": case["kind"], "preset": case["preset"], "atol": a,
                "rtol": r, "max_err": math.nan, "worst": "", "detail": "", "alternatives": []}
         if name in got_cases:
@@ -309,8 +307,7 @@ def alternative_conventions(case: Mapping, got: Mapping[str, Any], atol: float,
     Tries every combination of the :data:`ppo_ref.conventions.OPTIONS` the case's kind reads
     (:data:`ppo_ref.vectors.cases.OPTION_KEYS`), plus the case's own value where the table lacks
     it (``dual_clip=1.5``); a setting the case leaves out has the option's reference value.
-    Empty when none passes or the kind has no options.
-    """
+    Empty when none passes or the kind has no options."""
     keys = OPTION_KEYS.get(case["kind"])
     if not keys:
         return []

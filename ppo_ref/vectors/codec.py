@@ -15,9 +15,8 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["FORMAT", "RESULTS_FORMAT", "DEFAULT_TOLERANCE", "encode", "decode",
-           "decode_settings", "dumps", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH",
-           "MAX_JSON_INT_DIGITS"]
+__all__ = ["FORMAT", "RESULTS_FORMAT", "DEFAULT_TOLERANCE", "encode", "decode", "decode_settings",
+           "dumps", "read_json_file", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_JSON_INT_DIGITS"]
 
 #: The largest JSON file that is read: larger files, and endless ones such as a device, are
 #: refused after reading at most this many bytes + 1.
@@ -113,8 +112,7 @@ def decode(value):
 
 
 def decode_settings(settings: Mapping) -> dict:
-    """Settings with only the special-float strings decoded (lists such as ``betas`` stay
-    lists)."""
+    """Settings with only the special-float strings decoded (lists such as ``betas`` stay lists)."""
     return {k: _SPECIAL[v] if isinstance(v, str) and v in _SPECIAL else v
             for k, v in settings.items()}
 
