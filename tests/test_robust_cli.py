@@ -348,7 +348,7 @@ def test_ctrl_c_while_the_first_update_compiles_stops_at_once(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 130 and took < 5.0, (took, err)
+    assert proc.returncode == 130 and took < 10.0, (took, err)  # (before: about 13 s)
     assert err.endswith("\nppo-ref: interrupted; " + NOTHING_SAVED.replace("/nonexistent/run",
                                                                            str(run_dir))), err
     assert sorted(os.listdir(run_dir)) == ["config.json", "episodes.csv", "metrics.csv",

@@ -9,7 +9,8 @@ run as in the run and are compiled, with the run's argument types, into the cach
 core while the run compiles its networks and collects its first rollout. The run loads each
 kernel from the cache, or compiles it itself if the helper is not done with it (the same code).
 The helper prints nothing, writes only cache entries, and ends when done or when the run closes
-its standard input (the run ends it so, or by exiting, even when killed).
+its standard input (the run ends it so, or by exiting, even when killed). It is not started on
+one CPU, nor for an env of the user's own module (``module:EnvId``: not made twice).
 """
 from __future__ import annotations
 
@@ -17,27 +18,48 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from typing import Optional
 
 from ppo_ref._numba import PACKAGE_DIR, claim_first
 
 __all__ = ["start_compiling_ahead", "stop_compiling_ahead", "compile_update"]
-#: The helper's program: the job is its first line of stdin; the end of stdin ends it (watched
-#: before the imports); this copy of the package first on its path.
-_HELPER = ("import os, sys, threading; job = sys.stdin.buffer.readline(); threading.Thread("
-           "target=lambda: (sys.stdin.buffer.read(), os._exit(0)), daemon=True).start(); "
-           f"sys.path.insert(0, {os.path.dirname(PACKAGE_DIR)!r}); "
-           "from ppo_ref.cli.ahead import compile_update; import json; "
-           "compile_update(**json.loads(job))")
+#: The helper's program (``python -c``).
+_HELPER = f"""
+import sys
+if not getattr(sys.flags, "safe_path", False):
+    del sys.path[0]                 # not the working directory's modules (as in the run)
+import os, threading
+job = sys.stdin.buffer.readline()
+
+
+def watch():                        # stdin ends when the run closes it or ends: end too
+    while os.read(0, 4096):
+        pass
+    os._exit(0)
+
+
+threading.Thread(target=watch, daemon=True).start()
+sys.path.insert(0, {os.path.dirname(PACKAGE_DIR)!r})
+status = 1
+try:
+    from ppo_ref.cli.ahead import _run
+    _run(job)
+    status = 0
+finally:
+    os._exit(status)                # no interpreter shutdown: it would wait on the watcher
+"""
 
 
 def start_compiling_ahead(trainer) -> Optional[subprocess.Popen]:
-    """The helper for ``trainer`` (made from an env id), started when the cache has not had one
-    for its policy kind, backend and compute dtype; else None."""
-    c = trainer.config
-    if trainer.env_id is None or not claim_first(
-            f"compile-ahead-{trainer.policy_kind}-{c.backend}-{c.compute_dtype}"):
-        return None
+    """The helper for ``trainer``, started when it was made from a registered env id (not a
+    ``module:EnvId``), this process may run on two CPUs or more, and the cache has not had a
+    helper for its policy kind, backend and compute dtype; else None."""
+    c, env_id = trainer.config, trainer.env_id
+    name = f"compile-ahead-{trainer.policy_kind}-{c.backend}-{c.compute_dtype}"
+    if env_id is None or ":" in env_id or len(os.sched_getaffinity(0)) < 2 \
+            or not claim_first(name):
+        return None  # (an env of the user's own module is not made twice; one core: no gain)
     vectorization = "sync" if trainer.vectorization == "async" else trainer.vectorization
     try:  # (a helper that cannot start only leaves the run to compile everything)
         job = json.dumps({"policy": trainer.policy_kind, "env_id": trainer.env_id,
@@ -50,6 +72,7 @@ def start_compiling_ahead(trainer) -> Optional[subprocess.Popen]:
         helper.stdin.flush()
     except (OSError, TypeError, ValueError):
         return None
+    threading.Thread(target=helper.wait, daemon=True).start()  # reaped when it ends
     return helper
 
 
@@ -91,3 +114,8 @@ def compile_update(policy: str, env_id: str, config: dict, vectorization: str = 
         trainer.update(trainer.collect_rollout())
     finally:
         trainer.close()
+
+
+def _run(job: bytes) -> None:
+    """The helper's job: :func:`compile_update` of the JSON object ``job``."""
+    compile_update(**json.loads(job))

@@ -34,11 +34,11 @@ def cli_async_config(args, ppo: PPOConfig) -> AsyncActorLearnerConfig:
             actors=args.actors or "process", ray_address=args.ray_address)
 
 
-def cli_train(args, config: AsyncActorLearnerConfig, run_dir: str) -> int:
-    """``ppo-ref train --async`` of :func:`cli_async_config`'s ``config`` into ``run_dir`` on
-    ``args.env``; the progress line adds the policy lag. Returns the exit code."""
+def cli_train(args, config: AsyncActorLearnerConfig, trainer, run_dir: str) -> int:
+    """``ppo-ref train --async`` of :func:`cli_async_config`'s ``config`` with its learner
+    ``trainer`` (:func:`~ppo_ref.distributed.make_learner`) into ``run_dir`` on ``args.env``;
+    the progress line adds the policy lag. Returns the exit code."""
     env_id, total = args.env, args.total_timesteps
-    trainer = make_learner(config, env_id)
     run_info = {"trainer": type(trainer).__name__, "policy": "mlp", "mode": "async",
                 "env_id": env_id, "seed": args.seed, "total_timesteps": total,
                 "actor_learner": config.to_dict(), "config": trainer.config.to_dict(),

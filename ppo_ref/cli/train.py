@@ -33,6 +33,7 @@ from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_T
                                 rollout_note, saved_config, trainer_class, trainer_class_by_name,
                                 user_input)
 from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
+from ppo_ref.distributed import make_learner
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import (TEMPORARY_PREFIX, check_env_import, load_checkpoint,
                                    vet_checkpoint_metadata)
@@ -700,15 +701,19 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
             print(note)
         return run_dir
 
-    if args.use_async:
-        return int(cli_train(args, async_config, new_run_dir("async")))
     vectorization = args.vectorization or "sync"
-    trainer = _make_trainer(policy, env_id, config, seed, vectorization)  # refuses before output
+    if args.use_async:  # the trainers refuse before any output
+        with building(f"cannot train mlp on {env_id}"):
+            trainer = make_learner(async_config, env_id)
+    else:
+        trainer = _make_trainer(policy, env_id, config, seed, vectorization)
     try:
-        run_dir = new_run_dir(policy)
+        run_dir = new_run_dir("async" if args.use_async else policy)
     except BaseException:
         close_quickly(trainer, 10.0)
         raise
+    if args.use_async:
+        return int(cli_train(args, async_config, trainer, run_dir))
     run_info = {"trainer": type(trainer).__name__, "policy": policy, "env_id": env_id,
                 "seed": seed, "total_timesteps": total, "vectorization": vectorization,
                 "preset": _resolve_preset(args.preset, env_id), "config": config.to_dict(),
