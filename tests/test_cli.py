@@ -227,9 +227,11 @@ def test_ctrl_c_saves_a_checkpoint_at_a_rollout_boundary(tmp_path):
     assert meta["num_timesteps"] < 1_000_000
 
 
-def test_sigterm_saves_the_last_good_state_and_the_run_resumes(tmp_path):
-    """SIGTERM (a scheduler's stop) after the first checkpoint interval: the state of the last
-    completed update is saved (newer than the first periodic checkpoint), the exit status is 143."""
+@pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_saves_the_last_good_state_and_the_run_resumes(tmp_path, name, code):
+    """SIGTERM (a scheduler's stop) or SIGHUP (the terminal closed) after the first checkpoint
+    interval: the state of the last completed update is saved (newer than the first periodic
+    checkpoint), the exit status is 128 + the signal's number."""
     import signal
     import time
     run_dir = str(tmp_path / "sigterm")
@@ -244,10 +246,10 @@ def test_sigterm_saves_the_last_good_state_and_the_run_resumes(tmp_path):
     first = load_checkpoint(checkpoint)[1]["num_timesteps"]
     while time.time() < deadline and read_csv(metrics)["timesteps"][-1] < first + 2 * 256:
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, name))
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 143, err
-    assert "terminated (SIGTERM); saved the last good checkpoint" in err
+    assert proc.returncode == code, err
+    assert f"terminated ({name}); saved the last good checkpoint" in err
     _, meta = load_checkpoint(checkpoint)
     assert meta["num_timesteps"] > first and meta["num_timesteps"] % 256 == 0
     assert meta["num_timesteps"] in read_csv(metrics)["timesteps"]

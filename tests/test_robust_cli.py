@@ -74,6 +74,14 @@ def test_ctrl_c_during_eval_is_one_line(run_dir, capsys, monkeypatch):
     assert "interrupted" in _one_line_error(capsys, "eval")
 
 
+def test_an_env_raising_during_eval_is_one_line(run_dir, capsys, monkeypatch):
+    def raising(self, *args, **kwargs):
+        raise ValueError("late explosion")
+    monkeypatch.setattr(PPOTrainer, "evaluate", raising)
+    assert cli.main(["eval", run_dir, "--episodes", "1"]) == 3
+    assert "ValueError: late explosion" in _one_line_error(capsys, "eval")
+
+
 @pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000,
                                   '{"a": ' * 500 + "1" + "}" * 500,
                                   '{"total_timesteps": ' + "9" * 5000 + "}",
@@ -417,3 +425,25 @@ def test_a_lock_file_left_by_a_dead_process_does_not_block_the_next_run(tmp_path
     with cli.run_dir_lock(str(run_dir)):
         assert lock.read_text() == f"{os.getpid()}\n"
     assert not lock.exists()
+
+
+@pytest.mark.parametrize("source", ['raise RuntimeError("boom at import")\n',
+                                    "import gymnasium\nclass E(gymnasium.Env):\n"
+                                    "    def __init__(self):\n        raise RuntimeError('boom')\n"
+                                    "gymnasium.register('Boom-v0', entry_point=E)\n"])
+def test_an_env_whose_module_or_constructor_raises_is_one_line(source, tmp_path, capsys,
+                                                               monkeypatch):
+    (tmp_path / "boom_env.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--env", "boom_env:Boom-v0", "--run-dir", str(run_dir)]) == 2
+    line = _one_line_error(capsys, "train")
+    assert "cannot make env 'boom_env:Boom-v0': RuntimeError: boom" in line, line
+    assert not run_dir.exists()
+
+
+def test_an_empty_run_dir_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["train", "--run-dir", "", "--total-timesteps", "256"]) == 2
+    assert "--run-dir" in _one_line_error(capsys, "train")
+    assert os.listdir(tmp_path) == []  # (no runs/ made for it)

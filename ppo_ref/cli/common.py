@@ -227,26 +227,36 @@ def probe_env(env_id: str) -> None:
         except (gymnasium.error.Error, ImportError) as exc:
             # gymnasium warns before raising (e.g. "Taxi-v3 is out of date"): the error says it
             raise UsageError(f"cannot make env {env_id!r}: {one_line(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 -- its module or constructor raised
+            raise UsageError(f"cannot make env {env_id!r}: {type(exc).__name__}: "
+                             f"{one_line(exc)}") from None
         env.close()
     for w in caught:  # the env works: pass its warnings on
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM during training: the last good state is saved and the exit status is 143."""
+    """SIGTERM or SIGHUP (the terminal closed) during training: the last good state is saved and
+    the exit status is 128 + the signal's number (143, 129); ``name`` the signal's name."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.code, self.name = 128 + signum, signal.Signals(signum).name
 
 
 class SigintStopper:
     """Ctrl-C: stop at the next rollout boundary (exact checkpoint); a second, or the first
     before any update of this process completed (nothing to save), stops now (the last
-    boundary's snapshot saved). SIGTERM: as a second Ctrl-C, raising :class:`Terminated` (143)."""
+    boundary's snapshot saved). SIGTERM, SIGHUP: as a second Ctrl-C, raising
+    :class:`Terminated`."""
 
     def __init__(self, logger):
         self.logger = logger
         self.previous = {}
 
     def __enter__(self):
-        for signum, handler in ((signal.SIGINT, self._handle), (signal.SIGTERM, self._terminate)):
+        for signum, handler in ((signal.SIGINT, self._handle), (signal.SIGTERM, self._terminate),
+                                (signal.SIGHUP, self._terminate)):
             try:
                 self.previous[signum] = signal.signal(signum, handler)
             except ValueError:  # not in the main thread
@@ -258,7 +268,8 @@ class SigintStopper:
         with :func:`nothing_saved`'s line, the lock file removed first (``os._exit`` skips its
         ``finally``; raising could land inside the compiler, making it another error)."""
         if getattr(self.logger, "snapshot", None) is None:
-            what = "terminated (SIGTERM)" if code == 143 else "interrupted"
+            what = f"terminated ({signal.Signals(code - 128).name})" if code != 130 \
+                else "interrupted"
             with contextlib.suppress(OSError, ValueError):  # the lines printed so far
                 sys.stdout.flush()
             print(f"\nppo-ref: {what}; {nothing_saved(self.logger)}", file=sys.stderr, flush=True)
@@ -276,8 +287,8 @@ class SigintStopper:
               file=sys.stderr, flush=True)
 
     def _terminate(self, signum, frame):
-        self._nothing_saved(143)
-        raise Terminated
+        self._nothing_saved(128 + signum)
+        raise Terminated(signum)
 
     def __exit__(self, *exc):
         for signum, previous in self.previous.items():

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 
+from ppo_ref._checks import one_line
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, MAX_EPISODES, MAX_SEED, UsageError,
                                 building, check_same_run, close_quickly, probe_env,
                                 read_run_info, saved_config, trainer_class_by_name, user_input)
@@ -66,6 +67,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             raise
         print("ppo-ref eval: interrupted (Ctrl-C); no result", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 -- the env raised while evaluating
+        print(f"ppo-ref eval: error: evaluating {path}: {type(exc).__name__}: {one_line(exc)}",
+              file=sys.stderr)
+        return 3
     finally:
         close_quickly(trainer, 10.0)
     mode = "deterministic" if args.deterministic else "stochastic"

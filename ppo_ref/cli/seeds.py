@@ -118,7 +118,7 @@ def _statistics(values: List[float]) -> Dict[str, float]:
 
 
 def _raise_terminated(signum, frame):
-    raise Terminated
+    raise Terminated(signum)
 
 
 def _raise_interrupted(signum, frame):

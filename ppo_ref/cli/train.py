@@ -263,7 +263,7 @@ def run_training(trainer, logger, total_timesteps: int, *,
     """Drive ``trainer.learn(total_timesteps, callback=logger.callback)`` (or ``learn()``, the
     actor-learner's loop, which may return text for the summary line) and return the exit code:
     0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C; 143 after
-    SIGTERM (:class:`~ppo_ref.cli.common.SigintStopper`); 3 after any failure (an env raising
+    SIGTERM, 129 after SIGHUP (:class:`~ppo_ref.cli.common.SigintStopper`); 3 after any failure (an env raising
     anything, ``SystemExit`` included; a non-finite update; an actor or the learner failing; a
     bug). Then the last good state (the snapshot of the last completed update, whose counters
     and CSV rows agree) is saved and one line printed; a failure's traceback goes to
@@ -283,10 +283,10 @@ def run_training(trainer, logger, total_timesteps: int, *,
         if not isinstance(stop, KeyboardInterrupt):
             return _training_failed(trainer, logger, exc)
         terminated = isinstance(stop, Terminated)
-        what = "terminated (SIGTERM)" if terminated else "interrupted"
+        what = f"terminated ({stop.name})" if terminated else "interrupted"
         print(f"\nppo-ref: {what}; {_save_last_good(logger, trainer)}", file=sys.stderr)
         logger.close()
-        return 143 if terminated else 130
+        return stop.code if terminated else 130
     code = 0
     if logger.stop_requested:
         code = 130
@@ -752,6 +752,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.env is not None and not args.env.strip():  # not taken for "no --env"
         raise UsageError(f"--env must be a gymnasium id such as {DEFAULT_ENV} (leave it out for "
                          f"{DEFAULT_ENV}), got {args.env!r}")
+    if args.run_dir is not None and not args.run_dir.strip():
+        raise UsageError("--run-dir must name a directory (leave it out for one under runs/), "
+                         "got ''")
     if args.list_fields:
         return list_fields(args)
     _check_train_flags(args)
