@@ -623,7 +623,8 @@ def test_vectors_to_an_unwritable_dir(tmp_path, capsys):
         assert "/proc/nope" in _one_line_error(capsys, "vectors")
 
 
-@pytest.mark.parametrize("flags", [["--preset", "nope"], ["--set", "gamma=\"x\""]])
+@pytest.mark.parametrize("flags", [["--preset", "nope"], ["--set", "gamma=\"x\""],
+                                   ["--set", "gama=0.9"]])  # (a typo no case has was ignored)
 def test_vectors_refused_before_anything_is_written(tmp_path, capsys, flags):
     out = tmp_path / "vectors"
     assert cli.main(["vectors", "--out", str(out)] + flags) == 2

@@ -674,11 +674,15 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "spec",
     (:func:`ppo_ref.io.checkpoint.write_atomic`), ``index.json`` last.
 
     Raises:
-        ValueError: an unknown preset or backend.
+        ValueError: an unknown preset or backend, a setting no case has.
     """
     cases = _all_cases(seed)
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]
+    known = {key for case in cases for key in case["settings"]}
+    if set(settings or ()) - known:
+        raise ValueError(f"settings: no case has {sorted(set(settings) - known)}; the cases' "
+                         f"settings are {', '.join(sorted(known))}")
     files, index = [], []
     for case in cases:
         case["settings"] = {k: (settings or {}).get(k, v) for k, v in case["settings"].items()}
