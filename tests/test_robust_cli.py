@@ -447,3 +447,17 @@ def test_an_empty_run_dir_is_refused(tmp_path, capsys, monkeypatch):
     assert cli.main(["train", "--run-dir", "", "--total-timesteps", "256"]) == 2
     assert "--run-dir" in _one_line_error(capsys, "train")
     assert os.listdir(tmp_path) == []  # (no runs/ made for it)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "--set", "n_epochs"], "--set: expected 'field=value'"),
+    (["train", "--backend", "spec", "--set", "backend=fast"], "--backend and --set backend="),
+    (["train", "--n-envs", "4", "--set", "n_envs=2"], "--n-envs and --set n_envs="),
+    (["vectors", "--out", "{tmp}/v", "--preset", "nosuch"], "--preset must be one of"),
+])
+def test_flag_errors_name_the_flag(argv, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (nothing may be created)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert cli.main(argv + (["--total-timesteps", "256"] if argv[0] == "train" else [])) == 2
+    assert words in _one_line_error(capsys, argv[0])
+    assert os.listdir(tmp_path) == []

@@ -110,11 +110,15 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
     ``--preset zoo``), ``PPOConfig.preset(name)``, or ``PPOConfig()`` for ``default``; then
     ``--n-envs``, ``--backend`` and every ``--set field=value``
     (:func:`ppo_ref.config.parse_overrides`)."""
-    changes = parse_overrides(overrides or [])
-    if n_envs is not None:
-        changes["n_envs"] = int(n_envs)
-    if backend is not None:
-        changes["backend"] = backend
+    try:
+        changes = parse_overrides(overrides or [])
+    except ValueError as exc:
+        raise ValueError(f"--set: {exc}") from None
+    for flag, field, value in (("--n-envs", "n_envs", n_envs), ("--backend", "backend", backend)):
+        if value is not None and field in changes:
+            raise ValueError(f"{flag} and --set {field}= both given: keep one")
+        if value is not None:
+            changes[field] = int(value) if field == "n_envs" else value
     if preset is not None and preset not in preset_names():
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(preset_names())}")
     preset = _resolve_preset(preset, env_id)

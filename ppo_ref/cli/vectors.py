@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 
@@ -39,6 +40,8 @@ def cmd_vectors(args) -> int:
     written."""
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0, got {args.seed}")
+    if args.preset is not None and args.preset not in PRESETS:
+        raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}")
     settings = {}
     for item in getattr(args, "set", None) or []:
         key, sep, text = item.partition("=")
@@ -88,6 +91,9 @@ def cmd_check(args) -> int:
     :func:`ppo_ref.vectors.check_results`; 1 if a case fails or is missing, or if nothing was
     compared (every case skipped); :class:`UsageError` when the vectors or the results file
     cannot be read."""
+    for flag, value in (("--atol", args.atol), ("--rtol", args.rtol)):
+        if value is not None and not 0.0 <= value < math.inf:
+            raise UsageError(f"{flag} must be a finite number >= 0, got {value}")
     if not os.path.isdir(args.vectors_dir):
         raise UsageError(f"vectors directory {args.vectors_dir} does not exist (write one with "
                          "`ppo-ref vectors --out DIR`)")
