@@ -129,3 +129,19 @@ def test_the_helper_starts_once_per_cache_and_ends_with_the_run(cache_dir):
         assert helper.returncode == 0
     finally:
         trainer.close()
+
+
+def test_the_helper_needs_two_cpus_and_runs_without_sched_getaffinity(cache_dir, monkeypatch):
+    """One CPU: no helper and nothing claimed; a platform without ``os.sched_getaffinity``
+    (macOS) counts ``os.cpu_count()``."""
+    trainer = PPOTrainer("CartPole-v1", PPOConfig.zoo_cartpole(n_envs=2, batch_size=64))
+    try:
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+        assert start_compiling_ahead(trainer) is None
+        monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+        monkeypatch.setattr(os, "cpu_count", lambda: 2)
+        helper = start_compiling_ahead(trainer)  # (the claim was not spent above)
+        assert helper is not None
+        stop_compiling_ahead(helper)
+    finally:
+        trainer.close()

@@ -57,8 +57,8 @@ def start_compiling_ahead(trainer) -> Optional[subprocess.Popen]:
     helper for its policy kind, backend and compute dtype; else None."""
     c, env_id = trainer.config, trainer.env_id
     name = f"compile-ahead-{trainer.policy_kind}-{c.backend}-{c.compute_dtype}"
-    if env_id is None or ":" in env_id or len(os.sched_getaffinity(0)) < 2 \
-            or not claim_first(name):
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if env_id is None or ":" in env_id or (cpus or 1) < 2 or not claim_first(name):
         return None  # (an env of the user's own module is not made twice; one core: no gain)
     vectorization = "sync" if trainer.vectorization == "async" else trainer.vectorization
     try:  # (a helper that cannot start only leaves the run to compile everything)
