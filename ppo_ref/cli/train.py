@@ -267,11 +267,11 @@ def run_training(trainer, logger, total_timesteps: int, *,
     """Drive ``trainer.learn(total_timesteps, callback=logger.callback)`` (or ``learn()``, the
     actor-learner's loop, which may return text for the summary line) and return the exit code:
     0 with :meth:`~ppo_ref.io.runlog.RunLogger.finish`'s line; 130 after Ctrl-C; 143 after
-    SIGTERM, 129 after SIGHUP (:class:`~ppo_ref.cli.common.SigintStopper`); 3 after any failure (an env raising
-    anything, ``SystemExit`` included; a non-finite update; an actor or the learner failing; a
-    bug). Then the last good state (the snapshot of the last completed update, whose counters
-    and CSV rows agree) is saved and one line printed; a failure's traceback goes to
-    ``<run_dir>/error.log``."""
+    SIGTERM, 129 after SIGHUP (:class:`~ppo_ref.cli.common.SigintStopper`); 3 after any
+    failure (an env raising anything, ``SystemExit`` included; a non-finite update; an actor or
+    the learner failing; a bug). Then the last good state (the snapshot of the last completed
+    update, whose counters and CSV rows agree) is saved and one line printed; a failure's
+    traceback goes to ``<run_dir>/error.log``."""
     logger.begin(trainer)
     extra = None
     try:
