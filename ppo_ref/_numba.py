@@ -102,6 +102,17 @@ def _version_directory(base: str) -> str:
     return name
 
 
+def _plain(path: str) -> str:
+    """``path``, or its ``plain`` subdirectory without :data:`PARALLEL_LOOPS` (kept apart)."""
+    return path if PARALLEL_LOOPS else os.path.join(path, "plain")
+
+
+def _cache_directory(relative: str = ".") -> str:
+    """The cache directory of the package directory ``relative`` (module docstring)."""
+    base = config.CACHE_DIR or USER_CACHE_DIR
+    return _plain(os.path.normpath(os.path.join(base, _version_directory(base), relative)))
+
+
 class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
     """Numba cache locator whose freshness stamp is (the function's own file, every package
     source): an entry written before any edit to the package is never loaded."""
@@ -120,16 +131,13 @@ class PackageCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheL
     def from_function(cls, py_func, py_file):
         if not os.path.isfile(py_file):
             return None
-        base = config.CACHE_DIR or USER_CACHE_DIR
         relative = os.path.relpath(os.path.dirname(os.path.abspath(py_file)), PACKAGE_DIR)
         if relative == os.pardir or relative.startswith(os.pardir + os.sep):
             subpath = cls.get_suitable_cache_subpath(py_file)   # a file outside the package
+            candidates = [_plain(os.path.join(config.CACHE_DIR or USER_CACHE_DIR, subpath))]
         else:
-            subpath = os.path.normpath(os.path.join(_version_directory(base), relative))
-        candidates = [os.path.join(base, subpath),
-                      os.path.join(os.path.dirname(py_file), "__pycache__")]
-        if not PARALLEL_LOOPS:   # the plain-loop builds apart: both kinds stay cached
-            candidates = [os.path.join(path, "plain") for path in candidates]
+            candidates = [_cache_directory(relative)]
+        candidates.append(_plain(os.path.join(os.path.dirname(py_file), "__pycache__")))
         for path in candidates:
             locator = cls(py_func, py_file, path)
             try:
@@ -180,10 +188,9 @@ def claim_first(name: str) -> bool:
     cache directory (:class:`PackageCacheLocator`): it makes the file ``name`` beside that code,
     exclusively. False when the file exists, no cache directory is writable, or under
     ``NUMBA_DISABLE_JIT=1``."""
-    base = config.CACHE_DIR or USER_CACHE_DIR
     if config.DISABLE_JIT:
         return False
-    directory = os.path.join(base, _version_directory(base), "" if PARALLEL_LOOPS else "plain")
+    directory = _cache_directory()
     try:
         os.makedirs(directory, exist_ok=True)
         os.close(os.open(os.path.join(directory, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))

@@ -98,10 +98,11 @@ def test_a_run_dir_that_is_not_empty_is_refused(tmp_path, capsys):
     assert "must be a new or empty directory" in capsys.readouterr().err
 
 
-def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path):
-    """SIGTERM to the --seeds parent reaches every running seed (each saves its last completed
-    update and can be resumed) and the summary of the stopped runs is written; nothing is left
-    running."""
+@pytest.mark.parametrize("name, code", [("SIGTERM", 143), ("SIGHUP", 129)])
+def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path, name, code):
+    """SIGTERM (or SIGHUP: the terminal closed) to the --seeds parent reaches every running seed
+    as SIGTERM (each saves its last completed update and can be resumed) and the summary of the
+    stopped runs is written; nothing is left running."""
     import signal
     import subprocess
     import sys
@@ -116,9 +117,9 @@ def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path):
     while not all(os.path.exists(c) for c in checkpoints):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(getattr(signal, name))
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 143, out
+    assert proc.returncode == code, out
     with open(os.path.join(run_dir, "summary.json")) as f:
         runs = json.load(f)["runs"]
     assert [r["exit_code"] for r in runs] == [143, 143]

@@ -21,6 +21,7 @@ __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENV
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "nothing_saved",
+           "STOP_SIGNALS", "stopped_how",
            "rollout_note", "check_n_envs", "saved_config", "close_quickly", "read_run_info",
            "check_same_run"]
 
@@ -235,6 +236,17 @@ def probe_env(env_id: str) -> None:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+#: The signals that stop a run at once, saving its last completed update (:class:`Terminated`):
+#: a job scheduler's SIGTERM, the closed terminal's SIGHUP.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def stopped_how(signum: int) -> str:
+    """``interrupted`` (SIGINT) or ``terminated (<name>)``: how a stop is reported."""
+    return "interrupted" if signum == signal.SIGINT else \
+        f"terminated ({signal.Signals(signum).name})"
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM or SIGHUP (the terminal closed) during training: the last good state is saved and
     the exit status is 128 + the signal's number (143, 129); ``name`` the signal's name."""
@@ -255,8 +267,8 @@ class SigintStopper:
         self.previous = {}
 
     def __enter__(self):
-        for signum, handler in ((signal.SIGINT, self._handle), (signal.SIGTERM, self._terminate),
-                                (signal.SIGHUP, self._terminate)):
+        for signum, handler in ((signal.SIGINT, self._handle),
+                                *((sig, self._terminate) for sig in STOP_SIGNALS)):
             try:
                 self.previous[signum] = signal.signal(signum, handler)
             except ValueError:  # not in the main thread
@@ -268,8 +280,7 @@ class SigintStopper:
         with :func:`nothing_saved`'s line, the lock file removed first (``os._exit`` skips its
         ``finally``; raising could land inside the compiler, making it another error)."""
         if getattr(self.logger, "snapshot", None) is None:
-            what = f"terminated ({signal.Signals(code - 128).name})" if code != 130 \
-                else "interrupted"
+            what = stopped_how(code - 128)
             with contextlib.suppress(OSError, ValueError):  # the lines printed so far
                 sys.stdout.flush()
             print(f"\nppo-ref: {what}; {nothing_saved(self.logger)}", file=sys.stderr, flush=True)

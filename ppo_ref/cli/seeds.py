@@ -23,7 +23,7 @@ from typing import Any, Dict, List
 
 import numpy as np
 
-from ppo_ref.cli.common import Terminated, UsageError
+from ppo_ref.cli.common import STOP_SIGNALS, Terminated, UsageError
 
 __all__ = ["parse_seeds", "cmd_train_seeds", "read_seed_runs", "seeds_figure", "SUMMARY_FILE",
            "seeds_hint"]
@@ -167,7 +167,7 @@ def _stop(running: Dict[int, Dict[str, Any]], terminate_now: bool, grace: float 
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, terminate) for sig in (signal.SIGINT, *STOP_SIGNALS)}
     try:
         if terminate_now:
             terminate()
@@ -197,7 +197,7 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
     interrupted = None
     # set here, not inherited: a shell's background job starts with Ctrl-C ignored
     previous = {signal.SIGINT: signal.signal(signal.SIGINT, _raise_interrupted),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated)}
+                **{sig: signal.signal(sig, _raise_terminated) for sig in STOP_SIGNALS}}
     try:
         while pending or running:
             while pending and len(running) < jobs:
@@ -214,8 +214,8 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
                       f"{'-' if ret is None else f'{ret:.2f}'}, "
                       f"{runs[seed]['wall_seconds']:.1f}s")
     except KeyboardInterrupt as stop:
-        interrupted = 143 if isinstance(stop, Terminated) else 130
-        _stop(running, terminate_now=interrupted == 143)
+        interrupted = stop.code if isinstance(stop, Terminated) else 130
+        _stop(running, terminate_now=isinstance(stop, Terminated))
         runs.update({seed: _finished(seed, child) for seed, child in running.items()})
     finally:
         for sig, handler in previous.items():

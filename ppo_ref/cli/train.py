@@ -28,6 +28,7 @@ from ppo_ref.cli.async_train import cli_async_config, cli_restart, cli_resume, c
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
                                 HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
+                                stopped_how,
                                 UsageError, building, check_n_envs, check_same_run, close_quickly,
                                 nothing_saved, policy_of_trainer, probe_env, read_run_info,
                                 rollout_note, saved_config, trainer_class, trainer_class_by_name,
@@ -286,11 +287,11 @@ def run_training(trainer, logger, total_timesteps: int, *,
         stop = exc if isinstance(exc, KeyboardInterrupt) else exc.__cause__
         if not isinstance(stop, KeyboardInterrupt):
             return _training_failed(trainer, logger, exc)
-        terminated = isinstance(stop, Terminated)
-        what = f"terminated ({stop.name})" if terminated else "interrupted"
-        print(f"\nppo-ref: {what}; {_save_last_good(logger, trainer)}", file=sys.stderr)
+        code = stop.code if isinstance(stop, Terminated) else 130
+        print(f"\nppo-ref: {stopped_how(code - 128)}; {_save_last_good(logger, trainer)}",
+              file=sys.stderr)
         logger.close()
-        return stop.code if terminated else 130
+        return code
     code = 0
     if logger.stop_requested:
         code = 130

@@ -289,7 +289,7 @@ def clip_by_global_norm(grads, max_norm):
     mixed = g is None and not all([v.dtype == _F64 for v in values])
     if g is None:
         g = np.concatenate(values, axis=None, dtype=np.float64) if values else np.empty(0)
-    out, (clipped,) = _results(layout, 1)
+    out, (clipped,) = (np.empty(g.size), (None,)) if mixed else _results(layout, 1)
     norm, scale = _clip_pass(g, layout.starts, layout.stops, float(max_norm), out)
     if not math.isfinite(norm):
         raise non_finite_result("ppo_ref.fast.optim.clip_by_global_norm")
