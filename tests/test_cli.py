@@ -320,6 +320,14 @@ def test_train_into_an_existing_empty_dir_is_fine(tmp_path):
     assert (run_dir / "checkpoint.npz").exists()
 
 
+def test_train_into_a_dir_holding_only_a_gitkeep_is_fine(tmp_path):
+    run_dir = tmp_path / "runs"
+    run_dir.mkdir()
+    (run_dir / ".gitkeep").write_text("")
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 0
+    assert (run_dir / "checkpoint.npz").exists() and (run_dir / ".gitkeep").exists()
+
+
 @pytest.mark.parametrize("async_", [False, True])
 def test_train_refuses_an_existing_dir_holding_files_of_no_run(tmp_path, capsys, async_):
     run_dir = tmp_path / "thesis"

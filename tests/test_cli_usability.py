@@ -52,6 +52,23 @@ def test_list_fields_reports_a_bad_set_as_a_usage_error(capsys):
     assert "n_steps" in capsys.readouterr().err
 
 
+def test_list_fields_refuses_an_env_that_does_not_exist(capsys):
+    assert cli.main(["train", "--list-fields", "--env", "Nope-v0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ppo-ref train: error: cannot make env 'Nope-v0'") and \
+        len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command, given", [("train", []), ("eval", ["run/checkpoint.npz"]),
+                                            ("details", [])])
+def test_an_unknown_argument_is_reported_by_its_subcommand(capsys, command, given):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([command, *given, "--bogus"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ppo-ref {command}: error: unrecognized arguments: --bogus "), err
+
+
 # -- the closing line -----------------------------------------------------------------------------
 
 def _closing(out: str):
@@ -144,6 +161,21 @@ def test_plot_command_writes_the_png_and_documents_the_range(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["plot", "--help"])
     assert "[-1, 1]" in capsys.readouterr().out
+
+
+def test_plot_of_a_run_with_no_update_says_so(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    run_dir = tmp_path / "run"
+    assert cli.main(["train", "--total-timesteps", "256", "--set", "n_epochs=1", "--run-dir",
+                     str(run_dir), "--quiet"]) == 0
+    for name in ("metrics.csv", "episodes.csv"):       # as a run stopped before its first update
+        header = (run_dir / name).read_text().splitlines()[0]
+        (run_dir / name).write_text(header + "\n")
+    capsys.readouterr()
+    assert cli.main(["plot", str(run_dir)]) == 0
+    err = capsys.readouterr().err
+    assert "ppo-ref plot: note:" in err and "no completed update yet" in err, err
+    assert (run_dir / "learning_curve.png").stat().st_size > 0
 
 
 # -- the zoo table --------------------------------------------------------------------------------

@@ -403,6 +403,23 @@ def test_every_command_ends_printing_quietly_when_stdout_is_closed(saved_run, tm
         assert meta["num_timesteps"] == 128  # trained to the end
 
 
+class _FullDevice:
+    """A stdout on a full device (``ppo-ref details > /dev/full``)."""
+
+    def write(self, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def flush(self):
+        pass
+
+
+def test_output_lost_to_a_full_device_is_an_error(capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdout", _FullDevice())
+    assert cli.main(["details"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ppo-ref: error: cannot write the output: No space left on device"], err
+
+
 def test_train_piped_into_head_trains_to_the_end(tmp_path):
     run_dir = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--run-dir", str(run_dir),

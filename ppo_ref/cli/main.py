@@ -66,21 +66,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(prog="ppo-ref", description="ppo_ref: PPO in NumPy + numba")
     parser.add_argument("--version", action="version", version=f"ppo-ref {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.subcommand_parsers = {}  # name -> its parser (:func:`_parse` reports through it)
     for name, (help_text, configure, _) in SUBCOMMANDS.items():
-        configure(sub.add_parser(name, help=help_text, description=help_text))
+        parser.subcommand_parsers[name] = sub.add_parser(name, help=help_text,
+                                                         description=help_text)
+        configure(parser.subcommand_parsers[name])
     return parser
+
+
+def _parse(argv: List[str]) -> argparse.Namespace:
+    """``argv`` parsed; an argument no parser knows is the subcommand's error (``ppo-ref
+    train: error: unrecognized arguments: ...``), not the top-level parser's."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        parser.subcommand_parsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 class _ReaderGone:
     """A stdout or stderr whose reader may go away (``ppo-ref train | head``): the first write
-    or flush that fails (``OSError``, or ``ValueError`` for a closed stream) ends its printing
-    quietly, never the command, and points the descriptor at ``/dev/null`` (so the
-    interpreter's last flush does not complain)."""
+    or flush that fails (``OSError``, or ``ValueError`` for a closed stream) ends its printing,
+    never the command, and points the descriptor at ``/dev/null`` (so the interpreter's last
+    flush does not complain). A failure other than a gone reader (a full disk: ``ENOSPC``) is
+    kept in ``lost`` for :func:`main` to report."""
 
     def __init__(self, stream, fd: Optional[int]):
         self._stream = stream
         self._fd = fd
         self.gone = stream is None  # Python's stand-in for a descriptor closed at start-up
+        self.lost: Optional[OSError] = None
 
     def _lost(self) -> None:
         self.gone = True
@@ -94,7 +109,9 @@ class _ReaderGone:
         if not self.gone:
             try:
                 return getattr(self._stream, method)(*args)
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
+                if isinstance(exc, OSError) and exc.errno not in (errno.EPIPE, None):
+                    self.lost = exc
                 self._lost()
         return None
 
@@ -120,7 +137,7 @@ def _guarded_streams():
     sys.stdout = _ReaderGone(saved[0], fds.get(id(saved[0])))
     sys.stderr = _ReaderGone(saved[1], fds.get(id(saved[1])))
     try:
-        yield
+        yield sys.stdout
     finally:
         for guard in (sys.stdout, sys.stderr):
             guard.flush()
@@ -133,10 +150,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     No subcommand means ``train``. One line ``ppo-ref <command>: error: <message>`` reports a
     :class:`UsageError` (exit status 2) and a full disk (``ENOSPC``, ``EDQUOT``, ``EFBIG``:
     exit status 1); Ctrl-C outside the training loop is one line and exit status 130; other
-    exceptions are bugs and keep their traceback. Output goes through :class:`_ReaderGone`.
+    exceptions are bugs and keep their traceback. Output goes through :class:`_ReaderGone`;
+    output lost to a failing stdout other than a gone reader (a full disk) is one line on stderr
+    and exit status 1.
     """
-    with _guarded_streams():
+    with _guarded_streams() as stdout:
         code = _main(argv)
+    if stdout.lost is not None:
+        print(f"ppo-ref: error: cannot write the output: {stdout.lost.strerror or stdout.lost}",
+              file=sys.stderr)
+        code = code or 1
     if argv is None:
         # the program ends here: leave its objects to the process's end instead of one last
         # collection over all of them (halves the exit, e.g. after a second Ctrl-C)
@@ -171,7 +194,7 @@ def _main(argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
         argv = ["train"] + argv
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     args.argv = argv  # the command line as given (recorded in config.json)
     _, _, run = SUBCOMMANDS[args.command]
     if sys.stderr.isatty():  # on a terminal: one line once numba has compiled for a second

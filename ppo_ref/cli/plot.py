@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from ppo_ref.cli.common import UsageError, user_input
 
@@ -39,6 +40,8 @@ def learning_curve_figure(plt, episodes, metrics, title: str):
         rolling = np.array([r[max(0, i - 19):i + 1].mean() for i in range(len(r))])
         ax.plot(episodes["timesteps"], rolling, label="mean of last 20")
         ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no episode has ended yet", ha="center", transform=ax.transAxes)
     ax.set_ylabel("episode return")
     ax.set_title("learning curve")
     if metrics:
@@ -56,6 +59,9 @@ def learning_curve_figure(plt, episodes, metrics, title: str):
             axes[3].plot(steps[below], np.full(int(below.sum()), low), "v", color="tab:red",
                          label=f"{int(below.sum())} update(s) below {low:g}")
         axes[3].legend()
+    else:
+        for a in axes[1:]:
+            a.text(0.5, 0.5, "no update has completed yet", ha="center", transform=a.transAxes)
     axes[3].set_ylim(*EV_RANGE)
     axes[3].set_title(f"explained variance (axis fixed to [{EV_RANGE[0]:g}, {EV_RANGE[1]:g}])")
     for a in axes:
@@ -98,6 +104,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot read {path}: missing columns "
                              f"{[name for name in needed if name not in table]}")
         columns[path] = table
+    if not columns[metrics_path]:
+        print(f"ppo-ref plot: note: {args.run_dir} has no completed update yet: the figure's "
+              "panels are empty", file=sys.stderr)
     fig = learning_curve_figure(plt, columns[episodes_path], columns[metrics_path],
                                 os.path.basename(os.path.normpath(args.run_dir)))
     return _save_figure(plt, fig, args.output or os.path.join(args.run_dir, "learning_curve.png"))

@@ -244,6 +244,8 @@ def list_fields(args: argparse.Namespace, stream=None) -> int:
     value this command's ``--env``/``--preset``/``--set`` give it where that differs; 0."""
     stream = stream if stream is not None else sys.stdout
     env_id = args.env or DEFAULT_ENV
+    if args.env:
+        probe_env(env_id)
     with user_input():
         chosen = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
     base = PPOConfig()
@@ -497,7 +499,7 @@ def _check_fresh_run_dir(run_dir: str) -> None:
     temporaries = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in RUN_FILES)  # a killed write's
     with user_input(f"cannot read the run directory {run_dir}"):
         others = sorted(name for name in (os.listdir(run_dir) if os.path.isdir(run_dir) else ())
-                        if name not in (*RUN_FILES, "error.log", LOCK_FILE, "learning_curve.png")
+                        if name not in (*RUN_FILES, "error.log", LOCK_FILE, "learning_curve.png", ".gitkeep")
                         and not name.startswith(temporaries))
     if others:
         raise UsageError(f"--run-dir {run_dir} is not empty and holds no run ("
