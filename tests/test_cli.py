@@ -324,7 +324,8 @@ def test_train_into_a_dir_holding_only_a_gitkeep_is_fine(tmp_path):
     run_dir = tmp_path / "runs"
     run_dir.mkdir()
     (run_dir / ".gitkeep").write_text("")
-    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir), "--quiet"]) == 0
+    assert cli.main(["train", "--total-timesteps", "256", "--run-dir", str(run_dir),
+                     "--quiet"]) == 0
     assert (run_dir / "checkpoint.npz").exists() and (run_dir / ".gitkeep").exists()
 
 

@@ -80,7 +80,8 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        parser.subcommand_parsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        parser.subcommand_parsers[args.command].error(
+            f"unrecognized arguments: {' '.join(unknown)}")
     return args
 
 

@@ -497,10 +497,10 @@ def _check_fresh_run_dir(run_dir: str) -> None:
                              f"is no checkpoint): restart it from scratch with --resume {run_dir}, "
                              "or choose another --run-dir")
     temporaries = tuple(f"{TEMPORARY_PREFIX}{name}-" for name in RUN_FILES)  # a killed write's
+    ours = (*RUN_FILES, "error.log", LOCK_FILE, "learning_curve.png", ".gitkeep")
     with user_input(f"cannot read the run directory {run_dir}"):
         others = sorted(name for name in (os.listdir(run_dir) if os.path.isdir(run_dir) else ())
-                        if name not in (*RUN_FILES, "error.log", LOCK_FILE, "learning_curve.png", ".gitkeep")
-                        and not name.startswith(temporaries))
+                        if name not in ours and not name.startswith(temporaries))
     if others:
         raise UsageError(f"--run-dir {run_dir} is not empty and holds no run ("
                          f"{', '.join(others[:3])}{', ...' if len(others) > 3 else ''}): choose "
