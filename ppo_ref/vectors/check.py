@@ -171,6 +171,9 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
     results file that is not a results document, or vectors that do not load."""
     if profile not in TOLERANCE_PROFILES:
         raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
+    if tolerances is not None and not isinstance(tolerances, Mapping):
+        raise ValueError(f"tolerances must map case and output names to tolerances, got "
+                         f"{type(tolerances).__name__}")
     tolerances = dict(tolerances or {})
     for key, tol in tolerances.items():
         if not _is_tolerance(tol):
