@@ -563,12 +563,8 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
 def apply_preset(case: dict, preset: str) -> dict:
     """``case`` (a new dict; inputs shared) with the settings of :data:`OPTION_KEYS` (and the
     value loss's ``huber_delta``, the policy loss's ``clip_range_low`` and ``clip_range_high``)
-    taken from ``preset``; the minibatch update gets the whole
-    preset config with the case's hyperparameters. Other kinds keep their settings.
-
-    Raises:
-        ValueError: an unknown preset.
-    """
+    taken from ``preset``; the minibatch update gets the whole preset config with the case's
+    hyperparameters. Other kinds keep their settings. ``ValueError``: an unknown preset."""
     config = PPOConfig.preset(preset)
     settings = dict(case["settings"])
     kind = case["kind"]
@@ -642,11 +638,8 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "spec",
 
     Every case is computed before anything is written (a bad preset, backend or setting leaves
     ``out_dir`` as it was); each file is then replaced atomically
-    (:func:`ppo_ref.io.checkpoint.write_atomic`), ``index.json`` last.
-
-    Raises:
-        ValueError: an unknown preset or backend, a setting no case has.
-    """
+    (:func:`ppo_ref.io.checkpoint.write_atomic`), ``index.json`` last. ``ValueError``: an
+    unknown preset or backend, a setting no case has."""
     cases = _all_cases(seed)
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]
