@@ -72,8 +72,8 @@ def _categorical(inputs, settings, tier):
     logits, actions = inputs["logits"], inputs["actions"]
     return {"log_softmax": d.log_softmax(logits), "entropy": d.categorical_entropy(logits),
             "log_probs": d.categorical_log_prob(logits, actions),
-            "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
-                                                                       inputs["d_log_probs"]),
+            "d_logits_from_log_probs": d.categorical_log_prob_backward(
+                logits, actions, inputs["d_log_probs"]),
             "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"])}
 
 
@@ -206,10 +206,8 @@ _FUNCTIONS = {
                    "categorical_log_prob and their backward)",
     "policy_loss": "ppo_ref.spec.losses.policy_loss (approx_kl: ppo_ref.spec.losses.approx_kl "
                    "with settings.kl_estimator, default k3)",
-    "value_loss": "ppo_ref.spec.losses.value_loss",
-    "entropy_loss": "ppo_ref.spec.losses.entropy_loss",
-    "normalize_advantages": "ppo_ref.spec.losses.normalize_advantages",
-    "approx_kl": "ppo_ref.spec.losses.approx_kl",
+    **{kind: f"ppo_ref.spec.losses.{kind}"
+       for kind in ("value_loss", "entropy_loss", "normalize_advantages", "approx_kl")},
     "adam": "ppo_ref.spec.optim.adam_init + adam_update (one call per step)",
     "clip_by_global_norm": "ppo_ref.spec.optim.clip_by_global_norm",
     "lstm": "ppo_ref.spec.lstm.lstm_forward + lstm_backward",
