@@ -47,7 +47,7 @@ def cmd_vectors(args) -> int:
     if args.preset is not None and args.preset not in PRESETS:
         raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}")
     settings = {}
-    for item in getattr(args, "set", None) or []:
+    for item in args.set or []:
         key, sep, text = item.partition("=")
         if not sep:
             raise UsageError(f"--set expects key=value, got {item!r}")
@@ -57,7 +57,7 @@ def cmd_vectors(args) -> int:
             settings[key.strip()] = text
     try:
         names = write_vectors(args.out, seed=args.seed, backend=args.backend,
-                              preset=getattr(args, "preset", None), settings=settings)
+                              preset=args.preset, settings=settings)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -99,12 +99,11 @@ def cmd_check(args) -> int:
         raise UsageError(f"vectors directory {args.vectors_dir} does not exist (write one with "
                          "`ppo-ref vectors --out DIR`)")
     try:
-        tolerances = (read_json_file(args.tolerances, "--tolerances file")
-                      if getattr(args, "tolerances", None) else None)
+        tolerances = (read_json_file(args.tolerances, "--tolerances file") if args.tolerances
+                      else None)
         rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
-                             allow_missing=args.allow_missing,
-                             profile=getattr(args, "profile", "float64"), tolerances=tolerances,
-                             skip_outputs=getattr(args, "skip_output", None) or ())
+                             allow_missing=args.allow_missing, profile=args.profile,
+                             tolerances=tolerances, skip_outputs=args.skip_output or ())
     except OSError as exc:
         raise UsageError(f"cannot read {exc.filename or args.results}: "
                          f"{exc.strerror or exc}") from None
