@@ -716,6 +716,27 @@ def test_check_with_a_results_file_of_the_wrong_format(vectors_dir, tmp_path, ca
     assert str(path) in line and "ppo_ref.results/1" in line
 
 
+@pytest.mark.parametrize("results, tolerances, flags, flag", [
+    ('{"format": "something/else", "cases": {}}', None, [], "--results"),
+    ('{"format": "ppo_ref.results/1", "cases": {}}', None, ["--atol", "nan"], "--atol"),
+    ('{"format": "ppo_ref.results/1", "cases": {}}', '{"gae_reference": {"atol": -1}}', [],
+     "--tolerances"),
+    ('{"format": "ppo_ref.results/1", "cases": {}}', '[1, 2]', [], "--tolerances"),
+    ('{"format": "ppo_ref.results/1", "cases": {}}', '[1, 2', [], "--tolerances")])
+def test_check_errors_name_the_flag_typed(vectors_dir, tmp_path, capsys, results, tolerances,
+                                          flags, flag):
+    # (the command printed check_results' parameter name: "results_file format must be ...")
+    path = tmp_path / "r.json"
+    path.write_text(results)
+    if tolerances is not None:
+        (tmp_path / "tol.json").write_text(tolerances)
+        flags = flags + ["--tolerances", str(tmp_path / "tol.json")]
+    assert cli.main(["check", vectors_dir, "--results", str(path)] + flags) == 2
+    line = _one_line_error(capsys, "check")
+    assert line.startswith(f"ppo-ref check: error: {flag}"), line
+    assert "results_file" not in line
+
+
 # -- loading never imports code without consent ------------------------------------------------------
 
 def test_eval_and_resume_import_an_env_module_only_with_allow_import(saved_run, tmp_path, capsys):

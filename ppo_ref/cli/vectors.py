@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import math
 import os
+import re
 import sys
 
 from ppo_ref.cli.common import UsageError
@@ -14,6 +14,10 @@ from ppo_ref.vectors.cases import BACKENDS, SEED
 from ppo_ref.vectors.check import TOLERANCE_PROFILES, nothing_compared
 
 __all__ = ["configure_vectors", "cmd_vectors", "configure_check", "cmd_check"]
+
+#: The parameters of :func:`ppo_ref.vectors.check_results` as ``ppo-ref check`` spells them.
+_FLAGS = {"results_file": "--results", "atol": "--atol", "rtol": "--rtol",
+          "tolerances": "--tolerances"}
 
 
 def configure_vectors(p) -> None:
@@ -43,7 +47,7 @@ def cmd_vectors(args) -> int:
     if args.preset is not None and args.preset not in PRESETS:
         raise UsageError(f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}")
     settings = {}
-    for item in getattr(args, "set", None) or []:
+    for item in args.set or []:
         key, sep, text = item.partition("=")
         if not sep:
             raise UsageError(f"--set expects key=value, got {item!r}")
@@ -53,7 +57,7 @@ def cmd_vectors(args) -> int:
             settings[key.strip()] = text
     try:
         names = write_vectors(args.out, seed=args.seed, backend=args.backend,
-                              preset=getattr(args, "preset", None), settings=settings)
+                              preset=args.preset, settings=settings)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -91,24 +95,21 @@ def cmd_check(args) -> int:
     :func:`ppo_ref.vectors.check_results`; 1 if a case fails or is missing, or if nothing was
     compared (every case skipped); :class:`UsageError` when the vectors or the results file
     cannot be read."""
-    for flag, value in (("--atol", args.atol), ("--rtol", args.rtol)):
-        if value is not None and not 0.0 <= value < math.inf:
-            raise UsageError(f"{flag} must be a finite number >= 0, got {value}")
     if not os.path.isdir(args.vectors_dir):
         raise UsageError(f"vectors directory {args.vectors_dir} does not exist (write one with "
                          "`ppo-ref vectors --out DIR`)")
     try:
-        tolerances = (read_json_file(args.tolerances, "tolerances file")
-                      if getattr(args, "tolerances", None) else None)
+        tolerances = (read_json_file(args.tolerances, "--tolerances file") if args.tolerances
+                      else None)
         rows = check_results(args.vectors_dir, args.results, atol=args.atol, rtol=args.rtol,
-                             allow_missing=args.allow_missing,
-                             profile=getattr(args, "profile", "float64"), tolerances=tolerances,
-                             skip_outputs=getattr(args, "skip_output", None) or ())
+                             allow_missing=args.allow_missing, profile=args.profile,
+                             tolerances=tolerances, skip_outputs=args.skip_output or ())
     except OSError as exc:
         raise UsageError(f"cannot read {exc.filename or args.results}: "
                          f"{exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    except ValueError as exc:  # a message naming a parameter of check_results names its flag
+        raise UsageError(re.sub(r"^(results_file|atol|rtol|tolerances)\b",
+                                lambda m: _FLAGS[m[1]], str(exc))) from None
     print(format_table(rows))
     if nothing_compared(rows):
         print("ppo-ref check: nothing was compared (every case skipped, missing or unknown): "

@@ -67,9 +67,8 @@ def arrays_to_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     """Uncompressed ``.npz`` bytes of ``arrays`` (``str -> ndarray`` of numeric, bool or
     fixed-width string dtype; ``ValueError`` otherwise), bit-identical through
     :func:`arrays_from_bytes`."""
-    checked = _check_arrays(arrays)
     buf = io.BytesIO()
-    np.savez(buf, **checked)
+    np.savez(buf, **_check_arrays(arrays))
     return buf.getvalue()
 
 
@@ -89,11 +88,6 @@ _DECODE_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, V
                   KeyError, IndexError, TypeError, NotImplementedError, RuntimeError,
                   RecursionError, MemoryError, OverflowError, SyntaxError, tokenize.TokenError,
                   UnicodeDecodeError, struct.error, zlib.error)
-
-
-def _not_an_archive(source: str) -> CheckpointError:
-    return CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
-                           "corrupt or a foreign file)")
 
 
 def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, source: str,
@@ -143,16 +137,22 @@ def arrays_from_bytes(data: bytes, *, source: str = "<bytes>",
     names unique and ending in ``.npy``. Raises :class:`CheckpointError` naming ``source``."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ValueError(f"data must be bytes, got {type(data).__name__}")
-    data = bytes(data)
+    return _read_archive(io.BytesIO(bytes(data)), source, max_member_bytes)
+
+
+def _read_archive(fh, source: str, max_member_bytes: Optional[int]) -> Dict[str, np.ndarray]:
+    """The members of the archive in the binary file ``fh``, vetted as :func:`arrays_from_bytes`
+    says (``OSError``: ``fh`` cannot be read)."""
     cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
-    if not data.startswith(_ZIP_MAGIC):
-        raise _not_an_archive(source)
-    return _read_archive(io.BytesIO(data), source, cap)
-
-
-def _read_archive(fileobj, source: str, cap: int) -> Dict[str, np.ndarray]:
+    magic = fh.read(4)
+    if not magic:
+        raise CheckpointError(f"{source} is empty (truncated)")
+    if magic not in _ZIP_MAGIC:
+        raise CheckpointError(f"{source} is not a ppo_ref checkpoint (not an .npz archive: "
+                              "corrupt or a foreign file)")
+    fh.seek(0)
     try:
-        with _NPZ_LOCK, zipfile.ZipFile(fileobj) as zf:
+        with _NPZ_LOCK, zipfile.ZipFile(fh) as zf:
             infos = zf.infolist()
             names = [info.filename for info in infos]
             if len(set(names)) != len(names):
@@ -202,10 +202,8 @@ def save_checkpoint(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[st
         raise ValueError(f"arrays must not contain the reserved key {METADATA_KEY!r}")
     if not isinstance(metadata, Mapping):
         raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}")
-    meta = dict(metadata)
-    meta["format_version"] = FORMAT_VERSION
     try:
-        checked[METADATA_KEY] = json_to_array(meta)
+        checked[METADATA_KEY] = json_to_array({**metadata, "format_version": FORMAT_VERSION})
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metadata must be JSON-serializable: {exc}") from None
     return write_atomic(path, arrays_to_bytes(checked))
@@ -295,7 +293,6 @@ def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
     version."""
     path = os.fspath(path)
     source = f"checkpoint {path!r}"
-    cap = MAX_MEMBER_BYTES if max_member_bytes is None else int(max_member_bytes)
     if not os.path.isfile(path):
         if os.path.lexists(path):
             raise CheckpointError(f"checkpoint {path!r} is not a regular file (a FIFO, device, "
@@ -303,13 +300,7 @@ def load_checkpoint(path, *, max_member_bytes: Optional[int] = None
         raise CheckpointError(f"checkpoint {path!r} does not exist")
     try:
         with open(path, "rb") as fh:
-            magic = fh.read(4)
-            if not magic:
-                raise CheckpointError(f"checkpoint {path!r} is empty (truncated)")
-            if magic not in _ZIP_MAGIC:
-                raise _not_an_archive(source)
-            fh.seek(0)
-            arrays = _read_archive(fh, source, cap)
+            arrays = _read_archive(fh, source, max_member_bytes)
     except OSError as exc:
         raise CheckpointError(f"cannot read {source}: {exc.strerror or exc}") from None
     if METADATA_KEY not in arrays:

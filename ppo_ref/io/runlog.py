@@ -178,15 +178,12 @@ class RunLogger:
         remove_stale_temporaries(run_dir, RUN_FILES)
         if resume_from is None:
             info = dict(run_info)
-            info.setdefault("run_id", uuid.uuid4().hex)
             for p in (self.metrics_path, self.timing_path, self.episodes_path,
                       os.path.join(run_dir, "error.log")):  # a failed earlier attempt's
                 if os.path.exists(p):
                     os.remove(p)
         else:
-            info = {}
-            if os.path.exists(self.config_path):
-                info = read_run_config(self.config_path)
+            info = read_run_config(self.config_path) if os.path.exists(self.config_path) else {}
             info.setdefault("resumed_at", []).append(int(resume_from["num_timesteps"]))
             resume_info = dict(run_info)
             if "argv" in resume_info:
@@ -195,7 +192,6 @@ class RunLogger:
                 info["total_timesteps"] = resume_info.pop("total_timesteps")
             for k, v in resume_info.items():
                 info.setdefault(k, v)
-            info.setdefault("run_id", uuid.uuid4().hex)
             updates = int(resume_from["n_updates"])
             last = _truncate_csv(self.metrics_path, "update", updates)
             for path in (self.timing_path, self.episodes_path):
@@ -205,7 +201,7 @@ class RunLogger:
                     f"metrics.csv holds updates up to {int(last or 0)}, the checkpoint is at "
                     f"update {updates}: the rows between were lost before this resume (the run "
                     "continues exactly; those rows stay missing)")
-        self.run_id = str(info["run_id"])
+        self.run_id = str(info.setdefault("run_id", uuid.uuid4().hex))
         write_atomic(self.config_path,
                      (json.dumps(info, indent=2, sort_keys=True) + "\n").encode("utf-8"))
         self._metrics = self._open(self.metrics_path, METRIC_COLUMNS)
@@ -217,7 +213,7 @@ class RunLogger:
         self._rate_mark: Optional[tuple] = None
 
     @staticmethod
-    def _open(path: str, columns) -> "csv.writer":
+    def _open(path: str, columns) -> tuple:
         new = not os.path.exists(path) or os.path.getsize(path) == 0
         fh = open(path, "a", newline="")
         w = csv.writer(fh)
@@ -242,11 +238,9 @@ class RunLogger:
         if self._start_timesteps is None:
             self._start_timesteps = 0
         update = int(trainer.n_updates)
-        row = dict(stats)
-        row["update"] = update
-        row["timesteps"] = int(trainer.num_timesteps)
-        row["episodes"] = int(trainer.n_episodes)
-        row["ep_return_mean20"] = mean_last(trainer.recent_returns, 20)
+        row = {**stats, "update": update, "timesteps": int(trainer.num_timesteps),
+               "episodes": int(trainer.n_episodes),
+               "ep_return_mean20": mean_last(trainer.recent_returns, 20)}
         for key in _INTEGER_METRICS & row.keys():
             value = row[key]
             if isinstance(value, (int, float, np.integer, np.floating)) \

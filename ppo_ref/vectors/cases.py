@@ -38,8 +38,9 @@ def _episode_starts(inputs, settings, tier):
         inputs["terminated"], inputs["truncated"], inputs["initial"])}
 
 
-def _kernel_options(settings):
-    return {k: settings[k] for k in _TRUNCATION_OPTIONS}
+def _truncation(options: Mapping[str, Any]) -> dict:
+    """The truncation options of case settings or of a preset (:data:`ppo_ref.config.PRESETS`)."""
+    return {k: options[k] for k in _TRUNCATION_OPTIONS}
 
 
 def _per_step(value):
@@ -52,7 +53,7 @@ def _gae(inputs, settings, tier):
     adv, ret = tier.advantages.gae(
         inputs["rewards"], inputs["values"], inputs["terminated"], inputs["truncated"],
         inputs["last_values"], inputs.get("final_values"), gamma=_per_step(settings["gamma"]),
-        gae_lambda=_per_step(settings["gae_lambda"]), **_kernel_options(settings))
+        gae_lambda=_per_step(settings["gae_lambda"]), **_truncation(settings))
     return {"advantages": adv, "returns": ret}
 
 
@@ -62,7 +63,7 @@ def _vtrace(inputs, settings, tier):
         inputs["values"], inputs["terminated"], inputs["truncated"], inputs["last_values"],
         inputs.get("final_values"), gamma=_per_step(settings["gamma"]),
         rho_bar=settings["rho_bar"], c_bar=settings["c_bar"], pg_rho_bar=settings["pg_rho_bar"],
-        lambda_=_per_step(settings["lambda_"]), **_kernel_options(settings))
+        lambda_=_per_step(settings["lambda_"]), **_truncation(settings))
     return {"vs": out.vs, "pg_advantages": out.pg_advantages}
 
 
@@ -71,8 +72,8 @@ def _categorical(inputs, settings, tier):
     logits, actions = inputs["logits"], inputs["actions"]
     return {"log_softmax": d.log_softmax(logits), "entropy": d.categorical_entropy(logits),
             "log_probs": d.categorical_log_prob(logits, actions),
-            "d_logits_from_log_probs": d.categorical_log_prob_backward(logits, actions,
-                                                                       inputs["d_log_probs"]),
+            "d_logits_from_log_probs": d.categorical_log_prob_backward(
+                logits, actions, inputs["d_log_probs"]),
             "d_logits_from_entropy": d.categorical_entropy_backward(logits, inputs["d_entropy"])}
 
 
@@ -205,10 +206,8 @@ _FUNCTIONS = {
                    "categorical_log_prob and their backward)",
     "policy_loss": "ppo_ref.spec.losses.policy_loss (approx_kl: ppo_ref.spec.losses.approx_kl "
                    "with settings.kl_estimator, default k3)",
-    "value_loss": "ppo_ref.spec.losses.value_loss",
-    "entropy_loss": "ppo_ref.spec.losses.entropy_loss",
-    "normalize_advantages": "ppo_ref.spec.losses.normalize_advantages",
-    "approx_kl": "ppo_ref.spec.losses.approx_kl",
+    **{kind: f"ppo_ref.spec.losses.{kind}"
+       for kind in ("value_loss", "entropy_loss", "normalize_advantages", "approx_kl")},
     "adam": "ppo_ref.spec.optim.adam_init + adam_update (one call per step)",
     "clip_by_global_norm": "ppo_ref.spec.optim.clip_by_global_norm",
     "lstm": "ppo_ref.spec.lstm.lstm_forward + lstm_backward",
@@ -227,10 +226,6 @@ def compute_outputs(case: Mapping, backend: str = "spec") -> Dict[str, Any]:
     return KINDS[kind](case["inputs"], case["settings"], tier_for(backend))
 
 
-def _flags(rng, shape, p):
-    return rng.random(shape) < p
-
-
 def _case(name, kind, preset, description, inputs, settings, tolerance=None):
     return {"format": FORMAT, "name": name, "kind": kind, "function": _FUNCTIONS[kind],
             "preset": preset, "description": description, "inputs": inputs,
@@ -238,7 +233,7 @@ def _case(name, kind, preset, description, inputs, settings, tolerance=None):
 
 
 def _rollout(rng, T, N):
-    terminated, truncated = _flags(rng, (T, N), 0.15), _flags(rng, (T, N), 0.15)
+    terminated, truncated = rng.random((T, N)) < 0.15, rng.random((T, N)) < 0.15
     terminated[-1, 0] = True           # a terminal on the last row (thrust-rl differs there)
     truncated[T // 2, -1] = True       # a truncation mid-rollout
     terminated[T // 2, -1] = False
@@ -248,15 +243,10 @@ def _rollout(rng, T, N):
             "final_values": np.where(truncated, rng.normal(size=(T, N)).round(6), 0.0)}
 
 
-def _truncation(preset: str) -> dict:
-    """The truncation options of ``preset`` (:data:`ppo_ref.config.PRESETS`)."""
-    return {k: PRESETS[preset][k] for k in _TRUNCATION_OPTIONS}
-
-
 def _build_cases(rng: np.random.Generator) -> List[dict]:
     cases = []
     T, N = 8, 3
-    term, trunc = _flags(rng, (T, N), 0.2), _flags(rng, (T, N), 0.2)
+    term, trunc = rng.random((T, N)) < 0.2, rng.random((T, N)) < 0.2
     cases.append(_case(
         "episode_starts", "episode_starts", "reference",
         "episode_starts[t] = terminated[t-1] or truncated[t-1]; [0] = initial",
@@ -268,23 +258,23 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                          ("cleanrl", "CleanRL: truncation treated as termination"),
                          ("thrust", "thrust-rl: truncated ignored; terminal last row bootstraps")):
         cases.append(_case(f"gae_{preset}", "gae", preset, desc, roll,
-                           {"gamma": 0.99, "gae_lambda": 0.95, **_truncation(preset)}))
+                           {"gamma": 0.99, "gae_lambda": 0.95, **_truncation(PRESETS[preset])}))
     single = _rollout(rng, 6, 1)
     single = {k: (v[:, 0] if np.ndim(v) == 2 else v[0]) for k, v in single.items()}
     cases.append(_case("gae_single_env", "gae", "reference",
                        "one env as [T] arrays with a scalar last_values", single,
-                       {"gamma": 0.9, "gae_lambda": 0.8, **_truncation("reference")}))
+                       {"gamma": 0.9, "gae_lambda": 0.8, **_truncation(PRESETS["reference"])}))
 
     vt = {**roll, "behaviour_log_probs": (-rng.exponential(1.0, (T, N))).round(6),
           "target_log_probs": (-rng.exponential(1.0, (T, N))).round(6)}
     cases.append(_case("vtrace_reference", "vtrace", "reference",
                        "IMPALA V-trace with truncation bootstrap, lambda_ 0.9, distinct bars", vt,
                        {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 0.9, "pg_rho_bar": 1.5,
-                        "lambda_": 0.9, **_truncation("reference")}))
+                        "lambda_": 0.9, **_truncation(PRESETS["reference"])}))
     cases.append(_case("vtrace_thrust", "vtrace", "thrust",
                        "thrust-rl conventions (no lambda, pg weight = rho)", vt,
                        {"gamma": 0.97, "rho_bar": 1.0, "c_bar": 1.0, "pg_rho_bar": None,
-                        "lambda_": 1.0, **_truncation("thrust")}))
+                        "lambda_": 1.0, **_truncation(PRESETS["thrust"])}))
 
     logits = (rng.normal(size=(5, 4)) * 3.0).round(6)
     logits[1, 2] = -np.inf                     # a masked action
@@ -315,10 +305,10 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
                            {"clip_range_vf": clip, "mode": mode}))
     cases.append(_case("entropy_loss", "entropy_loss", "reference", "-mean(entropy)",
                        {"entropy": rng.uniform(0.1, 1.4, B).round(6)}, {}))
-    for ddof, _, preset in ((1, "k3", "reference"), (0, "k1", "thrust")):
+    for ddof, preset in ((1, "reference"), (0, "thrust")):
         cases.append(_case(f"normalize_advantages_ddof{ddof}", "normalize_advantages", preset,
                            "(A - mean) / (std(ddof) + 1e-8)", {"advantages": adv}, {"ddof": ddof}))
-    for _, est, preset in ((1, "k3", "reference"), (0, "k1", "thrust")):
+    for est, preset in (("k3", "reference"), ("k1", "thrust")):
         cases.append(_case(f"approx_kl_{est}", "approx_kl", preset, "KL(old || new) estimator",
                            {"old_log_probs": old, "new_log_probs": new}, {"estimator": est}))
 
@@ -348,7 +338,10 @@ def _build_cases(rng: np.random.Generator) -> List[dict]:
          "episode_starts": starts, "dh_seq": rng.normal(size=(T, N, H)).round(6),
          "dh_T": rng.normal(size=(N, H)).round(6), "dc_T": rng.normal(size=(N, H)).round(6)}, {}))
 
-    cases.extend(_ppo_cases(rng))
+    step = ("one PPO minibatch step: evaluate, loss (per-minibatch advantage normalization), "
+            "backward, global-norm clip, one Adam step from a fresh state; params: pi.w0 [4,3], "
+            "pi.b0, pi.w1 [2,4], pi.b1, vf.w0, vf.b0, vf.w1 [1,4], vf.b1 (y = x @ w.T + b, tanh)")
+    cases.extend(_ppo_cases(rng, [(p, p, {}, {}, step) for p in ("reference", "cleanrl")]))
     return cases
 
 
@@ -356,7 +349,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
     """The cases that catch logic bugs (module docstring); ``final_values`` holds non-zero junk
     wherever the reference does not read it, so code that reads it there fails."""
     cases = []
-    ref = _truncation("reference")
+    ref = _truncation(PRESETS["reference"])
     # the minimal both-flags input (skrl, Sample Factory, torchrl auto_reset_env bootstrap it:
     # skrl gives advantages [1, 0], the reference [0, 0]) next to a both-flags step mid-rollout
     # and on the last row
@@ -370,7 +363,7 @@ def _edge_cases(rng: np.random.Generator) -> List[dict]:
         cases.append(_case(f"gae_both_flags_{preset}", "gae", preset,
                            "steps terminated and truncated at once (termination wins: no "
                            "bootstrap); final_values junk where not read", both,
-                           {"gamma": 0.5, "gae_lambda": 0.9, **_truncation(preset)}))
+                           {"gamma": 0.5, "gae_lambda": 0.9, **_truncation(PRESETS[preset])}))
     roll = _rollout(rng, 6, 3)
     roll["terminated"][1, 1] = roll["truncated"][1, 1] = True    # both flags mid-rollout
     roll["final_values"] = np.where(roll["final_values"] == 0.0,
@@ -512,64 +505,40 @@ def _convention_cases(rng: np.random.Generator) -> List[dict]:
                        "the mean over sequences of each sequence's masked mean",
                        {**vinputs, "weights": mask[:8], "sequences": seq[:8]},
                        {"clip_range_vf": c, "mode": "max", "aggregation": "seq-mean-token-mean"}))
-    cases.extend(_ppo_convention_cases(rng))
+    step = "one PPO minibatch step as ppo_minibatch_update_reference; "
+    cases.extend(_ppo_cases(rng, [
+        ("seq_mean_token_sum", "-", {"sequences": np.array([0, 0, 0, 1, 1, 2])},
+         {"loss_aggregation": "seq-mean-token-sum"},
+         step + "loss aggregation seq-mean-token-sum over sequences of 3, 2 and 1 rows"),
+        ("drop_truncated", "-", {"terminated": np.array([False, True, False, True, False, False]),
+                                 "truncated": np.array([False, False, True, True, False, True])},
+         {"drop_truncated_steps": True},
+         step + "rows 2 and 5 truncated without terminating (dropped: weight 0), row 3 both "
+         "(kept)")]))
     return cases
 
 
-def _ppo_convention_cases(rng) -> List[dict]:
-    """The minibatch update with a loss aggregation over sequences and with truncated steps
-    dropped (the tiny MLP actor-critic of :func:`_ppo_cases`)."""
-    B, n_actions, inputs = _ppo_inputs(rng)
-    out = []
-    for name, extra_inputs, fields, what in (
-            ("seq_mean_token_sum", {"sequences": np.array([0, 0, 0, 1, 1, 2])},
-             {"loss_aggregation": "seq-mean-token-sum"},
-             "loss aggregation seq-mean-token-sum over sequences of 3, 2 and 1 rows"),
-            ("drop_truncated", {"terminated": np.array([False, True, False, True, False, False]),
-                                "truncated": np.array([False, False, True, True, False, True])},
-             {"drop_truncated_steps": True},
-             "rows 2 and 5 truncated without terminating (dropped: weight 0), row 3 both "
-             "(kept)")):
-        config = PPOConfig(n_steps=B, batch_size=B, n_epochs=1, net_arch=(4,), ent_coef=0.01,
-                           learning_rate=0.01, **fields)
-        out.append(_case(f"ppo_minibatch_update_{name}", "ppo_minibatch_update", "-",
-                         f"one PPO minibatch step as ppo_minibatch_update_reference; {what}",
-                         {**inputs, **extra_inputs}, _ppo_settings(config, n_actions)))
-    return out
-
-
-def _ppo_settings(config: PPOConfig, n_actions: int) -> dict:
-    return {"config": config.to_dict(), "n_actions": n_actions, "learning_rate": 0.01,
-            "clip_range": config.clip_range}
-
-
-def _ppo_inputs(rng):
-    """``(B, n_actions, inputs)`` of a minibatch update of a tiny MLP actor-critic: B = 6 rows,
-    obs_dim 3, net_arch (4,), 2 actions."""
+def _ppo_cases(rng, variants) -> List[dict]:
+    """One-minibatch updates of a tiny MLP actor-critic (B = 6 rows, obs_dim 3, net_arch (4,),
+    2 actions), one per ``(name, preset, extra inputs, config fields, description)`` (a preset
+    of ``"-"``: the reference preset's config with those fields)."""
     B, obs_dim, n_actions = 6, 3, 2
     params = actor_critic_init(rng, obs_dim, n_actions, net_arch=(4,), policy_gain=1.0)
-    return B, n_actions, {
-        "params": {k: v.round(6) for k, v in params.items()},
-        "observations": rng.normal(size=(B, obs_dim)).round(6),
-        "actions": rng.integers(0, n_actions, B),
-        "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
-        "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
-        "old_values": rng.normal(size=B).round(6)}
-
-
-def _ppo_cases(rng) -> List[dict]:
-    """Full minibatch update of the tiny MLP actor-critic of :func:`_ppo_inputs`."""
-    B, n_actions, inputs = _ppo_inputs(rng)
+    inputs = {"params": {k: v.round(6) for k, v in params.items()},
+              "observations": rng.normal(size=(B, obs_dim)).round(6),
+              "actions": rng.integers(0, n_actions, B),
+              "old_log_probs": (-rng.uniform(0.4, 1.0, B)).round(6),
+              "advantages": rng.normal(size=B).round(6), "returns": rng.normal(size=B).round(6),
+              "old_values": rng.normal(size=B).round(6)}
     out = []
-    for preset in ("reference", "cleanrl"):
-        config = PPOConfig.preset(preset, n_steps=B, batch_size=B, n_epochs=1, net_arch=(4,),
-                                  ent_coef=0.01, learning_rate=0.01)
-        out.append(_case(
-            f"ppo_minibatch_update_{preset}", "ppo_minibatch_update", preset,
-            "one PPO minibatch step: evaluate, loss (per-minibatch advantage normalization), "
-            "backward, global-norm clip, one Adam step from a fresh state; params: pi.w0 [4,3], "
-            "pi.b0, pi.w1 [2,4], pi.b1, vf.w0, vf.b0, vf.w1 [1,4], vf.b1 (y = x @ w.T + b, tanh)",
-            inputs, _ppo_settings(config, n_actions)))
+    for name, preset, extra_inputs, fields, description in variants:
+        config = PPOConfig.preset("reference" if preset == "-" else preset, n_steps=B,
+                                  batch_size=B, n_epochs=1, net_arch=(4,), ent_coef=0.01,
+                                  learning_rate=0.01, **fields)
+        settings = {"config": config.to_dict(), "n_actions": n_actions, "learning_rate": 0.01,
+                    "clip_range": config.clip_range}
+        out.append(_case(f"ppo_minibatch_update_{name}", "ppo_minibatch_update", preset,
+                         description, {**inputs, **extra_inputs}, settings))
     return out
 
 
@@ -592,12 +561,8 @@ OPTION_KEYS: Dict[str, Dict[str, str]] = {
 def apply_preset(case: dict, preset: str) -> dict:
     """``case`` (a new dict; inputs shared) with the settings of :data:`OPTION_KEYS` (and the
     value loss's ``huber_delta``, the policy loss's ``clip_range_low`` and ``clip_range_high``)
-    taken from ``preset``; the minibatch update gets the whole
-    preset config with the case's hyperparameters. Other kinds keep their settings.
-
-    Raises:
-        ValueError: an unknown preset.
-    """
+    taken from ``preset``; the minibatch update gets the whole preset config with the case's
+    hyperparameters. Other kinds keep their settings. ``ValueError``: an unknown preset."""
     config = PPOConfig.preset(preset)
     settings = dict(case["settings"])
     kind = case["kind"]
@@ -671,11 +636,8 @@ def write_vectors(out_dir: str, *, seed: int = SEED, backend: str = "spec",
 
     Every case is computed before anything is written (a bad preset, backend or setting leaves
     ``out_dir`` as it was); each file is then replaced atomically
-    (:func:`ppo_ref.io.checkpoint.write_atomic`), ``index.json`` last.
-
-    Raises:
-        ValueError: an unknown preset or backend, a setting no case has.
-    """
+    (:func:`ppo_ref.io.checkpoint.write_atomic`), ``index.json`` last. ``ValueError``: an
+    unknown preset or backend, a setting no case has."""
     cases = _all_cases(seed)
     if preset is not None:
         cases = [apply_preset(case, preset) for case in cases]

@@ -50,13 +50,9 @@ def _is_tolerance(tol) -> bool:
 
 def load_case(path: str) -> dict:
     """Read one case file; ``inputs`` and ``expected`` decoded to NumPy, special floats of the
-    settings decoded.
-
-    Raises:
-        ValueError: naming the file when it is not a case (a field missing or of the wrong
-            JSON type, a bad tolerance, arrays that do not decode).
-        OSError: the file cannot be read.
-    """
+    settings decoded. ``ValueError`` naming the file when it is not a case (a field missing or of
+    the wrong JSON type, a bad tolerance, arrays that do not decode); ``OSError`` when it cannot
+    be read."""
     raw = read_json_file(path, "case file")
     if not isinstance(raw, dict):
         raise ValueError(f"case file {path} must hold a JSON object")
@@ -83,10 +79,7 @@ def load_case(path: str) -> dict:
 
 def load_cases(vectors_dir: str) -> List[dict]:
     """Every case listed in ``vectors_dir/index.json``, in order (:func:`load_case`).
-
-    Raises:
-        ValueError: no or a malformed index, or a case file name that leaves the directory.
-    """
+    ``ValueError``: no or a malformed index, or a case file name that leaves the directory."""
     index_path = os.path.join(vectors_dir, "index.json")
     if not os.path.exists(index_path):
         raise ValueError(f"vectors_dir has no index.json: {vectors_dir!r} (write it with "
@@ -171,6 +164,9 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
     results file that is not a results document, or vectors that do not load."""
     if profile not in TOLERANCE_PROFILES:
         raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
+    if tolerances is not None and not isinstance(tolerances, Mapping):
+        raise ValueError(f"tolerances must map case and output names to tolerances, got "
+                         f"{type(tolerances).__name__}")
     tolerances = dict(tolerances or {})
     for key, tol in tolerances.items():
         if not _is_tolerance(tol):

@@ -42,10 +42,7 @@ def _encode_float(x: float):
 
 def encode(value):
     """Python/NumPy value -> JSON-safe value by the rules of the module docstring.
-
-    Raises:
-        ValueError: a value or array dtype the rules do not cover (string arrays, objects).
-    """
+    ``ValueError``: a value or array dtype the rules do not cover (string arrays, objects)."""
     if isinstance(value, Mapping):
         return {str(k): encode(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and not (
@@ -88,11 +85,8 @@ def _floats(value):
 
 def decode(value):
     """JSON value -> NumPy: lists become arrays (bool, int64 or float64 by their leaves),
-    objects dicts, special-float strings floats.
-
-    Raises:
-        ValueError: a ragged list or a string other than a special float inside an array.
-    """
+    objects dicts, special-float strings floats. ``ValueError``: a ragged list or a string other
+    than a special float inside an array."""
     if isinstance(value, dict):
         return {k: decode(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -161,13 +155,8 @@ def _depth_ok(value) -> bool:
 def read_json_file(path: str, what: str, max_bytes: int = MAX_JSON_BYTES):
     """The parsed JSON of the file ``path``, read within bounds: at most ``max_bytes`` bytes,
     UTF-8, nesting at most :data:`MAX_JSON_DEPTH` deep, integers of at most
-    :data:`MAX_JSON_INT_DIGITS` digits.
-
-    Raises:
-        ValueError: naming the file (``what`` says which kind) when it breaks a bound or is not
-            JSON.
-        OSError: the file is missing or unreadable.
-    """
+    :data:`MAX_JSON_INT_DIGITS` digits. ``ValueError`` naming the file (``what`` says which
+    kind) when it breaks a bound or is not JSON; ``OSError`` when it is missing or unreadable."""
     with open(path, "rb") as fh:
         data = fh.read(max_bytes + 1)
     if len(data) > max_bytes:
