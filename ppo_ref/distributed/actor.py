@@ -158,9 +158,7 @@ def _queue_receiver(messages):
     waiting up to ``timeout`` seconds (not at all for 0), or None."""
     def receive(timeout: float):
         try:
-            if timeout > 0:
-                return messages.get(timeout=timeout)
-            return messages.get_nowait()
+            return messages.get(block=timeout > 0, timeout=timeout)
         except queue_module.Empty:
             return None
     return receive
@@ -175,18 +173,14 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
 
     from ppo_ref._lifeline import exit_with_parent
     from ppo_ref.train.ppo import limit_blas_threads
-
     exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_blas_threads(1)
     parent = multiprocessing.parent_process()
-
-    def learner_gone() -> bool:
-        return parent is not None and not parent.is_alive()
-
     try:
         _report_actor(actor_fn, agent_id, env, config, experience_writer.send,
-                      _queue_receiver(broadcast_queue), learner_gone, chunk_size)
+                      _queue_receiver(broadcast_queue),
+                      lambda: parent is not None and not parent.is_alive(), chunk_size)
     finally:
         experience_writer.close()
 

@@ -315,7 +315,6 @@ class _Learner:
         truncated without terminating, ``final_values[t, n] = V(next_observation[t, n])``
         under the learner's current parameters."""
         from ppo_ref.train.rollout import Rollout
-
         self.check_continuity(buf)
         terminated, truncated = buf.terminated, buf.truncated
         starts = self.trainer.tier.masks.episode_starts(terminated, truncated,
@@ -325,11 +324,9 @@ class _Learner:
         self.observations_after = buf.reset_observations[-1]
         T, N = buf.rewards.shape
         policy, cparams = self.policy, self.policy.compute_params(self.trainer.params)
-        final_values = None
         cut = truncated & ~terminated
+        final_values = np.zeros((T, N)) if cut.any() else None
         for t in np.flatnonzero(cut.any(axis=1)):  # V(final obs), one call per step as acting
-            if final_values is None:
-                final_values = np.zeros((T, N))
             idx = np.flatnonzero(cut[t])
             final_values[t, idx] = policy.values(
                 cparams, buf.next_observations[t, idx].reshape(idx.size, -1), None, None)
@@ -352,19 +349,17 @@ class _Learner:
         """One :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` on the next buffer (GAE, or
         V-trace against the current parameters)."""
         config = self.config
-        trainer = self.trainer
         buf = self.take_buffer()
         advantages_fn = None
         if config.use_vtrace:
-            advantages_fn = functools.partial(trainer.compute_vtrace_advantages,
+            advantages_fn = functools.partial(self.trainer.compute_vtrace_advantages,
                                               rho_bar=config.rho_bar, c_bar=config.c_bar)
-        step = trainer.iteration(lambda: self.rollout(buf), advantages_fn)
+        step = self.trainer.iteration(lambda: self.rollout(buf), advantages_fn)
         rollout, stats = step.rollout, step.stats
         lags = self.version - buf.policy_versions
-        n_steps, n = buf.rewards.shape
         r = self.report
         r.updates += 1
-        r.env_steps += n_steps * n
+        r.env_steps += buf.rewards.size
         r.episode_returns.extend(rollout.episode_returns)
         r.episode_lengths.extend(rollout.episode_lengths)
         r.episodes += len(rollout.episode_returns)
@@ -382,7 +377,6 @@ class _Learner:
 
     def broadcast(self) -> None:
         from ppo_ref.io.checkpoint import arrays_to_bytes
-
         if self.report.broadcasts:
             self.version += 1
         payload = arrays_to_bytes(self.trainer.params)
@@ -410,12 +404,9 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None,
                  start_version: int = 0):
     """Run the learner for ``config.num_updates`` PPO updates (docs/specification.md §6): each
-    ``[n_steps, num_actors]`` buffer becomes the Rollout the synchronous collector records for
-    the same transitions (:meth:`_Learner.rollout`) and gets one
-    :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` (GAE, or with ``use_vtrace`` V-trace
-    against the learner's policy). At the end or on any error every actor gets
-    :class:`Shutdown` and is joined (processes still running after ``shutdown_timeout`` s are
-    terminated; Ray actors killed).
+    ``[n_steps, num_actors]`` buffer gets one :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration`
+    (:meth:`_Learner.rollout`, :meth:`_Learner.update`). At the end or on any error the actors
+    are shut down (:meth:`ActorGroup.shutdown`, ``shutdown_timeout`` s).
 
     ``trainer``: a PPOTrainer from :func:`make_learner` (updated in place). ``actors``: an
     :class:`ActorGroup` (the loop shuts it down) or a gymnasium id / factory from which the loop
