@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
@@ -76,12 +75,9 @@ class LearnerReport:
 class _ActorFifo:
     """FIFO of one actor's experiences, stored as the chunks they arrived in."""
 
-    __slots__ = ("agent_id", "chunks", "offset", "count")
-
     def __init__(self, agent_id: int):
         self.agent_id = agent_id
-        self.chunks: deque = deque()
-        self.offset = 0          # rows of chunks[0] already taken
+        self.chunks: List[ExperienceBatch] = []
         self.count = 0           # rows available
 
     def push(self, batch: ExperienceBatch) -> None:
@@ -92,23 +88,12 @@ class _ActorFifo:
             self.count += len(batch)
 
     def take(self, n: int) -> ExperienceBatch:
-        """Remove and return the oldest ``n`` rows (``count >= n``)."""
-        parts = []
-        need = n
-        while need:
-            head = self.chunks[0]
-            available = len(head) - self.offset
-            k = min(need, available)
-            parts.append(tuple(f[self.offset:self.offset + k] for f in head[1:]))
-            need -= k
-            if k == available:
-                self.chunks.popleft()
-                self.offset = 0
-            else:
-                self.offset += k
+        """Remove and return the oldest ``n`` rows (``count >= n``); the rest stays as one chunk."""
+        fields = [np.concatenate(cols) for cols in zip(*(chunk[1:] for chunk in self.chunks))]
         self.count -= n
-        fields = [np.concatenate(cols) if len(parts) > 1 else cols[0] for cols in zip(*parts)]
-        return ExperienceBatch(self.agent_id, *fields)
+        rest = ExperienceBatch(self.agent_id, *(f[n:] for f in fields))
+        self.chunks = [rest] if self.count else []
+        return ExperienceBatch(self.agent_id, *(f[:n] for f in fields))
 
 
 def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: tuple,
@@ -285,11 +270,6 @@ class _Learner:
                     f"no experience for {timeout:g} s (starvation_timeout); update "
                     f"{self.report.updates + 1} needs {n_steps} per actor, FIFO counts {counts}")
 
-    def take_buffer(self) -> ExperienceBatch:
-        """The next ``[n_steps, num_actors]`` buffer (fields stacked along axis 1)."""
-        cols = [fifo.take(self.config.n_steps) for fifo in self.fifos]
-        return ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*cols))[1:]))
-
     def check_continuity(self, buf: ExperienceBatch) -> None:
         """Each row's observation must be the one the actor acts from after the previous row
         (its ``next_observation``, or its ``reset_observation`` where an episode ended): catches
@@ -349,7 +329,9 @@ class _Learner:
         """One :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` on the next buffer (GAE, or
         V-trace against the current parameters)."""
         config = self.config
-        buf = self.take_buffer()
+        # the [n_steps, num_actors] buffer: every actor's oldest rows, stacked along axis 1
+        columns = [fifo.take(config.n_steps) for fifo in self.fifos]
+        buf = ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*columns))[1:]))
         advantages_fn = None
         if config.use_vtrace:
             advantages_fn = functools.partial(self.trainer.compute_vtrace_advantages,
