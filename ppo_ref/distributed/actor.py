@@ -49,7 +49,6 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
     ``learner_gone()`` is True once the learner cannot read. Returns :class:`ActorStats`.
     """
     from ppo_ref.io.checkpoint import arrays_from_bytes
-
     chunk_size = check_count(chunk_size, "chunk_size", 1)
     actor_seed = config.seed + 1 + agent_id
     rng = np.random.default_rng(actor_seed)

@@ -1,8 +1,7 @@
 """Ray actors of the actor-learner loop (``actors="ray"``, docs/specification.md §6.1):
 :class:`RayActorGroup`, :func:`start_ray_actors` and :func:`init_ray`. Each Ray actor runs
 :func:`run_actor` in a thread of its worker; the learner keeps one ``pull`` in flight per actor.
-Ray is imported only here, and only when Ray actors start.
-"""
+Ray is imported only here, and only when Ray actors start."""
 from __future__ import annotations
 
 import contextlib
