@@ -18,11 +18,6 @@ from ppo_ref.train.ppo import PPOTrainer
 __all__ = ["cli_async_config", "cli_train", "cli_resume", "cli_restart"]
 
 
-def _note(trainer, start: int, total: int) -> None:
-    """The rollout note of an update: the learner's config has n_envs = num_actors."""
-    rollout_note(trainer.config, start, total, unit="update", factors="num_actors*n_steps")
-
-
 def cli_async_config(args, ppo: PPOConfig) -> AsyncActorLearnerConfig:
     """The actor-learner configuration of ``ppo-ref train --async`` (``args.total_timesteps``,
     ``num_actors``, ``vtrace``, ``broadcast_every``, ``seed``, ``actors`` (None: "process"),
@@ -47,8 +42,7 @@ def cli_train(args, config: AsyncActorLearnerConfig, trainer, run_dir: str) -> i
           f"actors ({config.n_steps} steps each per update, "
           f"{'V-trace' if config.use_vtrace else 'GAE'}, broadcast every "
           f"{config.broadcast_every}) for {total} steps (seed {args.seed}) -> {run_dir}")
-    _note(trainer, 0, total)
-    return _run(args, trainer, config, env_id, run_dir, run_info, None, total, 0)
+    return _run(args, trainer, config, run_dir, run_info, None, total, 0)
 
 
 def cli_resume(args, run_dir: str, path: str, meta: Dict[str, Any], total: int) -> int:
@@ -76,9 +70,7 @@ def cli_resume(args, run_dir: str, path: str, meta: Dict[str, Any], total: int) 
     print(f"ppo-ref: resuming {run_dir} at {done} steps, target {total}: the learner continues "
           f"from policy version {version}; {config.num_actors} new {config.actors} actors "
           f"start from it with advanced seeds")
-    _note(trainer, done, total)
-    return _run(args, trainer, config, trainer.env_id, run_dir, run_info, resume_from, total,
-                version)
+    return _run(args, trainer, config, run_dir, run_info, resume_from, total, version)
 
 
 def cli_restart(args, run_dir: str, info: Dict[str, Any], total: int) -> int:
@@ -94,8 +86,7 @@ def cli_restart(args, run_dir: str, info: Dict[str, Any], total: int) -> int:
     run_info.update(total_timesteps=total, restart_argv=[args.argv])
     print(f"ppo-ref: {run_dir} has no checkpoint (no update was saved): starting its "
           f"actor-learner run from scratch with its saved settings for {total} steps")
-    _note(trainer, 0, total)
-    return _run(args, trainer, config, info["env_id"], run_dir, run_info, None, total, 0)
+    return _run(args, trainer, config, run_dir, run_info, None, total, 0)
 
 
 def _saved_async_config(saved: Any, total: int, source: str) -> AsyncActorLearnerConfig:
@@ -113,13 +104,15 @@ def _saved_async_config(saved: Any, total: int, source: str) -> AsyncActorLearne
     return config
 
 
-def _run(args, trainer, config: AsyncActorLearnerConfig, env_id: str, run_dir: str,
-         run_info: Dict[str, Any], resume_from: Optional[Dict[str, int]], total: int,
-         start_version: int) -> int:
-    """Train with :func:`ppo_ref.distributed.learner_loop` in the run directory
-    (:func:`ppo_ref.cli.train.train_in_run_dir`); each checkpoint records the policy version a
-    resume continues from."""
+def _run(args, trainer, config: AsyncActorLearnerConfig, run_dir: str, run_info: Dict[str, Any],
+         resume_from: Optional[Dict[str, int]], total: int, start_version: int) -> int:
+    """Train with :func:`ppo_ref.distributed.learner_loop` on ``trainer.env_id`` in the run
+    directory (:func:`ppo_ref.cli.train.train_in_run_dir`) after the rollout note of an update
+    (the learner's n_envs is num_actors); each checkpoint records the policy version a resume
+    continues from."""
     from ppo_ref.cli.train import train_in_run_dir
+    rollout_note(trainer.config, trainer.num_timesteps, total, unit="update",
+                 factors="num_actors*n_steps")
 
     def prepare(logger):
         version = {"current": start_version}  # of the learner's parameters: broadcast first
@@ -138,7 +131,7 @@ def _run(args, trainer, config: AsyncActorLearnerConfig, env_id: str, run_dir: s
             return logger.callback(trainer, stats)
 
         def learn() -> str:
-            _, report = learner_loop(config, trainer, env_id, callback=on_update,
+            _, report = learner_loop(config, trainer, trainer.env_id, callback=on_update,
                                      start_version=start_version)
             lags = report.policy_lag_mean or [float("nan")]  # per update (of as many rows)
             mean = sum(lags) / len(lags)

@@ -4,8 +4,7 @@ docs/specification.md §6): :mod:`~ppo_ref.distributed.config` (settings),
 :mod:`~ppo_ref.distributed.messages` (messages, errors), :mod:`~ppo_ref.distributed.actor`
 (:func:`run_actor`), :mod:`~ppo_ref.distributed.transport` (thread and process actors:
 :func:`start_actors`), :mod:`~ppo_ref.distributed.ray_actors` (Ray actors) and
-:mod:`~ppo_ref.distributed.learner` (:func:`learner_loop`; the learner is a PPOTrainer).
-"""
+:mod:`~ppo_ref.distributed.learner` (:func:`learner_loop`; the learner is a PPOTrainer)."""
 from ppo_ref.distributed.actor import run_actor
 from ppo_ref.distributed.config import (MAX_PROCESS_ACTORS_PER_CPU, AsyncActorLearnerConfig,
                                         async_config_from_ppo)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import queue as queue_module
-import threading
 import traceback
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional
 
 import numpy as np
 
@@ -41,44 +40,41 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
     Per env step: take every pending message (the newest :class:`PolicyBroadcast` replaces the
     parameters once the old ones' steps are sent; :class:`Shutdown` ends the actor); while it
     holds no policy or is over its budget (docs/specification.md §6, flow control), send and
-    wait; act with its own generator (seed ``config.seed + 1 + agent_id``, also the env's),
-    step, reset at an episode's end. Every ``chunk_size`` steps (and before waiting or
-    switching parameters) the unsent steps go as one :class:`ExperienceBatch`, their
-    ``log_probs`` and ``values`` computed in one pass with the parameters that acted.
+    wait; act with its own generator (seed ``config.seed + 1 + agent_id``, also the env's).
+    Every ``chunk_size`` steps (and before waiting or switching parameters) the unsent steps go
+    as one :class:`ExperienceBatch`, valued in one pass with the parameters that acted.
 
     ``env``: gymnasium id or zero-argument factory; ``send(message)`` puts on the learner's
     queue; ``receive(timeout)`` returns the next learner message or None (0: do not wait);
     ``learner_gone()`` is True once the learner cannot read. Returns :class:`ActorStats`.
     """
     from ppo_ref.io.checkpoint import arrays_from_bytes
-
     chunk_size = check_count(chunk_size, "chunk_size", 1)
     actor_seed = config.seed + 1 + agent_id
     rng = np.random.default_rng(actor_seed)
     env_obj = _make_env(env)
     try:
         policy = _ActorPolicy(env_obj, config.ppo)
-        obs, _ = env_obj.reset(seed=actor_seed)
-        obs = policy.observation(obs)
+        obs = policy.observation(env_obj.reset(seed=actor_seed)[0])
         version = -1
         broadcasts = steps = episodes = 0
         budget = config.steps_per_broadcast
         lead = config.lead_limit
-        # unsent steps, all acted with `version`: observation, action, reward, next_observation,
-        # terminated, truncated, the observation acted from next, the policy output acted from
-        columns: Tuple[list, ...] = ([], [], [], [], [], [], [], [])
+        # unsent steps, all acted with `version`: (observation, action, reward, next_observation,
+        # terminated, truncated, the observation acted from next, the policy output acted from)
+        rows: List[tuple] = []
 
         def flush():
-            if columns[0]:
-                values, log_probs = policy.behaviour(columns[0], columns[1], columns[7])
-                send(ExperienceBatch(agent_id, np.array(columns[0]), np.array(columns[1]),
-                                     np.array(columns[2], dtype=np.float64), np.array(columns[3]),
-                                     np.array(columns[4], dtype=bool),
-                                     np.array(columns[5], dtype=bool), values, log_probs,
-                                     np.full(len(columns[0]), version, dtype=np.int64),
-                                     np.array(columns[6])))
-                for column in columns:
-                    column.clear()
+            if rows:
+                obs, actions, rewards, next_obs, terminated, truncated, after, outs = zip(*rows)
+                values, log_probs = policy.behaviour(obs, actions, outs)
+                send(ExperienceBatch(agent_id, np.array(obs), np.array(actions),
+                                     np.array(rewards, dtype=np.float64), np.array(next_obs),
+                                     np.array(terminated, dtype=bool),
+                                     np.array(truncated, dtype=bool), values, log_probs,
+                                     np.full(len(rows), version, dtype=np.int64),
+                                     np.array(after)))
+                rows.clear()
 
         def stats() -> ActorStats:
             return ActorStats(agent_id, steps, episodes, broadcasts, version)
@@ -126,19 +122,16 @@ def run_actor(agent_id: int, env, config: AsyncActorLearnerConfig,
                     raise ValueError(f"env returned {problem} (step {steps + 1} of actor "
                                      f"{agent_id})")
             next_obs = policy.observation(next_obs)
-            for column, item in zip(columns, (obs, action, float(reward), next_obs,
-                                              bool(terminated), bool(truncated))):
-                column.append(item)
-            columns[7].append(policy_out)
             steps += 1
             if terminated or truncated:
                 episodes += 1
-                obs, _ = env_obj.reset()
-                obs = policy.observation(obs)
+                after = policy.observation(env_obj.reset()[0])
             else:
-                obs = next_obs
-            columns[6].append(obs)
-            if len(columns[0]) >= chunk_size:
+                after = next_obs
+            rows.append((obs, action, float(reward), next_obs, bool(terminated), bool(truncated),
+                         after, policy_out))
+            obs = after
+            if len(rows) >= chunk_size:
                 flush()
     finally:
         env_obj.close()
@@ -164,9 +157,7 @@ def _queue_receiver(messages):
     waiting up to ``timeout`` seconds (not at all for 0), or None."""
     def receive(timeout: float):
         try:
-            if timeout > 0:
-                return messages.get(timeout=timeout)
-            return messages.get_nowait()
+            return messages.get(block=timeout > 0, timeout=timeout)
         except queue_module.Empty:
             return None
     return receive
@@ -181,32 +172,16 @@ def _process_actor_main(actor_fn, agent_id, env, config, experience_writer, broa
 
     from ppo_ref._lifeline import exit_with_parent
     from ppo_ref.train.ppo import limit_blas_threads
-
     exit_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     limit_blas_threads(1)
     parent = multiprocessing.parent_process()
-
-    def learner_gone() -> bool:
-        return parent is not None and not parent.is_alive()
-
     try:
         _report_actor(actor_fn, agent_id, env, config, experience_writer.send,
-                      _queue_receiver(broadcast_queue), learner_gone, chunk_size)
+                      _queue_receiver(broadcast_queue),
+                      lambda: parent is not None and not parent.is_alive(), chunk_size)
     finally:
         experience_writer.close()
-
-
-def _thread_actor_main(actor_fn, agent_id, env, config, experience_queue, broadcast_queue,
-                       chunk_size, stop_event):
-    """Entry point of an actor thread."""
-    main_thread = threading.main_thread()
-
-    def learner_gone() -> bool:
-        return stop_event.is_set() or not main_thread.is_alive()
-
-    _report_actor(actor_fn, agent_id, env, config, experience_queue.put,
-                  _queue_receiver(broadcast_queue), learner_gone, chunk_size)
 
 
 class _ActorPolicy:

@@ -17,12 +17,9 @@ __all__ = ["AsyncActorLearnerConfig", "async_config_from_ppo", "ACTOR_KINDS",
 
 #: Where actors run: threads of the learner's process, processes of its machine, Ray actors.
 ACTOR_KINDS = ("thread", "process", "ray")
-
 #: Most actor processes per CPU core :func:`async_config_from_ppo` accepts (each holds its own
 #: interpreter, numpy, numba and env: hundreds of them exhaust memory).
 MAX_PROCESS_ACTORS_PER_CPU = 16
-
-
 #: PPOConfig settings the actor-learner does not support, and why.
 _UNSUPPORTED = {
     "normalize_observations": "actors would each hold different running statistics",
@@ -37,25 +34,23 @@ class AsyncActorLearnerConfig:
     construction (``ValueError`` naming the field).
 
     Attributes:
-        num_actors: actors, each with its own env: the buffer has one column per actor.
-        n_steps: rows taken from every actor per update: the buffer is [n_steps, num_actors].
+        num_actors, n_steps: the buffer of an update is [n_steps, num_actors], a column per
+            actor (each with its own env).
         total_timesteps: env steps to consume at least, in whole updates (:attr:`num_updates`).
         broadcast_every: a new policy version goes to every actor after this many updates.
         max_lead_steps: how far (env steps) an actor may run ahead of what the learner provably
             consumed; 0: 2 * broadcast_every * n_steps (:attr:`lead_limit`).
         gamma, gae_lambda: discount and GAE lambda in [0, 1] (lambda unused with V-trace).
-        use_vtrace: advantages and value targets by V-trace against the learner's policy,
-            truncated at ``rho_bar`` (importance weight) and ``c_bar`` (traces), both > 0.
+        use_vtrace, rho_bar, c_bar: V-trace against the learner's policy, truncated at
+            ``rho_bar`` (importance weight) and ``c_bar`` (traces), both > 0; else GAE.
         seed: the learner's seed; actor k seeds its generator and env with seed + 1 + k.
-        starvation_timeout: seconds without any experience before StarvationError.
-        env_step_timeout: seconds an actor whose rows the learner waits for may send nothing
-            before StarvationError names it (its env hung in step or reset).
-        actors: where the actors run (:data:`ACTOR_KINDS`).
-        ray_address: with ``actors="ray"``, the Ray cluster to join (``"HOST:PORT"`` or
-            ``"auto"``); None starts a Ray of this machine on 127.0.0.1 only (or uses the one
-            already connected).
-        ppo: the PPO settings of the learner's update, whose ``n_steps``, ``n_envs``,
-            ``gamma`` and ``gae_lambda`` this config replaces (:meth:`learner_ppo_config`).
+        starvation_timeout: seconds without any experience before StarvationError;
+            env_step_timeout: the same for one actor whose rows the learner waits for.
+        actors: where the actors run (:data:`ACTOR_KINDS`); ray_address: with "ray", the
+            cluster to join (``"HOST:PORT"`` or ``"auto"``; None: a Ray of this machine on
+            127.0.0.1 only, or the one already connected).
+        ppo: the learner's PPO settings, ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda``
+            replaced by this config's (:meth:`learner_ppo_config`).
     """
 
     num_actors: int = 4
@@ -143,9 +138,8 @@ class AsyncActorLearnerConfig:
 
     def to_dict(self) -> dict:
         """JSON-safe dict (``ppo`` as ``PPOConfig.to_dict()``)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "ppo"}
-        d["ppo"] = self.ppo.to_dict()
-        return d
+        return {f.name: self.ppo.to_dict() if f.name == "ppo" else getattr(self, f.name)
+                for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "AsyncActorLearnerConfig":
@@ -165,10 +159,9 @@ def async_config_from_ppo(ppo: PPOConfig, *, num_actors: int, total_timesteps: i
                           ray_address: Optional[str] = None) -> AsyncActorLearnerConfig:
     """The actor-learner configuration of a synchronous ``PPOConfig``: each update consumes the
     rows of one synchronous update, split evenly (``n_steps = ppo.n_steps * ppo.n_envs //
-    num_actors``), with the PPOConfig's ``gamma`` and ``gae_lambda``. ``ValueError`` for
-    ``num_actors`` < 1 or not a divisor of ``ppo.n_steps * ppo.n_envs``, or, with actor
-    processes (or Ray actors on a local Ray), more than :data:`MAX_PROCESS_ACTORS_PER_CPU` per
-    CPU core."""
+    num_actors``), with its ``gamma`` and ``gae_lambda``. ``ValueError`` for ``num_actors`` < 1
+    or not a divisor of those rows, or, with actor processes (or Ray actors on a local Ray),
+    more than :data:`MAX_PROCESS_ACTORS_PER_CPU` per CPU core."""
     num_actors = check_count(num_actors, "num_actors", 1)
     rows = ppo.n_steps * ppo.n_envs
     if rows % num_actors:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
@@ -76,12 +75,9 @@ class LearnerReport:
 class _ActorFifo:
     """FIFO of one actor's experiences, stored as the chunks they arrived in."""
 
-    __slots__ = ("agent_id", "chunks", "offset", "count")
-
     def __init__(self, agent_id: int):
         self.agent_id = agent_id
-        self.chunks: deque = deque()
-        self.offset = 0          # rows of chunks[0] already taken
+        self.chunks: List[ExperienceBatch] = []
         self.count = 0           # rows available
 
     def push(self, batch: ExperienceBatch) -> None:
@@ -92,23 +88,12 @@ class _ActorFifo:
             self.count += len(batch)
 
     def take(self, n: int) -> ExperienceBatch:
-        """Remove and return the oldest ``n`` rows (``count >= n``)."""
-        parts = []
-        need = n
-        while need:
-            head = self.chunks[0]
-            available = len(head) - self.offset
-            k = min(need, available)
-            parts.append(tuple(f[self.offset:self.offset + k] for f in head[1:]))
-            need -= k
-            if k == available:
-                self.chunks.popleft()
-                self.offset = 0
-            else:
-                self.offset += k
+        """Remove and return the oldest ``n`` rows (``count >= n``); the rest stays as one chunk."""
+        fields = [np.concatenate(cols) for cols in zip(*(chunk[1:] for chunk in self.chunks))]
         self.count -= n
-        fields = [np.concatenate(cols) if len(parts) > 1 else cols[0] for cols in zip(*parts)]
-        return ExperienceBatch(self.agent_id, *fields)
+        rest = ExperienceBatch(self.agent_id, *(f[n:] for f in fields))
+        self.chunks = [rest] if self.count else []
+        return ExperienceBatch(self.agent_id, *(f[:n] for f in fields))
 
 
 def _check_experience_batch(batch: ExperienceBatch, num_actors: int, obs_shape: tuple,
@@ -285,11 +270,6 @@ class _Learner:
                     f"no experience for {timeout:g} s (starvation_timeout); update "
                     f"{self.report.updates + 1} needs {n_steps} per actor, FIFO counts {counts}")
 
-    def take_buffer(self) -> ExperienceBatch:
-        """The next ``[n_steps, num_actors]`` buffer (fields stacked along axis 1)."""
-        cols = [fifo.take(self.config.n_steps) for fifo in self.fifos]
-        return ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*cols))[1:]))
-
     def check_continuity(self, buf: ExperienceBatch) -> None:
         """Each row's observation must be the one the actor acts from after the previous row
         (its ``next_observation``, or its ``reset_observation`` where an episode ended): catches
@@ -315,7 +295,6 @@ class _Learner:
         truncated without terminating, ``final_values[t, n] = V(next_observation[t, n])``
         under the learner's current parameters."""
         from ppo_ref.train.rollout import Rollout
-
         self.check_continuity(buf)
         terminated, truncated = buf.terminated, buf.truncated
         starts = self.trainer.tier.masks.episode_starts(terminated, truncated,
@@ -325,11 +304,9 @@ class _Learner:
         self.observations_after = buf.reset_observations[-1]
         T, N = buf.rewards.shape
         policy, cparams = self.policy, self.policy.compute_params(self.trainer.params)
-        final_values = None
         cut = truncated & ~terminated
+        final_values = np.zeros((T, N)) if cut.any() else None
         for t in np.flatnonzero(cut.any(axis=1)):  # V(final obs), one call per step as acting
-            if final_values is None:
-                final_values = np.zeros((T, N))
             idx = np.flatnonzero(cut[t])
             final_values[t, idx] = policy.values(
                 cparams, buf.next_observations[t, idx].reshape(idx.size, -1), None, None)
@@ -352,19 +329,19 @@ class _Learner:
         """One :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` on the next buffer (GAE, or
         V-trace against the current parameters)."""
         config = self.config
-        trainer = self.trainer
-        buf = self.take_buffer()
+        # the [n_steps, num_actors] buffer: every actor's oldest rows, stacked along axis 1
+        columns = [fifo.take(config.n_steps) for fifo in self.fifos]
+        buf = ExperienceBatch(-1, *(np.stack(f, axis=1) for f in list(zip(*columns))[1:]))
         advantages_fn = None
         if config.use_vtrace:
-            advantages_fn = functools.partial(trainer.compute_vtrace_advantages,
+            advantages_fn = functools.partial(self.trainer.compute_vtrace_advantages,
                                               rho_bar=config.rho_bar, c_bar=config.c_bar)
-        step = trainer.iteration(lambda: self.rollout(buf), advantages_fn)
+        step = self.trainer.iteration(lambda: self.rollout(buf), advantages_fn)
         rollout, stats = step.rollout, step.stats
         lags = self.version - buf.policy_versions
-        n_steps, n = buf.rewards.shape
         r = self.report
         r.updates += 1
-        r.env_steps += n_steps * n
+        r.env_steps += buf.rewards.size
         r.episode_returns.extend(rollout.episode_returns)
         r.episode_lengths.extend(rollout.episode_lengths)
         r.episodes += len(rollout.episode_returns)
@@ -382,7 +359,6 @@ class _Learner:
 
     def broadcast(self) -> None:
         from ppo_ref.io.checkpoint import arrays_to_bytes
-
         if self.report.broadcasts:
             self.version += 1
         payload = arrays_to_bytes(self.trainer.params)
@@ -410,12 +386,9 @@ def learner_loop(config: AsyncActorLearnerConfig, trainer, actors, *,
                  shutdown_timeout: float = 10.0, chunk_size: Optional[int] = None,
                  start_version: int = 0):
     """Run the learner for ``config.num_updates`` PPO updates (docs/specification.md §6): each
-    ``[n_steps, num_actors]`` buffer becomes the Rollout the synchronous collector records for
-    the same transitions (:meth:`_Learner.rollout`) and gets one
-    :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration` (GAE, or with ``use_vtrace`` V-trace
-    against the learner's policy). At the end or on any error every actor gets
-    :class:`Shutdown` and is joined (processes still running after ``shutdown_timeout`` s are
-    terminated; Ray actors killed).
+    ``[n_steps, num_actors]`` buffer gets one :meth:`~ppo_ref.train.ppo.PPOTrainer.iteration`
+    (:meth:`_Learner.rollout`, :meth:`_Learner.update`). At the end or on any error the actors
+    are shut down (:meth:`ActorGroup.shutdown`, ``shutdown_timeout`` s).
 
     ``trainer``: a PPOTrainer from :func:`make_learner` (updated in place). ``actors``: an
     :class:`ActorGroup` (the loop shuts it down) or a gymnasium id / factory from which the loop

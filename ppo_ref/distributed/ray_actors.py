@@ -1,8 +1,7 @@
 """Ray actors of the actor-learner loop (``actors="ray"``, docs/specification.md §6.1):
 :class:`RayActorGroup`, :func:`start_ray_actors` and :func:`init_ray`. Each Ray actor runs
 :func:`run_actor` in a thread of its worker; the learner keeps one ``pull`` in flight per actor.
-Ray is imported only here, and only when Ray actors start.
-"""
+Ray is imported only here, and only when Ray actors start."""
 from __future__ import annotations
 
 import contextlib
@@ -10,14 +9,13 @@ import logging
 import os
 import queue as queue_module
 import threading
-import time
 from typing import Any, Dict, Optional
 
 from ppo_ref._checks import one_line
 from ppo_ref.distributed.actor import _queue_receiver, _report_actor
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import (ActorDiedError, ActorFailed, ActorFinished,
-                                          ActorLearnerError, Shutdown, StarvationError)
+                                          ActorLearnerError, StarvationError)
 from ppo_ref.distributed.transport import ActorGroup
 
 __all__ = ["RayActorGroup", "start_ray_actors", "init_ray", "import_ray", "RAY_MISSING"]
@@ -36,22 +34,6 @@ def import_ray():
     except ImportError:
         raise ImportError(RAY_MISSING) from None
     return ray
-
-
-@contextlib.contextmanager
-def _environ(**values: str):
-    """Set environment variables for the block, then restore those (only: what Ray sets in
-    ``os.environ`` during ``ray.init`` stays)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> None:
@@ -85,30 +67,38 @@ def init_ray(address: Optional[str] = None, num_cpus: Optional[int] = None) -> N
     loopback = address is None or host in ("localhost", "::1", "[::1]") or host.startswith("127.")
     root = os.path.dirname(os.path.dirname(os.path.abspath(ppo_ref.__file__)))
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    mode = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"} if loopback else {}
+    environ = {"PYTHONPATH": path}
+    if loopback:
+        environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     if address is None:
-        mode["RAY_USAGE_STATS_ENABLED"] = "0"     # Ray would report usage to its servers
+        environ["RAY_USAGE_STATS_ENABLED"] = "0"     # Ray would report usage to its servers
+    # restored afterwards: only these variables (what Ray sets in os.environ stays)
+    saved_environ = {key: os.environ.get(key) for key in environ}
     saved = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = saved and not loopback
+    os.environ.update(environ)
     try:
-        with _environ(**mode, PYTHONPATH=path):
-            if address is None:
-                # "local": a new Ray even when `ray start` runs one on this machine
-                ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
-                         include_dashboard=False,
-                         _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
-            else:
-                try:
-                    ray.init(address=address, logging_level=logging.WARNING)
-                except ConnectionError as exc:
-                    if "RAY_AUTH_MODE" in os.environ:
-                        raise
-                    raise ConnectionError(f"{exc} (a cluster with token authentication, "
-                                          f"Ray's default, is joined with RAY_AUTH_MODE=token "
-                                          f"and its token: RAY_AUTH_TOKEN or "
-                                          f"~/.ray/auth_token)") from None
+        if address is None:
+            # "local": a new Ray even when `ray start` runs one on this machine
+            ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1,
+                     include_dashboard=False, _node_ip_address="127.0.0.1",
+                     logging_level=logging.WARNING)
+        else:
+            try:
+                ray.init(address=address, logging_level=logging.WARNING)
+            except ConnectionError as exc:
+                if "RAY_AUTH_MODE" in os.environ:
+                    raise
+                raise ConnectionError(f"{exc} (a cluster with token authentication, Ray's "
+                                      f"default, is joined with RAY_AUTH_MODE=token and its "
+                                      f"token: RAY_AUTH_TOKEN or ~/.ray/auth_token)") from None
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
+        for key, value in saved_environ.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     nodes = sorted({node["NodeManagerAddress"] for node in ray.nodes()})
     if loopback and nodes != ["127.0.0.1"]:
         ray.shutdown()
@@ -145,12 +135,8 @@ class _RayActorHost:
         """Every message sent since the last pull, in order; waits up to ``wait`` seconds for
         the first (an empty list when none came)."""
         receive = _queue_receiver(self.outbox)
-        messages = []
-        message = receive(wait)
-        while message is not None:
-            messages.append(message)
-            message = receive(0.0)
-        return messages
+        first = receive(wait)
+        return [] if first is None else [first, *iter(lambda: receive(0.0), None)]
 
 
 class RayActorGroup(ActorGroup):
@@ -245,21 +231,11 @@ class RayActorGroup(ActorGroup):
             return f"{where} died: {self._dead[agent_id]}"
         return f"{where} ended"
 
-    def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
-        """Send :class:`Shutdown`, read the last words for up to ``timeout`` seconds, then kill
-        every actor and wait (at most :data:`KILL_SECONDS`) until Ray reports them dead."""
-        if self._closed:
-            return self.final_messages
-        self._closed = True
+    def _stop(self, deadline: float) -> None:
+        """Read what is left, kill every actor and wait (at most :data:`KILL_SECONDS`) until Ray
+        reports them dead."""
         ray = self._ray
-        for agent_id in range(self.num_actors):
-            if self.is_alive(agent_id):
-                self.send(agent_id, Shutdown())
-        deadline = time.monotonic() + timeout
-        while (any(map(self.is_alive, range(self.num_actors))) and self._pulls
-               and time.monotonic() < deadline):
-            self._keep_final(self.get(0.05))
-        self._drain(super().get)
+        self._drain()
         for handle in self.workers:
             ray.kill(handle, no_restart=True)
         # every call in flight fails once Ray knows the actor is dead
@@ -268,7 +244,6 @@ class RayActorGroup(ActorGroup):
         for ref in ready:
             with contextlib.suppress(ray.exceptions.RayError):
                 ray.get(ref)
-        return self.final_messages
 
 
 def start_ray_actors(config: AsyncActorLearnerConfig, env, actor_fn, chunk_size: int

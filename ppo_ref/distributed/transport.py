@@ -8,11 +8,12 @@ import multiprocessing
 import queue as queue_module
 import threading
 import time
+from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from ppo_ref._checks import check_choice, check_count
 from ppo_ref.distributed.actor import (POLL_SECONDS, _process_actor_main, _queue_receiver,
-                                       _thread_actor_main, run_actor)
+                                       _report_actor, run_actor)
 from ppo_ref.distributed.config import AsyncActorLearnerConfig
 from ppo_ref.distributed.messages import ActorFailed, ActorFinished, Shutdown
 
@@ -92,71 +93,69 @@ class ActorGroup:
             return f"thread {worker.name} ended"
         text = f"process {worker.pid} exited with code {worker.exitcode}"
         if worker.exitcode == 1:
-            text += (" (code 1 before the actor could report anything: usually its imports "
-                     "or the unpickling of its arguments failed; its traceback went to "
-                     "stderr. Process actors start with 'spawn', which "
-                     "re-imports the main script: a script must start the learner under "
-                     "`if __name__ == \"__main__\":`)")
+            text += (" (code 1 before the actor could report anything: usually its imports or "
+                     "the unpickling of its arguments failed; its traceback went to stderr. "
+                     "Process actors start with 'spawn', which re-imports the main script: a "
+                     "script must start the learner under `if __name__ == \"__main__\":`)")
         return text
 
-    def _drain(self, base_get: Callable[[float], Any]) -> None:
+    def _drain(self) -> None:
         """Keep the last words of every message already in the inbox."""
-        for msg in iter(lambda: base_get(0.0), None):
+        for msg in iter(lambda: self._receive(0.0), None):
             self._keep_final(msg)
 
+    def _keep_final(self, msg) -> None:
+        if isinstance(msg, (ActorFinished, ActorFailed)):
+            self.final_messages[msg.agent_id] = msg
+
     def shutdown(self, timeout: float = 10.0) -> Dict[int, Any]:
-        """Send :class:`Shutdown` to all, keep reading while they exit, terminate (processes)
-        whatever still runs after ``timeout`` seconds, join, close the channels. Idempotent;
-        returns each actor's last :class:`ActorFinished` or :class:`ActorFailed` by id."""
+        """Send :class:`Shutdown` to every live actor, keep reading while they exit, stop
+        whatever still runs after ``timeout`` seconds (:meth:`_stop`). Idempotent; returns each
+        actor's last :class:`ActorFinished` or :class:`ActorFailed` by id."""
         if self._closed:
             return self.final_messages
         self._closed = True
         for agent_id in range(self.num_actors):
-            # a closed queue: the actor is gone anyway
-            with contextlib.suppress(Exception):  # noqa: BLE001
-                self.send(agent_id, Shutdown())
+            if self.is_alive(agent_id):
+                # a closed queue: the actor is gone anyway
+                with contextlib.suppress(Exception):  # noqa: BLE001
+                    self.send(agent_id, Shutdown())
         deadline = time.monotonic() + timeout
-        while any(w.is_alive() for w in self.workers) and time.monotonic() < deadline:
+        while any(map(self.is_alive, range(self.num_actors))) and time.monotonic() < deadline:
             self._keep_final(self.get(0.02))
+        self._stop(deadline)
+        return self.final_messages
+
+    def _stop(self, deadline: float) -> None:
+        """Terminate (then kill) the processes still running, join, read what is left and close
+        the channels; a thread stuck inside env.step cannot be killed: after ``deadline`` (and
+        0.5 s) it stays behind as a daemon."""
         if self._stop_event is not None:
             self._stop_event.set()
         started = [w for w in self.workers if w.ident is not None]
         if self.kind == "process":
             # all at once: the time to stop N stuck actors does not grow with N
-            for worker in started:
-                if worker.is_alive():
-                    worker.terminate()
-            _join_all(started, 1.0)
-            for worker in started:
-                if worker.is_alive():
-                    worker.kill()
-            _join_all(started, 1.0)
-        else:  # a thread stuck inside env.step cannot be killed: it stays behind as a daemon
+            for stop in (BaseProcess.terminate, BaseProcess.kill):
+                for worker in started:
+                    if worker.is_alive():
+                        stop(worker)
+                joined_by = time.monotonic() + 1.0
+                for worker in started:
+                    worker.join(max(0.0, joined_by - time.monotonic()))
+        else:
             for worker in started:
                 worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
-        self._drain(self.get)
+        self._drain()
         if self._pump is not None:
             self._pump_stop.set()
             self._pump.join(2.0)
-        self._drain(self.get)
+        self._drain()
         if self.kind == "process":
             for q in self.broadcast_queues:
                 q.cancel_join_thread()      # an actor that died cannot drain its queue
                 q.close()
             for conn in self.readers:
                 conn.close()
-        return self.final_messages
-
-    def _keep_final(self, msg) -> None:
-        if isinstance(msg, (ActorFinished, ActorFailed)):
-            self.final_messages[msg.agent_id] = msg
-
-
-def _join_all(processes, timeout: float) -> None:
-    """Join every process, waiting at most ``timeout`` seconds in total."""
-    deadline = time.monotonic() + timeout
-    for p in processes:
-        p.join(max(0.0, deadline - time.monotonic()))
 
 
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
@@ -168,11 +167,11 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     ``n_steps``); ``start_method``: "spawn" or "forkserver" (fork would copy the learner's
     threads and locks)."""
     check_choice(start_method, "start_method", ("spawn", "forkserver"))
+    default_size = config.n_steps if config.actors == "ray" else 32
+    chunk_size = check_count(default_size if chunk_size is None else chunk_size, "chunk_size", 1)
     if config.actors == "ray":
         from ppo_ref.distributed.ray_actors import start_ray_actors
-        chunk_size = config.n_steps if chunk_size is None else chunk_size
-        return start_ray_actors(config, env, actor_fn, check_count(chunk_size, "chunk_size", 1))
-    chunk_size = check_count(32 if chunk_size is None else chunk_size, "chunk_size", 1)
+        return start_ray_actors(config, env, actor_fn, chunk_size)
     inbox: queue_module.Queue = queue_module.Queue()
     if config.actors == "process":
         ctx = multiprocessing.get_context(start_method)
@@ -187,10 +186,15 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
         pipes = []
         broadcast_queues = [queue_module.Queue() for _ in range(config.num_actors)]
         stop_event = threading.Event()
-        workers = [threading.Thread(target=_thread_actor_main, name=f"ppo_ref-actor-{i}",
-                                    args=(actor_fn, i, env, config, inbox,
-                                          broadcast_queues[i], chunk_size, stop_event),
-                                    daemon=True)
+        main_thread = threading.main_thread()
+
+        def learner_gone() -> bool:
+            return stop_event.is_set() or not main_thread.is_alive()
+
+        workers = [threading.Thread(target=_report_actor, name=f"ppo_ref-actor-{i}",
+                                    args=(actor_fn, i, env, config, inbox.put,
+                                          _queue_receiver(broadcast_queues[i]), learner_gone,
+                                          chunk_size), daemon=True)
                    for i in range(config.num_actors)]
     group = ActorGroup(config.actors, workers, inbox, broadcast_queues, stop_event,
                        readers=[reader for reader, _ in pipes])
