@@ -27,9 +27,9 @@ import numpy as np
 
 from ppo_ref._checks import result_dtype
 from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
-from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import LAYOUTS, BadOutput, Layout, as_numpy, get_layout
-from ppo_ref.testing.quantities import finish, get_quantity, property_keys
+from ppo_ref.testing.quantities import (Quantity, finish, get_quantity, property_keys,
+                                        require_hypothesis)
 
 __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport",
@@ -67,11 +67,7 @@ class Mismatch(AssertionError):
 
 
 class _Found(Exception):
-    """Raised inside the hypothesis search; carries the mismatch fields of one example."""
-
-    def __init__(self, fields: dict):
-        super().__init__(fields.get("output"))
-        self.fields = fields
+    """Raised inside the hypothesis search on a difference (the search keeps its fields)."""
 
 
 def _named(fn, args, kwargs) -> List[Tuple[str, Any]]:
@@ -154,13 +150,13 @@ def _fail(**fields) -> dict:
             "precision": False, "gap": math.inf, "tolerance": 0.0, **fields}
 
 
-def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex, options,
-                     skip, loose: bool = False, seen: Optional[dict] = None) -> Optional[dict]:
+def _compare_outputs(q: Quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex,
+                     options, skip, loose: bool = False, seen: Optional[dict] = None
+                     ) -> Optional[dict]:
     """Fields of the first difference (outputs in data-flow order), or None.
 
     ``loose``: the float32 bound is the tolerance (only logic differences count); a gap
     between the strict and the float32 bound then sets ``seen["rounding"] = True``."""
-    q = get_quantity(quantity)
     length = q.length(ex)
     arrays = [v for v in ex.values() if isinstance(v, np.ndarray)]
     u = _U32 if result_dtype(*arrays) == np.float32 else _U64
@@ -200,20 +196,20 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
     return None
 
 
-def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[str, Any], skip,
+def _run_one(fn, q: Quantity, layout, ex: Mapping[str, Any], options: Mapping[str, Any], skip,
              loose: bool = False, seen: Optional[dict] = None, deadline=None) -> Optional[dict]:
-    q = get_quantity(quantity)
-    ex = _prepared(layout, quantity, ex)
-    expected = layout.expected(quantity, q.reference(ex, options), ex)
-    result, failure = _call(fn, quantity, layout, ex, deadline)
+    """Fields of the first difference of ``fn`` on ``ex`` under ``options``, or None."""
+    ex = _prepared(layout, q.name, ex)
+    expected = layout.expected(q.name, q.reference(ex, options), ex)
+    result, failure = _call(fn, q.name, layout, ex, deadline)
     if failure is not None:
         return _fail(**failure)
     try:
-        got = layout.outputs(quantity, result, ex)
+        got = layout.outputs(q.name, result, ex)
     except Exception as exc:  # a result the layout cannot read
         return _fail(bad_shape=f"its result cannot be read through layout "
                                f"{getattr(layout, 'name', '?')!r}: {exc}")
-    return _compare_outputs(quantity, got, expected, ex, options, skip, loose, seen)
+    return _compare_outputs(q, got, expected, ex, options, skip, loose, seen)
 
 
 def _prepared(layout, quantity: str, ex):
@@ -231,12 +227,11 @@ def _kind(fields: dict) -> tuple:
     return ("precision",) if fields["precision"] else ("logic",)
 
 
-def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
+def _reduce(fn, q: Quantity, layout, options, ex: dict, fields: dict, skip, *,
             loose: bool, exclude, fixed, deadline) -> Tuple[dict, dict]:
     """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
     rows or elements) on which ``fn`` still differs in the same way; greedy: the first
     (smallest) reduction that keeps the difference is taken, then reductions of it are tried."""
-    q = get_quantity(quantity)
     if fields.get("seconds") is not None or (
             fixed and any(isinstance(v, np.ndarray) for v in fixed.values())):
         return ex, fields  # a slow call is not cut down; a pinned array cannot be cut
@@ -247,7 +242,7 @@ def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
         for smaller in q.reductions(ex):
             if any(p.key in exclude and p.holds(smaller) for p in q.properties):
                 continue
-            found = _run_one(fn, quantity, layout, smaller, options, skip, loose=loose,
+            found = _run_one(fn, q, layout, smaller, options, skip, loose=loose,
                              deadline=deadline)
             if found is not None and _kind(found) == kind:
                 ex, fields, changed = smaller, found, True
@@ -255,13 +250,12 @@ def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
     return ex, fields
 
 
-def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int, skip,
+def _search(fn, q: Quantity, layout, options, *, dtype: str, max_examples: int, skip,
             exclude=frozenset(), fixed=None, shrink: bool = True, loose: bool = False,
             seen: Optional[dict] = None, deadline=None) -> Optional[Tuple[dict, dict]]:
     """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one,
     then reduced, when ``shrink``), or None. ``loose``, ``seen``: as :func:`_compare_outputs`."""
     hyp = require_hypothesis()
-    q = get_quantity(quantity)
     seeded = bool(getattr(layout, "seeded", False))
     last: Dict[str, Any] = {}
     phases = [hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate, hyp.Phase.target]
@@ -273,15 +267,15 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
     @hyp.given(q.strategy(dtype, frozenset(exclude), fixed, seeded))
     def prop(ex):
         slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
-        fields = last["fields"] if slow else _run_one(fn, quantity, layout, ex, options, skip,
-                                                      loose, seen, deadline)
+        fields = last["fields"] if slow else _run_one(fn, q, layout, ex, options, skip, loose,
+                                                      seen, deadline)
         if fields is not None:
             if not slow:
                 last["example"], last["fields"] = ex, fields
-            raise _Found(fields)
+            raise _Found()
 
     for edge in q.edges:  # tried first, in the check's dtype (float64 for "any")
-        ex = finish(edge, quantity, exclude, fixed, "float32" if dtype == "float32" else "float64")
+        ex = finish(edge, q.name, exclude, fixed, "float32" if dtype == "float32" else "float64")
         prop = hyp.example(ex={**ex, "_rows": 0} if seeded else ex)(prop)
     try:
         with warnings.catch_warnings():  # hypothesis's note on a long example's repr
@@ -291,13 +285,9 @@ def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int
         # hypothesis re-runs the minimal example last, so `last` holds it
         if not shrink or last["fields"].get("seconds") is not None:
             return last["example"], last["fields"]
-        return _reduce(fn, quantity, layout, options, last["example"], last["fields"], skip,
+        return _reduce(fn, q, layout, options, last["example"], last["fields"], skip,
                        loose=loose, exclude=frozenset(exclude), fixed=fixed, deadline=deadline)
     return None
-
-
-def _conditions(quantity: str, ex) -> List[Tuple[str, str]]:
-    return [(p.key, p.name) for p in get_quantity(quantity).properties if p.holds(ex)]
 
 
 def _decided(layout) -> Dict[str, Any]:
@@ -320,21 +310,21 @@ def _combos(quantity: str, layout) -> List[Dict[str, Any]]:
     return [c for c in combinations(quantity) if all(c.get(k, v) == v for k, v in fixed.items())]
 
 
-def _alternatives(fn, quantity: str, layout, ex, options, skip, deadline,
+def _alternatives(fn, q: Quantity, layout, ex, options, skip, deadline,
                   rounded_too: bool = False) -> List[str]:
     """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's exactly;
     with ``rounded_too`` (for a logic difference) also those it equals up to float32 rounding,
     which the description then says."""
     out, rounded = [], []
-    for combo in _combos(quantity, layout):
+    for combo in _combos(q.name, layout):
         if all(combo[k] == options.get(k) for k in combo):
             continue
         trial = {**options, **combo}
-        if _run_one(fn, quantity, layout, ex, trial, skip, deadline=deadline) is None:
-            out.append(describe(quantity, combo))
-        elif rounded_too and _run_one(fn, quantity, layout, ex, trial, skip, loose=True,
+        if _run_one(fn, q, layout, ex, trial, skip, deadline=deadline) is None:
+            out.append(describe(q.name, combo))
+        elif rounded_too and _run_one(fn, q, layout, ex, trial, skip, loose=True,
                                       deadline=deadline) is None:
-            rounded.append(describe(quantity, combo) + " (up to float32 rounding)")
+            rounded.append(describe(q.name, combo) + " (up to float32 rounding)")
     return out + rounded
 
 
@@ -380,37 +370,41 @@ def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
             f"{fields['tolerance']:.3g}: {kind}")
 
 
-def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str, alternatives,
-             conditions, layout, kink_only: bool, deadline, max_examples: int) -> str:
+def _raise(fn, q: Quantity, layout, ex: dict, fields: dict, max_examples: int, deadline,
+           convention: Optional[dict] = None, alternatives=(), kink_only: bool = False):
+    """Raise the :class:`Mismatch` of ``fields`` on the prepared example ``ex``: the difference,
+    the kinks, the minimal input (also as passed to ``fn``), its conditions and the conventions
+    ``fn`` agrees with; ``convention``: the options compared with (None: ``fn`` matches no
+    convention, in :func:`identify`)."""
+    __tracebackhide__ = True
     name = getattr(fn, "__name__", repr(fn))
-    lines = [_first_line(quantity, name, fields, convention_text, deadline, max_examples)]
-    if fields.get("seconds") is not None:
-        return lines[0]
+    text = "" if convention is None else describe(q.name, convention)
+    lines = [_first_line(q.name, name, fields, text, deadline, max_examples)]
+    held = [p for p in q.properties if p.holds(ex)]
+    kinks = [p for p in held if p.kink]
     if kink_only:
-        kinks = [(k, n) for k, n in conditions if k in _kink_keys(quantity)]
         lines.append("the difference is confined to exact kinks: every example without "
-                     + " or ".join(n for _, n in kinks) + " agrees (exclude="
-                     + repr(tuple(k for k, _ in kinks)) + " looks past it)")
+                     + " or ".join(p.name for p in kinks) + " agrees (exclude="
+                     + repr(tuple(p.key for p in kinks)) + " looks past it)")
     lay_name = getattr(layout, "name", type(layout).__name__)
     lines.append(f"minimal input (reference layout; {name} was called through layout "
                  f"{lay_name!r}):")
     lines += [f"    {k} = {_format_value(v)}" for k, v in ex.items() if not k.startswith("_")]
     if lay_name != "reference":
-        args, kwargs = layout.arguments(quantity, copy.deepcopy(ex))
+        args, kwargs = layout.arguments(q.name, copy.deepcopy(ex))
         lines.append(f"as passed to {name}:")
         lines += [f"    {k} = {_format_value(v)}" for k, v in _named(fn, args, kwargs)]
-    if conditions:
-        lines.append("this input has: " + "; ".join(f"{n} ({k!r})" for k, n in conditions))
+    if held:
+        lines.append("this input has: " + "; ".join(f"{p.name} ({p.key!r})" for p in held))
     if alternatives:
         lines.append(f"on this input {name} agrees with another convention: "
                      + " | ".join(alternatives))
     elif not any(fields.get(k) for k in ("raised", "missing", "bad_shape", "mutated")):
         lines.append(f"no other known convention gives {name}'s outputs on this input")
-    return "\n".join(lines)
-
-
-def _kink_keys(quantity: str) -> frozenset:
-    return frozenset(p.key for p in get_quantity(quantity).properties if p.kink)
+    message = lines[0] if fields.get("seconds") is not None else "\n".join(lines)
+    raise Mismatch(message, quantity=q.name, example=ex, convention=convention,
+                   alternatives=alternatives, properties=[p.name for p in held],
+                   kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
 
 
 def _checked(quantity: str, layout, dtype: str, max_examples, skip, exclude, deadline,
@@ -455,26 +449,23 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
                                  f"{getattr(lay, 'name', type(lay).__name__)!r} fixes "
                                  f"{name}={decided[name]!r}{hint}")
     options = {**resolve_convention(convention), **decided}
-    found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
+    found = _search(fn, q, lay, options, dtype=dtype, max_examples=n, skip=skip,
                     exclude=excluded, fixed=fixed, deadline=deadline)
     if found is None:
         return None
     raw, fields = found
     ex = _prepared(lay, quantity, raw)
-    relevant = {o.name: options[o.name] for o in options_for(quantity)}
-    conditions = _conditions(quantity, ex)
     value_gap = fields.get("index") is not None
-    kinks = _kink_keys(quantity) - excluded
-    kink_only = value_gap and any(k in kinks for k, _ in conditions) and _search(
-        fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
-        exclude=excluded | kinks, fixed=fixed, shrink=False, deadline=deadline) is None
-    alternatives = _alternatives(fn, quantity, lay, raw, options, skip, deadline,
+    kinks = frozenset(p.key for p in q.properties if p.kink) - excluded
+    kink_only = value_gap and any(p.holds(ex) for p in q.properties if p.key in kinks)
+    if kink_only:  # does every example without an exact kink agree?
+        kink_only = _search(fn, q, lay, options, dtype=dtype, max_examples=n, skip=skip,
+                            exclude=excluded | kinks, fixed=fixed, shrink=False,
+                            deadline=deadline) is None
+    alternatives = _alternatives(fn, q, lay, raw, options, skip, deadline,
                                  rounded_too=not fields["precision"]) if value_gap else []
-    message = _message(quantity, fn, fields, ex, describe(quantity, relevant), alternatives,
-                       conditions, lay, kink_only, deadline, n)
-    raise Mismatch(message, quantity=quantity, example=ex, convention=relevant,
-                   alternatives=alternatives, properties=[name for _, name in conditions],
-                   kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
+    relevant = {o.name: options[o.name] for o in options_for(quantity)}
+    _raise(fn, q, lay, ex, fields, n, deadline, relevant, alternatives, kink_only)
 
 
 _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismatch` on a difference.
@@ -658,11 +649,11 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     def search(combo, extra=frozenset()):
         """(found or None, rounded): a loose search; rounded when a float32-sized gap showed."""
         seen: Dict[str, bool] = {}
-        found = _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
+        found = _search(fn, q, lay, {**base, **combo}, dtype=dtype, max_examples=n,
                         skip=skip, exclude=excluded | frozenset(extra), fixed=fixed,
                         shrink=False, loose=True, seen=seen, deadline=deadline)
         if found is not None and _kind(found[1])[0] not in ("precision", "logic"):
-            _raise_broken(fn, quantity, lay, found, n, deadline)
+            _raise(fn, q, lay, _prepared(lay, quantity, found[0]), found[1], n, deadline)
         return found, bool(seen.get("rounding"))
 
     matches, failures, precision_only = [], [], []
@@ -689,13 +680,3 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     names = [p.name for p in q.properties if p.key in excluded]
     return IdentifyReport(quantity, matches, except_on, counterexample, precision_only, names)
 
-
-def _raise_broken(fn, quantity, layout, found, n, deadline):
-    """A function that raises, writes into its inputs, returns no readable output or is too
-    slow matches no convention: the same :class:`Mismatch` as the checks raise."""
-    __tracebackhide__ = True
-    ex, fields = found
-    ex = _prepared(layout, quantity, ex)
-    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex), layout,
-                            False, deadline, n), quantity=quantity, example=ex,
-                   **{k: v for k, v in fields.items() if k in _FIELDS})
