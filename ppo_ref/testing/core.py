@@ -124,27 +124,6 @@ def _real(value) -> Tuple[Optional[np.ndarray], Optional[str]]:
     return None, f"{what} {'array' if arr.ndim else 'value'} ({arr.dtype}), not real floats"
 
 
-def _call(fn, quantity: str, layout, ex, deadline) -> Tuple[Any, Optional[dict]]:
-    """``(result, None)``, or ``(None, fields)`` when ``fn`` raised, wrote into an input or
-    took longer than ``deadline`` seconds twice."""
-    for attempt in (0, 1):
-        args, kwargs = layout.arguments(quantity, copy.deepcopy(ex))
-        before = copy.deepcopy((args, kwargs))
-        start = time.perf_counter()
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:  # the user's function failing on valid input is a finding
-            return None, {"raised": exc}
-        seconds = time.perf_counter() - start
-        for (name, b), (_, a) in zip(_named(fn, *before), _named(fn, args, kwargs)):
-            change = _change(b, a)
-            if change:
-                return None, {"mutated": name, "change": change}
-        if deadline is None or seconds <= deadline:
-            return result, None
-    return None, {"seconds": seconds}
-
-
 def _fail(**fields) -> dict:
     return {"output": None, "index": None, "expected": None, "actual": None,
             "precision": False, "gap": math.inf, "tolerance": 0.0, **fields}
@@ -196,27 +175,6 @@ def _compare_outputs(q: Quantity, got: Mapping[str, Any], expected: Mapping[str,
     return None
 
 
-def _run_one(fn, q: Quantity, layout, ex: Mapping[str, Any], options: Mapping[str, Any], skip,
-             loose: bool = False, seen: Optional[dict] = None, deadline=None) -> Optional[dict]:
-    """Fields of the first difference of ``fn`` on ``ex`` under ``options``, or None."""
-    ex = _prepared(layout, q.name, ex)
-    expected = layout.expected(q.name, q.reference(ex, options), ex)
-    result, failure = _call(fn, q.name, layout, ex, deadline)
-    if failure is not None:
-        return _fail(**failure)
-    try:
-        got = layout.outputs(q.name, result, ex)
-    except Exception as exc:  # a result the layout cannot read
-        return _fail(bad_shape=f"its result cannot be read through layout "
-                               f"{getattr(layout, 'name', '?')!r}: {exc}")
-    return _compare_outputs(q, got, expected, ex, options, skip, loose, seen)
-
-
-def _prepared(layout, quantity: str, ex):
-    prepare = getattr(layout, "prepare", None)
-    return prepare(quantity, ex) if prepare is not None else ex
-
-
 def _kind(fields: dict) -> tuple:
     """What a difference is, for keeping a reduced example: the same kind must persist."""
     for key in ("raised", "mutated", "seconds"):
@@ -225,69 +183,6 @@ def _kind(fields: dict) -> tuple:
     if fields.get("missing") or fields.get("bad_shape"):
         return ("output", fields["output"])
     return ("precision",) if fields["precision"] else ("logic",)
-
-
-def _reduce(fn, q: Quantity, layout, options, ex: dict, fields: dict, skip, *,
-            loose: bool, exclude, fixed, deadline) -> Tuple[dict, dict]:
-    """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
-    rows or elements) on which ``fn`` still differs in the same way; greedy: the first
-    (smallest) reduction that keeps the difference is taken, then reductions of it are tried."""
-    if fields.get("seconds") is not None or (
-            fixed and any(isinstance(v, np.ndarray) for v in fixed.values())):
-        return ex, fields  # a slow call is not cut down; a pinned array cannot be cut
-    kind = _kind(fields)
-    changed = True
-    while changed:
-        changed = False
-        for smaller in q.reductions(ex):
-            if any(p.key in exclude and p.holds(smaller) for p in q.properties):
-                continue
-            found = _run_one(fn, q, layout, smaller, options, skip, loose=loose,
-                             deadline=deadline)
-            if found is not None and _kind(found) == kind:
-                ex, fields, changed = smaller, found, True
-                break
-    return ex, fields
-
-
-def _search(fn, q: Quantity, layout, options, *, dtype: str, max_examples: int, skip,
-            exclude=frozenset(), fixed=None, shrink: bool = True, loose: bool = False,
-            seen: Optional[dict] = None, deadline=None) -> Optional[Tuple[dict, dict]]:
-    """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one,
-    then reduced, when ``shrink``), or None. ``loose``, ``seen``: as :func:`_compare_outputs`."""
-    hyp = require_hypothesis()
-    seeded = bool(getattr(layout, "seeded", False))
-    last: Dict[str, Any] = {}
-    phases = [hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate, hyp.Phase.target]
-    phases += [hyp.Phase.shrink] if shrink else []
-
-    @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
-                  print_blob=False, suppress_health_check=list(hyp.HealthCheck),
-                  report_multiple_bugs=False, phases=phases)
-    @hyp.given(q.strategy(dtype, frozenset(exclude), fixed, seeded))
-    def prop(ex):
-        slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
-        fields = last["fields"] if slow else _run_one(fn, q, layout, ex, options, skip, loose,
-                                                      seen, deadline)
-        if fields is not None:
-            if not slow:
-                last["example"], last["fields"] = ex, fields
-            raise _Found()
-
-    for edge in q.edges:  # tried first, in the check's dtype (float64 for "any")
-        ex = finish(edge, q.name, exclude, fixed, "float32" if dtype == "float32" else "float64")
-        prop = hyp.example(ex={**ex, "_rows": 0} if seeded else ex)(prop)
-    try:
-        with warnings.catch_warnings():  # hypothesis's note on a long example's repr
-            warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
-            prop()
-    except _Found:
-        # hypothesis re-runs the minimal example last, so `last` holds it
-        if not shrink or last["fields"].get("seconds") is not None:
-            return last["example"], last["fields"]
-        return _reduce(fn, q, layout, options, last["example"], last["fields"], skip,
-                       loose=loose, exclude=frozenset(exclude), fixed=fixed, deadline=deadline)
-    return None
 
 
 def _decided(layout) -> Dict[str, Any]:
@@ -308,24 +203,6 @@ def _combos(quantity: str, layout) -> List[Dict[str, Any]]:
         "loss_aggregation": resolve_convention("reference")["loss_aggregation"]}
     fixed.update(_decided(layout))
     return [c for c in combinations(quantity) if all(c.get(k, v) == v for k, v in fixed.items())]
-
-
-def _alternatives(fn, q: Quantity, layout, ex, options, skip, deadline,
-                  rounded_too: bool = False) -> List[str]:
-    """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's exactly;
-    with ``rounded_too`` (for a logic difference) also those it equals up to float32 rounding,
-    which the description then says."""
-    out, rounded = [], []
-    for combo in _combos(q.name, layout):
-        if all(combo[k] == options.get(k) for k in combo):
-            continue
-        trial = {**options, **combo}
-        if _run_one(fn, q, layout, ex, trial, skip, deadline=deadline) is None:
-            out.append(describe(q.name, combo))
-        elif rounded_too and _run_one(fn, q, layout, ex, trial, skip, loose=True,
-                                      deadline=deadline) is None:
-            rounded.append(describe(q.name, combo) + " (up to float32 rounding)")
-    return out + rounded
 
 
 def _format_value(v) -> str:
@@ -370,64 +247,186 @@ def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
             f"{fields['tolerance']:.3g}: {kind}")
 
 
-def _raise(fn, q: Quantity, layout, ex: dict, fields: dict, max_examples: int, deadline,
-           convention: Optional[dict] = None, alternatives=(), kink_only: bool = False):
-    """Raise the :class:`Mismatch` of ``fields`` on the prepared example ``ex``: the difference,
-    the kinks, the minimal input (also as passed to ``fn``), its conditions and the conventions
-    ``fn`` agrees with; ``convention``: the options compared with (None: ``fn`` matches no
-    convention, in :func:`identify`)."""
-    __tracebackhide__ = True
-    name = getattr(fn, "__name__", repr(fn))
-    text = "" if convention is None else describe(q.name, convention)
-    lines = [_first_line(q.name, name, fields, text, deadline, max_examples)]
-    held = [p for p in q.properties if p.holds(ex)]
-    kinks = [p for p in held if p.kink]
-    if kink_only:
-        lines.append("the difference is confined to exact kinks: every example without "
-                     + " or ".join(p.name for p in kinks) + " agrees (exclude="
-                     + repr(tuple(p.key for p in kinks)) + " looks past it)")
-    lay_name = getattr(layout, "name", type(layout).__name__)
-    lines.append(f"minimal input (reference layout; {name} was called through layout "
-                 f"{lay_name!r}):")
-    lines += [f"    {k} = {_format_value(v)}" for k, v in ex.items() if not k.startswith("_")]
-    if lay_name != "reference":
-        args, kwargs = layout.arguments(q.name, copy.deepcopy(ex))
-        lines.append(f"as passed to {name}:")
-        lines += [f"    {k} = {_format_value(v)}" for k, v in _named(fn, args, kwargs)]
-    if held:
-        lines.append("this input has: " + "; ".join(f"{p.name} ({p.key!r})" for p in held))
-    if alternatives:
-        lines.append(f"on this input {name} agrees with another convention: "
-                     + " | ".join(alternatives))
-    elif not any(fields.get(k) for k in ("raised", "missing", "bad_shape", "mutated")):
-        lines.append(f"no other known convention gives {name}'s outputs on this input")
-    message = lines[0] if fields.get("seconds") is not None else "\n".join(lines)
-    raise Mismatch(message, quantity=q.name, example=ex, convention=convention,
-                   alternatives=alternatives, properties=[p.name for p in held],
-                   kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
+class _Run:
+    """``fn`` against the reference ``quantity`` through ``layout``: the arguments :func:`check`
+    and :func:`identify` share, checked (ValueError names a bad one), and the calls, searches
+    and the :class:`Mismatch` both make."""
 
+    def __init__(self, fn, quantity: str, layout, dtype: str, max_examples, skip, fixed,
+                 exclude, deadline, default_examples: int):
+        self.q = get_quantity(quantity)
+        self.layout = get_layout(layout, quantity)
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+        self.skip = tuple(skip)
+        for name in self.skip:
+            if name not in self.q.outputs:
+                raise ValueError(f"skip names an unknown output {name!r} of {quantity}; "
+                                 f"outputs: {list(self.q.outputs)}")
+        self.excluded = property_keys(quantity, exclude)
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(
+                deadline, (int, float)) or not deadline > 0):
+            raise ValueError(f"deadline must be a number of seconds > 0 or None, got "
+                             f"{deadline!r}")
+        self.n = default_examples if max_examples is None else int(max_examples)
+        if self.n < 1:
+            raise ValueError(f"max_examples must be >= 1, got {max_examples!r}")
+        self.fn, self.dtype, self.fixed = fn, dtype, fixed
+        self.deadline = None if deadline is None else float(deadline)
 
-def _checked(quantity: str, layout, dtype: str, max_examples, skip, exclude, deadline,
-             default_examples: int):
-    """The arguments :func:`check` and :func:`identify` share, checked: ``(quantity, layout,
-    skip, excluded condition keys, deadline, number of examples)``; ValueError names a bad one."""
-    q = get_quantity(quantity)
-    lay = get_layout(layout, quantity)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
-    skip = tuple(skip)
-    for name in skip:
-        if name not in q.outputs:
-            raise ValueError(f"skip names an unknown output {name!r} of {quantity}; outputs: "
-                             f"{list(q.outputs)}")
-    excluded = property_keys(quantity, exclude)
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(
-            deadline, (int, float)) or not deadline > 0):
-        raise ValueError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
-    n = default_examples if max_examples is None else int(max_examples)
-    if n < 1:
-        raise ValueError(f"max_examples must be >= 1, got {max_examples!r}")
-    return q, lay, skip, excluded, None if deadline is None else float(deadline), n
+    def prepared(self, ex: dict) -> dict:
+        """``ex`` as the layout states it (its ``prepare``, where it has one)."""
+        prepare = getattr(self.layout, "prepare", None)
+        return prepare(self.q.name, ex) if prepare is not None else ex
+
+    def call(self, ex: dict) -> Tuple[Any, Optional[dict]]:
+        """``(result, None)``, or ``(None, fields)`` when ``fn`` raised, wrote into an input or
+        took longer than ``deadline`` seconds twice."""
+        for attempt in (0, 1):
+            args, kwargs = self.layout.arguments(self.q.name, copy.deepcopy(ex))
+            before = copy.deepcopy((args, kwargs))
+            start = time.perf_counter()
+            try:
+                result = self.fn(*args, **kwargs)
+            except Exception as exc:  # the user's function failing on valid input is a finding
+                return None, {"raised": exc}
+            seconds = time.perf_counter() - start
+            for (name, b), (_, a) in zip(_named(self.fn, *before), _named(self.fn, args, kwargs)):
+                change = _change(b, a)
+                if change:
+                    return None, {"mutated": name, "change": change}
+            if self.deadline is None or seconds <= self.deadline:
+                return result, None
+        return None, {"seconds": seconds}
+
+    def one(self, ex: dict, options: Mapping[str, Any], loose: bool = False,
+            seen: Optional[dict] = None) -> Optional[dict]:
+        """Fields of the first difference of ``fn`` on ``ex`` under ``options``, or None
+        (``loose``, ``seen``: :func:`_compare_outputs`)."""
+        q, layout = self.q, self.layout
+        ex = self.prepared(ex)
+        expected = layout.expected(q.name, q.reference(ex, options), ex)
+        result, failure = self.call(ex)
+        if failure is not None:
+            return _fail(**failure)
+        try:
+            got = layout.outputs(q.name, result, ex)
+        except Exception as exc:  # a result the layout cannot read
+            return _fail(bad_shape=f"its result cannot be read through layout "
+                                   f"{getattr(layout, 'name', '?')!r}: {exc}")
+        return _compare_outputs(q, got, expected, ex, options, self.skip, loose, seen)
+
+    def search(self, options: Mapping[str, Any], exclude: frozenset, shrink: bool = True,
+               loose: bool = False, seen: Optional[dict] = None) -> Optional[Tuple[dict, dict]]:
+        """Run hypothesis on examples without the conditions ``exclude``; ``(example, fields)``
+        of the first difference (shrunk to a minimal one, then reduced, when ``shrink``), or
+        None."""
+        hyp = require_hypothesis()
+        q = self.q
+        seeded = bool(getattr(self.layout, "seeded", False))
+        last: Dict[str, Any] = {}
+        phases = [hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate, hyp.Phase.target]
+        phases += [hyp.Phase.shrink] if shrink else []
+
+        @hyp.settings(max_examples=self.n, deadline=None, derandomize=True, database=None,
+                      print_blob=False, suppress_health_check=list(hyp.HealthCheck),
+                      report_multiple_bugs=False, phases=phases)
+        @hyp.given(q.strategy(self.dtype, exclude, self.fixed, seeded))
+        def prop(ex):
+            slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
+            fields = last["fields"] if slow else self.one(ex, options, loose, seen)
+            if fields is not None:
+                if not slow:
+                    last["example"], last["fields"] = ex, fields
+                raise _Found()
+
+        edge_dtype = "float32" if self.dtype == "float32" else "float64"  # for "any": float64
+        for edge in q.edges:  # tried first
+            ex = finish(edge, q.name, exclude, self.fixed, edge_dtype)
+            prop = hyp.example(ex={**ex, "_rows": 0} if seeded else ex)(prop)
+        try:
+            with warnings.catch_warnings():  # hypothesis's note on a long example's repr
+                warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
+                prop()
+        except _Found:
+            # hypothesis re-runs the minimal example last, so `last` holds it
+            if not shrink or last["fields"].get("seconds") is not None:
+                return last["example"], last["fields"]
+            return self.reduce(options, last["example"], last["fields"], loose, exclude)
+        return None
+
+    def reduce(self, options, ex: dict, fields: dict, loose: bool, exclude) -> Tuple[dict, dict]:
+        """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
+        rows or elements) on which ``fn`` still differs in the same way; greedy: the first
+        (smallest) reduction that keeps the difference is taken, then reductions of it are
+        tried."""
+        if fields.get("seconds") is not None or (
+                self.fixed and any(isinstance(v, np.ndarray) for v in self.fixed.values())):
+            return ex, fields  # a slow call is not cut down; a pinned array cannot be cut
+        kind = _kind(fields)
+        changed = True
+        while changed:
+            changed = False
+            for smaller in self.q.reductions(ex):
+                if any(p.key in exclude and p.holds(smaller) for p in self.q.properties):
+                    continue
+                found = self.one(smaller, options, loose)
+                if found is not None and _kind(found) == kind:
+                    ex, fields, changed = smaller, found, True
+                    break
+        return ex, fields
+
+    def alternatives(self, ex: dict, options, rounded_too: bool = False) -> List[str]:
+        """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's
+        exactly; with ``rounded_too`` (for a logic difference) also those it equals up to
+        float32 rounding, which the description then says."""
+        out, rounded = [], []
+        for combo in _combos(self.q.name, self.layout):
+            if all(combo[k] == options.get(k) for k in combo):
+                continue
+            trial = {**options, **combo}
+            if self.one(ex, trial) is None:
+                out.append(describe(self.q.name, combo))
+            elif rounded_too and self.one(ex, trial, loose=True) is None:
+                rounded.append(describe(self.q.name, combo) + " (up to float32 rounding)")
+        return out + rounded
+
+    def fail(self, ex: dict, fields: dict, convention: Optional[dict] = None, alternatives=(),
+             kink_only: bool = False):
+        """Raise the :class:`Mismatch` of ``fields`` on the prepared example ``ex``: the
+        difference, the kinks, the minimal input (also as passed to ``fn``), its conditions and
+        the conventions ``fn`` agrees with; ``convention``: the options compared with (None:
+        ``fn`` matches no convention, in :func:`identify`)."""
+        __tracebackhide__ = True
+        q, layout = self.q, self.layout
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        text = "" if convention is None else describe(q.name, convention)
+        lines = [_first_line(q.name, name, fields, text, self.deadline, self.n)]
+        held = [p for p in q.properties if p.holds(ex)]
+        kinks = [p for p in held if p.kink]
+        if kink_only:
+            lines.append("the difference is confined to exact kinks: every example without "
+                         + " or ".join(p.name for p in kinks) + " agrees (exclude="
+                         + repr(tuple(p.key for p in kinks)) + " looks past it)")
+        lay_name = getattr(layout, "name", type(layout).__name__)
+        lines.append(f"minimal input (reference layout; {name} was called through layout "
+                     f"{lay_name!r}):")
+        lines += [f"    {k} = {_format_value(v)}" for k, v in ex.items() if not k.startswith("_")]
+        if lay_name != "reference":
+            args, kwargs = layout.arguments(q.name, copy.deepcopy(ex))
+            lines.append(f"as passed to {name}:")
+            lines += [f"    {k} = {_format_value(v)}" for k, v in _named(self.fn, args, kwargs)]
+        if held:
+            lines.append("this input has: " + "; ".join(f"{p.name} ({p.key!r})" for p in held))
+        if alternatives:
+            lines.append(f"on this input {name} agrees with another convention: "
+                         + " | ".join(alternatives))
+        elif not any(fields.get(k) for k in ("raised", "missing", "bad_shape", "mutated")):
+            lines.append(f"no other known convention gives {name}'s outputs on this input")
+        message = lines[0] if fields.get("seconds") is not None else "\n".join(lines)
+        raise Mismatch(message, quantity=q.name, example=ex, convention=convention,
+                       alternatives=alternatives, properties=[p.name for p in held],
+                       kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
 
 
 def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
@@ -438,34 +437,30 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     """Fuzz ``fn`` against the reference ``quantity`` (``"gae"``, ...): the ``check_*``
     functions (:func:`check_gae` documents the arguments and what is raised)."""
     __tracebackhide__ = True  # pytest: the test's line, then the message
-    q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
-                                                   exclude, deadline, DEFAULT_MAX_EXAMPLES)
-    decided = _decided(lay)
+    run = _Run(fn, quantity, layout, dtype, max_examples, skip, fixed, exclude, deadline,
+               DEFAULT_MAX_EXAMPLES)
+    decided = _decided(run.layout)
     if isinstance(convention, Mapping):
         for name, value in convention.items():
             if name in decided and value != decided[name]:
                 hint = " (pass MaskedRows(aggregation=...))" if name == "loss_aggregation" else ""
                 raise ValueError(f"convention sets {name}={value!r}, but layout "
-                                 f"{getattr(lay, 'name', type(lay).__name__)!r} fixes "
-                                 f"{name}={decided[name]!r}{hint}")
+                                 f"{getattr(run.layout, 'name', type(run.layout).__name__)!r} "
+                                 f"fixes {name}={decided[name]!r}{hint}")
     options = {**resolve_convention(convention), **decided}
-    found = _search(fn, q, lay, options, dtype=dtype, max_examples=n, skip=skip,
-                    exclude=excluded, fixed=fixed, deadline=deadline)
+    found = run.search(options, run.excluded)
     if found is None:
         return None
     raw, fields = found
-    ex = _prepared(lay, quantity, raw)
+    ex = run.prepared(raw)
     value_gap = fields.get("index") is not None
-    kinks = frozenset(p.key for p in q.properties if p.kink) - excluded
-    kink_only = value_gap and any(p.holds(ex) for p in q.properties if p.key in kinks)
+    kinks = frozenset(p.key for p in run.q.properties if p.kink) - run.excluded
+    kink_only = value_gap and any(p.holds(ex) for p in run.q.properties if p.key in kinks)
     if kink_only:  # does every example without an exact kink agree?
-        kink_only = _search(fn, q, lay, options, dtype=dtype, max_examples=n, skip=skip,
-                            exclude=excluded | kinks, fixed=fixed, shrink=False,
-                            deadline=deadline) is None
-    alternatives = _alternatives(fn, q, lay, raw, options, skip, deadline,
-                                 rounded_too=not fields["precision"]) if value_gap else []
-    relevant = {o.name: options[o.name] for o in options_for(quantity)}
-    _raise(fn, q, lay, ex, fields, n, deadline, relevant, alternatives, kink_only)
+        kink_only = run.search(options, run.excluded | kinks, shrink=False) is None
+    alternatives = run.alternatives(raw, options, not fields["precision"]) if value_gap else []
+    run.fail(ex, fields, {o.name: options[o.name] for o in options_for(quantity)}, alternatives,
+             kink_only)
 
 
 _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismatch` on a difference.
@@ -633,31 +628,28 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     Searches every combination of the :data:`ppo_ref.conventions.OPTIONS` that affect
     ``quantity`` (less those the layout decides; ``max_examples`` each, default 60) with the
     float32 bound, sorting each into an exact match, a match up to float32 rounding, or a logic
-    difference. Without an exact match, those that differ in logic are searched again with one
-    condition of their counterexample excluded (narrow ones first), then two (:func:`_except_on`);
-    failing all, the minimal counterexample against the reference. ``exclude`` and the other
-    arguments are the checks'.
+    difference. Without an exact match, those that differ in logic are searched again with one or
+    two conditions of their counterexample excluded (:func:`_except_on`); failing all, the
+    minimal counterexample against the reference. The other arguments are the checks'.
 
     Returns an :class:`IdentifyReport` (``str(report)`` names the options and the presets
     sharing them). Raises as the ``check_*`` functions (a function that raises, writes into its
     inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`)."""
     __tracebackhide__ = True
-    q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
-                                                   exclude, deadline, 60)
-    base = resolve_convention("reference")
+    run = _Run(fn, quantity, layout, dtype, max_examples, skip, fixed, exclude, deadline, 60)
+    q, excluded, base = run.q, run.excluded, resolve_convention("reference")
 
     def search(combo, extra=frozenset()):
         """(found or None, rounded): a loose search; rounded when a float32-sized gap showed."""
         seen: Dict[str, bool] = {}
-        found = _search(fn, q, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                        skip=skip, exclude=excluded | frozenset(extra), fixed=fixed,
-                        shrink=False, loose=True, seen=seen, deadline=deadline)
+        found = run.search({**base, **combo}, excluded | frozenset(extra), shrink=False,
+                           loose=True, seen=seen)
         if found is not None and _kind(found[1])[0] not in ("precision", "logic"):
-            _raise(fn, q, lay, _prepared(lay, quantity, found[0]), found[1], n, deadline)
+            run.fail(run.prepared(found[0]), found[1])
         return found, bool(seen.get("rounding"))
 
     matches, failures, precision_only = [], [], []
-    for combo in _combos(quantity, lay):
+    for combo in _combos(quantity, run.layout):
         found, rounded = search(combo)
         if found is not None:
             failures.append((combo, found[0]))
@@ -672,9 +664,9 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
                                search, precision_only)
         if not except_on and not precision_only:
             try:
-                check(fn, quantity, layout=lay, convention="reference", dtype=dtype,
-                      max_examples=n, skip=skip, fixed=fixed, exclude=tuple(excluded),
-                      deadline=deadline)
+                check(fn, quantity, layout=run.layout, convention="reference", dtype=dtype,
+                      max_examples=run.n, skip=run.skip, fixed=fixed, exclude=tuple(excluded),
+                      deadline=run.deadline)
             except Mismatch as m:
                 counterexample = m
     names = [p.name for p in q.properties if p.key in excluded]
