@@ -573,50 +573,44 @@ def _except_on(properties, failures, search, precision_only):
     condition first, then two narrow ones, then a broad one, then two with a broad one (pairs
     only without a float32 match). A pair is tried where excluding its first condition left a
     counterexample with the second."""
-    followups: Dict[Tuple[int, str], dict] = {}
+    followups: Dict[Tuple[int, str], dict] = {}  # (failure, excluded key): its counterexample
     tried = set()
 
-    def keep(out, combo, props, found, rounded):
-        if found is None and not (rounded and precision_only):
-            names = tuple(p.name for p in sorted(props, key=properties.index))
-            if (combo, names, rounded) not in out:
-                out.append((combo, names, rounded))
-
-    def singles(pool):
-        for prop in pool:
-            out = []
-            for i, (combo, ex) in enumerate(failures):
-                if prop.holds(ex):
-                    found, rounded = search(combo, {prop.key})
-                    keep(out, combo, (prop,), found, rounded)
-                    if found is not None:
-                        followups[(i, prop.key)] = found[0]
-            if out:
-                return out
-        return []
-
-    def pairs(pool):
+    def first_agreeing(pool, candidates) -> list:
+        """The agreements ``(combo, names, rounded)`` for the first ``first`` of ``pool`` whose
+        ``candidates(first, pool)`` (``(failure index, conditions)``) give any."""
         for first in pool:
             out = []
-            for (i, key), ex in list(followups.items()):
-                if key != first.key:
-                    continue
-                for second in pool:
-                    pair = (i, frozenset({first.key, second.key}))
-                    if second.key == first.key or pair in tried or not second.holds(ex):
-                        continue
-                    tried.add(pair)
-                    found, rounded = search(failures[i][0], pair[1])
-                    keep(out, failures[i][0], (first, second), found, rounded)
+            for i, props in candidates(first, pool):
+                combo = failures[i][0]
+                found, rounded = search(combo, {p.key for p in props})
+                if found is not None and len(props) == 1:
+                    followups[(i, first.key)] = found[0]
+                names = tuple(p.name for p in sorted(props, key=properties.index))
+                if found is None and not (rounded and precision_only) and (
+                        combo, names, rounded) not in out:
+                    out.append((combo, names, rounded))
             if out:
                 return out
         return []
 
+    def singles(first, pool):
+        return [(i, (first,)) for i, (_, ex) in enumerate(failures) if first.holds(ex)]
+
+    def pairs(first, pool):
+        for (i, key), ex in list(followups.items()):
+            for second in pool if key == first.key else ():
+                pair = (i, frozenset({first.key, second.key}))
+                if second.key != first.key and pair not in tried and second.holds(ex):
+                    tried.add(pair)
+                    yield i, (first, second)
+
     narrow = [p for p in properties if not p.broad]
+    broad = [p for p in properties if p.broad]
     if precision_only:  # a float32 match is the answer; only strict single exceptions add to it
-        return singles(narrow) or singles([p for p in properties if p.broad])
-    return (singles(narrow) or pairs(narrow) or singles([p for p in properties if p.broad])
-            or pairs(list(properties)))
+        return first_agreeing(narrow, singles) or first_agreeing(broad, singles)
+    return (first_agreeing(narrow, singles) or first_agreeing(narrow, pairs)
+            or first_agreeing(broad, singles) or first_agreeing(list(properties), pairs))
 
 
 def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",

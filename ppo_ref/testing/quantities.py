@@ -216,15 +216,11 @@ def _strategy(quantity: str, draw_example: Callable):
     return strategy
 
 
-def _with(ex: dict, **changes) -> dict:
-    return {**ex, **changes}
-
-
 def _set_last_row(name: str, value: bool):
     def remove(ex):
         arr = ex[name].copy()
         arr[-1] = value
-        return _with(ex, **{name: arr})
+        return {**ex, name: arr}
     return remove
 
 
@@ -234,7 +230,7 @@ def _hyper_equals(name: str, value: float) -> Property:
     def key(ex):
         return name if name == "gamma" else ("gae_lambda" if "gae_lambda" in ex else "lambda_")
     return Property(f"{name}_{value:g}", f"{name} = {value:g}", lambda ex: ex[key(ex)] == value,
-                    lambda ex: _with(ex, **{key(ex): 0.5}))
+                    lambda ex: {**ex, key(ex): 0.5})
 
 
 def _take(ex: dict, index) -> dict:
@@ -245,7 +241,7 @@ def _take(ex: dict, index) -> dict:
 _TRAJ_PROPERTIES = (
     Property("both_flags", "steps with both flags",
              lambda ex: bool(np.any(ex["terminated"] & ex["truncated"])),
-             lambda ex: _with(ex, truncated=ex["truncated"] & ~ex["terminated"])),
+             lambda ex: {**ex, "truncated": ex["truncated"] & ~ex["terminated"]}),
     Property("terminal_last_row", "a terminal step on the last row",
              lambda ex: bool(np.any(ex["terminated"][-1])), _set_last_row("terminated", False)),
     Property("truncated_last_row", "a truncated step on the last row",
@@ -254,13 +250,13 @@ _TRAJ_PROPERTIES = (
     Property("long_rollout", "a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
              lambda ex: _take(ex, slice(64))),
     Property("truncated", "truncated steps", lambda ex: bool(np.any(ex["truncated"])),
-             lambda ex: _with(ex, truncated=np.zeros_like(ex["truncated"])), broad=True),
+             lambda ex: {**ex, "truncated": np.zeros_like(ex["truncated"])}, broad=True),
 )
 
 _VTRACE_PROPERTIES = _TRAJ_PROPERTIES + (
     Property("off_policy", "off-policy steps (ratio != 1)",
              lambda ex: bool(np.any(ex["behaviour_log_probs"] != ex["target_log_probs"])),
-             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()), broad=True),
+             lambda ex: {**ex, "target_log_probs": ex["behaviour_log_probs"].copy()}, broad=True),
 )
 
 
@@ -345,7 +341,7 @@ def _halve_log_ratio(where: Callable[[dict], np.ndarray], key: str, base: str):
             ref = _f64(ex[base])
             hit = where(ex)
             arr[hit] = ref[hit] + 0.5 * (arr[hit] - ref[hit])
-            ex = _with(ex, **{key: arr.astype(np.asarray(ex[key]).dtype)})
+            ex = {**ex, key: arr.astype(np.asarray(ex[key]).dtype)}
         return ex
     return remove
 
@@ -363,8 +359,8 @@ _POLICY_PROPERTIES = (
              lambda ex: bool(np.any(_far_negative(ex))),
              _halve_log_ratio(_far_negative, "new_log_probs", "old_log_probs")),
     Property("zero_advantage", "zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
-             lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
-                                                      ex["advantages"]))),
+             lambda ex: {**ex, "advantages": np.where(ex["advantages"] == 0.0, 1.0,
+                                                     ex["advantages"])}),
     Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1, _doubled),
 )
 
@@ -408,7 +404,7 @@ _VALUE_PROPERTIES = (
              lambda ex: bool(np.any(_vf_kink(ex))),
              _halve_log_ratio(_vf_kink, "values", "old_values"), kink=True),
     Property("value_clipping", "value clipping on", lambda ex: ex["clip_range_vf"] is not None,
-             lambda ex: _with(ex, clip_range_vf=None), broad=True),
+             lambda ex: {**ex, "clip_range_vf": None}, broad=True),
     Property("single_element", "a single element", lambda ex: ex["values"].size == 1, _doubled),
 )
 
@@ -454,7 +450,7 @@ def _spread(ex) -> float:
 
 def _shifted(ex):
     a = ex["advantages"]
-    return _with(ex, advantages=a + np.arange(a.size, dtype=a.dtype).reshape(a.shape))
+    return {**ex, "advantages": a + np.arange(a.size, dtype=a.dtype).reshape(a.shape)}
 
 
 #: one element, a constant, and a std of 1.67 x and 0.5 x each eps value (where eps and its
@@ -465,8 +461,8 @@ _NORMALIZE_EDGES = ({"advantages": np.array([1.5])}, {"advantages": np.full(7, 0
 
 _NORMALIZE_PROPERTIES = (
     Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
-             lambda ex: _with(ex, advantages=np.array([ex["advantages"].flat[0], 1.0 + abs(
-                 float(ex["advantages"].flat[0]))], dtype=ex["advantages"].dtype))),
+             lambda ex: {**ex, "advantages": np.array([ex["advantages"].flat[0], 1.0 + abs(
+                 float(ex["advantages"].flat[0]))], dtype=ex["advantages"].dtype)}),
     Property("constant", "constant advantages", lambda ex: _spread(ex) == 0.0, _shifted),
     Property("tiny_spread", "a spread below 1e-3 (where eps shows)",
              lambda ex: 0.0 < _spread(ex) < 1e-3, _shifted),
@@ -495,8 +491,8 @@ def _trajectory_reductions(ex: dict) -> Iterator[dict]:
     keeps = [[n] for n in range(N)] + ([[m for m in range(N) if m != n] for n in range(N)]
                                       if N > 2 else [])
     for cols in keeps if N > 1 else []:
-        yield _with(_take(ex, (slice(None), cols)),
-                    last_values=np.asarray(ex["last_values"])[cols].copy())
+        yield {**_take(ex, (slice(None), cols)),
+               "last_values": np.asarray(ex["last_values"])[cols].copy()}
     for rows in _windows(T):
         yield _take(ex, rows)
 
