@@ -2,6 +2,7 @@
 outputs that are not real floats, a results file that skips everything; and the call itself:
 torch outputs, the per-call deadline, short tracebacks."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -9,6 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import ppo_ref
 from ppo_ref import cli, vectors
 from ppo_ref import gae
 from ppo_ref.spec.losses import normalize_advantages, policy_loss, value_loss
@@ -158,11 +160,13 @@ def test_pytest_shows_the_message_not_the_checker_source(tmp_path):
         def test_mine():
             check_normalize_advantages(lambda a: a * 2.0, max_examples=5)
     """))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ppo_ref.__file__)))  # this tree
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          str(test)], capture_output=True, text=True, cwd=tmp_path).stdout
+                          str(test)], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": root}).stdout
     report = out[out.index("def test_mine"):out.index("short test summary")]
     assert "Mismatch: normalize_advantages: advantages[" in report
-    assert "def check(" not in report and "_search(" not in report
+    assert "def check(" not in report and "run.search(" not in report and "def fail(" not in report
     assert len(report.splitlines()) < 25, report
 
 

@@ -5,16 +5,12 @@
     def test_my_gae():
         check_gae(my_gae, layout="episode_starts", convention="cleanrl")
 
-Each ``check_*`` draws examples with hypothesis (edge patterns on purpose:
-:mod:`ppo_ref.testing.quantities`), calls the user's function through a *layout*
-(:mod:`ppo_ref.testing.layouts`) and compares with ppo_ref under a *convention* (a preset name
-or a dict of :data:`OPTIONS`); a difference raises :class:`Mismatch` (:mod:`ppo_ref.testing.core`).
-:func:`identify` names the convention a function implements; :func:`trace_update` writes every
-intermediate of one PPO minibatch update, and ``ppo-ref diff A B`` names the first quantity where
-two traces part (``--identify``, :func:`identify_trace`: the convention options under which
-ppo_ref's update gives the other trace). The checks and ``identify`` need hypothesis (``pip
-install ppo_ref[testing]``).
-Nothing in the rest of ppo_ref imports this package.
+The checks and :func:`identify` (:mod:`ppo_ref.testing.core`) draw examples with hypothesis
+(:mod:`ppo_ref.testing.quantities`) and call the function through a layout
+(:mod:`ppo_ref.testing.layouts`); :func:`trace_update`, ``ppo-ref diff`` and
+:func:`identify_trace` compare whole updates (:mod:`ppo_ref.testing.trace`). The checks and
+``identify`` need hypothesis (``pip install ppo_ref[testing]``). Nothing in the rest of ppo_ref
+imports this package.
 """
 from ppo_ref.testing.core import (DEFAULT_DEADLINE, DEFAULT_MAX_EXAMPLES, IdentifyReport,
                                   Mismatch, check, check_gae, check_normalize_advantages,

@@ -27,9 +27,9 @@ import numpy as np
 
 from ppo_ref._checks import result_dtype
 from ppo_ref.conventions import combinations, describe, options_for, resolve_convention
-from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.testing.layouts import LAYOUTS, BadOutput, Layout, as_numpy, get_layout
-from ppo_ref.testing.quantities import finish, get_quantity, property_keys
+from ppo_ref.testing.quantities import (Quantity, finish, get_quantity, property_keys,
+                                        require_hypothesis)
 
 __all__ = ["Mismatch", "check_gae", "check_vtrace", "check_policy_loss", "check_value_loss",
            "check_normalize_advantages", "check", "identify", "IdentifyReport",
@@ -67,11 +67,7 @@ class Mismatch(AssertionError):
 
 
 class _Found(Exception):
-    """Raised inside the hypothesis search; carries the mismatch fields of one example."""
-
-    def __init__(self, fields: dict):
-        super().__init__(fields.get("output"))
-        self.fields = fields
+    """Raised inside the hypothesis search on a difference (the search keeps its fields)."""
 
 
 def _named(fn, args, kwargs) -> List[Tuple[str, Any]]:
@@ -128,39 +124,18 @@ def _real(value) -> Tuple[Optional[np.ndarray], Optional[str]]:
     return None, f"{what} {'array' if arr.ndim else 'value'} ({arr.dtype}), not real floats"
 
 
-def _call(fn, quantity: str, layout, ex, deadline) -> Tuple[Any, Optional[dict]]:
-    """``(result, None)``, or ``(None, fields)`` when ``fn`` raised, wrote into an input or
-    took longer than ``deadline`` seconds twice."""
-    for attempt in (0, 1):
-        args, kwargs = layout.arguments(quantity, copy.deepcopy(ex))
-        before = copy.deepcopy((args, kwargs))
-        start = time.perf_counter()
-        try:
-            result = fn(*args, **kwargs)
-        except Exception as exc:  # the user's function failing on valid input is a finding
-            return None, {"raised": exc}
-        seconds = time.perf_counter() - start
-        for (name, b), (_, a) in zip(_named(fn, *before), _named(fn, args, kwargs)):
-            change = _change(b, a)
-            if change:
-                return None, {"mutated": name, "change": change}
-        if deadline is None or seconds <= deadline:
-            return result, None
-    return None, {"seconds": seconds}
-
-
 def _fail(**fields) -> dict:
     return {"output": None, "index": None, "expected": None, "actual": None,
             "precision": False, "gap": math.inf, "tolerance": 0.0, **fields}
 
 
-def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex, options,
-                     skip, loose: bool = False, seen: Optional[dict] = None) -> Optional[dict]:
+def _compare_outputs(q: Quantity, got: Mapping[str, Any], expected: Mapping[str, Any], ex,
+                     options, skip, loose: bool = False, seen: Optional[dict] = None
+                     ) -> Optional[dict]:
     """Fields of the first difference (outputs in data-flow order), or None.
 
     ``loose``: the float32 bound is the tolerance (only logic differences count); a gap
     between the strict and the float32 bound then sets ``seen["rounding"] = True``."""
-    q = get_quantity(quantity)
     length = q.length(ex)
     arrays = [v for v in ex.values() if isinstance(v, np.ndarray)]
     u = _U32 if result_dtype(*arrays) == np.float32 else _U64
@@ -200,27 +175,6 @@ def _compare_outputs(quantity, got: Mapping[str, Any], expected: Mapping[str, An
     return None
 
 
-def _run_one(fn, quantity: str, layout, ex: Mapping[str, Any], options: Mapping[str, Any], skip,
-             loose: bool = False, seen: Optional[dict] = None, deadline=None) -> Optional[dict]:
-    q = get_quantity(quantity)
-    ex = _prepared(layout, quantity, ex)
-    expected = layout.expected(quantity, q.reference(ex, options), ex)
-    result, failure = _call(fn, quantity, layout, ex, deadline)
-    if failure is not None:
-        return _fail(**failure)
-    try:
-        got = layout.outputs(quantity, result, ex)
-    except Exception as exc:  # a result the layout cannot read
-        return _fail(bad_shape=f"its result cannot be read through layout "
-                               f"{getattr(layout, 'name', '?')!r}: {exc}")
-    return _compare_outputs(quantity, got, expected, ex, options, skip, loose, seen)
-
-
-def _prepared(layout, quantity: str, ex):
-    prepare = getattr(layout, "prepare", None)
-    return prepare(quantity, ex) if prepare is not None else ex
-
-
 def _kind(fields: dict) -> tuple:
     """What a difference is, for keeping a reduced example: the same kind must persist."""
     for key in ("raised", "mutated", "seconds"):
@@ -229,75 +183,6 @@ def _kind(fields: dict) -> tuple:
     if fields.get("missing") or fields.get("bad_shape"):
         return ("output", fields["output"])
     return ("precision",) if fields["precision"] else ("logic",)
-
-
-def _reduce(fn, quantity: str, layout, options, ex: dict, fields: dict, skip, *,
-            loose: bool, exclude, fixed, deadline) -> Tuple[dict, dict]:
-    """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
-    rows or elements) on which ``fn`` still differs in the same way; greedy: the first
-    (smallest) reduction that keeps the difference is taken, then reductions of it are tried."""
-    q = get_quantity(quantity)
-    if fields.get("seconds") is not None or (
-            fixed and any(isinstance(v, np.ndarray) for v in fixed.values())):
-        return ex, fields  # a slow call is not cut down; a pinned array cannot be cut
-    kind = _kind(fields)
-    changed = True
-    while changed:
-        changed = False
-        for smaller in q.reductions(ex):
-            if any(p.key in exclude and p.holds(smaller) for p in q.properties):
-                continue
-            found = _run_one(fn, quantity, layout, smaller, options, skip, loose=loose,
-                             deadline=deadline)
-            if found is not None and _kind(found) == kind:
-                ex, fields, changed = smaller, found, True
-                break
-    return ex, fields
-
-
-def _search(fn, quantity: str, layout, options, *, dtype: str, max_examples: int, skip,
-            exclude=frozenset(), fixed=None, shrink: bool = True, loose: bool = False,
-            seen: Optional[dict] = None, deadline=None) -> Optional[Tuple[dict, dict]]:
-    """Run hypothesis; ``(example, fields)`` of the first difference (shrunk to a minimal one,
-    then reduced, when ``shrink``), or None. ``loose``, ``seen``: as :func:`_compare_outputs`."""
-    hyp = require_hypothesis()
-    q = get_quantity(quantity)
-    seeded = bool(getattr(layout, "seeded", False))
-    last: Dict[str, Any] = {}
-    phases = [hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate, hyp.Phase.target]
-    phases += [hyp.Phase.shrink] if shrink else []
-
-    @hyp.settings(max_examples=max_examples, deadline=None, derandomize=True, database=None,
-                  print_blob=False, suppress_health_check=list(hyp.HealthCheck),
-                  report_multiple_bugs=False, phases=phases)
-    @hyp.given(q.strategy(dtype, frozenset(exclude), fixed, seeded))
-    def prop(ex):
-        slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
-        fields = last["fields"] if slow else _run_one(fn, quantity, layout, ex, options, skip,
-                                                      loose, seen, deadline)
-        if fields is not None:
-            if not slow:
-                last["example"], last["fields"] = ex, fields
-            raise _Found(fields)
-
-    for edge in q.edges:  # tried first, in the check's dtype (float64 for "any")
-        ex = finish(edge, quantity, exclude, fixed, "float32" if dtype == "float32" else "float64")
-        prop = hyp.example(ex={**ex, "_rows": 0} if seeded else ex)(prop)
-    try:
-        with warnings.catch_warnings():  # hypothesis's note on a long example's repr
-            warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
-            prop()
-    except _Found:
-        # hypothesis re-runs the minimal example last, so `last` holds it
-        if not shrink or last["fields"].get("seconds") is not None:
-            return last["example"], last["fields"]
-        return _reduce(fn, quantity, layout, options, last["example"], last["fields"], skip,
-                       loose=loose, exclude=frozenset(exclude), fixed=fixed, deadline=deadline)
-    return None
-
-
-def _conditions(quantity: str, ex) -> List[Tuple[str, str]]:
-    return [(p.key, p.name) for p in get_quantity(quantity).properties if p.holds(ex)]
 
 
 def _decided(layout) -> Dict[str, Any]:
@@ -318,24 +203,6 @@ def _combos(quantity: str, layout) -> List[Dict[str, Any]]:
         "loss_aggregation": resolve_convention("reference")["loss_aggregation"]}
     fixed.update(_decided(layout))
     return [c for c in combinations(quantity) if all(c.get(k, v) == v for k, v in fixed.items())]
-
-
-def _alternatives(fn, quantity: str, layout, ex, options, skip, deadline,
-                  rounded_too: bool = False) -> List[str]:
-    """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's exactly;
-    with ``rounded_too`` (for a logic difference) also those it equals up to float32 rounding,
-    which the description then says."""
-    out, rounded = [], []
-    for combo in _combos(quantity, layout):
-        if all(combo[k] == options.get(k) for k in combo):
-            continue
-        trial = {**options, **combo}
-        if _run_one(fn, quantity, layout, ex, trial, skip, deadline=deadline) is None:
-            out.append(describe(quantity, combo))
-        elif rounded_too and _run_one(fn, quantity, layout, ex, trial, skip, loose=True,
-                                      deadline=deadline) is None:
-            rounded.append(describe(quantity, combo) + " (up to float32 rounding)")
-    return out + rounded
 
 
 def _format_value(v) -> str:
@@ -380,60 +247,186 @@ def _first_line(quantity: str, name: str, fields: dict, convention_text: str,
             f"{fields['tolerance']:.3g}: {kind}")
 
 
-def _message(quantity: str, fn, fields: dict, ex: dict, convention_text: str, alternatives,
-             conditions, layout, kink_only: bool, deadline, max_examples: int) -> str:
-    name = getattr(fn, "__name__", repr(fn))
-    lines = [_first_line(quantity, name, fields, convention_text, deadline, max_examples)]
-    if fields.get("seconds") is not None:
-        return lines[0]
-    if kink_only:
-        kinks = [(k, n) for k, n in conditions if k in _kink_keys(quantity)]
-        lines.append("the difference is confined to exact kinks: every example without "
-                     + " or ".join(n for _, n in kinks) + " agrees (exclude="
-                     + repr(tuple(k for k, _ in kinks)) + " looks past it)")
-    lay_name = getattr(layout, "name", type(layout).__name__)
-    lines.append(f"minimal input (reference layout; {name} was called through layout "
-                 f"{lay_name!r}):")
-    lines += [f"    {k} = {_format_value(v)}" for k, v in ex.items() if not k.startswith("_")]
-    if lay_name != "reference":
-        args, kwargs = layout.arguments(quantity, copy.deepcopy(ex))
-        lines.append(f"as passed to {name}:")
-        lines += [f"    {k} = {_format_value(v)}" for k, v in _named(fn, args, kwargs)]
-    if conditions:
-        lines.append("this input has: " + "; ".join(f"{n} ({k!r})" for k, n in conditions))
-    if alternatives:
-        lines.append(f"on this input {name} agrees with another convention: "
-                     + " | ".join(alternatives))
-    elif not any(fields.get(k) for k in ("raised", "missing", "bad_shape", "mutated")):
-        lines.append(f"no other known convention gives {name}'s outputs on this input")
-    return "\n".join(lines)
+class _Run:
+    """``fn`` against the reference ``quantity`` through ``layout``: the arguments :func:`check`
+    and :func:`identify` share, checked (ValueError names a bad one), and the calls, searches
+    and the :class:`Mismatch` both make."""
 
+    def __init__(self, fn, quantity: str, layout, dtype: str, max_examples, skip, fixed,
+                 exclude, deadline, default_examples: int):
+        self.q = get_quantity(quantity)
+        self.layout = get_layout(layout, quantity)
+        if dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+        self.skip = tuple(skip)
+        for name in self.skip:
+            if name not in self.q.outputs:
+                raise ValueError(f"skip names an unknown output {name!r} of {quantity}; "
+                                 f"outputs: {list(self.q.outputs)}")
+        self.excluded = property_keys(quantity, exclude)
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(
+                deadline, (int, float)) or not deadline > 0):
+            raise ValueError(f"deadline must be a number of seconds > 0 or None, got "
+                             f"{deadline!r}")
+        self.n = default_examples if max_examples is None else int(max_examples)
+        if self.n < 1:
+            raise ValueError(f"max_examples must be >= 1, got {max_examples!r}")
+        self.fn, self.dtype, self.fixed = fn, dtype, fixed
+        self.deadline = None if deadline is None else float(deadline)
 
-def _kink_keys(quantity: str) -> frozenset:
-    return frozenset(p.key for p in get_quantity(quantity).properties if p.kink)
+    def prepared(self, ex: dict) -> dict:
+        """``ex`` as the layout states it (its ``prepare``, where it has one)."""
+        prepare = getattr(self.layout, "prepare", None)
+        return prepare(self.q.name, ex) if prepare is not None else ex
 
+    def call(self, ex: dict) -> Tuple[Any, Optional[dict]]:
+        """``(result, None)``, or ``(None, fields)`` when ``fn`` raised, wrote into an input or
+        took longer than ``deadline`` seconds twice."""
+        for attempt in (0, 1):
+            args, kwargs = self.layout.arguments(self.q.name, copy.deepcopy(ex))
+            before = copy.deepcopy((args, kwargs))
+            start = time.perf_counter()
+            try:
+                result = self.fn(*args, **kwargs)
+            except Exception as exc:  # the user's function failing on valid input is a finding
+                return None, {"raised": exc}
+            seconds = time.perf_counter() - start
+            for (name, b), (_, a) in zip(_named(self.fn, *before), _named(self.fn, args, kwargs)):
+                change = _change(b, a)
+                if change:
+                    return None, {"mutated": name, "change": change}
+            if self.deadline is None or seconds <= self.deadline:
+                return result, None
+        return None, {"seconds": seconds}
 
-def _checked(quantity: str, layout, dtype: str, max_examples, skip, exclude, deadline,
-             default_examples: int):
-    """The arguments :func:`check` and :func:`identify` share, checked: ``(quantity, layout,
-    skip, excluded condition keys, deadline, number of examples)``; ValueError names a bad one."""
-    q = get_quantity(quantity)
-    lay = get_layout(layout, quantity)
-    if dtype not in _DTYPES:
-        raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
-    skip = tuple(skip)
-    for name in skip:
-        if name not in q.outputs:
-            raise ValueError(f"skip names an unknown output {name!r} of {quantity}; outputs: "
-                             f"{list(q.outputs)}")
-    excluded = property_keys(quantity, exclude)
-    if deadline is not None and (isinstance(deadline, bool) or not isinstance(
-            deadline, (int, float)) or not deadline > 0):
-        raise ValueError(f"deadline must be a number of seconds > 0 or None, got {deadline!r}")
-    n = default_examples if max_examples is None else int(max_examples)
-    if n < 1:
-        raise ValueError(f"max_examples must be >= 1, got {max_examples!r}")
-    return q, lay, skip, excluded, None if deadline is None else float(deadline), n
+    def one(self, ex: dict, options: Mapping[str, Any], loose: bool = False,
+            seen: Optional[dict] = None) -> Optional[dict]:
+        """Fields of the first difference of ``fn`` on ``ex`` under ``options``, or None
+        (``loose``, ``seen``: :func:`_compare_outputs`)."""
+        q, layout = self.q, self.layout
+        ex = self.prepared(ex)
+        expected = layout.expected(q.name, q.reference(ex, options), ex)
+        result, failure = self.call(ex)
+        if failure is not None:
+            return _fail(**failure)
+        try:
+            got = layout.outputs(q.name, result, ex)
+        except Exception as exc:  # a result the layout cannot read
+            return _fail(bad_shape=f"its result cannot be read through layout "
+                                   f"{getattr(layout, 'name', '?')!r}: {exc}")
+        return _compare_outputs(q, got, expected, ex, options, self.skip, loose, seen)
+
+    def search(self, options: Mapping[str, Any], exclude: frozenset, shrink: bool = True,
+               loose: bool = False, seen: Optional[dict] = None) -> Optional[Tuple[dict, dict]]:
+        """Run hypothesis on examples without the conditions ``exclude``; ``(example, fields)``
+        of the first difference (shrunk to a minimal one, then reduced, when ``shrink``), or
+        None."""
+        hyp = require_hypothesis()
+        q = self.q
+        seeded = bool(getattr(self.layout, "seeded", False))
+        last: Dict[str, Any] = {}
+        phases = [hyp.Phase.explicit, hyp.Phase.reuse, hyp.Phase.generate, hyp.Phase.target]
+        phases += [hyp.Phase.shrink] if shrink else []
+
+        @hyp.settings(max_examples=self.n, deadline=None, derandomize=True, database=None,
+                      print_blob=False, suppress_health_check=list(hyp.HealthCheck),
+                      report_multiple_bugs=False, phases=phases)
+        @hyp.given(q.strategy(self.dtype, exclude, self.fixed, seeded))
+        def prop(ex):
+            slow = last.get("fields", {}).get("seconds") is not None  # then no more calls
+            fields = last["fields"] if slow else self.one(ex, options, loose, seen)
+            if fields is not None:
+                if not slow:
+                    last["example"], last["fields"] = ex, fields
+                raise _Found()
+
+        edge_dtype = "float32" if self.dtype == "float32" else "float64"  # for "any": float64
+        for edge in q.edges:  # tried first
+            ex = finish(edge, q.name, exclude, self.fixed, edge_dtype)
+            prop = hyp.example(ex={**ex, "_rows": 0} if seeded else ex)(prop)
+        try:
+            with warnings.catch_warnings():  # hypothesis's note on a long example's repr
+                warnings.simplefilter("ignore", hyp.errors.HypothesisWarning)
+                prop()
+        except _Found:
+            # hypothesis re-runs the minimal example last, so `last` holds it
+            if not shrink or last["fields"].get("seconds") is not None:
+                return last["example"], last["fields"]
+            return self.reduce(options, last["example"], last["fields"], loose, exclude)
+        return None
+
+    def reduce(self, options, ex: dict, fields: dict, loose: bool, exclude) -> Tuple[dict, dict]:
+        """The smallest example reachable from ``ex`` by the quantity's reductions (fewer envs,
+        rows or elements) on which ``fn`` still differs in the same way; greedy: the first
+        (smallest) reduction that keeps the difference is taken, then reductions of it are
+        tried."""
+        if fields.get("seconds") is not None or (
+                self.fixed and any(isinstance(v, np.ndarray) for v in self.fixed.values())):
+            return ex, fields  # a slow call is not cut down; a pinned array cannot be cut
+        kind = _kind(fields)
+        changed = True
+        while changed:
+            changed = False
+            for smaller in self.q.reductions(ex):
+                if any(p.key in exclude and p.holds(smaller) for p in self.q.properties):
+                    continue
+                found = self.one(smaller, options, loose)
+                if found is not None and _kind(found) == kind:
+                    ex, fields, changed = smaller, found, True
+                    break
+        return ex, fields
+
+    def alternatives(self, ex: dict, options, rounded_too: bool = False) -> List[str]:
+        """Other conventions under which ``fn``'s outputs on ``ex`` equal the reference's
+        exactly; with ``rounded_too`` (for a logic difference) also those it equals up to
+        float32 rounding, which the description then says."""
+        out, rounded = [], []
+        for combo in _combos(self.q.name, self.layout):
+            if all(combo[k] == options.get(k) for k in combo):
+                continue
+            trial = {**options, **combo}
+            if self.one(ex, trial) is None:
+                out.append(describe(self.q.name, combo))
+            elif rounded_too and self.one(ex, trial, loose=True) is None:
+                rounded.append(describe(self.q.name, combo) + " (up to float32 rounding)")
+        return out + rounded
+
+    def fail(self, ex: dict, fields: dict, convention: Optional[dict] = None, alternatives=(),
+             kink_only: bool = False):
+        """Raise the :class:`Mismatch` of ``fields`` on the prepared example ``ex``: the
+        difference, the kinks, the minimal input (also as passed to ``fn``), its conditions and
+        the conventions ``fn`` agrees with; ``convention``: the options compared with (None:
+        ``fn`` matches no convention, in :func:`identify`)."""
+        __tracebackhide__ = True
+        q, layout = self.q, self.layout
+        name = getattr(self.fn, "__name__", repr(self.fn))
+        text = "" if convention is None else describe(q.name, convention)
+        lines = [_first_line(q.name, name, fields, text, self.deadline, self.n)]
+        held = [p for p in q.properties if p.holds(ex)]
+        kinks = [p for p in held if p.kink]
+        if kink_only:
+            lines.append("the difference is confined to exact kinks: every example without "
+                         + " or ".join(p.name for p in kinks) + " agrees (exclude="
+                         + repr(tuple(p.key for p in kinks)) + " looks past it)")
+        lay_name = getattr(layout, "name", type(layout).__name__)
+        lines.append(f"minimal input (reference layout; {name} was called through layout "
+                     f"{lay_name!r}):")
+        lines += [f"    {k} = {_format_value(v)}" for k, v in ex.items() if not k.startswith("_")]
+        if lay_name != "reference":
+            args, kwargs = layout.arguments(q.name, copy.deepcopy(ex))
+            lines.append(f"as passed to {name}:")
+            lines += [f"    {k} = {_format_value(v)}" for k, v in _named(self.fn, args, kwargs)]
+        if held:
+            lines.append("this input has: " + "; ".join(f"{p.name} ({p.key!r})" for p in held))
+        if alternatives:
+            lines.append(f"on this input {name} agrees with another convention: "
+                         + " | ".join(alternatives))
+        elif not any(fields.get(k) for k in ("raised", "missing", "bad_shape", "mutated")):
+            lines.append(f"no other known convention gives {name}'s outputs on this input")
+        message = lines[0] if fields.get("seconds") is not None else "\n".join(lines)
+        raise Mismatch(message, quantity=q.name, example=ex, convention=convention,
+                       alternatives=alternatives, properties=[p.name for p in held],
+                       kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
 
 
 def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
@@ -444,37 +437,30 @@ def check(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     """Fuzz ``fn`` against the reference ``quantity`` (``"gae"``, ...): the ``check_*``
     functions (:func:`check_gae` documents the arguments and what is raised)."""
     __tracebackhide__ = True  # pytest: the test's line, then the message
-    q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
-                                                   exclude, deadline, DEFAULT_MAX_EXAMPLES)
-    decided = _decided(lay)
+    run = _Run(fn, quantity, layout, dtype, max_examples, skip, fixed, exclude, deadline,
+               DEFAULT_MAX_EXAMPLES)
+    decided = _decided(run.layout)
     if isinstance(convention, Mapping):
         for name, value in convention.items():
             if name in decided and value != decided[name]:
                 hint = " (pass MaskedRows(aggregation=...))" if name == "loss_aggregation" else ""
                 raise ValueError(f"convention sets {name}={value!r}, but layout "
-                                 f"{getattr(lay, 'name', type(lay).__name__)!r} fixes "
-                                 f"{name}={decided[name]!r}{hint}")
+                                 f"{getattr(run.layout, 'name', type(run.layout).__name__)!r} "
+                                 f"fixes {name}={decided[name]!r}{hint}")
     options = {**resolve_convention(convention), **decided}
-    found = _search(fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
-                    exclude=excluded, fixed=fixed, deadline=deadline)
+    found = run.search(options, run.excluded)
     if found is None:
         return None
     raw, fields = found
-    ex = _prepared(lay, quantity, raw)
-    relevant = {o.name: options[o.name] for o in options_for(quantity)}
-    conditions = _conditions(quantity, ex)
+    ex = run.prepared(raw)
     value_gap = fields.get("index") is not None
-    kinks = _kink_keys(quantity) - excluded
-    kink_only = value_gap and any(k in kinks for k, _ in conditions) and _search(
-        fn, quantity, lay, options, dtype=dtype, max_examples=n, skip=skip,
-        exclude=excluded | kinks, fixed=fixed, shrink=False, deadline=deadline) is None
-    alternatives = _alternatives(fn, quantity, lay, raw, options, skip, deadline,
-                                 rounded_too=not fields["precision"]) if value_gap else []
-    message = _message(quantity, fn, fields, ex, describe(quantity, relevant), alternatives,
-                       conditions, lay, kink_only, deadline, n)
-    raise Mismatch(message, quantity=quantity, example=ex, convention=relevant,
-                   alternatives=alternatives, properties=[name for _, name in conditions],
-                   kink_only=kink_only, **{k: v for k, v in fields.items() if k in _FIELDS})
+    kinks = frozenset(p.key for p in run.q.properties if p.kink) - run.excluded
+    kink_only = value_gap and any(p.holds(ex) for p in run.q.properties if p.key in kinks)
+    if kink_only:  # does every example without an exact kink agree?
+        kink_only = run.search(options, run.excluded | kinks, shrink=False) is None
+    alternatives = run.alternatives(raw, options, not fields["precision"]) if value_gap else []
+    run.fail(ex, fields, {o.name: options[o.name] for o in options_for(quantity)}, alternatives,
+             kink_only)
 
 
 _CHECK_DOC = """Fuzz ``fn`` against ppo_ref's ``{ref}`` and raise :class:`Mismatch` on a difference.
@@ -587,50 +573,44 @@ def _except_on(properties, failures, search, precision_only):
     condition first, then two narrow ones, then a broad one, then two with a broad one (pairs
     only without a float32 match). A pair is tried where excluding its first condition left a
     counterexample with the second."""
-    followups: Dict[Tuple[int, str], dict] = {}
+    followups: Dict[Tuple[int, str], dict] = {}  # (failure, excluded key): its counterexample
     tried = set()
 
-    def keep(out, combo, props, found, rounded):
-        if found is None and not (rounded and precision_only):
-            names = tuple(p.name for p in sorted(props, key=properties.index))
-            if (combo, names, rounded) not in out:
-                out.append((combo, names, rounded))
-
-    def singles(pool):
-        for prop in pool:
-            out = []
-            for i, (combo, ex) in enumerate(failures):
-                if prop.holds(ex):
-                    found, rounded = search(combo, {prop.key})
-                    keep(out, combo, (prop,), found, rounded)
-                    if found is not None:
-                        followups[(i, prop.key)] = found[0]
-            if out:
-                return out
-        return []
-
-    def pairs(pool):
+    def first_agreeing(pool, candidates) -> list:
+        """The agreements ``(combo, names, rounded)`` for the first ``first`` of ``pool`` whose
+        ``candidates(first, pool)`` (``(failure index, conditions)``) give any."""
         for first in pool:
             out = []
-            for (i, key), ex in list(followups.items()):
-                if key != first.key:
-                    continue
-                for second in pool:
-                    pair = (i, frozenset({first.key, second.key}))
-                    if second.key == first.key or pair in tried or not second.holds(ex):
-                        continue
-                    tried.add(pair)
-                    found, rounded = search(failures[i][0], pair[1])
-                    keep(out, failures[i][0], (first, second), found, rounded)
+            for i, props in candidates(first, pool):
+                combo = failures[i][0]
+                found, rounded = search(combo, {p.key for p in props})
+                if found is not None and len(props) == 1:
+                    followups[(i, first.key)] = found[0]
+                names = tuple(p.name for p in sorted(props, key=properties.index))
+                if found is None and not (rounded and precision_only) and (
+                        combo, names, rounded) not in out:
+                    out.append((combo, names, rounded))
             if out:
                 return out
         return []
 
+    def singles(first, pool):
+        return [(i, (first,)) for i, (_, ex) in enumerate(failures) if first.holds(ex)]
+
+    def pairs(first, pool):
+        for (i, key), ex in list(followups.items()):
+            for second in pool if key == first.key else ():
+                pair = (i, frozenset({first.key, second.key}))
+                if second.key != first.key and pair not in tried and second.holds(ex):
+                    tried.add(pair)
+                    yield i, (first, second)
+
     narrow = [p for p in properties if not p.broad]
+    broad = [p for p in properties if p.broad]
     if precision_only:  # a float32 match is the answer; only strict single exceptions add to it
-        return singles(narrow) or singles([p for p in properties if p.broad])
-    return (singles(narrow) or pairs(narrow) or singles([p for p in properties if p.broad])
-            or pairs(list(properties)))
+        return first_agreeing(narrow, singles) or first_agreeing(broad, singles)
+    return (first_agreeing(narrow, singles) or first_agreeing(narrow, pairs)
+            or first_agreeing(broad, singles) or first_agreeing(list(properties), pairs))
 
 
 def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
@@ -642,31 +622,28 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
     Searches every combination of the :data:`ppo_ref.conventions.OPTIONS` that affect
     ``quantity`` (less those the layout decides; ``max_examples`` each, default 60) with the
     float32 bound, sorting each into an exact match, a match up to float32 rounding, or a logic
-    difference. Without an exact match, those that differ in logic are searched again with one
-    condition of their counterexample excluded (narrow ones first), then two (:func:`_except_on`);
-    failing all, the minimal counterexample against the reference. ``exclude`` and the other
-    arguments are the checks'.
+    difference. Without an exact match, those that differ in logic are searched again with one or
+    two conditions of their counterexample excluded (:func:`_except_on`); failing all, the
+    minimal counterexample against the reference. The other arguments are the checks'.
 
     Returns an :class:`IdentifyReport` (``str(report)`` names the options and the presets
     sharing them). Raises as the ``check_*`` functions (a function that raises, writes into its
     inputs, returns no readable output or is too slow matches nothing: :class:`Mismatch`)."""
     __tracebackhide__ = True
-    q, lay, skip, excluded, deadline, n = _checked(quantity, layout, dtype, max_examples, skip,
-                                                   exclude, deadline, 60)
-    base = resolve_convention("reference")
+    run = _Run(fn, quantity, layout, dtype, max_examples, skip, fixed, exclude, deadline, 60)
+    q, excluded, base = run.q, run.excluded, resolve_convention("reference")
 
     def search(combo, extra=frozenset()):
         """(found or None, rounded): a loose search; rounded when a float32-sized gap showed."""
         seen: Dict[str, bool] = {}
-        found = _search(fn, quantity, lay, {**base, **combo}, dtype=dtype, max_examples=n,
-                        skip=skip, exclude=excluded | frozenset(extra), fixed=fixed,
-                        shrink=False, loose=True, seen=seen, deadline=deadline)
+        found = run.search({**base, **combo}, excluded | frozenset(extra), shrink=False,
+                           loose=True, seen=seen)
         if found is not None and _kind(found[1])[0] not in ("precision", "logic"):
-            _raise_broken(fn, quantity, lay, found, n, deadline)
+            run.fail(run.prepared(found[0]), found[1])
         return found, bool(seen.get("rounding"))
 
     matches, failures, precision_only = [], [], []
-    for combo in _combos(quantity, lay):
+    for combo in _combos(quantity, run.layout):
         found, rounded = search(combo)
         if found is not None:
             failures.append((combo, found[0]))
@@ -681,21 +658,11 @@ def identify(fn, quantity: str, *, layout: Union[str, Layout] = "reference",
                                search, precision_only)
         if not except_on and not precision_only:
             try:
-                check(fn, quantity, layout=lay, convention="reference", dtype=dtype,
-                      max_examples=n, skip=skip, fixed=fixed, exclude=tuple(excluded),
-                      deadline=deadline)
+                check(fn, quantity, layout=run.layout, convention="reference", dtype=dtype,
+                      max_examples=run.n, skip=run.skip, fixed=fixed, exclude=tuple(excluded),
+                      deadline=run.deadline)
             except Mismatch as m:
                 counterexample = m
     names = [p.name for p in q.properties if p.key in excluded]
     return IdentifyReport(quantity, matches, except_on, counterexample, precision_only, names)
 
-
-def _raise_broken(fn, quantity, layout, found, n, deadline):
-    """A function that raises, writes into its inputs, returns no readable output or is too
-    slow matches no convention: the same :class:`Mismatch` as the checks raise."""
-    __tracebackhide__ = True
-    ex, fields = found
-    ex = _prepared(layout, quantity, ex)
-    raise Mismatch(_message(quantity, fn, fields, ex, "", [], _conditions(quantity, ex), layout,
-                            False, deadline, n), quantity=quantity, example=ex,
-                   **{k: v for k, v in fields.items() if k in _FIELDS})

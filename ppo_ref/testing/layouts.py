@@ -1,17 +1,6 @@
 """Input layouts: how an example (reference layout, :mod:`ppo_ref.testing.quantities`) is handed
-to the user's function ``fn`` and how its results are read back.
-
-A layout (subclass :class:`Layout` to write one) has ``arguments(quantity, example) -> (args,
-kwargs)`` (``fn(*args, **kwargs)`` is called), ``outputs(quantity, result, example) -> {name:
-value}`` (``fn``'s result in the reference names and shapes), ``expected(quantity, reference,
-example) -> {name: value}`` (the reference outputs to compare with), optionally ``prepare(quantity,
-example) -> example`` (the example as the layout states it), and the attributes ``name``,
-``quantities`` (those it applies to), ``seeded`` (examples carry ``_rows``, the seed of a row
-arrangement) and ``decides`` (convention options the layout fixes at their reference value; or
-a method ``decided_options() -> {option: value}``). A layout without rows (not ``seeded``)
-passes a loss as one sequence: :func:`~ppo_ref.testing.identify` does not search its
-``loss_aggregation`` there (a check takes the convention's).
-Results may be NumPy arrays or scalars, or torch/JAX/TensorFlow arrays (converted,
+to the user's function ``fn`` and how its results are read back (:class:`Layout` says how to
+write one). Results may be NumPy arrays or scalars, or torch/JAX/TensorFlow arrays (converted,
 :func:`as_numpy`); outputs must be real floats.
 
 GAE and V-trace (the *trajectory block* ``rewards, values, terminated, truncated, last_values,
@@ -19,11 +8,12 @@ final_values`` with ``gamma``; V-trace puts ``behaviour_log_probs, target_log_pr
 takes ``rho_bar, c_bar, pg_rho_bar, lambda_`` as keywords where GAE takes ``gae_lambda``):
 
 ``"reference"``
-    ``fn`` has the ppo_ref function's signature and returns what it returns (``gae -> (advantages,
-    returns)``, ``vtrace -> (vs, pg_advantages)``, ``policy_loss(new_log_probs, old_log_probs,
-    advantages, clip_range) -> (loss, d_new_log_probs, info)`` with ``info["clip_fraction"]``,
-    ``info["approx_kl"]``, ``value_loss(values, old_values, returns, clip_range_vf) -> (loss,
-    d_values)``, ``normalize_advantages(advantages)``); convention options are never passed.
+    ``fn`` has the signature of the ppo_ref function and returns what it returns (``gae ->
+    (advantages, returns)``, ``vtrace -> (vs, pg_advantages)``, ``policy_loss(new_log_probs,
+    old_log_probs, advantages, clip_range) -> (loss, d_new_log_probs, info)`` with
+    ``info["clip_fraction"]``, ``info["approx_kl"]``, ``value_loss(values, old_values, returns,
+    clip_range_vf) -> (loss, d_values)``, ``normalize_advantages(advantages)``); convention
+    options are never passed.
 ``"next_values"`` (tianshou, torchrl)
     ``fn(rewards, values, next_values, terminated, truncated, *, gamma, gae_lambda)``,
     ``next_values[t]`` = ``final_values[t]`` where step t ended (junk where it terminated),
@@ -94,8 +84,9 @@ _TRAJECTORY_BLOCK = ("rewards", "values", "terminated", "truncated", "last_value
 #: The positional results of each quantity's reference function.
 _RESULTS = {"gae": ("advantages", "returns"), "vtrace": ("vs", "pg_advantages"),
             "policy_loss": ("loss", "d_new_log_probs"), "value_loss": ("loss", "d_values")}
-#: The flat inputs of each row quantity, in argument order, and the scalar after them.
-_ROW_INPUTS = {"normalize_advantages": ("advantages",),
+#: The arrays of each row quantity, in argument order (the first gives the outputs' shape), and
+#: the scalar after them.
+_ROW_INPUTS = {"gae": ("rewards", "values"), "normalize_advantages": ("advantages",),
                "policy_loss": ("new_log_probs", "old_log_probs", "advantages"),
                "value_loss": ("values", "old_values", "returns")}
 _SCALAR = {"policy_loss": "clip_range", "value_loss": "clip_range_vf"}
@@ -140,13 +131,11 @@ def _trajectory_call(quantity: str, ex: Mapping[str, Any], block: list,
     return front + block, {k: ex[k] for k in (("gamma",) if gamma else ()) + keys}
 
 
-def _first_input(quantity: str) -> str:
-    """The input whose shape a row quantity's per-token outputs have."""
-    return "rewards" if quantity == "gae" else _ROW_INPUTS[quantity][0]
-
-
-def _scalar(quantity: str, ex: Mapping[str, Any]) -> list:
-    return [ex[_SCALAR[quantity]]] if quantity in _SCALAR else []
+def _after_rows(quantity: str, ex: Mapping[str, Any]) -> Tuple[list, dict]:
+    """The arguments after a row quantity's arrays: a loss's clip range, GAE's keywords."""
+    if quantity == "gae":
+        return [], {"gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
+    return [ex[_SCALAR[quantity]]] if quantity in _SCALAR else [], {}
 
 
 def _done(ex) -> np.ndarray:
@@ -177,7 +166,15 @@ def _as_tuple(quantity: str, result) -> tuple:
 
 
 class Layout:
-    """Base class; also the ``"reference"`` layout. Subclasses override the methods."""
+    """Base class of the layouts, and the ``"reference"`` layout.
+
+    A layout (a subclass, or any object with ``arguments``, ``outputs`` and ``expected``) has
+    the methods below and the attributes ``name``, ``quantities`` (those it applies to),
+    ``seeded`` (examples carry ``_rows``, the seed of a row arrangement) and ``decides``
+    (convention options the layout fixes at their reference value; or a method
+    ``decided_options() -> {option: value}``). A layout without rows (not ``seeded``) passes a
+    loss as one sequence: :func:`~ppo_ref.testing.identify` does not search its
+    ``loss_aggregation`` there (a check takes the convention's)."""
     name = "reference"
     quantities: Tuple[str, ...] = ("gae", "vtrace", "policy_loss", "value_loss",
                                    "normalize_advantages")
@@ -190,14 +187,14 @@ class Layout:
                              f"not to {quantity!r}")
 
     def prepare(self, quantity: str, ex: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The example as this layout states it (default: unchanged)."""
+        """The example as this layout states it (optional; default: unchanged)."""
         return ex
 
     def arguments(self, quantity: str, ex: Mapping[str, Any]) -> Tuple[list, dict]:
-        """``(args, kwargs)`` of the user's function for one example."""
+        """``(args, kwargs)`` of the user's function for one example: ``fn(*args, **kwargs)``."""
         if quantity in _TRAJECTORY:
             return _trajectory_call(quantity, ex, [ex[k] for k in _TRAJECTORY_BLOCK])
-        return [ex[k] for k in _ROW_INPUTS[quantity]] + _scalar(quantity, ex), {}
+        return [ex[k] for k in _ROW_INPUTS[quantity]] + _after_rows(quantity, ex)[0], {}
 
     def outputs(self, quantity: str, result, ex: Mapping[str, Any]) -> Dict[str, Any]:
         """The user's result as ``{output name: value}`` in the reference layout; outputs the
@@ -220,8 +217,7 @@ class Layout:
 
     def expected(self, quantity: str, reference: Dict[str, Any],
                  ex: Mapping[str, Any]) -> Dict[str, Any]:
-        """The reference outputs as this layout's function should return them (default:
-        unchanged)."""
+        """The reference outputs ``{name: value}`` to compare with (default: unchanged)."""
         return reference
 
     def __repr__(self) -> str:
@@ -379,7 +375,7 @@ class MaskedRows(Layout):
         if quantity == "gae":
             eps = _episodes(ex)
             return [(np.arange(t0, t1), n) for n, t0, t1, _ in eps], [b for *_, b in eps]
-        size = int(np.asarray(ex[_ROW_INPUTS[quantity][0]]).size)
+        size = np.asarray(ex[_ROW_INPUTS[quantity][0]]).size
         return [(idx,) for idx in _split(size, int(ex.get("_rows", 0)))], None
 
     def _grid(self, rows, ex):
@@ -416,17 +412,14 @@ class MaskedRows(Layout):
         rows, boot = self.rows(quantity, ex)
         cols, L = self._grid(rows, ex)
         seed = int(ex.get("_rows", 0))
-        mask = np.zeros((len(rows), L), np.asarray(ex[_first_input(quantity)]).dtype)
+        args = [self._pack(ex[k], rows, cols, L, seed) for k in _ROW_INPUTS[quantity]]
+        mask = np.zeros_like(args[0])
         for b, c in enumerate(cols):
             mask[b, c] = 1.0
-        if quantity == "gae":
-            rewards = self._pack(ex["rewards"], rows, cols, L, seed)
-            for b, c in enumerate(cols):  # the bootstrap, folded into the last valid reward
-                rewards[b, c[-1]] = float(rewards[b, c[-1]]) + float(ex["gamma"]) * boot[b]
-            return [rewards, self._pack(ex["values"], rows, cols, L, seed), mask], {
-                "gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
-        args = [self._pack(ex[k], rows, cols, L, seed) for k in _ROW_INPUTS[quantity]]
-        return args + [mask] + _scalar(quantity, ex), {}
+            if boot is not None:  # GAE: the bootstrap, folded into the last valid reward
+                args[0][b, c[-1]] = float(args[0][b, c[-1]]) + float(ex["gamma"]) * boot[b]
+        tail, keywords = _after_rows(quantity, ex)
+        return args + [mask] + tail, keywords
 
     # -- outputs ---------------------------------------------------------------------------
     def _read(self, quantity, value, ex, rows):
@@ -439,7 +432,7 @@ class MaskedRows(Layout):
             return BadOutput(f"not an array ({type(value).__name__})")
         if arr.shape != (len(rows), L):
             return BadOutput(f"shape {arr.shape}, expected the mask's {(len(rows), L)}")
-        out = np.empty(np.shape(ex[_first_input(quantity)]), arr.dtype)
+        out = np.empty(np.shape(ex[_ROW_INPUTS[quantity][0]]), arr.dtype)
         for b, (r, c) in enumerate(zip(rows, cols)):
             out[r] = arr[b, c]
         return out
@@ -463,12 +456,9 @@ class Episodes(MaskedRows):
 
     def arguments(self, quantity, ex):
         rows, boot = self.rows(quantity, ex)
-        if quantity == "gae":
-            return [[np.asarray(ex["rewards"])[r].copy() for r in rows],
-                    [np.asarray(ex["values"])[r].copy() for r in rows], list(boot)], {
-                "gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
         args = [[np.asarray(ex[k])[r].copy() for r in rows] for k in _ROW_INPUTS[quantity]]
-        return args + _scalar(quantity, ex), {}
+        tail, keywords = _after_rows(quantity, ex)
+        return args + ([list(boot)] if boot is not None else []) + tail, keywords
 
     def outputs(self, quantity, result, ex):
         if quantity == "gae" and not isinstance(result, tuple):
@@ -486,7 +476,7 @@ class Episodes(MaskedRows):
         if [p.shape for p in parts] != [(len(r[0]),) for r in rows]:
             return BadOutput(f"shapes {[p.shape for p in parts]}, expected "
                              f"{[(len(r[0]),) for r in rows]}")
-        out = np.empty(np.shape(ex[_first_input(quantity)]), np.result_type(*parts))
+        out = np.empty(np.shape(ex[_ROW_INPUTS[quantity][0]]), np.result_type(*parts))
         for r, p in zip(rows, parts):
             out[r] = p
         return out

@@ -18,16 +18,29 @@ from __future__ import annotations
 
 import functools
 import math
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, FrozenSet, Iterator, Mapping, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from ppo_ref.spec.losses import NORM_EPS_PLACEMENTS, eps_scale
 from ppo_ref.spec.update import aggregation_weights
-from ppo_ref.testing._hyp import require_hypothesis
 from ppo_ref.tiers import tier_for
 
-__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys", "finish"]
+__all__ = ["Quantity", "Property", "QUANTITY_SPECS", "get_quantity", "property_keys", "finish",
+           "require_hypothesis"]
+
+
+def require_hypothesis():
+    """The ``hypothesis`` module (an optional dependency), or ``ImportError`` saying how to
+    install it."""
+    try:
+        import hypothesis
+        import hypothesis.strategies  # noqa: F401
+    except ImportError as exc:
+        raise ImportError("ppo_ref.testing needs the hypothesis package to draw examples: "
+                          "pip install ppo_ref[testing]  (or: pip install hypothesis)") from exc
+    return hypothesis
 
 
 class Property(NamedTuple):
@@ -91,39 +104,24 @@ _FLOATS = {"gae": _TRAJ_FLOATS,
            "normalize_advantages": ("advantages",)}
 
 
-def _cast(example: dict, names, dtype: str) -> dict:
-    dt = np.float32 if dtype == "float32" else np.float64
-    return {**example, **{name: np.asarray(example[name], dtype=dt) for name in names}}
-
-
-# the element strategies are built once (building one per draw costs more than the draw)
-
 @functools.lru_cache(maxsize=None)
-def _small_floats(st):
-    return st.one_of(st.integers(-4, 4).map(float),
-                     st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False))
+def _elements(st) -> SimpleNamespace:
+    """The element strategies, built once (building one per draw costs more than the draw);
+    ``nonzero`` is the junk that sits where the reference does not read."""
+    return SimpleNamespace(
+        small=st.one_of(st.integers(-4, 4).map(float),
+                        st.floats(-10.0, 10.0, allow_nan=False, allow_infinity=False)),
+        nonzero=st.one_of(st.sampled_from([2.0, -3.0, 5.0, 7.0]),
+                          st.tuples(st.floats(0.5, 10.0), st.booleans()).map(
+                              lambda t: -t[0] if t[1] else t[0])),
+        gamma=st.one_of(st.sampled_from([0.5, 0.0, 1.0, 0.9]), st.floats(0.0, 1.0)),
+        lambda_=st.one_of(st.sampled_from([1.0, 0.0, 1.0, 0.9]), st.floats(0.0, 1.0)),
+        log_probs=st.one_of(st.sampled_from([-1.0, -0.5, -2.0]), st.floats(-3.0, 0.0)))
 
 
-@functools.lru_cache(maxsize=None)
-def _nonzero_floats(st):
-    """Never 0: the junk that sits where the reference does not read."""
-    return st.one_of(st.sampled_from([2.0, -3.0, 5.0, 7.0]),
-                     st.tuples(st.floats(0.5, 10.0), st.booleans()).map(
-                         lambda t: -t[0] if t[1] else t[0]))
-
-
-@functools.lru_cache(maxsize=None)
-def _unit(st, first=0.5):
-    return st.one_of(st.sampled_from([first, 0.0, 1.0, 0.9]), st.floats(0.0, 1.0))
-
-
-@functools.lru_cache(maxsize=None)
-def _log_probs(st):
-    return st.one_of(st.sampled_from([-1.0, -0.5, -2.0]), st.floats(-3.0, 0.0))
-
-
-def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
-    """One trajectory example (float64 numbers, cast to the dtype by the caller)."""
+def _draw_trajectory(draw, st, exclude: FrozenSet[str], dtype: str, vtrace: bool):
+    """One GAE or V-trace example (float64 numbers) and its dtype."""
+    el = _elements(st)
     long = "long_rollout" not in exclude and draw(st.integers(0, 9)) == 9  # shrinks to short
     if long:
         T, N = draw(st.integers(65, 2048)), draw(st.integers(1, 2))
@@ -136,7 +134,7 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
         final_values = rng.uniform(0.5, 5.0, (T, N)).round(3) * rng.choice([-1.0, 1.0], (T, N))
         last_values = rng.uniform(0.5, 5.0, N).round(3)
         ex = {}
-        if logprobs:
+        if vtrace:
             ex["behaviour_log_probs"] = -rng.uniform(0.1, 2.0, (T, N)).round(3)
             ex["target_log_probs"] = np.where(rng.random((T, N)) < 0.3, ex["behaviour_log_probs"],
                                               -rng.uniform(0.1, 2.0, (T, N)).round(3))
@@ -148,21 +146,26 @@ def _draw_trajectory(draw, st, exclude: FrozenSet[str], logprobs: bool) -> dict:
                             dtype=object).reshape(T, N)
 
         ex = {}
-        if logprobs:
-            lp = _log_probs(st)
-            ex["behaviour_log_probs"] = grid(lp).astype(np.float64)
+        if vtrace:
+            ex["behaviour_log_probs"] = grid(el.log_probs).astype(np.float64)
             same = grid(st.booleans()).astype(bool)
             ex["target_log_probs"] = np.where(~same, ex["behaviour_log_probs"],
-                                              grid(lp).astype(np.float64))
-        rewards, values = (grid(_small_floats(st)).astype(np.float64) for _ in range(2))
+                                              grid(el.log_probs).astype(np.float64))
+        rewards, values = (grid(el.small).astype(np.float64) for _ in range(2))
         kinds = grid(st.integers(0, 3)).astype(np.int64)  # none, terminated, truncated, both
         terminated = (kinds == 1) | (kinds == 3)
         truncated = (kinds == 2) | (kinds == 3)
-        final_values = grid(_nonzero_floats(st)).astype(np.float64)
-        last_values = np.array(draw(st.lists(_nonzero_floats(st), min_size=N, max_size=N)))
+        final_values = grid(el.nonzero).astype(np.float64)
+        last_values = np.array(draw(st.lists(el.nonzero, min_size=N, max_size=N)))
     ex.update(rewards=rewards, values=values, terminated=terminated, truncated=truncated,
-              last_values=last_values, final_values=final_values, gamma=draw(_unit(st)))
-    return ex
+              last_values=last_values, final_values=final_values, gamma=draw(el.gamma))
+    if vtrace:
+        ex.update(rho_bar=draw(st.sampled_from([1.0, 0.5, 2.0])),
+                  c_bar=draw(st.sampled_from([1.0, 0.5, 2.0])),
+                  pg_rho_bar=draw(st.sampled_from([None, 1.0, 0.5])), lambda_=draw(el.lambda_))
+    else:
+        ex["gae_lambda"] = draw(el.lambda_)
+    return ex, _pick_dtype(draw, st, dtype)
 
 
 def _gae_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
@@ -187,7 +190,9 @@ def _vtrace_reference(ex: dict, options: Mapping[str, Any]) -> Dict[str, Any]:
 
 def finish(ex: dict, quantity: str, exclude, fixed, dtype: str) -> dict:
     """Pin ``fixed``, cast the float inputs to ``dtype``, remove the excluded conditions."""
-    ex = _cast({**ex, **(fixed or {})}, _FLOATS[quantity], dtype)
+    dt = np.float32 if dtype == "float32" else np.float64
+    ex = {**ex, **(fixed or {})}
+    ex.update({name: np.asarray(ex[name], dtype=dt) for name in _FLOATS[quantity]})
     for prop in get_quantity(quantity).properties:
         if prop.key in exclude and prop.holds(ex):
             ex = prop.remove(ex)
@@ -211,15 +216,11 @@ def _strategy(quantity: str, draw_example: Callable):
     return strategy
 
 
-def _with(ex: dict, **changes) -> dict:
-    return {**ex, **changes}
-
-
 def _set_last_row(name: str, value: bool):
     def remove(ex):
         arr = ex[name].copy()
         arr[-1] = value
-        return _with(ex, **{name: arr})
+        return {**ex, name: arr}
     return remove
 
 
@@ -229,7 +230,7 @@ def _hyper_equals(name: str, value: float) -> Property:
     def key(ex):
         return name if name == "gamma" else ("gae_lambda" if "gae_lambda" in ex else "lambda_")
     return Property(f"{name}_{value:g}", f"{name} = {value:g}", lambda ex: ex[key(ex)] == value,
-                    lambda ex: _with(ex, **{key(ex): 0.5}))
+                    lambda ex: {**ex, key(ex): 0.5})
 
 
 def _take(ex: dict, index) -> dict:
@@ -240,7 +241,7 @@ def _take(ex: dict, index) -> dict:
 _TRAJ_PROPERTIES = (
     Property("both_flags", "steps with both flags",
              lambda ex: bool(np.any(ex["terminated"] & ex["truncated"])),
-             lambda ex: _with(ex, truncated=ex["truncated"] & ~ex["terminated"])),
+             lambda ex: {**ex, "truncated": ex["truncated"] & ~ex["terminated"]}),
     Property("terminal_last_row", "a terminal step on the last row",
              lambda ex: bool(np.any(ex["terminated"][-1])), _set_last_row("terminated", False)),
     Property("truncated_last_row", "a truncated step on the last row",
@@ -249,29 +250,14 @@ _TRAJ_PROPERTIES = (
     Property("long_rollout", "a long rollout (T > 64)", lambda ex: ex["rewards"].shape[0] > 64,
              lambda ex: _take(ex, slice(64))),
     Property("truncated", "truncated steps", lambda ex: bool(np.any(ex["truncated"])),
-             lambda ex: _with(ex, truncated=np.zeros_like(ex["truncated"])), broad=True),
+             lambda ex: {**ex, "truncated": np.zeros_like(ex["truncated"])}, broad=True),
 )
 
 _VTRACE_PROPERTIES = _TRAJ_PROPERTIES + (
     Property("off_policy", "off-policy steps (ratio != 1)",
              lambda ex: bool(np.any(ex["behaviour_log_probs"] != ex["target_log_probs"])),
-             lambda ex: _with(ex, target_log_probs=ex["behaviour_log_probs"].copy()), broad=True),
+             lambda ex: {**ex, "target_log_probs": ex["behaviour_log_probs"].copy()}, broad=True),
 )
-
-
-def _draw_gae(draw, st, exclude, dtype):
-    ex = _draw_trajectory(draw, st, exclude, logprobs=False)
-    ex["gae_lambda"] = draw(_unit(st, first=1.0))
-    return ex, _pick_dtype(draw, st, dtype)
-
-
-def _draw_vtrace(draw, st, exclude, dtype):
-    ex = _draw_trajectory(draw, st, exclude, logprobs=True)
-    ex["rho_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
-    ex["c_bar"] = draw(st.sampled_from([1.0, 0.5, 2.0]))
-    ex["pg_rho_bar"] = draw(st.sampled_from([None, 1.0, 0.5]))
-    ex["lambda_"] = draw(_unit(st, first=1.0))
-    return ex, _pick_dtype(draw, st, dtype)
 
 
 def _pick_dtype(draw, st, dtype: str) -> str:
@@ -292,11 +278,11 @@ def _kink_log_ratio(old: float, d: float) -> Optional[Tuple[float, float]]:
 
 def _draw_policy(draw, st, exclude, dtype):
     n = draw(st.integers(1, 10))
-    old = np.array(draw(st.lists(_log_probs(st), min_size=n, max_size=n)))
+    old = np.array(draw(st.lists(_elements(st).log_probs, min_size=n, max_size=n)))
     dlog = st.one_of(st.sampled_from([0.0, 0.1, -0.1, 0.5, -0.5]), st.floats(-1.0, 1.0))
     new = old + np.array(draw(st.lists(dlog, min_size=n, max_size=n)))
     adv = np.array(draw(st.lists(st.one_of(st.sampled_from([1.0, -1.0, 0.0]),
-                                            _small_floats(st)), min_size=n, max_size=n)))
+                                            _elements(st).small), min_size=n, max_size=n)))
     clip_range = draw(st.sampled_from([0.2, 0.1, 0.3]))
     if "far_negative" not in exclude and draw(st.booleans()):
         # the last element far out (ratio e^1.5 ~ 4.5, A < 0): where a dual clip acts
@@ -355,7 +341,7 @@ def _halve_log_ratio(where: Callable[[dict], np.ndarray], key: str, base: str):
             ref = _f64(ex[base])
             hit = where(ex)
             arr[hit] = ref[hit] + 0.5 * (arr[hit] - ref[hit])
-            ex = _with(ex, **{key: arr.astype(np.asarray(ex[key]).dtype)})
+            ex = {**ex, key: arr.astype(np.asarray(ex[key]).dtype)}
         return ex
     return remove
 
@@ -373,15 +359,15 @@ _POLICY_PROPERTIES = (
              lambda ex: bool(np.any(_far_negative(ex))),
              _halve_log_ratio(_far_negative, "new_log_probs", "old_log_probs")),
     Property("zero_advantage", "zero advantages", lambda ex: bool(np.any(ex["advantages"] == 0.0)),
-             lambda ex: _with(ex, advantages=np.where(ex["advantages"] == 0.0, 1.0,
-                                                      ex["advantages"]))),
+             lambda ex: {**ex, "advantages": np.where(ex["advantages"] == 0.0, 1.0,
+                                                     ex["advantages"])}),
     Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1, _doubled),
 )
 
 
 def _draw_value(draw, st, exclude, dtype):
     n = draw(st.integers(1, 10))
-    values, old, returns = (np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
+    values, old, returns = (np.array(draw(st.lists(_elements(st).small, min_size=n, max_size=n)))
                             for _ in range(3))
     clip = draw(st.sampled_from([None, 0.5, 0.25, 1.0]))
     if clip is not None and "value_clip_boundary" not in exclude:
@@ -418,7 +404,7 @@ _VALUE_PROPERTIES = (
              lambda ex: bool(np.any(_vf_kink(ex))),
              _halve_log_ratio(_vf_kink, "values", "old_values"), kink=True),
     Property("value_clipping", "value clipping on", lambda ex: ex["clip_range_vf"] is not None,
-             lambda ex: _with(ex, clip_range_vf=None), broad=True),
+             lambda ex: {**ex, "clip_range_vf": None}, broad=True),
     Property("single_element", "a single element", lambda ex: ex["values"].size == 1, _doubled),
 )
 
@@ -426,14 +412,14 @@ _VALUE_PROPERTIES = (
 def _draw_normalize(draw, st, exclude, dtype):
     n, kind = draw(st.integers(1, 12)), draw(st.integers(0, 5))
     if kind == 0:
-        adv = np.full(n, draw(_small_floats(st)))
+        adv = np.full(n, draw(_elements(st).small))
     elif kind <= 3:  # a spread near the eps values: where the eps and its placement show
         spread = draw(st.sampled_from([1e-8, 1e-7, 1e-6, 1e-5, 1e-4]))
         steps = np.array(draw(st.lists(st.integers(-3, 3), min_size=n, max_size=n)))
         steps[-1] += n > 1 and steps.min() == steps.max()  # never constant
         adv = steps.astype(np.float64) * spread
     else:
-        adv = np.array(draw(st.lists(_small_floats(st), min_size=n, max_size=n)))
+        adv = np.array(draw(st.lists(_elements(st).small, min_size=n, max_size=n)))
     return {"advantages": adv}, _pick_dtype(draw, st, dtype)
 
 
@@ -464,7 +450,7 @@ def _spread(ex) -> float:
 
 def _shifted(ex):
     a = ex["advantages"]
-    return _with(ex, advantages=a + np.arange(a.size, dtype=a.dtype).reshape(a.shape))
+    return {**ex, "advantages": a + np.arange(a.size, dtype=a.dtype).reshape(a.shape)}
 
 
 #: one element, a constant, and a std of 1.67 x and 0.5 x each eps value (where eps and its
@@ -475,8 +461,8 @@ _NORMALIZE_EDGES = ({"advantages": np.array([1.5])}, {"advantages": np.full(7, 0
 
 _NORMALIZE_PROPERTIES = (
     Property("single_element", "a single element", lambda ex: ex["advantages"].size == 1,
-             lambda ex: _with(ex, advantages=np.array([ex["advantages"].flat[0], 1.0 + abs(
-                 float(ex["advantages"].flat[0]))], dtype=ex["advantages"].dtype))),
+             lambda ex: {**ex, "advantages": np.array([ex["advantages"].flat[0], 1.0 + abs(
+                 float(ex["advantages"].flat[0]))], dtype=ex["advantages"].dtype)}),
     Property("constant", "constant advantages", lambda ex: _spread(ex) == 0.0, _shifted),
     Property("tiny_spread", "a spread below 1e-3 (where eps shows)",
              lambda ex: 0.0 < _spread(ex) < 1e-3, _shifted),
@@ -505,8 +491,8 @@ def _trajectory_reductions(ex: dict) -> Iterator[dict]:
     keeps = [[n] for n in range(N)] + ([[m for m in range(N) if m != n] for n in range(N)]
                                       if N > 2 else [])
     for cols in keeps if N > 1 else []:
-        yield _with(_take(ex, (slice(None), cols)),
-                    last_values=np.asarray(ex["last_values"])[cols].copy())
+        yield {**_take(ex, (slice(None), cols)),
+               "last_values": np.asarray(ex["last_values"])[cols].copy()}
     for rows in _windows(T):
         yield _take(ex, rows)
 
@@ -527,11 +513,12 @@ def _size(key):
 
 
 QUANTITY_SPECS: Dict[str, Quantity] = {q.name: q for q in (
-    Quantity("gae", ("advantages", "returns"), _gae_reference, _strategy("gae", _draw_gae),
+    Quantity("gae", ("advantages", "returns"), _gae_reference,
+             _strategy("gae", functools.partial(_draw_trajectory, vtrace=False)),
              _TRAJ_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
     Quantity("vtrace", ("vs", "pg_advantages"), _vtrace_reference,
-             _strategy("vtrace", _draw_vtrace), _VTRACE_PROPERTIES, _rows,
-             _trajectory_reductions, _input_magnitude),
+             _strategy("vtrace", functools.partial(_draw_trajectory, vtrace=True)),
+             _VTRACE_PROPERTIES, _rows, _trajectory_reductions, _input_magnitude),
     Quantity("policy_loss", ("loss", "d_new_log_probs", "clip_fraction", "approx_kl"),
              _policy_reference, _strategy("policy_loss", _draw_policy), _POLICY_PROPERTIES,
              _size("advantages"), _element_reductions(*_FLOATS["policy_loss"]), _input_magnitude),

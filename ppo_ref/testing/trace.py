@@ -3,17 +3,12 @@
 The update is the trainer's (:mod:`ppo_ref.spec.update`) written out step by step with the spec
 functions on a tiny fixed network (observation dim 3, one hidden layer of 4 tanh units per
 tower, 2 actions; a rollout of ``T = 3`` steps of ``N = 2`` envs with a step both terminated and
-truncated, one truncated and one terminal step; its six rows one minibatch). The quantities, in
-data-flow order (:data:`TRACE_ORDER`): GAE ``advantages``, ``returns``;
-``normalized_advantages``; the network's ``logits``, ``values``; ``new_log_probs``,
-``entropy``, ``ratios``, ``clip_mask`` (1.0 where ``|ratio - 1| > clip_range``);
-``policy_loss``, ``clip_fraction``, ``approx_kl`` (the convention's estimator); ``value_loss``
-(times ``value_loss_scale``), ``entropy_loss``, ``loss`` (the rows weighted and aggregated as
-the config's ``drop_truncated_steps`` and ``loss_aggregation`` say, the six rows one sequence:
-:func:`ppo_ref.spec.update.minibatch_loss`); the gradients ``d_log_probs``,
-``d_values``, ``d_entropy`` of ``loss``, ``d_logits``, ``grads`` (per parameter);
-``grad_norm``, ``clip_scale``, ``clipped_grads``; ``adam_m``, ``adam_v`` (one step from a fresh
-state) and ``params_after``.
+truncated, one truncated and one terminal step; its six rows one minibatch, one sequence). The
+quantities are :data:`TRACE_ORDER`, in data-flow order; ``clip_mask`` is 1.0 where ``|ratio -
+1| > clip_range``; the losses and their gradients are those of
+:func:`ppo_ref.spec.update.minibatch_loss` (``value_loss`` times ``value_loss_scale``,
+``entropy_loss`` with the aggregation's factor); ``grads`` and what follows are per
+parameter; ``adam_m``, ``adam_v`` are one step from a fresh state.
 
 The file uses the golden-vector codec (:mod:`ppo_ref.vectors.codec`) with ``"format":
 "ppo_ref.trace/1"``, the ``settings`` (the PPOConfig as a dict), the ``inputs`` and the
@@ -35,11 +30,11 @@ from ppo_ref.conventions import OPTIONS
 from ppo_ref.spec.advantages import gae
 from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
                                         categorical_log_prob, categorical_log_prob_backward)
-from ppo_ref.spec.losses import (approx_kl, entropy_loss, normalize_advantages, policy_loss,
-                                 value_loss)
+from ppo_ref.spec.losses import normalize_advantages
 from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward, actor_critic_init
 from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
-from ppo_ref.spec.update import aggregation_weights, truncation_weights
+from ppo_ref.spec.update import (aggregation_weights, batch_advantages, minibatch_loss,
+                                 truncation_weights)
 from ppo_ref.vectors.codec import decode, dumps, encode, flatten, read_json_file
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
@@ -107,7 +102,7 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     # the minibatch is the whole rollout, rows in time-major order (row = t * N + n)
     adv_rows, ret_rows = adv.reshape(-1), ret.reshape(-1)
     old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
-    tr["normalized_advantages"] = norm = (normalize_advantages(
+    tr["normalized_advantages"] = (normalize_advantages(
         adv_rows, ddof=config.advantage_norm_ddof, eps=config.advantage_norm_eps,
         placement=config.advantage_norm_eps_placement,
         single_element=config.advantage_norm_single_element)
@@ -123,32 +118,18 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     tr["ratios"] = ratios = np.exp(new_lp - old_lp)
     tr["clip_mask"] = (np.abs(ratios - 1.0) > config.clip_range).astype(np.float64)
 
-    # the row weights and the factor of the loss aggregation (the six rows: one sequence)
+    # the rows weighted as drop_truncated_steps says; the factor of the loss aggregation
     weights = truncation_weights(inp["terminated"], inp["truncated"], config.drop_truncated_steps)
-    weights, factor = aggregation_weights(config.loss_aggregation, old_lp.size,
-                                          None if weights is None else weights.reshape(-1),
-                                          None, config.loss_aggregation_norm)
-    p_loss, d_lp, info = policy_loss(
-        new_lp, old_lp, norm, config.clip_range, clip_range_low=config.clip_range_low,
-        clip_range_high=config.clip_range_high, clip_interval=config.clip_interval,
-        dual_clip=config.dual_clip, weights=weights, clip_fraction_mode=config.clip_fraction_mode)
-    tr["clip_fraction"] = info["clip_fraction"]
-    tr["approx_kl"] = (info["approx_kl"] if config.kl_estimator == "k3"
-                       else approx_kl(old_lp, new_lp, config.kl_estimator, weights=weights))
-    v_loss, d_v = value_loss(values, old_values, ret_rows, config.clip_range_vf,
-                             mode=config.value_loss_mode, huber_delta=config.huber_delta,
-                             weights=weights, boundary_grad=config.value_clip_boundary_grad)
-    e_loss, d_e = entropy_loss(entropy, weights=weights)
-    if factor != 1.0:
-        p_loss, d_lp, v_loss, d_v, e_loss, d_e = (factor * x for x in (p_loss, d_lp, v_loss, d_v,
-                                                                       e_loss, d_e))
-    tr["policy_loss"] = p_loss
-    tr["value_loss"] = config.value_loss_scale * v_loss
-    tr["entropy_loss"] = e_loss
-    tr["loss"] = p_loss + config.vf_coef * tr["value_loss"] + config.ent_coef * e_loss
-    tr["d_log_probs"] = d_lp
-    tr["d_values"] = d_v * (config.vf_coef * config.value_loss_scale)
-    tr["d_entropy"] = d_e * config.ent_coef
+    weights = None if weights is None else weights.reshape(-1)
+    factor = aggregation_weights(config.loss_aggregation, old_lp.size, weights, None,
+                                 config.loss_aggregation_norm)[1]
+    mb = minibatch_loss(new_lp, entropy, values, old_lp, batch_advantages(adv_rows, config),
+                        ret_rows, old_values, config=config, clip_range=config.clip_range,
+                        weights=weights)
+    tr.update(policy_loss=mb.policy_loss, clip_fraction=mb.clip_fraction, approx_kl=mb.approx_kl,
+              value_loss=config.value_loss_scale * mb.value_loss, entropy_loss=-factor * mb.entropy,
+              loss=mb.loss, d_log_probs=mb.d_log_probs, d_values=mb.d_values,
+              d_entropy=np.zeros_like(entropy) if mb.d_entropy is None else mb.d_entropy)
     tr["d_logits"] = d_logits = (categorical_log_prob_backward(logits, actions, tr["d_log_probs"])
                                  + categorical_entropy_backward(logits, tr["d_entropy"]))
     grads = actor_critic_backward(params, cache, d_logits, tr["d_values"])
