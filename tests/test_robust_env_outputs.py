@@ -166,6 +166,7 @@ def test_an_env_failing_in_reset_is_reported_as_failing_in_reset():
     text = str(info.value)
     assert text == "env 1 raised RuntimeError: no reset today in reset (before vector step 0)"
     assert info.value.env_index == 1 and info.value.rollout_step == -1
+    assert env.closed  # the trainer that could not be built closed its env
 
 
 def test_an_autoreset_failure_names_the_reset_and_the_step():
