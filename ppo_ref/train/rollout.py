@@ -117,9 +117,8 @@ class _CheckedEnv(gym.Wrapper):
 
     ppo_ref_pending = None
 
-    def __init__(self, env, index: int):
+    def __init__(self, env):
         super().__init__(env)
-        self.ppo_ref_index = index
         self._last_obs = None
         self._shape = tuple(env.observation_space.shape or ())
 
@@ -202,7 +201,7 @@ def _inner(env):
     return env.env if isinstance(env, _CheckedEnv) else env
 
 
-def _make_single(env_id: str, env_kwargs: Optional[dict], index: int, in_worker: bool):
+def _make_single(env_id: str, env_kwargs: Optional[dict], in_worker: bool):
     def thunk():
         if in_worker:  # an AsyncVectorEnv worker never outlives the trainer, and leaves Ctrl-C
             # (sent to the whole process group) to the trainer, which closes the workers itself
@@ -210,8 +209,7 @@ def _make_single(env_id: str, env_kwargs: Optional[dict], index: int, in_worker:
             from ppo_ref._lifeline import exit_with_parent
             exit_with_parent()
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return _CheckedEnv(gym.make(env_id, disable_env_checker=True, **(env_kwargs or {})),
-                           index)
+        return _CheckedEnv(gym.make(env_id, disable_env_checker=True, **(env_kwargs or {})))
     return thunk
 
 
@@ -245,7 +243,7 @@ def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
         gym.spec(name)
     except (gym.error.Error, ImportError) as exc:
         raise ValueError(f"env {env_id!r} is not a gymnasium id that can be made: {exc}") from None
-    fns = [_make_single(env_id, env_kwargs, i, vectorization == "async") for i in range(n_envs)]
+    fns = [_make_single(env_id, env_kwargs, vectorization == "async") for _ in range(n_envs)]
     if vectorization == "sync":
         return SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
     return AsyncVectorEnv(fns, copy=True, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -294,8 +292,7 @@ class RolloutCollector:
                  clip_observations: Optional[float] = None, clip_rewards: Optional[float] = None):
         check_vector_env(env)
         if isinstance(env, SyncVectorEnv):  # a user's sub-envs are checked as make_vector_env's
-            env.envs = [e if isinstance(e, _CheckedEnv) else _CheckedEnv(e, i)
-                        for i, e in enumerate(env.envs)]
+            env.envs = [e if isinstance(e, _CheckedEnv) else _CheckedEnv(e) for e in env.envs]
         self.base_env = env
         self.policy = policy
         self.n_steps = int(n_steps)
