@@ -283,6 +283,18 @@ class _Policy:
         self.head_keys = tuple(self.head.init_params())
         self.dtype = np.dtype(config.compute_dtype)
 
+    def init_params(self, rng: np.random.Generator) -> Params:
+        """The network's parameters drawn from ``rng`` with the config's settings
+        (:func:`~ppo_ref.spec.networks.actor_critic_init` or
+        :func:`~ppo_ref.spec.recurrent_networks.recurrent_actor_critic_init`), plus the head's."""
+        c = self.config
+        params = self._init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
+                            activation=c.activation, policy_gain=c.policy_head_gain,
+                            value_gain=c.value_head_gain, ortho_init=bool(c.ortho_init),
+                            **self._init_options)
+        params.update(self.head.init_params())
+        return params
+
     def compute_params(self, params: Params) -> Params:
         """``params`` in the compute dtype (the same dict for float64)."""
         if self.dtype == np.float64:
@@ -362,20 +374,12 @@ class MLPPolicy(_Policy):
     ``compute_dtype``) and the tier. Raises ``ValueError`` for unsupported spaces.
     """
 
+    _init = staticmethod(actor_critic_init)
+
     def __init__(self, observation_space, action_space, config, tier):
         super().__init__(observation_space, action_space, config, tier)
         self._net_args = (config.activation, bool(config.shared_trunk))
-
-    def init_params(self, rng: np.random.Generator) -> Params:
-        """:func:`~ppo_ref.spec.networks.actor_critic_init` drawn from ``rng``, plus the head's."""
-        c = self.config
-        params = actor_critic_init(rng, self.obs_dim, self.head.out_dim,
-                                   net_arch=tuple(c.net_arch), activation=c.activation,
-                                   shared_trunk=bool(c.shared_trunk),
-                                   policy_gain=c.policy_head_gain, value_gain=c.value_head_gain,
-                                   ortho_init=bool(c.ortho_init))
-        params.update(self.head.init_params())
-        return params
+        self._init_options = {"shared_trunk": bool(config.shared_trunk)}
 
     def initial_state(self, n_envs: int) -> None:
         """No memory: None."""
@@ -419,22 +423,15 @@ class RecurrentPolicy(_Policy):
 
     recurrent = True
 
+    _init = staticmethod(recurrent_actor_critic_init)
+
     def __init__(self, observation_space, action_space, config, tier):
         super().__init__(observation_space, action_space, config, tier)
         self._net_args = (config.activation, bool(config.lstm_shared))
         self.n_lstm = len(lstm_names(bool(config.lstm_shared)))
         self.hidden_size = int(config.lstm_hidden_size)
-
-    def init_params(self, rng: np.random.Generator) -> Params:
-        """:func:`~ppo_ref.spec.recurrent_networks.recurrent_actor_critic_init`, plus the head's."""
-        c = self.config
-        params = recurrent_actor_critic_init(
-            rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
-            lstm_shared=bool(c.lstm_shared), net_arch=tuple(c.net_arch), activation=c.activation,
-            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain,
-            ortho_init=bool(c.ortho_init))
-        params.update(self.head.init_params())
-        return params
+        self._init_options = {"hidden_size": self.hidden_size,
+                              "lstm_shared": bool(config.lstm_shared)}
 
     def initial_state(self, n_envs: int) -> LSTMStates:
         """Zero states ``[L, n_envs, H]`` in the compute dtype."""
