@@ -196,11 +196,6 @@ def _raise_env_failure(info, vector_step: int, rollout_step: int) -> None:
             raise _env_error(text, i, vector_step, rollout_step)
 
 
-def _inner(env):
-    """A sub-env without :class:`_CheckedEnv` (what its saved state describes)."""
-    return env.env if isinstance(env, _CheckedEnv) else env
-
-
 def _make_single(env_id: str, env_kwargs: Optional[dict], in_worker: bool):
     def thunk():
         if in_worker:  # an AsyncVectorEnv worker never outlives the trainer, and leaves Ctrl-C
@@ -565,7 +560,7 @@ class RolloutCollector:
     def _sub_env_states(self) -> List[Dict[str, Any]]:
         base = self.base_env
         if isinstance(base, SyncVectorEnv):
-            return [single_env_state(_inner(e)) for e in base.envs]
+            return [single_env_state(e.env) for e in base.envs]  # (inside its _CheckedEnv)
         try:
             return list(base.call("ppo_ref_state"))
         except Exception as exc:  # noqa: BLE001  (a user's vector env without _CheckedEnv)
@@ -579,7 +574,7 @@ class RolloutCollector:
         base = self.base_env
         if isinstance(base, SyncVectorEnv):
             for e, s in zip(base.envs, states):
-                restore_single_env_state(_inner(e), s)
+                restore_single_env_state(e.env, s)
             return
         try:
             base.set_attr("ppo_ref_pending", list(states))
