@@ -109,28 +109,26 @@ def check_real_scalar(value, name: str) -> float:
     return v
 
 
+def _bounded(value, name: str, ok, what: str) -> float:
+    v = check_real_scalar(value, name)
+    if not ok(v):
+        raise ValueError(f"{name} must be {what}, got {v}")
+    return v
+
+
 def check_unit_interval(value, name: str) -> float:
     """Return ``value`` as float; raise ``ValueError`` unless ``0 <= value <= 1``."""
-    v = check_real_scalar(value, name)
-    if not 0.0 <= v <= 1.0:
-        raise ValueError(f"{name} must be in [0, 1], got {v}")
-    return v
+    return _bounded(value, name, lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
 
 
 def check_positive(value, name: str) -> float:
     """Return ``value`` as float; raise ``ValueError`` unless ``value > 0``."""
-    v = check_real_scalar(value, name)
-    if not v > 0.0:
-        raise ValueError(f"{name} must be > 0, got {v}")
-    return v
+    return _bounded(value, name, lambda v: v > 0.0, "> 0")
 
 
 def check_nonnegative(value, name: str) -> float:
     """Return ``value`` as float; raise ``ValueError`` unless ``value >= 0``."""
-    v = check_real_scalar(value, name)
-    if not v >= 0.0:
-        raise ValueError(f"{name} must be >= 0, got {v}")
-    return v
+    return _bounded(value, name, lambda v: v >= 0.0, ">= 0")
 
 
 def check_choice(value, name: str, choices: Sequence) -> None:

@@ -1,35 +1,26 @@
-"""Numba options and the compiled-code cache, in one place.
+"""Numba options and the compiled-code cache, in one place (design: docs/fast_tier_notes.md).
 
-Every compiled kernel in ``ppo_ref`` is made by :func:`njit` with :data:`NJIT_OPTIONS`:
-``nogil=True`` (the thread backend can overlap kernel work with Python work) and
-``fastmath=False`` (no reassociated float sums, so results match the oracles and ``.py_func``
-bit for bit where the operation order is the same). ``NUMBA_DISABLE_JIT=1`` runs every kernel
-as plain Python.
+:func:`njit` compiles with :data:`NJIT_OPTIONS`: ``nogil=True`` and ``fastmath=False`` (no
+reassociated float sums: results equal ``.py_func``'s bit for bit where the operation order is
+the same); ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python.
 
-Cache: compiled code is reused by a later process only if the function's own file and every
-``.py`` file under ``ppo_ref/`` are byte for byte unchanged (:func:`package_sources_hash`; a
-kernel embeds the functions it calls and the globals it reads, from any file). Entries live in
-``NUMBA_CACHE_DIR`` if set, else in the per-user cache directory (:data:`USER_CACHE_DIR`), else
-in ``__pycache__`` beside the function's file; with none writable each process compiles
-afresh. Inside the cache directory a package file's entries are under
-``ppo_ref-<sources hash>/`` and its path in the package, not its path on disk, so a second
-virtual environment or a non-editable install of the same sources loads what the first compiled
-(numba's cache index also holds the CPU model and features, the Python and numba versions),
-and installs of different sources never write the same files. Only the
-:data:`KEPT_VERSIONS` most recently created of those directories are kept. Other packages'
-numba functions are untouched. :func:`announce_compiling` prints one line on stderr when
+Cache: an entry is loaded only if its function's file and every ``.py`` file under ``ppo_ref/``
+are byte for byte unchanged (:class:`PackageCacheLocator`: a kernel embeds the functions it
+calls and the globals it reads, from any file). Entries live in ``NUMBA_CACHE_DIR`` if set,
+else in :data:`USER_CACHE_DIR`, else in ``__pycache__`` beside the file (none writable: each
+process compiles afresh), under ``ppo_ref-<sources hash>/`` and the file's path in the package,
+so another install of the same sources loads them (numba's index also keys the CPU and the
+Python and numba versions); the :data:`KEPT_VERSIONS` newest such directories are kept. Other
+packages' numba functions are untouched. :func:`announce_compiling` says on stderr when
 compiling takes long.
 
-Threads: ``njit(parallel=True)`` runs ``numba.prange`` loops on numba's threads
-(``numba.set_num_threads`` is per Python thread; the trainers set it to their ``threads``). A
-``prange`` loop may only write disjoint arrays and read nothing another iteration writes, so
-results are the plain loop's bit for bit for any thread count (no kernel has one at present).
-Calls from several Python threads at once need numba's TBB or OpenMP layer (``workqueue`` ends
-the process), so :data:`PARALLEL_LOOPS` is whether numba runs on one of those; without one,
-``parallel=True`` compiles the plain loop, cached apart in a ``plain`` subdirectory. GNU OpenMP
-cannot run a parallel loop in a ``fork`` child of a parent that ran one: start such children
-with ``spawn``/``forkserver`` (as the actor-learner does) or set
-``NUMBA_THREADING_LAYER=workqueue``.
+Threads: ``njit(parallel=True)`` compiles ``numba.prange`` loops as parallel loops only when
+:data:`PARALLEL_LOOPS` (numba's threading layer is TBB or OpenMP, which allow calls from
+several Python threads; ``workqueue`` ends the process), else as the plain loop, cached apart in
+a ``plain`` subdirectory. A ``prange`` loop may only write disjoint arrays and read nothing
+another iteration writes, so results are the plain loop's bits for any thread count. GNU
+OpenMP cannot run a parallel loop in a ``fork`` child of a parent that ran one: start such
+children with ``spawn``/``forkserver`` or set ``NUMBA_THREADING_LAYER=workqueue``.
 """
 from __future__ import annotations
 
@@ -53,6 +44,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 USER_CACHE_DIR = AppDirs(appname="ppo_ref", appauthor=False).user_cache_dir
 #: Directories of compiled code of different package sources kept in a cache directory.
 KEPT_VERSIONS = 8
+
 
 def _threadsafe_layer() -> bool:
     """Whether the threading layer numba selects (started here, as its first parallel loop

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from ppo_ref._checks import check_nonnegative, check_positive, check_unit_interval, one_line_repr
+from ppo_ref._checks import one_line_repr
 from ppo_ref.spec.layers import ACTIVATIONS
 from ppo_ref.spec.losses import (CLIP_FRACTION_MODES, CLIP_INTERVALS, KL_ESTIMATORS,
                                  NORM_EPS_PLACEMENTS, SINGLE_ELEMENT_RESULTS, VALUE_LOSS_MODES)
@@ -25,7 +25,7 @@ from ppo_ref.spec.update import KL_STOP_RULES, LOSS_AGGREGATIONS
 from ppo_ref.tiers import BACKENDS, COMPUTE_DTYPES
 
 __all__ = ["PPOConfig", "parse_overrides", "PRESETS", "CONVENTION_FIELDS", "CLIP_NEEDS",
-           "IneffectiveSettingWarning"]
+           "IneffectiveSettingWarning", "MAX_WIDTH", "MAX_ENVS", "MAX_ROWS"]
 
 
 def _f(default, help: str, choices: Optional[Tuple] = None):
@@ -183,30 +183,16 @@ class PPOConfig:
             if choices is not None and value not in choices:
                 raise ValueError(f"{f.name} must be one of {list(choices)}, got {value!r}")
 
-        for name in ("n_steps", "batch_size", "n_epochs", "n_envs", "lstm_hidden_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
-        for name in ("learning_rate", "clip_range", "max_grad_norm", "adam_eps", "huber_delta",
-                     "advantage_norm_eps"):
-            check_positive(getattr(self, name), name)
-        for name in ("ent_coef", "vf_coef", "value_loss_scale", "policy_head_gain",
-                     "value_head_gain"):
-            check_nonnegative(getattr(self, name), name)
-        for name in ("gamma", "gae_lambda", "value_clip_boundary_grad"):
-            check_unit_interval(getattr(self, name), name)
-        for name in ("clip_range_vf", "target_kl", "clip_observations", "clip_rewards",
-                     "clip_range_low", "clip_range_high", "loss_aggregation_norm"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 or None, got {value}")
+        for names, ok, what in _BOUNDS:
+            for name in names:
+                if not ok(getattr(self, name)):
+                    raise ValueError(f"{name} must be {what}, got {getattr(self, name)}")
         if self.clip_range_low is not None and not self.clip_range_low < 1.0:
             raise ValueError(f"clip_range_low must be < 1 (the ratio bound 1 - clip_range_low "
                              f"must be > 0), got {self.clip_range_low}")
         if self.clip_interval == "reciprocal" and self.clip_range_low is not None:
             raise ValueError("clip_range_low must be None with clip_interval='reciprocal' (the "
                              "lower bound is 1 / (1 + eps))")
-        if self.dual_clip is not None and not self.dual_clip > 1.0:
-            raise ValueError(f"dual_clip must be > 1 or None, got {self.dual_clip}")
         for name, flag in CLIP_NEEDS.items():
             if getattr(self, name) is not None and not getattr(self, flag):
                 raise ValueError(f"{name} clips the normalized values: it needs {flag}=True "
@@ -217,13 +203,17 @@ class PPOConfig:
                              f"start of each rollout) or a positive number of steps below 2**31, "
                              f"got {self.sde_sample_freq}")
         for i, width in enumerate(self.net_arch):
-            if width <= 0:
-                raise ValueError(f"net_arch[{i}] must be a positive integer, got {width}")
+            if not 0 < width <= MAX_WIDTH:
+                raise ValueError(f"net_arch[{i}] must be a positive integer <= {MAX_WIDTH} "
+                                 f"(MAX_WIDTH), got {width}")
         allowed = COMPUTE_DTYPES[self.backend]
         if self.compute_dtype not in allowed:
             raise ValueError(f"compute_dtype must be {' or '.join(map(repr, allowed))} with "
                              f"backend={self.backend!r}, got {self.compute_dtype!r}")
         rows = self.n_steps * self.n_envs
+        if rows > MAX_ROWS:
+            raise ValueError(f"n_steps * n_envs ({self.n_steps} * {self.n_envs} = {rows}) must be "
+                             f"<= {MAX_ROWS} (MAX_ROWS): the rollout would not fit in memory")
         if self.batch_size > rows:
             raise ValueError(f"batch_size ({self.batch_size}) must be <= n_steps * n_envs "
                              f"({self.n_steps} * {self.n_envs} = {rows})")
@@ -320,6 +310,29 @@ class PPOConfig:
                              gae_lambda=0.8, learning_rate=1e-3, lr_schedule="linear",
                              clip_range=0.2, clip_range_schedule="linear", ent_coef=0.0),
                       **overrides})
+
+
+#: The largest layer width (``net_arch`` entries, ``lstm_hidden_size``; a 4096 x 4096 float64
+#: weight matrix takes 128 MiB), number of envs and rollout rows (``n_steps * n_envs``) a config
+#: accepts, so that a mistyped size raises instead of allocating until memory runs out.
+MAX_WIDTH, MAX_ENVS, MAX_ROWS = 4096, 16384, 2 ** 24
+
+#: ``(fields, test, what the value must be)``: the bounds :class:`PPOConfig` checks (after each
+#: field's type, :func:`_coerce`).
+_BOUNDS = (
+    (("n_steps", "batch_size", "n_epochs"), lambda v: v > 0, "a positive integer"),
+    (("n_envs",), lambda v: 0 < v <= MAX_ENVS, f"a positive integer <= {MAX_ENVS} (MAX_ENVS)"),
+    (("lstm_hidden_size",), lambda v: 0 < v <= MAX_WIDTH,
+     f"a positive integer <= {MAX_WIDTH} (MAX_WIDTH)"),
+    (("learning_rate", "clip_range", "max_grad_norm", "adam_eps", "huber_delta",
+      "advantage_norm_eps"), lambda v: v > 0, "> 0"),
+    (("ent_coef", "vf_coef", "value_loss_scale", "policy_head_gain", "value_head_gain"),
+     lambda v: v >= 0, ">= 0"),
+    (("gamma", "gae_lambda", "value_clip_boundary_grad"), lambda v: 0 <= v <= 1, "in [0, 1]"),
+    (("clip_range_vf", "target_kl", "clip_observations", "clip_rewards", "clip_range_low",
+      "clip_range_high", "loss_aggregation_norm"), lambda v: v is None or v > 0, "> 0 or None"),
+    (("dual_clip",), lambda v: v is None or v > 1, "> 1 or None"),
+)
 
 
 class _Derived:
@@ -504,13 +517,8 @@ def _parse_value(name: str, text: str):
         # an empty item ("64,,64") is refused rather than read as a shorter architecture
         if raw in ("()", "[]"):
             return ()
-        inner = raw.strip("[]()").strip()
-        parts = [part.strip() for part in inner.split(",")]
-        if parts and parts[-1] == "" and len(parts) > 1:  # a trailing comma: "64,"
-            parts = parts[:-1]
-        try:
-            if inner == "" or any(part == "" for part in parts):
-                raise ValueError
+        parts = raw.strip("[]()").strip().removesuffix(",").split(",")  # "64," is "64"
+        try:  # int("") raises: an empty value or item ("64,,64") is refused, not dropped
             return tuple(int(part) for part in parts)
         except ValueError:
             raise ValueError(f"{name}: cannot parse {text!r} as integers like 64,64 (use () "

@@ -140,3 +140,40 @@ def test_large_but_representable_observations_still_normalize():
     trainer = PPOTrainer(env, cfg, seed=0)
     r = trainer.collect_rollout()
     assert np.isfinite(r.observations).all() and np.abs(r.observations[AT:]).max() > 0.1
+
+
+class ResetFailsEnv(gym.Wrapper):
+    """CartPole whose reset raises (``when="first"``: the first one; ``"later"``: every reset
+    after the first, so the autoreset within a step fails)."""
+
+    def __init__(self, when):
+        super().__init__(gym.make("CartPole-v1", disable_env_checker=True))
+        self.when, self.resets = when, 0
+
+    def reset(self, **kwargs):
+        self.resets += 1
+        if self.when == "first" or self.resets > 1:
+            raise RuntimeError("no reset today")
+        return self.env.reset(**kwargs)
+
+
+def test_an_env_failing_in_reset_is_reported_as_failing_in_reset():
+    """The first reset is not a rollout step: the error says reset, never 'rollout step -1'."""
+    good = lambda: gym.make("CartPole-v1", disable_env_checker=True)  # noqa: E731
+    env = same_step_vector_env([good, lambda: ResetFailsEnv("first")])
+    with pytest.raises(EnvStepError) as info:
+        PPOTrainer(env, PPOConfig(n_envs=2, n_steps=16, batch_size=32), seed=0)
+    text = str(info.value)
+    assert text == "env 1 raised RuntimeError: no reset today in reset (before vector step 0)"
+    assert info.value.env_index == 1 and info.value.rollout_step == -1
+    assert env.closed  # the trainer that could not be built closed its env
+
+
+def test_an_autoreset_failure_names_the_reset_and_the_step():
+    good = lambda: gym.make("CartPole-v1", disable_env_checker=True)  # noqa: E731
+    env = same_step_vector_env([good, lambda: ResetFailsEnv("later")])
+    trainer = PPOTrainer(env, PPOConfig(n_envs=2, n_steps=64, batch_size=32), seed=0)
+    with pytest.raises(EnvStepError, match=r"^env 1 raised RuntimeError: no reset today in reset "
+                                           r"at vector step \d+ \(rollout step \d+\)$") as info:
+        trainer.collect_rollout()
+    assert info.value.rollout_step >= 0

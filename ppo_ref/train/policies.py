@@ -1,16 +1,10 @@
 """The policies: an actor-critic network plus a distribution head, written once against a tier.
 
-A policy composes the leaf computations of its :class:`~ppo_ref.tiers.Tier` (``config.backend``
-picks it, :func:`ppo_ref.tiers.tier_for`) and never asks which tier it holds:
-:class:`MLPPolicy` uses ``tier.networks`` (:mod:`ppo_ref.spec.networks`),
-:class:`RecurrentPolicy` ``tier.recurrent_networks`` (:mod:`ppo_ref.spec.recurrent_networks`;
-its state, :class:`~ppo_ref.spec.recurrent_networks.LSTMStates` ``[L, N, H]``, is carried by the
-rollout). A *head* turns the network's ``policy_out`` into a distribution
-(``tier.distributions``): :class:`CategoricalHead`, :class:`MultiCategoricalHead`,
-:class:`GaussianHead` (the buffer keeps the raw sample, the env receives it clipped to the Box,
-as SB3), :class:`GSDEHead` (gSDE, ``config.use_sde``: its ``policy_out`` is the mean followed
-by the policy tower's latent features, and its noise, one exploration matrix per env, is drawn
-and held by the rollout).
+A policy composes the leaf computations of its :class:`~ppo_ref.tiers.Tier` (``config.backend``,
+:func:`ppo_ref.tiers.tier_for`) and never asks which tier it holds: :class:`MLPPolicy` runs
+``tier.networks``, :class:`RecurrentPolicy` ``tier.recurrent_networks`` (its state is carried by
+the rollout). A *head* (:func:`make_head`) turns the network's ``policy_out`` into a
+distribution of ``tier.distributions``.
 
 Parameters are one dict of float64 arrays (the network's keys plus the head's ``log_std``);
 policies hold none, so a trainer, a learner and actors share one policy object.
@@ -289,6 +283,18 @@ class _Policy:
         self.head_keys = tuple(self.head.init_params())
         self.dtype = np.dtype(config.compute_dtype)
 
+    def init_params(self, rng: np.random.Generator) -> Params:
+        """The network's parameters drawn from ``rng`` with the config's settings
+        (:func:`~ppo_ref.spec.networks.actor_critic_init` or
+        :func:`~ppo_ref.spec.recurrent_networks.recurrent_actor_critic_init`), plus the head's."""
+        c = self.config
+        params = self._init(rng, self.obs_dim, self.head.out_dim, net_arch=tuple(c.net_arch),
+                            activation=c.activation, policy_gain=c.policy_head_gain,
+                            value_gain=c.value_head_gain, ortho_init=bool(c.ortho_init),
+                            **self._init_options)
+        params.update(self.head.init_params())
+        return params
+
     def compute_params(self, params: Params) -> Params:
         """``params`` in the compute dtype (the same dict for float64)."""
         if self.dtype == np.float64:
@@ -336,12 +342,27 @@ class _Policy:
                    else self.head.sample(rng, out, cparams))
         return self.head.to_env(actions), state
 
-    def _head_backward(self, cache, d_log_probs, d_entropy):
-        cparams, out, actions = cache[:3]
+    def evaluate(self, params: Params, data) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+        """``(log_probs, entropy, values, cache)`` ``[B]`` of the rows of ``data`` under
+        ``params``: what :func:`ppo_ref.spec.update.run_epochs` calls (``data``: the subclass's
+        :meth:`_network_forward`)."""
+        cparams = self.compute_params(params)
+        out, values, actions, net_cache = self._network_forward(self._net(cparams), data)
+        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
+        return log_probs, entropy, values, (cparams, out, actions, net_cache)
+
+    def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:
+        """float64 gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
+        entropy + d_values * values)`` ``[B]`` for the ``cache`` of :meth:`evaluate`
+        (``d_entropy`` None: zero)."""
+        cparams, out, actions, net_cache = cache
         dtype = self.dtype
-        return self.head.backward(out, cparams, actions, d_log_probs.astype(dtype, copy=False),
-                                  None if d_entropy is None else d_entropy.astype(dtype,
-                                                                                  copy=False))
+        d_out, head_grads = self.head.backward(
+            out, cparams, actions, d_log_probs.astype(dtype, copy=False),
+            None if d_entropy is None else d_entropy.astype(dtype, copy=False))
+        net_grads = self._network_backward(self._net(cparams), net_cache, d_out,
+                                           d_values.astype(dtype, copy=False))
+        return self._grads(params, net_grads, head_grads)
 
 
 class MLPPolicy(_Policy):
@@ -353,41 +374,25 @@ class MLPPolicy(_Policy):
     ``compute_dtype``) and the tier. Raises ``ValueError`` for unsupported spaces.
     """
 
+    _init = staticmethod(actor_critic_init)
+
     def __init__(self, observation_space, action_space, config, tier):
         super().__init__(observation_space, action_space, config, tier)
         self._net_args = (config.activation, bool(config.shared_trunk))
-
-    def init_params(self, rng: np.random.Generator) -> Params:
-        """:func:`~ppo_ref.spec.networks.actor_critic_init` drawn from ``rng``, plus the head's."""
-        c = self.config
-        params = actor_critic_init(rng, self.obs_dim, self.head.out_dim,
-                                   net_arch=tuple(c.net_arch), activation=c.activation,
-                                   shared_trunk=bool(c.shared_trunk),
-                                   policy_gain=c.policy_head_gain, value_gain=c.value_head_gain,
-                                   ortho_init=bool(c.ortho_init))
-        params.update(self.head.init_params())
-        return params
+        self._init_options = {"shared_trunk": bool(config.shared_trunk)}
 
     def initial_state(self, n_envs: int) -> None:
         """No memory: None."""
         return None
 
     def _step(self, cparams, obs, state, episode_starts):
-        obs = obs.astype(self.dtype, copy=False)
         if self.head.uses_latent:  # (the latent features come from the whole pass's cache)
-            out, values, _ = self._forward(self._net(cparams), obs)
+            out, values, _, _ = self._network_forward(self._net(cparams), (obs, None))
             return out, np.array(values), None   # (a copy: not a view of a pass buffer)
-        out = self.tier.networks.policy_forward(self._net(cparams), obs, *self._net_args)
+        out = self.tier.networks.policy_forward(self._net(cparams),
+                                                obs.astype(self.dtype, copy=False),
+                                                *self._net_args)
         return out, None, None
-
-    def _forward(self, net_params: Params, obs):
-        """``(policy_out, values, cache)`` of the network; with a head that
-        ``uses_latent``, ``policy_out`` followed by the latent features."""
-        networks = self.tier.networks
-        out, values, cache = networks.actor_critic_forward(net_params, obs, *self._net_args)
-        if self.head.uses_latent:
-            out = np.concatenate([out, networks.policy_latent(net_params, cache)], axis=1)
-        return out, values, cache
 
     def values(self, cparams: Params, obs, state, episode_starts) -> np.ndarray:
         """``V(obs)`` ``[B]`` (bootstrap values) with compute-dtype parameters."""
@@ -395,23 +400,20 @@ class MLPPolicy(_Policy):
                                                 obs.astype(self.dtype, copy=False),
                                                 *self._net_args)
 
-    def evaluate(self, params: Params, data) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
-        """``(log_probs, entropy, values, cache)`` ``[B]`` of ``data = (obs [B, obs_dim],
-        actions [B, ...])`` under ``params``: what :func:`ppo_ref.spec.update.run_epochs` calls."""
+    def _network_forward(self, net_params: Params, data):
+        """``(policy_out, values, actions, cache)`` of ``data = (obs [B, obs_dim], actions [B,
+        ...])``; with a head that ``uses_latent``, ``policy_out`` followed by the latent
+        features."""
         obs, actions = data
-        cparams = self.compute_params(params)
-        out, values, net_cache = self._forward(self._net(cparams),
-                                               obs.astype(self.dtype, copy=False))
-        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
-        return log_probs, entropy, values, (cparams, out, actions, net_cache)
+        networks = self.tier.networks
+        out, values, cache = networks.actor_critic_forward(
+            net_params, obs.astype(self.dtype, copy=False), *self._net_args)
+        if self.head.uses_latent:
+            out = np.concatenate([out, networks.policy_latent(net_params, cache)], axis=1)
+        return out, values, actions, cache
 
-    def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:
-        """float64 gradients (keys of ``params``) of ``sum(d_log_probs * log_probs + d_entropy *
-        entropy + d_values * values)`` for the ``cache`` of :meth:`evaluate`."""
-        d_out, head_grads = self._head_backward(cache, d_log_probs, d_entropy)
-        net_grads = self.tier.networks.actor_critic_backward(
-            self._net(cache[0]), cache[3], d_out, d_values.astype(self.dtype, copy=False))
-        return self._grads(params, net_grads, head_grads)
+    def _network_backward(self, net_params: Params, cache, d_out, d_values) -> Params:
+        return self.tier.networks.actor_critic_backward(net_params, cache, d_out, d_values)
 
 
 class RecurrentPolicy(_Policy):
@@ -421,22 +423,15 @@ class RecurrentPolicy(_Policy):
 
     recurrent = True
 
+    _init = staticmethod(recurrent_actor_critic_init)
+
     def __init__(self, observation_space, action_space, config, tier):
         super().__init__(observation_space, action_space, config, tier)
         self._net_args = (config.activation, bool(config.lstm_shared))
         self.n_lstm = len(lstm_names(bool(config.lstm_shared)))
         self.hidden_size = int(config.lstm_hidden_size)
-
-    def init_params(self, rng: np.random.Generator) -> Params:
-        """:func:`~ppo_ref.spec.recurrent_networks.recurrent_actor_critic_init`, plus the head's."""
-        c = self.config
-        params = recurrent_actor_critic_init(
-            rng, self.obs_dim, self.head.out_dim, hidden_size=self.hidden_size,
-            lstm_shared=bool(c.lstm_shared), net_arch=tuple(c.net_arch), activation=c.activation,
-            policy_gain=c.policy_head_gain, value_gain=c.value_head_gain,
-            ortho_init=bool(c.ortho_init))
-        params.update(self.head.init_params())
-        return params
+        self._init_options = {"hidden_size": self.hidden_size,
+                              "lstm_shared": bool(config.lstm_shared)}
 
     def initial_state(self, n_envs: int) -> LSTMStates:
         """Zero states ``[L, n_envs, H]`` in the compute dtype."""
@@ -455,30 +450,22 @@ class RecurrentPolicy(_Policy):
             self._net(cparams), obs.astype(self.dtype, copy=False), state, episode_starts,
             *self._net_args)
 
-    def evaluate(self, params: Params, data) -> Tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    def _network_forward(self, net_params: Params, data):
         """The replay of ``data = (obs [T, n, obs_dim], actions [T, n, ...], state [L, n, H],
-        episode_starts [T, n])`` from ``state``: ``(log_probs, entropy, values, cache)``
-        flattened to ``[T * n]`` (row ``t * n + j``)."""
+        episode_starts [T, n])`` from ``state``: ``(policy_out, values, actions, cache)``
+        flattened to ``[T * n]`` rows (row ``t * n + j``)."""
         obs, actions, state, starts = data
         T, n = starts.shape
-        cparams = self.compute_params(params)
-        out, values, _, net_cache = self.tier.recurrent_networks.recurrent_actor_critic_forward(
-            self._net(cparams), obs.astype(self.dtype, copy=False), state, starts,
-            *self._net_args)
-        out = out.reshape(T * n, -1)
+        out, values, _, cache = self.tier.recurrent_networks.recurrent_actor_critic_forward(
+            net_params, obs.astype(self.dtype, copy=False), state, starts, *self._net_args)
         actions = actions.reshape((T * n,) + self.head.action_shape)
-        log_probs, entropy = self.head.log_prob_entropy(out, cparams, actions)
-        return log_probs, entropy, values.reshape(-1), (cparams, out, actions, net_cache, (T, n))
+        return out.reshape(T * n, -1), values.reshape(-1), actions, (cache, (T, n))
 
-    def backward(self, params: Params, cache, d_log_probs, d_entropy, d_values) -> Params:
-        """float64 gradients (keys of ``params``) by backpropagation through time, for the
-        ``cache`` of :meth:`evaluate` and ``[T * n]`` upstream gradients."""
-        T, n = cache[4]
-        d_out, head_grads = self._head_backward(cache, d_log_probs, d_entropy)
-        net_grads = self.tier.recurrent_networks.recurrent_actor_critic_backward(
-            self._net(cache[0]), cache[3], d_out.reshape(T, n, -1),
-            d_values.astype(self.dtype, copy=False).reshape(T, n))
-        return self._grads(params, net_grads, head_grads)
+    def _network_backward(self, net_params: Params, cache, d_out, d_values) -> Params:
+        """Backpropagation through time for ``[T * n]`` upstream gradients."""
+        cache, (T, n) = cache
+        return self.tier.recurrent_networks.recurrent_actor_critic_backward(
+            net_params, cache, d_out.reshape(T, n, -1), d_values.reshape(T, n))
 
 
 def make_policy(observation_space, action_space, config, tier, recurrent: bool):

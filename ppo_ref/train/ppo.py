@@ -164,24 +164,24 @@ class PPOTrainer:
         self.tier = tier_for(self.config.backend)
         init_seq, env_seq, action_seq, minibatch_seq, predict_seq = \
             np.random.SeedSequence(self.seed).spawn(5)
-        try:
+        c = self.config
+        try:  # (the env is closed when the trainer cannot be built on it)
             self.policy = make_policy(env.single_observation_space, env.single_action_space,
-                                      self.config, self.tier, self.recurrent)
+                                      c, self.tier, self.recurrent)
+            self.params = self.policy.init_params(np.random.default_rng(init_seq))
+            self.env_seeds = [int(s) for s in env_seq.generate_state(c.n_envs, dtype=np.uint32)]
+            self.collector = RolloutCollector(
+                env, self.policy, c.n_steps, normalize_observations=c.normalize_observations,
+                normalize_rewards=c.normalize_rewards, gamma=c.gamma,
+                clip_observations=c.clip_observations, clip_rewards=c.clip_rewards)
+            self.collector.reset(self.env_seeds)
         except BaseException:
             env.close()
             raise
-        self.params = self.policy.init_params(np.random.default_rng(init_seq))
         self.adam_state = adam_init(self.params)
         self.action_rng = np.random.default_rng(action_seq)
         self.minibatch_rng = np.random.default_rng(minibatch_seq)
         self.predict_rng = np.random.default_rng(predict_seq)
-        c = self.config
-        self.env_seeds = [int(s) for s in env_seq.generate_state(c.n_envs, dtype=np.uint32)]
-        self.collector = RolloutCollector(
-            env, self.policy, c.n_steps, normalize_observations=c.normalize_observations,
-            normalize_rewards=c.normalize_rewards, gamma=c.gamma,
-            clip_observations=c.clip_observations, clip_rewards=c.clip_rewards)
-        self.collector.reset(self.env_seeds)
         self.num_timesteps = self.n_updates = self.n_episodes = self.total_timesteps = 0
         self.progress_remaining = 1.0
         self.recent_returns: deque = deque(maxlen=RECENT_EPISODES)

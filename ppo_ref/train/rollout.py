@@ -72,13 +72,14 @@ class Rollout:
 
 
 class EnvStepError(RuntimeError):
-    """An environment returned something the rollout cannot train on: a non-finite or wrongly
-    shaped observation, a non-finite reward, an output that is not real numbers (complex,
-    strings, objects; flags that are not bools), or observations too large for the running
-    normalization statistics.
+    """An environment raised, or returned something the rollout cannot train on: a non-finite
+    or wrongly shaped observation, a non-finite reward, an output that is not real numbers
+    (complex, strings, objects; flags that are not bools), or observations too large for the
+    running normalization statistics.
 
     Attributes: ``env_index`` (the sub-env, -1 when unknown), ``vector_step`` (vector steps
-    completed before the failing one) and ``rollout_step`` (row ``t`` of the rollout).
+    completed before the failing one) and ``rollout_step`` (row ``t`` of the rollout; -1: the
+    failure was in ``reset``).
     """
 
     def __init__(self, message: str, env_index: int, vector_step: int, rollout_step: int):
@@ -86,6 +87,14 @@ class EnvStepError(RuntimeError):
         self.env_index = env_index
         self.vector_step = vector_step
         self.rollout_step = rollout_step
+
+
+def _env_error(text: str, env_index: int, vector_step: int, rollout_step: int) -> EnvStepError:
+    """:class:`EnvStepError` saying ``text`` and where: in the reset (``rollout_step`` -1) or at
+    the vector step (and rollout step)."""
+    where = (f"in reset (before vector step {vector_step})" if rollout_step < 0
+             else f"at vector step {vector_step} (rollout step {rollout_step})")
+    return EnvStepError(f"{text} {where}", env_index, vector_step, rollout_step)
 
 
 _REWARD_TYPES = frozenset({float, int, np.float64, np.float32, np.int64, np.int32})
@@ -108,9 +117,8 @@ class _CheckedEnv(gym.Wrapper):
 
     ppo_ref_pending = None
 
-    def __init__(self, env, index: int):
+    def __init__(self, env):
         super().__init__(env)
-        self.ppo_ref_index = index
         self._last_obs = None
         self._shape = tuple(env.observation_space.shape or ())
 
@@ -181,16 +189,14 @@ def _raise_env_failure(info, vector_step: int, rollout_step: int) -> None:
     texts, mask = info[ENV_FAILURE_KEY], info.get("_" + ENV_FAILURE_KEY)
     for i in range(len(texts)):
         if mask is None or mask[i]:
-            raise EnvStepError(f"env {i} {texts[i]} (vector step {vector_step}, rollout step "
-                               f"{rollout_step})", i, vector_step, rollout_step)
+            text = f"env {i} {texts[i]}"  # (a text from reset says so)
+            if rollout_step < 0:
+                raise EnvStepError(f"{text} (before vector step {vector_step})", i, vector_step,
+                                   rollout_step)
+            raise _env_error(text, i, vector_step, rollout_step)
 
 
-def _inner(env):
-    """A sub-env without :class:`_CheckedEnv` (what its saved state describes)."""
-    return env.env if isinstance(env, _CheckedEnv) else env
-
-
-def _make_single(env_id: str, env_kwargs: Optional[dict], index: int, in_worker: bool):
+def _make_single(env_id: str, env_kwargs: Optional[dict], in_worker: bool):
     def thunk():
         if in_worker:  # an AsyncVectorEnv worker never outlives the trainer, and leaves Ctrl-C
             # (sent to the whole process group) to the trainer, which closes the workers itself
@@ -198,8 +204,7 @@ def _make_single(env_id: str, env_kwargs: Optional[dict], index: int, in_worker:
             from ppo_ref._lifeline import exit_with_parent
             exit_with_parent()
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-        return _CheckedEnv(gym.make(env_id, disable_env_checker=True, **(env_kwargs or {})),
-                           index)
+        return _CheckedEnv(gym.make(env_id, disable_env_checker=True, **(env_kwargs or {})))
     return thunk
 
 
@@ -233,7 +238,7 @@ def make_vector_env(env_id: str, n_envs: int, *, vectorization: str = "sync",
         gym.spec(name)
     except (gym.error.Error, ImportError) as exc:
         raise ValueError(f"env {env_id!r} is not a gymnasium id that can be made: {exc}") from None
-    fns = [_make_single(env_id, env_kwargs, i, vectorization == "async") for i in range(n_envs)]
+    fns = [_make_single(env_id, env_kwargs, vectorization == "async") for _ in range(n_envs)]
     if vectorization == "sync":
         return SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.SAME_STEP)
     return AsyncVectorEnv(fns, copy=True, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -282,8 +287,7 @@ class RolloutCollector:
                  clip_observations: Optional[float] = None, clip_rewards: Optional[float] = None):
         check_vector_env(env)
         if isinstance(env, SyncVectorEnv):  # a user's sub-envs are checked as make_vector_env's
-            env.envs = [e if isinstance(e, _CheckedEnv) else _CheckedEnv(e, i)
-                        for i, e in enumerate(env.envs)]
+            env.envs = [e if isinstance(e, _CheckedEnv) else _CheckedEnv(e) for e in env.envs]
         self.base_env = env
         self.policy = policy
         self.n_steps = int(n_steps)
@@ -318,29 +322,27 @@ class RolloutCollector:
         try:
             obs = np.asarray(raw)
         except (ValueError, TypeError) as exc:
-            raise EnvStepError(f"the vector env returned observations that are not a numeric "
-                               f"array at vector step {step}: {exc}", -1, step,
-                               rollout_step) from None
+            raise _env_error(f"the vector env returned observations that are not a numeric "
+                             f"array ({exc})", -1, step, rollout_step) from None
         if obs.dtype.kind not in "biuf" or obs.shape != self._obs_shape:
-            raise EnvStepError(f"the vector env returned observations of dtype {obs.dtype} and "
-                               f"shape {obs.shape}, expected real numbers of shape "
-                               f"{self._obs_shape}, at vector step {step}", -1, step,
-                               rollout_step)
+            raise _env_error(f"the vector env returned observations of dtype {obs.dtype} and "
+                             f"shape {obs.shape}, expected real numbers of shape "
+                             f"{self._obs_shape},", -1, step, rollout_step)
         np.copyto(out, obs.reshape(out.shape))
         if not np.isfinite(out).all():
             i = int(np.argmin(np.isfinite(out).all(axis=1)))
-            raise EnvStepError(f"env {i} returned a non-finite observation {out[i].tolist()} at "
-                               f"vector step {step}", i, step, rollout_step)
+            raise _env_error(f"env {i} returned a non-finite observation {out[i].tolist()}", i,
+                             step, rollout_step)
         if self.obs_moments is None:
             return
         if self.update_statistics:
             moments = update_moments(self.obs_moments, out)
             if not (np.isfinite(moments.mean).all() and np.isfinite(moments.var).all()):
                 i = int(np.argmax(np.abs(out).max(axis=1)))
-                raise EnvStepError(f"env {i} returned an observation too large to normalize at "
-                                   f"vector step {step}: the running variance overflows float64 "
-                                   f"(components above ~1.3e154); scale the observations or turn "
-                                   f"normalize_observations off", i, step, rollout_step)
+                raise _env_error(f"env {i} returned an observation too large to normalize (the "
+                                 f"running variance overflows float64: components above "
+                                 f"~1.3e154; scale the observations or turn "
+                                 f"normalize_observations off)", i, step, rollout_step)
             self.obs_moments = moments
         out[...] = self.normalize_obs(out)
 
@@ -376,8 +378,8 @@ class RolloutCollector:
         rewards = np.asarray(rewards)
         if not np.isfinite(rewards).all():  # (checked raw; here after the reward scaling)
             i = int(np.argmin(np.isfinite(rewards)))
-            raise EnvStepError(f"env {i}: the scaled reward is not finite at vector step "
-                               f"{self.vector_steps - 1}", i, self.vector_steps - 1, rollout_step)
+            raise _env_error(f"env {i}: the scaled reward is not finite", i,
+                             self.vector_steps - 1, rollout_step)
         rewards = rewards.astype(np.float64)
         if self.clip_rewards is not None:
             np.clip(rewards, -self.clip_rewards, self.clip_rewards, out=rewards)
@@ -391,26 +393,23 @@ class RolloutCollector:
         try:
             raw_obs, rewards, terminated, truncated, info = env.step(actions)
         except (ValueError, TypeError) as exc:  # observations the vector env cannot stack
-            raise EnvStepError(f"the vector env failed at vector step {step}: "
-                               f"{type(exc).__name__}: {one_line(exc, 200)}", -1, step,
-                               rollout_step) from None
+            raise _env_error(f"the vector env failed ({type(exc).__name__}: "
+                             f"{one_line(exc, 200)})", -1, step, rollout_step) from None
         except (EOFError, ConnectionError) as exc:  # an AsyncVectorEnv worker died
-            raise EnvStepError(f"an env worker process of the async vector env ended (killed, "
-                               f"or its env exited) at vector step {step}: "
-                               f"{type(exc).__name__}", -1, step, rollout_step) from None
+            raise _env_error(f"an env worker process of the async vector env ended (killed, "
+                             f"or its env exited: {type(exc).__name__})", -1, step,
+                             rollout_step) from None
         _raise_env_failure(info, step, rollout_step)
         rewards = np.asarray(rewards)
         for what, arr, kinds in (("rewards", rewards, "biuf"),
                                  ("terminated", np.asarray(terminated), "b"),
                                  ("truncated", np.asarray(truncated), "b")):
             if arr.dtype.kind not in kinds or arr.shape != (n,):
-                raise EnvStepError(f"the vector env returned {what} of dtype {arr.dtype} and "
-                                   f"shape {arr.shape} at vector step {step}", -1, step,
-                                   rollout_step)
+                raise _env_error(f"the vector env returned {what} of dtype {arr.dtype} and "
+                                 f"shape {arr.shape}", -1, step, rollout_step)
         if not np.isfinite(rewards).all():
             i = int(np.argmin(np.isfinite(rewards)))
-            raise EnvStepError(f"env {i} returned a non-finite reward at vector step {step}", i,
-                               step, rollout_step)
+            raise _env_error(f"env {i} returned a non-finite reward", i, step, rollout_step)
         return raw_obs, rewards, terminated, truncated, info
 
     def _final_obs(self, info, envs, rollout_step: int) -> np.ndarray:
@@ -421,14 +420,14 @@ class RolloutCollector:
             try:
                 a = np.asarray(info["final_obs"][i])
             except (KeyError, IndexError, TypeError):
-                raise EnvStepError("info has no 'final_obs' on a truncated step: the vector env "
-                                   "is not in SAME_STEP autoreset mode", int(i), step,
-                                   rollout_step) from None
+                raise _env_error("info has no 'final_obs' on a truncated step (the vector env "
+                                 "is not in SAME_STEP autoreset mode)", int(i), step,
+                                 rollout_step) from None
             if (a.dtype.kind not in "biuf" or a.shape != self.policy.obs_shape
                     or not np.isfinite(a).all()):
-                raise EnvStepError(f"env {int(i)} returned a final observation that is not a "
-                                   f"finite real array of shape {self.policy.obs_shape} at vector "
-                                   f"step {step}", int(i), step, rollout_step)
+                raise _env_error(f"env {int(i)} returned a final observation that is not a "
+                                 f"finite real array of shape {self.policy.obs_shape}", int(i),
+                                 step, rollout_step)
             rows.append(a.reshape(-1).astype(np.float64))
         return self.normalize_obs(np.stack(rows))
 
@@ -561,7 +560,7 @@ class RolloutCollector:
     def _sub_env_states(self) -> List[Dict[str, Any]]:
         base = self.base_env
         if isinstance(base, SyncVectorEnv):
-            return [single_env_state(_inner(e)) for e in base.envs]
+            return [single_env_state(e.env) for e in base.envs]  # (inside its _CheckedEnv)
         try:
             return list(base.call("ppo_ref_state"))
         except Exception as exc:  # noqa: BLE001  (a user's vector env without _CheckedEnv)
@@ -575,7 +574,7 @@ class RolloutCollector:
         base = self.base_env
         if isinstance(base, SyncVectorEnv):
             for e, s in zip(base.envs, states):
-                restore_single_env_state(_inner(e), s)
+                restore_single_env_state(e.env, s)
             return
         try:
             base.set_attr("ppo_ref_pending", list(states))
