@@ -122,7 +122,9 @@ def test_sigterm_stops_every_seed_and_still_writes_the_summary(tmp_path, name, c
     assert proc.returncode == code, out
     with open(os.path.join(run_dir, "summary.json")) as f:
         runs = json.load(f)["runs"]
-    assert [r["exit_code"] for r in runs] == [143, 143]
+    logs = {r["seed"]: open(os.path.join(run_dir, f"seed{r['seed']}.log")).read()[-3000:]
+            for r in runs if r["exit_code"] != 143}  # what a seed that did not stop said
+    assert [r["exit_code"] for r in runs] == [143, 143], logs
     for r in runs:  # each stopped run resumes where it stopped
         saved = r["timesteps"]
         assert 0 < saved < 1_000_000
