@@ -313,9 +313,10 @@ class PPOConfig:
 
 
 #: The largest layer width (``net_arch`` entries, ``lstm_hidden_size``; a 4096 x 4096 float64
-#: weight matrix takes 128 MiB), number of envs and rollout rows (``n_steps * n_envs``) a config
-#: accepts, so that a mistyped size raises instead of allocating until memory runs out.
-MAX_WIDTH, MAX_ENVS, MAX_ROWS = 4096, 16384, 2 ** 24
+#: weight matrix takes 128 MiB), number of envs (each a Python object or a process of this
+#: machine, stepped in turn) and rollout rows (``n_steps * n_envs``) a config accepts, so that a
+#: mistyped size raises instead of allocating until memory runs out.
+MAX_WIDTH, MAX_ENVS, MAX_ROWS = 4096, 4096, 2 ** 24
 
 #: ``(fields, test, what the value must be)``: the bounds :class:`PPOConfig` checks (after each
 #: field's type, :func:`_coerce`).

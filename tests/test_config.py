@@ -199,7 +199,7 @@ def test_batch_size_bound_uses_all_envs():
     ("net_arch=100000000", r"^net_arch\[0\] must be a positive integer <= 4096"),
     ("net_arch=64,5000", r"^net_arch\[1\] must be a positive integer <= 4096"),
     ("lstm_hidden_size=100000", r"^lstm_hidden_size must be a positive integer <= 4096"),
-    ("n_envs=1000000", r"^n_envs must be a positive integer <= 16384"),
+    ("n_envs=1000000", r"^n_envs must be a positive integer <= 4096"),
     ("n_steps=100000000", r"^n_steps \* n_envs \(100000000 \* 1 = 100000000\) must be <= "),
 ])
 def test_sizes_that_cannot_be_allocated_are_refused_naming_the_field(override, match):
@@ -207,8 +207,8 @@ def test_sizes_that_cannot_be_allocated_are_refused_naming_the_field(override, m
     networks or rollout buffers until memory runs out."""
     with pytest.raises(ValueError, match=match):
         PPOConfig(**parse_overrides([override]))
-    PPOConfig(net_arch=(4096, 4096), lstm_hidden_size=4096, n_envs=16384, n_steps=1024,
-              batch_size=64)  # the largest sizes accepted
+    PPOConfig(net_arch=(4096, 4096), lstm_hidden_size=4096, n_envs=4096, n_steps=4096,
+              batch_size=64)  # the largest sizes accepted (4096 * 4096 = 2**24 rows)
 
 
 def test_nan_single_element_refuses_a_one_row_minibatch():

@@ -14,10 +14,10 @@ from typing import Any, Dict, Optional
 import gymnasium
 
 from ppo_ref._checks import one_line
-from ppo_ref.config import PPOConfig
+from ppo_ref.config import MAX_ENVS, PPOConfig
 from ppo_ref.vectors.codec import read_json_file
 
-__all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENVS",
+__all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "nothing_saved",
@@ -28,11 +28,10 @@ __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS", "MAX_N_ENV
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
 # Stated upper bounds of the counts the command line accepts (refused before anything is
-# created): step counters are exact in float64 up to 2**53; each env is a Python object stepped
-# in turn (sync) or a process (async), and each actor a process, so more than these would run
-# for minutes per rollout on one machine; seeds are 63-bit (episode i of eval uses seed + i).
+# created; n_envs: :data:`ppo_ref.config.MAX_ENVS`): step counters are exact in float64 up to
+# 2**53; each actor is a process, so more would run for minutes per rollout on one machine;
+# seeds are 63-bit (episode i of eval uses seed + i).
 MAX_TOTAL_TIMESTEPS = 2 ** 53
-MAX_N_ENVS = 4096
 MAX_NUM_ACTORS = 256
 MAX_SEED = 2 ** 63 - 1
 MAX_EPISODES = 10 ** 6
@@ -83,24 +82,21 @@ def building(what: str):
 
 
 def check_n_envs(value, source: str) -> None:
-    """The one bound of ``n_envs`` (:data:`MAX_N_ENVS`), whatever gave it (``--n-envs``,
-    ``--set n_envs=``, a checkpoint's or a config.json's config): :class:`UsageError` naming
-    ``source``, raised before anything is built."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_N_ENVS:
-        raise UsageError(f"{source}: n_envs must be in [1, {MAX_N_ENVS}] (each env is a Python "
+    """``--n-envs`` within :data:`ppo_ref.config.MAX_ENVS` (the config's own bound), checked
+    before anything is built: :class:`UsageError` naming ``source`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENVS:
+        raise UsageError(f"{source}: n_envs must be in [1, {MAX_ENVS}] (each env is a Python "
                          f"object or a process of this machine), got {value!r}")
 
 
 def saved_config(config_dict, source: str):
-    """The :class:`~ppo_ref.config.PPOConfig` a checkpoint or config.json records, checked
-    (:func:`check_n_envs`) before anything is built from it; :class:`UsageError` naming
-    ``source`` otherwise."""
+    """The :class:`~ppo_ref.config.PPOConfig` a checkpoint or config.json records (its bounds
+    checked before anything is built from it); :class:`UsageError` naming ``source``
+    otherwise."""
     with user_input(f"{source}: bad config"):
         if not isinstance(config_dict, dict):
             raise ValueError("not a JSON object")
-        config = PPOConfig.from_dict(config_dict)
-    check_n_envs(config.n_envs, source)
-    return config
+        return PPOConfig.from_dict(config_dict)
 
 
 def _abandon(env, workers) -> None:

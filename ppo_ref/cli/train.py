@@ -26,14 +26,14 @@ from ppo_ref._checks import one_line
 from ppo_ref.cli.ahead import start_compiling_ahead, stop_compiling_ahead
 from ppo_ref.cli.async_train import cli_async_config, cli_restart, cli_resume, cli_train
 from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_TIMESTEPS,
-                                HELD_LOCKS, MAX_N_ENVS, MAX_NUM_ACTORS, MAX_SEED,
+                                HELD_LOCKS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
                                 stopped_how,
                                 UsageError, building, check_n_envs, check_same_run, close_quickly,
                                 nothing_saved, policy_of_trainer, probe_env, read_run_info,
                                 rollout_note, saved_config, trainer_class, trainer_class_by_name,
                                 user_input)
-from ppo_ref.config import PRESETS, PPOConfig, parse_overrides
+from ppo_ref.config import MAX_ENVS, PRESETS, PPOConfig, parse_overrides
 from ppo_ref.distributed import make_learner
 from ppo_ref.distributed.messages import ActorLearnerError
 from ppo_ref.io.checkpoint import (TEMPORARY_PREFIX, check_env_import, load_checkpoint,
@@ -140,7 +140,7 @@ def configure_train(p: argparse.ArgumentParser) -> None:
                         f"budget of --env when the zoo settings are used, else "
                         f"{DEFAULT_TIMESTEPS}; with --resume: the checkpoint's target)")
     p.add_argument("--n-envs", type=int, default=None,
-                   help=f"parallel envs, at most {MAX_N_ENVS} (overrides the config)")
+                   help=f"parallel envs, at most {MAX_ENVS} (overrides the config)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the run, 0 to 2**63 - 1 (default 0)")
     p.add_argument("--seeds", default=None, metavar="SEEDS",
@@ -685,7 +685,6 @@ def _train_new(args: argparse.Namespace, hold: contextlib.ExitStack):
         else default_timesteps(env_id, args.preset)
     with user_input():
         config = build_config(env_id, args.preset, args.overrides, args.n_envs, args.backend)
-    check_n_envs(config.n_envs, "--set n_envs" if args.n_envs is None else "--n-envs")
     if args.use_async:  # refused before anything is printed or created
         args.seed, args.env, args.total_timesteps = seed, env_id, total
         args.num_actors = 4 if args.num_actors is None else args.num_actors
