@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import test_tiers
+from early_commands import assert_succeeded, python_call
 from ppo_ref.config import PPOConfig
 from ppo_ref.tiers import tier_for
 
@@ -136,6 +137,25 @@ def interpreted(tmp_path_factory):
 @pytest.fixture(scope="module")
 def compiled():
     return fast_results()
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1",
+                    reason="this process is interpreted")
+@pytest.mark.early_command(python_call(_dump, "{dir}/results.pickle"), timeout=900)
+def test_compiled_results_are_the_same_bits_in_another_process(early_command, request):
+    """Every case's compiled result in a process of its own has the bits of this process's (no
+    result depends on the addresses of its arrays or on what ran before it in a process). The
+    other process runs first, at the end of collection, beside the tests before this one: the
+    kernels it compiles are cached by the time this process needs them."""
+    directory = assert_succeeded(early_command)
+    with open(os.path.join(directory, "results.pickle"), "rb") as f:
+        other = pickle.load(f)
+    compiled = request.getfixturevalue("compiled")  # after the other process: from its cache
+    assert list(other) == list(compiled)
+    for key in compiled:
+        assert not isinstance(compiled[key], str), f"{key}: {compiled[key]}"
+        test_tiers._compare(other[key], compiled[key], rtol=0.0, atol=0.0,
+                            where=f"{key}: this process != another process")
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_DISABLE_JIT") == "1",
