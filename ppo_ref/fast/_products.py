@@ -1,29 +1,8 @@
 """Machinery of the compiled networks (private): fused multiply-adds, ``tanh`` from basic
-operations, and products ``out += a @ w_t`` as chains of FMAs in index order.
-
-Shared by the compiled LSTM (:mod:`ppo_ref.fast.lstm`) and the compiled MLP
-(:mod:`ppo_ref.fast._mlp`). Nothing here is a twin of a spec function; it is how the twins
-compute their products and activations.
-
-Products. :func:`_add_products` adds ``sum_k a[n, k] * w_t[k, j]`` to ``out[n, j]`` term by term
-in the order ``k = 0, 1, ..., K-1``, each term by one fused multiply-add (:func:`_fma`, one
-rounding). Which loop or register block computes an element never changes its operations, so a
-row's result does not depend on the other rows of the call (a BLAS product's rounding can), nor
-on the machine's vector width. That is what lets a network's fast twin act on N rows, replay T
-steps of them or train on any subset and give every row the same bits.
-
-``tanh``. :func:`_tanh` (float64) and :func:`_tanh_f32` (float32) are made of basic IEEE
-operations, so the loops calling them vectorize (numba's ``math.tanh`` is a scalar library call,
-which does not). :func:`_tanh_any` picks the one of the argument's dtype.
-
-Vector width. :func:`_wide` asks LLVM for 512-bit vectors in the kernel that calls it (on a
-target with AVX-512; elsewhere nothing changes). Vector width never changes a result: no
-fastmath, no reassociation.
-
-Interpreted (``NUMBA_DISABLE_JIT=1``). Every function here also runs as plain Python with the
-same results: :func:`_fma` by exact rational arithmetic, and :func:`_fma`, :func:`_tanh`,
-:func:`_tanh_f32` and :func:`_add_products` on whole NumPy arrays at once (elementwise the same
-operations), so an interpreted network pass takes seconds, not hours.
+operations, products ``out += a @ w_t`` as chains of FMAs in index order, and arrays reused
+across calls. Why each exists and what it guarantees (the same bits whichever rows share a call,
+on any vector width; interpreted under ``NUMBA_DISABLE_JIT=1`` with the same results):
+docs/fast_tier_notes.md; what each buys: docs/BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -50,9 +29,7 @@ _ZERO = np.float32(0.0)
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 
-# --------------------------------------------------------------------------------------------
 # Fused multiply-add
-# --------------------------------------------------------------------------------------------
 
 
 def _fma(a, b, c):
@@ -218,26 +195,20 @@ def _select_lower(context, builder, sig, args):
     return builder.select(cond, a, b)
 
 
-# --------------------------------------------------------------------------------------------
 # Vector width
-# --------------------------------------------------------------------------------------------
 
 
 def _wide():
-    """Ask for 512-bit vectors in the compiled kernel that calls it (a no-op when interpreted).
-
-    LLVM tunes its x86 targets that have AVX-512 to vectorize loops 256 bits wide; compiled,
-    :func:`_wide` marks the calling function ``"prefer-vector-width"="512"``. The attribute
-    only states a preference; results never depend on it (no fastmath, no reassociation).
-    """
+    """Ask for 512-bit vectors in the compiled kernel that calls it (a no-op when interpreted):
+    LLVM vectorizes 256 bits wide on AVX-512 targets unless the function is marked
+    ``"prefer-vector-width"="512"``. Results never depend on it (no fastmath)."""
 
 
 @_lowered(_wide, lambda context: types.none)
 def _wide_lower(context, builder, sig, args):
-    """Compiled :func:`_wide`: adds the attribute to the function being lowered (the caller).
-    llvmlite checks attribute names against a list without key-value attributes, so the set's
-    own ``add`` writes it verbatim; should a later llvmlite store attributes otherwise, nothing
-    is added (the same results)."""
+    """Compiled :func:`_wide`: adds the attribute to the calling function (verbatim through
+    the set's own ``add``: llvmlite's check knows no key-value attributes; should a later
+    llvmlite store attributes otherwise, nothing is added)."""
     attributes = builder.function.attributes
     if isinstance(attributes, set):
         set.add(attributes, '"prefer-vector-width"="512"')
@@ -258,9 +229,7 @@ def _target_vector_bits() -> int:
 
 _VECTOR_BITS = _target_vector_bits()
 
-# --------------------------------------------------------------------------------------------
 # tanh
-# --------------------------------------------------------------------------------------------
 
 _LN2_HI = 6.93147180369123816490e-01   # ln 2 rounded to 32 significant bits: k * _LN2_HI is
 _LN2_LO = 1.90821492927058770002e-10   # exact for |k| < 2^20; _LN2_HI + _LN2_LO = ln 2
@@ -395,9 +364,7 @@ def _tanh_any_compiled(x):
     return lambda x: _tanh(x)
 
 
-# --------------------------------------------------------------------------------------------
 # Products
-# --------------------------------------------------------------------------------------------
 
 # Register blocks of _add_products: R rows x V vectors of the target's width (8 float64 or 16
 # float32 lanes with AVX-512, 4 or 8 with AVX2), the accumulators in registers for the whole k
@@ -512,28 +479,22 @@ _FULL1, _HALF1, _ONE1 = (_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROW
 
 
 def _add_products(out, a, w_t):
-    """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
-    K-1, each term added by one fused multiply-add: every element ``out[n, j]`` the chain
-    ``fma(a[n, K-1], w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], out[n, j]))``.
+    """``out[n, j] += sum_k a[n, k] * w_t[k, j]``: every element the chain ``fma(a[n, K-1],
+    w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], out[n, j]))``, k in increasing order.
 
-    ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]`` (the weight pre-transposed so j is
-    contiguous): 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t``
-    C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views, so that one
-    compiled version per dtype serves every call); other operands are refused when the caller
-    is compiled (a ``TypingError``).
-
-    Compiled (:func:`_add_products_compiled`): register blocks of rows by vectors of columns.
-    Interpreted: one whole-array FMA per k (:func:`_fma`), the same chains.
+    ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]``: one dtype, float64 or float32, ``out`` and
+    ``w_t`` C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views: one
+    compiled version per dtype); other operands are a ``TypingError`` when compiled.
+    Compiled: :func:`_add_products_compiled`; interpreted: one whole-array FMA per k.
     """
     for k in range(a.shape[1]):
         out[...] = _fma(a[:, k:k + 1], w_t[k:k + 1, :], out)
 
 
 def _add_products_compiled(out, a, w_t):
-    """Compiled :func:`_add_products`: the register blocks (:func:`_block_intrinsic`; the
-    comment above them), then the columns right of the last vector (fewer than a vector's
-    lanes: a value head, a policy head of a few actions) as eight rows' chains at a time, in
-    registers. An element's chain is the same whichever of them computes it."""
+    """Compiled :func:`_add_products`: the register blocks (the comment above them), then the
+    columns right of the last vector (a value head, a policy head of a few actions) eight rows'
+    chains at a time. An element's chain is the same whichever of them computes it."""
     lanes = _vector_lanes(out)
     pair, wide = 2 * lanes, 4 * lanes
     n_rows, n_k = a.shape
@@ -635,21 +596,13 @@ def _transpose_into(a, a_t):
                 a_t[j, n] = a[n, j]
 
 
-# --------------------------------------------------------------------------------------------
 # Arrays reused across calls
-# --------------------------------------------------------------------------------------------
 
-# A pass of a network twin writes a few MB of arrays. glibc's malloc serves arrays that large
-# from mmap or the top of the heap and gives them back to the kernel when they are freed, so
-# fresh arrays are faulted in page by page at every call (at the LSTM benchmark's shapes, as
-# long as the compiled pass itself). A twin therefore takes its arrays as one bundle from this
-# pool: a bundle is handed out again only when none of its arrays is referenced outside the
-# pool, as CPython counts references, nor, for an array that is a view (:func:`_aligned`), the
-# array owning its memory (NumPy makes a view of a view hold the owner, not the view). So
-# results a caller still holds (a cache waiting for its backward pass) are never overwritten:
-# that call gets another bundle. Per thread; at most _BUNDLES_PER_KEY bundles per key and
-# _KEYS keys (the least recently used key is dropped).
-
+# A twin's pass takes its arrays as one bundle from a per-thread pool (freshly allocated arrays
+# that large are faulted in page by page at every call: docs/BENCHMARKS.md). A bundle is handed
+# out again only when none of its arrays, nor the owner of one that is a view, is referenced
+# outside the pool (CPython's counts): results a caller still holds are never overwritten. At
+# most _BUNDLES_PER_KEY bundles per key and _KEYS keys (the least recently used dropped).
 _BUNDLES_PER_KEY = 4
 _KEYS = 16
 _pools = threading.local()
