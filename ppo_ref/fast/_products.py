@@ -399,14 +399,10 @@ def _vector_lanes_lower(context, builder, sig, args):
 
 def _block_intrinsic(rows, vectors):
     """The register block of ``rows`` rows by ``vectors`` vector registers of columns, an
-    intrinsic ``(out, a, w_t, n, j0)``: for ``m = n .. n + rows - 1`` and the ``vectors *
-    lanes`` columns ``j`` from ``j0``, ``out[m, j] = fma(a[m, K-1], w_t[K-1, j], ...
-    fma(a[m, 0], w_t[0, j], out[m, j]))``. The accumulators stay in vector registers for the
-    whole k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` broadcast
-    into an ``llvm.fma`` per accumulator: element for element the chain of the scalar loop, no
-    reassociation. ``out`` and ``w_t`` 2-D C-contiguous (read and written as vectors), ``a``
-    2-D of any strides (read as scalars), one dtype, float64 or float32 (else a
-    ``TypingError``)."""
+    intrinsic ``(out, a, w_t, n, j0)``: the chains of :func:`_add_products` for the rows ``n ..
+    n + rows - 1`` and the ``vectors * lanes`` columns from ``j0``, the accumulators in vector
+    registers for the whole k loop (per k: each weight vector loaded once, ``a[m, k]``
+    broadcast, one ``llvm.fma`` per accumulator). Operands as :func:`_add_products`."""
     def block(typingctx, out, a, w_t, n, j0):
         if not (all(isinstance(t, types.Array) and t.ndim == 2 and t.dtype == out.dtype
                     for t in (out, a, w_t)) and out.layout == w_t.layout == "C"

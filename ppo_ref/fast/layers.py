@@ -74,15 +74,12 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
 
 def _arrays(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
     """``(x, ws, bs)``: ``x [..., in]`` as C-contiguous ``[M, in]`` rows of the compute dtype
-    (``dt``; when None float32 if ``x`` and every parameter are float32, else float64) and the
-    layers' weights and biases as tuples padded with empty arrays to a multiple of 8 entries.
-
-    Without ``convert`` the parameters are passed on as they are when the first weight and the
-    first bias have the compute dtype (a parameter of another dtype, rank or layout then makes
-    the compiled call fail to type: the callers call again with ``convert``); with it (always
-    when ``NUMBA_DISABLE_JIT``: nothing is typed), every one is made a C-contiguous array of
-    the compute dtype, and one of the wrong rank raises ``ValueError``.
-    """
+    (``dt``; None: float32 if ``x`` and every parameter are float32, else float64) and the
+    weights and biases as tuples padded with empty arrays to a multiple of 8 entries. The
+    parameters are passed on as they are when the first weight and bias have the compute dtype
+    (another dtype, rank or layout then fails to type: the callers retry with ``convert``,
+    which makes each a C-contiguous array of the compute dtype, ``ValueError`` if of the wrong
+    rank; always under ``NUMBA_DISABLE_JIT``)."""
     convert = convert or _numba_config.DISABLE_JIT
     ws, bs = net.weights(params), net.biases(params)
     if type(x) is not np.ndarray:
