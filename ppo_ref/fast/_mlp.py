@@ -35,9 +35,6 @@ from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _se
 #: padded to whole vector registers): the same chains, without transposing the weights.
 _FEW = 16
 
-#: Rows per product call in the row-major forward (a chunk's outputs stay in the L1 cache).
-_CHUNK = 48
-
 #: A weight gradient of fewer inputs than this (and at least as many outputs) is formed
 #: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
 _NARROW = 16
@@ -142,14 +139,12 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu, buff
         else:
             w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
             _transpose_into(w, w_t)
-            for lo in range(0, rows, _CHUNK):     # a chunk's outputs stay in the L1 cache
-                hi = min(lo + _CHUNK, rows)
-                for n in range(lo, hi):
-                    for j in range(n_out):
-                        a[n, j] = b[j]
-                _add_products(a[lo:hi], _strided(h[lo:hi]), w_t)
-                if activate:
-                    _activate(a[lo:hi].reshape(-1), relu)
+            for n in range(rows):
+                for j in range(n_out):
+                    a[n, j] = b[j]
+            _add_products(a, _strided(h), w_t)
+            if activate:
+                _activate(a.reshape(-1), relu)
         h = a
         if i == n_trunk - 1:
             z, z_t = a, h_t
