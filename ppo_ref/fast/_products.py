@@ -231,12 +231,6 @@ _VECTOR_BITS = _target_vector_bits()
 
 # tanh
 
-_LN2_HI = 6.93147180369123816490e-01   # ln 2 rounded to 32 significant bits: k * _LN2_HI is
-_LN2_LO = 1.90821492927058770002e-10   # exact for |k| < 2^20; _LN2_HI + _LN2_LO = ln 2
-_INV_LN2 = 1.44269504088896338700e+00  # 1 / ln 2
-_ROUND = 6755399441055744.0            # 1.5 * 2^52: (v + _ROUND) - _ROUND = v rounded to integer
-
-
 def _compile_exponent(py_func, nb_float, ll_float, int_bits, bias, mantissa_bits):
     """Compile ``py_func(k)`` (``k`` of type ``nb_float``, integer-valued) as ``2.0 ** k``: the
     float whose exponent field is ``k + bias`` and whose mantissa is zero (an integer shift and
@@ -264,58 +258,6 @@ def _pow2(k, one=1.0):
 _compile_exponent(_pow2, types.float64, llvm_ir.DoubleType(), 64, 1023, 52)  # compiled: k only
 
 
-@njit
-def _tanh(x):
-    """tanh(x) in float64 from basic IEEE operations only, so that loops calling it vectorize.
-
-    With ``a = min(|x|, 20)`` (tanh(20) rounds to 1) and ``e(y) = exp(y) - 1`` (expm1)::
-
-        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
-
-    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
-    ``y = k ln2 + r`` with ``k = round(y / ln2)``, ``|r| <= ln2 / 2``, ``k ln2`` subtracted in two
-    parts (Cody & Waite); ``e(r)`` = its Taylor series to ``r^13 / 13!`` (truncation < 2e-17
-    relative); ``e(y) = 2^k e(r) + (2^k - 1)``. Within 3 units in the last place of NumPy's
-    ``np.tanh``, never above 1 in magnitude; +-inf give +-1, NaN gives NaN. ``x`` may also be a
-    NumPy array (interpreted: the same operations elementwise).
-    """
-    a = np.minimum(abs(x), 20.0)
-    big = a > 0.55
-    y = _select(big, 2.0 * a, -2.0 * a)
-    k = (y * _INV_LN2 + _ROUND) - _ROUND
-    r = (y - k * _LN2_HI) - k * _LN2_LO
-    p = 1.0 / 6227020800.0             # Horner: e(r) = r + r^2 (1/2! + r (1/3! + ... r / 13!))
-    p = _fma(p, r, 1.0 / 479001600.0)
-    p = _fma(p, r, 1.0 / 39916800.0)
-    p = _fma(p, r, 1.0 / 3628800.0)
-    p = _fma(p, r, 1.0 / 362880.0)
-    p = _fma(p, r, 1.0 / 40320.0)
-    p = _fma(p, r, 1.0 / 5040.0)
-    p = _fma(p, r, 1.0 / 720.0)
-    p = _fma(p, r, 1.0 / 120.0)
-    p = _fma(p, r, 1.0 / 24.0)
-    p = _fma(p, r, 1.0 / 6.0)
-    p = _fma(p, r, 0.5)
-    em = _fma(r * r, p, r)
-    s = _pow2(k)
-    e = _fma(s, em, s - 1.0)
-    # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
-    # vectorization; the divisor here is >= 1. One division serves both branches.
-    q = np.divide(_select(big, 2.0, -e), e + 2.0)
-    v = _select(big, 1.0 - q, q)
-    return _select(x >= 0.0, v, -v)
-
-
-# float32 tanh: the same construction with float32 constants (fdlibm's expf split of ln 2,
-# whose high part has 17 significant bits, so k * _LN2_HI_F32 is exact for |k| < 2^7).
-_F32 = np.float32
-_LN2_HI_F32 = _F32(6.9313812256e-01)
-_LN2_LO_F32 = _F32(9.0580006145e-06)
-_INV_LN2_F32 = _F32(1.4426950216e+00)
-_ROUND_F32 = _F32(12582912.0)          # 1.5 * 2^23
-_EXPM1_F32 = tuple(_F32(1.0 / math.factorial(i)) for i in range(8, 1, -1))  # 1/8! .. 1/2!
-
-
 def _pow2_f32(k):
     """``2.0 ** k`` as float32 for an integer-valued float32 ``k`` in [-126, 127], exactly
     (elementwise for an array, as :func:`_pow2`)."""
@@ -325,30 +267,54 @@ def _pow2_f32(k):
 _compile_exponent(_pow2_f32, types.float32, llvm_ir.FloatType(), 32, 127, 23)
 
 
-@njit
-def _tanh_f32(x):
-    """:func:`_tanh` in float32 arithmetic for a float32 ``x``: ``a = min(|x|, 10)`` (tanh(10)
-    rounds to 1 in float32), the same two formulas and range reduction, ``e(r)`` by its Taylor
-    series to ``r^8 / 8!`` (truncation < 2e-8 relative for ``|r| <= ln2 / 2``). Within 4 units in
-    the last place (float32) of ``np.tanh`` evaluated in float64, never above 1 in magnitude."""
-    a = np.minimum(abs(x), _F32(10.0))
-    big = a > _F32(0.55)
-    y = _select(big, _F32(2.0) * a, _F32(-2.0) * a)
-    k = (y * _INV_LN2_F32 + _ROUND_F32) - _ROUND_F32
-    r = (y - k * _LN2_HI_F32) - k * _LN2_LO_F32
-    c8, c7, c6, c5, c4, c3, c2 = _EXPM1_F32
-    p = _fma(c8, r, c7)
-    p = _fma(p, r, c6)
-    p = _fma(p, r, c5)
-    p = _fma(p, r, c4)
-    p = _fma(p, r, c3)
-    p = _fma(p, r, c2)
-    em = _fma(r * r, p, r)
-    s = _pow2_f32(k)
-    e = _fma(s, em, s - _ONE)
-    q = np.divide(_select(big, _F32(2.0), -e), e + _F32(2.0))
-    v = _select(big, _ONE - q, q)
-    return _select(x >= _ZERO, v, -v)
+def _tanh_of(t, clamp, ln2_hi, ln2_lo, inv_ln2, round_, expm1_terms, pow2):
+    """A compiled tanh in the arithmetic of the float type ``t`` from basic IEEE operations
+    only, so that loops calling it vectorize; ``x`` may also be a NumPy array of ``t``
+    (interpreted: the same operations elementwise).
+
+    With ``a = min(|x|, clamp)`` (``tanh(clamp)`` rounds to 1) and ``e(y) = exp(y) - 1``::
+
+        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
+
+    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
+    ``y = k ln2 + r`` with ``k = round(y / ln2)`` (``(y / ln2 + round_) - round_``), ``|r| <=
+    ln2 / 2``, ``k ln2`` subtracted in two parts ``ln2_hi + ln2_lo`` (Cody & Waite); ``e(r) = r
+    + r^2 (1/2! + r (1/3! + ... r / n!))`` by Horner, ``n = expm1_terms + 1``; ``e(y) = 2^k e(r)
+    + (2^k - 1)`` (``pow2``: ``2^k`` exactly). Never above 1 in magnitude; +-inf give +-1, NaN
+    gives NaN."""
+    clamp, cut, zero, one, two = t(clamp), t(0.55), t(0.0), t(1.0), t(2.0)
+    ln2_hi, ln2_lo, inv_ln2, round_ = t(ln2_hi), t(ln2_lo), t(inv_ln2), t(round_)
+    coefficients = tuple(t(1.0 / math.factorial(i)) for i in range(expm1_terms + 1, 1, -1))
+    first, rest = coefficients[0], coefficients[1:]
+
+    def tanh(x):
+        a = np.minimum(abs(x), clamp)
+        big = a > cut
+        y = _select(big, two * a, -two * a)
+        k = (y * inv_ln2 + round_) - round_
+        r = (y - k * ln2_hi) - k * ln2_lo
+        p = first
+        for c in rest:
+            p = _fma(p, r, c)
+        em = _fma(r * r, p, r)
+        s = pow2(k)
+        e = _fma(s, em, s - one)
+        # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
+        # vectorization; the divisor here is >= 1. One division serves both branches.
+        q = np.divide(_select(big, two, -e), e + two)
+        v = _select(big, one - q, q)
+        return _select(x >= zero, v, -v)
+    return njit(tanh)
+
+
+# float64: e(r) to r^13 / 13! (truncation < 2e-17 relative), within 3 units in the last place
+# of NumPy's np.tanh; ln 2 split at 32 significant bits (k * ln2_hi exact for |k| < 2^20).
+_tanh = _tanh_of(np.float64, 20.0, 6.93147180369123816490e-01, 1.90821492927058770002e-10,
+                 1.44269504088896338700e+00, 6755399441055744.0, 12, _pow2)   # 1.5 * 2^52
+# float32: e(r) to r^8 / 8! (truncation < 2e-8 relative), within 4 float32 units in the last
+# place of np.tanh in float64; fdlibm's expf split of ln 2 (17 bits: exact for |k| < 2^7).
+_tanh_f32 = _tanh_of(np.float32, 10.0, 6.9313812256e-01, 9.0580006145e-06, 1.4426950216e+00,
+                     12582912.0, 7, _pow2_f32)                                # 1.5 * 2^23
 
 
 def _tanh_any(x):
