@@ -1,22 +1,16 @@
 """Machinery of the compiled MLP twins (:mod:`ppo_ref.fast.layers`, :mod:`ppo_ref.fast.networks`):
-one compiled forward pass (:func:`_forward`) and one compiled backward pass (:func:`_backward`)
-over a sequence of dense layers.
+one compiled forward pass (:func:`_forward`) and one backward pass (:func:`_backward`).
 
-A network is a tuple of weights ``ws`` (``w_i [out_i, in_i]``, torch layout) and one of biases
-``bs`` (``b_i [out_i]``), all C-contiguous and of one dtype (float64 or float32: the dtype of
-the arithmetic), of which the first ``n_layers`` are read (the callers pad the tuples to a
-multiple of 8 entries, so that one compiled version per dtype serves every network of up to 8
-layers), cut into three consecutive segments: the shared trunk (``n_trunk`` layers, every one
-activated, the last included), the policy tower (``n_pi`` layers) and the value tower (the
-rest), each tower's layers activated except its last. A tower reads the trunk's last output, or
-the input ``x [M, D]`` when there is no trunk. A plain MLP is the policy tower alone
-(``n_trunk = 0``, ``n_pi = L``, no value layer). The outputs of every layer live in one 1-D
-buffer ``acts``: layer ``i``'s block ``[M, out_i]`` (activated where the layer is) follows
-layer ``i - 1``'s; the backward reads them.
+A network is a tuple of weights ``ws`` (``w_i [out_i, in_i]``) and one of biases ``bs``
+(``b_i [out_i]``), C-contiguous, of one dtype (that of the arithmetic), of which the first
+``n_layers`` are read (the tuples are padded to 8 entries: one compiled version per dtype), cut
+into the shared trunk (``n_trunk`` layers, all activated), the policy tower (``n_pi`` layers)
+and the value tower (the rest), each tower's last layer not activated. A tower reads the trunk's
+last output, or ``x [M, D]`` when there is no trunk; a plain MLP is the policy tower alone.
+Layer ``i``'s outputs ``[M, out_i]`` follow layer ``i - 1``'s in one 1-D buffer ``acts``.
 
-Summation order (fixed by the code, so a row's results never depend on the other rows of the
-call, on BLAS or on the machine): every product is a chain of fused multiply-adds over its
-contraction index in increasing order (:func:`ppo_ref.fast._products._add_products`)::
+Every product is a chain of fused multiply-adds in increasing index order
+(:func:`ppo_ref.fast._products._add_products`)::
 
     forward   a[n, j]  = fma(h[n, K-1], w[j, K-1], ... fma(h[n, 0], w[j, 0], b[j]))
     backward  gw[j, k] = fma(d[M-1, j], h[M-1, k], ... fma(d[0, j], h[0, k], 0))
@@ -24,11 +18,8 @@ contraction index in increasing order (:func:`ppo_ref.fast._products._add_produc
               dh[n, k] = fma(d[n, J-1], w[J-1, k], ... fma(d[n, 0], w[0, k], 0))
 
 then ``dh`` times the activation's derivative (tanh: ``dh * (1 - h * h)``; relu: ``dh`` where
-``h > 0``, else +0). With a shared trunk the two towers' input gradients are one chain: the
-value tower's terms continue the policy tower's (``dz = d_pi @ w_pi``, then ``dz += d_vf @
-w_vf``). ``tanh`` is the project's own (:func:`ppo_ref.fast._products._tanh_any`, in the dtype
-of the arithmetic). A forward pass of at most :data:`_FEW` rows computes each layer transposed
-(``a.T = w @ h.T``): the same chain per element, so the same bits as on many rows.
+``h > 0``, else +0). With a shared trunk the value tower's input-gradient terms continue the
+policy tower's chain. ``tanh``: :func:`ppo_ref.fast._products._tanh_any`.
 """
 from __future__ import annotations
 
@@ -40,20 +31,13 @@ from ppo_ref.fast._products import (_ZERO, _ONE, _add_products, _all_finite, _se
                                     _strided, _tanh, _tanh_any, _tanh_f32, _transpose_into,
                                     _vector_lanes, _wide)
 
-#: A forward pass of at most this many rows runs feature-major: each layer's output ``a.T =
-#: b + w @ h.T`` (``[out, C]``, the rows in its first columns, ``C`` padded to whole vector
-#: registers), then copied into ``acts``; the same FMA chain per element as the row-major
-#: pass, without transposing the weights (which costs more than the products on so few rows).
+#: A forward pass of at most this many rows runs feature-major (``a.T = b + w @ h.T``, the rows
+#: padded to whole vector registers): the same chains, without transposing the weights.
 _FEW = 16
-
-#: Rows per product call in the row-major forward: a chunk's outputs stay in the L1 cache
-#: between the bias, the products and the activation.
-_CHUNK = 48
 
 #: A weight gradient of fewer inputs than this (and at least as many outputs) is formed
 #: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
 _NARROW = 16
-
 
 def _activate(a, relu):
     """In place on the 1-D array ``a``: ``max(a, 0)`` as ``a if a > 0 else 0`` (relu) or
@@ -155,14 +139,12 @@ def _forward(x, ws, bs, n_layers, n_trunk, n_pi, policy, value, keep, relu, buff
         else:
             w_t = scratch[:n_in * n_out].reshape(n_in, n_out)
             _transpose_into(w, w_t)
-            for lo in range(0, rows, _CHUNK):     # a chunk's outputs stay in the L1 cache
-                hi = min(lo + _CHUNK, rows)
-                for n in range(lo, hi):
-                    for j in range(n_out):
-                        a[n, j] = b[j]
-                _add_products(a[lo:hi], _strided(h[lo:hi]), w_t)
-                if activate:
-                    _activate(a[lo:hi].reshape(-1), relu)
+            for n in range(rows):
+                for j in range(n_out):
+                    a[n, j] = b[j]
+            _add_products(a, _strided(h), w_t)
+            if activate:
+                _activate(a.reshape(-1), relu)
         h = a
         if i == n_trunk - 1:
             z, z_t = a, h_t

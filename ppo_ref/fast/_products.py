@@ -1,29 +1,8 @@
 """Machinery of the compiled networks (private): fused multiply-adds, ``tanh`` from basic
-operations, and products ``out += a @ w_t`` as chains of FMAs in index order.
-
-Shared by the compiled LSTM (:mod:`ppo_ref.fast.lstm`) and the compiled MLP
-(:mod:`ppo_ref.fast._mlp`). Nothing here is a twin of a spec function; it is how the twins
-compute their products and activations.
-
-Products. :func:`_add_products` adds ``sum_k a[n, k] * w_t[k, j]`` to ``out[n, j]`` term by term
-in the order ``k = 0, 1, ..., K-1``, each term by one fused multiply-add (:func:`_fma`, one
-rounding). Which loop or register block computes an element never changes its operations, so a
-row's result does not depend on the other rows of the call (a BLAS product's rounding can), nor
-on the machine's vector width. That is what lets a network's fast twin act on N rows, replay T
-steps of them or train on any subset and give every row the same bits.
-
-``tanh``. :func:`_tanh` (float64) and :func:`_tanh_f32` (float32) are made of basic IEEE
-operations, so the loops calling them vectorize (numba's ``math.tanh`` is a scalar library call,
-which does not). :func:`_tanh_any` picks the one of the argument's dtype.
-
-Vector width. :func:`_wide` asks LLVM for 512-bit vectors in the kernel that calls it (on a
-target with AVX-512; elsewhere nothing changes). Vector width never changes a result: no
-fastmath, no reassociation.
-
-Interpreted (``NUMBA_DISABLE_JIT=1``). Every function here also runs as plain Python with the
-same results: :func:`_fma` by exact rational arithmetic, and :func:`_fma`, :func:`_tanh`,
-:func:`_tanh_f32` and :func:`_add_products` on whole NumPy arrays at once (elementwise the same
-operations), so an interpreted network pass takes seconds, not hours.
+operations, products ``out += a @ w_t`` as chains of FMAs in index order, and arrays reused
+across calls. Why each exists and what it guarantees (the same bits whichever rows share a call,
+on any vector width; interpreted under ``NUMBA_DISABLE_JIT=1`` with the same results):
+docs/fast_tier_notes.md; what each buys: docs/BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -50,9 +29,7 @@ _ZERO = np.float32(0.0)
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 
-# --------------------------------------------------------------------------------------------
 # Fused multiply-add
-# --------------------------------------------------------------------------------------------
 
 
 def _fma(a, b, c):
@@ -218,26 +195,20 @@ def _select_lower(context, builder, sig, args):
     return builder.select(cond, a, b)
 
 
-# --------------------------------------------------------------------------------------------
 # Vector width
-# --------------------------------------------------------------------------------------------
 
 
 def _wide():
-    """Ask for 512-bit vectors in the compiled kernel that calls it (a no-op when interpreted).
-
-    LLVM tunes its x86 targets that have AVX-512 to vectorize loops 256 bits wide; compiled,
-    :func:`_wide` marks the calling function ``"prefer-vector-width"="512"``. The attribute
-    only states a preference; results never depend on it (no fastmath, no reassociation).
-    """
+    """Ask for 512-bit vectors in the compiled kernel that calls it (a no-op when interpreted):
+    LLVM vectorizes 256 bits wide on AVX-512 targets unless the function is marked
+    ``"prefer-vector-width"="512"``. Results never depend on it (no fastmath)."""
 
 
 @_lowered(_wide, lambda context: types.none)
 def _wide_lower(context, builder, sig, args):
-    """Compiled :func:`_wide`: adds the attribute to the function being lowered (the caller).
-    llvmlite checks attribute names against a list without key-value attributes, so the set's
-    own ``add`` writes it verbatim; should a later llvmlite store attributes otherwise, nothing
-    is added (the same results)."""
+    """Compiled :func:`_wide`: adds the attribute to the calling function (verbatim through
+    the set's own ``add``: llvmlite's check knows no key-value attributes; should a later
+    llvmlite store attributes otherwise, nothing is added)."""
     attributes = builder.function.attributes
     if isinstance(attributes, set):
         set.add(attributes, '"prefer-vector-width"="512"')
@@ -258,15 +229,7 @@ def _target_vector_bits() -> int:
 
 _VECTOR_BITS = _target_vector_bits()
 
-# --------------------------------------------------------------------------------------------
 # tanh
-# --------------------------------------------------------------------------------------------
-
-_LN2_HI = 6.93147180369123816490e-01   # ln 2 rounded to 32 significant bits: k * _LN2_HI is
-_LN2_LO = 1.90821492927058770002e-10   # exact for |k| < 2^20; _LN2_HI + _LN2_LO = ln 2
-_INV_LN2 = 1.44269504088896338700e+00  # 1 / ln 2
-_ROUND = 6755399441055744.0            # 1.5 * 2^52: (v + _ROUND) - _ROUND = v rounded to integer
-
 
 def _compile_exponent(py_func, nb_float, ll_float, int_bits, bias, mantissa_bits):
     """Compile ``py_func(k)`` (``k`` of type ``nb_float``, integer-valued) as ``2.0 ** k``: the
@@ -295,58 +258,6 @@ def _pow2(k, one=1.0):
 _compile_exponent(_pow2, types.float64, llvm_ir.DoubleType(), 64, 1023, 52)  # compiled: k only
 
 
-@njit
-def _tanh(x):
-    """tanh(x) in float64 from basic IEEE operations only, so that loops calling it vectorize.
-
-    With ``a = min(|x|, 20)`` (tanh(20) rounds to 1) and ``e(y) = exp(y) - 1`` (expm1)::
-
-        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
-
-    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
-    ``y = k ln2 + r`` with ``k = round(y / ln2)``, ``|r| <= ln2 / 2``, ``k ln2`` subtracted in two
-    parts (Cody & Waite); ``e(r)`` = its Taylor series to ``r^13 / 13!`` (truncation < 2e-17
-    relative); ``e(y) = 2^k e(r) + (2^k - 1)``. Within 3 units in the last place of NumPy's
-    ``np.tanh``, never above 1 in magnitude; +-inf give +-1, NaN gives NaN. ``x`` may also be a
-    NumPy array (interpreted: the same operations elementwise).
-    """
-    a = np.minimum(abs(x), 20.0)
-    big = a > 0.55
-    y = _select(big, 2.0 * a, -2.0 * a)
-    k = (y * _INV_LN2 + _ROUND) - _ROUND
-    r = (y - k * _LN2_HI) - k * _LN2_LO
-    p = 1.0 / 6227020800.0             # Horner: e(r) = r + r^2 (1/2! + r (1/3! + ... r / 13!))
-    p = _fma(p, r, 1.0 / 479001600.0)
-    p = _fma(p, r, 1.0 / 39916800.0)
-    p = _fma(p, r, 1.0 / 3628800.0)
-    p = _fma(p, r, 1.0 / 362880.0)
-    p = _fma(p, r, 1.0 / 40320.0)
-    p = _fma(p, r, 1.0 / 5040.0)
-    p = _fma(p, r, 1.0 / 720.0)
-    p = _fma(p, r, 1.0 / 120.0)
-    p = _fma(p, r, 1.0 / 24.0)
-    p = _fma(p, r, 1.0 / 6.0)
-    p = _fma(p, r, 0.5)
-    em = _fma(r * r, p, r)
-    s = _pow2(k)
-    e = _fma(s, em, s - 1.0)
-    # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
-    # vectorization; the divisor here is >= 1. One division serves both branches.
-    q = np.divide(_select(big, 2.0, -e), e + 2.0)
-    v = _select(big, 1.0 - q, q)
-    return _select(x >= 0.0, v, -v)
-
-
-# float32 tanh: the same construction with float32 constants (fdlibm's expf split of ln 2,
-# whose high part has 17 significant bits, so k * _LN2_HI_F32 is exact for |k| < 2^7).
-_F32 = np.float32
-_LN2_HI_F32 = _F32(6.9313812256e-01)
-_LN2_LO_F32 = _F32(9.0580006145e-06)
-_INV_LN2_F32 = _F32(1.4426950216e+00)
-_ROUND_F32 = _F32(12582912.0)          # 1.5 * 2^23
-_EXPM1_F32 = tuple(_F32(1.0 / math.factorial(i)) for i in range(8, 1, -1))  # 1/8! .. 1/2!
-
-
 def _pow2_f32(k):
     """``2.0 ** k`` as float32 for an integer-valued float32 ``k`` in [-126, 127], exactly
     (elementwise for an array, as :func:`_pow2`)."""
@@ -356,30 +267,54 @@ def _pow2_f32(k):
 _compile_exponent(_pow2_f32, types.float32, llvm_ir.FloatType(), 32, 127, 23)
 
 
-@njit
-def _tanh_f32(x):
-    """:func:`_tanh` in float32 arithmetic for a float32 ``x``: ``a = min(|x|, 10)`` (tanh(10)
-    rounds to 1 in float32), the same two formulas and range reduction, ``e(r)`` by its Taylor
-    series to ``r^8 / 8!`` (truncation < 2e-8 relative for ``|r| <= ln2 / 2``). Within 4 units in
-    the last place (float32) of ``np.tanh`` evaluated in float64, never above 1 in magnitude."""
-    a = np.minimum(abs(x), _F32(10.0))
-    big = a > _F32(0.55)
-    y = _select(big, _F32(2.0) * a, _F32(-2.0) * a)
-    k = (y * _INV_LN2_F32 + _ROUND_F32) - _ROUND_F32
-    r = (y - k * _LN2_HI_F32) - k * _LN2_LO_F32
-    c8, c7, c6, c5, c4, c3, c2 = _EXPM1_F32
-    p = _fma(c8, r, c7)
-    p = _fma(p, r, c6)
-    p = _fma(p, r, c5)
-    p = _fma(p, r, c4)
-    p = _fma(p, r, c3)
-    p = _fma(p, r, c2)
-    em = _fma(r * r, p, r)
-    s = _pow2_f32(k)
-    e = _fma(s, em, s - _ONE)
-    q = np.divide(_select(big, _F32(2.0), -e), e + _F32(2.0))
-    v = _select(big, _ONE - q, q)
-    return _select(x >= _ZERO, v, -v)
+def _tanh_of(t, clamp, ln2_hi, ln2_lo, inv_ln2, round_, expm1_terms, pow2):
+    """A compiled tanh in the arithmetic of the float type ``t`` from basic IEEE operations
+    only, so that loops calling it vectorize; ``x`` may also be a NumPy array of ``t``
+    (interpreted: the same operations elementwise).
+
+    With ``a = min(|x|, clamp)`` (``tanh(clamp)`` rounds to 1) and ``e(y) = exp(y) - 1``::
+
+        a > 0.55:  tanh(a) = 1 - 2 / (e(2a) + 2)        a <= 0.55:  tanh(a) = -e(-2a) / (e(-2a) + 2)
+
+    and ``tanh(x) = sign(x) tanh(a)``. ``e(y)`` by the classic reduction (as fdlibm's expm1):
+    ``y = k ln2 + r`` with ``k = round(y / ln2)`` (``(y / ln2 + round_) - round_``), ``|r| <=
+    ln2 / 2``, ``k ln2`` subtracted in two parts ``ln2_hi + ln2_lo`` (Cody & Waite); ``e(r) = r
+    + r^2 (1/2! + r (1/3! + ... r / n!))`` by Horner, ``n = expm1_terms + 1``; ``e(y) = 2^k e(r)
+    + (2^k - 1)`` (``pow2``: ``2^k`` exactly). Never above 1 in magnitude; +-inf give +-1, NaN
+    gives NaN."""
+    clamp, cut, zero, one, two = t(clamp), t(0.55), t(0.0), t(1.0), t(2.0)
+    ln2_hi, ln2_lo, inv_ln2, round_ = t(ln2_hi), t(ln2_lo), t(inv_ln2), t(round_)
+    coefficients = tuple(t(1.0 / math.factorial(i)) for i in range(expm1_terms + 1, 1, -1))
+    first, rest = coefficients[0], coefficients[1:]
+
+    def tanh(x):
+        a = np.minimum(abs(x), clamp)
+        big = a > cut
+        y = _select(big, two * a, -two * a)
+        k = (y * inv_ln2 + round_) - round_
+        r = (y - k * ln2_hi) - k * ln2_lo
+        p = first
+        for c in rest:
+            p = _fma(p, r, c)
+        em = _fma(r * r, p, r)
+        s = pow2(k)
+        e = _fma(s, em, s - one)
+        # np.divide: numba's "/" checks for a zero divisor (Python semantics), which stops
+        # vectorization; the divisor here is >= 1. One division serves both branches.
+        q = np.divide(_select(big, two, -e), e + two)
+        v = _select(big, one - q, q)
+        return _select(x >= zero, v, -v)
+    return njit(tanh)
+
+
+# float64: e(r) to r^13 / 13! (truncation < 2e-17 relative), within 3 units in the last place
+# of NumPy's np.tanh; ln 2 split at 32 significant bits (k * ln2_hi exact for |k| < 2^20).
+_tanh = _tanh_of(np.float64, 20.0, 6.93147180369123816490e-01, 1.90821492927058770002e-10,
+                 1.44269504088896338700e+00, 6755399441055744.0, 12, _pow2)   # 1.5 * 2^52
+# float32: e(r) to r^8 / 8! (truncation < 2e-8 relative), within 4 float32 units in the last
+# place of np.tanh in float64; fdlibm's expf split of ln 2 (17 bits: exact for |k| < 2^7).
+_tanh_f32 = _tanh_of(np.float32, 10.0, 6.9313812256e-01, 9.0580006145e-06, 1.4426950216e+00,
+                     12582912.0, 7, _pow2_f32)                                # 1.5 * 2^23
 
 
 def _tanh_any(x):
@@ -395,9 +330,7 @@ def _tanh_any_compiled(x):
     return lambda x: _tanh(x)
 
 
-# --------------------------------------------------------------------------------------------
 # Products
-# --------------------------------------------------------------------------------------------
 
 # Register blocks of _add_products: R rows x V vectors of the target's width (8 float64 or 16
 # float32 lanes with AVX-512, 4 or 8 with AVX2), the accumulators in registers for the whole k
@@ -432,14 +365,10 @@ def _vector_lanes_lower(context, builder, sig, args):
 
 def _block_intrinsic(rows, vectors):
     """The register block of ``rows`` rows by ``vectors`` vector registers of columns, an
-    intrinsic ``(out, a, w_t, n, j0)``: for ``m = n .. n + rows - 1`` and the ``vectors *
-    lanes`` columns ``j`` from ``j0``, ``out[m, j] = fma(a[m, K-1], w_t[K-1, j], ...
-    fma(a[m, 0], w_t[0, j], out[m, j]))``. The accumulators stay in vector registers for the
-    whole k loop; per k, the weight row segment is loaded once and each ``a[m, k]`` broadcast
-    into an ``llvm.fma`` per accumulator: element for element the chain of the scalar loop, no
-    reassociation. ``out`` and ``w_t`` 2-D C-contiguous (read and written as vectors), ``a``
-    2-D of any strides (read as scalars), one dtype, float64 or float32 (else a
-    ``TypingError``)."""
+    intrinsic ``(out, a, w_t, n, j0)``: the chains of :func:`_add_products` for the rows ``n ..
+    n + rows - 1`` and the ``vectors * lanes`` columns from ``j0``, the accumulators in vector
+    registers for the whole k loop (per k: each weight vector loaded once, ``a[m, k]``
+    broadcast, one ``llvm.fma`` per accumulator). Operands as :func:`_add_products`."""
     def block(typingctx, out, a, w_t, n, j0):
         if not (all(isinstance(t, types.Array) and t.ndim == 2 and t.dtype == out.dtype
                     for t in (out, a, w_t)) and out.layout == w_t.layout == "C"
@@ -512,28 +441,22 @@ _FULL1, _HALF1, _ONE1 = (_block_intrinsic(rows, 1) for rows in (_ROWS, _HALF_ROW
 
 
 def _add_products(out, a, w_t):
-    """``out[n, j] += sum_k a[n, k] * w_t[k, j]``, term by term in the order k = 0, 1, ...,
-    K-1, each term added by one fused multiply-add: every element ``out[n, j]`` the chain
-    ``fma(a[n, K-1], w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], out[n, j]))``.
+    """``out[n, j] += sum_k a[n, k] * w_t[k, j]``: every element the chain ``fma(a[n, K-1],
+    w_t[K-1, j], ... fma(a[n, 0], w_t[0, j], out[n, j]))``, k in increasing order.
 
-    ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]`` (the weight pre-transposed so j is
-    contiguous): 2-D arrays of one dtype, float64 or float32, ``out`` and ``w_t``
-    C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views, so that one
-    compiled version per dtype serves every call); other operands are refused when the caller
-    is compiled (a ``TypingError``).
-
-    Compiled (:func:`_add_products_compiled`): register blocks of rows by vectors of columns.
-    Interpreted: one whole-array FMA per k (:func:`_fma`), the same chains.
+    ``out [M, J]``, ``a [M, K]``, ``w_t [K, J]``: one dtype, float64 or float32, ``out`` and
+    ``w_t`` C-contiguous, ``a`` of any strides (callers pass :func:`_strided` views: one
+    compiled version per dtype); other operands are a ``TypingError`` when compiled.
+    Compiled: :func:`_add_products_compiled`; interpreted: one whole-array FMA per k.
     """
     for k in range(a.shape[1]):
         out[...] = _fma(a[:, k:k + 1], w_t[k:k + 1, :], out)
 
 
 def _add_products_compiled(out, a, w_t):
-    """Compiled :func:`_add_products`: the register blocks (:func:`_block_intrinsic`; the
-    comment above them), then the columns right of the last vector (fewer than a vector's
-    lanes: a value head, a policy head of a few actions) as eight rows' chains at a time, in
-    registers. An element's chain is the same whichever of them computes it."""
+    """Compiled :func:`_add_products`: the register blocks (the comment above them), then the
+    columns right of the last vector (a value head, a policy head of a few actions) eight rows'
+    chains at a time. An element's chain is the same whichever of them computes it."""
     lanes = _vector_lanes(out)
     pair, wide = 2 * lanes, 4 * lanes
     n_rows, n_k = a.shape
@@ -635,21 +558,13 @@ def _transpose_into(a, a_t):
                 a_t[j, n] = a[n, j]
 
 
-# --------------------------------------------------------------------------------------------
 # Arrays reused across calls
-# --------------------------------------------------------------------------------------------
 
-# A pass of a network twin writes a few MB of arrays. glibc's malloc serves arrays that large
-# from mmap or the top of the heap and gives them back to the kernel when they are freed, so
-# fresh arrays are faulted in page by page at every call (at the LSTM benchmark's shapes, as
-# long as the compiled pass itself). A twin therefore takes its arrays as one bundle from this
-# pool: a bundle is handed out again only when none of its arrays is referenced outside the
-# pool, as CPython counts references, nor, for an array that is a view (:func:`_aligned`), the
-# array owning its memory (NumPy makes a view of a view hold the owner, not the view). So
-# results a caller still holds (a cache waiting for its backward pass) are never overwritten:
-# that call gets another bundle. Per thread; at most _BUNDLES_PER_KEY bundles per key and
-# _KEYS keys (the least recently used key is dropped).
-
+# A twin's pass takes its arrays as one bundle from a per-thread pool (freshly allocated arrays
+# that large are faulted in page by page at every call: docs/BENCHMARKS.md). A bundle is handed
+# out again only when none of its arrays, nor the owner of one that is a view, is referenced
+# outside the pool (CPython's counts): results a caller still holds are never overwritten. At
+# most _BUNDLES_PER_KEY bundles per key and _KEYS keys (the least recently used dropped).
 _BUNDLES_PER_KEY = 4
 _KEYS = 16
 _pools = threading.local()

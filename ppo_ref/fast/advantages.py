@@ -1,14 +1,6 @@
-"""The compiled twins of :mod:`ppo_ref.spec.advantages`: the same validation, the spec's
-recursions compiled (``njit`` of the very functions), bit for bit.
-
-* :func:`gae` equals :func:`ppo_ref.spec.advantages.gae` bit for bit;
-* :func:`vtrace` equals :func:`ppo_ref.spec.advantages.vtrace` bit for bit.
-
-The scalar helpers the loops call (:func:`ppo_ref.spec.masks.transition_flags`,
-:func:`ppo_ref.spec.advantages.finite_sum`, :func:`ppo_ref.spec.advantages.next_value`) are
-registered with numba's ``register_jitable``: compiled code calling them gets a compiled
-version, plain Python keeps calling the functions themselves.
-"""
+"""The compiled twins of :mod:`ppo_ref.spec.advantages`, bit for bit: the spec's validation
+around its recursions compiled (``njit`` of the very functions; the scalar helpers they call
+through ``register_jitable``)."""
 from numba.extending import register_jitable
 
 from ppo_ref._numba import NJIT_OPTIONS, njit

@@ -1,45 +1,18 @@
-"""The compiled twins of :mod:`ppo_ref.spec.distributions`: the categorical (with action masks),
-MultiDiscrete and diagonal-Gaussian functions the policy heads call, with the spec's signatures.
+"""The compiled twins of :mod:`ppo_ref.spec.distributions` (definitions and equations there).
 
-Tolerances, ``|fast - spec| <= atol + rtol * max|spec|`` per result array, float64 inputs:
+Each docstring states its tolerance against the spec (float64). Samplers and modes give the
+spec's actions (the same draws; its :func:`~ppo_ref.spec.distributions.inverse_cdf_actions`
+compiled). The Gaussian and gSDE functions are the spec's NumPy arithmetic without its checks,
+except gSDE's products, compiled loops in a fixed order (no BLAS): rtol 1e-12, atol 1e-14. The
+categorical functions run one compiled pass over the rows (:func:`_categorical_rows`: the row
+sum left to right with the C library's ``exp``/``log``, where the spec sums pairwise): rtol
+1e-12, atol 1e-15; the MultiDiscrete ones compose them over the components as the spec does. A
+row's results never depend on the other rows of the call.
 
-* ``categorical_sample``, ``multi_categorical_sample``: the same actions, bit for bit (the same
-  uniforms, one per row and component in the spec's order, and the spec's
-  :func:`~ppo_ref.spec.distributions.inverse_cdf_actions` compiled);
-* ``categorical_mode``, ``multi_categorical_mode``: the same actions (the spec's ``argmax``);
-* ``gaussian_log_prob``, ``gaussian_log_prob_backward``, ``gaussian_entropy``,
-  ``gaussian_entropy_backward``, ``gaussian_sample``: bit for bit (the spec's NumPy
-  arithmetic, without its checks);
-* ``gsde_std``, ``gsde_exploration_matrices``: bit for bit (the spec's NumPy arithmetic,
-  without its checks); ``gsde_action``, ``gsde_log_prob``, ``gsde_entropy`` and their backward
-  functions: rtol 1e-12, atol 1e-14 (their products ``phi @ E``, ``phi^2 @ sigma^2`` and the
-  gradients' sums are compiled loops in a fixed order, :func:`_gsde_noise`,
-  :func:`_gsde_variance`, :func:`_gsde_variance_grads`, so that a row's results do not depend on
-  the other rows of the call nor on the BLAS kernel; the spec's products are BLAS's);
-* ``log_softmax``, ``categorical_log_prob``, ``categorical_entropy``,
-  ``categorical_log_prob_backward``, ``categorical_entropy_backward``,
-  ``categorical_log_prob_entropy``, ``categorical_log_prob_entropy_backward`` and the
-  ``multi_categorical_*`` log-probabilities, entropies and gradients: rtol 1e-12, atol 1e-15.
-  One compiled pass over the rows (:func:`_categorical_rows`) computes whichever of them a
-  function asks for: per row the maximum, then ``sum_k exp(z_k - max)`` added left to right,
-  with the C library's ``exp`` and ``log``, and ``pi_k = exp(z_k - max) / sum``; the spec sums
-  the row pairwise with NumPy's own vectorised ``exp``/``log`` and takes ``pi_k = exp(log
-  pi_k)`` (a few ulp). The joint functions give each result the bits of the single ones here;
-  the MultiDiscrete functions are the spec's compositions of the categorical ones over the
-  components. The results of a row do not depend on the other rows of the call.
-
-float32: when every float array given is float32, these functions compute in float32 and
-return float32 (the samplers draw the spec's float64 uniforms and normals); the tolerance
-against the spec (which computes in float64) is then rtol 1e-5, atol 1e-6 (actions: the same
-unless a uniform falls within float32 rounding of a CDF step).
-
-Action masks: a ``-inf`` logit has probability 0, log-probability ``-inf``, adds 0 to the
-entropy, gets gradient 0 unless it is the differentiated action, and is never sampled or the
-mode, as the spec says. The twins do not check their inputs: a row the spec refuses (a NaN or
-``+inf`` logit, every action masked, a spread whose shift overflows) raises
-``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`) from the compiled pass (the
-samplers: after drawing), and an action outside ``[0, A)`` a ``ValueError``. Run the spec on
-the same inputs to learn which argument is wrong.
+float32: when every float array given is float32 these compute and return float32 (the samplers
+draw the spec's float64 draws), within rtol 1e-5, atol 1e-6 of the spec. A row the spec refuses
+(a NaN or ``+inf`` logit, every action masked, an overflow) raises ``FloatingPointError`` from
+the compiled pass (the samplers: after drawing), an action outside ``[0, A)`` a ``ValueError``.
 """
 from __future__ import annotations
 
@@ -50,6 +23,7 @@ from numba.extending import register_jitable
 
 from ppo_ref._checks import non_finite_result
 from ppo_ref._numba import NJIT_OPTIONS, njit
+from ppo_ref.fast.losses import _floats
 from ppo_ref.spec import distributions as _spec
 from ppo_ref.spec.distributions import GSDE_EPS, LOG_2PI
 
@@ -77,16 +51,10 @@ _I64 = np.dtype(np.int64)
 _OK, _BAD_ROW, _BAD_ACTION = 0, 1, 2
 
 
-def _float(x) -> np.ndarray:
-    """``x`` as a float32 or float64 ndarray (other kinds to float64, float16 to float32)."""
-    a = np.asarray(x)
-    if a.dtype == _F64 or a.dtype == _F32:
-        return a
-    return a.astype(_F32 if a.dtype == np.float16 else _F64)
-
-
-def _common(*arrays):
-    """The arrays in their common compute dtype: float32 when all are float32, else float64."""
+def _common(*xs):
+    """``xs`` as arrays of their common compute dtype (:func:`ppo_ref.fast.losses._floats`
+    first): float32 when all are float32, else float64."""
+    arrays = tuple(_floats(x) for x in xs)
     if all(a.dtype == _F32 for a in arrays):
         return arrays
     return tuple(a.astype(_F64, copy=False) for a in arrays)
@@ -98,7 +66,7 @@ def _logit_rows(logits):
     already such an ``[R, A]`` array: the results are ``[R]``)."""
     z = logits if type(logits) is np.ndarray else np.asarray(logits)
     if z.dtype != _F64 and z.dtype != _F32:
-        z = _float(z)
+        z = _floats(z)
     if z.ndim == 2 and z.flags.c_contiguous:
         return z, None
     return np.ascontiguousarray(z).reshape(-1, z.shape[-1]), z.shape[:-1]
@@ -108,7 +76,7 @@ def _upstream(z, d, where: str):
     """``(z, d)`` in their common compute dtype (:func:`_common`), ``d`` a C-contiguous ``[R]``
     vector; ``ValueError`` unless ``d`` has one entry per row of ``z [R, A]``."""
     if type(d) is not np.ndarray or d.dtype != z.dtype:
-        z, d = _common(z, _float(d))
+        z, d = _common(z, d)
     if d.size != z.shape[0]:
         raise ValueError(f"{where}: the upstream gradient must have one entry per row, got "
                          f"shape {d.shape}")
@@ -491,7 +459,7 @@ def _finite(x, where: str):
 def gaussian_log_prob(mean, log_std, actions):
     """:func:`ppo_ref.spec.distributions.gaussian_log_prob`; bit for bit (float32 in, float32
     out)."""
-    mu, ls, a = _common(_float(mean), _float(log_std), _float(actions))
+    mu, ls, a = _common(mean, log_std, actions)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         u = (a - mu) / np.exp(ls)
         log_prob = -0.5 * np.sum(u * u, axis=-1) - (np.sum(ls) + 0.5 * LOG_2PI * ls.shape[0])
@@ -501,7 +469,7 @@ def gaussian_log_prob(mean, log_std, actions):
 def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs):
     """:func:`ppo_ref.spec.distributions.gaussian_log_prob_backward`; bit for bit."""
     where = "ppo_ref.fast.distributions.gaussian_log_prob_backward"
-    mu, ls, a, g = _common(_float(mean), _float(log_std), _float(actions), _float(d_log_probs))
+    mu, ls, a, g = _common(mean, log_std, actions, d_log_probs)
     g = g[..., None]
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
         sigma = np.exp(ls)
@@ -513,7 +481,7 @@ def gaussian_log_prob_backward(mean, log_std, actions, d_log_probs):
 
 def gaussian_entropy(log_std, batch_shape):
     """:func:`ppo_ref.spec.distributions.gaussian_entropy`; bit for bit."""
-    ls = _float(log_std)
+    ls = _floats(log_std)
     with np.errstate(over="ignore"):
         entropy = np.sum(ls) + 0.5 * (1.0 + LOG_2PI) * ls.shape[0]
     _finite(entropy, "ppo_ref.fast.distributions.gaussian_entropy")
@@ -522,7 +490,7 @@ def gaussian_entropy(log_std, batch_shape):
 
 def gaussian_entropy_backward(log_std, d_entropy):
     """:func:`ppo_ref.spec.distributions.gaussian_entropy_backward`; bit for bit."""
-    ls, d = _common(_float(log_std), _float(d_entropy))
+    ls, d = _common(log_std, d_entropy)
     with np.errstate(over="ignore"):
         total = np.sum(d)
     _finite(total, "ppo_ref.fast.distributions.gaussian_entropy_backward")
@@ -532,7 +500,7 @@ def gaussian_entropy_backward(log_std, d_entropy):
 def gaussian_sample(rng, mean, log_std):
     """:func:`ppo_ref.spec.distributions.gaussian_sample`: the same normals
     (``rng.standard_normal``, float64), bit for bit (float32 inputs: the sum in float32)."""
-    mu, ls = _common(_float(mean), _float(log_std))
+    mu, ls = _common(mean, log_std)
     with np.errstate(over="ignore", invalid="ignore"):
         sigma = np.exp(ls)
         eps = rng.standard_normal(mu.shape).astype(mu.dtype, copy=False)
@@ -639,7 +607,7 @@ def _variance_backward(theta, sigma, slope, phi, d_var, where: str):
 
 def gsde_std(log_std, use_expln=False):
     """:func:`ppo_ref.spec.distributions.gsde_std`; bit for bit (float32 in, float32 out)."""
-    sigma, _ = _expln(_float(log_std), bool(use_expln))
+    sigma, _ = _expln(_floats(log_std), bool(use_expln))
     return _finite(sigma, "ppo_ref.fast.distributions.gsde_std")
 
 
@@ -647,8 +615,7 @@ def gsde_log_prob(mean, log_std, features, actions, use_expln=False):
     """:func:`ppo_ref.spec.distributions.gsde_log_prob`; rtol 1e-12, atol 1e-14 (module
     docstring)."""
     where = "ppo_ref.fast.distributions.gsde_log_prob"
-    mu, theta, phi, a = _common(_float(mean), _float(log_std), _float(features),
-                                _float(actions))
+    mu, theta, phi, a = _common(mean, log_std, features, actions)
     sigma, _ = _expln(theta, bool(use_expln))
     var = _variance(phi, sigma, mu.shape[1], where)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -660,8 +627,7 @@ def gsde_log_prob(mean, log_std, features, actions, use_expln=False):
 def gsde_log_prob_backward(mean, log_std, features, actions, d_log_probs, use_expln=False):
     """:func:`ppo_ref.spec.distributions.gsde_log_prob_backward`; rtol 1e-12, atol 1e-14."""
     where = "ppo_ref.fast.distributions.gsde_log_prob_backward"
-    mu, theta, phi, a, g = _common(_float(mean), _float(log_std), _float(features),
-                                   _float(actions), _float(d_log_probs))
+    mu, theta, phi, a, g = _common(mean, log_std, features, actions, d_log_probs)
     sigma, slope = _expln(theta, bool(use_expln))
     var = _variance(phi, sigma, mu.shape[1], where)
     g = g[:, None]
@@ -677,7 +643,7 @@ def gsde_log_prob_backward(mean, log_std, features, actions, d_log_probs, use_ex
 def gsde_entropy(log_std, features, action_dim, use_expln=False):
     """:func:`ppo_ref.spec.distributions.gsde_entropy`; rtol 1e-12, atol 1e-14."""
     where = "ppo_ref.fast.distributions.gsde_entropy"
-    theta, phi = _common(_float(log_std), _float(features))
+    theta, phi = _common(log_std, features)
     sigma, _ = _expln(theta, bool(use_expln))
     var = _variance(phi, sigma, action_dim, where)
     return 0.5 * np.sum(1.0 + LOG_2PI + np.log(var), axis=-1)
@@ -686,7 +652,7 @@ def gsde_entropy(log_std, features, action_dim, use_expln=False):
 def gsde_entropy_backward(log_std, features, action_dim, d_entropy, use_expln=False):
     """:func:`ppo_ref.spec.distributions.gsde_entropy_backward`; rtol 1e-12, atol 1e-14."""
     where = "ppo_ref.fast.distributions.gsde_entropy_backward"
-    theta, phi, d = _common(_float(log_std), _float(features), _float(d_entropy))
+    theta, phi, d = _common(log_std, features, d_entropy)
     sigma, slope = _expln(theta, bool(use_expln))
     var = _variance(phi, sigma, action_dim, where)
     return _variance_backward(theta, sigma, slope, phi, d[:, None] / (2.0 * var), where)
@@ -696,7 +662,7 @@ def gsde_exploration_matrices(rng, log_std, n_envs, action_dim, use_expln=False)
     """:func:`ppo_ref.spec.distributions.gsde_exploration_matrices`: the same normals
     (``rng.standard_normal``, float64), bit for bit (float32 ``log_std``: the product in
     float32)."""
-    sigma, _ = _expln(_float(log_std), bool(use_expln))
+    sigma, _ = _expln(_floats(log_std), bool(use_expln))
     sigma = np.broadcast_to(sigma, (sigma.shape[0], int(action_dim)))
     eps = rng.standard_normal((int(n_envs),) + sigma.shape).astype(sigma.dtype, copy=False)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -707,7 +673,7 @@ def gsde_exploration_matrices(rng, log_std, n_envs, action_dim, use_expln=False)
 def gsde_action(mean, features, exploration_matrices):
     """:func:`ppo_ref.spec.distributions.gsde_action`; rtol 1e-12, atol 1e-14 (module
     docstring)."""
-    mu, phi, e = _common(_float(mean), _float(features), _float(exploration_matrices))
+    mu, phi, e = _common(mean, features, exploration_matrices)
     noise = _gsde_noise(np.ascontiguousarray(phi), np.ascontiguousarray(e))
     with np.errstate(over="ignore", invalid="ignore"):
         action = mu + noise

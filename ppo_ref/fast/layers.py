@@ -1,15 +1,7 @@
 """The compiled tier's MLP: the twins of :func:`ppo_ref.spec.layers.mlp_forward` and
-:func:`ppo_ref.spec.layers.mlp_backward` (the readable definitions, whose docstrings state the
-equations).
-
-Both take the spec's parameters (``{"w0", "b0", ..., "wL", "bL"}``, ``w_i [out_i, in_i]``)
-and inputs ``x [..., in]`` of any leading shape. The arithmetic is that of
-:mod:`ppo_ref.fast._mlp`: fused multiply-add chains in a fixed order, so a row's results never
-depend on the other rows of the call. dtype: when ``x`` and every parameter are float32 the
-pass computes in float32 and returns float32; otherwise everything is float64 (other inputs
-cast). A non-finite result raises ``FloatingPointError``
-(:func:`ppo_ref._checks.non_finite_result`); parameters whose widths do not chain raise
-``ValueError``. Nothing else is validated: the spec functions do that.
+:func:`ppo_ref.spec.layers.mlp_backward` (parameters, shapes and equations there), by the passes
+of :mod:`ppo_ref.fast._mlp`. float32 when ``x`` and every parameter are float32, else float64.
+A non-finite result raises ``FloatingPointError``; widths that do not chain ``ValueError``.
 """
 from __future__ import annotations
 
@@ -82,15 +74,12 @@ def _net(params: Mapping, prefixes: Tuple[str, ...]) -> _Net:
 
 def _arrays(params: Mapping, net: _Net, x, dt=None, convert: bool = False):
     """``(x, ws, bs)``: ``x [..., in]`` as C-contiguous ``[M, in]`` rows of the compute dtype
-    (``dt``; when None float32 if ``x`` and every parameter are float32, else float64) and the
-    layers' weights and biases as tuples padded with empty arrays to a multiple of 8 entries.
-
-    Without ``convert`` the parameters are passed on as they are when the first weight and the
-    first bias have the compute dtype (a parameter of another dtype, rank or layout then makes
-    the compiled call fail to type: the callers call again with ``convert``); with it (always
-    when ``NUMBA_DISABLE_JIT``: nothing is typed), every one is made a C-contiguous array of
-    the compute dtype, and one of the wrong rank raises ``ValueError``.
-    """
+    (``dt``; None: float32 if ``x`` and every parameter are float32, else float64) and the
+    weights and biases as tuples padded with empty arrays to a multiple of 8 entries. The
+    parameters are passed on as they are when the first weight and bias have the compute dtype
+    (another dtype, rank or layout then fails to type: the callers retry with ``convert``,
+    which makes each a C-contiguous array of the compute dtype, ``ValueError`` if of the wrong
+    rank; always under ``NUMBA_DISABLE_JIT``)."""
     convert = convert or _numba_config.DISABLE_JIT
     ws, bs = net.weights(params), net.biases(params)
     if type(x) is not np.ndarray:
@@ -189,12 +178,9 @@ _PLAIN = ("",)
 
 
 def mlp_forward(params, x, activation="tanh"):
-    """Twin of :func:`ppo_ref.spec.layers.mlp_forward`: ``(y [..., out], cache)``.
-
-    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
-    float32, per result array relative to its largest entry. The cache is opaque (for
-    :func:`mlp_backward` only).
-    """
+    """Twin of :func:`ppo_ref.spec.layers.mlp_forward`: ``(y [..., out], cache)``, the cache
+    opaque (for :func:`mlp_backward`). Within rtol 1e-12, atol 1e-14 (float32: rtol 1e-4,
+    atol 1e-6) of the spec."""
     relu = activation == "relu"
     rows, ws, acts, start, _ = _run_forward(params, _net(params, _PLAIN), x, True, False, True,
                                             relu, "ppo_ref.fast.layers.mlp_forward")
@@ -205,11 +191,8 @@ def mlp_forward(params, x, activation="tanh"):
 
 def mlp_backward(params, cache, dy):
     """Twin of :func:`ppo_ref.spec.layers.mlp_backward`: ``(dx [..., in], grads)``, ``grads``
-    with the keys and key order of ``params``.
-
-    Equals the spec within rtol 1e-12, atol 1e-14 in float64 and rtol 1e-4, atol 1e-6 in
-    float32, per result array relative to its largest entry.
-    """
+    in the key order of ``params``. Within rtol 1e-12, atol 1e-14 (float32: rtol 1e-4, atol
+    1e-6) of the spec."""
     dx, grads = _run_backward(params, _net(params, _PLAIN), cache.x, cache.acts, cache.relu, dy,
                               None, True, "ppo_ref.fast.layers.mlp_backward")
     return dx.reshape(cache.lead + (dx.shape[1],)), grads

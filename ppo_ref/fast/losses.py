@@ -1,31 +1,11 @@
-"""The compiled twins of :mod:`ppo_ref.spec.losses`: the spec's element functions compiled and
-summed in the spec's element order.
+"""The compiled twins of :mod:`ppo_ref.spec.losses`, each equal to its spec namesake bit for bit.
 
-* :func:`policy_loss` equals :func:`ppo_ref.spec.losses.policy_loss` bit for bit;
-* :func:`value_loss` equals :func:`ppo_ref.spec.losses.value_loss` bit for bit;
-* :func:`entropy_loss` equals :func:`ppo_ref.spec.losses.entropy_loss` bit for bit;
-* :func:`approx_kl` equals :func:`ppo_ref.spec.losses.approx_kl` bit for bit;
-* :func:`normalize_advantages` equals :func:`ppo_ref.spec.losses.normalize_advantages` bit
-  for bit.
-
-Each loop calls the spec's :func:`~ppo_ref.spec.losses.clipped_surrogate_element`,
-:func:`~ppo_ref.spec.losses.value_element` (with :func:`~ppo_ref.spec.losses.value_distance`),
-:func:`~ppo_ref.spec.losses.kl_term` (with :func:`~ppo_ref.spec.losses.k3_element`),
-:func:`~ppo_ref.spec.losses.advantage_moments` or :func:`~ppo_ref.spec.losses.eps_scale`,
-registered with numba's ``register_jitable`` (compiled code calling them gets a compiled
-version), on float64 entries (float32 inputs are widened exactly, as the spec's ``float()``
-does) and accumulates ``w[i] * term`` from 0.0 in element order, the spec's order; the means
-and gradients are divided by the sum of the weights inside the same pass. The unweighted mean
-entropy is ``np.mean``'s arithmetic compiled (:func:`_numpy_sum`). Each loop is one compiled
-pass per call, into an output allocated by the caller, compiled once for 1-D float64 arrays
-(the entropy's passes also once for float32 entropies).
-
-The twins check what they need to run (sizes, option names, the ratio interval of
-:func:`ppo_ref.spec.losses.clip_bounds`) and no more: inputs are not checked for finiteness or
-sign. A result that is not finite (a ratio ``exp(new - old)`` past
-:data:`~ppo_ref.spec.losses.MAX_LOG_RATIO`, a NaN or inf input, weights summing to 0) raises
-``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`); the spec function, given the
-same arguments, names the cause.
+Each loop calls the spec's element functions (registered with ``register_jitable``) on float64
+entries (float32 inputs widened exactly, as the spec's ``float()``) and sums ``w[i] * term``
+from 0.0 in element order, dividing by the sum of the weights in the same pass; the unweighted
+mean entropy is ``np.mean``'s pairwise sum compiled (:func:`_numpy_sum`). The twins check only
+what they need to run (sizes, option names, the ratio interval); a result that is not finite
+raises ``FloatingPointError`` (the spec function, given the same arguments, names the cause).
 """
 from __future__ import annotations
 

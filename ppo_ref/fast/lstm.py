@@ -1,26 +1,13 @@
 """The compiled tier of the LSTM: the twins of :mod:`ppo_ref.spec.lstm`'s ``lstm_forward``,
-``lstm_backward`` and ``lstm_step`` (same parameters, same return structures).
+``lstm_backward`` and ``lstm_step`` (parameters, results and equations there).
 
-What runs is the spec's own code: the forward recursion, the BPTT recursion and the cell's
-equations (``ppo_ref.spec.lstm._forward_recursion``, ``_bptt_recursion``, ``_cell_forward``,
-``_cell_backward``; equations in that module's docstring) are compiled here as they are written.
-This module supplies what the spec leaves to a tier: the products, as chains of fused
-multiply-adds in index order (:func:`ppo_ref.fast._products._add_products`; a step's gate
-pre-activations: :func:`_gate_inputs`); the loops that apply the cell to every row and unit
-(:func:`_cells`, :func:`_cells_backward`); the weight gradients and ``dx`` after the recursion;
-and the arrays (of a sequence, reused across calls: :func:`ppo_ref.fast._products._bundle`).
-Interpreted (``NUMBA_DISABLE_JIT=1``) the recursions run as Python with these same leaves, so
-the results are the compiled ones, bit for bit (slowly).
-
-Numerics. float64 inputs compute in float64; when every float input (the parameters included)
-is float32, the same functions run in float32 and return float32 (``tanh`` in float32
-arithmetic). ``tanh`` is :func:`ppo_ref.fast._products._tanh_any` (within a few units in the
-last place of NumPy's). Every product is an FMA chain in the order of its index, so a row's
-results do not depend on the other rows of the call: acting on N envs one step at a time
-(:func:`lstm_step`), replaying T steps of them and training on any subset of them give each env
-the same bits. A non-finite result raises ``FloatingPointError``
-(:func:`ppo_ref._checks.non_finite_result`); arguments are not validated here (the spec
-functions do that, and name the bad one).
+What runs is the spec's own code: its recursions and cell equations (``_forward_recursion``,
+``_bptt_recursion``, ``_cell_forward``, ``_cell_backward``) compiled with this tier's leaves in
+place of the spec's: the products as FMA chains in index order
+(:func:`ppo_ref.fast._products._add_products`, :func:`_gate_inputs`), the loops applying the cell
+to every row and unit (:func:`_cells`, :func:`_cells_backward`), and pooled arrays. float32 when
+every float input (the parameters included) is float32, else float64. A non-finite result raises
+``FloatingPointError``; arguments are not validated here.
 """
 from __future__ import annotations
 
@@ -112,11 +99,8 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
                 tanh_c[n, j], dh_out[n, j], k, dh_next[n, j], dc_next[n, j])
 
 
-# The spec's recursions and cell equations compiled as they are written, with this tier's
-# leaves in place of the spec's (what a tier supplies: ppo_ref.spec.lstm's module docstring),
-# all inlined by numba before typing into the two passes below: each pass is one function for
-# LLVM, optimized once (numba optimizes a caller again with each compiled callee linked in),
-# and the cell loops vectorize. Interpreted, the same Python with the same leaves: the same bits.
+# The spec's recursions and cell equations with this tier's leaves, inlined by numba into the
+# two passes below: each pass is optimized once by LLVM (docs/BENCHMARKS.md, session 12).
 _inlined = njit(inline="always")   # (NUMBA_DISABLE_JIT=1: the function itself)
 
 
@@ -302,15 +286,9 @@ def _float_dtype(arrays, params: Mapping[str, np.ndarray], keys=("w_ih", "w_hh",
 
 
 def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
-    """Run the LSTM over a time-major sequence, resetting the state at episode starts: the twin
-    of :func:`ppo_ref.spec.lstm.lstm_forward` (arguments, results and equations there).
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
-
-    Returns ``(h_seq [T, N, H], (h_T, c_T), cache)``: in the compute dtype (float32 when every
-    float input is float32, else float64); ``cache`` is this module's own, for
-    :func:`lstm_backward`. Raises ``FloatingPointError`` for a non-finite result.
-    """
+    """Twin of :func:`ppo_ref.spec.lstm.lstm_forward`: ``(h_seq [T, N, H], (h_T, c_T),
+    cache)`` in the compute dtype, the cache this module's own. Within rtol 1e-12, atol 1e-14
+    (float32: rtol 1e-5, atol 1e-6) of the spec."""
     x, h0, c0 = np.asarray(x), np.asarray(h0), np.asarray(c0)
     dt = _float_dtype((x, h0, c0), params)
     x = np.ascontiguousarray(x, dtype=dt)
@@ -324,14 +302,9 @@ def lstm_forward(params: Mapping[str, np.ndarray], x, h0, c0, episode_starts):
 
 
 def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
-    """One LSTM step for acting, without a cache: the twin of
-    :func:`ppo_ref.spec.lstm.lstm_step` (arguments and results there).
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6); the
-    pass of :func:`lstm_forward` with T = 1 (:func:`_step`), so stepping a sequence gives its
-    states bit for bit.
-    Returns ``(h_new, c_new) [N, H]`` in the compute dtype (fresh arrays).
-    """
+    """Twin of :func:`ppo_ref.spec.lstm.lstm_step`: ``(h_new, c_new) [N, H]`` (fresh, the
+    compute dtype), the bits of :func:`lstm_forward`'s states. Within rtol 1e-12, atol 1e-14
+    (float32: rtol 1e-5, atol 1e-6) of the spec."""
     x, h, c = np.asarray(x), np.asarray(h), np.asarray(c)
     dt = _float_dtype((x, h, c), params)
     h_new, c_new = _step((_weights(params, dt),), np.ascontiguousarray(x, dtype=dt), h[None],
@@ -340,16 +313,10 @@ def lstm_step(params: Mapping[str, np.ndarray], x, h, c, episode_starts):
 
 
 def lstm_backward(params: Mapping[str, np.ndarray], cache, dh_seq, dh_T=None, dc_T=None):
-    """Backpropagation through time for :func:`lstm_forward`: the twin of
-    :func:`ppo_ref.spec.lstm.lstm_backward` (arguments, results and equations there), given
-    this module's cache.
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 2e-5, atol 1e-6).
-
-    Returns ``(dx [T, N, D], grads, (dh0, dc0))``, fresh arrays, in the compute dtype: float32
-    when the forward pass ran in float32 and ``dh_seq``, ``dh_T``, ``dc_T`` and the parameters
-    are float32, else float64. Raises ``FloatingPointError`` for a non-finite result.
-    """
+    """Twin of :func:`ppo_ref.spec.lstm.lstm_backward`, given this module's cache: ``(dx [T,
+    N, D], grads, (dh0, dc0))``, float32 when the forward pass, ``dh_seq``, ``dh_T``, ``dc_T``
+    and the parameters are, else float64. Within rtol 1e-12, atol 1e-14 (float32: rtol 2e-5,
+    atol 1e-6) of the spec."""
     given = [np.asarray(a) for a in (dh_seq, dh_T, dc_T) if a is not None]
     dt = _float_dtype((cache.x, *given), params, ("w_ih", "w_hh"))
     if dt != cache.x.dtype:

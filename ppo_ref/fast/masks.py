@@ -1,13 +1,6 @@
-"""The compiled twins of :mod:`ppo_ref.spec.masks`: the same validation, the spec's loops
-compiled (``njit`` of the very functions), bit for bit.
-
-* :func:`episode_starts` equals :func:`ppo_ref.spec.masks.episode_starts` bit for bit;
-* :func:`transition_masks` equals :func:`ppo_ref.spec.masks.transition_masks` bit for bit.
-
-The scalar rule the loops call, :func:`ppo_ref.spec.masks.transition_flags`, is registered with
-numba's ``register_jitable``: compiled code calling it gets a compiled version, plain Python keeps
-calling the function itself.
-"""
+"""The compiled twins of :mod:`ppo_ref.spec.masks`, bit for bit: the spec's validation around
+its loops compiled (``njit`` of the very functions; its scalar rule through
+``register_jitable``)."""
 from numba.extending import register_jitable
 
 from ppo_ref._numba import NJIT_OPTIONS, njit

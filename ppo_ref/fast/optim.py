@@ -1,33 +1,21 @@
-"""The compiled twins of :mod:`ppo_ref.spec.optim`: :func:`adam_update` and
-:func:`clip_by_global_norm`, on plain dicts of arrays, pure (inputs never written).
+"""The compiled twins of :mod:`ppo_ref.spec.optim`, on plain dicts of arrays (inputs never
+written).
 
-* :func:`adam_update` equals :func:`ppo_ref.spec.optim.adam_update` bit for bit: per entry
-  the spec's :func:`~ppo_ref.spec.optim.adam_element` (compiled, ``register_jitable``) with the
-  spec's :func:`~ppo_ref.spec.optim.adam_step_scalars`, on the entries widened to float64 as
-  the spec widens them, rounded once to each parameter's dtype.
+* :func:`adam_update` equals :func:`ppo_ref.spec.optim.adam_update` bit for bit (the spec's
+  :func:`~ppo_ref.spec.optim.adam_element` compiled, on entries widened to float64 as the spec
+  widens them, rounded once to each parameter's dtype).
 * :func:`clip_by_global_norm` equals :func:`ppo_ref.spec.optim.clip_by_global_norm` within
-  rtol 1e-13, atol 0 (the norm and the clipped gradients; the copies made when no clipping
-  happens are the same bits). The norm is the spec's norm of the per-array norms; each
-  array's sum of squares is added in an order fixed here (:func:`_sum_of_squares`: blocks of
-  1024 entries, eight interleaved partial sums per block, the blocks left to right), where
-  the spec's ``np.sum`` adds pairwise. Both sum non-negative terms, so each is within ``k u``
-  (relative) of the exact sum, ``k`` the longest chain of additions: at most ``138 + n / 1024``
-  here for an array of ``n`` entries, about 20 for NumPy, ``u = 2^-53``; for arrays of up to
-  10^6 entries the two norms differ by less than 1e-13 relative.
+  rtol 1e-13, atol 0: each array's sum of squares is added in a fixed order
+  (:func:`_sum_of_squares`) where the spec's ``np.sum`` adds pairwise; both sum non-negative
+  terms, each within ``k u`` of the exact sum (``k`` the longest chain of additions: at most
+  ``138 + n / 1024`` here, about 20 for NumPy; ``u = 2^-53``), so for arrays of up to 10^6
+  entries the norms differ by less than 1e-13 relative.
 
-Machinery (private), for float64 arrays. One compiled call steps every entry: the arrays of a
-dict are one float64 vector in key order (``np.concatenate``), and a result is written into one
-vector (Adam: the new parameters, first and second moments one after the other) and returned as
-new dicts of views of it, one per key (the inputs are untouched). Result vectors and their views
-are made once and reused (:func:`_results`) when no longer referenced outside this module, as
-CPython counts references: results a caller holds are never overwritten. A dict whose values
-are, in key order, the very views of one result (the parameters and moments of the previous
-step, the clipped gradients, the gradients of :mod:`ppo_ref.fast.layers`) is read in place
-(recognised by identity: :func:`_vector_of`; other arrays are gathered).
-
-Non-finite results (a gradient norm that is inf or nan, a step that overflows or starts from
-non-finite values) raise ``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`);
-the spec functions, given the same arguments, name the arrays.
+One compiled call steps every entry of a dict, gathered into one float64 vector in key order; a
+result is one vector returned as new dicts of views of it. Result vectors are reused
+(:func:`_results`) when neither they nor a view are referenced outside this module, and a dict
+of such views (the previous step's results, the gradients of :mod:`ppo_ref.fast.layers`) is
+read in place (:func:`_vector_of`). A non-finite result raises ``FloatingPointError``.
 """
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
 """The compiled tier of the LSTM actor-critic: the twins of
-:mod:`ppo_ref.spec.recurrent_networks`' ``recurrent_actor_critic_forward``,
-``recurrent_actor_critic_backward``, ``recurrent_actor_critic_step`` and
-``recurrent_value_step`` (same parameters, same results; the architecture is stated there).
-
-They take the spec's parameters (one dict: ``lstm.*`` or ``lstm_pi.*`` and ``lstm_vf.*``, then
-the towers ``pi.*`` and ``vf.*``) and states (:class:`ppo_ref.spec.recurrent_networks.LSTMStates`
-``[L, N, H]``), and compose this tier's LSTM (the passes of :mod:`ppo_ref.fast.lstm`, which run
-the spec's own recursions) with its MLP (:func:`ppo_ref.fast.layers.mlp_forward` and
-``mlp_backward``). Every product is a chain of fused multiply-adds in a fixed order, so an
-env's results do not depend on which other envs share the call: an acting step of N envs, the
-replay of their T steps and a minibatch of any subset of them give each env the same bits.
-
-dtype: when the observations, the state and every parameter are float32, everything computes
-in float32 and the results are float32; otherwise float64. The backward pass computes in the
-dtype of the forward pass that made the cache. A non-finite result raises
-``FloatingPointError`` (:func:`ppo_ref._checks.non_finite_result`); arguments are not validated
-here (the spec functions do that, and name the bad one).
+:mod:`ppo_ref.spec.recurrent_networks`' functions (parameters, architecture and results there):
+this tier's LSTM passes (:mod:`ppo_ref.fast.lstm`) composed with its MLP
+(:mod:`ppo_ref.fast.layers`). float32 when the observations, the state and every parameter are
+float32, else float64; the backward pass computes in the dtype of the forward pass. A
+non-finite result raises ``FloatingPointError``; arguments are not validated here.
 """
 from __future__ import annotations
 
@@ -32,7 +20,6 @@ __all__ = ["recurrent_actor_critic_forward", "recurrent_actor_critic_backward",
            "recurrent_actor_critic_step", "recurrent_value_step"]
 
 _WHERE = "ppo_ref.fast.recurrent_networks."
-_LSTM_KEYS = ("w_ih", "w_hh", "b")
 
 
 class _Cache(NamedTuple):
@@ -64,30 +51,13 @@ def _compute_dtype(parts: Dict[str, dict], *arrays) -> np.dtype:
                                    for v in part.values()))
 
 
-def _tower(part: dict, x, activation: str, where: str):
-    """:func:`ppo_ref.fast.layers.mlp_forward`, its non-finite result reported as ``where``'s."""
+def _tower(where: str, mlp_pass, *args):
+    """``mlp_pass(*args)`` (:func:`ppo_ref.fast.layers.mlp_forward` or ``mlp_backward``), its
+    non-finite result reported as ``where``'s."""
     try:
-        return _layers.mlp_forward(part, x, activation)
+        return mlp_pass(*args)
     except FloatingPointError:
         raise non_finite_result(where) from None
-
-
-def _tower_backward(part: dict, cache, dy, where: str):
-    """:func:`ppo_ref.fast.layers.mlp_backward`, its non-finite result reported as ``where``'s."""
-    try:
-        return _layers.mlp_backward(part, cache, dy)
-    except FloatingPointError:
-        raise non_finite_result(where) from None
-
-
-def _lstm_steps(parts, names, x, h0, c0, episode_starts, dt, where: str):
-    """Every LSTM of ``names`` over ``x [T, N, D]`` (compute dtype, C-contiguous) from the
-    states ``h0, c0 [L, N, H]``, in one pass: :func:`ppo_ref.fast.lstm._run_forward`'s
-    ``(h_seq [L, T, N, H], c_T [L, N, H], cache)``."""
-    keep = _lstm._keep(episode_starts, x.shape[0], x.shape[1], dt)
-    return _lstm._run_forward([_lstm._weights(parts[name], dt) for name in names], x,
-                              np.ascontiguousarray(h0, dt), np.ascontiguousarray(c0, dt), keep,
-                              where)
 
 
 def _inputs(parts, obs, state):
@@ -98,26 +68,33 @@ def _inputs(parts, obs, state):
     return np.ascontiguousarray(obs, dt), h0, c0, dt
 
 
+def _step(params, obs, state, episode_starts, lstm_shared, where: str):
+    """``(parts, h_new, c_new)``: one step of every LSTM of ``params`` (the critic's last) in
+    the acting step's compiled pass, :func:`ppo_ref.fast.lstm._step`."""
+    names = _spec.lstm_names(bool(lstm_shared))
+    parts = _parts(params, names)
+    x, h, c, dt = _inputs(parts, obs, state)
+    h_new, c_new = _lstm._step([_lstm._weights(parts[name], dt) for name in names], x, h, c,
+                               episode_starts, where)
+    return parts, h_new, c_new
+
+
 def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
                                    episode_starts, activation: str = "tanh",
                                    lstm_shared: bool = False):
-    """Policy outputs and values over a ``[T, N]`` sequence, replayed from ``state``: the twin
-    of :func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward` (arguments and
-    results there).
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
-
-    Returns ``(policy_out [T, N, P], values [T, N], final_state, cache)`` in the compute dtype;
-    ``final_state`` an ``LSTMStates``; ``cache`` this module's own, for
-    :func:`recurrent_actor_critic_backward`.
-    """
+    """Twin of :func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_forward`:
+    ``(policy_out [T, N, P], values [T, N], final_state, cache)``, the cache this module's own.
+    Within rtol 1e-12, atol 1e-14 (float32: rtol 1e-5, atol 1e-6) of the spec."""
     where = _WHERE + "recurrent_actor_critic_forward"
     names = _spec.lstm_names(bool(lstm_shared))
     parts = _parts(params, names)
     x, h0, c0, dt = _inputs(parts, obs, state)
-    h_seq, c_T, lstm_cache = _lstm_steps(parts, names, x, h0, c0, episode_starts, dt, where)
-    policy_out, pi_cache = _tower(parts["pi"], h_seq[0], activation, where)
-    values, vf_cache = _tower(parts["vf"], h_seq[-1], activation, where)
+    keep = _lstm._keep(episode_starts, x.shape[0], x.shape[1], dt)
+    h_seq, c_T, lstm_cache = _lstm._run_forward(
+        [_lstm._weights(parts[name], dt) for name in names], x, np.ascontiguousarray(h0, dt),
+        np.ascontiguousarray(c0, dt), keep, where)
+    policy_out, pi_cache = _tower(where, _layers.mlp_forward, parts["pi"], h_seq[0], activation)
+    values, vf_cache = _tower(where, _layers.mlp_forward, parts["vf"], h_seq[-1], activation)
     final = _spec.LSTMStates(h_seq[:, -1].copy(), c_T.copy())
     cache = _Cache(bool(lstm_shared), lstm_cache, pi_cache, vf_cache)
     return policy_out, values[..., 0], final, cache
@@ -125,21 +102,15 @@ def recurrent_actor_critic_forward(params: Mapping[str, np.ndarray], obs, state,
 
 def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray], cache, d_policy_out,
                                     d_values):
-    """Gradients of a scalar loss w.r.t. every parameter, by backpropagation through time: the
-    twin of :func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_backward` (arguments
-    and results there), given this module's cache.
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 2e-5, atol 1e-6).
-
-    Returns a dict with the keys (and key order) of ``params``, in the dtype of the forward
-    pass.
-    """
+    """Twin of :func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_backward`, given
+    this module's cache: the gradients in the key order of ``params`` and the dtype of the
+    forward pass. Within rtol 1e-12, atol 1e-14 (float32: rtol 2e-5, atol 1e-6) of the spec."""
     where = _WHERE + "recurrent_actor_critic_backward"
     names = _spec.lstm_names(cache.lstm_shared)
     parts = _parts(params, names)
-    dh_pi, pi_grads = _tower_backward(parts["pi"], cache.pi, d_policy_out, where)
-    dh_vf, vf_grads = _tower_backward(parts["vf"], cache.vf, np.asarray(d_values)[..., None],
-                                      where)
+    dh_pi, pi_grads = _tower(where, _layers.mlp_backward, parts["pi"], cache.pi, d_policy_out)
+    dh_vf, vf_grads = _tower(where, _layers.mlp_backward, parts["vf"], cache.vf,
+                             np.asarray(d_values)[..., None])
     lstm_cache = cache.lstm
     dt = lstm_cache.x.dtype
     dh_seqs = (dh_pi + dh_vf,) if cache.lstm_shared else (dh_pi, dh_vf)
@@ -159,42 +130,24 @@ def recurrent_actor_critic_backward(params: Mapping[str, np.ndarray], cache, d_p
 def recurrent_actor_critic_step(params: Mapping[str, np.ndarray], obs, state, episode_starts,
                                 activation: str = "tanh", lstm_shared: bool = False, *,
                                 with_values: bool = True):
-    """One acting step for N envs: the twin of
-    :func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_step` (arguments and results
-    there); the passes of :func:`recurrent_actor_critic_forward` with T = 1, so an env's
-    outputs and states are the bits a replay of its steps gives.
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
-
-    Returns ``(policy_out [N, P], values [N] or None, new_state)`` in the compute dtype.
-    """
+    """Twin of :func:`ppo_ref.spec.recurrent_networks.recurrent_actor_critic_step`:
+    ``(policy_out [N, P], values [N] or None, new_state)``, the bits a replay of the steps by
+    :func:`recurrent_actor_critic_forward` gives. Within rtol 1e-12, atol 1e-14 (float32: rtol
+    1e-5, atol 1e-6) of the spec."""
     where = _WHERE + "recurrent_actor_critic_step"
-    names = _spec.lstm_names(bool(lstm_shared))
-    parts = _parts(params, names)
-    x, h, c, dt = _inputs(parts, obs, state)
-    h_new, c_new = _lstm._step([_lstm._weights(parts[name], dt) for name in names], x, h, c,
-                               episode_starts, where)
-    policy_out, _ = _tower(parts["pi"], h_new[0], activation, where)
+    parts, h_new, c_new = _step(params, obs, state, episode_starts, lstm_shared, where)
+    policy_out, _ = _tower(where, _layers.mlp_forward, parts["pi"], h_new[0], activation)
     values = None
     if with_values:
-        values = _tower(parts["vf"], h_new[-1], activation, where)[0][:, 0]
+        values = _tower(where, _layers.mlp_forward, parts["vf"], h_new[-1], activation)[0][:, 0]
     return policy_out, values, _spec.LSTMStates(h_new, c_new)
 
 
 def recurrent_value_step(params: Mapping[str, np.ndarray], obs, state, episode_starts,
                          activation: str = "tanh", lstm_shared: bool = False) -> np.ndarray:
-    """Values ``[N]`` after one step of the critic's LSTM (the state is not returned): the twin
-    of :func:`ppo_ref.spec.recurrent_networks.recurrent_value_step` (arguments there). Every
-    LSTM of ``params`` steps, in the acting step's compiled pass; the critic's gives the values.
-
-    Equals it within rtol 1e-12, atol 1e-14 in float64 (float32: rtol 1e-5, atol 1e-6).
-    """
+    """Twin of :func:`ppo_ref.spec.recurrent_networks.recurrent_value_step`: the values ``[N]``
+    (every LSTM steps, in the acting step's pass). Within rtol 1e-12, atol 1e-14 (float32: rtol
+    1e-5, atol 1e-6) of the spec."""
     where = _WHERE + "recurrent_value_step"
-    names = _spec.lstm_names(bool(lstm_shared))
-    parts = _parts(params, names)
-    x, h, c, dt = _inputs(parts, obs, state)
-    # every LSTM steps (the critic's is the last), so this is the acting step's compiled pass
-    h_new, _ = _lstm._step([_lstm._weights(parts[name], dt) for name in names], x, h, c,
-                           episode_starts, where)
-    values, _ = _tower(parts["vf"], h_new[-1], activation, where)
-    return values[:, 0]
+    parts, h_new, _ = _step(params, obs, state, episode_starts, lstm_shared, where)
+    return _tower(where, _layers.mlp_forward, parts["vf"], h_new[-1], activation)[0][:, 0]
