@@ -81,10 +81,11 @@ def building(what: str):
         raise UsageError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from None
 
 
-def check_n_envs(value, source: str) -> None:
-    """``--n-envs`` within :data:`ppo_ref.config.MAX_ENVS` (the config's own bound), checked
-    before anything is built: :class:`UsageError` naming ``source`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ENVS:
+def check_n_envs(value: int, source: str) -> None:
+    """``--n-envs`` (an int, argparse's) within :data:`ppo_ref.config.MAX_ENVS` (the config's
+    own bound), checked before anything is built: :class:`UsageError` naming ``source``
+    otherwise."""
+    if not 1 <= value <= MAX_ENVS:
         raise UsageError(f"{source}: n_envs must be in [1, {MAX_ENVS}] (each env is a Python "
                          f"object or a process of this machine), got {value!r}")
 

@@ -65,12 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     from ppo_ref import __version__
     parser = _OneLineParser(prog="ppo-ref", description="ppo_ref: PPO in NumPy + numba")
     parser.add_argument("--version", action="version", version=f"ppo-ref {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parser.subcommand_parsers = {}  # name -> its parser (:func:`_parse` reports through it)
+    # (kept on the parser: its choices map each name to its parser, for :func:`_parse`)
+    parser.subcommands = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_text, configure, _) in SUBCOMMANDS.items():
-        parser.subcommand_parsers[name] = sub.add_parser(name, help=help_text,
-                                                         description=help_text)
-        configure(parser.subcommand_parsers[name])
+        configure(parser.subcommands.add_parser(name, help=help_text, description=help_text))
     return parser
 
 
@@ -80,7 +78,7 @@ def _parse(argv: List[str]) -> argparse.Namespace:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
-        parser.subcommand_parsers[args.command].error(
+        parser.subcommands.choices[args.command].error(
             f"unrecognized arguments: {' '.join(unknown)}")
     return args
 

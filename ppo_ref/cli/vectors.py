@@ -108,8 +108,8 @@ def cmd_check(args) -> int:
         raise UsageError(f"cannot read {exc.filename or args.results}: "
                          f"{exc.strerror or exc}") from None
     except ValueError as exc:  # a message naming a parameter of check_results names its flag
-        raise UsageError(re.sub(r"^(results_file|atol|rtol|tolerances)\b",
-                                lambda m: _FLAGS[m[1]], str(exc))) from None
+        raise UsageError(re.sub(rf"^({'|'.join(_FLAGS)})\b", lambda m: _FLAGS[m[1]],
+                                str(exc))) from None
     print(format_table(rows))
     if nothing_compared(rows):
         print("ppo-ref check: nothing was compared (every case skipped, missing or unknown): "

@@ -64,9 +64,7 @@ def _logit_rows(logits):
     """``(z, batch_shape)``: the logits ``[..., A]`` as a C-contiguous float32 or float64
     ``[R, A]`` array, and the shape ``[...]`` of the per-row results (None when ``logits`` is
     already such an ``[R, A]`` array: the results are ``[R]``)."""
-    z = logits if type(logits) is np.ndarray else np.asarray(logits)
-    if z.dtype != _F64 and z.dtype != _F32:
-        z = _floats(z)
+    z = _floats(logits)
     if z.ndim == 2 and z.flags.c_contiguous:
         return z, None
     return np.ascontiguousarray(z).reshape(-1, z.shape[-1]), z.shape[:-1]
