@@ -44,11 +44,13 @@ class AsyncActorLearnerConfig:
         use_vtrace, rho_bar, c_bar: V-trace against the learner's policy, truncated at
             ``rho_bar`` (importance weight) and ``c_bar`` (traces), both > 0; else GAE.
         seed: the learner's seed; actor k seeds its generator and env with seed + 1 + k.
-        starvation_timeout: seconds without any experience before StarvationError;
-            env_step_timeout: the same for one actor whose rows the learner waits for.
-        actors: where the actors run (:data:`ACTOR_KINDS`); ray_address: with "ray", the
-            cluster to join (``"HOST:PORT"`` or ``"auto"``; None: a Ray of this machine on
-            127.0.0.1 only, or the one already connected).
+        starvation_timeout: seconds without any experience before StarvationError.
+        env_step_timeout: seconds an actor whose rows the learner waits for may send nothing
+            before StarvationError names it (its env hung in step or reset).
+        actors: where the actors run (:data:`ACTOR_KINDS`).
+        ray_address: with ``actors="ray"``, the cluster to join (``"HOST:PORT"`` or
+            ``"auto"``; None: a Ray of this machine on 127.0.0.1 only, or the one already
+            connected).
         ppo: the learner's PPO settings, ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda``
             replaced by this config's (:meth:`learner_ppo_config`).
     """

@@ -599,7 +599,9 @@ def _except_on(properties, failures, search, precision_only):
 
     def pairs(first, pool):
         for (i, key), ex in list(followups.items()):
-            for second in pool if key == first.key else ():
+            if key != first.key:
+                continue
+            for second in pool:
                 pair = (i, frozenset({first.key, second.key}))
                 if second.key != first.key and pair not in tried and second.holds(ex):
                     tried.add(pair)
