@@ -89,7 +89,8 @@ class _ActorFifo:
 
     def take(self, n: int) -> ExperienceBatch:
         """Remove and return the oldest ``n`` rows (``count >= n``); the rest stays as one chunk."""
-        fields = [np.concatenate(cols) for cols in zip(*(chunk[1:] for chunk in self.chunks))]
+        columns = list(zip(*(chunk[1:] for chunk in self.chunks)))
+        fields = [np.concatenate(cols) if len(cols) > 1 else cols[0] for cols in columns]
         self.count -= n
         rest = ExperienceBatch(self.agent_id, *(f[n:] for f in fields))
         self.chunks = [rest] if self.count else []
