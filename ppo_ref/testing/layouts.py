@@ -135,7 +135,7 @@ def _after_rows(quantity: str, ex: Mapping[str, Any]) -> Tuple[list, dict]:
     """The arguments after a row quantity's arrays: a loss's clip range, GAE's keywords."""
     if quantity == "gae":
         return [], {"gamma": ex["gamma"], "gae_lambda": ex["gae_lambda"]}
-    return [ex[_SCALAR[quantity]]] if quantity in _SCALAR else [], {}
+    return ([ex[_SCALAR[quantity]]] if quantity in _SCALAR else []), {}
 
 
 def _done(ex) -> np.ndarray:
