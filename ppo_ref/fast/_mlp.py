@@ -39,6 +39,7 @@ _FEW = 16
 #: transposed, ``gw.T = h.T @ d``, so that its wide axis is the one the products vectorize.
 _NARROW = 16
 
+
 def _activate(a, relu):
     """In place on the 1-D array ``a``: ``max(a, 0)`` as ``a if a > 0 else 0`` (relu) or
     ``tanh(a)`` (:func:`ppo_ref.fast._products._tanh_any`). Interpreted: whole-array
