@@ -82,9 +82,8 @@ def building(what: str):
 
 
 def check_n_envs(value: int, source: str) -> None:
-    """``--n-envs`` (an int, argparse's) within :data:`ppo_ref.config.MAX_ENVS` (the config's
-    own bound), checked before anything is built: :class:`UsageError` naming ``source``
-    otherwise."""
+    """``--n-envs`` (argparse's int) within :data:`ppo_ref.config.MAX_ENVS` (the config's own
+    bound), checked before anything is built: :class:`UsageError` naming ``source`` otherwise."""
     if not 1 <= value <= MAX_ENVS:
         raise UsageError(f"{source}: n_envs must be in [1, {MAX_ENVS}] (each env is a Python "
                          f"object or a process of this machine), got {value!r}")

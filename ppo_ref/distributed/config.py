@@ -48,9 +48,8 @@ class AsyncActorLearnerConfig:
         env_step_timeout: seconds an actor whose rows the learner waits for may send nothing
             before StarvationError names it (its env hung in step or reset).
         actors: where the actors run (:data:`ACTOR_KINDS`).
-        ray_address: with ``actors="ray"``, the cluster to join (``"HOST:PORT"`` or
-            ``"auto"``; None: a Ray of this machine on 127.0.0.1 only, or the one already
-            connected).
+        ray_address: with ``actors="ray"``, the cluster to join (``"HOST:PORT"``, ``"auto"``;
+            None: a Ray of this machine on 127.0.0.1 only, or the one already connected).
         ppo: the learner's PPO settings, ``n_steps``, ``n_envs``, ``gamma`` and ``gae_lambda``
             replaced by this config's (:meth:`learner_ppo_config`).
     """

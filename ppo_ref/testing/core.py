@@ -599,13 +599,12 @@ def _except_on(properties, failures, search, precision_only):
 
     def pairs(first, pool):
         for (i, key), ex in list(followups.items()):
-            if key != first.key:
-                continue
-            for second in pool:
-                pair = (i, frozenset({first.key, second.key}))
-                if second.key != first.key and pair not in tried and second.holds(ex):
-                    tried.add(pair)
-                    yield i, (first, second)
+            if key == first.key:  # the follow-ups of excluding the first condition alone
+                for second in pool:
+                    pair = (i, frozenset({first.key, second.key}))
+                    if second.key != first.key and pair not in tried and second.holds(ex):
+                        tried.add(pair)
+                        yield i, (first, second)
 
     narrow = [p for p in properties if not p.broad]
     broad = [p for p in properties if p.broad]
