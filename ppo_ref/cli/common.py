@@ -14,7 +14,7 @@ from typing import Any, Dict, Optional
 import gymnasium
 
 from ppo_ref._checks import one_line
-from ppo_ref.config import MAX_ENVS, PPOConfig
+from ppo_ref.config import PPOConfig
 from ppo_ref.vectors.codec import read_json_file
 
 __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS",
@@ -22,7 +22,7 @@ __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS",
            "building", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "nothing_saved",
            "STOP_SIGNALS", "stopped_how",
-           "rollout_note", "check_n_envs", "saved_config", "close_quickly", "read_run_info",
+           "rollout_note", "saved_config", "close_quickly", "read_run_info",
            "check_same_run"]
 
 DEFAULT_ENV = "CartPole-v1"
@@ -79,14 +79,6 @@ def building(what: str):
         raise
     except BaseException as exc:  # noqa: BLE001 -- an env's own failure (SystemExit too)
         raise UsageError(f"{what}: {type(exc).__name__}: {one_line(exc)}") from None
-
-
-def check_n_envs(value: int, source: str) -> None:
-    """``--n-envs`` (argparse's int) within :data:`ppo_ref.config.MAX_ENVS` (the config's own
-    bound), checked before anything is built: :class:`UsageError` naming ``source`` otherwise."""
-    if not 1 <= value <= MAX_ENVS:
-        raise UsageError(f"{source}: n_envs must be in [1, {MAX_ENVS}] (each env is a Python "
-                         f"object or a process of this machine), got {value!r}")
 
 
 def saved_config(config_dict, source: str):

@@ -29,7 +29,7 @@ from ppo_ref.cli.common import (CHECKPOINT_EVERY_DEFAULT, DEFAULT_ENV, DEFAULT_T
                                 HELD_LOCKS, MAX_NUM_ACTORS, MAX_SEED,
                                 MAX_TOTAL_TIMESTEPS, TRAINERS, SigintStopper, Terminated,
                                 stopped_how,
-                                UsageError, building, check_n_envs, check_same_run, close_quickly,
+                                UsageError, building, check_same_run, close_quickly,
                                 nothing_saved, policy_of_trainer, probe_env, read_run_info,
                                 rollout_note, saved_config, trainer_class, trainer_class_by_name,
                                 user_input)
@@ -123,12 +123,18 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
     if preset is not None and preset not in preset_names():
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(preset_names())}")
     preset = _resolve_preset(preset, env_id)
-    if preset == "zoo":
-        entry = zoo_entry(env_id)
-        return PPOConfig.zoo_cartpole(**changes) if entry is None else entry.config(**changes)
-    if preset == "default":
-        return PPOConfig(**changes)
-    return PPOConfig.preset(preset, **changes)
+    entry = zoo_entry(env_id)
+    try:
+        if preset == "zoo":
+            return PPOConfig.zoo_cartpole(**changes) if entry is None else entry.config(**changes)
+        return PPOConfig(**changes) if preset == "default" else PPOConfig.preset(preset, **changes)
+    except ValueError as exc:  # PPOConfig's errors start with the field: name the flag given
+        flag = {"n_envs": "--n-envs" if n_envs is not None else None,
+                "backend": "--backend" if backend is not None else None}.get(
+            str(exc).split(" ", 1)[0])
+        if flag is not None:
+            raise ValueError(f"{flag}: {exc}") from None
+        raise
 
 
 def configure_train(p: argparse.ArgumentParser) -> None:
@@ -352,8 +358,6 @@ def _check_train_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} must be >= 0 seconds, got {value}")
     with user_input():
         check_kernel_threads(args.threads, "--threads", none_ok=False)
-    if args.n_envs is not None:
-        check_n_envs(args.n_envs, "--n-envs")
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise UsageError(f"--seed must be in [0, 2**63 - 1], got {args.seed}")
     if args.num_actors is not None and args.num_actors > MAX_NUM_ACTORS:

@@ -100,7 +100,7 @@ def _cells_backward(gates, c_prev, tanh_c, dh_out, keep_next, dh_next, dc_next, 
 
 
 # The spec's recursions and cell equations with this tier's leaves, inlined by numba into the
-# two passes below: each pass is optimized once by LLVM (docs/BENCHMARKS.md, session 12).
+# two passes below: each pass is optimized once by LLVM (docs/BENCHMARKS.md, the LSTM passes).
 _inlined = njit(inline="always")   # (NUMBA_DISABLE_JIT=1: the function itself)
 
 
