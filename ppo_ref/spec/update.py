@@ -21,6 +21,7 @@ from ppo_ref.spec import losses as spec_losses
 from ppo_ref.spec import optim as spec_optim
 
 __all__ = ["Minibatch", "MinibatchLoss", "minibatch_loss", "batch_advantages",
+           "normalized_advantages",
            "feedforward_minibatches", "recurrent_minibatches", "run_epochs",
            "effective_clip_range", "aggregation_weights", "truncation_weights",
            "KL_STOP_RULES", "LOSS_AGGREGATIONS", "STATS_KEYS"]
@@ -81,7 +82,10 @@ class MinibatchLoss(NamedTuple):
     d_values: np.ndarray
 
 
-def _normalize(advantages, config, losses: ModuleType):
+def normalized_advantages(advantages, config, losses: ModuleType = spec_losses) -> np.ndarray:
+    """``losses.normalize_advantages`` of ``advantages`` with the config's settings
+    (``advantage_norm_ddof``, ``_eps``, ``_eps_placement``, ``_single_element``), whatever
+    ``advantage_norm_scope`` and ``normalize_advantage`` say (the callers decide)."""
     return losses.normalize_advantages(advantages, ddof=config.advantage_norm_ddof,
                                        eps=config.advantage_norm_eps,
                                        placement=config.advantage_norm_eps_placement,
@@ -95,7 +99,7 @@ def batch_advantages(advantages: np.ndarray, config, losses: ModuleType = spec_l
     (thrust-rl, feedforward), otherwise unchanged."""
     advantages = np.asarray(advantages, dtype=np.float64)
     if config.normalize_advantage and config.advantage_norm_scope == "batch":
-        return _normalize(advantages, config, losses)
+        return normalized_advantages(advantages, config, losses)
     return advantages
 
 
@@ -212,7 +216,7 @@ def minibatch_loss(new_log_probs, entropy, values, old_log_probs, advantages, re
     losses or :func:`aggregation_weights`, or when the total overflows.
     """
     if config.normalize_advantage and config.advantage_norm_scope == "minibatch":
-        advantages = _normalize(advantages, config, losses)
+        advantages = normalized_advantages(advantages, config, losses)
     weights, factor = aggregation_weights(config.loss_aggregation, np.size(new_log_probs),
                                           weights, sequences, config.loss_aggregation_norm)
     p_loss, d_log_probs, info = losses.policy_loss(

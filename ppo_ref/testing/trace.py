@@ -30,11 +30,10 @@ from ppo_ref.conventions import OPTIONS
 from ppo_ref.spec.advantages import gae
 from ppo_ref.spec.distributions import (categorical_entropy, categorical_entropy_backward,
                                         categorical_log_prob, categorical_log_prob_backward)
-from ppo_ref.spec.losses import normalize_advantages
 from ppo_ref.spec.networks import actor_critic_backward, actor_critic_forward, actor_critic_init
 from ppo_ref.spec.optim import adam_init, adam_update, clip_by_global_norm
 from ppo_ref.spec.update import (aggregation_weights, batch_advantages, minibatch_loss,
-                                 truncation_weights)
+                                 normalized_advantages, truncation_weights)
 from ppo_ref.vectors.codec import decode, dumps, encode, flatten, read_json_file
 
 __all__ = ["TRACE_FORMAT", "TRACE_ORDER", "trace_inputs", "trace_update", "load_trace",
@@ -102,11 +101,8 @@ def trace_update(path: Optional[str] = None, *, preset: str = "reference", seed:
     # the minibatch is the whole rollout, rows in time-major order (row = t * N + n)
     adv_rows, ret_rows = adv.reshape(-1), ret.reshape(-1)
     old_values = np.asarray(inp["old_values"], np.float64).reshape(-1)
-    tr["normalized_advantages"] = (normalize_advantages(
-        adv_rows, ddof=config.advantage_norm_ddof, eps=config.advantage_norm_eps,
-        placement=config.advantage_norm_eps_placement,
-        single_element=config.advantage_norm_single_element)
-        if config.normalize_advantage else adv_rows.copy())
+    tr["normalized_advantages"] = (normalized_advantages(adv_rows, config)
+                                   if config.normalize_advantage else adv_rows.copy())
 
     params = {k: np.asarray(v, np.float64) for k, v in inp["params"].items()}
     logits, values, cache = actor_critic_forward(params, inp["observations"])
