@@ -174,7 +174,7 @@ def test_plot_of_a_run_with_no_update_says_so(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main(["plot", str(run_dir)]) == 0
     err = capsys.readouterr().err
-    assert "ppo-ref plot: note:" in err and "no completed update yet" in err, err
+    assert "ppo-ref plot: note:" in err and "no completed update yet: it is empty" in err, err
     assert (run_dir / "learning_curve.png").stat().st_size > 0
 
 

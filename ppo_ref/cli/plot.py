@@ -105,8 +105,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
                              f"{[name for name in needed if name not in table]}")
         columns[path] = table
     if not columns[metrics_path]:
-        print(f"ppo-ref plot: note: {args.run_dir} has no completed update yet: the figure's "
-              "panels are empty", file=sys.stderr)
+        drawn = "only episode returns are drawn" if columns[episodes_path] else "it is empty"
+        print(f"ppo-ref plot: note: {args.run_dir} has no completed update yet: {drawn}",
+              file=sys.stderr)
     fig = learning_curve_figure(plt, columns[episodes_path], columns[metrics_path],
                                 os.path.basename(os.path.normpath(args.run_dir)))
     return _save_figure(plt, fig, args.output or os.path.join(args.run_dir, "learning_curve.png"))
