@@ -27,10 +27,9 @@ __all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS",
 
 DEFAULT_ENV = "CartPole-v1"
 DEFAULT_TIMESTEPS = 100_000
-# Stated upper bounds of the counts the command line accepts (refused before anything is
-# created; n_envs: :data:`ppo_ref.config.MAX_ENVS`): step counters are exact in float64 up to
-# 2**53; each actor is a process, so more would run for minutes per rollout on one machine;
-# seeds are 63-bit (episode i of eval uses seed + i).
+# Upper bounds of the counts the command line accepts (refused before anything is created;
+# n_envs: ppo_ref.config.MAX_ENVS): step counters are exact in float64 up to 2**53; each actor
+# is a process (more would take minutes per rollout); seeds are 63-bit (eval: seed + episode).
 MAX_TOTAL_TIMESTEPS = 2 ** 53
 MAX_NUM_ACTORS = 256
 MAX_SEED = 2 ** 63 - 1
