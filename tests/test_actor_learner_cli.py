@@ -127,3 +127,35 @@ def test_ray_actors_without_ray_is_one_clear_error(monkeypatch):
     with pytest.raises(ImportError, match=r"^actors='ray' needs Ray, which is not installed: "
                                           r"pip install 'ppo_ref\[ray\]'$"):
         start_actors(config, "CartPole-v1")
+
+
+def test_a_terminals_ctrl_c_while_the_actors_start_is_one_line(tmp_path):
+    """Ctrl-C on a terminal reaches the whole process group: the actor processes, still
+    importing, must not print a KeyboardInterrupt traceback each (they start with SIGINT
+    ignored; the learner stops them)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    import pytest
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        pytest.skip("needs Linux's /proc/PID/task/TID/children to see the actors start")
+    proc = subprocess.Popen([sys.executable, "-m", "ppo_ref", "train", "--async",
+                             "--num-actors", "2", "--total-timesteps", "100000", "--run-dir",
+                             str(tmp_path / "run")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True, text=True)
+    children = f"/proc/{proc.pid}/task/{proc.pid}/children"
+    deadline = time.monotonic() + 120
+    try:
+        # the two actors and multiprocessing's resource tracker started
+        while not (os.path.exists(children) and len(open(children).read().split()) >= 3):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+            time.sleep(0.01)
+        time.sleep(0.3)                         # the actors import numpy, numba, gymnasium
+        os.killpg(proc.pid, signal.SIGINT)      # as the terminal does, actors included
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import queue as queue_module
+import signal
 import threading
 import time
 from multiprocessing.process import BaseProcess
@@ -158,6 +159,30 @@ class ActorGroup:
                 conn.close()
 
 
+@contextlib.contextmanager
+def _sigint_held():
+    """SIGINT held back while actor processes start: they start with it blocked (the mask
+    survives ``exec``), so a terminal's Ctrl-C, the learner's to handle, never interrupts their
+    imports; the learner's own (main thread) is raised again once they have started."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = []
+    main = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not None)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) \
+        if main else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if held:
+            signal.raise_signal(signal.SIGINT)
+
+
 def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = run_actor,
                  chunk_size: Optional[int] = None, start_method: str = "spawn") -> ActorGroup:
     """The :class:`ActorGroup` of ``config.num_actors`` actors of kind ``config.actors``, each
@@ -199,8 +224,9 @@ def start_actors(config: AsyncActorLearnerConfig, env, *, actor_fn: Callable = r
     group = ActorGroup(config.actors, workers, inbox, broadcast_queues, stop_event,
                        readers=[reader for reader, _ in pipes])
     try:
-        for worker in workers:
-            worker.start()
+        with _sigint_held():
+            for worker in workers:
+                worker.start()
     except BaseException:
         group.shutdown(timeout=1.0)
         raise
