@@ -51,6 +51,45 @@ def test_disk_full_during_a_save_is_one_line(tmp_path, capsys, monkeypatch):
     assert "No space left on device" in _one_line_error(capsys, "train")
 
 
+def test_disk_full_outside_training_is_one_line_and_exit_1(tmp_path, capsys, monkeypatch):
+    import ppo_ref.vectors.cases as cases_module
+
+    def full(path, data, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+    monkeypatch.setattr(cases_module, "write_atomic", full)
+    assert cli.main(["vectors", "--out", str(tmp_path / "v")]) == 1   # as the README says
+    line = _one_line_error(capsys, "vectors")
+    assert "No space left on device" in line and "free some space" in line, line
+
+
+def test_async_flags_with_resume_say_the_run_keeps_its_settings(tmp_path, capsys):
+    assert cli.main(["train", "--resume", str(tmp_path), "--num-actors", "8"]) == 2
+    line = _one_line_error(capsys, "train")
+    assert line.endswith("--num-actors: --resume continues a run with its saved settings "
+                         "(drop the flag)"), line
+
+
+def test_a_seed_killed_by_a_signal_is_recorded_as_128_plus_the_signal(tmp_path, capsys,
+                                                                      monkeypatch):
+    import signal
+    import subprocess
+
+    class KilledAtStart:  # a seed's process that SIGINT ended while it imported
+        returncode = -signal.SIGINT
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def poll(self):
+            return self.returncode
+    monkeypatch.setattr(subprocess, "Popen", KilledAtStart)
+    run_dir = tmp_path / "seeds"
+    assert cli.main(["train", "--seeds", "0-1", "--run-dir", str(run_dir), "--quiet"]) == 3
+    runs = json.load(open(run_dir / "summary.json"))["runs"]
+    assert [r["exit_code"] for r in runs] == [130, 130]
+    assert "seed 0: exit 130," in capsys.readouterr().out
+
+
 # -- eval -------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -60,10 +99,26 @@ def run_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("seed", ["-1", str(2 ** 64)])
-def test_eval_seed_out_of_range_is_one_line(run_dir, capsys, seed):
-    assert cli.main(["eval", run_dir, "--episodes", "1", "--seed", seed]) == 2
+@pytest.mark.parametrize("seed, episodes", [("-1", "1"), (str(2 ** 64), "1"),
+                                            (str(2 ** 63 - 1), "2")])
+def test_eval_seed_out_of_range_is_one_line(run_dir, capsys, seed, episodes):
+    assert cli.main(["eval", run_dir, "--episodes", episodes, "--seed", seed]) == 2
     assert "--seed" in _one_line_error(capsys, "eval")
+
+
+def test_eval_takes_the_largest_seed_for_one_episode(run_dir):
+    assert cli.main(["eval", run_dir, "--episodes", "1", "--seed", str(2 ** 63 - 1)]) == 0
+
+
+@pytest.mark.parametrize("what", ["missing", "a file"])
+def test_plot_of_a_path_that_is_no_directory_says_so(tmp_path, capsys, what):
+    path = tmp_path / "x"
+    if what == "a file":
+        path.write_text("")
+    assert cli.main(["plot", str(path)]) == 2
+    line = _one_line_error(capsys, "plot")
+    assert f"{path} is not a run directory" in line and \
+        ("a file" if what == "a file" else "does not exist") in line, line
 
 
 def test_ctrl_c_during_eval_is_one_line(run_dir, capsys, monkeypatch):

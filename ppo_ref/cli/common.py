@@ -3,6 +3,7 @@ stated bounds of counts, the env probe, the Ctrl-C handler and the rollout note.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import signal
@@ -17,7 +18,7 @@ from ppo_ref._checks import one_line
 from ppo_ref.config import PPOConfig
 from ppo_ref.vectors.codec import read_json_file
 
-__all__ = ["DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS",
+__all__ = ["FULL_ERRNOS", "DEFAULT_ENV", "DEFAULT_TIMESTEPS", "MAX_TOTAL_TIMESTEPS",
            "MAX_NUM_ACTORS", "MAX_SEED", "MAX_EPISODES", "TRAINERS", "UsageError", "user_input",
            "building", "import_target", "trainer_class", "trainer_class_by_name",
            "policy_of_trainer", "probe_env", "SigintStopper", "Terminated", "nothing_saved",
@@ -45,6 +46,12 @@ TRAINERS: Dict[str, str] = {
 HELD_LOCKS: set = set()  # the lock files (real paths) this process holds (train.run_dir_lock)
 
 
+#: The file system ran out of room: a condition of the machine, not of the user's input; the
+#: command reports it as one line with exit status 1 (:func:`ppo_ref.cli.main.main`).
+FULL_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG")
+                        if hasattr(errno, name))
+
+
 class UsageError(Exception):
     """A problem with what the user asked for (flags, files, environment ids). :func:`main`
     prints it as one line ``ppo-ref <command>: error: <message>`` and exits with status 2."""
@@ -58,6 +65,8 @@ def user_input(what: str = ""):
     try:
         yield
     except OSError as exc:
+        if exc.errno in FULL_ERRNOS:
+            raise
         if what:
             raise UsageError(f"{what}: {exc.strerror or exc}") from None
         where = f": {exc.filename}" if exc.filename else ""

@@ -30,8 +30,8 @@ def configure_eval(p: argparse.ArgumentParser) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     if not 1 <= args.episodes <= MAX_EPISODES:
         raise UsageError(f"--episodes must be in [1, {MAX_EPISODES}], got {args.episodes}")
-    if not 0 <= args.seed <= MAX_SEED - args.episodes:
-        raise UsageError(f"--seed must be in [0, 2**63 - 1 - episodes] (episode i is reset with "
+    if not 0 <= args.seed <= MAX_SEED + 1 - args.episodes:
+        raise UsageError(f"--seed must be in [0, 2**63 - episodes] (episode i is reset with "
                          f"seed + i), got {args.seed}")
     path = args.run_dir if args.run_dir.endswith(".npz") else \
         os.path.join(args.run_dir, "checkpoint.npz")

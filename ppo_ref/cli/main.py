@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ppo_ref._checks import one_line
 from ppo_ref._numba import announce_compiling
-from ppo_ref.cli.common import UsageError
+from ppo_ref.cli.common import FULL_ERRNOS, UsageError
 from ppo_ref.cli.details import cmd_details, configure_details
 from ppo_ref.cli.diff import cmd_diff, configure_diff
 from ppo_ref.cli.eval import cmd_eval, configure_eval
@@ -37,7 +37,8 @@ def register_subcommand(name: str, help: str,
 register_subcommand("train", "train a policy (default: CartPole-v1, zoo settings, 100k steps)",
                     configure_train, cmd_train)
 register_subcommand("eval", "evaluate a run's checkpoint", configure_eval, cmd_eval)
-register_subcommand("plot", "write DIR/learning_curve.png", configure_plot, cmd_plot)
+register_subcommand("plot", "write DIR/learning_curve.png (a --seeds directory: "
+                    "learning_curves.png)", configure_plot, cmd_plot)
 register_subcommand("vectors", "write golden JSON test vectors (ppo_ref.vectors)",
                     configure_vectors, cmd_vectors)
 register_subcommand("check", "check another implementation's outputs against golden vectors",
@@ -46,11 +47,6 @@ register_subcommand("diff", "name the first quantity where two PPO update traces
                     "(ppo_ref.testing.trace)", configure_diff, cmd_diff)
 register_subcommand("details", "print the PPO implementation details table (ppo_ref.details)",
                     configure_details, cmd_details)
-
-
-# the file system ran out of room: a condition of the machine, reported as one line (exit 1)
-_FULL_ERRNOS = frozenset(getattr(errno, name) for name in ("ENOSPC", "EDQUOT", "EFBIG")
-                         if hasattr(errno, name))
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -208,7 +204,7 @@ def _main(argv: Optional[List[str]]) -> int:
         print(f"ppo-ref {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:
-        if exc.errno not in _FULL_ERRNOS:
+        if exc.errno not in FULL_ERRNOS:
             raise
         where = f" writing {exc.filename}:" if exc.filename else ""
         print(f"ppo-ref {args.command}: error:{where} {exc.strerror or exc} (free some space "

@@ -14,7 +14,9 @@ def configure_plot(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", metavar="DIR",
                    help="a run directory, or a --seeds directory (then: every seed's curve, "
                         "their mean and +- 1 std)")
-    p.add_argument("--output", default=None, help="PNG path (default DIR/learning_curve.png)")
+    p.add_argument("--output", default=None,
+                   help="PNG path (default DIR/learning_curve.png; a --seeds directory: "
+                        "DIR/learning_curves.png)")
     p.epilog = ("panels: episode returns (and the mean of the last 20); approx_kl and "
                 "clip_fraction; entropy; explained variance on its own panel with its y axis "
                 "fixed to [-1, 1] (it is at most 1 and unbounded below: values under -1, common "
@@ -81,6 +83,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
                          "checkout, or pip install matplotlib)") from None
     from ppo_ref.io.runlog import read_csv
     from ppo_ref.cli.seeds import read_seed_runs, seeds_figure
+    if not os.path.isdir(args.run_dir):
+        raise UsageError(f"{args.run_dir} is not a run directory ("
+                         f"{'a file' if os.path.exists(args.run_dir) else 'it does not exist'})")
     with user_input(f"cannot read the seeds of {args.run_dir}"):
         curves = read_seed_runs(args.run_dir)
     if curves:

@@ -138,7 +138,8 @@ def _start(args: argparse.Namespace, seed: int, run_dir: str) -> Dict[str, Any]:
 
 
 def _finished(seed: int, child: Dict[str, Any]) -> Dict[str, Any]:
-    return dict(seed=seed, run_dir=child["run_dir"], exit_code=child["proc"].returncode,
+    code = child["proc"].returncode  # killed by signal s (-s): 128 + s, as the shell says
+    return dict(seed=seed, run_dir=child["run_dir"], exit_code=code if code >= 0 else 128 - code,
                 wall_seconds=time.perf_counter() - child["start"],
                 **_seed_result(child["run_dir"]))
 
@@ -210,7 +211,7 @@ def cmd_train_seeds(args: argparse.Namespace, run_dir: str) -> int:
                 del running[seed]
                 runs[seed] = _finished(seed, child)
                 ret = runs[seed]["final_return"]
-                print(f"  seed {seed}: exit {child['proc'].returncode}, return(last 20) "
+                print(f"  seed {seed}: exit {runs[seed]['exit_code']}, return(last 20) "
                       f"{'-' if ret is None else f'{ret:.2f}'}, "
                       f"{runs[seed]['wall_seconds']:.1f}s")
     except KeyboardInterrupt as stop:

@@ -370,8 +370,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                                           ("--resume", bool(args.resume)),
                                           ("--async", args.use_async)) if given]
         if clash:
-            raise UsageError(f"--seeds cannot be combined with {', '.join(clash)} (resume one "
-                             f"seed's run with ppo-ref train --resume DIR/seed<S>)")
+            hint = (" (resume one seed's run with ppo-ref train --resume DIR/seed<S>)"
+                    if args.resume else "")
+            raise UsageError(f"--seeds cannot be combined with {', '.join(clash)}{hint}")
         from ppo_ref.cli.seeds import parse_seeds
         parse_seeds(args.seeds)
     if args.jobs is not None and args.seeds is None:
@@ -391,6 +392,9 @@ def _check_train_flags(args: argparse.Namespace) -> None:
                                                ("--actors", args.actors),
                                                ("--ray-address", args.ray_address))
                       if value is not None]
+        if async_only and args.resume:
+            raise UsageError(f"{', '.join(async_only)}: --resume continues a run with its saved "
+                             "settings (drop the flag)")
         if async_only:
             verb = "applies" if len(async_only) == 1 else "apply"
             raise UsageError(f"{', '.join(async_only)} only {verb} to the actor-learner: add "

@@ -7,7 +7,7 @@ import os
 import re
 import sys
 
-from ppo_ref.cli.common import UsageError
+from ppo_ref.cli.common import UsageError, user_input
 from ppo_ref.config import PRESETS
 from ppo_ref.vectors import check_results, format_table, read_json_file, write_vectors
 from ppo_ref.vectors.cases import BACKENDS, SEED
@@ -55,13 +55,12 @@ def cmd_vectors(args) -> int:
             settings[key.strip()] = json.loads(text)
         except json.JSONDecodeError:
             settings[key.strip()] = text
-    try:
-        names = write_vectors(args.out, seed=args.seed, backend=args.backend,
-                              preset=args.preset, settings=settings)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    with user_input(f"cannot write {args.out}"):  # (a full disk: exit 1, as for every command)
+        try:
+            names = write_vectors(args.out, seed=args.seed, backend=args.backend,
+                                  preset=args.preset, settings=settings)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     print(f"wrote {len(names)} cases to {args.out} (index.json + one <name>.json per case)")
     for name in names:
         print(f"  {name}")
