@@ -722,7 +722,12 @@ def test_check_with_a_results_file_of_the_wrong_format(vectors_dir, tmp_path, ca
     ('{"format": "ppo_ref.results/1", "cases": {}}', '{"gae_reference": {"atol": -1}}', [],
      "--tolerances"),
     ('{"format": "ppo_ref.results/1", "cases": {}}', '[1, 2]', [], "--tolerances"),
-    ('{"format": "ppo_ref.results/1", "cases": {}}', '[1, 2', [], "--tolerances")])
+    ('{"format": "ppo_ref.results/1", "cases": {}}', '[1, 2', [], "--tolerances"),
+    ('{"format": "ppo_ref.results/1", "cases": {}}', None, ["--skip-output", "nosuch"],
+     "--skip-output names no output of these vectors: ['nosuch']"),
+    ('{"format": "ppo_ref.results/1", "cases": {}}', None,
+     ["--skip-output", "clip_fraction", "--skip-output", "gae_reference/nosuch"],
+     "--skip-output names no output of these vectors: ['gae_reference/nosuch']")])
 def test_check_errors_name_the_flag_typed(vectors_dir, tmp_path, capsys, results, tolerances,
                                           flags, flag):
     # (the command printed check_results' parameter name: "results_file format must be ...")

@@ -17,7 +17,7 @@ __all__ = ["configure_vectors", "cmd_vectors", "configure_check", "cmd_check"]
 
 #: The parameters of :func:`ppo_ref.vectors.check_results` as ``ppo-ref check`` spells them.
 _FLAGS = {"results_file": "--results", "atol": "--atol", "rtol": "--rtol",
-          "tolerances": "--tolerances"}
+          "tolerances": "--tolerances", "skip_outputs": "--skip-output"}
 
 
 def configure_vectors(p) -> None:

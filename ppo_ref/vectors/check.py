@@ -161,7 +161,8 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
     ``atol``, ``rtol``, ``detail``, ``alternatives``.
 
     Raises ``ValueError`` for a bad ``profile``, ``atol``, ``rtol`` or ``tolerances`` entry, a
-    results file that is not a results document, or vectors that do not load."""
+    ``skip_outputs`` entry naming no output, a results file that is not a results document,
+    or vectors that do not load."""
     if profile not in TOLERANCE_PROFILES:
         raise ValueError(f"profile must be one of {list(TOLERANCE_PROFILES)}, got {profile!r}")
     if tolerances is not None and not isinstance(tolerances, Mapping):
@@ -188,8 +189,14 @@ def check_results(vectors_dir: str, results_file: str, *, atol: Optional[float] 
         raise ValueError(f"results file {results_file}: 'cases' must map case names to "
                          "{'outputs': {...}}")
     floor = TOLERANCE_PROFILES[profile] or {"atol": 0.0, "rtol": 0.0}
+    cases = load_cases(vectors_dir)
+    outputs = {(case["name"], key) for case in cases for key in flatten(case["expected"])}
+    unknown = [item for item in skip_outputs if not any(
+        item in (key, f"{name}/{key}") for name, key in outputs)]
+    if unknown:
+        raise ValueError(f"skip_outputs names no output of these vectors: {unknown}")
     rows = []
-    for case in load_cases(vectors_dir):
+    for case in cases:
         name = case["name"]
         tol = case.get("tolerance", DEFAULT_TOLERANCE)
         own = tolerances.get(name, {})
