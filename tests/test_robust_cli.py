@@ -110,6 +110,20 @@ def test_eval_takes_the_largest_seed_for_one_episode(run_dir):
     assert cli.main(["eval", run_dir, "--episodes", "1", "--seed", str(2 ** 63 - 1)]) == 0
 
 
+def test_plot_names_the_csv_file_a_run_directory_lacks(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "episodes.csv").write_text("timesteps,return\n")
+    assert cli.main(["plot", str(tmp_path)]) == 2
+    line = _one_line_error(capsys, "plot")
+    assert line.endswith(f"{tmp_path} has no metrics.csv"), line
+
+
+def test_check_of_vectors_that_are_a_file_says_so(tmp_path, capsys):
+    (tmp_path / "v").write_text("")
+    assert cli.main(["check", str(tmp_path / "v"), "--results", str(tmp_path / "r.json")]) == 2
+    assert f"vectors directory {tmp_path / 'v'} is a file" in _one_line_error(capsys, "check")
+
+
 @pytest.mark.parametrize("what", ["missing", "a file"])
 def test_plot_of_a_path_that_is_no_directory_says_so(tmp_path, capsys, what):
     path = tmp_path / "x"

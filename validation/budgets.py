@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "ppo_ref"
 LINE_BUDGETS = {"ppo_ref": 14_000, "ppo_ref/train": 2_000}
 #: Line counts not yet within their budget: the most they may be (module docstring).
-LINE_CEILINGS = {"ppo_ref": 19_078}
+LINE_CEILINGS = {"ppo_ref": 19_081}
 COLD_BUDGETS = {"CartPole-v1": 15.0, "ppo_ref/CartPoleNoVel-v1": 20.0}
 #: Seconds of wall time of the README's test command on an idle 2-core machine.
 SUITE_BUDGET = 300.0

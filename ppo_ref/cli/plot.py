@@ -74,6 +74,9 @@ def learning_curve_figure(plt, episodes, metrics, title: str):
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    if not os.path.isdir(args.run_dir):
+        raise UsageError(f"{args.run_dir} is not a run directory ("
+                         f"{'a file' if os.path.exists(args.run_dir) else 'it does not exist'})")
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -83,9 +86,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
                          "checkout, or pip install matplotlib)") from None
     from ppo_ref.io.runlog import read_csv
     from ppo_ref.cli.seeds import read_seed_runs, seeds_figure
-    if not os.path.isdir(args.run_dir):
-        raise UsageError(f"{args.run_dir} is not a run directory ("
-                         f"{'a file' if os.path.exists(args.run_dir) else 'it does not exist'})")
     with user_input(f"cannot read the seeds of {args.run_dir}"):
         curves = read_seed_runs(args.run_dir)
     if curves:
@@ -94,8 +94,10 @@ def cmd_plot(args: argparse.Namespace) -> int:
                             args.output or os.path.join(args.run_dir, "learning_curves.png"))
     episodes_path = os.path.join(args.run_dir, "episodes.csv")
     metrics_path = os.path.join(args.run_dir, "metrics.csv")
-    if not os.path.exists(episodes_path) or not os.path.exists(metrics_path):
-        raise UsageError(f"{args.run_dir} has no episodes.csv / metrics.csv")
+    missing = [os.path.basename(p) for p in (episodes_path, metrics_path)
+               if not os.path.exists(p)]
+    if missing:
+        raise UsageError(f"{args.run_dir} has no {' and no '.join(missing)}")
     columns = {}
     for path, needed in ((episodes_path, ("timesteps", "return")),
                          (metrics_path, ("timesteps", "approx_kl", "clip_fraction",

@@ -95,7 +95,8 @@ def cmd_check(args) -> int:
     compared (every case skipped); :class:`UsageError` when the vectors or the results file
     cannot be read."""
     if not os.path.isdir(args.vectors_dir):
-        raise UsageError(f"vectors directory {args.vectors_dir} does not exist (write one with "
+        what = "is a file" if os.path.exists(args.vectors_dir) else "does not exist"
+        raise UsageError(f"vectors directory {args.vectors_dir} {what} (write one with "
                          "`ppo-ref vectors --out DIR`)")
     try:
         tolerances = (read_json_file(args.tolerances, "--tolerances file") if args.tolerances
