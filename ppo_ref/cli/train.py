@@ -115,11 +115,13 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
         changes = parse_overrides(overrides or [])
     except ValueError as exc:
         raise ValueError(f"--set: {exc}") from None
+    flags = {}  # field -> the flag that gave it
     for flag, field, value in (("--n-envs", "n_envs", n_envs), ("--backend", "backend", backend)):
         if value is not None and field in changes:
             raise ValueError(f"{flag} and --set {field}= both given: keep one")
         if value is not None:
             changes[field] = int(value) if field == "n_envs" else value
+            flags[field] = flag
     if preset is not None and preset not in preset_names():
         raise ValueError(f"unknown preset {preset!r}; choose from {', '.join(preset_names())}")
     preset = _resolve_preset(preset, env_id)
@@ -129,11 +131,9 @@ def build_config(env_id: str, preset: Optional[str], overrides: List[str], n_env
             return PPOConfig.zoo_cartpole(**changes) if entry is None else entry.config(**changes)
         return PPOConfig(**changes) if preset == "default" else PPOConfig.preset(preset, **changes)
     except ValueError as exc:  # PPOConfig's errors start with the field: name the flag given
-        flag = {"n_envs": "--n-envs" if n_envs is not None else None,
-                "backend": "--backend" if backend is not None else None}.get(
-            str(exc).split(" ", 1)[0])
-        if flag is not None:
-            raise ValueError(f"{flag}: {exc}") from None
+        field = str(exc).split(" ", 1)[0]
+        if field in flags:
+            raise ValueError(f"{flags[field]}: {exc}") from None
         raise
 
 
